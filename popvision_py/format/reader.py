@@ -1,0 +1,302 @@
+"""Reading profile.pop without reading it all.
+
+``open_profile(path)`` memory-maps the file, checks the ZIP directory and the manifest, and reads
+each table's Parquet footer to check its schema: the data itself stays on disk until a table (or
+some of its columns) is asked for, and then pyarrow decodes it straight from the mapped bytes.
+
+Every way a file can be wrong raises one of the ``ProfileError`` classes with one sentence; sizes
+are checked against the file before anything is allocated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import struct
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from popvision_py.errors import (
+    ColumnTypeError,
+    CorruptProfileError,
+    EmptyProfileError,
+    ManifestError,
+    MemberSizeError,
+    MissingColumnError,
+    MissingTableError,
+    NewerSchemaError,
+    NotAProfileError,
+    ProfileError,
+    UnexpectedMemberError,
+    UnknownFormatError,
+)
+from popvision_py.format import schema as S
+
+MAX_MANIFEST_BYTES = 16 << 20
+_LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
+_LOCAL_SIGNATURE = b"PK\x03\x04"
+
+
+@dataclass(frozen=True)
+class Member:
+    """Where one member's bytes lie in the file."""
+
+    name: str
+    offset: int
+    size: int
+
+
+def _types_match(actual: pa.DataType, expected: pa.DataType) -> bool:
+    if actual == expected:
+        return True
+    # Another writer may store categories as plain strings, or with other index widths.
+    if pa.types.is_dictionary(expected):
+        value = actual.value_type if pa.types.is_dictionary(actual) else actual
+        return pa.types.is_string(value) or pa.types.is_large_string(value)
+    return False
+
+
+class Profile:
+    """An open profile.pop. Cheap to open; tables are decoded on request.
+
+    Attributes: ``path``, ``manifest`` (the parsed manifest.json), ``target`` and ``run``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._size = self._check_file()
+        self._members = self._read_directory()
+        self._mapped = pa.memory_map(str(self.path), "r")
+        self._buffer = self._mapped.read_buffer()
+        self.manifest = self._read_manifest()
+        self.target: dict[str, Any] = self.manifest["target"]
+        self.run: dict[str, Any] = self.manifest["run"]
+        self._schemas = {name: self._check_table(name) for name in S.TABLES}
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _check_file(self) -> int:
+        name = self.path
+        try:
+            info = name.stat()
+        except FileNotFoundError:
+            raise NotAProfileError(f"{name} does not exist.") from None
+        except OSError as exc:
+            raise NotAProfileError(f"{name} cannot be read: {exc.strerror}.") from None
+        if stat.S_ISDIR(info.st_mode):
+            raise NotAProfileError(f"{name} is a directory, not a profile.pop file.")
+        if not stat.S_ISREG(info.st_mode):
+            raise NotAProfileError(f"{name} is not a regular file, so it cannot be a profile.pop.")
+        if not os.access(name, os.R_OK):
+            raise NotAProfileError(f"{name} cannot be read: permission denied.")
+        if info.st_size == 0:
+            raise EmptyProfileError(f"{name} is empty (0 bytes).")
+        return info.st_size
+
+    def _read_directory(self) -> dict[str, Member]:
+        name = self.path
+        try:
+            with open(name, "rb") as handle:
+                head = handle.read(4)
+                try:
+                    archive = zipfile.ZipFile(handle)
+                except zipfile.BadZipFile:
+                    if head == _LOCAL_SIGNATURE:
+                        raise EmptyProfileError(
+                            f"{name} is truncated: its ZIP directory is missing (was the write interrupted?)."
+                        ) from None
+                    raise NotAProfileError(f"{name} is not a profile.pop (not a ZIP container).") from None
+                except (OSError, ValueError, EOFError, struct.error) as exc:
+                    raise CorruptProfileError(f"{name} has a corrupt ZIP directory ({exc}).") from None
+                members: dict[str, Member] = {}
+                for info in archive.infolist():
+                    if info.filename in members:
+                        raise UnexpectedMemberError(f"{name} holds member {info.filename!r} more than once.")
+                    members[info.filename] = self._locate(handle, info)
+        except PermissionError:
+            raise NotAProfileError(f"{name} cannot be read: permission denied.") from None
+        return members
+
+    def _locate(self, handle: Any, info: zipfile.ZipInfo) -> Member:
+        name = self.path
+        known = {S.MANIFEST_MEMBER} | {t.member for t in S.TABLES.values()}
+        if info.filename not in known:
+            raise UnexpectedMemberError(
+                f"{name} holds an unexpected member {info.filename!r}; a profile holds only "
+                f"{S.MANIFEST_MEMBER} and the schema's tables."
+            )
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise CorruptProfileError(
+                f"Member {info.filename} of {name} is ZIP-compressed; profile.pop members must be stored."
+            )
+        if info.file_size != info.compress_size or info.header_offset + _LOCAL_HEADER.size > self._size:
+            raise MemberSizeError(f"Member {info.filename} of {name} declares a size that does not fit the file.")
+        handle.seek(info.header_offset)
+        header = handle.read(_LOCAL_HEADER.size)
+        fields = _LOCAL_HEADER.unpack(header)
+        if fields[0] != _LOCAL_SIGNATURE:
+            raise CorruptProfileError(f"Member {info.filename} of {name} has a corrupt header.")
+        offset = info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10]
+        if offset + info.file_size > self._size:
+            raise MemberSizeError(
+                f"Member {info.filename} of {name} declares {info.file_size} bytes but the file ends "
+                f"{max(self._size - offset, 0)} bytes after its start (truncated?)."
+            )
+        return Member(info.filename, offset, info.file_size)
+
+    def _read_manifest(self) -> dict[str, Any]:
+        name = self.path
+        member = self._members.get(S.MANIFEST_MEMBER)
+        if member is None:
+            raise NotAProfileError(f"{name} is not a profile.pop: it has no {S.MANIFEST_MEMBER}.")
+        if member.size > MAX_MANIFEST_BYTES:
+            raise MemberSizeError(f"The manifest of {name} declares {member.size} bytes, more than a manifest can be.")
+        raw = self._buffer.slice(member.offset, member.size).to_pybytes()
+        try:
+            manifest = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ManifestError(f"The manifest of {name} is not valid JSON ({exc}).") from None
+        if not isinstance(manifest, dict):
+            raise ManifestError(f"The manifest of {name} is not a JSON object.")
+        if "format" in manifest and manifest["format"] != S.FORMAT_NAME:
+            raise UnknownFormatError(
+                f"{name} is in format {manifest['format']!r}, not {S.FORMAT_NAME!r}."
+            )
+        version = manifest.get("schema_version")
+        if isinstance(version, int) and not isinstance(version, bool) and version > S.SCHEMA_VERSION:
+            raise NewerSchemaError(
+                f"{name} uses schema version {version}, newer than version {S.SCHEMA_VERSION} that this "
+                f"popvision_py reads; upgrade popvision_py to read it."
+            )
+        _check_keys(manifest, S.REQUIRED_MANIFEST_KEYS, f"The manifest of {name}")
+        if version < 1:
+            raise ManifestError(f"The manifest of {name} has an invalid schema version {version}.")
+        _check_keys(manifest["target"], S.REQUIRED_TARGET_KEYS, f"The target in the manifest of {name}")
+        _check_keys(manifest["run"], S.REQUIRED_RUN_KEYS, f"The run configuration in the manifest of {name}")
+        return manifest
+
+    def _check_table(self, table: str) -> pa.Schema:
+        spec = S.TABLES[table]
+        if spec.member not in self._members:
+            raise MissingTableError(f"{self.path} has no {table} table.")
+        try:
+            stored = self._parquet(table).schema_arrow
+        except (pa.ArrowException, OSError) as exc:
+            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
+        for column in spec.columns:
+            index = stored.get_field_index(column.name)
+            if index < 0:
+                raise MissingColumnError(f"Table {table} of {self.path} has no column {column.name}.")
+            actual = stored.field(index).type
+            if not _types_match(actual, column.type):
+                raise ColumnTypeError(
+                    f"Column {table}.{column.name} of {self.path} is {actual}, expected {column.type}."
+                )
+        return stored
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _parquet(self, table: str) -> pq.ParquetFile:
+        member = self._members[S.TABLES[table].member]
+        return pq.ParquetFile(pa.BufferReader(self._buffer.slice(member.offset, member.size)))
+
+    @property
+    def tables(self) -> list[str]:
+        """The table names, in schema order."""
+        return list(S.TABLES)
+
+    def num_rows(self, table: str) -> int:
+        """Rows in a table, from its Parquet footer."""
+        return self._parquet(self._known(table)).metadata.num_rows
+
+    def member_bytes(self, table: str) -> int:
+        """Bytes the table occupies in the file."""
+        return self._members[S.TABLES[self._known(table)].member].size
+
+    def read_table(self, table: str, columns: Sequence[str] | None = None, *, filters: Any = None) -> pa.Table:
+        """Decode a table, or only ``columns`` of it, as a pyarrow Table.
+
+        ``filters`` takes pyarrow's row-group filter syntax, e.g. ``[("ipu", "=", 0)]``.
+        """
+        spec = S.TABLES[self._known(table)]
+        if columns is not None:
+            unknown = [c for c in columns if c not in self._schemas[table].names]
+            if unknown:
+                raise MissingColumnError(f"Table {table} has no column {', '.join(unknown)}.")
+        try:
+            if filters is not None:
+                member = self._members[spec.member]
+                return pq.read_table(
+                    pa.BufferReader(self._buffer.slice(member.offset, member.size)),
+                    columns=list(columns) if columns is not None else None,
+                    filters=filters,
+                )
+            return self._parquet(table).read(columns=list(columns) if columns is not None else None)
+        except (pa.ArrowException, OSError) as exc:
+            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
+
+    def read_pandas(self, table: str, columns: Sequence[str] | None = None, *, filters: Any = None) -> pd.DataFrame:
+        """Like ``read_table``, as a pandas DataFrame (categorical columns become categoricals)."""
+        return self.read_table(table, columns, filters=filters).to_pandas()
+
+    def iter_batches(self, table: str, columns: Sequence[str] | None = None, batch_size: int = 1 << 20):
+        """Yield the table as pyarrow RecordBatches, for tables too large to decode at once."""
+        try:
+            yield from self._parquet(self._known(table)).iter_batches(
+                batch_size=batch_size, columns=list(columns) if columns is not None else None
+            )
+        except (pa.ArrowException, OSError) as exc:
+            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
+
+    def _known(self, table: str) -> str:
+        if table not in S.TABLES:
+            raise MissingTableError(f"There is no table named {table!r}; the tables are {', '.join(S.TABLES)}.")
+        return table
+
+    def close(self) -> None:
+        self._buffer = None  # type: ignore[assignment]
+        self._mapped.close()
+
+    def __enter__(self) -> "Profile":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Profile({str(self.path)!r})"
+
+
+def _check_keys(mapping: Any, required: dict[str, Any], where: str) -> None:
+    if not isinstance(mapping, dict):
+        raise ManifestError(f"{where} is not a JSON object.")
+    for key, kind in required.items():
+        if key not in mapping:
+            raise ManifestError(f"{where} lacks the key {key!r}.")
+        value = mapping[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise ManifestError(f"{where} has {key!r} of type {type(value).__name__}, expected {names}.")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def open_profile(path: str | os.PathLike[str]) -> Profile:
+    """Open a profile.pop for reading; raises a ProfileError subclass if it cannot be read."""
+    try:
+        return Profile(path)
+    except ProfileError:
+        raise
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise CorruptProfileError(f"{path} cannot be read as a profile ({_first_line(exc)}).") from None

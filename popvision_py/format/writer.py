@@ -1,0 +1,219 @@
+"""Writing profile.pop: Parquet tables plus a JSON manifest in one stored ZIP, atomically.
+
+Usage::
+
+    with ProfileWriter("profile/profile.pop", target=..., run=...) as writer:
+        writer.write_table("ops", ops_df)
+        with writer.table("trace") as trace:      # a large table, in row batches
+            for batch in batches:
+                trace.write(batch)
+
+Each table is spooled to its own anonymous temporary file as Parquet while it is written, so
+several tables may be open at once and none has to sit in memory whole. On close the members are
+laid out in one ZIP (manifest first, then the tables in schema order) inside an anonymous file
+that replaces the destination only once it is complete (see ``atomic.py``). Tables never written
+are stored empty, so every profile holds every table of its schema version.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, BinaryIO
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from popvision_py import __version__
+from popvision_py.errors import ProfileWriteError
+from popvision_py.format import schema as S
+from popvision_py.format.atomic import atomic_output
+
+# Rows buffered before a Parquet row group is written: big enough for good compression and fast
+# scans, small enough to keep the writer's memory bounded (about 40 MB for the trace).
+ROW_GROUP_ROWS = 1 << 20
+PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 3}
+
+
+def conform(data: pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any], spec: S.Table) -> pa.Table:
+    """Cast ``data`` to the table's schema: every column present, typed, in schema order.
+
+    Raises ProfileWriteError naming the table and column on a missing column, an extra column,
+    a null, or a value that does not fit the column's type.
+    """
+    if isinstance(data, pd.DataFrame):
+        columns = {name: data[name] for name in data.columns}
+    elif isinstance(data, (pa.Table, pa.RecordBatch)):
+        columns = {name: data.column(name) for name in data.schema.names}
+    else:
+        columns = dict(data)
+    expected = [c.name for c in spec.columns]
+    missing = [n for n in expected if n not in columns]
+    extra = [n for n in columns if n not in expected]
+    if missing or extra:
+        what = f"lacks column(s) {', '.join(missing)}" if missing else f"has unknown column(s) {', '.join(extra)}"
+        raise ProfileWriteError(f"Table {spec.name} {what}.")
+    arrays = []
+    for column in spec.columns:
+        arrays.append(_cast(columns[column.name], column, spec.name))
+    return pa.Table.from_arrays(arrays, schema=spec.schema)
+
+
+def _cast(values: Any, column: S.Column, table: str) -> pa.ChunkedArray | pa.Array:
+    if isinstance(values, pd.Series):
+        if isinstance(values.dtype, pd.CategoricalDtype):
+            values = pa.DictionaryArray.from_pandas(values)
+        else:
+            values = pa.array(values.to_numpy())
+    elif not isinstance(values, (pa.Array, pa.ChunkedArray)):
+        values = pa.array(values)
+    if values.null_count:
+        raise ProfileWriteError(f"Column {table}.{column.name} holds {values.null_count} null value(s).")
+    try:
+        if pa.types.is_dictionary(column.type):
+            if not pa.types.is_dictionary(values.type):
+                values = pc.dictionary_encode(values.cast(pa.string()))
+            return values.cast(column.type)
+        return values.cast(column.type, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ProfileWriteError(f"Column {table}.{column.name} cannot hold {values.type} values: {exc}.") from exc
+
+
+class TableWriter:
+    """Appends row batches to one table; a row group is written every ROW_GROUP_ROWS rows."""
+
+    def __init__(self, spec: S.Table, spool: BinaryIO) -> None:
+        self.spec = spec
+        self.rows = 0
+        self._spool = spool
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        self._parquet = pq.ParquetWriter(spool, spec.schema, **PARQUET_OPTIONS)
+        self.closed = False
+
+    def write(self, batch: pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any]) -> None:
+        """Append rows; columns are cast to the schema (see ``conform``)."""
+        if self.closed:
+            raise ProfileWriteError(f"Table {self.spec.name} was already closed.")
+        rows = conform(batch, self.spec)
+        self._pending.append(rows)
+        self._pending_rows += rows.num_rows
+        self.rows += rows.num_rows
+        if self._pending_rows >= ROW_GROUP_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._parquet.write_table(pa.concat_tables(self._pending), row_group_size=ROW_GROUP_ROWS)
+            self._pending, self._pending_rows = [], 0
+
+    def close(self) -> None:
+        if not self.closed:
+            self._flush()
+            self._parquet.close()
+            self.closed = True
+
+    def __enter__(self) -> "TableWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ProfileWriter:
+    """Writes one profile.pop; see the module docstring. Use as a context manager."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        target: Mapping[str, Any],
+        run: Mapping[str, Any],
+        generator: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        for what, given, required in (("target", target, S.REQUIRED_TARGET_KEYS), ("run", run, S.REQUIRED_RUN_KEYS)):
+            missing = [k for k in required if k not in given]
+            if missing:
+                raise ProfileWriteError(f"The {what} configuration lacks {', '.join(missing)}.")
+        self._manifest: dict[str, Any] = {
+            "format": S.FORMAT_NAME,
+            "schema_version": S.SCHEMA_VERSION,
+            "generator": dict(generator or {"name": "popvision_py", "version": __version__}),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "target": dict(target),
+            "run": dict(run),
+            "tables": {},
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._spools: dict[str, BinaryIO] = {}
+        self._writers: dict[str, TableWriter] = {}
+
+    def table(self, name: str) -> TableWriter:
+        """A writer for table ``name``, to fill in row batches. Each table is written once."""
+        if name not in S.TABLES:
+            raise ProfileWriteError(f"There is no table named {name!r} in schema version {S.SCHEMA_VERSION}.")
+        if name in self._writers:
+            raise ProfileWriteError(f"Table {name} was already written.")
+        spool = tempfile.TemporaryFile(dir=self.path.parent)
+        self._spools[name] = spool
+        self._writers[name] = TableWriter(S.TABLES[name], spool)
+        return self._writers[name]
+
+    def write_table(self, name: str, data: pa.Table | pd.DataFrame | Mapping[str, Any]) -> None:
+        """Write a whole table at once."""
+        with self.table(name) as writer:
+            writer.write(data)
+
+    def close(self) -> None:
+        """Complete every table and publish the profile atomically."""
+        for name in S.TABLES:
+            if name not in self._writers:
+                self.table(name)
+        for writer in self._writers.values():
+            writer.close()
+        for name, spec in S.TABLES.items():
+            self._manifest["tables"][name] = {
+                "rows": self._writers[name].rows,
+                "bytes": self._spools[name].seek(0, os.SEEK_END),
+            }
+        with atomic_output(self.path) as out:
+            with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+                manifest = zipfile.ZipInfo(S.MANIFEST_MEMBER, date_time=(1980, 1, 1, 0, 0, 0))
+                archive.writestr(manifest, json.dumps(self._manifest, indent=2, sort_keys=True))
+                for name, spec in S.TABLES.items():
+                    spool = self._spools[name]
+                    spool.seek(0)
+                    info = zipfile.ZipInfo(spec.member, date_time=(1980, 1, 1, 0, 0, 0))
+                    info.compress_type = zipfile.ZIP_STORED
+                    with archive.open(info, "w", force_zip64=True) as member:
+                        shutil.copyfileobj(spool, member, 1 << 22)
+        self._discard()
+
+    def _discard(self) -> None:
+        for spool in self._spools.values():
+            spool.close()
+        self._spools.clear()
+
+    def __enter__(self) -> "ProfileWriter":
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            try:
+                self.close()
+            finally:
+                self._discard()
+        else:
+            self._discard()
