@@ -231,15 +231,15 @@ class Profile:
             unknown = [c for c in columns if c not in self._schemas[table].names]
             if unknown:
                 raise MissingColumnError(f"Table {table} has no column {', '.join(unknown)}.")
+        member = self._members[spec.member]
         try:
-            if filters is not None:
-                member = self._members[spec.member]
-                return pq.read_table(
-                    pa.BufferReader(self._buffer.slice(member.offset, member.size)),
-                    columns=list(columns) if columns is not None else None,
-                    filters=filters,
-                )
-            return self._parquet(table).read(columns=list(columns) if columns is not None else None)
+            # read_table's dataset path decodes column chunks in parallel: as fast as reading a
+            # plain Parquet file, where ParquetFile.read is markedly slower.
+            return pq.read_table(
+                pa.BufferReader(self._buffer.slice(member.offset, member.size)),
+                columns=list(columns) if columns is not None else None,
+                filters=filters,
+            )
         except (pa.ArrowException, OSError) as exc:
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
 
