@@ -15,6 +15,7 @@ import os
 import stat
 import struct
 import zipfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ class Member:
     name: str
     offset: int
     size: int
+    crc: int
 
 
 def _types_match(actual: pa.DataType, expected: pa.DataType) -> bool:
@@ -150,7 +152,7 @@ class Profile:
                 f"Member {info.filename} of {name} declares {info.file_size} bytes but the file ends "
                 f"{max(self._size - offset, 0)} bytes after its start (truncated?)."
             )
-        return Member(info.filename, offset, info.file_size)
+        return Member(info.filename, offset, info.file_size, info.CRC)
 
     def _read_manifest(self) -> dict[str, Any]:
         name = self.path
@@ -160,6 +162,8 @@ class Profile:
         if member.size > MAX_MANIFEST_BYTES:
             raise MemberSizeError(f"The manifest of {name} declares {member.size} bytes, more than a manifest can be.")
         raw = self._buffer.slice(member.offset, member.size).to_pybytes()
+        if zlib.crc32(raw) != member.crc:
+            raise CorruptProfileError(f"The manifest of {name} is corrupt (its checksum does not match).")
         try:
             manifest = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -188,9 +192,16 @@ class Profile:
         if spec.member not in self._members:
             raise MissingTableError(f"{self.path} has no {table} table.")
         try:
-            stored = self._parquet(table).schema_arrow
+            parquet = self._parquet(table)
+            stored = parquet.schema_arrow
+            rows = parquet.metadata.num_rows
         except (pa.ArrowException, OSError) as exc:
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
+        declared = self.manifest["tables"].get(table, {})
+        if isinstance(declared, dict) and "rows" in declared and declared["rows"] != rows:
+            raise CorruptProfileError(
+                f"Table {table} of {self.path} holds {rows} rows but the manifest says {declared['rows']}."
+            )
         for column in spec.columns:
             index = stored.get_field_index(column.name)
             if index < 0:
@@ -204,9 +215,11 @@ class Profile:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _parquet(self, table: str) -> pq.ParquetFile:
+    def _parquet(self, table: str, verify: bool = False) -> pq.ParquetFile:
         member = self._members[S.TABLES[table].member]
-        return pq.ParquetFile(pa.BufferReader(self._buffer.slice(member.offset, member.size)))
+        return pq.ParquetFile(
+            pa.BufferReader(self._buffer.slice(member.offset, member.size)), page_checksum_verification=verify
+        )
 
     @property
     def tables(self) -> list[str]:
@@ -239,6 +252,7 @@ class Profile:
                 pa.BufferReader(self._buffer.slice(member.offset, member.size)),
                 columns=list(columns) if columns is not None else None,
                 filters=filters,
+                page_checksum_verification=True,
             )
         except (pa.ArrowException, OSError) as exc:
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
@@ -250,7 +264,7 @@ class Profile:
     def iter_batches(self, table: str, columns: Sequence[str] | None = None, batch_size: int = 1 << 20):
         """Yield the table as pyarrow RecordBatches, for tables too large to decode at once."""
         try:
-            yield from self._parquet(self._known(table)).iter_batches(
+            yield from self._parquet(self._known(table), verify=True).iter_batches(
                 batch_size=batch_size, columns=list(columns) if columns is not None else None
             )
         except (pa.ArrowException, OSError) as exc:

@@ -41,7 +41,8 @@ from popvision_py.format.atomic import atomic_output
 # Rows buffered before a Parquet row group is written: big enough for good compression and fast
 # scans, small enough to keep the writer's memory bounded (about 40 MB for the trace).
 ROW_GROUP_ROWS = 1 << 20
-PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 3}
+# Page checksums let a reader tell flipped bytes from data instead of decoding garbage.
+PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 3, "write_page_checksum": True}
 
 
 def conform(data: pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any], spec: S.Table) -> pa.Table:
