@@ -19,9 +19,8 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -40,6 +39,9 @@ from popvision_py.errors import (
     UnknownFormatError,
 )
 from popvision_py.format import schema as S
+
+if TYPE_CHECKING:  # pandas is imported only when a frame is asked for: `popvision info` stays fast
+    import pandas as pd
 
 MAX_MANIFEST_BYTES = 16 << 20
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
@@ -257,7 +259,7 @@ class Profile:
         except (pa.ArrowException, OSError) as exc:
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
 
-    def read_pandas(self, table: str, columns: Sequence[str] | None = None, *, filters: Any = None) -> pd.DataFrame:
+    def read_pandas(self, table: str, columns: Sequence[str] | None = None, *, filters: Any = None) -> "pd.DataFrame":
         """Like ``read_table``, as a pandas DataFrame (categorical columns become categoricals)."""
         return self.read_table(table, columns, filters=filters).to_pandas()
 

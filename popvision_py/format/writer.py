@@ -21,14 +21,14 @@ import datetime as _dt
 import json
 import os
 import shutil
+import sys
 import tempfile
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -38,6 +38,9 @@ from popvision_py.errors import ProfileWriteError
 from popvision_py.format import schema as S
 from popvision_py.format.atomic import atomic_output
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 # Rows buffered before a Parquet row group is written: big enough for good compression and fast
 # scans, small enough to keep the writer's memory bounded (about 40 MB for the trace).
 ROW_GROUP_ROWS = 1 << 20
@@ -45,13 +48,15 @@ ROW_GROUP_ROWS = 1 << 20
 PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 3, "write_page_checksum": True}
 
 
-def conform(data: pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any], spec: S.Table) -> pa.Table:
+def conform(data: "pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any]", spec: S.Table) -> pa.Table:
     """Cast ``data`` to the table's schema: every column present, typed, in schema order.
 
     Raises ProfileWriteError naming the table and column on a missing column, an extra column,
     a null, or a value that does not fit the column's type.
     """
-    if isinstance(data, pd.DataFrame):
+    # Only a caller that imported pandas can pass pandas objects: no need to import it here.
+    pd = sys.modules.get("pandas")
+    if pd is not None and isinstance(data, pd.DataFrame):
         columns = {name: data[name] for name in data.columns}
     elif isinstance(data, (pa.Table, pa.RecordBatch)):
         columns = {name: data.column(name) for name in data.schema.names}
@@ -70,7 +75,8 @@ def conform(data: pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any], 
 
 
 def _cast(values: Any, column: S.Column, table: str) -> pa.ChunkedArray | pa.Array:
-    if isinstance(values, pd.Series):
+    pd = sys.modules.get("pandas")
+    if pd is not None and isinstance(values, pd.Series):
         if isinstance(values.dtype, pd.CategoricalDtype):
             values = pa.DictionaryArray.from_pandas(values)
         else:
@@ -101,7 +107,7 @@ class TableWriter:
         self._parquet = pq.ParquetWriter(spool, spec.schema, **PARQUET_OPTIONS)
         self.closed = False
 
-    def write(self, batch: pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any]) -> None:
+    def write(self, batch: "pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any]") -> None:
         """Append rows; columns are cast to the schema (see ``conform``)."""
         if self.closed:
             raise ProfileWriteError(f"Table {self.spec.name} was already closed.")
@@ -170,7 +176,7 @@ class ProfileWriter:
         self._writers[name] = TableWriter(S.TABLES[name], spool)
         return self._writers[name]
 
-    def write_table(self, name: str, data: pa.Table | pd.DataFrame | Mapping[str, Any]) -> None:
+    def write_table(self, name: str, data: "pa.Table | pd.DataFrame | Mapping[str, Any]") -> None:
         """Write a whole table at once."""
         with self.table(name) as writer:
             writer.write(data)
