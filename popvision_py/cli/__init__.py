@@ -17,6 +17,7 @@ from popvision_py.errors import PopvisionError
 
 # command name -> module under popvision_py.cli holding a click command called `command`
 COMMANDS: dict[str, str] = {
+    "dashboard": "dashboard",
     "info": "info",
 }
 

@@ -1,0 +1,156 @@
+"""Small HTML building blocks shared by the pages: number formats, key-figure cards, tables.
+
+Like the figure builders these are pure: values or DataFrames in, Dash components out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+from dash import dcc, html
+
+Formatter = Callable[[Any], str]
+
+
+def fmt_bytes(value: Any) -> str:
+    """1536 -> '1.50 KiB' (binary units, as Poplar reports memory)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    value = float(value)
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{sign}{value:,.0f} {unit}" if unit == "B" else f"{sign}{value:,.2f} {unit}"
+        value /= 1024
+    return f"{sign}{value:,.2f} TiB"  # pragma: no cover
+
+
+def fmt_count(value: Any) -> str:
+    """12345678 -> '12.3 M'; small numbers stay whole."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    value = float(value)
+    for threshold, suffix in ((1e12, " T"), (1e9, " G"), (1e6, " M"), (1e4, " k")):
+        if abs(value) >= threshold:
+            return f"{value / threshold:,.1f}{suffix}"
+    return f"{value:,.0f}" if value == int(value) else f"{value:,.2f}"
+
+
+def fmt_rate(value: Any) -> str:
+    """Bytes per second, e.g. '12.50 GiB/s'."""
+    text = fmt_bytes(value)
+    return text if text == "–" else f"{text}/s"
+
+
+def fmt_int(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{int(value):,}"
+
+
+def fmt_pct(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{float(value):.1f} %"
+
+
+def fmt_seconds(value: Any) -> str:
+    """0.00123 -> '1.23 ms'."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    value = float(value)
+    for scale, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if abs(value) >= scale:
+            return f"{value / scale:,.2f} {unit}"
+    return f"{value / 1e-9:,.0f} ns"
+
+
+def fmt_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    return "–" if value is None else str(value)
+
+
+def fmt_for_column(column: str) -> Formatter:
+    """The formatter a column's unit suffix asks for (the analysis names columns unit-last)."""
+    if column.endswith("bytes_per_s"):
+        return fmt_rate
+    if column.endswith("bytes"):
+        return fmt_bytes
+    if column.endswith("_pct"):
+        return fmt_pct
+    if column.endswith("_s"):
+        return fmt_seconds
+    if column.endswith("cycles") or column in ("flops", "executions", "events"):
+        return fmt_count
+    return fmt_text
+
+
+def card(label: str, value: str, note: str | None = None, tone: str = "") -> html.Div:
+    """One key figure: a label above a large value, with an optional note below."""
+    children: list[Any] = [html.Div(label, className="card-label"), html.Div(value, className="card-value")]
+    if note:
+        children.append(html.Div(note, className="card-note"))
+    return html.Div(children, className=f"card {tone}".strip())
+
+
+def cards(items: Sequence[tuple[str, str] | tuple[str, str, str | None] | tuple[str, str, str | None, str]]) -> html.Div:
+    """A row of key-figure cards from (label, value[, note[, tone]]) tuples; tone is '', 'good' or 'bad'."""
+    return html.Div([card(*item) for item in items], className="cards")
+
+
+def table(
+    frame: pd.DataFrame,
+    columns: Mapping[str, str] | None = None,
+    formats: Mapping[str, Formatter] | None = None,
+    row_class: Callable[[pd.Series], str] | None = None,
+    max_rows: int = 200,
+    table_id: str | None = None,
+) -> html.Table | html.Div:
+    """An HTML table of ``frame``: ``columns`` maps column -> header (default: all, as named)."""
+    columns = dict(columns) if columns is not None else {c: c.replace("_", " ") for c in frame.columns}
+    formats = dict(formats or {})
+    if frame.empty:
+        return html.Div("Nothing to show.", className="empty", id=table_id or "")
+    head = html.Thead(html.Tr([html.Th(header, className=_align(col, frame)) for col, header in columns.items()]))
+    rows = []
+    for _, row in frame.head(max_rows).iterrows():
+        cells = []
+        for col in columns:
+            value = row[col]
+            text = formats.get(col, fmt_for_column(col))(value)
+            cells.append(html.Td(text, className=_align(col, frame)))
+        rows.append(html.Tr(cells, className=row_class(row) if row_class else None))
+    props = {"id": table_id} if table_id else {}
+    return html.Table([head, html.Tbody(rows)], className="pv-table", **props)
+
+
+def _align(column: str, frame: pd.DataFrame) -> str:
+    return "num" if pd.api.types.is_numeric_dtype(frame[column]) and frame[column].dtype != bool else ""
+
+
+def section(title: str, *children: Any, note: str | None = None, class_name: str = "") -> html.Section:
+    """A titled panel of a page."""
+    head: list[Any] = [html.H3(title)]
+    if note:
+        head.append(html.P(note, className="section-note"))
+    return html.Section(head + list(children), className=f"panel {class_name}".strip())
+
+
+def graph(graph_id: str, height: int | None = None, **props: Any) -> dcc.Loading:
+    """A Graph in a loading wrapper, with the mode bar trimmed to what profiles need."""
+    config = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"], "responsive": True}
+    style = {"height": f"{height}px"} if height else {}
+    return dcc.Loading(
+        dcc.Graph(id=graph_id, config=config, style=style, **props), type="dot", delay_show=300
+    )
+
+
+def page_header(title: str, description: str) -> html.Div:
+    return html.Div([html.H2(title), html.P(description, className="page-description")], className="page-header")

@@ -1,0 +1,127 @@
+"""The dashboard's one way to the data: a cached ``popvision_py.open`` Report per profile key.
+
+The profiles are fixed when the app is built (``Profiles(paths)``): the first is ``"a"``, the second
+``"b"``. Pages and callbacks name profiles only by those keys, so nothing a browser sends ever
+becomes a file path; an unknown key falls back to ``"a"``.
+
+Each app keeps its ``Profiles`` in its Flask server's ``extensions``; ``current()`` finds the one of
+the app serving the request (or, outside a request, e.g. in tests, the one built last).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import flask
+
+import popvision_py as pv
+from popvision_py.format.schema import PHASES
+
+KEYS = ("a", "b")
+EXTENSION = "popvision_profiles"
+
+
+class Profiles:
+    """The profiles one dashboard serves, opened lazily once each and shared by every request."""
+
+    def __init__(self, paths: list[str]) -> None:
+        if not 1 <= len(paths) <= len(KEYS):
+            raise ValueError("The dashboard shows one profile, or two to compare.")
+        self.paths: dict[str, Path] = {key: Path(path) for key, path in zip(KEYS, paths)}
+        self._reports: dict[str, Any] = {}
+        self._comparison: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self.paths)
+
+    @property
+    def comparing(self) -> bool:
+        return len(self.paths) == 2
+
+    def key(self, key: str | None) -> str:
+        """``key`` if it names a served profile, else ``"a"``: browser input is never trusted."""
+        return key if key in self.paths else KEYS[0]
+
+    def report(self, key: str | None = None) -> Any:
+        """The Report of profile ``key`` (opened on first use, then cached)."""
+        key = self.key(key)
+        report = self._reports.get(key)
+        if report is None:
+            with self._lock:
+                report = self._reports.get(key)
+                if report is None:
+                    report = self._reports[key] = pv.open(self.paths[key])
+        return report
+
+    def comparison(self) -> Any:
+        """``pv.compare`` of profiles a and b (cached); only when two profiles are served."""
+        if not self.comparing:
+            raise LookupError("Only one profile is served: there is nothing to compare.")
+        if self._comparison is None:
+            with self._lock:
+                if self._comparison is None:
+                    self._comparison = pv.compare(self.report("a"), self.report("b"))
+        return self._comparison
+
+    def label(self, key: str) -> str:
+        """A short name for profile ``key``: the model and strategy from its manifest, and the file."""
+        report = self.report(key)
+        run = report.run
+        name = self.paths[key].name
+        if name == "profile.pop" and self.paths[key].parent.name:
+            name = f"{self.paths[key].parent.name}/{name}"
+        return f"{key.upper()} · {run.get('model', '?')} {run.get('strategy', '')} ({name})"
+
+    def warm(self) -> None:
+        """Open every profile and ask for what the first page shows, so the first request is quick.
+
+        The analysis caches its answers per Report; this only calls it early (the CLI does so in
+        a background thread while the server starts).
+        """
+        for key in self.keys:
+            report = self.report(key)
+            report.summary.figures()
+            report.summary.insights()
+            report.exchange.figures()
+            report.memory.by_ipu()
+        if self.comparing:
+            self.comparison()
+
+
+_last: Profiles | None = None
+
+
+def install(server: flask.Flask, profiles: Profiles) -> None:
+    """Attach ``profiles`` to an app's Flask server."""
+    global _last
+    server.extensions[EXTENSION] = profiles
+    _last = profiles
+
+
+def current_for(server: flask.Flask) -> Profiles:
+    """The Profiles installed on an app's Flask server."""
+    return server.extensions[EXTENSION]
+
+
+def current() -> Profiles:
+    """The Profiles of the app serving this request (outside a request: the app built last)."""
+    if flask.has_app_context() and EXTENSION in flask.current_app.extensions:
+        return flask.current_app.extensions[EXTENSION]
+    if _last is None:
+        raise LookupError("No dashboard app has been built: call dashboards.app.create_app(paths) first.")
+    return _last
+
+
+def phase_shares(report: Any) -> dict[str, float]:
+    """Share of IPU time in each phase, in %, from ``report.exchange.figures()``."""
+    time = report.exchange.figures()
+    return {phase: float(getattr(time, f"{phase}_pct")) for phase in PHASES}
+
+
+def report(key: str | None = None) -> Any:
+    """Shorthand: the Report of profile ``key`` of the current app."""
+    return current().report(key)

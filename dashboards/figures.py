@@ -1,0 +1,577 @@
+"""Pure figure builders: the analysis library's DataFrames in, plotly figures out.
+
+Nothing here reads a profile or computes a figure the analysis does not: the builders only lay out
+what they are given (positions of tiles on a grid, the order of stacked segments, labels).
+Tests call them directly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from popvision_py.format.schema import MEMORY_CATEGORIES, PHASES
+
+# Colours: one meaning per colour across every page.
+PHASE_COLOURS: dict[str, str] = {
+    "compute": "#3B7DD8",
+    "sync": "#D64545",
+    "exchange": "#F2A33A",
+    "stream": "#3FA672",
+    "idle": "#D5D9E0",
+}
+PASS_COLOURS: dict[str, str] = {
+    "forward": "#3B7DD8",
+    "backward": "#F2A33A",
+    "update": "#8E6BBF",
+    "none": "#A0A7B4",
+}
+_CATEGORY_PALETTE = [
+    "#1f77b4", "#aec7e8", "#9467bd", "#c5b0d5", "#7f7f7f", "#2ca02c",
+    "#98df8a", "#bcbd22", "#ff7f0e", "#ffbb78", "#17becf", "#8c564b",
+]
+CATEGORY_COLOURS: dict[str, str] = dict(zip(MEMORY_CATEGORIES, _CATEGORY_PALETTE))
+PROFILE_COLOURS = {"a": "#3B7DD8", "b": "#F2A33A"}
+OOM_COLOUR = "#D64545"
+CAPACITY_COLOUR = "#D64545"
+TILE_MAP_COLUMNS = 64
+FONT = "Inter, 'Segoe UI', system-ui, -apple-system, sans-serif"
+
+_BASE_LAYOUT = dict(
+    template="plotly_white",
+    font=dict(family=FONT, size=12, color="#1f2933"),
+    margin=dict(l=60, r=20, t=40, b=45),
+    legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
+    hoverlabel=dict(font=dict(family=FONT)),
+)
+
+
+def _style(fig: go.Figure, title: str | None = None, height: int | None = None, **layout: object) -> go.Figure:
+    fig.update_layout(**_BASE_LAYOUT)
+    if title:
+        fig.update_layout(title=dict(text=title, x=0, xanchor="left", font=dict(size=14)))
+    if height:
+        fig.update_layout(height=height)
+    fig.update_layout(**layout)
+    return fig
+
+
+def empty(message: str, height: int = 260) -> go.Figure:
+    """A blank figure that says why there is nothing to draw."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+                       font=dict(size=14, color="#6b7280"))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _style(fig, height=height)
+
+
+def ipu_label(ipu: int) -> str:
+    """IPU -1 is the host and -2 streaming memory (the exchange tables' convention)."""
+    return {-1: "host", -2: "streaming memory"}.get(int(ipu), f"IPU {int(ipu)}")
+
+
+def _category_order(categories: Sequence[str]) -> list[str]:
+    known = [c for c in MEMORY_CATEGORIES if c in set(categories)]
+    return known + sorted(set(categories) - set(known))
+
+
+# ----------------------------------------------------------------------------------------- memory
+
+def tile_grid(num_tiles: int, columns: int = TILE_MAP_COLUMNS) -> tuple[int, int]:
+    """(rows, columns) of the grid the tile map lays ``num_tiles`` tiles on, row by row."""
+    columns = max(1, min(columns, num_tiles))
+    return math.ceil(num_tiles / columns), columns
+
+
+def tile_position(tile: int, columns: int = TILE_MAP_COLUMNS) -> tuple[int, int]:
+    """(row, column) of a tile on the map."""
+    return divmod(int(tile), columns)
+
+
+def tile_map(
+    by_tile: pd.DataFrame,
+    tiles_per_ipu: int,
+    bytes_per_tile: int,
+    selected_tile: int | None = None,
+    columns: int = TILE_MAP_COLUMNS,
+) -> go.Figure:
+    """Every tile of one IPU as a cell of a heat map of its peak memory; out-of-memory tiles crossed.
+
+    ``by_tile``: ``memory.by_tile(ipu)`` (columns tile, total_bytes, excess_bytes, oom).
+    The colour scale ends at the tile's capacity, so every out-of-memory tile is at its top.
+    """
+    rows, columns = tile_grid(tiles_per_ipu, columns)
+    cells = rows * columns
+    total = np.full(cells, np.nan)
+    tiles = by_tile["tile"].to_numpy(dtype=np.int64)
+    total[tiles] = by_tile["total_bytes"].to_numpy(dtype=float)
+    excess = np.zeros(cells)
+    excess[tiles] = by_tile["excess_bytes"].to_numpy(dtype=float)
+    tile_ids = np.arange(cells, dtype=float)
+    tile_ids[tiles_per_ipu:] = np.nan
+    z = (total / 1024).reshape(rows, columns)
+    custom = np.stack([tile_ids.reshape(rows, columns), (excess / 1024).reshape(rows, columns)], axis=-1)
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            customdata=custom,
+            zmin=0,
+            zmax=bytes_per_tile / 1024,
+            colorscale="Viridis",
+            colorbar=dict(title=dict(text="KiB", side="right"), thickness=12),
+            xgap=1,
+            ygap=1,
+            hovertemplate="tile %{customdata[0]}<br>%{z:,.1f} KiB<br>over by %{customdata[1]:,.1f} KiB<extra></extra>",
+            name="tiles",
+        )
+    )
+    oom = by_tile[by_tile["oom"].astype(bool)]
+    if len(oom):
+        row, col = np.divmod(oom["tile"].to_numpy(dtype=np.int64), columns)
+        fig.add_trace(
+            go.Scatter(
+                x=col,
+                y=row,
+                mode="markers",
+                marker=dict(symbol="x-thin", size=7, line=dict(width=2, color=OOM_COLOUR)),
+                customdata=np.stack([oom["tile"].to_numpy(), oom["excess_bytes"].to_numpy() / 1024], axis=-1),
+                hovertemplate="tile %{customdata[0]}: out of memory<br>over by %{customdata[1]:,.1f} KiB<extra></extra>",
+                name=f"out of memory ({len(oom)})",
+            )
+        )
+    if selected_tile is not None and 0 <= selected_tile < tiles_per_ipu:
+        fig.add_shape(tile_highlight(*tile_position(selected_tile, columns)))
+    fig.update_xaxes(showgrid=False, zeroline=False, showticklabels=False, title=f"{columns} tiles per row")
+    fig.update_yaxes(showgrid=False, zeroline=False, autorange="reversed", showticklabels=False,
+                     scaleanchor="x", scaleratio=1, title=None)
+    return _style(fig, height=max(260, 60 + rows * 15), margin=dict(l=10, r=10, t=30, b=30),
+                  legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0), clickmode="event")
+
+
+def ipu_memory(by_ipu: pd.DataFrame) -> go.Figure:
+    """Always-live and not-always-live memory of each IPU against its capacity (``memory.by_ipu()``)."""
+    if by_ipu.empty:
+        return empty("No memory recorded.")
+    labels = by_ipu["ipu"].map(ipu_label)
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=labels, y=by_ipu["always_live_bytes"] / 2**20, name="always-live", marker_color="#3B7DD8",
+                         hovertemplate="%{x}: %{y:,.1f} MiB always-live<extra></extra>"))
+    fig.add_trace(go.Bar(x=labels, y=by_ipu["not_always_live_bytes"] / 2**20, name="not always-live",
+                         marker_color="#9CC3F5",
+                         hovertemplate="%{x}: %{y:,.1f} MiB not always-live<extra></extra>"))
+    fig.add_trace(go.Scatter(x=labels, y=by_ipu["capacity_bytes"] / 2**20, mode="markers", name="capacity",
+                             marker=dict(symbol="line-ew-open", size=46, color=CAPACITY_COLOUR, line=dict(width=2)),
+                             customdata=np.stack([by_ipu["used_pct"], by_ipu["oom_tiles"]], axis=-1),
+                             hovertemplate="%{x}: capacity %{y:,.0f} MiB<br>%{customdata[0]:.1f} % used, "
+                                           "%{customdata[1]} tiles out of memory<extra></extra>"))
+    fig.update_yaxes(title="MiB", rangemode="tozero")
+    return _style(fig, barmode="stack", height=300)
+
+
+def tile_highlight(row: int, col: int) -> dict:
+    """The outline marking the selected tile on the tile map."""
+    return dict(type="rect", x0=col - 0.5, x1=col + 0.5, y0=row - 0.5, y1=row + 0.5, line=dict(color="#ff2d95", width=3))
+
+
+def category_stacks(by_category: pd.DataFrame, capacity_by_ipu: Mapping[int, int] | None = None) -> go.Figure:
+    """Memory per IPU stacked by category (``memory.by_category()``); always-live hatched apart."""
+    if by_category.empty:
+        return empty("No memory recorded.")
+    frame = by_category.copy()
+    frame["ipu_label"] = frame["ipu"].map(ipu_label)
+    fig = go.Figure()
+    for category in _category_order(frame["category"].astype(str).unique()):
+        for always_live in (True, False):
+            part = frame[(frame["category"].astype(str) == category) & (frame["always_live"] == always_live)]
+            if part.empty or part["bytes"].sum() == 0:
+                continue
+            fig.add_trace(
+                go.Bar(
+                    x=part["ipu_label"],
+                    y=part["bytes"],
+                    name=f"{category}{'' if always_live else ' (not always-live)'}",
+                    marker=dict(color=CATEGORY_COLOURS.get(category, "#999"),
+                                pattern=dict(shape="" if always_live else "/", fillmode="overlay", size=6)),
+                    hovertemplate=f"{category}<br>%{{x}}: %{{y:,.0f}} B<extra>{'always-live' if always_live else 'not always-live'}</extra>",
+                    legendgroup=category,
+                )
+            )
+    if capacity_by_ipu:
+        labels = [ipu_label(ipu) for ipu in capacity_by_ipu]
+        fig.add_trace(go.Scatter(x=labels, y=list(capacity_by_ipu.values()), mode="markers",
+                                 marker=dict(symbol="line-ew-open", size=40, color=CAPACITY_COLOUR, line=dict(width=2)),
+                                 name="capacity", hovertemplate="capacity %{y:,.0f} B<extra></extra>"))
+    fig.update_yaxes(title="bytes")
+    return _style(fig, barmode="stack", height=380, legend=dict(font=dict(size=10), orientation="v", x=1.02, y=1))
+
+
+def tile_histogram(by_tile: pd.DataFrame, bytes_per_tile: int, bins: int = 60) -> go.Figure:
+    """Distribution of tiles' peak memory per IPU, against the tile capacity."""
+    if by_tile.empty:
+        return empty("No tiles.")
+    fig = go.Figure()
+    top = max(float(by_tile["total_bytes"].max()), float(bytes_per_tile))
+    size = top / bins
+    for ipu, part in by_tile.groupby("ipu", sort=True):
+        fig.add_trace(go.Histogram(x=part["total_bytes"] / 1024, name=ipu_label(ipu), opacity=0.65,
+                                   xbins=dict(start=0, end=top / 1024 + size / 1024, size=size / 1024),
+                                   hovertemplate="%{x} KiB: %{y} tiles<extra>" + ipu_label(ipu) + "</extra>"))
+    fig.add_vline(x=bytes_per_tile / 1024, line=dict(color=CAPACITY_COLOUR, dash="dash"),
+                  annotation_text="tile capacity", annotation_position="top left")
+    fig.update_xaxes(title="peak memory per tile (KiB)")
+    fig.update_yaxes(title="tiles")
+    return _style(fig, barmode="overlay", height=320)
+
+
+def tile_breakdown(breakdown: pd.DataFrame, bytes_per_tile: int, title: str = "") -> go.Figure:
+    """One tile's memory by category (``memory.tile_breakdown``), always-live and not."""
+    if breakdown.empty:
+        return empty("Nothing on this tile.", height=300)
+    frame = breakdown.copy()
+    frame["category"] = frame["category"].astype(str)
+    order = _category_order(frame["category"].unique())
+    fig = go.Figure()
+    for always_live in (True, False):
+        part = frame[frame["always_live"] == always_live].set_index("category").reindex(order)
+        fig.add_trace(
+            go.Bar(
+                y=order,
+                x=part["bytes"].fillna(0) / 1024,
+                orientation="h",
+                name="always-live" if always_live else "not always-live",
+                marker=dict(color=[CATEGORY_COLOURS.get(c, "#999") for c in order],
+                            pattern=dict(shape="" if always_live else "/", fillmode="overlay", size=6)),
+                hovertemplate="%{y}: %{x:,.2f} KiB<extra>" + ("always-live" if always_live else "not always-live") + "</extra>",
+            )
+        )
+    total = float(frame["bytes"].sum())
+    fig.update_xaxes(title=f"KiB (total {total / 1024:,.1f} of {bytes_per_tile / 1024:,.0f} KiB)")
+    fig.update_yaxes(autorange="reversed")
+    return _style(fig, title=title or None, barmode="stack", height=max(260, 90 + 24 * len(order)),
+                  margin=dict(l=120, r=20, t=50 if title else 30, b=45))
+
+
+# --------------------------------------------------------------------------------------- liveness
+
+def liveness_steps(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[int, int] | None = None) -> go.Figure:
+    """Memory over program steps per IPU (``liveness.by_step()``).
+
+    Top: not-always-live bytes per IPU, on top of which the always-live bytes sit. Bottom: the
+    worst tile's bytes against the tile capacity, where out-of-memory shows first.
+    ``selected`` is an (ipu, step) to mark.
+    """
+    if by_step.empty:
+        return empty("No liveness recorded.")
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.55, 0.45],
+                        subplot_titles=("not-always-live memory per IPU", "worst tile, against tile capacity"))
+    palette = ["#3B7DD8", "#F2A33A", "#3FA672", "#8E6BBF", "#D64545", "#17becf", "#8c564b", "#e377c2"]
+    for index, (ipu, part) in enumerate(by_step.groupby("ipu", sort=True)):
+        colour = palette[index % len(palette)]
+        names = part["name"].astype(str).to_numpy()
+        fig.add_trace(go.Scattergl(x=part["step"], y=part["not_always_live_bytes"] / 2**20, mode="lines",
+                                   name=ipu_label(ipu), line=dict(color=colour, width=1.6), legendgroup=str(ipu),
+                                   customdata=np.stack([np.full(len(part), ipu), names], axis=-1),
+                                   hovertemplate="step %{x} (%{customdata[1]})<br>%{y:,.2f} MiB not always-live<extra>%{fullData.name}</extra>"),
+                      row=1, col=1)
+        fig.add_trace(go.Scattergl(x=part["step"], y=part["worst_tile_bytes"] / 1024, mode="lines",
+                                   name=ipu_label(ipu), line=dict(color=colour, width=1.2), legendgroup=str(ipu),
+                                   showlegend=False,
+                                   customdata=np.stack([np.full(len(part), ipu), part["worst_tile"].to_numpy()], axis=-1),
+                                   hovertemplate="step %{x}: tile %{customdata[1]}<br>%{y:,.1f} KiB<extra>%{fullData.name}</extra>"),
+                      row=2, col=1)
+    # A trace rather than a shape: the chosen step's marker replaces the layout's shapes.
+    steps = (int(by_step["step"].min()), int(by_step["step"].max()))
+    fig.add_trace(go.Scatter(x=list(steps), y=[bytes_per_tile / 1024] * 2, mode="lines", name="tile capacity",
+                             line=dict(color=CAPACITY_COLOUR, dash="dash", width=1.5),
+                             hovertemplate="tile capacity %{y:,.0f} KiB<extra></extra>"), row=2, col=1)
+    if selected is not None:
+        fig.add_shape(step_marker(selected[1]))
+    fig.update_yaxes(title="MiB", row=1, col=1, rangemode="tozero")
+    fig.update_yaxes(title="KiB", row=2, col=1, rangemode="tozero")
+    fig.update_xaxes(title="program step", row=2, col=1)
+    return _style(fig, height=520, hovermode="closest", clickmode="event")
+
+
+def step_marker(step: int) -> dict:
+    """The vertical line marking the chosen program step on the liveness plot (both panels)."""
+    return dict(type="line", x0=step, x1=step, xref="x", y0=0, y1=1, yref="paper",
+                line=dict(color="#ff2d95", width=2))
+
+
+# ------------------------------------------------------------------------------------------ trace
+
+def timeline_bars(frame: pd.DataFrame) -> pd.DataFrame:
+    """Where each row of a ``trace.timeline`` frame is drawn: ``base`` and ``width`` in cycles.
+
+    Events are drawn where they ran. In a binned frame the phases of one (IPU, bin) are laid
+    side by side inside the bin, in phase order, each as wide as its cycles in that bin: the same
+    shares the bin holds, so nothing is drawn that the analysis did not say.
+    """
+    out = frame[["ipu", "start_cycle", "end_cycle", "phase", "cycles", "events"]].copy()
+    out["phase"] = out["phase"].astype(str)
+    if out.empty:
+        out["base"] = out["width"] = []
+        return out
+    rank = {phase: index for index, phase in enumerate(PHASES)}
+    out["_rank"] = out["phase"].map(rank).fillna(len(rank))
+    out = out.sort_values(["ipu", "start_cycle", "_rank"], kind="stable")
+    offset = out.groupby(["ipu", "start_cycle"], sort=False)["cycles"].cumsum() - out["cycles"]
+    out["base"] = out["start_cycle"] + offset
+    out["width"] = out["cycles"]
+    return out.drop(columns="_rank").reset_index(drop=True)
+
+
+def trace_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], ipus: Sequence[int]) -> go.Figure:
+    """The BSP timeline: one row per IPU, one bar trace per phase (bars placed by base and width).
+
+    ``frame``: ``trace.timeline(...).frame``; ``window``: the (start, end) cycles shown. At most
+    ``max_bins × phases`` bars per IPU, drawn by five traces, whatever the trace's length.
+    """
+    bars = timeline_bars(frame)
+    labels = [ipu_label(ipu) for ipu in sorted(ipus)]
+    fig = go.Figure()
+    for phase in PHASES:
+        part = bars[bars["phase"] == phase]
+        fig.add_trace(
+            go.Bar(
+                y=part["ipu"].map(ipu_label),
+                x=part["width"],
+                base=part["base"],
+                orientation="h",
+                name=phase,
+                marker=dict(color=PHASE_COLOURS[phase], line=dict(width=0)),
+                customdata=np.stack([part["start_cycle"], part["end_cycle"], part["cycles"], part["events"]], axis=-1)
+                if len(part) else None,
+                hovertemplate=(
+                    "%{y} " + phase + "<br>cycles %{customdata[0]:,} – %{customdata[1]:,}"
+                    "<br>" + phase + " %{customdata[2]:,} cycles in %{customdata[3]:,} event(s)<extra></extra>"
+                ),
+                showlegend=True,
+            )
+        )
+    fig.update_yaxes(categoryorder="array", categoryarray=labels[::-1], fixedrange=True)
+    fig.update_xaxes(range=list(window), title="cycles", showgrid=True)
+    return _style(
+        fig,
+        height=max(260, 110 + 55 * len(labels)),
+        barmode="overlay",
+        bargap=0.25,
+        uirevision="trace",
+        dragmode="zoom",
+        meta={"level": level},
+        margin=dict(l=80, r=20, t=40, b=45),
+    )
+
+
+def tile_cycles(frame: pd.DataFrame, title: str = "") -> go.Figure:
+    """Cycles per tile of one compute set (``trace.tile_cycles``): the BSP step lasts as long as the slowest."""
+    if frame.empty:
+        return empty("This step has no per-tile cycles (it is not a compute set).", height=300)
+    slowest = float(frame["cycles"].max())
+    fig = go.Figure(go.Bar(x=frame["tile"], y=frame["cycles"], marker=dict(color=PHASE_COLOURS["compute"], line=dict(width=0)),
+                           hovertemplate="tile %{x}: %{y:,} cycles<extra></extra>", name="tile cycles"))
+    fig.add_hline(y=slowest, line=dict(color=CAPACITY_COLOUR, dash="dash"),
+                  annotation_text=f"slowest tile: {slowest:,.0f} cycles (the step's length)", annotation_position="top left")
+    fig.update_xaxes(title="tile")
+    fig.update_yaxes(title="cycles", rangemode="tozero")
+    return _style(fig, title=title or None, height=300, bargap=0, showlegend=False)
+
+
+# ----------------------------------------------------------------------------------------- stages
+
+def micro_batch_labels(gantt: pd.DataFrame) -> pd.Series:
+    """'F3' / 'B3' / 'U': the tutorial's labels, micro-batches numbered from 1 through the run."""
+    micro_batches = int(gantt["micro_batch"].max()) + 1 if len(gantt) else 1
+    number = gantt["iteration"].astype(int) * micro_batches + gantt["micro_batch"].astype(int) + 1
+    initial = gantt["pass"].astype(str).str[0].str.upper()
+    return initial.where(gantt["micro_batch"] < 0, initial + number.astype(str))
+
+
+def stages_gantt(gantt: pd.DataFrame, max_labels: int = 400) -> go.Figure:
+    """Forward/backward Gantt chart per IPU (``stages.gantt()``), as the PopTorch tutorial draws it."""
+    if gantt.empty:
+        return empty("No pipeline stages in this profile.")
+    frame = gantt.copy()
+    frame["label"] = micro_batch_labels(frame)
+    frame["ipu_label"] = frame["ipu"].map(ipu_label)
+    frame["pass"] = frame["pass"].astype(str)
+    show_text = len(frame) <= max_labels
+    fig = go.Figure()
+    for pass_name in [p for p in PASS_COLOURS if p in set(frame["pass"])]:
+        part = frame[frame["pass"] == pass_name]
+        fig.add_trace(
+            go.Bar(
+                y=part["ipu_label"],
+                x=part["end_cycle"] - part["start_cycle"],
+                base=part["start_cycle"],
+                orientation="h",
+                name=pass_name,
+                marker=dict(color=PASS_COLOURS[pass_name], line=dict(color="white", width=1)),
+                text=part["label"] if show_text else None,
+                textposition="inside",
+                insidetextanchor="middle",
+                textfont=dict(color="white", size=11),
+                customdata=np.stack([part["stage"], part["iteration"], part["micro_batch"], part["label"]], axis=-1),
+                hovertemplate=("%{customdata[3]}: stage %{customdata[0]}, " + pass_name
+                               + "<br>iteration %{customdata[1]}, micro-batch %{customdata[2]}"
+                               + "<br>cycles %{base:,} – %{x:,} long<extra>%{y}</extra>"),
+            )
+        )
+    labels = sorted(frame["ipu"].unique())
+    fig.update_yaxes(categoryorder="array", categoryarray=[ipu_label(i) for i in labels][::-1])
+    fig.update_xaxes(title="cycles")
+    return _style(fig, barmode="overlay", bargap=0.2, height=max(240, 100 + 60 * len(labels)), uniformtext=dict(minsize=8, mode="hide"))
+
+
+def stage_imbalance(summary: pd.DataFrame, bottleneck_stage: int | None = None) -> go.Figure:
+    """Cycles per micro-batch of each stage and pass (``stages.summary()``), the bottleneck outlined."""
+    if summary.empty:
+        return empty("No stages.")
+    frame = summary.copy()
+    frame["pass"] = frame["pass"].astype(str)
+    frame["stage_label"] = "stage " + frame["stage"].astype(str) + " · " + frame["ipu"].map(ipu_label)
+    order = list(dict.fromkeys(frame.sort_values("stage")["stage_label"]))
+    fig = go.Figure()
+    for pass_name in [p for p in PASS_COLOURS if p in set(frame["pass"])]:
+        part = frame[frame["pass"] == pass_name]
+        outline = np.where(part["stage"] == bottleneck_stage, 3, 0)
+        fig.add_trace(go.Bar(x=part["stage_label"], y=part["cycles_per_micro_batch"], name=pass_name,
+                             marker=dict(color=PASS_COLOURS[pass_name], line=dict(color=CAPACITY_COLOUR, width=outline)),
+                             hovertemplate="%{x} " + pass_name + "<br>%{y:,} cycles per micro-batch<extra></extra>"))
+    fig.update_xaxes(categoryorder="array", categoryarray=order)
+    fig.update_yaxes(title="cycles per micro-batch")
+    return _style(fig, barmode="stack", height=340)
+
+
+def stage_utilisation(summary: pd.DataFrame) -> go.Figure:
+    """Busy and idle cycles of each stage's IPU over the run: the pipeline's bubble, per stage."""
+    if summary.empty:
+        return empty("No stages.")
+    frame = summary.drop_duplicates(["stage"]).sort_values("stage")
+    labels = "stage " + frame["stage"].astype(str) + " · " + frame["ipu"].map(ipu_label)
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=labels, y=frame["busy_cycles"], name="busy", marker_color=PHASE_COLOURS["compute"]))
+    fig.add_trace(go.Bar(x=labels, y=frame["idle_cycles"], name="idle", marker_color=PHASE_COLOURS["idle"]))
+    fig.update_yaxes(title="cycles")
+    return _style(fig, barmode="stack", height=300)
+
+
+def stage_cycles(summary: pd.DataFrame) -> pd.DataFrame:
+    """[stage, cycles_per_micro_batch] with a stage's forward and backward laid end to end, to draw
+    a stage as one bar (``stages.summary()`` has a row per stage and pass)."""
+    work = summary[summary["pass"].astype(str).isin(["forward", "backward"])]
+    return work.groupby("stage", as_index=False)["cycles_per_micro_batch"].sum()
+
+
+def split_comparison(current: pd.DataFrame, suggested: pd.DataFrame) -> go.Figure:
+    """Cycles per micro-batch per stage now and with the suggested split (``stages.best_split()``).
+
+    ``current``: [stage, cycles_per_micro_batch] (forward and backward summed per stage);
+    ``suggested``: ``best_split().stages``.
+    """
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x="stage " + current["stage"].astype(str), y=current["cycles_per_micro_batch"],
+                         name="current split", marker_color="#A0A7B4"))
+    fig.add_trace(go.Bar(x="stage " + suggested["stage"].astype(str), y=suggested["cycles_per_micro_batch"],
+                         name="suggested split", marker_color="#3FA672",
+                         customdata=suggested["blocks"].map(_blocks_text),
+                         hovertemplate="%{x}: %{y:,} cycles<br>blocks %{customdata}<extra>suggested</extra>"))
+    fig.update_yaxes(title="cycles per micro-batch")
+    return _style(fig, barmode="group", height=300)
+
+
+def _blocks_text(blocks: object) -> str:
+    if isinstance(blocks, (list, tuple, np.ndarray)):
+        return ", ".join(str(b) for b in blocks)
+    return str(blocks)
+
+
+# --------------------------------------------------------------------------------------- exchange
+
+def exchange_matrix(matrix: pd.DataFrame, value: str = "bytes") -> go.Figure:
+    """Bytes (or cycles) moved from each source to each destination (``exchange.matrix()``)."""
+    if matrix.empty:
+        return empty("No exchanges between IPUs.")
+    endpoints = sorted(set(matrix["src_ipu"]) | set(matrix["dst_ipu"]), key=lambda i: (i < 0, abs(i)))
+    grid = matrix.pivot_table(index="dst_ipu", columns="src_ipu", values=value, aggfunc="sum")
+    grid = grid.reindex(index=endpoints, columns=endpoints)
+    labels = [ipu_label(i) for i in endpoints]
+    text = grid.map(lambda v: "" if pd.isna(v) or v == 0 else (_short_bytes(v) if value == "bytes" else f"{v:,.0f}"))
+    fig = go.Figure(go.Heatmap(z=grid.to_numpy(dtype=float), x=labels, y=labels, colorscale="Blues",
+                               text=text.to_numpy(), texttemplate="%{text}", hoverongaps=False,
+                               colorbar=dict(title=dict(text=value, side="right"), thickness=12),
+                               hovertemplate="%{x} → %{y}<br>%{z:,.0f} " + value + "<extra></extra>"))
+    fig.update_xaxes(title="source", side="bottom")
+    fig.update_yaxes(title="destination", autorange="reversed")
+    return _style(fig, height=max(300, 120 + 45 * len(labels)))
+
+
+def _short_bytes(value: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return ""  # pragma: no cover
+
+
+def exchange_by_kind(by_kind: pd.DataFrame) -> go.Figure:
+    """Bytes and cycles by kind of exchange (``exchange.by_kind()``), side by side."""
+    if by_kind.empty:
+        return empty("No exchanges.")
+    frame = by_kind.copy()
+    frame["kind"] = frame["kind"].astype(str).str.replace("_", " ")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("bytes", "cycles"), horizontal_spacing=0.12)
+    fig.add_trace(go.Bar(x=frame["kind"], y=frame["bytes"], marker_color="#3B7DD8", name="bytes",
+                         hovertemplate="%{x}: %{y:,} bytes<extra></extra>"), row=1, col=1)
+    fig.add_trace(go.Bar(x=frame["kind"], y=frame["cycles"], marker_color=PHASE_COLOURS["exchange"], name="cycles",
+                         customdata=frame["time_pct"],
+                         hovertemplate="%{x}: %{y:,} cycles (%{customdata:.1f} % of the time)<extra></extra>"),
+                  row=1, col=2)
+    return _style(fig, height=320, showlegend=False)
+
+
+def phase_shares(shares: Mapping[str, float], title: str | None = None) -> go.Figure:
+    """One stacked bar of the run's time by phase (percentages from ``exchange.figures()``)."""
+    fig = go.Figure()
+    for phase in PHASES:
+        pct = float(shares.get(phase, 0.0) or 0.0)
+        fig.add_trace(go.Bar(y=[""], x=[pct], orientation="h", name=f"{phase} {pct:.1f} %",
+                             marker_color=PHASE_COLOURS[phase],
+                             hovertemplate=f"{phase}: {pct:.1f} % of IPU time<extra></extra>"))
+    fig.update_xaxes(range=[0, 100], title="% of IPU time", ticksuffix=" %")
+    fig.update_yaxes(visible=False)
+    return _style(fig, title=title, barmode="stack", height=170 if not title else 190,
+                  margin=dict(l=20, r=20, t=60 if title else 30, b=40),
+                  legend=dict(orientation="h", yanchor="bottom", y=1.05, x=0))
+
+
+# ---------------------------------------------------------------------------------------- compare
+
+def side_by_side_bars(frames: Mapping[str, pd.DataFrame], x: str, y: str, title: str, y_title: str,
+                      labels: Mapping[str, str] | None = None) -> go.Figure:
+    """The same quantity from two profiles as grouped bars: ``frames`` maps 'a'/'b' to a frame."""
+    fig = go.Figure()
+    for key, frame in frames.items():
+        fig.add_trace(go.Bar(x=frame[x], y=frame[y], name=(labels or {}).get(key, key.upper()),
+                             marker_color=PROFILE_COLOURS.get(key, "#999")))
+    fig.update_yaxes(title=y_title)
+    return _style(fig, title=title, barmode="group", height=320, legend=dict(orientation="h", y=-0.25, x=0))
+
+
+def compare_phase_shares(shares: Mapping[str, Mapping[str, float]], labels: Mapping[str, str]) -> go.Figure:
+    """Each profile's time by phase as one stacked bar per profile."""
+    fig = go.Figure()
+    keys = list(shares)
+    for phase in PHASES:
+        fig.add_trace(go.Bar(y=[labels.get(k, k) for k in keys], x=[float(shares[k].get(phase, 0) or 0) for k in keys],
+                             orientation="h", name=phase, marker_color=PHASE_COLOURS[phase],
+                             hovertemplate="%{y}<br>" + phase + ": %{x:.1f} %<extra></extra>"))
+    fig.update_xaxes(range=[0, 100], ticksuffix=" %", title="% of IPU time")
+    fig.update_yaxes(autorange="reversed")
+    return _style(fig, title="Time by phase", barmode="stack", height=240, margin=dict(l=260, r=20, t=70, b=40))

@@ -1,0 +1,131 @@
+"""Compare: the two profiles' key figures and figures side by side, from ``pv.compare``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+import pandas as pd
+from dash import Input, Output, dcc, html
+
+from dashboards import components as c
+from dashboards import data, figures, ids
+
+dash.register_page(__name__, path="/compare", name="Compare", title="popvision · compare", order=6, icon="⇆",
+                   needs_two_profiles=True)
+
+SECTIONS = ("summary", "memory", "liveness", "stages", "exchange")
+KEY_FIGURES = ("step_s", "throughput_samples_per_s", "flop_utilisation_pct", "oom_tiles", "worst_tile_bytes",
+               "total_cycles")
+
+
+def layout(**_query: str) -> html.Div:
+    return html.Div(
+        [
+            c.page_header("Compare", "Profile A against profile B: every report's figures side by side, "
+                                     "with the difference (B − A)."),
+            html.Div(id=ids.COMPARE_HEADER, className="compare-header"),
+            html.Div(id=ids.COMPARE_FIGURES, className="compare-cards"),
+            html.Div(
+                [
+                    c.section("Memory per IPU", c.graph(ids.COMPARE_MEMORY)),
+                    c.section("Cycles per micro-batch per stage", c.graph(ids.COMPARE_STAGES)),
+                ],
+                className="grid-2",
+            ),
+            c.section("Time by phase", c.graph(ids.COMPARE_PHASES)),
+            c.section("Every figure", html.Div(id=ids.COMPARE_TABLES)),
+        ]
+    )
+
+
+def compare_table(frame: pd.DataFrame, table_id: str | None = None) -> html.Table | html.Div:
+    """One comparison frame ``[section, figure, a, b, difference, difference_pct]`` as a table,
+    each row's values formatted by the unit its figure's name ends with."""
+    if frame.empty:
+        return html.Div("Nothing to compare.", className="empty")
+    rows = []
+    for row in frame.itertuples(index=False):
+        fmt = c.fmt_for_column(str(row.figure))
+        pct = row.difference_pct
+        changed = isinstance(pct, (int, float)) and not pd.isna(pct) and abs(pct) >= 5
+        rows.append(html.Tr([
+            html.Td(str(row.figure).replace("_", " ")),
+            html.Td(fmt(row.a), className="num"),
+            html.Td(fmt(row.b), className="num"),
+            html.Td(_difference(fmt, row.difference), className="num"),
+            html.Td(c.fmt_pct(pct) if isinstance(pct, (int, float)) else "", className="num"),
+        ], className="changed" if changed else None))
+    head = html.Thead(html.Tr([html.Th("figure"), html.Th("A", className="num"), html.Th("B", className="num"),
+                               html.Th("B − A", className="num"), html.Th("change", className="num")]))
+    props = {"id": table_id} if table_id else {}
+    return html.Table([head, html.Tbody(rows)], className="pv-table compare-table", **props)
+
+
+def compare_cards(frame: pd.DataFrame) -> html.Div:
+    """The key figures of both profiles as cards: A, B and the change."""
+    items = []
+    rows = frame[frame["figure"].astype(str).isin(KEY_FIGURES)].drop_duplicates("figure")
+    for row in rows.itertuples(index=False):
+        fmt = c.fmt_for_column(str(row.figure))
+        pct = row.difference_pct
+        change = c.fmt_pct(pct) if isinstance(pct, (int, float)) and not pd.isna(pct) else ""
+        items.append(html.Div([
+            html.Div(str(row.figure).replace("_", " ").replace(" pct", " %").replace(" s", " (s)"), className="card-label"),
+            html.Div([html.Span(fmt(row.a), className="compare-a"), html.Span(" → ", className="arrow"),
+                      html.Span(fmt(row.b), className="compare-b")], className="card-value"),
+            html.Div(f"change {'+' if isinstance(pct, (int, float)) and pct > 0 else ''}{change}" if change else "",
+                     className="card-note"),
+        ], className="card"))
+    return html.Div(items, className="cards")
+
+
+def _difference(fmt: Any, value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or pd.isna(value):
+        return "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
+    text = fmt(value)
+    return f"+{text}" if value > 0 else text
+
+
+def profile_header(profiles: data.Profiles) -> html.Div:
+    return html.Div([html.Div(profiles.label(key), className=f"compare-profile compare-{key}") for key in profiles.keys])
+
+
+@dash.callback(
+    Output(ids.COMPARE_HEADER, "children"),
+    Output(ids.COMPARE_FIGURES, "children"),
+    Output(ids.COMPARE_MEMORY, "figure"),
+    Output(ids.COMPARE_STAGES, "figure"),
+    Output(ids.COMPARE_PHASES, "figure"),
+    Output(ids.COMPARE_TABLES, "children"),
+    Input(ids.PROFILE, "value"),
+)
+def render(_profile: str | None):
+    profiles = data.current()
+    if not profiles.comparing:
+        message = html.Div("Start the dashboard with two profiles to compare them: "
+                           "popvision dashboard A.pop B.pop", className="empty")
+        blank = figures.empty("Only one profile is served.")
+        return message, [], blank, blank, blank, []
+    comparison = profiles.comparison()
+    labels = {key: profiles.label(key) for key in profiles.keys}
+    reports = {key: profiles.report(key) for key in profiles.keys}
+    memory = {key: r.memory.by_ipu().assign(ipu_label=lambda f: f["ipu"].map(figures.ipu_label),
+                                            total_mib=lambda f: f["total_bytes"] / 2**20)
+              for key, r in reports.items()}
+    stages = {key: figures.stage_cycles(r.stages.summary()).assign(stage_label=lambda f: "stage " + f["stage"].astype(str))
+              for key, r in reports.items()}
+    tables = [
+        html.Details([html.Summary(section.capitalize()), compare_table(getattr(comparison, section)(),
+                                                                        table_id=f"compare-{section}-table")],
+                     open=section == "summary", className="compare-section")
+        for section in SECTIONS
+    ]
+    return (
+        profile_header(profiles),
+        compare_cards(comparison.summary()),
+        figures.side_by_side_bars(memory, "ipu_label", "total_mib", "", "MiB at peak", labels),
+        figures.side_by_side_bars(stages, "stage_label", "cycles_per_micro_batch", "", "cycles", labels),
+        figures.compare_phase_shares({key: data.phase_shares(r) for key, r in reports.items()}, labels),
+        tables,
+    )

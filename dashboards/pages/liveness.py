@@ -1,0 +1,127 @@
+"""Liveness: not-always-live memory over program steps per IPU; choose a step to see what is live."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, Patch, State, ctx, dcc, html
+
+from dashboards import components as c
+from dashboards import data, figures, ids
+
+dash.register_page(__name__, path="/liveness", name="Liveness", title="popvision · liveness", order=2, icon="◢")
+
+
+def layout(**_query: str) -> html.Div:
+    return html.Div(
+        [
+            c.page_header("Liveness", "Memory live at each program step; click the plot, or choose an IPU and "
+                                      "a step, to list the variables live there."),
+            c.section("Memory over program steps", c.graph(ids.LIVENESS_PLOT)),
+            html.Div(
+                [
+                    c.section(
+                        "Live at the chosen step",
+                        html.Div(
+                            [
+                                html.Label("IPU", htmlFor=ids.LIVENESS_IPU),
+                                dcc.Dropdown(id=ids.LIVENESS_IPU, clearable=False, className="dropdown"),
+                                html.Label("step", htmlFor=ids.LIVENESS_STEP),
+                                dcc.Input(id=ids.LIVENESS_STEP, type="number", min=0, step=1, debounce=True,
+                                          className="step-input"),
+                            ],
+                            className="controls",
+                        ),
+                        html.Div(id=ids.LIVENESS_LIVE_TITLE, className="tile-title"),
+                        html.Div(id=ids.LIVENESS_LIVE),
+                        class_name="wide",
+                    ),
+                    c.section("Peaks per IPU", html.Div(id=ids.LIVENESS_PEAKS), class_name="narrow"),
+                ],
+                className="grid-wide-narrow",
+            ),
+        ]
+    )
+
+
+@dash.callback(
+    Output(ids.LIVENESS_PLOT, "figure"),
+    Output(ids.LIVENESS_PEAKS, "children"),
+    Output(ids.LIVENESS_IPU, "options"),
+    Input(ids.PROFILE, "value"),
+)
+def render(profile: str | None):
+    report = data.report(profile)
+    peaks = report.liveness.peaks()
+    options = [{"label": figures.ipu_label(ipu), "value": int(ipu)} for ipu in peaks["ipu"]]
+    plot = figures.liveness_steps(report.liveness.by_step(), int(report.target["bytes_per_tile"]))
+    table = c.table(peaks, {"ipu": "IPU", "peak_step": "peak step", "name": "step", "not_always_live_bytes": "not always-live",
+                            "total_bytes": "total"}, formats={"ipu": c.fmt_int, "peak_step": c.fmt_int})
+    return plot, table, options
+
+
+def clicked_step(click: dict | None) -> tuple[int, int] | None:
+    """(ipu, step) of a click on the liveness plot: x is the step, customdata[0] the IPU."""
+    try:
+        point = click["points"][0]
+        return int(point["customdata"][0]), int(point["x"])
+    except (TypeError, KeyError, IndexError, ValueError):
+        return None
+
+
+@dash.callback(
+    Output(ids.LIVENESS_IPU, "value"),
+    Output(ids.LIVENESS_STEP, "value"),
+    Input(ids.PROFILE, "value"),
+    Input(ids.LIVENESS_PLOT, "clickData"),
+)
+def choose_step(profile: str | None, click: dict | None):
+    """A click on the plot chooses its IPU and step; a new profile starts at its highest peak."""
+    if ctx.triggered_id == ids.LIVENESS_PLOT:
+        chosen = clicked_step(click)
+        if chosen is None:
+            raise dash.exceptions.PreventUpdate
+        return chosen
+    peaks = data.report(profile).liveness.peaks()
+    if peaks.empty:
+        return None, None
+    top = peaks.loc[peaks["not_always_live_bytes"].idxmax()]
+    return int(top["ipu"]), int(top["peak_step"])
+
+
+@dash.callback(
+    Output(ids.LIVENESS_LIVE_TITLE, "children"),
+    Output(ids.LIVENESS_LIVE, "children"),
+    Output(ids.LIVENESS_PLOT, "figure", allow_duplicate=True),
+    Input(ids.LIVENESS_IPU, "value"),
+    Input(ids.LIVENESS_STEP, "value"),
+    State(ids.PROFILE, "value"),
+    prevent_initial_call=True,
+)
+def show_live(ipu: int | None, step: Any, profile: str | None):
+    """What is live on ``ipu`` at ``step`` (``liveness.live_at``), largest first; the plot marks the step."""
+    if ipu is None or step is None:
+        raise dash.exceptions.PreventUpdate
+    report = data.report(profile)
+    ipu, step = int(ipu), int(step)
+    steps = report.liveness.by_step(ipu)
+    known = steps[steps["step"] == step]
+    marker = Patch()
+    marker["layout"]["shapes"] = [figures.step_marker(step)]
+    if known.empty:
+        last = int(steps["step"].max()) if len(steps) else -1
+        return (html.Span(f"{figures.ipu_label(ipu)} has no program step {step} (steps 0 to {last}).", className="bad-text"),
+                html.Div(), marker)
+    row = known.iloc[0]
+    live = report.liveness.live_at(ipu, step)
+    title = [
+        html.Strong(f"{figures.ipu_label(ipu)}, step {step}"), html.Span(f" · {row['name']}"),
+        html.Span(f" · {c.fmt_bytes(row['not_always_live_bytes'])} not always-live, "
+                  f"{c.fmt_bytes(row['total_bytes'])} in all · {len(live):,} variables"),
+    ]
+    table = c.table(live, {"name": "variable", "category": "category", "always_live": "always-live", "bytes": "bytes",
+                           "live_from_step": "live from", "live_to_step": "to"},
+                    formats={"live_from_step": c.fmt_int, "live_to_step": c.fmt_int}, max_rows=100,
+                    table_id="liveness-live-table")
+    return title, table, marker

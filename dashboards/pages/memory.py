@@ -1,0 +1,177 @@
+"""Memory: every tile of an IPU as a heat map (out-of-memory tiles marked), categories, distribution.
+
+Clicking a tile shows its memory by category and its largest variables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, Patch, State, dcc, html
+
+from dashboards import components as c
+from dashboards import data, figures, ids
+
+dash.register_page(__name__, path="/memory", name="Memory", title="popvision · memory", order=1, icon="▦")
+
+
+def layout(**_query: str) -> html.Div:
+    return html.Div(
+        [
+            c.page_header("Memory", "Peak memory of every tile, by category; click a tile to see what it holds."),
+            html.Div(id=ids.MEMORY_FIGURES, className="cards-slot"),
+            html.Div(
+                [
+                    c.section(
+                        "Tile map",
+                        html.Div([html.Label("IPU", htmlFor=ids.MEMORY_IPU),
+                                  dcc.Dropdown(id=ids.MEMORY_IPU, clearable=False, className="dropdown")],
+                                 className="controls"),
+                        c.graph(ids.MEMORY_TILE_MAP),
+                        note="Peak memory per tile; the colour scale ends at the tile's capacity, "
+                             "out-of-memory tiles are crossed in red.",
+                        class_name="wide",
+                    ),
+                    c.section(
+                        "Selected tile",
+                        html.Div(id=ids.MEMORY_TILE_TITLE, className="tile-title"),
+                        c.graph(ids.MEMORY_TILE_BREAKDOWN),
+                        html.H4("Largest variables on this tile"),
+                        html.Div(id=ids.MEMORY_TILE_VARIABLES),
+                        class_name="narrow",
+                    ),
+                ],
+                className="grid-wide-narrow",
+            ),
+            html.Div(
+                [
+                    c.section("Memory per IPU by category", c.graph(ids.MEMORY_CATEGORIES),
+                              note="Hatched: not-always-live (at each tile's own peak)."),
+                    c.section("Distribution over tiles", c.graph(ids.MEMORY_HISTOGRAM)),
+                ],
+                className="grid-2",
+            ),
+            c.section("Out-of-memory tiles", html.Div(id=ids.MEMORY_OOM), note="Largest excess first."),
+        ]
+    )
+
+
+def ipu_cards(by_ipu: Any) -> list[tuple]:
+    """One card per IPU: used share of its memory, headroom, out-of-memory tiles."""
+    items = []
+    for row in by_ipu.itertuples(index=False):
+        oom = int(row.oom_tiles)
+        items.append((
+            figures.ipu_label(row.ipu),
+            c.fmt_pct(row.used_pct),
+            f"{c.fmt_bytes(row.total_bytes)} of {c.fmt_bytes(row.capacity_bytes)}; "
+            + (f"{oom:,} tiles out of memory" if oom else f"largest tile {c.fmt_bytes(row.max_tile_bytes)}"),
+            "bad" if oom else "",
+        ))
+    return items
+
+
+@dash.callback(
+    Output(ids.MEMORY_IPU, "options"),
+    Output(ids.MEMORY_IPU, "value"),
+    Output(ids.MEMORY_FIGURES, "children"),
+    Output(ids.MEMORY_CATEGORIES, "figure"),
+    Output(ids.MEMORY_HISTOGRAM, "figure"),
+    Output(ids.MEMORY_OOM, "children"),
+    Input(ids.PROFILE, "value"),
+)
+def render_overview(profile: str | None):
+    """Everything on the page that does not depend on the IPU or tile chosen."""
+    report = data.report(profile)
+    by_ipu = report.memory.by_ipu()
+    bytes_per_tile = int(report.target["bytes_per_tile"])
+    capacity = dict(zip(by_ipu["ipu"].map(figures.ipu_label), by_ipu["capacity_bytes"]))
+    oom = report.memory.out_of_memory()
+    summary = report.summary.figures()
+    options = [{"label": figures.ipu_label(ipu), "value": int(ipu)} for ipu in by_ipu["ipu"]]
+    first = int(summary.worst_ipu) if summary.worst_ipu is not None else int(by_ipu["ipu"].iloc[0])
+    return (
+        options,
+        first,
+        c.cards(ipu_cards(by_ipu)),
+        figures.category_stacks(report.memory.by_category()),
+        figures.tile_histogram(report.memory.by_tile(), bytes_per_tile),
+        c.table(oom.head(50), {"ipu": "IPU", "tile": "tile", "total_bytes": "peak", "excess_bytes": "over capacity by"},
+                formats={"ipu": c.fmt_int, "tile": c.fmt_int})
+        if len(oom) else html.Div("Every tile fits.", className="empty good"),
+    )
+
+
+def clicked_tile(click: dict | None, tiles_per_ipu: int) -> int | None:
+    """The tile a click on the tile map names (heat-map cells and OOM markers carry it first)."""
+    try:
+        tile = int(click["points"][0]["customdata"][0])
+    except (TypeError, KeyError, IndexError, ValueError):
+        return None
+    return tile if 0 <= tile < tiles_per_ipu else None
+
+
+def tile_panel(report: Any, ipu: int, tile: int) -> tuple:
+    """Title, breakdown figure and variables table of one tile."""
+    bytes_per_tile = int(report.target["bytes_per_tile"])
+    breakdown = report.memory.tile_breakdown(ipu, tile)
+    variables = report.memory.tile_variables(ipu, tile, n=15)
+    total = int(breakdown["bytes"].sum()) if len(breakdown) else 0
+    over = total - bytes_per_tile
+    title = [
+        html.Strong(f"{figures.ipu_label(ipu)}, tile {tile}"),
+        html.Span(f" · {c.fmt_bytes(total)} of {c.fmt_bytes(bytes_per_tile)}"),
+        html.Span(f" · out of memory by {c.fmt_bytes(over)}", className="bad-text") if over > 0 else "",
+    ]
+    table = c.table(
+        variables,
+        {"name": "variable", "category": "category", "always_live": "always-live", "bytes_on_tile": "on tile",
+         "live_from_step": "live from", "live_to_step": "to"},
+        formats={"live_from_step": c.fmt_int, "live_to_step": c.fmt_int},
+        table_id="memory-tile-variables-table",
+    )
+    return html.Div(title, id="memory-tile-name"), figures.tile_breakdown(breakdown, bytes_per_tile), table
+
+
+@dash.callback(
+    Output(ids.MEMORY_TILE_MAP, "figure"),
+    Output(ids.MEMORY_TILE_TITLE, "children"),
+    Output(ids.MEMORY_TILE_BREAKDOWN, "figure"),
+    Output(ids.MEMORY_TILE_VARIABLES, "children"),
+    Input(ids.MEMORY_IPU, "value"),
+    State(ids.PROFILE, "value"),
+)
+def render_ipu(ipu: int | None, profile: str | None):
+    """The tile map of one IPU, its fullest tile selected."""
+    if ipu is None:
+        raise dash.exceptions.PreventUpdate
+    report = data.report(profile)
+    ipu = int(ipu)
+    target = report.target
+    by_tile = report.memory.by_tile(ipu)
+    tile = int(by_tile.loc[by_tile["total_bytes"].idxmax(), "tile"]) if len(by_tile) else 0
+    tile_map = figures.tile_map(by_tile, int(target["tiles_per_ipu"]), int(target["bytes_per_tile"]), selected_tile=tile)
+    return (tile_map, *tile_panel(report, ipu, tile))
+
+
+@dash.callback(
+    Output(ids.MEMORY_TILE_MAP, "figure", allow_duplicate=True),
+    Output(ids.MEMORY_TILE_TITLE, "children", allow_duplicate=True),
+    Output(ids.MEMORY_TILE_BREAKDOWN, "figure", allow_duplicate=True),
+    Output(ids.MEMORY_TILE_VARIABLES, "children", allow_duplicate=True),
+    Input(ids.MEMORY_TILE_MAP, "clickData"),
+    State(ids.MEMORY_IPU, "value"),
+    State(ids.PROFILE, "value"),
+    prevent_initial_call=True,
+)
+def show_tile(click: dict | None, ipu: int | None, profile: str | None):
+    """The clicked tile's breakdown and largest variables; the map marks it."""
+    report = data.report(profile)
+    tile = clicked_tile(click, int(report.target["tiles_per_ipu"]))
+    if ipu is None or tile is None:
+        raise dash.exceptions.PreventUpdate
+    highlight = Patch()
+    row, col = figures.tile_position(tile)
+    highlight["layout"]["shapes"] = [figures.tile_highlight(row, col)]
+    return (highlight, *tile_panel(report, int(ipu), tile))

@@ -1,0 +1,167 @@
+"""Execution trace: the BSP timeline of every IPU, zoomable from the whole run to single steps.
+
+The level of detail is the analysis's (``trace.timeline``): each zoom asks the server for the
+window shown, in at most ``MAX_BINS`` bins per IPU, so a trace of millions of rows draws a few
+thousand bars. Below, the cycles of each tile in a chosen compute set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, State, ctx, dcc, html
+
+from dashboards import components as c
+from dashboards import data, figures, ids
+
+dash.register_page(__name__, path="/trace", name="Execution trace", title="popvision · trace", order=3, icon="≡")
+
+MAX_BINS = 800  # about one bar per pixel column of a wide screen
+MAX_STEP_OPTIONS = 300
+
+
+def layout(**_query: str) -> html.Div:
+    return html.Div(
+        [
+            c.page_header("Execution trace", "Compute, sync, exchange and stream phases of every IPU over the run. "
+                                             "Drag to zoom down to single steps; double-click to see the whole run."),
+            html.Div(id=ids.TRACE_FIGURES, className="cards-slot"),
+            c.section(
+                "BSP timeline",
+                html.Div([html.Span(id=ids.TRACE_LEVEL, className="level"),
+                          html.Button("Whole run", id=ids.TRACE_RESET, n_clicks=0, className="button")],
+                         className="controls"),
+                c.graph(ids.TRACE_TIMELINE),
+            ),
+            c.section(
+                "Cycles per tile of a compute set",
+                html.Div(
+                    [
+                        html.Label("IPU", htmlFor=ids.TRACE_IPU),
+                        dcc.Dropdown(id=ids.TRACE_IPU, clearable=False, className="dropdown"),
+                        html.Label("compute set", htmlFor=ids.TRACE_STEP),
+                        dcc.Dropdown(id=ids.TRACE_STEP, clearable=False, className="dropdown wide-dropdown"),
+                    ],
+                    className="controls",
+                ),
+                c.graph(ids.TRACE_TILES),
+                note="A BSP step lasts as long as its slowest tile; the others wait at the sync.",
+            ),
+        ]
+    )
+
+
+def window_from_relayout(relayout: dict | None, extent: tuple[int, int]) -> tuple[int, int] | None:
+    """The (start, end) cycles a zoom asks for, clamped to the run; the whole run on autorange;
+    None when the event is not about the x axis (e.g. a legend click)."""
+    if not relayout:
+        return None
+    start, end = extent
+    if relayout.get("xaxis.autorange"):
+        return start, end
+    if "xaxis.range[0]" in relayout and "xaxis.range[1]" in relayout:
+        low, high = relayout["xaxis.range[0]"], relayout["xaxis.range[1]"]
+    elif isinstance(relayout.get("xaxis.range"), (list, tuple)) and len(relayout["xaxis.range"]) == 2:
+        low, high = relayout["xaxis.range"]
+    else:
+        return None
+    try:
+        low, high = int(float(low)), int(float(high)) + 1
+    except (TypeError, ValueError):
+        return None
+    low, high = max(start, min(low, high)), min(end, max(low, high))
+    if high <= low:
+        high = min(end, low + 1)
+    return low, high
+
+
+def level_text(level: str, window: tuple[int, int], frame: Any) -> str:
+    span = window[1] - window[0]
+    if level == "bins":
+        return (f"level of detail: bins — {MAX_BINS:,} bins of {span / MAX_BINS:,.0f} cycles per IPU, "
+                f"cycles {window[0]:,} to {window[1]:,}")
+    return f"level of detail: events — {len(frame):,} events, cycles {window[0]:,} to {window[1]:,}"
+
+
+@dash.callback(
+    Output(ids.TRACE_TIMELINE, "figure"),
+    Output(ids.TRACE_LEVEL, "children"),
+    Input(ids.PROFILE, "value"),
+    Input(ids.TRACE_TIMELINE, "relayoutData"),
+    Input(ids.TRACE_RESET, "n_clicks"),
+)
+def render_timeline(profile: str | None, relayout: dict | None, resets: int | None):
+    """The timeline of the window shown: the whole run first, then each zoom's window."""
+    report = data.report(profile)
+    extent = tuple(int(v) for v in report.trace.extent())
+    if ctx.triggered_id == ids.TRACE_TIMELINE:
+        window = window_from_relayout(relayout, extent)
+        if window is None:
+            raise dash.exceptions.PreventUpdate
+    else:
+        window = extent
+    timeline = report.trace.timeline(window[0], window[1], max_bins=MAX_BINS)
+    ipus = list(range(int(report.target["num_ipus"])))
+    fig = figures.trace_timeline(timeline.frame, timeline.level, window, ipus)
+    # A new revision on reset or a new profile: plotly then drops the user's zoom and shows the run.
+    fig.update_layout(uirevision=f"{data.current().key(profile)}-{resets or 0}")
+    return fig, level_text(timeline.level, window, timeline.frame)
+
+
+@dash.callback(
+    Output(ids.TRACE_FIGURES, "children"),
+    Output(ids.TRACE_IPU, "options"),
+    Output(ids.TRACE_IPU, "value"),
+    Input(ids.PROFILE, "value"),
+)
+def render_figures(profile: str | None):
+    report = data.report(profile)
+    start, end = report.trace.extent()
+    time = data.phase_shares(report)
+    summary = report.summary.figures()
+    items = [
+        ("Run", f"{c.fmt_count(end - start)} cycles", f"{c.fmt_seconds((end - start) / float(report.target['clock_hz']))} "
+                                                     f"over {summary.iterations} iterations"),
+    ] + [(phase, c.fmt_pct(pct), "of IPU time") for phase, pct in time.items()]
+    options = [{"label": figures.ipu_label(i), "value": i} for i in range(int(report.target["num_ipus"]))]
+    return c.cards(items), options, 0
+
+
+def step_options(steps: Any) -> list[dict]:
+    """Compute sets of one IPU, the costliest over the run first (``trace.steps``)."""
+    sets = steps[steps["type"].astype(str) == "compute_set"]
+    sets = sets.assign(total=sets["cycles"] * sets["executions"]).sort_values(["total", "step"], ascending=[False, True])
+    return [
+        {"label": f"step {int(r.step)} · {r.name} · {int(r.cycles):,} cycles × {int(r.executions):,}", "value": int(r.step)}
+        for r in sets.head(MAX_STEP_OPTIONS).itertuples(index=False)
+    ]
+
+
+@dash.callback(
+    Output(ids.TRACE_STEP, "options"),
+    Output(ids.TRACE_STEP, "value"),
+    Input(ids.TRACE_IPU, "value"),
+    State(ids.PROFILE, "value"),
+)
+def choose_ipu(ipu: int | None, profile: str | None):
+    if ipu is None:
+        raise dash.exceptions.PreventUpdate
+    options = step_options(data.report(profile).trace.steps(int(ipu)))
+    return options, options[0]["value"] if options else None
+
+
+@dash.callback(
+    Output(ids.TRACE_TILES, "figure"),
+    Input(ids.TRACE_STEP, "value"),
+    State(ids.TRACE_IPU, "value"),
+    State(ids.PROFILE, "value"),
+)
+def show_tile_cycles(step: int | None, ipu: int | None, profile: str | None):
+    if step is None or ipu is None:
+        return figures.empty("This IPU runs no compute set.", height=300)
+    report = data.report(profile)
+    steps = report.trace.steps(int(ipu))
+    name = steps.loc[steps["step"] == int(step), "name"]
+    title = f"{figures.ipu_label(int(ipu))}, step {int(step)}" + (f" · {name.iloc[0]}" if len(name) else "")
+    return figures.tile_cycles(report.trace.tile_cycles(int(ipu), int(step)), title)

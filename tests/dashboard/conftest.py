@@ -1,0 +1,99 @@
+"""Fixtures of the dashboard tests: sample profiles, apps, and headless Chromium for ``dash_duo``.
+
+The browser tests run with the plain ``pytest`` command: ``pytest_configure`` turns on Dash's
+``--headless`` option and ``pytest_setup_options`` hands selenium Debian's Chromium. Without a
+Chromium and chromedriver on the machine, the tests marked ``browser`` are skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests import synthetic
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMEDRIVER = shutil.which("chromedriver")
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_profiles"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The equivalent of `--webdriver Chrome --headless` on every run.
+    config.option.webdriver = "Chrome"
+    config.option.headless = True
+
+
+def pytest_setup_options():
+    from selenium.webdriver.chrome.options import Options
+
+    options = Options()
+    if CHROMIUM:
+        options.binary_location = CHROMIUM
+    for argument in (
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        # The machine has no network: keep Chromium from trying.
+        "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+        "--window-size=1400,1000",
+    ):
+        options.add_argument(argument)
+    return options
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if CHROMIUM and CHROMEDRIVER:
+        return
+    skip = pytest.mark.skip(reason="needs chromium and chromedriver (apt-get install chromium chromium-driver)")
+    for item in items:
+        if "browser" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def profiles_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("dashboard-profiles")
+
+
+@pytest.fixture(scope="session")
+def pipelined_profile(profiles_dir: Path) -> Path:
+    """A two-stage pipelined training run with host, inter-IPU and remote-buffer traffic."""
+    return synthetic.write_pipeline_profile(
+        profiles_dir / "pipelined.pop", [100, 60, 40, 120], stages=[2, 2], micro_batches=6, iterations=2,
+        tiles_per_ipu=64, bytes_per_tile=2000, exchange_bytes=8000, exchange_cycles=50, host_bytes=1000,
+        host_cycles=20, remote_bytes=4000, remote_cycles=30, sync_cycles=5,
+    )
+
+
+@pytest.fixture(scope="session")
+def oom_profile(profiles_dir: Path) -> Path:
+    """The same shape, with IPU 0 over capacity (out-of-memory tiles to mark and click)."""
+    return synthetic.write_pipeline_profile(
+        profiles_dir / "oom.pop", [100, 60, 40, 120], stages=[2, 2], micro_batches=6, iterations=2,
+        tiles_per_ipu=64, bytes_per_tile=2000, weight_bytes=[90000, 20000, 400, 400],
+        optimiser_bytes=[20000, 0, 0, 0], exchange_bytes=8000, exchange_cycles=50, sync_cycles=5,
+    )
+
+
+@pytest.fixture(scope="session")
+def sharded_profile(profiles_dir: Path) -> Path:
+    """The pipelined run's model, sharded: one IPU busy at a time."""
+    return synthetic.write_pipeline_profile(
+        profiles_dir / "sharded.pop", [100, 60, 40, 120], stages=[2, 2], micro_batches=6, iterations=2,
+        tiles_per_ipu=64, bytes_per_tile=2000, strategy="sharded", exchange_bytes=8000, exchange_cycles=50,
+        sync_cycles=5,
+    )
+
+
+@pytest.fixture()
+def app(oom_profile: Path):
+    from dashboards.app import create_app
+
+    return create_app([str(oom_profile)])
+
+
+@pytest.fixture()
+def compare_app(pipelined_profile: Path, sharded_profile: Path):
+    from dashboards.app import create_app
+
+    return create_app([str(pipelined_profile), str(sharded_profile)])
