@@ -5,3 +5,17 @@ Read a profile with ``popvision_py.open(path)`` (the analysis facade) or, for th
 """
 
 __version__ = "0.1.0"
+
+
+def open(path):  # noqa: A001 - the library's entry point, like pv.open(...)
+    """Open a profile.pop: returns a ``popvision_py.analysis.report.Report`` (see docs/api.md)."""
+    from popvision_py.analysis.report import Report
+
+    return Report(path)
+
+
+def compare(a, b):
+    """Compare two profiles (paths or Reports): returns a ``popvision_py.analysis.compare.Comparison``."""
+    from popvision_py.analysis.compare import Comparison
+
+    return Comparison(a, b)

@@ -57,7 +57,7 @@ DEFAULT_TARGET: dict[str, Any] = {
     "flops_per_cycle_per_tile": {"fp16": 128, "fp32": 32},
     "exchange_bytes_per_cycle_per_tile": 4,
     "ipu_link_bytes_per_s": 100e9,
-    "host_link_bytes_per_s": 10e9,
+    "host_link_bytes_per_s": 40e9,
     "streaming_memory_bytes_per_s": 20e9,
     "sync_cycles": 0,
 }

@@ -1,0 +1,348 @@
+"""Pipeline stages: time per stage and pass, busy and idle, imbalance, bubble, balanced time, best split.
+
+Inputs: the trace (as ``TraceArrays``), ``programs``, ``ops``, ``variables``, the memory per IPU and
+the manifest. Formulas in docs/reports.md, "Stages". Predicted times use the synchronous pipeline
+model (``pipeline_cycles``) only for the *difference* between two splits, added to the measured
+step time, so overheads the model leaves out (syncs, the update, host calls) stay as measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from popvision_py.analysis.tables import (
+    PASS, PASSES, PHASE, TraceArrays, executions, finish, global_iteration, iterations_traced, phase_cycles, sum_by,
+)
+
+SUMMARY_COLUMNS = ["stage", "ipu", "blocks", "pass", "micro_batches", "cycles_per_micro_batch", "busy_cycles",
+                   "idle_cycles", "total_cycles", "utilisation_pct"]
+GANTT_COLUMNS = ["ipu", "stage", "pass", "iteration", "micro_batch", "start_cycle", "end_cycle"]
+SPLIT_COLUMNS = ["stage", "ipu", "blocks", "cycles_per_micro_batch", "memory_bytes", "fits"]
+STAGE_PASSES = ("forward", "backward", "update")
+
+
+@dataclass(frozen=True)
+class StageFigures:
+    """Key pipeline figures; see docs/reports.md for each formula."""
+
+    num_stages: int
+    micro_batches: int
+    bottleneck_stage: int
+    imbalance: float
+    bubble_pct: float
+    ideal_bubble_pct: float
+    step_cycles: float
+    balanced_step_cycles: float
+    balance_gain_pct: float
+
+
+@dataclass(frozen=True)
+class BestSplit:
+    """The best contiguous split of the blocks into the same number of stages."""
+
+    stages: pd.DataFrame
+    current_step_cycles: float
+    predicted_step_cycles: float
+    gain_pct: float
+
+
+def stage_list(run: dict[str, Any], trace: TraceArrays | None = None) -> pd.DataFrame:
+    """The run's stages: ``[stage, ipu, blocks]`` (blocks a list), from the manifest, plus any stage only the trace has."""
+    rows = []
+    for entry in run.get("stages") or []:
+        try:
+            rows.append({"stage": int(entry["stage"]), "ipu": int(entry.get("ipu", entry["stage"])),
+                         "blocks": [str(b) for b in entry.get("blocks", [])]})
+        except (KeyError, TypeError, ValueError):
+            continue
+    known = {r["stage"] for r in rows}
+    if trace is not None and len(trace):
+        mask = trace.stage >= 0
+        if mask.any():
+            pairs = np.unique(trace.stage[mask].astype(np.int64) * 65536 + trace.ipu[mask].astype(np.int64))
+            for p in pairs:
+                stage, ipu = int(p // 65536), int(p % 65536)
+                if stage not in known:
+                    rows.append({"stage": stage, "ipu": ipu, "blocks": []})
+                    known.add(stage)
+    frame = pd.DataFrame(rows, columns=["stage", "ipu", "blocks"])
+    return frame.sort_values("stage", kind="stable").reset_index(drop=True)
+
+
+def stage_pass_busy(trace: TraceArrays, num_stages: int) -> np.ndarray:
+    """Busy cycles per stage and pass: array [stage, pass code] of trace rows with that stage (idle excluded)."""
+    width = len(PASSES) + 1
+    mask = (trace.stage >= 0) & (trace.phase != PHASE["idle"])
+    size = max(num_stages, int(trace.stage.max()) + 1 if len(trace) else 0)
+    sums = sum_by(trace.stage[mask].astype(np.int64) * width + trace.pass_[mask], trace.duration[mask], size * width)
+    return sums.reshape(size, width)
+
+
+def stage_micro_batches(trace: TraceArrays, num_stages: int) -> np.ndarray:
+    """Micro-batches each stage processed: distinct (run, iteration, micro_batch) among its rows."""
+    mask = (trace.stage >= 0) & (trace.micro_batch >= 0)
+    size = max(num_stages, int(trace.stage.max()) + 1 if len(trace) else 0)
+    if not mask.any():
+        return np.zeros(size, np.int64)
+    g = global_iteration(trace)[mask]
+    mb = trace.micro_batch[mask].astype(np.int64)
+    n_g, n_mb = int(g.max()) + 1, int(mb.max()) + 1
+    flags = np.zeros(size * n_g * n_mb, bool)
+    flags[(trace.stage[mask].astype(np.int64) * n_g + g) * n_mb + mb] = True
+    return flags.reshape(size, -1).sum(axis=1).astype(np.int64)
+
+
+def pipeline_cycles(fwd: np.ndarray, bwd: np.ndarray, micro_batches: int, strategy: str, training: bool) -> float:
+    """Cycles the synchronous pipeline model takes for ``micro_batches`` with per-stage fwd/bwd cycles.
+
+    Pipelined: cycle t runs on stage s the forward of micro-batch t - s and (training) the backward of
+    micro-batch t - (2S - 2 - s); each cycle lasts as long as its busiest stage. Sharded or phased:
+    stages one after another, ``M * sum(fwd + bwd)``.
+    """
+    fwd, bwd = np.asarray(fwd, float), np.asarray(bwd, float)
+    S, M = len(fwd), int(micro_batches)
+    if S == 0 or M <= 0:
+        return 0.0
+    if strategy != "pipelined":
+        return float(M * (fwd.sum() + (bwd.sum() if training else 0.0)))
+    cycles = M + (2 * S - 2 if training else S - 1)
+    t = np.arange(cycles)[:, None]
+    s = np.arange(S)[None, :]
+    work = np.where((t - s >= 0) & (t - s < M), fwd[None, :], 0.0)
+    if training:
+        back = t - (2 * S - 2 - s)
+        work = work + np.where((back >= 0) & (back < M), bwd[None, :], 0.0)
+    return float(work.max(axis=1).sum())
+
+
+@dataclass(frozen=True)
+class _Costs:
+    stages: pd.DataFrame  # stage list
+    busy: np.ndarray  # [stage, pass code]
+    micro_batches: np.ndarray  # per stage
+    fwd: np.ndarray  # cycles per micro-batch per stage
+    bwd: np.ndarray
+    total_cycles: int
+    iterations: int
+    training: bool
+    strategy: str
+    unit_micro_batches: int  # micro-batches in one pipeline (an iteration in training, the run in inference)
+    unit_iterations: int  # iterations one pipeline covers
+
+
+def costs(trace: TraceArrays, run: dict[str, Any]) -> _Costs:
+    """Per-stage cycles per micro-batch and the counts every stage figure uses."""
+    stages = stage_list(run, trace)
+    n = len(stages)
+    busy = stage_pass_busy(trace, int(stages["stage"].max()) + 1 if n else 0)
+    mbs = stage_micro_batches(trace, busy.shape[0])
+    idx = stages["stage"].to_numpy(dtype=np.int64)
+    m = mbs[idx] if n else np.zeros(0, np.int64)
+    safe = np.where(m > 0, m, 1)
+    fwd = busy[idx, PASS["forward"]] / safe if n else np.zeros(0)
+    bwd = busy[idx, PASS["backward"]] / safe if n else np.zeros(0)
+    lo, hi = (int(trace.start.min()), int(trace.end.max())) if len(trace) else (0, 0)
+    iterations = iterations_traced(trace, run)
+    training = str(run.get("mode", "training")) != "inference"
+    total_mb = int(m.max()) if n else 0
+    if training:
+        unit_mb, unit_it = int(round(total_mb / max(iterations, 1))), 1
+    else:
+        unit_mb, unit_it = total_mb, max(iterations, 1)
+    return _Costs(stages, busy, mbs, fwd, bwd, hi - lo, iterations, training, str(run.get("strategy", "pipelined")),
+                  unit_mb, unit_it)
+
+
+def _model_step(c: _Costs, fwd: np.ndarray, bwd: np.ndarray) -> float:
+    return pipeline_cycles(fwd, bwd, c.unit_micro_batches, c.strategy, c.training) / c.unit_iterations
+
+
+def summary(c: _Costs, trace: TraceArrays) -> pd.DataFrame:
+    """Per stage and pass, then an ``all`` row per stage: SUMMARY_COLUMNS sorted by stage, pass order."""
+    phases = phase_cycles(trace)
+    idle = phases[phases["phase"] == "idle"].set_index("ipu")["cycles"]
+    sync = phases[phases["phase"] == "sync"].set_index("ipu")["cycles"]
+    rows = []
+    for k, st in c.stages.iterrows():
+        s, ipu = int(st["stage"]), int(st["ipu"])
+        m = int(c.micro_batches[s]) if s < len(c.micro_batches) else 0
+        ipu_idle = int(idle.get(ipu, 0))
+        blocks = ",".join(st["blocks"])
+        total_busy = 0
+        for p in STAGE_PASSES:
+            b = int(c.busy[s, PASS[p]]) if s < c.busy.shape[0] else 0
+            total_busy += b
+            if b == 0 and p != "forward":
+                continue
+            rows.append((s, ipu, blocks, p, m, b / m if m else np.nan, b, ipu_idle, c.total_cycles))
+        other = int(c.busy[s].sum()) - total_busy if s < c.busy.shape[0] else 0
+        rows.append((s, ipu, blocks, "all", m, (total_busy + other) / m if m else np.nan, total_busy + other,
+                     ipu_idle + int(sync.get(ipu, 0)), c.total_cycles))
+    frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS[:-1])
+    frame["utilisation_pct"] = 100.0 * frame["busy_cycles"] / frame["total_cycles"].where(frame["total_cycles"] > 0)
+    frame["pass"] = frame["pass"].astype(str)
+    return finish(frame, SUMMARY_COLUMNS)
+
+
+def figures(c: _Costs, trace: TraceArrays) -> StageFigures:
+    """Imbalance, bubble, bottleneck and the balanced time: see docs/reports.md."""
+    n = len(c.stages)
+    step = c.total_cycles / c.iterations if c.iterations else float("nan")
+    if n == 0 or c.unit_micro_batches == 0:
+        return StageFigures(n, c.unit_micro_batches, -1, float("nan"), float("nan"), float("nan"), step, step, 0.0)
+    per_mb = c.fwd + c.bwd
+    bottleneck = int(c.stages["stage"].iloc[int(np.argmax(per_mb))])
+    imbalance = float(per_mb.max() / per_mb.mean()) if per_mb.mean() > 0 else float("nan")
+    ipus = np.unique(c.stages["ipu"].to_numpy())
+    phases = phase_cycles(trace)
+    idle = phases[(phases["phase"] == "idle") & phases["ipu"].isin(ipus)]["cycles"].sum()
+    bubble = 100.0 * idle / (len(ipus) * c.total_cycles) if c.total_cycles else float("nan")
+    fbar, bbar = np.full(n, c.fwd.mean()), np.full(n, c.bwd.mean())
+    balanced_model = pipeline_cycles(fbar, bbar, c.unit_micro_batches, c.strategy, c.training)
+    busy_model = c.unit_micro_batches * (fbar[0] + (bbar[0] if c.training else 0.0))
+    ideal = 100.0 * (1.0 - busy_model / balanced_model) if balanced_model > 0 else float("nan")
+    balanced = step - (_model_step(c, c.fwd, c.bwd) - _model_step(c, fbar, bbar))
+    gain = 100.0 * (step - balanced) / step if step else 0.0
+    return StageFigures(n, c.unit_micro_batches, bottleneck, imbalance, float(bubble), float(ideal), float(step),
+                        float(balanced), float(gain))
+
+
+def block_costs(c: _Costs, programs: pd.DataFrame, ops: pd.DataFrame, trace: TraceArrays,
+                variables: pd.DataFrame) -> pd.DataFrame:
+    """Per block, in pipeline order: ``[block, stage, fwd_cycles, bwd_cycles, memory_bytes]``.
+
+    A block's cycles per micro-batch = sum over its ops' steps of cycles x executions, divided by
+    its stage's micro-batches; its memory = bytes of the variables its ops own.
+    """
+    op_block = ops.drop_duplicates("op_id")[["op_id", "block"]].copy()
+    op_block["block"] = op_block["block"].astype(str)
+    steps = programs[["ipu", "step", "op_id", "pass", "cycles"]].merge(executions(trace), on=["ipu", "step"], how="left")
+    steps["executions"] = steps["executions"].fillna(0)
+    steps = steps.merge(op_block, on="op_id", how="inner")
+    steps["busy"] = steps["cycles"] * steps["executions"]
+    steps["pass"] = steps["pass"].astype(str)
+    busy = steps.pivot_table(index="block", columns="pass", values="busy", aggfunc="sum", fill_value=0, observed=True)
+    mem = variables[["op_id", "bytes"]].merge(op_block, on="op_id", how="inner").groupby("block")["bytes"].sum()
+    order: list[tuple[str, int]] = []
+    for _, st in c.stages.iterrows():
+        order += [(b, int(st["stage"])) for b in st["blocks"]]
+    listed = {b for b, _ in order}
+    extra = ops[~ops["block"].astype(str).isin(listed)]
+    if len(extra):
+        first = extra.assign(block=extra["block"].astype(str)).groupby("block").agg(op=("op_id", "min"), stage=("stage", "min"))
+        order += [(b, int(r.stage)) for b, r in first.sort_values("op").iterrows()]
+    frame = pd.DataFrame(order, columns=["block", "stage"])
+    m = pd.Series(c.micro_batches).reindex(frame["stage"]).fillna(0).to_numpy()
+    m = np.where(m > 0, m, 1)
+    get = lambda p: busy[p].reindex(frame["block"]).fillna(0).to_numpy() if p in busy else np.zeros(len(frame))  # noqa: E731
+    frame["fwd_cycles"] = get("forward") / m
+    frame["bwd_cycles"] = get("backward") / m
+    frame["memory_bytes"] = mem.reindex(frame["block"]).fillna(0).to_numpy().astype(np.int64)
+    return frame
+
+
+def best_split(c: _Costs, blocks: pd.DataFrame, memory_by_ipu: pd.DataFrame, target: dict[str, Any],
+               step_cycles: float) -> BestSplit:
+    """The contiguous split of the blocks into as many stages as now that minimises the slowest stage.
+
+    A stage keeps its position's overhead (cycles and memory not owned by any block: exchanges,
+    code...). A split fits when each IPU's predicted worst tile, ``(overhead + blocks' bytes) /
+    tiles x (worst tile / mean tile now)``, is within ``bytes_per_tile``.
+    """
+    stages = c.stages
+    S, n = len(stages), len(blocks)
+    tiles, per_tile = int(target["tiles_per_ipu"]), int(target["bytes_per_tile"])
+    if S == 0:
+        return BestSplit(pd.DataFrame(columns=SPLIT_COLUMNS), step_cycles, step_cycles, 0.0)
+    cur_stage = blocks["stage"].to_numpy()
+    bf, bb = blocks["fwd_cycles"].to_numpy(float), blocks["bwd_cycles"].to_numpy(float)
+    bm = blocks["memory_bytes"].to_numpy(float)
+    stage_ids = stages["stage"].to_numpy()
+    ipu_of = stages["ipu"].to_numpy()
+    ov_f = np.array([max(c.fwd[k] - bf[cur_stage == s].sum(), 0.0) for k, s in enumerate(stage_ids)])
+    ov_b = np.array([max(c.bwd[k] - bb[cur_stage == s].sum(), 0.0) for k, s in enumerate(stage_ids)])
+    mem = memory_by_ipu.set_index("ipu")
+    shared = pd.Series(ipu_of).value_counts()
+    ov_m, conc = np.zeros(S), np.ones(S)
+    for k, s in enumerate(stage_ids):
+        ipu = int(ipu_of[k])
+        total = float(mem["total_bytes"].get(ipu, 0.0))
+        ov_m[k] = max(total / shared[ipu] - bm[cur_stage == s].sum(), 0.0)
+        mean_tile = total / tiles if tiles else 0.0
+        conc[k] = float(mem["max_tile_bytes"].get(ipu, 0.0)) / mean_tile if mean_tile > 0 else 1.0
+
+    def fits(k: int, m: np.ndarray) -> np.ndarray:
+        return (ov_m[k] + m) / max(tiles, 1) * conc[k] <= per_tile
+
+    def rows_for(assign: list[np.ndarray]) -> pd.DataFrame:
+        out = []
+        for k, idx in enumerate(assign):
+            f, b, m = bf[idx].sum() + ov_f[k], bb[idx].sum() + ov_b[k], bm[idx].sum() + ov_m[k]
+            out.append((int(stage_ids[k]), int(ipu_of[k]), ",".join(blocks["block"].iloc[idx]), f + b, int(round(m)),
+                        bool(fits(k, np.array([bm[idx].sum()]))[0])))
+        return pd.DataFrame(out, columns=SPLIT_COLUMNS)
+
+    current = [np.flatnonzero(cur_stage == s) for s in stage_ids]
+    current_rows = rows_for(current)
+    if n < S or n == 0:
+        return BestSplit(current_rows, step_cycles, step_cycles, 0.0)
+    cost = bf + (bb if c.training else 0.0)
+    P = np.concatenate(([0.0], np.cumsum(cost)))
+    Q = np.concatenate(([0.0], np.cumsum(bm)))
+
+    def solve(check_memory: bool) -> list[np.ndarray] | None:
+        dp = np.full((S + 1, n + 1), np.inf)
+        arg = np.zeros((S + 1, n + 1), np.int64)
+        dp[0, 0] = 0.0
+        ovc = ov_f + (ov_b if c.training else 0.0)
+        for k in range(1, S + 1):
+            for j in range(k, n - (S - k) + 1):
+                i = np.arange(k - 1, j)
+                cand = np.maximum(dp[k - 1, i], P[j] - P[i] + ovc[k - 1])
+                if check_memory:
+                    cand = np.where(fits(k - 1, Q[j] - Q[i]), cand, np.inf)
+                best = int(np.argmin(cand))
+                dp[k, j], arg[k, j] = cand[best], i[best]
+        if not np.isfinite(dp[S, n]):
+            return None
+        cuts, j = [], n
+        for k in range(S, 0, -1):
+            i = int(arg[k, j])
+            cuts.append(np.arange(i, j))
+            j = i
+        return cuts[::-1]
+
+    best = solve(True) or solve(False)
+    new_rows = rows_for(best)
+    cur_fit, new_fit = bool(current_rows["fits"].all()), bool(new_rows["fits"].all())
+    better = new_rows["cycles_per_micro_batch"].max() < current_rows["cycles_per_micro_batch"].max() - 1e-9
+    if not (better and (new_fit or not cur_fit)):
+        return BestSplit(current_rows, step_cycles, step_cycles, 0.0)
+    nf = np.array([bf[idx].sum() + ov_f[k] for k, idx in enumerate(best)])
+    nb = np.array([bb[idx].sum() + ov_b[k] for k, idx in enumerate(best)])
+    predicted = step_cycles - (_model_step(c, c.fwd, c.bwd) - _model_step(c, nf, nb))
+    gain = 100.0 * (step_cycles - predicted) / step_cycles if step_cycles else 0.0
+    return BestSplit(new_rows, float(step_cycles), float(predicted), float(gain))
+
+
+def gantt(trace: TraceArrays) -> pd.DataFrame:
+    """One bar per stage, pass and micro-batch execution: GANTT_COLUMNS sorted by ipu, start.
+
+    ``iteration`` counts over the whole trace (``run * iterations per run + iteration``).
+    """
+    mask = (trace.stage >= 0) & (trace.micro_batch >= 0) & (trace.phase != PHASE["idle"])
+    frame = pd.DataFrame({
+        "ipu": trace.ipu[mask].astype(np.int64), "stage": trace.stage[mask].astype(np.int64),
+        "pass": trace.pass_[mask], "iteration": global_iteration(trace)[mask],
+        "micro_batch": trace.micro_batch[mask].astype(np.int64),
+        "start_cycle": trace.start[mask], "end_cycle": trace.end[mask],
+    })
+    frame = frame.groupby(["ipu", "stage", "pass", "iteration", "micro_batch"], as_index=False, sort=False).agg(
+        start_cycle=("start_cycle", "min"), end_cycle=("end_cycle", "max"))
+    names = np.array(list(PASSES) + ["unknown"], dtype=object)
+    frame["pass"] = names[frame["pass"].to_numpy()]
+    return finish(frame, GANTT_COLUMNS, ["ipu", "start_cycle", "stage"])

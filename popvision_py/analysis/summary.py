@@ -1,0 +1,229 @@
+"""Summary and insights: the run's key figures, and plain-language findings with fixes and their effect.
+
+Inputs: the manifest, ``ops``, ``programs``, the trace, and the answers of the other analyzers.
+Formulas and thresholds in docs/reports.md, "Summary and insights".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from popvision_py.analysis.exchange import ExchangeFigures
+from popvision_py.analysis.stages import BestSplit, StageFigures
+from popvision_py.analysis.tables import TraceArrays, executions, finish
+
+INSIGHT_COLUMNS = ["severity", "topic", "finding", "suggestion", "effect"]
+SEVERITIES = ("error", "warning", "info")
+
+# Thresholds for findings (documented in docs/reports.md).
+IMBALANCE_THRESHOLD = 1.10
+BUBBLE_THRESHOLD_PCT = 25.0
+EXCHANGE_BOUND_PCT = 30.0
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The run's key figures; see docs/reports.md for each formula."""
+
+    model: str
+    arch: str
+    strategy: str
+    mode: str
+    num_ipus: int
+    replication_factor: int
+    micro_batch_size: int
+    gradient_accumulation: int
+    device_iterations: int
+    clock_hz: float
+    total_cycles: int
+    iterations: int
+    step_cycles: float
+    step_s: float
+    samples_per_step: int
+    throughput_samples_per_s: float
+    total_flops: int
+    flop_utilisation_pct: float
+    fits: bool
+    oom_tiles: int
+    worst_ipu: int
+    worst_tile: int
+    worst_tile_bytes: int
+    bytes_per_tile: int
+
+
+def total_flops(ops: pd.DataFrame, programs: pd.DataFrame, trace: TraceArrays) -> int:
+    """FLOPs over the trace: each op pass's ``flops`` x how often it ran (the most executions among its steps)."""
+    steps = programs.loc[programs["op_id"] >= 0, ["ipu", "step", "op_id", "pass"]].merge(
+        executions(trace), on=["ipu", "step"], how="inner")
+    if steps.empty or ops.empty:
+        return 0
+    steps["pass"] = steps["pass"].astype(str)
+    runs = steps.groupby(["op_id", "pass"], as_index=False)["executions"].max()
+    o = ops[["op_id", "pass", "flops"]].copy()
+    o["pass"] = o["pass"].astype(str)
+    o = o.groupby(["op_id", "pass"], as_index=False)["flops"].sum()
+    merged = o.merge(runs, on=["op_id", "pass"], how="inner")
+    return int((merged["flops"].astype(np.int64) * merged["executions"].astype(np.int64)).sum())
+
+
+def figures(manifest: dict[str, Any], trace: TraceArrays, iterations: int, flops: int,
+            tiles: pd.DataFrame) -> Summary:
+    """Key figures of the run (``tiles`` is ``memory.by_tile``)."""
+    target, run = manifest["target"], manifest["run"]
+    clock = float(target["clock_hz"])
+    total = int(trace.end.max() - trace.start.min()) if len(trace) else 0
+    step_cycles = total / iterations if iterations else float("nan")
+    step_s = step_cycles / clock if clock else float("nan")
+    samples = int(run["micro_batch_size"]) * int(run["gradient_accumulation"]) * int(run["replication_factor"])
+    throughput = samples / step_s if step_s and step_s > 0 and not math.isnan(step_s) else float("nan")
+    precision = str(run.get("precision", "fp16"))
+    peak_table = target.get("flops_per_cycle_per_tile")
+    peak = peak_table.get(precision) if isinstance(peak_table, dict) else None
+    if isinstance(peak, (int, float)) and peak > 0 and total > 0:
+        util = 100.0 * flops / (total * int(target["num_ipus"]) * int(target["tiles_per_ipu"]) * float(peak))
+    else:
+        util = float("nan")
+    if len(tiles):
+        worst = tiles.loc[tiles["total_bytes"].idxmax()]
+        worst_ipu, worst_tile, worst_bytes = int(worst["ipu"]), int(worst["tile"]), int(worst["total_bytes"])
+        oom = int(tiles["oom"].sum())
+    else:
+        worst_ipu = worst_tile = -1
+        worst_bytes = oom = 0
+    return Summary(
+        model=str(run["model"]), arch=str(target["arch"]), strategy=str(run["strategy"]), mode=str(run["mode"]),
+        num_ipus=int(target["num_ipus"]), replication_factor=int(run["replication_factor"]),
+        micro_batch_size=int(run["micro_batch_size"]), gradient_accumulation=int(run["gradient_accumulation"]),
+        device_iterations=int(run["device_iterations"]), clock_hz=clock, total_cycles=total, iterations=iterations,
+        step_cycles=float(step_cycles), step_s=float(step_s), samples_per_step=samples,
+        throughput_samples_per_s=float(throughput), total_flops=int(flops), flop_utilisation_pct=float(util),
+        fits=oom == 0, oom_tiles=oom, worst_ipu=worst_ipu, worst_tile=worst_tile, worst_tile_bytes=worst_bytes,
+        bytes_per_tile=int(target["bytes_per_tile"]),
+    )
+
+
+def _bytes(n: float) -> str:
+    return f"{int(round(n)):,} bytes"
+
+
+def _cycles(n: float) -> str:
+    return f"{n:,.0f} cycles"
+
+
+_KIND_FIX = {
+    "inter_ipu": "Move the stage boundary to where the activation is smallest, or use fewer stages, so less "
+                 "crosses the IPU-Links.",
+    "host": "Raise device_iterations (and prefetch) so each host call moves more data and stalls less.",
+    "remote_buffer": "Keep the optimiser state on chip if memory allows, or use replicated tensor sharding to "
+                     "split the streamed state over the replicas.",
+    "all_reduce": "Raise gradient accumulation: the gradient all-reduce runs once per weight update, so its cost "
+                  "per sample falls in proportion.",
+    "internal": "Look at the costliest exchange steps: re-map the tensors they move so that producer and consumer "
+                "share tiles.",
+}
+
+
+def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: pd.DataFrame, oom: pd.DataFrame,
+             worst_breakdown: pd.DataFrame, stage_figures: StageFigures, split: BestSplit,
+             exchange: ExchangeFigures, kinds: pd.DataFrame, costliest: pd.DataFrame,
+             bubble_with_double_accumulation_pct: float) -> pd.DataFrame:
+    """Findings, each with a suggested fix and its estimated effect: INSIGHT_COLUMNS, most severe first."""
+    rows: list[tuple[str, str, str, str, str]] = []
+    S = stage_figures.num_stages
+
+    # -- out of memory -------------------------------------------------------------------
+    if len(oom):
+        worst = oom.iloc[0]
+        ipu, tile, excess = int(worst["ipu"]), int(worst["tile"]), int(worst["excess_bytes"])
+        n_ipus = oom["ipu"].nunique()
+        finding = (f"{len(oom):,} tile(s) on {n_ipus} IPU(s) are out of memory; the worst, tile {tile} on IPU {ipu}, "
+                   f"holds {_bytes(worst['total_bytes'])}, {_bytes(excess)} over its {_bytes(summary.bytes_per_tile)}.")
+        cats = worst_breakdown.groupby("category")["bytes"].sum() if len(worst_breakdown) else pd.Series(dtype=float)
+        locations = run.get("tensor_locations") or {}
+        opt = float(cats.get("optimiser_state", 0))
+        if opt > 0 and str(locations.get("optimiser", "on_chip")) != "off_chip":
+            enough = "enough" if opt >= excess else "not enough alone"
+            rows.append(("error", "memory", finding,
+                         "Offload the optimiser state to streaming memory (TensorLocations: optimiser off-chip).",
+                         f"Saves {_bytes(opt)} on tile {tile} ({enough}: it needs {_bytes(excess)}); adds "
+                         f"remote-buffer traffic at each weight update."))
+        act = float(cats.get("stash", 0)) + float(cats.get("activations", 0))
+        if act > 0 and not run.get("recompute", False):
+            enough = "enough" if act >= excess else "not enough alone"
+            rows.append(("error", "memory", finding,
+                         "Recompute activations in the backward pass instead of stashing them.",
+                         f"Saves up to {_bytes(act)} of activations and stash on tile {tile} ({enough}: it needs "
+                         f"{_bytes(excess)}); costs about one more forward pass of compute."))
+        if len(memory_by_ipu) and S >= 1:
+            total = float(memory_by_ipu["total_bytes"].sum())
+            saved = total / max(S, 1) - total / (S + 1)
+            rows.append(("error", "memory", finding,
+                         f"Split the model over more IPUs: {S + 1} pipeline stages instead of {S}.",
+                         f"Memory per IPU falls on average from {_bytes(total / max(S, 1))} to "
+                         f"{_bytes(total / (S + 1))}: {_bytes(saved)} saved per IPU."))
+
+    # -- imbalance ----------------------------------------------------------------------------
+    pipelined = str(run.get("strategy")) == "pipelined"  # sharded time does not depend on the balance
+    if pipelined and S > 1 and np.isfinite(stage_figures.imbalance) and stage_figures.imbalance > IMBALANCE_THRESHOLD:
+        finding = (f"Stage {stage_figures.bottleneck_stage} is the bottleneck: the slowest stage takes "
+                   f"{stage_figures.imbalance:.2f}x the mean stage time per micro-batch.")
+        if split.gain_pct > 0:
+            plan = "; ".join(f"stage {r.stage} (IPU {r.ipu}): {r.blocks}" for r in split.stages.itertuples())
+            rows.append(("warning", "stages", finding, f"Move blocks between stages: {plan}.",
+                         f"Time per step from {_cycles(split.current_step_cycles)} to "
+                         f"{_cycles(split.predicted_step_cycles)} ({split.gain_pct:.1f}% faster)."))
+        else:
+            rows.append(("warning", "stages", finding,
+                         "No contiguous split of whole blocks does better (within memory): split the bottleneck's "
+                         "blocks more finely.",
+                         f"A perfect balance would take {_cycles(stage_figures.balanced_step_cycles)} per step instead of "
+                         f"{_cycles(stage_figures.step_cycles)} ({stage_figures.balance_gain_pct:.1f}% faster)."))
+
+    # -- pipeline bubble ----------------------------------------------------------------------------
+    if (S > 1 and str(run.get("strategy")) == "pipelined" and np.isfinite(stage_figures.bubble_pct)
+            and stage_figures.bubble_pct > BUBBLE_THRESHOLD_PCT):
+        rows.append(("warning", "stages",
+                     f"IPUs are idle {stage_figures.bubble_pct:.1f}% of the time (a balanced pipeline of {S} stages and "
+                     f"{stage_figures.micro_batches} micro-batches idles {stage_figures.ideal_bubble_pct:.1f}% in fill and "
+                     f"flush).",
+                     f"Raise gradient accumulation from {stage_figures.micro_batches} to {2 * stage_figures.micro_batches}.",
+                     f"The fill-and-flush share falls from {stage_figures.ideal_bubble_pct:.1f}% to "
+                     f"{bubble_with_double_accumulation_pct:.1f}%."))
+
+    # -- exchange bound ------------------------------------------------------------------------------
+    busy = exchange.total_cycles - exchange.idle_cycles
+    comm = exchange.exchange_cycles + exchange.sync_cycles + exchange.stream_cycles
+    if busy > 0 and 100.0 * comm / busy > EXCHANGE_BOUND_PCT:
+        share = 100.0 * comm / busy
+        parts = {"sync": exchange.sync_cycles}
+        for r in kinds.itertuples():
+            parts[str(r.kind)] = int(r.cycles)
+        top = max(parts, key=lambda k: parts[k])
+        top_pct = 100.0 * parts[top] / busy
+        detail = ""
+        if len(costliest) and top != "sync":
+            c = costliest[costliest["kind"] == top].head(1)
+            if len(c):
+                c = c.iloc[0]
+                detail = (f"; the costliest step is {c['name'] or 'step ' + str(c['step'])} on IPU {int(c['ipu'])} "
+                          f"({_cycles(c['total_cycles'])} in all)")
+        fix = _KIND_FIX.get(top, "Merge small steps: fewer, larger compute sets need fewer syncs.")
+        per_step = parts[top] / max(summary.iterations, 1) / max(summary.num_ipus, 1)
+        rows.append(("warning", "exchange",
+                     f"{share:.1f}% of busy time is exchange, sync and streaming rather than compute; {top} "
+                     f"dominates with {top_pct:.1f}%{detail}.",
+                     fix,
+                     f"{top} costs about {_cycles(per_step)} per IPU per step; halving it saves "
+                     f"{100.0 * parts[top] / 2 / exchange.total_cycles:.1f}% of the time."))
+
+    if not rows:
+        rows.append(("info", "summary", "No problems found: the model fits, the stages are balanced and compute "
+                     "dominates.", "", ""))
+    frame = pd.DataFrame(rows, columns=INSIGHT_COLUMNS)
+    frame["_order"] = frame["severity"].map({s: i for i, s in enumerate(SEVERITIES)})
+    return finish(frame, INSIGHT_COLUMNS, ["_order"])
