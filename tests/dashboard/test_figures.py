@@ -1,0 +1,162 @@
+"""The figure builders and formatters, called as plain functions on frames shaped like the API's."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from dashboards import components as c
+from dashboards import figures
+
+
+def by_tile_frame(totals: list[int], capacity: int) -> pd.DataFrame:
+    totals = np.array(totals)
+    return pd.DataFrame({
+        "ipu": 0, "tile": np.arange(len(totals)), "always_live_bytes": totals, "not_always_live_bytes": 0,
+        "total_bytes": totals, "excess_bytes": np.maximum(totals - capacity, 0), "oom": totals > capacity,
+    })
+
+
+def test_tile_map_lays_every_tile_on_a_grid_and_crosses_the_out_of_memory_ones():
+    # GIVEN 10 tiles of 1 KiB capacity, tiles 3 and 9 over it
+    frame = by_tile_frame([512] * 3 + [2048] + [256] * 5 + [1536], capacity=1024)
+    # WHEN drawn 4 tiles per row
+    fig = figures.tile_map(frame, tiles_per_ipu=10, bytes_per_tile=1024, selected_tile=5, columns=4)
+    # THEN the heat map is 3 rows of 4, the 2 cells past tile 9 are blank, the scale ends at capacity
+    heat = fig.data[0]
+    z = np.array(heat.z, dtype=float)
+    assert z.shape == (3, 4)
+    assert np.isnan(z[2, 2]) and np.isnan(z[2, 3])
+    assert z[0, 3] == 2.0 and z[2, 1] == 1.5
+    assert heat.zmax == 1.0
+    # AND the out-of-memory marker sits on tiles 3 (row 0, col 3) and 9 (row 2, col 1)
+    oom = fig.data[1]
+    assert list(oom.x) == [3, 1] and list(oom.y) == [0, 2]
+    assert oom.name == "out of memory (2)"
+    # AND the selected tile 5 (row 1, col 1) is outlined
+    shape = fig.layout.shapes[0]
+    assert (shape.x0, shape.x1, shape.y0, shape.y1) == (0.5, 1.5, 0.5, 1.5)
+
+
+def test_tile_map_cells_carry_their_tile_number_for_clicks():
+    fig = figures.tile_map(by_tile_frame([1, 2, 3, 4, 5], 10), tiles_per_ipu=5, bytes_per_tile=10, columns=2)
+    custom = np.array(fig.data[0].customdata, dtype=float)
+    assert custom[2, 0, 0] == 4  # row 2, column 0 is tile 4
+    assert np.isnan(custom[2, 1, 0])  # past the last tile
+
+
+def test_binned_phases_are_laid_side_by_side_inside_their_bin_in_phase_order():
+    # GIVEN one bin of 100 cycles on IPU 0 holding 30 exchange, 60 compute and 10 sync cycles
+    frame = pd.DataFrame({
+        "ipu": [0, 0, 0, 1], "start_cycle": [0, 0, 0, 0], "end_cycle": [100, 100, 100, 100],
+        "phase": ["exchange", "compute", "sync", "idle"], "cycles": [30, 60, 10, 100], "events": [2, 3, 1, 1],
+    })
+    # WHEN placed
+    bars = figures.timeline_bars(frame)
+    # THEN compute starts the bin, sync follows at 60, exchange at 70; each as wide as its cycles
+    ipu0 = bars[bars["ipu"] == 0].set_index("phase")
+    assert ipu0.loc["compute", "base"] == 0 and ipu0.loc["sync", "base"] == 60 and ipu0.loc["exchange", "base"] == 70
+    assert list(ipu0["width"]) == [60, 10, 30]
+    assert bars[bars["ipu"] == 1]["base"].tolist() == [0]
+
+
+def test_events_are_drawn_where_they_ran():
+    frame = pd.DataFrame({"ipu": [0, 0], "start_cycle": [0, 40], "end_cycle": [40, 50],
+                          "phase": ["compute", "sync"], "cycles": [40, 10], "events": [1, 1]})
+    bars = figures.timeline_bars(frame)
+    assert bars["base"].tolist() == [0, 40] and bars["width"].tolist() == [40, 10]
+
+
+def test_trace_timeline_draws_one_bar_trace_per_phase_over_the_window():
+    frame = pd.DataFrame({"ipu": [0, 0, 1], "start_cycle": [0, 40, 0], "end_cycle": [40, 50, 50],
+                          "phase": ["compute", "sync", "idle"], "cycles": [40, 10, 50], "events": [1, 1, 1]})
+    fig = figures.trace_timeline(frame, "events", (0, 50), [0, 1])
+    assert [t.name for t in fig.data] == ["compute", "sync", "exchange", "stream", "idle"]
+    assert sum(len(t.x) for t in fig.data) == 3
+    assert list(fig.layout.xaxis.range) == [0, 50]
+    assert fig.layout.meta["level"] == "events"
+    assert fig.data[0].marker.color != fig.data[1].marker.color
+
+
+def gantt_frame() -> pd.DataFrame:
+    # 2 stages on 2 IPUs, 2 micro-batches, 2 iterations: F then B per micro-batch
+    rows = []
+    for iteration in range(2):
+        for mb in range(2):
+            for ipu in range(2):
+                start = iteration * 1000 + mb * 100 + ipu * 10
+                rows.append((ipu, ipu, "forward", iteration, mb, start, start + 10))
+                rows.append((ipu, ipu, "backward", iteration, mb, start + 500, start + 520))
+    return pd.DataFrame(rows, columns=["ipu", "stage", "pass", "iteration", "micro_batch", "start_cycle", "end_cycle"])
+
+
+def test_micro_batches_are_numbered_from_one_through_the_run_as_in_the_tutorial():
+    labels = figures.micro_batch_labels(gantt_frame())
+    assert labels.iloc[0] == "F1"
+    assert set(labels[gantt_frame()["iteration"] == 1]) == {"F3", "F4", "B3", "B4"}
+
+
+def test_gantt_draws_forward_and_backward_in_two_colours_per_ipu():
+    fig = figures.stages_gantt(gantt_frame())
+    forward, backward = fig.data
+    assert (forward.name, backward.name) == ("forward", "backward")
+    assert forward.marker.color != backward.marker.color
+    assert len(forward.x) == 8 and set(forward.y) == {"IPU 0", "IPU 1"}
+    assert list(forward.base[:1]) == [0] and list(forward.x[:1]) == [10]
+    assert "F1" in list(forward.text)
+
+
+def test_gantt_of_a_profile_without_stages_says_so():
+    fig = figures.stages_gantt(gantt_frame().iloc[0:0])
+    assert fig.layout.annotations[0].text == "No pipeline stages in this profile."
+
+
+def test_exchange_matrix_names_the_host_and_streaming_memory():
+    matrix = pd.DataFrame({"src_ipu": [0, 1, -1, -2], "dst_ipu": [1, 0, 0, 0], "bytes": [800, 800, 100, 400],
+                           "cycles": [5, 5, 2, 3]})
+    fig = figures.exchange_matrix(matrix)
+    heat = fig.data[0]
+    assert list(heat.x) == ["IPU 0", "IPU 1", "host", "streaming memory"]
+    z = np.array(heat.z, dtype=float)
+    assert z[0, 1] == 800  # IPU 1 -> IPU 0
+    assert z[0, 3] == 400  # streaming memory -> IPU 0
+    assert math.isnan(z[3, 3])
+
+
+def test_stage_cycles_lays_a_stages_passes_end_to_end():
+    summary = pd.DataFrame({"stage": [0, 0, 0, 1, 1], "pass": ["forward", "backward", "update", "forward", "backward"],
+                            "cycles_per_micro_batch": [10, 20, 5, 30, 60]})
+    assert figures.stage_cycles(summary)["cycles_per_micro_batch"].tolist() == [30, 90]
+
+
+def test_phase_shares_stack_to_the_given_percentages():
+    fig = figures.phase_shares({"compute": 50.0, "sync": 10.0, "exchange": 20.0, "stream": 5.0, "idle": 15.0})
+    assert [t.x[0] for t in fig.data] == [50.0, 10.0, 20.0, 5.0, 15.0]
+    assert fig.data[0].name == "compute 50.0 %"
+
+
+def test_liveness_plot_marks_capacity_and_the_chosen_step():
+    by_step = pd.DataFrame({"ipu": [0, 0, 1, 1], "step": [0, 1, 0, 1], "name": ["a", "b", "c", "d"],
+                            "always_live_bytes": 10, "not_always_live_bytes": [0, 2**20, 0, 0],
+                            "total_bytes": 10, "worst_tile": [0, 1, 0, 0], "worst_tile_bytes": [100, 2048, 5, 5],
+                            "capacity_bytes": 4096})
+    fig = figures.liveness_steps(by_step, bytes_per_tile=2048, selected=(0, 1))
+    nal = fig.data[0]
+    assert list(nal.y) == [0, 1.0]  # MiB
+    capacity = [t for t in fig.data if t.name == "tile capacity"][0]
+    assert list(capacity.y) == [2.0, 2.0]  # KiB
+    assert fig.layout.shapes[0].x0 == 1
+
+
+def test_formats_use_binary_units_and_say_nothing_for_missing_values():
+    assert c.fmt_bytes(638976) == "624.00 KiB"
+    assert c.fmt_bytes(512) == "512 B"
+    assert c.fmt_bytes(float("nan")) == "–"
+    assert c.fmt_count(12_345_678) == "12.3 M"
+    assert c.fmt_seconds(0.00123) == "1.23 ms"
+    assert c.fmt_rate(2 * 2**30) == "2.00 GiB/s"
+    assert c.fmt_for_column("achieved_bytes_per_s") is c.fmt_rate
+    assert c.fmt_for_column("excess_bytes") is c.fmt_bytes
+    assert c.fmt_for_column("bubble_pct") is c.fmt_pct
