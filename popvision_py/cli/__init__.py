@@ -19,6 +19,8 @@ from popvision_py.errors import PopvisionError
 COMMANDS: dict[str, str] = {
     "dashboard": "dashboard",
     "info": "info",
+    "models": "models",
+    "run": "run",
 }
 
 

@@ -1,0 +1,41 @@
+"""The instrumented IPU emulator: targets, the model description API, the zoo, compiler and scheduler.
+
+Describe a model in PopTorch's words and run it::
+
+    from engine import Block, Model, Options, PipelinedExecution, Stage
+
+    def build(options: Options) -> Model:
+        m = Model("mine", options)
+        x = m.input((784,))
+        with Block("B1"):
+            x = m.relu(m.linear(x, 512))
+        with Block("B2"):
+            m.loss(m.linear(x, 10))
+        return m.set_default_strategy(PipelinedExecution(Stage("B1").ipu(0), Stage("B2").ipu(1)))
+
+then ``popvision run mine.py --profile``. The engine depends on popvision_py.format and
+popvision_py.errors only.
+"""
+
+from engine.model import (
+    Block,
+    ExecutionStrategy,
+    Model,
+    Options,
+    PhasedExecution,
+    PipelinedExecution,
+    ShardedExecution,
+    Stage,
+    Tensor,
+    TensorLocations,
+    TensorLocationSettings,
+)
+from engine.runner import RunRequest, emulate, prepare
+from engine.targets import ARCHS, SYSTEMS, Assumptions, Target, make_target
+from engine.zoo import ZOO
+
+__all__ = [
+    "ARCHS", "SYSTEMS", "ZOO", "Assumptions", "Block", "ExecutionStrategy", "Model", "Options", "PhasedExecution",
+    "PipelinedExecution", "RunRequest", "ShardedExecution", "Stage", "Target", "Tensor", "TensorLocationSettings",
+    "TensorLocations", "emulate", "make_target", "prepare",
+]

@@ -1,0 +1,527 @@
+"""The compiler: lower each IPU's ops into program steps, map work and tensors onto tiles, plan memory.
+
+Per IPU, the program is, in order: the forward segment of each of its stages, their backward
+segments (reverse order), the pipeline sync, then the weight-update segment. A segment is a run of
+program steps; each op pass lowers to the BSP triple sync -> exchange -> compute set, and segments
+begin or end with the copies that feed them (host streams, inter-IPU copies, remote buffers).
+
+Tile mapping follows the op's shapes: its work splits into ``grains`` (``Op.grains``), spread over
+``min(grains, tiles)`` contiguous tiles, the first ``grains % tiles`` tiles taking one grain more.
+So a small op uses few tiles, and a big one is imbalanced by exactly its grain arithmetic.
+
+Memory is planned per tile: always-live categories (code, vertex state, weights...) and
+not-always-live variables with liveness intervals in program steps; a tile's peak is its
+always-live bytes plus the most its not-always-live variables hold at any one step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.model import DTYPE_BYTES, Op, Tensor
+from engine.plan import Plan, StagePlan
+
+WORKERS = 6  # worker contexts per tile on every generation (public)
+GRAD_ACCUMULATOR_BYTES = 4  # gradient accumulators are kept in FP32, as PopART does
+WEIGHT_GRAIN_PARAMS = 64  # weights spread over tiles in grains of 64 parameters
+
+NAL_CATEGORIES = ("weights", "optimiser_state", "gradients", "activations", "stash", "exchange_buffers")
+
+
+@dataclass
+class Mapping:
+    """Where an op's work lies: tiles [start, start + len(grains)), with ``grains[t]`` grains each."""
+
+    start: int
+    grains: np.ndarray  # int64, one entry per tile used
+
+    @property
+    def tiles(self) -> int:
+        return len(self.grains)
+
+    def share(self, total: int) -> np.ndarray:
+        """Split ``total`` bytes over the tiles in proportion to their grains, exactly."""
+        cum = np.cumsum(self.grains)
+        upto = (int(total) * cum) // int(cum[-1])
+        return np.diff(upto, prepend=0)
+
+
+@dataclass
+class Variable:
+    """A tensor on one IPU: bytes per tile over a tile range, live over a step interval."""
+
+    name: str
+    category: str
+    always_live: bool
+    start: int
+    per_tile: np.ndarray
+    live_from: int
+    live_to: int
+    op_id: int
+
+
+@dataclass
+class IpuProgram:
+    """One IPU's compiled program: its steps as parallel lists, plus tile cycles, exchanges, variables."""
+
+    ipu: int
+    type: list[str] = field(default_factory=list)
+    name: list[str] = field(default_factory=list)
+    op_id: list[int] = field(default_factory=list)
+    stage: list[int] = field(default_factory=list)
+    pass_: list[str] = field(default_factory=list)
+    tiles: list[int] = field(default_factory=list)
+    bytes: list[int] = field(default_factory=list)
+    cycles: list[int] = field(default_factory=list)
+    # (step, start tile, cycles per tile, grains per tile) of each compute set
+    tile_cycles: list[tuple[int, int, np.ndarray, np.ndarray]] = field(default_factory=list)
+    exchanges: list[tuple[int, str, int, int, int, int]] = field(default_factory=list)
+    variables: list[Variable] = field(default_factory=list)
+    # Segments: (stage, pass) -> [first step, end step); "sync" and "update" are per IPU.
+    segments: dict[tuple[int, str], tuple[int, int]] = field(default_factory=dict)
+    sync_step: int = -1
+    update_segment: tuple[int, int] = (0, 0)
+    # Always-live bookkeeping: codelets (kind, pass) -> tiles that hold their code; per-tile extras.
+    codelets: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return len(self.type)
+
+    def add(self, type_: str, name: str, op_id: int, stage: int, pass_: str, tiles: int, bytes_: int,
+            cycles: int) -> int:
+        self.type.append(type_)
+        self.name.append(name)
+        self.op_id.append(op_id)
+        self.stage.append(stage)
+        self.pass_.append(pass_)
+        self.tiles.append(int(tiles))
+        self.bytes.append(int(bytes_))
+        self.cycles.append(int(cycles))
+        return len(self.type) - 1
+
+
+@dataclass
+class Compiled:
+    """The compiled run: one program per IPU and the op mappings they share."""
+
+    plan: Plan
+    programs: list[IpuProgram]
+    mappings: dict[int, Mapping]
+    weight_mappings: dict[int, Mapping]
+
+
+class Compiler:
+    """Lowers a Plan into per-IPU programs (see the module docstring)."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.target = plan.target
+        self.options = plan.options
+        self.tiles = plan.target.tiles
+        self.dt = DTYPE_BYTES[plan.options.precision]
+        self.a = plan.target.assumptions
+        self.stage_of = plan.stage_of_op()
+        self.ops = {op.op_id: op for s in plan.stages for op in s.ops}
+        self.mappings = {op_id: self._map(op) for op_id, op in self.ops.items()}
+        self.weight_mappings = {op_id: self._map_weights(op) for op_id, op in self.ops.items() if op.params}
+        locations = plan.options.tensor_locations
+        self.weights_streamed = plan.strategy == "phased" or not locations.weights_on_chip
+        self.optimiser_off_chip = not locations.optimiser_on_chip
+        self.activations_off_chip = not locations.activations_on_chip
+        self.rts = locations.replicated_tensor_sharding and plan.options.replication_factor > 1
+        self.pipelined_training = plan.strategy == "pipelined" and plan.training and len(plan.stages) > 1
+        # consumers of each op's output, by op id
+        self.consumers: dict[int, list[int]] = {}
+        for op in self.ops.values():
+            for t in op.inputs:
+                self.consumers.setdefault(t.producer, []).append(op.op_id)
+
+    # -- tile mapping ------------------------------------------------------------------------
+
+    def _span(self, op_id: int, used: int) -> int:
+        # Spread small ops over the chip deterministically (Poplar balances code and data over tiles).
+        room = self.tiles - used + 1
+        return (op_id * 997) % room
+
+    def _map(self, op: Op) -> Mapping:
+        used = min(op.grains, self.tiles)
+        base, extra = divmod(op.grains, used)
+        grains = np.full(used, base, dtype=np.int64)
+        grains[:extra] += 1
+        return Mapping(self._span(op.op_id, used), grains)
+
+    def _map_weights(self, op: Op) -> Mapping:
+        work = self.mappings[op.op_id]
+        weight_grains = math.ceil(op.params / WEIGHT_GRAIN_PARAMS)
+        used = min(weight_grains, work.tiles)
+        base, extra = divmod(weight_grains, used)
+        grains = np.full(used, base, dtype=np.int64)
+        grains[:extra] += 1
+        return Mapping(work.start, grains)
+
+    # -- costs -------------------------------------------------------------------------------
+
+    def _grain_cycles(self, op: Op, flops: float, moved: float, grains: int) -> float:
+        """Cycles one grain takes at the tile's full rate (all workers busy)."""
+        precision = self.options.precision
+        per_flops = flops / grains
+        per_bytes = moved / grains
+        if op.on_amp:
+            efficiency = self.a.amp_efficiency
+            if op.kind == "conv" and op.gemm is not None:
+                efficiency *= min(1.0, op.gemm[1] / self.a.amp_min_reduction)
+            rate = self.target.amp_flops_per_cycle(precision) * efficiency
+            return per_flops / rate
+        compute = per_flops / self.target.vector_flops_per_cycle(precision)
+        return max(compute, per_bytes / self.target.memory_bytes_per_cycle_per_tile)
+
+    def _tile_cycles(self, grains: np.ndarray, grain_cycles: float) -> np.ndarray:
+        # Workers take grains in rounds of six; one round costs six grains' worth of issue slots
+        # (each worker gets one slot in six), so a tile with one grain is as slow as one with six.
+        rounds = -(-grains // WORKERS)
+        per_round = WORKERS * grain_cycles + self.a.vertex_overhead_cycles
+        return self.a.compute_set_overhead_cycles + np.ceil(rounds * per_round).astype(np.int64)
+
+    def _exchange_bytes_per_tile(self, op: Op, mapping: Mapping, factor: int) -> int:
+        """Bytes the busiest tile receives before the op's compute set."""
+        inputs = sum(t.bytes for t in op.inputs)
+        if op.on_amp and op.gemm is not None:
+            m, k, n = op.gemm
+            t = mapping.tiles
+            # A pm x pn grid of output blocks: each tile needs its rows of A and its columns of B.
+            pn = max(1, min(t, round(math.sqrt(t * n / max(m, 1)))))
+            pm = max(1, math.ceil(t / pn))
+            a_bytes = op.inputs[0].bytes
+            b_bytes = op.params * self.dt if op.params else sum(x.bytes for x in op.inputs[1:])
+            return factor * math.ceil(a_bytes / pm + b_bytes / pn)
+        return factor * math.ceil(self.a.elementwise_relayout_fraction * inputs / mapping.tiles)
+
+    def _copy_cycles(self, nbytes: int, bytes_per_s: float) -> int:
+        return int(self.a.link_latency_cycles + math.ceil(nbytes / self.target.bytes_per_cycle(bytes_per_s)))
+
+    # -- lowering ----------------------------------------------------------------------------
+
+    def _lower_op(self, prog: IpuProgram, op: Op, stage: int, pass_: str, suffix: str, factor: int) -> tuple[int, int]:
+        """sync -> exchange -> compute set for one op pass; returns (exchange step, compute step)."""
+        mapping = self.mappings[op.op_id]
+        label = f"{op.name}/{suffix}"
+        prog.add("sync", f"{label}/sync", op.op_id, stage, pass_, self.tiles, 0, self.a.tile_sync_cycles)
+        per_tile = self._exchange_bytes_per_tile(op, mapping, factor)
+        ex_cycles = self.a.exchange_latency_cycles + math.ceil(per_tile / self.a.exchange_bytes_per_cycle_per_tile)
+        ex_step = prog.add("exchange", f"{label}/exchange", op.op_id, stage, pass_, mapping.tiles,
+                           per_tile * mapping.tiles, ex_cycles)
+        prog.exchanges.append((ex_step, "internal", prog.ipu, prog.ipu, per_tile * mapping.tiles, ex_cycles))
+        prog.variables.append(Variable(f"{label}/exchange_buffer", "exchange_buffers", False, mapping.start,
+                                       np.full(mapping.tiles, per_tile, dtype=np.int64), ex_step, ex_step + 1,
+                                       op.op_id))
+        # Backward on the matrix units computes two products (input and weight gradients); on the
+        # vector units the gradient costs about what the forward did.
+        flops = op.flops * factor if op.on_amp else op.flops
+        moved = op.bytes * factor
+        cycles = self._tile_cycles(mapping.grains, self._grain_cycles(op, flops, moved, op.grains))
+        cs = prog.add("compute_set", label, op.op_id, stage, pass_, mapping.tiles, 0, int(cycles.max()))
+        prog.tile_cycles.append((cs, mapping.start, cycles, mapping.grains))
+        # Recomputation reuses the forward codelets.
+        codelet = (op.kind, "forward" if suffix == "recompute" else pass_)
+        mask = prog.codelets.setdefault(codelet, np.zeros(self.tiles, dtype=bool))
+        mask[mapping.start:mapping.start + mapping.tiles] = True
+        return ex_step, cs
+
+    def _copy(self, prog: IpuProgram, type_: str, kind: str, name: str, stage: int, pass_: str, nbytes: int,
+              src: int, dst: int, bytes_per_s: float, tiles: int, op_id: int = -1) -> int:
+        cycles = self._copy_cycles(nbytes, bytes_per_s)
+        step = prog.add(type_, name, op_id, stage, pass_, tiles, nbytes, cycles)
+        prog.exchanges.append((step, kind, src, dst, nbytes, cycles))
+        return step
+
+    def _stage_inputs(self, stage: StagePlan) -> list[tuple[Tensor, int]]:
+        """Tensors the stage receives (once each) and the op that first consumes each."""
+        seen: dict[tuple, tuple[Tensor, int]] = {}
+        for op in stage.ops:
+            for t in op.inputs:
+                if t.producer < 0 or self.stage_of[t.producer] != stage.index:
+                    seen.setdefault((t.producer, t.shape), (t, op.op_id))
+        return list(seen.values())
+
+    def _stage_outputs(self, stage: StagePlan) -> list[Tensor]:
+        """Tensors produced in the stage and used by later stages (sent once each)."""
+        out = {}
+        for op in stage.ops:
+            for consumer in self.consumers.get(op.op_id, []):
+                if self.stage_of[consumer] != stage.index:
+                    out[op.op_id] = op.output
+        return list(out.values())
+
+    def _stash_depth(self, stage: StagePlan) -> int:
+        """Micro-batches whose activations a stage holds at once: 2(N-1-s)+1 in a training pipeline."""
+        if not self.pipelined_training:
+            return 1
+        n = len(self.plan.stages)
+        return 2 * (n - 1 - stage.index) + 1
+
+    def compile(self, progress: Callable[[], None] = lambda: None) -> Compiled:
+        """Lower every IPU's program and its variables."""
+        programs = []
+        for ipu in range(self.plan.num_ipus):
+            programs.append(self._compile_ipu(ipu))
+            progress()
+        return Compiled(self.plan, programs, self.mappings, self.weight_mappings)
+
+    def _compile_ipu(self, ipu: int) -> IpuProgram:
+        prog = IpuProgram(ipu)
+        stages = [s for s in self.plan.stages if s.ipu == ipu]
+        training = self.plan.training
+        # where each op's forward compute set, backward compute set, recompute set lie
+        fwd_cs: dict[int, int] = {}
+        bwd_cs: dict[int, int] = {}
+        recompute_cs: dict[int, int] = {}
+        weight_loads: dict[int, list[tuple[int, int]]] = {}  # op -> [(load step, segment end)]
+        stage_input_vars: dict[int, list[Variable]] = {}
+        for stage in stages:
+            first = prog.steps
+            inputs = []
+            for tensor, consumer in self._stage_inputs(stage):
+                cmap = self.mappings[consumer]
+                if tensor.producer < 0:
+                    step = self._copy(prog, "stream_copy", "host", "input/from_host", stage.index, "forward",
+                                      tensor.bytes, -1, ipu, self.target.host_bytes_per_s_per_ipu, cmap.tiles)
+                else:
+                    src_ipu = self.plan.stages[self.stage_of[tensor.producer]].ipu
+                    if src_ipu == ipu:
+                        step = prog.steps  # produced earlier on this IPU: live from the stage's start
+                    else:
+                        step = self._copy(prog, "global_exchange", "inter_ipu",
+                                          f"stage{stage.index}/from_ipu{src_ipu}", stage.index, "forward",
+                                          tensor.bytes, src_ipu, ipu, self.target.ipu_neighbour_bytes_per_s,
+                                          cmap.tiles)
+                inputs.append((tensor, consumer, step))
+            if training and any(op.kind == "cross_entropy" for op in stage.ops):
+                labels = self.options.micro_batch_size * 4
+                self._copy(prog, "stream_copy", "host", "labels/from_host", stage.index, "forward", labels, -1,
+                           ipu, self.target.host_bytes_per_s_per_ipu, 1)
+            if self.weights_streamed:
+                self._load_weights(prog, stage, "forward", weight_loads)
+            for op in stage.ops:
+                _, fwd_cs[op.op_id] = self._lower_op(prog, op, stage.index, "forward", "fwd", 1)
+            if self.activations_off_chip and training:
+                stash = sum(op.output.bytes for op in stage.ops) * self._stash_depth(stage)
+                self._copy(prog, "remote_buffer_copy", "remote_buffer", f"stage{stage.index}/stash_to_remote",
+                           stage.index, "forward", stash, ipu, -2, self.a.streaming_memory_bytes_per_s, self.tiles)
+            last = stage.ops[-1]
+            if not training and last.op_id == max(self.ops):
+                self._copy(prog, "stream_copy", "host", "output/to_host", stage.index, "forward", last.output.bytes,
+                           ipu, -1, self.target.host_bytes_per_s_per_ipu, self.mappings[last.op_id].tiles)
+            elif training and last.kind == "cross_entropy":
+                self._copy(prog, "stream_copy", "host", "loss/to_host", stage.index, "forward", last.output.bytes,
+                           ipu, -1, self.target.host_bytes_per_s_per_ipu, 1)
+            prog.segments[(stage.index, "forward")] = (first, prog.steps)
+            stage_input_vars[stage.index] = self._input_variables(prog, stage, inputs)
+        if training:
+            for stage in reversed(stages):
+                first = prog.steps
+                for tensor in self._stage_outputs(stage):
+                    consumer_stage = min(self.stage_of[c] for c in self.consumers[tensor.producer]
+                                         if self.stage_of[c] != stage.index)
+                    dst_ipu = self.plan.stages[consumer_stage].ipu
+                    if dst_ipu != ipu:
+                        self._copy(prog, "global_exchange", "inter_ipu", f"stage{stage.index}/grad_from_ipu{dst_ipu}",
+                                   stage.index, "backward", tensor.bytes, dst_ipu, ipu,
+                                   self.target.ipu_neighbour_bytes_per_s, self.mappings[tensor.producer].tiles)
+                if self.weights_streamed:
+                    self._load_weights(prog, stage, "backward", weight_loads)
+                if self.activations_off_chip:
+                    stash = sum(op.output.bytes for op in stage.ops) * self._stash_depth(stage)
+                    self._copy(prog, "remote_buffer_copy", "remote_buffer", f"stage{stage.index}/stash_from_remote",
+                               stage.index, "backward", stash, -2, ipu, self.a.streaming_memory_bytes_per_s,
+                               self.tiles)
+                if self.options.recompute:
+                    for op in stage.ops:
+                        _, recompute_cs[op.op_id] = self._lower_op(prog, op, stage.index, "backward", "recompute", 1)
+                for op in reversed(stage.ops):
+                    _, bwd_cs[op.op_id] = self._lower_op(prog, op, stage.index, "backward", "bwd", 2)
+                if self.weights_streamed and any(op.params for op in stage.ops):
+                    grads = sum(op.params for op in stage.ops) * GRAD_ACCUMULATOR_BYTES
+                    self._copy(prog, "remote_buffer_copy", "remote_buffer", f"stage{stage.index}/grads_to_remote",
+                               stage.index, "backward", grads, ipu, -2, self.a.streaming_memory_bytes_per_s,
+                               self.tiles)
+                prog.segments[(stage.index, "backward")] = (first, prog.steps)
+        prog.sync_step = prog.add("sync", "pipeline/sync", -1, -1, "none", self.tiles, 0,
+                                  self.target.sync_cycles(self.plan.num_ipus))
+        first = prog.steps
+        update_steps: dict[int, tuple[int, int]] = {}
+        if training:
+            weighted = [op for s in stages for op in s.ops if op.params]
+            replicas = self.options.replication_factor
+            if replicas > 1 and weighted:
+                grads = sum(op.params for op in weighted) * self.dt
+                bw = self.target.all_reduce_bytes_per_s(replicas * self.plan.num_ipus)
+                ring = 2 * (replicas - 1) / replicas * grads
+                cycles = int(2 * (replicas - 1) * self.a.link_latency_cycles / 4
+                             + math.ceil(ring / self.target.bytes_per_cycle(bw)))
+                step = prog.add("all_reduce", "gradients/all_reduce", -1, -1, "update", self.tiles, int(ring), cycles)
+                prog.exchanges.append((step, "all_reduce", ipu, ipu, int(ring), cycles))
+            for op in weighted:
+                update_steps[op.op_id] = self._lower_update(prog, op)
+        prog.update_segment = (first, prog.steps)
+        self._variables(prog, stages, fwd_cs, bwd_cs, recompute_cs, update_steps, weight_loads, stage_input_vars)
+        return prog
+
+    def _load_weights(self, prog: IpuProgram, stage: StagePlan, pass_: str,
+                      loads: dict[int, list[tuple[int, int]]]) -> None:
+        weights = sum(op.params for op in stage.ops) * self.dt
+        if not weights:
+            return
+        step = self._copy(prog, "remote_buffer_copy", "remote_buffer", f"stage{stage.index}/weights_from_remote",
+                          stage.index, pass_, weights, -2, prog.ipu, self.a.streaming_memory_bytes_per_s, self.tiles)
+        for op in stage.ops:
+            if op.params:
+                loads.setdefault(op.op_id, []).append((step, -1))  # end filled when the segment closes
+
+    def _lower_update(self, prog: IpuProgram, op: Op) -> tuple[int, int]:
+        """Remote loads, the optimiser's compute set and remote stores for one weighted op."""
+        wmap = self.weight_mappings[op.op_id]
+        state = self.a.optimiser_state_bytes_per_param[self.options.optimiser]
+        shard = self.options.replication_factor if self.rts else 1
+        params = math.ceil(op.params / shard)
+        stage = self.stage_of[op.op_id]
+        incoming = (params * state if self.optimiser_off_chip else 0) + (op.params * self.dt if self.weights_streamed else 0)
+        incoming += op.params * GRAD_ACCUMULATOR_BYTES if self.weights_streamed else 0
+        first = prog.steps
+        if incoming:
+            self._copy(prog, "remote_buffer_copy", "remote_buffer", f"{op.name}/update/from_remote", stage, "update",
+                       incoming, -2, prog.ipu, self.a.streaming_memory_bytes_per_s, wmap.tiles, op.op_id)
+        flops = params * self.a.optimiser_flops_per_param[self.options.optimiser]
+        moved = params * (2 * self.dt + GRAD_ACCUMULATOR_BYTES + 2 * state)
+        grains = int(wmap.grains.sum())
+        grain_cycles = max(flops / grains / self.target.vector_flops_per_cycle("fp32"),
+                           moved / grains / self.target.memory_bytes_per_cycle_per_tile)
+        cycles = self._tile_cycles(wmap.grains, grain_cycles)
+        cs = prog.add("compute_set", f"{op.name}/update", op.op_id, stage, "update", wmap.tiles, 0, int(cycles.max()))
+        prog.tile_cycles.append((cs, wmap.start, cycles, wmap.grains))
+        mask = prog.codelets.setdefault(("optimiser", "update"), np.zeros(self.tiles, dtype=bool))
+        mask[wmap.start:wmap.start + wmap.tiles] = True
+        outgoing = (params * state if self.optimiser_off_chip else 0) + (op.params * self.dt if self.weights_streamed else 0)
+        last = cs
+        if outgoing:
+            last = self._copy(prog, "remote_buffer_copy", "remote_buffer", f"{op.name}/update/to_remote", stage,
+                              "update", outgoing, prog.ipu, -2, self.a.streaming_memory_bytes_per_s, wmap.tiles,
+                              op.op_id)
+        return first, last
+
+    # -- memory ------------------------------------------------------------------------------
+
+    def _input_variables(self, prog: IpuProgram, stage: StagePlan,
+                         inputs: list[tuple[Tensor, int, int]]) -> list[Variable]:
+        """The tensors a stage receives; kept (stashed) for the backward pass when training."""
+        out = []
+        for tensor, consumer, step in inputs:
+            cmap = self.mappings[consumer]
+            training = self.plan.training
+            category = "stash" if training and self.pipelined_training else "activations"
+            depth = self._stash_depth(stage) if training else 1
+            name = "input" if tensor.producer < 0 else f"{self.ops[tensor.producer].name}/output"
+            var = Variable(f"stage{stage.index}/{name}", category, False, cmap.start,
+                           cmap.share(tensor.bytes * depth), step, step, consumer)
+            prog.variables.append(var)
+            out.append(var)
+        return out
+
+    def _variables(self, prog: IpuProgram, stages: list[StagePlan], fwd_cs: dict[int, int], bwd_cs: dict[int, int],
+                   recompute_cs: dict[int, int], update_steps: dict[int, tuple[int, int]],
+                   weight_loads: dict[int, list[tuple[int, int]]], stage_inputs: dict[int, list[Variable]]) -> None:
+        training = self.plan.training
+        last_step = prog.steps - 1
+        state_bytes = self.a.optimiser_state_bytes_per_param[self.options.optimiser]
+        shard = self.options.replication_factor if self.rts else 1
+        ga = self.options.gradient_accumulation
+        for stage in stages:
+            depth = self._stash_depth(stage)
+            fwd_first, fwd_end = prog.segments[(stage.index, "forward")]
+            # Stage inputs: live from their arrival to their last use (the first op's backward).
+            for var in stage_inputs[stage.index]:
+                consumer = var.op_id
+                var.live_to = bwd_cs[consumer] if training else self._last_use(consumer, fwd_cs, fwd_end - 1)
+            for op in stage.ops:
+                mapping = self.mappings[op.op_id]
+                produced = fwd_cs[op.op_id]
+                last_use = self._last_use(op.op_id, fwd_cs, fwd_end - 1)
+                if training and not self.options.recompute:
+                    # Saved for the backward pass: in a pipeline, one copy per micro-batch in flight.
+                    category = "stash" if self.pipelined_training else "activations"
+                    prog.variables.append(Variable(f"{op.name}/output", category, False, mapping.start,
+                                                   mapping.share(op.output.bytes * depth), produced,
+                                                   max(bwd_cs[op.op_id], last_use), op.op_id))
+                else:
+                    prog.variables.append(Variable(f"{op.name}/output", "activations", False, mapping.start,
+                                                   mapping.share(op.output.bytes), produced, last_use, op.op_id))
+                if training:
+                    if self.options.recompute:
+                        prog.variables.append(Variable(f"{op.name}/recomputed", "activations", False, mapping.start,
+                                                       mapping.share(op.output.bytes), recompute_cs[op.op_id],
+                                                       bwd_cs[op.op_id], op.op_id))
+                    # The gradient of the op's input: from its backward step to the previous op's.
+                    grad_to = self._previous_backward(op, bwd_cs)
+                    grad_bytes = sum(t.bytes for t in op.inputs if t.dtype != "int32")
+                    if grad_bytes:
+                        prog.variables.append(Variable(f"{op.name}/grad_input", "activations", False, mapping.start,
+                                                       mapping.share(grad_bytes), bwd_cs[op.op_id], grad_to, op.op_id))
+                if not op.params:
+                    continue
+                wmap = self.weight_mappings[op.op_id]
+                weights = wmap.share(op.params * self.dt)
+                if self.weights_streamed:
+                    for step, _ in weight_loads.get(op.op_id, []):
+                        end = self._segment_end(prog, step)
+                        prog.variables.append(Variable(f"{op.name}/weight", "weights", False, wmap.start, weights,
+                                                       step, end, op.op_id))
+                    if op.op_id in update_steps:
+                        first, last = update_steps[op.op_id]
+                        prog.variables.append(Variable(f"{op.name}/weight", "weights", False, wmap.start, weights,
+                                                       first, last, op.op_id))
+                else:
+                    prog.variables.append(Variable(f"{op.name}/weight", "weights", True, wmap.start, weights, 0,
+                                                   last_step, op.op_id))
+                if not training:
+                    continue
+                state = wmap.share(math.ceil(op.params / shard) * state_bytes)
+                first, last = update_steps[op.op_id]
+                if self.optimiser_off_chip or self.weights_streamed:
+                    prog.variables.append(Variable(f"{op.name}/optimiser_state", "optimiser_state", False,
+                                                   wmap.start, state, first, last, op.op_id))
+                else:
+                    prog.variables.append(Variable(f"{op.name}/optimiser_state", "optimiser_state", True, wmap.start,
+                                                   state, 0, last_step, op.op_id))
+                grads = wmap.share(op.params * GRAD_ACCUMULATOR_BYTES)
+                if ga > 1 and not self.weights_streamed:
+                    prog.variables.append(Variable(f"{op.name}/grad_accumulator", "gradients", True, wmap.start,
+                                                   grads, 0, last_step, op.op_id))
+                else:
+                    prog.variables.append(Variable(f"{op.name}/gradient", "gradients", False, wmap.start, grads,
+                                                   bwd_cs[op.op_id], last, op.op_id))
+
+    def _last_use(self, op_id: int, fwd_cs: dict[int, int], default: int) -> int:
+        uses = [fwd_cs[c] for c in self.consumers.get(op_id, []) if c in fwd_cs]
+        leaves = [c for c in self.consumers.get(op_id, []) if c not in fwd_cs]
+        last = max(uses, default=fwd_cs[op_id])
+        return max(last, default) if leaves or not uses else last
+
+    def _previous_backward(self, op: Op, bwd_cs: dict[int, int]) -> int:
+        producers = [t.producer for t in op.inputs if t.producer in bwd_cs]
+        return max((bwd_cs[p] for p in producers), default=bwd_cs[op.op_id])
+
+    @staticmethod
+    def _segment_end(prog: IpuProgram, step: int) -> int:
+        for first, end in prog.segments.values():
+            if first <= step < end:
+                return end - 1
+        return step
+
+
+def compile_plan(plan: Plan, progress: Callable[[], None] = lambda: None) -> Compiled:
+    """Compile a checked plan into per-IPU programs."""
+    return Compiler(plan).compile(progress)

@@ -1,0 +1,286 @@
+"""Instrumentation: the compiled, planned and scheduled run as profile.pop tables and a summary.
+
+Tables are built column-wise with NumPy and handed to popvision_py's ProfileWriter; the trace is
+streamed in batches so it never has to sit in memory whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from popvision_py.format import ProfileWriter
+from popvision_py.format.schema import PASSES, PHASES
+
+from engine.compiler import GRAD_ACCUMULATOR_BYTES, Compiled
+from engine.memory import IpuMemory
+from engine.scheduler import Schedule, trace_batches
+
+
+@dataclass
+class Summary:
+    """What a run prints: time per step, throughput, whether it fits and the worst tile."""
+
+    model: str
+    arch: str
+    system: str
+    strategy: str
+    mode: str
+    num_ipus: int
+    replicas: int
+    samples_per_step: int
+    cycles_per_step: float
+    seconds_per_step: float
+    samples_per_second: float
+    fits: bool
+    worst_ipu: int
+    worst_tile: int
+    worst_tile_bytes: int
+    bytes_per_tile: int
+    oom_tiles: int
+    idle_pct: float
+    flops_utilisation_pct: float
+    peak_bytes_per_ipu: list[int] = field(default_factory=list)
+    profile: str | None = None
+
+    def text(self) -> str:
+        """The lines `popvision run` prints."""
+        fits = "yes" if self.fits else f"NO: {self.oom_tiles:,} tiles out of memory"
+        lines = [
+            f"{self.model}: {self.mode}, {self.strategy} over {self.num_ipus} IPU(s) x {self.replicas} replica(s) "
+            f"on {self.arch} ({self.system})",
+            f"  time per step     {self.seconds_per_step * 1e3:,.3f} ms ({self.cycles_per_step:,.0f} cycles, "
+            f"{self.samples_per_step:,} samples)",
+            f"  throughput        {self.samples_per_second:,.1f} samples/s",
+            f"  idle              {self.idle_pct:.1f}% of IPU time    FLOP utilisation {self.flops_utilisation_pct:.1f}%",
+            f"  fits              {fits}",
+            f"  worst tile        IPU {self.worst_ipu} tile {self.worst_tile}: {self.worst_tile_bytes:,} of "
+            f"{self.bytes_per_tile:,} bytes ({100 * self.worst_tile_bytes / self.bytes_per_tile:.1f}%)",
+        ]
+        if self.profile:
+            lines.append(f"  profile           {self.profile}")
+        return "\n".join(lines)
+
+
+def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) -> Summary:
+    """The run's headline figures."""
+    plan = compiled.plan
+    o = plan.options
+    target = plan.target
+    clock = target.arch.clock_hz
+    steps = o.device_iterations * o.runs
+    samples_per_step = o.micro_batch_size * (o.gradient_accumulation if plan.training else 1) * o.replication_factor
+    cycles_per_step = sched.total_cycles / steps
+    seconds = cycles_per_step / clock
+    peaks = [m.peak for m in memories]
+    worst_ipu = int(np.argmax([p.max() for p in peaks]))
+    worst_tile = int(peaks[worst_ipu].argmax())
+    capacity = target.arch.bytes_per_tile
+    oom = int(sum((p > capacity).sum() for p in peaks))
+    total_ipu_cycles = sched.unit_cycles * plan.num_ipus
+    idle = sched.unit_cycles * plan.num_ipus - int(sched.busy_cycles.sum())
+    flops = sum(op.flops + (op.backward_flops if plan.training else 0) for s in plan.stages for op in s.ops)
+    # Op FLOPs are per micro-batch (shapes carry the micro-batch); a training step is GA micro-batches.
+    flops_per_step = flops * (o.gradient_accumulation if plan.training else 1)
+    peak_flops = target.arch.fp16_peak_flops_per_ipu * (1 if o.precision == "fp16" else 0.25) * plan.num_ipus
+    return Summary(
+        model=plan.model.name, arch=target.arch.name, system=target.system, strategy=plan.strategy, mode=o.mode,
+        num_ipus=plan.num_ipus, replicas=o.replication_factor, samples_per_step=samples_per_step,
+        cycles_per_step=cycles_per_step, seconds_per_step=seconds, samples_per_second=samples_per_step / seconds,
+        fits=oom == 0, worst_ipu=worst_ipu, worst_tile=worst_tile, worst_tile_bytes=int(peaks[worst_ipu][worst_tile]),
+        bytes_per_tile=capacity, oom_tiles=oom, idle_pct=100 * idle / max(total_ipu_cycles, 1),
+        flops_utilisation_pct=100 * flops_per_step / (seconds * peak_flops),
+        peak_bytes_per_ipu=[int(p.sum()) for p in peaks],
+    )
+
+
+def manifest(compiled: Compiled, sched: Schedule) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The manifest's target and run objects (docs/profile-format.md's keys, required then optional)."""
+    plan = compiled.plan
+    o = plan.options
+    t = plan.target
+    arch = t.arch
+    target = {
+        "arch": arch.name,
+        "num_ipus": plan.num_ipus,
+        "tiles_per_ipu": arch.tiles_per_ipu,
+        "bytes_per_tile": arch.bytes_per_tile,
+        "clock_hz": arch.clock_hz,
+        "system": t.system,
+        "system_ipus": t.system_ipus,
+        "worker_threads_per_tile": arch.worker_threads_per_tile,
+        "flops_per_cycle_per_tile": {"fp16": t.amp_flops_per_cycle("fp16"), "fp32": t.amp_flops_per_cycle("fp32")},
+        "vector_flops_per_cycle_per_tile": {"fp16": t.vector_flops_per_cycle("fp16"),
+                                            "fp32": t.vector_flops_per_cycle("fp32")},
+        "exchange_bytes_per_cycle_per_tile": t.assumptions.exchange_bytes_per_cycle_per_tile,
+        "ipu_link_bytes_per_s": arch.ipu_link_bytes_per_s,
+        "host_link_bytes_per_s": arch.host_link_bytes_per_s,
+        "streaming_memory_bytes_per_s": t.assumptions.streaming_memory_bytes_per_s,
+        "sync_cycles": t.sync_cycles(plan.num_ipus),
+        "chip": arch.chip,
+        "assumptions": _jsonable(t.assumptions.__dict__),
+    }
+    run = {
+        "model": plan.model.name,
+        "strategy": plan.strategy,
+        "mode": o.mode,
+        "stages": plan.manifest_stages(),
+        "micro_batch_size": o.micro_batch_size,
+        "gradient_accumulation": o.gradient_accumulation if plan.training else 1,
+        "device_iterations": o.device_iterations,
+        "replication_factor": o.replication_factor,
+        "runs": o.runs,
+        "precision": o.precision,
+        "recompute": bool(o.recompute),
+        "tensor_locations": o.tensor_locations.as_manifest(),
+        "model_params": _jsonable(plan.model.params),
+        "parameters": int(plan.model.parameters),
+        "optimiser": o.optimiser if plan.training else None,
+        "pipeline_stages": plan.pipeline_stages if plan.strategy == "pipelined" else len(plan.stages),
+        "total_cycles": int(sched.total_cycles),
+    }
+    return target, run
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v if isinstance(v, (int, float, str, bool, dict, list, type(None))) else str(v)) for k, v in d.items()}
+
+
+def _dictionary(indices: np.ndarray, values: tuple[str, ...]) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(indices, type=pa.int32()), pa.array(values, type=pa.string()))
+
+
+def ops_table(compiled: Compiled) -> dict[str, Any]:
+    plan = compiled.plan
+    o = plan.options
+    a = plan.target.assumptions
+    rows: dict[str, list] = {k: [] for k in ("op_id", "name", "kind", "block", "stage", "ipu", "pass", "flops",
+                                              "bytes", "tiles")}
+    shard = o.replication_factor if (o.tensor_locations.replicated_tensor_sharding and o.replication_factor > 1) else 1
+    dt = o.dtype_bytes
+    for stage in plan.stages:
+        for op in stage.ops:
+            tiles = compiled.mappings[op.op_id].tiles
+            passes = [("forward", op.flops, op.bytes, tiles)]
+            if plan.training:
+                passes.append(("backward", op.backward_flops, op.backward_bytes, tiles))
+                if op.params:
+                    params = -(-op.params // shard)
+                    state = a.optimiser_state_bytes_per_param[o.optimiser]
+                    passes.append(("update", params * a.optimiser_flops_per_param[o.optimiser],
+                                   params * (2 * dt + GRAD_ACCUMULATOR_BYTES + 2 * state),
+                                   compiled.weight_mappings[op.op_id].tiles))
+            for pass_, flops, nbytes, t in passes:
+                for k, v in zip(rows, (op.op_id, op.name, op.kind, op.block, stage.index, stage.ipu, pass_, flops,
+                                       nbytes, t)):
+                    rows[k].append(v)
+    return rows
+
+
+def programs_table(compiled: Compiled) -> dict[str, Any]:
+    cols: dict[str, list] = {k: [] for k in ("ipu", "step", "type", "name", "op_id", "stage", "pass", "tiles",
+                                              "bytes", "cycles")}
+    for prog in compiled.programs:
+        cols["ipu"].append(np.full(prog.steps, prog.ipu))
+        cols["step"].append(np.arange(prog.steps))
+        cols["type"] += prog.type
+        cols["name"] += prog.name
+        cols["op_id"].append(np.asarray(prog.op_id))
+        cols["stage"].append(np.asarray(prog.stage))
+        cols["pass"] += prog.pass_
+        cols["tiles"].append(np.asarray(prog.tiles))
+        cols["bytes"].append(np.asarray(prog.bytes))
+        cols["cycles"].append(np.asarray(prog.cycles))
+    return {k: (np.concatenate(v) if k not in ("type", "name", "pass") else v) for k, v in cols.items()}
+
+
+def tile_cycles_batches(compiled: Compiled) -> Iterator[dict[str, np.ndarray]]:
+    for prog in compiled.programs:
+        if not prog.tile_cycles:
+            continue
+        lengths = np.array([len(c) for _, _, c, _ in prog.tile_cycles])
+        steps = np.repeat([s for s, _, _, _ in prog.tile_cycles], lengths)
+        starts = np.repeat([st for _, st, _, _ in prog.tile_cycles], lengths)
+        within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        yield {
+            "ipu": np.full(len(steps), prog.ipu),
+            "step": steps,
+            "tile": starts + within,
+            "cycles": np.concatenate([c for _, _, c, _ in prog.tile_cycles]),
+        }
+
+
+def tile_memory_batches(memories: list[IpuMemory]) -> Iterator[dict[str, Any]]:
+    for mem in memories:
+        for matrix, always in ((mem.always_live, True), (mem.at_peak, False)):
+            cat, tile = np.nonzero(matrix)
+            yield {
+                "ipu": np.full(len(tile), mem.ipu),
+                "tile": tile,
+                "category": pa.DictionaryArray.from_arrays(pa.array(cat, type=pa.int32()),
+                                                           pa.array(mem.categories, type=pa.string())),
+                "always_live": np.full(len(tile), always),
+                "bytes": matrix[cat, tile],
+            }
+
+
+def variables_table(compiled: Compiled) -> dict[str, Any]:
+    cols: dict[str, list] = {k: [] for k in ("var_id", "name", "ipu", "category", "always_live", "bytes",
+                                              "start_tile", "tiles", "live_from_step", "live_to_step", "op_id")}
+    var_id = 0
+    for prog in compiled.programs:
+        for v in prog.variables:
+            for k, val in zip(cols, (var_id, v.name, prog.ipu, v.category, v.always_live, int(v.per_tile.sum()),
+                                     v.start, len(v.per_tile), v.live_from, v.live_to, v.op_id)):
+                cols[k].append(val)
+            var_id += 1
+    return cols
+
+
+def liveness_batches(memories: list[IpuMemory]) -> Iterator[dict[str, np.ndarray]]:
+    for mem in memories:
+        steps = len(mem.live_total)
+        yield {
+            "ipu": np.full(steps, mem.ipu),
+            "step": np.arange(steps),
+            "always_live_bytes": np.full(steps, int(mem.always_live.sum())),
+            "not_always_live_bytes": mem.live_total,
+            "worst_tile": mem.worst_tile,
+            "worst_tile_bytes": mem.worst_tile_bytes,
+        }
+
+
+def exchanges_table(compiled: Compiled) -> dict[str, Any]:
+    rows = [(prog.ipu, *e) for prog in compiled.programs for e in prog.exchanges]
+    names = ("ipu", "step", "kind", "src_ipu", "dst_ipu", "bytes", "cycles")
+    return {n: [r[i] for r in rows] for i, n in enumerate(names)}
+
+
+def write_profile(path: str | Path, compiled: Compiled, memories: list[IpuMemory], sched: Schedule,
+                  progress: Callable[[str], None] = lambda _: None) -> None:
+    """Write every table and the manifest to ``path``, atomically (nothing is published on error)."""
+    target, run = manifest(compiled, sched)
+    with ProfileWriter(path, target=target, run=run) as writer:
+        writer.write_table("ops", ops_table(compiled))
+        writer.write_table("programs", programs_table(compiled))
+        writer.write_table("variables", variables_table(compiled))
+        writer.write_table("exchanges", exchanges_table(compiled))
+        progress("tables")
+        for name, batches in (("tile_cycles", tile_cycles_batches(compiled)),
+                              ("tile_memory", tile_memory_batches(memories)),
+                              ("liveness", liveness_batches(memories))):
+            with writer.table(name) as table:
+                for batch in batches:
+                    table.write(batch)
+        progress("tile tables")
+        with writer.table("trace") as table:
+            for batch in trace_batches(sched, compiled):
+                batch["pass"] = _dictionary(batch["pass"], PASSES)
+                batch["phase"] = _dictionary(batch["phase"], PHASES)
+                table.write(batch)
+        progress("trace")

@@ -1,0 +1,487 @@
+"""Describing a model in PopTorch's words: ops with shapes, Blocks, Stages, execution strategies, Options.
+
+A model is a list of ops in program order. Each op knows its input and output shapes and dtype;
+its FLOPs and bytes are derived from them (never typed in), so a user who changes a shape changes
+the cost. Blocks name groups of ops, exactly as ``poptorch.Block`` does::
+
+    m = Model("mnist", options)
+    x = m.input((1, 28, 28))                 # the micro-batch dimension is added from the options
+    with Block("B1"):
+        x = m.relu(m.maxpool2d(m.conv2d(x, 10, kernel=5), 2))
+    ...
+    m.loss(m.linear(x, 10, block="B4"))      # or by name, like poptorch.BeginBlock
+
+Stages group blocks on IPUs (``Stage("B1", "B2").ipu(0)``) and an execution strategy orders them
+(``PipelinedExecution``, ``ShardedExecution``, ``PhasedExecution``). ``Options`` carries
+PopTorch's option names (``deviceIterations``, ``Training.gradientAccumulation``,
+``replicationFactor``, ``TensorLocations``...).
+
+A user's model file defines ``build(options: Options) -> Model`` and may define ``DEFAULTS``, a
+dict of option defaults (``micro_batch_size``, ``device_iterations``, ``gradient_accumulation``...).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from popvision_py.errors import ConfigError
+
+DTYPE_BYTES = {"fp16": 2, "fp32": 4, "int32": 4}
+
+# Ops whose work runs on the matrix (AMP) units; everything else runs on the workers' vector units.
+AMP_KINDS = frozenset({"conv", "matmul"})
+
+_current_block: contextvars.ContextVar[str | None] = contextvars.ContextVar("popvision_block", default=None)
+_current_block_ipu: contextvars.ContextVar[int | None] = contextvars.ContextVar("popvision_block_ipu", default=None)
+
+
+# -- options ---------------------------------------------------------------------------------
+
+
+class TensorLocationSettings:
+    """Where a class of tensors lives (PopTorch's ``TensorLocationSettings``)."""
+
+    def __init__(self) -> None:
+        self.on_chip = True
+        self.replicated_tensor_sharding = False
+
+    def useOnChipStorage(self, on_chip: bool = True) -> "TensorLocationSettings":  # noqa: N802 (PopTorch's name)
+        self.on_chip = bool(on_chip)
+        return self
+
+    def useReplicatedTensorSharding(self, sharded: bool = True) -> "TensorLocationSettings":  # noqa: N802
+        self.replicated_tensor_sharding = bool(sharded)
+        return self
+
+
+@dataclass
+class TensorLocations:
+    """On-chip or off-chip (streaming memory) for optimiser state, weights and activations."""
+
+    optimiser_on_chip: bool = True
+    weights_on_chip: bool = True
+    activations_on_chip: bool = True
+    replicated_tensor_sharding: bool = False
+
+    def setOptimizerLocation(self, settings: TensorLocationSettings) -> "TensorLocations":  # noqa: N802
+        self.optimiser_on_chip = settings.on_chip
+        self.replicated_tensor_sharding |= settings.replicated_tensor_sharding
+        return self
+
+    def setWeightLocation(self, settings: TensorLocationSettings) -> "TensorLocations":  # noqa: N802
+        self.weights_on_chip = settings.on_chip
+        self.replicated_tensor_sharding |= settings.replicated_tensor_sharding
+        return self
+
+    def setActivationLocation(self, settings: TensorLocationSettings) -> "TensorLocations":  # noqa: N802
+        self.activations_on_chip = settings.on_chip
+        return self
+
+    def as_manifest(self) -> dict[str, Any]:
+        where = {True: "on_chip", False: "off_chip"}
+        return {
+            "optimiser": where[self.optimiser_on_chip],
+            "weights": where[self.weights_on_chip],
+            "activations": where[self.activations_on_chip],
+            "replicated_tensor_sharding": self.replicated_tensor_sharding,
+        }
+
+
+class _Training:
+    """``options.Training``: PopTorch's training sub-options."""
+
+    def __init__(self, options: "Options") -> None:
+        self._options = options
+
+    def gradientAccumulation(self, n: int) -> "Options":  # noqa: N802
+        self._options.gradient_accumulation = int(n)
+        return self._options
+
+
+@dataclass
+class Options:
+    """A run's options. Attribute names are snake_case; PopTorch's chained setters also work."""
+
+    micro_batch_size: int = 1
+    device_iterations: int = 1
+    gradient_accumulation: int = 1
+    replication_factor: int = 1
+    precision: str = "fp16"
+    mode: str = "training"
+    recompute: bool = False
+    optimiser: str = "adamw"
+    runs: int = 1
+    arch: str = "mk2"
+    system: str | None = None
+    tensor_locations: TensorLocations = field(default_factory=TensorLocations)
+    strategy: "ExecutionStrategy | None" = None
+
+    # PopTorch's spelling -------------------------------------------------------------------
+    def deviceIterations(self, n: int) -> "Options":  # noqa: N802
+        self.device_iterations = int(n)
+        return self
+
+    def replicationFactor(self, n: int) -> "Options":  # noqa: N802
+        self.replication_factor = int(n)
+        return self
+
+    def setExecutionStrategy(self, strategy: "ExecutionStrategy") -> "Options":  # noqa: N802
+        self.strategy = strategy
+        return self
+
+    @property
+    def Training(self) -> _Training:  # noqa: N802
+        return _Training(self)
+
+    @property
+    def TensorLocations(self) -> TensorLocations:  # noqa: N802
+        return self.tensor_locations
+
+    @property
+    def training(self) -> bool:
+        return self.mode == "training"
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.precision]
+
+    def validate(self) -> None:
+        """ConfigError for sizes that are zero or negative and for unknown names."""
+        for name in ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "runs"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name.replace('_', ' ').capitalize()} must be a positive integer, not {value}.")
+        if self.precision not in ("fp16", "fp32"):
+            raise ConfigError(f"Unknown precision {self.precision!r}; choose fp16 or fp32.")
+        if self.mode not in ("training", "inference"):
+            raise ConfigError(f"Unknown mode {self.mode!r}; choose training or inference.")
+        if self.optimiser not in ("adamw", "adam", "lamb", "sgd"):
+            raise ConfigError(f"Unknown optimiser {self.optimiser!r}; choose adamw, adam, lamb or sgd.")
+
+
+# -- stages and strategies -------------------------------------------------------------------
+
+
+class Stage:
+    """A group of blocks placed on one IPU: ``Stage("B1", "B2").ipu(0)``."""
+
+    def __init__(self, *blocks: str) -> None:
+        if not blocks:
+            raise ConfigError("A Stage needs at least one block name.")
+        self.blocks: tuple[str, ...] = tuple(blocks)
+        self.ipu_id: int | None = None
+
+    def ipu(self, ipu_id: int) -> "Stage":
+        self.ipu_id = int(ipu_id)
+        return self
+
+    def __repr__(self) -> str:
+        return f"Stage({', '.join(map(repr, self.blocks))}).ipu({self.ipu_id})"
+
+
+class ExecutionStrategy:
+    """Stages and how they run; ``kind`` is pipelined, sharded or phased."""
+
+    kind = ""
+
+    def __init__(self, *stages: Stage | str) -> None:
+        # PopTorch's shorthand: bare block names are one stage each, on IPUs 0, 1, 2...
+        self.stages: list[Stage] = [Stage(s) if isinstance(s, str) else s for s in stages]
+        for i, stage in enumerate(self.stages):
+            if stage.ipu_id is None:
+                stage.ipu_id = i
+
+    def with_kind(self, kind: str) -> "ExecutionStrategy":
+        """The same stages under another strategy."""
+        cls = STRATEGIES[kind]
+        return cls(*[Stage(*s.blocks).ipu(s.ipu_id) for s in self.stages])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(map(repr, self.stages))})"
+
+
+class PipelinedExecution(ExecutionStrategy):
+    """Stages on ascending IPUs, all busy at once on different micro-batches."""
+
+    kind = "pipelined"
+
+
+class ShardedExecution(ExecutionStrategy):
+    """Stages one after another: one IPU busy at a time."""
+
+    kind = "sharded"
+
+
+class PhasedExecution(ExecutionStrategy):
+    """Each stage is a phase; phases run one after another, their weights streamed from streaming memory."""
+
+    kind = "phased"
+
+
+STRATEGIES: dict[str, type[ExecutionStrategy]] = {
+    "pipelined": PipelinedExecution,
+    "sharded": ShardedExecution,
+    "phased": PhasedExecution,
+}
+
+
+# -- blocks ----------------------------------------------------------------------------------
+
+
+class Block:
+    """``with Block("B1"):`` puts the ops built inside it into block B1 (``ipu_id`` auto-stages it)."""
+
+    def __init__(self, name: str, ipu_id: int | None = None) -> None:
+        self.name = name
+        self.ipu_id = ipu_id
+        self._tokens: list[tuple[contextvars.Token, contextvars.Token]] = []
+
+    def __enter__(self) -> "Block":
+        self._tokens.append((_current_block.set(self.name), _current_block_ipu.set(self.ipu_id)))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        block, ipu = self._tokens.pop()
+        _current_block.reset(block)
+        _current_block_ipu.reset(ipu)
+
+
+# -- tensors and ops -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A value flowing between ops: its shape (micro-batch first), dtype and producing op (-1: input)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    producer: int
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def bytes(self) -> int:
+        return self.elements * DTYPE_BYTES[self.dtype]
+
+
+@dataclass
+class Op:
+    """One operation. Costs are derived by the Model's builder methods from the shapes.
+
+    ``gemm`` is (M, K, N) for ops on the matrix units (a convolution as its implicit matmul);
+    ``grains`` is how many independent pieces of work the op splits into across tiles.
+    """
+
+    op_id: int
+    name: str
+    kind: str
+    block: str
+    inputs: tuple[Tensor, ...]
+    output: Tensor
+    params: int  # trainable parameters
+    flops: int  # forward, one micro-batch
+    bytes: int  # forward bytes read and written
+    grains: int
+    gemm: tuple[int, int, int] | None = None
+
+    @property
+    def on_amp(self) -> bool:
+        return self.kind in AMP_KINDS
+
+    @property
+    def backward_flops(self) -> int:
+        # Weighted ops compute the gradient of their input and of their weights: twice the forward.
+        return 2 * self.flops if self.on_amp else self.flops
+
+    @property
+    def backward_bytes(self) -> int:
+        return 2 * self.bytes
+
+
+class Model:
+    """Builds a model's op list; each builder method returns the op's output Tensor."""
+
+    def __init__(self, name: str, options: Options | None = None, *, params: dict[str, Any] | None = None) -> None:
+        self.name = name
+        self.options = options or Options()
+        self.dtype = self.options.precision
+        self.ops: list[Op] = []
+        self.blocks: list[str] = []  # in order of first use
+        self.block_ipus: dict[str, int] = {}
+        self.default_strategy: ExecutionStrategy | None = None
+        self.params: dict[str, Any] = dict(params or {})
+        self._block_override: str | None = None
+
+    # -- structure -------------------------------------------------------------------------
+
+    @property
+    def parameters(self) -> int:
+        return sum(op.params for op in self.ops)
+
+    def set_default_strategy(self, strategy: ExecutionStrategy) -> "Model":
+        """The partition the model runs with unless the user chooses stages."""
+        self.default_strategy = strategy
+        return self
+
+    def input(self, shape: Sequence[int], dtype: str | None = None) -> Tensor:
+        """A host input; ``shape`` excludes the micro-batch dimension, which the options give."""
+        full = (self.options.micro_batch_size, *map(int, shape))
+        _check_shape(full, "input")
+        return Tensor(full, dtype or self.dtype, -1)
+
+    def view(self, x: Tensor, shape: Sequence[int]) -> Tensor:
+        """A reshape: no data moves, so no op (``-1`` in ``shape`` is inferred, as in PyTorch)."""
+        shape = list(shape)
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            shape[shape.index(-1)] = x.elements // max(known, 1)
+        if math.prod(shape) != x.elements:
+            raise ConfigError(f"Cannot view a tensor of shape {x.shape} as {tuple(shape)}.")
+        return Tensor(tuple(shape), x.dtype, x.producer)
+
+    def slice(self, x: Tensor, shape: Sequence[int]) -> Tensor:
+        """A part of ``x`` (a token, some positions) seen as ``shape``: read in place, so no op."""
+        _check_shape(tuple(shape), "slice")
+        return Tensor(tuple(int(s) for s in shape), x.dtype, x.producer)
+
+    def _add(self, name: str, kind: str, inputs: Sequence[Tensor], out_shape: Sequence[int], *, params: int = 0,
+             flops: int, grains: int, gemm: tuple[int, int, int] | None = None, block: str | None = None,
+             out_dtype: str | None = None) -> Tensor:
+        block = block or self._block_override or _current_block.get()
+        if block is None:
+            raise ConfigError(f"Op {name!r} is in no Block; build it inside `with Block(...)` or pass block=.")
+        if block not in self.blocks:
+            self.blocks.append(block)
+        ipu = _current_block_ipu.get()
+        if ipu is not None:
+            self.block_ipus.setdefault(block, ipu)
+        out_shape = tuple(int(s) for s in out_shape)
+        _check_shape(out_shape, name)
+        op_id = len(self.ops)
+        unique = name if all(op.name != name for op in self.ops) else f"{name}.{op_id}"
+        out = Tensor(out_shape, out_dtype or self.dtype, op_id)
+        dtype_bytes = DTYPE_BYTES[self.dtype]
+        moved = sum(t.bytes for t in inputs) + out.bytes + params * dtype_bytes
+        self.ops.append(Op(op_id, unique, kind, block, tuple(inputs), out, int(params), int(flops), int(moved),
+                           max(1, int(grains)), gemm))
+        return out
+
+    # -- layers ------------------------------------------------------------------------------
+
+    def conv2d(self, x: Tensor, out_channels: int, kernel: int, stride: int = 1, padding: int = 0, *,
+               bias: bool = True, name: str = "conv", block: str | None = None) -> Tensor:
+        """A 2-D convolution over (N, C, H, W)."""
+        n, c, h, w = x.shape
+        ho = (h + 2 * padding - kernel) // stride + 1
+        wo = (w + 2 * padding - kernel) // stride + 1
+        m, k = n * ho * wo, c * kernel * kernel
+        params = out_channels * k + (out_channels if bias else 0)
+        # A grain: 16 output channels of one output row of one image (Poplar plans conv partitions
+        # over batch, field and channel groups of 8 or 16).
+        grains = n * ho * math.ceil(out_channels / 16)
+        return self._add(name, "conv", [x], (n, out_channels, ho, wo), params=params, flops=2 * m * k * out_channels,
+                         grains=grains, gemm=(m, k, out_channels), block=block)
+
+    def linear(self, x: Tensor, out_features: int, *, bias: bool = True, name: str = "linear",
+               block: str | None = None) -> Tensor:
+        """y = x W + b over the last dimension."""
+        *lead, k = x.shape
+        m = math.prod(lead)
+        params = k * out_features + (out_features if bias else 0)
+        return self._add(name, "matmul", [x], (*lead, out_features), params=params, flops=2 * m * k * out_features,
+                         grains=_gemm_grains(m, out_features), gemm=(m, k, out_features), block=block)
+
+    def matmul(self, a: Tensor, b: Tensor, *, name: str = "matmul", block: str | None = None) -> Tensor:
+        """A batched matmul of two activations (..., M, K) x (..., K, N): no weights."""
+        *batch, m, k = a.shape
+        *_, k2, n = b.shape
+        if k != k2:
+            raise ConfigError(f"matmul {name!r}: inner dimensions {k} and {k2} differ.")
+        groups = math.prod(batch)
+        return self._add(name, "matmul", [a, b], (*batch, m, n), flops=2 * groups * m * k * n,
+                         grains=groups * _gemm_grains(m, n), gemm=(groups * m, k, n), block=block)
+
+    def _elementwise(self, x: Tensor, kind: str, flops_per_element: int, name: str, block: str | None,
+                     others: Sequence[Tensor] = (), params: int = 0) -> Tensor:
+        # A grain: 64 contiguous elements, the vector units' natural chunk per worker.
+        return self._add(name, kind, [x, *others], x.shape, params=params, flops=flops_per_element * x.elements,
+                         grains=math.ceil(x.elements / 64), block=block)
+
+    def relu(self, x: Tensor, *, name: str = "relu", block: str | None = None) -> Tensor:
+        return self._elementwise(x, "relu", 1, name, block)
+
+    def gelu(self, x: Tensor, *, name: str = "gelu", block: str | None = None) -> Tensor:
+        return self._elementwise(x, "gelu", 8, name, block)
+
+    def add(self, x: Tensor, y: Tensor, *, name: str = "add", block: str | None = None) -> Tensor:
+        return self._elementwise(x, "add", 1, name, block, others=[y])
+
+    def dropout(self, x: Tensor, *, name: str = "dropout", block: str | None = None) -> Tensor:
+        return self._elementwise(x, "dropout", 3, name, block)
+
+    def softmax(self, x: Tensor, *, name: str = "softmax", block: str | None = None) -> Tensor:
+        return self._elementwise(x, "softmax", 5, name, block)
+
+    def layer_norm(self, x: Tensor, *, name: str = "layer_norm", block: str | None = None) -> Tensor:
+        return self._elementwise(x, "layer_norm", 8, name, block, params=2 * x.shape[-1])
+
+    def batch_norm(self, x: Tensor, *, name: str = "batch_norm", block: str | None = None) -> Tensor:
+        return self._elementwise(x, "batch_norm", 6, name, block, params=2 * x.shape[1])
+
+    def maxpool2d(self, x: Tensor, kernel: int, stride: int | None = None, padding: int = 0, *,
+                  name: str = "maxpool", block: str | None = None) -> Tensor:
+        n, c, h, w = x.shape
+        stride = stride or kernel
+        ho = (h + 2 * padding - kernel) // stride + 1
+        wo = (w + 2 * padding - kernel) // stride + 1
+        out = n * c * ho * wo
+        return self._add(name, "maxpool", [x], (n, c, ho, wo), flops=out * kernel * kernel,
+                         grains=math.ceil(out / 64), block=block)
+
+    def global_avgpool(self, x: Tensor, *, name: str = "avgpool", block: str | None = None) -> Tensor:
+        n, c, h, w = x.shape
+        return self._add(name, "reduce", [x], (n, c), flops=x.elements, grains=math.ceil(n * c / 16), block=block)
+
+    def embedding(self, ids: Tensor, vocab: int, dim: int, *, name: str = "embedding",
+                  block: str | None = None) -> Tensor:
+        """A table lookup: ``vocab x dim`` weights, gathered per id."""
+        out = (*ids.shape, dim)
+        return self._add(name, "embedding", [ids], out, params=vocab * dim, flops=math.prod(out),
+                         grains=math.ceil(math.prod(out) / 64), block=block)
+
+    def loss(self, logits: Tensor, *, name: str = "cross_entropy", block: str | None = None) -> Tensor:
+        """Cross-entropy against host labels: softmax, log and a reduction (5 FLOP per logit)."""
+        return self._add(name, "cross_entropy", [logits], (logits.shape[0],), flops=5 * logits.elements,
+                         grains=math.ceil(logits.elements / 64), block=block, out_dtype="fp32")
+
+    def attention(self, x: Tensor, heads: int, *, name: str = "attention", block: str | None = None) -> Tensor:
+        """Multi-head self-attention over (N, S, H): QKV projection, scores, softmax, context, output."""
+        n, s, h = x.shape
+        if h % heads:
+            raise ConfigError(f"Hidden size {h} is not divisible by {heads} heads.")
+        d = h // heads
+        qkv = self.linear(x, 3 * h, name=f"{name}/qkv", block=block)
+        q = self.view(qkv, (n, heads, s, 3 * d))  # q, k and v are slices of it
+        k_t = Tensor((n, heads, d, s), self.dtype, qkv.producer)
+        scores = self.matmul(Tensor((n, heads, s, d), self.dtype, q.producer), k_t, name=f"{name}/scores", block=block)
+        probs = self.softmax(scores, name=f"{name}/softmax", block=block)
+        v = Tensor((n, heads, s, d), self.dtype, qkv.producer)
+        context = self.matmul(probs, v, name=f"{name}/context", block=block)
+        context = self.view(context, (n, s, h))
+        return self.linear(context, h, name=f"{name}/out", block=block)
+
+
+def _gemm_grains(m: int, n: int) -> int:
+    # A grain: a 16 x 16 block of the output (the AMP's accumulation unit on Mk2 is 16 wide).
+    return math.ceil(m / 16) * math.ceil(n / 16)
+
+
+def _check_shape(shape: Sequence[int], what: str) -> None:
+    if any(s <= 0 for s in shape):
+        raise ConfigError(f"The shape of {what} must be positive in every dimension, not {tuple(shape)}.")

@@ -1,0 +1,126 @@
+"""From a built model and its options to a checked plan: stages, their ops and IPUs, the system size.
+
+Every rule a run must satisfy is checked here, before anything is compiled or written, and each
+failure is one ``ConfigError`` sentence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from popvision_py.errors import ConfigError
+
+from engine.model import ExecutionStrategy, Model, Op, Options, PipelinedExecution, Stage
+from engine.targets import Target, make_target
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One PopTorch Stage: its index, IPU, blocks and ops (in program order)."""
+
+    index: int
+    ipu: int
+    blocks: tuple[str, ...]
+    ops: tuple[Op, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the compiler and scheduler need, already checked."""
+
+    model: Model
+    options: Options
+    strategy: str  # pipelined, sharded or phased
+    stages: tuple[StagePlan, ...]
+    num_ipus: int
+    target: Target
+
+    @property
+    def training(self) -> bool:
+        return self.options.training
+
+    @property
+    def pipeline_stages(self) -> int:
+        """PopART's count: 2N-1 when training over N stages (the last stage's forward and backward
+        are one pipeline stage), N for inference."""
+        n = len(self.stages)
+        return 2 * n - 1 if self.training else n
+
+    def stage_of_op(self) -> dict[int, int]:
+        return {op.op_id: s.index for s in self.stages for op in s.ops}
+
+    def manifest_stages(self) -> list[dict]:
+        return [{"stage": s.index, "ipu": s.ipu, "blocks": list(s.blocks)} for s in self.stages]
+
+
+def resolve_strategy(model: Model, options: Options, kind: str | None) -> ExecutionStrategy:
+    """The stages to run: the options' strategy, else the model's default, else PopTorch's auto-stage
+    (one stage per block, on the block's ``ipu_id`` if given), under ``kind`` if named."""
+    strategy = options.strategy or model.default_strategy
+    if strategy is None:
+        if model.block_ipus:
+            stages = [Stage(b).ipu(model.block_ipus.get(b, 0)) for b in model.blocks]
+        else:
+            stages = [Stage(*model.blocks).ipu(0)]
+        strategy = PipelinedExecution(*stages)
+    return strategy.with_kind(kind) if kind else strategy
+
+
+def make_plan(model: Model, options: Options, strategy: ExecutionStrategy, *,
+              assumptions: dict[str, float] | None = None) -> Plan:
+    """Check the stages against the model and the options; ConfigError on the first broken rule."""
+    options.validate()
+    if not model.ops:
+        raise ConfigError(f"Model {model.name} has no ops.")
+    stages = strategy.stages
+    if not stages:
+        raise ConfigError("The execution strategy has no stages.")
+    known = set(model.blocks)
+    owner: dict[str, int] = {}
+    for i, stage in enumerate(stages):
+        if stage.ipu_id is None or stage.ipu_id < 0:
+            raise ConfigError(f"Stage {i} ({', '.join(stage.blocks)}) is on IPU {stage.ipu_id}; IPUs are numbered from 0.")
+        for block in stage.blocks:
+            if block not in known:
+                raise ConfigError(f"Stage {i} names block {block!r}, which model {model.name} does not have "
+                                  f"(its blocks are {', '.join(model.blocks)}).")
+            if block in owner:
+                raise ConfigError(f"Block {block} is in both stage {owner[block]} and stage {i}.")
+            owner[block] = i
+    missing = [b for b in model.blocks if b not in owner]
+    if missing:
+        raise ConfigError(f"Block {missing[0]} is in no stage; every block must be placed in a stage.")
+    if strategy.kind == "pipelined":
+        for i in range(1, len(stages)):
+            if stages[i].ipu_id <= stages[i - 1].ipu_id:
+                raise ConfigError(f"Pipelined stages must be on ascending IPUs, but stage {i} is on IPU "
+                                  f"{stages[i].ipu_id} after stage {i - 1} on IPU {stages[i - 1].ipu_id}.")
+    plans = []
+    stage_of: dict[int, int] = {}
+    for i, stage in enumerate(stages):
+        ops = tuple(op for op in model.ops if owner[op.block] == i)
+        plans.append(StagePlan(i, int(stage.ipu_id), tuple(stage.blocks), ops))
+        stage_of.update({op.op_id: i for op in ops})
+    for op in model.ops:
+        for t in op.inputs:
+            if t.producer >= 0 and stage_of[t.producer] > stage_of[op.op_id]:
+                producer = model.ops[t.producer]
+                raise ConfigError(f"Op {op.name} in stage {stage_of[op.op_id]} uses {producer.name} from the later "
+                                  f"stage {stage_of[t.producer]}; stages must follow the model's order.")
+    num_ipus = 1 + max(p.ipu for p in plans)
+    total_ipus = num_ipus * options.replication_factor
+    target = make_target(options.arch, total_ipus, options.system, assumptions)
+    plan = Plan(model, options, strategy.kind, tuple(plans), num_ipus, target)
+    empty = [p for p in plans if not p.ops]
+    if empty:
+        raise ConfigError(f"Stage {empty[0].index} ({', '.join(empty[0].blocks)}) holds no ops.")
+    if strategy.kind == "pipelined" and len(plans) > 1:
+        if options.training and options.gradient_accumulation < plan.pipeline_stages:
+            n = len(plans)
+            raise ConfigError(f"Gradient accumulation {options.gradient_accumulation} is below the "
+                              f"{plan.pipeline_stages} pipeline stages of a {n}-stage training pipeline (2N-1 for "
+                              f"N={n}); use --gradient-accumulation {plan.pipeline_stages} or more.")
+        if not options.training and options.device_iterations < len(plans):
+            raise ConfigError(f"Device iterations {options.device_iterations} is below the {len(plans)} stages of "
+                              f"the inference pipeline; use --device-iterations {len(plans)} or more.")
+    return plan

@@ -1,0 +1,191 @@
+"""Running a model end to end: resolve it, check the plan, compile, plan memory, schedule, report.
+
+``emulate(RunRequest(...))`` is what ``popvision run`` calls. Everything a user can get wrong is a
+``ConfigError`` raised before the profile is written; the profile is published only when complete.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from popvision_py.errors import ConfigError
+
+from engine.compiler import compile_plan
+from engine.instrument import Summary, summarise, write_profile
+from engine.memory import plan_memory
+from engine.model import STRATEGIES, ExecutionStrategy, Model, Options, Stage
+from engine.plan import Plan, make_plan, resolve_strategy
+from engine.scheduler import schedule
+from engine.zoo import zoo_entry
+
+OPTION_NAMES = ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "precision",
+                "mode", "recompute", "optimiser", "runs", "arch", "system")
+
+
+@dataclass
+class RunRequest:
+    """A run as the CLI states it; ``None`` means "the model's default"."""
+
+    model: str
+    options: dict[str, Any] = field(default_factory=dict)  # OPTION_NAMES -> value
+    params: dict[str, Any] = field(default_factory=dict)  # the model's own parameters (zoo models)
+    strategy: str | None = None  # pipelined, sharded, phased
+    stages: str | None = None  # "B1,B2@0 B3@1" (see parse_stages)
+    offload_optimiser: bool = False
+    offload_weights: bool = False
+    offload_activations: bool = False
+    replicated_tensor_sharding: bool = False
+    assumptions: dict[str, float] = field(default_factory=dict)
+    profile: str | Path | None = None
+    progress: bool = False
+
+
+@dataclass
+class ModelSource:
+    """Where a model comes from: its build function and option defaults."""
+
+    name: str
+    build: Any
+    defaults: dict[str, Any]
+    inference_defaults: dict[str, Any]
+    zoo: bool
+
+
+def load_model_source(model: str) -> ModelSource:
+    """A zoo entry by name, or a user's Python file defining ``build(options) -> Model``."""
+    if model.endswith(".py") or Path(model).is_file():
+        path = Path(model)
+        if not path.is_file():
+            raise ConfigError(f"Model file {model} does not exist.")
+        module_name = f"popvision_user_model_{abs(hash(str(path.resolve())))}"
+        try:
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            if spec is None or spec.loader is None:
+                raise ImportError("not a Python module")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+        except ConfigError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - any failure of the user's code is one sentence
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            sys.modules.pop(module_name, None)
+            raise ConfigError(f"Model file {model} failed to import: {type(exc).__name__}: {_first_line(exc)}") from None
+        build = getattr(module, "build", None)
+        if not callable(build):
+            raise ConfigError(f"Model file {model} defines no build(options) function.")
+        defaults = dict(getattr(module, "DEFAULTS", {}) or {})
+        inference = dict(getattr(module, "INFERENCE_DEFAULTS", {}) or {})
+        return ModelSource(path.stem, build, defaults, inference, zoo=False)
+    entry = zoo_entry(model)
+    return ModelSource(entry.name, entry, dict(entry.defaults), dict(entry.inference_defaults), zoo=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else "no message"
+
+
+def parse_stages(text: str, kind: str) -> ExecutionStrategy:
+    """``"B1,B2@0 B3@1 B4@2"``: stages separated by spaces (or ``;``), blocks by commas, ``@n`` the
+    IPU (stage k goes on IPU k when ``@n`` is left out)."""
+    groups = [g for g in text.replace(";", " ").split() if g]
+    if not groups:
+        raise ConfigError("--stages is empty; write e.g. \"B1,B2@0 B3@1\".")
+    stages = []
+    for k, group in enumerate(groups):
+        blocks_text, _, ipu_text = group.partition("@")
+        blocks = [b for b in blocks_text.split(",") if b]
+        if not blocks:
+            raise ConfigError(f"Stage {k} of --stages ({group!r}) names no block.")
+        try:
+            ipu = int(ipu_text) if ipu_text else k
+        except ValueError:
+            raise ConfigError(f"Stage {k} of --stages ({group!r}) has IPU {ipu_text!r}, not a number.") from None
+        stages.append(Stage(*blocks).ipu(ipu))
+    return STRATEGIES[kind](*stages)
+
+
+def build_options(source: ModelSource, request: RunRequest) -> Options:
+    """Options from the model's defaults, then the request's choices."""
+    given = {k: v for k, v in request.options.items() if v is not None}
+    mode = given.get("mode", "training")
+    values = dict(source.defaults)
+    if mode == "inference":
+        values.update(source.inference_defaults)
+        values["gradient_accumulation"] = 1
+    values.update(given)
+    unknown = sorted(set(values) - set(OPTION_NAMES))
+    if unknown:
+        raise ConfigError(f"Unknown option {unknown[0]!r} in the model's defaults.")
+    options = Options(**values)
+    locations = options.tensor_locations
+    locations.optimiser_on_chip = not request.offload_optimiser
+    locations.weights_on_chip = not request.offload_weights
+    locations.activations_on_chip = not request.offload_activations
+    locations.replicated_tensor_sharding = request.replicated_tensor_sharding
+    options.validate()
+    return options
+
+
+def build_model(source: ModelSource, options: Options, params: dict[str, Any]) -> Model:
+    """Call the model's build function; a user's failing build is one sentence."""
+    params = {k: v for k, v in params.items() if v is not None}
+    if source.zoo:
+        resolved = source.build.resolve_params(params)
+        return source.build.build(options, **resolved)
+    if params:
+        raise ConfigError(f"Model parameters ({', '.join(params)}) apply to zoo models only; "
+                          f"{source.name} sets its own in build().")
+    try:
+        model = source.build(options)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's code
+        raise ConfigError(f"Model {source.name}'s build() failed: {type(exc).__name__}: {_first_line(exc)}") from None
+    if not isinstance(model, Model):
+        raise ConfigError(f"Model {source.name}'s build() returned {type(model).__name__}, not an engine Model.")
+    return model
+
+
+def prepare(request: RunRequest) -> Plan:
+    """Resolve and check everything a run needs; raises ConfigError before any work."""
+    source = load_model_source(request.model)
+    options = build_options(source, request)
+    if request.strategy is not None and request.strategy not in STRATEGIES:
+        raise ConfigError(f"Unknown strategy {request.strategy!r}; choose pipelined, sharded or phased.")
+    model = build_model(source, options, request.params)
+    if request.stages:
+        kind = request.strategy or (model.default_strategy.kind if model.default_strategy else "pipelined")
+        strategy = parse_stages(request.stages, kind)
+    else:
+        strategy = resolve_strategy(model, options, request.strategy)
+    return make_plan(model, options, strategy, assumptions=request.assumptions or None)
+
+
+def emulate(request: RunRequest) -> Summary:
+    """Run the emulator; write the profile if ``request.profile`` names a path. Returns the summary."""
+    plan = prepare(request)
+    ipus = plan.num_ipus
+    writing = 3 if request.profile else 0
+    with tqdm(total=2 * ipus + 1 + writing, desc=f"Emulating {plan.model.name}", unit="step", file=sys.stderr,
+              disable=not request.progress, leave=False) as bar:
+        compiled = compile_plan(plan, progress=lambda: bar.update(1))
+        memories = []
+        for prog in compiled.programs:
+            memories.append(plan_memory(compiled, prog))
+            bar.update(1)
+        sched = schedule(compiled)
+        bar.update(1)
+        summary = summarise(compiled, memories, sched)
+        if request.profile:
+            write_profile(request.profile, compiled, memories, sched, progress=lambda _: bar.update(1))
+            summary.profile = str(request.profile)
+    return summary

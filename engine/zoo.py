@@ -1,0 +1,303 @@
+"""The model zoo: the tutorial's MNIST network, ResNet-50, BERT, the GPT family and ViT.
+
+Each entry builds a ``Model`` from ``Options`` and its own parameters, with a default partition of
+its blocks into stages over IPUs, and states the option defaults it was published with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from popvision_py.errors import ConfigError
+
+from engine.model import Block, ExecutionStrategy, Model, Options, PhasedExecution, PipelinedExecution, Stage
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """A zoo model: how to build it, its parameters and the option defaults it runs with."""
+
+    name: str
+    description: str
+    build: Callable[..., Model]
+    params: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    inference_defaults: dict[str, Any] = field(default_factory=dict)
+    presets: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def resolve_params(self, given: dict[str, Any]) -> dict[str, Any]:
+        """The model's parameters: a preset (if named), then the given values over the defaults."""
+        given = {k: v for k, v in given.items() if v is not None}
+        params = dict(self.params)
+        preset = given.pop("preset", None)
+        if preset is not None:
+            if preset not in self.presets:
+                choices = ", ".join(self.presets) or "none"
+                raise ConfigError(f"Model {self.name} has no preset {preset!r}; its presets are {choices}.")
+            params.update(self.presets[preset])
+            params["preset"] = preset
+        unknown = sorted(set(given) - set(params))
+        if unknown:
+            raise ConfigError(f"Model {self.name} has no parameter {unknown[0]!r}; its parameters are "
+                              f"{', '.join(k for k in params if k != 'preset') or 'none'}.")
+        params.update(given)
+        for key, value in params.items():
+            if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
+                raise ConfigError(f"Model parameter {key} must be positive, not {value}.")
+        return params
+
+
+def balanced_stages(model: Model, ipus: int, strategy: type[ExecutionStrategy] = PipelinedExecution,
+                    first: int = 0) -> ExecutionStrategy:
+    """Contiguous groups of the model's blocks over ``ipus`` IPUs, balanced by training FLOPs.
+
+    Cut points sit where the running FLOP total crosses k/ipus of the whole: simple, deterministic,
+    and close to how engineers split a uniform stack of layers.
+    """
+    cost = {b: 0 for b in model.blocks}
+    for op in model.ops:
+        cost[op.block] += op.flops + op.backward_flops + op.params * 16  # params: weight-update work
+    blocks = model.blocks
+    ipus = max(1, min(ipus, len(blocks)))
+    total = sum(cost.values()) or 1
+    groups: list[list[str]] = [[] for _ in range(ipus)]
+    running, g = 0.0, 0
+    for i, block in enumerate(blocks):
+        want = min(ipus - 1, int((running + cost[block] / 2) * ipus / total))
+        # contiguous: stay or move one group on; and leave enough blocks for the groups left
+        g = max(min(want, g + 1) if groups[g] else g, ipus - (len(blocks) - i))
+        groups[g].append(block)
+        running += cost[block]
+    return strategy(*[Stage(*grp).ipu(first + k) for k, grp in enumerate(groups) if grp])
+
+
+# -- MNIST: exactly the PopTorch pipelining tutorial's network ---------------------------------
+
+
+def build_mnist(options: Options) -> Model:
+    """conv(1->10, k5) + maxpool 2 + ReLU in B1; conv(10->20, k5) + pool + ReLU in B2; 320->256 + ReLU in
+    B3; 256->10 with the cross-entropy loss in B4."""
+    m = Model("mnist", options)
+    x = m.input((1, 28, 28))
+    with Block("B1"):
+        x = m.relu(m.maxpool2d(m.conv2d(x, 10, kernel=5, name="layer1/conv"), 2, name="layer1/pool"),
+                   name="layer1/relu")
+    with Block("B2"):
+        x = m.relu(m.maxpool2d(m.conv2d(x, 20, kernel=5, name="layer2/conv"), 2, name="layer2/pool"),
+                   name="layer2/relu")
+    with Block("B3"):
+        x = m.view(x, (-1, 320))
+        x = m.relu(m.linear(x, 256, name="layer3/linear"), name="layer3/relu")
+    with Block("B4"):
+        x = m.linear(x, 10, name="layer4/linear")
+        if options.training:
+            m.loss(x, name="loss/cross_entropy")
+    m.set_default_strategy(PipelinedExecution(Stage("B1").ipu(0), Stage("B2").ipu(1), Stage("B3").ipu(2),
+                                              Stage("B4").ipu(3)))
+    return m
+
+
+# -- ResNet-50 -------------------------------------------------------------------------------
+
+
+def build_resnet50(options: Options, *, image_size: int = 224, classes: int = 1000, ipus: int = 4) -> Model:
+    """ResNet-50 v1.5: a 7x7 stem, bottleneck stages of 3, 4, 6 and 3 units, a 1000-way classifier."""
+    m = Model("resnet50", options, params={"image_size": image_size, "classes": classes, "ipus": ipus})
+    x = m.input((3, image_size, image_size))
+    with Block("stem"):
+        x = m.relu(m.batch_norm(m.conv2d(x, 64, 7, stride=2, padding=3, bias=False, name="stem/conv"),
+                                name="stem/bn"), name="stem/relu")
+        x = m.maxpool2d(x, 3, stride=2, padding=1, name="stem/pool")
+    channels = 64
+    for layer, (units, width) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512)), start=1):
+        for unit in range(units):
+            name = f"layer{layer}.{unit}"
+            stride = 2 if unit == 0 and layer > 1 else 1
+            with Block(name):
+                y = m.relu(m.batch_norm(m.conv2d(x, width, 1, bias=False, name=f"{name}/conv1"), name=f"{name}/bn1"),
+                           name=f"{name}/relu1")
+                y = m.relu(m.batch_norm(m.conv2d(y, width, 3, stride=stride, padding=1, bias=False,
+                                                 name=f"{name}/conv2"), name=f"{name}/bn2"), name=f"{name}/relu2")
+                y = m.batch_norm(m.conv2d(y, width * 4, 1, bias=False, name=f"{name}/conv3"), name=f"{name}/bn3")
+                if unit == 0:
+                    x = m.batch_norm(m.conv2d(x, width * 4, 1, stride=stride, bias=False, name=f"{name}/downsample"),
+                                     name=f"{name}/bn_down")
+                x = m.relu(m.add(y, x, name=f"{name}/add"), name=f"{name}/relu3")
+            channels = width * 4
+    with Block("head"):
+        x = m.global_avgpool(x, name="head/avgpool")
+        x = m.linear(x, classes, name="head/fc")
+        if options.training:
+            m.loss(x, name="head/loss")
+    m.set_default_strategy(balanced_stages(m, ipus))
+    return m
+
+
+# -- transformers ------------------------------------------------------------------------------
+
+
+def _encoder_layer(m: Model, x: Any, heads: int, ffn: int, name: str, causal: bool = False) -> Any:
+    a = m.attention(x, heads, name=f"{name}/attention")
+    x = m.layer_norm(m.add(m.dropout(a, name=f"{name}/attn_dropout"), x, name=f"{name}/attn_add"),
+                     name=f"{name}/attn_norm")
+    h = m.gelu(m.linear(x, ffn, name=f"{name}/ffn1"), name=f"{name}/gelu")
+    h = m.dropout(m.linear(h, x.shape[-1], name=f"{name}/ffn2"), name=f"{name}/ffn_dropout")
+    return m.layer_norm(m.add(h, x, name=f"{name}/ffn_add"), name=f"{name}/ffn_norm")
+
+
+def build_bert(options: Options, *, layers: int = 24, hidden: int = 1024, heads: int = 16, seq_len: int = 128,
+               vocab: int = 30522, masked_tokens: int = 20, ipus: int = 4, name: str = "bert") -> Model:
+    """BERT pre-training: embeddings, ``layers`` encoder layers, the masked-LM and next-sentence heads."""
+    m = Model(name, options, params={"layers": layers, "hidden": hidden, "heads": heads, "seq_len": seq_len,
+                                     "vocab": vocab, "masked_tokens": masked_tokens, "ipus": ipus})
+    ids = m.input((seq_len,), dtype="int32")
+    with Block("embeddings"):
+        x = m.embedding(ids, vocab, hidden, name="embeddings/word")
+        x = m.add(x, m.embedding(ids, 512 + 2, hidden, name="embeddings/position_type"), name="embeddings/add")
+        x = m.layer_norm(x, name="embeddings/norm")
+    for i in range(layers):
+        with Block(f"layer{i}"):
+            x = _encoder_layer(m, x, heads, 4 * hidden, f"layer{i}")
+    with Block("head"):
+        # The masked-LM head runs on the masked positions only, as Graphcore's BERT does.
+        masked = m.slice(x, (options.micro_batch_size, masked_tokens, hidden))
+        t = m.layer_norm(m.gelu(m.linear(masked, hidden, name="head/mlm_transform"), name="head/mlm_gelu"),
+                         name="head/mlm_norm")
+        logits = m.linear(t, vocab, name="head/mlm_decoder")
+        if options.training:
+            m.loss(logits, name="head/mlm_loss")
+    # Graphcore places the embeddings (the large vocabulary table) with fewer layers on IPU 0.
+    m.set_default_strategy(balanced_stages(m, ipus))
+    return m
+
+
+GPT_PRESETS: dict[str, dict[str, Any]] = {
+    "gpt2-small": {"layers": 12, "hidden": 768, "heads": 12, "seq_len": 1024, "ipus": 4},
+    "gpt2-medium": {"layers": 24, "hidden": 1024, "heads": 16, "seq_len": 1024, "ipus": 8},
+    "gpt2-large": {"layers": 36, "hidden": 1280, "heads": 20, "seq_len": 1024, "ipus": 16},
+    "gpt2-xl": {"layers": 48, "hidden": 1600, "heads": 25, "seq_len": 1024, "ipus": 16},
+    "gpt3-2.7b": {"layers": 32, "hidden": 2560, "heads": 32, "seq_len": 2048, "ipus": 32},
+    "gpt3-13b": {"layers": 40, "hidden": 5120, "heads": 40, "seq_len": 2048, "ipus": 64},
+    "gpt3-175b": {"layers": 96, "hidden": 12288, "heads": 96, "seq_len": 2048, "ipus": 64},
+}
+
+
+def build_gpt(options: Options, *, layers: int = 12, hidden: int = 768, heads: int = 12, seq_len: int = 1024,
+              vocab: int = 50257, ipus: int = 4, preset: str | None = None) -> Model:
+    """A GPT decoder: token and position embeddings, ``layers`` decoder layers, the LM head.
+
+    Presets up to GPT-3 175B; the largest default to phased execution, weights streamed per phase,
+    because their weights cannot all stay on chip (the blog post's mapping onto an IPU-POD256).
+    """
+    params = {"layers": layers, "hidden": hidden, "heads": heads, "seq_len": seq_len, "vocab": vocab, "ipus": ipus}
+    if preset:
+        params["preset"] = preset
+    m = Model("gpt", options, params=params)
+    ids = m.input((seq_len,), dtype="int32")
+    with Block("embeddings"):
+        x = m.add(m.embedding(ids, vocab, hidden, name="embeddings/token"),
+                  m.embedding(ids, seq_len, hidden, name="embeddings/position"), name="embeddings/add")
+    for i in range(layers):
+        with Block(f"layer{i}"):
+            x = _encoder_layer(m, x, heads, 4 * hidden, f"layer{i}", causal=True)
+    with Block("head"):
+        x = m.layer_norm(x, name="head/norm")
+        logits = m.linear(x, vocab, bias=False, name="head/lm")
+        if options.training:
+            m.loss(logits, name="head/loss")
+    weights = m.parameters * options.dtype_bytes
+    on_chip = ipus * 900e6 * 0.5  # weights beyond half the IPUs' memory cannot stay on chip
+    if weights > on_chip:
+        m.set_default_strategy(balanced_stages(m, ipus, PhasedExecution))
+    else:
+        m.set_default_strategy(balanced_stages(m, ipus))
+    return m
+
+
+def build_vit(options: Options, *, layers: int = 12, hidden: int = 768, heads: int = 12, patch: int = 16,
+              image_size: int = 224, classes: int = 1000, ipus: int = 4) -> Model:
+    """ViT-Base/16: a patch-embedding convolution, a class token, ``layers`` encoder layers, a classifier."""
+    m = Model("vit-base", options, params={"layers": layers, "hidden": hidden, "heads": heads, "patch": patch,
+                                           "image_size": image_size, "classes": classes, "ipus": ipus})
+    x = m.input((3, image_size, image_size))
+    tokens = (image_size // patch) ** 2 + 1
+    with Block("embeddings"):
+        x = m.conv2d(x, hidden, patch, stride=patch, name="embeddings/patch")
+        x = m.slice(x, (options.micro_batch_size, tokens, hidden))  # the patches and the class token
+        x = m.dropout(x, name="embeddings/dropout")
+    for i in range(layers):
+        with Block(f"layer{i}"):
+            x = _encoder_layer(m, x, heads, 4 * hidden, f"layer{i}")
+    with Block("head"):
+        x = m.layer_norm(x, name="head/norm")
+        cls = m.slice(x, (options.micro_batch_size, hidden))  # the class token
+        logits = m.linear(cls, classes, name="head/classifier")
+        if options.training:
+            m.loss(logits, name="head/loss")
+    m.set_default_strategy(balanced_stages(m, ipus))
+    return m
+
+
+ZOO: dict[str, ZooEntry] = {
+    e.name: e
+    for e in (
+        ZooEntry("mnist", "The PopTorch pipelining tutorial's CNN: blocks B1..B4 on 4 IPUs, pipelined.",
+                 lambda options: build_mnist(options),
+                 defaults={"micro_batch_size": 40, "device_iterations": 10, "gradient_accumulation": 10},
+                 inference_defaults={"micro_batch_size": 8, "device_iterations": 100}),
+        ZooEntry("resnet50", "ResNet-50 v1.5 image classification (ImageNet, 224x224), pipelined over 4 IPUs.",
+                 lambda options, **p: build_resnet50(options, **p),
+                 params={"image_size": 224, "classes": 1000, "ipus": 4},
+                 defaults={"micro_batch_size": 4, "device_iterations": 1, "gradient_accumulation": 16},
+                 inference_defaults={"micro_batch_size": 16, "device_iterations": 16}),
+        ZooEntry("bert-base", "BERT-Base pre-training (12 layers, hidden 768), pipelined over 4 IPUs.",
+                 lambda options, **p: build_bert(options, name="bert-base", **p),
+                 params={"layers": 12, "hidden": 768, "heads": 12, "seq_len": 128, "ipus": 4},
+                 defaults={"micro_batch_size": 8, "device_iterations": 1, "gradient_accumulation": 16},
+                 inference_defaults={"micro_batch_size": 8, "device_iterations": 16}),
+        ZooEntry("bert-large", "BERT-Large pre-training (24 layers, hidden 1024), pipelined over 4 IPUs.",
+                 lambda options, **p: build_bert(options, name="bert-large", **p),
+                 params={"layers": 24, "hidden": 1024, "heads": 16, "seq_len": 128, "ipus": 4},
+                 defaults={"micro_batch_size": 8, "device_iterations": 1, "gradient_accumulation": 16},
+                 inference_defaults={"micro_batch_size": 8, "device_iterations": 16}),
+        ZooEntry("gpt", "A GPT decoder; presets from gpt2-small to gpt3-175b (phased over 64 IPUs).",
+                 lambda options, **p: build_gpt(options, **p),
+                 params={"layers": 12, "hidden": 768, "heads": 12, "seq_len": 1024, "ipus": 4},
+                 defaults={"micro_batch_size": 1, "device_iterations": 1, "gradient_accumulation": 16},
+                 inference_defaults={"micro_batch_size": 1, "device_iterations": 16},
+                 presets=GPT_PRESETS),
+        ZooEntry("vit-base", "ViT-Base/16 image classification (224x224), pipelined over 4 IPUs.",
+                 lambda options, **p: build_vit(options, **p),
+                 params={"layers": 12, "hidden": 768, "heads": 12, "patch": 16, "ipus": 4},
+                 defaults={"micro_batch_size": 8, "device_iterations": 1, "gradient_accumulation": 16},
+                 inference_defaults={"micro_batch_size": 16, "device_iterations": 16}),
+    )
+}
+
+
+def zoo_entry(name: str) -> ZooEntry:
+    """The zoo entry for ``name``; a ConfigError naming the zoo otherwise."""
+    if name not in ZOO:
+        raise ConfigError(f"Unknown model {name!r}; the zoo has {', '.join(ZOO)}, or give a path to a .py file.")
+    return ZOO[name]
+
+
+def describe_partition(strategy: ExecutionStrategy) -> str:
+    """``B1@0 B2@1`` style text for a strategy's stages (the CLI's --stages syntax)."""
+    return " ".join(f"{','.join(_compress(s.blocks))}@{s.ipu_id}" for s in strategy.stages)
+
+
+def _compress(blocks: tuple[str, ...]) -> list[str]:
+    # layer0,layer1,...,layer5 reads better as layer0..layer5 in listings
+    if len(blocks) > 2:
+        return [f"{blocks[0]}..{blocks[-1]}"]
+    return list(blocks)
+
+
+def estimate_ipus(strategy: ExecutionStrategy) -> int:
+    return 1 + max(s.ipu_id or 0 for s in strategy.stages)
+
+
+__all__ = ["ZOO", "ZooEntry", "balanced_stages", "build_mnist", "describe_partition", "zoo_entry"]

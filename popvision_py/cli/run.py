@@ -1,0 +1,92 @@
+"""`popvision run MODEL`: emulate a model on IPUs; with --profile, write PROFILE_DIR/profile.pop.
+
+MODEL is a zoo name (`popvision models`) or a path to a Python file that defines
+``build(options: engine.Options) -> engine.Model`` (and optionally ``DEFAULTS``, a dict of option
+defaults such as ``{"micro_batch_size": 16, "gradient_accumulation": 8}``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+
+from popvision_py.errors import ConfigError
+
+
+def _assumption(values: tuple[str, ...]) -> dict[str, float]:
+    out = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--assume takes NAME=VALUE, not {item!r}.")
+        try:
+            out[name.strip()] = float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:
+            raise ConfigError(f"--assume {name}: {value!r} is not a number.") from None
+    return out
+
+
+@click.command("run")
+@click.argument("model")
+@click.option("--batch-size", "micro_batch_size", type=int, help="Samples per micro-batch (the model's default if unset).")
+@click.option("--device-iterations", type=int, help="Iterations per host call.")
+@click.option("--gradient-accumulation", type=int, help="Micro-batches per weight update (pipelined training needs "
+              "at least 2N-1 for N stages).")
+@click.option("--strategy", type=click.Choice(["pipelined", "sharded", "phased"]), help="Execution strategy "
+              "(the model's default if unset).")
+@click.option("--stages", help='Blocks grouped into stages on IPUs: "B1,B2@0 B3@1 B4@2" (stages separated by '
+              'spaces, blocks by commas, @n the IPU; stage k on IPU k if @n is left out).')
+@click.option("--replicas", "replication_factor", type=int, help="Data-parallel replicas (replicationFactor).")
+@click.option("--mode", type=click.Choice(["training", "inference"]), help="Training (default) or inference.")
+@click.option("--precision", type=click.Choice(["fp16", "fp32"]), help="Activation and weight precision.")
+@click.option("--recompute/--no-recompute", default=None, help="Recompute activations in the backward pass.")
+@click.option("--offload-optimiser", is_flag=True, help="Keep optimiser state in streaming memory (remote buffers).")
+@click.option("--offload-weights", is_flag=True, help="Keep weights in streaming memory, loaded per pass.")
+@click.option("--offload-activations", is_flag=True, help="Stash activations in streaming memory.")
+@click.option("--replicated-tensor-sharding", is_flag=True, help="Shard optimiser state over the replicas.")
+@click.option("--optimiser", type=click.Choice(["adamw", "adam", "lamb", "sgd"]), help="Optimiser (AdamW by default).")
+@click.option("--arch", type=click.Choice(["mk1", "mk2", "bow"]), help="IPU generation (mk2 by default).")
+@click.option("--system", help="System to run on: IPU, IPU-POD4, POD16, POD64, POD128, POD256 (smallest that fits "
+              "by default).")
+@click.option("--runs", type=int, help="Host calls to emulate (each runs device-iterations iterations).")
+@click.option("--preset", help="Model preset (gpt: gpt2-small ... gpt3-175b).")
+@click.option("--layers", type=int, help="Layers (bert, gpt, vit).")
+@click.option("--hidden", type=int, help="Hidden size (bert, gpt, vit).")
+@click.option("--heads", type=int, help="Attention heads (bert, gpt, vit).")
+@click.option("--seq-len", type=int, help="Sequence length (bert, gpt).")
+@click.option("--ipus", type=int, help="IPUs of the model's default partition (zoo models).")
+@click.option("--assume", multiple=True, metavar="NAME=VALUE", help="Override an emulator assumption "
+              "(see docs/emulator.md), e.g. --assume amp_efficiency=0.5.")
+@click.option("--profile", is_flag=True, help="Write PROFILE_DIR/profile.pop.")
+@click.option("--profile-dir", default="./profile", show_default=True, type=click.Path(file_okay=False),
+              help="Where to write profile.pop.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def command(model: str, strategy: str | None, stages: str | None, offload_optimiser: bool, offload_weights: bool,
+            offload_activations: bool, replicated_tensor_sharding: bool, preset: str | None, layers: int | None,
+            hidden: int | None, heads: int | None, seq_len: int | None, ipus: int | None, assume: tuple[str, ...],
+            profile: bool, profile_dir: str, as_json: bool, quiet: bool, **options: object) -> None:
+    """Emulate MODEL (a zoo name or a .py file) and print time per step, throughput and memory fit."""
+    from engine.runner import RunRequest, emulate
+
+    request = RunRequest(
+        model=model,
+        options=options,
+        params={"preset": preset, "layers": layers, "hidden": hidden, "heads": heads, "seq_len": seq_len,
+                "ipus": ipus},
+        strategy=strategy,
+        stages=stages,
+        offload_optimiser=offload_optimiser,
+        offload_weights=offload_weights,
+        offload_activations=offload_activations,
+        replicated_tensor_sharding=replicated_tensor_sharding,
+        assumptions=_assumption(assume),
+        profile=Path(profile_dir) / "profile.pop" if profile else None,
+        progress=not quiet and sys.stderr.isatty(),
+    )
+    summary = emulate(request)
+    click.echo(json.dumps(asdict(summary), indent=2) if as_json else summary.text())
