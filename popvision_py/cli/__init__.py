@@ -21,6 +21,10 @@ COMMANDS: dict[str, str] = {
     "info": "info",
     "models": "models",
     "run": "run",
+    "report": "report",
+    "compare": "compare",
+    "export-trace": "export_trace",
+    "sql": "sql",
 }
 
 

@@ -1,0 +1,25 @@
+"""`popvision compare A B`: every report of two profiles side by side with the differences."""
+
+from __future__ import annotations
+
+import click
+
+from popvision_py.cli.report import finish, output_options
+
+
+@click.command("compare")
+@click.argument("a", type=click.Path())
+@click.argument("b", type=click.Path())
+@output_options
+def command(a: str, b: str, section: str, fmt: str, output: str | None) -> None:
+    """Compare profiles A and B: each figure of each report, b - a and the change in percent."""
+    from popvision_py.analysis.compare import Comparison
+    from popvision_py.render import emit
+    from popvision_py.render.document import build_comparison
+
+    comparison = Comparison(a, b)
+    try:
+        finish(emit(build_comparison(comparison, section), fmt, output))
+    finally:
+        comparison.a.close()
+        comparison.b.close()

@@ -1,0 +1,65 @@
+"""Renderers: a report's data (``document.Document``) to text, Markdown, JSON, CSV or HTML, chosen by name.
+
+``FORMATS`` maps each ``--format`` name to its renderer. Single-file formats return bytes; CSV
+writes a folder of files. ``emit`` is what the CLI calls: to stdout, or atomically to ``-o PATH``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from popvision_py.errors import PopvisionError
+from popvision_py.render.document import Document
+
+
+class OutputError(PopvisionError):
+    """The chosen output cannot be produced where asked (e.g. HTML to a terminal)."""
+
+
+def _text(doc: Document) -> bytes:
+    from popvision_py.render import text
+    return text.render(doc)
+
+
+def _md(doc: Document) -> bytes:
+    from popvision_py.render import markdown
+    return markdown.render(doc)
+
+
+def _json(doc: Document) -> bytes:
+    from popvision_py.render import jsonout
+    return jsonout.render(doc)
+
+
+def _html(doc: Document) -> bytes:
+    from popvision_py.render import html
+    return html.render(doc)
+
+
+# format name -> renderer to bytes; "csv" writes a folder instead (see emit)
+FORMATS: dict[str, Callable[[Document], bytes] | None] = {
+    "text": _text, "json": _json, "csv": None, "md": _md, "html": _html,
+}
+NEEDS_OUTPUT = {"csv": "a folder", "html": "a file"}
+
+
+def emit(doc: Document, fmt: str, output: str | os.PathLike[str] | None) -> list[Path]:
+    """Render ``doc`` as ``fmt`` to ``output`` (atomically) or stdout; returns the files written."""
+    from popvision_py.format.atomic import atomic_output
+
+    if fmt in NEEDS_OUTPUT and output is None:
+        raise OutputError(f"--format {fmt} writes {NEEDS_OUTPUT[fmt]}: give it with -o PATH.")
+    if fmt == "csv":
+        from popvision_py.render import csvout
+        return csvout.write(doc, output)
+    data = FORMATS[fmt](doc)
+    if output is None:
+        import click
+
+        click.echo(data, nl=False)  # bytes go to the binary stdout
+        return []
+    with atomic_output(output) as out:
+        out.write(data)
+    return [Path(output)]

@@ -1,0 +1,37 @@
+"""CSV: one file per block, ``<section>.<name>.csv``, in a folder; key figures as ``figure,value`` rows."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from popvision_py.format.atomic import atomic_output
+from popvision_py.render.document import Document
+from popvision_py.render.jsonout import plain
+
+
+def frames(doc: Document) -> dict[str, pd.DataFrame]:
+    """File name -> table, for every visible block."""
+    out = {}
+    for b in doc.visible():
+        data = b.data
+        if isinstance(data, dict):
+            data = pd.DataFrame({"figure": list(data), "value": [plain(v) for v in data.values()]})
+        out[f"{b.key}.csv"] = data
+    return out
+
+
+def write(doc: Document, folder: str | os.PathLike[str]) -> list[Path]:
+    """Write each table atomically into ``folder`` (created if needed); returns the paths written."""
+    folder = Path(folder)
+    written = []
+    for name, frame in frames(doc).items():
+        buffer = io.StringIO()
+        frame.to_csv(buffer, index=False)
+        with atomic_output(folder / name) as out:
+            out.write(buffer.getvalue().encode())
+        written.append(folder / name)
+    return written

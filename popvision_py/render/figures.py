@@ -1,0 +1,96 @@
+"""Plotly figures for the HTML report: pure functions, DataFrame in, figure out."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+PHASE_COLOURS = {"compute": "#2b8cbe", "exchange": "#f03b20", "sync": "#feb24c", "stream": "#31a354", "idle": "#d9d9d9"}
+PASS_COLOURS = {"forward": "#2b8cbe", "backward": "#e6550d", "update": "#756bb1"}
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
+    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, template="plotly_white", height=380,
+                      margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h"))
+    return fig
+
+
+def memory_by_ipu(by_ipu: pd.DataFrame) -> go.Figure:
+    ipus = [f"IPU {i}" for i in by_ipu["ipu"]]
+    fig = go.Figure([
+        go.Bar(name="always-live", x=ipus, y=by_ipu["always_live_bytes"]),
+        go.Bar(name="not-always-live", x=ipus, y=by_ipu["not_always_live_bytes"]),
+        go.Scatter(name="capacity", x=ipus, y=by_ipu["capacity_bytes"], mode="markers", marker_symbol="line-ew-open",
+                   marker=dict(size=30, color="black")),
+    ])
+    fig.update_layout(barmode="stack")
+    return _layout(fig, "Memory per IPU", "IPU", "bytes")
+
+
+def tile_map(by_tile: pd.DataFrame, bytes_per_tile: int) -> go.Figure:
+    grid = by_tile.pivot(index="ipu", columns="tile", values="total_bytes")
+    fig = go.Figure(go.Heatmap(z=grid.to_numpy(), x=grid.columns, y=[f"IPU {i}" for i in grid.index],
+                               colorscale="Viridis", zmin=0, zmax=max(bytes_per_tile, float(grid.max().max() or 0)),
+                               colorbar=dict(title="bytes")))
+    return _layout(fig, f"Memory per tile (capacity {bytes_per_tile:,} bytes)", "tile", "")
+
+
+def tile_histogram(by_tile: pd.DataFrame, bytes_per_tile: int) -> go.Figure:
+    fig = go.Figure([go.Histogram(x=g["total_bytes"], name=f"IPU {i}", opacity=0.7)
+                     for i, g in by_tile.groupby("ipu")])
+    fig.add_vline(x=bytes_per_tile, line_dash="dash", annotation_text="capacity")
+    fig.update_layout(barmode="overlay")
+    return _layout(fig, "Distribution of memory over tiles", "bytes", "tiles")
+
+
+def liveness(by_step: pd.DataFrame) -> go.Figure:
+    fig = go.Figure([go.Scatter(x=g["step"], y=g["total_bytes"], name=f"IPU {i}", mode="lines",
+                                hovertext=g["name"]) for i, g in by_step.groupby("ipu")])
+    return _layout(fig, "Memory live over program steps (always-live + not-always-live)", "program step", "bytes")
+
+
+def stage_times(summary: pd.DataFrame) -> go.Figure:
+    rows = summary[summary["pass"].isin(list(PASS_COLOURS))]
+    fig = go.Figure([go.Bar(name=p, x=[f"stage {s}" for s in g["stage"]], y=g["cycles_per_micro_batch"],
+                            marker_color=PASS_COLOURS[p]) for p, g in rows.groupby("pass", sort=False)])
+    fig.update_layout(barmode="stack")
+    return _layout(fig, "Cycles per micro-batch per stage", "stage", "cycles")
+
+
+def gantt(bars: pd.DataFrame, max_bars: int = 5000) -> go.Figure:
+    bars = bars.head(max_bars)
+    fig = go.Figure([go.Bar(name=p, y=[f"IPU {i}" for i in g["ipu"]], x=g["end_cycle"] - g["start_cycle"],
+                            base=g["start_cycle"], orientation="h", marker_color=PASS_COLOURS.get(p, "#999"),
+                            text=g["micro_batch"].astype(str), hovertext=[f"stage {s} mb {m}" for s, m in
+                                                                          zip(g["stage"], g["micro_batch"])])
+                     for p, g in bars.groupby("pass", sort=False)])
+    fig.update_layout(barmode="overlay")
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, "Pipeline: forward and backward per micro-batch", "cycle", "")
+
+
+def phases(figures: dict) -> go.Figure:
+    names = ["compute", "exchange", "sync", "stream", "idle"]
+    fig = go.Figure(go.Bar(x=names, y=[figures.get(f"{n}_cycles", 0) for n in names],
+                           marker_color=[PHASE_COLOURS[n] for n in names]))
+    return _layout(fig, "Time by phase (IPU-cycles)", "phase", "cycles")
+
+
+def exchange_by_kind(by_kind: pd.DataFrame) -> go.Figure:
+    fig = go.Figure(go.Bar(x=by_kind["kind"], y=by_kind["cycles"], text=by_kind["bytes"], name="cycles"))
+    return _layout(fig, "Exchange cycles by kind (text: bytes)", "kind", "cycles")
+
+
+def exchange_matrix(matrix: pd.DataFrame) -> go.Figure:
+    label = lambda i: {-1: "host", -2: "streaming memory"}.get(int(i), f"IPU {int(i)}")  # noqa: E731
+    grid = matrix.pivot_table(index="src_ipu", columns="dst_ipu", values="bytes", aggfunc="sum", fill_value=0)
+    fig = go.Figure(go.Heatmap(z=grid.to_numpy(), x=[label(c) for c in grid.columns],
+                               y=[label(i) for i in grid.index], colorscale="Blues", colorbar=dict(title="bytes")))
+    return _layout(fig, "Bytes from source to destination", "destination", "source")
+
+
+def comparison(frame: pd.DataFrame, title: str, n: int = 30) -> go.Figure:
+    changed = frame[frame["difference"] != 0].copy()
+    changed = changed.reindex(changed["difference_pct"].abs().sort_values(ascending=False).index).head(n)
+    fig = go.Figure(go.Bar(x=changed["difference_pct"], y=changed["figure"], orientation="h"))
+    return _layout(fig, title + " (largest relative differences, b vs a)", "difference %", "")

@@ -1,0 +1,97 @@
+"""One self-contained HTML page: plotly figures (plotly.js inlined once) and the report's tables."""
+
+from __future__ import annotations
+
+import html
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from popvision_py.render import figures as F
+from popvision_py.render.document import Document
+from popvision_py.render.format import value
+
+MAX_ROWS = 200
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1200px;color:#222}
+h1{font-size:1.6em} h2{border-bottom:2px solid #2b8cbe;padding-bottom:.2em;margin-top:2em} h3{font-size:1.05em}
+table{border-collapse:collapse;font-size:.85em;margin:.5em 0 1em} th,td{padding:.25em .6em;border-bottom:1px solid #ddd}
+th{background:#f4f4f4;text-align:left} td.n{text-align:right;font-variant-numeric:tabular-nums}
+.note{color:#666;font-size:.85em} .error{color:#b00} .warning{color:#b60}
+"""
+
+
+def _table(frame: pd.DataFrame) -> str:
+    if not len(frame.columns) or not len(frame):
+        return "<p class='note'>(no rows)</p>"
+    shown = frame.head(MAX_ROWS)
+    numeric = [pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])
+               for c in frame.columns]
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    body = []
+    for row in shown.itertuples(index=False):
+        body.append("<tr>" + "".join(f"<td class='{'n' if n else ''}'>{html.escape(value(v))}</td>"
+                                     for v, n in zip(row, numeric)) + "</tr>")
+    more = (f"<p class='note'>... {len(frame) - MAX_ROWS:,} more rows (use --format csv or json for all)</p>"
+            if len(frame) > MAX_ROWS else "")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
+
+
+def _figures_for(doc: Document) -> dict[str, list[go.Figure]]:
+    """Figures per section, built from the document's blocks."""
+    data = {b.key: b.data for b in doc.blocks}
+    out: dict[str, list[go.Figure]] = {}
+
+    def add(section: str, build, *keys: str) -> None:
+        if all(k in data and (isinstance(data[k], dict) or len(data[k])) for k in keys):
+            out.setdefault(section, []).append(build(*(data[k] for k in keys)))
+
+    bytes_per_tile = int(data.get("summary.figures", {}).get("bytes_per_tile", 0) or 0)
+    if "memory.by_tile" in data and not bytes_per_tile and len(data.get("memory.by_ipu", [])):
+        by_ipu = data["memory.by_ipu"]
+        bytes_per_tile = int(by_ipu["capacity_bytes"].iloc[0] / max(len(data["memory.by_tile"]) / len(by_ipu), 1))
+    add("memory", F.memory_by_ipu, "memory.by_ipu")
+    add("memory", lambda t: F.tile_map(t, bytes_per_tile), "memory.by_tile")
+    add("memory", lambda t: F.tile_histogram(t, bytes_per_tile), "memory.by_tile")
+    add("liveness", F.liveness, "liveness.by_step")
+    add("stages", F.gantt, "stages.gantt")
+    add("stages", F.stage_times, "stages.summary")
+    add("exchange", F.phases, "exchange.figures")
+    add("exchange", F.exchange_by_kind, "exchange.by_kind")
+    add("exchange", F.exchange_matrix, "exchange.matrix")
+    for key, frame in data.items():
+        if key.endswith(".comparison") and len(frame):
+            out.setdefault(key.split(".")[0], []).append(F.comparison(frame, key.split(".")[0].capitalize()))
+    return out
+
+
+def render(doc: Document) -> bytes:
+    figs = _figures_for(doc)
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(doc.title)}</title>"
+             f"<style>{STYLE}</style></head><body><h1>{html.escape(doc.title)}</h1>",
+             "<p class='note'>" + " vs ".join(html.escape(p) for p in doc.profiles)
+             + f" &middot; {html.escape(doc.generator)}</p>"]
+    plotly_included = False
+    for section in doc.sections():
+        blocks = [b for b in doc.visible() if b.section == section]
+        parts.append(f"<h2>{html.escape(section.capitalize())}</h2>")
+        for fig in figs.get(section, []):
+            parts.append(fig.to_html(full_html=False, include_plotlyjs=not plotly_included))
+            plotly_included = True
+        for b in blocks:
+            parts.append(f"<h3>{html.escape(b.title)}</h3>")
+            if isinstance(b.data, dict):
+                parts.append(_table(pd.DataFrame({"figure": list(b.data), "value": [value(v) for v in b.data.values()]})))
+            elif b.key == "summary.insights":
+                items = "".join(
+                    f"<li><b class='{html.escape(r.severity)}'>{html.escape(r.severity)}</b> "
+                    f"[{html.escape(r.topic)}] {html.escape(r.finding)}"
+                    + (f"<br>Fix: {html.escape(r.suggestion)}" if r.suggestion else "")
+                    + (f"<br>Effect: {html.escape(r.effect)}" if r.effect else "") + "</li>"
+                    for r in b.data.itertuples(index=False))
+                parts.append(f"<ul>{items}</ul>")
+            else:
+                parts.append(_table(b.data))
+    parts.append("</body></html>")
+    return "\n".join(parts).encode()

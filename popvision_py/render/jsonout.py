@@ -1,0 +1,53 @@
+"""JSON, documented in docs/reports.md ("JSON output"): stable keys, tables as lists of row objects."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from popvision_py.render.document import Document
+
+JSON_FORMAT = "popvision-report"
+JSON_VERSION = 1
+
+
+def plain(v: Any) -> Any:
+    """NumPy/pandas scalars to JSON values; NaN and infinities become null."""
+    if v is None:
+        return None
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        return None if math.isnan(f) or math.isinf(f) else f
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): plain(x) for k, x in v.items()}
+    if v is pd.NA or v is pd.NaT:
+        return None
+    return str(v)
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    columns = [str(c) for c in frame.columns]
+    values = [[plain(v) for v in frame[c].tolist()] for c in frame.columns]
+    return [dict(zip(columns, row)) for row in zip(*values)] if values else []
+
+
+def to_dict(doc: Document) -> dict[str, Any]:
+    sections: dict[str, dict[str, Any]] = {}
+    for b in doc.visible():
+        sections.setdefault(b.section, {})[b.name] = plain(b.data) if isinstance(b.data, dict) else records(b.data)
+    return {"format": JSON_FORMAT, "version": JSON_VERSION, "kind": doc.kind, "generator": doc.generator,
+            "profiles": doc.profiles, "sections": sections}
+
+
+def render(doc: Document) -> bytes:
+    return (json.dumps(to_dict(doc), indent=2, allow_nan=False) + "\n").encode()

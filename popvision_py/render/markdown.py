@@ -1,0 +1,44 @@
+"""Markdown: a heading per section, a pipe table (or figure list) per block."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from popvision_py.render.document import Document
+from popvision_py.render.format import cells, is_number, value
+
+MAX_ROWS = 200
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table(frame: pd.DataFrame) -> list[str]:
+    if frame.shape[1] == 0 or not len(frame):
+        return ["*(no rows)*"]
+    shown = frame.head(MAX_ROWS)
+    header = "| " + " | ".join(_escape(str(c)) for c in frame.columns) + " |"
+    rule = "| " + " | ".join("---:" if is_number(frame[c]) else "---" for c in frame.columns) + " |"
+    out = [header, rule] + ["| " + " | ".join(_escape(c) for c in r) + " |" for r in cells(shown)]
+    if len(frame) > MAX_ROWS:
+        out += ["", f"*... {len(frame) - MAX_ROWS:,} more rows (use `--format csv` or `json` for all of them)*"]
+    return out
+
+
+def render(doc: Document) -> bytes:
+    lines = [f"# {doc.title}", "", "Profile" + ("s" if len(doc.profiles) > 1 else "") + ": "
+             + " vs ".join(f"`{p}`" for p in doc.profiles), ""]
+    section = None
+    for b in doc.visible():
+        if b.section != section:
+            section = b.section
+            lines += [f"## {section.capitalize()}", ""]
+        lines += [f"### {b.title}", ""]
+        if isinstance(b.data, dict):
+            lines += ["| figure | value |", "| --- | ---: |"]
+            lines += [f"| {k} | {_escape(value(v))} |" for k, v in b.data.items()]
+        else:
+            lines += table(b.data)
+        lines.append("")
+    return ("\n".join(lines).rstrip() + "\n").encode()
