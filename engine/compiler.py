@@ -26,7 +26,6 @@ from engine.model import DTYPE_BYTES, Op, Tensor
 from engine.plan import Plan, StagePlan
 
 WORKERS = 6  # worker contexts per tile on every generation (public)
-GRAD_ACCUMULATOR_BYTES = 4  # gradient accumulators are kept in FP32, as PopART does
 WEIGHT_GRAIN_PARAMS = 64  # weights spread over tiles in grains of 64 parameters
 
 NAL_CATEGORIES = ("weights", "optimiser_state", "gradients", "activations", "stash", "exchange_buffers")
@@ -123,6 +122,8 @@ class Compiler:
         self.target = plan.target
         self.options = plan.options
         self.tiles = plan.target.tiles
+        # Weights, their gradients and gradient accumulators share the run's precision (PopART's
+        # default accumulator type is the weight's type).
         self.dt = DTYPE_BYTES[plan.options.precision]
         self.a = plan.target.assumptions
         self.stage_of = plan.stage_of_op()
@@ -192,13 +193,27 @@ class Compiler:
         inputs = sum(t.bytes for t in op.inputs)
         if op.on_amp and op.gemm is not None:
             m, k, n = op.gemm
-            t = mapping.tiles
-            # A pm x pn grid of output blocks: each tile needs its rows of A and its columns of B.
-            pn = max(1, min(t, round(math.sqrt(t * n / max(m, 1)))))
-            pm = max(1, math.ceil(t / pn))
-            a_bytes = op.inputs[0].bytes
-            b_bytes = op.params * self.dt if op.params else sum(x.bytes for x in op.inputs[1:])
-            return factor * math.ceil(a_bytes / pm + b_bytes / pn)
+            a_bytes = op.inputs[0].bytes / op.groups
+            b_bytes = op.params * self.dt if op.params else sum(x.bytes for x in op.inputs[1:]) / op.groups
+            # Tiles split over the groups first; a group's tiles form a pm x pn x pk grid (rows of A,
+            # columns of B, and the reduction dimension, as Poplar's matmul planner splits it): a
+            # tile needs its slice of A and of B, and sends partial sums when the reduction is split.
+            t = mapping.tiles / op.groups
+            if t <= 1:
+                return factor * math.ceil((a_bytes + b_bytes) * op.groups / mapping.tiles)
+            out_fp32 = 4 * op.output.bytes / op.groups / self.dt
+            best = math.inf
+            for pk in (1, 2, 4, 8, 16, 32):  # the planner keeps the split that moves least
+                if pk > t or pk * 16 > k:
+                    break
+                rest = t / pk
+                pn = max(1.0, min(rest, math.sqrt(rest * n / max(m, 1))))
+                pm = max(1.0, rest / pn)
+                partials = out_fp32 * (pk - 1) / t
+                best = min(best, a_bytes / (pm * pk) + b_bytes / (pn * pk) + partials)
+            if best == math.inf:
+                best = (a_bytes + b_bytes) / t
+            return factor * math.ceil(best)
         return factor * math.ceil(self.a.elementwise_relayout_fraction * inputs / mapping.tiles)
 
     def _copy_cycles(self, nbytes: int, bytes_per_s: float) -> int:
@@ -216,9 +231,10 @@ class Compiler:
         ex_step = prog.add("exchange", f"{label}/exchange", op.op_id, stage, pass_, mapping.tiles,
                            per_tile * mapping.tiles, ex_cycles)
         prog.exchanges.append((ex_step, "internal", prog.ipu, prog.ipu, per_tile * mapping.tiles, ex_cycles))
+        # The backward's two products exchange one after the other: the buffer holds one at a time.
         prog.variables.append(Variable(f"{label}/exchange_buffer", "exchange_buffers", False, mapping.start,
-                                       np.full(mapping.tiles, per_tile, dtype=np.int64), ex_step, ex_step + 1,
-                                       op.op_id))
+                                       np.full(mapping.tiles, per_tile // factor, dtype=np.int64), ex_step,
+                                       ex_step + 1, op.op_id))
         # Backward on the matrix units computes two products (input and weight gradients); on the
         # vector units the gradient costs about what the forward did.
         flops = op.flops * factor if op.on_amp else op.flops
@@ -345,7 +361,7 @@ class Compiler:
                 for op in reversed(stage.ops):
                     _, bwd_cs[op.op_id] = self._lower_op(prog, op, stage.index, "backward", "bwd", 2)
                 if self.weights_streamed and any(op.params for op in stage.ops):
-                    grads = sum(op.params for op in stage.ops) * GRAD_ACCUMULATOR_BYTES
+                    grads = sum(op.params for op in stage.ops) * self.dt
                     self._copy(prog, "remote_buffer_copy", "remote_buffer", f"stage{stage.index}/grads_to_remote",
                                stage.index, "backward", grads, ipu, -2, self.a.streaming_memory_bytes_per_s,
                                self.tiles)
@@ -390,13 +406,13 @@ class Compiler:
         params = math.ceil(op.params / shard)
         stage = self.stage_of[op.op_id]
         incoming = (params * state if self.optimiser_off_chip else 0) + (op.params * self.dt if self.weights_streamed else 0)
-        incoming += op.params * GRAD_ACCUMULATOR_BYTES if self.weights_streamed else 0
+        incoming += op.params * self.dt if self.weights_streamed else 0
         first = prog.steps
         if incoming:
             self._copy(prog, "remote_buffer_copy", "remote_buffer", f"{op.name}/update/from_remote", stage, "update",
                        incoming, -2, prog.ipu, self.a.streaming_memory_bytes_per_s, wmap.tiles, op.op_id)
         flops = params * self.a.optimiser_flops_per_param[self.options.optimiser]
-        moved = params * (2 * self.dt + GRAD_ACCUMULATOR_BYTES + 2 * state)
+        moved = params * (2 * self.dt + self.dt + 2 * state)
         grains = int(wmap.grains.sum())
         grain_cycles = max(flops / grains / self.target.vector_flops_per_cycle("fp32"),
                            moved / grains / self.target.memory_bytes_per_cycle_per_tile)
@@ -496,7 +512,7 @@ class Compiler:
                 else:
                     prog.variables.append(Variable(f"{op.name}/optimiser_state", "optimiser_state", True, wmap.start,
                                                    state, 0, last_step, op.op_id))
-                grads = wmap.share(op.params * GRAD_ACCUMULATOR_BYTES)
+                grads = wmap.share(op.params * self.dt)
                 if ga > 1 and not self.weights_streamed:
                     prog.variables.append(Variable(f"{op.name}/grad_accumulator", "gradients", True, wmap.start,
                                                    grads, 0, last_step, op.op_id))

@@ -17,7 +17,7 @@ import pyarrow as pa
 from popvision_py.format import ProfileWriter
 from popvision_py.format.schema import PASSES, PHASES
 
-from engine.compiler import GRAD_ACCUMULATOR_BYTES, Compiled
+from engine.compiler import Compiled
 from engine.memory import IpuMemory
 from engine.scheduler import Schedule, trace_batches
 
@@ -173,7 +173,7 @@ def ops_table(compiled: Compiled) -> dict[str, Any]:
                     params = -(-op.params // shard)
                     state = a.optimiser_state_bytes_per_param[o.optimiser]
                     passes.append(("update", params * a.optimiser_flops_per_param[o.optimiser],
-                                   params * (2 * dt + GRAD_ACCUMULATOR_BYTES + 2 * state),
+                                   params * (3 * dt + 2 * state),
                                    compiled.weight_mappings[op.op_id].tiles))
             for pass_, flops, nbytes, t in passes:
                 for k, v in zip(rows, (op.op_id, op.name, op.kind, op.block, stage.index, stage.ipu, pass_, flops,

@@ -289,6 +289,7 @@ class Op:
     bytes: int  # forward bytes read and written
     grains: int
     gemm: tuple[int, int, int] | None = None
+    groups: int = 1  # independent products of a batched matmul (batch x heads); gemm is per group
 
     @property
     def on_amp(self) -> bool:
@@ -352,7 +353,7 @@ class Model:
 
     def _add(self, name: str, kind: str, inputs: Sequence[Tensor], out_shape: Sequence[int], *, params: int = 0,
              flops: int, grains: int, gemm: tuple[int, int, int] | None = None, block: str | None = None,
-             out_dtype: str | None = None) -> Tensor:
+             out_dtype: str | None = None, groups: int = 1) -> Tensor:
         block = block or self._block_override or _current_block.get()
         if block is None:
             raise ConfigError(f"Op {name!r} is in no Block; build it inside `with Block(...)` or pass block=.")
@@ -369,7 +370,7 @@ class Model:
         dtype_bytes = DTYPE_BYTES[self.dtype]
         moved = sum(t.bytes for t in inputs) + out.bytes + params * dtype_bytes
         self.ops.append(Op(op_id, unique, kind, block, tuple(inputs), out, int(params), int(flops), int(moved),
-                           max(1, int(grains)), gemm))
+                           max(1, int(grains)), gemm, groups))
         return out
 
     # -- layers ------------------------------------------------------------------------------
@@ -405,7 +406,7 @@ class Model:
             raise ConfigError(f"matmul {name!r}: inner dimensions {k} and {k2} differ.")
         groups = math.prod(batch)
         return self._add(name, "matmul", [a, b], (*batch, m, n), flops=2 * groups * m * k * n,
-                         grains=groups * _gemm_grains(m, n), gemm=(groups * m, k, n), block=block)
+                         grains=groups * _gemm_grains(m, n), gemm=(m, k, n), block=block, groups=groups)
 
     def _elementwise(self, x: Tensor, kind: str, flops_per_element: int, name: str, block: str | None,
                      others: Sequence[Tensor] = (), params: int = 0) -> Tensor:

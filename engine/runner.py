@@ -26,6 +26,8 @@ from engine.zoo import zoo_entry
 
 OPTION_NAMES = ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "precision",
                 "mode", "recompute", "optimiser", "runs", "arch", "system")
+# Tensor locations a model's DEFAULTS may set, like the options above.
+LOCATION_NAMES = ("offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding")
 
 
 @dataclass
@@ -37,10 +39,10 @@ class RunRequest:
     params: dict[str, Any] = field(default_factory=dict)  # the model's own parameters (zoo models)
     strategy: str | None = None  # pipelined, sharded, phased
     stages: str | None = None  # "B1,B2@0 B3@1" (see parse_stages)
-    offload_optimiser: bool = False
-    offload_weights: bool = False
-    offload_activations: bool = False
-    replicated_tensor_sharding: bool = False
+    offload_optimiser: bool | None = None
+    offload_weights: bool | None = None
+    offload_activations: bool | None = None
+    replicated_tensor_sharding: bool | None = None
     assumptions: dict[str, float] = field(default_factory=dict)
     profile: str | Path | None = None
     progress: bool = False
@@ -122,15 +124,18 @@ def build_options(source: ModelSource, request: RunRequest) -> Options:
         values.update(source.inference_defaults)
         values["gradient_accumulation"] = 1
     values.update(given)
-    unknown = sorted(set(values) - set(OPTION_NAMES))
+    for name in LOCATION_NAMES:
+        if getattr(request, name) is not None:
+            values[name] = getattr(request, name)
+    unknown = sorted(set(values) - set(OPTION_NAMES) - set(LOCATION_NAMES))
     if unknown:
         raise ConfigError(f"Unknown option {unknown[0]!r} in the model's defaults.")
-    options = Options(**values)
+    options = Options(**{k: v for k, v in values.items() if k in OPTION_NAMES})
     locations = options.tensor_locations
-    locations.optimiser_on_chip = not request.offload_optimiser
-    locations.weights_on_chip = not request.offload_weights
-    locations.activations_on_chip = not request.offload_activations
-    locations.replicated_tensor_sharding = request.replicated_tensor_sharding
+    locations.optimiser_on_chip = not values.get("offload_optimiser", False)
+    locations.weights_on_chip = not values.get("offload_weights", False)
+    locations.activations_on_chip = not values.get("offload_activations", False)
+    locations.replicated_tensor_sharding = bool(values.get("replicated_tensor_sharding", False))
     options.validate()
     return options
 

@@ -9,12 +9,12 @@ import click
 
 def describe_zoo() -> list[dict]:
     """One record per zoo model: parameters, option defaults, presets and the default partition."""
-    from engine.model import Options
+    from engine.runner import RunRequest, load_model_source, build_options
     from engine.zoo import ZOO, describe_partition
 
     records = []
     for entry in ZOO.values():
-        options = Options(**entry.defaults)
+        options = build_options(load_model_source(entry.name), RunRequest(entry.name))
         model = entry.build(options, **entry.resolve_params({}))
         strategy = model.default_strategy
         records.append({

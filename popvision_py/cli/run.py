@@ -44,10 +44,11 @@ def _assumption(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--mode", type=click.Choice(["training", "inference"]), help="Training (default) or inference.")
 @click.option("--precision", type=click.Choice(["fp16", "fp32"]), help="Activation and weight precision.")
 @click.option("--recompute/--no-recompute", default=None, help="Recompute activations in the backward pass.")
-@click.option("--offload-optimiser", is_flag=True, help="Keep optimiser state in streaming memory (remote buffers).")
-@click.option("--offload-weights", is_flag=True, help="Keep weights in streaming memory, loaded per pass.")
-@click.option("--offload-activations", is_flag=True, help="Stash activations in streaming memory.")
-@click.option("--replicated-tensor-sharding", is_flag=True, help="Shard optimiser state over the replicas.")
+@click.option("--offload-optimiser/--no-offload-optimiser", default=None, help="Keep optimiser state in streaming memory (remote buffers).")
+@click.option("--offload-weights/--no-offload-weights", default=None, help="Keep weights in streaming memory, loaded per pass.")
+@click.option("--offload-activations/--no-offload-activations", default=None, help="Stash activations in streaming memory.")
+@click.option("--replicated-tensor-sharding/--no-replicated-tensor-sharding", default=None,
+              help="Shard optimiser state over the replicas.")
 @click.option("--optimiser", type=click.Choice(["adamw", "adam", "lamb", "sgd"]), help="Optimiser (AdamW by default).")
 @click.option("--arch", type=click.Choice(["mk1", "mk2", "bow"]), help="IPU generation (mk2 by default).")
 @click.option("--system", help="System to run on: IPU, IPU-POD4, POD16, POD64, POD128, POD256 (smallest that fits "
@@ -66,8 +67,8 @@ def _assumption(values: tuple[str, ...]) -> dict[str, float]:
               help="Where to write profile.pop.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def command(model: str, strategy: str | None, stages: str | None, offload_optimiser: bool, offload_weights: bool,
-            offload_activations: bool, replicated_tensor_sharding: bool, preset: str | None, layers: int | None,
+def command(model: str, strategy: str | None, stages: str | None, offload_optimiser: bool | None,
+            offload_weights: bool | None, offload_activations: bool | None, replicated_tensor_sharding: bool | None, preset: str | None, layers: int | None,
             hidden: int | None, heads: int | None, seq_len: int | None, ipus: int | None, assume: tuple[str, ...],
             profile: bool, profile_dir: str, as_json: bool, quiet: bool, **options: object) -> None:
     """Emulate MODEL (a zoo name or a .py file) and print time per step, throughput and memory fit."""
