@@ -216,7 +216,7 @@ def block_costs(c: _Costs, programs: pd.DataFrame, ops: pd.DataFrame, trace: Tra
     """Per block, in pipeline order: ``[block, stage, fwd_cycles, bwd_cycles, memory_bytes]``.
 
     A block's cycles per micro-batch = sum over its ops' steps of cycles x executions, divided by
-    its stage's micro-batches; its memory = bytes of the variables its ops own.
+    its stage's micro-batches; its memory = always-live bytes of the variables its ops own.
     """
     op_block = ops.drop_duplicates("op_id")[["op_id", "block"]].copy()
     op_block["block"] = op_block["block"].astype(str)
@@ -226,7 +226,10 @@ def block_costs(c: _Costs, programs: pd.DataFrame, ops: pd.DataFrame, trace: Tra
     steps["busy"] = steps["cycles"] * steps["executions"]
     steps["pass"] = steps["pass"].astype(str)
     busy = steps.pivot_table(index="block", columns="pass", values="busy", aggfunc="sum", fill_value=0, observed=True)
-    mem = variables[["op_id", "bytes"]].merge(op_block, on="op_id", how="inner").groupby("block")["bytes"].sum()
+    # Only always-live bytes move with a block: not-always-live memory peaks at one step, so it is
+    # assumed to stay as it is on each IPU (the largest step, not the sum of the blocks).
+    owned = variables.loc[variables["always_live"].astype(bool), ["op_id", "bytes"]]
+    mem = owned.merge(op_block, on="op_id", how="inner").groupby("block")["bytes"].sum()
     order: list[tuple[str, int]] = []
     for _, st in c.stages.iterrows():
         order += [(b, int(st["stage"])) for b in st["blocks"]]

@@ -141,9 +141,11 @@ def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: pd.DataFrame,
         worst = oom.iloc[0]
         ipu, tile, excess = int(worst["ipu"]), int(worst["tile"]), int(worst["excess_bytes"])
         n_ipus = oom["ipu"].nunique()
-        finding = (f"{len(oom):,} tile(s) on {n_ipus} IPU(s) are out of memory; the worst, tile {tile} on IPU {ipu}, "
-                   f"holds {_bytes(worst['total_bytes'])}, {_bytes(excess)} over its {_bytes(summary.bytes_per_tile)}.")
         cats = worst_breakdown.groupby("category")["bytes"].sum() if len(worst_breakdown) else pd.Series(dtype=float)
+        largest = (f"; most of it {cats.idxmax()} ({_bytes(cats.max())})" if len(cats) else "")
+        finding = (f"{len(oom):,} tile(s) on {n_ipus} IPU(s) are out of memory; the worst, tile {tile} on IPU {ipu}, "
+                   f"holds {_bytes(worst['total_bytes'])}, {_bytes(excess)} over its {_bytes(summary.bytes_per_tile)}"
+                   f"{largest}.")
         locations = run.get("tensor_locations") or {}
         opt = float(cats.get("optimiser_state", 0))
         if opt > 0 and str(locations.get("optimiser", "on_chip")) != "off_chip":
@@ -159,6 +161,15 @@ def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: pd.DataFrame,
                          "Recompute activations in the backward pass instead of stashing them.",
                          f"Saves up to {_bytes(act)} of activations and stash on tile {tile} ({enough}: it needs "
                          f"{_bytes(excess)}); costs about one more forward pass of compute."))
+        scaling = sum(float(cats.get(c, 0)) for c in ("activations", "stash", "exchange_buffers"))
+        mbs = int(run.get("micro_batch_size", 1) or 1)
+        if scaling > 0 and mbs > 1:
+            enough = "enough" if scaling / 2 >= excess else "not enough alone"
+            rows.append(("error", "memory", finding,
+                         f"Halve the micro-batch size (from {mbs} to {mbs // 2}) and double gradient accumulation "
+                         f"to keep the batch.",
+                         f"Activations, stash and exchange buffers scale with the micro-batch: saves about "
+                         f"{_bytes(scaling / 2)} on tile {tile} ({enough}: it needs {_bytes(excess)})."))
         if len(memory_by_ipu) and S >= 1:
             total = float(memory_by_ipu["total_bytes"].sum())
             saved = total / max(S, 1) - total / (S + 1)
