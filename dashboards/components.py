@@ -70,6 +70,8 @@ def fmt_seconds(value: Any) -> str:
 
 
 def fmt_text(value: Any) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return fmt_number(value)
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (list, tuple)):
@@ -81,6 +83,8 @@ def fmt_for_column(column: str) -> Formatter:
     """The formatter a column's unit suffix asks for (the analysis names columns unit-last)."""
     if column.endswith("bytes_per_s"):
         return fmt_rate
+    if column.endswith("_per_s"):
+        return fmt_per_second
     if column.endswith("bytes"):
         return fmt_bytes
     if column.endswith("_pct"):
@@ -90,6 +94,22 @@ def fmt_for_column(column: str) -> Formatter:
     if column.endswith("cycles") or column in ("flops", "executions", "events"):
         return fmt_count
     return fmt_text
+
+
+def fmt_per_second(value: Any) -> str:
+    text = fmt_number(value)
+    return text if text == "–" else f"{text} /s"
+
+
+def fmt_number(value: Any) -> str:
+    """Whole numbers with thousands separators, others with 2 decimals; anything else as text."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return fmt_text(value)
+    if math.isnan(value):
+        return "–"
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.2f}"
 
 
 def card(label: str, value: str, note: str | None = None, tone: str = "") -> html.Div:
@@ -145,7 +165,8 @@ def section(title: str, *children: Any, note: str | None = None, class_name: str
 
 def graph(graph_id: str, height: int | None = None, **props: Any) -> dcc.Loading:
     """A Graph in a loading wrapper, with the mode bar trimmed to what profiles need."""
-    config = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"], "responsive": True}
+    # Not "responsive": that stretches every figure to the container's 450 px; each figure sets its height.
+    config = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
     style = {"height": f"{height}px"} if height else {}
     return dcc.Loading(
         dcc.Graph(id=graph_id, config=config, style=style, **props), type="dot", delay_show=300

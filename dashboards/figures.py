@@ -39,7 +39,7 @@ CATEGORY_COLOURS: dict[str, str] = dict(zip(MEMORY_CATEGORIES, _CATEGORY_PALETTE
 PROFILE_COLOURS = {"a": "#3B7DD8", "b": "#F2A33A"}
 OOM_COLOUR = "#D64545"
 CAPACITY_COLOUR = "#D64545"
-TILE_MAP_COLUMNS = 64
+TILE_MAP_COLUMNS = 64  # at most; an IPU of 1,472 tiles is 23 rows of 64
 FONT = "Inter, 'Segoe UI', system-ui, -apple-system, sans-serif"
 
 _BASE_LAYOUT = dict(
@@ -76,6 +76,14 @@ def ipu_label(ipu: int) -> str:
     return {-1: "host", -2: "streaming memory"}.get(int(ipu), f"IPU {int(ipu)}")
 
 
+def byte_unit(largest: float) -> tuple[float, str]:
+    """(divisor, unit) that shows values up to ``largest`` bytes in a readable binary unit."""
+    for power, unit in ((3, "GiB"), (2, "MiB"), (1, "KiB")):
+        if largest >= 1024**power:
+            return float(1024**power), unit
+    return 1.0, "bytes"
+
+
 def _category_order(categories: Sequence[str]) -> list[str]:
     known = [c for c in MEMORY_CATEGORIES if c in set(categories)]
     return known + sorted(set(categories) - set(known))
@@ -83,14 +91,19 @@ def _category_order(categories: Sequence[str]) -> list[str]:
 
 # ----------------------------------------------------------------------------------------- memory
 
-def tile_grid(num_tiles: int, columns: int = TILE_MAP_COLUMNS) -> tuple[int, int]:
+def tile_columns(num_tiles: int) -> int:
+    """Tiles per row of the tile map: 64 for a real IPU, fewer (about twice the rows) for small ones."""
+    return max(1, min(TILE_MAP_COLUMNS, math.ceil(math.sqrt(2 * num_tiles))))
+
+
+def tile_grid(num_tiles: int, columns: int | None = None) -> tuple[int, int]:
     """(rows, columns) of the grid the tile map lays ``num_tiles`` tiles on, row by row."""
-    columns = max(1, min(columns, num_tiles))
+    columns = max(1, min(columns or tile_columns(num_tiles), num_tiles))
     return math.ceil(num_tiles / columns), columns
 
 
-def tile_position(tile: int, columns: int = TILE_MAP_COLUMNS) -> tuple[int, int]:
-    """(row, column) of a tile on the map."""
+def tile_position(tile: int, columns: int) -> tuple[int, int]:
+    """(row, column) of a tile on a map of ``columns`` tiles per row."""
     return divmod(int(tile), columns)
 
 
@@ -99,7 +112,7 @@ def tile_map(
     tiles_per_ipu: int,
     bytes_per_tile: int,
     selected_tile: int | None = None,
-    columns: int = TILE_MAP_COLUMNS,
+    columns: int | None = None,
 ) -> go.Figure:
     """Every tile of one IPU as a cell of a heat map of its peak memory; out-of-memory tiles crossed.
 
@@ -150,7 +163,7 @@ def tile_map(
     fig.update_xaxes(showgrid=False, zeroline=False, showticklabels=False, title=f"{columns} tiles per row")
     fig.update_yaxes(showgrid=False, zeroline=False, autorange="reversed", showticklabels=False,
                      scaleanchor="x", scaleratio=1, title=None)
-    return _style(fig, height=max(260, 60 + rows * 15), margin=dict(l=10, r=10, t=30, b=30),
+    return _style(fig, height=min(720, max(300, 70 + rows * 22)), margin=dict(l=10, r=10, t=30, b=30),
                   legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0), clickmode="event")
 
 
@@ -208,7 +221,8 @@ def category_stacks(by_category: pd.DataFrame, capacity_by_ipu: Mapping[int, int
                                  marker=dict(symbol="line-ew-open", size=40, color=CAPACITY_COLOUR, line=dict(width=2)),
                                  name="capacity", hovertemplate="capacity %{y:,.0f} B<extra></extra>"))
     fig.update_yaxes(title="bytes")
-    return _style(fig, barmode="stack", height=380, legend=dict(font=dict(size=10), orientation="v", x=1.02, y=1))
+    return _style(fig, barmode="stack", height=420, legend=dict(font=dict(size=10), orientation="h", y=-0.12, yanchor="top", x=0),
+                  margin=dict(l=60, r=20, t=20, b=40))
 
 
 def tile_histogram(by_tile: pd.DataFrame, bytes_per_tile: int, bins: int = 60) -> go.Figure:
@@ -270,14 +284,16 @@ def liveness_steps(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[i
         return empty("No liveness recorded.")
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.55, 0.45],
                         subplot_titles=("not-always-live memory per IPU", "worst tile, against tile capacity"))
+    top_scale, top_unit = byte_unit(float(by_step["not_always_live_bytes"].max()))
     palette = ["#3B7DD8", "#F2A33A", "#3FA672", "#8E6BBF", "#D64545", "#17becf", "#8c564b", "#e377c2"]
     for index, (ipu, part) in enumerate(by_step.groupby("ipu", sort=True)):
         colour = palette[index % len(palette)]
         names = part["name"].astype(str).to_numpy()
-        fig.add_trace(go.Scattergl(x=part["step"], y=part["not_always_live_bytes"] / 2**20, mode="lines",
+        fig.add_trace(go.Scattergl(x=part["step"], y=part["not_always_live_bytes"] / top_scale, mode="lines",
                                    name=ipu_label(ipu), line=dict(color=colour, width=1.6), legendgroup=str(ipu),
                                    customdata=np.stack([np.full(len(part), ipu), names], axis=-1),
-                                   hovertemplate="step %{x} (%{customdata[1]})<br>%{y:,.2f} MiB not always-live<extra>%{fullData.name}</extra>"),
+                                   hovertemplate="step %{x} (%{customdata[1]})<br>%{y:,.2f} " + top_unit
+                                                 + " not always-live<extra>%{fullData.name}</extra>"),
                       row=1, col=1)
         fig.add_trace(go.Scattergl(x=part["step"], y=part["worst_tile_bytes"] / 1024, mode="lines",
                                    name=ipu_label(ipu), line=dict(color=colour, width=1.2), legendgroup=str(ipu),
@@ -292,7 +308,7 @@ def liveness_steps(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[i
                              hovertemplate="tile capacity %{y:,.0f} KiB<extra></extra>"), row=2, col=1)
     if selected is not None:
         fig.add_shape(step_marker(selected[1]))
-    fig.update_yaxes(title="MiB", row=1, col=1, rangemode="tozero")
+    fig.update_yaxes(title=top_unit, row=1, col=1, rangemode="tozero")
     fig.update_yaxes(title="KiB", row=2, col=1, rangemode="tozero")
     fig.update_xaxes(title="program step", row=2, col=1)
     return _style(fig, height=520, hovermode="closest", clickmode="event")
@@ -416,6 +432,7 @@ def stages_gantt(gantt: pd.DataFrame, max_labels: int = 400) -> go.Figure:
                 text=part["label"] if show_text else None,
                 textposition="inside",
                 insidetextanchor="middle",
+                textangle=0,
                 textfont=dict(color="white", size=11),
                 customdata=np.stack([part["stage"], part["iteration"], part["micro_batch"], part["label"]], axis=-1),
                 hovertemplate=("%{customdata[3]}: stage %{customdata[0]}, " + pass_name
@@ -446,14 +463,16 @@ def stage_imbalance(summary: pd.DataFrame, bottleneck_stage: int | None = None) 
                              hovertemplate="%{x} " + pass_name + "<br>%{y:,} cycles per micro-batch<extra></extra>"))
     fig.update_xaxes(categoryorder="array", categoryarray=order)
     fig.update_yaxes(title="cycles per micro-batch")
-    return _style(fig, barmode="stack", height=340)
+    return _style(fig, barmode="stack", height=340, legend=dict(traceorder="normal", orientation="h", y=1.02, yanchor="bottom", x=0))
 
 
 def stage_utilisation(summary: pd.DataFrame) -> go.Figure:
     """Busy and idle cycles of each stage's IPU over the run: the pipeline's bubble, per stage."""
     if summary.empty:
         return empty("No stages.")
-    frame = summary.drop_duplicates(["stage"]).sort_values("stage")
+    passes = summary["pass"].astype(str)
+    # The analysis gives each stage an "all" row (its IPU's whole run) beside the per-pass rows.
+    frame = (summary[passes == "all"] if (passes == "all").any() else summary.drop_duplicates(["stage"])).sort_values("stage")
     labels = "stage " + frame["stage"].astype(str) + " · " + frame["ipu"].map(ipu_label)
     fig = go.Figure()
     fig.add_trace(go.Bar(x=labels, y=frame["busy_cycles"], name="busy", marker_color=PHASE_COLOURS["compute"]))
@@ -503,7 +522,7 @@ def exchange_matrix(matrix: pd.DataFrame, value: str = "bytes") -> go.Figure:
     grid = grid.reindex(index=endpoints, columns=endpoints)
     labels = [ipu_label(i) for i in endpoints]
     text = grid.map(lambda v: "" if pd.isna(v) or v == 0 else (_short_bytes(v) if value == "bytes" else f"{v:,.0f}"))
-    fig = go.Figure(go.Heatmap(z=grid.to_numpy(dtype=float), x=labels, y=labels, colorscale="Blues",
+    fig = go.Figure(go.Heatmap(z=grid.to_numpy(dtype=float), x=labels, y=labels, colorscale="Blues", zmin=0,
                                text=text.to_numpy(), texttemplate="%{text}", hoverongaps=False,
                                colorbar=dict(title=dict(text=value, side="right"), thickness=12),
                                hovertemplate="%{x} → %{y}<br>%{z:,.0f} " + value + "<extra></extra>"))
@@ -561,7 +580,7 @@ def side_by_side_bars(frames: Mapping[str, pd.DataFrame], x: str, y: str, title:
         fig.add_trace(go.Bar(x=frame[x], y=frame[y], name=(labels or {}).get(key, key.upper()),
                              marker_color=PROFILE_COLOURS.get(key, "#999")))
     fig.update_yaxes(title=y_title)
-    return _style(fig, title=title, barmode="group", height=320, legend=dict(orientation="h", y=-0.25, x=0))
+    return _style(fig, title=title or None, barmode="group", height=320)
 
 
 def compare_phase_shares(shares: Mapping[str, Mapping[str, float]], labels: Mapping[str, str]) -> go.Figure:
@@ -573,5 +592,5 @@ def compare_phase_shares(shares: Mapping[str, Mapping[str, float]], labels: Mapp
                              orientation="h", name=phase, marker_color=PHASE_COLOURS[phase],
                              hovertemplate="%{y}<br>" + phase + ": %{x:.1f} %<extra></extra>"))
     fig.update_xaxes(range=[0, 100], ticksuffix=" %", title="% of IPU time")
-    fig.update_yaxes(autorange="reversed")
-    return _style(fig, title="Time by phase", barmode="stack", height=240, margin=dict(l=260, r=20, t=70, b=40))
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    return _style(fig, barmode="stack", height=220, margin=dict(l=20, r=20, t=40, b=40))

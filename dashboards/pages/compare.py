@@ -15,8 +15,14 @@ dash.register_page(__name__, path="/compare", name="Compare", title="popvision Â
                    needs_two_profiles=True)
 
 SECTIONS = ("summary", "memory", "liveness", "stages", "exchange")
-KEY_FIGURES = ("step_s", "throughput_samples_per_s", "flop_utilisation_pct", "oom_tiles", "worst_tile_bytes",
-               "total_cycles")
+KEY_FIGURES = {  # figure of comparison.summary() -> card label
+    "step_s": "time per step",
+    "throughput_samples_per_s": "throughput",
+    "flop_utilisation_pct": "FLOP utilisation",
+    "oom_tiles": "out-of-memory tiles",
+    "worst_tile_bytes": "worst tile",
+    "total_cycles": "cycles traced",
+}
 
 
 def layout(**_query: str) -> html.Div:
@@ -71,12 +77,12 @@ def compare_cards(frame: pd.DataFrame) -> html.Div:
         pct = row.difference_pct
         change = c.fmt_pct(pct) if isinstance(pct, (int, float)) and not pd.isna(pct) else ""
         items.append(html.Div([
-            html.Div(str(row.figure).replace("_", " ").replace(" pct", " %").replace(" s", " (s)"), className="card-label"),
+            html.Div(KEY_FIGURES[str(row.figure)], className="card-label"),
             html.Div([html.Span(fmt(row.a), className="compare-a"), html.Span(" â†’ ", className="arrow"),
                       html.Span(fmt(row.b), className="compare-b")], className="card-value"),
             html.Div(f"change {'+' if isinstance(pct, (int, float)) and pct > 0 else ''}{change}" if change else "",
                      className="card-note"),
-        ], className="card"))
+        ], className="card compare-card"))
     return html.Div(items, className="cards")
 
 

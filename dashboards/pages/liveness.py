@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, Patch, State, ctx, dcc, html
+from dash import Input, Output, Patch, State, dcc, html
 
 from dashboards import components as c
 from dashboards import data, figures, ids
@@ -48,17 +48,15 @@ def layout(**_query: str) -> html.Div:
 @dash.callback(
     Output(ids.LIVENESS_PLOT, "figure"),
     Output(ids.LIVENESS_PEAKS, "children"),
-    Output(ids.LIVENESS_IPU, "options"),
     Input(ids.PROFILE, "value"),
 )
 def render(profile: str | None):
     report = data.report(profile)
     peaks = report.liveness.peaks()
-    options = [{"label": figures.ipu_label(ipu), "value": int(ipu)} for ipu in peaks["ipu"]]
     plot = figures.liveness_steps(report.liveness.by_step(), int(report.target["bytes_per_tile"]))
     table = c.table(peaks, {"ipu": "IPU", "peak_step": "peak step", "name": "step", "not_always_live_bytes": "not always-live",
                             "total_bytes": "total"}, formats={"ipu": c.fmt_int, "peak_step": c.fmt_int})
-    return plot, table, options
+    return plot, table
 
 
 def clicked_step(click: dict | None) -> tuple[int, int] | None:
@@ -71,23 +69,33 @@ def clicked_step(click: dict | None) -> tuple[int, int] | None:
 
 
 @dash.callback(
+    Output(ids.LIVENESS_IPU, "options"),
     Output(ids.LIVENESS_IPU, "value"),
     Output(ids.LIVENESS_STEP, "value"),
     Input(ids.PROFILE, "value"),
-    Input(ids.LIVENESS_PLOT, "clickData"),
 )
-def choose_step(profile: str | None, click: dict | None):
-    """A click on the plot chooses its IPU and step; a new profile starts at its highest peak."""
-    if ctx.triggered_id == ids.LIVENESS_PLOT:
-        chosen = clicked_step(click)
-        if chosen is None:
-            raise dash.exceptions.PreventUpdate
-        return chosen
+def choose_peak(profile: str | None):
+    """A profile starts at its highest not-always-live peak."""
     peaks = data.report(profile).liveness.peaks()
+    options = [{"label": figures.ipu_label(ipu), "value": int(ipu)} for ipu in peaks["ipu"]]
     if peaks.empty:
-        return None, None
+        return options, None, None
     top = peaks.loc[peaks["not_always_live_bytes"].idxmax()]
-    return int(top["ipu"]), int(top["peak_step"])
+    return options, int(top["ipu"]), int(top["peak_step"])
+
+
+@dash.callback(
+    Output(ids.LIVENESS_IPU, "value", allow_duplicate=True),
+    Output(ids.LIVENESS_STEP, "value", allow_duplicate=True),
+    Input(ids.LIVENESS_PLOT, "clickData"),
+    prevent_initial_call=True,
+)
+def choose_clicked(click: dict | None):
+    """A click on the plot chooses its IPU and step."""
+    chosen = clicked_step(click)
+    if chosen is None:
+        raise dash.exceptions.PreventUpdate
+    return chosen
 
 
 @dash.callback(

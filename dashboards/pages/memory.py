@@ -72,6 +72,18 @@ def ipu_cards(by_ipu: Any) -> list[tuple]:
     return items
 
 
+def oom_table(oom: Any, shown: int = 12) -> html.Div:
+    """The out-of-memory tiles, largest excess first, the first ``shown`` of them."""
+    if oom.empty:
+        return html.Div("Every tile fits.", className="empty good")
+    more = len(oom) - shown
+    return html.Div([
+        c.table(oom.head(shown), {"ipu": "IPU", "tile": "tile", "total_bytes": "peak", "excess_bytes": "over capacity by"},
+                formats={"ipu": c.fmt_int, "tile": c.fmt_int}, table_id="memory-oom-table"),
+        html.P(f"… and {more:,} more tiles out of memory.", className="section-note") if more > 0 else "",
+    ])
+
+
 @dash.callback(
     Output(ids.MEMORY_IPU, "options"),
     Output(ids.MEMORY_IPU, "value"),
@@ -97,9 +109,7 @@ def render_overview(profile: str | None):
         c.cards(ipu_cards(by_ipu)),
         figures.category_stacks(report.memory.by_category()),
         figures.tile_histogram(report.memory.by_tile(), bytes_per_tile),
-        c.table(oom.head(50), {"ipu": "IPU", "tile": "tile", "total_bytes": "peak", "excess_bytes": "over capacity by"},
-                formats={"ipu": c.fmt_int, "tile": c.fmt_int})
-        if len(oom) else html.Div("Every tile fits.", className="empty good"),
+        oom_table(oom),
     )
 
 
@@ -172,6 +182,6 @@ def show_tile(click: dict | None, ipu: int | None, profile: str | None):
     if ipu is None or tile is None:
         raise dash.exceptions.PreventUpdate
     highlight = Patch()
-    row, col = figures.tile_position(tile)
+    row, col = figures.tile_position(tile, figures.tile_columns(int(report.target["tiles_per_ipu"])))
     highlight["layout"]["shapes"] = [figures.tile_highlight(row, col)]
     return (highlight, *tile_panel(report, int(ipu), tile))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, State, ctx, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from dashboards import components as c
 from dashboards import data, figures, ids
@@ -84,29 +84,43 @@ def level_text(level: str, window: tuple[int, int], frame: Any) -> str:
     return f"level of detail: events — {len(frame):,} events, cycles {window[0]:,} to {window[1]:,}"
 
 
+def timeline(profile: str | None, window: tuple[int, int] | None, revision: int = 0) -> tuple:
+    """Figure and level-of-detail text of the timeline over ``window`` (None: the whole run)."""
+    report = data.report(profile)
+    window = window or tuple(int(v) for v in report.trace.extent())
+    result = report.trace.timeline(window[0], window[1], max_bins=MAX_BINS)
+    ipus = list(range(int(report.target["num_ipus"])))
+    fig = figures.trace_timeline(result.frame, result.level, window, ipus)
+    # A new revision (a reset, a new profile) makes plotly drop the user's zoom and show the run.
+    fig.update_layout(uirevision=f"{data.current().key(profile)}-{revision}")
+    return fig, level_text(result.level, window, result.frame)
+
+
 @dash.callback(
     Output(ids.TRACE_TIMELINE, "figure"),
     Output(ids.TRACE_LEVEL, "children"),
     Input(ids.PROFILE, "value"),
-    Input(ids.TRACE_TIMELINE, "relayoutData"),
     Input(ids.TRACE_RESET, "n_clicks"),
 )
-def render_timeline(profile: str | None, relayout: dict | None, resets: int | None):
-    """The timeline of the window shown: the whole run first, then each zoom's window."""
-    report = data.report(profile)
-    extent = tuple(int(v) for v in report.trace.extent())
-    if ctx.triggered_id == ids.TRACE_TIMELINE:
-        window = window_from_relayout(relayout, extent)
-        if window is None:
-            raise dash.exceptions.PreventUpdate
-    else:
-        window = extent
-    timeline = report.trace.timeline(window[0], window[1], max_bins=MAX_BINS)
-    ipus = list(range(int(report.target["num_ipus"])))
-    fig = figures.trace_timeline(timeline.frame, timeline.level, window, ipus)
-    # A new revision on reset or a new profile: plotly then drops the user's zoom and shows the run.
-    fig.update_layout(uirevision=f"{data.current().key(profile)}-{resets or 0}")
-    return fig, level_text(timeline.level, window, timeline.frame)
+def render_timeline(profile: str | None, resets: int | None):
+    """The whole run."""
+    return timeline(profile, None, resets or 0)
+
+
+@dash.callback(
+    Output(ids.TRACE_TIMELINE, "figure", allow_duplicate=True),
+    Output(ids.TRACE_LEVEL, "children", allow_duplicate=True),
+    Input(ids.TRACE_TIMELINE, "relayoutData"),
+    State(ids.PROFILE, "value"),
+    State(ids.TRACE_RESET, "n_clicks"),
+    prevent_initial_call=True,
+)
+def zoom_timeline(relayout: dict | None, profile: str | None, resets: int | None):
+    """The window a zoom (or a double-click back to the whole run) asks for, at its own level of detail."""
+    window = window_from_relayout(relayout, tuple(int(v) for v in data.report(profile).trace.extent()))
+    if window is None:
+        raise dash.exceptions.PreventUpdate
+    return timeline(profile, window, resets or 0)
 
 
 @dash.callback(
