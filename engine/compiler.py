@@ -181,12 +181,21 @@ class Compiler:
         compute = per_flops / self.target.vector_flops_per_cycle(precision)
         return max(compute, per_bytes / self.target.memory_bytes_per_cycle_per_tile)
 
-    def _tile_cycles(self, grains: np.ndarray, grain_cycles: float) -> np.ndarray:
-        # Workers take grains in rounds of six; one round costs six grains' worth of issue slots
-        # (each worker gets one slot in six), so a tile with one grain is as slow as one with six.
-        rounds = -(-grains // WORKERS)
-        per_round = WORKERS * grain_cycles + self.a.vertex_overhead_cycles
-        return self.a.compute_set_overhead_cycles + np.ceil(rounds * per_round).astype(np.int64)
+    def _tile_cycles(self, grains: np.ndarray, grain_cycles: float, amp: bool = False) -> np.ndarray:
+        """Cycles each tile spends on its grains, launch overhead included.
+
+        Matrix-unit vertices are supervisor vertices that split each grain over the six workers, so
+        a tile's time is its grains' work. Vector vertices are one grain per worker: workers take
+        grains in rounds of six, and a round costs six grains' worth of issue slots (each worker
+        gets one slot in six), so a tile with one grain is as slow as one with six.
+        """
+        a = self.a
+        if amp:
+            work = grains * (grain_cycles + a.vertex_overhead_cycles)
+        else:
+            rounds = -(-grains // WORKERS)
+            work = rounds * (WORKERS * grain_cycles + a.vertex_overhead_cycles)
+        return a.compute_set_overhead_cycles + np.ceil(work).astype(np.int64)
 
     def _exchange_bytes_per_tile(self, op: Op, mapping: Mapping, factor: int) -> int:
         """Bytes the busiest tile receives before the op's compute set."""
@@ -239,7 +248,7 @@ class Compiler:
         # vector units the gradient costs about what the forward did.
         flops = op.flops * factor if op.on_amp else op.flops
         moved = op.bytes * factor
-        cycles = self._tile_cycles(mapping.grains, self._grain_cycles(op, flops, moved, op.grains))
+        cycles = self._tile_cycles(mapping.grains, self._grain_cycles(op, flops, moved, op.grains), op.on_amp)
         cs = prog.add("compute_set", label, op.op_id, stage, pass_, mapping.tiles, 0, int(cycles.max()))
         prog.tile_cycles.append((cs, mapping.start, cycles, mapping.grains))
         # Recomputation reuses the forward codelets.

@@ -383,9 +383,9 @@ class Model:
         wo = (w + 2 * padding - kernel) // stride + 1
         m, k = n * ho * wo, c * kernel * kernel
         params = out_channels * k + (out_channels if bias else 0)
-        # A grain: 16 output channels of one output row of one image (Poplar plans conv partitions
-        # over batch, field and channel groups of 8 or 16).
-        grains = n * ho * math.ceil(out_channels / 16)
+        # A grain: 16 output channels of up to 8 output pixels of one row of one image (Poplar
+        # plans conv partitions over batch, field and channel groups of 8 or 16).
+        grains = n * ho * math.ceil(wo / 8) * math.ceil(out_channels / 16)
         return self._add(name, "conv", [x], (n, out_channels, ho, wo), params=params, flops=2 * m * k * out_channels,
                          grains=grains, gemm=(m, k, out_channels), block=block)
 
