@@ -1,0 +1,44 @@
+"""Regenerate the sample profiles with the emulator: `python sample_profiles/regenerate.py`.
+
+Each sample is one folder holding a profile.pop, made by the command written beside it. They are
+deterministic: running this again rewrites the same tables (only the manifest's `created` differs).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from popvision_py.cli import main
+
+HERE = Path(__file__).resolve().parent
+
+# folder -> `popvision run` arguments
+SAMPLES: dict[str, list[str]] = {
+    "mnist_pipelined": ["mnist"],
+    "mnist_sharded": ["mnist", "--strategy", "sharded"],
+    "mnist_offload_optimiser": ["mnist", "--offload-optimiser"],
+    "mnist_inference": ["mnist", "--mode", "inference"],
+    # BERT-Large with its optimiser state on chip and no recomputation does not fit on 4 IPUs.
+    "bert_large_out_of_memory": ["bert-large", "--no-offload-optimiser", "--no-recompute"],
+    "bert_base_pipelined": ["bert-base", "--batch-size", "2", "--layers", "4", "--gradient-accumulation", "8"],
+}
+
+
+def main_() -> int:
+    runner = CliRunner()
+    for folder, args in SAMPLES.items():
+        out = HERE / folder
+        result = runner.invoke(main, ["run", *args, "--profile", "--profile-dir", str(out), "-q"])
+        print(f"popvision run {' '.join(args)} --profile --profile-dir sample_profiles/{folder}")
+        print(result.output)
+        if result.exit_code != 0:
+            return result.exit_code
+        (out / "COMMAND").write_text(f"popvision run {' '.join(args)} --profile --profile-dir sample_profiles/{folder}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_())
