@@ -1,0 +1,89 @@
+"""Exchange figures on the exchange-heavy profile (tests/synthetic.exchange_heavy_pipeline), by hand.
+
+Per micro-batch: IPU 0 streams 1,000 bytes from the host (50 cycles) and sends 8,000 bytes to IPU 1
+(500 cycles) after its forward; IPU 1 sends 8,000 bytes back after its backward. At the update both
+load 4,000 bytes of optimiser state from streaming memory (200 cycles). 7 syncs of 20 cycles.
+Step: 650 + 800 + 850 + 850 + 800 + 200 + 6 x 20 + (210 + 20) = 4,500 cycles; 9,000 IPU-cycles.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import popvision_py as pv
+from popvision_py.analysis.exchange import BANDWIDTH_COLUMNS, BY_KIND_COLUMNS, COSTLIEST_COLUMNS, MATRIX_COLUMNS
+from tests import synthetic
+
+
+def test_figures(exchange_heavy):
+    f = exchange_heavy.exchange.figures()
+    assert f.total_cycles == 9000
+    assert (f.compute_cycles, f.exchange_cycles, f.sync_cycles, f.stream_cycles, f.idle_cycles) == (
+        2420, 4000, 280, 600, 1700)
+    assert f.exchange_pct == pytest.approx(100 * 4000 / 9000)
+    assert exchange_heavy.summary.figures().step_cycles == 4500
+
+
+def test_by_kind(exchange_heavy):
+    k = exchange_heavy.exchange.by_kind().set_index("kind")
+    assert list(exchange_heavy.exchange.by_kind().columns) == BY_KIND_COLUMNS
+    assert list(k.index) == ["internal", "inter_ipu", "host", "remote_buffer", "all_reduce"]
+    assert tuple(k.loc["inter_ipu", ["executions", "bytes", "cycles"]]) == (8, 64000, 4000)
+    assert tuple(k.loc["host", ["executions", "bytes", "cycles"]]) == (4, 4000, 200)
+    assert tuple(k.loc["remote_buffer", ["executions", "bytes", "cycles"]]) == (2, 8000, 400)
+    assert k.loc["inter_ipu", "time_pct"] == pytest.approx(100 * 4000 / 9000)
+    assert k.loc["all_reduce", "executions"] == 0
+
+
+def test_matrix(exchange_heavy):
+    m = exchange_heavy.exchange.matrix()
+    assert list(m.columns) == MATRIX_COLUMNS
+    got = {(r.src_ipu, r.dst_ipu): (r.bytes, r.cycles) for r in m.itertuples()}
+    assert got == {(-2, 0): (4000, 200), (-2, 1): (4000, 200), (-1, 0): (4000, 200), (0, 1): (32000, 2000),
+                   (1, 0): (32000, 2000)}
+
+
+def test_bandwidth(exchange_heavy):
+    b = exchange_heavy.exchange.bandwidth().set_index("kind")
+    assert list(exchange_heavy.exchange.bandwidth().columns) == BANDWIDTH_COLUMNS
+    # 64,000 bytes in 4,000 cycles at 1 GHz = 16 GB/s of 100 GB/s
+    assert b.loc["inter_ipu", "achieved_bytes_per_s"] == pytest.approx(16e9)
+    assert b.loc["inter_ipu", "efficiency_pct"] == pytest.approx(16.0)
+    assert b.loc["host", "efficiency_pct"] == pytest.approx(50.0)  # 20 GB/s of 40
+    assert b.loc["remote_buffer", "efficiency_pct"] == pytest.approx(100.0)
+    assert b.loc["internal", "peak_bytes_per_s"] == pytest.approx(4 * 4 * 1e9)
+    assert math.isnan(b.loc["internal", "achieved_bytes_per_s"])
+
+
+def test_costliest(exchange_heavy):
+    c = exchange_heavy.exchange.costliest(2)
+    assert list(c.columns) == COSTLIEST_COLUMNS
+    assert list(c["name"]) == ["S0/fwd/exchange", "S1/bwd/exchange"]
+    assert list(c["total_cycles"]) == [2000, 2000] and list(c["executions"]) == [4, 4]
+
+
+def test_exchange_bound_insight(exchange_heavy):
+    i = exchange_heavy.summary.insights()
+    row = i[i["topic"] == "exchange"].iloc[0]
+    # (4,000 + 280 + 600) / (9,000 - 1,700) busy IPU-cycles; inter-IPU 4,000 / 7,300
+    assert "66.8% of busy time" in row["finding"] and "inter_ipu dominates with 54.8%" in row["finding"]
+    assert "S0/fwd/exchange" in row["finding"]
+    assert "stage boundary" in row["suggestion"]
+
+
+def test_missing_optional_target_keys_degrade_to_nan(tmp_path):
+    # GIVEN a target without bandwidths or FLOP peaks
+    path = synthetic.write_pipeline_profile(
+        tmp_path / "bare.pop", [100, 100], exchange_bytes=100, exchange_cycles=10,
+        target={k: None for k in ("ipu_link_bytes_per_s", "host_link_bytes_per_s", "streaming_memory_bytes_per_s",
+                                  "exchange_bytes_per_cycle_per_tile", "flops_per_cycle_per_tile", "sync_cycles")},
+        run={"runs": None, "precision": None, "recompute": None, "tensor_locations": None})
+    r = pv.open(path)
+    # THEN efficiency and FLOP utilisation are NaN, nothing raises
+    b = r.exchange.bandwidth().set_index("kind")
+    assert b.loc["inter_ipu", "achieved_bytes_per_s"] == pytest.approx(100 / 10e-9)
+    assert math.isnan(b.loc["inter_ipu", "efficiency_pct"])
+    assert math.isnan(r.summary.figures().flop_utilisation_pct)
+    assert len(r.summary.insights())
