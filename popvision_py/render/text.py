@@ -49,8 +49,11 @@ def block(b: Block) -> list[str]:
     if isinstance(b.data, dict):
         lines += figures(b.data)
     elif b.key == "summary.insights":
+        previous = None
         for r in b.data.itertuples(index=False):
-            lines.append(f"  [{r.severity}] {r.topic}: {r.finding}")
+            if r.finding != previous:  # several fixes for one finding: say the finding once
+                lines.append(f"  [{r.severity}] {r.topic}: {r.finding}")
+            previous = r.finding
             if r.suggestion:
                 lines.append(f"      fix:    {r.suggestion}")
             if r.effect:

@@ -1,0 +1,181 @@
+"""`popvision report`, `compare`, `export-trace` and `sql` from the command line (click's CliRunner).
+
+Every section runs in every format on the synthetic profiles and on every sample profile in
+sample_profiles/ (when they exist).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from popvision_py.cli import main
+from popvision_py.format import open_profile
+from tests import synthetic
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = sorted(ROOT.glob("sample_profiles/**/*.pop"))
+SECTIONS = ["all", "summary", "memory", "liveness", "stages", "exchange"]
+FORMATS = ["text", "json", "csv", "md", "html"]
+
+
+@pytest.fixture(scope="module")
+def synthetic_profiles(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli")
+    return [synthetic.oom_pipeline(folder / "oom.pop"), synthetic.exchange_heavy_pipeline(folder / "exchange.pop")]
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def run_report(profile: Path, section: str, fmt: str, tmp_path: Path) -> None:
+    out = tmp_path / f"{section}.{fmt}"
+    args = ["report", profile, "--section", section, "--format", fmt]
+    if fmt in ("csv", "html"):
+        args += ["-o", out]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    if fmt == "json":
+        doc = json.loads(result.stdout)
+        assert doc["format"] == "popvision-report" and doc["kind"] == "report"
+        assert set(doc["sections"]) == (set(SECTIONS[1:]) if section == "all" else {section})
+    elif fmt == "csv":
+        files = sorted(p.name for p in out.iterdir())
+        assert files and all(name.endswith(".csv") for name in files)
+        with open(out / files[0], newline="") as handle:
+            assert next(csv.reader(handle))  # a header row
+    elif fmt == "html":
+        page = out.read_text()
+        assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+        assert page.count("Plotly.newPlot") >= 1 or section == "summary"
+        assert page.count("plotly.js v") <= 1  # plotly.js inlined once at most
+    else:
+        assert result.stdout.strip()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("section", SECTIONS)
+def test_every_section_in_every_format_on_synthetic_profiles(synthetic_profiles, section, fmt, tmp_path):
+    for profile in synthetic_profiles:
+        run_report(profile, section, fmt, tmp_path / profile.stem)
+
+
+@pytest.mark.skipif(not SAMPLES, reason="no sample profiles in sample_profiles/ yet")
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("section", SECTIONS)
+def test_every_section_in_every_format_on_sample_profiles(section, fmt, tmp_path):
+    for profile in SAMPLES:
+        run_report(profile, section, fmt, tmp_path / profile.parent.name)
+
+
+def test_text_report_is_aligned_and_says_what_is_wrong(synthetic_profiles):
+    result = invoke("report", synthetic_profiles[0], "--section", "memory")
+    lines = result.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.strip().startswith("ipu  always_live_bytes"))
+    assert set(lines[header + 1].replace(" ", "")) == {"-"}
+    assert lines[header + 2].index("4,400") + len("4,400") == lines[header].index("always_live_bytes") + len("always_live_bytes")
+    summary = invoke("report", synthetic_profiles[0], "--section", "summary").stdout
+    assert "out of memory" in summary and "Offload the optimiser" in summary
+
+
+def test_json_report_figures_by_hand(synthetic_profiles):
+    doc = json.loads(invoke("report", synthetic_profiles[1], "--format", "json").stdout)
+    assert doc["sections"]["summary"]["figures"]["step_cycles"] == 4500
+    kinds = {r["kind"]: r for r in doc["sections"]["exchange"]["by_kind"]}
+    assert kinds["inter_ipu"]["bytes"] == 64000
+    assert doc["sections"]["exchange"]["bandwidth"][0]["efficiency_pct"] is None  # NaN -> null
+
+
+def test_report_to_file_with_o(synthetic_profiles, tmp_path):
+    out = tmp_path / "r.md"
+    assert invoke("report", synthetic_profiles[0], "--format", "md", "-o", out).exit_code == 0
+    assert out.read_text().startswith("# popvision report")
+
+
+@pytest.mark.parametrize("fmt", ["html", "csv"])
+def test_html_and_csv_need_o(synthetic_profiles, fmt):
+    result = invoke("report", synthetic_profiles[0], "--format", fmt)
+    assert result.exit_code == 2
+    assert "-o PATH" in result.output
+
+
+def test_bad_choice_names_the_valid_ones(synthetic_profiles):
+    result = invoke("report", synthetic_profiles[0], "--section", "nope")
+    assert result.exit_code == 2 and "'summary'" in result.output
+
+
+def test_missing_profile_is_one_sentence(tmp_path):
+    result = invoke("report", tmp_path / "none.pop")
+    assert result.exit_code == 2 and "Traceback" not in result.output and "does not exist" in result.output
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_compare_profile_with_itself_shows_no_difference(synthetic_profiles, fmt, tmp_path):
+    a = synthetic_profiles[1]
+    args = ["compare", a, a, "--format", fmt] + (["-o", tmp_path / "c"] if fmt in ("csv", "html") else [])
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    if fmt == "json":
+        doc = json.loads(result.stdout)
+        assert doc["kind"] == "compare"
+        rows = [r for name, s in doc["sections"].items() if name != "compare" for r in s["comparison"]]
+        assert rows and all(r["difference"] == 0 for r in rows)
+
+
+def test_compare_two_profiles_every_section(synthetic_profiles):
+    for section in SECTIONS:
+        result = invoke("compare", *synthetic_profiles, "--section", section)
+        assert result.exit_code == 0, result.output
+
+
+def test_export_trace_is_valid_trace_event_json_matching_the_trace(synthetic_profiles, tmp_path):
+    # GIVEN the exchange-heavy profile; WHEN its trace is exported
+    profile = synthetic_profiles[1]
+    out = tmp_path / "trace.json"
+    result = invoke("export-trace", profile, "-o", out)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    # THEN one X event per trace row, with the row's duration in microseconds, one process per IPU
+    with open_profile(profile) as p:
+        trace = p.read_pandas("trace")
+        clock = p.target["clock_hz"]
+    events = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(events) == len(trace)
+    assert sorted(round(e["dur"] * clock / 1e6) for e in events) == sorted((trace["end_cycle"] - trace["start_cycle"]))
+    assert sorted(round(e["ts"] * clock / 1e6) for e in events) == sorted(trace["start_cycle"])
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {0: "IPU 0", 1: "IPU 1"}
+    assert {e["cat"] for e in events} == {"compute", "exchange", "sync", "stream", "idle"}
+    assert any(e["name"] == "S0/fwd/exchange" for e in events)
+
+
+def test_export_trace_streams_in_batches(synthetic_profiles, tmp_path):
+    from popvision_py.cli.export_trace import export
+
+    out = tmp_path / "t.json"
+    count = export(synthetic_profiles[1], out, batch_rows=7)
+    assert len([e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"]) == count == 52
+
+
+def test_export_trace_needs_o(synthetic_profiles):
+    assert invoke("export-trace", synthetic_profiles[0]).exit_code == 2
+
+
+def test_sql_over_the_tables(synthetic_profiles):
+    q = "SELECT phase, sum(end_cycle - start_cycle) AS cycles FROM trace GROUP BY phase ORDER BY cycles DESC"
+    text = invoke("sql", synthetic_profiles[1], q)
+    assert text.exit_code == 0 and text.stdout.splitlines()[0].split() == ["phase", "cycles"]
+    rows = json.loads(invoke("sql", synthetic_profiles[1], q, "--format", "json").stdout)
+    assert rows[0] == {"phase": "exchange", "cycles": 4000}
+    csv_out = invoke("sql", synthetic_profiles[1], "SELECT count(*) AS n FROM ops", "--format", "csv").stdout
+    assert csv_out.splitlines() == ["n", "6"]
+
+
+def test_sql_error_is_one_sentence(synthetic_profiles):
+    result = invoke("sql", synthetic_profiles[1], "SELECT * FROM nope")
+    assert result.exit_code == 2 and "The query failed" in result.output and "Traceback" not in result.output
