@@ -135,7 +135,10 @@ class Compiler:
         self.optimiser_off_chip = not locations.optimiser_on_chip
         self.activations_off_chip = not locations.activations_on_chip
         self.rts = locations.replicated_tensor_sharding and plan.options.replication_factor > 1
-        self.pipelined_training = plan.strategy == "pipelined" and plan.training and len(plan.stages) > 1
+        # Activations kept for several micro-batches at once: a training pipeline's in-flight
+        # micro-batches, or every micro-batch of the step under phased execution.
+        self.pipelined_training = plan.training and (
+            (plan.strategy == "pipelined" and len(plan.stages) > 1) or plan.strategy == "phased")
         # consumers of each op's output, by op id
         self.consumers: dict[int, list[int]] = {}
         for op in self.ops.values():
@@ -283,9 +286,12 @@ class Compiler:
         return list(out.values())
 
     def _stash_depth(self, stage: StagePlan) -> int:
-        """Micro-batches whose activations a stage holds at once: 2(N-1-s)+1 in a training pipeline."""
+        """Micro-batches whose activations a stage holds at once: 2(N-1-s)+1 in a training pipeline,
+        all of the step's micro-batches under phased execution, else one."""
         if not self.pipelined_training:
             return 1
+        if self.plan.strategy == "phased":
+            return self.options.gradient_accumulation
         n = len(self.plan.stages)
         return 2 * (n - 1 - stage.index) + 1
 
@@ -305,9 +311,11 @@ class Compiler:
         fwd_cs: dict[int, int] = {}
         bwd_cs: dict[int, int] = {}
         recompute_cs: dict[int, int] = {}
-        weight_loads: dict[int, list[tuple[int, int]]] = {}  # op -> [(load step, segment end)]
+        weight_loads: dict[int, list[tuple[int, str]]] = {}  # op -> [(load step, pass it feeds)]
         stage_input_vars: dict[int, list[Variable]] = {}
         for stage in stages:
+            if self.weights_streamed:
+                self._load_weights(prog, stage, "forward", weight_loads)
             first = prog.steps
             inputs = []
             for tensor, consumer in self._stage_inputs(stage):
@@ -329,8 +337,6 @@ class Compiler:
                 labels = self.options.micro_batch_size * 4
                 self._copy(prog, "stream_copy", "host", "labels/from_host", stage.index, "forward", labels, -1,
                            ipu, self.target.host_bytes_per_s_per_ipu, 1)
-            if self.weights_streamed:
-                self._load_weights(prog, stage, "forward", weight_loads)
             for op in stage.ops:
                 _, fwd_cs[op.op_id] = self._lower_op(prog, op, stage.index, "forward", "fwd", 1)
             if self.activations_off_chip and training:
@@ -348,6 +354,8 @@ class Compiler:
             stage_input_vars[stage.index] = self._input_variables(prog, stage, inputs)
         if training:
             for stage in reversed(stages):
+                if self.weights_streamed:
+                    self._load_weights(prog, stage, "backward", weight_loads)
                 first = prog.steps
                 for tensor in self._stage_outputs(stage):
                     consumer_stage = min(self.stage_of[c] for c in self.consumers[tensor.producer]
@@ -357,8 +365,6 @@ class Compiler:
                         self._copy(prog, "global_exchange", "inter_ipu", f"stage{stage.index}/grad_from_ipu{dst_ipu}",
                                    stage.index, "backward", tensor.bytes, dst_ipu, ipu,
                                    self.target.ipu_neighbour_bytes_per_s, self.mappings[tensor.producer].tiles)
-                if self.weights_streamed:
-                    self._load_weights(prog, stage, "backward", weight_loads)
                 if self.activations_off_chip:
                     stash = sum(op.output.bytes for op in stage.ops) * self._stash_depth(stage)
                     self._copy(prog, "remote_buffer_copy", "remote_buffer", f"stage{stage.index}/stash_from_remote",
@@ -397,15 +403,19 @@ class Compiler:
         return prog
 
     def _load_weights(self, prog: IpuProgram, stage: StagePlan, pass_: str,
-                      loads: dict[int, list[tuple[int, int]]]) -> None:
+                      loads: dict[int, list[tuple[int, str]]]) -> None:
+        """A segment of its own, ``(stage, "<pass>/load")``, that streams the stage's weights in: the
+        scheduler runs it before each pass (pipelined, sharded) or once per phase (phased)."""
         weights = sum(op.params for op in stage.ops) * self.dt
         if not weights:
             return
+        first = prog.steps
         step = self._copy(prog, "remote_buffer_copy", "remote_buffer", f"stage{stage.index}/weights_from_remote",
                           stage.index, pass_, weights, -2, prog.ipu, self.a.streaming_memory_bytes_per_s, self.tiles)
+        prog.segments[(stage.index, f"{pass_}/load")] = (first, prog.steps)
         for op in stage.ops:
             if op.params:
-                loads.setdefault(op.op_id, []).append((step, -1))  # end filled when the segment closes
+                loads.setdefault(op.op_id, []).append((step, pass_))
 
     def _lower_update(self, prog: IpuProgram, op: Op) -> tuple[int, int]:
         """Remote loads, the optimiser's compute set and remote stores for one weighted op."""
@@ -458,7 +468,7 @@ class Compiler:
 
     def _variables(self, prog: IpuProgram, stages: list[StagePlan], fwd_cs: dict[int, int], bwd_cs: dict[int, int],
                    recompute_cs: dict[int, int], update_steps: dict[int, tuple[int, int]],
-                   weight_loads: dict[int, list[tuple[int, int]]], stage_inputs: dict[int, list[Variable]]) -> None:
+                   weight_loads: dict[int, list[tuple[int, str]]], stage_inputs: dict[int, list[Variable]]) -> None:
         training = self.plan.training
         last_step = prog.steps - 1
         state_bytes = self.a.optimiser_state_bytes_per_param[self.options.optimiser]
@@ -500,8 +510,8 @@ class Compiler:
                 wmap = self.weight_mappings[op.op_id]
                 weights = wmap.share(op.params * self.dt)
                 if self.weights_streamed:
-                    for step, _ in weight_loads.get(op.op_id, []):
-                        end = self._segment_end(prog, step)
+                    for step, pass_ in weight_loads.get(op.op_id, []):
+                        end = prog.segments[(stage.index, pass_)][1] - 1
                         prog.variables.append(Variable(f"{op.name}/weight", "weights", False, wmap.start, weights,
                                                        step, end, op.op_id))
                     if op.op_id in update_steps:
@@ -538,14 +548,6 @@ class Compiler:
     def _previous_backward(self, op: Op, bwd_cs: dict[int, int]) -> int:
         producers = [t.producer for t in op.inputs if t.producer in bwd_cs]
         return max((bwd_cs[p] for p in producers), default=bwd_cs[op.op_id])
-
-    @staticmethod
-    def _segment_end(prog: IpuProgram, step: int) -> int:
-        for first, end in prog.segments.values():
-            if first <= step < end:
-                return end - 1
-        return step
-
 
 def compile_plan(plan: Plan, progress: Callable[[], None] = lambda: None) -> Compiled:
     """Compile a checked plan into per-IPU programs."""

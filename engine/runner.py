@@ -172,6 +172,10 @@ def prepare(request: RunRequest) -> Plan:
         strategy = parse_stages(request.stages, kind)
     else:
         strategy = resolve_strategy(model, options, request.strategy)
+    if (strategy.kind == "pipelined" and options.training and request.options.get("gradient_accumulation") is None
+            and options.gradient_accumulation < 2 * len(strategy.stages) - 1):
+        # A default (not the user's choice) too small for the partition: use the least that runs.
+        options.gradient_accumulation = 2 * len(strategy.stages) - 1
     return make_plan(model, options, strategy, assumptions=request.assumptions or None)
 
 

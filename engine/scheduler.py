@@ -7,7 +7,8 @@ the slowest IPU, then all IPUs sync. So the slowest IPU sets each superstep's le
 * pipelined training over N stages: superstep t runs stage s's forward of micro-batch t-s and its
   backward of micro-batch t-(2N-2-s); GA + 2N - 2 supersteps (fill, main, flush), then the update;
 * pipelined inference: stage s runs micro-batch t-s; device iterations + N - 1 supersteps per run;
-* sharded and phased: one stage pass per superstep, so one IPU busy at a time.
+* sharded: one stage pass of one micro-batch per superstep, so one IPU busy at a time;
+* phased: one phase per superstep: its weights streamed in once, then every micro-batch of the step.
 
 Training repeats the same iteration (pipeline then update) device_iterations x runs times, so one
 iteration is scheduled and its trace rows are replayed with a time offset, in NumPy.
@@ -69,6 +70,9 @@ def build_supersteps(compiled: Compiled) -> list[Superstep]:
     n = len(stages)
     o = plan.options
     steps: list[Superstep] = []
+    # segments that stream a stage's weights in before a pass: (ipu, (stage, pass))
+    loads = {(prog.ipu, (k[0], k[1].removesuffix("/load"))) for prog in compiled.programs
+             for k in prog.segments if isinstance(k, tuple) and k[1].endswith("/load")}
     if plan.training:
         m_count = o.gradient_accumulation
         if plan.strategy == "pipelined":
@@ -77,16 +81,23 @@ def build_supersteps(compiled: Compiled) -> list[Superstep]:
                 for s in stages:
                     f, b = t - s.index, t - (2 * n - 2 - s.index)
                     if 0 <= f < m_count:
-                        work.setdefault(s.ipu, []).append(((s.index, "forward"), f, 0))
+                        work.setdefault(s.ipu, []).extend(_with_load(loads, s.ipu, (s.index, "forward"), f, 0))
                     if 0 <= b < m_count:
-                        work.setdefault(s.ipu, []).append(((s.index, "backward"), b, 0))
+                        work.setdefault(s.ipu, []).extend(_with_load(loads, s.ipu, (s.index, "backward"), b, 0))
                 steps.append(Superstep(work, 0))
-        else:
+        elif plan.strategy == "sharded":
             for m in range(m_count):
                 for s in stages:
-                    steps.append(Superstep({s.ipu: [((s.index, "forward"), m, 0)]}, 0))
+                    steps.append(Superstep({s.ipu: _with_load(loads, s.ipu, (s.index, "forward"), m, 0)}, 0))
                 for s in reversed(stages):
-                    steps.append(Superstep({s.ipu: [((s.index, "backward"), m, 0)]}, 0))
+                    steps.append(Superstep({s.ipu: _with_load(loads, s.ipu, (s.index, "backward"), m, 0)}, 0))
+        else:
+            # Phased: a phase loads its weights once, then runs every micro-batch through them.
+            for pass_, order in (("forward", stages), ("backward", tuple(reversed(stages)))):
+                for s in order:
+                    work = _phase_load(loads, s.ipu, (s.index, pass_))
+                    work += [((s.index, pass_), m, 0) for m in range(m_count)]
+                    steps.append(Superstep({s.ipu: work}, 0))
         steps.append(Superstep({ipu: [("update", -1, 0)] for ipu in range(plan.num_ipus)}, 0))
     else:
         m_count = o.device_iterations
@@ -96,13 +107,28 @@ def build_supersteps(compiled: Compiled) -> list[Superstep]:
                 for s in stages:
                     f = t - s.index
                     if 0 <= f < m_count:
-                        work.setdefault(s.ipu, []).append(((s.index, "forward"), 0, f))
+                        work.setdefault(s.ipu, []).extend(_with_load(loads, s.ipu, (s.index, "forward"), 0, f))
                 steps.append(Superstep(work, min(t, m_count - 1)))
-        else:
+        elif plan.strategy == "sharded":
             for m in range(m_count):
                 for s in stages:
-                    steps.append(Superstep({s.ipu: [((s.index, "forward"), 0, m)]}, m))
+                    steps.append(Superstep({s.ipu: _with_load(loads, s.ipu, (s.index, "forward"), 0, m)}, m))
+        else:
+            for s in stages:
+                work = _phase_load(loads, s.ipu, (s.index, "forward"))
+                work += [((s.index, "forward"), 0, m) for m in range(m_count)]
+                steps.append(Superstep({s.ipu: work}, 0))
     return steps
+
+
+def _with_load(loads: set, ipu: int, key: tuple[int, str], micro_batch: int, iteration: int) -> list:
+    """The pass, preceded by its weight load when the weights live off chip."""
+    pre = [((key[0], f"{key[1]}/load"), -1, iteration)] if (ipu, key) in loads else []
+    return pre + [(key, micro_batch, iteration)]
+
+
+def _phase_load(loads: set, ipu: int, key: tuple[int, str]) -> list:
+    return [((key[0], f"{key[1]}/load"), -1, 0)] if (ipu, key) in loads else []
 
 
 def schedule(compiled: Compiled) -> Schedule:

@@ -60,6 +60,9 @@ def balanced_stages(model: Model, ipus: int, strategy: type[ExecutionStrategy] =
     for op in model.ops:
         cost[op.block] += op.flops + op.backward_flops + op.params * 16  # params: weight-update work
     blocks = model.blocks
+    if strategy is PhasedExecution:
+        # Phased: one phase per block, phases dealt round-robin over the IPUs.
+        return strategy(*[Stage(b).ipu(first + k % ipus) for k, b in enumerate(blocks)])
     ipus = max(1, min(ipus, len(blocks)))
     total = sum(cost.values()) or 1
     groups: list[list[str]] = [[] for _ in range(ipus)]
