@@ -61,8 +61,8 @@ def executed(exchanges: pd.DataFrame, trace: TraceArrays) -> pd.DataFrame:
 
 def by_kind(done: pd.DataFrame, total_cycles: int) -> pd.DataFrame:
     """Every exchange kind (all five, zeros included): BY_KIND_COLUMNS in the schema's kind order."""
-    g = done.groupby("kind").agg(executions=("executions", "sum"), bytes=("total_bytes", "sum"),
-                                 cycles=("total_cycles", "sum"))
+    g = done.groupby("kind")[["executions", "total_bytes", "total_cycles"]].sum()
+    g.columns = ["executions", "bytes", "cycles"]
     kinds = list(EXCHANGE_KINDS) + sorted(set(g.index) - set(EXCHANGE_KINDS))
     frame = g.reindex(kinds, fill_value=0).rename_axis("kind").reset_index()
     for column in ("executions", "bytes", "cycles"):
@@ -73,8 +73,8 @@ def by_kind(done: pd.DataFrame, total_cycles: int) -> pd.DataFrame:
 
 def matrix(done: pd.DataFrame) -> pd.DataFrame:
     """Bytes and cycles moved from each source to each destination (-1 host, -2 streaming memory)."""
-    g = done.groupby(["src_ipu", "dst_ipu"], as_index=False).agg(bytes=("total_bytes", "sum"),
-                                                                 cycles=("total_cycles", "sum"))
+    g = done.groupby(["src_ipu", "dst_ipu"], as_index=False)[["total_bytes", "total_cycles"]].sum()
+    g = g.rename(columns={"total_bytes": "bytes", "total_cycles": "cycles"})
     g = g[(g["bytes"] > 0) | (g["cycles"] > 0)]
     return finish(g.astype({"src_ipu": np.int64, "dst_ipu": np.int64}), MATRIX_COLUMNS, ["src_ipu", "dst_ipu"])
 

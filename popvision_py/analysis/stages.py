@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.analysis.tables import (
-    PASS, PASSES, PHASE, TraceArrays, executions, finish, global_iteration, iterations_traced, phase_cycles, sum_by,
+    PASS, PASSES, PHASE, TraceArrays, aggregates, executions, finish, global_iteration, iterations_traced,
+    phase_cycles,
 )
 
 SUMMARY_COLUMNS = ["stage", "ipu", "blocks", "pass", "micro_batches", "cycles_per_micro_batch", "busy_cycles",
@@ -61,11 +62,10 @@ def stage_list(run: dict[str, Any], trace: TraceArrays | None = None) -> pd.Data
             continue
     known = {r["stage"] for r in rows}
     if trace is not None and len(trace):
-        mask = trace.stage >= 0
-        if mask.any():
-            pairs = np.unique(trace.stage[mask].astype(np.int64) * 65536 + trace.ipu[mask].astype(np.int64))
-            for p in pairs:
-                stage, ipu = int(p // 65536), int(p % 65536)
+        present = aggregates(trace).cube[:, 1:].sum(axis=(2, 3)) > 0  # [ipu, stage]
+        for ipu, stage in zip(*np.nonzero(present)):
+            stage, ipu = int(stage), int(ipu)
+            if True:
                 if stage not in known:
                     rows.append({"stage": stage, "ipu": ipu, "blocks": []})
                     known.add(stage)
@@ -75,25 +75,21 @@ def stage_list(run: dict[str, Any], trace: TraceArrays | None = None) -> pd.Data
 
 def stage_pass_busy(trace: TraceArrays, num_stages: int) -> np.ndarray:
     """Busy cycles per stage and pass: array [stage, pass code] of trace rows with that stage (idle excluded)."""
-    width = len(PASSES) + 1
-    mask = (trace.stage >= 0) & (trace.phase != PHASE["idle"])
-    size = max(num_stages, int(trace.stage.max()) + 1 if len(trace) else 0)
-    sums = sum_by(trace.stage[mask].astype(np.int64) * width + trace.pass_[mask], trace.duration[mask], size * width)
-    return sums.reshape(size, width)
+    cube = aggregates(trace).cube  # [ipu, stage + 1, pass, phase]
+    busy = cube[:, 1:].sum(axis=0)
+    busy = busy.sum(axis=2) - busy[:, :, PHASE["idle"]]
+    size = max(num_stages, busy.shape[0])
+    out = np.zeros((size, len(PASSES) + 1), np.int64)
+    out[: busy.shape[0]] = busy
+    return out
 
 
 def stage_micro_batches(trace: TraceArrays, num_stages: int) -> np.ndarray:
     """Micro-batches each stage processed: distinct (run, iteration, micro_batch) among its rows."""
-    mask = (trace.stage >= 0) & (trace.micro_batch >= 0)
-    size = max(num_stages, int(trace.stage.max()) + 1 if len(trace) else 0)
-    if not mask.any():
-        return np.zeros(size, np.int64)
-    g = global_iteration(trace)[mask]
-    mb = trace.micro_batch[mask].astype(np.int64)
-    n_g, n_mb = int(g.max()) + 1, int(mb.max()) + 1
-    flags = np.zeros(size * n_g * n_mb, bool)
-    flags[(trace.stage[mask].astype(np.int64) * n_g + g) * n_mb + mb] = True
-    return flags.reshape(size, -1).sum(axis=1).astype(np.int64)
+    mbs = aggregates(trace).micro_batches
+    out = np.zeros(max(num_stages, len(mbs)), np.int64)
+    out[: len(mbs)] = mbs
+    return out
 
 
 def pipeline_cycles(fwd: np.ndarray, bwd: np.ndarray, micro_batches: int, strategy: str, training: bool) -> float:
@@ -145,7 +141,8 @@ def costs(trace: TraceArrays, run: dict[str, Any]) -> _Costs:
     safe = np.where(m > 0, m, 1)
     fwd = busy[idx, PASS["forward"]] / safe if n else np.zeros(0)
     bwd = busy[idx, PASS["backward"]] / safe if n else np.zeros(0)
-    lo, hi = (int(trace.start.min()), int(trace.end.max())) if len(trace) else (0, 0)
+    agg = aggregates(trace)
+    lo, hi = agg.start_cycle, agg.end_cycle
     iterations = iterations_traced(trace, run)
     training = str(run.get("mode", "training")) != "inference"
     total_mb = int(m.max()) if n else 0
@@ -225,7 +222,7 @@ def block_costs(c: _Costs, programs: pd.DataFrame, ops: pd.DataFrame, trace: Tra
     steps = steps.merge(op_block, on="op_id", how="inner")
     steps["busy"] = steps["cycles"] * steps["executions"]
     steps["pass"] = steps["pass"].astype(str)
-    busy = steps.pivot_table(index="block", columns="pass", values="busy", aggfunc="sum", fill_value=0, observed=True)
+    busy = steps.groupby(["block", "pass"], sort=False)["busy"].sum().unstack(fill_value=0)
     # Only always-live bytes move with a block: not-always-live memory peaks at one step, so it is
     # assumed to stay as it is on each IPU (the largest step, not the sum of the blocks).
     owned = variables.loc[variables["always_live"].astype(bool), ["op_id", "bytes"]]

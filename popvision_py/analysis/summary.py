@@ -15,7 +15,7 @@ import pandas as pd
 
 from popvision_py.analysis.exchange import ExchangeFigures
 from popvision_py.analysis.stages import BestSplit, StageFigures
-from popvision_py.analysis.tables import TraceArrays, executions, finish
+from popvision_py.analysis.tables import TraceArrays, aggregates, finish
 
 INSIGHT_COLUMNS = ["severity", "topic", "finding", "suggestion", "effect"]
 SEVERITIES = ("error", "warning", "info")
@@ -58,17 +58,25 @@ class Summary:
 
 def total_flops(ops: pd.DataFrame, programs: pd.DataFrame, trace: TraceArrays) -> int:
     """FLOPs over the trace: each op pass's ``flops`` x how often it ran (the most executions among its steps)."""
-    steps = programs.loc[programs["op_id"] >= 0, ["ipu", "step", "op_id", "pass"]].merge(
-        executions(trace), on=["ipu", "step"], how="inner")
-    if steps.empty or ops.empty:
+    from popvision_py.analysis.tables import PASSES, codes
+    import pyarrow as pa
+
+    if programs.empty or ops.empty:
         return 0
-    steps["pass"] = steps["pass"].astype(str)
-    runs = steps.groupby(["op_id", "pass"], as_index=False)["executions"].max()
-    o = ops[["op_id", "pass", "flops"]].copy()
-    o["pass"] = o["pass"].astype(str)
-    o = o.groupby(["op_id", "pass"], as_index=False)["flops"].sum()
-    merged = o.merge(runs, on=["op_id", "pass"], how="inner")
-    return int((merged["flops"].astype(np.int64) * merged["executions"].astype(np.int64)).sum())
+    counts = aggregates(trace).executions  # [ipu, step]
+    ipu, step = programs["ipu"].to_numpy(np.int64), programs["step"].to_numpy(np.int64)
+    inside = (ipu < counts.shape[0]) & (step < counts.shape[1]) & (programs["op_id"].to_numpy() >= 0)
+    ex = np.where(inside, counts[np.minimum(ipu, counts.shape[0] - 1), np.minimum(step, counts.shape[1] - 1)], 0)
+    n_pass = len(PASSES) + 1
+    p_pass = codes(pa.array(programs["pass"].astype(str).to_numpy()), PASSES).astype(np.int64)
+    o_pass = codes(pa.array(ops["pass"].astype(str).to_numpy()), PASSES).astype(np.int64)
+    n_op = int(max(programs["op_id"].max(), ops["op_id"].max())) + 1
+    # an op pass ran as often as the most-run of its steps
+    runs = np.zeros(n_op * n_pass, np.int64)
+    keys = np.maximum(programs["op_id"].to_numpy(np.int64), 0) * n_pass + p_pass
+    np.maximum.at(runs, keys[inside], ex[inside])
+    o_keys = ops["op_id"].to_numpy(np.int64) * n_pass + o_pass
+    return int((ops["flops"].to_numpy(np.int64) * runs[o_keys]).sum())
 
 
 def figures(manifest: dict[str, Any], trace: TraceArrays, iterations: int, flops: int,
@@ -76,7 +84,8 @@ def figures(manifest: dict[str, Any], trace: TraceArrays, iterations: int, flops
     """Key figures of the run (``tiles`` is ``memory.by_tile``)."""
     target, run = manifest["target"], manifest["run"]
     clock = float(target["clock_hz"])
-    total = int(trace.end.max() - trace.start.min()) if len(trace) else 0
+    agg = aggregates(trace)
+    total = agg.end_cycle - agg.start_cycle
     step_cycles = total / iterations if iterations else float("nan")
     step_s = step_cycles / clock if clock else float("nan")
     samples = int(run["micro_batch_size"]) * int(run["gradient_accumulation"]) * int(run["replication_factor"])

@@ -99,6 +99,61 @@ class TraceArrays:
         return int(self.ipu.max()) + 1 if len(self) else 0
 
 
+@dataclass(frozen=True)
+class Aggregates:
+    """Everything the reports need from the trace's rows, computed in one pass each (see ``aggregates``).
+
+    ``cube[ipu, stage + 1, pass, phase]``: cycles (stage -1 at index 0; pass/phase code ``len(...)``
+    for unknown words); ``executions[ipu, step]``; ``micro_batches[stage]``: distinct (run,
+    iteration, micro_batch >= 0) per stage; ``iterations``: distinct (run, iteration).
+    """
+
+    cube: np.ndarray
+    executions: np.ndarray
+    micro_batches: np.ndarray
+    iterations: int
+    start_cycle: int
+    end_cycle: int
+
+
+def aggregates(trace: TraceArrays) -> Aggregates:
+    """The trace reduced to small dense arrays with ``np.bincount`` (no sort, no loop over rows); cached."""
+    cached = trace._cache.get("aggregates")
+    if cached is not None:
+        return cached
+    n = len(trace)
+    n_pass, n_phase = len(PASSES) + 1, len(PHASES) + 1
+    if n == 0:
+        agg = Aggregates(np.zeros((0, 1, n_pass, n_phase), np.int64), np.zeros((0, 0), np.int64),
+                         np.zeros(0, np.int64), 0, 0, 0)
+        trace._cache["aggregates"] = agg
+        return agg
+    n_ipu = int(trace.ipu.max()) + 1
+    n_stage = int(trace.stage.max()) + 2
+    ipu = trace.ipu.astype(np.int64)
+    key = ((ipu * n_stage + (trace.stage + 1)) * n_pass + trace.pass_) * n_phase + trace.phase
+    cube = np.bincount(key, weights=trace.duration, minlength=n_ipu * n_stage * n_pass * n_phase)
+    cube = np.rint(cube).astype(np.int64).reshape(n_ipu, n_stage, n_pass, n_phase)
+    width = int(trace.step.max()) + 2
+    execs = np.bincount(ipu * width + (trace.step + 1), minlength=n_ipu * width).reshape(n_ipu, width)[:, 1:]
+    per_run = int(trace.iteration.max()) + 1
+    g = trace.run.astype(np.int64) * per_run + trace.iteration
+    n_g = int(g.max()) + 1
+    seen = np.zeros(n_g, bool)
+    seen[g] = True
+    mask = (trace.stage >= 0) & (trace.micro_batch >= 0)
+    mbs = np.zeros(max(n_stage - 1, 0), np.int64)
+    if mask.any():
+        mb = trace.micro_batch[mask].astype(np.int64)
+        n_mb = int(mb.max()) + 1
+        flags = np.zeros((n_stage - 1) * n_g * n_mb, bool)
+        flags[(trace.stage[mask].astype(np.int64) * n_g + g[mask]) * n_mb + mb] = True
+        mbs = flags.reshape(n_stage - 1, -1).sum(axis=1).astype(np.int64)
+    agg = Aggregates(cube, execs.astype(np.int64), mbs, int(seen.sum()), int(trace.start.min()), int(trace.end.max()))
+    trace._cache["aggregates"] = agg
+    return agg
+
+
 def global_iteration(trace: TraceArrays) -> np.ndarray:
     """Iteration index over the whole trace: ``run * iterations_per_run + iteration``."""
     if not len(trace):
@@ -110,10 +165,7 @@ def global_iteration(trace: TraceArrays) -> np.ndarray:
 def iterations_traced(trace: TraceArrays, run: dict) -> int:
     """Iterations the trace covers: distinct (run, iteration) pairs, else the manifest's runs x device_iterations."""
     if len(trace):
-        g = global_iteration(trace)
-        seen = np.zeros(int(g.max()) + 1, bool)
-        seen[g] = True
-        return int(seen.sum())
+        return aggregates(trace).iterations
     return int(run.get("runs", 1) or 1) * int(run.get("device_iterations", 1) or 1)
 
 
@@ -132,30 +184,28 @@ def executions(trace: TraceArrays) -> pd.DataFrame:
     cached = trace._cache.get("executions")
     if cached is not None:
         return cached
-    mask = trace.step >= 0
-    ipu, step = trace.ipu[mask].astype(np.int64), trace.step[mask].astype(np.int64)
-    if len(step) == 0:
-        frame = pd.DataFrame({"ipu": pd.Series([], dtype="int64"), "step": pd.Series([], dtype="int64"),
-                              "executions": pd.Series([], dtype="int64")})
-    else:
-        width = int(step.max()) + 1
-        counts = np.bincount(ipu * width + step)
-        nz = np.flatnonzero(counts)
-        frame = pd.DataFrame({"ipu": nz // width, "step": nz % width, "executions": counts[nz].astype(np.int64)})
+    counts = aggregates(trace).executions
+    ipu, step = np.nonzero(counts)
+    frame = pd.DataFrame({"ipu": ipu.astype(np.int64), "step": step.astype(np.int64),
+                          "executions": counts[ipu, step].astype(np.int64)})
     trace._cache["executions"] = frame
     return frame
 
 
 def phase_cycles(trace: TraceArrays) -> pd.DataFrame:
     """Cycles per IPU and phase: ``[ipu, phase, cycles]`` for every IPU in the trace and every phase."""
-    n_ipus, n_phases = trace.num_ipus, len(PHASES) + 1
-    sums = sum_by(trace.ipu.astype(np.int64) * n_phases + trace.phase, trace.duration, n_ipus * n_phases)
-    sums = sums.reshape(n_ipus, n_phases)[:, : len(PHASES)]
-    return pd.DataFrame({
+    cached = trace._cache.get("phase_cycles")
+    if cached is not None:
+        return cached
+    sums = aggregates(trace).cube.sum(axis=(1, 2))[:, : len(PHASES)]
+    n_ipus = sums.shape[0]
+    frame = pd.DataFrame({
         "ipu": np.repeat(np.arange(n_ipus), len(PHASES)),
         "phase": np.tile(np.array(PHASES, dtype=object), n_ipus),
         "cycles": sums.ravel(),
     })
+    trace._cache["phase_cycles"] = frame
+    return frame
 
 
 def category(values, categories) -> pd.Categorical:
