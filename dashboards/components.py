@@ -112,6 +112,15 @@ def fmt_number(value: Any) -> str:
     return f"{value:,.2f}"
 
 
+def custom_value(point: dict, index: int) -> Any:
+    """``customdata[index]`` of a clicked point. Plotly sends NumPy-built custom data as a typed
+    array, which reaches the server as ``{"0": ..., "1": ...}`` rather than a list."""
+    custom = point["customdata"]
+    if isinstance(custom, dict):
+        return custom[str(index)]
+    return custom[index]
+
+
 def card(label: str, value: str, note: str | None = None, tone: str = "") -> html.Div:
     """One key figure: a label above a large value, with an optional note below."""
     children: list[Any] = [html.Div(label, className="card-label"), html.Div(value, className="card-value")]

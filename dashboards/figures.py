@@ -289,16 +289,17 @@ def liveness_steps(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[i
     for index, (ipu, part) in enumerate(by_step.groupby("ipu", sort=True)):
         colour = palette[index % len(palette)]
         names = part["name"].astype(str).to_numpy()
-        fig.add_trace(go.Scattergl(x=part["step"], y=part["not_always_live_bytes"] / top_scale, mode="lines",
+        fig.add_trace(go.Scatter(x=part["step"], y=part["not_always_live_bytes"] / top_scale, mode="lines",
                                    name=ipu_label(ipu), line=dict(color=colour, width=1.6), legendgroup=str(ipu),
-                                   customdata=np.stack([np.full(len(part), ipu), names], axis=-1),
+                                   # lists, not arrays: clickData carries only plain custom data
+                                   customdata=np.stack([np.full(len(part), ipu), names], axis=-1).tolist(),
                                    hovertemplate="step %{x} (%{customdata[1]})<br>%{y:,.2f} " + top_unit
                                                  + " not always-live<extra>%{fullData.name}</extra>"),
                       row=1, col=1)
-        fig.add_trace(go.Scattergl(x=part["step"], y=part["worst_tile_bytes"] / 1024, mode="lines",
+        fig.add_trace(go.Scatter(x=part["step"], y=part["worst_tile_bytes"] / 1024, mode="lines",
                                    name=ipu_label(ipu), line=dict(color=colour, width=1.2), legendgroup=str(ipu),
                                    showlegend=False,
-                                   customdata=np.stack([np.full(len(part), ipu), part["worst_tile"].to_numpy()], axis=-1),
+                                   customdata=np.stack([np.full(len(part), ipu), part["worst_tile"].to_numpy()], axis=-1).tolist(),
                                    hovertemplate="step %{x}: tile %{customdata[1]}<br>%{y:,.1f} KiB<extra>%{fullData.name}</extra>"),
                       row=2, col=1)
     # A trace rather than a shape: the chosen step's marker replaces the layout's shapes.
@@ -311,7 +312,7 @@ def liveness_steps(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[i
     fig.update_yaxes(title=top_unit, row=1, col=1, rangemode="tozero")
     fig.update_yaxes(title="KiB", row=2, col=1, rangemode="tozero")
     fig.update_xaxes(title="program step", row=2, col=1)
-    return _style(fig, height=520, hovermode="closest", clickmode="event")
+    return _style(fig, height=520, hovermode="closest", clickmode="event", uirevision="liveness")
 
 
 def step_marker(step: int) -> dict:

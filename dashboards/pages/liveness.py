@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, Patch, State, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from dashboards import components as c
 from dashboards import data, figures, ids
@@ -47,23 +47,32 @@ def layout(**_query: str) -> html.Div:
 
 @dash.callback(
     Output(ids.LIVENESS_PLOT, "figure"),
+    Input(ids.LIVENESS_IPU, "value"),
+    Input(ids.LIVENESS_STEP, "value"),
+    State(ids.PROFILE, "value"),
+)
+def render_plot(ipu: int | None, step: Any, profile: str | None):
+    """The steps plot, the chosen (IPU, step) marked."""
+    report = data.report(profile)
+    selected = (int(ipu), int(step)) if ipu is not None and step is not None else None
+    return figures.liveness_steps(report.liveness.by_step(), int(report.target["bytes_per_tile"]), selected)
+
+
+@dash.callback(
     Output(ids.LIVENESS_PEAKS, "children"),
     Input(ids.PROFILE, "value"),
 )
-def render(profile: str | None):
-    report = data.report(profile)
-    peaks = report.liveness.peaks()
-    plot = figures.liveness_steps(report.liveness.by_step(), int(report.target["bytes_per_tile"]))
-    table = c.table(peaks, {"ipu": "IPU", "peak_step": "peak step", "name": "step", "not_always_live_bytes": "not always-live",
+def render_peaks(profile: str | None):
+    peaks = data.report(profile).liveness.peaks()
+    return c.table(peaks, {"ipu": "IPU", "peak_step": "peak step", "name": "step", "not_always_live_bytes": "not always-live",
                             "total_bytes": "total"}, formats={"ipu": c.fmt_int, "peak_step": c.fmt_int})
-    return plot, table
 
 
 def clicked_step(click: dict | None) -> tuple[int, int] | None:
     """(ipu, step) of a click on the liveness plot: x is the step, customdata[0] the IPU."""
     try:
         point = click["points"][0]
-        return int(point["customdata"][0]), int(point["x"])
+        return int(c.custom_value(point, 0)), int(point["x"])
     except (TypeError, KeyError, IndexError, ValueError):
         return None
 
@@ -101,26 +110,23 @@ def choose_clicked(click: dict | None):
 @dash.callback(
     Output(ids.LIVENESS_LIVE_TITLE, "children"),
     Output(ids.LIVENESS_LIVE, "children"),
-    Output(ids.LIVENESS_PLOT, "figure", allow_duplicate=True),
     Input(ids.LIVENESS_IPU, "value"),
     Input(ids.LIVENESS_STEP, "value"),
     State(ids.PROFILE, "value"),
     prevent_initial_call=True,
 )
 def show_live(ipu: int | None, step: Any, profile: str | None):
-    """What is live on ``ipu`` at ``step`` (``liveness.live_at``), largest first; the plot marks the step."""
+    """What is live on ``ipu`` at ``step`` (``liveness.live_at``), largest first."""
     if ipu is None or step is None:
         raise dash.exceptions.PreventUpdate
     report = data.report(profile)
     ipu, step = int(ipu), int(step)
     steps = report.liveness.by_step(ipu)
     known = steps[steps["step"] == step]
-    marker = Patch()
-    marker["layout"]["shapes"] = [figures.step_marker(step)]
     if known.empty:
         last = int(steps["step"].max()) if len(steps) else -1
         return (html.Span(f"{figures.ipu_label(ipu)} has no program step {step} (steps 0 to {last}).", className="bad-text"),
-                html.Div(), marker)
+                html.Div())
     row = known.iloc[0]
     live = report.liveness.live_at(ipu, step)
     title = [
@@ -132,4 +138,4 @@ def show_live(ipu: int | None, step: Any, profile: str | None):
                            "live_from_step": "live from", "live_to_step": "to"},
                     formats={"live_from_step": c.fmt_int, "live_to_step": c.fmt_int}, max_rows=100,
                     table_id="liveness-live-table")
-    return title, table, marker
+    return title, table

@@ -114,12 +114,15 @@ def render_overview(profile: str | None):
 
 
 def clicked_tile(click: dict | None, tiles_per_ipu: int) -> int | None:
-    """The tile a click on the tile map names (heat-map cells and OOM markers carry it first)."""
+    """The tile at the clicked cell (or out-of-memory marker) of the tile map: x is its column, y its row."""
     try:
-        tile = int(click["points"][0]["customdata"][0])
+        point = click["points"][0]
+        column, row = int(point["x"]), int(point["y"])
     except (TypeError, KeyError, IndexError, ValueError):
         return None
-    return tile if 0 <= tile < tiles_per_ipu else None
+    columns = figures.tile_columns(tiles_per_ipu)
+    tile = row * columns + column
+    return tile if 0 <= column < columns and 0 <= tile < tiles_per_ipu else None
 
 
 def tile_panel(report: Any, ipu: int, tile: int) -> tuple:

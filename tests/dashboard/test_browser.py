@@ -1,0 +1,157 @@
+"""The dashboard in a real headless Chromium, driven by Dash's ``dash_duo``.
+
+Every page draws its figures with no error in the browser console; a tile click shows that tile;
+choosing a liveness step lists its variables; zooming the trace changes its level of detail; the
+compare page shows both profiles.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+
+from dashboards import ids
+
+pytestmark = pytest.mark.browser
+
+PAGES = {
+    "/": [ids.SUMMARY_TIME, ids.SUMMARY_MEMORY],
+    "/memory": [ids.MEMORY_TILE_MAP, ids.MEMORY_TILE_BREAKDOWN, ids.MEMORY_CATEGORIES, ids.MEMORY_HISTOGRAM],
+    "/liveness": [ids.LIVENESS_PLOT],
+    "/trace": [ids.TRACE_TIMELINE, ids.TRACE_TILES],
+    "/stages": [ids.STAGES_GANTT, ids.STAGES_IMBALANCE, ids.STAGES_SUMMARY, ids.STAGES_SPLIT_FIGURE],
+    "/exchange": [ids.EXCHANGE_PHASES, ids.EXCHANGE_MATRIX, ids.EXCHANGE_KINDS],
+}
+
+
+def wait_for_figures(dash_duo, graph_ids: list[str], timeout: float = 15) -> None:
+    """Until each graph has drawn at least one trace (plotly adds `.trace` groups when it does)."""
+    for graph_id in graph_ids:
+        dash_duo.wait_for_element(f"#{graph_id} .main-svg", timeout=timeout)
+        dash_duo.wait_for_element(f"#{graph_id} .plot .trace, #{graph_id} .heatmaplayer image, #{graph_id} .trace",
+                                  timeout=timeout)
+
+
+def errors(dash_duo) -> list[dict]:
+    return [entry for entry in dash_duo.get_logs() if entry.get("level") == "SEVERE"]
+
+
+def test_every_page_draws_its_figures_without_console_errors(dash_duo, app):
+    # GIVEN the dashboard on a profile with out-of-memory tiles
+    dash_duo.start_server(app)
+    for path, graphs in PAGES.items():
+        # WHEN each page is opened
+        dash_duo.wait_for_page(url=f"{dash_duo.server_url}{path}")
+        # THEN its figures are drawn, with key figures in cards, and the console holds no error
+        wait_for_figures(dash_duo, graphs)
+        if path != "/liveness":
+            dash_duo.wait_for_element(".cards .card", timeout=10)
+        assert errors(dash_duo) == [], path
+    # AND the navigation offers every page but compare (one profile only)
+    links = [link.text.split("\n")[-1] for link in dash_duo.find_elements(".nav-link")]
+    assert links == ["Summary", "Memory", "Liveness", "Execution trace", "Stages", "Exchange"]
+
+
+def test_summary_shows_the_findings_of_an_out_of_memory_run(dash_duo, app):
+    dash_duo.start_server(app)
+    dash_duo.wait_for_element(".insight", timeout=15)
+    assert "out of memory" in dash_duo.find_element(f"#{ids.SUMMARY_INSIGHTS}").text
+    assert "no" in dash_duo.find_element(".card.bad .card-value").text
+
+
+def test_clicking_a_tile_shows_its_breakdown_and_variables(dash_duo, app):
+    # GIVEN the memory page, opened on IPU 0's fullest tile (tile 0)
+    dash_duo.start_server(app)
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/memory")
+    wait_for_figures(dash_duo, [ids.MEMORY_TILE_MAP, ids.MEMORY_TILE_BREAKDOWN])
+    dash_duo.wait_for_text_to_equal("#memory-tile-name strong", "IPU 0, tile 0", timeout=10)
+    # WHEN tile 11 is clicked (every tile of IPU 0 is out of memory: each has its marker, in tile order)
+    markers = dash_duo.find_elements(f"#{ids.MEMORY_TILE_MAP} .scatterlayer .point")
+    assert len(markers) == 64
+    ActionChains(dash_duo.driver).move_to_element(markers[11]).click().perform()
+    # THEN the breakdown and variables are tile 11's
+    dash_duo.wait_for_text_to_equal("#memory-tile-name strong", "IPU 0, tile 11", timeout=10)
+    table = dash_duo.find_element("#memory-tile-variables-table")
+    assert "B1/weight" in table.text
+    assert errors(dash_duo) == []
+
+
+def test_choosing_a_liveness_step_lists_the_variables_live_there(dash_duo, app):
+    # GIVEN the liveness page, opened at the highest peak
+    dash_duo.start_server(app)
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/liveness")
+    wait_for_figures(dash_duo, [ids.LIVENESS_PLOT])
+    dash_duo.wait_for_element("#liveness-live-table", timeout=10)
+    # WHEN step 6 (after every activation has died) is typed in
+    step = dash_duo.find_element(f"#{ids.LIVENESS_STEP}")
+    step.send_keys(Keys.CONTROL, "a")
+    step.send_keys("6", Keys.ENTER)
+    # THEN the title names step 6 and the list holds only always-live variables
+    dash_duo.wait_for_contains_text(f"#{ids.LIVENESS_LIVE_TITLE}", "step 6", timeout=10)
+    table = dash_duo.find_element("#liveness-live-table").text
+    assert "B1/weight" in table and "activation" not in table
+    # AND WHEN step 1 is chosen, the activations live there are listed too
+    step.send_keys(Keys.CONTROL, "a")
+    step.send_keys("1", Keys.ENTER)
+    dash_duo.wait_for_contains_text(f"#{ids.LIVENESS_LIVE_TITLE}", "step 1", timeout=10)
+    assert "activation" in dash_duo.find_element("#liveness-live-table").text
+    assert errors(dash_duo) == []
+
+
+def test_zooming_the_trace_changes_its_level_of_detail(dash_duo, app, monkeypatch):
+    # GIVEN the trace page with few bins, so the whole run is binned
+    from dashboards.pages import trace
+
+    monkeypatch.setattr(trace, "MAX_BINS", 40)
+    dash_duo.start_server(app)
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/trace")
+    wait_for_figures(dash_duo, [ids.TRACE_TIMELINE])
+    dash_duo.wait_for_contains_text(f"#{ids.TRACE_LEVEL}", "bins", timeout=10)
+    whole = dash_duo.find_element(f"#{ids.TRACE_LEVEL}").text
+    # WHEN a narrow window is dragged on the timeline
+    plot = dash_duo.find_element(f"#{ids.TRACE_TIMELINE} .nsewdrag")
+    width = plot.rect["width"]
+    ActionChains(dash_duo.driver).move_to_element(plot).move_by_offset(int(-width * 0.45), 0).click_and_hold() \
+        .move_by_offset(int(width * 0.04), 0).release().perform()
+    # THEN the server answers with the events of that window
+    dash_duo.wait_for_contains_text(f"#{ids.TRACE_LEVEL}", "events", timeout=10)
+    assert dash_duo.find_element(f"#{ids.TRACE_LEVEL}").text != whole
+    # AND the "whole run" button goes back to bins
+    dash_duo.find_element(f"#{ids.TRACE_RESET}").click()
+    dash_duo.wait_for_contains_text(f"#{ids.TRACE_LEVEL}", "bins", timeout=10)
+    assert errors(dash_duo) == []
+
+
+def test_compare_page_shows_both_profiles(dash_duo, compare_app):
+    # GIVEN the dashboard started with a pipelined and a sharded profile
+    dash_duo.start_server(compare_app)
+    # WHEN the compare page is opened
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/compare")
+    wait_for_figures(dash_duo, [ids.COMPARE_MEMORY, ids.COMPARE_STAGES, ids.COMPARE_PHASES])
+    # THEN both profiles are named, and the key figures and tables show A and B side by side
+    header = dash_duo.find_element(f"#{ids.COMPARE_HEADER}").text
+    assert "A · synthetic pipelined (pipelined.pop)" in header
+    assert "B · synthetic sharded (sharded.pop)" in header
+    assert "→" in dash_duo.find_element(f"#{ids.COMPARE_FIGURES}").text
+    assert "step cycles" in dash_duo.find_element("#compare-summary-table").text
+    legend = dash_duo.find_element(f"#{ids.COMPARE_MEMORY}").text
+    assert "pipelined" in legend and "sharded" in legend
+    assert errors(dash_duo) == []
+
+
+def test_the_profile_choice_switches_every_page_to_profile_b(dash_duo, compare_app):
+    dash_duo.start_server(compare_app)
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/stages")
+    wait_for_figures(dash_duo, [ids.STAGES_GANTT])
+    dash_duo.wait_for_element(f"#{ids.STAGES_FIGURES} .card", timeout=10)
+    # WHEN profile B (the sharded run) is chosen
+    dash_duo.find_elements(".profile-label")[1].click()
+    # THEN the page redraws from it: a sharded run has the larger bubble
+    time.sleep(0.5)
+    dash_duo.wait_for_element(f"#{ids.STAGES_FIGURES} .card", timeout=10)
+    assert dash_duo.find_elements(".profile-radio")[1].is_selected()
+    assert errors(dash_duo) == []
