@@ -36,10 +36,23 @@ def value(v: Any) -> str:
 
 
 def is_number(series: pd.Series) -> bool:
-    return pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
+    return _numeric_dtype(series.dtype)
 
 
-def cells(frame: pd.DataFrame) -> list[list[str]]:
-    """Every cell of ``frame`` formatted (columns formatted as a whole, not per cell where possible)."""
-    columns = [[value(v) for v in frame[c].tolist()] for c in frame.columns]
+def _numeric_dtype(dtype: Any) -> bool:
+    return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
+
+
+def numeric_columns(frame: pd.DataFrame) -> list[bool]:
+    """For each column, whether it holds numbers (right-aligned); read from ``dtypes`` in one go."""
+    return [_numeric_dtype(dtype) for dtype in frame.dtypes]
+
+
+def cells(frame: pd.DataFrame, max_rows: int | None = None) -> list[list[str]]:
+    """The first ``max_rows`` rows (all if None) of ``frame``, every cell formatted.
+
+    Columns are walked once with ``items()`` and sliced as arrays: indexing a pandas frame by
+    column name or ``head()`` costs more than formatting the few rows a terminal shows.
+    """
+    columns = [[value(v) for v in np.asarray(series.array[:max_rows]).tolist()] for _, series in frame.items()]
     return [list(row) for row in zip(*columns)] if columns else []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from popvision_py.render.document import Document
-from popvision_py.render.format import cells, is_number, value
+from popvision_py.render.format import cells, numeric_columns, value
 
 MAX_ROWS = 200
 
@@ -17,10 +17,9 @@ def _escape(text: str) -> str:
 def table(frame: pd.DataFrame) -> list[str]:
     if frame.shape[1] == 0 or not len(frame):
         return ["*(no rows)*"]
-    shown = frame.head(MAX_ROWS)
     header = "| " + " | ".join(_escape(str(c)) for c in frame.columns) + " |"
-    rule = "| " + " | ".join("---:" if is_number(frame[c]) else "---" for c in frame.columns) + " |"
-    out = [header, rule] + ["| " + " | ".join(_escape(c) for c in r) + " |" for r in cells(shown)]
+    rule = "| " + " | ".join("---:" if number else "---" for number in numeric_columns(frame)) + " |"
+    out = [header, rule] + ["| " + " | ".join(_escape(c) for c in r) + " |" for r in cells(frame, MAX_ROWS)]
     if len(frame) > MAX_ROWS:
         out += ["", f"*... {len(frame) - MAX_ROWS:,} more rows (use `--format csv` or `json` for all of them)*"]
     return out

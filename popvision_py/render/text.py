@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from popvision_py.render.document import Block, Document
-from popvision_py.render.format import cells, is_number, value
+from popvision_py.render.format import cells, numeric_columns, value
 
 MAX_ROWS = 40
 MAX_CELL = 60
@@ -19,13 +19,12 @@ def table(frame: pd.DataFrame, max_rows: int | None = MAX_ROWS, clip: bool = Tru
     """An aligned table; ``max_rows`` rows at most, then a line saying how many were left out."""
     if frame.shape[1] == 0:
         return ["  (nothing)"]
-    shown = frame if max_rows is None else frame.head(max_rows)
-    rows = cells(shown)
+    rows = cells(frame, max_rows)
     if clip:
         rows = [[_clip(c) for c in r] for r in rows]
     header = [str(c) for c in frame.columns]
     widths = [max([len(header[i])] + [len(r[i]) for r in rows]) for i in range(len(header))]
-    right = [is_number(frame[c]) for c in frame.columns]
+    right = numeric_columns(frame)
 
     def line(values: list[str]) -> str:
         return "  " + "  ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right)).rstrip()
