@@ -1,0 +1,170 @@
+"""The pages' callbacks and the CLI, called as plain functions on small synthetic profiles."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import dash
+import pytest
+from click.testing import CliRunner
+
+from popvision_py.cli import main
+
+
+def page(name: str):
+    # The app fixture built the app, which (re)loaded the page modules.
+    return importlib.import_module(f"dashboards.pages.{name}")
+
+
+def text(component) -> str:
+    """All the text inside a Dash component tree."""
+    if component is None:
+        return ""
+    if isinstance(component, (str, int, float)):
+        return str(component)
+    if isinstance(component, (list, tuple)):
+        return " ".join(text(c) for c in component)
+    return text(getattr(component, "children", None))
+
+
+def test_pages_register_in_order_and_compare_needs_two_profiles(app):
+    pages = list(dash.page_registry.values())
+    assert [p["path"] for p in pages] == ["/", "/memory", "/liveness", "/trace", "/stages", "/exchange", "/compare"]
+    assert pages[-1]["needs_two_profiles"] is True
+
+
+def test_summary_says_the_run_does_not_fit(app):
+    cards, time, memory, insights = page("summary").render("a")
+    assert "Fits in memory no" in text(cards)
+    assert "out of memory" in text(insights)
+    assert [t.name.split()[0] for t in time.data] == ["compute", "sync", "exchange", "stream", "idle"]
+
+
+def test_a_browser_cannot_name_a_file_only_a_served_profile(app, oom_profile):
+    from dashboards import data
+
+    profiles = data.current()
+    assert profiles.key("../../etc/passwd") == "a"
+    assert profiles.report("/etc/passwd").path == profiles.report("a").path
+
+
+def test_clicked_tile_is_the_cell_under_the_click(app):
+    memory = page("memory")
+    # 64 tiles are laid 12 per row
+    assert memory.clicked_tile({"points": [{"x": 11, "y": 0}]}, 64) == 11
+    assert memory.clicked_tile({"points": [{"x": 3, "y": 5}]}, 64) == 63
+    assert memory.clicked_tile({"points": [{"x": 4, "y": 5}]}, 64) is None  # past the last tile
+    assert memory.clicked_tile(None, 64) is None
+
+
+def test_a_tile_click_shows_that_tiles_breakdown_and_variables(app):
+    highlight, title, breakdown, variables = page("memory").show_tile({"points": [{"x": 11, "y": 0}]}, 0, "a")
+    assert text(title).startswith("IPU 0, tile 11")
+    assert "out of memory" in text(title)
+    assert "B1/weight" in text(variables)
+    assert {bar.name for bar in breakdown.data} == {"always-live", "not always-live"}
+
+
+def test_memory_opens_on_the_worst_ipu_and_its_fullest_tile(app):
+    options, ipu, cards, *_ = page("memory").render_overview("a")
+    assert ipu == 0 and len(options) == 2
+    tile_map, title, _, _ = page("memory").render_ipu(0, "a")
+    assert text(title).startswith("IPU 0, tile 0")
+    assert tile_map.data[1].name == "out of memory (64)"
+
+
+def test_liveness_starts_at_the_peak_and_lists_what_is_live_at_a_step(app):
+    liveness = page("liveness")
+    options, ipu, step = liveness.choose_peak("a")
+    assert (ipu, step) == (0, 1)
+    title, table = liveness.show_live(0, 1, "a")
+    assert "B1/activation" in text(table) and "B2/activation" in text(table)
+    title, table = liveness.show_live(0, 6, "a")
+    assert "activation" not in text(table) and "B1/weight" in text(table)
+    title, _ = liveness.show_live(0, 99, "a")
+    assert "has no program step 99" in text(title)
+
+
+def test_liveness_click_chooses_the_ipu_and_step_of_the_point(app):
+    assert page("liveness").choose_clicked({"points": [{"x": 4, "customdata": ["1", "B4/bwd"]}]}) == (1, 4)
+    with pytest.raises(dash.exceptions.PreventUpdate):
+        page("liveness").choose_clicked({"points": [{"x": 4}]})
+
+
+def test_zoom_windows_are_clamped_to_the_run(app):
+    window = page("trace").window_from_relayout
+    assert window({"xaxis.range[0]": -50.5, "xaxis.range[1]": 200.2}, (0, 1000)) == (0, 201)
+    assert window({"xaxis.range": [900, 5000]}, (0, 1000)) == (900, 1000)
+    assert window({"xaxis.autorange": True}, (0, 1000)) == (0, 1000)
+    assert window({"dragmode": "pan"}, (0, 1000)) is None
+
+
+def test_zooming_asks_the_server_for_a_finer_level_of_detail(app, monkeypatch):
+    trace = page("trace")
+    monkeypatch.setattr(trace, "MAX_BINS", 40)
+    whole, level = trace.render_timeline("a", 0)
+    assert level.startswith("level of detail: bins")
+    assert sum(len(t.x) for t in whole.data) <= 40 * 5 * 2
+    zoomed, level = trace.zoom_timeline({"xaxis.range[0]": 0, "xaxis.range[1]": 300}, "a", 0)
+    assert level.startswith("level of detail: events")
+    assert list(zoomed.layout.xaxis.range) == [0, 301]
+
+
+def test_tile_cycles_of_the_costliest_compute_set(app):
+    trace = page("trace")
+    options, step = trace.choose_ipu(0, "a")
+    assert options[0]["label"].startswith(f"step {step} ")
+    fig = trace.show_tile_cycles(step, 0, "a")
+    assert len(fig.data[0].x) == 64
+
+
+def test_stages_show_the_gantt_and_the_split(app):
+    cards, gantt, imbalance, utilisation, split_text, split_fig, table = page("stages").render("a")
+    assert {t.name for t in gantt.data} == {"forward", "backward"}
+    assert "F1" in list(gantt.data[0].text)
+    assert "Stages 2" in text(cards)
+
+
+def test_exchange_matrix_and_costliest_steps(app):
+    cards, phases, kinds, bandwidth, costliest = page("exchange").render("a")
+    assert "IPU 0" in text(costliest)
+    matrix = page("exchange").render_matrix("a", "cycles")
+    assert matrix.data[0].colorbar.title.text == "cycles"
+
+
+def test_compare_with_one_profile_says_how_to_compare(app):
+    header, *_ = page("compare").render("a")
+    assert "two profiles" in text(header)
+
+
+def test_compare_puts_both_profiles_side_by_side(compare_app):
+    header, cards, memory, stages, phases, tables = page("compare").render("a")
+    assert "A · synthetic pipelined" in text(header) and "B · synthetic sharded" in text(header)
+    assert "time per step" in text(cards)
+    assert [t.name for t in memory.data] == [
+        "A · synthetic pipelined (pipelined.pop)", "B · synthetic sharded (sharded.pop)"]
+
+
+def test_cli_rejects_a_bad_profile_before_starting_a_server(tmp_path: Path, monkeypatch):
+    started = []
+    monkeypatch.setattr(dash.Dash, "run", lambda self, **kw: started.append(kw))
+    bad = tmp_path / "bad.pop"
+    bad.write_bytes(b"not a profile")
+    result = CliRunner().invoke(main, ["dashboard", str(bad)])
+    assert result.exit_code == 2
+    assert result.output.startswith("Error: ") and "Traceback" not in result.output
+    assert started == []
+
+
+def test_cli_serves_on_localhost_and_warns_elsewhere(oom_profile: Path, monkeypatch):
+    started = []
+    monkeypatch.setattr(dash.Dash, "run", lambda self, **kw: started.append(kw))
+    result = CliRunner().invoke(main, ["dashboard", str(oom_profile)])
+    assert result.exit_code == 0, result.output
+    assert started[-1]["host"] == "127.0.0.1" and started[-1]["port"] == 8050
+    assert "Warning" not in result.output
+    result = CliRunner().invoke(main, ["dashboard", str(oom_profile), str(oom_profile), "--host", "0.0.0.0", "--port", "9000"])
+    assert result.exit_code == 0, result.output
+    assert started[-1]["host"] == "0.0.0.0" and started[-1]["port"] == 9000
+    assert "Warning: listening on 0.0.0.0" in result.output
