@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.tables import TraceArrays, as_str, executions, finish, phase_cycles
+from popvision_py.analysis.tables import PHASE, Columns, StepIndex, TraceArrays, aggregates, finish, lookup, sum_by
 from popvision_py.format.schema import EXCHANGE_KINDS
 
 BY_KIND_COLUMNS = ["kind", "executions", "bytes", "cycles", "time_pct"]
@@ -42,41 +42,58 @@ class ExchangeFigures:
 
 def figures(trace: TraceArrays) -> ExchangeFigures:
     """Cycles in each phase summed over IPUs; ``_pct`` = 100 x phase / total."""
-    by_phase = phase_cycles(trace).groupby("phase")["cycles"].sum()
-    get = lambda p: int(by_phase.get(p, 0))  # noqa: E731
-    total = int(by_phase.sum())
+    by_phase = aggregates(trace).cube.sum(axis=(0, 1, 2))  # per phase code (the last: unknown words)
+    get = lambda p: int(by_phase[PHASE[p]]) if len(by_phase) else 0  # noqa: E731
+    total = int(by_phase[: len(PHASE)].sum())
     pct = lambda v: 100.0 * v / total if total else float("nan")  # noqa: E731
     c, e, s, st, i = get("compute"), get("exchange"), get("sync"), get("stream"), get("idle")
     return ExchangeFigures(total, c, e, s, st, i, pct(c), pct(e), pct(s), pct(st), pct(i))
 
 
-def executed(exchanges: pd.DataFrame, trace: TraceArrays) -> pd.DataFrame:
-    """Each exchange row with ``executions`` and its totals ``total_bytes`` / ``total_cycles`` over the trace."""
-    frame = exchanges.merge(executions(trace), on=["ipu", "step"], how="left")
-    frame["executions"] = frame["executions"].fillna(0).astype(np.int64)
-    frame["total_bytes"] = frame["bytes"] * frame["executions"]
-    frame["total_cycles"] = frame["cycles"] * frame["executions"]
-    return as_str(frame, "kind")
+@dataclass(frozen=True)
+class Executed:
+    """Each ``exchanges`` row with how often its step ran and its totals over the trace (arrays, row order)."""
+
+    exchanges: Columns
+    executions: np.ndarray
+    total_bytes: np.ndarray
+    total_cycles: np.ndarray
 
 
-def by_kind(done: pd.DataFrame, total_cycles: int) -> pd.DataFrame:
+def executed(exchanges: Columns, trace: TraceArrays) -> Executed:
+    """Each exchange row joined with its step's executions (dense (ipu, step) lookup, no merge)."""
+    runs = lookup(aggregates(trace).executions, exchanges["ipu"], exchanges["step"]).astype(np.int64)
+    return Executed(exchanges, runs, exchanges["bytes"] * runs, exchanges["cycles"] * runs)
+
+
+def by_kind(done: Executed, total_cycles: int) -> pd.DataFrame:
     """Every exchange kind (all five, zeros included): BY_KIND_COLUMNS in the schema's kind order."""
-    g = done.groupby("kind")[["executions", "total_bytes", "total_cycles"]].sum()
-    g.columns = ["executions", "bytes", "cycles"]
-    kinds = list(EXCHANGE_KINDS) + sorted(set(g.index) - set(EXCHANGE_KINDS))
-    frame = g.reindex(kinds, fill_value=0).rename_axis("kind").reset_index()
-    for column in ("executions", "bytes", "cycles"):
-        frame[column] = frame[column].astype(np.int64)
-    frame["time_pct"] = 100.0 * frame["cycles"] / total_cycles if total_cycles else np.nan
-    return finish(frame, BY_KIND_COLUMNS)
+    words = done.exchanges.words("kind")
+    kinds = list(EXCHANGE_KINDS) + sorted(set(words[np.unique(done.exchanges.codes("kind"))]) - set(EXCHANGE_KINDS))
+    code = done.exchanges.codes_in("kind", tuple(kinds))
+    n = len(kinds) + 1
+    cycles = sum_by(code, done.total_cycles, n)[:-1]
+    return pd.DataFrame({
+        "kind": np.array(kinds, dtype=object),
+        "executions": sum_by(code, done.executions, n)[:-1],
+        "bytes": sum_by(code, done.total_bytes, n)[:-1],
+        "cycles": cycles,
+        "time_pct": 100.0 * cycles / total_cycles if total_cycles else np.full(len(kinds), np.nan),
+    })
 
 
-def matrix(done: pd.DataFrame) -> pd.DataFrame:
+def matrix(done: Executed) -> pd.DataFrame:
     """Bytes and cycles moved from each source to each destination (-1 host, -2 streaming memory)."""
-    g = done.groupby(["src_ipu", "dst_ipu"], as_index=False)[["total_bytes", "total_cycles"]].sum()
-    g = g.rename(columns={"total_bytes": "bytes", "total_cycles": "cycles"})
-    g = g[(g["bytes"] > 0) | (g["cycles"] > 0)]
-    return finish(g.astype({"src_ipu": np.int64, "dst_ipu": np.int64}), MATRIX_COLUMNS, ["src_ipu", "dst_ipu"])
+    src, dst = done.exchanges["src_ipu"].astype(np.int64), done.exchanges["dst_ipu"].astype(np.int64)
+    if not len(src):
+        return pd.DataFrame({c: pd.Series([], dtype="int64") for c in MATRIX_COLUMNS})
+    # -2 (streaming memory) is the smallest id: shift by 2 for a dense (src, dst) grid.
+    width = int(max(src.max(), dst.max())) + 3
+    key = (src + 2) * width + dst + 2
+    nbytes, cycles = sum_by(key, done.total_bytes, width * width), sum_by(key, done.total_cycles, width * width)
+    cell = np.flatnonzero((nbytes > 0) | (cycles > 0))  # row-major: sorted by src, then dst
+    return pd.DataFrame({"src_ipu": cell // width - 2, "dst_ipu": cell % width - 2, "bytes": nbytes[cell],
+                         "cycles": cycles[cell]})
 
 
 def peak_bytes_per_s(target: dict[str, Any]) -> dict[str, float]:
@@ -104,9 +121,13 @@ def bandwidth(kinds: pd.DataFrame, target: dict[str, Any]) -> pd.DataFrame:
     return finish(frame, BANDWIDTH_COLUMNS)
 
 
-def costliest(done: pd.DataFrame, programs: pd.DataFrame, n: int = 10) -> pd.DataFrame:
+def costliest(done: Executed, index: StepIndex, n: int = 10) -> pd.DataFrame:
     """The ``n`` exchange steps with the most cycles over the trace (cycles x executions): COSTLIEST_COLUMNS."""
-    frame = done.merge(programs[["ipu", "step", "name"]], on=["ipu", "step"], how="left")
-    frame["name"] = frame["name"].astype(object).where(frame["name"].notna(), "").astype(str)
-    frame = frame.sort_values(["total_cycles", "ipu", "step"], ascending=[False, True, True], kind="stable").head(n)
-    return finish(frame, COSTLIEST_COLUMNS)
+    x = done.exchanges
+    rows = np.lexsort((x["step"], x["ipu"], -done.total_cycles))[:n]
+    return pd.DataFrame({
+        "ipu": x["ipu"][rows], "step": x["step"][rows], "name": index.names(index.rows(x["ipu"][rows], x["step"][rows])),
+        "kind": x.strings("kind", rows), "src_ipu": x["src_ipu"][rows], "dst_ipu": x["dst_ipu"][rows],
+        "bytes": x["bytes"][rows], "cycles": x["cycles"][rows], "executions": done.executions[rows],
+        "total_cycles": done.total_cycles[rows],
+    }, columns=COSTLIEST_COLUMNS)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.tables import as_str, finish
+from popvision_py.analysis.tables import Columns, StepIndex
 from popvision_py.errors import OutOfRangeError
 
 BY_STEP_COLUMNS = ["ipu", "step", "name", "always_live_bytes", "not_always_live_bytes", "total_bytes",
@@ -20,47 +20,57 @@ PEAK_COLUMNS = ["ipu", "peak_step", "name", "not_always_live_bytes", "total_byte
 LIVE_AT_COLUMNS = ["var_id", "name", "category", "always_live", "bytes", "live_from_step", "live_to_step"]
 
 
-def by_step(liveness: pd.DataFrame, programs: pd.DataFrame, target: dict[str, Any],
-            ipu: int | None = None) -> pd.DataFrame:
+def by_step(liveness: Columns, programs: Columns, target: dict[str, Any], ipu: int | None = None,
+            index: StepIndex | None = None) -> pd.DataFrame:
     """Memory live at every program step: BY_STEP_COLUMNS sorted by ipu, step.
 
     ``total_bytes`` = always-live + not-always-live bytes on the IPU; ``capacity_bytes`` = the
-    IPU's SRAM (tiles x bytes per tile).
+    IPU's SRAM (tiles x bytes per tile). Step names are joined through ``index`` (dense (ipu, step)
+    -> programs row), not a merge.
     """
-    frame = liveness if ipu is None else liveness[liveness["ipu"] == ipu]
-    names = programs[["ipu", "step", "name"]]
-    frame = frame.merge(names, on=["ipu", "step"], how="left")
-    frame["name"] = frame["name"].astype(object).where(frame["name"].notna(), "")
-    frame["name"] = frame["name"].astype(str)
-    frame["total_bytes"] = frame["always_live_bytes"] + frame["not_always_live_bytes"]
-    frame["capacity_bytes"] = int(target["tiles_per_ipu"]) * int(target["bytes_per_tile"])
-    return finish(frame, BY_STEP_COLUMNS, ["ipu", "step"])
+    index = index or StepIndex(programs)
+    ipus, steps = liveness["ipu"], liveness["step"]
+    rows = np.arange(len(liveness)) if ipu is None else np.flatnonzero(ipus == ipu)
+    rows = rows[np.lexsort((steps[rows], ipus[rows]))]
+    at = index.rows(ipus[rows], steps[rows])
+    always, not_always = liveness["always_live_bytes"][rows], liveness["not_always_live_bytes"][rows]
+    return pd.DataFrame({
+        "ipu": ipus[rows], "step": steps[rows], "name": index.names(at),
+        "always_live_bytes": always, "not_always_live_bytes": not_always, "total_bytes": always + not_always,
+        "worst_tile": liveness["worst_tile"][rows], "worst_tile_bytes": liveness["worst_tile_bytes"][rows],
+        "capacity_bytes": np.full(len(rows), int(target["tiles_per_ipu"]) * int(target["bytes_per_tile"]), np.int64),
+    })
 
 
 def peaks(steps: pd.DataFrame) -> pd.DataFrame:
     """Per IPU, the first step where not-always-live memory peaks: PEAK_COLUMNS sorted by ipu."""
     if steps.empty:
         return pd.DataFrame({c: pd.Series([], dtype="int64" if c != "name" else "object") for c in PEAK_COLUMNS})
-    ordered = steps.sort_values(["ipu", "not_always_live_bytes", "step"], ascending=[True, False, True], kind="stable")
-    frame = ordered.drop_duplicates("ipu", keep="first").rename(columns={"step": "peak_step"})
-    return finish(frame, PEAK_COLUMNS, ["ipu"])
+    ipu, step = np.asarray(steps["ipu"]), np.asarray(steps["step"])
+    nal = np.asarray(steps["not_always_live_bytes"])
+    order = np.lexsort((step, -nal, ipu))
+    first = order[np.r_[True, ipu[order][1:] != ipu[order][:-1]]]  # each IPU's largest, earliest step
+    return pd.DataFrame({"ipu": ipu[first], "peak_step": step[first], "name": np.asarray(steps["name"])[first],
+                         "not_always_live_bytes": nal[first], "total_bytes": np.asarray(steps["total_bytes"])[first]})
 
 
-def live_at(variables: pd.DataFrame, ipu: int, step: int, num_steps: int | None = None) -> pd.DataFrame:
+def live_at(variables: Columns, ipu: int, step: int, num_steps: int | None = None) -> pd.DataFrame:
     """Variables live on ``ipu`` at ``step`` (always-live ones included), largest first: LIVE_AT_COLUMNS."""
     if num_steps is not None and not 0 <= step < num_steps:
         raise OutOfRangeError(f"Step {step} is not in the program of IPU {ipu}: steps run from 0 to {num_steps - 1}.")
-    v = variables[variables["ipu"] == ipu]
-    live = v["always_live"].to_numpy() | ((v["live_from_step"].to_numpy() <= step) & (step <= v["live_to_step"].to_numpy()))
-    frame = v[live].sort_values(["bytes", "var_id"], ascending=[False, True], kind="stable")
-    return finish(as_str(frame.copy(), "name", "category"), LIVE_AT_COLUMNS)
+    live = (variables["ipu"] == ipu) & (variables["always_live"] | (
+        (variables["live_from_step"] <= step) & (step <= variables["live_to_step"])))
+    rows = np.flatnonzero(live)
+    rows = rows[np.lexsort((variables["var_id"][rows], -variables["bytes"][rows]))]
+    data = {c: (variables.strings(c, rows) if c in ("name", "category") else variables[c][rows]) for c in LIVE_AT_COLUMNS}
+    return pd.DataFrame(data, columns=LIVE_AT_COLUMNS)
 
 
-def step_count(liveness: pd.DataFrame, programs: pd.DataFrame, ipu: int) -> int:
+def step_count(liveness: Columns, programs: Columns, ipu: int) -> int:
     """Program steps of one IPU (from programs, else liveness)."""
-    steps = programs.loc[programs["ipu"] == ipu, "step"]
-    if steps.empty:
-        steps = liveness.loc[liveness["ipu"] == ipu, "step"]
-    if steps.empty:
+    steps = programs["step"][programs["ipu"] == ipu]
+    if not len(steps):
+        steps = liveness["step"][liveness["ipu"] == ipu]
+    if not len(steps):
         raise OutOfRangeError(f"IPU {ipu} is not in the profile.")
-    return int(np.max(steps.to_numpy())) + 1
+    return int(np.max(steps)) + 1

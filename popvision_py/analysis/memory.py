@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.tables import as_str, finish
+from popvision_py.analysis.tables import Columns, finish, sum_by
 from popvision_py.errors import OutOfRangeError
 
 BY_IPU_COLUMNS = ["ipu", "always_live_bytes", "not_always_live_bytes", "total_bytes", "capacity_bytes",
@@ -27,115 +27,170 @@ TILE_VARIABLE_COLUMNS = ["var_id", "name", "category", "always_live", "bytes_on_
                          "live_to_step"]
 
 
-def ipus_of(target: dict[str, Any], *frames: pd.DataFrame) -> np.ndarray:
+def ipus_of(target: dict[str, Any], *tables: Any) -> np.ndarray:
     """Every IPU of the run: 0..num_ipus-1 plus any other IPU a table mentions."""
     seen = [np.arange(int(target.get("num_ipus", 0)))]
-    seen += [f["ipu"].to_numpy() for f in frames if len(f)]
+    seen += [np.asarray(t["ipu"]) for t in tables if len(t)]
     return np.unique(np.concatenate(seen)).astype(np.int64)
 
 
-def by_tile(tile_memory: pd.DataFrame, target: dict[str, Any], ipu: int | None = None) -> pd.DataFrame:
+def by_tile(tile_memory: Columns, target: dict[str, Any], ipu: int | None = None) -> pd.DataFrame:
     """Every tile of every IPU (tiles without memory rows count as 0 bytes): BY_TILE_COLUMNS."""
     tiles = int(target["tiles_per_ipu"])
     capacity = int(target["bytes_per_tile"])
     ipus = ipus_of(target, tile_memory)
     n = len(ipus)
     # dense (ipu position, tile, always_live) grid filled with bincount: no groupby over rows.
-    pos = np.searchsorted(ipus, tile_memory["ipu"].to_numpy())
-    tile = tile_memory["tile"].to_numpy().astype(np.int64)
+    pos = np.searchsorted(ipus, tile_memory["ipu"])
+    tile = tile_memory["tile"].astype(np.int64)
     width = max(tiles, int(tile.max()) + 1 if len(tile) else 0)
-    key = (pos * width + tile) * 2 + tile_memory["always_live"].to_numpy().astype(np.int64)
-    sums = np.bincount(key, weights=tile_memory["bytes"].to_numpy().astype(np.float64), minlength=n * width * 2)
-    sums = np.rint(sums).astype(np.int64).reshape(n * width, 2)
+    key = (pos * width + tile) * 2 + tile_memory["always_live"].astype(np.int64)
+    sums = sum_by(key, tile_memory["bytes"], n * width * 2).reshape(n * width, 2)
+    total = sums[:, 1] + sums[:, 0]
     frame = pd.DataFrame({
         "ipu": np.repeat(ipus, width),
         "tile": np.tile(np.arange(width, dtype=np.int64), n),
         "always_live_bytes": sums[:, 1],
         "not_always_live_bytes": sums[:, 0],
+        "total_bytes": total,
+        "excess_bytes": np.maximum(total - capacity, 0),
+        "oom": total > capacity,
     })
-    frame["total_bytes"] = frame["always_live_bytes"] + frame["not_always_live_bytes"]
-    frame["excess_bytes"] = np.maximum(frame["total_bytes"].to_numpy() - capacity, 0)
-    frame["oom"] = frame["total_bytes"].to_numpy() > capacity
     if ipu is not None:
-        frame = frame[frame["ipu"] == ipu]
-    return finish(frame, BY_TILE_COLUMNS)
+        frame = frame[frame["ipu"] == ipu].reset_index(drop=True)
+    return frame
+
+
+def _per_ipu(tiles: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(IPUs, order of the rows grouped by IPU, where each IPU's rows start in that order)."""
+    ipu = np.asarray(tiles["ipu"])
+    order = np.argsort(ipu, kind="stable")
+    ipus, starts = np.unique(ipu[order], return_index=True)
+    return ipus, order, starts
 
 
 def by_ipu(tiles: pd.DataFrame, target: dict[str, Any]) -> pd.DataFrame:
     """Per IPU totals from ``by_tile``: BY_IPU_COLUMNS."""
     capacity = int(target["tiles_per_ipu"]) * int(target["bytes_per_tile"])
-    g = tiles.groupby("ipu", sort=True)
-    frame = pd.DataFrame({
-        "always_live_bytes": g["always_live_bytes"].sum(),
-        "not_always_live_bytes": g["not_always_live_bytes"].sum(),
-        "total_bytes": g["total_bytes"].sum(),
-        "max_tile_bytes": g["total_bytes"].max(),
-        "oom_tiles": g["oom"].sum().astype(np.int64),
-    }).reset_index()
-    frame["capacity_bytes"] = capacity
-    frame["headroom_bytes"] = capacity - frame["total_bytes"]
-    frame["used_pct"] = 100.0 * frame["total_bytes"] / capacity if capacity else np.nan
-    return finish(frame, BY_IPU_COLUMNS, ["ipu"])
+    ipus, order, starts = _per_ipu(tiles)
+    if not len(ipus):
+        return pd.DataFrame({c: pd.Series([], dtype="float64" if c == "used_pct" else "int64") for c in BY_IPU_COLUMNS})
+
+    def total(column: str, reduce=np.add) -> np.ndarray:
+        return reduce.reduceat(np.asarray(tiles[column]).astype(np.int64)[order], starts)
+
+    total_bytes = total("total_bytes")
+    return pd.DataFrame({
+        "ipu": ipus.astype(np.int64),
+        "always_live_bytes": total("always_live_bytes"),
+        "not_always_live_bytes": total("not_always_live_bytes"),
+        "total_bytes": total_bytes,
+        "capacity_bytes": np.full(len(ipus), capacity, np.int64),
+        "headroom_bytes": capacity - total_bytes,
+        "used_pct": 100.0 * total_bytes / capacity if capacity else np.full(len(ipus), np.nan),
+        "max_tile_bytes": total("total_bytes", np.maximum),
+        "oom_tiles": total("oom"),
+    })
 
 
-def by_category(tile_memory: pd.DataFrame, ipu: int | None = None) -> pd.DataFrame:
+def by_category(tile_memory: Columns, ipu: int | None = None) -> pd.DataFrame:
     """Bytes per IPU, category and always-live: BY_CATEGORY_COLUMNS, sorted by ipu then bytes (largest first)."""
-    frame = tile_memory if ipu is None else tile_memory[tile_memory["ipu"] == ipu]
-    frame = frame.groupby(["ipu", "category", "always_live"], observed=True, as_index=False)["bytes"].sum()
-    frame = as_str(frame, "category")
-    frame = frame[frame["bytes"] > 0]
+    ipu_col = tile_memory["ipu"]
+    keep = slice(None) if ipu is None else ipu_col == ipu
+    ipus, pos = np.unique(ipu_col[keep], return_inverse=True)
+    words = tile_memory.words("category")
+    n_cat = len(words)
+    key = (pos * n_cat + tile_memory.codes("category")[keep]) * 2 + tile_memory["always_live"][keep].astype(np.int64)
+    sums = sum_by(key, tile_memory["bytes"][keep], len(ipus) * n_cat * 2)
+    nz = np.flatnonzero(sums > 0)
+    cell, live = np.divmod(nz, 2)
+    ipu_pos, cat = np.divmod(cell, n_cat)
+    frame = pd.DataFrame({
+        "ipu": ipus[ipu_pos].astype(ipu_col.dtype), "category": words[cat], "always_live": live.astype(bool),
+        "bytes": sums[nz],
+    })
     return finish(frame, BY_CATEGORY_COLUMNS, ["ipu", "bytes", "category"], [True, False, True])
 
 
 def distribution(tiles: pd.DataFrame) -> pd.DataFrame:
     """Tile totals per IPU: min, median, 99th percentile (linear interpolation), max, mean: DISTRIBUTION_COLUMNS."""
-    g = tiles.groupby("ipu", sort=True)["total_bytes"]
-    frame = pd.DataFrame({
-        "min_bytes": g.min(), "median_bytes": g.median(), "p99_bytes": g.quantile(0.99),
-        "max_bytes": g.max(), "mean_bytes": g.mean(),
-    }).reset_index()
-    return finish(frame, DISTRIBUTION_COLUMNS, ["ipu"])
+    ipus, order, starts = _per_ipu(tiles)
+    values = np.asarray(tiles["total_bytes"])[order]
+    parts = np.split(values, starts[1:]) if len(ipus) else []  # one array per IPU (a few), not per tile
+    return pd.DataFrame({
+        "ipu": ipus.astype(np.int64),
+        "min_bytes": np.array([p.min() for p in parts], values.dtype),
+        "median_bytes": np.array([np.median(p) for p in parts], float),
+        "p99_bytes": np.array([np.quantile(p, 0.99) for p in parts], float),
+        "max_bytes": np.array([p.max() for p in parts], values.dtype),
+        "mean_bytes": np.array([p.mean() for p in parts], float),
+    })
 
 
 def out_of_memory(tiles: pd.DataFrame) -> pd.DataFrame:
     """Tiles over capacity, largest excess first (then ipu, tile): OOM_COLUMNS."""
-    frame = tiles[tiles["oom"]]
-    return finish(frame, OOM_COLUMNS, ["excess_bytes", "ipu", "tile"], [False, True, True])
+    oom = np.flatnonzero(np.asarray(tiles["oom"]))
+    excess, ipu, tile = (np.asarray(tiles[c])[oom] for c in ("excess_bytes", "ipu", "tile"))
+    rows = oom[np.lexsort((tile, ipu, -excess))]
+    return pd.DataFrame({c: np.asarray(tiles[c])[rows] for c in OOM_COLUMNS})
 
 
-def largest_variables(variables: pd.DataFrame, n: int = 20, ipu: int | None = None) -> pd.DataFrame:
+def _variable_rows(variables: Columns, rows: np.ndarray, columns: list[str], **extra: np.ndarray) -> pd.DataFrame:
+    """A frame of some variables: ``columns`` from the table (names decoded for these rows only)."""
+    data = {}
+    for c in columns:
+        if c in extra:
+            data[c] = extra[c]
+        elif c in ("name", "category"):
+            data[c] = variables.strings(c, rows)
+        else:
+            data[c] = variables[c][rows]
+    return pd.DataFrame(data, columns=columns)
+
+
+def _largest(sizes: np.ndarray, var_id: np.ndarray, rows: np.ndarray, n: int | None) -> np.ndarray:
+    """``rows`` ordered by size (largest first, then var_id), the first ``n``."""
+    order = rows[np.lexsort((var_id[rows], -sizes[rows]))]
+    return order if n is None else order[:n]
+
+
+def largest_variables(variables: Columns, n: int = 20, ipu: int | None = None) -> pd.DataFrame:
     """The ``n`` largest variables (on one IPU or all), largest first: VARIABLE_COLUMNS."""
-    frame = variables if ipu is None else variables[variables["ipu"] == ipu]
-    frame = frame.sort_values(["bytes", "var_id"], ascending=[False, True], kind="stable").head(n)
-    return finish(as_str(frame.copy(), "name", "category"), VARIABLE_COLUMNS)
+    rows = np.arange(len(variables)) if ipu is None else np.flatnonzero(variables["ipu"] == ipu)
+    rows = _largest(variables["bytes"], variables["var_id"], rows, n)
+    return _variable_rows(variables, rows, VARIABLE_COLUMNS)
 
 
-def tile_breakdown(tile_memory: pd.DataFrame, target: dict[str, Any], ipu: int, tile: int) -> pd.DataFrame:
+def tile_breakdown(tile_memory: Columns, target: dict[str, Any], ipu: int, tile: int) -> pd.DataFrame:
     """One tile's bytes by category and always-live, largest first: TILE_BREAKDOWN_COLUMNS."""
     _check_tile(target, ipu, tile)
-    frame = tile_memory[(tile_memory["ipu"] == ipu) & (tile_memory["tile"] == tile)]
-    frame = frame.groupby(["category", "always_live"], observed=True, as_index=False)["bytes"].sum()
-    return finish(as_str(frame, "category"), TILE_BREAKDOWN_COLUMNS, ["bytes", "category"], [False, True])
+    rows = np.flatnonzero((tile_memory["ipu"] == ipu) & (tile_memory["tile"] == tile))
+    words = tile_memory.words("category")
+    key = tile_memory.codes("category")[rows] * 2 + tile_memory["always_live"][rows].astype(np.int64)
+    sums = sum_by(key, tile_memory["bytes"][rows], len(words) * 2)
+    present = np.zeros(len(sums), bool)
+    present[key] = True  # categories with rows, zero bytes included (as a groupby gives)
+    cell = np.flatnonzero(present)
+    frame = pd.DataFrame({"category": words[cell // 2], "always_live": (cell % 2).astype(bool), "bytes": sums[cell]})
+    return finish(frame, TILE_BREAKDOWN_COLUMNS, ["bytes", "category"], [False, True])
 
 
-def bytes_on_tile(variables: pd.DataFrame, tile: int) -> np.ndarray:
+def bytes_on_tile(variables: Any, tile: int) -> np.ndarray:
     """Each variable's bytes on ``tile``: spread evenly over its tiles, the remainder one byte each on the first."""
-    nbytes = variables["bytes"].to_numpy()
-    ntiles = np.maximum(variables["tiles"].to_numpy().astype(np.int64), 1)
-    offset = tile - variables["start_tile"].to_numpy()
+    nbytes = np.asarray(variables["bytes"])
+    ntiles = np.maximum(np.asarray(variables["tiles"]).astype(np.int64), 1)
+    offset = tile - np.asarray(variables["start_tile"])
     inside = (offset >= 0) & (offset < ntiles)
     share = nbytes // ntiles + (offset < nbytes % ntiles)
     return np.where(inside, share, 0)
 
 
-def tile_variables(variables: pd.DataFrame, target: dict[str, Any], ipu: int, tile: int, n: int = 20) -> pd.DataFrame:
+def tile_variables(variables: Columns, target: dict[str, Any], ipu: int, tile: int, n: int = 20) -> pd.DataFrame:
     """The ``n`` variables with most bytes on one tile, largest first: TILE_VARIABLE_COLUMNS."""
     _check_tile(target, ipu, tile)
-    frame = variables[variables["ipu"] == ipu].copy()
-    frame["bytes_on_tile"] = bytes_on_tile(frame, tile)
-    frame = frame[frame["bytes_on_tile"] > 0]
-    frame = frame.sort_values(["bytes_on_tile", "var_id"], ascending=[False, True], kind="stable").head(n)
-    return finish(as_str(frame, "name", "category"), TILE_VARIABLE_COLUMNS)
+    on_tile = np.where(variables["ipu"] == ipu, bytes_on_tile(variables, tile), 0)
+    rows = _largest(on_tile, variables["var_id"], np.flatnonzero(on_tile > 0), n)
+    return _variable_rows(variables, rows, TILE_VARIABLE_COLUMNS, bytes_on_tile=on_tile[rows])
 
 
 def _check_tile(target: dict[str, Any], ipu: int, tile: int) -> None:

@@ -31,7 +31,7 @@ from popvision_py.analysis import memory as _memory
 from popvision_py.analysis import stages as _stages
 from popvision_py.analysis import summary as _summary
 from popvision_py.analysis import trace as _trace
-from popvision_py.analysis.tables import TRACE_COLUMNS, TraceArrays, iterations_traced
+from popvision_py.analysis.tables import TABLE_COLUMNS, TRACE_COLUMNS, Columns, StepIndex, TraceArrays, iterations_traced
 from popvision_py.errors import OutOfRangeError
 from popvision_py.format import Profile, open_profile
 
@@ -67,9 +67,18 @@ class Report:
             self._cache[key] = compute()
         return self._cache[key]
 
+    def columns(self, name: str) -> Columns:
+        """A small table (everything but the trace and tile cycles) as NumPy columns: the columns in
+        ``tables.TABLE_COLUMNS``, decoded in one read, once per Report."""
+        return self.memo(("columns", name), lambda: Columns(self.profile.read_table(name, TABLE_COLUMNS[name])))
+
     def table(self, name: str) -> pd.DataFrame:
-        """A small table (everything but the trace and tile cycles) as a DataFrame, read once."""
-        return self.memo(("table", name), lambda: self.profile.read_pandas(name))
+        """The same table as a pandas DataFrame (converted from ``columns(name)``, not read again)."""
+        return self.columns(name).frame()
+
+    def step_index(self) -> StepIndex:
+        """Program steps by (ipu, step), for joins on steps."""
+        return self.memo("step_index", lambda: StepIndex(self.columns("programs")))
 
     def trace_arrays(self) -> TraceArrays:
         """The trace columns every report needs, as NumPy arrays, read once."""
@@ -108,7 +117,7 @@ class SummaryReport(_View):
 
         def compute() -> _summary.Summary:
             trace = r.trace_arrays()
-            flops = _summary.total_flops(r.table("ops"), r.table("programs"), trace)
+            flops = _summary.total_flops(r.columns("ops"), r.columns("programs"), trace)
             return _summary.figures(r.manifest, trace, r.iterations(), flops, r.memory.by_tile())
 
         return self._memo("figures", compute)
@@ -133,7 +142,7 @@ class MemoryReport(_View):
     """Memory per IPU and tile, by category, always-live vs not, out-of-memory tiles, variables."""
 
     def _tiles(self) -> pd.DataFrame:
-        return self._memo("tiles", lambda: _memory.by_tile(self._r.table("tile_memory"), self._r.target))
+        return self._memo("tiles", lambda: _memory.by_tile(self._r.columns("tile_memory"), self._r.target))
 
     def by_tile(self, ipu: int | None = None) -> pd.DataFrame:
         tiles = self._tiles()
@@ -143,7 +152,7 @@ class MemoryReport(_View):
         return self._memo("by_ipu", lambda: _memory.by_ipu(self._tiles(), self._r.target))
 
     def by_category(self, ipu: int | None = None) -> pd.DataFrame:
-        return self._memo(("by_category", ipu), lambda: _memory.by_category(self._r.table("tile_memory"), ipu))
+        return self._memo(("by_category", ipu), lambda: _memory.by_category(self._r.columns("tile_memory"), ipu))
 
     def distribution(self) -> pd.DataFrame:
         return self._memo("distribution", lambda: _memory.distribution(self._tiles()))
@@ -152,19 +161,19 @@ class MemoryReport(_View):
         return self._memo("oom", lambda: _memory.out_of_memory(self._tiles()))
 
     def largest_variables(self, n: int = 20, ipu: int | None = None) -> pd.DataFrame:
-        return _memory.largest_variables(self._r.table("variables"), n, ipu)
+        return _memory.largest_variables(self._r.columns("variables"), n, ipu)
 
     def tile_breakdown(self, ipu: int, tile: int) -> pd.DataFrame:
         self._check_ipu(ipu)
-        return _memory.tile_breakdown(self._r.table("tile_memory"), self._r.target, ipu, tile)
+        return _memory.tile_breakdown(self._r.columns("tile_memory"), self._r.target, ipu, tile)
 
     def tile_variables(self, ipu: int, tile: int, n: int = 20) -> pd.DataFrame:
         self._check_ipu(ipu)
-        return _memory.tile_variables(self._r.table("variables"), self._r.target, ipu, tile, n)
+        return _memory.tile_variables(self._r.columns("variables"), self._r.target, ipu, tile, n)
 
     def _check_ipu(self, ipu: int) -> None:
-        ipus = self.by_ipu()["ipu"]
-        if ipu not in set(ipus):
+        ipus = self.by_ipu()["ipu"].tolist()
+        if ipu not in ipus:
             raise OutOfRangeError(f"IPU {ipu} is not in the profile: it has IPUs {', '.join(map(str, ipus))}.")
 
 
@@ -173,7 +182,8 @@ class LivenessReport(_View):
 
     def _steps(self) -> pd.DataFrame:
         r = self._r
-        return self._memo("steps", lambda: _liveness.by_step(r.table("liveness"), r.table("programs"), r.target))
+        return self._memo("steps", lambda: _liveness.by_step(r.columns("liveness"), r.columns("programs"), r.target,
+                                                             index=r.step_index()))
 
     def by_step(self, ipu: int | None = None) -> pd.DataFrame:
         steps = self._steps()
@@ -184,8 +194,8 @@ class LivenessReport(_View):
 
     def live_at(self, ipu: int, step: int) -> pd.DataFrame:
         r = self._r
-        count = _liveness.step_count(r.table("liveness"), r.table("programs"), ipu)
-        return _liveness.live_at(r.table("variables"), ipu, step, count)
+        count = _liveness.step_count(r.columns("liveness"), r.columns("programs"), ipu)
+        return _liveness.live_at(r.columns("variables"), ipu, step, count)
 
 
 class StagesReport(_View):
@@ -207,7 +217,7 @@ class StagesReport(_View):
         """Per block: ``[block, stage, fwd_cycles, bwd_cycles, memory_bytes]`` (cycles per micro-batch)."""
         r = self._r
         return self._memo("blocks", lambda: _stages.block_costs(
-            self._costs(), r.table("programs"), r.table("ops"), r.trace_arrays(), r.table("variables")))
+            self._costs(), r.columns("programs"), r.columns("ops"), r.trace_arrays(), r.columns("variables")))
 
     def best_split(self) -> _stages.BestSplit:
         r = self._r
@@ -232,8 +242,8 @@ class StagesReport(_View):
 class ExchangeReport(_View):
     """Exchange, sync and streaming: by kind, IPU-to-IPU matrix, bandwidth, costliest steps."""
 
-    def _done(self) -> pd.DataFrame:
-        return self._memo("done", lambda: _exchange.executed(self._r.table("exchanges"), self._r.trace_arrays()))
+    def _done(self) -> _exchange.Executed:
+        return self._memo("done", lambda: _exchange.executed(self._r.columns("exchanges"), self._r.trace_arrays()))
 
     def figures(self) -> _exchange.ExchangeFigures:
         return self._memo("figures", lambda: _exchange.figures(self._r.trace_arrays()))
@@ -248,7 +258,7 @@ class ExchangeReport(_View):
         return self._memo("bandwidth", lambda: _exchange.bandwidth(self.by_kind(), self._r.target))
 
     def costliest(self, n: int = 10) -> pd.DataFrame:
-        return self._memo(("costliest", n), lambda: _exchange.costliest(self._done(), self._r.table("programs"), n))
+        return self._memo(("costliest", n), lambda: _exchange.costliest(self._done(), self._r.step_index(), n))
 
 
 class TraceReport(_View):

@@ -15,8 +15,7 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.analysis.tables import (
-    PASS, PASSES, PHASE, TraceArrays, aggregates, executions, finish, global_iteration, iterations_traced,
-    phase_cycles,
+    PASS, PASSES, PHASE, Columns, TraceArrays, aggregates, finish, global_iteration, iterations_traced, lookup, sum_by,
 )
 
 SUMMARY_COLUMNS = ["stage", "ipu", "blocks", "pass", "micro_batches", "cycles_per_micro_batch", "busy_cycles",
@@ -65,10 +64,9 @@ def stage_list(run: dict[str, Any], trace: TraceArrays | None = None) -> pd.Data
         present = aggregates(trace).cube[:, 1:].sum(axis=(2, 3)) > 0  # [ipu, stage]
         for ipu, stage in zip(*np.nonzero(present)):
             stage, ipu = int(stage), int(ipu)
-            if True:
-                if stage not in known:
-                    rows.append({"stage": stage, "ipu": ipu, "blocks": []})
-                    known.add(stage)
+            if stage not in known:
+                rows.append({"stage": stage, "ipu": ipu, "blocks": []})
+                known.add(stage)
     frame = pd.DataFrame(rows, columns=["stage", "ipu", "blocks"])
     return frame.sort_values("stage", kind="stable").reset_index(drop=True)
 
@@ -154,21 +152,24 @@ def costs(trace: TraceArrays, run: dict[str, Any]) -> _Costs:
                   unit_mb, unit_it)
 
 
+def phase_by_ipu(trace: TraceArrays, phase: str) -> np.ndarray:
+    """Cycles of one phase per IPU (index = IPU) from the trace's aggregates."""
+    return aggregates(trace).cube[..., PHASE[phase]].sum(axis=(1, 2))
+
+
 def _model_step(c: _Costs, fwd: np.ndarray, bwd: np.ndarray) -> float:
     return pipeline_cycles(fwd, bwd, c.unit_micro_batches, c.strategy, c.training) / c.unit_iterations
 
 
 def summary(c: _Costs, trace: TraceArrays) -> pd.DataFrame:
     """Per stage and pass, then an ``all`` row per stage: SUMMARY_COLUMNS sorted by stage, pass order."""
-    phases = phase_cycles(trace)
-    idle = phases[phases["phase"] == "idle"].set_index("ipu")["cycles"]
-    sync = phases[phases["phase"] == "sync"].set_index("ipu")["cycles"]
+    idle, sync = phase_by_ipu(trace, "idle"), phase_by_ipu(trace, "sync")
+    at = lambda a, i: int(a[i]) if 0 <= i < len(a) else 0  # noqa: E731
     rows = []
-    for k, st in c.stages.iterrows():
-        s, ipu = int(st["stage"]), int(st["ipu"])
-        m = int(c.micro_batches[s]) if s < len(c.micro_batches) else 0
-        ipu_idle = int(idle.get(ipu, 0))
-        blocks = ",".join(st["blocks"])
+    for s, ipu, blocks in zip(c.stages["stage"].tolist(), c.stages["ipu"].tolist(), c.stages["blocks"].tolist()):
+        m = at(c.micro_batches, s)
+        ipu_idle = at(idle, ipu)
+        blocks = ",".join(blocks)
         total_busy = 0
         for p in STAGE_PASSES:
             b = int(c.busy[s, PASS[p]]) if s < c.busy.shape[0] else 0
@@ -178,11 +179,10 @@ def summary(c: _Costs, trace: TraceArrays) -> pd.DataFrame:
             rows.append((s, ipu, blocks, p, m, b / m if m else np.nan, b, ipu_idle, c.total_cycles))
         other = int(c.busy[s].sum()) - total_busy if s < c.busy.shape[0] else 0
         rows.append((s, ipu, blocks, "all", m, (total_busy + other) / m if m else np.nan, total_busy + other,
-                     ipu_idle + int(sync.get(ipu, 0)), c.total_cycles))
+                     ipu_idle + at(sync, ipu), c.total_cycles))
     frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS[:-1])
     frame["utilisation_pct"] = 100.0 * frame["busy_cycles"] / frame["total_cycles"].where(frame["total_cycles"] > 0)
-    frame["pass"] = frame["pass"].astype(str)
-    return finish(frame, SUMMARY_COLUMNS)
+    return frame
 
 
 def figures(c: _Costs, trace: TraceArrays) -> StageFigures:
@@ -195,8 +195,8 @@ def figures(c: _Costs, trace: TraceArrays) -> StageFigures:
     bottleneck = int(c.stages["stage"].iloc[int(np.argmax(per_mb))])
     imbalance = float(per_mb.max() / per_mb.mean()) if per_mb.mean() > 0 else float("nan")
     ipus = np.unique(c.stages["ipu"].to_numpy())
-    phases = phase_cycles(trace)
-    idle = phases[(phases["phase"] == "idle") & phases["ipu"].isin(ipus)]["cycles"].sum()
+    idle_by_ipu = phase_by_ipu(trace, "idle")
+    idle = idle_by_ipu[ipus[ipus < len(idle_by_ipu)]].sum()
     bubble = 100.0 * idle / (len(ipus) * c.total_cycles) if c.total_cycles else float("nan")
     fbar, bbar = np.full(n, c.fwd.mean()), np.full(n, c.bwd.mean())
     balanced_model = pipeline_cycles(fbar, bbar, c.unit_micro_batches, c.strategy, c.training)
@@ -208,41 +208,63 @@ def figures(c: _Costs, trace: TraceArrays) -> StageFigures:
                         float(balanced), float(gain))
 
 
-def block_costs(c: _Costs, programs: pd.DataFrame, ops: pd.DataFrame, trace: TraceArrays,
-                variables: pd.DataFrame) -> pd.DataFrame:
+def block_costs(c: _Costs, programs: Columns, ops: Columns, trace: TraceArrays, variables: Columns) -> pd.DataFrame:
     """Per block, in pipeline order: ``[block, stage, fwd_cycles, bwd_cycles, memory_bytes]``.
 
     A block's cycles per micro-batch = sum over its ops' steps of cycles x executions, divided by
     its stage's micro-batches; its memory = always-live bytes of the variables its ops own.
+    Ops, steps and blocks are small dense ids, so every join below is array indexing.
     """
-    op_block = ops.drop_duplicates("op_id")[["op_id", "block"]].copy()
-    op_block["block"] = op_block["block"].astype(str)
-    steps = programs[["ipu", "step", "op_id", "pass", "cycles"]].merge(executions(trace), on=["ipu", "step"], how="left")
-    steps["executions"] = steps["executions"].fillna(0)
-    steps = steps.merge(op_block, on="op_id", how="inner")
-    steps["busy"] = steps["cycles"] * steps["executions"]
-    steps["pass"] = steps["pass"].astype(str)
-    busy = steps.groupby(["block", "pass"], sort=False)["busy"].sum().unstack(fill_value=0)
+    words = ops.words("block")
+    op_id = ops["op_id"].astype(np.int64)
+    n_op = int(max([op_id.max(initial=-1), programs["op_id"].max(initial=-1), variables["op_id"].max(initial=-1)])) + 1
+    op_block = np.full(n_op + 1, -1, np.int64)  # the last slot stands for op -1 (no op): no block
+    op_block[op_id[::-1]] = ops.codes("block")[::-1]  # an op's first row names its block
+
+    def block_of(op: np.ndarray) -> np.ndarray:
+        return op_block[np.where(op >= 0, op, n_op)]
+
+    runs = lookup(aggregates(trace).executions, programs["ipu"], programs["step"])
+    step_block = block_of(programs["op_id"].astype(np.int64))
+    step_pass = programs.codes_in("pass", PASSES)
+    busy = programs["cycles"] * runs
+
+    def per_block(pass_code: int) -> np.ndarray:
+        keep = (step_block >= 0) & (step_pass == pass_code)
+        return sum_by(step_block[keep], busy[keep], len(words))
+
+    fwd, bwd = per_block(PASS["forward"]), per_block(PASS["backward"])
     # Only always-live bytes move with a block: not-always-live memory peaks at one step, so it is
     # assumed to stay as it is on each IPU (the largest step, not the sum of the blocks).
-    owned = variables.loc[variables["always_live"].astype(bool), ["op_id", "bytes"]]
-    mem = owned.merge(op_block, on="op_id", how="inner").groupby("block")["bytes"].sum()
+    var_block = block_of(variables["op_id"].astype(np.int64))
+    owned = variables["always_live"].astype(bool) & (var_block >= 0)
+    mem = sum_by(var_block[owned], variables["bytes"][owned], len(words))
+
     order: list[tuple[str, int]] = []
-    for _, st in c.stages.iterrows():
-        order += [(b, int(st["stage"])) for b in st["blocks"]]
+    for stage, blocks in zip(c.stages["stage"].tolist(), c.stages["blocks"].tolist()):
+        order += [(b, int(stage)) for b in blocks]
     listed = {b for b, _ in order}
-    extra = ops[~ops["block"].astype(str).isin(listed)]
-    if len(extra):
-        first = extra.assign(block=extra["block"].astype(str)).groupby("block").agg(op=("op_id", "min"), stage=("stage", "min"))
-        order += [(b, int(r.stage)) for b, r in first.sort_values("op").iterrows()]
-    frame = pd.DataFrame(order, columns=["block", "stage"])
-    m = pd.Series(c.micro_batches).reindex(frame["stage"]).fillna(0).to_numpy()
+    extra = np.flatnonzero(~np.isin(words, list(listed))) if len(words) else np.zeros(0, np.int64)
+    if len(extra):  # blocks no stage lists, by their first op: their stage is their ops' lowest
+        code = ops.codes("block")
+        first_op = np.full(len(words), np.iinfo(np.int64).max)
+        np.minimum.at(first_op, code, op_id)
+        low_stage = np.full(len(words), np.iinfo(np.int64).max)
+        np.minimum.at(low_stage, code, ops["stage"].astype(np.int64))
+        extra = extra[np.isin(extra, code)]
+        extra = extra[np.lexsort((words[extra].astype(str), first_op[extra]))]
+        order += [(str(words[k]), int(low_stage[k])) for k in extra]
+    code_of = {str(w): k for k, w in enumerate(words)}
+    block_code = np.array([code_of.get(b, -1) for b, _ in order], np.int64)
+    stage = np.array([st for _, st in order], np.int64)
+    known = block_code >= 0
+    pick = lambda sums: np.where(known, sums[np.maximum(block_code, 0)] if len(sums) else 0, 0)  # noqa: E731
+    m = lookup(c.micro_batches[None, :], np.zeros(len(stage)), stage)
     m = np.where(m > 0, m, 1)
-    get = lambda p: busy[p].reindex(frame["block"]).fillna(0).to_numpy() if p in busy else np.zeros(len(frame))  # noqa: E731
-    frame["fwd_cycles"] = get("forward") / m
-    frame["bwd_cycles"] = get("backward") / m
-    frame["memory_bytes"] = mem.reindex(frame["block"]).fillna(0).to_numpy().astype(np.int64)
-    return frame
+    return pd.DataFrame({
+        "block": np.array([b for b, _ in order], dtype=object), "stage": stage,
+        "fwd_cycles": pick(fwd) / m, "bwd_cycles": pick(bwd) / m, "memory_bytes": pick(mem).astype(np.int64),
+    }, columns=["block", "stage", "fwd_cycles", "bwd_cycles", "memory_bytes"])
 
 
 def best_split(c: _Costs, blocks: pd.DataFrame, memory_by_ipu: pd.DataFrame, target: dict[str, Any],

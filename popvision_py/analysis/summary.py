@@ -15,7 +15,7 @@ import pandas as pd
 
 from popvision_py.analysis.exchange import ExchangeFigures
 from popvision_py.analysis.stages import BestSplit, StageFigures
-from popvision_py.analysis.tables import TraceArrays, aggregates, finish
+from popvision_py.analysis.tables import PASSES, Columns, TraceArrays, aggregates, finish, lookup
 
 INSIGHT_COLUMNS = ["severity", "topic", "finding", "suggestion", "effect"]
 SEVERITIES = ("error", "warning", "info")
@@ -56,27 +56,21 @@ class Summary:
     bytes_per_tile: int
 
 
-def total_flops(ops: pd.DataFrame, programs: pd.DataFrame, trace: TraceArrays) -> int:
+def total_flops(ops: Columns, programs: Columns, trace: TraceArrays) -> int:
     """FLOPs over the trace: each op pass's ``flops`` x how often it ran (the most executions among its steps)."""
-    from popvision_py.analysis.tables import PASSES, codes
-    import pyarrow as pa
-
-    if programs.empty or ops.empty:
+    if not len(programs) or not len(ops):
         return 0
-    counts = aggregates(trace).executions  # [ipu, step]
-    ipu, step = programs["ipu"].to_numpy(np.int64), programs["step"].to_numpy(np.int64)
-    inside = (ipu < counts.shape[0]) & (step < counts.shape[1]) & (programs["op_id"].to_numpy() >= 0)
-    ex = np.where(inside, counts[np.minimum(ipu, counts.shape[0] - 1), np.minimum(step, counts.shape[1] - 1)], 0)
+    step_op, op_id = programs["op_id"].astype(np.int64), ops["op_id"].astype(np.int64)
+    ex = lookup(aggregates(trace).executions, programs["ipu"], programs["step"])
+    inside = step_op >= 0
     n_pass = len(PASSES) + 1
-    p_pass = codes(pa.array(programs["pass"].astype(str).to_numpy()), PASSES).astype(np.int64)
-    o_pass = codes(pa.array(ops["pass"].astype(str).to_numpy()), PASSES).astype(np.int64)
-    n_op = int(max(programs["op_id"].max(), ops["op_id"].max())) + 1
+    n_op = int(max(step_op.max(), op_id.max())) + 1
     # an op pass ran as often as the most-run of its steps
     runs = np.zeros(n_op * n_pass, np.int64)
-    keys = np.maximum(programs["op_id"].to_numpy(np.int64), 0) * n_pass + p_pass
+    keys = np.maximum(step_op, 0) * n_pass + programs.codes_in("pass", PASSES)
     np.maximum.at(runs, keys[inside], ex[inside])
-    o_keys = ops["op_id"].to_numpy(np.int64) * n_pass + o_pass
-    return int((ops["flops"].to_numpy(np.int64) * runs[o_keys]).sum())
+    o_keys = op_id * n_pass + ops.codes_in("pass", PASSES)
+    return int((ops["flops"].astype(np.int64) * runs[o_keys]).sum())
 
 
 def figures(manifest: dict[str, Any], trace: TraceArrays, iterations: int, flops: int,
@@ -98,9 +92,10 @@ def figures(manifest: dict[str, Any], trace: TraceArrays, iterations: int, flops
     else:
         util = float("nan")
     if len(tiles):
-        worst = tiles.loc[tiles["total_bytes"].idxmax()]
-        worst_ipu, worst_tile, worst_bytes = int(worst["ipu"]), int(worst["tile"]), int(worst["total_bytes"])
-        oom = int(tiles["oom"].sum())
+        worst = int(np.argmax(np.asarray(tiles["total_bytes"])))  # the first of the largest, in IPU, tile order
+        worst_ipu, worst_tile = int(np.asarray(tiles["ipu"])[worst]), int(np.asarray(tiles["tile"])[worst])
+        worst_bytes = int(np.asarray(tiles["total_bytes"])[worst])
+        oom = int(np.asarray(tiles["oom"]).sum())
     else:
         worst_ipu = worst_tile = -1
         worst_bytes = oom = 0
@@ -150,8 +145,11 @@ def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: pd.DataFrame,
         worst = oom.iloc[0]
         ipu, tile, excess = int(worst["ipu"]), int(worst["tile"]), int(worst["excess_bytes"])
         n_ipus = oom["ipu"].nunique()
-        cats = worst_breakdown.groupby("category")["bytes"].sum() if len(worst_breakdown) else pd.Series(dtype=float)
-        largest = (f"; most of it {cats.idxmax()} ({_bytes(cats.max())})" if len(cats) else "")
+        cats: dict[str, float] = {}  # the worst tile's bytes per category, always-live or not
+        for name, nbytes in zip(worst_breakdown["category"].tolist(), worst_breakdown["bytes"].tolist()):
+            cats[name] = cats.get(name, 0) + nbytes
+        top = max(sorted(cats), key=lambda k: cats[k]) if cats else None
+        largest = (f"; most of it {top} ({_bytes(cats[top])})" if top is not None else "")
         finding = (f"{len(oom):,} tile(s) on {n_ipus} IPU(s) are out of memory; the worst, tile {tile} on IPU {ipu}, "
                    f"holds {_bytes(worst['total_bytes'])}, {_bytes(excess)} over its {_bytes(summary.bytes_per_tile)}"
                    f"{largest}.")
@@ -244,6 +242,5 @@ def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: pd.DataFrame,
     if not rows:
         rows.append(("info", "summary", "No problems found: the model fits, the stages are balanced and compute "
                      "dominates.", "", ""))
-    frame = pd.DataFrame(rows, columns=INSIGHT_COLUMNS)
-    frame["_order"] = frame["severity"].map({s: i for i, s in enumerate(SEVERITIES)})
-    return finish(frame, INSIGHT_COLUMNS, ["_order"])
+    rows.sort(key=lambda r: SEVERITIES.index(r[0]))  # stable: errors first, each topic in order
+    return pd.DataFrame(rows, columns=INSIGHT_COLUMNS)

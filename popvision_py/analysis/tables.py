@@ -27,6 +27,19 @@ TRACE_COLUMNS: tuple[str, ...] = (
     "run", "iteration", "micro_batch", "ipu", "stage", "pass", "step", "phase", "start_cycle", "end_cycle",
 )
 
+# The columns the reports read from each table, each decoded once per Report (``Report.columns``).
+# ops: its name, kind, bytes and tiles feed no report. programs is read whole for ``trace.steps``.
+TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "ops": ("op_id", "block", "stage", "pass", "flops"),
+    "programs": ("ipu", "step", "type", "name", "op_id", "stage", "pass", "tiles", "bytes", "cycles"),
+    "tile_memory": ("ipu", "tile", "category", "always_live", "bytes"),
+    "variables": ("var_id", "name", "ipu", "category", "always_live", "bytes", "start_tile", "tiles",
+                  "live_from_step", "live_to_step", "op_id"),
+    "liveness": ("ipu", "step", "always_live_bytes", "not_always_live_bytes", "worst_tile", "worst_tile_bytes"),
+    "exchanges": ("ipu", "step", "kind", "src_ipu", "dst_ipu", "bytes", "cycles"),
+    "trace": TRACE_COLUMNS,
+}
+
 
 def codes(column: pa.ChunkedArray | pa.Array, vocabulary: tuple[str, ...]) -> np.ndarray:
     """Codes of a string/dictionary column as indexes into ``vocabulary``; unknown values get ``len(vocabulary)``."""
@@ -52,6 +65,118 @@ def numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
         if column.num_chunks == 0:
             return np.zeros(0, column.type.to_pandas_dtype())
     return column.to_numpy()
+
+
+class Columns:
+    """One small table as NumPy columns, each converted once: ``t["bytes"]`` is an array.
+
+    Category columns (Arrow dictionaries) stay as codes plus their words: ``codes(name)`` and
+    ``words(name)``; ``strings(name, rows)`` decodes only the rows an answer shows. Going through
+    pandas would cost more than the analysis itself on these small tables (a categorical per
+    name column, an index per frame), so the analyzers join and group on these arrays and build
+    one DataFrame per answer. ``frame()`` gives the pandas view for the few answers that return
+    the table's own columns (``trace.steps``).
+    """
+
+    def __init__(self, table: pa.Table) -> None:
+        self._table = table.unify_dictionaries().combine_chunks() if table.num_rows else table
+        self._arrays: dict[str, np.ndarray] = {}
+        self._frame: pd.DataFrame | None = None
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame) -> "Columns":
+        return cls(pa.Table.from_pandas(frame, preserve_index=False))
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._table.column_names
+
+    def _column(self, name: str) -> pa.Array:
+        column = self._table[name]
+        if column.num_chunks == 0:
+            return pa.array([], column.type)
+        return column.chunk(0)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        """A numeric or boolean column as a NumPy array; a category column as its strings."""
+        if name not in self._arrays:
+            column = self._column(name)
+            if pa.types.is_dictionary(column.type) or pa.types.is_string(column.type):
+                self._arrays[name] = self.strings(name)
+            else:
+                self._arrays[name] = column.to_numpy(zero_copy_only=False)
+        return self._arrays[name]
+
+    def codes(self, name: str) -> np.ndarray:
+        """Indexes into ``words(name)``, one per row."""
+        key = "codes:" + name
+        if key not in self._arrays:
+            column = self._column(name)
+            if not pa.types.is_dictionary(column.type):
+                column = column.dictionary_encode()
+            self._arrays[key] = column.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            self._arrays["words:" + name] = np.asarray(column.dictionary.to_pylist(), dtype=object)
+        return self._arrays[key]
+
+    def words(self, name: str) -> np.ndarray:
+        """The distinct strings of a category column (object array), in its dictionary's order."""
+        self.codes(name)
+        return self._arrays["words:" + name]
+
+    def strings(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """A category column's values as strings (object array), only at ``rows`` if given."""
+        codes = self.codes(name)
+        return self.words(name)[codes if rows is None else codes[rows]]
+
+    def codes_in(self, name: str, vocabulary: tuple[str, ...]) -> np.ndarray:
+        """A category column as indexes into a fixed ``vocabulary`` (``len(vocabulary)`` if not in it)."""
+        key = ("fixed", name, vocabulary)
+        if key not in self._arrays:
+            words = self.words(name)
+            lut = np.array([vocabulary.index(w) if w in vocabulary else len(vocabulary) for w in words] or [0], np.int64)
+            self._arrays[key] = lut[self.codes(name)]  # type: ignore[index]
+        return self._arrays[key]  # type: ignore[index]
+
+    def frame(self) -> pd.DataFrame:
+        """The table as pandas (categorical columns as categoricals), converted once."""
+        if self._frame is None:
+            self._frame = self._table.to_pandas()
+        return self._frame
+
+
+def lookup(grid: np.ndarray, i: np.ndarray, j: np.ndarray, missing: int = 0) -> np.ndarray:
+    """``grid[i, j]`` for each pair, ``missing`` where the pair lies outside the grid (a join on dense keys)."""
+    i, j = np.asarray(i, np.int64), np.asarray(j, np.int64)
+    inside = (i >= 0) & (j >= 0) & (i < grid.shape[0]) & (j < grid.shape[1])
+    if inside.all():
+        return grid[i, j]
+    out = np.full(len(i), missing, grid.dtype)
+    out[inside] = grid[i[inside], j[inside]]
+    return out
+
+
+class StepIndex:
+    """Program steps by (ipu, step): both are small dense integers, so a join is array indexing."""
+
+    def __init__(self, programs: Columns) -> None:
+        self.programs = programs
+        ipu, step = programs["ipu"].astype(np.int64), programs["step"].astype(np.int64)
+        shape = (int(ipu.max()) + 1, int(step.max()) + 1) if len(programs) else (0, 0)
+        self.grid = np.full(shape, -1, np.int64)
+        self.grid[ipu, step] = np.arange(len(programs))
+
+    def rows(self, ipu: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """The programs row of each (ipu, step), -1 where the program has no such step."""
+        return lookup(self.grid, ipu, step, -1)
+
+    def names(self, rows: np.ndarray) -> np.ndarray:
+        """Step names of programs ``rows`` (object array), "" where a row is -1."""
+        if not len(self.programs):
+            return np.full(len(rows), "", dtype=object)
+        names = self.programs.strings("name", np.maximum(rows, 0))
+        return np.where(rows >= 0, names, "") if (rows < 0).any() else names
 
 
 @dataclass
