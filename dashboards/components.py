@@ -141,7 +141,7 @@ def table(
     row_class: Callable[[pd.Series], str] | None = None,
     max_rows: int = 200,
     table_id: str | None = None,
-) -> html.Table | html.Div:
+) -> html.Div:
     """An HTML table of ``frame``: ``columns`` maps column -> header (default: all, as named)."""
     columns = dict(columns) if columns is not None else {c: c.replace("_", " ") for c in frame.columns}
     formats = dict(formats or {})
@@ -157,7 +157,7 @@ def table(
             cells.append(html.Td(text, className=_align(col, frame)))
         rows.append(html.Tr(cells, className=row_class(row) if row_class else None))
     props = {"id": table_id} if table_id else {}
-    return html.Table([head, html.Tbody(rows)], className="pv-table", **props)
+    return html.Div(html.Table([head, html.Tbody(rows)], className="pv-table", **props), className="table-wrap")
 
 
 def _align(column: str, frame: pd.DataFrame) -> str:
@@ -172,10 +172,12 @@ def section(title: str, *children: Any, note: str | None = None, class_name: str
     return html.Section(head + list(children), className=f"panel {class_name}".strip())
 
 
-def graph(graph_id: str, height: int | None = None, **props: Any) -> dcc.Loading:
-    """A Graph in a loading wrapper, with the mode bar trimmed to what profiles need."""
+def graph(graph_id: str, height: int | None = None, modebar: bool = True, **props: Any) -> dcc.Loading:
+    """A Graph in a loading wrapper, with the mode bar trimmed to what profiles need (or none)."""
     # Not "responsive": that stretches every figure to the container's 450 px; each figure sets its height.
     config = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"]}
+    if not modebar:
+        config["displayModeBar"] = False
     style = {"height": f"{height}px"} if height else {}
     return dcc.Loading(
         dcc.Graph(id=graph_id, config=config, style=style, **props), type="dot", delay_show=300

@@ -74,7 +74,8 @@ class Profiles:
         name = self.paths[key].name
         if name == "profile.pop" and self.paths[key].parent.name:
             name = f"{self.paths[key].parent.name}/{name}"
-        return f"{key.upper()} · {run.get('model', '?')} {run.get('strategy', '')} ({name})"
+        mode = "" if run.get("mode", "training") == "training" else f" {run['mode']}"
+        return f"{key.upper()} · {run.get('model', '?')} {run.get('strategy', '')}{mode} ({name})"
 
     def warm(self) -> None:
         """Open every profile and ask for what the first page shows, so the first request is quick.

@@ -93,7 +93,7 @@ def _category_order(categories: Sequence[str]) -> list[str]:
 
 def tile_columns(num_tiles: int) -> int:
     """Tiles per row of the tile map: 64 for a real IPU, fewer (about twice the rows) for small ones."""
-    return max(1, min(TILE_MAP_COLUMNS, math.ceil(math.sqrt(2 * num_tiles))))
+    return max(1, min(TILE_MAP_COLUMNS, math.ceil(math.sqrt(3 * num_tiles))))
 
 
 def tile_grid(num_tiles: int, columns: int | None = None) -> tuple[int, int]:
@@ -117,7 +117,8 @@ def tile_map(
     """Every tile of one IPU as a cell of a heat map of its peak memory; out-of-memory tiles crossed.
 
     ``by_tile``: ``memory.by_tile(ipu)`` (columns tile, total_bytes, excess_bytes, oom).
-    The colour scale ends at the tile's capacity, so every out-of-memory tile is at its top.
+    When tiles overflow, the colour scale ends at the tile's capacity (every out-of-memory tile at
+    its top); otherwise at the fullest tile, so that the spread shows.
     """
     rows, columns = tile_grid(tiles_per_ipu, columns)
     cells = rows * columns
@@ -135,7 +136,8 @@ def tile_map(
             z=z,
             customdata=custom,
             zmin=0,
-            zmax=bytes_per_tile / 1024,
+            zmax=(bytes_per_tile if by_tile["oom"].any() or by_tile.empty
+                  else max(float(by_tile["total_bytes"].max()), 1.0)) / 1024,
             colorscale="Viridis",
             colorbar=dict(title=dict(text="KiB", side="right"), thickness=12),
             xgap=1,
@@ -163,7 +165,7 @@ def tile_map(
     fig.update_xaxes(showgrid=False, zeroline=False, showticklabels=False, title=f"{columns} tiles per row")
     fig.update_yaxes(showgrid=False, zeroline=False, autorange="reversed", showticklabels=False,
                      scaleanchor="x", scaleratio=1, title=None)
-    return _style(fig, height=min(720, max(300, 70 + rows * 22)), margin=dict(l=10, r=10, t=30, b=30),
+    return _style(fig, height=int(min(720, max(260, 90 + rows * 560 / columns))), margin=dict(l=10, r=10, t=30, b=30),
                   legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0), clickmode="event")
 
 
@@ -226,19 +228,25 @@ def category_stacks(by_category: pd.DataFrame, capacity_by_ipu: Mapping[int, int
 
 
 def tile_histogram(by_tile: pd.DataFrame, bytes_per_tile: int, bins: int = 60) -> go.Figure:
-    """Distribution of tiles' peak memory per IPU, against the tile capacity."""
+    """Distribution of tiles' peak memory per IPU; the tile capacity marked when it is on the scale."""
     if by_tile.empty:
         return empty("No tiles.")
     fig = go.Figure()
-    top = max(float(by_tile["total_bytes"].max()), float(bytes_per_tile))
-    size = top / bins
+    fullest = float(by_tile["total_bytes"].max())
+    # Up to the capacity only if tiles come near it: else the bars would crowd one corner.
+    top = max(fullest, float(bytes_per_tile)) if fullest > bytes_per_tile / 2 else fullest * 1.05
+    size = max(top / bins, 1.0)
     for ipu, part in by_tile.groupby("ipu", sort=True):
         fig.add_trace(go.Histogram(x=part["total_bytes"] / 1024, name=ipu_label(ipu), opacity=0.65,
-                                   xbins=dict(start=0, end=top / 1024 + size / 1024, size=size / 1024),
+                                   xbins=dict(start=0, end=(top + size) / 1024, size=size / 1024),
                                    hovertemplate="%{x} KiB: %{y} tiles<extra>" + ipu_label(ipu) + "</extra>"))
-    fig.add_vline(x=bytes_per_tile / 1024, line=dict(color=CAPACITY_COLOUR, dash="dash"),
-                  annotation_text="tile capacity", annotation_position="top left")
-    fig.update_xaxes(title="peak memory per tile (KiB)")
+    if top >= bytes_per_tile:
+        fig.add_vline(x=bytes_per_tile / 1024, line=dict(color=CAPACITY_COLOUR, dash="dash"),
+                      annotation_text="tile capacity", annotation_position="top left")
+        title = "peak memory per tile (KiB)"
+    else:
+        title = f"peak memory per tile (KiB); tile capacity {bytes_per_tile / 1024:,.0f} KiB is off the scale"
+    fig.update_xaxes(title=title, rangemode="tozero")
     fig.update_yaxes(title="tiles")
     return _style(fig, barmode="overlay", height=320)
 
@@ -410,8 +418,11 @@ def micro_batch_labels(gantt: pd.DataFrame) -> pd.Series:
     return initial.where(gantt["micro_batch"] < 0, initial + number.astype(str))
 
 
-def stages_gantt(gantt: pd.DataFrame, max_labels: int = 400) -> go.Figure:
-    """Forward/backward Gantt chart per IPU (``stages.gantt()``), as the PopTorch tutorial draws it."""
+def stages_gantt(gantt: pd.DataFrame, max_labels: int = 5000) -> go.Figure:
+    """Forward/backward Gantt chart per IPU (``stages.gantt()``), as the PopTorch tutorial draws it.
+
+    The first iteration is in view (double-click shows the whole run).
+    """
     if gantt.empty:
         return empty("No pipeline stages in this profile.")
     frame = gantt.copy()
@@ -443,7 +454,8 @@ def stages_gantt(gantt: pd.DataFrame, max_labels: int = 400) -> go.Figure:
         )
     labels = sorted(frame["ipu"].unique())
     fig.update_yaxes(categoryorder="array", categoryarray=[ipu_label(i) for i in labels][::-1])
-    fig.update_xaxes(title="cycles")
+    first = frame[frame["iteration"] == frame["iteration"].min()]
+    fig.update_xaxes(title="cycles", range=[float(frame["start_cycle"].min()), float(first["end_cycle"].max())])
     return _style(fig, barmode="overlay", bargap=0.2, height=max(240, 100 + 60 * len(labels)), uniformtext=dict(minsize=8, mode="hide"))
 
 

@@ -39,7 +39,7 @@ def layout(**_query: str) -> html.Div:
                 ],
                 className="grid-2",
             ),
-            c.section("Time by phase", c.graph(ids.COMPARE_PHASES)),
+            c.section("Time by phase", c.graph(ids.COMPARE_PHASES, modebar=False)),
             c.section("Every figure", html.Div(id=ids.COMPARE_TABLES)),
         ]
     )

@@ -19,7 +19,7 @@ def layout(**_query: str) -> html.Div:
             c.page_header("Exchange", "How much of the time goes to moving data and synchronising, between tiles, "
                                       "between IPUs, to the host and to streaming memory."),
             html.Div(id=ids.EXCHANGE_FIGURES, className="cards-slot"),
-            c.section("Where the IPU time goes", c.graph(ids.EXCHANGE_PHASES)),
+            c.section("Where the IPU time goes", c.graph(ids.EXCHANGE_PHASES, modebar=False)),
             html.Div(
                 [
                     c.section("Source → destination",

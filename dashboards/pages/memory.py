@@ -29,8 +29,8 @@ def layout(**_query: str) -> html.Div:
                                   dcc.Dropdown(id=ids.MEMORY_IPU, clearable=False, className="dropdown")],
                                  className="controls"),
                         c.graph(ids.MEMORY_TILE_MAP),
-                        note="Peak memory per tile; the colour scale ends at the tile's capacity, "
-                             "out-of-memory tiles are crossed in red.",
+                        note="Peak memory per tile, 0 to the fullest tile (to the tile's capacity when "
+                             "tiles overflow); out-of-memory tiles are crossed in red.",
                         class_name="wide",
                     ),
                     c.section(

@@ -21,7 +21,7 @@ def layout(**_query: str) -> html.Div:
             html.Div(id=ids.SUMMARY_FIGURES, className="cards-slot"),
             html.Div(
                 [
-                    c.section("Where the IPU time goes", c.graph(ids.SUMMARY_TIME)),
+                    c.section("Where the IPU time goes", c.graph(ids.SUMMARY_TIME, modebar=False)),
                     c.section("Memory per IPU", c.graph(ids.SUMMARY_MEMORY)),
                 ],
                 className="grid-2",

@@ -51,10 +51,10 @@ def test_a_browser_cannot_name_a_file_only_a_served_profile(app, oom_profile):
 
 def test_clicked_tile_is_the_cell_under_the_click(app):
     memory = page("memory")
-    # 64 tiles are laid 12 per row
+    # 64 tiles are laid 14 per row
     assert memory.clicked_tile({"points": [{"x": 11, "y": 0}]}, 64) == 11
-    assert memory.clicked_tile({"points": [{"x": 3, "y": 5}]}, 64) == 63
-    assert memory.clicked_tile({"points": [{"x": 4, "y": 5}]}, 64) is None  # past the last tile
+    assert memory.clicked_tile({"points": [{"x": 7, "y": 4}]}, 64) == 63
+    assert memory.clicked_tile({"points": [{"x": 8, "y": 4}]}, 64) is None  # past the last tile
     assert memory.clicked_tile(None, 64) is None
 
 

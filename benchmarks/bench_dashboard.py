@@ -1,0 +1,221 @@
+"""How fast the dashboard answers: every callback's server time, and the first page in a browser.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_dashboard.py [PROFILE] [--compare-with PROFILE_B] [--repeat N] [--no-browser]
+
+Without PROFILE it makes the largest profile the benchmarks use: a synthetic pipeline through
+``tests/synthetic.py`` of 24 blocks over 4 IPUs of 1,472 tiles, 64 micro-batches and 1,000
+iterations (about 3.5 million trace rows), plus the engine's bert-large
+(``popvision run bert-large --profile``) when the engine is there.
+
+- **Callbacks**: each page's callback functions called directly (as Dash calls them), including the
+  JSON encoding of what they return; the first call (cold: the analysis reads and reduces the
+  tables) and the median of ``--repeat`` later calls. The budget is 500 ms per callback.
+- **First page**: ``popvision dashboard PROFILE`` started as a subprocess; then headless Chromium
+  opens the summary page; the time from launching the command, and from asking for the page, until
+  its key figures and figures are drawn. The budget is 3 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import plotly.utils  # noqa: E402
+
+BUDGET_CALLBACK_S = 0.5
+BUDGET_FIRST_PAGE_S = 3.0
+
+
+def make_profiles(folder: Path) -> list[tuple[Path, str]]:
+    from tests import synthetic
+
+    made = []
+    big = synthetic.write_pipeline_profile(
+        folder / "large_synthetic.pop", [100] * 24, stages=[6, 6, 6, 6], micro_batches=64, iterations=1000,
+        tiles_per_ipu=1472, bytes_per_tile=638976, exchange_bytes=65536, exchange_cycles=40, host_bytes=4096,
+        host_cycles=20, sync_cycles=10,
+    )
+    made.append((big, "large synthetic pipeline (tests/synthetic.py)"))
+    exe = ROOT / ".venv" / "bin" / "popvision"
+    done = subprocess.run([str(exe), "run", "bert-large", "--profile", "--profile-dir", str(folder / "bert")],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode == 0:
+        made.append((folder / "bert" / "profile.pop", "bert-large (popvision run bert-large --profile)"))
+    return made
+
+
+def encode(result: object) -> int:
+    """JSON-encode a callback's return value as Dash does; returns the bytes sent."""
+    return len(json.dumps(result, cls=plotly.utils.PlotlyJSONEncoder))
+
+
+def timed(func: Callable[[], object], repeat: int) -> tuple[float, float, int]:
+    """(first call, median of the next ``repeat`` calls) in seconds, and the response size."""
+    start = time.perf_counter()
+    size = encode(func())
+    first = time.perf_counter() - start
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        encode(func())
+        runs.append(time.perf_counter() - start)
+    return first, statistics.median(runs), size
+
+
+def callbacks(paths: list[str]) -> list[tuple[str, Callable[[], object]]]:
+    """Every callback of every page, with the arguments a person's first clicks give it."""
+    from dashboards import data
+    from dashboards.app import create_app
+
+    create_app(paths)
+    page = {name: importlib.import_module(f"dashboards.pages.{name}")
+            for name in ("summary", "memory", "liveness", "trace", "stages", "exchange", "compare")}
+    report = data.report("a")
+    summary = report.summary.figures()
+    ipu = int(summary.worst_ipu)
+    peaks = report.liveness.peaks()
+    top = peaks.loc[peaks["not_always_live_bytes"].idxmax()]
+    start, end = report.trace.extent()
+    span = end - start
+    steps = report.trace.steps(0)
+    compute_set = int(steps[steps["type"].astype(str) == "compute_set"].iloc[0]["step"])
+    mid = start + span // 2
+    step_cycles = int(steps["cycles"].median())
+    found = [
+        ("summary.render", lambda: page["summary"].render("a")),
+        ("memory.render_overview", lambda: page["memory"].render_overview("a")),
+        ("memory.render_ipu", lambda: page["memory"].render_ipu(ipu, "a")),
+        ("memory.show_tile (click)", lambda: page["memory"].show_tile({"points": [{"x": 5, "y": 3}]}, ipu, "a")),
+        ("liveness.choose_peak", lambda: page["liveness"].choose_peak("a")),
+        ("liveness.render_plot", lambda: page["liveness"].render_plot(int(top["ipu"]), int(top["peak_step"]), "a")),
+        ("liveness.render_peaks", lambda: page["liveness"].render_peaks("a")),
+        ("liveness.choose_clicked", lambda: page["liveness"].choose_clicked({"points": [{"x": 3, "customdata": [0, "s"]}]})),
+        ("liveness.show_live", lambda: page["liveness"].show_live(int(top["ipu"]), int(top["peak_step"]), "a")),
+        ("trace.render_timeline (whole run)", lambda: page["trace"].render_timeline("a", 0)),
+        ("trace.zoom_timeline (10 % window)", lambda: page["trace"].zoom_timeline(
+            {"xaxis.range[0]": mid, "xaxis.range[1]": mid + span // 10}, "a", 0)),
+        ("trace.zoom_timeline (0.1 % window)", lambda: page["trace"].zoom_timeline(
+            {"xaxis.range[0]": mid, "xaxis.range[1]": mid + span // 1000}, "a", 0)),
+        ("trace.zoom_timeline (a few steps)", lambda: page["trace"].zoom_timeline(
+            {"xaxis.range[0]": mid, "xaxis.range[1]": mid + 5 * step_cycles}, "a", 0)),
+        ("trace.zoom_timeline (autorange)", lambda: page["trace"].zoom_timeline({"xaxis.autorange": True}, "a", 0)),
+        ("trace.render_figures", lambda: page["trace"].render_figures("a")),
+        ("trace.choose_ipu", lambda: page["trace"].choose_ipu(0, "a")),
+        ("trace.show_tile_cycles", lambda: page["trace"].show_tile_cycles(compute_set, 0, "a")),
+        ("stages.render", lambda: page["stages"].render("a")),
+        ("exchange.render", lambda: page["exchange"].render("a")),
+        ("exchange.render_matrix", lambda: page["exchange"].render_matrix("a", "bytes")),
+    ]
+    if len(paths) == 2:
+        found.append(("compare.render", lambda: page["compare"].render("a")))
+    return found
+
+
+def bench_callbacks(paths: list[str], repeat: int) -> bool:
+    ok = True
+    print(f"{'callback':<38} {'first':>9} {'median':>9} {'sent':>10}")
+    for name, func in callbacks(paths):
+        first, median, size = timed(func, repeat)
+        verdict = "ok" if median < BUDGET_CALLBACK_S else "OVER BUDGET"
+        ok &= median < BUDGET_CALLBACK_S
+        print(f"{name:<38} {first * 1e3:7.1f} ms {median * 1e3:7.1f} ms {size / 1024:7.0f} KiB  {verdict}")
+    return ok
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bench_first_page(path: str) -> bool:
+    """Launch `popvision dashboard PROFILE`, then time the summary page in headless Chromium."""
+    from dashboards.screenshots import chrome
+
+    port = _free_port()
+    driver = chrome()  # the browser is started first: its own start-up is not the dashboard's
+    exe = ROOT / ".venv" / "bin" / "popvision"
+    launched = time.perf_counter()
+    server = subprocess.Popen([str(exe), "dashboard", path, "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while True:  # until the server accepts connections
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if server.poll() is not None or time.perf_counter() - launched > 60:
+                raise RuntimeError("the dashboard did not start")
+            time.sleep(0.02)
+        listening = time.perf_counter()
+        driver.get(f"http://127.0.0.1:{port}/")
+        usable = """
+            const cards = document.querySelectorAll('#summary-figures .card').length;
+            const graphs = ['summary-time', 'summary-memory'].every(
+                id => document.querySelector('#' + id + ' .main-svg .trace'));
+            const insights = document.querySelector('#summary-insights').children.length;
+            return cards > 0 && graphs && insights > 0;
+        """
+        while not driver.execute_script(usable):
+            if time.perf_counter() - listening > 60:
+                raise RuntimeError("the first page did not finish drawing")
+            time.sleep(0.01)
+        done = time.perf_counter()
+    finally:
+        driver.quit()
+        server.terminate()
+        server.wait(timeout=10)
+    from_launch, from_request = done - launched, done - listening
+    verdict = "ok" if from_request < BUDGET_FIRST_PAGE_S else "OVER BUDGET"
+    print(f"first page usable: {from_request:.2f} s after asking for it ({verdict}); "
+          f"{from_launch:.2f} s after launching `popvision dashboard` (server listening after "
+          f"{listening - launched:.2f} s)")
+    return from_request < BUDGET_FIRST_PAGE_S
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("profiles", nargs="*", help="profiles to measure (default: make the large ones)")
+    parser.add_argument("--compare-with", help="a second profile, to time the compare page too")
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--no-browser", action="store_true", help="skip the first-page measurement")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-dashboard-") as tmp:
+        if args.profiles:
+            targets = [(Path(p), str(p)) for p in args.profiles]
+        else:
+            print("making the profiles...", flush=True)
+            targets = make_profiles(Path(tmp))
+        ok = True
+        for path, what in targets:
+            from popvision_py.format import open_profile
+
+            with open_profile(path) as profile:
+                rows = {name: profile.num_rows(name) for name in ("trace", "tile_cycles", "tile_memory")}
+            print(f"\n== {what}: {path.stat().st_size / 2**20:.1f} MiB, "
+                  + ", ".join(f"{n} {r:,} rows" for n, r in rows.items()))
+            paths = [str(path)] + ([args.compare_with] if args.compare_with else [])
+            ok &= bench_callbacks(paths, args.repeat)
+            if not args.no_browser:
+                ok &= bench_first_page(str(path))
+    print("\nall within budget" if ok else "\nSOME OVER BUDGET")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    sys.exit(main())
