@@ -239,19 +239,30 @@ class Compiler:
         label = f"{op.name}/{suffix}"
         prog.add("sync", f"{label}/sync", op.op_id, stage, pass_, self.tiles, 0, self.a.tile_sync_cycles)
         per_tile = self._exchange_bytes_per_tile(op, mapping, factor)
-        ex_cycles = self.a.exchange_latency_cycles + math.ceil(per_tile / self.a.exchange_bytes_per_cycle_per_tile)
+        # Poplar's available memory proportion bounds a matmul's / convolution's temporary memory
+        # per tile; above it the planner serialises the op into pieces that exchange and compute in
+        # turn: smaller buffers, one more exchange and compute-set launch per piece.
+        serial = 1
+        if op.on_amp:
+            budget = self.options.available_memory_proportion * self.target.arch.bytes_per_tile
+            serial = max(1, math.ceil((per_tile // factor) / budget))
+        ex_cycles = (serial * self.a.exchange_latency_cycles
+                     + math.ceil(per_tile / self.a.exchange_bytes_per_cycle_per_tile))
         ex_step = prog.add("exchange", f"{label}/exchange", op.op_id, stage, pass_, mapping.tiles,
                            per_tile * mapping.tiles, ex_cycles)
         prog.exchanges.append((ex_step, "internal", prog.ipu, prog.ipu, per_tile * mapping.tiles, ex_cycles))
         # The backward's two products exchange one after the other: the buffer holds one at a time.
+        # Each tile's buffer holds what it receives (its grains' share of the busiest tile's bytes),
+        # live only over this exchange and the compute set that reads it.
+        received = (per_tile // factor // serial) * mapping.grains // int(mapping.grains.max())
         prog.variables.append(Variable(f"{label}/exchange_buffer", "exchange_buffers", False, mapping.start,
-                                       np.full(mapping.tiles, per_tile // factor, dtype=np.int64), ex_step,
-                                       ex_step + 1, op.op_id))
+                                       received, ex_step, ex_step + 1, op.op_id))
         # Backward on the matrix units computes two products (input and weight gradients); on the
         # vector units the gradient costs about what the forward did.
         flops = op.flops * factor if op.on_amp else op.flops
         moved = op.bytes * factor
         cycles = self._tile_cycles(mapping.grains, self._grain_cycles(op, flops, moved, op.grains), op.on_amp)
+        cycles = cycles + (serial - 1) * self.a.compute_set_overhead_cycles
         cs = prog.add("compute_set", label, op.op_id, stage, pass_, mapping.tiles, 0, int(cycles.max()))
         prog.tile_cycles.append((cs, mapping.start, cycles, mapping.grains))
         # Recomputation reuses the forward codelets.
@@ -284,6 +295,23 @@ class Compiler:
                 if self.stage_of[consumer] != stage.index:
                     out[op.op_id] = op.output
         return list(out.values())
+
+    @staticmethod
+    def _blocks(stage: StagePlan) -> list[list[Op]]:
+        """The stage's ops grouped by block, in program order."""
+        groups: dict[str, list[Op]] = {}
+        for op in stage.ops:
+            groups.setdefault(op.block, []).append(op)
+        return list(groups.values())
+
+    def _checkpoints(self, stage: StagePlan) -> list[Op]:
+        """Ops whose outputs a later block of the same stage reads: the recomputation checkpoints."""
+        out = []
+        for op in stage.ops:
+            if any(self.stage_of[c] == stage.index and self.ops[c].block != op.block
+                   for c in self.consumers.get(op.op_id, [])):
+                out.append(op)
+        return out
 
     def _stash_depth(self, stage: StagePlan) -> int:
         """Micro-batches whose activations a stage holds at once: 2(N-1-s)+1 in a training pipeline,
@@ -370,11 +398,16 @@ class Compiler:
                     self._copy(prog, "remote_buffer_copy", "remote_buffer", f"stage{stage.index}/stash_from_remote",
                                stage.index, "backward", stash, -2, ipu, self.a.streaming_memory_bytes_per_s,
                                self.tiles)
-                if self.options.recompute:
-                    for op in stage.ops:
-                        _, recompute_cs[op.op_id] = self._lower_op(prog, op, stage.index, "backward", "recompute", 1)
-                for op in reversed(stage.ops):
-                    _, bwd_cs[op.op_id] = self._lower_op(prog, op, stage.index, "backward", "bwd", 2)
+                # With recomputation, each block's output is a checkpoint (Graphcore's
+                # recompute_checkpoint_every_layer): the backward recomputes one block from its
+                # checkpoint, then runs that block's backward, so one block's activations live at a time.
+                for block_ops in (reversed(self._blocks(stage)) if self.options.recompute else [stage.ops]):
+                    if self.options.recompute:
+                        for op in block_ops:
+                            _, recompute_cs[op.op_id] = self._lower_op(prog, op, stage.index, "backward",
+                                                                       "recompute", 1)
+                    for op in reversed(block_ops):
+                        _, bwd_cs[op.op_id] = self._lower_op(prog, op, stage.index, "backward", "bwd", 2)
                 if self.weights_streamed and any(op.params for op in stage.ops):
                     grads = sum(op.params for op in stage.ops) * self.dt
                     self._copy(prog, "remote_buffer_copy", "remote_buffer", f"stage{stage.index}/grads_to_remote",
@@ -457,8 +490,10 @@ class Compiler:
         for tensor, consumer, step in inputs:
             cmap = self.mappings[consumer]
             training = self.plan.training
-            category = "stash" if training and self.pipelined_training else "activations"
-            depth = self._stash_depth(stage) if training else 1
+            # Offloaded activations stash in streaming memory: one micro-batch's copy is on chip.
+            stashed = training and self.pipelined_training and not self.activations_off_chip
+            category = "stash" if stashed else "activations"
+            depth = self._stash_depth(stage) if stashed else 1
             name = "input" if tensor.producer < 0 else f"{self.ops[tensor.producer].name}/output"
             var = Variable(f"stage{stage.index}/{name}", category, False, cmap.start,
                            cmap.share(tensor.bytes * depth), step, step, consumer)
@@ -476,6 +511,7 @@ class Compiler:
         ga = self.options.gradient_accumulation
         for stage in stages:
             depth = self._stash_depth(stage)
+            checkpoints = {op.op_id for op in self._checkpoints(stage)} if training and self.options.recompute else set()
             fwd_first, fwd_end = prog.segments[(stage.index, "forward")]
             # Stage inputs: live from their arrival to their last use (the first op's backward).
             for var in stage_inputs[stage.index]:
@@ -494,6 +530,14 @@ class Compiler:
                 else:
                     prog.variables.append(Variable(f"{op.name}/output", "activations", False, mapping.start,
                                                    mapping.share(op.output.bytes), produced, last_use, op.op_id))
+                if training and self.options.recompute and op.op_id in checkpoints and not self.activations_off_chip:
+                    # A checkpoint is kept, one copy per micro-batch in flight, until the backward of
+                    # the block that reads it.
+                    reader = max(bwd_cs[c] for c in self.consumers[op.op_id] if c in bwd_cs)
+                    category = "stash" if self.pipelined_training else "activations"
+                    prog.variables.append(Variable(f"{op.name}/checkpoint", category, False, mapping.start,
+                                                   mapping.share(op.output.bytes * depth), produced, reader,
+                                                   op.op_id))
                 if training:
                     if self.options.recompute:
                         prog.variables.append(Variable(f"{op.name}/recomputed", "activations", False, mapping.start,

@@ -117,6 +117,12 @@ class Options:
     runs: int = 1
     arch: str = "mk2"
     system: str | None = None
+    # Share of each tile's memory a matmul or convolution may use for its temporary data (received
+    # operands, partials); above it the planner serialises the op. Poplar's default is 0.6
+    # (PopTorch's setAvailableMemoryProportion).
+    available_memory_proportion: float = 0.6
+    # The blog's t axis: each stage's ops (weights and work) split over this many IPUs.
+    tensor_sharding: int = 1
     tensor_locations: TensorLocations = field(default_factory=TensorLocations)
     strategy: "ExecutionStrategy | None" = None
 
@@ -127,6 +133,12 @@ class Options:
 
     def replicationFactor(self, n: int) -> "Options":  # noqa: N802
         self.replication_factor = int(n)
+        return self
+
+    def setAvailableMemoryProportion(self, proportion: float | dict[str, float]) -> "Options":  # noqa: N802
+        # PopTorch takes {"IPU0": 0.2, ...}; the emulator uses one value for every IPU (the smallest).
+        values = proportion.values() if isinstance(proportion, dict) else [proportion]
+        self.available_memory_proportion = float(min(values))
         return self
 
     def setExecutionStrategy(self, strategy: "ExecutionStrategy") -> "Options":  # noqa: N802
@@ -151,7 +163,10 @@ class Options:
 
     def validate(self) -> None:
         """ConfigError for sizes that are zero or negative and for unknown names."""
-        for name in ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "runs"):
+        if not 0 < self.available_memory_proportion <= 1:
+            raise ConfigError(f"Available memory proportion must be in (0, 1], not {self.available_memory_proportion}.")
+        for name in ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "runs",
+                     "tensor_sharding"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name.replace('_', ' ').capitalize()} must be a positive integer, not {value}.")

@@ -41,6 +41,10 @@ def _assumption(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--stages", help='Blocks grouped into stages on IPUs: "B1,B2@0 B3@1 B4@2" (stages separated by '
               'spaces, blocks by commas, @n the IPU; stage k on IPU k if @n is left out).')
 @click.option("--replicas", "replication_factor", type=int, help="Data-parallel replicas (replicationFactor).")
+@click.option("--tensor-sharding", type=int, help="IPUs each stage's ops are split over (the t axis; weights and "
+              "work divided, all-gather / reduce-scatter over IPU-Links).")
+@click.option("--available-memory-proportion", type=float, help="Share of tile memory a matmul or convolution may "
+              "use for temporary data (Poplar's default 0.6); lower serialises big matmuls.")
 @click.option("--mode", help="training (default) or inference.")
 @click.option("--precision", help="fp16 (default) or fp32: activations, weights and gradients.")
 @click.option("--recompute/--no-recompute", default=None, help="Recompute activations in the backward pass.")
