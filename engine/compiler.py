@@ -432,8 +432,27 @@ class Compiler:
             for op in weighted:
                 update_steps[op.op_id] = self._lower_update(prog, op)
         prog.update_segment = (first, prog.steps)
+        self._host_call(prog)
         self._variables(prog, stages, fwd_cs, bwd_cs, recompute_cs, update_steps, weight_loads, stage_input_vars)
         return prog
+
+    def _host_call(self, prog: IpuProgram) -> None:
+        """Once per host call, on each IPU fed by the host: the call's latency and the host-link
+        transfer of the inputs of all the call's micro-batches (the segment ``"host_call"``)."""
+        steps = set(prog.segments.get((s.index, "forward"), (0, 0)) for s in self.plan.stages if s.ipu == prog.ipu)
+        per_micro_batch = sum(b for (step, kind, src, dst, b, _) in prog.exchanges if kind == "host" and src == -1
+                              and any(first <= step < end for first, end in steps))
+        if not per_micro_batch:
+            return
+        o = self.options
+        micro_batches = o.device_iterations * (o.gradient_accumulation if self.plan.training else 1)
+        nbytes = per_micro_batch * micro_batches
+        latency = int(self.a.host_call_latency_s * self.target.arch.clock_hz)
+        cycles = latency + math.ceil(nbytes / self.target.bytes_per_cycle(self.target.host_bytes_per_s_per_ipu))
+        first = prog.steps
+        step = prog.add("stream_copy", "host/call", -1, -1, "none", 1, nbytes, cycles)
+        prog.exchanges.append((step, "host", -1, prog.ipu, nbytes, cycles))
+        prog.segments["host_call"] = (first, prog.steps)
 
     def _load_weights(self, prog: IpuProgram, stage: StagePlan, pass_: str,
                       loads: dict[int, list[tuple[int, str]]]) -> None:

@@ -10,8 +10,9 @@ the slowest IPU, then all IPUs sync. So the slowest IPU sets each superstep's le
 * sharded: one stage pass of one micro-batch per superstep, so one IPU busy at a time;
 * phased: one phase per superstep: its weights streamed in once, then every micro-batch of the step.
 
-Training repeats the same iteration (pipeline then update) device_iterations x runs times, so one
-iteration is scheduled and its trace rows are replayed with a time offset, in NumPy.
+A host call (a run) starts with a superstep in which the IPUs fed by the host pay the host call's
+latency and input transfer; then device_iterations iterations follow. Runs repeat identically, so
+one run is scheduled and its trace rows are replayed with a time offset, in NumPy.
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ def build_supersteps(compiled: Compiled) -> list[Superstep]:
                     work += [((s.index, pass_), m, 0) for m in range(m_count)]
                     steps.append(Superstep({s.ipu: work}, 0))
         steps.append(Superstep({ipu: [("update", -1, 0)] for ipu in range(plan.num_ipus)}, 0))
+        # The unit is one host call: device_iterations iterations.
+        steps = [Superstep({ipu: [(k, m, it) for k, m, _ in items] for ipu, items in s.work.items()}, it)
+                 for it in range(o.device_iterations) for s in steps]
     else:
         m_count = o.device_iterations
         if plan.strategy == "pipelined":
@@ -118,7 +122,10 @@ def build_supersteps(compiled: Compiled) -> list[Superstep]:
                 work = _phase_load(loads, s.ipu, (s.index, "forward"))
                 work += [((s.index, "forward"), 0, m) for m in range(m_count)]
                 steps.append(Superstep({s.ipu: work}, 0))
-    return steps
+    # Each host call starts with the host's own latency and the transfer of the call's inputs, on
+    # the IPUs the host feeds; the others wait.
+    host = {prog.ipu: [("host_call", -1, 0)] for prog in compiled.programs if "host_call" in prog.segments}
+    return ([Superstep(host, 0)] if host else []) + steps
 
 
 def _with_load(loads: set, ipu: int, key: tuple[int, str], micro_batch: int, iteration: int) -> list:
@@ -205,11 +212,7 @@ def schedule(compiled: Compiled) -> Schedule:
     rows = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     order = np.lexsort((rows["start_cycle"], rows["ipu"]))
     rows = {k: v[order] for k, v in rows.items()}
-    if plan.training:
-        units = o.device_iterations * o.runs
-    else:
-        units = o.runs
-    return Schedule(int(length.sum()), units, plan.training, rows, count, busy.sum(axis=0))
+    return Schedule(int(length.sum()), o.runs, False, rows, count, busy.sum(axis=0))
 
 
 def _fixed(iteration: np.ndarray, ipu: np.ndarray, step: np.ndarray | int, phase: str, start: np.ndarray,

@@ -105,6 +105,11 @@ class Assumptions:
     gw_link_bytes_per_s: float = 25e9
     # Latency of one inter-IPU, host or streaming-memory transfer.
     link_latency_cycles: int = 1500
+    # Host-side cost of one host call (one `model(...)` call in PopTorch, which runs device_iterations
+    # iterations): Python dispatch, the stream callbacks and the host-IPU handshake. Not published; an
+    # order of magnitude for a PopTorch call. The Python data loader is not modelled (see
+    # docs/emulator.md): the tutorial's real mnist run is bound by it.
+    host_call_latency_s: float = 2e-3
     # Fraction of the AMP peak a matmul / convolution inner loop sustains once its operands are on
     # the tile (Poplar's matmul vertices reach roughly 60-70% of peak on large shapes).
     amp_efficiency: float = 0.65
