@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.tables import PHASE, Columns, StepIndex, TraceArrays, aggregates, finish, lookup, sum_by
+from popvision_py.analysis.tables import PHASE, Columns, StepIndex, TraceArrays, aggregates, lookup, sum_by
 from popvision_py.format.schema import EXCHANGE_KINDS
 
 BY_KIND_COLUMNS = ["kind", "executions", "bytes", "cycles", "time_pct"]
@@ -111,14 +111,15 @@ def peak_bytes_per_s(target: dict[str, Any]) -> dict[str, float]:
 def bandwidth(kinds: pd.DataFrame, target: dict[str, Any]) -> pd.DataFrame:
     """Achieved = bytes / (cycles / clock_hz); efficiency = 100 x achieved / peak: BANDWIDTH_COLUMNS."""
     clock = float(target.get("clock_hz") or np.nan)
-    frame = kinds[["kind", "bytes", "cycles"]].copy()
-    seconds = frame["cycles"].to_numpy(float) / clock
+    kind, nbytes, cycles = kinds["kind"].tolist(), np.asarray(kinds["bytes"]), np.asarray(kinds["cycles"])
+    seconds = cycles.astype(float) / clock
     with np.errstate(divide="ignore", invalid="ignore"):
-        frame["achieved_bytes_per_s"] = np.where(seconds > 0, frame["bytes"].to_numpy(float) / seconds, np.nan)
+        achieved = np.where(seconds > 0, nbytes.astype(float) / seconds, np.nan)
     peaks = peak_bytes_per_s(target)
-    frame["peak_bytes_per_s"] = frame["kind"].map(peaks).astype(float)
-    frame["efficiency_pct"] = 100.0 * frame["achieved_bytes_per_s"] / frame["peak_bytes_per_s"]
-    return finish(frame, BANDWIDTH_COLUMNS)
+    peak = np.array([peaks.get(k, np.nan) for k in kind], float)
+    return pd.DataFrame({"kind": np.array(kind, dtype=object), "bytes": nbytes, "cycles": cycles,
+                         "achieved_bytes_per_s": achieved, "peak_bytes_per_s": peak,
+                         "efficiency_pct": 100.0 * achieved / peak})
 
 
 def costliest(done: Executed, index: StepIndex, n: int = 10) -> pd.DataFrame:

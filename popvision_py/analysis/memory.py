@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.tables import Columns, finish, sum_by
+from popvision_py.analysis.tables import Columns, alphabetical, present, sum_by
 from popvision_py.errors import OutOfRangeError
 
 BY_IPU_COLUMNS = ["ipu", "always_live_bytes", "not_always_live_bytes", "total_bytes", "capacity_bytes",
@@ -30,7 +30,7 @@ TILE_VARIABLE_COLUMNS = ["var_id", "name", "category", "always_live", "bytes_on_
 def ipus_of(target: dict[str, Any], *tables: Any) -> np.ndarray:
     """Every IPU of the run: 0..num_ipus-1 plus any other IPU a table mentions."""
     seen = [np.arange(int(target.get("num_ipus", 0)))]
-    seen += [np.asarray(t["ipu"]) for t in tables if len(t)]
+    seen += [present(np.asarray(t["ipu"])) for t in tables if len(t)]
     return np.unique(np.concatenate(seen)).astype(np.int64)
 
 
@@ -97,7 +97,8 @@ def by_category(tile_memory: Columns, ipu: int | None = None) -> pd.DataFrame:
     """Bytes per IPU, category and always-live: BY_CATEGORY_COLUMNS, sorted by ipu then bytes (largest first)."""
     ipu_col = tile_memory["ipu"]
     keep = slice(None) if ipu is None else ipu_col == ipu
-    ipus, pos = np.unique(ipu_col[keep], return_inverse=True)
+    ipus = present(ipu_col[keep])
+    pos = np.searchsorted(ipus, ipu_col[keep])
     words = tile_memory.words("category")
     n_cat = len(words)
     key = (pos * n_cat + tile_memory.codes("category")[keep]) * 2 + tile_memory["always_live"][keep].astype(np.int64)
@@ -105,11 +106,13 @@ def by_category(tile_memory: Columns, ipu: int | None = None) -> pd.DataFrame:
     nz = np.flatnonzero(sums > 0)
     cell, live = np.divmod(nz, 2)
     ipu_pos, cat = np.divmod(cell, n_cat)
-    frame = pd.DataFrame({
+    nz = nz[np.lexsort((alphabetical(words)[cat], -sums[nz], ipu_pos))]  # by ipu, largest first, then name
+    cell, live = np.divmod(nz, 2)
+    ipu_pos, cat = np.divmod(cell, n_cat)
+    return pd.DataFrame({
         "ipu": ipus[ipu_pos].astype(ipu_col.dtype), "category": words[cat], "always_live": live.astype(bool),
         "bytes": sums[nz],
     })
-    return finish(frame, BY_CATEGORY_COLUMNS, ["ipu", "bytes", "category"], [True, False, True])
 
 
 def distribution(tiles: pd.DataFrame) -> pd.DataFrame:
@@ -168,11 +171,11 @@ def tile_breakdown(tile_memory: Columns, target: dict[str, Any], ipu: int, tile:
     words = tile_memory.words("category")
     key = tile_memory.codes("category")[rows] * 2 + tile_memory["always_live"][rows].astype(np.int64)
     sums = sum_by(key, tile_memory["bytes"][rows], len(words) * 2)
-    present = np.zeros(len(sums), bool)
-    present[key] = True  # categories with rows, zero bytes included (as a groupby gives)
-    cell = np.flatnonzero(present)
-    frame = pd.DataFrame({"category": words[cell // 2], "always_live": (cell % 2).astype(bool), "bytes": sums[cell]})
-    return finish(frame, TILE_BREAKDOWN_COLUMNS, ["bytes", "category"], [False, True])
+    seen = np.zeros(len(sums), bool)
+    seen[key] = True  # categories with rows, zero bytes included (as a groupby gives)
+    cell = np.flatnonzero(seen)
+    cell = cell[np.lexsort((alphabetical(words)[cell // 2], -sums[cell]))]  # largest first, then by name
+    return pd.DataFrame({"category": words[cell // 2], "always_live": (cell % 2).astype(bool), "bytes": sums[cell]})
 
 
 def bytes_on_tile(variables: Any, tile: int) -> np.ndarray:

@@ -8,6 +8,7 @@ step time, so overheads the model leaves out (syncs, the update, host calls) sta
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -287,24 +288,28 @@ def best_split(c: _Costs, blocks: pd.DataFrame, memory_by_ipu: pd.DataFrame, tar
     ipu_of = stages["ipu"].to_numpy()
     ov_f = np.array([max(c.fwd[k] - bf[cur_stage == s].sum(), 0.0) for k, s in enumerate(stage_ids)])
     ov_b = np.array([max(c.bwd[k] - bb[cur_stage == s].sum(), 0.0) for k, s in enumerate(stage_ids)])
-    mem = memory_by_ipu.set_index("ipu")
-    shared = pd.Series(ipu_of).value_counts()
+    ipu_list = memory_by_ipu["ipu"].tolist()
+    total_of = dict(zip(ipu_list, memory_by_ipu["total_bytes"].tolist()))
+    max_tile_of = dict(zip(ipu_list, memory_by_ipu["max_tile_bytes"].tolist()))
+    shared = Counter(ipu_of.tolist())  # stages per IPU: they share its memory
     ov_m, conc = np.zeros(S), np.ones(S)
     for k, s in enumerate(stage_ids):
         ipu = int(ipu_of[k])
-        total = float(mem["total_bytes"].get(ipu, 0.0))
+        total = float(total_of.get(ipu, 0.0))
         ov_m[k] = max(total / shared[ipu] - bm[cur_stage == s].sum(), 0.0)
         mean_tile = total / tiles if tiles else 0.0
-        conc[k] = float(mem["max_tile_bytes"].get(ipu, 0.0)) / mean_tile if mean_tile > 0 else 1.0
+        conc[k] = float(max_tile_of.get(ipu, 0.0)) / mean_tile if mean_tile > 0 else 1.0
 
     def fits(k: int, m: np.ndarray) -> np.ndarray:
         return (ov_m[k] + m) / max(tiles, 1) * conc[k] <= per_tile
+
+    names = blocks["block"].to_numpy(dtype=object)
 
     def rows_for(assign: list[np.ndarray]) -> pd.DataFrame:
         out = []
         for k, idx in enumerate(assign):
             f, b, m = bf[idx].sum() + ov_f[k], bb[idx].sum() + ov_b[k], bm[idx].sum() + ov_m[k]
-            out.append((int(stage_ids[k]), int(ipu_of[k]), ",".join(blocks["block"].iloc[idx]), f + b, int(round(m)),
+            out.append((int(stage_ids[k]), int(ipu_of[k]), ",".join(names[idx]), f + b, int(round(m)),
                         bool(fits(k, np.array([bm[idx].sum()]))[0])))
         return pd.DataFrame(out, columns=SPLIT_COLUMNS)
 

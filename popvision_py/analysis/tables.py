@@ -79,7 +79,9 @@ class Columns:
     """
 
     def __init__(self, table: pa.Table) -> None:
-        self._table = table.unify_dictionaries().combine_chunks() if table.num_rows else table
+        if any(column.num_chunks > 1 for column in table.columns):  # several row groups: one array per column
+            table = table.unify_dictionaries().combine_chunks()
+        self._table = table
         self._arrays: dict[str, np.ndarray] = {}
         self._frame: pd.DataFrame | None = None
 
@@ -292,6 +294,20 @@ def iterations_traced(trace: TraceArrays, run: dict) -> int:
     if len(trace):
         return aggregates(trace).iterations
     return int(run.get("runs", 1) or 1) * int(run.get("device_iterations", 1) or 1)
+
+
+def present(ids: np.ndarray) -> np.ndarray:
+    """The distinct values of a column of small ids, sorted: a bincount (linear) where ids are >= 0, else a sort."""
+    if len(ids) and ids.min() >= 0:
+        return np.flatnonzero(np.bincount(ids)).astype(np.int64)
+    return np.unique(ids).astype(np.int64)
+
+
+def alphabetical(words: np.ndarray) -> np.ndarray:
+    """Each word's rank in alphabetical order, to sort rows by a category's name with integer keys."""
+    ranks = np.empty(len(words), np.int64)
+    ranks[np.argsort(words.astype(str), kind="stable")] = np.arange(len(words))
+    return ranks
 
 
 def sum_by(keys: np.ndarray, weights: np.ndarray | None, size: int) -> np.ndarray:

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from popvision_py import __version__
@@ -96,11 +97,15 @@ def _memory(doc: Document, r: Any, figures: bool) -> None:
 def _liveness(doc: Document, r: Any, figures: bool) -> None:
     peaks = r.liveness.peaks()
     doc.add("liveness.peaks", "Not-always-live memory peak per IPU", peaks)
-    live = [r.liveness.live_at(int(p.ipu), int(p.peak_step)).head(10).assign(ipu=int(p.ipu), step=int(p.peak_step))
-            for p in peaks.itertuples(index=False)]
-    frame = (pd.concat(live, ignore_index=True) if live else pd.DataFrame())
-    if len(frame):
-        frame = frame[["ipu", "step"] + [c for c in frame.columns if c not in ("ipu", "step")]]
+    at = list(zip(peaks["ipu"].tolist(), peaks["peak_step"].tolist()))
+    live = [r.liveness.live_at(ipu, step)[:10] for ipu, step in at]
+    frame = pd.DataFrame()
+    if sum(map(len, live)):  # stacked column by column: one frame, not a concat of small ones
+        sizes = [len(f) for f in live]
+        frame = pd.DataFrame({
+            "ipu": np.repeat([ipu for ipu, _ in at], sizes), "step": np.repeat([step for _, step in at], sizes),
+            **{c: np.concatenate([f[c].to_numpy() for f in live]) for c in live[0].columns},
+        })
     doc.add("liveness.live_at_peak", "Largest variables live at each IPU's peak step", frame)
     doc.add("liveness.by_step", "Memory live at each program step", r.liveness.by_step())
 
