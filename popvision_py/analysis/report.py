@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import pandas as pd
 
 from popvision_py.analysis import exchange as _exchange
@@ -128,7 +129,7 @@ class SummaryReport(_View):
 
         def compute() -> pd.DataFrame:
             oom = r.memory.out_of_memory()
-            breakdown = (r.memory.tile_breakdown(int(oom["ipu"].iloc[0]), int(oom["tile"].iloc[0]))
+            breakdown = (r.memory.tile_breakdown(int(np.asarray(oom["ipu"])[0]), int(np.asarray(oom["tile"])[0]))
                          if len(oom) else pd.DataFrame(columns=_memory.TILE_BREAKDOWN_COLUMNS))
             return _summary.insights(
                 self.figures(), r.run, r.memory.by_ipu(), oom, breakdown, r.stages.figures(), r.stages.best_split(),

@@ -326,14 +326,16 @@ def best_split(c: _Costs, blocks: pd.DataFrame, memory_by_ipu: pd.DataFrame, tar
         arg = np.zeros((S + 1, n + 1), np.int64)
         dp[0, 0] = 0.0
         ovc = ov_f + (ov_b if c.training else 0.0)
+        i, j = np.arange(n + 1)[:, None], np.arange(n + 1)[None, :]  # stage k takes blocks i..j-1
         for k in range(1, S + 1):
-            for j in range(k, n - (S - k) + 1):
-                i = np.arange(k - 1, j)
-                cand = np.maximum(dp[k - 1, i], P[j] - P[i] + ovc[k - 1])
-                if check_memory:
-                    cand = np.where(fits(k - 1, Q[j] - Q[i]), cand, np.inf)
-                best = int(np.argmin(cand))
-                dp[k, j], arg[k, j] = cand[best], i[best]
+            # every cut (i, j) at once: the first stages end at i, stage k covers [i, j)
+            cand = np.maximum(dp[k - 1][:, None], P[j] - P[i] + ovc[k - 1])
+            valid = (i >= k - 1) & (i < j) & (j >= k) & (j <= n - (S - k))
+            if check_memory:
+                valid &= fits(k - 1, Q[j] - Q[i])
+            cand = np.where(valid, cand, np.inf)
+            arg[k] = np.argmin(cand, axis=0)  # the first best i, as a scan from the left would pick
+            dp[k] = cand[arg[k], np.arange(n + 1)]
         if not np.isfinite(dp[S, n]):
             return None
         cuts, j = [], n

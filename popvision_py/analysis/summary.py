@@ -142,9 +142,9 @@ def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: pd.DataFrame,
 
     # -- out of memory -------------------------------------------------------------------
     if len(oom):
-        worst = oom.iloc[0]
+        worst = {k: np.asarray(oom[k])[0] for k in ("ipu", "tile", "excess_bytes", "total_bytes")}
         ipu, tile, excess = int(worst["ipu"]), int(worst["tile"]), int(worst["excess_bytes"])
-        n_ipus = oom["ipu"].nunique()
+        n_ipus = len(np.unique(np.asarray(oom["ipu"])))
         cats: dict[str, float] = {}  # the worst tile's bytes per category, always-live or not
         for name, nbytes in zip(worst_breakdown["category"].tolist(), worst_breakdown["bytes"].tolist()):
             cats[name] = cats.get(name, 0) + nbytes
@@ -191,7 +191,8 @@ def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: pd.DataFrame,
         finding = (f"Stage {stage_figures.bottleneck_stage} is the bottleneck: the slowest stage takes "
                    f"{stage_figures.imbalance:.2f}x the mean stage time per micro-batch.")
         if split.gain_pct > 0:
-            plan = "; ".join(f"stage {r.stage} (IPU {r.ipu}): {r.blocks}" for r in split.stages.itertuples())
+            plan = "; ".join(f"stage {stage} (IPU {ipu}): {blocks}" for stage, ipu, blocks in zip(
+                split.stages["stage"].tolist(), split.stages["ipu"].tolist(), split.stages["blocks"].tolist()))
             rows.append(("warning", "stages", finding, f"Move blocks between stages: {plan}.",
                          f"Time per step from {_cycles(split.current_step_cycles)} to "
                          f"{_cycles(split.predicted_step_cycles)} ({split.gain_pct:.1f}% faster)."))
@@ -219,15 +220,15 @@ def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: pd.DataFrame,
     if busy > 0 and 100.0 * comm / busy > EXCHANGE_BOUND_PCT:
         share = 100.0 * comm / busy
         parts = {"sync": exchange.sync_cycles}
-        for r in kinds.itertuples():
-            parts[str(r.kind)] = int(r.cycles)
+        for kind, cycles in zip(kinds["kind"].tolist(), kinds["cycles"].tolist()):
+            parts[str(kind)] = int(cycles)
         top = max(parts, key=lambda k: parts[k])
         top_pct = 100.0 * parts[top] / busy
         detail = ""
         if len(costliest) and top != "sync":
-            c = costliest[costliest["kind"] == top].head(1)
-            if len(c):
-                c = c.iloc[0]
+            of_top = np.flatnonzero(np.asarray(costliest["kind"]) == top)
+            if len(of_top):
+                c = {k: np.asarray(costliest[k])[of_top[0]] for k in ("name", "step", "ipu", "total_cycles")}
                 detail = (f"; the costliest step is {c['name'] or 'step ' + str(c['step'])} on IPU {int(c['ipu'])} "
                           f"({_cycles(c['total_cycles'])} in all)")
         fix = _KIND_FIX.get(top, "Merge small steps: fewer, larger compute sets need fewer syncs.")

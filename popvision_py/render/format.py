@@ -54,5 +54,12 @@ def cells(frame: pd.DataFrame, max_rows: int | None = None) -> list[list[str]]:
     Columns are walked once with ``items()`` and sliced as arrays: indexing a pandas frame by
     column name or ``head()`` costs more than formatting the few rows a terminal shows.
     """
-    columns = [[value(v) for v in np.asarray(series.array[:max_rows]).tolist()] for _, series in frame.items()]
+    columns = [_format_column(np.asarray(series.array[:max_rows])) for _, series in frame.items()]
     return [list(row) for row in zip(*columns)] if columns else []
+
+
+def _format_column(values: np.ndarray) -> list[str]:
+    """``value`` of each cell; a column of plain integers skips the per-cell type checks (same text)."""
+    if values.dtype.kind in "iu":
+        return [f"{v:,}" for v in values.tolist()]
+    return [value(v) for v in values.tolist()]
