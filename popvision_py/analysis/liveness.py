@@ -50,7 +50,7 @@ def peaks(steps: pd.DataFrame) -> pd.DataFrame:
     nal = np.asarray(steps["not_always_live_bytes"])
     order = np.lexsort((step, -nal, ipu))
     first = order[np.r_[True, ipu[order][1:] != ipu[order][:-1]]]  # each IPU's largest, earliest step
-    return pd.DataFrame({"ipu": ipu[first], "peak_step": step[first], "name": np.asarray(steps["name"])[first],
+    return pd.DataFrame({"ipu": ipu[first], "peak_step": step[first], "name": steps["name"].array.take(first),
                          "not_always_live_bytes": nal[first], "total_bytes": np.asarray(steps["total_bytes"])[first]})
 
 
