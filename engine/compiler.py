@@ -138,7 +138,11 @@ class Compiler:
         # Activations kept for several micro-batches at once: a training pipeline's in-flight
         # micro-batches, or every micro-batch of the step under phased execution.
         self.pipelined_training = plan.training and (
-            (plan.strategy == "pipelined" and len(plan.stages) > 1) or plan.strategy == "phased")
+            (plan.pipelined and len(plan.stages) > 1) or plan.strategy == "phased")
+        # Phased execution over stages on distinct IPUs: a pipeline whose stages stream each
+        # weighted op's weights just before it (a phase per op), overlapped with the compute before.
+        self.phased_pipeline = plan.strategy == "phased" and plan.pipelined
+        self.shards = plan.tensor_sharding
         # consumers of each op's output, by op id
         self.consumers: dict[int, list[int]] = {}
         for op in self.ops.values():
@@ -265,11 +269,77 @@ class Compiler:
         cycles = cycles + (serial - 1) * self.a.compute_set_overhead_cycles
         cs = prog.add("compute_set", label, op.op_id, stage, pass_, mapping.tiles, 0, int(cycles.max()))
         prog.tile_cycles.append((cs, mapping.start, cycles, mapping.grains))
+        if self.shards > 1:
+            # Tensor sharding: a row-parallel op's partial outputs are all-reduced over the stage's
+            # shards in the forward (and recomputation); a column-parallel op's input gradient in
+            # the backward. Reduce-scatter then all-gather, a ring over IPU-Links.
+            if op.shard == "row" and pass_ == "forward" or op.shard == "row" and suffix == "recompute":
+                self._shard_all_reduce(prog, f"{label}/all_reduce", op, stage, pass_, op.output.bytes)
+            elif op.shard == "column" and suffix == "bwd":
+                grads = sum(t.bytes for t in op.inputs if t.dtype != "int32")
+                if grads:
+                    self._shard_all_reduce(prog, f"{label}/all_reduce", op, stage, pass_, grads)
         # Recomputation reuses the forward codelets.
         codelet = (op.kind, "forward" if suffix == "recompute" else pass_)
         mask = prog.codelets.setdefault(codelet, np.zeros(self.tiles, dtype=bool))
         mask[mapping.start:mapping.start + mapping.tiles] = True
         return ex_step, cs
+
+    def _shard_all_reduce(self, prog: IpuProgram, name: str, op: Op, stage: int, pass_: str, shard_bytes: int) -> int:
+        """All-reduce of a tensor whose shard on this IPU is ``shard_bytes`` over the T shards."""
+        t = self.shards
+        full = shard_bytes * t
+        ring = int(2 * (t - 1) / t * full)
+        bw = self.target.all_reduce_bytes_per_s(t)
+        cycles = int(2 * (t - 1) * self.a.link_latency_cycles / 4 + math.ceil(ring / self.target.bytes_per_cycle(bw)))
+        step = prog.add("global_exchange", name, op.op_id, stage, pass_, self.mappings[op.op_id].tiles, ring, cycles)
+        prog.exchanges.append((step, "inter_ipu", prog.ipu, prog.ipu, ring, cycles))
+        return step
+
+    def _stream_cycles(self, nbytes: int) -> int:
+        """Cycles to move ``nbytes`` between streaming memory and one IPU. With replicated tensor
+        sharding each replica reads 1/r from its own streaming memory and the rest arrives over the
+        IPU-Links (the blog's rts: weights split over the replicas, gathered per phase)."""
+        a = self.a
+        if self.rts:
+            r = self.options.replication_factor
+            bw = self.target.all_reduce_bytes_per_s(r * self.plan.num_ipus * self.shards)
+            return int(a.link_latency_cycles + math.ceil(nbytes / r / self.target.bytes_per_cycle(a.streaming_memory_bytes_per_s))
+                       + math.ceil(nbytes * (r - 1) / r / self.target.bytes_per_cycle(bw)))
+        return self._copy_cycles(nbytes, a.streaming_memory_bytes_per_s)
+
+    def _stream(self, prog: IpuProgram, name: str, op_id: int, stage: int, pass_: str, nbytes: int) -> int:
+        """A phase's weight load (and the previous phase's gradient store) through Poplar's I/O
+        tiles, overlapped with the compute since the previous transfer: the step lasts only the part
+        not hidden (at least a sync with the I/O tiles); the exchanges table keeps the full transfer."""
+        full = self._stream_cycles(nbytes)
+        hidden = sum(prog.cycles[self._stream_mark:])
+        exposed = max(self.a.tile_sync_cycles, full - hidden)
+        tiles = self.weight_mappings[op_id].tiles if op_id in self.weight_mappings else self.tiles
+        step = prog.add("remote_buffer_copy", name, op_id, stage, pass_, tiles, nbytes, exposed)
+        prog.exchanges.append((step, "remote_buffer", -2, prog.ipu, nbytes, full))
+        self._stream_mark = prog.steps
+        return step
+
+    def _phase(self, prog: IpuProgram, op: Op, stage: StagePlan, pass_: str, suffix: str, factor: int,
+               pending: list) -> int:
+        """One op under the phased pipeline: stream its weights in (with the pending gradient store),
+        then sync -> exchange -> compute set. Returns the compute set."""
+        load = -1
+        if op.params:
+            nbytes = op.params * self.dt + sum(b for _, b in pending)
+            load = self._stream(prog, f"{op.name}/{suffix}/weights_from_remote", op.op_id, stage.index, pass_, nbytes)
+            for grad_op, _ in pending:
+                self._grad_spans.append((grad_op, load))
+            pending.clear()
+        _, cs = self._lower_op(prog, op, stage.index, pass_, suffix, factor)
+        if op.params:
+            # double-buffered: the weights arrive while the previous phase computes
+            self._weight_spans.append((op.op_id, self._prev_load if self._prev_load >= 0 else load, cs))
+            self._prev_load = load
+            if suffix == "bwd":
+                pending.append((op.op_id, op.params * self.dt))
+        return cs
 
     def _copy(self, prog: IpuProgram, type_: str, kind: str, name: str, stage: int, pass_: str, nbytes: int,
               src: int, dst: int, bytes_per_s: float, tiles: int, op_id: int = -1) -> int:
@@ -313,12 +383,20 @@ class Compiler:
                 out.append(op)
         return out
 
+    def _stash_bytes(self, stage: StagePlan) -> int:
+        """Bytes of one micro-batch's stash written to (and read back from) streaming memory: every
+        activation, or with recomputation only the stage's inputs and the block checkpoints."""
+        if not self.options.recompute:
+            return sum(op.output.bytes for op in stage.ops)
+        inputs = sum(t.bytes for t, _ in self._stage_inputs(stage))
+        return inputs + sum(op.output.bytes for op in self._checkpoints(stage))
+
     def _stash_depth(self, stage: StagePlan) -> int:
         """Micro-batches whose activations a stage holds at once: 2(N-1-s)+1 in a training pipeline,
         all of the step's micro-batches under phased execution, else one."""
         if not self.pipelined_training:
             return 1
-        if self.plan.strategy == "phased":
+        if self.plan.strategy == "phased" and not self.plan.pipelined:
             return self.options.gradient_accumulation
         n = len(self.plan.stages)
         return 2 * (n - 1 - stage.index) + 1
@@ -341,8 +419,10 @@ class Compiler:
         recompute_cs: dict[int, int] = {}
         weight_loads: dict[int, list[tuple[int, str]]] = {}  # op -> [(load step, pass it feeds)]
         stage_input_vars: dict[int, list[Variable]] = {}
+        self._weight_spans: list[tuple[int, int, int]] = []  # phased pipeline: (op, live from, live to)
+        self._grad_spans: list[tuple[int, int]] = []  # (op, step its gradient is streamed out)
         for stage in stages:
-            if self.weights_streamed:
+            if self.weights_streamed and not self.phased_pipeline:
                 self._load_weights(prog, stage, "forward", weight_loads)
             first = prog.steps
             inputs = []
@@ -365,10 +445,14 @@ class Compiler:
                 labels = self.options.micro_batch_size * 4
                 self._copy(prog, "stream_copy", "host", "labels/from_host", stage.index, "forward", labels, -1,
                            ipu, self.target.host_bytes_per_s_per_ipu, 1)
+            self._stream_mark, self._prev_load = prog.steps, -1
             for op in stage.ops:
-                _, fwd_cs[op.op_id] = self._lower_op(prog, op, stage.index, "forward", "fwd", 1)
+                if self.phased_pipeline:
+                    fwd_cs[op.op_id] = self._phase(prog, op, stage, "forward", "fwd", 1, [])
+                else:
+                    _, fwd_cs[op.op_id] = self._lower_op(prog, op, stage.index, "forward", "fwd", 1)
             if self.activations_off_chip and training:
-                stash = sum(op.output.bytes for op in stage.ops) * self._stash_depth(stage)
+                stash = self._stash_bytes(stage)
                 self._copy(prog, "remote_buffer_copy", "remote_buffer", f"stage{stage.index}/stash_to_remote",
                            stage.index, "forward", stash, ipu, -2, self.a.streaming_memory_bytes_per_s, self.tiles)
             last = stage.ops[-1]
@@ -382,7 +466,7 @@ class Compiler:
             stage_input_vars[stage.index] = self._input_variables(prog, stage, inputs)
         if training:
             for stage in reversed(stages):
-                if self.weights_streamed:
+                if self.weights_streamed and not self.phased_pipeline:
                     self._load_weights(prog, stage, "backward", weight_loads)
                 first = prog.steps
                 for tensor in self._stage_outputs(stage):
@@ -394,21 +478,34 @@ class Compiler:
                                    stage.index, "backward", tensor.bytes, dst_ipu, ipu,
                                    self.target.ipu_neighbour_bytes_per_s, self.mappings[tensor.producer].tiles)
                 if self.activations_off_chip:
-                    stash = sum(op.output.bytes for op in stage.ops) * self._stash_depth(stage)
+                    stash = self._stash_bytes(stage)
                     self._copy(prog, "remote_buffer_copy", "remote_buffer", f"stage{stage.index}/stash_from_remote",
                                stage.index, "backward", stash, -2, ipu, self.a.streaming_memory_bytes_per_s,
                                self.tiles)
                 # With recomputation, each block's output is a checkpoint (Graphcore's
                 # recompute_checkpoint_every_layer): the backward recomputes one block from its
                 # checkpoint, then runs that block's backward, so one block's activations live at a time.
+                self._stream_mark, self._prev_load, pending = prog.steps, -1, []
                 for block_ops in (reversed(self._blocks(stage)) if self.options.recompute else [stage.ops]):
                     if self.options.recompute:
                         for op in block_ops:
-                            _, recompute_cs[op.op_id] = self._lower_op(prog, op, stage.index, "backward",
-                                                                       "recompute", 1)
+                            if self.phased_pipeline:  # the recomputation streams the weights again
+                                recompute_cs[op.op_id] = self._phase(prog, op, stage, "backward", "recompute", 1,
+                                                                     pending)
+                            else:
+                                _, recompute_cs[op.op_id] = self._lower_op(prog, op, stage.index, "backward",
+                                                                           "recompute", 1)
                     for op in reversed(block_ops):
-                        _, bwd_cs[op.op_id] = self._lower_op(prog, op, stage.index, "backward", "bwd", 2)
-                if self.weights_streamed and any(op.params for op in stage.ops):
+                        if self.phased_pipeline:
+                            bwd_cs[op.op_id] = self._phase(prog, op, stage, "backward", "bwd", 2, pending)
+                        else:
+                            _, bwd_cs[op.op_id] = self._lower_op(prog, op, stage.index, "backward", "bwd", 2)
+                if pending:
+                    # the last phase's gradients, accumulated in streaming memory
+                    store = self._stream(prog, f"stage{stage.index}/grads_to_remote", pending[0][0], stage.index,
+                                         "backward", sum(b for _, b in pending))
+                    self._grad_spans.extend((g, store) for g, _ in pending)
+                if self.weights_streamed and not self.phased_pipeline and any(op.params for op in stage.ops):
                     grads = sum(op.params for op in stage.ops) * self.dt
                     self._copy(prog, "remote_buffer_copy", "remote_buffer", f"stage{stage.index}/grads_to_remote",
                                stage.index, "backward", grads, ipu, -2, self.a.streaming_memory_bytes_per_s,
@@ -572,6 +669,11 @@ class Compiler:
                     continue
                 wmap = self.weight_mappings[op.op_id]
                 weights = wmap.share(op.params * self.dt)
+                if self.phased_pipeline:
+                    for op_id, live_from, live_to in self._weight_spans:
+                        if op_id == op.op_id:
+                            prog.variables.append(Variable(f"{op.name}/weight", "weights", False, wmap.start,
+                                                           weights, live_from, live_to, op.op_id))
                 if self.weights_streamed:
                     for step, pass_ in weight_loads.get(op.op_id, []):
                         end = prog.segments[(stage.index, pass_)][1] - 1
@@ -595,7 +697,12 @@ class Compiler:
                     prog.variables.append(Variable(f"{op.name}/optimiser_state", "optimiser_state", True, wmap.start,
                                                    state, 0, last_step, op.op_id))
                 grads = wmap.share(op.params * self.dt)
-                if ga > 1 and not self.weights_streamed:
+                if self.phased_pipeline:
+                    for op_id, store in self._grad_spans:
+                        if op_id == op.op_id:
+                            prog.variables.append(Variable(f"{op.name}/gradient", "gradients", False, wmap.start,
+                                                           grads, bwd_cs[op.op_id], store, op.op_id))
+                elif ga > 1 and not self.weights_streamed:
                     prog.variables.append(Variable(f"{op.name}/grad_accumulator", "gradients", True, wmap.start,
                                                    grads, 0, last_step, op.op_id))
                 else:

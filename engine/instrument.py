@@ -46,13 +46,15 @@ class Summary:
     idle_pct: float
     flops_utilisation_pct: float
     peak_bytes_per_ipu: list[int] = field(default_factory=list)
+    tensor_sharding: int = 1
     profile: str | None = None
 
     def text(self) -> str:
         """The lines `popvision run` prints."""
         fits = "yes" if self.fits else f"NO: {self.oom_tiles:,} tiles out of memory"
         lines = [
-            f"{self.model}: {self.mode}, {self.strategy} over {self.num_ipus} IPU(s) x {self.replicas} replica(s) "
+            f"{self.model}: {self.mode}, {self.strategy} over {self.num_ipus} IPU(s)"
+            f"{f' x {self.tensor_sharding} tensor shards' if self.tensor_sharding > 1 else ''} x {self.replicas} replica(s) "
             f"on {self.arch} ({self.system})",
             f"  time per step     {self.seconds_per_step * 1e3:,.3f} ms ({self.cycles_per_step:,.0f} cycles, "
             f"{self.samples_per_step:,} samples)",
@@ -96,6 +98,7 @@ def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) ->
         bytes_per_tile=capacity, oom_tiles=oom, idle_pct=100 * idle / max(total_ipu_cycles, 1),
         flops_utilisation_pct=100 * flops_per_step / (seconds * peak_flops),
         peak_bytes_per_ipu=[int(p.sum()) for p in peaks],
+        tensor_sharding=o.tensor_sharding,
     )
 
 
@@ -137,6 +140,8 @@ def manifest(compiled: Compiled, sched: Schedule) -> tuple[dict[str, Any], dict[
         "runs": o.runs,
         "precision": o.precision,
         "recompute": bool(o.recompute),
+        "tensor_sharding": o.tensor_sharding,
+        "available_memory_proportion": o.available_memory_proportion,
         "tensor_locations": o.tensor_locations.as_manifest(),
         "model_params": _jsonable(plan.model.params),
         "parameters": int(plan.model.parameters),

@@ -23,6 +23,7 @@ dict of option defaults (``micro_batch_size``, ``device_iterations``, ``gradient
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -305,6 +306,9 @@ class Op:
     grains: int
     gemm: tuple[int, int, int] | None = None
     groups: int = 1  # independent products of a batched matmul (batch x heads); gemm is per group
+    # Under tensor sharding: "column" (output features split, its input gradient all-reduced in the
+    # backward), "row" (input features split, its output all-reduced in the forward) or "".
+    shard: str = ""
 
     @property
     def on_amp(self) -> bool:
@@ -501,3 +505,36 @@ def _gemm_grains(m: int, n: int) -> int:
 def _check_shape(shape: Sequence[int], what: str) -> None:
     if any(s <= 0 for s in shape):
         raise ConfigError(f"The shape of {what} must be positive in every dimension, not {tuple(shape)}.")
+
+
+def shard_ops(ops: Sequence[Op], t: int) -> list[Op]:
+    """The ops as one of ``t`` tensor shards sees them (Megatron-style, the blog's t axis).
+
+    Every op's weights, FLOPs, grains and tensors are split ``t`` ways. Weighted matmuls alternate
+    column-parallel (the first of a pair: output features split, no exchange in the forward) and
+    row-parallel (input features split: partial outputs all-reduced over the shards); an embedding
+    is split over its vocabulary and all-reduced like a row-parallel op.
+    """
+    if t <= 1:
+        return list(ops)
+
+    def split(x: Tensor) -> Tensor:
+        return Tensor((*x.shape[:-1], math.ceil(x.shape[-1] / t)), x.dtype, x.producer)
+
+    out, role = [], "column"
+    for op in ops:
+        shard, gemm, groups = "", op.gemm, op.groups
+        if op.kind == "embedding":
+            shard, role = "row", "column"
+        elif op.params and op.gemm is not None:
+            shard = role
+            m, k, n = op.gemm
+            gemm = (m, k, math.ceil(n / t)) if role == "column" else (m, math.ceil(k / t), n)
+            role = "row" if role == "column" else "column"
+        elif op.gemm is not None:
+            groups = math.ceil(op.groups / t)  # attention: the heads are split
+        out.append(dataclasses.replace(
+            op, inputs=tuple(split(x) for x in op.inputs), output=split(op.output),
+            params=math.ceil(op.params / t), flops=math.ceil(op.flops / t), bytes=math.ceil(op.bytes / t),
+            grains=max(1, math.ceil(op.grains / t)), gemm=gemm, groups=groups, shard=shard))
+    return out

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from popvision_py.errors import ConfigError
 
-from engine.model import ExecutionStrategy, Model, Op, Options, PipelinedExecution, Stage
+from engine.model import ExecutionStrategy, Model, Op, Options, PipelinedExecution, Stage, shard_ops
 from engine.targets import Target, make_target
 
 
@@ -38,6 +38,18 @@ class Plan:
     @property
     def training(self) -> bool:
         return self.options.training
+
+    @property
+    def tensor_sharding(self) -> int:
+        return self.options.tensor_sharding
+
+    @property
+    def pipelined(self) -> bool:
+        """Stages run as a pipeline: pipelined execution, or phased execution whose stages are on
+        distinct IPUs (each stage's phases stream their weights while micro-batches flow through)."""
+        if self.strategy == "pipelined":
+            return True
+        return self.strategy == "phased" and len(self.stages) > 1 and len({s.ipu for s in self.stages}) == len(self.stages)
 
     @property
     def pipeline_stages(self) -> int:
@@ -97,8 +109,9 @@ def make_plan(model: Model, options: Options, strategy: ExecutionStrategy, *,
                                   f"{stages[i].ipu_id} after stage {i - 1} on IPU {stages[i - 1].ipu_id}.")
     plans = []
     stage_of: dict[int, int] = {}
+    sharded = shard_ops(model.ops, options.tensor_sharding)
     for i, stage in enumerate(stages):
-        ops = tuple(op for op in model.ops if owner[op.block] == i)
+        ops = tuple(op for op in sharded if owner[op.block] == i)
         plans.append(StagePlan(i, int(stage.ipu_id), tuple(stage.blocks), ops))
         stage_of.update({op.op_id: i for op in ops})
     for op in model.ops:
@@ -108,13 +121,13 @@ def make_plan(model: Model, options: Options, strategy: ExecutionStrategy, *,
                 raise ConfigError(f"Op {op.name} in stage {stage_of[op.op_id]} uses {producer.name} from the later "
                                   f"stage {stage_of[t.producer]}; stages must follow the model's order.")
     num_ipus = 1 + max(p.ipu for p in plans)
-    total_ipus = num_ipus * options.replication_factor
+    total_ipus = num_ipus * options.tensor_sharding * options.replication_factor
     target = make_target(options.arch, total_ipus, options.system, assumptions)
     plan = Plan(model, options, strategy.kind, tuple(plans), num_ipus, target)
     empty = [p for p in plans if not p.ops]
     if empty:
         raise ConfigError(f"Stage {empty[0].index} ({', '.join(empty[0].blocks)}) holds no ops.")
-    if strategy.kind == "pipelined" and len(plans) > 1:
+    if plan.pipelined and len(plans) > 1:
         if options.training and options.gradient_accumulation < plan.pipeline_stages:
             n = len(plans)
             raise ConfigError(f"Gradient accumulation {options.gradient_accumulation} is below the "

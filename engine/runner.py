@@ -121,6 +121,9 @@ def build_options(source: ModelSource, request: RunRequest) -> Options:
     given = {k: v for k, v in request.options.items() if v is not None}
     mode = given.get("mode", "training")
     values = dict(source.defaults)
+    preset = request.params.get("preset")
+    if source.zoo and preset in source.build.preset_defaults:
+        values.update(source.build.preset_defaults[preset])
     if mode == "inference":
         values.update(source.inference_defaults)
         values["gradient_accumulation"] = 1
@@ -173,7 +176,9 @@ def prepare(request: RunRequest) -> Plan:
         strategy = parse_stages(request.stages, kind)
     else:
         strategy = resolve_strategy(model, options, request.strategy)
-    if (strategy.kind == "pipelined" and options.training and request.options.get("gradient_accumulation") is None
+    distinct = len({s.ipu_id for s in strategy.stages}) == len(strategy.stages)
+    pipelined = strategy.kind == "pipelined" or (strategy.kind == "phased" and distinct and len(strategy.stages) > 1)
+    if (pipelined and options.training and request.options.get("gradient_accumulation") is None
             and options.gradient_accumulation < 2 * len(strategy.stages) - 1):
         # A default (not the user's choice) too small for the partition: use the least that runs.
         options.gradient_accumulation = 2 * len(strategy.stages) - 1

@@ -8,7 +8,10 @@ the slowest IPU, then all IPUs sync. So the slowest IPU sets each superstep's le
   backward of micro-batch t-(2N-2-s); GA + 2N - 2 supersteps (fill, main, flush), then the update;
 * pipelined inference: stage s runs micro-batch t-s; device iterations + N - 1 supersteps per run;
 * sharded: one stage pass of one micro-batch per superstep, so one IPU busy at a time;
-* phased: one phase per superstep: its weights streamed in once, then every micro-batch of the step.
+* phased over stages on distinct IPUs: scheduled as the pipeline above (each stage streams its
+  phases' weights itself, see the compiler);
+* phased over stages sharing IPUs: one phase per superstep: its weights streamed in once, then every
+  micro-batch of the step.
 
 A host call (a run) starts with a superstep in which the IPUs fed by the host pay the host call's
 latency and input transfer; then device_iterations iterations follow. Runs repeat identically, so
@@ -76,7 +79,7 @@ def build_supersteps(compiled: Compiled) -> list[Superstep]:
              for k in prog.segments if isinstance(k, tuple) and k[1].endswith("/load")}
     if plan.training:
         m_count = o.gradient_accumulation
-        if plan.strategy == "pipelined":
+        if plan.pipelined:
             for t in range(m_count + 2 * n - 2):
                 work: dict[int, list] = {}
                 for s in stages:
@@ -105,7 +108,7 @@ def build_supersteps(compiled: Compiled) -> list[Superstep]:
                  for it in range(o.device_iterations) for s in steps]
     else:
         m_count = o.device_iterations
-        if plan.strategy == "pipelined":
+        if plan.pipelined:
             for t in range(m_count + n - 1):
                 work = {}
                 for s in stages:

@@ -26,6 +26,8 @@ class ZooEntry:
     defaults: dict[str, Any] = field(default_factory=dict)
     inference_defaults: dict[str, Any] = field(default_factory=dict)
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Option defaults a preset brings (its published mapping), over ``defaults``.
+    preset_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def resolve_params(self, given: dict[str, Any]) -> dict[str, Any]:
         """The model's parameters: a preset (if named), then the given values over the defaults."""
@@ -183,7 +185,16 @@ GPT_PRESETS: dict[str, dict[str, Any]] = {
     "gpt2-xl": {"layers": 48, "hidden": 1600, "heads": 25, "seq_len": 1024, "ipus": 16},
     "gpt3-2.7b": {"layers": 32, "hidden": 2560, "heads": 32, "seq_len": 2048, "ipus": 32},
     "gpt3-13b": {"layers": 40, "hidden": 5120, "heads": 40, "seq_len": 2048, "ipus": 64},
-    "gpt3-175b": {"layers": 96, "hidden": 12288, "heads": 96, "seq_len": 2048, "ipus": 64},
+    "gpt3-175b": {"layers": 96, "hidden": 12288, "heads": 96, "seq_len": 2048, "ipus": 8},
+}
+
+# The blog's GPT-3 175B mapping onto an IPU-POD256: a pipeline of depth p = 8, each stage's tensors
+# sharded over t = 8 IPUs (64 IPUs per replica), r = 4 replicas, phased execution streaming the
+# weights from streaming memory, split over the replicas (replicated tensor sharding).
+GPT_PRESET_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gpt3-175b": {"tensor_sharding": 8, "replication_factor": 4, "system": "IPU-POD256",
+                  "replicated_tensor_sharding": True, "offload_activations": True,
+                  "available_memory_proportion": 0.15},
 }
 
 
@@ -211,9 +222,10 @@ def build_gpt(options: Options, *, layers: int = 12, hidden: int = 768, heads: i
         if options.training:
             m.loss(logits, name="head/loss")
     weights = m.parameters * options.dtype_bytes
-    on_chip = ipus * 900e6 * 0.5  # weights beyond half the IPUs' memory cannot stay on chip
+    on_chip = ipus * options.tensor_sharding * 900e6 * 0.5  # weights beyond half the IPUs' memory stream
     if weights > on_chip:
-        m.set_default_strategy(balanced_stages(m, ipus, PhasedExecution))
+        # Phased pipeline: contiguous stages on distinct IPUs, each streaming its ops' weights.
+        m.set_default_strategy(balanced_stages(m, ipus).with_kind("phased"))
     else:
         m.set_default_strategy(balanced_stages(m, ipus))
     return m
@@ -269,13 +281,13 @@ ZOO: dict[str, ZooEntry] = {
                            "recompute": True, "optimiser": "lamb", "offload_optimiser": True,
                            "available_memory_proportion": 0.15},
                  inference_defaults={"micro_batch_size": 8, "device_iterations": 16}),
-        ZooEntry("gpt", "A GPT decoder; presets from gpt2-small to gpt3-175b (phased over 64 IPUs).",
+        ZooEntry("gpt", "A GPT decoder; presets from gpt2-small to gpt3-175b (phased pipeline p=8 x t=8, 4 replicas).",
                  lambda options, **p: build_gpt(options, **p),
                  params={"layers": 12, "hidden": 768, "heads": 12, "seq_len": 1024, "ipus": 4},
                  defaults={"micro_batch_size": 1, "device_iterations": 1, "gradient_accumulation": 16,
                            "recompute": True, "offload_optimiser": True},
                  inference_defaults={"micro_batch_size": 1, "device_iterations": 16},
-                 presets=GPT_PRESETS),
+                 presets=GPT_PRESETS, preset_defaults=GPT_PRESET_DEFAULTS),
         ZooEntry("vit-base", "ViT-Base/16 image classification (224x224), pipelined over 4 IPUs.",
                  lambda options, **p: build_vit(options, **p),
                  params={"layers": 12, "hidden": 768, "heads": 12, "patch": 16, "ipus": 4},
