@@ -167,8 +167,8 @@ def bench_first_page(path: str) -> bool:
             const cards = document.querySelectorAll('#summary-figures .card').length;
             const graphs = ['summary-time', 'summary-memory'].every(
                 id => document.querySelector('#' + id + ' .main-svg .trace'));
-            const insights = document.querySelector('#summary-insights').children.length;
-            return cards > 0 && graphs && insights > 0;
+            const insights = document.querySelector('#summary-insights');
+            return cards > 0 && graphs && !!insights && insights.children.length > 0;
         """
         while not driver.execute_script(usable):
             if time.perf_counter() - listening > 60:

@@ -418,14 +418,20 @@ def micro_batch_labels(gantt: pd.DataFrame) -> pd.Series:
     return initial.where(gantt["micro_batch"] < 0, initial + number.astype(str))
 
 
-def stages_gantt(gantt: pd.DataFrame, max_labels: int = 5000) -> go.Figure:
+def stages_gantt(gantt: pd.DataFrame, max_bars: int = 3000) -> go.Figure:
     """Forward/backward Gantt chart per IPU (``stages.gantt()``), as the PopTorch tutorial draws it.
 
-    The first iteration is in view (double-click shows the whole run).
+    The first iteration is in view (double-click shows all drawn). Only the first iterations that
+    fit in ``max_bars`` bars are drawn: a long run repeats the same pattern, and a browser slows
+    down past a few thousand bars; the x-axis title says how many are shown.
     """
     if gantt.empty:
         return empty("No pipeline stages in this profile.")
-    frame = gantt.copy()
+    iterations = np.sort(gantt["iteration"].unique())
+    per_iteration = max(1, math.ceil(len(gantt) / len(iterations)))
+    shown = iterations[: max(1, max_bars // per_iteration)]
+    frame = gantt[gantt["iteration"].isin(shown)].copy()
+    max_labels = max_bars
     frame["label"] = micro_batch_labels(frame)
     frame["ipu_label"] = frame["ipu"].map(ipu_label)
     frame["pass"] = frame["pass"].astype(str)
@@ -455,7 +461,8 @@ def stages_gantt(gantt: pd.DataFrame, max_labels: int = 5000) -> go.Figure:
     labels = sorted(frame["ipu"].unique())
     fig.update_yaxes(categoryorder="array", categoryarray=[ipu_label(i) for i in labels][::-1])
     first = frame[frame["iteration"] == frame["iteration"].min()]
-    fig.update_xaxes(title="cycles", range=[float(frame["start_cycle"].min()), float(first["end_cycle"].max())])
+    note = "" if len(shown) == len(iterations) else f" (the first {len(shown):,} of {len(iterations):,} iterations)"
+    fig.update_xaxes(title="cycles" + note, range=[float(frame["start_cycle"].min()), float(first["end_cycle"].max())])
     return _style(fig, barmode="overlay", bargap=0.2, height=max(240, 100 + 60 * len(labels)), uniformtext=dict(minsize=8, mode="hide"))
 
 

@@ -15,6 +15,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 from dashboards import ids
+from tests.dashboard.conftest import SAMPLES
 
 pytestmark = pytest.mark.browser
 
@@ -54,6 +55,20 @@ def test_every_page_draws_its_figures_without_console_errors(dash_duo, app):
     # AND the navigation offers every page but compare (one profile only)
     links = [link.text.split("\n")[-1] for link in dash_duo.find_elements(".nav-link")]
     assert links == ["Summary", "Memory", "Liveness", "Execution trace", "Stages", "Exchange"]
+
+
+@pytest.mark.parametrize("sample", ["mnist_pipelined", "bert_large_out_of_memory"])
+def test_every_page_draws_a_sample_profile_without_console_errors(dash_duo, sample):
+    from dashboards.app import create_app
+
+    path = SAMPLES / sample / "profile.pop"
+    if not path.exists():
+        pytest.skip(f"{path} is not there (sample_profiles/regenerate.py makes it)")
+    dash_duo.start_server(create_app([str(path), str(SAMPLES / "mnist_sharded" / "profile.pop")]))
+    for page_path, graphs in {**PAGES, "/compare": [ids.COMPARE_MEMORY, ids.COMPARE_PHASES]}.items():
+        dash_duo.wait_for_page(url=f"{dash_duo.server_url}{page_path}")
+        wait_for_figures(dash_duo, graphs)
+        assert errors(dash_duo) == [], page_path
 
 
 def test_summary_shows_the_findings_of_an_out_of_memory_run(dash_duo, app):

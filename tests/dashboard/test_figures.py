@@ -160,3 +160,11 @@ def test_formats_use_binary_units_and_say_nothing_for_missing_values():
     assert c.fmt_for_column("achieved_bytes_per_s") is c.fmt_rate
     assert c.fmt_for_column("excess_bytes") is c.fmt_bytes
     assert c.fmt_for_column("bubble_pct") is c.fmt_pct
+
+
+def test_a_long_runs_gantt_draws_its_first_iterations_and_says_so():
+    # GIVEN 2 iterations of 8 bars each, and room for 10 bars
+    fig = figures.stages_gantt(gantt_frame(), max_bars=10)
+    # THEN only iteration 0 is drawn, and the axis says so
+    assert sum(len(t.x) for t in fig.data) == 8
+    assert fig.layout.xaxis.title.text == "cycles (the first 1 of 2 iterations)"
