@@ -21,8 +21,9 @@ SAMPLES: dict[str, list[str]] = {
     "mnist_sharded": ["mnist", "--strategy", "sharded"],
     "mnist_offload_optimiser": ["mnist", "--offload-optimiser"],
     "mnist_inference": ["mnist", "--mode", "inference"],
-    # BERT-Large with its optimiser state on chip and no recomputation does not fit on 4 IPUs.
-    "bert_large_out_of_memory": ["bert-large", "--no-offload-optimiser", "--no-recompute"],
+    # BERT-Large with its LAMB state on chip does not fit on 4 IPUs (the blog's mapping keeps it in
+    # streaming memory; the default run fits).
+    "bert_large_out_of_memory": ["bert-large", "--no-offload-optimiser"],
     "bert_base_pipelined": ["bert-base", "--batch-size", "2", "--layers", "4", "--gradient-accumulation", "8"],
 }
 
