@@ -21,6 +21,7 @@ COMMANDS = {
     "bert-large": ["bert-large"],
     "mnist": ["mnist"],
     "resnet50-pod16": ["resnet50", "--replicas", "4"],
+    "gpt3-175b-pod256": ["gpt", "--preset", "gpt3-175b"],
 }
 
 
