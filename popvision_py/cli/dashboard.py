@@ -10,8 +10,8 @@ LOCALHOST = ("127.0.0.1", "localhost", "::1")
 
 
 @click.command("dashboard")
-@click.argument("profile", type=click.Path(dir_okay=False))
-@click.argument("profile_b", required=False, type=click.Path(dir_okay=False))
+@click.argument("profile")
+@click.argument("profile_b", required=False)
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on. Anything but localhost exposes your profiles to the network.")
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on.")
