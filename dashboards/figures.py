@@ -497,6 +497,10 @@ def stage_utilisation(summary: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     fig.add_trace(go.Bar(x=labels, y=frame["busy_cycles"], name="busy", marker_color=PHASE_COLOURS["compute"]))
     fig.add_trace(go.Bar(x=labels, y=frame["idle_cycles"], name="idle", marker_color=PHASE_COLOURS["idle"]))
+    # What is neither the stage's passes nor waiting (host calls, streams of no stage), so that
+    # every bar reaches the run's length, as busy + idle + other does on the IPU.
+    other = frame["total_cycles"] - frame["busy_cycles"] - frame["idle_cycles"]
+    fig.add_trace(go.Bar(x=labels, y=other, name="other (host I/O, no stage)", marker_color=PHASE_COLOURS["stream"]))
     fig.update_yaxes(title="cycles")
     return _style(fig, barmode="stack", height=300)
 

@@ -168,3 +168,17 @@ def test_a_long_runs_gantt_draws_its_first_iterations_and_says_so():
     # THEN only iteration 0 is drawn, and the axis says so
     assert sum(len(t.x) for t in fig.data) == 8
     assert fig.layout.xaxis.title.text == "cycles (the first 1 of 2 iterations)"
+
+
+def test_stage_utilisation_bars_reach_the_run_length():
+    # GIVEN two stages over a 1,000-cycle run: stage 0 busy 300 and idle 200 (500 in host calls),
+    # stage 1 busy 600 and idle 400
+    summary = pd.DataFrame({
+        "stage": [0, 0, 1, 1], "ipu": [0, 0, 1, 1], "pass": ["forward", "all", "forward", "all"],
+        "busy_cycles": [300, 300, 600, 600], "idle_cycles": [200, 200, 400, 400], "total_cycles": 1000,
+    })
+    # WHEN drawn
+    fig = figures.stage_utilisation(summary)
+    busy, idle, other = fig.data
+    # THEN each stack is busy + idle + other = the run's 1,000 cycles
+    assert list(busy.y) == [300, 600] and list(idle.y) == [200, 400] and list(other.y) == [500, 0]
