@@ -6,9 +6,11 @@ pages under ``pages/`` register themselves, and find their data through ``dashbo
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import dash
+import flask
 from dash import ALL, Input, Output, dcc, html
 from dash import _callback as _dash_callback
 
@@ -16,6 +18,7 @@ from dashboards import data, ids
 
 HERE = Path(__file__).resolve().parent
 NAV_LINK = "nav-link"
+LOG = logging.getLogger("popvision.dashboard")
 
 
 def create_app(paths: list[str], *, warm: bool = False) -> dash.Dash:
@@ -41,6 +44,7 @@ def create_app(paths: list[str], *, warm: bool = False) -> dash.Dash:
         suppress_callback_exceptions=False,
     )
     data.install(app.server, profiles)
+    app.server.before_request(lambda: refuse_malformed_callbacks(app))
     app.layout = shell
     app.callback(
         Output({"type": NAV_LINK, "index": ALL}, "className"),
@@ -50,6 +54,31 @@ def create_app(paths: list[str], *, warm: bool = False) -> dash.Dash:
     if warm:
         profiles.warm()
     return app
+
+
+def refuse_malformed_callbacks(app: dash.Dash) -> flask.Response | None:
+    """Answer a callback request that no page of this app could have sent with 400, not a 500.
+
+    Dash assumes its own front end sent the body; anything else (a script, a stale tab, a fuzzer)
+    would otherwise raise inside Dash and log a traceback per request.
+    """
+    request = flask.request
+    if request.method != "POST" or not request.path.endswith("_dash-update-component"):
+        return None
+    body = request.get_json(silent=True)
+    problem = None
+    if not isinstance(body, dict):
+        problem = "the body is not a JSON object"
+    elif not isinstance(body.get("output"), str) or body["output"] not in app.callback_map:
+        problem = "it names no callback of this dashboard"
+    elif not isinstance(body.get("inputs", []), list) or not isinstance(body.get("state", []), list):
+        problem = "its inputs are not lists"
+    elif not isinstance(body.get("changedPropIds", []), list):
+        problem = "its changedPropIds is not a list"
+    if problem is None:
+        return None
+    LOG.warning("Refused a callback request from %s: %s.", request.remote_addr, problem)
+    return flask.Response(f"Bad callback request: {problem}.", status=400, mimetype="text/plain")
 
 
 def navigation(comparing: bool) -> list[dcc.Link]:
