@@ -59,6 +59,12 @@ class TensorLocationSettings:
         return self
 
 
+# The names an option may take (the CLI offers them as choices).
+PRECISIONS = ("fp16", "fp32")
+MODES = ("training", "inference")
+OPTIMISERS = ("adamw", "adam", "lamb", "sgd")
+
+
 @dataclass
 class TensorLocations:
     """On-chip or off-chip (streaming memory) for optimiser state, weights and activations."""
@@ -171,12 +177,10 @@ class Options:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name.replace('_', ' ').capitalize()} must be a positive integer, not {value}.")
-        if self.precision not in ("fp16", "fp32"):
-            raise ConfigError(f"Unknown precision {self.precision!r}; choose fp16 or fp32.")
-        if self.mode not in ("training", "inference"):
-            raise ConfigError(f"Unknown mode {self.mode!r}; choose training or inference.")
-        if self.optimiser not in ("adamw", "adam", "lamb", "sgd"):
-            raise ConfigError(f"Unknown optimiser {self.optimiser!r}; choose adamw, adam, lamb or sgd.")
+        for what, value, choices in (("precision", self.precision, PRECISIONS), ("mode", self.mode, MODES),
+                                     ("optimiser", self.optimiser, OPTIMISERS)):
+            if value not in choices:
+                raise ConfigError(f"Unknown {what} {value!r}; choose one of {', '.join(choices)}.")
 
 
 # -- stages and strategies -------------------------------------------------------------------

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import click
 
+from engine.model import MODES, OPTIMISERS, PRECISIONS, STRATEGIES
+from engine.targets import ARCHS
 from popvision_py.errors import ConfigError
 
 
@@ -36,8 +38,8 @@ def _assumption(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--device-iterations", type=int, help="Iterations per host call.")
 @click.option("--gradient-accumulation", type=int, help="Micro-batches per weight update (pipelined training needs "
               "at least 2N-1 for N stages).")
-# Names are checked by the engine, so a wrong one is the same one-line error as any other.
-@click.option("--strategy", help="pipelined, sharded or phased (the model's default if unset).")
+@click.option("--strategy", type=click.Choice(list(STRATEGIES), case_sensitive=False),
+              help="Execution strategy (the model's default if unset).")
 @click.option("--stages", help='Blocks grouped into stages on IPUs: "B1,B2@0 B3@1 B4@2" (stages separated by '
               'spaces, blocks by commas, @n the IPU; stage k on IPU k if @n is left out).')
 @click.option("--replicas", "replication_factor", type=int, help="Data-parallel replicas (replicationFactor).")
@@ -45,16 +47,18 @@ def _assumption(values: tuple[str, ...]) -> dict[str, float]:
               "work divided, all-gather / reduce-scatter over IPU-Links).")
 @click.option("--available-memory-proportion", type=float, help="Share of tile memory a matmul or convolution may "
               "use for temporary data (Poplar's default 0.6); lower serialises big matmuls.")
-@click.option("--mode", help="training (default) or inference.")
-@click.option("--precision", help="fp16 (default) or fp32: activations, weights and gradients.")
+@click.option("--mode", type=click.Choice(MODES, case_sensitive=False), help="training (default) or inference.")
+@click.option("--precision", type=click.Choice(PRECISIONS, case_sensitive=False),
+              help="fp16 (default) or fp32: activations, weights and gradients.")
 @click.option("--recompute/--no-recompute", default=None, help="Recompute activations in the backward pass.")
 @click.option("--offload-optimiser/--no-offload-optimiser", default=None, help="Keep optimiser state in streaming memory (remote buffers).")
 @click.option("--offload-weights/--no-offload-weights", default=None, help="Keep weights in streaming memory, loaded per pass.")
 @click.option("--offload-activations/--no-offload-activations", default=None, help="Stash activations in streaming memory.")
 @click.option("--replicated-tensor-sharding/--no-replicated-tensor-sharding", default=None,
               help="Shard optimiser state over the replicas.")
-@click.option("--optimiser", help="adamw (default), adam, lamb or sgd.")
-@click.option("--arch", help="IPU generation: mk1, mk2 (default) or bow.")
+@click.option("--optimiser", type=click.Choice(OPTIMISERS, case_sensitive=False),
+              help="Optimiser (the model's default if unset; adamw for most).")
+@click.option("--arch", type=click.Choice(list(ARCHS), case_sensitive=False), help="IPU generation (mk2 by default).")
 @click.option("--system", help="System to run on: IPU, IPU-POD4, POD16, POD64, POD128, POD256 (smallest that fits "
               "by default).")
 @click.option("--runs", type=int, help="Host calls to emulate (each runs device-iterations iterations).")

@@ -13,7 +13,6 @@ CASES = {
     "too many ipus": (["mnist", "--replicas", "128"], ["512 IPUs"]),
     "system too small": (["mnist", "--system", "IPU-POD4", "--replicas", "2"], ["8 IPUs", "IPU-POD4"]),
     "unknown model": (["alexnet"], ["Unknown model 'alexnet'"]),
-    "unknown arch": (["mnist", "--arch", "mk9"], ["Unknown architecture 'mk9'"]),
     "zero batch": (["mnist", "--batch-size", "0"], ["Micro batch size must be a positive integer"]),
     "negative device iterations": (["mnist", "--device-iterations", "-3"], ["Device iterations must be"]),
     "inference too few iterations": (["mnist", "--mode", "inference", "--device-iterations", "2"],
@@ -54,3 +53,27 @@ def test_a_user_model_file_that_fails_to_import(tmp_path, source, words):
     out = tmp_path / "profile"
     result = run_cli("run", model, "--profile", "--profile-dir", str(out), "-q")
     _assert_clean_failure(result, out, words)
+
+
+@pytest.mark.parametrize("option, value, choices", [
+    ("--arch", "mk9", "'mk1', 'mk2', 'bow'"),
+    ("--strategy", "pipeline", "'pipelined', 'sharded', 'phased'"),
+    ("--mode", "train", "'training', 'inference'"),
+    ("--precision", "bf16", "'fp16', 'fp32'"),
+    ("--optimiser", "rmsprop", "'adamw', 'adam', 'lamb', 'sgd'"),
+])
+def test_a_bad_option_value_is_a_usage_error_naming_the_choices(tmp_path, option, value, choices):
+    out = tmp_path / "profile"
+    result = run_cli("run", "mnist", option, value, "--profile", "--profile-dir", str(out))
+    assert result.exit_code == 2
+    assert f"Error: Invalid value for '{option}': '{value}' is not one of {choices}." in result.output
+    assert "Traceback" not in result.output
+    assert not out.exists()
+
+
+def test_the_python_api_names_an_unknown_architecture():
+    from engine.targets import make_target
+    from popvision_py.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="Unknown architecture 'mk9'; choose one of mk1, mk2, bow."):
+        make_target("mk9")
