@@ -23,11 +23,27 @@ ROOT = Path(__file__).resolve().parents[1]
 MNIST = ROOT / "sample_profiles" / "mnist_pipelined" / "profile.pop"
 
 
+# Runs a command and writes its peak resident memory (KiB) to the file named first.
+_MEASURED = (
+    "import resource, subprocess, sys\n"
+    "code = subprocess.call(sys.argv[2:])\n"
+    "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n"
+    "sys.exit(code)\n"
+)
+MAX_RSS_MB = 600  # a broken profile must never make a command allocate what the file claims
+
+
 def popvision(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "popvision_py.cli", *args],
+    """The real `popvision` in a subprocess; its peak memory is checked against MAX_RSS_MB."""
+    rss = cwd.parent / f"{cwd.name}.rss"
+    result = subprocess.run(
+        [sys.executable, "-c", _MEASURED, str(rss), sys.executable, "-m", "popvision_py.cli", *args],
         capture_output=True, text=True, timeout=timeout, cwd=cwd,
     )
+    peak_mb = int(rss.read_text()) / 1024
+    rss.unlink()
+    assert peak_mb < MAX_RSS_MB, f"popvision {' '.join(args)} peaked at {peak_mb:.0f} MB"
+    return result
 
 
 # command name -> arguments, with {bad} the broken profile and {out} an output path
