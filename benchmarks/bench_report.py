@@ -2,9 +2,10 @@
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_report.py [PROFILE ...] [--repeat N] [--no-cli]
+    .venv/bin/python benchmarks/bench_report.py [PROFILE ...] [--repeat N] [--no-cli] [--fresh N] [--dashboard]
 
-Without PROFILE it makes the bert-large profile with the engine (`popvision run bert-large
+PROFILE is any profile.pop (the engine's, or benchmarks/make_large_profile.py's for 50M-row
+traces). Without PROFILE it makes the bert-large profile with the engine (`popvision run bert-large
 --profile`) in a temporary folder; if the engine is missing it writes a large synthetic pipeline
 profile with tests/synthetic.py instead (and says so).
 
@@ -20,14 +21,26 @@ For each profile it prints the medians of:
 - **CLI**: `popvision report PROFILE --section all` as a subprocess (includes Python start-up and
   imports);
 
-and the ratios analysis / baseline and CLI / baseline. The target (issue 4) is analysis /
-baseline <= 2.
+and the ratios analysis / baseline and CLI / baseline. The targets: analysis / baseline <= 2
+(issue 4, bert-large) and <= 1.5 (issue 6, a trace of >= 50M rows).
+
+``--fresh N`` measures instead in N fresh subprocesses each (baseline and analysis alternating, so
+the machine's noise hits both alike): wall time, and peak memory as the process's peak RSS
+(``VmHWM``, its mark reset after the imports through ``/proc/self/clear_refs``) minus its RSS at
+that reset: the interpreter and libraries do not count; the pages of the memory-mapped profile
+that were read do count, for both. The memory ratio is the analysis' peak
+over the decoded size of the columns it reads (``pa.Table.nbytes`` of the replayed reads); the
+target (issue 6) is <= 2. ``--dashboard`` also times, in one fresh process after the analysis,
+what the dashboard asks of the trace: the first timeline (it builds the index), a full-view and a
+zoomed timeline, and the Gantt bars.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -60,17 +73,21 @@ def median_time(func, repeat: int) -> float:
 def traced_reads(path: Path) -> list[tuple[str, list[str] | None]]:
     """The (table, columns) an analysis run reads, in order, recorded from ``Profile.read_table``."""
     reads: list[tuple[str, list[str] | None]] = []
-    original = Profile.read_table
+    original, original_batches = Profile.read_table, Profile.iter_batches
 
     def record(self, table, columns=None, **kwargs):
         reads.append((table, list(columns) if columns is not None else None))
         return original(self, table, columns, **kwargs)
 
-    Profile.read_table = record
+    def record_batches(self, table, columns=None, **kwargs):  # the trace is streamed, not read whole
+        reads.append((table, list(columns) if columns is not None else None))
+        return original_batches(self, table, columns, **kwargs)
+
+    Profile.read_table, Profile.iter_batches = record, record_batches
     try:
         analysis(path)
     finally:
-        Profile.read_table = original
+        Profile.read_table, Profile.iter_batches = original, original_batches
     tables = [t for t, _ in reads]
     twice = sorted({t for t in tables if tables.count(t) > 1})
     if twice:
@@ -100,6 +117,72 @@ def cli(path: Path) -> None:
                    check=True, stdout=subprocess.DEVNULL)
 
 
+def child(what: str, path: Path, reads: list) -> None:
+    """One measurement in this fresh process: prints JSON with seconds and peak memory beyond the imports."""
+    base = reset_peak()
+    began = time.perf_counter()
+    out: dict = {}
+    if what == "baseline":
+        baseline(path, [tuple(r) for r in reads])
+    elif what == "analysis":
+        analysis(path)
+    else:  # dashboard: the analysis, then what the trace pages ask
+        with pv.open(path) as report:
+            text.render(build_report(report, "all"))
+            out["analysis_s"] = time.perf_counter() - began
+            for name, call in (("timeline_first_s", lambda: report.trace.timeline()),
+                               ("timeline_full_s", lambda: report.trace.timeline()),
+                               ("timeline_zoom_s", lambda: report.trace.timeline(*zoom(report))),
+                               ("gantt_s", lambda: report.stages.gantt())):
+                started = time.perf_counter()
+                call()
+                out[name] = time.perf_counter() - started
+    out["seconds"] = time.perf_counter() - began
+    out["peak_bytes"] = peak_rss() - base
+    print(json.dumps(out))
+
+
+def _status(key: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def reset_peak() -> int:
+    """Reset the peak-RSS mark to the current RSS (Linux ``clear_refs``); returns the current RSS.
+
+    ``ru_maxrss`` cannot serve: Linux carries it over from the parent across fork and exec.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+        return _status("VmRSS")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def peak_rss() -> int:
+    try:
+        return _status("VmHWM")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def zoom(report) -> tuple[int, int]:
+    """A window of 1/1000 of the run, a third of the way in."""
+    a, b = report.trace.extent()
+    lo = a + (b - a) // 3
+    return lo, lo + max((b - a) // 1000, 1)
+
+
+def fresh(what: str, path: Path, reads: list) -> dict:
+    done = subprocess.run([sys.executable, __file__, "--child", what, str(path), "--reads", json.dumps(reads)],
+                          check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def make_profile(folder: Path) -> tuple[Path, str]:
     exe = ROOT / ".venv" / "bin" / "popvision"
     done = subprocess.run([str(exe), "run", "bert-large", "--profile", "--profile-dir", str(folder)],
@@ -118,7 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("profiles", nargs="*", type=Path)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--no-cli", action="store_true", help="skip the subprocess measurement")
+    parser.add_argument("--fresh", type=int, default=0, metavar="N",
+                        help="measure time and peak memory in N fresh processes each (see the docstring)")
+    parser.add_argument("--dashboard", action="store_true", help="with --fresh: also time the trace pages' calls")
+    parser.add_argument("--child", choices=["baseline", "analysis", "dashboard"], help=argparse.SUPPRESS)
+    parser.add_argument("--reads", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        child(args.child, args.profiles[0], json.loads(args.reads))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         profiles = [(p, str(p)) for p in args.profiles] or [make_profile(Path(tmp))]
         for path, label in profiles:
@@ -127,8 +218,6 @@ def main(argv: list[str] | None = None) -> int:
                 reads = traced_reads(path)
                 decoded = sum(p.read_table(t, c).nbytes for t, c in reads)
                 largest = max(p.num_rows(t) for t, _ in reads)
-            base = median_time(lambda: baseline(path, reads), args.repeat)
-            ana = median_time(lambda: analysis(path), args.repeat)
             n_columns = sum(len(c) if c is not None else len(S.TABLES[t].columns) for t, c in reads)
             print(f"profile   {label}: {os.path.getsize(path):,} bytes, {rows:,} trace rows, largest table read "
                   f"{largest:,} rows")
@@ -136,6 +225,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"reads, replayed by the baseline):")
             for table, columns in reads:
                 print(f"            {table}: {', '.join(columns) if columns is not None else 'all columns'}")
+            if args.fresh:
+                measure_fresh(path, reads, decoded, args)
+                continue
+            base = median_time(lambda: baseline(path, reads), args.repeat)
+            ana = median_time(lambda: analysis(path), args.repeat)
             print(f"baseline  pyarrow reads those columns           {base * 1e3:9.1f} ms (median of {args.repeat})")
             print(f"analysis  open + all sections + text render     {ana * 1e3:9.1f} ms")
             print(f"ratio     analysis / baseline                   {ana / base:9.2f}   (target <= 2)")
@@ -144,6 +238,27 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"CLI       popvision report --section all        {run * 1e3:9.1f} ms   "
                       f"CLI / baseline {run / base:.1f} (includes Python start-up and imports)")
     return 0
+
+
+def measure_fresh(path: Path, reads: list, decoded: int, args: argparse.Namespace) -> None:
+    runs: dict[str, list[dict]] = {"baseline": [], "analysis": []}
+    for _ in range(args.fresh):  # alternating, so that noise on the shared machine hits both
+        for what in runs:
+            runs[what].append(fresh(what, path, reads))
+    med = {w: statistics.median(r["seconds"] for r in rs) for w, rs in runs.items()}
+    mem = {w: statistics.median(r["peak_bytes"] for r in rs) for w, rs in runs.items()}
+    spread = {w: (min(r["seconds"] for r in rs), max(r["seconds"] for r in rs)) for w, rs in runs.items()}
+    print(f"fresh processes, {args.fresh} each, alternating; medians (min-max):")
+    for w in runs:
+        print(f"{w:9s} {med[w]:8.3f} s ({spread[w][0]:.3f}-{spread[w][1]:.3f})   peak memory beyond imports "
+              f"{mem[w] / 1e6:8.0f} MB")
+    print(f"ratio     analysis / baseline time              {med['analysis'] / med['baseline']:9.2f}   (target <= 1.5)")
+    print(f"ratio     analysis peak memory / decoded        {mem['analysis'] / decoded:9.2f}   (target <= 2; "
+          f"decoded {decoded / 1e6:.0f} MB)")
+    if args.dashboard:
+        d = fresh("dashboard", path, reads)
+        print("dashboard " + "  ".join(f"{k} {v * 1e3:.0f} ms" for k, v in d.items() if k.endswith("_s"))
+              + f"  peak memory beyond imports {d['peak_bytes'] / 1e6:.0f} MB")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.tables import PHASE, Columns, StepIndex, TraceArrays, aggregates, lookup, sum_by
+from popvision_py.analysis.tables import PHASE, Aggregates, Columns, StepIndex, aggregates, lookup, sum_by
 from popvision_py.format.schema import EXCHANGE_KINDS
 
 BY_KIND_COLUMNS = ["kind", "executions", "bytes", "cycles", "time_pct"]
@@ -40,7 +40,7 @@ class ExchangeFigures:
     idle_pct: float
 
 
-def figures(trace: TraceArrays) -> ExchangeFigures:
+def figures(trace: Aggregates) -> ExchangeFigures:
     """Cycles in each phase summed over IPUs; ``_pct`` = 100 x phase / total."""
     by_phase = aggregates(trace).cube.sum(axis=(0, 1, 2))  # per phase code (the last: unknown words)
     get = lambda p: int(by_phase[PHASE[p]]) if len(by_phase) else 0  # noqa: E731
@@ -60,7 +60,7 @@ class Executed:
     total_cycles: np.ndarray
 
 
-def executed(exchanges: Columns, trace: TraceArrays) -> Executed:
+def executed(exchanges: Columns, trace: Aggregates) -> Executed:
     """Each exchange row joined with its step's executions (dense (ipu, step) lookup, no merge)."""
     runs = lookup(aggregates(trace).executions, exchanges["ipu"], exchanges["step"]).astype(np.int64)
     return Executed(exchanges, runs, exchanges["bytes"] * runs, exchanges["cycles"] * runs)

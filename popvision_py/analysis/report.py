@@ -9,8 +9,9 @@
     report.stages.best_split()        # BestSplit dataclass
     report.trace.timeline(0, 10_000)  # Timeline (level + frame)
 
-Tables are read lazily on first use and cached; the trace is read once, only the columns in
-``tables.TRACE_COLUMNS``, as NumPy arrays. Answers are cached too, so asking twice is free. The
+Tables are read lazily on first use and cached. The trace is never held whole: it is read once,
+row group by row group, and folded into small arrays (``tracescan.summarise``); the Gantt bars and
+the timeline's index each make their own pass, over their own columns, when first asked for. Answers are cached too, so asking twice is free. The
 analyzers themselves (``summary``, ``memory``, ``liveness``, ``stages``, ``exchange``, ``trace``
 modules) are stateless functions; this module only wires them to the data. Column lists and
 formulas: docs/api.md and docs/reports.md.
@@ -32,7 +33,8 @@ from popvision_py.analysis import memory as _memory
 from popvision_py.analysis import stages as _stages
 from popvision_py.analysis import summary as _summary
 from popvision_py.analysis import trace as _trace
-from popvision_py.analysis.tables import TABLE_COLUMNS, TRACE_COLUMNS, Columns, StepIndex, TraceArrays, iterations_traced
+from popvision_py.analysis import tracescan as _tracescan
+from popvision_py.analysis.tables import TABLE_COLUMNS, Aggregates, Columns, StepIndex, iterations_traced
 from popvision_py.errors import OutOfRangeError
 from popvision_py.format import Profile, open_profile
 
@@ -81,12 +83,16 @@ class Report:
         """Program steps by (ipu, step), for joins on steps."""
         return self.memo("step_index", lambda: StepIndex(self.columns("programs")))
 
-    def trace_arrays(self) -> TraceArrays:
-        """The trace columns every report needs, as NumPy arrays, read once."""
-        return self.memo("trace", lambda: TraceArrays.from_arrow(self.profile.read_table("trace", TRACE_COLUMNS)))
+    def trace_batches(self, columns: tuple[str, ...]):
+        """The trace's ``columns``, batch by batch (about a row group each), decoded one ahead in a thread."""
+        return _tracescan.prefetched(self.profile.iter_batches("trace", columns))
+
+    def trace_summary(self) -> Aggregates:
+        """The trace folded into the small arrays every report uses: one streaming pass, once."""
+        return self.memo("trace", lambda: _tracescan.summarise(self.trace_batches(_tracescan.SUMMARY_COLUMNS)))
 
     def iterations(self) -> int:
-        return self.memo("iterations", lambda: iterations_traced(self.trace_arrays(), self.run))
+        return self.memo("iterations", lambda: iterations_traced(self.trace_summary(), self.run))
 
     def close(self) -> None:
         self._cache.clear()
@@ -117,7 +123,7 @@ class SummaryReport(_View):
         r = self._r
 
         def compute() -> _summary.Summary:
-            trace = r.trace_arrays()
+            trace = r.trace_summary()
             flops = _summary.total_flops(r.columns("ops"), r.columns("programs"), trace)
             return _summary.figures(r.manifest, trace, r.iterations(), flops, r.memory.by_tile())
 
@@ -203,22 +209,24 @@ class StagesReport(_View):
     """Pipeline stages: time per stage and pass, imbalance, bubble, balanced time, best split."""
 
     def _costs(self):
-        return self._memo("costs", lambda: _stages.costs(self._r.trace_arrays(), self._r.run))
+        return self._memo("costs", lambda: _stages.costs(self._r.trace_summary(), self._r.run))
 
     def summary(self) -> pd.DataFrame:
-        return self._memo("summary", lambda: _stages.summary(self._costs(), self._r.trace_arrays()))
+        return self._memo("summary", lambda: _stages.summary(self._costs(), self._r.trace_summary()))
 
     def figures(self) -> _stages.StageFigures:
-        return self._memo("figures", lambda: _stages.figures(self._costs(), self._r.trace_arrays()))
+        return self._memo("figures", lambda: _stages.figures(self._costs(), self._r.trace_summary()))
 
     def gantt(self) -> pd.DataFrame:
-        return self._memo("gantt", lambda: _stages.gantt(self._r.trace_arrays()))
+        r = self._r
+        return self._memo("gantt", lambda: _stages.gantt(
+            _tracescan.gantt_bars(r.trace_batches(_tracescan.GANTT_COLUMNS), r.trace_summary())))
 
     def blocks(self) -> pd.DataFrame:
         """Per block: ``[block, stage, fwd_cycles, bwd_cycles, memory_bytes]`` (cycles per micro-batch)."""
         r = self._r
         return self._memo("blocks", lambda: _stages.block_costs(
-            self._costs(), r.columns("programs"), r.columns("ops"), r.trace_arrays(), r.columns("variables")))
+            self._costs(), r.columns("programs"), r.columns("ops"), r.trace_summary(), r.columns("variables")))
 
     def best_split(self) -> _stages.BestSplit:
         r = self._r
@@ -244,10 +252,10 @@ class ExchangeReport(_View):
     """Exchange, sync and streaming: by kind, IPU-to-IPU matrix, bandwidth, costliest steps."""
 
     def _done(self) -> _exchange.Executed:
-        return self._memo("done", lambda: _exchange.executed(self._r.columns("exchanges"), self._r.trace_arrays()))
+        return self._memo("done", lambda: _exchange.executed(self._r.columns("exchanges"), self._r.trace_summary()))
 
     def figures(self) -> _exchange.ExchangeFigures:
-        return self._memo("figures", lambda: _exchange.figures(self._r.trace_arrays()))
+        return self._memo("figures", lambda: _exchange.figures(self._r.trace_summary()))
 
     def by_kind(self) -> pd.DataFrame:
         return self._memo("by_kind", lambda: _exchange.by_kind(self._done(), self.figures().total_cycles))
@@ -266,17 +274,18 @@ class TraceReport(_View):
     """The execution trace: extent, zoomable timeline, program steps, per-tile cycles."""
 
     def extent(self) -> tuple[int, int]:
-        return self._memo("extent", lambda: _trace.extent(self._r.trace_arrays()))
+        return self._memo("extent", lambda: _trace.extent(self._r.trace_summary()))
 
     def _index(self) -> _trace.TimelineIndex:
-        return self._memo("index", lambda: _trace.TimelineIndex(self._r.trace_arrays()))
+        return self._memo("index", lambda: _trace.TimelineIndex.from_ipus(
+            _tracescan.timeline_arrays(self._r.trace_batches(_tracescan.TIMELINE_COLUMNS))))
 
     def timeline(self, start_cycle: int | None = None, end_cycle: int | None = None, max_bins: int = 2000,
                  ipus: list[int] | None = None) -> _trace.Timeline:
         return _trace.timeline(self._index(), start_cycle, end_cycle, max_bins, ipus)
 
     def steps(self, ipu: int | None = None) -> pd.DataFrame:
-        return self._memo(("steps", ipu), lambda: _trace.steps(self._r.table("programs"), self._r.trace_arrays(), ipu))
+        return self._memo(("steps", ipu), lambda: _trace.steps(self._r.table("programs"), self._r.trace_summary(), ipu))
 
     def tile_cycles(self, ipu: int, step: int) -> pd.DataFrame:
         table = self._memo("tile_cycles", lambda: self._r.profile.read_pandas("tile_cycles"))

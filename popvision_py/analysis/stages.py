@@ -1,6 +1,6 @@
 """Pipeline stages: time per stage and pass, busy and idle, imbalance, bubble, balanced time, best split.
 
-Inputs: the trace (as ``TraceArrays``), ``programs``, ``ops``, ``variables``, the memory per IPU and
+Inputs: the trace (its ``Aggregates``, folded by ``tracescan``; gantt: its bars), ``programs``, ``ops``, ``variables``, the memory per IPU and
 the manifest. Formulas in docs/reports.md, "Stages". Predicted times use the synchronous pipeline
 model (``pipeline_cycles``) only for the *difference* between two splits, added to the measured
 step time, so overheads the model leaves out (syncs, the update, host calls) stay as measured.
@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.analysis.tables import (
-    PASS, PASSES, PHASE, Columns, TraceArrays, aggregates, finish, global_iteration, iterations_traced, lookup, sum_by,
+    PASS, PASSES, PHASE, Aggregates, Columns, aggregates, finish, iterations_traced, lookup, sum_by,
 )
 
 SUMMARY_COLUMNS = ["stage", "ipu", "blocks", "pass", "micro_batches", "cycles_per_micro_batch", "busy_cycles",
@@ -51,7 +51,7 @@ class BestSplit:
     gain_pct: float
 
 
-def stage_list(run: dict[str, Any], trace: TraceArrays | None = None) -> pd.DataFrame:
+def stage_list(run: dict[str, Any], trace: Aggregates | None = None) -> pd.DataFrame:
     """The run's stages: ``[stage, ipu, blocks]`` (blocks a list), from the manifest, plus any stage only the trace has."""
     rows = []
     for entry in run.get("stages") or []:
@@ -72,7 +72,7 @@ def stage_list(run: dict[str, Any], trace: TraceArrays | None = None) -> pd.Data
     return frame.sort_values("stage", kind="stable").reset_index(drop=True)
 
 
-def stage_pass_busy(trace: TraceArrays, num_stages: int) -> np.ndarray:
+def stage_pass_busy(trace: Aggregates, num_stages: int) -> np.ndarray:
     """Busy cycles per stage and pass: array [stage, pass code] of trace rows with that stage (idle excluded)."""
     cube = aggregates(trace).cube  # [ipu, stage + 1, pass, phase]
     busy = cube[:, 1:].sum(axis=0)
@@ -83,7 +83,7 @@ def stage_pass_busy(trace: TraceArrays, num_stages: int) -> np.ndarray:
     return out
 
 
-def stage_micro_batches(trace: TraceArrays, num_stages: int) -> np.ndarray:
+def stage_micro_batches(trace: Aggregates, num_stages: int) -> np.ndarray:
     """Micro-batches each stage processed: distinct (run, iteration, micro_batch) among its rows."""
     mbs = aggregates(trace).micro_batches
     out = np.zeros(max(num_stages, len(mbs)), np.int64)
@@ -129,7 +129,7 @@ class _Costs:
     unit_iterations: int  # iterations one pipeline covers
 
 
-def costs(trace: TraceArrays, run: dict[str, Any]) -> _Costs:
+def costs(trace: Aggregates, run: dict[str, Any]) -> _Costs:
     """Per-stage cycles per micro-batch and the counts every stage figure uses."""
     stages = stage_list(run, trace)
     n = len(stages)
@@ -153,7 +153,7 @@ def costs(trace: TraceArrays, run: dict[str, Any]) -> _Costs:
                   unit_mb, unit_it)
 
 
-def phase_by_ipu(trace: TraceArrays, phase: str) -> np.ndarray:
+def phase_by_ipu(trace: Aggregates, phase: str) -> np.ndarray:
     """Cycles of one phase per IPU (index = IPU) from the trace's aggregates."""
     return aggregates(trace).cube[..., PHASE[phase]].sum(axis=(1, 2))
 
@@ -162,7 +162,7 @@ def _model_step(c: _Costs, fwd: np.ndarray, bwd: np.ndarray) -> float:
     return pipeline_cycles(fwd, bwd, c.unit_micro_batches, c.strategy, c.training) / c.unit_iterations
 
 
-def summary(c: _Costs, trace: TraceArrays) -> pd.DataFrame:
+def summary(c: _Costs, trace: Aggregates) -> pd.DataFrame:
     """Per stage and pass, then an ``all`` row per stage: SUMMARY_COLUMNS sorted by stage, pass order."""
     idle, sync = phase_by_ipu(trace, "idle"), phase_by_ipu(trace, "sync")
     at = lambda a, i: int(a[i]) if 0 <= i < len(a) else 0  # noqa: E731
@@ -186,7 +186,7 @@ def summary(c: _Costs, trace: TraceArrays) -> pd.DataFrame:
     return frame
 
 
-def figures(c: _Costs, trace: TraceArrays) -> StageFigures:
+def figures(c: _Costs, trace: Aggregates) -> StageFigures:
     """Imbalance, bubble, bottleneck and the balanced time: see docs/reports.md."""
     n = len(c.stages)
     step = c.total_cycles / c.iterations if c.iterations else float("nan")
@@ -209,7 +209,7 @@ def figures(c: _Costs, trace: TraceArrays) -> StageFigures:
                         float(balanced), float(gain))
 
 
-def block_costs(c: _Costs, programs: Columns, ops: Columns, trace: TraceArrays, variables: Columns) -> pd.DataFrame:
+def block_costs(c: _Costs, programs: Columns, ops: Columns, trace: Aggregates, variables: Columns) -> pd.DataFrame:
     """Per block, in pipeline order: ``[block, stage, fwd_cycles, bwd_cycles, memory_bytes]``.
 
     A block's cycles per micro-batch = sum over its ops' steps of cycles x executions, divided by
@@ -358,20 +358,17 @@ def best_split(c: _Costs, blocks: pd.DataFrame, memory_by_ipu: pd.DataFrame, tar
     return BestSplit(new_rows, float(step_cycles), float(predicted), float(gain))
 
 
-def gantt(trace: TraceArrays) -> pd.DataFrame:
+def gantt(bars: dict[str, np.ndarray]) -> pd.DataFrame:
     """One bar per stage, pass and micro-batch execution: GANTT_COLUMNS sorted by ipu, start.
 
-    ``iteration`` counts over the whole trace (``run * iterations per run + iteration``).
+    ``bars`` are ``tracescan.gantt_bars`` (the trace's rows of each bar reduced to its first start
+    and last end); ``iteration`` counts over the whole trace (``run * iterations per run + iteration``).
     """
-    mask = (trace.stage >= 0) & (trace.micro_batch >= 0) & (trace.phase != PHASE["idle"])
-    frame = pd.DataFrame({
-        "ipu": trace.ipu[mask].astype(np.int64), "stage": trace.stage[mask].astype(np.int64),
-        "pass": trace.pass_[mask], "iteration": global_iteration(trace)[mask],
-        "micro_batch": trace.micro_batch[mask].astype(np.int64),
-        "start_cycle": trace.start[mask], "end_cycle": trace.end[mask],
-    })
-    frame = frame.groupby(["ipu", "stage", "pass", "iteration", "micro_batch"], as_index=False, sort=False).agg(
-        start_cycle=("start_cycle", "min"), end_cycle=("end_cycle", "max"))
     names = np.array(list(PASSES) + ["unknown"], dtype=object)
-    frame["pass"] = names[frame["pass"].to_numpy()]
-    return finish(frame, GANTT_COLUMNS, ["ipu", "start_cycle", "stage"])
+    order = np.lexsort((bars["stage"], bars["start_cycle"], bars["ipu"]))
+    frame = pd.DataFrame({
+        "ipu": bars["ipu"][order], "stage": bars["stage"][order], "pass": names[bars["pass"][order]],
+        "iteration": bars["iteration"][order], "micro_batch": bars["micro_batch"][order],
+        "start_cycle": bars["start_cycle"][order], "end_cycle": bars["end_cycle"][order],
+    }, columns=GANTT_COLUMNS)
+    return frame

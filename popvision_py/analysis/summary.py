@@ -15,7 +15,7 @@ import pandas as pd
 
 from popvision_py.analysis.exchange import ExchangeFigures
 from popvision_py.analysis.stages import BestSplit, StageFigures
-from popvision_py.analysis.tables import PASSES, Columns, TraceArrays, aggregates, finish, lookup
+from popvision_py.analysis.tables import PASSES, Aggregates, Columns, aggregates, finish, lookup
 
 INSIGHT_COLUMNS = ["severity", "topic", "finding", "suggestion", "effect"]
 SEVERITIES = ("error", "warning", "info")
@@ -56,7 +56,7 @@ class Summary:
     bytes_per_tile: int
 
 
-def total_flops(ops: Columns, programs: Columns, trace: TraceArrays) -> int:
+def total_flops(ops: Columns, programs: Columns, trace: Aggregates) -> int:
     """FLOPs over the trace: each op pass's ``flops`` x how often it ran (the most executions among its steps)."""
     if not len(programs) or not len(ops):
         return 0
@@ -73,7 +73,7 @@ def total_flops(ops: Columns, programs: Columns, trace: TraceArrays) -> int:
     return int((ops["flops"].astype(np.int64) * runs[o_keys]).sum())
 
 
-def figures(manifest: dict[str, Any], trace: TraceArrays, iterations: int, flops: int,
+def figures(manifest: dict[str, Any], trace: Aggregates, iterations: int, flops: int,
             tiles: pd.DataFrame) -> Summary:
     """Key figures of the run (``tiles`` is ``memory.by_tile``)."""
     target, run = manifest["target"], manifest["run"]

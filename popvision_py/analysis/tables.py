@@ -215,6 +215,12 @@ class TraceArrays:
     def __len__(self) -> int:
         return len(self.start)
 
+    def columns(self) -> dict[str, np.ndarray]:
+        """The arrays under the trace's column names (``pass`` and ``phase`` as fixed codes)."""
+        return {"run": self.run, "iteration": self.iteration, "micro_batch": self.micro_batch, "ipu": self.ipu,
+                "stage": self.stage, "pass": self.pass_, "step": self.step, "phase": self.phase,
+                "start_cycle": self.start, "end_cycle": self.end}
+
     @property
     def duration(self) -> np.ndarray:
         if "duration" not in self._cache:
@@ -228,11 +234,13 @@ class TraceArrays:
 
 @dataclass(frozen=True)
 class Aggregates:
-    """Everything the reports need from the trace's rows, computed in one pass each (see ``aggregates``).
+    """Everything the reports need from the trace's rows, folded batch by batch (``tracescan.summarise``).
 
     ``cube[ipu, stage + 1, pass, phase]``: cycles (stage -1 at index 0; pass/phase code ``len(...)``
     for unknown words); ``executions[ipu, step]``; ``micro_batches[stage]``: distinct (run,
-    iteration, micro_batch >= 0) per stage; ``iterations``: distinct (run, iteration).
+    iteration, micro_batch >= 0) per stage; ``iterations``: distinct (run, iteration);
+    ``rows``: trace rows; ``iterations_per_run``, ``micro_batch_slots``, ``run_slots``: the largest
+    iteration, micro-batch and run + 1 (sizes for dense keys).
     """
 
     cube: np.ndarray
@@ -241,55 +249,28 @@ class Aggregates:
     iterations: int
     start_cycle: int
     end_cycle: int
+    rows: int = 0
+    iterations_per_run: int = 0
+    micro_batch_slots: int = 0
+    run_slots: int = 0
+
+    def __len__(self) -> int:
+        return self.rows
 
 
-def aggregates(trace: TraceArrays) -> Aggregates:
-    """The trace reduced to small dense arrays with ``np.bincount`` (no sort, no loop over rows); cached."""
+def aggregates(trace: "TraceArrays | Aggregates") -> Aggregates:
+    """The trace's aggregates: given as is, or folded from in-memory arrays (the same code as streaming)."""
+    if isinstance(trace, Aggregates):
+        return trace
     cached = trace._cache.get("aggregates")
-    if cached is not None:
-        return cached
-    n = len(trace)
-    n_pass, n_phase = len(PASSES) + 1, len(PHASES) + 1
-    if n == 0:
-        agg = Aggregates(np.zeros((0, 1, n_pass, n_phase), np.int64), np.zeros((0, 0), np.int64),
-                         np.zeros(0, np.int64), 0, 0, 0)
-        trace._cache["aggregates"] = agg
-        return agg
-    n_ipu = int(trace.ipu.max()) + 1
-    n_stage = int(trace.stage.max()) + 2
-    ipu = trace.ipu.astype(np.int64)
-    key = ((ipu * n_stage + (trace.stage + 1)) * n_pass + trace.pass_) * n_phase + trace.phase
-    cube = np.bincount(key, weights=trace.duration, minlength=n_ipu * n_stage * n_pass * n_phase)
-    cube = np.rint(cube).astype(np.int64).reshape(n_ipu, n_stage, n_pass, n_phase)
-    width = int(trace.step.max()) + 2
-    execs = np.bincount(ipu * width + (trace.step + 1), minlength=n_ipu * width).reshape(n_ipu, width)[:, 1:]
-    per_run = int(trace.iteration.max()) + 1
-    g = trace.run.astype(np.int64) * per_run + trace.iteration
-    n_g = int(g.max()) + 1
-    seen = np.zeros(n_g, bool)
-    seen[g] = True
-    mask = (trace.stage >= 0) & (trace.micro_batch >= 0)
-    mbs = np.zeros(max(n_stage - 1, 0), np.int64)
-    if mask.any():
-        mb = trace.micro_batch[mask].astype(np.int64)
-        n_mb = int(mb.max()) + 1
-        flags = np.zeros((n_stage - 1) * n_g * n_mb, bool)
-        flags[(trace.stage[mask].astype(np.int64) * n_g + g[mask]) * n_mb + mb] = True
-        mbs = flags.reshape(n_stage - 1, -1).sum(axis=1).astype(np.int64)
-    agg = Aggregates(cube, execs.astype(np.int64), mbs, int(seen.sum()), int(trace.start.min()), int(trace.end.max()))
-    trace._cache["aggregates"] = agg
-    return agg
+    if cached is None:
+        from popvision_py.analysis.tracescan import summarise_arrays
+
+        cached = trace._cache["aggregates"] = summarise_arrays(trace.columns())
+    return cached
 
 
-def global_iteration(trace: TraceArrays) -> np.ndarray:
-    """Iteration index over the whole trace: ``run * iterations_per_run + iteration``."""
-    if not len(trace):
-        return np.zeros(0, np.int64)
-    per_run = int(trace.iteration.max()) + 1
-    return trace.run.astype(np.int64) * per_run + trace.iteration
-
-
-def iterations_traced(trace: TraceArrays, run: dict) -> int:
+def iterations_traced(trace: "TraceArrays | Aggregates", run: dict) -> int:
     """Iterations the trace covers: distinct (run, iteration) pairs, else the manifest's runs x device_iterations."""
     if len(trace):
         return aggregates(trace).iterations
@@ -320,33 +301,12 @@ def sum_by(keys: np.ndarray, weights: np.ndarray | None, size: int) -> np.ndarra
     return np.rint(np.bincount(keys, weights=weights, minlength=size)).astype(np.int64)
 
 
-def executions(trace: TraceArrays) -> pd.DataFrame:
+def executions(trace: "TraceArrays | Aggregates") -> pd.DataFrame:
     """How many times each program step ran: ``[ipu, step, executions]``, sorted by ipu, step."""
-    cached = trace._cache.get("executions")
-    if cached is not None:
-        return cached
     counts = aggregates(trace).executions
     ipu, step = np.nonzero(counts)
-    frame = pd.DataFrame({"ipu": ipu.astype(np.int64), "step": step.astype(np.int64),
-                          "executions": counts[ipu, step].astype(np.int64)})
-    trace._cache["executions"] = frame
-    return frame
-
-
-def phase_cycles(trace: TraceArrays) -> pd.DataFrame:
-    """Cycles per IPU and phase: ``[ipu, phase, cycles]`` for every IPU in the trace and every phase."""
-    cached = trace._cache.get("phase_cycles")
-    if cached is not None:
-        return cached
-    sums = aggregates(trace).cube.sum(axis=(1, 2))[:, : len(PHASES)]
-    n_ipus = sums.shape[0]
-    frame = pd.DataFrame({
-        "ipu": np.repeat(np.arange(n_ipus), len(PHASES)),
-        "phase": np.tile(np.array(PHASES, dtype=object), n_ipus),
-        "cycles": sums.ravel(),
-    })
-    trace._cache["phase_cycles"] = frame
-    return frame
+    return pd.DataFrame({"ipu": ipu.astype(np.int64), "step": step.astype(np.int64),
+                         "executions": counts[ipu, step].astype(np.int64)})
 
 
 def category(values, categories) -> pd.Categorical:

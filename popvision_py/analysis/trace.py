@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.tables import PHASES, TraceArrays, category, empty, executions, finish
+from popvision_py.analysis.tables import PHASES, Aggregates, TraceArrays, aggregates, category, empty, executions, finish
 from popvision_py.errors import OutOfRangeError
 
 TIMELINE_COLUMNS = ["ipu", "start_cycle", "end_cycle", "phase", "cycles", "events"]
@@ -41,46 +41,55 @@ class _IpuIndex:
 
 
 class TimelineIndex:
-    """Each IPU's trace rows sorted by start, with per-phase running sums (see the module docstring)."""
+    """Each IPU's trace rows sorted by start, with per-phase running sums (see the module docstring).
 
-    def __init__(self, trace: TraceArrays) -> None:
-        ipu, start = trace.ipu, trace.start
-        if len(ipu) > 1:
-            d_ipu, d_start = np.diff(ipu), np.diff(start)
-            ordered = bool(np.all((d_ipu > 0) | ((d_ipu == 0) & (d_start >= 0))))
-        else:
-            ordered = True
-        order = None if ordered else np.lexsort((start, ipu))
+    Built from a ``TraceArrays`` (in memory) or, for a profile, ``from_ipus`` on the per-IPU arrays
+    ``tracescan.timeline_arrays`` gathers in one pass over four columns, when the first timeline
+    is asked for.
+    """
 
-        def take(a: np.ndarray) -> np.ndarray:
-            return a if order is None else a[order]
-
-        ipu_s, start_s, end_s, phase_s = take(ipu), take(start), take(trace.end), take(trace.phase)
-        self.ipus: list[int] = [int(i) for i in np.unique(ipu_s)] if len(ipu_s) else []
-        bounds = np.searchsorted(ipu_s, np.array(self.ipus + [np.iinfo(np.int64).max]), "left")
+    def __init__(self, trace: TraceArrays | None = None) -> None:
+        self.ipus: list[int] = []
         self._by_ipu: dict[int, _IpuIndex] = {}
-        for k, i in enumerate(self.ipus):
-            lo, hi = bounds[k], bounds[k + 1]
-            st, en, ph = start_s[lo:hi], end_s[lo:hi], phase_s[lo:hi]
+        self.start_cycle = self.end_cycle = 0
+        if trace is not None and len(trace):
+            from popvision_py.analysis.tracescan import timeline_arrays
+
+            self._index(timeline_arrays([trace.columns()]))
+
+    @classmethod
+    def from_ipus(cls, by_ipu: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> "TimelineIndex":
+        """From each IPU's (start, end, phase code) arrays, sorted by start."""
+        index = cls()
+        index._index(by_ipu)
+        return index
+
+    def _index(self, by_ipu: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        self.ipus = sorted(by_ipu)
+        for i in self.ipus:
+            st, en, ph = by_ipu[i]
             dur = en - st
             positions, cumulative = [], []
             for p in range(len(PHASES)):
-                pos = np.flatnonzero(ph == p)
+                # int32 positions: half the memory, and an IPU never has 2**31 rows in one profile
+                pos = np.flatnonzero(ph == p).astype(np.int32 if len(ph) < 2**31 else np.int64)
                 positions.append(pos)
                 cumulative.append(np.concatenate(([0], np.cumsum(dur[pos]))))
             self._by_ipu[i] = _IpuIndex(st, en, ph, tuple(positions), tuple(cumulative))
-        self.start_cycle = int(start.min()) if len(start) else 0
-        self.end_cycle = int(trace.end.max()) if len(start) else 0
+        if self.ipus:
+            self.start_cycle = min(int(self._by_ipu[i].start[0]) for i in self.ipus)
+            self.end_cycle = max(int(self._by_ipu[i].end.max()) for i in self.ipus)
 
     def ipu(self, ipu: int) -> _IpuIndex:
         return self._by_ipu[ipu]
 
 
-def extent(trace: TraceArrays) -> tuple[int, int]:
+def extent(trace: TraceArrays | Aggregates) -> tuple[int, int]:
     """(first start, last end) cycle of the whole trace; (0, 0) for an empty trace."""
     if not len(trace):
         return (0, 0)
-    return (int(trace.start.min()), int(trace.end.max()))
+    agg = aggregates(trace)
+    return (agg.start_cycle, agg.end_cycle)
 
 
 def _phase_time_before(ix: _IpuIndex, p: int, x: np.ndarray) -> np.ndarray:
@@ -154,7 +163,7 @@ def _empty_timeline() -> pd.DataFrame:
                   "cycles": "int64", "events": "int64"})
 
 
-def steps(programs: pd.DataFrame, trace: TraceArrays, ipu: int | None = None) -> pd.DataFrame:
+def steps(programs: pd.DataFrame, trace: Aggregates, ipu: int | None = None) -> pd.DataFrame:
     """Program steps with how often each ran: STEPS_COLUMNS, sorted by ipu, step."""
     frame = programs.merge(executions(trace), on=["ipu", "step"], how="left")
     frame["executions"] = frame["executions"].fillna(0).astype(np.int64)

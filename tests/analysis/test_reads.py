@@ -13,13 +13,18 @@ from popvision_py.render.document import build_report
 @pytest.fixture
 def reads(monkeypatch):
     seen: list[tuple[str, tuple[str, ...] | None]] = []
-    original = Profile.read_table
+    original, original_batches = Profile.read_table, Profile.iter_batches
 
     def record(self, table, columns=None, **kwargs):
         seen.append((table, tuple(columns) if columns is not None else None))
         return original(self, table, columns, **kwargs)
 
+    def record_batches(self, table, columns=None, **kwargs):  # the trace is streamed batch by batch
+        seen.append((table, tuple(columns) if columns is not None else None))
+        return original_batches(self, table, columns, **kwargs)
+
     monkeypatch.setattr(Profile, "read_table", record)
+    monkeypatch.setattr(Profile, "iter_batches", record_batches)
     return seen
 
 
@@ -36,6 +41,7 @@ def test_every_section_reads_each_table_once_with_the_listed_columns(profiles, r
     assert len(tables) == len(set(tables))
     assert set(tables) <= set(TABLE_COLUMNS)
     assert all(columns == TABLE_COLUMNS[table] for table, columns in reads)
+    assert "trace" in tables
 
 
 def test_one_section_reads_only_its_tables(profiles, reads):

@@ -1,0 +1,142 @@
+"""The trace folded batch by batch equals the whole trace computed directly (pandas, by brute force)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import popvision_py as pv
+from popvision_py.analysis import tracescan
+from popvision_py.analysis.tables import PASSES, PHASES
+from popvision_py.analysis.trace import TimelineIndex, timeline
+from popvision_py.format import Profile
+from popvision_py.format import schema as S
+from popvision_py.render.document import build_report
+
+
+def _trace(rows_per_ipu: int = 3000, ipus: int = 3, seed: int = 1) -> pd.DataFrame:
+    """A random trace tiling each IPU's time line, with runs, iterations, stages, micro-batches and idle rows."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for ipu in range(ipus):
+        n = rows_per_ipu
+        dur = rng.integers(1, 500, n)
+        end = np.cumsum(dur)
+        g = np.arange(n) * 12 // n  # 12 iterations, 4 per run
+        phase = rng.integers(0, len(PHASES), n)
+        idle = phase == PHASES.index("idle")
+        parts.append(pd.DataFrame({
+            "run": g // 4, "iteration": g % 4, "micro_batch": np.where(idle, -1, (np.arange(n) // 37) % 5),
+            "ipu": ipu, "stage": np.where(idle, -1, ipu + (np.arange(n) // 1000) % 2),
+            "pass": np.array(PASSES, dtype=object)[np.where(idle, 3, rng.integers(0, 3, n))],
+            "step": np.where(idle, -1, rng.integers(0, 40, n)), "phase": np.array(PHASES, dtype=object)[phase],
+            "start_cycle": end - dur, "end_cycle": end,
+        }))
+    return pd.concat(parts, ignore_index=True)
+
+
+def _batches(frame: pd.DataFrame, size: int, shuffle: bool = False) -> list[pa.RecordBatch]:
+    """The frame as the reader gives it: category columns as dictionaries, in batches of ``size`` rows."""
+    if shuffle:  # IPUs interleaved and rows out of time order, as a hostile writer might leave them
+        frame = frame.sample(frac=1.0, random_state=3).reset_index(drop=True)
+    table = pa.Table.from_pandas(frame.astype({"pass": "category", "phase": "category"}), preserve_index=False)
+    return table.to_batches(max_chunksize=size)
+
+
+@pytest.mark.parametrize("size,shuffle", [(10_000_000, False), (777, False), (500, True)])
+def test_summary_of_batches_equals_brute_force(size, shuffle):
+    # GIVEN a trace of 9000 rows WHEN it is folded in batches (one, many, many shuffled)
+    frame = _trace()
+    agg = tracescan.summarise(_batches(frame, size, shuffle))
+    # THEN every aggregate equals a groupby over the whole trace
+    dur = frame["end_cycle"] - frame["start_cycle"]
+    cube = dur.groupby([frame["ipu"], frame["stage"] + 1, frame["pass"].map(PASSES.index),
+                        frame["phase"].map(PHASES.index)]).sum()
+    assert agg.cube.sum() == dur.sum()
+    for (ipu, stage, pass_, phase), cycles in cube.items():
+        assert agg.cube[ipu, stage, pass_, phase] == cycles
+    execs = frame[frame["step"] >= 0].groupby(["ipu", "step"]).size()
+    assert agg.executions.sum() == execs.sum()
+    assert all(agg.executions[i, s] == n for (i, s), n in execs.items())
+    busy = frame[(frame["stage"] >= 0) & (frame["micro_batch"] >= 0)]
+    mbs = busy.drop_duplicates(["stage", "run", "iteration", "micro_batch"]).groupby("stage").size()
+    assert agg.micro_batches.tolist() == [int(mbs.get(s, 0)) for s in range(len(agg.micro_batches))]
+    assert agg.iterations == len(frame.drop_duplicates(["run", "iteration"])) == 12
+    assert (agg.start_cycle, agg.end_cycle) == (frame["start_cycle"].min(), frame["end_cycle"].max())
+    assert len(agg) == len(frame) and agg.iterations_per_run == 4
+
+
+@pytest.mark.parametrize("size,shuffle", [(10_000_000, False), (613, False), (450, True)])
+def test_gantt_bars_of_batches_equal_brute_force(size, shuffle):
+    frame = _trace()
+    agg = tracescan.summarise(_batches(frame, size))
+    bars = pd.DataFrame(tracescan.gantt_bars(_batches(frame, size, shuffle), agg))
+    rows = frame[(frame["stage"] >= 0) & (frame["micro_batch"] >= 0) & (frame["phase"] != "idle")].assign(
+        g=lambda f: f["run"] * 4 + f["iteration"], p=lambda f: f["pass"].map(PASSES.index))
+    want = rows.groupby(["ipu", "stage", "p", "g", "micro_batch"]).agg(
+        start_cycle=("start_cycle", "min"), end_cycle=("end_cycle", "max")).reset_index()
+    got = bars.rename(columns={"pass": "p", "iteration": "g"}).sort_values(
+        ["ipu", "stage", "p", "g", "micro_batch"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got[want.columns].astype("int64"), want.astype("int64"))
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_timeline_of_batches_matches_brute_force(shuffle):
+    # GIVEN the index built from batches (IPUs interleaved, out of order when shuffled)
+    frame = _trace()
+    index = TimelineIndex.from_ipus(tracescan.timeline_arrays(_batches(frame, 700, shuffle)))
+    lo, hi = 12_345, 600_000
+    t = timeline(index, lo, hi, max_bins=300)
+    # THEN each bin's cycles per phase equal the rows' overlap with it, computed directly
+    assert t.level == "bins"
+    s, e = frame["start_cycle"].to_numpy(), frame["end_cycle"].to_numpy()
+    for r in t.frame.sample(200, random_state=0).itertuples():
+        mask = (frame["ipu"].to_numpy() == r.ipu) & (frame["phase"].to_numpy() == r.phase)
+        overlap = np.clip(np.minimum(e[mask], r.end_cycle) - np.maximum(s[mask], r.start_cycle), 0, None)
+        assert r.cycles == overlap.sum() and r.events == (overlap > 0).sum()
+    # and a narrow window gives the raw rows
+    w = timeline(index, 100_000, 101_000)
+    assert w.level == "events"
+    want = frame[(frame["end_cycle"] > 100_000) & (frame["start_cycle"] < 101_000)]
+    assert len(w.frame) == len(want) and w.frame["cycles"].sum() == (want["end_cycle"] - want["start_cycle"]).sum()
+
+
+def test_report_in_small_batches_equals_report_in_one(profiles, monkeypatch):
+    # GIVEN the same profile read in one batch and in batches of 5 rows
+    with pv.open(profiles["unbalanced"]) as report:
+        whole = build_report(report, "all", figures=True)
+        whole_timeline = report.trace.timeline(max_bins=7).frame
+    original = Profile.iter_batches
+    monkeypatch.setattr(Profile, "iter_batches", lambda self, table, columns=None, batch_size=5:
+                        original(self, table, columns, batch_size=5))
+    with pv.open(profiles["unbalanced"]) as report:
+        assert report.profile.num_rows("trace") > 20
+        parts = build_report(report, "all", figures=True)
+        part_timeline = report.trace.timeline(max_bins=7).frame
+    # THEN every block of the report is the same
+    for a, b in zip(whole.blocks, parts.blocks):
+        if isinstance(a.data, dict):
+            assert a.data == b.data
+        else:
+            pd.testing.assert_frame_equal(a.data, b.data)
+    pd.testing.assert_frame_equal(whole_timeline, part_timeline)
+
+
+def test_prefetched_passes_errors_on():
+    def broken():
+        yield 1
+        raise ValueError("bad batch")
+
+    it = tracescan.prefetched(broken())
+    assert next(it) == 1
+    with pytest.raises(ValueError, match="bad batch"):
+        next(it)
+
+
+def test_dictionary_in_another_order_is_recoded():
+    # a writer may order a category's words differently: codes follow the schema's order
+    phase = pa.array(["idle", "compute", "idle"]).dictionary_encode()
+    assert phase.dictionary.to_pylist() == ["idle", "compute"]
+    assert tracescan._codes(phase, S.PHASES).tolist() == [4, 0, 4]
