@@ -14,8 +14,11 @@ the slowest IPU, then all IPUs sync. So the slowest IPU sets each superstep's le
   micro-batch of the step.
 
 A host call (a run) starts with a superstep in which the IPUs fed by the host pay the host call's
-latency and input transfer; then device_iterations iterations follow. Runs repeat identically, so
-one run is scheduled and its trace rows are replayed with a time offset, in NumPy.
+latency and input transfer; then device_iterations iterations follow. Iterations of a training run
+are identical but for their index, and runs repeat identically, so the trace is built from
+templates: the host call's superstep (the *prefix*) and one iteration (the *body*; for inference,
+the run's supersteps) are timed once, and their rows are replayed with time offsets, in NumPy, in
+batches: the trace never sits in memory whole, whatever the number of iterations.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ PHASE_OF_TYPE = {
 PASS_INDEX = {p: i for i, p in enumerate(PASSES)}
 PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
 TRACE_COLUMNS = ("run", "iteration", "micro_batch", "ipu", "stage", "pass", "step", "phase", "start_cycle", "end_cycle")
+# The trace's columns as the schema stores them (pass and phase: indices into PASSES and PHASES).
+TRACE_DTYPES = {"run": np.int32, "iteration": np.int32, "micro_batch": np.int32, "ipu": np.int16, "stage": np.int16,
+                "pass": np.int32, "step": np.int32, "phase": np.int32, "start_cycle": np.int64, "end_cycle": np.int64}
 
 
 @dataclass
@@ -51,24 +57,43 @@ class Superstep:
     iteration: int
 
 
+Rows = dict[str, np.ndarray]  # trace columns (TRACE_COLUMNS but "run"), in the schema's dtypes
+
+
 @dataclass
 class Schedule:
-    """One repeating unit of the run (an iteration when training, a run for inference)."""
+    """One run (host call) as templates: the prefix, then ``repeats`` copies of the body.
 
-    unit_cycles: int
-    units: int  # how many times the unit repeats
-    unit_is_iteration: bool  # training: one unit = one iteration; inference: one unit = one run
-    rows: dict[str, np.ndarray]  # trace rows of one unit, sorted by (ipu, start)
-    supersteps: int
-    busy_cycles: np.ndarray  # (ipus,) busy cycles per unit (not idle, not the superstep syncs)
+    Training: the body is one iteration, copied ``device_iterations`` times. Inference: the body is
+    the run's supersteps, once. Runs repeat identically, ``units`` times.
+    """
+
+    prefix: list[Rows]  # per IPU: rows of the host call's superstep, start from the run's start
+    body: list[Rows]  # per IPU: rows of one body, start from the body's start, sorted by start
+    prefix_cycles: int
+    body_cycles: int
+    repeats: int  # bodies per run
+    body_is_iteration: bool  # copy k of the body is iteration k
+    units: int  # runs
+    supersteps: int  # per run
+    busy_cycles: np.ndarray  # (ipus,) busy cycles per run (not idle, not the superstep syncs)
+
+    @property
+    def unit_cycles(self) -> int:
+        """Cycles of one run."""
+        return self.prefix_cycles + self.repeats * self.body_cycles
 
     @property
     def total_cycles(self) -> int:
         return self.unit_cycles * self.units
 
+    @property
+    def rows_per_unit(self) -> int:
+        return sum(len(r["step"]) for r in self.prefix) + self.repeats * sum(len(r["step"]) for r in self.body)
 
-def build_supersteps(compiled: Compiled) -> list[Superstep]:
-    """The supersteps of one unit (see the module docstring)."""
+
+def build_supersteps(compiled: Compiled) -> tuple[list[Superstep], list[Superstep], int, bool]:
+    """The supersteps of one run: (prefix, body, repeats, body_is_iteration), see ``Schedule``."""
     plan = compiled.plan
     stages = plan.stages
     n = len(stages)
@@ -103,10 +128,10 @@ def build_supersteps(compiled: Compiled) -> list[Superstep]:
                     work += [((s.index, pass_), m, 0) for m in range(m_count)]
                     steps.append(Superstep({s.ipu: work}, 0))
         steps.append(Superstep({ipu: [("update", -1, 0)] for ipu in range(plan.num_ipus)}, 0))
-        # The unit is one host call: device_iterations iterations.
-        steps = [Superstep({ipu: [(k, m, it) for k, m, _ in items] for ipu, items in s.work.items()}, it)
-                 for it in range(o.device_iterations) for s in steps]
+        # A host call runs device_iterations identical iterations: one is the body.
+        repeats, body_is_iteration = o.device_iterations, True
     else:
+        repeats, body_is_iteration = 1, False
         m_count = o.device_iterations
         if plan.pipelined:
             for t in range(m_count + n - 1):
@@ -128,7 +153,7 @@ def build_supersteps(compiled: Compiled) -> list[Superstep]:
     # Each host call starts with the host's own latency and the transfer of the call's inputs, on
     # the IPUs the host feeds; the others wait.
     host = {prog.ipu: [("host_call", -1, 0)] for prog in compiled.programs if "host_call" in prog.segments}
-    return ([Superstep(host, 0)] if host else []) + steps
+    return ([Superstep(host, 0)] if host else []), steps, repeats, body_is_iteration
 
 
 def _with_load(loads: set, ipu: int, key: tuple[int, str], micro_batch: int, iteration: int) -> list:
@@ -142,13 +167,19 @@ def _phase_load(loads: set, ipu: int, key: tuple[int, str]) -> list:
 
 
 def schedule(compiled: Compiled) -> Schedule:
-    """Time one unit of the run and build its trace rows."""
-    plan = compiled.plan
-    o = plan.options
-    ipus = plan.num_ipus
-    supersteps = build_supersteps(compiled)
-    # Per IPU: segment key -> (step ids, step cycles, offsets within the segment, duration)
-    segs: list[dict[object, tuple[np.ndarray, np.ndarray, np.ndarray, int]]] = []
+    """Time one run and build the trace rows of its prefix and body."""
+    o = compiled.plan.options
+    segs = _segment_table(compiled)
+    prefix, body, repeats, body_is_iteration = build_supersteps(compiled)
+    pre_rows, pre_cycles, pre_busy = _time(compiled, segs, prefix)
+    body_rows, body_cycles, body_busy = _time(compiled, segs, body)
+    return Schedule(pre_rows, body_rows, pre_cycles, body_cycles, repeats, body_is_iteration, o.runs,
+                    len(prefix) + repeats * len(body), pre_busy + repeats * body_busy)
+
+
+def _segment_table(compiled: Compiled) -> list[dict[object, tuple[np.ndarray, np.ndarray, np.ndarray, int]]]:
+    """Per IPU: segment key -> (step ids, step cycles, offsets within the segment, duration)."""
+    segs = []
     for prog in compiled.programs:
         cycles = np.asarray(prog.cycles, dtype=np.int64)
         table = {}
@@ -160,8 +191,14 @@ def schedule(compiled: Compiled) -> Schedule:
             offsets = np.concatenate(([0], np.cumsum(c)[:-1])) if len(c) else c
             table[key] = (ids, c, offsets, int(c.sum()))
         segs.append(table)
-    sync = np.array([prog.cycles[prog.sync_step] for prog in compiled.programs], dtype=np.int64)
+    return segs
 
+
+def _time(compiled: Compiled, segs: list[dict], supersteps: list[Superstep]) -> tuple[list[Rows], int, np.ndarray]:
+    """Rows of a sequence of supersteps starting at cycle 0, per IPU sorted by start; their length
+    in cycles; busy cycles per IPU."""
+    ipus = compiled.plan.num_ipus
+    sync = np.array([prog.cycles[prog.sync_step] for prog in compiled.programs], dtype=np.int64)
     count = len(supersteps)
     busy = np.zeros((count, ipus), dtype=np.int64)
     for t, step in enumerate(supersteps):
@@ -169,7 +206,7 @@ def schedule(compiled: Compiled) -> Schedule:
             busy[t, ipu] = sum(segs[ipu][key][3] for key, _, _ in items)
     sync_len = int(sync.max())
     length = busy.max(axis=1) + sync_len
-    start = np.concatenate(([0], np.cumsum(length)[:-1]))
+    start = np.concatenate(([0], np.cumsum(length)[:-1])).astype(np.int64)
 
     # Segment executions, grouped by (ipu, segment) so each group broadcasts over its steps.
     groups: dict[tuple[int, object], list[tuple[int, int, int]]] = {}
@@ -179,7 +216,7 @@ def schedule(compiled: Compiled) -> Schedule:
             for key, micro_batch, iteration in items:
                 groups.setdefault((ipu, key), []).append((int(start[t]) + offset, micro_batch, iteration))
                 offset += segs[ipu][key][3]
-    parts: list[dict[str, np.ndarray]] = []
+    parts: list[Rows] = []
     for (ipu, key), execs in groups.items():
         ids, c, offsets, _ = segs[ipu][key]
         if not len(ids):
@@ -214,8 +251,10 @@ def schedule(compiled: Compiled) -> Schedule:
     parts.append(_fixed(iters, ipu_idx, sync_steps[ipu_idx], "sync", sync_start, start[t_idx] + length[t_idx]))
     rows = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     order = np.lexsort((rows["start_cycle"], rows["ipu"]))
-    rows = {k: v[order] for k, v in rows.items()}
-    return Schedule(int(length.sum()), o.runs, False, rows, count, busy.sum(axis=0))
+    rows = {k: v[order].astype(TRACE_DTYPES[k]) for k, v in rows.items()}
+    bounds = np.searchsorted(rows["ipu"], np.arange(ipus + 1))
+    per_ipu = [{k: v[bounds[i]:bounds[i + 1]] for k, v in rows.items()} for i in range(ipus)]
+    return per_ipu, int(length.sum()), busy.sum(axis=0)
 
 
 def _fixed(iteration: np.ndarray, ipu: np.ndarray, step: np.ndarray | int, phase: str, start: np.ndarray,
@@ -234,22 +273,38 @@ def _fixed(iteration: np.ndarray, ipu: np.ndarray, step: np.ndarray | int, phase
     }
 
 
-def trace_batches(sched: Schedule, compiled: Compiled, max_rows: int = 1 << 20) -> Iterator[dict[str, np.ndarray]]:
-    """The whole trace in batches of about ``max_rows`` rows: the unit replayed with time offsets."""
-    o = compiled.plan.options
-    unit = sched.rows
-    per_unit = len(unit["start_cycle"])
-    chunk = max(1, max_rows // max(per_unit, 1))
-    for first in range(0, sched.units, chunk):
-        k = np.arange(first, min(first + chunk, sched.units), dtype=np.int64)
-        shift = np.repeat(k * sched.unit_cycles, per_unit)
-        batch = {name: np.tile(col, len(k)) for name, col in unit.items()}
-        batch["start_cycle"] = batch["start_cycle"] + shift
-        batch["end_cycle"] = batch["end_cycle"] + shift
-        if sched.unit_is_iteration:
-            unit_index = np.repeat(k, per_unit)
-            batch["run"] = unit_index // o.device_iterations
-            batch["iteration"] = unit_index % o.device_iterations
-        else:
-            batch["run"] = np.repeat(k, per_unit)
-        yield batch
+def trace_batches(sched: Schedule, max_rows: int = 1 << 20) -> Iterator[Rows]:
+    """The whole trace, in batches of at most about ``max_rows`` rows, in the table's order: run by
+    run, IPU by IPU, by start. A batch is an IPU's body repeated for a chunk of bodies with time
+    offsets: the columns that do not change are tiled once and shared by every batch."""
+    chunks, tiled = [], []
+    for body in sched.body:
+        n = len(body["step"])
+        chunk = max(1, min(sched.repeats, max_rows // max(n, 1)))
+        chunks.append(chunk)
+        tiled.append({k: np.tile(v, chunk) for k, v in body.items() if k not in ("start_cycle", "end_cycle", "iteration")})
+    for run in range(sched.units):
+        base = run * sched.unit_cycles
+        for pre, body, chunk, constant in zip(sched.prefix, sched.body, chunks, tiled):
+            if len(pre["step"]):
+                batch = dict(pre)
+                batch["start_cycle"] = pre["start_cycle"] + base
+                batch["end_cycle"] = pre["end_cycle"] + base
+                batch["run"] = np.full(len(pre["step"]), run, dtype=np.int32)
+                yield batch
+            n = len(body["step"])
+            if not n:
+                continue
+            for first in range(0, sched.repeats, chunk):
+                k = np.arange(first, min(first + chunk, sched.repeats), dtype=np.int64)
+                rows = len(k) * n
+                batch = {name: col[:rows] for name, col in constant.items()}
+                shift = (base + sched.prefix_cycles + k * sched.body_cycles)[:, None]
+                batch["start_cycle"] = (body["start_cycle"][None, :] + shift).ravel()
+                batch["end_cycle"] = (body["end_cycle"][None, :] + shift).ravel()
+                if sched.body_is_iteration:
+                    batch["iteration"] = np.repeat(k.astype(np.int32), n)
+                else:
+                    batch["iteration"] = np.tile(body["iteration"], len(k))
+                batch["run"] = np.full(rows, run, dtype=np.int32)
+                yield batch
