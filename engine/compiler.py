@@ -33,20 +33,45 @@ NAL_CATEGORIES = ("weights", "optimiser_state", "gradients", "activations", "sta
 
 @dataclass
 class Mapping:
-    """Where an op's work lies: tiles [start, start + len(grains)), with ``grains[t]`` grains each."""
+    """Where an op's work lies: tiles [start, start + len(grains)), with ``grains[t]`` grains each.
+
+    Ops of equal work (a transformer's repeated layers) share one read-only ``grains`` array and one
+    ``cache`` of what is derived from it, so each split is computed once per compilation.
+    """
 
     start: int
-    grains: np.ndarray  # int64, one entry per tile used
+    grains: np.ndarray  # int64, one entry per tile used; read-only
+    cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def tiles(self) -> int:
         return len(self.grains)
 
     def share(self, total: int) -> np.ndarray:
-        """Split ``total`` bytes over the tiles in proportion to their grains, exactly."""
-        cum = np.cumsum(self.grains)
-        upto = (int(total) * cum) // int(cum[-1])
-        return np.diff(upto, prepend=0)
+        """Split ``total`` bytes over the tiles in proportion to their grains, exactly (read-only)."""
+        key = ("share", int(total))
+        out = self.cache.get(key)
+        if out is None:
+            cum = self.cache.get("cum")
+            if cum is None:
+                cum = self.cache["cum"] = np.cumsum(self.grains)
+            upto = (int(total) * cum) // int(cum[-1])
+            out = np.empty_like(upto)
+            out[0] = upto[0]
+            np.subtract(upto[1:], upto[:-1], out=out[1:])
+            out.flags.writeable = False
+            self.cache[key] = out
+        return out
+
+    def scaled(self, busiest: int) -> np.ndarray:
+        """Each tile's part of ``busiest``, the bytes of the tile with the most grains (read-only)."""
+        key = ("scaled", int(busiest))
+        out = self.cache.get(key)
+        if out is None:
+            out = int(busiest) * self.grains // int(self.grains.max())
+            out.flags.writeable = False
+            self.cache[key] = out
+        return out
 
 
 @dataclass
@@ -128,6 +153,7 @@ class Compiler:
         self.a = plan.target.assumptions
         self.stage_of = plan.stage_of_op()
         self.ops = {op.op_id: op for s in plan.stages for op in s.ops}
+        self._spreads: dict[tuple[int, int], tuple[np.ndarray, dict]] = {}
         self.mappings = {op_id: self._map(op) for op_id, op in self.ops.items()}
         self.weight_mappings = {op_id: self._map_weights(op) for op_id, op in self.ops.items() if op.params}
         locations = plan.options.tensor_locations
@@ -156,21 +182,25 @@ class Compiler:
         room = self.tiles - used + 1
         return (op_id * 997) % room
 
+    def _spread(self, start: int, grains: int, used: int) -> Mapping:
+        """``grains`` over ``used`` tiles from ``start``, the first ``grains % used`` taking one more."""
+        shared = self._spreads.get((grains, used))
+        if shared is None:
+            base, extra = divmod(grains, used)
+            array = np.full(used, base, dtype=np.int64)
+            array[:extra] += 1
+            array.flags.writeable = False
+            shared = self._spreads[(grains, used)] = (array, {})
+        return Mapping(start, shared[0], shared[1])
+
     def _map(self, op: Op) -> Mapping:
         used = min(op.grains, self.tiles)
-        base, extra = divmod(op.grains, used)
-        grains = np.full(used, base, dtype=np.int64)
-        grains[:extra] += 1
-        return Mapping(self._span(op.op_id, used), grains)
+        return self._spread(self._span(op.op_id, used), op.grains, used)
 
     def _map_weights(self, op: Op) -> Mapping:
         work = self.mappings[op.op_id]
         weight_grains = math.ceil(op.params / WEIGHT_GRAIN_PARAMS)
-        used = min(weight_grains, work.tiles)
-        base, extra = divmod(weight_grains, used)
-        grains = np.full(used, base, dtype=np.int64)
-        grains[:extra] += 1
-        return Mapping(work.start, grains)
+        return self._spread(work.start, weight_grains, min(weight_grains, work.tiles))
 
     # -- costs -------------------------------------------------------------------------------
 
@@ -187,6 +217,16 @@ class Compiler:
             return per_flops / rate
         compute = per_flops / self.target.vector_flops_per_cycle(precision)
         return max(compute, per_bytes / self.target.memory_bytes_per_cycle_per_tile)
+
+    def _mapped_cycles(self, mapping: Mapping, grain_cycles: float, amp: bool = False) -> np.ndarray:
+        """``_tile_cycles`` of a mapping's grains, computed once per split and grain cost (read-only)."""
+        key = ("cycles", grain_cycles, amp)
+        out = mapping.cache.get(key)
+        if out is None:
+            out = self._tile_cycles(mapping.grains, grain_cycles, amp)
+            out.flags.writeable = False
+            mapping.cache[key] = out
+        return out
 
     def _tile_cycles(self, grains: np.ndarray, grain_cycles: float, amp: bool = False) -> np.ndarray:
         """Cycles each tile spends on its grains, launch overhead included.
@@ -258,15 +298,16 @@ class Compiler:
         # The backward's two products exchange one after the other: the buffer holds one at a time.
         # Each tile's buffer holds what it receives (its grains' share of the busiest tile's bytes),
         # live only over this exchange and the compute set that reads it.
-        received = (per_tile // factor // serial) * mapping.grains // int(mapping.grains.max())
+        received = mapping.scaled(per_tile // factor // serial)
         prog.variables.append(Variable(f"{label}/exchange_buffer", "exchange_buffers", False, mapping.start,
                                        received, ex_step, ex_step + 1, op.op_id))
         # Backward on the matrix units computes two products (input and weight gradients); on the
         # vector units the gradient costs about what the forward did.
         flops = op.flops * factor if op.on_amp else op.flops
         moved = op.bytes * factor
-        cycles = self._tile_cycles(mapping.grains, self._grain_cycles(op, flops, moved, op.grains), op.on_amp)
-        cycles = cycles + (serial - 1) * self.a.compute_set_overhead_cycles
+        cycles = self._mapped_cycles(mapping, self._grain_cycles(op, flops, moved, op.grains), op.on_amp)
+        if serial > 1:
+            cycles = cycles + (serial - 1) * self.a.compute_set_overhead_cycles
         cs = prog.add("compute_set", label, op.op_id, stage, pass_, mapping.tiles, 0, int(cycles.max()))
         prog.tile_cycles.append((cs, mapping.start, cycles, mapping.grains))
         if self.shards > 1:
@@ -581,7 +622,7 @@ class Compiler:
         grains = int(wmap.grains.sum())
         grain_cycles = max(flops / grains / self.target.vector_flops_per_cycle("fp32"),
                            moved / grains / self.target.memory_bytes_per_cycle_per_tile)
-        cycles = self._tile_cycles(wmap.grains, grain_cycles)
+        cycles = self._mapped_cycles(wmap, grain_cycles)
         cs = prog.add("compute_set", f"{op.name}/update", op.op_id, stage, "update", wmap.tiles, 0, int(cycles.max()))
         prog.tile_cycles.append((cs, wmap.start, cycles, wmap.grains))
         mask = prog.codelets.setdefault(("optimiser", "update"), np.zeros(self.tiles, dtype=bool))
@@ -622,6 +663,12 @@ class Compiler:
         state_bytes = self.a.optimiser_state_bytes_per_param[self.options.optimiser]
         shard = self.options.replication_factor if self.rts else 1
         ga = self.options.gradient_accumulation
+        weight_spans: dict[int, list[tuple[int, int]]] = {}
+        for op_id, live_from, live_to in self._weight_spans:
+            weight_spans.setdefault(op_id, []).append((live_from, live_to))
+        grad_spans: dict[int, list[int]] = {}
+        for op_id, store in self._grad_spans:
+            grad_spans.setdefault(op_id, []).append(store)
         for stage in stages:
             depth = self._stash_depth(stage)
             checkpoints = {op.op_id for op in self._checkpoints(stage)} if training and self.options.recompute else set()
@@ -667,10 +714,9 @@ class Compiler:
                 wmap = self.weight_mappings[op.op_id]
                 weights = wmap.share(op.params * self.dt)
                 if self.phased_pipeline:
-                    for op_id, live_from, live_to in self._weight_spans:
-                        if op_id == op.op_id:
-                            prog.variables.append(Variable(f"{op.name}/weight", "weights", False, wmap.start,
-                                                           weights, live_from, live_to, op.op_id))
+                    for live_from, live_to in weight_spans.get(op.op_id, []):
+                        prog.variables.append(Variable(f"{op.name}/weight", "weights", False, wmap.start,
+                                                       weights, live_from, live_to, op.op_id))
                 if self.weights_streamed:
                     for step, pass_ in weight_loads.get(op.op_id, []):
                         end = prog.segments[(stage.index, pass_)][1] - 1
@@ -695,10 +741,9 @@ class Compiler:
                                                    state, 0, last_step, op.op_id))
                 grads = wmap.share(op.params * self.dt)
                 if self.phased_pipeline:
-                    for op_id, store in self._grad_spans:
-                        if op_id == op.op_id:
-                            prog.variables.append(Variable(f"{op.name}/gradient", "gradients", False, wmap.start,
-                                                           grads, bwd_cs[op.op_id], store, op.op_id))
+                    for store in grad_spans.get(op.op_id, []):
+                        prog.variables.append(Variable(f"{op.name}/gradient", "gradients", False, wmap.start,
+                                                       grads, bwd_cs[op.op_id], store, op.op_id))
                 elif ga > 1 and not self.weights_streamed:
                     prog.variables.append(Variable(f"{op.name}/grad_accumulator", "gradients", True, wmap.start,
                                                    grads, 0, last_step, op.op_id))
