@@ -1,66 +1,173 @@
-"""Benchmark the emulator: `python benchmarks/bench_engine.py [MODEL ...] [--repeat N]`.
+"""Benchmark the emulator: `python benchmarks/bench_engine.py [--repeat N] [--json PATH] [--quick]`.
 
-For each command (by default `popvision run bert-large --profile`, the issue's target of < 20 s,
-and `popvision run mnist --profile`), runs it N times in a fresh process and prints the median wall
-time, the peak RSS, the profile's size and each table's rows. Not a test: figures for the notes.
+Cases (issue 6): A, bert-large pipelined over 4 IPUs x 4 replicas (IPU-POD16) at gradient
+accumulation 64 and 4 device iterations; B, gpt3-175b phased over an IPU-POD256; and growth, the
+same bert-large run at 4, 40 and 250 device iterations (about 0.8, 8 and 50 million trace rows).
+
+Each run of a case is a fresh process that runs `popvision run ... --profile` through the CLI's
+`main` and reports its own figures: the engine time (the command, in process, after importing the
+CLI and the engine; any import the command itself triggers is counted), the
+process's wall time and its peak RSS (``ru_maxrss``). Then the profile's tables are read back into
+memory as Arrow tables and ``ProfileWriter`` alone writes them again, timed: the writer-only time.
+The ratio engine / writer-only is what the emulation costs beyond writing its output (target <= 3).
+Figures are medians over ``--repeat`` runs (the growth sizes beyond the first run once). Profiles
+go to a temporary folder (``--tmp``), never the repository.
+
+``--quick`` runs tiny sizes (mnist) in seconds: a smoke test of the harness, not figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
+import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-COMMANDS = {
-    "bert-large": ["bert-large"],
-    "mnist": ["mnist"],
-    "resnet50-pod16": ["resnet50", "--replicas", "4"],
-    "gpt3-175b-pod256": ["gpt", "--preset", "gpt3-175b"],
+BERT_POD16 = ["bert-large", "--gradient-accumulation", "64", "--replicas", "4"]
+CASES = {
+    "A": [*BERT_POD16, "--device-iterations", "4"],
+    "B": ["gpt", "--preset", "gpt3-175b"],
 }
+GROWTH = {f"growth DI {di}": [*BERT_POD16, "--device-iterations", str(di)] for di in (4, 40, 250)}
+QUICK_CASES = {"A": ["mnist", "--device-iterations", "2"], "B": ["mnist", "--strategy", "phased"]}
+QUICK_GROWTH = {f"growth DI {di}": ["mnist", "--device-iterations", str(di)] for di in (1, 4, 16)}
+
+# Runs in the fresh process: the CLI command, timed after its imports, and the process's peak RSS.
+CHILD = """
+import json, resource, sys, time
+start = time.perf_counter()
+from popvision_py.cli import main
+import popvision_py.cli.run  # the command's module and the engine: imported before the clock starts
+imported = time.perf_counter()
+try:
+    main(sys.argv[1:], standalone_mode=False)
+finally:
+    done = time.perf_counter()
+print(json.dumps({"engine_s": done - imported, "import_s": imported - start,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
 
 
-def measure(args: list[str], repeat: int) -> dict:
-    times, rss = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(repeat):
-            cmd = [sys.executable, "-m", "popvision_py.cli", "run", *args, "--profile", "--profile-dir", tmp, "-q"]
-            before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-            start = time.perf_counter()
-            subprocess.run(cmd, check=True, capture_output=True)
-            times.append(time.perf_counter() - start)
-            rss.append(max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
-        path = Path(tmp) / "profile.pop"
-        manifest = json.loads(subprocess.run(
-            [sys.executable, "-m", "popvision_py.cli", "info", str(path), "--json"],
-            check=True, capture_output=True, text=True).stdout)
-        return {
-            "command": "popvision run " + " ".join(args) + " --profile",
-            "median_s": statistics.median(times),
-            "runs_s": [round(t, 3) for t in times],
-            "peak_rss_mb": max(rss) / 1024,
-            "profile_bytes": path.stat().st_size,
-            "rows": {name: t["rows"] for name, t in manifest["tables"].items()},
-        }
+@dataclass
+class Result:
+    case: str
+    command: str
+    engine_s: float  # median, in process
+    wall_s: float  # median, the whole process (interpreter start, imports, command)
+    writer_s: float  # median, ProfileWriter alone writing the same tables
+    ratio: float  # engine_s / writer_s
+    peak_rss_mb: float  # largest over the runs
+    profile_bytes: int
+    rows: dict[str, int]
+    total_rows: int
+    rows_per_s: float  # rows of every table / engine_s
+    engine_runs_s: list[float] = field(default_factory=list)
+    writer_runs_s: list[float] = field(default_factory=list)
 
 
-def main() -> int:
+def run_engine(args: list[str], out: Path) -> dict:
+    cmd = [sys.executable, "-c", CHILD, "run", *args, "--profile", "--profile-dir", str(out), "-q"]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    figures["wall_s"] = wall
+    return figures
+
+
+def writer_only(path: Path, repeat: int) -> list[float]:
+    """Read every table of ``path`` into memory, then time ProfileWriter writing them ``repeat`` times."""
+    from popvision_py.format import ProfileWriter, open_profile
+
+    with open_profile(path) as profile:
+        manifest = profile.manifest
+        tables = {name: profile.read_table(name) for name in profile.tables}
+    times = []
+    for _ in range(repeat):
+        target = path.parent / "writer_only.pop"
+        start = time.perf_counter()
+        with ProfileWriter(target, target=manifest["target"], run=manifest["run"]) as writer:
+            for name, table in tables.items():
+                writer.write_table(name, table)
+        times.append(time.perf_counter() - start)
+        target.unlink()
+    return times
+
+
+def measure(case: str, args: list[str], repeat: int, tmp: Path) -> Result:
+    out = tmp / case.replace(" ", "_")
+    runs = [run_engine(args, out) for _ in range(repeat)]
+    path = out / "profile.pop"
+    from popvision_py.format import open_profile
+
+    with open_profile(path) as profile:
+        rows = {name: int(t["rows"]) for name, t in profile.manifest["tables"].items()}
+    writer = writer_only(path, repeat)
+    engine = statistics.median(r["engine_s"] for r in runs)
+    total = sum(rows.values())
+    result = Result(
+        case=case, command="popvision run " + " ".join(args) + " --profile",
+        engine_s=engine, wall_s=statistics.median(r["wall_s"] for r in runs),
+        writer_s=statistics.median(writer), ratio=engine / statistics.median(writer),
+        peak_rss_mb=max(r["peak_rss_mb"] for r in runs), profile_bytes=path.stat().st_size,
+        rows=rows, total_rows=total, rows_per_s=total / engine,
+        engine_runs_s=[round(r["engine_s"], 3) for r in runs], writer_runs_s=[round(t, 3) for t in writer],
+    )
+    path.unlink()
+    return result
+
+
+def machine() -> dict:
+    import numpy
+    import pyarrow
+
+    return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "numpy": numpy.__version__, "pyarrow": pyarrow.__version__}
+
+
+def render(results: list[Result]) -> str:
+    head = ("case", "engine s", "wall s", "writer-only s", "ratio", "peak RSS MB", "profile MB", "rows", "Mrows/s")
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" + " ---: |" * (len(head) - 1)]
+    for r in results:
+        lines.append(f"| {r.case} | {r.engine_s:.2f} | {r.wall_s:.2f} | {r.writer_s:.2f} | {r.ratio:.2f} | "
+                     f"{r.peak_rss_mb:.0f} | {r.profile_bytes / 1e6:.1f} | {r.total_rows:,} | {r.rows_per_s / 1e6:.2f} |")
+    lines.append("")
+    for r in results:
+        lines.append(f"{r.case}: {r.command}")
+        lines.append("  rows: " + ", ".join(f"{k} {v:,}" for k, v in r.rows.items()))
+        lines.append(f"  engine runs {r.engine_runs_s} s, writer-only runs {r.writer_runs_s} s")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="*", default=list(COMMANDS), help=f"any of {', '.join(COMMANDS)}")
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
-    for name in args.models:
-        r = measure(COMMANDS[name], args.repeat)
-        print(r["command"])
-        print(f"  wall time   median {r['median_s']:.2f} s over {args.repeat} runs {r['runs_s']}")
-        print(f"  peak RSS    {r['peak_rss_mb']:.0f} MB")
-        print(f"  profile     {r['profile_bytes']:,} bytes")
-        print("  rows        " + ", ".join(f"{k} {v:,}" for k, v in r["rows"].items()))
+    parser.add_argument("--repeat", type=int, default=3, help="runs per case (medians); default 3")
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one run each: a smoke test")
+    parser.add_argument("--no-growth", action="store_true", help="cases A and B only")
+    parser.add_argument("--tmp", type=Path, help="folder for the profiles (default: a temporary folder)")
+    args = parser.parse_args(argv)
+    cases, growth = (QUICK_CASES, QUICK_GROWTH) if args.quick else (CASES, GROWTH)
+    repeat = 1 if args.quick else args.repeat
+    results = []
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        for name, cmd in cases.items():
+            results.append(measure(name, cmd, repeat, Path(tmp)))
+            print(f"{name}: {results[-1].engine_s:.2f} s", file=sys.stderr)
+        if not args.no_growth:
+            for k, (name, cmd) in enumerate(growth.items()):
+                results.append(measure(name, cmd, repeat if k == 0 else 1, Path(tmp)))
+                print(f"{name}: {results[-1].engine_s:.2f} s", file=sys.stderr)
+    print(render(results))
+    if args.json:
+        args.json.write_text(json.dumps({"machine": machine(), "results": [asdict(r) for r in results]}, indent=2))
     return 0
 
 

@@ -252,14 +252,14 @@ def tile_cycles_batches(compiled: Compiled) -> Iterator[dict[str, np.ndarray]]:
     for prog in compiled.programs:
         if not prog.tile_cycles:
             continue
-        lengths = np.array([len(c) for _, _, c, _ in prog.tile_cycles])
-        steps = np.repeat([s for s, _, _, _ in prog.tile_cycles], lengths)
-        starts = np.repeat([st for _, st, _, _ in prog.tile_cycles], lengths)
-        within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        lengths = np.array([len(c) for _, _, c, _ in prog.tile_cycles], dtype=np.int64)
+        firsts = np.cumsum(lengths) - lengths  # each compute set's first row
+        rows = int(lengths.sum())
+        starts = np.array([st for _, st, _, _ in prog.tile_cycles], dtype=np.int64)
         yield {
-            "ipu": np.full(len(steps), prog.ipu),
-            "step": steps,
-            "tile": starts + within,
+            "ipu": np.full(rows, prog.ipu, dtype=np.int16),
+            "step": np.repeat(np.array([s for s, _, _, _ in prog.tile_cycles], dtype=np.int32), lengths),
+            "tile": (np.arange(rows, dtype=np.int64) + np.repeat(starts - firsts, lengths)).astype(np.int32),
             "cycles": np.concatenate([c for _, _, c, _ in prog.tile_cycles]),
         }
 
@@ -280,10 +280,16 @@ def tile_memory_batches(memories: list[IpuMemory]) -> Iterator[dict[str, Any]]:
 def variables_table(compiled: Compiled) -> dict[str, Any]:
     cols: dict[str, list] = {k: [] for k in ("var_id", "name", "ipu", "category", "always_live", "bytes",
                                               "start_tile", "tiles", "live_from_step", "live_to_step", "op_id")}
+    # Variables of equal size share their per-tile arrays (see Mapping): each is summed once. The
+    # arrays live as long as the variables, so their ids are stable here.
+    sums: dict[int, int] = {}
     var_id = 0
     for prog in compiled.programs:
         for v in prog.variables:
-            for k, val in zip(cols, (var_id, v.name, prog.ipu, v.category, v.always_live, int(v.per_tile.sum()),
+            size = sums.get(id(v.per_tile))
+            if size is None:
+                size = sums[id(v.per_tile)] = int(v.per_tile.sum())
+            for k, val in zip(cols, (var_id, v.name, prog.ipu, v.category, v.always_live, size,
                                      v.start, len(v.per_tile), v.live_from, v.live_to, v.op_id)):
                 cols[k].append(val)
             var_id += 1

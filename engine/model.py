@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -281,11 +282,12 @@ class Tensor:
     dtype: str
     producer: int
 
-    @property
+    # Cached: the compiler asks for a tensor's bytes several times per op pass.
+    @functools.cached_property
     def elements(self) -> int:
         return math.prod(self.shape)
 
-    @property
+    @functools.cached_property
     def bytes(self) -> int:
         return self.elements * DTYPE_BYTES[self.dtype]
 
@@ -336,6 +338,7 @@ class Model:
         self.options = options or Options()
         self.dtype = self.options.precision
         self.ops: list[Op] = []
+        self._op_names: set[str] = set()  # the ops' names, to make each unique without a scan
         self.blocks: list[str] = []  # in order of first use
         self.block_ipus: dict[str, int] = {}
         self.default_strategy: ExecutionStrategy | None = None
@@ -388,7 +391,8 @@ class Model:
         out_shape = tuple(int(s) for s in out_shape)
         _check_shape(out_shape, name)
         op_id = len(self.ops)
-        unique = name if all(op.name != name for op in self.ops) else f"{name}.{op_id}"
+        unique = name if name not in self._op_names else f"{name}.{op_id}"
+        self._op_names.add(unique)
         out = Tensor(out_shape, out_dtype or self.dtype, op_id)
         dtype_bytes = DTYPE_BYTES[self.dtype]
         moved = sum(t.bytes for t in inputs) + out.bytes + params * dtype_bytes
