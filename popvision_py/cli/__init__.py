@@ -47,7 +47,8 @@ class PopvisionGroup(click.Group):
             click.echo(f"Error: {exc}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
-            click.echo("Interrupted; nothing was written.", err=True)
+            # Outputs are published atomically: each is either whole or not there at all.
+            click.echo("Interrupted.", err=True)
             ctx.exit(130)
 
 
