@@ -49,3 +49,24 @@ def test_one_section_reads_only_its_tables(profiles, reads):
     with pv.open(profiles["oom"]) as report:
         build_report(report, "memory")
     assert sorted(t for t, _ in reads) == ["tile_memory", "variables"]
+
+
+@pytest.mark.parametrize("name", ["oom", "exchange", "inference"])
+def test_read_table_with_the_footer_kept_from_open_decodes_what_pyarrow_decodes(profiles, name):
+    # GIVEN a profile opened once (each table's Parquet footer parsed at open and kept)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with pv.open(profiles[name]) as report:
+        profile = report.profile
+        for table, columns in TABLE_COLUMNS.items():
+            member = profile._members[table + ".parquet"]
+            raw = pa.BufferReader(profile._buffer.slice(member.offset, member.size))
+            # WHEN a table, or some of its columns, is read through the reader
+            # THEN it equals pyarrow's own pq.read_table of the same member, schema and values
+            assert profile.read_table(table, columns).equals(pq.read_table(raw, columns=list(columns)), check_metadata=True)
+            raw.seek(0)
+            assert profile.read_table(table).equals(pq.read_table(raw), check_metadata=True)
+        # and a filtered read still goes through pyarrow's row-group filters
+        ipu0 = profile.read_table("tile_memory", ["ipu"], filters=[("ipu", "=", 0)])
+        assert set(ipu0.column("ipu").to_pylist()) == {0}
