@@ -154,6 +154,8 @@ class Compiler:
         self.stage_of = plan.stage_of_op()
         self.ops = {op.op_id: op for s in plan.stages for op in s.ops}
         self._spreads: dict[tuple[int, int], tuple[np.ndarray, dict]] = {}
+        self._signatures: dict[int, tuple] = {}  # op id -> its work signature (see _pass_costs)
+        self._costs: dict[tuple[tuple, int], tuple[int, int, np.ndarray, np.ndarray, int]] = {}
         self.mappings = {op_id: self._map(op) for op_id, op in self.ops.items()}
         self.weight_mappings = {op_id: self._map_weights(op) for op_id, op in self.ops.items() if op.params}
         locations = plan.options.tensor_locations
@@ -282,33 +284,13 @@ class Compiler:
         mapping = self.mappings[op.op_id]
         label = f"{op.name}/{suffix}"
         prog.add("sync", f"{label}/sync", op.op_id, stage, pass_, self.tiles, 0, self.a.tile_sync_cycles)
-        per_tile = self._exchange_bytes_per_tile(op, mapping, factor)
-        # Poplar's available memory proportion bounds a matmul's / convolution's temporary memory
-        # per tile; above it the planner serialises the op into pieces that exchange and compute in
-        # turn: smaller buffers, one more exchange and compute-set launch per piece.
-        serial = 1
-        if op.on_amp:
-            budget = self.options.available_memory_proportion * self.target.arch.bytes_per_tile
-            serial = max(1, math.ceil((per_tile // factor) / budget))
-        ex_cycles = (serial * self.a.exchange_latency_cycles
-                     + math.ceil(per_tile / self.a.exchange_bytes_per_cycle_per_tile))
+        per_tile, ex_cycles, received, cycles, slowest = self._pass_costs(op, mapping, factor)
         ex_step = prog.add("exchange", f"{label}/exchange", op.op_id, stage, pass_, mapping.tiles,
                            per_tile * mapping.tiles, ex_cycles)
         prog.exchanges.append((ex_step, "internal", prog.ipu, prog.ipu, per_tile * mapping.tiles, ex_cycles))
-        # The backward's two products exchange one after the other: the buffer holds one at a time.
-        # Each tile's buffer holds what it receives (its grains' share of the busiest tile's bytes),
-        # live only over this exchange and the compute set that reads it.
-        received = mapping.scaled(per_tile // factor // serial)
         prog.variables.append(Variable(f"{label}/exchange_buffer", "exchange_buffers", False, mapping.start,
                                        received, ex_step, ex_step + 1, op.op_id))
-        # Backward on the matrix units computes two products (input and weight gradients); on the
-        # vector units the gradient costs about what the forward did.
-        flops = op.flops * factor if op.on_amp else op.flops
-        moved = op.bytes * factor
-        cycles = self._mapped_cycles(mapping, self._grain_cycles(op, flops, moved, op.grains), op.on_amp)
-        if serial > 1:
-            cycles = cycles + (serial - 1) * self.a.compute_set_overhead_cycles
-        cs = prog.add("compute_set", label, op.op_id, stage, pass_, mapping.tiles, 0, int(cycles.max()))
+        cs = prog.add("compute_set", label, op.op_id, stage, pass_, mapping.tiles, 0, slowest)
         prog.tile_cycles.append((cs, mapping.start, cycles, mapping.grains))
         if self.shards > 1:
             # Tensor sharding: a row-parallel op's partial outputs are all-reduced over the stage's
@@ -325,6 +307,44 @@ class Compiler:
         mask = prog.codelets.setdefault(codelet, np.zeros(self.tiles, dtype=bool))
         mask[mapping.start:mapping.start + mapping.tiles] = True
         return ex_step, cs
+
+    def _pass_costs(self, op: Op, mapping: Mapping, factor: int) -> tuple[int, int, np.ndarray, np.ndarray, int]:
+        """An op pass's exchange (bytes on the busiest tile, cycles, each tile's buffer) and compute
+        set (cycles per tile, the slowest): computed once per work signature and factor, so the
+        repeated layers of a model (and a pass's recomputation) reuse their first layer's figures."""
+        key = self._signatures.get(op.op_id)
+        if key is None:
+            # Everything the figures below read from the op; equal splits share one grains array.
+            key = self._signatures[op.op_id] = (
+                id(mapping.grains), op.kind, op.gemm, op.groups, op.params, op.flops, op.bytes, op.output.bytes,
+                tuple(t.bytes for t in op.inputs))
+        costs = self._costs.get((key, factor))
+        if costs is not None:
+            return costs
+        per_tile = self._exchange_bytes_per_tile(op, mapping, factor)
+        # Poplar's available memory proportion bounds a matmul's / convolution's temporary memory
+        # per tile; above it the planner serialises the op into pieces that exchange and compute in
+        # turn: smaller buffers, one more exchange and compute-set launch per piece.
+        serial = 1
+        if op.on_amp:
+            budget = self.options.available_memory_proportion * self.target.arch.bytes_per_tile
+            serial = max(1, math.ceil((per_tile // factor) / budget))
+        ex_cycles = (serial * self.a.exchange_latency_cycles
+                     + math.ceil(per_tile / self.a.exchange_bytes_per_cycle_per_tile))
+        # The backward's two products exchange one after the other: the buffer holds one at a time.
+        # Each tile's buffer holds what it receives (its grains' share of the busiest tile's bytes),
+        # live only over this exchange and the compute set that reads it.
+        received = mapping.scaled(per_tile // factor // serial)
+        # Backward on the matrix units computes two products (input and weight gradients); on the
+        # vector units the gradient costs about what the forward did.
+        flops = op.flops * factor if op.on_amp else op.flops
+        moved = op.bytes * factor
+        cycles = self._mapped_cycles(mapping, self._grain_cycles(op, flops, moved, op.grains), op.on_amp)
+        if serial > 1:
+            cycles = cycles + (serial - 1) * self.a.compute_set_overhead_cycles
+            cycles.flags.writeable = False
+        costs = self._costs[(key, factor)] = (per_tile, ex_cycles, received, cycles, int(cycles.max()))
+        return costs
 
     def _shard_all_reduce(self, prog: IpuProgram, name: str, op: Op, stage: int, pass_: str, shard_bytes: int) -> int:
         """All-reduce of a tensor whose shard on this IPU is ``shard_bytes`` over the T shards."""

@@ -249,17 +249,16 @@ def programs_table(compiled: Compiled) -> dict[str, Any]:
 
 
 def tile_cycles_batches(compiled: Compiled) -> Iterator[dict[str, np.ndarray]]:
+    tile_index = np.arange(compiled.plan.target.tiles, dtype=np.int32)
     for prog in compiled.programs:
         if not prog.tile_cycles:
             continue
         lengths = np.array([len(c) for _, _, c, _ in prog.tile_cycles], dtype=np.int64)
-        firsts = np.cumsum(lengths) - lengths  # each compute set's first row
-        rows = int(lengths.sum())
-        starts = np.array([st for _, st, _, _ in prog.tile_cycles], dtype=np.int64)
         yield {
-            "ipu": np.full(rows, prog.ipu, dtype=np.int16),
+            "ipu": np.full(int(lengths.sum()), prog.ipu, dtype=np.int16),
             "step": np.repeat(np.array([s for s, _, _, _ in prog.tile_cycles], dtype=np.int32), lengths),
-            "tile": (np.arange(rows, dtype=np.int64) + np.repeat(starts - firsts, lengths)).astype(np.int32),
+            # slices of one index: each compute set's tiles, written once in the column's type
+            "tile": np.concatenate([tile_index[st:st + len(c)] for _, st, c, _ in prog.tile_cycles]),
             "cycles": np.concatenate([c for _, _, c, _ in prog.tile_cycles]),
         }
 
