@@ -14,11 +14,15 @@ the slowest IPU, then all IPUs sync. So the slowest IPU sets each superstep's le
   micro-batch of the step.
 
 A host call (a run) starts with a superstep in which the IPUs fed by the host pay the host call's
-latency and input transfer; then device_iterations iterations follow. Iterations of a training run
-are identical but for their index, and runs repeat identically, so the trace is built from
-templates: the host call's superstep (the *prefix*) and one iteration (the *body*; for inference,
-the run's supersteps) are timed once, and their rows are replayed with time offsets, in NumPy, in
-batches: the trace never sits in memory whole, whatever the number of iterations.
+latency and input transfer; then device_iterations iterations follow. A run is built from *parts*,
+each a sequence of supersteps timed once and repeated: the host call's superstep; for training,
+one iteration, repeated device_iterations times; for pipelined inference, the fill, one superstep
+of the steady state (every stage busy, one micro-batch further on per repeat), then the flush; for
+sharded inference, one micro-batch's supersteps. Repeats differ only in their time and iteration
+index, and runs repeat identically, so the trace is replayed from these templates with offsets, in
+NumPy, in batches: it never sits in memory whole, whatever the number of iterations. (Inference
+over stages sharing IPUs runs every micro-batch inside one superstep per stage: that part is built
+whole, once per run.)
 """
 
 from __future__ import annotations
@@ -61,39 +65,45 @@ Rows = dict[str, np.ndarray]  # trace columns (TRACE_COLUMNS but "run"), in the 
 
 
 @dataclass
+class Part:
+    """A sequence of supersteps timed once and run ``repeats`` times back to back; repeat k adds k
+    to the iteration of every row (one iteration, or one micro-batch of inference, further on)."""
+
+    rows: list[Rows]  # per IPU: rows from the part's start, sorted by start
+    cycles: int  # one repeat
+    repeats: int
+    supersteps: int  # one repeat
+
+
+@dataclass
 class Schedule:
-    """One run (host call) as templates: the prefix, then ``repeats`` copies of the body.
+    """One run (host call) as parts (see the module docstring); runs repeat identically, ``units`` times."""
 
-    Training: the body is one iteration, copied ``device_iterations`` times. Inference: the body is
-    the run's supersteps, once. Runs repeat identically, ``units`` times.
-    """
-
-    prefix: list[Rows]  # per IPU: rows of the host call's superstep, start from the run's start
-    body: list[Rows]  # per IPU: rows of one body, start from the body's start, sorted by start
-    prefix_cycles: int
-    body_cycles: int
-    repeats: int  # bodies per run
-    body_is_iteration: bool  # copy k of the body is iteration k
+    parts: list[Part]
     units: int  # runs
-    supersteps: int  # per run
     busy_cycles: np.ndarray  # (ipus,) busy cycles per run (not idle, not the superstep syncs)
 
     @property
     def unit_cycles(self) -> int:
         """Cycles of one run."""
-        return self.prefix_cycles + self.repeats * self.body_cycles
+        return sum(p.cycles * p.repeats for p in self.parts)
 
     @property
     def total_cycles(self) -> int:
         return self.unit_cycles * self.units
 
     @property
+    def supersteps(self) -> int:
+        """Supersteps of one run."""
+        return sum(p.supersteps * p.repeats for p in self.parts)
+
+    @property
     def rows_per_unit(self) -> int:
-        return sum(len(r["step"]) for r in self.prefix) + self.repeats * sum(len(r["step"]) for r in self.body)
+        return sum(p.repeats * len(r["step"]) for p in self.parts for r in p.rows)
 
 
-def build_supersteps(compiled: Compiled) -> tuple[list[Superstep], list[Superstep], int, bool]:
-    """The supersteps of one run: (prefix, body, repeats, body_is_iteration), see ``Schedule``."""
+def build_supersteps(compiled: Compiled) -> list[tuple[list[Superstep], int]]:
+    """The supersteps of one run as parts: (supersteps, repeats), see ``Part``."""
     plan = compiled.plan
     stages = plan.stages
     n = len(stages)
@@ -128,32 +138,40 @@ def build_supersteps(compiled: Compiled) -> tuple[list[Superstep], list[Superste
                     work += [((s.index, pass_), m, 0) for m in range(m_count)]
                     steps.append(Superstep({s.ipu: work}, 0))
         steps.append(Superstep({ipu: [("update", -1, 0)] for ipu in range(plan.num_ipus)}, 0))
-        # A host call runs device_iterations identical iterations: one is the body.
-        repeats, body_is_iteration = o.device_iterations, True
+        # A host call runs device_iterations identical iterations: one is the part repeated.
+        parts = [(steps, o.device_iterations)]
     else:
-        repeats, body_is_iteration = 1, False
         m_count = o.device_iterations
         if plan.pipelined:
-            for t in range(m_count + n - 1):
-                work = {}
+            # Superstep t runs stage s on micro-batch t - s: the fill (t < n - 1), the steady state
+            # (every stage busy; superstep n - 1 repeated, one micro-batch further on each time),
+            # the flush (t >= device iterations). Device iterations >= n (checked by the plan).
+            def superstep(t: int) -> Superstep:
+                work: dict[int, list] = {}
                 for s in stages:
                     f = t - s.index
                     if 0 <= f < m_count:
                         work.setdefault(s.ipu, []).extend(_with_load(loads, s.ipu, (s.index, "forward"), 0, f))
-                steps.append(Superstep(work, min(t, m_count - 1)))
+                return Superstep(work, min(t, m_count - 1))
+
+            parts = [([superstep(t) for t in range(n - 1)], 1), ([superstep(n - 1)], m_count - n + 1),
+                     ([superstep(t) for t in range(m_count, m_count + n - 1)], 1)]
         elif plan.strategy == "sharded":
-            for m in range(m_count):
-                for s in stages:
-                    steps.append(Superstep({s.ipu: _with_load(loads, s.ipu, (s.index, "forward"), 0, m)}, m))
+            # One micro-batch's pass through the stages, repeated for each micro-batch.
+            parts = [([Superstep({s.ipu: _with_load(loads, s.ipu, (s.index, "forward"), 0, 0)}, 0) for s in stages],
+                      m_count)]
         else:
             for s in stages:
                 work = _phase_load(loads, s.ipu, (s.index, "forward"))
                 work += [((s.index, "forward"), 0, m) for m in range(m_count)]
                 steps.append(Superstep({s.ipu: work}, 0))
+            parts = [(steps, 1)]
     # Each host call starts with the host's own latency and the transfer of the call's inputs, on
     # the IPUs the host feeds; the others wait.
     host = {prog.ipu: [("host_call", -1, 0)] for prog in compiled.programs if "host_call" in prog.segments}
-    return ([Superstep(host, 0)] if host else []), steps, repeats, body_is_iteration
+    if host:
+        parts.insert(0, ([Superstep(host, 0)], 1))
+    return [(steps, repeats) for steps, repeats in parts if steps and repeats > 0]
 
 
 def _with_load(loads: set, ipu: int, key: tuple[int, str], micro_batch: int, iteration: int) -> list:
@@ -167,14 +185,14 @@ def _phase_load(loads: set, ipu: int, key: tuple[int, str]) -> list:
 
 
 def schedule(compiled: Compiled) -> Schedule:
-    """Time one run and build the trace rows of its prefix and body."""
-    o = compiled.plan.options
+    """Time each part of one run and build the trace rows of its supersteps."""
     segs = _segment_table(compiled)
-    prefix, body, repeats, body_is_iteration = build_supersteps(compiled)
-    pre_rows, pre_cycles, pre_busy = _time(compiled, segs, prefix)
-    body_rows, body_cycles, body_busy = _time(compiled, segs, body)
-    return Schedule(pre_rows, body_rows, pre_cycles, body_cycles, repeats, body_is_iteration, o.runs,
-                    len(prefix) + repeats * len(body), pre_busy + repeats * body_busy)
+    parts, busy = [], np.zeros(compiled.plan.num_ipus, dtype=np.int64)
+    for steps, repeats in build_supersteps(compiled):
+        rows, cycles, part_busy = _time(compiled, segs, steps)
+        parts.append(Part(rows, cycles, repeats, len(steps)))
+        busy += repeats * part_busy
+    return Schedule(parts, compiled.plan.options.runs, busy)
 
 
 def _segment_table(compiled: Compiled) -> list[dict[object, tuple[np.ndarray, np.ndarray, np.ndarray, int]]]:
@@ -274,37 +292,33 @@ def _fixed(iteration: np.ndarray, ipu: np.ndarray, step: np.ndarray | int, phase
 
 
 def trace_batches(sched: Schedule, max_rows: int = 1 << 20) -> Iterator[Rows]:
-    """The whole trace, in batches of at most about ``max_rows`` rows, in the table's order: run by
-    run, IPU by IPU, by start. A batch is an IPU's body repeated for a chunk of bodies with time
-    offsets: the columns that do not change are tiled once and shared by every batch."""
-    chunks, tiled = [], []
-    for body in sched.body:
-        n = len(body["step"])
-        chunk = max(1, min(sched.repeats, max_rows // max(n, 1)))
-        chunks.append(chunk)
-        tiled.append({k: np.tile(v, chunk) for k, v in body.items() if k not in ("start_cycle", "end_cycle", "iteration")})
+    """The whole trace, in batches of at most about ``max_rows`` rows (or one repeat of a part, if
+    larger), in the table's order: run by run, IPU by IPU, by start. A batch is an IPU's rows of a
+    part repeated for a chunk of repeats with time and iteration offsets: the columns that do not
+    change are tiled once and shared by every batch."""
+    ipus = len(sched.parts[0].rows) if sched.parts else 0
+    offsets = np.cumsum([0] + [p.cycles * p.repeats for p in sched.parts])
+    tiled: dict[tuple[int, int], tuple[int, dict[str, np.ndarray]]] = {}
     for run in range(sched.units):
         base = run * sched.unit_cycles
-        for pre, body, chunk, constant in zip(sched.prefix, sched.body, chunks, tiled):
-            if len(pre["step"]):
-                batch = dict(pre)
-                batch["start_cycle"] = pre["start_cycle"] + base
-                batch["end_cycle"] = pre["end_cycle"] + base
-                batch["run"] = np.full(len(pre["step"]), run, dtype=np.int32)
-                yield batch
-            n = len(body["step"])
-            if not n:
-                continue
-            for first in range(0, sched.repeats, chunk):
-                k = np.arange(first, min(first + chunk, sched.repeats), dtype=np.int64)
-                rows = len(k) * n
-                batch = {name: col[:rows] for name, col in constant.items()}
-                shift = (base + sched.prefix_cycles + k * sched.body_cycles)[:, None]
-                batch["start_cycle"] = (body["start_cycle"][None, :] + shift).ravel()
-                batch["end_cycle"] = (body["end_cycle"][None, :] + shift).ravel()
-                if sched.body_is_iteration:
-                    batch["iteration"] = np.repeat(k.astype(np.int32), n)
-                else:
-                    batch["iteration"] = np.tile(body["iteration"], len(k))
-                batch["run"] = np.full(rows, run, dtype=np.int32)
-                yield batch
+        for ipu in range(ipus):
+            for index, part in enumerate(sched.parts):
+                rows = part.rows[ipu]
+                n = len(rows["step"])
+                if not n:
+                    continue
+                if (ipu, index) not in tiled:
+                    chunk = max(1, min(part.repeats, max_rows // n))
+                    tiled[(ipu, index)] = chunk, {k: np.tile(v, chunk) for k, v in rows.items()
+                                                  if k not in ("start_cycle", "end_cycle", "iteration")}
+                chunk, constant = tiled[(ipu, index)]
+                for first in range(0, part.repeats, chunk):
+                    k = np.arange(first, min(first + chunk, part.repeats), dtype=np.int64)
+                    size = len(k) * n
+                    batch = {name: col[:size] for name, col in constant.items()}
+                    shift = (base + offsets[index] + k * part.cycles)[:, None]
+                    batch["start_cycle"] = (rows["start_cycle"][None, :] + shift).ravel()
+                    batch["end_cycle"] = (rows["end_cycle"][None, :] + shift).ravel()
+                    batch["iteration"] = (rows["iteration"][None, :] + k.astype(np.int32)[:, None]).ravel()
+                    batch["run"] = np.full(size, run, dtype=np.int32)
+                    yield batch

@@ -31,7 +31,7 @@ def _concat(batches) -> dict[str, np.ndarray]:
 def test_batches_are_bounded_and_do_not_change_the_trace():
     # GIVEN mnist training over 3 runs of 5 device iterations
     sched = _schedule(device_iterations=5, runs=3)
-    body_rows = max(len(b["step"]) for b in sched.body)
+    body_rows = max(len(r["step"]) for part in sched.parts for r in part.rows)
     # WHEN the trace is streamed in small batches and in one go
     small = list(trace_batches(sched, max_rows=1))
     whole = _concat(trace_batches(sched, max_rows=1 << 30))
@@ -45,9 +45,11 @@ def test_batches_are_bounded_and_do_not_change_the_trace():
 def test_iterations_repeat_one_template():
     # GIVEN the same run at 2 and at 6 device iterations
     two, six = _schedule(device_iterations=2), _schedule(device_iterations=6)
-    # THEN each iteration lasts as long, and the longer run holds 3 times the iterations' rows
-    assert two.body_cycles == six.body_cycles
-    assert six.unit_cycles - six.prefix_cycles == 3 * (two.unit_cycles - two.prefix_cycles)
+    # THEN each is a host call then one iteration, repeated; each iteration lasts as long, and the
+    # longer run holds 3 times the iterations' cycles
+    assert [p.repeats for p in two.parts] == [1, 2] and [p.repeats for p in six.parts] == [1, 6]
+    assert two.parts[1].cycles == six.parts[1].cycles
+    assert six.unit_cycles - six.parts[0].cycles == 3 * (two.unit_cycles - two.parts[0].cycles)
     trace = _concat(trace_batches(six))
     ipu0 = trace["ipu"] == 0
     # and on every IPU the rows tile the time line, iteration after iteration
@@ -55,6 +57,46 @@ def test_iterations_repeat_one_template():
         rows = trace["ipu"] == ipu
         assert np.array_equal(trace["start_cycle"][rows][1:], trace["end_cycle"][rows][:-1])
     assert sorted(set(trace["iteration"][ipu0].tolist())) == list(range(6))
+
+
+def test_inference_streams_in_bounded_batches_whatever_the_device_iterations():
+    # GIVEN mnist inference over its 4-stage pipeline (the default) at 40 and at 4,000 device
+    # iterations, and sharded at 4,000
+    small = _schedule(mode="inference", device_iterations=40)
+    big = _schedule(mode="inference", device_iterations=4000)
+    sharded = schedule(compile_plan(prepare(RunRequest("mnist", strategy="sharded", options={
+        "mode": "inference", "device_iterations": 4000}))))
+    # THEN a run is the host call, the fill, one steady-state superstep repeated, the flush: its
+    # templates do not grow with device iterations
+    assert [p.repeats for p in big.parts] == [1, 1, 4000 - 3, 1]
+    assert [len(r["step"]) for p in big.parts for r in p.rows] == [len(r["step"]) for p in small.parts for r in p.rows]
+    # WHEN the trace is streamed in batches of at most 1,000 rows
+    batches = list(trace_batches(big, max_rows=1000))
+    # THEN no batch exceeds it, and the rows tile each IPU's time line with each micro-batch once per stage
+    assert max(len(b["step"]) for b in batches) <= 1000
+    trace = _concat(batches)
+    assert len(trace["step"]) == big.rows_per_unit
+    for ipu in np.unique(trace["ipu"]):
+        rows = trace["ipu"] == ipu
+        assert np.array_equal(trace["start_cycle"][rows][1:], trace["end_cycle"][rows][:-1])
+        busy = rows & (trace["micro_batch"] == 0)
+        assert set(trace["iteration"][busy].tolist()) == set(range(4000))
+    assert trace["end_cycle"].max() == big.unit_cycles
+    # and the same holds sharded: one micro-batch's supersteps, repeated
+    assert [p.repeats for p in sharded.parts][-1] == 4000
+
+
+def test_inference_batches_match_the_run_built_whole():
+    # GIVEN pipelined and sharded mnist inference, streamed in tiny batches and in one go
+    for strategy in ("pipelined", "sharded"):
+        sched = schedule(compile_plan(prepare(RunRequest("mnist", strategy=strategy, options={
+            "mode": "inference", "device_iterations": 9, "runs": 2}))))
+        small, whole = _concat(trace_batches(sched, max_rows=1)), _concat(trace_batches(sched, max_rows=1 << 30))
+        # THEN the rows are the same, every micro-batch is there, and runs follow each other
+        assert all(np.array_equal(small[k], whole[k]) for k in whole)
+        busy = whole["micro_batch"] == 0
+        assert set(whole["iteration"][busy].tolist()) == set(range(9))
+        assert whole["end_cycle"].max() == 2 * sched.unit_cycles
 
 
 def test_trace_rows_are_as_many_as_the_manifest_says(tmp_path):
