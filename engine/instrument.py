@@ -277,22 +277,26 @@ def tile_memory_batches(memories: list[IpuMemory]) -> Iterator[dict[str, Any]]:
 
 
 def variables_table(compiled: Compiled) -> dict[str, Any]:
-    cols: dict[str, list] = {k: [] for k in ("var_id", "name", "ipu", "category", "always_live", "bytes",
-                                              "start_tile", "tiles", "live_from_step", "live_to_step", "op_id")}
+    variables = [v for prog in compiled.programs for v in prog.variables]
     # Variables of equal size share their per-tile arrays (see Mapping): each is summed once. The
     # arrays live as long as the variables, so their ids are stable here.
     sums: dict[int, int] = {}
-    var_id = 0
-    for prog in compiled.programs:
-        for v in prog.variables:
-            size = sums.get(id(v.per_tile))
-            if size is None:
-                size = sums[id(v.per_tile)] = int(v.per_tile.sum())
-            for k, val in zip(cols, (var_id, v.name, prog.ipu, v.category, v.always_live, size,
-                                     v.start, len(v.per_tile), v.live_from, v.live_to, v.op_id)):
-                cols[k].append(val)
-            var_id += 1
-    return cols
+    for v in variables:
+        if id(v.per_tile) not in sums:
+            sums[id(v.per_tile)] = int(v.per_tile.sum())
+    return {
+        "var_id": np.arange(len(variables)),
+        "name": [v.name for v in variables],
+        "ipu": np.repeat([prog.ipu for prog in compiled.programs], [len(prog.variables) for prog in compiled.programs]),
+        "category": [v.category for v in variables],
+        "always_live": [v.always_live for v in variables],
+        "bytes": [sums[id(v.per_tile)] for v in variables],
+        "start_tile": [v.start for v in variables],
+        "tiles": [len(v.per_tile) for v in variables],
+        "live_from_step": [v.live_from for v in variables],
+        "live_to_step": [v.live_to for v in variables],
+        "op_id": [v.op_id for v in variables],
+    }
 
 
 def liveness_batches(memories: list[IpuMemory]) -> Iterator[dict[str, np.ndarray]]:
