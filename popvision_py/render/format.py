@@ -52,14 +52,45 @@ def cells(frame: pd.DataFrame, max_rows: int | None = None) -> list[list[str]]:
     """The first ``max_rows`` rows (all if None) of ``frame``, every cell formatted.
 
     Columns are walked once with ``items()`` and sliced as arrays: indexing a pandas frame by
-    column name or ``head()`` costs more than formatting the few rows a terminal shows.
+    column name or ``head()`` costs more than formatting the few rows a terminal shows. Each
+    column is formatted by a function chosen once for its dtype (the same text as ``value``).
     """
-    columns = [_format_column(np.asarray(series.array[:max_rows])) for _, series in frame.items()]
+    columns = formatted_columns(frame, max_rows)
     return [list(row) for row in zip(*columns)] if columns else []
 
 
-def _format_column(values: np.ndarray) -> list[str]:
-    """``value`` of each cell; a column of plain integers skips the per-cell type checks (same text)."""
-    if values.dtype.kind in "iu":
-        return [f"{v:,}" for v in values.tolist()]
-    return [value(v) for v in values.tolist()]
+def formatted_columns(frame: pd.DataFrame, max_rows: int | None = None) -> list[list[str]]:
+    """``cells`` column by column: one list of formatted cells per column."""
+    return [_format_column(series.array[:max_rows]) for _, series in frame.items()]
+
+
+def _format_column(values: Any) -> list[str]:
+    """``value`` of each cell, with the type checks done once per column, not per cell."""
+    if isinstance(values, pd.arrays.NumpyExtensionArray):  # what ``Series.array`` wraps NumPy columns in
+        values = values.to_numpy()
+    if isinstance(values, np.ndarray):
+        kind = values.dtype.kind
+        if kind in "iu":
+            return [f"{v:,}" for v in values.tolist()]
+        if kind == "f":
+            return [_float(v) for v in values.tolist()]
+        if kind == "b":
+            return ["yes" if v else "no" for v in values.tolist()]
+    elif isinstance(values.dtype, pd.StringDtype):
+        return [v if isinstance(v, str) else value(v) for v in values.tolist()]
+    return [value(v) for v in np.asarray(values).tolist()]
+
+
+def _float(f: float) -> str:
+    """``value`` of a Python float."""
+    if f != f:
+        return "-"
+    if abs(f) == math.inf:
+        return "inf" if f > 0 else "-inf"
+    if f == int(f):
+        return f"{f:,.0f}" if abs(f) < 1e15 else f"{f:.3e}"
+    if abs(f) >= 1000:
+        return f"{f:,.0f}"
+    if abs(f) >= 0.01 or f == 0:
+        return f"{f:,.2f}"
+    return f"{f:.3g}"

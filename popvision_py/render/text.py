@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from popvision_py.render.document import Block, Document
-from popvision_py.render.format import cells, numeric_columns, value
+from popvision_py.render.format import formatted_columns, numeric_columns, value
 
 MAX_ROWS = 40
 MAX_CELL = 60
@@ -19,18 +19,18 @@ def table(frame: pd.DataFrame, max_rows: int | None = MAX_ROWS, clip: bool = Tru
     """An aligned table; ``max_rows`` rows at most, then a line saying how many were left out."""
     if frame.shape[1] == 0:
         return ["  (nothing)"]
-    rows = cells(frame, max_rows)
+    columns = formatted_columns(frame, max_rows)
     if clip:
-        rows = [[_clip(c) for c in r] for r in rows]
+        columns = [[c if len(c) <= MAX_CELL else _clip(c) for c in column] for column in columns]
     header = [str(c) for c in frame.columns]
-    widths = [max([len(header[i])] + [len(r[i]) for r in rows]) for i in range(len(header))]
-    right = numeric_columns(frame)
-
-    def line(values: list[str]) -> str:
-        return "  " + "  ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right)).rstrip()
-
-    out = [line(header), "  " + "  ".join("-" * w for w in widths)]
-    out += [line(r) for r in rows]
+    # each column padded to its width in one pass, then the rows joined: no per-cell width lookups
+    padded = []
+    for name, column, right in zip(header, columns, numeric_columns(frame)):
+        width = max(len(name), max(map(len, column), default=0))
+        pad = str.rjust if right else str.ljust
+        padded.append([pad(name, width), "-" * width] + [pad(c, width) for c in column])
+    out = ["  " + "  ".join(row).rstrip() for row in zip(*padded)]
+    out[1] = "  " + "  ".join(column[1] for column in padded)
     if not len(frame):
         out.append("  (no rows)")
     elif max_rows is not None and len(frame) > max_rows:
