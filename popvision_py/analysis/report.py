@@ -11,15 +11,18 @@
 
 Tables are read lazily on first use and cached. The trace is never held whole: it is read once,
 row group by row group, and folded into small arrays (``tracescan.summarise``); the Gantt bars and
-the timeline's index each make their own pass, over their own columns, when first asked for. Answers are cached too, so asking twice is free. The
-analyzers themselves (``summary``, ``memory``, ``liveness``, ``stages``, ``exchange``, ``trace``
-modules) are stateless functions; this module only wires them to the data. Column lists and
+the timeline's index are gathered when first asked for, in the same pass as the summary if that
+is not made yet (``Report.scan_trace``; the dashboard asks for all three at once). Answers are
+cached too (thread-safe), so asking twice is free. The analyzers themselves (``summary``,
+``memory``, ``liveness``, ``stages``, ``exchange``, ``trace`` modules) are stateless functions; this module only wires them to the data. Column lists and
 formulas: docs/api.md and docs/reports.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -55,6 +58,8 @@ class Report:
         self.target: dict[str, Any] = self.profile.target
         self.run: dict[str, Any] = self.profile.run
         self._cache: dict[Any, Any] = {}
+        self._locks: dict[Any, threading.RLock] = {}
+        self._locks_guard = threading.Lock()
         self.summary = SummaryReport(self)
         self.memory = MemoryReport(self)
         self.liveness = LivenessReport(self)
@@ -65,10 +70,27 @@ class Report:
     # -- data access (each read once) -----------------------------------------------------
 
     def memo(self, key: Any, compute: Callable[[], T]) -> T:
-        """``compute()`` once per Report for ``key``."""
-        if key not in self._cache:
-            self._cache[key] = compute()
-        return self._cache[key]
+        """``compute()`` once per Report for ``key``.
+
+        Thread-safe: a second thread asking for a key being computed waits for that answer rather
+        than computing it again (the dashboard warms up in a thread while requests arrive).
+        Answers depend on each other without cycles, so the per-key locks cannot deadlock.
+        """
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        with self._lock(key):
+            if key not in self._cache:
+                self._cache[key] = compute()
+            return self._cache[key]
+
+    def _lock(self, key: Any) -> threading.RLock:
+        with self._locks_guard:
+            lock = self._locks.get(key)
+            if lock is None:
+                lock = self._locks[key] = threading.RLock()
+            return lock
 
     def columns(self, name: str) -> Columns:
         """A small table (everything but the trace and tile cycles) as NumPy columns: the columns in
@@ -84,12 +106,45 @@ class Report:
         return self.memo("step_index", lambda: StepIndex(self.columns("programs")))
 
     def trace_batches(self, columns: tuple[str, ...]):
-        """The trace's ``columns``, batch by batch (about a row group each), decoded one ahead in a thread."""
-        return _tracescan.prefetched(self.profile.iter_batches("trace", columns))
+        """The trace's ``columns``, batch by batch (about a row group each), decoded one ahead in a thread.
+
+        A trace of one batch is read in this thread: there is nothing to overlap, and starting a
+        thread costs more than folding 50k rows (bert-large).
+        """
+        batches = self.profile.iter_batches("trace", columns, batch_size=_tracescan.BATCH_ROWS)
+        if self.profile.num_rows("trace") <= _tracescan.BATCH_ROWS:
+            return batches
+        return _tracescan.prefetched(batches)
 
     def trace_summary(self) -> Aggregates:
         """The trace folded into the small arrays every report uses: one streaming pass, once."""
-        return self.memo("trace", lambda: _tracescan.summarise(self.trace_batches(_tracescan.SUMMARY_COLUMNS)))
+        if "trace" not in self._cache:
+            self.scan_trace()
+        return self._cache["trace"]
+
+    def scan_trace(self, timeline: bool = False, gantt: bool = False) -> None:
+        """Read the trace once for whatever is not cached yet of: its summary (``trace_summary``),
+        and if asked the timeline index (``trace.timeline``) and the Gantt bars (``stages.gantt``).
+
+        Decoding the columns is most of a pass over the trace, so asking for all three at once
+        (the dashboard's warm-up does) costs little more than the summary alone.
+        """
+        keys = ["trace"] + (["timeline_index"] if timeline else []) + (["gantt_bars"] if gantt else [])
+        with contextlib.ExitStack() as held:
+            for key in keys:  # always in this order: "trace" first
+                held.enter_context(self._lock(key))
+            missing = [key for key in keys if key not in self._cache]
+            if not missing:
+                return
+            summary, timeline, gantt = "trace" in missing, "timeline_index" in missing, "gantt_bars" in missing
+            columns = _tracescan.scan_columns(summary, timeline, gantt)
+            out = _tracescan.scan(self.trace_batches(columns), summary, timeline, gantt, agg=self._cache.get("trace"))
+            if timeline:
+                self._cache["timeline_index"] = _trace.TimelineIndex.from_ipus(out["timeline"])  # type: ignore[arg-type]
+            if gantt:
+                self._cache["gantt_bars"] = out["gantt"]
+            if summary:
+                self._cache["trace"] = out["summary"]
 
     def iterations(self) -> int:
         return self.memo("iterations", lambda: iterations_traced(self.trace_summary(), self.run))
@@ -219,8 +274,11 @@ class StagesReport(_View):
 
     def gantt(self) -> pd.DataFrame:
         r = self._r
-        return self._memo("gantt", lambda: _stages.gantt(
-            _tracescan.gantt_bars(r.trace_batches(_tracescan.GANTT_COLUMNS), r.trace_summary())))
+        def compute() -> pd.DataFrame:
+            r.scan_trace(gantt=True)
+            return _stages.gantt(r._cache["gantt_bars"])
+
+        return self._memo("gantt", compute)
 
     def blocks(self) -> pd.DataFrame:
         """Per block: ``[block, stage, fwd_cycles, bwd_cycles, memory_bytes]`` (cycles per micro-batch)."""
@@ -277,8 +335,10 @@ class TraceReport(_View):
         return self._memo("extent", lambda: _trace.extent(self._r.trace_summary()))
 
     def _index(self) -> _trace.TimelineIndex:
-        return self._memo("index", lambda: _trace.TimelineIndex.from_ipus(
-            _tracescan.timeline_arrays(self._r.trace_batches(_tracescan.TIMELINE_COLUMNS))))
+        r = self._r
+        if "timeline_index" not in r._cache:
+            r.scan_trace(timeline=True)
+        return r._cache["timeline_index"]
 
     def timeline(self, start_cycle: int | None = None, end_cycle: int | None = None, max_bins: int = 2000,
                  ipus: list[int] | None = None) -> _trace.Timeline:

@@ -9,6 +9,8 @@ containing x``, found with ``np.searchsorted``; a bin's cycles are the differenc
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,22 +68,38 @@ class TimelineIndex:
 
     def _index(self, by_ipu: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
         self.ipus = sorted(by_ipu)
-        for i in self.ipus:
-            st, en, ph = by_ipu[i]
-            dur = en - st
-            positions, cumulative = [], []
-            for p in range(len(PHASES)):
-                # int32 positions: half the memory, and an IPU never has 2**31 rows in one profile
-                pos = np.flatnonzero(ph == p).astype(np.int32 if len(ph) < 2**31 else np.int64)
-                positions.append(pos)
-                cumulative.append(np.concatenate(([0], np.cumsum(dur[pos]))))
-            self._by_ipu[i] = _IpuIndex(st, en, ph, tuple(positions), tuple(cumulative))
+        # Each IPU's index is independent, and NumPy lets go of the GIL in every step: one thread per
+        # IPU, as many at once as there are cores.
+        workers = min(len(self.ipus), os.cpu_count() or 1)
+        if workers > 1 and sum(len(by_ipu[i][0]) for i in self.ipus) > 1_000_000:
+            with ThreadPoolExecutor(workers, thread_name_prefix="popvision-index") as pool:
+                built = list(pool.map(lambda i: _ipu_index(*by_ipu[i]), self.ipus))
+        else:
+            built = [_ipu_index(*by_ipu[i]) for i in self.ipus]
+        self._by_ipu = dict(zip(self.ipus, built))
         if self.ipus:
             self.start_cycle = min(int(self._by_ipu[i].start[0]) for i in self.ipus)
             self.end_cycle = max(int(self._by_ipu[i].end.max()) for i in self.ipus)
 
     def ipu(self, ipu: int) -> _IpuIndex:
         return self._by_ipu[ipu]
+
+
+def _ipu_index(st: np.ndarray, en: np.ndarray, ph: np.ndarray) -> _IpuIndex:
+    """One IPU's rows (sorted by start) with, per phase, its rows' positions and their running sum of cycles."""
+    dur = en - st
+    positions, cumulative = [], []
+    for p in range(len(PHASES)):
+        # int32 positions: half the memory, and an IPU never has 2**31 rows in one profile
+        pos = np.flatnonzero(ph == p)
+        if len(ph) < 2**31:
+            pos = pos.astype(np.int32)
+        cum = np.empty(len(pos) + 1, np.int64)
+        cum[0] = 0
+        np.cumsum(dur[pos], out=cum[1:])
+        positions.append(pos)
+        cumulative.append(cum)
+    return _IpuIndex(st, en, ph, tuple(positions), tuple(cumulative))
 
 
 def extent(trace: TraceArrays | Aggregates) -> tuple[int, int]:

@@ -4,8 +4,10 @@ A trace may hold tens of millions of rows: decoded whole it would be 44 bytes a 
 rows), and concatenating its row groups into single arrays costs as much again. So no report
 holds it: ``summarise`` reads the batches (a row group, about 1 Mi rows, each) one after another
 and folds each into small dense arrays (``tables.Aggregates``) with ``np.bincount`` /
-``np.add.at`` on integer keys; ``gantt_bars`` and ``timeline_arrays`` are separate passes made
-only when a figure asks for them (the dashboard), reading only their own columns.
+``np.add.at`` on integer keys; ``gantt_bars`` and ``timeline_arrays`` are only made when a figure
+asks for them (the dashboard). ``scan`` makes any of the three in one pass, feeding each decoded
+batch to each; decoding is most of the cost of a pass, so the dashboard's warm-up asks for all
+three at once.
 
 ``prefetched`` decodes the next batch in a thread while the current one is folded: pyarrow and
 NumPy both release the GIL, so on two cores the fold costs little beyond the decoding itself.
@@ -27,6 +29,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = TRACE_COLUMNS
 GANTT_COLUMNS: tuple[str, ...] = ("run", "iteration", "micro_batch", "ipu", "stage", "pass", "phase",
                                   "start_cycle", "end_cycle")
 TIMELINE_COLUMNS: tuple[str, ...] = ("ipu", "phase", "start_cycle", "end_cycle")
+BATCH_ROWS = 1 << 20  # rows per decoded batch: about a row group of the writer's
 
 N_PASS, N_PHASE = len(PASSES) + 1, len(PHASES) + 1  # the last code of each: a word the schema does not know
 
@@ -191,76 +194,161 @@ def summarise_arrays(columns: dict[str, np.ndarray]) -> Aggregates:
     return fold.result()
 
 
+_BAR_COLUMNS = ("ipu", "stage", "pass", "run", "iteration", "micro_batch")  # what tells one Gantt bar from another
+
+
+class _Bars:
+    """The running state of ``gantt_bars``: each batch cut into runs of rows of one bar, reduced to the runs.
+
+    A bar's rows follow each other in the trace, so a batch holds few runs: a run starts where any
+    of the bar's columns (or whether the row counts: stage >= 0, micro-batch >= 0, not idle)
+    changes from the row before. Comparing the columns needs no key and no copy of the rows.
+    """
+
+    def __init__(self) -> None:
+        self.parts: list[dict[str, np.ndarray]] = []
+
+    def add(self, t: dict[str, np.ndarray]) -> None:
+        n = len(t["ipu"])
+        if n == 0:
+            return
+        keep = (t["stage"] >= 0) & (t["micro_batch"] >= 0) & (t["phase"] != PHASE["idle"])
+        change = keep[1:] != keep[:-1]
+        for name in _BAR_COLUMNS:
+            column = t[name]
+            change |= column[1:] != column[:-1]
+        cut = np.flatnonzero(np.r_[True, change])
+        counted = keep[cut]
+        if not counted.any():
+            return
+        part = {name: t[name][cut][counted] for name in _BAR_COLUMNS}
+        part["start_cycle"] = np.minimum.reduceat(t["start_cycle"], cut)[counted]
+        part["end_cycle"] = np.maximum.reduceat(t["end_cycle"], cut)[counted]
+        self.parts.append(part)
+
+    def result(self, agg: Aggregates) -> dict[str, np.ndarray]:
+        names = ("ipu", "stage", "pass", "iteration", "micro_batch", "start_cycle", "end_cycle")
+        if not self.parts:
+            empty = np.zeros(0, np.int64)
+            return {c: empty for c in names}
+        runs = {c: np.concatenate([p[c] for p in self.parts]) for c in self.parts[0]}
+        self.parts = []
+        per_run = max(agg.iterations_per_run, 1)
+        n_stage = max(agg.cube.shape[1] - 1, 1)
+        # a bar as one int64: (ipu, stage, pass) high, the global iteration, the micro-batch low
+        mb_bits = max(agg.micro_batch_slots, 1).bit_length()
+        g_bits = max(agg.run_slots * per_run, 1).bit_length()
+        g = runs["run"].astype(np.int64) * per_run + runs["iteration"]
+        head = (runs["ipu"].astype(np.int64) * n_stage + runs["stage"]) * N_PASS + runs["pass"]
+        key = (((head << g_bits) | g) << mb_bits) | runs["micro_batch"]
+        bars, which = np.unique(key, return_inverse=True)
+        first = np.full(len(bars), np.iinfo(np.int64).max)
+        last = np.full(len(bars), np.iinfo(np.int64).min)
+        np.minimum.at(first, which, runs["start_cycle"])
+        np.maximum.at(last, which, runs["end_cycle"])
+        mb = bars & ((1 << mb_bits) - 1)
+        g = (bars >> mb_bits) & ((1 << g_bits) - 1)
+        ipu_stage, pass_ = np.divmod(bars >> (mb_bits + g_bits), N_PASS)
+        ipu, stage = np.divmod(ipu_stage, n_stage)
+        return {"ipu": ipu, "stage": stage, "pass": pass_, "iteration": g, "micro_batch": mb,
+                "start_cycle": first, "end_cycle": last}
+
+
 def gantt_bars(batches: Iterable[pa.RecordBatch | pa.Table], agg: Aggregates) -> dict[str, np.ndarray]:
     """One bar per (ipu, stage, pass, iteration, micro_batch): its first start and last end, as columns.
 
-    Rows of stage >= 0 and micro_batch >= 0 that are not idle. Each batch is first cut into runs
-    of consecutive rows with the same bar (a bar's rows follow each other in the trace), reduced
-    with ``np.minimum.reduceat``; the few runs of all batches are then merged by bar.
+    Rows of stage >= 0 and micro_batch >= 0 that are not idle (``_Bars``); the runs of all
+    batches are merged by bar at the end.
     """
-    per_run = max(agg.iterations_per_run, 1)
-    n_stage = max(agg.cube.shape[1] - 1, 1)
-    # a bar as one int64: (ipu, stage, pass) high, the global iteration, the micro-batch low
-    mb_bits = max(agg.micro_batch_slots, 1).bit_length()
-    g_bits = max(agg.run_slots * per_run, 1).bit_length()
-    keys, starts, ends = [], [], []
+    bars = _Bars()
     for batch in batches:
-        t = arrays(batch, GANTT_COLUMNS)
-        keep = (t["stage"] >= 0) & (t["micro_batch"] >= 0) & (t["phase"] != PHASE["idle"])
-        if not keep.any():
-            continue
-        g = t["run"][keep].astype(np.int64) * per_run + t["iteration"][keep]
-        head = (t["ipu"][keep].astype(np.int64) * n_stage + t["stage"][keep]) * N_PASS + t["pass"][keep]
-        key = (((head << g_bits) | g) << mb_bits) | t["micro_batch"][keep]
-        cut = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-        keys.append(key[cut])
-        starts.append(np.minimum.reduceat(t["start_cycle"][keep], cut))
-        ends.append(np.maximum.reduceat(t["end_cycle"][keep], cut))
-    if not keys:
-        empty = np.zeros(0, np.int64)
-        return {c: empty for c in ("ipu", "stage", "pass", "iteration", "micro_batch", "start_cycle", "end_cycle")}
-    key, start, end = np.concatenate(keys), np.concatenate(starts), np.concatenate(ends)
-    bars, which = np.unique(key, return_inverse=True)
-    first = np.full(len(bars), np.iinfo(np.int64).max)
-    last = np.full(len(bars), np.iinfo(np.int64).min)
-    np.minimum.at(first, which, start)
-    np.maximum.at(last, which, end)
-    mb = bars & ((1 << mb_bits) - 1)
-    g = (bars >> mb_bits) & ((1 << g_bits) - 1)
-    ipu_stage, pass_ = np.divmod(bars >> (mb_bits + g_bits), N_PASS)
-    ipu, stage = np.divmod(ipu_stage, n_stage)
-    return {"ipu": ipu, "stage": stage, "pass": pass_, "iteration": g, "micro_batch": mb,
-            "start_cycle": first, "end_cycle": last}
+        bars.add(arrays(batch, GANTT_COLUMNS))
+    return bars.result(agg)
 
 
-def timeline_arrays(batches: Iterable[pa.RecordBatch | pa.Table]) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Each IPU's rows as (start, end, phase code) arrays sorted by start, gathered batch by batch.
+class _Rows:
+    """The running state of ``timeline_arrays``: each IPU's rows as slices of the batches.
 
-    A batch usually holds one IPU's rows in time order (the engine writes IPU by IPU), so it is
-    appended as slices; the IPU's arrays are sorted only if they are not in order already.
+    The engine writes IPU by IPU (an iteration's rows of IPU 0, then IPU 1...), so a batch is a few
+    long runs of one IPU each: it is cut where the IPU changes and each run kept as a slice (no
+    copy, no sort). A batch that interleaves IPUs row by row is grouped with one stable sort
+    instead.
     """
-    parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
-    for batch in batches:
-        t = arrays(batch, TIMELINE_COLUMNS)
+
+    def __init__(self) -> None:
+        self.parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+
+    def add(self, t: dict[str, np.ndarray]) -> None:
         ipu = t["ipu"]
-        if not len(ipu):
-            continue
-        phase = t["phase"].astype(np.int8)
-        lo, hi = int(ipu.min()), int(ipu.max())
-        if lo == hi:
-            parts.setdefault(lo, []).append((t["start_cycle"], t["end_cycle"], phase))
-            continue
-        order = np.argsort(ipu, kind="stable")
+        n = len(ipu)
+        if not n:
+            return
+        start, end, phase = t["start_cycle"], t["end_cycle"], t["phase"].astype(np.int8, copy=False)
+        cut = np.flatnonzero(ipu[1:] != ipu[:-1]) + 1
+        if len(cut) <= n // 64:  # long runs of one IPU: slices
+            bounds = [0, *cut.tolist(), n]
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                self.parts.setdefault(int(ipu[a]), []).append((start[a:b], end[a:b], phase[a:b]))
+            return
+        order = np.argsort(ipu, kind="stable")  # radix sort: IPU ids are 16-bit
+        lo, hi = int(ipu[order[0]]), int(ipu[order[-1]])
         bounds = np.searchsorted(ipu[order], np.arange(lo, hi + 2))
         for k, i in enumerate(range(lo, hi + 1)):
             rows = order[bounds[k]: bounds[k + 1]]
             if len(rows):
-                parts.setdefault(i, []).append((t["start_cycle"][rows], t["end_cycle"][rows], phase[rows]))
-    out = {}
-    for i in sorted(parts):
-        start, end, phase = (np.concatenate([p[k] for p in parts[i]]) for k in range(3))
-        if len(start) > 1 and not np.all(start[1:] >= start[:-1]):
-            order = np.argsort(start, kind="stable")
-            start, end, phase = start[order], end[order], phase[order]
-        out[i] = (start, end, phase)
+                self.parts.setdefault(i, []).append((start[rows], end[rows], phase[rows]))
+
+    def result(self) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Each IPU's (start, end, phase) sorted by start: sorted only if not in order already (one pass tells)."""
+        out = {}
+        for i in sorted(self.parts):
+            chunks = self.parts.pop(i)  # the batches' slices are let go IPU by IPU, as each is copied once
+            start, end, phase = (np.concatenate([c[k] for c in chunks]) if len(chunks) > 1 else chunks[0][k]
+                                 for k in range(3))
+            del chunks
+            if len(start) > 1 and not bool(np.all(start[1:] >= start[:-1])):
+                order = np.argsort(start, kind="stable")
+                start, end, phase = start[order], end[order], phase[order]
+            out[i] = (start, end, phase)
+        return out
+
+
+def timeline_arrays(batches: Iterable[pa.RecordBatch | pa.Table]) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Each IPU's rows as (start, end, phase code) arrays sorted by start, gathered batch by batch (``_Rows``)."""
+    rows = _Rows()
+    for batch in batches:
+        rows.add(arrays(batch, TIMELINE_COLUMNS))
+    return rows.result()
+
+
+def scan_columns(summary: bool, timeline: bool, gantt: bool) -> tuple[str, ...]:
+    """The trace columns one ``scan`` reads: the union of what each asked-for result needs, in schema order."""
+    wanted = set(SUMMARY_COLUMNS if summary else ()) | set(TIMELINE_COLUMNS if timeline else ())
+    wanted |= set(GANTT_COLUMNS if gantt else ())
+    return tuple(c for c in TRACE_COLUMNS if c in wanted)
+
+
+def scan(batches: Iterable[pa.RecordBatch | pa.Table], summary: bool = True, timeline: bool = False,
+         gantt: bool = False, agg: Aggregates | None = None) -> dict[str, object]:
+    """One pass over the trace for any of: ``"summary"`` (``summarise``), ``"timeline"``
+    (``timeline_arrays``) and ``"gantt"`` (``gantt_bars``; it needs the summary: ``agg``, or made
+    in the same pass). Decoding the columns is most of each pass, so the dashboard asks for all
+    three at once (``Report.scan_trace``).
+    """
+    columns = scan_columns(summary, timeline, gantt)
+    fold, rows, bars = _Fold() if summary else None, _Rows() if timeline else None, _Bars() if gantt else None
+    for batch in batches:
+        t = arrays(batch, columns)
+        for part in (fold, rows, bars):
+            if part is not None:
+                part.add(t)
+    out: dict[str, object] = {}
+    if fold is not None:
+        out["summary"] = agg = fold.result()
+    if rows is not None:
+        out["timeline"] = rows.result()
+    if bars is not None:
+        if agg is None:
+            raise ValueError("the Gantt bars need the trace's summary: pass agg or summary=True")
+        out["gantt"] = bars.result(agg)
     return out

@@ -140,3 +140,91 @@ def test_dictionary_in_another_order_is_recoded():
     phase = pa.array(["idle", "compute", "idle"]).dictionary_encode()
     assert phase.dictionary.to_pylist() == ["idle", "compute"]
     assert tracescan._codes(phase, S.PHASES).tolist() == [4, 0, 4]
+
+
+@pytest.mark.parametrize("size", [700, 10_000_000])
+def test_index_gathered_without_a_sort_equals_the_index_of_a_shuffled_trace(size):
+    # GIVEN the same trace read in IPU-major order (no sort needed: each IPU's rows come in time
+    # order, so they are only cut into slices) and shuffled (IPUs interleaved, rows out of order)
+    frame = _trace()
+    in_order = TimelineIndex.from_ipus(tracescan.timeline_arrays(_batches(frame, size)))
+    shuffled = TimelineIndex.from_ipus(tracescan.timeline_arrays(_batches(frame, 500, shuffle=True)))
+    # THEN both indexes hold exactly the same arrays, IPU by IPU and phase by phase
+    assert in_order.ipus == shuffled.ipus == [0, 1, 2]
+    assert (in_order.start_cycle, in_order.end_cycle) == (shuffled.start_cycle, shuffled.end_cycle)
+    for i in in_order.ipus:
+        a, b = in_order.ipu(i), shuffled.ipu(i)
+        for name in ("start", "end", "phase"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+        for p in range(len(PHASES)):
+            np.testing.assert_array_equal(a.positions[p], b.positions[p])
+            np.testing.assert_array_equal(a.cumulative[p], b.cumulative[p])
+        # and the rows are the IPU's rows of the trace, sorted by start
+        want = frame[frame["ipu"] == i].sort_values("start_cycle", kind="stable")
+        np.testing.assert_array_equal(a.start, want["start_cycle"].to_numpy())
+        np.testing.assert_array_equal(a.phase, want["phase"].map(PHASES.index).to_numpy())
+
+
+def test_index_built_in_threads_equals_the_serial_one(monkeypatch):
+    # GIVEN a trace large enough for the index to be built one IPU per thread
+    frame = _trace(rows_per_ipu=400_000, ipus=3)
+    by_ipu = tracescan.timeline_arrays(_batches(frame, 1 << 20))
+    threaded = TimelineIndex.from_ipus(by_ipu)
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    serial = TimelineIndex.from_ipus(by_ipu)
+    # THEN the per-phase positions and running sums are the same
+    for i in serial.ipus:
+        for p in range(len(PHASES)):
+            np.testing.assert_array_equal(threaded.ipu(i).cumulative[p], serial.ipu(i).cumulative[p])
+            np.testing.assert_array_equal(threaded.ipu(i).positions[p], serial.ipu(i).positions[p])
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_one_scan_for_everything_equals_one_pass_each(shuffle):
+    # GIVEN a trace WHEN summary, timeline rows and Gantt bars come from one pass over 10 columns
+    frame = _trace()
+    one = tracescan.scan(_batches(frame, 613, shuffle), summary=True, timeline=True, gantt=True)
+    # THEN each equals its own pass
+    agg = tracescan.summarise(_batches(frame, 613, shuffle))
+    np.testing.assert_array_equal(one["summary"].cube, agg.cube)
+    np.testing.assert_array_equal(one["summary"].executions, agg.executions)
+    assert one["summary"].iterations == agg.iterations
+    rows = tracescan.timeline_arrays(_batches(frame, 613, shuffle))
+    assert sorted(one["timeline"]) == sorted(rows)
+    for i in rows:
+        for got, want in zip(one["timeline"][i], rows[i]):
+            np.testing.assert_array_equal(got, want)
+    bars = tracescan.gantt_bars(_batches(frame, 613, shuffle), agg)
+    for name in bars:
+        np.testing.assert_array_equal(one["gantt"][name], bars[name])
+    assert tracescan.scan_columns(False, True, False) == ("ipu", "phase", "start_cycle", "end_cycle")
+
+
+def test_report_reads_the_trace_once_for_summary_timeline_and_gantt(profiles, monkeypatch):
+    # GIVEN a fresh Report, whose trace reads are counted
+    passes = []
+    original = Profile.iter_batches
+
+    def counted(self, table, columns=None, **kwargs):
+        passes.append(tuple(columns))
+        return original(self, table, columns, **kwargs)
+
+    monkeypatch.setattr(Profile, "iter_batches", counted)
+    with pv.open(profiles["unbalanced"]) as report:
+        # WHEN two threads ask for the timeline while the warm-up scans for everything
+        import threading
+
+        threads = [threading.Thread(target=report.trace.timeline) for _ in range(2)]
+        threads.append(threading.Thread(target=lambda: report.scan_trace(timeline=True, gantt=True)))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        report.stages.gantt()
+        report.summary.figures()
+        # THEN the trace was read in one pass (two at most, if a thread's scan began first without the Gantt)
+        assert 1 <= len(passes) <= 2
+        if len(passes) == 2:
+            assert passes[1] == tracescan.scan_columns(False, False, True)
+        report.trace.timeline(0, 100)
+        assert len(passes) <= 2
