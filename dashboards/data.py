@@ -78,10 +78,13 @@ class Profiles:
         return f"{key.upper()} · {run.get('model', '?')} {run.get('strategy', '')}{mode} ({name})"
 
     def warm(self) -> None:
-        """Open every profile and ask for what the first page shows, so the first request is quick.
+        """Open every profile and ask for what the pages show, so that first clicks are served from cache.
 
-        The analysis caches its answers per Report; this only calls it early (the CLI does so in
-        a background thread while the server starts).
+        The analysis caches its answers per Report (thread-safe: a request asking for an answer
+        being computed waits for it rather than computing it again); this only calls it early (the
+        CLI does so in a background thread while the server starts). First what the first page
+        shows, then the trace pages' timeline index and Gantt bars, both gathered in one more
+        pass over the trace.
         """
         for key in self.keys:
             report = self.report(key)
@@ -91,6 +94,11 @@ class Profiles:
             report.memory.by_ipu()
         if self.comparing:
             self.comparison()
+        for key in self.keys:
+            report = self.report(key)
+            report.scan_trace(timeline=True, gantt=True)
+            report.trace.timeline()
+            report.stages.gantt()
 
 
 _last: Profiles | None = None

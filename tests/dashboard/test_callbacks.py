@@ -168,3 +168,25 @@ def test_cli_serves_on_localhost_and_warns_elsewhere(oom_profile: Path, monkeypa
     assert result.exit_code == 0, result.output
     assert started[-1]["host"] == "0.0.0.0" and started[-1]["port"] == 9000
     assert "Warning: listening on 0.0.0.0" in result.output
+
+
+def test_the_warm_up_reads_the_trace_for_the_trace_and_stages_pages_too(pipelined_profile, monkeypatch):
+    # GIVEN a dashboard whose background warm-up has run
+    from dashboards import data
+    from dashboards.app import create_app
+    from popvision_py.format import Profile
+
+    create_app([str(pipelined_profile)], warm=True)
+
+    # WHEN the trace and stages pages then ask for the timeline and the Gantt chart
+    def no_more_reads(self, *args, **kwargs):
+        raise AssertionError("the trace was read again after the warm-up")
+
+    monkeypatch.setattr(Profile, "iter_batches", no_more_reads)
+    monkeypatch.setattr(Profile, "read_table", no_more_reads)
+    page("trace").render_timeline("a", 0)
+    page("trace").zoom_timeline({"xaxis.range[0]": 100, "xaxis.range[1]": 5000}, "a", 0)
+    page("stages").render("a")
+    # THEN they are answered from the cache: no table is read again
+    report = data.report("a")
+    assert len(report.stages.gantt()) > 0
