@@ -206,10 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dashboard", action="store_true", help="with --fresh: also time the trace pages' calls")
     parser.add_argument("--child", choices=["baseline", "analysis", "dashboard"], help=argparse.SUPPRESS)
     parser.add_argument("--reads", help=argparse.SUPPRESS)
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
     if args.child:
         child(args.child, args.profiles[0], json.loads(args.reads))
         return 0
+    results: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         profiles = [(p, str(p)) for p in args.profiles] or [make_profile(Path(tmp))]
         for path, label in profiles:
@@ -225,22 +227,30 @@ def main(argv: list[str] | None = None) -> int:
                   f"reads, replayed by the baseline):")
             for table, columns in reads:
                 print(f"            {table}: {', '.join(columns) if columns is not None else 'all columns'}")
+            figures = {"profile": label, "bytes": os.path.getsize(path), "trace_rows": rows, "tables_read": len(reads),
+                       "columns_read": n_columns, "decoded_mb": decoded / 1e6}
+            results.append(figures)
             if args.fresh:
-                measure_fresh(path, reads, decoded, args)
+                figures.update(measure_fresh(path, reads, decoded, args))
                 continue
             base = median_time(lambda: baseline(path, reads), args.repeat)
             ana = median_time(lambda: analysis(path), args.repeat)
             print(f"baseline  pyarrow reads those columns           {base * 1e3:9.1f} ms (median of {args.repeat})")
             print(f"analysis  open + all sections + text render     {ana * 1e3:9.1f} ms")
             print(f"ratio     analysis / baseline                   {ana / base:9.2f}   (target <= 2)")
+            figures.update({"baseline_s": base, "analysis_s": ana, "time_ratio": ana / base})
             if not args.no_cli:
                 run = median_time(lambda: cli(path), max(3, args.repeat // 2))
                 print(f"CLI       popvision report --section all        {run * 1e3:9.1f} ms   "
                       f"CLI / baseline {run / base:.1f} (includes Python start-up and imports)")
+                figures["cli_s"] = run
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"profiles": results}, indent=2))
     return 0
 
 
-def measure_fresh(path: Path, reads: list, decoded: int, args: argparse.Namespace) -> None:
+def measure_fresh(path: Path, reads: list, decoded: int, args: argparse.Namespace) -> dict:
     runs: dict[str, list[dict]] = {"baseline": [], "analysis": []}
     for _ in range(args.fresh):  # alternating, so that noise on the shared machine hits both
         for what in runs:
@@ -255,10 +265,15 @@ def measure_fresh(path: Path, reads: list, decoded: int, args: argparse.Namespac
     print(f"ratio     analysis / baseline time              {med['analysis'] / med['baseline']:9.2f}   (target <= 1.5)")
     print(f"ratio     analysis peak memory / decoded        {mem['analysis'] / decoded:9.2f}   (target <= 2; "
           f"decoded {decoded / 1e6:.0f} MB)")
+    figures = {"baseline_s": med["baseline"], "analysis_s": med["analysis"],
+               "time_ratio": med["analysis"] / med["baseline"], "peak_mb": mem["analysis"] / 1e6,
+               "baseline_peak_mb": mem["baseline"] / 1e6, "memory_ratio": mem["analysis"] / decoded}
     if args.dashboard:
         d = fresh("dashboard", path, reads)
         print("dashboard " + "  ".join(f"{k} {v * 1e3:.0f} ms" for k, v in d.items() if k.endswith("_s"))
               + f"  peak memory beyond imports {d['peak_bytes'] / 1e6:.0f} MB")
+        figures["dashboard"] = d
+    return figures
 
 
 if __name__ == "__main__":
