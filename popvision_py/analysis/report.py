@@ -138,7 +138,9 @@ class Report:
                 return
             summary, timeline, gantt = "trace" in missing, "timeline_index" in missing, "gantt_bars" in missing
             columns = _tracescan.scan_columns(summary, timeline, gantt)
-            out = _tracescan.scan(self.trace_batches(columns), summary, timeline, gantt, agg=self._cache.get("trace"))
+            bounds = _tracescan.column_bounds(self.profile.metadata("trace"), _tracescan.BOUND_COLUMNS) if summary else None
+            out = _tracescan.scan(self.trace_batches(columns), summary, timeline, gantt, agg=self._cache.get("trace"),
+                                  bounds=bounds)
             if timeline:
                 self._cache["timeline_index"] = _trace.TimelineIndex.from_ipus(out["timeline"])  # type: ignore[arg-type]
             if gantt:

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from popvision_py.analysis.tables import PASSES, PHASE, PHASES, TRACE_COLUMNS, Aggregates, codes
 
@@ -113,10 +114,44 @@ def _grown(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return out
 
 
-class _Fold:
-    """The running sums of ``summarise``: dense arrays that grow as batches show larger ids."""
+def column_bounds(metadata: pq.FileMetaData | None, columns: Iterable[str]) -> dict[str, tuple[int, int]] | None:
+    """Each integer column's (min, max) over the whole table from the row groups' statistics in the
+    footer, without decoding anything; ``None`` if any row group lacks them (another writer)."""
+    if metadata is None or metadata.num_row_groups == 0:
+        return None
+    where = {metadata.schema.column(i).name: i for i in range(metadata.num_columns)}
+    bounds: dict[str, tuple[int, int]] = {}
+    for name in columns:
+        if name not in where:
+            return None
+        lo, hi = None, None
+        for g in range(metadata.num_row_groups):
+            column = metadata.row_group(g).column(where[name])
+            stats = column.statistics
+            if column.num_values == 0:
+                continue
+            if stats is None or not stats.has_min_max or not isinstance(stats.min, int) or not isinstance(stats.max, int):
+                return None
+            lo = stats.min if lo is None else min(lo, stats.min)
+            hi = stats.max if hi is None else max(hi, stats.max)
+        if lo is None:
+            return None
+        bounds[name] = (lo, hi)
+    return bounds
 
-    def __init__(self) -> None:
+
+# The columns whose whole-table bounds the summary takes from the footer when it has them.
+BOUND_COLUMNS = ("ipu", "stage", "step", "start_cycle", "end_cycle")
+
+
+class _Fold:
+    """The running sums of ``summarise``: dense arrays that grow as batches show larger ids.
+
+    ``bounds`` (``column_bounds`` of ``BOUND_COLUMNS``) gives the run's first start and last end and
+    the largest ids up front, from the footer: each batch is then not reduced for them.
+    """
+
+    def __init__(self, bounds: dict[str, tuple[int, int]] | None = None) -> None:
         self.cube = np.zeros((1, 1, N_PASS, N_PHASE), np.int64)  # [ipu, stage + 1, pass, phase] cycles
         self.execs = np.zeros((1, 1), np.int64)  # [ipu, step + 1] rows
         self.seen = np.zeros((1, 1, 1, 1), bool)  # [run, iteration, stage + 1, micro_batch + 1] has rows
@@ -124,6 +159,11 @@ class _Fold:
         self.rows = 0
         self.start = np.iinfo(np.int64).max
         self.end = np.iinfo(np.int64).min
+        self.bounded = bounds is not None
+        if bounds is not None:
+            self.start, self.end = bounds["start_cycle"][0], bounds["end_cycle"][1]
+            self.n_ipu, self.n_stage = bounds["ipu"][1] + 1, bounds["stage"][1] + 2
+            self.width = bounds["step"][1] + 2
 
     def add(self, t: dict[str, np.ndarray]) -> None:
         n = len(t["ipu"])
@@ -131,12 +171,15 @@ class _Fold:
             return
         self.rows += n
         ipu, stage, step = t["ipu"], t["stage"], t["step"]
-        n_ipu, n_stage, width = int(ipu.max()) + 1, int(stage.max()) + 2, int(step.max()) + 2
-        self.n_ipu, self.n_stage, self.width = max(self.n_ipu, n_ipu), max(self.n_stage, n_stage), max(self.width, width)
+        start, end = t["start_cycle"], t["end_cycle"]
+        if self.bounded:
+            n_stage = self.n_stage
+        else:
+            n_ipu, n_stage, width = int(ipu.max()) + 1, int(stage.max()) + 2, int(step.max()) + 2
+            self.n_ipu, self.n_stage, self.width = max(self.n_ipu, n_ipu), max(self.n_stage, n_stage), max(self.width, width)
+            self.start, self.end = min(self.start, int(start.min())), max(self.end, int(end.max()))
         self.cube = _grown(self.cube, (self.n_ipu, self.n_stage, N_PASS, N_PHASE))
         self.execs = _grown(self.execs, (self.n_ipu, self.width))
-        start, end = t["start_cycle"], t["end_cycle"]
-        self.start, self.end = min(self.start, int(start.min())), max(self.end, int(end.max()))
 
         # cycles per (ipu, stage, pass, phase): np.add.at on int64 is exact and faster than a weighted bincount
         i32 = ipu.astype(np.int32)
@@ -175,13 +218,13 @@ class _Fold:
                           micro_batch_slots=self.n_mb - 1, run_slots=self.n_run)
 
 
-def summarise(batches: Iterable[pa.RecordBatch | pa.Table]) -> Aggregates:
+def summarise(batches: Iterable[pa.RecordBatch | pa.Table], bounds: dict[str, tuple[int, int]] | None = None) -> Aggregates:
     """The trace's aggregates (``tables.Aggregates``) from its batches, one batch in memory at a time.
 
     Folding batch by batch gives exactly what one pass over the whole trace gives: every figure
-    is a sum, a count, a minimum, a maximum or a set union.
+    is a sum, a count, a minimum, a maximum or a set union. ``bounds``: see ``_Fold``.
     """
-    fold = _Fold()
+    fold = _Fold(bounds)
     for batch in batches:
         fold.add(arrays(batch, SUMMARY_COLUMNS))
     return fold.result()
@@ -329,14 +372,15 @@ def scan_columns(summary: bool, timeline: bool, gantt: bool) -> tuple[str, ...]:
 
 
 def scan(batches: Iterable[pa.RecordBatch | pa.Table], summary: bool = True, timeline: bool = False,
-         gantt: bool = False, agg: Aggregates | None = None) -> dict[str, object]:
+         gantt: bool = False, agg: Aggregates | None = None,
+         bounds: dict[str, tuple[int, int]] | None = None) -> dict[str, object]:
     """One pass over the trace for any of: ``"summary"`` (``summarise``), ``"timeline"``
     (``timeline_arrays``) and ``"gantt"`` (``gantt_bars``; it needs the summary: ``agg``, or made
     in the same pass). Decoding the columns is most of each pass, so the dashboard asks for all
-    three at once (``Report.scan_trace``).
+    three at once (``Report.scan_trace``). ``bounds``: the footer's (``column_bounds``), see ``_Fold``.
     """
     columns = scan_columns(summary, timeline, gantt)
-    fold, rows, bars = _Fold() if summary else None, _Rows() if timeline else None, _Bars() if gantt else None
+    fold, rows, bars = _Fold(bounds) if summary else None, _Rows() if timeline else None, _Bars() if gantt else None
     for batch in batches:
         t = arrays(batch, columns)
         for part in (fold, rows, bars):

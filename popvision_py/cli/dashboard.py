@@ -21,26 +21,28 @@ def command(profile: str, profile_b: str | None, host: str, port: int, debug: bo
 
     Only the profiles named here are served; the pages call them A and B.
     """
-    import popvision_py as pv
-    from dashboards.app import create_app
+    from dashboards import data
 
     paths = [profile] + ([profile_b] if profile_b else [])
-    for path in paths:  # a bad profile is reported (exit 2) before any server starts
-        pv.open(path)
+    profiles = data.Profiles(paths)
+    for key in profiles.keys:  # a bad profile is reported (exit 2) before any server starts; opened once
+        profiles.report(key)
     if host not in LOCALHOST:
         click.echo(f"Warning: listening on {host}: anyone who can reach this address can read the profiles.", err=True)
+    # The first page's figures are computed while Dash is imported and the app built and started:
+    # the trace pass they need (~2 s at 50M rows) is mostly decoding, which leaves the GIL free.
+    threading.Thread(target=_warm, args=(profiles,), daemon=True).start()
+    from dashboards.app import create_app
+
     app = create_app(paths)
-    # Compute the first page's figures while the server starts, so the first request is quick.
-    threading.Thread(target=_warm, args=(app,), daemon=True).start()
+    data.install(app.server, profiles)  # the app serves the Profiles being warmed, not a fresh one
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"popvision dashboard on http://{shown}:{port}/  (Ctrl-C to stop)", err=True)
     app.run(host=host, port=port, debug=debug, use_reloader=False)
 
 
-def _warm(app) -> None:
-    from dashboards import data
-
+def _warm(profiles) -> None:
     try:
-        data.current_for(app.server).warm()
+        profiles.warm()
     except Exception:  # noqa: BLE001 - warming is an optimisation; the page reports real errors itself
         pass

@@ -237,6 +237,10 @@ class Profile:
         """Rows in a table, from its Parquet footer."""
         return self._parquet(self._known(table)).metadata.num_rows
 
+    def metadata(self, table: str) -> pq.FileMetaData:
+        """The table's Parquet footer (parsed at open): row groups and their column statistics."""
+        return self._parquet(self._known(table)).metadata
+
     def member_bytes(self, table: str) -> int:
         """Bytes the table occupies in the file."""
         return self._members[S.TABLES[self._known(table)].member].size

@@ -228,3 +228,36 @@ def test_report_reads_the_trace_once_for_summary_timeline_and_gantt(profiles, mo
             assert passes[1] == tracescan.scan_columns(False, False, True)
         report.trace.timeline(0, 100)
         assert len(passes) <= 2
+
+
+@pytest.mark.parametrize("name", ["balanced", "unbalanced", "oom", "exchange", "sharded", "inference"])
+def test_bounds_from_the_footer_equal_the_scanned_ones(profiles, name):
+    # GIVEN a profile whose trace footer carries row-group statistics
+    profile = Profile(profiles[name])
+    trace = profile.read_table("trace").to_pandas()
+    # WHEN the bounds are read from the footer alone
+    bounds = tracescan.column_bounds(profile.metadata("trace"), tracescan.BOUND_COLUMNS)
+    # THEN they are the columns' minimum and maximum, and the summary made with them is the scanned one
+    assert bounds is not None
+    for column, (lo, hi) in bounds.items():
+        assert (lo, hi) == (trace[column].min(), trace[column].max())
+    batches = list(profile.iter_batches("trace", tracescan.SUMMARY_COLUMNS, batch_size=7))
+    with_bounds, scanned = tracescan.summarise(batches, bounds), tracescan.summarise(batches)
+    assert (with_bounds.start_cycle, with_bounds.end_cycle) == (scanned.start_cycle, scanned.end_cycle)
+    assert with_bounds.end_cycle == trace["end_cycle"].max()
+    np.testing.assert_array_equal(with_bounds.cube, scanned.cube)
+    np.testing.assert_array_equal(with_bounds.executions, scanned.executions)
+    np.testing.assert_array_equal(with_bounds.micro_batches, scanned.micro_batches)
+    for field in ("iterations", "rows", "iterations_per_run", "micro_batch_slots", "run_slots"):
+        assert getattr(with_bounds, field) == getattr(scanned, field)
+
+
+def test_no_statistics_means_no_bounds(tmp_path):
+    # GIVEN a Parquet file written without statistics
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"ipu": [0, 1], "stage": [0, 1], "step": [1, 2], "start_cycle": [0, 5],
+                             "end_cycle": [5, 9]}), tmp_path / "t.parquet", write_statistics=False)
+    # THEN the bounds are not guessed: the fold scans for them
+    assert tracescan.column_bounds(pq.ParquetFile(tmp_path / "t.parquet").metadata, tracescan.BOUND_COLUMNS) is None
+    assert tracescan.column_bounds(None, tracescan.BOUND_COLUMNS) is None
