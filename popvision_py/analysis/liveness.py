@@ -56,14 +56,19 @@ def peaks(steps: pd.DataFrame) -> pd.DataFrame:
 
 def live_at(variables: Columns, ipu: int, step: int, num_steps: int | None = None) -> pd.DataFrame:
     """Variables live on ``ipu`` at ``step`` (always-live ones included), largest first: LIVE_AT_COLUMNS."""
+    return pd.DataFrame(live_at_columns(variables, ipu, step, num_steps), columns=LIVE_AT_COLUMNS)
+
+
+def live_at_columns(variables: Columns, ipu: int, step: int, num_steps: int | None = None,
+                    n: int | None = None) -> dict[str, np.ndarray]:
+    """``live_at``'s columns as arrays, the first ``n`` rows only if given (names decoded for those rows)."""
     if num_steps is not None and not 0 <= step < num_steps:
         raise OutOfRangeError(f"Step {step} is not in the program of IPU {ipu}: steps run from 0 to {num_steps - 1}.")
     live = (variables["ipu"] == ipu) & (variables["always_live"] | (
         (variables["live_from_step"] <= step) & (step <= variables["live_to_step"])))
     rows = np.flatnonzero(live)
-    rows = rows[np.lexsort((variables["var_id"][rows], -variables["bytes"][rows]))]
-    data = {c: (variables.strings(c, rows) if c in ("name", "category") else variables[c][rows]) for c in LIVE_AT_COLUMNS}
-    return pd.DataFrame(data, columns=LIVE_AT_COLUMNS)
+    rows = rows[np.lexsort((variables["var_id"][rows], -variables["bytes"][rows]))][:n]
+    return {c: (variables.strings(c, rows) if c in ("name", "category") else variables[c][rows]) for c in LIVE_AT_COLUMNS}
 
 
 def step_count(liveness: Columns, programs: Columns, ipu: int) -> int:

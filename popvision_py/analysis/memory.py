@@ -34,34 +34,62 @@ def ipus_of(target: dict[str, Any], *tables: Any) -> np.ndarray:
     return np.unique(np.concatenate(seen)).astype(np.int64)
 
 
-def by_tile(tile_memory: Columns, target: dict[str, Any], ipu: int | None = None) -> pd.DataFrame:
-    """Every tile of every IPU (tiles without memory rows count as 0 bytes): BY_TILE_COLUMNS."""
+class TileTotals:
+    """Every tile's totals as NumPy arrays (``by_tile``'s columns, row for row), without a DataFrame.
+
+    ``by_ipu``, ``distribution``, ``out_of_memory`` and ``summary.figures`` read these arrays;
+    the 5,888-row (bert-large) ``by_tile`` frame is built from them only when asked for.
+    """
+
+    def __init__(self, columns: dict[str, np.ndarray]) -> None:
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return len(self.columns["ipu"])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.columns, columns=BY_TILE_COLUMNS)
+
+
+def tile_totals(tile_memory: Columns, target: dict[str, Any]) -> TileTotals:
+    """``by_tile``'s columns as arrays: one bincount over tile_memory's rows."""
     tiles = int(target["tiles_per_ipu"])
     capacity = int(target["bytes_per_tile"])
     ipus = ipus_of(target, tile_memory)
     n = len(ipus)
     # dense (ipu position, tile, always_live) grid filled with bincount: no groupby over rows.
-    pos = np.searchsorted(ipus, tile_memory["ipu"])
+    ipu_col = tile_memory["ipu"]
+    dense = n and ipus[0] == 0 and ipus[-1] == n - 1  # IPUs 0..n-1: an IPU is its own position
+    pos = ipu_col.astype(np.int64) if dense else np.searchsorted(ipus, ipu_col)
     tile = tile_memory["tile"].astype(np.int64)
     width = max(tiles, int(tile.max()) + 1 if len(tile) else 0)
-    key = (pos * width + tile) * 2 + tile_memory["always_live"].astype(np.int64)
+    key = (pos * width + tile) * 2 + tile_memory["always_live"]
     sums = sum_by(key, tile_memory["bytes"], n * width * 2).reshape(n * width, 2)
-    total = sums[:, 1] + sums[:, 0]
-    frame = pd.DataFrame({
+    always, not_always = sums[:, 1], sums[:, 0]
+    total = always + not_always
+    return TileTotals({
         "ipu": np.repeat(ipus, width),
         "tile": np.tile(np.arange(width, dtype=np.int64), n),
-        "always_live_bytes": sums[:, 1],
-        "not_always_live_bytes": sums[:, 0],
+        "always_live_bytes": always,
+        "not_always_live_bytes": not_always,
         "total_bytes": total,
         "excess_bytes": np.maximum(total - capacity, 0),
         "oom": total > capacity,
     })
+
+
+def by_tile(tile_memory: Columns, target: dict[str, Any], ipu: int | None = None) -> pd.DataFrame:
+    """Every tile of every IPU (tiles without memory rows count as 0 bytes): BY_TILE_COLUMNS."""
+    frame = tile_totals(tile_memory, target).frame()
     if ipu is not None:
         frame = frame[frame["ipu"] == ipu].reset_index(drop=True)
     return frame
 
 
-def _per_ipu(tiles: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _per_ipu(tiles: pd.DataFrame | TileTotals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(IPUs, order of the rows grouped by IPU, where each IPU's rows start in that order)."""
     ipu = np.asarray(tiles["ipu"])
     order = np.argsort(ipu, kind="stable")
@@ -69,7 +97,7 @@ def _per_ipu(tiles: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return ipus, order, starts
 
 
-def by_ipu(tiles: pd.DataFrame, target: dict[str, Any]) -> pd.DataFrame:
+def by_ipu(tiles: pd.DataFrame | TileTotals, target: dict[str, Any]) -> pd.DataFrame:
     """Per IPU totals from ``by_tile``: BY_IPU_COLUMNS."""
     capacity = int(target["tiles_per_ipu"]) * int(target["bytes_per_tile"])
     ipus, order, starts = _per_ipu(tiles)
@@ -115,7 +143,7 @@ def by_category(tile_memory: Columns, ipu: int | None = None) -> pd.DataFrame:
     })
 
 
-def distribution(tiles: pd.DataFrame) -> pd.DataFrame:
+def distribution(tiles: pd.DataFrame | TileTotals) -> pd.DataFrame:
     """Tile totals per IPU: min, median, 99th percentile (linear interpolation), max, mean: DISTRIBUTION_COLUMNS."""
     ipus, order, starts = _per_ipu(tiles)
     values = np.asarray(tiles["total_bytes"])[order]
@@ -130,7 +158,7 @@ def distribution(tiles: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-def out_of_memory(tiles: pd.DataFrame) -> pd.DataFrame:
+def out_of_memory(tiles: pd.DataFrame | TileTotals) -> pd.DataFrame:
     """Tiles over capacity, largest excess first (then ipu, tile): OOM_COLUMNS."""
     oom = np.flatnonzero(np.asarray(tiles["oom"]))
     excess, ipu, tile = (np.asarray(tiles[c])[oom] for c in ("excess_bytes", "ipu", "tile"))

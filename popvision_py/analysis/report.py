@@ -182,7 +182,7 @@ class SummaryReport(_View):
         def compute() -> _summary.Summary:
             trace = r.trace_summary()
             flops = _summary.total_flops(r.columns("ops"), r.columns("programs"), trace)
-            return _summary.figures(r.manifest, trace, r.iterations(), flops, r.memory.by_tile())
+            return _summary.figures(r.manifest, trace, r.iterations(), flops, r.memory._tiles())
 
         return self._memo("figures", compute)
 
@@ -205,11 +205,12 @@ class SummaryReport(_View):
 class MemoryReport(_View):
     """Memory per IPU and tile, by category, always-live vs not, out-of-memory tiles, variables."""
 
-    def _tiles(self) -> pd.DataFrame:
-        return self._memo("tiles", lambda: _memory.by_tile(self._r.columns("tile_memory"), self._r.target))
+    def _tiles(self) -> _memory.TileTotals:
+        """Per-tile totals as arrays (one bincount), shared by by_ipu, distribution, out_of_memory, figures."""
+        return self._memo("tiles", lambda: _memory.tile_totals(self._r.columns("tile_memory"), self._r.target))
 
     def by_tile(self, ipu: int | None = None) -> pd.DataFrame:
-        tiles = self._tiles()
+        tiles = self._memo("by_tile", lambda: self._tiles().frame())
         return tiles if ipu is None else tiles[tiles["ipu"] == ipu].reset_index(drop=True)
 
     def by_ipu(self) -> pd.DataFrame:
@@ -260,6 +261,12 @@ class LivenessReport(_View):
         r = self._r
         count = _liveness.step_count(r.columns("liveness"), r.columns("programs"), ipu)
         return _liveness.live_at(r.columns("variables"), ipu, step, count)
+
+    def _live_at_columns(self, ipu: int, step: int, n: int) -> dict[str, Any]:
+        """``live_at(ipu, step)[:n]`` as arrays (the report's table of each peak: no frame per IPU)."""
+        r = self._r
+        count = _liveness.step_count(r.columns("liveness"), r.columns("programs"), ipu)
+        return _liveness.live_at_columns(r.columns("variables"), ipu, step, count, n)
 
 
 class StagesReport(_View):

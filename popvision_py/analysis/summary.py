@@ -74,8 +74,8 @@ def total_flops(ops: Columns, programs: Columns, trace: Aggregates) -> int:
 
 
 def figures(manifest: dict[str, Any], trace: Aggregates, iterations: int, flops: int,
-            tiles: pd.DataFrame) -> Summary:
-    """Key figures of the run (``tiles`` is ``memory.by_tile``)."""
+            tiles: Any) -> Summary:
+    """Key figures of the run (``tiles`` is ``memory.by_tile`` or its arrays, ``memory.TileTotals``)."""
     target, run = manifest["target"], manifest["run"]
     clock = float(target["clock_hz"])
     agg = aggregates(trace)

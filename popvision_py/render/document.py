@@ -98,13 +98,13 @@ def _liveness(doc: Document, r: Any, figures: bool) -> None:
     peaks = r.liveness.peaks()
     doc.add("liveness.peaks", "Not-always-live memory peak per IPU", peaks)
     at = list(zip(peaks["ipu"].tolist(), peaks["peak_step"].tolist()))
-    live = [r.liveness.live_at(ipu, step)[:10] for ipu, step in at]
+    live = [r.liveness._live_at_columns(ipu, step, 10) for ipu, step in at]  # arrays: no frame per IPU
     frame = pd.DataFrame()
-    if sum(map(len, live)):  # stacked column by column: one frame, not a concat of small ones
-        sizes = [len(f) for f in live]
+    sizes = [len(f["var_id"]) for f in live]
+    if sum(sizes):  # stacked column by column: one frame, not a concat of small ones
         frame = pd.DataFrame({
             "ipu": np.repeat([ipu for ipu, _ in at], sizes), "step": np.repeat([step for _, step in at], sizes),
-            **{c: np.concatenate([f[c].to_numpy() for f in live]) for c in live[0].columns},
+            **{c: np.concatenate([f[c] for f in live]) for c in live[0]},
         })
     doc.add("liveness.live_at_peak", "Largest variables live at each IPU's peak step", frame)
     doc.add("liveness.by_step", "Memory live at each program step", r.liveness.by_step())
