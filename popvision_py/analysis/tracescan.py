@@ -141,14 +141,34 @@ def column_bounds(metadata: pq.FileMetaData | None, columns: Iterable[str]) -> d
 
 
 # The columns whose whole-table bounds the summary takes from the footer when it has them.
-BOUND_COLUMNS = ("ipu", "stage", "step", "start_cycle", "end_cycle")
+BOUND_COLUMNS = ("run", "iteration", "micro_batch", "ipu", "stage", "step", "start_cycle", "end_cycle")
+SEEN_LIMIT = 1 << 26  # cells of the whole run's (run, iteration, stage, micro-batch) set held at once (64 MiB)
+
+
+def _key(columns: list[tuple[np.ndarray, int]], offset: int, size: int) -> np.ndarray:
+    """One integer per row packing several small columns: ``((c0 * n1 + c1) * n2 + c2)... + offset``
+    for ``columns`` = [(c0, _), (c1, n1), (c2, n2)...], into ``range(size)``.
+
+    Built in place in one array (one copy, then a multiply and an add per column), as int32 when
+    ``size`` fits: half the memory traffic of int64 temporaries, and ``np.add.at`` takes int32
+    indexes without a cast.
+    """
+    key = columns[0][0].astype(np.int32 if size < 2**31 else np.int64)
+    for column, n in columns[1:]:
+        key *= n
+        key += column
+    if offset:
+        key += offset
+    return key
 
 
 class _Fold:
     """The running sums of ``summarise``: dense arrays that grow as batches show larger ids.
 
     ``bounds`` (``column_bounds`` of ``BOUND_COLUMNS``) gives the run's first start and last end and
-    the largest ids up front, from the footer: each batch is then not reduced for them.
+    the largest ids up front, from the footer: each batch is then not reduced for them, and the
+    (run, iteration, stage, micro-batch) set is one array for the whole run, marked row by row.
+    Each aggregate is one packed integer key per row (``_key``) and one ``np.add.at``.
     """
 
     def __init__(self, bounds: dict[str, tuple[int, int]] | None = None) -> None:
@@ -160,10 +180,20 @@ class _Fold:
         self.start = np.iinfo(np.int64).max
         self.end = np.iinfo(np.int64).min
         self.bounded = bounds is not None
+        self.whole_seen = False  # the seen set sized for the whole run from the bounds
         if bounds is not None:
             self.start, self.end = bounds["start_cycle"][0], bounds["end_cycle"][1]
             self.n_ipu, self.n_stage = bounds["ipu"][1] + 1, bounds["stage"][1] + 2
             self.width = bounds["step"][1] + 2
+            self.cube = np.zeros((self.n_ipu, self.n_stage, N_PASS, N_PHASE), np.int64)
+            self.execs = np.zeros((self.n_ipu, self.width), np.int64)
+            if all(c in bounds for c in ("run", "iteration", "micro_batch")) and min(
+                    bounds["run"][0], bounds["iteration"][0], bounds["micro_batch"][0] + 1, bounds["stage"][0] + 1) >= 0:
+                n_run, n_iter, n_mb = bounds["run"][1] + 1, bounds["iteration"][1] + 1, bounds["micro_batch"][1] + 2
+                if n_run * n_iter * self.n_stage * n_mb <= SEEN_LIMIT:
+                    self.n_run, self.n_iter, self.n_mb = n_run, n_iter, n_mb
+                    self.seen = np.zeros((n_run, n_iter, self.n_stage, n_mb), bool)
+                    self.whole_seen = True
 
     def add(self, t: dict[str, np.ndarray]) -> None:
         n = len(t["ipu"])
@@ -182,26 +212,34 @@ class _Fold:
         self.execs = _grown(self.execs, (self.n_ipu, self.width))
 
         # cycles per (ipu, stage, pass, phase): np.add.at on int64 is exact and faster than a weighted bincount
-        i32 = ipu.astype(np.int32)
         s_cube = self.cube.shape
-        key = ((i32 * s_cube[1] + (stage + 1)) * N_PASS + t["pass"]) * N_PHASE + t["phase"]
+        key = _key([(ipu, 0), (stage, s_cube[1]), (t["pass"], N_PASS), (t["phase"], N_PHASE)], N_PASS * N_PHASE,
+                   self.cube.size)
         np.add.at(self.cube.reshape(-1), key, end - start)
-        # executions per (ipu, step)
-        key = i32 * self.execs.shape[1] + (step + 1)
-        self.execs.reshape(-1)[: self.execs.size] += np.bincount(key, minlength=self.execs.size)
+        # executions per (ipu, step): np.add.at of ones, faster here than np.bincount's cast to intp
+        key = _key([(ipu, 0), (step, self.execs.shape[1])], 1, self.execs.size)
+        np.add.at(self.execs.reshape(-1), key, 1)
+        del key
 
-        # which (run, iteration, stage, micro-batch) have rows: a bincount over the batch's own box
+        # which (run, iteration, stage, micro-batch) have rows
         run, it, mb = t["run"], t["iteration"], t["micro_batch"]
+        if self.whole_seen:
+            s = self.seen.shape
+            key = _key([(run, 0), (it, s[1]), (stage, s[2]), (mb, s[3])], s[3] + 1, self.seen.size)
+            self.seen.reshape(-1)[key] = True
+            return
+        # else a set over the batch's own box
         r0, r1, i0, i1 = int(run.min()), int(run.max()), int(it.min()), int(it.max())
         m1 = int(mb.max()) + 2
         self.n_run, self.n_iter, self.n_mb = max(self.n_run, r1 + 1), max(self.n_iter, i1 + 1), max(self.n_mb, m1)
         self.seen = _grown(self.seen, (self.n_run, self.n_iter, self.n_stage, self.n_mb))
         ni = i1 - i0 + 1
-        if (r1 - r0 + 1) * ni * n_stage * m1 >= 2**31:  # 32-bit keys are faster; wider only when they would overflow
-            run = run.astype(np.int64)
-        key = (((run - r0) * ni + (it - i0)) * n_stage + (stage + 1)) * m1 + (mb + 1)
-        box = np.bincount(key, minlength=(r1 - r0 + 1) * ni * n_stage * m1).reshape(r1 - r0 + 1, ni, n_stage, m1)
-        self.seen[r0: r1 + 1, i0: i1 + 1, :n_stage, :m1] |= box > 0
+        size = (r1 - r0 + 1) * ni * n_stage * m1
+        key = _key([(run, 0), (it, ni), (stage, n_stage), (mb, m1)], -((r0 * ni + i0) * n_stage - 1) * m1 + 1,
+                   (r1 + 1) * ni * n_stage * m1 + size)  # before the offset, the keys run up to r1's
+        box = np.zeros(size, bool)
+        box[key] = True
+        self.seen[r0: r1 + 1, i0: i1 + 1, :n_stage, :m1] |= box.reshape(r1 - r0 + 1, ni, n_stage, m1)
 
     def result(self) -> Aggregates:
         if self.rows == 0:
