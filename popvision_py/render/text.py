@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from popvision_py.render.document import Block, Document
-from popvision_py.render.format import formatted_columns, numeric_columns, value
+from popvision_py.render.format import column_arrays, formatted_columns, numeric_columns, value
 
 MAX_ROWS = 40
 MAX_CELL = 60
@@ -19,13 +19,14 @@ def table(frame: pd.DataFrame, max_rows: int | None = MAX_ROWS, clip: bool = Tru
     """An aligned table; ``max_rows`` rows at most, then a line saying how many were left out."""
     if frame.shape[1] == 0:
         return ["  (nothing)"]
-    columns = formatted_columns(frame, max_rows)
+    arrays = column_arrays(frame)
+    columns = formatted_columns(frame, max_rows, arrays)
     if clip:
         columns = [[c if len(c) <= MAX_CELL else _clip(c) for c in column] for column in columns]
     header = [str(c) for c in frame.columns]
     # each column padded to its width in one pass, then the rows joined: no per-cell width lookups
     padded = []
-    for name, column, right in zip(header, columns, numeric_columns(frame)):
+    for name, column, right in zip(header, columns, numeric_columns(frame, arrays)):
         width = max(len(name), max(map(len, column), default=0))
         pad = str.rjust if right else str.ljust
         padded.append([pad(name, width), "-" * width] + [pad(c, width) for c in column])
