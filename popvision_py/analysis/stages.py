@@ -311,7 +311,13 @@ def best_split(c: _Costs, blocks: pd.DataFrame, memory_by_ipu: pd.DataFrame, tar
             f, b, m = bf[idx].sum() + ov_f[k], bb[idx].sum() + ov_b[k], bm[idx].sum() + ov_m[k]
             out.append((int(stage_ids[k]), int(ipu_of[k]), ",".join(names[idx]), f + b, int(round(m)),
                         bool(fits(k, np.array([bm[idx].sum()]))[0])))
-        return pd.DataFrame(out, columns=SPLIT_COLUMNS)
+        if not out:
+            return pd.DataFrame(out, columns=SPLIT_COLUMNS)
+        # one typed array per column (what a frame of these tuples infers): no row-wise inference
+        cols = list(zip(*out))
+        dtypes = (np.int64, np.int64, object, np.float64, np.int64, bool)
+        return pd.DataFrame({c: np.array(v, dtype=t) for c, v, t in zip(SPLIT_COLUMNS, cols, dtypes)},
+                            columns=SPLIT_COLUMNS)
 
     current = [np.flatnonzero(cur_stage == s) for s in stage_ids]
     current_rows = rows_for(current)
@@ -347,8 +353,9 @@ def best_split(c: _Costs, blocks: pd.DataFrame, memory_by_ipu: pd.DataFrame, tar
 
     best = solve(True) or solve(False)
     new_rows = rows_for(best)
-    cur_fit, new_fit = bool(current_rows["fits"].all()), bool(new_rows["fits"].all())
-    better = new_rows["cycles_per_micro_batch"].max() < current_rows["cycles_per_micro_batch"].max() - 1e-9
+    cur_fit, new_fit = bool(np.asarray(current_rows["fits"]).all()), bool(np.asarray(new_rows["fits"]).all())
+    better = (np.asarray(new_rows["cycles_per_micro_batch"]).max()
+              < np.asarray(current_rows["cycles_per_micro_batch"]).max() - 1e-9)
     if not (better and (new_fit or not cur_fit)):
         return BestSplit(current_rows, step_cycles, step_cycles, 0.0)
     nf = np.array([bf[idx].sum() + ov_f[k] for k, idx in enumerate(best)])
