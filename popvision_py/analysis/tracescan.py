@@ -145,16 +145,22 @@ BOUND_COLUMNS = ("run", "iteration", "micro_batch", "ipu", "stage", "step", "sta
 SEEN_LIMIT = 1 << 26  # cells of the whole run's (run, iteration, stage, micro-batch) set held at once (64 MiB)
 
 
-def _key(columns: list[tuple[np.ndarray, int]], offset: int, size: int) -> np.ndarray:
+def _key(columns: list[tuple[np.ndarray, int]], offset: int, size: int, out: np.ndarray | None = None) -> np.ndarray:
     """One integer per row packing several small columns: ``((c0 * n1 + c1) * n2 + c2)... + offset``
     for ``columns`` = [(c0, _), (c1, n1), (c2, n2)...], into ``range(size)``.
 
-    Built in place in one array (one copy, then a multiply and an add per column), as int32 when
+    Built in place in one array (a multiply, then an add and a multiply per column), as int32 when
     ``size`` fits: half the memory traffic of int64 temporaries, and ``np.add.at`` takes int32
-    indexes without a cast.
+    indexes without a cast. ``out``: an int32 scratch array at least as long, reused from batch to
+    batch (a fresh 4 MiB array costs its page faults on every batch).
     """
-    key = columns[0][0].astype(np.int32 if size < 2**31 else np.int64)
-    for column, n in columns[1:]:
+    (c0, _), (c1, n1) = columns[0], columns[1]
+    if size < 2**31 and out is not None and len(out) >= len(c0):
+        key = np.multiply(c0, n1, out=out[: len(c0)], casting="unsafe")
+    else:
+        key = np.multiply(c0, n1, dtype=np.int32 if size < 2**31 else np.int64)
+    key += c1
+    for column, n in columns[2:]:
         key *= n
         key += column
     if offset:
@@ -181,6 +187,8 @@ class _Fold:
         self.end = np.iinfo(np.int64).min
         self.bounded = bounds is not None
         self.whole_seen = False  # the seen set sized for the whole run from the bounds
+        self.scratch = np.zeros(0, np.int32)  # the keys of a batch, one after the other
+        self.durations = np.zeros(0, np.int64)
         if bounds is not None:
             self.start, self.end = bounds["start_cycle"][0], bounds["end_cycle"][1]
             self.n_ipu, self.n_stage = bounds["ipu"][1] + 1, bounds["stage"][1] + 2
@@ -211,21 +219,23 @@ class _Fold:
         self.cube = _grown(self.cube, (self.n_ipu, self.n_stage, N_PASS, N_PHASE))
         self.execs = _grown(self.execs, (self.n_ipu, self.width))
 
+        if len(self.scratch) < n:
+            self.scratch, self.durations = np.empty(n, np.int32), np.empty(n, np.int64)
+        scratch = self.scratch
         # cycles per (ipu, stage, pass, phase): np.add.at on int64 is exact and faster than a weighted bincount
         s_cube = self.cube.shape
         key = _key([(ipu, 0), (stage, s_cube[1]), (t["pass"], N_PASS), (t["phase"], N_PHASE)], N_PASS * N_PHASE,
-                   self.cube.size)
-        np.add.at(self.cube.reshape(-1), key, end - start)
+                   self.cube.size, scratch)
+        np.add.at(self.cube.reshape(-1), key, np.subtract(end, start, out=self.durations[:n]))
         # executions per (ipu, step): np.add.at of ones, faster here than np.bincount's cast to intp
-        key = _key([(ipu, 0), (step, self.execs.shape[1])], 1, self.execs.size)
+        key = _key([(ipu, 0), (step, self.execs.shape[1])], 1, self.execs.size, scratch)
         np.add.at(self.execs.reshape(-1), key, 1)
-        del key
 
         # which (run, iteration, stage, micro-batch) have rows
         run, it, mb = t["run"], t["iteration"], t["micro_batch"]
         if self.whole_seen:
             s = self.seen.shape
-            key = _key([(run, 0), (it, s[1]), (stage, s[2]), (mb, s[3])], s[3] + 1, self.seen.size)
+            key = _key([(run, 0), (it, s[1]), (stage, s[2]), (mb, s[3])], s[3] + 1, self.seen.size, scratch)
             self.seen.reshape(-1)[key] = True
             return
         # else a set over the batch's own box
@@ -236,7 +246,7 @@ class _Fold:
         ni = i1 - i0 + 1
         size = (r1 - r0 + 1) * ni * n_stage * m1
         key = _key([(run, 0), (it, ni), (stage, n_stage), (mb, m1)], -((r0 * ni + i0) * n_stage - 1) * m1 + 1,
-                   (r1 + 1) * ni * n_stage * m1 + size)  # before the offset, the keys run up to r1's
+                   (r1 + 1) * ni * n_stage * m1 + size, scratch)  # before the offset, the keys run up to r1's
         box = np.zeros(size, bool)
         box[key] = True
         self.seen[r0: r1 + 1, i0: i1 + 1, :n_stage, :m1] |= box.reshape(r1 - r0 + 1, ni, n_stage, m1)
