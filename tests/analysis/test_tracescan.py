@@ -252,6 +252,25 @@ def test_bounds_from_the_footer_equal_the_scanned_ones(profiles, name):
         assert getattr(with_bounds, field) == getattr(scanned, field)
 
 
+@pytest.mark.parametrize("limit", [1 << 26, 1])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_micro_batch_set_of_the_whole_run_equals_the_per_batch_one(monkeypatch, limit, shuffle):
+    # GIVEN the trace's bounds, with and without run/iteration/micro_batch, and a cap on the whole-run set
+    frame = _trace()
+    monkeypatch.setattr(tracescan, "SEEN_LIMIT", limit)
+    full = {c: (int(frame[c].min()), int(frame[c].max())) for c in tracescan.BOUND_COLUMNS}
+    partial = {c: b for c, b in full.items() if c not in ("run", "iteration", "micro_batch")}
+    # WHEN the trace is folded with the whole run's set (limit allowing), with per-batch boxes, and without bounds
+    folds = [tracescan.summarise(_batches(frame, 700, shuffle), b) for b in (full, partial, None)]
+    # THEN every figure is the same
+    for agg in folds[1:]:
+        for field in ("cube", "executions", "micro_batches"):
+            np.testing.assert_array_equal(getattr(agg, field), getattr(folds[0], field))
+        for field in ("iterations", "rows", "iterations_per_run", "micro_batch_slots", "run_slots", "start_cycle",
+                      "end_cycle"):
+            assert getattr(agg, field) == getattr(folds[0], field)
+
+
 def test_no_statistics_means_no_bounds(tmp_path):
     # GIVEN a Parquet file written without statistics
     import pyarrow.parquet as pq
