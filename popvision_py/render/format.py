@@ -18,18 +18,7 @@ def value(v: Any) -> str:
     if isinstance(v, (int, np.integer)):
         return f"{int(v):,}"
     if isinstance(v, (float, np.floating)):
-        f = float(v)
-        if math.isnan(f):
-            return "-"
-        if math.isinf(f):
-            return "inf" if f > 0 else "-inf"
-        if f == int(f):
-            return f"{f:,.0f}" if abs(f) < 1e15 else f"{f:.3e}"
-        if abs(f) >= 1000:
-            return f"{f:,.0f}"
-        if abs(f) >= 0.01 or f == 0:
-            return f"{f:,.2f}"
-        return f"{f:.3g}"
+        return _float(float(v))
     if isinstance(v, (list, tuple)):
         return ", ".join(map(str, v))
     return str(v)
