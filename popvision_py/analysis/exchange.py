@@ -127,7 +127,7 @@ def costliest(done: Executed, index: StepIndex, n: int = 10) -> pd.DataFrame:
     x = done.exchanges
     rows = np.lexsort((x["step"], x["ipu"], -done.total_cycles))[:n]
     return pd.DataFrame({
-        "ipu": x["ipu"][rows], "step": x["step"][rows], "name": index.names(index.rows(x["ipu"][rows], x["step"][rows])),
+        "ipu": x["ipu"][rows], "step": x["step"][rows], "name": index.name_array(index.rows(x["ipu"][rows], x["step"][rows])),
         "kind": x.strings("kind", rows), "src_ipu": x["src_ipu"][rows], "dst_ipu": x["dst_ipu"][rows],
         "bytes": x["bytes"][rows], "cycles": x["cycles"][rows], "executions": done.executions[rows],
         "total_cycles": done.total_cycles[rows],

@@ -28,29 +28,40 @@ def by_step(liveness: Columns, programs: Columns, target: dict[str, Any], ipu: i
     IPU's SRAM (tiles x bytes per tile). Step names are joined through ``index`` (dense (ipu, step)
     -> programs row), not a merge.
     """
+    return pd.DataFrame(by_step_columns(liveness, programs, target, ipu, index), columns=BY_STEP_COLUMNS)
+
+
+def by_step_columns(liveness: Columns, programs: Columns, target: dict[str, Any], ipu: int | None = None,
+                    index: StepIndex | None = None) -> dict[str, Any]:
+    """``by_step``'s columns as arrays (the names as a pandas ``str`` array, decoded in Arrow)."""
     index = index or StepIndex(programs)
     ipus, steps = liveness["ipu"], liveness["step"]
     rows = np.arange(len(liveness)) if ipu is None else np.flatnonzero(ipus == ipu)
     rows = rows[np.lexsort((steps[rows], ipus[rows]))]
     at = index.rows(ipus[rows], steps[rows])
     always, not_always = liveness["always_live_bytes"][rows], liveness["not_always_live_bytes"][rows]
-    return pd.DataFrame({
-        "ipu": ipus[rows], "step": steps[rows], "name": index.names(at),
+    return {
+        "ipu": ipus[rows], "step": steps[rows], "name": index.name_array(at),
         "always_live_bytes": always, "not_always_live_bytes": not_always, "total_bytes": always + not_always,
         "worst_tile": liveness["worst_tile"][rows], "worst_tile_bytes": liveness["worst_tile_bytes"][rows],
         "capacity_bytes": np.full(len(rows), int(target["tiles_per_ipu"]) * int(target["bytes_per_tile"]), np.int64),
-    })
+    }
 
 
-def peaks(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per IPU, the first step where not-always-live memory peaks: PEAK_COLUMNS sorted by ipu."""
-    if steps.empty:
+def peaks(steps: pd.DataFrame | dict[str, Any]) -> pd.DataFrame:
+    """Per IPU, the first step where not-always-live memory peaks: PEAK_COLUMNS sorted by ipu.
+
+    ``steps`` is ``by_step``'s frame or its columns (``by_step_columns``).
+    """
+    if not len(steps["ipu"]):
         return pd.DataFrame({c: pd.Series([], dtype="int64" if c != "name" else "object") for c in PEAK_COLUMNS})
     ipu, step = np.asarray(steps["ipu"]), np.asarray(steps["step"])
     nal = np.asarray(steps["not_always_live_bytes"])
     order = np.lexsort((step, -nal, ipu))
     first = order[np.r_[True, ipu[order][1:] != ipu[order][:-1]]]  # each IPU's largest, earliest step
-    return pd.DataFrame({"ipu": ipu[first], "peak_step": step[first], "name": steps["name"].array.take(first),
+    names = steps["name"]
+    names = names.array if isinstance(names, pd.Series) else names
+    return pd.DataFrame({"ipu": ipu[first], "peak_step": step[first], "name": names.take(first),
                          "not_always_live_bytes": nal[first], "total_bytes": np.asarray(steps["total_bytes"])[first]})
 
 

@@ -246,16 +246,19 @@ class LivenessReport(_View):
     """Not-always-live memory over program steps per IPU, the peak step, what is live at a step."""
 
     def _steps(self) -> pd.DataFrame:
+        return self._memo("steps", lambda: pd.DataFrame(self._step_columns(), columns=_liveness.BY_STEP_COLUMNS))
+
+    def _step_columns(self) -> dict:
         r = self._r
-        return self._memo("steps", lambda: _liveness.by_step(r.columns("liveness"), r.columns("programs"), r.target,
-                                                             index=r.step_index()))
+        return self._memo("step_columns", lambda: _liveness.by_step_columns(
+            r.columns("liveness"), r.columns("programs"), r.target, index=r.step_index()))
 
     def by_step(self, ipu: int | None = None) -> pd.DataFrame:
         steps = self._steps()
         return steps if ipu is None else steps[steps["ipu"] == ipu].reset_index(drop=True)
 
     def peaks(self) -> pd.DataFrame:
-        return self._memo("peaks", lambda: _liveness.peaks(self._steps()))
+        return self._memo("peaks", lambda: _liveness.peaks(self._step_columns()))
 
     def live_at(self, ipu: int, step: int) -> pd.DataFrame:
         r = self._r

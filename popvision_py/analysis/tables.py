@@ -9,6 +9,7 @@ small dense keys: no sort, no Python loop over rows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -132,6 +133,18 @@ class Columns:
         codes = self.codes(name)
         return self.words(name)[codes if rows is None else codes[rows]]
 
+    def text(self, name: str, rows: np.ndarray) -> pd.api.extensions.ExtensionArray:
+        """A string column's values at ``rows`` as pandas' ``str`` array, taken and decoded in Arrow.
+
+        What a DataFrame makes of the same strings as an object array, without converting each
+        Python string back to Arrow (3,570 step names: ~60 us against ~250 us).
+        """
+        key = "decoded:" + name
+        if key not in self._arrays:
+            column = self._column(name)
+            self._arrays[key] = column.dictionary_decode() if pa.types.is_dictionary(column.type) else column
+        return pd.array(self._arrays[key].take(pa.array(np.asarray(rows, np.int64))), dtype="str")
+
     def codes_in(self, name: str, vocabulary: tuple[str, ...]) -> np.ndarray:
         """A category column as indexes into a fixed ``vocabulary`` (``len(vocabulary)`` if not in it)."""
         key = ("fixed", name, vocabulary)
@@ -179,6 +192,12 @@ class StepIndex:
             return np.full(len(rows), "", dtype=object)
         names = self.programs.strings("name", np.maximum(rows, 0))
         return np.where(rows >= 0, names, "") if (rows < 0).any() else names
+
+    def name_array(self, rows: np.ndarray) -> Any:
+        """``names(rows)`` as a pandas ``str`` array (decoded in Arrow), for a frame's column."""
+        if not len(self.programs) or (rows < 0).any():
+            return self.names(rows)
+        return self.programs.text("name", rows)
 
 
 @dataclass
