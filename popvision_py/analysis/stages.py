@@ -51,25 +51,50 @@ class BestSplit:
     gain_pct: float
 
 
-def stage_list(run: dict[str, Any], trace: Aggregates | None = None) -> pd.DataFrame:
-    """The run's stages: ``[stage, ipu, blocks]`` (blocks a list), from the manifest, plus any stage only the trace has."""
+class StageList:
+    """The run's stages as arrays: ``stage`` and ``ipu`` (int64) and ``blocks`` (a list of names per stage)."""
+
+    def __init__(self, stage: list[int], ipu: list[int], blocks: list[list[str]]) -> None:
+        self.columns = {"stage": np.array(stage, np.int64), "ipu": np.array(ipu, np.int64), "blocks": blocks}
+
+    def __len__(self) -> int:
+        return len(self.columns["stage"])
+
+    def __getitem__(self, name: str) -> Any:
+        return self.columns[name]
+
+    def frame(self) -> pd.DataFrame:
+        blocks = np.empty(len(self), object)
+        for k, b in enumerate(self.columns["blocks"]):
+            blocks[k] = b
+        return pd.DataFrame({"stage": self["stage"], "ipu": self["ipu"], "blocks": blocks},
+                            columns=["stage", "ipu", "blocks"])
+
+
+def stage_rows(run: dict[str, Any], trace: Aggregates | None = None) -> StageList:
+    """``stage_list`` as arrays (no DataFrame): sorted by stage."""
     rows = []
     for entry in run.get("stages") or []:
         try:
-            rows.append({"stage": int(entry["stage"]), "ipu": int(entry.get("ipu", entry["stage"])),
-                         "blocks": [str(b) for b in entry.get("blocks", [])]})
+            rows.append((int(entry["stage"]), int(entry.get("ipu", entry["stage"])),
+                         [str(b) for b in entry.get("blocks", [])]))
         except (KeyError, TypeError, ValueError):
             continue
-    known = {r["stage"] for r in rows}
+    known = {r[0] for r in rows}
     if trace is not None and len(trace):
         present = aggregates(trace).cube[:, 1:].sum(axis=(2, 3)) > 0  # [ipu, stage]
         for ipu, stage in zip(*np.nonzero(present)):
             stage, ipu = int(stage), int(ipu)
             if stage not in known:
-                rows.append({"stage": stage, "ipu": ipu, "blocks": []})
+                rows.append((stage, ipu, []))
                 known.add(stage)
-    frame = pd.DataFrame(rows, columns=["stage", "ipu", "blocks"])
-    return frame.sort_values("stage", kind="stable").reset_index(drop=True)
+    rows.sort(key=lambda r: r[0])  # stable, as the frame's sort was
+    return StageList([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+
+
+def stage_list(run: dict[str, Any], trace: Aggregates | None = None) -> pd.DataFrame:
+    """The run's stages: ``[stage, ipu, blocks]`` (blocks a list), from the manifest, plus any stage only the trace has."""
+    return stage_rows(run, trace).frame()
 
 
 def stage_pass_busy(trace: Aggregates, num_stages: int) -> np.ndarray:
@@ -116,7 +141,7 @@ def pipeline_cycles(fwd: np.ndarray, bwd: np.ndarray, micro_batches: int, strate
 
 @dataclass(frozen=True)
 class _Costs:
-    stages: pd.DataFrame  # stage list
+    stages: StageList
     busy: np.ndarray  # [stage, pass code]
     micro_batches: np.ndarray  # per stage
     fwd: np.ndarray  # cycles per micro-batch per stage
@@ -131,11 +156,11 @@ class _Costs:
 
 def costs(trace: Aggregates, run: dict[str, Any]) -> _Costs:
     """Per-stage cycles per micro-batch and the counts every stage figure uses."""
-    stages = stage_list(run, trace)
+    stages = stage_rows(run, trace)
     n = len(stages)
     busy = stage_pass_busy(trace, int(stages["stage"].max()) + 1 if n else 0)
     mbs = stage_micro_batches(trace, busy.shape[0])
-    idx = stages["stage"].to_numpy(dtype=np.int64)
+    idx = stages["stage"]
     m = mbs[idx] if n else np.zeros(0, np.int64)
     safe = np.where(m > 0, m, 1)
     fwd = busy[idx, PASS["forward"]] / safe if n else np.zeros(0)
@@ -167,7 +192,7 @@ def summary(c: _Costs, trace: Aggregates) -> pd.DataFrame:
     idle, sync = phase_by_ipu(trace, "idle"), phase_by_ipu(trace, "sync")
     at = lambda a, i: int(a[i]) if 0 <= i < len(a) else 0  # noqa: E731
     rows = []
-    for s, ipu, blocks in zip(c.stages["stage"].tolist(), c.stages["ipu"].tolist(), c.stages["blocks"].tolist()):
+    for s, ipu, blocks in zip(c.stages["stage"].tolist(), c.stages["ipu"].tolist(), c.stages["blocks"]):
         m = at(c.micro_batches, s)
         ipu_idle = at(idle, ipu)
         blocks = ",".join(blocks)
@@ -181,9 +206,22 @@ def summary(c: _Costs, trace: Aggregates) -> pd.DataFrame:
         other = int(c.busy[s].sum()) - total_busy if s < c.busy.shape[0] else 0
         rows.append((s, ipu, blocks, "all", m, (total_busy + other) / m if m else np.nan, total_busy + other,
                      ipu_idle + at(sync, ipu), c.total_cycles))
-    frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS[:-1])
-    frame["utilisation_pct"] = 100.0 * frame["busy_cycles"] / frame["total_cycles"].where(frame["total_cycles"] > 0)
-    return frame
+    # one typed array per column (what a frame of these tuples infers), the utilisation computed on them
+    if not rows:
+        frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS[:-1])
+        frame["utilisation_pct"] = 100.0 * frame["busy_cycles"] / frame["total_cycles"].where(frame["total_cycles"] > 0)
+        return frame
+    cols = list(zip(*rows))
+    busy = np.array(cols[6], np.int64)
+    total = np.array(cols[8], np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        util = np.where(total > 0, 100.0 * busy / np.where(total > 0, total, 1), np.nan)
+    return pd.DataFrame({
+        "stage": np.array(cols[0], np.int64), "ipu": np.array(cols[1], np.int64), "blocks": np.array(cols[2], object),
+        "pass": np.array(cols[3], object), "micro_batches": np.array(cols[4], np.int64),
+        "cycles_per_micro_batch": np.array(cols[5], np.float64), "busy_cycles": busy,
+        "idle_cycles": np.array(cols[7], np.int64), "total_cycles": total, "utilisation_pct": util,
+    }, columns=SUMMARY_COLUMNS)
 
 
 def figures(c: _Costs, trace: Aggregates) -> StageFigures:
@@ -193,9 +231,9 @@ def figures(c: _Costs, trace: Aggregates) -> StageFigures:
     if n == 0 or c.unit_micro_batches == 0:
         return StageFigures(n, c.unit_micro_batches, -1, float("nan"), float("nan"), float("nan"), step, step, 0.0)
     per_mb = c.fwd + c.bwd
-    bottleneck = int(c.stages["stage"].iloc[int(np.argmax(per_mb))])
+    bottleneck = int(c.stages["stage"][int(np.argmax(per_mb))])
     imbalance = float(per_mb.max() / per_mb.mean()) if per_mb.mean() > 0 else float("nan")
-    ipus = np.unique(c.stages["ipu"].to_numpy())
+    ipus = np.unique(c.stages["ipu"])
     idle_by_ipu = phase_by_ipu(trace, "idle")
     idle = idle_by_ipu[ipus[ipus < len(idle_by_ipu)]].sum()
     bubble = 100.0 * idle / (len(ipus) * c.total_cycles) if c.total_cycles else float("nan")
@@ -242,7 +280,7 @@ def block_costs(c: _Costs, programs: Columns, ops: Columns, trace: Aggregates, v
     mem = sum_by(var_block[owned], variables["bytes"][owned], len(words))
 
     order: list[tuple[str, int]] = []
-    for stage, blocks in zip(c.stages["stage"].tolist(), c.stages["blocks"].tolist()):
+    for stage, blocks in zip(c.stages["stage"].tolist(), c.stages["blocks"]):
         order += [(b, int(stage)) for b in blocks]
     listed = {b for b, _ in order}
     extra = np.flatnonzero(~np.isin(words, list(listed))) if len(words) else np.zeros(0, np.int64)
@@ -284,8 +322,8 @@ def best_split(c: _Costs, blocks: pd.DataFrame, memory_by_ipu: pd.DataFrame, tar
     cur_stage = blocks["stage"].to_numpy()
     bf, bb = blocks["fwd_cycles"].to_numpy(float), blocks["bwd_cycles"].to_numpy(float)
     bm = blocks["memory_bytes"].to_numpy(float)
-    stage_ids = stages["stage"].to_numpy()
-    ipu_of = stages["ipu"].to_numpy()
+    stage_ids = stages["stage"]
+    ipu_of = stages["ipu"]
     ov_f = np.array([max(c.fwd[k] - bf[cur_stage == s].sum(), 0.0) for k, s in enumerate(stage_ids)])
     ov_b = np.array([max(c.bwd[k] - bb[cur_stage == s].sum(), 0.0) for k, s in enumerate(stage_ids)])
     ipu_list = memory_by_ipu["ipu"].tolist()
@@ -305,12 +343,15 @@ def best_split(c: _Costs, blocks: pd.DataFrame, memory_by_ipu: pd.DataFrame, tar
 
     names = blocks["block"].to_numpy(dtype=object)
 
-    def rows_for(assign: list[np.ndarray]) -> pd.DataFrame:
+    def rows_for(assign: list[np.ndarray]) -> list[tuple]:
         out = []
         for k, idx in enumerate(assign):
             f, b, m = bf[idx].sum() + ov_f[k], bb[idx].sum() + ov_b[k], bm[idx].sum() + ov_m[k]
             out.append((int(stage_ids[k]), int(ipu_of[k]), ",".join(names[idx]), f + b, int(round(m)),
                         bool(fits(k, np.array([bm[idx].sum()]))[0])))
+        return out
+
+    def frame(out: list[tuple]) -> pd.DataFrame:
         if not out:
             return pd.DataFrame(out, columns=SPLIT_COLUMNS)
         # one typed array per column (what a frame of these tuples infers): no row-wise inference
@@ -322,7 +363,7 @@ def best_split(c: _Costs, blocks: pd.DataFrame, memory_by_ipu: pd.DataFrame, tar
     current = [np.flatnonzero(cur_stage == s) for s in stage_ids]
     current_rows = rows_for(current)
     if n < S or n == 0:
-        return BestSplit(current_rows, step_cycles, step_cycles, 0.0)
+        return BestSplit(frame(current_rows), step_cycles, step_cycles, 0.0)
     cost = bf + (bb if c.training else 0.0)
     P = np.concatenate(([0.0], np.cumsum(cost)))
     Q = np.concatenate(([0.0], np.cumsum(bm)))
@@ -353,16 +394,15 @@ def best_split(c: _Costs, blocks: pd.DataFrame, memory_by_ipu: pd.DataFrame, tar
 
     best = solve(True) or solve(False)
     new_rows = rows_for(best)
-    cur_fit, new_fit = bool(np.asarray(current_rows["fits"]).all()), bool(np.asarray(new_rows["fits"]).all())
-    better = (np.asarray(new_rows["cycles_per_micro_batch"]).max()
-              < np.asarray(current_rows["cycles_per_micro_batch"]).max() - 1e-9)
+    cur_fit, new_fit = all(r[5] for r in current_rows), all(r[5] for r in new_rows)
+    better = max(r[3] for r in new_rows) < max(r[3] for r in current_rows) - 1e-9
     if not (better and (new_fit or not cur_fit)):
-        return BestSplit(current_rows, step_cycles, step_cycles, 0.0)
+        return BestSplit(frame(current_rows), step_cycles, step_cycles, 0.0)
     nf = np.array([bf[idx].sum() + ov_f[k] for k, idx in enumerate(best)])
     nb = np.array([bb[idx].sum() + ov_b[k] for k, idx in enumerate(best)])
     predicted = step_cycles - (_model_step(c, c.fwd, c.bwd) - _model_step(c, nf, nb))
     gain = 100.0 * (step_cycles - predicted) / step_cycles if step_cycles else 0.0
-    return BestSplit(new_rows, float(step_cycles), float(predicted), float(gain))
+    return BestSplit(frame(new_rows), float(step_cycles), float(predicted), float(gain))
 
 
 def gantt(bars: dict[str, np.ndarray]) -> pd.DataFrame:
