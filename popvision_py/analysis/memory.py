@@ -63,10 +63,13 @@ def tile_totals(tile_memory: Columns, target: dict[str, Any]) -> TileTotals:
     # dense (ipu position, tile, always_live) grid filled with bincount: no groupby over rows.
     ipu_col = tile_memory["ipu"]
     dense = n and ipus[0] == 0 and ipus[-1] == n - 1  # IPUs 0..n-1: an IPU is its own position
-    pos = ipu_col.astype(np.int64) if dense else np.searchsorted(ipus, ipu_col)
-    tile = tile_memory["tile"].astype(np.int64)
+    tile = tile_memory["tile"]
     width = max(tiles, int(tile.max()) + 1 if len(tile) else 0)
-    key = (pos * width + tile) * 2 + tile_memory["always_live"]
+    if dense and n * width * 2 < 2**31:  # 32-bit keys: half the memory traffic of int64
+        key = (ipu_col.astype(np.int32) * np.int32(width) + tile.astype(np.int32)) * np.int32(2) + tile_memory["always_live"]
+    else:
+        pos = ipu_col.astype(np.int64) if dense else np.searchsorted(ipus, ipu_col)
+        key = (pos * width + tile.astype(np.int64)) * 2 + tile_memory["always_live"]
     sums = sum_by(key, tile_memory["bytes"], n * width * 2).reshape(n * width, 2)
     always, not_always = sums[:, 1], sums[:, 0]
     total = always + not_always
@@ -124,13 +127,23 @@ def by_ipu(tiles: pd.DataFrame | TileTotals, target: dict[str, Any]) -> pd.DataF
 def by_category(tile_memory: Columns, ipu: int | None = None) -> pd.DataFrame:
     """Bytes per IPU, category and always-live: BY_CATEGORY_COLUMNS, sorted by ipu then bytes (largest first)."""
     ipu_col = tile_memory["ipu"]
-    keep = slice(None) if ipu is None else ipu_col == ipu
-    ipus = present(ipu_col[keep])
-    pos = np.searchsorted(ipus, ipu_col[keep])
     words = tile_memory.words("category")
     n_cat = len(words)
-    key = (pos * n_cat + tile_memory.codes("category")[keep]) * 2 + tile_memory["always_live"][keep].astype(np.int64)
-    sums = sum_by(key, tile_memory["bytes"][keep], len(ipus) * n_cat * 2)
+    codes, live_col, nbytes = tile_memory.codes("category"), tile_memory["always_live"], tile_memory["bytes"]
+    if ipu is not None:
+        keep = np.flatnonzero(ipu_col == ipu)
+        ipu_col, codes, live_col, nbytes = ipu_col[keep], codes[keep], live_col[keep], nbytes[keep]
+    lo = int(ipu_col.min()) if len(ipu_col) else 0
+    if lo >= 0 and (int(ipu_col.max()) + 1 if len(ipu_col) else 0) * n_cat * 2 < 2**31:
+        # IPUs are small non-negative ids: the IPU is its own position (one bincount, no searchsorted)
+        ipus = np.arange(int(ipu_col.max()) + 1 if len(ipu_col) else 0)
+        pos = ipu_col.astype(np.int32)
+        key = (pos * np.int32(n_cat) + codes.astype(np.int32)) * np.int32(2) + live_col
+    else:
+        ipus = present(ipu_col)
+        pos = np.searchsorted(ipus, ipu_col)
+        key = (pos * n_cat + codes) * 2 + live_col.astype(np.int64)
+    sums = sum_by(key, nbytes, len(ipus) * n_cat * 2)
     nz = np.flatnonzero(sums > 0)
     cell, live = np.divmod(nz, 2)
     ipu_pos, cat = np.divmod(cell, n_cat)
