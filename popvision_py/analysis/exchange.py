@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.tables import PHASE, Aggregates, Columns, StepIndex, aggregates, lookup, sum_by
+from popvision_py.analysis.tables import PHASE, Aggregates, Columns, StepIndex, aggregates, frame_of, lookup, sum_by
 from popvision_py.format.schema import EXCHANGE_KINDS
 
 BY_KIND_COLUMNS = ["kind", "executions", "bytes", "cycles", "time_pct"]
@@ -126,9 +126,9 @@ def costliest(done: Executed, index: StepIndex, n: int = 10) -> pd.DataFrame:
     """The ``n`` exchange steps with the most cycles over the trace (cycles x executions): COSTLIEST_COLUMNS."""
     x = done.exchanges
     rows = np.lexsort((x["step"], x["ipu"], -done.total_cycles))[:n]
-    return pd.DataFrame({
+    return frame_of({
         "ipu": x["ipu"][rows], "step": x["step"][rows], "name": index.name_array(index.rows(x["ipu"][rows], x["step"][rows])),
         "kind": x.strings("kind", rows), "src_ipu": x["src_ipu"][rows], "dst_ipu": x["dst_ipu"][rows],
         "bytes": x["bytes"][rows], "cycles": x["cycles"][rows], "executions": done.executions[rows],
         "total_cycles": done.total_cycles[rows],
-    }, columns=COSTLIEST_COLUMNS)
+    }, COSTLIEST_COLUMNS)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.tables import Columns, StepIndex
+from popvision_py.analysis.tables import Columns, StepIndex, frame_of
 from popvision_py.errors import OutOfRangeError
 
 BY_STEP_COLUMNS = ["ipu", "step", "name", "always_live_bytes", "not_always_live_bytes", "total_bytes",
@@ -28,7 +28,7 @@ def by_step(liveness: Columns, programs: Columns, target: dict[str, Any], ipu: i
     IPU's SRAM (tiles x bytes per tile). Step names are joined through ``index`` (dense (ipu, step)
     -> programs row), not a merge.
     """
-    return pd.DataFrame(by_step_columns(liveness, programs, target, ipu, index), columns=BY_STEP_COLUMNS)
+    return frame_of(by_step_columns(liveness, programs, target, ipu, index), BY_STEP_COLUMNS)
 
 
 def by_step_columns(liveness: Columns, programs: Columns, target: dict[str, Any], ipu: int | None = None,
@@ -67,7 +67,7 @@ def peaks(steps: pd.DataFrame | dict[str, Any]) -> pd.DataFrame:
 
 def live_at(variables: Columns, ipu: int, step: int, num_steps: int | None = None) -> pd.DataFrame:
     """Variables live on ``ipu`` at ``step`` (always-live ones included), largest first: LIVE_AT_COLUMNS."""
-    return pd.DataFrame(live_at_columns(variables, ipu, step, num_steps), columns=LIVE_AT_COLUMNS)
+    return frame_of(live_at_columns(variables, ipu, step, num_steps), LIVE_AT_COLUMNS)
 
 
 def live_at_columns(variables: Columns, ipu: int, step: int, num_steps: int | None = None,

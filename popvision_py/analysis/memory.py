@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.tables import Columns, alphabetical, present, sum_by
+from popvision_py.analysis.tables import Columns, alphabetical, frame_of, present, sum_by
 from popvision_py.errors import OutOfRangeError
 
 BY_IPU_COLUMNS = ["ipu", "always_live_bytes", "not_always_live_bytes", "total_bytes", "capacity_bytes",
@@ -51,7 +51,7 @@ class TileTotals:
         return self.columns[name]
 
     def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.columns, columns=BY_TILE_COLUMNS)
+        return frame_of(self.columns, BY_TILE_COLUMNS)
 
 
 def tile_totals(tile_memory: Columns, target: dict[str, Any]) -> TileTotals:
@@ -189,7 +189,7 @@ def _variable_rows(variables: Columns, rows: np.ndarray, columns: list[str], **e
             data[c] = variables.strings(c, rows)
         else:
             data[c] = variables[c][rows]
-    return pd.DataFrame(data, columns=columns)
+    return frame_of(data, columns)
 
 
 def _largest(sizes: np.ndarray, var_id: np.ndarray, rows: np.ndarray, n: int | None) -> np.ndarray:

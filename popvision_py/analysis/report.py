@@ -37,7 +37,7 @@ from popvision_py.analysis import stages as _stages
 from popvision_py.analysis import summary as _summary
 from popvision_py.analysis import trace as _trace
 from popvision_py.analysis import tracescan as _tracescan
-from popvision_py.analysis.tables import TABLE_COLUMNS, Aggregates, Columns, StepIndex, iterations_traced
+from popvision_py.analysis.tables import TABLE_COLUMNS, Aggregates, Columns, StepIndex, frame_of, iterations_traced
 from popvision_py.errors import OutOfRangeError
 from popvision_py.format import Profile, open_profile
 
@@ -246,7 +246,7 @@ class LivenessReport(_View):
     """Not-always-live memory over program steps per IPU, the peak step, what is live at a step."""
 
     def _steps(self) -> pd.DataFrame:
-        return self._memo("steps", lambda: pd.DataFrame(self._step_columns(), columns=_liveness.BY_STEP_COLUMNS))
+        return self._memo("steps", lambda: frame_of(self._step_columns(), _liveness.BY_STEP_COLUMNS))
 
     def _step_columns(self) -> dict:
         r = self._r

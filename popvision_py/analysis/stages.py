@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.analysis.tables import (
-    PASS, PASSES, PHASE, Aggregates, Columns, aggregates, finish, iterations_traced, lookup, sum_by,
+    PASS, PASSES, PHASE, Aggregates, Columns, aggregates, finish, frame_of, iterations_traced, lookup, sum_by,
 )
 
 SUMMARY_COLUMNS = ["stage", "ipu", "blocks", "pass", "micro_batches", "cycles_per_micro_batch", "busy_cycles",
@@ -67,8 +67,7 @@ class StageList:
         blocks = np.empty(len(self), object)
         for k, b in enumerate(self.columns["blocks"]):
             blocks[k] = b
-        return pd.DataFrame({"stage": self["stage"], "ipu": self["ipu"], "blocks": blocks},
-                            columns=["stage", "ipu", "blocks"])
+        return frame_of({"stage": self["stage"], "ipu": self["ipu"], "blocks": blocks}, ["stage", "ipu", "blocks"])
 
 
 def stage_rows(run: dict[str, Any], trace: Aggregates | None = None) -> StageList:
@@ -216,12 +215,12 @@ def summary(c: _Costs, trace: Aggregates) -> pd.DataFrame:
     total = np.array(cols[8], np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
         util = np.where(total > 0, 100.0 * busy / np.where(total > 0, total, 1), np.nan)
-    return pd.DataFrame({
+    return frame_of({
         "stage": np.array(cols[0], np.int64), "ipu": np.array(cols[1], np.int64), "blocks": np.array(cols[2], object),
         "pass": np.array(cols[3], object), "micro_batches": np.array(cols[4], np.int64),
         "cycles_per_micro_batch": np.array(cols[5], np.float64), "busy_cycles": busy,
         "idle_cycles": np.array(cols[7], np.int64), "total_cycles": total, "utilisation_pct": util,
-    }, columns=SUMMARY_COLUMNS)
+    }, SUMMARY_COLUMNS)
 
 
 def figures(c: _Costs, trace: Aggregates) -> StageFigures:
@@ -300,10 +299,10 @@ def block_costs(c: _Costs, programs: Columns, ops: Columns, trace: Aggregates, v
     pick = lambda sums: np.where(known, sums[np.maximum(block_code, 0)] if len(sums) else 0, 0)  # noqa: E731
     m = lookup(c.micro_batches[None, :], np.zeros(len(stage)), stage)
     m = np.where(m > 0, m, 1)
-    return pd.DataFrame({
+    return frame_of({
         "block": np.array([b for b, _ in order], dtype=object), "stage": stage,
         "fwd_cycles": pick(fwd) / m, "bwd_cycles": pick(bwd) / m, "memory_bytes": pick(mem).astype(np.int64),
-    }, columns=["block", "stage", "fwd_cycles", "bwd_cycles", "memory_bytes"])
+    }, ["block", "stage", "fwd_cycles", "bwd_cycles", "memory_bytes"])
 
 
 def best_split(c: _Costs, blocks: pd.DataFrame, memory_by_ipu: pd.DataFrame, target: dict[str, Any],
@@ -357,8 +356,7 @@ def best_split(c: _Costs, blocks: pd.DataFrame, memory_by_ipu: pd.DataFrame, tar
         # one typed array per column (what a frame of these tuples infers): no row-wise inference
         cols = list(zip(*out))
         dtypes = (np.int64, np.int64, object, np.float64, np.int64, bool)
-        return pd.DataFrame({c: np.array(v, dtype=t) for c, v, t in zip(SPLIT_COLUMNS, cols, dtypes)},
-                            columns=SPLIT_COLUMNS)
+        return frame_of({c: np.array(v, dtype=t) for c, v, t in zip(SPLIT_COLUMNS, cols, dtypes)}, SPLIT_COLUMNS)
 
     current = [np.flatnonzero(cur_stage == s) for s in stage_ids]
     current_rows = rows_for(current)
@@ -413,9 +411,9 @@ def gantt(bars: dict[str, np.ndarray]) -> pd.DataFrame:
     """
     names = np.array(list(PASSES) + ["unknown"], dtype=object)
     order = np.lexsort((bars["stage"], bars["start_cycle"], bars["ipu"]))
-    frame = pd.DataFrame({
+    frame = frame_of({
         "ipu": bars["ipu"][order], "stage": bars["stage"][order], "pass": names[bars["pass"][order]],
         "iteration": bars["iteration"][order], "micro_batch": bars["micro_batch"][order],
         "start_cycle": bars["start_cycle"][order], "end_cycle": bars["end_cycle"][order],
-    }, columns=GANTT_COLUMNS)
+    }, GANTT_COLUMNS)
     return frame

@@ -296,6 +296,14 @@ def iterations_traced(trace: "TraceArrays | Aggregates", run: dict) -> int:
     return int(run.get("runs", 1) or 1) * int(run.get("device_iterations", 1) or 1)
 
 
+def frame_of(data: dict[str, Any], columns: list[str]) -> pd.DataFrame:
+    """``pd.DataFrame(data, columns=columns)``; without ``columns=`` when the dict is already in that
+    order, which pandas 3 builds faster (~115 us against ~200 us for 9 columns: no reindexing)."""
+    if list(data) == list(columns):
+        return pd.DataFrame(data)
+    return pd.DataFrame(data, columns=columns)
+
+
 def present(ids: np.ndarray) -> np.ndarray:
     """The distinct values of a column of small ids, sorted: a bincount (linear) where ids are >= 0, else a sort."""
     if len(ids):
