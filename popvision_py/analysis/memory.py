@@ -94,6 +94,10 @@ def by_tile(tile_memory: Columns, target: dict[str, Any], ipu: int | None = None
 
 def _per_ipu(tiles: pd.DataFrame | TileTotals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(IPUs, order of the rows grouped by IPU, where each IPU's rows start in that order)."""
+    if isinstance(tiles, TileTotals):  # already grouped: each IPU's ``width`` tiles, one after another
+        ipus = np.unique(tiles["ipu"]) if len(tiles) else np.zeros(0, np.int64)
+        width = len(tiles) // len(ipus) if len(ipus) else 0
+        return ipus, np.arange(len(tiles)), np.arange(len(ipus)) * width
     ipu = np.asarray(tiles["ipu"])
     order = np.argsort(ipu, kind="stable")
     ipus, starts = np.unique(ipu[order], return_index=True)
@@ -159,6 +163,13 @@ def by_category(tile_memory: Columns, ipu: int | None = None) -> pd.DataFrame:
 def distribution(tiles: pd.DataFrame | TileTotals) -> pd.DataFrame:
     """Tile totals per IPU: min, median, 99th percentile (linear interpolation), max, mean: DISTRIBUTION_COLUMNS."""
     ipus, order, starts = _per_ipu(tiles)
+    if isinstance(tiles, TileTotals) and len(ipus):  # every IPU has as many tiles: one row each
+        grid = np.asarray(tiles["total_bytes"]).reshape(len(ipus), -1)
+        return pd.DataFrame({
+            "ipu": ipus.astype(np.int64), "min_bytes": grid.min(axis=1), "median_bytes": np.median(grid, axis=1),
+            "p99_bytes": np.quantile(grid, 0.99, axis=1), "max_bytes": grid.max(axis=1),
+            "mean_bytes": grid.mean(axis=1),
+        })
     values = np.asarray(tiles["total_bytes"])[order]
     parts = np.split(values, starts[1:]) if len(ipus) else []  # one array per IPU (a few), not per tile
     return pd.DataFrame({
