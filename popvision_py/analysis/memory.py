@@ -106,16 +106,28 @@ def _per_ipu(tiles: pd.DataFrame | TileTotals) -> tuple[np.ndarray, np.ndarray, 
 
 def by_ipu(tiles: pd.DataFrame | TileTotals, target: dict[str, Any]) -> pd.DataFrame:
     """Per IPU totals from ``by_tile``: BY_IPU_COLUMNS."""
+    return ipu_frame(by_ipu_columns(tiles, target))
+
+
+def ipu_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """``by_ipu``'s frame from ``by_ipu_columns``."""
+    if not len(columns["ipu"]):
+        return pd.DataFrame({c: pd.Series([], dtype="float64" if c == "used_pct" else "int64") for c in BY_IPU_COLUMNS})
+    return pd.DataFrame(columns)
+
+
+def by_ipu_columns(tiles: pd.DataFrame | TileTotals, target: dict[str, Any]) -> dict[str, np.ndarray]:
+    """``by_ipu``'s columns as arrays."""
     capacity = int(target["tiles_per_ipu"]) * int(target["bytes_per_tile"])
     ipus, order, starts = _per_ipu(tiles)
     if not len(ipus):
-        return pd.DataFrame({c: pd.Series([], dtype="float64" if c == "used_pct" else "int64") for c in BY_IPU_COLUMNS})
+        return {c: np.zeros(0, np.float64 if c == "used_pct" else np.int64) for c in BY_IPU_COLUMNS}
 
     def total(column: str, reduce=np.add) -> np.ndarray:
         return reduce.reduceat(np.asarray(tiles[column]).astype(np.int64)[order], starts)
 
     total_bytes = total("total_bytes")
-    return pd.DataFrame({
+    return {
         "ipu": ipus.astype(np.int64),
         "always_live_bytes": total("always_live_bytes"),
         "not_always_live_bytes": total("not_always_live_bytes"),
@@ -125,7 +137,7 @@ def by_ipu(tiles: pd.DataFrame | TileTotals, target: dict[str, Any]) -> pd.DataF
         "used_pct": 100.0 * total_bytes / capacity if capacity else np.full(len(ipus), np.nan),
         "max_tile_bytes": total("total_bytes", np.maximum),
         "oom_tiles": total("oom"),
-    })
+    }
 
 
 def by_category(tile_memory: Columns, ipu: int | None = None) -> pd.DataFrame:

@@ -214,7 +214,10 @@ class MemoryReport(_View):
         return tiles if ipu is None else tiles[tiles["ipu"] == ipu].reset_index(drop=True)
 
     def by_ipu(self) -> pd.DataFrame:
-        return self._memo("by_ipu", lambda: _memory.by_ipu(self._tiles(), self._r.target))
+        return self._memo("by_ipu", lambda: _memory.ipu_frame(self._by_ipu_columns()))
+
+    def _by_ipu_columns(self) -> dict:
+        return self._memo("by_ipu_columns", lambda: _memory.by_ipu_columns(self._tiles(), self._r.target))
 
     def by_category(self, ipu: int | None = None) -> pd.DataFrame:
         return self._memo(("by_category", ipu), lambda: _memory.by_category(self._r.columns("tile_memory"), ipu))
@@ -294,14 +297,17 @@ class StagesReport(_View):
 
     def blocks(self) -> pd.DataFrame:
         """Per block: ``[block, stage, fwd_cycles, bwd_cycles, memory_bytes]`` (cycles per micro-batch)."""
+        return self._memo("blocks", lambda: frame_of(self._block_columns(), _stages.BLOCK_COLUMNS))
+
+    def _block_columns(self) -> dict:
         r = self._r
-        return self._memo("blocks", lambda: _stages.block_costs(
+        return self._memo("block_columns", lambda: _stages.block_columns(
             self._costs(), r.columns("programs"), r.columns("ops"), r.trace_summary(), r.columns("variables")))
 
     def best_split(self) -> _stages.BestSplit:
         r = self._r
         return self._memo("best_split", lambda: _stages.best_split(
-            self._costs(), self.blocks(), r.memory.by_ipu(), r.target, self.figures().step_cycles))
+            self._costs(), self._block_columns(), r.memory._by_ipu_columns(), r.target, self.figures().step_cycles))
 
     def ideal_bubble_pct(self, accumulation_factor: float = 1.0) -> float:
         """The fill-and-flush share of a balanced pipeline with ``factor`` x the micro-batches."""

@@ -246,8 +246,17 @@ def figures(c: _Costs, trace: Aggregates) -> StageFigures:
                         float(balanced), float(gain))
 
 
+BLOCK_COLUMNS = ["block", "stage", "fwd_cycles", "bwd_cycles", "memory_bytes"]
+
+
 def block_costs(c: _Costs, programs: Columns, ops: Columns, trace: Aggregates, variables: Columns) -> pd.DataFrame:
-    """Per block, in pipeline order: ``[block, stage, fwd_cycles, bwd_cycles, memory_bytes]``.
+    """Per block, in pipeline order: ``[block, stage, fwd_cycles, bwd_cycles, memory_bytes]``."""
+    return frame_of(block_columns(c, programs, ops, trace, variables), BLOCK_COLUMNS)
+
+
+def block_columns(c: _Costs, programs: Columns, ops: Columns, trace: Aggregates,
+                  variables: Columns) -> dict[str, np.ndarray]:
+    """``block_costs``'s columns as arrays: per block, in pipeline order.
 
     A block's cycles per micro-batch = sum over its ops' steps of cycles x executions, divided by
     its stage's micro-batches; its memory = always-live bytes of the variables its ops own.
@@ -299,35 +308,36 @@ def block_costs(c: _Costs, programs: Columns, ops: Columns, trace: Aggregates, v
     pick = lambda sums: np.where(known, sums[np.maximum(block_code, 0)] if len(sums) else 0, 0)  # noqa: E731
     m = lookup(c.micro_batches[None, :], np.zeros(len(stage)), stage)
     m = np.where(m > 0, m, 1)
-    return frame_of({
+    return {
         "block": np.array([b for b, _ in order], dtype=object), "stage": stage,
         "fwd_cycles": pick(fwd) / m, "bwd_cycles": pick(bwd) / m, "memory_bytes": pick(mem).astype(np.int64),
-    }, ["block", "stage", "fwd_cycles", "bwd_cycles", "memory_bytes"])
+    }
 
 
-def best_split(c: _Costs, blocks: pd.DataFrame, memory_by_ipu: pd.DataFrame, target: dict[str, Any],
-               step_cycles: float) -> BestSplit:
+def best_split(c: _Costs, blocks: pd.DataFrame | dict[str, np.ndarray], memory_by_ipu: pd.DataFrame | dict[str, np.ndarray],
+               target: dict[str, Any], step_cycles: float) -> BestSplit:
     """The contiguous split of the blocks into as many stages as now that minimises the slowest stage.
 
     A stage keeps its position's overhead (cycles and memory not owned by any block: exchanges,
     code...). A split fits when each IPU's predicted worst tile, ``(overhead + blocks' bytes) /
-    tiles x (worst tile / mean tile now)``, is within ``bytes_per_tile``.
+    tiles x (worst tile / mean tile now)``, is within ``bytes_per_tile``. ``blocks`` and
+    ``memory_by_ipu`` are frames or their columns as arrays (``block_columns``, ``by_ipu_columns``).
     """
     stages = c.stages
-    S, n = len(stages), len(blocks)
+    S, n = len(stages), len(blocks["stage"])
     tiles, per_tile = int(target["tiles_per_ipu"]), int(target["bytes_per_tile"])
     if S == 0:
         return BestSplit(pd.DataFrame(columns=SPLIT_COLUMNS), step_cycles, step_cycles, 0.0)
-    cur_stage = blocks["stage"].to_numpy()
-    bf, bb = blocks["fwd_cycles"].to_numpy(float), blocks["bwd_cycles"].to_numpy(float)
-    bm = blocks["memory_bytes"].to_numpy(float)
+    cur_stage = np.asarray(blocks["stage"])
+    bf, bb = np.asarray(blocks["fwd_cycles"], float), np.asarray(blocks["bwd_cycles"], float)
+    bm = np.asarray(blocks["memory_bytes"], float)
     stage_ids = stages["stage"]
     ipu_of = stages["ipu"]
     ov_f = np.array([max(c.fwd[k] - bf[cur_stage == s].sum(), 0.0) for k, s in enumerate(stage_ids)])
     ov_b = np.array([max(c.bwd[k] - bb[cur_stage == s].sum(), 0.0) for k, s in enumerate(stage_ids)])
-    ipu_list = memory_by_ipu["ipu"].tolist()
-    total_of = dict(zip(ipu_list, memory_by_ipu["total_bytes"].tolist()))
-    max_tile_of = dict(zip(ipu_list, memory_by_ipu["max_tile_bytes"].tolist()))
+    ipu_list = np.asarray(memory_by_ipu["ipu"]).tolist()
+    total_of = dict(zip(ipu_list, np.asarray(memory_by_ipu["total_bytes"]).tolist()))
+    max_tile_of = dict(zip(ipu_list, np.asarray(memory_by_ipu["max_tile_bytes"]).tolist()))
     shared = Counter(ipu_of.tolist())  # stages per IPU: they share its memory
     ov_m, conc = np.zeros(S), np.ones(S)
     for k, s in enumerate(stage_ids):
@@ -340,7 +350,7 @@ def best_split(c: _Costs, blocks: pd.DataFrame, memory_by_ipu: pd.DataFrame, tar
     def fits(k: int, m: np.ndarray) -> np.ndarray:
         return (ov_m[k] + m) / max(tiles, 1) * conc[k] <= per_tile
 
-    names = blocks["block"].to_numpy(dtype=object)
+    names = np.asarray(blocks["block"], dtype=object)
 
     def rows_for(assign: list[np.ndarray]) -> list[tuple]:
         out = []
