@@ -193,7 +193,7 @@ class SummaryReport(_View):
         def compute() -> pd.DataFrame:
             oom = r.memory.out_of_memory()
             breakdown = (r.memory.tile_breakdown(int(np.asarray(oom["ipu"])[0]), int(np.asarray(oom["tile"])[0]))
-                         if len(oom) else pd.DataFrame(columns=_memory.TILE_BREAKDOWN_COLUMNS))
+                         if len(oom) else None)  # read only when a tile is out of memory
             return _summary.insights(
                 self.figures(), r.run, r.memory.by_ipu(), oom, breakdown, r.stages.figures(), r.stages.best_split(),
                 r.exchange.figures(), r.exchange.by_kind(), r.exchange.costliest(), r.stages.ideal_bubble_pct(2.0),

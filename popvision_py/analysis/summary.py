@@ -133,7 +133,7 @@ _KIND_FIX = {
 
 
 def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: pd.DataFrame, oom: pd.DataFrame,
-             worst_breakdown: pd.DataFrame, stage_figures: StageFigures, split: BestSplit,
+             worst_breakdown: pd.DataFrame | None, stage_figures: StageFigures, split: BestSplit,
              exchange: ExchangeFigures, kinds: pd.DataFrame, costliest: pd.DataFrame,
              bubble_with_double_accumulation_pct: float) -> pd.DataFrame:
     """Findings, each with a suggested fix and its estimated effect: INSIGHT_COLUMNS, most severe first."""
@@ -244,4 +244,9 @@ def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: pd.DataFrame,
         rows.append(("info", "summary", "No problems found: the model fits, the stages are balanced and compute "
                      "dominates.", "", ""))
     rows.sort(key=lambda r: SEVERITIES.index(r[0]))  # stable: errors first, each topic in order
-    return pd.DataFrame(rows, columns=INSIGHT_COLUMNS)
+    # one object array per column (what a frame of these tuples infers: all text): no row-wise inference
+    columns = list(zip(*rows))
+    out = {c: np.empty(len(rows), object) for c in INSIGHT_COLUMNS}
+    for c, values in zip(INSIGHT_COLUMNS, columns):
+        out[c][:] = values
+    return pd.DataFrame(out)
