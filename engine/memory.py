@@ -189,6 +189,10 @@ def _states(steps: int, groups: int, change_step: np.ndarray, change_group: np.n
     counts = np.zeros((steps, groups), dtype=np.int32)
     counts[change_step, change_group] = delta
     np.cumsum(counts, axis=0, out=counts)
-    seen: dict[bytes, int] = {}
-    state = np.fromiter((seen.setdefault(row.tobytes(), len(seen)) for row in counts), dtype=np.int64, count=steps)
-    return state, np.unique(state, return_index=True)[1].astype(np.int64)
+    # Distinct rows (each row viewed as one opaque value: np.unique(axis=0) is several times
+    # slower), renumbered in order of first appearance where np.unique numbers them sorted.
+    rows = counts.view(np.dtype((np.void, counts.itemsize * groups))).reshape(-1)
+    _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[inverse], np.sort(first).astype(np.int64)
