@@ -7,6 +7,7 @@ Chromium and chromedriver on the machine, the tests marked ``browser`` are skipp
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -44,6 +45,10 @@ def pytest_setup_options():
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if CHROMIUM and CHROMEDRIVER:
         return
+    if os.environ.get("CI"):
+        # `make test` installs them; in CI a skip would hide a broken install.
+        raise pytest.UsageError("CI needs chromium and chromedriver for the browser tests "
+                                "(apt-get install chromium chromium-driver).")
     skip = pytest.mark.skip(reason="needs chromium and chromedriver (apt-get install chromium chromium-driver)")
     for item in items:
         if "browser" in item.keywords:
