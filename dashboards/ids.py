@@ -3,7 +3,6 @@
 # The shell
 PROFILE = "profile-choice"  # RadioItems: which profile ("a" or "b") the pages show
 NAV = "nav"
-HEADER_TITLE = "header-title"
 
 # Summary and insights
 SUMMARY_FIGURES = "summary-figures"

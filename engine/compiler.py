@@ -28,8 +28,6 @@ from engine.plan import Plan, StagePlan
 WORKERS = 6  # worker contexts per tile on every generation (public)
 WEIGHT_GRAIN_PARAMS = 64  # weights spread over tiles in grains of 64 parameters
 
-NAL_CATEGORIES = ("weights", "optimiser_state", "gradients", "activations", "stash", "exchange_buffers")
-
 
 @dataclass
 class Mapping:
@@ -692,7 +690,7 @@ class Compiler:
         for stage in stages:
             depth = self._stash_depth(stage)
             checkpoints = {op.op_id for op in self._checkpoints(stage)} if training and self.options.recompute else set()
-            fwd_first, fwd_end = prog.segments[(stage.index, "forward")]
+            fwd_end = prog.segments[(stage.index, "forward")][1]
             # Stage inputs: live from their arrival to their last use (the first op's backward).
             for var in stage_inputs[stage.index]:
                 consumer = var.op_id

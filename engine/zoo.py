@@ -115,7 +115,6 @@ def build_resnet50(options: Options, *, image_size: int = 224, classes: int = 10
         x = m.relu(m.batch_norm(m.conv2d(x, 64, 7, stride=2, padding=3, bias=False, name="stem/conv"),
                                 name="stem/bn"), name="stem/relu")
         x = m.maxpool2d(x, 3, stride=2, padding=1, name="stem/pool")
-    channels = 64
     for layer, (units, width) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512)), start=1):
         for unit in range(units):
             name = f"layer{layer}.{unit}"
@@ -130,7 +129,6 @@ def build_resnet50(options: Options, *, image_size: int = 224, classes: int = 10
                     x = m.batch_norm(m.conv2d(x, width * 4, 1, stride=stride, bias=False, name=f"{name}/downsample"),
                                      name=f"{name}/bn_down")
                 x = m.relu(m.add(y, x, name=f"{name}/add"), name=f"{name}/relu3")
-            channels = width * 4
     with Block("head"):
         x = m.global_avgpool(x, name="head/avgpool")
         x = m.linear(x, classes, name="head/fc")
