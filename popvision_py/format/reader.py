@@ -235,11 +235,11 @@ class Profile:
 
     def num_rows(self, table: str) -> int:
         """Rows in a table, from its Parquet footer."""
-        return self._parquet(self._known(table)).metadata.num_rows
+        return self._footers[self._known(table)].num_rows
 
     def metadata(self, table: str) -> pq.FileMetaData:
         """The table's Parquet footer (parsed at open): row groups and their column statistics."""
-        return self._parquet(self._known(table)).metadata
+        return self._footers[self._known(table)]
 
     def member_bytes(self, table: str) -> int:
         """Bytes the table occupies in the file."""
