@@ -119,6 +119,25 @@ def test_missing_profile_is_one_sentence(tmp_path):
     assert result.exit_code == 2 and "Traceback" not in result.output and "does not exist" in result.output
 
 
+@pytest.mark.parametrize("table", ["ops", "programs", "tile_memory", "variables", "liveness", "exchanges"])
+def test_a_table_corrupt_inside_its_pages_is_one_sentence(table, tmp_path):
+    # GIVEN a sample profile with bytes of the table's first data page flipped (its footer is intact,
+    # so the file opens; the page checksum fails only when the table is decoded, which for
+    # --section all happens in the background thread that decodes the small tables)
+    from tests.test_format import members, rezip
+
+    contents = members(SAMPLES[0])
+    data = bytearray(contents[f"{table}.parquet"])
+    data[40:56] = bytes(b ^ 0xFF for b in data[40:56])
+    contents[f"{table}.parquet"] = bytes(data)
+    bad = rezip(tmp_path / "bad.pop", contents)
+    # WHEN every section is asked for THEN one sentence names the table, exit 2, no traceback
+    result = CliRunner().invoke(main, ["report", str(bad), "--section", "all"])
+    assert result.exit_code == 2
+    assert result.output == (f"Error: Table {table} of {bad} is corrupt (could not verify page integrity, CRC "
+                             f"checksum verification failed for page_ordinal 0).\n")
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_compare_profile_with_itself_shows_no_difference(synthetic_profiles, fmt, tmp_path):
     a = synthetic_profiles[1]

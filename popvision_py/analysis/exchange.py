@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.tables import PHASE, Aggregates, Columns, StepIndex, aggregates, frame_of, lookup, sum_by
+from popvision_py.analysis.tables import PHASE, Aggregates, Columns, StepIndex, Table, aggregates, lookup, sum_by
 from popvision_py.format.schema import EXCHANGE_KINDS
 
 BY_KIND_COLUMNS = ["kind", "executions", "bytes", "cycles", "time_pct"]
@@ -66,14 +66,14 @@ def executed(exchanges: Columns, trace: Aggregates) -> Executed:
     return Executed(exchanges, runs, exchanges["bytes"] * runs, exchanges["cycles"] * runs)
 
 
-def by_kind(done: Executed, total_cycles: int) -> pd.DataFrame:
+def by_kind(done: Executed, total_cycles: int) -> Table:
     """Every exchange kind (all five, zeros included): BY_KIND_COLUMNS in the schema's kind order."""
     words = done.exchanges.words("kind")
     kinds = list(EXCHANGE_KINDS) + sorted(set(words[np.unique(done.exchanges.codes("kind"))]) - set(EXCHANGE_KINDS))
     code = done.exchanges.codes_in("kind", tuple(kinds))
     n = len(kinds) + 1
     cycles = sum_by(code, done.total_cycles, n)[:-1]
-    return pd.DataFrame({
+    return Table({
         "kind": np.array(kinds, dtype=object),
         "executions": sum_by(code, done.executions, n)[:-1],
         "bytes": sum_by(code, done.total_bytes, n)[:-1],
@@ -82,18 +82,18 @@ def by_kind(done: Executed, total_cycles: int) -> pd.DataFrame:
     })
 
 
-def matrix(done: Executed) -> pd.DataFrame:
+def matrix(done: Executed) -> Table:
     """Bytes and cycles moved from each source to each destination (-1 host, -2 streaming memory)."""
     src, dst = done.exchanges["src_ipu"].astype(np.int64), done.exchanges["dst_ipu"].astype(np.int64)
     if not len(src):
-        return pd.DataFrame({c: pd.Series([], dtype="int64") for c in MATRIX_COLUMNS})
+        return Table.empty({c: np.int64 for c in MATRIX_COLUMNS})
     # -2 (streaming memory) is the smallest id: shift by 2 for a dense (src, dst) grid.
     width = int(max(src.max(), dst.max())) + 3
     key = (src + 2) * width + dst + 2
     nbytes, cycles = sum_by(key, done.total_bytes, width * width), sum_by(key, done.total_cycles, width * width)
     cell = np.flatnonzero((nbytes > 0) | (cycles > 0))  # row-major: sorted by src, then dst
-    return pd.DataFrame({"src_ipu": cell // width - 2, "dst_ipu": cell % width - 2, "bytes": nbytes[cell],
-                         "cycles": cycles[cell]})
+    return Table({"src_ipu": cell // width - 2, "dst_ipu": cell % width - 2, "bytes": nbytes[cell],
+                  "cycles": cycles[cell]})
 
 
 def peak_bytes_per_s(target: dict[str, Any]) -> dict[str, float]:
@@ -108,27 +108,26 @@ def peak_bytes_per_s(target: dict[str, Any]) -> dict[str, float]:
             "remote_buffer": num("streaming_memory_bytes_per_s"), "all_reduce": link}
 
 
-def bandwidth(kinds: pd.DataFrame, target: dict[str, Any]) -> pd.DataFrame:
+def bandwidth(kinds: pd.DataFrame | Table, target: dict[str, Any]) -> Table:
     """Achieved = bytes / (cycles / clock_hz); efficiency = 100 x achieved / peak: BANDWIDTH_COLUMNS."""
     clock = float(target.get("clock_hz") or np.nan)
-    kind, nbytes, cycles = kinds["kind"].tolist(), np.asarray(kinds["bytes"]), np.asarray(kinds["cycles"])
+    kind, nbytes, cycles = list(kinds["kind"]), np.asarray(kinds["bytes"]), np.asarray(kinds["cycles"])
     seconds = cycles.astype(float) / clock
     with np.errstate(divide="ignore", invalid="ignore"):
         achieved = np.where(seconds > 0, nbytes.astype(float) / seconds, np.nan)
     peaks = peak_bytes_per_s(target)
     peak = np.array([peaks.get(k, np.nan) for k in kind], float)
-    return pd.DataFrame({"kind": np.array(kind, dtype=object), "bytes": nbytes, "cycles": cycles,
-                         "achieved_bytes_per_s": achieved, "peak_bytes_per_s": peak,
-                         "efficiency_pct": 100.0 * achieved / peak})
+    return Table({"kind": np.array(kind, dtype=object), "bytes": nbytes, "cycles": cycles,
+                  "achieved_bytes_per_s": achieved, "peak_bytes_per_s": peak, "efficiency_pct": 100.0 * achieved / peak})
 
 
-def costliest(done: Executed, index: StepIndex, n: int = 10) -> pd.DataFrame:
+def costliest(done: Executed, index: StepIndex, n: int = 10) -> Table:
     """The ``n`` exchange steps with the most cycles over the trace (cycles x executions): COSTLIEST_COLUMNS."""
     x = done.exchanges
     rows = np.lexsort((x["step"], x["ipu"], -done.total_cycles))[:n]
-    return frame_of({
+    return Table({
         "ipu": x["ipu"][rows], "step": x["step"][rows], "name": index.name_array(index.rows(x["ipu"][rows], x["step"][rows])),
         "kind": x.strings("kind", rows), "src_ipu": x["src_ipu"][rows], "dst_ipu": x["dst_ipu"][rows],
         "bytes": x["bytes"][rows], "cycles": x["cycles"][rows], "executions": done.executions[rows],
         "total_cycles": done.total_cycles[rows],
-    }, COSTLIEST_COLUMNS)
+    })

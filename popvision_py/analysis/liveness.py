@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.tables import Columns, StepIndex, frame_of
+from popvision_py.analysis.tables import Columns, StepIndex, Table
 from popvision_py.errors import OutOfRangeError
 
 BY_STEP_COLUMNS = ["ipu", "step", "name", "always_live_bytes", "not_always_live_bytes", "total_bytes",
@@ -21,65 +21,57 @@ LIVE_AT_COLUMNS = ["var_id", "name", "category", "always_live", "bytes", "live_f
 
 
 def by_step(liveness: Columns, programs: Columns, target: dict[str, Any], ipu: int | None = None,
-            index: StepIndex | None = None) -> pd.DataFrame:
+            index: StepIndex | None = None) -> Table:
     """Memory live at every program step: BY_STEP_COLUMNS sorted by ipu, step.
 
     ``total_bytes`` = always-live + not-always-live bytes on the IPU; ``capacity_bytes`` = the
     IPU's SRAM (tiles x bytes per tile). Step names are joined through ``index`` (dense (ipu, step)
-    -> programs row), not a merge.
+    -> programs row), not a merge, and decoded in Arrow (a pandas ``str`` array).
     """
-    return frame_of(by_step_columns(liveness, programs, target, ipu, index), BY_STEP_COLUMNS)
-
-
-def by_step_columns(liveness: Columns, programs: Columns, target: dict[str, Any], ipu: int | None = None,
-                    index: StepIndex | None = None) -> dict[str, Any]:
-    """``by_step``'s columns as arrays (the names as a pandas ``str`` array, decoded in Arrow)."""
     index = index or StepIndex(programs)
     ipus, steps = liveness["ipu"], liveness["step"]
     rows = np.arange(len(liveness)) if ipu is None else np.flatnonzero(ipus == ipu)
     rows = rows[np.lexsort((steps[rows], ipus[rows]))]
     at = index.rows(ipus[rows], steps[rows])
     always, not_always = liveness["always_live_bytes"][rows], liveness["not_always_live_bytes"][rows]
-    return {
+    return Table({
         "ipu": ipus[rows], "step": steps[rows], "name": index.name_array(at),
         "always_live_bytes": always, "not_always_live_bytes": not_always, "total_bytes": always + not_always,
         "worst_tile": liveness["worst_tile"][rows], "worst_tile_bytes": liveness["worst_tile_bytes"][rows],
         "capacity_bytes": np.full(len(rows), int(target["tiles_per_ipu"]) * int(target["bytes_per_tile"]), np.int64),
-    }
+    })
 
 
-def peaks(steps: pd.DataFrame | dict[str, Any]) -> pd.DataFrame:
+def peaks(steps: pd.DataFrame | Table) -> Table:
     """Per IPU, the first step where not-always-live memory peaks: PEAK_COLUMNS sorted by ipu.
 
-    ``steps`` is ``by_step``'s frame or its columns (``by_step_columns``).
+    ``steps`` is ``by_step``'s answer (a Table or its frame).
     """
     if not len(steps["ipu"]):
-        return pd.DataFrame({c: pd.Series([], dtype="int64" if c != "name" else "object") for c in PEAK_COLUMNS})
+        return Table.empty({c: np.int64 if c != "name" else object for c in PEAK_COLUMNS})
     ipu, step = np.asarray(steps["ipu"]), np.asarray(steps["step"])
     nal = np.asarray(steps["not_always_live_bytes"])
     order = np.lexsort((step, -nal, ipu))
     first = order[np.r_[True, ipu[order][1:] != ipu[order][:-1]]]  # each IPU's largest, earliest step
     names = steps["name"]
     names = names.array if isinstance(names, pd.Series) else names
-    return pd.DataFrame({"ipu": ipu[first], "peak_step": step[first], "name": names.take(first),
-                         "not_always_live_bytes": nal[first], "total_bytes": np.asarray(steps["total_bytes"])[first]})
+    return Table({"ipu": ipu[first], "peak_step": step[first], "name": names.take(first),
+                  "not_always_live_bytes": nal[first], "total_bytes": np.asarray(steps["total_bytes"])[first]})
 
 
-def live_at(variables: Columns, ipu: int, step: int, num_steps: int | None = None) -> pd.DataFrame:
-    """Variables live on ``ipu`` at ``step`` (always-live ones included), largest first: LIVE_AT_COLUMNS."""
-    return frame_of(live_at_columns(variables, ipu, step, num_steps), LIVE_AT_COLUMNS)
+def live_at(variables: Columns, ipu: int, step: int, num_steps: int | None = None, n: int | None = None) -> Table:
+    """Variables live on ``ipu`` at ``step`` (always-live ones included), largest first: LIVE_AT_COLUMNS.
 
-
-def live_at_columns(variables: Columns, ipu: int, step: int, num_steps: int | None = None,
-                    n: int | None = None) -> dict[str, np.ndarray]:
-    """``live_at``'s columns as arrays, the first ``n`` rows only if given (names decoded for those rows)."""
+    Only the first ``n`` rows if given (names decoded for those rows only).
+    """
     if num_steps is not None and not 0 <= step < num_steps:
         raise OutOfRangeError(f"Step {step} is not in the program of IPU {ipu}: steps run from 0 to {num_steps - 1}.")
     live = (variables["ipu"] == ipu) & (variables["always_live"] | (
         (variables["live_from_step"] <= step) & (step <= variables["live_to_step"])))
     rows = np.flatnonzero(live)
     rows = rows[np.lexsort((variables["var_id"][rows], -variables["bytes"][rows]))][:n]
-    return {c: (variables.strings(c, rows) if c in ("name", "category") else variables[c][rows]) for c in LIVE_AT_COLUMNS}
+    return Table({c: (variables.strings(c, rows) if c in ("name", "category") else variables[c][rows])
+                  for c in LIVE_AT_COLUMNS})
 
 
 def step_count(liveness: Columns, programs: Columns, ipu: int) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.tables import Columns, alphabetical, frame_of, present, sum_by
+from popvision_py.analysis.tables import Columns, Table, alphabetical, frame_of, present, sum_by
 from popvision_py.errors import OutOfRangeError
 
 BY_IPU_COLUMNS = ["ipu", "always_live_bytes", "not_always_live_bytes", "total_bytes", "capacity_bytes",
@@ -84,14 +84,6 @@ def tile_totals(tile_memory: Columns, target: dict[str, Any]) -> TileTotals:
     })
 
 
-def by_tile(tile_memory: Columns, target: dict[str, Any], ipu: int | None = None) -> pd.DataFrame:
-    """Every tile of every IPU (tiles without memory rows count as 0 bytes): BY_TILE_COLUMNS."""
-    frame = tile_totals(tile_memory, target).frame()
-    if ipu is not None:
-        frame = frame[frame["ipu"] == ipu].reset_index(drop=True)
-    return frame
-
-
 def _per_ipu(tiles: pd.DataFrame | TileTotals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(IPUs, order of the rows grouped by IPU, where each IPU's rows start in that order)."""
     if isinstance(tiles, TileTotals):  # already grouped: each IPU's ``width`` tiles, one after another
@@ -104,30 +96,18 @@ def _per_ipu(tiles: pd.DataFrame | TileTotals) -> tuple[np.ndarray, np.ndarray, 
     return ipus, order, starts
 
 
-def by_ipu(tiles: pd.DataFrame | TileTotals, target: dict[str, Any]) -> pd.DataFrame:
+def by_ipu(tiles: pd.DataFrame | TileTotals, target: dict[str, Any]) -> Table:
     """Per IPU totals from ``by_tile``: BY_IPU_COLUMNS."""
-    return ipu_frame(by_ipu_columns(tiles, target))
-
-
-def ipu_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
-    """``by_ipu``'s frame from ``by_ipu_columns``."""
-    if not len(columns["ipu"]):
-        return pd.DataFrame({c: pd.Series([], dtype="float64" if c == "used_pct" else "int64") for c in BY_IPU_COLUMNS})
-    return pd.DataFrame(columns)
-
-
-def by_ipu_columns(tiles: pd.DataFrame | TileTotals, target: dict[str, Any]) -> dict[str, np.ndarray]:
-    """``by_ipu``'s columns as arrays."""
     capacity = int(target["tiles_per_ipu"]) * int(target["bytes_per_tile"])
     ipus, order, starts = _per_ipu(tiles)
     if not len(ipus):
-        return {c: np.zeros(0, np.float64 if c == "used_pct" else np.int64) for c in BY_IPU_COLUMNS}
+        return Table.empty({c: np.float64 if c == "used_pct" else np.int64 for c in BY_IPU_COLUMNS})
 
     def total(column: str, reduce=np.add) -> np.ndarray:
         return reduce.reduceat(np.asarray(tiles[column]).astype(np.int64)[order], starts)
 
     total_bytes = total("total_bytes")
-    return {
+    return Table({
         "ipu": ipus.astype(np.int64),
         "always_live_bytes": total("always_live_bytes"),
         "not_always_live_bytes": total("not_always_live_bytes"),
@@ -137,10 +117,10 @@ def by_ipu_columns(tiles: pd.DataFrame | TileTotals, target: dict[str, Any]) -> 
         "used_pct": 100.0 * total_bytes / capacity if capacity else np.full(len(ipus), np.nan),
         "max_tile_bytes": total("total_bytes", np.maximum),
         "oom_tiles": total("oom"),
-    }
+    })
 
 
-def by_category(tile_memory: Columns, ipu: int | None = None) -> pd.DataFrame:
+def by_category(tile_memory: Columns, ipu: int | None = None) -> Table:
     """Bytes per IPU, category and always-live: BY_CATEGORY_COLUMNS, sorted by ipu then bytes (largest first)."""
     ipu_col = tile_memory["ipu"]
     words = tile_memory.words("category")
@@ -166,25 +146,25 @@ def by_category(tile_memory: Columns, ipu: int | None = None) -> pd.DataFrame:
     nz = nz[np.lexsort((alphabetical(words)[cat], -sums[nz], ipu_pos))]  # by ipu, largest first, then name
     cell, live = np.divmod(nz, 2)
     ipu_pos, cat = np.divmod(cell, n_cat)
-    return pd.DataFrame({
+    return Table({
         "ipu": ipus[ipu_pos].astype(ipu_col.dtype), "category": words[cat], "always_live": live.astype(bool),
         "bytes": sums[nz],
     })
 
 
-def distribution(tiles: pd.DataFrame | TileTotals) -> pd.DataFrame:
+def distribution(tiles: pd.DataFrame | TileTotals) -> Table:
     """Tile totals per IPU: min, median, 99th percentile (linear interpolation), max, mean: DISTRIBUTION_COLUMNS."""
     ipus, order, starts = _per_ipu(tiles)
     if isinstance(tiles, TileTotals) and len(ipus):  # every IPU has as many tiles: one row each
         grid = np.asarray(tiles["total_bytes"]).reshape(len(ipus), -1)
-        return pd.DataFrame({
+        return Table({
             "ipu": ipus.astype(np.int64), "min_bytes": grid.min(axis=1), "median_bytes": np.median(grid, axis=1),
             "p99_bytes": np.quantile(grid, 0.99, axis=1), "max_bytes": grid.max(axis=1),
             "mean_bytes": grid.mean(axis=1),
         })
     values = np.asarray(tiles["total_bytes"])[order]
     parts = np.split(values, starts[1:]) if len(ipus) else []  # one array per IPU (a few), not per tile
-    return pd.DataFrame({
+    return Table({
         "ipu": ipus.astype(np.int64),
         "min_bytes": np.array([p.min() for p in parts], values.dtype),
         "median_bytes": np.array([np.median(p) for p in parts], float),
@@ -194,15 +174,15 @@ def distribution(tiles: pd.DataFrame | TileTotals) -> pd.DataFrame:
     })
 
 
-def out_of_memory(tiles: pd.DataFrame | TileTotals) -> pd.DataFrame:
+def out_of_memory(tiles: pd.DataFrame | TileTotals) -> Table:
     """Tiles over capacity, largest excess first (then ipu, tile): OOM_COLUMNS."""
     oom = np.flatnonzero(np.asarray(tiles["oom"]))
     excess, ipu, tile = (np.asarray(tiles[c])[oom] for c in ("excess_bytes", "ipu", "tile"))
     rows = oom[np.lexsort((tile, ipu, -excess))]
-    return pd.DataFrame({c: np.asarray(tiles[c])[rows] for c in OOM_COLUMNS})
+    return Table({c: np.asarray(tiles[c])[rows] for c in OOM_COLUMNS})
 
 
-def _variable_rows(variables: Columns, rows: np.ndarray, columns: list[str], **extra: np.ndarray) -> pd.DataFrame:
+def _variable_rows(variables: Columns, rows: np.ndarray, columns: list[str], **extra: np.ndarray) -> Table:
     """A frame of some variables: ``columns`` from the table (names decoded for these rows only)."""
     data = {}
     for c in columns:
@@ -212,7 +192,7 @@ def _variable_rows(variables: Columns, rows: np.ndarray, columns: list[str], **e
             data[c] = variables.strings(c, rows)
         else:
             data[c] = variables[c][rows]
-    return frame_of(data, columns)
+    return Table(data)
 
 
 def _largest(sizes: np.ndarray, var_id: np.ndarray, rows: np.ndarray, n: int | None) -> np.ndarray:
@@ -221,14 +201,14 @@ def _largest(sizes: np.ndarray, var_id: np.ndarray, rows: np.ndarray, n: int | N
     return order if n is None else order[:n]
 
 
-def largest_variables(variables: Columns, n: int = 20, ipu: int | None = None) -> pd.DataFrame:
+def largest_variables(variables: Columns, n: int = 20, ipu: int | None = None) -> Table:
     """The ``n`` largest variables (on one IPU or all), largest first: VARIABLE_COLUMNS."""
     rows = np.arange(len(variables)) if ipu is None else np.flatnonzero(variables["ipu"] == ipu)
     rows = _largest(variables["bytes"], variables["var_id"], rows, n)
     return _variable_rows(variables, rows, VARIABLE_COLUMNS)
 
 
-def tile_breakdown(tile_memory: Columns, target: dict[str, Any], ipu: int, tile: int) -> pd.DataFrame:
+def tile_breakdown(tile_memory: Columns, target: dict[str, Any], ipu: int, tile: int) -> Table:
     """One tile's bytes by category and always-live, largest first: TILE_BREAKDOWN_COLUMNS."""
     _check_tile(target, ipu, tile)
     rows = np.flatnonzero((tile_memory["ipu"] == ipu) & (tile_memory["tile"] == tile))
@@ -239,7 +219,7 @@ def tile_breakdown(tile_memory: Columns, target: dict[str, Any], ipu: int, tile:
     seen[key] = True  # categories with rows, zero bytes included (as a groupby gives)
     cell = np.flatnonzero(seen)
     cell = cell[np.lexsort((alphabetical(words)[cell // 2], -sums[cell]))]  # largest first, then by name
-    return pd.DataFrame({"category": words[cell // 2], "always_live": (cell % 2).astype(bool), "bytes": sums[cell]})
+    return Table({"category": words[cell // 2], "always_live": (cell % 2).astype(bool), "bytes": sums[cell]})
 
 
 def bytes_on_tile(variables: Any, tile: int) -> np.ndarray:
@@ -252,7 +232,7 @@ def bytes_on_tile(variables: Any, tile: int) -> np.ndarray:
     return np.where(inside, share, 0)
 
 
-def tile_variables(variables: Columns, target: dict[str, Any], ipu: int, tile: int, n: int = 20) -> pd.DataFrame:
+def tile_variables(variables: Columns, target: dict[str, Any], ipu: int, tile: int, n: int = 20) -> Table:
     """The ``n`` variables with most bytes on one tile, largest first: TILE_VARIABLE_COLUMNS."""
     _check_tile(target, ipu, tile)
     on_tile = np.where(variables["ipu"] == ipu, bytes_on_tile(variables, tile), 0)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,11 +37,12 @@ from popvision_py.analysis import stages as _stages
 from popvision_py.analysis import summary as _summary
 from popvision_py.analysis import trace as _trace
 from popvision_py.analysis import tracescan as _tracescan
-from popvision_py.analysis.tables import TABLE_COLUMNS, Aggregates, Columns, StepIndex, frame_of, iterations_traced
+from popvision_py.analysis.tables import TABLE_COLUMNS, Aggregates, Columns, StepIndex, Table, iterations_traced
 from popvision_py.errors import OutOfRangeError
 from popvision_py.format import Profile, open_profile
 
 T = TypeVar("T")
+ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange")
 
 
 class Report:
@@ -60,6 +61,7 @@ class Report:
         self._cache: dict[Any, Any] = {}
         self._locks: dict[Any, threading.RLock] = {}
         self._locks_guard = threading.Lock()
+        self._prefetching: list[threading.Thread] = []
         self.summary = SummaryReport(self)
         self.memory = MemoryReport(self)
         self.liveness = LivenessReport(self)
@@ -96,6 +98,26 @@ class Report:
         """A small table (everything but the trace and tile cycles) as NumPy columns: the columns in
         ``tables.TABLE_COLUMNS``, decoded in one read, once per Report."""
         return self.memo(("columns", name), lambda: Columns(self.profile.read_table(name, TABLE_COLUMNS[name])))
+
+    def prefetch(self, names: Iterable[str]) -> None:
+        """Decode the tables ``names`` (through ``columns``) in a background thread, in that order.
+
+        pyarrow releases the GIL while it decodes, so the decoding overlaps the analysis going on
+        in the calling thread (the trace's fold, answers from tables already decoded). A table
+        asked for while it is being decoded is waited for (``memo``'s per-key lock), never read
+        twice; an error is left for the analysis to raise when it asks for that table.
+        ``build_report`` prefetches for ``--section all``, which reads every table.
+        """
+        def decode() -> None:
+            for name in names:
+                try:
+                    self.columns(name)
+                except Exception:  # noqa: BLE001 - the caller meets the same error when it asks for the table
+                    return
+
+        thread = threading.Thread(target=decode, name="popvision-prefetch", daemon=True)
+        self._prefetching.append(thread)
+        thread.start()
 
     def table(self, name: str) -> pd.DataFrame:
         """The same table as a pandas DataFrame (converted from ``columns(name)``, not read again)."""
@@ -151,7 +173,22 @@ class Report:
     def iterations(self) -> int:
         return self.memo("iterations", lambda: iterations_traced(self.trace_summary(), self.run))
 
+    def answer(self, key: str, *args: Any) -> Table:
+        """An answer as a ``Table`` (NumPy columns, no DataFrame), by its key: ``answer("memory.by_ipu")``
+        holds what ``memory.by_ipu()`` returns as a frame; arguments follow the method's.
+
+        The report renderers read these: building the ~20 DataFrames of a report would cost more
+        than the analysis itself on a profile the size of bert-large's.
+        """
+        view, _, name = key.partition(".")
+        method = getattr(getattr(self, view, None), "_" + name, None) if view in ANSWER_VIEWS else None
+        if method is None:
+            raise KeyError(f"There is no answer {key!r}.")
+        return method(*args)
+
     def close(self) -> None:
+        for thread in self._prefetching:  # it reads the mapped file: unmapping it under a read would crash
+            thread.join()
         self._cache.clear()
         self.profile.close()
 
@@ -188,15 +225,18 @@ class SummaryReport(_View):
 
     def insights(self) -> pd.DataFrame:
         """``[severity, topic, finding, suggestion, effect]``, most severe first."""
+        return self._insights().frame()
+
+    def _insights(self) -> Table:
         r = self._r
 
-        def compute() -> pd.DataFrame:
-            oom = r.memory.out_of_memory()
-            breakdown = (r.memory.tile_breakdown(int(np.asarray(oom["ipu"])[0]), int(np.asarray(oom["tile"])[0]))
+        def compute() -> Table:
+            oom = r.memory._out_of_memory()
+            breakdown = (r.memory._tile_breakdown(int(oom["ipu"][0]), int(oom["tile"][0]))
                          if len(oom) else None)  # read only when a tile is out of memory
             return _summary.insights(
-                self.figures(), r.run, r.memory.by_ipu(), oom, breakdown, r.stages.figures(), r.stages.best_split(),
-                r.exchange.figures(), r.exchange.by_kind(), r.exchange.costliest(), r.stages.ideal_bubble_pct(2.0),
+                self.figures(), r.run, r.memory._by_ipu(), oom, breakdown, r.stages.figures(), r.stages.best_split(),
+                r.exchange.figures(), r.exchange._by_kind(), r.exchange._costliest(10), r.stages.ideal_bubble_pct(2.0),
             )
 
         return self._memo("insights", compute)
@@ -214,33 +254,48 @@ class MemoryReport(_View):
         return tiles if ipu is None else tiles[tiles["ipu"] == ipu].reset_index(drop=True)
 
     def by_ipu(self) -> pd.DataFrame:
-        return self._memo("by_ipu", lambda: _memory.ipu_frame(self._by_ipu_columns()))
+        return self._by_ipu().frame()
 
-    def _by_ipu_columns(self) -> dict:
-        return self._memo("by_ipu_columns", lambda: _memory.by_ipu_columns(self._tiles(), self._r.target))
+    def _by_ipu(self) -> Table:
+        return self._memo("by_ipu", lambda: _memory.by_ipu(self._tiles(), self._r.target))
 
     def by_category(self, ipu: int | None = None) -> pd.DataFrame:
+        return self._by_category(ipu).frame()
+
+    def _by_category(self, ipu: int | None = None) -> Table:
         return self._memo(("by_category", ipu), lambda: _memory.by_category(self._r.columns("tile_memory"), ipu))
 
     def distribution(self) -> pd.DataFrame:
+        return self._distribution().frame()
+
+    def _distribution(self) -> Table:
         return self._memo("distribution", lambda: _memory.distribution(self._tiles()))
 
     def out_of_memory(self) -> pd.DataFrame:
+        return self._out_of_memory().frame()
+
+    def _out_of_memory(self) -> Table:
         return self._memo("oom", lambda: _memory.out_of_memory(self._tiles()))
 
     def largest_variables(self, n: int = 20, ipu: int | None = None) -> pd.DataFrame:
+        return self._largest_variables(n, ipu).frame()
+
+    def _largest_variables(self, n: int = 20, ipu: int | None = None) -> Table:
         return _memory.largest_variables(self._r.columns("variables"), n, ipu)
 
     def tile_breakdown(self, ipu: int, tile: int) -> pd.DataFrame:
+        return self._tile_breakdown(ipu, tile).frame()
+
+    def _tile_breakdown(self, ipu: int, tile: int) -> Table:
         self._check_ipu(ipu)
         return _memory.tile_breakdown(self._r.columns("tile_memory"), self._r.target, ipu, tile)
 
     def tile_variables(self, ipu: int, tile: int, n: int = 20) -> pd.DataFrame:
         self._check_ipu(ipu)
-        return _memory.tile_variables(self._r.columns("variables"), self._r.target, ipu, tile, n)
+        return _memory.tile_variables(self._r.columns("variables"), self._r.target, ipu, tile, n).frame()
 
     def _check_ipu(self, ipu: int) -> None:
-        ipus = self.by_ipu()["ipu"].tolist()
+        ipus = self._by_ipu()["ipu"].tolist()
         if ipu not in ipus:
             raise OutOfRangeError(f"IPU {ipu} is not in the profile: it has IPUs {', '.join(map(str, ipus))}.")
 
@@ -248,31 +303,29 @@ class MemoryReport(_View):
 class LivenessReport(_View):
     """Not-always-live memory over program steps per IPU, the peak step, what is live at a step."""
 
-    def _steps(self) -> pd.DataFrame:
-        return self._memo("steps", lambda: frame_of(self._step_columns(), _liveness.BY_STEP_COLUMNS))
-
-    def _step_columns(self) -> dict:
-        r = self._r
-        return self._memo("step_columns", lambda: _liveness.by_step_columns(
-            r.columns("liveness"), r.columns("programs"), r.target, index=r.step_index()))
-
     def by_step(self, ipu: int | None = None) -> pd.DataFrame:
-        steps = self._steps()
+        steps = self._by_step().frame()
         return steps if ipu is None else steps[steps["ipu"] == ipu].reset_index(drop=True)
 
+    def _by_step(self) -> Table:
+        r = self._r
+        return self._memo("by_step", lambda: _liveness.by_step(
+            r.columns("liveness"), r.columns("programs"), r.target, index=r.step_index()))
+
     def peaks(self) -> pd.DataFrame:
-        return self._memo("peaks", lambda: _liveness.peaks(self._step_columns()))
+        return self._peaks().frame()
+
+    def _peaks(self) -> Table:
+        return self._memo("peaks", lambda: _liveness.peaks(self._by_step()))
 
     def live_at(self, ipu: int, step: int) -> pd.DataFrame:
-        r = self._r
-        count = _liveness.step_count(r.columns("liveness"), r.columns("programs"), ipu)
-        return _liveness.live_at(r.columns("variables"), ipu, step, count)
+        return self._live_at(ipu, step).frame()
 
-    def _live_at_columns(self, ipu: int, step: int, n: int) -> dict[str, Any]:
-        """``live_at(ipu, step)[:n]`` as arrays (the report's table of each peak: no frame per IPU)."""
+    def _live_at(self, ipu: int, step: int, n: int | None = None) -> Table:
+        """``live_at(ipu, step)``, the first ``n`` rows only if given."""
         r = self._r
         count = _liveness.step_count(r.columns("liveness"), r.columns("programs"), ipu)
-        return _liveness.live_at_columns(r.columns("variables"), ipu, step, count, n)
+        return _liveness.live_at(r.columns("variables"), ipu, step, count, n)
 
 
 class StagesReport(_View):
@@ -282,6 +335,9 @@ class StagesReport(_View):
         return self._memo("costs", lambda: _stages.costs(self._r.trace_summary(), self._r.run))
 
     def summary(self) -> pd.DataFrame:
+        return self._summary().frame()
+
+    def _summary(self) -> Table:
         return self._memo("summary", lambda: _stages.summary(self._costs(), self._r.trace_summary()))
 
     def figures(self) -> _stages.StageFigures:
@@ -297,17 +353,17 @@ class StagesReport(_View):
 
     def blocks(self) -> pd.DataFrame:
         """Per block: ``[block, stage, fwd_cycles, bwd_cycles, memory_bytes]`` (cycles per micro-batch)."""
-        return self._memo("blocks", lambda: frame_of(self._block_columns(), _stages.BLOCK_COLUMNS))
+        return self._blocks().frame()
 
-    def _block_columns(self) -> dict:
+    def _blocks(self) -> Table:
         r = self._r
-        return self._memo("block_columns", lambda: _stages.block_columns(
+        return self._memo("blocks", lambda: _stages.block_costs(
             self._costs(), r.columns("programs"), r.columns("ops"), r.trace_summary(), r.columns("variables")))
 
     def best_split(self) -> _stages.BestSplit:
         r = self._r
         return self._memo("best_split", lambda: _stages.best_split(
-            self._costs(), self._block_columns(), r.memory._by_ipu_columns(), r.target, self.figures().step_cycles))
+            self._costs(), self._blocks(), r.memory._by_ipu(), r.target, self.figures().step_cycles))
 
     def ideal_bubble_pct(self, accumulation_factor: float = 1.0) -> float:
         """The fill-and-flush share of a balanced pipeline with ``factor`` x the micro-batches."""
@@ -316,8 +372,6 @@ class StagesReport(_View):
         m = int(round(c.unit_micro_batches * accumulation_factor))
         if n == 0 or m == 0:
             return float("nan")
-        import numpy as np
-
         f, b = np.full(n, c.fwd.mean()), np.full(n, c.bwd.mean())
         model = _stages.pipeline_cycles(f, b, m, c.strategy, c.training)
         busy = m * (f[0] + (b[0] if c.training else 0.0))
@@ -334,15 +388,27 @@ class ExchangeReport(_View):
         return self._memo("figures", lambda: _exchange.figures(self._r.trace_summary()))
 
     def by_kind(self) -> pd.DataFrame:
+        return self._by_kind().frame()
+
+    def _by_kind(self) -> Table:
         return self._memo("by_kind", lambda: _exchange.by_kind(self._done(), self.figures().total_cycles))
 
     def matrix(self) -> pd.DataFrame:
+        return self._matrix().frame()
+
+    def _matrix(self) -> Table:
         return self._memo("matrix", lambda: _exchange.matrix(self._done()))
 
     def bandwidth(self) -> pd.DataFrame:
-        return self._memo("bandwidth", lambda: _exchange.bandwidth(self.by_kind(), self._r.target))
+        return self._bandwidth().frame()
+
+    def _bandwidth(self) -> Table:
+        return self._memo("bandwidth", lambda: _exchange.bandwidth(self._by_kind(), self._r.target))
 
     def costliest(self, n: int = 10) -> pd.DataFrame:
+        return self._costliest(n).frame()
+
+    def _costliest(self, n: int = 10) -> Table:
         return self._memo(("costliest", n), lambda: _exchange.costliest(self._done(), self._r.step_index(), n))
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.analysis.tables import (
-    PASS, PASSES, PHASE, Aggregates, Columns, aggregates, finish, frame_of, iterations_traced, lookup, sum_by,
+    PASS, PASSES, PHASE, Aggregates, Columns, Table, aggregates, frame_of, iterations_traced, lookup, sum_by,
 )
 
 SUMMARY_COLUMNS = ["stage", "ipu", "blocks", "pass", "micro_batches", "cycles_per_micro_batch", "busy_cycles",
@@ -43,12 +43,19 @@ class StageFigures:
 
 @dataclass(frozen=True)
 class BestSplit:
-    """The best contiguous split of the blocks into the same number of stages."""
+    """The best contiguous split of the blocks into the same number of stages.
 
-    stages: pd.DataFrame
+    ``stages`` is the split as a DataFrame (SPLIT_COLUMNS); ``table`` the same as a ``Table``.
+    """
+
+    table: Table
     current_step_cycles: float
     predicted_step_cycles: float
     gain_pct: float
+
+    @property
+    def stages(self) -> pd.DataFrame:
+        return self.table.frame()
 
 
 class StageList:
@@ -186,7 +193,7 @@ def _model_step(c: _Costs, fwd: np.ndarray, bwd: np.ndarray) -> float:
     return pipeline_cycles(fwd, bwd, c.unit_micro_batches, c.strategy, c.training) / c.unit_iterations
 
 
-def summary(c: _Costs, trace: Aggregates) -> pd.DataFrame:
+def summary(c: _Costs, trace: Aggregates) -> Table:
     """Per stage and pass, then an ``all`` row per stage: SUMMARY_COLUMNS sorted by stage, pass order."""
     idle, sync = phase_by_ipu(trace, "idle"), phase_by_ipu(trace, "sync")
     at = lambda a, i: int(a[i]) if 0 <= i < len(a) else 0  # noqa: E731
@@ -207,20 +214,19 @@ def summary(c: _Costs, trace: Aggregates) -> pd.DataFrame:
                      ipu_idle + at(sync, ipu), c.total_cycles))
     # one typed array per column (what a frame of these tuples infers), the utilisation computed on them
     if not rows:
-        frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS[:-1])
-        frame["utilisation_pct"] = 100.0 * frame["busy_cycles"] / frame["total_cycles"].where(frame["total_cycles"] > 0)
-        return frame
+        return Table({c: np.zeros(0, object if c in ("blocks", "pass") else np.float64 if c in (
+            "cycles_per_micro_batch", "utilisation_pct") else np.int64) for c in SUMMARY_COLUMNS})
     cols = list(zip(*rows))
     busy = np.array(cols[6], np.int64)
     total = np.array(cols[8], np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
         util = np.where(total > 0, 100.0 * busy / np.where(total > 0, total, 1), np.nan)
-    return frame_of({
+    return Table({
         "stage": np.array(cols[0], np.int64), "ipu": np.array(cols[1], np.int64), "blocks": np.array(cols[2], object),
         "pass": np.array(cols[3], object), "micro_batches": np.array(cols[4], np.int64),
         "cycles_per_micro_batch": np.array(cols[5], np.float64), "busy_cycles": busy,
         "idle_cycles": np.array(cols[7], np.int64), "total_cycles": total, "utilisation_pct": util,
-    }, SUMMARY_COLUMNS)
+    })
 
 
 def figures(c: _Costs, trace: Aggregates) -> StageFigures:
@@ -249,14 +255,8 @@ def figures(c: _Costs, trace: Aggregates) -> StageFigures:
 BLOCK_COLUMNS = ["block", "stage", "fwd_cycles", "bwd_cycles", "memory_bytes"]
 
 
-def block_costs(c: _Costs, programs: Columns, ops: Columns, trace: Aggregates, variables: Columns) -> pd.DataFrame:
-    """Per block, in pipeline order: ``[block, stage, fwd_cycles, bwd_cycles, memory_bytes]``."""
-    return frame_of(block_columns(c, programs, ops, trace, variables), BLOCK_COLUMNS)
-
-
-def block_columns(c: _Costs, programs: Columns, ops: Columns, trace: Aggregates,
-                  variables: Columns) -> dict[str, np.ndarray]:
-    """``block_costs``'s columns as arrays: per block, in pipeline order.
+def block_costs(c: _Costs, programs: Columns, ops: Columns, trace: Aggregates, variables: Columns) -> Table:
+    """Per block, in pipeline order: BLOCK_COLUMNS ``[block, stage, fwd_cycles, bwd_cycles, memory_bytes]``.
 
     A block's cycles per micro-batch = sum over its ops' steps of cycles x executions, divided by
     its stage's micro-batches; its memory = always-live bytes of the variables its ops own.
@@ -308,26 +308,26 @@ def block_columns(c: _Costs, programs: Columns, ops: Columns, trace: Aggregates,
     pick = lambda sums: np.where(known, sums[np.maximum(block_code, 0)] if len(sums) else 0, 0)  # noqa: E731
     m = lookup(c.micro_batches[None, :], np.zeros(len(stage)), stage)
     m = np.where(m > 0, m, 1)
-    return {
+    return Table({
         "block": np.array([b for b, _ in order], dtype=object), "stage": stage,
         "fwd_cycles": pick(fwd) / m, "bwd_cycles": pick(bwd) / m, "memory_bytes": pick(mem).astype(np.int64),
-    }
+    })
 
 
-def best_split(c: _Costs, blocks: pd.DataFrame | dict[str, np.ndarray], memory_by_ipu: pd.DataFrame | dict[str, np.ndarray],
+def best_split(c: _Costs, blocks: pd.DataFrame | Table, memory_by_ipu: pd.DataFrame | Table,
                target: dict[str, Any], step_cycles: float) -> BestSplit:
     """The contiguous split of the blocks into as many stages as now that minimises the slowest stage.
 
     A stage keeps its position's overhead (cycles and memory not owned by any block: exchanges,
     code...). A split fits when each IPU's predicted worst tile, ``(overhead + blocks' bytes) /
     tiles x (worst tile / mean tile now)``, is within ``bytes_per_tile``. ``blocks`` and
-    ``memory_by_ipu`` are frames or their columns as arrays (``block_columns``, ``by_ipu_columns``).
+    ``memory_by_ipu`` are ``block_costs`` and ``memory.by_ipu`` (Tables or frames).
     """
     stages = c.stages
     S, n = len(stages), len(blocks["stage"])
     tiles, per_tile = int(target["tiles_per_ipu"]), int(target["bytes_per_tile"])
     if S == 0:
-        return BestSplit(pd.DataFrame(columns=SPLIT_COLUMNS), step_cycles, step_cycles, 0.0)
+        return BestSplit(Table.empty({c: object for c in SPLIT_COLUMNS}), step_cycles, step_cycles, 0.0)
     cur_stage = np.asarray(blocks["stage"])
     bf, bb = np.asarray(blocks["fwd_cycles"], float), np.asarray(blocks["bwd_cycles"], float)
     bm = np.asarray(blocks["memory_bytes"], float)
@@ -360,13 +360,13 @@ def best_split(c: _Costs, blocks: pd.DataFrame | dict[str, np.ndarray], memory_b
                         bool(fits(k, np.array([bm[idx].sum()]))[0])))
         return out
 
-    def frame(out: list[tuple]) -> pd.DataFrame:
+    def frame(out: list[tuple]) -> Table:
         if not out:
-            return pd.DataFrame(out, columns=SPLIT_COLUMNS)
+            return Table.empty({c: object for c in SPLIT_COLUMNS})
         # one typed array per column (what a frame of these tuples infers): no row-wise inference
         cols = list(zip(*out))
         dtypes = (np.int64, np.int64, object, np.float64, np.int64, bool)
-        return frame_of({c: np.array(v, dtype=t) for c, v, t in zip(SPLIT_COLUMNS, cols, dtypes)}, SPLIT_COLUMNS)
+        return Table({c: np.array(v, dtype=t) for c, v, t in zip(SPLIT_COLUMNS, cols, dtypes)})
 
     current = [np.flatnonzero(cur_stage == s) for s in stage_ids]
     current_rows = rows_for(current)

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from popvision_py.analysis.exchange import ExchangeFigures
 from popvision_py.analysis.stages import BestSplit, StageFigures
-from popvision_py.analysis.tables import PASSES, Aggregates, Columns, aggregates, finish, lookup
+from popvision_py.analysis.tables import PASSES, Aggregates, Columns, Table, aggregates, lookup
 
 INSIGHT_COLUMNS = ["severity", "topic", "finding", "suggestion", "effect"]
 SEVERITIES = ("error", "warning", "info")
@@ -132,11 +131,13 @@ _KIND_FIX = {
 }
 
 
-def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: pd.DataFrame, oom: pd.DataFrame,
-             worst_breakdown: pd.DataFrame | None, stage_figures: StageFigures, split: BestSplit,
-             exchange: ExchangeFigures, kinds: pd.DataFrame, costliest: pd.DataFrame,
-             bubble_with_double_accumulation_pct: float) -> pd.DataFrame:
-    """Findings, each with a suggested fix and its estimated effect: INSIGHT_COLUMNS, most severe first."""
+def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: Table, oom: Table,
+             worst_breakdown: Table | None, stage_figures: StageFigures, split: BestSplit,
+             exchange: ExchangeFigures, kinds: Table, costliest: Table,
+             bubble_with_double_accumulation_pct: float) -> Table:
+    """Findings, each with a suggested fix and its estimated effect: INSIGHT_COLUMNS, most severe first.
+
+    The other reports' answers come as Tables (or frames: only columns are read)."""
     rows: list[tuple[str, str, str, str, str]] = []
     S = stage_figures.num_stages
 
@@ -146,7 +147,7 @@ def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: pd.DataFrame,
         ipu, tile, excess = int(worst["ipu"]), int(worst["tile"]), int(worst["excess_bytes"])
         n_ipus = len(np.unique(np.asarray(oom["ipu"])))
         cats: dict[str, float] = {}  # the worst tile's bytes per category, always-live or not
-        for name, nbytes in zip(worst_breakdown["category"].tolist(), worst_breakdown["bytes"].tolist()):
+        for name, nbytes in zip(list(worst_breakdown["category"]), np.asarray(worst_breakdown["bytes"]).tolist()):
             cats[name] = cats.get(name, 0) + nbytes
         top = max(sorted(cats), key=lambda k: cats[k]) if cats else None
         largest = (f"; most of it {top} ({_bytes(cats[top])})" if top is not None else "")
@@ -178,7 +179,7 @@ def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: pd.DataFrame,
                          f"Activations, stash and exchange buffers scale with the micro-batch: saves about "
                          f"{_bytes(scaling / 2)} on tile {tile} ({enough}: it needs {_bytes(excess)})."))
         if len(memory_by_ipu) and S >= 1:
-            total = float(memory_by_ipu["total_bytes"].sum())
+            total = float(np.asarray(memory_by_ipu["total_bytes"]).sum())
             saved = total / max(S, 1) - total / (S + 1)
             rows.append(("error", "memory", finding,
                          f"Split the model over more IPUs: {S + 1} pipeline stages instead of {S}.",
@@ -192,7 +193,7 @@ def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: pd.DataFrame,
                    f"{stage_figures.imbalance:.2f}x the mean stage time per micro-batch.")
         if split.gain_pct > 0:
             plan = "; ".join(f"stage {stage} (IPU {ipu}): {blocks}" for stage, ipu, blocks in zip(
-                split.stages["stage"].tolist(), split.stages["ipu"].tolist(), split.stages["blocks"].tolist()))
+                split.table["stage"].tolist(), split.table["ipu"].tolist(), split.table["blocks"].tolist()))
             rows.append(("warning", "stages", finding, f"Move blocks between stages: {plan}.",
                          f"Time per step from {_cycles(split.current_step_cycles)} to "
                          f"{_cycles(split.predicted_step_cycles)} ({split.gain_pct:.1f}% faster)."))
@@ -220,7 +221,7 @@ def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: pd.DataFrame,
     if busy > 0 and 100.0 * comm / busy > EXCHANGE_BOUND_PCT:
         share = 100.0 * comm / busy
         parts = {"sync": exchange.sync_cycles}
-        for kind, cycles in zip(kinds["kind"].tolist(), kinds["cycles"].tolist()):
+        for kind, cycles in zip(list(kinds["kind"]), np.asarray(kinds["cycles"]).tolist()):
             parts[str(kind)] = int(cycles)
         top = max(parts, key=lambda k: parts[k])
         top_pct = 100.0 * parts[top] / busy
@@ -249,4 +250,4 @@ def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: pd.DataFrame,
     out = {c: np.empty(len(rows), object) for c in INSIGHT_COLUMNS}
     for c, values in zip(INSIGHT_COLUMNS, columns):
         out[c][:] = values
-    return pd.DataFrame(out)
+    return Table(out)

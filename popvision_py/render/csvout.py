@@ -17,10 +17,10 @@ def frames(doc: Document) -> dict[str, pd.DataFrame]:
     """File name -> table, for every visible block."""
     out = {}
     for b in doc.visible():
-        data = b.data
-        if isinstance(data, dict):
-            data = pd.DataFrame({"figure": list(data), "value": [plain(v) for v in data.values()]})
-        out[f"{b.key}.csv"] = data
+        if isinstance(b.data, dict):
+            out[f"{b.key}.csv"] = pd.DataFrame({"figure": list(b.data), "value": [plain(v) for v in b.data.values()]})
+        else:
+            out[f"{b.key}.csv"] = b.frame()
     return out
 
 

@@ -15,21 +15,27 @@ import numpy as np
 import pandas as pd
 
 from popvision_py import __version__
+from popvision_py.analysis.tables import TABLE_COLUMNS, Table
 
 SECTIONS = ("summary", "memory", "liveness", "stages", "exchange")
 
 
 @dataclass
 class Block:
-    """One titled item: a table (DataFrame) or key figures (dict). ``key`` is stable: ``section.name``.
+    """One titled item: a table (``Table`` or DataFrame) or key figures (dict). ``key`` is stable: ``section.name``.
 
     ``hidden`` blocks carry data only figures use (the HTML page); other formats leave them out.
+    The text, Markdown and JSON renderers read a Table's arrays; CSV and HTML use ``frame()``.
     """
 
     key: str
     title: str
-    data: pd.DataFrame | dict[str, Any]
+    data: Table | pd.DataFrame | dict[str, Any]
     hidden: bool = False
+
+    def frame(self) -> pd.DataFrame:
+        """A table block's data as a DataFrame."""
+        return self.data.frame() if isinstance(self.data, Table) else self.data
 
     @property
     def section(self) -> str:
@@ -74,6 +80,8 @@ def chosen(section: str) -> tuple[str, ...]:
 def build_report(report: Any, section: str = "all", figures: bool = False) -> Document:
     """Collect the answers of ``report`` (a ``Report``) for ``section``; ``figures`` adds hidden data for plots."""
     doc = Document("report", f"popvision report: {report.run.get('model', '?')}", [str(report.path)])
+    if section == "all":  # every table is read: decode the small ones while the trace is folded
+        report.prefetch([name for name in TABLE_COLUMNS if name != "trace"])
     for name in chosen(section):
         _SECTION_BUILDERS[name](doc, report, figures)
     return doc
@@ -81,54 +89,54 @@ def build_report(report: Any, section: str = "all", figures: bool = False) -> Do
 
 def _summary(doc: Document, r: Any, figures: bool) -> None:
     doc.add("summary.figures", "Summary", r.summary.figures())
-    doc.add("summary.insights", "Insights", r.summary.insights())
+    doc.add("summary.insights", "Insights", r.answer("summary.insights"))
 
 
 def _memory(doc: Document, r: Any, figures: bool) -> None:
-    doc.add("memory.by_ipu", "Memory per IPU", r.memory.by_ipu())
-    doc.add("memory.distribution", "Memory per tile: distribution over tiles", r.memory.distribution())
-    doc.add("memory.by_category", "Memory by category", r.memory.by_category())
-    doc.add("memory.out_of_memory", "Out-of-memory tiles (largest excess first)", r.memory.out_of_memory())
-    doc.add("memory.largest_variables", "Largest variables", r.memory.largest_variables(20))
+    doc.add("memory.by_ipu", "Memory per IPU", r.answer("memory.by_ipu"))
+    doc.add("memory.distribution", "Memory per tile: distribution over tiles", r.answer("memory.distribution"))
+    doc.add("memory.by_category", "Memory by category", r.answer("memory.by_category"))
+    doc.add("memory.out_of_memory", "Out-of-memory tiles (largest excess first)", r.answer("memory.out_of_memory"))
+    doc.add("memory.largest_variables", "Largest variables", r.answer("memory.largest_variables", 20))
     if figures:
         doc.add("memory.by_tile", "Memory per tile", r.memory.by_tile(), hidden=True)
 
 
 def _liveness(doc: Document, r: Any, figures: bool) -> None:
-    peaks = r.liveness.peaks()
+    peaks = r.answer("liveness.peaks")
     doc.add("liveness.peaks", "Not-always-live memory peak per IPU", peaks)
     at = list(zip(peaks["ipu"].tolist(), peaks["peak_step"].tolist()))
-    live = [r.liveness._live_at_columns(ipu, step, 10) for ipu, step in at]  # arrays: no frame per IPU
-    frame = pd.DataFrame()
-    sizes = [len(f["var_id"]) for f in live]
-    if sum(sizes):  # stacked column by column: one frame, not a concat of small ones
-        frame = pd.DataFrame({
+    live = [r.answer("liveness.live_at", ipu, step, 10) for ipu, step in at]
+    table = Table({})
+    sizes = [len(t) for t in live]
+    if sum(sizes):  # stacked column by column: one table, not a concat of small ones
+        table = Table({
             "ipu": np.repeat([ipu for ipu, _ in at], sizes), "step": np.repeat([step for _, step in at], sizes),
-            **{c: np.concatenate([f[c] for f in live]) for c in live[0]},
+            **{c: np.concatenate([t[c] for t in live]) for c in live[0].names},
         })
-    doc.add("liveness.live_at_peak", "Largest variables live at each IPU's peak step", frame)
-    doc.add("liveness.by_step", "Memory live at each program step", r.liveness.by_step())
+    doc.add("liveness.live_at_peak", "Largest variables live at each IPU's peak step", table)
+    doc.add("liveness.by_step", "Memory live at each program step", r.answer("liveness.by_step"))
 
 
 def _stages(doc: Document, r: Any, figures: bool) -> None:
     doc.add("stages.figures", "Pipeline figures", r.stages.figures())
-    doc.add("stages.summary", "Stages: time per micro-batch, busy and idle", r.stages.summary())
+    doc.add("stages.summary", "Stages: time per micro-batch, busy and idle", r.answer("stages.summary"))
     split = r.stages.best_split()
-    doc.add("stages.best_split", "Best contiguous split of the blocks", split.stages)
+    doc.add("stages.best_split", "Best contiguous split of the blocks", split.table)
     doc.add("stages.best_split_figures", "Best split: predicted time per step",
             {"current_step_cycles": split.current_step_cycles, "predicted_step_cycles": split.predicted_step_cycles,
              "gain_pct": split.gain_pct})
-    doc.add("stages.blocks", "Blocks: cycles per micro-batch and memory", r.stages.blocks())
+    doc.add("stages.blocks", "Blocks: cycles per micro-batch and memory", r.answer("stages.blocks"))
     if figures:
         doc.add("stages.gantt", "Pipeline Gantt chart", r.stages.gantt(), hidden=True)
 
 
 def _exchange(doc: Document, r: Any, figures: bool) -> None:
     doc.add("exchange.figures", "Time by phase (IPU-cycles summed over IPUs)", r.exchange.figures())
-    doc.add("exchange.by_kind", "Exchange by kind", r.exchange.by_kind())
-    doc.add("exchange.bandwidth", "Achieved vs peak bandwidth", r.exchange.bandwidth())
-    doc.add("exchange.matrix", "IPU-to-IPU matrix (-1 host, -2 streaming memory)", r.exchange.matrix())
-    doc.add("exchange.costliest", "Costliest exchange steps", r.exchange.costliest(10))
+    doc.add("exchange.by_kind", "Exchange by kind", r.answer("exchange.by_kind"))
+    doc.add("exchange.bandwidth", "Achieved vs peak bandwidth", r.answer("exchange.bandwidth"))
+    doc.add("exchange.matrix", "IPU-to-IPU matrix (-1 host, -2 streaming memory)", r.answer("exchange.matrix"))
+    doc.add("exchange.costliest", "Costliest exchange steps", r.answer("exchange.costliest", 10))
 
 
 _SECTION_BUILDERS = {"summary": _summary, "memory": _memory, "liveness": _liveness, "stages": _stages,

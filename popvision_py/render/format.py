@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from popvision_py.analysis.tables import Table
+
 
 def value(v: Any) -> str:
     """A value as a person reads it: ints with thousands separators, floats to 2 decimals, NaN as '-'."""
@@ -42,13 +44,20 @@ def _numeric_dtype(dtype: Any) -> bool:
     return out
 
 
-def column_arrays(frame: pd.DataFrame) -> list[Any]:
+def column_names(data: Table | pd.DataFrame) -> list[str]:
+    """A table's column names, in order."""
+    return data.names if isinstance(data, Table) else [str(c) for c in data.columns]
+
+
+def column_arrays(frame: Table | pd.DataFrame) -> list[Any]:
     """Each column's values (NumPy array or pandas extension array), read-only.
 
-    ``DataFrame.items()`` builds a Series per column and ``dtypes`` a Series of dtypes (about 8 us
-    a column in pandas 3): more than formatting the rows a terminal shows. pandas' own column
-    iterator is used where it exists, ``items()`` otherwise.
+    A Table's are its arrays. ``DataFrame.items()`` builds a Series per column and ``dtypes`` a
+    Series of dtypes (about 8 us a column in pandas 3): more than formatting the rows a terminal
+    shows. pandas' own column iterator is used where it exists, ``items()`` otherwise.
     """
+    if isinstance(frame, Table):
+        return list(frame.columns.values())
     arrays = getattr(frame, "_iter_column_arrays", None)
     if arrays is not None:
         try:
@@ -58,12 +67,12 @@ def column_arrays(frame: pd.DataFrame) -> list[Any]:
     return [series.array for _, series in frame.items()]
 
 
-def numeric_columns(frame: pd.DataFrame, arrays: list[Any] | None = None) -> list[bool]:
+def numeric_columns(frame: Table | pd.DataFrame, arrays: list[Any] | None = None) -> list[bool]:
     """For each column, whether it holds numbers (right-aligned)."""
     return [_numeric_dtype(a.dtype) for a in (column_arrays(frame) if arrays is None else arrays)]
 
 
-def cells(frame: pd.DataFrame, max_rows: int | None = None) -> list[list[str]]:
+def cells(frame: Table | pd.DataFrame, max_rows: int | None = None) -> list[list[str]]:
     """The first ``max_rows`` rows (all if None) of ``frame``, every cell formatted.
 
     Columns are read once as arrays and sliced: indexing a pandas frame by column name or
@@ -74,7 +83,7 @@ def cells(frame: pd.DataFrame, max_rows: int | None = None) -> list[list[str]]:
     return [list(row) for row in zip(*columns)] if columns else []
 
 
-def formatted_columns(frame: pd.DataFrame, max_rows: int | None = None,
+def formatted_columns(frame: Table | pd.DataFrame, max_rows: int | None = None,
                       arrays: list[Any] | None = None) -> list[list[str]]:
     """``cells`` column by column: one list of formatted cells per column."""
     return [_format_column(a[:max_rows]) for a in (column_arrays(frame) if arrays is None else arrays)]

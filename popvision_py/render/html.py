@@ -40,7 +40,7 @@ def _table(frame: pd.DataFrame) -> str:
 
 def _figures_for(doc: Document) -> dict[str, list[go.Figure]]:
     """Figures per section, built from the document's blocks."""
-    data = {b.key: b.data for b in doc.blocks}
+    data = {b.key: b.data if isinstance(b.data, dict) else b.frame() for b in doc.blocks}
     out: dict[str, list[go.Figure]] = {}
 
     def add(section: str, build, *keys: str) -> None:
@@ -89,9 +89,9 @@ def render(doc: Document) -> bytes:
                     f"[{html.escape(r.topic)}] {html.escape(r.finding)}"
                     + (f"<br>Fix: {html.escape(r.suggestion)}" if r.suggestion else "")
                     + (f"<br>Effect: {html.escape(r.effect)}" if r.effect else "") + "</li>"
-                    for r in b.data.itertuples(index=False))
+                    for r in b.frame().itertuples(index=False))
                 parts.append(f"<ul>{items}</ul>")
             else:
-                parts.append(_table(b.data))
+                parts.append(_table(b.frame()))
     parts.append("</body></html>")
     return "\n".join(parts).encode()

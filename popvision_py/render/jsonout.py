@@ -9,7 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from popvision_py.analysis.tables import Table
 from popvision_py.render.document import Document
+from popvision_py.render.format import column_names
 
 JSON_FORMAT = "popvision-report"
 JSON_VERSION = 1
@@ -35,10 +37,12 @@ def plain(v: Any) -> Any:
     return str(v)
 
 
-def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    columns = [str(c) for c in frame.columns]
-    values = [[plain(v) for v in frame[c].tolist()] for c in frame.columns]
-    return [dict(zip(columns, row)) for row in zip(*values)] if values else []
+def records(frame: Table | pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as objects; a Table's arrays are read directly, a DataFrame's through its Series."""
+    names = column_names(frame)
+    columns = [frame[c] for c in (names if isinstance(frame, Table) else frame.columns)]
+    values = [[plain(v) for v in column.tolist()] for column in columns]
+    return [dict(zip(names, row)) for row in zip(*values)] if values else []
 
 
 def to_dict(doc: Document) -> dict[str, Any]:

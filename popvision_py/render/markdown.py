@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from popvision_py.render.document import Document
-from popvision_py.render.format import cells, numeric_columns, value
+from popvision_py.analysis.tables import Table
+from popvision_py.render.format import cells, column_names, numeric_columns, value
 
 MAX_ROWS = 200
 
@@ -14,10 +15,11 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def table(frame: pd.DataFrame) -> list[str]:
-    if frame.shape[1] == 0 or not len(frame):
+def table(frame: Table | pd.DataFrame) -> list[str]:
+    names = column_names(frame)
+    if not names or not len(frame):
         return ["*(no rows)*"]
-    header = "| " + " | ".join(_escape(str(c)) for c in frame.columns) + " |"
+    header = "| " + " | ".join(_escape(c) for c in names) + " |"
     rule = "| " + " | ".join("---:" if number else "---" for number in numeric_columns(frame)) + " |"
     out = [header, rule] + ["| " + " | ".join(_escape(c) for c in r) + " |" for r in cells(frame, MAX_ROWS)]
     if len(frame) > MAX_ROWS:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from popvision_py.analysis.tables import Table
 from popvision_py.render.document import Block, Document
-from popvision_py.render.format import column_arrays, formatted_columns, numeric_columns, value
+from popvision_py.render.format import column_arrays, column_names, formatted_columns, numeric_columns, value
 
 MAX_ROWS = 40
 MAX_CELL = 60
@@ -15,15 +16,15 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
 
 
-def table(frame: pd.DataFrame, max_rows: int | None = MAX_ROWS, clip: bool = True) -> list[str]:
+def table(frame: Table | pd.DataFrame, max_rows: int | None = MAX_ROWS, clip: bool = True) -> list[str]:
     """An aligned table; ``max_rows`` rows at most, then a line saying how many were left out."""
-    if frame.shape[1] == 0:
+    header = column_names(frame)
+    if not header:
         return ["  (nothing)"]
     arrays = column_arrays(frame)
     columns = formatted_columns(frame, max_rows, arrays)
     if clip:
         columns = [[c if len(c) <= MAX_CELL else _clip(c) for c in column] for column in columns]
-    header = [str(c) for c in frame.columns]
     # each column padded to its width in one pass, then the rows joined: no per-cell width lookups
     padded = []
     for name, column, right in zip(header, columns, numeric_columns(frame, arrays)):
@@ -50,14 +51,15 @@ def block(b: Block) -> list[str]:
         lines += figures(b.data)
     elif b.key == "summary.insights":
         previous = None
-        for r in b.data.itertuples(index=False):
-            if r.finding != previous:  # several fixes for one finding: say the finding once
-                lines.append(f"  [{r.severity}] {r.topic}: {r.finding}")
-            previous = r.finding
-            if r.suggestion:
-                lines.append(f"      fix:    {r.suggestion}")
-            if r.effect:
-                lines.append(f"      effect: {r.effect}")
+        for severity, topic, finding, suggestion, effect in zip(
+                *(list(b.data[c]) for c in ("severity", "topic", "finding", "suggestion", "effect"))):
+            if finding != previous:  # several fixes for one finding: say the finding once
+                lines.append(f"  [{severity}] {topic}: {finding}")
+            previous = finding
+            if suggestion:
+                lines.append(f"      fix:    {suggestion}")
+            if effect:
+                lines.append(f"      effect: {effect}")
     else:
         lines += table(b.data)
     return lines

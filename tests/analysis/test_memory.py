@@ -45,7 +45,7 @@ def test_distribution_percentile_on_uneven_tiles():
     from popvision_py.analysis.memory import distribution
 
     tiles = pd.DataFrame({"ipu": [0] * 101, "total_bytes": list(range(101))})
-    d = distribution(tiles).iloc[0]
+    d = distribution(tiles).frame().iloc[0]
     assert (d["min_bytes"], d["median_bytes"], d["p99_bytes"], d["max_bytes"]) == (0, 50, 99, 100)
 
 

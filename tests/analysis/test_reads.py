@@ -70,3 +70,24 @@ def test_read_table_with_the_footer_kept_from_open_decodes_what_pyarrow_decodes(
         # and a filtered read still goes through pyarrow's row-group filters
         ipu0 = profile.read_table("tile_memory", ["ipu"], filters=[("ipu", "=", 0)])
         assert set(ipu0.column("ipu").to_pylist()) == {0}
+
+
+def test_answers_as_tables_hold_what_the_frames_hold(profiles):
+    # GIVEN a Report WHEN an answer is asked for as a Table (what the renderers read) and as a frame
+    import pandas as pd
+
+    with pv.open(profiles["oom"]) as report:
+        for key, args in [("memory.by_ipu", ()), ("memory.by_category", (0,)), ("liveness.peaks", ()),
+                          ("stages.summary", ()), ("exchange.costliest", (3,)), ("summary.insights", ())]:
+            view, name = key.split(".")
+            table = report.answer(key, *args)
+            # THEN the Table's columns are the frame's, value for value, and its frame is that frame
+            frame = getattr(getattr(report, view), name)(*args)
+            assert table.names == list(frame.columns) and len(table) == len(frame)
+            pd.testing.assert_frame_equal(table.frame(), frame)
+            assert table.frame() is frame  # built once
+        # AND an answer that does not exist is refused by name
+        with pytest.raises(KeyError, match="no answer 'memory.nothing'"):
+            report.answer("memory.nothing")
+        with pytest.raises(KeyError, match="no answer 'profile.close'"):
+            report.answer("profile.close")

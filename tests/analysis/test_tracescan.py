@@ -120,7 +120,7 @@ def test_report_in_small_batches_equals_report_in_one(profiles, monkeypatch):
         if isinstance(a.data, dict):
             assert a.data == b.data
         else:
-            pd.testing.assert_frame_equal(a.data, b.data)
+            pd.testing.assert_frame_equal(a.frame(), b.frame())
     pd.testing.assert_frame_equal(whole_timeline, part_timeline)
 
 
