@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_cli:
                 reads_cli, runs = interleaved(cli_baseline(path, reads), lambda: cli(path), max(5, args.repeat // 3))
                 read_cli, run = statistics.median(reads_cli), statistics.median(runs)
-                print(f"commands  whole processes, alternating (each includes Python start-up and imports):")
+                print("commands  whole processes, alternating (each includes Python start-up and imports):")
                 print(f"            python -c: import pyarrow, read those columns {read_cli * 1e3:7.0f} ms")
                 print(f"            popvision report PROFILE --section all      {run * 1e3:7.0f} ms   "
                       f"ratio {run / read_cli:.2f}")

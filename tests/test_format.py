@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import signal
 import struct
 import subprocess
 import sys
 import textwrap
-import time
 import zipfile
 from pathlib import Path
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import dash
 import pandas as pd
-from dash import Input, Output, dcc, html
+from dash import Input, Output, html
 
 from dashboards import components as c
 from dashboards import data, figures, ids

@@ -98,7 +98,6 @@ def render_overview(profile: str | None):
     report = data.report(profile)
     by_ipu = report.memory.by_ipu()
     bytes_per_tile = int(report.target["bytes_per_tile"])
-    capacity = dict(zip(by_ipu["ipu"].map(figures.ipu_label), by_ipu["capacity_bytes"]))
     oom = report.memory.out_of_memory()
     summary = report.summary.figures()
     options = [{"label": figures.ipu_label(ipu), "value": int(ipu)} for ipu in by_ipu["ipu"]]

@@ -37,7 +37,7 @@ def key_figures(summary: Any) -> list[tuple]:
     return [
         ("Model", f"{summary.model}", f"{summary.strategy} {summary.mode} on {summary.arch}"),
         ("IPUs", f"{summary.num_ipus} × {summary.replication_factor}",
-         f"per replica × replicas"),
+         "per replica × replicas"),
         ("Batch", f"{summary.micro_batch_size} × {summary.gradient_accumulation}",
          f"micro-batch × accumulation; {summary.device_iterations} device iterations"),
         ("Time per step", c.fmt_seconds(summary.step_s), f"{c.fmt_count(summary.step_cycles)} cycles"),

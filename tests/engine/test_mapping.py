@@ -47,7 +47,7 @@ def test_recomputation_stashes_checkpoints_not_every_activation(tmp_path):
     assert _bytes(recomputed, "stash") < _bytes(plain, "stash") / 5
     # and in the backward one block is recomputed at a time: its recomputed activations die before the
     # next block's recomputation starts
-    v, p = recomputed["variables"], recomputed["programs"]
+    v = recomputed["variables"]
     rec = v[v["name"].astype(str).str.endswith("/recomputed")].merge(
         recomputed["ops"][["op_id", "block"]].drop_duplicates(), on="op_id")
     spans = rec.groupby(["ipu", "block"], observed=True).agg(first=("live_from_step", "min"),
