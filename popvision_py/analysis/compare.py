@@ -88,7 +88,8 @@ def side_by_side(section: str, a: list[tuple[str, float]], b: list[tuple[str, fl
     fa = pd.DataFrame(a, columns=["figure", "a"]).drop_duplicates("figure")
     fb = pd.DataFrame(b, columns=["figure", "b"]).drop_duplicates("figure")
     frame = fa.merge(fb, on="figure", how="outer", sort=False)
-    order = {name: i for i, name in enumerate(list(fa["figure"]) + [f for f in fb["figure"] if f not in set(fa["figure"])])}
+    in_a = set(fa["figure"])
+    order = {name: i for i, name in enumerate(list(fa["figure"]) + [f for f in fb["figure"] if f not in in_a])}
     frame["_order"] = frame["figure"].map(order)
     frame = frame.sort_values("_order", kind="stable")
     va, vb = frame["a"].to_numpy(float), frame["b"].to_numpy(float)

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from popvision_py.analysis.tables import PHASE, Aggregates, Columns, StepIndex, Table, aggregates, lookup, sum_by
 from popvision_py.format.schema import EXCHANGE_KINDS
@@ -108,7 +107,7 @@ def peak_bytes_per_s(target: dict[str, Any]) -> dict[str, float]:
             "remote_buffer": num("streaming_memory_bytes_per_s"), "all_reduce": link}
 
 
-def bandwidth(kinds: pd.DataFrame | Table, target: dict[str, Any]) -> Table:
+def bandwidth(kinds: Table, target: dict[str, Any]) -> Table:
     """Achieved = bytes / (cycles / clock_hz); efficiency = 100 x achieved / peak: BANDWIDTH_COLUMNS."""
     clock = float(target.get("clock_hz") or np.nan)
     kind, nbytes, cycles = list(kinds["kind"]), np.asarray(kinds["bytes"]), np.asarray(kinds["cycles"])

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from popvision_py.analysis.tables import Columns, StepIndex, Table
 from popvision_py.errors import OutOfRangeError
@@ -42,21 +41,15 @@ def by_step(liveness: Columns, programs: Columns, target: dict[str, Any], ipu: i
     })
 
 
-def peaks(steps: pd.DataFrame | Table) -> Table:
-    """Per IPU, the first step where not-always-live memory peaks: PEAK_COLUMNS sorted by ipu.
-
-    ``steps`` is ``by_step``'s answer (a Table or its frame).
-    """
+def peaks(steps: Table) -> Table:
+    """Per IPU, the first step where not-always-live memory peaks (``steps``: ``by_step``): PEAK_COLUMNS by ipu."""
     if not len(steps["ipu"]):
         return Table.empty({c: np.int64 if c != "name" else object for c in PEAK_COLUMNS})
-    ipu, step = np.asarray(steps["ipu"]), np.asarray(steps["step"])
-    nal = np.asarray(steps["not_always_live_bytes"])
+    ipu, step, nal = steps["ipu"], steps["step"], steps["not_always_live_bytes"]
     order = np.lexsort((step, -nal, ipu))
     first = order[np.r_[True, ipu[order][1:] != ipu[order][:-1]]]  # each IPU's largest, earliest step
-    names = steps["name"]
-    names = names.array if isinstance(names, pd.Series) else names
-    return Table({"ipu": ipu[first], "peak_step": step[first], "name": names.take(first),
-                  "not_always_live_bytes": nal[first], "total_bytes": np.asarray(steps["total_bytes"])[first]})
+    return Table({"ipu": ipu[first], "peak_step": step[first], "name": steps["name"].take(first),
+                  "not_always_live_bytes": nal[first], "total_bytes": steps["total_bytes"][first]})
 
 
 def live_at(variables: Columns, ipu: int, step: int, num_steps: int | None = None, n: int | None = None) -> Table:

@@ -9,9 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from popvision_py.analysis.tables import Columns, Table, alphabetical, frame_of, present, sum_by
+from popvision_py.analysis.tables import Columns, Table, alphabetical, present, sum_by
 from popvision_py.errors import OutOfRangeError
 
 BY_IPU_COLUMNS = ["ipu", "always_live_bytes", "not_always_live_bytes", "total_bytes", "capacity_bytes",
@@ -34,24 +33,20 @@ def ipus_of(target: dict[str, Any], *tables: Any) -> np.ndarray:
     return np.unique(np.concatenate(seen)).astype(np.int64)
 
 
-class TileTotals:
-    """Every tile's totals as NumPy arrays (``by_tile``'s columns, row for row), without a DataFrame.
+class TileTotals(Table):
+    """Every tile's totals (``by_tile``'s columns), each IPU's tiles one after another, all IPUs alike.
 
     ``by_ipu``, ``distribution``, ``out_of_memory`` and ``summary.figures`` read these arrays;
     the 5,888-row (bert-large) ``by_tile`` frame is built from them only when asked for.
     """
 
-    def __init__(self, columns: dict[str, np.ndarray]) -> None:
-        self.columns = columns
+    def __init__(self, columns: dict[str, np.ndarray], ipus: np.ndarray) -> None:
+        super().__init__(columns)
+        self.ipus = ipus
 
-    def __len__(self) -> int:
-        return len(self.columns["ipu"])
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.columns[name]
-
-    def frame(self) -> pd.DataFrame:
-        return frame_of(self.columns, BY_TILE_COLUMNS)
+    def per_ipu(self, name: str) -> np.ndarray:
+        """A column as a grid: one row per IPU (of ``ipus``), one column per tile."""
+        return np.asarray(self.columns[name]).reshape(len(self.ipus), -1)
 
 
 def tile_totals(tile_memory: Columns, target: dict[str, Any]) -> TileTotals:
@@ -81,42 +76,26 @@ def tile_totals(tile_memory: Columns, target: dict[str, Any]) -> TileTotals:
         "total_bytes": total,
         "excess_bytes": np.maximum(total - capacity, 0),
         "oom": total > capacity,
-    })
+    }, ipus)
 
 
-def _per_ipu(tiles: pd.DataFrame | TileTotals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(IPUs, order of the rows grouped by IPU, where each IPU's rows start in that order)."""
-    if isinstance(tiles, TileTotals):  # already grouped: each IPU's ``width`` tiles, one after another
-        ipus = np.unique(tiles["ipu"]) if len(tiles) else np.zeros(0, np.int64)
-        width = len(tiles) // len(ipus) if len(ipus) else 0
-        return ipus, np.arange(len(tiles)), np.arange(len(ipus)) * width
-    ipu = np.asarray(tiles["ipu"])
-    order = np.argsort(ipu, kind="stable")
-    ipus, starts = np.unique(ipu[order], return_index=True)
-    return ipus, order, starts
-
-
-def by_ipu(tiles: pd.DataFrame | TileTotals, target: dict[str, Any]) -> Table:
+def by_ipu(tiles: TileTotals, target: dict[str, Any]) -> Table:
     """Per IPU totals from ``by_tile``: BY_IPU_COLUMNS."""
     capacity = int(target["tiles_per_ipu"]) * int(target["bytes_per_tile"])
-    ipus, order, starts = _per_ipu(tiles)
+    ipus = tiles.ipus
     if not len(ipus):
         return Table.empty({c: np.float64 if c == "used_pct" else np.int64 for c in BY_IPU_COLUMNS})
-
-    def total(column: str, reduce=np.add) -> np.ndarray:
-        return reduce.reduceat(np.asarray(tiles[column]).astype(np.int64)[order], starts)
-
-    total_bytes = total("total_bytes")
+    total_bytes = tiles.per_ipu("total_bytes").sum(axis=1)
     return Table({
         "ipu": ipus.astype(np.int64),
-        "always_live_bytes": total("always_live_bytes"),
-        "not_always_live_bytes": total("not_always_live_bytes"),
+        "always_live_bytes": tiles.per_ipu("always_live_bytes").sum(axis=1),
+        "not_always_live_bytes": tiles.per_ipu("not_always_live_bytes").sum(axis=1),
         "total_bytes": total_bytes,
         "capacity_bytes": np.full(len(ipus), capacity, np.int64),
         "headroom_bytes": capacity - total_bytes,
         "used_pct": 100.0 * total_bytes / capacity if capacity else np.full(len(ipus), np.nan),
-        "max_tile_bytes": total("total_bytes", np.maximum),
-        "oom_tiles": total("oom"),
+        "max_tile_bytes": tiles.per_ipu("total_bytes").max(axis=1),
+        "oom_tiles": tiles.per_ipu("oom").sum(axis=1),
     })
 
 
@@ -152,29 +131,19 @@ def by_category(tile_memory: Columns, ipu: int | None = None) -> Table:
     })
 
 
-def distribution(tiles: pd.DataFrame | TileTotals) -> Table:
+def distribution(tiles: TileTotals) -> Table:
     """Tile totals per IPU: min, median, 99th percentile (linear interpolation), max, mean: DISTRIBUTION_COLUMNS."""
-    ipus, order, starts = _per_ipu(tiles)
-    if isinstance(tiles, TileTotals) and len(ipus):  # every IPU has as many tiles: one row each
-        grid = np.asarray(tiles["total_bytes"]).reshape(len(ipus), -1)
-        return Table({
-            "ipu": ipus.astype(np.int64), "min_bytes": grid.min(axis=1), "median_bytes": np.median(grid, axis=1),
-            "p99_bytes": np.quantile(grid, 0.99, axis=1), "max_bytes": grid.max(axis=1),
-            "mean_bytes": grid.mean(axis=1),
-        })
-    values = np.asarray(tiles["total_bytes"])[order]
-    parts = np.split(values, starts[1:]) if len(ipus) else []  # one array per IPU (a few), not per tile
+    if not len(tiles.ipus):
+        return Table.empty({c: np.int64 if c in ("ipu", "min_bytes", "max_bytes") else np.float64
+                            for c in DISTRIBUTION_COLUMNS})
+    grid = tiles.per_ipu("total_bytes")
     return Table({
-        "ipu": ipus.astype(np.int64),
-        "min_bytes": np.array([p.min() for p in parts], values.dtype),
-        "median_bytes": np.array([np.median(p) for p in parts], float),
-        "p99_bytes": np.array([np.quantile(p, 0.99) for p in parts], float),
-        "max_bytes": np.array([p.max() for p in parts], values.dtype),
-        "mean_bytes": np.array([p.mean() for p in parts], float),
+        "ipu": tiles.ipus.astype(np.int64), "min_bytes": grid.min(axis=1), "median_bytes": np.median(grid, axis=1),
+        "p99_bytes": np.quantile(grid, 0.99, axis=1), "max_bytes": grid.max(axis=1), "mean_bytes": grid.mean(axis=1),
     })
 
 
-def out_of_memory(tiles: pd.DataFrame | TileTotals) -> Table:
+def out_of_memory(tiles: TileTotals) -> Table:
     """Tiles over capacity, largest excess first (then ipu, tile): OOM_COLUMNS."""
     oom = np.flatnonzero(np.asarray(tiles["oom"]))
     excess, ipu, tile = (np.asarray(tiles[c])[oom] for c in ("excess_bytes", "ipu", "tile"))

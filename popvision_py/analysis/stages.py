@@ -314,14 +314,14 @@ def block_costs(c: _Costs, programs: Columns, ops: Columns, trace: Aggregates, v
     })
 
 
-def best_split(c: _Costs, blocks: pd.DataFrame | Table, memory_by_ipu: pd.DataFrame | Table,
+def best_split(c: _Costs, blocks: Table, memory_by_ipu: Table,
                target: dict[str, Any], step_cycles: float) -> BestSplit:
     """The contiguous split of the blocks into as many stages as now that minimises the slowest stage.
 
     A stage keeps its position's overhead (cycles and memory not owned by any block: exchanges,
     code...). A split fits when each IPU's predicted worst tile, ``(overhead + blocks' bytes) /
     tiles x (worst tile / mean tile now)``, is within ``bytes_per_tile``. ``blocks`` and
-    ``memory_by_ipu`` are ``block_costs`` and ``memory.by_ipu`` (Tables or frames).
+    ``memory_by_ipu`` are ``block_costs``'s and ``memory.by_ipu``'s answers.
     """
     stages = c.stages
     S, n = len(stages), len(blocks["stage"])

@@ -135,9 +135,7 @@ def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: Table, oom: T
              worst_breakdown: Table | None, stage_figures: StageFigures, split: BestSplit,
              exchange: ExchangeFigures, kinds: Table, costliest: Table,
              bubble_with_double_accumulation_pct: float) -> Table:
-    """Findings, each with a suggested fix and its estimated effect: INSIGHT_COLUMNS, most severe first.
-
-    The other reports' answers come as Tables (or frames: only columns are read)."""
+    """Findings, each with a suggested fix and its estimated effect: INSIGHT_COLUMNS, most severe first."""
     rows: list[tuple[str, str, str, str, str]] = []
     S = stage_figures.num_stages
 

@@ -308,9 +308,7 @@ class Table:
 
     __slots__ = ("columns", "_frame")
 
-    def __init__(self, columns: dict[str, Any], order: list[str] | None = None) -> None:
-        if order is not None and list(columns) != list(order):
-            columns = {name: columns[name] for name in order}
+    def __init__(self, columns: dict[str, Any]) -> None:
         self.columns = columns
         self._frame: pd.DataFrame | None = None
 

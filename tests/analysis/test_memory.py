@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -42,9 +43,9 @@ def test_distribution_and_out_of_memory(oom):
 
 
 def test_distribution_percentile_on_uneven_tiles():
-    from popvision_py.analysis.memory import distribution
+    from popvision_py.analysis.memory import TileTotals, distribution
 
-    tiles = pd.DataFrame({"ipu": [0] * 101, "total_bytes": list(range(101))})
+    tiles = TileTotals({"ipu": np.zeros(101, np.int64), "total_bytes": np.arange(101)}, ipus=np.array([0]))
     d = distribution(tiles).frame().iloc[0]
     assert (d["min_bytes"], d["median_bytes"], d["p99_bytes"], d["max_bytes"]) == (0, 50, 99, 100)
 
