@@ -160,7 +160,7 @@ class Compiler:
         self.weights_streamed = plan.strategy == "phased" or not locations.weights_on_chip
         self.optimiser_off_chip = not locations.optimiser_on_chip
         self.activations_off_chip = not locations.activations_on_chip
-        self.rts = locations.replicated_tensor_sharding and plan.options.replication_factor > 1
+        self.rts = plan.optimiser_shards > 1
         # Activations kept for several micro-batches at once: a training pipeline's in-flight
         # micro-batches, or every micro-batch of the step under phased execution.
         self.pipelined_training = plan.training and (
@@ -294,7 +294,7 @@ class Compiler:
             # Tensor sharding: a row-parallel op's partial outputs are all-reduced over the stage's
             # shards in the forward (and recomputation); a column-parallel op's input gradient in
             # the backward. Reduce-scatter then all-gather, a ring over IPU-Links.
-            if op.shard == "row" and pass_ == "forward" or op.shard == "row" and suffix == "recompute":
+            if op.shard == "row" and (pass_ == "forward" or suffix == "recompute"):
                 self._shard_all_reduce(prog, f"{label}/all_reduce", op, stage, pass_, op.output.bytes)
             elif op.shard == "column" and suffix == "bwd":
                 grads = sum(t.bytes for t in op.inputs if t.dtype != "int32")
@@ -349,11 +349,15 @@ class Compiler:
         t = self.shards
         full = shard_bytes * t
         ring = int(2 * (t - 1) / t * full)
-        bw = self.target.all_reduce_bytes_per_s(t)
-        cycles = int(2 * (t - 1) * self.a.link_latency_cycles / 4 + math.ceil(ring / self.target.bytes_per_cycle(bw)))
+        cycles = self._all_reduce_cycles(t, ring, self.target.all_reduce_bytes_per_s(t))
         step = prog.add("global_exchange", name, op.op_id, stage, pass_, self.mappings[op.op_id].tiles, ring, cycles)
         prog.exchanges.append((step, "inter_ipu", prog.ipu, prog.ipu, ring, cycles))
         return step
+
+    def _all_reduce_cycles(self, members: int, ring_bytes: float, bytes_per_s: float) -> int:
+        """Cycles of a ring all-reduce over ``members`` that moves ``ring_bytes`` per member."""
+        return int(2 * (members - 1) * self.a.link_latency_cycles / 4
+                   + math.ceil(ring_bytes / self.target.bytes_per_cycle(bytes_per_s)))
 
     def _stream_cycles(self, nbytes: int) -> int:
         """Cycles to move ``nbytes`` between streaming memory and one IPU. With replicated tensor
@@ -581,8 +585,7 @@ class Compiler:
                 grads = sum(op.params for op in weighted) * self.dt
                 bw = self.target.all_reduce_bytes_per_s(replicas * self.plan.num_ipus)
                 ring = 2 * (replicas - 1) / replicas * grads
-                cycles = int(2 * (replicas - 1) * self.a.link_latency_cycles / 4
-                             + math.ceil(ring / self.target.bytes_per_cycle(bw)))
+                cycles = self._all_reduce_cycles(replicas, ring, bw)
                 step = prog.add("all_reduce", "gradients/all_reduce", -1, -1, "update", self.tiles, int(ring), cycles)
                 prog.exchanges.append((step, "all_reduce", ipu, ipu, int(ring), cycles))
             for op in weighted:
@@ -626,17 +629,17 @@ class Compiler:
         """Remote loads, the optimiser's compute set and remote stores for one weighted op."""
         wmap = self.weight_mappings[op.op_id]
         state = self.a.optimiser_state_bytes_per_param[self.options.optimiser]
-        shard = self.options.replication_factor if self.rts else 1
-        params = math.ceil(op.params / shard)
+        params, flops, moved = update_work(self.plan, op.params)
         stage = self.stage_of[op.op_id]
-        incoming = (params * state if self.optimiser_off_chip else 0) + (op.params * self.dt if self.weights_streamed else 0)
-        incoming += op.params * self.dt if self.weights_streamed else 0
+        optimiser = params * state if self.optimiser_off_chip else 0
+        weights = op.params * self.dt if self.weights_streamed else 0
+        # streamed weights come in with their gradients, accumulated in streaming memory over the
+        # micro-batches (as many bytes); the updated weights go back out, the gradients are spent
+        incoming = optimiser + weights + weights
         first = prog.steps
         if incoming:
             self._copy(prog, "remote_buffer_copy", "remote_buffer", f"{op.name}/update/from_remote", stage, "update",
                        incoming, -2, prog.ipu, self.a.streaming_memory_bytes_per_s, wmap.tiles, op.op_id)
-        flops = params * self.a.optimiser_flops_per_param[self.options.optimiser]
-        moved = params * (2 * self.dt + self.dt + 2 * state)
         grains = int(wmap.grains.sum())
         grain_cycles = max(flops / grains / self.target.vector_flops_per_cycle("fp32"),
                            moved / grains / self.target.memory_bytes_per_cycle_per_tile)
@@ -645,7 +648,7 @@ class Compiler:
         prog.tile_cycles.append((cs, wmap.start, cycles, wmap.grains))
         mask = prog.codelets.setdefault(("optimiser", "update"), np.zeros(self.tiles, dtype=bool))
         mask[wmap.start:wmap.start + wmap.tiles] = True
-        outgoing = (params * state if self.optimiser_off_chip else 0) + (op.params * self.dt if self.weights_streamed else 0)
+        outgoing = optimiser + weights
         last = cs
         if outgoing:
             last = self._copy(prog, "remote_buffer_copy", "remote_buffer", f"{op.name}/update/to_remote", stage,
@@ -658,14 +661,13 @@ class Compiler:
     def _input_variables(self, prog: IpuProgram, stage: StagePlan,
                          inputs: list[tuple[Tensor, int, int]]) -> list[Variable]:
         """The tensors a stage receives; kept (stashed) for the backward pass when training."""
+        # Offloaded activations stash in streaming memory: one micro-batch's copy is on chip.
+        stashed = self.pipelined_training and not self.activations_off_chip
+        category = "stash" if stashed else "activations"
+        depth = self._stash_depth(stage) if stashed else 1
         out = []
         for tensor, consumer, step in inputs:
             cmap = self.mappings[consumer]
-            training = self.plan.training
-            # Offloaded activations stash in streaming memory: one micro-batch's copy is on chip.
-            stashed = training and self.pipelined_training and not self.activations_off_chip
-            category = "stash" if stashed else "activations"
-            depth = self._stash_depth(stage) if stashed else 1
             name = "input" if tensor.producer < 0 else f"{self.ops[tensor.producer].name}/output"
             var = Variable(f"stage{stage.index}/{name}", category, False, cmap.start,
                            cmap.share(tensor.bytes * depth), step, step, consumer)
@@ -679,7 +681,7 @@ class Compiler:
         training = self.plan.training
         last_step = prog.steps - 1
         state_bytes = self.a.optimiser_state_bytes_per_param[self.options.optimiser]
-        shard = self.options.replication_factor if self.rts else 1
+        shard = self.plan.optimiser_shards
         ga = self.options.gradient_accumulation
         weight_spans: dict[int, list[tuple[int, int]]] = {}
         for op_id, live_from, live_to in self._weight_spans:
@@ -708,7 +710,7 @@ class Compiler:
                 else:
                     prog.variables.append(Variable(f"{op.name}/output", "activations", False, mapping.start,
                                                    mapping.share(op.output.bytes), produced, last_use, op.op_id))
-                if training and self.options.recompute and op.op_id in checkpoints and not self.activations_off_chip:
+                if op.op_id in checkpoints and not self.activations_off_chip:
                     # A checkpoint is kept, one copy per micro-batch in flight, until the backward of
                     # the block that reads it.
                     reader = max(bwd_cs[c] for c in self.consumers[op.op_id] if c in bwd_cs)
@@ -778,6 +780,16 @@ class Compiler:
     def _previous_backward(self, op: Op, bwd_cs: dict[int, int]) -> int:
         producers = [t.producer for t in op.inputs if t.producer in bwd_cs]
         return max((bwd_cs[p] for p in producers), default=bwd_cs[op.op_id])
+
+
+def update_work(plan: Plan, params: int) -> tuple[int, int, int]:
+    """The weight update of an op with ``params`` parameters on one replica: the parameters it
+    updates (its share under replicated tensor sharding), their FLOPs and the bytes they move."""
+    a, o = plan.target.assumptions, plan.options
+    params = -(-params // plan.optimiser_shards)
+    state = a.optimiser_state_bytes_per_param[o.optimiser]
+    return params, params * a.optimiser_flops_per_param[o.optimiser], params * (3 * o.dtype_bytes + 2 * state)
+
 
 def compile_plan(plan: Plan, progress: Callable[[], None] = lambda: None) -> Compiled:
     """Compile a checked plan into per-IPU programs."""

@@ -22,7 +22,7 @@ from popvision_py.format import ProfileWriter
 from popvision_py.format import schema as S
 from popvision_py.format.schema import PASSES, PHASES
 
-from engine.compiler import Compiled
+from engine.compiler import Compiled, update_work
 from engine.memory import IpuMemory
 from engine.scheduler import Schedule, trace_batches
 
@@ -206,12 +206,8 @@ def arrow_table(name: str, columns: dict[str, Any]) -> pa.Table:
 
 def ops_table(compiled: Compiled) -> dict[str, Any]:
     plan = compiled.plan
-    o = plan.options
-    a = plan.target.assumptions
     rows: dict[str, list] = {k: [] for k in ("op_id", "name", "kind", "block", "stage", "ipu", "pass", "flops",
                                               "bytes", "tiles")}
-    shard = o.replication_factor if (o.tensor_locations.replicated_tensor_sharding and o.replication_factor > 1) else 1
-    dt = o.dtype_bytes
     for stage in plan.stages:
         for op in stage.ops:
             tiles = compiled.mappings[op.op_id].tiles
@@ -219,11 +215,8 @@ def ops_table(compiled: Compiled) -> dict[str, Any]:
             if plan.training:
                 passes.append(("backward", op.backward_flops, op.backward_bytes, tiles))
                 if op.params:
-                    params = -(-op.params // shard)
-                    state = a.optimiser_state_bytes_per_param[o.optimiser]
-                    passes.append(("update", params * a.optimiser_flops_per_param[o.optimiser],
-                                   params * (3 * dt + 2 * state),
-                                   compiled.weight_mappings[op.op_id].tiles))
+                    _, flops, nbytes = update_work(plan, op.params)
+                    passes.append(("update", flops, nbytes, compiled.weight_mappings[op.op_id].tiles))
             for pass_, flops, nbytes, t in passes:
                 for k, v in zip(rows, (op.op_id, op.name, op.kind, op.block, stage.index, stage.ipu, pass_, flops,
                                        nbytes, t)):

@@ -343,7 +343,6 @@ class Model:
         self.block_ipus: dict[str, int] = {}
         self.default_strategy: ExecutionStrategy | None = None
         self.params: dict[str, Any] = dict(params or {})
-        self._block_override: str | None = None
 
     # -- structure -------------------------------------------------------------------------
 
@@ -380,7 +379,7 @@ class Model:
     def _add(self, name: str, kind: str, inputs: Sequence[Tensor], out_shape: Sequence[int], *, params: int = 0,
              flops: int, grains: int, gemm: tuple[int, int, int] | None = None, block: str | None = None,
              out_dtype: str | None = None, groups: int = 1) -> Tensor:
-        block = block or self._block_override or _current_block.get()
+        block = block or _current_block.get()
         if block is None:
             raise ConfigError(f"Op {name!r} is in no Block; build it inside `with Block(...)` or pass block=.")
         if block not in self.blocks:

@@ -6,6 +6,7 @@ failure is one ``ConfigError`` sentence.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from popvision_py.errors import ConfigError
@@ -45,11 +46,8 @@ class Plan:
 
     @property
     def pipelined(self) -> bool:
-        """Stages run as a pipeline: pipelined execution, or phased execution whose stages are on
-        distinct IPUs (each stage's phases stream their weights while micro-batches flow through)."""
-        if self.strategy == "pipelined":
-            return True
-        return self.strategy == "phased" and len(self.stages) > 1 and len({s.ipu for s in self.stages}) == len(self.stages)
+        """Stages run as a pipeline (see ``runs_as_pipeline``)."""
+        return runs_as_pipeline(self.strategy, [s.ipu for s in self.stages])
 
     @property
     def pipeline_stages(self) -> int:
@@ -58,11 +56,25 @@ class Plan:
         n = len(self.stages)
         return 2 * n - 1 if self.training else n
 
+    @property
+    def optimiser_shards(self) -> int:
+        """Replicas each weight's optimiser state and update are split over (replicated tensor sharding)."""
+        o = self.options
+        return o.replication_factor if o.tensor_locations.replicated_tensor_sharding else 1
+
     def stage_of_op(self) -> dict[int, int]:
         return {op.op_id: s.index for s in self.stages for op in s.ops}
 
     def manifest_stages(self) -> list[dict]:
         return [{"stage": s.index, "ipu": s.ipu, "blocks": list(s.blocks)} for s in self.stages]
+
+
+def runs_as_pipeline(kind: str, stage_ipus: Sequence[int]) -> bool:
+    """Stages run as a pipeline: pipelined execution, or phased execution whose stages are on
+    distinct IPUs (each stage's phases stream their weights while micro-batches flow through)."""
+    if kind == "pipelined":
+        return True
+    return kind == "phased" and len(stage_ipus) > 1 and len(set(stage_ipus)) == len(stage_ipus)
 
 
 def resolve_strategy(model: Model, options: Options, kind: str | None) -> ExecutionStrategy:

@@ -20,7 +20,7 @@ from engine.compiler import compile_plan
 from engine.instrument import Summary, summarise, write_profile
 from engine.memory import plan_memory
 from engine.model import STRATEGIES, ExecutionStrategy, Model, Options, Stage
-from engine.plan import Plan, make_plan, resolve_strategy
+from engine.plan import Plan, make_plan, resolve_strategy, runs_as_pipeline
 from engine.scheduler import schedule
 from engine.zoo import zoo_entry
 
@@ -176,12 +176,11 @@ def prepare(request: RunRequest) -> Plan:
         strategy = parse_stages(request.stages, kind)
     else:
         strategy = resolve_strategy(model, options, request.strategy)
-    distinct = len({s.ipu_id for s in strategy.stages}) == len(strategy.stages)
-    pipelined = strategy.kind == "pipelined" or (strategy.kind == "phased" and distinct and len(strategy.stages) > 1)
-    if (pipelined and options.training and request.options.get("gradient_accumulation") is None
-            and options.gradient_accumulation < 2 * len(strategy.stages) - 1):
+    least = 2 * len(strategy.stages) - 1  # a training pipeline's stages (see Plan.pipeline_stages)
+    if (runs_as_pipeline(strategy.kind, [s.ipu_id for s in strategy.stages]) and options.training
+            and request.options.get("gradient_accumulation") is None and options.gradient_accumulation < least):
         # A default (not the user's choice) too small for the partition: use the least that runs.
-        options.gradient_accumulation = 2 * len(strategy.stages) - 1
+        options.gradient_accumulation = least
     return make_plan(model, options, strategy, assumptions=request.assumptions or None)
 
 

@@ -31,7 +31,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
+from popvision_py.format import schema as S
 from popvision_py.format.schema import PASSES, PHASES
 
 from engine.compiler import Compiled
@@ -47,10 +49,9 @@ PHASE_OF_TYPE = {
 }
 PASS_INDEX = {p: i for i, p in enumerate(PASSES)}
 PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
-TRACE_COLUMNS = ("run", "iteration", "micro_batch", "ipu", "stage", "pass", "step", "phase", "start_cycle", "end_cycle")
-# The trace's columns as the schema stores them (pass and phase: indices into PASSES and PHASES).
-TRACE_DTYPES = {"run": np.int32, "iteration": np.int32, "micro_batch": np.int32, "ipu": np.int16, "stage": np.int16,
-                "pass": np.int32, "step": np.int32, "phase": np.int32, "start_cycle": np.int64, "end_cycle": np.int64}
+# The trace's columns in the schema's types (pass and phase: their dictionary indices into PASSES and PHASES).
+TRACE_DTYPES = {c.name: (c.type.index_type if pa.types.is_dictionary(c.type) else c.type).to_pandas_dtype()
+                for c in S.TABLES["trace"].columns}
 
 
 @dataclass
@@ -61,7 +62,7 @@ class Superstep:
     iteration: int
 
 
-Rows = dict[str, np.ndarray]  # trace columns (TRACE_COLUMNS but "run"), in the schema's dtypes
+Rows = dict[str, np.ndarray]  # the trace's columns but "run", in the schema's dtypes
 
 
 @dataclass
@@ -176,12 +177,12 @@ def build_supersteps(compiled: Compiled) -> list[tuple[list[Superstep], int]]:
 
 def _with_load(loads: set, ipu: int, key: tuple[int, str], micro_batch: int, iteration: int) -> list:
     """The pass, preceded by its weight load when the weights live off chip."""
-    pre = [((key[0], f"{key[1]}/load"), -1, iteration)] if (ipu, key) in loads else []
-    return pre + [(key, micro_batch, iteration)]
+    return _phase_load(loads, ipu, key, iteration) + [(key, micro_batch, iteration)]
 
 
-def _phase_load(loads: set, ipu: int, key: tuple[int, str]) -> list:
-    return [((key[0], f"{key[1]}/load"), -1, 0)] if (ipu, key) in loads else []
+def _phase_load(loads: set, ipu: int, key: tuple[int, str], iteration: int = 0) -> list:
+    """The segment streaming the pass's weights in, if it has one."""
+    return [((key[0], f"{key[1]}/load"), -1, iteration)] if (ipu, key) in loads else []
 
 
 def schedule(compiled: Compiled) -> Schedule:
@@ -195,19 +196,35 @@ def schedule(compiled: Compiled) -> Schedule:
     return Schedule(parts, compiled.plan.options.runs, busy)
 
 
-def _segment_table(compiled: Compiled) -> list[dict[object, tuple[np.ndarray, np.ndarray, np.ndarray, int]]]:
-    """Per IPU: segment key -> (step ids, step cycles, offsets within the segment, duration)."""
+@dataclass
+class Segment:
+    """A run of program steps executed back to back: their trace columns, timed from the segment's start."""
+
+    ids: np.ndarray
+    cycles: np.ndarray
+    offsets: np.ndarray  # each step's start within the segment
+    duration: int
+    stage: np.ndarray
+    pass_: np.ndarray  # indices into PASSES
+    phase: np.ndarray  # indices into PHASES
+
+
+def _segment_table(compiled: Compiled) -> list[dict[object, Segment]]:
+    """Per IPU: segment key -> Segment."""
     segs = []
     for prog in compiled.programs:
         cycles = np.asarray(prog.cycles, dtype=np.int64)
+        stage = np.asarray(prog.stage, dtype=np.int32)
+        pass_ = np.array([PASS_INDEX[p] for p in prog.pass_], dtype=np.int32)
+        phase = np.array([PHASE_INDEX[PHASE_OF_TYPE[t]] for t in prog.type], dtype=np.int32)
         table = {}
         keys = dict(prog.segments)
         keys["update"] = prog.update_segment
         for key, (first, end) in keys.items():
-            ids = np.arange(first, end, dtype=np.int64)
             c = cycles[first:end]
             offsets = np.concatenate(([0], np.cumsum(c)[:-1])) if len(c) else c
-            table[key] = (ids, c, offsets, int(c.sum()))
+            table[key] = Segment(np.arange(first, end, dtype=np.int64), c, offsets, int(c.sum()), stage[first:end],
+                                 pass_[first:end], phase[first:end])
         segs.append(table)
     return segs
 
@@ -221,7 +238,7 @@ def _time(compiled: Compiled, segs: list[dict], supersteps: list[Superstep]) -> 
     busy = np.zeros((count, ipus), dtype=np.int64)
     for t, step in enumerate(supersteps):
         for ipu, items in step.work.items():
-            busy[t, ipu] = sum(segs[ipu][key][3] for key, _, _ in items)
+            busy[t, ipu] = sum(segs[ipu][key].duration for key, _, _ in items)
     sync_len = int(sync.max())
     length = busy.max(axis=1) + sync_len
     start = np.concatenate(([0], np.cumsum(length)[:-1])).astype(np.int64)
@@ -233,29 +250,26 @@ def _time(compiled: Compiled, segs: list[dict], supersteps: list[Superstep]) -> 
             offset = 0
             for key, micro_batch, iteration in items:
                 groups.setdefault((ipu, key), []).append((int(start[t]) + offset, micro_batch, iteration))
-                offset += segs[ipu][key][3]
+                offset += segs[ipu][key].duration
     parts: list[Rows] = []
     for (ipu, key), execs in groups.items():
-        ids, c, offsets, _ = segs[ipu][key]
-        if not len(ids):
+        seg = segs[ipu][key]
+        n = len(seg.ids)
+        if not n:
             continue
         e = np.asarray(execs, dtype=np.int64)
-        starts = (e[:, 0:1] + offsets[None, :]).ravel()
-        prog = compiled.programs[ipu]
-        step_pass = np.array([PASS_INDEX[prog.pass_[i]] for i in ids], dtype=np.int32)
-        step_phase = np.array([PHASE_INDEX[PHASE_OF_TYPE[prog.type[i]]] for i in ids], dtype=np.int32)
-        step_stage = np.array([prog.stage[i] for i in ids], dtype=np.int32)
+        starts = (e[:, 0:1] + seg.offsets[None, :]).ravel()
         k = len(execs)
         parts.append({
-            "iteration": np.repeat(e[:, 2], len(ids)),
-            "micro_batch": np.repeat(e[:, 1], len(ids)),
-            "ipu": np.full(k * len(ids), ipu),
-            "stage": np.tile(step_stage, k),
-            "pass": np.tile(step_pass, k),
-            "step": np.tile(ids, k),
-            "phase": np.tile(step_phase, k),
+            "iteration": np.repeat(e[:, 2], n),
+            "micro_batch": np.repeat(e[:, 1], n),
+            "ipu": np.full(k * n, ipu),
+            "stage": np.tile(seg.stage, k),
+            "pass": np.tile(seg.pass_, k),
+            "step": np.tile(seg.ids, k),
+            "phase": np.tile(seg.phase, k),
             "start_cycle": starts,
-            "end_cycle": starts + np.tile(c, k),
+            "end_cycle": starts + np.tile(seg.cycles, k),
         })
     # Idle (waiting for the slowest IPU) and the superstep's sync, on every IPU.
     t_idx = np.repeat(np.arange(count), ipus)

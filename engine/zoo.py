@@ -6,6 +6,7 @@ its blocks into stages over IPUs, and states the option defaults it was publishe
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,13 +59,13 @@ def balanced_stages(model: Model, ipus: int, strategy: type[ExecutionStrategy] =
     Cut points sit where the running FLOP total crosses k/ipus of the whole: simple, deterministic,
     and close to how engineers split a uniform stack of layers.
     """
-    cost = {b: 0 for b in model.blocks}
-    for op in model.ops:
-        cost[op.block] += op.flops + op.backward_flops + op.params * 16  # params: weight-update work
     blocks = model.blocks
     if strategy is PhasedExecution:
         # Phased: one phase per block, phases dealt round-robin over the IPUs.
         return strategy(*[Stage(b).ipu(first + k % ipus) for k, b in enumerate(blocks)])
+    cost = {b: 0 for b in blocks}
+    for op in model.ops:
+        cost[op.block] += op.flops + op.backward_flops + op.params * 16  # params: weight-update work
     ipus = max(1, min(ipus, len(blocks)))
     total = sum(cost.values()) or 1
     groups: list[list[str]] = [[] for _ in range(ipus)]
@@ -141,7 +142,7 @@ def build_resnet50(options: Options, *, image_size: int = 224, classes: int = 10
 # -- transformers ------------------------------------------------------------------------------
 
 
-def _encoder_layer(m: Model, x: Any, heads: int, ffn: int, name: str, causal: bool = False) -> Any:
+def _encoder_layer(m: Model, x: Any, heads: int, ffn: int, name: str) -> Any:
     a = m.attention(x, heads, name=f"{name}/attention")
     x = m.layer_norm(m.add(m.dropout(a, name=f"{name}/attn_dropout"), x, name=f"{name}/attn_add"),
                      name=f"{name}/attn_norm")
@@ -213,7 +214,8 @@ def build_gpt(options: Options, *, layers: int = 12, hidden: int = 768, heads: i
                   m.embedding(ids, seq_len, hidden, name="embeddings/position"), name="embeddings/add")
     for i in range(layers):
         with Block(f"layer{i}"):
-            x = _encoder_layer(m, x, heads, 4 * hidden, f"layer{i}", causal=True)
+            # The causal mask hides scores, it does not skip computing them: the cost is an encoder's.
+            x = _encoder_layer(m, x, heads, 4 * hidden, f"layer{i}")
     with Block("head"):
         x = m.layer_norm(x, name="head/norm")
         logits = m.linear(x, vocab, bias=False, name="head/lm")
@@ -253,41 +255,41 @@ def build_vit(options: Options, *, layers: int = 12, hidden: int = 768, heads: i
     return m
 
 
+def _bert_entry(name: str, size: str, *, layers: int, hidden: int, heads: int, **defaults: Any) -> ZooEntry:
+    """A BERT size: its shape, and option defaults beyond those every size shares."""
+    return ZooEntry(name, f"BERT-{size} pre-training ({layers} layers, hidden {hidden}), pipelined over 4 IPUs.",
+                    functools.partial(build_bert, name=name),
+                    params={"layers": layers, "hidden": hidden, "heads": heads, "seq_len": 128, "ipus": 4},
+                    defaults={"micro_batch_size": 8, "device_iterations": 1, "gradient_accumulation": 16,
+                              "recompute": True, "optimiser": "lamb", **defaults},
+                    inference_defaults={"micro_batch_size": 8, "device_iterations": 16})
+
+
 ZOO: dict[str, ZooEntry] = {
     e.name: e
     for e in (
         ZooEntry("mnist", "The PopTorch pipelining tutorial's CNN: blocks B1..B4 on 4 IPUs, pipelined.",
-                 lambda options: build_mnist(options),
+                 build_mnist,
                  defaults={"micro_batch_size": 40, "device_iterations": 10, "gradient_accumulation": 10},
                  inference_defaults={"micro_batch_size": 8, "device_iterations": 100}),
         ZooEntry("resnet50", "ResNet-50 v1.5 image classification (ImageNet, 224x224), pipelined over 4 IPUs.",
-                 lambda options, **p: build_resnet50(options, **p),
+                 build_resnet50,
                  params={"image_size": 224, "classes": 1000, "ipus": 4},
                  defaults={"micro_batch_size": 4, "device_iterations": 1, "gradient_accumulation": 16,
                            "recompute": True, "optimiser": "sgd"},
                  inference_defaults={"micro_batch_size": 16, "device_iterations": 16}),
-        ZooEntry("bert-base", "BERT-Base pre-training (12 layers, hidden 768), pipelined over 4 IPUs.",
-                 lambda options, **p: build_bert(options, name="bert-base", **p),
-                 params={"layers": 12, "hidden": 768, "heads": 12, "seq_len": 128, "ipus": 4},
-                 defaults={"micro_batch_size": 8, "device_iterations": 1, "gradient_accumulation": 16,
-                           "recompute": True, "optimiser": "lamb"},
-                 inference_defaults={"micro_batch_size": 8, "device_iterations": 16}),
-        ZooEntry("bert-large", "BERT-Large pre-training (24 layers, hidden 1024), pipelined over 4 IPUs.",
-                 lambda options, **p: build_bert(options, name="bert-large", **p),
-                 params={"layers": 24, "hidden": 1024, "heads": 16, "seq_len": 128, "ipus": 4},
-                 defaults={"micro_batch_size": 8, "device_iterations": 1, "gradient_accumulation": 16,
-                           "recompute": True, "optimiser": "lamb", "offload_optimiser": True,
-                           "available_memory_proportion": 0.15},
-                 inference_defaults={"micro_batch_size": 8, "device_iterations": 16}),
+        _bert_entry("bert-base", "Base", layers=12, hidden=768, heads=12),
+        _bert_entry("bert-large", "Large", layers=24, hidden=1024, heads=16, offload_optimiser=True,
+                    available_memory_proportion=0.15),
         ZooEntry("gpt", "A GPT decoder; presets from gpt2-small to gpt3-175b (phased pipeline p=8 x t=8, 4 replicas).",
-                 lambda options, **p: build_gpt(options, **p),
+                 build_gpt,
                  params={"layers": 12, "hidden": 768, "heads": 12, "seq_len": 1024, "ipus": 4},
                  defaults={"micro_batch_size": 1, "device_iterations": 1, "gradient_accumulation": 16,
                            "recompute": True, "offload_optimiser": True},
                  inference_defaults={"micro_batch_size": 1, "device_iterations": 16},
                  presets=GPT_PRESETS, preset_defaults=GPT_PRESET_DEFAULTS),
         ZooEntry("vit-base", "ViT-Base/16 image classification (224x224), pipelined over 4 IPUs.",
-                 lambda options, **p: build_vit(options, **p),
+                 build_vit,
                  params={"layers": 12, "hidden": 768, "heads": 12, "patch": 16, "ipus": 4},
                  defaults={"micro_batch_size": 8, "device_iterations": 1, "gradient_accumulation": 16,
                            "recompute": True},
