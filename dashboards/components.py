@@ -6,18 +6,25 @@ Like the figure builders these are pure: values or DataFrames in, Dash component
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 from dash import dcc, html
 
+from dashboards.figures import ipu_label
+
 Formatter = Callable[[Any], str]
+
+
+def _missing(value: Any) -> bool:
+    """None or NaN: shown as '–'."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def fmt_bytes(value: Any) -> str:
     """1536 -> '1.50 KiB' (binary units, as Poplar reports memory)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return "–"
     value = float(value)
     sign = "-" if value < 0 else ""
@@ -31,7 +38,7 @@ def fmt_bytes(value: Any) -> str:
 
 def fmt_count(value: Any) -> str:
     """12345678 -> '12.3 M'; small numbers stay whole."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return "–"
     value = float(value)
     for threshold, suffix in ((1e12, " T"), (1e9, " G"), (1e6, " M"), (1e4, " k")):
@@ -47,20 +54,20 @@ def fmt_rate(value: Any) -> str:
 
 
 def fmt_int(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return "–"
     return f"{int(value):,}"
 
 
 def fmt_pct(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return "–"
     return f"{float(value):.1f} %"
 
 
 def fmt_seconds(value: Any) -> str:
     """0.00123 -> '1.23 ms'."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if _missing(value):
         return "–"
     value = float(value)
     for scale, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "µs")):
@@ -119,6 +126,11 @@ def custom_value(point: dict, index: int) -> Any:
     if isinstance(custom, dict):
         return custom[str(index)]
     return custom[index]
+
+
+def ipu_options(ipus: Iterable[int]) -> list[dict]:
+    """Dropdown options choosing an IPU: labelled as the figures label it, valued by its number."""
+    return [{"label": ipu_label(ipu), "value": int(ipu)} for ipu in ipus]
 
 
 def card(label: str, value: str, note: str | None = None, tone: str = "") -> html.Div:

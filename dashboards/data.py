@@ -111,11 +111,6 @@ def install(server: flask.Flask, profiles: Profiles) -> None:
     _last = profiles
 
 
-def current_for(server: flask.Flask) -> Profiles:
-    """The Profiles installed on an app's Flask server."""
-    return server.extensions[EXTENSION]
-
-
 def current() -> Profiles:
     """The Profiles of the app serving this request (outside a request: the app built last)."""
     if flask.has_app_context() and EXTENSION in flask.current_app.extensions:

@@ -431,11 +431,10 @@ def stages_gantt(gantt: pd.DataFrame, max_bars: int = 3000) -> go.Figure:
     per_iteration = max(1, math.ceil(len(gantt) / len(iterations)))
     shown = iterations[: max(1, max_bars // per_iteration)]
     frame = gantt[gantt["iteration"].isin(shown)].copy()
-    max_labels = max_bars
     frame["label"] = micro_batch_labels(frame)
     frame["ipu_label"] = frame["ipu"].map(ipu_label)
     frame["pass"] = frame["pass"].astype(str)
-    show_text = len(frame) <= max_labels
+    show_text = len(frame) <= max_bars
     fig = go.Figure()
     for pass_name in [p for p in PASS_COLOURS if p in set(frame["pass"])]:
         part = frame[frame["pass"] == pass_name]
@@ -466,13 +465,18 @@ def stages_gantt(gantt: pd.DataFrame, max_bars: int = 3000) -> go.Figure:
     return _style(fig, barmode="overlay", bargap=0.2, height=max(240, 100 + 60 * len(labels)), uniformtext=dict(minsize=8, mode="hide"))
 
 
+def _stage_labels(frame: pd.DataFrame) -> pd.Series:
+    """'stage 1 · IPU 1' for each row of a ``stages.summary()`` frame."""
+    return "stage " + frame["stage"].astype(str) + " · " + frame["ipu"].map(ipu_label)
+
+
 def stage_imbalance(summary: pd.DataFrame, bottleneck_stage: int | None = None) -> go.Figure:
     """Cycles per micro-batch of each stage and pass (``stages.summary()``), the bottleneck outlined."""
     if summary.empty:
         return empty("No stages.")
     frame = summary.copy()
     frame["pass"] = frame["pass"].astype(str)
-    frame["stage_label"] = "stage " + frame["stage"].astype(str) + " · " + frame["ipu"].map(ipu_label)
+    frame["stage_label"] = _stage_labels(frame)
     order = list(dict.fromkeys(frame.sort_values("stage")["stage_label"]))
     fig = go.Figure()
     for pass_name in [p for p in PASS_COLOURS if p in set(frame["pass"])]:
@@ -493,7 +497,7 @@ def stage_utilisation(summary: pd.DataFrame) -> go.Figure:
     passes = summary["pass"].astype(str)
     # The analysis gives each stage an "all" row (its IPU's whole run) beside the per-pass rows.
     frame = (summary[passes == "all"] if (passes == "all").any() else summary.drop_duplicates(["stage"])).sort_values("stage")
-    labels = "stage " + frame["stage"].astype(str) + " · " + frame["ipu"].map(ipu_label)
+    labels = _stage_labels(frame)
     fig = go.Figure()
     fig.add_trace(go.Bar(x=labels, y=frame["busy_cycles"], name="busy", marker_color=PHASE_COLOURS["compute"]))
     fig.add_trace(go.Bar(x=labels, y=frame["idle_cycles"], name="idle", marker_color=PHASE_COLOURS["idle"]))

@@ -15,20 +15,21 @@ import threading
 import time
 from pathlib import Path
 
+import dash
 from werkzeug.serving import make_server
 
 from dashboards.app import create_app
 
 WIDTH = 1440
-PAGES = {  # file name -> path
-    "summary": "/",
-    "memory": "/memory",
-    "liveness": "/liveness",
-    "trace": "/trace",
-    "stages": "/stages",
-    "exchange": "/exchange",
-    "compare": "/compare",
-}
+
+
+def pages(comparing: bool) -> dict[str, str]:
+    """File name (the page's module) -> path of each registered page, as the navigation lists them."""
+    return {
+        page["module"].rsplit(".", 1)[-1]: page["path"]
+        for page in dash.page_registry.values()
+        if comparing or not page.get("needs_two_profiles")
+    }
 
 
 def _free_port() -> int:
@@ -86,9 +87,7 @@ def take(paths: list[str], out: Path, width: int = WIDTH) -> list[Path]:
     written = []
     driver = chrome(width)
     try:
-        for name, path in PAGES.items():
-            if name == "compare" and len(paths) < 2:
-                continue
+        for name, path in pages(len(paths) == 2).items():
             driver.set_window_size(width, 1000)
             driver.get(f"http://127.0.0.1:{port}{path}")
             wait_until_drawn(driver)

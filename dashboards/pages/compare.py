@@ -54,7 +54,7 @@ def compare_table(frame: pd.DataFrame, table_id: str | None = None) -> html.Tabl
     for row in frame.itertuples(index=False):
         fmt = c.fmt_for_column(str(row.figure))
         pct = row.difference_pct
-        changed = isinstance(pct, (int, float)) and not pd.isna(pct) and abs(pct) >= 5
+        changed = _is_number(pct) and abs(pct) >= 5
         rows.append(html.Tr([
             html.Td(str(row.figure).replace("_", " ")),
             html.Td(fmt(row.a), className="num"),
@@ -75,26 +75,31 @@ def compare_cards(frame: pd.DataFrame) -> html.Div:
     for row in rows.itertuples(index=False):
         fmt = c.fmt_for_column(str(row.figure))
         pct = row.difference_pct
-        change = c.fmt_pct(pct) if isinstance(pct, (int, float)) and not pd.isna(pct) else ""
+        change = c.fmt_pct(pct) if _is_number(pct) else ""
         items.append(html.Div([
             html.Div(KEY_FIGURES[str(row.figure)], className="card-label"),
             html.Div([html.Span(fmt(row.a), className="compare-a"), html.Span(" → ", className="arrow"),
                       html.Span(fmt(row.b), className="compare-b")], className="card-value"),
-            html.Div(f"change {'+' if isinstance(pct, (int, float)) and pct > 0 else ''}{change}" if change else "",
+            html.Div(f"change {'+' if pct > 0 else ''}{change}" if change else "",
                      className="card-note"),
         ], className="card compare-card"))
     return html.Div(items, className="cards")
 
 
+def _is_number(value: Any) -> bool:
+    """A number that is not NaN (the comparison's cells also hold text, None and NaN)."""
+    return isinstance(value, (int, float)) and not pd.isna(value)
+
+
 def _difference(fmt: Any, value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or pd.isna(value):
+    if isinstance(value, bool) or not _is_number(value):
         return "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
     text = fmt(value)
     return f"+{text}" if value > 0 else text
 
 
-def profile_header(profiles: data.Profiles) -> html.Div:
-    return html.Div([html.Div(profiles.label(key), className=f"compare-profile compare-{key}") for key in profiles.keys])
+def profile_header(labels: dict[str, str]) -> html.Div:
+    return html.Div([html.Div(label, className=f"compare-profile compare-{key}") for key, label in labels.items()])
 
 
 @dash.callback(
@@ -128,7 +133,7 @@ def render(_profile: str | None):
         for section in SECTIONS
     ]
     return (
-        profile_header(profiles),
+        profile_header(labels),
         compare_cards(comparison.summary()),
         figures.side_by_side_bars(memory, "ipu_label", "total_mib", "", "MiB at peak", labels),
         figures.side_by_side_bars(stages, "stage_label", "cycles_per_micro_batch", "", "cycles", labels),

@@ -86,7 +86,7 @@ def clicked_step(click: dict | None) -> tuple[int, int] | None:
 def choose_peak(profile: str | None):
     """A profile starts at its highest not-always-live peak."""
     peaks = data.report(profile).liveness.peaks()
-    options = [{"label": figures.ipu_label(ipu), "value": int(ipu)} for ipu in peaks["ipu"]]
+    options = c.ipu_options(peaks["ipu"])
     if peaks.empty:
         return options, None, None
     top = peaks.loc[peaks["not_always_live_bytes"].idxmax()]

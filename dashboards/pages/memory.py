@@ -100,8 +100,8 @@ def render_overview(profile: str | None):
     bytes_per_tile = int(report.target["bytes_per_tile"])
     oom = report.memory.out_of_memory()
     summary = report.summary.figures()
-    options = [{"label": figures.ipu_label(ipu), "value": int(ipu)} for ipu in by_ipu["ipu"]]
-    first = int(summary.worst_ipu) if summary.worst_ipu is not None else int(by_ipu["ipu"].iloc[0])
+    options = c.ipu_options(by_ipu["ipu"])
+    first = int(summary.worst_ipu) if summary.worst_ipu >= 0 else int(by_ipu["ipu"].iloc[0])  # -1: no tile memory
     return (
         options,
         first,
@@ -180,10 +180,11 @@ def render_ipu(ipu: int | None, profile: str | None):
 def show_tile(click: dict | None, ipu: int | None, profile: str | None):
     """The clicked tile's breakdown and largest variables; the map marks it."""
     report = data.report(profile)
-    tile = clicked_tile(click, int(report.target["tiles_per_ipu"]))
+    tiles_per_ipu = int(report.target["tiles_per_ipu"])
+    tile = clicked_tile(click, tiles_per_ipu)
     if ipu is None or tile is None:
         raise dash.exceptions.PreventUpdate
     highlight = Patch()
-    row, col = figures.tile_position(tile, figures.tile_columns(int(report.target["tiles_per_ipu"])))
+    row, col = figures.tile_position(tile, figures.tile_columns(tiles_per_ipu))
     highlight["layout"]["shapes"] = [figures.tile_highlight(row, col)]
     return (highlight, *tile_panel(report, int(ipu), tile))

@@ -84,10 +84,16 @@ def level_text(level: str, window: tuple[int, int], frame: Any) -> str:
     return f"level of detail: events — {len(frame):,} events, cycles {window[0]:,} to {window[1]:,}"
 
 
+def run_extent(report: Any) -> tuple[int, int]:
+    """(first, last) cycle of the whole run."""
+    start, end = report.trace.extent()
+    return int(start), int(end)
+
+
 def timeline(profile: str | None, window: tuple[int, int] | None, revision: int = 0) -> tuple:
     """Figure and level-of-detail text of the timeline over ``window`` (None: the whole run)."""
     report = data.report(profile)
-    window = window or tuple(int(v) for v in report.trace.extent())
+    window = window or run_extent(report)
     result = report.trace.timeline(window[0], window[1], max_bins=MAX_BINS)
     ipus = list(range(int(report.target["num_ipus"])))
     fig = figures.trace_timeline(result.frame, result.level, window, ipus)
@@ -117,7 +123,7 @@ def render_timeline(profile: str | None, resets: int | None):
 )
 def zoom_timeline(relayout: dict | None, profile: str | None, resets: int | None):
     """The window a zoom (or a double-click back to the whole run) asks for, at its own level of detail."""
-    window = window_from_relayout(relayout, tuple(int(v) for v in data.report(profile).trace.extent()))
+    window = window_from_relayout(relayout, run_extent(data.report(profile)))
     if window is None:
         raise dash.exceptions.PreventUpdate
     return timeline(profile, window, resets or 0)
@@ -131,14 +137,12 @@ def zoom_timeline(relayout: dict | None, profile: str | None, resets: int | None
 )
 def render_figures(profile: str | None):
     report = data.report(profile)
-    start, end = report.trace.extent()
-    time = data.phase_shares(report)
     summary = report.summary.figures()
     items = [
-        ("Run", f"{c.fmt_count(end - start)} cycles", f"{c.fmt_seconds((end - start) / float(report.target['clock_hz']))} "
-                                                     f"over {summary.iterations} iterations"),
-    ] + [(phase, c.fmt_pct(pct), "of IPU time") for phase, pct in time.items()]
-    options = [{"label": figures.ipu_label(i), "value": i} for i in range(int(report.target["num_ipus"]))]
+        ("Run", f"{c.fmt_count(summary.total_cycles)} cycles",
+         f"{c.fmt_seconds(summary.total_cycles / summary.clock_hz)} over {summary.iterations} iterations"),
+    ] + [(phase, c.fmt_pct(pct), "of IPU time") for phase, pct in data.phase_shares(report).items()]
+    options = c.ipu_options(range(int(report.target["num_ipus"])))
     return c.cards(items), options, 0
 
 
