@@ -82,16 +82,12 @@ def run_engine(args: list[str], out: Path) -> dict:
     return figures
 
 
-def writer_only(path: Path, repeat: int) -> list[float]:
-    """Read every table of ``path`` into memory, then time ProfileWriter writing them ``repeat`` times."""
-    from popvision_py.format import ProfileWriter, open_profile
+def writer_only(tables: dict, manifest: dict, target: Path, repeat: int) -> list[float]:
+    """Time ProfileWriter writing ``tables`` (already in memory) to ``target``, ``repeat`` times."""
+    from popvision_py.format import ProfileWriter
 
-    with open_profile(path) as profile:
-        manifest = profile.manifest
-        tables = {name: profile.read_table(name) for name in profile.tables}
     times = []
     for _ in range(repeat):
-        target = path.parent / "writer_only.pop"
         start = time.perf_counter()
         with ProfileWriter(target, target=manifest["target"], run=manifest["run"]) as writer:
             for name, table in tables.items():
@@ -107,15 +103,18 @@ def measure(case: str, args: list[str], repeat: int, tmp: Path) -> Result:
     path = out / "profile.pop"
     from popvision_py.format import open_profile
 
-    with open_profile(path) as profile:
-        rows = {name: int(t["rows"]) for name, t in profile.manifest["tables"].items()}
-    writer = writer_only(path, repeat)
+    with open_profile(path) as profile:  # opened once: the row counts, and the tables the writer-only run writes
+        manifest = profile.manifest
+        tables = {name: profile.read_table(name) for name in profile.tables}
+    rows = {name: int(t["rows"]) for name, t in manifest["tables"].items()}
+    writer = writer_only(tables, manifest, path.parent / "writer_only.pop", repeat)
     engine = statistics.median(r["engine_s"] for r in runs)
+    writer_s = statistics.median(writer)
     total = sum(rows.values())
     result = Result(
         case=case, command="popvision run " + " ".join(args) + " --profile",
         engine_s=engine, wall_s=statistics.median(r["wall_s"] for r in runs),
-        writer_s=statistics.median(writer), ratio=engine / statistics.median(writer),
+        writer_s=writer_s, ratio=engine / writer_s,
         peak_rss_mb=max(r["peak_rss_mb"] for r in runs), profile_bytes=path.stat().st_size,
         rows=rows, total_rows=total, rows_per_s=total / engine,
         engine_runs_s=[round(r["engine_s"], 3) for r in runs], writer_runs_s=[round(t, 3) for t in writer],

@@ -63,15 +63,6 @@ from popvision_py.format import schema as S  # noqa: E402
 from popvision_py.render import text  # noqa: E402
 from popvision_py.render.document import build_report  # noqa: E402
 
-def median_time(func, repeat: int) -> float:
-    func()  # warm up: imports, page cache
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        func()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
 
 def interleaved(first, second, repeat: int) -> tuple[list[float], list[float]]:
     """Times of ``first`` and ``second`` run alternately ``repeat`` times each, after a warm-up of both.
@@ -114,15 +105,19 @@ def traced_reads(path: Path) -> list[tuple[str, list[str] | None]]:
     return reads
 
 
-def baseline(path: Path, reads: list[tuple[str, list[str] | None]]) -> None:
+def spans(path: Path, reads: list[tuple[str, list[str] | None]]) -> list[tuple[int, int, list[str] | None]]:
+    """(offset, size, columns) of each read: where its table's member lies in the file."""
+    with open_profile(path) as profile:
+        members = {t: profile._members[S.TABLES[t].member] for t, _ in reads}
+    return [(members[t].offset, members[t].size, columns) for t, columns in reads]
+
+
+def baseline(path: Path, where: list[tuple[int, int, list[str] | None]]) -> None:
+    """pyarrow reading ``where`` (``spans``, looked up beforehand: not part of the time)."""
     mapped = pa.memory_map(str(path), "r")
     buffer = mapped.read_buffer()
-    profile = open_profile(path)  # only to find where each member lies in the file
-    members = {name: profile._members[name + ".parquet"] for name, _ in reads}
-    profile.close()
-    for name, columns in reads:
-        m = members[name]
-        pq.read_table(pa.BufferReader(buffer.slice(m.offset, m.size)), columns=columns)
+    for offset, size, columns in where:
+        pq.read_table(pa.BufferReader(buffer.slice(offset, size)), columns=columns)
     mapped.close()
 
 
@@ -148,19 +143,18 @@ _READ_SCRIPT = (
 
 def cli_baseline(path: Path, reads: list[tuple[str, list[str] | None]]) -> Callable[[], None]:
     """A function running ``_READ_SCRIPT`` on ``reads`` (member offsets looked up once, here)."""
-    with open_profile(path) as profile:
-        spec = [(profile._members[t + ".parquet"].offset, profile._members[t + ".parquet"].size, c) for t, c in reads]
-    command = [sys.executable, "-c", _READ_SCRIPT, str(path), json.dumps(spec)]
+    command = [sys.executable, "-c", _READ_SCRIPT, str(path), json.dumps(spans(path, reads))]
     return lambda: subprocess.run(command, check=True)
 
 
 def child(what: str, path: Path, reads: list) -> None:
     """One measurement in this fresh process: prints JSON with seconds and peak memory beyond the imports."""
+    where = spans(path, [tuple(r) for r in reads])
     base = reset_peak()
     began = time.perf_counter()
     out: dict = {}
     if what == "baseline":
-        baseline(path, [tuple(r) for r in reads])
+        baseline(path, where)
     elif what == "analysis":
         analysis(path)
     else:  # dashboard: the analysis, then what the trace pages ask
@@ -270,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.fresh:
                 figures.update(measure_fresh(path, reads, decoded, args))
                 continue
-            bases, anas = interleaved(lambda: baseline(path, reads), lambda: analysis(path), args.repeat)
+            where = spans(path, reads)
+            bases, anas = interleaved(lambda: baseline(path, where), lambda: analysis(path), args.repeat)
             base, ana = statistics.median(bases), statistics.median(anas)
             ratios = sorted(x / y for x, y in zip(anas, bases))
             lo, hi = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]

@@ -333,7 +333,6 @@ def _small_tables(writer: ProfileWriter, m: Model) -> None:
     step_ipu = p["ipu"]
     step = p["step"]
     act_ipu, act_from, act_to, act_bytes = stage, fwd_of, bwd_of, m.op_tiles * 800
-    alive = np.zeros(len(step), np.int64)
     key = np.concatenate([[0], np.cumsum([n_steps[s] for s in range(m.ipus)])])
     delta = np.zeros(int(key[-1]) + 1, np.int64)  # +bytes at each activation's first step, - after its last
     np.add.at(delta, key[act_ipu] + act_from, act_bytes)

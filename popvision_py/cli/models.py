@@ -10,7 +10,7 @@ import click
 def describe_zoo() -> list[dict]:
     """One record per zoo model: parameters, option defaults, presets and the default partition."""
     from engine.runner import RunRequest, load_model_source, build_options
-    from engine.zoo import ZOO, describe_partition
+    from engine.zoo import ZOO, describe_partition, estimate_ipus
 
     records = []
     for entry in ZOO.values():
@@ -24,7 +24,7 @@ def describe_zoo() -> list[dict]:
             "presets": list(entry.presets),
             "defaults": dict(entry.defaults),
             "strategy": strategy.kind if strategy else "pipelined",
-            "ipus": 1 + max(s.ipu_id for s in strategy.stages) if strategy else 1,
+            "ipus": estimate_ipus(strategy) if strategy else 1,
             "partition": describe_partition(strategy) if strategy else "",
             "blocks": list(model.blocks),
             "trainable_parameters": model.parameters,

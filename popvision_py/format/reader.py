@@ -197,10 +197,11 @@ class Profile:
         try:
             parquet = self._parquet(table)
             stored = parquet.schema_arrow
-            rows = parquet.metadata.num_rows
-            self._footers[table] = parquet.metadata
+            footer = parquet.metadata
         except (pa.ArrowException, OSError) as exc:
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
+        self._footers[table] = footer
+        rows = footer.num_rows
         declared = self.manifest["tables"].get(table, {})
         if isinstance(declared, dict) and "rows" in declared and declared["rows"] != rows:
             raise CorruptProfileError(
@@ -250,21 +251,22 @@ class Profile:
 
         ``filters`` takes pyarrow's row-group filter syntax, e.g. ``[("ipu", "=", 0)]``.
         """
-        spec = S.TABLES[self._known(table)]
-        if columns is not None:
-            unknown = [c for c in columns if c not in self._schemas[table].names]
+        self._known(table)
+        wanted = list(columns) if columns is not None else None
+        if wanted is not None:
+            unknown = [c for c in wanted if c not in self._schemas[table].names]
             if unknown:
                 raise MissingColumnError(f"Table {table} has no column {', '.join(unknown)}.")
-        member = self._members[spec.member]
         try:
             if filters is None:
                 # With the footer already parsed, ParquetFile.read decodes the same columns (in
                 # parallel too) without pq.read_table's dataset set-up: 2-4x faster on small
                 # tables, no slower on a 50M-row trace (pyarrow 26; docs/performance.md).
-                return self._parquet(table, verify=True).read(columns=list(columns) if columns is not None else None)
+                return self._parquet(table, verify=True).read(columns=wanted)
+            member = self._members[S.TABLES[table].member]
             return pq.read_table(
                 pa.BufferReader(self._buffer.slice(member.offset, member.size)),
-                columns=list(columns) if columns is not None else None,
+                columns=wanted,
                 filters=filters,
                 page_checksum_verification=True,
             )

@@ -77,12 +77,6 @@ class Table:
     def member(self) -> str:
         return self.name + TABLE_SUFFIX
 
-    def column(self, name: str) -> Column:
-        for column in self.columns:
-            if column.name == name:
-                return column
-        raise KeyError(name)
-
 
 def _t(name: str, doc: str, *columns: tuple[str, pa.DataType, str]) -> Table:
     return Table(name, doc, tuple(Column(n, t, d) for n, t, d in columns))
@@ -222,8 +216,3 @@ REQUIRED_RUN_KEYS: dict[str, type | tuple[type, ...]] = {
     "device_iterations": int,
     "replication_factor": int,
 }
-
-
-def table(name: str) -> Table:
-    """The schema of one table by name; KeyError for unknown names."""
-    return TABLES[name]

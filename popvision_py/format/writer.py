@@ -68,9 +68,7 @@ def conform(data: "pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any]"
     if missing or extra:
         what = f"lacks column(s) {', '.join(missing)}" if missing else f"has unknown column(s) {', '.join(extra)}"
         raise ProfileWriteError(f"Table {spec.name} {what}.")
-    arrays = []
-    for column in spec.columns:
-        arrays.append(_cast(columns[column.name], column, spec.name))
+    arrays = [_cast(columns[column.name], column, spec.name) for column in spec.columns]
     return pa.Table.from_arrays(arrays, schema=spec.schema)
 
 
@@ -101,7 +99,6 @@ class TableWriter:
     def __init__(self, spec: S.Table, spool: BinaryIO) -> None:
         self.spec = spec
         self.rows = 0
-        self._spool = spool
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
         self._parquet = pq.ParquetWriter(spool, spec.schema, **PARQUET_OPTIONS)
@@ -188,7 +185,7 @@ class ProfileWriter:
                 self.table(name)
         for writer in self._writers.values():
             writer.close()
-        for name, spec in S.TABLES.items():
+        for name in S.TABLES:
             self._manifest["tables"][name] = {
                 "rows": self._writers[name].rows,
                 "bytes": self._spools[name].seek(0, os.SEEK_END),
