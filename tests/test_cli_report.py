@@ -21,6 +21,14 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted(ROOT.glob("sample_profiles/**/*.pop"))
 SECTIONS = ["all", "summary", "memory", "liveness", "stages", "exchange"]
 FORMATS = ["text", "json", "csv", "md", "html"]
+# One heading each section's text and Markdown carry, whatever the profile
+HEADINGS = {
+    "summary": "Insights",
+    "memory": "Memory per IPU",
+    "liveness": "Not-always-live memory peak per IPU",
+    "stages": "Pipeline figures",
+    "exchange": "Exchange by kind",
+}
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +63,12 @@ def run_report(profile: Path, section: str, fmt: str, tmp_path: Path) -> None:
         assert page.count("Plotly.newPlot") >= 1 or section == "summary"
         assert page.count("plotly.js v") <= 1  # plotly.js inlined once at most
     else:
-        assert result.stdout.strip()
+        # the title (a Markdown heading in md), the profile's path, and the headings of the section(s) asked for
+        title = "# popvision report: " if fmt == "md" else "popvision report: "
+        assert result.stdout.startswith(title) and str(profile) in result.stdout
+        lines = {line.lstrip("#").strip() for line in result.stdout.splitlines()}
+        for name, heading in HEADINGS.items():
+            assert (heading in lines) == (section in ("all", name)), (name, heading)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -152,9 +165,24 @@ def test_compare_profile_with_itself_shows_no_difference(synthetic_profiles, fmt
 
 
 def test_compare_two_profiles_every_section(synthetic_profiles):
+    # GIVEN the out-of-memory profile (A) and the exchange-heavy one (B)
     for section in SECTIONS:
+        # WHEN each section is compared, as text and as JSON
         result = invoke("compare", *synthetic_profiles, "--section", section)
         assert result.exit_code == 0, result.output
+        doc = json.loads(invoke("compare", *synthetic_profiles, "--section", section, "--format", "json").stdout)
+        # THEN the document holds the section(s) asked for, each with its comparison rows
+        asked = set(SECTIONS[1:]) if section == "all" else {section}
+        assert set(doc["sections"]) == {"compare"} | asked
+        assert all(doc["sections"][name]["comparison"] for name in asked)
+        if section == "all":
+            rows = {(name, r["figure"]): r for name in asked for r in doc["sections"][name]["comparison"]}
+    # AND the figures are the ones computed by hand (tests/synthetic.py): a step of 100 + 4 x 300 + 200 + 10
+    # cycles against the exchange-heavy 4,500; IPU 0 holds 4,400 + 200 bytes against 4 x 100 + 400 + 200
+    step = rows["summary", "step_cycles"]
+    assert (step["a"], step["b"], step["difference"]) == (1510, 4500, 2990)
+    assert (rows["memory", "ipu 0 total_bytes"]["a"], rows["memory", "ipu 0 total_bytes"]["b"]) == (4600, 1000)
+    assert rows["memory", "ipu 0 optimiser_state always-live bytes"]["b"] is None  # B holds no optimiser state
 
 
 def test_export_trace_is_valid_trace_event_json_matching_the_trace(synthetic_profiles, tmp_path):
@@ -187,7 +215,9 @@ def test_export_trace_streams_in_batches(synthetic_profiles, tmp_path):
 
 
 def test_export_trace_needs_o(synthetic_profiles):
-    assert invoke("export-trace", synthetic_profiles[0]).exit_code == 2
+    result = invoke("export-trace", synthetic_profiles[0])
+    assert result.exit_code == 2
+    assert "Error: Missing option '-o' / '--output'." in result.output
 
 
 def test_sql_over_the_tables(synthetic_profiles):

@@ -411,6 +411,9 @@ def test_info_describes_what_was_written(tiny: Path) -> None:
     out = result.stdout
     assert "popvision-profile v1" in out
     assert "tiles_per_ipu" in out and "1472" not in out and " 4" in out
+    # each target figure on its own line, with the value written (tiles_per_ipu 4, not the Mk2's 1472)
+    for key, value in TARGET.items():
+        assert [key, str(value)] in [line.split() for line in out.splitlines()], key
     assert '"blocks": ["B1"]' in out
     for name, frame in tiny_tables().items():
         assert any(line.split()[:2] == [name, str(len(frame))] for line in out.splitlines()), name

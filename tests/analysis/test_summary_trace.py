@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -71,22 +70,21 @@ def _random_trace(n_rows: int, ipus: int, seed: int = 0) -> TraceArrays:
                        start=start.ravel().astype(np.int64), end=end.ravel().astype(np.int64))
 
 
-def test_timeline_bins_match_brute_force_and_are_fast():
+def test_timeline_bins_match_brute_force():
     # GIVEN 2 million rows on 4 IPUs
     trace = _random_trace(2_000_000, 4)
     index = TimelineIndex(trace)
     lo, hi = 123_456, 9_876_543
-    # WHEN a window is binned
-    started = time.perf_counter()
+    # WHEN a window is binned (its speed is measured by benchmarks/bench_report.py --dashboard, not here)
     t = timeline(index, lo, hi, max_bins=1000)
-    elapsed = time.perf_counter() - started
     # THEN each (IPU, phase) total equals the rows' overlap with the window computed directly
     got = t.frame.groupby(["ipu", "phase"], observed=True)["cycles"].sum()
     overlap = np.clip(np.minimum(trace.end, hi) - np.maximum(trace.start, lo), 0, None)
     for (ipu, phase), cycles in got.items():
         mask = (trace.ipu == ipu) & (trace.phase == PHASES.index(phase))
         assert cycles == overlap[mask].sum()
+    # and no (IPU, phase) with cycles in the window is left out: the totals agree too
+    assert got.sum() == overlap.sum() > 0
     assert t.frame.groupby(["ipu", "start_cycle"])["cycles"].sum().eq(
         t.frame.groupby(["ipu", "start_cycle"])["end_cycle"].first()
         - t.frame.groupby(["ipu", "start_cycle"])["start_cycle"].first()).all()
-    assert elapsed < 0.25, f"timeline took {elapsed:.3f} s"

@@ -116,6 +116,7 @@ def test_report_in_small_batches_equals_report_in_one(profiles, monkeypatch):
         parts = build_report(report, "all", figures=True)
         part_timeline = report.trace.timeline(max_bins=7).frame
     # THEN every block of the report is the same
+    assert len(whole.blocks) == len(parts.blocks) > 0
     for a, b in zip(whole.blocks, parts.blocks):
         if isinstance(a.data, dict):
             assert a.data == b.data

@@ -60,34 +60,31 @@ def profiles_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("dashboard-profiles")
 
 
+# The shape every dashboard profile shares: blocks of 100, 60, 40 and 120 forward cycles in two stages
+# of two blocks, 6 micro-batches, 2 iterations, 64 tiles of 2,000 bytes, a 50-cycle exchange between
+# the stages and 5-cycle syncs.
+SHAPE = dict(fwd_cycles=[100, 60, 40, 120], stages=[2, 2], micro_batches=6, iterations=2, tiles_per_ipu=64,
+             bytes_per_tile=2000, exchange_bytes=8000, exchange_cycles=50, sync_cycles=5)
+
+
 @pytest.fixture(scope="session")
 def pipelined_profile(profiles_dir: Path) -> Path:
     """A two-stage pipelined training run with host, inter-IPU and remote-buffer traffic."""
-    return synthetic.write_pipeline_profile(
-        profiles_dir / "pipelined.pop", [100, 60, 40, 120], stages=[2, 2], micro_batches=6, iterations=2,
-        tiles_per_ipu=64, bytes_per_tile=2000, exchange_bytes=8000, exchange_cycles=50, host_bytes=1000,
-        host_cycles=20, remote_bytes=4000, remote_cycles=30, sync_cycles=5,
-    )
+    return synthetic.write_pipeline_profile(profiles_dir / "pipelined.pop", **SHAPE, host_bytes=1000, host_cycles=20,
+                                            remote_bytes=4000, remote_cycles=30)
 
 
 @pytest.fixture(scope="session")
 def oom_profile(profiles_dir: Path) -> Path:
     """The same shape, with IPU 0 over capacity (out-of-memory tiles to mark and click)."""
-    return synthetic.write_pipeline_profile(
-        profiles_dir / "oom.pop", [100, 60, 40, 120], stages=[2, 2], micro_batches=6, iterations=2,
-        tiles_per_ipu=64, bytes_per_tile=2000, weight_bytes=[90000, 20000, 400, 400],
-        optimiser_bytes=[20000, 0, 0, 0], exchange_bytes=8000, exchange_cycles=50, sync_cycles=5,
-    )
+    return synthetic.write_pipeline_profile(profiles_dir / "oom.pop", **SHAPE, weight_bytes=[90000, 20000, 400, 400],
+                                            optimiser_bytes=[20000, 0, 0, 0])
 
 
 @pytest.fixture(scope="session")
 def sharded_profile(profiles_dir: Path) -> Path:
     """The pipelined run's model, sharded: one IPU busy at a time."""
-    return synthetic.write_pipeline_profile(
-        profiles_dir / "sharded.pop", [100, 60, 40, 120], stages=[2, 2], micro_batches=6, iterations=2,
-        tiles_per_ipu=64, bytes_per_tile=2000, strategy="sharded", exchange_bytes=8000, exchange_cycles=50,
-        sync_cycles=5,
-    )
+    return synthetic.write_pipeline_profile(profiles_dir / "sharded.pop", **SHAPE, strategy="sharded")
 
 
 @pytest.fixture()

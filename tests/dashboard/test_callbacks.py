@@ -6,6 +6,7 @@ import importlib
 from pathlib import Path
 
 import dash
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -115,22 +116,37 @@ def test_tile_cycles_of_the_costliest_compute_set(app):
     trace = page("trace")
     options, step = trace.choose_ipu(0, "a")
     assert options[0]["label"].startswith(f"step {step} ")
+    # IPU 0's costliest compute set is B1's backward: 2 x 100 cycles, run 6 micro-batches x 2 iterations
+    assert options[0]["label"] == "step 4 · B1/bwd · 200 cycles × 12"
     fig = trace.show_tile_cycles(step, 0, "a")
     assert len(fig.data[0].x) == 64
+    # tile t computes 200 x (64 - t) // 64 cycles (tests/synthetic.py): tile 0 is the slowest
+    assert list(fig.data[0].y) == [200 * (64 - t) // 64 for t in range(64)]
 
 
 def test_stages_show_the_gantt_and_the_split(app):
     cards, gantt, imbalance, utilisation, split_text, split_fig, table = page("stages").render("a")
     assert {t.name for t in gantt.data} == {"forward", "backward"}
     assert "F1" in list(gantt.data[0].text)
+    # one bar per stage, micro-batch and iteration in each pass: 2 x 6 x 2
+    assert [len(t.x) for t in gantt.data] == [24, 24]
     assert "Stages 2" in text(cards)
+    # B1,B2 | B3,B4 already splits the forward cycles 160 | 160: no better split to suggest
+    assert text(split_text) == "The current split is already the best one the analysis finds."
+    assert "B1,B2" in text(table) and "B3,B4" in text(table)
 
 
 def test_exchange_matrix_and_costliest_steps(app):
     cards, phases, kinds, bandwidth, costliest = page("exchange").render("a")
     assert "IPU 0" in text(costliest)
+    # each stage's 50-cycle exchange to the other runs 6 micro-batches x 2 iterations: 600 cycles
+    assert "S0/fwd/exchange inter_ipu IPU 0 IPU 1 7.81 KiB 50 12 600" in text(costliest)
+    assert "S1/bwd/exchange inter_ipu IPU 1 IPU 0 7.81 KiB 50 12 600" in text(costliest)
     matrix = page("exchange").render_matrix("a", "cycles")
     assert matrix.data[0].colorbar.title.text == "cycles"
+    z = np.array(matrix.data[0].z, dtype=float)  # rows are destinations, columns sources
+    assert list(matrix.data[0].x) == ["IPU 0", "IPU 1"] and z[0, 1] == z[1, 0] == 600
+    assert np.isnan(z[0, 0]) and np.isnan(z[1, 1])
 
 
 def test_compare_with_one_profile_says_how_to_compare(app):

@@ -52,6 +52,8 @@ def test_recomputation_stashes_checkpoints_not_every_activation(tmp_path):
         recomputed["ops"][["op_id", "block"]].drop_duplicates(), on="op_id")
     spans = rec.groupby(["ipu", "block"], observed=True).agg(first=("live_from_step", "min"),
                                                               last=("live_to_step", "max"))
+    # (an IPU recomputing one block only proves nothing: some IPU must recompute two or more)
+    assert spans.groupby(level="ipu").size().max() >= 2
     for ipu, blocks in spans.groupby(level="ipu"):
         blocks = blocks.sort_values("first")
         assert (blocks["first"].to_numpy()[1:] > blocks["last"].to_numpy()[:-1]).all()
@@ -61,9 +63,10 @@ def test_exchange_buffers_live_only_over_their_exchange_and_compute_set(tmp_path
     tables = run_profile(tmp_path, "mnist")
     v, p = tables["variables"], tables["programs"]
     buffers = v[v["category"].astype(str) == "exchange_buffers"]
+    assert len(buffers) > 0
     assert (buffers["live_to_step"] == buffers["live_from_step"] + 1).all()
     kinds = buffers.merge(p, left_on=["ipu", "live_from_step"], right_on=["ipu", "step"])["type"].astype(str)
-    assert (kinds == "exchange").all()
+    assert len(kinds) == len(buffers) and (kinds == "exchange").all()
 
 
 def test_bert_large_default_fits_with_headroom():
