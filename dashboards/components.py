@@ -9,10 +9,11 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from dash import dcc, html
 
-from dashboards.figures import ipu_label
+from dashboards.figures import BYTE_UNITS, COUNT_UNITS, NANOSECOND_UNITS, ipu_label, with_unit
 
 Formatter = Callable[[Any], str]
 
@@ -23,28 +24,18 @@ def _missing(value: Any) -> bool:
 
 
 def fmt_bytes(value: Any) -> str:
-    """1536 -> '1.50 KiB' (binary units, as Poplar reports memory)."""
+    """1536 -> '1.50 KiB' (binary units, as Poplar reports memory); 1,048,575 -> '1.00 MiB'."""
     if _missing(value):
         return "–"
-    value = float(value)
-    sign = "-" if value < 0 else ""
-    value = abs(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{sign}{value:,.0f} {unit}" if unit == "B" else f"{sign}{value:,.2f} {unit}"
-        value /= 1024
-    return f"{sign}{value:,.2f} TiB"  # pragma: no cover
+    return with_unit(value, BYTE_UNITS)
 
 
 def fmt_count(value: Any) -> str:
-    """12345678 -> '12.3 M'; small numbers stay whole."""
+    """533301 -> '533.3 k', 12345678 -> '12.3 M' (k = 10^3, M = 10^6, G, T); below 10,000 whole:
+    '9,999'. Rounding picks the unit: 999,950 -> '1.0 M'."""
     if _missing(value):
         return "–"
-    value = float(value)
-    for threshold, suffix in ((1e12, " T"), (1e9, " G"), (1e6, " M"), (1e4, " k")):
-        if abs(value) >= threshold:
-            return f"{value / threshold:,.1f}{suffix}"
-    return f"{value:,.0f}" if value == int(value) else f"{value:,.2f}"
+    return with_unit(value, COUNT_UNITS)
 
 
 def fmt_rate(value: Any) -> str:
@@ -54,26 +45,25 @@ def fmt_rate(value: Any) -> str:
 
 
 def fmt_int(value: Any) -> str:
+    """A whole number with thousands separators; a float is rounded, not truncated (2.7 -> '3')."""
     if _missing(value):
         return "–"
-    return f"{int(value):,}"
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value):,}"
+    return f"{round(float(value)):,}"
 
 
 def fmt_pct(value: Any) -> str:
     if _missing(value):
         return "–"
-    return f"{float(value):.1f} %"
+    return f"{float(value):,.1f} %"
 
 
 def fmt_seconds(value: Any) -> str:
-    """0.00123 -> '1.23 ms'."""
+    """0.00123 -> '1.23 ms'; 0.9999999 -> '1.00 s' (never '1,000.00 ms')."""
     if _missing(value):
         return "–"
-    value = float(value)
-    for scale, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "µs")):
-        if abs(value) >= scale:
-            return f"{value / scale:,.2f} {unit}"
-    return f"{value / 1e-9:,.0f} ns"
+    return with_unit(float(value) * 1e9, NANOSECOND_UNITS)
 
 
 def fmt_text(value: Any) -> str:

@@ -76,6 +76,34 @@ def ipu_label(ipu: int) -> str:
     return {-1: "host", -2: "streaming memory"}.get(int(ipu), f"IPU {int(ipu)}")
 
 
+# Units of the shown numbers as (starts at, scale, suffix, decimals), smallest first; decimals None shows
+# whole numbers whole and others with 2 decimals. Counts stay whole below 10,000 ("9,999", not "10.0 k").
+COUNT_UNITS = ((0.0, 1.0, "", None), (1e4, 1e3, " k", 1), (1e6, 1e6, " M", 1), (1e9, 1e9, " G", 1),
+               (1e12, 1e12, " T", 1))
+BYTE_UNITS = ((0.0, 1.0, " B", 0),) + tuple((1024.0**p, 1024.0**p, f" {u}", 2) for p, u in enumerate(("KiB", "MiB", "GiB", "TiB"), 1))
+SHORT_BYTE_UNITS = tuple((start, scale, suffix, min(decimals, 1)) for start, scale, suffix, decimals in BYTE_UNITS)
+# In nanoseconds, so that every scale is exact in binary floating point (1e-3 is not).
+NANOSECOND_UNITS = ((0.0, 1.0, " ns", 0), (1e3, 1e3, " µs", 2), (1e6, 1e6, " ms", 2), (1e9, 1e9, " s", 2))
+
+
+def with_unit(value: float, units: Sequence[tuple[float, float, str, int | None]]) -> str:
+    """``value`` in the largest of ``units`` it reaches, *as rounded for display*: 999,950 counts show as
+    '1.0 M', never '1,000.0 k', and 1,048,575 bytes as '1.00 MiB', never '1,024.00 KiB'."""
+    magnitude = abs(float(value))
+    index = max(sum(magnitude >= start for start, *_ in units) - 1, 0)
+    while True:
+        _, scale, suffix, decimals = units[index]
+        shown = magnitude / scale
+        places = decimals if decimals is not None else (0 if float(value).is_integer() else 2)
+        # Rounding can carry the figure up to the next unit's start (999.95 k -> 1,000.0 k): move up.
+        if index + 1 < len(units) and round(shown, places) >= units[index + 1][0] / scale:
+            index += 1
+            continue
+        if round(shown, places) == 0:
+            value = 0.0  # no "-0.00"
+        return f"{math.copysign(shown, value):,.{places}f}{suffix}"
+
+
 def byte_unit(largest: float) -> tuple[float, str]:
     """(divisor, unit) that shows values up to ``largest`` bytes in a readable binary unit."""
     for power, unit in ((3, "GiB"), (2, "MiB"), (1, "KiB")):
@@ -560,11 +588,8 @@ def exchange_matrix(matrix: pd.DataFrame, value: str = "bytes") -> go.Figure:
 
 
 def _short_bytes(value: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return ""  # pragma: no cover
+    """A matrix cell's bytes, one decimal: '1.5 KiB'."""
+    return with_unit(value, SHORT_BYTE_UNITS)
 
 
 def exchange_by_kind(by_kind: pd.DataFrame) -> go.Figure:
