@@ -1,14 +1,28 @@
-"""Compare two profiles: every report's figures side by side with the differences.
+"""Compare two profiles: every report's figures side by side with the differences, and what differs in
+their run configuration.
 
-Each report is flattened to ``(figure, value)`` pairs (``flatten_*``), the two sides are outer-joined
-on the figure name, and ``difference = b - a``, ``difference_pct = 100 x difference / |a|``
-(0 when both are equal, including both missing; NaN when ``a`` is 0 or missing and ``b`` is not).
+Each report is flattened to ``(figure, field, value)`` rows (``flatten_*``): ``figure`` names the row
+(``ipu 0 optimiser_state always-live bytes``), ``field`` is the quantity it is (``bytes``). ``KINDS``
+says, once for every field, what kind of figure it is:
+
+- ``amount``: bytes, cycles, FLOPs, tiles, a share of the run's time. A row absent on one side (a
+  memory category, an exchange kind, an IPU or stage the other run does not have) holds none of it
+  there: 0.
+- ``measure``: a quantity that is not a sum of things (a rate, a ratio, a percentage of a capacity,
+  headroom, a setting): absent on one side stays missing.
+- ``identifier``: which tile, IPU, stage or program step, or a yes/no flag: shown, never subtracted.
+
+The two sides are outer-joined on the figure name; for amounts and measures ``difference = b - a``
+and ``difference_pct = 100 x difference / |a|`` (0 when the values are equal; NaN when ``a`` is 0 or
+either side is missing); identifiers have neither (NaN).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,93 +31,214 @@ import pandas as pd
 from popvision_py.analysis.report import Report
 
 COLUMNS = ["section", "figure", "a", "b", "difference", "difference_pct"]
+CONFIGURATION_COLUMNS = ["setting", "a", "b"]
 SECTIONS = ("summary", "memory", "liveness", "stages", "exchange")
 
+AMOUNT, MEASURE, IDENTIFIER = "amount", "measure", "identifier"
 
-def _numeric_fields(obj: Any, prefix: str = "") -> list[tuple[str, float]]:
-    out = []
-    for f in dataclasses.fields(obj):
-        v = getattr(obj, f.name)
-        if isinstance(v, (bool, np.bool_)):
-            out.append((prefix + f.name, float(v)))
-        elif isinstance(v, (int, float, np.integer, np.floating)):
-            out.append((prefix + f.name, float(v)))
-    return out
+# field -> kind, for every field a flattened report holds (a field not listed is a measure)
+KINDS: dict[str, str] = {
+    # summary
+    "num_ipus": MEASURE, "replication_factor": MEASURE, "micro_batch_size": MEASURE,
+    "gradient_accumulation": MEASURE, "device_iterations": MEASURE, "clock_hz": MEASURE,
+    "total_cycles": AMOUNT, "iterations": AMOUNT, "step_cycles": AMOUNT, "step_s": AMOUNT,
+    "samples_per_step": AMOUNT, "throughput_samples_per_s": MEASURE, "total_flops": AMOUNT,
+    "flop_utilisation_pct": MEASURE, "fits": IDENTIFIER, "oom_tiles": AMOUNT, "worst_ipu": IDENTIFIER,
+    "worst_tile": IDENTIFIER, "worst_tile_bytes": AMOUNT, "bytes_per_tile": MEASURE,
+    # memory: per IPU, and per IPU, category and always-live ("bytes")
+    "always_live_bytes": AMOUNT, "not_always_live_bytes": AMOUNT, "total_bytes": AMOUNT,
+    "headroom_bytes": MEASURE, "used_pct": MEASURE, "max_tile_bytes": AMOUNT, "bytes": AMOUNT,
+    # liveness: per IPU at its peak (the bytes are the amounts above)
+    "peak_step": IDENTIFIER,
+    # stages
+    "num_stages": MEASURE, "micro_batches": AMOUNT, "bottleneck_stage": IDENTIFIER, "imbalance": MEASURE,
+    "bubble_pct": MEASURE, "ideal_bubble_pct": MEASURE, "balanced_step_cycles": AMOUNT,
+    "balance_gain_pct": MEASURE, "cycles_per_micro_batch": AMOUNT, "busy_cycles": AMOUNT,
+    "utilisation_pct": MEASURE, "predicted_step_cycles": AMOUNT, "gain_pct": MEASURE,
+    # exchange: time by phase, then per kind (a kind that did not run took no bytes, cycles or time)
+    "compute_cycles": AMOUNT, "exchange_cycles": AMOUNT, "sync_cycles": AMOUNT, "stream_cycles": AMOUNT,
+    "idle_cycles": AMOUNT, "compute_pct": AMOUNT, "exchange_pct": AMOUNT, "sync_pct": AMOUNT,
+    "stream_pct": AMOUNT, "idle_pct": AMOUNT, "cycles": AMOUNT, "achieved_bytes_per_s": MEASURE,
+    "time_pct": AMOUNT, "hidden_pct": AMOUNT,
+}
 
 
-def flatten_summary(report: Report) -> list[tuple[str, float]]:
+def kind(field: str) -> str:
+    """The kind of a figure's field (``KINDS``): ``amount``, ``measure`` or ``identifier``."""
+    return KINDS.get(field, MEASURE)
+
+
+# ------------------------------------------------------------------------------------- flattening
+
+FLAT_COLUMNS = ["figure", "field", "value"]
+
+
+def _numeric_fields(obj: Any, prefix: str = "") -> pd.DataFrame:
+    """A dataclass's numeric (and yes/no) fields as flattened rows."""
+    fields = [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)]
+    kept = [(prefix + name, name, float(v)) for name, v in fields
+            if isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating))]
+    return pd.DataFrame(kept, columns=FLAT_COLUMNS)
+
+
+def _grid(labels: pd.Series | np.ndarray, frame: pd.DataFrame, fields: list[str]) -> pd.DataFrame:
+    """Each row's ``fields`` as flattened rows named ``<label> <field>`` (row by row, fields in order)."""
+    labels = np.asarray(labels, dtype=object)
+    names = np.tile(np.asarray(fields, dtype=object), len(labels))
+    values = frame.loc[:, fields].to_numpy(dtype=float).ravel() if len(frame) else np.empty(0)
+    return pd.DataFrame({"figure": np.repeat(labels, len(fields)) + " " + names, "field": names, "value": values})
+
+
+def _ipu(frame: pd.DataFrame) -> np.ndarray:
+    return "ipu " + frame["ipu"].astype(str).to_numpy(dtype=object)
+
+
+def flatten_summary(report: Report) -> pd.DataFrame:
     return _numeric_fields(report.summary.figures())
 
 
-def flatten_memory(report: Report) -> list[tuple[str, float]]:
-    out = []
-    for row in report.memory.by_ipu().itertuples(index=False):
-        for col in ("always_live_bytes", "not_always_live_bytes", "total_bytes", "headroom_bytes", "used_pct",
-                    "max_tile_bytes", "oom_tiles"):
-            out.append((f"ipu {row.ipu} {col}", float(getattr(row, col))))
-    for row in report.memory.by_category().itertuples(index=False):
-        live = "always-live" if row.always_live else "not-always-live"
-        out.append((f"ipu {row.ipu} {row.category} {live} bytes", float(row.bytes)))
-    return out
+def flatten_memory(report: Report) -> pd.DataFrame:
+    by_ipu = report.memory.by_ipu()
+    per_ipu = _grid(_ipu(by_ipu), by_ipu, ["always_live_bytes", "not_always_live_bytes", "total_bytes",
+                                           "headroom_bytes", "used_pct", "max_tile_bytes", "oom_tiles"])
+    cat = report.memory.by_category()
+    live = np.where(cat["always_live"].to_numpy(dtype=bool), "always-live", "not-always-live").astype(object)
+    labels = _ipu(cat) + " " + cat["category"].astype(str).to_numpy(dtype=object) + " " + live
+    return pd.concat([per_ipu, _grid(labels, cat, ["bytes"])], ignore_index=True)
 
 
-def flatten_liveness(report: Report) -> list[tuple[str, float]]:
-    out = []
-    for row in report.liveness.peaks().itertuples(index=False):
-        out += [(f"ipu {row.ipu} peak_step", float(row.peak_step)),
-                (f"ipu {row.ipu} peak not_always_live_bytes", float(row.not_always_live_bytes)),
-                (f"ipu {row.ipu} peak total_bytes", float(row.total_bytes))]
-    return out
+def flatten_liveness(report: Report) -> pd.DataFrame:
+    peaks = report.liveness.peaks().rename(columns={"not_always_live_bytes": "peak not_always_live_bytes",
+                                                    "total_bytes": "peak total_bytes"})
+    rows = _grid(_ipu(peaks), peaks, ["peak_step", "peak not_always_live_bytes", "peak total_bytes"])
+    rows["field"] = rows["field"].str.removeprefix("peak ")
+    return rows
 
 
-def flatten_stages(report: Report) -> list[tuple[str, float]]:
-    out = _numeric_fields(report.stages.figures())
+def flatten_stages(report: Report) -> pd.DataFrame:
     s = report.stages.summary()
-    for stage, pass_, per_mb, busy, util in zip(s["stage"], s["pass"], s["cycles_per_micro_batch"],
-                                                s["busy_cycles"], s["utilisation_pct"]):
-        key = f"stage {stage} {pass_}"
-        out += [(f"{key} cycles_per_micro_batch", float(per_mb)), (f"{key} busy_cycles", float(busy)),
-                (f"{key} utilisation_pct", float(util))]
+    labels = ("stage " + s["stage"].astype(str) + " " + s["pass"].astype(str)).to_numpy(dtype=object)
     split = report.stages.best_split()
-    out += [("best split predicted_step_cycles", split.predicted_step_cycles), ("best split gain_pct", split.gain_pct)]
-    return out
+    best = pd.DataFrame([("best split predicted_step_cycles", "predicted_step_cycles", split.predicted_step_cycles),
+                         ("best split gain_pct", "gain_pct", split.gain_pct)], columns=FLAT_COLUMNS)
+    return pd.concat([_numeric_fields(report.stages.figures()),
+                      _grid(labels, s, ["cycles_per_micro_batch", "busy_cycles", "utilisation_pct"]), best],
+                     ignore_index=True)
 
 
-def flatten_exchange(report: Report) -> list[tuple[str, float]]:
-    out = _numeric_fields(report.exchange.figures())
-    for row in report.exchange.bandwidth().itertuples(index=False):
-        out += [(f"{row.kind} bytes", float(row.bytes)), (f"{row.kind} cycles", float(row.cycles)),
-                (f"{row.kind} achieved_bytes_per_s", float(row.achieved_bytes_per_s))]
-    for row in report.exchange.by_kind().itertuples(index=False):
-        out.append((f"{row.kind} time_pct", float(row.time_pct)))
-    return out
+def flatten_exchange(report: Report) -> pd.DataFrame:
+    bandwidth, by_kind = report.exchange.bandwidth(), report.exchange.by_kind()
+    shares = [c for c in by_kind.columns if c.endswith("_pct")]  # the time share (and any share beside it)
+    return pd.concat([_numeric_fields(report.exchange.figures()),
+                      _grid(bandwidth["kind"].astype(str), bandwidth, ["bytes", "cycles", "achieved_bytes_per_s"]),
+                      _grid(by_kind["kind"].astype(str), by_kind, shares)], ignore_index=True)
 
 
-FLATTEN = {"summary": flatten_summary, "memory": flatten_memory, "liveness": flatten_liveness,
-           "stages": flatten_stages, "exchange": flatten_exchange}
+FLATTEN: dict[str, Callable[[Report], pd.DataFrame]] = {
+    "summary": flatten_summary, "memory": flatten_memory, "liveness": flatten_liveness,
+    "stages": flatten_stages, "exchange": flatten_exchange}
 
 
-def side_by_side(section: str, a: list[tuple[str, float]], b: list[tuple[str, float]]) -> pd.DataFrame:
-    """Outer-join two flattened reports on the figure name: COLUMNS, in a's order then b's new figures."""
-    fa = pd.DataFrame(a, columns=["figure", "a"]).drop_duplicates("figure")
-    fb = pd.DataFrame(b, columns=["figure", "b"]).drop_duplicates("figure")
-    frame = fa.merge(fb, on="figure", how="outer", sort=False)
-    in_a = set(fa["figure"])
-    order = {name: i for i, name in enumerate(list(fa["figure"]) + [f for f in fb["figure"] if f not in in_a])}
-    frame["_order"] = frame["figure"].map(order)
+def side_by_side(section: str, a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Outer-join two flattened reports (FLAT_COLUMNS) on the figure name: COLUMNS, in a's order then
+    b's new figures."""
+    fa = a.drop_duplicates("figure").rename(columns={"value": "a"})
+    fb = b.drop_duplicates("figure").rename(columns={"value": "b", "field": "field_b"})
+    frame = fa.merge(fb, on="figure", how="outer", sort=False, indicator=True)
+    in_a = frame["_merge"].to_numpy() != "right_only"
+    in_b = frame["_merge"].to_numpy() != "left_only"
+    # a's figures in a's order, then those only b has in b's order
+    rank_a = pd.Series(np.arange(len(fa)), index=fa["figure"])
+    rank_b = pd.Series(np.arange(len(fb)) + len(fa), index=fb["figure"])
+    frame["_order"] = np.where(in_a, frame["figure"].map(rank_a), frame["figure"].map(rank_b))
     frame = frame.sort_values("_order", kind="stable")
-    va, vb = frame["a"].to_numpy(float), frame["b"].to_numpy(float)
-    same = (va == vb) | (np.isnan(va) & np.isnan(vb))
-    diff = np.where(same, 0.0, vb - va)
+    in_a, in_b = in_a[frame.index.to_numpy()], in_b[frame.index.to_numpy()]
+    kinds = frame["field"].fillna(frame["field_b"]).map(kind).to_numpy()
+    amount, quantity = kinds == AMOUNT, kinds != IDENTIFIER
+    # an amount a side does not have is none of it there
+    va = np.where(amount & ~in_a, 0.0, frame["a"].to_numpy(float))
+    vb = np.where(amount & ~in_b, 0.0, frame["b"].to_numpy(float))
+    same = va == vb
     with np.errstate(divide="ignore", invalid="ignore"):
-        pct = np.where(same, 0.0, np.where(va != 0, 100.0 * diff / np.abs(va), np.nan))
-    frame["difference"], frame["difference_pct"] = diff, pct
-    frame["section"] = section
-    return frame.loc[:, COLUMNS].reset_index(drop=True)
+        diff = np.where(quantity, np.where(same, 0.0, vb - va), np.nan)
+        pct = np.where(quantity & same, 0.0, np.where(quantity & (va != 0), 100.0 * diff / np.abs(va), np.nan))
+    return pd.DataFrame({"section": section, "figure": frame["figure"].to_numpy(dtype=object), "a": va, "b": vb,
+                         "difference": diff, "difference_pct": pct}, columns=COLUMNS)
+
+
+# ---------------------------------------------------------------------------------- configuration
+
+
+def _stage_layout(run: dict[str, Any]) -> str | None:
+    """The stages as ``--stages`` spells them, ``first..last@ipu`` per stage (as ``popvision models`` prints)."""
+    stages = run.get("stages")
+    if not stages:
+        return None
+
+    def blocks(names: list[str]) -> str:
+        return f"{names[0]}..{names[-1]}" if len(names) > 2 else ",".join(names)
+
+    return " ".join(f"{blocks(list(s.get('blocks', [])))}@{s.get('ipu')}" for s in stages)
+
+
+# setting -> how to read it from a Report; model-specific parameters and tensor locations are added
+# key by key (``model_params.<name>``, ``tensor_locations.<name>``) from whatever either run holds
+SETTINGS: dict[str, Callable[[Report], Any]] = {
+    "model": lambda r: r.run.get("model"),
+    "strategy": lambda r: r.run.get("strategy"),
+    "mode": lambda r: r.run.get("mode"),
+    "gradient_accumulation": lambda r: r.run.get("gradient_accumulation"),
+    "replication_factor": lambda r: r.run.get("replication_factor"),
+    "micro_batch_size": lambda r: r.run.get("micro_batch_size"),
+    "device_iterations": lambda r: r.run.get("device_iterations"),
+    "runs": lambda r: r.run.get("runs"),
+    "num_stages": lambda r: len(r.run.get("stages") or []) or None,
+    "num_ipus": lambda r: r.target.get("num_ipus"),
+    "stages": lambda r: _stage_layout(r.run),
+    "tensor_sharding": lambda r: r.run.get("tensor_sharding"),
+    "precision": lambda r: r.run.get("precision"),
+    "optimiser": lambda r: r.run.get("optimiser"),
+    "recompute": lambda r: r.run.get("recompute"),
+    "available_memory_proportion": lambda r: r.run.get("available_memory_proportion"),
+    "system": lambda r: r.target.get("system"),
+    "arch": lambda r: r.target.get("arch"),
+    "tiles_per_ipu": lambda r: r.target.get("tiles_per_ipu"),
+    "bytes_per_tile": lambda r: r.target.get("bytes_per_tile"),
+    "clock_hz": lambda r: r.target.get("clock_hz"),
+}
+NESTED_SETTINGS = ("tensor_locations", "model_params")  # dicts of the run compared key by key
+
+
+def settings(report: Report, keys: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """A run's configuration as ``setting -> value``: SETTINGS, then each NESTED_SETTINGS key
+    (``keys`` names the nested keys to give, missing ones as None; default: the run's own)."""
+    out = {name: read(report) for name, read in SETTINGS.items()}
+    for nest in NESTED_SETTINGS:
+        held = report.run.get(nest) or {}
+        for key in (sorted(held) if keys is None else keys[nest]):
+            out[f"{nest}.{key}"] = held.get(key)
+    return out
+
+
+def _same(x: Any, y: Any) -> bool:
+    if isinstance(x, bool) or isinstance(y, bool):  # True == 1 in Python, but "recompute: yes" is not "1"
+        return x is y
+    if isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y):
+        return True
+    return x == y
+
+
+def configuration(a: Report, b: Report, every: bool = False) -> pd.DataFrame:
+    """The settings of ``a`` and ``b`` (CONFIGURATION_COLUMNS) that differ (``every``: all of them)."""
+    keys = {nest: sorted(set(a.run.get(nest) or {}) | set(b.run.get(nest) or {})) for nest in NESTED_SETTINGS}
+    sa, sb = settings(a, keys), settings(b, keys)
+    rows = [(name, sa[name], sb[name]) for name in sa if every or not _same(sa[name], sb[name])]
+    return pd.DataFrame(rows, columns=CONFIGURATION_COLUMNS, dtype=object)
 
 
 class Comparison:
-    """Two profiles side by side: ``summary()``, ``memory()``, ``liveness()``, ``stages()``, ``exchange()``.
+    """Two profiles side by side: ``summary()``, ``memory()``, ``liveness()``, ``stages()``, ``exchange()``,
+    and ``configuration()``, the settings that differ.
 
     ``a`` and ``b`` are the two ``Report``s (paths are opened).
     """
@@ -118,6 +253,10 @@ class Comparison:
         if name not in self._cache:
             self._cache[name] = side_by_side(name, FLATTEN[name](self.a), FLATTEN[name](self.b))
         return self._cache[name]
+
+    def configuration(self, every: bool = False) -> pd.DataFrame:
+        """The run settings that differ between a and b: ``[setting, a, b]`` (``every=True``: all of them)."""
+        return configuration(self.a, self.b, every)
 
     def summary(self) -> pd.DataFrame:
         return self.section("summary")

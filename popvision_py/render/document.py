@@ -144,13 +144,16 @@ _SECTION_BUILDERS = {"summary": _summary, "memory": _memory, "liveness": _livene
 
 
 def build_comparison(comparison: Any, section: str = "all") -> Document:
-    """Collect a ``Comparison``'s side-by-side frames for ``section``."""
+    """Collect a ``Comparison``'s run settings that differ and its side-by-side frames for ``section``."""
     a, b = comparison.a, comparison.b
     doc = Document("compare", f"popvision compare: {a.run.get('model', '?')} vs {b.run.get('model', '?')}",
                    [str(a.path), str(b.path)])
     doc.add("compare.profiles", "Profiles", {"a": str(a.path), "b": str(b.path),
                                              "a_model": a.run.get("model"), "b_model": b.run.get("model"),
                                              "a_strategy": a.run.get("strategy"), "b_strategy": b.run.get("strategy")})
+    settings = comparison.configuration()
+    doc.add("compare.configuration", "Configuration: the settings that differ" if len(settings)
+            else "Configuration: a and b have the same settings", settings)
     for name in chosen(section):
         doc.add(f"{name}.comparison", f"{name.capitalize()}: a vs b", comparison.section(name))
     return doc

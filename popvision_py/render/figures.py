@@ -90,7 +90,8 @@ def exchange_matrix(matrix: pd.DataFrame) -> go.Figure:
 
 
 def comparison(frame: pd.DataFrame, title: str, n: int = 30) -> go.Figure:
-    changed = frame[frame["difference"] != 0].copy()
+    # identifiers have no difference, and a figure new on one side no relative one: neither is a bar
+    changed = frame[(frame["difference"] != 0) & frame["difference_pct"].notna()].copy()
     changed = changed.reindex(changed["difference_pct"].abs().sort_values(ascending=False).index).head(n)
     fig = go.Figure(go.Bar(x=changed["difference_pct"], y=changed["figure"], orientation="h"))
     return _layout(fig, title + " (largest relative differences, b vs a)", "difference %", "")
