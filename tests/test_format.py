@@ -373,6 +373,15 @@ _SLOW_WRITER = textwrap.dedent(
 )
 
 
+def default_sigint() -> None:
+    """Give a child the SIGINT a terminal gives it (Python then raises KeyboardInterrupt).
+
+    A shell starts background jobs (``cmd &``, nohup) with SIGINT ignored and children inherit
+    that; without this the child would not see the test's SIGINT at all.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM], ids=["SIGKILL", "SIGINT", "SIGTERM"])
 def test_an_interrupted_write_keeps_the_earlier_profile_and_leaves_no_temporary_file(tmp_path, tiny, sig):
     # GIVEN an earlier profile at the destination
@@ -383,7 +392,8 @@ def test_an_interrupted_write_keeps_the_earlier_profile_and_leaves_no_temporary_
     before = destination.read_bytes()
     # WHEN a writer of a large profile is killed mid-way
     script = _SLOW_WRITER.format(tests=str(Path(__file__).parent), path=str(destination))
-    writer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=ROOT)
+    writer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=ROOT,
+                              preexec_fn=default_sigint)
     assert writer.stdout.readline().strip() == b"writing"
     writer.send_signal(sig)
     writer.wait(timeout=30)

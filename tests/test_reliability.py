@@ -17,7 +17,7 @@ import pytest
 
 from popvision_py.format import open_profile
 
-from .test_format import BAD_FILES, write_tiny
+from .test_format import BAD_FILES, default_sigint, write_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 MNIST = ROOT / "sample_profiles" / "mnist_pipelined" / "profile.pop"
@@ -97,7 +97,7 @@ def test_every_reader_refuses_every_bad_profile_in_one_line(command, bad_profile
 def _run_mnist(folder: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "popvision_py.cli", "run", "mnist", "--profile", "--profile-dir", str(folder), "-q", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT, preexec_fn=default_sigint,
     )
 
 
