@@ -140,18 +140,20 @@ FLATTEN: dict[str, Callable[[Report], pd.DataFrame]] = {
 
 
 def side_by_side(section: str, a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """Outer-join two flattened reports (FLAT_COLUMNS) on the figure name: COLUMNS, in a's order then
-    b's new figures."""
+    """Outer-join two flattened reports (FLAT_COLUMNS) on the figure name: COLUMNS, in a's order with
+    each figure only b holds after the figure it follows in b."""
     fa = a.drop_duplicates("figure").rename(columns={"value": "a"})
     fb = b.drop_duplicates("figure").rename(columns={"value": "b", "field": "field_b"})
     frame = fa.merge(fb, on="figure", how="outer", sort=False, indicator=True)
     in_a = frame["_merge"].to_numpy() != "right_only"
     in_b = frame["_merge"].to_numpy() != "left_only"
-    # a's figures in a's order, then those only b has in b's order
-    rank_a = pd.Series(np.arange(len(fa)), index=fa["figure"])
-    rank_b = pd.Series(np.arange(len(fb)) + len(fa), index=fb["figure"])
-    frame["_order"] = np.where(in_a, frame["figure"].map(rank_a), frame["figure"].map(rank_b))
-    frame = frame.sort_values("_order", kind="stable")
+    # a's figures in a's order; a figure only b has goes where b has it: after the last figure both hold
+    # that comes before it in b (so b's new optimiser-state row sits with the other categories, not at the end)
+    rank_a = pd.Series(np.arange(len(fa), dtype=float), index=fa["figure"])
+    after = pd.Series(fb["figure"].map(rank_a).ffill().fillna(-1.0).to_numpy(), index=fb["figure"])
+    frame["_at"] = np.where(in_a, frame["figure"].map(rank_a), frame["figure"].map(after))
+    frame["_then"] = np.where(in_a, -1, frame["figure"].map(pd.Series(np.arange(len(fb)), index=fb["figure"])))
+    frame = frame.sort_values(["_at", "_then"], kind="stable")
     in_a, in_b = in_a[frame.index.to_numpy()], in_b[frame.index.to_numpy()]
     kinds = frame["field"].fillna(frame["field_b"]).map(kind).to_numpy()
     amount, quantity = kinds == AMOUNT, kinds != IDENTIFIER
