@@ -28,8 +28,8 @@ KEY_FIGURES = {  # figure of comparison.summary() -> card label
 def layout(**_query: str) -> html.Div:
     return html.Div(
         [
-            c.page_header("Compare", "Profile A against profile B: every report's figures side by side, "
-                                     "with the difference (B − A)."),
+            c.page_header("Compare", "Profile A against profile B: the settings that differ, then every "
+                                     "report's figures side by side, with the difference (B − A)."),
             html.Div(id=ids.COMPARE_HEADER, className="compare-header"),
             html.Div(id=ids.COMPARE_FIGURES, className="compare-cards"),
             html.Div(
@@ -47,7 +47,8 @@ def layout(**_query: str) -> html.Div:
 
 def compare_table(frame: pd.DataFrame, table_id: str | None = None) -> html.Table | html.Div:
     """One comparison frame ``[section, figure, a, b, difference, difference_pct]`` as a table,
-    each row's values formatted by the unit its figure's name ends with."""
+    each row's values formatted by the unit its figure's name ends with; identifiers (no difference)
+    and figures new on one side (no percent) leave those cells blank."""
     if frame.empty:
         return html.Div("Nothing to compare.", className="empty")
     rows = []
@@ -60,7 +61,7 @@ def compare_table(frame: pd.DataFrame, table_id: str | None = None) -> html.Tabl
             html.Td(fmt(row.a), className="num"),
             html.Td(fmt(row.b), className="num"),
             html.Td(_difference(fmt, row.difference), className="num"),
-            html.Td(c.fmt_pct(pct) if isinstance(pct, (int, float)) else "", className="num"),
+            html.Td(c.fmt_pct(pct) if _is_number(pct) else "", className="num"),
         ], className="changed" if changed else None))
     head = html.Thead(html.Tr([html.Th("figure"), html.Th("A", className="num"), html.Th("B", className="num"),
                                html.Th("B − A", className="num"), html.Th("change", className="num")]))
@@ -102,6 +103,16 @@ def profile_header(labels: dict[str, str]) -> html.Div:
     return html.Div([html.Div(label, className=f"compare-profile compare-{key}") for key, label in labels.items()])
 
 
+def configuration_table(settings: pd.DataFrame) -> html.Section:
+    """The run settings that differ between A and B (``Comparison.configuration()``), or a line saying none does."""
+    if settings.empty:
+        body: Any = html.Div("A and B have the same settings.", className="empty", id="compare-configuration")
+    else:
+        body = c.table(settings, columns={"setting": "setting", "a": "A", "b": "B"},
+                       formats={"setting": str, "a": c.fmt_text, "b": c.fmt_text}, table_id="compare-configuration")
+    return c.section("Settings that differ", body)
+
+
 @dash.callback(
     Output(ids.COMPARE_HEADER, "children"),
     Output(ids.COMPARE_FIGURES, "children"),
@@ -133,7 +144,7 @@ def render(_profile: str | None):
         for section in SECTIONS
     ]
     return (
-        profile_header(labels),
+        [profile_header(labels), configuration_table(comparison.configuration())],
         compare_cards(comparison.summary()),
         figures.side_by_side_bars(memory, "ipu_label", "total_mib", "", "MiB at peak", labels),
         figures.side_by_side_bars(stages, "stage_label", "cycles_per_micro_batch", "", "cycles", labels),
