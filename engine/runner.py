@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,12 +40,12 @@ class RunRequest:
     options: dict[str, Any] = field(default_factory=dict)  # OPTION_NAMES -> value
     params: dict[str, Any] = field(default_factory=dict)  # the model's own parameters (zoo models)
     strategy: str | None = None  # pipelined, sharded, phased
-    stages: str | None = None  # "B1,B2@0 B3@1" (see parse_stages)
+    stages: str | None = None  # "B1,B2@0 B3..B5@1" (see parse_stages); "" is an error, not "default"
     offload_optimiser: bool | None = None
     offload_weights: bool | None = None
     offload_activations: bool | None = None
     replicated_tensor_sharding: bool | None = None
-    assumptions: dict[str, float] = field(default_factory=dict)
+    assumptions: dict[str, Any] = field(default_factory=dict)  # see Assumptions.updated
     profile: str | Path | None = None
     progress: bool = False
 
@@ -96,24 +97,49 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else "no message"
 
 
-def parse_stages(text: str, kind: str) -> ExecutionStrategy:
+def parse_stages(text: str, kind: str, blocks: Sequence[str], model: str = "the model") -> ExecutionStrategy:
     """``"B1,B2@0 B3@1 B4@2"``: stages separated by spaces (or ``;``), blocks by commas, ``@n`` the
-    IPU (stage k goes on IPU k when ``@n`` is left out)."""
+    IPU (stage k goes on IPU k when ``@n`` is left out). ``A..B`` stands for every block of
+    ``blocks`` (the model's, in model order) from A to B inclusive, as ``popvision models`` prints
+    partitions. Names are checked against the model later (``make_plan``); range ends here."""
     groups = [g for g in text.replace(";", " ").split() if g]
     if not groups:
-        raise ConfigError("--stages is empty; write e.g. \"B1,B2@0 B3@1\".")
+        raise ConfigError(f"--stages is empty ({text!r}); write e.g. \"B1,B2@0 B3@1\" or leave it out.")
+    order = {b: i for i, b in enumerate(blocks)}
     stages = []
     for k, group in enumerate(groups):
-        blocks_text, _, ipu_text = group.partition("@")
-        blocks = [b for b in blocks_text.split(",") if b]
-        if not blocks:
+        blocks_text, at, ipu_text = group.partition("@")
+        names = [b for b in blocks_text.split(",") if b]
+        if not names:
             raise ConfigError(f"Stage {k} of --stages ({group!r}) names no block.")
+        if at and not ipu_text:
+            raise ConfigError(f"Stage {k} of --stages ({group!r}) ends in '@' with no IPU number after it.")
         try:
             ipu = int(ipu_text) if ipu_text else k
         except ValueError:
             raise ConfigError(f"Stage {k} of --stages ({group!r}) has IPU {ipu_text!r}, not a number.") from None
-        stages.append(Stage(*blocks).ipu(ipu))
+        expanded = [b for name in names for b in _block_range(name, order, blocks, k, group, model)]
+        stages.append(Stage(*expanded).ipu(ipu))
     return STRATEGIES[kind](*stages)
+
+
+def _block_range(name: str, order: dict[str, int], blocks: Sequence[str], k: int, group: str,
+                 model: str) -> Sequence[str]:
+    """The blocks ``name`` stands for: itself, or for ``A..B`` the model's blocks from A to B."""
+    if name in order or ".." not in name:
+        return [name]
+    first, _, last = name.partition("..")
+    if not first or not last:
+        raise ConfigError(f"Stage {k} of --stages ({group!r}): the range {name} needs a block at both ends, "
+                          f"as in {f'{blocks[0]}..{blocks[-1]}' if blocks else 'A..B'}.")
+    for end, label in ((first, "starts"), (last, "ends")):
+        if end not in order:
+            raise ConfigError(f"Stage {k} of --stages ({group!r}): the range {name} {label} at {end!r}, which is not "
+                              f"a block of {model} (its blocks are {', '.join(blocks)}).")
+    if order[first] > order[last]:
+        raise ConfigError(f"Stage {k} of --stages ({group!r}): the range {name} is reversed ({last} comes before "
+                          f"{first} in {model}); write {last}..{first} or list the blocks.")
+    return blocks[order[first]:order[last] + 1]
 
 
 def build_options(source: ModelSource, request: RunRequest) -> Options:
@@ -171,9 +197,9 @@ def prepare(request: RunRequest) -> Plan:
     if request.strategy is not None and request.strategy not in STRATEGIES:
         raise ConfigError(f"Unknown strategy {request.strategy!r}; choose pipelined, sharded or phased.")
     model = build_model(source, options, request.params)
-    if request.stages:
+    if request.stages is not None:
         kind = request.strategy or (model.default_strategy.kind if model.default_strategy else "pipelined")
-        strategy = parse_stages(request.stages, kind)
+        strategy = parse_stages(request.stages, kind, model.blocks, model.name)
     else:
         strategy = resolve_strategy(model, options, request.strategy)
     least = 2 * len(strategy.stages) - 1  # a training pipeline's stages (see Plan.pipeline_stages)

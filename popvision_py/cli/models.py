@@ -48,7 +48,8 @@ def _render_text(records: list[dict]) -> str:
         if r["presets"]:
             lines.append(f"  presets      {', '.join(r['presets'])}")
         lines.append("")
-    lines.append('Run one with `popvision run NAME`; regroup blocks with --stages "B1,B2@0 B3@1".')
+    lines.append('Run one with `popvision run NAME`; regroup blocks with --stages "B1,B2@0 B3@1" (A..B is every block '
+                 'from A to B, so a partition above can be passed to --stages as printed).')
     return "\n".join(lines)
 
 
