@@ -20,6 +20,7 @@ from popvision_py.errors import ConfigError
 
 
 def _assumption(values: tuple[str, ...]) -> dict[str, float]:
+    """``NAME=VALUE`` (or ``NAME.OPTIMISER=VALUE``) pairs as numbers; the engine checks names and ranges."""
     out = {}
     for item in values:
         name, sep, value = item.partition("=")
@@ -28,7 +29,7 @@ def _assumption(values: tuple[str, ...]) -> dict[str, float]:
         try:
             out[name.strip()] = float(value) if any(c in value for c in ".eE") else int(value)
         except ValueError:
-            raise ConfigError(f"--assume {name}: {value!r} is not a number.") from None
+            raise ConfigError(f"--assume {name.strip()}: {value.strip()!r} is not a number.") from None
     return out
 
 
@@ -41,7 +42,8 @@ def _assumption(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--strategy", type=click.Choice(list(STRATEGIES), case_sensitive=False),
               help="Execution strategy (the model's default if unset).")
 @click.option("--stages", help='Blocks grouped into stages on IPUs: "B1,B2@0 B3@1 B4@2" (stages separated by '
-              'spaces, blocks by commas, @n the IPU; stage k on IPU k if @n is left out).')
+              'spaces, blocks by commas, @n the IPU; stage k on IPU k if @n is left out). A..B is every block '
+              'from A to B in model order, as `popvision models` prints: "embeddings..layer5@0 layer6..head@1".')
 @click.option("--replicas", "replication_factor", type=int, help="Data-parallel replicas (replicationFactor).")
 @click.option("--tensor-sharding", type=int, help="IPUs each stage's ops are split over (the t axis; weights and "
               "work divided, all-gather / reduce-scatter over IPU-Links).")
@@ -68,8 +70,9 @@ def _assumption(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--heads", type=int, help="Attention heads (bert, gpt, vit).")
 @click.option("--seq-len", type=int, help="Sequence length (bert, gpt).")
 @click.option("--ipus", type=int, help="IPUs of the model's default partition (zoo models).")
-@click.option("--assume", multiple=True, metavar="NAME=VALUE", help="Override an emulator assumption "
-              "(see docs/emulator.md), e.g. --assume amp_efficiency=0.5.")
+@click.option("--assume", multiple=True, metavar="NAME=VALUE", help="Override an emulator assumption within its "
+              "valid range (docs/emulator.md lists names and ranges), e.g. --assume amp_efficiency=0.5; per-optimiser "
+              "ones take NAME.OPTIMISER=VALUE (optimiser_state_bytes_per_param.adam=12) or NAME=VALUE for all.")
 @click.option("--profile", is_flag=True, help="Write PROFILE_DIR/profile.pop.")
 @click.option("--profile-dir", default="./profile", show_default=True, type=click.Path(file_okay=False),
               help="Where to write profile.pop.")
