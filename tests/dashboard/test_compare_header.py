@@ -1,0 +1,82 @@
+"""The dashboard's compare page names the run settings that differ between A and B (issue 11, item 5),
+and gives identifiers no difference."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from popvision_py.format import open_profile
+from tests.dashboard.conftest import SAMPLES
+from tests.dashboard.test_browser import errors, wait_for_figures
+from tests.dashboard.test_callbacks import text
+
+PIPELINED = SAMPLES / "mnist_pipelined" / "profile.pop"
+INFERENCE = SAMPLES / "mnist_inference" / "profile.pop"  # `popvision run mnist --mode inference`
+
+
+def expected_settings() -> list[tuple[str, str, str]]:
+    """What --mode inference changes, as the page writes it: mnist's inference batch (8 x 100
+    iterations), no gradient accumulation, no optimiser. The values are checked against the manifests."""
+    rows = [("mode", "training", "inference"), ("gradient_accumulation", "10", "1"), ("micro_batch_size", "40", "8"),
+            ("device_iterations", "10", "100"), ("optimiser", "adamw", "–")]
+    with open_profile(PIPELINED) as a, open_profile(INFERENCE) as b:
+        for setting, va, vb in rows:
+            assert (str(a.run[setting]), str(b.run[setting] or "–")) == (va, vb)
+    return rows
+
+
+def find(component, component_id: str):
+    """The component with ``component_id`` inside a Dash component tree."""
+    if isinstance(component, (list, tuple)):
+        return next((f for f in (find(c, component_id) for c in component) if f is not None), None)
+    if getattr(component, "id", None) == component_id:
+        return component
+    children = getattr(component, "children", None)
+    return find(children, component_id) if isinstance(children, (list, tuple)) or hasattr(children, "children") \
+        else None
+
+
+def body_rows(table) -> list[list[str]]:
+    """Each body row of an html.Table (thead, tbody) as its cells' text."""
+    return [[text(cell) for cell in row.children] for row in table.children[1].children]
+
+
+@pytest.fixture()
+def inference_app():
+    from dashboards.app import create_app
+
+    return create_app([str(PIPELINED), str(INFERENCE)])
+
+
+def test_compare_header_lists_the_settings_that_differ(inference_app):
+    page = importlib.import_module("dashboards.pages.compare")
+    header, _cards, _memory, _stages, _phases, tables = page.render("a")
+    # THEN the header's settings table has one row per setting that differs, A's value then B's
+    assert body_rows(find(header, "compare-configuration")) == [list(r) for r in expected_settings()]
+    # AND which tile is the fullest is shown on both sides, with no difference and no change
+    worst = [row for row in body_rows(find(tables, "compare-summary-table")) if row[0] == "worst tile"]
+    assert len(worst) == 1 and worst[0][3:] == ["", ""] and worst[0][1] != worst[0][2]
+
+
+def test_a_profile_against_itself_says_the_settings_are_the_same():
+    from dashboards.app import create_app
+
+    create_app([str(PIPELINED), str(PIPELINED)])
+    header = importlib.import_module("dashboards.pages.compare").render("a")[0]
+    assert "A and B have the same settings." in text(header)
+
+
+@pytest.mark.browser
+def test_compare_page_shows_the_settings_that_differ(dash_duo, inference_app):
+    # GIVEN the dashboard on mnist trained (A) and mnist inference (B)
+    dash_duo.start_server(inference_app)
+    # WHEN the compare page is opened
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/compare")
+    wait_for_figures(dash_duo, ["compare-memory"])
+    dash_duo.wait_for_element("#compare-configuration", timeout=10)
+    # THEN the settings that differ are listed under the profiles, A's value then B's, and nothing else
+    lines = dash_duo.find_element("#compare-configuration").text.splitlines()
+    assert lines == ["setting A B"] + [" ".join(r) for r in expected_settings()]
+    assert errors(dash_duo) == []
