@@ -1,4 +1,5 @@
-"""`popvision compare A B`: every report of two profiles side by side with the differences."""
+"""`popvision compare A B`: the run settings that differ, then every report of two profiles side by side
+with the differences."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from popvision_py.cli.report import finish, output_options
 @click.argument("b", type=click.Path())
 @output_options
 def command(a: str, b: str, section: str, fmt: str, output: str | None) -> None:
-    """Compare profiles A and B: each figure of each report, b - a and the change in percent."""
+    """Compare profiles A and B: the run settings that differ, then each figure of each report, b - a and
+    the change in percent (a row one profile lacks counts as 0 bytes or cycles there; identifiers such as
+    the worst tile or the bottleneck stage get no difference)."""
     from popvision_py.analysis.compare import Comparison
     from popvision_py.render import emit
     from popvision_py.render.document import build_comparison
