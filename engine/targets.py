@@ -81,30 +81,23 @@ SYSTEMS: dict[str, int] = {
 
 @dataclass(frozen=True)
 class Range:
-    """The values one assumption may take: an interval, whole numbers or not."""
+    """The values one assumption may take: a closed interval, of whole numbers or not."""
 
     low: float
     high: float = math.inf
-    low_open: bool = False  # True: ``low`` itself is outside the range
-    high_open: bool = False
     whole: bool = False
 
     def __contains__(self, value: object) -> bool:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return False
-        if self.whole and value != int(value):
-            return False
-        above = value > self.low if self.low_open else value >= self.low
-        below = value < self.high if self.high_open else value <= self.high
-        return above and below
+        return self.low <= value <= self.high and (not self.whole or value == int(value))
 
     def text(self) -> str:
-        """The range as docs/emulator.md and the error messages write it: ``in (0, 1]``, ``> 0``..."""
+        """The range as docs/emulator.md and the error messages write it: ``in [0.001, 1]``, ``>= 0.01``..."""
         kind = "a whole number " if self.whole else ""
         if math.isinf(self.high):
-            return f"{kind}{'>' if self.low_open else '>='} {_number(self.low)}"
-        return (f"{kind}in {'(' if self.low_open else '['}{_number(self.low)}, "
-                f"{_number(self.high)}{')' if self.high_open else ']'}")
+            return f"{kind}>= {_number(self.low)}"
+        return f"{kind}in [{_number(self.low)}, {_number(self.high)}]"
 
 
 def _number(x: float) -> str:
@@ -242,7 +235,7 @@ class Assumptions:
                 continue
             merged = values.setdefault(name, dict(getattr(self, name)))
             if dot:
-                merged[_optimiser(name, optimiser)] = value
+                merged[_optimiser(name, optimiser.lower())] = value
             elif isinstance(value, Mapping):
                 merged.update({_optimiser(name, o): v for o, v in value.items()})
             else:

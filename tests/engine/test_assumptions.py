@@ -135,6 +135,8 @@ def test_python_takes_the_same_per_optimiser_keys():
     target = make_target("mk2", 1)
     one = target.with_assumptions(**{"optimiser_state_bytes_per_param.adam": 12})
     assert one.assumptions.optimiser_state_bytes_per_param == {"adamw": 8, "adam": 12, "lamb": 8, "sgd": 4}
+    # optimiser names are case-insensitive, as --optimiser is
+    assert target.with_assumptions(**{"optimiser_state_bytes_per_param.ADAM": 12}).assumptions == one.assumptions
     some = target.with_assumptions(optimiser_flops_per_param={"lamb": 20, "sgd": 5})
     assert some.assumptions.optimiser_flops_per_param == {"adamw": 12, "adam": 10, "lamb": 20, "sgd": 5}
     # the defaults are untouched (each Assumptions holds its own dicts)
