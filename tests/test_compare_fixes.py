@@ -325,3 +325,19 @@ def test_compare_figures_are_the_two_reports_figures(pair, bert_large):
             assert row["difference"] == pytest.approx(vb - va, rel=1e-12, abs=1e-9), key
             pct = None if va == 0 and vb != 0 else (0.0 if va == vb else 100 * (vb - va) / abs(va))
             assert row["difference_pct"] == (pytest.approx(pct, rel=1e-9) if pct is not None else None), key
+
+
+def test_html_bars_leave_out_identifiers_and_figures_new_on_one_side(bert_large):
+    from popvision_py.render import figures
+
+    # GIVEN bert-large against the out-of-memory sample: the worst tile is tile 0 on both, the
+    # on-chip optimiser state only in B
+    c = pv.compare(bert_large, OOM)
+    # WHEN the HTML's bars of the largest relative differences are drawn
+    summary = figures.comparison(c.summary(), "Summary").data[0]
+    memory = figures.comparison(c.memory(), "Memory", n=1000).data[0]
+    # THEN each bar is a figure with a percentage; none is an identifier or has no percentage
+    assert not {"worst_ipu", "worst_tile", "fits"} & set(summary.y)
+    assert OPTIMISER_ROW not in set(memory.y)
+    assert all(not math.isnan(x) for x in list(summary.x) + list(memory.x))
+    assert "worst_tile_bytes" in set(summary.y)
