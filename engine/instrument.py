@@ -154,6 +154,8 @@ def manifest(compiled: Compiled, sched: Schedule) -> tuple[dict[str, Any], dict[
         "pipeline_stages": plan.pipeline_stages if plan.strategy == "pipelined" else len(plan.stages),
         "total_cycles": int(sched.total_cycles),
     }
+    if plan.request:
+        run["request"] = _jsonable(plan.request)
     return target, run
 
 

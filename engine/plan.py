@@ -7,9 +7,11 @@ failure is one ``ConfigError`` sentence.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from popvision_py.errors import ConfigError
+from popvision_py.format import runconfig
 
 from engine.model import ExecutionStrategy, Model, Op, Options, PipelinedExecution, Stage, shard_ops
 from engine.targets import Target, make_target
@@ -35,6 +37,9 @@ class Plan:
     stages: tuple[StagePlan, ...]
     num_ipus: int
     target: Target
+    # What the run's command gave (model and options, see runner.request_record): the manifest keeps it
+    # so that a report can write the command of a changed configuration.
+    request: dict[str, Any] = field(default_factory=dict)
 
     @property
     def training(self) -> bool:
@@ -51,10 +56,8 @@ class Plan:
 
     @property
     def pipeline_stages(self) -> int:
-        """PopART's count: 2N-1 when training over N stages (the last stage's forward and backward
-        are one pipeline stage), N for inference."""
-        n = len(self.stages)
-        return 2 * n - 1 if self.training else n
+        """PopART's count (``runconfig.pipeline_stages``): 2N-1 training over N stages, N for inference."""
+        return runconfig.pipeline_stages(len(self.stages), self.training)
 
     @property
     def optimiser_shards(self) -> int:
@@ -70,11 +73,8 @@ class Plan:
 
 
 def runs_as_pipeline(kind: str, stage_ipus: Sequence[int]) -> bool:
-    """Stages run as a pipeline: pipelined execution, or phased execution whose stages are on
-    distinct IPUs (each stage's phases stream their weights while micro-batches flow through)."""
-    if kind == "pipelined":
-        return True
-    return kind == "phased" and len(stage_ipus) > 1 and len(set(stage_ipus)) == len(stage_ipus)
+    """Stages run as a pipeline (``runconfig.runs_as_pipeline``, the rule the analysis reads profiles by)."""
+    return runconfig.runs_as_pipeline(kind, stage_ipus)
 
 
 def resolve_strategy(model: Model, options: Options, kind: str | None) -> ExecutionStrategy:
@@ -114,11 +114,9 @@ def make_plan(model: Model, options: Options, strategy: ExecutionStrategy, *,
     missing = [b for b in model.blocks if b not in owner]
     if missing:
         raise ConfigError(f"Block {missing[0]} is in no stage; every block must be placed in a stage.")
-    if strategy.kind == "pipelined":
-        for i in range(1, len(stages)):
-            if stages[i].ipu_id <= stages[i - 1].ipu_id:
-                raise ConfigError(f"Pipelined stages must be on ascending IPUs, but stage {i} is on IPU "
-                                  f"{stages[i].ipu_id} after stage {i - 1} on IPU {stages[i - 1].ipu_id}.")
+    broken = runconfig.ascending_rule(strategy.kind, [int(s.ipu_id) for s in stages])
+    if broken:
+        raise ConfigError(broken)
     plans = []
     stage_of: dict[int, int] = {}
     sharded = shard_ops(model.ops, options.tensor_sharding)
@@ -139,13 +137,8 @@ def make_plan(model: Model, options: Options, strategy: ExecutionStrategy, *,
     empty = [p for p in plans if not p.ops]
     if empty:
         raise ConfigError(f"Stage {empty[0].index} ({', '.join(empty[0].blocks)}) holds no ops.")
-    if plan.pipelined and len(plans) > 1:
-        if options.training and options.gradient_accumulation < plan.pipeline_stages:
-            n = len(plans)
-            raise ConfigError(f"Gradient accumulation {options.gradient_accumulation} is below the "
-                              f"{plan.pipeline_stages} pipeline stages of a {n}-stage training pipeline (2N-1 for "
-                              f"N={n}); use --gradient-accumulation {plan.pipeline_stages} or more.")
-        if not options.training and options.device_iterations < len(plans):
-            raise ConfigError(f"Device iterations {options.device_iterations} is below the {len(plans)} stages of "
-                              f"the inference pipeline; use --device-iterations {len(plans)} or more.")
+    broken = runconfig.pipeline_rule(strategy.kind, [p.ipu for p in plans], options.training,
+                                     options.gradient_accumulation, options.device_iterations)
+    if broken:
+        raise ConfigError(broken)
     return plan

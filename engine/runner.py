@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from typing import Any
 from tqdm import tqdm
 
 from popvision_py.errors import ConfigError
+from popvision_py.format.runconfig import pipeline_stages
 
 from engine.compiler import compile_plan
 from engine.instrument import Summary, summarise, write_profile
@@ -202,12 +204,25 @@ def prepare(request: RunRequest) -> Plan:
         strategy = parse_stages(request.stages, kind, model.blocks, model.name)
     else:
         strategy = resolve_strategy(model, options, request.strategy)
-    least = 2 * len(strategy.stages) - 1  # a training pipeline's stages (see Plan.pipeline_stages)
+    least = pipeline_stages(len(strategy.stages), True)  # a training pipeline's stages
     if (runs_as_pipeline(strategy.kind, [s.ipu_id for s in strategy.stages]) and options.training
             and request.options.get("gradient_accumulation") is None and options.gradient_accumulation < least):
         # A default (not the user's choice) too small for the partition: use the least that runs.
         options.gradient_accumulation = least
-    return make_plan(model, options, strategy, assumptions=request.assumptions or None)
+    plan = make_plan(model, options, strategy, assumptions=request.assumptions or None)
+    return dataclasses.replace(plan, request=request_record(request, source))
+
+
+def request_record(request: RunRequest, source: ModelSource) -> dict[str, Any]:
+    """The model and the options the request set (``None`` left out), under ``popvision run``'s option names."""
+    given: dict[str, Any] = {k: v for k, v in {**request.params, **request.options}.items() if v is not None}
+    for name in ("strategy", "stages", *LOCATION_NAMES):
+        if getattr(request, name) is not None:
+            given[name] = getattr(request, name)
+    if request.assumptions:
+        given["assume"] = dict(request.assumptions)
+    model = request.model if source.zoo else str(Path(request.model).resolve())
+    return {"model": model, "options": given}
 
 
 def emulate(request: RunRequest) -> Summary:

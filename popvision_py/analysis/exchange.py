@@ -15,7 +15,7 @@ import numpy as np
 from popvision_py.analysis.tables import PHASE, Aggregates, Columns, StepIndex, Table, aggregates, lookup, sum_by
 from popvision_py.format.schema import EXCHANGE_KINDS
 
-BY_KIND_COLUMNS = ["kind", "executions", "bytes", "cycles", "time_pct"]
+BY_KIND_COLUMNS = ["kind", "executions", "bytes", "cycles", "exposed_cycles", "hidden_cycles", "time_pct", "hidden_pct"]
 MATRIX_COLUMNS = ["src_ipu", "dst_ipu", "bytes", "cycles"]
 BANDWIDTH_COLUMNS = ["kind", "bytes", "cycles", "achieved_bytes_per_s", "peak_bytes_per_s", "efficiency_pct"]
 COSTLIEST_COLUMNS = ["ipu", "step", "name", "kind", "src_ipu", "dst_ipu", "bytes", "cycles", "executions",
@@ -51,33 +51,64 @@ def figures(trace: Aggregates) -> ExchangeFigures:
 
 @dataclass(frozen=True)
 class Executed:
-    """Each ``exchanges`` row with how often its step ran and its totals over the trace (arrays, row order)."""
+    """Each ``exchanges`` row with how often its step ran and its totals over the trace (arrays, row order).
+
+    ``total_cycles`` is the transfer's time; ``exposed_cycles`` the part of it the trace shows as
+    its program step's time, the rest being hidden behind other work (weights streamed while the
+    previous phase computes).
+    """
 
     exchanges: Columns
     executions: np.ndarray
     total_bytes: np.ndarray
     total_cycles: np.ndarray
+    exposed_cycles: np.ndarray
 
 
-def executed(exchanges: Columns, trace: Aggregates) -> Executed:
-    """Each exchange row joined with its step's executions (dense (ipu, step) lookup, no merge)."""
+def executed(exchanges: Columns, trace: Aggregates, programs: Columns) -> Executed:
+    """Each exchange row joined with its step's executions and cycles (dense (ipu, step) lookups, no merge).
+
+    A step's cycles are shared by its exchange rows in proportion to their transfer cycles, and no
+    row is exposed longer than its transfer: exposed = min(cycles, step cycles x cycles / the step's
+    cycles of transfers).
+    """
     runs = lookup(aggregates(trace).executions, exchanges["ipu"], exchanges["step"]).astype(np.int64)
-    return Executed(exchanges, runs, exchanges["bytes"] * runs, exchanges["cycles"] * runs)
+    cycles = exchanges["cycles"].astype(np.int64)
+    ipu, step = exchanges["ipu"].astype(np.int64), exchanges["step"].astype(np.int64)
+    width = int(max(step.max(initial=-1), programs["step"].max(initial=-1))) + 1
+    key = ipu * width + step
+    height = int(max(ipu.max(initial=-1), programs["ipu"].max(initial=-1))) + 1
+    step_cycles = np.zeros((height, width), np.int64)
+    step_cycles[programs["ipu"].astype(np.int64), programs["step"].astype(np.int64)] = programs["cycles"]
+    in_step = sum_by(key, cycles, height * width)[key] if len(key) else np.zeros(0, np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(in_step > 0, lookup(step_cycles, ipu, step) * (cycles / np.where(in_step > 0, in_step, 1)), 0)
+    exposed = np.minimum(cycles, np.rint(share).astype(np.int64))
+    return Executed(exchanges, runs, exchanges["bytes"] * runs, cycles * runs, exposed * runs)
 
 
 def by_kind(done: Executed, total_cycles: int) -> Table:
-    """Every exchange kind (all five, zeros included): BY_KIND_COLUMNS in the schema's kind order."""
+    """Every exchange kind (all five, zeros included): BY_KIND_COLUMNS in the schema's kind order.
+
+    ``time_pct`` is the exposed share of the run's IPU-cycles (what the time line shows as exchange
+    and streaming), ``hidden_pct`` the share of transfers overlapped with other work.
+    """
     words = done.exchanges.words("kind")
     kinds = list(EXCHANGE_KINDS) + sorted(set(words[np.unique(done.exchanges.codes("kind"))]) - set(EXCHANGE_KINDS))
     code = done.exchanges.codes_in("kind", tuple(kinds))
     n = len(kinds) + 1
     cycles = sum_by(code, done.total_cycles, n)[:-1]
+    exposed = sum_by(code, done.exposed_cycles, n)[:-1]
+    share = (lambda v: 100.0 * v / total_cycles) if total_cycles else (lambda v: np.full(len(kinds), np.nan))
     return Table({
         "kind": np.array(kinds, dtype=object),
         "executions": sum_by(code, done.executions, n)[:-1],
         "bytes": sum_by(code, done.total_bytes, n)[:-1],
         "cycles": cycles,
-        "time_pct": 100.0 * cycles / total_cycles if total_cycles else np.full(len(kinds), np.nan),
+        "exposed_cycles": exposed,
+        "hidden_cycles": cycles - exposed,
+        "time_pct": share(exposed),
+        "hidden_pct": share(cycles - exposed),
     })
 
 

@@ -224,7 +224,8 @@ class SummaryReport(_View):
         return self._memo("figures", compute)
 
     def insights(self) -> pd.DataFrame:
-        """``[severity, topic, finding, suggestion, effect]``, most severe first."""
+        """``[severity, topic, finding, suggestion, effect, command]``, most severe first; ``command`` is the
+        ``popvision run`` command that applies the suggestion ("" where the finding has no runnable fix)."""
         return self._insights().frame()
 
     def _insights(self) -> Table:
@@ -234,10 +235,11 @@ class SummaryReport(_View):
             oom = r.memory._out_of_memory()
             breakdown = (r.memory._tile_breakdown(int(oom["ipu"][0]), int(oom["tile"][0]))
                          if len(oom) else None)  # read only when a tile is out of memory
-            return _summary.insights(
-                self.figures(), r.run, r.memory._by_ipu(), oom, breakdown, r.stages.figures(), r.stages.best_split(),
-                r.exchange.figures(), r.exchange._by_kind(), r.exchange._costliest(10), r.stages.ideal_bubble_pct(2.0),
-            )
+            return _summary.insights(self.figures(), _summary.Evidence(
+                run=r.run, target=r.target, memory_by_ipu=r.memory._by_ipu(), oom=oom, worst_breakdown=breakdown,
+                tile_memory=r.columns("tile_memory"), tiles=r.memory._tiles(), blocks=r.stages._blocks(), costs=r.stages._costs(),
+                stage_figures=r.stages.figures(), split=r.stages.best_split(), exchange=r.exchange.figures(),
+                kinds=r.exchange._by_kind(), costliest=r.exchange._costliest(10)))
 
         return self._memo("insights", compute)
 
@@ -365,24 +367,19 @@ class StagesReport(_View):
         return self._memo("best_split", lambda: _stages.best_split(
             self._costs(), self._blocks(), r.memory._by_ipu(), r.target, self.figures().step_cycles))
 
-    def ideal_bubble_pct(self, accumulation_factor: float = 1.0) -> float:
-        """The fill-and-flush share of a balanced pipeline with ``factor`` x the micro-batches."""
+    def ideal_bubble_pct(self, micro_batch_factor: float = 1.0) -> float:
+        """The idle share of a balanced run of the same schedule with ``factor`` x the micro-batches
+        (``stages.ideal_bubble_pct``)."""
         c = self._costs()
-        n = len(c.stages)
-        m = int(round(c.unit_micro_batches * accumulation_factor))
-        if n == 0 or m == 0:
-            return float("nan")
-        f, b = np.full(n, c.fwd.mean()), np.full(n, c.bwd.mean())
-        model = _stages.pipeline_cycles(f, b, m, c.strategy, c.training)
-        busy = m * (f[0] + (b[0] if c.training else 0.0))
-        return 100.0 * (1.0 - busy / model) if model > 0 else float("nan")
+        return _stages.ideal_bubble_pct(c, int(round(c.unit_micro_batches * micro_batch_factor)))
 
 
 class ExchangeReport(_View):
     """Exchange, sync and streaming: by kind, IPU-to-IPU matrix, bandwidth, costliest steps."""
 
     def _done(self) -> _exchange.Executed:
-        return self._memo("done", lambda: _exchange.executed(self._r.columns("exchanges"), self._r.trace_summary()))
+        return self._memo("done", lambda: _exchange.executed(self._r.columns("exchanges"), self._r.trace_summary(),
+                                                                   self._r.columns("programs")))
 
     def figures(self) -> _exchange.ExchangeFigures:
         return self._memo("figures", lambda: _exchange.figures(self._r.trace_summary()))

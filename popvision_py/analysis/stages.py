@@ -18,11 +18,12 @@ import pandas as pd
 from popvision_py.analysis.tables import (
     PASS, PASSES, PHASE, Aggregates, Columns, Table, aggregates, frame_of, iterations_traced, lookup, sum_by,
 )
+from popvision_py.format.runconfig import runs_as_pipeline
 
 SUMMARY_COLUMNS = ["stage", "ipu", "blocks", "pass", "micro_batches", "cycles_per_micro_batch", "busy_cycles",
                    "idle_cycles", "total_cycles", "utilisation_pct"]
 GANTT_COLUMNS = ["ipu", "stage", "pass", "iteration", "micro_batch", "start_cycle", "end_cycle"]
-SPLIT_COLUMNS = ["stage", "ipu", "blocks", "cycles_per_micro_batch", "memory_bytes", "fits"]
+SPLIT_COLUMNS = ["stage", "ipu", "blocks", "cycles_per_micro_batch", "memory_bytes", "worst_tile_bytes", "fits"]
 STAGE_PASSES = ("forward", "backward", "update")
 
 
@@ -122,18 +123,20 @@ def stage_micro_batches(trace: Aggregates, num_stages: int) -> np.ndarray:
     return out
 
 
-def pipeline_cycles(fwd: np.ndarray, bwd: np.ndarray, micro_batches: int, strategy: str, training: bool) -> float:
-    """Cycles the synchronous pipeline model takes for ``micro_batches`` with per-stage fwd/bwd cycles.
+def pipeline_cycles(fwd: np.ndarray, bwd: np.ndarray, micro_batches: int, pipelined: bool, training: bool) -> float:
+    """Cycles the synchronous model of the run's schedule takes for ``micro_batches`` with per-stage fwd/bwd cycles.
 
-    Pipelined: cycle t runs on stage s the forward of micro-batch t - s and (training) the backward of
-    micro-batch t - (2S - 2 - s); each cycle lasts as long as its busiest stage. Sharded or phased:
-    stages one after another, ``M * sum(fwd + bwd)``.
+    Pipelined (pipelined execution, or phased execution over stages on distinct IPUs:
+    ``runconfig.runs_as_pipeline``): cycle t runs on stage s the forward of micro-batch t - s and
+    (training) the backward of micro-batch t - (2S - 2 - s); each cycle lasts as long as its busiest
+    stage. Sequential (sharded, or phased stages sharing IPUs): stages one after another,
+    ``M * sum(fwd + bwd)``.
     """
     fwd, bwd = np.asarray(fwd, float), np.asarray(bwd, float)
     S, M = len(fwd), int(micro_batches)
     if S == 0 or M <= 0:
         return 0.0
-    if strategy != "pipelined":
+    if not pipelined:
         return float(M * (fwd.sum() + (bwd.sum() if training else 0.0)))
     cycles = M + (2 * S - 2 if training else S - 1)
     t = np.arange(cycles)[:, None]
@@ -155,7 +158,8 @@ class _Costs:
     total_cycles: int
     iterations: int
     training: bool
-    strategy: str
+    pipelined: bool  # the schedule the run used: a pipeline, or stages one after another
+    ipus: int  # distinct IPUs the stages run on
     unit_micro_batches: int  # micro-batches in one pipeline (an iteration in training, the run in inference)
     unit_iterations: int  # iterations one pipeline covers
 
@@ -180,8 +184,9 @@ def costs(trace: Aggregates, run: dict[str, Any]) -> _Costs:
         unit_mb, unit_it = int(round(total_mb / max(iterations, 1))), 1
     else:
         unit_mb, unit_it = total_mb, max(iterations, 1)
-    return _Costs(stages, busy, mbs, fwd, bwd, hi - lo, iterations, training, str(run.get("strategy", "pipelined")),
-                  unit_mb, unit_it)
+    pipelined = runs_as_pipeline(str(run.get("strategy", "pipelined")), stages["ipu"].tolist())
+    return _Costs(stages, busy, mbs, fwd, bwd, hi - lo, iterations, training, pipelined,
+                  len(np.unique(stages["ipu"])), unit_mb, unit_it)
 
 
 def phase_by_ipu(trace: Aggregates, phase: str) -> np.ndarray:
@@ -190,12 +195,28 @@ def phase_by_ipu(trace: Aggregates, phase: str) -> np.ndarray:
 
 
 def _model_step(c: _Costs, fwd: np.ndarray, bwd: np.ndarray) -> float:
-    return pipeline_cycles(fwd, bwd, c.unit_micro_batches, c.strategy, c.training) / c.unit_iterations
+    return pipeline_cycles(fwd, bwd, c.unit_micro_batches, c.pipelined, c.training) / c.unit_iterations
+
+
+def ideal_bubble_pct(c: _Costs, micro_batches: int | None = None) -> float:
+    """The idle share of a perfectly balanced run of the same schedule with ``micro_batches`` (default:
+    the run's): 100 x (1 - busy per IPU / model time). Each of the K IPUs holds S / K of the S stages,
+    so it is busy M x (f + b) x S / K of the model's time (S = K for a pipeline)."""
+    n = len(c.stages)
+    m = c.unit_micro_batches if micro_batches is None else int(micro_batches)
+    if n == 0 or m <= 0:
+        return float("nan")
+    fbar, bbar = np.full(n, c.fwd.mean()), np.full(n, c.bwd.mean())
+    model = pipeline_cycles(fbar, bbar, m, c.pipelined, c.training)
+    busy = m * (fbar[0] + (bbar[0] if c.training else 0.0)) * n / max(c.ipus, 1)
+    return 100.0 * (1.0 - busy / model) if model > 0 else float("nan")
 
 
 def summary(c: _Costs, trace: Aggregates) -> Table:
     """Per stage and pass, then an ``all`` row per stage: SUMMARY_COLUMNS sorted by stage, pass order."""
-    idle, sync = phase_by_ipu(trace, "idle"), phase_by_ipu(trace, "sync")
+    idle = phase_by_ipu(trace, "idle")
+    # syncs outside any stage (the superstep syncs); a stage's own syncs are inside its busy time
+    sync = aggregates(trace).cube[:, 0, :, PHASE["sync"]].sum(axis=1)
     at = lambda a, i: int(a[i]) if 0 <= i < len(a) else 0  # noqa: E731
     rows = []
     for s, ipu, blocks in zip(c.stages["stage"].tolist(), c.stages["ipu"].tolist(), c.stages["blocks"]):
@@ -243,9 +264,7 @@ def figures(c: _Costs, trace: Aggregates) -> StageFigures:
     idle = idle_by_ipu[ipus[ipus < len(idle_by_ipu)]].sum()
     bubble = 100.0 * idle / (len(ipus) * c.total_cycles) if c.total_cycles else float("nan")
     fbar, bbar = np.full(n, c.fwd.mean()), np.full(n, c.bwd.mean())
-    balanced_model = pipeline_cycles(fbar, bbar, c.unit_micro_batches, c.strategy, c.training)
-    busy_model = c.unit_micro_batches * (fbar[0] + (bbar[0] if c.training else 0.0))
-    ideal = 100.0 * (1.0 - busy_model / balanced_model) if balanced_model > 0 else float("nan")
+    ideal = ideal_bubble_pct(c)
     balanced = step - (_model_step(c, c.fwd, c.bwd) - _model_step(c, fbar, bbar))
     gain = 100.0 * (step - balanced) / step if step else 0.0
     return StageFigures(n, c.unit_micro_batches, bottleneck, imbalance, float(bubble), float(ideal), float(step),
@@ -347,8 +366,11 @@ def best_split(c: _Costs, blocks: Table, memory_by_ipu: Table,
         mean_tile = total / tiles if tiles else 0.0
         conc[k] = float(max_tile_of.get(ipu, 0.0)) / mean_tile if mean_tile > 0 else 1.0
 
+    def worst_tile(k: int, m: np.ndarray) -> np.ndarray:
+        return (ov_m[k] + m) / max(tiles, 1) * conc[k]
+
     def fits(k: int, m: np.ndarray) -> np.ndarray:
-        return (ov_m[k] + m) / max(tiles, 1) * conc[k] <= per_tile
+        return worst_tile(k, m) <= per_tile
 
     names = np.asarray(blocks["block"], dtype=object)
 
@@ -356,8 +378,9 @@ def best_split(c: _Costs, blocks: Table, memory_by_ipu: Table,
         out = []
         for k, idx in enumerate(assign):
             f, b, m = bf[idx].sum() + ov_f[k], bb[idx].sum() + ov_b[k], bm[idx].sum() + ov_m[k]
+            worst = float(worst_tile(k, np.array([bm[idx].sum()]))[0])
             out.append((int(stage_ids[k]), int(ipu_of[k]), ",".join(names[idx]), f + b, int(round(m)),
-                        bool(fits(k, np.array([bm[idx].sum()]))[0])))
+                        int(round(worst)), worst <= per_tile))
         return out
 
     def frame(out: list[tuple]) -> Table:
@@ -365,7 +388,7 @@ def best_split(c: _Costs, blocks: Table, memory_by_ipu: Table,
             return Table.empty({c: object for c in SPLIT_COLUMNS})
         # one typed array per column (what a frame of these tuples infers): no row-wise inference
         cols = list(zip(*out))
-        dtypes = (np.int64, np.int64, object, np.float64, np.int64, bool)
+        dtypes = (np.int64, np.int64, object, np.float64, np.int64, np.int64, bool)
         return Table({c: np.array(v, dtype=t) for c, v, t in zip(SPLIT_COLUMNS, cols, dtypes)})
 
     current = [np.flatnonzero(cur_stage == s) for s in stage_ids]
@@ -402,7 +425,7 @@ def best_split(c: _Costs, blocks: Table, memory_by_ipu: Table,
 
     best = solve(True) or solve(False)
     new_rows = rows_for(best)
-    cur_fit, new_fit = all(r[5] for r in current_rows), all(r[5] for r in new_rows)
+    cur_fit, new_fit = all(r[6] for r in current_rows), all(r[6] for r in new_rows)
     better = max(r[3] for r in new_rows) < max(r[3] for r in current_rows) - 1e-9
     if not (better and (new_fit or not cur_fit)):
         return BestSplit(frame(current_rows), step_cycles, step_cycles, 0.0)

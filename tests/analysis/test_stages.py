@@ -100,9 +100,9 @@ def test_inference_pipeline(profiles):
 
 
 def test_pipeline_model_by_hand():
-    assert pipeline_cycles(np.array([100, 100]), np.array([200, 200]), 4, "pipelined", True) == 1500
-    assert pipeline_cycles(np.array([10, 20]), np.array([0, 0]), 3, "pipelined", False) == 70
-    assert pipeline_cycles(np.array([10, 20]), np.array([20, 40]), 3, "sharded", True) == 270
+    assert pipeline_cycles(np.array([100, 100]), np.array([200, 200]), 4, True, True) == 1500
+    assert pipeline_cycles(np.array([10, 20]), np.array([0, 0]), 3, True, False) == 70
+    assert pipeline_cycles(np.array([10, 20]), np.array([20, 40]), 3, False, True) == 270
 
 
 def test_gantt_bars(balanced):

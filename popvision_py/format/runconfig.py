@@ -1,0 +1,121 @@
+"""The rules a run configuration obeys, in the manifest's terms: one source for the emulator and the analysis.
+
+The emulator's planner (``engine.plan``) refuses a configuration that breaks one of these rules;
+the analysis uses the same rules to read a profile's schedule (``runs_as_pipeline``) and to check
+that every fix it suggests is a configuration the planner accepts (``check_run``). Each rule
+returns ``None`` or the sentence the planner raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# IPU systems by size. One IPU is a single card; an IPU-M2000 (or Bow-2000) is an IPU-POD4.
+SYSTEMS: dict[str, int] = {
+    "IPU": 1,
+    "IPU-POD4": 4,
+    "IPU-POD16": 16,
+    "IPU-POD64": 64,
+    "IPU-POD128": 128,
+    "IPU-POD256": 256,
+}
+LARGEST_SYSTEM = max(SYSTEMS, key=SYSTEMS.__getitem__)
+
+
+def runs_as_pipeline(strategy: str, stage_ipus: Sequence[int]) -> bool:
+    """Stages run as a pipeline: pipelined execution, or phased execution whose stages are on
+    distinct IPUs (each stage's phases stream their weights while micro-batches flow through).
+    Otherwise (sharded, or phased stages sharing IPUs) the stages run one after another."""
+    if strategy == "pipelined":
+        return True
+    return strategy == "phased" and len(stage_ipus) > 1 and len(set(stage_ipus)) == len(stage_ipus)
+
+
+def pipeline_stages(stages: int, training: bool) -> int:
+    """PopART's count of pipeline stages: 2N-1 when training over N stages (the last stage's forward
+    and backward are one pipeline stage), N for inference."""
+    return 2 * stages - 1 if training else stages
+
+
+def pipeline_rule(strategy: str, stage_ipus: Sequence[int], training: bool, gradient_accumulation: int,
+                  device_iterations: int) -> str | None:
+    """A pipeline needs enough micro-batches in flight: GA >= 2N-1 (training), device iterations >= N (inference)."""
+    n = len(stage_ipus)
+    if n < 2 or not runs_as_pipeline(strategy, stage_ipus):
+        return None
+    if training and gradient_accumulation < pipeline_stages(n, True):
+        least = pipeline_stages(n, True)
+        return (f"Gradient accumulation {gradient_accumulation} is below the {least} pipeline stages of a {n}-stage "
+                f"training pipeline (2N-1 for N={n}); use --gradient-accumulation {least} or more.")
+    if not training and device_iterations < n:
+        return (f"Device iterations {device_iterations} is below the {n} stages of the inference pipeline; "
+                f"use --device-iterations {n} or more.")
+    return None
+
+
+def ascending_rule(strategy: str, stage_ipus: Sequence[int]) -> str | None:
+    """Pipelined stages sit on ascending IPUs."""
+    if strategy != "pipelined":
+        return None
+    for i in range(1, len(stage_ipus)):
+        if stage_ipus[i] <= stage_ipus[i - 1]:
+            return (f"Pipelined stages must be on ascending IPUs, but stage {i} is on IPU {stage_ipus[i]} after "
+                    f"stage {i - 1} on IPU {stage_ipus[i - 1]}.")
+    return None
+
+
+def system_rule(ipus: int) -> str | None:
+    """Every IPU the run uses (IPUs per replica x tensor shards x replicas) is in one system."""
+    if ipus > SYSTEMS[LARGEST_SYSTEM]:
+        return f"The run needs {ipus} IPUs but the largest system, an {LARGEST_SYSTEM}, has {SYSTEMS[LARGEST_SYSTEM]}."
+    return None
+
+
+def ipus_used(run: Mapping[str, Any]) -> int:
+    """IPUs a run configuration takes: IPUs per replica (the highest stage IPU + 1) x tensor shards x replicas."""
+    ipus = [int(s.get("ipu", k)) for k, s in enumerate(run.get("stages") or [])]
+    return (1 + max(ipus, default=0)) * int(run.get("tensor_sharding", 1) or 1) * int(run.get("replication_factor", 1) or 1)
+
+
+def system_holding(ipus: int, wanted: str | None = None) -> str:
+    """``wanted`` (a system name as a user writes it: "POD16", "ipu-pod16") if it holds ``ipus`` IPUs,
+    else the smallest system that does (the largest if none does)."""
+    names = {name.lower(): name for name in SYSTEMS}
+    if wanted:
+        key = wanted.lower() if wanted.lower() in names else "ipu-" + wanted.lower()
+        if key in names and SYSTEMS[names[key]] >= ipus:
+            return names[key]
+    return next((name for name, size in SYSTEMS.items() if size >= ipus), LARGEST_SYSTEM)
+
+
+def check_run(run: Mapping[str, Any]) -> str | None:
+    """The first rule a manifest-style run configuration breaks, as the planner's sentence; ``None`` if it runs.
+
+    ``run`` has the manifest's ``run`` keys (strategy, mode, stages, gradient_accumulation,
+    device_iterations, replication_factor, tensor_sharding, micro_batch_size).
+    """
+    stages = list(run.get("stages") or [])
+    ipus = [int(s.get("ipu", k)) for k, s in enumerate(stages)]
+    strategy = str(run.get("strategy", "pipelined"))
+    training = str(run.get("mode", "training")) != "inference"
+    for name in ("micro_batch_size", "gradient_accumulation", "device_iterations", "replication_factor",
+                 "tensor_sharding"):
+        value = run.get(name, 1)
+        if not isinstance(value, int) or value < 1:
+            return f"{name.replace('_', ' ').capitalize()} must be a positive integer, not {value}."
+    if not stages:
+        return "The execution strategy has no stages."
+    seen: set[str] = set()
+    for k, stage in enumerate(stages):
+        blocks = list(stage.get("blocks") or [])
+        if not blocks:
+            return f"Stage {k} names no block."
+        for block in blocks:
+            if block in seen:
+                return f"Block {block} is in two stages."
+            seen.add(block)
+    return (ascending_rule(strategy, ipus)
+            or pipeline_rule(strategy, ipus, training, int(run.get("gradient_accumulation", 1)),
+                             int(run.get("device_iterations", 1)))
+            or system_rule(ipus_used(run)))
