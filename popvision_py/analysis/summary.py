@@ -12,17 +12,23 @@ from typing import Any
 
 import numpy as np
 
+from popvision_py.analysis import fixes as F
+from popvision_py.analysis import stages as _stages
 from popvision_py.analysis.exchange import ExchangeFigures
 from popvision_py.analysis.stages import BestSplit, StageFigures
 from popvision_py.analysis.tables import PASSES, Aggregates, Columns, Table, aggregates, lookup
+from popvision_py.format import runconfig
 
-INSIGHT_COLUMNS = ["severity", "topic", "finding", "suggestion", "effect"]
+INSIGHT_COLUMNS = ["severity", "topic", "finding", "suggestion", "effect", "command"]
 SEVERITIES = ("error", "warning", "info")
 
 # Thresholds for findings (documented in docs/reports.md).
 IMBALANCE_THRESHOLD = 1.10
 BUBBLE_THRESHOLD_PCT = 25.0
 EXCHANGE_BOUND_PCT = 30.0
+# A split into more stages is chosen to leave this share of the tile free: the estimate of a stage's
+# worst tile was measured up to ~6% low against runs of the suggested commands (docs/reports.md).
+SPLIT_FIT_SHARE = 0.94
 
 
 @dataclass(frozen=True)
@@ -111,141 +117,308 @@ def figures(manifest: dict[str, Any], trace: Aggregates, iterations: int, flops:
 
 
 def _bytes(n: float) -> str:
-    return f"{int(round(n)):,} bytes"
+    return F.bytes_text(n)
 
 
 def _cycles(n: float) -> str:
     return f"{n:,.0f} cycles"
 
 
-_KIND_FIX = {
-    "inter_ipu": "Move the stage boundary to where the activation is smallest, or use fewer stages, so less "
-                 "crosses the IPU-Links.",
-    "host": "Raise device_iterations (and prefetch) so each host call moves more data and stalls less.",
-    "remote_buffer": "Keep the optimiser state on chip if memory allows, or use replicated tensor sharding to "
-                     "split the streamed state over the replicas.",
-    "all_reduce": "Raise gradient accumulation: the gradient all-reduce runs once per weight update, so its cost "
-                  "per sample falls in proportion.",
+@dataclass(frozen=True)
+class Evidence:
+    """What the insights read besides the summary: the other analyzers' answers and the raw tile memory."""
+
+    run: dict[str, Any]
+    target: dict[str, Any]
+    memory_by_ipu: Table
+    oom: Table
+    worst_breakdown: Table | None
+    tile_memory: Columns
+    tiles: Any  # memory.TileTotals
+    blocks: Table
+    costs: Any  # stages._Costs
+    stage_figures: StageFigures
+    split: BestSplit
+    exchange: ExchangeFigures
+    kinds: Table
+    costliest: Table
+
+
+class _Findings:
+    """Rows of the insights table; a fix is added only if the planner accepts its configuration."""
+
+    def __init__(self, ev: Evidence) -> None:
+        self.ev = ev
+        self.rows: list[tuple[str, str, str, str, str, str]] = []
+
+    def add(self, severity: str, topic: str, finding: str, fix: F.Fix | None = None) -> bool:
+        if fix is None:
+            self.rows.append((severity, topic, finding, "", "", ""))
+            return True
+        if F.check(self.ev.run, fix.changes) is not None:
+            return False
+        self.rows.append((severity, topic, finding, fix.suggestion, fix.effect,
+                          F.command(self.ev.run, self.ev.target, fix.changes, fix.tag)))
+        return True
+
+
+def _memory_fixes(summary: Summary, ev: Evidence) -> list[F.Fix]:
+    """Configurations that lower the worst tile, each with the worst tile it is estimated to leave."""
+    run, target = ev.run, ev.target
+    capacity = summary.bytes_per_tile
+    before = summary.worst_tile_bytes
+    training = str(run.get("mode", "training")) != "inference"
+    locations = run.get("tensor_locations") or {}
+    replicas = int(run.get("replication_factor", 1) or 1)
+    categories = set(ev.tile_memory.words("category").astype(str)) if len(ev.tile_memory) else set()
+
+    def after(keep: dict[str, float]) -> int:
+        return F.worst_tile_after(ev.tile_memory, target, keep).bytes
+
+    out: list[F.Fix] = []
+    if training and "optimiser_state" in categories and locations.get("optimiser", "on_chip") != "off_chip":
+        est = after({"optimiser_state": 0.0})
+        out.append(F.Fix("Offload the optimiser state to streaming memory (TensorLocations: optimiser off chip).",
+                         f"{F.tile_change(before, est, capacity)}; adds remote-buffer traffic at each weight update.",
+                         {"offload_optimiser": True}, "offload-optimiser"))
+    if (training and "optimiser_state" in categories and replicas > 1
+            and not locations.get("replicated_tensor_sharding", False)):
+        est = after({"optimiser_state": 1.0 / replicas})
+        out.append(F.Fix(f"Shard the optimiser state over the {replicas} replicas (replicated tensor sharding).",
+                         f"{F.tile_change(before, est, capacity)}; adds a gather of the updated weights over the "
+                         f"replicas at each weight update.", {"replicated_tensor_sharding": True}, "rts"))
+    if training and "stash" in categories and not run.get("recompute", False):
+        est = after({"stash": 0.0})
+        out.append(F.Fix("Recompute activations in the backward pass instead of stashing them.",
+                         f"{F.tile_change(before, est, capacity)} at most (the stage inputs stay stashed); costs "
+                         f"about one more forward pass of compute.", {"recompute": True}, "recompute"))
+    mbs = int(run.get("micro_batch_size", 1) or 1)
+    if mbs > 1:
+        est = after({c: 0.5 for c in ("activations", "stash", "exchange_buffers")})
+        if training:
+            ga = int(run.get("gradient_accumulation", 1) or 1)
+            change, keeps = {"micro_batch_size": mbs // 2, "gradient_accumulation": 2 * ga}, "double gradient accumulation"
+        else:
+            di = int(run.get("device_iterations", 1) or 1)
+            change, keeps = {"micro_batch_size": mbs // 2, "device_iterations": 2 * di}, "double device iterations"
+        out.append(F.Fix(f"Halve the micro-batch size (from {mbs} to {mbs // 2}) and {keeps} to keep the samples per "
+                         f"step.", f"Activations, stash and exchange buffers scale with the micro-batch: "
+                         f"{F.tile_change(before, est, capacity)}.", change, f"micro-batch-{mbs // 2}"))
+    more = _more_stages(summary, ev)
+    if more is not None:
+        out.append(more)
+    return out
+
+
+def _more_stages(summary: Summary, ev: Evidence) -> F.Fix | None:
+    """The fewest more pipeline stages (over as many more IPUs) that fit, or the most the system and blocks allow."""
+    run, target = ev.run, ev.target
+    stages = sorted(run.get("stages") or [], key=lambda s: int(s.get("stage", 0)))
+    ipus = [int(s.get("ipu", k)) for k, s in enumerate(stages)]
+    S = len(stages)
+    if S == 0 or len(set(ipus)) != S or not len(ev.blocks):
+        return None  # stages sharing IPUs: more stages would not mean more memory
+    capacity = summary.bytes_per_tile
+    replicas, shards = int(run.get("replication_factor", 1) or 1), int(run.get("tensor_sharding", 1) or 1)
+    n_blocks = len(ev.blocks)
+    largest = runconfig.SYSTEMS[runconfig.LARGEST_SYSTEM]
+    stage_ipu = {int(s.get("stage", k)): int(s.get("ipu", k)) for k, s in enumerate(stages)}
+    strategy = str(run.get("strategy", "pipelined"))
+    training = str(run.get("mode", "training")) != "inference"
+    locations = run.get("tensor_locations") or {}
+    # fewer replicas make room for more stages, unless the optimiser state on chip is sharded over them
+    replicas_may_fall = not (locations.get("replicated_tensor_sharding") and locations.get("optimiser") != "off_chip")
+    best: tuple[int, int, F.StageSplit] | None = None
+    for k in range(S + 1, n_blocks + 1):
+        r = replicas if k * shards * replicas <= largest else (largest // (k * shards) if replicas_may_fall else 0)
+        if r < 1:
+            break
+        split = F.stage_split(ev.blocks, ev.tiles, stage_ipu, k)
+        if split is None:
+            break
+        best = (k, r, split)
+        if split.worst_tile_bytes.max() <= SPLIT_FIT_SHARE * capacity:
+            break
+    if best is None:
+        return None
+    k, r, split = best
+    est = int(round(split.worst_tile_bytes.max()))
+    if est >= summary.worst_tile_bytes:
+        return None
+    changes: dict[str, Any] = {"stages": split.stages}
+    note = ""
+    if r != replicas:
+        changes["replication_factor"] = r
+        note = f" and {r} replicas instead of {replicas} (fewer samples per step)"
+    if runconfig.runs_as_pipeline(strategy, list(range(k))):
+        if training and int(run.get("gradient_accumulation", 1)) < runconfig.pipeline_stages(k, True):
+            changes["gradient_accumulation"] = runconfig.pipeline_stages(k, True)
+            note += f" and gradient accumulation {changes['gradient_accumulation']} (2N-1, the least a {k}-stage pipeline runs)"
+        if not training and int(run.get("device_iterations", 1)) < k:
+            changes["device_iterations"] = k
+            note += f" and {k} device iterations (the least a {k}-stage inference pipeline runs)"
+    ipus_used = k * shards * r
+    return F.Fix(f"Split the model over more IPUs: {k} stages instead of {S}{note} ({ipus_used} IPUs in all).",
+                 f"Blocks split by memory; {F.tile_change(summary.worst_tile_bytes, est, capacity)}.",
+                 changes, f"{k}-stages")
+
+
+_KIND_ADVICE = {
+    "inter_ipu": "Move the stage boundaries to where the activations are smallest, so less crosses the IPU-Links.",
     "internal": "Look at the costliest exchange steps: re-map the tensors they move so that producer and consumer "
                 "share tiles.",
+    "sync": "Merge small steps: fewer, larger compute sets need fewer syncs.",
+    "host": "Feed more data per host call.",
+    "remote_buffer": "Stream less: the offloaded state or weights move at every use.",
+    "all_reduce": "Reduce gradients less often.",
 }
 
 
-def insights(summary: Summary, run: dict[str, Any], memory_by_ipu: Table, oom: Table,
-             worst_breakdown: Table | None, stage_figures: StageFigures, split: BestSplit,
-             exchange: ExchangeFigures, kinds: Table, costliest: Table,
-             bubble_with_double_accumulation_pct: float) -> Table:
-    """Findings, each with a suggested fix and its estimated effect: INSIGHT_COLUMNS, most severe first."""
-    rows: list[tuple[str, str, str, str, str]] = []
-    S = stage_figures.num_stages
+def _exchange_fix(top: str, summary: Summary, ev: Evidence, saving: str) -> F.Fix | None:
+    """A configuration that cuts the dominant kind of exchange, with its memory cost."""
+    run = ev.run
+    training = str(run.get("mode", "training")) != "inference"
+    locations = run.get("tensor_locations") or {}
+    replicas = int(run.get("replication_factor", 1) or 1)
+    unchanged = f"worst tile unchanged ({_bytes(summary.worst_tile_bytes)})"
+    if top == "host":
+        di = int(run.get("device_iterations", 1) or 1)
+        return F.Fix(f"Raise device iterations from {di} to {2 * di} so each host call moves twice the data.",
+                     f"The host call's latency is paid half as often per sample ({saving}); {unchanged}.",
+                     {"device_iterations": 2 * di}, f"device-iterations-{2 * di}")
+    if top == "inter_ipu":
+        stages = sorted(run.get("stages") or [], key=lambda st: int(st.get("stage", 0)))
+        k = len(stages) - 1
+        ipus = [int(st.get("ipu", i)) for i, st in enumerate(stages)]
+        if k >= 1 and len(set(ipus)) == len(ipus) and len(ev.blocks):
+            stage_ipu = {int(st.get("stage", i)): ipus[i] for i, st in enumerate(stages)}
+            split = F.stage_split(ev.blocks, ev.tiles, stage_ipu, k)
+            if split is not None and split.worst_tile_bytes.max() <= summary.bytes_per_tile:
+                est = int(round(split.worst_tile_bytes.max()))
+                return F.Fix(f"Use {k} stage(s) instead of {k + 1}: one IPU-Link crossing fewer per micro-batch.",
+                             f"{saving}; blocks split by memory: "
+                             f"{F.tile_change(summary.worst_tile_bytes, est, summary.bytes_per_tile)}.",
+                             {"stages": split.stages}, f"{k}-stages")
+    if top == "all_reduce" and training:
+        ga = int(run.get("gradient_accumulation", 1) or 1)
+        return F.Fix(f"Raise gradient accumulation from {ga} to {2 * ga}: the gradient all-reduce runs once per "
+                     f"weight update, so its cost per sample halves.", f"{saving}; {unchanged}.",
+                     {"gradient_accumulation": 2 * ga}, f"gradient-accumulation-{2 * ga}")
+    if (top == "remote_buffer" and training and replicas > 1 and not locations.get("replicated_tensor_sharding")
+            and locations.get("optimiser") == "off_chip"):
+        return F.Fix(f"Shard the streamed optimiser state over the {replicas} replicas (replicated tensor sharding): "
+                     f"each replica streams 1/{replicas} of it.", f"{saving}; {unchanged}.",
+                     {"replicated_tensor_sharding": True}, "rts")
+    return None
+
+
+def insights(summary: Summary, ev: Evidence) -> Table:
+    """Findings, each with a suggested fix, its estimated effect and the command that applies it:
+    INSIGHT_COLUMNS, most severe first. A fix the planner would refuse is never suggested."""
+    out = _Findings(ev)
+    run = ev.run
+    sf = ev.stage_figures
+    S = sf.num_stages
+    training = str(run.get("mode", "training")) != "inference"
+    pipelined = ev.costs.pipelined if ev.costs is not None else False
 
     # -- out of memory -------------------------------------------------------------------
-    if len(oom):
-        worst = {k: np.asarray(oom[k])[0] for k in ("ipu", "tile", "excess_bytes", "total_bytes")}
+    if len(ev.oom):
+        worst = {k: np.asarray(ev.oom[k])[0] for k in ("ipu", "tile", "excess_bytes", "total_bytes")}
         ipu, tile, excess = int(worst["ipu"]), int(worst["tile"]), int(worst["excess_bytes"])
-        n_ipus = len(np.unique(np.asarray(oom["ipu"])))
+        n_ipus = len(np.unique(np.asarray(ev.oom["ipu"])))
         cats: dict[str, float] = {}  # the worst tile's bytes per category, always-live or not
-        for name, nbytes in zip(list(worst_breakdown["category"]), np.asarray(worst_breakdown["bytes"]).tolist()):
-            cats[name] = cats.get(name, 0) + nbytes
+        if ev.worst_breakdown is not None:
+            for name, nbytes in zip(list(ev.worst_breakdown["category"]), np.asarray(ev.worst_breakdown["bytes"]).tolist()):
+                cats[name] = cats.get(name, 0) + nbytes
         top = max(sorted(cats), key=lambda k: cats[k]) if cats else None
-        largest = (f"; most of it {top} ({_bytes(cats[top])})" if top is not None else "")
-        finding = (f"{len(oom):,} tile(s) on {n_ipus} IPU(s) are out of memory; the worst, tile {tile} on IPU {ipu}, "
+        largest = f"; most of it {top} ({_bytes(cats[top])})" if top is not None else ""
+        finding = (f"{len(ev.oom):,} tile(s) on {n_ipus} IPU(s) are out of memory; the worst, tile {tile} on IPU {ipu}, "
                    f"holds {_bytes(worst['total_bytes'])}, {_bytes(excess)} over its {_bytes(summary.bytes_per_tile)}"
                    f"{largest}.")
-        locations = run.get("tensor_locations") or {}
-        opt = float(cats.get("optimiser_state", 0))
-        if opt > 0 and str(locations.get("optimiser", "on_chip")) != "off_chip":
-            enough = "enough" if opt >= excess else "not enough alone"
-            rows.append(("error", "memory", finding,
-                         "Offload the optimiser state to streaming memory (TensorLocations: optimiser off-chip).",
-                         f"Saves {_bytes(opt)} on tile {tile} ({enough}: it needs {_bytes(excess)}); adds "
-                         f"remote-buffer traffic at each weight update."))
-        act = float(cats.get("stash", 0)) + float(cats.get("activations", 0))
-        if act > 0 and not run.get("recompute", False):
-            enough = "enough" if act >= excess else "not enough alone"
-            rows.append(("error", "memory", finding,
-                         "Recompute activations in the backward pass instead of stashing them.",
-                         f"Saves up to {_bytes(act)} of activations and stash on tile {tile} ({enough}: it needs "
-                         f"{_bytes(excess)}); costs about one more forward pass of compute."))
-        scaling = sum(float(cats.get(c, 0)) for c in ("activations", "stash", "exchange_buffers"))
-        mbs = int(run.get("micro_batch_size", 1) or 1)
-        if scaling > 0 and mbs > 1:
-            enough = "enough" if scaling / 2 >= excess else "not enough alone"
-            rows.append(("error", "memory", finding,
-                         f"Halve the micro-batch size (from {mbs} to {mbs // 2}) and double gradient accumulation "
-                         f"to keep the batch.",
-                         f"Activations, stash and exchange buffers scale with the micro-batch: saves about "
-                         f"{_bytes(scaling / 2)} on tile {tile} ({enough}: it needs {_bytes(excess)})."))
-        if len(memory_by_ipu) and S >= 1:
-            total = float(np.asarray(memory_by_ipu["total_bytes"]).sum())
-            saved = total / max(S, 1) - total / (S + 1)
-            rows.append(("error", "memory", finding,
-                         f"Split the model over more IPUs: {S + 1} pipeline stages instead of {S}.",
-                         f"Memory per IPU falls on average from {_bytes(total / max(S, 1))} to "
-                         f"{_bytes(total / (S + 1))}: {_bytes(saved)} saved per IPU."))
+        shown = sum(out.add("error", "memory", finding, fix) for fix in _memory_fixes(summary, ev))
+        if not shown:
+            out.add("error", "memory", finding + " No change of the mapping this report can estimate (offloading, "
+                    "recomputation, a smaller micro-batch, more stages within the largest system) lowers the worst tile.")
 
     # -- imbalance ----------------------------------------------------------------------------
-    pipelined = str(run.get("strategy")) == "pipelined"  # sharded time does not depend on the balance
-    if pipelined and S > 1 and np.isfinite(stage_figures.imbalance) and stage_figures.imbalance > IMBALANCE_THRESHOLD:
-        finding = (f"Stage {stage_figures.bottleneck_stage} is the bottleneck: the slowest stage takes "
-                   f"{stage_figures.imbalance:.2f}x the mean stage time per micro-batch.")
+    # one stage after another, the step takes the sum of the stages whatever the balance
+    if pipelined and S > 1 and np.isfinite(sf.imbalance) and sf.imbalance > IMBALANCE_THRESHOLD:
+        finding = (f"Stage {sf.bottleneck_stage} is the bottleneck: the slowest stage takes "
+                   f"{sf.imbalance:.2f}x the mean stage time per micro-batch.")
+        split = ev.split
+        added = False
         if split.gain_pct > 0:
-            plan = "; ".join(f"stage {stage} (IPU {ipu}): {blocks}" for stage, ipu, blocks in zip(
-                split.table["stage"].tolist(), split.table["ipu"].tolist(), split.table["blocks"].tolist()))
-            rows.append(("warning", "stages", finding, f"Move blocks between stages: {plan}.",
-                         f"Time per step from {_cycles(split.current_step_cycles)} to "
-                         f"{_cycles(split.predicted_step_cycles)} ({split.gain_pct:.1f}% faster)."))
-        else:
-            rows.append(("warning", "stages", finding,
-                         "No contiguous split of whole blocks does better (within memory): split the bottleneck's "
-                         "blocks more finely.",
-                         f"A perfect balance would take {_cycles(stage_figures.balanced_step_cycles)} per step instead of "
-                         f"{_cycles(stage_figures.step_cycles)} ({stage_figures.balance_gain_pct:.1f}% faster)."))
+            rows = split.table
+            stages = [{"stage": int(s), "ipu": int(i), "blocks": str(b).split(",")}
+                      for s, i, b in zip(rows["stage"].tolist(), rows["ipu"].tolist(), rows["blocks"].tolist())]
+            plan = "; ".join(f"stage {s['stage']} (IPU {s['ipu']}): {','.join(s['blocks'])}" for s in stages)
+            worst = int(np.asarray(rows["worst_tile_bytes"]).max())
+            added = out.add("warning", "stages", finding, F.Fix(
+                f"Move blocks between stages: {plan}.",
+                f"Time per step from {_cycles(split.current_step_cycles)} to {_cycles(split.predicted_step_cycles)} "
+                f"({split.gain_pct:.1f}% faster); {F.tile_change(summary.worst_tile_bytes, worst, summary.bytes_per_tile)}.",
+                {"stages": stages}, "balanced-stages"))
+        if not added:
+            out.add("warning", "stages", finding + (
+                f" No contiguous split of whole blocks does better within memory; a perfect balance would take "
+                f"{_cycles(sf.balanced_step_cycles)} per step instead of {_cycles(sf.step_cycles)} "
+                f"({sf.balance_gain_pct:.1f}% faster): split the bottleneck's blocks more finely in the model."))
 
     # -- pipeline bubble ----------------------------------------------------------------------------
-    if (S > 1 and str(run.get("strategy")) == "pipelined" and np.isfinite(stage_figures.bubble_pct)
-            and stage_figures.bubble_pct > BUBBLE_THRESHOLD_PCT):
-        rows.append(("warning", "stages",
-                     f"IPUs are idle {stage_figures.bubble_pct:.1f}% of the time (a balanced pipeline of {S} stages and "
-                     f"{stage_figures.micro_batches} micro-batches idles {stage_figures.ideal_bubble_pct:.1f}% in fill and "
-                     f"flush).",
-                     f"Raise gradient accumulation from {stage_figures.micro_batches} to {2 * stage_figures.micro_batches}.",
-                     f"The fill-and-flush share falls from {stage_figures.ideal_bubble_pct:.1f}% to "
-                     f"{bubble_with_double_accumulation_pct:.1f}%."))
+    if pipelined and S > 1 and np.isfinite(sf.bubble_pct) and sf.bubble_pct > BUBBLE_THRESHOLD_PCT:
+        finding = (f"IPUs are idle {sf.bubble_pct:.1f}% of the time (a balanced pipeline of {S} stages and "
+                   f"{sf.micro_batches} micro-batches idles {sf.ideal_bubble_pct:.1f}% in fill and flush).")
+        doubled = _stages.ideal_bubble_pct(ev.costs, 2 * sf.micro_batches)
+        unchanged = f"worst tile unchanged ({_bytes(summary.worst_tile_bytes)})"
+        if training:
+            ga = int(run.get("gradient_accumulation", sf.micro_batches) or 1)
+            fix = F.Fix(f"Raise gradient accumulation from {ga} to {2 * ga} (more micro-batches per fill and flush).",
+                        f"The fill-and-flush share falls from {sf.ideal_bubble_pct:.1f}% to {doubled:.1f}%; {unchanged}.",
+                        {"gradient_accumulation": 2 * ga}, f"gradient-accumulation-{2 * ga}")
+        else:
+            di = int(run.get("device_iterations", 1) or 1)
+            fix = F.Fix(f"Raise device iterations from {di} to {2 * di}: an inference pipeline fills and flushes once "
+                        f"per host call, so more iterations per call share it.",
+                        f"The fill-and-flush share falls from {sf.ideal_bubble_pct:.1f}% to {doubled:.1f}%; {unchanged}.",
+                        {"device_iterations": 2 * di}, f"device-iterations-{2 * di}")
+        out.add("warning", "stages", finding, fix)
 
     # -- exchange bound ------------------------------------------------------------------------------
-    busy = exchange.total_cycles - exchange.idle_cycles
-    comm = exchange.exchange_cycles + exchange.sync_cycles + exchange.stream_cycles
+    ex = ev.exchange
+    busy = ex.total_cycles - ex.idle_cycles
+    comm = ex.exchange_cycles + ex.sync_cycles + ex.stream_cycles
     if busy > 0 and 100.0 * comm / busy > EXCHANGE_BOUND_PCT:
         share = 100.0 * comm / busy
-        parts = {"sync": exchange.sync_cycles}
-        for kind, cycles in zip(list(kinds["kind"]), np.asarray(kinds["cycles"]).tolist()):
+        parts = {"sync": ex.sync_cycles}
+        for kind, cycles in zip(list(ev.kinds["kind"]), np.asarray(ev.kinds["exposed_cycles"]).tolist()):
             parts[str(kind)] = int(cycles)
         top = max(parts, key=lambda k: parts[k])
         top_pct = 100.0 * parts[top] / busy
         detail = ""
-        if len(costliest) and top != "sync":
-            of_top = np.flatnonzero(np.asarray(costliest["kind"]) == top)
+        if len(ev.costliest) and top != "sync":
+            of_top = np.flatnonzero(np.asarray(ev.costliest["kind"]) == top)
             if len(of_top):
-                c = {k: np.asarray(costliest[k])[of_top[0]] for k in ("name", "step", "ipu", "total_cycles")}
+                c = {k: np.asarray(ev.costliest[k])[of_top[0]] for k in ("name", "step", "ipu", "total_cycles")}
                 detail = (f"; the costliest step is {c['name'] or 'step ' + str(c['step'])} on IPU {int(c['ipu'])} "
                           f"({_cycles(c['total_cycles'])} in all)")
-        fix = _KIND_FIX.get(top, "Merge small steps: fewer, larger compute sets need fewer syncs.")
         per_step = parts[top] / max(summary.iterations, 1) / max(summary.num_ipus, 1)
-        rows.append(("warning", "exchange",
-                     f"{share:.1f}% of busy time is exchange, sync and streaming rather than compute; {top} "
-                     f"dominates with {top_pct:.1f}%{detail}.",
-                     fix,
-                     f"{top} costs about {_cycles(per_step)} per IPU per step; halving it saves "
-                     f"{100.0 * parts[top] / 2 / exchange.total_cycles:.1f}% of the time."))
+        saving = (f"{top} costs about {_cycles(per_step)} per IPU per step; halving it saves "
+                  f"{100.0 * parts[top] / 2 / ex.total_cycles:.1f}% of the time")
+        finding = (f"{share:.1f}% of busy time is exchange, sync and streaming rather than compute; {top} "
+                   f"dominates with {top_pct:.1f}%{detail}.")
+        fix = _exchange_fix(top, summary, ev, saving)
+        if fix is None or not out.add("warning", "exchange", finding, fix):
+            out.add("warning", "exchange", f"{finding} {_KIND_ADVICE.get(top, '')} ({saving}.)".replace("  ", " "))
 
+    rows = out.rows
     if not rows:
         rows.append(("info", "summary", "No problems found: the model fits, the stages are balanced and compute "
-                     "dominates.", "", ""))
+                     "dominates.", "", "", ""))
     rows.sort(key=lambda r: SEVERITIES.index(r[0]))  # stable: errors first, each topic in order
     # one object array per column (what a frame of these tuples infers: all text): no row-wise inference
     columns = list(zip(*rows))
-    out = {c: np.empty(len(rows), object) for c in INSIGHT_COLUMNS}
+    table = {c: np.empty(len(rows), object) for c in INSIGHT_COLUMNS}
     for c, values in zip(INSIGHT_COLUMNS, columns):
-        out[c][:] = values
-    return Table(out)
+        table[c][:] = values
+    return Table(table)

@@ -88,7 +88,8 @@ def render(doc: Document) -> bytes:
                     f"<li><b class='{html.escape(r.severity)}'>{html.escape(r.severity)}</b> "
                     f"[{html.escape(r.topic)}] {html.escape(r.finding)}"
                     + (f"<br>Fix: {html.escape(r.suggestion)}" if r.suggestion else "")
-                    + (f"<br>Effect: {html.escape(r.effect)}" if r.effect else "") + "</li>"
+                    + (f"<br>Effect: {html.escape(r.effect)}" if r.effect else "")
+                    + (f"<br>Run: <code>{html.escape(r.command)}</code>" if r.command else "") + "</li>"
                     for r in b.frame().itertuples(index=False))
                 parts.append(f"<ul>{items}</ul>")
             else:

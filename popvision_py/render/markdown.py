@@ -27,6 +27,21 @@ def table(frame: Table | pd.DataFrame) -> list[str]:
     return out
 
 
+def insights(data: Table | pd.DataFrame) -> list[str]:
+    """One item per finding and fix; the command that applies a fix in a code block, ready to copy."""
+    out: list[str] = []
+    for severity, topic, finding, suggestion, effect, command in zip(
+            *(list(data[c]) for c in ("severity", "topic", "finding", "suggestion", "effect", "command"))):
+        out.append(f"- **{severity}** ({topic}): {finding}")
+        if suggestion:
+            out.append(f"  - Fix: {suggestion}")
+        if effect:
+            out.append(f"  - Effect: {effect}")
+        if command:
+            out += ["", "    ```", f"    {command}", "    ```", ""]
+    return out
+
+
 def render(doc: Document) -> bytes:
     lines = [f"# {doc.title}", "", "Profile" + ("s" if len(doc.profiles) > 1 else "") + ": "
              + " vs ".join(f"`{p}`" for p in doc.profiles), ""]
@@ -39,6 +54,8 @@ def render(doc: Document) -> bytes:
         if isinstance(b.data, dict):
             lines += ["| figure | value |", "| --- | ---: |"]
             lines += [f"| {k} | {_escape(value(v))} |" for k, v in b.data.items()]
+        elif b.key == "summary.insights":
+            lines += insights(b.data)
         else:
             lines += table(b.data)
         lines.append("")

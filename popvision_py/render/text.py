@@ -51,8 +51,8 @@ def block(b: Block) -> list[str]:
         lines += figures(b.data)
     elif b.key == "summary.insights":
         previous = None
-        for severity, topic, finding, suggestion, effect in zip(
-                *(list(b.data[c]) for c in ("severity", "topic", "finding", "suggestion", "effect"))):
+        for severity, topic, finding, suggestion, effect, command in zip(
+                *(list(b.data[c]) for c in ("severity", "topic", "finding", "suggestion", "effect", "command"))):
             if finding != previous:  # several fixes for one finding: say the finding once
                 lines.append(f"  [{severity}] {topic}: {finding}")
             previous = finding
@@ -60,6 +60,8 @@ def block(b: Block) -> list[str]:
                 lines.append(f"      fix:    {suggestion}")
             if effect:
                 lines.append(f"      effect: {effect}")
+            if command:
+                lines.append(f"      run:    {command}")
     else:
         lines += table(b.data)
     return lines

@@ -70,7 +70,10 @@ def test_exchange_bound_insight(exchange_heavy):
     # (4,000 + 280 + 600) / (9,000 - 1,700) busy IPU-cycles; inter-IPU 4,000 / 7,300
     assert "66.8% of busy time" in row["finding"] and "inter_ipu dominates with 54.8%" in row["finding"]
     assert "S0/fwd/exchange" in row["finding"]
-    assert "stage boundary" in row["suggestion"]
+    # the fix: one stage fewer, so no micro-batch crosses an IPU-Link; the memory fits on one IPU
+    assert row["suggestion"].startswith("Use 1 stage(s) instead of 2")
+    blocks = ",".join(exchange_heavy.stages.blocks()["block"])
+    assert f"--stages {blocks}@0 " in row["command"] and "fits" in row["effect"]
 
 
 def test_missing_optional_target_keys_degrade_to_nan(tmp_path):

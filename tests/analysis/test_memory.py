@@ -81,15 +81,18 @@ def test_summary_says_it_does_not_fit(oom):
     assert (s.fits, s.oom_tiles, s.worst_ipu, s.worst_tile, s.worst_tile_bytes) == (False, 4, 0, 0, 1150)
 
 
-def test_oom_insights_with_bytes_saved(oom):
+def test_oom_insights_with_the_worst_tile_each_fix_leaves(oom):
     i = oom.summary.insights()
-    assert list(i.columns) == ["severity", "topic", "finding", "suggestion", "effect"]
+    assert list(i.columns) == ["severity", "topic", "finding", "suggestion", "effect", "command"]
     memory = i[i["topic"] == "memory"]
     assert (memory["severity"] == "error").all()
     assert "150 bytes over" in memory["finding"].iloc[0]
-    by_fix = dict(zip(memory["suggestion"].str.split().str[0], memory["effect"]))
-    assert "Saves 250 bytes on tile 0 (enough" in by_fix["Offload"]
-    assert "Saves up to 50 bytes" in by_fix["Recompute"] and "not enough alone" in by_fix["Recompute"]
-    assert "saves about 25 bytes" in by_fix["Halve"]
-    # all IPUs hold 4,600 + 1,100 = 5,700 bytes: 2,850 per IPU over 2 stages, 1,900 over 3
-    assert "from 2,850 bytes to 1,900 bytes" in by_fix["Split"]
+    by_fix = {s.split()[0]: (e, c) for s, e, c in zip(memory["suggestion"], memory["effect"], memory["command"])}
+    # IPU 0's tiles hold 750 weights + 250 optimiser state + 100 code + 50 activations = 1,150 bytes
+    assert "worst tile 1,150 bytes -> about 900 bytes (90.0% of 1,000 bytes: fits" in by_fix["Offload"][0]
+    assert " --offload-optimiser " in by_fix["Offload"][1]
+    # halving the micro-batch halves the 50 bytes of activations: 1,125, still 125 over
+    assert "about 1,125 bytes (112.5% of 1,000 bytes: still 125 bytes over)" in by_fix["Halve"][0]
+    assert " --batch-size 1 --gradient-accumulation 8 " in by_fix["Halve"][1]
+    # two blocks cannot make three stages, and nothing is stashed: neither fix is offered
+    assert set(by_fix) == {"Offload", "Halve"}

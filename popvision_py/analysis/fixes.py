@@ -1,0 +1,251 @@
+"""Fixes the insights suggest: each a run configuration the planner accepts, its estimated worst tile, its command.
+
+A fix is a set of *changes* in the vocabulary of ``popvision run``'s options (``micro_batch_size``,
+``gradient_accumulation``, ``device_iterations``, ``replication_factor``, ``stages``,
+``offload_optimiser``, ``recompute``, ``replicated_tensor_sharding``, ...). ``check`` applies the
+changes to the manifest's run configuration and asks ``runconfig.check_run`` (the planner's own
+rules) whether it runs; a fix it refuses is never shown. ``command`` renders the changed run as a
+copy-paste ``popvision run`` command: the options the original command gave (the manifest's
+``run.request``) with the changes over them, or, for a profile that does not record its request,
+every setting of the run spelled out.
+
+Memory estimates (``worst_tile_after``, ``stage_split``) scale the tiles' bytes per category, as
+docs/reports.md ("Fixes") describes; they are estimates, the command gives the measured answer.
+"""
+
+from __future__ import annotations
+
+import copy
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from popvision_py.analysis.tables import Columns, Table, sum_by
+from popvision_py.format import runconfig
+
+# Options whose flag is not the option's name in kebab case.
+FLAGS = {"micro_batch_size": "batch-size", "replication_factor": "replicas", "optimiser": "optimiser"}
+# On/off options: --NAME or --no-NAME.
+SWITCHES = ("recompute", "offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding")
+LOCATION_OF = {"offload_optimiser": "optimiser", "offload_weights": "weights", "offload_activations": "activations"}
+# The order options appear in a command: the model's parameters, the mapping, the batch, the rest.
+ORDER = ("preset", "layers", "hidden", "heads", "seq_len", "ipus", "mode", "strategy", "stages", "micro_batch_size",
+         "gradient_accumulation", "device_iterations", "replication_factor", "tensor_sharding", "recompute",
+         "offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding", "precision",
+         "optimiser", "available_memory_proportion", "arch", "system", "runs")
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A suggestion with its estimated effect and the changes that apply it (see the module docstring)."""
+
+    suggestion: str
+    effect: str
+    changes: dict[str, Any]
+    tag: str  # names the fix's profile directory: profile-<tag>
+
+
+def flag(name: str, value: Any) -> list[str]:
+    """One option as command-line words."""
+    if name in SWITCHES:
+        return [f"--{name.replace('_', '-')}" if value else f"--no-{name.replace('_', '-')}"]
+    if name == "stages":
+        return ["--stages", stages_text(value) if not isinstance(value, str) else value]
+    return [f"--{FLAGS.get(name, name.replace('_', '-'))}", str(value)]
+
+
+def stages_text(stages: list[Mapping[str, Any]], order: list[str] | None = None) -> str:
+    """Stages as ``--stages`` reads them: ``"B1,B2@0 B3..B6@1"``; three or more blocks that follow each
+    other in ``order`` (the model's block order) are written as a range ``first..last``."""
+    position = {b: k for k, b in enumerate(order or [])}
+    groups = []
+    for stage in stages:
+        blocks = [str(b) for b in stage["blocks"]]
+        k = [position.get(b, -1) for b in blocks]
+        consecutive = len(blocks) >= 3 and min(k) >= 0 and k == list(range(k[0], k[0] + len(k)))
+        text = f"{blocks[0]}..{blocks[-1]}" if consecutive else ",".join(blocks)
+        groups.append(f"{text}@{int(stage['ipu'])}")
+    return " ".join(groups)
+
+
+def block_order(run: Mapping[str, Any]) -> list[str]:
+    """The model's blocks in order: the stages' blocks, stage by stage (stages follow the model's order)."""
+    stages = sorted(run.get("stages") or [], key=lambda s: int(s.get("stage", 0)))
+    return [str(b) for s in stages for b in s.get("blocks", [])]
+
+
+def request(run: Mapping[str, Any], target: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The model and the options the run's command gave; every setting spelled out if the profile has no record."""
+    recorded = run.get("request")
+    if isinstance(recorded, Mapping) and isinstance(recorded.get("model"), str):
+        return recorded["model"], dict(recorded.get("options") or {})
+    locations = run.get("tensor_locations") or {}
+    options: dict[str, Any] = {k: v for k, v in (run.get("model_params") or {}).items()
+                               if k in ORDER and isinstance(v, (int, float, str))}
+    training = str(run.get("mode", "training")) != "inference"
+    options.update({
+        "mode": run.get("mode", "training"), "strategy": run.get("strategy"), "stages": list(run.get("stages") or []),
+        "micro_batch_size": run.get("micro_batch_size"), "device_iterations": run.get("device_iterations"),
+        "replication_factor": run.get("replication_factor", 1), "tensor_sharding": run.get("tensor_sharding", 1),
+        "precision": run.get("precision"), "arch": target.get("arch"), "system": target.get("system"),
+    })
+    if training:
+        options.update({"gradient_accumulation": run.get("gradient_accumulation"), "optimiser": run.get("optimiser"),
+                        "recompute": bool(run.get("recompute", False))})
+    for name, where in LOCATION_OF.items():
+        options[name] = locations.get(where, "on_chip") == "off_chip"
+    options["replicated_tensor_sharding"] = bool(locations.get("replicated_tensor_sharding", False))
+    return str(run.get("model", "MODEL")), {k: v for k, v in options.items() if v is not None}
+
+
+def command(run: Mapping[str, Any], target: Mapping[str, Any], changes: Mapping[str, Any], tag: str) -> str:
+    """The ``popvision run`` command that runs this profile's configuration with ``changes``, writing
+    its profile to ``profile-<tag>``."""
+    model, options = request(run, target)
+    options.update(changes)
+    if "system" in options:  # a fix over more IPUs needs a system that holds them
+        needed = runconfig.ipus_used(applied(run, changes))
+        options["system"] = runconfig.system_holding(needed, str(options["system"]))
+    assume = options.pop("assume", None) or {}
+    order = block_order(run)
+    words = ["popvision", "run", model]
+    for name in sorted(options, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER)):
+        value = options[name]
+        if name == "stages" and not isinstance(value, str):
+            value = stages_text(value, order)
+        words += flag(name, value)
+    for name, value in sorted(assume.items()):
+        words += ["--assume", f"{name}={value}"]
+    words += ["--profile", "--profile-dir", f"profile-{tag}"]
+    return shlex.join(words)
+
+
+def applied(run: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest's run configuration with ``changes`` made."""
+    out = copy.deepcopy(dict(run))
+    locations = dict(out.get("tensor_locations") or {})
+    for name, value in changes.items():
+        if name in LOCATION_OF:
+            locations[LOCATION_OF[name]] = "off_chip" if value else "on_chip"
+        elif name == "replicated_tensor_sharding":
+            locations[name] = bool(value)
+        else:
+            out[name] = value
+    out["tensor_locations"] = locations
+    return out
+
+
+def check(run: Mapping[str, Any], changes: Mapping[str, Any]) -> str | None:
+    """``None`` if the planner accepts the run with ``changes``, else its sentence."""
+    return runconfig.check_run(applied(run, changes))
+
+
+# -- memory estimates ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorstTile:
+    ipu: int
+    tile: int
+    bytes: int
+
+
+def worst_tile_after(tile_memory: Columns, target: Mapping[str, Any], keep: Mapping[str, float]) -> WorstTile:
+    """The worst tile once each category's bytes are scaled by ``keep[category]`` (1 where not named)."""
+    words = tile_memory.words("category")
+    factor = np.array([float(keep.get(str(w), 1.0)) for w in words] + [1.0])
+    scaled = tile_memory["bytes"] * factor[tile_memory.codes("category")]
+    width = int(target["tiles_per_ipu"])
+    tile = tile_memory["tile"].astype(np.int64)
+    width = max(width, int(tile.max()) + 1 if len(tile) else 0)
+    key = tile_memory["ipu"].astype(np.int64) * width + tile
+    totals = sum_by(key, scaled, int(key.max()) + 1 if len(key) else 1)
+    k = int(np.argmax(totals)) if len(totals) else 0
+    return WorstTile(k // width, k % width, int(totals[k]) if len(totals) else 0)
+
+
+def bytes_text(n: float) -> str:
+    return f"{int(round(n)):,} bytes"
+
+
+def tile_change(before: int, after: int, capacity: int) -> str:
+    """``worst tile 863,162 -> ~650,000 bytes (101.7% of 638,976: still 11,024 over)``."""
+    verdict = (f"fits, {bytes_text(capacity - after)} to spare" if after <= capacity
+               else f"still {bytes_text(after - capacity)} over")
+    return (f"worst tile {bytes_text(before)} -> about {bytes_text(after)} ({100.0 * after / capacity:.1f}% of "
+            f"{bytes_text(capacity)}: {verdict})")
+
+
+@dataclass(frozen=True)
+class StageSplit:
+    """Blocks split into ``len(stages)`` contiguous stages (IPU k for stage k) and each stage's predicted worst tile."""
+
+    stages: list[dict[str, Any]]
+    worst_tile_bytes: np.ndarray
+
+
+def stage_split(blocks: Table, tiles: Any, stage_ipus: Mapping[int, int], k: int) -> StageSplit | None:
+    """The contiguous split of the blocks into ``k`` stages that minimises the largest predicted worst tile.
+
+    Always-live memory moves with the blocks: a block weighs its own always-live bytes
+    (``stages.blocks``' memory_bytes) plus an even share of the rest of its IPU's always-live bytes
+    (code, vertex state, constants). Not-always-live memory peaks at one program step, so it stays
+    what it is on each tile. A stage holding a fraction f of IPU q's always-live bytes is predicted
+    to peak at ``max over q's tiles of (always-live x f + not-always-live)``, the largest over the
+    IPUs its blocks come from. ``tiles`` is ``memory.TileTotals`` (per-tile always-live and not).
+    """
+    names = [str(b) for b in blocks["block"]]
+    n = len(names)
+    if k < 1 or n < k:
+        return None
+    ipu = np.array([stage_ipus.get(int(s), -1) for s in np.asarray(blocks["stage"], np.int64)], np.int64)
+    own = np.asarray(blocks["memory_bytes"], float)
+    grid_ipus = np.asarray(tiles.ipus, np.int64)
+    always, not_always = tiles.per_ipu("always_live_bytes").astype(float), tiles.per_ipu("not_always_live_bytes").astype(float)
+    weight = own.copy()
+    ipu_always = np.zeros(n)  # the always-live bytes of each block's IPU
+    for q in np.unique(ipu):
+        on = ipu == q
+        row = np.flatnonzero(grid_ipus == q)
+        total = always[row[0]].sum() if len(row) else own[on].sum()
+        weight[on] += max(total - own[on].sum(), 0.0) / on.sum()
+        ipu_always[on] = total
+    prefix = np.concatenate(([0.0], np.cumsum(weight)))
+    held = prefix[None, :] - prefix[:, None]  # [i, j]: always-live bytes of blocks i..j-1
+    cost = np.zeros((n + 1, n + 1))
+    first = np.concatenate((ipu, [-1]))  # the IPU of block i (blocks of an IPU are contiguous)
+    last = np.concatenate(([-1], ipu))  # the IPU of block j - 1
+    for q in np.unique(ipu):
+        row = np.flatnonzero(grid_ipus == q)
+        if not len(row):
+            continue
+        a, na = always[row[0]], not_always[row[0]]
+        total = a.sum()
+        f = held / total if total > 0 else np.zeros_like(held)
+        # the tiles on the upper envelope of always x f + not-always for f in the range used
+        samples = np.linspace(0.0, max(float(f.max()), 1.0), 65)
+        envelope = np.unique(np.argmax(a[None, :] * samples[:, None] + na[None, :], axis=1))
+        peak = (f[..., None] * a[envelope] + na[envelope]).max(axis=-1)
+        takes = ((first[:, None] <= q) & (last[None, :] >= q)) | (first[:, None] == q)
+        cost = np.where(takes, np.maximum(cost, peak), cost)
+    dp = np.full((k + 1, n + 1), np.inf)
+    arg = np.zeros((k + 1, n + 1), np.int64)
+    dp[0, 0] = 0.0
+    i, j = np.arange(n + 1)[:, None], np.arange(n + 1)[None, :]  # a stage takes blocks i..j-1
+    for s in range(1, k + 1):
+        cand = np.where((i < j) & (i >= s - 1), np.maximum(dp[s - 1][:, None], cost), np.inf)
+        arg[s] = np.argmin(cand, axis=0)
+        dp[s] = cand[arg[s], np.arange(n + 1)]
+    if not np.isfinite(dp[k, n]):
+        return None
+    cuts, end = [], n
+    for s in range(k, 0, -1):
+        start = int(arg[s, end])
+        cuts.append((start, end))
+        end = start
+    cuts.reverse()
+    stages = [{"stage": s, "ipu": s, "blocks": names[a:b]} for s, (a, b) in enumerate(cuts)]
+    return StageSplit(stages, np.array([cost[a, b] for a, b in cuts]))
