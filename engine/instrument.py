@@ -29,7 +29,9 @@ from engine.scheduler import Schedule, trace_batches
 
 @dataclass
 class Summary:
-    """What a run prints: time per step, throughput, whether it fits and the worst tile."""
+    """What the emulator knows of a run before anyone reads its profile: the configuration, time
+    per step and memory fit. Idle time and FLOP utilisation are the analysis' (``popvision run``
+    reads them from the profile, so that the run and the report print the same figures)."""
 
     model: str
     arch: str
@@ -48,30 +50,9 @@ class Summary:
     worst_tile_bytes: int
     bytes_per_tile: int
     oom_tiles: int
-    idle_pct: float
-    flops_utilisation_pct: float
     peak_bytes_per_ipu: list[int] = field(default_factory=list)
     tensor_sharding: int = 1
     profile: str | None = None
-
-    def text(self) -> str:
-        """The lines `popvision run` prints."""
-        fits = "yes" if self.fits else f"NO: {self.oom_tiles:,} tiles out of memory"
-        lines = [
-            f"{self.model}: {self.mode}, {self.strategy} over {self.num_ipus} IPU(s)"
-            f"{f' x {self.tensor_sharding} tensor shards' if self.tensor_sharding > 1 else ''} x {self.replicas} replica(s) "
-            f"on {self.arch} ({self.system})",
-            f"  time per step     {self.seconds_per_step * 1e3:,.3f} ms ({self.cycles_per_step:,.0f} cycles, "
-            f"{self.samples_per_step:,} samples)",
-            f"  throughput        {self.samples_per_second:,.1f} samples/s",
-            f"  idle              {self.idle_pct:.1f}% of IPU time    FLOP utilisation {self.flops_utilisation_pct:.1f}%",
-            f"  fits              {fits}",
-            f"  worst tile        IPU {self.worst_ipu} tile {self.worst_tile}: {self.worst_tile_bytes:,} of "
-            f"{self.bytes_per_tile:,} bytes ({100 * self.worst_tile_bytes / self.bytes_per_tile:.1f}%)",
-        ]
-        if self.profile:
-            lines.append(f"  profile           {self.profile}")
-        return "\n".join(lines)
 
 
 def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) -> Summary:
@@ -89,20 +70,12 @@ def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) ->
     worst_tile = int(peaks[worst_ipu].argmax())
     capacity = target.arch.bytes_per_tile
     oom = int(sum((p > capacity).sum() for p in peaks))
-    total_ipu_cycles = sched.unit_cycles * plan.num_ipus
-    idle = sched.unit_cycles * plan.num_ipus - int(sched.busy_cycles.sum())
-    flops = sum(op.flops + (op.backward_flops if plan.training else 0) for s in plan.stages for op in s.ops)
-    # Op FLOPs are per micro-batch (shapes carry the micro-batch); a training step is GA micro-batches.
-    flops_per_step = flops * (o.gradient_accumulation if plan.training else 1)
-    peak_flops = target.arch.fp16_peak_flops_per_ipu * (1 if o.precision == "fp16" else 0.25) * plan.num_ipus
     return Summary(
         model=plan.model.name, arch=target.arch.name, system=target.system, strategy=plan.strategy, mode=o.mode,
         num_ipus=plan.num_ipus, replicas=o.replication_factor, samples_per_step=samples_per_step,
         cycles_per_step=cycles_per_step, seconds_per_step=seconds, samples_per_second=samples_per_step / seconds,
         fits=oom == 0, worst_ipu=worst_ipu, worst_tile=worst_tile, worst_tile_bytes=int(peaks[worst_ipu][worst_tile]),
-        bytes_per_tile=capacity, oom_tiles=oom, idle_pct=100 * idle / max(total_ipu_cycles, 1),
-        flops_utilisation_pct=100 * flops_per_step / (seconds * peak_flops),
-        peak_bytes_per_ipu=[int(p.sum()) for p in peaks],
+        bytes_per_tile=capacity, oom_tiles=oom, peak_bytes_per_ipu=[int(p.sum()) for p in peaks],
         tensor_sharding=o.tensor_sharding,
     )
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
 import click
 
+from engine.instrument import Summary
 from engine.model import MODES, OPTIMISERS, PRECISIONS, STRATEGIES
 from engine.targets import ARCHS
 from popvision_py.errors import ConfigError
@@ -84,6 +86,7 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
             profile: bool, profile_dir: str, as_json: bool, quiet: bool, **options: object) -> None:
     """Emulate MODEL (a zoo name or a .py file) and print time per step, throughput and memory fit."""
     from engine.runner import RunRequest, emulate
+    from popvision_py.analysis.report import Report
 
     request = RunRequest(
         model=model,
@@ -100,5 +103,34 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
         profile=Path(profile_dir) / "profile.pop" if profile else None,
         progress=not quiet and sys.stderr.isatty(),
     )
-    summary = emulate(request)
-    click.echo(json.dumps(asdict(summary), indent=2) if as_json else summary.text())
+    with tempfile.TemporaryDirectory(prefix="popvision-run-") as scratch:
+        # Idle time and FLOP utilisation come from the analysis of the profile, as `popvision report`
+        # computes them: a run without --profile writes one to a scratch directory for that.
+        request.profile = request.profile or Path(scratch) / "profile.pop"
+        summary = emulate(request)
+        with Report(request.profile) as report:
+            figures = {"idle_pct": report.exchange.figures().idle_pct,
+                       "flop_utilisation_pct": report.summary.figures().flop_utilisation_pct}
+    if not profile:
+        summary.profile = None
+    click.echo(json.dumps({**asdict(summary), **figures}, indent=2) if as_json else summary_text(summary, **figures))
+
+
+def summary_text(s: Summary, idle_pct: float, flop_utilisation_pct: float) -> str:
+    """The lines `popvision run` prints."""
+    fits = "yes" if s.fits else f"NO: {s.oom_tiles:,} tiles out of memory"
+    shards = f" x {s.tensor_sharding} tensor shards" if s.tensor_sharding > 1 else ""
+    lines = [
+        f"{s.model}: {s.mode}, {s.strategy} over {s.num_ipus} IPU(s){shards} x {s.replicas} replica(s) "
+        f"on {s.arch} ({s.system})",
+        f"  time per step     {s.seconds_per_step * 1e3:,.3f} ms ({s.cycles_per_step:,.0f} cycles, "
+        f"{s.samples_per_step:,} samples)",
+        f"  throughput        {s.samples_per_second:,.1f} samples/s",
+        f"  idle              {idle_pct:.1f}% of IPU time    FLOP utilisation {flop_utilisation_pct:.1f}%",
+        f"  fits              {fits}",
+        f"  worst tile        IPU {s.worst_ipu} tile {s.worst_tile}: {s.worst_tile_bytes:,} of "
+        f"{s.bytes_per_tile:,} bytes ({100 * s.worst_tile_bytes / s.bytes_per_tile:.1f}%)",
+    ]
+    if s.profile:
+        lines.append(f"  profile           {s.profile}")
+    return "\n".join(lines)
