@@ -10,7 +10,10 @@ are checked against the file before anything is allocated.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
+import mmap
 import os
 import stat
 import struct
@@ -277,14 +280,45 @@ class Profile:
         """Like ``read_table``, as a pandas DataFrame (categorical columns become categoricals)."""
         return self.read_table(table, columns, filters=filters).to_pandas()
 
-    def iter_batches(self, table: str, columns: Sequence[str] | None = None, batch_size: int = 1 << 20):
-        """Yield the table as pyarrow RecordBatches, for tables too large to decode at once."""
+    def iter_batches(self, table: str, columns: Sequence[str] | None = None, batch_size: int = 1 << 20,
+                     row_groups: Sequence[int] | None = None, release_pages: bool = False):
+        """Yield the table as pyarrow RecordBatches, for tables too large to decode at once.
+
+        ``row_groups``: only these row groups (say, those whose footer statistics can hold the rows
+        a caller wants). ``release_pages``: hand each row group's mapped pages back to the OS once
+        it is decoded, so a single pass over a large table keeps a flat resident size (the pages
+        stay in the page cache; reading them again only faults them back in).
+        """
+        wanted = list(columns) if columns is not None else None
         try:
-            yield from self._parquet(self._known(table), verify=True).iter_batches(
-                batch_size=batch_size, columns=list(columns) if columns is not None else None
-            )
+            parquet = self._parquet(self._known(table), verify=True)
+            if row_groups is None and not release_pages:
+                yield from parquet.iter_batches(batch_size=batch_size, columns=wanted)
+                return
+            for group in range(parquet.num_row_groups) if row_groups is None else row_groups:
+                yield from parquet.iter_batches(batch_size=batch_size, row_groups=[group], columns=wanted)
+                if release_pages:
+                    self._release(table, group)
         except (pa.ArrowException, OSError) as exc:
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
+
+    def _release(self, table: str, group: int) -> None:
+        """madvise(MADV_DONTNEED) the whole pages of one row group's bytes in the mapping."""
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        if advice is None or self._buffer is None:
+            return
+        meta = self._footers[table].row_group(group)
+        chunks = [meta.column(i) for i in range(meta.num_columns)]
+        first = min(c.dictionary_page_offset or c.data_page_offset for c in chunks)
+        last = max((c.dictionary_page_offset or c.data_page_offset) + c.total_compressed_size for c in chunks)
+        member = self._members[S.TABLES[table].member]
+        base = self._buffer.address + member.offset
+        # offsets come from the file: clamped to the member, so only this mapping's pages are touched
+        first, last = max(first, 0), min(last, member.size)
+        start = -(-(base + first) // mmap.PAGESIZE) * mmap.PAGESIZE
+        end = (base + last) // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > start:
+            _libc().madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), advice)
 
     def _known(self, table: str) -> str:
         if table not in S.TABLES:
@@ -315,6 +349,11 @@ def _check_keys(mapping: Any, required: dict[str, Any], where: str) -> None:
         if not isinstance(value, kind) or isinstance(value, bool):
             names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
             raise ManifestError(f"{where} has {key!r} of type {type(value).__name__}, expected {names}.")
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _first_line(exc: BaseException) -> str:
