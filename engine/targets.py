@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from popvision_py.errors import ConfigError
+from popvision_py.format import runconfig
 
 from engine.model import OPTIMISERS
 
@@ -68,15 +69,8 @@ ARCHS: dict[str, Arch] = {
 }
 DEFAULT_ARCH = "mk2"
 
-# IPU systems by size. One IPU is a single card; an IPU-M2000 (or Bow-2000) is an IPU-POD4.
-SYSTEMS: dict[str, int] = {
-    "IPU": 1,
-    "IPU-POD4": 4,
-    "IPU-POD16": 16,
-    "IPU-POD64": 64,
-    "IPU-POD128": 128,
-    "IPU-POD256": 256,
-}
+# IPU systems by size: one table, shared with the analysis (popvision_py.format.runconfig).
+SYSTEMS = runconfig.SYSTEMS
 
 
 @dataclass(frozen=True)
@@ -320,11 +314,11 @@ class Target:
 
 
 def smallest_system(ipus: int) -> str:
-    """The smallest system holding ``ipus`` IPUs; ConfigError beyond an IPU-POD256."""
-    for name, size in SYSTEMS.items():
-        if size >= ipus:
-            return name
-    raise ConfigError(f"The run needs {ipus} IPUs but the largest system, an IPU-POD256, has 256.")
+    """The smallest system holding ``ipus`` IPUs; ConfigError beyond the largest (``runconfig.system_rule``)."""
+    broken = runconfig.system_rule(ipus)
+    if broken:
+        raise ConfigError(broken)
+    return runconfig.system_holding(ipus)
 
 
 def make_target(arch: str = DEFAULT_ARCH, ipus: int = 1, system: str | None = None,
