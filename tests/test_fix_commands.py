@@ -82,7 +82,7 @@ def test_inference_bubble_advice_changes_device_iterations_never_accumulation(ma
 
 
 def test_out_of_memory_fixes_run_and_their_worst_tile_estimates_hold(tmp_path):
-    # GIVEN the out-of-memory BERT-Large sample (its manifest predates recorded requests: every setting spelled out)
+    # GIVEN the out-of-memory BERT-Large sample (`popvision run bert-large --no-offload-optimiser`)
     with pv.open(OOM_SAMPLE) as r:
         insights = r.summary.insights()
         before = r.summary.figures().worst_tile_bytes
