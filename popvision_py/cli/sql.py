@@ -1,12 +1,12 @@
 """`popvision sql PROFILE "SELECT ..."`: SQL over the profile's tables with DuckDB.
 
-Only the tables the query names are read; each is handed to DuckDB as an Arrow table under its
-schema name (ops, programs, tile_cycles, tile_memory, variables, liveness, trace, exchanges).
+Every table (ops, programs, tile_cycles, tile_memory, variables, liveness, trace, exchanges) is a
+view under its schema name over its member, which DuckDB's own Parquet reader scans in place
+through popvision_py.format.memberfs: a query reads only the columns it uses, skips the row groups
+its filters rule out, and a table it does not name costs nothing.
 """
 
 from __future__ import annotations
-
-import re
 
 import click
 
@@ -15,12 +15,26 @@ from popvision_py.format import schema as S
 
 
 class QueryError(PopvisionError):
-    """DuckDB could not run the query."""
+    """The query is empty, not text, or DuckDB could not run it."""
 
 
-def referenced_tables(query: str) -> list[str]:
-    """The schema's tables the query mentions (as whole words, case-insensitive)."""
-    return [t for t in S.TABLES if re.search(rf"(?<![\w.]){t}(?!\w)", query, re.IGNORECASE)]
+def checked_query(query: str) -> str:
+    """The query, if it holds a statement and is text; else a QueryError saying what is wrong.
+
+    A shell hands Python the bytes of an argument; bytes that are not UTF-8 arrive as lone
+    surrogates (PEP 383), which DuckDB cannot take.
+    """
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raw = query.encode("utf-8", "surrogateescape")
+        position = len(query[: exc.start].encode("utf-8", "surrogateescape"))
+        raise QueryError(
+            f"The query is not UTF-8 text: byte 0x{raw[position]:02x} at byte {position + 1} is not a character."
+        ) from None
+    if not query.strip():
+        raise QueryError('The query is empty; give a SQL statement, e.g. "SELECT count(*) FROM trace".')
+    return query
 
 
 def run_query(profile_path: str, query: str):
@@ -28,14 +42,22 @@ def run_query(profile_path: str, query: str):
     import duckdb
 
     from popvision_py.format import open_profile
+    from popvision_py.format.memberfs import MemberFileSystem
 
-    with open_profile(profile_path) as profile:
+    query = checked_query(query)
+    with open_profile(profile_path) as profile, MemberFileSystem(profile) as members:
         con = duckdb.connect()
         try:
-            for name in referenced_tables(query):
-                con.register(name, profile.read_table(name))
+            # only the profile's tables: no scans of whatever Python objects happen to be in scope
+            con.execute("SET python_enable_replacements = false")
+            con.register_filesystem(members)
+            for name, spec in S.TABLES.items():
+                con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{members.protocol}://{spec.member}')")
             try:
-                return con.execute(query).fetch_df()
+                result = con.execute(query)
+                if result is None:  # only comments or semicolons: no statement ran
+                    raise QueryError('The query holds no statement; give one, e.g. "SELECT count(*) FROM trace".')
+                return result.fetch_df()
             except duckdb.Error as exc:
                 message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise QueryError(f"The query failed: {message}") from None

@@ -1,0 +1,136 @@
+"""A profile's members as the files of a read-only fsspec file system, for readers that scan lazily.
+
+profile.pop is a stored (uncompressed) ZIP: each table is a whole Parquet file lying at an offset
+of the container. ``MemberFileSystem(profile)`` shows those byte ranges as files named after the
+members (``trace.parquet``, ``ops.parquet``...), so a Parquet reader that takes an fsspec file
+system, DuckDB's above all (``register_filesystem``), reads a member as it reads a file on disk:
+the footer first, then only the column chunks a query needs, skipping the row groups its filters
+rule out. Nothing is decoded or copied up front.
+
+Reads are ``pread``s of the container, not of the reader's memory map: pages read from a map stay
+in the process's resident set until the map is closed, bytes read into a reader's buffers are
+freed once decoded (docs/performance.md: `popvision sql` at 50M trace rows).
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import fsspec
+import pyarrow as pa
+
+from popvision_py.format import schema as S
+
+if TYPE_CHECKING:
+    from popvision_py.format.reader import Profile
+
+
+class MemberFile:
+    """One member's bytes as a read-only, seekable file.
+
+    A reader may share one handle between threads, each doing seek-then-read: the position is
+    kept per OS thread (a native thread calling into Python may get a new thread state, and so
+    a new ``threading.local``, on every call), so another thread's seek never moves this one's read.
+    """
+
+    def __init__(self, container: pa.OSFile, name: str, offset: int, size: int) -> None:
+        self.name, self.size = name, size
+        self._container, self._offset = container, offset
+        self._positions: dict[int, int] = {}
+        self.closed = False
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return self._positions.get(threading.get_ident(), 0)
+
+    def seek(self, position: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.tell(), 2: self.size}[whence]
+        position = min(max(base + position, 0), self.size)
+        self._positions[threading.get_ident()] = position
+        return position
+
+    def read(self, nbytes: int | None = -1) -> bytes:
+        start = self.tell()
+        left = self.size - start
+        nbytes = left if nbytes is None or nbytes < 0 else min(nbytes, left)
+        self._positions[threading.get_ident()] = start + nbytes
+        # read_at is a pread: it leaves the container's own position alone
+        return self._container.read_at(nbytes, self._offset + start)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __enter__(self) -> "MemberFile":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class MemberFileSystem(fsspec.AbstractFileSystem):
+    """The tables of an open profile as files ``<table>.parquet``, under the protocol ``popvision``.
+
+    Holds its own handle on the container; ``close()`` it (or use it in a ``with``) when done.
+    """
+
+    protocol = "popvision"
+    cachable = False  # one instance per open profile, never fsspec's shared one
+
+    def __init__(self, profile: "Profile", **storage_options: Any) -> None:
+        super().__init__(**storage_options)
+        # The reader located and checked every member when it opened the profile; its directory is
+        # this package's own.
+        self._spans = {spec.member: (profile._members[spec.member].offset, profile._members[spec.member].size)
+                       for spec in S.TABLES.values()}
+        self._container = pa.OSFile(str(profile.path), "r")
+        self._modified = datetime.fromtimestamp(profile.path.stat().st_mtime, timezone.utc)
+
+    def _entry(self, name: str) -> dict[str, Any]:
+        return {"name": name, "size": self._spans[name][1], "type": "file"}
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
+        path = self._strip_protocol(path).strip("/")
+        names = sorted(self._spans) if path == "" else [path] if path in self._spans else None
+        if names is None:
+            raise FileNotFoundError(path)
+        return [self._entry(n) for n in names] if detail else names
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        path = self._strip_protocol(path).strip("/")
+        if path == "":
+            return {"name": "", "size": 0, "type": "directory"}
+        if path not in self._spans:
+            raise FileNotFoundError(path)
+        return self._entry(path)
+
+    def modified(self, path: str) -> datetime:
+        self.info(path)
+        return self._modified
+
+    def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> MemberFile:
+        if mode != "rb":
+            raise PermissionError(f"a profile's members are read-only (asked to open {path} with mode {mode!r})")
+        path = self._strip_protocol(path).strip("/")
+        if path not in self._spans:
+            raise FileNotFoundError(path)
+        offset, size = self._spans[path]
+        return MemberFile(self._container, path, offset, size)
+
+    def close(self) -> None:
+        self._container.close()
+
+    def __enter__(self) -> "MemberFileSystem":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
