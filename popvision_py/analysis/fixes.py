@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from popvision_py.analysis.stages import min_max_split
 from popvision_py.analysis.tables import Columns, Table, sum_by
 from popvision_py.format import runconfig
 
@@ -231,21 +232,9 @@ def stage_split(blocks: Table, tiles: Any, stage_ipus: Mapping[int, int], k: int
         peak = (f[..., None] * a[envelope] + na[envelope]).max(axis=-1)
         takes = ((first[:, None] <= q) & (last[None, :] >= q)) | (first[:, None] == q)
         cost = np.where(takes, np.maximum(cost, peak), cost)
-    dp = np.full((k + 1, n + 1), np.inf)
-    arg = np.zeros((k + 1, n + 1), np.int64)
-    dp[0, 0] = 0.0
-    i, j = np.arange(n + 1)[:, None], np.arange(n + 1)[None, :]  # a stage takes blocks i..j-1
-    for s in range(1, k + 1):
-        cand = np.where((i < j) & (i >= s - 1), np.maximum(dp[s - 1][:, None], cost), np.inf)
-        arg[s] = np.argmin(cand, axis=0)
-        dp[s] = cand[arg[s], np.arange(n + 1)]
-    if not np.isfinite(dp[k, n]):
+    groups = min_max_split(lambda _: cost, k, n)
+    if groups is None:
         return None
-    cuts, end = [], n
-    for s in range(k, 0, -1):
-        start = int(arg[s, end])
-        cuts.append((start, end))
-        end = start
-    cuts.reverse()
+    cuts = [(int(g[0]), int(g[-1]) + 1) for g in groups]
     stages = [{"stage": s, "ipu": s, "blocks": names[a:b]} for s, (a, b) in enumerate(cuts)]
     return StageSplit(stages, np.array([cost[a, b] for a, b in cuts]))

@@ -333,6 +333,33 @@ def block_costs(c: _Costs, programs: Columns, ops: Columns, trace: Aggregates, v
     })
 
 
+def min_max_split(stage_cost: Any, stages: int, n: int) -> list[np.ndarray] | None:
+    """The contiguous split of ``n`` items into ``stages`` non-empty groups that minimises the largest
+    group's cost, by exact dynamic programming over every cut at once; ``None`` if none is finite.
+
+    ``stage_cost(k)`` is the cost of group k (from 1) as an ``(n + 1, n + 1)`` array: ``[i, j]`` for
+    items ``i..j-1`` (``inf`` where the group may not go). Returns each group's item indexes.
+    """
+    dp = np.full((stages + 1, n + 1), np.inf)
+    arg = np.zeros((stages + 1, n + 1), np.int64)
+    dp[0, 0] = 0.0
+    i, j = np.arange(n + 1)[:, None], np.arange(n + 1)[None, :]
+    for k in range(1, stages + 1):
+        # the first k - 1 groups end at i, group k covers [i, j)
+        valid = (i >= k - 1) & (i < j) & (j >= k) & (j <= n - (stages - k))
+        cand = np.where(valid, np.maximum(dp[k - 1][:, None], stage_cost(k)), np.inf)
+        arg[k] = np.argmin(cand, axis=0)  # the first best i, as a scan from the left would pick
+        dp[k] = cand[arg[k], np.arange(n + 1)]
+    if not np.isfinite(dp[stages, n]):
+        return None
+    cuts, end = [], n
+    for k in range(stages, 0, -1):
+        start = int(arg[k, end])
+        cuts.append(np.arange(start, end))
+        end = start
+    return cuts[::-1]
+
+
 def best_split(c: _Costs, blocks: Table, memory_by_ipu: Table,
                target: dict[str, Any], step_cycles: float) -> BestSplit:
     """The contiguous split of the blocks into as many stages as now that minimises the slowest stage.
@@ -400,28 +427,14 @@ def best_split(c: _Costs, blocks: Table, memory_by_ipu: Table,
     Q = np.concatenate(([0.0], np.cumsum(bm)))
 
     def solve(check_memory: bool) -> list[np.ndarray] | None:
-        dp = np.full((S + 1, n + 1), np.inf)
-        arg = np.zeros((S + 1, n + 1), np.int64)
-        dp[0, 0] = 0.0
         ovc = ov_f + (ov_b if c.training else 0.0)
-        i, j = np.arange(n + 1)[:, None], np.arange(n + 1)[None, :]  # stage k takes blocks i..j-1
-        for k in range(1, S + 1):
-            # every cut (i, j) at once: the first stages end at i, stage k covers [i, j)
-            cand = np.maximum(dp[k - 1][:, None], P[j] - P[i] + ovc[k - 1])
-            valid = (i >= k - 1) & (i < j) & (j >= k) & (j <= n - (S - k))
-            if check_memory:
-                valid &= fits(k - 1, Q[j] - Q[i])
-            cand = np.where(valid, cand, np.inf)
-            arg[k] = np.argmin(cand, axis=0)  # the first best i, as a scan from the left would pick
-            dp[k] = cand[arg[k], np.arange(n + 1)]
-        if not np.isfinite(dp[S, n]):
-            return None
-        cuts, j = [], n
-        for k in range(S, 0, -1):
-            i = int(arg[k, j])
-            cuts.append(np.arange(i, j))
-            j = i
-        return cuts[::-1]
+        i, j = np.arange(n + 1)[:, None], np.arange(n + 1)[None, :]
+
+        def stage_cost(k: int) -> np.ndarray:  # stage k (from 1) takes blocks i..j-1
+            cost = P[j] - P[i] + ovc[k - 1]
+            return np.where(fits(k - 1, Q[j] - Q[i]), cost, np.inf) if check_memory else cost
+
+        return min_max_split(stage_cost, S, n)
 
     best = solve(True) or solve(False)
     new_rows = rows_for(best)
