@@ -11,7 +11,9 @@ Runs, each in its own process and each writing its figures as JSON:
 3. ``make_large_profile.py`` at three sizes (the largest with 50 million trace rows), then
    ``bench_report.py`` on each: analysis time against pyarrow reading the same columns, peak
    memory against the decoded columns; and ``popvision info`` on each;
-4. ``bench_dashboard.py`` on the largest: every callback's server time, and the first page.
+4. ``bench_dashboard.py`` on the largest: every callback's server time, and the first page;
+5. ``bench_export_trace.py``: `popvision export-trace`'s peak memory and time at 1M and 10M trace
+   rows, the whole trace and one iteration.
 
 Then it writes the table of figures against the targets between the markers in
 docs/performance.md (the rest of the file is prose and stays), and every figure as JSON in
@@ -199,6 +201,23 @@ def dashboard_rows(dashboard: dict) -> list[Row]:
     return rows
 
 
+def export_rows(export: dict) -> list[Row]:
+    small, large = export["results"][0], export["results"][-1]
+    sizes = f"{rows_label(small['rows'])} / {rows_label(large['rows'])}"
+    one = large["window"]
+    return [
+        Row("export", f"`popvision export-trace` peak memory at {sizes} trace rows", f"≤ {export['target']}× (flat)",
+            f"{small['whole']['peak_rss_mb']:.0f} MiB / {large['whole']['peak_rss_mb']:.0f} MiB = "
+            f"{export['peak_ratio']:.2f}", export["met"]),
+        Row("export", f"export-trace time and JSON written at {sizes} rows", "",
+            f"{small['whole']['wall_s']:.1f} s, {small['whole']['json_bytes'] / 1e6:,.0f} MB / "
+            f"{large['whole']['wall_s']:.1f} s, {large['whole']['json_bytes'] / 1e6:,.0f} MB", None),
+        Row("export", f"one iteration (`--iterations {one['iteration']}`) of {rows_label(large['rows'])} rows", "",
+            f"{one['row_groups_read']} of {one['row_groups']} row groups decoded, {one['wall_s']:.2f} s, "
+            f"{one['peak_rss_mb']:.0f} MiB", None),
+    ]
+
+
 def table(rows: list[Row], facts: dict, quick: bool) -> str:
     lines = [
         BEGIN,
@@ -273,8 +292,12 @@ def main(argv: list[str] | None = None) -> int:
         facts["dashboard"] = measure("bench_dashboard.py", tmp / "dashboard.json", str(largest),
                                      "--repeat", "2" if args.quick else "5", *(["--no-browser"] if args.no_browser else []))
 
+        facts["export_trace"] = measure("bench_export_trace.py", tmp / "export_trace.json", "--tmp",
+                                        str(tmp / "export_trace"), *quick)
+
         rows = [*engine_rows(facts["engine"]), *format_rows(facts["format"]),
-                *analysis_rows(facts["report_bert_large"], reports, infos), *dashboard_rows(facts["dashboard"])]
+                *analysis_rows(facts["report_bert_large"], reports, infos), *dashboard_rows(facts["dashboard"]),
+                *export_rows(facts["export_trace"])]
         block = table(rows, facts, args.quick)
         (tmp / "results.json").write_text(json.dumps(facts, indent=2, default=str))
         write_into(args.out, block)
