@@ -27,7 +27,7 @@ IMBALANCE_THRESHOLD = 1.10
 BUBBLE_THRESHOLD_PCT = 25.0
 EXCHANGE_BOUND_PCT = 30.0
 # A split into more stages is chosen to leave this share of the tile free: the estimate of a stage's
-# worst tile was measured up to ~6% low against runs of the suggested commands (docs/reports.md).
+# worst tile was measured up to 7% low against runs of the suggested commands (docs/reports.md).
 SPLIT_FIT_SHARE = 0.94
 
 
