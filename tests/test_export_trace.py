@@ -353,3 +353,29 @@ def test_a_window_outside_the_trace_says_what_the_trace_holds(replicated, tmp_pa
     assert result.stderr == (f"Error: The window --iterations 40: holds no trace rows: the trace of {replicated} holds "
                              f"iterations 0 to {last} and cycles {first_cycle} to {last_cycle}.\n")
     assert out.read_text() == "earlier"
+
+
+def test_a_trace_without_statistics_still_gets_exactly_its_window(tmp_path):
+    # GIVEN the replicated run written by a writer that stores no column statistics (another tool)
+    folder = tmp_path / "plain"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(writer, "ROW_GROUP_ROWS", 2000)
+        patch.setattr(writer, "PARQUET_OPTIONS", {**writer.PARQUET_OPTIONS, "write_statistics": False})
+        result = CliRunner().invoke(main, ["run", "mnist", "--replicas", "2", "--runs", "3", "--device-iterations",
+                                           "10", "--profile", "--profile-dir", str(folder), "-q"],
+                                    catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    path = folder / "profile.pop"
+    with open_profile(path) as profile:
+        metadata = profile.metadata("trace")
+        stats = metadata.row_group(0).column(0).statistics
+        assert stats is None or not stats.has_min_max
+    # WHEN iterations 9:12 are exported (the iterations per run come from the rows, not the footer)
+    trace = raw_trace(path)
+    want = trace[(trace["global_iteration"] >= 9) & (trace["global_iteration"] < 12)]
+    result, doc = export(path, tmp_path / "t.json", "--iterations", "9:12")
+    # THEN every row group is read and exactly the window's rows come out
+    assert result.exit_code == 0, result.output
+    assert set(want["run"]) == {0, 1}
+    assert event_keys(events_of(doc)) == row_keys(want)
+    assert Window.parse("9:12").row_groups(metadata, per_run=10) == list(range(metadata.num_row_groups))

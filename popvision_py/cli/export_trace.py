@@ -162,42 +162,44 @@ class Window:
 
     def row_groups(self, metadata: pq.FileMetaData, per_run: int) -> list[int]:
         """The row groups that may hold rows of the window, from the footer's statistics (a group
-        without statistics is kept)."""
+        without statistics for a column is kept as far as that column goes)."""
         n = metadata.num_row_groups
-        keep = np.ones(n, bool)
         if not self:
             return list(range(n))
-        low, high = _group_bounds(metadata, ("run", "iteration", "ipu", "start_cycle", "end_cycle"))
+        low, high, known = _group_bounds(metadata, ("run", "iteration", "ipu", "start_cycle", "end_cycle"))
+        keep = np.ones(n, bool)
         if self.iterations is not None:
             first, stop = self.iterations
-            keep &= high["run"] * per_run + high["iteration"] >= first
+            # run and iteration are int32 and per_run <= 2**31: the products fit in int64
+            inside = high["run"] * per_run + high["iteration"] >= first
             if stop is not None:
-                keep &= low["run"] * per_run + low["iteration"] < stop
+                inside &= low["run"] * per_run + low["iteration"] < stop
+            keep &= ~(known["run"] & known["iteration"]) | inside
         if self.from_cycle is not None:
-            keep &= (high["end_cycle"] > self.from_cycle) | (high["start_cycle"] >= self.from_cycle)
+            ends = (high["end_cycle"] > self.from_cycle) | (high["start_cycle"] >= self.from_cycle)
+            keep &= ~(known["start_cycle"] & known["end_cycle"]) | ends
         if self.to_cycle is not None:
-            keep &= low["start_cycle"] < self.to_cycle
+            keep &= ~known["start_cycle"] | (low["start_cycle"] < self.to_cycle)
         if self.ipus:
             chosen = np.asarray(self.ipus)
-            keep &= ((chosen[None, :] >= low["ipu"][:, None]) & (chosen[None, :] <= high["ipu"][:, None])).any(axis=1)
+            overlap = ((chosen[None, :] >= low["ipu"][:, None]) & (chosen[None, :] <= high["ipu"][:, None])).any(axis=1)
+            keep &= ~known["ipu"] | overlap
         return np.flatnonzero(keep).tolist()
 
 
-_UNKNOWN = (-(2**62), 2**62)  # bounds of a group without statistics: within int64 after "run * per_run"
-
-
-def _group_bounds(metadata: pq.FileMetaData, columns: tuple[str, ...]) -> tuple[dict, dict]:
-    """Each row group's (min, max) of ``columns`` as int64 arrays (wide bounds where statistics are missing)."""
+def _group_bounds(metadata: pq.FileMetaData, columns: tuple[str, ...]) -> tuple[dict, dict, dict]:
+    """Each row group's min and max of ``columns`` (int64 arrays), and whether its statistics give them."""
     where = {metadata.schema.column(i).name: i for i in range(metadata.num_columns)}
-    low = {c: np.full(metadata.num_row_groups, _UNKNOWN[0], np.int64) for c in columns}
-    high = {c: np.full(metadata.num_row_groups, _UNKNOWN[1], np.int64) for c in columns}
-    for g in range(metadata.num_row_groups):  # a loop over row groups (1 Mi rows each), not rows
+    low = {c: np.zeros(metadata.num_row_groups, np.int64) for c in columns}
+    high = {c: np.zeros(metadata.num_row_groups, np.int64) for c in columns}
+    known = {c: np.zeros(metadata.num_row_groups, bool) for c in columns}
+    for g in range(metadata.num_row_groups):  # a loop over row groups (up to 1 Mi rows each), not rows
         group = metadata.row_group(g)
         for c in columns:
             stats = group.column(where[c]).statistics if c in where else None
-            if stats is not None and stats.has_min_max and isinstance(stats.min, int):
-                low[c][g], high[c][g] = stats.min, stats.max
-    return low, high
+            if stats is not None and stats.has_min_max and isinstance(stats.min, int) and isinstance(stats.max, int):
+                low[c][g], high[c][g], known[c][g] = stats.min, stats.max, True
+    return low, high, known
 
 
 def iterations_per_run(profile: Profile) -> int:
