@@ -13,7 +13,9 @@ Runs, each in its own process and each writing its figures as JSON:
    memory against the decoded columns; and ``popvision info`` on each;
 4. ``bench_dashboard.py`` on the largest: every callback's server time, and the first page;
 5. ``bench_export_trace.py``: `popvision export-trace`'s peak memory and time at 1M and 10M trace
-   rows, the whole trace and one iteration.
+   rows, the whole trace and one iteration;
+6. ``bench_sql.py`` on the largest: `popvision sql`'s peak memory against DuckDB on the unzipped
+   Parquet files, query by query.
 
 Then it writes the table of figures against the targets between the markers in
 docs/performance.md (the rest of the file is prose and stays), and every figure as JSON in
@@ -218,6 +220,15 @@ def export_rows(export: dict) -> list[Row]:
     ]
 
 
+def sql_rows(sql: dict) -> list[Row]:
+    worst = max(sql["queries"], key=lambda q: q["memory_ratio"])
+    shown = "; ".join(f"{q['name']} {q['popvision_peak_mb']:.0f} / {q['duckdb_peak_mb']:.0f} MB" for q in sql["queries"])
+    return [Row("sql", f"`popvision sql` peak memory / DuckDB on the unzipped Parquet, worst query "
+                f"({rows_label(sql['trace_rows'])} trace rows)", f"≤ {sql['target_ratio']:g}",
+                f"{worst['memory_ratio']:.2f} ({worst['name']}); {shown}",
+                worst["memory_ratio"] <= sql["target_ratio"] and all(q["same_output"] for q in sql["queries"]))]
+
+
 def table(rows: list[Row], facts: dict, quick: bool) -> str:
     lines = [
         BEGIN,
@@ -294,10 +305,11 @@ def main(argv: list[str] | None = None) -> int:
 
         facts["export_trace"] = measure("bench_export_trace.py", tmp / "export_trace.json", "--tmp",
                                         str(tmp / "export_trace"), *quick)
+        facts["sql"] = measure("bench_sql.py", tmp / "sql.json", str(largest), *(["--repeat", "1"] if args.quick else []))
 
         rows = [*engine_rows(facts["engine"]), *format_rows(facts["format"]),
                 *analysis_rows(facts["report_bert_large"], reports, infos), *dashboard_rows(facts["dashboard"]),
-                *export_rows(facts["export_trace"])]
+                *export_rows(facts["export_trace"]), *sql_rows(facts["sql"])]
         block = table(rows, facts, args.quick)
         (tmp / "results.json").write_text(json.dumps(facts, indent=2, default=str))
         write_into(args.out, block)
