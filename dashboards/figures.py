@@ -106,10 +106,28 @@ def with_unit(value: float, units: Sequence[tuple[float, float, str, int | None]
 
 def byte_unit(largest: float) -> tuple[float, str]:
     """(divisor, unit) that shows values up to ``largest`` bytes in a readable binary unit."""
-    for power, unit in ((3, "GiB"), (2, "MiB"), (1, "KiB")):
+    for power, unit in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
         if largest >= 1024**power:
             return float(1024**power), unit
     return 1.0, "bytes"
+
+
+def byte_ticks(largest: float, count: int = 5) -> dict:
+    """Axis ticks in binary units ('512 MiB', '1.5 GiB') for values from 0 to ``largest`` bytes.
+
+    Plotly's own labels are decimal SI with "B" for billion: 1.5e9 bytes would read "1.5B", which
+    looks like 1.5 bytes. The values stay in bytes (hover and data are exact); only the labels change.
+    """
+    if not largest > 0:
+        return {}
+    divisor, unit = byte_unit(largest)
+    raw_step = float(largest) / divisor / count
+    magnitude = 10.0 ** math.floor(math.log10(raw_step))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw_step * (1 - 1e-12))
+    step = max(step, 1.0) if divisor == 1 else step  # no fractions of a byte
+    decimals = next(d for d in range(0, 12) if abs(round(step, d) - step) < step * 1e-9)
+    ticks = np.arange(0, float(largest) / divisor + step, step)
+    return dict(tickvals=(ticks * divisor).tolist(), ticktext=[f"{t:,.{decimals}f} {unit}" for t in ticks])
 
 
 def _category_order(categories: Sequence[str]) -> list[str]:
@@ -250,7 +268,9 @@ def category_stacks(by_category: pd.DataFrame, capacity_by_ipu: Mapping[int, int
         fig.add_trace(go.Scatter(x=labels, y=list(capacity_by_ipu.values()), mode="markers",
                                  marker=dict(symbol="line-ew-open", size=40, color=CAPACITY_COLOUR, line=dict(width=2)),
                                  name="capacity", hovertemplate="capacity %{y:,.0f} B<extra></extra>"))
-    fig.update_yaxes(title="bytes")
+    largest = max(float(frame.groupby("ipu")["bytes"].sum().max()), max(capacity_by_ipu.values(), default=0)
+                  if capacity_by_ipu else 0)
+    fig.update_yaxes(title="bytes", **byte_ticks(largest))
     return _style(fig, barmode="stack", height=420, legend=dict(font=dict(size=10), orientation="h", y=-0.12, yanchor="top", x=0),
                   margin=dict(l=60, r=20, t=20, b=40))
 
@@ -580,7 +600,9 @@ def exchange_matrix(matrix: pd.DataFrame, value: str = "bytes") -> go.Figure:
     text = grid.map(lambda v: "" if pd.isna(v) or v == 0 else (_short_bytes(v) if value == "bytes" else f"{v:,.0f}"))
     fig = go.Figure(go.Heatmap(z=grid.to_numpy(dtype=float), x=labels, y=labels, colorscale="Blues", zmin=0,
                                text=text.to_numpy(), texttemplate="%{text}", hoverongaps=False,
-                               colorbar=dict(title=dict(text=value, side="right"), thickness=12),
+                               colorbar=dict(title=dict(text=value, side="right"), thickness=12,
+                                             **(byte_ticks(float(np.nanmax(grid.to_numpy(dtype=float))))
+                                                if value == "bytes" else {})),
                                hovertemplate="%{x} → %{y}<br>%{z:,.0f} " + value + "<extra></extra>"))
     fig.update_xaxes(title="source", side="bottom")
     fig.update_yaxes(title="destination", autorange="reversed")
@@ -605,6 +627,7 @@ def exchange_by_kind(by_kind: pd.DataFrame) -> go.Figure:
                          customdata=frame["time_pct"],
                          hovertemplate="%{x}: %{y:,} cycles (%{customdata:.1f} % of the time)<extra></extra>"),
                   row=1, col=2)
+    fig.update_yaxes(row=1, col=1, **byte_ticks(float(frame["bytes"].max())))
     return _style(fig, height=320, showlegend=False)
 
 

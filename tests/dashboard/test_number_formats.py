@@ -126,3 +126,22 @@ def test_a_table_of_cycles_shows_each_count_in_its_unit():
     cells = [[cell.children for cell in row.children] for row in rows]
     # THEN each cell reads back as its count
     assert cells == [["3", "533.3 k", "1.0 M"], ["4", "32.3 k", "9,999"]]
+
+
+def test_byte_axes_are_labelled_in_binary_units_not_plotlys_billions():
+    # GIVEN an IPU holding 1.5 GiB (plotly's own label for 1.6e9 would be "1.6B": billions, read as bytes)
+    frame = pd.DataFrame({"ipu": [0, 0], "category": ["weights", "activations"], "always_live": [True, False],
+                          "bytes": [2**30, 2**29]})
+    # WHEN the category stacks are drawn
+    axis = figures.category_stacks(frame).layout.yaxis
+    # THEN each tick's label reads back as the bytes at its position, in GiB, up to the 1.5 GiB total
+    assert list(axis.ticktext) == ["0.0 GiB", "0.5 GiB", "1.0 GiB", "1.5 GiB"]
+    for value, text in zip(axis.tickvals, axis.ticktext, strict=True):
+        shown, tolerance, _, _ = parse(text, BYTES)
+        assert abs(shown - value) <= tolerance
+    # AND the bytes-by-kind axis and the matrix's colour bar are labelled the same way
+    kinds = pd.DataFrame({"kind": ["internal", "inter_ipu"], "bytes": [3 * 2**20, 2**20], "cycles": [10, 5],
+                          "time_pct": [1.0, 0.5]})
+    assert figures.exchange_by_kind(kinds).layout.yaxis.ticktext[-1] == "3 MiB"
+    matrix = pd.DataFrame({"src_ipu": [0, 1], "dst_ipu": [1, 0], "bytes": [2**40, 2**39], "cycles": [1, 1]})
+    assert figures.exchange_matrix(matrix).data[0].colorbar.ticktext[-1] == "1.0 TiB"
