@@ -19,27 +19,22 @@ def layout(**_query: str) -> html.Div:
             c.page_header("Liveness", "Memory live at each program step; click the plot, or choose an IPU and "
                                       "a step, to list the variables live there."),
             c.section("Memory over program steps", c.graph(ids.LIVENESS_PLOT)),
-            html.Div(
-                [
-                    c.section(
-                        "Live at the chosen step",
-                        html.Div(
-                            [
-                                html.Label("IPU", htmlFor=ids.LIVENESS_IPU),
-                                dcc.Dropdown(id=ids.LIVENESS_IPU, clearable=False, className="dropdown"),
-                                html.Label("step", htmlFor=ids.LIVENESS_STEP),
-                                dcc.Input(id=ids.LIVENESS_STEP, type="number", min=0, step=1, debounce=True,
-                                          className="step-input"),
-                            ],
-                            className="controls",
-                        ),
-                        html.Div(id=ids.LIVENESS_LIVE_TITLE, className="tile-title"),
-                        html.Div(id=ids.LIVENESS_LIVE),
-                        class_name="wide",
-                    ),
-                    c.section("Peaks per IPU", html.Div(id=ids.LIVENESS_PEAKS), class_name="narrow"),
-                ],
-                className="grid-wide-narrow",
+            # One column: the list of live variables needs the page's width for its paths and byte counts.
+            c.section("Peaks per IPU", html.Div(id=ids.LIVENESS_PEAKS)),
+            c.section(
+                "Live at the chosen step",
+                html.Div(
+                    [
+                        html.Label("IPU", htmlFor=ids.LIVENESS_IPU),
+                        dcc.Dropdown(id=ids.LIVENESS_IPU, clearable=False, className="dropdown"),
+                        html.Label("step", htmlFor=ids.LIVENESS_STEP),
+                        dcc.Input(id=ids.LIVENESS_STEP, type="number", min=0, step=1, debounce=True,
+                                  className="step-input"),
+                    ],
+                    className="controls",
+                ),
+                html.Div(id=ids.LIVENESS_LIVE_TITLE, className="tile-title"),
+                html.Div(id=ids.LIVENESS_LIVE),
             ),
         ]
     )

@@ -37,13 +37,13 @@ def layout(**_query: str) -> html.Div:
                         "Selected tile",
                         html.Div(id=ids.MEMORY_TILE_TITLE, className="tile-title"),
                         c.graph(ids.MEMORY_TILE_BREAKDOWN),
-                        html.H4("Largest variables on this tile"),
-                        html.Div(id=ids.MEMORY_TILE_VARIABLES),
                         class_name="narrow",
                     ),
                 ],
                 className="grid-wide-narrow",
             ),
+            # Full width: six columns of long variable paths and byte counts do not fit the narrow panel.
+            c.section("Largest variables on the selected tile", html.Div(id=ids.MEMORY_TILE_VARIABLES)),
             html.Div(
                 [
                     c.section("Memory per IPU by category", c.graph(ids.MEMORY_CATEGORIES),
@@ -140,7 +140,7 @@ def tile_panel(report: Any, ipu: int, tile: int) -> tuple:
         variables,
         {"name": "variable", "category": "category", "always_live": "always-live", "bytes_on_tile": "on tile",
          "live_from_step": "live from", "live_to_step": "to"},
-        formats={"live_from_step": c.fmt_int, "live_to_step": c.fmt_int},
+        formats={"bytes_on_tile": c.fmt_bytes, "live_from_step": c.fmt_int, "live_to_step": c.fmt_int},
         table_id="memory-tile-variables-table",
     )
     return html.Div(title, id="memory-tile-name"), figures.tile_breakdown(breakdown, bytes_per_tile), table

@@ -29,8 +29,9 @@ def layout(**_query: str) -> html.Div:
                 ],
                 className="grid-2",
             ),
-            c.section("Suggested split", html.Div(id=ids.STAGES_SPLIT),
-                      html.Div([c.graph(ids.STAGES_SPLIT_FIGURE), html.Div(id=ids.STAGES_SPLIT_TABLE)], className="grid-2")),
+            # The table below the figure, not beside it: a stage's list of blocks needs the width.
+            c.section("Suggested split", html.Div(id=ids.STAGES_SPLIT), c.graph(ids.STAGES_SPLIT_FIGURE),
+                      html.Div(id=ids.STAGES_SPLIT_TABLE)),
         ]
     )
 
