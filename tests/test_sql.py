@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from popvision_py.cli.sql import run_query
+from popvision_py.cli.sql import QueryError, run_query
 
 ROOT = Path(__file__).resolve().parents[1]
 MNIST = ROOT / "sample_profiles" / "mnist_pipelined" / "profile.pop"
@@ -76,6 +76,14 @@ def test_a_query_holding_the_byte_0xff_is_one_sentence_and_exit_2() -> None:
     assert result.returncode == 2, result.stderr
     assert result.stderr.decode().splitlines() == [
         "Error: The query is not UTF-8 text: byte 0xff at byte 8 is not a character."]
+
+
+def test_a_lone_surrogate_from_python_is_one_sentence() -> None:
+    # GIVEN a str that no bytes could have made (a lone high surrogate), from the Python API
+    with pytest.raises(QueryError) as raised:
+        run_query(str(MNIST), "SELECT 'a\ud800'")
+    # THEN the error names the character and where it is
+    assert str(raised.value) == "The query is not text: character 10 is a lone surrogate (U+D800)."
 
 
 def test_a_non_ascii_query_in_utf_8_still_runs() -> None:

@@ -27,10 +27,14 @@ def checked_query(query: str) -> str:
     try:
         query.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raw = query.encode("utf-8", "surrogateescape")
-        position = len(query[: exc.start].encode("utf-8", "surrogateescape"))
+        code = ord(query[exc.start])
+        if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, escaped (PEP 383)
+            position = len(query[: exc.start].encode("utf-8")) + 1
+            raise QueryError(
+                f"The query is not UTF-8 text: byte 0x{code - 0xDC00:02x} at byte {position} is not a character."
+            ) from None
         raise QueryError(
-            f"The query is not UTF-8 text: byte 0x{raw[position]:02x} at byte {position + 1} is not a character."
+            f"The query is not text: character {exc.start + 1} is a lone surrogate (U+{code:04X})."
         ) from None
     if not query.strip():
         raise QueryError('The query is empty; give a SQL statement, e.g. "SELECT count(*) FROM trace".')
