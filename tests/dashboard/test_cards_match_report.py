@@ -1,0 +1,97 @@
+"""The dashboard's cards in a real Chromium show the figures `popvision report --format json` gives.
+
+The report is produced by the real CLI; each card's text is parsed back (thousands separators, k/M/G/T,
+binary byte units, %) and must equal the report's figure within the rounding the card shows. The
+figure the issue found ten times too small (533,301 cycles per step shown as "53.3 k") is among them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from dashboards import ids
+from popvision_py.cli import main
+from tests.dashboard.conftest import SAMPLES
+from tests.dashboard.test_number_formats import BYTES, COUNT, parse
+
+pytestmark = pytest.mark.browser
+
+
+def report_json(profile: str) -> dict:
+    result = CliRunner().invoke(main, ["report", profile, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)["sections"]
+
+
+def shown_cards(dash_duo, container: str) -> dict[str, tuple[str, str]]:
+    """label -> (value, note) of every card in ``container``, as the browser shows them."""
+    cards = dash_duo.driver.execute_script("""
+        return [...document.querySelectorAll(arguments[0] + ' .card')].map(card => [
+          card.querySelector('.card-label').innerText.trim(),
+          card.querySelector('.card-value').innerText.replace(/\\s+/g, ' ').trim(),
+          (card.querySelector('.card-note') || {innerText: ''}).innerText.replace(/\\s+/g, ' ').trim()]);
+    """, f"#{container}")
+    # labels are upper-cased by the style sheet; compare them as written
+    return {label.lower(): (value, note) for label, value, note in cards}
+
+
+def reads_as(text: str, units: dict[str, float], value: float, suffix: str = "") -> None:
+    """``text`` (with ``suffix`` after the figure) parses back to ``value`` within its shown rounding."""
+    assert text.endswith(suffix), (text, suffix)
+    shown, tolerance, _, _ = parse(text.removesuffix(suffix).strip(), units)
+    assert abs(shown - value) <= tolerance * (1 + 1e-9), f"{text!r} reads as {shown!r}, the report says {value!r}"
+
+
+PERCENT = {"%": 1.0}
+
+
+@pytest.mark.parametrize("sample", ["mnist_pipelined", "bert_base_pipelined"])
+def test_summary_and_stages_cards_show_the_reports_figures(dash_duo, sample):
+    from dashboards.app import create_app
+
+    # GIVEN a sample profile and the JSON report of it from the real CLI
+    profile = str(SAMPLES / sample / "profile.pop")
+    report = report_json(profile)
+    summary, stages = report["summary"]["figures"], report["stages"]["figures"]
+    dash_duo.start_server(create_app([profile]))
+
+    # WHEN the summary page is open
+    dash_duo.wait_for_element(f"#{ids.SUMMARY_FIGURES} .card", timeout=20)
+    cards = shown_cards(dash_duo, ids.SUMMARY_FIGURES)
+    # THEN its cards read back as the report's figures
+    reads_as(cards["time per step"][1], COUNT, summary["step_cycles"], " cycles")
+    reads_as(cards["flop utilisation"][0], PERCENT, summary["flop_utilisation_pct"])
+    reads_as(cards["flop utilisation"][1], COUNT, summary["total_flops"], " FLOPs")
+    reads_as(cards["worst tile"][0], BYTES, summary["worst_tile_bytes"])
+    assert cards["worst tile"][1].startswith(f"IPU {summary['worst_ipu']}, tile {summary['worst_tile']} of ")
+    assert cards["fits in memory"][0] == ("yes" if summary["fits"] else "no")
+
+    # WHEN the stages page is open
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/stages")
+    dash_duo.wait_for_element(f"#{ids.STAGES_FIGURES} .card", timeout=20)
+    cards = shown_cards(dash_duo, ids.STAGES_FIGURES)
+    # THEN its cards read back as the report's stage figures
+    assert cards["stages"][0] == str(stages["num_stages"])
+    assert cards["bottleneck"][0] == f"stage {stages['bottleneck_stage']}"
+    reads_as(cards["step"][0], COUNT, stages["step_cycles"], " cycles")
+    reads_as(cards["step"][1].removeprefix("balanced: "), COUNT, stages["balanced_step_cycles"])
+    reads_as(cards["bubble"][0], PERCENT, stages["bubble_pct"])
+    reads_as(cards["balance gain"][0], PERCENT, stages["balance_gain_pct"])
+    assert cards["imbalance"][0] == f"{stages['imbalance']:.2f} ×"
+    # and the step is the summary's step
+    assert stages["step_cycles"] == summary["step_cycles"]
+
+
+def test_the_summary_shows_a_step_of_533301_cycles_as_533_thousand(dash_duo):
+    # GIVEN the mnist sample, whose report gives 533,301 cycles per step
+    profile = str(SAMPLES / "mnist_pipelined" / "profile.pop")
+    assert report_json(profile)["summary"]["figures"]["step_cycles"] == 533_301
+    from dashboards.app import create_app
+
+    dash_duo.start_server(create_app([profile]))
+    dash_duo.wait_for_element(f"#{ids.SUMMARY_FIGURES} .card", timeout=20)
+    # THEN the time-per-step card says 533.3 thousand cycles (it said "53.3 k")
+    assert shown_cards(dash_duo, ids.SUMMARY_FIGURES)["time per step"][1] == "533.3 k cycles"
