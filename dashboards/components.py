@@ -66,6 +66,11 @@ def fmt_seconds(value: Any) -> str:
     return with_unit(float(value) * 1e9, NANOSECOND_UNITS)
 
 
+def fmt_quantity(count: Any, noun: str) -> str:
+    """1, 'iteration' -> '1 iteration'; 10 -> '10 iterations' (nouns that take an 's')."""
+    return f"{fmt_int(count)} {noun}{'' if count == 1 else 's'}"
+
+
 def fmt_text(value: Any) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return fmt_number(value)

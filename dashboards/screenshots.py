@@ -8,6 +8,7 @@ With two profiles the compare page is taken too. Pages are taken for profile A.
 from __future__ import annotations
 
 import argparse
+import logging
 import shutil
 import socket
 import sys
@@ -80,6 +81,7 @@ def take(paths: list[str], out: Path, width: int = WIDTH) -> list[Path]:
     """Screenshots of every page into ``out``; returns the files written."""
     app = create_app(paths, warm=True)
     port = _free_port()
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request on the terminal
     server = make_server("127.0.0.1", port, app.server, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -39,7 +39,7 @@ def key_figures(summary: Any) -> list[tuple]:
         ("IPUs", f"{summary.num_ipus} × {summary.replication_factor}",
          "per replica × replicas"),
         ("Batch", f"{summary.micro_batch_size} × {summary.gradient_accumulation}",
-         f"micro-batch × accumulation; {summary.device_iterations} device iterations"),
+         f"micro-batch × accumulation; {c.fmt_quantity(summary.device_iterations, 'device iteration')}"),
         ("Time per step", c.fmt_seconds(summary.step_s), f"{c.fmt_count(summary.step_cycles)} cycles"),
         ("Throughput", f"{summary.throughput_samples_per_s:,.0f} /s", f"{summary.samples_per_step:,} samples per step"),
         ("FLOP utilisation", c.fmt_pct(summary.flop_utilisation_pct), f"{c.fmt_count(summary.total_flops)} FLOPs"),

@@ -140,7 +140,7 @@ def render_figures(profile: str | None):
     summary = report.summary.figures()
     items = [
         ("Run", f"{c.fmt_count(summary.total_cycles)} cycles",
-         f"{c.fmt_seconds(summary.total_cycles / summary.clock_hz)} over {summary.iterations} iterations"),
+         f"{c.fmt_seconds(summary.total_cycles / summary.clock_hz)} over {c.fmt_quantity(summary.iterations, 'iteration')}"),
     ] + [(phase, c.fmt_pct(pct), "of IPU time") for phase, pct in data.phase_shares(report).items()]
     options = c.ipu_options(range(int(report.target["num_ipus"])))
     return c.cards(items), options, 0

@@ -145,3 +145,10 @@ def test_byte_axes_are_labelled_in_binary_units_not_plotlys_billions():
     assert figures.exchange_by_kind(kinds).layout.yaxis.ticktext[-1] == "3 MiB"
     matrix = pd.DataFrame({"src_ipu": [0, 1], "dst_ipu": [1, 0], "bytes": [2**40, 2**39], "cycles": [1, 1]})
     assert figures.exchange_matrix(matrix).data[0].colorbar.ticktext[-1] == "1.0 TiB"
+
+
+def test_quantities_agree_with_their_count():
+    # the trace page's run card said "over 1 iterations"
+    assert c.fmt_quantity(1, "iteration") == "1 iteration"
+    assert c.fmt_quantity(np.int64(10), "device iteration") == "10 device iterations"
+    assert c.fmt_quantity(1234, "iteration") == "1,234 iterations"
