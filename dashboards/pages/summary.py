@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import dash
 import pandas as pd
-from dash import Input, Output, html
+from dash import Input, Output, dcc, html
 
 from dashboards import components as c
 from dashboards import data, figures, ids
@@ -51,7 +52,8 @@ def key_figures(summary: Any) -> list[tuple]:
 
 
 def insight_list(insights: pd.DataFrame) -> html.Div:
-    """The findings, most severe first as the analysis orders them, each with its fix and effect."""
+    """The findings, most severe first as the analysis orders them, each with its fix, its effect and the
+    command that applies the fix (when there is one)."""
     if insights.empty:
         return html.Div("No findings: nothing stands out in this profile.", className="empty")
     items = []
@@ -65,11 +67,23 @@ def insight_list(insights: pd.DataFrame) -> html.Div:
                     html.P(str(row.finding), className="insight-finding"),
                     html.P([html.Strong("Fix: "), str(row.suggestion)], className="insight-fix"),
                     html.P([html.Strong("Effect: "), str(row.effect)], className="insight-effect"),
+                    *command_block(str(getattr(row, "command", "") or "")),
                 ],
                 className=f"insight insight-{severity}",
             )
         )
     return html.Div(items, className="insights")
+
+
+def command_block(command: str) -> list:
+    """The ``popvision run`` command that applies a fix, as code with a copy button; nothing without one."""
+    if not command:
+        return []
+    # One box per argument: a long command wraps between arguments, never at a hyphen inside one.
+    words = [html.Span(part, className="command-arg") if part.strip() else part for part in re.split(r"( +)", command)]
+    return [html.Div([html.Code(words, className="insight-command-text"),
+                      dcc.Clipboard(content=command, title="Copy the command", className="insight-copy")],
+                     className="insight-command")]
 
 
 @dash.callback(

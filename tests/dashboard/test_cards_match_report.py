@@ -8,6 +8,7 @@ figure the issue found ten times too small (533,301 cycles per step shown as "53
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -46,6 +47,17 @@ def reads_as(text: str, units: dict[str, float], value: float, suffix: str = "")
 
 
 PERCENT = {"%": 1.0}
+
+
+def clipboard(dash_duo, until, timeout: float = 5.0) -> str:
+    """The clipboard's text once ``until`` accepts it (the copy is asynchronous), or its last text."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = dash_duo.driver.execute_async_script(
+            "const done = arguments[0]; navigator.clipboard.readText().then(done, e => done('no clipboard: ' + e));")
+        if until(text) or time.monotonic() > deadline:
+            return text
+        time.sleep(0.1)
 
 
 @pytest.mark.parametrize("sample", ["mnist_pipelined", "bert_base_pipelined"])
@@ -95,3 +107,37 @@ def test_the_summary_shows_a_step_of_533301_cycles_as_533_thousand(dash_duo):
     dash_duo.wait_for_element(f"#{ids.SUMMARY_FIGURES} .card", timeout=20)
     # THEN the time-per-step card says 533.3 thousand cycles (it said "53.3 k")
     assert shown_cards(dash_duo, ids.SUMMARY_FIGURES)["time per step"][1] == "533.3 k cycles"
+
+
+@pytest.mark.parametrize("sample", ["mnist_pipelined", "bert_large_out_of_memory"])
+def test_each_fix_shows_the_command_the_report_gives(dash_duo, sample):
+    from dashboards.app import create_app
+
+    # GIVEN a sample profile and its findings from the real CLI
+    profile = str(SAMPLES / sample / "profile.pop")
+    insights = report_json(profile)["summary"]["insights"]
+    commands = [insight["command"] for insight in insights]
+    assert any(commands), "the sample's findings carry no command to show"
+    dash_duo.start_server(create_app([profile]))
+    # WHEN the summary page lists them
+    dash_duo.wait_for_element(".insight", timeout=20)
+    shown = dash_duo.driver.execute_script("""
+        return [...document.querySelectorAll('.insight')].map(item => {
+          const code = item.querySelector('.insight-command-text');
+          return [item.querySelector('.insight-finding').innerText,
+                  code ? code.innerText : '', !!item.querySelector('.insight-command .insight-copy')];
+        });""")
+    # THEN each finding shows exactly its command (none where the report has none), with a copy button
+    assert [finding for finding, _, _ in shown] == [insight["finding"] for insight in insights]
+    assert [command for _, command, _ in shown] == commands
+    assert [copy for _, _, copy in shown] == [bool(command) for command in commands]
+    # AND each copy button puts exactly its command, on one line, on the clipboard
+    dash_duo.driver.execute_cdp_cmd("Browser.grantPermissions", {
+        "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"], "origin": dash_duo.server_url})
+    buttons = dash_duo.find_elements(".insight-copy")
+    for button, command in zip(buttons, filter(None, commands), strict=True):
+        button.click()
+        copied = clipboard(dash_duo, until=lambda text: text == command)
+        assert copied == command
+        assert copied.startswith("popvision run ") and "\n" not in copied
+    assert [entry for entry in dash_duo.get_logs() if entry.get("level") == "SEVERE"] == []

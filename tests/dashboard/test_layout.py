@@ -29,7 +29,7 @@ SAMPLE_PAIRS = {
 
 # Where a page's text lives; each must show its content whole.
 TEXT = (".card, .card-label, .card-value, .card-note, .panel, .table-wrap, .pv-table th, .pv-table td, "
-        ".insight, .insight p, .tile-title, .level, .page-header, .compare-header, .content")
+        ".insight, .insight p, .insight-command, .tile-title, .level, .page-header, .compare-header, .content")
 
 CUT_TEXT = """
 const found = [];
