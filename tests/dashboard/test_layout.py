@@ -56,7 +56,7 @@ for (const table of document.querySelectorAll('.pv-table')) {
 // A name without spaces may only wrap when squeezed (overflow-wrap: anywhere): that is a cut too.
 const broken = [...document.querySelectorAll('.pv-table td')].filter(cell => {
   const text = cell.innerText.trim();
-  if (!text || /\s/.test(text)) return false;
+  if (!text || /\\s/.test(text)) return false;
   const range = document.createRange();
   range.selectNodeContents(cell);
   return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size > 1;
