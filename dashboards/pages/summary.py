@@ -65,9 +65,12 @@ def insight_list(insights: pd.DataFrame) -> html.Div:
                     html.Div([html.Span(severity, className=f"badge badge-{severity}"),
                               html.Span(str(row.topic), className="insight-topic")], className="insight-head"),
                     html.P(str(row.finding), className="insight-finding"),
-                    html.P([html.Strong("Fix: "), str(row.suggestion)], className="insight-fix"),
-                    html.P([html.Strong("Effect: "), str(row.effect)], className="insight-effect"),
-                    *command_block(str(getattr(row, "command", "") or "")),
+                    # A finding with no fix a run could apply says so in its own text: no empty "Fix:".
+                    *([html.P([html.Strong("Fix: "), str(row.suggestion)], className="insight-fix")]
+                      if row.suggestion else []),
+                    *([html.P([html.Strong("Effect: "), str(row.effect)], className="insight-effect")]
+                      if row.effect else []),
+                    *command_block(str(row.command)),
                 ],
                 className=f"insight insight-{severity}",
             )
