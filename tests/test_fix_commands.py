@@ -71,6 +71,14 @@ def test_a_recorded_run_gets_short_commands_that_run(made):
                 assert done["run"][option.replace("-", "_")] == int(value)
 
 
+def test_no_replica_sharding_is_suggested_for_a_single_replica(made):
+    _, paths = made
+    for path in paths.values():
+        with pv.open(path) as r:
+            assert r.run["replication_factor"] == 1
+            assert not any("replicated-tensor-sharding" in c for c in r.summary.insights()["command"])
+
+
 def test_inference_bubble_advice_changes_device_iterations_never_accumulation(made):
     _, paths = made
     with pv.open(paths["inference"]) as r:
@@ -112,6 +120,8 @@ def test_no_fix_breaks_the_planners_rules_at_the_largest_system(tmp_path):
         replicas = int(words[words.index("--replicas") + 1]) if "--replicas" in words else 4
         # THEN no command asks for more than the 256 IPUs of the largest system
         assert stages * 8 * replicas <= 256, command
+    # AND replicated tensor sharding, already on, is not suggested again
+    assert not any("replicated tensor sharding" in text for text in insights["suggestion"])
     # AND the phased run gets the pipeline's bubble finding with a runnable fix
     bubble = insights[insights["finding"].str.contains("fill and flush")]
     assert len(bubble) == 1 and "--gradient-accumulation 32" in bubble["command"].iloc[0]
