@@ -45,6 +45,7 @@ import json, resource, sys, time
 start = time.perf_counter()
 from popvision_py.cli import main
 import popvision_py.cli.run  # the command's module and the engine: imported before the clock starts
+import popvision_py.analysis.report  # and the analysis that reads the run's idle and FLOP figures back
 imported = time.perf_counter()
 try:
     main(sys.argv[1:], standalone_mode=False)
