@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 import pandas as pd
 
 from popvision_py.analysis import exchange as _exchange
@@ -236,7 +235,7 @@ class SummaryReport(_View):
             breakdown = (r.memory._tile_breakdown(int(oom["ipu"][0]), int(oom["tile"][0]))
                          if len(oom) else None)  # read only when a tile is out of memory
             return _summary.insights(self.figures(), _summary.Evidence(
-                run=r.run, target=r.target, memory_by_ipu=r.memory._by_ipu(), oom=oom, worst_breakdown=breakdown,
+                run=r.run, target=r.target, oom=oom, worst_breakdown=breakdown,
                 tile_memory=r.columns("tile_memory"), tiles=r.memory._tiles(), blocks=r.stages._blocks(), costs=r.stages._costs(),
                 stage_figures=r.stages.figures(), split=r.stages.best_split(), exchange=r.exchange.figures(),
                 kinds=r.exchange._by_kind(), costliest=r.exchange._costliest(10)))

@@ -130,7 +130,6 @@ class Evidence:
 
     run: dict[str, Any]
     target: dict[str, Any]
-    memory_by_ipu: Table
     oom: Table
     worst_breakdown: Table | None
     tile_memory: Columns
@@ -212,7 +211,7 @@ def _memory_fixes(summary: Summary, ev: Evidence) -> list[F.Fix]:
 
 def _more_stages(summary: Summary, ev: Evidence) -> F.Fix | None:
     """The fewest more pipeline stages (over as many more IPUs) that fit, or the most the system and blocks allow."""
-    run, target = ev.run, ev.target
+    run = ev.run
     stages = sorted(run.get("stages") or [], key=lambda s: int(s.get("stage", 0)))
     ipus = [int(s.get("ipu", k)) for k, s in enumerate(stages)]
     S = len(stages)
