@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.model import DTYPE_BYTES, Op, Tensor
+from engine.costs import CostModel
+from engine.model import Op, Tensor
 from engine.plan import Plan, StagePlan
 
-WORKERS = 6  # worker contexts per tile on every generation (public)
 WEIGHT_GRAIN_PARAMS = 64  # weights spread over tiles in grains of 64 parameters
 
 
@@ -145,9 +145,8 @@ class Compiler:
         self.target = plan.target
         self.options = plan.options
         self.tiles = plan.target.tiles
-        # Weights, their gradients and gradient accumulators share the run's precision (PopART's
-        # default accumulator type is the weight's type).
-        self.dt = DTYPE_BYTES[plan.options.precision]
+        self.costs = cost_model(plan)
+        self.dt = self.costs.dtype_bytes
         self.a = plan.target.assumptions
         self.stage_of = plan.stage_of_op()
         self.ops = {op.op_id: op for s in plan.stages for op in s.ops}
@@ -202,78 +201,17 @@ class Compiler:
         weight_grains = math.ceil(op.params / WEIGHT_GRAIN_PARAMS)
         return self._spread(work.start, weight_grains, min(weight_grains, work.tiles))
 
-    # -- costs -------------------------------------------------------------------------------
-
-    def _grain_cycles(self, op: Op, flops: float, moved: float, grains: int) -> float:
-        """Cycles one grain takes at the tile's full rate (all workers busy)."""
-        precision = self.options.precision
-        per_flops = flops / grains
-        per_bytes = moved / grains
-        if op.on_amp:
-            efficiency = self.a.amp_efficiency
-            if op.kind == "conv" and op.gemm is not None:
-                efficiency *= min(1.0, op.gemm[1] / self.a.amp_min_reduction)
-            rate = self.target.amp_flops_per_cycle(precision) * efficiency
-            return per_flops / rate
-        compute = per_flops / self.target.vector_flops_per_cycle(precision)
-        return max(compute, per_bytes / self.target.memory_bytes_per_cycle_per_tile)
+    # -- costs (engine/costs.py) ----------------------------------------------------------------
 
     def _mapped_cycles(self, mapping: Mapping, grain_cycles: float, amp: bool = False) -> np.ndarray:
         """``_tile_cycles`` of a mapping's grains, computed once per split and grain cost (read-only)."""
         key = ("cycles", grain_cycles, amp)
         out = mapping.cache.get(key)
         if out is None:
-            out = self._tile_cycles(mapping.grains, grain_cycles, amp)
+            out = self.costs.tile_cycles(mapping.grains, grain_cycles, amp)
             out.flags.writeable = False
             mapping.cache[key] = out
         return out
-
-    def _tile_cycles(self, grains: np.ndarray, grain_cycles: float, amp: bool = False) -> np.ndarray:
-        """Cycles each tile spends on its grains, launch overhead included.
-
-        Matrix-unit vertices are supervisor vertices that split each grain over the six workers, so
-        a tile's time is its grains' work. Vector vertices are one grain per worker: workers take
-        grains in rounds of six, and a round costs six grains' worth of issue slots (each worker
-        gets one slot in six), so a tile with one grain is as slow as one with six.
-        """
-        a = self.a
-        if amp:
-            work = grains * (grain_cycles + a.vertex_overhead_cycles)
-        else:
-            rounds = -(-grains // WORKERS)
-            work = rounds * (WORKERS * grain_cycles + a.vertex_overhead_cycles)
-        return a.compute_set_overhead_cycles + np.ceil(work).astype(np.int64)
-
-    def _exchange_bytes_per_tile(self, op: Op, mapping: Mapping, factor: int) -> int:
-        """Bytes the busiest tile receives before the op's compute set."""
-        inputs = sum(t.bytes for t in op.inputs)
-        if op.on_amp and op.gemm is not None:
-            m, k, n = op.gemm
-            a_bytes = op.inputs[0].bytes / op.groups
-            b_bytes = op.params * self.dt if op.params else sum(x.bytes for x in op.inputs[1:]) / op.groups
-            # Tiles split over the groups first; a group's tiles form a pm x pn x pk grid (rows of A,
-            # columns of B, and the reduction dimension, as Poplar's matmul planner splits it): a
-            # tile needs its slice of A and of B, and sends partial sums when the reduction is split.
-            t = mapping.tiles / op.groups
-            if t <= 1:
-                return factor * math.ceil((a_bytes + b_bytes) * op.groups / mapping.tiles)
-            out_fp32 = 4 * op.output.bytes / op.groups / self.dt
-            best = math.inf
-            for pk in (1, 2, 4, 8, 16, 32):  # the planner keeps the split that moves least
-                if pk > t or pk * 16 > k:
-                    break
-                rest = t / pk
-                pn = max(1.0, min(rest, math.sqrt(rest * n / max(m, 1))))
-                pm = max(1.0, rest / pn)
-                partials = out_fp32 * (pk - 1) / t
-                best = min(best, a_bytes / (pm * pk) + b_bytes / (pn * pk) + partials)
-            if best == math.inf:
-                best = (a_bytes + b_bytes) / t
-            return factor * math.ceil(best)
-        return factor * math.ceil(self.a.elementwise_relayout_fraction * inputs / mapping.tiles)
-
-    def _copy_cycles(self, nbytes: int, bytes_per_s: float) -> int:
-        return int(self.a.link_latency_cycles + math.ceil(nbytes / self.target.bytes_per_cycle(bytes_per_s)))
 
     # -- lowering ----------------------------------------------------------------------------
 
@@ -319,16 +257,12 @@ class Compiler:
         costs = self._costs.get((key, factor))
         if costs is not None:
             return costs
-        per_tile = self._exchange_bytes_per_tile(op, mapping, factor)
+        per_tile = self.costs.exchange_bytes_per_tile(op, mapping.tiles, factor)
         # Poplar's available memory proportion bounds a matmul's / convolution's temporary memory
         # per tile; above it the planner serialises the op into pieces that exchange and compute in
         # turn: smaller buffers, one more exchange and compute-set launch per piece.
-        serial = 1
-        if op.on_amp:
-            budget = self.options.available_memory_proportion * self.target.arch.bytes_per_tile
-            serial = max(1, math.ceil((per_tile // factor) / budget))
-        ex_cycles = (serial * self.a.exchange_latency_cycles
-                     + math.ceil(per_tile / self.a.exchange_bytes_per_cycle_per_tile))
+        serial = self.costs.serial_pieces(op, per_tile // factor)
+        ex_cycles = self.costs.exchange_cycles(per_tile, serial)
         # The backward's two products exchange one after the other: the buffer holds one at a time.
         # Each tile's buffer holds what it receives (its grains' share of the busiest tile's bytes),
         # live only over this exchange and the compute set that reads it.
@@ -337,45 +271,25 @@ class Compiler:
         # vector units the gradient costs about what the forward did.
         flops = op.flops * factor if op.on_amp else op.flops
         moved = op.bytes * factor
-        cycles = self._mapped_cycles(mapping, self._grain_cycles(op, flops, moved, op.grains), op.on_amp)
+        cycles = self._mapped_cycles(mapping, self.costs.grain_cycles(op, flops, moved, op.grains), op.on_amp)
         if serial > 1:
-            cycles = cycles + (serial - 1) * self.a.compute_set_overhead_cycles
+            cycles = cycles + self.costs.serial_overhead_cycles(serial)
             cycles.flags.writeable = False
         costs = self._costs[(key, factor)] = (per_tile, ex_cycles, received, cycles, int(cycles.max()))
         return costs
 
     def _shard_all_reduce(self, prog: IpuProgram, name: str, op: Op, stage: int, pass_: str, shard_bytes: int) -> int:
         """All-reduce of a tensor whose shard on this IPU is ``shard_bytes`` over the T shards."""
-        t = self.shards
-        full = shard_bytes * t
-        ring = int(2 * (t - 1) / t * full)
-        cycles = self._all_reduce_cycles(t, ring, self.target.all_reduce_bytes_per_s(t))
+        ring, cycles = self.costs.shard_all_reduce(shard_bytes)
         step = prog.add("global_exchange", name, op.op_id, stage, pass_, self.mappings[op.op_id].tiles, ring, cycles)
         prog.exchanges.append((step, "inter_ipu", prog.ipu, prog.ipu, ring, cycles))
         return step
-
-    def _all_reduce_cycles(self, members: int, ring_bytes: float, bytes_per_s: float) -> int:
-        """Cycles of a ring all-reduce over ``members`` that moves ``ring_bytes`` per member."""
-        return int(2 * (members - 1) * self.a.link_latency_cycles / 4
-                   + math.ceil(ring_bytes / self.target.bytes_per_cycle(bytes_per_s)))
-
-    def _stream_cycles(self, nbytes: int) -> int:
-        """Cycles to move ``nbytes`` between streaming memory and one IPU. With replicated tensor
-        sharding each replica reads 1/r from its own streaming memory and the rest arrives over the
-        IPU-Links (the blog's rts: weights split over the replicas, gathered per phase)."""
-        a = self.a
-        if self.rts:
-            r = self.options.replication_factor
-            bw = self.target.all_reduce_bytes_per_s(r * self.plan.num_ipus * self.shards)
-            return int(a.link_latency_cycles + math.ceil(nbytes / r / self.target.bytes_per_cycle(a.streaming_memory_bytes_per_s))
-                       + math.ceil(nbytes * (r - 1) / r / self.target.bytes_per_cycle(bw)))
-        return self._copy_cycles(nbytes, a.streaming_memory_bytes_per_s)
 
     def _stream(self, prog: IpuProgram, name: str, op_id: int, stage: int, pass_: str, nbytes: int) -> int:
         """A phase's weight load (and the previous phase's gradient store) through Poplar's I/O
         tiles, overlapped with the compute since the previous transfer: the step lasts only the part
         not hidden (at least a sync with the I/O tiles); the exchanges table keeps the full transfer."""
-        full = self._stream_cycles(nbytes)
+        full = self.costs.stream_cycles(nbytes)
         hidden = sum(prog.cycles[self._stream_mark:])
         exposed = max(self.a.tile_sync_cycles, full - hidden)
         tiles = self.weight_mappings[op_id].tiles if op_id in self.weight_mappings else self.tiles
@@ -406,7 +320,7 @@ class Compiler:
 
     def _copy(self, prog: IpuProgram, type_: str, kind: str, name: str, stage: int, pass_: str, nbytes: int,
               src: int, dst: int, bytes_per_s: float, tiles: int, op_id: int = -1) -> int:
-        cycles = self._copy_cycles(nbytes, bytes_per_s)
+        cycles = self.costs.copy_cycles(nbytes, bytes_per_s)
         step = prog.add(type_, name, op_id, stage, pass_, tiles, nbytes, cycles)
         prog.exchanges.append((step, kind, src, dst, nbytes, cycles))
         return step
@@ -585,7 +499,7 @@ class Compiler:
                 grads = sum(op.params for op in weighted) * self.dt
                 bw = self.target.all_reduce_bytes_per_s(replicas * self.plan.num_ipus)
                 ring = 2 * (replicas - 1) / replicas * grads
-                cycles = self._all_reduce_cycles(replicas, ring, bw)
+                cycles = self.costs.all_reduce_cycles(replicas, ring, bw)
                 step = prog.add("all_reduce", "gradients/all_reduce", -1, -1, "update", self.tiles, int(ring), cycles)
                 prog.exchanges.append((step, "all_reduce", ipu, ipu, int(ring), cycles))
             for op in weighted:
@@ -604,7 +518,7 @@ class Compiler:
             return
         # The call's inputs cross the host link in the per-micro-batch stream copies (costed there, at
         # the PCIe share of this IPU), so the call itself adds only its latency.
-        cycles = int(self.a.host_call_latency_s * self.target.arch.clock_hz)
+        cycles = self.costs.host_call_cycles()
         first = prog.steps
         step = prog.add("stream_copy", "host/call", -1, -1, "none", 1, 0, cycles)
         prog.exchanges.append((step, "host", -1, prog.ipu, 0, cycles))
@@ -629,7 +543,7 @@ class Compiler:
         """Remote loads, the optimiser's compute set and remote stores for one weighted op."""
         wmap = self.weight_mappings[op.op_id]
         state = self.a.optimiser_state_bytes_per_param[self.options.optimiser]
-        params, flops, moved = update_work(self.plan, op.params)
+        params, flops, moved = self.costs.update_work(op.params)
         stage = self.stage_of[op.op_id]
         optimiser = params * state if self.optimiser_off_chip else 0
         weights = op.params * self.dt if self.weights_streamed else 0
@@ -782,13 +696,10 @@ class Compiler:
         return max((bwd_cs[p] for p in producers), default=bwd_cs[op.op_id])
 
 
-def update_work(plan: Plan, params: int) -> tuple[int, int, int]:
-    """The weight update of an op with ``params`` parameters on one replica: the parameters it
-    updates (its share under replicated tensor sharding), their FLOPs and the bytes they move."""
-    a, o = plan.target.assumptions, plan.options
-    params = -(-params // plan.optimiser_shards)
-    state = a.optimiser_state_bytes_per_param[o.optimiser]
-    return params, params * a.optimiser_flops_per_param[o.optimiser], params * (3 * o.dtype_bytes + 2 * state)
+def cost_model(plan: Plan) -> CostModel:
+    """The cost model of a checked plan: its target, options and how its tensors are split."""
+    return CostModel(plan.target, plan.options, shards=plan.tensor_sharding, stream_shards=plan.optimiser_shards,
+                     ipus=plan.num_ipus)
 
 
 def compile_plan(plan: Plan, progress: Callable[[], None] = lambda: None) -> Compiled:

@@ -22,7 +22,7 @@ from popvision_py.format import ProfileWriter
 from popvision_py.format import schema as S
 from popvision_py.format.schema import PASSES, PHASES
 
-from engine.compiler import Compiled, update_work
+from engine.compiler import Compiled, cost_model
 from engine.memory import IpuMemory
 from engine.scheduler import Schedule, trace_batches
 
@@ -190,7 +190,7 @@ def ops_table(compiled: Compiled) -> dict[str, Any]:
             if plan.training:
                 passes.append(("backward", op.backward_flops, op.backward_bytes, tiles))
                 if op.params:
-                    _, flops, nbytes = update_work(plan, op.params)
+                    _, flops, nbytes = cost_model(plan).update_work(op.params)
                     passes.append(("update", flops, nbytes, compiled.weight_mappings[op.op_id].tiles))
             for pass_, flops, nbytes, t in passes:
                 for k, v in zip(rows, (op.op_id, op.name, op.kind, op.block, stage.index, stage.ipu, pass_, flops,

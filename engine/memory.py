@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.compiler import WORKERS, Compiled, IpuProgram
+from engine.compiler import Compiled, IpuProgram
+from engine.costs import WORKERS
 
 ALWAYS_LIVE_FIXED = ("vertex_code", "vertex_state", "control_code", "exchange_code", "constants", "stack")
 NAL_ORDER = ("weights", "optimiser_state", "gradients", "activations", "stash", "exchange_buffers")
