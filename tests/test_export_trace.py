@@ -36,18 +36,25 @@ TYPE_WORDS = {"compute_set": "compute set", "exchange": "exchange", "global_exch
               "all_reduce": "all-reduce"}
 
 
+def _small_row_groups(folder: Path, runs: int, statistics: bool = True) -> Path:
+    """mnist over 2 replicas, ``runs`` runs of 10 iterations, its trace cut into row groups of at most
+    2,000 rows (so a window can skip some), written with or without column statistics."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(writer, "ROW_GROUP_ROWS", 2000)
+        if not statistics:
+            patch.setattr(writer, "PARQUET_OPTIONS", {**writer.PARQUET_OPTIONS, "write_statistics": False})
+        result = CliRunner().invoke(main, ["run", "mnist", "--replicas", "2", "--runs", str(runs), "--device-iterations",
+                                           "10", "--profile", "--profile-dir", str(folder), "-q"],
+                                    catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return folder / "profile.pop"
+
+
 @pytest.fixture(scope="module")
 def replicated(tmp_path_factory) -> Path:
     """A real engine profile with 4 runs of 10 iterations, gradient all-reduces (2 replicas), and a
     trace cut into row groups of at most 2,000 rows (so a window can skip some)."""
-    folder = tmp_path_factory.mktemp("replicated")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(writer, "ROW_GROUP_ROWS", 2000)
-        result = CliRunner().invoke(main, ["run", "mnist", "--replicas", "2", "--runs", "4", "--device-iterations",
-                                           "10", "--profile", "--profile-dir", str(folder), "-q"],
-                                    catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    path = folder / "profile.pop"
+    path = _small_row_groups(tmp_path_factory.mktemp("replicated"), runs=4)
     with open_profile(path) as profile:
         assert profile.metadata("trace").num_row_groups > 10
     return path
@@ -357,15 +364,7 @@ def test_a_window_outside_the_trace_says_what_the_trace_holds(replicated, tmp_pa
 
 def test_a_trace_without_statistics_still_gets_exactly_its_window(tmp_path):
     # GIVEN the replicated run written by a writer that stores no column statistics (another tool)
-    folder = tmp_path / "plain"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(writer, "ROW_GROUP_ROWS", 2000)
-        patch.setattr(writer, "PARQUET_OPTIONS", {**writer.PARQUET_OPTIONS, "write_statistics": False})
-        result = CliRunner().invoke(main, ["run", "mnist", "--replicas", "2", "--runs", "3", "--device-iterations",
-                                           "10", "--profile", "--profile-dir", str(folder), "-q"],
-                                    catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    path = folder / "profile.pop"
+    path = _small_row_groups(tmp_path / "plain", runs=3, statistics=False)
     with open_profile(path) as profile:
         metadata = profile.metadata("trace")
         stats = metadata.row_group(0).column(0).statistics

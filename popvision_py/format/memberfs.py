@@ -88,10 +88,8 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
 
     def __init__(self, profile: "Profile", **storage_options: Any) -> None:
         super().__init__(**storage_options)
-        # The reader located and checked every member when it opened the profile; its directory is
-        # this package's own.
-        self._spans = {spec.member: (profile._members[spec.member].offset, profile._members[spec.member].size)
-                       for spec in S.TABLES.values()}
+        # The reader located and checked every member when it opened the profile.
+        self._spans = {spec.member: profile.member_span(name) for name, spec in S.TABLES.items()}
         self._container = pa.OSFile(str(profile.path), "r")
         self._modified = datetime.fromtimestamp(profile.path.stat().st_mtime, timezone.utc)
 

@@ -249,6 +249,11 @@ class Profile:
         """Bytes the table occupies in the file."""
         return self._members[S.TABLES[self._known(table)].member].size
 
+    def member_span(self, table: str) -> tuple[int, int]:
+        """Where the table's Parquet file lies in the container: (offset, bytes), checked at open."""
+        member = self._members[S.TABLES[self._known(table)].member]
+        return member.offset, member.size
+
     def read_table(self, table: str, columns: Sequence[str] | None = None, *, filters: Any = None) -> pa.Table:
         """Decode a table, or only ``columns`` of it, as a pyarrow Table.
 
