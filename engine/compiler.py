@@ -109,6 +109,12 @@ class IpuProgram:
     update_segment: tuple[int, int] = (0, 0)
     # Always-live bookkeeping: codelets (kind, pass) -> tiles that hold their code; per-tile extras.
     codelets: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    # The program's distinct op passes (an outlined layer's passes once): key -> (first tile, grains
+    # per tile, exchange buffer per tile or None, program steps). Their vertex state, exchange code
+    # and control code are held once per key; ``op_steps`` counts every op pass's steps.
+    code_sets: dict[tuple, tuple[int, np.ndarray, np.ndarray | None, int]] = field(default_factory=dict)
+    op_steps: int = 0
+    op_passes: int = 0
 
     @property
     def steps(self) -> int:
@@ -153,8 +159,12 @@ class Compiler:
         self._spreads: dict[tuple[int, int], tuple[np.ndarray, dict]] = {}
         self._signatures: dict[int, tuple] = {}  # op id -> its work signature (see _pass_costs)
         self._costs: dict[tuple[tuple, int], tuple[int, int, np.ndarray, np.ndarray, int]] = {}
+        self.outlining = plan.options.enable_outlining
+        # Ops of equal work (a repeated layer's): with outlining they are one subgraph, on one set of tiles.
+        self._twins: dict[tuple, int] = {}
         self.mappings = {op_id: self._map(op) for op_id, op in self.ops.items()}
         self.weight_mappings = {op_id: self._map_weights(op) for op_id, op in self.ops.items() if op.params}
+        self.state_mappings = self._map_state()
         locations = plan.options.tensor_locations
         self.weights_streamed = plan.strategy == "phased" or not locations.weights_on_chip
         self.optimiser_off_chip = not locations.optimiser_on_chip
@@ -192,14 +202,44 @@ class Compiler:
             shared = self._spreads[(grains, used)] = (array, {})
         return Mapping(start, shared[0], shared[1])
 
+    @staticmethod
+    def _work(op: Op) -> tuple:
+        """What makes two ops the same subgraph for outlining: their kind, shapes and work."""
+        return (op.kind, op.gemm, op.groups, op.params, op.flops, op.bytes, op.grains, op.output.bytes,
+                tuple(t.bytes for t in op.inputs), op.shard)
+
     def _map(self, op: Op) -> Mapping:
         used = min(op.grains, self.tiles)
-        return self._spread(self._span(op.op_id, used), op.grains, used)
+        # An outlined subgraph has one tile mapping: every op of equal work lands where the first did.
+        anchor = self._twins.setdefault(self._work(op), op.op_id) if self.outlining else op.op_id
+        return self._spread(self._span(anchor, used), op.grains, used)
 
     def _map_weights(self, op: Op) -> Mapping:
+        """Weights spread in grains of 64 parameters over as many tiles as they fill (the whole IPU for
+        a big matrix, as the matmul planner splits its reduction), from the op's first tile."""
         work = self.mappings[op.op_id]
         weight_grains = math.ceil(op.params / WEIGHT_GRAIN_PARAMS)
-        return self._spread(work.start, weight_grains, min(weight_grains, work.tiles))
+        used = min(weight_grains, self.tiles)
+        return self._spread(min(work.start, self.tiles - used), weight_grains, used)
+
+    def _map_state(self) -> dict[int, Mapping]:
+        """Optimiser state and gradient accumulators: read only by the weight update, which may run
+        on any tiles, so each IPU lays them end to end over its tiles in grains of 64 parameters (a
+        small op's state on the tiles after the previous op's), instead of piling onto the op's tiles."""
+        out: dict[int, Mapping] = {}
+        next_tile: dict[int, int] = {}
+        for stage in self.plan.stages:
+            for op in stage.ops:
+                if not op.params:
+                    continue
+                grains = math.ceil(op.params / WEIGHT_GRAIN_PARAMS)
+                used = min(grains, self.tiles)
+                start = next_tile.get(stage.ipu, 0)
+                if start + used > self.tiles:
+                    start = 0
+                out[op.op_id] = self._spread(start, grains, used)
+                next_tile[stage.ipu] = (start + used) % self.tiles
+        return out
 
     # -- costs (engine/costs.py) ----------------------------------------------------------------
 
@@ -219,7 +259,7 @@ class Compiler:
         """sync -> exchange -> compute set for one op pass; returns (exchange step, compute step)."""
         mapping = self.mappings[op.op_id]
         label = f"{op.name}/{suffix}"
-        prog.add("sync", f"{label}/sync", op.op_id, stage, pass_, self.tiles, 0, self.a.tile_sync_cycles)
+        first = prog.add("sync", f"{label}/sync", op.op_id, stage, pass_, self.tiles, 0, self.a.tile_sync_cycles)
         per_tile, ex_cycles, received, cycles, slowest = self._pass_costs(op, mapping, factor)
         ex_step = prog.add("exchange", f"{label}/exchange", op.op_id, stage, pass_, mapping.tiles,
                            per_tile * mapping.tiles, ex_cycles)
@@ -242,6 +282,16 @@ class Compiler:
         codelet = (op.kind, "forward" if suffix == "recompute" else pass_)
         mask = prog.codelets.setdefault(codelet, np.zeros(self.tiles, dtype=bool))
         mask[mapping.start:mapping.start + mapping.tiles] = True
+        # Outlined, a recomputation is a call of the forward's subgraph and a repeated layer's pass a
+        # call of the first layer's: one copy of the pass's vertex state, exchange and control code.
+        if self.outlining:
+            key: tuple = (self._work(op), "fwd" if suffix == "recompute" else suffix, factor, mapping.start)
+        else:
+            key = (op.op_id, suffix)
+        steps = prog.steps - first
+        prog.code_sets.setdefault(key, (mapping.start, mapping.grains, received, steps))
+        prog.op_steps += steps
+        prog.op_passes += 1
         return ex_step, cs
 
     def _pass_costs(self, op: Op, mapping: Mapping, factor: int) -> tuple[int, int, np.ndarray, np.ndarray, int]:
@@ -541,8 +591,8 @@ class Compiler:
 
     def _lower_update(self, prog: IpuProgram, op: Op) -> tuple[int, int]:
         """Remote loads, the optimiser's compute set and remote stores for one weighted op."""
-        wmap = self.weight_mappings[op.op_id]
-        state = self.a.optimiser_state_bytes_per_param[self.options.optimiser]
+        wmap = self.state_mappings[op.op_id]
+        state = self.costs.optimiser_state_bytes
         params, flops, moved = self.costs.update_work(op.params)
         stage = self.stage_of[op.op_id]
         optimiser = params * state if self.optimiser_off_chip else 0
@@ -560,6 +610,10 @@ class Compiler:
         cycles = self._mapped_cycles(wmap, grain_cycles)
         cs = prog.add("compute_set", f"{op.name}/update", op.op_id, stage, "update", wmap.tiles, 0, int(cycles.max()))
         prog.tile_cycles.append((cs, wmap.start, cycles, wmap.grains))
+        key = (("update", op.params), wmap.start) if self.outlining else (op.op_id, "update")
+        prog.code_sets.setdefault(key, (wmap.start, wmap.grains, None, 1))
+        prog.op_steps += 1
+        prog.op_passes += 1
         mask = prog.codelets.setdefault(("optimiser", "update"), np.zeros(self.tiles, dtype=bool))
         mask[wmap.start:wmap.start + wmap.tiles] = True
         outgoing = optimiser + weights
@@ -594,7 +648,8 @@ class Compiler:
                    weight_loads: dict[int, list[tuple[int, str]]], stage_inputs: dict[int, list[Variable]]) -> None:
         training = self.plan.training
         last_step = prog.steps - 1
-        state_bytes = self.a.optimiser_state_bytes_per_param[self.options.optimiser]
+        state_bytes = self.costs.optimiser_state_bytes
+        combined = self.costs.combined_accumulator
         shard = self.plan.optimiser_shards
         ga = self.options.gradient_accumulation
         weight_spans: dict[int, list[tuple[int, int]]] = {}
@@ -665,22 +720,25 @@ class Compiler:
                                                    last_step, op.op_id))
                 if not training:
                     continue
-                state = wmap.share(math.ceil(op.params / shard) * state_bytes)
+                smap = self.state_mappings[op.op_id]
+                state = smap.share(math.ceil(op.params / shard) * state_bytes)
                 first, last = update_steps[op.op_id]
                 if self.optimiser_off_chip or self.weights_streamed:
                     prog.variables.append(Variable(f"{op.name}/optimiser_state", "optimiser_state", False,
-                                                   wmap.start, state, first, last, op.op_id))
+                                                   smap.start, state, first, last, op.op_id))
                 else:
-                    prog.variables.append(Variable(f"{op.name}/optimiser_state", "optimiser_state", True, wmap.start,
+                    prog.variables.append(Variable(f"{op.name}/optimiser_state", "optimiser_state", True, smap.start,
                                                    state, 0, last_step, op.op_id))
                 grads = wmap.share(op.params * self.dt)
                 if self.phased_pipeline:
                     for store in grad_spans.get(op.op_id, []):
                         prog.variables.append(Variable(f"{op.name}/gradient", "gradients", False, wmap.start,
                                                        grads, bwd_cs[op.op_id], store, op.op_id))
-                elif ga > 1 and not self.weights_streamed:
-                    prog.variables.append(Variable(f"{op.name}/grad_accumulator", "gradients", True, wmap.start,
-                                                   grads, 0, last_step, op.op_id))
+                elif ga > 1 and not self.weights_streamed and not combined:
+                    # SGD's combined velocity (above) accumulates the gradients itself: no accumulator.
+                    prog.variables.append(Variable(f"{op.name}/grad_accumulator", "gradients", True, smap.start,
+                                                   smap.share(op.params * self.costs.accumulator_bytes), 0,
+                                                   last_step, op.op_id))
                 else:
                     prog.variables.append(Variable(f"{op.name}/gradient", "gradients", False, wmap.start, grads,
                                                    bwd_cs[op.op_id], last, op.op_id))

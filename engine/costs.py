@@ -39,9 +39,28 @@ class CostModel:
 
     @property
     def dtype_bytes(self) -> int:
-        """Weights, their gradients and gradient accumulators share the run's precision (PopART's
-        default accumulator type is the weight's type)."""
+        """Weights and their gradients have the run's precision (accumulators: ``accumulator_bytes``)."""
         return DTYPE_BYTES[self.options.precision]
+
+    @property
+    def accumulator_bytes(self) -> int:
+        """Bytes per parameter of a gradient accumulator: PopTorch's ``accum_type``, else the weights' type."""
+        return DTYPE_BYTES[self.options.accum_type or self.options.precision]
+
+    @property
+    def optimiser_state_bytes(self) -> int:
+        """Bytes of optimiser state per parameter: the assumption (FP32 state) scaled to the state's type
+        (``optimiser_state_type``: FP16 state is half)."""
+        fp32 = self.a.optimiser_state_bytes_per_param[self.options.optimiser]
+        return fp32 * DTYPE_BYTES[self.options.optimiser_state_type] // 4
+
+    @property
+    def combined_accumulator(self) -> bool:
+        """SGD's velocity accumulates the gradients itself (PopART's SGD1): no separate accumulator.
+        LARS cannot (its trust ratio needs the whole step's gradient), nor can a velocity off chip."""
+        o = self.options
+        return (o.optimiser == "sgd" and o.use_combined_accum and o.tensor_locations.optimiser_on_chip
+                and o.tensor_locations.weights_on_chip)
 
     # -- compute -------------------------------------------------------------------------------
 
@@ -162,5 +181,5 @@ class CostModel:
         updates (its share under replicated tensor sharding), their FLOPs and the bytes they move."""
         a, o = self.a, self.options
         params = -(-params // self.stream_shards)
-        state = a.optimiser_state_bytes_per_param[o.optimiser]
+        state = self.optimiser_state_bytes
         return params, params * a.optimiser_flops_per_param[o.optimiser], params * (3 * o.dtype_bytes + 2 * state)

@@ -92,25 +92,25 @@ def plan_memory(compiled: Compiled, prog: IpuProgram) -> IpuMemory:
     # Code and bookkeeping every program carries.
     for mask in prog.codelets.values():
         always[index["vertex_code"]] += mask * a.vertex_code_bytes_per_kind
-    # A vertex per worker and one more per 64 grains: the state Poplar keeps per vertex. Compute
-    # sets of one split on the same tiles are counted together.
-    splits: dict[tuple[int, int], list] = {}
-    for _, start, _, grains in prog.tile_cycles:
-        splits.setdefault((id(grains), start), [start, grains, 0])[2] += 1
-    for start, grains, count in splits.values():
-        vertices = np.minimum(grains, WORKERS) + grains // 64
-        always[index["vertex_state"], start:start + len(grains)] += count * (vertices * a.vertex_state_bytes_per_grain)
-    always[index["control_code"]] += steps * a.control_code_bytes_per_step
+    # Per distinct op pass (an outlined layer's once): a vertex per busy worker on each tile, whose
+    # worklist covers the tile's grains (so the state does not grow with the micro-batch); the
+    # exchange's code (one descriptor per region received); and the pass's steps of control code.
+    # Other steps (copies, syncs, streams) each carry their own control code, and so does each call
+    # of an outlined pass after the first.
+    code_steps = steps - prog.op_steps + prog.op_passes - len(prog.code_sets)
+    for start, grains, received, n in prog.code_sets.values():
+        end = start + len(grains)
+        always[index["vertex_state"], start:end] += np.minimum(grains, WORKERS) * a.vertex_state_bytes_per_vertex
+        if received is not None:
+            always[index["exchange_code"], start:end] += a.exchange_code_bytes_per_exchange + received // 512
+        code_steps += n
+    always[index["control_code"]] += code_steps * a.control_code_bytes_per_step
     always[index["constants"]] += a.constants_bytes_per_tile
     always[index["stack"]] += a.stack_bytes_per_tile
 
     nal = []
     for always_live, g in groups:
         count = len(g.live_from)
-        if g.category == "exchange_buffers":
-            # The exchange's code (one descriptor per region received) stays for the whole program.
-            always[index["exchange_code"], g.start:g.end] += count * (a.exchange_code_bytes_per_exchange
-                                                                       + g.per_tile // 512)
         if always_live:
             always[index[g.category], g.start:g.end] += count * g.per_tile
         else:

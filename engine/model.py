@@ -63,7 +63,7 @@ class TensorLocationSettings:
 # The names an option may take (the CLI offers them as choices).
 PRECISIONS = ("fp16", "fp32")
 MODES = ("training", "inference")
-OPTIMISERS = ("adamw", "adam", "lamb", "sgd")
+OPTIMISERS = ("adamw", "adam", "lamb", "sgd", "lars")
 
 
 @dataclass
@@ -131,6 +131,19 @@ class Options:
     available_memory_proportion: float = 0.6
     # The blog's t axis: each stage's ops (weights and work) split over this many IPUs.
     tensor_sharding: int = 1
+    # Optimiser state precision: PopTorch's first_order_momentum_accum_type /
+    # second_order_momentum_accum_type (Adam, AdamW, LAMB) and velocity_accum_type (SGD, LARS);
+    # PopTorch's default is FP32.
+    optimiser_state_type: str = "fp32"
+    # Gradient accumulators' type (PopTorch's accum_type); None: the weights' type (PopART's default).
+    accum_type: str | None = None
+    # SGD with momentum keeps one velocity that also accumulates the gradients (PopART's "SGD1",
+    # PopTorch's SGD(use_combined_accum=True), as Graphcore's CNN examples run it); False: a
+    # separate gradient accumulator beside the velocity ("SGD2").
+    use_combined_accum: bool = True
+    # PopART outlines identical subgraphs (SessionOptions.enableOutlining, on by default): repeated
+    # layers share one copy of their code and vertex state.
+    enable_outlining: bool = True
     tensor_locations: TensorLocations = field(default_factory=TensorLocations)
     strategy: "ExecutionStrategy | None" = None
 
@@ -179,7 +192,9 @@ class Options:
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name.replace('_', ' ').capitalize()} must be a positive integer, not {value}.")
         for what, value, choices in (("precision", self.precision, PRECISIONS), ("mode", self.mode, MODES),
-                                     ("optimiser", self.optimiser, OPTIMISERS)):
+                                     ("optimiser", self.optimiser, OPTIMISERS),
+                                     ("optimiser state type", self.optimiser_state_type, PRECISIONS),
+                                     ("accumulator type", self.accum_type or self.precision, PRECISIONS)):
             if value not in choices:
                 raise ConfigError(f"Unknown {what} {value!r}; choose one of {', '.join(choices)}.")
 

@@ -174,24 +174,28 @@ class Assumptions:
     compute_set_overhead_cycles: int = assumption(80, WHOLE, "cycles")
     # Cycles per vertex (grain) a worker spends on its own prologue and epilogue.
     vertex_overhead_cycles: int = assumption(12, WHOLE, "cycles")
-    # Memory: bytes of code per codelet kind on each tile that runs it, vertex state per grain,
+    # Memory: bytes of code per codelet kind on each tile that runs it, vertex state per vertex,
     # control code per program step, exchange code per exchange a tile takes part in, worker and
-    # supervisor stacks per tile.
+    # supervisor stacks per tile. A compute set has one vertex per busy worker on a tile (poplibs'
+    # conv / matmul vertices carry worklists: a tile's share of a bigger batch is longer worklist
+    # runs, not more vertices), so vertex state follows the partition, not the micro-batch.
     vertex_code_bytes_per_kind: int = assumption(2400, WHOLE, "bytes")
-    vertex_state_bytes_per_grain: int = assumption(24, WHOLE, "bytes")
+    vertex_state_bytes_per_vertex: int = assumption(24, WHOLE, "bytes")
     control_code_bytes_per_step: int = assumption(8, WHOLE, "bytes")
     exchange_code_bytes_per_exchange: int = assumption(28, WHOLE, "bytes")
     stack_bytes_per_tile: int = assumption(7 * 1024, WHOLE, "bytes")
     constants_bytes_per_tile: int = assumption(256, WHOLE, "bytes")
     # Fraction of an elementwise op's inputs that must move between tiles (layouts rarely match).
     elementwise_relayout_fraction: float = assumption(0.1, FRACTION, "fraction of the inputs")
-    # Bytes of optimiser state per parameter (Adam/AdamW/LAMB: two FP32 moments; SGD: one), and the
-    # FLOPs per parameter of one weight update. Capped at 1,024 so that parameters x figure stay well
-    # inside int64 for the largest model (gpt3-175b: 1.8e14).
+    # Bytes of FP32 optimiser state per parameter (Adam/AdamW/LAMB: two FP32 moments; SGD and LARS:
+    # one velocity; --optimiser-state-type fp16 halves it), and the FLOPs per parameter of one weight
+    # update (LARS: SGD's 3 plus the trust ratio's two squared norms, 2 each, and its scaling, 1).
+    # Capped at 1,024 so that parameters x figure stay well inside int64 for the largest model
+    # (gpt3-175b: 1.8e14).
     optimiser_state_bytes_per_param: dict[str, int] = per_optimiser(
-        {"adamw": 8, "adam": 8, "lamb": 8, "sgd": 4}, Range(0, 1024, whole=True), "bytes per parameter")
+        {"adamw": 8, "adam": 8, "lamb": 8, "sgd": 4, "lars": 4}, Range(0, 1024, whole=True), "bytes per parameter")
     optimiser_flops_per_param: dict[str, int] = per_optimiser(
-        {"adamw": 12, "adam": 10, "lamb": 16, "sgd": 3}, Range(0, 1024, whole=True), "FLOP per parameter")
+        {"adamw": 12, "adam": 10, "lamb": 16, "sgd": 3, "lars": 8}, Range(0, 1024, whole=True), "FLOP per parameter")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -193,7 +193,7 @@ EXPECTED_SETTINGS = {
     # inference: no gradient accumulation, no optimiser, and mnist's inference batch (8 x 100 iterations)
     "inference": {"strategy": ("pipelined", "sharded"), "mode": ("training", "inference"),
                   "gradient_accumulation": (10, 1), "micro_batch_size": (40, 8), "device_iterations": (10, 100),
-                  "optimiser": ("adamw", None)},
+                  "optimiser": ("adamw", None), "optimiser_state_type": ("fp32", None)},
 }
 
 

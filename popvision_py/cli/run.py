@@ -62,6 +62,15 @@ def _assumption(values: tuple[str, ...]) -> dict[str, float]:
               help="Shard optimiser state over the replicas.")
 @click.option("--optimiser", type=click.Choice(OPTIMISERS, case_sensitive=False),
               help="Optimiser (the model's default if unset; adamw for most).")
+@click.option("--optimiser-state-type", type=click.Choice(PRECISIONS, case_sensitive=False),
+              help="Precision of the optimiser's state (PopTorch's first/second_order_momentum_accum_type, "
+              "velocity_accum_type): fp32 (default) or fp16.")
+@click.option("--accum-type", type=click.Choice(PRECISIONS, case_sensitive=False),
+              help="Precision of the gradient accumulators (PopTorch's accum_type; the weights' by default).")
+@click.option("--combined-accum/--separate-accum", "use_combined_accum", default=None,
+              help="SGD: one velocity that also accumulates the gradients (default), or a separate accumulator.")
+@click.option("--outline/--no-outline", "enable_outlining", default=None,
+              help="Identical layers share one copy of their code and vertex state (PopART's outlining; default on).")
 @click.option("--arch", type=click.Choice(list(ARCHS), case_sensitive=False), help="IPU generation (mk2 by default).")
 @click.option("--system", help="System to run on: IPU, IPU-POD4, POD16, POD64, POD128, POD256 (smallest that fits "
               "by default).")

@@ -134,17 +134,17 @@ def test_a_per_optimiser_flops_override_changes_the_update_flops(tmp_path):
 def test_python_takes_the_same_per_optimiser_keys():
     target = make_target("mk2", 1)
     one = target.with_assumptions(**{"optimiser_state_bytes_per_param.adam": 12})
-    assert one.assumptions.optimiser_state_bytes_per_param == {"adamw": 8, "adam": 12, "lamb": 8, "sgd": 4}
+    assert one.assumptions.optimiser_state_bytes_per_param == {"adamw": 8, "adam": 12, "lamb": 8, "sgd": 4, "lars": 4}
     # optimiser names are case-insensitive, as --optimiser is
     assert target.with_assumptions(**{"optimiser_state_bytes_per_param.ADAM": 12}).assumptions == one.assumptions
     some = target.with_assumptions(optimiser_flops_per_param={"lamb": 20, "sgd": 5})
-    assert some.assumptions.optimiser_flops_per_param == {"adamw": 12, "adam": 10, "lamb": 20, "sgd": 5}
+    assert some.assumptions.optimiser_flops_per_param == {"adamw": 12, "adam": 10, "lamb": 20, "sgd": 5, "lars": 8}
     # the defaults are untouched (each Assumptions holds its own dicts)
     assert target.assumptions.optimiser_state_bytes_per_param["adam"] == 8
     with pytest.raises(ConfigError, match=r"amp_efficiency=-1 is out of range"):
         Assumptions(amp_efficiency=-1)
     with pytest.raises(ConfigError, match=r"optimiser_state_bytes_per_param has no value for optimiser sgd"):
-        Assumptions(optimiser_state_bytes_per_param={"adamw": 8, "adam": 8, "lamb": 8})
+        Assumptions(optimiser_state_bytes_per_param={"adamw": 8, "adam": 8, "lamb": 8, "lars": 4})
 
 
 def test_a_whole_number_written_as_a_float_is_taken_as_that_number(tmp_path):
@@ -155,7 +155,7 @@ def test_a_whole_number_written_as_a_float_is_taken_as_that_number(tmp_path):
     assert result.exit_code == 0, result.output
     default = json.loads(_run("mnist", "--json", "-q").stdout)
     summary = json.loads(result.stdout)
-    assert summary["cycles_per_step"] == default["cycles_per_step"] == 533_301
+    assert summary["cycles_per_step"] == default["cycles_per_step"] == 530_181
     with open_profile(out / "profile.pop") as p:
         value = p.manifest["target"]["assumptions"]["exchange_latency_cycles"]
     assert value == 60 and isinstance(value, int)

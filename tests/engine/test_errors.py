@@ -60,7 +60,7 @@ def test_a_user_model_file_that_fails_to_import(tmp_path, source, words):
     ("--strategy", "pipeline", "'pipelined', 'sharded', 'phased'"),
     ("--mode", "train", "'training', 'inference'"),
     ("--precision", "bf16", "'fp16', 'fp32'"),
-    ("--optimiser", "rmsprop", "'adamw', 'adam', 'lamb', 'sgd'"),
+    ("--optimiser", "rmsprop", "'adamw', 'adam', 'lamb', 'sgd', 'lars'"),
 ])
 def test_a_bad_option_value_is_a_usage_error_naming_the_choices(tmp_path, option, value, choices):
     out = tmp_path / "profile"
