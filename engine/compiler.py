@@ -604,20 +604,47 @@ class Compiler:
         if incoming:
             self._copy(prog, "remote_buffer_copy", "remote_buffer", f"{op.name}/update/from_remote", stage, "update",
                        incoming, -2, prog.ipu, self.a.streaming_memory_bytes_per_s, wmap.tiles, op.op_id)
+        # On-chip weights lie on their op's tiles, the state on its own: the update gathers the
+        # weights (and a gradient not already accumulated there) onto the state's tiles first, and
+        # writes the new weights back after.
+        home = self.weight_mappings[op.op_id]
+        gathered = 0
+        if not self.weights_streamed and (home.start, home.tiles) != (wmap.start, wmap.tiles):
+            grads_there = self.options.gradient_accumulation > 1
+            gathered = op.params * self.dt * (1 if grads_there else 2)
+        received = None
+        steps_before = prog.steps
+        if gathered:
+            received = wmap.share(gathered)
+            busiest = int(received.max())
+            prog.add("sync", f"{op.name}/update/sync", op.op_id, stage, "update", self.tiles, 0,
+                     self.a.tile_sync_cycles)
+            ex = prog.add("exchange", f"{op.name}/update/exchange", op.op_id, stage, "update", wmap.tiles,
+                          busiest * wmap.tiles, self.costs.exchange_cycles(busiest))
+            prog.exchanges.append((ex, "internal", prog.ipu, prog.ipu, busiest * wmap.tiles,
+                                   self.costs.exchange_cycles(busiest)))
+            prog.variables.append(Variable(f"{op.name}/update/exchange_buffer", "exchange_buffers", False,
+                                           wmap.start, received, ex, ex + 1, op.op_id))
         grains = int(wmap.grains.sum())
         grain_cycles = max(flops / grains / self.target.vector_flops_per_cycle("fp32"),
                            moved / grains / self.target.memory_bytes_per_cycle_per_tile)
         cycles = self._mapped_cycles(wmap, grain_cycles)
         cs = prog.add("compute_set", f"{op.name}/update", op.op_id, stage, "update", wmap.tiles, 0, int(cycles.max()))
         prog.tile_cycles.append((cs, wmap.start, cycles, wmap.grains))
-        key = (("update", op.params), wmap.start) if self.outlining else (op.op_id, "update")
-        prog.code_sets.setdefault(key, (wmap.start, wmap.grains, None, 1))
-        prog.op_steps += 1
+        last = cs
+        if gathered:
+            back = int(home.share(op.params * self.dt).max())
+            last = prog.add("exchange", f"{op.name}/update/write_back", op.op_id, stage, "update", home.tiles,
+                            back * home.tiles, self.costs.exchange_cycles(back))
+            prog.exchanges.append((last, "internal", prog.ipu, prog.ipu, back * home.tiles,
+                                   self.costs.exchange_cycles(back)))
+        key = (("update", op.params, gathered), wmap.start) if self.outlining else (op.op_id, "update")
+        prog.code_sets.setdefault(key, (wmap.start, wmap.grains, received, prog.steps - steps_before))
+        prog.op_steps += prog.steps - steps_before
         prog.op_passes += 1
         mask = prog.codelets.setdefault(("optimiser", "update"), np.zeros(self.tiles, dtype=bool))
         mask[wmap.start:wmap.start + wmap.tiles] = True
         outgoing = optimiser + weights
-        last = cs
         if outgoing:
             last = self._copy(prog, "remote_buffer_copy", "remote_buffer", f"{op.name}/update/to_remote", stage,
                               "update", outgoing, prog.ipu, -2, self.a.streaming_memory_bytes_per_s, wmap.tiles,

@@ -155,7 +155,7 @@ def test_a_whole_number_written_as_a_float_is_taken_as_that_number(tmp_path):
     assert result.exit_code == 0, result.output
     default = json.loads(_run("mnist", "--json", "-q").stdout)
     summary = json.loads(result.stdout)
-    assert summary["cycles_per_step"] == default["cycles_per_step"] == 530_181
+    assert summary["cycles_per_step"] == default["cycles_per_step"] == 530_395
     with open_profile(out / "profile.pop") as p:
         value = p.manifest["target"]["assumptions"]["exchange_latency_cycles"]
     assert value == 60 and isinstance(value, int)
