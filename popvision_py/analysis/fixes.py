@@ -36,7 +36,8 @@ LOCATION_OF = {"offload_optimiser": "optimiser", "offload_weights": "weights", "
 ORDER = ("preset", "layers", "hidden", "heads", "seq_len", "ipus", "mode", "strategy", "stages", "micro_batch_size",
          "gradient_accumulation", "device_iterations", "replication_factor", "tensor_sharding", "recompute",
          "offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding", "precision",
-         "optimiser", "available_memory_proportion", "arch", "system", "runs")
+         "optimiser", "available_memory_proportion", "recompute_checkpoints", "attention_serialisation", "arch",
+         "system", "runs")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ def flag(name: str, value: Any) -> list[str]:
         return [f"--{name.replace('_', '-')}" if value else f"--no-{name.replace('_', '-')}"]
     if name == "stages":
         return ["--stages", stages_text(value) if not isinstance(value, str) else value]
+    if isinstance(value, (list, tuple)):  # one value per IPU: --available-memory-proportion 0.1,0.3
+        return [f"--{FLAGS.get(name, name.replace('_', '-'))}", ",".join(str(v) for v in value)]
     return [f"--{FLAGS.get(name, name.replace('_', '-'))}", str(value)]
 
 
