@@ -99,6 +99,10 @@ def request(run: Mapping[str, Any], target: Mapping[str, Any]) -> tuple[str, dic
     if training:
         options.update({"gradient_accumulation": run.get("gradient_accumulation"), "optimiser": run.get("optimiser"),
                         "recompute": bool(run.get("recompute", False))})
+        if run.get("recompute") and run.get("recompute_checkpoints", "blocks") != "blocks":
+            options["recompute_checkpoints"] = run["recompute_checkpoints"]
+    if int(run.get("attention_serialisation", 1) or 1) > 1:
+        options["attention_serialisation"] = run["attention_serialisation"]
     for name, where in LOCATION_OF.items():
         options[name] = locations.get(where, "on_chip") == "off_chip"
     options["replicated_tensor_sharding"] = bool(locations.get("replicated_tensor_sharding", False))
@@ -110,6 +114,14 @@ def command(run: Mapping[str, Any], target: Mapping[str, Any], changes: Mapping[
     its profile to ``profile-<tag>``."""
     model, options = request(run, target)
     options.update(changes)
+    amp = options.get("available_memory_proportion")
+    if isinstance(amp, (list, tuple)):
+        # one value per IPU: a fix over another number of IPUs keeps the strictest for every IPU
+        stages = applied(run, changes).get("stages") or []
+        ipus = 1 + max((int(s.get("ipu", k)) for k, s in enumerate(stages if not isinstance(stages, str) else [])),
+                       default=len(amp) - 1)
+        if len(amp) != ipus:
+            options["available_memory_proportion"] = min(float(v) for v in amp)
     if "system" in options:  # a fix over more IPUs needs a system that holds them
         needed = runconfig.ipus_used(applied(run, changes))
         options["system"] = runconfig.system_holding(needed, str(options["system"]))
