@@ -251,3 +251,31 @@ def test_poptorchs_dictionary_sets_each_ipu():
     o = Options().setAvailableMemoryProportion({"IPU0": 0.1, "IPU2": 0.3})
     assert o.available_memory_proportion == (0.1, 0.6, 0.3)
     assert [o.memory_proportion(i) for i in range(3)] == [0.1, 0.6, 0.3]
+
+
+def test_a_fix_over_other_ipus_keeps_the_strictest_proportion(tmp_path):
+    # GIVEN a 4-IPU run with one proportion per IPU
+    model = write_model(tmp_path, BALANCED_MODEL)
+    tables = run_profile(tmp_path, model, "--available-memory-proportion", "0.2,0.1,0.3,0.4")
+    run, target = tables["manifest"]["run"], tables["manifest"]["target"]
+    from popvision_py.analysis import fixes
+
+    # WHEN a fix keeps the IPUs, the list stays; when it moves to 2 IPUs, the smallest value stands for all
+    same = fixes.command(run, target, {"gradient_accumulation": 16}, "ga")
+    assert "--available-memory-proportion 0.2,0.1,0.3,0.4" in same
+    fewer = fixes.command(run, target, {"stages": [{"stage": 0, "ipu": 0, "blocks": ["B0", "B1"]},
+                                                   {"stage": 1, "ipu": 1, "blocks": ["B2", "B3"]}]}, "two")
+    assert "--available-memory-proportion 0.1 " in fewer
+
+
+def test_stages_on_one_ipu_are_not_reported_as_an_imbalanced_pipeline(tmp_path):
+    # GIVEN a deliberately unequal split (one block, then three) on a single IPU
+    model = write_model(tmp_path, BALANCED_MODEL)
+    out = tmp_path / "one"
+    result = run_cli("run", model, "-q", "--stages", "B0@0 B1..B3@0", "--gradient-accumulation", "4",
+                     "--profile", "--profile-dir", str(out))
+    assert result.exit_code == 0, result.output
+    # THEN the stages run one after another: no bottleneck or bubble finding
+    report = run_cli("report", str(out / "profile.pop"), "--section", "summary")
+    assert "bottleneck" not in report.output
+    assert "fill and flush" not in report.output
