@@ -158,7 +158,7 @@ class Compiler:
         self.ops = {op.op_id: op for s in plan.stages for op in s.ops}
         self._spreads: dict[tuple[int, int], tuple[np.ndarray, dict]] = {}
         self._signatures: dict[int, tuple] = {}  # op id -> its work signature (see _pass_costs)
-        self._costs: dict[tuple[tuple, int], tuple[int, int, np.ndarray, np.ndarray, int]] = {}
+        self._costs: dict[tuple[tuple, int, float], tuple[int, int, np.ndarray, np.ndarray, int]] = {}
         self.outlining = plan.options.enable_outlining
         # Ops of equal work (a repeated layer's): with outlining they are one subgraph, on one set of tiles.
         self._twins: dict[tuple, int] = {}
@@ -173,7 +173,7 @@ class Compiler:
         # Activations kept for several micro-batches at once: a training pipeline's in-flight
         # micro-batches, or every micro-batch of the step under phased execution.
         self.pipelined_training = plan.training and (
-            (plan.pipelined and len(plan.stages) > 1) or plan.strategy == "phased")
+            (plan.pipelined and plan.pipeline_depth > 1) or plan.strategy == "phased")
         # Phased execution over stages on distinct IPUs: a pipeline whose stages stream each
         # weighted op's weights just before it (a phase per op), overlapped with the compute before.
         self.phased_pipeline = plan.strategy == "phased" and plan.pipelined
@@ -260,7 +260,7 @@ class Compiler:
         mapping = self.mappings[op.op_id]
         label = f"{op.name}/{suffix}"
         first = prog.add("sync", f"{label}/sync", op.op_id, stage, pass_, self.tiles, 0, self.a.tile_sync_cycles)
-        per_tile, ex_cycles, received, cycles, slowest = self._pass_costs(op, mapping, factor)
+        per_tile, ex_cycles, received, cycles, slowest = self._pass_costs(op, mapping, factor, prog.ipu)
         ex_step = prog.add("exchange", f"{label}/exchange", op.op_id, stage, pass_, mapping.tiles,
                            per_tile * mapping.tiles, ex_cycles)
         prog.exchanges.append((ex_step, "internal", prog.ipu, prog.ipu, per_tile * mapping.tiles, ex_cycles))
@@ -272,14 +272,14 @@ class Compiler:
             # Tensor sharding: a row-parallel op's partial outputs are all-reduced over the stage's
             # shards in the forward (and recomputation); a column-parallel op's input gradient in
             # the backward. Reduce-scatter then all-gather, a ring over IPU-Links.
-            if op.shard == "row" and (pass_ == "forward" or suffix == "recompute"):
+            if op.shard == "row" and (pass_ == "forward" or suffix.startswith("recompute")):
                 self._shard_all_reduce(prog, f"{label}/all_reduce", op, stage, pass_, op.output.bytes)
             elif op.shard == "column" and suffix == "bwd":
                 grads = sum(t.bytes for t in op.inputs if t.dtype != "int32")
                 if grads:
                     self._shard_all_reduce(prog, f"{label}/all_reduce", op, stage, pass_, grads)
         # Recomputation reuses the forward codelets.
-        codelet = (op.kind, "forward" if suffix == "recompute" else pass_)
+        codelet = (op.kind, "forward" if suffix.startswith("recompute") else pass_)
         mask = prog.codelets.setdefault(codelet, np.zeros(self.tiles, dtype=bool))
         mask[mapping.start:mapping.start + mapping.tiles] = True
         # Outlined, a recomputation is a call of the forward's subgraph and a repeated layer's pass a
@@ -294,7 +294,8 @@ class Compiler:
         prog.op_passes += 1
         return ex_step, cs
 
-    def _pass_costs(self, op: Op, mapping: Mapping, factor: int) -> tuple[int, int, np.ndarray, np.ndarray, int]:
+    def _pass_costs(self, op: Op, mapping: Mapping, factor: int,
+                    ipu: int = 0) -> tuple[int, int, np.ndarray, np.ndarray, int]:
         """An op pass's exchange (bytes on the busiest tile, cycles, each tile's buffer) and compute
         set (cycles per tile, the slowest): computed once per work signature and factor, so the
         repeated layers of a model (and a pass's recomputation) reuse their first layer's figures."""
@@ -304,14 +305,16 @@ class Compiler:
             key = self._signatures[op.op_id] = (
                 id(mapping.grains), op.kind, op.gemm, op.groups, op.params, op.flops, op.bytes, op.output.bytes,
                 tuple(t.bytes for t in op.inputs))
-        costs = self._costs.get((key, factor))
+        # IPUs with different available memory proportions serialise the same op differently.
+        cache_key = (key, factor, self.options.memory_proportion(ipu))
+        costs = self._costs.get(cache_key)
         if costs is not None:
             return costs
         per_tile = self.costs.exchange_bytes_per_tile(op, mapping.tiles, factor)
         # Poplar's available memory proportion bounds a matmul's / convolution's temporary memory
         # per tile; above it the planner serialises the op into pieces that exchange and compute in
         # turn: smaller buffers, one more exchange and compute-set launch per piece.
-        serial = self.costs.serial_pieces(op, per_tile // factor)
+        serial = self.costs.serial_pieces(op, per_tile // factor, ipu)
         ex_cycles = self.costs.exchange_cycles(per_tile, serial)
         # The backward's two products exchange one after the other: the buffer holds one at a time.
         # Each tile's buffer holds what it receives (its grains' share of the busiest tile's bytes),
@@ -325,7 +328,7 @@ class Compiler:
         if serial > 1:
             cycles = cycles + self.costs.serial_overhead_cycles(serial)
             cycles.flags.writeable = False
-        costs = self._costs[(key, factor)] = (per_tile, ex_cycles, received, cycles, int(cycles.max()))
+        costs = self._costs[cache_key] = (per_tile, ex_cycles, received, cycles, int(cycles.max()))
         return costs
 
     def _shard_all_reduce(self, prog: IpuProgram, name: str, op: Op, stage: int, pass_: str, shard_bytes: int) -> int:
@@ -393,19 +396,27 @@ class Compiler:
                     out[op.op_id] = op.output
         return list(out.values())
 
-    @staticmethod
-    def _blocks(stage: StagePlan) -> list[list[Op]]:
-        """The stage's ops grouped by block, in program order."""
+    def _segments(self, stage: StagePlan) -> list[list[Op]]:
+        """The stage's recomputation segments, in program order: the backward recomputes one segment
+        from its checkpoints, then runs its backward. One per block (``recompute_checkpoints``
+        "blocks"), per k consecutive blocks (k), or the whole stage ("stage": only its inputs are
+        kept, as PopART's RecomputationType::Pipeline stashes only a pipeline stage's inputs)."""
         groups: dict[str, list[Op]] = {}
         for op in stage.ops:
             groups.setdefault(op.block, []).append(op)
-        return list(groups.values())
+        blocks = list(groups.values())
+        every = self.options.recompute_checkpoints
+        if every == "stage":
+            return [list(stage.ops)]
+        k = 1 if every == "blocks" else int(every)
+        return [[op for block in blocks[i:i + k] for op in block] for i in range(0, len(blocks), k)]
 
     def _checkpoints(self, stage: StagePlan) -> list[Op]:
-        """Ops whose outputs a later block of the same stage reads: the recomputation checkpoints."""
+        """Ops whose outputs a later segment of the same stage reads: the recomputation checkpoints."""
+        segment = {op.op_id: k for k, ops in enumerate(self._segments(stage)) for op in ops}
         out = []
         for op in stage.ops:
-            if any(self.stage_of[c] == stage.index and self.ops[c].block != op.block
+            if any(self.stage_of[c] == stage.index and segment[c] != segment[op.op_id]
                    for c in self.consumers.get(op.op_id, [])):
                 out.append(op)
         return out
@@ -419,14 +430,14 @@ class Compiler:
         return inputs + sum(op.output.bytes for op in self._checkpoints(stage))
 
     def _stash_depth(self, stage: StagePlan) -> int:
-        """Micro-batches whose activations a stage holds at once: 2(N-1-s)+1 in a training pipeline,
-        all of the step's micro-batches under phased execution, else one."""
+        """Micro-batches whose activations a stage holds at once: 2(N-1-s)+1 in a training pipeline
+        of N IPUs (s: the rank of the stage's IPU), all of the step's micro-batches under phased
+        execution, else one."""
         if not self.pipelined_training:
             return 1
         if self.plan.strategy == "phased" and not self.plan.pipelined:
             return self.options.gradient_accumulation
-        n = len(self.plan.stages)
-        return 2 * (n - 1 - stage.index) + 1
+        return 2 * (self.plan.pipeline_depth - 1 - self.plan.pipeline_rank(stage)) + 1
 
     def compile(self, progress: Callable[[], None] = lambda: None) -> Compiled:
         """Lower every IPU's program and its variables."""
@@ -444,6 +455,7 @@ class Compiler:
         fwd_cs: dict[int, int] = {}
         bwd_cs: dict[int, int] = {}
         recompute_cs: dict[int, int] = {}
+        again_cs: dict[int, int] = {}  # a serialised attention piece's second recomputation
         weight_loads: dict[int, list[tuple[int, str]]] = {}  # op -> [(load step, pass it feeds)]
         stage_input_vars: dict[int, list[Variable]] = {}
         self._weight_spans: list[tuple[int, int, int]] = []  # phased pipeline: (op, live from, live to)
@@ -509,11 +521,12 @@ class Compiler:
                     self._copy(prog, "remote_buffer_copy", "remote_buffer", f"stage{stage.index}/stash_from_remote",
                                stage.index, "backward", stash, -2, ipu, self.a.streaming_memory_bytes_per_s,
                                self.tiles)
-                # With recomputation, each block's output is a checkpoint (Graphcore's
-                # recompute_checkpoint_every_layer): the backward recomputes one block from its
-                # checkpoint, then runs that block's backward, so one block's activations live at a time.
+                # With recomputation, each segment's output is a checkpoint (by default every block:
+                # Graphcore's recompute_checkpoint_every_layer): the backward recomputes one segment
+                # from its checkpoints, then runs that segment's backward, so one segment's
+                # activations live at a time.
                 self._stream_mark, self._prev_load, pending = prog.steps, -1, []
-                for block_ops in (reversed(self._blocks(stage)) if self.options.recompute else [stage.ops]):
+                for block_ops in (reversed(self._segments(stage)) if self.options.recompute else [stage.ops]):
                     if self.options.recompute:
                         for op in block_ops:
                             if self.phased_pipeline:  # the recomputation streams the weights again
@@ -523,6 +536,13 @@ class Compiler:
                                 _, recompute_cs[op.op_id] = self._lower_op(prog, op, stage.index, "backward",
                                                                            "recompute", 1)
                     for op in reversed(block_ops):
+                        if self.options.recompute and op.piece >= 0 and self._piece_end(op):
+                            # A serialised attention piece: its scores and probabilities are
+                            # recomputed again just before its backward, so no two pieces' are live.
+                            for other in block_ops:
+                                if other.piece == op.piece and other is not op:
+                                    _, again_cs[other.op_id] = self._lower_op(prog, other, stage.index, "backward",
+                                                                              "recompute_again", 1)
                         if self.phased_pipeline:
                             bwd_cs[op.op_id] = self._phase(prog, op, stage, "backward", "bwd", 2, pending)
                         else:
@@ -556,8 +576,13 @@ class Compiler:
                 update_steps[op.op_id] = self._lower_update(prog, op)
         prog.update_segment = (first, prog.steps)
         self._host_call(prog)
-        self._variables(prog, stages, fwd_cs, bwd_cs, recompute_cs, update_steps, weight_loads, stage_input_vars)
+        self._variables(prog, stages, fwd_cs, bwd_cs, recompute_cs, update_steps, weight_loads, stage_input_vars,
+                        again_cs)
         return prog
+
+    def _piece_end(self, op: Op) -> bool:
+        """The op is the last of its attention piece (no consumer in the same piece)."""
+        return not any(self.ops[c].piece == op.piece for c in self.consumers.get(op.op_id, []))
 
     def _host_call(self, prog: IpuProgram) -> None:
         """Once per host call, on each IPU fed by the host: the call's latency (the segment ``"host_call"``)."""
@@ -672,7 +697,9 @@ class Compiler:
 
     def _variables(self, prog: IpuProgram, stages: list[StagePlan], fwd_cs: dict[int, int], bwd_cs: dict[int, int],
                    recompute_cs: dict[int, int], update_steps: dict[int, tuple[int, int]],
-                   weight_loads: dict[int, list[tuple[int, str]]], stage_inputs: dict[int, list[Variable]]) -> None:
+                   weight_loads: dict[int, list[tuple[int, str]]], stage_inputs: dict[int, list[Variable]],
+                   again_cs: dict[int, int] | None = None) -> None:
+        again_cs = again_cs or {}
         training = self.plan.training
         last_step = prog.steps - 1
         state_bytes = self.costs.optimiser_state_bytes
@@ -715,7 +742,17 @@ class Compiler:
                                                    mapping.share(op.output.bytes * depth), produced, reader,
                                                    op.op_id))
                 if training:
-                    if self.options.recompute:
+                    if self.options.recompute and op.op_id in again_cs:
+                        # recomputed once for the segment (read by its piece's next op), then again for
+                        # its backward
+                        readers = [recompute_cs[c] for c in self.consumers.get(op.op_id, []) if c in recompute_cs]
+                        prog.variables.append(Variable(f"{op.name}/recomputed", "activations", False, mapping.start,
+                                                       mapping.share(op.output.bytes), recompute_cs[op.op_id],
+                                                       max(readers, default=recompute_cs[op.op_id]), op.op_id))
+                        prog.variables.append(Variable(f"{op.name}/recomputed", "activations", False, mapping.start,
+                                                       mapping.share(op.output.bytes), again_cs[op.op_id],
+                                                       bwd_cs[op.op_id], op.op_id))
+                    elif self.options.recompute:
                         prog.variables.append(Variable(f"{op.name}/recomputed", "activations", False, mapping.start,
                                                        mapping.share(op.output.bytes), recompute_cs[op.op_id],
                                                        bwd_cs[op.op_id], op.op_id))

@@ -94,12 +94,12 @@ class CostModel:
             work = rounds * (WORKERS * grain_cycles + a.vertex_overhead_cycles)
         return a.compute_set_overhead_cycles + np.ceil(work).astype(np.int64)
 
-    def serial_pieces(self, op: Op, per_tile_bytes: int) -> int:
-        """Pieces a matmul or convolution is serialised into so that its temporary memory per tile
-        stays within Poplar's available memory proportion (1 for other ops)."""
+    def serial_pieces(self, op: Op, per_tile_bytes: int, ipu: int = 0) -> int:
+        """Pieces a matmul or convolution on ``ipu`` is serialised into so that its temporary memory
+        per tile stays within that IPU's available memory proportion (1 for other ops)."""
         if not op.on_amp:
             return 1
-        budget = self.options.available_memory_proportion * self.target.arch.bytes_per_tile
+        budget = self.options.memory_proportion(ipu) * self.target.arch.bytes_per_tile
         return max(1, math.ceil(per_tile_bytes / budget))
 
     def serial_overhead_cycles(self, pieces: int) -> int:

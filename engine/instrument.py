@@ -119,7 +119,11 @@ def manifest(compiled: Compiled, sched: Schedule) -> tuple[dict[str, Any], dict[
         "precision": o.precision,
         "recompute": bool(o.recompute),
         "tensor_sharding": o.tensor_sharding,
-        "available_memory_proportion": o.available_memory_proportion,
+        "available_memory_proportion": (list(o.available_memory_proportion)
+                                        if isinstance(o.available_memory_proportion, tuple)
+                                        else o.available_memory_proportion),
+        "recompute_checkpoints": o.recompute_checkpoints,
+        "attention_serialisation": o.attention_serialisation,
         "tensor_locations": o.tensor_locations.as_manifest(),
         "model_params": _jsonable(plan.model.params),
         "parameters": int(plan.model.parameters),

@@ -64,6 +64,8 @@ class TensorLocationSettings:
 PRECISIONS = ("fp16", "fp32")
 MODES = ("training", "inference")
 OPTIMISERS = ("adamw", "adam", "lamb", "sgd", "lars")
+# Recomputation checkpoints by name (a positive int k also works: every k-th block's output).
+RECOMPUTE_CHECKPOINTS = ("blocks", "stage")
 
 
 @dataclass
@@ -127,8 +129,15 @@ class Options:
     system: str | None = None
     # Share of each tile's memory a matmul or convolution may use for its temporary data (received
     # operands, partials); above it the planner serialises the op. Poplar's default is 0.6
-    # (PopTorch's setAvailableMemoryProportion).
-    available_memory_proportion: float = 0.6
+    # (PopTorch's setAvailableMemoryProportion). One value for every IPU, or one per IPU (a tuple).
+    available_memory_proportion: float | tuple[float, ...] = 0.6
+    # With recompute: where the backward restarts from (see RECOMPUTE_CHECKPOINTS): every block's
+    # output ("blocks"), every k-th block's (an int k), or only the stage inputs ("stage", PopART's
+    # RecomputationType::Pipeline: the backward recomputes the whole stage's forward).
+    recompute_checkpoints: str | int = "blocks"
+    # Attention computed in this many pieces over the heads (Graphcore's attention splits): each
+    # piece's scores and probabilities are live alone, at the price of a launch per piece.
+    attention_serialisation: int = 1
     # The blog's t axis: each stage's ops (weights and work) split over this many IPUs.
     tensor_sharding: int = 1
     # Optimiser state precision: PopTorch's first_order_momentum_accum_type /
@@ -157,10 +166,26 @@ class Options:
         return self
 
     def setAvailableMemoryProportion(self, proportion: float | dict[str, float]) -> "Options":  # noqa: N802
-        # PopTorch takes {"IPU0": 0.2, ...}; the emulator uses one value for every IPU (the smallest).
-        values = proportion.values() if isinstance(proportion, dict) else [proportion]
-        self.available_memory_proportion = float(min(values))
+        # PopTorch takes {"IPU0": 0.2, ...}: one value per IPU, the IPUs it leaves out at Poplar's 0.6.
+        if isinstance(proportion, dict):
+            try:
+                by_ipu = {int(str(k).upper().removeprefix("IPU")): float(v) for k, v in proportion.items()}
+            except ValueError:
+                raise ConfigError(f"setAvailableMemoryProportion takes {{'IPU0': 0.2, ...}}, not {proportion}.") from None
+            if any(i < 0 for i in by_ipu):
+                raise ConfigError(f"setAvailableMemoryProportion names a negative IPU: {proportion}.")
+            self.available_memory_proportion = tuple(by_ipu.get(i, 0.6) for i in range(max(by_ipu, default=0) + 1))
+        else:
+            self.available_memory_proportion = float(proportion)
         return self
+
+    def memory_proportion(self, ipu: int) -> float:
+        """The available memory proportion of one IPU (the last value given for IPUs beyond the list:
+        a tuple shorter than the IPUs is refused by the plan, so that is only Python callers' case)."""
+        amp = self.available_memory_proportion
+        if isinstance(amp, (tuple, list)):
+            return float(amp[min(ipu, len(amp) - 1)])
+        return float(amp)
 
     def setExecutionStrategy(self, strategy: "ExecutionStrategy") -> "Options":  # noqa: N802
         self.strategy = strategy
@@ -184,8 +209,21 @@ class Options:
 
     def validate(self) -> None:
         """ConfigError for sizes that are zero or negative and for unknown names."""
-        if not 0 < self.available_memory_proportion <= 1:
-            raise ConfigError(f"Available memory proportion must be in (0, 1], not {self.available_memory_proportion}.")
+        amp = self.available_memory_proportion
+        if isinstance(amp, list):
+            amp = self.available_memory_proportion = tuple(amp)
+        for value in (amp if isinstance(amp, tuple) else (amp,)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise ConfigError(f"Available memory proportion must be in (0, 1], not {value}.")
+        if isinstance(amp, tuple) and not amp:
+            raise ConfigError("Available memory proportion needs at least one value.")
+        checkpoints = self.recompute_checkpoints
+        if not (checkpoints in RECOMPUTE_CHECKPOINTS or (isinstance(checkpoints, int) and not isinstance(checkpoints, bool)
+                                                          and checkpoints >= 1)):
+            raise ConfigError(f"Recompute checkpoints must be {' or '.join(RECOMPUTE_CHECKPOINTS)} or a positive "
+                              f"number of blocks, not {checkpoints!r}.")
+        if not isinstance(self.attention_serialisation, int) or self.attention_serialisation < 1:
+            raise ConfigError(f"Attention serialisation must be a positive integer, not {self.attention_serialisation}.")
         for name in ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "runs",
                      "tensor_sharding"):
             value = getattr(self, name)
@@ -330,6 +368,9 @@ class Op:
     # Under tensor sharding: "column" (output features split, its input gradient all-reduced in the
     # backward), "row" (input features split, its output all-reduced in the forward) or "".
     shard: str = ""
+    # A serialised attention's piece (the op id of the piece's first op; -1: not a piece): the
+    # compiler recomputes a piece's ops again just before its backward, so pieces never coexist.
+    piece: int = -1
 
     @property
     def on_amp(self) -> bool:
@@ -508,14 +549,38 @@ class Model:
         if h % heads:
             raise ConfigError(f"Hidden size {h} is not divisible by {heads} heads.")
         d = h // heads
+        pieces = self.options.attention_serialisation
+        if pieces > heads or heads % pieces:
+            raise ConfigError(f"Attention serialisation {pieces} does not divide the {heads} heads of {name}; "
+                              f"choose a divisor of {heads}.")
         qkv = self.linear(x, 3 * h, name=f"{name}/qkv", block=block)
         q = self.view(qkv, (n, heads, s, 3 * d))  # q, k and v are slices of it
-        k_t = Tensor((n, heads, d, s), self.dtype, qkv.producer)
-        scores = self.matmul(Tensor((n, heads, s, d), self.dtype, q.producer), k_t, name=f"{name}/scores", block=block)
-        probs = self.softmax(scores, name=f"{name}/softmax", block=block)
-        v = Tensor((n, heads, s, d), self.dtype, qkv.producer)
-        context = self.matmul(probs, v, name=f"{name}/context", block=block)
-        context = self.view(context, (n, s, h))
+        if pieces == 1:
+            k_t = Tensor((n, heads, d, s), self.dtype, qkv.producer)
+            scores = self.matmul(Tensor((n, heads, s, d), self.dtype, q.producer), k_t, name=f"{name}/scores",
+                                 block=block)
+            probs = self.softmax(scores, name=f"{name}/softmax", block=block)
+            v = Tensor((n, heads, s, d), self.dtype, qkv.producer)
+            context = self.matmul(probs, v, name=f"{name}/context", block=block)
+            context = self.view(context, (n, s, h))
+            return self.linear(context, h, name=f"{name}/out", block=block)
+        # Serialised over the heads (Graphcore's attention splits): piece j computes the scores,
+        # probabilities and context of heads/pieces heads; the pieces' contexts are then gathered
+        # into one tensor (a copy) for the output projection.
+        part = heads // pieces
+        contexts = []
+        for j in range(pieces):
+            first = len(self.ops)
+            k_t = Tensor((n, part, d, s), self.dtype, qkv.producer)
+            scores = self.matmul(Tensor((n, part, s, d), self.dtype, qkv.producer), k_t,
+                                 name=f"{name}/piece{j}/scores", block=block)
+            probs = self.softmax(scores, name=f"{name}/piece{j}/softmax", block=block)
+            v = Tensor((n, part, s, d), self.dtype, qkv.producer)
+            contexts.append(self.matmul(probs, v, name=f"{name}/piece{j}/context", block=block))
+            for op in self.ops[first:]:
+                op.piece = first
+        context = self._add(f"{name}/concat", "concat", contexts, (n, s, h), flops=0,
+                            grains=math.ceil(n * s * h / 64), block=block)
         return self.linear(context, h, name=f"{name}/out", block=block)
 
 

@@ -56,8 +56,18 @@ class Plan:
 
     @property
     def pipeline_stages(self) -> int:
-        """PopART's count (``runconfig.pipeline_stages``): 2N-1 training over N stages, N for inference."""
-        return runconfig.pipeline_stages(len(self.stages), self.training)
+        """PopART's count (``runconfig.pipeline_stages``): 2N-1 training over N stages, N for inference;
+        N counts the IPUs the stages run on (consecutive stages on one IPU run one after another)."""
+        return runconfig.pipeline_stages(self.pipeline_depth, self.training)
+
+    @property
+    def pipeline_depth(self) -> int:
+        """Distinct IPUs the stages run on (``runconfig.pipeline_depth``)."""
+        return runconfig.pipeline_depth([s.ipu for s in self.stages])
+
+    def pipeline_rank(self, stage: "StagePlan") -> int:
+        """The stage's place in the pipeline: its IPU's rank (``runconfig.pipeline_ranks``)."""
+        return runconfig.pipeline_ranks([s.ipu for s in self.stages])[stage.index]
 
     @property
     def optimiser_shards(self) -> int:
@@ -131,6 +141,10 @@ def make_plan(model: Model, options: Options, strategy: ExecutionStrategy, *,
                 raise ConfigError(f"Op {op.name} in stage {stage_of[op.op_id]} uses {producer.name} from the later "
                                   f"stage {stage_of[t.producer]}; stages must follow the model's order.")
     num_ipus = 1 + max(p.ipu for p in plans)
+    amp = options.available_memory_proportion
+    if isinstance(amp, tuple) and len(amp) not in (1, num_ipus):
+        raise ConfigError(f"The available memory proportion gives {len(amp)} values for {num_ipus} IPUs; give one "
+                          f"value, or one per IPU.")
     total_ipus = num_ipus * options.tensor_sharding * options.replication_factor
     target = make_target(options.arch, total_ipus, options.system, assumptions)
     plan = Plan(model, options, strategy.kind, tuple(plans), num_ipus, target)

@@ -17,7 +17,7 @@ from typing import Any
 from tqdm import tqdm
 
 from popvision_py.errors import ConfigError
-from popvision_py.format.runconfig import pipeline_stages
+from popvision_py.format.runconfig import pipeline_depth, pipeline_stages
 
 from engine.compiler import compile_plan
 from engine.instrument import Summary, summarise, write_profile
@@ -29,7 +29,8 @@ from engine.zoo import zoo_entry
 
 OPTION_NAMES = ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "precision",
                 "mode", "recompute", "optimiser", "runs", "arch", "system", "available_memory_proportion",
-                "tensor_sharding", "optimiser_state_type", "accum_type", "use_combined_accum", "enable_outlining")
+                "tensor_sharding", "optimiser_state_type", "accum_type", "use_combined_accum", "enable_outlining",
+                "recompute_checkpoints", "attention_serialisation")
 # Tensor locations a model's DEFAULTS may set, like the options above.
 LOCATION_NAMES = ("offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding")
 
@@ -204,7 +205,7 @@ def prepare(request: RunRequest) -> Plan:
         strategy = parse_stages(request.stages, kind, model.blocks, model.name)
     else:
         strategy = resolve_strategy(model, options, request.strategy)
-    least = pipeline_stages(len(strategy.stages), True)  # a training pipeline's stages
+    least = pipeline_stages(pipeline_depth([s.ipu_id for s in strategy.stages]), True)  # a training pipeline's
     if (runs_as_pipeline(strategy.kind, [s.ipu_id for s in strategy.stages]) and options.training
             and request.options.get("gradient_accumulation") is None and options.gradient_accumulation < least):
         # A default (not the user's choice) too small for the partition: use the least that runs.

@@ -116,12 +116,18 @@ def build_supersteps(compiled: Compiled) -> list[tuple[list[Superstep], int]]:
     if plan.training:
         m_count = o.gradient_accumulation
         if plan.pipelined:
-            for t in range(m_count + 2 * n - 2):
+            # The pipeline is as deep as its IPUs: consecutive stages on one IPU run one after another
+            # in its superstep, forwards in stage order, then backwards in reverse.
+            depth = plan.pipeline_depth
+            rank = {s.index: plan.pipeline_rank(s) for s in stages}
+            for t in range(m_count + 2 * depth - 2):
                 work: dict[int, list] = {}
                 for s in stages:
-                    f, b = t - s.index, t - (2 * n - 2 - s.index)
+                    f = t - rank[s.index]
                     if 0 <= f < m_count:
                         work.setdefault(s.ipu, []).extend(_with_load(loads, s.ipu, (s.index, "forward"), f, 0))
+                for s in reversed(stages):
+                    b = t - (2 * depth - 2 - rank[s.index])
                     if 0 <= b < m_count:
                         work.setdefault(s.ipu, []).extend(_with_load(loads, s.ipu, (s.index, "backward"), b, 0))
                 steps.append(Superstep(work, 0))
@@ -147,10 +153,13 @@ def build_supersteps(compiled: Compiled) -> list[tuple[list[Superstep], int]]:
             # Superstep t runs stage s on micro-batch t - s: the fill (t < n - 1), the steady state
             # (every stage busy; superstep n - 1 repeated, one micro-batch further on each time),
             # the flush (t >= device iterations). Device iterations >= n (checked by the plan).
+            rank = {s.index: plan.pipeline_rank(s) for s in stages}
+            n = plan.pipeline_depth
+
             def superstep(t: int) -> Superstep:
                 work: dict[int, list] = {}
                 for s in stages:
-                    f = t - s.index
+                    f = t - rank[s.index]
                     if 0 <= f < m_count:
                         work.setdefault(s.ipu, []).extend(_with_load(loads, s.ipu, (s.index, "forward"), 0, f))
                 return Superstep(work, min(t, m_count - 1))

@@ -205,6 +205,8 @@ SETTINGS: dict[str, Callable[[Report], Any]] = {
     "enable_outlining": lambda r: r.run.get("enable_outlining"),
     "recompute": lambda r: r.run.get("recompute"),
     "available_memory_proportion": lambda r: r.run.get("available_memory_proportion"),
+    "recompute_checkpoints": lambda r: r.run.get("recompute_checkpoints"),
+    "attention_serialisation": lambda r: r.run.get("attention_serialisation"),
     "system": lambda r: r.target.get("system"),
     "arch": lambda r: r.target.get("arch"),
     "tiles_per_ipu": lambda r: r.target.get("tiles_per_ipu"),

@@ -36,7 +36,8 @@ LOCATION_OF = {"offload_optimiser": "optimiser", "offload_weights": "weights", "
 ORDER = ("preset", "layers", "hidden", "heads", "seq_len", "ipus", "mode", "strategy", "stages", "micro_batch_size",
          "gradient_accumulation", "device_iterations", "replication_factor", "tensor_sharding", "recompute",
          "offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding", "precision",
-         "optimiser", "available_memory_proportion", "arch", "system", "runs")
+         "optimiser", "available_memory_proportion", "recompute_checkpoints", "attention_serialisation", "arch",
+         "system", "runs")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ def flag(name: str, value: Any) -> list[str]:
         return [f"--{name.replace('_', '-')}" if value else f"--no-{name.replace('_', '-')}"]
     if name == "stages":
         return ["--stages", stages_text(value) if not isinstance(value, str) else value]
+    if isinstance(value, (list, tuple)):  # one value per IPU: --available-memory-proportion 0.1,0.3
+        return [f"--{FLAGS.get(name, name.replace('_', '-'))}", ",".join(str(v) for v in value)]
     return [f"--{FLAGS.get(name, name.replace('_', '-'))}", str(value)]
 
 
@@ -96,6 +99,10 @@ def request(run: Mapping[str, Any], target: Mapping[str, Any]) -> tuple[str, dic
     if training:
         options.update({"gradient_accumulation": run.get("gradient_accumulation"), "optimiser": run.get("optimiser"),
                         "recompute": bool(run.get("recompute", False))})
+        if run.get("recompute") and run.get("recompute_checkpoints", "blocks") != "blocks":
+            options["recompute_checkpoints"] = run["recompute_checkpoints"]
+    if int(run.get("attention_serialisation", 1) or 1) > 1:
+        options["attention_serialisation"] = run["attention_serialisation"]
     for name, where in LOCATION_OF.items():
         options[name] = locations.get(where, "on_chip") == "off_chip"
     options["replicated_tensor_sharding"] = bool(locations.get("replicated_tensor_sharding", False))
@@ -107,6 +114,14 @@ def command(run: Mapping[str, Any], target: Mapping[str, Any], changes: Mapping[
     its profile to ``profile-<tag>``."""
     model, options = request(run, target)
     options.update(changes)
+    amp = options.get("available_memory_proportion")
+    if isinstance(amp, (list, tuple)):
+        # one value per IPU: a fix over another number of IPUs keeps the strictest for every IPU
+        stages = applied(run, changes).get("stages") or []
+        ipus = 1 + max((int(s.get("ipu", k)) for k, s in enumerate(stages if not isinstance(stages, str) else [])),
+                       default=len(amp) - 1)
+        if len(amp) != ipus:
+            options["available_memory_proportion"] = min(float(v) for v in amp)
     if "system" in options:  # a fix over more IPUs needs a system that holds them
         needed = runconfig.ipus_used(applied(run, changes))
         options["system"] = runconfig.system_holding(needed, str(options["system"]))

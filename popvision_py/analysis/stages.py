@@ -9,6 +9,7 @@ step time, so overheads the model leaves out (syncs, the update, host calls) sta
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ import pandas as pd
 from popvision_py.analysis.tables import (
     PASS, PASSES, PHASE, Aggregates, Columns, Table, aggregates, frame_of, iterations_traced, lookup, sum_by,
 )
-from popvision_py.format.runconfig import runs_as_pipeline
+from popvision_py.format.runconfig import pipeline_ranks, runs_as_pipeline
 
 SUMMARY_COLUMNS = ["stage", "ipu", "blocks", "pass", "micro_batches", "cycles_per_micro_batch", "busy_cycles",
                    "idle_cycles", "total_cycles", "utilisation_pct"]
@@ -123,14 +124,16 @@ def stage_micro_batches(trace: Aggregates, num_stages: int) -> np.ndarray:
     return out
 
 
-def pipeline_cycles(fwd: np.ndarray, bwd: np.ndarray, micro_batches: int, pipelined: bool, training: bool) -> float:
+def pipeline_cycles(fwd: np.ndarray, bwd: np.ndarray, micro_batches: int, pipelined: bool, training: bool,
+                    ipus: Sequence[int] | None = None) -> float:
     """Cycles the synchronous model of the run's schedule takes for ``micro_batches`` with per-stage fwd/bwd cycles.
 
     Pipelined (pipelined execution, or phased execution over stages on distinct IPUs:
     ``runconfig.runs_as_pipeline``): cycle t runs on stage s the forward of micro-batch t - s and
     (training) the backward of micro-batch t - (2S - 2 - s); each cycle lasts as long as its busiest
     stage. Sequential (sharded, or phased stages sharing IPUs): stages one after another,
-    ``M * sum(fwd + bwd)``.
+    ``M * sum(fwd + bwd)``. ``ipus``, the stages' IPUs: consecutive stages on one IPU run one after
+    another in its cycle (``runconfig.pipeline_ranks``), so S counts IPUs, each as its stages' sum.
     """
     fwd, bwd = np.asarray(fwd, float), np.asarray(bwd, float)
     S, M = len(fwd), int(micro_batches)
@@ -138,6 +141,10 @@ def pipeline_cycles(fwd: np.ndarray, bwd: np.ndarray, micro_batches: int, pipeli
         return 0.0
     if not pipelined:
         return float(M * (fwd.sum() + (bwd.sum() if training else 0.0)))
+    if ipus is not None and len(set(ipus)) < S:
+        ranks = np.asarray(pipeline_ranks(ipus))
+        S = int(ranks.max()) + 1
+        fwd, bwd = np.bincount(ranks, fwd, S), np.bincount(ranks, bwd, S)
     cycles = M + (2 * S - 2 if training else S - 1)
     t = np.arange(cycles)[:, None]
     s = np.arange(S)[None, :]
@@ -195,7 +202,8 @@ def phase_by_ipu(trace: Aggregates, phase: str) -> np.ndarray:
 
 
 def _model_step(c: _Costs, fwd: np.ndarray, bwd: np.ndarray) -> float:
-    return pipeline_cycles(fwd, bwd, c.unit_micro_batches, c.pipelined, c.training) / c.unit_iterations
+    return (pipeline_cycles(fwd, bwd, c.unit_micro_batches, c.pipelined, c.training, c.stages["ipu"].tolist())
+            / c.unit_iterations)
 
 
 def ideal_bubble_pct(c: _Costs, micro_batches: int | None = None) -> float:
@@ -207,7 +215,7 @@ def ideal_bubble_pct(c: _Costs, micro_batches: int | None = None) -> float:
     if n == 0 or m <= 0:
         return float("nan")
     fbar, bbar = np.full(n, c.fwd.mean()), np.full(n, c.bwd.mean())
-    model = pipeline_cycles(fbar, bbar, m, c.pipelined, c.training)
+    model = pipeline_cycles(fbar, bbar, m, c.pipelined, c.training, c.stages["ipu"].tolist())
     busy = m * (fbar[0] + (bbar[0] if c.training else 0.0)) * n / max(c.ipus, 1)
     return 100.0 * (1.0 - busy / model) if model > 0 else float("nan")
 

@@ -320,6 +320,8 @@ def insights(summary: Summary, ev: Evidence) -> Table:
     S = sf.num_stages
     training = str(run.get("mode", "training")) != "inference"
     pipelined = ev.costs.pipelined if ev.costs is not None else False
+    # stages sharing an IPU run one after another: a pipeline only over two IPUs or more
+    pipelined = pipelined and ev.costs.ipus > 1
 
     # -- out of memory -------------------------------------------------------------------
     if len(ev.oom):

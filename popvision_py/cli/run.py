@@ -35,6 +35,26 @@ def _assumption(values: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
+def _proportions(value: str | None) -> float | tuple[float, ...] | None:
+    """``0.15`` or ``0.1,0.3,0.3,0.3`` (one per IPU); the engine checks the range and the count."""
+    if value is None:
+        return None
+    try:
+        values = tuple(float(v) for v in value.split(","))
+    except ValueError:
+        raise ConfigError(f"--available-memory-proportion takes a number or a comma list of numbers (one per "
+                          f"IPU), not {value!r}.") from None
+    return values[0] if len(values) == 1 else values
+
+
+def _checkpoints(value: str | None) -> str | int | None:
+    """``blocks``, ``stage`` or a whole number of blocks; the engine checks the value."""
+    if value is None:
+        return None
+    text = value.strip().lower()
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
 @click.command("run")
 @click.argument("model")
 @click.option("--batch-size", "micro_batch_size", type=int, help="Samples per micro-batch (the model's default if unset).")
@@ -49,8 +69,14 @@ def _assumption(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--replicas", "replication_factor", type=int, help="Data-parallel replicas (replicationFactor).")
 @click.option("--tensor-sharding", type=int, help="IPUs each stage's ops are split over (the t axis; weights and "
               "work divided, all-gather / reduce-scatter over IPU-Links).")
-@click.option("--available-memory-proportion", type=float, help="Share of tile memory a matmul or convolution may "
-              "use for temporary data (Poplar's default 0.6); lower serialises big matmuls.")
+@click.option("--available-memory-proportion", callback=lambda _c, _p, v: _proportions(v),
+              help="Share of tile memory a matmul or convolution may use for temporary data (Poplar's default 0.6); "
+              "lower serialises big matmuls. One value, or one per IPU: 0.1,0.3,0.3,0.3.")
+@click.option("--recompute-checkpoints", callback=lambda _c, _p, v: _checkpoints(v),
+              help="With --recompute, where the backward restarts from: blocks (every block's output, the default), "
+              "stage (only the stage inputs: PopART's Pipeline recomputation) or K (every K-th block's output).")
+@click.option("--attention-serialisation", type=int, help="Compute attention in this many pieces over the heads "
+              "(each piece's scores live alone; one more launch per piece).")
 @click.option("--mode", type=click.Choice(MODES, case_sensitive=False), help="training (default) or inference.")
 @click.option("--precision", type=click.Choice(PRECISIONS, case_sensitive=False),
               help="fp16 (default) or fp32: activations, weights and gradients.")

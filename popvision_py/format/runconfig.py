@@ -32,6 +32,21 @@ def runs_as_pipeline(strategy: str, stage_ipus: Sequence[int]) -> bool:
     return strategy == "phased" and len(stage_ipus) > 1 and len(set(stage_ipus)) == len(stage_ipus)
 
 
+def pipeline_ranks(stage_ipus: Sequence[int]) -> list[int]:
+    """Each stage's place in the pipeline: the rank of its IPU among the stages' distinct IPUs.
+
+    Consecutive stages on one IPU run one after another on that IPU in each superstep (their
+    boundary is a stash and recomputation checkpoint, as in Graphcore's one-IPU MLPerf ResNet-50
+    with a Sequential pipeline schedule), so a pipeline is as deep as its distinct IPUs."""
+    order = {ipu: k for k, ipu in enumerate(sorted(set(int(i) for i in stage_ipus)))}
+    return [order[int(i)] for i in stage_ipus]
+
+
+def pipeline_depth(stage_ipus: Sequence[int]) -> int:
+    """Distinct IPUs a pipeline's stages run on: the N of the pipeline rules (``pipeline_ranks``)."""
+    return len(set(int(i) for i in stage_ipus))
+
+
 def pipeline_stages(stages: int, training: bool) -> int:
     """PopART's count of pipeline stages: 2N-1 when training over N stages (the last stage's forward
     and backward are one pipeline stage), N for inference."""
@@ -40,8 +55,9 @@ def pipeline_stages(stages: int, training: bool) -> int:
 
 def pipeline_rule(strategy: str, stage_ipus: Sequence[int], training: bool, gradient_accumulation: int,
                   device_iterations: int) -> str | None:
-    """A pipeline needs enough micro-batches in flight: GA >= 2N-1 (training), device iterations >= N (inference)."""
-    n = len(stage_ipus)
+    """A pipeline needs enough micro-batches in flight: GA >= 2N-1 (training), device iterations >= N
+    (inference), N the IPUs the stages run on (``pipeline_depth``)."""
+    n = pipeline_depth(stage_ipus)
     if n < 2 or not runs_as_pipeline(strategy, stage_ipus):
         return None
     if training and gradient_accumulation < pipeline_stages(n, True):
@@ -55,11 +71,11 @@ def pipeline_rule(strategy: str, stage_ipus: Sequence[int], training: bool, grad
 
 
 def ascending_rule(strategy: str, stage_ipus: Sequence[int]) -> str | None:
-    """Pipelined stages sit on ascending IPUs."""
+    """Pipelined stages sit on ascending IPUs; consecutive stages may share one (``pipeline_ranks``)."""
     if strategy != "pipelined":
         return None
     for i in range(1, len(stage_ipus)):
-        if stage_ipus[i] <= stage_ipus[i - 1]:
+        if stage_ipus[i] < stage_ipus[i - 1]:
             return (f"Pipelined stages must be on ascending IPUs, but stage {i} is on IPU {stage_ipus[i]} after "
                     f"stage {i - 1} on IPU {stage_ipus[i - 1]}.")
     return None
