@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.costs import CostModel
+from engine.costs import STATISTICS_FLOPS, CostModel
 from engine.model import Op, Tensor
 from engine.plan import Plan, StagePlan
 
@@ -224,8 +224,10 @@ class Compiler:
         ex_step = prog.add("exchange", f"{label}/exchange", op.op_id, stage, pass_, mapping.tiles,
                            per_tile * mapping.tiles, ex_cycles)
         prog.exchanges.append((ex_step, "internal", prog.ipu, prog.ipu, per_tile * mapping.tiles, ex_cycles))
+        if op.kind in STATISTICS_FLOPS:
+            self._lower_statistics(prog, op, mapping, stage, pass_, label)
         prog.variables.append(Variable(f"{label}/exchange_buffer", "exchange_buffers", False, mapping.start,
-                                       received, ex_step, ex_step + 1, op.op_id))
+                                       received, ex_step, prog.steps, op.op_id))
         cs = prog.add("compute_set", label, op.op_id, stage, pass_, mapping.tiles, 0, slowest)
         prog.tile_cycles.append((cs, mapping.start, cycles, mapping.grains))
         if self.shards > 1:
@@ -243,6 +245,25 @@ class Compiler:
         mask = prog.codelets.setdefault(codelet, np.zeros(self.tiles, dtype=bool))
         mask[mapping.start:mapping.start + mapping.tiles] = True
         return ex_step, cs
+
+    def _lower_statistics(self, prog: IpuProgram, op: Op, mapping: Mapping, stage: int, pass_: str,
+                          label: str) -> None:
+        """A normalisation's (or softmax's) statistics before the compute set that applies them: each
+        tile reduces its elements to partial sums (a compute set), the partials of every group cross
+        tiles to be reduced and the results come back (an exchange), then a sync. See
+        ``CostModel.statistics``."""
+        key = ("statistics", op.kind, id(mapping.grains), op.output.elements)
+        costs = mapping.cache.get(key)
+        if costs is None:
+            partials, ex_cycles, grain_cycles = self.costs.statistics(op, mapping.tiles)
+            costs = mapping.cache[key] = (partials, ex_cycles, self._mapped_cycles(mapping, grain_cycles))
+        partials, ex_cycles, cycles = costs
+        cs = prog.add("compute_set", f"{label}/statistics", op.op_id, stage, pass_, mapping.tiles, 0, int(cycles.max()))
+        prog.tile_cycles.append((cs, mapping.start, cycles, mapping.grains))
+        prog.add("sync", f"{label}/statistics/sync", op.op_id, stage, pass_, self.tiles, 0, self.a.tile_sync_cycles)
+        ex = prog.add("exchange", f"{label}/statistics/exchange", op.op_id, stage, pass_, mapping.tiles,
+                      partials * mapping.tiles, ex_cycles)
+        prog.exchanges.append((ex, "internal", prog.ipu, prog.ipu, partials * mapping.tiles, ex_cycles))
 
     def _pass_costs(self, op: Op, mapping: Mapping, factor: int) -> tuple[int, int, np.ndarray, np.ndarray, int]:
         """An op pass's exchange (bytes on the busiest tile, cycles, each tile's buffer) and compute

@@ -17,6 +17,11 @@ from engine.model import DTYPE_BYTES, Op, Options
 from engine.targets import Target
 
 WORKERS = 6  # worker contexts per tile on every generation (public)
+# Ops that reduce over groups of elements before they can apply the result, and the FLOPs per element
+# of that reduction pass: a normalisation's mean and variance (sum and sum of squares: 3), a
+# softmax's maximum and sum of exponentials (2; the cross-entropy loss runs a softmax).
+STATISTICS_FLOPS = {"batch_norm": 3, "layer_norm": 3, "softmax": 2, "cross_entropy": 2}
+PARTIAL_BYTES = 2 * 4  # two FP32 partial sums per group
 
 
 @dataclass(frozen=True)
@@ -51,13 +56,28 @@ class CostModel:
         per_flops = flops / grains
         per_bytes = moved / grains
         if op.on_amp:
-            efficiency = self.a.amp_efficiency
-            if op.kind == "conv" and op.gemm is not None:
-                efficiency *= min(1.0, op.gemm[1] / self.a.amp_min_reduction)
-            rate = self.target.amp_flops_per_cycle(precision) * efficiency
+            rate = self.target.amp_flops_per_cycle(precision) * self.amp_efficiency(op)
             return per_flops / rate
         compute = per_flops / self.target.vector_flops_per_cycle(precision)
         return max(compute, per_bytes / self.target.memory_bytes_per_cycle_per_tile)
+
+    def amp_efficiency(self, op: Op) -> float:
+        """Share of the AMP peak a matmul or convolution sustains: the calibrated peak efficiency times
+        how full its channel groups are. The AMP reduces over a group of input channels and accumulates
+        a group of output channels at once (poplibs' planner groups both); a shape that does not fill
+        a group is padded with zeros. A convolution's reduction runs over its input channels, the
+        kernel's positions being looped; with fewer channels than a group, poplibs folds the kernel's
+        width into them (ResNet's 3-channel stem becomes 21)."""
+        a = self.a
+        if op.gemm is None:
+            return a.amp_efficiency
+        _, k, n = op.gemm
+        depth = k
+        if op.kind == "conv":
+            channels = op.inputs[0].shape[1]
+            width = math.isqrt(max(1, k // channels))  # square kernels
+            depth = channels * width if channels < a.amp_input_channels else channels
+        return a.amp_efficiency * _fill(depth, a.amp_input_channels) * _fill(n, a.amp_output_channels)
 
     def tile_cycles(self, grains: np.ndarray, grain_cycles: float, amp: bool = False) -> np.ndarray:
         """Cycles each tile spends on its grains, launch overhead included.
@@ -74,6 +94,28 @@ class CostModel:
             rounds = -(-grains // WORKERS)
             work = rounds * (WORKERS * grain_cycles + a.vertex_overhead_cycles)
         return a.compute_set_overhead_cycles + np.ceil(work).astype(np.int64)
+
+    def statistics(self, op: Op, tiles: int) -> tuple[int, int, float]:
+        """A normalisation's or softmax's statistics: (partial-sum bytes the busiest tile sends, the
+        exchange's cycles, each grain's cycles in the reduction pass).
+
+        Batch norm reduces each channel over the micro-batch and the image, so every tile holding
+        part of a channel contributes a partial; layer norm and softmax reduce each row (the last
+        dimension), split over the tiles its grains fall on. The partials are gathered onto the
+        tiles that reduce them and the results broadcast back: two exchanges, each with its
+        latency, moving two FP32 partials per group a tile holds (popops' reductions in poplibs).
+        """
+        x = op.inputs[0]
+        if op.kind == "batch_norm":  # (N, C, H, W): channel c is N runs of H x W elements
+            groups, run = x.shape[1], math.prod(x.shape[2:])
+        else:  # rows of the last dimension
+            groups, run = x.elements // x.shape[-1], x.shape[-1]
+        # Groups a tile holds part of: the runs its share of the elements spans.
+        per_tile = min(groups, math.ceil(x.elements / tiles / run) + 1)
+        partials = per_tile * PARTIAL_BYTES
+        exchange = 2 * self.a.exchange_latency_cycles + math.ceil(2 * partials / self.a.exchange_bytes_per_cycle_per_tile)
+        grain_flops = STATISTICS_FLOPS[op.kind] * x.elements / op.grains
+        return partials, exchange, grain_flops / self.target.vector_flops_per_cycle(self.options.precision)
 
     def serial_pieces(self, op: Op, per_tile_bytes: int) -> int:
         """Pieces a matmul or convolution is serialised into so that its temporary memory per tile
@@ -128,9 +170,16 @@ class CostModel:
         return int(self.a.link_latency_cycles + math.ceil(nbytes / self.target.bytes_per_cycle(bytes_per_s)))
 
     def all_reduce_cycles(self, members: int, ring_bytes: float, bytes_per_s: float) -> int:
-        """Cycles of a ring all-reduce over ``members`` that moves ``ring_bytes`` per member."""
-        return int(2 * (members - 1) * self.a.link_latency_cycles / 4
-                   + math.ceil(ring_bytes / self.target.bytes_per_cycle(bytes_per_s)))
+        """Cycles of a ring all-reduce over ``members`` that moves ``ring_bytes`` per member.
+
+        A ring reduce-scatter then all-gather takes 2(members - 1) steps; each step waits for a sync
+        among the members and a link transfer to start (its latency), and the bytes move at the
+        collective's achieved share of the link bandwidth (``all_reduce_efficiency``)."""
+        a = self.a
+        steps = 2 * (members - 1)
+        latency = steps * (self.target.sync_cycles(members) + a.link_latency_cycles)
+        rate = self.target.bytes_per_cycle(bytes_per_s * a.all_reduce_efficiency)
+        return int(latency + math.ceil(ring_bytes / rate))
 
     def shard_all_reduce(self, shard_bytes: int) -> tuple[int, int]:
         """The ring all-reduce over the stage's tensor shards of a tensor whose shard is ``shard_bytes``:
@@ -164,3 +213,8 @@ class CostModel:
         params = -(-params // self.stream_shards)
         state = a.optimiser_state_bytes_per_param[o.optimiser]
         return params, params * a.optimiser_flops_per_param[o.optimiser], params * (3 * o.dtype_bytes + 2 * state)
+
+
+def _fill(size: int, group: int) -> float:
+    """The share of ``size`` rounded up to whole groups that is real work."""
+    return size / (-(-size // group) * group)
