@@ -165,15 +165,10 @@ class Assumptions:
     # docs/emulator.md): the tutorial's real mnist run is bound by it. At most 1 s, so that its
     # cycles stay within MAX_WHOLE-sized sums.
     host_call_latency_s: float = assumption(2e-3, Range(0, 1), "seconds")
-    # Share of the AMP peak a matmul / convolution inner loop sustains once its operands are on the
-    # tile and its channels fill the AMP's channel groups (below); calibrated (docs/emulator.md, "Fidelity").
+    # Share of its planned cycles (engine/costs.py ``amp_plan``: poplibs' vertex estimates) a matmul /
+    # convolution achieves once its operands are on the tile: what the vertex estimate leaves out
+    # (zeroing and reducing partials, layout). Calibrated (docs/emulator.md, "Fidelity").
     amp_efficiency: float = assumption(0.65, SHARE, "share of the AMP peak")
-    # poplibs plans convolutions and matmuls in groups of input channels (the AMP's dot-product depth)
-    # and output channels (its accumulators); a group a shape does not fill is padded with zeros, so a
-    # reduction of 3 channels costs as much as one of 16 (ResNet's stem; poplibs expands the kernel's
-    # width into the channels when they are fewer than a group).
-    amp_input_channels: int = assumption(16, WHOLE_POSITIVE, "channels")
-    amp_output_channels: int = assumption(16, WHOLE_POSITIVE, "channels")
     # Elementwise and reduction work runs on the six workers' vector units: FLOP per cycle per tile.
     vector_fp16_flops_per_cycle_per_tile: float = assumption(12.0, PER_CYCLE, "FLOP per cycle per tile")
     vector_fp32_flops_per_cycle_per_tile: float = assumption(6.0, PER_CYCLE, "FLOP per cycle per tile")
