@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.costs import CostModel
+from engine.costs import STATISTICS_FLOPS, CostModel
 from engine.model import Op, Tensor
 from engine.plan import Plan, StagePlan
 
@@ -264,8 +264,10 @@ class Compiler:
         ex_step = prog.add("exchange", f"{label}/exchange", op.op_id, stage, pass_, mapping.tiles,
                            per_tile * mapping.tiles, ex_cycles)
         prog.exchanges.append((ex_step, "internal", prog.ipu, prog.ipu, per_tile * mapping.tiles, ex_cycles))
+        if op.kind in STATISTICS_FLOPS:
+            self._lower_statistics(prog, op, mapping, stage, pass_, label)
         prog.variables.append(Variable(f"{label}/exchange_buffer", "exchange_buffers", False, mapping.start,
-                                       received, ex_step, ex_step + 1, op.op_id))
+                                       received, ex_step, prog.steps, op.op_id))
         cs = prog.add("compute_set", label, op.op_id, stage, pass_, mapping.tiles, 0, slowest)
         prog.tile_cycles.append((cs, mapping.start, cycles, mapping.grains))
         if self.shards > 1:
@@ -293,6 +295,25 @@ class Compiler:
         prog.op_steps += steps
         prog.op_passes += 1
         return ex_step, cs
+
+    def _lower_statistics(self, prog: IpuProgram, op: Op, mapping: Mapping, stage: int, pass_: str,
+                          label: str) -> None:
+        """A normalisation's (or softmax's) statistics before the compute set that applies them: each
+        tile reduces its elements to partial sums (a compute set), the partials of every group cross
+        tiles to be reduced and the results come back (an exchange), then a sync. See
+        ``CostModel.statistics``."""
+        key = ("statistics", op.kind, id(mapping.grains), op.output.elements)
+        costs = mapping.cache.get(key)
+        if costs is None:
+            partials, ex_cycles, grain_cycles = self.costs.statistics(op, mapping.tiles)
+            costs = mapping.cache[key] = (partials, ex_cycles, self._mapped_cycles(mapping, grain_cycles))
+        partials, ex_cycles, cycles = costs
+        cs = prog.add("compute_set", f"{label}/statistics", op.op_id, stage, pass_, mapping.tiles, 0, int(cycles.max()))
+        prog.tile_cycles.append((cs, mapping.start, cycles, mapping.grains))
+        prog.add("sync", f"{label}/statistics/sync", op.op_id, stage, pass_, self.tiles, 0, self.a.tile_sync_cycles)
+        ex = prog.add("exchange", f"{label}/statistics/exchange", op.op_id, stage, pass_, mapping.tiles,
+                      partials * mapping.tiles, ex_cycles)
+        prog.exchanges.append((ex, "internal", prog.ipu, prog.ipu, partials * mapping.tiles, ex_cycles))
 
     def _pass_costs(self, op: Op, mapping: Mapping, factor: int,
                     ipu: int = 0) -> tuple[int, int, np.ndarray, np.ndarray, int]:
@@ -324,7 +345,7 @@ class Compiler:
         # vector units the gradient costs about what the forward did.
         flops = op.flops * factor if op.on_amp else op.flops
         moved = op.bytes * factor
-        cycles = self._mapped_cycles(mapping, self.costs.grain_cycles(op, flops, moved, op.grains), op.on_amp)
+        cycles = self._mapped_cycles(mapping, self.costs.grain_cycles(op, flops, moved, op.grains, mapping.tiles), op.on_amp)
         if serial > 1:
             cycles = cycles + self.costs.serial_overhead_cycles(serial)
             cycles.flags.writeable = False
@@ -566,7 +587,7 @@ class Compiler:
             weighted = [op for s in stages for op in s.ops if op.params]
             replicas = self.options.replication_factor
             if replicas > 1 and weighted:
-                grads = sum(op.params for op in weighted) * self.dt
+                grads = sum(op.params for op in weighted) * self.costs.reduced_gradient_bytes
                 bw = self.target.all_reduce_bytes_per_s(replicas * self.plan.num_ipus)
                 ring = 2 * (replicas - 1) / replicas * grads
                 cycles = self.costs.all_reduce_cycles(replicas, ring, bw)

@@ -9,7 +9,7 @@ compiler.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -17,6 +17,38 @@ from engine.model import DTYPE_BYTES, Op, Options
 from engine.targets import Target
 
 WORKERS = 6  # worker contexts per tile on every generation (public)
+# Ops that reduce over groups of elements before they can apply the result, and the FLOPs per element
+# of that reduction pass: a normalisation's mean and variance (sum and sum of squares: 3), a
+# softmax's maximum and sum of exponentials (2; the cross-entropy loss runs a softmax).
+STATISTICS_FLOPS = {"batch_norm": 3, "layer_norm": 3, "softmax": 2, "cross_entropy": 2}
+PARTIAL_BYTES = 2 * 4  # two FP32 partial sums per group
+# The Mk2 AMP vertex (poplibs ConvPartial1x1Out, lib/poplin/PerformanceEstimation.hpp): a pass takes
+# 16 input channels and one output channel per conv unit; 16 units with FP16 partials, 8 with FP32
+# partials (the FP32 store width); 4 MACs per unit per cycle; 4 cycles per output row, 157 cycles and
+# 4 per unit (the weights' load) per pass, 66 per vertex call.
+AMP_INPUT_CHANNELS = 16
+AMP_UNITS_HALF_PARTIALS = 16
+AMP_UNITS_FLOAT_PARTIALS = 8
+AMP_MACS_PER_UNIT = 4
+AMP_ROW_CYCLES = 4
+AMP_PASS_CYCLES = 157
+AMP_LOAD_CYCLES_PER_UNIT = 4
+AMP_CALL_CYCLES = 66
+
+
+@dataclass(frozen=True)
+class AmpPlan:
+    """A matmul's or convolution's split over its tiles (``CostModel.amp_plan``): the rows x columns x
+    reduction grid of each group's tiles, a tile's output rows, the bytes the busiest tile receives,
+    the plan's cycles on a tile and the share of the AMP's FP16 peak it sustains."""
+
+    pm: float
+    pn: int
+    pk: int
+    rows: int
+    received: int
+    cycles: float
+    efficiency: float
 
 
 @dataclass(frozen=True)
@@ -32,6 +64,7 @@ class CostModel:
     shards: int = 1
     stream_shards: int = 1
     ipus: int = 1
+    _plans: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     @property
     def a(self):  # noqa: ANN201 - targets.Assumptions
@@ -55,6 +88,15 @@ class CostModel:
         return fp32 * DTYPE_BYTES[self.options.optimiser_state_type] // 4
 
     @property
+    def reduced_gradient_bytes(self) -> int:
+        """Bytes per parameter the gradient all-reduce between replicas moves: the accumulated
+        gradients in the accumulators' type (with SGD's combined velocity, the velocity's type);
+        without accumulation, the gradients themselves."""
+        if self.combined_accumulator:
+            return DTYPE_BYTES[self.options.optimiser_state_type]
+        return self.accumulator_bytes if self.options.gradient_accumulation > 1 else self.dtype_bytes
+
+    @property
     def combined_accumulator(self) -> bool:
         """SGD's velocity accumulates the gradients itself (PopART's SGD1): no separate accumulator.
         LARS cannot (its trust ratio needs the whole step's gradient), nor can a velocity off chip."""
@@ -64,19 +106,84 @@ class CostModel:
 
     # -- compute -------------------------------------------------------------------------------
 
-    def grain_cycles(self, op: Op, flops: float, moved: float, grains: int) -> float:
-        """Cycles one grain takes at the tile's full rate (all workers busy)."""
+    def grain_cycles(self, op: Op, flops: float, moved: float, grains: int, tiles: int) -> float:
+        """Cycles one grain takes at the tile's full rate (all workers busy), on an op spread over ``tiles``."""
         precision = self.options.precision
         per_flops = flops / grains
         per_bytes = moved / grains
         if op.on_amp:
-            efficiency = self.a.amp_efficiency
-            if op.kind == "conv" and op.gemm is not None:
-                efficiency *= min(1.0, op.gemm[1] / self.a.amp_min_reduction)
-            rate = self.target.amp_flops_per_cycle(precision) * efficiency
+            rate = self.target.amp_flops_per_cycle(precision) * self.amp_plan(op, tiles).efficiency
             return per_flops / rate
         compute = per_flops / self.target.vector_flops_per_cycle(precision)
         return max(compute, per_bytes / self.target.memory_bytes_per_cycle_per_tile)
+
+    def amp_plan(self, op: Op, tiles: int) -> "AmpPlan":
+        """How poplibs' planner would split a matmul or convolution over ``tiles``, and what it costs.
+
+        Each group's tiles form a pm x pn x pk grid over the output's rows, its columns and the
+        reduction (``exchange_bytes_per_tile``); the planner keeps the split whose compute and
+        exchange cycles are fewest. On a tile, the AMP vertex (poplibs ConvPartial1x1Out; cycle
+        estimates in lib/poplin/PerformanceEstimation.hpp) runs one pass per group of 16 input
+        channels and ``units`` output channels: 4 cycles per output row (its rows shared by the six
+        workers), plus 157 cycles and the weights' load (4 per unit) per pass, plus 66 per call. A
+        shape that does not fill its groups is padded; a tile with few rows spends its time loading
+        weights. FP32 partials (poplibs' and PopTorch's default) run 8 units, FP16 partials 16: half
+        the peak. The efficiency is the ideal cycles over the plan's, times ``amp_efficiency``.
+        """
+        key = (op.kind, op.gemm, op.groups, op.inputs[0].shape, op.params, tiles)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(op, tiles)
+        return plan
+
+    def _plan(self, op: Op, tiles: int) -> "AmpPlan":
+        m, k, n = op.gemm if op.gemm is not None else (1, 1, 1)
+        depth = k
+        if op.kind == "conv":
+            channels = op.inputs[0].shape[1]
+            kernel = max(1, k // channels)
+            width = math.isqrt(kernel)
+            # With fewer channels than a pass takes, poplibs folds the kernel's width into them
+            # (expandDims); the kernel's other positions are then looped passes of their own.
+            depth = channels * width if channels < AMP_INPUT_CHANNELS else channels
+            passes_per_depth = kernel // width if channels < AMP_INPUT_CHANNELS else kernel
+        else:
+            passes_per_depth = 1
+        units = AMP_UNITS_HALF_PARTIALS if self.options.partials == "fp16" and self.options.precision == "fp16" \
+            else AMP_UNITS_FLOAT_PARTIALS
+        if self.options.precision == "fp32":
+            units = AMP_UNITS_HALF_PARTIALS  # FP32 inputs: its own (quarter) peak, every unit
+        a_bytes = op.inputs[0].bytes / op.groups
+        b_bytes = op.params * self.dtype_bytes if op.params else sum(x.bytes for x in op.inputs[1:]) / op.groups
+        out_fp32 = 4 * op.output.bytes / op.groups / self.dtype_bytes
+        per_group = tiles / op.groups
+        groups_per_tile = max(1, math.ceil(op.groups / tiles))
+        best: AmpPlan | None = None
+        for pk in (1, 2, 4, 8, 16, 32):
+            if pk > 1 and (pk > per_group or pk * AMP_INPUT_CHANNELS > depth):
+                break
+            pn = 1
+            while True:
+                pm = max(1.0, per_group / (pk * pn))
+                rows, cols, red = math.ceil(m / pm), math.ceil(n / pn), math.ceil(depth / pk)
+                passes = -(-red // AMP_INPUT_CHANNELS) * -(-cols // units) * passes_per_depth
+                compute = groups_per_tile * (AMP_CALL_CYCLES + passes * (
+                    AMP_ROW_CYCLES * WORKERS * -(-rows // WORKERS) + AMP_PASS_CYCLES + AMP_LOAD_CYCLES_PER_UNIT * units))
+                if per_group <= 1:
+                    received = (a_bytes + b_bytes) * op.groups / tiles
+                else:
+                    received = a_bytes / (pm * pk) + b_bytes / (pn * pk) + out_fp32 * (pk - 1) / per_group
+                total = compute + received / self.a.exchange_bytes_per_cycle_per_tile
+                ideal = groups_per_tile * rows * red * cols * passes_per_depth / (AMP_MACS_PER_UNIT * units)
+                if best is None or total < best.cycles:
+                    peak_share = units / AMP_UNITS_HALF_PARTIALS
+                    best = AmpPlan(pm, pn, pk, rows, math.ceil(received), total,
+                                   self.a.amp_efficiency * peak_share * min(1.0, ideal / compute))
+                if pn * 2 * pk > per_group or cols <= units:
+                    break
+                pn *= 2
+        assert best is not None
+        return best
 
     def tile_cycles(self, grains: np.ndarray, grain_cycles: float, amp: bool = False) -> np.ndarray:
         """Cycles each tile spends on its grains, launch overhead included.
@@ -94,6 +201,28 @@ class CostModel:
             work = rounds * (WORKERS * grain_cycles + a.vertex_overhead_cycles)
         return a.compute_set_overhead_cycles + np.ceil(work).astype(np.int64)
 
+    def statistics(self, op: Op, tiles: int) -> tuple[int, int, float]:
+        """A normalisation's or softmax's statistics: (partial-sum bytes the busiest tile sends, the
+        exchange's cycles, each grain's cycles in the reduction pass).
+
+        Batch norm reduces each channel over the micro-batch and the image, so every tile holding
+        part of a channel contributes a partial; layer norm and softmax reduce each row (the last
+        dimension), split over the tiles its grains fall on. The partials are gathered onto the
+        tiles that reduce them and the results broadcast back: two exchanges, each with its
+        latency, moving two FP32 partials per group a tile holds (popops' reductions in poplibs).
+        """
+        x = op.inputs[0]
+        if op.kind == "batch_norm":  # (N, C, H, W): channel c is N runs of H x W elements
+            groups, run = x.shape[1], math.prod(x.shape[2:])
+        else:  # rows of the last dimension
+            groups, run = x.elements // x.shape[-1], x.shape[-1]
+        # Groups a tile holds part of: the runs its share of the elements spans.
+        per_tile = min(groups, math.ceil(x.elements / tiles / run) + 1)
+        partials = per_tile * PARTIAL_BYTES
+        exchange = 2 * self.a.exchange_latency_cycles + math.ceil(2 * partials / self.a.exchange_bytes_per_cycle_per_tile)
+        grain_flops = STATISTICS_FLOPS[op.kind] * x.elements / op.grains
+        return partials, exchange, grain_flops / self.target.vector_flops_per_cycle(self.options.precision)
+
     def serial_pieces(self, op: Op, per_tile_bytes: int, ipu: int = 0) -> int:
         """Pieces a matmul or convolution on ``ipu`` is serialised into so that its temporary memory
         per tile stays within that IPU's available memory proportion (1 for other ops)."""
@@ -109,31 +238,12 @@ class CostModel:
     # -- exchange ------------------------------------------------------------------------------
 
     def exchange_bytes_per_tile(self, op: Op, tiles: int, factor: int) -> int:
-        """Bytes the busiest of the op's ``tiles`` receives before its compute set."""
-        inputs = sum(t.bytes for t in op.inputs)
+        """Bytes the busiest of the op's ``tiles`` receives before its compute set: a matmul's or
+        convolution's slices of its operands and partial sums under its plan (``amp_plan``), or the
+        share of an elementwise op's inputs whose layout differs."""
         if op.on_amp and op.gemm is not None:
-            m, k, n = op.gemm
-            a_bytes = op.inputs[0].bytes / op.groups
-            b_bytes = op.params * self.dtype_bytes if op.params else sum(x.bytes for x in op.inputs[1:]) / op.groups
-            # Tiles split over the groups first; a group's tiles form a pm x pn x pk grid (rows of A,
-            # columns of B, and the reduction dimension, as Poplar's matmul planner splits it): a
-            # tile needs its slice of A and of B, and sends partial sums when the reduction is split.
-            t = tiles / op.groups
-            if t <= 1:
-                return factor * math.ceil((a_bytes + b_bytes) * op.groups / tiles)
-            out_fp32 = 4 * op.output.bytes / op.groups / self.dtype_bytes
-            best = math.inf
-            for pk in (1, 2, 4, 8, 16, 32):  # the planner keeps the split that moves least
-                if pk > t or pk * 16 > k:
-                    break
-                rest = t / pk
-                pn = max(1.0, min(rest, math.sqrt(rest * n / max(m, 1))))
-                pm = max(1.0, rest / pn)
-                partials = out_fp32 * (pk - 1) / t
-                best = min(best, a_bytes / (pm * pk) + b_bytes / (pn * pk) + partials)
-            if best == math.inf:
-                best = (a_bytes + b_bytes) / t
-            return factor * math.ceil(best)
+            return factor * self.amp_plan(op, tiles).received
+        inputs = sum(t.bytes for t in op.inputs)
         return factor * math.ceil(self.a.elementwise_relayout_fraction * inputs / tiles)
 
     def exchange_cycles(self, per_tile_bytes: int, pieces: int = 1) -> int:
@@ -147,9 +257,16 @@ class CostModel:
         return int(self.a.link_latency_cycles + math.ceil(nbytes / self.target.bytes_per_cycle(bytes_per_s)))
 
     def all_reduce_cycles(self, members: int, ring_bytes: float, bytes_per_s: float) -> int:
-        """Cycles of a ring all-reduce over ``members`` that moves ``ring_bytes`` per member."""
-        return int(2 * (members - 1) * self.a.link_latency_cycles / 4
-                   + math.ceil(ring_bytes / self.target.bytes_per_cycle(bytes_per_s)))
+        """Cycles of a ring all-reduce over ``members`` that moves ``ring_bytes`` per member.
+
+        A ring reduce-scatter then all-gather takes 2(members - 1) steps; each step waits for a sync
+        among the members and a link transfer to start (its latency), and the bytes move at the
+        collective's achieved share of the link bandwidth (``all_reduce_efficiency``)."""
+        a = self.a
+        steps = 2 * (members - 1)
+        latency = steps * (self.target.sync_cycles(members) + a.link_latency_cycles)
+        rate = self.target.bytes_per_cycle(bytes_per_s * a.all_reduce_efficiency)
+        return int(latency + math.ceil(ring_bytes / rate))
 
     def shard_all_reduce(self, shard_bytes: int) -> tuple[int, int]:
         """The ring all-reduce over the stage's tensor shards of a tensor whose shard is ``shard_bytes``:
@@ -183,3 +300,4 @@ class CostModel:
         params = -(-params // self.stream_shards)
         state = self.optimiser_state_bytes
         return params, params * a.optimiser_flops_per_param[o.optimiser], params * (3 * o.dtype_bytes + 2 * state)
+

@@ -112,6 +112,19 @@ class _Training:
         return self._options
 
 
+class _Precision:
+    """``options.Precision``: PopTorch's precision sub-options."""
+
+    def __init__(self, options: "Options") -> None:
+        self._options = options
+
+    def setPartialsType(self, dtype: object) -> "Options":  # noqa: N802
+        """``torch.half`` / ``"fp16"`` or ``torch.float`` / ``"fp32"``."""
+        name = str(dtype).removeprefix("torch.")
+        self._options.partials = {"half": "fp16", "float16": "fp16", "float": "fp32", "float32": "fp32"}.get(name, name)
+        return self._options
+
+
 @dataclass
 class Options:
     """A run's options. Attribute names are snake_case; PopTorch's chained setters also work."""
@@ -121,6 +134,10 @@ class Options:
     gradient_accumulation: int = 1
     replication_factor: int = 1
     precision: str = "fp16"
+    # Precision of a matmul's / convolution's partial sums: poplibs' and PopTorch's default is FP32,
+    # which runs the Mk2 AMP at half its FP16 rate; Graphcore's published models use FP16 partials
+    # (PopTorch ``Precision.setPartialsType(torch.half)``).
+    partials: str = "fp32"
     mode: str = "training"
     recompute: bool = False
     optimiser: str = "adamw"
@@ -192,6 +209,10 @@ class Options:
         return self
 
     @property
+    def Precision(self) -> "_Precision":  # noqa: N802
+        return _Precision(self)
+
+    @property
     def Training(self) -> _Training:  # noqa: N802
         return _Training(self)
 
@@ -229,7 +250,8 @@ class Options:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name.replace('_', ' ').capitalize()} must be a positive integer, not {value}.")
-        for what, value, choices in (("precision", self.precision, PRECISIONS), ("mode", self.mode, MODES),
+        for what, value, choices in (("precision", self.precision, PRECISIONS), ("partials", self.partials, PRECISIONS),
+                                     ("mode", self.mode, MODES),
                                      ("optimiser", self.optimiser, OPTIMISERS),
                                      ("optimiser state type", self.optimiser_state_type, PRECISIONS),
                                      ("accumulator type", self.accum_type or self.precision, PRECISIONS)):

@@ -28,6 +28,7 @@ from engine.scheduler import schedule
 from engine.zoo import zoo_entry
 
 OPTION_NAMES = ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "precision",
+                "partials",
                 "mode", "recompute", "optimiser", "runs", "arch", "system", "available_memory_proportion",
                 "tensor_sharding", "optimiser_state_type", "accum_type", "use_combined_accum", "enable_outlining",
                 "recompute_checkpoints", "attention_serialisation")

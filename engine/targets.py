@@ -153,6 +153,10 @@ class Assumptions:
     # when replicas span PODs of more than 64 IPUs.
     all_reduce_bytes_per_s: float = assumption(64e9, BYTES_PER_S, "bytes per second per IPU")
     gw_link_bytes_per_s: float = assumption(25e9, BYTES_PER_S, "bytes per second per IPU")
+    # Share of that bandwidth a collective achieves end to end (chunking, the reduction's compute on
+    # the tiles, the exchange between tiles and links): calibrated on ResNet-50's scaling from
+    # IPU-POD16 to IPU-POD64 (docs/emulator.md, "Fidelity").
+    all_reduce_efficiency: float = assumption(1.0, SHARE, "share of the collective bandwidth")
     # Latency of one inter-IPU, host or streaming-memory transfer.
     link_latency_cycles: int = assumption(1500, WHOLE, "cycles")
     # Host-side cost of one host call (one `model(...)` call in PopTorch, which runs device_iterations
@@ -161,12 +165,10 @@ class Assumptions:
     # docs/emulator.md): the tutorial's real mnist run is bound by it. At most 1 s, so that its
     # cycles stay within MAX_WHOLE-sized sums.
     host_call_latency_s: float = assumption(2e-3, Range(0, 1), "seconds")
-    # Fraction of the AMP peak a matmul / convolution inner loop sustains once its operands are on
-    # the tile (Poplar's matmul vertices reach roughly 60-70% of peak on large shapes).
+    # Share of its planned cycles (engine/costs.py ``amp_plan``: poplibs' vertex estimates) a matmul /
+    # convolution achieves once its operands are on the tile: what the vertex estimate leaves out
+    # (zeroing and reducing partials, layout). Calibrated (docs/emulator.md, "Fidelity").
     amp_efficiency: float = assumption(0.65, SHARE, "share of the AMP peak")
-    # Convolutions whose reduction (in-channels x kernel) is shorter than this cannot fill the
-    # AMP's accumulators; their efficiency falls in proportion (so it divides: at least 1).
-    amp_min_reduction: int = assumption(64, WHOLE_POSITIVE, "reduction length")
     # Elementwise and reduction work runs on the six workers' vector units: FLOP per cycle per tile.
     vector_fp16_flops_per_cycle_per_tile: float = assumption(12.0, PER_CYCLE, "FLOP per cycle per tile")
     vector_fp32_flops_per_cycle_per_tile: float = assumption(6.0, PER_CYCLE, "FLOP per cycle per tile")

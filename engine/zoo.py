@@ -261,7 +261,7 @@ def _bert_entry(name: str, size: str, *, layers: int, hidden: int, heads: int, *
                     functools.partial(build_bert, name=name),
                     params={"layers": layers, "hidden": hidden, "heads": heads, "seq_len": 128, "ipus": 4},
                     defaults={"micro_batch_size": 8, "device_iterations": 1, "gradient_accumulation": 16,
-                              "recompute": True, "optimiser": "lamb", **defaults},
+                              "recompute": True, "optimiser": "lamb", "partials": "fp16", **defaults},
                     inference_defaults={"micro_batch_size": 8, "device_iterations": 16})
 
 
@@ -276,7 +276,7 @@ ZOO: dict[str, ZooEntry] = {
                  build_resnet50,
                  params={"image_size": 224, "classes": 1000, "ipus": 4},
                  defaults={"micro_batch_size": 4, "device_iterations": 1, "gradient_accumulation": 16,
-                           "recompute": True, "optimiser": "sgd"},
+                           "recompute": True, "optimiser": "sgd", "partials": "fp16"},
                  inference_defaults={"micro_batch_size": 16, "device_iterations": 16}),
         _bert_entry("bert-base", "Base", layers=12, hidden=768, heads=12),
         _bert_entry("bert-large", "Large", layers=24, hidden=1024, heads=16, offload_optimiser=True,
@@ -285,14 +285,14 @@ ZOO: dict[str, ZooEntry] = {
                  build_gpt,
                  params={"layers": 12, "hidden": 768, "heads": 12, "seq_len": 1024, "ipus": 4},
                  defaults={"micro_batch_size": 1, "device_iterations": 1, "gradient_accumulation": 16,
-                           "recompute": True, "offload_optimiser": True},
+                           "recompute": True, "offload_optimiser": True, "partials": "fp16"},
                  inference_defaults={"micro_batch_size": 1, "device_iterations": 16},
                  presets=GPT_PRESETS, preset_defaults=GPT_PRESET_DEFAULTS),
         ZooEntry("vit-base", "ViT-Base/16 image classification (224x224), pipelined over 4 IPUs.",
                  build_vit,
                  params={"layers": 12, "hidden": 768, "heads": 12, "patch": 16, "ipus": 4},
                  defaults={"micro_batch_size": 8, "device_iterations": 1, "gradient_accumulation": 16,
-                           "recompute": True},
+                           "recompute": True, "partials": "fp16"},
                  inference_defaults={"micro_batch_size": 16, "device_iterations": 16}),
     )
 }

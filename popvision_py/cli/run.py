@@ -80,6 +80,9 @@ def _checkpoints(value: str | None) -> str | int | None:
 @click.option("--mode", type=click.Choice(MODES, case_sensitive=False), help="training (default) or inference.")
 @click.option("--precision", type=click.Choice(PRECISIONS, case_sensitive=False),
               help="fp16 (default) or fp32: activations, weights and gradients.")
+@click.option("--partials", type=click.Choice(PRECISIONS, case_sensitive=False),
+              help="Precision of matmul / convolution partial sums: fp32 (Poplar's default; the AMP at half rate) "
+              "or fp16 (PopTorch Precision.setPartialsType(torch.half)); zoo models default to what Graphcore ran.")
 @click.option("--recompute/--no-recompute", default=None, help="Recompute activations in the backward pass.")
 @click.option("--offload-optimiser/--no-offload-optimiser", default=None, help="Keep optimiser state in streaming memory (remote buffers).")
 @click.option("--offload-weights/--no-offload-weights", default=None, help="Keep weights in streaming memory, loaded per pass.")
