@@ -26,13 +26,15 @@ BEGIN, END = "<!-- fidelity:begin -->", "<!-- fidelity:end -->"
 # Graphcore's TensorFlow 1 ResNet-50 on IPU-POD16 (the seed talk's run): 4 pipeline stages x 4
 # replicas, micro-batch 16, split after stage1/unit3, stage2/unit4 and stage3/unit4 (Graphcore's
 # names for the units our zoo calls layer1.2, layer2.3 and layer3.3), recomputation, momentum SGD,
-# available memory proportion 0.15, FP32 master weights and optimiser state ("16.32"), one poprun
+# available memory proportion 0.15, half partials, FP32 gradient accumulators and momentum (its
+# precision "16.32"; TensorFlow's pipeline accumulates gradients apart from the optimiser), one poprun
 # instance per replica. IPU-POD64: the same with 16 replicas and a quarter of the accumulation
 # ("just changes the number of accumulated gradients in order to maintain the same global batch
 # size"). Source: graphcore/examples applications/tensorflow/cnns/training/configs.yml
 # (mk2_resnet50_bn_16ipus, mk2_resnet50_bn_64ipus) and its README (poprun --num-instances).
 RESNET = ('resnet50 --stages "stem..layer1.2@0 layer2.0..layer2.3@1 layer3.0..layer3.3@2 layer3.4..head@3" '
-          "--batch-size 16 --available-memory-proportion 0.15 --optimiser sgd --recompute")
+          "--batch-size 16 --available-memory-proportion 0.15 --optimiser sgd --recompute --partials fp16 "
+          "--accum-type fp32 --separate-accum")
 RESNET_SOURCE = "graphcore/examples applications/tensorflow/cnns/training/configs.yml"
 # The PopTorch pipelining tutorial's MNIST run (seed tutorial): batch 40, gradient accumulation 10,
 # device iterations 10, 4 IPUs pipelined, AdamW, optimiser state offloaded (its "Saving memory by

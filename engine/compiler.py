@@ -588,9 +588,7 @@ class Compiler:
             replicas = self.options.replication_factor
             if replicas > 1 and weighted:
                 grads = sum(op.params for op in weighted) * self.costs.reduced_gradient_bytes
-                bw = self.target.all_reduce_bytes_per_s(replicas * self.plan.num_ipus)
-                ring = 2 * (replicas - 1) / replicas * grads
-                cycles = self.costs.all_reduce_cycles(replicas, ring, bw)
+                ring, cycles = self.costs.gradient_all_reduce(grads, replicas)
                 step = prog.add("all_reduce", "gradients/all_reduce", -1, -1, "update", self.tiles, int(ring), cycles)
                 prog.exchanges.append((step, "all_reduce", ipu, ipu, int(ring), cycles))
             for op in weighted:

@@ -256,17 +256,25 @@ class CostModel:
         """A copy over a link (IPU-Link, host, streaming memory): the link's latency, then the bytes."""
         return int(self.a.link_latency_cycles + math.ceil(nbytes / self.target.bytes_per_cycle(bytes_per_s)))
 
-    def all_reduce_cycles(self, members: int, ring_bytes: float, bytes_per_s: float) -> int:
+    def all_reduce_cycles(self, members: int, ring_bytes: float, bytes_per_s: float, efficiency: float = 1.0) -> int:
         """Cycles of a ring all-reduce over ``members`` that moves ``ring_bytes`` per member.
 
         A ring reduce-scatter then all-gather takes 2(members - 1) steps; each step waits for a sync
-        among the members and a link transfer to start (its latency), and the bytes move at the
-        collective's achieved share of the link bandwidth (``all_reduce_efficiency``)."""
-        a = self.a
+        among the members and a link transfer to start (its latency), and the bytes move at
+        ``efficiency`` of ``bytes_per_s``."""
         steps = 2 * (members - 1)
-        latency = steps * (self.target.sync_cycles(members) + a.link_latency_cycles)
-        rate = self.target.bytes_per_cycle(bytes_per_s * a.all_reduce_efficiency)
+        latency = steps * (self.target.sync_cycles(members) + self.a.link_latency_cycles)
+        rate = self.target.bytes_per_cycle(bytes_per_s * efficiency)
         return int(latency + math.ceil(ring_bytes / rate))
+
+    def gradient_all_reduce(self, nbytes: float, replicas: int) -> tuple[int, int]:
+        """The all-reduce of one IPU's accumulated gradients with its counterparts in the other
+        replicas: (bytes each IPU moves, cycles). The replicas' IPUs lie in different IPU-Machines;
+        the collective achieves ``all_reduce_efficiency`` of the all-reduce bandwidth (calibrated on
+        ResNet-50's scaling from IPU-POD16 to IPU-POD64, docs/emulator.md "Fidelity")."""
+        ring = 2 * (replicas - 1) / replicas * nbytes
+        bw = self.target.all_reduce_bytes_per_s(replicas * self.ipus * self.shards)
+        return int(ring), self.all_reduce_cycles(replicas, ring, bw, self.a.all_reduce_efficiency)
 
     def shard_all_reduce(self, shard_bytes: int) -> tuple[int, int]:
         """The ring all-reduce over the stage's tensor shards of a tensor whose shard is ``shard_bytes``:
