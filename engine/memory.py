@@ -100,7 +100,9 @@ def plan_memory(compiled: Compiled, prog: IpuProgram) -> IpuMemory:
     for start, grains, count in splits.values():
         vertices = np.minimum(grains, WORKERS) + grains // 64
         always[index["vertex_state"], start:start + len(grains)] += count * (vertices * a.vertex_state_bytes_per_grain)
-    always[index["control_code"]] += steps * a.control_code_bytes_per_step
+    # The input wait is the host runtime not yet starting the call, not a program the tiles hold.
+    programs = steps - (1 if "input_wait" in prog.segments else 0)
+    always[index["control_code"]] += programs * a.control_code_bytes_per_step
     always[index["constants"]] += a.constants_bytes_per_tile
     always[index["stack"]] += a.stack_bytes_per_tile
 

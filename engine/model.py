@@ -99,6 +99,22 @@ class TensorLocations:
         }
 
 
+class _Distributed:
+    """``options.Distributed``: PopTorch's distributed sub-options (one host process per poprun instance)."""
+
+    def __init__(self, options: "Options") -> None:
+        self._options = options
+
+    def configureProcessId(self, process_id: int, num_processes: int) -> "Options":  # noqa: N802
+        # The emulator times the whole run: only the number of processes feeding it matters.
+        self._options.host_processes = int(num_processes)
+        return self._options
+
+    @property
+    def numProcesses(self) -> int:  # noqa: N802
+        return self._options.host_processes
+
+
 class _Training:
     """``options.Training``: PopTorch's training sub-options."""
 
@@ -131,6 +147,9 @@ class Options:
     available_memory_proportion: float = 0.6
     # The blog's t axis: each stage's ops (weights and work) split over this many IPUs.
     tensor_sharding: int = 1
+    # Host processes feeding the replicas (poprun instances, PopTorch's Distributed.numProcesses):
+    # each runs its own data loader, so the host prepares samples this many times as fast.
+    host_processes: int = 1
     tensor_locations: TensorLocations = field(default_factory=TensorLocations)
     strategy: "ExecutionStrategy | None" = None
 
@@ -158,6 +177,10 @@ class Options:
         return _Training(self)
 
     @property
+    def Distributed(self) -> _Distributed:  # noqa: N802
+        return _Distributed(self)
+
+    @property
     def TensorLocations(self) -> TensorLocations:  # noqa: N802
         return self.tensor_locations
 
@@ -174,7 +197,7 @@ class Options:
         if not 0 < self.available_memory_proportion <= 1:
             raise ConfigError(f"Available memory proportion must be in (0, 1], not {self.available_memory_proportion}.")
         for name in ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "runs",
-                     "tensor_sharding"):
+                     "tensor_sharding", "host_processes"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name.replace('_', ' ').capitalize()} must be a positive integer, not {value}.")

@@ -29,7 +29,7 @@ from engine.zoo import zoo_entry
 
 OPTION_NAMES = ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "precision",
                 "mode", "recompute", "optimiser", "runs", "arch", "system", "available_memory_proportion",
-                "tensor_sharding")
+                "tensor_sharding", "host_processes")
 # Tensor locations a model's DEFAULTS may set, like the options above.
 LOCATION_NAMES = ("offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding")
 

@@ -66,6 +66,8 @@ def _assumption(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--system", help="System to run on: IPU, IPU-POD4, POD16, POD64, POD128, POD256 (smallest that fits "
               "by default).")
 @click.option("--runs", type=int, help="Host calls to emulate (each runs device-iterations iterations).")
+@click.option("--host-processes", type=int, help="Host processes feeding the replicas (poprun instances, each with "
+              "its own data loader; at most one per replica; 1 by default).")
 @click.option("--preset", help="Model preset (gpt: gpt2-small ... gpt3-175b).")
 @click.option("--layers", type=int, help="Layers (bert, gpt, vit).")
 @click.option("--hidden", type=int, help="Hidden size (bert, gpt, vit).")
@@ -131,6 +133,9 @@ def summary_text(s: Summary, idle_pct: float, flop_utilisation_pct: float) -> st
         f"  worst tile        IPU {s.worst_ipu} tile {s.worst_tile}: {s.worst_tile_bytes:,} of "
         f"{s.bytes_per_tile:,} bytes ({100 * s.worst_tile_bytes / s.bytes_per_tile:.1f}%)",
     ]
+    if s.host_bound:
+        lines.append(f"  host-bound: the IPUs wait {s.input_wait_pct:.1f}% of each host call for input; more host "
+                     f"processes (--host-processes) or a faster loader would help, more IPUs would not")
     if s.profile:
         lines.append(f"  profile           {s.profile}")
     return "\n".join(lines)
