@@ -36,7 +36,7 @@ LOCATION_OF = {"offload_optimiser": "optimiser", "offload_weights": "weights", "
 ORDER = ("preset", "layers", "hidden", "heads", "seq_len", "ipus", "mode", "strategy", "stages", "micro_batch_size",
          "gradient_accumulation", "device_iterations", "replication_factor", "tensor_sharding", "recompute",
          "offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding", "precision",
-         "optimiser", "available_memory_proportion", "arch", "system", "runs")
+         "optimiser", "available_memory_proportion", "arch", "system", "runs", "host_processes")
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,7 @@ def request(run: Mapping[str, Any], target: Mapping[str, Any]) -> tuple[str, dic
         "mode": run.get("mode", "training"), "strategy": run.get("strategy"), "stages": list(run.get("stages") or []),
         "micro_batch_size": run.get("micro_batch_size"), "device_iterations": run.get("device_iterations"),
         "replication_factor": run.get("replication_factor", 1), "tensor_sharding": run.get("tensor_sharding", 1),
+        "host_processes": run.get("host_processes", 1),
         "precision": run.get("precision"), "arch": target.get("arch"), "system": target.get("system"),
     })
     if training:

@@ -134,8 +134,9 @@ def summary_text(s: Summary, idle_pct: float, flop_utilisation_pct: float) -> st
         f"{s.bytes_per_tile:,} bytes ({100 * s.worst_tile_bytes / s.bytes_per_tile:.1f}%)",
     ]
     if s.host_bound:
-        lines.append(f"  host-bound: the IPUs wait {s.input_wait_pct:.1f}% of each host call for input; more host "
-                     f"processes (--host-processes) or a faster loader would help, more IPUs would not")
+        from popvision_py.analysis.host import host_bound_line  # the reports' words for it
+
+        lines.append("  " + host_bound_line(s.input_wait_pct))
     if s.profile:
         lines.append(f"  profile           {s.profile}")
     return "\n".join(lines)
