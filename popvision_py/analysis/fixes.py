@@ -91,7 +91,7 @@ def request(run: Mapping[str, Any], target: Mapping[str, Any]) -> tuple[str, dic
         "mode": run.get("mode", "training"), "strategy": run.get("strategy"), "stages": list(run.get("stages") or []),
         "micro_batch_size": run.get("micro_batch_size"), "device_iterations": run.get("device_iterations"),
         "replication_factor": run.get("replication_factor", 1), "tensor_sharding": run.get("tensor_sharding", 1),
-        "host_processes": run.get("host_processes", 1),
+        "host_processes": run.get("host_processes"),
         "precision": run.get("precision"), "arch": target.get("arch"), "system": target.get("system"),
     })
     if training:

@@ -70,6 +70,17 @@ def test_the_wait_is_read_from_the_trace(profiles):
     assert host.call_cycles == pytest.approx(16_000 / HOST_RATE * 1.33e9, abs=1)
 
 
+def test_the_run_and_the_report_give_one_wait(profiles):
+    result = run_cli("run", "mnist", "--replicas", "4", "--json", "-q")
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.stdout)
+    with pv.open(profiles["four_replicas"]) as r:
+        host = r.exchange.host_input()
+    assert run["host_bound"] is host.host_bound is True
+    assert run["input_wait_pct"] == pytest.approx(host.input_wait_pct, rel=1e-9)
+    assert run["input_wait_seconds_per_call"] == pytest.approx(host.wait_per_call_cycles / 1.33e9, rel=1e-9)
+
+
 def test_the_stages_and_exchange_reports_say_host_bound_in_every_format(profiles):
     for section in ("stages", "exchange"):
         for fmt in ("text", "md"):
