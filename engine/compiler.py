@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from popvision_py.format.schema import INPUT_WAIT_STEP as INPUT_WAIT
+
 from engine.costs import STATISTICS_FLOPS, CostModel
 from engine.model import Op, Tensor
 from engine.plan import Plan, StagePlan
@@ -595,6 +597,7 @@ class Compiler:
                 update_steps[op.op_id] = self._lower_update(prog, op)
         prog.update_segment = (first, prog.steps)
         self._host_call(prog)
+        self._input_wait(prog)
         self._variables(prog, stages, fwd_cs, bwd_cs, recompute_cs, update_steps, weight_loads, stage_input_vars,
                         again_cs)
         return prog
@@ -617,6 +620,14 @@ class Compiler:
         step = prog.add("stream_copy", "host/call", -1, -1, "none", 1, 0, cycles)
         prog.exchanges.append((step, "host", -1, prog.ipu, 0, cycles))
         prog.segments["host_call"] = (first, prog.steps)
+
+    def _input_wait(self, prog: IpuProgram) -> None:
+        """Once per host call, on every IPU: the wait for the host's data loaders (the segment
+        ``"input_wait"``, a stream step without bytes). Its cycles depend on how long the rest of the
+        call takes, so the scheduler sets them (``scheduler.set_input_wait``); 0 until then."""
+        first = prog.steps
+        prog.add("stream_copy", INPUT_WAIT, -1, -1, "none", self.tiles, 0, 0)
+        prog.segments["input_wait"] = (first, prog.steps)
 
     def _load_weights(self, prog: IpuProgram, stage: StagePlan, pass_: str,
                       loads: dict[int, list[tuple[int, str]]]) -> None:

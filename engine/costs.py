@@ -299,6 +299,23 @@ class CostModel:
         """A host call's latency (its inputs are costed in the stream copies that carry them)."""
         return int(self.a.host_call_latency_s * self.target.arch.clock_hz)
 
+    def samples_per_host_call(self, training: bool) -> int:
+        """Samples one host call consumes over every replica: micro-batch x GA (training) x device iterations x replicas."""
+        o = self.options
+        return o.micro_batch_size * (o.gradient_accumulation if training else 1) * o.device_iterations * o.replication_factor
+
+    def host_input_cycles(self, training: bool) -> int:
+        """Cycles the host's data loaders take to prepare one host call's samples: the samples over
+        ``host_samples_per_s`` x host processes (each process loads for its own replicas)."""
+        rate = self.a.host_samples_per_s * self.options.host_processes
+        return math.ceil(self.samples_per_host_call(training) / rate * self.target.arch.clock_hz)
+
+    def input_wait_cycles(self, host_cycles: int, call_cycles: int) -> int:
+        """What the IPUs wait for the next call's samples. PopTorch's Async DataLoader prepares them
+        in other processes while the current call runs (its latency and its iterations,
+        ``call_cycles``), so only the part of the host's time beyond the call is exposed."""
+        return max(0, host_cycles - call_cycles)
+
     # -- the weight update ---------------------------------------------------------------------
 
     def update_work(self, params: int) -> tuple[int, int, int]:

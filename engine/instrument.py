@@ -52,6 +52,13 @@ class Summary:
     oom_tiles: int
     peak_bytes_per_ipu: list[int] = field(default_factory=list)
     tensor_sharding: int = 1
+    host_processes: int = 1
+    # The host's data loaders: what they take per host call, what the IPUs wait for them per call,
+    # and that wait as a share of the call. Host-bound: the IPUs wait at all (the host sets the pace).
+    host_input_seconds_per_call: float = 0.0
+    input_wait_seconds_per_call: float = 0.0
+    input_wait_pct: float = 0.0
+    host_bound: bool = False
     profile: str | None = None
 
 
@@ -76,7 +83,11 @@ def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) ->
         cycles_per_step=cycles_per_step, seconds_per_step=seconds, samples_per_second=samples_per_step / seconds,
         fits=oom == 0, worst_ipu=worst_ipu, worst_tile=worst_tile, worst_tile_bytes=int(peaks[worst_ipu][worst_tile]),
         bytes_per_tile=capacity, oom_tiles=oom, peak_bytes_per_ipu=[int(p.sum()) for p in peaks],
-        tensor_sharding=o.tensor_sharding,
+        tensor_sharding=o.tensor_sharding, host_processes=o.host_processes,
+        host_input_seconds_per_call=sched.host_input_cycles / clock,
+        input_wait_seconds_per_call=sched.input_wait_cycles / clock,
+        input_wait_pct=100.0 * sched.input_wait_cycles / sched.unit_cycles if sched.unit_cycles else 0.0,
+        host_bound=sched.input_wait_cycles > 0,
     )
 
 
@@ -119,6 +130,7 @@ def manifest(compiled: Compiled, sched: Schedule) -> tuple[dict[str, Any], dict[
         "precision": o.precision,
         "recompute": bool(o.recompute),
         "tensor_sharding": o.tensor_sharding,
+        "host_processes": o.host_processes,
         "available_memory_proportion": (list(o.available_memory_proportion)
                                         if isinstance(o.available_memory_proportion, tuple)
                                         else o.available_memory_proportion),

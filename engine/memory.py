@@ -97,7 +97,8 @@ def plan_memory(compiled: Compiled, prog: IpuProgram) -> IpuMemory:
     # exchange's code (one descriptor per region received); and the pass's steps of control code.
     # Other steps (copies, syncs, streams) each carry their own control code, and so does each call
     # of an outlined pass after the first.
-    code_steps = steps - prog.op_steps + prog.op_passes - len(prog.code_sets)
+    # The input wait is the host runtime not yet starting the call, not a program the tiles hold.
+    code_steps = steps - prog.op_steps + prog.op_passes - len(prog.code_sets) - (1 if "input_wait" in prog.segments else 0)
     for start, grains, received, n in prog.code_sets.values():
         end = start + len(grains)
         always[index["vertex_state"], start:end] += np.minimum(grains, WORKERS) * a.vertex_state_bytes_per_vertex

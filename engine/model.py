@@ -101,6 +101,22 @@ class TensorLocations:
         }
 
 
+class _Distributed:
+    """``options.Distributed``: PopTorch's distributed sub-options (one host process per poprun instance)."""
+
+    def __init__(self, options: "Options") -> None:
+        self._options = options
+
+    def configureProcessId(self, process_id: int, num_processes: int) -> "Options":  # noqa: N802
+        # The emulator times the whole run: only the number of processes feeding it matters.
+        self._options.host_processes = int(num_processes)
+        return self._options
+
+    @property
+    def numProcesses(self) -> int:  # noqa: N802
+        return self._options.host_processes
+
+
 class _Training:
     """``options.Training``: PopTorch's training sub-options."""
 
@@ -170,6 +186,9 @@ class Options:
     # PopART outlines identical subgraphs (SessionOptions.enableOutlining, on by default): repeated
     # layers share one copy of their code and vertex state.
     enable_outlining: bool = True
+    # Host processes feeding the replicas (poprun instances, PopTorch's Distributed.numProcesses):
+    # each runs its own data loader, so the host prepares samples this many times as fast.
+    host_processes: int = 1
     tensor_locations: TensorLocations = field(default_factory=TensorLocations)
     strategy: "ExecutionStrategy | None" = None
 
@@ -217,6 +236,10 @@ class Options:
         return _Training(self)
 
     @property
+    def Distributed(self) -> _Distributed:  # noqa: N802
+        return _Distributed(self)
+
+    @property
     def TensorLocations(self) -> TensorLocations:  # noqa: N802
         return self.tensor_locations
 
@@ -246,7 +269,7 @@ class Options:
         if not isinstance(self.attention_serialisation, int) or self.attention_serialisation < 1:
             raise ConfigError(f"Attention serialisation must be a positive integer, not {self.attention_serialisation}.")
         for name in ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "runs",
-                     "tensor_sharding"):
+                     "tensor_sharding", "host_processes"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name.replace('_', ' ').capitalize()} must be a positive integer, not {value}.")

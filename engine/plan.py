@@ -140,6 +140,9 @@ def make_plan(model: Model, options: Options, strategy: ExecutionStrategy, *,
                 producer = model.ops[t.producer]
                 raise ConfigError(f"Op {op.name} in stage {stage_of[op.op_id]} uses {producer.name} from the later "
                                   f"stage {stage_of[t.producer]}; stages must follow the model's order.")
+    broken = runconfig.host_processes_rule(options.host_processes, options.replication_factor)
+    if broken:
+        raise ConfigError(broken)
     num_ipus = 1 + max(p.ipu for p in plans)
     amp = options.available_memory_proportion
     if isinstance(amp, tuple) and len(amp) not in (1, num_ipus):

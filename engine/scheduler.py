@@ -14,7 +14,8 @@ the slowest IPU, then all IPUs sync. So the slowest IPU sets each superstep's le
   micro-batch of the step.
 
 A host call (a run) starts with a superstep in which the IPUs fed by the host pay the host call's
-latency and input transfer; then device_iterations iterations follow. A run is built from *parts*,
+latency and every IPU waits for the host's data loaders if they are slower than the rest of the
+call (``schedule``); then device_iterations iterations follow. A run is built from *parts*,
 each a sequence of supersteps timed once and repeated: the host call's superstep; for training,
 one iteration, repeated device_iterations times; for pipelined inference, the fill, one superstep
 of the steady state (every stage busy, one micro-batch further on per repeat), then the flush; for
@@ -36,7 +37,7 @@ import pyarrow as pa
 from popvision_py.format import schema as S
 from popvision_py.format.schema import PASSES, PHASES
 
-from engine.compiler import Compiled
+from engine.compiler import Compiled, cost_model
 
 PHASE_OF_TYPE = {
     "compute_set": "compute",
@@ -83,6 +84,8 @@ class Schedule:
     parts: list[Part]
     units: int  # runs
     busy_cycles: np.ndarray  # (ipus,) busy cycles per run (not idle, not the superstep syncs)
+    input_wait_cycles: int = 0  # per run: what the IPUs wait for the host's data loaders
+    host_input_cycles: int = 0  # per run: what the data loaders take to prepare the call's samples
 
     @property
     def unit_cycles(self) -> int:
@@ -176,10 +179,11 @@ def build_supersteps(compiled: Compiled) -> list[tuple[list[Superstep], int]]:
                 work += [((s.index, "forward"), 0, m) for m in range(m_count)]
                 steps.append(Superstep({s.ipu: work}, 0))
             parts = [(steps, 1)]
-    # Each host call starts with the host's own latency and the transfer of the call's inputs, on
-    # the IPUs the host feeds; the others wait.
-    host = {prog.ipu: [("host_call", -1, 0)] for prog in compiled.programs if "host_call" in prog.segments}
-    if host:
+    # Each host call starts with the host's own latency on the IPUs the host feeds, then every IPU
+    # waits for the data loaders if they are slower than the call (``schedule`` sets that wait).
+    if any("host_call" in prog.segments for prog in compiled.programs):
+        host = {prog.ipu: [("host_call", -1, 0)] * ("host_call" in prog.segments) + [("input_wait", -1, 0)]
+                for prog in compiled.programs}
         parts.insert(0, ([Superstep(host, 0)], 1))
     return [(steps, repeats) for steps, repeats in parts if steps and repeats > 0]
 
@@ -195,14 +199,38 @@ def _phase_load(loads: set, ipu: int, key: tuple[int, str], iteration: int = 0) 
 
 
 def schedule(compiled: Compiled) -> Schedule:
-    """Time each part of one run and build the trace rows of its supersteps."""
+    """Time each part of one run and build the trace rows of its supersteps.
+
+    The wait for the host's data loaders depends on the rest of the call: every part is timed with
+    no wait, the wait follows from their cycles (``CostModel.input_wait_cycles``), and the host
+    call's part is timed again with it (``set_input_wait`` writes it into the programs)."""
+    set_input_wait(compiled, 0)
     segs = _segment_table(compiled)
+    supersteps = build_supersteps(compiled)
+    timed = [_time(compiled, segs, steps) for steps, _ in supersteps]
+    call = sum(cycles * repeats for (_, cycles, _), (_, repeats) in zip(timed, supersteps))
+    costs = cost_model(compiled.plan)
+    host_cycles = costs.host_input_cycles(compiled.plan.training)
+    host = next((k for k, (steps, _) in enumerate(supersteps)
+                 if any(key == "input_wait" for step in steps for items in step.work.values() for key, _, _ in items)),
+                None)
+    wait = costs.input_wait_cycles(host_cycles, call) if host is not None else 0
+    if wait:
+        set_input_wait(compiled, wait)
+        timed[host] = _time(compiled, _segment_table(compiled), supersteps[host][0])
     parts, busy = [], np.zeros(compiled.plan.num_ipus, dtype=np.int64)
-    for steps, repeats in build_supersteps(compiled):
-        rows, cycles, part_busy = _time(compiled, segs, steps)
+    for (rows, cycles, part_busy), (steps, repeats) in zip(timed, supersteps):
         parts.append(Part(rows, cycles, repeats, len(steps)))
         busy += repeats * part_busy
-    return Schedule(parts, compiled.plan.options.runs, busy)
+    return Schedule(parts, compiled.plan.options.runs, busy, input_wait_cycles=wait, host_input_cycles=host_cycles)
+
+
+def set_input_wait(compiled: Compiled, cycles: int) -> None:
+    """Give every IPU's input-wait step (``host/input_wait``) ``cycles``."""
+    for prog in compiled.programs:
+        if "input_wait" in prog.segments:
+            first, _ = prog.segments["input_wait"]
+            prog.cycles[first] = int(cycles)
 
 
 @dataclass
@@ -264,7 +292,7 @@ def _time(compiled: Compiled, segs: list[dict], supersteps: list[Superstep]) -> 
     for (ipu, key), execs in groups.items():
         seg = segs[ipu][key]
         n = len(seg.ids)
-        if not n:
+        if not n or not seg.duration:  # a segment that takes no time (no input wait) leaves no rows
             continue
         e = np.asarray(execs, dtype=np.int64)
         starts = (e[:, 0:1] + seg.offsets[None, :]).ravel()

@@ -162,10 +162,17 @@ class Assumptions:
     link_latency_cycles: int = assumption(1500, WHOLE, "cycles")
     # Host-side cost of one host call (one `model(...)` call in PopTorch, which runs device_iterations
     # iterations): Python dispatch, the stream callbacks and the host-IPU handshake. Not published; an
-    # order of magnitude for a PopTorch call. The Python data loader is not modelled (see
-    # docs/emulator.md): the tutorial's real mnist run is bound by it. At most 1 s, so that its
-    # cycles stay within MAX_WHOLE-sized sums.
+    # order of magnitude for a PopTorch call. The data loader is host_samples_per_s below. At most
+    # 1 s, so that its cycles stay within MAX_WHOLE-sized sums.
     host_call_latency_s: float = assumption(2e-3, Range(0, 1), "seconds")
+    # Samples per second one host process's data loader prepares and hands over (loading,
+    # preprocessing, collation): PopTorch's Async DataLoader fills a ring buffer while the IPUs run
+    # the previous call, so a call lasts at least samples per call / (this x host processes).
+    # Calibrated on the PopTorch pipelining tutorial (MNIST, batch 40 x GA 10 x 10 device
+    # iterations, one process with 16 workers: 15.04 and 14.89 it/s of 4,000 images, ~60,000
+    # images/s end to end). One figure per sample whatever its size: a loader that decodes JPEGs
+    # is far slower, so say so with --assume. At least 1 (a rate divides).
+    host_samples_per_s: float = assumption(60_000.0, Range(1), "samples per second per host process")
     # Share of its planned cycles (engine/costs.py ``amp_plan``: poplibs' vertex estimates) a matmul /
     # convolution achieves once its operands are on the tile: what the vertex estimate leaves out
     # (zeroing and reducing partials, layout). Calibrated (docs/emulator.md, "Fidelity").

@@ -194,6 +194,7 @@ SETTINGS: dict[str, Callable[[Report], Any]] = {
     "micro_batch_size": lambda r: r.run.get("micro_batch_size"),
     "device_iterations": lambda r: r.run.get("device_iterations"),
     "runs": lambda r: r.run.get("runs"),
+    "host_processes": lambda r: r.run.get("host_processes", 1),
     "num_stages": lambda r: len(r.run.get("stages") or []) or None,
     "num_ipus": lambda r: r.target.get("num_ipus"),
     "stages": lambda r: _stage_layout(r.run),

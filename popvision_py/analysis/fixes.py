@@ -37,7 +37,7 @@ ORDER = ("preset", "layers", "hidden", "heads", "seq_len", "ipus", "mode", "stra
          "gradient_accumulation", "device_iterations", "replication_factor", "tensor_sharding", "recompute",
          "offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding", "precision",
          "optimiser", "available_memory_proportion", "recompute_checkpoints", "attention_serialisation", "arch",
-         "system", "runs")
+         "system", "runs", "host_processes")
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,7 @@ def request(run: Mapping[str, Any], target: Mapping[str, Any]) -> tuple[str, dic
         "mode": run.get("mode", "training"), "strategy": run.get("strategy"), "stages": list(run.get("stages") or []),
         "micro_batch_size": run.get("micro_batch_size"), "device_iterations": run.get("device_iterations"),
         "replication_factor": run.get("replication_factor", 1), "tensor_sharding": run.get("tensor_sharding", 1),
+        "host_processes": run.get("host_processes"),
         "precision": run.get("precision"), "arch": target.get("arch"), "system": target.get("system"),
     })
     if training:

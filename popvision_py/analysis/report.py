@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import pandas as pd
 
 from popvision_py.analysis import exchange as _exchange
+from popvision_py.analysis import host as _host
 from popvision_py.analysis import liveness as _liveness
 from popvision_py.analysis import memory as _memory
 from popvision_py.analysis import stages as _stages
@@ -238,7 +239,7 @@ class SummaryReport(_View):
                 run=r.run, target=r.target, oom=oom, worst_breakdown=breakdown,
                 tile_memory=r.columns("tile_memory"), tiles=r.memory._tiles(), blocks=r.stages._blocks(), costs=r.stages._costs(),
                 stage_figures=r.stages.figures(), split=r.stages.best_split(), exchange=r.exchange.figures(),
-                kinds=r.exchange._by_kind(), costliest=r.exchange._costliest(10)))
+                kinds=r.exchange._by_kind(), costliest=r.exchange._costliest(10), host=r.exchange.host_input()))
 
         return self._memo("insights", compute)
 
@@ -366,6 +367,10 @@ class StagesReport(_View):
         return self._memo("best_split", lambda: _stages.best_split(
             self._costs(), self._blocks(), r.memory._by_ipu(), r.target, self.figures().step_cycles))
 
+    def host_input(self) -> _host.HostInput:
+        """The exchange report's ``host_input()``: a host-bound pipeline waits for input, whatever its stages."""
+        return self._r.exchange.host_input()
+
     def ideal_bubble_pct(self, micro_batch_factor: float = 1.0) -> float:
         """The idle share of a balanced run of the same schedule with ``factor`` x the micro-batches
         (``stages.ideal_bubble_pct``)."""
@@ -403,6 +408,11 @@ class ExchangeReport(_View):
 
     def costliest(self, n: int = 10) -> pd.DataFrame:
         return self._costliest(n).frame()
+
+    def host_input(self) -> _host.HostInput:
+        """How long the IPUs wait for the host's data loaders; ``host_bound`` when they wait at all."""
+        return self._r.memo("host_input", lambda: _host.host_input(self._r.columns("programs"), self._r.trace_summary(),
+                                                                   self._r.run))
 
     def _costliest(self, n: int = 10) -> Table:
         return self._memo(("costliest", n), lambda: _exchange.costliest(self._done(), self._r.step_index(), n))

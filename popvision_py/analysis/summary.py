@@ -15,6 +15,7 @@ import numpy as np
 from popvision_py.analysis import fixes as F
 from popvision_py.analysis import stages as _stages
 from popvision_py.analysis.exchange import ExchangeFigures
+from popvision_py.analysis.host import HostInput
 from popvision_py.analysis.stages import BestSplit, StageFigures
 from popvision_py.analysis.tables import PASSES, Aggregates, Columns, Table, aggregates, lookup
 from popvision_py.format import runconfig
@@ -141,6 +142,7 @@ class Evidence:
     exchange: ExchangeFigures
     kinds: Table
     costliest: Table
+    host: HostInput | None = None
 
 
 class _Findings:
@@ -311,6 +313,40 @@ def _exchange_fix(top: str, summary: Summary, ev: Evidence, saving: str) -> F.Fi
     return None
 
 
+def _host_fix(summary: Summary, ev: Evidence) -> F.Fix | None:
+    """More host processes (up to one per replica), or more replicas each fed by its own process.
+
+    From the profile alone: a host-bound call lasts the host's time H (the loaders overlap the
+    rest), and without the wait it would last D = H - wait; P processes prepare a call in H, so
+    P x H / D processes keep up."""
+    host = ev.host
+    if host is None or not host.host_bound:
+        return None
+    run = ev.run
+    replicas, processes = int(run.get("replication_factor", 1) or 1), host.host_processes
+    call, device = host.call_cycles, host.call_cycles - host.wait_per_call_cycles
+    clock = summary.clock_hz
+    rate = lambda samples, cycles: samples / (cycles / clock)  # noqa: E731 - samples per second
+    now = rate(host.samples_per_call, call)
+    unchanged = f"worst tile unchanged ({_bytes(summary.worst_tile_bytes)})"
+    needed = max(processes + 1, math.ceil(processes * call / device)) if device > 0 else processes + 1
+    if processes < replicas:
+        p = min(needed, replicas)
+        after = max(device, call * processes / p)
+        return F.Fix(f"Feed the {replicas} replicas from {p} host processes instead of {processes} (poprun instances, "
+                     f"each with its own data loader).",
+                     f"The host prepares a call's samples {p / processes:.1f}x as fast: a host call from "
+                     f"{_cycles(call)} to about {_cycles(after)}, {now:,.0f} -> about "
+                     f"{rate(host.samples_per_call, after):,.0f} samples/s; {unchanged}.",
+                     {"host_processes": p}, f"host-processes-{p}")
+    r, p = 2 * replicas, 2 * processes
+    return F.Fix(f"Run {r} replicas fed by {p} host processes (one host process per replica at most, so more "
+                 f"processes need more replicas).",
+                 f"Twice the samples per host call, prepared by twice the loaders in the same time: about "
+                 f"{2 * now:,.0f} samples/s instead of {now:,.0f} (still host-bound); {unchanged}.",
+                 {"replication_factor": r, "host_processes": p}, f"replicas-{r}-host-processes-{p}")
+
+
 def insights(summary: Summary, ev: Evidence) -> Table:
     """Findings, each with a suggested fix, its estimated effect and the command that applies it:
     INSIGHT_COLUMNS, most severe first. A fix the planner would refuse is never suggested."""
@@ -342,9 +378,25 @@ def insights(summary: Summary, ev: Evidence) -> Table:
             out.add("error", "memory", finding + " No change of the mapping this report can estimate (offloading, "
                     "recomputation, a smaller micro-batch, more stages within the largest system) lowers the worst tile.")
 
+    # -- host-bound ------------------------------------------------------------------------------
+    # A host-bound call lasts as long as the host's loaders whatever the IPUs do: findings about the
+    # IPUs' time (balance, bubble, exchange) would shorten only the part of the call that already
+    # waits, so they are left out.
+    host = ev.host
+    host_bound = host is not None and host.host_bound
+    if host_bound:
+        finding = (f"The run is host-bound: the IPUs wait {host.input_wait_pct:.1f}% of each host call "
+                   f"({_cycles(host.wait_per_call_cycles)} of {_cycles(host.call_cycles)}) for the host's data loaders "
+                   f"to prepare its {host.samples_per_call:,} samples; more IPUs alone or a faster mapping would not help "
+                   f"(findings about the IPUs' time are left out).")
+        fix = _host_fix(summary, ev)
+        if fix is None or not out.add("warning", "host", finding, fix):
+            out.add("warning", "host", finding + " A faster data loader would (fewer transforms per sample, more "
+                    "workers); `--assume host_samples_per_s=...` shows its effect.")
+
     # -- imbalance ----------------------------------------------------------------------------
     # one stage after another, the step takes the sum of the stages whatever the balance
-    if pipelined and S > 1 and np.isfinite(sf.imbalance) and sf.imbalance > IMBALANCE_THRESHOLD:
+    if not host_bound and pipelined and S > 1 and np.isfinite(sf.imbalance) and sf.imbalance > IMBALANCE_THRESHOLD:
         finding = (f"Stage {sf.bottleneck_stage} is the bottleneck: the slowest stage takes "
                    f"{sf.imbalance:.2f}x the mean stage time per micro-batch.")
         split = ev.split
@@ -367,7 +419,7 @@ def insights(summary: Summary, ev: Evidence) -> Table:
                 f"({sf.balance_gain_pct:.1f}% faster): split the bottleneck's blocks more finely in the model."))
 
     # -- pipeline bubble ----------------------------------------------------------------------------
-    if pipelined and S > 1 and np.isfinite(sf.bubble_pct) and sf.bubble_pct > BUBBLE_THRESHOLD_PCT:
+    if not host_bound and pipelined and S > 1 and np.isfinite(sf.bubble_pct) and sf.bubble_pct > BUBBLE_THRESHOLD_PCT:
         finding = (f"IPUs are idle {sf.bubble_pct:.1f}% of the time (a balanced pipeline of {S} stages and "
                    f"{sf.micro_batches} micro-batches idles {sf.ideal_bubble_pct:.1f}% in fill and flush).")
         doubled = _stages.ideal_bubble_pct(ev.costs, 2 * sf.micro_batches)
@@ -389,7 +441,7 @@ def insights(summary: Summary, ev: Evidence) -> Table:
     ex = ev.exchange
     busy = ex.total_cycles - ex.idle_cycles
     comm = ex.exchange_cycles + ex.sync_cycles + ex.stream_cycles
-    if busy > 0 and 100.0 * comm / busy > EXCHANGE_BOUND_PCT:
+    if not host_bound and busy > 0 and 100.0 * comm / busy > EXCHANGE_BOUND_PCT:
         share = 100.0 * comm / busy
         parts = {"sync": ex.sync_cycles}
         for kind, cycles in zip(list(ev.kinds["kind"]), np.asarray(ev.kinds["exposed_cycles"]).tolist()):

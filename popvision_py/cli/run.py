@@ -104,6 +104,8 @@ def _checkpoints(value: str | None) -> str | int | None:
 @click.option("--system", help="System to run on: IPU, IPU-POD4, POD16, POD64, POD128, POD256 (smallest that fits "
               "by default).")
 @click.option("--runs", type=int, help="Host calls to emulate (each runs device-iterations iterations).")
+@click.option("--host-processes", type=int, help="Host processes feeding the replicas (poprun instances, each with "
+              "its own data loader; at most one per replica; 1 by default).")
 @click.option("--preset", help="Model preset (gpt: gpt2-small ... gpt3-175b).")
 @click.option("--layers", type=int, help="Layers (bert, gpt, vit).")
 @click.option("--hidden", type=int, help="Hidden size (bert, gpt, vit).")
@@ -169,6 +171,10 @@ def summary_text(s: Summary, idle_pct: float, flop_utilisation_pct: float) -> st
         f"  worst tile        IPU {s.worst_ipu} tile {s.worst_tile}: {s.worst_tile_bytes:,} of "
         f"{s.bytes_per_tile:,} bytes ({100 * s.worst_tile_bytes / s.bytes_per_tile:.1f}%)",
     ]
+    if s.host_bound:
+        from popvision_py.analysis.host import host_bound_line  # the reports' words for it
+
+        lines.append("  " + host_bound_line(s.input_wait_pct))
     if s.profile:
         lines.append(f"  profile           {s.profile}")
     return "\n".join(lines)

@@ -81,6 +81,14 @@ def ascending_rule(strategy: str, stage_ipus: Sequence[int]) -> str | None:
     return None
 
 
+def host_processes_rule(host_processes: int, replicas: int) -> str | None:
+    """Each host process (a poprun instance) feeds at least one replica: at most one process per replica."""
+    if host_processes > replicas:
+        return (f"Host processes {host_processes} exceed the {replicas} replica(s): each host process feeds at least "
+                f"one replica; use --host-processes {replicas} or fewer, or more --replicas.")
+    return None
+
+
 def system_rule(ipus: int) -> str | None:
     """Every IPU the run uses (IPUs per replica x tensor shards x replicas) is in one system."""
     if ipus > SYSTEMS[LARGEST_SYSTEM]:
@@ -109,14 +117,14 @@ def check_run(run: Mapping[str, Any]) -> str | None:
     """The first rule a manifest-style run configuration breaks, as the planner's sentence; ``None`` if it runs.
 
     ``run`` has the manifest's ``run`` keys (strategy, mode, stages, gradient_accumulation,
-    device_iterations, replication_factor, tensor_sharding, micro_batch_size).
+    device_iterations, replication_factor, tensor_sharding, micro_batch_size, host_processes).
     """
     stages = list(run.get("stages") or [])
     ipus = [int(s.get("ipu", k)) for k, s in enumerate(stages)]
     strategy = str(run.get("strategy", "pipelined"))
     training = str(run.get("mode", "training")) != "inference"
     for name in ("micro_batch_size", "gradient_accumulation", "device_iterations", "replication_factor",
-                 "tensor_sharding"):
+                 "tensor_sharding", "host_processes"):
         value = run.get(name, 1)
         if not isinstance(value, int) or value < 1:
             return f"{name.replace('_', ' ').capitalize()} must be a positive integer, not {value}."
@@ -134,4 +142,5 @@ def check_run(run: Mapping[str, Any]) -> str | None:
     return (ascending_rule(strategy, ipus)
             or pipeline_rule(strategy, ipus, training, int(run.get("gradient_accumulation", 1)),
                              int(run.get("device_iterations", 1)))
+            or host_processes_rule(int(run.get("host_processes", 1)), int(run.get("replication_factor", 1)))
             or system_rule(ipus_used(run)))

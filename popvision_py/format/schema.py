@@ -24,6 +24,10 @@ CATEGORY = pa.dictionary(pa.int32(), pa.string())
 HOST = -1
 STREAMING_MEMORY = -2
 
+# The program step, on every IPU, in which the IPUs wait for the host's data loaders at the start
+# of a host call (a stream step without bytes; 0 cycles when the host keeps up).
+INPUT_WAIT_STEP = "host/input_wait"
+
 PASSES = ("forward", "backward", "update", "none")
 PROGRAM_TYPES = (
     "compute_set",

@@ -120,6 +120,7 @@ def _liveness(doc: Document, r: Any, figures: bool) -> None:
 
 def _stages(doc: Document, r: Any, figures: bool) -> None:
     doc.add("stages.figures", "Pipeline figures", r.stages.figures())
+    doc.add("stages.host_input", "Host input: the IPUs' wait for the host's data loaders", r.stages.host_input())
     doc.add("stages.summary", "Stages: time per micro-batch, busy and idle", r.answer("stages.summary"))
     split = r.stages.best_split()
     doc.add("stages.best_split", "Best contiguous split of the blocks", split.table)
@@ -133,6 +134,7 @@ def _stages(doc: Document, r: Any, figures: bool) -> None:
 
 def _exchange(doc: Document, r: Any, figures: bool) -> None:
     doc.add("exchange.figures", "Time by phase (IPU-cycles summed over IPUs)", r.exchange.figures())
+    doc.add("exchange.host_input", "Host input: the IPUs' wait for the host's data loaders", r.exchange.host_input())
     doc.add("exchange.by_kind", "Exchange by kind", r.answer("exchange.by_kind"))
     doc.add("exchange.bandwidth", "Achieved vs peak bandwidth", r.answer("exchange.bandwidth"))
     doc.add("exchange.matrix", "IPU-to-IPU matrix (-1 host, -2 streaming memory)", r.answer("exchange.matrix"))
