@@ -95,7 +95,8 @@ class CostModel:
         if op.on_amp and op.gemm is not None:
             m, k, n = op.gemm
             a_bytes = op.inputs[0].bytes / op.groups
-            b_bytes = op.params * self.dtype_bytes if op.params else sum(x.bytes for x in op.inputs[1:]) / op.groups
+            b_bytes = (op.weight_params * self.dtype_bytes if op.weight_params
+                       else sum(x.bytes for x in op.inputs[1:]) / op.groups)
             # Tiles split over the groups first; a group's tiles form a pm x pn x pk grid (rows of A,
             # columns of B, and the reduction dimension, as Poplar's matmul planner splits it): a
             # tile needs its slice of A and of B, and sends partial sums when the reduction is split.

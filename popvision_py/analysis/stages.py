@@ -123,13 +123,15 @@ def stage_micro_batches(trace: Aggregates, num_stages: int) -> np.ndarray:
     return out
 
 
-def pipeline_cycles(fwd: np.ndarray, bwd: np.ndarray, micro_batches: int, pipelined: bool, training: bool) -> float:
+def pipeline_cycles(fwd: np.ndarray, bwd: np.ndarray, micro_batches: int, pipelined: bool, training: bool,
+                    ipus: np.ndarray | None = None) -> float:
     """Cycles the synchronous model of the run's schedule takes for ``micro_batches`` with per-stage fwd/bwd cycles.
 
     Pipelined (pipelined execution, or phased execution over stages on distinct IPUs:
     ``runconfig.runs_as_pipeline``): cycle t runs on stage s the forward of micro-batch t - s and
     (training) the backward of micro-batch t - (2S - 2 - s); each cycle lasts as long as its busiest
-    stage. Sequential (sharded, or phased stages sharing IPUs): stages one after another,
+    IPU (``ipus``: each stage's IPU; a pipeline whose last stage returns to the first IPU runs both
+    stages there in one cycle; by default each stage has an IPU of its own). Sequential (sharded, or phased stages sharing IPUs): stages one after another,
     ``M * sum(fwd + bwd)``.
     """
     fwd, bwd = np.asarray(fwd, float), np.asarray(bwd, float)
@@ -145,6 +147,9 @@ def pipeline_cycles(fwd: np.ndarray, bwd: np.ndarray, micro_batches: int, pipeli
     if training:
         back = t - (2 * S - 2 - s)
         work = work + np.where((back >= 0) & (back < M), bwd[None, :], 0.0)
+    if ipus is not None and len(np.unique(ipus)) < S:
+        _, owner = np.unique(np.asarray(ipus), return_inverse=True)
+        work = work @ np.eye(owner.max() + 1)[owner]  # cycles x IPUs: each IPU's stages summed
     return float(work.max(axis=1).sum())
 
 
@@ -195,7 +200,8 @@ def phase_by_ipu(trace: Aggregates, phase: str) -> np.ndarray:
 
 
 def _model_step(c: _Costs, fwd: np.ndarray, bwd: np.ndarray) -> float:
-    return pipeline_cycles(fwd, bwd, c.unit_micro_batches, c.pipelined, c.training) / c.unit_iterations
+    return (pipeline_cycles(fwd, bwd, c.unit_micro_batches, c.pipelined, c.training, c.stages["ipu"])
+            / c.unit_iterations)
 
 
 def ideal_bubble_pct(c: _Costs, micro_batches: int | None = None) -> float:
@@ -207,7 +213,7 @@ def ideal_bubble_pct(c: _Costs, micro_batches: int | None = None) -> float:
     if n == 0 or m <= 0:
         return float("nan")
     fbar, bbar = np.full(n, c.fwd.mean()), np.full(n, c.bwd.mean())
-    model = pipeline_cycles(fbar, bbar, m, c.pipelined, c.training)
+    model = pipeline_cycles(fbar, bbar, m, c.pipelined, c.training, c.stages["ipu"])
     busy = m * (fbar[0] + (bbar[0] if c.training else 0.0)) * n / max(c.ipus, 1)
     return 100.0 * (1.0 - busy / model) if model > 0 else float("nan")
 

@@ -87,7 +87,7 @@ def figures(manifest: dict[str, Any], trace: Aggregates, iterations: int, flops:
     total = agg.end_cycle - agg.start_cycle
     step_cycles = total / iterations if iterations else float("nan")
     step_s = step_cycles / clock if clock else float("nan")
-    samples = int(run["micro_batch_size"]) * int(run["gradient_accumulation"]) * int(run["replication_factor"])
+    samples = runconfig.samples_per_step(run)
     throughput = samples / step_s if step_s and step_s > 0 and not math.isnan(step_s) else float("nan")
     precision = str(run.get("precision", "fp16"))
     peak_table = target.get("flops_per_cycle_per_tile")

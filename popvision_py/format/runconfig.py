@@ -55,14 +55,28 @@ def pipeline_rule(strategy: str, stage_ipus: Sequence[int], training: bool, grad
 
 
 def ascending_rule(strategy: str, stage_ipus: Sequence[int]) -> str | None:
-    """Pipelined stages sit on ascending IPUs."""
+    """Pipelined stages sit on ascending IPUs; the last of three or more may return to the first
+    stage's IPU (PopTorch allows it: Graphcore's BERT and GPT-2 put their heads, tied to the word
+    embedding, back on IPU 0)."""
     if strategy != "pipelined":
         return None
-    for i in range(1, len(stage_ipus)):
+    n = len(stage_ipus)
+    for i in range(1, n):
+        if i == n - 1 and n > 2 and stage_ipus[i] == stage_ipus[0]:
+            continue
         if stage_ipus[i] <= stage_ipus[i - 1]:
             return (f"Pipelined stages must be on ascending IPUs, but stage {i} is on IPU {stage_ipus[i]} after "
                     f"stage {i - 1} on IPU {stage_ipus[i - 1]}.")
     return None
+
+
+def samples_per_step(run: Mapping[str, Any]) -> int:
+    """Samples one weight update (training) or one micro-batch per replica (inference: GA 1) takes:
+    micro-batch x gradient accumulation x replicas, each input holding ``packing_factor`` samples on
+    average (Graphcore's packed BERT packs several sequences per input and counts sequences)."""
+    inputs = (int(run.get("micro_batch_size", 1)) * int(run.get("gradient_accumulation", 1) or 1)
+              * int(run.get("replication_factor", 1) or 1))
+    return int(round(inputs * float(run.get("packing_factor", 1.0) or 1.0)))
 
 
 def system_rule(ipus: int) -> str | None:
