@@ -261,7 +261,7 @@ def test_a_profile_against_itself_has_no_setting_that_differs(mnist_runs):
 # --------------------------------------------- independent recomputation from the single-profile reports
 
 
-AMOUNTS_ABSENT_AS_0 = {"bytes", "cycles", "time_pct"}  # per category / exchange kind rows
+AMOUNTS_ABSENT_AS_0 = {"bytes", "cycles", "time_pct", "cycles_per_micro_batch", "busy_cycles"}  # per category / kind / stage rows
 IDENTIFIERS = {"worst_ipu", "worst_tile", "fits", "bottleneck_stage", "peak_step"}
 
 
