@@ -63,7 +63,8 @@ def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) ->
     clock = target.arch.clock_hz
     steps = o.device_iterations * o.runs
     samples_per_step = runconfig.samples_per_step({
-        "micro_batch_size": o.micro_batch_size, "gradient_accumulation": o.gradient_accumulation if plan.training else 1,
+        "micro_batch_size": o.micro_batch_size,
+        "gradient_accumulation": o.gradient_accumulation if plan.training else 1,
         "replication_factor": o.replication_factor, "packing_factor": plan.model.packing_factor})
     cycles_per_step = sched.total_cycles / steps
     seconds = cycles_per_step / clock
@@ -125,11 +126,13 @@ def manifest(compiled: Compiled, sched: Schedule) -> tuple[dict[str, Any], dict[
         "tensor_locations": o.tensor_locations.as_manifest(),
         "model_params": _jsonable(plan.model.params),
         "parameters": int(plan.model.parameters),
-        "packing_factor": float(plan.model.packing_factor),
         "optimiser": o.optimiser if plan.training else None,
         "pipeline_stages": plan.pipeline_stages if plan.strategy == "pipelined" else len(plan.stages),
         "total_cycles": int(sched.total_cycles),
     }
+    if plan.model.packing_factor != 1:
+        # samples per input (runconfig.samples_per_step); absent means 1
+        run["packing_factor"] = float(plan.model.packing_factor)
     if plan.request:
         run["request"] = _jsonable(plan.request)
     return target, run

@@ -568,6 +568,7 @@ def shard_ops(ops: Sequence[Op], t: int) -> list[Op]:
             groups = math.ceil(op.groups / t)  # attention: the heads are split
         out.append(dataclasses.replace(
             op, inputs=tuple(split(x) for x in op.inputs), output=split(op.output),
-            params=math.ceil(op.params / t), tied_params=math.ceil(op.tied_params / t), flops=math.ceil(op.flops / t), bytes=math.ceil(op.bytes / t),
+            params=math.ceil(op.params / t), tied_params=math.ceil(op.tied_params / t),
+            flops=math.ceil(op.flops / t), bytes=math.ceil(op.bytes / t),
             grains=max(1, math.ceil(op.grains / t)), gemm=gemm, groups=groups, shard=shard))
     return out

@@ -62,14 +62,13 @@ def balanced_stages(model: Model, ipus: int, strategy: type[ExecutionStrategy] =
 
     By FLOPs: cut points sit where the running FLOP total crosses k/ipus of the whole: simple,
     deterministic, and close to how engineers split a uniform stack of layers. Memory-aware (the
-    transformers, whose embedding tables hold far more than they compute): an IPU's load is the larger of its share of the training FLOPs and its share of the weight
-    memory (weights, gradient accumulators and on-chip optimiser state), so a FLOP-light block with
-    a big table (BERT's embedding) weighs what it holds. The split minimises the largest load (the
-    pipeline's pace and the fullest IPU); among splits as good, later IPUs take as much as that
-    allows, because earlier stages stash more micro-batches. ``head_on_first``: the last block is a
-    stage of its own back on the first IPU (Graphcore's BERT and GPT-2: the head tied to the
-    embedding sits with it), its load counted there. ``first_alone``: the first block alone on the
-    first IPU (Graphcore's GPT-2 embedding), the other blocks over the rest.
+    transformers, whose embedding tables hold far more than they compute): an IPU's load is the
+    larger of its share of the training FLOPs and its share of the weight memory (weights, gradient
+    accumulators and on-chip optimiser state), so a FLOP-light block with a big table (BERT's
+    embedding) weighs what it holds; see ``_split``. ``head_on_first``: the last block is a stage
+    of its own back on the first IPU (Graphcore's BERT and GPT-2: the head tied to the embedding
+    sits with it), its load counted there. ``first_alone``: the first block alone on the first IPU
+    (Graphcore's GPT-2 embedding), the other blocks over the rest.
     """
     blocks = list(model.blocks)
     if strategy is PhasedExecution:
@@ -124,37 +123,43 @@ def block_loads(model: Model) -> dict[str, np.ndarray]:
 
 
 def _split(blocks: list[str], load: dict[str, np.ndarray], groups: int, preload: np.ndarray) -> list[list[str]]:
-    """Contiguous groups (exactly ``min(groups, blocks)``, each non-empty) minimising the largest
-    group load, ``max(time share, memory share)``; group 0 also carries ``preload``. A bisection
-    on that bound, each bound tried by filling groups from the last."""
+    """Contiguous groups (exactly ``min(groups, blocks)``, each non-empty); group 0 also carries
+    ``preload``. First the least bound B on every group's ``max(time share, memory share)``; then,
+    memory kept within B, the least bound on time (the pipeline's pace). Each by bisection, a bound
+    tried by filling groups from the last."""
     groups = max(1, min(groups, len(blocks)))
     loads = np.array([load[b] for b in blocks]).reshape(len(blocks), 2)
 
-    def fill(bound: float) -> list[int] | None:
-        # From the back: each group takes blocks while it stays within the bound and leaves one
-        # block for each group before it; group 0 takes the rest (with the preload).
+    def fill(bound: np.ndarray) -> list[int] | None:
+        # From the back: each group takes blocks while it stays within the bound (time, memory)
+        # and leaves one block for each group before it; group 0 takes the rest (with the preload).
         cuts, end = [], len(blocks)
         for g in range(groups - 1, 0, -1):
             start, acc = end, np.zeros(2)
-            while start - 1 >= g and (acc + loads[start - 1]).max() <= bound:
+            while start - 1 >= g and (acc + loads[start - 1] <= bound).all():
                 start -= 1
                 acc += loads[start]
             if start == end:
                 return None
             cuts.append(start)
             end = start
-        return sorted(cuts) if (loads[:end].sum(axis=0) + preload).max() <= bound else None
+        return sorted(cuts) if (loads[:end].sum(axis=0) + preload <= bound).all() else None
 
-    lo, hi = 0.0, float((loads.sum(axis=0) + preload).max())
-    best = fill(hi) or list(range(1, groups))
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        cuts = fill(mid)
-        if cuts is None:
-            lo = mid
-        else:
-            hi, best = mid, cuts
-    edges = [0, *best, len(blocks)]
+    def least(bound: Callable[[float], np.ndarray], hi: float) -> tuple[float, list[int]]:
+        lo, best = 0.0, fill(bound(hi)) or list(range(1, groups))
+        for _ in range(50):
+            mid = (lo + hi) / 2
+            cuts = fill(bound(mid))
+            if cuts is None:
+                lo = mid
+            else:
+                hi, best = mid, cuts
+        return hi, best
+
+    most = float((loads.sum(axis=0) + preload).max())
+    both, _ = least(lambda b: np.array([b, b]), most)
+    _, cuts = least(lambda t: np.array([t, both]), both)
+    edges = [0, *cuts, len(blocks)]
     return [blocks[a:b] for a, b in zip(edges, edges[1:])]
 
 

@@ -130,3 +130,15 @@ def test_the_analysis_paces_a_returning_pipeline_by_its_busiest_ipu():
     assert separate == 6
     assert shared == 6 + 2
 
+
+
+def test_gpt2_small_defaults_to_graphcores_layout_and_untied_keeps_the_head_last():
+    # GIVEN gpt2-small's default partition (memory-aware, the LM head tied)
+    tied = prepare(RunRequest("gpt", params={"preset": "gpt2-small"}))
+    # THEN Graphcore's GPT-2 device allocation: embeddings alone on IPU 0, 4 layers on each of
+    # IPUs 1-3, the LM head back on IPU 0
+    assert [(len(s.blocks), s.ipu) for s in tied.stages] == [(1, 0), (4, 1), (4, 2), (4, 3), (1, 0)]
+    assert tied.stages[-1].blocks == ("head",)
+    # AND untied, nothing ties the head to IPU 0: it stays on the last IPU
+    untied = prepare(RunRequest("gpt", params={"preset": "gpt2-small", "tied_embeddings": False}))
+    assert untied.stages[-1].ipu == 3 and "head" in untied.stages[-1].blocks
