@@ -142,3 +142,20 @@ def test_gpt2_small_defaults_to_graphcores_layout_and_untied_keeps_the_head_last
     # AND untied, nothing ties the head to IPU 0: it stays on the last IPU
     untied = prepare(RunRequest("gpt", params={"preset": "gpt2-small", "tied_embeddings": False}))
     assert untied.stages[-1].ipu == 3 and "head" in untied.stages[-1].blocks
+
+
+def test_a_fix_command_keeps_the_runs_model_layout(tmp_path):
+    # GIVEN a run of an untied, packed BERT with its own vocabulary
+    from popvision_py.analysis import fixes
+
+    tables = run_profile(tmp_path, *SMALL_BERT, "--no-tied-embeddings", "--packing", "1.5", "--masked-tokens", "10")
+    run, target = tables["manifest"]["run"], tables["manifest"]["target"]
+    # WHEN the analysis writes the command of a changed configuration
+    words = fixes.command(run, target, {"micro_batch_size": 1}, "x").split()
+    # THEN it runs the same model: the flags are popvision run's, each with its value
+    assert "--no-tied-embeddings" in words
+    assert words[words.index("--vocab") + 1] == "1000"
+    assert words[words.index("--packing") + 1] == "1.5"
+    assert words[words.index("--masked-tokens") + 1] == "10"
+    # AND the manifest counts sequences: 2 inputs x GA 8 x 1.5
+    assert run["packing_factor"] == 1.5
