@@ -165,7 +165,8 @@ class Compiler:
         # Ops of equal work (a repeated layer's): with outlining they are one subgraph, on one set of tiles.
         self._twins: dict[tuple, int] = {}
         self.mappings = {op_id: self._map(op) for op_id, op in self.ops.items()}
-        self.weight_mappings = {op_id: self._map_weights(op) for op_id, op in self.ops.items() if op.params}
+        # Weights an op reads: its own, and a matrix tied to another op's (a decoder's embedding).
+        self.weight_mappings = {op_id: self._map_weights(op) for op_id, op in self.ops.items() if op.weight_params}
         self.state_mappings = self._map_state()
         locations = plan.options.tensor_locations
         self.weights_streamed = plan.strategy == "phased" or not locations.weights_on_chip
@@ -220,7 +221,7 @@ class Compiler:
         """Weights spread in grains of 64 parameters over as many tiles as they fill (the whole IPU for
         a big matrix, as the matmul planner splits its reduction), from the op's first tile."""
         work = self.mappings[op.op_id]
-        weight_grains = math.ceil(op.params / WEIGHT_GRAIN_PARAMS)
+        weight_grains = math.ceil(op.weight_params / WEIGHT_GRAIN_PARAMS)
         used = min(weight_grains, self.tiles)
         return self._spread(min(work.start, self.tiles - used), weight_grains, used)
 
@@ -326,7 +327,7 @@ class Compiler:
         if key is None:
             # Everything the figures below read from the op; equal splits share one grains array.
             key = self._signatures[op.op_id] = (
-                id(mapping.grains), op.kind, op.gemm, op.groups, op.params, op.flops, op.bytes, op.output.bytes,
+                id(mapping.grains), op.kind, op.gemm, op.groups, op.weight_params, op.flops, op.bytes, op.output.bytes,
                 tuple(t.bytes for t in op.inputs))
         # IPUs with different available memory proportions serialise the same op differently.
         cache_key = (key, factor, self.options.memory_proportion(ipu))
@@ -379,19 +380,19 @@ class Compiler:
         """One op under the phased pipeline: stream its weights in (with the pending gradient store),
         then sync -> exchange -> compute set. Returns the compute set."""
         load = -1
-        if op.params:
-            nbytes = op.params * self.dt + sum(b for _, b in pending)
+        if op.weight_params:
+            nbytes = op.weight_params * self.dt + sum(b for _, b in pending)
             load = self._stream(prog, f"{op.name}/{suffix}/weights_from_remote", op.op_id, stage.index, pass_, nbytes)
             for grad_op, _ in pending:
                 self._grad_spans.append((grad_op, load))
             pending.clear()
         _, cs = self._lower_op(prog, op, stage.index, pass_, suffix, factor)
-        if op.params:
+        if op.weight_params:
             # double-buffered: the weights arrive while the previous phase computes
             self._weight_spans.append((op.op_id, self._prev_load if self._prev_load >= 0 else load, cs))
             self._prev_load = load
             if suffix == "bwd":
-                pending.append((op.op_id, op.params * self.dt))
+                pending.append((op.op_id, op.weight_params * self.dt))
         return cs
 
     def _copy(self, prog: IpuProgram, type_: str, kind: str, name: str, stage: int, pass_: str, nbytes: int,
@@ -483,6 +484,8 @@ class Compiler:
         stage_input_vars: dict[int, list[Variable]] = {}
         self._weight_spans: list[tuple[int, int, int]] = []  # phased pipeline: (op, live from, live to)
         self._grad_spans: list[tuple[int, int]] = []  # (op, step its gradient is streamed out)
+        self._tied_copies: dict[int, int] = {}  # op -> step its tied weights arrive from the owner's IPU
+        self._tied_grads: dict[int, int] = {}  # op -> step their gradient goes back
         for stage in stages:
             if self.weights_streamed and not self.phased_pipeline:
                 self._load_weights(prog, stage, "forward", weight_loads)
@@ -509,6 +512,8 @@ class Compiler:
                            ipu, self.target.host_bytes_per_s_per_ipu, 1)
             self._stream_mark, self._prev_load = prog.steps, -1
             for op in stage.ops:
+                if self._tied_elsewhere(op, ipu):
+                    self._tied_copies[op.op_id] = self._tied_copy(prog, op, stage.index, "forward")
                 if self.phased_pipeline:
                     fwd_cs[op.op_id] = self._phase(prog, op, stage, "forward", "fwd", 1, [])
                 else:
@@ -570,13 +575,16 @@ class Compiler:
                             bwd_cs[op.op_id] = self._phase(prog, op, stage, "backward", "bwd", 2, pending)
                         else:
                             _, bwd_cs[op.op_id] = self._lower_op(prog, op, stage.index, "backward", "bwd", 2)
+                for op in stage.ops:
+                    if op.op_id in self._tied_copies:
+                        self._tied_grads[op.op_id] = self._tied_copy(prog, op, stage.index, "backward")
                 if pending:
                     # the last phase's gradients, accumulated in streaming memory
                     store = self._stream(prog, f"stage{stage.index}/grads_to_remote", pending[0][0], stage.index,
                                          "backward", sum(b for _, b in pending))
                     self._grad_spans.extend((g, store) for g, _ in pending)
-                if self.weights_streamed and not self.phased_pipeline and any(op.params for op in stage.ops):
-                    grads = sum(op.params for op in stage.ops) * self.dt
+                if self.weights_streamed and not self.phased_pipeline and any(op.weight_params for op in stage.ops):
+                    grads = sum(op.weight_params for op in stage.ops) * self.dt
                     self._copy(prog, "remote_buffer_copy", "remote_buffer", f"stage{stage.index}/grads_to_remote",
                                stage.index, "backward", grads, ipu, -2, self.a.streaming_memory_bytes_per_s,
                                self.tiles)
@@ -629,11 +637,26 @@ class Compiler:
         prog.add("stream_copy", INPUT_WAIT, -1, -1, "none", self.tiles, 0, 0)
         prog.segments["input_wait"] = (first, prog.steps)
 
+    def _tied_elsewhere(self, op: Op, ipu: int) -> bool:
+        """The op reads a tied matrix whose owner is on another IPU, and weights live on chip."""
+        return (op.tied_to >= 0 and not self.weights_streamed
+                and self.plan.stages[self.stage_of[op.tied_to]].ipu != ipu)
+
+    def _tied_copy(self, prog: IpuProgram, op: Op, stage: int, pass_: str) -> int:
+        """PopART copies a weight consumed on another IPU (an IpuCopy): the tied matrix comes from
+        its owner's IPU before the op's forward, and its gradient goes back after the backward,
+        once per micro-batch, over IPU-Links."""
+        owner = self.plan.stages[self.stage_of[op.tied_to]].ipu
+        src, dst, what = (owner, prog.ipu, "from") if pass_ == "forward" else (prog.ipu, owner, "to")
+        return self._copy(prog, "global_exchange", "inter_ipu", f"{op.name}/tied_weights_{what}_ipu{owner}", stage,
+                          pass_, op.tied_params * self.dt, src, dst, self.target.ipu_neighbour_bytes_per_s,
+                          self.weight_mappings[op.op_id].tiles, op.op_id)
+
     def _load_weights(self, prog: IpuProgram, stage: StagePlan, pass_: str,
                       loads: dict[int, list[tuple[int, str]]]) -> None:
         """A segment of its own, ``(stage, "<pass>/load")``, that streams the stage's weights in: the
         scheduler runs it before each pass (pipelined, sharded) or once per phase (phased)."""
-        weights = sum(op.params for op in stage.ops) * self.dt
+        weights = sum(op.weight_params for op in stage.ops) * self.dt
         if not weights:
             return
         first = prog.steps
@@ -641,7 +664,7 @@ class Compiler:
                           stage.index, pass_, weights, -2, prog.ipu, self.a.streaming_memory_bytes_per_s, self.tiles)
         prog.segments[(stage.index, f"{pass_}/load")] = (first, prog.steps)
         for op in stage.ops:
-            if op.params:
+            if op.weight_params:
                 loads.setdefault(op.op_id, []).append((step, pass_))
 
     def _lower_update(self, prog: IpuProgram, op: Op) -> tuple[int, int]:
@@ -792,27 +815,44 @@ class Compiler:
                     if grad_bytes:
                         prog.variables.append(Variable(f"{op.name}/grad_input", "activations", False, mapping.start,
                                                        mapping.share(grad_bytes), bwd_cs[op.op_id], grad_to, op.op_id))
-                if not op.params:
+                if not op.weight_params:
                     continue
                 wmap = self.weight_mappings[op.op_id]
                 weights = wmap.share(op.params * self.dt)
+                read = wmap.share(op.weight_params * self.dt)  # with a tied matrix
                 if self.phased_pipeline:
                     for live_from, live_to in weight_spans.get(op.op_id, []):
                         prog.variables.append(Variable(f"{op.name}/weight", "weights", False, wmap.start,
-                                                       weights, live_from, live_to, op.op_id))
+                                                       read, live_from, live_to, op.op_id))
                 if self.weights_streamed:
                     for step, pass_ in weight_loads.get(op.op_id, []):
                         end = prog.segments[(stage.index, pass_)][1] - 1
-                        prog.variables.append(Variable(f"{op.name}/weight", "weights", False, wmap.start, weights,
+                        prog.variables.append(Variable(f"{op.name}/weight", "weights", False, wmap.start, read,
                                                        step, end, op.op_id))
                     if op.op_id in update_steps:
                         first, last = update_steps[op.op_id]
                         prog.variables.append(Variable(f"{op.name}/weight", "weights", False, wmap.start, weights,
                                                        first, last, op.op_id))
-                else:
+                elif op.params:
                     prog.variables.append(Variable(f"{op.name}/weight", "weights", True, wmap.start, weights, 0,
                                                    last_step, op.op_id))
-                if not training:
+                if op.op_id in self._tied_copies:
+                    # The tied matrix's copy on this IPU: from its arrival to the backward (the forward,
+                    # inference); its gradient from the backward until it is sent back.
+                    tied = wmap.share(op.tied_params * self.dt)
+                    arrive = self._tied_copies[op.op_id]
+                    used = bwd_cs[op.op_id] if training else fwd_cs[op.op_id]
+                    prog.variables.append(Variable(f"{op.name}/tied_weight", "weights", False, wmap.start, tied,
+                                                   arrive, used, op.op_id))
+                    if training:
+                        prog.variables.append(Variable(f"{op.name}/tied_gradient", "gradients", False, wmap.start,
+                                                       tied, bwd_cs[op.op_id], self._tied_grads[op.op_id],
+                                                       op.op_id))
+                if not training or not op.params:
+                    if training and self.phased_pipeline:
+                        for store in grad_spans.get(op.op_id, []):
+                            prog.variables.append(Variable(f"{op.name}/gradient", "gradients", False, wmap.start,
+                                                           read, bwd_cs[op.op_id], store, op.op_id))
                     continue
                 smap = self.state_mappings[op.op_id]
                 state = smap.share(math.ceil(op.params / shard) * state_bytes)
@@ -827,7 +867,7 @@ class Compiler:
                 if self.phased_pipeline:
                     for store in grad_spans.get(op.op_id, []):
                         prog.variables.append(Variable(f"{op.name}/gradient", "gradients", False, wmap.start,
-                                                       grads, bwd_cs[op.op_id], store, op.op_id))
+                                                       read, bwd_cs[op.op_id], store, op.op_id))
                 elif ga > 1 and not self.weights_streamed and not combined:
                     # SGD's combined velocity (above) accumulates the gradients itself: no accumulator.
                     prog.variables.append(Variable(f"{op.name}/grad_accumulator", "gradients", True, smap.start,

@@ -130,7 +130,7 @@ class CostModel:
         weights. FP32 partials (poplibs' and PopTorch's default) run 8 units, FP16 partials 16: half
         the peak. The efficiency is the ideal cycles over the plan's, times ``amp_efficiency``.
         """
-        key = (op.kind, op.gemm, op.groups, op.inputs[0].shape, op.params, tiles)
+        key = (op.kind, op.gemm, op.groups, op.inputs[0].shape, op.weight_params, tiles)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = self._plan(op, tiles)
@@ -154,7 +154,8 @@ class CostModel:
         if self.options.precision == "fp32":
             units = AMP_UNITS_HALF_PARTIALS  # FP32 inputs: its own (quarter) peak, every unit
         a_bytes = op.inputs[0].bytes / op.groups
-        b_bytes = op.params * self.dtype_bytes if op.params else sum(x.bytes for x in op.inputs[1:]) / op.groups
+        b_bytes = (op.weight_params * self.dtype_bytes if op.weight_params
+                   else sum(x.bytes for x in op.inputs[1:]) / op.groups)
         out_fp32 = 4 * op.output.bytes / op.groups / self.dtype_bytes
         per_group = tiles / op.groups
         groups_per_tile = max(1, math.ceil(op.groups / tiles))

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from popvision_py.format import ProfileWriter
+from popvision_py.format import ProfileWriter, runconfig
 from popvision_py.format import schema as S
 from popvision_py.format.schema import PASSES, PHASES
 
@@ -69,7 +69,10 @@ def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) ->
     target = plan.target
     clock = target.arch.clock_hz
     steps = o.device_iterations * o.runs
-    samples_per_step = o.micro_batch_size * (o.gradient_accumulation if plan.training else 1) * o.replication_factor
+    samples_per_step = runconfig.samples_per_step({
+        "micro_batch_size": o.micro_batch_size,
+        "gradient_accumulation": o.gradient_accumulation if plan.training else 1,
+        "replication_factor": o.replication_factor, "packing_factor": plan.model.packing_factor})
     cycles_per_step = sched.total_cycles / steps
     seconds = cycles_per_step / clock
     peaks = [m.peak for m in memories]
@@ -147,6 +150,9 @@ def manifest(compiled: Compiled, sched: Schedule) -> tuple[dict[str, Any], dict[
         "pipeline_stages": plan.pipeline_stages if plan.strategy == "pipelined" else len(plan.stages),
         "total_cycles": int(sched.total_cycles),
     }
+    if plan.model.packing_factor != 1:
+        # samples per input (runconfig.samples_per_step); absent means 1
+        run["packing_factor"] = float(plan.model.packing_factor)
     if plan.request:
         run["request"] = _jsonable(plan.request)
     return target, run

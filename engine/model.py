@@ -416,6 +416,16 @@ class Op:
     # A serialised attention's piece (the op id of the piece's first op; -1: not a piece): the
     # compiler recomputes a piece's ops again just before its backward, so pieces never coexist.
     piece: int = -1
+    # Tied weights (a decoder sharing the word-embedding matrix): the op that owns the matrix and its
+    # elements. The matrix is counted, stored, accumulated and updated once, with its owner; ``params``
+    # holds only this op's own weights (a bias).
+    tied_to: int = -1
+    tied_params: int = 0
+
+    @property
+    def weight_params(self) -> int:
+        """Weights the op reads: its own and a tied matrix."""
+        return self.params + self.tied_params
 
     @property
     def on_amp(self) -> bool:
@@ -444,6 +454,9 @@ class Model:
         self.block_ipus: dict[str, int] = {}
         self.default_strategy: ExecutionStrategy | None = None
         self.params: dict[str, Any] = dict(params or {})
+        # Samples (sequences) per input on average: above 1 when inputs pack several sequences
+        # (Graphcore's packed BERT); throughput counts samples.
+        self.packing_factor: float = 1.0
 
     # -- structure -------------------------------------------------------------------------
 
@@ -479,7 +492,7 @@ class Model:
 
     def _add(self, name: str, kind: str, inputs: Sequence[Tensor], out_shape: Sequence[int], *, params: int = 0,
              flops: int, grains: int, gemm: tuple[int, int, int] | None = None, block: str | None = None,
-             out_dtype: str | None = None, groups: int = 1) -> Tensor:
+             out_dtype: str | None = None, groups: int = 1, tied: "Op | None" = None) -> Tensor:
         block = block or _current_block.get()
         if block is None:
             raise ConfigError(f"Op {name!r} is in no Block; build it inside `with Block(...)` or pass block=.")
@@ -495,9 +508,11 @@ class Model:
         self._op_names.add(unique)
         out = Tensor(out_shape, out_dtype or self.dtype, op_id)
         dtype_bytes = DTYPE_BYTES[self.dtype]
-        moved = sum(t.bytes for t in inputs) + out.bytes + params * dtype_bytes
+        tied_params = tied.params if tied is not None else 0
+        moved = sum(t.bytes for t in inputs) + out.bytes + (params + tied_params) * dtype_bytes
         self.ops.append(Op(op_id, unique, kind, block, tuple(inputs), out, int(params), int(flops), int(moved),
-                           max(1, int(grains)), gemm, groups))
+                           max(1, int(grains)), gemm, groups, tied_to=tied.op_id if tied is not None else -1,
+                           tied_params=int(tied_params)))
         return out
 
     # -- layers ------------------------------------------------------------------------------
@@ -517,13 +532,24 @@ class Model:
                          grains=grains, gemm=(m, k, out_channels), block=block)
 
     def linear(self, x: Tensor, out_features: int, *, bias: bool = True, name: str = "linear",
-               block: str | None = None) -> Tensor:
-        """y = x W + b over the last dimension."""
+               block: str | None = None, tied_to: Tensor | None = None) -> Tensor:
+        """y = x W + b over the last dimension.
+
+        ``tied_to``: the output of an ``embedding`` whose ``out_features x in_features`` table is W
+        (a decoder tied to the word embedding, as BERT's MLM head and GPT-2's LM head are): the
+        op holds no matrix of its own, only its bias.
+        """
         *lead, k = x.shape
         m = math.prod(lead)
-        params = k * out_features + (out_features if bias else 0)
+        tied = None
+        if tied_to is not None:
+            tied = self.ops[tied_to.producer] if tied_to.producer >= 0 else None
+            if tied is None or tied.kind != "embedding" or tied.params != k * out_features:
+                raise ConfigError(f"Linear {name!r} can only be tied to an embedding of {out_features} x {k} "
+                                  f"weights.")
+        params = (0 if tied else k * out_features) + (out_features if bias else 0)
         return self._add(name, "matmul", [x], (*lead, out_features), params=params, flops=2 * m * k * out_features,
-                         grains=_gemm_grains(m, out_features), gemm=(m, k, out_features), block=block)
+                         grains=_gemm_grains(m, out_features), gemm=(m, k, out_features), block=block, tied=tied)
 
     def matmul(self, a: Tensor, b: Tensor, *, name: str = "matmul", block: str | None = None) -> Tensor:
         """A batched matmul of two activations (..., M, K) x (..., K, N): no weights."""
@@ -658,7 +684,7 @@ def shard_ops(ops: Sequence[Op], t: int) -> list[Op]:
         shard, gemm, groups = "", op.gemm, op.groups
         if op.kind == "embedding":
             shard, role = "row", "column"
-        elif op.params and op.gemm is not None:
+        elif op.weight_params and op.gemm is not None:
             shard = role
             m, k, n = op.gemm
             gemm = (m, k, math.ceil(n / t)) if role == "column" else (m, math.ceil(k / t), n)
@@ -667,6 +693,7 @@ def shard_ops(ops: Sequence[Op], t: int) -> list[Op]:
             groups = math.ceil(op.groups / t)  # attention: the heads are split
         out.append(dataclasses.replace(
             op, inputs=tuple(split(x) for x in op.inputs), output=split(op.output),
-            params=math.ceil(op.params / t), flops=math.ceil(op.flops / t), bytes=math.ceil(op.bytes / t),
+            params=math.ceil(op.params / t), tied_params=math.ceil(op.tied_params / t),
+            flops=math.ceil(op.flops / t), bytes=math.ceil(op.bytes / t),
             grains=max(1, math.ceil(op.grains / t)), gemm=gemm, groups=groups, shard=shard))
     return out

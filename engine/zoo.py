@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from popvision_py.errors import ConfigError
 
 from engine.model import Block, ExecutionStrategy, Model, Options, PhasedExecution, PipelinedExecution, Stage
@@ -53,16 +55,44 @@ class ZooEntry:
 
 
 def balanced_stages(model: Model, ipus: int, strategy: type[ExecutionStrategy] = PipelinedExecution,
-                    first: int = 0) -> ExecutionStrategy:
-    """Contiguous groups of the model's blocks over ``ipus`` IPUs, balanced by training FLOPs.
+                    first: int = 0, *, memory_aware: bool = False, head_on_first: bool = False,
+                    first_alone: bool = False) -> ExecutionStrategy:
+    """Contiguous groups of the model's blocks over ``ipus`` IPUs, balanced by training FLOPs, or
+    with ``memory_aware`` by time and memory.
 
-    Cut points sit where the running FLOP total crosses k/ipus of the whole: simple, deterministic,
-    and close to how engineers split a uniform stack of layers.
+    By FLOPs: cut points sit where the running FLOP total crosses k/ipus of the whole: simple,
+    deterministic, and close to how engineers split a uniform stack of layers. Memory-aware (the
+    transformers, whose embedding tables hold far more than they compute): an IPU's load is the
+    larger of its share of the training FLOPs and its share of the weight memory (weights, gradient
+    accumulators and on-chip optimiser state), so a FLOP-light block with a big table (BERT's
+    embedding) weighs what it holds; see ``_split``. ``head_on_first``: the last block is a stage
+    of its own back on the first IPU (Graphcore's BERT and GPT-2: the head tied to the embedding
+    sits with it), its load counted there. ``first_alone``: the first block alone on the first IPU
+    (Graphcore's GPT-2 embedding), the other blocks over the rest.
     """
-    blocks = model.blocks
+    blocks = list(model.blocks)
     if strategy is PhasedExecution:
         # Phased: one phase per block, phases dealt round-robin over the IPUs.
         return strategy(*[Stage(b).ipu(first + k % ipus) for k, b in enumerate(blocks)])
+    if not memory_aware:
+        return strategy(*[Stage(*grp).ipu(first + k) for k, grp in enumerate(_split_by_flops(model, ipus))])
+    load = block_loads(model)
+    head_on_first = head_on_first and ipus > 1 and len(blocks) > 2
+    first_alone = first_alone and ipus > 2 and len(blocks) > 2
+    tail = [blocks.pop()] if head_on_first else []
+    preload = load[tail[0]] if tail else np.zeros(2)
+    if first_alone:
+        groups = [[blocks[0]]] + _split(blocks[1:], load, ipus - 1, np.zeros(2))
+    else:
+        groups = _split(blocks, load, ipus, preload)
+    stages = [Stage(*grp).ipu(first + k) for k, grp in enumerate(groups)]
+    if tail:
+        stages.append(Stage(*tail).ipu(first))
+    return strategy(*stages)
+
+
+def _split_by_flops(model: Model, ipus: int) -> list[list[str]]:
+    blocks = model.blocks
     cost = {b: 0 for b in blocks}
     for op in model.ops:
         cost[op.block] += op.flops + op.backward_flops + op.params * 16  # params: weight-update work
@@ -76,7 +106,61 @@ def balanced_stages(model: Model, ipus: int, strategy: type[ExecutionStrategy] =
         g = max(min(want, g + 1) if groups[g] else g, ipus - (len(blocks) - i))
         groups[g].append(block)
         running += cost[block]
-    return strategy(*[Stage(*grp).ipu(first + k) for k, grp in enumerate(groups) if grp])
+    return [grp for grp in groups if grp]
+
+
+def block_loads(model: Model) -> dict[str, np.ndarray]:
+    """Each block's (share of the training FLOPs, share of the weight memory)."""
+    o = model.options
+    per_param = o.dtype_bytes * (2 if o.training else 1)  # the weights and their gradient accumulators
+    if o.training and o.tensor_locations.optimiser_on_chip:
+        per_param += 8  # two FP32 moments (the Assumptions default of adam, adamw, lamb)
+    loads = {b: np.zeros(2) for b in model.blocks}
+    for op in model.ops:
+        loads[op.block] += (op.flops + op.backward_flops + op.params * 16, op.params * per_param)
+    total = np.maximum(sum(loads.values()), 1)
+    return {b: v / total for b, v in loads.items()}
+
+
+def _split(blocks: list[str], load: dict[str, np.ndarray], groups: int, preload: np.ndarray) -> list[list[str]]:
+    """Contiguous groups (exactly ``min(groups, blocks)``, each non-empty); group 0 also carries
+    ``preload``. First the least bound B on every group's ``max(time share, memory share)``; then,
+    memory kept within B, the least bound on time (the pipeline's pace). Each by bisection, a bound
+    tried by filling groups from the last."""
+    groups = max(1, min(groups, len(blocks)))
+    loads = np.array([load[b] for b in blocks]).reshape(len(blocks), 2)
+
+    def fill(bound: np.ndarray) -> list[int] | None:
+        # From the back: each group takes blocks while it stays within the bound (time, memory)
+        # and leaves one block for each group before it; group 0 takes the rest (with the preload).
+        cuts, end = [], len(blocks)
+        for g in range(groups - 1, 0, -1):
+            start, acc = end, np.zeros(2)
+            while start - 1 >= g and (acc + loads[start - 1] <= bound).all():
+                start -= 1
+                acc += loads[start]
+            if start == end:
+                return None
+            cuts.append(start)
+            end = start
+        return sorted(cuts) if (loads[:end].sum(axis=0) + preload <= bound).all() else None
+
+    def least(bound: Callable[[float], np.ndarray], hi: float) -> tuple[float, list[int]]:
+        lo, best = 0.0, fill(bound(hi)) or list(range(1, groups))
+        for _ in range(50):
+            mid = (lo + hi) / 2
+            cuts = fill(bound(mid))
+            if cuts is None:
+                lo = mid
+            else:
+                hi, best = mid, cuts
+        return hi, best
+
+    most = float((loads.sum(axis=0) + preload).max())
+    both, _ = least(lambda b: np.array([b, b]), most)
+    _, cuts = least(lambda t: np.array([t, both]), both)
+    edges = [0, *cuts, len(blocks)]
+    return [blocks[a:b] for a, b in zip(edges, edges[1:])]
 
 
 # -- MNIST: exactly the PopTorch pipelining tutorial's network ---------------------------------
@@ -152,14 +236,27 @@ def _encoder_layer(m: Model, x: Any, heads: int, ffn: int, name: str) -> Any:
 
 
 def build_bert(options: Options, *, layers: int = 24, hidden: int = 1024, heads: int = 16, seq_len: int = 128,
-               vocab: int = 30522, masked_tokens: int = 20, ipus: int = 4, name: str = "bert") -> Model:
-    """BERT pre-training: embeddings, ``layers`` encoder layers, the masked-LM and next-sentence heads."""
+               vocab: int = 30522, masked_tokens: int = 20, packing: float = 1.0, tied_embeddings: bool = True,
+               ipus: int = 4, name: str = "bert") -> Model:
+    """BERT pre-training: embeddings, ``layers`` encoder layers, the masked-LM head.
+
+    ``tied_embeddings``: the MLM decoder shares the word-embedding matrix (BERT's and Graphcore's
+    choice); the default partition then puts the head back on IPU 0 with it, as Graphcore's BERT does.
+    ``packing``: sequences per input on average (Graphcore's packed BERT packs several short
+    sequences into one ``seq_len`` input: 1.17 at 128, 1.7 at 384, 2.0 at 512); the cost is the
+    input's, the samples counted are sequences. ``masked_tokens`` are per input.
+    """
+    if masked_tokens > seq_len:
+        raise ConfigError(f"Masked tokens ({masked_tokens}) cannot exceed the sequence length ({seq_len}).")
+    packing = _packing(packing)
     m = Model(name, options, params={"layers": layers, "hidden": hidden, "heads": heads, "seq_len": seq_len,
-                                     "vocab": vocab, "masked_tokens": masked_tokens, "ipus": ipus})
+                                     "vocab": vocab, "masked_tokens": masked_tokens, "packing": packing,
+                                     "tied_embeddings": bool(tied_embeddings), "ipus": ipus})
+    m.packing_factor = packing
     ids = m.input((seq_len,), dtype="int32")
     with Block("embeddings"):
-        x = m.embedding(ids, vocab, hidden, name="embeddings/word")
-        x = m.add(x, m.embedding(ids, 512 + 2, hidden, name="embeddings/position_type"), name="embeddings/add")
+        word = m.embedding(ids, vocab, hidden, name="embeddings/word")
+        x = m.add(word, m.embedding(ids, 512 + 2, hidden, name="embeddings/position_type"), name="embeddings/add")
         x = m.layer_norm(x, name="embeddings/norm")
     for i in range(layers):
         with Block(f"layer{i}"):
@@ -169,12 +266,23 @@ def build_bert(options: Options, *, layers: int = 24, hidden: int = 1024, heads:
         masked = m.slice(x, (options.micro_batch_size, masked_tokens, hidden))
         t = m.layer_norm(m.gelu(m.linear(masked, hidden, name="head/mlm_transform"), name="head/mlm_gelu"),
                          name="head/mlm_norm")
-        logits = m.linear(t, vocab, name="head/mlm_decoder")
+        logits = m.linear(t, vocab, name="head/mlm_decoder", tied_to=word if tied_embeddings else None)
         if options.training:
             m.loss(logits, name="head/mlm_loss")
-    # Graphcore places the embeddings (the large vocabulary table) with fewer layers on IPU 0.
-    m.set_default_strategy(balanced_stages(m, ipus))
+    # Graphcore places the embeddings (the large vocabulary table) with fewer layers on IPU 0, and
+    # the tied head back on IPU 0 (nlp/bert/pytorch/modeling.py: "Classifier --> IPU 0").
+    m.set_default_strategy(balanced_stages(m, ipus, memory_aware=True, head_on_first=bool(tied_embeddings)))
     return m
+
+
+def _packing(packing: float) -> float:
+    try:
+        packing = float(packing)
+    except (TypeError, ValueError):
+        raise ConfigError(f"Packing must be a number of sequences per input, not {packing!r}.") from None
+    if not 1 <= packing <= 64:
+        raise ConfigError(f"Packing must be between 1 (no packing) and 64 sequences per input, not {packing}.")
+    return packing
 
 
 GPT_PRESETS: dict[str, dict[str, Any]] = {
@@ -198,36 +306,44 @@ GPT_PRESET_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def build_gpt(options: Options, *, layers: int = 12, hidden: int = 768, heads: int = 12, seq_len: int = 1024,
-              vocab: int = 50257, ipus: int = 4, preset: str | None = None) -> Model:
+              vocab: int = 50257, tied_embeddings: bool = True, embedding_alone: bool = False, ipus: int = 4,
+              preset: str | None = None) -> Model:
     """A GPT decoder: token and position embeddings, ``layers`` decoder layers, the LM head.
 
     Presets up to GPT-3 175B; the largest default to phased execution, weights streamed per phase,
     because their weights cannot all stay on chip (the blog post's mapping onto an IPU-POD256).
+    ``tied_embeddings``: the LM head shares the token-embedding matrix (GPT-2's choice); a pipeline
+    then puts the head back on IPU 0 with it. ``embedding_alone``: the embeddings alone on IPU 0 and
+    the layers over the other IPUs (Graphcore's GPT-2: ``layers_per_ipu [0, ...]``).
     """
-    params = {"layers": layers, "hidden": hidden, "heads": heads, "seq_len": seq_len, "vocab": vocab, "ipus": ipus}
+    params = {"layers": layers, "hidden": hidden, "heads": heads, "seq_len": seq_len, "vocab": vocab,
+              "tied_embeddings": bool(tied_embeddings), "embedding_alone": bool(embedding_alone), "ipus": ipus}
     if preset:
         params["preset"] = preset
     m = Model("gpt", options, params=params)
     ids = m.input((seq_len,), dtype="int32")
     with Block("embeddings"):
-        x = m.add(m.embedding(ids, vocab, hidden, name="embeddings/token"),
-                  m.embedding(ids, seq_len, hidden, name="embeddings/position"), name="embeddings/add")
+        token = m.embedding(ids, vocab, hidden, name="embeddings/token")
+        x = m.add(token, m.embedding(ids, seq_len, hidden, name="embeddings/position"), name="embeddings/add")
     for i in range(layers):
         with Block(f"layer{i}"):
             # The causal mask hides scores, it does not skip computing them: the cost is an encoder's.
             x = _encoder_layer(m, x, heads, 4 * hidden, f"layer{i}")
     with Block("head"):
         x = m.layer_norm(x, name="head/norm")
-        logits = m.linear(x, vocab, bias=False, name="head/lm")
+        logits = m.linear(x, vocab, bias=False, name="head/lm", tied_to=token if tied_embeddings else None)
         if options.training:
             m.loss(logits, name="head/loss")
     weights = m.parameters * options.dtype_bytes
     on_chip = ipus * options.tensor_sharding * 900e6 * 0.5  # weights beyond half the IPUs' memory stream
     if weights > on_chip:
         # Phased pipeline: contiguous stages on distinct IPUs, each streaming its ops' weights.
-        m.set_default_strategy(balanced_stages(m, ipus).with_kind("phased"))
+        # (the tied head streams the embedding's matrix itself: it stays on the last stage)
+        m.set_default_strategy(balanced_stages(m, ipus, memory_aware=True,
+                                               first_alone=bool(embedding_alone)).with_kind("phased"))
     else:
-        m.set_default_strategy(balanced_stages(m, ipus))
+        m.set_default_strategy(balanced_stages(m, ipus, memory_aware=True, head_on_first=bool(tied_embeddings),
+                                               first_alone=bool(embedding_alone)))
     return m
 
 
@@ -259,7 +375,8 @@ def _bert_entry(name: str, size: str, *, layers: int, hidden: int, heads: int, *
     """A BERT size: its shape, and option defaults beyond those every size shares."""
     return ZooEntry(name, f"BERT-{size} pre-training ({layers} layers, hidden {hidden}), pipelined over 4 IPUs.",
                     functools.partial(build_bert, name=name),
-                    params={"layers": layers, "hidden": hidden, "heads": heads, "seq_len": 128, "ipus": 4},
+                    params={"layers": layers, "hidden": hidden, "heads": heads, "seq_len": 128, "vocab": 30522,
+                            "masked_tokens": 20, "packing": 1.0, "tied_embeddings": True, "ipus": 4},
                     defaults={"micro_batch_size": 8, "device_iterations": 1, "gradient_accumulation": 16,
                               "recompute": True, "optimiser": "lamb", "partials": "fp16", **defaults},
                     inference_defaults={"micro_batch_size": 8, "device_iterations": 16})
@@ -283,7 +400,8 @@ ZOO: dict[str, ZooEntry] = {
                     available_memory_proportion=0.15),
         ZooEntry("gpt", "A GPT decoder; presets from gpt2-small to gpt3-175b (phased pipeline p=8 x t=8, 4 replicas).",
                  build_gpt,
-                 params={"layers": 12, "hidden": 768, "heads": 12, "seq_len": 1024, "ipus": 4},
+                 params={"layers": 12, "hidden": 768, "heads": 12, "seq_len": 1024, "vocab": 50257,
+                         "tied_embeddings": True, "embedding_alone": False, "ipus": 4},
                  defaults={"micro_batch_size": 1, "device_iterations": 1, "gradient_accumulation": 16,
                            "recompute": True, "offload_optimiser": True, "partials": "fp16"},
                  inference_defaults={"micro_batch_size": 1, "device_iterations": 16},

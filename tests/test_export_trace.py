@@ -308,12 +308,12 @@ def _stderr_on_a_terminal(args: list[str]) -> str:
 def test_a_progress_bar_on_a_terminal_and_none_with_quiet_or_a_pipe(tmp_path):
     out = tmp_path / "t.json"
     shown = _stderr_on_a_terminal(["export-trace", str(BERT_LARGE), "-o", str(out)])
-    assert "Exporting trace" in shown and "/50.1k" in shown  # out of 50,142 trace rows
+    assert "Exporting trace" in shown and "/50.2k" in shown  # out of 50,155 trace rows
     quiet = _stderr_on_a_terminal(["export-trace", str(BERT_LARGE), "-o", str(out), "-q"])
-    assert "Exporting trace" not in quiet and "Wrote 50,142 events" in quiet
+    assert "Exporting trace" not in quiet and "Wrote 50,155 events" in quiet
     piped = subprocess.run([sys.executable, "-m", "popvision_py.cli", "export-trace", str(BERT_LARGE), "-o", str(out)],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert piped.returncode == 0 and piped.stderr == f"Wrote 50,142 events to {out}\n"
+    assert piped.returncode == 0 and piped.stderr == f"Wrote 50,155 events to {out}\n"
 
 
 # -- bad options ---------------------------------------------------------------------------------

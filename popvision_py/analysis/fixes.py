@@ -30,10 +30,12 @@ from popvision_py.format import runconfig
 # Options whose flag is not the option's name in kebab case.
 FLAGS = {"micro_batch_size": "batch-size", "replication_factor": "replicas", "optimiser": "optimiser"}
 # On/off options: --NAME or --no-NAME.
-SWITCHES = ("recompute", "offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding")
+SWITCHES = ("recompute", "offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding",
+            "tied_embeddings", "embedding_alone")
 LOCATION_OF = {"offload_optimiser": "optimiser", "offload_weights": "weights", "offload_activations": "activations"}
 # The order options appear in a command: the model's parameters, the mapping, the batch, the rest.
-ORDER = ("preset", "layers", "hidden", "heads", "seq_len", "ipus", "mode", "strategy", "stages", "micro_batch_size",
+ORDER = ("preset", "layers", "hidden", "heads", "seq_len", "vocab", "masked_tokens", "packing", "tied_embeddings",
+         "embedding_alone", "ipus", "mode", "strategy", "stages", "micro_batch_size",
          "gradient_accumulation", "device_iterations", "replication_factor", "tensor_sharding", "recompute",
          "offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding", "precision",
          "optimiser", "available_memory_proportion", "recompute_checkpoints", "attention_serialisation", "arch",

@@ -129,11 +129,13 @@ def pipeline_cycles(fwd: np.ndarray, bwd: np.ndarray, micro_batches: int, pipeli
     """Cycles the synchronous model of the run's schedule takes for ``micro_batches`` with per-stage fwd/bwd cycles.
 
     Pipelined (pipelined execution, or phased execution over stages on distinct IPUs:
-    ``runconfig.runs_as_pipeline``): cycle t runs on stage s the forward of micro-batch t - s and
-    (training) the backward of micro-batch t - (2S - 2 - s); each cycle lasts as long as its busiest
-    stage. Sequential (sharded, or phased stages sharing IPUs): stages one after another,
-    ``M * sum(fwd + bwd)``. ``ipus``, the stages' IPUs: consecutive stages on one IPU run one after
-    another in its cycle (``runconfig.pipeline_ranks``), so S counts IPUs, each as its stages' sum.
+    ``runconfig.runs_as_pipeline``): cycle t runs on pipeline position p the forward of micro-batch
+    t - p and (training) the backward of micro-batch t - (2P - 2 - p); each cycle lasts as long as
+    its busiest IPU. ``ipus``, each stage's IPU (by default one each): consecutive stages on one IPU
+    are one position, run one after another in its cycle, and a last stage that returns to the
+    first IPU is a position of its own run on that IPU in the same cycle
+    (``runconfig.pipeline_ranks``). Sequential (sharded, or phased stages sharing IPUs): stages one
+    after another, ``M * sum(fwd + bwd)``.
     """
     fwd, bwd = np.asarray(fwd, float), np.asarray(bwd, float)
     S, M = len(fwd), int(micro_batches)
@@ -141,17 +143,21 @@ def pipeline_cycles(fwd: np.ndarray, bwd: np.ndarray, micro_batches: int, pipeli
         return 0.0
     if not pipelined:
         return float(M * (fwd.sum() + (bwd.sum() if training else 0.0)))
-    if ipus is not None and len(set(ipus)) < S:
-        ranks = np.asarray(pipeline_ranks(ipus))
-        S = int(ranks.max()) + 1
-        fwd, bwd = np.bincount(ranks, fwd, S), np.bincount(ranks, bwd, S)
-    cycles = M + (2 * S - 2 if training else S - 1)
+    ipus = np.arange(S) if ipus is None else np.asarray(ipus, dtype=np.int64)
+    ranks = np.asarray(pipeline_ranks(ipus.tolist()))
+    P = int(ranks.max()) + 1
+    fwd, bwd = np.bincount(ranks, fwd, P), np.bincount(ranks, bwd, P)
+    cycles = M + (2 * P - 2 if training else P - 1)
     t = np.arange(cycles)[:, None]
-    s = np.arange(S)[None, :]
-    work = np.where((t - s >= 0) & (t - s < M), fwd[None, :], 0.0)
+    p = np.arange(P)[None, :]
+    work = np.where((t - p >= 0) & (t - p < M), fwd[None, :], 0.0)
     if training:
-        back = t - (2 * S - 2 - s)
+        back = t - (2 * P - 2 - p)
         work = work + np.where((back >= 0) & (back < M), bwd[None, :], 0.0)
+    position_ipu = ipus[np.searchsorted(ranks, np.arange(P))]
+    if len(np.unique(position_ipu)) < P:
+        _, owner = np.unique(position_ipu, return_inverse=True)
+        work = work @ np.eye(owner.max() + 1)[owner]  # cycles x IPUs: each IPU's positions summed
     return float(work.max(axis=1).sum())
 
 

@@ -88,7 +88,7 @@ def figures(manifest: dict[str, Any], trace: Aggregates, iterations: int, flops:
     total = agg.end_cycle - agg.start_cycle
     step_cycles = total / iterations if iterations else float("nan")
     step_s = step_cycles / clock if clock else float("nan")
-    samples = int(run["micro_batch_size"]) * int(run["gradient_accumulation"]) * int(run["replication_factor"])
+    samples = runconfig.samples_per_step(run)
     throughput = samples / step_s if step_s and step_s > 0 and not math.isnan(step_s) else float("nan")
     precision = str(run.get("precision", "fp16"))
     peak_table = target.get("flops_per_cycle_per_tile")
@@ -217,11 +217,22 @@ def _more_stages(summary: Summary, ev: Evidence) -> F.Fix | None:
     stages = sorted(run.get("stages") or [], key=lambda s: int(s.get("stage", 0)))
     ipus = [int(s.get("ipu", k)) for k, s in enumerate(stages)]
     S = len(stages)
-    if S == 0 or len(set(ipus)) != S or not len(ev.blocks):
+    # A pipeline whose last stage returns to the first IPU (a head tied to the embedding): the head
+    # stays there, the other stages are split over more IPUs.
+    returning = (str(run.get("strategy", "pipelined")) == "pipelined" and S > 2 and ipus[-1] == ipus[0]
+                 and len(set(ipus)) == S - 1)
+    if S == 0 or (len(set(ipus)) != S and not returning) or not len(ev.blocks):
         return None  # stages sharing IPUs: more stages would not mean more memory
+    blocks, tail = ev.blocks, []
+    if returning:
+        keep = np.asarray(ev.blocks["stage"], np.int64) != int(stages[-1].get("stage", S - 1))
+        blocks = Table({name: [v for v, k in zip(column, keep) if k] if isinstance(column, list)
+                        else np.asarray(column)[keep] for name, column in ev.blocks.columns.items()})
+        tail = [str(b) for b in stages[-1].get("blocks") or []]
+        S -= 1
     capacity = summary.bytes_per_tile
     replicas, shards = int(run.get("replication_factor", 1) or 1), int(run.get("tensor_sharding", 1) or 1)
-    n_blocks = len(ev.blocks)
+    n_blocks = len(blocks)
     largest = runconfig.SYSTEMS[runconfig.LARGEST_SYSTEM]
     stage_ipu = {int(s.get("stage", k)): int(s.get("ipu", k)) for k, s in enumerate(stages)}
     strategy = str(run.get("strategy", "pipelined"))
@@ -234,7 +245,7 @@ def _more_stages(summary: Summary, ev: Evidence) -> F.Fix | None:
         r = replicas if k * shards * replicas <= largest else (largest // (k * shards) if replicas_may_fall else 0)
         if r < 1:
             break
-        split = F.stage_split(ev.blocks, ev.tiles, stage_ipu, k)
+        split = F.stage_split(blocks, ev.tiles, stage_ipu, k)
         if split is None:
             break
         best = (k, r, split)
@@ -246,19 +257,20 @@ def _more_stages(summary: Summary, ev: Evidence) -> F.Fix | None:
     est = int(round(split.worst_tile_bytes.max()))
     if est >= summary.worst_tile_bytes:
         return None
-    changes: dict[str, Any] = {"stages": split.stages}
+    changes: dict[str, Any] = {"stages": split.stages + ([{"stage": k, "ipu": 0, "blocks": tail}] if tail else [])}
+    ipus_used = k * shards * r
+    k, S = k + bool(tail), S + bool(tail)  # counting the returning stage
     note = ""
     if r != replicas:
         changes["replication_factor"] = r
         note = f" and {r} replicas instead of {replicas} (fewer samples per step)"
-    if runconfig.runs_as_pipeline(strategy, list(range(k))):
+    if runconfig.runs_as_pipeline(strategy, [s["ipu"] for s in changes["stages"]]):
         if training and int(run.get("gradient_accumulation", 1)) < runconfig.pipeline_stages(k, True):
             changes["gradient_accumulation"] = runconfig.pipeline_stages(k, True)
             note += f" and gradient accumulation {changes['gradient_accumulation']} (2N-1, the least a {k}-stage pipeline runs)"
         if not training and int(run.get("device_iterations", 1)) < k:
             changes["device_iterations"] = k
             note += f" and {k} device iterations (the least a {k}-stage inference pipeline runs)"
-    ipus_used = k * shards * r
     return F.Fix(f"Split the model over more IPUs: {k} stages instead of {S}{note} ({ipus_used} IPUs in all).",
                  f"Blocks split by memory; {F.tile_change(summary.worst_tile_bytes, est, capacity)}.",
                  changes, f"{k}-stages")

@@ -111,6 +111,15 @@ def _checkpoints(value: str | None) -> str | int | None:
 @click.option("--hidden", type=int, help="Hidden size (bert, gpt, vit).")
 @click.option("--heads", type=int, help="Attention heads (bert, gpt, vit).")
 @click.option("--seq-len", type=int, help="Sequence length (bert, gpt).")
+@click.option("--vocab", type=int, help="Vocabulary size (bert, gpt).")
+@click.option("--masked-tokens", type=int, help="Masked tokens per input the MLM head predicts (bert; Graphcore: 20 at "
+              "sequence 128).")
+@click.option("--packing", type=float, help="Sequences packed per input on average (bert; Graphcore's packed BERT: 1.17 "
+              "at sequence 128); throughput counts sequences.")
+@click.option("--tied-embeddings/--no-tied-embeddings", default=None, help="The output head shares the word-embedding "
+              "matrix (bert, gpt; on by default, as in BERT and GPT-2); the default partition puts the head on IPU 0.")
+@click.option("--embedding-alone/--no-embedding-alone", default=None, help="The embeddings alone on IPU 0, the layers "
+              "on the other IPUs (gpt; Graphcore's GPT-2 layout).")
 @click.option("--ipus", type=int, help="IPUs of the model's default partition (zoo models).")
 @click.option("--assume", multiple=True, metavar="NAME=VALUE", help="Override an emulator assumption within its "
               "valid range (docs/emulator.md lists names and ranges), e.g. --assume amp_efficiency=0.5; per-optimiser "
@@ -122,7 +131,9 @@ def _checkpoints(value: str | None) -> str | int | None:
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def command(model: str, strategy: str | None, stages: str | None, offload_optimiser: bool | None,
             offload_weights: bool | None, offload_activations: bool | None, replicated_tensor_sharding: bool | None, preset: str | None, layers: int | None,
-            hidden: int | None, heads: int | None, seq_len: int | None, ipus: int | None, assume: tuple[str, ...],
+            hidden: int | None, heads: int | None, seq_len: int | None, vocab: int | None, masked_tokens: int | None,
+            packing: float | None, tied_embeddings: bool | None, embedding_alone: bool | None, ipus: int | None,
+            assume: tuple[str, ...],
             profile: bool, profile_dir: str, as_json: bool, quiet: bool, **options: object) -> None:
     """Emulate MODEL (a zoo name or a .py file) and print time per step, throughput and memory fit."""
     from engine.runner import RunRequest, emulate
@@ -132,7 +143,8 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
         model=model,
         options=options,
         params={"preset": preset, "layers": layers, "hidden": hidden, "heads": heads, "seq_len": seq_len,
-                "ipus": ipus},
+                "vocab": vocab, "masked_tokens": masked_tokens, "packing": packing,
+                "tied_embeddings": tied_embeddings, "embedding_alone": embedding_alone, "ipus": ipus},
         strategy=strategy,
         stages=stages,
         offload_optimiser=offload_optimiser,

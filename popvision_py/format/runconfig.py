@@ -33,18 +33,22 @@ def runs_as_pipeline(strategy: str, stage_ipus: Sequence[int]) -> bool:
 
 
 def pipeline_ranks(stage_ipus: Sequence[int]) -> list[int]:
-    """Each stage's place in the pipeline: the rank of its IPU among the stages' distinct IPUs.
+    """Each stage's position in the pipeline (PopART's forward pipeline stage).
 
-    Consecutive stages on one IPU run one after another on that IPU in each superstep (their
-    boundary is a stash and recomputation checkpoint, as in Graphcore's one-IPU MLPerf ResNet-50
-    with a Sequential pipeline schedule), so a pipeline is as deep as its distinct IPUs."""
-    order = {ipu: k for k, ipu in enumerate(sorted(set(int(i) for i in stage_ipus)))}
-    return [order[int(i)] for i in stage_ipus]
+    Consecutive stages on one IPU share a position: they run one after another on that IPU in each
+    superstep (their boundary is a stash and recomputation checkpoint, as in Graphcore's one-IPU
+    MLPerf ResNet-50 with a Sequential pipeline schedule). A stage on another IPU than the one
+    before is the next position, including a last stage that returns to the first IPU (Graphcore's
+    BERT and GPT-2 heads, tied to the embedding on IPU 0): that IPU then runs two positions."""
+    ranks: list[int] = []
+    for k, ipu in enumerate(stage_ipus):
+        ranks.append(0 if k == 0 else ranks[-1] + (int(ipu) != int(stage_ipus[k - 1])))
+    return ranks
 
 
 def pipeline_depth(stage_ipus: Sequence[int]) -> int:
-    """Distinct IPUs a pipeline's stages run on: the N of the pipeline rules (``pipeline_ranks``)."""
-    return len(set(int(i) for i in stage_ipus))
+    """Positions of a pipeline (``pipeline_ranks``): the N of the pipeline rules."""
+    return (pipeline_ranks(stage_ipus)[-1] + 1) if len(stage_ipus) else 0
 
 
 def pipeline_stages(stages: int, training: bool) -> int:
@@ -71,10 +75,15 @@ def pipeline_rule(strategy: str, stage_ipus: Sequence[int], training: bool, grad
 
 
 def ascending_rule(strategy: str, stage_ipus: Sequence[int]) -> str | None:
-    """Pipelined stages sit on ascending IPUs; consecutive stages may share one (``pipeline_ranks``)."""
+    """Pipelined stages sit on ascending IPUs; consecutive stages may share one (``pipeline_ranks``),
+    and the last of three or more may return to the first stage's IPU (PopTorch allows it:
+    Graphcore's BERT and GPT-2 put their heads, tied to the word embedding, back on IPU 0)."""
     if strategy != "pipelined":
         return None
-    for i in range(1, len(stage_ipus)):
+    n = len(stage_ipus)
+    for i in range(1, n):
+        if i == n - 1 and n > 2 and stage_ipus[i] == stage_ipus[0] != stage_ipus[i - 1]:
+            continue
         if stage_ipus[i] < stage_ipus[i - 1]:
             return (f"Pipelined stages must be on ascending IPUs, but stage {i} is on IPU {stage_ipus[i]} after "
                     f"stage {i - 1} on IPU {stage_ipus[i - 1]}.")
@@ -87,6 +96,15 @@ def host_processes_rule(host_processes: int, replicas: int) -> str | None:
         return (f"Host processes {host_processes} exceed the {replicas} replica(s): each host process feeds at least "
                 f"one replica; use --host-processes {replicas} or fewer, or more --replicas.")
     return None
+
+
+def samples_per_step(run: Mapping[str, Any]) -> int:
+    """Samples one weight update (training) or one micro-batch per replica (inference: GA 1) takes:
+    micro-batch x gradient accumulation x replicas, each input holding ``packing_factor`` samples on
+    average (Graphcore's packed BERT packs several sequences per input and counts sequences)."""
+    inputs = (int(run.get("micro_batch_size", 1)) * int(run.get("gradient_accumulation", 1) or 1)
+              * int(run.get("replication_factor", 1) or 1))
+    return int(round(inputs * float(run.get("packing_factor", 1.0) or 1.0)))
 
 
 def system_rule(ipus: int) -> str | None:

@@ -40,7 +40,7 @@ def test_tensor_sharding_halves_each_ipus_weights_and_adds_inter_ipu_all_reduces
 
 
 def test_recomputation_stashes_checkpoints_not_every_activation(tmp_path):
-    args = ("bert-base", "--layers", "4", "--batch-size", "2", "--gradient-accumulation", "8")
+    args = ("bert-base", "--layers", "4", "--batch-size", "2", "--gradient-accumulation", "9")
     plain = run_profile(tmp_path, *args, "--no-recompute", name="plain")
     recomputed = run_profile(tmp_path, *args, "--recompute", name="recompute")
     # THEN the stash holds only stage inputs and block checkpoints, far less than every activation
