@@ -22,6 +22,7 @@ WORKERS = 6  # worker contexts per tile on every generation (public)
 # softmax's maximum and sum of exponentials (2; the cross-entropy loss runs a softmax).
 STATISTICS_FLOPS = {"batch_norm": 3, "layer_norm": 3, "softmax": 2, "cross_entropy": 2}
 PARTIAL_BYTES = 2 * 4  # two FP32 partial sums per group
+TWO_MOMENTS = frozenset({"adam", "adamw", "lamb"})  # optimisers keeping a first and a second moment
 # The Mk2 AMP vertex (poplibs ConvPartial1x1Out, lib/poplin/PerformanceEstimation.hpp): a pass takes
 # 16 input channels and one output channel per conv unit; 16 units with FP16 partials, 8 with FP32
 # partials (the FP32 store width); 4 MACs per unit per cycle; 4 cycles per output row, 157 cycles and
@@ -84,8 +85,12 @@ class CostModel:
     def optimiser_state_bytes(self) -> int:
         """Bytes of optimiser state per parameter: the assumption (FP32 state) scaled to the state's type
         (``optimiser_state_type``: FP16 state is half)."""
-        fp32 = self.a.optimiser_state_bytes_per_param[self.options.optimiser]
-        return fp32 * DTYPE_BYTES[self.options.optimiser_state_type] // 4
+        o = self.options
+        fp32 = self.a.optimiser_state_bytes_per_param[o.optimiser]
+        if o.optimiser in TWO_MOMENTS and o.first_moment_type:
+            # the first moment in its own type, the second in the state's
+            return fp32 // 2 * DTYPE_BYTES[o.first_moment_type] // 4 + fp32 // 2 * DTYPE_BYTES[o.optimiser_state_type] // 4
+        return fp32 * DTYPE_BYTES[o.optimiser_state_type] // 4
 
     @property
     def reduced_gradient_bytes(self) -> int:

@@ -144,6 +144,7 @@ def manifest(compiled: Compiled, sched: Schedule) -> tuple[dict[str, Any], dict[
         "parameters": int(plan.model.parameters),
         "optimiser": o.optimiser if plan.training else None,
         "optimiser_state_type": o.optimiser_state_type if plan.training else None,
+        "first_moment_type": (o.first_moment_type or o.optimiser_state_type) if plan.training else None,
         "accum_type": o.accum_type if plan.training else None,  # None: the weights' type
         "use_combined_accum": o.use_combined_accum if plan.training and o.optimiser == "sgd" else None,
         "enable_outlining": o.enable_outlining,

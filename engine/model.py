@@ -177,6 +177,9 @@ class Options:
     # second_order_momentum_accum_type (Adam, AdamW, LAMB) and velocity_accum_type (SGD, LARS);
     # PopTorch's default is FP32.
     optimiser_state_type: str = "fp32"
+    # Adam / AdamW / LAMB: the first moment's type alone (PopTorch's first_order_momentum_accum_type;
+    # Graphcore's BERT-Large sets it to FP16, enable_half_first_order_momentum); None: the state's type.
+    first_moment_type: str | None = None
     # Gradient accumulators' type (PopTorch's accum_type); None: the weights' type (PopART's default).
     accum_type: str | None = None
     # SGD with momentum keeps one velocity that also accumulates the gradients (PopART's "SGD1",
@@ -277,6 +280,8 @@ class Options:
                                      ("mode", self.mode, MODES),
                                      ("optimiser", self.optimiser, OPTIMISERS),
                                      ("optimiser state type", self.optimiser_state_type, PRECISIONS),
+                                     ("first moment type", self.first_moment_type or self.optimiser_state_type,
+                                      PRECISIONS),
                                      ("accumulator type", self.accum_type or self.precision, PRECISIONS)):
             if value not in choices:
                 raise ConfigError(f"Unknown {what} {value!r}; choose one of {', '.join(choices)}.")

@@ -30,7 +30,7 @@ from engine.zoo import zoo_entry
 OPTION_NAMES = ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "precision",
                 "partials",
                 "mode", "recompute", "optimiser", "runs", "arch", "system", "available_memory_proportion",
-                "tensor_sharding", "optimiser_state_type", "accum_type", "use_combined_accum", "enable_outlining",
+                "tensor_sharding", "optimiser_state_type", "first_moment_type", "accum_type", "use_combined_accum", "enable_outlining",
                 "recompute_checkpoints", "attention_serialisation", "host_processes")
 # Tensor locations a model's DEFAULTS may set, like the options above.
 LOCATION_NAMES = ("offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding")

@@ -297,11 +297,14 @@ GPT_PRESETS: dict[str, dict[str, Any]] = {
 
 # The blog's GPT-3 175B mapping onto an IPU-POD256: a pipeline of depth p = 8, each stage's tensors
 # sharded over t = 8 IPUs (64 IPUs per replica), r = 4 replicas, phased execution streaming the
-# weights from streaming memory, split over the replicas (replicated tensor sharding).
+# weights from streaming memory, split over the replicas (replicated tensor sharding). Attention is
+# computed in 4 pieces, as Graphcore's phased large-model implementations do at long sequences
+# (graphcore/examples PopXL GPT models: `attention_serialisation`, "can reduce the temporary
+# activation requirement when using longer sequence lengths").
 GPT_PRESET_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt3-175b": {"tensor_sharding": 8, "replication_factor": 4, "system": "IPU-POD256",
                   "replicated_tensor_sharding": True, "offload_activations": True,
-                  "available_memory_proportion": 0.15},
+                  "available_memory_proportion": 0.15, "attention_serialisation": 4},
 }
 
 
@@ -378,7 +381,8 @@ def _bert_entry(name: str, size: str, *, layers: int, hidden: int, heads: int, *
                     params={"layers": layers, "hidden": hidden, "heads": heads, "seq_len": 128, "vocab": 30522,
                             "masked_tokens": 20, "packing": 1.0, "tied_embeddings": True, "ipus": 4},
                     defaults={"micro_batch_size": 8, "device_iterations": 1, "gradient_accumulation": 16,
-                              "recompute": True, "optimiser": "lamb", "partials": "fp16", **defaults},
+                              "recompute": True, "optimiser": "lamb", "partials": "fp16", "first_moment_type": "fp16",
+                              **defaults},
                     inference_defaults={"micro_batch_size": 8, "device_iterations": 16})
 
 

@@ -202,6 +202,7 @@ SETTINGS: dict[str, Callable[[Report], Any]] = {
     "precision": lambda r: r.run.get("precision"),
     "optimiser": lambda r: r.run.get("optimiser"),
     "optimiser_state_type": lambda r: r.run.get("optimiser_state_type"),
+    "first_moment_type": lambda r: r.run.get("first_moment_type"),
     "accum_type": lambda r: r.run.get("accum_type"),
     "enable_outlining": lambda r: r.run.get("enable_outlining"),
     "recompute": lambda r: r.run.get("recompute"),

@@ -32,6 +32,8 @@ FLAGS = {"micro_batch_size": "batch-size", "replication_factor": "replicas", "op
 # On/off options: --NAME or --no-NAME.
 SWITCHES = ("recompute", "offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding",
             "tied_embeddings", "embedding_alone")
+# On/off options whose two flags are not --NAME / --no-NAME.
+PAIRS = {"use_combined_accum": ("--combined-accum", "--separate-accum"), "enable_outlining": ("--outline", "--no-outline")}
 LOCATION_OF = {"offload_optimiser": "optimiser", "offload_weights": "weights", "offload_activations": "activations"}
 # The order options appear in a command: the model's parameters, the mapping, the batch, the rest.
 ORDER = ("preset", "layers", "hidden", "heads", "seq_len", "vocab", "masked_tokens", "packing", "tied_embeddings",
@@ -54,6 +56,8 @@ class Fix:
 
 def flag(name: str, value: Any) -> list[str]:
     """One option as command-line words."""
+    if name in PAIRS:
+        return [PAIRS[name][0] if value else PAIRS[name][1]]
     if name in SWITCHES:
         return [f"--{name.replace('_', '-')}" if value else f"--no-{name.replace('_', '-')}"]
     if name == "stages":

@@ -94,6 +94,9 @@ def _checkpoints(value: str | None) -> str | int | None:
 @click.option("--optimiser-state-type", type=click.Choice(PRECISIONS, case_sensitive=False),
               help="Precision of the optimiser's state (PopTorch's first/second_order_momentum_accum_type, "
               "velocity_accum_type): fp32 (default) or fp16.")
+@click.option("--first-moment-type", type=click.Choice(PRECISIONS, case_sensitive=False),
+              help="Adam, AdamW, LAMB: the first moment's precision alone (PopTorch's first_order_momentum_accum_type; "
+              "Graphcore's BERT-Large uses fp16); the state's type by default.")
 @click.option("--accum-type", type=click.Choice(PRECISIONS, case_sensitive=False),
               help="Precision of the gradient accumulators (PopTorch's accum_type; the weights' by default).")
 @click.option("--combined-accum/--separate-accum", "use_combined_accum", default=None,

@@ -150,3 +150,13 @@ def test_a_bad_state_type_is_one_sentence():
         assert str(exc) == "Unknown optimiser state type 'bf16'; choose one of fp16, fp32."
     else:
         raise AssertionError("no ConfigError")
+
+
+def test_a_fix_command_writes_the_state_options_as_the_cli_spells_them():
+    from popvision_py.analysis.fixes import flag
+
+    assert flag("use_combined_accum", False) == ["--separate-accum"]
+    assert flag("use_combined_accum", True) == ["--combined-accum"]
+    assert flag("enable_outlining", False) == ["--no-outline"]
+    assert flag("first_moment_type", "fp16") == ["--first-moment-type", "fp16"]
+    assert flag("accum_type", "fp32") == ["--accum-type", "fp32"]
