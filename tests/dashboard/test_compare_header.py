@@ -18,9 +18,11 @@ INFERENCE = SAMPLES / "mnist_inference" / "profile.pop"  # `popvision run mnist 
 
 def expected_settings() -> list[tuple[str, str, str]]:
     """What --mode inference changes, as the page writes it: mnist's inference batch (8 x 100
-    iterations), no gradient accumulation, no optimiser. The values are checked against the manifests."""
+    iterations), no gradient accumulation, no optimiser (nor its state's types). The values are checked
+    against the manifests."""
     rows = [("mode", "training", "inference"), ("gradient_accumulation", "10", "1"), ("micro_batch_size", "40", "8"),
-            ("device_iterations", "10", "100"), ("optimiser", "adamw", "–")]
+            ("device_iterations", "10", "100"), ("optimiser", "adamw", "–"), ("optimiser_state_type", "fp32", "–"),
+            ("first_moment_type", "fp32", "–")]
     with open_profile(PIPELINED) as a, open_profile(INFERENCE) as b:
         for setting, va, vb in rows:
             assert (str(a.run[setting]), str(b.run[setting] or "–")) == (va, vb)

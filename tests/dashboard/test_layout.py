@@ -125,7 +125,7 @@ def cell_texts(dash_duo, table: str, column: int) -> list[tuple[str, bool]]:
 def test_the_largest_variables_show_their_bytes_whole(dash_duo, width):
     from dashboards.app import create_app
 
-    # GIVEN the out-of-memory sample, whose fullest tile holds a 169,862-byte optimiser state
+    # GIVEN the out-of-memory sample, whose fullest tile's largest variable holds 77,312 bytes
     dash_duo.start_server(create_app([str(SAMPLES / "bert_large_out_of_memory" / "profile.pop")]))
     # WHEN the memory page opens on that tile
     open_page(dash_duo, "/memory", width)
@@ -137,5 +137,5 @@ def test_the_largest_variables_show_their_bytes_whole(dash_duo, width):
     for text, visible in cells:
         assert visible, f"{text!r} is outside the window at {width} px"
         assert re.fullmatch(r"[0-9][0-9,.]* (B|KiB|MiB)", text), text
-    # 169,862 bytes is 165.88 KiB
-    assert cells[0][0] == "165.88 KiB"
+    # 77,312 bytes is 75.50 KiB
+    assert cells[0][0] == "75.50 KiB"
