@@ -219,8 +219,22 @@ def build_resnet50(options: Options, *, image_size: int = 224, classes: int = 10
         x = m.linear(x, classes, name="head/fc")
         if options.training:
             m.loss(x, name="head/loss")
-    m.set_default_strategy(balanced_stages(m, ipus))
+    if ipus == 4:
+        # Graphcore's split of its TensorFlow ResNet-50 on IPU-POD16/64 (configs.yml
+        # mk2_resnet50_bn_16ipus: after stage1/unit3, stage2/unit4 and stage3/unit4, our layer1.2,
+        # layer2.3 and layer3.3): lighter early stages, which stash more micro-batches.
+        m.set_default_strategy(PipelinedExecution(
+            Stage(*_blocks_between(m, "stem", "layer1.2")).ipu(0), Stage(*_blocks_between(m, "layer2.0", "layer2.3")).ipu(1),
+            Stage(*_blocks_between(m, "layer3.0", "layer3.3")).ipu(2), Stage(*_blocks_between(m, "layer3.4", "head")).ipu(3)))
+    else:
+        m.set_default_strategy(balanced_stages(m, ipus))
     return m
+
+
+def _blocks_between(m: Model, first: str, last: str) -> list[str]:
+    """The model's blocks from ``first`` to ``last``, in order."""
+    blocks = m.blocks
+    return blocks[blocks.index(first):blocks.index(last) + 1]
 
 
 # -- transformers ------------------------------------------------------------------------------
@@ -396,8 +410,11 @@ ZOO: dict[str, ZooEntry] = {
         ZooEntry("resnet50", "ResNet-50 v1.5 image classification (ImageNet, 224x224), pipelined over 4 IPUs.",
                  build_resnet50,
                  params={"image_size": 224, "classes": 1000, "ipus": 4},
-                 defaults={"micro_batch_size": 4, "device_iterations": 1, "gradient_accumulation": 16,
-                           "recompute": True, "optimiser": "sgd", "partials": "fp16"},
+                 # Graphcore's published run (configs.yml mk2_resnet50_bn_16ipus): micro-batch 16,
+                 # GA 256, momentum SGD with FP32 accumulators ("16.32"), half partials, proportion 0.15
+                 defaults={"micro_batch_size": 16, "device_iterations": 1, "gradient_accumulation": 256,
+                           "recompute": True, "optimiser": "sgd", "partials": "fp16", "accum_type": "fp32",
+                           "use_combined_accum": False, "available_memory_proportion": 0.15},
                  inference_defaults={"micro_batch_size": 16, "device_iterations": 16}),
         _bert_entry("bert-base", "Base", layers=12, hidden=768, heads=12),
         _bert_entry("bert-large", "Large", layers=24, hidden=1024, heads=16, offload_optimiser=True,
