@@ -4,13 +4,30 @@ Every table (ops, programs, tile_cycles, tile_memory, variables, liveness, trace
 view under its schema name over its member, which DuckDB's own Parquet reader scans in place
 through popvision_py.format.memberfs: a query reads only the columns it uses, skips the row groups
 its filters rule out, and a table it does not name costs nothing.
+
+The query may read those tables and nothing else: DuckDB runs with external access off (only the
+eight members are allowed, by path), no extension installed or loaded, nothing spilled to disk,
+a memory limit, and its configuration locked, so no SET can undo any of it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
+import re
+import stat
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 import click
 
 from popvision_py.errors import PopvisionError
+from popvision_py.render import OutputError
+
+if TYPE_CHECKING:
+    from popvision_py.format.memberfs import MemberFileSystem
 from popvision_py.format import schema as S
 
 
@@ -41,32 +58,166 @@ def checked_query(query: str) -> str:
     return query
 
 
-def run_query(profile_path: str, query: str):
-    """The query's result as a pandas DataFrame."""
+MEMORY_LIMIT = "2GB"
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
+
+
+def memory_bytes(limit: str) -> int:
+    """The bytes a size such as "2GB", "512MiB" or "1000000" stands for; a QueryError if it is none."""
+    match = _SIZE.fullmatch(limit)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise QueryError(f"--memory-limit {limit!r} is not a size; give one such as 2GB, 512MB or 4GiB.")
+    size = int(float(match.group(1)) * _UNITS[unit])
+    if size < 2**20:
+        raise QueryError(f"--memory-limit {limit!r} is below 1 MiB; DuckDB cannot run a query in less.")
+    if size > 2**60:
+        raise QueryError(f"--memory-limit {limit!r} is above 1 EiB; give a size this machine could hold.")
+    return size
+
+
+def _refusal(exc: "Exception", memory_limit: str) -> QueryError:
+    """One sentence for a DuckDB error, saying plainly when it is the lock-down that refused the query."""
+    import duckdb
+
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return QueryError(f"The query needs more than the memory limit of {memory_limit} (DuckDB: {first}); "
+                          "raise it with --memory-limit.")
+    if isinstance(exc, duckdb.PermissionException):
+        reason = first.removeprefix("Permission Error: ").removesuffix(
+            " - file system operations are disabled by configuration")
+        return QueryError("The query was refused: popvision sql reads the profile's tables and touches no other "
+                          f"file, extension or network address ({reason[:1].lower()}{reason[1:]}).")
+    locked = re.search(r'option "+([^"]+)"+ - the configuration has been locked', first)
+    if locked:
+        return QueryError(f"The query was refused: settings are fixed ({locked.group(1)}); "
+                          "give --memory-limit or --timeout on the command line instead.")
+    return QueryError(f"The query failed: {first}")
+
+
+def _locked_connection(members: MemberFileSystem, memory_limit: str):
+    """A DuckDB connection that sees the profile's tables and nothing else, its settings locked.
+
+    External access is off (no file, extension or network reader, no COPY TO, ATTACH, INSTALL,
+    EXPORT), except the eight members, allowed by path on the profile's own file system. Nothing
+    spills to disk (no temporary directory), so the memory limit bounds the query.
+    """
+    import duckdb
+
+    con = duckdb.connect(config={
+        "memory_limit": f"{memory_bytes(memory_limit)}B",
+        "temp_directory": "",
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+        "allow_community_extensions": False,
+        "allow_persistent_secrets": False,
+        # only the profile's tables: no scans of whatever Python objects happen to be in scope
+        "python_enable_replacements": False,
+    })
+    try:
+        con.register_filesystem(members)
+        # allowed_paths only takes once the database runs, and only before external access is off
+        con.execute("SET allowed_paths = $1", [[f"{members.protocol}://{spec.member}" for spec in S.TABLES.values()]])
+        con.execute("SET enable_external_access = false")
+        for name, spec in S.TABLES.items():
+            con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{members.protocol}://{spec.member}')")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def run_query(profile_path: str, query: str, *, memory_limit: str = MEMORY_LIMIT, timeout: float | None = None):
+    """The query's result as a pandas DataFrame, from a DuckDB that can read the profile's tables only.
+
+    ``memory_limit`` bounds DuckDB's memory ("2GB", "512MiB"...); a query past ``timeout`` seconds
+    is interrupted. Either is a QueryError, as is a query that reaches for anything but the tables.
+    """
     import duckdb
 
     from popvision_py.format import open_profile
     from popvision_py.format.memberfs import MemberFileSystem
 
     query = checked_query(query)
+    if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
+        raise QueryError(f"--timeout {timeout:g} is not a number of seconds above 0.")
+    memory_bytes(memory_limit)  # a bad size is refused before the profile is opened
     with open_profile(profile_path) as profile, MemberFileSystem(profile) as members:
-        con = duckdb.connect()
+        con = _locked_connection(members, memory_limit)
+        timed_out = threading.Event()
+
+        def interrupt() -> None:
+            timed_out.set()
+            with contextlib.suppress(duckdb.Error):  # the query may have just ended and closed
+                con.interrupt()
+
+        timer = threading.Timer(timeout, interrupt) if timeout is not None else None
         try:
-            # only the profile's tables: no scans of whatever Python objects happen to be in scope
-            con.execute("SET python_enable_replacements = false")
-            con.register_filesystem(members)
-            for name, spec in S.TABLES.items():
-                con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{members.protocol}://{spec.member}')")
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
             try:
                 result = con.execute(query)
                 if result is None:  # only comments or semicolons: no statement ran
                     raise QueryError('The query holds no statement; give one, e.g. "SELECT count(*) FROM trace".')
                 return result.fetch_df()
+            except (duckdb.InterruptException, RuntimeError) as exc:
+                if timed_out.is_set():
+                    raise QueryError(f"The query ran past --timeout {timeout:g} s and was interrupted.") from None
+                if isinstance(exc, duckdb.InterruptException) or str(exc) == "Query interrupted":
+                    raise KeyboardInterrupt from None  # Ctrl-C, which DuckDB catches and reports as its own
+                raise
             except duckdb.Error as exc:
-                message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise QueryError(f"The query failed: {message}") from None
+                raise _refusal(exc, memory_limit) from None
         finally:
+            if timer is not None:
+                timer.cancel()
+                timer.join()
             con.close()
+
+
+def checked_output(output: str | None) -> Path | None:
+    """Where to write: None for stdout (no -o, or -o -); else the path, if it is a regular file or free.
+
+    A symlink is refused rather than replaced by a file (or written through to wherever it
+    points), and so are FIFOs, devices, sockets and directories: a query's result only ever
+    becomes a regular file of its own.
+    """
+    if output is None or output == "-":
+        return None
+    path = Path(output)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return path
+    except OSError as exc:
+        raise OutputError(f"Cannot write {path}: {exc.strerror or exc}.") from None
+    if stat.S_ISLNK(mode):
+        raise OutputError(f"Cannot write {path}: it is a symbolic link; give the path of a regular file.")
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else None)
+    if kind is not None:
+        raise OutputError(f"Cannot write {path}: it is {kind}, not a regular file.")
+    return path
+
+
+def render(frame: "Any", fmt: str, max_rows: int) -> str:
+    """The result as text, CSV or JSON."""
+    if fmt == "csv":
+        return frame.to_csv(index=False)
+    if fmt == "json":
+        import json
+
+        from popvision_py.render.jsonout import records
+        return json.dumps(records(frame), indent=2) + "\n"
+    from popvision_py.render.text import table
+    return "\n".join(table(frame, max_rows=max_rows, clip=False)) + "\n"
 
 
 @click.command("sql")
@@ -75,16 +226,26 @@ def run_query(profile_path: str, query: str):
 @click.option("--format", "fmt", type=click.Choice(["text", "csv", "json"]), default="text", show_default=True,
               help="Output format.")
 @click.option("--max-rows", type=int, default=1000, show_default=True, help="Rows shown in text format.")
-def command(profile: str, query: str, fmt: str, max_rows: int) -> None:
-    """Run a SQL QUERY over PROFILE's tables (ops, programs, tile_cycles, tile_memory, variables, liveness, trace, exchanges)."""
-    frame = run_query(profile, query)
-    if fmt == "csv":
-        click.echo(frame.to_csv(index=False), nl=False)
-    elif fmt == "json":
-        import json
+@click.option("-o", "--output", type=str, default=None, metavar="PATH",
+              help="Write the result here (atomically) instead of stdout; '-' is stdout. "
+                   "Symlinks, FIFOs and devices are refused.")
+@click.option("--memory-limit", default=MEMORY_LIMIT, show_default=True, metavar="SIZE",
+              help="DuckDB's memory bound (e.g. 512MB, 4GiB); a query needing more is refused.")
+@click.option("--timeout", type=float, default=None,
+              help="Interrupt the query after SECONDS (default: no limit).", metavar="SECONDS")
+def command(profile: str, query: str, fmt: str, max_rows: int, output: str | None, memory_limit: str,
+            timeout: float | None) -> None:
+    """Run a SQL QUERY over PROFILE's tables (ops, programs, tile_cycles, tile_memory, variables, liveness, trace, exchanges).
 
-        from popvision_py.render.jsonout import records
-        click.echo(json.dumps(records(frame), indent=2))
-    else:
-        from popvision_py.render.text import table
-        click.echo("\n".join(table(frame, max_rows=max_rows, clip=False)))
+    The query reads those tables and nothing else: files, COPY, ATTACH, INSTALL/LOAD and SET are refused.
+    """
+    destination = checked_output(output)
+    text = render(run_query(profile, query, memory_limit=memory_limit, timeout=timeout), fmt, max_rows)
+    if destination is None:
+        click.echo(text, nl=False)
+        return
+    from popvision_py.format.atomic import atomic_output
+
+    with atomic_output(destination) as out:
+        out.write(text.encode("utf-8"))
+    click.echo(f"Wrote {destination}", err=True)
