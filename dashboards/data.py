@@ -77,6 +77,22 @@ class Profiles:
         mode = "" if run.get("mode", "training") == "training" else f" {run['mode']}"
         return f"{key.upper()} · {run.get('model', '?')} {run.get('strategy', '')}{mode} ({name})"
 
+    def check(self) -> None:
+        """Read every table of every profile through once, as the pages will; raises what a page would hit.
+
+        Opening checks the container, manifest and schema; this decodes the data too, so page
+        checksums (and every check the reader makes as it reads) pass before any page is served. The
+        trace is read in batches whose pages are handed back as it goes: memory stays flat.
+        """
+        for key in self.keys:
+            profile = self.report(key).profile
+            for table in profile.tables:
+                if table == "trace":
+                    for _ in profile.iter_batches(table, release_pages=True):
+                        pass
+                else:
+                    profile.read_table(table)
+
     def warm(self) -> None:
         """Open every profile and ask for what the pages show, so that first clicks are served from cache.
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import click
 
 LOCALHOST = ("127.0.0.1", "localhost", "::1")
-
 
 @click.command("dashboard")
 @click.argument("profile")
@@ -27,21 +27,38 @@ def command(profile: str, profile_b: str | None, host: str, port: int, debug: bo
     profiles = data.Profiles(paths)
     for key in profiles.keys:  # a bad profile is reported (exit 2) before any server starts; opened once
         profiles.report(key)
-    if host not in LOCALHOST:
-        click.echo(f"Warning: listening on {host}: anyone who can reach this address can read the profiles.", err=True)
-    # The first page's figures are computed while Dash is imported and the app built and started:
-    # the trace pass they need (~2 s at 50M rows) is mostly decoding, which leaves the GIL free.
-    threading.Thread(target=_warm, args=(profiles,), daemon=True).start()
+    # Every table is then read through (page checksums, the reader's checks), and the first page's
+    # figures computed, while Dash is imported and the app built: decoding leaves the GIL free.
+    # The server starts only once the read-through has passed, so no page meets a broken table.
+    checked = threading.Event()
+    failure: list[BaseException] = []
+    threading.Thread(target=_check_then_warm, args=(profiles, checked, failure), daemon=True).start()
     from dashboards.app import create_app
 
-    app = create_app(paths)
-    data.install(app.server, profiles)  # the app serves the Profiles being warmed, not a fresh one
+    app = create_app(paths, host=host)
+    data.install(app.server, profiles)  # the app serves the Profiles being checked, not a fresh one
+    checked.wait()
+    if failure:
+        raise failure[0]
+    if host not in LOCALHOST:
+        click.echo(f"Warning: listening on {host}: anyone who can reach this address can read the profiles.", err=True)
+    if not debug:
+        # The terminal shows the start, warnings, and one line per refused or failed request;
+        # not werkzeug's line for every page and asset fetched (--debug keeps them).
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"popvision dashboard on http://{shown}:{port}/  (Ctrl-C to stop)", err=True)
     app.run(host=host, port=port, debug=debug, use_reloader=False)
 
 
-def _warm(profiles) -> None:
+def _check_then_warm(profiles, checked: threading.Event, failure: list[BaseException]) -> None:
+    try:
+        profiles.check()
+    except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which reports it
+        failure.append(exc)
+        return
+    finally:
+        checked.set()
     try:
         profiles.warm()
     except Exception:  # noqa: BLE001 - warming is an optimisation; the page reports real errors itself
