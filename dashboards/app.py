@@ -17,6 +17,7 @@ from dash import _callback as _dash_callback
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from dashboards import data, ids
+from popvision_py.errors import ProfileError
 
 HERE = Path(__file__).resolve().parent
 NAV_LINK = "nav-link"
@@ -195,26 +196,28 @@ def answer_failure(app: dash.Dash, error: Exception) -> flask.Response | HTTPExc
     """Every exception a request raises: one line in the log (a traceback only with ``--debug``).
 
     A callback that raises was sent values its page never sends (an IPU the profile lacks, text
-    for a number): the request is answered 400. Anything else is the server's fault: 500.
+    for a number): the request is answered 400. A profile that cannot be read (checked at start,
+    but a file can change under a running server) and anything else is the server's fault: 500.
     """
     if isinstance(error, RequestEntityTooLarge):  # werkzeug's own check, should a body be read elsewhere
         return _too_large(flask.request.content_length)
     if isinstance(error, HTTPException):  # 404, 405...: werkzeug's own answer, as before
         return error
     request = flask.request
-    callback = request.method == "POST" and request.path.endswith(CALLBACK_PATH)
+    callback = request.method == "POST" and request.path.endswith(CALLBACK_PATH) \
+        and not isinstance(error, ProfileError)
     where = error.__traceback__
     while where is not None and where.tb_next is not None:
         where = where.tb_next
     origin = f" at {Path(where.tb_frame.f_code.co_filename).name}:{where.tb_lineno}" if where is not None else ""
     message = (str(error).splitlines() or [""])[0][:300].rstrip(".")
-    LOG.warning("%s request from %s for %s failed%s: %s%s.", "Callback" if callback else "A",
+    LOG.warning("%s request from %s for %s failed%s: %s%s.", "Callback" if callback else "The",
                 request.remote_addr, request.path, origin, type(error).__name__, f": {message}" if message else "",
                 exc_info=error if app.server.debug else None)
     if callback:
         return flask.Response("Bad callback request: the page never sends these values.", status=400,
                               mimetype="text/plain")
-    return flask.Response("The dashboard could not answer this request; its log says why.", status=500,
+    return flask.Response("The dashboard could not answer this request; its terminal says why.", status=500,
                           mimetype="text/plain")
 
 

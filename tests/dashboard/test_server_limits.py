@@ -242,3 +242,17 @@ def test_a_profile_that_fails_validation_stops_the_start(tmp_path: Path, table: 
         f"Error: Table {table} of {broken} is corrupt (could not verify page integrity, CRC checksum "
         f"verification failed for page_ordinal 0)."]
     assert "popvision dashboard on" not in done.stderr
+
+
+def test_a_profile_broken_under_a_running_app_is_a_500_and_one_log_line(tmp_path: Path, caplog):
+    # GIVEN an app serving a profile whose variables fail their checksum (the CLI refuses it at
+    # start; an app built directly, or a file changed under the server, meets it only in a callback)
+    broken = _flip_page_byte(SAMPLE, "variables", tmp_path / "profile.pop")
+    http = create_app([str(broken)]).server.test_client()
+    # WHEN a page asks for a tile's variables
+    with caplog.at_level("WARNING"):
+        response = http.post(CALLBACK, data=tile_map_request(0, "a"), content_type="application/json")
+    # THEN the server says it failed (500, not the client's 400), in one log line naming the table
+    assert response.status_code == 500 and str(broken) not in response.get_data(as_text=True)
+    assert len(caplog.records) == 1 and caplog.records[0].exc_info is None
+    assert "CorruptProfileError: Table variables of" in caplog.records[0].getMessage()
