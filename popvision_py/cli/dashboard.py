@@ -9,11 +9,13 @@ import click
 
 LOCALHOST = ("127.0.0.1", "localhost", "::1")
 
+
 @click.command("dashboard")
 @click.argument("profile")
 @click.argument("profile_b", required=False)
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on. Anything but localhost exposes your profiles to the network.")
+              help="Address to listen on. Anything but localhost exposes your profiles to the network; "
+                   "on a loopback address, requests naming another host are refused.")
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on.")
 @click.option("--debug", is_flag=True, hidden=True, help="Dash's debug mode (reloader off).")
 def command(profile: str, profile_b: str | None, host: str, port: int, debug: bool) -> None:
