@@ -29,12 +29,13 @@ def command(profile: str, profile_b: str | None, host: str, port: int, debug: bo
     profiles = data.Profiles(paths)
     for key in profiles.keys:  # a bad profile is reported (exit 2) before any server starts; opened once
         profiles.report(key)
-    # Every table is then read through (page checksums, the reader's checks), and the first page's
-    # figures computed, while Dash is imported and the app built: decoding leaves the GIL free.
-    # The server starts only once the read-through has passed, so no page meets a broken table.
+    # Every table is then read through (page checksums, the reader's checks; the trace by the pass
+    # that gives the first page its summary) while Dash is imported and the app built: decoding
+    # leaves the GIL free. The server starts once the read-through has passed (about 3 s at 50M
+    # trace rows), so no page meets a broken table; the rest of the warm-up goes on while it serves.
     checked = threading.Event()
     failure: list[BaseException] = []
-    threading.Thread(target=_check_then_warm, args=(profiles, checked, failure), daemon=True).start()
+    threading.Thread(target=_check, args=(profiles, checked, failure), daemon=True).start()
     from dashboards.app import create_app
 
     app = create_app(paths, host=host)
@@ -42,6 +43,7 @@ def command(profile: str, profile_b: str | None, host: str, port: int, debug: bo
     checked.wait()
     if failure:
         raise failure[0]
+    threading.Thread(target=_warm, args=(profiles,), daemon=True).start()
     if host not in LOCALHOST:
         click.echo(f"Warning: listening on {host}: anyone who can reach this address can read the profiles.", err=True)
     if not debug:
@@ -53,15 +55,17 @@ def command(profile: str, profile_b: str | None, host: str, port: int, debug: bo
     app.run(host=host, port=port, debug=debug, use_reloader=False)
 
 
-def _check_then_warm(profiles, checked: threading.Event, failure: list[BaseException]) -> None:
+def _check(profiles, checked: threading.Event, failure: list[BaseException]) -> None:
     try:
         profiles.check()
     except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which reports it
         failure.append(exc)
-        return
     finally:
         checked.set()
+
+
+def _warm(profiles) -> None:
     try:
         profiles.warm()
-    except Exception:  # noqa: BLE001 - warming is an optimisation; the page reports real errors itself
+    except Exception:  # noqa: BLE001 - warming is an optimisation; the check reports a broken profile
         pass
