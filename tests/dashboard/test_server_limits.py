@@ -256,3 +256,15 @@ def test_a_profile_broken_under_a_running_app_is_a_500_and_one_log_line(tmp_path
     assert response.status_code == 500 and str(broken) not in response.get_data(as_text=True)
     assert len(caplog.records) == 1 and caplog.records[0].exc_info is None
     assert "CorruptProfileError: Table variables of" in caplog.records[0].getMessage()
+
+
+def test_a_truncated_profile_stops_the_start(tmp_path: Path):
+    # GIVEN the sample cut at half its length
+    truncated = tmp_path / "profile.pop"
+    truncated.write_bytes(SAMPLE.read_bytes()[: SAMPLE.stat().st_size // 2])
+    # WHEN the dashboard is started on it THEN one sentence, exit 2, and no server
+    done = subprocess.run([sys.executable, "-m", "popvision_py.cli", "dashboard", str(truncated), "--port", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and str(truncated) in lines[0], lines
