@@ -6,6 +6,7 @@ pages under ``pages/`` register themselves, and find their data through ``dashbo
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from pathlib import Path
 
@@ -13,19 +14,31 @@ import dash
 import flask
 from dash import ALL, Input, Output, dcc, html
 from dash import _callback as _dash_callback
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from dashboards import data, ids
+from popvision_py.errors import ProfileError
 
 HERE = Path(__file__).resolve().parent
 NAV_LINK = "nav-link"
 LOG = logging.getLogger("popvision.dashboard")
+CALLBACK_PATH = "_dash-update-component"
+# The largest request a page sends is a callback body of about a kilobyte (a trace zoom's
+# relayoutData, a tile's clickData, the navigation's hrefs): 1,369 bytes at most over every
+# request of tests/dashboard/test_browser.py. 1 MiB is over 700 times that, and small enough
+# that large bodies cannot grow the server: a larger Content-Length is refused before any of
+# the body is read, and a chunked body is cut off at the limit.
+MAX_BODY_BYTES = 1 << 20
+LOOPBACK_NAMES = ("localhost",)
 
 
-def create_app(paths: list[str], *, warm: bool = False) -> dash.Dash:
+def create_app(paths: list[str], *, warm: bool = False, host: str = "127.0.0.1") -> dash.Dash:
     """The Dash app serving the profiles at ``paths`` (one, or two to compare).
 
-    The paths are opened lazily, on first use; the CLI opens them first to report a bad profile
-    before any server starts. ``warm=True`` computes what the first page shows right away.
+    The paths are opened lazily, on first use; the CLI opens them (and reads them through) first
+    to report a bad profile before any server starts. ``warm=True`` computes what the first page
+    shows right away. ``host`` is the address the server will listen on: while it is a loopback
+    address, requests naming any other host are refused (DNS rebinding).
     """
     profiles = data.Profiles([str(p) for p in paths])
     # Dash runs every page module again for each new app, and each run adds the page's
@@ -44,7 +57,15 @@ def create_app(paths: list[str], *, warm: bool = False) -> dash.Dash:
         suppress_callback_exceptions=False,
     )
     data.install(app.server, profiles)
-    app.server.before_request(lambda: refuse_malformed_callbacks(app))
+    server = app.server
+    # werkzeug stops reading a chunked body (no Content-Length) at this many bytes, silently: one
+    # byte more than allowed shows that the body went on (refuse_malformed_callbacks).
+    server.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES + 1
+    # Dash registered hooks of its own when it was built: the Host and size checks run before them;
+    # the callback check after them, once Dash has gathered the pages' callbacks (on the first request).
+    server.before_request_funcs.setdefault(None, [])[:0] = [lambda: refuse_foreign_hosts(host), refuse_large_bodies]
+    server.before_request(lambda: refuse_malformed_callbacks(app))
+    server.register_error_handler(Exception, lambda error: answer_failure(app, error))
     app.layout = shell
     app.callback(
         Output({"type": NAV_LINK, "index": ALL}, "className"),
@@ -56,29 +77,148 @@ def create_app(paths: list[str], *, warm: bool = False) -> dash.Dash:
     return app
 
 
+def _refuse(status: int, answer: str, logged: str) -> flask.Response:
+    """One line in the server's log, and ``answer`` (one sentence) as the plain-text response."""
+    LOG.warning("Refused a request from %s for %s: %s", flask.request.remote_addr, flask.request.path, logged)
+    return flask.Response(answer, status=status, mimetype="text/plain")
+
+
+def guards_host(host: str) -> bool:
+    """Whether a server listening on ``host`` answers only requests naming a loopback host.
+
+    True for a loopback address or name (the default 127.0.0.1); False once ``--host`` opened it to
+    another interface, where people reach it by names this process cannot know.
+    """
+    return _loopback(host.strip("[]").lower())
+
+
+def _loopback(name: str) -> bool:
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(header: str) -> str:
+    """The host of a Host header, without its port: ``[::1]:8050`` -> ``::1``."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    name = header.rpartition(":")[0] if header.count(":") == 1 else header
+    return name.rstrip(".")
+
+
+def refuse_foreign_hosts(host: str) -> flask.Response | None:
+    """403 for a request whose Host is not the bound address or a loopback name, while bound to loopback.
+
+    A web page on another site can make a browser resolve its own name to 127.0.0.1 (DNS
+    rebinding) and read the dashboard's answers; such requests carry that site's name as Host.
+    """
+    if not guards_host(host):
+        return None
+    header = flask.request.headers.get("Host", "")
+    name = _host_name(header)
+    if name == host.strip("[]").lower() or _loopback(name):
+        return None
+    return _refuse(403, f"Refused: this dashboard answers requests for {host} and localhost only, not for "
+                        f"{header[:100] or 'an empty Host'} (start it with --host to serve other names).",
+                   f"its Host header is {header[:100]!r}.")
+
+
+def refuse_large_bodies() -> flask.Response | None:
+    """413 for a declared body over ``MAX_BODY_BYTES``, before any of it is read."""
+    length = flask.request.content_length
+    if length is None or length <= MAX_BODY_BYTES:
+        return None
+    return _too_large(length)
+
+
+def _too_large(length: int | None) -> flask.Response:
+    size = f"{length:,} bytes" if length is not None else "a chunked body"
+    return _refuse(413, f"Refused: {size} is over this dashboard's limit of {MAX_BODY_BYTES:,} bytes per request.",
+                   f"{size} is over the limit of {MAX_BODY_BYTES:,} bytes.")
+
+
 def refuse_malformed_callbacks(app: dash.Dash) -> flask.Response | None:
     """Answer a callback request that no page of this app could have sent with 400, not a 500.
 
     Dash assumes its own front end sent the body; anything else (a script, a stale tab, a fuzzer)
-    would otherwise raise inside Dash and log a traceback per request.
+    would otherwise raise inside Dash and log a traceback per request. The body is read here
+    (werkzeug stops one byte past ``MAX_BODY_BYTES``) and parsed once; Dash reuses the parse.
     """
     request = flask.request
-    if request.method != "POST" or not request.path.endswith("_dash-update-component"):
+    if request.method != "POST" or not request.path.endswith(CALLBACK_PATH):
         return None
-    body = request.get_json(silent=True)
-    problem = None
-    if not isinstance(body, dict):
-        problem = "the body is not a JSON object"
-    elif not isinstance(body.get("output"), str) or body["output"] not in app.callback_map:
-        problem = "it names no callback of this dashboard"
-    elif not isinstance(body.get("inputs", []), list) or not isinstance(body.get("state", []), list):
-        problem = "its inputs are not lists"
-    elif not isinstance(body.get("changedPropIds", []), list):
-        problem = "its changedPropIds is not a list"
+    if len(request.get_data(cache=True)) > MAX_BODY_BYTES:
+        return _too_large(request.content_length)
+    try:
+        body = request.get_json(silent=True)
+    except RecursionError:  # nesting deeper than Python's stack, e.g. [[[[...]]]]
+        body = None
+    problem = _callback_problem(app, body)
     if problem is None:
         return None
-    LOG.warning("Refused a callback request from %s: %s.", request.remote_addr, problem)
-    return flask.Response(f"Bad callback request: {problem}.", status=400, mimetype="text/plain")
+    return _refuse(400, f"Bad callback request: {problem}.", f"{problem}.")
+
+
+def _callback_problem(app: dash.Dash, body: object) -> str | None:
+    """Why ``body`` is not a request one of ``app``'s pages could send (None if it could be)."""
+    if not isinstance(body, dict):
+        return "the body is not a JSON object"
+    output = body.get("output")
+    if not isinstance(output, str) or output not in app.callback_map:
+        return "it names no callback of this dashboard"
+    spec = app.callback_map[output]
+    for part in ("inputs", "state"):
+        sent = body.get(part, [])
+        if not isinstance(sent, list) or len(sent) != len(spec.get(part, [])):
+            return f"its {part} are not the {len(spec.get(part, []))} the callback takes"
+        if not all(_is_property(item) or isinstance(item, list) and all(map(_is_property, item)) for item in sent):
+            return f"its {part} are not component properties"
+    outputs = body.get("outputs")
+    if not (_is_property(outputs) or isinstance(outputs, list) and all(
+            _is_property(item) or isinstance(item, list) and all(map(_is_property, item)) for item in outputs)):
+        return "its outputs are not component properties"
+    changed = body.get("changedPropIds", [])
+    if not isinstance(changed, list) or not all(isinstance(item, str) for item in changed):
+        return "its changedPropIds is not a list of names"
+    return None
+
+
+def _is_property(item: object) -> bool:
+    """``{"id": ..., "property": "..."}``, the shape the front end gives every input, state and output."""
+    return isinstance(item, dict) and "id" in item and isinstance(item.get("property"), str)
+
+
+def answer_failure(app: dash.Dash, error: Exception) -> flask.Response | HTTPException:
+    """Every exception a request raises: one line in the log (a traceback only with ``--debug``).
+
+    A callback that raises was sent values its page never sends (an IPU the profile lacks, text
+    for a number): the request is answered 400. A profile that cannot be read (checked at start,
+    but a file can change under a running server) and anything else is the server's fault: 500.
+    """
+    if isinstance(error, RequestEntityTooLarge):  # werkzeug's own check, should a body be read elsewhere
+        return _too_large(flask.request.content_length)
+    if isinstance(error, HTTPException):  # 404, 405...: werkzeug's own answer, as before
+        return error
+    request = flask.request
+    callback = request.method == "POST" and request.path.endswith(CALLBACK_PATH) \
+        and not isinstance(error, ProfileError)
+    where = error.__traceback__
+    while where is not None and where.tb_next is not None:
+        where = where.tb_next
+    origin = f" at {Path(where.tb_frame.f_code.co_filename).name}:{where.tb_lineno}" if where is not None else ""
+    message = (str(error).splitlines() or [""])[0][:300].rstrip(".")
+    LOG.warning("%s request from %s for %s failed%s: %s%s.", "Callback" if callback else "The",
+                request.remote_addr, request.path, origin, type(error).__name__, f": {message}" if message else "",
+                exc_info=error if app.server.debug else None)
+    if callback:
+        return flask.Response("Bad callback request: the page never sends these values.", status=400,
+                              mimetype="text/plain")
+    return flask.Response("The dashboard could not answer this request; its terminal says why.", status=500,
+                          mimetype="text/plain")
 
 
 def navigation(comparing: bool) -> list[dcc.Link]:

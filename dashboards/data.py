@@ -17,6 +17,7 @@ from typing import Any
 import flask
 
 import popvision_py as pv
+from popvision_py.analysis.tracescan import scan_columns
 from popvision_py.format.schema import PHASES
 
 KEYS = ("a", "b")
@@ -76,6 +77,27 @@ class Profiles:
             name = f"{self.paths[key].parent.name}/{name}"
         mode = "" if run.get("mode", "training") == "training" else f" {run['mode']}"
         return f"{key.upper()} · {run.get('model', '?')} {run.get('strategy', '')}{mode} ({name})"
+
+    def check(self) -> None:
+        """Read every table of every profile through once, as the pages will; raises what a page would hit.
+
+        Opening checks the container, manifest and schema; this decodes the data too, so page
+        checksums (and every check the reader makes as it reads) pass before any page is served.
+        The trace is read by the pass that gives its summary (cached: the first page needs it), so
+        checking it costs the first page nothing; any column that pass skips is read too.
+        """
+        for key in self.keys:
+            report = self.report(key)
+            profile = report.profile
+            for table in profile.tables:
+                if table != "trace":
+                    profile.read_table(table)
+            report.scan_trace()
+            scanned = set(scan_columns(summary=True, timeline=False, gantt=False))
+            rest = [field.name for field in profile.metadata("trace").schema.to_arrow_schema()
+                    if field.name not in scanned]
+            for _ in profile.iter_batches("trace", rest, release_pages=True) if rest else ():
+                pass
 
     def warm(self) -> None:
         """Open every profile and ask for what the pages show, so that first clicks are served from cache.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import click
@@ -13,7 +14,8 @@ LOCALHOST = ("127.0.0.1", "localhost", "::1")
 @click.argument("profile")
 @click.argument("profile_b", required=False)
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on. Anything but localhost exposes your profiles to the network.")
+              help="Address to listen on. Anything but localhost exposes your profiles to the network; "
+                   "on a loopback address, requests naming another host are refused.")
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on.")
 @click.option("--debug", is_flag=True, hidden=True, help="Dash's debug mode (reloader off).")
 def command(profile: str, profile_b: str | None, host: str, port: int, debug: bool) -> None:
@@ -27,22 +29,43 @@ def command(profile: str, profile_b: str | None, host: str, port: int, debug: bo
     profiles = data.Profiles(paths)
     for key in profiles.keys:  # a bad profile is reported (exit 2) before any server starts; opened once
         profiles.report(key)
-    if host not in LOCALHOST:
-        click.echo(f"Warning: listening on {host}: anyone who can reach this address can read the profiles.", err=True)
-    # The first page's figures are computed while Dash is imported and the app built and started:
-    # the trace pass they need (~2 s at 50M rows) is mostly decoding, which leaves the GIL free.
-    threading.Thread(target=_warm, args=(profiles,), daemon=True).start()
+    # Every table is then read through (page checksums, the reader's checks; the trace by the pass
+    # that gives the first page its summary) while Dash is imported and the app built: decoding
+    # leaves the GIL free. The server starts once the read-through has passed (about 3 s at 50M
+    # trace rows), so no page meets a broken table; the rest of the warm-up goes on while it serves.
+    checked = threading.Event()
+    failure: list[BaseException] = []
+    threading.Thread(target=_check, args=(profiles, checked, failure), daemon=True).start()
     from dashboards.app import create_app
 
-    app = create_app(paths)
-    data.install(app.server, profiles)  # the app serves the Profiles being warmed, not a fresh one
+    app = create_app(paths, host=host)
+    data.install(app.server, profiles)  # the app serves the Profiles being checked, not a fresh one
+    checked.wait()
+    if failure:
+        raise failure[0]
+    threading.Thread(target=_warm, args=(profiles,), daemon=True).start()
+    if host not in LOCALHOST:
+        click.echo(f"Warning: listening on {host}: anyone who can reach this address can read the profiles.", err=True)
+    if not debug:
+        # The terminal shows the start, warnings, and one line per refused or failed request;
+        # not werkzeug's line for every page and asset fetched (--debug keeps them).
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"popvision dashboard on http://{shown}:{port}/  (Ctrl-C to stop)", err=True)
     app.run(host=host, port=port, debug=debug, use_reloader=False)
 
 
+def _check(profiles, checked: threading.Event, failure: list[BaseException]) -> None:
+    try:
+        profiles.check()
+    except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which reports it
+        failure.append(exc)
+    finally:
+        checked.set()
+
+
 def _warm(profiles) -> None:
     try:
         profiles.warm()
-    except Exception:  # noqa: BLE001 - warming is an optimisation; the page reports real errors itself
+    except Exception:  # noqa: BLE001 - warming is an optimisation; the check reports a broken profile
         pass
