@@ -8,6 +8,7 @@ stderr, and turned into its exit code (2); users never see a traceback. Ctrl-C a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -63,7 +64,7 @@ class PopvisionGroup(click.Group):
         except BaseException as exc:
             # A Ctrl-C may surface as another error raised while cleaning up after it (a closed
             # Parquet file, say): what the user did was interrupt, so that is what we say.
-            if interrupted(exc):
+            if interrupted(exc) or _INTERRUPTS:
                 if PROGRAM:
                     signal.signal(signal.SIGINT, signal.SIG_IGN)
                 click.echo("Interrupted.", err=True)
@@ -83,13 +84,29 @@ class PopvisionGroup(click.Group):
             return super().main(args, *rest, **extra)
         except KeyboardInterrupt:  # outside any command (click's own parsing)
             click.echo("Interrupted.", err=True)
-            sys.exit(130)
+            code = 130
+        except SystemExit as exc:
+            if not (program and _INTERRUPTS and exc.code == 130):
+                raise
+            code = 130
         finally:
             if program:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if not program:
+            sys.exit(code)
+        # Interrupted, and every clean-up has run: leave now, without the interpreter's own shutdown
+        # (where a library's finaliser could still see the interrupt and end the process by SIGINT).
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+_INTERRUPTS: list[int] = []  # Ctrl-Cs seen: a library may swallow the KeyboardInterrupt, not this
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    _INTERRUPTS.append(signum)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the clean-up the first one starts runs to its end
     raise KeyboardInterrupt
 

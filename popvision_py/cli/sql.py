@@ -62,6 +62,11 @@ def run_query(profile_path: str, query: str):
                 if result is None:  # only comments or semicolons: no statement ran
                     raise QueryError('The query holds no statement; give one, e.g. "SELECT count(*) FROM trace".')
                 return result.fetch_df()
+            except (duckdb.InterruptException, RuntimeError) as exc:
+                # DuckDB turns the Ctrl-C that stops a query into its own error: it was an interrupt.
+                if isinstance(exc, duckdb.InterruptException) or "interrupted" in str(exc).lower():
+                    raise KeyboardInterrupt from None
+                raise
             except duckdb.Error as exc:
                 message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise QueryError(f"The query failed: {message}") from None
