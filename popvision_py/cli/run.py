@@ -145,7 +145,7 @@ def _checkpoints(value: str | None) -> str | int | None:
               "valid range (docs/emulator.md lists names and ranges), e.g. --assume amp_efficiency=0.5; per-optimiser "
               "ones take NAME.OPTIMISER=VALUE (optimiser_state_bytes_per_param.adam=12) or NAME=VALUE for all.")
 @click.option("--profile", is_flag=True, help="Write PROFILE_DIR/profile.pop.")
-@click.option("--profile-dir", default="./profile", show_default=True, type=click.Path(file_okay=False),
+@click.option("--profile-dir", default="./profile", show_default=True, type=click.Path(),
               help="Where to write profile.pop.")
 @click.option("--max-trace-rows", type=INT64, default=MAX_TRACE_ROWS, show_default=True,
               help="Refuse a run whose estimated trace (ops x passes x micro-batches x iterations x runs) is larger.")
