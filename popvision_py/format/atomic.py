@@ -36,14 +36,21 @@ def _open_anonymous(folder: Path) -> tuple[BinaryIO, Path | None]:
     if hasattr(os, "O_TMPFILE"):
         try:
             fd = os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o644)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _lock_if_possible(fd)
             return os.fdopen(fd, "w+b"), None
         except OSError:
             pass  # file system without O_TMPFILE support: fall back to a named file
     named = folder / f".{secrets.token_hex(8)}{PARTIAL_SUFFIX}"
     fd = os.open(named, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    _lock_if_possible(fd)
     return os.fdopen(fd, "w+b"), named
+
+
+def _lock_if_possible(fd: int) -> None:
+    """flock a fresh file of ours; a file system without flock leaves it unlocked (then its stale
+    partial file is never taken for dead either: see remove_stale_partials)."""
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
 def remove_stale_partials(folder: Path) -> list[Path]:
@@ -203,6 +210,8 @@ def folder_lock(folder: str | os.PathLike[str], on_wait: Callable[[], None] | No
                 if on_wait is not None:
                     on_wait()
                 fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                pass  # a file system without flock: writers are not serialised there
         except BaseException:
             os.close(fd)
             raise
