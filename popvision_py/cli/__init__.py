@@ -2,15 +2,33 @@
 
 Commands are thin: they parse options, call the library, pick a renderer. Every
 ``PopvisionError`` is caught once, in ``PopvisionGroup.invoke``, printed as its sentence on
-stderr, and turned into its exit code (2); users never see a traceback.
+stderr, and turned into its exit code (2); users never see a traceback. Ctrl-C at any moment is
+"Interrupted." and exit code 130: outputs are published atomically, so each is whole or not there.
 """
 
 from __future__ import annotations
 
-import importlib
+import contextlib
+import os
+import signal
 import sys
 
-import click
+
+def _exit_interrupted(signum: int, frame: object) -> None:
+    """Ctrl-C while the program is still starting: nothing is open yet, so leave at once."""
+    os.write(2, b"Interrupted.\n")
+    os._exit(130)
+
+
+# Run as a program (the `popvision` script, or `python -m popvision_py.cli`), not imported by a test
+# or a library: from here until the command starts, Ctrl-C ends the process without a traceback.
+PROGRAM = bool(sys.argv) and (sys.argv[0] == "-m" or os.path.basename(sys.argv[0]) == "popvision")
+if PROGRAM and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _exit_interrupted)
+
+import importlib  # noqa: E402 - after the handler, so that Ctrl-C during these imports is covered
+
+import click  # noqa: E402
 
 from popvision_py import __version__
 from popvision_py.errors import PopvisionError
@@ -43,13 +61,65 @@ class PopvisionGroup(click.Group):
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
-        except PopvisionError as exc:
-            click.echo(f"Error: {exc}", err=True)
-            ctx.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            # Outputs are published atomically: each is either whole or not there at all.
+        except BaseException as exc:
+            # A Ctrl-C may surface as another error raised while cleaning up after it (a closed
+            # Parquet file, say): what the user did was interrupt, so that is what we say.
+            if interrupted(exc) or _INTERRUPTS:
+                if PROGRAM:
+                    signal.signal(signal.SIGINT, signal.SIG_IGN)
+                click.echo("Interrupted.", err=True)
+                ctx.exit(130)
+            if isinstance(exc, PopvisionError):
+                click.echo(f"Error: {exc}", err=True)
+                ctx.exit(exc.exit_code)
+            raise
+
+    def main(self, args=None, *rest, **extra):  # type: ignore[override]
+        """As click's, run as a program: one Ctrl-C raises KeyboardInterrupt (so that partial
+        outputs are discarded), later ones and any during exit are ignored."""
+        program = PROGRAM and args is None
+        if program and signal.getsignal(signal.SIGINT) is _exit_interrupted:
+            signal.signal(signal.SIGINT, _interrupt)
+        try:
+            return super().main(args, *rest, **extra)
+        except KeyboardInterrupt:  # outside any command (click's own parsing)
             click.echo("Interrupted.", err=True)
-            ctx.exit(130)
+            code = 130
+        except SystemExit as exc:
+            if not (program and _INTERRUPTS and exc.code == 130):
+                raise
+            code = 130
+        finally:
+            if program:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if not program:
+            sys.exit(code)
+        # Interrupted, and every clean-up has run: leave now, without the interpreter's own shutdown
+        # (where a library's finaliser could still see the interrupt and end the process by SIGINT).
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+_INTERRUPTS: list[int] = []  # Ctrl-Cs seen: a library may swallow the KeyboardInterrupt, not this
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    _INTERRUPTS.append(signum)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the clean-up the first one starts runs to its end
+    raise KeyboardInterrupt
+
+
+def interrupted(exc: BaseException | None) -> bool:
+    """``exc`` is a KeyboardInterrupt, or was raised while handling one."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__context__ or exc.__cause__
+    return False
 
 
 @click.group(cls=PopvisionGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -7,6 +7,7 @@ defaults such as ``{"micro_batch_size": 16, "gradient_accumulation": 8}``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import tempfile
@@ -17,8 +18,24 @@ import click
 
 from engine.instrument import Summary
 from engine.model import MODES, OPTIMISERS, PRECISIONS, STRATEGIES
+from engine.runner import MAX_MEMORY_BYTES, MAX_TRACE_ROWS
 from engine.targets import ARCHS
 from popvision_py.errors import ConfigError
+
+
+class Int64(click.ParamType):
+    """A whole number that fits 64 bits: larger ones are refused while parsing, in one sentence."""
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+        number = click.INT.convert(value, param, ctx)
+        if not -(2**63) <= number < 2**63:
+            self.fail(f"{number} is beyond 64-bit integers.", param, ctx)
+        return number
+
+
+INT64 = Int64()
 
 
 def _assumption(values: tuple[str, ...]) -> dict[str, float]:
@@ -57,17 +74,17 @@ def _checkpoints(value: str | None) -> str | int | None:
 
 @click.command("run")
 @click.argument("model")
-@click.option("--batch-size", "micro_batch_size", type=int, help="Samples per micro-batch (the model's default if unset).")
-@click.option("--device-iterations", type=int, help="Iterations per host call.")
-@click.option("--gradient-accumulation", type=int, help="Micro-batches per weight update (pipelined training needs "
+@click.option("--batch-size", "micro_batch_size", type=INT64, help="Samples per micro-batch (the model's default if unset).")
+@click.option("--device-iterations", type=INT64, help="Iterations per host call.")
+@click.option("--gradient-accumulation", type=INT64, help="Micro-batches per weight update (pipelined training needs "
               "at least 2N-1 for N stages).")
 @click.option("--strategy", type=click.Choice(list(STRATEGIES), case_sensitive=False),
               help="Execution strategy (the model's default if unset).")
 @click.option("--stages", help='Blocks grouped into stages on IPUs: "B1,B2@0 B3@1 B4@2" (stages separated by '
               'spaces, blocks by commas, @n the IPU; stage k on IPU k if @n is left out). A..B is every block '
               'from A to B in model order, as `popvision models` prints: "embeddings..layer5@0 layer6..head@1".')
-@click.option("--replicas", "replication_factor", type=int, help="Data-parallel replicas (replicationFactor).")
-@click.option("--tensor-sharding", type=int, help="IPUs each stage's ops are split over (the t axis; weights and "
+@click.option("--replicas", "replication_factor", type=INT64, help="Data-parallel replicas (replicationFactor).")
+@click.option("--tensor-sharding", type=INT64, help="IPUs each stage's ops are split over (the t axis; weights and "
               "work divided, all-gather / reduce-scatter over IPU-Links).")
 @click.option("--available-memory-proportion", callback=lambda _c, _p, v: _proportions(v),
               help="Share of tile memory a matmul or convolution may use for temporary data (Poplar's default 0.6); "
@@ -75,7 +92,7 @@ def _checkpoints(value: str | None) -> str | int | None:
 @click.option("--recompute-checkpoints", callback=lambda _c, _p, v: _checkpoints(v),
               help="With --recompute, where the backward restarts from: blocks (every block's output, the default), "
               "stage (only the stage inputs: PopART's Pipeline recomputation) or K (every K-th block's output).")
-@click.option("--attention-serialisation", type=int, help="Compute attention in this many pieces over the heads "
+@click.option("--attention-serialisation", type=INT64, help="Compute attention in this many pieces over the heads "
               "(each piece's scores live alone; one more launch per piece).")
 @click.option("--mode", type=click.Choice(MODES, case_sensitive=False), help="training (default) or inference.")
 @click.option("--precision", type=click.Choice(PRECISIONS, case_sensitive=False),
@@ -106,16 +123,16 @@ def _checkpoints(value: str | None) -> str | int | None:
 @click.option("--arch", type=click.Choice(list(ARCHS), case_sensitive=False), help="IPU generation (mk2 by default).")
 @click.option("--system", help="System to run on: IPU, IPU-POD4, POD16, POD64, POD128, POD256 (smallest that fits "
               "by default).")
-@click.option("--runs", type=int, help="Host calls to emulate (each runs device-iterations iterations).")
-@click.option("--host-processes", type=int, help="Host processes feeding the replicas (poprun instances, each with "
+@click.option("--runs", type=INT64, help="Host calls to emulate (each runs device-iterations iterations).")
+@click.option("--host-processes", type=INT64, help="Host processes feeding the replicas (poprun instances, each with "
               "its own data loader; at most one per replica; 1 by default).")
 @click.option("--preset", help="Model preset (gpt: gpt2-small ... gpt3-175b).")
-@click.option("--layers", type=int, help="Layers (bert, gpt, vit).")
-@click.option("--hidden", type=int, help="Hidden size (bert, gpt, vit).")
-@click.option("--heads", type=int, help="Attention heads (bert, gpt, vit).")
-@click.option("--seq-len", type=int, help="Sequence length (bert, gpt).")
-@click.option("--vocab", type=int, help="Vocabulary size (bert, gpt).")
-@click.option("--masked-tokens", type=int, help="Masked tokens per input the MLM head predicts (bert; Graphcore: 20 at "
+@click.option("--layers", type=INT64, help="Layers (bert, gpt, vit).")
+@click.option("--hidden", type=INT64, help="Hidden size (bert, gpt, vit).")
+@click.option("--heads", type=INT64, help="Attention heads (bert, gpt, vit).")
+@click.option("--seq-len", type=INT64, help="Sequence length (bert, gpt).")
+@click.option("--vocab", type=INT64, help="Vocabulary size (bert, gpt).")
+@click.option("--masked-tokens", type=INT64, help="Masked tokens per input the MLM head predicts (bert; Graphcore: 20 at "
               "sequence 128).")
 @click.option("--packing", type=float, help="Sequences packed per input on average (bert; Graphcore's packed BERT: 1.17 "
               "at sequence 128); throughput counts sequences.")
@@ -123,20 +140,24 @@ def _checkpoints(value: str | None) -> str | int | None:
               "matrix (bert, gpt; on by default, as in BERT and GPT-2); the default partition puts the head on IPU 0.")
 @click.option("--embedding-alone/--no-embedding-alone", default=None, help="The embeddings alone on IPU 0, the layers "
               "on the other IPUs (gpt; Graphcore's GPT-2 layout).")
-@click.option("--ipus", type=int, help="IPUs of the model's default partition (zoo models).")
+@click.option("--ipus", type=INT64, help="IPUs of the model's default partition (zoo models).")
 @click.option("--assume", multiple=True, metavar="NAME=VALUE", help="Override an emulator assumption within its "
               "valid range (docs/emulator.md lists names and ranges), e.g. --assume amp_efficiency=0.5; per-optimiser "
               "ones take NAME.OPTIMISER=VALUE (optimiser_state_bytes_per_param.adam=12) or NAME=VALUE for all.")
 @click.option("--profile", is_flag=True, help="Write PROFILE_DIR/profile.pop.")
-@click.option("--profile-dir", default="./profile", show_default=True, type=click.Path(file_okay=False),
+@click.option("--profile-dir", default="./profile", show_default=True, type=click.Path(),
               help="Where to write profile.pop.")
+@click.option("--max-trace-rows", type=INT64, default=MAX_TRACE_ROWS, show_default=True,
+              help="Refuse a run whose estimated trace (ops x passes x micro-batches x iterations x runs) is larger.")
+@click.option("--max-memory-gb", type=float, default=MAX_MEMORY_BYTES / 2**30, show_default=True,
+              help="Refuse a run whose emulation is estimated to need more memory (GiB).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def command(model: str, strategy: str | None, stages: str | None, offload_optimiser: bool | None,
             offload_weights: bool | None, offload_activations: bool | None, replicated_tensor_sharding: bool | None, preset: str | None, layers: int | None,
             hidden: int | None, heads: int | None, seq_len: int | None, vocab: int | None, masked_tokens: int | None,
             packing: float | None, tied_embeddings: bool | None, embedding_alone: bool | None, ipus: int | None,
-            assume: tuple[str, ...],
+            assume: tuple[str, ...], max_trace_rows: int, max_memory_gb: float,
             profile: bool, profile_dir: str, as_json: bool, quiet: bool, **options: object) -> None:
     """Emulate MODEL (a zoo name or a .py file) and print time per step, throughput and memory fit."""
     from engine.runner import RunRequest, emulate
@@ -157,8 +178,11 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
         assumptions=_assumption(assume),
         profile=Path(profile_dir) / "profile.pop" if profile else None,
         progress=not quiet and sys.stderr.isatty(),
+        max_trace_rows=max_trace_rows,
+        max_memory_bytes=int(min(max(max_memory_gb, 0.0), 2.0**62) * 2**30),
     )
-    with tempfile.TemporaryDirectory(prefix="popvision-run-") as scratch:
+    with _profile_folder(Path(profile_dir) if profile else None), \
+            tempfile.TemporaryDirectory(prefix="popvision-run-") as scratch:
         # Idle time and FLOP utilisation come from the analysis of the profile, as `popvision report`
         # computes them: a run without --profile writes one to a scratch directory for that.
         request.profile = request.profile or Path(scratch) / "profile.pop"
@@ -169,6 +193,18 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
     if not profile:
         summary.profile = None
     click.echo(json.dumps({**asdict(summary), **figures}, indent=2) if as_json else summary_text(summary, **figures))
+
+
+def _profile_folder(folder: Path | None) -> contextlib.AbstractContextManager:
+    """Hold the profile folder's writer lock for the whole run (a second run into it waits, saying so),
+    after checking that a file can be written there: a bad folder fails before the emulation, not after."""
+    from popvision_py.format.atomic import check_writable, folder_lock
+
+    if folder is None:
+        return contextlib.nullcontext()
+    check_writable(folder)
+    return folder_lock(folder, on_wait=lambda: click.echo(
+        f"Another popvision run is writing into {folder}; waiting for it to finish.", err=True))
 
 
 def summary_text(s: Summary, idle_pct: float, flop_utilisation_pct: float) -> str:

@@ -4,33 +4,82 @@ The bytes go to an anonymous file (``O_TMPFILE``) in the destination's folder, s
 killed mid-write, even by SIGKILL, leaves nothing behind; only when everything is written and
 fsynced is the file given a name and renamed over the destination. Two writers racing for the
 same path each publish a whole file; the last rename wins, they never interleave.
+
+Every output file holds an exclusive ``flock`` for as long as its writer lives. A writer killed
+between naming its file and the rename leaves a ``.<hex>.partial`` file behind: nobody holds its
+lock any more, and the next write into that folder removes it (``remove_stale_partials``).
+
+``folder_lock`` serialises whole writers (``popvision run --profile``) over one folder.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from popvision_py.errors import ProfileWriteError
 
 
+PARTIAL_SUFFIX = ".partial"
+
+
 def _open_anonymous(folder: Path) -> tuple[BinaryIO, Path | None]:
-    """An unnamed file in ``folder`` where the OS supports it, else a hidden named one."""
+    """An unnamed file in ``folder`` where the OS supports it, else a hidden named one; locked
+    (``flock``) for as long as this process has it open, so its name, once it has one, is known live."""
     if hasattr(os, "O_TMPFILE"):
         try:
             fd = os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o644)
+            _lock_if_possible(fd)
             return os.fdopen(fd, "w+b"), None
         except OSError:
             pass  # file system without O_TMPFILE support: fall back to a named file
-    named = folder / f".{secrets.token_hex(8)}.partial"
+    named = folder / f".{secrets.token_hex(8)}{PARTIAL_SUFFIX}"
     fd = os.open(named, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
+    _lock_if_possible(fd)
     return os.fdopen(fd, "w+b"), named
+
+
+def _lock_if_possible(fd: int) -> None:
+    """flock a fresh file of ours; a file system without flock leaves it unlocked (then its stale
+    partial file is never taken for dead either: see remove_stale_partials)."""
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def remove_stale_partials(folder: Path) -> list[Path]:
+    """Remove the ``.partial`` files in ``folder`` that no live writer holds; returns them.
+
+    A live writer holds its file's lock from before the file has a name, so a partial file whose
+    lock can be taken belongs to a writer that was killed.
+    """
+    removed = []
+    try:
+        candidates = [p for p in folder.iterdir() if p.name.startswith(".") and p.name.endswith(PARTIAL_SUFFIX)]
+    except OSError:
+        return removed
+    for path in candidates:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # still the file we locked (not renamed away and replaced meanwhile)?
+            if os.path.samestat(os.fstat(fd), os.lstat(path)):
+                os.unlink(path)
+                removed.append(path)
+        except OSError:
+            pass  # locked: a live writer's
+        finally:
+            os.close(fd)
+    return removed
 
 
 _AT_FDCWD = -100
@@ -86,21 +135,90 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     destination = Path(path)
     if destination.is_dir():
         raise ProfileWriteError(f"Cannot write {destination}: it is a directory.")
+    blocking = next((p for p in destination.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise ProfileWriteError(f"Cannot write {destination}: {blocking} is a file, not a directory.")
     try:
         destination.parent.mkdir(parents=True, exist_ok=True)
         handle, named = _open_anonymous(destination.parent)
     except OSError as exc:
-        raise ProfileWriteError(f"Cannot write {destination}: {exc.strerror or exc}.") from exc
+        raise write_error(destination, exc) from exc
+    remove_stale_partials(destination.parent)
     published = False
     try:
-        yield handle
         try:
+            yield handle
             _publish(handle, named, destination)
-        except OSError as exc:
-            raise ProfileWriteError(f"Cannot write {destination}: {exc.strerror or exc}.") from exc
+        except OSError as exc:  # a full disk, a read-only or vanished folder...
+            raise write_error(destination, exc) from exc
         published = True
     finally:
         handle.close()
         if named is not None and not published:
             with contextlib.suppress(OSError):
                 os.unlink(named)
+
+
+def check_writable(folder: str | os.PathLike[str]) -> None:
+    """ProfileWriteError unless a file can be created in ``folder`` (made if needed); nothing is left."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ProfileWriteError(f"Cannot write into {folder}: it is not a directory.")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, named = _open_anonymous(folder)
+    except OSError as exc:
+        raise ProfileWriteError(f"Cannot write into {folder}: {exc.strerror or exc}.") from exc
+    handle.close()
+    if named is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(named)
+
+
+def write_error(destination: Path, exc: OSError) -> ProfileWriteError:
+    """One sentence for an OSError while writing ``destination``: ENOSPC, EROFS, EACCES..."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return ProfileWriteError(f"Cannot write {destination}: {reason}.")
+
+
+_held: dict[tuple[int, int], list] = {}  # (device, inode) of a locked folder -> [fd, depth]
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike[str], on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold ``folder``'s writer lock (``flock`` on the folder itself: no lock file is left behind).
+
+    A second writer waits for the first, calling ``on_wait`` once first so that it can say so.
+    Re-entrant within a process. The folder is created if needed; an OSError is a
+    ProfileWriteError sentence.
+    """
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise ProfileWriteError(f"Cannot write into {folder}: {exc.strerror or exc}.") from exc
+    key = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+    if key in _held:
+        os.close(fd)
+        _held[key][1] += 1
+    else:
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if on_wait is not None:
+                    on_wait()
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                pass  # a file system without flock: writers are not serialised there
+        except BaseException:
+            os.close(fd)
+            raise
+        _held[key] = [fd, 1]
+    try:
+        yield
+    finally:
+        _held[key][1] -= 1
+        if not _held[key][1]:
+            os.close(_held.pop(key)[0])  # closing releases the lock

@@ -17,6 +17,7 @@ are stored empty, so every profile holds every table of its schema version.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -36,7 +37,7 @@ import pyarrow.parquet as pq
 from popvision_py import __version__
 from popvision_py.errors import ProfileWriteError
 from popvision_py.format import schema as S
-from popvision_py.format.atomic import atomic_output
+from popvision_py.format.atomic import atomic_output, folder_lock, write_error
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -96,8 +97,9 @@ def _cast(values: Any, column: S.Column, table: str) -> pa.ChunkedArray | pa.Arr
 class TableWriter:
     """Appends row batches to one table; a row group is written every ROW_GROUP_ROWS rows."""
 
-    def __init__(self, spec: S.Table, spool: BinaryIO) -> None:
+    def __init__(self, spec: S.Table, spool: BinaryIO, destination: Path) -> None:
         self.spec = spec
+        self.destination = destination
         self.rows = 0
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
@@ -117,14 +119,20 @@ class TableWriter:
 
     def _flush(self) -> None:
         if self._pending:
-            self._parquet.write_table(pa.concat_tables(self._pending), row_group_size=ROW_GROUP_ROWS)
+            try:
+                self._parquet.write_table(pa.concat_tables(self._pending), row_group_size=ROW_GROUP_ROWS)
+            except OSError as exc:  # the spool's disk is full, say
+                raise write_error(self.destination, exc) from exc
             self._pending, self._pending_rows = [], 0
 
     def close(self) -> None:
         if not self.closed:
-            self._flush()
-            self._parquet.close()
             self.closed = True
+            self._flush()
+            try:
+                self._parquet.close()
+            except OSError as exc:
+                raise write_error(self.destination, exc) from exc
 
     def __enter__(self) -> "TableWriter":
         return self
@@ -158,9 +166,13 @@ class ProfileWriter:
             "run": dict(run),
             "tables": {},
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._spools: dict[str, BinaryIO] = {}
         self._writers: dict[str, TableWriter] = {}
+        if self.path.is_dir():
+            raise ProfileWriteError(f"Cannot write {self.path}: it is a directory.")
+        # One writer per folder at a time: a second waits (see atomic.folder_lock).
+        self._lock = folder_lock(self.path.parent)
+        self._lock.__enter__()
 
     def table(self, name: str) -> TableWriter:
         """A writer for table ``name``, to fill in row batches. Each table is written once."""
@@ -168,9 +180,12 @@ class ProfileWriter:
             raise ProfileWriteError(f"There is no table named {name!r} in schema version {S.SCHEMA_VERSION}.")
         if name in self._writers:
             raise ProfileWriteError(f"Table {name} was already written.")
-        spool = tempfile.TemporaryFile(dir=self.path.parent)
+        try:
+            spool = tempfile.TemporaryFile(dir=self.path.parent)
+        except OSError as exc:
+            raise write_error(self.path, exc) from exc
         self._spools[name] = spool
-        self._writers[name] = TableWriter(S.TABLES[name], spool)
+        self._writers[name] = TableWriter(S.TABLES[name], spool, self.path)
         return self._writers[name]
 
     def write_table(self, name: str, data: "pa.Table | pd.DataFrame | Mapping[str, Any]") -> None:
@@ -204,9 +219,15 @@ class ProfileWriter:
         self._discard()
 
     def _discard(self) -> None:
+        for writer in self._writers.values():
+            writer.closed = True  # its spool goes: nothing may write to it any more
         for spool in self._spools.values():
-            spool.close()
+            with contextlib.suppress(OSError):  # a full disk fails the flush of what is being thrown away
+                spool.close()
         self._spools.clear()
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            lock.__exit__(None, None, None)
 
     def __enter__(self) -> "ProfileWriter":
         return self
