@@ -57,14 +57,15 @@ def run_query(profile_path: str, query: str):
             con.register_filesystem(members)
             for name, spec in S.TABLES.items():
                 con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{members.protocol}://{spec.member}')")
-            try:
-                result = con.execute(query)
-                if result is None:  # only comments or semicolons: no statement ran
-                    raise QueryError('The query holds no statement; give one, e.g. "SELECT count(*) FROM trace".')
-                return result.fetch_df()
-            except duckdb.Error as exc:
-                message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise QueryError(f"The query failed: {message}") from None
+            result = con.execute(query)
+            if result is None:  # only comments or semicolons: no statement ran
+                raise QueryError('The query holds no statement; give one, e.g. "SELECT count(*) FROM trace".')
+            return result.fetch_df()
+        except duckdb.Error as exc:
+            if members.corrupt is not None:  # a column chunk failed its page checksums as DuckDB read it
+                raise members.corrupt from None
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise QueryError(f"The query failed: {message}") from None
         finally:
             con.close()
 

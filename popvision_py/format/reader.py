@@ -47,6 +47,9 @@ if TYPE_CHECKING:  # pandas is imported only when a frame is asked for: `popvisi
     import pandas as pd
 
 MAX_MANIFEST_BYTES = 16 << 20
+# A profile written before the manifest carried footer checksums has its members checked against
+# the ZIP's CRC-32 instead, whole, up to this size; a larger member's footer is not verified.
+WHOLE_MEMBER_CRC_BYTES = 64 << 20
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
 _LOCAL_SIGNATURE = b"PK\x03\x04"
 
@@ -87,6 +90,7 @@ class Profile:
         self.target: dict[str, Any] = self.manifest["target"]
         self.run: dict[str, Any] = self.manifest["run"]
         self._footers: dict[str, pq.FileMetaData] = {}  # each table's parsed Parquet footer, kept from open
+        self._verified: dict[str, bool] = {}  # whether each footer was checked against a checksum
         self._schemas = {name: self._check_table(name) for name in S.TABLES}
 
     # -- opening ---------------------------------------------------------------------------
@@ -197,6 +201,9 @@ class Profile:
         spec = S.TABLES[table]
         if spec.member not in self._members:
             raise MissingTableError(f"{self.path} has no {table} table.")
+        declared = self.manifest["tables"].get(table, {})
+        # before pyarrow parses the footer: a damaged footer can abort the process inside it
+        self._verified[table] = self._check_footer(table, declared if isinstance(declared, dict) else {})
         try:
             parquet = self._parquet(table)
             stored = parquet.schema_arrow
@@ -205,7 +212,6 @@ class Profile:
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
         self._footers[table] = footer
         rows = footer.num_rows
-        declared = self.manifest["tables"].get(table, {})
         if isinstance(declared, dict) and "rows" in declared and declared["rows"] != rows:
             raise CorruptProfileError(
                 f"Table {table} of {self.path} holds {rows} rows but the manifest says {declared['rows']}."
@@ -220,6 +226,34 @@ class Profile:
                     f"Column {table}.{column.name} of {self.path} is {actual}, expected {column.type}."
                 )
         return stored
+
+    def _check_footer(self, table: str, declared: dict[str, Any]) -> bool:
+        """Check the table's footer against the manifest's ``footer_crc32`` (or, in a profile
+        written before it had one, the whole member against the ZIP's CRC-32 when it is small
+        enough); True if it was checked."""
+        member = self._members[S.TABLES[table].member]
+        corrupt = f"Table {table} of {self.path} is corrupt"
+        if member.size < 12:
+            raise CorruptProfileError(f"{corrupt} ({member.size} bytes is too short for a Parquet file).")
+        data = self._buffer.slice(member.offset, member.size)
+        expected = declared.get("footer_crc32")
+        if expected is None:
+            if member.size > WHOLE_MEMBER_CRC_BYTES:
+                return False
+            if zlib.crc32(data) != member.crc:
+                raise CorruptProfileError(f"{corrupt} (its checksum does not match).")
+            return True
+        if not isinstance(expected, int) or isinstance(expected, bool):
+            raise ManifestError(f"The manifest of {self.path} has a footer_crc32 of table {table} that is not an integer.")
+        length = int.from_bytes(data.slice(member.size - 8, 4).to_pybytes(), "little")
+        if length + 12 > member.size or zlib.crc32(data.slice(member.size - 8 - length, length + 8)) != expected:
+            raise CorruptProfileError(f"{corrupt} (its footer does not match the checksum in the manifest).")
+        return True
+
+    def footer_verified(self, table: str) -> bool:
+        """Whether the table's footer (its row counts and column statistics) was checked against a
+        checksum at open. Figures may come from footer statistics only if it was."""
+        return self._verified[self._known(table)]
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -254,6 +288,28 @@ class Profile:
         member = self._members[S.TABLES[self._known(table)].member]
         return member.offset, member.size
 
+    def footer_bytes(self, table: str) -> int:
+        """Bytes of the table's Parquet footer, with its length and closing magic (checked at open)."""
+        offset, size = self.member_span(table)
+        return int.from_bytes(self._buffer.slice(offset + size - 8, 4).to_pybytes(), "little") + 8
+
+    def verify_chunk(self, table: str, row_group: int, column: str) -> None:
+        """Decode one column chunk with its page checksums checked (CorruptProfileError if one
+        fails), then hand its mapped pages back: for readers, such as DuckDB's, that skip them."""
+        try:
+            decoded = self._parquet(self._known(table), verify=True).read_row_group(row_group, columns=[column])
+            decoded.validate(full=True)
+            expected = self._footers[table].row_group(row_group).num_rows
+            if decoded.num_rows != expected:
+                raise CorruptProfileError(
+                    f"Table {table} of {self.path} is corrupt (column {column} of row group {row_group} decodes "
+                    f"to {decoded.num_rows} rows, its footer says {expected})."
+                )
+        except (pa.ArrowException, OSError) as exc:
+            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
+        finally:
+            self._release(table, row_group)
+
     def read_table(self, table: str, columns: Sequence[str] | None = None, *, filters: Any = None) -> pa.Table:
         """Decode a table, or only ``columns`` of it, as a pyarrow Table.
 
@@ -270,14 +326,23 @@ class Profile:
                 # With the footer already parsed, ParquetFile.read decodes the same columns (in
                 # parallel too) without pq.read_table's dataset set-up: 2-4x faster on small
                 # tables, no slower on a 50M-row trace (pyarrow 26; docs/performance.md).
-                return self._parquet(table, verify=True).read(columns=wanted)
-            member = self._members[S.TABLES[table].member]
-            return pq.read_table(
-                pa.BufferReader(self._buffer.slice(member.offset, member.size)),
-                columns=wanted,
-                filters=filters,
-                page_checksum_verification=True,
-            )
+                decoded = self._parquet(table, verify=True).read(columns=wanted)
+                if decoded.num_rows != self._footers[table].num_rows:
+                    raise CorruptProfileError(
+                        f"Table {table} of {self.path} is corrupt (it decodes to {decoded.num_rows} rows, "
+                        f"its footer says {self._footers[table].num_rows})."
+                    )
+            else:
+                member = self._members[S.TABLES[table].member]
+                decoded = pq.read_table(
+                    pa.BufferReader(self._buffer.slice(member.offset, member.size)),
+                    columns=wanted,
+                    filters=filters,
+                    page_checksum_verification=True,
+                )
+            # a damaged page header can leave dictionary indices past the dictionary's end
+            decoded.validate(full=True)
+            return decoded
         except (pa.ArrowException, OSError) as exc:
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
 
@@ -297,13 +362,30 @@ class Profile:
         wanted = list(columns) if columns is not None else None
         try:
             parquet = self._parquet(self._known(table), verify=True)
+            groups = list(range(parquet.num_row_groups) if row_groups is None else row_groups)
+            footer = self._footers[table]
+            expected = sum(footer.row_group(g).num_rows for g in groups)
+            decoded = 0
+            # A damaged page header can end a column early without an error: the batches then stop
+            # short of the footer's row count (checked at the end) or hold invalid dictionary
+            # indices (checked per batch).
             if row_groups is None and not release_pages:
-                yield from parquet.iter_batches(batch_size=batch_size, columns=wanted)
-                return
-            for group in range(parquet.num_row_groups) if row_groups is None else row_groups:
-                yield from parquet.iter_batches(batch_size=batch_size, row_groups=[group], columns=wanted)
-                if release_pages:
-                    self._release(table, group)
+                for batch in parquet.iter_batches(batch_size=batch_size, columns=wanted):
+                    batch.validate(full=True)
+                    decoded += batch.num_rows
+                    yield batch
+            else:
+                for group in groups:
+                    for batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group], columns=wanted):
+                        batch.validate(full=True)
+                        decoded += batch.num_rows
+                        yield batch
+                    if release_pages:
+                        self._release(table, group)
+            if decoded != expected:
+                raise CorruptProfileError(
+                    f"Table {table} of {self.path} is corrupt (it decodes to {decoded} rows, its footer says {expected})."
+                )
         except (pa.ArrowException, OSError) as exc:
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
 

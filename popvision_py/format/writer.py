@@ -24,6 +24,7 @@ import shutil
 import sys
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
@@ -91,6 +92,20 @@ def _cast(values: Any, column: S.Column, table: str) -> pa.ChunkedArray | pa.Arr
         return values.cast(column.type, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise ProfileWriteError(f"Column {table}.{column.name} cannot hold {values.type} values: {exc}.") from exc
+
+
+def footer_crc32(parquet: BinaryIO, size: int) -> int:
+    """CRC-32 of a Parquet file's footer: its Thrift metadata, their length and the closing magic.
+
+    Page checksums cover the pages' data but not the footer, whose statistics and offsets a
+    reader trusts; the manifest (itself under the ZIP's CRC) carries this one so a reader can
+    check the footer before parsing it.
+    """
+    parquet.seek(size - 8)
+    tail = parquet.read(8)
+    length = int.from_bytes(tail[:4], "little")
+    parquet.seek(size - 8 - length)
+    return zlib.crc32(parquet.read(length) + tail)
 
 
 class TableWriter:
@@ -186,9 +201,11 @@ class ProfileWriter:
         for writer in self._writers.values():
             writer.close()
         for name in S.TABLES:
+            size = self._spools[name].seek(0, os.SEEK_END)
             self._manifest["tables"][name] = {
                 "rows": self._writers[name].rows,
-                "bytes": self._spools[name].seek(0, os.SEEK_END),
+                "bytes": size,
+                "footer_crc32": footer_crc32(self._spools[name], size),
             }
         with atomic_output(self.path) as out:
             with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
