@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import zipfile
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from popvision_py import errors as E
 from popvision_py.cli import main
 from popvision_py.format import open_profile
 from popvision_py.format import schema as S
 
-from .test_format import members, rezip
+from .test_format import _restamp, members, rezip, tiny_tables, write_tiny
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_profiles" / "mnist_inference" / "profile.pop"
 COMMANDS = {
@@ -175,3 +180,193 @@ def test_a_small_profile_without_checksums_is_checked_against_the_zip_crc(tmp_pa
     result = run(*COMMANDS["report"](old))
     assert result.exit_code == 2
     assert result.output.strip() == f"Error: Table trace of {old} is corrupt (its checksum does not match)."
+
+
+# -- values ------------------------------------------------------------------------------------
+
+
+def by_hand(tmp_path: Path, table: str, frame: pd.DataFrame, nullable: bool = False) -> Path:
+    """The tiny profile with ``table`` replaced by ``frame``, written with pyarrow as another writer
+    would (its footer checksum stamped, so only the values are wrong)."""
+    good = write_tiny(tmp_path / "good.pop")
+    contents = members(good)
+    schema = S.TABLES[table].schema
+    if nullable:
+        schema = pa.schema([field.with_nullable(True) for field in schema])
+    sink = io.BytesIO()
+    pq.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), sink)
+    contents[S.TABLES[table].member] = sink.getvalue()
+    _restamp(contents, table)
+    return rezip(tmp_path / "profile.pop", contents)
+
+
+def edited(table: str, column: str, row: int, value) -> pd.DataFrame:
+    frame = tiny_tables()[table]
+    frame[column] = frame[column].astype(object)
+    frame.loc[row, column] = value
+    return frame
+
+
+VIOLATIONS = [
+    # (table, column, row, value, the sentence after "Column <table>.<column> of <path> ")
+    ("trace", "ipu", 2, 2, "holds 2 at row 2, above its largest value 1 (the target's num_ipus is 2)."),
+    ("trace", "ipu", 1, -1, "holds -1 at row 1, below its least value 0."),
+    ("trace", "start_cycle", 0, -5, "holds -5 at row 0, below its least value 0."),
+    ("trace", "end_cycle", 3, 45, "holds 45 at row 3, less than its start_cycle 50."),
+    ("trace", "phase", 1, "warp", "holds the unknown value 'warp' at row 1; it may hold compute, sync, exchange, stream, idle."),
+    ("trace", "pass", 3, "sideways", "holds the unknown value 'sideways' at row 3; it may hold forward, backward, update, none."),
+    ("trace", "micro_batch", 0, -2, "holds -2 at row 0, below its least value -1."),
+    ("tile_memory", "tile", 2, 4, "holds 4 at row 2, above its largest value 3 (the target's tiles_per_ipu is 4)."),
+    ("tile_memory", "bytes", 1, -300, "holds -300 at row 1, below its least value 0."),
+    ("tile_cycles", "cycles", 5, -1, "holds -1 at row 5, below its least value 0."),
+    ("programs", "cycles", 0, 2**62, f"holds {2**62:,} at row 0, above its largest value {2**53 - 1:,}."),
+    ("ops", "ipu", 1, 7, "holds 7 at row 1, above its largest value 1 (the target's num_ipus is 2)."),
+    ("variables", "live_to_step", 1, -1, "holds -1 at row 1, below its least value 0."),
+    ("variables", "live_from_step", 0, 3, None),
+    ("liveness", "worst_tile", 1, 9, "holds 9 at row 1, above its largest value 3 (the target's tiles_per_ipu is 4)."),
+    ("exchanges", "src_ipu", 0, -3, "holds -3 at row 0, below its least value -2."),
+    ("exchanges", "kind", 0, "teleport", "holds the unknown value 'teleport' at row 0; it may hold internal, inter_ipu, host, remote_buffer, all_reduce."),
+]
+
+
+@pytest.mark.parametrize("table, column, row, value, sentence", VIOLATIONS,
+                         ids=[f"{t}.{c}={v}" for t, c, _, v, _ in VIOLATIONS])
+def test_each_constraint_violated_is_one_sentence_naming_table_column_and_row(
+        tmp_path: Path, table: str, column: str, row: int, value, sentence: str | None) -> None:
+    # GIVEN a profile written by hand with one value its schema does not allow
+    bad = by_hand(tmp_path, table, edited(table, column, row, value))
+    named = column
+    if sentence is None:  # live_from_step after live_to_step: the later column is named
+        sentence, named = "holds 1 at row 0, less than its live_from_step 3.", "live_to_step"
+    expected = f"Column {table}.{named} of {bad} {sentence}"
+    # WHEN the table is read THEN the reader refuses it with that sentence
+    with open_profile(bad) as profile, pytest.raises(E.ValueRangeError) as caught:
+        profile.read_table(table)
+    assert str(caught.value) == expected
+    # AND the writer refuses to write it, with the same words
+    with pytest.raises(E.ProfileWriteError, match=re.escape(sentence)):
+        write_tiny(tmp_path / "written.pop", {**tiny_tables(), table: edited(table, column, row, value)})
+
+
+def test_a_null_is_named_with_its_row(tmp_path: Path) -> None:
+    # GIVEN a trace whose step column holds a null (another writer left the field nullable)
+    frame = tiny_tables()["trace"]
+    frame["step"] = pd.array([0, 1, None, 0], dtype="Int32")
+    bad = by_hand(tmp_path, "trace", frame, nullable=True)
+    # WHEN a report reads it THEN one sentence names the table, column and row, exit 2
+    result = run(*COMMANDS["report"](bad))
+    assert result.exit_code == 2
+    assert result.output.strip() == f"Error: Column trace.step of {bad} is null at row 2; it may not be null."
+
+
+def test_a_repeated_program_step_is_refused(tmp_path: Path) -> None:
+    # GIVEN programs holding IPU 1's step 0 twice
+    frame = edited("programs", "step", 3, 0)
+    bad = by_hand(tmp_path, "programs", frame)
+    # WHEN a report reads it THEN one sentence names the table, the repeated key and its row
+    result = run(*COMMANDS["report"](bad))
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"Error: Table programs of {bad} repeats its row for ipu 1, step 0 at row 3; ipu and step identify a row.")
+
+
+def test_a_violation_in_the_trace_stops_the_report_in_one_sentence(tmp_path: Path) -> None:
+    # GIVEN a trace with an IPU beyond the target's
+    bad = by_hand(tmp_path, "trace", edited("trace", "ipu", 2, 5))
+    # WHEN report, export-trace read it THEN one line each, exit 2, no traceback
+    for args in (COMMANDS["report"](bad), ["export-trace", str(bad), "-o", str(tmp_path / "t.json")]):
+        result = run(*args)
+        assert result.exit_code == 2, result.output
+        assert result.output.strip() == (
+            f"Error: Column trace.ipu of {bad} holds 5 at row 2, above its largest value 1 "
+            f"(the target's num_ipus is 2).")
+
+
+# -- the manifest --------------------------------------------------------------------------------
+
+
+def with_manifest(tmp_path: Path, edit) -> Path:
+    good = write_tiny(tmp_path / "good.pop")
+    contents = members(good)
+    text = edit(json.loads(contents[S.MANIFEST_MEMBER]))
+    contents[S.MANIFEST_MEMBER] = text.encode() if isinstance(text, str) else json.dumps(text).encode()
+    return rezip(tmp_path / "profile.pop", contents)
+
+
+def test_a_deeply_nested_manifest_is_one_sentence(tmp_path: Path) -> None:
+    # GIVEN a manifest nesting 100,000 lists (json.loads alone raises RecursionError)
+    bad = with_manifest(tmp_path, lambda m: json.dumps(m)[:-1] + ', "deep": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    for command in ("info", "report"):
+        # WHEN info and report open it THEN one sentence, exit 2
+        result = run(*COMMANDS[command](bad))
+        assert result.exit_code == 2, result.output
+        assert result.output.strip() == f"Error: The manifest of {bad} nests objects more than 32 levels deep."
+    # AND a manifest 40 levels deep (no RecursionError) is refused the same way
+    bad = with_manifest(tmp_path, lambda m: json.dumps(m)[:-1] + ', "deep": ' + "[" * 40 + "]" * 40 + "}")
+    assert "more than 32 levels deep" in run("info", str(bad)).output
+
+
+@pytest.mark.parametrize("where, key, value, sentence", [
+    ("target", "num_ipus", 0, "The target in the manifest of {bad} has num_ipus = 0; it must be between 1 and 32,767."),
+    ("target", "tiles_per_ipu", -4, "The target in the manifest of {bad} has tiles_per_ipu = -4; it must be between 1 and 2,147,483,647."),
+    ("target", "bytes_per_tile", 0, "The target in the manifest of {bad} has bytes_per_tile = 0; it must be between 1 and 1,099,511,627,776."),
+    ("target", "clock_hz", 1e30, "The target in the manifest of {bad} has clock_hz = 1e+30; it must be a finite frequency above 0 and at most 1e+12 Hz."),
+    ("target", "clock_hz", -1.0, "The target in the manifest of {bad} has clock_hz = -1.0; it must be a finite frequency above 0 and at most 1e+12 Hz."),
+    ("run", "micro_batch_size", 0, "The run configuration in the manifest of {bad} has micro_batch_size = 0; it must be between 1 and 2,147,483,647."),
+    ("run", "device_iterations", 2**70, "The run configuration in the manifest of {bad} has device_iterations = 1180591620717411303424; it must be between 1 and 2,147,483,647."),
+])
+def test_manifest_sizes_are_checked_field_by_field(tmp_path: Path, where: str, key: str, value, sentence: str) -> None:
+    # GIVEN a manifest with one size out of range
+    def edit(manifest):
+        manifest[where][key] = value
+        return manifest
+    bad = with_manifest(tmp_path, edit)
+    # WHEN info opens it THEN one sentence names the field and the allowed range
+    result = run("info", str(bad))
+    assert result.exit_code == 2
+    assert result.output.strip() == "Error: " + sentence.format(bad=bad)
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_a_clock_of_nan_or_infinity_is_not_json(tmp_path: Path, constant: str) -> None:
+    # GIVEN a manifest whose clock is NaN or Infinity (Python's json would take them)
+    bad = with_manifest(tmp_path, lambda m: json.dumps(m).replace('"clock_hz": 1330000000.0', f'"clock_hz": {constant}'))
+    # WHEN info opens it THEN one sentence, exit 2
+    result = run("info", str(bad))
+    assert result.exit_code == 2
+    assert result.output.strip() == f"Error: The manifest of {bad} is not valid JSON ({constant} is not a JSON number)."
+
+
+# -- sums beyond int64 ---------------------------------------------------------------------------
+
+
+def long_trace(rows: int, duration: int) -> pd.DataFrame:
+    """``rows`` executions of IPU 0's step 0, one after another, each ``duration`` cycles."""
+    start = np.arange(rows, dtype=np.int64) * 0  # all from cycle 0: a hostile file's overlap
+    return pd.DataFrame({
+        "run": np.zeros(rows, np.int32), "iteration": np.zeros(rows, np.int32), "micro_batch": np.zeros(rows, np.int32),
+        "ipu": np.zeros(rows, np.int16), "stage": np.zeros(rows, np.int16), "pass": ["forward"] * rows,
+        "step": np.zeros(rows, np.int32), "phase": ["compute"] * rows, "start_cycle": start, "end_cycle": start + duration,
+    })
+
+
+def test_durations_that_would_wrap_int64_are_refused(tmp_path: Path) -> None:
+    # GIVEN 2,048 trace rows of 2**53 - 1 cycles each, all on IPU 0 (their sum is 2**64: int64 wraps)
+    path = write_tiny(tmp_path / "profile.pop", {**tiny_tables(), "trace": long_trace(2048, 2**53 - 1)})
+    # WHEN a report sums them THEN one sentence says so, exit 2
+    result = run(*COMMANDS["report"](path))
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == "Error: The trace's durations sum to 1.84e+19 cycles, beyond what 64-bit integers hold."
+
+
+def test_total_flops_beyond_int64_are_exact(tmp_path: Path) -> None:
+    # GIVEN op 0 of 2**53 - 1 FLOPs, run 2,048 times (its step 0 on IPU 0 has 2,048 trace rows)
+    tables = tiny_tables()
+    tables["ops"].loc[0, "flops"] = 2**53 - 1
+    trace = long_trace(2048, 1)
+    trace["start_cycle"], trace["end_cycle"] = np.arange(2048), np.arange(2048) + 1
+    path = write_tiny(tmp_path / "profile.pop", {**tables, "trace": trace})
+    # WHEN a report gives total FLOPs THEN it is (2**53 - 1) x 2,048 exactly (op 1 never runs), not int64's wrap
+    result = run(*COMMANDS["report"](path))
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["sections"]["summary"]["figures"]["total_flops"] == (2**53 - 1) * 2048

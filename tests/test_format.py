@@ -194,7 +194,7 @@ def test_column_projection_decodes_only_the_columns_asked(tmp_path: Path) -> Non
     path = tmp_path / "p.pop"
     rows = 200_000
     frame = pd.DataFrame({
-        "ipu": np.zeros(rows, np.int16), "tile": np.arange(rows, dtype=np.int32) % 1472,
+        "ipu": np.zeros(rows, np.int16), "tile": np.arange(rows, dtype=np.int32) % TARGET["tiles_per_ipu"],
         "category": pd.Categorical(["weights"] * rows), "always_live": np.ones(rows, bool),
         "bytes": np.arange(rows, dtype=np.int64),
     })
@@ -378,7 +378,7 @@ _SLOW_WRITER = textwrap.dedent(
         for i in range(10_000):
             n = 50_000
             t.write({{"ipu": np.zeros(n, np.int16), "step": np.full(n, i, np.int32),
-                      "tile": np.arange(n, dtype=np.int32), "cycles": np.ones(n, np.int64)}})
+                      "tile": np.arange(n, dtype=np.int32) % 4, "cycles": np.ones(n, np.int64)}})
             if i == 3:
                 print("writing", flush=True)
     """

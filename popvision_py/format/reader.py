@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -42,11 +43,13 @@ from popvision_py.errors import (
     UnknownFormatError,
 )
 from popvision_py.format import schema as S
+from popvision_py.format.values import check_manifest_sizes, check_values
 
 if TYPE_CHECKING:  # pandas is imported only when a frame is asked for: `popvision info` stays fast
     import pandas as pd
 
 MAX_MANIFEST_BYTES = 16 << 20
+MAX_MANIFEST_DEPTH = 32  # objects and lists nested in the manifest (ours: 4)
 # A profile written before the manifest carried footer checksums has its members checked against
 # the ZIP's CRC-32 instead, whole, up to this size; a larger member's footer is not verified.
 WHOLE_MEMBER_CRC_BYTES = 64 << 20
@@ -175,9 +178,15 @@ class Profile:
         if zlib.crc32(raw) != member.crc:
             raise CorruptProfileError(f"The manifest of {name} is corrupt (its checksum does not match).")
         try:
-            manifest = json.loads(raw)
+            manifest = json.loads(raw, parse_constant=_no_constant)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ManifestError(f"The manifest of {name} is not valid JSON ({exc}).") from None
+        except ValueError as exc:  # NaN or Infinity, which JSON does not have
+            raise ManifestError(f"The manifest of {name} is not valid JSON ({exc}).") from None
+        except RecursionError:
+            manifest = None
+        if manifest is None or _depth(manifest) > MAX_MANIFEST_DEPTH:
+            raise ManifestError(f"The manifest of {name} nests objects more than {MAX_MANIFEST_DEPTH} levels deep.")
         if not isinstance(manifest, dict):
             raise ManifestError(f"The manifest of {name} is not a JSON object.")
         if "format" in manifest and manifest["format"] != S.FORMAT_NAME:
@@ -195,6 +204,7 @@ class Profile:
             raise ManifestError(f"The manifest of {name} has an invalid schema version {version}.")
         _check_keys(manifest["target"], S.REQUIRED_TARGET_KEYS, f"The target in the manifest of {name}")
         _check_keys(manifest["run"], S.REQUIRED_RUN_KEYS, f"The run configuration in the manifest of {name}")
+        check_manifest_sizes(manifest["target"], manifest["run"], f"the manifest of {name}", ManifestError)
         return manifest
 
     def _check_table(self, table: str) -> pa.Schema:
@@ -342,9 +352,10 @@ class Profile:
                 )
             # a damaged page header can leave dictionary indices past the dictionary's end
             decoded.validate(full=True)
-            return decoded
         except (pa.ArrowException, OSError) as exc:
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
+        check_values(S.TABLES[table], decoded, self.target, str(self.path), whole=filters is None)
+        return decoded
 
     def read_pandas(self, table: str, columns: Sequence[str] | None = None, *, filters: Any = None) -> "pd.DataFrame":
         """Like ``read_table``, as a pandas DataFrame (categorical columns become categoricals)."""
@@ -366,19 +377,25 @@ class Profile:
             footer = self._footers[table]
             expected = sum(footer.row_group(g).num_rows for g in groups)
             decoded = 0
+            starts = np.cumsum([0] + [footer.row_group(g).num_rows for g in range(footer.num_row_groups)])
+            spec, where = S.TABLES[table], str(self.path)
             # A damaged page header can end a column early without an error: the batches then stop
             # short of the footer's row count (checked at the end) or hold invalid dictionary
             # indices (checked per batch).
             if row_groups is None and not release_pages:
                 for batch in parquet.iter_batches(batch_size=batch_size, columns=wanted):
                     batch.validate(full=True)
+                    check_values(spec, batch, self.target, where, first_row=decoded)
                     decoded += batch.num_rows
                     yield batch
             else:
                 for group in groups:
+                    row = int(starts[group])
                     for batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group], columns=wanted):
                         batch.validate(full=True)
+                        check_values(spec, batch, self.target, where, first_row=row)
                         decoded += batch.num_rows
+                        row += batch.num_rows
                         yield batch
                     if release_pages:
                         self._release(table, group)
@@ -436,6 +453,23 @@ def _check_keys(mapping: Any, required: dict[str, Any], where: str) -> None:
         if not isinstance(value, kind) or isinstance(value, bool):
             names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
             raise ManifestError(f"{where} has {key!r} of type {type(value).__name__}, expected {names}.")
+
+
+def _no_constant(text: str) -> None:
+    raise ValueError(f"{text} is not a JSON number")
+
+
+def _depth(value: Any) -> int:
+    """How deeply objects and lists nest in ``value``, without recursing (a hostile file may nest deep)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            if deepest > MAX_MANIFEST_DEPTH:
+                return deepest
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 @functools.cache

@@ -38,6 +38,7 @@ from popvision_py import __version__
 from popvision_py.errors import ProfileWriteError
 from popvision_py.format import schema as S
 from popvision_py.format.atomic import atomic_output
+from popvision_py.format.values import check_manifest_sizes, check_values
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -111,8 +112,9 @@ def footer_crc32(parquet: BinaryIO, size: int) -> int:
 class TableWriter:
     """Appends row batches to one table; a row group is written every ROW_GROUP_ROWS rows."""
 
-    def __init__(self, spec: S.Table, spool: BinaryIO) -> None:
+    def __init__(self, spec: S.Table, spool: BinaryIO, target: Mapping[str, Any] | None = None) -> None:
         self.spec = spec
+        self._target = target
         self.rows = 0
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
@@ -124,6 +126,10 @@ class TableWriter:
         if self.closed:
             raise ProfileWriteError(f"Table {self.spec.name} was already closed.")
         rows = conform(batch, self.spec)
+        if self._target is not None:
+            # the reader's checks, so nothing written here is refused on open
+            check_values(self.spec, rows, self._target, "the profile being written", first_row=self.rows,
+                         whole=self.rows == 0, error=ProfileWriteError)
         self._pending.append(rows)
         self._pending_rows += rows.num_rows
         self.rows += rows.num_rows
@@ -164,6 +170,7 @@ class ProfileWriter:
             missing = [k for k in required if k not in given]
             if missing:
                 raise ProfileWriteError(f"The {what} configuration lacks {', '.join(missing)}.")
+        check_manifest_sizes(target, run, "the profile being written", ProfileWriteError)
         self._manifest: dict[str, Any] = {
             "format": S.FORMAT_NAME,
             "schema_version": S.SCHEMA_VERSION,
@@ -185,7 +192,7 @@ class ProfileWriter:
             raise ProfileWriteError(f"Table {name} was already written.")
         spool = tempfile.TemporaryFile(dir=self.path.parent)
         self._spools[name] = spool
-        self._writers[name] = TableWriter(S.TABLES[name], spool)
+        self._writers[name] = TableWriter(S.TABLES[name], spool, self._manifest["target"])
         return self._writers[name]
 
     def write_table(self, name: str, data: "pa.Table | pd.DataFrame | Mapping[str, Any]") -> None:
