@@ -49,10 +49,22 @@ def _bound(value: int | str | None, target: Mapping[str, Any]) -> tuple[int | No
     return value, ""
 
 
+_DTYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
+           pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64}
+
+
 def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A column of integers or booleans without nulls as NumPy, read from its buffers: pyarrow's
+    to_numpy imports pandas (0.2-0.4 s), which the engine's writes avoid."""
     if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    return column.to_numpy(zero_copy_only=False)
+        parts = [_numbers(chunk) for chunk in column.chunks]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    start, stop = column.offset, column.offset + len(column)
+    data = column.buffers()[1]
+    if pa.types.is_boolean(column.type):
+        bits = np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little") if data is not None else np.zeros(0, np.uint8)
+        return bits[start:stop].astype(bool)
+    return np.frombuffer(data, _DTYPES[column.type])[start:stop]
 
 
 def check_values(spec: S.Table, data: pa.Table | pa.RecordBatch, target: Mapping[str, Any], where: str, *,
@@ -70,7 +82,7 @@ def check_values(spec: S.Table, data: pa.Table | pa.RecordBatch, target: Mapping
         values = data.column(column.name)
         name = f"Column {table}.{column.name} of {where}"
         if values.null_count:
-            row = int(np.flatnonzero(_numbers(values.is_null()))[0])
+            row = int(np.flatnonzero(_numbers(values.is_null()))[0])  # is_null has no nulls of its own
             raise error(f"{name} is null at row {first_row + row:,}; it may not be null.")
         rule = column.values
         if rule.codes is not None:
@@ -117,18 +129,19 @@ def check_values(spec: S.Table, data: pa.Table | pa.RecordBatch, target: Mapping
 def _check_codes(values: pa.ChunkedArray | pa.Array, codes: tuple[str, ...], name: str, first_row: int,
                  error: type[PopvisionError]) -> None:
     chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
-    allowed = pa.array(codes, pa.string())
     offset = first_row
     for chunk in chunks:
-        if pa.types.is_dictionary(chunk.type):
-            # only the dictionary is compared; rows are looked at only if it holds an unknown code
-            unknown = np.flatnonzero(~_numbers(pc.is_in(chunk.dictionary.cast(pa.string()), value_set=allowed)))
-            bad = _numbers(pc.is_in(chunk.indices, value_set=pa.array(unknown, chunk.indices.type))) if len(
-                unknown) else None
-        else:
-            bad = ~_numbers(pc.is_in(chunk.cast(pa.string()), value_set=allowed))
-        if bad is not None and bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise error(f"{name} holds the unknown value {chunk[row].as_py()!r} at row {offset + row:,}; "
-                        f"it may hold {', '.join(codes)}.")
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = pc.dictionary_encode(chunk)  # another writer's plain strings
+        # only the dictionary (a few distinct values, not rows) is compared, as Python strings:
+        # pa.array and a string array's to_numpy import pandas, which the engine's writes avoid;
+        # rows are looked at only if it holds an unknown code
+        allowed = set(codes)
+        known = np.array([value in allowed for value in chunk.dictionary.cast(pa.string()).to_pylist()], bool)
+        if not known.all():
+            bad = np.isin(_numbers(chunk.indices), np.flatnonzero(~known))
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise error(f"{name} holds the unknown value {chunk[row].as_py()!r} at row {offset + row:,}; "
+                            f"it may hold {', '.join(codes)}.")
         offset += len(chunk)
