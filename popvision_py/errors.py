@@ -58,6 +58,10 @@ class MemberSizeError(ProfileError):
     """A member declares a size that does not fit the file."""
 
 
+class ValueRangeError(ProfileError):
+    """A table holds a value its schema does not allow (a null, an id beyond the target, end before start...)."""
+
+
 class ManifestError(ProfileError):
     """manifest.json is missing, not JSON, or lacks keys the schema requires."""
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -193,7 +194,7 @@ def test_column_projection_decodes_only_the_columns_asked(tmp_path: Path) -> Non
     path = tmp_path / "p.pop"
     rows = 200_000
     frame = pd.DataFrame({
-        "ipu": np.zeros(rows, np.int16), "tile": np.arange(rows, dtype=np.int32) % 1472,
+        "ipu": np.zeros(rows, np.int16), "tile": np.arange(rows, dtype=np.int32) % TARGET["tiles_per_ipu"],
         "category": pd.Categorical(["weights"] * rows), "always_live": np.ones(rows, bool),
         "bytes": np.arange(rows, dtype=np.int64),
     })
@@ -268,10 +269,20 @@ def _missing_table(path: Path, good: Path) -> Path:
     return rezip(path, contents)
 
 
+def _restamp(contents: dict[str, bytes], table: str) -> None:
+    """The manifest's footer checksum of a table replaced by hand, as its writer would have stamped it."""
+    data = contents[table + ".parquet"]
+    length = int.from_bytes(data[-8:-4], "little")
+    manifest = json.loads(contents["manifest.json"])
+    manifest["tables"][table]["footer_crc32"] = zlib.crc32(data[-8 - length:])
+    contents["manifest.json"] = json.dumps(manifest).encode()
+
+
 def _missing_column(path: Path, good: Path) -> Path:
     contents = members(good)
     trace = pq.read_table(io.BytesIO(contents["trace.parquet"])).drop_columns(["end_cycle"])
     contents["trace.parquet"] = parquet_bytes(trace)
+    _restamp(contents, "trace")
     return rezip(path, contents)
 
 
@@ -281,6 +292,7 @@ def _wrong_type(path: Path, good: Path) -> Path:
     index = trace.schema.get_field_index("step")
     trace = trace.set_column(index, "step", trace.column("step").cast(pa.string()))
     contents["trace.parquet"] = parquet_bytes(trace)
+    _restamp(contents, "trace")
     return rezip(path, contents)
 
 
@@ -366,7 +378,7 @@ _SLOW_WRITER = textwrap.dedent(
         for i in range(10_000):
             n = 50_000
             t.write({{"ipu": np.zeros(n, np.int16), "step": np.full(n, i, np.int32),
-                      "tile": np.arange(n, dtype=np.int32), "cycles": np.ones(n, np.int64)}})
+                      "tile": np.arange(n, dtype=np.int32) % 4, "cycles": np.ones(n, np.int64)}})
             if i == 3:
                 print("writing", flush=True)
     """

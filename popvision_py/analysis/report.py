@@ -160,7 +160,9 @@ class Report:
                 return
             summary, timeline, gantt = "trace" in missing, "timeline_index" in missing, "gantt_bars" in missing
             columns = _tracescan.scan_columns(summary, timeline, gantt)
-            bounds = _tracescan.column_bounds(self.profile.metadata("trace"), _tracescan.BOUND_COLUMNS) if summary else None
+            # footer statistics only when the footer was checked against a checksum at open
+            trusted = summary and self.profile.footer_verified("trace")
+            bounds = _tracescan.column_bounds(self.profile.metadata("trace"), _tracescan.BOUND_COLUMNS) if trusted else None
             out = _tracescan.scan(self.trace_batches(columns), summary, timeline, gantt, agg=self._cache.get("trace"),
                                   bounds=bounds)
             if timeline:

@@ -76,7 +76,20 @@ def total_flops(ops: Columns, programs: Columns, trace: Aggregates) -> int:
     keys = np.maximum(step_op, 0) * n_pass + programs.codes_in("pass", PASSES)
     np.maximum.at(runs, keys[inside], ex[inside])
     o_keys = op_id * n_pass + ops.codes_in("pass", PASSES)
-    return int((ops["flops"].astype(np.int64) * runs[o_keys]).sum())
+    return exact_dot(ops["flops"].astype(np.int64), runs[o_keys])
+
+
+def exact_dot(a: np.ndarray, b: np.ndarray) -> int:
+    """``sum(a * b)`` of non-negative int64 arrays (``a`` below 2**53, ``b`` below 2**31, fewer than
+    2**31 rows), exact as a Python int where int64 would wrap: ``a`` is split into its high and low
+    32 bits, so every product and every sum of them fits int64."""
+    high, low = a >> 32, a & 0xFFFFFFFF
+    products = (high * b, low * b)
+    # each product < 2**52 (high) or 2**63 (low): summed as halves again so the sums fit too
+    total = 0
+    for part, shift in zip(products, (32, 0)):
+        total += (int((part >> 32).sum()) << (32 + shift)) + (int((part & 0xFFFFFFFF).sum()) << shift)
+    return total
 
 
 def figures(manifest: dict[str, Any], trace: Aggregates, iterations: int, flops: int,

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from popvision_py.analysis.tables import PASSES, PHASE, PHASES, TRACE_COLUMNS, Aggregates, codes
+from popvision_py.errors import ValueRangeError
 
 # The columns each pass reads (the summary reads every column the reports use).
 SUMMARY_COLUMNS: tuple[str, ...] = TRACE_COLUMNS
@@ -142,6 +143,7 @@ def column_bounds(metadata: pq.FileMetaData | None, columns: Iterable[str]) -> d
 
 # The columns whose whole-table bounds the summary takes from the footer when it has them.
 BOUND_COLUMNS = ("run", "iteration", "micro_batch", "ipu", "stage", "step", "start_cycle", "end_cycle")
+SUM_LIMIT = float(2**62)  # a sum of int64 counts at or beyond this may have wrapped
 SEEN_LIMIT = 1 << 26  # cells of the whole run's (run, iteration, stage, micro-batch) set held at once (64 MiB)
 
 
@@ -189,6 +191,7 @@ class _Fold:
         self.whole_seen = False  # the seen set sized for the whole run from the bounds
         self.scratch = np.zeros(0, np.int32)  # the keys of a batch, one after the other
         self.durations = np.zeros(0, np.int64)
+        self.cycles_sum = 0.0
         if bounds is not None:
             self.start, self.end = bounds["start_cycle"][0], bounds["end_cycle"][1]
             self.n_ipu, self.n_stage = bounds["ipu"][1] + 1, bounds["stage"][1] + 2
@@ -227,6 +230,9 @@ class _Fold:
         key = _key([(ipu, 0), (stage, s_cube[1]), (t["pass"], N_PASS), (t["phase"], N_PHASE)], N_PASS * N_PHASE,
                    self.cube.size, scratch)
         np.add.at(self.cube.reshape(-1), key, np.subtract(end, start, out=self.durations[:n]))
+        # durations are >= 0 (the reader checks end >= start): if their float sum stays below
+        # SUM_LIMIT no int64 cell of the cube can have wrapped
+        self.cycles_sum += float(np.sum(self.durations[:n], dtype=np.float64))
         # executions per (ipu, step): np.add.at of ones, faster here than np.bincount's cast to intp
         key = _key([(ipu, 0), (step, self.execs.shape[1])], 1, self.execs.size, scratch)
         np.add.at(self.execs.reshape(-1), key, 1)
@@ -252,6 +258,10 @@ class _Fold:
         self.seen[r0: r1 + 1, i0: i1 + 1, :n_stage, :m1] |= box.reshape(r1 - r0 + 1, ni, n_stage, m1)
 
     def result(self) -> Aggregates:
+        if self.cycles_sum >= SUM_LIMIT:
+            raise ValueRangeError(
+                f"The trace's durations sum to {self.cycles_sum:.3g} cycles, beyond what 64-bit integers hold."
+            )
         if self.rows == 0:
             return Aggregates(np.zeros((0, 1, N_PASS, N_PHASE), np.int64), np.zeros((0, 0), np.int64),
                               np.zeros(0, np.int64), 0, 0, 0, rows=0, iterations_per_run=0, micro_batch_slots=0,

@@ -204,7 +204,7 @@ def _group_bounds(metadata: pq.FileMetaData, columns: tuple[str, ...]) -> tuple[
 
 def iterations_per_run(profile: Profile) -> int:
     """Largest iteration + 1 in the trace (from the footer, else one streamed column), as the Gantt counts them."""
-    bounds = column_bounds(profile.metadata("trace"), ["iteration"])
+    bounds = column_bounds(profile.metadata("trace"), ["iteration"]) if profile.footer_verified("trace") else None
     if bounds is not None:
         return max(bounds["iteration"][1] + 1, 1)
     top = -1
@@ -317,7 +317,9 @@ def export(path: str | os.PathLike[str], output: str | os.PathLike[str], batch_r
                 "model": profile.run.get("model"), "strategy": profile.run.get("strategy"),
                 "window": window.describe()}
         metadata = profile.metadata("trace")
-        groups = window.row_groups(metadata, per_run)
+        # unverified statistics (an old profile's large trace) may not rule row groups out
+        groups = (window.row_groups(metadata, per_run) if profile.footer_verified("trace")
+                  else list(range(metadata.num_row_groups)))
         used: set[int] = set()  # (pid << 32) | tid of every track that received an event
         count = 0
         with atomic_output(output) as out, tqdm(

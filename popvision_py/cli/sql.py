@@ -171,8 +171,12 @@ def run_query(profile_path: str, query: str, *, memory_limit: str = MEMORY_LIMIT
                     raise QueryError(f"The query ran past --timeout {timeout:g} s and was interrupted.") from None
                 if isinstance(exc, duckdb.InterruptException) or str(exc) == "Query interrupted":
                     raise KeyboardInterrupt from None  # Ctrl-C, which DuckDB catches and reports as its own
+                if members.corrupt is not None:  # a column chunk failed its page checksums as DuckDB read it
+                    raise members.corrupt from None
                 raise
             except duckdb.Error as exc:
+                if members.corrupt is not None:  # a column chunk failed its page checksums as DuckDB read it
+                    raise members.corrupt from None
                 raise _refusal(exc, memory_limit) from None
         finally:
             if timer is not None:

@@ -7,6 +7,11 @@ system, DuckDB's above all (``register_filesystem``), reads a member as it reads
 the footer first, then only the column chunks a query needs, skipping the row groups its filters
 rule out. Nothing is decoded or copied up front.
 
+DuckDB's Parquet reader does not check Parquet page checksums, so the first read of a column
+chunk's bytes (anything before the footer, which the reader checked at open) has the reader check
+that chunk's page checksums first: a query over damaged pages is refused (``MemberFileSystem.corrupt``
+says which table) instead of answered from flipped bytes, and a chunk no query reads is never checked.
+
 Reads are ``pread``s of the container, not of the reader's memory map: pages read from a map stay
 in the process's resident set until the map is closed, bytes read into a reader's buffers are
 freed once decoded (docs/performance.md: `popvision sql` at 50M trace rows).
@@ -14,14 +19,19 @@ freed once decoded (docs/performance.md: `popvision sql` at 50M trace rows).
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import fsspec
+import numpy as np
 import pyarrow as pa
 
+from popvision_py.errors import CorruptProfileError
 from popvision_py.format import schema as S
+
 
 if TYPE_CHECKING:
     from popvision_py.format.reader import Profile
@@ -35,9 +45,12 @@ class MemberFile:
     a new ``threading.local``, on every call), so another thread's seek never moves this one's read.
     """
 
-    def __init__(self, container: pa.OSFile, name: str, offset: int, size: int) -> None:
+    def __init__(self, container: pa.OSFile, name: str, offset: int, size: int,
+                  verify: Callable[[int, int], None] | None = None, footer_start: int = 0) -> None:
         self.name, self.size = name, size
         self._container, self._offset = container, offset
+        # called before a read that starts below the footer (the reader checked the footer at open)
+        self._verify, self._footer_start = verify, footer_start
         self._positions: dict[int, int] = {}
         self.closed = False
 
@@ -64,6 +77,8 @@ class MemberFile:
         left = self.size - start
         nbytes = left if nbytes is None or nbytes < 0 else min(nbytes, left)
         self._positions[threading.get_ident()] = start + nbytes
+        if self._verify is not None and start < self._footer_start:
+            self._verify(start, start + nbytes)
         # read_at is a pread: it leaves the container's own position alone
         return self._container.read_at(nbytes, self._offset + start)
 
@@ -90,6 +105,13 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
         super().__init__(**storage_options)
         # The reader located and checked every member when it opened the profile.
         self._spans = {spec.member: profile.member_span(name) for name, spec in S.TABLES.items()}
+        self._footer_starts = {spec.member: self._spans[spec.member][1] - profile.footer_bytes(name)
+                               for name, spec in S.TABLES.items()}
+        self._profile = profile
+        self._checked: set[tuple[str, int]] = set()  # (member, column chunk) whose pages were checked
+        self._chunk_spans: dict[str, tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]] = {}
+        self._check_lock = threading.Lock()
+        self.corrupt: CorruptProfileError | None = None  # set when a read found a damaged member
         self._container = pa.OSFile(str(profile.path), "r")
         self._modified = datetime.fromtimestamp(profile.path.stat().st_mtime, timezone.utc)
 
@@ -122,7 +144,44 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
         if path not in self._spans:
             raise FileNotFoundError(path)
         offset, size = self._spans[path]
-        return MemberFile(self._container, path, offset, size)
+        return MemberFile(self._container, path, offset, size, functools.partial(self._verify, path), self._footer_starts[path])
+
+    def _verify(self, member: str, first: int, stop: int) -> None:
+        """Check the Parquet page checksums of every column chunk that bytes [first, stop) of the
+        member touch, once each: the reader decodes them from its mapping with verification (its
+        pages handed back afterwards), so DuckDB's own reads are not repeated."""
+        starts, stops, chunks = self._chunks(member)
+        touched = np.flatnonzero((starts < stop) & (stops > first))
+        table = member.removesuffix(S.TABLE_SUFFIX)
+        for index in touched.tolist():
+            if (member, index) in self._checked:
+                continue
+            with self._check_lock:
+                if (member, index) in self._checked:
+                    continue
+                group, column = chunks[index]
+                try:
+                    self._profile.verify_chunk(table, group, column)
+                except CorruptProfileError as exc:
+                    self.corrupt = exc
+                    raise OSError(str(exc)) from None
+                self._checked.add((member, index))
+
+    def _chunks(self, member: str) -> tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]:
+        if member not in self._chunk_spans:
+            table = member.removesuffix(S.TABLE_SUFFIX)
+            footer = self._profile.metadata(table)
+            spans, chunks = [], []
+            for g in range(footer.num_row_groups):
+                group = footer.row_group(g)
+                for c in range(group.num_columns):
+                    meta = group.column(c)
+                    first = meta.dictionary_page_offset if meta.has_dictionary_page else meta.data_page_offset
+                    spans.append((first, first + meta.total_compressed_size))
+                    chunks.append((g, meta.path_in_schema))
+            bounds = np.asarray(spans, np.int64).reshape(-1, 2)
+            self._chunk_spans[member] = (bounds[:, 0], bounds[:, 1], chunks)
+        return self._chunk_spans[member]
 
     def close(self) -> None:
         self._container.close()

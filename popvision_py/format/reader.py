@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -42,11 +43,16 @@ from popvision_py.errors import (
     UnknownFormatError,
 )
 from popvision_py.format import schema as S
+from popvision_py.format.values import check_manifest_sizes, check_values
 
 if TYPE_CHECKING:  # pandas is imported only when a frame is asked for: `popvision info` stays fast
     import pandas as pd
 
 MAX_MANIFEST_BYTES = 16 << 20
+MAX_MANIFEST_DEPTH = 32  # objects and lists nested in the manifest (ours: 4)
+# A profile written before the manifest carried footer checksums has its members checked against
+# the ZIP's CRC-32 instead, whole, up to this size; a larger member's footer is not verified.
+WHOLE_MEMBER_CRC_BYTES = 64 << 20
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
 _LOCAL_SIGNATURE = b"PK\x03\x04"
 
@@ -87,6 +93,7 @@ class Profile:
         self.target: dict[str, Any] = self.manifest["target"]
         self.run: dict[str, Any] = self.manifest["run"]
         self._footers: dict[str, pq.FileMetaData] = {}  # each table's parsed Parquet footer, kept from open
+        self._verified: dict[str, bool] = {}  # whether each footer was checked against a checksum
         self._schemas = {name: self._check_table(name) for name in S.TABLES}
 
     # -- opening ---------------------------------------------------------------------------
@@ -171,9 +178,15 @@ class Profile:
         if zlib.crc32(raw) != member.crc:
             raise CorruptProfileError(f"The manifest of {name} is corrupt (its checksum does not match).")
         try:
-            manifest = json.loads(raw)
+            manifest = json.loads(raw, parse_constant=_no_constant)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ManifestError(f"The manifest of {name} is not valid JSON ({exc}).") from None
+        except ValueError as exc:  # NaN or Infinity, which JSON does not have
+            raise ManifestError(f"The manifest of {name} is not valid JSON ({exc}).") from None
+        except RecursionError:
+            manifest = None
+        if manifest is None or _depth(manifest) > MAX_MANIFEST_DEPTH:
+            raise ManifestError(f"The manifest of {name} nests objects more than {MAX_MANIFEST_DEPTH} levels deep.")
         if not isinstance(manifest, dict):
             raise ManifestError(f"The manifest of {name} is not a JSON object.")
         if "format" in manifest and manifest["format"] != S.FORMAT_NAME:
@@ -191,12 +204,16 @@ class Profile:
             raise ManifestError(f"The manifest of {name} has an invalid schema version {version}.")
         _check_keys(manifest["target"], S.REQUIRED_TARGET_KEYS, f"The target in the manifest of {name}")
         _check_keys(manifest["run"], S.REQUIRED_RUN_KEYS, f"The run configuration in the manifest of {name}")
+        check_manifest_sizes(manifest["target"], manifest["run"], f"the manifest of {name}", ManifestError)
         return manifest
 
     def _check_table(self, table: str) -> pa.Schema:
         spec = S.TABLES[table]
         if spec.member not in self._members:
             raise MissingTableError(f"{self.path} has no {table} table.")
+        declared = self.manifest["tables"].get(table, {})
+        # before pyarrow parses the footer: a damaged footer can abort the process inside it
+        self._verified[table] = self._check_footer(table, declared if isinstance(declared, dict) else {})
         try:
             parquet = self._parquet(table)
             stored = parquet.schema_arrow
@@ -205,7 +222,6 @@ class Profile:
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
         self._footers[table] = footer
         rows = footer.num_rows
-        declared = self.manifest["tables"].get(table, {})
         if isinstance(declared, dict) and "rows" in declared and declared["rows"] != rows:
             raise CorruptProfileError(
                 f"Table {table} of {self.path} holds {rows} rows but the manifest says {declared['rows']}."
@@ -220,6 +236,34 @@ class Profile:
                     f"Column {table}.{column.name} of {self.path} is {actual}, expected {column.type}."
                 )
         return stored
+
+    def _check_footer(self, table: str, declared: dict[str, Any]) -> bool:
+        """Check the table's footer against the manifest's ``footer_crc32`` (or, in a profile
+        written before it had one, the whole member against the ZIP's CRC-32 when it is small
+        enough); True if it was checked."""
+        member = self._members[S.TABLES[table].member]
+        corrupt = f"Table {table} of {self.path} is corrupt"
+        if member.size < 12:
+            raise CorruptProfileError(f"{corrupt} ({member.size} bytes is too short for a Parquet file).")
+        data = self._buffer.slice(member.offset, member.size)
+        expected = declared.get("footer_crc32")
+        if expected is None:
+            if member.size > WHOLE_MEMBER_CRC_BYTES:
+                return False
+            if zlib.crc32(data) != member.crc:
+                raise CorruptProfileError(f"{corrupt} (its checksum does not match).")
+            return True
+        if not isinstance(expected, int) or isinstance(expected, bool):
+            raise ManifestError(f"The manifest of {self.path} has a footer_crc32 of table {table} that is not an integer.")
+        length = int.from_bytes(data.slice(member.size - 8, 4).to_pybytes(), "little")
+        if length + 12 > member.size or zlib.crc32(data.slice(member.size - 8 - length, length + 8)) != expected:
+            raise CorruptProfileError(f"{corrupt} (its footer does not match the checksum in the manifest).")
+        return True
+
+    def footer_verified(self, table: str) -> bool:
+        """Whether the table's footer (its row counts and column statistics) was checked against a
+        checksum at open. Figures may come from footer statistics only if it was."""
+        return self._verified[self._known(table)]
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -254,6 +298,28 @@ class Profile:
         member = self._members[S.TABLES[self._known(table)].member]
         return member.offset, member.size
 
+    def footer_bytes(self, table: str) -> int:
+        """Bytes of the table's Parquet footer, with its length and closing magic (checked at open)."""
+        offset, size = self.member_span(table)
+        return int.from_bytes(self._buffer.slice(offset + size - 8, 4).to_pybytes(), "little") + 8
+
+    def verify_chunk(self, table: str, row_group: int, column: str) -> None:
+        """Decode one column chunk with its page checksums checked (CorruptProfileError if one
+        fails), then hand its mapped pages back: for readers, such as DuckDB's, that skip them."""
+        try:
+            decoded = self._parquet(self._known(table), verify=True).read_row_group(row_group, columns=[column])
+            decoded.validate(full=True)
+            expected = self._footers[table].row_group(row_group).num_rows
+            if decoded.num_rows != expected:
+                raise CorruptProfileError(
+                    f"Table {table} of {self.path} is corrupt (column {column} of row group {row_group} decodes "
+                    f"to {decoded.num_rows} rows, its footer says {expected})."
+                )
+        except (pa.ArrowException, OSError) as exc:
+            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
+        finally:
+            self._release(table, row_group)
+
     def read_table(self, table: str, columns: Sequence[str] | None = None, *, filters: Any = None) -> pa.Table:
         """Decode a table, or only ``columns`` of it, as a pyarrow Table.
 
@@ -270,16 +336,26 @@ class Profile:
                 # With the footer already parsed, ParquetFile.read decodes the same columns (in
                 # parallel too) without pq.read_table's dataset set-up: 2-4x faster on small
                 # tables, no slower on a 50M-row trace (pyarrow 26; docs/performance.md).
-                return self._parquet(table, verify=True).read(columns=wanted)
-            member = self._members[S.TABLES[table].member]
-            return pq.read_table(
-                pa.BufferReader(self._buffer.slice(member.offset, member.size)),
-                columns=wanted,
-                filters=filters,
-                page_checksum_verification=True,
-            )
+                decoded = self._parquet(table, verify=True).read(columns=wanted)
+                if decoded.num_rows != self._footers[table].num_rows:
+                    raise CorruptProfileError(
+                        f"Table {table} of {self.path} is corrupt (it decodes to {decoded.num_rows} rows, "
+                        f"its footer says {self._footers[table].num_rows})."
+                    )
+            else:
+                member = self._members[S.TABLES[table].member]
+                decoded = pq.read_table(
+                    pa.BufferReader(self._buffer.slice(member.offset, member.size)),
+                    columns=wanted,
+                    filters=filters,
+                    page_checksum_verification=True,
+                )
+            # a damaged page header can leave dictionary indices past the dictionary's end
+            decoded.validate(full=True)
         except (pa.ArrowException, OSError) as exc:
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
+        check_values(S.TABLES[table], decoded, self.target, str(self.path), whole=filters is None)
+        return decoded
 
     def read_pandas(self, table: str, columns: Sequence[str] | None = None, *, filters: Any = None) -> "pd.DataFrame":
         """Like ``read_table``, as a pandas DataFrame (categorical columns become categoricals)."""
@@ -297,13 +373,36 @@ class Profile:
         wanted = list(columns) if columns is not None else None
         try:
             parquet = self._parquet(self._known(table), verify=True)
+            groups = list(range(parquet.num_row_groups) if row_groups is None else row_groups)
+            footer = self._footers[table]
+            expected = sum(footer.row_group(g).num_rows for g in groups)
+            decoded = 0
+            starts = np.cumsum([0] + [footer.row_group(g).num_rows for g in range(footer.num_row_groups)])
+            spec, where = S.TABLES[table], str(self.path)
+            # A damaged page header can end a column early without an error: the batches then stop
+            # short of the footer's row count (checked at the end) or hold invalid dictionary
+            # indices (checked per batch).
             if row_groups is None and not release_pages:
-                yield from parquet.iter_batches(batch_size=batch_size, columns=wanted)
-                return
-            for group in range(parquet.num_row_groups) if row_groups is None else row_groups:
-                yield from parquet.iter_batches(batch_size=batch_size, row_groups=[group], columns=wanted)
-                if release_pages:
-                    self._release(table, group)
+                for batch in parquet.iter_batches(batch_size=batch_size, columns=wanted):
+                    batch.validate(full=True)
+                    check_values(spec, batch, self.target, where, first_row=decoded)
+                    decoded += batch.num_rows
+                    yield batch
+            else:
+                for group in groups:
+                    row = int(starts[group])
+                    for batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group], columns=wanted):
+                        batch.validate(full=True)
+                        check_values(spec, batch, self.target, where, first_row=row)
+                        decoded += batch.num_rows
+                        row += batch.num_rows
+                        yield batch
+                    if release_pages:
+                        self._release(table, group)
+            if decoded != expected:
+                raise CorruptProfileError(
+                    f"Table {table} of {self.path} is corrupt (it decodes to {decoded} rows, its footer says {expected})."
+                )
         except (pa.ArrowException, OSError) as exc:
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
 
@@ -354,6 +453,23 @@ def _check_keys(mapping: Any, required: dict[str, Any], where: str) -> None:
         if not isinstance(value, kind) or isinstance(value, bool):
             names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
             raise ManifestError(f"{where} has {key!r} of type {type(value).__name__}, expected {names}.")
+
+
+def _no_constant(text: str) -> None:
+    raise ValueError(f"{text} is not a JSON number")
+
+
+def _depth(value: Any) -> int:
+    """How deeply objects and lists nest in ``value``, without recursing (a hostile file may nest deep)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            if deepest > MAX_MANIFEST_DEPTH:
+                return deepest
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 @functools.cache

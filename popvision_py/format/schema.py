@@ -56,13 +56,45 @@ MEMORY_CATEGORIES = (
 )
 
 
+# The largest count (cycles, bytes, flops) a column may hold: exact as a float64, and a sum of
+# 1024 of them still fits int64.
+MAX_COUNT = 2**53 - 1
+
+
+@dataclass(frozen=True)
+class Values:
+    """The values a column may hold, checked by the reader (on open) and the writer.
+
+    ``low``: the smallest value. ``below``: values must be less than this, a number or the name
+    of a key of the manifest's target (``num_ipus``, ``tiles_per_ipu``); ``high``: the largest
+    value (inclusive; ``tiles_per_ipu``-style names too). ``codes``: the only strings a category
+    may hold. Columns are never null (Table.schema).
+    """
+
+    low: int | None = None
+    below: int | str | None = None
+    high: int | str | None = None
+    codes: tuple[str, ...] | None = None
+
+
+ANY = Values()
+IPU = Values(low=0, below="num_ipus")
+TILE = Values(low=0, below="tiles_per_ipu")
+TILE_COUNT = Values(low=0, high="tiles_per_ipu")
+INDEX = Values(low=0, high=2**31 - 1)
+OPTIONAL = Values(low=-1, high=2**31 - 1)  # an id, or -1 for none
+COUNT = Values(low=0, high=MAX_COUNT)
+STAGE = Values(low=-1, high=2**15 - 1)  # a pipeline stage, or -1 for none
+
+
 @dataclass(frozen=True)
 class Column:
-    """One column of a table: its name, Arrow type, and meaning (with its unit)."""
+    """One column of a table: its name, Arrow type, meaning (with its unit) and allowed values."""
 
     name: str
     type: pa.DataType
     doc: str
+    values: Values = ANY
 
 
 @dataclass(frozen=True)
@@ -72,6 +104,10 @@ class Table:
     name: str
     doc: str
     columns: tuple[Column, ...]
+    # (earlier, later): column ``later`` is never less than ``earlier`` on a row
+    ordered: tuple[tuple[str, str], ...] = ()
+    # columns whose values together identify a row (no two rows share them)
+    key: tuple[str, ...] = ()
 
     @property
     def schema(self) -> pa.Schema:
@@ -82,8 +118,9 @@ class Table:
         return self.name + TABLE_SUFFIX
 
 
-def _t(name: str, doc: str, *columns: tuple[str, pa.DataType, str]) -> Table:
-    return Table(name, doc, tuple(Column(n, t, d) for n, t, d in columns))
+def _t(name: str, doc: str, *columns: tuple, ordered: tuple[tuple[str, str], ...] = (),
+       key: tuple[str, ...] = ()) -> Table:
+    return Table(name, doc, tuple(Column(*c) for c in columns), ordered, key)
 
 
 TABLES: dict[str, Table] = {
@@ -92,101 +129,105 @@ TABLES: dict[str, Table] = {
         _t(
             "ops",
             "Each operation of the model, one row per op and pass (forward, backward, update).",
-            ("op_id", pa.int32(), "Op index in program order; shared by the op's passes."),
+            ("op_id", pa.int32(), "Op index in program order; shared by the op's passes.", INDEX),
             ("name", CATEGORY, "Op name, e.g. 'layer3/matmul'."),
             ("kind", CATEGORY, "Op kind, e.g. 'matmul', 'conv', 'relu', 'softmax'."),
             ("block", CATEGORY, "The Block the op belongs to, e.g. 'B3'."),
-            ("stage", pa.int16(), "Stage (PopTorch Stage index: a group of blocks on one IPU) holding the op."),
-            ("ipu", pa.int16(), "IPU the op runs on."),
-            ("pass", CATEGORY, "forward, backward or update."),
-            ("flops", pa.int64(), "Floating-point operations of one execution (one micro-batch; update: per weight update)."),
-            ("bytes", pa.int64(), "Bytes read and written by one execution."),
-            ("tiles", pa.int32(), "Tiles the op's work is spread over."),
+            ("stage", pa.int16(), "Stage (PopTorch Stage index: a group of blocks on one IPU) holding the op.", Values(low=0, high=2**15 - 1)),
+            ("ipu", pa.int16(), "IPU the op runs on.", IPU),
+            ("pass", CATEGORY, "forward, backward or update.", Values(codes=PASSES[:3])),
+            ("flops", pa.int64(), "Floating-point operations of one execution (one micro-batch; update: per weight update).", COUNT),
+            ("bytes", pa.int64(), "Bytes read and written by one execution.", COUNT),
+            ("tiles", pa.int32(), "Tiles the op's work is spread over.", TILE_COUNT),
         ),
         _t(
             "programs",
             "The compiled program steps of each IPU in program order. IPU execution is deterministic, "
             "so each step's duration is stored once here; the trace says when it ran.",
-            ("ipu", pa.int16(), "IPU whose program holds the step."),
-            ("step", pa.int32(), "Program step index, 0-based, in program order on that IPU."),
-            ("type", CATEGORY, "compute_set, exchange, global_exchange, stream_copy, remote_buffer_copy, sync or all_reduce."),
+            ("ipu", pa.int16(), "IPU whose program holds the step.", IPU),
+            ("step", pa.int32(), "Program step index, 0-based, in program order on that IPU.", INDEX),
+            ("type", CATEGORY, "compute_set, exchange, global_exchange, stream_copy, remote_buffer_copy, sync or all_reduce.", Values(codes=PROGRAM_TYPES)),
             ("name", CATEGORY, "Step name, e.g. 'layer3/matmul/fwd'."),
-            ("op_id", pa.int32(), "Op the step belongs to, -1 if none."),
-            ("stage", pa.int16(), "Pipeline stage of the step, -1 if none."),
-            ("pass", CATEGORY, "forward, backward, update or none."),
-            ("tiles", pa.int32(), "Tiles taking part in the step."),
-            ("bytes", pa.int64(), "Bytes moved by the step (exchanges and copies), 0 for compute sets."),
-            ("cycles", pa.int64(), "Cycles one execution of the step takes (a compute set: its slowest tile)."),
+            ("op_id", pa.int32(), "Op the step belongs to, -1 if none.", OPTIONAL),
+            ("stage", pa.int16(), "Pipeline stage of the step, -1 if none.", STAGE),
+            ("pass", CATEGORY, "forward, backward, update or none.", Values(codes=PASSES)),
+            ("tiles", pa.int32(), "Tiles taking part in the step.", TILE_COUNT),
+            ("bytes", pa.int64(), "Bytes moved by the step (exchanges and copies), 0 for compute sets.", COUNT),
+            ("cycles", pa.int64(), "Cycles one execution of the step takes (a compute set: its slowest tile).", COUNT),
+            key=("ipu", "step"),
         ),
         _t(
             "tile_cycles",
             "Cycles each tile spends in each compute set (only tiles that take part).",
-            ("ipu", pa.int16(), "IPU."),
-            ("step", pa.int32(), "Program step (a compute set) on that IPU."),
-            ("tile", pa.int32(), "Tile index, 0-based, on that IPU."),
-            ("cycles", pa.int64(), "Cycles the tile computes in one execution of the step."),
+            ("ipu", pa.int16(), "IPU.", IPU),
+            ("step", pa.int32(), "Program step (a compute set) on that IPU.", INDEX),
+            ("tile", pa.int32(), "Tile index, 0-based, on that IPU.", TILE),
+            ("cycles", pa.int64(), "Cycles the tile computes in one execution of the step.", COUNT),
         ),
         _t(
             "tile_memory",
             "Memory per IPU, tile and category. Always-live rows hold bytes that live for the whole "
             "program; not-always-live rows hold the tile's bytes at its own peak step, so a tile's rows "
             "sum to its peak memory.",
-            ("ipu", pa.int16(), "IPU."),
-            ("tile", pa.int32(), "Tile index, 0-based."),
-            ("category", CATEGORY, "Memory category (vertex_code, vertex_state, weights, activations, ...)."),
+            ("ipu", pa.int16(), "IPU.", IPU),
+            ("tile", pa.int32(), "Tile index, 0-based.", TILE),
+            ("category", CATEGORY, "Memory category (vertex_code, vertex_state, weights, activations, ...).", Values(codes=MEMORY_CATEGORIES)),
             ("always_live", pa.bool_(), "True for always-live memory."),
-            ("bytes", pa.int64(), "Bytes of that category on that tile."),
+            ("bytes", pa.int64(), "Bytes of that category on that tile.", COUNT),
         ),
         _t(
             "variables",
             "Each variable (tensor) placed on an IPU, with its liveness interval in program steps.",
-            ("var_id", pa.int32(), "Variable index."),
+            ("var_id", pa.int32(), "Variable index.", INDEX),
             ("name", CATEGORY, "Variable name, e.g. 'layer3/weight'."),
-            ("ipu", pa.int16(), "IPU holding it."),
-            ("category", CATEGORY, "Memory category."),
+            ("ipu", pa.int16(), "IPU holding it.", IPU),
+            ("category", CATEGORY, "Memory category.", Values(codes=MEMORY_CATEGORIES)),
             ("always_live", pa.bool_(), "True if live for the whole program."),
-            ("bytes", pa.int64(), "Total bytes over all its tiles."),
-            ("start_tile", pa.int32(), "First tile of the contiguous range it is mapped to."),
-            ("tiles", pa.int32(), "Number of tiles in that range (bytes are spread over them in grains)."),
-            ("live_from_step", pa.int32(), "First program step it is live (0 for always-live)."),
-            ("live_to_step", pa.int32(), "Last program step it is live, inclusive."),
-            ("op_id", pa.int32(), "Op that produces or owns it, -1 if none."),
+            ("bytes", pa.int64(), "Total bytes over all its tiles.", COUNT),
+            ("start_tile", pa.int32(), "First tile of the contiguous range it is mapped to.", TILE),
+            ("tiles", pa.int32(), "Number of tiles in that range (bytes are spread over them in grains).", TILE_COUNT),
+            ("live_from_step", pa.int32(), "First program step it is live (0 for always-live).", INDEX),
+            ("live_to_step", pa.int32(), "Last program step it is live, inclusive.", INDEX),
+            ("op_id", pa.int32(), "Op that produces or owns it, -1 if none.", OPTIONAL),
+            ordered=(("live_from_step", "live_to_step"),),
         ),
         _t(
             "liveness",
             "Memory live at each program step of each IPU: IPU totals and the worst tile.",
-            ("ipu", pa.int16(), "IPU."),
-            ("step", pa.int32(), "Program step."),
-            ("always_live_bytes", pa.int64(), "Always-live bytes on the IPU (the same at every step)."),
-            ("not_always_live_bytes", pa.int64(), "Not-always-live bytes live on the IPU at this step."),
-            ("worst_tile", pa.int32(), "Tile with the most memory live at this step."),
-            ("worst_tile_bytes", pa.int64(), "Total bytes (always-live + not-always-live) live on that tile at this step."),
+            ("ipu", pa.int16(), "IPU.", IPU),
+            ("step", pa.int32(), "Program step.", INDEX),
+            ("always_live_bytes", pa.int64(), "Always-live bytes on the IPU (the same at every step).", COUNT),
+            ("not_always_live_bytes", pa.int64(), "Not-always-live bytes live on the IPU at this step.", COUNT),
+            ("worst_tile", pa.int32(), "Tile with the most memory live at this step.", TILE),
+            ("worst_tile_bytes", pa.int64(), "Total bytes (always-live + not-always-live) live on that tile at this step.", COUNT),
+            key=("ipu", "step"),
         ),
         _t(
             "trace",
             "The execution trace: one row per execution of a program step on an IPU, plus idle rows "
             "where an IPU waits for the others. Replicas run in lockstep, so only replica 0 is traced.",
-            ("run", pa.int32(), "Host call (one call runs device_iterations iterations)."),
-            ("iteration", pa.int32(), "Device iteration within the run (one weight update when training)."),
-            ("micro_batch", pa.int32(), "Micro-batch within the iteration, -1 if none (update, all-reduce, idle)."),
-            ("ipu", pa.int16(), "IPU."),
-            ("stage", pa.int16(), "Pipeline stage, -1 if none."),
-            ("pass", CATEGORY, "forward, backward, update or none."),
-            ("step", pa.int32(), "Program step executed, -1 for idle rows."),
-            ("phase", CATEGORY, "compute, sync, exchange, stream or idle."),
-            ("start_cycle", pa.int64(), "Start, in cycles from the start of the trace."),
-            ("end_cycle", pa.int64(), "End (exclusive), in cycles."),
+            ("run", pa.int32(), "Host call (one call runs device_iterations iterations).", INDEX),
+            ("iteration", pa.int32(), "Device iteration within the run (one weight update when training).", INDEX),
+            ("micro_batch", pa.int32(), "Micro-batch within the iteration, -1 if none (update, all-reduce, idle).", OPTIONAL),
+            ("ipu", pa.int16(), "IPU.", IPU),
+            ("stage", pa.int16(), "Pipeline stage, -1 if none.", STAGE),
+            ("pass", CATEGORY, "forward, backward, update or none.", Values(codes=PASSES)),
+            ("step", pa.int32(), "Program step executed, -1 for idle rows.", OPTIONAL),
+            ("phase", CATEGORY, "compute, sync, exchange, stream or idle.", Values(codes=PHASES)),
+            ("start_cycle", pa.int64(), "Start, in cycles from the start of the trace.", COUNT),
+            ("end_cycle", pa.int64(), "End (exclusive), in cycles.", COUNT),
+            ordered=(("start_cycle", "end_cycle"),),
         ),
         _t(
             "exchanges",
             "Each exchange or copy program step: what it moves, between which IPUs, and how long it takes.",
-            ("ipu", pa.int16(), "IPU whose program holds the step."),
-            ("step", pa.int32(), "Program step."),
-            ("kind", CATEGORY, "internal, inter_ipu, host, remote_buffer or all_reduce."),
-            ("src_ipu", pa.int16(), "Source IPU; -1 the host, -2 streaming memory."),
-            ("dst_ipu", pa.int16(), "Destination IPU; -1 the host, -2 streaming memory."),
-            ("bytes", pa.int64(), "Bytes moved by one execution."),
-            ("cycles", pa.int64(), "Cycles one execution takes."),
+            ("ipu", pa.int16(), "IPU whose program holds the step.", IPU),
+            ("step", pa.int32(), "Program step.", INDEX),
+            ("kind", CATEGORY, "internal, inter_ipu, host, remote_buffer or all_reduce.", Values(codes=EXCHANGE_KINDS)),
+            ("src_ipu", pa.int16(), "Source IPU; -1 the host, -2 streaming memory.", Values(low=STREAMING_MEMORY, below="num_ipus")),
+            ("dst_ipu", pa.int16(), "Destination IPU; -1 the host, -2 streaming memory.", Values(low=STREAMING_MEMORY, below="num_ipus")),
+            ("bytes", pa.int64(), "Bytes moved by one execution.", COUNT),
+            ("cycles", pa.int64(), "Cycles one execution takes.", COUNT),
         ),
     )
 }

@@ -16,13 +16,36 @@ def _type_name(column: S.Column) -> str:
     return "category (dictionary<int32, string>)" if column.type == S.CATEGORY else str(column.type)
 
 
+def _number(value: int | str) -> str:
+    return f"`{value}`" if isinstance(value, str) else "2^53 - 1" if value == S.MAX_COUNT else (
+        f"2^{value.bit_length()} - 1" if value > 9999 and (value + 1) & value == 0 else str(value))
+
+
+def _values(column: S.Column, spec: S.Table) -> str:
+    rule = column.values
+    parts = []
+    if rule.codes is not None:
+        parts.append(", ".join(f"`{c}`" for c in rule.codes))
+    if rule.low is not None:
+        parts.append(f">= {rule.low}")
+    if rule.below is not None:
+        parts.append(f"< {_number(rule.below)}")
+    if rule.high is not None:
+        parts.append(f"<= {_number(rule.high)}")
+    parts += [f">= `{earlier}`" for earlier, later in spec.ordered if later == column.name]
+    return "; ".join(parts) or "any"
+
+
 def tables_markdown() -> str:
-    """One Markdown section per table: its meaning, then its columns with type and meaning."""
+    """One Markdown section per table: its meaning, then its columns with type, meaning and the
+    values a reader accepts (never null)."""
     parts = [BEGIN]
     for spec in S.TABLES.values():
-        parts += ["", f"### `{spec.name}` (member `{spec.member}`)", "", spec.doc, "",
-                  "| column | type | meaning |", "| --- | --- | --- |"]
-        parts += [f"| `{c.name}` | {_type_name(c)} | {c.doc} |" for c in spec.columns]
+        parts += ["", f"### `{spec.name}` (member `{spec.member}`)", "", spec.doc, ""]
+        if spec.key:
+            parts += [f"No two rows share {' and '.join(f'`{k}`' for k in spec.key)}.", ""]
+        parts += ["| column | type | meaning | values |", "| --- | --- | --- | --- |"]
+        parts += [f"| `{c.name}` | {_type_name(c)} | {c.doc} | {_values(c, spec)} |" for c in spec.columns]
     parts += ["", END]
     return "\n".join(parts)
 

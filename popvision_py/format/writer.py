@@ -25,6 +25,7 @@ import shutil
 import sys
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
@@ -38,6 +39,7 @@ from popvision_py import __version__
 from popvision_py.errors import ProfileWriteError
 from popvision_py.format import schema as S
 from popvision_py.format.atomic import atomic_output, folder_lock, write_error
+from popvision_py.format.values import check_manifest_sizes, check_values
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,12 +96,28 @@ def _cast(values: Any, column: S.Column, table: str) -> pa.ChunkedArray | pa.Arr
         raise ProfileWriteError(f"Column {table}.{column.name} cannot hold {values.type} values: {exc}.") from exc
 
 
+def footer_crc32(parquet: BinaryIO, size: int) -> int:
+    """CRC-32 of a Parquet file's footer: its Thrift metadata, their length and the closing magic.
+
+    Page checksums cover the pages' data but not the footer, whose statistics and offsets a
+    reader trusts; the manifest (itself under the ZIP's CRC) carries this one so a reader can
+    check the footer before parsing it.
+    """
+    parquet.seek(size - 8)
+    tail = parquet.read(8)
+    length = int.from_bytes(tail[:4], "little")
+    parquet.seek(size - 8 - length)
+    return zlib.crc32(parquet.read(length) + tail)
+
+
 class TableWriter:
     """Appends row batches to one table; a row group is written every ROW_GROUP_ROWS rows."""
 
-    def __init__(self, spec: S.Table, spool: BinaryIO, destination: Path) -> None:
+    def __init__(self, spec: S.Table, spool: BinaryIO, destination: Path,
+                 target: Mapping[str, Any] | None = None) -> None:
         self.spec = spec
         self.destination = destination
+        self._target = target
         self.rows = 0
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
@@ -111,6 +129,10 @@ class TableWriter:
         if self.closed:
             raise ProfileWriteError(f"Table {self.spec.name} was already closed.")
         rows = conform(batch, self.spec)
+        if self._target is not None:
+            # the reader's checks, so nothing written here is refused on open
+            check_values(self.spec, rows, self._target, "the profile being written", first_row=self.rows,
+                         whole=self.rows == 0, error=ProfileWriteError)
         self._pending.append(rows)
         self._pending_rows += rows.num_rows
         self.rows += rows.num_rows
@@ -157,6 +179,7 @@ class ProfileWriter:
             missing = [k for k in required if k not in given]
             if missing:
                 raise ProfileWriteError(f"The {what} configuration lacks {', '.join(missing)}.")
+        check_manifest_sizes(target, run, "the profile being written", ProfileWriteError)
         self._manifest: dict[str, Any] = {
             "format": S.FORMAT_NAME,
             "schema_version": S.SCHEMA_VERSION,
@@ -185,7 +208,7 @@ class ProfileWriter:
         except OSError as exc:
             raise write_error(self.path, exc) from exc
         self._spools[name] = spool
-        self._writers[name] = TableWriter(S.TABLES[name], spool, self.path)
+        self._writers[name] = TableWriter(S.TABLES[name], spool, self.path, self._manifest["target"])
         return self._writers[name]
 
     def write_table(self, name: str, data: "pa.Table | pd.DataFrame | Mapping[str, Any]") -> None:
@@ -201,9 +224,11 @@ class ProfileWriter:
         for writer in self._writers.values():
             writer.close()
         for name in S.TABLES:
+            size = self._spools[name].seek(0, os.SEEK_END)
             self._manifest["tables"][name] = {
                 "rows": self._writers[name].rows,
-                "bytes": self._spools[name].seek(0, os.SEEK_END),
+                "bytes": size,
+                "footer_crc32": footer_crc32(self._spools[name], size),
             }
         with atomic_output(self.path) as out:
             with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:

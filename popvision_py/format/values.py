@@ -1,0 +1,147 @@
+"""Checks of a profile's values against the schema's declarations (``schema.Values``, ``Table.ordered``,
+``Table.key``) and of the manifest's sizes, shared by the reader (on open and as tables are decoded)
+and the writer (so the engine cannot write what the reader refuses).
+
+Each check is a vectorised pass over whole columns (Arrow's min/max first, NumPy only to find the
+first bad row of a column that has one); a violation is one sentence naming the table, the column
+and the first bad row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from popvision_py.errors import PopvisionError, ValueRangeError
+from popvision_py.format import schema as S
+
+# Manifest target and run sizes: (key, smallest, largest). The largest keep ids within their columns'
+# types (ipu is int16) and products of sizes within int64.
+TARGET_SIZES = (("num_ipus", 1, 2**15 - 1), ("tiles_per_ipu", 1, 2**31 - 1), ("bytes_per_tile", 1, 2**40))
+RUN_SIZES = (("micro_batch_size", 1, 2**31 - 1), ("gradient_accumulation", 1, 2**31 - 1),
+             ("device_iterations", 1, 2**31 - 1), ("replication_factor", 1, 2**15 - 1))
+MAX_CLOCK_HZ = 1e12
+
+
+def check_manifest_sizes(target: Mapping[str, Any], run: Mapping[str, Any], where: str,
+                         error: type[PopvisionError] = ValueRangeError) -> None:
+    """Sizes > 0 and within bounds, the clock finite and positive: else ``error`` naming the field."""
+    for what, mapping, sizes in (("target", target, TARGET_SIZES), ("run configuration", run, RUN_SIZES)):
+        for key, low, high in sizes:
+            value = mapping.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and not low <= value <= high:
+                raise error(f"The {what} in {where} has {key} = {value}; it must be between {low:,} and {high:,}.")
+    clock = target.get("clock_hz")
+    if isinstance(clock, (int, float)) and not isinstance(clock, bool) and not (
+            math.isfinite(clock) and 0 < clock <= MAX_CLOCK_HZ):
+        raise error(f"The target in {where} has clock_hz = {clock}; it must be a finite frequency above 0 "
+                    f"and at most {MAX_CLOCK_HZ:g} Hz.")
+
+
+def _bound(value: int | str | None, target: Mapping[str, Any]) -> tuple[int | None, str]:
+    if isinstance(value, str):
+        return int(target[value]), f" (the target's {value} is {target[value]})"
+    return value, ""
+
+
+_DTYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
+           pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64}
+
+
+def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A column of integers or booleans without nulls as NumPy, read from its buffers: pyarrow's
+    to_numpy imports pandas (0.2-0.4 s), which the engine's writes avoid."""
+    if isinstance(column, pa.ChunkedArray):
+        parts = [_numbers(chunk) for chunk in column.chunks]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    start, stop = column.offset, column.offset + len(column)
+    data = column.buffers()[1]
+    if pa.types.is_boolean(column.type):
+        bits = np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little") if data is not None else np.zeros(0, np.uint8)
+        return bits[start:stop].astype(bool)
+    return np.frombuffer(data, _DTYPES[column.type])[start:stop]
+
+
+def check_values(spec: S.Table, data: pa.Table | pa.RecordBatch, target: Mapping[str, Any], where: str, *,
+                 first_row: int = 0, whole: bool = False,
+                 error: type[PopvisionError] = ValueRangeError) -> None:
+    """Check the columns of ``spec`` present in ``data`` (rows ``first_row`` on of the table).
+
+    ``whole``: ``data`` is the whole table, so ``spec.key`` (no two rows alike) is checked too.
+    """
+    present = set(data.schema.names)
+    table = spec.name
+    for column in spec.columns:
+        if column.name not in present:
+            continue
+        values = data.column(column.name)
+        name = f"Column {table}.{column.name} of {where}"
+        if values.null_count:
+            row = int(np.flatnonzero(_numbers(values.is_null()))[0])  # is_null has no nulls of its own
+            raise error(f"{name} is null at row {first_row + row:,}; it may not be null.")
+        rule = column.values
+        if rule.codes is not None:
+            _check_codes(values, rule.codes, f"{name}", first_row, error)
+            continue
+        if not pa.types.is_integer(values.type) or len(values) == 0:
+            continue
+        low = rule.low
+        below, below_note = _bound(rule.below, target)
+        high, high_note = _bound(rule.high, target)
+        if below is not None:
+            high, high_note = below - 1, below_note
+        if low is None and high is None:
+            continue
+        extremes = pc.min_max(values).as_py()
+        if low is not None and extremes["min"] < low:
+            row = int(np.flatnonzero(_numbers(values) < low)[0])
+            raise error(f"{name} holds {_numbers(values)[row]} at row {first_row + row:,}, below its least value {low}.")
+        if high is not None and extremes["max"] > high:
+            row = int(np.flatnonzero(_numbers(values) > high)[0])
+            raise error(f"{name} holds {_numbers(values)[row]:,} at row {first_row + row:,}, above its largest "
+                        f"value {high:,}{high_note}.")
+    for earlier, later in spec.ordered:
+        if earlier in present and later in present and len(data):
+            before = pc.less(data.column(later), data.column(earlier))
+            if pc.any(before).as_py():
+                row = int(np.flatnonzero(_numbers(before))[0])
+                a, b = data.column(earlier)[row].as_py(), data.column(later)[row].as_py()
+                raise error(f"Column {table}.{later} of {where} holds {b:,} at row {first_row + row:,}, "
+                            f"less than its {earlier} {a:,}.")
+    if whole and spec.key and all(k in present for k in spec.key) and len(data) > 1:
+        keys = [_numbers(data.column(k)).astype(np.int64) for k in spec.key]
+        order = np.lexsort(keys[::-1])
+        same = np.ones(len(order) - 1, bool)
+        for k in keys:
+            same &= k[order][1:] == k[order][:-1]
+        if same.any():
+            row = int(order[1:][same].min())
+            shown = ", ".join(f"{k} {int(v[row])}" for k, v in zip(spec.key, keys))
+            raise error(f"Table {table} of {where} repeats its row for {shown} at row {first_row + row:,}; "
+                        f"{' and '.join(spec.key)} identify a row.")
+
+
+def _check_codes(values: pa.ChunkedArray | pa.Array, codes: tuple[str, ...], name: str, first_row: int,
+                 error: type[PopvisionError]) -> None:
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    offset = first_row
+    for chunk in chunks:
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = pc.dictionary_encode(chunk)  # another writer's plain strings
+        # only the dictionary (a few distinct values, not rows) is compared, as Python strings:
+        # pa.array and a string array's to_numpy import pandas, which the engine's writes avoid;
+        # rows are looked at only if it holds an unknown code
+        allowed = set(codes)
+        known = np.array([value in allowed for value in chunk.dictionary.cast(pa.string()).to_pylist()], bool)
+        if not known.all():
+            bad = np.isin(_numbers(chunk.indices), np.flatnonzero(~known))
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise error(f"{name} holds the unknown value {chunk[row].as_py()!r} at row {offset + row:,}; "
+                            f"it may hold {', '.join(codes)}.")
+        offset += len(chunk)
