@@ -126,8 +126,10 @@ def _locked_connection(members: MemberFileSystem, memory_limit: str):
         for name, spec in S.TABLES.items():
             con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{members.protocol}://{spec.member}')")
         con.execute("SET lock_configuration = true")
-    except BaseException:
+    except BaseException as exc:
         con.close()
+        if isinstance(exc, duckdb.Error) and members.corrupt is not None:
+            raise members.corrupt from None  # a column chunk failed its page checksums as the view read it
         raise
     return con
 
