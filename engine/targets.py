@@ -156,8 +156,9 @@ class Assumptions:
     # Share of that bandwidth the gradient all-reduce between replicas achieves end to end. Graphcore
     # publishes no collective figure; calibrated on ResNet-50's scaling from IPU-POD16 to IPU-POD64
     # (docs/emulator.md, "Fidelity"): it absorbs what a weight update across IPU-Machines costs beyond
-    # the ring's steps.
-    all_reduce_efficiency: float = assumption(0.025, SHARE, "share of the collective bandwidth")
+    # the ring's steps. At least 1 % (below it, with the bandwidths' floors, one all-reduce of gpt3-175b
+    # would outgrow the profile's cycle columns).
+    all_reduce_efficiency: float = assumption(0.025, Range(0.01, 1), "share of the collective bandwidth")
     # Latency of one inter-IPU, host or streaming-memory transfer.
     link_latency_cycles: int = assumption(1500, WHOLE, "cycles")
     # Host-side cost of one host call (one `model(...)` call in PopTorch, which runs device_iterations
