@@ -420,3 +420,16 @@ def test_every_command_kept_the_contract_on_every_profile(capsys) -> None:
                                  for name in commands(Path("p"), Path("t")))
                 print(f"\n{level}: {counts['profiles']} profiles x 5 commands: {counts['refused']} refused, "
                       f"{counts['identical']} identical (refused/identical: {each})")
+
+
+def test_sql_refuses_a_value_the_schema_forbids(tmp_path: Path) -> None:
+    # GIVEN the tiny profile whose trace row 3 ends (cycle 45) before it starts (cycle 50): the corpus
+    # found `sql` answering from it (DuckDB reads the members itself)
+    good = write_tiny(tmp_path / "good.pop")
+    bad = tmp_path / "profile.pop"
+    bad.write_bytes(with_table(good, "trace", edited("trace", "end_cycle", 3, 45)))
+    # WHEN a query sums the trace's durations
+    result = CliRunner().invoke(main, ["sql", str(bad), QUERY])
+    # THEN it is refused with the reader's sentence, exit 2
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == f"Error: Column trace.end_cycle of {bad} holds 45 at row 3, less than its start_cycle 50."
