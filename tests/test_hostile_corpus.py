@@ -1,5 +1,5 @@
-"""The hostile corpus: valid profiles mutated at the container, footer, page and value level, read by
-every reading command.
+"""The hostile corpus: valid profiles mutated at the container, footer, page, manifest and value
+level, read by every reading command.
 
 Hypothesis draws each mutation (deterministically: the same corpus on every run). Every mutated
 profile goes through ``info``, ``report --section all --format json``, ``compare X sample``,
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import io
+import json
 import os
 import re
 import shutil
@@ -35,6 +36,7 @@ from hypothesis import strategies as st
 from popvision_py.cli import main
 from popvision_py.format import open_profile
 from popvision_py.format import schema as S
+from popvision_py.format.values import RUN_SIZES, TARGET_SIZES
 
 from .test_checksums_and_values import edited
 from .test_format import TARGET, _restamp, members, rezip, tiny_tables, write_tiny
@@ -318,6 +320,43 @@ def value_mutations(draw) -> tuple[str, pd.DataFrame, bool]:
     return table, edited(table, column.name, row, value), False
 
 
+@st.composite
+def manifest_mutations(draw, good: bytes) -> bytes:
+    """The sample with one required field of its manifest's target or run configuration removed,
+    of another JSON type, or beyond its range (the manifest otherwise as it was)."""
+    where = draw(st.sampled_from(["target", "run"]), label="where")
+    required = S.REQUIRED_TARGET_KEYS if where == "target" else S.REQUIRED_RUN_KEYS
+    key = draw(st.sampled_from(sorted(required)), label="key")
+    kind = required[key]
+    bounds = {name: (low, high) for name, low, high in TARGET_SIZES + RUN_SIZES}
+    others = st.one_of(st.none(), st.booleans(), st.text(max_size=8), st.lists(st.integers(), max_size=2),
+                       st.dictionaries(st.text(max_size=3), st.integers(), max_size=2), st.integers())
+    if key in bounds:
+        low, high = bounds[key]
+        value = draw(st.one_of(st.integers(max_value=low - 1), st.integers(min_value=high + 1, max_value=2**80),
+                               others.filter(lambda v: not isinstance(v, int) or isinstance(v, bool))), label="value")
+    elif key == "clock_hz":
+        value = draw(st.one_of(st.floats(max_value=0.0, allow_nan=False), st.floats(min_value=1.001e12, allow_nan=False),
+                               others.filter(lambda v: not isinstance(v, int) or isinstance(v, bool))), label="value")
+    else:  # a string or a list: any other JSON type
+        value = draw(others.filter(lambda v: not isinstance(v, kind)), label="value")
+    contents = members_of(good)
+    manifest = json.loads(contents[S.MANIFEST_MEMBER])
+    if draw(st.booleans(), label="remove"):
+        del manifest[where][key]
+    else:
+        manifest[where][key] = value
+    contents[S.MANIFEST_MEMBER] = json.dumps(manifest, indent=2, sort_keys=True).encode()
+    out = io.BytesIO()
+    rezip(out, contents)
+    return out.getvalue()
+
+
+def members_of(data: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return {info.filename: archive.read(info) for info in archive.infolist()}
+
+
 # -- the corpus ----------------------------------------------------------------------------------------
 
 
@@ -349,6 +388,15 @@ def test_damaged_pages_are_refused_or_harmless(sample, pages, data) -> None:
     mutated = flip(sample.good, data.draw, low, high)
     # WHEN every reading command reads it THEN each refuses it in one sentence or prints the sample's figures
     check("page", mutated, sample.path, sample.originals)
+
+
+@CORPUS
+@given(data=st.data())
+def test_a_manifest_field_removed_or_out_of_range_is_refused_or_harmless(sample, data) -> None:
+    # GIVEN the sample with one required field of its manifest removed, of the wrong type or out of range
+    mutated = data.draw(manifest_mutations(sample.good), label="profile")
+    # WHEN every reading command reads it THEN each refuses it in one sentence or prints the sample's figures
+    check("manifest", mutated, sample.path, sample.originals)
 
 
 @CORPUS
@@ -411,7 +459,7 @@ def test_the_real_program_neither_hangs_nor_crashes(tmp_path: Path, level: str) 
 def test_every_command_kept_the_contract_on_every_profile(capsys) -> None:
     # THEN (after the levels, in file order) each profile of each level that ran had an outcome for
     # every command; the figures, printed, are the ones docs/reliability.md gives
-    for level in ("container", "footer", "page", "value"):
+    for level in ("container", "footer", "page", "manifest", "value"):
         counts = OUTCOMES[level]
         if counts["profiles"]:
             assert counts["identical"] + counts["refused"] == 5 * counts["profiles"], counts
