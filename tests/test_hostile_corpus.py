@@ -353,6 +353,7 @@ def manifest_mutations(draw, good: bytes) -> bytes:
 
 
 def members_of(data: bytes) -> dict[str, bytes]:
+    """Each member of the container ``data``, by name (test_format.members, for bytes)."""
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         return {info.filename: archive.read(info) for info in archive.infolist()}
 
