@@ -129,7 +129,7 @@ def _locked_connection(members: MemberFileSystem, memory_limit: str):
     except BaseException as exc:
         con.close()
         if isinstance(exc, duckdb.Error) and members.corrupt is not None:
-            raise members.corrupt from None  # a column chunk failed its page checksums as the view read it
+            raise members.corrupt from None  # a column chunk failed its page checksums or value checks as the view read it
         raise
     return con
 
@@ -173,11 +173,11 @@ def run_query(profile_path: str, query: str, *, memory_limit: str = MEMORY_LIMIT
                     raise QueryError(f"The query ran past --timeout {timeout:g} s and was interrupted.") from None
                 if isinstance(exc, duckdb.InterruptException) or str(exc) == "Query interrupted":
                     raise KeyboardInterrupt from None  # Ctrl-C, which DuckDB catches and reports as its own
-                if members.corrupt is not None:  # a column chunk failed its page checksums as DuckDB read it
+                if members.corrupt is not None:  # a column chunk failed its page checksums or value checks as DuckDB read it
                     raise members.corrupt from None
                 raise
             except duckdb.Error as exc:
-                if members.corrupt is not None:  # a column chunk failed its page checksums as DuckDB read it
+                if members.corrupt is not None:  # a column chunk failed its page checksums or value checks as DuckDB read it
                     raise members.corrupt from None
                 raise _refusal(exc, memory_limit) from None
         finally:

@@ -9,8 +9,9 @@ rule out. Nothing is decoded or copied up front.
 
 DuckDB's Parquet reader does not check Parquet page checksums, so the first read of a column
 chunk's bytes (anything before the footer, which the reader checked at open) has the reader check
-that chunk's page checksums first: a query over damaged pages is refused (``MemberFileSystem.corrupt``
-says which table) instead of answered from flipped bytes, and a chunk no query reads is never checked.
+that chunk's page checksums first, and its values against the schema (DuckDB does not check those
+either): a query over damaged pages or forbidden values is refused (``MemberFileSystem.corrupt``
+says which table) instead of answered from them, and a chunk no query reads is never checked.
 
 Reads are ``pread``s of the container, not of the reader's memory map: pages read from a map stay
 in the process's resident set until the map is closed, bytes read into a reader's buffers are
@@ -29,7 +30,7 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 
-from popvision_py.errors import CorruptProfileError
+from popvision_py.errors import ProfileError
 from popvision_py.format import schema as S
 
 
@@ -111,7 +112,7 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
         self._checked: set[tuple[str, int]] = set()  # (member, column chunk) whose pages were checked
         self._chunk_spans: dict[str, tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]] = {}
         self._check_lock = threading.Lock()
-        self.corrupt: CorruptProfileError | None = None  # set when a read found a damaged member
+        self.corrupt: ProfileError | None = None  # set when a read found a damaged member or a forbidden value
         self._container = pa.OSFile(str(profile.path), "r")
         self._modified = datetime.fromtimestamp(profile.path.stat().st_mtime, timezone.utc)
 
@@ -162,7 +163,7 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
                 group, column = chunks[index]
                 try:
                     self._profile.verify_chunk(table, group, column)
-                except CorruptProfileError as exc:
+                except ProfileError as exc:  # a page failed its checksum, or a value the schema forbids
                     self.corrupt = exc
                     raise OSError(str(exc)) from None
                 self._checked.add((member, index))

@@ -305,9 +305,16 @@ class Profile:
 
     def verify_chunk(self, table: str, row_group: int, column: str) -> None:
         """Decode one column chunk with its page checksums checked (CorruptProfileError if one
-        fails), then hand its mapped pages back: for readers, such as DuckDB's, that skip them."""
+        fails) and its values checked against the schema (ValueRangeError), then hand its mapped
+        pages back: for readers, such as DuckDB's, that skip both.
+
+        The columns ordered with ``column`` (``start_cycle`` with ``end_cycle``) are decoded with
+        it, so that a row ending before it starts is refused too.
+        """
+        spec = S.TABLES[self._known(table)]
+        partners = [b if a == column else a for a, b in spec.ordered if column in (a, b)]
         try:
-            decoded = self._parquet(self._known(table), verify=True).read_row_group(row_group, columns=[column])
+            decoded = self._parquet(table, verify=True).read_row_group(row_group, columns=[column, *partners])
             decoded.validate(full=True)
             expected = self._footers[table].row_group(row_group).num_rows
             if decoded.num_rows != expected:
@@ -319,6 +326,9 @@ class Profile:
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
         finally:
             self._release(table, row_group)
+        footer = self._footers[table]
+        first_row = sum(footer.row_group(g).num_rows for g in range(row_group))
+        check_values(spec, decoded, self.target, str(self.path), first_row=first_row)
 
     def read_table(self, table: str, columns: Sequence[str] | None = None, *, filters: Any = None) -> pa.Table:
         """Decode a table, or only ``columns`` of it, as a pyarrow Table.
