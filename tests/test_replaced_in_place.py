@@ -141,6 +141,22 @@ def test_the_cli_says_the_sentence_when_the_profile_changes_after_open(opened_co
     assert not out.exists()
 
 
+def test_duckdbs_reads_of_an_overwritten_profile_keep_the_sentence_for_sql(opened_copy):
+    from popvision_py.format.memberfs import MemberFileSystem
+
+    # GIVEN the profile opened and its tables shown to DuckDB as files (what `popvision sql` does)
+    with open_profile(opened_copy) as profile, MemberFileSystem(profile) as members:
+        with members.open("trace.parquet") as member:
+            head = member.read(4)
+        # WHEN mnist's profile is copied over it, and DuckDB reads a member again
+        overwrite(opened_copy, SMALL)
+        with members.open("trace.parquet") as member, pytest.raises(OSError):
+            member.read(4)
+    # THEN the read fails, and the sentence `sql` reports is kept (DuckDB wraps the OSError in its own)
+    assert head == b"PAR1"
+    assert isinstance(members.corrupt, ProfileChangedError) and str(members.corrupt) == changed(opened_copy)
+
+
 # -- a real export-trace process -----------------------------------------------------------------
 
 
