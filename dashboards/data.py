@@ -96,7 +96,7 @@ class Profiles:
             scanned = set(scan_columns(summary=True, timeline=False, gantt=False))
             rest = [field.name for field in profile.metadata("trace").schema.to_arrow_schema()
                     if field.name not in scanned]
-            for _ in profile.iter_batches("trace", rest, release_pages=True) if rest else ():
+            for _ in profile.iter_batches("trace", rest) if rest else ():
                 pass
 
     def warm(self) -> None:

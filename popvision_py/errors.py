@@ -30,6 +30,13 @@ class CorruptProfileError(ProfileError):
     """A member of the container (or the container itself) is damaged."""
 
 
+class ProfileChangedError(CorruptProfileError):
+    """The file was overwritten or truncated after it was opened: what was read may mix two files.
+
+    A kind of corrupt profile, so whoever refuses damaged members refuses a changed one too.
+    """
+
+
 class UnknownFormatError(ProfileError):
     """The manifest names a format other than popvision-profile."""
 

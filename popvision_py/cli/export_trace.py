@@ -208,7 +208,7 @@ def iterations_per_run(profile: Profile) -> int:
     if bounds is not None:
         return max(bounds["iteration"][1] + 1, 1)
     top = -1
-    for batch in profile.iter_batches("trace", ["iteration"], BATCH_ROWS, release_pages=True):
+    for batch in profile.iter_batches("trace", ["iteration"], BATCH_ROWS):
         if batch.num_rows:
             top = max(top, int(pc.max(batch["iteration"]).as_py()))
     return max(top + 1, 1)
@@ -217,8 +217,7 @@ def iterations_per_run(profile: Profile) -> int:
 def _extent(profile: Profile, per_run: int) -> str:
     """The trace's iterations and cycles, for the message of an empty window (streamed: an error path)."""
     last, first_cycle, last_cycle = -1, None, None
-    for batch in profile.iter_batches("trace", ["run", "iteration", "start_cycle", "end_cycle"], BATCH_ROWS,
-                                      release_pages=True):
+    for batch in profile.iter_batches("trace", ["run", "iteration", "start_cycle", "end_cycle"], BATCH_ROWS):
         if batch.num_rows == 0:
             continue
         g = numbers(batch["run"]).astype(np.int64) * per_run + numbers(batch["iteration"])
@@ -330,7 +329,7 @@ def export(path: str | os.PathLike[str], output: str | os.PathLike[str], batch_r
             processes = _process_events([i for i in ipus if not window.ipus or i in window.ipus])
             out.write(",\n".join(processes).encode())
             written = bool(processes)  # an item is in the array: the next one needs a comma
-            for batch in profile.iter_batches("trace", COLUMNS, batch_rows, row_groups=groups, release_pages=True):
+            for batch in profile.iter_batches("trace", COLUMNS, batch_rows, row_groups=groups):
                 bar.update(batch.num_rows)
                 keep = window.mask(batch, per_run)
                 if keep is not None:

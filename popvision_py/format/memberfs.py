@@ -13,90 +13,37 @@ that chunk's page checksums first, and its values against the schema (DuckDB doe
 either): a query over damaged pages or forbidden values is refused (``MemberFileSystem.corrupt``
 says which table) instead of answered from them, and a chunk no query reads is never checked.
 
-Reads are ``pread``s of the container, not of the reader's memory map: pages read from a map stay
-in the process's resident set until the map is closed, bytes read into a reader's buffers are
-freed once decoded (docs/performance.md: `popvision sql` at 50M trace rows).
+Reads are ``pread``s through the reader's own handle on the container (``Profile.read_at``), never
+a memory map: bytes read into a reader's buffers are freed once decoded (docs/performance.md:
+`popvision sql` at 50M trace rows), and a profile overwritten in place while a query runs is
+refused in one sentence (``ProfileChangedError``) instead of killing the process with SIGBUS.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import fsspec
 import numpy as np
-import pyarrow as pa
 
-from popvision_py.errors import ProfileError
+from popvision_py.errors import CorruptProfileError, ProfileError
 from popvision_py.format import schema as S
+from popvision_py.format.span import MemberFile
+
+__all__ = ["MemberFile", "MemberFileSystem"]
 
 
 if TYPE_CHECKING:
     from popvision_py.format.reader import Profile
 
 
-class MemberFile:
-    """One member's bytes as a read-only, seekable file.
-
-    A reader may share one handle between threads, each doing seek-then-read: the position is
-    kept per OS thread (a native thread calling into Python may get a new thread state, and so
-    a new ``threading.local``, on every call), so another thread's seek never moves this one's read.
-    """
-
-    def __init__(self, container: pa.OSFile, name: str, offset: int, size: int,
-                  verify: Callable[[int, int], None] | None = None, footer_start: int = 0) -> None:
-        self.name, self.size = name, size
-        self._container, self._offset = container, offset
-        # called before a read that starts below the footer (the reader checked the footer at open)
-        self._verify, self._footer_start = verify, footer_start
-        self._positions: dict[int, int] = {}
-        self.closed = False
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return False
-
-    def tell(self) -> int:
-        return self._positions.get(threading.get_ident(), 0)
-
-    def seek(self, position: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self.tell(), 2: self.size}[whence]
-        position = min(max(base + position, 0), self.size)
-        self._positions[threading.get_ident()] = position
-        return position
-
-    def read(self, nbytes: int | None = -1) -> bytes:
-        start = self.tell()
-        left = self.size - start
-        nbytes = left if nbytes is None or nbytes < 0 else min(nbytes, left)
-        self._positions[threading.get_ident()] = start + nbytes
-        if self._verify is not None and start < self._footer_start:
-            self._verify(start, start + nbytes)
-        # read_at is a pread: it leaves the container's own position alone
-        return self._container.read_at(nbytes, self._offset + start)
-
-    def close(self) -> None:
-        self.closed = True
-
-    def __enter__(self) -> "MemberFile":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 class MemberFileSystem(fsspec.AbstractFileSystem):
     """The tables of an open profile as files ``<table>.parquet``, under the protocol ``popvision``.
 
-    Holds its own handle on the container; ``close()`` it (or use it in a ``with``) when done.
+    Reads through the profile's handle on the container: the profile stays open while this is used.
     """
 
     protocol = "popvision"
@@ -113,7 +60,6 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
         self._chunk_spans: dict[str, tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]] = {}
         self._check_lock = threading.Lock()
         self.corrupt: ProfileError | None = None  # set when a read found a damaged member or a forbidden value
-        self._container = pa.OSFile(str(profile.path), "r")
         self._modified = datetime.fromtimestamp(profile.path.stat().st_mtime, timezone.utc)
 
     def _entry(self, name: str) -> dict[str, Any]:
@@ -145,12 +91,21 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
         if path not in self._spans:
             raise FileNotFoundError(path)
         offset, size = self._spans[path]
-        return MemberFile(self._container, path, offset, size, functools.partial(self._verify, path), self._footer_starts[path])
+        return MemberFile(self._read_at, path, offset, size, functools.partial(self._verify, path), self._footer_starts[path])
+
+    def _read_at(self, offset: int, nbytes: int) -> bytes:
+        """The profile's bytes; a profile changed since it was opened is kept in ``corrupt`` (DuckDB
+        turns the OSError into its own error, and the caller reports ``corrupt``'s sentence)."""
+        try:
+            return self._profile.read_at(offset, nbytes)
+        except CorruptProfileError as exc:
+            self.corrupt = exc
+            raise OSError(str(exc)) from None
 
     def _verify(self, member: str, first: int, stop: int) -> None:
         """Check the Parquet page checksums of every column chunk that bytes [first, stop) of the
-        member touch, once each: the reader decodes them from its mapping with verification (its
-        pages handed back afterwards), so DuckDB's own reads are not repeated."""
+        member touch, once each: the reader decodes them with verification, so DuckDB's own reads
+        are not repeated."""
         starts, stops, chunks = self._chunks(member)
         touched = np.flatnonzero((starts < stop) & (stops > first))
         table = member.removesuffix(S.TABLE_SUFFIX)
@@ -185,7 +140,7 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
         return self._chunk_spans[member]
 
     def close(self) -> None:
-        self._container.close()
+        """Nothing to release: the profile holds the handle (kept so this works in a ``with``)."""
 
     def __enter__(self) -> "MemberFileSystem":
         return self

@@ -1,8 +1,15 @@
 """Reading profile.pop without reading it all.
 
-``open_profile(path)`` memory-maps the file, checks the ZIP directory and the manifest, and reads
-each table's Parquet footer to check its schema: the data itself stays on disk until a table (or
-some of its columns) is asked for, and then pyarrow decodes it straight from the mapped bytes.
+``open_profile(path)`` opens the file, checks the ZIP directory and the manifest, and reads each
+table's Parquet footer to check its schema: the data itself stays on disk until a table (or some of
+its columns) is asked for, and then pyarrow decodes it from the column chunks it reads.
+
+The file is read with ``pread`` through one handle, never memory-mapped: a file another process
+truncates or rewrites in place (``cp other.pop profile.pop``) would kill a process reading a map of
+it with SIGBUS. Each read is followed by an ``fstat`` of the handle; a size or modification time
+other than at open raises ``ProfileChangedError`` ("changed while it was being read"), so what was
+read never mixes two files. A profile replaced by a rename (as the writer publishes one) leaves the
+open handle on the old file, which is read whole and unchanged.
 
 Every way a file can be wrong raises one of the ``ProfileError`` classes with one sentence; sizes
 are checked against the file before anything is allocated.
@@ -10,10 +17,7 @@ are checked against the file before anything is allocated.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import json
-import mmap
 import os
 import stat
 import struct
@@ -38,11 +42,13 @@ from popvision_py.errors import (
     MissingTableError,
     NewerSchemaError,
     NotAProfileError,
+    ProfileChangedError,
     ProfileError,
     UnexpectedMemberError,
     UnknownFormatError,
 )
 from popvision_py.format import schema as S
+from popvision_py.format.span import MemberFile
 from popvision_py.format.values import check_manifest_sizes, check_values
 
 if TYPE_CHECKING:  # pandas is imported only when a frame is asked for: `popvision info` stays fast
@@ -53,6 +59,7 @@ MAX_MANIFEST_DEPTH = 32  # objects and lists nested in the manifest (ours: 4)
 # A profile written before the manifest carried footer checksums has its members checked against
 # the ZIP's CRC-32 instead, whole, up to this size; a larger member's footer is not verified.
 WHOLE_MEMBER_CRC_BYTES = 64 << 20
+CRC_READ_BYTES = 8 << 20  # such a member is read in pieces this large to check it
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
 _LOCAL_SIGNATURE = b"PK\x03\x04"
 
@@ -85,16 +92,26 @@ class Profile:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._size = self._check_file()
-        self._members = self._read_directory()
-        self._mapped = pa.memory_map(str(self.path), "r")
-        self._buffer = self._mapped.read_buffer()
-        self.manifest = self._read_manifest()
-        self.target: dict[str, Any] = self.manifest["target"]
-        self.run: dict[str, Any] = self.manifest["run"]
-        self._footers: dict[str, pq.FileMetaData] = {}  # each table's parsed Parquet footer, kept from open
-        self._verified: dict[str, bool] = {}  # whether each footer was checked against a checksum
-        self._schemas = {name: self._check_table(name) for name in S.TABLES}
+        self._check_file()
+        self._file = self._open_file()
+        try:
+            self._size, self._stamp = self._stat()
+            self._members = self._read_directory()
+            self.manifest = self._read_manifest()
+            self.target: dict[str, Any] = self.manifest["target"]
+            self.run: dict[str, Any] = self.manifest["run"]
+            self._footers: dict[str, pq.FileMetaData] = {}  # each table's parsed Parquet footer, kept from open
+            self._verified: dict[str, bool] = {}  # whether each footer was checked against a checksum
+            self._schemas = {name: self._check_table(name) for name in S.TABLES}
+        except (ProfileError, OSError, ValueError, pa.ArrowException):
+            try:
+                self._unchanged()  # what looked broken may be a file rewritten while it was opened
+            finally:
+                self._file.close()
+            raise
+        except BaseException:
+            self._file.close()
+            raise
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -116,10 +133,55 @@ class Profile:
             raise EmptyProfileError(f"{name} is empty (0 bytes).")
         return info.st_size
 
+    def _open_file(self) -> pa.OSFile:
+        name = self.path
+        try:
+            # O_NONBLOCK: a FIFO swapped in since the check above opens at once (and is refused below)
+            handle = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            raise NotAProfileError(f"{name} does not exist.") from None
+        except OSError as exc:
+            raise NotAProfileError(f"{name} cannot be read: {exc.strerror}.") from None
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            os.close(handle)
+            raise NotAProfileError(f"{name} is not a regular file, so it cannot be a profile.pop.")
+        return pa.OSFile(handle, "r")  # owns the descriptor from here on
+
+    def _stat(self) -> tuple[int, tuple[int, int]]:
+        """The open file's size, and what tells whether it changed since: (size, mtime in ns)."""
+        info = os.fstat(self._file.fileno())
+        return info.st_size, (info.st_size, info.st_mtime_ns)
+
+    def _unchanged(self) -> None:
+        """Raise ProfileChangedError if the open file's size or modification time is not what it
+        was at open (a rewrite in place, e.g. `cp` over it, changes both; reads may mix the two)."""
+        if self._file.closed:
+            return
+        if self._stat()[1] != self._stamp:
+            raise ProfileChangedError(f"The profile {self.path} changed while it was being read; open it again.")
+
+    def read_at(self, offset: int, nbytes: int) -> bytes:
+        """``nbytes`` of the container from ``offset`` on, read with ``pread`` (never mapped).
+
+        Raises ProfileChangedError if the file changed since it was opened (checked after the
+        read, so bytes returned were read before any change), CorruptProfileError if the file
+        ends before ``offset + nbytes``.
+        """
+        try:
+            data = self._file.read_at(nbytes, offset)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            self._unchanged()
+            raise CorruptProfileError(f"{self.path} cannot be read ({_first_line(exc)}).") from None
+        self._unchanged()
+        if len(data) != nbytes:
+            raise CorruptProfileError(f"{self.path} ends before byte {offset + nbytes} (truncated?).")
+        return data
+
     def _read_directory(self) -> dict[str, Member]:
         name = self.path
         try:
-            with open(name, "rb") as handle:
+            # the handle opened above (its position is zipfile's alone: every other read is a pread)
+            with open(self._file.fileno(), "rb", closefd=False) as handle:
                 head = handle.read(4)
                 try:
                     archive = zipfile.ZipFile(handle)
@@ -174,7 +236,7 @@ class Profile:
             raise NotAProfileError(f"{name} is not a profile.pop: it has no {S.MANIFEST_MEMBER}.")
         if member.size > MAX_MANIFEST_BYTES:
             raise MemberSizeError(f"The manifest of {name} declares {member.size} bytes, more than a manifest can be.")
-        raw = self._buffer.slice(member.offset, member.size).to_pybytes()
+        raw = self.read_at(member.offset, member.size)
         if zlib.crc32(raw) != member.crc:
             raise CorruptProfileError(f"The manifest of {name} is corrupt (its checksum does not match).")
         try:
@@ -219,6 +281,7 @@ class Profile:
             stored = parquet.schema_arrow
             footer = parquet.metadata
         except (pa.ArrowException, OSError) as exc:
+            self._unchanged()
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
         self._footers[table] = footer
         rows = footer.num_rows
@@ -245,18 +308,22 @@ class Profile:
         corrupt = f"Table {table} of {self.path} is corrupt"
         if member.size < 12:
             raise CorruptProfileError(f"{corrupt} ({member.size} bytes is too short for a Parquet file).")
-        data = self._buffer.slice(member.offset, member.size)
         expected = declared.get("footer_crc32")
         if expected is None:
             if member.size > WHOLE_MEMBER_CRC_BYTES:
                 return False
-            if zlib.crc32(data) != member.crc:
+            crc = 0
+            for start in range(0, member.size, CRC_READ_BYTES):
+                crc = zlib.crc32(self.read_at(member.offset + start, min(CRC_READ_BYTES, member.size - start)), crc)
+            if crc != member.crc:
                 raise CorruptProfileError(f"{corrupt} (its checksum does not match).")
             return True
         if not isinstance(expected, int) or isinstance(expected, bool):
             raise ManifestError(f"The manifest of {self.path} has a footer_crc32 of table {table} that is not an integer.")
-        length = int.from_bytes(data.slice(member.size - 8, 4).to_pybytes(), "little")
-        if length + 12 > member.size or zlib.crc32(data.slice(member.size - 8 - length, length + 8)) != expected:
+        length = int.from_bytes(self.read_at(member.offset + member.size - 8, 4), "little")
+        # the length is checked against the member (itself checked against the file) before it is read
+        if length + 12 > member.size or zlib.crc32(
+                self.read_at(member.offset + member.size - 8 - length, length + 8)) != expected:
             raise CorruptProfileError(f"{corrupt} (its footer does not match the checksum in the manifest).")
         return True
 
@@ -267,14 +334,19 @@ class Profile:
 
     # -- reading ---------------------------------------------------------------------------
 
+    def _member_file(self, table: str) -> pa.PythonFile:
+        """The table's member as a file pyarrow reads: each read a pread of the container, followed
+        by the check that the file has not changed (ProfileChangedError, which pyarrow passes on)."""
+        member = self._members[S.TABLES[table].member]
+        return pa.PythonFile(MemberFile(self.read_at, member.name, member.offset, member.size), mode="r")
+
     def _parquet(self, table: str, verify: bool = False) -> pq.ParquetFile:
         # The footer parsed at open is passed back in, so it is not parsed again on every read; a
         # fresh ParquetFile per read keeps concurrent reads (the dashboard's threads) independent.
-        member = self._members[S.TABLES[table].member]
-        return pq.ParquetFile(
-            pa.BufferReader(self._buffer.slice(member.offset, member.size)), metadata=self._footers.get(table),
-            page_checksum_verification=verify,
-        )
+        # No pre-buffering: reads then happen within each call, never on pyarrow's I/O threads
+        # after the caller has stopped (they would call into Python while the interpreter exits).
+        return pq.ParquetFile(self._member_file(table), metadata=self._footers.get(table),
+                              page_checksum_verification=verify, pre_buffer=False)
 
     @property
     def tables(self) -> list[str]:
@@ -301,12 +373,12 @@ class Profile:
     def footer_bytes(self, table: str) -> int:
         """Bytes of the table's Parquet footer, with its length and closing magic (checked at open)."""
         offset, size = self.member_span(table)
-        return int.from_bytes(self._buffer.slice(offset + size - 8, 4).to_pybytes(), "little") + 8
+        return int.from_bytes(self.read_at(offset + size - 8, 4), "little") + 8
 
     def verify_chunk(self, table: str, row_group: int, column: str) -> None:
         """Decode one column chunk with its page checksums checked (CorruptProfileError if one
-        fails) and its values checked against the schema (ValueRangeError), then hand its mapped
-        pages back: for readers, such as DuckDB's, that skip both.
+        fails) and its values checked against the schema (ValueRangeError): for readers, such as
+        DuckDB's, that skip both.
 
         The columns ordered with ``column`` (``start_cycle`` with ``end_cycle``) are decoded with
         it, so that a row ending before it starts is refused too.
@@ -323,9 +395,8 @@ class Profile:
                     f"to {decoded.num_rows} rows, its footer says {expected})."
                 )
         except (pa.ArrowException, OSError) as exc:
+            self._unchanged()
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
-        finally:
-            self._release(table, row_group)
         footer = self._footers[table]
         first_row = sum(footer.row_group(g).num_rows for g in range(row_group))
         check_values(spec, decoded, self.target, str(self.path), first_row=first_row)
@@ -333,7 +404,8 @@ class Profile:
     def read_table(self, table: str, columns: Sequence[str] | None = None, *, filters: Any = None) -> pa.Table:
         """Decode a table, or only ``columns`` of it, as a pyarrow Table.
 
-        ``filters`` takes pyarrow's row-group filter syntax, e.g. ``[("ipu", "=", 0)]``.
+        ``filters`` takes pyarrow's filter syntax, e.g. ``[("ipu", "=", 0)]``: only the rows that
+        pass are returned (the whole table is decoded first).
         """
         self._known(table)
         wanted = list(columns) if columns is not None else None
@@ -342,27 +414,26 @@ class Profile:
             if unknown:
                 raise MissingColumnError(f"Table {table} has no column {', '.join(unknown)}.")
         try:
-            if filters is None:
-                # With the footer already parsed, ParquetFile.read decodes the same columns (in
-                # parallel too) without pq.read_table's dataset set-up: 2-4x faster on small
-                # tables, no slower on a 50M-row trace (pyarrow 26; docs/performance.md).
-                decoded = self._parquet(table, verify=True).read(columns=wanted)
-                if decoded.num_rows != self._footers[table].num_rows:
-                    raise CorruptProfileError(
-                        f"Table {table} of {self.path} is corrupt (it decodes to {decoded.num_rows} rows, "
-                        f"its footer says {self._footers[table].num_rows})."
-                    )
-            else:
-                member = self._members[S.TABLES[table].member]
-                decoded = pq.read_table(
-                    pa.BufferReader(self._buffer.slice(member.offset, member.size)),
-                    columns=wanted,
-                    filters=filters,
-                    page_checksum_verification=True,
+            # With the footer already parsed, ParquetFile.read decodes the same columns (in
+            # parallel too) without pq.read_table's dataset set-up: 2-4x faster on small tables, no
+            # slower on a 50M-row trace (pyarrow 26; docs/performance.md). Filters are applied to
+            # the decoded table, not through pq.read_table's dataset scan: its reads run on
+            # pyarrow's I/O threads, which call into Python even after a failed scan, as the
+            # interpreter exits.
+            decoded = self._parquet(table, verify=True).read(columns=wanted if filters is None else None)
+            if decoded.num_rows != self._footers[table].num_rows:
+                raise CorruptProfileError(
+                    f"Table {table} of {self.path} is corrupt (it decodes to {decoded.num_rows} rows, "
+                    f"its footer says {self._footers[table].num_rows})."
                 )
+            if filters is not None:
+                decoded = decoded.filter(pq.filters_to_expression(filters))
+                if wanted is not None:
+                    decoded = decoded.select(wanted)
             # a damaged page header can leave dictionary indices past the dictionary's end
             decoded.validate(full=True)
         except (pa.ArrowException, OSError) as exc:
+            self._unchanged()
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
         check_values(S.TABLES[table], decoded, self.target, str(self.path), whole=filters is None)
         return decoded
@@ -372,13 +443,12 @@ class Profile:
         return self.read_table(table, columns, filters=filters).to_pandas()
 
     def iter_batches(self, table: str, columns: Sequence[str] | None = None, batch_size: int = 1 << 20,
-                     row_groups: Sequence[int] | None = None, release_pages: bool = False):
+                     row_groups: Sequence[int] | None = None):
         """Yield the table as pyarrow RecordBatches, for tables too large to decode at once.
 
         ``row_groups``: only these row groups (say, those whose footer statistics can hold the rows
-        a caller wants). ``release_pages``: hand each row group's mapped pages back to the OS once
-        it is decoded, so a single pass over a large table keeps a flat resident size (the pages
-        stay in the page cache; reading them again only faults them back in).
+        a caller wants). Nothing is mapped: the bytes of each column chunk are read, decoded and
+        freed, so a pass over a large table keeps a flat resident size.
         """
         wanted = list(columns) if columns is not None else None
         try:
@@ -392,7 +462,7 @@ class Profile:
             # A damaged page header can end a column early without an error: the batches then stop
             # short of the footer's row count (checked at the end) or hold invalid dictionary
             # indices (checked per batch).
-            if row_groups is None and not release_pages:
+            if row_groups is None:
                 for batch in parquet.iter_batches(batch_size=batch_size, columns=wanted):
                     batch.validate(full=True)
                     check_values(spec, batch, self.target, where, first_row=decoded)
@@ -407,32 +477,13 @@ class Profile:
                         decoded += batch.num_rows
                         row += batch.num_rows
                         yield batch
-                    if release_pages:
-                        self._release(table, group)
             if decoded != expected:
                 raise CorruptProfileError(
                     f"Table {table} of {self.path} is corrupt (it decodes to {decoded} rows, its footer says {expected})."
                 )
         except (pa.ArrowException, OSError) as exc:
+            self._unchanged()
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
-
-    def _release(self, table: str, group: int) -> None:
-        """madvise(MADV_DONTNEED) the whole pages of one row group's bytes in the mapping."""
-        advice = getattr(mmap, "MADV_DONTNEED", None)
-        if advice is None or self._buffer is None:
-            return
-        meta = self._footers[table].row_group(group)
-        chunks = [meta.column(i) for i in range(meta.num_columns)]
-        first = min(c.dictionary_page_offset or c.data_page_offset for c in chunks)
-        last = max((c.dictionary_page_offset or c.data_page_offset) + c.total_compressed_size for c in chunks)
-        member = self._members[S.TABLES[table].member]
-        base = self._buffer.address + member.offset
-        # offsets come from the file: clamped to the member, so only this mapping's pages are touched
-        first, last = max(first, 0), min(last, member.size)
-        start = -(-(base + first) // mmap.PAGESIZE) * mmap.PAGESIZE
-        end = (base + last) // mmap.PAGESIZE * mmap.PAGESIZE
-        if end > start:
-            _libc().madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), advice)
 
     def _known(self, table: str) -> str:
         if table not in S.TABLES:
@@ -440,8 +491,7 @@ class Profile:
         return table
 
     def close(self) -> None:
-        self._buffer = None  # type: ignore[assignment]
-        self._mapped.close()
+        self._file.close()
 
     def __enter__(self) -> "Profile":
         return self
@@ -480,11 +530,6 @@ def _depth(value: Any) -> int:
                 return deepest
             stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
     return deepest
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,68 @@
+"""One member of profile.pop as a read-only, seekable file of its own, read with ``pread``.
+
+Both the reader (through ``pa.PythonFile``, for pyarrow's Parquet reader) and ``MemberFileSystem``
+(for DuckDB's) read a member through ``MemberFile``: the member's bytes are ``pread`` from the
+container on each read, never mapped, so a file another process truncates under the reader gives a
+short read (and an error) instead of killing the process with SIGBUS.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+
+class MemberFile:
+    """``size`` bytes of a container from ``offset`` on, as a read-only, seekable file.
+
+    ``read_at(offset, nbytes)`` reads the container (a ``pread``: the container has no position of
+    its own to share). A reader may share one handle between threads, each doing seek-then-read:
+    the position is kept per OS thread (a native thread calling into Python may get a new thread
+    state, and so a new ``threading.local``, on every call), so another thread's seek never moves
+    this one's read.
+    """
+
+    def __init__(self, read_at: Callable[[int, int], bytes], name: str, offset: int, size: int,
+                 verify: Callable[[int, int], None] | None = None, footer_start: int = 0) -> None:
+        self.name, self.size = name, size
+        self._read_at, self._offset = read_at, offset
+        # called before a read that starts below the footer (the reader checked the footer at open)
+        self._verify, self._footer_start = verify, footer_start
+        self._positions: dict[int, int] = {}
+        self.closed = False
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return self._positions.get(threading.get_ident(), 0)
+
+    def seek(self, position: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.tell(), 2: self.size}[whence]
+        position = min(max(base + position, 0), self.size)
+        self._positions[threading.get_ident()] = position
+        return position
+
+    def read(self, nbytes: int | None = -1) -> bytes:
+        start = self.tell()
+        left = self.size - start
+        nbytes = left if nbytes is None or nbytes < 0 else min(nbytes, left)
+        self._positions[threading.get_ident()] = start + nbytes
+        if self._verify is not None and start < self._footer_start:
+            self._verify(start, start + nbytes)
+        return self._read_at(self._offset + start, nbytes)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __enter__(self) -> "MemberFile":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
