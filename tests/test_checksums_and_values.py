@@ -185,10 +185,9 @@ def test_a_small_profile_without_checksums_is_checked_against_the_zip_crc(tmp_pa
 # -- values ------------------------------------------------------------------------------------
 
 
-def by_hand(tmp_path: Path, table: str, frame: pd.DataFrame, nullable: bool = False) -> Path:
-    """The tiny profile with ``table`` replaced by ``frame``, written with pyarrow as another writer
-    would (its footer checksum stamped, so only the values are wrong)."""
-    good = write_tiny(tmp_path / "good.pop")
+def with_table(good: Path, table: str, frame: pd.DataFrame, nullable: bool = False) -> bytes:
+    """The profile ``good`` with ``table`` rewritten by pyarrow from ``frame`` (as another writer
+    would, its footer checksum stamped): everything else, the manifest's creation time included, as it was."""
     contents = members(good)
     schema = S.TABLES[table].schema
     if nullable:
@@ -197,7 +196,17 @@ def by_hand(tmp_path: Path, table: str, frame: pd.DataFrame, nullable: bool = Fa
     pq.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), sink)
     contents[S.TABLES[table].member] = sink.getvalue()
     _restamp(contents, table)
-    return rezip(tmp_path / "profile.pop", contents)
+    out = io.BytesIO()
+    rezip(out, contents)
+    return out.getvalue()
+
+
+def by_hand(tmp_path: Path, table: str, frame: pd.DataFrame, nullable: bool = False) -> Path:
+    """The tiny profile with ``table`` replaced by ``frame``, written with pyarrow as another writer
+    would (its footer checksum stamped, so only the values are wrong)."""
+    path = tmp_path / "profile.pop"
+    path.write_bytes(with_table(write_tiny(tmp_path / "good.pop"), table, frame, nullable))
+    return path
 
 
 def edited(table: str, column: str, row: int, value) -> pd.DataFrame:

@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -38,8 +37,8 @@ from popvision_py.format import open_profile
 from popvision_py.format import schema as S
 from popvision_py.format.values import RUN_SIZES, TARGET_SIZES
 
-from .test_checksums_and_values import edited
-from .test_format import TARGET, _restamp, members, rezip, tiny_tables, write_tiny
+from .test_checksums_and_values import edited, with_table
+from .test_format import TARGET, rezip, tiny_tables, write_tiny
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_profiles" / "mnist_inference" / "profile.pop"
 QUERY = "SELECT count(*), sum(end_cycle - start_cycle) FROM trace"
@@ -163,22 +162,6 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> Unmutated:
     originals = outputs(path)
     assert all(got.code == 0 for got in originals.values()), {n: g.stderr for n, g in originals.items()}
     return Unmutated(path, path.read_bytes(), originals)
-
-
-def with_table(good: Path, table: str, frame: pd.DataFrame, nullable: bool = False) -> bytes:
-    """The profile ``good`` with ``table`` rewritten by pyarrow from ``frame`` (as another writer
-    would, its footer checksum stamped): everything else, the manifest's creation time included, as it was."""
-    contents = members(good)
-    schema = S.TABLES[table].schema
-    if nullable:
-        schema = pa.schema([field.with_nullable(True) for field in schema])
-    sink = io.BytesIO()
-    pq.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), sink)
-    contents[S.TABLES[table].member] = sink.getvalue()
-    _restamp(contents, table)
-    out = io.BytesIO()
-    rezip(out, contents)
-    return out.getvalue()
 
 
 @pytest.fixture(scope="module")
