@@ -45,6 +45,20 @@ ORDER = ("preset", "layers", "hidden", "heads", "seq_len", "vocab", "masked_toke
 
 
 @dataclass(frozen=True)
+class Predicted:
+    """The figures a fix's effect states, for ``popvision report --verify`` to hold against a run of it.
+
+    ``None`` where the effect states nothing about that figure. ``faster``: the fix is meant to raise
+    the throughput (samples per second), whether or not it states by how much.
+    """
+
+    worst_tile_bytes: int | None = None
+    step_cycles: float | None = None
+    samples_per_second: float | None = None
+    faster: bool = False
+
+
+@dataclass(frozen=True)
 class Fix:
     """A suggestion with its estimated effect and the changes that apply it (see the module docstring)."""
 
@@ -52,6 +66,7 @@ class Fix:
     effect: str
     changes: dict[str, Any]
     tag: str  # names the fix's profile directory: profile-<tag>
+    predicted: Predicted = Predicted()
 
 
 def flag(name: str, value: Any) -> list[str]:
@@ -116,9 +131,10 @@ def request(run: Mapping[str, Any], target: Mapping[str, Any]) -> tuple[str, dic
     return str(run.get("model", "MODEL")), {k: v for k, v in options.items() if v is not None}
 
 
-def command(run: Mapping[str, Any], target: Mapping[str, Any], changes: Mapping[str, Any], tag: str) -> str:
-    """The ``popvision run`` command that runs this profile's configuration with ``changes``, writing
-    its profile to ``profile-<tag>``."""
+def fixed_options(run: Mapping[str, Any], target: Mapping[str, Any],
+                  changes: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The model and the ``popvision run`` options (by option name, ``assume`` a dict) that run this
+    profile's configuration with ``changes``: what ``command`` spells out, and ``--verify`` runs."""
     model, options = request(run, target)
     options.update(changes)
     amp = options.get("available_memory_proportion")
@@ -132,6 +148,13 @@ def command(run: Mapping[str, Any], target: Mapping[str, Any], changes: Mapping[
     if "system" in options:  # a fix over more IPUs needs a system that holds them
         needed = runconfig.ipus_used(applied(run, changes))
         options["system"] = runconfig.system_holding(needed, str(options["system"]))
+    return model, options
+
+
+def command(run: Mapping[str, Any], target: Mapping[str, Any], changes: Mapping[str, Any], tag: str) -> str:
+    """The ``popvision run`` command that runs this profile's configuration with ``changes``, writing
+    its profile to ``profile-<tag>``."""
+    model, options = fixed_options(run, target, changes)
     assume = options.pop("assume", None) or {}
     order = block_order(run)
     words = ["popvision", "run", model]

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import pandas as pd
 
 from popvision_py.analysis import exchange as _exchange
+from popvision_py.analysis import fixes as _fixes
 from popvision_py.analysis import host as _host
 from popvision_py.analysis import liveness as _liveness
 from popvision_py.analysis import memory as _memory
@@ -231,13 +232,21 @@ class SummaryReport(_View):
         return self._insights().frame()
 
     def _insights(self) -> Table:
+        return self._findings()[0]
+
+    def fixes(self) -> list[_fixes.Fix | None]:
+        """The ``Fix`` of each row of ``insights()`` (None where the finding has none): its changes,
+        predicted figures and tag, which ``popvision report --verify`` runs."""
+        return self._findings()[1]
+
+    def _findings(self) -> tuple[Table, list[_fixes.Fix | None]]:
         r = self._r
 
-        def compute() -> Table:
+        def compute() -> tuple[Table, list[_fixes.Fix | None]]:
             oom = r.memory._out_of_memory()
             breakdown = (r.memory._tile_breakdown(int(oom["ipu"][0]), int(oom["tile"][0]))
                          if len(oom) else None)  # read only when a tile is out of memory
-            return _summary.insights(self.figures(), _summary.Evidence(
+            return _summary.findings(self.figures(), _summary.Evidence(
                 run=r.run, target=r.target, oom=oom, worst_breakdown=breakdown,
                 tile_memory=r.columns("tile_memory"), tiles=r.memory._tiles(), blocks=r.stages._blocks(), costs=r.stages._costs(),
                 stage_figures=r.stages.figures(), split=r.stages.best_split(), exchange=r.exchange.figures(),

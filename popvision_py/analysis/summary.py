@@ -164,15 +164,18 @@ class _Findings:
     def __init__(self, ev: Evidence) -> None:
         self.ev = ev
         self.rows: list[tuple[str, str, str, str, str, str]] = []
+        self.fixes: list[F.Fix | None] = []  # the fix of each row
 
     def add(self, severity: str, topic: str, finding: str, fix: F.Fix | None = None) -> bool:
         if fix is None:
             self.rows.append((severity, topic, finding, "", "", ""))
+            self.fixes.append(None)
             return True
         if F.check(self.ev.run, fix.changes) is not None:
             return False
         self.rows.append((severity, topic, finding, fix.suggestion, fix.effect,
                           F.command(self.ev.run, self.ev.target, fix.changes, fix.tag)))
+        self.fixes.append(fix)
         return True
 
 
@@ -194,18 +197,20 @@ def _memory_fixes(summary: Summary, ev: Evidence) -> list[F.Fix]:
         est = after({"optimiser_state": 0.0})
         out.append(F.Fix("Offload the optimiser state to streaming memory (TensorLocations: optimiser off chip).",
                          f"{F.tile_change(before, est, capacity)}; adds remote-buffer traffic at each weight update.",
-                         {"offload_optimiser": True}, "offload-optimiser"))
+                         {"offload_optimiser": True}, "offload-optimiser", F.Predicted(worst_tile_bytes=est)))
     if (training and "optimiser_state" in categories and replicas > 1
             and not locations.get("replicated_tensor_sharding", False)):
         est = after({"optimiser_state": 1.0 / replicas})
         out.append(F.Fix(f"Shard the optimiser state over the {replicas} replicas (replicated tensor sharding).",
                          f"{F.tile_change(before, est, capacity)}; adds a gather of the updated weights over the "
-                         f"replicas at each weight update.", {"replicated_tensor_sharding": True}, "rts"))
+                         f"replicas at each weight update.", {"replicated_tensor_sharding": True}, "rts",
+                         F.Predicted(worst_tile_bytes=est)))
     if training and "stash" in categories and not run.get("recompute", False):
         est = after({"stash": 0.0})
         out.append(F.Fix("Recompute activations in the backward pass instead of stashing them.",
                          f"{F.tile_change(before, est, capacity)} at most (the stage inputs stay stashed); costs "
-                         f"about one more forward pass of compute.", {"recompute": True}, "recompute"))
+                         f"about one more forward pass of compute.", {"recompute": True}, "recompute",
+                         F.Predicted(worst_tile_bytes=est)))
     mbs = int(run.get("micro_batch_size", 1) or 1)
     if mbs > 1:
         est = after({c: 0.5 for c in ("activations", "stash", "exchange_buffers")})
@@ -217,7 +222,8 @@ def _memory_fixes(summary: Summary, ev: Evidence) -> list[F.Fix]:
             change, keeps = {"micro_batch_size": mbs // 2, "device_iterations": 2 * di}, "double device iterations"
         out.append(F.Fix(f"Halve the micro-batch size (from {mbs} to {mbs // 2}) and {keeps} to keep the samples per "
                          f"step.", f"Activations, stash and exchange buffers scale with the micro-batch: "
-                         f"{F.tile_change(before, est, capacity)}.", change, f"micro-batch-{mbs // 2}"))
+                         f"{F.tile_change(before, est, capacity)}.", change, f"micro-batch-{mbs // 2}",
+                         F.Predicted(worst_tile_bytes=est)))
     more = _more_stages(summary, ev)
     if more is not None:
         out.append(more)
@@ -286,7 +292,7 @@ def _more_stages(summary: Summary, ev: Evidence) -> F.Fix | None:
             note += f" and {k} device iterations (the least a {k}-stage inference pipeline runs)"
     return F.Fix(f"Split the model over more IPUs: {k} stages instead of {S}{note} ({ipus_used} IPUs in all).",
                  f"Blocks split by memory; {F.tile_change(summary.worst_tile_bytes, est, capacity)}.",
-                 changes, f"{k}-stages")
+                 changes, f"{k}-stages", F.Predicted(worst_tile_bytes=est))
 
 
 _KIND_ADVICE = {
@@ -311,7 +317,8 @@ def _exchange_fix(top: str, summary: Summary, ev: Evidence, saving: str) -> F.Fi
         di = int(run.get("device_iterations", 1) or 1)
         return F.Fix(f"Raise device iterations from {di} to {2 * di} so each host call moves twice the data.",
                      f"The host call's latency is paid half as often per sample ({saving}); {unchanged}.",
-                     {"device_iterations": 2 * di}, f"device-iterations-{2 * di}")
+                     {"device_iterations": 2 * di}, f"device-iterations-{2 * di}",
+                     F.Predicted(worst_tile_bytes=summary.worst_tile_bytes, faster=True))
     if top == "inter_ipu":
         stages = sorted(run.get("stages") or [], key=lambda st: int(st.get("stage", 0)))
         k = len(stages) - 1
@@ -324,17 +331,19 @@ def _exchange_fix(top: str, summary: Summary, ev: Evidence, saving: str) -> F.Fi
                 return F.Fix(f"Use {k} stage(s) instead of {k + 1}: one IPU-Link crossing fewer per micro-batch.",
                              f"{saving}; blocks split by memory: "
                              f"{F.tile_change(summary.worst_tile_bytes, est, summary.bytes_per_tile)}.",
-                             {"stages": split.stages}, f"{k}-stages")
+                             {"stages": split.stages}, f"{k}-stages", F.Predicted(worst_tile_bytes=est, faster=True))
     if top == "all_reduce" and training:
         ga = int(run.get("gradient_accumulation", 1) or 1)
         return F.Fix(f"Raise gradient accumulation from {ga} to {2 * ga}: the gradient all-reduce runs once per "
                      f"weight update, so its cost per sample halves.", f"{saving}; {unchanged}.",
-                     {"gradient_accumulation": 2 * ga}, f"gradient-accumulation-{2 * ga}")
+                     {"gradient_accumulation": 2 * ga}, f"gradient-accumulation-{2 * ga}",
+                     F.Predicted(worst_tile_bytes=summary.worst_tile_bytes, faster=True))
     if (top == "remote_buffer" and training and replicas > 1 and not locations.get("replicated_tensor_sharding")
             and locations.get("optimiser") == "off_chip"):
         return F.Fix(f"Shard the streamed optimiser state over the {replicas} replicas (replicated tensor sharding): "
                      f"each replica streams 1/{replicas} of it.", f"{saving}; {unchanged}.",
-                     {"replicated_tensor_sharding": True}, "rts")
+                     {"replicated_tensor_sharding": True}, "rts",
+                     F.Predicted(worst_tile_bytes=summary.worst_tile_bytes, faster=True))
     return None
 
 
@@ -363,18 +372,26 @@ def _host_fix(summary: Summary, ev: Evidence) -> F.Fix | None:
                      f"The host prepares a call's samples {p / processes:.1f}x as fast: a host call from "
                      f"{_cycles(call)} to about {_cycles(after)}, {now:,.0f} -> about "
                      f"{rate(host.samples_per_call, after):,.0f} samples/s; {unchanged}.",
-                     {"host_processes": p}, f"host-processes-{p}")
+                     {"host_processes": p}, f"host-processes-{p}",
+                     F.Predicted(worst_tile_bytes=summary.worst_tile_bytes,
+                                 samples_per_second=rate(host.samples_per_call, after), faster=True))
     r, p = 2 * replicas, 2 * processes
     return F.Fix(f"Run {r} replicas fed by {p} host processes (one host process per replica at most, so more "
                  f"processes need more replicas).",
                  f"Twice the samples per host call, prepared by twice the loaders in the same time: about "
                  f"{2 * now:,.0f} samples/s instead of {now:,.0f} (still host-bound); {unchanged}.",
-                 {"replication_factor": r, "host_processes": p}, f"replicas-{r}-host-processes-{p}")
+                 {"replication_factor": r, "host_processes": p}, f"replicas-{r}-host-processes-{p}",
+                 F.Predicted(worst_tile_bytes=summary.worst_tile_bytes, samples_per_second=2 * now, faster=True))
 
 
 def insights(summary: Summary, ev: Evidence) -> Table:
     """Findings, each with a suggested fix, its estimated effect and the command that applies it:
     INSIGHT_COLUMNS, most severe first. A fix the planner would refuse is never suggested."""
+    return findings(summary, ev)[0]
+
+
+def findings(summary: Summary, ev: Evidence) -> tuple[Table, list[F.Fix | None]]:
+    """``insights`` and, row by row, the ``Fix`` behind each (None for a finding without one)."""
     out = _Findings(ev)
     run = ev.run
     sf = ev.stage_figures
@@ -436,7 +453,8 @@ def insights(summary: Summary, ev: Evidence) -> Table:
                 f"Move blocks between stages: {plan}.",
                 f"Time per step from {_cycles(split.current_step_cycles)} to {_cycles(split.predicted_step_cycles)} "
                 f"({split.gain_pct:.1f}% faster); {F.tile_change(summary.worst_tile_bytes, worst, summary.bytes_per_tile)}.",
-                {"stages": stages}, "balanced-stages"))
+                {"stages": stages}, "balanced-stages",
+                F.Predicted(worst_tile_bytes=worst, step_cycles=float(split.predicted_step_cycles), faster=True)))
         if not added:
             out.add("warning", "stages", finding + (
                 f" No contiguous split of whole blocks does better within memory; a perfect balance would take "
@@ -453,13 +471,15 @@ def insights(summary: Summary, ev: Evidence) -> Table:
             ga = int(run.get("gradient_accumulation", sf.micro_batches) or 1)
             fix = F.Fix(f"Raise gradient accumulation from {ga} to {2 * ga} (more micro-batches per fill and flush).",
                         f"The fill-and-flush share falls from {sf.ideal_bubble_pct:.1f}% to {doubled:.1f}%; {unchanged}.",
-                        {"gradient_accumulation": 2 * ga}, f"gradient-accumulation-{2 * ga}")
+                        {"gradient_accumulation": 2 * ga}, f"gradient-accumulation-{2 * ga}",
+                        F.Predicted(worst_tile_bytes=summary.worst_tile_bytes, faster=True))
         else:
             di = int(run.get("device_iterations", 1) or 1)
             fix = F.Fix(f"Raise device iterations from {di} to {2 * di}: an inference pipeline fills and flushes once "
                         f"per host call, so more iterations per call share it.",
                         f"The fill-and-flush share falls from {sf.ideal_bubble_pct:.1f}% to {doubled:.1f}%; {unchanged}.",
-                        {"device_iterations": 2 * di}, f"device-iterations-{2 * di}")
+                        {"device_iterations": 2 * di}, f"device-iterations-{2 * di}",
+                        F.Predicted(worst_tile_bytes=summary.worst_tile_bytes, faster=True))
         out.add("warning", "stages", finding, fix)
 
     # -- exchange bound ------------------------------------------------------------------------------
@@ -489,14 +509,15 @@ def insights(summary: Summary, ev: Evidence) -> Table:
         if fix is None or not out.add("warning", "exchange", finding, fix):
             out.add("warning", "exchange", f"{finding} {_KIND_ADVICE.get(top, '')} ({saving}.)".replace("  ", " "))
 
-    rows = out.rows
-    if not rows:
-        rows.append(("info", "summary", "No problems found: the model fits, the stages are balanced and compute "
-                     "dominates.", "", "", ""))
-    rows.sort(key=lambda r: SEVERITIES.index(r[0]))  # stable: errors first, each topic in order
+    if not out.rows:
+        out.add("info", "summary", "No problems found: the model fits, the stages are balanced and compute "
+                "dominates.")
+    # stable: errors first, each topic in order
+    order = sorted(range(len(out.rows)), key=lambda k: SEVERITIES.index(out.rows[k][0]))
+    rows = [out.rows[k] for k in order]
     # one object array per column (what a frame of these tuples infers: all text): no row-wise inference
     columns = list(zip(*rows))
     table = {c: np.empty(len(rows), object) for c in INSIGHT_COLUMNS}
     for c, values in zip(INSIGHT_COLUMNS, columns):
         table[c][:] = values
-    return Table(table)
+    return Table(table), [out.fixes[k] for k in order]

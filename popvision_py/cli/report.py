@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import click
 
 SECTION_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange"]
@@ -27,12 +30,34 @@ def finish(written: list) -> None:
 @click.command("report")
 @click.argument("profile", type=click.Path())
 @output_options
-def command(profile: str, section: str, fmt: str, output: str | None) -> None:
+@click.option("--verify", is_flag=True, help="Run each fix the insights suggest in the emulator and show its "
+              "measured effect beside the predicted one.")
+@click.option("--verify-dir", type=click.Path(file_okay=False), default=None,
+              help="Where --verify writes each fix's profile, as TAG/profile.pop [default: verify/ beside PROFILE].")
+def command(profile: str, section: str, fmt: str, output: str | None, verify: bool, verify_dir: str | None) -> None:
     """Report on PROFILE: summary and insights, memory, liveness, stages, exchange."""
     from popvision_py.analysis.report import Report
     from popvision_py.render import emit
-    from popvision_py.render.document import build_report
+    from popvision_py.render.document import add_verification, build_report
 
     with Report(profile) as report:
         doc = build_report(report, section, figures=fmt == "html")
+        if verify:
+            add_verification(doc, _verify(report, Path(verify_dir) if verify_dir else Path(profile).parent / "verify"))
         finish(emit(doc, fmt, output))
+
+
+def _verify(report, folder: Path):
+    """Every fix run into ``folder/TAG/profile.pop``; a progress bar on a terminal."""
+    from tqdm import tqdm
+
+    from popvision_py.analysis import verify
+    from popvision_py.cli.emulation import run_fields
+    from popvision_py.format.atomic import check_writable
+
+    fixes = verify.fix_runs(report)
+    if fixes:
+        check_writable(folder)  # a folder that cannot be written fails before the first run, in one sentence
+    with tqdm(total=len(fixes), desc="Verifying fixes", unit="fix", file=sys.stderr,
+              disable=not sys.stderr.isatty(), leave=False) as bar:
+        return verify.verify(report, run_fields, folder, lambda fix: (bar.set_postfix_str(fix.tag), bar.update(1)))

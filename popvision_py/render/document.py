@@ -141,6 +141,11 @@ def _exchange(doc: Document, r: Any, figures: bool) -> None:
     doc.add("exchange.costliest", "Costliest exchange steps", r.answer("exchange.costliest", 10))
 
 
+def add_verification(doc: Document, table: Table) -> None:
+    """``popvision report --verify``: each fix re-emulated, measured beside predicted (``analysis.verify.COLUMNS``)."""
+    doc.add("verify.fixes", "Fixes re-emulated: measured beside predicted", table)
+
+
 _SECTION_BUILDERS = {"summary": _summary, "memory": _memory, "liveness": _liveness, "stages": _stages,
                      "exchange": _exchange}
 

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from popvision_py.render import figures as F
 from popvision_py.render.document import Document
-from popvision_py.render.format import value
+from popvision_py.render.format import value, verification
 
 MAX_ROWS = 200
 
@@ -92,6 +92,11 @@ def render(doc: Document) -> bytes:
                     + (f"<br>Run: <code>{html.escape(r.command)}</code>" if r.command else "") + "</li>"
                     for r in b.frame().itertuples(index=False))
                 parts.append(f"<ul>{items}</ul>")
+            elif b.key == "verify.fixes":
+                items = "".join(f"<li><b>{html.escape(head)}</b>" + "".join(f"<br>{html.escape(line)}" for line in details)
+                                + "</li>" for head, details in verification(b.data))
+                parts.append(f"<ul>{items}</ul>" if items else "<p class='note'>(no fix to run)</p>")
+                parts.append(_table(b.frame()))
             else:
                 parts.append(_table(b.frame()))
     parts.append("</body></html>")

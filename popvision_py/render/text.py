@@ -6,7 +6,8 @@ import pandas as pd
 
 from popvision_py.analysis.tables import Table
 from popvision_py.render.document import Block, Document
-from popvision_py.render.format import column_arrays, column_names, formatted_columns, numeric_columns, value
+from popvision_py.render.format import (column_arrays, column_names, formatted_columns, numeric_columns, value,
+                                       verification)
 
 MAX_ROWS = 40
 MAX_CELL = 60
@@ -62,6 +63,11 @@ def block(b: Block) -> list[str]:
                 lines.append(f"      effect: {effect}")
             if command:
                 lines.append(f"      run:    {command}")
+    elif b.key == "verify.fixes":
+        for head, details in verification(b.data):
+            lines += [f"  {head}"] + [f"      {line}" for line in details]
+        if not len(b.data):
+            lines.append("  (no fix to run: the insights suggest none with a command)")
     else:
         lines += table(b.data)
     return lines
