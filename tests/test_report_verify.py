@@ -1,0 +1,141 @@
+"""`popvision report --verify`: every fix the insights suggest, run for real, measured beside predicted.
+
+GIVEN a profile whose insights suggest fixes, WHEN `report --verify` runs, THEN each fix's profile is
+in the verify folder, and its measured figures are those `popvision run` prints when the fix's own
+command is run through the CLI; the verdict follows from the figures; every format shows it; a fix
+whose run fails is a row saying so, never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.engine.helpers import BALANCED_MODEL, run_cli, write_model
+
+FAST_HOST = ("--assume", "host_samples_per_s=1e9")  # the IPUs' own findings, not a host-bound run's
+
+
+@pytest.fixture(scope="module")
+def mnist(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("verify")
+    result = run_cli("run", "mnist", "--profile", "--profile-dir", str(folder / "p"), "-q", *FAST_HOST)
+    assert result.exit_code == 0, result.output
+    return folder / "p" / "profile.pop"
+
+
+def _report(profile: Path, *args: str):
+    result = run_cli("report", str(profile), "--section", "summary", "--verify", *args)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def _measured_by_cli(command: str, folder: Path) -> dict:
+    """Run a fix's printed command (its profile into ``folder``) and return `popvision run --json`'s summary."""
+    words = shlex.split(command)
+    k = words.index("--profile-dir")
+    words[k + 1] = str(folder / words[k + 1])
+    result = run_cli(*words[1:], "-q", "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_each_fix_is_measured_as_its_own_command_measures_it(mnist, tmp_path):
+    # GIVEN mnist's pipelined profile (its insights suggest more gradient accumulation and more device iterations)
+    before = json.loads(run_cli("report", str(mnist), "--section", "summary", "--format", "json").output)
+    figures = before["sections"]["summary"]["figures"]
+    # WHEN report --verify runs them into a folder of our choosing
+    out = _report(mnist, "--format", "json", "--verify-dir", str(tmp_path / "v"))
+    rows = json.loads(out.output)["sections"]["verify"]["fixes"]
+    commands = [c for c in before["sections"]["summary"]["insights"] if c["command"]]
+    # THEN there is one row per fix with a command, in the insights' order
+    assert [r["command"] for r in rows] == [c["command"] for c in commands]
+    assert {r["tag"] for r in rows} == {"gradient-accumulation-20", "device-iterations-20"}
+    for r in rows:
+        # AND its profile is in the folder
+        assert r["profile"] == str(tmp_path / "v" / r["tag"] / "profile.pop")
+        assert Path(r["profile"]).is_file()
+        # AND the measured figures are what `popvision run` prints for the fix's own command
+        measured = _measured_by_cli(r["command"], tmp_path / "by-hand")
+        assert r["step_s_after"] == pytest.approx(measured["seconds_per_step"], rel=1e-12)
+        assert r["samples_per_second_after"] == pytest.approx(measured["samples_per_second"], rel=1e-12)
+        assert r["worst_tile_bytes_after"] == measured["worst_tile_bytes"]
+        assert r["fits_after"] is measured["fits"]
+        # AND "before" is the profile's own summary
+        assert r["step_s_before"] == pytest.approx(figures["step_s"])
+        assert r["samples_per_second_before"] == pytest.approx(figures["throughput_samples_per_s"])
+        assert r["worst_tile_bytes_before"] == figures["worst_tile_bytes"]
+        # AND the prediction is the effect's "worst tile unchanged (N bytes)", and it held: the worst
+        # tile within 10% of it and (both fixes aim at speed) a higher throughput than before
+        effect = next(c["effect"] for c in commands if c["command"] == r["command"])
+        said = int(re.search(r"unchanged \(([\d,]+) bytes\)", effect).group(1).replace(",", ""))
+        assert r["worst_tile_bytes_predicted"] == said
+        held = (abs(measured["worst_tile_bytes"] - said) <= 0.10 * said
+                and measured["samples_per_second"] > figures["throughput_samples_per_s"])
+        assert r["status"] == ("held" if held else "did not hold")
+        assert r["verdict"].startswith("Held:" if held else "Did not hold:")
+
+
+def test_every_format_shows_the_measured_effect(mnist, tmp_path):
+    # GIVEN the fixes verified once into a folder
+    folder = str(tmp_path / "v")
+    rows = json.loads(_report(mnist, "--format", "json", "--verify-dir", folder).output)["sections"]["verify"]["fixes"]
+    first = rows[0]
+    after = f"{first['samples_per_second_after']:,.0f} samples/s"
+    # WHEN the report is written as text, Markdown, HTML and CSV
+    text = _report(mnist, "--verify-dir", folder).output
+    md = _report(mnist, "--format", "md", "--verify-dir", folder).output
+    _report(mnist, "--format", "html", "-o", str(tmp_path / "r.html"), "--verify-dir", folder)
+    _report(mnist, "--format", "csv", "-o", str(tmp_path / "csv"), "--verify-dir", folder)
+    html = (tmp_path / "r.html").read_text()
+    # THEN each shows every fix's status and tag, and its measured throughput
+    for shown in (text, md, html):
+        assert "Fixes re-emulated: measured beside predicted" in shown
+        for r in rows:
+            assert f"[{r['status']}] {r['tag']}" in shown
+        assert after in shown
+    # AND CSV is the table itself, with the same figures as JSON
+    table = pd.read_csv(tmp_path / "csv" / "verify.fixes.csv")
+    assert list(table["tag"]) == [r["tag"] for r in rows]
+    assert table["samples_per_second_after"].tolist() == pytest.approx([r["samples_per_second_after"] for r in rows])
+
+
+def test_a_fix_whose_run_fails_is_a_row_saying_why(tmp_path):
+    # GIVEN a profile of a model file (a pipeline of 4 stages at gradient accumulation 8: a bubble the
+    # insights would fill with more accumulation), then the model file removed
+    model = write_model(tmp_path, BALANCED_MODEL, "gone.py")
+    result = run_cli("run", model, "--profile", "--profile-dir", str(tmp_path / "p"), "-q", *FAST_HOST)
+    assert result.exit_code == 0, result.output
+    Path(model).unlink()
+    # WHEN its fixes are verified
+    out = _report(tmp_path / "p" / "profile.pop", "--format", "json")
+    rows = json.loads(out.output)["sections"]["verify"]["fixes"]
+    # THEN each is a failed row naming the cause, with no figures after and no profile
+    assert rows, "the insights suggested no fix"
+    for r in rows:
+        assert r["status"] == "failed"
+        assert r["verdict"] == f"The run failed: Model file {model} does not exist."
+        assert r["step_s_after"] is None and r["worst_tile_bytes_after"] is None and r["profile"] == ""
+    # AND the default folder (verify/ beside the profile) holds no profile of them
+    assert not list((tmp_path / "p").glob("verify/*/profile.pop"))
+
+
+def test_no_fix_no_runs_and_no_bar_off_a_terminal(tmp_path):
+    # GIVEN a profile whose insights suggest no fix with a command (sharded mnist, 64 micro-batches and
+    # 64 iterations per host call: no bubble, little host exchange per sample)
+    result = run_cli("run", "mnist", "--profile", "--profile-dir", str(tmp_path / "p"), "-q", *FAST_HOST,
+                     "--strategy", "sharded", "--gradient-accumulation", "64", "--device-iterations", "64")
+    assert result.exit_code == 0, result.output
+    # WHEN it is verified
+    out = _report(tmp_path / "p" / "profile.pop")
+    rows = json.loads(_report(tmp_path / "p" / "profile.pop", "--format", "json").output)["sections"]["verify"]["fixes"]
+    # THEN nothing ran, the verify block says why, and no progress bar reached the (non-terminal) output
+    assert rows == []
+    assert not (tmp_path / "p" / "verify").exists()
+    assert "(no fix to run: the insights suggest none with a command)" in out.output
+    assert "Verifying fixes" not in out.output
