@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dash
 import flask
@@ -32,15 +34,19 @@ MAX_BODY_BYTES = 1 << 20
 LOOPBACK_NAMES = ("localhost",)
 
 
-def create_app(paths: list[str], *, warm: bool = False, host: str = "127.0.0.1") -> dash.Dash:
+def create_app(paths: list[str], *, warm: bool = False, host: str = "127.0.0.1", tune: str | None = None,
+               runner: Callable[[dict[str, Any], Path], None] | None = None,
+               emulated_dir: str | None = None) -> dash.Dash:
     """The Dash app serving the profiles at ``paths`` (one, or two to compare).
 
     The paths are opened lazily, on first use; the CLI opens them (and reads them through) first
     to report a bad profile before any server starts. ``warm=True`` computes what the first page
     shows right away. ``host`` is the address the server will listen on: while it is a loopback
-    address, requests naming any other host are refused (DNS rebinding).
+    address, requests naming any other host are refused (DNS rebinding). ``tune`` adds the What-if
+    page for that tune result; ``runner`` (RunRequest fields, profile path) emulates the Summary's
+    "Verify" and the What-if page's "Emulate and compare" into ``emulated_dir`` (see ``data.Profiles``).
     """
-    profiles = data.Profiles([str(p) for p in paths])
+    profiles = data.Profiles([str(p) for p in paths], tune=tune, runner=runner, emulated_dir=emulated_dir)
     # Dash runs every page module again for each new app, and each run adds the page's
     # `dash.callback`s to Dash's global list; an app built earlier in this process but never
     # served (tests, scripts) would leave its copies there, doubling every callback.
@@ -221,11 +227,12 @@ def answer_failure(app: dash.Dash, error: Exception) -> flask.Response | HTTPExc
                           mimetype="text/plain")
 
 
-def navigation(comparing: bool) -> list[dcc.Link]:
-    """One link per registered page, in registry order; the compare page only with two profiles."""
+def navigation(comparing: bool, tuned: bool = False) -> list[dcc.Link]:
+    """One link per registered page, in registry order; the compare page only with two profiles, the
+    What-if page only with a tune result."""
     links = []
     for page in dash.page_registry.values():
-        if page.get("needs_two_profiles") and not comparing:
+        if page.get("needs_two_profiles") and not comparing or page.get("needs_tune") and not tuned:
             continue
         links.append(
             dcc.Link(
@@ -266,7 +273,7 @@ def shell() -> html.Div:
         [
             header,
             html.Div(
-                [html.Nav(navigation(profiles.comparing), id=ids.NAV, className="sidebar"),
+                [html.Nav(navigation(profiles.comparing, profiles.tune_path is not None), id=ids.NAV, className="sidebar"),
                  html.Main(dash.page_container, className="content")],
                 className="frame",
             ),

@@ -6,6 +6,7 @@ Like the figure builders these are pure: values or DataFrames in, Dash component
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -193,3 +194,14 @@ def graph(graph_id: str, height: int | None = None, modebar: bool = True, **prop
 
 def page_header(title: str, description: str) -> html.Div:
     return html.Div([html.H2(title), html.P(description, className="page-description")], className="page-header")
+
+
+def command_block(command: str) -> list:
+    """A ``popvision run`` command as code with a copy button; nothing without one."""
+    if not command:
+        return []
+    # One box per argument: a long command wraps between arguments, never at a hyphen inside one.
+    words = [html.Span(part, className="command-arg") if part.strip() else part for part in re.split(r"( +)", command)]
+    return [html.Div([html.Code(words, className="insight-command-text"),
+                      dcc.Clipboard(content=command, title="Copy the command", className="insight-copy")],
+                     className="insight-command")]

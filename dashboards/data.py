@@ -6,11 +6,21 @@ becomes a file path; an unknown key falls back to ``"a"``.
 
 Each app keeps its ``Profiles`` in its Flask server's ``extensions``; ``current()`` finds the one of
 the app serving the request (or, outside a request, e.g. in tests, the one built last).
+
+A ``Profiles`` may also hold a tune result (``popvision tune -o tune.parquet``, read once) and a
+*runner*: the function that emulates a run's ``RunRequest`` fields into a profile, handed in by the
+CLI (the dashboard never imports the engine). The Summary page's "Verify" buttons and the What-if
+page's "Emulate and compare" run through it into ``emulated_dir`` (a temporary folder unless given).
+A browser names a candidate by its row of the tune result, a fix by its row of the insights: never
+a path or a request.
 """
 
 from __future__ import annotations
 
+import hashlib
+import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +37,55 @@ EXTENSION = "popvision_profiles"
 class Profiles:
     """The profiles one dashboard serves, opened lazily once each and shared by every request."""
 
-    def __init__(self, paths: list[str]) -> None:
+    def __init__(self, paths: list[str], tune: str | Path | None = None,
+                 runner: Callable[[dict[str, Any], Path], None] | None = None,
+                 emulated_dir: str | Path | None = None) -> None:
         if not 1 <= len(paths) <= len(KEYS):
             raise ValueError("The dashboard shows one profile, or two to compare.")
         self.paths: dict[str, Path] = {key: Path(path) for key, path in zip(KEYS, paths)}
+        self.tune_path = Path(tune) if tune is not None else None
+        self.runner = runner
+        self._emulated_dir = Path(emulated_dir) if emulated_dir is not None else None
+        self._tune: Any = None
         self._reports: dict[str, Any] = {}
         self._comparison: Any = None
         self._lock = threading.Lock()
+        self._run_lock = threading.Lock()  # one emulation at a time: it takes the machine's memory and a core
+
+    def tune(self) -> tuple[Any, dict[str, Any]]:
+        """The tune result's rows and metadata (``format.tunefile.read_tune``), read once; LookupError without one."""
+        if self.tune_path is None:
+            raise LookupError("No tune result is served: start the dashboard with --tune tune.parquet.")
+        if self._tune is None:
+            from popvision_py.format.tunefile import read_tune
+
+            with self._lock:
+                if self._tune is None:
+                    self._tune = read_tune(self.tune_path)
+        return self._tune
+
+    @property
+    def emulated_dir(self) -> Path:
+        """Where emulated profiles go: the folder given, or a temporary one made on first use."""
+        if self._emulated_dir is None:
+            with self._lock:
+                if self._emulated_dir is None:
+                    self._emulated_dir = Path(tempfile.mkdtemp(prefix="popvision-dashboard-"))
+        return self._emulated_dir
+
+    def emulate(self, request: dict[str, Any], name: str) -> Path:
+        """``request`` (RunRequest fields) emulated into ``emulated_dir/NAME-HASH/profile.pop``, once per request
+        (a profile already there is reused); PopvisionError when the run cannot be made."""
+        if self.runner is None:
+            raise LookupError("This dashboard was started without the emulator (popvision dashboard starts it with one).")
+        import json
+
+        digest = hashlib.sha256(json.dumps(request, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        path = self.emulated_dir / f"{name}-{digest}" / "profile.pop"
+        with self._run_lock:
+            if not path.is_file():
+                self.runner(request, path)
+        return path
 
     @property
     def keys(self) -> list[str]:
@@ -146,6 +198,11 @@ def phase_shares(report: Any) -> dict[str, float]:
     """Share of IPU time in each phase, in %, from ``report.exchange.figures()``."""
     time = report.exchange.figures()
     return {phase: float(getattr(time, f"{phase}_pct")) for phase in PHASES}
+
+
+def open_profile(path: str | Path) -> Any:
+    """A Report of a profile the dashboard emulated (the caller closes it)."""
+    return pv.open(path)
 
 
 def report(key: str | None = None) -> Any:

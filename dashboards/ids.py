@@ -9,6 +9,8 @@ SUMMARY_FIGURES = "summary-figures"
 SUMMARY_INSIGHTS = "summary-insights"
 SUMMARY_TIME = "summary-time"
 SUMMARY_MEMORY = "summary-memory"
+SUMMARY_VERIFY = "summary-verify"  # pattern id {"type": SUMMARY_VERIFY, "index": row of the insights}
+SUMMARY_VERIFIED = "summary-verified"  # the same, where the fix's measured effect appears
 
 # Memory
 MEMORY_IPU = "memory-ipu"
@@ -63,3 +65,12 @@ COMPARE_MEMORY = "compare-memory"
 COMPARE_PHASES = "compare-phases"
 COMPARE_STAGES = "compare-stages"
 COMPARE_TABLES = "compare-tables"
+
+# What-if (a tune result)
+WHATIF_HEADER = "whatif-header"
+WHATIF_SCATTER = "whatif-scatter"
+WHATIF_PARETO = "whatif-pareto"
+WHATIF_DETAIL = "whatif-detail"
+WHATIF_EMULATE = "whatif-emulate"
+WHATIF_CANDIDATE = "whatif-candidate"  # Store: the clicked candidate's row
+WHATIF_COMPARISON = "whatif-comparison"

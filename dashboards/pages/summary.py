@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import dash
 import pandas as pd
-from dash import Input, Output, dcc, html
+from dash import MATCH, Input, Output, State, dcc, html
 
 from dashboards import components as c
 from dashboards import data, figures, ids
@@ -51,13 +50,13 @@ def key_figures(summary: Any) -> list[tuple]:
     ]
 
 
-def insight_list(insights: pd.DataFrame) -> html.Div:
+def insight_list(insights: pd.DataFrame, verify: bool = False) -> html.Div:
     """The findings, most severe first as the analysis orders them, each with its fix, its effect and the
-    command that applies the fix (when there is one)."""
+    command that applies the fix (when there is one); ``verify`` adds a "Verify" button to each fix."""
     if insights.empty:
         return html.Div("No findings: nothing stands out in this profile.", className="empty")
     items = []
-    for row in insights.itertuples(index=False):
+    for k, row in enumerate(insights.itertuples(index=False)):
         severity = str(row.severity)
         items.append(
             html.Div(
@@ -70,7 +69,8 @@ def insight_list(insights: pd.DataFrame) -> html.Div:
                       if row.suggestion else []),
                     *([html.P([html.Strong("Effect: "), str(row.effect)], className="insight-effect")]
                       if row.effect else []),
-                    *command_block(str(row.command)),
+                    *c.command_block(str(row.command)),
+                    *(verify_block(k) if verify and row.command else []),
                 ],
                 className=f"insight insight-{severity}",
             )
@@ -78,15 +78,75 @@ def insight_list(insights: pd.DataFrame) -> html.Div:
     return html.Div(items, className="insights")
 
 
-def command_block(command: str) -> list:
-    """The ``popvision run`` command that applies a fix, as code with a copy button; nothing without one."""
-    if not command:
-        return []
-    # One box per argument: a long command wraps between arguments, never at a hyphen inside one.
-    words = [html.Span(part, className="command-arg") if part.strip() else part for part in re.split(r"( +)", command)]
-    return [html.Div([html.Code(words, className="insight-command-text"),
-                      dcc.Clipboard(content=command, title="Copy the command", className="insight-copy")],
-                     className="insight-command")]
+def verify_block(row: int) -> list:
+    """The "Verify" button of finding ``row``'s fix and the place its measured effect appears."""
+    return [html.Div([
+        html.Button("Verify", id={"type": ids.SUMMARY_VERIFY, "index": row}, n_clicks=0, className="verify-button",
+                    title="Emulate this fix and show its measured effect beside the predicted one"),
+        dcc.Loading(html.Div(id={"type": ids.SUMMARY_VERIFIED, "index": row}, className="verify-result"),
+                    type="dot", delay_show=200),
+    ], className="insight-verify")]
+
+
+def verified_view(row: dict[str, Any]) -> html.Div:
+    """One fix measured (a row of ``analysis.verify.COLUMNS``): before, predicted and measured, and the verdict."""
+    status = str(row["status"])
+    figures = [
+        ("time per step", c.fmt_seconds, "step_s"),
+        ("throughput", c.fmt_per_second, "samples_per_second"),
+        ("worst tile", c.fmt_bytes, "worst_tile_bytes"),
+    ]
+    body = [html.Tr([html.Td(label), *(html.Td(fmt(_known(row[f"{name}_{w}"])), className="num")
+                                       for w in ("before", "predicted", "after"))])
+            for label, fmt, name in figures]
+    head = html.Thead(html.Tr([html.Th(""), html.Th("before", className="num"), html.Th("predicted", className="num"),
+                               html.Th("measured", className="num")]))
+    tone = {"held": "good", "did not hold": "warn", "failed": "bad"}[status]
+    return html.Div([
+        html.P(str(row["verdict"]), className=f"verify-verdict verify-{tone}"),
+        *([html.Table([head, html.Tbody(body)], className="pv-table verify-table")] if status != "failed" else []),
+        *([html.P(["Profile: ", html.Code(str(row["profile"]))], className="verify-profile")] if row["profile"] else []),
+    ])
+
+
+def _known(value: Any) -> Any:
+    """None and NaN both read as not known (the formatters show a dash)."""
+    return float("nan") if value is None else value
+
+
+@dash.callback(
+    Output({"type": ids.SUMMARY_VERIFIED, "index": MATCH}, "children"),
+    Input({"type": ids.SUMMARY_VERIFY, "index": MATCH}, "n_clicks"),
+    State(ids.PROFILE, "value"),
+    prevent_initial_call=True,
+)
+def verify_fix(n_clicks: int | None, profile: str | None):
+    """Emulate the fix of the clicked finding (once per fix: the profile is kept) and show it measured."""
+    return verified(profile, dash.ctx.triggered_id["index"])
+
+
+def verified(profile: str | None, row: Any) -> html.Div | html.P:
+    """The fix of finding ``row`` of profile ``profile``, emulated through the app's runner and measured."""
+    from popvision_py.analysis import verify
+    from popvision_py.errors import PopvisionError
+
+    if not isinstance(row, int) or isinstance(row, bool):
+        raise ValueError("a finding is named by its row number")
+    profiles = data.current()
+    key = profiles.key(profile)
+    report = profiles.report(key)
+    fix = verify.fix_run(report, row)
+    before = verify.Measured.of(report)
+    clock = float(report.target["clock_hz"])
+    try:
+        path = profiles.emulate(fix.request, f"verify-{key}-{fix.tag}")
+        with data.open_profile(path) as fixed:
+            measured = verify.row(fix, before, clock, verify.Measured.of(fixed), path, None)
+    except PopvisionError as exc:
+        measured = verify.row(fix, before, clock, None, None, str(exc).strip())
+    except LookupError as exc:  # no emulator in this app
+        return html.P(str(exc), className="verify-verdict verify-bad")
+    return verified_view(measured)
 
 
 @dash.callback(
@@ -104,5 +164,5 @@ def render(profile: str | None):
         c.cards(key_figures(summary)),
         figures.phase_shares(shares),
         figures.ipu_memory(report.memory.by_ipu()),
-        insight_list(report.summary.insights()),
+        insight_list(report.summary.insights(), verify=data.current().runner is not None),
     )

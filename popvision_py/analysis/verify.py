@@ -99,9 +99,22 @@ def fix_runs(report: Any) -> list[FixRun]:
         if fix is None or not command or fix.tag in seen:
             continue
         seen.add(fix.tag)
-        model, options = F.fixed_options(report.run, report.target, fix.changes)
-        out.append(FixRun(fix.tag, fix.suggestion, fix.effect, fix.predicted, command, request_fields(model, options)))
+        out.append(_fix_run(report, fix, command))
     return out
+
+
+def fix_run(report: Any, row: int) -> FixRun:
+    """The fix of row ``row`` of ``report``'s insights; LookupError if that row has none."""
+    fixes = report.summary.fixes()
+    commands = report.summary.insights()["command"].tolist()
+    if not 0 <= row < len(fixes) or fixes[row] is None or not commands[row]:
+        raise LookupError(f"Finding {row} of the insights has no fix to run.")
+    return _fix_run(report, fixes[row], commands[row])
+
+
+def _fix_run(report: Any, fix: F.Fix, command: str) -> FixRun:
+    model, options = F.fixed_options(report.run, report.target, fix.changes)
+    return FixRun(fix.tag, fix.suggestion, fix.effect, fix.predicted, command, request_fields(model, options))
 
 
 def _off_by(measured: float, predicted: float) -> float:

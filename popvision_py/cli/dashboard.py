@@ -17,16 +17,24 @@ LOCALHOST = ("127.0.0.1", "localhost", "::1")
               help="Address to listen on. Anything but localhost exposes your profiles to the network; "
                    "on a loopback address, requests naming another host are refused.")
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on.")
+@click.option("--tune", "tune", type=click.Path(), default=None,
+              help="A tune result (popvision tune -o tune.parquet): adds the What-if page.")
+@click.option("--emulated-dir", type=click.Path(file_okay=False), default=None,
+              help="Where the Verify and Emulate-and-compare actions write profiles [default: a temporary folder].")
 @click.option("--debug", is_flag=True, hidden=True, help="Dash's debug mode (reloader off).")
-def command(profile: str, profile_b: str | None, host: str, port: int, debug: bool) -> None:
+def command(profile: str, profile_b: str | None, host: str, port: int, tune: str | None, emulated_dir: str | None,
+            debug: bool) -> None:
     """Open the dashboard for PROFILE in a browser (and compare it with PROFILE_B if given).
 
     Only the profiles named here are served; the pages call them A and B.
     """
     from dashboards import data
+    from popvision_py.cli.emulation import run_fields
 
     paths = [profile] + ([profile_b] if profile_b else [])
-    profiles = data.Profiles(paths)
+    profiles = data.Profiles(paths, tune=tune, runner=run_fields, emulated_dir=emulated_dir)
+    if tune is not None:
+        profiles.tune()  # a bad tune result is one sentence (exit 2) before any server starts
     for key in profiles.keys:  # a bad profile is reported (exit 2) before any server starts; opened once
         profiles.report(key)
     # Every table is then read through (page checksums, the reader's checks; the trace by the pass
@@ -38,7 +46,7 @@ def command(profile: str, profile_b: str | None, host: str, port: int, debug: bo
     threading.Thread(target=_check, args=(profiles, checked, failure), daemon=True).start()
     from dashboards.app import create_app
 
-    app = create_app(paths, host=host)
+    app = create_app(paths, host=host, tune=tune, runner=run_fields, emulated_dir=emulated_dir)
     data.install(app.server, profiles)  # the app serves the Profiles being checked, not a fresh one
     checked.wait()
     if failure:
