@@ -693,7 +693,7 @@ def _start_marker(fig: go.Figure, rows: pd.DataFrame, x: str) -> None:
     if len(start):
         fig.add_trace(go.Scatter(
             x=start[x].astype(float), y=start["samples_per_second"].astype(float), mode="markers",
-            name="starting configuration", customdata=start.index.to_numpy(), hovertext=_candidate_hover(start),
+            name="starting configuration", customdata=start.index.tolist(), hovertext=_candidate_hover(start),
             hoverinfo="text", marker=dict(symbol="star", size=18, color="rgba(0,0,0,0)",
                                           line=dict(color=START_COLOUR, width=2))))
 
@@ -711,7 +711,7 @@ def whatif_scatter(rows: pd.DataFrame) -> go.Figure:
                                        ("does not fit", emulated[~fits], "x", OOM_COLOUR)):
         fig.add_trace(go.Scatter(
             x=part["worst_tile_pct"].astype(float), y=part["samples_per_second"].astype(float), mode="markers",
-            name=name, customdata=part.index.to_numpy(), hovertext=_candidate_hover(part), hoverinfo="text",
+            name=name, customdata=part.index.tolist(), hovertext=_candidate_hover(part), hoverinfo="text",
             marker=dict(symbol=symbol, size=10, color=colour, opacity=0.85, line=dict(width=0.5, color="#ffffff"))))
     _start_marker(fig, emulated, "worst_tile_pct")
     fig.add_vline(x=100, line=dict(color=CAPACITY_COLOUR, dash="dash", width=1),
@@ -730,11 +730,11 @@ def whatif_pareto(rows: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     fig.add_trace(go.Scatter(
         x=fit["ipus"].astype(int), y=fit["samples_per_second"].astype(float), mode="markers", name="fits",
-        customdata=fit.index.to_numpy(), hovertext=_candidate_hover(fit), hoverinfo="text",
+        customdata=fit.index.tolist(), hovertext=_candidate_hover(fit), hoverinfo="text",
         marker=dict(size=9, color=FITS_COLOUR, opacity=0.6)))
     fig.add_trace(go.Scatter(
         x=front["ipus"].astype(int), y=front["samples_per_second"].astype(float), mode="lines+markers",
-        name="Pareto front", customdata=front.index.to_numpy(), hovertext=_candidate_hover(front), hoverinfo="text",
+        name="Pareto front", customdata=front.index.tolist(), hovertext=_candidate_hover(front), hoverinfo="text",
         line=dict(color=PARETO_COLOUR, width=2, shape="hv"), marker=dict(size=11, color=PARETO_COLOUR)))
     _start_marker(fig, fit, "ipus")
     return _style(fig, height=420, xaxis_title="IPUs used", yaxis_title="throughput (samples/s)",
