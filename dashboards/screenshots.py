@@ -2,7 +2,8 @@
 
 Starts the app on a free local port, opens each page in headless Chromium (selenium), waits until
 its figures are drawn, and saves ``<out>/dashboard-<page>.png`` (the whole page, at 1440 px wide).
-With two profiles the compare page is taken too. Pages are taken for profile A.
+With two profiles the compare page is taken too, with ``--tune TUNE.parquet`` the What-if page.
+Pages are taken for profile A.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from dashboards.app import create_app
 WIDTH = 1440
 
 
-def pages(comparing: bool) -> dict[str, str]:
+def pages(comparing: bool, tuned: bool = False) -> dict[str, str]:
     """File name (the page's module) -> path of each registered page, as the navigation lists them."""
     return {
         page["module"].rsplit(".", 1)[-1]: page["path"]
         for page in dash.page_registry.values()
-        if comparing or not page.get("needs_two_profiles")
+        if (comparing or not page.get("needs_two_profiles")) and (tuned or not page.get("needs_tune"))
     }
 
 
@@ -77,9 +78,9 @@ def wait_until_drawn(driver, timeout: float = 30.0) -> None:
     raise TimeoutError("the page did not finish drawing")
 
 
-def take(paths: list[str], out: Path, width: int = WIDTH) -> list[Path]:
+def take(paths: list[str], out: Path, width: int = WIDTH, tune: str | None = None) -> list[Path]:
     """Screenshots of every page into ``out``; returns the files written."""
-    app = create_app(paths, warm=True)
+    app = create_app(paths, warm=True, tune=tune)
     port = _free_port()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request on the terminal
     server = make_server("127.0.0.1", port, app.server, threaded=True)
@@ -89,7 +90,7 @@ def take(paths: list[str], out: Path, width: int = WIDTH) -> list[Path]:
     written = []
     driver = chrome(width)
     try:
-        for name, path in pages(len(paths) == 2).items():
+        for name, path in pages(len(paths) == 2, tune is not None).items():
             driver.set_window_size(width, 1000)
             driver.get(f"http://127.0.0.1:{port}{path}")
             wait_until_drawn(driver)
@@ -111,10 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("profiles", nargs="+", help="one profile, or two to include the compare page")
     parser.add_argument("--out", default="docs/img", help="folder for the PNG files (default docs/img)")
     parser.add_argument("--width", type=int, default=WIDTH)
+    parser.add_argument("--tune", default=None, help="a tune result: the What-if page is taken too")
     args = parser.parse_args(argv)
     if len(args.profiles) > 2:
         parser.error("give one profile, or two")
-    for file in take(args.profiles, Path(args.out), args.width):
+    for file in take(args.profiles, Path(args.out), args.width, args.tune):
         print(file)
     return 0
 

@@ -10,7 +10,9 @@ import pytest
 from selenium.webdriver.common.action_chains import ActionChains
 
 from dashboards import ids
+from dashboards.screenshots import wait_until_drawn
 from tests.dashboard.test_browser import errors, wait_for_figures
+from tests.dashboard.test_layout import CUT_TEXT, TEXT
 from tests.engine.helpers import run_cli
 from tests.tunefiles import write_mnist_tune
 
@@ -68,6 +70,10 @@ def test_the_whatif_page_shows_the_candidates_and_a_clicked_points_command(dash_
     dash_duo.wait_for_contains_text(f"#{ids.WHATIF_COMPARISON}", "Key figures", timeout=30)
     assert "micro batch size" in dash_duo.find_element("#whatif-configuration").text.replace("_", " ")
     assert errors(dash_duo) == []
+    # AND at 1,280 px wide no card, table or panel of the page cuts its text (test_layout.py's check)
+    dash_duo.driver.set_window_size(1280, 1000)
+    wait_until_drawn(dash_duo.driver)
+    assert dash_duo.driver.execute_script(CUT_TEXT, TEXT + ", .whatif-title") == []
 
 
 def test_the_summary_verify_button_shows_the_fix_measured(dash_duo, whatif_app):

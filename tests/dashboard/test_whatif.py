@@ -164,3 +164,29 @@ def test_a_bad_tune_file_stops_the_dashboard_before_it_serves(made, tmp_path):
         assert result.exit_code == 2
         assert said in result.output and "Traceback" not in result.output
         assert "popvision dashboard on" not in result.output
+
+
+def test_the_new_callbacks_keep_the_servers_guards(made, whatif_app):
+    from dashboards import ids
+
+    http = whatif_app.server.test_client()
+    assert http.get("/whatif").status_code == 200  # Dash gathers the pages' callbacks on the first request
+    # GIVEN the "Emulate and compare" callback, as the page sends it
+    (output,) = [k for k in whatif_app.callback_map if k.startswith(f"{ids.WHATIF_COMPARISON}.children@")]
+
+    def emulate(row) -> int:
+        body = {"output": output, "outputs": {"id": ids.WHATIF_COMPARISON, "property": "children"},
+                "inputs": [{"id": ids.WHATIF_EMULATE, "property": "n_clicks", "value": 1}],
+                "state": [{"id": ids.WHATIF_CANDIDATE, "property": "data", "value": row},
+                          {"id": ids.PROFILE, "property": "value", "value": "a"}],
+                "changedPropIds": [f"{ids.WHATIF_EMULATE}.n_clicks"]}
+        return http.post("/_dash-update-component", json=body).status_code
+
+    # WHEN a request names a row the tune result lacks, or a path, THEN it is refused with 400
+    assert emulate(99) == 400
+    assert emulate("/etc/passwd") == 400
+    # AND a malformed body is refused before the callback runs, and a foreign Host with 403
+    assert http.post("/_dash-update-component", json={"output": output}).status_code == 400
+    assert http.get("/whatif", headers={"Host": "evil.example"}).status_code == 403
+    # AND the page's own request still works (the rejected candidate: one sentence, 200)
+    assert emulate(5) == 200
