@@ -18,6 +18,7 @@ a path or a request.
 from __future__ import annotations
 
 import hashlib
+import json
 import tempfile
 import threading
 from collections.abc import Callable
@@ -78,8 +79,6 @@ class Profiles:
         (a profile already there is reused); PopvisionError when the run cannot be made."""
         if self.runner is None:
             raise LookupError("This dashboard was started without the emulator (popvision dashboard starts it with one).")
-        import json
-
         digest = hashlib.sha256(json.dumps(request, sort_keys=True, default=str).encode()).hexdigest()[:12]
         path = self.emulated_dir / f"{name}-{digest}" / "profile.pop"
         with self._run_lock:
