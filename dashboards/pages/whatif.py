@@ -60,16 +60,16 @@ def key_figures(rows: pd.DataFrame, meta: dict[str, Any]) -> list[tuple]:
         ("Model", str(meta.get("model", "?")), str(meta.get("system", ""))),
         ("Candidates", f"{len(rows):,}", f"{emulated:,} emulated; {int(counts.get('rejected', 0)):,} rejected, "
                                           f"{int(counts.get('error', 0)):,} failed"),
-        ("Fit", f"{int(counts.get('ok', 0)):,}", f"{int(counts.get('oom', 0)):,} emulated do not fit"),
+        ("Fit", f"{int(counts.get('ok', 0)):,}", f"{int(counts.get('oom', 0)):,} emulated over memory"),
     ]
     if len(best):
         b = best.iloc[0]
-        cards.append(("Best throughput", c.fmt_per_second(float(b["samples_per_second"])),
+        cards.append(("Best throughput", c.fmt_per_second(round(float(b["samples_per_second"]))),
                       f"{int(b['ipus'])} IPUs; worst tile {float(b['worst_tile_pct']):.1f}%", "good"))
     if len(start) and pd.notna(start.iloc[0]["samples_per_second"]):
         s = start.iloc[0]
         note = "fits" if bool(s["fits"]) else "does not fit"
-        cards.append(("Starting configuration", c.fmt_per_second(float(s["samples_per_second"])),
+        cards.append(("Starting configuration", c.fmt_per_second(round(float(s["samples_per_second"]))),
                       f"{int(s['ipus'])} IPUs; {note}"))
     return cards
 
@@ -82,7 +82,7 @@ def candidate_view(row: pd.Series) -> html.Div:
         "figure": ["status", "throughput", "time per step", "worst tile", "headroom", "IPUs", "Pareto front",
                    "starting configuration"],
         "value": [str(row["status"]) + (f" ({row['reason']})" if row["reason"] else ""),
-                  c.fmt_per_second(_number(row["samples_per_second"])), c.fmt_seconds(_number(row["seconds_per_step"])),
+                  c.fmt_per_second(_whole(row["samples_per_second"])), c.fmt_seconds(_number(row["seconds_per_step"])),
                   c.fmt_pct(_number(row["worst_tile_pct"])), c.fmt_bytes(_number(row["headroom_bytes"])),
                   str(int(row["ipus"])), "yes" if bool(row["pareto"]) else "no",
                   "yes" if bool(row["is_start"]) else "no"],
@@ -93,6 +93,12 @@ def candidate_view(row: pd.Series) -> html.Div:
         c.table(facts, columns={"figure": "", "value": ""}, formats={"figure": str, "value": str},
                 table_id="whatif-facts"),
     ])
+
+
+def _whole(value: Any) -> float:
+    """Samples per second to the sample."""
+    number = _number(value)
+    return number if number != number else float(round(number))
 
 
 def _number(value: Any) -> float:

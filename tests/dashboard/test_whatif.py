@@ -87,8 +87,8 @@ def test_the_cards_count_the_candidates(made, whatif_app):
     rows = pq.read_table(made["tune"]).to_pandas()
     best = rows[rows["rank"] == 1].iloc[0]
     assert "Candidates 6 5 emulated; 1 rejected, 0 failed" in shown
-    assert "Fit 4 1 emulated do not fit" in shown
-    assert f"{int(best['ipus'])} IPUs" in shown
+    assert "Fit 4 1 emulated over memory" in shown
+    assert f"Best throughput {round(best['samples_per_second']):,} /s {int(best['ipus'])} IPUs" in shown
 
 
 def test_a_clicked_point_shows_its_command_and_a_bad_point_is_refused(made, whatif_app):
