@@ -190,3 +190,24 @@ def test_the_new_callbacks_keep_the_servers_guards(made, whatif_app):
     assert http.get("/whatif", headers={"Host": "evil.example"}).status_code == 403
     # AND the page's own request still works (the rejected candidate: one sentence, 200)
     assert emulate(5) == 200
+
+
+def test_the_best_candidate_is_compared_through_the_tune_results_own_profile(tmp_path):
+    from dashboards.app import create_app
+    from popvision_py.cli.emulation import run_fields
+
+    # GIVEN a tune result whose metadata names the best candidate's profile (2 replicas), written beside it
+    result = run_cli("run", "mnist", "--replicas", "2", "--profile", "--profile-dir", str(tmp_path / "best"), "-q",
+                     "--assume", "host_samples_per_s=1e9")
+    assert result.exit_code == 0, result.output
+    rows = write_mnist_tune(tmp_path / "tune.parquet", {"best_profile": "best"})
+    best = int(rows.index[rows["rank"] == 1][0])
+    app = create_app([str(tmp_path / "best" / "profile.pop")], tune=str(tmp_path / "tune.parquet"), runner=run_fields,
+                     emulated_dir=str(tmp_path / "emulated"))
+    assert app is not None
+    # WHEN the best candidate is emulated and compared
+    shown = text(page("whatif").emulate_and_compare(1, best, "a"))
+    # THEN the tune result's profile is used, nothing is emulated, and (it is the served run) nothing differs
+    assert str(tmp_path / "best" / "profile.pop") in shown
+    assert not (tmp_path / "emulated").exists()
+    assert "The candidate has the current profile's settings." in shown
