@@ -38,6 +38,7 @@ def whatif_app(made, tmp_path):
                       emulated_dir=str(tmp_path / "emulated"))
 
 
+@pytest.mark.slow  # about 7 s: two figures, a click and an emulation in the browser
 def test_the_whatif_page_shows_the_candidates_and_a_clicked_points_command(dash_duo, made, whatif_app):
     rows = pq.read_table(made["tune"]).to_pandas()
     # GIVEN the dashboard started with a tune result
