@@ -211,3 +211,21 @@ def test_the_best_candidate_is_compared_through_the_tune_results_own_profile(tmp
     assert str(tmp_path / "best" / "profile.pop") in shown
     assert not (tmp_path / "emulated").exists()
     assert "The candidate has the current profile's settings." in shown
+
+
+def test_popvision_dashboard_with_tune_serves_the_whatif_page(made):
+    from tests.dashboard.test_security import _answers, _free_port, _serve
+
+    # GIVEN `popvision dashboard SAMPLE --tune tune.parquet` started for real
+    port = _free_port()
+    server, said = _serve("--port", str(port), "--tune", str(made["tune"]))
+    try:
+        assert f"http://127.0.0.1:{port}/" in said
+        assert _answers(f"http://127.0.0.1:{port}/whatif")
+        # THEN the navigation it serves links the What-if page
+        import urllib.request
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_dash-layout", timeout=10) as response:
+            assert "What-if" in response.read().decode()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
