@@ -8,7 +8,7 @@ ran it; the caller's ``where()`` (``poptorch``'s current Block) gives its block.
 
 The ATen ops are then mapped onto the engine's builders: convolutions, linear layers and matmuls,
 attention, norms, pooling, embeddings, the cross-entropy loss (log-softmax + NLL as one op, as
-the engine's ``loss``), dropout (PyTorch's random mask times the input), elementwise ops. Views
+the engine's ``loss``; other losses by their FLOPs), dropout (PyTorch's random mask times the input), elementwise ops. Views
 and reshapes move no data and are no op, as in the engine. Anything else becomes generic work by
 its FLOPs (``torch.utils.flop_counter``'s formula where PyTorch has one, else one per output
 element) and its bytes; ``Captured.generic`` names those ops so the caller can warn.
@@ -60,6 +60,9 @@ ELEMENTWISE = {
 # Reductions: FLOPs per input element.
 REDUCTIONS = {"sum": 1, "mean": 1, "amax": 1, "amin": 1, "max": 1, "min": 1, "var": 3, "std": 3, "norm": 2,
               "argmax": 1, "argmin": 1, "prod": 1, "logsumexp": 6, "var_mean": 3, "std_mean": 3}
+# Losses other than cross-entropy (which is the engine's own op): FLOPs per input element.
+LOSSES = {"mse_loss": 3, "l1_loss": 2, "smooth_l1_loss": 4, "huber_loss": 4, "binary_cross_entropy": 6,
+          "binary_cross_entropy_with_logits": 8, "kl_div": 4}
 ATTENTION = frozenset({"_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
                        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
                        "_scaled_dot_product_attention_math"})
@@ -323,6 +326,10 @@ class _Translator:
             return m.generic([self.t(x) for x in acts], tuple(out.shape), ELEMENTWISE.get(name, 1) * out.numel(),
                              kind=name.rstrip("_"), name=op, block=block, params=self.uncounted_params(_tensors(a)),
                              out_dtype=engine_dtype(out.dtype))
+        if name in LOSSES:
+            out = _tensors(rec.out)[0]
+            return m.generic([self.t(x) for x in acts], tuple(out.shape), LOSSES[name] * acts[0].numel(),
+                             kind=name, name=op, block=block, out_dtype="fp32")
         if name in REDUCTIONS:
             out = _tensors(rec.out)[0]
             return m.generic([self.t(x) for x in acts], tuple(out.shape), REDUCTIONS[name] * acts[0].numel(),
