@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from engine.instrument import Summary
+from engine.model import ExecutionStrategy
 from engine.plan import make_plan
 from engine.runner import RunRequest, emulate_plan
 from engine.torch_capture import Captured, OpRecord, micro_batch_size, model_precision, to_model
@@ -74,6 +75,13 @@ def capture_model(records: Sequence[OpRecord], inputs: Sequence[torch.Tensor], r
     return captured
 
 
+def engine_strategy(captured: Captured, options: Options) -> ExecutionStrategy:
+    """The options' execution strategy over the captured blocks; PopTorch's default without one
+    (pipelined, a stage per IPU the blocks name: ``AutoStage.SameAsIpu``)."""
+    strategy = options.execution_strategy or PipelinedExecution()
+    return strategy.engine_strategy(list(captured.model.blocks), captured.block_ipus)
+
+
 def emulate(captured: Captured, options: Options, *, training: bool) -> Compiled:
     """Emulate the captured model with the script's strategy; write its profile where PopTorch
     users look for it, and return the summary ``popvision run`` prints."""
@@ -82,8 +90,7 @@ def emulate(captured: Captured, options: Options, *, training: bool) -> Compiled
     from popvision_py.format.atomic import check_writable, folder_lock
 
     model = captured.model
-    strategy = options.execution_strategy or PipelinedExecution()
-    plan = make_plan(model, model.options, strategy.engine_strategy(list(model.blocks), captured.block_ipus))
+    plan = make_plan(model, model.options, engine_strategy(captured, options))
     directory = report_directory(options)
     folder = directory / (options.model_name or ("training" if training else "inference")) if directory else None
     with tempfile.TemporaryDirectory(prefix="popvision-poptorch-") as scratch:

@@ -32,6 +32,11 @@ _UNSUPPORTED = frozenset({"getComputeLatency", "getHostIpuLatency", "getLatency"
                           "cycleCount", "rng_state", "compileAndExport", "loadExecutable", "precompileAndExport"})
 
 
+# While popvision captures a script without running it (poptorch.capture_script): the callback each
+# compiling model hands its capture to (it stops the script).
+_CAPTURE_ONLY: list = []
+
+
 class PoplarExecutor:
     """What ``trainingModel`` / ``inferenceModel`` return: call it as the model."""
 
@@ -184,6 +189,8 @@ class PoplarExecutor:
                                             training=self._training, optimiser=self._engine_optimiser,
                                             recompute=STATE.checkpoints > 0, name=name)
         del recorder
+        if _CAPTURE_ONLY:
+            _CAPTURE_ONLY[-1](captured, _emulation.engine_strategy(captured, self._options), self._training)
         self._compiled = _emulation.emulate(captured, self._options, training=self._training)
         _emulation.announce(self._compiled)
 

@@ -10,13 +10,16 @@ script writes exactly what ``POPLAR_ENGINE_OPTIONS=... python script.py`` writes
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import runpy
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from popvision_py.errors import ConfigError, PopvisionError
 
@@ -81,3 +84,49 @@ def _where(exc: BaseException, script: Path) -> str:
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else "no message"
+
+
+@dataclass
+class ScriptModel:
+    """A PopTorch script's model as the emulator sees it: the captured ops, the engine's options
+    (from the script's poptorch.Options) and its execution strategy, ready for ``engine.plan.make_plan``."""
+
+    model: Any
+    options: Any
+    strategy: Any
+    training: bool
+    generic: dict[str, int]
+
+
+class _Stop(BaseException):
+    """Ends a captured script at its model's first call (a BaseException: the script's own
+    ``except Exception`` cannot swallow it)."""
+
+
+def capture_script(path: str | os.PathLike[str], args: Sequence[str] = (), *, training: bool | None = True) -> ScriptModel:
+    """Run a PopTorch script up to the first call of its training model (``training=False``: its
+    inference model; None: whichever comes first) and return that model captured, without training,
+    emulating or writing anything. For tools that emulate a script's model under other options
+    (``popvision tune``). ConfigError when the script ends without calling such a model."""
+    from poptorch import _executor
+
+    found: list[ScriptModel] = []
+
+    def take(captured: Any, strategy: Any, is_training: bool) -> None:
+        if training is None or is_training == training:
+            found.append(ScriptModel(captured.model, captured.model.options, strategy, is_training,
+                                     dict(captured.generic)))
+            raise _Stop
+
+    _executor._CAPTURE_ONLY.append(take)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            run_script(path, args, None)
+    except _Stop:
+        pass
+    finally:
+        _executor._CAPTURE_ONLY.remove(take)
+    if not found:
+        kind = {True: "training model", False: "inference model", None: "model"}[training]
+        raise ConfigError(f"Script {path} ended without calling a poptorch {kind}, so there is nothing to capture.")
+    return found[0]

@@ -217,3 +217,20 @@ def test_recomputation_checkpoints_and_print_tensor_are_values_unchanged() -> No
     assert poptorch.recomputationCheckpoint(x) is x
     assert poptorch.identity_loss(torch.tensor([1.0, 3.0]), "mean").item() == 2.0
     assert math.isclose(poptorch.serializedMatMul(torch.eye(2), x, None, 2).sum().item(), 2.0)
+
+
+def test_capture_script_stops_at_the_first_call_without_training(tmp_path: Path) -> None:
+    from engine.plan import make_plan
+    from poptorch._script import capture_script
+    from tests.poptorch.conftest import TUTORIAL
+
+    # GIVEN the tutorial script, captured (not run) up to its training model's first call
+    captured = capture_script(TUTORIAL)
+    # THEN the model is the tutorial's network with its options and stages, ready to plan
+    assert [op.kind for op in captured.model.ops] == ["conv", "maxpool", "relu", "conv", "maxpool", "relu", "matmul",
+                                                      "relu", "matmul", "cross_entropy"]
+    o = captured.options
+    assert (o.micro_batch_size, o.gradient_accumulation, o.device_iterations, o.optimiser) == (40, 10, 10, "adamw")
+    assert not o.tensor_locations.optimiser_on_chip and captured.training and not captured.generic
+    plan = make_plan(captured.model, o, captured.strategy)
+    assert [(s.ipu, s.blocks) for s in plan.stages] == [(0, ("B1",)), (1, ("B2",)), (2, ("B3",)), (3, ("B4",))]
