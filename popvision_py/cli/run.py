@@ -171,7 +171,7 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
     if is_poptorch_script(model):
         code = _run_script(model, script_args, Path(profile_dir) if profile else None)
         if code:
-            raise SystemExit(code)
+            click.get_current_context().exit(code)  # the script's own sys.exit(code)
         return
     if script_args:
         raise ConfigError(f"Arguments after the model ({' '.join(script_args)}) are for PopTorch scripts; {model} "

@@ -179,12 +179,14 @@ def test_a_script_with_an_unsupported_call_is_one_sentence_and_exit_2(tmp_path: 
 
 def test_a_failing_script_names_its_line_and_script_arguments_reach_it(tmp_path: Path) -> None:
     script = tmp_path / "args.py"
-    script.write_text("import sys\nimport poptorch\n\nprint(sys.argv[1:])\nif '--fail' in sys.argv:\n    1 / 0\n")
+    script.write_text("import sys\nimport poptorch\n\nprint(sys.argv[1:])\nif '--fail' in sys.argv:\n    1 / 0\n"
+                      "if '--exit' in sys.argv:\n    sys.exit(3)\n")
     ok = CliRunner().invoke(main, ["run", str(script), "--", "--epochs", "1"])
     assert ok.exit_code == 0 and ok.stdout == "['--epochs', '1']\n"
     failed = CliRunner().invoke(main, ["run", str(script), "--", "--fail"])
     assert failed.exit_code == 2
     assert failed.stderr == (f"Error: Script {script} failed at line 6: ZeroDivisionError: division by zero\n")
+    assert CliRunner().invoke(main, ["run", str(script), "--", "--exit"]).exit_code == 3  # the script's own code
     # engine options belong to engine models: a script sets its own
     refused = CliRunner().invoke(main, ["run", str(script), "--strategy", "sharded"])
     assert refused.exit_code == 2
@@ -234,3 +236,34 @@ def test_capture_script_stops_at_the_first_call_without_training(tmp_path: Path)
     assert not o.tensor_locations.optimiser_on_chip and captured.training and not captured.generic
     plan = make_plan(captured.model, o, captured.strategy)
     assert [(s.ipu, s.blocks) for s in plan.stages] == [(0, ("B1",)), (1, ("B2",)), (2, ("B3",)), (3, ("B4",))]
+
+
+class TwoBlocks(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = poptorch.BeginBlock(torch.nn.Linear(8, 8), "a", ipu_id=0)
+        self.b = poptorch.BeginBlock(torch.nn.Linear(8, 4), "b", ipu_id=1)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor):
+        out = self.b(torch.relu(self.a(x)))
+        return out, torch.nn.functional.cross_entropy(out, labels)
+
+
+@pytest.mark.parametrize(("strategy", "replicas", "expected"), [
+    (poptorch.PipelinedExecution("a", "b"), 1, ("pipelined", 2, 1)),
+    (poptorch.ShardedExecution(poptorch.AutoStage.AutoIncrement), 1, ("sharded", 2, 1)),
+    (poptorch.SerialPhasedExecution(poptorch.Phase("a"), poptorch.Phase("b")), 1, ("phased", 2, 1)),
+    (poptorch.PipelinedExecution(poptorch.Stage("a", "b").ipu(0)), 2, ("pipelined", 1, 2)),
+])
+def test_execution_strategies_and_replicas_reach_the_emulation(strategy, replicas, expected) -> None:
+    # GIVEN a two-block model (IPUs 0 and 1 by BeginBlock), 4 micro-batches of 2 per call
+    opts = poptorch.Options().replicationFactor(replicas).setExecutionStrategy(strategy)
+    opts.Training.gradientAccumulation(4 // replicas)
+    opts.TensorLocations.setOptimizerLocation(poptorch.TensorLocationSettings().useReplicatedTensorSharding(True))
+    model = TwoBlocks()
+    training = poptorch.trainingModel(model, opts)
+    training(torch.randn(8, 8), torch.randint(0, 4, (8,)))
+    # THEN the emulated run has the strategy, IPUs and replicas the options give
+    s = training.compiled.summary
+    assert (s.strategy, s.num_ipus, s.replicas) == expected
+    assert training.compiled.captured.model.options.tensor_locations.replicated_tensor_sharding
