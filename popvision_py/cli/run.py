@@ -2,7 +2,8 @@
 
 MODEL is a zoo name (`popvision models`) or a path to a Python file that defines
 ``build(options: engine.Options) -> engine.Model`` (and optionally ``DEFAULTS``, a dict of option
-defaults such as ``{"micro_batch_size": 16, "gradient_accumulation": 8}``).
+defaults such as ``{"micro_batch_size": 16, "gradient_accumulation": 8}``), or a PopTorch script
+(imports poptorch, no ``build``), which runs with popvision's ``poptorch`` (docs/poptorch.md).
 """
 
 from __future__ import annotations
