@@ -9,6 +9,7 @@ PopTorch's default ``training`` or ``inference`` unless ``Options.modelName`` se
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -62,6 +63,17 @@ def report_directory(options: Options) -> Path | None:
     return None
 
 
+_OURS = (str(Path(__file__).resolve().parent), contextlib.__file__)
+
+
+def _callers_level() -> int:
+    """The ``stacklevel`` of the script's own line that called the model (past poptorch's frames)."""
+    level, frame = 2, sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_OURS):
+        level, frame = level + 1, frame.f_back
+    return level
+
+
 def capture_model(records: Sequence[OpRecord], inputs: Sequence[torch.Tensor], root: torch.nn.Module,
                   options: Options, *, training: bool, optimiser: dict, recompute: bool, name: str) -> Captured:
     """The engine model of a recorded first forward, with the engine's options from ``options``."""
@@ -71,7 +83,7 @@ def capture_model(records: Sequence[OpRecord], inputs: Sequence[torch.Tensor], r
     if captured.generic:
         listed = ", ".join(f"{op} ({n})" for op, n in captured.generic.most_common())
         warnings.warn(f"popvision emulates {sum(captured.generic.values())} op(s) of {name} as generic work by their "
-                      f"FLOPs and bytes: {listed}.", GenericOpsWarning, stacklevel=2)
+                      f"FLOPs and bytes: {listed}.", GenericOpsWarning, stacklevel=_callers_level())
     return captured
 
 
