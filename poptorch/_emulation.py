@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import tempfile
 import warnings
@@ -26,6 +27,7 @@ from engine.model import ExecutionStrategy
 from engine.plan import make_plan
 from engine.runner import RunRequest, emulate_plan
 from engine.torch_capture import Captured, OpRecord, micro_batch_size, model_precision, to_model
+from popvision_py.errors import ConfigError
 from poptorch._errors import Error
 from poptorch._options import Options, PipelinedExecution
 
@@ -87,6 +89,19 @@ def capture_model(records: Sequence[OpRecord], inputs: Sequence[torch.Tensor], r
     return captured
 
 
+# The planner's sentences name popvision run's flags; a script sets the same in poptorch.Options.
+_FLAGS = ((re.compile(r"--gradient-accumulation (\d+)"), r"Training.gradientAccumulation(\1)"),
+          (re.compile(r"--device-iterations (\d+)"), r"deviceIterations(\1)"),
+          (re.compile(r"--host-processes (\d+)"), r"Distributed.configureProcessId(id, \1)"),
+          (re.compile(r"more --replicas"), "a larger replicationFactor"))
+
+
+def _in_poptorch_words(sentence: str) -> str:
+    for flag, option in _FLAGS:
+        sentence = flag.sub(option, sentence)
+    return sentence
+
+
 def engine_strategy(captured: Captured, options: Options) -> ExecutionStrategy:
     """The options' execution strategy over the captured blocks; PopTorch's default without one
     (pipelined, a stage per IPU the blocks name: ``AutoStage.SameAsIpu``)."""
@@ -102,7 +117,10 @@ def emulate(captured: Captured, options: Options, *, training: bool) -> Compiled
     from popvision_py.format.atomic import check_writable, folder_lock
 
     model = captured.model
-    plan = make_plan(model, model.options, engine_strategy(captured, options))
+    try:
+        plan = make_plan(model, model.options, engine_strategy(captured, options))
+    except ConfigError as exc:
+        raise Error(f"Compiling {model.name}: {_in_poptorch_words(str(exc))}") from None
     directory = report_directory(options)
     folder = directory / (options.model_name or ("training" if training else "inference")) if directory else None
     with tempfile.TemporaryDirectory(prefix="popvision-poptorch-") as scratch:

@@ -96,6 +96,12 @@ def test_errors_are_one_sentence() -> None:
     with pytest.raises(poptorch.Error, match=r"batch dimension of 3, not a multiple of deviceIterations \(1\) x "
                                              r"replicationFactor \(1\) x gradientAccumulation \(2\) = 2\.$"):
         training(*batch(3))
+    # a configuration the emulator refuses, in the options' own words: 2 stages train with at least 3 micro-batches
+    opts = poptorch.Options().setExecutionStrategy(poptorch.PipelinedExecution("a", "b"))
+    with pytest.raises(poptorch.Error, match=r"^Compiling TwoBlocks: Gradient accumulation 1 is below the 3 pipeline "
+                                             r"stages of a 2-stage training pipeline \(2N-1 for N=2\); use "
+                                             r"Training.gradientAccumulation\(3\) or more\.$"):
+        poptorch.trainingModel(TwoBlocks(), opts)(torch.randn(2, 8), torch.randint(0, 4, (2,)))
     for call in (lambda: poptorch.for_loop, lambda: poptorch.Options()._Popart, lambda: poptorch.optim.RMSprop,
                  lambda: poptorch.Options().Jit.traceModel(True)):
         with pytest.raises(poptorch.UnsupportedError, match=r"is not supported by popvision's PopTorch emulation; "
