@@ -13,7 +13,6 @@ import copy
 import enum
 from typing import Any
 
-import torch
 
 from engine import model as em
 from poptorch._errors import UnsupportedError
