@@ -13,7 +13,6 @@ import copy
 import enum
 from typing import Any
 
-
 from engine import model as em
 from poptorch._errors import UnsupportedError
 
