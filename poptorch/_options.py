@@ -287,6 +287,9 @@ class _TrainingOptions(_Unsupported):
         self.accumulation_and_replication_reduction_type = ReductionType(reduction)
         return self
 
+    def setAutomaticLossScaling(self, enabled: bool) -> "_TrainingOptions":  # noqa: N802
+        return self  # loss scaling guards FP16 gradients on the IPU; the CPU update is FP32
+
     def setMeanAccumulationAndReplicationReductionStrategy(self, strategy: MeanReductionStrategy) -> "_TrainingOptions":  # noqa: N802,E501
         return self  # when the mean is taken changes rounding on the IPU, not the CPU's result
 
@@ -335,6 +338,51 @@ class _DistributedOptions(_Unsupported):
         return self.num_distributed_processes
 
 
+class _JitOptions(_Unsupported):
+    _OWNER = "poptorch.Options.Jit"
+
+    def traceModel(self, trace_model: bool) -> "_JitOptions":  # noqa: N802
+        return self  # how PopTorch lowers the model to its IR; the capture is the same either way
+
+
+# PopART session options Graphcore's examples set through ``Options._Popart.set``: those the
+# emulation reads, and those that change nothing it models (kept by name: any other is refused).
+_POPART_READ = ("autoRecomputation", "enableOutlining")
+_POPART_NO_EFFECT = frozenset({
+    "saveInitializersToFile", "disableGradAccumulationTensorStreams", "outlineThreshold",
+    "accumulateOuterFragmentSettings.schedule", "accumulateOuterFragmentSettings.excludedVirtualGraphs",
+    "scheduleNonWeightUpdateGradientConsumersEarly", "rearrangeAnchorsOnHost", "rearrangeStreamsOnHost",
+    "enableStochasticRounding", "enableFloatingPointChecks", "instrumentWithHardwareCycleCounter",
+    "replicatedCollectivesSettings.prepareScheduleForMergingCollectives",
+    "replicatedCollectivesSettings.mergeAllReduceCollectives", "subgraphCopyingStrategy", "decomposeGradSum",
+    "enableGradientAccumulation", "enablePipelining",
+})
+
+
+class _PopartOptions(_Unsupported):
+    """``options._Popart``: PopART's session options, as Graphcore's examples set them."""
+
+    _OWNER = "poptorch.Options._Popart"
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def set(self, key: str, value: Any) -> "_PopartOptions":
+        if key not in _POPART_READ and key not in _POPART_NO_EFFECT:
+            raise UnsupportedError(f'poptorch.Options._Popart.set("{key}")')
+        self.values[key] = value
+        return self
+
+    def recompute(self) -> tuple[bool, str] | None:
+        """PopART's ``autoRecomputation`` as the engine's (recompute, checkpoints); None when unset.
+        RecomputationType: 0 None, 1 Standard and 2 NormOnly (from checkpoints: every block's
+        output here), 3 Pipeline (only the stage inputs are kept: the engine's "stage")."""
+        if "autoRecomputation" not in self.values:
+            return None
+        kind = int(self.values["autoRecomputation"])
+        return (kind != 0, "stage" if kind == 3 else "blocks")
+
+
 # -- Options ---------------------------------------------------------------------------------
 
 
@@ -357,6 +405,8 @@ class Options(_Unsupported):
         self._precision = _PrecisionOptions()
         self._locations = _TensorLocationOptions()
         self._distributed = _DistributedOptions()
+        self._jit = _JitOptions()
+        self._popart = _PopartOptions()
 
     # sub-options
     @property
@@ -374,6 +424,14 @@ class Options(_Unsupported):
     @property
     def Distributed(self) -> _DistributedOptions:  # noqa: N802
         return self._distributed
+
+    @property
+    def Jit(self) -> _JitOptions:  # noqa: N802
+        return self._jit
+
+    @property
+    def _Popart(self) -> _PopartOptions:  # noqa: N802
+        return self._popart
 
     # what drives the CPU run
     def deviceIterations(self, device_iterations: int) -> "Options":  # noqa: N802
@@ -467,11 +525,16 @@ class Options(_Unsupported):
                        recompute: bool) -> em.Options:
         """The emulator's options for a model compiled with these options."""
         loc = self._locations
+        checkpoints = "blocks"
+        if (popart := self._popart.recompute()) is not None:
+            recompute, checkpoints = recompute or popart[0], popart[1]
         o = em.Options(
             micro_batch_size=micro_batch_size, device_iterations=self.device_iterations,
             gradient_accumulation=self._training.gradient_accumulation if training else 1,
             replication_factor=self.replication_factor, precision=precision, partials=self._precision.partials,
             mode="training" if training else "inference", recompute=recompute and training,
+            recompute_checkpoints=checkpoints,
+            enable_outlining=bool(self._popart.values.get("enableOutlining", True)),
             host_processes=self._distributed.num_distributed_processes, **optimiser)
         o.tensor_locations = em.TensorLocations(
             optimiser_on_chip=loc.optimizer.on_chip, weights_on_chip=loc.weights.on_chip,

@@ -102,8 +102,9 @@ def test_errors_are_one_sentence() -> None:
                                              r"stages of a 2-stage training pipeline \(2N-1 for N=2\); use "
                                              r"Training.gradientAccumulation\(3\) or more\.$"):
         poptorch.trainingModel(TwoBlocks(), opts)(torch.randn(2, 8), torch.randint(0, 4, (2,)))
-    for call in (lambda: poptorch.for_loop, lambda: poptorch.Options()._Popart, lambda: poptorch.optim.RMSprop,
-                 lambda: poptorch.Options().Jit.traceModel(True)):
+    for call in (lambda: poptorch.for_loop, lambda: poptorch.Options()._Popart.set("virtualGraphMode", 1),
+                 lambda: poptorch.optim.RMSprop, lambda: poptorch.Options().anchorTensor("x", "y"),
+                 lambda: poptorch.Options().TensorLocations.numIOTiles(32)):
         with pytest.raises(poptorch.UnsupportedError, match=r"is not supported by popvision's PopTorch emulation; "
                                                             r"docs/poptorch.md lists what is covered\.$"):
             call()
@@ -273,3 +274,14 @@ def test_execution_strategies_and_replicas_reach_the_emulation(strategy, replica
     s = training.compiled.summary
     assert (s.strategy, s.num_ipus, s.replicas) == expected
     assert training.compiled.captured.model.options.tensor_locations.replicated_tensor_sharding
+
+
+def test_popart_options_the_examples_set_reach_the_emulation_or_are_refused_by_name() -> None:
+    # GIVEN Graphcore's examples' PopART settings: pipeline recomputation and no outlining
+    opts = poptorch.Options()
+    opts._Popart.set("autoRecomputation", 3).set("enableOutlining", False).set("saveInitializersToFile", "w.onnx")
+    o = opts.engine_options(training=True, micro_batch_size=1, precision="fp32", optimiser={}, recompute=False)
+    # THEN the engine recomputes whole stages from their inputs and does not outline
+    assert (o.recompute, o.recompute_checkpoints, o.enable_outlining) == (True, "stage", False)
+    with pytest.raises(poptorch.UnsupportedError, match=r'^poptorch.Options._Popart.set\("virtualGraphMode"\) is not '):
+        opts._Popart.set("virtualGraphMode", 1)
