@@ -355,7 +355,6 @@ _POPART_NO_EFFECT = frozenset({
     "enableStochasticRounding", "enableFloatingPointChecks", "instrumentWithHardwareCycleCounter",
     "replicatedCollectivesSettings.prepareScheduleForMergingCollectives",
     "replicatedCollectivesSettings.mergeAllReduceCollectives", "subgraphCopyingStrategy", "decomposeGradSum",
-    "enableGradientAccumulation", "enablePipelining",
 })
 
 
