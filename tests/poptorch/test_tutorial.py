@@ -26,6 +26,7 @@ import torch
 from click.testing import CliRunner
 
 from popvision_py.cli import main
+from tests.engine.conventions import check_profile
 from tests.poptorch.conftest import TUTORIAL, accuracy_on_test_set, losses
 
 pytestmark = pytest.mark.slow  # the tutorial trains 3 steps of 100 micro-batches: about 5 s each run
@@ -139,6 +140,8 @@ def test_the_capture_agrees_with_the_zoo_mnist(tutorial, zoo: Path) -> None:
 
 def test_the_reports_and_the_dashboard_open_both_profiles(tutorial, tmp_path: Path) -> None:
     _, folder = tutorial
+    for model in ("training", "inference"):  # the format's conventions, as every engine profile keeps them
+        check_profile(folder / model / "profile.pop")
     for model in ("training", "inference"):
         path = folder / model / "profile.pop"
         result = CliRunner().invoke(main, ["report", str(path), "--format", "html", "-o", str(tmp_path / f"{model}.html")])
