@@ -138,6 +138,20 @@ def test_the_capture_agrees_with_the_zoo_mnist(tutorial, zoo: Path) -> None:
         assert getattr(captured["summary"], name) == getattr(written["summary"], name), name
 
 
+def test_the_inference_capture_agrees_with_the_zoo_mnist_in_inference(tutorial, tmp_path: Path) -> None:
+    # GIVEN the zoo's mnist in inference (its inference defaults: micro-batch 8, 100 device iterations)
+    _, folder = tutorial
+    zoo = run("mnist", "--mode", "inference", "--precision", "fp32", "--profile", "--profile-dir", str(tmp_path), "-q")
+    assert zoo.exit_code == 0, zoo.output
+    captured, written = figures(folder / "inference" / "profile.pop"), figures(tmp_path / "profile.pop")
+    # THEN the forward ops (no loss: the tutorial's Network returns its logits) and memory agree exactly
+    columns = ["kind", "block", "stage", "ipu", "pass", "flops", "bytes", "tiles"]
+    pd.testing.assert_frame_equal(captured["ops"][columns], written["ops"][columns])
+    assert list(captured["ops"]["kind"])[-1] == "matmul"
+    pd.testing.assert_frame_equal(captured["memory"], written["memory"])
+    assert captured["summary"].step_cycles == written["summary"].step_cycles
+
+
 def test_the_reports_and_the_dashboard_open_both_profiles(tutorial, tmp_path: Path) -> None:
     _, folder = tutorial
     for model in ("training", "inference"):  # the format's conventions, as every engine profile keeps them
