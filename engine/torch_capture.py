@@ -165,6 +165,7 @@ class _Translator:
         self.m = Model(name, options)
         self.env: dict[int, Tensor] = {}  # id(torch tensor) -> engine tensor (activations and host inputs)
         self.params: dict[int, int] = {id(p): id(p) for p in root.parameters()}  # id -> id of its parameter
+        self.param_elements = {id(p): p.numel() for p in root.parameters()}
         self.counted: set[int] = set()  # parameters already counted by an op
         self.masks: set[int] = set()
         self.generic: Counter = Counter()
@@ -197,8 +198,9 @@ class _Translator:
                 return None
         for x in xs:
             if x is not None:
-                self.counted.add(self.params[id(x)])
-                total += x.numel()
+                base = self.params[id(x)]
+                self.counted.add(base)
+                total += self.param_elements[base]
         return total
 
     def uncounted_params(self, xs: Sequence[torch.Tensor]) -> int:
@@ -207,7 +209,7 @@ class _Translator:
             base = self.params.get(id(x))
             if base is not None and base not in self.counted:
                 self.counted.add(base)
-                total += x.numel()
+                total += self.param_elements[base]  # the weight, not the view or slice of it read here
         return total
 
     # -- the walk ------------------------------------------------------------------------------
@@ -303,7 +305,8 @@ class _Translator:
                 if expected == tuple(_tensors(rec.out)[0].shape[2:]):
                     return m.maxpool2d(x, k[0], s[0], p[0], name=op, block=block)
             return None
-        if name == "mean" and a[0].dim() == 4 and len(a) > 1 and sorted(int(d) % 4 for d in a[1]) == [2, 3]:
+        if (name == "mean" and a[0].dim() == 4 and len(a) > 1 and isinstance(a[1], (list, tuple))
+                and sorted(int(d) % 4 for d in a[1]) == [2, 3]):
             return m.global_avgpool(self.t(a[0]), name=op, block=block)
         if name == "_adaptive_avg_pool2d" and a[0].dim() == 4 and tuple(a[1]) == (1, 1):
             return m.global_avgpool(self.t(a[0]), name=op, block=block)
@@ -329,15 +332,17 @@ class _Translator:
         if name in LOSSES:
             out = _tensors(rec.out)[0]
             return m.generic([self.t(x) for x in acts], tuple(out.shape), LOSSES[name] * acts[0].numel(),
-                             kind=name, name=op, block=block, out_dtype="fp32")
+                             kind=name, name=op, block=block, params=self.uncounted_params(_tensors(a)),
+                             out_dtype="fp32")
         if name in REDUCTIONS:
             out = _tensors(rec.out)[0]
             return m.generic([self.t(x) for x in acts], tuple(out.shape), REDUCTIONS[name] * acts[0].numel(),
-                             kind="reduce", name=op, block=block, out_dtype=engine_dtype(out.dtype))
+                             kind="reduce", name=op, block=block, params=self.uncounted_params(_tensors(a)),
+                             out_dtype=engine_dtype(out.dtype))
         if name in ("cat", "stack"):
             out = _tensors(rec.out)[0]
             return m.generic([self.t(x) for x in acts], tuple(out.shape), 0, kind="concat", name=op, block=block,
-                             out_dtype=engine_dtype(out.dtype))
+                             params=self.uncounted_params(_tensors(a)), out_dtype=engine_dtype(out.dtype))
         return None
 
     def as_generic(self, rec: OpRecord, name: str, acts: list[torch.Tensor], outs: list[torch.Tensor]) -> Tensor:

@@ -285,3 +285,28 @@ def test_popart_options_the_examples_set_reach_the_emulation_or_are_refused_by_n
     assert (o.recompute, o.recompute_checkpoints, o.enable_outlining) == (True, "stage", False)
     with pytest.raises(poptorch.UnsupportedError, match=r'^poptorch.Options._Popart.set\("virtualGraphMode"\) is not '):
         opts._Popart.set("virtualGraphMode", 1)
+
+
+class Tokens(torch.nn.Module):
+    """Weights read without an activation: position embeddings looked up by a constant index, a class token
+    expanded over the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tok, self.pos = torch.nn.Embedding(20, 8), torch.nn.Embedding(5, 8)
+        self.cls = torch.nn.Parameter(torch.zeros(1, 1, 8))
+        self.fc = torch.nn.Linear(8, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.tok(ids) + self.pos(torch.arange(ids.shape[1]))
+        return self.fc(torch.cat([self.cls.expand(ids.shape[0], -1, -1), x], 1).mean(1))
+
+
+def test_every_weight_is_counted_once_however_it_is_read(capsys) -> None:
+    model = Tokens()
+    inference = poptorch.inferenceModel(model)
+    inference(torch.randint(0, 20, (4, 5)))
+    captured = inference.compiled.captured.model
+    # THEN the engine model holds the module's 20 x 8 + 5 x 8 + 8 + 8 x 3 + 3 = 235 weights
+    assert captured.parameters == sum(p.numel() for p in model.parameters()) == 235
+    assert [op.kind for op in captured.ops] == ["embedding", "add", "concat", "reduce", "matmul"]
