@@ -310,3 +310,19 @@ def test_every_weight_is_counted_once_however_it_is_read(capsys) -> None:
     # THEN the engine model holds the module's 20 x 8 + 5 x 8 + 8 + 8 x 3 + 3 = 235 weights
     assert captured.parameters == sum(p.numel() for p in model.parameters()) == 235
     assert [op.kind for op in captured.ops] == ["embedding", "add", "concat", "reduce", "matmul"]
+
+
+@pytest.mark.parametrize(("source", "script"), [
+    ("import poptorch\n", True),
+    ("from poptorch import optim\n", True),
+    ("def main():\n    import poptorch.optim\n", True),
+    ("import poptorch\n\ndef build(options):\n    pass\n", False),  # an engine model file
+    ("import torch\n", False),
+    ("import poptorch\n(", False),  # not Python: the model-file path says what is wrong
+])
+def test_popvision_run_tells_a_poptorch_script_from_a_model_file(tmp_path: Path, source: str, script: bool) -> None:
+    from engine.runner import is_poptorch_script
+
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert is_poptorch_script(str(path)) is script
