@@ -290,7 +290,7 @@ class _Translator:
             return m.dropout(self.t(acts[0]), name=op, block=block)
         if name == "native_dropout":
             return m.dropout(self.t(a[0]), name=op, block=block)
-        if name in ("_softmax", "_log_softmax", "softmax"):
+        if name in ("_softmax", "_log_softmax", "softmax", "_safe_softmax"):
             return m.softmax(self.t(a[0]), name=op, block=block)
         if name == "nll_loss_forward" and self.is_act(a[0]) and len(a[0].shape) == 2:
             return m.loss(self.t(a[0]), name=op, block=block)
@@ -324,6 +324,11 @@ class _Translator:
             scores = m.matmul(q, k_t, name=f"{op}/scores", block=block)
             probs = m.softmax(scores, name=f"{op}/softmax", block=block)
             return m.matmul(probs, v, name=f"{op}/context", block=block)
+        if (name == "_native_multi_head_attention" and a[0] is a[1] is a[2] and self.is_act(a[0]) and a[0].dim() == 3
+                and (len(a) < 10 or a[9] is None) and self.take_params(*a[5:9]) is not None):
+            # nn.MultiheadAttention's fused self-attention (eval, no gradients): the engine's attention
+            # holds the same weights (QKV 3h x h + 3h, output h x h + h)
+            return m.attention(self.t(a[0]), int(a[4]), name=op, block=block)
         if name in ELEMENTWISE or (name in ("_to_copy", "to")):
             out = _tensors(rec.out)[0]
             return m.generic([self.t(x) for x in acts], tuple(out.shape), ELEMENTWISE.get(name, 1) * out.numel(),

@@ -326,3 +326,54 @@ def test_popvision_run_tells_a_poptorch_script_from_a_model_file(tmp_path: Path,
     path = tmp_path / "m.py"
     path.write_text(source)
     assert is_poptorch_script(str(path)) is script
+
+
+class Transformer(torch.nn.Module):
+    """PyTorch's own encoder layers, one block and IPU each (BeginBlock), a checkpoint after each, LAMB."""
+
+    def __init__(self, layers: int = 2, hidden: int = 32, heads: int = 4, vocab: int = 50) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, hidden)
+        self.layers = torch.nn.ModuleList(
+            torch.nn.TransformerEncoderLayer(hidden, heads, 4 * hidden, batch_first=True, activation="gelu")
+            for _ in range(layers))
+        for i, layer in enumerate(self.layers):
+            poptorch.BeginBlock(layer, f"layer{i}", ipu_id=i)
+        self.head = torch.nn.Linear(hidden, vocab)
+
+    def forward(self, ids: torch.Tensor, labels: torch.Tensor | None = None):
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = poptorch.recomputationCheckpoint(layer(x))
+        logits = self.head(x)
+        if labels is None:
+            return logits
+        return poptorch.identity_loss(torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten()),
+                                      "none")
+
+
+def test_pytorchs_transformer_layers_train_and_infer_with_every_op_named(recwarn) -> None:
+    # GIVEN PyTorch's TransformerEncoderLayer: decomposed when training, its fused attention in inference
+    torch.manual_seed(0)
+    model = Transformer()
+    opts = poptorch.Options()
+    opts.Training.gradientAccumulation(3)
+    training = poptorch.trainingModel(model, opts, optimizer=poptorch.optim.LAMB(model.parameters()))
+    ids = torch.randint(0, 50, (6, 8))
+    first = training(ids, ids).item()
+    for _ in range(5):
+        last = training(ids, ids).item()
+    inference = poptorch.inferenceModel(model.eval(), poptorch.Options().deviceIterations(2))
+    assert inference(ids).shape == (6, 8, 50)
+    # THEN LAMB lowers the loss, both captures name every op (no generic work, no warning), count every
+    # weight once, recompute (the checkpoints) in training, and stage by the layers' IPUs
+    assert last < first
+    weights = sum(p.numel() for p in model.parameters())
+    for compiled in (training.compiled, inference.compiled):
+        assert not compiled.captured.generic
+        assert compiled.captured.model.parameters == weights
+        assert compiled.summary.num_ipus == 2
+    assert training.compiled.captured.model.options.recompute
+    assert [op.kind for op in inference.compiled.captured.model.ops][:5] == ["embedding", "matmul", "matmul",
+                                                                             "softmax", "matmul"]
+    assert not [w for w in recwarn if issubclass(w.category, poptorch.GenericOpsWarning)]
