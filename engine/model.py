@@ -572,6 +572,15 @@ class Model:
         return self._add(name, kind, [x, *others], x.shape, params=params, flops=flops_per_element * x.elements,
                          grains=math.ceil(x.elements / 64), block=block)
 
+    def generic(self, inputs: Sequence[Tensor], out_shape: Sequence[int], flops: int, *, kind: str = "generic",
+                name: str = "generic", block: str | None = None, params: int = 0,
+                out_dtype: str | None = None) -> Tensor:
+        """Work the builders above do not name (an op captured from PyTorch, say): its FLOPs as given,
+        its bytes from its inputs, output and ``params`` weights, run on the workers' vector units."""
+        elements = math.prod(int(s) for s in out_shape)
+        return self._add(name, kind, list(inputs), out_shape, params=params, flops=max(0, int(flops)),
+                         grains=math.ceil(max(elements, 1) / 64), block=block, out_dtype=out_dtype)
+
     def relu(self, x: Tensor, *, name: str = "relu", block: str | None = None) -> Tensor:
         return self._elementwise(x, "relu", 1, name, block)
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib.util
 import sys
@@ -80,6 +81,26 @@ class ModelSource:
     zoo: bool
 
 
+def is_poptorch_script(model: str) -> bool:
+    """A ``.py`` file that imports poptorch and defines no ``build``: a PopTorch program, which
+    ``popvision run`` runs as a script (an engine model file defines ``build(options)``)."""
+    path = Path(model)
+    if path.suffix != ".py" or not path.is_file():
+        return False
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError, OSError):
+        return False  # load_model_source says what is wrong with the file
+    if any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "build" for node in tree.body):
+        return False
+    for node in ast.walk(tree):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        if any(name.split(".")[0] == "poptorch" for name in names):
+            return True
+    return False
+
+
 def load_model_source(model: str) -> ModelSource:
     """A zoo entry by name, or a user's Python file defining ``build(options) -> Model``."""
     if model.endswith(".py") or Path(model).is_file():
@@ -103,7 +124,8 @@ def load_model_source(model: str) -> ModelSource:
             raise ConfigError(f"Model file {model} failed to import: {type(exc).__name__}: {_first_line(exc)}") from None
         build = getattr(module, "build", None)
         if not callable(build):
-            raise ConfigError(f"Model file {model} defines no build(options) function.")
+            raise ConfigError(f"Model file {model} defines no build(options) function (nor imports poptorch, "
+                              f"which would make it a PopTorch script).")
         defaults = dict(getattr(module, "DEFAULTS", {}) or {})
         inference = dict(getattr(module, "INFERENCE_DEFAULTS", {}) or {})
         return ModelSource(path.stem, build, defaults, inference, zoo=False)
@@ -280,7 +302,13 @@ def request_record(request: RunRequest, source: ModelSource) -> dict[str, Any]:
 
 def emulate(request: RunRequest) -> Summary:
     """Run the emulator; write the profile if ``request.profile`` names a path. Returns the summary."""
-    plan = prepare(request)
+    return emulate_plan(prepare(request), request)
+
+
+def emulate_plan(plan: Plan, request: RunRequest) -> Summary:
+    """Emulate an already checked plan (``prepare``'s, or one built from a captured model) as
+    ``emulate`` does; ``request`` gives the profile path, progress and bounds."""
+    check_bounds(request, sum(len(s.ops) for s in plan.stages), plan.target.tiles, plan.options)
     try:
         with warnings.catch_warnings():
             # NumPy only warns when a size overflows int64 or a float too big for one is cast: that is

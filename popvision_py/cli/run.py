@@ -2,7 +2,8 @@
 
 MODEL is a zoo name (`popvision models`) or a path to a Python file that defines
 ``build(options: engine.Options) -> engine.Model`` (and optionally ``DEFAULTS``, a dict of option
-defaults such as ``{"micro_batch_size": 16, "gradient_accumulation": 8}``).
+defaults such as ``{"micro_batch_size": 16, "gradient_accumulation": 8}``), or a PopTorch script
+(imports poptorch, no ``build``), which runs with popvision's ``poptorch`` (docs/poptorch.md).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def _checkpoints(value: str | None) -> str | int | None:
 
 @click.command("run")
 @click.argument("model")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SCRIPT_ARGS...]")
 @click.option("--batch-size", "micro_batch_size", type=INT64, help="Samples per micro-batch (the model's default if unset).")
 @click.option("--device-iterations", type=INT64, help="Iterations per host call.")
 @click.option("--gradient-accumulation", type=INT64, help="Micro-batches per weight update (pipelined training needs "
@@ -158,10 +160,23 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
             hidden: int | None, heads: int | None, seq_len: int | None, vocab: int | None, masked_tokens: int | None,
             packing: float | None, tied_embeddings: bool | None, embedding_alone: bool | None, ipus: int | None,
             assume: tuple[str, ...], max_trace_rows: int, max_memory_gb: float,
-            profile: bool, profile_dir: str, as_json: bool, quiet: bool, **options: object) -> None:
-    """Emulate MODEL (a zoo name or a .py file) and print time per step, throughput and memory fit."""
-    from engine.runner import RunRequest, emulate
+            profile: bool, profile_dir: str, as_json: bool, quiet: bool, script_args: tuple[str, ...],
+            **options: object) -> None:
+    """Emulate MODEL (a zoo name, a model file or a PopTorch script) and print time per step, throughput
+    and memory fit. A PopTorch script (a .py that imports poptorch and defines no build) runs as
+    `python script.py SCRIPT_ARGS` would, training on the CPU; each model it compiles prints its
+    summary and, with --profile, writes PROFILE_DIR/training/profile.pop or .../inference/profile.pop."""
+    from engine.runner import RunRequest, emulate, is_poptorch_script
     from popvision_py.analysis.report import Report
+
+    if is_poptorch_script(model):
+        code = _run_script(model, script_args, Path(profile_dir) if profile else None)
+        if code:
+            click.get_current_context().exit(code)  # the script's own sys.exit(code)
+        return
+    if script_args:
+        raise ConfigError(f"Arguments after the model ({' '.join(script_args)}) are for PopTorch scripts; {model} "
+                          f"is not one.")
 
     request = RunRequest(
         model=model,
@@ -193,6 +208,27 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
     if not profile:
         summary.profile = None
     click.echo(json.dumps({**asdict(summary), **figures}, indent=2) if as_json else summary_text(summary, **figures))
+
+
+# What a PopTorch script may be given: everything else is set by its own poptorch.Options.
+SCRIPT_OPTIONS = frozenset({"model", "script_args", "profile", "profile_dir", "quiet"})
+
+
+def _run_script(script: str, args: tuple[str, ...], profile_dir: Path | None) -> int:
+    """Run a PopTorch script with popvision's poptorch; its exit code."""
+    ctx = click.get_current_context()
+    given = [name for name in ctx.params if name not in SCRIPT_OPTIONS
+             and ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT, None)]
+    if given:
+        flag = next(p.opts[0] for p in ctx.command.params if p.name == given[0])
+        raise ConfigError(f"{flag} applies to zoo models and model files; {script} is a PopTorch script, which sets "
+                          f"its options in poptorch.Options.")
+    try:
+        from poptorch._script import run_script
+    except ImportError as exc:  # torch missing: the shim's own sentence
+        raise ConfigError(str(exc)) from None
+    with _profile_folder(profile_dir):
+        return run_script(script, args, profile_dir)
 
 
 def _profile_folder(folder: Path | None) -> contextlib.AbstractContextManager:

@@ -1,0 +1,141 @@
+"""A compiled model's emulation: the captured ops under the script's options, its summary and profile.
+
+Where the profile goes follows PopTorch and Poplar: ``POPLAR_ENGINE_OPTIONS`` with
+``autoReport.all`` (or any ``autoReport.output*``) set to true writes under
+``autoReport.directory`` (the current directory by default), else ``Options.enableProfiling(dir)``;
+each compiled model writes ``<directory>/<model name>/profile.pop``, the model name being
+PopTorch's default ``training`` or ``inference`` unless ``Options.modelName`` sets one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+import tempfile
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.instrument import Summary
+from engine.model import ExecutionStrategy
+from engine.plan import make_plan
+from engine.runner import RunRequest, emulate_plan
+from engine.torch_capture import Captured, OpRecord, micro_batch_size, model_precision, to_model
+from popvision_py.errors import ConfigError
+from poptorch._errors import Error
+from poptorch._options import Options, PipelinedExecution
+
+
+class GenericOpsWarning(UserWarning):
+    """Ops the emulator knows only by their FLOPs and bytes."""
+
+
+@dataclass
+class Compiled:
+    """What compiling (capturing and emulating) one model gave."""
+
+    captured: Captured
+    summary: Summary
+    text: str
+    profile: Path | None
+
+
+def report_directory(options: Options) -> Path | None:
+    """The directory profiles go to, or None: ``POPLAR_ENGINE_OPTIONS`` first, then ``enableProfiling``."""
+    text = os.environ.get("POPLAR_ENGINE_OPTIONS", "").strip()
+    if text:
+        try:
+            engine = json.loads(text)
+        except ValueError:
+            raise Error(f"POPLAR_ENGINE_OPTIONS is not JSON: {text[:80]!r}; write it as "
+                        f"'{{\"autoReport.all\":\"true\",\"autoReport.directory\":\"profile\"}}'.") from None
+        if not isinstance(engine, dict):
+            raise Error("POPLAR_ENGINE_OPTIONS must be a JSON object, such as {\"autoReport.all\":\"true\"}.")
+        wanted = {str(k): str(v).strip().lower() == "true" for k, v in engine.items()}
+        if wanted.get("autoReport.all") or any(v for k, v in wanted.items() if k.startswith("autoReport.output")):
+            return Path(str(engine.get("autoReport.directory", ".")))
+    if options.profile_dir is not None:
+        return Path(options.profile_dir)
+    return None
+
+
+_OURS = (str(Path(__file__).resolve().parent), contextlib.__file__)
+
+
+def _callers_level() -> int:
+    """The ``stacklevel`` of the script's own line that called the model (past poptorch's frames)."""
+    level, frame = 2, sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_OURS):
+        level, frame = level + 1, frame.f_back
+    return level
+
+
+def capture_model(records: Sequence[OpRecord], inputs: Sequence[torch.Tensor], root: torch.nn.Module,
+                  options: Options, *, training: bool, optimiser: dict, recompute: bool, name: str) -> Captured:
+    """The engine model of a recorded first forward, with the engine's options from ``options``."""
+    engine_options = options.engine_options(training=training, micro_batch_size=micro_batch_size(inputs),
+                                            precision=model_precision(root), optimiser=optimiser, recompute=recompute)
+    captured = to_model(records, inputs, root, name, engine_options)
+    if captured.generic:
+        listed = ", ".join(f"{op} ({n})" for op, n in captured.generic.most_common())
+        warnings.warn(f"popvision emulates {sum(captured.generic.values())} op(s) of {name} as generic work by their "
+                      f"FLOPs and bytes: {listed}.", GenericOpsWarning, stacklevel=_callers_level())
+    return captured
+
+
+# The planner's sentences name popvision run's flags; a script sets the same in poptorch.Options.
+_FLAGS = ((re.compile(r"--gradient-accumulation (\d+)"), r"Training.gradientAccumulation(\1)"),
+          (re.compile(r"--device-iterations (\d+)"), r"deviceIterations(\1)"),
+          (re.compile(r"--host-processes (\d+)"), r"Distributed.configureProcessId(id, \1)"),
+          (re.compile(r"more --replicas"), "a larger replicationFactor"))
+
+
+def _in_poptorch_words(sentence: str) -> str:
+    for flag, option in _FLAGS:
+        sentence = flag.sub(option, sentence)
+    return sentence
+
+
+def engine_strategy(captured: Captured, options: Options) -> ExecutionStrategy:
+    """The options' execution strategy over the captured blocks; PopTorch's default without one
+    (pipelined, a stage per IPU the blocks name: ``AutoStage.SameAsIpu``)."""
+    strategy = options.execution_strategy or PipelinedExecution()
+    return strategy.engine_strategy(list(captured.model.blocks), captured.block_ipus)
+
+
+def emulate(captured: Captured, options: Options, *, training: bool) -> Compiled:
+    """Emulate the captured model with the script's strategy; write its profile where PopTorch
+    users look for it, and return the summary ``popvision run`` prints."""
+    from popvision_py.analysis.report import Report
+    from popvision_py.cli.run import summary_text
+    from popvision_py.format.atomic import check_writable, folder_lock
+
+    model = captured.model
+    try:
+        plan = make_plan(model, model.options, engine_strategy(captured, options))
+    except ConfigError as exc:
+        raise Error(f"Compiling {model.name}: {_in_poptorch_words(str(exc))}") from None
+    directory = report_directory(options)
+    folder = directory / (options.model_name or ("training" if training else "inference")) if directory else None
+    with tempfile.TemporaryDirectory(prefix="popvision-poptorch-") as scratch:
+        target = (folder or Path(scratch)) / "profile.pop"
+        if folder is not None:
+            check_writable(folder)
+        with folder_lock(target.parent):
+            summary = emulate_plan(plan, RunRequest(model=model.name, profile=target, progress=False))
+        with Report(target) as report:
+            figures = {"idle_pct": report.exchange.figures().idle_pct,
+                       "flop_utilisation_pct": report.summary.figures().flop_utilisation_pct}
+    summary.profile = str(target) if folder is not None else None
+    return Compiled(captured, summary, summary_text(summary, **figures), target if folder is not None else None)
+
+
+def announce(compiled: Compiled) -> None:
+    """Print the summary, as ``popvision run`` does, when a model is compiled."""
+    print(compiled.text, file=sys.stdout, flush=True)

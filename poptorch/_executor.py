@@ -1,0 +1,250 @@
+"""``trainingModel`` and ``inferenceModel``: the model runs on the CPU, its timing comes from the emulator.
+
+A call takes PopTorch's combined batch (micro-batch x device iterations x gradient accumulation x
+replicas on the leading dimension, as ``poptorch.DataLoader`` makes it), splits it into micro-batches
+and runs them in order. Training, as PopTorch's ``trainingModel``: every micro-batch's gradients
+(of the loss the model returns) are accumulated over gradient accumulation x replicas micro-batches,
+averaged (``Training.accumulationAndReplicationReductionType``: Mean, PopTorch's default, or Sum),
+and the optimiser steps once per group: ``deviceIterations`` updates per call. What the call
+returns follows ``Options.outputMode`` (Final by default in training, All in inference).
+
+The first call compiles: its first micro-batch's forward is captured, the captured model is
+emulated with the options, its summary printed and its profile written (see ``_emulation``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from engine.torch_capture import recording
+from poptorch import _emulation, optim
+from poptorch._blocks import STATE
+from poptorch._errors import Error, UnsupportedError
+from poptorch._options import Options, OutputMode, ReductionType
+
+# PopTorch executor methods that have no meaning here and no stand-in.
+_UNSUPPORTED = frozenset({"getComputeLatency", "getHostIpuLatency", "getLatency", "getPerfCounters", "save",
+                          "cycleCount", "rng_state", "compileAndExport", "loadExecutable", "precompileAndExport"})
+
+
+# While popvision captures a script without running it (poptorch.capture_script): the callback each
+# compiling model hands its capture to (it stops the script).
+_CAPTURE_ONLY: list = []
+
+
+class PoplarExecutor:
+    """What ``trainingModel`` / ``inferenceModel`` return: call it as the model."""
+
+    def __init__(self, model: torch.nn.Module, options: Options | None, training: bool,
+                 optimizer: torch.optim.Optimizer | None = None) -> None:
+        if options is not None and not isinstance(options, Options):
+            raise Error(f"Invalid type: 'options' is of type {type(options).__name__} (expected poptorch.Options).")
+        options = (options or Options()).clone()
+        self._user_model = model
+        self._options = options
+        self._training = training
+        if training:
+            if options.defaultOutputMode():
+                options.output_mode = OutputMode.Final
+            self._optimizer = optimizer or optim.SGD(model.parameters(), lr=0.01)
+            self._engine_optimiser = optim.engine_options(self._optimizer)
+        else:
+            if options.defaultOutputMode():
+                options.output_mode = OutputMode.All
+            if options.Training.gradient_accumulation != 1:
+                raise Error("You must set poptorch.Options().Training.gradientAccumulation to 1 or leave it as its "
+                            "default value (1) when running a poptorch.inferenceModel().")
+            if optimizer is not None:
+                raise Error("poptorch.inferenceModel takes no optimizer.")
+            self._optimizer = None
+            self._engine_optimiser = {}
+        self._compiled: _emulation.Compiled | None = None
+        self._attached = False
+
+    # -- what PopTorch's executor offers -------------------------------------------------------
+
+    @property
+    def options(self) -> Options:
+        return self._options
+
+    @property
+    def training(self) -> bool:
+        return self._training
+
+    @property
+    def compiled(self) -> "_emulation.Compiled | None":
+        """The capture, emulation summary and profile of the first call (None before it)."""
+        return self._compiled
+
+    def isCompiled(self) -> bool:  # noqa: N802
+        return self._compiled is not None
+
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        """Capture and emulate without training: one micro-batch's forward, gradients off."""
+        if self._compiled is None:
+            micro = self._micro_batches(args, kwargs)[0]
+            with torch.no_grad(), self._capturing(*micro):
+                self._user_model(*micro[0], **micro[1])
+        self._attached = True
+
+    def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:  # noqa: N802
+        if not self._training:
+            raise Error("poptorch.inferenceModel has no optimizer to set.")
+        self._optimizer = optimizer
+        self._engine_optimiser = optim.engine_options(optimizer)
+
+    # The weights live in the host's model the whole time: copies and device attachment are no-ops.
+    def copyWeightsToHost(self) -> None:  # noqa: N802
+        return None
+
+    def copyWeightsToHostIfNeeded(self) -> bool:  # noqa: N802
+        return False
+
+    def copyWeightsToDevice(self) -> None:  # noqa: N802
+        return None
+
+    def detachFromDevice(self) -> None:  # noqa: N802
+        self._attached = False
+
+    def attachToDevice(self) -> None:  # noqa: N802
+        self._attached = True
+
+    def isAttachedToDevice(self) -> bool:  # noqa: N802
+        return self._attached
+
+    def destroy(self) -> None:
+        self._compiled = None
+        self._attached = False
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_user_model", "_options", "_training", "_compiled"):
+            raise AttributeError(name)
+        if name in _UNSUPPORTED:
+            raise UnsupportedError(f"poptorch.PoplarExecutor.{name}")
+        return getattr(self._user_model, name)  # PopTorch forwards the rest to the model
+
+    def __repr__(self) -> str:
+        kind = "trainingModel" if self._training else "inferenceModel"
+        return f"poptorch.{kind}({self._user_model!r})"
+
+    # -- running -----------------------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        micro = self._micro_batches(args, kwargs)
+        if self._compiled is None and self._options.random_seed is not None:
+            torch.manual_seed(self._options.random_seed)  # the IPU's generator is torch's here
+        outputs: list[Any] = []
+        if self._training:
+            per_update = self._options.Training.gradient_accumulation * self._options.replication_factor
+            mean = self._options.Training.accumulation_and_replication_reduction_type == ReductionType.Mean
+            for start in range(0, len(micro), per_update):
+                self._optimizer.zero_grad(set_to_none=True)
+                for a, kw in micro[start:start + per_update]:
+                    with self._capturing(a, kw) if self._compiled is None else contextlib.nullcontext():
+                        out = self._user_model(*a, **kw)
+                    loss = _loss_of(out)
+                    (loss / per_update if mean else loss).backward()
+                    outputs.append(_detached(out))
+                self._optimizer.step()
+        else:
+            with torch.no_grad():
+                for a, kw in micro:
+                    with self._capturing(a, kw) if self._compiled is None else contextlib.nullcontext():
+                        out = self._user_model(*a, **kw)
+                    outputs.append(_detached(out))
+        self._attached = True
+        return _combine(outputs, self._options)
+
+    def _micro_batches(self, args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:
+        """The call's inputs split into micro-batches along the leading dimension, as PopTorch does."""
+        o = self._options
+        n = o.device_iterations * o.replication_factor * (o.Training.gradient_accumulation if self._training else 1)
+        leaves, spec = tree_flatten((args, kwargs))
+        pieces: list[list[Any]] = []
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor) and leaf.dim() > 0:
+                if leaf.shape[0] % n:
+                    raise Error(f"Invalid batch dimension: the input of shape {tuple(leaf.shape)} has a batch "
+                                f"dimension of {leaf.shape[0]}, not a multiple of deviceIterations "
+                                f"({o.device_iterations}) x replicationFactor ({o.replication_factor})"
+                                + (f" x gradientAccumulation ({o.Training.gradient_accumulation})"
+                                   if self._training else "") + f" = {n}.")
+                pieces.append(list(leaf.split(leaf.shape[0] // n)))
+            else:
+                pieces.append([leaf] * n)
+        return [tree_unflatten([p[k] for p in pieces], spec) for k in range(n)]
+
+    @contextlib.contextmanager
+    def _capturing(self, args: tuple, kwargs: dict) -> Iterator[None]:
+        """Record this forward's ops; when it ends, compile: capture, emulate, print, write the profile."""
+        STATE.reset()
+        with recording(self._user_model, STATE.current) as recorder:
+            yield
+        inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        name = type(self._user_model).__name__
+        captured = _emulation.capture_model(recorder.records, inputs, self._user_model, self._options,
+                                            training=self._training, optimiser=self._engine_optimiser,
+                                            recompute=STATE.checkpoints > 0, name=name)
+        del recorder
+        if _CAPTURE_ONLY:
+            _CAPTURE_ONLY[-1](captured, _emulation.engine_strategy(captured, self._options), self._training)
+        self._compiled = _emulation.emulate(captured, self._options, training=self._training)
+        _emulation.announce(self._compiled)
+
+
+def _loss_of(out: Any) -> torch.Tensor:
+    """The loss a training model returns: the last single-element output with a gradient."""
+    losses = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.numel() == 1 and t.requires_grad]
+    if not losses:
+        raise Error("poptorch.trainingModel: the model's forward returned no loss (a single-element tensor with a "
+                    "gradient); return the loss, or a tuple that ends with it.")
+    return losses[-1]
+
+
+def _detached(out: Any) -> Any:
+    leaves, spec = tree_flatten(out)
+    return tree_unflatten([x.detach() if isinstance(x, torch.Tensor) else x for x in leaves], spec)
+
+
+def _combine(outputs: list[Any], options: Options) -> Any:
+    """The call's result from its micro-batches' outputs, per ``Options.outputMode``."""
+    mode = options.output_mode
+    if mode == OutputMode.Final:
+        return outputs[-1]
+    if mode == OutputMode.EveryN:
+        period = options.output_return_period
+        outputs = [o for k, o in enumerate(outputs) if (k + 1) % period == 0] or outputs[-1:]
+    flat = [tree_flatten(o) for o in outputs]
+    spec = flat[0][1]
+    combined = []
+    for column in zip(*(leaves for leaves, _ in flat)):
+        first = column[0]
+        if not isinstance(first, torch.Tensor):
+            combined.append(column[-1])
+        elif mode == OutputMode.Sum:
+            combined.append(torch.stack(column).sum(0))
+        elif first.dim() == 0:
+            combined.append(torch.stack(column))
+        else:
+            combined.append(torch.cat(column))
+    return tree_unflatten(combined, spec)
+
+
+def trainingModel(model: torch.nn.Module, options: Options | None = None,  # noqa: N802 (PopTorch's name)
+                  optimizer: torch.optim.Optimizer | None = None) -> PoplarExecutor:
+    """Wrap ``model`` for training (SGD with lr 0.01 when no optimizer is given, as PopTorch)."""
+    if isinstance(model, PoplarExecutor):
+        model = model._user_model
+    return PoplarExecutor(model, options, True, optimizer)
+
+
+def inferenceModel(model: torch.nn.Module, options: Options | None = None) -> PoplarExecutor:  # noqa: N802
+    """Wrap ``model`` for inference."""
+    if isinstance(model, PoplarExecutor):
+        model = model._user_model
+    return PoplarExecutor(model, options, False)
