@@ -135,6 +135,8 @@ def _request(model: str, values: dict[str, Any]) -> Any:
     from engine.runner import RunRequest
 
     values = dict(values)
+    if model.endswith(".py") and Path(model).is_file():
+        model = str(Path(model).resolve())  # rows' commands and requests run from any folder
     params = {name: values.pop(name) for name in PARAMS}
     fields = {name: values.pop(name) for name in REQUEST_FIELDS}
     assume = values.pop("assume")

@@ -1,0 +1,128 @@
+"""`popvision tune` finds what brute force finds, and every row's request and command re-run it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shlex
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from engine.runner import RunRequest, emulate
+from popvision_py.cli import main
+from popvision_py.format.tunefile import read_tune
+from popvision_py.tune.space import Settings, Space
+from tests.tune.conftest import BLOCKS, tune
+
+
+def every_contiguous_split(blocks: list[str], ipus: int) -> list[str]:
+    """Every split of ``blocks`` into 1..ipus contiguous stages, stage k on IPU k, as --stages text."""
+    out = []
+    for depth in range(1, min(ipus, len(blocks)) + 1):
+        for cuts in itertools.combinations(range(1, len(blocks)), depth - 1):
+            edges = [0, *cuts, len(blocks)]
+            out.append(" ".join(f"{','.join(blocks[a:b])}@{k}" for k, (a, b) in enumerate(zip(edges, edges[1:]))))
+    return out
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, dict, str, str]:
+    """The stages-only search of the uneven model on an IPU-POD4 (one local worker)."""
+    from tests.tune.conftest import UNEVEN_MODEL
+
+    folder = tmp_path_factory.mktemp("tune")
+    model = folder / "uneven.py"
+    model.write_text(UNEVEN_MODEL)
+    out = folder / "tune.parquet"
+    result = tune(str(model), "--system", "POD4", "--search", "stages", "--workers", "1", "-q",
+                  "-o", str(out), "--profile-dir", str(folder / "best"))
+    assert result.exit_code == 0, result.output
+    rows, meta = read_tune(out)
+    return rows, meta, str(model), result.output
+
+
+def test_the_best_split_is_the_one_brute_force_finds(searched) -> None:
+    rows, meta, model, _ = searched
+    # GIVEN every contiguous split of the five blocks over one to four IPUs, each emulated here
+    # (gradient accumulation 8, the model's default, is at least 2N-1 for N <= 4)
+    speeds = {}
+    for stages in every_contiguous_split(BLOCKS, 4):
+        s = emulate(RunRequest(model=model, options={"system": "IPU-POD4"}, strategy="pipelined", stages=stages))
+        if s.fits:
+            speeds[stages] = s.samples_per_second
+    assert len(speeds) == 1 + 4 + 6 + 4
+    best_stages = max(speeds, key=speeds.get)
+    # THEN tune emulated all fifteen (the start, one stage on IPU 0, is one of them) and its best is brute force's best
+    assert (rows["status"] == "ok").sum() == 15
+    best = rows[rows["rank"] == 1].iloc[0]
+    assert best["samples_per_second"] == pytest.approx(speeds[best_stages], rel=1e-12)
+    assert json.loads(best["key"])["stages"] == best_stages
+    # AND the ranks follow the throughputs, fastest first
+    ok = rows[rows["status"] == "ok"]
+    assert list(ok["rank"]) == list(range(1, 16))
+    assert ok["samples_per_second"].is_monotonic_decreasing
+    assert sorted(ok["samples_per_second"]) == pytest.approx(sorted(speeds.values()), rel=1e-12)
+
+
+def test_the_pareto_front_is_the_fastest_for_each_ipu_count_that_beats_fewer(searched) -> None:
+    rows, *_ = searched
+    ok = rows[rows["status"] == "ok"]
+    # a row is on the front when no row on as few IPUs is as fast
+    fastest = ok.groupby("ipus")["samples_per_second"].max().sort_index()
+    expected = fastest[fastest > fastest.cummax().shift(fill_value=0)]
+    front = ok[ok["pareto"]].set_index("ipus")["samples_per_second"].sort_index()
+    assert list(front.index) == list(expected.index)
+    assert list(front) == pytest.approx(list(expected))
+
+
+def test_a_rows_request_and_command_run_what_the_row_says(searched) -> None:
+    rows, meta, model, _ = searched
+    row = rows[rows["rank"] == 2].iloc[0]
+    # GIVEN the second-best row: its request re-runs it in the engine
+    again = emulate(RunRequest(**json.loads(row["request"])))
+    assert again.samples_per_second == row["samples_per_second"]
+    # AND its command, run as `popvision run`, prints the same throughput and worst tile
+    words = shlex.split(row["command"])
+    assert words[:3] == ["popvision", "run", model]
+    result = CliRunner().invoke(main, [*words[1:], "--json", "-q"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.output)
+    assert printed["samples_per_second"] == pytest.approx(row["samples_per_second"], rel=1e-12)
+    assert 100 * printed["worst_tile_bytes"] / printed["bytes_per_tile"] == pytest.approx(row["worst_tile_pct"])
+    # AND its changes are the flags that differ from the start's command
+    assert row["changes"] == f"--stages {shlex.quote(json.loads(row['key'])['stages'])}"
+
+
+def test_the_output_names_the_best_its_command_its_profile_and_the_compare(searched) -> None:
+    rows, meta, model, output = searched
+    best = rows[rows["rank"] == 1].iloc[0]
+    assert best["command"] in output
+    assert Path(meta["best_profile"]).is_file() and Path(meta["start_profile"]).is_file()
+    assert f"Best profile:   {meta['best_profile']}" in output
+    assert "Best against the start (popvision compare):" in output and "throughput_samples_per_s" in output
+    start = rows[rows["is_start"]].iloc[0]
+    assert meta["start_command"] == start["command"]
+    assert json.loads(start["key"])["stages"] == "B0..B4@0"
+
+
+def test_the_memory_estimate_never_exceeds_what_the_emulator_plans() -> None:
+    # GIVEN bert-large's mappings on an IPU-POD16 that the estimate lets through
+    # (round 1's mappings, and round 2's settings of the one- and two-IPU mappings, optimiser on chip among them)
+    space = Space(RunRequest(model="bert-large"), Settings(system="IPU-POD16"))
+    first = space.round_one()
+    narrow = [c for c in first if len(c.config["stages"].split()) <= 2 and c.config["replication_factor"] <= 2]
+    cands = first + space.round_two(narrow[:4])
+    kept = [c for c in cands if not c.reason]
+    refused = [c for c in cands if c.reason.startswith("IPU ")]
+    assert refused, "the lower bound prunes something on bert-large"
+    # WHEN a spread of them is emulated (every 25th, across depths, shards, replicas and settings)
+    for cand in kept[::25]:
+        summary = emulate(space.request(cand.config))
+        estimate = space.ipu_bytes(cand)
+        # THEN the estimate of every IPU's bytes is at most the emulator's peak on that IPU (a lower bound)
+        peaks = summary.peak_bytes_per_ipu
+        assert len(peaks) >= len(estimate)
+        assert all(e <= p for e, p in zip(estimate, peaks)), (cand.key, list(estimate), peaks)
