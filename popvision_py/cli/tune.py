@@ -156,6 +156,7 @@ def _client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
         if "://" not in scheduler:
             raise ConfigError(f"--scheduler takes a Dask scheduler's address as tcp://HOST:PORT, not {scheduler!r}.")
         try:
+            _reachable(scheduler)
             client = Client(scheduler, timeout="10s")
         except (OSError, TimeoutError, ValueError) as exc:
             text = str(exc).strip().splitlines()
@@ -178,6 +179,16 @@ def _client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
             yield client
     finally:
         cluster.close()
+
+
+def _reachable(address: str) -> None:
+    """OSError at once when nothing listens at a tcp:// address (Dask's client would retry for its whole timeout)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address)
+    if parts.scheme == "tcp" and parts.hostname and parts.port:
+        socket.create_connection((parts.hostname, parts.port), timeout=10).close()
 
 
 @contextlib.contextmanager
