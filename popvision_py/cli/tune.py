@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ PARAMS = ("preset", "layers", "hidden", "heads", "seq_len", "vocab", "masked_tok
 REQUEST_FIELDS = ("strategy", "stages", "offload_optimiser", "offload_weights", "offload_activations",
                   "replicated_tensor_sharding")
 # `popvision run`'s options a search takes as its start (its own --system, profile and output options aside)
+QUIET_WORKERS = "DASK_LOGGING__DISTRIBUTED"
 RUN_OPTIONS = [p for p in run_cli.command.params
                if isinstance(p, click.Option) and p.name not in ("system", "profile", "profile_dir", "as_json", "quiet")]
 
@@ -172,8 +174,22 @@ def _client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
         finally:
             client.close()
         return
-    cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, processes=True, threads_per_worker=1,
-                           dashboard_address=None)
+    # The workers start with Ctrl-C ignored (a disposition a spawned process keeps): Ctrl-C in a terminal
+    # reaches every process of the group, and only this one acts on it (keeps what finished, closes the cluster).
+    # Their log lines (a task cancelled by Ctrl-C, say) stay quiet too: a spawned worker reads its logging
+    # levels from the environment when it imports distributed.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    level = os.environ.get(QUIET_WORKERS)
+    os.environ[QUIET_WORKERS] = "critical"
+    try:
+        cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, processes=True, threads_per_worker=1,
+                               dashboard_address=None)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if level is None:
+            os.environ.pop(QUIET_WORKERS, None)
+        else:
+            os.environ[QUIET_WORKERS] = level
     try:
         with Client(cluster) as client:
             yield client

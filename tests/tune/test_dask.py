@@ -115,3 +115,28 @@ def test_resume_refuses_another_searchs_result(uneven: str, tmp_path: Path) -> N
     result = tune("mnist", *SEARCH, "--workers", "1", "--resume", str(out))
     assert result.exit_code == 2
     assert result.output.startswith(f"Error: {out} is the result of another search (its model is"), result.output
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_what_finished_and_says_how_to_resume(tmp_path: Path) -> None:
+    import signal
+
+    # GIVEN bert-large's search on an IPU-POD16 (about a minute here), run as a program in its own process group
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = tmp_path / "tune.parquet"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "popvision_py.cli", "tune", "bert-large", "--system", "POD16", "--workers", "2",
+         "--no-profile", "-o", str(out)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # WHEN Ctrl-C reaches the whole group (the terminal's way) a few seconds in
+    time.sleep(10)
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    # THEN it exits 130, keeps the finished candidates in the output and says how to go on, without a traceback
+    assert process.returncode == 130, stderr
+    rows, meta = read_tune(out)
+    assert 0 < len(rows) < 650
+    assert stderr.splitlines() == [f"Stopped with {len(rows):,} candidates finished, kept in {out}; run the same "
+                                   f"command with --resume {out} to go on from them.", "Interrupted."]
+    assert stdout == ""
