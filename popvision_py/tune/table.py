@@ -15,6 +15,7 @@ import pandas as pd
 from popvision_py.format.tunefile import COLUMNS, STATUSES
 
 STATUS_ORDER = {s: k for k, s in enumerate(STATUSES)}
+CHANGES_WIDTH = 100
 
 
 def ranked(rows: pd.DataFrame) -> pd.DataFrame:
@@ -79,6 +80,8 @@ def render(rows: pd.DataFrame, meta: dict, top: int = 10) -> str:
         tile = f"{r['worst_tile_pct']:.1f}%" if pd.notna(r["worst_tile_pct"]) else "-"
         room = _kib(r["headroom_bytes"]) if pd.notna(r["headroom_bytes"]) else "-"
         changes = "(the start)" if r["is_start"] else (r["changes"] or "(none)")
+        if len(changes) > CHANGES_WIDTH:  # the whole of it is in the row's command, printed below
+            changes = changes[:CHANGES_WIDTH - 3] + "..."
         lines.append(f"{label:>4}{mark}  {speed if pd.isna(speed) else format(speed, ',.1f'):>11}  {vs:>8}  "
                      f"{'yes' if r['fits'] else 'no':>4}  {tile:>10}  {room:>11}  {r['ipus']:>4}  {changes}")
     lines.append("(* on the Pareto front of throughput against IPUs)")
