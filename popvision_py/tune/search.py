@@ -70,6 +70,7 @@ class Search:
     emulated: int = 0
     reused: int = 0
     capped: int = 0
+    _best: float | None = None
 
     def run(self) -> Outcome:
         settings = self.space.settings
@@ -122,10 +123,12 @@ class Search:
             else:
                 todo.append(c)
         base = total - len(cands)
-        self.on_result(base + len(cands) - len(todo), total, self.best())
+        self._best = self.best()
+        self.on_result(base + len(cands) - len(todo), total, self._best)
         if not todo:
             return
         futures = {self.client.submit(evaluate, request_json(self.space, c), pure=False): c for c in todo}
+        finished = base + len(cands) - len(todo)
         try:
             for future in as_completed(futures):
                 cand = futures[future]
@@ -137,7 +140,10 @@ class Search:
                                       f"PYTHONPATH).") from None
                 self.done[cand.key] = as_result(raw)
                 self.emulated += 1
-                self.on_result(base + len(cands) - sum(c.key not in self.done for c in todo), total, self.best())
+                finished += 1
+                if raw["status"] == "ok" and (self._best is None or raw["samples_per_second"] > self._best):
+                    self._best = raw["samples_per_second"]
+                self.on_result(finished, total, self._best)
         finally:
             unfinished = [f for f in futures if not f.done()]
             if unfinished:
