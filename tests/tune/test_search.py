@@ -126,3 +126,25 @@ def test_the_memory_estimate_never_exceeds_what_the_emulator_plans() -> None:
         peaks = summary.peak_bytes_per_ipu
         assert len(peaks) >= len(estimate)
         assert all(e <= p for e, p in zip(estimate, peaks)), (cand.key, list(estimate), peaks)
+
+
+def test_a_global_batch_fixes_samples_per_update_and_the_planner_refuses_short_pipelines(uneven: str,
+                                                                                           tmp_path: Path) -> None:
+    out = tmp_path / "tune.parquet"
+    # GIVEN a search of splits, replicas and micro-batches that keeps 64 samples per weight update
+    result = tune(uneven, "--system", "POD4", "--search", "stages,replicas,batch", "--global-batch", "64",
+                  "--refine", "1", "--workers", "1", "-q", "--no-profile", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert "Global batch 64 samples per weight update." in result.output
+    rows, meta = read_tune(out)
+    requests = rows[~rows["is_start"]]["request"].map(json.loads)
+    # THEN every candidate but the start runs micro-batch x accumulation x replicas = 64
+    samples = requests.map(lambda r: r["options"]["micro_batch_size"] * r["options"]["gradient_accumulation"]
+                           * r["options"]["replication_factor"])
+    assert set(samples) == {64}
+    assert {r["options"]["micro_batch_size"] for r in requests} >= {8, 16}
+    # AND a 4-IPU pipeline at micro-batch 16 (accumulation 64 / 16 = 4, under 2 x 4 - 1 = 7) is refused by
+    # the planner's rule, with its sentence, and never emulated
+    short = rows[rows["reason"].str.startswith("Gradient accumulation 4 is below the 7 pipeline stages of a 4-stage")]
+    assert len(short) and (short["status"] == "rejected").all() and short["samples_per_second"].isna().all()
+    assert (short["seconds"] == 0).all()
