@@ -121,7 +121,14 @@ class Space:
         options = {k: v for k, v in self.base.options.items() if v is not None}
         options["system"] = self.settings.system
         self.base = dataclasses.replace(self.base, options=options, profile=None, progress=False)
-        self.plan = prepare(self.base)
+        try:
+            self.plan = prepare(self.base)
+        except ConfigError as exc:
+            if str(exc).startswith("The run needs"):  # the start's IPUs: say what to change
+                raise ConfigError(f"The starting configuration does not run on an {self.settings.system}: {exc} "
+                                  f"State a start that does (--ipus, --stages, --replicas), or search a larger "
+                                  f"--system.") from None
+            raise
         o = self.plan.options
         self.training = o.training
         self.blocks = list(self.plan.model.blocks)

@@ -148,3 +148,21 @@ def test_a_global_batch_fixes_samples_per_update_and_the_planner_refuses_short_p
     short = rows[rows["reason"].str.startswith("Gradient accumulation 4 is below the 7 pipeline stages of a 4-stage")]
     assert len(short) and (short["status"] == "rejected").all() and short["samples_per_second"].isna().all()
     assert (short["seconds"] == 0).all()
+
+
+def test_phased_execution_where_the_weights_cannot_fit_on_chip() -> None:
+    # GIVEN GPT-3 2.7B (5.4 GB of FP16 weights; an IPU has 0.94 GB of tile memory), its splits over an IPU-POD16
+    space = Space(RunRequest(model="gpt", params={"preset": "gpt3-2.7b", "ipus": 4}),
+                  Settings(system="IPU-POD16", search=("stages", "phased")))
+    model = space.plan.model
+    params = {b: 0 for b in model.blocks}
+    for op in model.ops:
+        params[op.block] += op.params
+    capacity = 1472 * 638_976
+    for cand in space.round_one()[1:]:
+        # THEN a split is phased exactly when some IPU's own weights (2 bytes a parameter) exceed its memory
+        held = [2 * sum(params[b] for b in s["blocks"]) for s in cand.stages]
+        assert (cand.config["strategy"] == "phased") == (max(held) > capacity), cand.key
+    # AND both kinds are there: shallow splits phased, deep ones (8 and 16 IPUs) pipelined, none refused
+    kinds = {c.config["strategy"] for c in space.round_one()[1:] if not c.reason}
+    assert kinds == {"phased", "pipelined"}
