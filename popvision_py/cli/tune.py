@@ -4,7 +4,7 @@ The run options state the starting configuration (as for `popvision run`); the s
 mapping and the settings around it (docs/tune.md), emulates every candidate it keeps as a Dask
 task, and prints the ranked table, the commands, the Pareto front of throughput against IPUs and a
 compare of the best against the start. ``-o`` writes every candidate (tune.parquet, read by
-`--resume`, `popvision sql` and the dashboard's What-if page); the best candidate's profile goes to
+`--resume`, the dashboard's What-if page, DuckDB or pandas); the best candidate's profile goes to
 PROFILE_DIR/profile.pop and the start's to PROFILE_DIR/start/profile.pop.
 """
 
