@@ -2,7 +2,8 @@
 Pareto front of throughput against IPUs, and the text printed.
 
 Built from data alone (the candidates' figures), never from the order they finished in: the rows
-are sorted by status (ok, oom, rejected, error), then by throughput (fastest first), then IPUs
+are sorted by status (ok, oom, rejected, error), then by throughput (fastest first, to 0.001
+samples/s), then IPUs
 (fewest first), headroom (most first) and key.
 Wall-clock ``seconds`` is recorded, never sorted or ranked by.
 """
@@ -22,7 +23,8 @@ def ranked(rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` (every column but rank and pareto) sorted, ranked and with the Pareto front marked."""
     rows = rows.copy()
     order = rows["status"].map(STATUS_ORDER)
-    speed = rows["samples_per_second"].astype(float).fillna(-np.inf)
+    # to a thousandth of a sample a second: figures that differ only in float rounding tie
+    speed = rows["samples_per_second"].astype(float).round(3).fillna(-np.inf)
     room = rows["headroom_bytes"].astype(float).fillna(-np.inf)
     # ties in throughput: fewer IPUs first, then more headroom, then the key
     rows = rows.assign(_order=order, _speed=-speed, _room=-room).sort_values(
@@ -31,7 +33,8 @@ def ranked(rows: pd.DataFrame) -> pd.DataFrame:
     ok = (rows["status"] == "ok").to_numpy()
     rank = np.where(ok, np.cumsum(ok), 0)
     rows["rank"] = pd.Series(rank, dtype="Int64").where(ok, pd.NA)
-    rows["pareto"] = pareto(rows["ipus"].to_numpy(np.int64), rows["samples_per_second"].astype(float).to_numpy(), ok)
+    rows["pareto"] = pareto(rows["ipus"].to_numpy(np.int64),
+                            rows["samples_per_second"].astype(float).round(3).to_numpy(), ok)
     return rows[COLUMNS.names]
 
 
