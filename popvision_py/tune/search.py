@@ -199,6 +199,9 @@ def same_search(meta: dict[str, Any], other: dict[str, Any]) -> str | None:
                         ("global_batch", "global batch")):
         if meta.get(name) != other.get(name):
             return f"its {label} is {other.get(name)!r}, this search's is {meta.get(name)!r}"
+    if meta.get("base_request") != other.get("base_request"):
+        # a key holds the searched settings only: other run options (optimiser, precision...) must match
+        return "other run options were given"
     return None
 
 

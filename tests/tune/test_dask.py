@@ -118,6 +118,10 @@ def test_resume_refuses_another_searchs_result(uneven: str, tmp_path: Path) -> N
     result = tune("mnist", *SEARCH, "--workers", "1", "--resume", str(out))
     assert result.exit_code == 2
     assert result.output.startswith(f"Error: {out} is the result of another search (its model is"), result.output
+    # AND a search of the same model with another run option (the optimiser) is refused too
+    other = tune(uneven, *SEARCH, "--workers", "1", "--optimiser", "sgd", "--resume", str(out))
+    assert other.exit_code == 2
+    assert other.output.startswith(f"Error: {out} is the result of another search (other run options were given)")
 
 
 @pytest.mark.slow
