@@ -73,7 +73,7 @@ def command(model: str, system: str | None, global_batch: int | None, search: tu
             quiet: bool, **run_options: Any) -> None:
     """Search the mappings of MODEL (a zoo name or a .py file) on a system by emulating them, and print the
     fastest that fit, each with its `popvision run` command."""
-    from engine.runner import RunRequest, prepare
+    from engine.runner import prepare
     from popvision_py.format.tunefile import read_tune, write_tune
     from popvision_py.tune.search import Search, quiet_dask, same_search
     from popvision_py.tune.space import DIMENSIONS, Settings, Space, system_name
