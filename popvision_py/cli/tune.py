@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -186,8 +187,11 @@ def _client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
     level = os.environ.get(QUIET_WORKERS)
     os.environ[QUIET_WORKERS] = "critical"
     try:
-        cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, processes=True, threads_per_worker=1,
-                               dashboard_address=None)
+        with warnings.catch_warnings():
+            # the scheduler's health endpoint takes another port when 8787 is taken (another search): no news
+            warnings.filterwarnings("ignore", "Port .* is already in use", UserWarning)
+            cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, processes=True, threads_per_worker=1,
+                                   dashboard_address=None)
     finally:
         signal.signal(signal.SIGINT, previous)
         if level is None:

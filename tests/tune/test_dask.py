@@ -32,7 +32,8 @@ def cluster(tmp_path: Path) -> Iterator[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     file = tmp_path / "scheduler.json"
     scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                                  "--port", "0", "--no-dashboard", "--scheduler-file", str(file)],
+                                  "--port", "0", "--no-dashboard", "--dashboard-address", "127.0.0.1:0",
+                                  "--scheduler-file", str(file)],
                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     worker = None
     try:
