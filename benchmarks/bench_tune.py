@@ -1,4 +1,4 @@
-"""Benchmark `popvision tune`: `python benchmarks/bench_tune.py [--repeat N] [--json PATH] [--quick]`.
+"""Benchmark `popvision tune`: `python benchmarks/bench_tune.py [--repeat N] [--json PATH] [--quick] [--cases ...]`.
 
 Cases (issue 15, item 7), each a search run through the library the CLI calls (``Space`` and
 ``Search`` on a local Dask cluster, the cluster started before the clock starts):
@@ -14,8 +14,9 @@ Cases (issue 15, item 7), each a search run through the library the CLI calls (`
   with 2 workers, once: the time the README and docs/tune.md quote.
 
 Measured here (docs/tune.md "How long it takes" has the table): the default search of bert-large
-on an IPU-POD16, 650 candidates (614 emulated), 50.7 s with 2 workers, 54 s as the whole command;
-the mapping search 6.6 candidates/s with 1 worker, 7.5 to 11.6 with 2 (two shared cores).
+on an IPU-POD16, 650 candidates (614 emulated), 50.7 s with 2 workers, 41 to 54 s as the whole
+command; the mapping search 9.6 candidates/s with 1 worker and 16.6 with 2 on a quiet machine
+(6.6 and 7.5 at load 5 to 7: two cores shared with other work).
 
 Figures are medians over ``--repeat`` runs (the default search runs once). ``--quick`` runs bert-base
 and small berts on an IPU-POD4 at one repeat: a smoke test of the harness, not figures.
@@ -82,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per case (medians); default 3")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one run each: a smoke test")
+    parser.add_argument("--cases", default="workers,blocks,IPUs,default",
+                        help="which cases, a comma list (default all)")
     args = parser.parse_args(argv)
+    cases = set(args.cases.split(","))
     from popvision_py.tune.search import quiet_dask
 
     quiet_dask()
@@ -90,14 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     bert = "bert-large" if not args.quick else "bert-base"
     pod = "IPU-POD16" if not args.quick else "IPU-POD4"
     figures = []
-    for workers in (1, 2):
+    for workers in ((1, 2) if "workers" in cases else ()):
         figures.append(measure("workers", f"{bert} {pod}", workers, repeat, bert, {}, pod))
-    for layers in ((2, 4) if args.quick else (6, 12, 24)):
+    for layers in ((2, 4) if args.quick else (6, 12, 24)) if "blocks" in cases else ():
         figures.append(measure("blocks", f"bert {layers + 2} blocks {pod}", 2, repeat, "bert-large",
                                {"layers": layers}, pod))
-    for system in (("IPU-POD4",) if args.quick else ("IPU-POD4", "IPU-POD16", "IPU-POD64")):
+    for system in (("IPU-POD4",) if args.quick else ("IPU-POD4", "IPU-POD16", "IPU-POD64")) if "IPUs" in cases else ():
         figures.append(measure("IPUs", f"{bert} {system}", 2, repeat, bert, {}, system))
-    if not args.quick:
+    if not args.quick and "default" in cases:
         figures.append(measure("default", "bert-large IPU-POD16 (all)", 2, 1, "bert-large", {}, "IPU-POD16",
                                search=None, refine=2))
     machine = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
