@@ -166,3 +166,28 @@ def test_phased_execution_where_the_weights_cannot_fit_on_chip() -> None:
     # AND both kinds are there: shallow splits phased, deep ones (8 and 16 IPUs) pipelined, none refused
     kinds = {c.config["strategy"] for c in space.round_one()[1:] if not c.reason}
     assert kinds == {"phased", "pipelined"}
+
+
+def test_a_candidate_that_fails_is_a_row_with_its_reason_and_json_prints_every_row(tmp_path: Path) -> None:
+    from tests.tune.conftest import UNEVEN_MODEL
+
+    # GIVEN a model whose build fails at micro-batch 32 (one of the batches searched around 16)
+    model = tmp_path / "picky.py"
+    model.write_text(UNEVEN_MODEL.replace("    m = Model(", "    if options.micro_batch_size == 32:\n"
+                                          "        raise ValueError('no room for 32')\n    m = Model(", 1))
+    out = tmp_path / "tune.parquet"
+    result = tune(str(model), "--system", "POD4", "--search", "batch", "--workers", "1", "-q", "--no-profile",
+                  "--json", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.output)
+    rows, meta = read_tune(out)
+    # THEN the search finished: micro-batches 8 and 16 ran, 32 is a row with the build's sentence
+    assert len(printed["rows"]) == len(rows) == 3
+    failed = rows[rows["key"].map(lambda k: json.loads(k)["micro_batch_size"] == 32)].iloc[0]
+    assert failed["status"] == "rejected"
+    assert failed["reason"] == "Model picky's build() failed: ValueError: no room for 32"
+    assert pd.isna(failed["rank"]) and not failed["fits"]
+    assert sorted(rows["status"]) == ["ok", "ok", "rejected"]
+    # AND --json prints the same rows and metadata as the file holds
+    assert [r["key"] for r in printed["rows"]] == list(rows["key"])
+    assert printed["meta"]["model"] == meta["model"] == str(model)
