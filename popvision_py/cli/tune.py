@@ -220,7 +220,7 @@ def _bar(model: str, show: bool) -> Iterator[Any]:
     """tqdm on stderr: candidates done of those known so far, and the best throughput that fits so far."""
     from tqdm import tqdm
 
-    with tqdm(total=0, desc=f"Tuning {model}", unit="candidate", file=sys.stderr, disable=not show,
+    with tqdm(total=None, desc=f"Tuning {model}", unit="candidate", file=sys.stderr, disable=not show,
               leave=False) as bar:
         def progress(done: int, total: int, best: float | None) -> None:
             bar.total = total
