@@ -191,3 +191,23 @@ def test_a_candidate_that_fails_is_a_row_with_its_reason_and_json_prints_every_r
     # AND --json prints the same rows and metadata as the file holds
     assert [r["key"] for r in printed["rows"]] == list(rows["key"])
     assert printed["meta"]["model"] == meta["model"] == str(model)
+
+
+@pytest.mark.slow
+def test_bert_large_on_a_pod4_beats_or_matches_the_zoos_default_mapping(tmp_path: Path) -> None:
+    out = tmp_path / "tune.parquet"
+    # GIVEN the mapping search of bert-large on an IPU-POD4 (issue 15's check, on a smaller system)
+    result = tune("bert-large", "--system", "POD4", "--search", "stages,sharding,replicas", "--workers", "2", "-q",
+                  "--no-profile", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    rows, meta = read_tune(out)
+    # THEN the start row is the zoo's default mapping, with the figures `popvision run bert-large` has
+    default = emulate(RunRequest(model="bert-large", options={"system": "IPU-POD4"}))
+    start = rows[rows["is_start"]].iloc[0]
+    assert start["samples_per_second"] == default.samples_per_second
+    assert start["worst_tile_pct"] == pytest.approx(100 * default.worst_tile_bytes / default.bytes_per_tile)
+    # AND the best row fits and is at least as fast
+    best = rows[rows["rank"] == 1].iloc[0]
+    assert best["fits"] and best["status"] == "ok"
+    assert best["samples_per_second"] >= default.samples_per_second
+    assert best["command"] in result.output
