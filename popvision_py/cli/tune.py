@@ -233,14 +233,15 @@ def _bar(model: str, show: bool) -> Iterator[Any]:
 
 
 def _profile(request_json: str, path: Path) -> str:
-    """Emulate a row's request again, writing its profile to ``path``."""
+    """Emulate a row's request again, writing its profile to ``path``; the absolute path (the tune
+    result's metadata keeps it, so the dashboard finds it from any folder)."""
     from engine.runner import RunRequest, emulate
 
     request = RunRequest(**json.loads(request_json))
     request.profile = path
     with run_cli._profile_folder(path.parent):
         emulate(request)
-    return str(path)
+    return str(path.resolve())
 
 
 def _compare(a: str, b: str) -> str:
