@@ -129,7 +129,7 @@ def command(model: str, system: str | None, global_batch: int | None, search: tu
         click.echo(f"\n{outcome.reused:,} candidates taken from {resume}, {outcome.emulated:,} emulated now.")
     click.echo(f"\nEvery candidate: {output}")
     if "best_profile" in meta:
-        click.echo(f"Best profile:   {meta['best_profile']}  (the start's: {meta['start_profile']})")
+        click.echo(f"Best profile:   {_shown(meta['best_profile'])}  (the start's: {_shown(meta['start_profile'])})")
         click.echo("\nBest against the start (popvision compare):")
         click.echo(_compare(meta["start_profile"], meta["best_profile"]))
 
@@ -242,6 +242,12 @@ def _profile(request_json: str, path: Path) -> str:
     with run_cli._profile_folder(path.parent):
         emulate(request)
     return str(path.resolve())
+
+
+def _shown(path: str) -> str:
+    """A path as the user typed its folder: relative to the working directory when under it."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
 
 
 def _compare(a: str, b: str) -> str:
