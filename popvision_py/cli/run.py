@@ -228,9 +228,9 @@ def _run_script(script: str, args: tuple[str, ...], profile_dir: Path | None) ->
              and ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT, None)]
     if given:
         flag = next(p.opts[0] for p in ctx.command.params if p.name == given[0])
-        raise ConfigError(f"{flag} applies to a script's run only with --emulate-only (which emulates its model "
-                          f"under the options given, without running its loop); {script} is a PopTorch script, "
-                          f"which otherwise runs with the options its poptorch.Options set.")
+        raise ConfigError(f"{flag} applies to a PopTorch script only with --emulate-only (its model emulated under "
+                          f"the options given, without running its loop); run as it is, {script} takes its options "
+                          f"from its poptorch.Options.")
     try:
         from poptorch._script import run_script
     except ImportError as exc:  # torch missing: the shim's own sentence
