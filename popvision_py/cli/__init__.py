@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "compare": "compare",
     "export-trace": "export_trace",
     "sql": "sql",
+    "tune": "tune",
 }
 
 

@@ -2,4 +2,5 @@
 
 from popvision_py.cli import main
 
-main(prog_name="popvision")
+if __name__ == "__main__":  # not when a spawned process (a Dask worker of `popvision tune`) imports it
+    main(prog_name="popvision")

@@ -1,0 +1,259 @@
+"""`popvision tune MODEL [run options] --system POD16`: the fastest mapping that fits, found by emulation on Dask.
+
+The run options state the starting configuration (as for `popvision run`); the search varies the
+mapping and the settings around it (docs/tune.md), emulates every candidate it keeps as a Dask
+task, and prints the ranked table, the commands, the Pareto front of throughput against IPUs and a
+compare of the best against the start. ``-o`` writes every candidate (tune.parquet, read by
+`--resume`, the dashboard's What-if page, DuckDB or pandas); the best candidate's profile goes to
+PROFILE_DIR/profile.pop and the start's to PROFILE_DIR/start/profile.pop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from popvision_py.cli import run as run_cli
+from popvision_py.errors import ConfigError
+
+PARAMS = ("preset", "layers", "hidden", "heads", "seq_len", "vocab", "masked_tokens", "packing", "tied_embeddings",
+          "embedding_alone", "ipus")
+REQUEST_FIELDS = ("strategy", "stages", "offload_optimiser", "offload_weights", "offload_activations",
+                  "replicated_tensor_sharding")
+# `popvision run`'s options a search takes as its start (its own --system, profile and output options aside)
+QUIET_WORKERS = "DASK_LOGGING__DISTRIBUTED"
+RUN_OPTIONS = [p for p in run_cli.command.params
+               if isinstance(p, click.Option) and p.name not in ("system", "profile", "profile_dir", "as_json", "quiet")]
+
+
+def _search_dims(value: str | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(d.strip() for d in value.split(",") if d.strip())
+
+
+@click.command("tune")
+@click.argument("model")
+@click.option("--system", help="System to search on: IPU, IPU-POD4, POD16, POD64, POD128, POD256 (by default the "
+              "smallest that holds the starting configuration).")
+@click.option("--global-batch", type=click.IntRange(min=1), help="Samples per weight update to keep: gradient "
+              "accumulation is global / (micro-batch x replicas) for every candidate.")
+@click.option("--search", "search", callback=lambda _c, _p, v: _search_dims(v),
+              help="What to vary, a comma list of stages, sharding, replicas, batch, recompute, offload, amp, "
+              "phased (all by default).")
+@click.option("--max-candidates", type=click.IntRange(min=1), default=1500, show_default=True,
+              help="Emulate at most this many candidates (the output says when the cap is hit).")
+@click.option("--max-splits", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Try every contiguous split of the blocks into stages when a depth has at most this many.")
+@click.option("--refine", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Round 2 varies the settings of this many of the fastest mappings that fit, and as many that do not.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Processes of the local Dask cluster (this machine's cores by default).")
+@click.option("--scheduler", help="Run on an existing Dask cluster: its scheduler's address, tcp://HOST:PORT.")
+@click.option("--resume", type=click.Path(), help="A tune.parquet of an earlier run of this search: its candidates "
+              "are not emulated again.")
+@click.option("-o", "--output", type=click.Path(), default=None,
+              help="Write every candidate here (atomically; default tune.parquet, or the --resume file).")
+@click.option("--profile-dir", default="tune-profile", show_default=True, type=click.Path(),
+              help="Write the best candidate's profile to PROFILE_DIR/profile.pop, the start's to "
+              "PROFILE_DIR/start/profile.pop.")
+@click.option("--no-profile", is_flag=True, help="Write no profiles (and print no compare).")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Rows of the table printed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the metadata and every row as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def command(model: str, system: str | None, global_batch: int | None, search: tuple[str, ...] | None,
+            max_candidates: int, max_splits: int, refine: int, workers: int | None, scheduler: str | None,
+            resume: str | None, output: str | None, profile_dir: str, no_profile: bool, top: int, as_json: bool,
+            quiet: bool, **run_options: Any) -> None:
+    """Search the mappings of MODEL (a zoo name or a .py file) on a system by emulating them, and print the
+    fastest that fit, each with its `popvision run` command."""
+    from engine.runner import prepare
+    from popvision_py.format.tunefile import read_tune, write_tune
+    from popvision_py.tune.search import Search, quiet_dask, same_search
+    from popvision_py.tune.space import DIMENSIONS, Settings, Space, system_name
+
+    request = _request(model, run_options)
+    system = system_name(system) if system else prepare(request).target.system
+    settings = Settings(system=system, global_batch=global_batch, search=search or DIMENSIONS,
+                        max_candidates=max_candidates, max_splits=max_splits, refine=refine)
+    space = Space(request, settings)
+    output = output or resume or "tune.parquet"
+    previous = None
+    if resume:
+        previous, old_meta = read_tune(resume)
+        probe = Search(space, None).meta()
+        differs = same_search(probe, old_meta)
+        if differs:
+            raise ConfigError(f"{resume} is the result of another search ({differs}); --resume takes a result of "
+                              f"this one.")
+    from popvision_py.format.atomic import check_writable
+
+    # a result or a profile that cannot be written fails now, not after the search
+    if Path(output).is_dir():
+        raise ConfigError(f"-o {output} is a folder; give the path of the .parquet file to write.")
+    check_writable(Path(output).parent)
+    if not no_profile:
+        check_writable(profile_dir)
+    quiet_dask()
+    show = not quiet and sys.stderr.isatty()
+    with _client(scheduler, workers) as client, _bar(model, show) as progress:
+        outcome = Search(space, client, previous, on_result=progress).run()
+    meta = {**outcome.meta, "emulated": outcome.emulated, "reused": outcome.reused}
+    rows = outcome.rows
+    if outcome.interrupted:
+        write_tune(output, rows, meta)
+        click.echo(f"Stopped with {len(rows):,} candidates finished, kept in {output}; run the same command with "
+                   f"--resume {output} to go on from them.", err=True)
+        raise KeyboardInterrupt
+    best = rows[rows["rank"] == 1]
+    start = rows[rows["is_start"]]
+    if not no_profile and len(best):
+        meta["best_profile"] = _profile(best["request"].iloc[0], Path(profile_dir) / "profile.pop")
+        meta["start_profile"] = _profile(start["request"].iloc[0], Path(profile_dir) / "start" / "profile.pop")
+    write_tune(output, rows, meta)
+    if as_json:
+        records = rows.astype(object).where(rows.notna(), None).to_dict(orient="records")
+        click.echo(json.dumps({"meta": meta, "rows": records}, indent=2, default=str))
+        return
+    from popvision_py.tune.table import render
+
+    click.echo(render(rows, meta, top))
+    if outcome.reused:
+        click.echo(f"\n{outcome.reused:,} candidates taken from {resume}, {outcome.emulated:,} emulated now.")
+    click.echo(f"\nEvery candidate: {output}")
+    if "best_profile" in meta:
+        click.echo(f"Best profile:   {meta['best_profile']}  (the start's: {meta['start_profile']})")
+        click.echo("\nBest against the start (popvision compare):")
+        click.echo(_compare(meta["start_profile"], meta["best_profile"]))
+
+
+command.params.extend(RUN_OPTIONS)
+
+
+def _request(model: str, values: dict[str, Any]) -> Any:
+    """The start as `popvision run` states it from the same options."""
+    from engine.runner import RunRequest
+
+    values = dict(values)
+    if model.endswith(".py") and Path(model).is_file():
+        model = str(Path(model).resolve())  # rows' commands and requests run from any folder
+    params = {name: values.pop(name) for name in PARAMS}
+    fields = {name: values.pop(name) for name in REQUEST_FIELDS}
+    assume = values.pop("assume")
+    max_trace_rows = values.pop("max_trace_rows")
+    max_memory_gb = values.pop("max_memory_gb")
+    return RunRequest(model=model, options={k: v for k, v in values.items() if v is not None}, params=params,
+                      assumptions=run_cli._assumption(assume), max_trace_rows=max_trace_rows,
+                      max_memory_bytes=int(min(max(max_memory_gb, 0.0), 2.0**62) * 2**30), **fields)
+
+
+@contextlib.contextmanager
+def _client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
+    """A Dask client: of the cluster at ``scheduler``, or of a local cluster of ``workers`` processes."""
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        if "://" not in scheduler:
+            raise ConfigError(f"--scheduler takes a Dask scheduler's address as tcp://HOST:PORT, not {scheduler!r}.")
+        try:
+            _reachable(scheduler)
+            client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError, ValueError) as exc:
+            text = str(exc).strip().splitlines()
+            raise ConfigError(f"No Dask scheduler answers at {scheduler} ({text[0] if text else type(exc).__name__}); "
+                              f"start one with `dask scheduler`, or leave --scheduler out for a local cluster.") from None
+        try:
+            try:
+                client.wait_for_workers(1, timeout=30)
+            except TimeoutError:
+                raise ConfigError(f"The Dask scheduler at {scheduler} has no workers; start some with "
+                                  f"`dask worker {scheduler}`.") from None
+            yield client
+        finally:
+            client.close()
+        return
+    # The workers start with Ctrl-C ignored (a disposition a spawned process keeps): Ctrl-C in a terminal
+    # reaches every process of the group, and only this one acts on it (keeps what finished, closes the cluster).
+    # Their log lines (a task cancelled by Ctrl-C, say) stay quiet too: a spawned worker reads its logging
+    # levels from the environment when it imports distributed.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    level = os.environ.get(QUIET_WORKERS)
+    os.environ[QUIET_WORKERS] = "critical"
+    try:
+        with warnings.catch_warnings():
+            # the scheduler's health endpoint takes another port when 8787 is taken (another search): no news
+            warnings.filterwarnings("ignore", "Port .* is already in use", UserWarning)
+            cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, processes=True, threads_per_worker=1,
+                                   dashboard_address=None)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if level is None:
+            os.environ.pop(QUIET_WORKERS, None)
+        else:
+            os.environ[QUIET_WORKERS] = level
+    try:
+        with Client(cluster) as client:
+            yield client
+    finally:
+        cluster.close()
+
+
+def _reachable(address: str) -> None:
+    """OSError at once when nothing listens at a tcp:// address (Dask's client would retry for its whole timeout)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address)
+    if parts.scheme == "tcp" and parts.hostname and parts.port:
+        socket.create_connection((parts.hostname, parts.port), timeout=10).close()
+
+
+@contextlib.contextmanager
+def _bar(model: str, show: bool) -> Iterator[Any]:
+    """tqdm on stderr: candidates done of those known so far, and the best throughput that fits so far."""
+    from tqdm import tqdm
+
+    with tqdm(total=None, desc=f"Tuning {model}", unit="candidate", file=sys.stderr, disable=not show,
+              leave=False) as bar:
+        def progress(done: int, total: int, best: float | None) -> None:
+            bar.total = total
+            bar.n = done
+            if best is not None:
+                bar.set_postfix_str(f"best {best:,.1f} samples/s", refresh=False)
+            bar.refresh()
+
+        yield progress
+
+
+def _profile(request_json: str, path: Path) -> str:
+    """Emulate a row's request again, writing its profile to ``path``; the absolute path (the tune
+    result's metadata keeps it, so the dashboard finds it from any folder)."""
+    from engine.runner import RunRequest, emulate
+
+    request = RunRequest(**json.loads(request_json))
+    request.profile = path
+    with run_cli._profile_folder(path.parent):
+        emulate(request)
+    return str(path.resolve())
+
+
+def _compare(a: str, b: str) -> str:
+    """`popvision compare A B --section summary` as text."""
+    from popvision_py.analysis.compare import Comparison
+    from popvision_py.render import FORMATS
+    from popvision_py.render.document import build_comparison
+
+    comparison = Comparison(a, b)
+    try:
+        data = FORMATS["text"](build_comparison(comparison, "summary"))
+    finally:
+        comparison.a.close()
+        comparison.b.close()
+    return data.decode() if isinstance(data, bytes) else str(data)

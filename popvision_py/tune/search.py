@@ -1,0 +1,212 @@
+"""The search of `popvision tune` on a Dask client: two rounds, resume, interruption.
+
+Round 1 emulates the mappings (``Space.round_one``); round 2 the settings of the fastest mappings
+that fit and of the fastest that do not (``Space.round_two``), chosen by their figures and keys,
+never by the order they finished in, so the same search gives the same candidates and the same
+table on any cluster. Candidates refused before emulation are rows with their reason; candidates a
+previous result (``--resume``) already holds are taken from it, not emulated again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from popvision_py.errors import ConfigError
+from popvision_py.format import runconfig
+from popvision_py.tune.evaluate import evaluate
+from popvision_py.tune.space import Candidate, Space
+from popvision_py.tune.table import ranked
+
+RESULT_FIELDS = ("status", "reason", "samples_per_second", "seconds_per_step", "worst_tile_pct", "headroom_bytes",
+                 "fits", "seconds")
+
+
+def request_json(space: Space, cand: Candidate) -> str:
+    """The candidate's ``RunRequest`` fields as JSON, without ``profile`` and ``progress``."""
+    fields = dataclasses.asdict(space.request(cand.config))
+    fields.pop("profile")
+    fields.pop("progress")
+    return json.dumps(fields, sort_keys=True)
+
+
+def as_result(raw: dict[str, Any]) -> dict[str, Any]:
+    """``evaluate``'s answer as the figures of a row."""
+    worst, capacity = raw.get("worst_tile_bytes"), raw.get("bytes_per_tile")
+    return {"status": raw["status"], "reason": raw["reason"], "samples_per_second": raw["samples_per_second"],
+            "seconds_per_step": raw["seconds_per_step"],
+            "worst_tile_pct": 100.0 * worst / capacity if worst is not None else None,
+            "headroom_bytes": capacity - worst if worst is not None else None,
+            "fits": bool(raw["fits"]), "seconds": float(raw["seconds"])}
+
+
+@dataclass
+class Outcome:
+    """The search's rows (``tunefile.COLUMNS``), its metadata, and what happened."""
+
+    rows: pd.DataFrame
+    meta: dict[str, Any]
+    interrupted: bool = False
+    emulated: int = 0
+    reused: int = 0
+
+
+@dataclass
+class Search:
+    """One search of ``space`` on ``client``; ``previous`` rows (from --resume) are not emulated again."""
+
+    space: Space
+    client: Any  # distributed.Client
+    previous: pd.DataFrame | None = None
+    on_result: Callable[[int, int, float | None], None] = lambda done, total, best: None
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)
+    candidates: dict[str, Candidate] = field(default_factory=dict)
+    emulated: int = 0
+    reused: int = 0
+    capped: int = 0
+    _best: float | None = None
+
+    def run(self) -> Outcome:
+        settings = self.space.settings
+        interrupted = False
+        budget = settings.max_candidates
+        try:
+            first = self._capped(self.space.round_one(), budget)
+            self._evaluate(first, total=len(first))
+            mappings = self._fastest(first)
+            second = [c for c in self.space.round_two(mappings) if c.key not in self.candidates]
+            second = self._capped(second, budget - len(first))
+            self._evaluate(second, total=len(first) + len(second))
+        except KeyboardInterrupt:
+            interrupted = True
+        meta = self.meta()
+        return Outcome(self.rows(), meta, interrupted, self.emulated, self.reused)
+
+    def _capped(self, cands: list[Candidate], budget: int) -> list[Candidate]:
+        budget = max(budget, 0)
+        self.capped += max(len(cands) - budget, 0)
+        kept = cands[:budget]
+        for c in kept:
+            self.candidates[c.key] = c
+        return kept
+
+    def _fastest(self, cands: list[Candidate]) -> list[Candidate]:
+        """The ``refine`` fastest candidates that fit and the ``refine`` fastest that do not, by figures then key."""
+        out = []
+        for status in ("ok", "oom"):
+            emulated = [c for c in cands if self.done.get(c.key, {}).get("status") == status]
+            emulated.sort(key=lambda c: (-self.done[c.key]["samples_per_second"], c.key))
+            out += emulated[:self.space.settings.refine]
+        return out
+
+    def _evaluate(self, cands: list[Candidate], total: int) -> None:
+        from distributed import as_completed
+
+        previous = self.previous.set_index("key") if self.previous is not None and len(self.previous) else None
+        todo = []
+        for c in cands:
+            if c.key in self.done:
+                continue
+            if previous is not None and c.key in previous.index:
+                self.done[c.key] = {name: _plain(previous.at[c.key, name]) for name in RESULT_FIELDS}
+                self.reused += 1
+            elif c.reason:
+                self.done[c.key] = {"status": "rejected", "reason": c.reason, "samples_per_second": None,
+                                    "seconds_per_step": None, "worst_tile_pct": None, "headroom_bytes": None,
+                                    "fits": False, "seconds": 0.0}
+            else:
+                todo.append(c)
+        base = total - len(cands)
+        self._best = self.best()
+        self.on_result(base + len(cands) - len(todo), total, self._best)
+        if not todo:
+            return
+        futures = {self.client.submit(evaluate, request_json(self.space, c), pure=False): c for c in todo}
+        finished = base + len(cands) - len(todo)
+        try:
+            for future in as_completed(futures):
+                cand = futures[future]
+                try:
+                    raw = future.result()
+                except Exception as exc:  # noqa: BLE001 - the task never raises: this is the cluster failing it
+                    raise ConfigError(f"The Dask workers could not run popvision's task ({type(exc).__name__}: "
+                                      f"{_first_line(exc)}); each worker needs popvision installed (or on its "
+                                      f"PYTHONPATH).") from None
+                self.done[cand.key] = as_result(raw)
+                self.emulated += 1
+                finished += 1
+                if raw["status"] == "ok" and (self._best is None or raw["samples_per_second"] > self._best):
+                    self._best = raw["samples_per_second"]
+                self.on_result(finished, total, self._best)
+        finally:
+            unfinished = [f for f in futures if not f.done()]
+            if unfinished:
+                self.client.cancel(unfinished)
+
+    def best(self) -> float | None:
+        speeds = [r["samples_per_second"] for r in self.done.values() if r["status"] == "ok"]
+        return max(speeds) if speeds else None
+
+    def rows(self) -> pd.DataFrame:
+        """Every finished candidate as a row, ranked."""
+        records = []
+        for key, result in self.done.items():
+            cand = self.candidates[key]
+            request = request_json(self.space, cand)
+            records.append({"key": key, **result, "rank": None, "pareto": False,
+                            "ipus": runconfig.ipus_used(self.space.run_dict(cand)), "is_start": cand.is_start,
+                            "changes": self.space.changes(cand.config),
+                            "command": self.space.command(self.space.request(cand.config)),
+                            "request": request})
+        frame = pd.DataFrame.from_records(records, columns=[
+            "key", *RESULT_FIELDS, "rank", "pareto", "ipus", "is_start", "changes", "command", "request"])
+        frame["headroom_bytes"] = pd.array(frame["headroom_bytes"], dtype="Int64")
+        for name in ("samples_per_second", "seconds_per_step", "worst_tile_pct", "seconds"):
+            frame[name] = frame[name].astype(float)
+        return ranked(frame)
+
+    def meta(self) -> dict[str, Any]:
+        s = self.space.settings
+        start = self.space.start
+        return {"model": self.space.base.model, "system": s.system,
+                "start_key": start.key, "start_command": self.space.command(self.space.request(start.config)),
+                "global_batch": s.global_batch, "search": list(s.search), "max_candidates": s.max_candidates,
+                "max_splits": s.max_splits, "refine": s.refine, "capped": self.capped,
+                "base_request": json.loads(json.dumps(dataclasses.asdict(self.space.base), default=str))}
+
+
+def _plain(value: Any) -> Any:
+    """A pandas cell as a plain Python value (None for missing)."""
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else "no message"
+
+
+def same_search(meta: dict[str, Any], other: dict[str, Any]) -> str | None:
+    """Why a previous result's metadata belongs to another search (None if it is this one's)."""
+    for name, label in (("model", "model"), ("system", "system"), ("start_key", "starting configuration"),
+                        ("global_batch", "global batch")):
+        if meta.get(name) != other.get(name):
+            return f"its {label} is {other.get(name)!r}, this search's is {meta.get(name)!r}"
+    if meta.get("base_request") != other.get("base_request"):
+        # a key holds the searched settings only: other run options (optimiser, precision...) must match
+        return "other run options were given"
+    return None
+
+
+def quiet_dask() -> None:
+    """Dask's own log lines (worker start, shutdown, a cancelled task) are not the user's business."""
+    for name in ("distributed", "distributed.worker", "distributed.nanny", "distributed.scheduler",
+                 "distributed.core", "distributed.comm", "distributed.client", "tornado"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)

@@ -1,0 +1,213 @@
+"""`popvision tune` finds what brute force finds, and every row's request and command re-run it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shlex
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from engine.runner import RunRequest, emulate
+from popvision_py.cli import main
+from popvision_py.format.tunefile import read_tune
+from popvision_py.tune.space import Settings, Space
+from tests.tune.conftest import BLOCKS, tune
+
+
+def every_contiguous_split(blocks: list[str], ipus: int) -> list[str]:
+    """Every split of ``blocks`` into 1..ipus contiguous stages, stage k on IPU k, as --stages text."""
+    out = []
+    for depth in range(1, min(ipus, len(blocks)) + 1):
+        for cuts in itertools.combinations(range(1, len(blocks)), depth - 1):
+            edges = [0, *cuts, len(blocks)]
+            out.append(" ".join(f"{','.join(blocks[a:b])}@{k}" for k, (a, b) in enumerate(zip(edges, edges[1:]))))
+    return out
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, dict, str, str]:
+    """The stages-only search of the uneven model on an IPU-POD4 (one local worker)."""
+    from tests.tune.conftest import UNEVEN_MODEL
+
+    folder = tmp_path_factory.mktemp("tune")
+    model = folder / "uneven.py"
+    model.write_text(UNEVEN_MODEL)
+    out = folder / "tune.parquet"
+    result = tune(str(model), "--system", "POD4", "--search", "stages", "--workers", "1", "-q",
+                  "-o", str(out), "--profile-dir", str(folder / "best"))
+    assert result.exit_code == 0, result.output
+    rows, meta = read_tune(out)
+    return rows, meta, str(model), result.output
+
+
+def test_the_best_split_is_the_one_brute_force_finds(searched) -> None:
+    rows, meta, model, _ = searched
+    # GIVEN every contiguous split of the five blocks over one to four IPUs, each emulated here
+    # (gradient accumulation 8, the model's default, is at least 2N-1 for N <= 4)
+    speeds = {}
+    for stages in every_contiguous_split(BLOCKS, 4):
+        s = emulate(RunRequest(model=model, options={"system": "IPU-POD4"}, strategy="pipelined", stages=stages))
+        if s.fits:
+            speeds[stages] = s.samples_per_second
+    assert len(speeds) == 1 + 4 + 6 + 4
+    best_stages = max(speeds, key=speeds.get)
+    # THEN tune emulated all fifteen (the start, one stage on IPU 0, is one of them) and its best is brute force's best
+    assert (rows["status"] == "ok").sum() == 15
+    best = rows[rows["rank"] == 1].iloc[0]
+    assert best["samples_per_second"] == pytest.approx(speeds[best_stages], rel=1e-12)
+    assert json.loads(best["key"])["stages"] == best_stages
+    # AND the ranks follow the throughputs, fastest first
+    ok = rows[rows["status"] == "ok"]
+    assert list(ok["rank"]) == list(range(1, 16))
+    assert ok["samples_per_second"].is_monotonic_decreasing
+    assert sorted(ok["samples_per_second"]) == pytest.approx(sorted(speeds.values()), rel=1e-12)
+
+
+def test_the_pareto_front_is_the_fastest_for_each_ipu_count_that_beats_fewer(searched) -> None:
+    rows, *_ = searched
+    ok = rows[rows["status"] == "ok"]
+    # a row is on the front when no row on as few IPUs is as fast
+    fastest = ok.groupby("ipus")["samples_per_second"].max().sort_index()
+    expected = fastest[fastest > fastest.cummax().shift(fill_value=0)]
+    front = ok[ok["pareto"]].set_index("ipus")["samples_per_second"].sort_index()
+    assert list(front.index) == list(expected.index)
+    assert list(front) == pytest.approx(list(expected))
+
+
+def test_a_rows_request_and_command_run_what_the_row_says(searched) -> None:
+    rows, meta, model, _ = searched
+    row = rows[rows["rank"] == 2].iloc[0]
+    # GIVEN the second-best row: its request re-runs it in the engine
+    again = emulate(RunRequest(**json.loads(row["request"])))
+    assert again.samples_per_second == row["samples_per_second"]
+    # AND its command, run as `popvision run`, prints the same throughput and worst tile
+    words = shlex.split(row["command"])
+    assert words[:3] == ["popvision", "run", model]
+    result = CliRunner().invoke(main, [*words[1:], "--json", "-q"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.output)
+    assert printed["samples_per_second"] == pytest.approx(row["samples_per_second"], rel=1e-12)
+    assert 100 * printed["worst_tile_bytes"] / printed["bytes_per_tile"] == pytest.approx(row["worst_tile_pct"])
+    # AND its changes are the flags that differ from the start's command
+    assert row["changes"] == f"--stages {shlex.quote(json.loads(row['key'])['stages'])}"
+
+
+def test_the_output_names_the_best_its_command_its_profile_and_the_compare(searched) -> None:
+    rows, meta, model, output = searched
+    best = rows[rows["rank"] == 1].iloc[0]
+    assert best["command"] in output
+    assert Path(meta["best_profile"]).is_file() and Path(meta["start_profile"]).is_file()
+    assert f"Best profile:   {meta['best_profile']}" in output
+    assert "Best against the start (popvision compare):" in output and "throughput_samples_per_s" in output
+    start = rows[rows["is_start"]].iloc[0]
+    assert meta["start_command"] == start["command"]
+    assert json.loads(start["key"])["stages"] == "B0..B4@0"
+
+
+def test_the_memory_estimate_never_exceeds_what_the_emulator_plans() -> None:
+    # GIVEN bert-large's mappings on an IPU-POD16 that the estimate lets through
+    # (round 1's mappings, and round 2's settings of the one- and two-IPU mappings, optimiser on chip among them)
+    space = Space(RunRequest(model="bert-large"), Settings(system="IPU-POD16"))
+    first = space.round_one()
+    narrow = [c for c in first if len(c.config["stages"].split()) <= 2 and c.config["replication_factor"] <= 2]
+    cands = first + space.round_two(narrow[:4])
+    kept = [c for c in cands if not c.reason]
+    refused = [c for c in cands if c.reason.startswith("IPU ")]
+    assert refused, "the lower bound prunes something on bert-large"
+    # WHEN a spread of them is emulated (every 25th, across depths, shards, replicas and settings)
+    for cand in kept[::25]:
+        summary = emulate(space.request(cand.config))
+        estimate = space.ipu_bytes(cand)
+        # THEN the estimate of every IPU's bytes is at most the emulator's peak on that IPU (a lower bound)
+        peaks = summary.peak_bytes_per_ipu
+        assert len(peaks) >= len(estimate)
+        assert all(e <= p for e, p in zip(estimate, peaks)), (cand.key, list(estimate), peaks)
+
+
+def test_a_global_batch_fixes_samples_per_update_and_the_planner_refuses_short_pipelines(uneven: str,
+                                                                                           tmp_path: Path) -> None:
+    out = tmp_path / "tune.parquet"
+    # GIVEN a search of splits, replicas and micro-batches that keeps 64 samples per weight update
+    result = tune(uneven, "--system", "POD4", "--search", "stages,replicas,batch", "--global-batch", "64",
+                  "--refine", "1", "--workers", "1", "-q", "--no-profile", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert "Global batch 64 samples per weight update." in result.output
+    rows, meta = read_tune(out)
+    requests = rows[~rows["is_start"]]["request"].map(json.loads)
+    # THEN every candidate but the start runs micro-batch x accumulation x replicas = 64
+    samples = requests.map(lambda r: r["options"]["micro_batch_size"] * r["options"]["gradient_accumulation"]
+                           * r["options"]["replication_factor"])
+    assert set(samples) == {64}
+    assert {r["options"]["micro_batch_size"] for r in requests} >= {8, 16}
+    # AND a 4-IPU pipeline at micro-batch 16 (accumulation 64 / 16 = 4, under 2 x 4 - 1 = 7) is refused by
+    # the planner's rule, with its sentence, and never emulated
+    short = rows[rows["reason"].str.startswith("Gradient accumulation 4 is below the 7 pipeline stages of a 4-stage")]
+    assert len(short) and (short["status"] == "rejected").all() and short["samples_per_second"].isna().all()
+    assert (short["seconds"] == 0).all()
+
+
+def test_phased_execution_where_the_weights_cannot_fit_on_chip() -> None:
+    # GIVEN GPT-3 2.7B (5.4 GB of FP16 weights; an IPU has 0.94 GB of tile memory), its splits over an IPU-POD16
+    space = Space(RunRequest(model="gpt", params={"preset": "gpt3-2.7b", "ipus": 4}),
+                  Settings(system="IPU-POD16", search=("stages", "phased")))
+    model = space.plan.model
+    params = {b: 0 for b in model.blocks}
+    for op in model.ops:
+        params[op.block] += op.params
+    capacity = 1472 * 638_976
+    for cand in space.round_one()[1:]:
+        # THEN a split is phased exactly when some IPU's own weights (2 bytes a parameter) exceed its memory
+        held = [2 * sum(params[b] for b in s["blocks"]) for s in cand.stages]
+        assert (cand.config["strategy"] == "phased") == (max(held) > capacity), cand.key
+    # AND both kinds are there: shallow splits phased, deep ones (8 and 16 IPUs) pipelined, none refused
+    kinds = {c.config["strategy"] for c in space.round_one()[1:] if not c.reason}
+    assert kinds == {"phased", "pipelined"}
+
+
+def test_a_candidate_that_fails_is_a_row_with_its_reason_and_json_prints_every_row(tmp_path: Path) -> None:
+    from tests.tune.conftest import UNEVEN_MODEL
+
+    # GIVEN a model whose build fails at micro-batch 32 (one of the batches searched around 16)
+    model = tmp_path / "picky.py"
+    model.write_text(UNEVEN_MODEL.replace("    m = Model(", "    if options.micro_batch_size == 32:\n"
+                                          "        raise ValueError('no room for 32')\n    m = Model(", 1))
+    out = tmp_path / "tune.parquet"
+    result = tune(str(model), "--system", "POD4", "--search", "batch", "--workers", "1", "-q", "--no-profile",
+                  "--json", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.output)
+    rows, meta = read_tune(out)
+    # THEN the search finished: micro-batches 8 and 16 ran, 32 is a row with the build's sentence
+    assert len(printed["rows"]) == len(rows) == 3
+    failed = rows[rows["key"].map(lambda k: json.loads(k)["micro_batch_size"] == 32)].iloc[0]
+    assert failed["status"] == "rejected"
+    assert failed["reason"] == "Model picky's build() failed: ValueError: no room for 32"
+    assert pd.isna(failed["rank"]) and not failed["fits"]
+    assert sorted(rows["status"]) == ["ok", "ok", "rejected"]
+    # AND --json prints the same rows and metadata as the file holds
+    assert [r["key"] for r in printed["rows"]] == list(rows["key"])
+    assert printed["meta"]["model"] == meta["model"] == str(model)
+
+
+@pytest.mark.slow
+def test_bert_large_on_a_pod4_beats_or_matches_the_zoos_default_mapping(tmp_path: Path) -> None:
+    out = tmp_path / "tune.parquet"
+    # GIVEN the mapping search of bert-large on an IPU-POD4 (issue 15's check, on a smaller system)
+    result = tune("bert-large", "--system", "POD4", "--search", "stages,sharding,replicas", "--workers", "2", "-q",
+                  "--no-profile", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    rows, meta = read_tune(out)
+    # THEN the start row is the zoo's default mapping, with the figures `popvision run bert-large` has
+    default = emulate(RunRequest(model="bert-large", options={"system": "IPU-POD4"}))
+    start = rows[rows["is_start"]].iloc[0]
+    assert start["samples_per_second"] == default.samples_per_second
+    assert start["worst_tile_pct"] == pytest.approx(100 * default.worst_tile_bytes / default.bytes_per_tile)
+    # AND the best row fits and is at least as fast
+    best = rows[rows["rank"] == 1].iloc[0]
+    assert best["fits"] and best["status"] == "ok"
+    assert best["samples_per_second"] >= default.samples_per_second
+    assert best["command"] in result.output
