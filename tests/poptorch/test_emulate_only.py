@@ -211,3 +211,29 @@ def test_what_a_script_fixes_itself_and_a_missing_script_are_one_sentence(tmp_pa
     assert result.exit_code != 0
     assert "ended without calling a poptorch inference model" in result.output
     assert "--mode training emulates its training model" in result.output
+
+
+@pytest.mark.slow
+def test_tune_searches_a_scripts_stages_and_its_best_command_runs(tmp_path: Path, monkeypatch) -> None:
+    # GIVEN the script with four layers (blocks L0..L3, all on IPU 0), tuned over its stages on an
+    # IPU-POD4 by one Dask worker (a process of its own, which captures the script itself)
+    (tmp_path / "big.py").write_text(BIG)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    result = CliRunner().invoke(main, ["tune", "big.py", "--system", "POD4", "--search", "stages", "--workers", "1",
+                                       "-q", "--no-profile", "-o", "tune.parquet", "--", "4"])
+    assert result.exit_code == 0, result.output
+    from popvision_py.format.tunefile import read_tune
+
+    rows, _ = read_tune(tmp_path / "tune.parquet")
+    # THEN every contiguous split of the four blocks over one to four IPUs (2^3 = 8) was emulated, and fits
+    assert len(rows) == 8 and (rows["status"] == "ok").all() and rows["fits"].all()
+    # each row's command emulates the script with its argument, the micro-batch the script's own
+    best = rows[rows["rank"] == 1].iloc[0]
+    words = shlex.split(best["command"])
+    assert words[:4] == ["popvision", "run", str(tmp_path / "big.py"), "--emulate-only"] and words[-2:] == ["--", "4"]
+    assert words[words.index("--batch-size") + 1] == "8"
+    # AND the best's command, run, gives the row's throughput
+    again = CliRunner().invoke(main, [*words[1:-2], "--json", "-q", "--", "4"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["samples_per_second"] == pytest.approx(best["samples_per_second"])
