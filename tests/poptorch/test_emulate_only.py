@@ -160,6 +160,27 @@ def test_report_verify_re_emulates_each_fix_of_a_script_profile(big: Path) -> No
     assert rows["offload-optimiser"]["samples_per_second_after"] < rows["offload-optimiser"]["samples_per_second_before"]
 
 
+def test_the_dashboards_verify_button_measures_a_fix_of_a_script_profile(big: Path, tmp_path: Path) -> None:
+    import importlib
+
+    from dashboards.app import create_app
+    from popvision_py.cli.emulation import run_fields
+    from tests.dashboard.test_callbacks import text
+
+    # GIVEN the dashboard on the script's profile, with the emulator
+    create_app([str(big / "v" / "profile.pop")], runner=run_fields, emulated_dir=str(tmp_path / "emulated"))
+    summary = importlib.import_module("dashboards.pages.summary")
+    with pv.open(big / "v" / "profile.pop") as report:
+        commands = report.summary.insights()["command"].tolist()
+    # WHEN the Verify button of the first fix (offload the optimiser) is pressed
+    row = next(k for k, command in enumerate(commands) if command)
+    assert "--offload-optimiser" in commands[row]
+    view = text(summary.verified("a", row))
+    # THEN the script's model was emulated with the fix: measured, and held
+    assert view.startswith("Held:"), view
+    assert list((tmp_path / "emulated").rglob("profile.pop"))
+
+
 @pytest.mark.slow
 def test_a_profile_written_under_poplar_engine_options_records_the_script_request(tmp_path: Path) -> None:
     # GIVEN the script run by Python itself with PopTorch's autoReport options and two layers
