@@ -66,11 +66,11 @@ class RunRequest:
     assumptions: dict[str, Any] = field(default_factory=dict)  # see Assumptions.updated
     profile: str | Path | None = None
     progress: bool = False
+    max_trace_rows: int = MAX_TRACE_ROWS
+    max_memory_bytes: int = MAX_MEMORY_BYTES
     # A PopTorch script's arguments (`popvision run script.py --emulate-only -- ARGS`); not None: the
     # model is a script, whose model is captured and emulated without running its loop.
     script_args: Sequence[str] | None = None
-    max_trace_rows: int = MAX_TRACE_ROWS
-    max_memory_bytes: int = MAX_MEMORY_BYTES
 
 
 @dataclass
