@@ -68,6 +68,9 @@ class RunRequest:
     progress: bool = False
     max_trace_rows: int = MAX_TRACE_ROWS
     max_memory_bytes: int = MAX_MEMORY_BYTES
+    # A PopTorch script's arguments (`popvision run script.py --emulate-only -- ARGS`); not None: the
+    # model is a script, whose model is captured and emulated without running its loop.
+    script_args: Sequence[str] | None = None
 
 
 @dataclass
@@ -79,6 +82,7 @@ class ModelSource:
     defaults: dict[str, Any]
     inference_defaults: dict[str, Any]
     zoo: bool
+    script: bool = False  # a PopTorch script's captured model (poptorch._script.script_source)
 
 
 def is_poptorch_script(model: str) -> bool:
@@ -101,8 +105,21 @@ def is_poptorch_script(model: str) -> bool:
     return False
 
 
-def load_model_source(model: str) -> ModelSource:
-    """A zoo entry by name, or a user's Python file defining ``build(options) -> Model``."""
+def load_model_source(model: str, request: RunRequest | None = None) -> ModelSource:
+    """A zoo entry by name, a user's Python file defining ``build(options) -> Model``, or a PopTorch
+    script's captured model (the request's mode picks its training or inference model, its
+    ``script_args`` are the script's arguments; the script's poptorch.Options are the defaults)."""
+    args = None if request is None or request.script_args is None else tuple(request.script_args)
+    if is_poptorch_script(model):
+        try:
+            from poptorch._script import script_source
+        except ImportError as exc:  # torch missing: the shim's own sentence
+            raise ConfigError(str(exc)) from None
+        return script_source(model, args or (), (request.options.get("mode") if request else None) or "training")
+    if args is not None:
+        raise ConfigError(f"Script {model} does not exist." if model.endswith(".py") and not Path(model).is_file() else
+                          f"{model} is not a PopTorch script (a .py that imports poptorch and defines no build); "
+                          f"--emulate-only and arguments after -- apply to scripts only.")
     if model.endswith(".py") or Path(model).is_file():
         path = Path(model)
         if not path.is_file():
@@ -268,7 +285,7 @@ def _check_sizes(request: RunRequest) -> None:
 def prepare(request: RunRequest) -> Plan:
     """Resolve and check everything a run needs; raises ConfigError before any work."""
     _check_sizes(request)
-    source = load_model_source(request.model)
+    source = load_model_source(request.model, request)
     options = build_options(source, request)
     if request.strategy is not None and request.strategy not in STRATEGIES:
         raise ConfigError(f"Unknown strategy {request.strategy!r}; choose pipelined, sharded or phased.")
@@ -296,8 +313,17 @@ def request_record(request: RunRequest, source: ModelSource) -> dict[str, Any]:
             given[name] = getattr(request, name)
     if request.assumptions:
         given["assume"] = dict(request.assumptions)
+    if source.script:
+        return script_record(request.model, request.script_args or (), given)
     model = request.model if source.zoo else str(Path(request.model).resolve())
     return {"model": model, "options": given}
+
+
+def script_record(script: str | Path, args: Sequence[str], options: dict[str, Any]) -> dict[str, Any]:
+    """The request that emulates a PopTorch script's model with ``options``: ``popvision run SCRIPT
+    --emulate-only OPTIONS -- ARGS``. The path is absolute, so the record runs from any directory."""
+    return {"model": str(Path(script).resolve()), "options": dict(options), "script_args": [str(a) for a in args],
+            "emulate_only": True}
 
 
 def emulate(request: RunRequest) -> Summary:

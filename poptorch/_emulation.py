@@ -10,6 +10,7 @@ PopTorch's default ``training`` or ``inference`` unless ``Options.modelName`` se
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -121,6 +122,7 @@ def emulate(captured: Captured, options: Options, *, training: bool) -> Compiled
         plan = make_plan(model, model.options, engine_strategy(captured, options))
     except ConfigError as exc:
         raise Error(f"Compiling {model.name}: {_in_poptorch_words(str(exc))}") from None
+    plan = dataclasses.replace(plan, request=script_request(training))
     directory = report_directory(options)
     folder = directory / (options.model_name or ("training" if training else "inference")) if directory else None
     with tempfile.TemporaryDirectory(prefix="popvision-poptorch-") as scratch:
@@ -134,6 +136,19 @@ def emulate(captured: Captured, options: Options, *, training: bool) -> Compiled
                        "flop_utilisation_pct": report.summary.figures().flop_utilisation_pct}
     summary.profile = str(target) if folder is not None else None
     return Compiled(captured, summary, summary_text(summary, **figures), target if folder is not None else None)
+
+
+def script_request(training: bool) -> dict:
+    """The request that re-emulates this model, for the profile's manifest: ``popvision run SCRIPT
+    --emulate-only [--mode inference] -- ARGS`` with the running script (``sys.argv``, as both
+    ``popvision run script.py`` and ``python script.py`` set it), so the reports' fixes are commands
+    that run; empty (every setting spelled out) when no PopTorch script is running (an interpreter)."""
+    from engine.runner import is_poptorch_script, script_record
+
+    script = sys.argv[0] if sys.argv else ""
+    if not script or not is_poptorch_script(script):
+        return {}
+    return script_record(script, sys.argv[1:], {} if training else {"mode": "inference"})
 
 
 def announce(compiled: Compiled) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from engine.torch_capture import recording
+from engine.torch_capture import recording, to_model
 from poptorch import _emulation, optim
 from poptorch._blocks import STATE
 from poptorch._errors import Error, UnsupportedError
@@ -190,9 +190,12 @@ class PoplarExecutor:
         captured = _emulation.capture_model(recorder.records, inputs, self._user_model, self._options,
                                             training=self._training, optimiser=self._engine_optimiser,
                                             recompute=STATE.checkpoints > 0, name=name)
+        records, root = recorder.records, self._user_model
         del recorder
         if _CAPTURE_ONLY:
-            _CAPTURE_ONLY[-1](captured, _emulation.engine_strategy(captured, self._options), self._training)
+            # the capture again under other engine options (a tool's what-if), from the same records
+            _CAPTURE_ONLY[-1](captured, _emulation.engine_strategy(captured, self._options), self._training,
+                              lambda options: to_model(records, inputs, root, name, options).model)
         self._compiled = _emulation.emulate(captured, self._options, training=self._training)
         _emulation.announce(self._compiled)
 

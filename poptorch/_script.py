@@ -16,7 +16,7 @@ import os
 import runpy
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +96,8 @@ class ScriptModel:
     strategy: Any
     training: bool
     generic: dict[str, int]
+    # the captured ops as an engine Model under other engine options (the shapes stay the captured ones)
+    rebuild: Callable[[Any], Any] | None = None
 
 
 class _Stop(BaseException):
@@ -112,13 +114,14 @@ def capture_script(path: str | os.PathLike[str], args: Sequence[str] = (), *, tr
 
     found: list[ScriptModel] = []
 
-    def take(captured: Any, strategy: Any, is_training: bool) -> None:
+    def take(captured: Any, strategy: Any, is_training: bool, rebuild: Callable[[Any], Any]) -> None:
         if training is None or is_training == training:
             found.append(ScriptModel(captured.model, captured.model.options, strategy, is_training,
-                                     dict(captured.generic)))
+                                     dict(captured.generic), rebuild))
             raise _Stop
 
     _executor._CAPTURE_ONLY.append(take)
+    engine_options = os.environ.pop("POPLAR_ENGINE_OPTIONS", None)  # a capture writes no profile
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             run_script(path, args, None)
@@ -126,7 +129,62 @@ def capture_script(path: str | os.PathLike[str], args: Sequence[str] = (), *, tr
         pass
     finally:
         _executor._CAPTURE_ONLY.remove(take)
+        if engine_options is not None:
+            os.environ["POPLAR_ENGINE_OPTIONS"] = engine_options
     if not found:
         kind = {True: "training model", False: "inference model", None: "model"}[training]
         raise ConfigError(f"Script {path} ended without calling a poptorch {kind}, so there is nothing to capture.")
     return found[0]
+
+
+# The captures this process made, by script file, its modification time, arguments and model kind:
+# `report --verify` and `tune` emulate one script under many options, and each capture runs the script.
+_CAPTURES: dict[tuple[str, int, tuple[str, ...], bool], ScriptModel] = {}
+
+
+def captured_script(path: str | os.PathLike[str], args: Sequence[str], *, training: bool) -> ScriptModel:
+    """``capture_script(path, args, training=training)``, once per process for an unchanged script."""
+    script = Path(path).resolve()
+    key = (str(script), script.stat().st_mtime_ns, tuple(str(a) for a in args), training)
+    if key not in _CAPTURES:
+        try:
+            _CAPTURES[key] = capture_script(path, args, training=training)
+        except ConfigError as exc:
+            if "nothing to capture" in str(exc):
+                other = "--mode training emulates its training model" if not training else \
+                    "--mode inference emulates its inference model"
+                raise ConfigError(f"{str(exc).rstrip('.')} ({other}, if it has one).") from None
+            raise
+    return _CAPTURES[key]
+
+
+def script_source(path: str | os.PathLike[str], args: Sequence[str], mode: str) -> Any:
+    """A PopTorch script as ``engine.runner``'s model source: its training model (``mode``
+    "inference": its inference model) captured once, built under any engine options, the script's
+    own poptorch.Options as the defaults. The micro-batch and the precision are the captured
+    tensors' and cannot be changed by options: asking for others is one sentence saying where in
+    the script they are set."""
+    from engine.runner import OPTION_NAMES, ModelSource
+
+    captured = captured_script(path, args, training=mode != "inference")
+    own = captured.options
+    defaults: dict[str, Any] = {name: getattr(own, name) for name in OPTION_NAMES}
+    locations = own.tensor_locations
+    defaults.update(offload_optimiser=not locations.optimiser_on_chip, offload_weights=not locations.weights_on_chip,
+                    offload_activations=not locations.activations_on_chip,
+                    replicated_tensor_sharding=locations.replicated_tensor_sharding)
+
+    def build(options: Any) -> Any:
+        if options.micro_batch_size != own.micro_batch_size:
+            raise ConfigError(f"--batch-size {options.micro_batch_size} cannot apply to {path}: its micro-batch of "
+                              f"{own.micro_batch_size} is the captured inputs' size; change batch_size in the "
+                              f"script's poptorch.DataLoader instead.")
+        if options.precision != own.precision:
+            raise ConfigError(f"--precision {options.precision} cannot apply to {path}: its model runs in "
+                              f"{own.precision.upper()}, the precision of its weights; convert the model in the "
+                              f"script instead (model.half() for FP16, model.float() for FP32).")
+        model = captured.rebuild(options) if captured.rebuild is not None else captured.model
+        model.set_default_strategy(captured.strategy)
+        return model
+
+    return ModelSource(Path(path).stem, build, defaults, {}, zoo=False, script=True)

@@ -7,7 +7,10 @@ changes to the manifest's run configuration and asks ``runconfig.check_run`` (th
 rules) whether it runs; a fix it refuses is never shown. ``command`` renders the changed run as a
 copy-paste ``popvision run`` command: the options the original command gave (the manifest's
 ``run.request``) with the changes over them, or, for a profile that does not record its request,
-every setting of the run spelled out.
+every setting of the run spelled out. A PopTorch script's profile records a request with its
+arguments (``script_args``): its fixes are ``popvision run SCRIPT --emulate-only ... -- ARGS``, which
+emulate the script's model under the changes, and a change of the micro-batch or precision, which
+the script's own data and weights fix, is never suggested for it.
 
 Memory estimates (``worst_tile_after``, ``stage_split``) scale the tiles' bytes per category, as
 docs/reports.md ("Fixes") describes; they are estimates, the command gives the measured answer.
@@ -16,6 +19,7 @@ docs/reports.md ("Fixes") describes; they are estimates, the command gives the m
 from __future__ import annotations
 
 import copy
+import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -106,7 +110,10 @@ def request(run: Mapping[str, Any], target: Mapping[str, Any]) -> tuple[str, dic
     """The model and the options the run's command gave; every setting spelled out if the profile has no record."""
     recorded = run.get("request")
     if isinstance(recorded, Mapping) and isinstance(recorded.get("model"), str):
-        return recorded["model"], dict(recorded.get("options") or {})
+        options = dict(recorded.get("options") or {})
+        if recorded.get("emulate_only"):  # a PopTorch script: its arguments go with it
+            options["script_args"] = [str(a) for a in recorded.get("script_args") or []]
+        return recorded["model"], options
     locations = run.get("tensor_locations") or {}
     options: dict[str, Any] = {k: v for k, v in (run.get("model_params") or {}).items()
                                if k in ORDER and isinstance(v, (int, float, str))}
@@ -156,8 +163,11 @@ def command(run: Mapping[str, Any], target: Mapping[str, Any], changes: Mapping[
     its profile to ``profile-<tag>``."""
     model, options = fixed_options(run, target, changes)
     assume = options.pop("assume", None) or {}
+    script_args = options.pop("script_args", None)
     order = block_order(run)
     words = ["popvision", "run", model]
+    if script_args is not None:
+        words = ["popvision", "run", script_path(model), "--emulate-only"]
     for name in sorted(options, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER)):
         value = options[name]
         if name == "stages" and not isinstance(value, str):
@@ -166,7 +176,19 @@ def command(run: Mapping[str, Any], target: Mapping[str, Any], changes: Mapping[
     for name, value in sorted(assume.items()):
         words += ["--assume", f"{name}={value}"]
     words += ["--profile", "--profile-dir", f"profile-{tag}"]
+    if script_args:
+        words += ["--", *script_args]
     return shlex.join(words)
+
+
+def script_path(path: str) -> str:
+    """A script's recorded (absolute) path as a command names it: relative to the current directory
+    when the script is under it (``tests/poptorch/mnist_pipeline.py``), else absolute."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive
+        return path
+    return path if relative.startswith("..") else relative
 
 
 def applied(run: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -184,8 +206,17 @@ def applied(run: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
+# What a PopTorch script's own code fixes: its DataLoader's batch_size, its weights' dtype.
+SCRIPT_FIXED = {"micro_batch_size": "batch_size in the script's poptorch.DataLoader",
+                "precision": "the dtype of the script's model"}
+
+
 def check(run: Mapping[str, Any], changes: Mapping[str, Any]) -> str | None:
     """``None`` if the planner accepts the run with ``changes``, else its sentence."""
+    recorded = run.get("request")
+    if isinstance(recorded, Mapping) and recorded.get("emulate_only"):
+        for name in set(changes) & set(SCRIPT_FIXED):
+            return f"A PopTorch script's {name.replace('_', ' ')} is {SCRIPT_FIXED[name]}, not an option."
     return runconfig.check_run(applied(run, changes))
 
 

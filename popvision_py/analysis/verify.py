@@ -83,6 +83,8 @@ def request_fields(model: str, options: Mapping[str, Any]) -> dict[str, Any]:
             fields["stages"] = value if isinstance(value, str) else F.stages_text(value)
         elif name in OWN_FIELDS:
             fields[name] = value
+        elif name == "script_args":  # a PopTorch script's arguments: `popvision run SCRIPT --emulate-only`
+            fields[name] = [str(a) for a in value]
         elif name in PARAMS:
             fields["params"][name] = value
         else:

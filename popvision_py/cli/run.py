@@ -146,6 +146,9 @@ def _checkpoints(value: str | None) -> str | int | None:
 @click.option("--assume", multiple=True, metavar="NAME=VALUE", help="Override an emulator assumption within its "
               "valid range (docs/emulator.md lists names and ranges), e.g. --assume amp_efficiency=0.5; per-optimiser "
               "ones take NAME.OPTIMISER=VALUE (optimiser_state_bytes_per_param.adam=12) or NAME=VALUE for all.")
+@click.option("--emulate-only", is_flag=True, help="PopTorch scripts: emulate the script's training model (with --mode "
+              "inference its inference model) under the options given, without running its loop; the script's "
+              "poptorch.Options are the defaults. Writes PROFILE_DIR/profile.pop with --profile.")
 @click.option("--profile", is_flag=True, help="Write PROFILE_DIR/profile.pop.")
 @click.option("--profile-dir", default="./profile", show_default=True, type=click.Path(),
               help="Where to write profile.pop.")
@@ -161,20 +164,23 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
             packing: float | None, tied_embeddings: bool | None, embedding_alone: bool | None, ipus: int | None,
             assume: tuple[str, ...], max_trace_rows: int, max_memory_gb: float,
             profile: bool, profile_dir: str, as_json: bool, quiet: bool, script_args: tuple[str, ...],
-            **options: object) -> None:
+            emulate_only: bool, **options: object) -> None:
     """Emulate MODEL (a zoo name, a model file or a PopTorch script) and print time per step, throughput
     and memory fit. A PopTorch script (a .py that imports poptorch and defines no build) runs as
     `python script.py SCRIPT_ARGS` would, training on the CPU; each model it compiles prints its
-    summary and, with --profile, writes PROFILE_DIR/training/profile.pop or .../inference/profile.pop."""
+    summary and, with --profile, writes PROFILE_DIR/training/profile.pop or .../inference/profile.pop;
+    with --emulate-only, its model is emulated under the options given, without running its loop."""
     from engine.runner import RunRequest, emulate, is_poptorch_script
     from popvision_py.analysis.report import Report
 
-    if is_poptorch_script(model):
+    if is_poptorch_script(model) and not emulate_only:
         code = _run_script(model, script_args, Path(profile_dir) if profile else None)
         if code:
             click.get_current_context().exit(code)  # the script's own sys.exit(code)
         return
-    if script_args:
+    if script_args and not emulate_only:
+        if model.endswith(".py") and not Path(model).is_file():
+            raise ConfigError(f"Script {model} does not exist.")
         raise ConfigError(f"Arguments after the model ({' '.join(script_args)}) are for PopTorch scripts; {model} "
                           f"is not one.")
 
@@ -195,6 +201,7 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
         progress=not quiet and sys.stderr.isatty(),
         max_trace_rows=max_trace_rows,
         max_memory_bytes=int(min(max(max_memory_gb, 0.0), 2.0**62) * 2**30),
+        script_args=script_args if emulate_only else None,
     )
     with _profile_folder(Path(profile_dir) if profile else None), \
             tempfile.TemporaryDirectory(prefix="popvision-run-") as scratch:
@@ -221,8 +228,9 @@ def _run_script(script: str, args: tuple[str, ...], profile_dir: Path | None) ->
              and ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT, None)]
     if given:
         flag = next(p.opts[0] for p in ctx.command.params if p.name == given[0])
-        raise ConfigError(f"{flag} applies to zoo models and model files; {script} is a PopTorch script, which sets "
-                          f"its options in poptorch.Options.")
+        raise ConfigError(f"{flag} applies to a PopTorch script only with --emulate-only (its model emulated under "
+                          f"the options given, without running its loop); run as it is, {script} takes its options "
+                          f"from its poptorch.Options.")
     try:
         from poptorch._script import run_script
     except ImportError as exc:  # torch missing: the shim's own sentence

@@ -32,7 +32,8 @@ REQUEST_FIELDS = ("strategy", "stages", "offload_optimiser", "offload_weights", 
 # `popvision run`'s options a search takes as its start (its own --system, profile and output options aside)
 QUIET_WORKERS = "DASK_LOGGING__DISTRIBUTED"
 RUN_OPTIONS = [p for p in run_cli.command.params
-               if isinstance(p, click.Option) and p.name not in ("system", "profile", "profile_dir", "as_json", "quiet")]
+               if isinstance(p, click.Option)
+               and p.name not in ("system", "profile", "profile_dir", "as_json", "quiet", "emulate_only")]
 
 
 def _search_dims(value: str | None) -> tuple[str, ...] | None:
@@ -41,6 +42,7 @@ def _search_dims(value: str | None) -> tuple[str, ...] | None:
 
 @click.command("tune")
 @click.argument("model")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SCRIPT_ARGS...]")
 @click.option("--system", help="System to search on: IPU, IPU-POD4, POD16, POD64, POD128, POD256 (by default the "
               "smallest that holds the starting configuration).")
 @click.option("--global-batch", type=click.IntRange(min=1), help="Samples per weight update to keep: gradient "
@@ -71,15 +73,15 @@ def _search_dims(value: str | None) -> tuple[str, ...] | None:
 def command(model: str, system: str | None, global_batch: int | None, search: tuple[str, ...] | None,
             max_candidates: int, max_splits: int, refine: int, workers: int | None, scheduler: str | None,
             resume: str | None, output: str | None, profile_dir: str, no_profile: bool, top: int, as_json: bool,
-            quiet: bool, **run_options: Any) -> None:
-    """Search the mappings of MODEL (a zoo name or a .py file) on a system by emulating them, and print the
-    fastest that fit, each with its `popvision run` command."""
+            quiet: bool, script_args: tuple[str, ...], **run_options: Any) -> None:
+    """Search the mappings of MODEL (a zoo name, a model file or a PopTorch script, whose arguments follow
+    --) on a system by emulating them, and print the fastest that fit, each with its `popvision run` command."""
     from engine.runner import prepare
     from popvision_py.format.tunefile import read_tune, write_tune
     from popvision_py.tune.search import Search, quiet_dask, same_search
     from popvision_py.tune.space import DIMENSIONS, Settings, Space, system_name
 
-    request = _request(model, run_options)
+    request = _request(model, run_options, script_args)
     system = system_name(system) if system else prepare(request).target.system
     settings = Settings(system=system, global_batch=global_batch, search=search or DIMENSIONS,
                         max_candidates=max_candidates, max_splits=max_splits, refine=refine)
@@ -137,10 +139,15 @@ def command(model: str, system: str | None, global_batch: int | None, search: tu
 command.params.extend(RUN_OPTIONS)
 
 
-def _request(model: str, values: dict[str, Any]) -> Any:
-    """The start as `popvision run` states it from the same options."""
-    from engine.runner import RunRequest
+def _request(model: str, values: dict[str, Any], script_args: tuple[str, ...] = ()) -> Any:
+    """The start as `popvision run` states it from the same options (a PopTorch script's as
+    `popvision run SCRIPT --emulate-only ... -- SCRIPT_ARGS` does)."""
+    from engine.runner import RunRequest, is_poptorch_script
 
+    script = is_poptorch_script(model)
+    if script_args and not script:
+        raise ConfigError(f"Arguments after the model ({' '.join(script_args)}) are for PopTorch scripts; {model} "
+                          f"is not one.")
     values = dict(values)
     if model.endswith(".py") and Path(model).is_file():
         model = str(Path(model).resolve())  # rows' commands and requests run from any folder
@@ -151,7 +158,8 @@ def _request(model: str, values: dict[str, Any]) -> Any:
     max_memory_gb = values.pop("max_memory_gb")
     return RunRequest(model=model, options={k: v for k, v in values.items() if v is not None}, params=params,
                       assumptions=run_cli._assumption(assume), max_trace_rows=max_trace_rows,
-                      max_memory_bytes=int(min(max(max_memory_gb, 0.0), 2.0**62) * 2**30), **fields)
+                      max_memory_bytes=int(min(max(max_memory_gb, 0.0), 2.0**62) * 2**30),
+                      script_args=tuple(script_args) if script else None, **fields)
 
 
 @contextlib.contextmanager

@@ -118,6 +118,10 @@ class Space:
         unknown = [d for d in self.settings.search if d not in DIMENSIONS]
         if unknown:
             raise ConfigError(f"--search names {unknown[0]!r}; choose from {', '.join(DIMENSIONS)}.")
+        if self.base.script_args is not None and "batch" in self.settings.search:
+            # a PopTorch script's micro-batch is its DataLoader's batch_size, not an option
+            self.settings = dataclasses.replace(self.settings,
+                                                search=tuple(d for d in self.settings.search if d != "batch"))
         options = {k: v for k, v in self.base.options.items() if v is not None}
         options["system"] = self.settings.system
         self.base = dataclasses.replace(self.base, options=options, profile=None, progress=False)
@@ -178,10 +182,14 @@ class Space:
             if getattr(request, name) is not None:
                 given[name] = getattr(request, name)
         words = ["popvision", "run", request.model]
+        if request.script_args is not None:  # a PopTorch script's model, emulated under the options
+            words.append("--emulate-only")
         for name in sorted(given, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n)):
             words += flag(name, given[name])
         for name, value in sorted(request.assumptions.items()):
             words += ["--assume", f"{name}={value}"]
+        if request.script_args:
+            words += ["--", *request.script_args]
         return shlex.join(words)
 
     def changes(self, config: dict[str, Any]) -> str:

@@ -194,11 +194,12 @@ def test_a_failing_script_names_its_line_and_script_arguments_reach_it(tmp_path:
     assert failed.exit_code == 2
     assert failed.stderr == (f"Error: Script {script} failed at line 6: ZeroDivisionError: division by zero\n")
     assert CliRunner().invoke(main, ["run", str(script), "--", "--exit"]).exit_code == 3  # the script's own code
-    # engine options belong to engine models: a script sets its own
+    # run options belong to engine models, or to a script's --emulate-only: a running script sets its own
     refused = CliRunner().invoke(main, ["run", str(script), "--strategy", "sharded"])
     assert refused.exit_code == 2
-    assert refused.stderr == (f"Error: --strategy applies to zoo models and model files; {script} is a PopTorch "
-                              f"script, which sets its options in poptorch.Options.\n")
+    assert refused.stderr == (f"Error: --strategy applies to a PopTorch script only with --emulate-only (its model "
+                              f"emulated under the options given, without running its loop); run as it is, {script} "
+                              f"takes its options from its poptorch.Options.\n")
     extra = CliRunner().invoke(main, ["run", "mnist", "--", "--epochs", "1"])
     assert extra.exit_code == 2 and "are for PopTorch scripts; mnist is not one" in extra.stderr
 

@@ -118,6 +118,10 @@ def test_the_training_profile_has_the_tutorials_blocks_stages_and_options(tutori
     assert inference["mode"] == "inference"
     assert (inference["micro_batch_size"], inference["device_iterations"]) == (8, 100)
     assert [s["blocks"] for s in inference["stages"]] == [["B1"], ["B2"], ["B3"], ["B4"]]
+    # each records the request that re-emulates it (its fixes' commands): the script, emulate-only, the mode
+    assert run_config["request"] == {"model": str(TUTORIAL), "options": {}, "script_args": [], "emulate_only": True}
+    assert inference["request"] == {"model": str(TUTORIAL), "options": {"mode": "inference"}, "script_args": [],
+                                    "emulate_only": True}
 
 
 def test_the_capture_agrees_with_the_zoo_mnist(tutorial, zoo: Path) -> None:
