@@ -193,12 +193,11 @@ class Space:
         return shlex.join(words)
 
     def changes(self, config: dict[str, Any]) -> str:
-        """The configuration's differences from the start, as ``popvision run`` flags."""
-        words: list[str] = []
-        for name in CONFIG_FIELDS:
-            if config[name] != self.start.config[name]:
-                words += flag(name, config[name])
-        return shlex.join(words)
+        """The configuration's differences from the start, as ``popvision run`` flags; the stages last
+        (the longest, so the table's cut column keeps the short changes in view)."""
+        changed = [name for name in CONFIG_FIELDS if config[name] != self.start.config[name]]
+        changed.sort(key=lambda name: name == "stages")
+        return shlex.join([word for name in changed for word in flag(name, config[name])])
 
     # -- pruning -----------------------------------------------------------------------------
 

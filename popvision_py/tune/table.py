@@ -10,6 +10,8 @@ Wall-clock ``seconds`` is recorded, never sorted or ranked by.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 
@@ -55,6 +57,13 @@ def _kib(n: float) -> str:
     return f"{n / 1024:,.0f} KiB"
 
 
+def global_batch(request: str) -> int:
+    """Samples per weight update of a row's request (micro-batch x gradient accumulation x replicas)."""
+    options = json.loads(request).get("options", {})
+    return int(options.get("micro_batch_size") or 1) * int(options.get("gradient_accumulation") or 1) \
+        * int(options.get("replication_factor") or 1)
+
+
 def render(rows: pd.DataFrame, meta: dict, top: int = 10) -> str:
     """The ranked table (``top`` rows that fit, the start's row if not among them), the commands of the rows
     shown, the Pareto front, and what did not fit or was refused."""
@@ -72,8 +81,12 @@ def render(rows: pd.DataFrame, meta: dict, top: int = 10) -> str:
     shown = rows[rows["status"] == "ok"].head(top)
     if len(start) and not start.index.isin(shown.index).any():
         shown = pd.concat([shown, start])
+    batch = shown["request"].map(global_batch)
+    if not meta.get("global_batch") and batch.nunique() > 1:
+        lines.append("Candidates train with different global batches (the batch column); --global-batch N compares "
+                     "them all at N samples per weight update.")
     header = f"{'rank':>5}  {'samples/s':>11}  {'vs start':>8}  {'fits':>4}  {'worst tile':>10}  {'headroom':>11}  " \
-             f"{'IPUs':>4}  changes from the start"
+             f"{'IPUs':>4}  {'batch':>6}  changes from the start"
     lines += ["", header]
     for _, r in shown.iterrows():
         speed = r["samples_per_second"]
@@ -86,7 +99,8 @@ def render(rows: pd.DataFrame, meta: dict, top: int = 10) -> str:
         if len(changes) > CHANGES_WIDTH:  # the whole of it is in the row's command, printed below
             changes = changes[:CHANGES_WIDTH - 3] + "..."
         lines.append(f"{label:>4}{mark}  {speed if pd.isna(speed) else format(speed, ',.1f'):>11}  {vs:>8}  "
-                     f"{'yes' if r['fits'] else 'no':>4}  {tile:>10}  {room:>11}  {r['ipus']:>4}  {changes}")
+                     f"{'yes' if r['fits'] else 'no':>4}  {tile:>10}  {room:>11}  {r['ipus']:>4}  "
+                     f"{batch[r.name]:>6,}  {changes}")
     lines.append("(* on the Pareto front of throughput against IPUs)")
     lines += ["", "Commands:"]
     for _, r in shown.iterrows():

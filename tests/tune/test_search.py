@@ -211,3 +211,26 @@ def test_bert_large_on_a_pod4_beats_or_matches_the_zoos_default_mapping(tmp_path
     assert best["fits"] and best["status"] == "ok"
     assert best["samples_per_second"] >= default.samples_per_second
     assert best["command"] in result.output
+
+
+def test_the_table_shows_each_rows_global_batch_when_they_differ(uneven, tmp_path) -> None:
+    # GIVEN a search over micro-batch and accumulation without a fixed global batch
+    result = tune(uneven, "--system", "POD4", "--search", "batch", "--workers", "1", "-q", "--no-profile",
+                  "-o", str(tmp_path / "tune.parquet"))
+    assert result.exit_code == 0, result.output
+    # THEN the table says the batches differ, and each shown row's batch column is its command's
+    # micro-batch x gradient accumulation x replicas
+    assert "Candidates train with different global batches" in result.output
+    table = result.output.split("\n\n")[1].splitlines()
+    assert table[0].split()[:8] == ["rank", "samples/s", "vs", "start", "fits", "worst", "tile", "headroom"]
+    commands = {line.split()[0]: shlex.split(line.split(None, 1)[1]) for line in
+                result.output.split("Commands:\n")[1].split("\n\n")[0].splitlines()}
+    for line in table[1:-1]:
+        words = line.split()
+        label = "start" if words[0] == "-" else "#" + words[0].rstrip("*")  # the start may rank
+        argv = commands[label]
+        value = {flag: int(argv[argv.index(flag) + 1]) for flag in ("--batch-size", "--gradient-accumulation",
+                                                                   "--replicas")}
+        assert int(words[8].replace(",", "")) == value["--batch-size"] * value["--gradient-accumulation"] * value["--replicas"]
+    rows, _ = read_tune(tmp_path / "tune.parquet")
+    assert rows["changes"].str.contains("--batch-size").any()
