@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,19 @@ def test_duckdbs_reads_of_an_overwritten_profile_keep_the_sentence_for_sql(opene
 # -- a real export-trace process -----------------------------------------------------------------
 
 
+def overwrite_while_stopped(process: subprocess.Popen, ready: Callable[[], bool], path: Path) -> None:
+    """Once ``ready()`` (or the process has ended), stop the process, copy mnist's profile over ``path``
+    in place, and let it go on."""
+    while process.poll() is None and not ready():
+        threading.Event().wait(0.005)
+    running = process.poll() is None
+    if running:
+        os.kill(process.pid, signal.SIGSTOP)
+    overwrite(path, SMALL)
+    if running:
+        os.kill(process.pid, signal.SIGCONT)
+
+
 def _writing_into(pid: int, folder: Path) -> bool:
     """Whether process ``pid`` has written bytes into a file in ``folder``: its output, still an
     anonymous file (O_TMPFILE) until it is whole, so seen only among the process's descriptors."""
@@ -191,14 +205,7 @@ def test_export_trace_overwritten_midway_exits_0_or_2_never_by_a_signal(big_prof
                                 "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     # WHEN its output has begun (it has opened the profile and is streaming the trace), it is
     # stopped, mnist's profile is copied over the file in place, and it is let go on
-    while process.poll() is None and not _writing_into(process.pid, folder):
-        threading.Event().wait(0.005)
-    still_running = process.poll() is None
-    if still_running:
-        os.kill(process.pid, signal.SIGSTOP)
-    overwrite(path, SMALL)
-    if still_running:
-        os.kill(process.pid, signal.SIGCONT)
+    overwrite_while_stopped(process, lambda: _writing_into(process.pid, folder), path)
     _, stderr = process.communicate(timeout=600)
     # THEN it ends with 2 and the one sentence (nothing written), or 0 with the whole trace: never
     # killed by a signal (SIGBUS was -7)
@@ -268,14 +275,7 @@ def test_a_dashboard_whose_profile_is_overwritten_while_it_checks_it_says_so(big
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     # WHEN, as soon as it has the profile open, it is stopped, mnist's profile is copied over the
     # file in place, and it is let go on
-    while process.poll() is None and not _holding(process.pid, path):
-        threading.Event().wait(0.005)
-    running = process.poll() is None
-    if running:
-        os.kill(process.pid, signal.SIGSTOP)
-    overwrite(path, SMALL)
-    if running:
-        os.kill(process.pid, signal.SIGCONT)
+    overwrite_while_stopped(process, lambda: _holding(process.pid, path), path)
     try:
         _, stderr = process.communicate(timeout=120)
     except subprocess.TimeoutExpired:  # its check read everything before the copy: it serves

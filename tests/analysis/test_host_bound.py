@@ -11,17 +11,14 @@ import pytest
 import popvision_py as pv
 from engine.targets import Assumptions
 from popvision_py.format import runconfig
-from tests.engine.helpers import run_cli
+from tests.engine.helpers import profile_path, run_cli
 
 HOST_RATE = Assumptions().host_samples_per_s
 FAST_HOST = ("--assume", "host_samples_per_s=1e9")
 
 
 def _profile(folder, name, *args):
-    out = folder / name
-    result = run_cli("run", "mnist", "--profile", "--profile-dir", str(out), "-q", *args)
-    assert result.exit_code == 0, result.output
-    return out / "profile.pop"
+    return profile_path(folder, "mnist", *args, name=name)
 
 
 @pytest.fixture(scope="module")

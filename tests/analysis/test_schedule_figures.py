@@ -13,16 +13,12 @@ import pytest
 
 import popvision_py as pv
 from popvision_py.format import open_profile
-from tests.engine.helpers import run_cli
+from tests.engine.helpers import profile_path
 
 
 def _profile(folder, name, *args):
-    out = folder / name
     # a data loader that keeps up: these figures are the IPUs' schedule's (mnist's default is host-bound)
-    result = run_cli("run", "mnist", "--profile", "--profile-dir", str(out), "-q", "--assume", "host_samples_per_s=1e9",
-                     *args)
-    assert result.exit_code == 0, result.output
-    return out / "profile.pop"
+    return profile_path(folder, "mnist", "--assume", "host_samples_per_s=1e9", *args, name=name)
 
 
 @pytest.fixture(scope="module")

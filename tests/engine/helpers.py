@@ -43,12 +43,17 @@ def run_cli(*args: str):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
-def run_profile(tmp_path: Path, model: str, *args: str, name: str = "p") -> dict[str, pd.DataFrame]:
-    """`popvision run MODEL --profile` into tmp_path/name; returns every table plus the manifest."""
-    out = tmp_path / name
+def profile_path(folder: Path, model: str, *args: str, name: str = "p") -> Path:
+    """`popvision run MODEL ARGS --profile` into folder/name (it must succeed); the profile's path."""
+    out = folder / name
     result = run_cli("run", model, "--profile", "--profile-dir", str(out), "-q", *args)
     assert result.exit_code == 0, result.output
-    with open_profile(out / "profile.pop") as profile:
+    return out / "profile.pop"
+
+
+def run_profile(tmp_path: Path, model: str, *args: str, name: str = "p") -> dict[str, pd.DataFrame]:
+    """`popvision run MODEL --profile` into tmp_path/name; returns every table plus the manifest."""
+    with open_profile(profile_path(tmp_path, model, *args, name=name)) as profile:
         tables = {t: profile.read_pandas(t) for t in profile.tables}
         tables["manifest"] = profile.manifest  # type: ignore[assignment]
     return tables

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from popvision_py.analysis.report import Report
-from tests.engine.helpers import BALANCED_MODEL, busy_rows, run_cli, run_profile, write_model
+from tests.engine.helpers import BALANCED_MODEL, busy_rows, profile_path, run_cli, run_profile, write_model
 
 MB, HIDDEN = 16, 1024
 ACTIVATION = MB * HIDDEN * 2  # one block's output: micro-batch x 1024 in FP16
@@ -136,13 +136,10 @@ def test_stages_sharing_an_ipu_run_one_after_another_in_its_superstep(tmp_path):
 
 
 def test_stages_sharing_ipus_idle_the_bubble_of_their_ipus_and_the_analysis_agrees(tmp_path):
-    model = write_model(tmp_path, BALANCED_MODEL)
-    out = tmp_path / "shared"
-    result = run_cli("run", model, "-q", "--stages", "B0@0 B1@0 B2@1 B3@1", "--gradient-accumulation", "8",
-                     "--profile", "--profile-dir", str(out))
-    assert result.exit_code == 0, result.output
+    path = profile_path(tmp_path, write_model(tmp_path, BALANCED_MODEL), "--stages", "B0@0 B1@0 B2@1 B3@1",
+                        "--gradient-accumulation", "8", name="shared")
     # a balanced pipeline of N = 2 IPUs and M = 8 micro-batches idles (N-1)/(M+N-1) = 1/9 in fill and flush
-    with Report(out / "profile.pop") as report:
+    with Report(path) as report:
         figures = report.stages.figures()
     assert figures.ideal_bubble_pct == pytest.approx(100 / 9, abs=3)
 
@@ -270,12 +267,9 @@ def test_a_fix_over_other_ipus_keeps_the_strictest_proportion(tmp_path):
 
 def test_stages_on_one_ipu_are_not_reported_as_an_imbalanced_pipeline(tmp_path):
     # GIVEN a deliberately unequal split (one block, then three) on a single IPU
-    model = write_model(tmp_path, BALANCED_MODEL)
-    out = tmp_path / "one"
-    result = run_cli("run", model, "-q", "--stages", "B0@0 B1..B3@0", "--gradient-accumulation", "4",
-                     "--profile", "--profile-dir", str(out))
-    assert result.exit_code == 0, result.output
+    path = profile_path(tmp_path, write_model(tmp_path, BALANCED_MODEL), "--stages", "B0@0 B1..B3@0",
+                        "--gradient-accumulation", "4", name="one")
     # THEN the stages run one after another: no bottleneck or bubble finding
-    report = run_cli("report", str(out / "profile.pop"), "--section", "summary")
+    report = run_cli("report", str(path), "--section", "summary")
     assert "bottleneck" not in report.output
     assert "fill and flush" not in report.output
