@@ -71,7 +71,6 @@ class Search:
     emulated: int = 0
     reused: int = 0
     capped: int = 0
-    _best: float | None = None
 
     def run(self) -> Outcome:
         settings = self.space.settings
@@ -122,8 +121,8 @@ class Search:
             else:
                 todo.append(c)
         base = total - len(cands)
-        self._best = self.best()
-        self.on_result(base + len(cands) - len(todo), total, self._best)
+        best = self.best()
+        self.on_result(base + len(cands) - len(todo), total, best)
         if not todo:
             return
         futures = {self.client.submit(evaluate, request_json(self.space.request(c.config)), pure=False): c for c in todo}
@@ -140,9 +139,9 @@ class Search:
                 self.done[cand.key] = as_result(raw)
                 self.emulated += 1
                 finished += 1
-                if raw["status"] == "ok" and (self._best is None or raw["samples_per_second"] > self._best):
-                    self._best = raw["samples_per_second"]
-                self.on_result(finished, total, self._best)
+                if raw["status"] == "ok" and (best is None or raw["samples_per_second"] > best):
+                    best = raw["samples_per_second"]
+                self.on_result(finished, total, best)
         finally:
             unfinished = [f for f in futures if not f.done()]
             if unfinished:
