@@ -29,8 +29,8 @@ PARAMS = ("preset", "layers", "hidden", "heads", "seq_len", "vocab", "masked_tok
           "embedding_alone", "ipus")
 REQUEST_FIELDS = ("strategy", "stages", "offload_optimiser", "offload_weights", "offload_activations",
                   "replicated_tensor_sharding")
-# `popvision run`'s options a search takes as its start (its own --system, profile and output options aside)
 QUIET_WORKERS = "DASK_LOGGING__DISTRIBUTED"
+# `popvision run`'s options a search takes as its start (its own --system, profile and output options aside)
 RUN_OPTIONS = [p for p in run_cli.command.params
                if isinstance(p, click.Option)
                and p.name not in ("system", "profile", "profile_dir", "as_json", "quiet", "emulate_only")]

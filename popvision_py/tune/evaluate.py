@@ -28,9 +28,7 @@ def evaluate(request_json: str) -> dict[str, Any]:
     except ConfigError as exc:
         out = {"status": "rejected", "reason": str(exc), **NOT_EMULATED}
     except Exception as exc:  # noqa: BLE001 - a failed candidate is a row with its reason, never a crashed search
-        text = str(exc).strip().splitlines()
-        out = {"status": "error", "reason": f"{type(exc).__name__}: {text[0] if text else 'no message'}",
-               **NOT_EMULATED}
+        out = {"status": "error", "reason": f"{type(exc).__name__}: {first_line(exc)}", **NOT_EMULATED}
     else:
         out = {"status": "ok" if summary.fits else "oom",
                "reason": "" if summary.fits else (f"{summary.oom_tiles:,} tiles out of memory; the worst, IPU "
@@ -42,3 +40,9 @@ def evaluate(request_json: str) -> dict[str, Any]:
                "fits": bool(summary.fits)}
     out["seconds"] = time.perf_counter() - began
     return out
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message ("no message" if it has none)."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else "no message"

@@ -18,9 +18,10 @@ from typing import Any
 
 import pandas as pd
 
+from engine.runner import RunRequest
 from popvision_py.errors import ConfigError
 from popvision_py.format import runconfig
-from popvision_py.tune.evaluate import evaluate
+from popvision_py.tune.evaluate import NOT_EMULATED, evaluate, first_line
 from popvision_py.tune.space import Candidate, Space
 from popvision_py.tune.table import ranked
 
@@ -28,9 +29,9 @@ RESULT_FIELDS = ("status", "reason", "samples_per_second", "seconds_per_step", "
                  "fits", "seconds")
 
 
-def request_json(space: Space, cand: Candidate) -> str:
-    """The candidate's ``RunRequest`` fields as JSON, without ``profile`` and ``progress``."""
-    fields = dataclasses.asdict(space.request(cand.config))
+def request_json(request: RunRequest) -> str:
+    """A candidate's ``RunRequest`` fields as JSON, without ``profile`` and ``progress``."""
+    fields = dataclasses.asdict(request)
     fields.pop("profile")
     fields.pop("progress")
     return json.dumps(fields, sort_keys=True)
@@ -70,7 +71,6 @@ class Search:
     emulated: int = 0
     reused: int = 0
     capped: int = 0
-    _best: float | None = None
 
     def run(self) -> Outcome:
         settings = self.space.settings
@@ -116,18 +116,16 @@ class Search:
             if previous is not None and c.key in previous.index:
                 self.done[c.key] = {name: _plain(previous.at[c.key, name]) for name in RESULT_FIELDS}
                 self.reused += 1
-            elif c.reason:
-                self.done[c.key] = {"status": "rejected", "reason": c.reason, "samples_per_second": None,
-                                    "seconds_per_step": None, "worst_tile_pct": None, "headroom_bytes": None,
-                                    "fits": False, "seconds": 0.0}
+            elif c.reason:  # refused before emulation: the row evaluate gives a run the planner refuses
+                self.done[c.key] = as_result({"status": "rejected", "reason": c.reason, **NOT_EMULATED, "seconds": 0.0})
             else:
                 todo.append(c)
         base = total - len(cands)
-        self._best = self.best()
-        self.on_result(base + len(cands) - len(todo), total, self._best)
+        best = self.best()
+        self.on_result(base + len(cands) - len(todo), total, best)
         if not todo:
             return
-        futures = {self.client.submit(evaluate, request_json(self.space, c), pure=False): c for c in todo}
+        futures = {self.client.submit(evaluate, request_json(self.space.request(c.config)), pure=False): c for c in todo}
         finished = base + len(cands) - len(todo)
         try:
             for future in as_completed(futures):
@@ -136,14 +134,14 @@ class Search:
                     raw = future.result()
                 except Exception as exc:  # noqa: BLE001 - the task never raises: this is the cluster failing it
                     raise ConfigError(f"The Dask workers could not run popvision's task ({type(exc).__name__}: "
-                                      f"{_first_line(exc)}); each worker needs popvision installed (or on its "
+                                      f"{first_line(exc)}); each worker needs popvision installed (or on its "
                                       f"PYTHONPATH).") from None
                 self.done[cand.key] = as_result(raw)
                 self.emulated += 1
                 finished += 1
-                if raw["status"] == "ok" and (self._best is None or raw["samples_per_second"] > self._best):
-                    self._best = raw["samples_per_second"]
-                self.on_result(finished, total, self._best)
+                if raw["status"] == "ok" and (best is None or raw["samples_per_second"] > best):
+                    best = raw["samples_per_second"]
+                self.on_result(finished, total, best)
         finally:
             unfinished = [f for f in futures if not f.done()]
             if unfinished:
@@ -158,12 +156,11 @@ class Search:
         records = []
         for key, result in self.done.items():
             cand = self.candidates[key]
-            request = request_json(self.space, cand)
+            request = self.space.request(cand.config)
             records.append({"key": key, **result, "rank": None, "pareto": False,
                             "ipus": runconfig.ipus_used(self.space.run_dict(cand)), "is_start": cand.is_start,
-                            "changes": self.space.changes(cand.config),
-                            "command": self.space.command(self.space.request(cand.config)),
-                            "request": request})
+                            "changes": self.space.changes(cand.config), "command": self.space.command(request),
+                            "request": request_json(request)})
         frame = pd.DataFrame.from_records(records, columns=[
             "key", *RESULT_FIELDS, "rank", "pareto", "ipus", "is_start", "changes", "command", "request"])
         frame["headroom_bytes"] = pd.array(frame["headroom_bytes"], dtype="Int64")
@@ -186,11 +183,6 @@ def _plain(value: Any) -> Any:
     if value is None or (not isinstance(value, str) and pd.isna(value)):
         return None
     return value.item() if hasattr(value, "item") else value
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else "no message"
 
 
 def same_search(meta: dict[str, Any], other: dict[str, Any]) -> str | None:

@@ -136,6 +136,7 @@ class Space:
         o = self.plan.options
         self.training = o.training
         self.blocks = list(self.plan.model.blocks)
+        self._block_index = {b: k for k, b in enumerate(self.blocks)}
         self.system_ipus = runconfig.SYSTEMS[self.settings.system]
         stages = [{"blocks": list(s.blocks), "ipu": s.ipu} for s in self.plan.stages]
         amp = o.available_memory_proportion
@@ -213,7 +214,7 @@ class Space:
     def block_params(self, shards: int) -> np.ndarray:
         """Each block's own parameters as one of ``shards`` tensor shards holds them."""
         if shards not in self._params:
-            index = {b: k for k, b in enumerate(self.blocks)}
+            index = self._block_index
             ops = shard_ops(self.plan.model.ops, shards)
             self._params[shards] = np.bincount([index[op.block] for op in ops], [op.params for op in ops],
                                                len(self.blocks))
@@ -229,7 +230,7 @@ class Space:
         if state and self.training and not c["offload_optimiser"] and not streamed:
             per_param += self._state_bytes / (c["replication_factor"] if c["replicated_tensor_sharding"] else 1)
         params = self.block_params(c["tensor_sharding"])
-        index = {b: k for k, b in enumerate(self.blocks)}
+        index = self._block_index
         ipus = 1 + max(s["ipu"] for s in cand.stages)
         held = np.zeros(ipus)
         for s in cand.stages:
@@ -238,11 +239,13 @@ class Space:
 
     def refusal(self, cand: Candidate) -> str:
         """Why the candidate cannot run or cannot fit, without emulating it ("" if it may)."""
-        broken = runconfig.check_run(self.run_dict(cand))
+        run = self.run_dict(cand)
+        broken = runconfig.check_run(run)
         if broken:
             return broken
-        if runconfig.ipus_used(self.run_dict(cand)) > self.system_ipus:
-            return f"It needs {runconfig.ipus_used(self.run_dict(cand))} IPUs; an {self.settings.system} has {self.system_ipus}."
+        ipus = runconfig.ipus_used(run)
+        if ipus > self.system_ipus:
+            return f"It needs {ipus} IPUs; an {self.settings.system} has {self.system_ipus}."
         held = self.ipu_bytes(cand)
         worst = int(np.argmax(held))
         if held[worst] > self._capacity:

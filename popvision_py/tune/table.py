@@ -31,12 +31,11 @@ def ranked(rows: pd.DataFrame) -> pd.DataFrame:
     # ties in throughput: fewer IPUs first, then more headroom, then the key
     rows = rows.assign(_order=order, _speed=-speed, _room=-room).sort_values(
         ["_order", "_speed", "ipus", "_room", "key"], kind="stable")
-    rows = rows.drop(columns=["_order", "_speed", "_room"]).reset_index(drop=True)
+    rows = rows.reset_index(drop=True)
     ok = (rows["status"] == "ok").to_numpy()
     rank = np.where(ok, np.cumsum(ok), 0)
     rows["rank"] = pd.Series(rank, dtype="Int64").where(ok, pd.NA)
-    rows["pareto"] = pareto(rows["ipus"].to_numpy(np.int64),
-                            rows["samples_per_second"].astype(float).round(3).to_numpy(), ok)
+    rows["pareto"] = pareto(rows["ipus"].to_numpy(np.int64), -rows["_speed"].to_numpy(), ok)
     return rows[COLUMNS.names]
 
 

@@ -148,6 +148,8 @@ def test_a_global_batch_fixes_samples_per_update_and_the_planner_refuses_short_p
     short = rows[rows["reason"].str.startswith("Gradient accumulation 4 is below the 7 pipeline stages of a 4-stage")]
     assert len(short) and (short["status"] == "rejected").all() and short["samples_per_second"].isna().all()
     assert (short["seconds"] == 0).all()
+    assert short["worst_tile_pct"].isna().all() and short["headroom_bytes"].isna().all() and not short["fits"].any()
+    assert short["rank"].isna().all() and not short["pareto"].any()
 
 
 def test_phased_execution_where_the_weights_cannot_fit_on_chip() -> None:
@@ -225,6 +227,7 @@ def test_the_table_shows_each_rows_global_batch_when_they_differ(uneven, tmp_pat
     assert table[0].split()[:8] == ["rank", "samples/s", "vs", "start", "fits", "worst", "tile", "headroom"]
     commands = {line.split()[0]: shlex.split(line.split(None, 1)[1]) for line in
                 result.output.split("Commands:\n")[1].split("\n\n")[0].splitlines()}
+    assert len(table[1:-1]) >= 2  # at least two rows, or no two batches could differ
     for line in table[1:-1]:
         words = line.split()
         label = "start" if words[0] == "-" else "#" + words[0].rstrip("*")  # the start may rank
