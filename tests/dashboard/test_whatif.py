@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,25 +21,6 @@ from popvision_py.cli import main
 from tests.dashboard.test_callbacks import text
 from tests.engine.helpers import run_cli
 from tests.tunefiles import write_mnist_tune
-
-
-@pytest.fixture(scope="module")
-def made(tmp_path_factory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("whatif")
-    write_mnist_tune(folder / "tune.parquet")
-    result = run_cli("run", "mnist", "--profile", "--profile-dir", str(folder / "p"), "-q",
-                     "--assume", "host_samples_per_s=1e9")
-    assert result.exit_code == 0, result.output
-    return {"tune": folder / "tune.parquet", "profile": folder / "p" / "profile.pop", "folder": folder}
-
-
-@pytest.fixture()
-def whatif_app(made, tmp_path):
-    from dashboards.app import create_app
-    from popvision_py.cli.emulation import run_fields
-
-    return create_app([str(made["profile"])], tune=str(made["tune"]), runner=run_fields,
-                      emulated_dir=str(tmp_path / "emulated"))
 
 
 def page(name: str):
