@@ -112,6 +112,10 @@ def test_emulate_and_compare_runs_the_candidate_and_compares_it(made, whatif_app
     # AND a candidate the planner refuses is one sentence, not an error
     refused = text(whatif.emulate_and_compare(1, 5, "a"))
     assert refused.startswith("This candidate could not be emulated: ")
+    # AND a stored row the file does not have, or not a row number, is refused before any run
+    for bad in (99, -1, "1", True, None):
+        with pytest.raises(ValueError):
+            whatif.emulate_and_compare(1, bad, "a")
 
 
 def test_the_summary_verify_button_measures_the_fix(made, whatif_app):
