@@ -47,8 +47,11 @@ def test_the_scatter_holds_each_emulated_candidate_at_its_figures(made, whatif_a
     assert list(traces["does not fit"].customdata) == list(oom.index)
     assert traces["does not fit"].x[0] > 100  # over a tile's memory
     # AND the rejected candidate (never emulated) is not drawn; the start is starred where it is
+    drawn = {row for trace in scatter.data for row in trace.customdata}
+    assert len(rows[rows["status"] == "rejected"]) == 1 and not drawn & set(rows.index[rows["status"] == "rejected"])
     start = rows[rows["is_start"]].iloc[0]
     assert traces["starting configuration"].marker.symbol == "star"
+    assert list(traces["starting configuration"].customdata) == [start.name]
     assert traces["starting configuration"].x[0] == pytest.approx(start["worst_tile_pct"])
     # AND the Pareto figure's front is the file's pareto rows by IPUs: each faster than any fitting
     # candidate on as many IPUs or fewer
