@@ -143,6 +143,25 @@ def test_the_summary_verify_button_measures_the_fix(made, whatif_app):
         summary.verified("a", len(insights) + 3)
 
 
+def test_a_verify_run_that_fails_is_its_sentence_not_an_error(made, tmp_path):
+    from dashboards.app import create_app
+    from popvision_py.errors import ConfigError
+
+    def refuse(_fields, _profile):
+        raise ConfigError("No IPU-POD holds 9 IPUs.")
+
+    # GIVEN a dashboard whose emulator refuses every run
+    create_app([str(made["profile"])], runner=refuse, emulated_dir=str(tmp_path / "emulated"))
+    import popvision_py as pv
+    with pv.open(made["profile"]) as r:
+        row = next(k for k, command in enumerate(r.summary.insights()["command"]) if command)
+    # WHEN a fix's Verify button is pressed
+    view = text(page("summary").verified("a", row))
+    # THEN the finding shows the run's sentence, no figures and no profile
+    assert view == "The run failed: No IPU-POD holds 9 IPUs."
+    assert not list((tmp_path / "emulated").glob("*/profile.pop"))
+
+
 def test_a_bad_tune_file_stops_the_dashboard_before_it_serves(made, tmp_path):
     not_tune = tmp_path / "plain.parquet"
     pd.DataFrame({"x": [1]}).to_parquet(not_tune)
