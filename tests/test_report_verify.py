@@ -192,3 +192,38 @@ def test_the_verdict_names_each_figure_that_missed():
     # within 10% on every figure, and faster: held
     assert judge(fix(samples_per_second=1100.0, faster=True), before, Measured(0.009, 1050.0, 700_000, capacity, False),
                  clock)[0] == "held"
+
+
+def test_the_verify_block_reads_as_a_list_in_text_markdown_and_html():
+    import math
+    from html import escape
+
+    from popvision_py.analysis.tables import Table
+    from popvision_py.analysis.verify import COLUMNS
+    from popvision_py.render import html, markdown, text
+    from popvision_py.render.document import Document, add_verification
+
+    # GIVEN one verified fix, its figures a person wrote down, and no fix at all
+    row = {"tag": "gradient-accumulation-20", "suggestion": "accumulate 20", "status": "held",
+           "verdict": "Held: +25.0% throughput.", "step_s_before": 0.010, "step_s_predicted": math.nan,
+           "step_s_after": 0.008, "samples_per_second_before": 1000.0, "samples_per_second_predicted": math.nan,
+           "samples_per_second_after": 1250.4, "worst_tile_bytes_before": 700_000.0,
+           "worst_tile_bytes_predicted": 700_000.0, "worst_tile_bytes_after": 712_345.0, "fits_after": False,
+           "profile": "v/gradient-accumulation-20/profile.pop", "command": "popvision run m"}
+    one, none = Document("report", "r", ["p"]), Document("report", "r", ["p"])
+    add_verification(one, Table({c: [row[c]] for c in COLUMNS}))
+    add_verification(none, Table({c: [] for c in COLUMNS}))
+    # THEN the block carries the fix as a heading and its detail lines: milliseconds, whole samples and bytes
+    assert one.blocks[0].items == [("[held] gradient-accumulation-20: accumulate 20", [
+        "time per step: 10.000 -> 8.000 ms",
+        "throughput: 1,000 -> 1,250 samples/s",
+        "worst tile: 700,000 -> 712,345 bytes (predicted 700,000)",
+        "Held: +25.0% throughput.",
+        "profile: v/gradient-accumulation-20/profile.pop"])]
+    assert none.blocks[0].items == []
+    # AND each of text, Markdown and HTML shows those lines, or why there is no fix
+    line = "worst tile: 700,000 -> 712,345 bytes (predicted 700,000)"
+    for render, shown_line in ((text.render, line), (markdown.render, line), (html.render, escape(line))):
+        shown = render(one).decode()
+        assert "gradient-accumulation-20: accumulate 20" in shown and shown_line in shown
+        assert "(no fix to run: the insights suggest none with a command)" in render(none).decode()

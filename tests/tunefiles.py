@@ -1,8 +1,9 @@
 """Real tune results for tests: a handful of mnist candidates emulated for real, written with ``write_tune``.
 
-Until ``popvision tune`` writes them, a test builds the rows itself: each candidate's ``RunRequest``
+A test builds the rows itself (fixed candidates, no search): each candidate's ``RunRequest``
 is emulated through ``engine.runner.emulate`` and its row holds the figures the emulator measured;
-rank, fits and the Pareto front follow from those figures as format/tunefile.py defines them.
+rank and fits follow from those figures, and the Pareto front is ``tune.table.pareto``'s (the rows keep
+their order here: tests name candidates by row).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from engine.runner import RunRequest, emulate
 from popvision_py.format.tunefile import write_tune
+from popvision_py.tune.table import pareto
 
 HOST = {"host_samples_per_s": 1e9}  # a loader that keeps up: the IPUs' own speed
 # name -> (flags changed from the start, RunRequest fields besides the model and the assumptions)
@@ -63,9 +66,6 @@ def write_mnist_tune(path: Path, meta: dict[str, Any] | None = None) -> pd.DataF
     speed = rows["samples_per_second"].astype(float)
     rank = speed.where(fit).rank(ascending=False, method="first")
     rows["rank"] = rank.astype("Int64")
-    # on the front: no candidate that fits on as many IPUs or fewer is faster
-    ipus = rows["ipus"].to_numpy()
-    rows["pareto"] = [bool(fit[k] and not ((fit & (rows["ipus"] <= ipus[k]) & (speed > speed[k])).any()))
-                      for k in range(len(rows))]
+    rows["pareto"] = pareto(rows["ipus"].to_numpy(np.int64), speed.round(3).to_numpy(), fit.to_numpy())
     write_tune(path, rows, {"model": "mnist", "system": "IPU-POD16", **(meta or {})})
     return rows

@@ -128,7 +128,6 @@ def verify_fix(n_clicks: int | None, profile: str | None):
 def verified(profile: str | None, row: Any) -> html.Div | html.P:
     """The fix of finding ``row`` of profile ``profile``, emulated through the app's runner and measured."""
     from popvision_py.analysis import verify
-    from popvision_py.errors import PopvisionError
 
     if not isinstance(row, int) or isinstance(row, bool):
         raise ValueError("a finding is named by its row number")
@@ -139,11 +138,8 @@ def verified(profile: str | None, row: Any) -> html.Div | html.P:
     before = verify.Measured.of(report)
     clock = float(report.target["clock_hz"])
     try:
-        path = profiles.emulate(fix.request, f"verify-{key}-{fix.tag}")
-        with data.open_profile(path) as fixed:
-            measured = verify.row(fix, before, clock, verify.Measured.of(fixed), path, None)
-    except PopvisionError as exc:
-        measured = verify.row(fix, before, clock, None, None, str(exc).strip())
+        measured = verify.measured_row(fix, before, clock,
+                                       lambda: profiles.emulate(fix.request, f"verify-{key}-{fix.tag}"))
     except LookupError as exc:  # no emulator in this app
         return html.P(str(exc), className="verify-verdict verify-bad")
     return verified_view(measured)

@@ -148,8 +148,13 @@ def render(_profile: str | None):
 def _clicked_row(point: Any, rows: pd.DataFrame) -> int:
     """The row a clicked point names (its ``customdata``), checked against the tune result."""
     row = c.custom_value(point, 0) if isinstance(point.get("customdata"), (dict, list)) else point.get("customdata")
+    return _candidate_row(row, rows)
+
+
+def _candidate_row(row: Any, rows: pd.DataFrame) -> int:
+    """``row`` (from the browser) if it is a row number of the tune result; ValueError otherwise."""
     if not isinstance(row, int) or isinstance(row, bool) or not 0 <= row < len(rows):
-        raise ValueError("a point names a candidate by its row of the tune result")
+        raise ValueError("a candidate is named by its row of the tune result")
     return row
 
 
@@ -207,8 +212,7 @@ def emulate_and_compare(_n_clicks: int, row: Any, profile: str | None):
 
     profiles = data.current()
     rows, meta = profiles.tune()
-    if not isinstance(row, int) or isinstance(row, bool) or not 0 <= row < len(rows):
-        raise ValueError("the candidate is named by its row of the tune result")
+    row = _candidate_row(row, rows)
     try:
         path = candidate_profile(profiles, rows, meta, row)
         with data.open_profile(path) as candidate:

@@ -208,10 +208,20 @@ def table(rows: list[dict[str, Any]]) -> Table:
 
 def run_fix(fix: FixRun, before: Measured, clock_hz: float, runner: Runner, profile: Path) -> dict[str, Any]:
     """Run one fix into ``profile`` and judge it; a run that fails is a row saying why."""
+    def run() -> Path:
+        runner(dict(fix.request), profile)
+        return profile
+
+    return measured_row(fix, before, clock_hz, run)
+
+
+def measured_row(fix: FixRun, before: Measured, clock_hz: float, run: Callable[[], Path]) -> dict[str, Any]:
+    """The row of ``fix`` once ``run`` has written its profile (and returned its path), measured and judged;
+    a ``PopvisionError`` from the run or the profile is a row saying why."""
     import popvision_py as pv
 
     try:
-        runner(dict(fix.request), profile)
+        profile = run()
         with pv.open(profile) as fixed:
             after = Measured.of(fixed)
     except PopvisionError as exc:

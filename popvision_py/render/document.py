@@ -16,6 +16,7 @@ import pandas as pd
 
 from popvision_py import __version__
 from popvision_py.analysis.tables import TABLE_COLUMNS, Table
+from popvision_py.render.format import verification
 
 SECTIONS = ("summary", "memory", "liveness", "stages", "exchange")
 
@@ -26,12 +27,16 @@ class Block:
 
     ``hidden`` blocks carry data only figures use (the HTML page); other formats leave them out.
     The text, Markdown and JSON renderers read a Table's arrays; CSV and HTML use ``frame()``.
+    A table with ``items`` is read as a list by the text, Markdown and HTML renderers (a heading and
+    detail lines per row; ``empty`` says why there is none); JSON and CSV keep the table.
     """
 
     key: str
     title: str
     data: Table | pd.DataFrame | dict[str, Any]
     hidden: bool = False
+    items: list[tuple[str, list[str]]] | None = None
+    empty: str = ""
 
     def frame(self) -> pd.DataFrame:
         """A table block's data as a DataFrame."""
@@ -56,10 +61,11 @@ class Document:
     blocks: list[Block] = field(default_factory=list)
     generator: str = f"popvision_py {__version__}"
 
-    def add(self, key: str, title: str, data: Any, hidden: bool = False) -> None:
+    def add(self, key: str, title: str, data: Any, hidden: bool = False,
+            items: list[tuple[str, list[str]]] | None = None, empty: str = "") -> None:
         if dataclasses.is_dataclass(data) and not isinstance(data, type):
             data = {f.name: getattr(data, f.name) for f in dataclasses.fields(data)}
-        self.blocks.append(Block(key, title, data, hidden))
+        self.blocks.append(Block(key, title, data, hidden, items, empty))
 
     def visible(self) -> list[Block]:
         return [b for b in self.blocks if not b.hidden]
@@ -143,7 +149,8 @@ def _exchange(doc: Document, r: Any, figures: bool) -> None:
 
 def add_verification(doc: Document, table: Table) -> None:
     """``popvision report --verify``: each fix re-emulated, measured beside predicted (``analysis.verify.COLUMNS``)."""
-    doc.add("verify.fixes", "Fixes re-emulated: measured beside predicted", table)
+    doc.add("verify.fixes", "Fixes re-emulated: measured beside predicted", table, items=verification(table),
+            empty="no fix to run: the insights suggest none with a command")
 
 
 _SECTION_BUILDERS = {"summary": _summary, "memory": _memory, "liveness": _liveness, "stages": _stages,

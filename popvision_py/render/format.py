@@ -123,22 +123,24 @@ def _float(f: float) -> str:
 
 def verification(data: Table | pd.DataFrame) -> list[tuple[str, list[str]]]:
     """``popvision report --verify``'s table as a heading and detail lines per fix (text, Markdown, HTML)."""
-    out = []
     columns = {c: list(data[c]) for c in column_names(data)}
-    for k in range(len(data)):
-        row = {c: columns[c][k] for c in columns}
-
-        def figure(name: str, scale: float, unit: str, digits: int) -> str:
-            before, after, predicted = (row[f"{name}_{w}"] for w in ("before", "after", "predicted"))
-            text = lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v * scale:,.{digits}f}"  # noqa: E731
-            said = f" (predicted {text(predicted)})" if text(predicted) != "-" else ""
-            return f"{text(before)} -> {text(after)} {unit}{said}"
-
-        lines = [f"time per step: {figure('step_s', 1e3, 'ms', 3)}",
-                 f"throughput: {figure('samples_per_second', 1.0, 'samples/s', 0)}",
-                 f"worst tile: {figure('worst_tile_bytes', 1.0, 'bytes', 0)}",
+    out = []
+    for row in (dict(zip(columns, values)) for values in zip(*columns.values())):
+        lines = [f"time per step: {_measured(row, 'step_s', 1e3, 'ms', 3)}",
+                 f"throughput: {_measured(row, 'samples_per_second', 1.0, 'samples/s', 0)}",
+                 f"worst tile: {_measured(row, 'worst_tile_bytes', 1.0, 'bytes', 0)}",
                  str(row["verdict"])]
         if row["profile"]:
             lines.append(f"profile: {row['profile']}")
         out.append((f"[{row['status']}] {row['tag']}: {row['suggestion']}", lines))
     return out
+
+
+def _measured(row: dict[str, Any], name: str, scale: float, unit: str, digits: int) -> str:
+    """``name`` before -> after the fix, and what was predicted when something was."""
+    def text(v: Any) -> str:
+        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v * scale:,.{digits}f}"
+
+    before, after, predicted = (text(row[f"{name}_{w}"]) for w in ("before", "after", "predicted"))
+    said = f" (predicted {predicted})" if predicted != "-" else ""
+    return f"{before} -> {after} {unit}{said}"

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from popvision_py.render import figures as F
 from popvision_py.render.document import Document
-from popvision_py.render.format import value, verification
+from popvision_py.render.format import value
 
 MAX_ROWS = 200
 
@@ -92,10 +92,10 @@ def render(doc: Document) -> bytes:
                     + (f"<br>Run: <code>{html.escape(r.command)}</code>" if r.command else "") + "</li>"
                     for r in b.frame().itertuples(index=False))
                 parts.append(f"<ul>{items}</ul>")
-            elif b.key == "verify.fixes":
+            elif b.items is not None:  # the list, then its table: the page has room for both
                 items = "".join(f"<li><b>{html.escape(head)}</b>" + "".join(f"<br>{html.escape(line)}" for line in details)
-                                + "</li>" for head, details in verification(b.data))
-                parts.append(f"<ul>{items}</ul>" if items else "<p class='note'>(no fix to run)</p>")
+                                + "</li>" for head, details in b.items)
+                parts.append(f"<ul>{items}</ul>" if items else f"<p class='note'>({html.escape(b.empty)})</p>")
                 parts.append(_table(b.frame()))
             else:
                 parts.append(_table(b.frame()))

@@ -6,7 +6,7 @@ import pandas as pd
 
 from popvision_py.render.document import Document
 from popvision_py.analysis.tables import Table
-from popvision_py.render.format import cells, column_names, numeric_columns, value, verification
+from popvision_py.render.format import cells, column_names, numeric_columns, value
 
 MAX_ROWS = 200
 
@@ -56,11 +56,11 @@ def render(doc: Document) -> bytes:
             lines += [f"| {k} | {_escape(value(v))} |" for k, v in b.data.items()]
         elif b.key == "summary.insights":
             lines += insights(b.data)
-        elif b.key == "verify.fixes":
-            for head, details in verification(b.data):
+        elif b.items is not None:
+            for head, details in b.items:
                 lines += [f"- **{_escape(head)}**"] + [f"  - {_escape(line)}" for line in details]
-            if not len(b.data):
-                lines.append("*(no fix to run: the insights suggest none with a command)*")
+            if not b.items:
+                lines.append(f"*({b.empty})*")
         else:
             lines += table(b.data)
         lines.append("")

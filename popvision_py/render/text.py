@@ -6,8 +6,7 @@ import pandas as pd
 
 from popvision_py.analysis.tables import Table
 from popvision_py.render.document import Block, Document
-from popvision_py.render.format import (column_arrays, column_names, formatted_columns, numeric_columns, value,
-                                       verification)
+from popvision_py.render.format import column_arrays, column_names, formatted_columns, numeric_columns, value
 
 MAX_ROWS = 40
 MAX_CELL = 60
@@ -63,11 +62,11 @@ def block(b: Block) -> list[str]:
                 lines.append(f"      effect: {effect}")
             if command:
                 lines.append(f"      run:    {command}")
-    elif b.key == "verify.fixes":
-        for head, details in verification(b.data):
+    elif b.items is not None:
+        for head, details in b.items:
             lines += [f"  {head}"] + [f"      {line}" for line in details]
-        if not len(b.data):
-            lines.append("  (no fix to run: the insights suggest none with a command)")
+        if not b.items:
+            lines.append(f"  ({b.empty})")
     else:
         lines += table(b.data)
     return lines

@@ -99,3 +99,27 @@ def compare_app(pipelined_profile: Path, sharded_profile: Path):
     from dashboards.app import create_app
 
     return create_app([str(pipelined_profile), str(sharded_profile)])
+
+
+@pytest.fixture(scope="session")
+def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A real tune result (mnist candidates emulated for real, tests/tunefiles.py) and a real mnist profile."""
+    from tests.engine.helpers import run_cli
+    from tests.tunefiles import write_mnist_tune
+
+    folder = tmp_path_factory.mktemp("whatif")
+    write_mnist_tune(folder / "tune.parquet")
+    result = run_cli("run", "mnist", "--profile", "--profile-dir", str(folder / "p"), "-q",
+                     "--assume", "host_samples_per_s=1e9")
+    assert result.exit_code == 0, result.output
+    return {"tune": folder / "tune.parquet", "profile": folder / "p" / "profile.pop"}
+
+
+@pytest.fixture()
+def whatif_app(made: dict[str, Path], tmp_path: Path):
+    """The dashboard on ``made``'s profile and tune result, emulating candidates into ``tmp_path``."""
+    from dashboards.app import create_app
+    from popvision_py.cli.emulation import run_fields
+
+    return create_app([str(made["profile"])], tune=str(made["tune"]), runner=run_fields,
+                      emulated_dir=str(tmp_path / "emulated"))

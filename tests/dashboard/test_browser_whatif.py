@@ -3,8 +3,6 @@ real tune result (mnist candidates emulated for real, tests/tunefiles.py) and a 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow.parquet as pq
 import pytest
 from selenium.webdriver.common.action_chains import ActionChains
@@ -13,29 +11,8 @@ from dashboards import ids
 from dashboards.screenshots import wait_until_drawn
 from tests.dashboard.test_browser import errors, wait_for_figures
 from tests.dashboard.test_layout import CUT_TEXT, TEXT
-from tests.engine.helpers import run_cli
-from tests.tunefiles import write_mnist_tune
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture(scope="module")
-def made(tmp_path_factory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("whatif-browser")
-    write_mnist_tune(folder / "tune.parquet")
-    result = run_cli("run", "mnist", "--profile", "--profile-dir", str(folder / "p"), "-q",
-                     "--assume", "host_samples_per_s=1e9")
-    assert result.exit_code == 0, result.output
-    return {"tune": folder / "tune.parquet", "profile": folder / "p" / "profile.pop"}
-
-
-@pytest.fixture()
-def whatif_app(made, tmp_path):
-    from dashboards.app import create_app
-    from popvision_py.cli.emulation import run_fields
-
-    return create_app([str(made["profile"])], tune=str(made["tune"]), runner=run_fields,
-                      emulated_dir=str(tmp_path / "emulated"))
 
 
 @pytest.mark.slow  # about 7 s: two figures, a click and an emulation in the browser

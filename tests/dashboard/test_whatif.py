@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,25 +21,6 @@ from popvision_py.cli import main
 from tests.dashboard.test_callbacks import text
 from tests.engine.helpers import run_cli
 from tests.tunefiles import write_mnist_tune
-
-
-@pytest.fixture(scope="module")
-def made(tmp_path_factory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("whatif")
-    write_mnist_tune(folder / "tune.parquet")
-    result = run_cli("run", "mnist", "--profile", "--profile-dir", str(folder / "p"), "-q",
-                     "--assume", "host_samples_per_s=1e9")
-    assert result.exit_code == 0, result.output
-    return {"tune": folder / "tune.parquet", "profile": folder / "p" / "profile.pop", "folder": folder}
-
-
-@pytest.fixture()
-def whatif_app(made, tmp_path):
-    from dashboards.app import create_app
-    from popvision_py.cli.emulation import run_fields
-
-    return create_app([str(made["profile"])], tune=str(made["tune"]), runner=run_fields,
-                      emulated_dir=str(tmp_path / "emulated"))
 
 
 def page(name: str):
@@ -67,8 +47,11 @@ def test_the_scatter_holds_each_emulated_candidate_at_its_figures(made, whatif_a
     assert list(traces["does not fit"].customdata) == list(oom.index)
     assert traces["does not fit"].x[0] > 100  # over a tile's memory
     # AND the rejected candidate (never emulated) is not drawn; the start is starred where it is
+    drawn = {row for trace in scatter.data for row in trace.customdata}
+    assert len(rows[rows["status"] == "rejected"]) == 1 and not drawn & set(rows.index[rows["status"] == "rejected"])
     start = rows[rows["is_start"]].iloc[0]
     assert traces["starting configuration"].marker.symbol == "star"
+    assert list(traces["starting configuration"].customdata) == [start.name]
     assert traces["starting configuration"].x[0] == pytest.approx(start["worst_tile_pct"])
     # AND the Pareto figure's front is the file's pareto rows by IPUs: each faster than any fitting
     # candidate on as many IPUs or fewer
@@ -132,6 +115,10 @@ def test_emulate_and_compare_runs_the_candidate_and_compares_it(made, whatif_app
     # AND a candidate the planner refuses is one sentence, not an error
     refused = text(whatif.emulate_and_compare(1, 5, "a"))
     assert refused.startswith("This candidate could not be emulated: ")
+    # AND a stored row the file does not have, or not a row number, is refused before any run
+    for bad in (99, -1, "1", True, None):
+        with pytest.raises(ValueError):
+            whatif.emulate_and_compare(1, bad, "a")
 
 
 def test_the_summary_verify_button_measures_the_fix(made, whatif_app):
@@ -154,6 +141,25 @@ def test_the_summary_verify_button_measures_the_fix(made, whatif_app):
     # AND a finding without a fix is refused
     with pytest.raises(LookupError):
         summary.verified("a", len(insights) + 3)
+
+
+def test_a_verify_run_that_fails_is_its_sentence_not_an_error(made, tmp_path):
+    from dashboards.app import create_app
+    from popvision_py.errors import ConfigError
+
+    def refuse(_fields, _profile):
+        raise ConfigError("No IPU-POD holds 9 IPUs.")
+
+    # GIVEN a dashboard whose emulator refuses every run
+    create_app([str(made["profile"])], runner=refuse, emulated_dir=str(tmp_path / "emulated"))
+    import popvision_py as pv
+    with pv.open(made["profile"]) as r:
+        row = next(k for k, command in enumerate(r.summary.insights()["command"]) if command)
+    # WHEN a fix's Verify button is pressed
+    view = text(page("summary").verified("a", row))
+    # THEN the finding shows the run's sentence, no figures and no profile
+    assert view == "The run failed: No IPU-POD holds 9 IPUs."
+    assert not list((tmp_path / "emulated").glob("*/profile.pop"))
 
 
 def test_a_bad_tune_file_stops_the_dashboard_before_it_serves(made, tmp_path):
