@@ -22,11 +22,11 @@ from typing import Any
 
 import click
 
+from popvision_py.analysis.fixes import script_path
+from popvision_py.analysis.verify import PARAMS
 from popvision_py.cli import run as run_cli
 from popvision_py.errors import ConfigError
 
-PARAMS = ("preset", "layers", "hidden", "heads", "seq_len", "vocab", "masked_tokens", "packing", "tied_embeddings",
-          "embedding_alone", "ipus")
 REQUEST_FIELDS = ("strategy", "stages", "offload_optimiser", "offload_weights", "offload_activations",
                   "replicated_tensor_sharding")
 QUIET_WORKERS = "DASK_LOGGING__DISTRIBUTED"
@@ -131,7 +131,7 @@ def command(model: str, system: str | None, global_batch: int | None, search: tu
         click.echo(f"\n{outcome.reused:,} candidates taken from {resume}, {outcome.emulated:,} emulated now.")
     click.echo(f"\nEvery candidate: {output}")
     if "best_profile" in meta:
-        click.echo(f"Best profile:   {_shown(meta['best_profile'])}  (the start's: {_shown(meta['start_profile'])})")
+        click.echo(f"Best profile:   {script_path(meta['best_profile'])}  (the start's: {script_path(meta['start_profile'])})")
         click.echo("\nBest against the start (popvision compare):")
         click.echo(_compare(meta["start_profile"], meta["best_profile"]))
 
@@ -250,12 +250,6 @@ def _profile(request_json: str, path: Path) -> str:
     with run_cli._profile_folder(path.parent):
         emulate(request)
     return str(path.resolve())
-
-
-def _shown(path: str) -> str:
-    """A path as the user typed its folder: relative to the working directory when under it."""
-    relative = os.path.relpath(path)
-    return path if relative.startswith("..") else relative
 
 
 def _compare(a: str, b: str) -> str:
