@@ -225,7 +225,7 @@ class _Translator:
     def step(self, rec: OpRecord) -> None:
         name = rec.name
         ins = _tensors((rec.args, rec.kwargs))
-        outs = [o for o in _tensors(rec.out)]
+        outs = _tensors(rec.out)
         if not outs:
             return
         acts = [x for x in ins if id(x) in self.env]
@@ -329,25 +329,18 @@ class _Translator:
             # nn.MultiheadAttention's fused self-attention (eval, no gradients): the engine's attention
             # holds the same weights (QKV 3h x h + 3h, output h x h + h)
             return m.attention(self.t(a[0]), int(a[4]), name=op, block=block)
-        if name in ELEMENTWISE or (name in ("_to_copy", "to")):
-            out = _tensors(rec.out)[0]
-            return m.generic([self.t(x) for x in acts], tuple(out.shape), ELEMENTWISE.get(name, 1) * out.numel(),
-                             kind=name.rstrip("_"), name=op, block=block, params=self.uncounted_params(_tensors(a)),
-                             out_dtype=engine_dtype(out.dtype))
+        # Work the engine has no builder for but whose FLOPs are known: per output element
+        # (elementwise), per input element (losses, reductions) or none (concatenations).
+        out = _tensors(rec.out)[0]
+        if name in ELEMENTWISE or name in ("_to_copy", "to"):
+            return self.generic_op(rec, acts, ELEMENTWISE.get(name, 1) * out.numel(), name.rstrip("_"),
+                                   engine_dtype(out.dtype), a)
         if name in LOSSES:
-            out = _tensors(rec.out)[0]
-            return m.generic([self.t(x) for x in acts], tuple(out.shape), LOSSES[name] * acts[0].numel(),
-                             kind=name, name=op, block=block, params=self.uncounted_params(_tensors(a)),
-                             out_dtype="fp32")
+            return self.generic_op(rec, acts, LOSSES[name] * acts[0].numel(), name, "fp32", a)
         if name in REDUCTIONS:
-            out = _tensors(rec.out)[0]
-            return m.generic([self.t(x) for x in acts], tuple(out.shape), REDUCTIONS[name] * acts[0].numel(),
-                             kind="reduce", name=op, block=block, params=self.uncounted_params(_tensors(a)),
-                             out_dtype=engine_dtype(out.dtype))
+            return self.generic_op(rec, acts, REDUCTIONS[name] * acts[0].numel(), "reduce", engine_dtype(out.dtype), a)
         if name in ("cat", "stack"):
-            out = _tensors(rec.out)[0]
-            return m.generic([self.t(x) for x in acts], tuple(out.shape), 0, kind="concat", name=op, block=block,
-                             params=self.uncounted_params(_tensors(a)), out_dtype=engine_dtype(out.dtype))
+            return self.generic_op(rec, acts, 0, "concat", engine_dtype(out.dtype), a)
         return None
 
     def as_generic(self, rec: OpRecord, name: str, acts: list[torch.Tensor], outs: list[torch.Tensor]) -> Tensor:
@@ -362,10 +355,15 @@ class _Translator:
             except Exception:  # noqa: BLE001 - a formula that does not apply: one FLOP per element
                 flops = out.numel()
         self.generic[f"aten.{name}"] += 1
-        return self.m.generic([self.t(x) for x in acts], tuple(out.shape), flops, kind=name.rstrip("_"),
-                              name=self.op_name, block=self.block,
-                              params=self.uncounted_params(_tensors((rec.args, rec.kwargs))),
-                              out_dtype=engine_dtype(out.dtype))
+        return self.generic_op(rec, acts, flops, name.rstrip("_"), engine_dtype(out.dtype), (rec.args, rec.kwargs))
+
+    def generic_op(self, rec: OpRecord, acts: list[torch.Tensor], flops: int, kind: str, out_dtype: str,
+                   reads: Any) -> Tensor:
+        """The engine's generic op for ``rec``: ``flops`` as given, reading ``acts`` and the weights
+        among ``reads`` not counted yet, writing its first output."""
+        out = _tensors(rec.out)[0]
+        return self.m.generic([self.t(x) for x in acts], tuple(out.shape), flops, kind=kind, name=self.op_name,
+                              block=self.block, params=self.uncounted_params(_tensors(reads)), out_dtype=out_dtype)
 
 
 def to_model(records: Sequence[OpRecord], inputs: Sequence[torch.Tensor], root: torch.nn.Module, name: str,

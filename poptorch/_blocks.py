@@ -14,9 +14,8 @@ from typing import Any
 import torch
 
 
-
 class _BlockState:
-    """The block the ops of the running forward belong to, and the IPUs blocks asked for."""
+    """The block the ops of the running forward belong to, and the IPU it asked for."""
 
     def __init__(self) -> None:
         self.reset()
@@ -24,7 +23,6 @@ class _BlockState:
     def reset(self) -> None:
         self.block: str | None = None
         self.ipu: int | None = None
-        self.block_ipus: dict[str, int] = {}
         self.auto_ids = 0
         self.checkpoints = 0  # recomputationCheckpoint calls seen
 
@@ -33,9 +31,7 @@ class _BlockState:
             # PopTorch's automatic ids: "0", "1"... for blocks given no name.
             user_id = str(self.auto_ids)
             self.auto_ids += 1
-        self.block, self.ipu = str(user_id), ipu_id
-        if ipu_id is not None:
-            self.block_ipus.setdefault(self.block, int(ipu_id))
+        self.block, self.ipu = str(user_id), None if ipu_id is None else int(ipu_id)
 
     def current(self) -> tuple[str | None, int | None]:
         return self.block, self.ipu

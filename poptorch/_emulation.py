@@ -113,8 +113,7 @@ def engine_strategy(captured: Captured, options: Options) -> ExecutionStrategy:
 def emulate(captured: Captured, options: Options, *, training: bool) -> Compiled:
     """Emulate the captured model with the script's strategy; write its profile where PopTorch
     users look for it, and return the summary ``popvision run`` prints."""
-    from popvision_py.analysis.report import Report
-    from popvision_py.cli.run import summary_text
+    from popvision_py.cli.run import summary_figures, summary_text
     from popvision_py.format.atomic import check_writable, folder_lock
 
     model = captured.model
@@ -131,9 +130,7 @@ def emulate(captured: Captured, options: Options, *, training: bool) -> Compiled
             check_writable(folder)
         with folder_lock(target.parent):
             summary = emulate_plan(plan, RunRequest(model=model.name, profile=target, progress=False))
-        with Report(target) as report:
-            figures = {"idle_pct": report.exchange.figures().idle_pct,
-                       "flop_utilisation_pct": report.summary.figures().flop_utilisation_pct}
+        figures = summary_figures(target)
     summary.profile = str(target) if folder is not None else None
     return Compiled(captured, summary, summary_text(summary, **figures), target if folder is not None else None)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.runner import _first_line
 from popvision_py.errors import ConfigError, PopvisionError
 
 
@@ -81,11 +82,6 @@ def _where(exc: BaseException, script: Path) -> str:
     return f" at line {frames[-1].lineno}" if frames else ""
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else "no message"
-
-
 @dataclass
 class ScriptModel:
     """A PopTorch script's model as the emulator sees it: the captured ops, the engine's options
@@ -100,6 +96,10 @@ class ScriptModel:
     rebuild: Callable[[Any], Any] | None = None
 
 
+class NothingCaptured(ConfigError):
+    """A script ended without calling the model a capture waited for."""
+
+
 class _Stop(BaseException):
     """Ends a captured script at its model's first call (a BaseException: the script's own
     ``except Exception`` cannot swallow it)."""
@@ -109,7 +109,7 @@ def capture_script(path: str | os.PathLike[str], args: Sequence[str] = (), *, tr
     """Run a PopTorch script up to the first call of its training model (``training=False``: its
     inference model; None: whichever comes first) and return that model captured, without training,
     emulating or writing anything. For tools that emulate a script's model under other options
-    (``popvision tune``). ConfigError when the script ends without calling such a model."""
+    (``popvision tune``). NothingCaptured when the script ends without calling such a model."""
     from poptorch import _executor
 
     found: list[ScriptModel] = []
@@ -133,7 +133,7 @@ def capture_script(path: str | os.PathLike[str], args: Sequence[str] = (), *, tr
             os.environ["POPLAR_ENGINE_OPTIONS"] = engine_options
     if not found:
         kind = {True: "training model", False: "inference model", None: "model"}[training]
-        raise ConfigError(f"Script {path} ended without calling a poptorch {kind}, so there is nothing to capture.")
+        raise NothingCaptured(f"Script {path} ended without calling a poptorch {kind}, so there is nothing to capture.")
     return found[0]
 
 
@@ -149,12 +149,10 @@ def captured_script(path: str | os.PathLike[str], args: Sequence[str], *, traini
     if key not in _CAPTURES:
         try:
             _CAPTURES[key] = capture_script(path, args, training=training)
-        except ConfigError as exc:
-            if "nothing to capture" in str(exc):
-                other = "--mode training emulates its training model" if not training else \
-                    "--mode inference emulates its inference model"
-                raise ConfigError(f"{str(exc).rstrip('.')} ({other}, if it has one).") from None
-            raise
+        except NothingCaptured as exc:
+            other = "--mode training emulates its training model" if not training else \
+                "--mode inference emulates its inference model"
+            raise ConfigError(f"{str(exc).rstrip('.')} ({other}, if it has one).") from None
     return _CAPTURES[key]
 
 

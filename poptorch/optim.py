@@ -117,9 +117,8 @@ def engine_options(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """The emulator's optimiser options for any optimiser a training model was given."""
     if isinstance(optimizer, _PopTorchOptimizer):
         return optimizer.engine_options()
-    for cls, name in TORCH_OPTIMISERS.items():
-        if type(optimizer) is cls:
-            return {"optimiser": name}
+    if (name := TORCH_OPTIMISERS.get(type(optimizer))) is not None:
+        return {"optimiser": name}
     raise UnsupportedError(f"the optimiser {type(optimizer).__module__}.{type(optimizer).__name__}",
                            "use poptorch.optim.SGD, Adam, AdamW or LAMB (or torch.optim.SGD, Adam, AdamW)")
 

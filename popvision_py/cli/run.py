@@ -171,7 +171,6 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
     summary and, with --profile, writes PROFILE_DIR/training/profile.pop or .../inference/profile.pop;
     with --emulate-only, its model is emulated under the options given, without running its loop."""
     from engine.runner import RunRequest, emulate, is_poptorch_script
-    from popvision_py.analysis.report import Report
 
     if is_poptorch_script(model) and not emulate_only:
         code = _run_script(model, script_args, Path(profile_dir) if profile else None)
@@ -209,9 +208,7 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
         # computes them: a run without --profile writes one to a scratch directory for that.
         request.profile = request.profile or Path(scratch) / "profile.pop"
         summary = emulate(request)
-        with Report(request.profile) as report:
-            figures = {"idle_pct": report.exchange.figures().idle_pct,
-                       "flop_utilisation_pct": report.summary.figures().flop_utilisation_pct}
+        figures = summary_figures(request.profile)
     if not profile:
         summary.profile = None
     click.echo(json.dumps({**asdict(summary), **figures}, indent=2) if as_json else summary_text(summary, **figures))
@@ -249,6 +246,15 @@ def _profile_folder(folder: Path | None) -> contextlib.AbstractContextManager:
     check_writable(folder)
     return folder_lock(folder, on_wait=lambda: click.echo(
         f"Another popvision run is writing into {folder}; waiting for it to finish.", err=True))
+
+
+def summary_figures(profile: Path) -> dict[str, float]:
+    """The figures ``summary_text`` takes besides the summary, from the analysis of ``profile``."""
+    from popvision_py.analysis.report import Report
+
+    with Report(profile) as report:
+        return {"idle_pct": report.exchange.figures().idle_pct,
+                "flop_utilisation_pct": report.summary.figures().flop_utilisation_pct}
 
 
 def summary_text(s: Summary, idle_pct: float, flop_utilisation_pct: float) -> str:

@@ -167,8 +167,11 @@ def test_the_capture_maps_ops_onto_the_engine_and_auto_stages_by_ipu() -> None:
         ("dropout", "attention"), ("cumsum", "attention"), ("matmul", "head"), ("cross_entropy", "head")]
     # FLOPs from the shapes: the QKV projection 2 x (3 x 7) x 16 x 48; the scores 2 x (3 x 2 heads) x 7 x 8 x 7
     assert ops[1].flops == 2 * 21 * 16 * 48 and ops[2].flops == 2 * 6 * 7 * 8 * 7
+    # the cumulative sum, which PyTorch has no FLOP formula for: one FLOP per output element, 3 x 7 x 16
+    assert ops[9].flops == 3 * 7 * 16
     # and every weight once: 50 x 16 + 16 x 48 + 48 + 2 x 16 + 16 x 5 + 5
-    assert training.compiled.captured.model.parameters == sum(p.numel() for p in model.parameters())
+    assert training.compiled.captured.model.parameters == sum(p.numel() for p in model.parameters()) == (
+        50 * 16 + 16 * 48 + 48 + 2 * 16 + 16 * 5 + 5)
     # the blocks' IPUs made the stages (PopTorch's AutoStage.SameAsIpu): three IPUs
     assert training.compiled.summary.num_ipus == 3
     assert training.compiled.summary.strategy == "pipelined"

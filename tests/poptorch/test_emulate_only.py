@@ -210,26 +210,26 @@ def test_what_a_script_fixes_itself_and_a_missing_script_are_one_sentence(tmp_pa
     script = str(tmp_path / "big.py")
     # GIVEN a batch size the script's DataLoader does not give
     result = run(script, "--emulate-only", "--batch-size", "16", "--", "1")
-    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert result.exit_code == 2 and "Traceback" not in result.output
     assert result.output.strip().endswith(f"--batch-size 16 cannot apply to {script}: its micro-batch of 8 is the "
                                           f"captured inputs' size; change batch_size in the script's "
                                           f"poptorch.DataLoader instead.")
     # a precision its weights do not have
     result = run(script, "--emulate-only", "--precision", "fp16", "--", "1")
-    assert result.exit_code != 0
+    assert result.exit_code == 2
     assert "--precision fp16 cannot apply" in result.output and "model.half()" in result.output
     # a run option without --emulate-only: the script would run with its own options, so it is refused
     result = run(script, "--gradient-accumulation", "8", "--", "1")
-    assert result.exit_code != 0 and "--gradient-accumulation applies to a PopTorch script only with --emulate-only" in (
+    assert result.exit_code == 2 and "--gradient-accumulation applies to a PopTorch script only with --emulate-only" in (
         result.output)
     # a script that does not exist, with or without --emulate-only
     for args in (["--emulate-only"], ["--", "1"]):
         result = run(str(tmp_path / "missing.py"), *args)
-        assert result.exit_code != 0 and "Traceback" not in result.output
+        assert result.exit_code == 2 and "Traceback" not in result.output
         assert f"Script {tmp_path / 'missing.py'} does not exist." in result.output
     # a script without an inference model, asked for one
     result = run(script, "--emulate-only", "--mode", "inference", "--", "1")
-    assert result.exit_code != 0
+    assert result.exit_code == 2
     assert "ended without calling a poptorch inference model" in result.output
     assert "--mode training emulates its training model" in result.output
 
