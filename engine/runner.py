@@ -18,7 +18,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from popvision_py.errors import ConfigError
+from popvision_py.errors import ConfigError, first_line
 from popvision_py.format.runconfig import pipeline_depth, pipeline_stages
 
 from engine.compiler import compile_plan
@@ -138,7 +138,7 @@ def load_model_source(model: str, request: RunRequest | None = None) -> ModelSou
             if isinstance(exc, KeyboardInterrupt):
                 raise
             sys.modules.pop(module_name, None)
-            raise ConfigError(f"Model file {model} failed to import: {type(exc).__name__}: {_first_line(exc)}") from None
+            raise ConfigError(f"Model file {model} failed to import: {type(exc).__name__}: {first_line(exc)}") from None
         build = getattr(module, "build", None)
         if not callable(build):
             raise ConfigError(f"Model file {model} defines no build(options) function (nor imports poptorch, "
@@ -148,11 +148,6 @@ def load_model_source(model: str, request: RunRequest | None = None) -> ModelSou
         return ModelSource(path.stem, build, defaults, inference, zoo=False)
     entry = zoo_entry(model)
     return ModelSource(entry.name, entry, dict(entry.defaults), dict(entry.inference_defaults), zoo=True)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else "no message"
 
 
 def parse_stages(text: str, kind: str, blocks: Sequence[str], model: str = "the model") -> ExecutionStrategy:
@@ -242,7 +237,7 @@ def build_model(source: ModelSource, options: Options, params: dict[str, Any]) -
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's code
-        raise ConfigError(f"Model {source.name}'s build() failed: {type(exc).__name__}: {_first_line(exc)}") from None
+        raise ConfigError(f"Model {source.name}'s build() failed: {type(exc).__name__}: {first_line(exc)}") from None
     if not isinstance(model, Model):
         raise ConfigError(f"Model {source.name}'s build() returned {type(model).__name__}, not an engine Model.")
     return model

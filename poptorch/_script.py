@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.runner import _first_line
+from popvision_py.errors import first_line
 from popvision_py.errors import ConfigError, PopvisionError
 
 
@@ -69,7 +69,7 @@ def run_script(path: str | os.PathLike[str], args: Sequence[str] = (), profile_d
         raise
     except Exception as exc:  # noqa: BLE001 - the user's code: one sentence, with where it failed
         raise ConfigError(f"Script {path} failed{_where(exc, script)}: {type(exc).__name__}: "
-                          f"{_first_line(exc)}") from None
+                          f"{first_line(exc)}") from None
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path

@@ -8,6 +8,13 @@ sentence and exits with ``exit_code``; nothing else in the project prints traceb
 from __future__ import annotations
 
 
+def first_line(exc: BaseException, empty: str = "no message") -> str:
+    """The first line of an exception's message, for a one-sentence error that quotes it (``empty``
+    when it has none)."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else empty
+
+
 class PopvisionError(Exception):
     """Base class of every error popvision_py reports to a user as one sentence."""
 

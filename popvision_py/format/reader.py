@@ -46,6 +46,7 @@ from popvision_py.errors import (
     ProfileError,
     UnexpectedMemberError,
     UnknownFormatError,
+    first_line,
 )
 from popvision_py.format import schema as S
 from popvision_py.format.span import MemberFile
@@ -171,7 +172,7 @@ class Profile:
             data = self._file.read_at(nbytes, offset)
         except (OSError, ValueError, pa.ArrowException) as exc:
             self._unchanged()
-            raise CorruptProfileError(f"{self.path} cannot be read ({_first_line(exc)}).") from None
+            raise CorruptProfileError(f"{self.path} cannot be read ({first_line(exc, type(exc).__name__)}).") from None
         self._unchanged()
         if len(data) != nbytes:
             raise CorruptProfileError(f"{self.path} ends before byte {offset + nbytes} (truncated?).")
@@ -282,7 +283,7 @@ class Profile:
             footer = parquet.metadata
         except (pa.ArrowException, OSError) as exc:
             self._unchanged()
-            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
+            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({first_line(exc, type(exc).__name__)}).") from None
         self._footers[table] = footer
         rows = footer.num_rows
         if isinstance(declared, dict) and "rows" in declared and declared["rows"] != rows:
@@ -396,7 +397,7 @@ class Profile:
                 )
         except (pa.ArrowException, OSError) as exc:
             self._unchanged()
-            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
+            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({first_line(exc, type(exc).__name__)}).") from None
         footer = self._footers[table]
         first_row = sum(footer.row_group(g).num_rows for g in range(row_group))
         check_values(spec, decoded, self.target, str(self.path), first_row=first_row)
@@ -434,7 +435,7 @@ class Profile:
             decoded.validate(full=True)
         except (pa.ArrowException, OSError) as exc:
             self._unchanged()
-            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
+            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({first_line(exc, type(exc).__name__)}).") from None
         check_values(S.TABLES[table], decoded, self.target, str(self.path), whole=filters is None)
         return decoded
 
@@ -483,7 +484,7 @@ class Profile:
                 )
         except (pa.ArrowException, OSError) as exc:
             self._unchanged()
-            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({_first_line(exc)}).") from None
+            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({first_line(exc, type(exc).__name__)}).") from None
 
     def _known(self, table: str) -> str:
         if table not in S.TABLES:
@@ -532,11 +533,6 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
 def open_profile(path: str | os.PathLike[str]) -> Profile:
     """Open a profile.pop for reading; raises a ProfileError subclass if it cannot be read."""
     try:
@@ -544,4 +540,4 @@ def open_profile(path: str | os.PathLike[str]) -> Profile:
     except ProfileError:
         raise
     except (OSError, ValueError, pa.ArrowException) as exc:
-        raise CorruptProfileError(f"{path} cannot be read as a profile ({_first_line(exc)}).") from None
+        raise CorruptProfileError(f"{path} cannot be read as a profile ({first_line(exc, type(exc).__name__)}).") from None

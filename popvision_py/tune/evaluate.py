@@ -21,7 +21,7 @@ def evaluate(request_json: str) -> dict[str, Any]:
     """Emulate ``RunRequest(**json.loads(request_json))``: status, reason, figures and the seconds it took."""
     began = time.perf_counter()
     from engine.runner import RunRequest, emulate
-    from popvision_py.errors import ConfigError
+    from popvision_py.errors import ConfigError, first_line
 
     try:
         summary = emulate(RunRequest(**json.loads(request_json)))
@@ -41,8 +41,3 @@ def evaluate(request_json: str) -> dict[str, Any]:
     out["seconds"] = time.perf_counter() - began
     return out
 
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message ("no message" if it has none)."""
-    text = str(exc).strip().splitlines()
-    return text[0] if text else "no message"

@@ -21,7 +21,8 @@ import pandas as pd
 from engine.runner import RunRequest
 from popvision_py.errors import ConfigError
 from popvision_py.format import runconfig
-from popvision_py.tune.evaluate import NOT_EMULATED, evaluate, first_line
+from popvision_py.errors import first_line
+from popvision_py.tune.evaluate import NOT_EMULATED, evaluate
 from popvision_py.tune.space import Candidate, Space
 from popvision_py.tune.table import ranked
 
