@@ -698,6 +698,11 @@ def _start_marker(fig: go.Figure, rows: pd.DataFrame, x: str) -> None:
                                           line=dict(color=START_COLOUR, width=2))))
 
 
+# The What-if figures share half the page each: their legends go under the axis, clear of the mode bar.
+WHATIF_LEGEND = dict(legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0),
+                     margin=dict(l=60, r=20, t=30, b=40))
+
+
 def whatif_scatter(rows: pd.DataFrame) -> go.Figure:
     """Throughput against worst-tile memory %, one point per emulated candidate (``customdata``: its row);
     those that fit as blue circles, those that do not as red crosses, the start ringed by a star, and the
@@ -716,8 +721,8 @@ def whatif_scatter(rows: pd.DataFrame) -> go.Figure:
     _start_marker(fig, emulated, "worst_tile_pct")
     fig.add_vline(x=100, line=dict(color=CAPACITY_COLOUR, dash="dash", width=1),
                   annotation_text="tile capacity", annotation_position="top left")
-    return _style(fig, height=420, xaxis_title="worst tile (% of a tile's memory)",
-                  yaxis_title="throughput (samples/s)", clickmode="event")
+    return _style(fig, height=440, xaxis_title="worst tile (% of a tile's memory)",
+                  yaxis_title="throughput (samples/s)", clickmode="event", **WHATIF_LEGEND)
 
 
 def whatif_pareto(rows: pd.DataFrame) -> go.Figure:
@@ -737,5 +742,5 @@ def whatif_pareto(rows: pd.DataFrame) -> go.Figure:
         name="Pareto front", customdata=front.index.tolist(), hovertext=_candidate_hover(front), hoverinfo="text",
         line=dict(color=PARETO_COLOUR, width=2, shape="hv"), marker=dict(size=11, color=PARETO_COLOUR)))
     _start_marker(fig, fit, "ipus")
-    return _style(fig, height=420, xaxis_title="IPUs used", yaxis_title="throughput (samples/s)",
-                  xaxis=dict(type="log", dtick=0.30102999566), clickmode="event")
+    return _style(fig, height=440, xaxis_title="IPUs used", yaxis_title="throughput (samples/s)",
+                  xaxis=dict(type="log", dtick=0.30102999566), clickmode="event", **WHATIF_LEGEND)
