@@ -333,13 +333,20 @@ def test_the_flag_in_the_sentence_lifts_the_bound(tmp_path):
     assert lifted.returncode == 0, lifted.stderr
 
 
-def test_a_write_abandoned_mid_table_leaves_nothing_to_fail_at_exit(tmp_path):
-    # The race behind the Ctrl-C-during-the-write case, made deterministic: a profile abandoned while a
-    # table is open must not leave a Parquet writer that the garbage collector later closes into its
-    # closed spool (Python prints that failure as "Exception ignored in ... Traceback").
-    import gc
-
+def trace_rows(rows: int) -> dict:
     import numpy as np
+
+    start = np.arange(rows) * 10
+    return {"run": np.zeros(rows, np.int32), "iteration": np.zeros(rows, np.int32),
+            "micro_batch": np.zeros(rows, np.int32), "ipu": np.zeros(rows, np.int16),
+            "stage": np.zeros(rows, np.int16), "pass": ["forward"] * rows,
+            "step": np.zeros(rows, np.int32), "phase": ["compute"] * rows,
+            "start_cycle": start, "end_cycle": start + 10}
+
+
+def abandoned_write_failures(tmp_path: Path, interrupt) -> list:
+    """What Python reports as 'Exception ignored' once a profile write cut short by ``interrupt`` is gone."""
+    import gc
 
     from popvision_py.format.writer import ProfileWriter
     from tests.test_format import RUN, TARGET
@@ -349,18 +356,38 @@ def test_a_write_abandoned_mid_table_leaves_nothing_to_fail_at_exit(tmp_path):
     try:
         with pytest.raises(KeyboardInterrupt):
             with ProfileWriter(tmp_path / "profile.pop", target=TARGET, run=RUN) as writer:
-                table = writer.table("trace")
-                rows = 1000
-                start = np.arange(rows) * 10
-                table.write({"run": np.zeros(rows, np.int32), "iteration": np.zeros(rows, np.int32),
-                             "micro_batch": np.zeros(rows, np.int32), "ipu": np.zeros(rows, np.int16),
-                             "stage": np.zeros(rows, np.int16), "pass": ["forward"] * rows,
-                             "step": np.zeros(rows, np.int32), "phase": ["compute"] * rows,
-                             "start_cycle": start, "end_cycle": start + 10})
-                raise KeyboardInterrupt
-        del writer, table
+                interrupt(writer)
+        del writer
         gc.collect()
     finally:
         sys.unraisablehook = hook
-    assert failures == []
+    return failures
+
+
+# The races behind the Ctrl-C-during-the-write case, made deterministic: a profile abandoned while a
+# table is open, or while a table's last row group is being written, must not leave a Parquet writer
+# that the garbage collector later closes into its closed spool (Python prints that failure as
+# "Exception ignored in ... Traceback", after "Interrupted.").
+
+
+def test_a_write_abandoned_mid_table_leaves_nothing_to_fail_at_exit(tmp_path):
+    def interrupt(writer):
+        writer.table("trace").write(trace_rows(1000))
+        raise KeyboardInterrupt
+
+    assert abandoned_write_failures(tmp_path, interrupt) == []
     assert list(tmp_path.iterdir()) == []  # nothing published, no temporary file left
+
+
+def test_a_write_abandoned_while_a_table_closes_leaves_nothing_to_fail_at_exit(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    def ctrl_c(*args, **kwargs):  # the Ctrl-C lands while the table's rows are written, inside its close
+        raise KeyboardInterrupt
+
+    def interrupt(writer):
+        monkeypatch.setattr(pq.ParquetWriter, "write_table", ctrl_c)
+        writer.write_table("trace", trace_rows(1000))
+
+    assert abandoned_write_failures(tmp_path, interrupt) == []
+    assert list(tmp_path.iterdir()) == []

@@ -159,11 +159,15 @@ class TableWriter:
     def abandon(self) -> None:
         """Stop writing without completing the table (the profile is thrown away): the Parquet writer is
         closed now, while its spool is open, so that it never closes later, from the garbage collector,
-        into a closed file (Python would print that failure's traceback, say after a Ctrl-C)."""
+        into a closed file (Python would print that failure's traceback, say after a Ctrl-C).
+
+        This holds for a table whose ``close`` was cut short too (a Ctrl-C while its last row group was
+        written): ``closed`` is set then, but the Parquet writer is still open."""
         self.closed = True
-        with contextlib.suppress(OSError, ValueError, pa.ArrowException):  # a full disk, a write cut short
-            self._parquet.close()
-        self._parquet.is_open = False  # pyarrow's own flag: its __del__ closes only an open writer
+        if self._parquet.is_open:  # pyarrow's own flag: its __del__ closes only an open writer
+            with contextlib.suppress(OSError, ValueError, pa.ArrowException):  # a full disk, a write cut short
+                self._parquet.close()
+            self._parquet.is_open = False
 
     def __enter__(self) -> "TableWriter":
         return self
@@ -254,8 +258,7 @@ class ProfileWriter:
 
     def _discard(self) -> None:
         for writer in self._writers.values():
-            if not writer.closed:
-                writer.abandon()  # its spool goes: nothing may write to it any more
+            writer.abandon()  # its spool goes: nothing may write to it any more
         for spool in self._spools.values():
             with contextlib.suppress(OSError):  # a full disk fails the flush of what is being thrown away
                 spool.close()
