@@ -1,5 +1,8 @@
 """`popvision sql PROFILE "SELECT ..."`: SQL over the profile's tables with DuckDB.
 
+PROFILE may also be a tune result (`popvision tune -o tune.parquet`): its candidates are then the
+one table ``tune``, under the same lock-down.
+
 Every table (ops, programs, tile_cycles, tile_memory, variables, liveness, trace, exchanges) is a
 view under its schema name over its member, which DuckDB's own Parquet reader scans in place
 through popvision_py.format.memberfs: a query reads only the columns it uses, skips the row groups
@@ -35,7 +38,7 @@ class QueryError(PopvisionError):
     """The query is empty, not text, or DuckDB could not run it."""
 
 
-def checked_query(query: str) -> str:
+def checked_query(query: str, table: str = "trace") -> str:
     """The query, if it holds a statement and is text; else a QueryError saying what is wrong.
 
     A shell hands Python the bytes of an argument; bytes that are not UTF-8 arrive as lone
@@ -54,7 +57,7 @@ def checked_query(query: str) -> str:
             f"The query is not text: character {exc.start + 1} is a lone surrogate (U+{code:04X})."
         ) from None
     if not query.strip():
-        raise QueryError('The query is empty; give a SQL statement, e.g. "SELECT count(*) FROM trace".')
+        raise QueryError(f'The query is empty; give a SQL statement, e.g. "SELECT count(*) FROM {table}".')
     return query
 
 
@@ -99,16 +102,11 @@ def _refusal(exc: "Exception", memory_limit: str) -> QueryError:
     return QueryError(f"The query failed: {first}")
 
 
-def _locked_connection(members: MemberFileSystem, memory_limit: str):
-    """A DuckDB connection that sees the profile's tables and nothing else, its settings locked.
-
-    External access is off (no file, extension or network reader, no COPY TO, ATTACH, INSTALL,
-    EXPORT), except the eight members, allowed by path on the profile's own file system. Nothing
-    spills to disk (no temporary directory), so the memory limit bounds the query.
-    """
+def _connection(memory_limit: str):
+    """A DuckDB connection with no extension, secret, spill file or scan of Python objects in scope."""
     import duckdb
 
-    con = duckdb.connect(config={
+    return duckdb.connect(config={
         "memory_limit": f"{memory_bytes(memory_limit)}B",
         "temp_directory": "",
         "autoinstall_known_extensions": False,
@@ -118,6 +116,18 @@ def _locked_connection(members: MemberFileSystem, memory_limit: str):
         # only the profile's tables: no scans of whatever Python objects happen to be in scope
         "python_enable_replacements": False,
     })
+
+
+def _locked_connection(members: MemberFileSystem, memory_limit: str):
+    """A DuckDB connection that sees the profile's tables and nothing else, its settings locked.
+
+    External access is off (no file, extension or network reader, no COPY TO, ATTACH, INSTALL,
+    EXPORT), except the eight members, allowed by path on the profile's own file system. Nothing
+    spills to disk (no temporary directory), so the memory limit bounds the query.
+    """
+    import duckdb
+
+    con = _connection(memory_limit)
     try:
         con.register_filesystem(members)
         # allowed_paths only takes once the database runs, and only before external access is off
@@ -140,51 +150,89 @@ def run_query(profile_path: str, query: str, *, memory_limit: str = MEMORY_LIMIT
     ``memory_limit`` bounds DuckDB's memory ("2GB", "512MiB"...); a query past ``timeout`` seconds
     is interrupted. Either is a QueryError, as is a query that reaches for anything but the tables.
     """
-    import duckdb
-
     from popvision_py.format import open_profile
     from popvision_py.format.memberfs import MemberFileSystem
 
-    query = checked_query(query)
+    tune = is_tune_result(profile_path)
+    query = checked_query(query, "tune" if tune else "trace")
     if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
         raise QueryError(f"--timeout {timeout:g} is not a number of seconds above 0.")
     memory_bytes(memory_limit)  # a bad size is refused before the profile is opened
+    if tune:
+        return _execute(_tune_connection(profile_path, memory_limit), query, memory_limit, timeout, None, "tune")
     with open_profile(profile_path) as profile, MemberFileSystem(profile) as members:
-        con = _locked_connection(members, memory_limit)
-        timed_out = threading.Event()
+        return _execute(_locked_connection(members, memory_limit), query, memory_limit, timeout, members, "trace")
 
-        def interrupt() -> None:
-            timed_out.set()
-            with contextlib.suppress(duckdb.Error):  # the query may have just ended and closed
-                con.interrupt()
 
-        timer = threading.Timer(timeout, interrupt) if timeout is not None else None
+def is_tune_result(path: str) -> bool:
+    """Whether ``path`` is a Parquet file (a tune result, if anything popvision reads) rather than a profile.pop (a ZIP)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4) == b"PAR1"
+    except OSError:
+        return False  # open_profile says what is wrong with it
+
+
+def _tune_connection(path: str, memory_limit: str):
+    """A locked DuckDB connection whose one table, ``tune``, is the tune result's candidates (checked by read_tune)."""
+    import pyarrow as pa
+
+    from popvision_py.format.tunefile import read_tune
+
+    rows, _ = read_tune(path)
+    con = _connection(memory_limit)
+    try:
+        con.register("tune", pa.Table.from_pandas(rows, preserve_index=False))
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _execute(con: Any, query: str, memory_limit: str, timeout: float | None,
+             members: "MemberFileSystem | None", table: str):
+    """Run ``query`` on ``con`` (closed after), interrupted past ``timeout`` seconds; see run_query."""
+    import duckdb
+
+    def corrupt() -> Exception | None:  # a column chunk that failed its page checksums or value checks as DuckDB read it
+        return members.corrupt if members is not None else None
+
+    timed_out = threading.Event()
+
+    def interrupt() -> None:
+        timed_out.set()
+        with contextlib.suppress(duckdb.Error):  # the query may have just ended and closed
+            con.interrupt()
+
+    timer = threading.Timer(timeout, interrupt) if timeout is not None else None
+    try:
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
         try:
-            if timer is not None:
-                timer.daemon = True
-                timer.start()
-            try:
-                result = con.execute(query)
-                if result is None:  # only comments or semicolons: no statement ran
-                    raise QueryError('The query holds no statement; give one, e.g. "SELECT count(*) FROM trace".')
-                return result.fetch_df()
-            except (duckdb.InterruptException, RuntimeError) as exc:
-                if timed_out.is_set():
-                    raise QueryError(f"The query ran past --timeout {timeout:g} s and was interrupted.") from None
-                if isinstance(exc, duckdb.InterruptException) or str(exc) == "Query interrupted":
-                    raise KeyboardInterrupt from None  # Ctrl-C, which DuckDB catches and reports as its own
-                if members.corrupt is not None:  # a column chunk failed its page checksums or value checks as DuckDB read it
-                    raise members.corrupt from None
-                raise
-            except duckdb.Error as exc:
-                if members.corrupt is not None:  # a column chunk failed its page checksums or value checks as DuckDB read it
-                    raise members.corrupt from None
-                raise _refusal(exc, memory_limit) from None
-        finally:
-            if timer is not None:
-                timer.cancel()
-                timer.join()
-            con.close()
+            result = con.execute(query)
+            if result is None:  # only comments or semicolons: no statement ran
+                raise QueryError(f'The query holds no statement; give one, e.g. "SELECT count(*) FROM {table}".')
+            return result.fetch_df()
+        except (duckdb.InterruptException, RuntimeError) as exc:
+            if timed_out.is_set():
+                raise QueryError(f"The query ran past --timeout {timeout:g} s and was interrupted.") from None
+            if isinstance(exc, duckdb.InterruptException) or str(exc) == "Query interrupted":
+                raise KeyboardInterrupt from None  # Ctrl-C, which DuckDB catches and reports as its own
+            if corrupt() is not None:
+                raise corrupt() from None
+            raise
+        except duckdb.Error as exc:
+            if corrupt() is not None:
+                raise corrupt() from None
+            raise _refusal(exc, memory_limit) from None
+    finally:
+        if timer is not None:
+            timer.cancel()
+            timer.join()
+        con.close()
 
 
 def checked_output(output: str | None) -> Path | None:
@@ -243,6 +291,7 @@ def command(profile: str, query: str, fmt: str, max_rows: int, output: str | Non
             timeout: float | None) -> None:
     """Run a SQL QUERY over PROFILE's tables (ops, programs, tile_cycles, tile_memory, variables, liveness, trace, exchanges).
 
+    PROFILE may also be a tune result (popvision tune -o tune.parquet): its candidates are the table tune.
     The query reads those tables and nothing else: files, COPY, ATTACH, INSTALL/LOAD and SET are refused.
     """
     destination = checked_output(output)
