@@ -165,12 +165,18 @@ def run_query(profile_path: str, query: str, *, memory_limit: str = MEMORY_LIMIT
 
 
 def is_tune_result(path: str) -> bool:
-    """Whether ``path`` is a Parquet file (a tune result, if anything popvision reads) rather than a profile.pop (a ZIP)."""
+    """Whether ``path`` is a Parquet file (a tune result, if anything popvision reads) rather than a profile.pop (a ZIP).
+
+    Only a regular file is opened here (a FIFO would block the open); anything else is left to
+    open_profile, which says what is wrong with it, as it does with a file it cannot read.
+    """
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
         with open(path, "rb") as handle:
             return handle.read(4) == b"PAR1"
     except OSError:
-        return False  # open_profile says what is wrong with it
+        return False
 
 
 def _tune_connection(path: str, memory_limit: str):
