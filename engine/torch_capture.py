@@ -167,6 +167,9 @@ class _Translator:
         self.params: dict[int, int] = {id(p): id(p) for p in root.parameters()}  # id -> id of its parameter
         self.param_elements = {id(p): p.numel() for p in root.parameters()}
         self.counted: set[int] = set()  # parameters already counted by an op
+        # parameter -> the output of the embedding op that counted it: a later matmul reading the
+        # same table (a decoder tied to the word embedding) is a linear tied to that op
+        self.tables: dict[int, Tensor] = {}
         self.masks: set[int] = set()
         self.generic: Counter = Counter()
         for t in inputs:
@@ -202,6 +205,16 @@ class _Translator:
                 self.counted.add(base)
                 total += self.param_elements[base]
         return total
+
+    def tied_table(self, weight: Any, *others: Any) -> Tensor | None:
+        """The output of the embedding whose whole table ``weight`` is (transposed or not), when
+        ``others`` (a bias) are parameters not counted yet, which this counts; else None."""
+        base = self.params.get(id(weight)) if isinstance(weight, torch.Tensor) else None
+        if base not in self.tables or weight.numel() != self.param_elements[base]:
+            return None  # not a table, or a part of one (a few rows: generic work)
+        if any(x is not None for x in others) and self.take_params(*others) is None:
+            return None
+        return self.tables[base]
 
     def uncounted_params(self, xs: Sequence[torch.Tensor]) -> int:
         total = 0
@@ -272,6 +285,8 @@ class _Translator:
         if name == "addmm" and self.is_act(a[1]) and a[1].dim() == 2:
             if self.take_params(a[2], a[0]) is not None:
                 return m.linear(self.t(a[1]), a[2].shape[1], bias=True, name=op, block=block)
+            if (table := self.tied_table(a[2], a[0])) is not None:
+                return m.linear(self.t(a[1]), a[2].shape[1], bias=True, name=op, block=block, tied_to=table)
             return None
         if name in ("mm", "bmm", "matmul", "baddbmm"):
             x, y = (a[1], a[2]) if name == "baddbmm" else (a[0], a[1])
@@ -279,6 +294,8 @@ class _Translator:
                 return m.matmul(self.t(x), self.t(y), name=op, block=block)
             if name == "mm" and self.is_act(x) and self.take_params(y) is not None:
                 return m.linear(self.t(x), y.shape[1], bias=False, name=op, block=block)
+            if name == "mm" and self.is_act(x) and (table := self.tied_table(y)) is not None:
+                return m.linear(self.t(x), y.shape[1], bias=False, name=op, block=block, tied_to=table)
             return None
         if name in ("relu", "relu_"):
             return m.relu(self.t(a[0]), name=op, block=block)
@@ -317,7 +334,9 @@ class _Translator:
             self.uncounted_params([x for x in a[1:3] if isinstance(x, torch.Tensor)])
             return m.batch_norm(self.t(a[0]), name=op, block=block)
         if name == "embedding" and self.is_act(a[1]) and self.take_params(a[0]) is not None:
-            return m.embedding(self.t(a[1]), a[0].shape[0], a[0].shape[1], name=op, block=block)
+            out = m.embedding(self.t(a[1]), a[0].shape[0], a[0].shape[1], name=op, block=block)
+            self.tables[self.params[id(a[0])]] = out
+            return out
         if name in ATTENTION and all(self.is_act(x) for x in a[:3]) and a[0].dim() == 4:
             q, k, v = (self.t(x) for x in a[:3])
             k_t = Tensor((*k.shape[:-2], k.shape[-1], k.shape[-2]), k.dtype, k.producer)
