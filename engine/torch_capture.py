@@ -8,9 +8,10 @@ ran it; the caller's ``where()`` (``poptorch``'s current Block) gives its block.
 
 The ATen ops are then mapped onto the engine's builders: convolutions, linear layers and matmuls
 (a decoder reading an earlier embedding's table: a linear tied to it), attention (PyTorch's fused
-encoder layer: the ops of the unfused one), norms, pooling, embeddings, the cross-entropy loss (log-softmax + NLL as one op, as
-the engine's ``loss``; other losses by their FLOPs), dropout (PyTorch's random mask times the input), elementwise ops. Views
-and reshapes move no data and are no op, as in the engine. Anything else becomes generic work by
+encoder layer: the ops of the unfused one), norms, pooling, embeddings, the cross-entropy loss
+(log-softmax + NLL as one op, as the engine's ``loss``; other losses by their FLOPs), dropout
+(PyTorch's random mask times the input), elementwise ops. Views and reshapes move no data and are
+no op, as in the engine. Anything else becomes generic work by
 its FLOPs (``torch.utils.flop_counter``'s formula where PyTorch has one, else one per output
 element) and its bytes; ``Captured.generic`` names those ops so the caller can warn.
 
