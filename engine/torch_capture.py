@@ -6,10 +6,12 @@ tracing (``torch.fx`` fails on data-dependent Python) and no second run (the cap
 first micro-batch the script trains on). Global module hooks name each op after the module that
 ran it; the caller's ``where()`` (``poptorch``'s current Block) gives its block.
 
-The ATen ops are then mapped onto the engine's builders: convolutions, linear layers and matmuls,
-attention, norms, pooling, embeddings, the cross-entropy loss (log-softmax + NLL as one op, as
-the engine's ``loss``; other losses by their FLOPs), dropout (PyTorch's random mask times the input), elementwise ops. Views
-and reshapes move no data and are no op, as in the engine. Anything else becomes generic work by
+The ATen ops are then mapped onto the engine's builders: convolutions, linear layers and matmuls
+(a decoder reading an earlier embedding's table: a linear tied to it), attention (PyTorch's fused
+encoder layer: the ops of the unfused one), norms, pooling, embeddings, the cross-entropy loss
+(log-softmax + NLL as one op, as the engine's ``loss``; other losses by their FLOPs), dropout
+(PyTorch's random mask times the input), elementwise ops. Views and reshapes move no data and are
+no op, as in the engine. Anything else becomes generic work by
 its FLOPs (``torch.utils.flop_counter``'s formula where PyTorch has one, else one per output
 element) and its bytes; ``Captured.generic`` names those ops so the caller can warn.
 
@@ -39,6 +41,9 @@ ALIASES = frozenset({
     "split", "split_with_sizes", "unbind", "chunk", "lift_fresh", "lift_fresh_copy", "clone", "contiguous",
     "flatten", "unflatten", "narrow", "view_as", "numpy_T", "view_copy", "permute_copy", "expand_copy",
     "unsafe_split", "movedim", "squeeze_copy", "unsqueeze_copy", "t_copy", "transpose_copy", "_to_copy", "to",
+    # PyTorch's nested tensors (nn.TransformerEncoder drops padded tokens in inference): the IPU has
+    # none and runs the padded tensor, which a nested one stands for here
+    "_nested_tensor_from_mask", "to_padded_tensor",
 })
 # Ops that make a tensor of their input's shape without reading its values (random masks, fills).
 FILLS = frozenset({
@@ -167,6 +172,9 @@ class _Translator:
         self.params: dict[int, int] = {id(p): id(p) for p in root.parameters()}  # id -> id of its parameter
         self.param_elements = {id(p): p.numel() for p in root.parameters()}
         self.counted: set[int] = set()  # parameters already counted by an op
+        # parameter -> the output of the embedding op that counted it: a later matmul reading the
+        # same table (a decoder tied to the word embedding) is a linear tied to that op
+        self.tables: dict[int, Tensor] = {}
         self.masks: set[int] = set()
         self.generic: Counter = Counter()
         for t in inputs:
@@ -203,6 +211,20 @@ class _Translator:
                 total += self.param_elements[base]
         return total
 
+    def shape(self, x: torch.Tensor, acts: Sequence[torch.Tensor]) -> tuple[int, ...]:
+        """``x``'s shape; a nested tensor's is its padded shape, the first activation's it was made from."""
+        return self.t(acts[0]).shape if x.is_nested else tuple(x.shape)
+
+    def tied_table(self, weight: Any, *others: Any) -> Tensor | None:
+        """The output of the embedding whose whole table ``weight`` is (transposed or not), when
+        ``others`` (a bias) are parameters not counted yet, which this counts; else None."""
+        base = self.params.get(id(weight)) if isinstance(weight, torch.Tensor) else None
+        if base not in self.tables or weight.numel() != self.param_elements[base]:
+            return None  # not a table, or a part of one (a few rows: generic work)
+        if any(x is not None for x in others) and self.take_params(*others) is None:
+            return None
+        return self.tables[base]
+
     def uncounted_params(self, xs: Sequence[torch.Tensor]) -> int:
         total = 0
         for x in xs:
@@ -238,7 +260,7 @@ class _Translator:
                 if name in RANDOM or any(id(x) in self.masks for x in ins):
                     self.masks.add(id(o))
             return
-        if any(d == 0 for o in outs for d in o.shape):
+        if any(d == 0 for o in outs for d in self.shape(o, acts)):
             return  # empty tensors do no work
         if rec.block is not None:
             self.block = rec.block
@@ -246,7 +268,7 @@ class _Translator:
         src = self.t(acts[0])
         if name in ALIASES and not (name in ("_to_copy", "to") and outs[0].dtype != acts[0].dtype):
             for o in outs:
-                self.env[id(o)] = Tensor(tuple(o.shape), src.dtype, src.producer)
+                self.env[id(o)] = Tensor(self.shape(o, acts), src.dtype, src.producer)
             return
         if name == "_log_softmax" and id(outs[0]) in self.fused:
             self.env[id(outs[0])] = src  # the loss reads the logits
@@ -255,8 +277,8 @@ class _Translator:
         if result is None:
             result = self.as_generic(rec, name, acts, outs)
         for o in outs:
-            same = tuple(o.shape) == result.shape
-            self.env[id(o)] = result if same else Tensor(tuple(o.shape), result.dtype, result.producer)
+            shape = self.shape(o, acts)
+            self.env[id(o)] = result if shape == result.shape else Tensor(shape, result.dtype, result.producer)
 
     def mapped(self, rec: OpRecord, name: str, acts: list[torch.Tensor]) -> Tensor | None:
         """The op as one of the engine's builders, or None."""
@@ -272,6 +294,8 @@ class _Translator:
         if name == "addmm" and self.is_act(a[1]) and a[1].dim() == 2:
             if self.take_params(a[2], a[0]) is not None:
                 return m.linear(self.t(a[1]), a[2].shape[1], bias=True, name=op, block=block)
+            if (table := self.tied_table(a[2], a[0])) is not None:
+                return m.linear(self.t(a[1]), a[2].shape[1], bias=True, name=op, block=block, tied_to=table)
             return None
         if name in ("mm", "bmm", "matmul", "baddbmm"):
             x, y = (a[1], a[2]) if name == "baddbmm" else (a[0], a[1])
@@ -279,6 +303,8 @@ class _Translator:
                 return m.matmul(self.t(x), self.t(y), name=op, block=block)
             if name == "mm" and self.is_act(x) and self.take_params(y) is not None:
                 return m.linear(self.t(x), y.shape[1], bias=False, name=op, block=block)
+            if name == "mm" and self.is_act(x) and (table := self.tied_table(y)) is not None:
+                return m.linear(self.t(x), y.shape[1], bias=False, name=op, block=block, tied_to=table)
             return None
         if name in ("relu", "relu_"):
             return m.relu(self.t(a[0]), name=op, block=block)
@@ -317,7 +343,9 @@ class _Translator:
             self.uncounted_params([x for x in a[1:3] if isinstance(x, torch.Tensor)])
             return m.batch_norm(self.t(a[0]), name=op, block=block)
         if name == "embedding" and self.is_act(a[1]) and self.take_params(a[0]) is not None:
-            return m.embedding(self.t(a[1]), a[0].shape[0], a[0].shape[1], name=op, block=block)
+            out = m.embedding(self.t(a[1]), a[0].shape[0], a[0].shape[1], name=op, block=block)
+            self.tables[self.params[id(a[0])]] = out
+            return out
         if name in ATTENTION and all(self.is_act(x) for x in a[:3]) and a[0].dim() == 4:
             q, k, v = (self.t(x) for x in a[:3])
             k_t = Tensor((*k.shape[:-2], k.shape[-1], k.shape[-2]), k.dtype, k.producer)
@@ -325,10 +353,15 @@ class _Translator:
             probs = m.softmax(scores, name=f"{op}/softmax", block=block)
             return m.matmul(probs, v, name=f"{op}/context", block=block)
         if (name == "_native_multi_head_attention" and a[0] is a[1] is a[2] and self.is_act(a[0]) and a[0].dim() == 3
-                and (len(a) < 10 or a[9] is None) and self.take_params(*a[5:9]) is not None):
+                and self.take_params(*a[5:9]) is not None):
             # nn.MultiheadAttention's fused self-attention (eval, no gradients): the engine's attention
-            # holds the same weights (QKV 3h x h + 3h, output h x h + h)
+            # holds the same weights (QKV 3h x h + 3h, output h x h + h); a mask adds no op, as in the
+            # scaled-dot-product attention above
             return m.attention(self.t(a[0]), int(a[4]), name=op, block=block)
+        if (name == "_transformer_encoder_layer_fwd" and self.is_act(a[0]) and a[0].dim() == 3
+                and self.take_params(*a[3:7], *a[10:18]) is not None):
+            return self.encoder_layer(self.t(a[0]), heads=int(a[2]), ffn=int(a[14].shape[0]), gelu=bool(a[7]),
+                                      norm_first=bool(a[8]))
         # Work the engine has no builder for but whose FLOPs are known: per output element
         # (elementwise), per input element (losses, reductions) or none (concatenations).
         out = _tensors(rec.out)[0]
@@ -342,6 +375,30 @@ class _Translator:
         if name in ("cat", "stack"):
             return self.generic_op(rec, acts, 0, "concat", engine_dtype(out.dtype), a)
         return None
+
+    def encoder_layer(self, x: Tensor, *, heads: int, ffn: int, gelu: bool, norm_first: bool) -> Tensor:
+        """nn.TransformerEncoderLayer's fused inference path (``_transformer_encoder_layer_fwd``) as
+        the ops its unfused path gives: self-attention, add, layer norm, linear, ReLU or GELU, linear,
+        add, layer norm (the norms before each sublayer with ``norm_first``). Its 12 weights are
+        those ops' weights; a mask adds no op, as in the unfused path's attention."""
+        m, block, op = self.m, self.block, self.op_name
+        hidden = x.shape[-1]
+
+        def norm(y: Tensor, k: int) -> Tensor:
+            return m.layer_norm(y, name=f"{op}/norm{k}", block=block)
+
+        def feed_forward(y: Tensor) -> Tensor:
+            y = m.linear(y, ffn, name=f"{op}/linear1", block=block)
+            y = (m.gelu if gelu else m.relu)(y, name=f"{op}/activation", block=block)
+            return m.linear(y, hidden, name=f"{op}/linear2", block=block)
+
+        if norm_first:
+            x = m.add(x, m.attention(norm(x, 1), heads, name=f"{op}/self_attn", block=block), name=f"{op}/add1",
+                      block=block)
+            return m.add(x, feed_forward(norm(x, 2)), name=f"{op}/add2", block=block)
+        x = norm(m.add(x, m.attention(x, heads, name=f"{op}/self_attn", block=block), name=f"{op}/add1",
+                       block=block), 1)
+        return norm(m.add(x, feed_forward(x), name=f"{op}/add2", block=block), 2)
 
     def as_generic(self, rec: OpRecord, name: str, acts: list[torch.Tensor], outs: list[torch.Tensor]) -> Tensor:
         """Work the engine has no builder for: its FLOPs (PyTorch's formula, else one per output
@@ -362,7 +419,7 @@ class _Translator:
         """The engine's generic op for ``rec``: ``flops`` as given, reading ``acts`` and the weights
         among ``reads`` not counted yet, writing its first output."""
         out = _tensors(rec.out)[0]
-        return self.m.generic([self.t(x) for x in acts], tuple(out.shape), flops, kind=kind, name=self.op_name,
+        return self.m.generic([self.t(x) for x in acts], self.shape(out, acts), flops, kind=kind, name=self.op_name,
                               block=self.block, params=self.uncounted_params(_tensors(reads)), out_dtype=out_dtype)
 
 
