@@ -152,6 +152,8 @@ class Space:
             "replicated_tensor_sharding": bool(locations.replicated_tensor_sharding),
             "available_memory_proportion": list(amp) if isinstance(amp, tuple) else float(amp),
         }
+        if self.settings.global_batch is not None:
+            config = self._at_global_batch(config, stages)
         # The start runs (``prepare`` accepted it): it is emulated whatever the estimate says.
         self.start = Candidate(config, stages, 0, is_start=True)
         costs = cost_model(self.plan)
@@ -159,6 +161,29 @@ class Space:
         self._state_bytes = costs.optimiser_state_bytes
         self._capacity = self.plan.target.tiles * self.plan.target.arch.bytes_per_tile
         self._params: dict[int, np.ndarray] = {}
+
+    def _at_global_batch(self, config: dict[str, Any], stages: list[dict[str, Any]]) -> dict[str, Any]:
+        """The start's configuration at ``--global-batch`` (its accumulation set to reach it), so that every
+        row, the start's too, trains with that batch and "vs start" compares like with like; a ConfigError
+        saying what to change when the start cannot run at that batch."""
+        g = self.settings.global_batch
+        if not self.training:
+            raise ConfigError(f"--global-batch is samples per weight update, and {self.plan.model.name} runs "
+                              "inference (no weight update); leave it out.")
+        per_step = config["micro_batch_size"] * config["replication_factor"]
+        at_g = self.batch(config, stages)
+        if at_g is None:
+            raise ConfigError(f"--global-batch {g:,} is not a multiple of the start's samples per step, micro-batch "
+                              f"{config['micro_batch_size']:,} x {config['replication_factor']} replica(s) = "
+                              f"{per_step:,}; give a multiple of {per_step:,}, or a --batch-size or --replicas "
+                              f"that divides {g:,}.")
+        broken = runconfig.check_run(self.run_dict(Candidate(at_g, stages, 0)))
+        if broken:
+            reason = broken.split(";")[0].rstrip(".")  # its own advice names --gradient-accumulation, which G sets
+            raise ConfigError(f"At --global-batch {g:,} the start would accumulate {at_g['gradient_accumulation']:,} "
+                              f"micro-batches: {reason}. Give a larger --global-batch, or a start that runs at "
+                              "this one (--batch-size, --stages).")
+        return at_g
 
     # -- requests and commands ---------------------------------------------------------------
 

@@ -137,11 +137,15 @@ def test_a_global_batch_fixes_samples_per_update_and_the_planner_refuses_short_p
     assert result.exit_code == 0, result.output
     assert "Global batch 64 samples per weight update." in result.output
     rows, meta = read_tune(out)
-    requests = rows[~rows["is_start"]]["request"].map(json.loads)
-    # THEN every candidate but the start runs micro-batch x accumulation x replicas = 64
+    requests = rows[rows["status"] != "rejected"]["request"].map(json.loads)
+    # THEN every candidate runs micro-batch x accumulation x replicas = 64, the start too (the model's
+    # micro-batch 16 and accumulation 8 make 128: the start accumulates 4 instead, so "vs start" compares
+    # like with like)
     samples = requests.map(lambda r: r["options"]["micro_batch_size"] * r["options"]["gradient_accumulation"]
                            * r["options"]["replication_factor"])
     assert set(samples) == {64}
+    start = json.loads(rows.loc[rows["is_start"], "request"].iloc[0])["options"]
+    assert (start["micro_batch_size"], start["gradient_accumulation"]) == (16, 4)
     assert {r["options"]["micro_batch_size"] for r in requests} >= {8, 16}
     # AND a 4-IPU pipeline at micro-batch 16 (accumulation 64 / 16 = 4, under 2 x 4 - 1 = 7) is refused by
     # the planner's rule, with its sentence, and never emulated
@@ -237,3 +241,22 @@ def test_the_table_shows_each_rows_global_batch_when_they_differ(uneven, tmp_pat
         assert int(words[8].replace(",", "")) == value["--batch-size"] * value["--gradient-accumulation"] * value["--replicas"]
     rows, _ = read_tune(tmp_path / "tune.parquet")
     assert rows["changes"].str.contains("--batch-size").any()
+
+
+@pytest.mark.parametrize("args, sentence", [
+    (["--global-batch", "7"], "--global-batch 7 is not a multiple of the start's samples per step, micro-batch 40 x "
+                              "1 replica(s) = 40; give a multiple of 40, or a --batch-size or --replicas that divides 7."),
+    (["--global-batch", "80"], "At --global-batch 80 the start would accumulate 2 micro-batches: Gradient accumulation "
+                               "2 is below the 7 pipeline stages of a 4-stage training pipeline (2N-1 for N=4). Give a "
+                               "larger --global-batch, or a start that runs at this one (--batch-size, --stages)."),
+    (["--global-batch", "800", "--mode", "inference"],
+     "--global-batch is samples per weight update, and mnist runs inference (no weight update); leave it out."),
+], ids=["not-a-multiple", "too-few-for-the-pipeline", "inference"])
+def test_a_global_batch_the_start_cannot_run_is_one_sentence(args: list[str], sentence: str, tmp_path: Path) -> None:
+    # GIVEN mnist's start (micro-batch 40, 1 replica, a 4-stage pipeline); WHEN a search asks for a global
+    # batch the start cannot train with
+    out = tmp_path / "tune.parquet"
+    result = tune("mnist", "--system", "POD4", *args, "--workers", "1", "-q", "--no-profile", "-o", str(out))
+    # THEN one sentence says what to change, before any candidate is emulated or anything written
+    assert (result.exit_code, result.output) == (2, f"Error: {sentence}\n")
+    assert not out.exists()
