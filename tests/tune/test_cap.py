@@ -12,8 +12,9 @@ import pytest
 
 from engine.runner import RunRequest
 from popvision_py.format.tunefile import read_tune
-from popvision_py.tune.cap import keep_mappings, mapping_shape, round_robin, spread, spread_keys
+from popvision_py.tune.cap import keep_mappings, keep_settings, mapping_shape, round_robin, spread, spread_keys
 from popvision_py.tune.space import Settings, Space
+from popvision_py.tune.table import capped_lines
 from tests.tune.conftest import BLOCKS, tune
 
 # The uneven model (micro-batch 16) on an IPU-POD4, at a global batch of 64: gradient accumulation is
@@ -116,3 +117,27 @@ def test_spread_and_round_robin_orders() -> None:
     assert round_robin([[1, 2, 3], [4], [5, 6]]) == [1, 4, 5, 2, 6, 3]
     # depths first, then shards within a depth
     assert spread_keys([(1, 1), (1, 2), (2, 1), (3, 1)]) == [(1, 1), (3, 1), (2, 1), (1, 2)]
+
+
+def test_a_cut_settings_round_takes_the_refined_mappings_in_turn(uneven: str) -> None:
+    # GIVEN the settings variants of two mappings (depth 2 at replicas 1, the cut after B0 and after B1) at a
+    # global batch of 64: a micro-batch of 32 leaves an accumulation of 2, below the 3 a 2-stage pipeline needs
+    space = Space(RunRequest(model=uneven), Settings(system="IPU-POD4", global_batch=64))
+    mappings = [c for c in space.round_one() if mapping_shape(c) == (2, 1, 1) and not c.reason][:2]
+    variants = space.round_two(mappings)
+    todo = [c for c in variants if not c.reason]
+    assert len(todo) > 5 and all(c.config["micro_batch_size"] == 32 for c in variants if c.reason)
+    assert len(variants) - len(todo) == len(todo) / 2  # micro-batch 32 of 8, 16, 32: a third refused
+    # WHEN the budget left for them is 5
+    kept = keep_settings(variants, 5)
+    # THEN 5 are kept to emulate, 3 of the first mapping and 2 of the second, and every refused variant besides
+    chosen = Counter(c.config["stages"] for c in kept.candidates if not c.reason)
+    assert chosen == {mappings[0].config["stages"]: 3, mappings[1].config["stages"]: 2}
+    assert [c for c in kept.candidates if c.reason] == [c for c in variants if c.reason]
+    assert (kept.emulate, kept.cut) == (5, len(todo) - 5)
+    # AND the output says so
+    meta = {"max_candidates": 40, "capped": kept.cut, "capped_mappings": 0, "capped_settings": kept.cut}
+    assert capped_lines(meta) == [
+        f"The search stopped at --max-candidates 40 (it counts candidates emulated; refused ones are rows and do "
+        f"not count): {kept.cut} more settings variants were not tried.",
+        "Kept: every mapping; then the settings round-robin over the refined mappings, fastest first."]
