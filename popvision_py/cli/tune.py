@@ -51,7 +51,9 @@ def _search_dims(value: str | None) -> tuple[str, ...] | None:
               help="What to vary, a comma list of stages, sharding, replicas, batch, recompute, offload, amp, "
               "phased (all by default).")
 @click.option("--max-candidates", type=click.IntRange(min=1), default=1500, show_default=True,
-              help="Emulate at most this many candidates (the output says when the cap is hit).")
+              help="Emulate at most this many candidates; refused ones do not count. A cut round keeps a spread "
+              "(every depth, tensor sharding and replica count before a second split of any); the output says "
+              "what was cut.")
 @click.option("--max-splits", type=click.IntRange(min=1), default=32, show_default=True,
               help="Try every contiguous split of the blocks into stages when a depth has at most this many.")
 @click.option("--refine", type=click.IntRange(min=0), default=2, show_default=True,

@@ -4,7 +4,9 @@ Round 1 emulates the mappings (``Space.round_one``); round 2 the settings of the
 that fit and of the fastest that do not (``Space.round_two``), chosen by their figures and keys,
 never by the order they finished in, so the same search gives the same candidates and the same
 table on any cluster. Candidates refused before emulation are rows with their reason; candidates a
-previous result (``--resume``) already holds are taken from it, not emulated again.
+previous result (``--resume``) already holds are taken from it, not emulated again. The budget
+(``--max-candidates``) counts candidates to emulate; when it cuts a round, what it keeps is spread
+over the round's space (``popvision_py.tune.cap``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from engine.runner import RunRequest
 from popvision_py.errors import ConfigError
 from popvision_py.format import runconfig
 from popvision_py.errors import first_line
+from popvision_py.tune.cap import Kept, keep_mappings, keep_settings
 from popvision_py.tune.evaluate import NOT_EMULATED, evaluate
 from popvision_py.tune.space import Candidate, Space
 from popvision_py.tune.table import ranked
@@ -72,28 +75,29 @@ class Search:
     emulated: int = 0
     reused: int = 0
     capped: int = 0
+    capped_by_round: list[int] = field(default_factory=lambda: [0, 0])
 
     def run(self) -> Outcome:
         settings = self.space.settings
         interrupted = False
         budget = settings.max_candidates
         try:
-            first = self._capped(self.space.round_one(), budget)
-            self._evaluate(first, total=len(first))
-            mappings = self._fastest(first)
+            first = self._capped(keep_mappings(self.space.round_one(), budget), round_=1)
+            self._evaluate(first.candidates, total=len(first.candidates))
+            mappings = self._fastest(first.candidates)
             second = [c for c in self.space.round_two(mappings) if c.key not in self.candidates]
-            second = self._capped(second, budget - len(first))
-            self._evaluate(second, total=len(first) + len(second))
+            second = self._capped(keep_settings(second, budget - first.emulate), round_=2)
+            self._evaluate(second.candidates, total=len(first.candidates) + len(second.candidates))
         except KeyboardInterrupt:
             interrupted = True
         meta = self.meta()
         return Outcome(self.rows(), meta, interrupted, self.emulated, self.reused)
 
-    def _capped(self, cands: list[Candidate], budget: int) -> list[Candidate]:
-        budget = max(budget, 0)
-        self.capped += max(len(cands) - budget, 0)
-        kept = cands[:budget]
-        for c in kept:
+    def _capped(self, kept: Kept, round_: int) -> Kept:
+        """Record what the cap kept of a round (``popvision_py.tune.cap``) and what it cut."""
+        self.capped += kept.cut
+        self.capped_by_round[round_ - 1] += kept.cut
+        for c in kept.candidates:
             self.candidates[c.key] = c
         return kept
 
@@ -176,6 +180,7 @@ class Search:
                 "start_key": start.key, "start_command": self.space.command(self.space.request(start.config)),
                 "global_batch": s.global_batch, "search": list(s.search), "max_candidates": s.max_candidates,
                 "max_splits": s.max_splits, "refine": s.refine, "capped": self.capped,
+                "capped_mappings": self.capped_by_round[0], "capped_settings": self.capped_by_round[1],
                 "base_request": json.loads(json.dumps(dataclasses.asdict(self.space.base), default=str))}
 
 

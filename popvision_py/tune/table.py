@@ -63,6 +63,23 @@ def global_batch(request: str) -> int:
         * int(options.get("replication_factor") or 1)
 
 
+def capped_lines(meta: dict) -> list[str]:
+    """What ``--max-candidates`` cut and what it kept (``popvision_py.tune.cap``)."""
+    cap, cut = meta["max_candidates"], meta["capped"]
+    mappings, settings = meta.get("capped_mappings"), meta.get("capped_settings")
+    which = " and ".join(f"{n:,} more {what}" for n, what in ((mappings, "mappings"), (settings, "settings variants"))
+                         if n)
+    lines = [f"The search stopped at --max-candidates {cap:,} (it counts candidates emulated; refused ones are rows "
+             f"and do not count): {which or f'{cut:,} more candidates'} were not tried."]
+    if mappings:
+        lines.append("Kept: the start, then the mappings round-robin over (depth, tensor shards, replicas), spread "
+                     "over depths first, every such group before a second split of any; none were left for round two "
+                     "(the settings).")
+    elif settings:
+        lines.append("Kept: every mapping; then the settings round-robin over the refined mappings, fastest first.")
+    return lines
+
+
 def render(rows: pd.DataFrame, meta: dict, top: int = 10) -> str:
     """The ranked table (``top`` rows that fit, the start's row if not among them), the commands of the rows
     shown, the Pareto front, and what did not fit or was refused."""
@@ -73,8 +90,7 @@ def render(rows: pd.DataFrame, meta: dict, top: int = 10) -> str:
              f"{counts.get('oom', 0):,} out of memory, {counts.get('rejected', 0):,} rejected, "
              f"{counts.get('error', 0):,} failed."]
     if meta.get("capped"):
-        lines.append(f"The search stopped at --max-candidates {meta['max_candidates']:,}: {meta['capped']:,} more "
-                     f"candidates were not tried.")
+        lines += capped_lines(meta)
     if meta.get("global_batch"):
         lines.append(f"Global batch {meta['global_batch']:,} samples per weight update.")
     shown = rows[rows["status"] == "ok"].head(top)

@@ -78,7 +78,7 @@ def test_resume_takes_finished_candidates_and_emulates_only_the_rest(uneven: str
     # GIVEN a search stopped after six candidates (the cap)
     capped = tune(uneven, *SEARCH, "--workers", "1", "--max-candidates", "6", "-o", str(out))
     assert capped.exit_code == 0, capped.output
-    assert "The search stopped at --max-candidates 6:" in capped.output
+    assert "The search stopped at --max-candidates 6 (" in capped.output
     before, _ = read_tune(out)
     assert len(before) == 6
     # WHEN the whole search resumes from it
