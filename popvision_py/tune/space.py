@@ -308,7 +308,7 @@ class Space:
         for k, step in itertools.product(range(len(edges)), (-1, 1)):
             cuts = list(edges)
             cuts[k] += step
-            if all(0 < a < b for a, b in zip([0, *cuts], [*cuts, n])):
+            if all(a < b for a, b in zip([0, *cuts], [*cuts, n])):  # each stage keeps a block
                 found.append(self._from_cuts(tuple(cuts)))
         unique: dict[str, list[dict[str, Any]]] = {}
         for stages in found:
