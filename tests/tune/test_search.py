@@ -260,3 +260,22 @@ def test_a_global_batch_the_start_cannot_run_is_one_sentence(args: list[str], se
     # THEN one sentence says what to change, before any candidate is emulated or anything written
     assert (result.exit_code, result.output) == (2, f"Error: {sentence}\n")
     assert not out.exists()
+
+
+def test_beyond_max_splits_the_memory_aware_split_and_each_cut_moved_by_one_block_are_tried() -> None:
+    from engine.model import PipelinedExecution
+    from engine.zoo import balanced_stages
+
+    # GIVEN bert-large (26 blocks): C(25, 3) = 2,300 four-stage splits, far over --max-splits 32
+    space = Space(RunRequest(model="bert-large"), Settings(system="IPU-POD16", search=("stages",)))
+    blocks = space.blocks
+    aware = [len(s.blocks) for s in balanced_stages(space.plan.model, 4, PipelinedExecution, memory_aware=True).stages]
+    edges = list(itertools.accumulate(aware))[:-1]  # the memory-aware split's three cuts
+    # WHEN the search lists its four-stage splits
+    cuts = {tuple(itertools.accumulate(len(s["blocks"]) for s in split))[:-1] for split in space.splits(4)}
+    # THEN the memory-aware split is there, and so is each of its cuts moved one block either way
+    neighbours = {tuple(e + step if k == j else e for j, e in enumerate(edges))
+                  for k in range(3) for step in (-1, 1)}
+    assert tuple(edges) in cuts
+    assert neighbours <= cuts, sorted(neighbours - cuts)
+    assert len(neighbours) == 6 and all(0 < c[0] < c[1] < c[2] < len(blocks) for c in neighbours)
