@@ -10,14 +10,16 @@ model's defaults are.
 Round 1 (the mapping): every pipeline depth p (all of 1..min(blocks, IPUs) up to 8 of them, else
 the powers of two and the start's), the contiguous splits of the blocks into p stages (all of them
 when there are at most ``max_splits``; otherwise the memory-aware split ``engine.zoo`` makes, the
-FLOP-balanced one, the head-on-the-first-IPU one when the start ties its head to IPU 0, and the
-memory-aware split with each cut moved by one block), tensor sharding t in 1, 2, 4, 8 and replicas r
+FLOP-balanced one and the head-on-the-first-IPU one when the start ties its head to IPU 0), tensor
+sharding t in 1, 2, 4, 8 and replicas r
 in the powers of two and the most that fit, with p x t x r at most the system's IPUs; the other
 settings as the start has them. Phased execution replaces pipelining for a split whose weights
 cannot fit on its IPUs (the lower bound below).
 
-Round 2 (the settings): the fastest mappings of round 1 that fit and the fastest that do not (their
-memory may fit with other settings), each with every micro-batch (half, same, double), recomputation
+Round 2 (around the best): the fastest mappings of round 1 that fit and the fastest that do not (their
+memory may fit with other settings), each with its split's cuts moved by one block either way (a
+local search where round 1 could not try every split), and each with every micro-batch (half, same,
+double), recomputation
 on and off, tensor locations (optimiser on or off chip, with or without replicated tensor sharding,
 weights or activations off chip) and available memory proportion (0.15, 0.3, 0.6, the start's).
 
@@ -304,12 +306,6 @@ class Space:
         if len(start) > 2 and start[-1]["ipu"] == start[0]["ipu"] != start[-2]["ipu"] and depth > 1:
             found.append(_stages_of(balanced_stages(model, depth, PipelinedExecution, memory_aware=True,
                                                     head_on_first=True)))
-        edges = np.cumsum([len(s["blocks"]) for s in found[0]])[:-1]
-        for k, step in itertools.product(range(len(edges)), (-1, 1)):
-            cuts = list(edges)
-            cuts[k] += step
-            if all(a < b for a, b in zip([0, *cuts], [*cuts, n])):  # each stage keeps a block
-                found.append(self._from_cuts(tuple(cuts)))
         unique: dict[str, list[dict[str, Any]]] = {}
         for stages in found:
             unique.setdefault(self.stages_text(stages), stages)
@@ -405,10 +401,37 @@ class Space:
             out.append({**config, "micro_batch_size": b, "recompute": rc, **loc, "available_memory_proportion": a})
         return out
 
+    def moved_cuts(self, stages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+        """``stages`` with one cut between consecutive stages moved by a block either way, each stage
+        keeping its IPU (so a head tied back to IPU 0 stays there); at most ``max_splits``, the cuts
+        taken ends first (``cap.spread``). Empty when round 1 already tried every split like it, and
+        for stages that do not hold the blocks in order."""
+        from popvision_py.tune.cap import spread  # cap builds on this module
+
+        n, ipus = len(self.blocks), [s["ipu"] for s in stages]
+        if [b for s in stages for b in s["blocks"]] != self.blocks:
+            return []
+        if ipus == list(range(len(stages))) and math.comb(n - 1, len(stages) - 1) <= self.settings.max_splits:
+            return []
+        edges = list(itertools.accumulate(len(s["blocks"]) for s in stages))[:-1]
+        out = []
+        for k, step in itertools.product(spread(range(len(edges))), (-1, 1)):
+            cuts = [0, *edges, n]
+            cuts[k + 1] += step
+            if all(a < b for a, b in zip(cuts, cuts[1:])):  # each stage keeps a block
+                out.append([{"blocks": self.blocks[a:b], "ipu": ipu} for a, b, ipu in zip(cuts, cuts[1:], ipus)])
+        return out[:self.settings.max_splits]
+
     def round_two(self, mappings: list[Candidate]) -> list[Candidate]:
-        """Every settings variant of each of ``mappings`` (the fastest of round 1)."""
+        """For each of ``mappings`` (the fastest of round 1): its split with each cut moved by a block
+        (at its settings), then every settings variant of it."""
         out = []
         for m in mappings:
+            for stages in self.moved_cuts(m.stages):
+                cand = self.mapping(stages, m.config["tensor_sharding"], m.config["replication_factor"],
+                                    base=m.config, round_=2)
+                if cand is not None:
+                    out.append(cand)
             for config in self.settings_variants(m.config):
                 config = self.batch(config, m.stages)
                 if config is None:

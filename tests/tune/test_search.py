@@ -262,20 +262,29 @@ def test_a_global_batch_the_start_cannot_run_is_one_sentence(args: list[str], se
     assert not out.exists()
 
 
-def test_beyond_max_splits_the_memory_aware_split_and_each_cut_moved_by_one_block_are_tried() -> None:
+def test_round_two_moves_each_cut_of_a_fast_mapping_by_one_block_where_round_one_could_not_try_every_split() -> None:
     from engine.model import PipelinedExecution
     from engine.zoo import balanced_stages
 
-    # GIVEN bert-large (26 blocks): C(25, 3) = 2,300 four-stage splits, far over --max-splits 32
+    # GIVEN bert-large (26 blocks): C(25, 3) = 2,300 four-stage splits, far over --max-splits 32, so round 1
+    # tries the memory-aware split and not its neighbours
     space = Space(RunRequest(model="bert-large"), Settings(system="IPU-POD16", search=("stages",)))
-    blocks = space.blocks
     aware = [len(s.blocks) for s in balanced_stages(space.plan.model, 4, PipelinedExecution, memory_aware=True).stages]
-    edges = list(itertools.accumulate(aware))[:-1]  # the memory-aware split's three cuts
-    # WHEN the search lists its four-stage splits
-    cuts = {tuple(itertools.accumulate(len(s["blocks"]) for s in split))[:-1] for split in space.splits(4)}
-    # THEN the memory-aware split is there, and so is each of its cuts moved one block either way
-    neighbours = {tuple(e + step if k == j else e for j, e in enumerate(edges))
-                  for k in range(3) for step in (-1, 1)}
-    assert tuple(edges) in cuts
-    assert neighbours <= cuts, sorted(neighbours - cuts)
-    assert len(neighbours) == 6 and all(0 < c[0] < c[1] < c[2] < len(blocks) for c in neighbours)
+    edges = list(itertools.accumulate(aware))[:-1]  # its three cuts
+
+    def cuts(cand) -> tuple[int, ...]:
+        return tuple(itertools.accumulate(len(s["blocks"]) for s in cand.stages))[:-1]
+
+    first = [c for c in space.round_one() if len(c.stages) == 4 and [s["ipu"] for s in c.stages] == [0, 1, 2, 3]]
+    mapping = next(c for c in first if cuts(c) == tuple(edges))
+    neighbours = {tuple(e + step if k == j else e for j, e in enumerate(edges)) for k in range(3) for step in (-1, 1)}
+    assert not neighbours & {cuts(c) for c in first}
+    # WHEN round 2 refines that mapping
+    second = space.round_two([mapping])
+    # THEN it tries each of the six splits with one cut moved a block, at the mapping's settings, on IPUs 0..3
+    moved = [c for c in second if c.config["stages"] != mapping.config["stages"]]
+    assert {cuts(c) for c in moved} == neighbours
+    for c in moved:
+        assert [s["ipu"] for s in c.stages] == [0, 1, 2, 3]
+        same = {k: v for k, v in c.config.items() if k != "stages"}
+        assert same == {k: v for k, v in mapping.config.items() if k != "stages"}
