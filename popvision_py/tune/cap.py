@@ -12,8 +12,9 @@ ones kept cover the round's space rather than its first corner:
   order, the start first) of every group, then the second of every group that has one, and so on.
   Every group is tried before a second split of any, and a cap smaller than the number of groups
   still reaches every depth, the fewest and the most shards and replicas.
-- **Round 2** (the settings): round-robin over the refined mappings, fastest first: every
-  mapping's first settings variant, then every mapping's second, and so on.
+- **Round 2** (moved cuts and settings): round-robin over the refined mappings, fastest first: every
+  mapping's first candidate (a moved cut, then a settings variant, in turn), then every mapping's
+  second, and so on.
 
 The choice depends on the candidates alone (never on a previous result or on timing), so the same
 search keeps the same candidates; a round that fits the budget is kept whole, in generation order,
@@ -82,9 +83,9 @@ def mapping_shape(cand: Candidate) -> tuple[int, int, int]:
     return len(cand.stages), cand.config["tensor_sharding"], cand.config["replication_factor"]
 
 
-def mapping(cand: Candidate) -> tuple[str, int, int]:
-    """Round 2's group: the mapping a settings variant refines (stages, tensor shards, replicas)."""
-    return cand.config["stages"], cand.config["tensor_sharding"], cand.config["replication_factor"]
+def mapping(cand: Candidate) -> Hashable:
+    """Round 2's group: the mapping a candidate refines (its key; else its stages, tensor shards, replicas)."""
+    return cand.refines or (cand.config["stages"], cand.config["tensor_sharding"], cand.config["replication_factor"])
 
 
 def keep(cands: list[Candidate], budget: int, group: Callable[[Candidate], Hashable],

@@ -87,6 +87,7 @@ class Candidate:
     round: int
     reason: str = ""
     is_start: bool = False
+    refines: str = ""  # round 2: the key of the round-1 mapping it refines
 
     @property
     def key(self) -> str:
@@ -424,20 +425,22 @@ class Space:
 
     def round_two(self, mappings: list[Candidate]) -> list[Candidate]:
         """For each of ``mappings`` (the fastest of round 1): its split with each cut moved by a block
-        (at its settings), then every settings variant of it."""
+        (at its settings) and every settings variant of it, taken in turn (a moved cut, a variant, ...)."""
+        from popvision_py.tune.cap import round_robin  # cap builds on this module
+
         out = []
         for m in mappings:
-            for stages in self.moved_cuts(m.stages):
-                cand = self.mapping(stages, m.config["tensor_sharding"], m.config["replication_factor"],
-                                    base=m.config, round_=2)
-                if cand is not None:
-                    out.append(cand)
+            moved = [self.mapping(stages, m.config["tensor_sharding"], m.config["replication_factor"], base=m.config,
+                                  round_=2) for stages in self.moved_cuts(m.stages)]
+            variants = []
             for config in self.settings_variants(m.config):
                 config = self.batch(config, m.stages)
-                if config is None:
-                    continue
-                cand = Candidate(config, m.stages, 2)
-                cand.reason = self.refusal(cand)
+                if config is not None:
+                    cand = Candidate(config, m.stages, 2)
+                    cand.reason = self.refusal(cand)
+                    variants.append(cand)
+            for cand in round_robin([[c for c in moved if c is not None], variants]):
+                cand.refines = m.key
                 out.append(cand)
         return _unique(out)
 

@@ -67,16 +67,17 @@ def capped_lines(meta: dict) -> list[str]:
     """What ``--max-candidates`` cut and what it kept (``popvision_py.tune.cap``)."""
     cap, cut = meta["max_candidates"], meta["capped"]
     mappings, settings = meta.get("capped_mappings"), meta.get("capped_settings")
-    which = " and ".join(f"{n:,} more {what}" for n, what in ((mappings, "mappings"), (settings, "settings variants"))
+    which = " and ".join(f"{n:,} more {what}" for n, what in ((mappings, "mappings"), (settings, "round-two candidates (moved cuts and settings)"))
                          if n)
     lines = [f"The search stopped at --max-candidates {cap:,} (it counts candidates emulated; refused ones are rows "
              f"and do not count): {which or f'{cut:,} more candidates'} were not tried."]
     if mappings:
         lines.append("Kept: the start, then the mappings round-robin over (depth, tensor shards, replicas), spread "
                      "over depths first, every such group before a second split of any; none were left for round two "
-                     "(the settings).")
+                     "(moved cuts and settings).")
     elif settings:
-        lines.append("Kept: every mapping; then the settings round-robin over the refined mappings, fastest first.")
+        lines.append("Kept: every mapping; then round two's candidates round-robin over the refined mappings, "
+                     "fastest first.")
     return lines
 
 

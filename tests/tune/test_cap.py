@@ -139,5 +139,22 @@ def test_a_cut_settings_round_takes_the_refined_mappings_in_turn(uneven: str) ->
     meta = {"max_candidates": 40, "capped": kept.cut, "capped_mappings": 0, "capped_settings": kept.cut}
     assert capped_lines(meta) == [
         f"The search stopped at --max-candidates 40 (it counts candidates emulated; refused ones are rows and do "
-        f"not count): {kept.cut} more settings variants were not tried.",
-        "Kept: every mapping; then the settings round-robin over the refined mappings, fastest first."]
+        f"not count): {kept.cut} more round-two candidates (moved cuts and settings) were not tried.",
+        "Kept: every mapping; then round two's candidates round-robin over the refined mappings, fastest first."]
+
+
+def test_a_cut_round_two_takes_moved_cuts_and_settings_of_each_refined_mapping_in_turn() -> None:
+    # GIVEN bert-large on an IPU-POD16 (too many splits for round 1 to try them all) and two 8-stage mappings
+    space = Space(RunRequest(model="bert-large"), Settings(system="IPU-POD16"))
+    mappings = [c for c in space.round_one() if mapping_shape(c) == (8, 1, 1) and not c.reason][:2]
+    second = space.round_two(mappings)
+    # THEN each mapping's candidates alternate a moved cut (other stages, same settings) and a settings
+    # variant (same stages), and every one names the mapping it refines
+    for m in mappings:
+        mine = [c for c in second if c.refines == m.key]
+        kinds = ["moved" if c.config["stages"] != m.config["stages"] else "settings" for c in mine[:4]]
+        assert kinds == ["moved", "settings", "moved", "settings"]
+    # WHEN the budget left is 4: two of each mapping, one moved cut and one settings variant each
+    kept = keep_settings(second, 4)
+    chosen = [c for c in kept.candidates if not c.reason]
+    assert Counter(c.refines for c in chosen) == {mappings[0].key: 2, mappings[1].key: 2}
