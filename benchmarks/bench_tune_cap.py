@@ -5,7 +5,7 @@ whole command, in its own process, 2 local workers by default on this machine) f
 prints, from the result's rows: candidates emulated and refused, how many fit, the best throughput
 and its ratio to the start's, how many (depth, tensor shards, replicas) groups and depths the
 emulated candidates reach, and the command's wall time. ``--tree DIR`` runs another checkout's code
-(e.g. the main branch's, for a before/after). ``--caps 0`` runs the uncapped search (about 450
+(e.g. the main branch's, for a before/after). ``--caps 0`` runs the uncapped search (about 500
 candidates, several minutes).
 
 Measured here (docs/tune.md "The cap" has the table): at a cap of 40, the best found went from
