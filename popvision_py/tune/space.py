@@ -11,17 +11,16 @@ Round 1 (the mapping): every pipeline depth p (all of 1..min(blocks, IPUs) up to
 the powers of two and the start's), the contiguous splits of the blocks into p stages (all of them
 when there are at most ``max_splits``; otherwise the memory-aware split ``engine.zoo`` makes, the
 FLOP-balanced one and the head-on-the-first-IPU one when the start ties its head to IPU 0), tensor
-sharding t in 1, 2, 4, 8 and replicas r
-in the powers of two and the most that fit, with p x t x r at most the system's IPUs; the other
-settings as the start has them. Phased execution replaces pipelining for a split whose weights
-cannot fit on its IPUs (the lower bound below).
+sharding t in 1, 2, 4, 8 and replicas r in the powers of two and the most that fit, with p x t x r
+at most the system's IPUs; the other settings as the start has them. Phased execution replaces
+pipelining for a split whose weights cannot fit on its IPUs (the lower bound below).
 
-Round 2 (around the best): the fastest mappings of round 1 that fit and the fastest that do not (their
-memory may fit with other settings), each with its split's cuts moved by one block either way (a
-local search where round 1 could not try every split), and each with every micro-batch (half, same,
-double), recomputation
-on and off, tensor locations (optimiser on or off chip, with or without replicated tensor sharding,
-weights or activations off chip) and available memory proportion (0.15, 0.3, 0.6, the start's).
+Round 2 (around the best): the fastest mappings of round 1 that fit and the fastest that do not
+(their memory may fit with other settings), each with its split's cuts moved by one block either
+way (a local search where round 1 could not try every split), and each with every micro-batch
+(half, same, double), recomputation on and off, tensor locations (optimiser on or off chip, with or
+without replicated tensor sharding, weights or activations off chip) and available memory
+proportion (0.15, 0.3, 0.6, the start's).
 
 Gradient accumulation follows: with a global batch, global / (micro-batch x replicas), a candidate
 whose division is not whole is not made; without one, the start's, raised to the least a pipeline
