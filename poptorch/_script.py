@@ -109,7 +109,8 @@ def capture_script(path: str | os.PathLike[str], args: Sequence[str] = (), *, tr
     """Run a PopTorch script up to the first call of its training model (``training=False``: its
     inference model; None: whichever comes first) and return that model captured, without training,
     emulating or writing anything. For tools that emulate a script's model under other options
-    (``popvision tune``). NothingCaptured when the script ends without calling such a model."""
+    (``popvision tune``). NothingCaptured when the script ends without calling such a model; a
+    ConfigError with the last line it wrote to stderr when it exits with an error code first."""
     from poptorch import _executor
 
     found: list[ScriptModel] = []
@@ -122,9 +123,14 @@ def capture_script(path: str | os.PathLike[str], args: Sequence[str] = (), *, tr
 
     _executor._CAPTURE_ONLY.append(take)
     engine_options = os.environ.pop("POPLAR_ENGINE_OPTIONS", None)  # a capture writes no profile
+    # What the script prints (its log, its tqdm bar on stderr) is not the capture's to show (a tune
+    # would print it once per Dask worker); an exception is its own sentence (run_script), and an
+    # early exit is told below with the last line the script wrote to stderr (argparse's error, say).
+    err = io.StringIO()
+    code = 0
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            run_script(path, args, None)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = run_script(path, args, None)
     except _Stop:
         pass
     finally:
@@ -133,6 +139,10 @@ def capture_script(path: str | os.PathLike[str], args: Sequence[str] = (), *, tr
             os.environ["POPLAR_ENGINE_OPTIONS"] = engine_options
     if not found:
         kind = {True: "training model", False: "inference model", None: "model"}[training]
+        if code:
+            said = [line.strip() for line in err.getvalue().splitlines() if line.strip()]
+            raise ConfigError(f"Script {path} exited with code {code} before calling a poptorch {kind}"
+                              + (f": {said[-1].rstrip('.')}." if said else "."))
         raise NothingCaptured(f"Script {path} ended without calling a poptorch {kind}, so there is nothing to capture.")
     return found[0]
 

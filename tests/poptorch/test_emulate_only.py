@@ -258,3 +258,30 @@ def test_tune_searches_a_scripts_stages_and_its_best_command_runs(tmp_path: Path
     again = CliRunner().invoke(main, [*words[1:-2], "--json", "-q", "--", "4"])
     assert again.exit_code == 0, again.output
     assert json.loads(again.stdout)["samples_per_second"] == pytest.approx(best["samples_per_second"])
+
+
+def test_a_captured_script_prints_nothing_and_an_early_exit_is_one_sentence(tmp_path: Path) -> None:
+    # GIVEN the script with a line of its own on stdout and on stderr (a log, a tqdm bar) before its model runs
+    noisy = BIG.replace("layers = int(sys.argv[1])\n", "layers = int(sys.argv[1])\nprint('SCRIPT-OUT')\n"
+                        "print('SCRIPT-ERR', file=sys.stderr)\n")
+    (tmp_path / "big.py").write_text(noisy)
+    env = subprocess_env()
+
+    def emulate(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "popvision_py.cli", "run", "big.py", "--emulate-only", "-q",
+                               "--", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    # WHEN its model is emulated (as each of tune's Dask workers does)
+    done = emulate("1")
+    # THEN neither line shows: the capture is not the script's run
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "SCRIPT-" not in done.stdout + done.stderr
+    # AND a script that exits before its model runs (argparse refusing its arguments, here) is one sentence
+    # with the last line it wrote to stderr, where its message had gone to the capture's buffer
+    (tmp_path / "big.py").write_text(noisy.replace("layers = int(sys.argv[1])",
+                                                   "import argparse\nlayers = argparse.ArgumentParser()"
+                                                   ".parse_args().layers"))
+    refused = emulate("--layrs", "3")
+    assert (refused.returncode, refused.stderr) == (
+        2, "Error: Script big.py exited with code 2 before calling a poptorch training model: big.py: error: "
+           "unrecognized arguments: --layrs 3.\n")
