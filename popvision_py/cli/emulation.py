@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from popvision_py.errors import PopvisionError
+from popvision_py.errors import PopvisionError, first_line
 
 
 class EmulationError(PopvisionError):
@@ -36,5 +36,4 @@ def run_fields(fields: dict[str, Any], profile: Path) -> None:
     except PopvisionError:
         raise
     except Exception as exc:  # noqa: BLE001 - one failed run is a row, never a crash of the others
-        first = (str(exc).strip().splitlines() or ["no message"])[0]
-        raise EmulationError(f"The emulator failed: {type(exc).__name__}: {first}.") from None
+        raise EmulationError(f"The emulator failed: {type(exc).__name__}: {first_line(exc)}.") from None

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from popvision_py.errors import PopvisionError
+from popvision_py.errors import PopvisionError, first_line
 from popvision_py.render import OutputError
 
 if TYPE_CHECKING:
@@ -85,8 +85,7 @@ def _refusal(exc: "Exception", memory_limit: str) -> QueryError:
     """One sentence for a DuckDB error, saying plainly when it is the lock-down that refused the query."""
     import duckdb
 
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
+    first = first_line(exc, type(exc).__name__)
     if isinstance(exc, duckdb.OutOfMemoryException):
         return QueryError(f"The query needs more than the memory limit of {memory_limit} (DuckDB: {first}); "
                           "raise it with --memory-limit.")
