@@ -227,12 +227,17 @@ def answer_failure(app: dash.Dash, error: Exception) -> flask.Response | HTTPExc
                           mimetype="text/plain")
 
 
+def shown(page: dict[str, Any], comparing: bool, tuned: bool) -> bool:
+    """Whether a registered page is served: the compare page only with two profiles, the What-if page
+    only with a tune result."""
+    return (comparing or not page.get("needs_two_profiles")) and (tuned or not page.get("needs_tune"))
+
+
 def navigation(comparing: bool, tuned: bool = False) -> list[dcc.Link]:
-    """One link per registered page, in registry order; the compare page only with two profiles, the
-    What-if page only with a tune result."""
+    """One link per page ``shown``, in registry order."""
     links = []
     for page in dash.page_registry.values():
-        if page.get("needs_two_profiles") and not comparing or page.get("needs_tune") and not tuned:
+        if not shown(page, comparing, tuned):
             continue
         links.append(
             dcc.Link(

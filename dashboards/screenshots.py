@@ -20,7 +20,7 @@ from pathlib import Path
 import dash
 from werkzeug.serving import make_server
 
-from dashboards.app import create_app
+from dashboards.app import create_app, shown
 
 WIDTH = 1440
 
@@ -30,7 +30,7 @@ def pages(comparing: bool, tuned: bool = False) -> dict[str, str]:
     return {
         page["module"].rsplit(".", 1)[-1]: page["path"]
         for page in dash.page_registry.values()
-        if (comparing or not page.get("needs_two_profiles")) and (tuned or not page.get("needs_tune"))
+        if shown(page, comparing, tuned)
     }
 
 
