@@ -245,12 +245,10 @@ def _bar(model: str, show: bool) -> Iterator[Any]:
 def _profile(request_json: str, path: Path) -> str:
     """Emulate a row's request again, writing its profile to ``path``; the absolute path (the tune
     result's metadata keeps it, so the dashboard finds it from any folder)."""
-    from engine.runner import RunRequest, emulate
+    from popvision_py.cli.emulation import run_fields
 
-    request = RunRequest(**json.loads(request_json))
-    request.profile = path
     with run_cli._profile_folder(path.parent):
-        emulate(request)
+        run_fields(json.loads(request_json), path)
     return str(path.resolve())
 
 

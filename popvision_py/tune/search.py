@@ -21,9 +21,8 @@ from typing import Any
 import pandas as pd
 
 from engine.runner import RunRequest
-from popvision_py.errors import ConfigError
+from popvision_py.errors import ConfigError, first_line
 from popvision_py.format import runconfig
-from popvision_py.errors import first_line
 from popvision_py.tune.cap import Kept, keep_mappings, keep_settings
 from popvision_py.tune.evaluate import NOT_EMULATED, evaluate
 from popvision_py.tune.space import Candidate, Space

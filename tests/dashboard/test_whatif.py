@@ -112,6 +112,17 @@ def test_emulate_and_compare_runs_the_candidate_and_compares_it(made, whatif_app
     import popvision_py as pv
     with pv.open(written[0]) as r:
         assert r.summary.figures().throughput_samples_per_s == pytest.approx(rows.loc[3, "samples_per_second"])
+        candidate = r.summary.figures()
+    # AND the key figures table shows A's and B's throughput and replicas as the two profiles give them
+    from dashboards import components as c
+    with pv.open(made["profile"]) as r:
+        served = r.summary.figures()
+    (table,) = [t for t in _walk(view) if getattr(t, "id", None) == "whatif-key-figures"]
+    key = text(table)
+    assert f"throughput samples per s {c.fmt_number(served.throughput_samples_per_s)} " \
+           f"{c.fmt_number(candidate.throughput_samples_per_s)}" in key
+    assert f"replication factor {served.replication_factor} {candidate.replication_factor} " in key
+    assert candidate.replication_factor == 2 * served.replication_factor
     # AND a candidate the planner refuses is one sentence, not an error
     refused = text(whatif.emulate_and_compare(1, 5, "a"))
     assert refused.startswith("This candidate could not be emulated: ")
