@@ -205,3 +205,12 @@ def command_block(command: str) -> list:
     return [html.Div([html.Code(words, className="insight-command-text"),
                       dcc.Clipboard(content=command, title="Copy the command", className="insight-copy")],
                      className="insight-command")]
+
+
+def settings_table(settings: Any, table_id: str, same: str) -> Any:
+    """The run settings that differ between A and B (``Comparison.configuration()``: setting, a, b), or
+    ``same`` when none does."""
+    if settings.empty:
+        return html.Div(same, className="empty", id=table_id)
+    return table(settings, columns={"setting": "setting", "a": "A", "b": "B"},
+                 formats={"setting": str, "a": fmt_text, "b": fmt_text}, table_id=table_id)

@@ -105,12 +105,8 @@ def profile_header(labels: dict[str, str]) -> html.Div:
 
 def configuration_table(settings: pd.DataFrame) -> html.Section:
     """The run settings that differ between A and B (``Comparison.configuration()``), or a line saying none does."""
-    if settings.empty:
-        body: Any = html.Div("A and B have the same settings.", className="empty", id="compare-configuration")
-    else:
-        body = c.table(settings, columns={"setting": "setting", "a": "A", "b": "B"},
-                       formats={"setting": str, "a": c.fmt_text, "b": c.fmt_text}, table_id="compare-configuration")
-    return c.section("Settings that differ", body)
+    return c.section("Settings that differ",
+                     c.settings_table(settings, "compare-configuration", "A and B have the same settings."))
 
 
 @dash.callback(

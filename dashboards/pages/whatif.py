@@ -113,9 +113,7 @@ def comparison_view(comparison: Any, candidate: str) -> html.Div:
     return html.Div([
         html.P(["Candidate profile: ", html.Code(candidate)], className="verify-profile"),
         html.H4("Settings that differ (A: the current profile, B: the candidate)"),
-        c.table(settings, columns={"setting": "setting", "a": "A", "b": "B"},
-                formats={"setting": str, "a": c.fmt_text, "b": c.fmt_text}, table_id="whatif-configuration")
-        if len(settings) else html.Div("The candidate has the current profile's settings.", className="empty"),
+        c.settings_table(settings, "whatif-configuration", "The candidate has the current profile's settings."),
         html.H4("Key figures"),
         c.table(key[["figure", "a", "b", "difference_pct"]].reset_index(drop=True),
                 columns={"figure": "figure", "a": "A", "b": "B", "difference_pct": "change"},
