@@ -249,13 +249,37 @@ class Comparison:
     """Two profiles side by side: ``summary()``, ``memory()``, ``liveness()``, ``stages()``, ``exchange()``,
     and ``configuration()``, the settings that differ.
 
-    ``a`` and ``b`` are the two ``Report``s (paths are opened).
+    ``a`` and ``b`` are the two ``Report``s (paths are opened, and closed by ``close()`` or on leaving a
+    ``with`` block; Reports given are the caller's to close).
     """
 
     def __init__(self, a: str | os.PathLike[str] | Report, b: str | os.PathLike[str] | Report) -> None:
-        self.a = a if isinstance(a, Report) else Report(a)
-        self.b = b if isinstance(b, Report) else Report(b)
+        self._opened: list[Report] = []
+        self.a = self._report(a)
+        self.b = self._report(b)
         self._cache: dict[str, pd.DataFrame] = {}
+
+    def _report(self, given: str | os.PathLike[str] | Report) -> Report:
+        if isinstance(given, Report):
+            return given
+        try:
+            report = Report(given)
+        except BaseException:
+            self.close()  # a (opened) when b cannot be
+            raise
+        self._opened.append(report)
+        return report
+
+    def close(self) -> None:
+        """Close the Reports this comparison opened from paths."""
+        while self._opened:
+            self._opened.pop().close()
+
+    def __enter__(self) -> "Comparison":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def section(self, name: str) -> pd.DataFrame:
         """One section's comparison: COLUMNS."""

@@ -20,9 +20,5 @@ def command(a: str, b: str, section: str, fmt: str, output: str | None) -> None:
     from popvision_py.render import emit
     from popvision_py.render.document import build_comparison
 
-    comparison = Comparison(a, b)
-    try:
+    with Comparison(a, b) as comparison:
         finish(emit(build_comparison(comparison, section), fmt, output))
-    finally:
-        comparison.a.close()
-        comparison.b.close()

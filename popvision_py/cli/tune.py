@@ -258,10 +258,6 @@ def _compare(a: str, b: str) -> str:
     from popvision_py.render import FORMATS
     from popvision_py.render.document import build_comparison
 
-    comparison = Comparison(a, b)
-    try:
+    with Comparison(a, b) as comparison:
         data = FORMATS["text"](build_comparison(comparison, "summary"))
-    finally:
-        comparison.a.close()
-        comparison.b.close()
     return data.decode() if isinstance(data, bytes) else str(data)

@@ -34,3 +34,35 @@ def test_differences_between_two_runs(profiles):
     assert st.loc["imbalance", "difference"] == pytest.approx(150 / 90 - 1)
     m = c.memory().set_index("figure")
     assert m.loc["ipu 1 total_bytes", "b"] == 2200
+
+
+def _open_on(path) -> int:
+    """File descriptors this process holds on ``path``."""
+    import os
+    from pathlib import Path
+
+    target = str(Path(path).resolve())
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if os.path.realpath(fd) == target)
+
+
+def test_a_comparison_closes_the_profiles_it_opened_and_only_those(profiles, tmp_path):
+    from popvision_py.analysis.compare import Comparison
+    from popvision_py.errors import PopvisionError
+
+    a, b = profiles["balanced"], profiles["unbalanced"]
+    # GIVEN a Report the caller opened, and a path the comparison opens itself
+    with pv.open(a) as given:
+        before = _open_on(b)
+        with Comparison(given, b) as c:
+            c.summary()
+            assert _open_on(b) == before + 1
+        # THEN leaving the block closes b's file and leaves the caller's report open and readable
+        assert _open_on(b) == before
+        assert given.summary.figures().step_cycles == 1510
+    # AND when b cannot be opened, a (opened from its path) is closed again before the error
+    missing = tmp_path / "missing.pop"
+    before = _open_on(a)
+    with pytest.raises(PopvisionError):
+        Comparison(a, missing)
+    assert _open_on(a) == before
