@@ -47,20 +47,28 @@ class Compiled:
     profile: Path | None
 
 
+def engine_options_env() -> dict:
+    """``POPLAR_ENGINE_OPTIONS`` as a dict (empty when unset or blank); one sentence when it is not a
+    JSON object."""
+    text = os.environ.get("POPLAR_ENGINE_OPTIONS", "").strip()
+    if not text:
+        return {}
+    try:
+        engine = json.loads(text)
+    except ValueError:
+        raise Error(f"POPLAR_ENGINE_OPTIONS is not JSON: {text[:80]!r}; write it as "
+                    f"'{{\"autoReport.all\":\"true\",\"autoReport.directory\":\"profile\"}}'.") from None
+    if not isinstance(engine, dict):
+        raise Error("POPLAR_ENGINE_OPTIONS must be a JSON object, such as {\"autoReport.all\":\"true\"}.")
+    return engine
+
+
 def report_directory(options: Options) -> Path | None:
     """The directory profiles go to, or None: ``POPLAR_ENGINE_OPTIONS`` first, then ``enableProfiling``."""
-    text = os.environ.get("POPLAR_ENGINE_OPTIONS", "").strip()
-    if text:
-        try:
-            engine = json.loads(text)
-        except ValueError:
-            raise Error(f"POPLAR_ENGINE_OPTIONS is not JSON: {text[:80]!r}; write it as "
-                        f"'{{\"autoReport.all\":\"true\",\"autoReport.directory\":\"profile\"}}'.") from None
-        if not isinstance(engine, dict):
-            raise Error("POPLAR_ENGINE_OPTIONS must be a JSON object, such as {\"autoReport.all\":\"true\"}.")
-        wanted = {str(k): str(v).strip().lower() == "true" for k, v in engine.items()}
-        if wanted.get("autoReport.all") or any(v for k, v in wanted.items() if k.startswith("autoReport.output")):
-            return Path(str(engine.get("autoReport.directory", ".")))
+    engine = engine_options_env()
+    wanted = {str(k): str(v).strip().lower() == "true" for k, v in engine.items()}
+    if wanted.get("autoReport.all") or any(v for k, v in wanted.items() if k.startswith("autoReport.output")):
+        return Path(str(engine.get("autoReport.directory", ".")))
     if options.profile_dir is not None:
         return Path(options.profile_dir)
     return None

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from popvision_py.errors import first_line
-from popvision_py.errors import ConfigError, PopvisionError
+from popvision_py.errors import ConfigError, PopvisionError, first_line
+from poptorch._emulation import engine_options_env
 
 
 @contextlib.contextmanager
@@ -32,12 +32,7 @@ def _engine_options(profile_dir: Path | None) -> Iterator[None]:
     if profile_dir is None:
         yield
         return
-    try:
-        options = json.loads(before) if before and before.strip() else {}
-    except ValueError:
-        raise ConfigError(f"POPLAR_ENGINE_OPTIONS is not JSON: {before[:80]!r}.") from None
-    if not isinstance(options, dict):
-        raise ConfigError("POPLAR_ENGINE_OPTIONS must be a JSON object, such as {\"autoReport.all\":\"true\"}.")
+    options = engine_options_env()
     options.update({"autoReport.all": "true", "autoReport.directory": str(profile_dir)})
     os.environ["POPLAR_ENGINE_OPTIONS"] = json.dumps(options)
     try:
