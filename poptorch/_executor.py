@@ -87,9 +87,8 @@ class PoplarExecutor:
     def compile(self, *args: Any, **kwargs: Any) -> None:
         """Capture and emulate without training: one micro-batch's forward, gradients off."""
         if self._compiled is None:
-            micro = self._micro_batches(args, kwargs)[0]
-            with torch.no_grad(), self._capturing(*micro):
-                self._user_model(*micro[0], **micro[1])
+            with torch.no_grad():
+                self._forward(*self._micro_batches(args, kwargs)[0])
         self._attached = True
 
     def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:  # noqa: N802
@@ -145,20 +144,21 @@ class PoplarExecutor:
             for start in range(0, len(micro), per_update):
                 self._optimizer.zero_grad(set_to_none=True)
                 for a, kw in micro[start:start + per_update]:
-                    with self._capturing(a, kw) if self._compiled is None else contextlib.nullcontext():
-                        out = self._user_model(*a, **kw)
+                    out = self._forward(a, kw)
                     loss = _loss_of(out)
                     (loss / per_update if mean else loss).backward()
                     outputs.append(_detached(out))
                 self._optimizer.step()
         else:
             with torch.no_grad():
-                for a, kw in micro:
-                    with self._capturing(a, kw) if self._compiled is None else contextlib.nullcontext():
-                        out = self._user_model(*a, **kw)
-                    outputs.append(_detached(out))
+                outputs.extend(_detached(self._forward(a, kw)) for a, kw in micro)
         self._attached = True
         return _combine(outputs, self._options)
+
+    def _forward(self, args: tuple, kwargs: dict) -> Any:
+        """One micro-batch through the model; the first one (before compiling) is captured."""
+        with self._capturing(args, kwargs) if self._compiled is None else contextlib.nullcontext():
+            return self._user_model(*args, **kwargs)
 
     def _micro_batches(self, args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:
         """The call's inputs split into micro-batches along the leading dimension, as PopTorch does."""

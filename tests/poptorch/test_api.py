@@ -70,6 +70,23 @@ def test_training_accumulates_averages_and_steps_once_per_group(capsys) -> None:
     assert "Regression: training" in capsys.readouterr().out  # compiled on the first call
 
 
+def test_compile_captures_without_training_and_the_first_call_does_not_compile_again(capsys) -> None:
+    # GIVEN a training model compiled ahead of its first call
+    model = Regression()
+    training = poptorch.trainingModel(model, optimizer=poptorch.optim.SGD(model.parameters(), lr=0.5))
+    x, y = batch(1)  # x = (0, 0.1), y = 0.1
+    training.compile(x, y)
+    # THEN it is compiled (the summary printed once) and the weights are untouched
+    assert training.isCompiled() and capsys.readouterr().out.count("Regression: training") == 1
+    assert [op.kind for op in training.compiled.captured.model.ops] == ["matmul", "sub", "pow", "reduce"]
+    assert model.fc.weight.detach().tolist() == [[1.0, -1.0]]
+    # WHEN called: one SGD step, w - 0.5 x 2 (w.x - y) x = (1, -1) - 0.5 x 2 (-0.2) (0, 0.1) = (1, -0.98),
+    # and no second compilation
+    training(x, y)
+    torch.testing.assert_close(model.fc.weight.detach(), torch.tensor([[1.0, -0.98]]))
+    assert "Regression: training" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(("mode", "shapes"), [(poptorch.OutputMode.All, [(4, 1), (4,)]),
                                               (poptorch.OutputMode.Sum, [(1, 1), ()]),
                                               (poptorch.OutputMode.EveryN, [(2, 1), (2,)])])
