@@ -64,6 +64,7 @@ class PoplarExecutor:
             self._optimizer = None
             self._engine_optimiser = {}
         self._compiled: _emulation.Compiled | None = None
+        self._called = False  # the first call seeds torch's generator with Options.randomSeed
         self._attached = False
 
     # -- what PopTorch's executor offers -------------------------------------------------------
@@ -118,6 +119,7 @@ class PoplarExecutor:
 
     def destroy(self) -> None:
         self._compiled = None
+        self._called = False
         self._attached = False
 
     def __getattr__(self, name: str) -> Any:
@@ -135,8 +137,10 @@ class PoplarExecutor:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         micro = self._micro_batches(args, kwargs)
-        if self._compiled is None and self._options.random_seed is not None:
-            torch.manual_seed(self._options.random_seed)  # the IPU's generator is torch's here
+        if not self._called and self._options.random_seed is not None:
+            # the IPU's generator is torch's here; compile() runs nothing on the IPU, so the first call seeds
+            torch.manual_seed(self._options.random_seed)
+        self._called = True
         outputs: list[Any] = []
         if self._training:
             per_update = self._options.Training.gradient_accumulation * self._options.replication_factor

@@ -87,6 +87,37 @@ def test_compile_captures_without_training_and_the_first_call_does_not_compile_a
     assert "Regression: training" not in capsys.readouterr().out
 
 
+class Dropped(torch.nn.Module):
+    """A linear layer behind dropout: its training depends on torch's random generator."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drop, self.fc = torch.nn.Dropout(0.5), torch.nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor):
+        return torch.nn.functional.mse_loss(self.fc(self.drop(x)), y)
+
+
+def test_random_seed_applies_at_the_first_call_whether_or_not_compile_came_first() -> None:
+    # GIVEN one set of initial weights, Options().randomSeed(7), and the generator in another state each time
+    initial = Dropped().state_dict()
+    x, y = torch.ones(4, 16), torch.ones(4, 1)
+    trained = []
+    for compile_first, seed in ((False, 1), (True, 2)):
+        model = Dropped()
+        model.load_state_dict(initial)
+        training = poptorch.trainingModel(model, poptorch.Options().randomSeed(7),
+                                          optimizer=poptorch.optim.SGD(model.parameters(), lr=0.1))
+        torch.manual_seed(seed)
+        if compile_first:
+            training.compile(x, y)
+            torch.rand(5)  # the script draws numbers of its own between compile() and the first call
+        training(x, y)
+        trained.append(model.fc.weight.detach().clone())
+    # THEN both runs drew the same dropout masks: the same weights after the step
+    torch.testing.assert_close(trained[0], trained[1], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize(("mode", "shapes"), [(poptorch.OutputMode.All, [(4, 1), (4,)]),
                                               (poptorch.OutputMode.Sum, [(1, 1), ()]),
                                               (poptorch.OutputMode.EveryN, [(2, 1), (2,)])])
