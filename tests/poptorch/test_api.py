@@ -429,3 +429,40 @@ def test_pytorchs_transformer_layers_train_and_infer_with_every_op_named(recwarn
     assert [op.kind for op in inference.compiled.captured.model.ops][:5] == ["embedding", "matmul", "matmul",
                                                                              "softmax", "matmul"]
     assert not [w for w in recwarn if issubclass(w.category, poptorch.GenericOpsWarning)]
+
+
+def test_a_distributed_process_loads_its_own_contiguous_share() -> None:
+    # GIVEN 100 samples over 2 processes, batch 5: each process reads its half, in order
+    dataset = torch.utils.data.TensorDataset(torch.arange(100.0))
+    shares = []
+    for process in (0, 1):
+        opts = poptorch.Options()
+        opts.Distributed.configureProcessId(process, 2)
+        shares.append(torch.cat([x for (x,) in poptorch.DataLoader(opts, dataset, batch_size=5)]).tolist())
+    assert shares == [list(range(50)), list(range(50, 100))]
+
+
+class Unnamed(torch.nn.Module):
+    """Two blocks given no names (PopTorch numbers them 0, 1), the second by BeginBlock."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 4), poptorch.BeginBlock(torch.nn.Linear(4, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with poptorch.Block():
+            x = torch.relu(self.a(x))
+        return self.b(x)
+
+
+def test_unnamed_blocks_are_numbered_and_remove_blocks_leaves_one() -> None:
+    model = Unnamed()
+    inference = poptorch.inferenceModel(model)
+    inference(torch.ones(2, 4))
+    assert [(op.kind, op.block) for op in inference.compiled.captured.model.ops] == [
+        ("matmul", "0"), ("relu", "0"), ("matmul", "1")]
+    # WHEN the BeginBlock is removed: the ops after the first block stay in it
+    poptorch.removeBlocks(model)
+    again = poptorch.inferenceModel(model)
+    again(torch.ones(2, 4))
+    assert {op.block for op in again.compiled.captured.model.ops} == {"0"}
