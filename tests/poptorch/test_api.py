@@ -466,3 +466,24 @@ def test_unnamed_blocks_are_numbered_and_remove_blocks_leaves_one() -> None:
     again = poptorch.inferenceModel(model)
     again(torch.ones(2, 4))
     assert {op.block for op in again.compiled.captured.model.ops} == {"0"}
+
+
+def test_the_optimisers_storage_types_reach_the_emulation_and_the_rest_leave_pytorchs_update() -> None:
+    # GIVEN PopTorch's Adam with FP16 first moments and accumulators, and a loss scaling
+    model = Regression()
+    adam = poptorch.optim.Adam(model.parameters(), lr=0.1, first_order_momentum_accum_type=torch.half,
+                               accum_type=torch.float16, loss_scaling=128.0, max_grad_norm=None)
+    plain = Regression()
+    reference = torch.optim.Adam(plain.parameters(), lr=0.1)
+    training = poptorch.trainingModel(model, optimizer=adam)
+    training(*batch(1))
+    # THEN the emulated optimiser holds those types
+    o = training.compiled.captured.model.options
+    assert (o.optimiser, o.first_moment_type, o.accum_type, o.optimiser_state_type) == ("adam", "fp16", "fp16", "fp32")
+    # AND the CPU's step is PyTorch's Adam step without the PopTorch arguments
+    reference.zero_grad()
+    ((plain.fc(batch(1)[0]) - batch(1)[1]) ** 2).mean().backward()
+    reference.step()
+    torch.testing.assert_close(model.fc.weight, plain.fc.weight)
+    sgd = poptorch.optim.SGD(model.parameters(), lr=0.1, velocity_accum_type=torch.half, use_combined_accum=False)
+    assert sgd.engine_options() == {"optimiser": "sgd", "optimiser_state_type": "fp16", "use_combined_accum": False}
