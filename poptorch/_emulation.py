@@ -118,9 +118,9 @@ def engine_strategy(captured: Captured, options: Options) -> ExecutionStrategy:
     return strategy.engine_strategy(list(captured.model.blocks), captured.block_ipus)
 
 
-def emulate(captured: Captured, options: Options, *, training: bool) -> Compiled:
+def emulate(captured: Captured, options: Options, *, training: bool, write: bool = True) -> Compiled:
     """Emulate the captured model with the script's strategy; write its profile where PopTorch
-    users look for it, and return the summary ``popvision run`` prints."""
+    users look for it (unless ``write`` is false), and return the summary ``popvision run`` prints."""
     from popvision_py.cli.run import summary_figures, summary_text
     from popvision_py.format.atomic import check_writable, folder_lock
 
@@ -130,7 +130,7 @@ def emulate(captured: Captured, options: Options, *, training: bool) -> Compiled
     except ConfigError as exc:
         raise Error(f"Compiling {model.name}: {_in_poptorch_words(str(exc))}") from None
     plan = dataclasses.replace(plan, request=script_request(training))
-    directory = report_directory(options)
+    directory = report_directory(options) if write else None
     folder = directory / (options.model_name or ("training" if training else "inference")) if directory else None
     with tempfile.TemporaryDirectory(prefix="popvision-poptorch-") as scratch:
         target = (folder or Path(scratch)) / "profile.pop"

@@ -200,7 +200,8 @@ class PoplarExecutor:
             # the capture again under other engine options (a tool's what-if), from the same records
             _CAPTURE_ONLY[-1](captured, _emulation.engine_strategy(captured, self._options), self._training,
                               lambda options: to_model(records, inputs, root, name, options).model)
-        self._compiled = _emulation.emulate(captured, self._options, training=self._training)
+        # a capture (the callback did not stop the script at this model) writes no profile
+        self._compiled = _emulation.emulate(captured, self._options, training=self._training, write=not _CAPTURE_ONLY)
         _emulation.announce(self._compiled)
 
 

@@ -487,3 +487,24 @@ def test_the_optimisers_storage_types_reach_the_emulation_and_the_rest_leave_pyt
     torch.testing.assert_close(model.fc.weight, plain.fc.weight)
     sgd = poptorch.optim.SGD(model.parameters(), lr=0.1, velocity_accum_type=torch.half, use_combined_accum=False)
     assert sgd.engine_options() == {"optimiser": "sgd", "optimiser_state_type": "fp16", "use_combined_accum": False}
+
+
+def test_a_capture_writes_no_profile_for_the_models_it_runs_past(tmp_path: Path) -> None:
+    from poptorch._script import capture_script
+
+    # GIVEN a script whose options ask for profiles (enableProfiling), training before its inference model
+    script = tmp_path / "both.py"
+    script.write_text(f"""\
+import torch
+import poptorch
+
+net = torch.nn.Sequential(torch.nn.Linear(4, 2))
+opts = poptorch.Options().enableProfiling({str(tmp_path / "profiles")!r})
+training = poptorch.trainingModel(torch.nn.Sequential(net, torch.nn.Flatten()), opts)
+training.compile(torch.ones(2, 4))
+""" + "poptorch.inferenceModel(net, opts)(torch.ones(2, 4))\n")
+    # WHEN its inference model is captured (the training model compiles on the way)
+    captured = capture_script(script, training=False)
+    # THEN the capture is the inference model's, and nothing was written
+    assert not captured.training and [op.kind for op in captured.model.ops] == ["matmul"]
+    assert not (tmp_path / "profiles").exists()
