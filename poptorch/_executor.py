@@ -32,7 +32,7 @@ _UNSUPPORTED = frozenset({"getComputeLatency", "getHostIpuLatency", "getLatency"
                           "cycleCount", "rng_state", "compileAndExport", "loadExecutable", "precompileAndExport"})
 
 
-# While popvision captures a script without running it (poptorch.capture_script): the callback each
+# While popvision captures a script without running it (poptorch._script.capture_script): the callback each
 # compiling model hands its capture to (it stops the script).
 _CAPTURE_ONLY: list = []
 

@@ -88,7 +88,7 @@ class ScriptModel:
     training: bool
     generic: dict[str, int]
     # the captured ops as an engine Model under other engine options (the shapes stay the captured ones)
-    rebuild: Callable[[Any], Any] | None = None
+    rebuild: Callable[[Any], Any]
 
 
 class NothingCaptured(ConfigError):
@@ -186,7 +186,7 @@ def script_source(path: str | os.PathLike[str], args: Sequence[str], mode: str) 
             raise ConfigError(f"--precision {options.precision} cannot apply to {path}: its model runs in "
                               f"{own.precision.upper()}, the precision of its weights; convert the model in the "
                               f"script instead (model.half() for FP16, model.float() for FP32).")
-        model = captured.rebuild(options) if captured.rebuild is not None else captured.model
+        model = captured.rebuild(options)
         model.set_default_strategy(captured.strategy)
         return model
 
