@@ -4,7 +4,8 @@ Where the profile goes follows PopTorch and Poplar: ``POPLAR_ENGINE_OPTIONS`` wi
 ``autoReport.all`` (or any ``autoReport.output*``) set to true writes under
 ``autoReport.directory`` (the current directory by default), else ``Options.enableProfiling(dir)``;
 each compiled model writes ``<directory>/<model name>/profile.pop``, the model name being
-PopTorch's default ``training`` or ``inference`` unless ``Options.modelName`` sets one.
+PopTorch's default ``training`` or ``inference`` unless ``Options.modelName`` sets one. While
+popvision captures a script (``poptorch._script.capture_script``) nothing is written.
 """
 
 from __future__ import annotations
