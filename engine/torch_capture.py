@@ -60,7 +60,7 @@ ELEMENTWISE = {
     "hardtanh": 1, "hardtanh_": 1, "leaky_relu": 1, "leaky_relu_": 1, "threshold": 1, "masked_fill": 1,
     "masked_fill_": 1, "eq": 1, "ne": 1, "lt": 1, "le": 1, "gt": 1, "ge": 1, "pow": 2, "sqrt": 4, "rsqrt": 4,
     "exp": 4, "log": 4, "tanh": 4, "sigmoid": 4, "silu": 5, "silu_": 5, "elu": 5, "hardswish": 3, "hardsigmoid": 2,
-    "erf": 4, "sin": 4, "cos": 4, "reciprocal": 1, "addcmul": 2, "addcdiv": 2, "lerp": 3, "_to_copy_cast": 1,
+    "erf": 4, "sin": 4, "cos": 4, "reciprocal": 1, "addcmul": 2, "addcdiv": 2, "lerp": 3,
 }
 # Reductions: FLOPs per input element.
 REDUCTIONS = {"sum": 1, "mean": 1, "amax": 1, "amin": 1, "max": 1, "min": 1, "var": 3, "std": 3, "norm": 2,

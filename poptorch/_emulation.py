@@ -4,7 +4,8 @@ Where the profile goes follows PopTorch and Poplar: ``POPLAR_ENGINE_OPTIONS`` wi
 ``autoReport.all`` (or any ``autoReport.output*``) set to true writes under
 ``autoReport.directory`` (the current directory by default), else ``Options.enableProfiling(dir)``;
 each compiled model writes ``<directory>/<model name>/profile.pop``, the model name being
-PopTorch's default ``training`` or ``inference`` unless ``Options.modelName`` sets one.
+PopTorch's default ``training`` or ``inference`` unless ``Options.modelName`` sets one. While
+popvision captures a script (``poptorch._script.capture_script``) nothing is written.
 """
 
 from __future__ import annotations
@@ -47,20 +48,28 @@ class Compiled:
     profile: Path | None
 
 
+def engine_options_env() -> dict:
+    """``POPLAR_ENGINE_OPTIONS`` as a dict (empty when unset or blank); one sentence when it is not a
+    JSON object."""
+    text = os.environ.get("POPLAR_ENGINE_OPTIONS", "").strip()
+    if not text:
+        return {}
+    try:
+        engine = json.loads(text)
+    except ValueError:
+        raise Error(f"POPLAR_ENGINE_OPTIONS is not JSON: {text[:80]!r}; write it as "
+                    f"'{{\"autoReport.all\":\"true\",\"autoReport.directory\":\"profile\"}}'.") from None
+    if not isinstance(engine, dict):
+        raise Error("POPLAR_ENGINE_OPTIONS must be a JSON object, such as {\"autoReport.all\":\"true\"}.")
+    return engine
+
+
 def report_directory(options: Options) -> Path | None:
     """The directory profiles go to, or None: ``POPLAR_ENGINE_OPTIONS`` first, then ``enableProfiling``."""
-    text = os.environ.get("POPLAR_ENGINE_OPTIONS", "").strip()
-    if text:
-        try:
-            engine = json.loads(text)
-        except ValueError:
-            raise Error(f"POPLAR_ENGINE_OPTIONS is not JSON: {text[:80]!r}; write it as "
-                        f"'{{\"autoReport.all\":\"true\",\"autoReport.directory\":\"profile\"}}'.") from None
-        if not isinstance(engine, dict):
-            raise Error("POPLAR_ENGINE_OPTIONS must be a JSON object, such as {\"autoReport.all\":\"true\"}.")
-        wanted = {str(k): str(v).strip().lower() == "true" for k, v in engine.items()}
-        if wanted.get("autoReport.all") or any(v for k, v in wanted.items() if k.startswith("autoReport.output")):
-            return Path(str(engine.get("autoReport.directory", ".")))
+    engine = engine_options_env()
+    wanted = {str(k): str(v).strip().lower() == "true" for k, v in engine.items()}
+    if wanted.get("autoReport.all") or any(v for k, v in wanted.items() if k.startswith("autoReport.output")):
+        return Path(str(engine.get("autoReport.directory", ".")))
     if options.profile_dir is not None:
         return Path(options.profile_dir)
     return None
@@ -110,9 +119,9 @@ def engine_strategy(captured: Captured, options: Options) -> ExecutionStrategy:
     return strategy.engine_strategy(list(captured.model.blocks), captured.block_ipus)
 
 
-def emulate(captured: Captured, options: Options, *, training: bool) -> Compiled:
+def emulate(captured: Captured, options: Options, *, training: bool, write: bool = True) -> Compiled:
     """Emulate the captured model with the script's strategy; write its profile where PopTorch
-    users look for it, and return the summary ``popvision run`` prints."""
+    users look for it (unless ``write`` is false), and return the summary ``popvision run`` prints."""
     from popvision_py.cli.run import summary_figures, summary_text
     from popvision_py.format.atomic import check_writable, folder_lock
 
@@ -122,7 +131,7 @@ def emulate(captured: Captured, options: Options, *, training: bool) -> Compiled
     except ConfigError as exc:
         raise Error(f"Compiling {model.name}: {_in_poptorch_words(str(exc))}") from None
     plan = dataclasses.replace(plan, request=script_request(training))
-    directory = report_directory(options)
+    directory = report_directory(options) if write else None
     folder = directory / (options.model_name or ("training" if training else "inference")) if directory else None
     with tempfile.TemporaryDirectory(prefix="popvision-poptorch-") as scratch:
         target = (folder or Path(scratch)) / "profile.pop"

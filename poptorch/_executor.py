@@ -32,7 +32,7 @@ _UNSUPPORTED = frozenset({"getComputeLatency", "getHostIpuLatency", "getLatency"
                           "cycleCount", "rng_state", "compileAndExport", "loadExecutable", "precompileAndExport"})
 
 
-# While popvision captures a script without running it (poptorch.capture_script): the callback each
+# While popvision captures a script without running it (poptorch._script.capture_script): the callback each
 # compiling model hands its capture to (it stops the script).
 _CAPTURE_ONLY: list = []
 
@@ -64,6 +64,7 @@ class PoplarExecutor:
             self._optimizer = None
             self._engine_optimiser = {}
         self._compiled: _emulation.Compiled | None = None
+        self._called = False  # the first call seeds torch's generator with Options.randomSeed
         self._attached = False
 
     # -- what PopTorch's executor offers -------------------------------------------------------
@@ -87,9 +88,8 @@ class PoplarExecutor:
     def compile(self, *args: Any, **kwargs: Any) -> None:
         """Capture and emulate without training: one micro-batch's forward, gradients off."""
         if self._compiled is None:
-            micro = self._micro_batches(args, kwargs)[0]
-            with torch.no_grad(), self._capturing(*micro):
-                self._user_model(*micro[0], **micro[1])
+            with torch.no_grad():
+                self._forward(*self._micro_batches(args, kwargs)[0])
         self._attached = True
 
     def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:  # noqa: N802
@@ -119,6 +119,7 @@ class PoplarExecutor:
 
     def destroy(self) -> None:
         self._compiled = None
+        self._called = False
         self._attached = False
 
     def __getattr__(self, name: str) -> Any:
@@ -136,8 +137,10 @@ class PoplarExecutor:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         micro = self._micro_batches(args, kwargs)
-        if self._compiled is None and self._options.random_seed is not None:
-            torch.manual_seed(self._options.random_seed)  # the IPU's generator is torch's here
+        if not self._called and self._options.random_seed is not None:
+            # the IPU's generator is torch's here; compile() runs nothing on the IPU, so the first call seeds
+            torch.manual_seed(self._options.random_seed)
+        self._called = True
         outputs: list[Any] = []
         if self._training:
             per_update = self._options.Training.gradient_accumulation * self._options.replication_factor
@@ -145,20 +148,21 @@ class PoplarExecutor:
             for start in range(0, len(micro), per_update):
                 self._optimizer.zero_grad(set_to_none=True)
                 for a, kw in micro[start:start + per_update]:
-                    with self._capturing(a, kw) if self._compiled is None else contextlib.nullcontext():
-                        out = self._user_model(*a, **kw)
+                    out = self._forward(a, kw)
                     loss = _loss_of(out)
                     (loss / per_update if mean else loss).backward()
                     outputs.append(_detached(out))
                 self._optimizer.step()
         else:
             with torch.no_grad():
-                for a, kw in micro:
-                    with self._capturing(a, kw) if self._compiled is None else contextlib.nullcontext():
-                        out = self._user_model(*a, **kw)
-                    outputs.append(_detached(out))
+                outputs.extend(_detached(self._forward(a, kw)) for a, kw in micro)
         self._attached = True
         return _combine(outputs, self._options)
+
+    def _forward(self, args: tuple, kwargs: dict) -> Any:
+        """One micro-batch through the model; the first one (before compiling) is captured."""
+        with self._capturing(args, kwargs) if self._compiled is None else contextlib.nullcontext():
+            return self._user_model(*args, **kwargs)
 
     def _micro_batches(self, args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:
         """The call's inputs split into micro-batches along the leading dimension, as PopTorch does."""
@@ -196,7 +200,8 @@ class PoplarExecutor:
             # the capture again under other engine options (a tool's what-if), from the same records
             _CAPTURE_ONLY[-1](captured, _emulation.engine_strategy(captured, self._options), self._training,
                               lambda options: to_model(records, inputs, root, name, options).model)
-        self._compiled = _emulation.emulate(captured, self._options, training=self._training)
+        # a capture (the callback did not stop the script at this model) writes no profile
+        self._compiled = _emulation.emulate(captured, self._options, training=self._training, write=not _CAPTURE_ONLY)
         _emulation.announce(self._compiled)
 
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from popvision_py.errors import first_line
-from popvision_py.errors import ConfigError, PopvisionError
+from popvision_py.errors import ConfigError, PopvisionError, first_line
+from poptorch._emulation import engine_options_env
 
 
 @contextlib.contextmanager
@@ -32,12 +32,7 @@ def _engine_options(profile_dir: Path | None) -> Iterator[None]:
     if profile_dir is None:
         yield
         return
-    try:
-        options = json.loads(before) if before and before.strip() else {}
-    except ValueError:
-        raise ConfigError(f"POPLAR_ENGINE_OPTIONS is not JSON: {before[:80]!r}.") from None
-    if not isinstance(options, dict):
-        raise ConfigError("POPLAR_ENGINE_OPTIONS must be a JSON object, such as {\"autoReport.all\":\"true\"}.")
+    options = engine_options_env()
     options.update({"autoReport.all": "true", "autoReport.directory": str(profile_dir)})
     os.environ["POPLAR_ENGINE_OPTIONS"] = json.dumps(options)
     try:
@@ -93,7 +88,7 @@ class ScriptModel:
     training: bool
     generic: dict[str, int]
     # the captured ops as an engine Model under other engine options (the shapes stay the captured ones)
-    rebuild: Callable[[Any], Any] | None = None
+    rebuild: Callable[[Any], Any]
 
 
 class NothingCaptured(ConfigError):
@@ -191,7 +186,7 @@ def script_source(path: str | os.PathLike[str], args: Sequence[str], mode: str) 
             raise ConfigError(f"--precision {options.precision} cannot apply to {path}: its model runs in "
                               f"{own.precision.upper()}, the precision of its weights; convert the model in the "
                               f"script instead (model.half() for FP16, model.float() for FP32).")
-        model = captured.rebuild(options) if captured.rebuild is not None else captured.model
+        model = captured.rebuild(options)
         model.set_default_strategy(captured.strategy)
         return model
 

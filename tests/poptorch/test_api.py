@@ -70,6 +70,54 @@ def test_training_accumulates_averages_and_steps_once_per_group(capsys) -> None:
     assert "Regression: training" in capsys.readouterr().out  # compiled on the first call
 
 
+def test_compile_captures_without_training_and_the_first_call_does_not_compile_again(capsys) -> None:
+    # GIVEN a training model compiled ahead of its first call
+    model = Regression()
+    training = poptorch.trainingModel(model, optimizer=poptorch.optim.SGD(model.parameters(), lr=0.5))
+    x, y = batch(1)  # x = (0, 0.1), y = 0.1
+    training.compile(x, y)
+    # THEN it is compiled (the summary printed once) and the weights are untouched
+    assert training.isCompiled() and capsys.readouterr().out.count("Regression: training") == 1
+    assert [op.kind for op in training.compiled.captured.model.ops] == ["matmul", "sub", "pow", "reduce"]
+    assert model.fc.weight.detach().tolist() == [[1.0, -1.0]]
+    # WHEN called: one SGD step, w - 0.5 x 2 (w.x - y) x = (1, -1) - 0.5 x 2 (-0.2) (0, 0.1) = (1, -0.98),
+    # and no second compilation
+    training(x, y)
+    torch.testing.assert_close(model.fc.weight.detach(), torch.tensor([[1.0, -0.98]]))
+    assert "Regression: training" not in capsys.readouterr().out
+
+
+class Dropped(torch.nn.Module):
+    """A linear layer behind dropout: its training depends on torch's random generator."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drop, self.fc = torch.nn.Dropout(0.5), torch.nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor):
+        return torch.nn.functional.mse_loss(self.fc(self.drop(x)), y)
+
+
+def test_random_seed_applies_at_the_first_call_whether_or_not_compile_came_first() -> None:
+    # GIVEN one set of initial weights, Options().randomSeed(7), and the generator in another state each time
+    initial = Dropped().state_dict()
+    x, y = torch.ones(4, 16), torch.ones(4, 1)
+    trained = []
+    for compile_first, seed in ((False, 1), (True, 2)):
+        model = Dropped()
+        model.load_state_dict(initial)
+        training = poptorch.trainingModel(model, poptorch.Options().randomSeed(7),
+                                          optimizer=poptorch.optim.SGD(model.parameters(), lr=0.1))
+        torch.manual_seed(seed)
+        if compile_first:
+            training.compile(x, y)
+            torch.rand(5)  # the script draws numbers of its own between compile() and the first call
+        training(x, y)
+        trained.append(model.fc.weight.detach().clone())
+    # THEN both runs drew the same dropout masks: the same weights after the step
+    torch.testing.assert_close(trained[0], trained[1], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize(("mode", "shapes"), [(poptorch.OutputMode.All, [(4, 1), (4,)]),
                                               (poptorch.OutputMode.Sum, [(1, 1), ()]),
                                               (poptorch.OutputMode.EveryN, [(2, 1), (2,)])])
@@ -381,3 +429,82 @@ def test_pytorchs_transformer_layers_train_and_infer_with_every_op_named(recwarn
     assert [op.kind for op in inference.compiled.captured.model.ops][:5] == ["embedding", "matmul", "matmul",
                                                                              "softmax", "matmul"]
     assert not [w for w in recwarn if issubclass(w.category, poptorch.GenericOpsWarning)]
+
+
+def test_a_distributed_process_loads_its_own_contiguous_share() -> None:
+    # GIVEN 100 samples over 2 processes, batch 5: each process reads its half, in order
+    dataset = torch.utils.data.TensorDataset(torch.arange(100.0))
+    shares = []
+    for process in (0, 1):
+        opts = poptorch.Options()
+        opts.Distributed.configureProcessId(process, 2)
+        shares.append(torch.cat([x for (x,) in poptorch.DataLoader(opts, dataset, batch_size=5)]).tolist())
+    assert shares == [list(range(50)), list(range(50, 100))]
+
+
+class Unnamed(torch.nn.Module):
+    """Two blocks given no names (PopTorch numbers them 0, 1), the second by BeginBlock."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 4), poptorch.BeginBlock(torch.nn.Linear(4, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with poptorch.Block():
+            x = torch.relu(self.a(x))
+        return self.b(x)
+
+
+def test_unnamed_blocks_are_numbered_and_remove_blocks_leaves_one() -> None:
+    model = Unnamed()
+    inference = poptorch.inferenceModel(model)
+    inference(torch.ones(2, 4))
+    assert [(op.kind, op.block) for op in inference.compiled.captured.model.ops] == [
+        ("matmul", "0"), ("relu", "0"), ("matmul", "1")]
+    # WHEN the BeginBlock is removed: the ops after the first block stay in it
+    poptorch.removeBlocks(model)
+    again = poptorch.inferenceModel(model)
+    again(torch.ones(2, 4))
+    assert {op.block for op in again.compiled.captured.model.ops} == {"0"}
+
+
+def test_the_optimisers_storage_types_reach_the_emulation_and_the_rest_leave_pytorchs_update() -> None:
+    # GIVEN PopTorch's Adam with FP16 first moments and accumulators, and a loss scaling
+    model = Regression()
+    adam = poptorch.optim.Adam(model.parameters(), lr=0.1, first_order_momentum_accum_type=torch.half,
+                               accum_type=torch.float16, loss_scaling=128.0, max_grad_norm=None)
+    plain = Regression()
+    reference = torch.optim.Adam(plain.parameters(), lr=0.1)
+    training = poptorch.trainingModel(model, optimizer=adam)
+    training(*batch(1))
+    # THEN the emulated optimiser holds those types
+    o = training.compiled.captured.model.options
+    assert (o.optimiser, o.first_moment_type, o.accum_type, o.optimiser_state_type) == ("adam", "fp16", "fp16", "fp32")
+    # AND the CPU's step is PyTorch's Adam step without the PopTorch arguments
+    reference.zero_grad()
+    ((plain.fc(batch(1)[0]) - batch(1)[1]) ** 2).mean().backward()
+    reference.step()
+    torch.testing.assert_close(model.fc.weight, plain.fc.weight)
+    sgd = poptorch.optim.SGD(model.parameters(), lr=0.1, velocity_accum_type=torch.half, use_combined_accum=False)
+    assert sgd.engine_options() == {"optimiser": "sgd", "optimiser_state_type": "fp16", "use_combined_accum": False}
+
+
+def test_a_capture_writes_no_profile_for_the_models_it_runs_past(tmp_path: Path) -> None:
+    from poptorch._script import capture_script
+
+    # GIVEN a script whose options ask for profiles (enableProfiling), training before its inference model
+    script = tmp_path / "both.py"
+    script.write_text(f"""\
+import torch
+import poptorch
+
+net = torch.nn.Sequential(torch.nn.Linear(4, 2))
+opts = poptorch.Options().enableProfiling({str(tmp_path / "profiles")!r})
+training = poptorch.trainingModel(torch.nn.Sequential(net, torch.nn.Flatten()), opts)
+training.compile(torch.ones(2, 4))
+""" + "poptorch.inferenceModel(net, opts)(torch.ones(2, 4))\n")
+    # WHEN its inference model is captured (the training model compiles on the way)
+    captured = capture_script(script, training=False)
+    # THEN the capture is the inference model's, and nothing was written
+    assert not captured.training and [op.kind for op in captured.model.ops] == ["matmul"]
+    assert not (tmp_path / "profiles").exists()

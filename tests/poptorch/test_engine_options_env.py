@@ -62,6 +62,10 @@ def test_a_profile_is_written_only_when_autoreport_asks(tmp_path: Path, monkeypa
     bad = CliRunner().invoke(main, ["run", str(script)], env={"POPLAR_ENGINE_OPTIONS": "autoReport.all=true"})
     assert bad.exit_code == 2
     assert bad.stderr.startswith("Error: POPLAR_ENGINE_OPTIONS is not JSON: 'autoReport.all=true'; write it as")
+    # the same sentence when `popvision run --profile` merges its directory into the variable
+    merged = CliRunner().invoke(main, ["run", str(script), "--profile", "--profile-dir", "d"],
+                                env={"POPLAR_ENGINE_OPTIONS": "autoReport.all=true"})
+    assert (merged.exit_code, merged.stderr) == (bad.exit_code, bad.stderr)
 
 
 TINY = """
