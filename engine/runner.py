@@ -223,6 +223,14 @@ def build_options(source: ModelSource, request: RunRequest) -> Options:
     return options
 
 
+def location_options(locations: Any) -> dict[str, bool]:
+    """``options.tensor_locations`` as the run options that set them (``LOCATION_NAMES``): the inverse of
+    ``build_options``' tensor-location lines."""
+    return {"offload_optimiser": not locations.optimiser_on_chip, "offload_weights": not locations.weights_on_chip,
+            "offload_activations": not locations.activations_on_chip,
+            "replicated_tensor_sharding": bool(locations.replicated_tensor_sharding)}
+
+
 def build_model(source: ModelSource, options: Options, params: dict[str, Any]) -> Model:
     """Call the model's build function; a user's failing build is one sentence."""
     params = {k: v for k, v in params.items() if v is not None}

@@ -167,15 +167,12 @@ def script_source(path: str | os.PathLike[str], args: Sequence[str], mode: str) 
     own poptorch.Options as the defaults. The micro-batch and the precision are the captured
     tensors' and cannot be changed by options: asking for others is one sentence saying where in
     the script they are set."""
-    from engine.runner import OPTION_NAMES, ModelSource
+    from engine.runner import OPTION_NAMES, ModelSource, location_options
 
     captured = captured_script(path, args, training=mode != "inference")
     own = captured.options
     defaults: dict[str, Any] = {name: getattr(own, name) for name in OPTION_NAMES}
-    locations = own.tensor_locations
-    defaults.update(offload_optimiser=not locations.optimiser_on_chip, offload_weights=not locations.weights_on_chip,
-                    offload_activations=not locations.activations_on_chip,
-                    replicated_tensor_sharding=locations.replicated_tensor_sharding)
+    defaults.update(location_options(own.tensor_locations))
 
     def build(options: Any) -> Any:
         if options.micro_batch_size != own.micro_batch_size:

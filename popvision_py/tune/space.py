@@ -48,7 +48,7 @@ import numpy as np
 from engine.compiler import cost_model
 from engine.model import PipelinedExecution, shard_ops
 from engine.plan import Plan
-from engine.runner import LOCATION_NAMES, RunRequest, prepare
+from engine.runner import LOCATION_NAMES, RunRequest, location_options, prepare
 from engine.zoo import balanced_stages
 from popvision_py.analysis.fixes import ORDER, flag, stages_text
 from popvision_py.errors import ConfigError
@@ -142,16 +142,13 @@ class Space:
         self.system_ipus = runconfig.SYSTEMS[self.settings.system]
         stages = [{"blocks": list(s.blocks), "ipu": s.ipu} for s in self.plan.stages]
         amp = o.available_memory_proportion
-        locations = o.tensor_locations
         config = {
             "strategy": self.plan.strategy, "stages": self.stages_text(stages),
             "tensor_sharding": o.tensor_sharding, "replication_factor": o.replication_factor,
             "micro_batch_size": o.micro_batch_size,
             "gradient_accumulation": o.gradient_accumulation if self.training else 1,
             "device_iterations": o.device_iterations, "recompute": bool(o.recompute),
-            "offload_optimiser": not locations.optimiser_on_chip, "offload_weights": not locations.weights_on_chip,
-            "offload_activations": not locations.activations_on_chip,
-            "replicated_tensor_sharding": bool(locations.replicated_tensor_sharding),
+            **location_options(o.tensor_locations),
             "available_memory_proportion": list(amp) if isinstance(amp, tuple) else float(amp),
         }
         if self.settings.global_batch is not None:
