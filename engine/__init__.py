@@ -31,7 +31,8 @@ from engine.model import (
     TensorLocationSettings,
 )
 from engine.runner import RunRequest, emulate, prepare
-from engine.targets import ARCHS, SYSTEMS, Assumptions, Target, make_target
+from engine.assumptions import Assumptions
+from engine.targets import ARCHS, SYSTEMS, Target, make_target
 from engine.zoo import ZOO
 
 __all__ = [

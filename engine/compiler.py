@@ -891,7 +891,7 @@ class Compiler:
 def cost_model(plan: Plan) -> CostModel:
     """The cost model of a checked plan: its target, options and how its tensors are split."""
     return CostModel(plan.target, plan.options, shards=plan.tensor_sharding, stream_shards=plan.optimiser_shards,
-                     ipus=plan.num_ipus)
+                     ipus=plan.num_ipus, input_kind=plan.options.host_input or plan.model.input_kind)
 
 
 def compile_plan(plan: Plan, progress: Callable[[], None] = lambda: None) -> Compiled:

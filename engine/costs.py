@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.model import DTYPE_BYTES, Op, Options
+from engine.model import DTYPE_BYTES, INPUT_KINDS, Op, Options
 from engine.targets import Target
 
 WORKERS = 6  # worker contexts per tile on every generation (public)
@@ -53,11 +53,34 @@ class AmpPlan:
 
 
 @dataclass(frozen=True)
+class HostLoader:
+    """The host's data loaders of a run (``CostModel.host_loader``)."""
+
+    kind: str  # an INPUT_KINDS key
+    processes: int
+    cores_per_process: int
+    samples_per_s_per_core: float
+
+    @property
+    def samples_per_s(self) -> float:
+        """Samples all the loaders prepare per second (0: synthetic, no loading)."""
+        return self.samples_per_s_per_core * self.cores_per_process * self.processes
+
+    def text(self) -> str:
+        """``JPEG decode and augmentation (ImageNet-like), 4 processes x 32 cores at 300 samples/s per core``."""
+        if not self.samples_per_s:
+            return INPUT_KINDS[self.kind]
+        return (f"{INPUT_KINDS[self.kind]}, {self.processes} process(es) x {self.cores_per_process} core(s) at "
+                f"{self.samples_per_s_per_core:,.0f} samples/s per core")
+
+
+@dataclass(frozen=True)
 class CostModel:
     """Cycle counts on one target for one run's options.
 
     ``shards``: IPUs a stage's tensors are split over (the t axis); ``stream_shards``: replicas each
-    streamed tensor is split over (replicated tensor sharding; 1 without it); ``ipus``: IPUs per replica.
+    streamed tensor is split over (replicated tensor sharding; 1 without it); ``ipus``: IPUs per replica;
+    ``input_kind``: what one sample is (``INPUT_KINDS``).
     """
 
     target: Target
@@ -65,6 +88,7 @@ class CostModel:
     shards: int = 1
     stream_shards: int = 1
     ipus: int = 1
+    input_kind: str = "tensor"  # what a sample is (INPUT_KINDS): the host's loading cost per sample
     _plans: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     @property
@@ -262,32 +286,66 @@ class CostModel:
         """A copy over a link (IPU-Link, host, streaming memory): the link's latency, then the bytes."""
         return int(self.a.link_latency_cycles + math.ceil(nbytes / self.target.bytes_per_cycle(bytes_per_s)))
 
-    def all_reduce_cycles(self, members: int, ring_bytes: float, bytes_per_s: float, efficiency: float = 1.0) -> int:
-        """Cycles of a ring all-reduce over ``members`` that moves ``ring_bytes`` per member.
+    def ring_cycles(self, members: int, nbytes: float, bytes_per_s: float) -> int:
+        """Cycles of one ring all-reduce of ``nbytes`` over ``members`` IPUs.
 
         A ring reduce-scatter then all-gather takes 2(members - 1) steps; each step waits for a sync
-        among the members and a link transfer to start (its latency), and the bytes move at
-        ``efficiency`` of ``bytes_per_s``."""
+        among the members and a link transfer to start (its latency), and each member sends
+        2(members - 1)/members of the buffer, at ``collective_link_efficiency`` of ``bytes_per_s``."""
+        if members <= 1:
+            return 0
         steps = 2 * (members - 1)
         latency = steps * (self.target.sync_cycles(members) + self.a.link_latency_cycles)
-        rate = self.target.bytes_per_cycle(bytes_per_s * efficiency)
-        return int(latency + math.ceil(ring_bytes / rate))
+        sent = 2 * (members - 1) / members * nbytes
+        return int(latency + math.ceil(sent / self.target.bytes_per_cycle(bytes_per_s * self.a.collective_link_efficiency)))
+
+    def all_reduce(self, nbytes: float, members: int, spread_ipus: int, merge: bool = True) -> tuple[int, int]:
+        """An all-reduce of ``nbytes`` per IPU among ``members`` IPUs (one per replica, or a stage's
+        shards) that lie among ``spread_ipus`` IPUs of the system: (bytes each IPU sends, cycles).
+
+        Inside one IPU-Link domain (an IPU-POD64) it is a ring over IPU-Links at
+        ``collective_bytes_per_s``. Beyond it, GCL reduces hierarchically: a reduce-scatter among
+        the members in each domain, an all-reduce of each IPU's 1/m share across the domains over
+        GW-Links (``gw_link_bytes_per_s``), then an all-gather in each domain. With ``merge``,
+        the tensors are reduced in merged buffers of ``collective_buffer_bytes`` (PopART's merged
+        all-reduce collectives, TensorFlow's max_cross_replica_buffer_size): each buffer is a
+        collective with its own steps. The collectives are BSP steps of the IPUs' program: they do
+        not overlap the compute."""
+        if members <= 1 or nbytes <= 0:
+            return 0, 0
+        a = self.a
+        domains = max(1, min(members, -(-spread_ipus // self.target.ipu_link_domain_ipus)))
+        inside = members // domains  # members in each domain
+        buffers = max(1, math.ceil(nbytes / a.collective_buffer_bytes)) if merge else 1
+        size = nbytes / buffers
+        cycles = 0
+        sent = 0.0
+        if inside > 1:  # reduce-scatter and all-gather inside the domain: together one ring's work
+            cycles += buffers * self.ring_cycles(inside, size, a.collective_bytes_per_s)
+            sent += 2 * (inside - 1) / inside * nbytes
+        if domains > 1:  # each IPU's 1/inside share reduced across the domains over GW-Links
+            cycles += buffers * self.ring_cycles(domains, size / inside, a.gw_link_bytes_per_s)
+            sent += 2 * (domains - 1) / domains * nbytes / inside
+        return int(sent), int(cycles)
 
     def gradient_all_reduce(self, nbytes: float, replicas: int) -> tuple[int, int]:
         """The all-reduce of one IPU's accumulated gradients with its counterparts in the other
-        replicas: (bytes each IPU moves, cycles). The replicas' IPUs lie in different IPU-Machines;
-        the collective achieves ``all_reduce_efficiency`` of the all-reduce bandwidth (calibrated on
-        ResNet-50's scaling from IPU-POD16 to IPU-POD64, docs/emulator.md "Fidelity")."""
-        ring = 2 * (replicas - 1) / replicas * nbytes
-        bw = self.target.all_reduce_bytes_per_s(replicas * self.ipus * self.shards)
-        return int(ring), self.all_reduce_cycles(replicas, ring, bw, self.a.all_reduce_efficiency)
+        replicas, after the last micro-batch's backward (PopART reduces the accumulators once per
+        step): (bytes each IPU sends, cycles)."""
+        return self.all_reduce(nbytes, replicas, replicas * self.ipus * self.shards)
 
     def shard_all_reduce(self, shard_bytes: int) -> tuple[int, int]:
         """The ring all-reduce over the stage's tensor shards of a tensor whose shard is ``shard_bytes``:
-        (bytes each IPU moves, cycles). Reduce-scatter then all-gather, over IPU-Links."""
+        (bytes each IPU sends, cycles). Reduce-scatter then all-gather, over IPU-Links, one tensor."""
         t = self.shards
-        ring = int(2 * (t - 1) / t * shard_bytes * t)
-        return ring, self.all_reduce_cycles(t, ring, self.target.all_reduce_bytes_per_s(t))
+        return self.all_reduce(shard_bytes * t, t, t, merge=False)
+
+    def replica_link_bytes_per_s(self) -> float:
+        """What one IPU reaches its counterparts in the other replicas at: IPU-Links inside an
+        IPU-Link domain, GW-Links beyond."""
+        spread = self.stream_shards * self.ipus * self.shards
+        a = self.a
+        return a.collective_bytes_per_s if spread <= self.target.ipu_link_domain_ipus else a.gw_link_bytes_per_s
 
     def stream_cycles(self, nbytes: int) -> int:
         """Cycles to move ``nbytes`` between streaming memory and one IPU. With replicated tensor
@@ -296,7 +354,7 @@ class CostModel:
         a = self.a
         r = self.stream_shards
         if r > 1:
-            bw = self.target.all_reduce_bytes_per_s(r * self.ipus * self.shards)
+            bw = self.replica_link_bytes_per_s()
             return int(a.link_latency_cycles + math.ceil(nbytes / r / self.target.bytes_per_cycle(a.streaming_memory_bytes_per_s))
                        + math.ceil(nbytes * (r - 1) / r / self.target.bytes_per_cycle(bw)))
         return self.copy_cycles(nbytes, a.streaming_memory_bytes_per_s)
@@ -310,11 +368,29 @@ class CostModel:
         o = self.options
         return o.micro_batch_size * (o.gradient_accumulation if training else 1) * o.device_iterations * o.replication_factor
 
+    def host_loader(self) -> "HostLoader":
+        """The host's data loaders: the processes (poprun instances, each with its own
+        ``poptorch.DataLoader``), the cores each one's workers use and the samples they prepare per
+        second. The run's IPUs (every replica's) have a host server per ``ipus_per_host_server``;
+        the processes share those servers' cores, and a process uses at most ``loader_workers``
+        of its share (PopTorch's ``num_workers``). A core prepares the input kind's samples at its
+        rate; synthetic data (PopTorch's ``enableSyntheticData``) costs the host nothing."""
+        a, o = self.a, self.options
+        kind = self.input_kind
+        processes = o.host_processes
+        servers = max(1, -(-o.replication_factor * self.ipus * self.shards // a.ipus_per_host_server))
+        share = max(1, a.host_cores_per_server * servers // processes)
+        workers = min(o.loader_workers, share) if o.loader_workers else share
+        per_core = 0.0 if kind == "synthetic" else getattr(a, f"host_{kind}_samples_per_s_per_core")
+        return HostLoader(kind, processes, workers, per_core)
+
     def host_input_cycles(self, training: bool) -> int:
-        """Cycles the host's data loaders take to prepare one host call's samples: the samples over
-        ``host_samples_per_s`` x host processes (each process loads for its own replicas)."""
-        rate = self.a.host_samples_per_s * self.options.host_processes
-        return math.ceil(self.samples_per_host_call(training) / rate * self.target.arch.clock_hz)
+        """Cycles the host's data loaders take to prepare one host call's samples (``host_loader``):
+        the call's samples over the loaders' rate; none with synthetic data."""
+        loader = self.host_loader()
+        if not loader.samples_per_s:
+            return 0
+        return math.ceil(self.samples_per_host_call(training) / loader.samples_per_s * self.target.arch.clock_hz)
 
     def input_wait_cycles(self, host_cycles: int, call_cycles: int) -> int:
         """What the IPUs wait for the next call's samples. PopTorch's Async DataLoader prepares them

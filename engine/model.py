@@ -141,6 +141,14 @@ class _Precision:
         return self._options
 
 
+INPUT_KINDS = {  # what a sample is, as --input names it, and how the run summary says it
+    "synthetic": "synthetic data (no host loading)",
+    "tensor": "small in-memory tensors (MNIST-like)",
+    "image": "JPEG decode and augmentation (ImageNet-like)",
+    "text": "tokenised text",
+}
+
+
 @dataclass
 class Options:
     """A run's options. Attribute names are snake_case; PopTorch's chained setters also work."""
@@ -192,6 +200,11 @@ class Options:
     # Host processes feeding the replicas (poprun instances, PopTorch's Distributed.numProcesses):
     # each runs its own data loader, so the host prepares samples this many times as fast.
     host_processes: int = 1
+    # What one sample is for the host's data loaders (synthetic, tensor, image, text); None: the model's.
+    host_input: str | None = None
+    # Worker processes each host process's DataLoader runs (PopTorch DataLoader num_workers); None:
+    # every core of the process's share of its host server.
+    loader_workers: int | None = None
     tensor_locations: TensorLocations = field(default_factory=TensorLocations)
     strategy: "ExecutionStrategy | None" = None
 
@@ -285,6 +298,11 @@ class Options:
                                      ("accumulator type", self.accum_type or self.precision, PRECISIONS)):
             if value not in choices:
                 raise ConfigError(f"Unknown {what} {value!r}; choose one of {', '.join(choices)}.")
+        if self.host_input is not None and self.host_input not in INPUT_KINDS:
+            raise ConfigError(f"Unknown input kind {self.host_input!r}; choose one of {', '.join(INPUT_KINDS)}.")
+        workers = self.loader_workers
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ConfigError(f"Loader workers must be a positive integer, not {workers}.")
 
 
 # -- stages and strategies -------------------------------------------------------------------
@@ -462,6 +480,9 @@ class Model:
         # Samples (sequences) per input on average: above 1 when inputs pack several sequences
         # (Graphcore's packed BERT); throughput counts samples.
         self.packing_factor: float = 1.0
+        # What one sample is, for the host's data loaders (engine.costs.INPUT_KINDS): small tensors
+        # unless the model says otherwise (the zoo's image models "image", its language models "text").
+        self.input_kind: str = "tensor"
 
     # -- structure -------------------------------------------------------------------------
 

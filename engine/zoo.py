@@ -195,6 +195,7 @@ def build_mnist(options: Options) -> Model:
 def build_resnet50(options: Options, *, image_size: int = 224, classes: int = 1000, ipus: int = 4) -> Model:
     """ResNet-50 v1.5: a 7x7 stem, bottleneck stages of 3, 4, 6 and 3 units, a 1000-way classifier."""
     m = Model("resnet50", options, params={"image_size": image_size, "classes": classes, "ipus": ipus})
+    m.input_kind = "image"  # ImageNet JPEGs, decoded and augmented on the host
     x = m.input((3, image_size, image_size))
     with Block("stem"):
         x = m.relu(m.batch_norm(m.conv2d(x, 64, 7, stride=2, padding=3, bias=False, name="stem/conv"),
@@ -266,6 +267,7 @@ def build_bert(options: Options, *, layers: int = 24, hidden: int = 1024, heads:
     m = Model(name, options, params={"layers": layers, "hidden": hidden, "heads": heads, "seq_len": seq_len,
                                      "vocab": vocab, "masked_tokens": masked_tokens, "packing": packing,
                                      "tied_embeddings": bool(tied_embeddings), "ipus": ipus})
+    m.input_kind = "text"  # pre-tokenised sequences
     m.packing_factor = packing
     ids = m.input((seq_len,), dtype="int32")
     with Block("embeddings"):
@@ -338,6 +340,7 @@ def build_gpt(options: Options, *, layers: int = 12, hidden: int = 768, heads: i
     if preset:
         params["preset"] = preset
     m = Model("gpt", options, params=params)
+    m.input_kind = "text"  # pre-tokenised sequences
     ids = m.input((seq_len,), dtype="int32")
     with Block("embeddings"):
         token = m.embedding(ids, vocab, hidden, name="embeddings/token")
@@ -369,6 +372,7 @@ def build_vit(options: Options, *, layers: int = 12, hidden: int = 768, heads: i
     """ViT-Base/16: a patch-embedding convolution, a class token, ``layers`` encoder layers, a classifier."""
     m = Model("vit-base", options, params={"layers": layers, "hidden": hidden, "heads": heads, "patch": patch,
                                            "image_size": image_size, "classes": classes, "ipus": ipus})
+    m.input_kind = "image"  # ImageNet JPEGs, decoded and augmented on the host
     x = m.input((3, image_size, image_size))
     tokens = (image_size // patch) ** 2 + 1
     with Block("embeddings"):
