@@ -24,6 +24,7 @@ from popvision_py.format.schema import PASSES, PHASES
 
 from engine.compiler import Compiled, cost_model
 from engine.memory import IpuMemory
+from engine.prediction import Prediction
 from engine.scheduler import Schedule, trace_batches
 
 
@@ -59,7 +60,27 @@ class Summary:
     input_wait_seconds_per_call: float = 0.0
     input_wait_pct: float = 0.0
     host_bound: bool = False
+    # What the host's data loaders are (engine.costs.HostLoader.text): what a host-bound run names.
+    host_loader: str = ""
+    # The ranges (engine.prediction): throughput and worst tile (% of a tile) at the ends of the
+    # assumptions, the fit verdict (fits, does not fit, borderline) and what drives each range.
+    throughput_range: list[float] | None = None
+    worst_tile_pct_range: list[float] | None = None
+    fit_verdict: str | None = None
+    fit_verdict_text: str | None = None
+    throughput_range_drivers: list[dict[str, Any]] = field(default_factory=list)
+    worst_tile_range_drivers: list[dict[str, Any]] = field(default_factory=list)
+    pinned_assumptions: list[str] = field(default_factory=list)
+    pin_down: str | None = None
     profile: str | None = None
+
+    def set_prediction(self, prediction: "Prediction") -> None:
+        """Take the ranges, verdict and drivers of ``prediction`` (the sensitivity pass of this run)."""
+        figures = prediction.as_json()
+        for name in ("throughput_range", "worst_tile_pct_range", "fit_verdict", "throughput_range_drivers",
+                     "worst_tile_range_drivers", "pinned_assumptions", "pin_down"):
+            setattr(self, name, figures[name])
+        self.fit_verdict_text = prediction.verdict_text()
 
 
 def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) -> Summary:
@@ -91,10 +112,12 @@ def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) ->
         input_wait_seconds_per_call=sched.input_wait_cycles / clock,
         input_wait_pct=100.0 * sched.input_wait_cycles / sched.unit_cycles if sched.unit_cycles else 0.0,
         host_bound=sched.input_wait_cycles > 0,
+        host_loader=cost_model(plan).host_loader().text(),
     )
 
 
-def manifest(compiled: Compiled, sched: Schedule) -> tuple[dict[str, Any], dict[str, Any]]:
+def manifest(compiled: Compiled, sched: Schedule,
+             prediction: Prediction | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The manifest's target and run objects (docs/profile-format.md's keys, required then optional)."""
     plan = compiled.plan
     o = plan.options
@@ -134,6 +157,8 @@ def manifest(compiled: Compiled, sched: Schedule) -> tuple[dict[str, Any], dict[
         "recompute": bool(o.recompute),
         "tensor_sharding": o.tensor_sharding,
         "host_processes": o.host_processes,
+        "host_input": o.host_input or plan.model.input_kind,
+        "loader_workers": o.loader_workers,
         "available_memory_proportion": (list(o.available_memory_proportion)
                                         if isinstance(o.available_memory_proportion, tuple)
                                         else o.available_memory_proportion),
@@ -156,6 +181,8 @@ def manifest(compiled: Compiled, sched: Schedule) -> tuple[dict[str, Any], dict[
         run["packing_factor"] = float(plan.model.packing_factor)
     if plan.request:
         run["request"] = _jsonable(plan.request)
+    if prediction is not None:
+        run["prediction"] = prediction.as_json()
     return target, run
 
 
@@ -314,9 +341,9 @@ def exchanges_table(compiled: Compiled) -> dict[str, Any]:
 
 
 def write_profile(path: str | Path, compiled: Compiled, memories: list[IpuMemory], sched: Schedule,
-                  progress: Callable[[str], None] = lambda _: None) -> None:
+                  progress: Callable[[str], None] = lambda _: None, prediction: Prediction | None = None) -> None:
     """Write every table and the manifest to ``path``, atomically (nothing is published on error)."""
-    target, run = manifest(compiled, sched)
+    target, run = manifest(compiled, sched, prediction)
     with ProfileWriter(path, target=target, run=run) as writer:
         for name, columns in (("ops", ops_table(compiled)), ("programs", programs_table(compiled)),
                               ("variables", variables_table(compiled)), ("exchanges", exchanges_table(compiled))):

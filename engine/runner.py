@@ -26,6 +26,7 @@ from engine.instrument import Summary, summarise, write_profile
 from engine.memory import plan_memory
 from engine.model import STRATEGIES, ExecutionStrategy, Model, Options, Stage
 from engine.plan import Plan, make_plan, resolve_strategy, runs_as_pipeline
+from engine.prediction import applicable, sensitivity
 from engine.scheduler import schedule
 from engine.zoo import zoo_entry
 
@@ -33,7 +34,7 @@ OPTION_NAMES = ("micro_batch_size", "device_iterations", "gradient_accumulation"
                 "partials",
                 "mode", "recompute", "optimiser", "runs", "arch", "system", "available_memory_proportion",
                 "tensor_sharding", "optimiser_state_type", "first_moment_type", "accum_type", "use_combined_accum", "enable_outlining",
-                "recompute_checkpoints", "attention_serialisation", "host_processes")
+                "recompute_checkpoints", "attention_serialisation", "host_processes", "host_input", "loader_workers")
 # Bounds a run refuses beyond, before any work, unless the request lifts them (popvision run
 # --max-trace-rows, --max-memory-gb): a mistyped size must be one sentence, not hours or the machine's memory.
 MAX_TRACE_ROWS = 200_000_000
@@ -66,6 +67,9 @@ class RunRequest:
     assumptions: dict[str, Any] = field(default_factory=dict)  # see Assumptions.updated
     profile: str | Path | None = None
     progress: bool = False
+    # The sensitivity pass (engine.prediction): a range on the throughput and the worst tile, and the
+    # three-way fit verdict. Off, the summary has the central estimates only.
+    ranges: bool = True
     max_trace_rows: int = MAX_TRACE_ROWS
     max_memory_bytes: int = MAX_MEMORY_BYTES
     # A PopTorch script's arguments (`popvision run script.py --emulate-only -- ARGS`); not None: the
@@ -350,11 +354,18 @@ def emulate_plan(plan: Plan, request: RunRequest) -> Summary:
                           "far beyond any IPU system); give smaller ones.") from None
 
 
+def pinned_assumptions(request: RunRequest) -> set[str]:
+    """The assumptions the request sets (``--assume``): known, so left out of the ranges."""
+    return {str(name) for name in request.assumptions}
+
+
 def _emulate(plan: Plan, request: RunRequest) -> Summary:
     ipus = plan.num_ipus
     writing = 3 if request.profile else 0
-    with tqdm(total=2 * ipus + 1 + writing, desc=f"Emulating {plan.model.name}", unit="step", file=sys.stderr,
-              disable=not request.progress, leave=False) as bar:
+    pinned = pinned_assumptions(request)
+    varied = len(list(applicable(plan, pinned))) if request.ranges else 0
+    with tqdm(total=2 * ipus + 1 + varied + writing, desc=f"Emulating {plan.model.name}", unit="step",
+              file=sys.stderr, disable=not request.progress, leave=False) as bar:
         compiled = compile_plan(plan, progress=lambda: bar.update(1))
         memories = []
         for prog in compiled.programs:
@@ -363,7 +374,13 @@ def _emulate(plan: Plan, request: RunRequest) -> Summary:
         sched = schedule(compiled)
         bar.update(1)
         summary = summarise(compiled, memories, sched)
+        prediction = None
+        if request.ranges:
+            bar.set_description(f"Ranging {plan.model.name}")
+            prediction = sensitivity(compiled, memories, sched.total_cycles, pinned, progress=lambda: bar.update(1))
+            summary.set_prediction(prediction)
         if request.profile:
-            write_profile(request.profile, compiled, memories, sched, progress=lambda _: bar.update(1))
+            write_profile(request.profile, compiled, memories, sched, progress=lambda _: bar.update(1),
+                          prediction=prediction)
             summary.profile = str(request.profile)
     return summary

@@ -32,7 +32,8 @@ from popvision_py.analysis.tables import Columns, Table, sum_by
 from popvision_py.format import runconfig
 
 # Options whose flag is not the option's name in kebab case.
-FLAGS = {"micro_batch_size": "batch-size", "replication_factor": "replicas", "optimiser": "optimiser"}
+FLAGS = {"micro_batch_size": "batch-size", "replication_factor": "replicas", "optimiser": "optimiser",
+         "host_input": "input"}
 # On/off options: --NAME or --no-NAME.
 SWITCHES = ("recompute", "offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding",
             "tied_embeddings", "embedding_alone")
@@ -45,7 +46,7 @@ ORDER = ("preset", "layers", "hidden", "heads", "seq_len", "vocab", "masked_toke
          "gradient_accumulation", "device_iterations", "replication_factor", "tensor_sharding", "recompute",
          "offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding", "precision",
          "optimiser", "available_memory_proportion", "recompute_checkpoints", "attention_serialisation", "arch",
-         "system", "runs", "host_processes")
+         "system", "runs", "host_processes", "host_input", "loader_workers")
 
 
 @dataclass(frozen=True)

@@ -433,8 +433,10 @@ def findings(summary: Summary, ev: Evidence) -> tuple[Table, list[F.Fix | None]]
                    f"(findings about the IPUs' time are left out).")
         fix = _host_fix(summary, ev)
         if fix is None or not out.add("warning", "host", finding, fix):
+            kind = str(ev.run.get("host_input") or "tensor")
+            rate = "" if kind == "synthetic" else f"`--assume host_{kind}_samples_per_s_per_core=...` shows its effect"
             out.add("warning", "host", finding + " A faster data loader would (fewer transforms per sample, more "
-                    "workers); `--assume host_samples_per_s=...` shows its effect.")
+                    f"workers: --loader-workers){'; ' + rate if rate else ''}.")
 
     # -- imbalance ----------------------------------------------------------------------------
     # one stage after another, the step takes the sum of the stages whatever the balance

@@ -35,6 +35,7 @@ from popvision_py.errors import PopvisionError
 
 # command name -> module under popvision_py.cli holding a click command called `command`
 COMMANDS: dict[str, str] = {
+    "assumptions": "assumptions",
     "dashboard": "dashboard",
     "info": "info",
     "models": "models",

@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from engine.instrument import Summary
-from engine.model import MODES, OPTIMISERS, PRECISIONS, STRATEGIES
+from engine.model import INPUT_KINDS, MODES, OPTIMISERS, PRECISIONS, STRATEGIES
 from engine.runner import MAX_MEMORY_BYTES, MAX_TRACE_ROWS
 from engine.targets import ARCHS
 from popvision_py.errors import ConfigError
@@ -128,6 +128,11 @@ def _checkpoints(value: str | None) -> str | int | None:
 @click.option("--runs", type=INT64, help="Host calls to emulate (each runs device-iterations iterations).")
 @click.option("--host-processes", type=INT64, help="Host processes feeding the replicas (poprun instances, each with "
               "its own data loader; at most one per replica; 1 by default).")
+@click.option("--input", "host_input", type=click.Choice(list(INPUT_KINDS), case_sensitive=False),
+              help="What one sample is for the host's data loaders: synthetic (no loading), tensor (MNIST-like), "
+              "image (ImageNet JPEGs decoded and augmented), text (tokenised); the model's own by default.")
+@click.option("--loader-workers", type=INT64, help="Worker processes of each host process's DataLoader (PopTorch's "
+              "num_workers); by default every core of the process's share of its host server.")
 @click.option("--preset", help="Model preset (gpt: gpt2-small ... gpt3-175b).")
 @click.option("--layers", type=INT64, help="Layers (bert, gpt, vit).")
 @click.option("--hidden", type=INT64, help="Hidden size (bert, gpt, vit).")
@@ -156,13 +161,16 @@ def _checkpoints(value: str | None) -> str | int | None:
               help="Refuse a run whose estimated trace (ops x passes x micro-batches x iterations x runs) is larger.")
 @click.option("--max-memory-gb", type=float, default=MAX_MEMORY_BYTES / 2**30, show_default=True,
               help="Refuse a run whose emulation is estimated to need more memory (GiB).")
+@click.option("--ranges/--no-ranges", default=True, show_default=True, help="Emulate the run again at the ends of "
+              "each assumption's interval for a range on the throughput and the worst tile, and the fit verdict "
+              "(fits, does not fit, borderline); --no-ranges prints the central estimates only.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def command(model: str, strategy: str | None, stages: str | None, offload_optimiser: bool | None,
             offload_weights: bool | None, offload_activations: bool | None, replicated_tensor_sharding: bool | None, preset: str | None, layers: int | None,
             hidden: int | None, heads: int | None, seq_len: int | None, vocab: int | None, masked_tokens: int | None,
             packing: float | None, tied_embeddings: bool | None, embedding_alone: bool | None, ipus: int | None,
-            assume: tuple[str, ...], max_trace_rows: int, max_memory_gb: float,
+            assume: tuple[str, ...], max_trace_rows: int, max_memory_gb: float, ranges: bool,
             profile: bool, profile_dir: str, as_json: bool, quiet: bool, script_args: tuple[str, ...],
             emulate_only: bool, **options: object) -> None:
     """Emulate MODEL (a zoo name, a model file or a PopTorch script) and print time per step, throughput
@@ -198,6 +206,7 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
         assumptions=_assumption(assume),
         profile=Path(profile_dir) / "profile.pop" if profile else None,
         progress=not quiet and sys.stderr.isatty(),
+        ranges=ranges,
         max_trace_rows=max_trace_rows,
         max_memory_bytes=int(min(max(max_memory_gb, 0.0), 2.0**62) * 2**30),
         script_args=script_args if emulate_only else None,
@@ -259,23 +268,55 @@ def summary_figures(profile: Path) -> dict[str, float]:
 
 def summary_text(s: Summary, idle_pct: float, flop_utilisation_pct: float) -> str:
     """The lines `popvision run` prints."""
-    fits = "yes" if s.fits else f"NO: {s.oom_tiles:,} tiles out of memory"
     shards = f" x {s.tensor_sharding} tensor shards" if s.tensor_sharding > 1 else ""
+    rate = f"  throughput        {s.samples_per_second:,.1f} samples/s"
+    if s.throughput_range:
+        low, high = s.throughput_range
+        rate += f" ({_figure(low)} to {_figure(high)})"
     lines = [
         f"{s.model}: {s.mode}, {s.strategy} over {s.num_ipus} IPU(s){shards} x {s.replicas} replica(s) "
         f"on {s.arch} ({s.system})",
         f"  time per step     {s.seconds_per_step * 1e3:,.3f} ms ({s.cycles_per_step:,.0f} cycles, "
         f"{s.samples_per_step:,} samples)",
-        f"  throughput        {s.samples_per_second:,.1f} samples/s",
+        rate,
         f"  idle              {idle_pct:.1f}% of IPU time    FLOP utilisation {flop_utilisation_pct:.1f}%",
-        f"  fits              {fits}",
+        f"  fit               {_verdict(s)}",
         f"  worst tile        IPU {s.worst_ipu} tile {s.worst_tile}: {s.worst_tile_bytes:,} of "
         f"{s.bytes_per_tile:,} bytes ({100 * s.worst_tile_bytes / s.bytes_per_tile:.1f}%)",
     ]
+    if s.throughput_range is not None:
+        lines.append(f"  ranges driven by  throughput: {_drivers(s.throughput_range_drivers)}; "
+                     f"worst tile: {_drivers(s.worst_tile_range_drivers)}")
+        if s.pin_down:
+            lines.append(f"  pin down          the throughput range is wider than ±25%: measure {s.pin_down} and "
+                         f"give it with --assume {s.pin_down}=VALUE")
     if s.host_bound:
         from popvision_py.analysis.host import host_bound_line  # the reports' words for it
 
-        lines.append("  " + host_bound_line(s.input_wait_pct))
+        lines.append("  " + host_bound_line(s.input_wait_pct) + f"; the loader: {s.host_loader}")
     if s.profile:
         lines.append(f"  profile           {s.profile}")
     return "\n".join(lines)
+
+
+def _figure(x: float) -> str:
+    """A range end to three significant figures, as a reader compares them: 24,000, 611, 1.62."""
+    if x >= 100:
+        return f"{float(f'{x:.3g}'):,.0f}"
+    return f"{x:.3g}"
+
+
+def _verdict(s: Summary) -> str:
+    """``fits (worst tile 74% to 81%)``, ``does not fit: 12 tiles out of memory (...)`` or ``borderline (...)``."""
+    oom = f"{s.oom_tiles:,} tiles out of memory" if s.oom_tiles else ""
+    if s.fit_verdict is None:  # --no-ranges: the central estimate alone
+        return f"does not fit: {oom}" if oom else "fits"
+    low, high = s.worst_tile_pct_range or (0.0, 0.0)
+    if s.fit_verdict == "borderline":
+        return s.fit_verdict_text + (f"; {oom} at the central estimate" if oom else "")
+    return f"{s.fit_verdict}{': ' + oom if oom else ''} (worst tile {low:.0f}% to {high:.0f}%)"
+
+
+def _drivers(drivers: list[dict]) -> str:
+    """The assumptions that dominate a range, largest first (three at most)."""
+    return ", ".join(d["name"] for d in drivers[:3]) or "none"

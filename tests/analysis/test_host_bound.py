@@ -9,12 +9,13 @@ import shlex
 import pytest
 
 import popvision_py as pv
-from engine.targets import Assumptions
+from engine.assumptions import Assumptions
 from popvision_py.format import runconfig
 from tests.engine.helpers import profile_path, run_cli
 
-HOST_RATE = Assumptions().host_samples_per_s
-FAST_HOST = ("--assume", "host_samples_per_s=1e9")
+HOST_RATE = Assumptions().host_tensor_samples_per_s_per_core  # one loader worker's MNIST-like samples per second
+FAST_HOST = ("--input", "synthetic")
+ONE_WORKER = ("--loader-workers", "1")  # each host process's loader on one core: mnist is then host-bound
 
 
 def _profile(folder, name, *args):
@@ -26,9 +27,9 @@ def profiles(tmp_path_factory):
     folder = tmp_path_factory.mktemp("host")
     return {
         # 4 replicas x 4,000 images per call, all loaded by one host process
-        "four_replicas": _profile(folder, "four", "--replicas", "4"),
+        "four_replicas": _profile(folder, "four", "--replicas", "4", *ONE_WORKER),
         # the tutorial's single replica
-        "one_replica": _profile(folder, "one", "--offload-optimiser"),
+        "one_replica": _profile(folder, "one", "--offload-optimiser", *ONE_WORKER),
         "keeps_up": _profile(folder, "free", *FAST_HOST),
     }
 
@@ -68,7 +69,7 @@ def test_the_wait_is_read_from_the_trace(profiles):
 
 
 def test_the_run_and_the_report_give_one_wait(profiles):
-    result = run_cli("run", "mnist", "--replicas", "4", "--json", "-q")
+    result = run_cli("run", "mnist", "--replicas", "4", *ONE_WORKER, "--json", "-q")
     assert result.exit_code == 0, result.output
     run = json.loads(result.stdout)
     with pv.open(profiles["four_replicas"]) as r:

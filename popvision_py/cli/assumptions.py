@@ -1,0 +1,48 @@
+"""`popvision assumptions`: every figure the emulator assumes, with its value, interval and source."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import click
+
+
+@click.command("assumptions")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of objects: name, value, unit, low, high, "
+              "source, valid, affects.")
+@click.option("--markdown", is_flag=True, help="Print the table docs/emulator.md holds.")
+def command(as_json: bool, markdown: bool) -> None:
+    """List every assumption of the emulator: its value, unit, plausible interval (low to high, what
+    `popvision run` puts a range on its answers with) and its source. Override one with
+    `popvision run ... --assume NAME=VALUE`."""
+    from engine.assumptions import describe
+
+    rows = list(describe())
+    if as_json:
+        click.echo(json.dumps([r.as_json() for r in rows], indent=2))
+        return
+    if markdown:
+        click.echo(markdown_table(rows))
+        return
+    lines = []
+    for r in rows:
+        lines += [f"{r.name}", f"  value     {_number(r.value)} {r.unit} (plausible {_number(r.low)} to {_number(r.high)}; "
+                  f"valid {r.valid}; affects {' and '.join(r.affects)})"]
+        lines += textwrap.wrap(r.source, width=100, initial_indent="  source    ", subsequent_indent="            ")
+    lines.append(f"\n{len(rows)} assumptions. Override one with `popvision run MODEL --assume NAME=VALUE`: it is then "
+                 "known and drops out of the run's ranges.")
+    click.echo("\n".join(lines))
+
+
+def _number(x: float) -> str:
+    return f"{x:,.0f}" if float(x) == int(x) and abs(x) >= 1 else f"{x:g}"
+
+
+def markdown_table(rows: list) -> str:
+    """The assumptions as docs/emulator.md's table: name, value, plausible interval, unit, source."""
+    lines = ["| name | value | plausible (low to high) | unit | affects | source |",
+             "| --- | ---: | ---: | --- | --- | --- |"]
+    lines += [f"| `{r.name}` | {_number(r.value)} | {_number(r.low)} to {_number(r.high)} | {r.unit} | "
+              f"{', '.join(r.affects)} | {r.source} |" for r in rows]
+    return "\n".join(lines)
