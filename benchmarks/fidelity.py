@@ -1,12 +1,13 @@
-"""Fidelity: the emulator against Graphcore's published figures, at the configurations Graphcore ran.
+"""Fidelity: the emulator's predictions of Graphcore's published figures, at the configurations Graphcore ran.
 
-    .venv/bin/python benchmarks/fidelity.py            # print public | emulator | error
+    .venv/bin/python benchmarks/fidelity.py            # print public | predicted | range | error
     .venv/bin/python benchmarks/fidelity.py --write    # and write the table into docs/emulator.md
 
 Each point runs `popvision run ... --json` exactly as a user would type it (the command is in the
-table). Throughput points are the calibration points of docs/emulator.md ("Fidelity"): the
-emulator's assumptions were fitted to these and to nothing else. Fit verdicts are deterministic and
-are also tests (tests/engine/test_fidelity.py). Nothing here is asserted.
+table). No assumption was fitted to any of these figures (engine/assumptions.py gives each one's
+source): they are predictions, and a miss is reported, not failed. A throughput is "inside" when
+the published figure lies in the run's range; a fit claim is right when the verdict agrees
+(borderline is neither right nor wrong). Nothing here is asserted.
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ RESNET = ('resnet50 --stages "stem..layer1.2@0 layer2.0..layer2.3@1 layer3.0..la
 RESNET_SOURCE = "graphcore/examples applications/tensorflow/cnns/training/configs.yml"
 # The PopTorch pipelining tutorial's MNIST run (seed tutorial): batch 40, gradient accumulation 10,
 # device iterations 10, 4 IPUs pipelined, AdamW, optimiser state offloaded (its "Saving memory by
-# offloading" section sets it on the training options before training).
+# offloading" section sets it on the training options before training), poptorch.DataLoader with
+# num_workers=16.
 MNIST = ("mnist --batch-size 40 --gradient-accumulation 10 --device-iterations 10 --optimiser adamw "
-         "--offload-optimiser")
+         "--offload-optimiser --loader-workers 16")
 # BERT-Large on an IPU-POD16 (seed blog): pipelined over 4 IPUs x 4 replicas, or 8 IPUs x 2 replicas,
 # as Graphcore's BERT-Large runs: LAMB with an FP16 first moment and FP16 accumulators, half partials,
 # recomputation, the zoo's memory-aware split (Graphcore's layers per IPU [3, 7, 7, 7], the MLM head
@@ -93,25 +95,30 @@ def run(point: Point) -> dict:
 
 
 def row(point: Point, summary: dict) -> dict:
-    """public | emulator | error for one point."""
+    """public | predicted | range | error for one point."""
     if isinstance(point.public, bool):
-        emulated = bool(summary["fits"])
-        worst = summary["worst_tile_bytes"] / summary["bytes_per_tile"]
-        return {"point": point.name, "public": "yes" if point.public else "no",
-                "emulator": f"{'yes' if emulated else 'no'} (worst tile {worst:.0%})",
-                "error": "right" if emulated == point.public else "WRONG", "ok": emulated == point.public,
-                "command": point.command, "source": point.source}
+        verdict = summary.get("fit_verdict") or ("fits" if summary["fits"] else "does not fit")
+        low, high = summary.get("worst_tile_pct_range") or [100 * summary["worst_tile_bytes"] / summary["bytes_per_tile"]] * 2
+        worst = 100 * summary["worst_tile_bytes"] / summary["bytes_per_tile"]
+        error = "borderline" if verdict == "borderline" else "right" if (verdict == "fits") == point.public else "WRONG"
+        return {"point": point.name, "public": "fits" if point.public else "does not fit", "emulator": verdict,
+                "range": f"worst tile {worst:.0f}% ({low:.0f}% to {high:.0f}%)", "error": error,
+                "ok": error == "right", "inside": error != "WRONG", "command": point.command, "source": point.source,
+                "bound": ""}
     emulated = summary["samples_per_second"]
+    low, high = summary.get("throughput_range") or (emulated, emulated)
     error = emulated / point.public - 1
-    host = " (host-bound)" if summary.get("host_bound") else ""
-    return {"point": point.name, "public": f"{point.public:,.0f}", "emulator": f"{emulated:,.0f}{host}",
-            "error": f"{error:+.1%}", "ok": abs(error) <= 0.10, "command": point.command, "source": point.source}
+    bound = "host" if summary.get("host_bound") else "IPUs"
+    return {"point": point.name, "public": f"{point.public:,.0f}", "emulator": f"{emulated:,.0f}",
+            "range": f"{low:,.0f} to {high:,.0f}", "error": f"{error:+.1%}", "ok": abs(error) <= 0.10,
+            "inside": low <= point.public <= high, "command": point.command, "source": point.source, "bound": bound}
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| calibration point | public | emulator | error | run | source |", "| --- | ---: | ---: | ---: | --- | --- |"]
-    lines += [f"| {r['point']} | {r['public']} | {r['emulator']} | {r['error']} | `{r['command']}` | {r['source']} |"
-              for r in rows]
+    lines = ["| published figure | public | predicted | range | error | public in range | bound by | run | source |",
+             "| --- | ---: | ---: | ---: | ---: | :---: | --- | --- | --- |"]
+    lines += [f"| {r['point']} | {r['public']} | {r['emulator']} | {r['range']} | {r['error']} | "
+              f"{'yes' if r['inside'] else 'no'} | {r['bound']} | `{r['command']}` | {r['source']} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -133,9 +140,11 @@ def main() -> None:
     for point in POINTS:
         rows.append(row(point, run(point)))
         r = rows[-1]
-        print(f"{r['point']:58} {r['public']:>9} {r['emulator']:>28} {r['error']:>7}", flush=True)
+        print(f"{r['point']:58} {r['public']:>13} {r['emulator']:>13} {r['range']:>30} {r['error']:>10}", flush=True)
     within = sum(r["ok"] for r in rows)
-    print(f"{within} of {len(rows)} points within 10% or right")
+    inside = sum(r["inside"] for r in rows)
+    print(f"{within} of {len(rows)} points within 10% or right; {inside} of {len(rows)} inside the printed range "
+          f"(or not contradicted by a borderline verdict)")
     if args.write:
         write(DOC, table(rows))
         print(f"wrote the table into {DOC.relative_to(ROOT)}")
