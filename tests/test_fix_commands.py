@@ -48,7 +48,7 @@ def made(tmp_path_factory):
         # a data loader that keeps up: these are the IPUs' findings (mnist's default is host-bound,
         # whose fix tests/analysis/test_host_bound.py runs)
         result = run_cli("run", "mnist", "--profile", "--profile-dir", str(folder / name), "-q",
-                         "--assume", "host_samples_per_s=1e9", *args)
+                         "--input", "synthetic", *args)
         assert result.exit_code == 0, result.output
         paths[name] = folder / name / "profile.pop"
     return folder, paths

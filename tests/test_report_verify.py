@@ -18,7 +18,7 @@ import pytest
 
 from tests.engine.helpers import BALANCED_MODEL, run_cli, write_model
 
-FAST_HOST = ("--assume", "host_samples_per_s=1e9")  # the IPUs' own findings, not a host-bound run's
+FAST_HOST = ("--input", "synthetic")  # the IPUs' own findings, not a host-bound run's
 
 
 @pytest.fixture(scope="module")

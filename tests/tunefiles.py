@@ -22,7 +22,7 @@ from engine.runner import RunRequest, emulate
 from popvision_py.format.tunefile import write_tune
 from popvision_py.tune.table import pareto
 
-HOST = {"host_samples_per_s": 1e9}  # a loader that keeps up: the IPUs' own speed
+HOST = {"host_tensor_samples_per_s_per_core": 1e9}  # a loader that keeps up: the IPUs' own speed
 # name -> (flags changed from the start, RunRequest fields besides the model and the assumptions)
 MNIST_CANDIDATES: dict[str, tuple[list[str], dict[str, Any]]] = {
     "start": ([], {}),
@@ -35,7 +35,7 @@ REJECTED = (["--stages", "B1@0 B2@1 B3@2 B4@3 B4@4"], "Block B4 is in two stages
 
 
 def _row(name: str, flags: list[str], fields: dict[str, Any]) -> dict[str, Any]:
-    request = RunRequest("mnist", assumptions=dict(HOST), **fields)
+    request = RunRequest("mnist", assumptions=dict(HOST), ranges=False, **fields)
     started = time.perf_counter()
     s = emulate(request)
     record = {k: v for k, v in dataclasses.asdict(request).items() if k not in ("profile", "progress")}
@@ -47,7 +47,7 @@ def _row(name: str, flags: list[str], fields: dict[str, Any]) -> dict[str, Any]:
         "headroom_bytes": s.bytes_per_tile - s.worst_tile_bytes, "fits": bool(s.fits),
         "ipus": s.num_ipus * s.tensor_sharding * s.replicas, "is_start": name == "start",
         "changes": shlex.join(flags),
-        "command": shlex.join(["popvision", "run", "mnist", *flags, "--assume", "host_samples_per_s=1e9"]),
+        "command": shlex.join(["popvision", "run", "mnist", *flags, "--assume", "host_tensor_samples_per_s_per_core=1e9"]),
         "request": json.dumps(record, sort_keys=True), "seconds": time.perf_counter() - started,
     }
 

@@ -41,8 +41,8 @@ def _number(x: float) -> str:
 
 def markdown_table(rows: list) -> str:
     """The assumptions as docs/emulator.md's table: name, value, plausible interval, unit, source."""
-    lines = ["| name | value | plausible (low to high) | unit | affects | source |",
+    lines = ["| name | value | plausible (low to high) | valid range (unit) | affects | source |",
              "| --- | ---: | ---: | --- | --- | --- |"]
-    lines += [f"| `{r.name}` | {_number(r.value)} | {_number(r.low)} to {_number(r.high)} | {r.unit} | "
+    lines += [f"| `{r.name}` | {_number(r.value)} | {_number(r.low)} to {_number(r.high)} | {r.valid} ({r.unit}) | "
               f"{', '.join(r.affects)} | {r.source} |" for r in rows]
     return "\n".join(lines)

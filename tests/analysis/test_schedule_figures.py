@@ -18,7 +18,7 @@ from tests.engine.helpers import profile_path
 
 def _profile(folder, name, *args):
     # a data loader that keeps up: these figures are the IPUs' schedule's (mnist's default is host-bound)
-    return profile_path(folder, "mnist", "--assume", "host_samples_per_s=1e9", *args, name=name)
+    return profile_path(folder, "mnist", "--input", "synthetic", *args, name=name)
 
 
 @pytest.fixture(scope="module")

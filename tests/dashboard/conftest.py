@@ -110,7 +110,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("whatif")
     write_mnist_tune(folder / "tune.parquet")
     result = run_cli("run", "mnist", "--profile", "--profile-dir", str(folder / "p"), "-q",
-                     "--assume", "host_samples_per_s=1e9")
+                     "--input", "synthetic")
     assert result.exit_code == 0, result.output
     return {"tune": folder / "tune.parquet", "profile": folder / "p" / "profile.pop"}
 

@@ -215,7 +215,7 @@ def test_the_best_candidate_is_compared_through_the_tune_results_own_profile(tmp
 
     # GIVEN a tune result whose metadata names the best candidate's profile (2 replicas), written beside it
     result = run_cli("run", "mnist", "--replicas", "2", "--profile", "--profile-dir", str(tmp_path / "best"), "-q",
-                     "--assume", "host_samples_per_s=1e9")
+                     "--input", "synthetic")
     assert result.exit_code == 0, result.output
     rows = write_mnist_tune(tmp_path / "tune.parquet", {"best_profile": "best"})
     best = int(rows.index[rows["rank"] == 1][0])

@@ -1,8 +1,9 @@
-"""The fidelity points of benchmarks/fidelity.py: Graphcore's published fit verdicts, and the
-calibration throughputs, each run as the CLI command a user would type (docs/emulator.md, "Fidelity").
+"""The fidelity points of benchmarks/fidelity.py: Graphcore's published fit claims and throughputs,
+each run as the CLI command a user would type (docs/emulator.md, "Fidelity").
 
-The emulator is deterministic, so a verdict is a fact about the code: a change that flips one is a
-change in what the tool tells a user about a configuration Graphcore ran.
+They are predictions, not targets: nothing here asserts that a prediction matches its published
+figure (a miss is reported by the benchmark, not failed). What is asserted is that each point runs,
+that its answer is consistent with its own range, and that the benchmark reports its error as it is.
 """
 
 from __future__ import annotations
@@ -35,19 +36,27 @@ def _summary(point) -> dict:
 
 
 @pytest.mark.parametrize("point", VERDICTS, ids=[p.name for p in VERDICTS])
-def test_the_emulator_gives_graphcores_fit_verdict(point) -> None:
+def test_a_fit_claim_gets_a_verdict_consistent_with_its_worst_tile(point) -> None:
     summary = _summary(point)
-    worst = summary["worst_tile_bytes"] / summary["bytes_per_tile"]
-    # fits exactly when the worst tile holds no more than a tile's memory
+    worst = 100 * summary["worst_tile_bytes"] / summary["bytes_per_tile"]
+    low, high = summary["worst_tile_pct_range"]
+    # fits exactly when the worst tile holds no more than a tile's memory, and the verdict follows the range
     assert summary["fits"] == (summary["worst_tile_bytes"] <= summary["bytes_per_tile"])
-    assert summary["fits"] is point.public, f"{point.command}: worst tile at {worst:.1%}"
+    assert low <= worst <= high
+    assert summary["fit_verdict"] == ("fits" if high <= 100 else "does not fit" if low > 100 else "borderline")
+    row = fidelity.row(point, summary)
+    assert row["error"] == ("borderline" if summary["fit_verdict"] == "borderline"
+                            else "right" if (summary["fit_verdict"] == "fits") == point.public else "WRONG")
 
 
 @pytest.mark.parametrize("point", THROUGHPUTS, ids=[p.name for p in THROUGHPUTS])
-def test_a_calibration_point_stays_within_ten_percent_of_the_published_figure(point) -> None:
+def test_a_throughput_prediction_reports_its_error_and_range(point) -> None:
     summary = _summary(point)
-    assert summary["samples_per_second"] == pytest.approx(point.public, rel=0.10), point.command
-    assert summary["fits"], point.command  # Graphcore ran it
+    low, high = summary["throughput_range"]
+    assert low <= summary["samples_per_second"] <= high
+    row = fidelity.row(point, summary)
+    assert row["error"] == f"{summary['samples_per_second'] / point.public - 1:+.1%}"
+    assert row["inside"] == (low <= point.public <= high)
 
 
 def test_the_tutorial_run_is_host_bound_and_resnet_is_not() -> None:

@@ -86,7 +86,7 @@ def test_bert_large_default_fits_with_headroom():
 def test_each_host_call_pays_its_latency_once(tmp_path):
     # GIVEN mnist (10 device iterations per host call) run twice per profile
     # with a data loader that keeps up (else the call's latency hides behind the loader: mnist is host-bound)
-    fast_host = ("--assume", "host_samples_per_s=1e9")
+    fast_host = ("--input", "synthetic")
     base = run_profile(tmp_path, "mnist", "--runs", "2", *fast_host, name="base")
     slow = run_profile(tmp_path, "mnist", "--runs", "2", "--assume", "host_call_latency_s=0.01", *fast_host, name="slow")
     p = base["programs"]

@@ -20,7 +20,7 @@ def test_mnist_has_the_tutorials_parameters(tmp_path):
 
 def test_offloading_the_optimiser_lowers_always_live_memory_and_adds_remote_buffer_traffic(tmp_path):
     # a host whose data loader keeps up, so that the device's time shows (mnist is host-bound)
-    fast_host = ("--assume", "host_samples_per_s=1e9")
+    fast_host = ("--input", "synthetic")
     on_chip = run_profile(tmp_path, "mnist", *fast_host, name="on")
     off_chip = run_profile(tmp_path, "mnist", "--offload-optimiser", *fast_host, name="off")
     # AdamW keeps two FP32 moments: 8 bytes per parameter, always live when on chip

@@ -75,7 +75,7 @@ def test_sharded_execution_keeps_one_ipu_busy_at_a_time(tmp_path):
 
 def test_sharded_is_slower_than_pipelined_for_the_same_work(tmp_path):
     # a host whose data loader keeps up, so that the device's time shows (mnist is host-bound)
-    fast_host = ("--assume", "host_samples_per_s=1e9")
+    fast_host = ("--input", "synthetic")
     pipelined = run_profile(tmp_path, "mnist", *fast_host, name="pipe")["trace"]["end_cycle"].max()
     sharded = run_profile(tmp_path, "mnist", "--strategy", "sharded", *fast_host, name="shard")["trace"]["end_cycle"].max()
     assert sharded > pipelined
