@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import popvision_py as pv
+from popvision_py.analysis.fixes import FLAGS
 from popvision_py.format import open_profile
 from tests.engine.helpers import run_cli
 
@@ -66,7 +67,7 @@ def test_a_recorded_run_gets_short_commands_that_run(made):
             # THEN the command repeats the run's own options (the mode, the strategy) and no more than it changes
             assert command.startswith("popvision run mnist "), command
             for option in run["request"]["options"]:
-                assert f"--{option.replace('_', '-')}" in command
+                assert f"--{FLAGS.get(option, option.replace('_', '-'))}" in command
             done = _run(command, folder / name)
             # AND the planner accepts it and the profile holds the change
             changed = re.findall(r"--(gradient-accumulation|device-iterations) (\d+)", command)

@@ -33,7 +33,7 @@ QUIET_WORKERS = "DASK_LOGGING__DISTRIBUTED"
 # `popvision run`'s options a search takes as its start (its own --system, profile and output options aside)
 RUN_OPTIONS = [p for p in run_cli.command.params
                if isinstance(p, click.Option)
-               and p.name not in ("system", "profile", "profile_dir", "as_json", "quiet", "emulate_only")]
+               and p.name not in ("system", "profile", "profile_dir", "as_json", "quiet", "emulate_only", "ranges")]
 
 
 def _search_dims(value: str | None) -> tuple[str, ...] | None:
