@@ -24,7 +24,9 @@ def evaluate(request_json: str) -> dict[str, Any]:
     from popvision_py.errors import ConfigError, first_line
 
     try:
-        summary = emulate(RunRequest(**json.loads(request_json)))
+        # Candidates are ranked by their central estimates: a sensitivity pass per candidate would cost
+        # ~40 emulations each (engine.prediction); the profiles tune writes carry their ranges.
+        summary = emulate(RunRequest(**{**json.loads(request_json), "ranges": False}))
     except ConfigError as exc:
         out = {"status": "rejected", "reason": str(exc), **NOT_EMULATED}
     except Exception as exc:  # noqa: BLE001 - a failed candidate is a row with its reason, never a crashed search
