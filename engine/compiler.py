@@ -5,9 +5,7 @@ segments (reverse order), the pipeline sync, then the weight-update segment. A s
 program steps; each op pass lowers to the BSP triple sync -> exchange -> compute set, and segments
 begin or end with the copies that feed them (host streams, inter-IPU copies, remote buffers).
 
-Tile mapping follows the op's shapes: its work splits into ``grains`` (``Op.grains``), spread over
-``min(grains, tiles)`` contiguous tiles, the first ``grains % tiles`` tiles taking one grain more.
-So a small op uses few tiles, and a big one is imbalanced by exactly its grain arithmetic.
+Tile mapping (which tiles an op's work, weights and optimiser state lie on) is engine/mapping.py's.
 
 Memory is planned per tile: always-live categories (code, vertex state, weights...) and
 not-always-live variables with liveness intervals in program steps; a tile's peak is its
@@ -25,54 +23,9 @@ import numpy as np
 from popvision_py.format.schema import INPUT_WAIT_STEP as INPUT_WAIT
 
 from engine.costs import STATISTICS_FLOPS, CostModel
+from engine.mapping import Mapping, TileMapper, outline_key
 from engine.model import Op, Tensor
 from engine.plan import Plan, StagePlan
-
-WEIGHT_GRAIN_PARAMS = 64  # weights spread over tiles in grains of 64 parameters
-
-
-@dataclass
-class Mapping:
-    """Where an op's work lies: tiles [start, start + len(grains)), with ``grains[t]`` grains each.
-
-    Ops of equal work (a transformer's repeated layers) share one read-only ``grains`` array and one
-    ``cache`` of what is derived from it, so each split is computed once per compilation.
-    """
-
-    start: int
-    grains: np.ndarray  # int64, one entry per tile used; read-only
-    cache: dict = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def tiles(self) -> int:
-        return len(self.grains)
-
-    def share(self, total: int) -> np.ndarray:
-        """Split ``total`` bytes over the tiles in proportion to their grains, exactly (read-only)."""
-        key = ("share", int(total))
-        out = self.cache.get(key)
-        if out is None:
-            cum = self.cache.get("cum")
-            if cum is None:
-                cum = self.cache["cum"] = np.cumsum(self.grains)
-            upto = (int(total) * cum) // int(cum[-1])
-            out = np.empty_like(upto)
-            out[0] = upto[0]
-            np.subtract(upto[1:], upto[:-1], out=out[1:])
-            out.flags.writeable = False
-            self.cache[key] = out
-        return out
-
-    def scaled(self, busiest: int) -> np.ndarray:
-        """Each tile's part of ``busiest``, the bytes of the tile with the most grains (read-only)."""
-        key = ("scaled", int(busiest))
-        out = self.cache.get(key)
-        if out is None:
-            out = int(busiest) * self.grains // int(self.grains.max())
-            out.flags.writeable = False
-            self.cache[key] = out
-        return out
-
 
 @dataclass
 class Variable:
@@ -158,16 +111,15 @@ class Compiler:
         self.a = plan.target.assumptions
         self.stage_of = plan.stage_of_op()
         self.ops = {op.op_id: op for s in plan.stages for op in s.ops}
-        self._spreads: dict[tuple[int, int], tuple[np.ndarray, dict]] = {}
         self._signatures: dict[int, tuple] = {}  # op id -> its work signature (see _pass_costs)
         self._costs: dict[tuple[tuple, int, float], tuple[int, int, np.ndarray, np.ndarray, int]] = {}
         self.outlining = plan.options.enable_outlining
-        # Ops of equal work (a repeated layer's): with outlining they are one subgraph, on one set of tiles.
-        self._twins: dict[tuple, int] = {}
-        self.mappings = {op_id: self._map(op) for op_id, op in self.ops.items()}
+        mapper = TileMapper(self.tiles, self.outlining)
+        self.mappings = {op_id: mapper.map(op) for op_id, op in self.ops.items()}
         # Weights an op reads: its own, and a matrix tied to another op's (a decoder's embedding).
-        self.weight_mappings = {op_id: self._map_weights(op) for op_id, op in self.ops.items() if op.weight_params}
-        self.state_mappings = self._map_state()
+        self.weight_mappings = {op_id: mapper.map_weights(op, self.mappings[op_id])
+                                for op_id, op in self.ops.items() if op.weight_params}
+        self.state_mappings = mapper.map_state(plan.stages)
         locations = plan.options.tensor_locations
         self.weights_streamed = plan.strategy == "phased" or not locations.weights_on_chip
         self.optimiser_off_chip = not locations.optimiser_on_chip
@@ -186,63 +138,6 @@ class Compiler:
         for op in self.ops.values():
             for t in op.inputs:
                 self.consumers.setdefault(t.producer, []).append(op.op_id)
-
-    # -- tile mapping ------------------------------------------------------------------------
-
-    def _span(self, op_id: int, used: int) -> int:
-        # Spread small ops over the chip deterministically (Poplar balances code and data over tiles).
-        room = self.tiles - used + 1
-        return (op_id * 997) % room
-
-    def _spread(self, start: int, grains: int, used: int) -> Mapping:
-        """``grains`` over ``used`` tiles from ``start``, the first ``grains % used`` taking one more."""
-        shared = self._spreads.get((grains, used))
-        if shared is None:
-            base, extra = divmod(grains, used)
-            array = np.full(used, base, dtype=np.int64)
-            array[:extra] += 1
-            array.flags.writeable = False
-            shared = self._spreads[(grains, used)] = (array, {})
-        return Mapping(start, shared[0], shared[1])
-
-    @staticmethod
-    def _work(op: Op) -> tuple:
-        """What makes two ops the same subgraph for outlining: their kind, shapes and work."""
-        return (op.kind, op.gemm, op.groups, op.params, op.flops, op.bytes, op.grains, op.output.bytes,
-                tuple(t.bytes for t in op.inputs), op.shard)
-
-    def _map(self, op: Op) -> Mapping:
-        used = min(op.grains, self.tiles)
-        # An outlined subgraph has one tile mapping: every op of equal work lands where the first did.
-        anchor = self._twins.setdefault(self._work(op), op.op_id) if self.outlining else op.op_id
-        return self._spread(self._span(anchor, used), op.grains, used)
-
-    def _map_weights(self, op: Op) -> Mapping:
-        """Weights spread in grains of 64 parameters over as many tiles as they fill (the whole IPU for
-        a big matrix, as the matmul planner splits its reduction), from the op's first tile."""
-        work = self.mappings[op.op_id]
-        weight_grains = math.ceil(op.weight_params / WEIGHT_GRAIN_PARAMS)
-        used = min(weight_grains, self.tiles)
-        return self._spread(min(work.start, self.tiles - used), weight_grains, used)
-
-    def _map_state(self) -> dict[int, Mapping]:
-        """Optimiser state and gradient accumulators: read only by the weight update, which may run
-        on any tiles, so each IPU lays them end to end over its tiles in grains of 64 parameters (a
-        small op's state on the tiles after the previous op's), instead of piling onto the op's tiles."""
-        out: dict[int, Mapping] = {}
-        next_tile: dict[int, int] = {}
-        for stage in self.plan.stages:
-            for op in stage.ops:
-                if not op.params:
-                    continue
-                grains = math.ceil(op.params / WEIGHT_GRAIN_PARAMS)
-                used = min(grains, self.tiles)
-                start = next_tile.get(stage.ipu, 0)
-                if start + used > self.tiles:
-                    start = 0
-                out[op.op_id] = self._spread(start, grains, used)
-                next_tile[stage.ipu] = (start + used) % self.tiles
-        return out
 
     # -- costs (engine/costs.py) ----------------------------------------------------------------
 
@@ -290,7 +185,7 @@ class Compiler:
         # Outlined, a recomputation is a call of the forward's subgraph and a repeated layer's pass a
         # call of the first layer's: one copy of the pass's vertex state, exchange and control code.
         if self.outlining:
-            key: tuple = (self._work(op), "fwd" if suffix == "recompute" else suffix, factor, mapping.start)
+            key: tuple = (outline_key(op), "fwd" if suffix == "recompute" else suffix, factor, mapping.start)
         else:
             key = (op.op_id, suffix)
         steps = prog.steps - first

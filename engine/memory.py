@@ -5,7 +5,7 @@ peak is its always-live bytes plus the most it holds at any step, and the catego
 that step are what ``tile_memory`` records, so each tile's rows sum to its peak.
 
 Variables come in few shapes: an op's variables share its tile split, and repeated layers share
-their byte shares (see ``compiler.Mapping``), so gpt3-175b's ~1,450 variables per IPU are ~30
+their byte shares (see ``mapping.Mapping``), so gpt3-175b's ~1,450 variables per IPU are ~30
 distinct (bytes per tile, first tile, category) groups. The plan works per group, never per
 variable: a group's live count at each step is a 1-D running sum over steps. The IPU's *state* at
 a step is the vector of those counts; a repeated layer brings the same states back (gpt3-175b: ~210
