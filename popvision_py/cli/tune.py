@@ -3,9 +3,11 @@
 The run options state the starting configuration (as for `popvision run`); the search varies the
 mapping and the settings around it (docs/tune.md), emulates every candidate it keeps as a Dask
 task, and prints the ranked table, the commands, the Pareto front of throughput against IPUs and a
-compare of the best against the start. ``-o`` writes every candidate (tune.parquet, read by
-`--resume`, the dashboard's What-if page, DuckDB or pandas); the best candidate's profile goes to
-PROFILE_DIR/profile.pop and the start's to PROFILE_DIR/start/profile.pop.
+compare of the best against the start. Candidates are ranked by their central estimates; the rows
+shown also carry their fit verdict and ranges (``popvision_py.tune.search``). ``-o`` writes every
+candidate (tune.parquet, read by `--resume`, the dashboard's What-if page, DuckDB or pandas); the
+best candidate's profile goes to PROFILE_DIR/profile.pop and the start's to
+PROFILE_DIR/start/profile.pop.
 """
 
 from __future__ import annotations
@@ -69,7 +71,9 @@ def _search_dims(value: str | None) -> tuple[str, ...] | None:
               help="Write the best candidate's profile to PROFILE_DIR/profile.pop, the start's to "
               "PROFILE_DIR/start/profile.pop.")
 @click.option("--no-profile", is_flag=True, help="Write no profiles (and print no compare).")
-@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Rows of the table printed.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Rows of the table printed; they, the start and the Pareto front are emulated again at the ends "
+              "of the assumptions for their fit verdict and ranges.")
 @click.option("--json", "as_json", is_flag=True, help="Print the metadata and every row as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def command(model: str, system: str | None, global_batch: int | None, search: tuple[str, ...] | None,
@@ -108,8 +112,8 @@ def command(model: str, system: str | None, global_batch: int | None, search: tu
     quiet_dask()
     show = not quiet and sys.stderr.isatty()
     with _client(scheduler, workers) as client, _bar(model, show) as progress:
-        outcome = Search(space, client, previous, on_result=progress).run()
-    meta = {**outcome.meta, "emulated": outcome.emulated, "reused": outcome.reused}
+        outcome = Search(space, client, previous, on_result=progress, top=top).run()
+    meta = {**outcome.meta, "emulated": outcome.emulated, "reused": outcome.reused, "ranged": outcome.ranged}
     rows = outcome.rows
     if outcome.interrupted:
         write_tune(output, rows, meta)
@@ -130,7 +134,8 @@ def command(model: str, system: str | None, global_batch: int | None, search: tu
 
     click.echo(render(rows, meta, top))
     if outcome.reused:
-        click.echo(f"\n{outcome.reused:,} candidates taken from {resume}, {outcome.emulated:,} emulated now.")
+        ranged = f" Ranges computed now for {outcome.ranged:,} of the candidates shown." if outcome.ranged else ""
+        click.echo(f"\n{outcome.reused:,} candidates taken from {resume}, {outcome.emulated:,} emulated now.{ranged}")
     click.echo(f"\nEvery candidate: {output}")
     if "best_profile" in meta:
         click.echo(f"Best profile:   {script_path(meta['best_profile'])}  (the start's: {script_path(meta['start_profile'])})")

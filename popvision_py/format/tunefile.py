@@ -26,6 +26,17 @@ sentence):
 - ``request``: the candidate's ``engine.runner.RunRequest`` fields as JSON (without ``profile``
   and ``progress``), so ``RunRequest(**json.loads(request))`` re-runs it.
 - ``seconds``: wall-clock seconds the candidate's evaluation took.
+
+The range columns (``RANGE_COLUMNS``) hold what `popvision run`'s sensitivity pass gives, for the
+candidates whose ranges were computed (the rows `popvision tune` shows), null on every other row:
+
+- ``fit_verdict``: ``fits``, ``does not fit`` or ``borderline`` (the worst tile's range crosses a
+  tile's memory).
+- ``throughput_low``, ``throughput_high``: samples/s at the ends of the emulator's assumptions.
+- ``worst_tile_pct_low``, ``worst_tile_pct_high``: the worst tile's range, % of a tile.
+
+They are always written, and optional on reading: a file written before ranges existed lacks them
+and reads with them null (not computed). One present with another type is refused like any column.
 """
 
 from __future__ import annotations
@@ -63,6 +74,15 @@ COLUMNS = pa.schema([
     pa.field("request", pa.string(), nullable=False),
     pa.field("seconds", pa.float64(), nullable=False),
 ])
+VERDICTS = ("fits", "does not fit", "borderline")
+RANGE_COLUMNS = pa.schema([
+    pa.field("fit_verdict", pa.string()),
+    pa.field("throughput_low", pa.float64()),
+    pa.field("throughput_high", pa.float64()),
+    pa.field("worst_tile_pct_low", pa.float64()),
+    pa.field("worst_tile_pct_high", pa.float64()),
+])
+SCHEMA = pa.schema([*COLUMNS, *RANGE_COLUMNS])
 
 
 class TuneFileError(PopvisionError):
@@ -70,14 +90,20 @@ class TuneFileError(PopvisionError):
 
 
 def write_tune(path: str | os.PathLike[str], rows: pd.DataFrame, meta: dict[str, Any]) -> None:
-    """Write ``rows`` (the COLUMNS, in any order) and ``meta`` to ``path`` atomically."""
+    """Write ``rows`` (the COLUMNS, in any order, and the RANGE_COLUMNS: null where absent) and ``meta`` to
+    ``path`` atomically."""
     missing = [name for name in COLUMNS.names if name not in rows.columns]
     if missing:
         raise ValueError(f"tune rows lack the columns {', '.join(missing)}")
     unknown = set(rows["status"]) - set(STATUSES)
     if unknown:
         raise ValueError(f"tune rows have unknown statuses {sorted(unknown)}")
-    table = pa.Table.from_pandas(rows[COLUMNS.names], schema=COLUMNS, preserve_index=False)
+    unknown = set(rows["fit_verdict"].dropna()) - set(VERDICTS) if "fit_verdict" in rows else set()
+    if unknown:
+        raise ValueError(f"tune rows have unknown fit verdicts {sorted(unknown)}")
+    rows = rows.reindex(columns=SCHEMA.names)
+    rows["fit_verdict"] = rows["fit_verdict"].astype(object).where(rows["fit_verdict"].notna(), None)
+    table = pa.Table.from_pandas(rows, schema=SCHEMA, preserve_index=False)
     table = table.replace_schema_metadata({
         METADATA_KEY: json.dumps({"version": TUNE_SCHEMA_VERSION, **meta}, sort_keys=True).encode()})
     with atomic_output(path) as handle:
@@ -85,7 +111,8 @@ def write_tune(path: str | os.PathLike[str], rows: pd.DataFrame, meta: dict[str,
 
 
 def read_tune(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The rows (COLUMNS, nullable numbers as floats / pandas' nullable ints) and the metadata of a tune result."""
+    """The rows (COLUMNS and RANGE_COLUMNS, nullable numbers as floats / pandas' nullable ints, a verdict
+    not computed as None) and the metadata of a tune result."""
     try:
         table = pq.read_table(path)
     except FileNotFoundError:
@@ -104,16 +131,23 @@ def read_tune(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any
     if not isinstance(meta, dict) or meta.get("version") != TUNE_SCHEMA_VERSION:
         raise TuneFileError(f"{path} is a tune result of version {meta.get('version') if isinstance(meta, dict) else '?'}"
                             f"; this popvision reads version {TUNE_SCHEMA_VERSION}.")
-    for want in COLUMNS:
+    for want in SCHEMA:
         if want.name not in table.column_names:
+            if want in RANGE_COLUMNS:  # written before ranges existed: not computed
+                table = table.append_column(want, pa.nulls(table.num_rows, want.type))
+                continue
             raise TuneFileError(f"{path} is not a complete tune result: the column {want.name!r} is missing.")
         got = table.schema.field(want.name).type
         if got != want.type:
             raise TuneFileError(f"{path}: column {want.name!r} is {got}, not {want.type}.")
-    rows = table.select(COLUMNS.names).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+    rows = table.select(SCHEMA.names).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+    rows["fit_verdict"] = rows["fit_verdict"].astype(object).where(rows["fit_verdict"].notna(), None)
     bad = set(rows["status"]) - set(STATUSES)
     if bad:
         raise TuneFileError(f"{path}: unknown candidate status {sorted(bad)[0]!r}.")
+    odd = set(rows["fit_verdict"].dropna()) - set(VERDICTS)
+    if odd:
+        raise TuneFileError(f"{path}: unknown fit verdict {sorted(odd)[0]!r}.")
     if rows["key"].duplicated().any():
         raise TuneFileError(f"{path}: a candidate appears twice ({rows['key'][rows['key'].duplicated()].iloc[0]}).")
     return rows, meta

@@ -7,6 +7,13 @@ table on any cluster. Candidates refused before emulation are rows with their re
 previous result (``--resume``) already holds are taken from it, not emulated again. The budget
 (``--max-candidates``) counts candidates to emulate; when it cuts a round, what it keeps is spread
 over the round's space (``popvision_py.tune.cap``).
+
+Every candidate is emulated without its sensitivity pass and ranked by its central estimate. Then
+the candidates the text shows (``table.ranged_keys``: the top rows, the start, the Pareto front and,
+when none fits, the closest that do not) are emulated once more with it (``evaluate_ranges``,
+about 20 emulations each, on the same workers): their rows carry the fit verdict and the ranges.
+Ranges a previous result holds are taken from it; a previous result written before ranges existed
+has none, and the candidates shown are ranged now.
 """
 
 from __future__ import annotations
@@ -14,9 +21,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 
@@ -24,12 +31,13 @@ from engine.runner import RunRequest
 from popvision_py.errors import ConfigError, first_line
 from popvision_py.format import runconfig
 from popvision_py.tune.cap import Kept, keep_mappings, keep_settings
-from popvision_py.tune.evaluate import NOT_EMULATED, evaluate
+from popvision_py.tune.evaluate import NOT_EMULATED, NOT_RANGED, RANGE_FIELDS, evaluate, evaluate_ranges
 from popvision_py.tune.space import Candidate, Space
-from popvision_py.tune.table import ranked
+from popvision_py.tune.table import ranged_keys, ranked
 
+T = TypeVar("T")
 RESULT_FIELDS = ("status", "reason", "samples_per_second", "seconds_per_step", "worst_tile_pct", "headroom_bytes",
-                 "fits", "seconds")
+                 "fits", "seconds", *RANGE_FIELDS)
 
 
 def request_json(request: RunRequest) -> str:
@@ -47,32 +55,37 @@ def as_result(raw: dict[str, Any]) -> dict[str, Any]:
             "seconds_per_step": raw["seconds_per_step"],
             "worst_tile_pct": 100.0 * worst / capacity if worst is not None else None,
             "headroom_bytes": capacity - worst if worst is not None else None,
-            "fits": bool(raw["fits"]), "seconds": float(raw["seconds"])}
+            "fits": bool(raw["fits"]), "seconds": float(raw["seconds"]), **NOT_RANGED}
 
 
 @dataclass
 class Outcome:
-    """The search's rows (``tunefile.COLUMNS``), its metadata, and what happened."""
+    """The search's rows (``tunefile.COLUMNS`` and ``evaluate.RANGE_FIELDS``), its metadata, and what happened
+    (``ranged``: candidates whose ranges were computed now)."""
 
     rows: pd.DataFrame
     meta: dict[str, Any]
     interrupted: bool = False
     emulated: int = 0
     reused: int = 0
+    ranged: int = 0
 
 
 @dataclass
 class Search:
-    """One search of ``space`` on ``client``; ``previous`` rows (from --resume) are not emulated again."""
+    """One search of ``space`` on ``client``; ``previous`` rows (from --resume) are not emulated again. The
+    ``top`` rows the table shows (``table.ranged_keys``) are ranged."""
 
     space: Space
     client: Any  # distributed.Client
     previous: pd.DataFrame | None = None
     on_result: Callable[[int, int, float | None], None] = lambda done, total, best: None
+    top: int = 10
     done: dict[str, dict[str, Any]] = field(default_factory=dict)
     candidates: dict[str, Candidate] = field(default_factory=dict)
     emulated: int = 0
     reused: int = 0
+    ranged: int = 0
     capped: int = 0
     capped_by_round: list[int] = field(default_factory=lambda: [0, 0])
 
@@ -87,10 +100,11 @@ class Search:
             second = [c for c in self.space.round_two(mappings) if c.key not in self.candidates]
             second = self._capped(keep_settings(second, budget - first.emulate), round_=2)
             self._evaluate(second.candidates, total=len(first.candidates) + len(second.candidates))
+            self._range(ranged_keys(self.rows(), self.top))
         except KeyboardInterrupt:
             interrupted = True
         meta = self.meta()
-        return Outcome(self.rows(), meta, interrupted, self.emulated, self.reused)
+        return Outcome(self.rows(), meta, interrupted, self.emulated, self.reused, self.ranged)
 
     def _capped(self, kept: Kept, round_: int) -> Kept:
         """Record what the cap kept of a round (``popvision_py.tune.cap``) and what it cut."""
@@ -110,15 +124,15 @@ class Search:
         return out
 
     def _evaluate(self, cands: list[Candidate], total: int) -> None:
-        from distributed import as_completed
-
         previous = self.previous.set_index("key") if self.previous is not None and len(self.previous) else None
         todo = []
         for c in cands:
             if c.key in self.done:
                 continue
             if previous is not None and c.key in previous.index:
-                self.done[c.key] = {name: _plain(previous.at[c.key, name]) for name in RESULT_FIELDS}
+                # a result written before ranges existed lacks their columns: not computed
+                self.done[c.key] = {name: _plain(previous.at[c.key, name]) if name in previous.columns else None
+                                    for name in RESULT_FIELDS}
                 self.reused += 1
             elif c.reason:  # refused before emulation: the row evaluate gives a run the planner refuses
                 self.done[c.key] = as_result({"status": "rejected", "reason": c.reason, **NOT_EMULATED, "seconds": 0.0})
@@ -131,21 +145,44 @@ class Search:
             return
         futures = {self.client.submit(evaluate, request_json(self.space.request(c.config)), pure=False): c for c in todo}
         finished = base + len(cands) - len(todo)
+        for cand, raw in self._gathered(futures):
+            self.done[cand.key] = as_result(raw)
+            self.emulated += 1
+            finished += 1
+            if raw["status"] == "ok" and (best is None or raw["samples_per_second"] > best):
+                best = raw["samples_per_second"]
+            self.on_result(finished, total, best)
+
+    def _range(self, keys: list[str]) -> None:
+        """Run the sensitivity pass (``evaluate_ranges``) of the candidates ``keys`` lacking their ranges; each
+        row takes the verdict and ranges (its ``seconds`` stay its central emulation's)."""
+        todo = [key for key in keys if self.done[key]["fit_verdict"] is None]
+        if not todo:
+            return
+        futures = {self.client.submit(evaluate_ranges, request_json(self.space.request(self.candidates[key].config)),
+                                      pure=False): key for key in todo}
+        finished, total, best = len(self.candidates), len(self.candidates) + len(todo), self.best()
+        self.on_result(finished, total, best)
+        for key, raw in self._gathered(futures):
+            self.done[key].update({name: raw[name] for name in RANGE_FIELDS})
+            self.ranged += raw["fit_verdict"] is not None
+            finished += 1
+            self.on_result(finished, total, best)
+
+    def _gathered(self, futures: dict[Any, T]) -> Iterator[tuple[T, dict[str, Any]]]:
+        """(what each future stands for, its task's answer) as they finish; the unfinished are cancelled when
+        the caller stops (Ctrl-C)."""
+        from distributed import as_completed
+
         try:
             for future in as_completed(futures):
-                cand = futures[future]
                 try:
                     raw = future.result()
                 except Exception as exc:  # noqa: BLE001 - the task never raises: this is the cluster failing it
                     raise ConfigError(f"The Dask workers could not run popvision's task ({type(exc).__name__}: "
                                       f"{first_line(exc)}); each worker needs popvision installed (or on its "
                                       f"PYTHONPATH).") from None
-                self.done[cand.key] = as_result(raw)
-                self.emulated += 1
-                finished += 1
-                if raw["status"] == "ok" and (best is None or raw["samples_per_second"] > best):
-                    best = raw["samples_per_second"]
-                self.on_result(finished, total, best)
+                yield futures[future], raw
         finally:
             unfinished = [f for f in futures if not f.done()]
             if unfinished:
@@ -168,7 +205,7 @@ class Search:
         frame = pd.DataFrame.from_records(records, columns=[
             "key", *RESULT_FIELDS, "rank", "pareto", "ipus", "is_start", "changes", "command", "request"])
         frame["headroom_bytes"] = pd.array(frame["headroom_bytes"], dtype="Int64")
-        for name in ("samples_per_second", "seconds_per_step", "worst_tile_pct", "seconds"):
+        for name in ("samples_per_second", "seconds_per_step", "worst_tile_pct", "seconds", *RANGE_FIELDS[1:]):
             frame[name] = frame[name].astype(float)
         return ranked(frame)
 

@@ -228,7 +228,11 @@ def test_the_table_shows_each_rows_global_batch_when_they_differ(uneven, tmp_pat
     # micro-batch x gradient accumulation x replicas
     assert "Candidates train with different global batches" in result.output
     table = result.output.split("\n\n")[1].splitlines()
-    assert table[0].split()[:8] == ["rank", "samples/s", "vs", "start", "fits", "worst", "tile", "headroom"]
+    header = table[0]
+    assert header.split()[:11] == ["rank", "samples/s", "range", "of", "samples/s", "vs", "start", "fits", "worst",
+                                   "tile", "headroom"]
+    # the columns are right-aligned under their headers: the batch is what ends where "batch" does
+    batch_end = header.index("batch") + len("batch")
     commands = {line.split()[0]: shlex.split(line.split(None, 1)[1]) for line in
                 result.output.split("Commands:\n")[1].split("\n\n")[0].splitlines()}
     assert len(table[1:-1]) >= 2  # at least two rows, or no two batches could differ
@@ -238,7 +242,8 @@ def test_the_table_shows_each_rows_global_batch_when_they_differ(uneven, tmp_pat
         argv = commands[label]
         value = {flag: int(argv[argv.index(flag) + 1]) for flag in ("--batch-size", "--gradient-accumulation",
                                                                    "--replicas")}
-        assert int(words[8].replace(",", "")) == value["--batch-size"] * value["--gradient-accumulation"] * value["--replicas"]
+        batch = line[:batch_end].split()[-1]
+        assert int(batch.replace(",", "")) == value["--batch-size"] * value["--gradient-accumulation"] * value["--replicas"]
     rows, _ = read_tune(tmp_path / "tune.parquet")
     assert rows["changes"].str.contains("--batch-size").any()
 
