@@ -67,6 +67,22 @@ def fmt_seconds(value: Any) -> str:
     return with_unit(float(value) * 1e9, NANOSECOND_UNITS)
 
 
+def fmt_range_end(value: Any) -> str:
+    """A range's end to three significant figures, as `popvision run` prints it and a reader compares
+    them: 24,037 -> '24,000', 1,088,975 -> '1,090,000', 611.4 -> '611', 1.624 -> '1.62'."""
+    if _missing(value):
+        return "–"
+    x = float(value)
+    if abs(x) >= 100:
+        return f"{float(f'{x:.3g}'):,.0f}"
+    return f"{x:.3g}"
+
+
+def fmt_range(low: Any, high: Any, fmt: Formatter = fmt_range_end) -> str:
+    """'24,000 to 31,000': both ends of a range."""
+    return f"{fmt(low)} to {fmt(high)}"
+
+
 def fmt_quantity(count: Any, noun: str) -> str:
     """1, 'iteration' -> '1 iteration'; 10 -> '10 iterations' (nouns that take an 's')."""
     return f"{fmt_int(count)} {noun}{'' if count == 1 else 's'}"
@@ -138,7 +154,7 @@ def card(label: str, value: str, note: str | None = None, tone: str = "") -> htm
 
 
 def cards(items: Sequence[tuple[str, str] | tuple[str, str, str | None] | tuple[str, str, str | None, str]]) -> html.Div:
-    """A row of key-figure cards from (label, value[, note[, tone]]) tuples; tone is '', 'good' or 'bad'."""
+    """A row of key-figure cards from (label, value[, note[, tone]]) tuples; tone is '', 'good', 'warn' or 'bad'."""
     return html.Div([card(*item) for item in items], className="cards")
 
 

@@ -13,15 +13,21 @@ CLI (the dashboard never imports the engine). The Summary page's "Verify" button
 page's "Emulate and compare" run through it into ``emulated_dir`` (a temporary folder unless given).
 A browser names a candidate by its row of the tune result, a fix by its row of the insights: never
 a path or a request.
+
+``ranges(report)`` is the sensitivity pass a profile's manifest carries (``run.prediction``): the
+throughput's and the worst tile's ranges, the fit verdict and their drivers; None for a profile
+written without it, whose pages show the central figures alone.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import tempfile
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +203,70 @@ def phase_shares(report: Any) -> dict[str, float]:
     """Share of IPU time in each phase, in %, from ``report.exchange.figures()``."""
     time = report.exchange.figures()
     return {phase: float(getattr(time, f"{phase}_pct")) for phase in PHASES}
+
+
+@dataclass(frozen=True)
+class Driver:
+    """One assumption behind a range: its value and plausible interval, and the figure at each end of it."""
+
+    name: str
+    value: float
+    low: float
+    high: float
+    at_low: float  # the figure (samples/s, or the worst tile in % of a tile) with the assumption at its low end
+    at_high: float
+
+
+@dataclass(frozen=True)
+class Ranges:
+    """The sensitivity pass a profile carries (its manifest's ``run.prediction``, engine/prediction.py):
+    the throughput's and the worst tile's range at the ends of the assumptions, the fit verdict, and the
+    assumptions that drive each range, largest effect first."""
+
+    throughput_range: tuple[float, float]  # samples/s
+    worst_tile_pct_range: tuple[float, float]  # % of a tile
+    fit_verdict: str  # fits, does not fit, borderline
+    throughput_drivers: tuple[Driver, ...] = ()
+    worst_tile_drivers: tuple[Driver, ...] = ()
+    pinned: tuple[str, ...] = ()  # assumptions given with --assume: known, so out of the ranges
+    pin_down: str | None = None  # the assumption to measure when the throughput range is wider than ±25%
+
+
+VERDICTS = ("fits", "does not fit", "borderline")
+
+
+def ranges(report: Any) -> Ranges | None:
+    """The ranges of ``report``'s run, or None for a profile written without them (``popvision run
+    --no-ranges``, or before popvision gave ranges) or whose ``prediction`` is not one popvision writes."""
+    found = report.run.get("prediction")
+    if not isinstance(found, dict):
+        return None
+    try:
+        throughput = _pair(found["throughput_range"])
+        tile = _pair(found["worst_tile_pct_range"])
+        verdict = str(found["fit_verdict"])
+        if verdict not in VERDICTS:
+            return None
+        pin_down = found.get("pin_down")
+        return Ranges(throughput, tile, verdict,
+                      throughput_drivers=_drivers(found.get("throughput_range_drivers")),
+                      worst_tile_drivers=_drivers(found.get("worst_tile_range_drivers")),
+                      pinned=tuple(str(name) for name in found.get("pinned_assumptions") or ()),
+                      pin_down=str(pin_down) if pin_down else None)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _pair(value: Any) -> tuple[float, float]:
+    low, high = (float(v) for v in value)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise ValueError("a range end is not a number")
+    return low, high
+
+
+def _drivers(value: Any) -> tuple[Driver, ...]:
+    return tuple(Driver(str(d["name"]), float(d["value"]), float(d["low"]), float(d["high"]), float(d["at_low"]),
+                        float(d["at_high"])) for d in value or ())
 
 
 def open_profile(path: str | Path) -> Any:

@@ -6,6 +6,9 @@ NAV = "nav"
 
 # Summary and insights
 SUMMARY_FIGURES = "summary-figures"
+SUMMARY_RANGES = "summary-ranges"  # the ranges panel: throughput range, fit verdict, their drivers (none without)
+SUMMARY_THROUGHPUT_DRIVERS = "summary-throughput-drivers"
+SUMMARY_WORST_TILE_DRIVERS = "summary-worst-tile-drivers"
 SUMMARY_INSIGHTS = "summary-insights"
 SUMMARY_TIME = "summary-time"
 SUMMARY_MEMORY = "summary-memory"

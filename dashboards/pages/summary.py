@@ -19,6 +19,7 @@ def layout(**_query: str) -> html.Div:
         [
             c.page_header("Summary and insights", "What ran, how fast, whether it fits, and what to change."),
             html.Div(id=ids.SUMMARY_FIGURES, className="cards-slot"),
+            html.Div(id=ids.SUMMARY_RANGES),
             html.Div(
                 [
                     c.section("Where the IPU time goes", c.graph(ids.SUMMARY_TIME, modebar=False)),
@@ -31,9 +32,18 @@ def layout(**_query: str) -> html.Div:
     )
 
 
-def key_figures(summary: Any) -> list[tuple]:
-    """The cards of the summary page, from ``summary.figures()``."""
+def key_figures(summary: Any, ranges: data.Ranges | None = None) -> list[tuple]:
+    """The cards of the summary page, from ``summary.figures()`` and the profile's ``data.ranges`` (None: the
+    central figures alone, as a profile written without ranges has)."""
     fits = bool(summary.fits)
+    rate_note = f"{summary.samples_per_step:,} samples per step"
+    fit_card = ("Fits in memory", "yes" if fits else "no",
+                "no tile over capacity" if fits else f"{summary.oom_tiles:,} tiles out of memory",
+                "good" if fits else "bad")
+    if ranges is not None:
+        rate_note = f"{c.fmt_range(*ranges.throughput_range)} at the assumptions' ends; {rate_note}"
+        fit_card = ("Fits in memory", FIT_ANSWER[ranges.fit_verdict], fit_note(ranges, summary.oom_tiles),
+                    FIT_TONE[ranges.fit_verdict])
     return [
         ("Model", f"{summary.model}", f"{summary.strategy} {summary.mode} on {summary.arch}"),
         ("IPUs", f"{summary.num_ipus} × {summary.replication_factor}",
@@ -41,13 +51,83 @@ def key_figures(summary: Any) -> list[tuple]:
         ("Batch", f"{summary.micro_batch_size} × {summary.gradient_accumulation}",
          f"micro-batch × accumulation; {c.fmt_quantity(summary.device_iterations, 'device iteration')}"),
         ("Time per step", c.fmt_seconds(summary.step_s), f"{c.fmt_count(summary.step_cycles)} cycles"),
-        ("Throughput", f"{summary.throughput_samples_per_s:,.0f} /s", f"{summary.samples_per_step:,} samples per step"),
+        ("Throughput", f"{summary.throughput_samples_per_s:,.0f} /s", rate_note),
         ("FLOP utilisation", c.fmt_pct(summary.flop_utilisation_pct), f"{c.fmt_count(summary.total_flops)} FLOPs"),
-        ("Fits in memory", "yes" if fits else "no",
-         "no tile over capacity" if fits else f"{summary.oom_tiles:,} tiles out of memory", "good" if fits else "bad"),
+        fit_card,
         ("Worst tile", c.fmt_bytes(summary.worst_tile_bytes),
          f"IPU {summary.worst_ipu}, tile {summary.worst_tile} of {c.fmt_bytes(summary.bytes_per_tile)}"),
     ]
+
+
+# The fit verdict (engine/prediction.py) as the "Fits in memory" card answers it, and its tone.
+FIT_ANSWER = {"fits": "yes", "does not fit": "no", "borderline": "borderline"}
+FIT_TONE = {"fits": "good", "does not fit": "bad", "borderline": "warn"}
+DRIVERS_SHOWN = 5  # assumptions listed under each range, largest effect first
+
+
+def fit_note(ranges: data.Ranges, oom_tiles: int) -> str:
+    """'worst tile 93.0 % to 104.0 % of a tile', and the tiles out of memory at the central estimate when any."""
+    note = f"worst tile {c.fmt_range(*ranges.worst_tile_pct_range, fmt=c.fmt_pct)} of a tile"
+    return note + (f"; {oom_tiles:,} tiles out of memory at the central estimate" if oom_tiles else "")
+
+
+def ranges_panel(ranges: data.Ranges | None, throughput: float) -> html.Section | None:
+    """What the ranges say: the throughput (``throughput``, the central estimate) with its range, the fit
+    verdict, the assumptions that drive each range (largest effect first) and which one to pin down; None
+    for a profile written without ranges."""
+    if ranges is None:
+        return None
+    verdict = ranges.fit_verdict
+    lines = [
+        html.P([html.Strong("Throughput "), f"{throughput:,.0f} samples/s ({c.fmt_range(*ranges.throughput_range)})"],
+               className="ranges-throughput"),
+        html.P([html.Strong("Fit "), html.Span(verdict, className=f"verdict verdict-{FIT_TONE[verdict]}"),
+                f" ({fit_note(ranges, 0)})"], className="ranges-verdict"),
+    ]
+    if verdict == "borderline":
+        lines.append(html.P("Within the assumptions' intervals the worst tile may be over or under a tile's memory: "
+                            "pin down the assumptions that drive its range (below) before relying on this run "
+                            "fitting.", className="ranges-borderline"))
+    if ranges.pin_down:
+        lines.append(html.P(["The throughput range is wider than ±25%: measure ", html.Code(ranges.pin_down),
+                             " and give it with ", html.Code(f"--assume {ranges.pin_down}=VALUE"), "."],
+                            className="ranges-pin-down"))
+    if ranges.pinned:
+        lines.append(html.P(f"Given with --assume (known, so out of the ranges): {', '.join(ranges.pinned)}.",
+                            className="ranges-pinned"))
+    tables = html.Div([
+        html.Div([html.H4("What drives the throughput range"),
+                  drivers_table(ranges.throughput_drivers, c.fmt_range_end, "samples/s",
+                                ids.SUMMARY_THROUGHPUT_DRIVERS)]),
+        html.Div([html.H4("What drives the worst tile's range"),
+                  drivers_table(ranges.worst_tile_drivers, c.fmt_pct, "worst tile",
+                                ids.SUMMARY_WORST_TILE_DRIVERS)]),
+    ])  # one above the other: the assumptions' names are long, and a cell never breaks one
+    return c.section("Ranges: how sure these figures are", *lines, tables,
+                     note="Each assumption of the emulator emulated again at both ends of its plausible interval "
+                          "(docs/emulator.md); the ranges combine their effects.")
+
+
+def drivers_table(drivers: tuple[data.Driver, ...], fmt: c.Formatter, figure: str, table_id: str) -> html.Div:
+    """The assumptions behind one range, largest effect first: each one's value and interval, and the
+    ``figure`` at its low and at its high end."""
+    if not drivers:
+        return html.Div("No assumption moves it.", className="empty", id=table_id)
+    head = html.Thead(html.Tr([html.Th("assumption"), html.Th("value (interval)", className="num"),
+                               html.Th(f"{figure} at its low end", className="num"),
+                               html.Th(f"{figure} at its high end", className="num")]))
+    body = [html.Tr([html.Td(d.name), html.Td(f"{assumption_value(d.value)} ({assumption_value(d.low)} to "
+                                               f"{assumption_value(d.high)})", className="num"),
+                     html.Td(fmt(d.at_low), className="num"), html.Td(fmt(d.at_high), className="num")])
+            for d in drivers[:DRIVERS_SHOWN]]
+    return html.Div(html.Table([head, html.Tbody(body)], className="pv-table", id=table_id), className="table-wrap")
+
+
+def assumption_value(x: float) -> str:
+    """An assumption's value as given to --assume, readably: 20,000,000,000, 0.0005, 1.5, 80."""
+    if float(x).is_integer() and abs(x) < 1e15:
+        return f"{int(x):,}"
+    return f"{x:.4g}"
 
 
 def insight_list(insights: pd.DataFrame, verify: bool = False) -> html.Div:
@@ -147,6 +227,7 @@ def verified(profile: str | None, row: Any) -> html.Div | html.P:
 
 @dash.callback(
     Output(ids.SUMMARY_FIGURES, "children"),
+    Output(ids.SUMMARY_RANGES, "children"),
     Output(ids.SUMMARY_TIME, "figure"),
     Output(ids.SUMMARY_MEMORY, "figure"),
     Output(ids.SUMMARY_INSIGHTS, "children"),
@@ -155,9 +236,11 @@ def verified(profile: str | None, row: Any) -> html.Div | html.P:
 def render(profile: str | None):
     report = data.report(profile)
     summary = report.summary.figures()
+    ranges = data.ranges(report)
     shares = data.phase_shares(report)
     return (
-        c.cards(key_figures(summary)),
+        c.cards(key_figures(summary, ranges)),
+        ranges_panel(ranges, summary.throughput_samples_per_s),
         figures.phase_shares(shares),
         figures.ipu_memory(report.memory.by_ipu()),
         insight_list(report.summary.insights(), verify=data.current().runner is not None),

@@ -65,6 +65,11 @@ def test_every_page_draws_a_sample_profile_without_console_errors(dash_duo, samp
     for page_path, graphs in {**PAGES, "/compare": [ids.COMPARE_MEMORY, ids.COMPARE_PHASES]}.items():
         dash_duo.wait_for_page(url=f"{dash_duo.server_url}{page_path}")
         wait_for_figures(dash_duo, graphs)
+        if page_path == "/":
+            # the summary's ranges panel gives the fit verdict the sample's manifest holds (the out-of-memory
+            # sample's worst tile is 133% to 141% of a tile: it does not fit at any end of the assumptions)
+            verdict = {"mnist_pipelined": "fits", "bert_large_out_of_memory": "does not fit"}[sample]
+            dash_duo.wait_for_contains_text(f"#{ids.SUMMARY_RANGES}", f"Fit {verdict} (worst tile ", timeout=10)
         assert errors(dash_duo) == [], page_path
 
 
@@ -73,6 +78,11 @@ def test_summary_shows_the_findings_of_an_out_of_memory_run(dash_duo, app):
     dash_duo.wait_for_element(".insight", timeout=15)
     assert "out of memory" in dash_duo.find_element(f"#{ids.SUMMARY_INSIGHTS}").text
     assert "no" in dash_duo.find_element(".card.bad .card-value").text
+    # a profile without ranges (this synthetic one has no prediction in its manifest): the central figures
+    # alone, no ranges panel, and no error
+    assert dash_duo.find_element(f"#{ids.SUMMARY_RANGES}").text == ""
+    assert "tiles out of memory" in dash_duo.find_element(".card.bad .card-note").text
+    assert errors(dash_duo) == []
 
 
 def test_clicking_a_tile_shows_its_breakdown_and_variables(dash_duo, app):

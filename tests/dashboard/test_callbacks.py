@@ -38,8 +38,9 @@ def test_pages_register_in_order_and_compare_needs_two_profiles(app):
 
 
 def test_summary_says_the_run_does_not_fit(app):
-    cards, time, memory, insights = page("summary").render("a")
+    cards, ranges, time, memory, insights = page("summary").render("a")
     assert "Fits in memory no" in text(cards)
+    assert ranges is None  # this synthetic profile's manifest has no prediction: no ranges panel
     assert "out of memory" in text(insights)
     assert [t.name.split()[0] for t in time.data] == ["compute", "sync", "exchange", "stream", "idle"]
 

@@ -210,13 +210,16 @@ def test_a_server_opened_with_host_serves_any_host_name(tmp_path: Path):
 
 
 def _flip_page_byte(source: Path, table: str, target: Path) -> Path:
-    """A copy of ``source`` with one byte flipped inside the first data page of ``table``."""
+    """A copy of ``source`` with one byte flipped inside the first page of ``table`` (its first column's)."""
     with open_profile(source) as profile:
         offset, _ = profile.member_span(table)
         chunk = profile.metadata(table).row_group(0).column(0)
-        page = chunk.dictionary_page_offset or chunk.data_page_offset
+        # the first page's last byte (its data, past its header, whatever the header's length): the byte before
+        # the data page when a dictionary page comes first, else the chunk's last (one page)
+        last = chunk.data_page_offset - 1 if chunk.dictionary_page_offset else \
+            chunk.data_page_offset + chunk.total_compressed_size - 1
     data = bytearray(source.read_bytes())
-    data[offset + page + 40] ^= 0xFF
+    data[offset + last] ^= 0xFF
     target.write_bytes(bytes(data))
     return target
 
