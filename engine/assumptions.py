@@ -32,12 +32,13 @@ from popvision_py.errors import ConfigError
 
 from engine.model import OPTIMISERS
 
-# The microbenchmark study every on-chip and link figure below is checked against (Mk1 GC2 on a C2
-# card; Mk2 and Bow share its tile, exchange and sync design at another clock and tile count).
-JIA = ("Jia, Tillman, Maggioni, Scarpazza, 'Dissecting the Graphcore IPU Architecture via "
-       "Microbenchmarking', Citadel, 2019 (arXiv:1912.03413)")
 MK2_DATASHEET = "Graphcore GC200 IPU / IPU-M2000 datasheet"
 POPLIBS = "graphcore/poplibs"
+# poplibs' own model of several IPUs for its tests (Mk1 C2 cards in a ladder): link rate and efficiency,
+# and the latency of a sync signal per hop
+POPLIBS_IPU_MODEL = f"{POPLIBS} lib/poplibs_test/Util.cpp (the multi-IPU IPUModel its tests run on)"
+# poplibs' planners' estimates of a sync and of an exchange's fixed overhead (popnn's CTC loss planner)
+POPLIBS_PLANNER = f"{POPLIBS} lib/popnn/CTCLossPlan.cpp"
 HOST_BENCH = "benchmarks/host_input.py (measured here: see docs/emulator.md, 'Host input pipeline')"
 
 TIME, MEMORY, BOTH = frozenset({"time"}), frozenset({"memory"}), frozenset({"time", "memory"})
@@ -114,24 +115,22 @@ class Assumptions:
     exchange_bytes_per_cycle_per_tile: float = assumption(
         4.0, PER_CYCLE, "bytes per cycle per tile", uncertainty=(3.0, 4.1),
         source=f"{MK2_DATASHEET}: 8 TB/s of on-chip exchange over 1,472 tiles at 1.33 GHz = 4.08 B/cycle/tile "
-               f"(the peak; the high end). {JIA} measure Mk1's exchange below its peak, more so for small "
-               "messages: the low end allows a quarter less", affects=BOTH)
+               "(the peak; the high end). No sustained Mk2 figure is published: the low end allows a quarter "
+               "less for exchanges whose tiles do not send and receive every cycle", affects=BOTH)
     exchange_latency_cycles: int = assumption(
-        60, WHOLE, "cycles", uncertainty=(30, 200),
-        source=f"{JIA} measure Mk1's exchange latency; no Mk2 figure is published: tens of cycles of "
-               "set-up before the first word, and a wide interval")
+        100, WHOLE, "cycles", uncertainty=(50, 200),
+        source=f"{POPLIBS_PLANNER}: a fixed overhead of 100 cycles per exchange (fixedOverheadExchangeCycles), "
+               "the planner's estimate; half to twice it, as it is an estimate")
     tile_sync_cycles: int = assumption(
-        30, WHOLE, "cycles", uncertainty=(15, 100),
-        source=f"{JIA} measure Mk1's on-chip sync; the hardware sync of one IPU's tiles is tens of cycles, "
-               "no Mk2 figure is published, so a wide interval")
-    ipu_sync_base_cycles: int = assumption(
-        1000, WHOLE, "cycles", uncertainty=(500, 3000),
-        source=f"{JIA} measure syncs across the IPUs of Mk1 C2 cards at the order of a microsecond; no "
-               "Mk2 figure is published, so 0.4 to 2.3 µs at 1.33 GHz")
-    ipu_sync_cycles_per_doubling: int = assumption(
-        400, WHOLE, "cycles", uncertainty=(100, 1000),
-        source="no published figure: a sync tree over IPU-Links and GW-Links adds a hop per doubling "
-               "of the IPUs taking part; an order of magnitude, with a wide interval")
+        90, WHOLE, "cycles", uncertainty=(45, 150),
+        source=f"{POPLIBS_PLANNER}: a sync before each exchange 'has approximately the "
+               "same cost each time', 90 cycles (syncCycles), the planner's estimate; half to 1.7 times it")
+    ipu_sync_ns_per_hop: float = assumption(
+        15.0, Range(0, 1000), "nanoseconds per hop", uncertainty=(10.0, 50.0),
+        source=f"{POPLIBS_IPU_MODEL}: a sync across IPUs goes there and back over 1 + N/4 hops (one within "
+               "a card, one per pair of cards up the ladder) at 15 ns a hop (syncLatencyPerHop), after each "
+               "IPU's own tiles sync. It models cards in one chassis; the high end allows Sync-Link cables "
+               "between IPU-M2000s and racks")
     # -- links ---------------------------------------------------------------------------------
     ipu_link_share_per_neighbour: float = assumption(
         0.2, SHARE, "share of the IPU-Links", uncertainty=(0.1, 0.3),
@@ -141,8 +140,9 @@ class Assumptions:
     host_link_efficiency: float = assumption(
         0.8, SHARE, "share of the host link", uncertainty=(0.5, 0.9),
         source="PCIe Gen4 x16 (the IPU-M2000's host link) delivers 80 to 90% of its peak in large DMA "
-               f"transfers after its packet overheads; {JIA} measure Mk1's host link below its peak for "
-               "small and mid-sized copies: the low end allows half")
+               "transfers after its packet overheads (128b/130b encoding, a 24-byte header per 256-byte "
+               "payload: 91% at most); no Graphcore measurement is published, and small copies pay their "
+               "set-up: the low end allows half")
     streaming_memory_bytes_per_s: float = assumption(
         20e9, BYTES_PER_S, "bytes per second per IPU", uncertainty=(10e9, 40e9),
         source="IPU-M2000 streaming memory: DDR4 DIMMs on the IPU-Gateway, reached over its PCIe "
@@ -150,21 +150,24 @@ class Assumptions:
                "interval spans a PCIe Gen4 x8 share to a whole DIMM channel")
     link_latency_cycles: int = assumption(
         1500, WHOLE, "cycles", uncertainty=(700, 4000),
-        source=f"{JIA} measure the latency of Mk1's host and IPU-Link transfers; no Mk2 figure is "
-               "published: about a microsecond to start a transfer, 0.5 to 3 µs")
+        source="no published figure: a transfer over IPU-Links or PCIe starts with a DMA descriptor, the "
+               "link's packet set-up and the exchange that opens it, about a microsecond (1.1 µs at "
+               "1.33 GHz); 0.5 to 3 µs, an order of magnitude wide")
     # -- collectives (the gradient all-reduce between replicas, tensor shards) ------------------
     collective_bytes_per_s: float = assumption(
         64e9, BYTES_PER_S, "bytes per second per IPU", uncertainty=(32e9, 128e9),
         source=f"{MK2_DATASHEET}: IPU-Links of 32 GB/s each. A ring all-reduce sends to one neighbour "
                "and receives from the other; GCL's rings between IPU-M2000s run over the two links "
-               "cabled between each pair of machines (64 GB/s). Low end: one link; high end: four")
+               "cabled between each pair of machines (64 GB/s). Low end: one link (about poplibs' Mk1 "
+               f"link of 128 Gibit/s each way, {POPLIBS_IPU_MODEL}, over two); high end: four")
     # At least 5 %: below it, with the bandwidths' floors, gpt3-175b's all-reduces would outgrow
     # the profile's cycle columns.
     collective_link_efficiency: float = assumption(
-        0.8, Range(0.05, 1), "share of the collective bandwidth", uncertainty=(0.5, 0.95),
-        source=f"{JIA} measure Mk1's collectives over IPU-Links; no Mk2 figure is published. A ring keeps "
-               "every link busy once its buffers are large (small ones pay the per-step latencies, "
-               "modelled apart): most of the link rate, with a wide interval")
+        0.85, Range(0.05, 1), "share of the collective bandwidth", uncertainty=(0.5, 0.95),
+        source=f"{POPLIBS_IPU_MODEL}: an IPU-Link delivers 85% of its rate (linkEfficiency). No Graphcore "
+               "all-reduce bandwidth is published; GCL's collectives are rings that keep every link busy "
+               "once the buffers are large (small ones pay the per-step latencies, modelled apart). Low "
+               "end: rings that lose a third to contention and the torus's longer paths")
     gw_link_bytes_per_s: float = assumption(
         6.25e9, BYTES_PER_S, "bytes per second per IPU", uncertainty=(3e9, 12.5e9),
         source="IPU-M2000 datasheet: 2 x 100 Gbps GW-Links per machine (25 GB/s) for its 4 IPUs, used "
@@ -202,9 +205,12 @@ class Assumptions:
         source="Graphcore's IPU-POD reference host: a dual-socket AMD EPYC 7742 server (2 x 64 cores); "
                "smaller hosts (2 x 32 cores) were also qualified: the low end")
     ipus_per_host_server: int = assumption(
-        16, WHOLE_POSITIVE, "IPUs per host server", uncertainty=(16, 32),
-        source="Graphcore's IPU-POD16 has one host server; IPU-POD64 ships with one to four (one per "
-               "IPU-POD16 assumed, one per 32 IPUs at the high end)")
+        16, WHOLE_POSITIVE, "IPUs per host server", uncertainty=(16, 64),
+        source="Graphcore's IPU-POD16 has one host server; the IPU-POD64 datasheet: '1-4 approved host "
+               "servers ... default number of servers is 1, however up to 4 host servers may be required "
+               "depending on workload'. Graphcore's own ResNet-50 IPU-POD64 scripts run on 4 hosts "
+               "(graphcore/examples vision/cnns/pytorch/train/rn50_pod64.sh): one per 16 IPUs; one host "
+               "for all 64 is the high end")
     # -- compute -------------------------------------------------------------------------------
     amp_efficiency: float = assumption(
         1.0, SHARE, "share of the planned AMP rate", uncertainty=(0.75, 1.0),
@@ -214,7 +220,7 @@ class Assumptions:
     vector_fp16_flops_per_cycle_per_tile: float = assumption(
         8.0, PER_CYCLE, "FLOP per cycle per tile", uncertainty=(4.0, 12.0),
         source="the tile issues about one 64-bit vector instruction per cycle, its six workers taking "
-               f"turns (Graphcore's IPU programmer's guide; {JIA} describe the same pipeline on Mk1); "
+               "turns (Graphcore's IPU programmer's guide); "
                "f16v4 works on 4 FP16 lanes, a fused multiply-add counting 2 FLOP per lane (8). "
                "Kernels that also load and store run at about half (4); co-issued loads reach 12")
     vector_fp32_flops_per_cycle_per_tile: float = assumption(
@@ -222,12 +228,15 @@ class Assumptions:
         source="as the FP16 rate, with f32v2's 2 FP32 lanes: half of it")
     compute_set_overhead_cycles: int = assumption(
         80, WHOLE, "cycles", uncertainty=(40, 200),
-        source=f"{POPLIBS} cycle estimates charge a supervisor vertex tens of cycles to start its workers; "
-               "no published figure for a whole compute set, so a wide interval")
+        source=f"{POPLIBS} lib/poplin/PerformanceEstimation.hpp charges a convolution supervisor 43 to 83 "
+               "cycles outside its loops (supervisorNonloopOverhead), lib/popnn/popnnCycleEstimators.cpp "
+               "9 cycles of supervisor overhead; a compute set starts its supervisors and workers: about "
+               "80, no published figure for a whole one, so a wide interval")
     vertex_overhead_cycles: int = assumption(
         12, WHOLE, "cycles", uncertainty=(6, 30),
-        source=f"{POPLIBS} lib/popops/*PerformanceEstimation: a worker vertex's prologue and epilogue "
-               "cost on the order of ten cycles")
+        source=f"{POPLIBS} cycle estimators: a worker vertex's prologue and epilogue cost 5 to 9 cycles "
+               "('5 + // Vertex overhead', 'cycles = 9; // Supervisor vertex overhead' in "
+               "lib/popnn/popnnCycleEstimators.cpp), more with its loop set-up")
     elementwise_relayout_fraction: float = assumption(
         0.1, FRACTION, "fraction of the inputs", uncertainty=(0.0, 0.3),
         source="no published figure: poplibs maps an elementwise op's output like its inputs where it "

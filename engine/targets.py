@@ -130,7 +130,10 @@ class Target:
         a = self.assumptions
         if ipus <= 1:
             return a.tile_sync_cycles
-        return int(a.ipu_sync_base_cycles + a.ipu_sync_cycles_per_doubling * math.ceil(math.log2(ipus)))
+        # the IPUs' own tiles sync, then the signal goes there and back over the ladder: one hop within a card
+        # and one per pair of cards (poplibs' IPUModel of several IPUs)
+        hops = 1 + ipus // 4
+        return int(a.tile_sync_cycles + math.ceil(2 * hops * a.ipu_sync_ns_per_hop * 1e-9 * self.arch.clock_hz))
 
     @property
     def ipu_link_domain_ipus(self) -> int:

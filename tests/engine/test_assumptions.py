@@ -148,19 +148,19 @@ def test_python_takes_the_same_per_optimiser_keys():
 
 
 def test_a_whole_number_written_as_a_float_is_taken_as_that_number(tmp_path):
-    # 6e1 is 60, the default: the run is the one of the default, and the manifest records the int 60
+    # 1e2 is 100, the default: the run is the one of the default, and the manifest records the int 100
     out = tmp_path / "p"
     # (with a data loader that keeps up: mnist's default is host-bound, which would hide the exchange)
     fast_host = ("--input", "synthetic")
-    result = _run("mnist", "--assume", "exchange_latency_cycles=6e1", *fast_host, "--json", "-q", "--profile",
+    result = _run("mnist", "--assume", "exchange_latency_cycles=1e2", *fast_host, "--json", "-q", "--profile",
                   "--profile-dir", str(out))
     assert result.exit_code == 0, result.output
     default = json.loads(_run("mnist", *fast_host, "--json", "-q").stdout)
     summary = json.loads(result.stdout)
-    assert summary["cycles_per_step"] == default["cycles_per_step"] == 688_709
+    assert summary["cycles_per_step"] == default["cycles_per_step"] == 667_136
     with open_profile(out / "profile.pop") as p:
         value = p.manifest["target"]["assumptions"]["exchange_latency_cycles"]
-    assert value == 60 and isinstance(value, int)
+    assert value == 100 and isinstance(value, int)
 
 
 @pytest.mark.parametrize("name", NAMES)
