@@ -15,6 +15,7 @@ import pandas as pd
 from dash import dcc, html
 
 from dashboards.figures import BYTE_UNITS, COUNT_UNITS, NANOSECOND_UNITS, ipu_label, with_unit
+from popvision_py.render.format import three_figures
 
 Formatter = Callable[[Any], str]
 
@@ -70,12 +71,7 @@ def fmt_seconds(value: Any) -> str:
 def fmt_range_end(value: Any) -> str:
     """A range's end to three significant figures, as `popvision run` prints it and a reader compares
     them: 24,037 -> '24,000', 1,088,975 -> '1,090,000', 611.4 -> '611', 1.624 -> '1.62'."""
-    if _missing(value):
-        return "–"
-    x = float(value)
-    if abs(x) >= 100:
-        return f"{float(f'{x:.3g}'):,.0f}"
-    return f"{x:.3g}"
+    return "–" if _missing(value) else three_figures(float(value))
 
 
 def fmt_range(low: Any, high: Any, fmt: Formatter = fmt_range_end) -> str:

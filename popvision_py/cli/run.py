@@ -22,6 +22,7 @@ from engine.model import INPUT_KINDS, MODES, OPTIMISERS, PRECISIONS, STRATEGIES
 from engine.runner import MAX_MEMORY_BYTES, MAX_TRACE_ROWS
 from engine.targets import ARCHS
 from popvision_py.errors import ConfigError
+from popvision_py.render.format import three_figures
 
 
 class Int64(click.ParamType):
@@ -272,7 +273,7 @@ def summary_text(s: Summary, idle_pct: float, flop_utilisation_pct: float) -> st
     rate = f"  throughput        {s.samples_per_second:,.1f} samples/s"
     if s.throughput_range:
         low, high = s.throughput_range
-        rate += f" ({_figure(low)} to {_figure(high)})"
+        rate += f" ({three_figures(low)} to {three_figures(high)})"
     lines = [
         f"{s.model}: {s.mode}, {s.strategy} over {s.num_ipus} IPU(s){shards} x {s.replicas} replica(s) "
         f"on {s.arch} ({s.system})",
@@ -297,13 +298,6 @@ def summary_text(s: Summary, idle_pct: float, flop_utilisation_pct: float) -> st
     if s.profile:
         lines.append(f"  profile           {s.profile}")
     return "\n".join(lines)
-
-
-def _figure(x: float) -> str:
-    """A range end to three significant figures, as a reader compares them: 24,000, 611, 1.62."""
-    if x >= 100:
-        return f"{float(f'{x:.3g}'):,.0f}"
-    return f"{x:.3g}"
 
 
 def _verdict(s: Summary) -> str:

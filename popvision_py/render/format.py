@@ -26,6 +26,15 @@ def value(v: Any) -> str:
     return str(v)
 
 
+def three_figures(x: float) -> str:
+    """A range's end to three significant figures, as a reader compares them (`popvision run`, `popvision tune`
+    and the dashboard print ranges so): 24,037 -> '24,000', 1,088,975 -> '1,090,000', 611.4 -> '611',
+    1.624 -> '1.62'."""
+    if abs(x) >= 100:
+        return f"{float(f'{x:.3g}'):,.0f}"
+    return f"{x:.3g}"
+
+
 def is_number(series: pd.Series) -> bool:
     return _numeric_dtype(series.dtype)
 

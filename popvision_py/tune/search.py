@@ -81,6 +81,7 @@ class Search:
     previous: pd.DataFrame | None = None
     on_result: Callable[[int, int, float | None], None] = lambda done, total, best: None
     top: int = 10
+    range_shown: bool = True  # False: central estimates only (benchmarks/bench_tune.py times the search alone)
     done: dict[str, dict[str, Any]] = field(default_factory=dict)
     candidates: dict[str, Candidate] = field(default_factory=dict)
     emulated: int = 0
@@ -100,7 +101,8 @@ class Search:
             second = [c for c in self.space.round_two(mappings) if c.key not in self.candidates]
             second = self._capped(keep_settings(second, budget - first.emulate), round_=2)
             self._evaluate(second.candidates, total=len(first.candidates) + len(second.candidates))
-            self._range(ranged_keys(self.rows(), self.top))
+            if self.range_shown:
+                self._range(ranged_keys(self.rows(), self.top))
         except KeyboardInterrupt:
             interrupted = True
         meta = self.meta()

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.format.tunefile import COLUMNS, STATUSES
+from popvision_py.render.format import three_figures
 from popvision_py.tune.evaluate import RANGE_FIELDS
 
 STATUS_ORDER = {s: k for k, s in enumerate(STATUSES)}
@@ -128,18 +129,11 @@ def capped_lines(meta: dict) -> list[str]:
     return lines
 
 
-def range_end(x: float) -> str:
-    """A range's end to three significant figures, as `popvision run` prints it: 24,000, 611, 1.62."""
-    if abs(x) >= 100:
-        return f"{float(f'{x:.3g}'):,.0f}"
-    return f"{x:.3g}"
-
-
 def throughput_range(row: pd.Series) -> str:
     """'24,000 to 31,000' (samples/s at the assumptions' ends), or '-' where not computed."""
     if pd.isna(row["throughput_low"]):
         return "-"
-    return f"{range_end(row['throughput_low'])} to {range_end(row['throughput_high'])}"
+    return f"{three_figures(row['throughput_low'])} to {three_figures(row['throughput_high'])}"
 
 
 def fits_text(row: pd.Series) -> str:
