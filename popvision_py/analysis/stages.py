@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from popvision_py.analysis import retime
 from popvision_py.analysis.tables import (
     PASS, PASSES, PHASE, Aggregates, Columns, Table, aggregates, frame_of, iterations_traced, lookup, sum_by,
 )
@@ -175,6 +176,8 @@ class _Costs:
     ipus: int  # distinct IPUs the stages run on
     unit_micro_batches: int  # micro-batches in one pipeline (an iteration in training, the run in inference)
     unit_iterations: int  # iterations one pipeline covers
+    supersteps: retime.Supersteps | None = None  # the run's supersteps (None: a trace without slots)
+    idle_cycles: int = 0  # idle cycles of the stages' IPUs over the trace
 
 
 def costs(trace: Aggregates, run: dict[str, Any]) -> _Costs:
@@ -198,8 +201,12 @@ def costs(trace: Aggregates, run: dict[str, Any]) -> _Costs:
     else:
         unit_mb, unit_it = total_mb, max(iterations, 1)
     pipelined = runs_as_pipeline(str(run.get("strategy", "pipelined")), stages["ipu"].tolist())
+    steps = retime.supersteps(agg.slots, lo, hi) if agg.slots is not None and n else None
+    ipus = np.unique(stages["ipu"])
+    idle_by_ipu = phase_by_ipu(trace, "idle")
+    idle = int(idle_by_ipu[ipus[ipus < len(idle_by_ipu)]].sum())
     return _Costs(stages, busy, mbs, fwd, bwd, hi - lo, iterations, training, pipelined,
-                  len(np.unique(stages["ipu"])), unit_mb, unit_it)
+                  len(ipus), unit_mb, unit_it, steps, idle)
 
 
 def phase_by_ipu(trace: Aggregates, phase: str) -> np.ndarray:
@@ -212,18 +219,53 @@ def _model_step(c: _Costs, fwd: np.ndarray, bwd: np.ndarray) -> float:
             / c.unit_iterations)
 
 
+@dataclass(frozen=True)
+class _Balance:
+    step_cycles: float  # the balanced run's time per step
+    fwd: np.ndarray  # per stage: cycles per micro-batch once balanced
+    bwd: np.ndarray
+
+
+def balanced(c: _Costs) -> _Balance:
+    """The run's own supersteps re-timed with the stages' IPUs' micro-batch work made even
+    (``retime.balance``): never longer than the run, since the run as measured is one of the
+    re-timings tried."""
+    step = c.total_cycles / c.iterations if c.iterations else float("nan")
+    s = c.supersteps
+    if s is None or not len(s.cell_cycles) or not c.iterations:
+        return _Balance(step, c.fwd, c.bwd)
+    best = retime.balance(s, c.stages["ipu"])
+    n_stage = int(c.stages["stage"].max()) + 1
+    before, after = s.stage_work(n_stage), s.stage_work(n_stage, best.scale)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(before > 0, after / np.where(before > 0, before, 1), 1.0)[c.stages["stage"]]
+    return _Balance(best.total_cycles / c.iterations, c.fwd * ratio[:, 0], c.bwd * ratio[:, 1])
+
+
 def ideal_bubble_pct(c: _Costs, micro_batches: int | None = None) -> float:
-    """The idle share of a perfectly balanced run of the same schedule with ``micro_batches`` (default:
-    the run's): 100 x (1 - busy per IPU / model time). Each of the K IPUs holds S / K of the S stages,
-    so it is busy M x (f + b) x S / K of the model's time (S = K for a pipeline)."""
-    n = len(c.stages)
-    m = c.unit_micro_batches if micro_batches is None else int(micro_batches)
-    if n == 0 or m <= 0:
+    """The idle share of the stages' IPUs in the balanced run (``balanced``), with ``micro_batches``
+    per pipeline (default: the run's).
+
+    With the run's micro-batches: ``100 x (1 - busy / (K x balanced length))``, busy being the
+    IPUs' measured non-idle cycles (balancing moves work, it neither adds nor removes any), so it
+    is at most the measured bubble. With another count, the pipeline model (``pipeline_cycles``)
+    gives the *difference* the extra micro-batches make, to the balanced run's time and busy work.
+    """
+    n, m0 = len(c.stages), c.unit_micro_batches
+    m = m0 if micro_batches is None else int(micro_batches)
+    if n == 0 or m <= 0 or m0 <= 0 or not c.total_cycles or not c.iterations:
         return float("nan")
-    fbar, bbar = np.full(n, c.fwd.mean()), np.full(n, c.bwd.mean())
-    model = pipeline_cycles(fbar, bbar, m, c.pipelined, c.training, c.stages["ipu"].tolist())
-    busy = m * (fbar[0] + (bbar[0] if c.training else 0.0)) * n / max(c.ipus, 1)
-    return 100.0 * (1.0 - busy / model) if model > 0 else float("nan")
+    k = max(c.ipus, 1)
+    b = balanced(c)
+    busy = (k * c.total_cycles - c.idle_cycles) / c.iterations  # per step
+    step = b.step_cycles
+    if m != m0:
+        ipus = c.stages["ipu"].tolist()
+        extra = (pipeline_cycles(b.fwd, b.bwd, m, c.pipelined, c.training, ipus)
+                 - pipeline_cycles(b.fwd, b.bwd, m0, c.pipelined, c.training, ipus))
+        step += extra / c.unit_iterations
+        busy += (m - m0) * float(b.fwd.sum() + (b.bwd.sum() if c.training else 0.0)) / c.unit_iterations
+    return 100.0 * (1.0 - busy / (k * step)) if step > 0 else float("nan")
 
 
 def summary(c: _Costs, trace: Aggregates) -> Table:
@@ -273,16 +315,13 @@ def figures(c: _Costs, trace: Aggregates) -> StageFigures:
     per_mb = c.fwd + c.bwd
     bottleneck = int(c.stages["stage"][int(np.argmax(per_mb))])
     imbalance = float(per_mb.max() / per_mb.mean()) if per_mb.mean() > 0 else float("nan")
-    ipus = np.unique(c.stages["ipu"])
-    idle_by_ipu = phase_by_ipu(trace, "idle")
-    idle = idle_by_ipu[ipus[ipus < len(idle_by_ipu)]].sum()
-    bubble = 100.0 * idle / (len(ipus) * c.total_cycles) if c.total_cycles else float("nan")
-    fbar, bbar = np.full(n, c.fwd.mean()), np.full(n, c.bwd.mean())
+    bubble = 100.0 * c.idle_cycles / (c.ipus * c.total_cycles) if c.total_cycles else float("nan")
     ideal = ideal_bubble_pct(c)
-    balanced = step - (_model_step(c, c.fwd, c.bwd) - _model_step(c, fbar, bbar))
-    gain = 100.0 * (step - balanced) / step if step else 0.0
+    # the re-timing tries the run as it is: never slower than the step; the min guards rounding only
+    even = min(balanced(c).step_cycles, step)
+    gain = 100.0 * (step - even) / step if step else 0.0
     return StageFigures(n, c.unit_micro_batches, bottleneck, imbalance, float(bubble), float(ideal), float(step),
-                        float(balanced), float(gain))
+                        float(even), float(gain))
 
 
 BLOCK_COLUMNS = ["block", "stage", "fwd_cycles", "bwd_cycles", "memory_bytes"]
