@@ -22,11 +22,12 @@ from popvision_py.analysis.tables import (
 )
 from popvision_py.format.runconfig import pipeline_ranks, runs_as_pipeline
 
-SUMMARY_COLUMNS = ["stage", "ipu", "blocks", "pass", "micro_batches", "cycles_per_micro_batch", "busy_cycles",
+SUMMARY_COLUMNS = ["stage", "ipu", "blocks", "pass", "per", "micro_batches", "cycles_per_micro_batch", "busy_cycles",
                    "idle_cycles", "total_cycles", "utilisation_pct"]
 GANTT_COLUMNS = ["ipu", "stage", "pass", "iteration", "micro_batch", "start_cycle", "end_cycle"]
 SPLIT_COLUMNS = ["stage", "ipu", "blocks", "cycles_per_micro_batch", "memory_bytes", "worst_tile_bytes", "fits"]
 STAGE_PASSES = ("forward", "backward", "update")
+PER_STEP_PASSES = ("update",)  # run once per step (iteration), not once per micro-batch
 
 
 @dataclass(frozen=True)
@@ -279,30 +280,36 @@ def summary(c: _Costs, trace: Aggregates) -> Table:
         m = at(c.micro_batches, s)
         ipu_idle = at(idle, ipu)
         blocks = ",".join(blocks)
-        total_busy = 0
+        total_busy = per_step = 0
         for p in STAGE_PASSES:
             b = int(c.busy[s, PASS[p]]) if s < c.busy.shape[0] else 0
             total_busy += b
             if b == 0 and p != "forward":
                 continue
-            rows.append((s, ipu, blocks, p, m, b / m if m else np.nan, b, ipu_idle, c.total_cycles))
+            if p in PER_STEP_PASSES:  # once per step: its cycles per step, not spread over the micro-batches
+                per_step += b
+                rows.append((s, ipu, blocks, p, "step", m, b / c.iterations if c.iterations else np.nan, b, ipu_idle,
+                             c.total_cycles))
+            else:
+                rows.append((s, ipu, blocks, p, "micro_batch", m, b / m if m else np.nan, b, ipu_idle, c.total_cycles))
         other = int(c.busy[s].sum()) - total_busy if s < c.busy.shape[0] else 0
-        rows.append((s, ipu, blocks, "all", m, (total_busy + other) / m if m else np.nan, total_busy + other,
-                     ipu_idle + at(sync, ipu), c.total_cycles))
+        # the all row: the stage's busy cycles; per micro-batch, the work that runs per micro-batch
+        rows.append((s, ipu, blocks, "all", "micro_batch", m, (total_busy + other - per_step) / m if m else np.nan,
+                     total_busy + other, ipu_idle + at(sync, ipu), c.total_cycles))
     # one typed array per column (what a frame of these tuples infers), the utilisation computed on them
     if not rows:
-        return Table({c: np.zeros(0, object if c in ("blocks", "pass") else np.float64 if c in (
+        return Table({c: np.zeros(0, object if c in ("blocks", "pass", "per") else np.float64 if c in (
             "cycles_per_micro_batch", "utilisation_pct") else np.int64) for c in SUMMARY_COLUMNS})
     cols = list(zip(*rows))
-    busy = np.array(cols[6], np.int64)
-    total = np.array(cols[8], np.int64)
+    busy = np.array(cols[7], np.int64)
+    total = np.array(cols[9], np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
         util = np.where(total > 0, 100.0 * busy / np.where(total > 0, total, 1), np.nan)
     return Table({
         "stage": np.array(cols[0], np.int64), "ipu": np.array(cols[1], np.int64), "blocks": np.array(cols[2], object),
-        "pass": np.array(cols[3], object), "micro_batches": np.array(cols[4], np.int64),
-        "cycles_per_micro_batch": np.array(cols[5], np.float64), "busy_cycles": busy,
-        "idle_cycles": np.array(cols[7], np.int64), "total_cycles": total, "utilisation_pct": util,
+        "pass": np.array(cols[3], object), "per": np.array(cols[4], object), "micro_batches": np.array(cols[5], np.int64),
+        "cycles_per_micro_batch": np.array(cols[6], np.float64), "busy_cycles": busy,
+        "idle_cycles": np.array(cols[8], np.int64), "total_cycles": total, "utilisation_pct": util,
     })
 
 

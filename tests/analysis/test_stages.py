@@ -21,6 +21,11 @@ def test_balanced_pipeline_time_per_stage_and_pass(balanced):
     assert row.loc[(0, "backward"), "cycles_per_micro_batch"] == 200
     assert row.loc[(0, "update"), "busy_cycles"] == 10
     assert row.loc[(1, "all"), "busy_cycles"] == 4 * 300 + 10
+    # the update runs once per step: labelled per step, its 10 cycles not spread over the 4 micro-batches
+    assert row.loc[(0, "update"), "per"] == "step"
+    assert row.loc[(0, "update"), "cycles_per_micro_batch"] == 10
+    assert row.loc[(0, "forward"), "per"] == "micro_batch"
+    assert row.loc[(1, "all"), "cycles_per_micro_batch"] == 300
     # pipeline cycles last 100, 300, 300, 300, 300, 200: IPU 0 idles 200 + 100, IPU 1 100 + 200
     assert row.loc[(0, "all"), "idle_cycles"] == 300
     assert row.loc[(1, "all"), "idle_cycles"] == 300
