@@ -16,16 +16,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from popvision_py.analysis import retime
 from popvision_py.analysis.tables import (
     PASS, PASSES, PHASE, Aggregates, Columns, Table, aggregates, frame_of, iterations_traced, lookup, sum_by,
 )
 from popvision_py.format.runconfig import pipeline_ranks, runs_as_pipeline
 
-SUMMARY_COLUMNS = ["stage", "ipu", "blocks", "pass", "micro_batches", "cycles_per_micro_batch", "busy_cycles",
+SUMMARY_COLUMNS = ["stage", "ipu", "blocks", "pass", "per", "micro_batches", "cycles_per_micro_batch", "busy_cycles",
                    "idle_cycles", "total_cycles", "utilisation_pct"]
 GANTT_COLUMNS = ["ipu", "stage", "pass", "iteration", "micro_batch", "start_cycle", "end_cycle"]
 SPLIT_COLUMNS = ["stage", "ipu", "blocks", "cycles_per_micro_batch", "memory_bytes", "worst_tile_bytes", "fits"]
 STAGE_PASSES = ("forward", "backward", "update")
+PER_STEP_PASSES = ("update",)  # run once per step (iteration), not once per micro-batch
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,8 @@ class _Costs:
     ipus: int  # distinct IPUs the stages run on
     unit_micro_batches: int  # micro-batches in one pipeline (an iteration in training, the run in inference)
     unit_iterations: int  # iterations one pipeline covers
+    supersteps: retime.Supersteps | None = None  # the run's supersteps (None: a trace without slots)
+    idle_cycles: int = 0  # idle cycles of the stages' IPUs over the trace
 
 
 def costs(trace: Aggregates, run: dict[str, Any]) -> _Costs:
@@ -198,8 +202,12 @@ def costs(trace: Aggregates, run: dict[str, Any]) -> _Costs:
     else:
         unit_mb, unit_it = total_mb, max(iterations, 1)
     pipelined = runs_as_pipeline(str(run.get("strategy", "pipelined")), stages["ipu"].tolist())
+    steps = retime.supersteps(agg.slots, lo, hi) if agg.slots is not None and n else None
+    ipus = np.unique(stages["ipu"])
+    idle_by_ipu = phase_by_ipu(trace, "idle")
+    idle = int(idle_by_ipu[ipus[ipus < len(idle_by_ipu)]].sum())
     return _Costs(stages, busy, mbs, fwd, bwd, hi - lo, iterations, training, pipelined,
-                  len(np.unique(stages["ipu"])), unit_mb, unit_it)
+                  len(ipus), unit_mb, unit_it, steps, idle)
 
 
 def phase_by_ipu(trace: Aggregates, phase: str) -> np.ndarray:
@@ -212,18 +220,53 @@ def _model_step(c: _Costs, fwd: np.ndarray, bwd: np.ndarray) -> float:
             / c.unit_iterations)
 
 
+@dataclass(frozen=True)
+class _Balance:
+    step_cycles: float  # the balanced run's time per step
+    fwd: np.ndarray  # per stage: cycles per micro-batch once balanced
+    bwd: np.ndarray
+
+
+def balanced(c: _Costs) -> _Balance:
+    """The run's own supersteps re-timed with the stages' IPUs' micro-batch work made even
+    (``retime.balance``): never longer than the run, since the run as measured is one of the
+    re-timings tried."""
+    step = c.total_cycles / c.iterations if c.iterations else float("nan")
+    s = c.supersteps
+    if s is None or not len(s.cell_cycles) or not c.iterations:
+        return _Balance(step, c.fwd, c.bwd)
+    best = retime.balance(s, c.stages["ipu"])
+    n_stage = int(c.stages["stage"].max()) + 1
+    before, after = s.stage_work(n_stage), s.stage_work(n_stage, best.scale)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(before > 0, after / np.where(before > 0, before, 1), 1.0)[c.stages["stage"]]
+    return _Balance(best.total_cycles / c.iterations, c.fwd * ratio[:, 0], c.bwd * ratio[:, 1])
+
+
 def ideal_bubble_pct(c: _Costs, micro_batches: int | None = None) -> float:
-    """The idle share of a perfectly balanced run of the same schedule with ``micro_batches`` (default:
-    the run's): 100 x (1 - busy per IPU / model time). Each of the K IPUs holds S / K of the S stages,
-    so it is busy M x (f + b) x S / K of the model's time (S = K for a pipeline)."""
-    n = len(c.stages)
-    m = c.unit_micro_batches if micro_batches is None else int(micro_batches)
-    if n == 0 or m <= 0:
+    """The idle share of the stages' IPUs in the balanced run (``balanced``), with ``micro_batches``
+    per pipeline (default: the run's).
+
+    With the run's micro-batches: ``100 x (1 - busy / (K x balanced length))``, busy being the
+    IPUs' measured non-idle cycles (balancing moves work, it neither adds nor removes any), so it
+    is at most the measured bubble. With another count, the pipeline model (``pipeline_cycles``)
+    gives the *difference* the extra micro-batches make, to the balanced run's time and busy work.
+    """
+    n, m0 = len(c.stages), c.unit_micro_batches
+    m = m0 if micro_batches is None else int(micro_batches)
+    if n == 0 or m <= 0 or m0 <= 0 or not c.total_cycles or not c.iterations:
         return float("nan")
-    fbar, bbar = np.full(n, c.fwd.mean()), np.full(n, c.bwd.mean())
-    model = pipeline_cycles(fbar, bbar, m, c.pipelined, c.training, c.stages["ipu"].tolist())
-    busy = m * (fbar[0] + (bbar[0] if c.training else 0.0)) * n / max(c.ipus, 1)
-    return 100.0 * (1.0 - busy / model) if model > 0 else float("nan")
+    k = max(c.ipus, 1)
+    b = balanced(c)
+    busy = (k * c.total_cycles - c.idle_cycles) / c.iterations  # per step
+    step = b.step_cycles
+    if m != m0:
+        ipus = c.stages["ipu"].tolist()
+        extra = (pipeline_cycles(b.fwd, b.bwd, m, c.pipelined, c.training, ipus)
+                 - pipeline_cycles(b.fwd, b.bwd, m0, c.pipelined, c.training, ipus))
+        step += extra / c.unit_iterations
+        busy += (m - m0) * float(b.fwd.sum() + (b.bwd.sum() if c.training else 0.0)) / c.unit_iterations
+    return 100.0 * (1.0 - busy / (k * step)) if step > 0 else float("nan")
 
 
 def summary(c: _Costs, trace: Aggregates) -> Table:
@@ -237,30 +280,36 @@ def summary(c: _Costs, trace: Aggregates) -> Table:
         m = at(c.micro_batches, s)
         ipu_idle = at(idle, ipu)
         blocks = ",".join(blocks)
-        total_busy = 0
+        total_busy = per_step = 0
         for p in STAGE_PASSES:
             b = int(c.busy[s, PASS[p]]) if s < c.busy.shape[0] else 0
             total_busy += b
             if b == 0 and p != "forward":
                 continue
-            rows.append((s, ipu, blocks, p, m, b / m if m else np.nan, b, ipu_idle, c.total_cycles))
+            if p in PER_STEP_PASSES:  # once per step: its cycles per step, not spread over the micro-batches
+                per_step += b
+                rows.append((s, ipu, blocks, p, "step", m, b / c.iterations if c.iterations else np.nan, b, ipu_idle,
+                             c.total_cycles))
+            else:
+                rows.append((s, ipu, blocks, p, "micro_batch", m, b / m if m else np.nan, b, ipu_idle, c.total_cycles))
         other = int(c.busy[s].sum()) - total_busy if s < c.busy.shape[0] else 0
-        rows.append((s, ipu, blocks, "all", m, (total_busy + other) / m if m else np.nan, total_busy + other,
-                     ipu_idle + at(sync, ipu), c.total_cycles))
+        # the all row: the stage's busy cycles; per micro-batch, the work that runs per micro-batch
+        rows.append((s, ipu, blocks, "all", "micro_batch", m, (total_busy + other - per_step) / m if m else np.nan,
+                     total_busy + other, ipu_idle + at(sync, ipu), c.total_cycles))
     # one typed array per column (what a frame of these tuples infers), the utilisation computed on them
     if not rows:
-        return Table({c: np.zeros(0, object if c in ("blocks", "pass") else np.float64 if c in (
+        return Table({c: np.zeros(0, object if c in ("blocks", "pass", "per") else np.float64 if c in (
             "cycles_per_micro_batch", "utilisation_pct") else np.int64) for c in SUMMARY_COLUMNS})
     cols = list(zip(*rows))
-    busy = np.array(cols[6], np.int64)
-    total = np.array(cols[8], np.int64)
+    busy = np.array(cols[7], np.int64)
+    total = np.array(cols[9], np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
         util = np.where(total > 0, 100.0 * busy / np.where(total > 0, total, 1), np.nan)
     return Table({
         "stage": np.array(cols[0], np.int64), "ipu": np.array(cols[1], np.int64), "blocks": np.array(cols[2], object),
-        "pass": np.array(cols[3], object), "micro_batches": np.array(cols[4], np.int64),
-        "cycles_per_micro_batch": np.array(cols[5], np.float64), "busy_cycles": busy,
-        "idle_cycles": np.array(cols[7], np.int64), "total_cycles": total, "utilisation_pct": util,
+        "pass": np.array(cols[3], object), "per": np.array(cols[4], object), "micro_batches": np.array(cols[5], np.int64),
+        "cycles_per_micro_batch": np.array(cols[6], np.float64), "busy_cycles": busy,
+        "idle_cycles": np.array(cols[8], np.int64), "total_cycles": total, "utilisation_pct": util,
     })
 
 
@@ -273,16 +322,13 @@ def figures(c: _Costs, trace: Aggregates) -> StageFigures:
     per_mb = c.fwd + c.bwd
     bottleneck = int(c.stages["stage"][int(np.argmax(per_mb))])
     imbalance = float(per_mb.max() / per_mb.mean()) if per_mb.mean() > 0 else float("nan")
-    ipus = np.unique(c.stages["ipu"])
-    idle_by_ipu = phase_by_ipu(trace, "idle")
-    idle = idle_by_ipu[ipus[ipus < len(idle_by_ipu)]].sum()
-    bubble = 100.0 * idle / (len(ipus) * c.total_cycles) if c.total_cycles else float("nan")
-    fbar, bbar = np.full(n, c.fwd.mean()), np.full(n, c.bwd.mean())
+    bubble = 100.0 * c.idle_cycles / (c.ipus * c.total_cycles) if c.total_cycles else float("nan")
     ideal = ideal_bubble_pct(c)
-    balanced = step - (_model_step(c, c.fwd, c.bwd) - _model_step(c, fbar, bbar))
-    gain = 100.0 * (step - balanced) / step if step else 0.0
+    # the re-timing tries the run as it is: never slower than the step; the min guards rounding only
+    even = min(balanced(c).step_cycles, step)
+    gain = 100.0 * (step - even) / step if step else 0.0
     return StageFigures(n, c.unit_micro_batches, bottleneck, imbalance, float(bubble), float(ideal), float(step),
-                        float(balanced), float(gain))
+                        float(even), float(gain))
 
 
 BLOCK_COLUMNS = ["block", "stage", "fwd_cycles", "bwd_cycles", "memory_bytes"]

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from popvision_py.analysis import fixes as F
+from popvision_py.analysis import exchange as _exchange
 from popvision_py.analysis import stages as _stages
 from popvision_py.analysis.exchange import ExchangeFigures
 from popvision_py.analysis.host import HostInput
@@ -60,6 +61,7 @@ class Summary:
     worst_tile: int
     worst_tile_bytes: int
     bytes_per_tile: int
+    idle_pct: float = float("nan")  # idle share of all IPU time: the figure ``popvision run`` prints
 
 
 def total_flops(ops: Columns, programs: Columns, trace: Aggregates) -> int:
@@ -126,7 +128,7 @@ def figures(manifest: dict[str, Any], trace: Aggregates, iterations: int, flops:
         step_cycles=float(step_cycles), step_s=float(step_s), samples_per_step=samples,
         throughput_samples_per_s=float(throughput), total_flops=int(flops), flop_utilisation_pct=float(util),
         fits=oom == 0, oom_tiles=oom, worst_ipu=worst_ipu, worst_tile=worst_tile, worst_tile_bytes=worst_bytes,
-        bytes_per_tile=int(target["bytes_per_tile"]),
+        bytes_per_tile=int(target["bytes_per_tile"]), idle_pct=float(_exchange.figures(trace).idle_pct),
     )
 
 

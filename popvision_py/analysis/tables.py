@@ -259,7 +259,9 @@ class Aggregates:
     for unknown words); ``executions[ipu, step]``; ``micro_batches[stage]``: distinct (run,
     iteration, micro_batch >= 0) per stage; ``iterations``: distinct (run, iteration);
     ``rows``: trace rows; ``iterations_per_run``, ``micro_batch_slots``, ``run_slots``: the largest
-    iteration, micro-batch and run + 1 (sizes for dense keys).
+    iteration, micro-batch and run + 1 (sizes for dense keys). ``slots``: the trace cut into runs of
+    rows of one kind of work (``tracescan.SLOT_COLUMNS``), from which the stages report re-times
+    the run's supersteps (``retime.supersteps``).
     """
 
     cube: np.ndarray
@@ -272,6 +274,7 @@ class Aggregates:
     iterations_per_run: int = 0
     micro_batch_slots: int = 0
     run_slots: int = 0
+    slots: dict[str, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return self.rows

@@ -147,6 +147,54 @@ SUM_LIMIT = float(2**62)  # a sum of int64 counts at or beyond this may have wra
 SEEN_LIMIT = 1 << 26  # cells of the whole run's (run, iteration, stage, micro-batch) set held at once (64 MiB)
 
 
+_BAR_COLUMNS = ("ipu", "stage", "pass", "run", "iteration", "micro_batch")  # what tells one Gantt bar from another
+# What ``_Slots`` keeps per run of rows, and the kinds of work a run can be.
+SLOT_COLUMNS = ("ipu", "stage", "pass", "kind", "start_cycle", "cycles")
+SLOT_KINDS = ("micro_batch", "fixed", "idle", "superstep_sync")
+SLOT = {name: i for i, name in enumerate(SLOT_KINDS)}
+
+
+class _Slots:
+    """The running state of the summary's slots: each batch cut into runs of rows of one piece of work.
+
+    A run is rows that follow each other on one IPU with the same stage, pass, run, iteration,
+    micro-batch and kind: ``micro_batch`` (a stage's forward or backward of one micro-batch, the work
+    balancing moves), ``idle``, ``superstep_sync`` (a sync of no stage: the barrier closing a
+    superstep) or ``fixed`` (anything else: the update, weight loads, host calls). A run is kept as
+    its first start and its cycles; the engine writes a segment's rows back to back, so a trace
+    holds about as many runs as segment executions, a few per IPU and superstep.
+    """
+
+    def __init__(self) -> None:
+        self.parts: list[dict[str, np.ndarray]] = []
+
+    def add(self, t: dict[str, np.ndarray]) -> None:
+        n = len(t["ipu"])
+        if n == 0:
+            return
+        idle = t["phase"] == PHASE["idle"]
+        sync = (t["phase"] == PHASE["sync"]) & (t["stage"] < 0)
+        mb = ((t["stage"] >= 0) & (t["micro_batch"] >= 0) & ~idle
+              & ((t["pass"] == PASSES.index("forward")) | (t["pass"] == PASSES.index("backward"))))
+        kind = np.where(mb, SLOT["micro_batch"], np.where(idle, SLOT["idle"], np.where(
+            sync, SLOT["superstep_sync"], SLOT["fixed"]))).astype(np.int8)
+        change = kind[1:] != kind[:-1]
+        for name in _BAR_COLUMNS:
+            column = t[name]
+            change |= column[1:] != column[:-1]
+        cut = np.flatnonzero(np.r_[True, change])
+        cycles = np.add.reduceat(t["end_cycle"] - t["start_cycle"], cut)
+        self.parts.append({"ipu": t["ipu"][cut], "stage": t["stage"][cut], "pass": t["pass"][cut], "kind": kind[cut],
+                           "start_cycle": np.minimum.reduceat(t["start_cycle"], cut), "cycles": cycles})
+
+    def result(self) -> dict[str, np.ndarray]:
+        if not self.parts:
+            return {c: np.zeros(0, np.int64) for c in SLOT_COLUMNS}
+        out = {c: np.concatenate([p[c] for p in self.parts]) for c in SLOT_COLUMNS}
+        self.parts = []
+        return out
+
+
 def _key(columns: list[tuple[np.ndarray, int]], offset: int, size: int, out: np.ndarray | None = None) -> np.ndarray:
     """One integer per row packing several small columns: ``((c0 * n1 + c1) * n2 + c2)... + offset``
     for ``columns`` = [(c0, _), (c1, n1), (c2, n2)...], into ``range(size)``.
@@ -192,6 +240,7 @@ class _Fold:
         self.scratch = np.zeros(0, np.int32)  # the keys of a batch, one after the other
         self.durations = np.zeros(0, np.int64)
         self.cycles_sum = 0.0
+        self.slots = _Slots()
         if bounds is not None:
             self.start, self.end = bounds["start_cycle"][0], bounds["end_cycle"][1]
             self.n_ipu, self.n_stage = bounds["ipu"][1] + 1, bounds["stage"][1] + 2
@@ -211,6 +260,7 @@ class _Fold:
         if n == 0:
             return
         self.rows += n
+        self.slots.add(t)
         ipu, stage, step = t["ipu"], t["stage"], t["step"]
         start, end = t["start_cycle"], t["end_cycle"]
         if self.bounded:
@@ -265,7 +315,7 @@ class _Fold:
         if self.rows == 0:
             return Aggregates(np.zeros((0, 1, N_PASS, N_PHASE), np.int64), np.zeros((0, 0), np.int64),
                               np.zeros(0, np.int64), 0, 0, 0, rows=0, iterations_per_run=0, micro_batch_slots=0,
-                              run_slots=0)
+                              run_slots=0, slots=self.slots.result())
         cube = self.cube[: self.n_ipu, : self.n_stage]
         execs = self.execs[: self.n_ipu, 1: self.width]
         seen = self.seen[: self.n_run, : self.n_iter, : self.n_stage, : self.n_mb]
@@ -273,7 +323,7 @@ class _Fold:
         micro_batches = seen[:, :, 1:, 1:].sum(axis=(0, 1, 3)).astype(np.int64)  # per stage >= 0, micro-batch >= 0
         return Aggregates(np.ascontiguousarray(cube), np.ascontiguousarray(execs), micro_batches, iterations,
                           self.start, self.end, rows=self.rows, iterations_per_run=self.n_iter,
-                          micro_batch_slots=self.n_mb - 1, run_slots=self.n_run)
+                          micro_batch_slots=self.n_mb - 1, run_slots=self.n_run, slots=self.slots.result())
 
 
 def summarise(batches: Iterable[pa.RecordBatch | pa.Table], bounds: dict[str, tuple[int, int]] | None = None) -> Aggregates:
@@ -295,7 +345,6 @@ def summarise_arrays(columns: dict[str, np.ndarray]) -> Aggregates:
     return fold.result()
 
 
-_BAR_COLUMNS = ("ipu", "stage", "pass", "run", "iteration", "micro_batch")  # what tells one Gantt bar from another
 
 
 class _Bars:

@@ -263,8 +263,8 @@ def summary_figures(profile: Path) -> dict[str, float]:
     from popvision_py.analysis.report import Report
 
     with Report(profile) as report:
-        return {"idle_pct": report.exchange.figures().idle_pct,
-                "flop_utilisation_pct": report.summary.figures().flop_utilisation_pct}
+        figures = report.summary.figures()  # the report's summary states the same idle share
+        return {"idle_pct": figures.idle_pct, "flop_utilisation_pct": figures.flop_utilisation_pct}
 
 
 def summary_text(s: Summary, idle_pct: float, flop_utilisation_pct: float) -> str:

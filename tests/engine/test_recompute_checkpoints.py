@@ -138,10 +138,13 @@ def test_stages_sharing_an_ipu_run_one_after_another_in_its_superstep(tmp_path):
 def test_stages_sharing_ipus_idle_the_bubble_of_their_ipus_and_the_analysis_agrees(tmp_path):
     path = profile_path(tmp_path, write_model(tmp_path, BALANCED_MODEL), "--stages", "B0@0 B1@0 B2@1 B3@1",
                         "--gradient-accumulation", "8", name="shared")
-    # a balanced pipeline of N = 2 IPUs and M = 8 micro-batches idles (N-1)/(M+N-1) = 1/9 in fill and flush
+    # four identical blocks, two per IPU: the pipeline is balanced already, so re-timing its supersteps
+    # with the IPUs' work made even changes little, and its idle share is at most what ran
     with Report(path) as report:
         figures = report.stages.figures()
-    assert figures.ideal_bubble_pct == pytest.approx(100 / 9, abs=3)
+    assert figures.balance_gain_pct == pytest.approx(0.0, abs=3)
+    assert 0.0 <= figures.ideal_bubble_pct <= figures.bubble_pct
+    assert figures.ideal_bubble_pct == pytest.approx(figures.bubble_pct, abs=3)
 
 
 def test_seven_stages_on_one_ipu_need_no_more_micro_batches_than_one(tmp_path):
