@@ -43,7 +43,7 @@ def stage_cards(stage_figures: Any) -> list[tuple]:
         ("Bottleneck", f"stage {f.bottleneck_stage}" if f.bottleneck_stage is not None and f.bottleneck_stage >= 0 else "–",
          "the slowest stage sets the pace"),
         ("Imbalance", f"{f.imbalance:.2f} ×", "slowest stage / mean", "bad" if f.imbalance > 1.2 else ""),
-        ("Bubble", c.fmt_pct(f.bubble_pct), f"ideal {c.fmt_pct(f.ideal_bubble_pct)} (fill and flush)"),
+        ("Bubble", c.fmt_pct(f.bubble_pct), f"ideal {c.fmt_pct(f.ideal_bubble_pct)} (the run re-timed with its stages balanced)"),
         ("Step", f"{c.fmt_count(f.step_cycles)} cycles", f"balanced: {c.fmt_count(f.balanced_step_cycles)}"),
         ("Balance gain", c.fmt_pct(f.balance_gain_pct), "of a perfectly balanced split", "good" if f.balance_gain_pct > 5 else ""),
     ]
