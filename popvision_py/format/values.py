@@ -26,6 +26,7 @@ TARGET_SIZES = (("num_ipus", 1, 2**15 - 1), ("tiles_per_ipu", 1, 2**31 - 1), ("b
 RUN_SIZES = (("micro_batch_size", 1, 2**31 - 1), ("gradient_accumulation", 1, 2**31 - 1),
              ("device_iterations", 1, 2**31 - 1), ("replication_factor", 1, 2**15 - 1), ("runs", 1, 2**31 - 1))
 MAX_CLOCK_HZ = 1e12
+MAX_STAGES = 2**15 - 1  # the stage columns are int16
 
 
 _JSON_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "list", dict: "object"}
@@ -79,6 +80,10 @@ def check_manifest_sizes(target: Mapping[str, Any], run: Mapping[str, Any], wher
             value = mapping.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and not low <= value <= high:
                 raise error(f"The {what} in {where} has {key} = {value}; it must be between {low:,} and {high:,}.")
+    stages = run.get("stages")
+    if isinstance(stages, list) and len(stages) > MAX_STAGES:
+        raise error(f"The run configuration in {where} lists {len(stages):,} stages; it may list at most "
+                    f"{MAX_STAGES:,} (stage ids are 16-bit).")
     clock = target.get("clock_hz")
     if isinstance(clock, (int, float)) and not isinstance(clock, bool) and not (
             math.isfinite(clock) and 0 < clock <= MAX_CLOCK_HZ):
