@@ -11,7 +11,7 @@ import dataclasses
 import importlib.util
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,11 +147,22 @@ def load_model_source(model: str, request: RunRequest | None = None) -> ModelSou
         if not callable(build):
             raise ConfigError(f"Model file {model} defines no build(options) function (nor imports poptorch, "
                               f"which would make it a PopTorch script).")
-        defaults = dict(getattr(module, "DEFAULTS", {}) or {})
-        inference = dict(getattr(module, "INFERENCE_DEFAULTS", {}) or {})
+        defaults = _defaults(module, "DEFAULTS", model)
+        inference = _defaults(module, "INFERENCE_DEFAULTS", model)
         return ModelSource(path.stem, build, defaults, inference, zoo=False)
     entry = zoo_entry(model)
     return ModelSource(entry.name, entry, dict(entry.defaults), dict(entry.inference_defaults), zoo=True)
+
+
+def _defaults(module: Any, name: str, model: str) -> dict[str, Any]:
+    """A model file's ``DEFAULTS`` or ``INFERENCE_DEFAULTS``: a mapping of option names, or none."""
+    value = getattr(module, name, None)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+        raise ConfigError(f"Model file {model} sets {name} to a {type(value).__name__}; it must be a dict of "
+                          f"option names to values, e.g. {{\"micro_batch_size\": 8}}.")
+    return dict(value)
 
 
 def parse_stages(text: str, kind: str, blocks: Sequence[str], model: str = "the model") -> ExecutionStrategy:
@@ -289,6 +300,16 @@ def _check_sizes(request: RunRequest) -> None:
         check_bounds(request, OPS_PER_LAYER * layers, 1472, Options(gradient_accumulation=1))
 
 
+def _check_ipus(request: RunRequest, model: Model, strategy: ExecutionStrategy) -> None:
+    """--ipus that the model's partition cannot use (more IPUs than it has blocks) is refused, not
+    quietly lowered to what the partition uses."""
+    asked = request.params.get("ipus")
+    used = len({stage.ipu_id for stage in strategy.stages})
+    if request.stages is None and isinstance(asked, int) and asked > used:
+        raise ConfigError(f"--ipus {asked:,} asks for more IPUs than {model.name}'s {len(model.blocks)} blocks "
+                          f"can be split over; its partition uses at most {used}, so ask for --ipus {used} or fewer.")
+
+
 def prepare(request: RunRequest) -> Plan:
     """Resolve and check everything a run needs; raises ConfigError before any work."""
     _check_sizes(request)
@@ -307,6 +328,7 @@ def prepare(request: RunRequest) -> Plan:
             and request.options.get("gradient_accumulation") is None and options.gradient_accumulation < least):
         # A default (not the user's choice) too small for the partition: use the least that runs.
         options.gradient_accumulation = least
+    _check_ipus(request, model, strategy)
     plan = make_plan(model, options, strategy, assumptions=request.assumptions or None)
     check_bounds(request, sum(len(s.ops) for s in plan.stages), plan.target.tiles, plan.options)
     return dataclasses.replace(plan, request=request_record(request, source))

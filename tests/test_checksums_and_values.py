@@ -248,8 +248,9 @@ def test_each_constraint_violated_is_one_sentence_naming_table_column_and_row(
     if sentence is None:  # live_from_step after live_to_step: the later column is named
         sentence, named = "holds 1 at row 0, less than its live_from_step 3.", "live_to_step"
     expected = f"Column {table}.{named} of {bad} {sentence}"
-    # WHEN the table is read THEN the reader refuses it with that sentence
-    with open_profile(bad) as profile, pytest.raises(E.ValueRangeError) as caught:
+    # WHEN the table is read THEN the reader refuses it with that sentence (at open, where the footer's
+    # statistics show the value, before anything is sized from them)
+    with pytest.raises(E.ValueRangeError) as caught, open_profile(bad) as profile:
         profile.read_table(table)
     assert str(caught.value) == expected
     # AND the writer refuses to write it, with the same words

@@ -170,10 +170,13 @@ def test_unzipped_members_are_plain_parquet(tiny: Path, tmp_path: Path) -> None:
 
 
 def test_batches_of_a_large_table_are_appended_in_order(tmp_path: Path) -> None:
-    # GIVEN a trace written in 5 batches of 300,000 rows
+    # GIVEN a trace written in 5 batches of 300,000 rows, one micro-batch each (of 5 the run declares)
     path = tmp_path / "big.pop"
     rows = 300_000
-    with ProfileWriter(path, target=TARGET, run=RUN) as writer, writer.table("trace") as trace:
+    with ProfileWriter(path, target=TARGET, run={**RUN, "gradient_accumulation": 5}) as writer, \
+            writer.table("trace") as trace:
+        writer.write_table("programs", tiny_tables()["programs"])
+        writer.write_table("ops", tiny_tables()["ops"])
         for batch in range(5):
             start = (np.arange(rows) + batch * rows) * 10
             trace.write({

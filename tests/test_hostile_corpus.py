@@ -21,12 +21,14 @@ import struct
 import subprocess
 import sys
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet  # noqa: F401 - pa.parquet
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -465,3 +467,113 @@ def test_sql_refuses_a_value_the_schema_forbids(tmp_path: Path) -> None:
     # THEN it is refused with the reader's sentence, exit 2
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == f"Error: Column trace.end_cycle of {bad} holds 45 at row 3, less than its start_cycle 50."
+
+
+# -- bounds: values that would size work beyond the file ----------------------------------------------
+
+
+def _sample_with(manifest_edit=None, table: str | None = None, edit=None, forged_statistics: bool = False) -> bytes:
+    """The sample with its manifest edited (``manifest_edit(manifest)``), or one table rewritten with
+    ``edit(frame)`` applied; ``forged_statistics``: the rewritten table's pages under the footer (and
+    so the statistics) of the table as it was (both written plain, so every offset still holds)."""
+    contents = members_of(SAMPLE.read_bytes())
+    if manifest_edit is not None:
+        manifest = json.loads(contents[S.MANIFEST_MEMBER])
+        manifest_edit(manifest)
+        contents[S.MANIFEST_MEMBER] = json.dumps(manifest).encode()
+    if table is not None:
+        with open_profile(SAMPLE) as profile:
+            original = profile.read_table(table)
+        frame = original.to_pandas()
+        original = pa.Table.from_pandas(frame, schema=S.TABLES[table].schema, preserve_index=False)
+        edit(frame)
+        edited_table = pa.Table.from_pandas(frame, schema=S.TABLES[table].schema, preserve_index=False)
+
+        def plain(data: pa.Table) -> bytes:
+            sink = io.BytesIO()
+            pa.parquet.write_table(data, sink, compression="none", use_dictionary=False)
+            return sink.getvalue()
+
+        new = plain(edited_table)
+        if forged_statistics:
+            old = plain(original)
+            footer = int.from_bytes(old[-8:-4], "little") + 8
+            assert len(old) == len(new) and footer == int.from_bytes(new[-8:-4], "little") + 8
+            new = new[:-footer] + old[-footer:]
+        contents[S.TABLES[table].member] = new
+        manifest = json.loads(contents[S.MANIFEST_MEMBER])
+        manifest["tables"][table]["footer_crc32"] = zlib.crc32(new[-(int.from_bytes(new[-8:-4], "little") + 8):])
+        contents[S.MANIFEST_MEMBER] = json.dumps(manifest).encode()
+    out = io.BytesIO()
+    rezip(out, contents)
+    return out.getvalue()
+
+
+def _set(frame: pd.DataFrame, column: str, row: int, value: int) -> None:
+    frame[column] = frame[column].astype(np.int64)
+    frame.loc[row, column] = value
+
+
+BOUND_CASES = {
+    # name: (the hostile profile, the sentence after "Error: " with {p} the profile's path)
+    "runs-a-string": (lambda: _sample_with(lambda m: m["run"].__setitem__("runs", "3")),
+                      "The manifest of {p} has 'run.runs' of type string, expected integer."),
+    "stages-not-objects": (lambda: _sample_with(lambda m: m["run"].__setitem__("stages", ["B1", 1])),
+                           "The manifest of {p} has 'run.stages[0]' of type string, expected object."),
+    "stage-ipu-a-list": (lambda: _sample_with(lambda m: m["run"]["stages"][2].__setitem__("ipu", [2])),
+                         "The manifest of {p} has 'run.stages[2].ipu' of type list, expected integer."),
+    "stages-past-int16": (lambda: _sample_with(lambda m: m["run"].__setitem__(
+        "stages", [{"stage": s, "ipu": 0, "blocks": ["B1"]} for s in range(40_000)])),
+        "The run configuration in the manifest of {p} lists 40,000 stages; it may list at most 32,767 "
+        "(stage ids are 16-bit)."),
+    "step-near-2^31": (lambda: _sample_with(table="trace", edit=lambda f: _set(f, "step", 7, 2**31 - 2)),
+                       "Column trace.step of {p} holds 2,147,483,646 at row 7, above its largest value 40 "
+                       "(the rows of programs is 41)."),
+    "stage-beyond-the-stages": (lambda: _sample_with(table="programs", edit=lambda f: _set(f, "stage", 3, 32_767)),
+                                "Column programs.stage of {p} holds 32,767 at row 3, above its largest value 3 "
+                                "(the stages the run lists is 4)."),
+    "run-near-2^31": (lambda: _sample_with(table="trace", edit=lambda f: _set(f, "run", 0, 2**31 - 2)),
+                      "Column trace.run of {p} holds 2,147,483,646 at row 0, above its largest value 0 "
+                      "(the run's runs is 1)."),
+    "iteration-near-2^31": (lambda: _sample_with(table="trace", edit=lambda f: _set(f, "iteration", 9, 2**31 - 2)),
+                            "Column trace.iteration of {p} holds 2,147,483,646 at row 9, above its largest value 99 "
+                            "(the run's device_iterations is 100)."),
+    "micro-batch-near-2^31": (lambda: _sample_with(table="trace", edit=lambda f: _set(f, "micro_batch", 1, 2**31 - 2)),
+                              "Column trace.micro_batch of {p} holds 2,147,483,646 at row 1, above its largest value "
+                              "0 (the run's gradient_accumulation is 1)."),
+    "counts-beyond-the-trace": (lambda: _sample_with(lambda m: m["run"].update(
+        device_iterations=2**31 - 1, gradient_accumulation=2**31 - 1)),
+        "The run configuration in the manifest of {p} declares 4,611,686,014,132,420,609 micro-batches "
+        "(runs x device_iterations x gradient_accumulation) but its trace has 3,929 rows; each has at least one."),
+    "op-near-2^31": (lambda: _sample_with(table="variables", edit=lambda f: _set(f, "op_id", 2, 2**31 - 2)),
+                     "Column variables.op_id of {p} holds 2,147,483,646 at row 2, above its largest value 8 "
+                     "(the rows of ops is 9)."),
+    "statistics-forged": (lambda: _sample_with(table="trace", edit=lambda f: _set(f, "step", 5, 40),
+                                               forged_statistics=True),
+                          "Table trace of {p} is corrupt (column step of row group 0 holds values from -1 to 40, "
+                          "outside the -1 to 11 its footer's statistics state)."),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BOUND_CASES))
+def test_a_value_that_would_size_work_is_refused_in_one_sentence(tmp_path: Path, case: str) -> None:
+    # GIVEN an earlier report of the sample, and the sample made hostile: a manifest field of the wrong
+    # type, an id far beyond what the manifest declares, or statistics that disagree with their pages
+    make, sentence = BOUND_CASES[case]
+    earlier = tmp_path / "report.json"
+    assert CliRunner().invoke(main, ["report", str(SAMPLE), "--format", "json", "-o", str(earlier)]).exit_code == 0
+    kept = earlier.read_bytes()
+    profile = tmp_path / "profile.pop"
+    profile.write_bytes(make())
+    for args in (["report", str(profile), "--section", "all", "--format", "json", "-o", str(earlier)],
+                 ["export-trace", str(profile), "-o", str(tmp_path / "trace.json"), "-q"]):
+        # WHEN a reading command reads it, in its own process with its memory limited to 4 GiB (the
+        # ids would have it allocate 6 GiB to 80 GiB)
+        root = Path(__file__).resolve().parents[1]
+        done = subprocess.run(["bash", "-c", 'ulimit -v 4000000; exec "$@"', "-", sys.executable, "-m",
+                               "popvision_py.cli", *args], capture_output=True, text=True, timeout=HANG_SECONDS,
+                              cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+        # THEN it refuses in the one sentence, exit 2, and the earlier report is as it was
+        assert (done.returncode, done.stderr.strip(), done.stdout) == (2, "Error: " + sentence.format(p=profile), "")
+        assert earlier.read_bytes() == kept
+        assert not (tmp_path / "trace.json").exists()

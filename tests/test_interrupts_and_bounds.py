@@ -391,3 +391,31 @@ def test_a_write_abandoned_while_a_table_closes_leaves_nothing_to_fail_at_exit(t
 
     assert abandoned_write_failures(tmp_path, interrupt) == []
     assert list(tmp_path.iterdir()) == []
+
+
+# -- requests the emulator would quietly change --------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, sentence", [
+    (["bert-base", "--ipus", "10000"],
+     "Error: --ipus 10,000 asks for more IPUs than bert-base's 14 blocks can be split over; its partition uses at "
+     "most 13, so ask for --ipus 13 or fewer."),
+    (["mnist", "--profile", "--profile-dir", ""],
+     "Error: --profile-dir is empty; name the folder to write profile.pop into, e.g. --profile-dir profile."),
+    (["bad_defaults.py"],
+     "Error: Model file bad_defaults.py sets DEFAULTS to a list; it must be a dict of option names to values, "
+     "e.g. {\"micro_batch_size\": 8}."),
+], ids=["more-ipus-than-blocks", "empty-profile-dir", "defaults-not-a-mapping"])
+def test_a_request_the_emulator_would_change_is_one_sentence(args, sentence, tmp_path):
+    # GIVEN a folder holding an earlier profile and a model file whose DEFAULTS is a list, not a dict
+    (tmp_path / "profile.pop").write_bytes(MNIST.read_bytes())
+    (tmp_path / "bad_defaults.py").write_text(
+        "from engine.zoo import zoo_entry\nDEFAULTS = [1, 2]\n\n\ndef build(options):\n"
+        "    return zoo_entry('mnist').build(options)\n")
+    # WHEN the run asks for what the emulator would quietly change (more IPUs than the model's blocks,
+    # an empty profile folder, which is the current one) or what it cannot read
+    result = popvision("run", *args, "-q", cwd=tmp_path, timeout=120)
+    # THEN it is refused in one sentence, exit 2, and the earlier profile is as it was
+    assert (result.returncode, one_sentence(result)) == (2, sentence)
+    assert (tmp_path / "profile.pop").read_bytes() == MNIST.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad_defaults.py", "profile.pop"]

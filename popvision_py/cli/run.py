@@ -181,6 +181,9 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
     with --emulate-only, its model is emulated under the options given, without running its loop."""
     from engine.runner import RunRequest, emulate, is_poptorch_script
 
+    if profile and not profile_dir.strip():
+        # Path("") is the current folder: an empty option would write profile.pop there unasked
+        raise ConfigError("--profile-dir is empty; name the folder to write profile.pop into, e.g. --profile-dir profile.")
     if is_poptorch_script(model) and not emulate_only:
         code = _run_script(model, script_args, Path(profile_dir) if profile else None)
         if code:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from popvision_py.errors import (
@@ -50,7 +51,16 @@ from popvision_py.errors import (
 )
 from popvision_py.format import schema as S
 from popvision_py.format.span import MemberFile
-from popvision_py.format.values import check_manifest_sizes, check_values
+from popvision_py.format.values import (
+    bounds,
+    check_declared,
+    check_manifest,
+    check_manifest_sizes,
+    check_statistics,
+    check_values,
+    statistics,
+    statistics_violation,
+)
 
 if TYPE_CHECKING:  # pandas is imported only when a frame is asked for: `popvision info` stays fast
     import pandas as pd
@@ -104,6 +114,16 @@ class Profile:
             self._footers: dict[str, pq.FileMetaData] = {}  # each table's parsed Parquet footer, kept from open
             self._verified: dict[str, bool] = {}  # whether each footer was checked against a checksum
             self._schemas = {name: self._check_table(name) for name in S.TABLES}
+            # every id that sizes an array is bounded by the manifest, whose counts are bounded by the
+            # file: checked here on the footers' statistics, before any reader sizes anything from them
+            self._declared = bounds(self.target, self.run, {t: f.num_rows for t, f in self._footers.items()})
+            check_declared(self._declared, self._footers["trace"].num_rows, f"the manifest of {self.path}",
+                           ManifestError)
+            for name, spec in S.TABLES.items():
+                bad = statistics_violation(spec, self._footers[name], self._declared)
+                if bad is not None:
+                    self.verify_chunk(name, bad[0], bad[1])  # the row and its value, in one sentence
+                    check_statistics(spec, self._footers[name], self._declared, str(self.path))  # pages agree
         except (ProfileError, OSError, ValueError, pa.ArrowException):
             try:
                 self._unchanged()  # what looked broken may be a file rewritten while it was opened
@@ -262,11 +282,9 @@ class Profile:
                 f"{name} uses schema version {version}, newer than version {S.SCHEMA_VERSION} that this "
                 f"popvision_py reads; upgrade popvision_py to read it."
             )
-        _check_keys(manifest, S.REQUIRED_MANIFEST_KEYS, f"The manifest of {name}")
+        check_manifest(manifest, f"The manifest of {name}", ManifestError)
         if version < 1:
             raise ManifestError(f"The manifest of {name} has an invalid schema version {version}.")
-        _check_keys(manifest["target"], S.REQUIRED_TARGET_KEYS, f"The target in the manifest of {name}")
-        _check_keys(manifest["run"], S.REQUIRED_RUN_KEYS, f"The run configuration in the manifest of {name}")
         check_manifest_sizes(manifest["target"], manifest["run"], f"the manifest of {name}", ManifestError)
         return manifest
 
@@ -400,7 +418,8 @@ class Profile:
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({first_line(exc, type(exc).__name__)}).") from None
         footer = self._footers[table]
         first_row = sum(footer.row_group(g).num_rows for g in range(row_group))
-        check_values(spec, decoded, self.target, str(self.path), first_row=first_row)
+        self._check_stated(table, row_group, decoded, first_row)
+        check_values(spec, decoded, self._declared, str(self.path), first_row=first_row)
 
     def read_table(self, table: str, columns: Sequence[str] | None = None, *, filters: Any = None) -> pa.Table:
         """Decode a table, or only ``columns`` of it, as a pyarrow Table.
@@ -436,8 +455,30 @@ class Profile:
         except (pa.ArrowException, OSError) as exc:
             self._unchanged()
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({first_line(exc, type(exc).__name__)}).") from None
-        check_values(S.TABLES[table], decoded, self.target, str(self.path), whole=filters is None)
+        if filters is None:
+            first = 0
+            for group in range(self._footers[table].num_row_groups):
+                rows = self._footers[table].row_group(group).num_rows
+                self._check_stated(table, group, decoded.slice(first, rows), first)
+                first += rows
+        check_values(S.TABLES[table], decoded, self._declared, str(self.path), whole=filters is None)
         return decoded
+
+    def _check_stated(self, table: str, group: int, decoded: pa.Table | pa.RecordBatch, first_row: int) -> None:
+        """CorruptProfileError if the decoded rows of row group ``group`` hold an integer outside the
+        (min, max) its footer's statistics state: readers size arrays from those statistics."""
+        footer = self._footers[table]
+        for column in decoded.schema.names:
+            stated = statistics(footer, group, column)
+            if stated is None or decoded.num_rows == 0:
+                continue
+            extremes = pc.min_max(decoded.column(column)).as_py()
+            if extremes["min"] < stated[0] or extremes["max"] > stated[1]:
+                raise CorruptProfileError(
+                    f"Table {table} of {self.path} is corrupt (column {column} of row group {group} holds values "
+                    f"from {extremes['min']:,} to {extremes['max']:,}, outside the {stated[0]:,} to {stated[1]:,} "
+                    f"its footer's statistics state)."
+                )
 
     def read_pandas(self, table: str, columns: Sequence[str] | None = None, *, filters: Any = None) -> "pd.DataFrame":
         """Like ``read_table``, as a pandas DataFrame (categorical columns become categoricals)."""
@@ -463,21 +504,16 @@ class Profile:
             # A damaged page header can end a column early without an error: the batches then stop
             # short of the footer's row count (checked at the end) or hold invalid dictionary
             # indices (checked per batch).
-            if row_groups is None:
-                for batch in parquet.iter_batches(batch_size=batch_size, columns=wanted):
+            # row group by row group, so each batch is checked against its group's statistics
+            for group in groups:
+                row = int(starts[group])
+                for batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group], columns=wanted):
                     batch.validate(full=True)
-                    check_values(spec, batch, self.target, where, first_row=decoded)
+                    self._check_stated(table, group, batch, row)
+                    check_values(spec, batch, self._declared, where, first_row=row)
                     decoded += batch.num_rows
+                    row += batch.num_rows
                     yield batch
-            else:
-                for group in groups:
-                    row = int(starts[group])
-                    for batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group], columns=wanted):
-                        batch.validate(full=True)
-                        check_values(spec, batch, self.target, where, first_row=row)
-                        decoded += batch.num_rows
-                        row += batch.num_rows
-                        yield batch
             if decoded != expected:
                 raise CorruptProfileError(
                     f"Table {table} of {self.path} is corrupt (it decodes to {decoded} rows, its footer says {expected})."
@@ -502,18 +538,6 @@ class Profile:
 
     def __repr__(self) -> str:
         return f"Profile({str(self.path)!r})"
-
-
-def _check_keys(mapping: Any, required: dict[str, Any], where: str) -> None:
-    if not isinstance(mapping, dict):
-        raise ManifestError(f"{where} is not a JSON object.")
-    for key, kind in required.items():
-        if key not in mapping:
-            raise ManifestError(f"{where} lacks the key {key!r}.")
-        value = mapping[key]
-        if not isinstance(value, kind) or isinstance(value, bool):
-            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-            raise ManifestError(f"{where} has {key!r} of type {type(value).__name__}, expected {names}.")
 
 
 def _no_constant(text: str) -> None:

@@ -66,8 +66,8 @@ class Values:
     """The values a column may hold, checked by the reader (on open) and the writer.
 
     ``low``: the smallest value. ``below``: values must be less than this, a number or the name
-    of a key of the manifest's target (``num_ipus``, ``tiles_per_ipu``); ``high``: the largest
-    value (inclusive; ``tiles_per_ipu``-style names too). ``codes``: the only strings a category
+    of a bound the manifest declares (``BOUNDS``: ``num_ipus``, ``program_steps``...); ``high``:
+    the largest value (inclusive; names of ``BOUNDS`` too). ``codes``: the only strings a category
     may hold. Columns are never null (Table.schema).
     """
 
@@ -77,14 +77,32 @@ class Values:
     codes: tuple[str, ...] | None = None
 
 
+# The bounds a column's ``below`` or ``high`` may name, each a figure the manifest declares, with the
+# words that say where it comes from (``values.bounds`` computes them). Every id that sizes an array
+# or a loop in a reader is below one of them, so no id makes a reader allocate more than the
+# manifest's own figures (which are themselves checked against the file: values.check_declared).
+BOUNDS: dict[str, str] = {
+    "num_ipus": "the target's num_ipus",
+    "tiles_per_ipu": "the target's tiles_per_ipu",
+    "stages": "the stages the run lists",
+    "runs": "the run's runs",
+    "device_iterations": "the run's device_iterations",
+    "gradient_accumulation": "the run's gradient_accumulation",
+    "program_steps": "the rows of programs",
+    "ops": "the rows of ops",
+    "variables": "the rows of variables",
+}
+
 ANY = Values()
 IPU = Values(low=0, below="num_ipus")
 TILE = Values(low=0, below="tiles_per_ipu")
 TILE_COUNT = Values(low=0, high="tiles_per_ipu")
 INDEX = Values(low=0, high=2**31 - 1)
-OPTIONAL = Values(low=-1, high=2**31 - 1)  # an id, or -1 for none
 COUNT = Values(low=0, high=MAX_COUNT)
-STAGE = Values(low=-1, high=2**15 - 1)  # a pipeline stage, or -1 for none
+STAGE = Values(low=-1, below="stages")  # a pipeline stage, or -1 for none
+STEP = Values(low=0, below="program_steps")  # a program step (numbered per IPU, so below the steps of all)
+OPTIONAL_STEP = Values(low=-1, below="program_steps")  # a program step, or -1 for none (idle)
+OP = Values(low=-1, below="ops")  # an op (an op has a row per pass, so below the rows), or -1 for none
 
 
 @dataclass(frozen=True)
@@ -129,11 +147,11 @@ TABLES: dict[str, Table] = {
         _t(
             "ops",
             "Each operation of the model, one row per op and pass (forward, backward, update).",
-            ("op_id", pa.int32(), "Op index in program order; shared by the op's passes.", INDEX),
+            ("op_id", pa.int32(), "Op index in program order; shared by the op's passes.", Values(low=0, below="ops")),
             ("name", CATEGORY, "Op name, e.g. 'layer3/matmul'."),
             ("kind", CATEGORY, "Op kind, e.g. 'matmul', 'conv', 'relu', 'softmax'."),
             ("block", CATEGORY, "The Block the op belongs to, e.g. 'B3'."),
-            ("stage", pa.int16(), "Stage (PopTorch Stage index: a group of blocks on one IPU) holding the op.", Values(low=0, high=2**15 - 1)),
+            ("stage", pa.int16(), "Stage (PopTorch Stage index: a group of blocks on one IPU) holding the op.", Values(low=0, below="stages")),
             ("ipu", pa.int16(), "IPU the op runs on.", IPU),
             ("pass", CATEGORY, "forward, backward or update.", Values(codes=PASSES[:3])),
             ("flops", pa.int64(), "Floating-point operations of one execution (one micro-batch; update: per weight update).", COUNT),
@@ -145,10 +163,10 @@ TABLES: dict[str, Table] = {
             "The compiled program steps of each IPU in program order. IPU execution is deterministic, "
             "so each step's duration is stored once here; the trace says when it ran.",
             ("ipu", pa.int16(), "IPU whose program holds the step.", IPU),
-            ("step", pa.int32(), "Program step index, 0-based, in program order on that IPU.", INDEX),
+            ("step", pa.int32(), "Program step index, 0-based, in program order on that IPU.", STEP),
             ("type", CATEGORY, "compute_set, exchange, global_exchange, stream_copy, remote_buffer_copy, sync or all_reduce.", Values(codes=PROGRAM_TYPES)),
             ("name", CATEGORY, "Step name, e.g. 'layer3/matmul/fwd'."),
-            ("op_id", pa.int32(), "Op the step belongs to, -1 if none.", OPTIONAL),
+            ("op_id", pa.int32(), "Op the step belongs to, -1 if none.", OP),
             ("stage", pa.int16(), "Pipeline stage of the step, -1 if none.", STAGE),
             ("pass", CATEGORY, "forward, backward, update or none.", Values(codes=PASSES)),
             ("tiles", pa.int32(), "Tiles taking part in the step.", TILE_COUNT),
@@ -160,7 +178,7 @@ TABLES: dict[str, Table] = {
             "tile_cycles",
             "Cycles each tile spends in each compute set (only tiles that take part).",
             ("ipu", pa.int16(), "IPU.", IPU),
-            ("step", pa.int32(), "Program step (a compute set) on that IPU.", INDEX),
+            ("step", pa.int32(), "Program step (a compute set) on that IPU.", STEP),
             ("tile", pa.int32(), "Tile index, 0-based, on that IPU.", TILE),
             ("cycles", pa.int64(), "Cycles the tile computes in one execution of the step.", COUNT),
         ),
@@ -178,7 +196,7 @@ TABLES: dict[str, Table] = {
         _t(
             "variables",
             "Each variable (tensor) placed on an IPU, with its liveness interval in program steps.",
-            ("var_id", pa.int32(), "Variable index.", INDEX),
+            ("var_id", pa.int32(), "Variable index.", Values(low=0, below="variables")),
             ("name", CATEGORY, "Variable name, e.g. 'layer3/weight'."),
             ("ipu", pa.int16(), "IPU holding it.", IPU),
             ("category", CATEGORY, "Memory category.", Values(codes=MEMORY_CATEGORIES)),
@@ -186,16 +204,16 @@ TABLES: dict[str, Table] = {
             ("bytes", pa.int64(), "Total bytes over all its tiles.", COUNT),
             ("start_tile", pa.int32(), "First tile of the contiguous range it is mapped to.", TILE),
             ("tiles", pa.int32(), "Number of tiles in that range (bytes are spread over them in grains).", TILE_COUNT),
-            ("live_from_step", pa.int32(), "First program step it is live (0 for always-live).", INDEX),
-            ("live_to_step", pa.int32(), "Last program step it is live, inclusive.", INDEX),
-            ("op_id", pa.int32(), "Op that produces or owns it, -1 if none.", OPTIONAL),
+            ("live_from_step", pa.int32(), "First program step it is live (0 for always-live).", STEP),
+            ("live_to_step", pa.int32(), "Last program step it is live, inclusive.", STEP),
+            ("op_id", pa.int32(), "Op that produces or owns it, -1 if none.", OP),
             ordered=(("live_from_step", "live_to_step"),),
         ),
         _t(
             "liveness",
             "Memory live at each program step of each IPU: IPU totals and the worst tile.",
             ("ipu", pa.int16(), "IPU.", IPU),
-            ("step", pa.int32(), "Program step.", INDEX),
+            ("step", pa.int32(), "Program step.", STEP),
             ("always_live_bytes", pa.int64(), "Always-live bytes on the IPU (the same at every step).", COUNT),
             ("not_always_live_bytes", pa.int64(), "Not-always-live bytes live on the IPU at this step.", COUNT),
             ("worst_tile", pa.int32(), "Tile with the most memory live at this step.", TILE),
@@ -206,13 +224,13 @@ TABLES: dict[str, Table] = {
             "trace",
             "The execution trace: one row per execution of a program step on an IPU, plus idle rows "
             "where an IPU waits for the others. Replicas run in lockstep, so only replica 0 is traced.",
-            ("run", pa.int32(), "Host call (one call runs device_iterations iterations).", INDEX),
-            ("iteration", pa.int32(), "Device iteration within the run (one weight update when training).", INDEX),
-            ("micro_batch", pa.int32(), "Micro-batch within the iteration, -1 if none (update, all-reduce, idle).", OPTIONAL),
+            ("run", pa.int32(), "Host call (one call runs device_iterations iterations).", Values(low=0, below="runs")),
+            ("iteration", pa.int32(), "Device iteration within the run (one weight update when training).", Values(low=0, below="device_iterations")),
+            ("micro_batch", pa.int32(), "Micro-batch within the iteration, -1 if none (update, all-reduce, idle).", Values(low=-1, below="gradient_accumulation")),
             ("ipu", pa.int16(), "IPU.", IPU),
             ("stage", pa.int16(), "Pipeline stage, -1 if none.", STAGE),
             ("pass", CATEGORY, "forward, backward, update or none.", Values(codes=PASSES)),
-            ("step", pa.int32(), "Program step executed, -1 for idle rows.", OPTIONAL),
+            ("step", pa.int32(), "Program step executed, -1 for idle rows.", OPTIONAL_STEP),
             ("phase", CATEGORY, "compute, sync, exchange, stream or idle.", Values(codes=PHASES)),
             ("start_cycle", pa.int64(), "Start, in cycles from the start of the trace.", COUNT),
             ("end_cycle", pa.int64(), "End (exclusive), in cycles.", COUNT),
@@ -222,7 +240,7 @@ TABLES: dict[str, Table] = {
             "exchanges",
             "Each exchange or copy program step: what it moves, between which IPUs, and how long it takes.",
             ("ipu", pa.int16(), "IPU whose program holds the step.", IPU),
-            ("step", pa.int32(), "Program step.", INDEX),
+            ("step", pa.int32(), "Program step.", STEP),
             ("kind", CATEGORY, "internal, inter_ipu, host, remote_buffer or all_reduce.", Values(codes=EXCHANGE_KINDS)),
             ("src_ipu", pa.int16(), "Source IPU; -1 the host, -2 streaming memory.", Values(low=STREAMING_MEMORY, below="num_ipus")),
             ("dst_ipu", pa.int16(), "Destination IPU; -1 the host, -2 streaming memory.", Values(low=STREAMING_MEMORY, below="num_ipus")),
@@ -232,32 +250,69 @@ TABLES: dict[str, Table] = {
     )
 }
 
-REQUIRED_MANIFEST_KEYS: dict[str, type | tuple[type, ...]] = {
-    "format": str,
-    "schema_version": int,
-    "generator": dict,
-    "created": str,
-    "target": dict,
-    "run": dict,
-    "tables": dict,
-}
+# -- the manifest -----------------------------------------------------------------------------------
 
-REQUIRED_TARGET_KEYS: dict[str, type | tuple[type, ...]] = {
-    "arch": str,
-    "num_ipus": int,
-    "tiles_per_ipu": int,
-    "bytes_per_tile": int,
-    "clock_hz": (int, float),
-}
 
-# The run configuration every profile states (see docs/profile-format.md for the optional keys).
-REQUIRED_RUN_KEYS: dict[str, type | tuple[type, ...]] = {
-    "model": str,
-    "strategy": str,  # pipelined, sharded or phased
-    "mode": str,  # training or inference
-    "stages": list,  # [{"stage": 0, "ipu": 0, "blocks": ["B1"]}, ...]
-    "micro_batch_size": int,
-    "gradient_accumulation": int,
-    "device_iterations": int,
-    "replication_factor": int,
-}
+@dataclass(frozen=True)
+class Shape:
+    """What a manifest value must be, checked as a whole by ``values.check_manifest``.
+
+    ``kinds``: the JSON types it may have (``int`` never a boolean; ``float`` any number). An object
+    (``dict``) has ``fields``: name -> (shape, required), other keys unchecked; a list has ``items``,
+    the shape of each item; an object of ``values`` has that shape under every key.
+    """
+
+    kinds: tuple[type, ...]
+    fields: dict[str, tuple["Shape", bool]] | None = None
+    items: "Shape | None" = None
+    values: "Shape | None" = None
+
+
+def _obj(required: dict[str, Shape], optional: dict[str, Shape] | None = None) -> Shape:
+    return Shape((dict,), {**{k: (v, True) for k, v in required.items()},
+                           **{k: (v, False) for k, v in (optional or {}).items()}})
+
+
+STRING, INTEGER, NUMBER, BOOLEAN, OBJECT = (Shape((str,)), Shape((int,)), Shape((int, float)), Shape((bool,)),
+                                            Shape((dict,)))
+
+TARGET_SHAPE = _obj(
+    {"arch": STRING, "num_ipus": INTEGER, "tiles_per_ipu": INTEGER, "bytes_per_tile": INTEGER, "clock_hz": NUMBER},
+    {"system": STRING, "system_ipus": INTEGER, "worker_threads_per_tile": INTEGER, "flops_per_cycle_per_tile": OBJECT,
+     "exchange_bytes_per_cycle_per_tile": NUMBER, "ipu_link_bytes_per_s": NUMBER, "host_link_bytes_per_s": NUMBER,
+     "streaming_memory_bytes_per_s": NUMBER, "sync_cycles": INTEGER},
+)
+
+# [{"stage": 0, "ipu": 0, "blocks": ["B1"]}, ...]: the PopTorch Stages
+STAGES_SHAPE = Shape((list,), items=_obj({"stage": INTEGER, "ipu": INTEGER, "blocks": Shape((list,), items=STRING)}))
+
+# The run configuration every profile states, and the optional keys a reader uses (docs/profile-format.md).
+RUN_SHAPE = _obj(
+    {"model": STRING, "strategy": STRING, "mode": STRING, "stages": STAGES_SHAPE, "micro_batch_size": INTEGER,
+     "gradient_accumulation": INTEGER, "device_iterations": INTEGER, "replication_factor": INTEGER},
+    {"runs": INTEGER, "host_processes": INTEGER, "precision": STRING, "recompute": BOOLEAN, "tensor_locations": OBJECT,
+     "tensor_sharding": INTEGER, "available_memory_proportion": Shape((int, float, list), items=NUMBER),
+     "recompute_checkpoints": Shape((str, int)), "attention_serialisation": INTEGER, "model_params": OBJECT,
+     "parameters": INTEGER, "request": OBJECT},
+)
+
+MANIFEST_SHAPE = _obj({
+    "format": STRING,
+    "schema_version": INTEGER,
+    "generator": OBJECT,
+    "created": STRING,
+    "target": TARGET_SHAPE,
+    "run": RUN_SHAPE,
+    # for each table: {"rows": int, "bytes": int, "footer_crc32": int}
+    "tables": Shape((dict,), values=_obj({}, {"rows": INTEGER, "bytes": INTEGER, "footer_crc32": INTEGER})),
+})
+
+
+def _required(shape: Shape) -> dict[str, tuple[type, ...]]:
+    return {name: field.kinds for name, (field, required) in (shape.fields or {}).items() if required}
+
+
+# The keys each part of the manifest must have, with their JSON types (from the shapes above).
+REQUIRED_MANIFEST_KEYS = _required(MANIFEST_SHAPE)
+REQUIRED_TARGET_KEYS = _required(TARGET_SHAPE)
+REQUIRED_RUN_KEYS = _required(RUN_SHAPE)

@@ -24,8 +24,52 @@ from popvision_py.format import schema as S
 # types (ipu is int16) and products of sizes within int64.
 TARGET_SIZES = (("num_ipus", 1, 2**15 - 1), ("tiles_per_ipu", 1, 2**31 - 1), ("bytes_per_tile", 1, 2**40))
 RUN_SIZES = (("micro_batch_size", 1, 2**31 - 1), ("gradient_accumulation", 1, 2**31 - 1),
-             ("device_iterations", 1, 2**31 - 1), ("replication_factor", 1, 2**15 - 1))
+             ("device_iterations", 1, 2**31 - 1), ("replication_factor", 1, 2**15 - 1), ("runs", 1, 2**31 - 1))
 MAX_CLOCK_HZ = 1e12
+MAX_STAGES = 2**15 - 1  # the stage columns are int16
+
+
+_JSON_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "list", dict: "object"}
+
+
+def _json_type(value: Any) -> str:
+    return "null" if value is None else _JSON_NAMES.get(type(value), type(value).__name__)
+
+
+def _fits(value: Any, kinds: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):
+        return bool in kinds
+    if isinstance(value, int) and float in kinds:
+        return True
+    return isinstance(value, kinds)
+
+
+def check_manifest(manifest: Any, where: str, error: type[PopvisionError] = ValueRangeError,
+                   shape: S.Shape = S.MANIFEST_SHAPE) -> None:
+    """Check a parsed manifest against ``shape`` (``schema.MANIFEST_SHAPE``) as a whole: every required
+    key present, every key the shape names of its JSON type, down to each stage of the run and each
+    table's entry. Else ``error``, one sentence naming the key by its path (``run.stages[1].ipu``)."""
+    stack: list[tuple[Any, S.Shape, str]] = [(manifest, shape, "")]
+    while stack:
+        value, expected, path = stack.pop()
+        if not _fits(value, expected.kinds):
+            names = " or ".join(_JSON_NAMES[k] for k in expected.kinds)
+            if not path:
+                raise error(f"{where} is not a JSON {names}.")
+            raise error(f"{where} has {path!r} of type {_json_type(value)}, expected {names}.")
+        children: list[tuple[Any, S.Shape, str]] = []
+        if isinstance(value, dict):
+            for name, (field, required) in (expected.fields or {}).items():
+                if name in value:
+                    children.append((value[name], field, f"{path}.{name}" if path else name))
+                elif required:
+                    raise error(f"{where} lacks the key {(f'{path}.{name}' if path else name)!r}.")
+            if expected.values is not None:
+                children += [(item, expected.values, f"{path}.{name}" if path else str(name))
+                             for name, item in value.items()]
+        elif isinstance(value, list) and expected.items is not None:
+            children += [(item, expected.items, f"{path}[{i}]") for i, item in enumerate(value)]
+        stack.extend(reversed(children))  # the first wrong key in the file's order is the one named
 
 
 def check_manifest_sizes(target: Mapping[str, Any], run: Mapping[str, Any], where: str,
@@ -36,6 +80,10 @@ def check_manifest_sizes(target: Mapping[str, Any], run: Mapping[str, Any], wher
             value = mapping.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and not low <= value <= high:
                 raise error(f"The {what} in {where} has {key} = {value}; it must be between {low:,} and {high:,}.")
+    stages = run.get("stages")
+    if isinstance(stages, list) and len(stages) > MAX_STAGES:
+        raise error(f"The run configuration in {where} lists {len(stages):,} stages; it may list at most "
+                    f"{MAX_STAGES:,} (stage ids are 16-bit).")
     clock = target.get("clock_hz")
     if isinstance(clock, (int, float)) and not isinstance(clock, bool) and not (
             math.isfinite(clock) and 0 < clock <= MAX_CLOCK_HZ):
@@ -43,10 +91,90 @@ def check_manifest_sizes(target: Mapping[str, Any], run: Mapping[str, Any], wher
                     f"and at most {MAX_CLOCK_HZ:g} Hz.")
 
 
-def _bound(value: int | str | None, target: Mapping[str, Any]) -> tuple[int | None, str]:
+def bounds(target: Mapping[str, Any], run: Mapping[str, Any], rows: Mapping[str, int]) -> dict[str, int]:
+    """The figures of ``schema.BOUNDS`` a checked manifest declares: its target's sizes, its run's
+    counts and, of the tables in ``rows`` (rows by table: the writer knows them only at the end),
+    the rows of programs, ops and variables."""
+    out = {"num_ipus": int(target["num_ipus"]), "tiles_per_ipu": int(target["tiles_per_ipu"]),
+           "stages": len(run["stages"]), "runs": int(run.get("runs", 1)),
+           "device_iterations": int(run["device_iterations"]),
+           "gradient_accumulation": int(run["gradient_accumulation"])}
+    for name, table in (("program_steps", "programs"), ("ops", "ops"), ("variables", "variables")):
+        if table in rows:
+            out[name] = int(rows[table])
+    return out
+
+
+def check_declared(declared: Mapping[str, int], trace_rows: int, where: str,
+                   error: type[PopvisionError] = ValueRangeError) -> None:
+    """The run's counts against the trace that records them: every micro-batch of every iteration of
+    every run has a row, so runs x device_iterations x gradient_accumulation is at most its rows
+    (an empty trace records nothing). This bounds every id of the trace by the file's own size."""
+    slots = declared["runs"] * declared["device_iterations"] * declared["gradient_accumulation"]
+    if trace_rows and slots > trace_rows:
+        raise error(f"The run configuration in {where} declares {slots:,} micro-batches (runs x device_iterations "
+                    f"x gradient_accumulation) but its trace has {trace_rows:,} rows; each has at least one.")
+
+
+def _bound(value: int | str | None, declared: Mapping[str, int]) -> tuple[int | None, str]:
     if isinstance(value, str):
-        return int(target[value]), f" (the target's {value} is {target[value]})"
+        if value not in declared:  # a table's rows the writer does not know yet: checked when it does
+            return None, ""
+        return declared[value], f" ({S.BOUNDS[value]} is {declared[value]:,})"
     return value, ""
+
+
+def limits(rule: S.Values, declared: Mapping[str, int]) -> tuple[int | None, int | None, str]:
+    """A column's least and largest value under ``declared`` (None: no such bound), and the words
+    that say where the largest comes from."""
+    below, below_note = _bound(rule.below, declared)
+    high, high_note = _bound(rule.high, declared)
+    if below is not None:
+        high, high_note = below - 1, below_note
+    return rule.low, high, high_note
+
+
+def statistics(metadata: Any, group: int, column: str) -> tuple[int, int] | None:
+    """(min, max) of an integer column in one row group, as its footer states them; None without."""
+    schema = metadata.schema
+    for index in range(metadata.num_columns):
+        if schema.column(index).name == column:
+            stats = metadata.row_group(group).column(index).statistics
+            if stats is None or not stats.has_min_max or not isinstance(stats.min, int):
+                return None
+            return int(stats.min), int(stats.max)
+    return None
+
+
+def statistics_violation(spec: S.Table, metadata: Any, declared: Mapping[str, int]) -> tuple[int, str, str] | None:
+    """The first integer column whose footer statistics (``pq.FileMetaData``) leave its values:
+    (row group, column, what is wrong), or None; nothing is decoded. A row group without
+    statistics is checked as its pages are decoded (``check_values``)."""
+    for column in spec.columns:
+        if not pa.types.is_integer(column.type):
+            continue
+        low, high, high_note = limits(column.values, declared)
+        if low is None and high is None:
+            continue
+        for group in range(metadata.num_row_groups):
+            stated = statistics(metadata, group, column.name)
+            if stated is None:
+                continue
+            if low is not None and stated[0] < low:
+                return group, column.name, f"below its least value {low}"
+            if high is not None and stated[1] > high:
+                return group, column.name, f"above its largest value {high:,}{high_note}"
+    return None
+
+
+def check_statistics(spec: S.Table, metadata: Any, declared: Mapping[str, int], where: str,
+                     error: type[PopvisionError] = ValueRangeError) -> None:
+    """``error`` if a column's footer statistics leave its values (``statistics_violation``)."""
+    bad = statistics_violation(spec, metadata, declared)
+    if bad is not None:
+        group, column, what = bad
+        raise error(f"Column {spec.name}.{column} of {where} holds values {what}, in row group {group} "
+                    f"(its footer's statistics).")
 
 
 _DTYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
@@ -67,10 +195,12 @@ def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.frombuffer(data, _DTYPES[column.type])[start:stop]
 
 
-def check_values(spec: S.Table, data: pa.Table | pa.RecordBatch, target: Mapping[str, Any], where: str, *,
+def check_values(spec: S.Table, data: pa.Table | pa.RecordBatch, declared: Mapping[str, int], where: str, *,
                  first_row: int = 0, whole: bool = False,
                  error: type[PopvisionError] = ValueRangeError) -> None:
     """Check the columns of ``spec`` present in ``data`` (rows ``first_row`` on of the table).
+
+    ``declared``: the manifest's figures (``bounds``) the columns' ``below`` and ``high`` name.
 
     ``whole``: ``data`` is the whole table, so ``spec.key`` (no two rows alike) is checked too.
     """
@@ -90,11 +220,7 @@ def check_values(spec: S.Table, data: pa.Table | pa.RecordBatch, target: Mapping
             continue
         if not pa.types.is_integer(values.type) or len(values) == 0:
             continue
-        low = rule.low
-        below, below_note = _bound(rule.below, target)
-        high, high_note = _bound(rule.high, target)
-        if below is not None:
-            high, high_note = below - 1, below_note
+        low, high, high_note = limits(rule, declared)
         if low is None and high is None:
             continue
         extremes = pc.min_max(values).as_py()

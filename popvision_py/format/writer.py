@@ -39,7 +39,14 @@ from popvision_py import __version__
 from popvision_py.errors import ProfileWriteError
 from popvision_py.format import schema as S
 from popvision_py.format.atomic import atomic_output, folder_lock, write_error
-from popvision_py.format.values import check_manifest_sizes, check_values
+from popvision_py.format.values import (
+    bounds,
+    check_declared,
+    check_manifest,
+    check_manifest_sizes,
+    check_statistics,
+    check_values,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -114,10 +121,10 @@ class TableWriter:
     """Appends row batches to one table; a row group is written every ROW_GROUP_ROWS rows."""
 
     def __init__(self, spec: S.Table, spool: BinaryIO, destination: Path,
-                 target: Mapping[str, Any] | None = None) -> None:
+                 declared: Mapping[str, int] | None = None) -> None:
         self.spec = spec
         self.destination = destination
-        self._target = target
+        self._declared = declared
         self.rows = 0
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
@@ -129,9 +136,10 @@ class TableWriter:
         if self.closed:
             raise ProfileWriteError(f"Table {self.spec.name} was already closed.")
         rows = conform(batch, self.spec)
-        if self._target is not None:
-            # the reader's checks, so nothing written here is refused on open
-            check_values(self.spec, rows, self._target, "the profile being written", first_row=self.rows,
+        if self._declared is not None:
+            # the reader's checks, so nothing written here is refused on open (those against other
+            # tables' rows, unknown here, when the profile is closed)
+            check_values(self.spec, rows, self._declared, "the profile being written", first_row=self.rows,
                          whole=self.rows == 0, error=ProfileWriteError)
         self._pending.append(rows)
         self._pending_rows += rows.num_rows
@@ -202,6 +210,7 @@ class ProfileWriter:
             "run": dict(run),
             "tables": {},
         }
+        check_manifest(self._manifest, "The profile being written", ProfileWriteError)
         self._spools: dict[str, BinaryIO] = {}
         self._writers: dict[str, TableWriter] = {}
         if self.path.is_dir():
@@ -221,7 +230,8 @@ class ProfileWriter:
         except OSError as exc:
             raise write_error(self.path, exc) from exc
         self._spools[name] = spool
-        self._writers[name] = TableWriter(S.TABLES[name], spool, self.path, self._manifest["target"])
+        self._writers[name] = TableWriter(S.TABLES[name], spool, self.path,
+                                          bounds(self._manifest["target"], self._manifest["run"], {}))
         return self._writers[name]
 
     def write_table(self, name: str, data: "pa.Table | pd.DataFrame | Mapping[str, Any]") -> None:
@@ -243,6 +253,7 @@ class ProfileWriter:
                 "bytes": size,
                 "footer_crc32": footer_crc32(self._spools[name], size),
             }
+        self._check_bounds()
         with atomic_output(self.path) as out:
             with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
                 manifest = zipfile.ZipInfo(S.MANIFEST_MEMBER, date_time=(1980, 1, 1, 0, 0, 0))
@@ -255,6 +266,17 @@ class ProfileWriter:
                     with archive.open(info, "w", force_zip64=True) as member:
                         shutil.copyfileobj(spool, member, 1 << 22)
         self._discard()
+
+    def _check_bounds(self) -> None:
+        """The reader's checks that need every table's rows: each table's statistics against the
+        rows of programs, ops and variables, and the run's counts against the trace."""
+        rows = {name: entry["rows"] for name, entry in self._manifest["tables"].items()}
+        declared = bounds(self._manifest["target"], self._manifest["run"], rows)
+        where = "the profile being written"
+        check_declared(declared, rows["trace"], where, ProfileWriteError)
+        for name, spec in S.TABLES.items():
+            self._spools[name].seek(0)
+            check_statistics(spec, pq.ParquetFile(self._spools[name]).metadata, declared, where, ProfileWriteError)
 
     def _discard(self) -> None:
         for writer in self._writers.values():
