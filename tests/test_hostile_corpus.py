@@ -37,10 +37,10 @@ from hypothesis import strategies as st
 from popvision_py.cli import main
 from popvision_py.format import open_profile
 from popvision_py.format import schema as S
-from popvision_py.format.values import RUN_SIZES, TARGET_SIZES
+from popvision_py.format.values import RUN_SIZES, TARGET_SIZES, bounds
 
 from .test_checksums_and_values import edited, with_table
-from .test_format import TARGET, rezip, tiny_tables, write_tiny
+from .test_format import RUN, TARGET, rezip, tiny_tables, write_tiny
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_profiles" / "mnist_inference" / "profile.pop"
 QUERY = "SELECT count(*), sum(end_cycle - start_cycle) FROM trace"
@@ -294,7 +294,9 @@ def value_mutations(draw) -> tuple[str, pd.DataFrame, bool]:
         value = draw(st.integers(int(limits.min), values.low - 1), label="value")
     else:
         bound = values.high if values.high is not None else values.below
-        largest = TARGET[bound] if isinstance(bound, str) else bound
+        # a named bound: the tiny profile's figure (its target's, its run's, or a table's rows)
+        declared = bounds(TARGET, RUN, {name: len(rows) for name, rows in tiny_tables().items()})
+        largest = declared[bound] if isinstance(bound, str) else bound
         if values.high is None:
             largest -= 1
         if largest >= limits.max:
