@@ -31,10 +31,19 @@ from popvision_py.format import schema as S
 from popvision_py.format.writer import PARQUET_OPTIONS, ROW_GROUP_ROWS, conform
 
 TARGET = {"arch": "mk2", "num_ipus": 4, "tiles_per_ipu": 1472, "bytes_per_tile": 638976, "clock_hz": 1.33e9}
+STEPS_PER_MICRO_BATCH = 600
+MICRO_BATCHES = 16
 RUN = {
-    "model": "synthetic", "strategy": "pipelined", "mode": "training", "stages": [],
-    "micro_batch_size": 1, "gradient_accumulation": 1, "device_iterations": 1, "replication_factor": 1,
+    "model": "synthetic", "strategy": "pipelined", "mode": "training",
+    "stages": [{"stage": i, "ipu": i, "blocks": [f"B{i}"]} for i in range(TARGET["num_ipus"])],
+    "micro_batch_size": 1, "gradient_accumulation": MICRO_BATCHES, "device_iterations": 1, "replication_factor": 1,
 }
+
+
+def run_of(rows: int, ipus: int = TARGET["num_ipus"]) -> dict:
+    """The manifest's run for a ``rows``-row ``trace_batch`` trace: as many device iterations as it spans
+    (the reader bounds every id by what the manifest declares)."""
+    return {**RUN, "device_iterations": max(1, -(-rows // (ipus * STEPS_PER_MICRO_BATCH * MICRO_BATCHES)))}
 PHASES = np.array(["compute", "sync", "exchange", "compute", "exchange", "stream"])
 
 
@@ -46,11 +55,11 @@ def trace_batch(first: int, rows: int, ipus: int = 4) -> pa.Table:
     rng = np.random.default_rng(first)
     durations = rng.integers(20, 4000, rows)
     start = per_ipu * 2000 + (durations % 7)
-    steps_per_micro_batch = 600
+    steps_per_micro_batch = STEPS_PER_MICRO_BATCH
     return conform({
         "run": np.zeros(rows, np.int32),
-        "iteration": (per_ipu // (steps_per_micro_batch * 16)).astype(np.int32),
-        "micro_batch": ((per_ipu // steps_per_micro_batch) % 16).astype(np.int32),
+        "iteration": (per_ipu // (steps_per_micro_batch * MICRO_BATCHES)).astype(np.int32),
+        "micro_batch": ((per_ipu // steps_per_micro_batch) % MICRO_BATCHES).astype(np.int32),
         "ipu": ipu,
         "stage": ipu,
         "pass": np.where((per_ipu // 300) % 2 == 0, "forward", "backward"),
@@ -59,6 +68,18 @@ def trace_batch(first: int, rows: int, ipus: int = 4) -> pa.Table:
         "start_cycle": start,
         "end_cycle": start + durations,
     }, S.TABLES["trace"])
+
+
+def program_steps(ipus: int = TARGET["num_ipus"]) -> pa.Table:
+    """The programs table ``trace_batch``'s rows point into: ``STEPS_PER_MICRO_BATCH`` compute steps per IPU."""
+    ipu = np.repeat(np.arange(ipus), STEPS_PER_MICRO_BATCH)
+    steps = len(ipu)
+    return conform({
+        "ipu": ipu.astype(np.int16), "step": np.tile(np.arange(STEPS_PER_MICRO_BATCH), ipus).astype(np.int32),
+        "type": np.full(steps, "compute_set"), "name": np.char.add("step ", np.arange(steps).astype(str)),
+        "op_id": np.full(steps, -1, np.int32), "stage": ipu.astype(np.int16), "pass": np.full(steps, "forward"),
+        "tiles": np.full(steps, 1472, np.int32), "bytes": np.zeros(steps, np.int64), "cycles": np.full(steps, 100),
+    }, S.TABLES["programs"])
 
 
 def median_time(action, repeat: int) -> float:
@@ -97,11 +118,14 @@ def column_read_figures(rows: int, repeat: int, folder: Path) -> dict:
     plain_path = folder / "trace.parquet"
     batch = 1_000_000
     plain = pq.ParquetWriter(plain_path, S.TABLES["trace"].schema, **PARQUET_OPTIONS)
-    with ProfileWriter(profile_path, target=TARGET, run=RUN) as writer, writer.table("trace") as trace:
-        for first in range(0, rows, batch):
-            part = trace_batch(first, min(batch, rows - first))
-            trace.write(part)
-            plain.write_table(part, row_group_size=ROW_GROUP_ROWS)
+    with ProfileWriter(profile_path, target=TARGET, run=run_of(rows)) as writer:
+        with writer.table("programs") as programs:  # the program steps the trace's rows run
+            programs.write(program_steps())
+        with writer.table("trace") as trace:
+            for first in range(0, rows, batch):
+                part = trace_batch(first, min(batch, rows - first))
+                trace.write(part)
+                plain.write_table(part, row_group_size=ROW_GROUP_ROWS)
     plain.close()
     with open_profile(profile_path) as profile:
         trace_bytes = profile.member_bytes("trace")
