@@ -35,7 +35,7 @@ import flask
 
 import popvision_py as pv
 from popvision_py.analysis.tracescan import scan_columns
-from popvision_py.format.schema import PHASES
+from popvision_py.format.schema import FIT_VERDICTS, PHASES
 
 KEYS = ("a", "b")
 EXTENSION = "popvision_profiles"
@@ -232,9 +232,6 @@ class Ranges:
     pin_down: str | None = None  # the assumption to measure when the throughput range is wider than ±25%
 
 
-VERDICTS = ("fits", "does not fit", "borderline")
-
-
 def ranges(report: Any) -> Ranges | None:
     """The ranges of ``report``'s run, or None for a profile written without them (``popvision run
     --no-ranges``, or before popvision gave ranges) or whose ``prediction`` is not one popvision writes."""
@@ -245,7 +242,7 @@ def ranges(report: Any) -> Ranges | None:
         throughput = _pair(found["throughput_range"])
         tile = _pair(found["worst_tile_pct_range"])
         verdict = str(found["fit_verdict"])
-        if verdict not in VERDICTS:
+        if verdict not in FIT_VERDICTS:
             return None
         pin_down = found.get("pin_down")
         return Ranges(throughput, tile, verdict,

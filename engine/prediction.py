@@ -26,8 +26,9 @@ from engine.compiler import Compiled, compile_plan
 from engine.memory import IpuMemory, plan_memory
 from engine.plan import Plan
 from engine.scheduler import schedule
+from popvision_py.format.schema import FIT_VERDICTS
 
-FITS, DOES_NOT_FIT, BORDERLINE = "fits", "does not fit", "borderline"
+FITS, DOES_NOT_FIT, BORDERLINE = FIT_VERDICTS
 USEFUL_SPREAD = 0.25  # a throughput range wider than this either side says which assumption to pin down
 DRIVERS = 3  # drivers named in the run's summary
 

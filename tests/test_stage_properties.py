@@ -61,14 +61,14 @@ def check_stage_guarantees(path) -> None:
         c, f = r.stages._costs(), r.stages.figures()
         s = r.stages.summary()
     # re-timed with the measured costs, the run is the trace, cycle for cycle
-    if c.supersteps is not None:
-        assert retime.length(c.supersteps, np.ones(len(c.supersteps.cell_cycles))) == c.total_cycles
-        best = retime.balance(c.supersteps, c.stages["ipu"])
-        n = int(c.stages["stage"].max()) + 1
-        assert best.total_cycles <= c.total_cycles
-        # balancing moves work between IPUs; each pass's total stays what ran
-        before, after = c.supersteps.stage_work(n), c.supersteps.stage_work(n, best.scale)
-        assert after.sum(axis=0) == pytest.approx(before.sum(axis=0))
+    assert c.supersteps is not None  # an emulator's trace always has its supersteps
+    assert retime.length(c.supersteps, np.ones(len(c.supersteps.cell_cycles))) == c.total_cycles
+    best = retime.balance(c.supersteps, c.stages["ipu"])
+    n = int(c.stages["stage"].max()) + 1
+    assert best.total_cycles <= c.total_cycles
+    # balancing moves work between IPUs; each pass's total stays what ran
+    before, after = c.supersteps.stage_work(n), c.supersteps.stage_work(n, best.scale)
+    assert after.sum(axis=0) == pytest.approx(before.sum(axis=0))
     assert f.balanced_step_cycles <= f.step_cycles
     assert f.balance_gain_pct >= 0.0
     assert -1e-9 <= f.ideal_bubble_pct <= f.bubble_pct + 1e-9

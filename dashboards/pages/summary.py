@@ -10,6 +10,7 @@ from dash import MATCH, Input, Output, State, dcc, html
 
 from dashboards import components as c
 from dashboards import data, figures, ids
+from popvision_py.render.format import FIT_ANSWER, assumption_value
 
 dash.register_page(__name__, path="/", name="Summary", title="popvision · summary", order=0, icon="◎")
 
@@ -59,8 +60,7 @@ def key_figures(summary: Any, ranges: data.Ranges | None = None) -> list[tuple]:
     ]
 
 
-# The fit verdict (engine/prediction.py) as the "Fits in memory" card answers it, and its tone.
-FIT_ANSWER = {"fits": "yes", "does not fit": "no", "borderline": "borderline"}
+# The fit verdict's tone on the "Fits in memory" card (its answer: render.format.FIT_ANSWER)
 FIT_TONE = {"fits": "good", "does not fit": "bad", "borderline": "warn"}
 DRIVERS_SHOWN = 5  # assumptions listed under each range, largest effect first
 
@@ -121,13 +121,6 @@ def drivers_table(drivers: tuple[data.Driver, ...], fmt: c.Formatter, figure: st
                      html.Td(fmt(d.at_low), className="num"), html.Td(fmt(d.at_high), className="num")])
             for d in drivers[:DRIVERS_SHOWN]]
     return html.Div(html.Table([head, html.Tbody(body)], className="pv-table", id=table_id), className="table-wrap")
-
-
-def assumption_value(x: float) -> str:
-    """An assumption's value as given to --assume, readably: 20,000,000,000, 0.0005, 1.5, 80."""
-    if float(x).is_integer() and abs(x) < 1e15:
-        return f"{int(x):,}"
-    return f"{x:.4g}"
 
 
 def insight_list(insights: pd.DataFrame, verify: bool = False) -> html.Div:

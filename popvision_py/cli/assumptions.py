@@ -7,6 +7,8 @@ import textwrap
 
 import click
 
+from popvision_py.render.format import assumption_value
+
 
 @click.command("assumptions")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of objects: name, value, unit, low, high, "
@@ -27,7 +29,7 @@ def command(as_json: bool, markdown: bool) -> None:
         return
     lines = []
     for r in rows:
-        lines += [f"{r.name}", f"  value     {_number(r.value)} {r.unit} (plausible {_number(r.low)} to {_number(r.high)}; "
+        lines += [f"{r.name}", f"  value     {assumption_value(r.value)} {r.unit} (plausible {assumption_value(r.low)} to {assumption_value(r.high)}; "
                   f"valid {r.valid}; affects {' and '.join(r.affects)})"]
         lines += textwrap.wrap(r.source, width=100, initial_indent="  source    ", subsequent_indent="            ")
     lines.append(f"\n{len(rows)} assumptions. Override one with `popvision run MODEL --assume NAME=VALUE`: it is then "
@@ -35,14 +37,10 @@ def command(as_json: bool, markdown: bool) -> None:
     click.echo("\n".join(lines))
 
 
-def _number(x: float) -> str:
-    return f"{x:,.0f}" if float(x) == int(x) and abs(x) >= 1 else f"{x:g}"
-
-
 def markdown_table(rows: list) -> str:
     """The assumptions as docs/emulator.md's table: name, value, plausible interval, unit, source."""
     lines = ["| name | value | plausible (low to high) | valid range (unit) | affects | source |",
              "| --- | ---: | ---: | --- | --- | --- |"]
-    lines += [f"| `{r.name}` | {_number(r.value)} | {_number(r.low)} to {_number(r.high)} | {r.valid} ({r.unit}) | "
+    lines += [f"| `{r.name}` | {assumption_value(r.value)} | {assumption_value(r.low)} to {assumption_value(r.high)} | {r.valid} ({r.unit}) | "
               f"{', '.join(r.affects)} | {r.source} |" for r in rows]
     return "\n".join(lines)

@@ -39,6 +39,8 @@ PROGRAM_TYPES = (
     "all_reduce",
 )
 PHASES = ("compute", "sync", "exchange", "stream", "idle")
+# A run's fit verdict at the ends of the assumptions (engine/prediction.py; a manifest's run.prediction, tune.parquet)
+FIT_VERDICTS = ("fits", "does not fit", "borderline")
 EXCHANGE_KINDS = ("internal", "inter_ipu", "host", "remote_buffer", "all_reduce")
 MEMORY_CATEGORIES = (
     "vertex_code",

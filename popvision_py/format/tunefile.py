@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 
 from popvision_py.errors import PopvisionError
 from popvision_py.format.atomic import atomic_output
+from popvision_py.format.schema import FIT_VERDICTS
 
 STATUSES = ("ok", "oom", "rejected", "error")
 METADATA_KEY = b"popvision.tune"
@@ -74,7 +75,6 @@ COLUMNS = pa.schema([
     pa.field("request", pa.string(), nullable=False),
     pa.field("seconds", pa.float64(), nullable=False),
 ])
-VERDICTS = ("fits", "does not fit", "borderline")
 RANGE_COLUMNS = pa.schema([
     pa.field("fit_verdict", pa.string()),
     pa.field("throughput_low", pa.float64()),
@@ -98,7 +98,7 @@ def write_tune(path: str | os.PathLike[str], rows: pd.DataFrame, meta: dict[str,
     unknown = set(rows["status"]) - set(STATUSES)
     if unknown:
         raise ValueError(f"tune rows have unknown statuses {sorted(unknown)}")
-    unknown = set(rows["fit_verdict"].dropna()) - set(VERDICTS) if "fit_verdict" in rows else set()
+    unknown = set(rows["fit_verdict"].dropna()) - set(FIT_VERDICTS) if "fit_verdict" in rows else set()
     if unknown:
         raise ValueError(f"tune rows have unknown fit verdicts {sorted(unknown)}")
     rows = rows.reindex(columns=SCHEMA.names)
@@ -145,7 +145,7 @@ def read_tune(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any
     bad = set(rows["status"]) - set(STATUSES)
     if bad:
         raise TuneFileError(f"{path}: unknown candidate status {sorted(bad)[0]!r}.")
-    odd = set(rows["fit_verdict"].dropna()) - set(VERDICTS)
+    odd = set(rows["fit_verdict"].dropna()) - set(FIT_VERDICTS)
     if odd:
         raise TuneFileError(f"{path}: unknown fit verdict {sorted(odd)[0]!r}.")
     if rows["key"].duplicated().any():

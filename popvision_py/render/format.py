@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.analysis.tables import Table
+from popvision_py.format.schema import FIT_VERDICTS
 
 
 def value(v: Any) -> str:
@@ -24,6 +25,16 @@ def value(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return ", ".join(map(str, v))
     return str(v)
+
+
+# A fit verdict (engine/prediction.py, stored in a manifest's run.prediction and tune.parquet) as a "fits?"
+# column or card answers it
+FIT_ANSWER = dict(zip(FIT_VERDICTS, ("yes", "no", "borderline")))
+
+
+def assumption_value(x: float) -> str:
+    """An assumption's value as --assume takes it, readably: 20,000,000,000, 7,168, 0.0005, 1.5."""
+    return f"{x:,.0f}" if float(x) == int(x) and abs(x) >= 1 else f"{x:g}"
 
 
 def three_figures(x: float) -> str:

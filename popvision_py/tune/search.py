@@ -132,9 +132,8 @@ class Search:
             if c.key in self.done:
                 continue
             if previous is not None and c.key in previous.index:
-                # a result written before ranges existed lacks their columns: not computed
-                self.done[c.key] = {name: _plain(previous.at[c.key, name]) if name in previous.columns else None
-                                    for name in RESULT_FIELDS}
+                # (a result written before ranges existed reads with them null: read_tune)
+                self.done[c.key] = {name: _plain(previous.at[c.key, name]) for name in RESULT_FIELDS}
                 self.reused += 1
             elif c.reason:  # refused before emulation: the row evaluate gives a run the planner refuses
                 self.done[c.key] = as_result({"status": "rejected", "reason": c.reason, **NOT_EMULATED, "seconds": 0.0})

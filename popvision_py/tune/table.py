@@ -21,14 +21,12 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.format.tunefile import COLUMNS, STATUSES
-from popvision_py.render.format import three_figures
+from popvision_py.render.format import FIT_ANSWER, three_figures
 from popvision_py.tune.evaluate import RANGE_FIELDS
 
 STATUS_ORDER = {s: k for k, s in enumerate(STATUSES)}
 CHANGES_WIDTH = 100
 CLOSEST = 3  # rows that do not fit shown when none fits
-# The fit verdict (engine.prediction) as the table's "fits" column says it
-FITS_TEXT = {"fits": "yes", "does not fit": "no", "borderline": "borderline"}
 
 
 def ranked(rows: pd.DataFrame) -> pd.DataFrame:
@@ -140,7 +138,7 @@ def fits_text(row: pd.Series) -> str:
     """The "fits" column: the fit verdict (yes, no, borderline) where the ranges were computed, else the
     central estimate's yes or no."""
     if row["fit_verdict"] is not None:
-        return FITS_TEXT[row["fit_verdict"]]
+        return FIT_ANSWER[row["fit_verdict"]]
     return "yes" if row["fits"] else "no"
 
 
@@ -174,8 +172,8 @@ def borderline_lines(rows: pd.DataFrame, top: int) -> list[str]:
 
 def render(rows: pd.DataFrame, meta: dict, top: int = 10) -> str:
     """The ranked table (``top`` rows that fit, the start's row if not among them), the commands of the rows
-    shown, the Pareto front, and what did not fit or was refused; a borderline best candidate is said so."""
-    rows = with_ranges(rows)
+    shown, the Pareto front, and what did not fit or was refused; a borderline best candidate is said so.
+    ``rows`` are ``ranked``'s."""
     counts = rows["status"].value_counts()
     start = rows[rows["is_start"]]
     start_speed = float(start["samples_per_second"].iloc[0]) if len(start) and start["status"].iloc[0] in ("ok", "oom") else None
