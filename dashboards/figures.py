@@ -519,7 +519,10 @@ def _stage_labels(frame: pd.DataFrame) -> pd.Series:
 
 
 def stage_imbalance(summary: pd.DataFrame, bottleneck_stage: int | None = None) -> go.Figure:
-    """Cycles per micro-batch of each stage and pass (``stages.summary()``), the bottleneck outlined."""
+    """Cycles per micro-batch of each stage and pass (``stages.summary()``), the bottleneck outlined. Passes
+    that run once per step (its ``per`` column: the weight update) are not per micro-batch, so not drawn."""
+    if "per" in summary:
+        summary = summary[summary["per"].astype(str) != "step"]
     if summary.empty:
         return empty("No stages.")
     frame = summary.copy()

@@ -24,7 +24,8 @@ def layout(**_query: str) -> html.Div:
             html.Div(
                 [
                     c.section("Cycles per micro-batch of each stage", c.graph(ids.STAGES_IMBALANCE),
-                              note="The bottleneck stage is outlined in red."),
+                              note="The bottleneck stage is outlined in red. The weight update runs once per step, not per "
+                                   "micro-batch: it is in the busy time beside."),
                     c.section("Busy and idle time per stage", c.graph(ids.STAGES_SUMMARY)),
                 ],
                 className="grid-2",

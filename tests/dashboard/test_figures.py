@@ -182,3 +182,14 @@ def test_stage_utilisation_bars_reach_the_run_length():
     busy, idle, other = fig.data
     # THEN each stack is busy + idle + other = the run's 1,000 cycles
     assert list(busy.y) == [300, 600] and list(idle.y) == [200, 400] and list(other.y) == [500, 0]
+
+
+def test_stage_imbalance_draws_per_micro_batch_passes_and_not_the_update_run_once_per_step():
+    # GIVEN a stage table whose update is per step (285,096 cycles once), its forward and backward per micro-batch
+    summary = pd.DataFrame({"stage": [1, 1, 1, 1], "ipu": [1, 1, 1, 1],
+                            "pass": ["forward", "backward", "update", "all"],
+                            "per": ["micro_batch", "micro_batch", "step", "micro_batch"],
+                            "cycles_per_micro_batch": [2_516_845, 7_366_368, 285_096, 9_883_213]})
+    fig = figures.stage_imbalance(summary, bottleneck_stage=1)
+    # THEN the bars stack forward and backward, 9,883,213 cycles per micro-batch; the update is not drawn
+    assert {t.name: list(t.y) for t in fig.data} == {"forward": [2_516_845], "backward": [7_366_368]}
