@@ -4,7 +4,9 @@ Read a profile with ``popvision_py.open(path)`` (the analysis facade) or, for th
 ``popvision_py.format.open_profile(path)``.
 """
 
-__version__ = "0.1.0"
+from popvision_py.version import __version__
+
+__all__ = ["__version__", "compare", "open"]
 
 
 def open(path):  # noqa: A001 - the library's entry point, like pv.open(...)

@@ -30,7 +30,7 @@ import importlib  # noqa: E402 - after the handler, so that Ctrl-C during these 
 
 import click  # noqa: E402
 
-from popvision_py import __version__
+from popvision_py.version import __version__
 from popvision_py.errors import PopvisionError
 
 # command name -> module under popvision_py.cli holding a click command called `command`

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from popvision_py import __version__
+from popvision_py.version import __version__
 from popvision_py.errors import ProfileWriteError
 from popvision_py.format import schema as S
 from popvision_py.format.atomic import atomic_output, folder_lock, write_error

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popvision_py import __version__
+from popvision_py.version import __version__
 from popvision_py.analysis.tables import TABLE_COLUMNS, Table
 from popvision_py.render.format import verification
 
