@@ -11,7 +11,7 @@ import dataclasses
 import importlib.util
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,17 +109,24 @@ def is_poptorch_script(model: str) -> bool:
     return False
 
 
-def load_model_source(model: str, request: RunRequest | None = None) -> ModelSource:
+# What loads a PopTorch script's captured model: ``load_script(path, args, mode) -> ModelSource``. The
+# loader lives above the engine (``popvision_py.scripts.load_script``, which runs the script with
+# popvision's ``poptorch``); a caller that runs scripts passes it in.
+ScriptLoader = Callable[[str, Sequence[str], str], "ModelSource"]
+
+
+def load_model_source(model: str, request: RunRequest | None = None,
+                      load_script: ScriptLoader | None = None) -> ModelSource:
     """A zoo entry by name, a user's Python file defining ``build(options) -> Model``, or a PopTorch
-    script's captured model (the request's mode picks its training or inference model, its
-    ``script_args`` are the script's arguments; the script's poptorch.Options are the defaults)."""
+    script's captured model, loaded by ``load_script`` (the request's mode picks its training or
+    inference model, its ``script_args`` are the script's arguments; the script's poptorch.Options
+    are the defaults)."""
     args = None if request is None or request.script_args is None else tuple(request.script_args)
     if is_poptorch_script(model):
-        try:
-            from poptorch._script import script_source
-        except ImportError as exc:  # torch missing: the shim's own sentence
-            raise ConfigError(str(exc)) from None
-        return script_source(model, args or (), (request.options.get("mode") if request else None) or "training")
+        if load_script is None:
+            raise ConfigError(f"{model} is a PopTorch script; run it with `popvision run {model}` (the engine "
+                              f"alone does not run scripts).")
+        return load_script(model, args or (), (request.options.get("mode") if request else None) or "training")
     if args is not None:
         raise ConfigError(f"Script {model} does not exist." if model.endswith(".py") and not Path(model).is_file() else
                           f"{model} is not a PopTorch script (a .py that imports poptorch and defines no build); "
@@ -310,10 +317,11 @@ def _check_ipus(request: RunRequest, model: Model, strategy: ExecutionStrategy) 
                           f"can be split over; its partition uses at most {used}, so ask for --ipus {used} or fewer.")
 
 
-def prepare(request: RunRequest) -> Plan:
-    """Resolve and check everything a run needs; raises ConfigError before any work."""
+def prepare(request: RunRequest, load_script: ScriptLoader | None = None) -> Plan:
+    """Resolve and check everything a run needs; raises ConfigError before any work. ``load_script``
+    loads a PopTorch script's model (see ``load_model_source``)."""
     _check_sizes(request)
-    source = load_model_source(request.model, request)
+    source = load_model_source(request.model, request, load_script)
     options = build_options(source, request)
     if request.strategy is not None and request.strategy not in STRATEGIES:
         raise ConfigError(f"Unknown strategy {request.strategy!r}; choose pipelined, sharded or phased.")
@@ -355,9 +363,10 @@ def script_record(script: str | Path, args: Sequence[str], options: dict[str, An
             "emulate_only": True}
 
 
-def emulate(request: RunRequest) -> Summary:
-    """Run the emulator; write the profile if ``request.profile`` names a path. Returns the summary."""
-    return emulate_plan(prepare(request), request)
+def emulate(request: RunRequest, load_script: ScriptLoader | None = None) -> Summary:
+    """Run the emulator; write the profile if ``request.profile`` names a path. Returns the summary.
+    ``load_script`` loads a PopTorch script's model (``popvision_py.scripts.load_script``)."""
+    return emulate_plan(prepare(request, load_script), request)
 
 
 def emulate_plan(plan: Plan, request: RunRequest) -> Summary:

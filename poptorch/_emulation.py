@@ -122,7 +122,7 @@ def engine_strategy(captured: Captured, options: Options) -> ExecutionStrategy:
 def emulate(captured: Captured, options: Options, *, training: bool, write: bool = True) -> Compiled:
     """Emulate the captured model with the script's strategy; write its profile where PopTorch
     users look for it (unless ``write`` is false), and return the summary ``popvision run`` prints."""
-    from popvision_py.cli.run import summary_figures, summary_text
+    from popvision_py.render.run_summary import summary_figures, summary_text
     from popvision_py.format.atomic import check_writable, folder_lock
 
     model = captured.model

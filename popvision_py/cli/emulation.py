@@ -20,6 +20,7 @@ def run_fields(fields: dict[str, Any], profile: Path) -> None:
     becomes one ``EmulationError`` sentence, so a caller running many fixes never crashes on one.
     """
     from engine.runner import RunRequest, emulate
+    from popvision_py.scripts import load_script
 
     fields = dict(fields)
     # JSON has no tuples: one available memory proportion per IPU comes back as a list
@@ -32,7 +33,7 @@ def run_fields(fields: dict[str, Any], profile: Path) -> None:
         raise EmulationError(f"The run's request is not one popvision run makes ({exc}).") from None
     Path(profile).parent.mkdir(parents=True, exist_ok=True)
     try:
-        emulate(request)
+        emulate(request, load_script)
     except PopvisionError:
         raise
     except Exception as exc:  # noqa: BLE001 - one failed run is a row, never a crash of the others

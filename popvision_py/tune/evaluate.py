@@ -33,12 +33,13 @@ def evaluate(request_json: str) -> dict[str, Any]:
     """Emulate ``RunRequest(**json.loads(request_json))``: status, reason, figures and the seconds it took."""
     began = time.perf_counter()
     from engine.runner import RunRequest, emulate
+    from popvision_py.scripts import load_script
     from popvision_py.errors import ConfigError, first_line
 
     try:
         # Candidates are ranked by their central estimates: a sensitivity pass per candidate would cost
         # ~20 emulations each (engine.prediction); evaluate_ranges runs it for the candidates shown.
-        summary = emulate(RunRequest(**{**json.loads(request_json), "ranges": False}))
+        summary = emulate(RunRequest(**{**json.loads(request_json), "ranges": False}), load_script)
     except ConfigError as exc:
         out = {"status": "rejected", "reason": str(exc), **NOT_EMULATED}
     except Exception as exc:  # noqa: BLE001 - a failed candidate is a row with its reason, never a crashed search
@@ -61,9 +62,10 @@ def evaluate_ranges(request_json: str) -> dict[str, Any]:
     seconds it took. Never raises: a run that fails (one its central emulation passed) is not ranged, all None."""
     began = time.perf_counter()
     from engine.runner import RunRequest, emulate
+    from popvision_py.scripts import load_script
 
     try:
-        summary = emulate(RunRequest(**{**json.loads(request_json), "ranges": True}))
+        summary = emulate(RunRequest(**{**json.loads(request_json), "ranges": True}), load_script)
     except Exception:  # noqa: BLE001 - a candidate without ranges is still a row, ranked by its central figures
         out = dict(NOT_RANGED)
     else:
