@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from popvision_py.analysis.tables import PHASE, Aggregates, Columns, StepIndex, Table, aggregates, lookup, sum_by
+from popvision_py.analysis.tables import PHASE, Columns, StepIndex, Table, lookup, sum_by
+from popvision_py.analysis.tracescan import Aggregates, aggregates
 from popvision_py.format.schema import EXCHANGE_KINDS
 
 BY_KIND_COLUMNS = ["kind", "executions", "bytes", "cycles", "exposed_cycles", "hidden_cycles", "time_pct", "hidden_pct"]

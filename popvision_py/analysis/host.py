@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from popvision_py.analysis.tables import Aggregates, Columns, aggregates, lookup
+from popvision_py.analysis.tables import Columns, lookup
+from popvision_py.analysis.tracescan import Aggregates, aggregates
 from popvision_py.format.schema import INPUT_WAIT_STEP
 
 

@@ -38,7 +38,8 @@ from popvision_py.analysis import stages as _stages
 from popvision_py.analysis import summary as _summary
 from popvision_py.analysis import trace as _trace
 from popvision_py.analysis import tracescan as _tracescan
-from popvision_py.analysis.tables import TABLE_COLUMNS, Aggregates, Columns, StepIndex, Table, iterations_traced
+from popvision_py.analysis.tables import TABLE_COLUMNS, Columns, StepIndex, Table
+from popvision_py.analysis.tracescan import Aggregates, iterations_traced
 from popvision_py.errors import OutOfRangeError
 from popvision_py.format import Profile, open_profile
 

@@ -17,9 +17,8 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.analysis import retime
-from popvision_py.analysis.tables import (
-    PASS, PASSES, PHASE, Aggregates, Columns, Table, aggregates, frame_of, iterations_traced, lookup, sum_by,
-)
+from popvision_py.analysis.tables import PASS, PASSES, PHASE, Columns, Table, frame_of, lookup, sum_by
+from popvision_py.analysis.tracescan import Aggregates, aggregates, iterations_traced
 from popvision_py.format.runconfig import pipeline_ranks, runs_as_pipeline
 
 SUMMARY_COLUMNS = ["stage", "ipu", "blocks", "pass", "per", "micro_batches", "cycles_per_micro_batch", "busy_cycles",

@@ -18,7 +18,8 @@ from popvision_py.analysis import stages as _stages
 from popvision_py.analysis.exchange import ExchangeFigures
 from popvision_py.analysis.host import HostInput
 from popvision_py.analysis.stages import BestSplit, StageFigures
-from popvision_py.analysis.tables import PASSES, Aggregates, Columns, Table, aggregates, lookup
+from popvision_py.analysis.tables import PASSES, Columns, Table, lookup
+from popvision_py.analysis.tracescan import Aggregates, aggregates
 from popvision_py.format import runconfig
 
 INSIGHT_COLUMNS = ["severity", "topic", "finding", "suggestion", "effect", "command"]

@@ -251,54 +251,6 @@ class TraceArrays:
         return int(self.ipu.max()) + 1 if len(self) else 0
 
 
-@dataclass(frozen=True)
-class Aggregates:
-    """Everything the reports need from the trace's rows, folded batch by batch (``tracescan.summarise``).
-
-    ``cube[ipu, stage + 1, pass, phase]``: cycles (stage -1 at index 0; pass/phase code ``len(...)``
-    for unknown words); ``executions[ipu, step]``; ``micro_batches[stage]``: distinct (run,
-    iteration, micro_batch >= 0) per stage; ``iterations``: distinct (run, iteration);
-    ``rows``: trace rows; ``iterations_per_run``, ``micro_batch_slots``, ``run_slots``: the largest
-    iteration, micro-batch and run + 1 (sizes for dense keys). ``slots``: the trace cut into runs of
-    rows of one kind of work (``tracescan.SLOT_COLUMNS``), from which the stages report re-times
-    the run's supersteps (``retime.supersteps``).
-    """
-
-    cube: np.ndarray
-    executions: np.ndarray
-    micro_batches: np.ndarray
-    iterations: int
-    start_cycle: int
-    end_cycle: int
-    rows: int = 0
-    iterations_per_run: int = 0
-    micro_batch_slots: int = 0
-    run_slots: int = 0
-    slots: dict[str, np.ndarray] | None = None
-
-    def __len__(self) -> int:
-        return self.rows
-
-
-def aggregates(trace: "TraceArrays | Aggregates") -> Aggregates:
-    """The trace's aggregates: given as is, or folded from in-memory arrays (the same code as streaming)."""
-    if isinstance(trace, Aggregates):
-        return trace
-    cached = trace._cache.get("aggregates")
-    if cached is None:
-        from popvision_py.analysis.tracescan import summarise_arrays
-
-        cached = trace._cache["aggregates"] = summarise_arrays(trace.columns())
-    return cached
-
-
-def iterations_traced(trace: "TraceArrays | Aggregates", run: dict) -> int:
-    """Iterations the trace covers: distinct (run, iteration) pairs, else the manifest's runs x device_iterations."""
-    if len(trace):
-        return aggregates(trace).iterations
-    return int(run.get("runs", 1) or 1) * int(run.get("device_iterations", 1) or 1)
-
-
 class Table:
     """An answer's columns as arrays, in its documented order; the DataFrame is built when asked for.
 
@@ -377,14 +329,6 @@ def sum_by(keys: np.ndarray, weights: np.ndarray | None, size: int) -> np.ndarra
         return np.zeros(size, np.int64)
     # bincount sums in float64; exact for sums below 2**53 cycles, plenty for traces.
     return np.rint(np.bincount(keys, weights=weights, minlength=size)).astype(np.int64)
-
-
-def executions(trace: "TraceArrays | Aggregates") -> pd.DataFrame:
-    """How many times each program step ran: ``[ipu, step, executions]``, sorted by ipu, step."""
-    counts = aggregates(trace).executions
-    ipu, step = np.nonzero(counts)
-    return pd.DataFrame({"ipu": ipu.astype(np.int64), "step": step.astype(np.int64),
-                         "executions": counts[ipu, step].astype(np.int64)})
 
 
 def category(values, categories) -> pd.Categorical:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.tables import PHASES, Aggregates, TraceArrays, aggregates, category, empty, executions, finish
+from popvision_py.analysis.tables import PHASES, TraceArrays, category, empty, finish
+from popvision_py.analysis.tracescan import Aggregates, aggregates, executions
 from popvision_py.errors import OutOfRangeError
 
 TIMELINE_COLUMNS = ["ipu", "start_cycle", "end_cycle", "phase", "cycles", "events"]

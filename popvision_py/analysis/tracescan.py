@@ -18,13 +18,19 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from popvision_py.analysis.tables import PASSES, PHASE, PHASES, TRACE_COLUMNS, Aggregates, codes
+from popvision_py.analysis.tables import PASSES, PHASE, PHASES, TRACE_COLUMNS, codes
 from popvision_py.errors import ValueRangeError
+
+if TYPE_CHECKING:
+    from popvision_py.analysis.tables import TraceArrays
 
 # The columns each pass reads (the summary reads every column the reports use).
 SUMMARY_COLUMNS: tuple[str, ...] = TRACE_COLUMNS
@@ -152,6 +158,35 @@ _BAR_COLUMNS = ("ipu", "stage", "pass", "run", "iteration", "micro_batch")  # wh
 SLOT_COLUMNS = ("ipu", "stage", "pass", "kind", "start_cycle", "cycles")
 SLOT_KINDS = ("micro_batch", "fixed", "idle", "superstep_sync")
 SLOT = {name: i for i, name in enumerate(SLOT_KINDS)}
+
+
+@dataclass(frozen=True)
+class Aggregates:
+    """Everything the reports need from the trace's rows, folded batch by batch (``summarise``).
+
+    ``cube[ipu, stage + 1, pass, phase]``: cycles (stage -1 at index 0; pass/phase code ``len(...)``
+    for unknown words); ``executions[ipu, step]``; ``micro_batches[stage]``: distinct (run,
+    iteration, micro_batch >= 0) per stage; ``iterations``: distinct (run, iteration);
+    ``rows``: trace rows; ``iterations_per_run``, ``micro_batch_slots``, ``run_slots``: the largest
+    iteration, micro-batch and run + 1 (sizes for dense keys). ``slots``: the trace cut into runs of
+    rows of one kind of work (``SLOT_COLUMNS``), from which the stages report re-times
+    the run's supersteps (``retime.supersteps``).
+    """
+
+    cube: np.ndarray
+    executions: np.ndarray
+    micro_batches: np.ndarray
+    iterations: int
+    start_cycle: int
+    end_cycle: int
+    rows: int = 0
+    iterations_per_run: int = 0
+    micro_batch_slots: int = 0
+    run_slots: int = 0
+    slots: dict[str, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return self.rows
 
 
 class _Slots:
@@ -503,3 +538,28 @@ def scan(batches: Iterable[pa.RecordBatch | pa.Table], summary: bool = True, tim
             raise ValueError("the Gantt bars need the trace's summary: pass agg or summary=True")
         out["gantt"] = bars.result(agg)
     return out
+
+
+def aggregates(trace: "TraceArrays | Aggregates") -> Aggregates:
+    """The trace's aggregates: given as is, or folded from in-memory arrays (the same code as streaming)."""
+    if isinstance(trace, Aggregates):
+        return trace
+    cached = trace._cache.get("aggregates")
+    if cached is None:
+        cached = trace._cache["aggregates"] = summarise_arrays(trace.columns())
+    return cached
+
+
+def iterations_traced(trace: "TraceArrays | Aggregates", run: dict) -> int:
+    """Iterations the trace covers: distinct (run, iteration) pairs, else the manifest's runs x device_iterations."""
+    if len(trace):
+        return aggregates(trace).iterations
+    return int(run.get("runs", 1) or 1) * int(run.get("device_iterations", 1) or 1)
+
+
+def executions(trace: "TraceArrays | Aggregates") -> pd.DataFrame:
+    """How many times each program step ran: ``[ipu, step, executions]``, sorted by ipu, step."""
+    counts = aggregates(trace).executions
+    ipu, step = np.nonzero(counts)
+    return pd.DataFrame({"ipu": ipu.astype(np.int64), "step": step.astype(np.int64),
+                         "executions": counts[ipu, step].astype(np.int64)})
