@@ -53,6 +53,8 @@ from engine.zoo import balanced_stages
 from popvision_py.analysis.fixes import ORDER, flag, stages_text
 from popvision_py.errors import ConfigError
 from popvision_py.format import runconfig
+from popvision_py.scripts import load_script
+from popvision_py.tune.order import round_robin, spread
 
 CONFIG_FIELDS = ("strategy", "stages", "tensor_sharding", "replication_factor", "micro_batch_size",
                  "gradient_accumulation", "device_iterations", "recompute", "offload_optimiser", "offload_weights",
@@ -128,7 +130,7 @@ class Space:
         options["system"] = self.settings.system
         self.base = dataclasses.replace(self.base, options=options, profile=None, progress=False)
         try:
-            self.plan = prepare(self.base)
+            self.plan = prepare(self.base, load_script)
         except ConfigError as exc:
             if str(exc).startswith("The run needs"):  # the start's IPUs: say what to change
                 raise ConfigError(f"The starting configuration does not run on an {self.settings.system}: {exc} "
@@ -401,10 +403,8 @@ class Space:
     def moved_cuts(self, stages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
         """``stages`` with one cut between consecutive stages moved by a block either way, each stage
         keeping its IPU (so a head tied back to IPU 0 stays there); at most ``max_splits``, the cuts
-        taken ends first (``cap.spread``). Empty when round 1 already tried every split like it, and
+        taken ends first (``order.spread``). Empty when round 1 already tried every split like it, and
         for stages that do not hold the blocks in order."""
-        from popvision_py.tune.cap import spread  # cap builds on this module
-
         n, ipus = len(self.blocks), [s["ipu"] for s in stages]
         if [b for s in stages for b in s["blocks"]] != self.blocks:
             return []
@@ -422,8 +422,6 @@ class Space:
     def round_two(self, mappings: list[Candidate]) -> list[Candidate]:
         """For each of ``mappings`` (the fastest of round 1): its split with each cut moved by a block
         (at its settings) and every settings variant of it, taken in turn (a moved cut, a variant, ...)."""
-        from popvision_py.tune.cap import round_robin  # cap builds on this module
-
         out = []
         for m in mappings:
             moved = [self.mapping(stages, m.config["tensor_sharding"], m.config["replication_factor"], base=m.config,

@@ -12,7 +12,8 @@ import pytest
 
 from engine.runner import RunRequest
 from popvision_py.format.tunefile import read_tune
-from popvision_py.tune.cap import keep_mappings, keep_settings, mapping_shape, round_robin, spread, spread_keys
+from popvision_py.tune.cap import keep_mappings, keep_settings, mapping_shape
+from popvision_py.tune.order import round_robin, spread, spread_keys
 from popvision_py.tune.space import Settings, Space
 from popvision_py.tune.table import capped_lines
 from tests.tune.conftest import BLOCKS, tune
