@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.costs import CostModel
-from engine.lowering import IpuProgram, Lowering
+from engine.lowering import Lowering
+from engine.program import IpuProgram
 from engine.mapping import Mapping, TileMapper
 from engine.plan import Plan
 from engine.update import WeightUpdate

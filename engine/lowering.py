@@ -9,8 +9,6 @@ remote buffers).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from popvision_py.format.schema import INPUT_WAIT_STEP as INPUT_WAIT
@@ -19,54 +17,7 @@ from engine.costs import STATISTICS_FLOPS
 from engine.mapping import Mapping, outline_key
 from engine.model import Op, Tensor
 from engine.plan import StagePlan
-from engine.variables import Variable
-
-
-@dataclass
-class IpuProgram:
-    """One IPU's compiled program: its steps as parallel lists, plus tile cycles, exchanges, variables."""
-
-    ipu: int
-    type: list[str] = field(default_factory=list)
-    name: list[str] = field(default_factory=list)
-    op_id: list[int] = field(default_factory=list)
-    stage: list[int] = field(default_factory=list)
-    pass_: list[str] = field(default_factory=list)
-    tiles: list[int] = field(default_factory=list)
-    bytes: list[int] = field(default_factory=list)
-    cycles: list[int] = field(default_factory=list)
-    # (step, start tile, cycles per tile, grains per tile) of each compute set
-    tile_cycles: list[tuple[int, int, np.ndarray, np.ndarray]] = field(default_factory=list)
-    exchanges: list[tuple[int, str, int, int, int, int]] = field(default_factory=list)
-    variables: list[Variable] = field(default_factory=list)
-    # Segments: (stage, pass) -> [first step, end step); "sync" and "update" are per IPU.
-    segments: dict[tuple[int, str], tuple[int, int]] = field(default_factory=dict)
-    sync_step: int = -1
-    update_segment: tuple[int, int] = (0, 0)
-    # Always-live bookkeeping: codelets (kind, pass) -> tiles that hold their code; per-tile extras.
-    codelets: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
-    # The program's distinct op passes (an outlined layer's passes once): key -> (first tile, grains
-    # per tile, exchange buffer per tile or None, program steps). Their vertex state, exchange code
-    # and control code are held once per key; ``op_steps`` counts every op pass's steps.
-    code_sets: dict[tuple, tuple[int, np.ndarray, np.ndarray | None, int]] = field(default_factory=dict)
-    op_steps: int = 0
-    op_passes: int = 0
-
-    @property
-    def steps(self) -> int:
-        return len(self.type)
-
-    def add(self, type_: str, name: str, op_id: int, stage: int, pass_: str, tiles: int, bytes_: int,
-            cycles: int) -> int:
-        self.type.append(type_)
-        self.name.append(name)
-        self.op_id.append(op_id)
-        self.stage.append(stage)
-        self.pass_.append(pass_)
-        self.tiles.append(int(tiles))
-        self.bytes.append(int(bytes_))
-        self.cycles.append(int(cycles))
-        return len(self.type) - 1
+from engine.program import IpuProgram, Variable
 
 
 class Lowering:

@@ -21,7 +21,7 @@ import numpy as np
 
 from engine.compiler import Compiled
 from engine.costs import WORKERS
-from engine.lowering import IpuProgram
+from engine.program import IpuProgram
 
 ALWAYS_LIVE_FIXED = ("vertex_code", "vertex_state", "control_code", "exchange_code", "constants", "stack")
 NAL_ORDER = ("weights", "optimiser_state", "gradients", "activations", "stash", "exchange_buffers")

@@ -7,16 +7,11 @@ compute set, the write-back and the remote stores.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from engine.model import Op
 from engine.plan import StagePlan
-from engine.variables import Variable
-
-if TYPE_CHECKING:
-    from engine.lowering import IpuProgram
+from engine.program import IpuProgram, Variable
 
 
 class WeightUpdate:

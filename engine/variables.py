@@ -8,30 +8,10 @@ always-live bytes plus the most its not-always-live variables hold at any one st
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-import numpy as np
 
 from engine.model import Op, Tensor
 from engine.plan import StagePlan
-
-if TYPE_CHECKING:
-    from engine.lowering import IpuProgram
-
-
-@dataclass
-class Variable:
-    """A tensor on one IPU: bytes per tile over a tile range, live over a step interval."""
-
-    name: str
-    category: str
-    always_live: bool
-    start: int
-    per_tile: np.ndarray
-    live_from: int
-    live_to: int
-    op_id: int
+from engine.program import IpuProgram, Variable
 
 
 class Liveness:
