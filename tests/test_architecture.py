@@ -1,0 +1,277 @@
+"""The layout is a checked contract (docs/architecture.md): imports point down the floors, no two files
+import each other (directly or round a longer circle), and no source file is over 600 lines.
+
+The imports are read with ``ast`` from every module of the four packages, including imports inside
+functions and a package's ``__init__.py``, so a lazy import counts like any other.
+"""
+
+import ast
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("popvision_py", "engine", "poptorch", "dashboards")
+MAX_LINES = 600
+
+# From the bottom. A module belongs to the floor of the longest prefix listed here.
+FLOORS = (
+    ("popvision_py.errors", "popvision_py.version", "popvision_py.format"),
+    ("engine",),
+    ("popvision_py.analysis", "popvision_py.render", "popvision_py"),
+    ("poptorch", "popvision_py.tune", "dashboards", "popvision_py.scripts"),
+    ("popvision_py.cli",),
+)
+
+
+def floor_of(module):
+    """The floor (0 = bottom) that owns ``module``, by the longest listed prefix."""
+    best, best_len = None, -1
+    for level, prefixes in enumerate(FLOORS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+                best, best_len = level, len(prefix)
+    if best is None:
+        raise AssertionError(f"{module} sits on no floor: add it to FLOORS and docs/architecture.md")
+    return best
+
+
+def modules_under(root, packages=PACKAGES):
+    """{module name: file} for every .py file of ``packages`` under ``root``."""
+    found = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def _absolute(module, path, node):
+    """The absolute module named by an ``ImportFrom`` (resolving ``from . import x``)."""
+    if not node.level:
+        return node.module
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports_of(module, path, known):
+    """{imported module of ``known``: line} for every import statement anywhere in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    edges = {}
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            source = _absolute(module, path, node)
+            # `from pkg import sub` imports the submodule; `from pkg import name` runs pkg/__init__.py.
+            targets = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in known else source
+                       for alias in node.names]
+        for target in targets:
+            # `import a.b.c` of a known module, or the nearest known package above an unknown name
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                edges.setdefault(target, node.lineno)
+    return edges
+
+
+def import_graph(root, packages=PACKAGES):
+    known = modules_under(root, packages)
+    return known, {module: imports_of(module, path, known) for module, path in known.items()}
+
+
+def upward_imports(known, graph):
+    """'a.py:line imports b.py, a floor above it' for every import that points up."""
+    found = []
+    for module, edges in graph.items():
+        for target, line in edges.items():
+            if floor_of(target) > floor_of(module):
+                found.append(f"{_rel(known[module])}:{line} imports {_rel(known[target])}, "
+                             f"a floor above it ({_floor_name(target)} over {_floor_name(module)})")
+    return sorted(found)
+
+
+def circles(known, graph):
+    """Each import circle, as 'a.py -> b.py -> a.py' (Tarjan's strongly connected components)."""
+    index, low, stack, on_stack, components = {}, {}, [], set(), []
+
+    def visit(start):
+        # iterative Tarjan: (node, iterator over its targets)
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, targets = work[-1]
+            advanced = False
+            for target in targets:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                    advanced = True
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return [" <-> ".join(_rel(known[m]) for m in component) for component in sorted(components)]
+
+
+def long_files(known, limit=MAX_LINES):
+    lengths = {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in known.items()}
+    return sorted(f"{_rel(known[m])} has {n} lines" for m, n in lengths.items() if n > limit)
+
+
+def _rel(path):
+    parts = path.parts
+    for package in PACKAGES:
+        if package in parts:
+            return "/".join(parts[parts.index(package):])
+    return str(path)
+
+
+def _floor_name(module):
+    return " / ".join(FLOORS[floor_of(module)])
+
+
+# -- the contract, on the real tree ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def real_graph():
+    return import_graph(ROOT)
+
+
+def test_every_module_sits_on_a_floor(real_graph):
+    known, _ = real_graph
+    assert len(known) > 100
+    for module in known:
+        floor_of(module)
+
+
+def test_no_module_imports_a_floor_above_it(real_graph):
+    assert upward_imports(*real_graph) == []
+
+
+def test_no_two_files_import_each_other_round_a_circle(real_graph):
+    assert circles(*real_graph) == []
+
+
+def test_no_source_file_is_over_600_lines(real_graph):
+    assert long_files(real_graph[0]) == []
+
+
+def test_architecture_page_names_every_floor():
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    for prefixes in FLOORS:
+        for prefix in prefixes:
+            assert f"`{prefix}`" in page, f"docs/architecture.md does not name {prefix}"
+
+
+# -- the checker itself, on planted trees -------------------------------------------------------------
+
+def _plant(tmp_path, files):
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return import_graph(tmp_path)
+
+
+BASE = {
+    "popvision_py/__init__.py": "",
+    "popvision_py/errors.py": "",
+    "popvision_py/format/__init__.py": "from popvision_py.format.reader import open_profile\n",
+    "popvision_py/format/reader.py": "from popvision_py import errors\ndef open_profile(p): ...\n",
+    "popvision_py/analysis/__init__.py": "",
+    "popvision_py/analysis/tables.py": "from popvision_py.format import open_profile\n",
+    "engine/__init__.py": "",
+    "engine/runner.py": "import popvision_py.format.reader\n",
+    "poptorch/__init__.py": "",
+    "dashboards/__init__.py": "",
+}
+
+
+def test_a_clean_planted_tree_passes(tmp_path):
+    known, graph = _plant(tmp_path, BASE)
+    assert graph["popvision_py.format.reader"] == {"popvision_py.errors": 1}
+    assert graph["engine.runner"] == {"popvision_py.format.reader": 1}
+    assert upward_imports(known, graph) == []
+    assert circles(known, graph) == []
+
+
+def test_a_planted_lazy_upward_import_is_named_with_both_files(tmp_path):
+    files = dict(BASE)
+    files["engine/runner.py"] = """\
+        import popvision_py.format.reader
+
+        def load(path):
+            from poptorch import _script  # the bottom floor reaching up
+            return _script
+        """
+    files["poptorch/_script.py"] = ""
+    known, graph = _plant(tmp_path, files)
+    assert upward_imports(known, graph) == [
+        "engine/runner.py:4 imports poptorch/_script.py, a floor above it "
+        "(poptorch / popvision_py.tune / dashboards / popvision_py.scripts over engine)"]
+
+
+def test_a_planted_circle_through_a_package_init_is_named(tmp_path):
+    files = dict(BASE)
+    # writer takes the version from the package __init__, whose facade imports the analysis,
+    # which imports the format: the circle the issue names.
+    files["popvision_py/__init__.py"] = """\
+        __version__ = "1"
+
+        def open(path):
+            from popvision_py.analysis.tables import Tables
+            return Tables(path)
+        """
+    files["popvision_py/analysis/tables.py"] = "from popvision_py.format import writer\nclass Tables: ...\n"
+    files["popvision_py/format/writer.py"] = "from popvision_py import __version__\n"
+    known, graph = _plant(tmp_path, files)
+    assert circles(known, graph) == [
+        "popvision_py/__init__.py <-> popvision_py/analysis/tables.py <-> popvision_py/format/writer.py"]
+    # ... and writer -> popvision_py/__init__ is also an upward import
+    assert any(line.startswith("popvision_py/format/writer.py:1 imports popvision_py/__init__.py")
+               for line in upward_imports(known, graph))
+
+
+def test_a_planted_pair_that_imports_each_other_relatively_is_a_circle(tmp_path):
+    files = dict(BASE)
+    files["popvision_py/render/__init__.py"] = "from .html import page\n"
+    files["popvision_py/render/html.py"] = "from . import text\nfrom popvision_py.render import helper\ndef page(): ...\n"
+    files["popvision_py/render/text.py"] = ""
+    known, graph = _plant(tmp_path, files)
+    assert graph["popvision_py.render.html"] == {"popvision_py.render.text": 1, "popvision_py.render": 2}
+    assert circles(known, graph) == ["popvision_py/render/__init__.py <-> popvision_py/render/html.py"]
+
+
+def test_a_planted_long_file_is_named(tmp_path):
+    files = dict(BASE)
+    files["engine/model.py"] = "x = 1\n" * 601
+    known, _ = _plant(tmp_path, files)
+    assert long_files(known) == ["engine/model.py has 601 lines"]
