@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from dash import dcc, html
 
-from dashboards.figures import BYTE_UNITS, COUNT_UNITS, NANOSECOND_UNITS, ipu_label, with_unit
+from dashboards.figures.style import BYTE_UNITS, COUNT_UNITS, NANOSECOND_UNITS, ipu_label, with_unit
 from popvision_py.render.format import three_figures
 
 Formatter = Callable[[Any], str]

@@ -9,7 +9,10 @@ import pandas as pd
 from dash import Input, Output, html
 
 from dashboards import components as c
-from dashboards import data, figures, ids
+from dashboards import data, ids
+from dashboards.figures import compare as figures
+from dashboards.figures.stages import stage_cycles
+from dashboards.figures.style import empty, ipu_label
 
 dash.register_page(__name__, path="/compare", name="Compare", title="popvision · compare", order=6, icon="⇆",
                    needs_two_profiles=True)
@@ -123,15 +126,15 @@ def render(_profile: str | None):
     if not profiles.comparing:
         message = html.Div("Start the dashboard with two profiles to compare them: "
                            "popvision dashboard A.pop B.pop", className="empty")
-        blank = figures.empty("Only one profile is served.")
+        blank = empty("Only one profile is served.")
         return message, [], blank, blank, blank, []
     comparison = profiles.comparison()
     labels = {key: profiles.label(key) for key in profiles.keys}
     reports = {key: profiles.report(key) for key in profiles.keys}
-    memory = {key: r.memory.by_ipu().assign(ipu_label=lambda f: f["ipu"].map(figures.ipu_label),
+    memory = {key: r.memory.by_ipu().assign(ipu_label=lambda f: f["ipu"].map(ipu_label),
                                             total_mib=lambda f: f["total_bytes"] / 2**20)
               for key, r in reports.items()}
-    stages = {key: figures.stage_cycles(r.stages.summary()).assign(stage_label=lambda f: "stage " + f["stage"].astype(str))
+    stages = {key: stage_cycles(r.stages.summary()).assign(stage_label=lambda f: "stage " + f["stage"].astype(str))
               for key, r in reports.items()}
     tables = [
         html.Details([html.Summary(section.capitalize()), compare_table(getattr(comparison, section)(),

@@ -8,7 +8,9 @@ import dash
 from dash import Input, Output, dcc, html
 
 from dashboards import components as c
-from dashboards import data, figures, ids
+from dashboards import data, ids
+from dashboards.figures import exchange as figures
+from dashboards.figures.style import ipu_label
 
 dash.register_page(__name__, path="/exchange", name="Exchange", title="popvision · exchange", order=5, icon="⇄")
 
@@ -60,8 +62,8 @@ def render(profile: str | None):
     report = data.report(profile)
     bandwidth = report.exchange.bandwidth()
     costliest = report.exchange.costliest(15)
-    costliest = costliest.assign(src_ipu=costliest["src_ipu"].map(figures.ipu_label),
-                                 dst_ipu=costliest["dst_ipu"].map(figures.ipu_label))
+    costliest = costliest.assign(src_ipu=costliest["src_ipu"].map(ipu_label),
+                                 dst_ipu=costliest["dst_ipu"].map(ipu_label))
     return (
         c.cards(exchange_cards(report.exchange.figures())),
         figures.phase_shares(data.phase_shares(report)),

@@ -8,7 +8,9 @@ import dash
 from dash import Input, Output, State, dcc, html
 
 from dashboards import components as c
-from dashboards import data, figures, ids
+from dashboards import data, ids
+from dashboards.figures import liveness as figures
+from dashboards.figures.style import ipu_label
 
 dash.register_page(__name__, path="/liveness", name="Liveness", title="popvision · liveness", order=2, icon="◢")
 
@@ -120,12 +122,12 @@ def show_live(ipu: int | None, step: Any, profile: str | None):
     known = steps[steps["step"] == step]
     if known.empty:
         last = int(steps["step"].max()) if len(steps) else -1
-        return (html.Span(f"{figures.ipu_label(ipu)} has no program step {step} (steps 0 to {last}).", className="bad-text"),
+        return (html.Span(f"{ipu_label(ipu)} has no program step {step} (steps 0 to {last}).", className="bad-text"),
                 html.Div())
     row = known.iloc[0]
     live = report.liveness.live_at(ipu, step)
     title = [
-        html.Strong(f"{figures.ipu_label(ipu)}, step {step}"), html.Span(f" · {row['name']}"),
+        html.Strong(f"{ipu_label(ipu)}, step {step}"), html.Span(f" · {row['name']}"),
         html.Span(f" · {c.fmt_bytes(row['not_always_live_bytes'])} not always-live, "
                   f"{c.fmt_bytes(row['total_bytes'])} in all · {len(live):,} variables"),
     ]

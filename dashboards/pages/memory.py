@@ -11,7 +11,9 @@ import dash
 from dash import Input, Output, Patch, State, dcc, html
 
 from dashboards import components as c
-from dashboards import data, figures, ids
+from dashboards import data, ids
+from dashboards.figures import memory as figures
+from dashboards.figures.style import ipu_label
 
 dash.register_page(__name__, path="/memory", name="Memory", title="popvision · memory", order=1, icon="▦")
 
@@ -63,7 +65,7 @@ def ipu_cards(by_ipu: Any) -> list[tuple]:
     for row in by_ipu.itertuples(index=False):
         oom = int(row.oom_tiles)
         items.append((
-            figures.ipu_label(row.ipu),
+            ipu_label(row.ipu),
             c.fmt_pct(row.used_pct),
             f"{c.fmt_bytes(row.total_bytes)} of {c.fmt_bytes(row.capacity_bytes)}; "
             + (f"{oom:,} tiles out of memory" if oom else f"largest tile {c.fmt_bytes(row.max_tile_bytes)}"),
@@ -132,7 +134,7 @@ def tile_panel(report: Any, ipu: int, tile: int) -> tuple:
     total = int(breakdown["bytes"].sum()) if len(breakdown) else 0
     over = total - bytes_per_tile
     title = [
-        html.Strong(f"{figures.ipu_label(ipu)}, tile {tile}"),
+        html.Strong(f"{ipu_label(ipu)}, tile {tile}"),
         html.Span(f" · {c.fmt_bytes(total)} of {c.fmt_bytes(bytes_per_tile)}"),
         html.Span(f" · out of memory by {c.fmt_bytes(over)}", className="bad-text") if over > 0 else "",
     ]

@@ -8,7 +8,8 @@ import dash
 from dash import Input, Output, html
 
 from dashboards import components as c
-from dashboards import data, figures, ids
+from dashboards import data, ids
+from dashboards.figures import stages as figures
 
 dash.register_page(__name__, path="/stages", name="Stages", title="popvision · stages", order=4, icon="▤")
 

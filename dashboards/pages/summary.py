@@ -9,7 +9,9 @@ import pandas as pd
 from dash import MATCH, Input, Output, State, dcc, html
 
 from dashboards import components as c
-from dashboards import data, figures, ids
+from dashboards import data, ids
+from dashboards.figures import exchange as exchange_figures
+from dashboards.figures import memory as memory_figures
 from popvision_py.render.format import FIT_ANSWER, assumption_value
 
 dash.register_page(__name__, path="/", name="Summary", title="popvision · summary", order=0, icon="◎")
@@ -234,7 +236,7 @@ def render(profile: str | None):
     return (
         c.cards(key_figures(summary, ranges)),
         ranges_panel(ranges, summary.throughput_samples_per_s),
-        figures.phase_shares(shares),
-        figures.ipu_memory(report.memory.by_ipu()),
+        exchange_figures.phase_shares(shares),
+        memory_figures.ipu_memory(report.memory.by_ipu()),
         insight_list(report.summary.insights(), verify=data.current().runner is not None),
     )

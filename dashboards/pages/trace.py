@@ -13,7 +13,9 @@ import dash
 from dash import Input, Output, State, dcc, html
 
 from dashboards import components as c
-from dashboards import data, figures, ids
+from dashboards import data, ids
+from dashboards.figures import trace as figures
+from dashboards.figures.style import empty, ipu_label
 
 dash.register_page(__name__, path="/trace", name="Execution trace", title="popvision · trace", order=3, icon="≡")
 
@@ -177,9 +179,9 @@ def choose_ipu(ipu: int | None, profile: str | None):
 )
 def show_tile_cycles(step: int | None, ipu: int | None, profile: str | None):
     if step is None or ipu is None:
-        return figures.empty("This IPU runs no compute set.", height=300)
+        return empty("This IPU runs no compute set.", height=300)
     report = data.report(profile)
     steps = report.trace.steps(int(ipu))
     name = steps.loc[steps["step"] == int(step), "name"]
-    title = f"{figures.ipu_label(int(ipu))}, step {int(step)}" + (f" · {name.iloc[0]}" if len(name) else "")
+    title = f"{ipu_label(int(ipu))}, step {int(step)}" + (f" · {name.iloc[0]}" if len(name) else "")
     return figures.tile_cycles(report.trace.tile_cycles(int(ipu), int(step)), title)

@@ -12,7 +12,9 @@ import pandas as pd
 from dash import Input, Output, State, dcc, html
 
 from dashboards import components as c
-from dashboards import data, figures, ids
+from dashboards import data, ids
+from dashboards.figures import whatif as figures
+from dashboards.figures.style import empty
 
 dash.register_page(__name__, path="/whatif", name="What-if", title="popvision · what-if", order=7, icon="⟡",
                    needs_tune=True)
@@ -124,7 +126,7 @@ def comparison_view(comparison: Any, candidate: str) -> html.Div:
 
 
 def _no_tune() -> tuple:
-    blank = figures.empty("No tune result: start the dashboard with --tune tune.parquet.")
+    blank = empty("No tune result: start the dashboard with --tune tune.parquet.")
     return html.Div("Start the dashboard with a tune result to see this page: "
                     "popvision dashboard PROFILE --tune tune.parquet", className="empty"), blank, blank
 

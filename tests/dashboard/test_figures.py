@@ -8,7 +8,11 @@ import numpy as np
 import pandas as pd
 
 from dashboards import components as c
-from dashboards import figures
+from dashboards.figures.exchange import exchange_matrix, phase_shares
+from dashboards.figures.liveness import liveness_steps
+from dashboards.figures.memory import tile_map
+from dashboards.figures.stages import micro_batch_labels, stage_cycles, stage_imbalance, stage_utilisation, stages_gantt
+from dashboards.figures.trace import timeline_bars, trace_timeline
 
 
 def by_tile_frame(totals: list[int], capacity: int) -> pd.DataFrame:
@@ -23,7 +27,7 @@ def test_tile_map_lays_every_tile_on_a_grid_and_crosses_the_out_of_memory_ones()
     # GIVEN 10 tiles of 1 KiB capacity, tiles 3 and 9 over it
     frame = by_tile_frame([512] * 3 + [2048] + [256] * 5 + [1536], capacity=1024)
     # WHEN drawn 4 tiles per row
-    fig = figures.tile_map(frame, tiles_per_ipu=10, bytes_per_tile=1024, selected_tile=5, columns=4)
+    fig = tile_map(frame, tiles_per_ipu=10, bytes_per_tile=1024, selected_tile=5, columns=4)
     # THEN the heat map is 3 rows of 4, the 2 cells past tile 9 are blank, the scale ends at capacity
     heat = fig.data[0]
     z = np.array(heat.z, dtype=float)
@@ -41,7 +45,7 @@ def test_tile_map_lays_every_tile_on_a_grid_and_crosses_the_out_of_memory_ones()
 
 
 def test_tile_map_cells_carry_their_tile_number_for_clicks():
-    fig = figures.tile_map(by_tile_frame([1, 2, 3, 4, 5], 10), tiles_per_ipu=5, bytes_per_tile=10, columns=2)
+    fig = tile_map(by_tile_frame([1, 2, 3, 4, 5], 10), tiles_per_ipu=5, bytes_per_tile=10, columns=2)
     custom = np.array(fig.data[0].customdata, dtype=float)
     assert custom[2, 0, 0] == 4  # row 2, column 0 is tile 4
     assert np.isnan(custom[2, 1, 0])  # past the last tile
@@ -54,7 +58,7 @@ def test_binned_phases_are_laid_side_by_side_inside_their_bin_in_phase_order():
         "phase": ["exchange", "compute", "sync", "idle"], "cycles": [30, 60, 10, 100], "events": [2, 3, 1, 1],
     })
     # WHEN placed
-    bars = figures.timeline_bars(frame)
+    bars = timeline_bars(frame)
     # THEN compute starts the bin, sync follows at 60, exchange at 70; each as wide as its cycles
     ipu0 = bars[bars["ipu"] == 0].set_index("phase")
     assert ipu0.loc["compute", "base"] == 0 and ipu0.loc["sync", "base"] == 60 and ipu0.loc["exchange", "base"] == 70
@@ -65,14 +69,14 @@ def test_binned_phases_are_laid_side_by_side_inside_their_bin_in_phase_order():
 def test_events_are_drawn_where_they_ran():
     frame = pd.DataFrame({"ipu": [0, 0], "start_cycle": [0, 40], "end_cycle": [40, 50],
                           "phase": ["compute", "sync"], "cycles": [40, 10], "events": [1, 1]})
-    bars = figures.timeline_bars(frame)
+    bars = timeline_bars(frame)
     assert bars["base"].tolist() == [0, 40] and bars["width"].tolist() == [40, 10]
 
 
 def test_trace_timeline_draws_one_bar_trace_per_phase_over_the_window():
     frame = pd.DataFrame({"ipu": [0, 0, 1], "start_cycle": [0, 40, 0], "end_cycle": [40, 50, 50],
                           "phase": ["compute", "sync", "idle"], "cycles": [40, 10, 50], "events": [1, 1, 1]})
-    fig = figures.trace_timeline(frame, "events", (0, 50), [0, 1])
+    fig = trace_timeline(frame, "events", (0, 50), [0, 1])
     assert [t.name for t in fig.data] == ["compute", "sync", "exchange", "stream", "idle"]
     assert sum(len(t.x) for t in fig.data) == 3
     assert list(fig.layout.xaxis.range) == [0, 50]
@@ -93,13 +97,13 @@ def gantt_frame() -> pd.DataFrame:
 
 
 def test_micro_batches_are_numbered_from_one_through_the_run_as_in_the_tutorial():
-    labels = figures.micro_batch_labels(gantt_frame())
+    labels = micro_batch_labels(gantt_frame())
     assert labels.iloc[0] == "F1"
     assert set(labels[gantt_frame()["iteration"] == 1]) == {"F3", "F4", "B3", "B4"}
 
 
 def test_gantt_draws_forward_and_backward_in_two_colours_per_ipu():
-    fig = figures.stages_gantt(gantt_frame())
+    fig = stages_gantt(gantt_frame())
     forward, backward = fig.data
     assert (forward.name, backward.name) == ("forward", "backward")
     assert forward.marker.color != backward.marker.color
@@ -109,14 +113,14 @@ def test_gantt_draws_forward_and_backward_in_two_colours_per_ipu():
 
 
 def test_gantt_of_a_profile_without_stages_says_so():
-    fig = figures.stages_gantt(gantt_frame().iloc[0:0])
+    fig = stages_gantt(gantt_frame().iloc[0:0])
     assert fig.layout.annotations[0].text == "No pipeline stages in this profile."
 
 
 def test_exchange_matrix_names_the_host_and_streaming_memory():
     matrix = pd.DataFrame({"src_ipu": [0, 1, -1, -2], "dst_ipu": [1, 0, 0, 0], "bytes": [800, 800, 100, 400],
                            "cycles": [5, 5, 2, 3]})
-    fig = figures.exchange_matrix(matrix)
+    fig = exchange_matrix(matrix)
     heat = fig.data[0]
     assert list(heat.x) == ["IPU 0", "IPU 1", "host", "streaming memory"]
     z = np.array(heat.z, dtype=float)
@@ -128,11 +132,11 @@ def test_exchange_matrix_names_the_host_and_streaming_memory():
 def test_stage_cycles_lays_a_stages_passes_end_to_end():
     summary = pd.DataFrame({"stage": [0, 0, 0, 1, 1], "pass": ["forward", "backward", "update", "forward", "backward"],
                             "cycles_per_micro_batch": [10, 20, 5, 30, 60]})
-    assert figures.stage_cycles(summary)["cycles_per_micro_batch"].tolist() == [30, 90]
+    assert stage_cycles(summary)["cycles_per_micro_batch"].tolist() == [30, 90]
 
 
 def test_phase_shares_stack_to_the_given_percentages():
-    fig = figures.phase_shares({"compute": 50.0, "sync": 10.0, "exchange": 20.0, "stream": 5.0, "idle": 15.0})
+    fig = phase_shares({"compute": 50.0, "sync": 10.0, "exchange": 20.0, "stream": 5.0, "idle": 15.0})
     assert [t.x[0] for t in fig.data] == [50.0, 10.0, 20.0, 5.0, 15.0]
     assert fig.data[0].name == "compute 50.0 %"
 
@@ -142,7 +146,7 @@ def test_liveness_plot_marks_capacity_and_the_chosen_step():
                             "always_live_bytes": 10, "not_always_live_bytes": [0, 2**20, 0, 0],
                             "total_bytes": 10, "worst_tile": [0, 1, 0, 0], "worst_tile_bytes": [100, 2048, 5, 5],
                             "capacity_bytes": 4096})
-    fig = figures.liveness_steps(by_step, bytes_per_tile=2048, selected=(0, 1))
+    fig = liveness_steps(by_step, bytes_per_tile=2048, selected=(0, 1))
     nal = fig.data[0]
     assert list(nal.y) == [0, 1.0]  # MiB
     capacity = [t for t in fig.data if t.name == "tile capacity"][0]
@@ -164,7 +168,7 @@ def test_formats_use_binary_units_and_say_nothing_for_missing_values():
 
 def test_a_long_runs_gantt_draws_its_first_iterations_and_says_so():
     # GIVEN 2 iterations of 8 bars each, and room for 10 bars
-    fig = figures.stages_gantt(gantt_frame(), max_bars=10)
+    fig = stages_gantt(gantt_frame(), max_bars=10)
     # THEN only iteration 0 is drawn, and the axis says so
     assert sum(len(t.x) for t in fig.data) == 8
     assert fig.layout.xaxis.title.text == "cycles (the first 1 of 2 iterations)"
@@ -178,7 +182,7 @@ def test_stage_utilisation_bars_reach_the_run_length():
         "busy_cycles": [300, 300, 600, 600], "idle_cycles": [200, 200, 400, 400], "total_cycles": 1000,
     })
     # WHEN drawn
-    fig = figures.stage_utilisation(summary)
+    fig = stage_utilisation(summary)
     busy, idle, other = fig.data
     # THEN each stack is busy + idle + other = the run's 1,000 cycles
     assert list(busy.y) == [300, 600] and list(idle.y) == [200, 400] and list(other.y) == [500, 0]
@@ -190,6 +194,6 @@ def test_stage_imbalance_draws_per_micro_batch_passes_and_not_the_update_run_onc
                             "pass": ["forward", "backward", "update", "all"],
                             "per": ["micro_batch", "micro_batch", "step", "micro_batch"],
                             "cycles_per_micro_batch": [2_516_845, 7_366_368, 285_096, 9_883_213]})
-    fig = figures.stage_imbalance(summary, bottleneck_stage=1)
+    fig = stage_imbalance(summary, bottleneck_stage=1)
     # THEN the bars stack forward and backward, 9,883,213 cycles per micro-batch; the update is not drawn
     assert {t.name: list(t.y) for t in fig.data} == {"forward": [2_516_845], "backward": [7_366_368]}

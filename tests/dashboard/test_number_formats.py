@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from dashboards import components as c
-from dashboards import figures
+from dashboards.figures.exchange import exchange_by_kind, exchange_matrix, short_bytes
+from dashboards.figures.memory import category_stacks
 
 COUNT = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 BYTES = {"B": 1.0, "KiB": 1024.0, "MiB": 1024.0**2, "GiB": 1024.0**3, "TiB": 1024.0**4}
@@ -79,7 +80,7 @@ def test_bytes_read_back_as_the_value_within_rounding(value):
     check(c.fmt_bytes(value), value, BYTES, step=1024.0)
     check(c.fmt_rate(value).removesuffix("/s"), value, BYTES, step=1024.0)
     # the exchange matrix's cells: the same units, one decimal
-    check(figures._short_bytes(value), value, BYTES, step=1024.0)
+    check(short_bytes(value), value, BYTES, step=1024.0)
 
 
 @pytest.mark.parametrize(("value", "text"), [
@@ -133,7 +134,7 @@ def test_byte_axes_are_labelled_in_binary_units_not_plotlys_billions():
     frame = pd.DataFrame({"ipu": [0, 0], "category": ["weights", "activations"], "always_live": [True, False],
                           "bytes": [2**30, 2**29]})
     # WHEN the category stacks are drawn
-    axis = figures.category_stacks(frame).layout.yaxis
+    axis = category_stacks(frame).layout.yaxis
     # THEN each tick's label reads back as the bytes at its position, in GiB, up to the 1.5 GiB total
     assert list(axis.ticktext) == ["0.0 GiB", "0.5 GiB", "1.0 GiB", "1.5 GiB"]
     for value, text in zip(axis.tickvals, axis.ticktext, strict=True):
@@ -142,9 +143,9 @@ def test_byte_axes_are_labelled_in_binary_units_not_plotlys_billions():
     # AND the bytes-by-kind axis and the matrix's colour bar are labelled the same way
     kinds = pd.DataFrame({"kind": ["internal", "inter_ipu"], "bytes": [3 * 2**20, 2**20], "cycles": [10, 5],
                           "time_pct": [1.0, 0.5]})
-    assert figures.exchange_by_kind(kinds).layout.yaxis.ticktext[-1] == "3 MiB"
+    assert exchange_by_kind(kinds).layout.yaxis.ticktext[-1] == "3 MiB"
     matrix = pd.DataFrame({"src_ipu": [0, 1], "dst_ipu": [1, 0], "bytes": [2**40, 2**39], "cycles": [1, 1]})
-    assert figures.exchange_matrix(matrix).data[0].colorbar.ticktext[-1] == "1.0 TiB"
+    assert exchange_matrix(matrix).data[0].colorbar.ticktext[-1] == "1.0 TiB"
 
 
 def test_quantities_agree_with_their_count():

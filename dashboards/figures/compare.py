@@ -1,0 +1,35 @@
+"""The Compare page's figures: one quantity of two profiles side by side, and each one's time by phase."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from dashboards.figures.style import PHASE_COLOURS, PROFILE_COLOURS, styled
+from popvision_py.format.schema import PHASES
+
+
+def side_by_side_bars(frames: Mapping[str, pd.DataFrame], x: str, y: str, title: str, y_title: str,
+                      labels: Mapping[str, str] | None = None) -> go.Figure:
+    """The same quantity from two profiles as grouped bars: ``frames`` maps 'a'/'b' to a frame."""
+    fig = go.Figure()
+    for key, frame in frames.items():
+        fig.add_trace(go.Bar(x=frame[x], y=frame[y], name=(labels or {}).get(key, key.upper()),
+                             marker_color=PROFILE_COLOURS.get(key, "#999")))
+    fig.update_yaxes(title=y_title)
+    return styled(fig, title=title or None, barmode="group", height=320)
+
+
+def compare_phase_shares(shares: Mapping[str, Mapping[str, float]], labels: Mapping[str, str]) -> go.Figure:
+    """Each profile's time by phase as one stacked bar per profile."""
+    fig = go.Figure()
+    keys = list(shares)
+    for phase in PHASES:
+        fig.add_trace(go.Bar(y=[labels.get(k, k) for k in keys], x=[float(shares[k].get(phase, 0) or 0) for k in keys],
+                             orientation="h", name=phase, marker_color=PHASE_COLOURS[phase],
+                             hovertemplate="%{y}<br>" + phase + ": %{x:.1f} %<extra></extra>"))
+    fig.update_xaxes(range=[0, 100], ticksuffix=" %", title="% of IPU time")
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    return styled(fig, barmode="stack", height=220, margin=dict(l=20, r=20, t=40, b=40))

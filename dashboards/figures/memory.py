@@ -1,0 +1,212 @@
+"""The Memory page's figures (and the Summary page's memory per IPU): the tile map, memory by category
+and per IPU, the distribution of tiles' memory, and one tile's breakdown."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from dashboards.figures.style import (CAPACITY_COLOUR, CATEGORY_COLOURS, OOM_COLOUR, byte_ticks, empty, ipu_label,
+                                      styled)
+from popvision_py.format.schema import MEMORY_CATEGORIES
+
+TILE_MAP_COLUMNS = 64  # at most; an IPU of 1,472 tiles is 23 rows of 64
+
+
+def _category_order(categories: Sequence[str]) -> list[str]:
+    known = [c for c in MEMORY_CATEGORIES if c in set(categories)]
+    return known + sorted(set(categories) - set(known))
+
+
+def tile_columns(num_tiles: int) -> int:
+    """Tiles per row of the tile map: 64 for a real IPU, fewer (about twice the rows) for small ones."""
+    return max(1, min(TILE_MAP_COLUMNS, math.ceil(math.sqrt(3 * num_tiles))))
+
+
+def tile_grid(num_tiles: int, columns: int | None = None) -> tuple[int, int]:
+    """(rows, columns) of the grid the tile map lays ``num_tiles`` tiles on, row by row."""
+    columns = max(1, min(columns or tile_columns(num_tiles), num_tiles))
+    return math.ceil(num_tiles / columns), columns
+
+
+def tile_position(tile: int, columns: int) -> tuple[int, int]:
+    """(row, column) of a tile on a map of ``columns`` tiles per row."""
+    return divmod(int(tile), columns)
+
+
+def tile_map(
+    by_tile: pd.DataFrame,
+    tiles_per_ipu: int,
+    bytes_per_tile: int,
+    selected_tile: int | None = None,
+    columns: int | None = None,
+) -> go.Figure:
+    """Every tile of one IPU as a cell of a heat map of its peak memory; out-of-memory tiles crossed.
+
+    ``by_tile``: ``memory.by_tile(ipu)`` (columns tile, total_bytes, excess_bytes, oom).
+    When tiles overflow, the colour scale ends at the tile's capacity (every out-of-memory tile at
+    its top); otherwise at the fullest tile, so that the spread shows.
+    """
+    rows, columns = tile_grid(tiles_per_ipu, columns)
+    cells = rows * columns
+    total = np.full(cells, np.nan)
+    tiles = by_tile["tile"].to_numpy(dtype=np.int64)
+    total[tiles] = by_tile["total_bytes"].to_numpy(dtype=float)
+    excess = np.zeros(cells)
+    excess[tiles] = by_tile["excess_bytes"].to_numpy(dtype=float)
+    tile_ids = np.arange(cells, dtype=float)
+    tile_ids[tiles_per_ipu:] = np.nan
+    z = (total / 1024).reshape(rows, columns)
+    custom = np.stack([tile_ids.reshape(rows, columns), (excess / 1024).reshape(rows, columns)], axis=-1)
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            customdata=custom,
+            zmin=0,
+            zmax=(bytes_per_tile if by_tile["oom"].any() or by_tile.empty
+                  else max(float(by_tile["total_bytes"].max()), 1.0)) / 1024,
+            colorscale="Viridis",
+            colorbar=dict(title=dict(text="KiB", side="right"), thickness=12),
+            xgap=1,
+            ygap=1,
+            hovertemplate="tile %{customdata[0]}<br>%{z:,.1f} KiB<br>over by %{customdata[1]:,.1f} KiB<extra></extra>",
+            name="tiles",
+        )
+    )
+    oom = by_tile[by_tile["oom"].astype(bool)]
+    if len(oom):
+        row, col = np.divmod(oom["tile"].to_numpy(dtype=np.int64), columns)
+        fig.add_trace(
+            go.Scatter(
+                x=col,
+                y=row,
+                mode="markers",
+                marker=dict(symbol="x-thin", size=7, line=dict(width=2, color=OOM_COLOUR)),
+                customdata=np.stack([oom["tile"].to_numpy(), oom["excess_bytes"].to_numpy() / 1024], axis=-1),
+                hovertemplate="tile %{customdata[0]}: out of memory<br>over by %{customdata[1]:,.1f} KiB<extra></extra>",
+                name=f"out of memory ({len(oom)})",
+            )
+        )
+    if selected_tile is not None and 0 <= selected_tile < tiles_per_ipu:
+        fig.add_shape(tile_highlight(*tile_position(selected_tile, columns)))
+    fig.update_xaxes(showgrid=False, zeroline=False, showticklabels=False, title=f"{columns} tiles per row")
+    fig.update_yaxes(showgrid=False, zeroline=False, autorange="reversed", showticklabels=False,
+                     scaleanchor="x", scaleratio=1, title=None)
+    return styled(fig, height=int(min(720, max(260, 90 + rows * 560 / columns))), margin=dict(l=10, r=10, t=30, b=30),
+                  legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0), clickmode="event")
+
+
+def ipu_memory(by_ipu: pd.DataFrame) -> go.Figure:
+    """Always-live and not-always-live memory of each IPU against its capacity (``memory.by_ipu()``)."""
+    if by_ipu.empty:
+        return empty("No memory recorded.")
+    labels = by_ipu["ipu"].map(ipu_label)
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=labels, y=by_ipu["always_live_bytes"] / 2**20, name="always-live", marker_color="#3B7DD8",
+                         hovertemplate="%{x}: %{y:,.1f} MiB always-live<extra></extra>"))
+    fig.add_trace(go.Bar(x=labels, y=by_ipu["not_always_live_bytes"] / 2**20, name="not always-live",
+                         marker_color="#9CC3F5",
+                         hovertemplate="%{x}: %{y:,.1f} MiB not always-live<extra></extra>"))
+    fig.add_trace(go.Scatter(x=labels, y=by_ipu["capacity_bytes"] / 2**20, mode="markers", name="capacity",
+                             marker=dict(symbol="line-ew-open", size=46, color=CAPACITY_COLOUR, line=dict(width=2)),
+                             customdata=np.stack([by_ipu["used_pct"], by_ipu["oom_tiles"]], axis=-1),
+                             hovertemplate="%{x}: capacity %{y:,.0f} MiB<br>%{customdata[0]:.1f} % used, "
+                                           "%{customdata[1]} tiles out of memory<extra></extra>"))
+    fig.update_yaxes(title="MiB", rangemode="tozero")
+    return styled(fig, barmode="stack", height=300)
+
+
+def tile_highlight(row: int, col: int) -> dict:
+    """The outline marking the selected tile on the tile map."""
+    return dict(type="rect", x0=col - 0.5, x1=col + 0.5, y0=row - 0.5, y1=row + 0.5, line=dict(color="#ff2d95", width=3))
+
+
+def category_stacks(by_category: pd.DataFrame, capacity_by_ipu: Mapping[int, int] | None = None) -> go.Figure:
+    """Memory per IPU stacked by category (``memory.by_category()``); always-live hatched apart."""
+    if by_category.empty:
+        return empty("No memory recorded.")
+    frame = by_category.copy()
+    frame["ipu_label"] = frame["ipu"].map(ipu_label)
+    fig = go.Figure()
+    for category in _category_order(frame["category"].astype(str).unique()):
+        for always_live in (True, False):
+            part = frame[(frame["category"].astype(str) == category) & (frame["always_live"] == always_live)]
+            if part.empty or part["bytes"].sum() == 0:
+                continue
+            fig.add_trace(
+                go.Bar(
+                    x=part["ipu_label"],
+                    y=part["bytes"],
+                    name=f"{category}{'' if always_live else ' (not always-live)'}",
+                    marker=dict(color=CATEGORY_COLOURS.get(category, "#999"),
+                                pattern=dict(shape="" if always_live else "/", fillmode="overlay", size=6)),
+                    hovertemplate=f"{category}<br>%{{x}}: %{{y:,.0f}} B<extra>{'always-live' if always_live else 'not always-live'}</extra>",
+                    legendgroup=category,
+                )
+            )
+    if capacity_by_ipu:
+        labels = [ipu_label(ipu) for ipu in capacity_by_ipu]
+        fig.add_trace(go.Scatter(x=labels, y=list(capacity_by_ipu.values()), mode="markers",
+                                 marker=dict(symbol="line-ew-open", size=40, color=CAPACITY_COLOUR, line=dict(width=2)),
+                                 name="capacity", hovertemplate="capacity %{y:,.0f} B<extra></extra>"))
+    largest = max(float(frame.groupby("ipu")["bytes"].sum().max()), max(capacity_by_ipu.values(), default=0)
+                  if capacity_by_ipu else 0)
+    fig.update_yaxes(title="bytes", **byte_ticks(largest))
+    return styled(fig, barmode="stack", height=420, legend=dict(font=dict(size=10), orientation="h", y=-0.12, yanchor="top", x=0),
+                  margin=dict(l=60, r=20, t=20, b=40))
+
+
+def tile_histogram(by_tile: pd.DataFrame, bytes_per_tile: int, bins: int = 60) -> go.Figure:
+    """Distribution of tiles' peak memory per IPU; the tile capacity marked when it is on the scale."""
+    if by_tile.empty:
+        return empty("No tiles.")
+    fig = go.Figure()
+    fullest = float(by_tile["total_bytes"].max())
+    # Up to the capacity only if tiles come near it: else the bars would crowd one corner.
+    top = max(fullest, float(bytes_per_tile)) if fullest > bytes_per_tile / 2 else fullest * 1.05
+    size = max(top / bins, 1.0)
+    for ipu, part in by_tile.groupby("ipu", sort=True):
+        fig.add_trace(go.Histogram(x=part["total_bytes"] / 1024, name=ipu_label(ipu), opacity=0.65,
+                                   xbins=dict(start=0, end=(top + size) / 1024, size=size / 1024),
+                                   hovertemplate="%{x} KiB: %{y} tiles<extra>" + ipu_label(ipu) + "</extra>"))
+    if top >= bytes_per_tile:
+        fig.add_vline(x=bytes_per_tile / 1024, line=dict(color=CAPACITY_COLOUR, dash="dash"),
+                      annotation_text="tile capacity", annotation_position="top left")
+        title = "peak memory per tile (KiB)"
+    else:
+        title = f"peak memory per tile (KiB); tile capacity {bytes_per_tile / 1024:,.0f} KiB is off the scale"
+    fig.update_xaxes(title=title, rangemode="tozero")
+    fig.update_yaxes(title="tiles")
+    return styled(fig, barmode="overlay", height=320)
+
+
+def tile_breakdown(breakdown: pd.DataFrame, bytes_per_tile: int, title: str = "") -> go.Figure:
+    """One tile's memory by category (``memory.tile_breakdown``), always-live and not."""
+    if breakdown.empty:
+        return empty("Nothing on this tile.", height=300)
+    frame = breakdown.copy()
+    frame["category"] = frame["category"].astype(str)
+    order = _category_order(frame["category"].unique())
+    fig = go.Figure()
+    for always_live in (True, False):
+        part = frame[frame["always_live"] == always_live].set_index("category").reindex(order)
+        fig.add_trace(
+            go.Bar(
+                y=order,
+                x=part["bytes"].fillna(0) / 1024,
+                orientation="h",
+                name="always-live" if always_live else "not always-live",
+                marker=dict(color=[CATEGORY_COLOURS.get(c, "#999") for c in order],
+                            pattern=dict(shape="" if always_live else "/", fillmode="overlay", size=6)),
+                hovertemplate="%{y}: %{x:,.2f} KiB<extra>" + ("always-live" if always_live else "not always-live") + "</extra>",
+            )
+        )
+    total = float(frame["bytes"].sum())
+    fig.update_xaxes(title=f"KiB (total {total / 1024:,.1f} of {bytes_per_tile / 1024:,.0f} KiB)")
+    fig.update_yaxes(autorange="reversed")
+    return styled(fig, title=title or None, barmode="stack", height=max(260, 90 + 24 * len(order)),
+                  margin=dict(l=120, r=20, t=50 if title else 30, b=45))

@@ -1,0 +1,124 @@
+"""What every page's figures share: the colours (one meaning each), the layout, the blank figure, IPU
+labels, and the units numbers are shown in (``components.fmt_*`` use the same ``with_unit``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from popvision_py.format.schema import MEMORY_CATEGORIES
+
+# Colours: one meaning per colour across every page.
+PHASE_COLOURS: dict[str, str] = {
+    "compute": "#3B7DD8",
+    "sync": "#D64545",
+    "exchange": "#F2A33A",
+    "stream": "#3FA672",
+    "idle": "#D5D9E0",
+}
+PASS_COLOURS: dict[str, str] = {
+    "forward": "#3B7DD8",
+    "backward": "#F2A33A",
+    "update": "#8E6BBF",
+    "none": "#A0A7B4",
+}
+_CATEGORY_PALETTE = [
+    "#1f77b4", "#aec7e8", "#9467bd", "#c5b0d5", "#7f7f7f", "#2ca02c",
+    "#98df8a", "#bcbd22", "#ff7f0e", "#ffbb78", "#17becf", "#8c564b",
+]
+CATEGORY_COLOURS: dict[str, str] = dict(zip(MEMORY_CATEGORIES, _CATEGORY_PALETTE))
+PROFILE_COLOURS = {"a": "#3B7DD8", "b": "#F2A33A"}
+OOM_COLOUR = "#D64545"
+CAPACITY_COLOUR = "#D64545"
+FONT = "Inter, 'Segoe UI', system-ui, -apple-system, sans-serif"
+
+_BASE_LAYOUT = dict(
+    template="plotly_white",
+    font=dict(family=FONT, size=12, color="#1f2933"),
+    margin=dict(l=60, r=20, t=40, b=45),
+    legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
+    hoverlabel=dict(font=dict(family=FONT)),
+)
+
+
+def styled(fig: go.Figure, title: str | None = None, height: int | None = None, **layout: object) -> go.Figure:
+    """``fig`` in the dashboard's common layout, with its title, height and ``layout`` over it."""
+    fig.update_layout(**_BASE_LAYOUT)
+    if title:
+        fig.update_layout(title=dict(text=title, x=0, xanchor="left", font=dict(size=14)))
+    if height:
+        fig.update_layout(height=height)
+    fig.update_layout(**layout)
+    return fig
+
+
+def empty(message: str, height: int = 260) -> go.Figure:
+    """A blank figure that says why there is nothing to draw."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+                       font=dict(size=14, color="#6b7280"))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return styled(fig, height=height)
+
+
+def ipu_label(ipu: int) -> str:
+    """IPU -1 is the host and -2 streaming memory (the exchange tables' convention)."""
+    return {-1: "host", -2: "streaming memory"}.get(int(ipu), f"IPU {int(ipu)}")
+
+
+# Units of the shown numbers as (starts at, scale, suffix, decimals), smallest first; decimals None shows
+# whole numbers whole and others with 2 decimals. Counts stay whole below 10,000 ("9,999", not "10.0 k").
+COUNT_UNITS = ((0.0, 1.0, "", None), (1e4, 1e3, " k", 1), (1e6, 1e6, " M", 1), (1e9, 1e9, " G", 1),
+               (1e12, 1e12, " T", 1))
+BYTE_UNITS = ((0.0, 1.0, " B", 0),) + tuple((1024.0**p, 1024.0**p, f" {u}", 2) for p, u in enumerate(("KiB", "MiB", "GiB", "TiB"), 1))
+SHORT_BYTE_UNITS = tuple((start, scale, suffix, min(decimals, 1)) for start, scale, suffix, decimals in BYTE_UNITS)
+# In nanoseconds, so that every scale is exact in binary floating point (1e-3 is not).
+NANOSECOND_UNITS = ((0.0, 1.0, " ns", 0), (1e3, 1e3, " µs", 2), (1e6, 1e6, " ms", 2), (1e9, 1e9, " s", 2))
+
+
+def with_unit(value: float, units: Sequence[tuple[float, float, str, int | None]]) -> str:
+    """``value`` in the largest of ``units`` it reaches, *as rounded for display*: 999,950 counts show as
+    '1.0 M', never '1,000.0 k', and 1,048,575 bytes as '1.00 MiB', never '1,024.00 KiB'."""
+    magnitude = abs(float(value))
+    index = max(sum(magnitude >= start for start, *_ in units) - 1, 0)
+    while True:
+        _, scale, suffix, decimals = units[index]
+        shown = magnitude / scale
+        places = decimals if decimals is not None else (0 if float(value).is_integer() else 2)
+        # Rounding can carry the figure up to the next unit's start (999.95 k -> 1,000.0 k): move up.
+        if index + 1 < len(units) and round(shown, places) >= units[index + 1][0] / scale:
+            index += 1
+            continue
+        if round(shown, places) == 0:
+            value = 0.0  # no "-0.00"
+        return f"{math.copysign(shown, value):,.{places}f}{suffix}"
+
+
+def byte_unit(largest: float) -> tuple[float, str]:
+    """(divisor, unit) that shows values up to ``largest`` bytes in a readable binary unit."""
+    for power, unit in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
+        if largest >= 1024**power:
+            return float(1024**power), unit
+    return 1.0, "bytes"
+
+
+def byte_ticks(largest: float, count: int = 5) -> dict:
+    """Axis ticks in binary units ('512 MiB', '1.5 GiB') for values from 0 to ``largest`` bytes.
+
+    Plotly's own labels are decimal SI with "B" for billion: 1.5e9 bytes would read "1.5B", which
+    looks like 1.5 bytes. The values stay in bytes (hover and data are exact); only the labels change.
+    """
+    if not largest > 0:
+        return {}
+    divisor, unit = byte_unit(largest)
+    raw_step = float(largest) / divisor / count
+    magnitude = 10.0 ** math.floor(math.log10(raw_step))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw_step * (1 - 1e-12))
+    step = max(step, 1.0) if divisor == 1 else step  # no fractions of a byte
+    decimals = next(d for d in range(0, 12) if abs(round(step, d) - step) < step * 1e-9)
+    ticks = np.arange(0, float(largest) / divisor + step, step)
+    return dict(tickvals=(ticks * divisor).tolist(), ticktext=[f"{t:,.{decimals}f} {unit}" for t in ticks])
