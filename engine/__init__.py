@@ -17,19 +17,9 @@ then ``popvision run mine.py --profile``. The engine depends on popvision_py.for
 popvision_py.errors only.
 """
 
-from engine.model import (
-    Block,
-    ExecutionStrategy,
-    Model,
-    Options,
-    PhasedExecution,
-    PipelinedExecution,
-    ShardedExecution,
-    Stage,
-    Tensor,
-    TensorLocations,
-    TensorLocationSettings,
-)
+from engine.model import Block, Model, Tensor
+from engine.options import Options, TensorLocations, TensorLocationSettings
+from engine.strategies import ExecutionStrategy, PhasedExecution, PipelinedExecution, ShardedExecution, Stage
 from engine.runner import RunRequest, emulate, prepare
 from engine.assumptions import Assumptions
 from engine.targets import ARCHS, SYSTEMS, Target, make_target

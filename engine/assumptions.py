@@ -30,7 +30,7 @@ from typing import Any
 
 from popvision_py.errors import ConfigError
 
-from engine.model import OPTIMISERS
+from engine.options import OPTIMISERS
 
 MK2_DATASHEET = "Graphcore GC200 IPU / IPU-M2000 datasheet"
 POPLIBS = "graphcore/poplibs"

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.model import DTYPE_BYTES, INPUT_KINDS, Op, Options
+from engine.model import Op
+from engine.options import DTYPE_BYTES, INPUT_KINDS, Options
 from engine.targets import Target
 
 WORKERS = 6  # worker contexts per tile on every generation (public)

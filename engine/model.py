@@ -1,4 +1,4 @@
-"""Describing a model in PopTorch's words: ops with shapes, Blocks, Stages, execution strategies, Options.
+"""Describing a model in PopTorch's words: ops with shapes in Blocks, and shard_ops (the t axis).
 
 A model is a list of ops in program order. Each op knows its input and output shapes and dtype;
 its FLOPs and bytes are derived from them (never typed in), so a user who changes a shape changes
@@ -11,10 +11,7 @@ the cost. Blocks name groups of ops, exactly as ``poptorch.Block`` does::
     ...
     m.loss(m.linear(x, 10, block="B4"))      # or by name, like poptorch.BeginBlock
 
-Stages group blocks on IPUs (``Stage("B1", "B2").ipu(0)``) and an execution strategy orders them
-(``PipelinedExecution``, ``ShardedExecution``, ``PhasedExecution``). ``Options`` carries
-PopTorch's option names (``deviceIterations``, ``Training.gradientAccumulation``,
-``replicationFactor``, ``TensorLocations``...).
+Stages and execution strategies live in ``engine.strategies``, ``Options`` in ``engine.options``.
 
 A user's model file defines ``build(options: Options) -> Model`` and may define ``DEFAULTS``, a
 dict of option defaults (``micro_batch_size``, ``device_iterations``, ``gradient_accumulation``...).
@@ -27,348 +24,18 @@ import dataclasses
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from engine.options import DTYPE_BYTES, Options
+from engine.strategies import ExecutionStrategy
 from popvision_py.errors import ConfigError
-
-DTYPE_BYTES = {"fp16": 2, "fp32": 4, "int32": 4}
 
 # Ops whose work runs on the matrix (AMP) units; everything else runs on the workers' vector units.
 AMP_KINDS = frozenset({"conv", "matmul"})
 
 _current_block: contextvars.ContextVar[str | None] = contextvars.ContextVar("popvision_block", default=None)
 _current_block_ipu: contextvars.ContextVar[int | None] = contextvars.ContextVar("popvision_block_ipu", default=None)
-
-
-# -- options ---------------------------------------------------------------------------------
-
-
-class TensorLocationSettings:
-    """Where a class of tensors lives (PopTorch's ``TensorLocationSettings``)."""
-
-    def __init__(self) -> None:
-        self.on_chip = True
-        self.replicated_tensor_sharding = False
-
-    def useOnChipStorage(self, on_chip: bool = True) -> "TensorLocationSettings":  # noqa: N802 (PopTorch's name)
-        self.on_chip = bool(on_chip)
-        return self
-
-    def useReplicatedTensorSharding(self, sharded: bool = True) -> "TensorLocationSettings":  # noqa: N802
-        self.replicated_tensor_sharding = bool(sharded)
-        return self
-
-
-# The names an option may take (the CLI offers them as choices).
-PRECISIONS = ("fp16", "fp32")
-MODES = ("training", "inference")
-OPTIMISERS = ("adamw", "adam", "lamb", "sgd", "lars")
-# Recomputation checkpoints by name (a positive int k also works: every k-th block's output).
-RECOMPUTE_CHECKPOINTS = ("blocks", "stage")
-
-
-@dataclass
-class TensorLocations:
-    """On-chip or off-chip (streaming memory) for optimiser state, weights and activations."""
-
-    optimiser_on_chip: bool = True
-    weights_on_chip: bool = True
-    activations_on_chip: bool = True
-    replicated_tensor_sharding: bool = False
-
-    def setOptimizerLocation(self, settings: TensorLocationSettings) -> "TensorLocations":  # noqa: N802
-        self.optimiser_on_chip = settings.on_chip
-        self.replicated_tensor_sharding |= settings.replicated_tensor_sharding
-        return self
-
-    def setWeightLocation(self, settings: TensorLocationSettings) -> "TensorLocations":  # noqa: N802
-        self.weights_on_chip = settings.on_chip
-        self.replicated_tensor_sharding |= settings.replicated_tensor_sharding
-        return self
-
-    def setActivationLocation(self, settings: TensorLocationSettings) -> "TensorLocations":  # noqa: N802
-        self.activations_on_chip = settings.on_chip
-        return self
-
-    def as_manifest(self) -> dict[str, Any]:
-        where = {True: "on_chip", False: "off_chip"}
-        return {
-            "optimiser": where[self.optimiser_on_chip],
-            "weights": where[self.weights_on_chip],
-            "activations": where[self.activations_on_chip],
-            "replicated_tensor_sharding": self.replicated_tensor_sharding,
-        }
-
-
-class _Distributed:
-    """``options.Distributed``: PopTorch's distributed sub-options (one host process per poprun instance)."""
-
-    def __init__(self, options: "Options") -> None:
-        self._options = options
-
-    def configureProcessId(self, process_id: int, num_processes: int) -> "Options":  # noqa: N802
-        # The emulator times the whole run: only the number of processes feeding it matters.
-        self._options.host_processes = int(num_processes)
-        return self._options
-
-    @property
-    def numProcesses(self) -> int:  # noqa: N802
-        return self._options.host_processes
-
-
-class _Training:
-    """``options.Training``: PopTorch's training sub-options."""
-
-    def __init__(self, options: "Options") -> None:
-        self._options = options
-
-    def gradientAccumulation(self, n: int) -> "Options":  # noqa: N802
-        self._options.gradient_accumulation = int(n)
-        return self._options
-
-
-class _Precision:
-    """``options.Precision``: PopTorch's precision sub-options."""
-
-    def __init__(self, options: "Options") -> None:
-        self._options = options
-
-    def setPartialsType(self, dtype: object) -> "Options":  # noqa: N802
-        """``torch.half`` / ``"fp16"`` or ``torch.float`` / ``"fp32"``."""
-        name = str(dtype).removeprefix("torch.")
-        self._options.partials = {"half": "fp16", "float16": "fp16", "float": "fp32", "float32": "fp32"}.get(name, name)
-        return self._options
-
-
-INPUT_KINDS = {  # what a sample is, as --input names it, and how the run summary says it
-    "synthetic": "synthetic data (no host loading)",
-    "tensor": "small in-memory tensors (MNIST-like)",
-    "image": "JPEG decode and augmentation (ImageNet-like)",
-    "text": "tokenised text",
-}
-
-
-@dataclass
-class Options:
-    """A run's options. Attribute names are snake_case; PopTorch's chained setters also work."""
-
-    micro_batch_size: int = 1
-    device_iterations: int = 1
-    gradient_accumulation: int = 1
-    replication_factor: int = 1
-    precision: str = "fp16"
-    # Precision of a matmul's / convolution's partial sums: poplibs' and PopTorch's default is FP32,
-    # which runs the Mk2 AMP at half its FP16 rate; Graphcore's published models use FP16 partials
-    # (PopTorch ``Precision.setPartialsType(torch.half)``).
-    partials: str = "fp32"
-    mode: str = "training"
-    recompute: bool = False
-    optimiser: str = "adamw"
-    runs: int = 1
-    arch: str = "mk2"
-    system: str | None = None
-    # Share of each tile's memory a matmul or convolution may use for its temporary data (received
-    # operands, partials); above it the planner serialises the op. Poplar's default is 0.6
-    # (PopTorch's setAvailableMemoryProportion). One value for every IPU, or one per IPU (a tuple).
-    available_memory_proportion: float | tuple[float, ...] = 0.6
-    # With recompute: where the backward restarts from (see RECOMPUTE_CHECKPOINTS): every block's
-    # output ("blocks"), every k-th block's (an int k), or only the stage inputs ("stage", PopART's
-    # RecomputationType::Pipeline: the backward recomputes the whole stage's forward).
-    recompute_checkpoints: str | int = "blocks"
-    # Attention computed in this many pieces over the heads (Graphcore's attention splits): each
-    # piece's scores and probabilities are live alone, at the price of a launch per piece.
-    attention_serialisation: int = 1
-    # The blog's t axis: each stage's ops (weights and work) split over this many IPUs.
-    tensor_sharding: int = 1
-    # Optimiser state precision: PopTorch's first_order_momentum_accum_type /
-    # second_order_momentum_accum_type (Adam, AdamW, LAMB) and velocity_accum_type (SGD, LARS);
-    # PopTorch's default is FP32.
-    optimiser_state_type: str = "fp32"
-    # Adam / AdamW / LAMB: the first moment's type alone (PopTorch's first_order_momentum_accum_type;
-    # Graphcore's BERT-Large sets it to FP16, enable_half_first_order_momentum); None: the state's type.
-    first_moment_type: str | None = None
-    # Gradient accumulators' type (PopTorch's accum_type); None: the weights' type (PopART's default).
-    accum_type: str | None = None
-    # SGD with momentum keeps one velocity that also accumulates the gradients (PopART's "SGD1",
-    # PopTorch's SGD(use_combined_accum=True), as Graphcore's CNN examples run it); False: a
-    # separate gradient accumulator beside the velocity ("SGD2").
-    use_combined_accum: bool = True
-    # PopART outlines identical subgraphs (SessionOptions.enableOutlining, on by default): repeated
-    # layers share one copy of their code and vertex state.
-    enable_outlining: bool = True
-    # Host processes feeding the replicas (poprun instances, PopTorch's Distributed.numProcesses):
-    # each runs its own data loader, so the host prepares samples this many times as fast.
-    host_processes: int = 1
-    # What one sample is for the host's data loaders (synthetic, tensor, image, text); None: the model's.
-    host_input: str | None = None
-    # Worker processes each host process's DataLoader runs (PopTorch DataLoader num_workers); None:
-    # every core of the process's share of its host server.
-    loader_workers: int | None = None
-    tensor_locations: TensorLocations = field(default_factory=TensorLocations)
-    strategy: "ExecutionStrategy | None" = None
-
-    # PopTorch's spelling -------------------------------------------------------------------
-    def deviceIterations(self, n: int) -> "Options":  # noqa: N802
-        self.device_iterations = int(n)
-        return self
-
-    def replicationFactor(self, n: int) -> "Options":  # noqa: N802
-        self.replication_factor = int(n)
-        return self
-
-    def setAvailableMemoryProportion(self, proportion: float | dict[str, float]) -> "Options":  # noqa: N802
-        # PopTorch takes {"IPU0": 0.2, ...}: one value per IPU, the IPUs it leaves out at Poplar's 0.6.
-        if isinstance(proportion, dict):
-            try:
-                by_ipu = {int(str(k).upper().removeprefix("IPU")): float(v) for k, v in proportion.items()}
-            except ValueError:
-                raise ConfigError(f"setAvailableMemoryProportion takes {{'IPU0': 0.2, ...}}, not {proportion}.") from None
-            if any(i < 0 for i in by_ipu):
-                raise ConfigError(f"setAvailableMemoryProportion names a negative IPU: {proportion}.")
-            self.available_memory_proportion = tuple(by_ipu.get(i, 0.6) for i in range(max(by_ipu, default=0) + 1))
-        else:
-            self.available_memory_proportion = float(proportion)
-        return self
-
-    def memory_proportion(self, ipu: int) -> float:
-        """The available memory proportion of one IPU (the last value given for IPUs beyond the list:
-        a tuple shorter than the IPUs is refused by the plan, so that is only Python callers' case)."""
-        amp = self.available_memory_proportion
-        if isinstance(amp, (tuple, list)):
-            return float(amp[min(ipu, len(amp) - 1)])
-        return float(amp)
-
-    def setExecutionStrategy(self, strategy: "ExecutionStrategy") -> "Options":  # noqa: N802
-        self.strategy = strategy
-        return self
-
-    @property
-    def Precision(self) -> "_Precision":  # noqa: N802
-        return _Precision(self)
-
-    @property
-    def Training(self) -> _Training:  # noqa: N802
-        return _Training(self)
-
-    @property
-    def Distributed(self) -> _Distributed:  # noqa: N802
-        return _Distributed(self)
-
-    @property
-    def TensorLocations(self) -> TensorLocations:  # noqa: N802
-        return self.tensor_locations
-
-    @property
-    def training(self) -> bool:
-        return self.mode == "training"
-
-    @property
-    def dtype_bytes(self) -> int:
-        return DTYPE_BYTES[self.precision]
-
-    def validate(self) -> None:
-        """ConfigError for sizes that are zero or negative and for unknown names."""
-        amp = self.available_memory_proportion
-        if isinstance(amp, list):
-            amp = self.available_memory_proportion = tuple(amp)
-        for value in (amp if isinstance(amp, tuple) else (amp,)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-                raise ConfigError(f"Available memory proportion must be in (0, 1], not {value}.")
-        if isinstance(amp, tuple) and not amp:
-            raise ConfigError("Available memory proportion needs at least one value.")
-        checkpoints = self.recompute_checkpoints
-        if not (checkpoints in RECOMPUTE_CHECKPOINTS or (isinstance(checkpoints, int) and not isinstance(checkpoints, bool)
-                                                          and checkpoints >= 1)):
-            raise ConfigError(f"Recompute checkpoints must be {' or '.join(RECOMPUTE_CHECKPOINTS)} or a positive "
-                              f"number of blocks, not {checkpoints!r}.")
-        if not isinstance(self.attention_serialisation, int) or self.attention_serialisation < 1:
-            raise ConfigError(f"Attention serialisation must be a positive integer, not {self.attention_serialisation}.")
-        for name in ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "runs",
-                     "tensor_sharding", "host_processes"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name.replace('_', ' ').capitalize()} must be a positive integer, not {value}.")
-        for what, value, choices in (("precision", self.precision, PRECISIONS), ("partials", self.partials, PRECISIONS),
-                                     ("mode", self.mode, MODES),
-                                     ("optimiser", self.optimiser, OPTIMISERS),
-                                     ("optimiser state type", self.optimiser_state_type, PRECISIONS),
-                                     ("first moment type", self.first_moment_type or self.optimiser_state_type,
-                                      PRECISIONS),
-                                     ("accumulator type", self.accum_type or self.precision, PRECISIONS)):
-            if value not in choices:
-                raise ConfigError(f"Unknown {what} {value!r}; choose one of {', '.join(choices)}.")
-        if self.host_input is not None and self.host_input not in INPUT_KINDS:
-            raise ConfigError(f"Unknown input kind {self.host_input!r}; choose one of {', '.join(INPUT_KINDS)}.")
-        workers = self.loader_workers
-        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-            raise ConfigError(f"Loader workers must be a positive integer, not {workers}.")
-
-
-# -- stages and strategies -------------------------------------------------------------------
-
-
-class Stage:
-    """A group of blocks placed on one IPU: ``Stage("B1", "B2").ipu(0)``."""
-
-    def __init__(self, *blocks: str) -> None:
-        if not blocks:
-            raise ConfigError("A Stage needs at least one block name.")
-        self.blocks: tuple[str, ...] = tuple(blocks)
-        self.ipu_id: int | None = None
-
-    def ipu(self, ipu_id: int) -> "Stage":
-        self.ipu_id = int(ipu_id)
-        return self
-
-    def __repr__(self) -> str:
-        return f"Stage({', '.join(map(repr, self.blocks))}).ipu({self.ipu_id})"
-
-
-class ExecutionStrategy:
-    """Stages and how they run; ``kind`` is pipelined, sharded or phased."""
-
-    kind = ""
-
-    def __init__(self, *stages: Stage | str) -> None:
-        # PopTorch's shorthand: bare block names are one stage each, on IPUs 0, 1, 2...
-        self.stages: list[Stage] = [Stage(s) if isinstance(s, str) else s for s in stages]
-        for i, stage in enumerate(self.stages):
-            if stage.ipu_id is None:
-                stage.ipu_id = i
-
-    def with_kind(self, kind: str) -> "ExecutionStrategy":
-        """The same stages under another strategy."""
-        cls = STRATEGIES[kind]
-        return cls(*[Stage(*s.blocks).ipu(s.ipu_id) for s in self.stages])
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(map(repr, self.stages))})"
-
-
-class PipelinedExecution(ExecutionStrategy):
-    """Stages on ascending IPUs, all busy at once on different micro-batches."""
-
-    kind = "pipelined"
-
-
-class ShardedExecution(ExecutionStrategy):
-    """Stages one after another: one IPU busy at a time."""
-
-    kind = "sharded"
-
-
-class PhasedExecution(ExecutionStrategy):
-    """Each stage is a phase; phases run one after another, their weights streamed from streaming memory."""
-
-    kind = "phased"
-
-
-STRATEGIES: dict[str, type[ExecutionStrategy]] = {
-    "pipelined": PipelinedExecution,
-    "sharded": ShardedExecution,
-    "phased": PhasedExecution,
-}
 
 
 # -- blocks ----------------------------------------------------------------------------------
@@ -480,7 +147,7 @@ class Model:
         # Samples (sequences) per input on average: above 1 when inputs pack several sequences
         # (Graphcore's packed BERT); throughput counts samples.
         self.packing_factor: float = 1.0
-        # What one sample is, for the host's data loaders (engine.costs.INPUT_KINDS): small tensors
+        # What one sample is, for the host's data loaders (engine.options.INPUT_KINDS): small tensors
         # unless the model says otherwise (the zoo's image models "image", its language models "text").
         self.input_kind: str = "tensor"
 

@@ -13,7 +13,9 @@ from typing import Any
 from popvision_py.errors import ConfigError
 from popvision_py.format import runconfig
 
-from engine.model import ExecutionStrategy, Model, Op, Options, PipelinedExecution, Stage, shard_ops
+from engine.model import Model, Op, shard_ops
+from engine.options import Options
+from engine.strategies import ExecutionStrategy, PipelinedExecution, Stage
 from engine.targets import Target, make_target
 
 

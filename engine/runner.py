@@ -24,10 +24,12 @@ from popvision_py.format.runconfig import pipeline_depth, pipeline_stages
 from engine.compiler import compile_plan
 from engine.instrument import Summary, summarise, write_profile
 from engine.memory import plan_memory
-from engine.model import STRATEGIES, ExecutionStrategy, Model, Options, Stage
+from engine.model import Model
+from engine.options import Options
 from engine.plan import Plan, make_plan, resolve_strategy, runs_as_pipeline
 from engine.prediction import applicable, sensitivity
 from engine.scheduler import schedule
+from engine.strategies import STRATEGIES, ExecutionStrategy, Stage
 from engine.zoo import zoo_entry
 
 OPTION_NAMES = ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "precision",

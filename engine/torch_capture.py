@@ -31,7 +31,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
-from engine.model import Model, Options, Tensor
+from engine.model import Model, Tensor
+from engine.options import Options
 
 # Ops that only look at their input differently (views, reshapes, copies of the same values):
 # no data moves on the IPU, so no op, as the engine's Model.view.

@@ -15,7 +15,9 @@ import numpy as np
 
 from popvision_py.errors import ConfigError
 
-from engine.model import Block, ExecutionStrategy, Model, Options, PhasedExecution, PipelinedExecution, Stage
+from engine.model import Block, Model
+from engine.options import Options
+from engine.strategies import ExecutionStrategy, PhasedExecution, PipelinedExecution, Stage
 
 
 @dataclass(frozen=True)

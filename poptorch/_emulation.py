@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 
 from engine.instrument import Summary
-from engine.model import ExecutionStrategy
 from engine.plan import make_plan
 from engine.runner import RunRequest, emulate_plan
+from engine.strategies import ExecutionStrategy
 from engine.torch_capture import Captured, OpRecord, micro_batch_size, model_precision, to_model
 from popvision_py.errors import ConfigError
 from poptorch._errors import Error

@@ -13,7 +13,8 @@ import copy
 import enum
 from typing import Any
 
-from engine import model as em
+from engine import options as eo
+from engine import strategies as es
 from poptorch._errors import UnsupportedError
 
 
@@ -144,26 +145,26 @@ class _ExecutionStrategy(_Unsupported):
     def _OWNER(self) -> str:  # noqa: N802
         return f"poptorch.{type(self).__name__}"
 
-    def engine_strategy(self, blocks: list[str], block_ipus: dict[str, int]) -> em.ExecutionStrategy:
+    def engine_strategy(self, blocks: list[str], block_ipus: dict[str, int]) -> es.ExecutionStrategy:
         """The engine's strategy over the captured model's ``blocks`` (in model order)."""
-        cls = em.STRATEGIES[self.kind]
+        cls = es.STRATEGIES[self.kind]
         if self.stages:
             return cls(*[_engine_stage(s, k) for k, s in enumerate(self.stages)])
         if self.auto == AutoStage.AutoIncrement:
-            return cls(*[em.Stage(b).ipu(block_ipus.get(b, k)) for k, b in enumerate(blocks)])
+            return cls(*[es.Stage(b).ipu(block_ipus.get(b, k)) for k, b in enumerate(blocks)])
         # SameAsIpu: consecutive blocks on one IPU form one stage.
-        stages: list[em.Stage] = []
+        stages: list[es.Stage] = []
         for b in blocks:
             ipu = block_ipus.get(b, 0)
             if stages and stages[-1].ipu_id == ipu:
                 stages[-1].blocks = (*stages[-1].blocks, b)
             else:
-                stages.append(em.Stage(b).ipu(ipu))
+                stages.append(es.Stage(b).ipu(ipu))
         return cls(*stages)
 
 
-def _engine_stage(stage: Stage, k: int) -> em.Stage:
-    return em.Stage(*stage.blocks).ipu(k if stage._ipu is None else stage._ipu)
+def _engine_stage(stage: Stage, k: int) -> es.Stage:
+    return es.Stage(*stage.blocks).ipu(k if stage._ipu is None else stage._ipu)
 
 
 class PipelinedExecution(_ExecutionStrategy):
@@ -521,13 +522,13 @@ class Options(_Unsupported):
     # -- the engine's view -------------------------------------------------------------------
 
     def engine_options(self, *, training: bool, micro_batch_size: int, precision: str, optimiser: dict[str, Any],
-                       recompute: bool) -> em.Options:
+                       recompute: bool) -> eo.Options:
         """The emulator's options for a model compiled with these options."""
         loc = self._locations
         checkpoints = "blocks"
         if (popart := self._popart.recompute()) is not None:
             recompute, checkpoints = recompute or popart[0], popart[1]
-        o = em.Options(
+        o = eo.Options(
             micro_batch_size=micro_batch_size, device_iterations=self.device_iterations,
             gradient_accumulation=self._training.gradient_accumulation if training else 1,
             replication_factor=self.replication_factor, precision=precision, partials=self._precision.partials,
@@ -535,7 +536,7 @@ class Options(_Unsupported):
             recompute_checkpoints=checkpoints,
             enable_outlining=bool(self._popart.values.get("enableOutlining", True)),
             host_processes=self._distributed.num_distributed_processes, **optimiser)
-        o.tensor_locations = em.TensorLocations(
+        o.tensor_locations = eo.TensorLocations(
             optimiser_on_chip=loc.optimizer.on_chip, weights_on_chip=loc.weights.on_chip,
             activations_on_chip=loc.activations.on_chip,
             replicated_tensor_sharding=loc.optimizer.replicated_tensor_sharding or loc.weights.replicated_tensor_sharding)

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import click
 
-from engine.model import INPUT_KINDS, MODES, OPTIMISERS, PRECISIONS, STRATEGIES
+from engine.options import INPUT_KINDS, MODES, OPTIMISERS, PRECISIONS
 from engine.runner import MAX_MEMORY_BYTES, MAX_TRACE_ROWS
+from engine.strategies import STRATEGIES
 from engine.targets import ARCHS
 from popvision_py.errors import ConfigError
 from popvision_py.render.run_summary import summary_figures, summary_text

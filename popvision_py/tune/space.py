@@ -46,9 +46,10 @@ from typing import Any
 import numpy as np
 
 from engine.compiler import cost_model
-from engine.model import PipelinedExecution, shard_ops
+from engine.model import shard_ops
 from engine.plan import Plan
 from engine.runner import LOCATION_NAMES, RunRequest, location_options, prepare
+from engine.strategies import PipelinedExecution
 from engine.zoo import balanced_stages
 from popvision_py.analysis.fixes import ORDER, flag, stages_text
 from popvision_py.errors import ConfigError

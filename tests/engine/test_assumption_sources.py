@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from engine.assumptions import Assumptions, describe
-from engine.model import OPTIMISERS
+from engine.options import OPTIMISERS
 from popvision_py.cli import main
 
 FIELDS = dataclasses.fields(Assumptions)

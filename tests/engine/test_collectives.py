@@ -9,7 +9,7 @@ import math
 import pytest
 
 from engine.costs import CostModel
-from engine.model import Options
+from engine.options import Options
 from engine.targets import make_target
 from tests.engine.helpers import run_cli
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from engine.costs import PARTIAL_BYTES, STATISTICS_FLOPS, CostModel
-from engine.model import Block, Model, Options
+from engine.model import Block, Model
+from engine.options import Options
 from engine.targets import Assumptions, make_target
 
 EFF = Assumptions().amp_efficiency  # the calibrated share of the planned rate

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine.model import Options
+from engine.options import Options
 from popvision_py.errors import ConfigError
 from tests.engine.helpers import run_cli, run_profile, write_model
 

@@ -271,7 +271,7 @@ def test_a_global_batch_the_start_cannot_run_is_one_sentence(args: list[str], se
 
 
 def test_round_two_moves_each_cut_of_a_fast_mapping_by_one_block_where_round_one_could_not_try_every_split() -> None:
-    from engine.model import PipelinedExecution
+    from engine.strategies import PipelinedExecution
     from engine.zoo import balanced_stages
 
     # GIVEN bert-large (26 blocks): C(25, 3) = 2,300 four-stage splits, far over --max-splits 32, so round 1
