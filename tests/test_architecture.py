@@ -15,10 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("popvision_py", "engine", "poptorch", "dashboards")
 MAX_LINES = 600
 
-# From the bottom. A module belongs to the floor of the longest prefix listed here.
+# From the bottom. A module belongs to the floor of the longest prefix listed here; ``popvision_py``
+# itself (the facade, its __init__.py) is no prefix, so a new package under it must be placed here.
 FLOORS = (
     ("popvision_py.errors", "popvision_py.version", "popvision_py.format"),
-    ("engine",),
+    ("engine", "popvision_py.importer"),
     ("popvision_py.analysis", "popvision_py.render", "popvision_py"),
     ("poptorch", "popvision_py.tune", "dashboards", "popvision_py.scripts"),
     ("popvision_py.cli",),
@@ -30,7 +31,8 @@ def floor_of(module):
     best, best_len = None, -1
     for level, prefixes in enumerate(FLOORS):
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+            within = module == prefix or (module.startswith(prefix + ".") and prefix != "popvision_py")
+            if within and len(prefix) > best_len:
                 best, best_len = level, len(prefix)
     if best is None:
         raise AssertionError(f"{module} sits on no floor: add it to FLOORS and docs/architecture.md")
@@ -236,7 +238,7 @@ def test_a_planted_lazy_upward_import_is_named_with_both_files(tmp_path):
     known, graph = _plant(tmp_path, files)
     assert upward_imports(known, graph) == [
         "engine/runner.py:4 imports poptorch/_script.py, a floor above it "
-        "(poptorch / popvision_py.tune / dashboards / popvision_py.scripts over engine)"]
+        "(poptorch / popvision_py.tune / dashboards / popvision_py.scripts over engine / popvision_py.importer)"]
 
 
 def test_a_planted_circle_through_a_package_init_is_named(tmp_path):
