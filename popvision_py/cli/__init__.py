@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "report": "report",
     "compare": "compare",
     "export-trace": "export_trace",
+    "import": "import_traces",
     "sql": "sql",
     "tune": "tune",
 }
@@ -127,7 +128,7 @@ def interrupted(exc: BaseException | None) -> bool:
 @click.group(cls=PopvisionGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="popvision")
 def main() -> None:
-    """popvision: emulate IPU runs, and read, report and view their profile.pop files."""
+    """popvision: emulate IPU runs or import PyTorch profiler traces, and read, report and view their profile.pop files."""
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,57 @@
+"""`popvision import TRACES... -o DIR`: PyTorch profiler traces (one per rank) into DIR/profile.pop.
+
+TRACES are files, folders (their traces) or glob patterns, ``.json`` or ``.json.gz``, one file per rank
+(``torch.profiler``'s ``export_chrome_trace`` or ``tensorboard_trace_handler``). The ranks are read in
+parallel (``--jobs``), each streamed, so memory does not grow with the traces' size. The profile is
+written atomically: a bad trace is one sentence and exit code 2, and an earlier profile in DIR is
+left as it was. docs/real-traces.md says what each figure means and what is inferred.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from tqdm import tqdm
+
+from popvision_py.errors import ConfigError
+from popvision_py.format.atomic import check_writable
+
+
+@click.command("import")
+@click.argument("traces", nargs=-1, required=True)
+@click.option("-o", "--output", "output", required=True, type=click.Path(),
+              help="Folder to write profile.pop into (made if needed).")
+@click.option("--device-memory", type=float, metavar="GIB",
+              help="Each rank's device memory in GiB, which the memory reports measure against (a GPU trace "
+                   "states it; a CPU trace does not, and is then measured against the largest rank's peak).")
+@click.option("--jobs", type=click.IntRange(1, 256), help="Traces read at once (the CPUs by default).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def command(traces: tuple[str, ...], output: str, device_memory: float | None, jobs: int | None, quiet: bool) -> None:
+    """Import PyTorch profiler traces (one per rank) as OUTPUT/profile.pop: pipeline stages, micro-batches,
+    bubble, exposed communication and memory, for `report`, `dashboard`, `compare`, `export-trace` and `sql`."""
+    from popvision_py.importer import find_traces, import_traces
+
+    if not output.strip():
+        raise ConfigError("-o is empty; name the folder to write profile.pop into, e.g. -o profile.")
+    if device_memory is not None and not 0 < device_memory <= 1 << 20:
+        raise ConfigError(f"--device-memory {device_memory:g} is not a memory size in GiB (above 0, at most 1,048,576).")
+    paths = find_traces(traces)
+    folder = Path(output)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"-o {output} is a file; give a folder to write profile.pop into.")
+    if folder.is_dir():
+        check_writable(folder)
+    target = folder / "profile.pop"
+    with tqdm(total=len(paths), desc="Reading traces", unit="rank", file=sys.stderr,
+              disable=quiet or not sys.stderr.isatty(), leave=False) as bar:
+        run = import_traces(paths, target, device_memory=int(device_memory * 2**30) if device_memory else None,
+                            jobs=jobs, progress=lambda: bar.update(1))
+    info = run["import"]
+    click.echo(f"Imported {len(paths)} trace(s) ({info['events']:,} events, ranks "
+               f"{', '.join(str(r) for r in info['ranks'])}): {info['schedule']}, {len(run['stages'])} stage(s), "
+               f"{run['gradient_accumulation']} micro-batch(es), {run['device_iterations']} step(s).")
+    for line in info["not_inferred"]:
+        click.echo(f"  not in the trace: {line}")
+    click.echo(f"Wrote {target}")

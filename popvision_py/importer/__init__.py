@@ -1,0 +1,106 @@
+"""``popvision import``: PyTorch profiler traces (one Chrome-trace JSON per rank) into a profile.pop.
+
+``read`` streams each rank's file into the few columns the import needs; ``timeline`` cuts each
+rank's time into what it was doing (a pass of a stage over a micro-batch, communication exposed or
+hidden, the optimiser, idle); ``profile`` maps the result onto the open format's tables. The ranks
+are read in parallel, one process each, up to ``jobs``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import zlib
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from popvision_py.errors import PopvisionError
+from popvision_py.importer.profile import build_tables, write
+from popvision_py.importer.read import RankTrace, TraceError, read_rank
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+__all__ = ["TraceError", "find_traces", "import_traces", "read_traces"]
+
+
+def find_traces(given: Iterable[str]) -> list[Path]:
+    """The trace files ``given`` names: files, folders (their ``*.json`` / ``*.json.gz``) or glob patterns."""
+    found: list[Path] = []
+    for item in given:
+        path = Path(item)
+        if path.is_dir():
+            # a folder's other JSON files (a run's settings, say) are not traces: only files that open
+            # like one (a "traceEvents" key near their start) are taken
+            inside = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
+                            and looks_like_trace(p))
+            if not inside:
+                raise TraceError(f"{item} holds no PyTorch profiler trace (.json or .json.gz).")
+            found += inside
+        elif path.is_file():
+            found.append(path)
+        elif any(ch in item for ch in "*?["):
+            matches = sorted(Path(p) for p in glob.glob(item) if Path(p).is_file())
+            if not matches:
+                raise TraceError(f"No file matches {item}.")
+            found += matches
+        else:
+            raise TraceError(f"{item} does not exist.")
+    unique = list(dict.fromkeys(p.resolve() for p in found))
+    if not unique:
+        raise TraceError("No trace given.")
+    return unique
+
+
+def looks_like_trace(path: Path, peek: int = 1 << 16) -> bool:
+    """Whether ``path`` starts like a Chrome trace: a ``"traceEvents"`` key in its first bytes."""
+    try:
+        with open(path, "rb") as raw:
+            head = raw.read(peek)
+        if head[:2] == b"\x1f\x8b":
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, peek)
+    except (OSError, zlib.error):
+        return True  # let the reader say what is wrong with it
+    return b'"traceEvents"' in head
+
+
+def read_traces(paths: list[Path], jobs: int | None = None,
+                progress: Callable[[], None] = lambda: None) -> list[RankTrace]:
+    """Each file read (in parallel processes), in rank order; one sentence if two claim one rank."""
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
+    if jobs == 1:
+        traces = []
+        for p in paths:
+            traces.append(read_rank(p))
+            progress()
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(read_rank, p) for p in paths]
+            traces = []
+            for f in futures:
+                traces.append(f.result())
+                progress()
+    for k, t in enumerate(traces):
+        if t.rank < 0:
+            t.rank = k  # no distributedInfo: the files' order
+    ranks = [t.rank for t in traces]
+    if len(set(ranks)) != len(ranks):
+        twice = sorted({r for r in ranks if ranks.count(r) > 1})
+        raise TraceError(f"Two traces are of rank {twice[0]} ({', '.join(t.path for t in traces if t.rank == twice[0])}); "
+                         f"give one trace per rank.")
+    return sorted(traces, key=lambda t: t.rank)
+
+
+def import_traces(paths: list[Path], output: Path, *, device_memory: int | None = None, jobs: int | None = None,
+                  progress: Callable[[], None] = lambda: None) -> dict:
+    """Read ``paths`` and write ``output`` (a profile.pop); returns the manifest's ``run``."""
+    traces = read_traces(paths, jobs, progress)
+    if not any(len(t.start) or len(t.busy) for t in traces):
+        raise TraceError("The traces hold no events on any rank's time line (no operators, annotations or "
+                         "communication): record them with torch.profiler's CPU (and CUDA) activities.")
+    target, run, tables = build_tables(traces, device_memory)
+    Path(output).parent.mkdir(parents=True, exist_ok=True)  # only now: a bad trace leaves no folder behind
+    write(output, target, run, tables)
+    return run
+
+

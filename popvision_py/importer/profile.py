@@ -1,0 +1,362 @@
+"""The ranks' rows as a profile.pop: the same tables the emulator writes, in PyTorch's terms.
+
+- A rank is an IPU of the profile (the ``ipu`` column), with one "tile" (the rank has no tiles), and
+  time is in cycles of a 1 GHz clock: one cycle is one nanosecond (``target.clock_hz`` = 1e9).
+- A pipeline stage is a stage (``PP:{stage}...`` names it; GPipe and 1F1B run one stage per rank, stage
+  r on rank r); without a pipeline (DDP, FSDP) each rank is a stage of its own, holding the model.
+- ``ProfilerStep#N`` is an iteration (one optimiser step), a micro-batch a micro-batch; forward and
+  backward passes (full, input and weight gradients: the last two named in the step) their passes;
+  the optimiser's step the update.
+- Each row of a rank's time line (``timeline.rank_rows``) that is not idle is a program step of its
+  own, so a step's ``cycles`` are exactly its row's; a transfer wholly hidden behind compute is a
+  step of 0 cycles, its whole time in its ``exchanges`` row.
+- Memory over time is ``[memory]``'s ``Total Allocated``: ``liveness`` holds the most allocated during
+  each step; ``tile_memory`` splits each rank's peak into what stayed allocated all along (as
+  ``weights``: parameters, gradients and optimiser state are what a training loop keeps) and the
+  rest (as ``activations``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from popvision_py.format import ProfileWriter
+from popvision_py.format.schema import SCHEMA_VERSION
+from popvision_py.importer.read import KIND, RankTrace
+from popvision_py.importer.timeline import LABEL, PASS_NAME, Rows, is_collective, peer_ready, rank_rows
+from popvision_py.version import __version__
+
+CLOCK_HZ = 1e9  # one cycle is one nanosecond
+SOURCE = "pytorch-profiler"
+
+
+@dataclasses.dataclass
+class Layout:
+    """What the import recognised of the run."""
+
+    schedule: str
+    stage_rank: dict[int, int]
+    micro_batches: int
+    iterations: int
+    not_inferred: list[str]
+
+
+def window(traces: list[RankTrace]) -> tuple[int, int]:
+    """The time the profile covers: the profiler steps (``ProfilerStep#N``) of every rank, else everything."""
+    steps = [(t.start[t.kind == KIND["step"]], t.end[t.kind == KIND["step"]]) for t in traces]
+    if all(len(s) for s, _ in steps):
+        return int(min(s.min() for s, _ in steps)), int(max(e.max() for _, e in steps))
+    lows = [x.min() for t in traces for x in (t.start, t.busy[:, 0] if len(t.busy) else t.start) if len(x)]
+    highs = [x.max() for t in traces for x in (t.end, t.busy[:, 1] if len(t.busy) else t.end) if len(x)]
+    if not lows:
+        return 0, 0
+    return int(min(lows)), int(max(highs))
+
+
+def layout(traces: list[RankTrace]) -> Layout:
+    """The schedule, the stage of each rank, micro-batches and iterations, from the annotations."""
+    kinds = np.concatenate([t.kind for t in traces]) if traces else np.zeros(0, np.int8)
+    names = {n for t in traces for n in t.names}
+    pp = any(n.startswith("PP:") for n in names)
+    gpipe = any(n.startswith("Forward ") for n in names)
+    chunks = any(n.endswith("_one_chunk") for n in names)
+    not_inferred = []
+    stage_rank: dict[int, int] = {}
+    if pp:
+        schedule = "multi-stage pipeline (PP: actions)"
+        for t in traces:
+            for s in np.unique(t.stage[(t.stage >= 0)]):
+                stage_rank.setdefault(int(s), t.rank)
+    elif gpipe or chunks:
+        schedule = "GPipe" if gpipe else "1F1B"
+        stage_rank = {t.rank: t.rank for t in traces}
+        not_inferred.append("the stage of each rank: a one-stage-per-rank schedule names no stage, so stage r "
+                            "is taken to run on rank r")
+    else:
+        schedule = "data parallel" if any(k == KIND["comm_call"] for k in kinds) else "single process"
+        stage_rank = {t.rank: t.rank for t in traces}
+    if not chunks and not gpipe and not pp:
+        not_inferred.append("micro-batches: the trace has no pipeline schedule's annotations")
+    if not any(n.endswith("_one_chunk") for n in names) and not gpipe and not pp and any(
+            t.kind.size and (t.kind == KIND["backward"]).any() for t in traces):
+        pass
+    if chunks and not gpipe and not pp:
+        not_inferred.append("which micro-batch a forward or backward is: 1F1B names none; the k-th "
+                            "forward_one_chunk (backward_one_chunk) of a step is taken as micro-batch k")
+    if not chunks and not gpipe and not pp and any(n == "autograd" for n in names):
+        pass
+    micro = max((int(t.micro_batch[np.isin(t.kind, [KIND["forward"], KIND["backward"], KIND["backward_input"],
+                                                    KIND["backward_weight"]])].max(initial=-1)) for t in traces),
+                default=-1) + 1
+    iterations = max((int((t.kind == KIND["step"]).sum()) for t in traces), default=0)
+    return Layout(schedule, stage_rank, max(micro, 1), max(iterations, 1), not_inferred)
+
+
+def _chunk_micro_batches(trace: RankTrace) -> None:
+    """1F1B with stack: the k-th forward (backward) chunk of each profiler step is micro-batch k."""
+    chunk = (trace.name >= 0) & np.isin(trace.kind, [KIND["forward"], KIND["backward"]]) & (trace.micro_batch < 0)
+    named = np.array([n.endswith("_one_chunk") for n in trace.names], bool)
+    chunk &= named[trace.name] if len(named) else False
+    if not chunk.any():
+        return
+    steps = np.sort(trace.start[trace.kind == KIND["step"]])
+    rows = np.flatnonzero(chunk)
+    rows = rows[np.argsort(trace.start[rows], kind="stable")]
+    step = np.searchsorted(steps, trace.start[rows], side="right") if len(steps) else np.zeros(len(rows), np.int64)
+    for kind in (KIND["forward"], KIND["backward"]):
+        pick = trace.kind[rows] == kind
+        group = step[pick]
+        # position within its step: a running count that restarts at each step
+        n = np.arange(len(group))
+        starts = np.r_[0, np.flatnonzero(np.diff(group)) + 1] if len(group) else np.zeros(0, np.int64)
+        first = np.repeat(starts, np.diff(np.r_[starts, len(group)]))
+        trace.micro_batch[rows[pick]] = (n - first).astype(np.int32)
+
+
+def build_tables(traces: list[RankTrace], device_memory: int | None = None) -> tuple[dict, dict, dict[str, dict]]:
+    """``(target, run, tables)`` for the ranks' traces (ranks in rank order, ipu = position)."""
+    for t in traces:
+        _chunk_micro_batches(t)
+    lo, hi = window(traces)
+    found = layout(traces)
+    ipu_of_rank = {t.rank: k for k, t in enumerate(traces)}
+    stage_ids = sorted(found.stage_rank)
+    stage_index = {s: k for k, s in enumerate(stage_ids)}
+    single_stage = {t.rank: stage_index.get(found.stage_rank.get(t.rank, -99), -1) if found.schedule in (
+        "GPipe", "1F1B", "data parallel", "single process") else -1 for t in traces}
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("run", "iteration", "micro_batch", "ipu", "stage", "pass",
+                                                          "step", "phase", "start_cycle", "end_cycle")}
+    programs: dict[str, list] = {k: [] for k in ("ipu", "step", "type", "name", "op_id", "stage", "pass", "tiles",
+                                                 "bytes", "cycles")}
+    exchanges: dict[str, list] = {k: [] for k in ("ipu", "step", "kind", "src_ipu", "dst_ipu", "bytes", "cycles")}
+    liveness: dict[str, list] = {k: [] for k in ("ipu", "step", "always_live_bytes", "not_always_live_bytes",
+                                                 "worst_tile", "worst_tile_bytes")}
+    tile_cycles: dict[str, list] = {k: [] for k in ("ipu", "step", "tile", "cycles")}
+    tile_memory: dict[str, list] = {k: [] for k in ("ipu", "tile", "category", "always_live", "bytes")}
+    peaks = []
+    ready = peer_ready(traces)
+    for ipu, t in enumerate(traces):
+        rows = rank_rows(t, (lo, hi), ready[ipu])
+        _rank_tables(t, ipu, rows, lo, found, stage_index, single_stage[t.rank], ipu_of_rank,
+                     cols, programs, exchanges, liveness, tile_cycles, tile_memory, peaks)
+    capacity = int(device_memory or _device_memory(traces) or max(max(peaks, default=0), 1))
+    stages = [{"stage": stage_index[s], "ipu": ipu_of_rank.get(found.stage_rank[s], 0),
+               "blocks": [f"stage {s}" if found.schedule not in ("data parallel", "single process") else "model"]}
+              for s in stage_ids]
+    if not stages:
+        stages = [{"stage": 0, "ipu": 0, "blocks": ["model"]}]
+    gpu = any(t.gpu for t in traces)
+    target = {"arch": "gpu" if gpu else "cpu", "num_ipus": len(traces), "tiles_per_ipu": 1,
+              "bytes_per_tile": capacity, "clock_hz": CLOCK_HZ}
+    world = next((t.world_size for t in traces if t.world_size), None)
+    torch_version = next((t.torch_version for t in traces if t.torch_version), None)
+    not_inferred = list(found.not_inferred)
+    if torch_version is None:
+        not_inferred.append("the torch version: the trace does not record it")
+    if device_memory is None and _device_memory(traces) is None:
+        not_inferred.append("the device's memory capacity: a CPU trace has none; memory is shown against the "
+                            "largest rank's peak (give --device-memory to set it)")
+    not_inferred.append("samples per micro-batch: the trace does not record the batch size (taken as 1)")
+    strategy = "pipelined" if found.schedule not in ("data parallel", "single process") else "sharded"
+    run = {
+        "model": Path(os.path.commonpath([t.path for t in traces])).name or "trace",
+        "strategy": strategy, "mode": "training", "stages": stages,
+        "micro_batch_size": 1, "gradient_accumulation": found.micro_batches,
+        "device_iterations": found.iterations, "replication_factor": 1, "runs": 1,
+        "source": SOURCE,
+        "import": {"files": [t.path for t in traces], "ranks": [t.rank for t in traces], "world_size": world,
+                   "torch_version": torch_version, "schedule": found.schedule, "clock": "1 cycle = 1 ns",
+                   "events": int(sum(t.events for t in traces)), "not_inferred": not_inferred},
+    }
+    tables = {"trace": {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()},
+              "programs": programs, "exchanges": exchanges, "liveness": liveness, "tile_cycles": tile_cycles,
+              "tile_memory": tile_memory}
+    return target, run, tables
+
+
+def _device_memory(traces: list[RankTrace]) -> int | None:
+    """The GPU's memory from ``deviceProperties`` (``totalGlobalMem``), where the trace has it."""
+    for t in traces:
+        for device in t.header.get("deviceProperties") or []:
+            if isinstance(device, dict) and isinstance(device.get("totalGlobalMem"), int):
+                return int(device["totalGlobalMem"])
+    return None
+
+
+def _rank_tables(t: RankTrace, ipu: int, rows: Rows, lo: int, found: Layout, stage_index: dict[int, int],
+                 own_stage: int, ipu_of_rank: dict[int, int], cols: dict, programs: dict, exchanges: dict,
+                 liveness: dict, tile_cycles: dict, tile_memory: dict, peaks: list) -> None:
+    n = len(rows.start)
+    label = rows.label.astype(np.int64)
+    span = rows.span
+    has = span >= 0
+    sp = np.maximum(span, 0)
+    kind = np.where(has, t.kind[sp] if len(t.kind) else -1, -1)
+    # stage: the annotation's (PP:), else the rank's own for pass / update / busy rows
+    stage = np.where(has & (t.stage[sp] >= 0) if len(t.stage) else has, t.stage[sp] if len(t.stage) else -1, -1)
+    stage = np.array([stage_index.get(int(s), -1) for s in stage], np.int64) if n and (stage >= 0).any() else stage
+    idle = label == LABEL["idle"]
+    stage = np.where((stage < 0) & ~idle, own_stage, stage)
+    micro = np.where(has & np.isin(label, [LABEL["pass"], LABEL["pp_comm"]]), t.micro_batch[sp] if len(t.micro_batch) else -1, -1)
+    micro = np.where(micro < found.micro_batches, micro, -1)
+    pass_names = np.array(["none"] * n, dtype=object)
+    for k, name in PASS_NAME.items():
+        pass_names[(kind == k) & np.isin(label, [LABEL["pass"], LABEL["update"]])] = name
+    # iteration: the profiler step the row starts in
+    steps = np.sort(t.start[t.kind == KIND["step"]])
+    iteration = np.clip(np.searchsorted(steps, rows.start, side="right") - 1, 0, found.iterations - 1) \
+        if len(steps) else np.zeros(n, np.int64)
+    phase = np.where(idle, "idle", np.where(np.isin(label, [LABEL["comm_call"], LABEL["pp_comm"], LABEL["comm_flight"]]),
+                                            "exchange", "compute"))
+    # program steps: every non-idle row; then one 0-cycle step per transfer with no exposed row
+    step = np.full(n, -1, np.int64)
+    step[~idle] = np.arange(int((~idle).sum()))
+    cols["run"].append(np.zeros(n, np.int64))
+    cols["iteration"].append(iteration.astype(np.int64))
+    cols["micro_batch"].append(micro.astype(np.int64))
+    cols["ipu"].append(np.full(n, ipu, np.int64))
+    cols["stage"].append(np.where(idle, -1, stage).astype(np.int64))
+    cols["pass"].append(pass_names.astype(str))
+    cols["step"].append(step)
+    cols["phase"].append(phase.astype(str))
+    cols["start_cycle"].append(rows.start - lo)
+    cols["end_cycle"].append(rows.end - lo)
+    names = np.array(t.names + [""], dtype=object)
+    live = ~idle
+    row_name = np.where(has, names[np.where(has, t.name[sp] if len(t.name) else -1, -1)], "")
+    label_words = np.array(["", "", "", "", "operators", "", ""], dtype=object)
+    row_name = np.where(row_name == "", label_words[label], row_name)
+    cycles = (rows.end - rows.start)[live]
+    comm = np.isin(label, [LABEL["comm_call"], LABEL["pp_comm"], LABEL["comm_flight"]])[live]
+    collective = np.array([is_collective(str(s)) for s in row_name[live]], bool) if live.any() else np.zeros(0, bool)
+    types = np.where(comm, np.where(collective, "all_reduce", "global_exchange"), "compute_set")
+    steps_here = int(live.sum())
+    prog_stage = stage[live]
+    prog_pass = pass_names[live]
+    prog_names = row_name[live]
+    prog_types = types
+    prog_cycles = cycles
+    # transfers: one exchanges row per comm span, on its first exposed step or on a new 0-cycle step
+    comm_spans = np.flatnonzero(np.isin(t.kind, [KIND["comm_call"], KIND["comm_flight"]]))
+    exposed_first: dict[int, int] = {}
+    for row_step, s in zip(step[live & has], span[live & has]):
+        exposed_first.setdefault(int(s), int(row_step))
+    extra_names, extra_types, extra_cycles = [], [], []
+    x = {k: [] for k in exchanges}
+    for s in comm_spans:
+        s = int(s)
+        dur = int(t.end[s] - t.start[s])
+        if t.end[s] <= lo:
+            continue
+        name = t.names[t.name[s]]
+        kind_word = "all_reduce" if is_collective(name) else "inter_ipu"
+        peer = int(t.peer[s])
+        src, dst = (ipu, ipu_of_rank.get(peer, ipu)) if "send" in name else (ipu_of_rank.get(peer, ipu), ipu)
+        if s in exposed_first:
+            at = exposed_first[s]
+        else:
+            at = steps_here + len(extra_names)
+            extra_names.append(name)
+            extra_types.append("all_reduce" if kind_word == "all_reduce" else "global_exchange")
+            extra_cycles.append(0)
+        for key, value in (("ipu", ipu), ("step", at), ("kind", kind_word), ("src_ipu", src), ("dst_ipu", dst),
+                           ("bytes", int(t.nbytes[s])), ("cycles", dur)):
+            x[key].append(value)
+    total_steps = steps_here + len(extra_names)
+    programs["ipu"].append(np.full(total_steps, ipu, np.int64))
+    programs["step"].append(np.arange(total_steps))
+    programs["type"].append(np.concatenate([prog_types.astype(object), np.array(extra_types, object)]))
+    programs["name"].append(np.concatenate([prog_names.astype(object), np.array(extra_names, object)]))
+    programs["op_id"].append(np.full(total_steps, -1, np.int64))
+    programs["stage"].append(np.concatenate([prog_stage, np.full(len(extra_names), -1)]).astype(np.int64))
+    programs["pass"].append(np.concatenate([prog_pass, np.array(["none"] * len(extra_names), object)]))
+    programs["tiles"].append(np.ones(total_steps, np.int64))
+    xbytes = np.zeros(total_steps, np.int64)
+    if x["step"]:
+        np.add.at(xbytes, np.asarray(x["step"], np.int64), np.asarray(x["bytes"], np.int64))
+    programs["bytes"].append(xbytes)
+    programs["cycles"].append(np.concatenate([prog_cycles, np.asarray(extra_cycles, np.int64)]).astype(np.int64))
+    for key in exchanges:
+        exchanges[key].append(np.asarray(x[key], object if key == "kind" else np.int64))
+    # tile cycles: each compute step on the rank's one tile
+    compute_steps = np.flatnonzero(prog_types == "compute_set")
+    tile_cycles["ipu"].append(np.full(len(compute_steps), ipu, np.int64))
+    tile_cycles["step"].append(compute_steps.astype(np.int64))
+    tile_cycles["tile"].append(np.zeros(len(compute_steps), np.int64))
+    tile_cycles["cycles"].append(prog_cycles[compute_steps].astype(np.int64))
+    # memory: the level at each step (most allocated during it, else what was allocated when it began)
+    starts = np.concatenate([rows.start[live], np.full(len(extra_names), rows.start[live][-1] if live.any() else lo)])
+    ends = np.concatenate([rows.end[live], starts[steps_here:]])
+    level = _levels(t.memory_ts, t.memory_bytes, starts, ends)
+    baseline = int(level.min()) if len(level) else 0
+    peak = int(level.max()) if len(level) else 0
+    peaks.append(peak)
+    liveness["ipu"].append(np.full(total_steps, ipu, np.int64))
+    liveness["step"].append(np.arange(total_steps))
+    liveness["always_live_bytes"].append(np.full(total_steps, baseline, np.int64))
+    liveness["not_always_live_bytes"].append((level - baseline).astype(np.int64))
+    liveness["worst_tile"].append(np.zeros(total_steps, np.int64))
+    liveness["worst_tile_bytes"].append(level.astype(np.int64))
+    tile_memory["ipu"].append(np.full(2, ipu, np.int64))
+    tile_memory["tile"].append(np.zeros(2, np.int64))
+    tile_memory["category"].append(np.array(["weights", "activations"], object))
+    tile_memory["always_live"].append(np.array([True, False]))
+    tile_memory["bytes"].append(np.array([baseline, peak - baseline], np.int64))
+
+
+def _levels(ts: np.ndarray, total: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each [start, end): the most ``total`` sampled inside it, or the last sample before it (0 if none)."""
+    if len(starts) == 0:
+        return np.zeros(0, np.int64)
+    if len(ts) == 0:
+        return np.zeros(len(starts), np.int64)
+    order = np.argsort(ts, kind="stable")
+    ts, total = ts[order], total[order]
+    before = np.searchsorted(ts, starts, side="left") - 1
+    level = np.where(before >= 0, total[np.maximum(before, 0)], 0)
+    first = np.searchsorted(ts, starts, side="left")
+    last = np.searchsorted(ts, ends, side="left")
+    inside = last > first
+    if inside.any():
+        # the running maximum within each [first, last): reduceat over the samples' segments
+        idx = np.flatnonzero(inside)
+        maxima = np.maximum.reduceat(total, first[idx]) if len(total) else np.zeros(0, np.int64)
+        # reduceat runs to the next index given; cap each at its own last sample
+        for_each = _segment_max(total, first[idx], last[idx])
+        level[idx] = np.maximum(level[idx], for_each)
+        del maxima
+    return level.astype(np.int64)
+
+
+def _segment_max(values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """max(values[first[i]:last[i]]) for non-empty, possibly overlapping segments: a sparse table."""
+    n = len(values)
+    table = [values]
+    width = 1
+    while width * 2 <= n:
+        prev = table[-1]
+        table.append(np.maximum(prev[:-width], prev[width:]))
+        width *= 2
+    length = last - first
+    level = np.floor(np.log2(np.maximum(length, 1))).astype(np.int64)
+    out = np.empty(len(first), values.dtype)
+    for k in np.unique(level):
+        pick = level == k
+        row = table[k]
+        out[pick] = np.maximum(row[first[pick]], row[last[pick] - (1 << k)])
+    return out
+
+
+def write(path: str | os.PathLike[str], target: dict, run: dict, tables: dict[str, dict]) -> None:
+    """Write the profile atomically (nothing is published on error)."""
+    generator = {"name": "popvision import", "version": __version__, "schema_version": SCHEMA_VERSION}
+    with ProfileWriter(path, target=target, run=run, generator=generator) as writer:
+        for name, columns in tables.items():
+            data = {k: (np.concatenate(v) if isinstance(v, list) and v and isinstance(v[0], np.ndarray)
+                        else (np.asarray(v) if not isinstance(v, np.ndarray) else v)) for k, v in columns.items()}
+            writer.write_table(name, data)

@@ -1,0 +1,388 @@
+"""One rank's PyTorch profiler trace, streamed: the events the import needs, as columns.
+
+A trace is the Chrome-trace JSON that ``torch.profiler`` (Kineto) writes, one file per rank, plain or
+gzipped. Its header (``schemaVersion``, ``deviceProperties``, ``distributedInfo``, ``baseTimeNanoseconds``,
+...) comes before the ``traceEvents`` array; the events are parsed one at a time with ijson's C backend
+(yajl), so memory does not grow with the file: each batch of events is reduced to the few columns
+below and dropped. What is kept grows with the pipeline's actions, the communication calls and the
+gaps between operators, not with the operators themselves:
+
+- ``spans``: annotations (``user_annotation``: ``ProfilerStep#N``, ``Forward {i}``, ``PP:...``,
+  ``Optimizer.step#...``), the pipeline stage's ``forward_one_chunk`` / ``backward_one_chunk`` Python
+  frames (traces recorded ``with_stack``), communication calls (``c10d::...`` operators, which block
+  the calling thread) and communication in flight (``gloo:...`` / ``nccl:...`` spans, and GPU kernels
+  whose name starts with ``nccl``);
+- ``busy``: the union of the operators' time on the rank's main thread (or of its GPU kernels), merged
+  interval by interval;
+- ``memory``: ``[memory]`` instants, reduced to the largest ``Total Allocated`` per 10 µs.
+
+Times are integers of nanoseconds on one clock for every rank: ``ts`` is microseconds from
+``baseTimeNanoseconds`` where the trace has it (current PyTorch) and absolute microseconds otherwise
+(older traces, whose ``ts`` is already on the wall clock).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from popvision_py.errors import PopvisionError
+
+BATCH_EVENTS = 1 << 16  # events reduced at a time
+HEAD_BYTES = 64 << 20  # the header must end (at "traceEvents") within this many bytes
+MEMORY_BUCKET_NS = 10_000  # [memory] samples kept: the largest Total Allocated per 10 µs
+
+# What a span is, by its name (see ``span_kind``).
+KINDS = ("step", "forward", "backward", "backward_input", "backward_weight", "update", "pp_comm", "pp_other",
+         "comm_call", "comm_flight")
+KIND = {name: i for i, name in enumerate(KINDS)}
+PASS_OF_ACTION = {"F": "forward", "B": "backward", "I": "backward_input", "W": "backward_weight"}
+PP_ACTION = re.compile(r"PP:(\d+)(UNSHARD|RESHARD|SEND_F|RECV_F|SEND_B|RECV_B|REDUCE_GRAD|F|I|W|B)(\d*)$")
+GPIPE = re.compile(r"(Forward|Backward) (\d+)$")
+STEP = re.compile(r"ProfilerStep#(\d+)$")
+COMM_CALL = re.compile(r"c10d::|record_param_comms$")
+COMM_FLIGHT = re.compile(r"(gloo|nccl):|nccl[A-Za-z]*Kernel|ncclDevKernel")
+DATA_PARALLEL_FORWARD = re.compile(r"(DistributedDataParallel|FullyShardedDataParallel|FSDP\w*)\.forward$")
+AUTOGRAD = "autograd::engine::evaluate_function: "  # a backward node run by the autograd engine
+CHUNK_FRAME = re.compile(r"pipelining/stage\.py\(\d+\): (forward|backward)_one_chunk$")
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+DTYPE_BYTES = {"float": 4, "float32": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "long int": 8,
+               "int": 4, "half": 2, "bfloat16": 2, "bool": 1, "unsigned char": 1, "signed char": 1}
+
+
+class TraceError(PopvisionError):
+    """A trace that is not a PyTorch profiler trace popvision can read (one sentence, exit 2)."""
+
+
+@dataclass
+class RankTrace:
+    """What the import keeps of one rank's trace (times in ns on the shared clock)."""
+
+    path: str
+    header: dict[str, Any]
+    rank: int
+    world_size: int | None
+    main_thread: Any = None
+    # spans: start, end, kind (KIND), stage, micro-batch, peer rank, bytes, name id
+    start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    stage: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    micro_batch: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    peer: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    nbytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    name: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    names: list[str] = field(default_factory=list)
+    busy: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))  # merged [start, end) rows
+    memory_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    memory_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    events: int = 0
+    gpu: bool = False
+    torch_version: str | None = None
+
+
+class _Recorder:
+    """A file object for ijson that keeps the first bytes it hands out (for the header)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+        self.head = bytearray()
+        self.read_bytes = 0
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            data = self.raw.read(size)
+        except (OSError, EOFError, zlib.error) as exc:  # gzip: a damaged or truncated stream
+            raise TraceError(f"cannot be decompressed ({exc})") from None
+        if len(self.head) < HEAD_BYTES:
+            self.head += data[: HEAD_BYTES - len(self.head)]
+        self.read_bytes += len(data)
+        return data
+
+
+def _open(path: Path) -> BinaryIO:
+    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
+    magic = raw.read(2)
+    raw.seek(0)
+    if magic == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    return raw
+
+
+def parse_header(head: bytes) -> dict[str, Any]:
+    """The top-level keys before ``"traceEvents"``: the header Kineto writes first."""
+    at = head.find(b'"traceEvents"')
+    if at < 0:
+        raise TraceError('has no "traceEvents" array near its start: it is not a PyTorch profiler trace '
+                         '(torch.profiler\'s export_chrome_trace writes one)')
+    text = head[:at].rstrip()
+    text = text[:-1] if text.endswith(b",") else text
+    try:
+        header = json.loads(text + b"}") if text.strip() != b"{" else {}
+    except ValueError:
+        raise TraceError("has a header that is not JSON before its \"traceEvents\" array") from None
+    if not isinstance(header, dict):
+        raise TraceError("is not a JSON object")
+    return header
+
+
+def _number(value: Any, default: float = 0.0) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def _elements(dims: Any) -> int:
+    """Elements of the first tensor (or tensor list) in ``Input Dims``."""
+    if not isinstance(dims, list) or not dims:
+        return 0
+    first = dims[0]
+    shapes = first if first and isinstance(first[0], list) else [first]
+    total = 0
+    for shape in shapes:
+        if isinstance(shape, list) and all(isinstance(d, int) for d in shape):
+            total += int(np.prod(shape, dtype=np.int64)) if shape else 1
+    return total
+
+
+def _comm_bytes(args: dict[str, Any]) -> int:
+    """Bytes a communication event moves: ``In msg nelems`` x the dtype (``record_param_comms``), else
+    the first input's elements (``Input Dims``) x its type (``Input type``), as gloo records them."""
+    dtype = args.get("dtype")
+    nelems = args.get("In msg nelems")
+    if isinstance(nelems, int) and nelems >= 0:
+        return nelems * DTYPE_BYTES.get(str(dtype), 4)
+    types = args.get("Input type")
+    kind = types[0] if isinstance(types, list) and types else None
+    return _elements(args.get("Input Dims")) * DTYPE_BYTES.get(str(kind), 4)
+
+
+def _peer(name: str, args: dict[str, Any]) -> int:
+    """The other rank of a point-to-point call: ``c10d::send`` / ``c10d::recv_`` hold it as their third
+    concrete input (dst / src); -1 for collectives and where it is not recorded."""
+    if name in ("c10d::send", "c10d::recv_"):
+        inputs = args.get("Concrete Inputs")
+        if isinstance(inputs, list) and len(inputs) > 2:
+            try:
+                return int(inputs[2])
+            except (TypeError, ValueError):
+                return -1
+    return -1
+
+
+class _Spans:
+    """Growing columns of spans."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, int, int, int, int, int, int]] = []
+        self.names: dict[str, int] = {}
+
+    def add(self, start: int, end: int, kind: str, stage: int, micro_batch: int, peer: int, nbytes: int,
+            name: str) -> None:
+        code = self.names.setdefault(name, len(self.names))
+        self.rows.append((start, end, KIND[kind], stage, micro_batch, peer, nbytes, code))
+
+
+def _merge(intervals: np.ndarray) -> np.ndarray:
+    """The union of [start, end) rows, as sorted disjoint rows."""
+    if len(intervals) == 0:
+        return intervals.reshape(0, 2)
+    order = np.argsort(intervals[:, 0], kind="stable")
+    start, end = intervals[order, 0], intervals[order, 1]
+    reach = np.maximum.accumulate(end)
+    new = np.ones(len(start), bool)
+    new[1:] = start[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(start) - 1)
+    return np.stack([start[first], reach[last]], axis=1)
+
+
+def read_rank(path: str | Path) -> RankTrace:
+    """Stream one rank's trace into a ``RankTrace``; a ``TraceError`` naming the file if it cannot."""
+    import ijson
+
+    path = Path(path)
+    try:
+        raw = _open(path)
+    except OSError as exc:
+        raise TraceError(f"{path} cannot be read: {exc.strerror or exc}.") from None
+    recorder = _Recorder(raw)
+    spans = _Spans()
+    busy: list[np.ndarray] = []
+    pending: list[tuple[int, int]] = []
+    gpu_pending: list[tuple[int, int]] = []
+    mem_ts: list[int] = []
+    mem_bytes: list[int] = []
+    mem_reduced: list[tuple[np.ndarray, np.ndarray]] = []
+    threads: dict[Any, int] = {}
+    events = 0
+    header: dict[str, Any] | None = None
+    base_ns: int | None = None
+    step_threads: set[Any] = set()
+    thread_busy: dict[Any, list[tuple[int, int]]] = {}
+    backward: dict[Any, list[tuple[int, int]]] = {}  # autograd nodes per thread, merged as they come
+
+    def ns(ts: Any) -> int:
+        return int(round(_number(ts) * 1000.0)) + (base_ns or 0)
+
+    try:
+        with raw:
+            for event in ijson.items(recorder, "traceEvents.item", use_float=True):
+                if header is None:
+                    header = parse_header(bytes(recorder.head))
+                    base = header.get("baseTimeNanoseconds")
+                    base_ns = int(base) if isinstance(base, int) and not isinstance(base, bool) and base > 0 else None
+                events += 1
+                if not isinstance(event, dict):
+                    continue
+                ph, name, cat = event.get("ph"), event.get("name"), event.get("cat")
+                if not isinstance(name, str):
+                    continue
+                if ph == "i" and name == "[memory]":
+                    args = event.get("args") or {}
+                    total = args.get("Total Allocated")
+                    if isinstance(total, (int, float)) and args.get("Device Type", 0) in (0, 1):
+                        mem_ts.append(ns(event.get("ts")))
+                        mem_bytes.append(int(total))
+                        if len(mem_ts) >= BATCH_EVENTS:
+                            mem_reduced.append(_bucket_max(mem_ts, mem_bytes))
+                            mem_ts, mem_bytes = [], []
+                    continue
+                if ph != "X":
+                    continue
+                start = ns(event.get("ts"))
+                dur = _number(event.get("dur"))
+                if dur < 0:
+                    raise TraceError(f"has an event with a negative duration ({name!r} at ts {event.get('ts')})")
+                end = start + int(round(dur * 1000.0))
+                tid = event.get("tid")
+                if cat in GPU_CATS:
+                    gpu_pending.append((start, end))
+                    if COMM_FLIGHT.match(name):
+                        args = event.get("args") or {}
+                        spans.add(start, end, "comm_flight", -1, -1, -1, _comm_bytes(args), name)
+                    if len(gpu_pending) >= BATCH_EVENTS:
+                        busy.append(_merge(np.asarray(gpu_pending, np.int64)))
+                        gpu_pending = []
+                    continue
+                if cat == "cpu_op" and name.startswith(AUTOGRAD):
+                    rows = backward.setdefault(tid, [])
+                    rows.append((start, end))
+                    if len(rows) >= BATCH_EVENTS:
+                        backward[tid] = [tuple(r) for r in _merge(np.asarray(rows, np.int64)).tolist()]
+                else:
+                    _classify(spans, name, cat, start, end, event)
+                if cat == "cpu_op":  # the thread runs an operator (annotations only name what it runs)
+                    threads[tid] = threads.get(tid, 0) + 1
+                    thread_busy.setdefault(tid, []).append((start, end))
+                    if len(thread_busy[tid]) >= BATCH_EVENTS:
+                        merged = _merge(np.asarray(thread_busy[tid], np.int64))
+                        thread_busy[tid] = [tuple(r) for r in merged.tolist()]
+                elif cat == "user_annotation" and STEP.match(name):
+                    step_threads.add(tid)
+    except TraceError as exc:
+        raise TraceError(f"{path} {exc}.") from None
+    except ijson.common.IncompleteJSONError as exc:
+        what = "ends before its JSON does (truncated?)" if "incomplete" in str(exc).lower() or "premature" in str(
+            exc).lower() else f"is not valid JSON ({str(exc).strip().splitlines()[0][:120]})"
+        raise TraceError(f"{path} {what}.") from None
+    except (ijson.common.JSONError, UnicodeDecodeError, ValueError) as exc:
+        raise TraceError(f"{path} is not valid JSON ({str(exc).strip()[:120]}).") from None
+    if header is None:
+        try:
+            header = parse_header(bytes(recorder.head))
+        except TraceError as exc:
+            raise TraceError(f"{path} {exc}.") from None
+        if events == 0 and recorder.read_bytes == 0:
+            raise TraceError(f"{path} is empty.")
+    info = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
+    rank = info.get("rank")
+    world = info.get("world_size")
+    if gpu_pending or any(len(b) for b in busy):
+        busy.append(_merge(np.asarray(gpu_pending, np.int64).reshape(-1, 2)))
+        busy_rows = _merge(np.concatenate(busy)) if busy else np.zeros((0, 2), np.int64)
+        gpu, main = True, None
+    else:
+        main = _main_thread(threads, step_threads)
+        rows = thread_busy.get(main, [])
+        busy_rows = _merge(np.asarray(rows, np.int64).reshape(-1, 2))
+        gpu = False
+    if main in backward or (gpu and backward):
+        rows = backward.get(main) or [r for rs in backward.values() for r in rs]
+        for a, b in _merge(np.asarray(rows, np.int64).reshape(-1, 2)).tolist():
+            spans.add(a, b, "backward", -1, -1, -1, 0, "autograd")
+    if mem_ts:
+        mem_reduced.append(_bucket_max(mem_ts, mem_bytes))
+    memory_ts = np.concatenate([m[0] for m in mem_reduced]) if mem_reduced else np.zeros(0, np.int64)
+    memory_bytes = np.concatenate([m[1] for m in mem_reduced]) if mem_reduced else np.zeros(0, np.int64)
+    table = np.asarray(spans.rows, np.int64).reshape(-1, 8)
+    names = list(spans.names)
+    return RankTrace(
+        path=str(path), header={k: v for k, v in header.items() if k != "traceEvents"},
+        rank=int(rank) if isinstance(rank, int) and not isinstance(rank, bool) else -1,
+        world_size=int(world) if isinstance(world, int) and not isinstance(world, bool) else None,
+        main_thread=main, start=table[:, 0], end=table[:, 1], kind=table[:, 2].astype(np.int8),
+        stage=table[:, 3].astype(np.int32), micro_batch=table[:, 4].astype(np.int32), peer=table[:, 5].astype(np.int32),
+        nbytes=table[:, 6], name=table[:, 7].astype(np.int32), names=names, busy=busy_rows,
+        memory_ts=memory_ts, memory_bytes=memory_bytes, events=events, gpu=gpu,
+        torch_version=_torch_version(header))
+
+
+def _main_thread(threads: dict[Any, int], step_threads: set[Any]) -> Any:
+    """The thread that runs the training loop: the one holding ``ProfilerStep#N``, else the busiest."""
+    if step_threads:
+        return max(step_threads, key=lambda t: threads.get(t, 0))
+    return max(threads, key=threads.get) if threads else None
+
+
+def _torch_version(header: dict[str, Any]) -> str | None:
+    for key in ("torch_version", "pytorch_version", "torchVersion"):
+        if isinstance(header.get(key), str):
+            return header[key]
+    return None
+
+
+def _bucket_max(ts: list[int], total: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The largest Total Allocated per ``MEMORY_BUCKET_NS``, at the time of that largest sample."""
+    t = np.asarray(ts, np.int64)
+    b = np.asarray(total, np.int64)
+    order = np.lexsort((-b, t // MEMORY_BUCKET_NS))
+    t, b = t[order], b[order]
+    bucket = t // MEMORY_BUCKET_NS
+    first = np.ones(len(t), bool)
+    first[1:] = bucket[1:] != bucket[:-1]
+    return t[first], b[first]
+
+
+def _classify(spans: _Spans, name: str, cat: Any, start: int, end: int, event: dict[str, Any]) -> None:
+    """Keep ``event`` as a span if the import uses it (see the module docstring)."""
+    if cat == "user_annotation":
+        if (m := STEP.match(name)) is not None:
+            spans.add(start, end, "step", -1, int(m.group(1)), -1, 0, name)
+        elif (m := GPIPE.match(name)) is not None:
+            spans.add(start, end, m.group(1).lower(), -1, int(m.group(2)), -1, 0, name)
+        elif (m := PP_ACTION.match(name)) is not None:
+            stage, action, mb = int(m.group(1)), m.group(2), int(m.group(3)) if m.group(3) else -1
+            kind = PASS_OF_ACTION.get(action) or ("pp_comm" if action in ("SEND_F", "RECV_F", "SEND_B", "RECV_B",
+                                                                          "REDUCE_GRAD") else "pp_other")
+            spans.add(start, end, kind, stage, mb, -1, 0, name)
+        elif name.startswith("Optimizer.step#"):
+            spans.add(start, end, "update", -1, -1, -1, 0, name)
+        elif DATA_PARALLEL_FORWARD.match(name):
+            spans.add(start, end, "forward", -1, -1, -1, 0, name)
+        elif COMM_FLIGHT.match(name):
+            args = event.get("args") or {}
+            spans.add(start, end, "comm_flight", -1, -1, -1, _comm_bytes(args), name)
+    elif cat == "cpu_op":
+        if COMM_CALL.match(name):
+            args = event.get("args") or {}
+            label = f"{name}:{args['Collective name']}" if isinstance(args.get("Collective name"), str) else name
+            spans.add(start, end, "comm_call", -1, -1, _peer(name, args), _comm_bytes(args), label)
+    elif cat == "python_function":
+        if (m := CHUNK_FRAME.search(name)) is not None:
+            spans.add(start, end, m.group(1), -1, -1, -1, 0, f"{m.group(1)}_one_chunk")

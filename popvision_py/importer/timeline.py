@@ -1,0 +1,172 @@
+"""Each rank's time line, cut into what the rank was doing: the rows of the profile's trace.
+
+A rank's time is given, moment by moment, to the first of these that holds it (``LABELS``' order):
+
+1. ``comm_call``: a communication call the training thread is inside (``c10d::send``, ``c10d::recv_``,
+   ``c10d::allreduce_``...): the thread is blocked in it, so its time is exposed communication;
+2. ``pp_comm``: a pipeline schedule's communication action (``PP:2RECV_F3``, ``PP:1SEND_B0``,
+   ``PP:0REDUCE_GRAD``) outside any call of (1);
+3. ``pass``: a pass of a stage over a micro-batch (less the moments inside it when no operator runs
+   and a transfer is in flight: the pass waiting for its input, counted under (6)): ``Forward {i}`` / ``Backward {i}`` (GPipe), ``PP:{stage}F{i}``
+   (and ``B``, ``I``, ``W``) of the multi-stage schedules, or the stage's ``forward_one_chunk`` /
+   ``backward_one_chunk`` frames (1F1B recorded ``with_stack``: the k-th of a step is micro-batch k, as
+   1F1B runs each stage's micro-batches in order);
+4. ``update``: the optimiser's step (``Optimizer.step#...``);
+5. ``busy``: any other operator on the training thread (or kernel on the GPU): compute of no pass;
+6. ``comm_flight``: communication in flight (``gloo:...`` / ``nccl:...``) while the rank does nothing
+   else: it waits for the transfer, so that time is exposed too. Where a transfer overlaps (3) to
+   (5), it is hidden: the transfer's whole time is its ``exchanges`` row, its exposed part its
+   program step's cycles (the format's convention for a transfer that overlaps compute);
+7. otherwise the rank is idle, and so is any moment of (1), (2) or (6) before the other side of a
+   point-to-point transfer had called (``peer_ready``): the rank waits for its peer, the pipeline's
+   bubble, not for the transfer.
+
+Everything is columnar: the boundaries of every span sorted once, each class's cover found with
+``searchsorted``, and equal neighbours merged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from popvision_py.importer.read import KIND, RankTrace
+
+LABELS = ("comm_call", "pp_comm", "pass", "update", "busy", "comm_flight", "idle")
+LABEL = {name: i for i, name in enumerate(LABELS)}
+PASS_KINDS = (KIND["forward"], KIND["backward"], KIND["backward_input"], KIND["backward_weight"])
+# the profile's pass of each span kind (the format's passes: forward, backward, update, none)
+PASS_NAME = {KIND["forward"]: "forward", KIND["backward"]: "backward", KIND["backward_input"]: "backward",
+             KIND["backward_weight"]: "backward", KIND["update"]: "update"}
+COLLECTIVE_WORDS = ("all_reduce", "allreduce", "reduce_scatter", "all_gather", "allgather", "broadcast",
+                    "all_to_all", "alltoall", "barrier", "reduce")
+
+
+@dataclass
+class Rows:
+    """One rank's rows: [start, end) in ns, the label, and the span (index into the rank's spans) behind it."""
+
+    start: np.ndarray
+    end: np.ndarray
+    label: np.ndarray
+    span: np.ndarray  # -1 for busy and idle rows
+
+
+def _cover(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """For each time in ``at``, the index of a span covering it (the latest to start), or -1.
+
+    Spans of one class are sorted by start; where they nest, the outer one holds its whole time.
+    """
+    if len(starts) == 0:
+        return np.full(len(at), -1, np.int64)
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    # an outer span covers what its nested spans cover: keep each span's reach (the furthest end so far)
+    reach = np.maximum.accumulate(e)
+    outer = np.ones(len(s), bool)
+    outer[1:] = e[1:] > reach[:-1]  # a span wholly inside an earlier one adds nothing
+    s, e, order = s[outer], e[outer], order[outer]
+    k = np.searchsorted(s, at, side="right") - 1
+    inside = (k >= 0) & (e[np.maximum(k, 0)] > at)
+    return np.where(inside, order[np.maximum(k, 0)], -1)
+
+
+def peer_ready(traces: list[RankTrace]) -> list[np.ndarray]:
+    """For each rank's spans, when the other side of a point-to-point transfer was ready (-1 if none).
+
+    The k-th ``c10d::send`` from rank a to rank b pairs with the k-th ``c10d::recv_`` on b from a (both
+    in time order: a pair of ranks' transfers are matched in the order they were posted). Until both
+    sides have called, neither can move data: a rank waiting before then waits for its peer (the
+    pipeline's bubble), not for the transfer. Ranks' clocks are taken to agree (one machine, or
+    synchronised clocks: ``baseTimeNanoseconds`` is wall-clock time).
+    """
+    ready = [np.full(len(t.kind), -1, np.int64) for t in traces]
+    by_rank = {t.rank: k for k, t in enumerate(traces)}
+    calls = []
+    for k, t in enumerate(traces):
+        names = np.array(t.names, dtype=object)
+        is_call = (t.kind == KIND["comm_call"]) & (t.peer >= 0)
+        word = names[t.name] if len(names) else np.zeros(0, object)
+        send = is_call & (word == "c10d::send") if len(word) else is_call
+        recv = is_call & (word == "c10d::recv_") if len(word) else is_call
+        calls.append((send, recv))
+    for a, t in enumerate(traces):
+        send, _ = calls[a]
+        for b_rank in np.unique(t.peer[send]):
+            b = by_rank.get(int(b_rank))
+            if b is None:
+                continue
+            u = traces[b]
+            sends = np.flatnonzero(send & (t.peer == b_rank))
+            recvs = np.flatnonzero(calls[b][1] & (u.peer == t.rank))
+            sends = sends[np.argsort(t.start[sends], kind="stable")]
+            recvs = recvs[np.argsort(u.start[recvs], kind="stable")]
+            n = min(len(sends), len(recvs))
+            both = np.maximum(t.start[sends[:n]], u.start[recvs[:n]])
+            ready[a][sends[:n]] = both
+            ready[b][recvs[:n]] = both
+    return ready
+
+
+def rank_rows(trace: RankTrace, window: tuple[int, int], ready: np.ndarray | None = None) -> Rows:
+    """The rank's rows over ``window``: contiguous, from its start to its end. ``ready`` (``peer_ready``):
+    a moment of waiting before a transfer's peer was ready is idle, after it exposed communication."""
+    lo, hi = window
+    kind = trace.kind
+    classes = {
+        "comm_call": kind == KIND["comm_call"],
+        "pp_comm": kind == KIND["pp_comm"],
+        "pass": np.isin(kind, PASS_KINDS),
+        "update": kind == KIND["update"],
+        "comm_flight": kind == KIND["comm_flight"],
+    }
+    start = np.clip(trace.start, lo, hi)
+    end = np.clip(trace.end, lo, hi)
+    busy = np.clip(trace.busy, lo, hi) if len(trace.busy) else np.zeros((0, 2), np.int64)
+    used = np.zeros(len(kind), bool)
+    for mask in classes.values():
+        used |= mask
+    edges = np.unique(np.concatenate([[lo, hi], start[used], end[used], busy.ravel()]))
+    at = edges[:-1]
+    label = np.full(len(at), LABEL["idle"], np.int8)
+    span = np.full(len(at), -1, np.int64)
+    free = np.ones(len(at), bool)
+    working = _cover(busy[:, 0], busy[:, 1], at) >= 0 if len(busy) else np.zeros(len(at), bool)
+    flight = np.flatnonzero(classes["comm_flight"])
+    # inside a pass, a moment with no operator running while a transfer is in flight is a wait for it
+    # (GPipe's Forward {i} holds the wait for its input); any other moment is the pass's own time
+    waiting = (_cover(start[flight], end[flight], at) >= 0) & ~working if len(flight) else np.zeros(len(at), bool)
+    # waiting for the peer of a point-to-point transfer: from the call until the peer's call
+    early = np.flatnonzero(ready > trace.start) if ready is not None else np.zeros(0, np.int64)
+    for_peer = _cover(start[early], np.clip(ready[early], lo, hi), at) >= 0 if len(early) else np.zeros(len(at), bool)
+    for name in LABELS[:-1]:
+        if name == "busy":
+            covered = working
+            owner = np.full(len(at), -1, np.int64)
+        else:
+            index = np.flatnonzero(classes[name])
+            if len(index) == 0:
+                continue
+            hit = _cover(start[index], end[index], at)
+            covered = hit >= 0
+            if name in ("pass", "update"):
+                covered &= ~waiting
+            if name in ("comm_call", "pp_comm", "comm_flight"):
+                covered &= ~for_peer  # idle: the rank waits for its peer
+            owner = np.where(covered, index[np.maximum(hit, 0)], -1)
+        take = free & covered
+        label[take] = LABEL[name]
+        span[take] = owner[take]
+        free &= ~take
+    # merge neighbours of one label and one span
+    new = np.ones(len(at), bool)
+    new[1:] = (label[1:] != label[:-1]) | (span[1:] != span[:-1])
+    first = np.flatnonzero(new)
+    ends = np.append(at[first[1:]], hi) if len(first) else np.zeros(0, np.int64)
+    return Rows(start=at[first], end=ends, label=label[first], span=span[first])
+
+
+def is_collective(name: str) -> bool:
+    low = name.lower()
+    return any(word in low for word in COLLECTIVE_WORDS) and "send" not in low and "recv" not in low
