@@ -21,17 +21,20 @@ formulas: docs/api.md and docs/reports.md.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import pandas as pd
 
 from popvision_py.analysis import exchange as _exchange
 from popvision_py.analysis import fixes as _fixes
 from popvision_py.analysis import host as _host
+from popvision_py.analysis import imported as _imported
 from popvision_py.analysis import liveness as _liveness
 from popvision_py.analysis import memory as _memory
 from popvision_py.analysis import stages as _stages
@@ -70,6 +73,11 @@ class Report:
         self.stages = StagesReport(self)
         self.exchange = ExchangeReport(self)
         self.trace = TraceReport(self)
+
+    @property
+    def imported(self) -> bool:
+        """Imported from PyTorch profiler traces (``popvision import``): a rank is an IPU, a cycle a nanosecond."""
+        return _imported.is_imported(self.run)
 
     # -- data access (each read once) -----------------------------------------------------
 
@@ -244,6 +252,8 @@ class SummaryReport(_View):
         r = self._r
 
         def compute() -> tuple[Table, list[_fixes.Fix | None]]:
+            if r.imported:
+                return self._imported_findings()
             oom = r.memory._out_of_memory()
             breakdown = (r.memory._tile_breakdown(int(oom["ipu"][0]), int(oom["tile"][0]))
                          if len(oom) else None)  # read only when a tile is out of memory
@@ -254,6 +264,20 @@ class SummaryReport(_View):
                 kinds=r.exchange._by_kind(), costliest=r.exchange._costliest(10), host=r.exchange.host_input()))
 
         return self._memo("insights", compute)
+
+    def _imported_findings(self) -> tuple[Table, list[_fixes.Fix | None]]:
+        """An imported run's insights, in a PyTorch user's words: none has a ``popvision run`` command."""
+        r = self._r
+        per = r.stages._summary()
+        everything = np.asarray(per["pass"], object) == "all"
+        cycles = dict(zip(np.asarray(per["stage"])[everything].tolist(),
+                          np.asarray(per["cycles_per_micro_batch"], np.float64)[everything].tolist()))
+        rows = _imported.insights(r.run, r.stages.figures(), r.exchange._communication(), r.liveness._peaks(), cycles)
+        columns = {c: np.empty(len(rows), object) for c in _summary.INSIGHT_COLUMNS}
+        for k, (severity, topic, finding, suggestion) in enumerate(rows):
+            for c, v in zip(_summary.INSIGHT_COLUMNS, (severity, topic, finding, suggestion, "", "")):
+                columns[c][k] = v
+        return Table(columns), [None] * len(rows)
 
 
 class MemoryReport(_View):
@@ -355,7 +379,14 @@ class StagesReport(_View):
         return self._memo("summary", lambda: _stages.summary(self._costs(), self._r.trace_summary()))
 
     def figures(self) -> _stages.StageFigures:
-        return self._memo("figures", lambda: _stages.figures(self._costs(), self._r.trace_summary()))
+        """Key figures; for an imported run the ideal bubble is its schedule's (``imported.pipeline``)."""
+        def compute() -> _stages.StageFigures:
+            found = _stages.figures(self._costs(), self._r.trace_summary())
+            if self._r.imported:
+                found = dataclasses.replace(found, ideal_bubble_pct=_imported.pipeline(self._r.run).ideal_bubble_pct)
+            return found
+
+        return self._memo("figures", compute)
 
     def gantt(self) -> pd.DataFrame:
         r = self._r
@@ -417,6 +448,15 @@ class ExchangeReport(_View):
 
     def _bandwidth(self) -> Table:
         return self._memo("bandwidth", lambda: _exchange.bandwidth(self._by_kind(), self._r.target))
+
+    def communication(self) -> pd.DataFrame:
+        """Per rank (IPU): compute, exposed communication, communication hidden behind compute, idle
+        (``imported.COMM_COLUMNS``)."""
+        return self._communication().frame()
+
+    def _communication(self) -> Table:
+        return self._memo("communication", lambda: _imported.communication(
+            self._r.trace_summary(), self._r.columns("exchanges"), self._r.run))
 
     def costliest(self, n: int = 10) -> pd.DataFrame:
         return self._costliest(n).frame()

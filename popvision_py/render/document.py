@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.version import __version__
+from popvision_py.analysis import imported
 from popvision_py.analysis.tables import TABLE_COLUMNS, Table
 from popvision_py.render.format import verification
 
@@ -93,17 +94,29 @@ def build_report(report: Any, section: str = "all", figures: bool = False) -> Do
     return doc
 
 
+def _meaningless(doc: Document, key: str, title: str, sentence: str) -> None:
+    """A section that has no meaning for this profile (an imported trace's tiles, say): one line."""
+    doc.add(key, title, Table({}), items=[], empty=sentence)
+
+
 def _summary(doc: Document, r: Any, figures: bool) -> None:
     doc.add("summary.figures", "Summary", r.summary.figures())
     doc.add("summary.insights", "Insights", r.answer("summary.insights"))
 
 
 def _memory(doc: Document, r: Any, figures: bool) -> None:
-    doc.add("memory.by_ipu", "Memory per IPU", r.answer("memory.by_ipu"))
-    doc.add("memory.distribution", "Memory per tile: distribution over tiles", r.answer("memory.distribution"))
+    doc.add("memory.by_ipu", "Memory per IPU" + (" (rank)" if r.imported else ""), r.answer("memory.by_ipu"))
+    if r.imported:
+        _meaningless(doc, "memory.distribution", "Memory per tile: distribution over tiles", imported.NO_TILES)
+    else:
+        doc.add("memory.distribution", "Memory per tile: distribution over tiles", r.answer("memory.distribution"))
     doc.add("memory.by_category", "Memory by category", r.answer("memory.by_category"))
-    doc.add("memory.out_of_memory", "Out-of-memory tiles (largest excess first)", r.answer("memory.out_of_memory"))
-    doc.add("memory.largest_variables", "Largest variables", r.answer("memory.largest_variables", 20))
+    if r.imported:
+        _meaningless(doc, "memory.out_of_memory", "Out-of-memory tiles (largest excess first)", imported.NO_TILES)
+        _meaningless(doc, "memory.largest_variables", "Largest variables", imported.NO_VARIABLES)
+    else:
+        doc.add("memory.out_of_memory", "Out-of-memory tiles (largest excess first)", r.answer("memory.out_of_memory"))
+        doc.add("memory.largest_variables", "Largest variables", r.answer("memory.largest_variables", 20))
     if figures:
         doc.add("memory.by_tile", "Memory per tile", r.memory.by_tile(), hidden=True)
 
@@ -120,12 +133,22 @@ def _liveness(doc: Document, r: Any, figures: bool) -> None:
             "ipu": np.repeat([ipu for ipu, _ in at], sizes), "step": np.repeat([step for _, step in at], sizes),
             **{c: np.concatenate([t[c] for t in live]) for c in live[0].names},
         })
-    doc.add("liveness.live_at_peak", "Largest variables live at each IPU's peak step", table)
+    if r.imported:
+        _meaningless(doc, "liveness.live_at_peak", "Largest variables live at each IPU's peak step", imported.NO_VARIABLES)
+    else:
+        doc.add("liveness.live_at_peak", "Largest variables live at each IPU's peak step", table)
     doc.add("liveness.by_step", "Memory live at each program step", r.answer("liveness.by_step"))
 
 
 def _stages(doc: Document, r: Any, figures: bool) -> None:
     doc.add("stages.figures", "Pipeline figures", r.stages.figures())
+    if r.imported:
+        _meaningless(doc, "stages.host_input", "Host input: the IPUs' wait for the host's data loaders", imported.NO_HOST_CALLS)
+        doc.add("stages.summary", "Stages: time per micro-batch, busy and idle", r.answer("stages.summary"))
+        _meaningless(doc, "stages.best_split", "Best contiguous split of the blocks", imported.NO_BLOCKS)
+        if figures:
+            doc.add("stages.gantt", "Pipeline Gantt chart", r.stages.gantt(), hidden=True)
+        return
     doc.add("stages.host_input", "Host input: the IPUs' wait for the host's data loaders", r.stages.host_input())
     doc.add("stages.summary", "Stages: time per micro-batch, busy and idle", r.answer("stages.summary"))
     split = r.stages.best_split()
@@ -140,7 +163,12 @@ def _stages(doc: Document, r: Any, figures: bool) -> None:
 
 def _exchange(doc: Document, r: Any, figures: bool) -> None:
     doc.add("exchange.figures", "Time by phase (IPU-cycles summed over IPUs)", r.exchange.figures())
-    doc.add("exchange.host_input", "Host input: the IPUs' wait for the host's data loaders", r.exchange.host_input())
+    if r.imported:
+        doc.add("exchange.communication", "Communication per rank: exposed and hidden behind compute",
+                r.answer("exchange.communication"))
+        _meaningless(doc, "exchange.host_input", "Host input: the IPUs' wait for the host's data loaders", imported.NO_HOST_CALLS)
+    else:
+        doc.add("exchange.host_input", "Host input: the IPUs' wait for the host's data loaders", r.exchange.host_input())
     doc.add("exchange.by_kind", "Exchange by kind", r.answer("exchange.by_kind"))
     doc.add("exchange.bandwidth", "Achieved vs peak bandwidth", r.answer("exchange.bandwidth"))
     doc.add("exchange.matrix", "IPU-to-IPU matrix (-1 host, -2 streaming memory)", r.answer("exchange.matrix"))
