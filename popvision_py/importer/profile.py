@@ -27,11 +27,12 @@ import numpy as np
 
 from popvision_py.format import ProfileWriter
 from popvision_py.format.schema import SCHEMA_VERSION
-from popvision_py.importer.read import KIND, RankTrace
+from popvision_py.importer.read import KIND, RankTrace, TraceError
 from popvision_py.importer.timeline import LABEL, PASS_NAME, Rows, is_collective, peer_ready, rank_rows
 from popvision_py.version import __version__
 
 CLOCK_HZ = 1e9  # one cycle is one nanosecond
+MAX_CYCLES = 2**53 - 1  # the format's largest cycle count
 SOURCE = "pytorch-profiler"
 
 
@@ -123,6 +124,9 @@ def build_tables(traces: list[RankTrace], device_memory: int | None = None) -> t
     for t in traces:
         _chunk_micro_batches(t)
     lo, hi = window(traces)
+    if hi - lo > MAX_CYCLES:
+        raise TraceError(f"The traces span {(hi - lo) / 86400e9:,.0f} days, more than a profile holds (104 days of "
+                         f"nanoseconds): give the traces of one run, whose clocks agree.")
     found = layout(traces)
     ipu_of_rank = {t.rank: k for k, t in enumerate(traces)}
     stage_ids = sorted(found.stage_rank)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ import numpy as np
 
 from popvision_py.errors import PopvisionError
 
+MAX_US = 2.0**61 / 1000  # times in microseconds beyond this (73 years) do not fit int64 nanoseconds with the base
+MAX_ID = 1 << 30  # a stage or micro-batch number beyond this is not a real run's
 BATCH_EVENTS = 1 << 16  # events reduced at a time
 HEAD_BYTES = 64 << 20  # the header must end (at "traceEvents") within this many bytes
 MEMORY_BUCKET_NS = 10_000  # [memory] samples kept: the largest Total Allocated per 10 µs
@@ -146,7 +149,7 @@ def _elements(dims: Any) -> int:
     total = 0
     for shape in shapes:
         if isinstance(shape, list) and all(isinstance(d, int) for d in shape):
-            total += int(np.prod(shape, dtype=np.int64)) if shape else 1
+            total += math.prod(shape)  # Python ints: a hostile shape cannot wrap around
     return total
 
 
@@ -155,7 +158,7 @@ def _comm_bytes(args: dict[str, Any]) -> int:
     the first input's elements (``Input Dims``) x its type (``Input type``), as gloo records them."""
     dtype = args.get("dtype")
     nelems = args.get("In msg nelems")
-    if isinstance(nelems, int) and nelems >= 0:
+    if isinstance(nelems, int) and not isinstance(nelems, bool) and nelems >= 0:
         return nelems * DTYPE_BYTES.get(str(dtype), 4)
     types = args.get("Input type")
     kind = types[0] if isinstance(types, list) and types else None
@@ -181,11 +184,17 @@ class _Spans:
     def __init__(self) -> None:
         self.rows: list[tuple[int, int, int, int, int, int, int, int]] = []
         self.names: dict[str, int] = {}
+        self.on_gpu: list[bool] = []  # the span is on a GPU track (a gpu_user_annotation)
 
     def add(self, start: int, end: int, kind: str, stage: int, micro_batch: int, peer: int, nbytes: int,
             name: str) -> None:
+        if max(stage, micro_batch, peer) >= MAX_ID or nbytes >= 1 << 62:
+            raise TraceError(f"names a stage, micro-batch, rank or size out of range in {name[:80]!r}")
         code = self.names.setdefault(name, len(self.names))
         self.rows.append((start, end, KIND[kind], stage, micro_batch, peer, nbytes, code))
+        self.on_gpu.append(self.gpu_track)
+
+    gpu_track = False
 
 
 def _merge(intervals: np.ndarray) -> np.ndarray:
@@ -228,7 +237,10 @@ def read_rank(path: str | Path) -> RankTrace:
     backward: dict[Any, list[tuple[int, int]]] = {}  # autograd nodes per thread, merged as they come
 
     def ns(ts: Any) -> int:
-        return int(round(_number(ts) * 1000.0)) + (base_ns or 0)
+        value = _number(ts)
+        if not abs(value) < MAX_US:
+            raise TraceError(f"has a time stamp out of range ({ts!r} microseconds)")
+        return int(round(value * 1000.0)) + (base_ns or 0)
 
     try:
         with raw:
@@ -236,7 +248,7 @@ def read_rank(path: str | Path) -> RankTrace:
                 if header is None:
                     header = parse_header(bytes(recorder.head))
                     base = header.get("baseTimeNanoseconds")
-                    base_ns = int(base) if isinstance(base, int) and not isinstance(base, bool) and base > 0 else None
+                    base_ns = int(base) if isinstance(base, int) and not isinstance(base, bool) and 0 < base < 1 << 62 else None
                 events += 1
                 if not isinstance(event, dict):
                     continue
@@ -257,8 +269,9 @@ def read_rank(path: str | Path) -> RankTrace:
                     continue
                 start = ns(event.get("ts"))
                 dur = _number(event.get("dur"))
-                if dur < 0:
-                    raise TraceError(f"has an event with a negative duration ({name!r} at ts {event.get('ts')})")
+                if not 0 <= dur < MAX_US:
+                    raise TraceError(f"has an event whose duration is negative or out of range ({name!r} at ts "
+                                     f"{event.get('ts')})")
                 end = start + int(round(dur * 1000.0))
                 tid = event.get("tid")
                 if cat in GPU_CATS:
@@ -276,7 +289,8 @@ def read_rank(path: str | Path) -> RankTrace:
                     if len(rows) >= BATCH_EVENTS:
                         backward[tid] = [tuple(r) for r in _merge(np.asarray(rows, np.int64)).tolist()]
                 else:
-                    _classify(spans, name, cat, start, end, event)
+                    spans.gpu_track = cat == "gpu_user_annotation"
+                    _classify(spans, name, "user_annotation" if spans.gpu_track else cat, start, end, event)
                 if cat == "cpu_op":  # the thread runs an operator (annotations only name what it runs)
                     threads[tid] = threads.get(tid, 0) + 1
                     thread_busy.setdefault(tid, []).append((start, end))
@@ -288,6 +302,8 @@ def read_rank(path: str | Path) -> RankTrace:
     except TraceError as exc:
         raise TraceError(f"{path} {exc}.") from None
     except ijson.common.IncompleteJSONError as exc:
+        if recorder.read_bytes == 0:
+            raise TraceError(f"{path} is empty.") from None
         what = "ends before its JSON does (truncated?)" if "incomplete" in str(exc).lower() or "premature" in str(
             exc).lower() else f"is not valid JSON ({str(exc).strip().splitlines()[0][:120]})"
         raise TraceError(f"{path} {what}.") from None
@@ -321,6 +337,13 @@ def read_rank(path: str | Path) -> RankTrace:
     memory_ts = np.concatenate([m[0] for m in mem_reduced]) if mem_reduced else np.zeros(0, np.int64)
     memory_bytes = np.concatenate([m[1] for m in mem_reduced]) if mem_reduced else np.zeros(0, np.int64)
     table = np.asarray(spans.rows, np.int64).reshape(-1, 8)
+    on_gpu = np.asarray(spans.on_gpu, bool)
+    if gpu and on_gpu.any():
+        # a GPU trace: the passes' time is their GPU-side annotations' (when their kernels ran), not the
+        # CPU's (when they were launched); profiler steps and communication calls stay on the CPU's clock
+        work = np.isin(table[:, 2], [KIND[k] for k in ("forward", "backward", "backward_input", "backward_weight",
+                                                        "update", "pp_comm", "pp_other")])
+        table = table[~(work & ~on_gpu)]
     names = list(spans.names)
     return RankTrace(
         path=str(path), header={k: v for k, v in header.items() if k != "traceEvents"},
