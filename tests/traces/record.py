@@ -305,7 +305,10 @@ def record(kind: str, out_dir: Path, *, heavy_stage: int | None = DEFAULT_HEAVY_
     ``heavy_stage`` and ``micro_batches`` apply to the pipeline kinds only (``heavy_stage=None``: all
     stages alike); ``steps`` profiled training steps follow one unprofiled warm-up step;
     ``with_stack=None`` takes the kind's default (True for ``1f1b`` only). Returns the rank files in
-    rank order. Raises if a rank fails or the whole run takes over ``timeout_s``.
+    rank order. Raises if a rank fails or the whole run takes over ``timeout_s``. The ranks are
+    forked from a fork server (``multiprocessing``'s forkserver), so the caller's main module must be
+    importable: not ``python -`` or ``python -c``. ``meta.json`` keys that are stage or rank numbers
+    are strings (JSON).
     """
     meta = plan(kind, heavy_stage=heavy_stage, micro_batches=micro_batches, steps=steps,
                 with_stack=with_stack)
@@ -315,7 +318,13 @@ def record(kind: str, out_dir: Path, *, heavy_stage: int | None = DEFAULT_HEAVY_
     for p in paths:
         p.unlink(missing_ok=True)
     start = time.perf_counter()
-    _spawn(meta, out_dir, timeout_s)
+    for attempt in range(3):
+        try:
+            _spawn(meta, out_dir, timeout_s)
+            break
+        except mp.ProcessRaisedException as exc:  # the free port was taken before rank 0 bound it
+            if attempt == 2 or "address already in use" not in str(exc).lower():
+                raise
     meta["wall_s"] = round(time.perf_counter() - start, 2)
     meta["torch_version"] = torch.__version__
     missing = [p.name for p in paths if not p.is_file()]

@@ -3,9 +3,12 @@
 import json
 import re
 
+import pytest
+
 from tests.traces.record import record
 
 
+@pytest.mark.slow
 def test_gpipe_records_one_trace_per_rank(tmp_path):
     micro_batches, steps = 4, 2
     paths = record("gpipe", tmp_path, micro_batches=micro_batches, steps=steps)
