@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from popvision_py.errors import PopvisionError
 from popvision_py.importer.profile import build_tables, write
 from popvision_py.importer.read import RankTrace, TraceError, read_rank
 

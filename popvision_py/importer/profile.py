@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -83,14 +82,9 @@ def layout(traces: list[RankTrace]) -> Layout:
         stage_rank = {t.rank: t.rank for t in traces}
     if not chunks and not gpipe and not pp:
         not_inferred.append("micro-batches: the trace has no pipeline schedule's annotations")
-    if not any(n.endswith("_one_chunk") for n in names) and not gpipe and not pp and any(
-            t.kind.size and (t.kind == KIND["backward"]).any() for t in traces):
-        pass
     if chunks and not gpipe and not pp:
         not_inferred.append("which micro-batch a forward or backward is: 1F1B names none; the k-th "
                             "forward_one_chunk (backward_one_chunk) of a step is taken as micro-batch k")
-    if not chunks and not gpipe and not pp and any(n == "autograd" for n in names):
-        pass
     micro = max((int(t.micro_batch[np.isin(t.kind, [KIND["forward"], KIND["backward"], KIND["backward_input"],
                                                     KIND["backward_weight"]])].max(initial=-1)) for t in traces),
                 default=-1) + 1
@@ -246,31 +240,8 @@ def _rank_tables(t: RankTrace, ipu: int, rows: Rows, lo: int, found: Layout, sta
     prog_types = types
     prog_cycles = cycles
     # transfers: one exchanges row per comm span, on its first exposed step or on a new 0-cycle step
-    comm_spans = np.flatnonzero(np.isin(t.kind, [KIND["comm_call"], KIND["comm_flight"]]))
-    exposed_first: dict[int, int] = {}
-    for row_step, s in zip(step[live & has], span[live & has]):
-        exposed_first.setdefault(int(s), int(row_step))
-    extra_names, extra_types, extra_cycles = [], [], []
-    x = {k: [] for k in exchanges}
-    for s in comm_spans:
-        s = int(s)
-        dur = int(t.end[s] - t.start[s])
-        if t.end[s] <= lo:
-            continue
-        name = t.names[t.name[s]]
-        kind_word = "all_reduce" if is_collective(name) else "inter_ipu"
-        peer = int(t.peer[s])
-        src, dst = (ipu, ipu_of_rank.get(peer, ipu)) if "send" in name else (ipu_of_rank.get(peer, ipu), ipu)
-        if s in exposed_first:
-            at = exposed_first[s]
-        else:
-            at = steps_here + len(extra_names)
-            extra_names.append(name)
-            extra_types.append("all_reduce" if kind_word == "all_reduce" else "global_exchange")
-            extra_cycles.append(0)
-        for key, value in (("ipu", ipu), ("step", at), ("kind", kind_word), ("src_ipu", src), ("dst_ipu", dst),
-                           ("bytes", int(t.nbytes[s])), ("cycles", dur)):
-            x[key].append(value)
+    x, extra_names, extra_types = _transfers(t, ipu, lo, step[live & has], span[live & has], steps_here, ipu_of_rank)
+    extra_cycles = np.zeros(len(extra_names), np.int64)
     total_steps = steps_here + len(extra_names)
     programs["ipu"].append(np.full(total_steps, ipu, np.int64))
     programs["step"].append(np.arange(total_steps))
@@ -281,12 +252,12 @@ def _rank_tables(t: RankTrace, ipu: int, rows: Rows, lo: int, found: Layout, sta
     programs["pass"].append(np.concatenate([prog_pass, np.array(["none"] * len(extra_names), object)]))
     programs["tiles"].append(np.ones(total_steps, np.int64))
     xbytes = np.zeros(total_steps, np.int64)
-    if x["step"]:
+    if len(x["step"]):
         np.add.at(xbytes, np.asarray(x["step"], np.int64), np.asarray(x["bytes"], np.int64))
     programs["bytes"].append(xbytes)
     programs["cycles"].append(np.concatenate([prog_cycles, np.asarray(extra_cycles, np.int64)]).astype(np.int64))
     for key in exchanges:
-        exchanges[key].append(np.asarray(x[key], object if key == "kind" else np.int64))
+        exchanges[key].append(x[key])
     # tile cycles: each compute step on the rank's one tile
     compute_steps = np.flatnonzero(prog_types == "compute_set")
     tile_cycles["ipu"].append(np.full(len(compute_steps), ipu, np.int64))
@@ -297,8 +268,12 @@ def _rank_tables(t: RankTrace, ipu: int, rows: Rows, lo: int, found: Layout, sta
     starts = np.concatenate([rows.start[live], np.full(len(extra_names), rows.start[live][-1] if live.any() else lo)])
     ends = np.concatenate([rows.end[live], starts[steps_here:]])
     level = _levels(t.memory_ts, t.memory_bytes, starts, ends)
-    baseline = int(level.min()) if len(level) else 0
-    peak = int(level.max()) if len(level) else 0
+    # the peak: the largest sample of the profiled window, or the level it began at (samples taken
+    # while the rank idled count too: they are allocations of its other threads)
+    inside = (t.memory_ts >= lo) & (t.memory_ts < rows.end[-1] if n else False)
+    at_start = _levels(t.memory_ts, t.memory_bytes, np.array([lo]), np.array([lo]))
+    peak = int(max(int(t.memory_bytes[inside].max(initial=0)), int(at_start[0]) if len(at_start) else 0))
+    baseline = min(int(level.min()) if len(level) else 0, peak)
     peaks.append(peak)
     liveness["ipu"].append(np.full(total_steps, ipu, np.int64))
     liveness["step"].append(np.arange(total_steps))
@@ -311,6 +286,46 @@ def _rank_tables(t: RankTrace, ipu: int, rows: Rows, lo: int, found: Layout, sta
     tile_memory["category"].append(np.array(["weights", "activations"], object))
     tile_memory["always_live"].append(np.array([True, False]))
     tile_memory["bytes"].append(np.array([baseline, peak - baseline], np.int64))
+
+
+def _transfers(t: RankTrace, ipu: int, lo: int, row_steps: np.ndarray, row_spans: np.ndarray, steps_here: int,
+               ipu_of_rank: dict[int, int]) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
+    """The rank's ``exchanges`` rows: one per communication span, on the first program step where it is
+    exposed, or on a new step of 0 cycles (wholly hidden). A transfer in flight (``gloo:`` / ``nccl:``)
+    carries the bytes and the peer of the call that started it (the latest call before it), and that
+    call then carries none, so no byte is counted twice. Returns the rows and the new steps' names and types."""
+    kind = t.kind
+    comm = np.flatnonzero(np.isin(kind, [KIND["comm_call"], KIND["comm_flight"]]) & (t.end > lo))
+    flight = kind[comm] == KIND["comm_flight"]
+    calls, flights = comm[~flight], comm[flight]
+    peer = t.peer.astype(np.int64).copy()
+    nbytes = t.nbytes.astype(np.int64).copy()
+    if len(flights):
+        order = np.argsort(t.start[calls], kind="stable")
+        k = np.searchsorted(t.start[calls][order], t.start[flights], side="right") - 1
+        parent = np.where(k >= 0, calls[order][np.maximum(k, 0)] if len(calls) else -1, -1)
+        peer[flights] = np.where(parent >= 0, t.peer[np.maximum(parent, 0)] if len(calls) else -1, -1)
+        nbytes[calls] = 0
+    names = np.array(t.names + [""], dtype=object)
+    sends = np.array(["send" in n for n in t.names] + [False], bool)[t.name[comm]]
+    collective = np.array([is_collective(n) for n in t.names] + [False], bool)[t.name[comm]]
+    other = np.array([ipu_of_rank.get(int(r), ipu) for r in peer[comm]], np.int64) if len(comm) else np.zeros(0, np.int64)
+    # the first exposed step of each span, else a new 0-cycle step after the rank's others
+    seen, first = np.unique(row_spans, return_index=True)
+    where = np.searchsorted(seen, comm)
+    exposed = (where < len(seen)) & (seen[np.minimum(where, len(seen) - 1)] == comm) if len(seen) else np.zeros(len(comm), bool)
+    at = np.where(exposed, row_steps[first[np.minimum(where, len(seen) - 1)]] if len(seen) else -1, -1)
+    hidden = ~exposed
+    at[hidden] = steps_here + np.arange(int(hidden.sum()))
+    rows = {
+        "ipu": np.full(len(comm), ipu, np.int64), "step": at.astype(np.int64),
+        "kind": np.where(collective, "all_reduce", "inter_ipu").astype(object),
+        "src_ipu": np.where(sends, ipu, other), "dst_ipu": np.where(sends, other, ipu),
+        "bytes": nbytes[comm], "cycles": (t.end[comm] - t.start[comm]).astype(np.int64),
+    }
+    new_names = names[t.name[comm[hidden]]].tolist()
+    new_types = np.where(collective[hidden], "all_reduce", "global_exchange").tolist()
+    return rows, new_names, new_types
 
 
 def _levels(ts: np.ndarray, total: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -329,11 +344,7 @@ def _levels(ts: np.ndarray, total: np.ndarray, starts: np.ndarray, ends: np.ndar
     if inside.any():
         # the running maximum within each [first, last): reduceat over the samples' segments
         idx = np.flatnonzero(inside)
-        maxima = np.maximum.reduceat(total, first[idx]) if len(total) else np.zeros(0, np.int64)
-        # reduceat runs to the next index given; cap each at its own last sample
-        for_each = _segment_max(total, first[idx], last[idx])
-        level[idx] = np.maximum(level[idx], for_each)
-        del maxima
+        level[idx] = np.maximum(level[idx], _segment_max(total, first[idx], last[idx]))
     return level.astype(np.int64)
 
 

@@ -223,7 +223,6 @@ def read_rank(path: str | Path) -> RankTrace:
     recorder = _Recorder(raw)
     spans = _Spans()
     busy: list[np.ndarray] = []
-    pending: list[tuple[int, int]] = []
     gpu_pending: list[tuple[int, int]] = []
     mem_ts: list[int] = []
     mem_bytes: list[int] = []

@@ -140,6 +140,13 @@ def rank_rows(trace: RankTrace, window: tuple[int, int], ready: np.ndarray | Non
     # waiting for the peer of a point-to-point transfer: from the call until the peer's call
     early = np.flatnonzero(ready > trace.start) if ready is not None else np.zeros(0, np.int64)
     for_peer = _cover(start[early], np.clip(ready[early], lo, hi), at) >= 0 if len(early) else np.zeros(len(at), bool)
+    # a moment in communication (1, 2, or 6 while no operator runs) before the peer was ready is idle
+    in_comm = waiting.copy()
+    for name in ("comm_call", "pp_comm"):
+        index = np.flatnonzero(classes[name])
+        if len(index):
+            in_comm |= _cover(start[index], end[index], at) >= 0
+    free &= ~(for_peer & in_comm)
     for name in LABELS[:-1]:
         if name == "busy":
             covered = working
@@ -152,8 +159,6 @@ def rank_rows(trace: RankTrace, window: tuple[int, int], ready: np.ndarray | Non
             covered = hit >= 0
             if name in ("pass", "update"):
                 covered &= ~waiting
-            if name in ("comm_call", "pp_comm", "comm_flight"):
-                covered &= ~for_peer  # idle: the rank waits for its peer
             owner = np.where(covered, index[np.maximum(hit, 0)], -1)
         take = free & covered
         label[take] = LABEL[name]
