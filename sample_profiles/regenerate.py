@@ -1,11 +1,15 @@
-"""Regenerate the sample profiles with the emulator: `python sample_profiles/regenerate.py`.
+"""Regenerate the sample profiles: `python sample_profiles/regenerate.py`.
 
-Each sample is one folder holding a profile.pop, made by the command written beside it. They are
-deterministic: running this again rewrites the same tables (only the manifest's `created` differs).
+Each sample is one folder holding a profile.pop, made by the command written beside it: the
+emulator's (`popvision run`), and `pytorch_gpipe`, imported from the real PyTorch profiler traces
+kept beside it (a 4-rank GPipe run over gloo on the CPU, stage 2 three times as heavy, recorded by
+`python -m tests.traces.record gpipe`). They are deterministic: running this again rewrites the same
+tables (only the manifest's `created` differs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -27,6 +31,11 @@ SAMPLES: dict[str, list[str]] = {
     "bert_base_pipelined": ["bert-base", "--batch-size", "2", "--layers", "4", "--gradient-accumulation", "9"],
 }
 
+# folder -> `popvision import` arguments (traces committed beside the profile)
+IMPORTED: dict[str, list[str]] = {
+    "pytorch_gpipe": ["sample_profiles/pytorch_gpipe/traces", "--name", "gpipe", "-o", "sample_profiles/pytorch_gpipe"],
+}
+
 
 def main_() -> int:
     runner = CliRunner()
@@ -38,6 +47,14 @@ def main_() -> int:
         if result.exit_code != 0:
             return result.exit_code
         (out / "COMMAND").write_text(f"popvision run {' '.join(args)} --profile --profile-dir sample_profiles/{folder}\n")
+    for folder, args in IMPORTED.items():
+        with contextlib.chdir(HERE.parent):  # the manifest keeps the trace paths as given: relative
+            result = runner.invoke(main, ["import", *args, "-q"])
+        print(f"popvision import {' '.join(args)}")
+        print(result.output)
+        if result.exit_code != 0:
+            return result.exit_code
+        (HERE / folder / "COMMAND").write_text(f"popvision import {' '.join(args)}\n")
     return 0
 
 

@@ -242,7 +242,7 @@ def test_inference_has_forward_tracks_only(tmp_path):
 
 @pytest.mark.parametrize("path", SAMPLES, ids=[p.parent.name for p in SAMPLES])
 def test_every_sample_exports_valid_trace_event_json(path, tmp_path):
-    assert len(SAMPLES) == 6
+    assert len(SAMPLES) == 7
     result, doc = export(path, tmp_path / "t.json")
     assert result.exit_code == 0, result.output
     with open_profile(path) as profile:

@@ -27,8 +27,10 @@ from popvision_py.format.atomic import check_writable
               help="Each rank's device memory in GiB, which the memory reports measure against (a GPU trace "
                    "states it; a CPU trace does not, and is then measured against the largest rank's peak).")
 @click.option("--jobs", type=click.IntRange(1, 256), help="Traces read at once (the CPUs by default).")
+@click.option("--name", help="The run's name in the reports (the traces' folder name by default).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def command(traces: tuple[str, ...], output: str, device_memory: float | None, jobs: int | None, quiet: bool) -> None:
+def command(traces: tuple[str, ...], output: str, device_memory: float | None, jobs: int | None, name: str | None,
+            quiet: bool) -> None:
     """Import PyTorch profiler traces (one per rank) as OUTPUT/profile.pop: pipeline stages, micro-batches,
     bubble, exposed communication and memory, for `report`, `dashboard`, `compare`, `export-trace` and `sql`."""
     from popvision_py.importer import find_traces, import_traces
@@ -47,7 +49,7 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     with tqdm(total=len(paths), desc="Reading traces", unit="rank", file=sys.stderr,
               disable=quiet or not sys.stderr.isatty(), leave=False) as bar:
         run = import_traces(paths, target, device_memory=int(device_memory * 2**30) if device_memory else None,
-                            jobs=jobs, progress=lambda: bar.update(1))
+                            jobs=jobs, name=name, progress=lambda: bar.update(1))
     info = run["import"]
     click.echo(f"Imported {len(paths)} trace(s) ({info['events']:,} events, ranks "
                f"{', '.join(str(r) for r in info['ranks'])}): {info['schedule']}, {len(run['stages'])} stage(s), "

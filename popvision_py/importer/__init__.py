@@ -45,7 +45,10 @@ def find_traces(given: Iterable[str]) -> list[Path]:
             found += matches
         else:
             raise TraceError(f"{item} does not exist.")
-    unique = list(dict.fromkeys(p.resolve() for p in found))
+    named: dict[Path, Path] = {}
+    for p in found:
+        named.setdefault(p.resolve(), p)  # each file once, as it was first named
+    unique = list(named.values())
     if not unique:
         raise TraceError("No trace given.")
     return unique
@@ -91,13 +94,13 @@ def read_traces(paths: list[Path], jobs: int | None = None,
 
 
 def import_traces(paths: list[Path], output: Path, *, device_memory: int | None = None, jobs: int | None = None,
-                  progress: Callable[[], None] = lambda: None) -> dict:
+                  name: str | None = None, progress: Callable[[], None] = lambda: None) -> dict:
     """Read ``paths`` and write ``output`` (a profile.pop); returns the manifest's ``run``."""
     traces = read_traces(paths, jobs, progress)
     if not any(len(t.start) or len(t.busy) for t in traces):
         raise TraceError("The traces hold no events on any rank's time line (no operators, annotations or "
                          "communication): record them with torch.profiler's CPU (and CUDA) activities.")
-    target, run, tables = build_tables(traces, device_memory)
+    target, run, tables = build_tables(traces, device_memory, name)
     Path(output).parent.mkdir(parents=True, exist_ok=True)  # only now: a bad trace leaves no folder behind
     write(output, target, run, tables)
     return run

@@ -113,8 +113,10 @@ def _chunk_micro_batches(trace: RankTrace) -> None:
         trace.micro_batch[rows[pick]] = (n - first).astype(np.int32)
 
 
-def build_tables(traces: list[RankTrace], device_memory: int | None = None) -> tuple[dict, dict, dict[str, dict]]:
-    """``(target, run, tables)`` for the ranks' traces (ranks in rank order, ipu = position)."""
+def build_tables(traces: list[RankTrace], device_memory: int | None = None,
+                 name: str | None = None) -> tuple[dict, dict, dict[str, dict]]:
+    """``(target, run, tables)`` for the ranks' traces (ranks in rank order, ipu = position); ``name``
+    is the run's name in the reports (the traces' folder by default)."""
     for t in traces:
         _chunk_micro_batches(t)
     lo, hi = window(traces)
@@ -162,7 +164,7 @@ def build_tables(traces: list[RankTrace], device_memory: int | None = None) -> t
     not_inferred.append("samples per micro-batch: the trace does not record the batch size (taken as 1)")
     strategy = "pipelined" if found.schedule not in ("data parallel", "single process") else "sharded"
     run = {
-        "model": Path(os.path.commonpath([t.path for t in traces])).name or "trace",
+        "model": name or Path(os.path.commonpath([os.path.abspath(t.path) for t in traces])).name or "trace",
         "strategy": strategy, "mode": "training", "stages": stages,
         "micro_batch_size": 1, "gradient_accumulation": found.micro_batches,
         "device_iterations": found.iterations, "replication_factor": 1, "runs": 1,

@@ -105,7 +105,7 @@ def _summary(doc: Document, r: Any, figures: bool) -> None:
 
 
 def _memory(doc: Document, r: Any, figures: bool) -> None:
-    doc.add("memory.by_ipu", "Memory per IPU" + (" (rank)" if r.imported else ""), r.answer("memory.by_ipu"))
+    doc.add("memory.by_ipu", "Memory per IPU", r.answer("memory.by_ipu"))
     if r.imported:
         _meaningless(doc, "memory.distribution", "Memory per tile: distribution over tiles", imported.NO_TILES)
     else:

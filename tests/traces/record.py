@@ -51,10 +51,10 @@ SCHEDULE_CLASS = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved
 WITH_STACK = {"gpipe": False, "1f1b": True, "interleaved": False, "ddp": False, "fsdp": False}
 DEFAULT_HEAVY_STAGE = 2
 DEFAULT_MICRO_BATCHES = 8
-HEAVY_FACTOR = 3
+HEAVY_FACTOR = 4
 
 WIDTH = 512             # every block is Linear(WIDTH, WIDTH) + ReLU
-MICRO_BATCH_SIZE = 32   # rows per micro-batch (pipeline kinds)
+MICRO_BATCH_SIZE = 64   # rows per micro-batch (pipeline kinds): enough that the matmuls, not Python, set a stage's time
 LAYERS_PER_STAGE = 2    # blocks on an ordinary stage; the heavy stage has HEAVY_FACTOR times as many
 DP_LAYERS = 4           # blocks of the ddp / fsdp model
 DP_BATCH = 64           # rows per rank per step (ddp / fsdp)
