@@ -136,6 +136,12 @@ def parse_header(head: bytes) -> dict[str, Any]:
     return header
 
 
+def _args(event: dict[str, Any]) -> dict[str, Any]:
+    """An event's ``args``, or nothing where a hostile trace holds something other than an object there."""
+    args = event.get("args")
+    return args if isinstance(args, dict) else {}
+
+
 def _number(value: Any, default: float = 0.0) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
@@ -224,15 +230,17 @@ def read_rank(path: str | Path) -> RankTrace:
     spans = _Spans()
     busy: list[np.ndarray] = []
     gpu_pending: list[tuple[int, int]] = []
-    mem_ts: list[int] = []
-    mem_bytes: list[int] = []
-    mem_reduced: list[tuple[np.ndarray, np.ndarray]] = []
+    # [memory] samples per device type (0 CPU, 1 CUDA): a GPU trace's memory is its GPU's
+    mem_ts: dict[int, list[int]] = {0: [], 1: []}
+    mem_bytes: dict[int, list[int]] = {0: [], 1: []}
+    mem_reduced: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {0: [], 1: []}
     threads: dict[Any, int] = {}
     events = 0
     header: dict[str, Any] | None = None
     base_ns: int | None = None
     step_threads: set[Any] = set()
     thread_busy: dict[Any, list[tuple[int, int]]] = {}
+    gpu = False  # the trace has device tracks (kernels, memcpys, memsets)
     backward: dict[Any, list[tuple[int, int]]] = {}  # autograd nodes per thread, merged as they come
 
     def ns(ts: Any) -> int:
@@ -252,17 +260,21 @@ def read_rank(path: str | Path) -> RankTrace:
                 if not isinstance(event, dict):
                     continue
                 ph, name, cat = event.get("ph"), event.get("name"), event.get("cat")
+                cat = cat if isinstance(cat, str) else None
                 if not isinstance(name, str):
                     continue
                 if ph == "i" and name == "[memory]":
-                    args = event.get("args") or {}
+                    args = _args(event)
                     total = args.get("Total Allocated")
-                    if isinstance(total, (int, float)) and args.get("Device Type", 0) in (0, 1):
-                        mem_ts.append(ns(event.get("ts")))
-                        mem_bytes.append(int(total))
-                        if len(mem_ts) >= BATCH_EVENTS:
-                            mem_reduced.append(_bucket_max(mem_ts, mem_bytes))
-                            mem_ts, mem_bytes = [], []
+                    device = args.get("Device Type", 0)
+                    if isinstance(total, (int, float)) and not isinstance(total, bool) and device in (0, 1):
+                        if not 0 <= total < 1 << 62:
+                            raise TraceError(f"has a [memory] event whose Total Allocated is out of range ({total!r})")
+                        mem_ts[device].append(ns(event.get("ts")))
+                        mem_bytes[device].append(int(total))
+                        if len(mem_ts[device]) >= BATCH_EVENTS:
+                            mem_reduced[device].append(_bucket_max(mem_ts[device], mem_bytes[device]))
+                            mem_ts[device], mem_bytes[device] = [], []
                     continue
                 if ph != "X":
                     continue
@@ -273,11 +285,14 @@ def read_rank(path: str | Path) -> RankTrace:
                                      f"{event.get('ts')})")
                 end = start + int(round(dur * 1000.0))
                 tid = event.get("tid")
+                tid = tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else None
                 if cat in GPU_CATS:
-                    gpu_pending.append((start, end))
-                    if COMM_FLIGHT.match(name):
-                        args = event.get("args") or {}
+                    gpu = True
+                    if COMM_FLIGHT.match(name):  # an NCCL kernel moves data: communication, not compute
+                        args = _args(event)
                         spans.add(start, end, "comm_flight", -1, -1, -1, _comm_bytes(args), name)
+                    else:
+                        gpu_pending.append((start, end))
                     if len(gpu_pending) >= BATCH_EVENTS:
                         busy.append(_merge(np.asarray(gpu_pending, np.int64)))
                         gpu_pending = []
@@ -318,23 +333,24 @@ def read_rank(path: str | Path) -> RankTrace:
     info = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
     rank = info.get("rank")
     world = info.get("world_size")
-    if gpu_pending or any(len(b) for b in busy):
+    if gpu:
         busy.append(_merge(np.asarray(gpu_pending, np.int64).reshape(-1, 2)))
         busy_rows = _merge(np.concatenate(busy)) if busy else np.zeros((0, 2), np.int64)
-        gpu, main = True, None
+        main = None
     else:
         main = _main_thread(threads, step_threads)
         rows = thread_busy.get(main, [])
         busy_rows = _merge(np.asarray(rows, np.int64).reshape(-1, 2))
-        gpu = False
     if main in backward or (gpu and backward):
         rows = backward.get(main) or [r for rs in backward.values() for r in rs]
         for a, b in _merge(np.asarray(rows, np.int64).reshape(-1, 2)).tolist():
             spans.add(a, b, "backward", -1, -1, -1, 0, "autograd")
-    if mem_ts:
-        mem_reduced.append(_bucket_max(mem_ts, mem_bytes))
-    memory_ts = np.concatenate([m[0] for m in mem_reduced]) if mem_reduced else np.zeros(0, np.int64)
-    memory_bytes = np.concatenate([m[1] for m in mem_reduced]) if mem_reduced else np.zeros(0, np.int64)
+    for device in (0, 1):
+        if mem_ts[device]:
+            mem_reduced[device].append(_bucket_max(mem_ts[device], mem_bytes[device]))
+    kept = mem_reduced[1] if (gpu or not mem_reduced[0]) and mem_reduced[1] else mem_reduced[0]
+    memory_ts = np.concatenate([m[0] for m in kept]) if kept else np.zeros(0, np.int64)
+    memory_bytes = np.concatenate([m[1] for m in kept]) if kept else np.zeros(0, np.int64)
     table = np.asarray(spans.rows, np.int64).reshape(-1, 8)
     on_gpu = np.asarray(spans.on_gpu, bool)
     if gpu and on_gpu.any():
@@ -398,11 +414,11 @@ def _classify(spans: _Spans, name: str, cat: Any, start: int, end: int, event: d
         elif DATA_PARALLEL_FORWARD.match(name):
             spans.add(start, end, "forward", -1, -1, -1, 0, name)
         elif COMM_FLIGHT.match(name):
-            args = event.get("args") or {}
+            args = _args(event)
             spans.add(start, end, "comm_flight", -1, -1, -1, _comm_bytes(args), name)
     elif cat == "cpu_op":
         if COMM_CALL.match(name):
-            args = event.get("args") or {}
+            args = _args(event)
             label = f"{name}:{args['Collective name']}" if isinstance(args.get("Collective name"), str) else name
             spans.add(start, end, "comm_call", -1, -1, _peer(name, args), _comm_bytes(args), label)
     elif cat == "python_function":
