@@ -191,103 +191,99 @@ def _device_memory(traces: list[RankTrace]) -> int | None:
 def _rank_tables(t: RankTrace, ipu: int, rows: Rows, lo: int, found: Layout, stage_index: dict[int, int],
                  own_stage: int, ipu_of_rank: dict[int, int], cols: dict, programs: dict, exchanges: dict,
                  liveness: dict, tile_cycles: dict, tile_memory: dict, peaks: list) -> None:
+    """Append one rank's rows of every table (``cols`` is the trace's); its memory peak to ``peaks``."""
     n = len(rows.start)
-    label = rows.label.astype(np.int64)
-    span = rows.span
+    label, span = rows.label.astype(np.int64), rows.span
     has = span >= 0
     sp = np.maximum(span, 0)
-    kind = np.where(has, t.kind[sp] if len(t.kind) else -1, -1)
-    # stage: the annotation's (PP:), else the rank's own for pass / update / busy rows
-    stage = np.where(has & (t.stage[sp] >= 0) if len(t.stage) else has, t.stage[sp] if len(t.stage) else -1, -1)
-    stage = np.array([stage_index.get(int(s), -1) for s in stage], np.int64) if n and (stage >= 0).any() else stage
     idle = label == LABEL["idle"]
-    stage = np.where((stage < 0) & ~idle, own_stage, stage)
-    micro = np.where(has & np.isin(label, [LABEL["pass"], LABEL["pp_comm"]]), t.micro_batch[sp] if len(t.micro_batch) else -1, -1)
+    live = ~idle
+    exchange = np.isin(label, [LABEL["comm_call"], LABEL["pp_comm"], LABEL["comm_flight"]])
+    kind = np.where(has, t.kind[sp], -1) if len(t.kind) else np.full(n, -1)
+    # stage: the action's (PP:), through the profile's stage numbering; else the rank's own
+    lookup = np.full(max(stage_index, default=-1) + 2, -1, np.int64)
+    lookup[np.asarray(list(stage_index), np.int64) + 1] = list(stage_index.values())
+    named = np.where(has, t.stage[sp], -1) if len(t.stage) else np.full(n, -1)
+    stage = np.where((named >= 0) & (named < len(lookup) - 1), lookup[np.clip(named + 1, 0, len(lookup) - 1)], -1)
+    stage = np.where(idle, -1, np.where(stage < 0, own_stage, stage))
+    micro = np.where(has & np.isin(label, [LABEL["pass"], LABEL["pp_comm"]]), t.micro_batch[sp], -1) \
+        if len(t.micro_batch) else np.full(n, -1)
     micro = np.where(micro < found.micro_batches, micro, -1)
-    pass_names = np.array(["none"] * n, dtype=object)
-    for k, name in PASS_NAME.items():
-        pass_names[(kind == k) & np.isin(label, [LABEL["pass"], LABEL["update"]])] = name
-    # iteration: the profiler step the row starts in
-    steps = np.sort(t.start[t.kind == KIND["step"]])
-    iteration = np.clip(np.searchsorted(steps, rows.start, side="right") - 1, 0, found.iterations - 1) \
-        if len(steps) else np.zeros(n, np.int64)
-    phase = np.where(idle, "idle", np.where(np.isin(label, [LABEL["comm_call"], LABEL["pp_comm"], LABEL["comm_flight"]]),
-                                            "exchange", "compute"))
-    # program steps: every non-idle row; then one 0-cycle step per transfer with no exposed row
+    # the pass: PASSES' words, by the span's kind, for pass and update rows only
+    words = np.array(["none", *sorted(set(PASS_NAME.values()))], dtype=object)
+    code = np.zeros(max(KIND.values()) + 2, np.int64)
+    for k, word in PASS_NAME.items():
+        code[k + 1] = list(words).index(word)
+    pass_ = words[np.where(np.isin(label, [LABEL["pass"], LABEL["update"]]), code[kind + 1], 0)]
+    steps = np.sort(t.start[t.kind == KIND["step"]])  # iteration: the profiler step a row starts in
+    iteration = (np.clip(np.searchsorted(steps, rows.start, side="right") - 1, 0, found.iterations - 1)
+                 if len(steps) else np.zeros(n, np.int64))
     step = np.full(n, -1, np.int64)
-    step[~idle] = np.arange(int((~idle).sum()))
+    step[live] = np.arange(int(live.sum()))  # every row that is not idle is a program step of its own
     cols["run"].append(np.zeros(n, np.int64))
     cols["iteration"].append(iteration.astype(np.int64))
     cols["micro_batch"].append(micro.astype(np.int64))
     cols["ipu"].append(np.full(n, ipu, np.int64))
-    cols["stage"].append(np.where(idle, -1, stage).astype(np.int64))
-    cols["pass"].append(pass_names.astype(str))
+    cols["stage"].append(stage.astype(np.int64))
+    cols["pass"].append(pass_.astype(str))
     cols["step"].append(step)
-    cols["phase"].append(phase.astype(str))
+    cols["phase"].append(np.where(idle, "idle", np.where(exchange, "exchange", "compute")))
     cols["start_cycle"].append(rows.start - lo)
     cols["end_cycle"].append(rows.end - lo)
-    names = np.array(t.names + [""], dtype=object)
-    live = ~idle
-    row_name = np.where(has, names[np.where(has, t.name[sp] if len(t.name) else -1, -1)], "")
-    label_words = np.array(["", "", "", "", "operators", "", ""], dtype=object)
-    row_name = np.where(row_name == "", label_words[label], row_name)
-    cycles = (rows.end - rows.start)[live]
-    comm = np.isin(label, [LABEL["comm_call"], LABEL["pp_comm"], LABEL["comm_flight"]])[live]
-    collective = np.array([is_collective(str(s)) for s in row_name[live]], bool) if live.any() else np.zeros(0, bool)
-    types = np.where(comm, np.where(collective, "all_reduce", "global_exchange"), "compute_set")
-    steps_here = int(live.sum())
-    prog_stage = stage[live]
-    prog_pass = pass_names[live]
-    prog_names = row_name[live]
-    prog_types = types
-    prog_cycles = cycles
-    # transfers: one exchanges row per comm span, on its first exposed step or on a new 0-cycle step
-    x, extra_names, extra_types = _transfers(t, ipu, lo, step[live & has], span[live & has], steps_here, ipu_of_rank)
-    extra_cycles = np.zeros(len(extra_names), np.int64)
-    total_steps = steps_here + len(extra_names)
-    programs["ipu"].append(np.full(total_steps, ipu, np.int64))
-    programs["step"].append(np.arange(total_steps))
-    programs["type"].append(np.concatenate([prog_types.astype(object), np.array(extra_types, object)]))
-    programs["name"].append(np.concatenate([prog_names.astype(object), np.array(extra_names, object)]))
-    programs["op_id"].append(np.full(total_steps, -1, np.int64))
-    programs["stage"].append(np.concatenate([prog_stage, np.full(len(extra_names), -1)]).astype(np.int64))
-    programs["pass"].append(np.concatenate([prog_pass, np.array(["none"] * len(extra_names), object)]))
-    programs["tiles"].append(np.ones(total_steps, np.int64))
-    xbytes = np.zeros(total_steps, np.int64)
-    if len(x["step"]):
-        np.add.at(xbytes, np.asarray(x["step"], np.int64), np.asarray(x["bytes"], np.int64))
-    programs["bytes"].append(xbytes)
-    programs["cycles"].append(np.concatenate([prog_cycles, np.asarray(extra_cycles, np.int64)]).astype(np.int64))
+    # program steps: the live rows, then a step of 0 cycles for each transfer never exposed
+    names = np.array(t.names + ["operators"], dtype=object)  # busy rows (no span) are the thread's operators
+    collective = np.array([is_collective(w) for w in t.names] + [False], bool)  # per distinct name
+    name_id = np.where(has, t.name[sp], len(t.names)) if len(t.name) else np.full(n, len(t.names))
+    transfers, new_names, new_types = _transfers(t, ipu, lo, step[live & has], span[live & has], int(live.sum()),
+                                                 ipu_of_rank)
+    types = np.where(exchange, np.where(collective[name_id], "all_reduce", "global_exchange"), "compute_set")[live]
+    cycles = np.concatenate([(rows.end - rows.start)[live], np.zeros(len(new_names), np.int64)])
+    total = len(cycles)
+    nbytes = np.zeros(total, np.int64)
+    np.add.at(nbytes, transfers["step"], transfers["bytes"])
+    for key, value in (("ipu", np.full(total, ipu, np.int64)), ("step", np.arange(total)),
+                       ("type", np.concatenate([types.astype(object), np.array(new_types, object)])),
+                       ("name", np.concatenate([names[name_id[live]], np.array(new_names, object)])),
+                       ("op_id", np.full(total, -1, np.int64)),
+                       ("stage", np.concatenate([stage[live], np.full(len(new_names), -1)]).astype(np.int64)),
+                       ("pass", np.concatenate([pass_[live], np.full(len(new_names), "none", object)])),
+                       ("tiles", np.ones(total, np.int64)), ("bytes", nbytes), ("cycles", cycles)):
+        programs[key].append(value)
     for key in exchanges:
-        exchanges[key].append(x[key])
-    # tile cycles: each compute step on the rank's one tile
-    compute_steps = np.flatnonzero(prog_types == "compute_set")
-    tile_cycles["ipu"].append(np.full(len(compute_steps), ipu, np.int64))
-    tile_cycles["step"].append(compute_steps.astype(np.int64))
-    tile_cycles["tile"].append(np.zeros(len(compute_steps), np.int64))
-    tile_cycles["cycles"].append(prog_cycles[compute_steps].astype(np.int64))
-    # memory: the level at each step (most allocated during it, else what was allocated when it began)
-    starts = np.concatenate([rows.start[live], np.full(len(extra_names), rows.start[live][-1] if live.any() else lo)])
-    ends = np.concatenate([rows.end[live], starts[steps_here:]])
+        exchanges[key].append(transfers[key])
+    computing = np.flatnonzero(types == "compute_set")  # each compute step on the rank's one tile
+    for key, value in (("ipu", np.full(len(computing), ipu, np.int64)), ("step", computing.astype(np.int64)),
+                       ("tile", np.zeros(len(computing), np.int64)), ("cycles", cycles[computing])):
+        tile_cycles[key].append(value)
+    _memory_tables(t, ipu, rows, lo, live, total, liveness, tile_memory, peaks)
+
+
+def _memory_tables(t: RankTrace, ipu: int, rows: Rows, lo: int, live: np.ndarray, total: int, liveness: dict,
+                   tile_memory: dict, peaks: list) -> None:
+    """Each step's level (the most allocated while it ran, else what was allocated when it began), and
+    the rank's peak split into what stayed allocated throughout and the rest."""
+    last = rows.start[live][-1] if live.any() else lo
+    starts = np.concatenate([rows.start[live], np.full(total - int(live.sum()), last)])
+    ends = np.concatenate([rows.end[live], starts[int(live.sum()):]])
     level = _levels(t.memory_ts, t.memory_bytes, starts, ends)
     # the peak: the largest sample of the profiled window, or the level it began at (samples taken
     # while the rank idled count too: they are allocations of its other threads)
-    inside = (t.memory_ts >= lo) & (t.memory_ts < rows.end[-1] if n else False)
-    at_start = _levels(t.memory_ts, t.memory_bytes, np.array([lo]), np.array([lo]))
-    peak = int(max(int(t.memory_bytes[inside].max(initial=0)), int(at_start[0]) if len(at_start) else 0))
+    end = rows.end[-1] if len(rows.end) else lo
+    inside = (t.memory_ts >= lo) & (t.memory_ts < end)
+    peak = int(max(int(t.memory_bytes[inside].max(initial=0)),
+                   int(_levels(t.memory_ts, t.memory_bytes, np.array([lo]), np.array([lo]))[0])))
     baseline = min(int(level.min()) if len(level) else 0, peak)
     peaks.append(peak)
-    liveness["ipu"].append(np.full(total_steps, ipu, np.int64))
-    liveness["step"].append(np.arange(total_steps))
-    liveness["always_live_bytes"].append(np.full(total_steps, baseline, np.int64))
-    liveness["not_always_live_bytes"].append((level - baseline).astype(np.int64))
-    liveness["worst_tile"].append(np.zeros(total_steps, np.int64))
-    liveness["worst_tile_bytes"].append(level.astype(np.int64))
-    tile_memory["ipu"].append(np.full(2, ipu, np.int64))
-    tile_memory["tile"].append(np.zeros(2, np.int64))
-    tile_memory["category"].append(np.array(["weights", "activations"], object))
-    tile_memory["always_live"].append(np.array([True, False]))
-    tile_memory["bytes"].append(np.array([baseline, peak - baseline], np.int64))
+    for key, value in (("ipu", np.full(total, ipu, np.int64)), ("step", np.arange(total)),
+                       ("always_live_bytes", np.full(total, baseline, np.int64)),
+                       ("not_always_live_bytes", (level - baseline).astype(np.int64)),
+                       ("worst_tile", np.zeros(total, np.int64)), ("worst_tile_bytes", level.astype(np.int64))):
+        liveness[key].append(value)
+    for key, value in (("ipu", np.full(2, ipu, np.int64)), ("tile", np.zeros(2, np.int64)),
+                       ("category", np.array(["weights", "activations"], object)),
+                       ("always_live", np.array([True, False])),
+                       ("bytes", np.array([baseline, peak - baseline], np.int64))):
+        tile_memory[key].append(value)
 
 
 def _transfers(t: RankTrace, ipu: int, lo: int, row_steps: np.ndarray, row_spans: np.ndarray, steps_here: int,
@@ -311,7 +307,11 @@ def _transfers(t: RankTrace, ipu: int, lo: int, row_steps: np.ndarray, row_spans
     names = np.array(t.names + [""], dtype=object)
     sends = np.array(["send" in n for n in t.names] + [False], bool)[t.name[comm]]
     collective = np.array([is_collective(n) for n in t.names] + [False], bool)[t.name[comm]]
-    other = np.array([ipu_of_rank.get(int(r), ipu) for r in peer[comm]], np.int64) if len(comm) else np.zeros(0, np.int64)
+    to_ipu = np.full(max(ipu_of_rank, default=0) + 1, -1, np.int64)  # rank -> ipu, -1 for a rank not imported
+    to_ipu[np.asarray(list(ipu_of_rank), np.int64)] = list(ipu_of_rank.values())
+    known = (peer[comm] >= 0) & (peer[comm] < len(to_ipu))
+    other = np.where(known, to_ipu[np.clip(peer[comm], 0, len(to_ipu) - 1)], -1)
+    other = np.where(other >= 0, other, ipu)  # a peer outside the traces given: the rank itself
     # the first exposed step of each span, else a new 0-cycle step after the rank's others
     seen, first = np.unique(row_spans, return_index=True)
     where = np.searchsorted(seen, comm)
