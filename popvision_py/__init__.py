@@ -9,11 +9,12 @@ from popvision_py.version import __version__
 __all__ = ["__version__", "compare", "open"]
 
 
-def open(path):  # noqa: A001 - the library's entry point, like pv.open(...)
-    """Open a profile.pop: returns a ``popvision_py.analysis.report.Report`` (see docs/api.md)."""
+def open(path, system=None):  # noqa: A001 - the library's entry point, like pv.open(...)
+    """Open a profile.pop: returns a ``popvision_py.analysis.report.Report`` (see docs/api.md). ``system``:
+    system timeline files or folders to use instead of those found beside the profile."""
     from popvision_py.analysis.report import Report
 
-    return Report(path)
+    return Report(path, system)
 
 
 def compare(a, b):

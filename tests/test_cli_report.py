@@ -19,7 +19,8 @@ from tests import synthetic
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted(ROOT.glob("sample_profiles/**/*.pop"))
-SECTIONS = ["all", "summary", "memory", "liveness", "stages", "exchange"]
+SECTIONS = ["all", "summary", "memory", "liveness", "stages", "exchange", "system"]
+COMPARED = SECTIONS[:-1]  # compare sets the device's figures side by side, not the host's timelines
 FORMATS = ["text", "json", "csv", "md", "html"]
 # One heading each section's text and Markdown carry, whatever the profile
 HEADINGS = {
@@ -28,6 +29,7 @@ HEADINGS = {
     "liveness": "Not-always-live memory peak per IPU",
     "stages": "Pipeline figures",
     "exchange": "Exchange by kind",
+    "system": "System timeline: host time per process",  # the one line without system timeline files
 }
 
 
@@ -60,7 +62,7 @@ def run_report(profile: Path, section: str, fmt: str, tmp_path: Path) -> None:
     elif fmt == "html":
         page = out.read_text()
         assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
-        assert page.count("Plotly.newPlot") >= 1 or section == "summary"
+        assert page.count("Plotly.newPlot") >= 1 or section in ("summary", "system")
         assert page.count("plotly.js v") <= 1  # plotly.js inlined once at most
     else:
         # the title (a Markdown heading in md), the profile's path, and the headings of the section(s) asked for
@@ -171,13 +173,13 @@ def test_compare_profile_with_itself_shows_no_difference(synthetic_profiles, fmt
 
 def test_compare_two_profiles_every_section(synthetic_profiles):
     # GIVEN the out-of-memory profile (A) and the exchange-heavy one (B)
-    for section in SECTIONS:
+    for section in COMPARED:
         # WHEN each section is compared, as text and as JSON
         result = invoke("compare", *synthetic_profiles, "--section", section)
         assert result.exit_code == 0, result.output
         doc = json.loads(invoke("compare", *synthetic_profiles, "--section", section, "--format", "json").stdout)
         # THEN the document holds the section(s) asked for, each with its comparison rows
-        asked = set(SECTIONS[1:]) if section == "all" else {section}
+        asked = set(COMPARED[1:]) if section == "all" else {section}
         assert set(doc["sections"]) == {"compare"} | asked
         assert all(doc["sections"][name]["comparison"] for name in asked)
         if section == "all":

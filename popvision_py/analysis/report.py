@@ -39,25 +39,29 @@ from popvision_py.analysis import liveness as _liveness
 from popvision_py.analysis import memory as _memory
 from popvision_py.analysis import stages as _stages
 from popvision_py.analysis import summary as _summary
+from popvision_py.analysis import system as _system
 from popvision_py.analysis import trace as _trace
 from popvision_py.analysis import tracescan as _tracescan
 from popvision_py.analysis.tables import TABLE_COLUMNS, Columns, StepIndex, Table
 from popvision_py.analysis.tracescan import Aggregates, iterations_traced
 from popvision_py.errors import OutOfRangeError
 from popvision_py.format import Profile, open_profile
+from popvision_py.format import system as _system_files
 
 T = TypeVar("T")
-ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange")
+ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system")
 
 
 class Report:
-    """An open profile and its reports: ``summary``, ``memory``, ``liveness``, ``stages``, ``exchange``, ``trace``.
+    """An open profile and its reports: ``summary``, ``memory``, ``liveness``, ``stages``, ``exchange``, ``trace``,
+    and ``system``: the host processes' timelines beside it (``system`` paths given instead override the search).
 
     Attributes: ``path``, ``manifest``, ``target``, ``run`` (dicts from the manifest) and
     ``profile`` (the raw ``popvision_py.format.Profile``).
     """
 
-    def __init__(self, source: str | os.PathLike[str] | Profile) -> None:
+    def __init__(self, source: str | os.PathLike[str] | Profile,
+                 system: Iterable[str | os.PathLike[str]] | None = None) -> None:
         self.profile = source if isinstance(source, Profile) else open_profile(source)
         self.path: Path = self.profile.path
         self.manifest: dict[str, Any] = self.profile.manifest
@@ -73,6 +77,7 @@ class Report:
         self.stages = StagesReport(self)
         self.exchange = ExchangeReport(self)
         self.trace = TraceReport(self)
+        self.system = SystemReport(self, list(system) if system else None)
 
     @property
     def imported(self) -> bool:
@@ -492,3 +497,55 @@ class TraceReport(_View):
     def tile_cycles(self, ipu: int, step: int) -> pd.DataFrame:
         table = self._memo("tile_cycles", lambda: self._r.profile.read_pandas("tile_cycles"))
         return _trace.tile_cycles(table, ipu, step)
+
+
+class SystemReport(_View):
+    """The system timeline: each host process's events (``format.system`` files found beside the profile,
+    or those given), where their time went, and the System page's zoomable window."""
+
+    def __init__(self, report: Report, given: list[str | os.PathLike[str]] | None) -> None:
+        super().__init__(report)
+        self._given = given
+
+    def files(self) -> list[Path]:
+        """The system timeline files (``format.system.find_system_files``); empty when there are none."""
+        return self._memo("files", lambda: _system_files.find_system_files(self._r.path, self._given))
+
+    def missing(self) -> str:
+        """The one line shown instead when there are no files: how to record them."""
+        return _system_files.how_to_record(self._r.path)
+
+    def events(self) -> _system.Events:
+        """Every file read and checked, as columns (``system.load``)."""
+        return self._memo("events", lambda: _system.load(_system_files.read_system_files(self.files())))
+
+    def processes(self) -> pd.DataFrame:
+        return self._processes().frame()
+
+    def _processes(self) -> Table:
+        return self._memo("processes", lambda: _system.processes(self.events()))
+
+    def by_name(self) -> pd.DataFrame:
+        return self._by_name().frame()
+
+    def _by_name(self) -> Table:
+        return self._memo("by_name", lambda: _system.by_name(self.events()))
+
+    def counters(self) -> pd.DataFrame:
+        return self._counters().frame()
+
+    def _counters(self) -> Table:
+        return self._memo("counters", lambda: _system.counters(self.events()))
+
+    def index(self) -> _system.SystemIndex:
+        return self._memo("index", lambda: _system.SystemIndex(self.events()))
+
+    def extent(self) -> tuple[int, int]:
+        """The run as a window [start, end) holding every event, ns since 1970: its first start and 1 ns past
+        its last end; (0, 1) without any."""
+        return self.index().start_ns, self.index().end_ns
+
+    def window(self, start_ns: int | None = None, end_ns: int | None = None, max_events: int = _system.MAX_EVENTS,
+               max_bins: int = _system.MAX_BINS) -> _system.SystemWindow:
+        """The events between two times at a level of detail a figure can draw (``system.window``)."""
+        return _system.window(self.index(), start_ns, end_ns, max_events, max_bins)

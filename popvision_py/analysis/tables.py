@@ -331,6 +331,13 @@ def sum_by(keys: np.ndarray, weights: np.ndarray | None, size: int) -> np.ndarra
     return np.rint(np.bincount(keys, weights=weights, minlength=size)).astype(np.int64)
 
 
+def bin_edges(start: int, end: int, max_bins: int) -> np.ndarray:
+    """The edges of at most ``max_bins`` bins of whole units (cycles, nanoseconds) from ``start`` to ``end``
+    (``end > start``), as equal as whole units allow: the zoomable timelines' level of detail."""
+    bins = max(min(int(max_bins), int(end) - int(start)), 1)
+    return int(start) + ((int(end) - int(start)) * np.arange(bins + 1, dtype=np.int64)) // bins
+
+
 def category(values, categories) -> pd.Categorical:
     """A pandas categorical with a fixed category order."""
     return pd.Categorical(values, categories=list(categories))

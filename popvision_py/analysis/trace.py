@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.tables import PHASES, TraceArrays, category, empty, finish
+from popvision_py.analysis.tables import PHASES, TraceArrays, bin_edges, category, empty, finish
 from popvision_py.analysis.tracescan import Aggregates, aggregates, executions
 from popvision_py.errors import OutOfRangeError
 
@@ -150,8 +150,7 @@ def timeline(index: TimelineIndex, start_cycle: int | None = None, end_cycle: in
         frame = pd.concat(parts, ignore_index=True) if parts else _empty_timeline()
         frame["phase"] = category(frame["phase"], PHASES)
         return Timeline("events", finish(frame, TIMELINE_COLUMNS), a, b)
-    bins = min(max_bins, b - a)
-    edges = a + ((b - a) * np.arange(bins + 1, dtype=np.int64)) // bins
+    edges = bin_edges(a, b, max_bins)
     parts = []
     for i in windows:
         ix = index.ipu(i)

@@ -7,17 +7,20 @@ from pathlib import Path
 
 import click
 
-SECTION_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange"]
+SECTION_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange", "system"]
+COMPARE_CHOICES = SECTION_CHOICES[:-1]
 FORMAT_CHOICES = ["text", "json", "csv", "md", "html"]
 
 
-def output_options(func):
-    """--section, --format and -o, shared by `report` and `compare`."""
+def output_options(func=None, *, sections: list[str] = SECTION_CHOICES):
+    """--section (one of ``sections``), --format and -o, shared by `report` and `compare`."""
+    if func is None:
+        return lambda f: output_options(f, sections=sections)
     func = click.option("-o", "--output", type=click.Path(), default=None,
                         help="Write here (atomically) instead of stdout; a folder for csv. Required for csv and html.")(func)
     func = click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES), default="text", show_default=True,
                         help="Output format.")(func)
-    func = click.option("--section", type=click.Choice(SECTION_CHOICES), default="all", show_default=True,
+    func = click.option("--section", type=click.Choice(sections), default="all", show_default=True,
                         help="Which report.")(func)
     return func
 
@@ -34,13 +37,18 @@ def finish(written: list) -> None:
               "measured effect beside the predicted one.")
 @click.option("--verify-dir", type=click.Path(file_okay=False), default=None,
               help="Where --verify writes each fix's profile, as TAG/profile.pop [default: verify/ beside PROFILE].")
-def command(profile: str, section: str, fmt: str, output: str | None, verify: bool, verify_dir: str | None) -> None:
-    """Report on PROFILE: summary and insights, memory, liveness, stages, exchange."""
+@click.option("--system", "system", multiple=True, type=click.Path(),
+              help="System timeline files (*.pvti.parquet) or folders to report on [default: those in PROFILE's "
+                   "folder's system/, PROFILE's folder, or its parent].")
+def command(profile: str, section: str, fmt: str, output: str | None, verify: bool, verify_dir: str | None,
+            system: tuple[str, ...]) -> None:
+    """Report on PROFILE: summary and insights, memory, liveness, stages, exchange, and the host processes'
+    system timeline."""
     from popvision_py.analysis.report import Report
     from popvision_py.render import emit
     from popvision_py.render.document import add_verification, build_report
 
-    with Report(profile) as report:
+    with Report(profile, system or None) as report:
         doc = build_report(report, section, figures=fmt == "html")
         if verify:
             add_verification(doc, _verify(report, Path(verify_dir) if verify_dir else Path(profile).parent / "verify"))

@@ -1,4 +1,5 @@
-"""CSV: one file per block, ``<section>.<name>.csv``, in a folder; key figures as ``figure,value`` rows."""
+"""CSV: one file per block, ``<section>.<name>.csv``, in a folder; key figures as ``figure,value`` rows; a block
+that has no meaning for the profile (no columns, a sentence saying why) as one ``note`` row."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ def frames(doc: Document) -> dict[str, pd.DataFrame]:
     for b in doc.visible():
         if isinstance(b.data, dict):
             out[f"{b.key}.csv"] = pd.DataFrame({"figure": list(b.data), "value": [plain(v) for v in b.data.values()]})
+        elif b.empty and not len(b.frame().columns):
+            out[f"{b.key}.csv"] = pd.DataFrame({"note": [b.empty]})
         else:
             out[f"{b.key}.csv"] = b.frame()
     return out

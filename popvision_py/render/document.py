@@ -19,7 +19,8 @@ from popvision_py.analysis import imported
 from popvision_py.analysis.tables import TABLE_COLUMNS, Table
 from popvision_py.render.format import verification
 
-SECTIONS = ("summary", "memory", "liveness", "stages", "exchange")
+SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "system")
+COMPARED = SECTIONS[:-1]  # `popvision compare` sets the device's figures side by side, not the host's timelines
 
 
 @dataclass
@@ -79,9 +80,9 @@ class Document:
         return seen
 
 
-def chosen(section: str) -> tuple[str, ...]:
-    """The sections ``--section`` names (``all`` is every one)."""
-    return SECTIONS if section == "all" else (section,)
+def chosen(section: str, sections: tuple[str, ...] = SECTIONS) -> tuple[str, ...]:
+    """The sections ``--section`` names (``all`` is every one of ``sections``)."""
+    return sections if section == "all" else (section,)
 
 
 def build_report(report: Any, section: str = "all", figures: bool = False) -> Document:
@@ -175,6 +176,16 @@ def _exchange(doc: Document, r: Any, figures: bool) -> None:
     doc.add("exchange.costliest", "Costliest exchange steps", r.answer("exchange.costliest", 10))
 
 
+def _system(doc: Document, r: Any, figures: bool) -> None:
+    if not r.system.files():
+        _meaningless(doc, "system.processes", "System timeline: host time per process", r.system.missing())
+        return
+    doc.add("system.processes", "System timeline: host time per process", r.answer("system.processes"))
+    doc.add("system.by_name", "Where host time went: each event's count, total and share of wall time",
+            r.answer("system.by_name"))
+    doc.add("system.counters", "Counters: median, least and most", r.answer("system.counters"))
+
+
 def add_verification(doc: Document, table: Table) -> None:
     """``popvision report --verify``: each fix re-emulated, measured beside predicted (``analysis.verify.COLUMNS``)."""
     doc.add("verify.fixes", "Fixes re-emulated: measured beside predicted", table, items=verification(table),
@@ -182,7 +193,7 @@ def add_verification(doc: Document, table: Table) -> None:
 
 
 _SECTION_BUILDERS = {"summary": _summary, "memory": _memory, "liveness": _liveness, "stages": _stages,
-                     "exchange": _exchange}
+                     "exchange": _exchange, "system": _system}
 
 
 def build_comparison(comparison: Any, section: str = "all") -> Document:
@@ -196,6 +207,6 @@ def build_comparison(comparison: Any, section: str = "all") -> Document:
     settings = comparison.configuration()
     doc.add("compare.configuration", "Configuration: the settings that differ" if len(settings)
             else "Configuration: a and b have the same settings", settings)
-    for name in chosen(section):
+    for name in chosen(section, COMPARED):
         doc.add(f"{name}.comparison", f"{name.capitalize()}: a vs b", comparison.section(name))
     return doc
