@@ -6,14 +6,23 @@ distributed run reads its own contiguous share of the dataset, as in PopTorch. L
 calling process whatever ``num_workers`` and ``mode`` say: the host's loading time on the IPU
 system is the emulator's to model (``host-bound`` in the summary), not this machine's, and a
 script's dozen workers would only compete with the training for this machine's cores.
+
+Under ``PVTI_OPTIONS`` each pass over the loader is an ``epoch`` instant on the system timeline, and
+each batch two spans: ``data loading`` (PyTorch's loader fetching and collating it) and ``wait for
+data`` (the training loop inside ``next()``: the loading and the loader's own overhead; loading is
+synchronous here, so the two nearly coincide).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from popvision_py.format import system as timeline
+from poptorch import _pvti
 from poptorch._options import DataLoaderMode, Options
 
 
@@ -42,6 +51,14 @@ class DataLoader(torch.utils.data.DataLoader):
         super().__init__(dataset, batch_size=self._combined_batch_size, shuffle=bool(shuffle), num_workers=0,
                          drop_last=drop_last if batch_size is not None else False, **kwargs)
 
+    def __iter__(self) -> Iterator[Any]:
+        batches = super().__iter__()
+        recorder = _pvti.active()
+        if recorder is None or not recorder.wanted(timeline.DATALOADER):
+            return batches
+        recorder.instant(timeline.DATALOADER, timeline.EPOCH)
+        return _Timed(batches, recorder)
+
     @property
     def combinedBatchSize(self) -> int | None:  # noqa: N802
         """Samples per element: the batch size times what one call of the model consumes."""
@@ -53,3 +70,27 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def terminate(self) -> None:
         """PopTorch stops its asynchronous workers here; there are none."""
+
+
+class _Timed:
+    """PyTorch's iterator over the loader, each batch's loading and the wait for it recorded as spans."""
+
+    def __init__(self, batches: Any, recorder: Any) -> None:
+        self._batches, self._recorder = batches, recorder
+
+    def __iter__(self) -> "_Timed":
+        return self
+
+    def __next__(self) -> Any:
+        asked = time.time_ns()
+        batch = next(self._batches)  # StopIteration ends the pass: nothing is recorded for it
+        loaded = time.time_ns()
+        self._recorder.span(timeline.DATALOADER, timeline.DATA_LOADING, asked, loaded)
+        self._recorder.span(timeline.DATALOADER, timeline.WAIT_FOR_DATA, asked, time.time_ns())
+        return batch
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._batches, name)

@@ -15,6 +15,7 @@ emulated with the options, its summary printed and its profile written (see ``_e
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +23,8 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from engine.torch_capture import recording, to_model
-from poptorch import _emulation, optim
+from popvision_py.format import system as timeline
+from poptorch import _emulation, _pvti, optim
 from poptorch._blocks import STATE
 from poptorch._errors import Error, UnsupportedError
 from poptorch._options import Options, OutputMode, ReductionType
@@ -98,20 +100,23 @@ class PoplarExecutor:
         self._optimizer = optimizer
         self._engine_optimiser = optim.engine_options(optimizer)
 
-    # The weights live in the host's model the whole time: copies and device attachment are no-ops.
+    # The weights live in the host's model the whole time: copies and device attachment are no-ops, marked
+    # on the system timeline (instants) where PopTorch would copy.
     def copyWeightsToHost(self) -> None:  # noqa: N802
-        return None
+        _pvti.instant(timeline.POPTORCH, timeline.WEIGHTS_TO_HOST)
 
     def copyWeightsToHostIfNeeded(self) -> bool:  # noqa: N802
         return False
 
     def copyWeightsToDevice(self) -> None:  # noqa: N802
-        return None
+        _pvti.instant(timeline.POPTORCH, timeline.WEIGHTS_TO_DEVICE)
 
     def detachFromDevice(self) -> None:  # noqa: N802
         self._attached = False
 
     def attachToDevice(self) -> None:  # noqa: N802
+        if not self._attached and self._compiled is not None:
+            _pvti.instant(timeline.POPTORCH, timeline.WEIGHTS_TO_DEVICE)  # PopTorch reloads the weights
         self._attached = True
 
     def isAttachedToDevice(self) -> bool:  # noqa: N802
@@ -127,6 +132,8 @@ class PoplarExecutor:
             raise AttributeError(name)
         if name in _UNSUPPORTED:
             raise UnsupportedError(f"poptorch.PoplarExecutor.{name}")
+        if name == "state_dict":  # PopTorch copies the weights to the host first
+            _pvti.instant(timeline.POPTORCH, timeline.WEIGHTS_TO_HOST)
         return getattr(self._user_model, name)  # PopTorch forwards the rest to the model
 
     def __repr__(self) -> str:
@@ -136,6 +143,21 @@ class PoplarExecutor:
     # -- running -----------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        recorder = _pvti.active()
+        if recorder is None or not recorder.wanted(timeline.POPTORCH):
+            return self._call(args, kwargs)
+        start = time.time_ns()
+        out = self._call(args, kwargs)
+        end = time.time_ns()
+        recorder.span(timeline.POPTORCH, timeline.MODEL_CALL, start, end)
+        samples = _samples(args, kwargs)
+        if samples and end > start:
+            counter = timeline.SAMPLES_PER_SECOND if self._training else timeline.INFERENCE_SAMPLES_PER_SECOND
+            recorder.counter(timeline.POPTORCH, counter, samples * 1e9 / (end - start), end)
+        return out
+
+    def _call(self, args: tuple, kwargs: dict) -> Any:
+        """One call of the model: its micro-batches in order, the optimiser stepping after each group."""
         micro = self._micro_batches(args, kwargs)
         if not self._called and self._options.random_seed is not None:
             # the IPU's generator is torch's here; compile() runs nothing on the IPU, so the first call seeds
@@ -152,7 +174,8 @@ class PoplarExecutor:
                     loss = _loss_of(out)
                     (loss / per_update if mean else loss).backward()
                     outputs.append(_detached(out))
-                self._optimizer.step()
+                with _pvti.span(timeline.POPTORCH, timeline.OPTIMIZER_UPDATE):
+                    self._optimizer.step()
         else:
             with torch.no_grad():
                 outputs.extend(_detached(self._forward(a, kw)) for a, kw in micro)
@@ -185,7 +208,15 @@ class PoplarExecutor:
 
     @contextlib.contextmanager
     def _capturing(self, args: tuple, kwargs: dict) -> Iterator[None]:
-        """Record this forward's ops; when it ends, compile: capture, emulate, print, write the profile."""
+        """Record this forward's ops; when it ends, compile: capture, emulate, print, write the profile; then
+        the weights go to the device (a compile span and an instant on the system timeline)."""
+        with _pvti.span(timeline.POPTORCH, timeline.COMPILE):
+            with self._compiling(args, kwargs):
+                yield
+        _pvti.instant(timeline.POPTORCH, timeline.WEIGHTS_TO_DEVICE)
+
+    @contextlib.contextmanager
+    def _compiling(self, args: tuple, kwargs: dict) -> Iterator[None]:
         STATE.reset()
         with recording(self._user_model, STATE.current) as recorder:
             yield
@@ -203,6 +234,14 @@ class PoplarExecutor:
         # a capture (the callback did not stop the script at this model) writes no profile
         self._compiled = _emulation.emulate(captured, self._options, training=self._training, write=not _CAPTURE_ONLY)
         _emulation.announce(self._compiled)
+
+
+def _samples(args: tuple, kwargs: dict) -> int:
+    """Samples in one call: the leading dimension of its first tensor input (PopTorch's combined batch)."""
+    for leaf in tree_flatten((args, kwargs))[0]:
+        if isinstance(leaf, torch.Tensor) and leaf.dim() > 0:
+            return int(leaf.shape[0])
+    return 0
 
 
 def _loss_of(out: Any) -> torch.Tensor:

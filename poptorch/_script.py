@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from popvision_py.errors import ConfigError, PopvisionError, first_line
+from poptorch import _pvti
 from poptorch._emulation import engine_options_env
 
 
@@ -68,6 +69,7 @@ def run_script(path: str | os.PathLike[str], args: Sequence[str] = (), profile_d
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
+        _pvti.finish()  # the script's system timeline (PVTI_OPTIONS), published as the script ends
     return 0
 
 
@@ -118,6 +120,7 @@ def capture_script(path: str | os.PathLike[str], args: Sequence[str] = (), *, tr
 
     _executor._CAPTURE_ONLY.append(take)
     engine_options = os.environ.pop("POPLAR_ENGINE_OPTIONS", None)  # a capture writes no profile
+    pvti_options = os.environ.pop(_pvti.ENV, None)  # ... and no system timeline
     # What the script prints (its log, its tqdm bar on stderr) is not the capture's to show (a tune
     # would print it once per Dask worker); an exception is its own sentence (run_script), and an
     # early exit is told below with the last line the script wrote to stderr (argparse's error, say).
@@ -132,6 +135,8 @@ def capture_script(path: str | os.PathLike[str], args: Sequence[str] = (), *, tr
         _executor._CAPTURE_ONLY.remove(take)
         if engine_options is not None:
             os.environ["POPLAR_ENGINE_OPTIONS"] = engine_options
+        if pvti_options is not None:
+            os.environ[_pvti.ENV] = pvti_options
     if not found:
         kind = {True: "training model", False: "inference model", None: "model"}[training]
         if code:
