@@ -3,7 +3,8 @@
 ``read`` streams each rank's file into the few columns the import needs; ``timeline`` cuts each
 rank's time into what it was doing (a pass of a stage over a micro-batch, communication exposed or
 hidden, the optimiser, idle); ``profile`` maps the result onto the open format's tables. The ranks
-are read in parallel, one process each, up to ``jobs``.
+are read in parallel, one process each, up to ``jobs``. Once the profile is written, ``system`` writes
+each rank's CPU timeline beside it (``<DIR>/system/rank-<r>.pvti.parquet``) for the System page.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from popvision_py.importer.profile import build_tables, write
 from popvision_py.importer.read import RankTrace, TraceError, read_rank
+from popvision_py.importer.system import write_timelines
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 
@@ -95,7 +97,8 @@ def read_traces(paths: list[Path], jobs: int | None = None,
 
 def import_traces(paths: list[Path], output: Path, *, device_memory: int | None = None, jobs: int | None = None,
                   name: str | None = None, progress: Callable[[], None] = lambda: None) -> dict:
-    """Read ``paths`` and write ``output`` (a profile.pop); returns the manifest's ``run``."""
+    """Read ``paths`` and write ``output`` (a profile.pop), then each rank's CPU timeline in ``system/`` beside
+    it; returns the manifest's ``run``."""
     traces = read_traces(paths, jobs, progress)
     if not any(len(t.start) or len(t.busy) for t in traces):
         raise TraceError("The traces hold no events on any rank's time line (no operators, annotations or "
@@ -103,6 +106,7 @@ def import_traces(paths: list[Path], output: Path, *, device_memory: int | None 
     target, run, tables = build_tables(traces, device_memory, name)
     Path(output).parent.mkdir(parents=True, exist_ok=True)  # only now: a bad trace leaves no folder behind
     write(output, target, run, tables)
+    write_timelines(traces, Path(output).parent / "system")  # only now: a bad trace writes nothing
     return run
 
 

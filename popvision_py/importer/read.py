@@ -89,6 +89,7 @@ class RankTrace:
     events: int = 0
     gpu: bool = False
     torch_version: str | None = None
+    pid: int | None = None  # the process of the rank's training loop (its ProfilerStep#N annotations'), if known
 
 
 class _Recorder:
@@ -239,6 +240,7 @@ def read_rank(path: str | Path) -> RankTrace:
     header: dict[str, Any] | None = None
     base_ns: int | None = None
     step_threads: set[Any] = set()
+    step_pid: int | None = None
     thread_busy: dict[Any, list[tuple[int, int]]] = {}
     gpu = False  # the trace has device tracks (kernels, memcpys, memsets)
     backward: dict[Any, list[tuple[int, int]]] = {}  # autograd nodes per thread, merged as they come
@@ -313,6 +315,9 @@ def read_rank(path: str | Path) -> RankTrace:
                         thread_busy[tid] = [tuple(r) for r in merged.tolist()]
                 elif cat == "user_annotation" and STEP.match(name):
                     step_threads.add(tid)
+                    pid = event.get("pid")
+                    if step_pid is None and isinstance(pid, int) and not isinstance(pid, bool) and 0 <= pid < 1 << 62:
+                        step_pid = pid
     except TraceError as exc:
         raise TraceError(f"{path} {exc}.") from None
     except ijson.common.IncompleteJSONError as exc:
@@ -368,7 +373,7 @@ def read_rank(path: str | Path) -> RankTrace:
         stage=table[:, 3].astype(np.int32), micro_batch=table[:, 4].astype(np.int32), peer=table[:, 5].astype(np.int32),
         nbytes=table[:, 6], name=table[:, 7].astype(np.int32), names=names, busy=busy_rows,
         memory_ts=memory_ts, memory_bytes=memory_bytes, events=events, gpu=gpu,
-        torch_version=_torch_version(header))
+        torch_version=_torch_version(header), pid=step_pid)
 
 
 def _main_thread(threads: dict[Any, int], step_threads: set[Any]) -> Any:

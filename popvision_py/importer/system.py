@@ -1,0 +1,58 @@
+"""Each rank's CPU timeline beside the imported profile: ``<DIR>/system/rank-<r>.pvti.parquet``.
+
+The spans ``read`` keeps of the rank's training thread (``RankTrace``'s columns), in the system
+timeline format (``format.system``), channel ``pytorch``: ``ProfilerStep#N``, the passes
+(``Forward {i}``, ``PP:{stage}{action}{micro-batch}``, ``forward_one_chunk``...), the backward
+pass's autograd nodes merged (``autograd``), ``Optimizer.step#...`` and the communication calls
+(``c10d::...``). Transfers in flight on gloo's or NCCL's own threads (``comm_flight``) are not the
+training thread's, and the operators are not kept by the import at all. Times are the traces' own
+clock in ns, which is the wall clock (``baseTimeNanoseconds``), so the ranks align.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from popvision_py.format import system as S
+from popvision_py.importer.read import KIND, RankTrace
+
+KEPT = np.array([KIND[k] for k in KIND if k != "comm_flight"], np.int8)
+
+
+def rank_columns(trace: RankTrace) -> dict[str, np.ndarray]:
+    """A rank's training-thread spans as the system timeline's columns."""
+    keep = np.isin(trace.kind, KEPT)
+    n = int(keep.sum())
+    names = np.asarray(trace.names, dtype=object) if trace.names else np.zeros(0, object)
+    thread = "training thread" if trace.main_thread is None else f"thread {trace.main_thread}"
+    return {
+        "process": np.full(n, process_name(trace.rank), object), "pid": np.full(n, _pid(trace), np.int64),
+        "thread": np.full(n, thread, object), "channel": np.full(n, S.PYTORCH, object),
+        "name": names[trace.name[keep]] if n else np.zeros(0, object), "kind": np.full(n, "span", object),
+        "start_ns": trace.start[keep].astype(np.int64), "end_ns": trace.end[keep].astype(np.int64),
+        "value": np.full(n, np.nan),
+    }
+
+
+def process_name(rank: int) -> str:
+    return f"rank-{rank}"
+
+
+def _pid(trace: RankTrace) -> int:
+    return trace.pid if trace.pid is not None else -1
+
+
+def write_timelines(traces: list[RankTrace], folder: Path) -> list[Path]:
+    """Write each rank's file into ``folder`` (each atomically); a rank file of an earlier import of more
+    ranks is removed, so the folder holds this import's ranks only. Returns the files written."""
+    written = []
+    for trace in traces:
+        path = folder / f"{process_name(trace.rank)}{S.SUFFIX}"
+        written.append(S.write_system(path, rank_columns(trace), process_name(trace.rank), _pid(trace)))
+    ours = {p.name for p in written}
+    for stale in S.files_in(folder):
+        if stale.name.startswith("rank-") and stale.name not in ours:
+            stale.unlink(missing_ok=True)
+    return written

@@ -1,0 +1,84 @@
+"""`popvision import` writes each rank's CPU timeline beside the profile (DIR/system/rank-<r>.pvti.parquet): the
+training thread's annotations of the real traces, on their clock, which `report --section system` and the
+System page read. A bad trace writes none (test_import_cli.py checks the folder is left as it was)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from popvision_py.cli import main
+from popvision_py.format import system as S
+
+pytestmark = pytest.mark.slow  # records the GPipe traces when no other test of the session has
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def annotations(raw: dict, name_start: str) -> list[tuple[int, int]]:
+    """(start, end) in ns of the trace's CPU annotations whose name starts with ``name_start``."""
+    base = raw.get("baseTimeNanoseconds", 0)
+    return sorted((int(round(e["ts"] * 1000)) + base, int(round(e["ts"] * 1000)) + base + int(round(e["dur"] * 1000)))
+                  for e in raw["traceEvents"]
+                  if e.get("ph") == "X" and e.get("cat") == "user_annotation" and str(e.get("name")).startswith(name_start))
+
+
+def test_import_writes_each_ranks_timeline_from_its_annotations(recorded, tmp_path):
+    run = recorded("gpipe")
+    # WHEN the 4 ranks' traces are imported
+    result = invoke("import", run.folder, "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert f"Wrote {tmp_path / 'out' / 'system'}: each rank's CPU timeline (4 file(s)" in result.output
+    files = sorted((tmp_path / "out" / "system").iterdir())
+    assert [p.name for p in files] == [f"rank-{r}.pvti.parquet" for r in range(4)]
+    for rank, path in enumerate(files):
+        timeline = S.read_system(path)
+        frame = timeline.table.to_pandas().astype({c: str for c in S.STRING_COLUMNS})
+        raw = run.raw(rank)
+        # THEN each file is its rank's, on the pytorch channel, one thread: the training loop's
+        assert timeline.process == f"rank-{rank}" and set(frame["process"]) == {f"rank-{rank}"}
+        assert set(frame["channel"]) == {"pytorch"} and set(frame["kind"]) == {"span"} and frame["thread"].nunique() == 1
+        pid = next(e["pid"] for e in raw["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
+        assert timeline.pid == pid
+        # AND its profiler steps and GPipe passes are the trace's own annotations, to the nanosecond
+        for prefix in ("ProfilerStep#", "Forward ", "Backward "):
+            spans = frame[frame["name"].str.startswith(prefix)]
+            assert sorted(zip(spans["start_ns"], spans["end_ns"])) == annotations(raw, prefix), (rank, prefix)
+        # AND its communication calls are there (a pipeline's ranks send and receive)
+        assert frame["name"].str.startswith("c10d::").any()
+
+
+def test_the_system_report_of_an_imported_run(recorded, tmp_path):
+    run = recorded("gpipe")
+    assert invoke("import", run.folder, "-o", tmp_path / "out").exit_code == 0
+    doc = json.loads(invoke("report", tmp_path / "out" / "profile.pop", "--section", "system", "--format", "json").stdout)
+    processes = doc["sections"]["system"]["processes"]
+    assert [p["process"] for p in processes] == ["rank-0", "rank-1", "rank-2", "rank-3"]
+    # a profiler step per step of the recording, each a family (ProfilerStep#1, #2 -> ProfilerStep)
+    steps = {r["process"]: r for r in doc["sections"]["system"]["by_name"] if r["name"] == "ProfilerStep"}
+    for rank in range(4):
+        raw = annotations(run.raw(rank), "ProfilerStep#")
+        assert steps[f"rank-{rank}"]["count"] == len(raw) == run.meta["steps"]
+        assert steps[f"rank-{rank}"]["total_ms"] == pytest.approx(sum(e - s for s, e in raw) / 1e6)
+
+
+def test_a_smaller_import_into_the_same_folder_leaves_only_its_ranks(recorded, tmp_path):
+    run = recorded("gpipe")
+    assert invoke("import", run.folder, "-o", tmp_path / "out").exit_code == 0
+    # WHEN ranks 0 and 1 alone are imported into the same folder
+    two = tmp_path / "two"
+    two.mkdir()
+    for path in run.paths[:2]:
+        shutil.copy(path, two / path.name)
+    assert invoke("import", two, "-o", tmp_path / "out").exit_code == 0
+    # THEN the folder's timelines are theirs: the earlier import's ranks 2 and 3 are gone
+    assert sorted(p.name for p in (tmp_path / "out" / "system").iterdir()) == ["rank-0.pvti.parquet",
+                                                                              "rank-1.pvti.parquet"]
+    frame = S.read_system(tmp_path / "out" / "system" / "rank-1.pvti.parquet").table.to_pandas()
+    steps = frame[frame["name"].astype(str).str.startswith("ProfilerStep#")]
+    assert sorted(zip(steps["start_ns"], steps["end_ns"])) == annotations(run.raw(1), "ProfilerStep#")
