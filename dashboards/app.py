@@ -36,7 +36,7 @@ LOOPBACK_NAMES = ("localhost",)
 
 def create_app(paths: list[str], *, warm: bool = False, host: str = "127.0.0.1", tune: str | None = None,
                runner: Callable[[dict[str, Any], Path], None] | None = None,
-               emulated_dir: str | None = None) -> dash.Dash:
+               emulated_dir: str | None = None, system: list[str] | None = None) -> dash.Dash:
     """The Dash app serving the profiles at ``paths`` (one, or two to compare).
 
     The paths are opened lazily, on first use; the CLI opens them (and reads them through) first
@@ -44,9 +44,11 @@ def create_app(paths: list[str], *, warm: bool = False, host: str = "127.0.0.1",
     shows right away. ``host`` is the address the server will listen on: while it is a loopback
     address, requests naming any other host are refused (DNS rebinding). ``tune`` adds the What-if
     page for that tune result; ``runner`` (RunRequest fields, profile path) emulates the Summary's
-    "Verify" and the What-if page's "Emulate and compare" into ``emulated_dir`` (see ``data.Profiles``).
+    "Verify" and the What-if page's "Emulate and compare" into ``emulated_dir`` (see ``data.Profiles``);
+    ``system``: the system timeline files or folders the System page shows (else those beside each profile).
     """
-    profiles = data.Profiles([str(p) for p in paths], tune=tune, runner=runner, emulated_dir=emulated_dir)
+    profiles = data.Profiles([str(p) for p in paths], tune=tune, runner=runner, emulated_dir=emulated_dir,
+                             system=system)
     # Dash runs every page module again for each new app, and each run adds the page's
     # `dash.callback`s to Dash's global list; an app built earlier in this process but never
     # served (tests, scripts) would leave its copies there, doubling every callback.

@@ -46,10 +46,11 @@ class Profiles:
 
     def __init__(self, paths: list[str], tune: str | Path | None = None,
                  runner: Callable[[dict[str, Any], Path], None] | None = None,
-                 emulated_dir: str | Path | None = None) -> None:
+                 emulated_dir: str | Path | None = None, system: list[str] | None = None) -> None:
         if not 1 <= len(paths) <= len(KEYS):
             raise ValueError("The dashboard shows one profile, or two to compare.")
         self.paths: dict[str, Path] = {key: Path(path) for key, path in zip(KEYS, paths)}
+        self.system = list(system) if system else None  # --system: the timelines every profile's System page shows
         self.tune_path = Path(tune) if tune is not None else None
         self.runner = runner
         self._emulated_dir = Path(emulated_dir) if emulated_dir is not None else None
@@ -112,7 +113,7 @@ class Profiles:
             with self._lock:
                 report = self._reports.get(key)
                 if report is None:
-                    report = self._reports[key] = pv.open(self.paths[key])
+                    report = self._reports[key] = pv.open(self.paths[key], self.system)
         return report
 
     def comparison(self) -> Any:
@@ -155,6 +156,8 @@ class Profiles:
                     if field.name not in scanned]
             for _ in profile.iter_batches("trace", rest) if rest else ():
                 pass
+            if report.system.files():  # the System page's files: read and checked (one sentence if bad)
+                report.system.events()
 
     def warm(self) -> None:
         """Open every profile and ask for what the pages show, so that first clicks are served from cache.
@@ -178,6 +181,8 @@ class Profiles:
             report.scan_trace(timeline=True, gantt=True)
             report.trace.timeline()
             report.stages.gantt()
+            if report.system.files():
+                report.system.index()
 
 
 _last: Profiles | None = None

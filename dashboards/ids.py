@@ -77,3 +77,13 @@ WHATIF_DETAIL = "whatif-detail"
 WHATIF_EMULATE = "whatif-emulate"
 WHATIF_CANDIDATE = "whatif-candidate"  # Store: the clicked candidate's row
 WHATIF_COMPARISON = "whatif-comparison"
+
+# System (the host processes' timelines)
+SYSTEM_FIGURES = "system-figures"
+SYSTEM_NOTE = "system-note"  # the one line shown without system timeline files
+SYSTEM_TIMELINE = "system-timeline"
+SYSTEM_LEVEL = "system-level"
+SYSTEM_RESET = "system-reset"
+SYSTEM_TIME = "system-time"  # RadioItems: "relative" (from the first event) or "absolute" (wall clock) time
+SYSTEM_WINDOW = "system-window"  # Store: the window shown, [start, end] ns since 1970
+SYSTEM_PROCESSES = "system-processes"

@@ -14,7 +14,7 @@ from dashboards.figures import compare as figures
 from dashboards.figures.stages import stage_cycles
 from dashboards.figures.style import empty, ipu_label
 
-dash.register_page(__name__, path="/compare", name="Compare", title="popvision · compare", order=6, icon="⇆",
+dash.register_page(__name__, path="/compare", name="Compare", title="popvision · compare", order=7, icon="⇆",
                    needs_two_profiles=True)
 
 SECTIONS = ("summary", "memory", "liveness", "stages", "exchange")

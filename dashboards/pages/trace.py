@@ -16,6 +16,7 @@ from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import trace as figures
 from dashboards.figures.style import empty, ipu_label
+from dashboards.zoom import window_from_relayout
 
 dash.register_page(__name__, path="/trace", name="Execution trace", title="popvision · trace", order=3, icon="≡")
 
@@ -52,30 +53,6 @@ def layout(**_query: str) -> html.Div:
             ),
         ]
     )
-
-
-def window_from_relayout(relayout: dict | None, extent: tuple[int, int]) -> tuple[int, int] | None:
-    """The (start, end) cycles a zoom asks for, clamped to the run; the whole run on autorange;
-    None when the event is not about the x axis (e.g. a legend click)."""
-    if not relayout:
-        return None
-    start, end = extent
-    if relayout.get("xaxis.autorange"):
-        return start, end
-    if "xaxis.range[0]" in relayout and "xaxis.range[1]" in relayout:
-        low, high = relayout["xaxis.range[0]"], relayout["xaxis.range[1]"]
-    elif isinstance(relayout.get("xaxis.range"), (list, tuple)) and len(relayout["xaxis.range"]) == 2:
-        low, high = relayout["xaxis.range"]
-    else:
-        return None
-    try:
-        low, high = int(float(low)), int(float(high)) + 1
-    except (TypeError, ValueError):
-        return None
-    low, high = max(start, min(low, high)), min(end, max(low, high))
-    if high <= low:
-        high = min(end, low + 1)
-    return low, high
 
 
 def level_text(level: str, window: tuple[int, int], frame: Any) -> str:

@@ -16,7 +16,7 @@ from dashboards import data, ids
 from dashboards.figures import whatif as figures
 from dashboards.figures.style import empty
 
-dash.register_page(__name__, path="/whatif", name="What-if", title="popvision · what-if", order=7, icon="⟡",
+dash.register_page(__name__, path="/whatif", name="What-if", title="popvision · what-if", order=8, icon="⟡",
                    needs_tune=True)
 
 # The comparison's figures shown for a candidate: comparison.summary()'s names.

@@ -21,9 +21,12 @@ LOCALHOST = ("127.0.0.1", "localhost", "::1")
               help="A tune result (popvision tune -o tune.parquet): adds the What-if page.")
 @click.option("--emulated-dir", type=click.Path(file_okay=False), default=None,
               help="Where the Verify and Emulate-and-compare actions write profiles [default: a temporary folder].")
+@click.option("--system", "system", multiple=True, type=click.Path(),
+              help="System timeline files (*.pvti.parquet) or folders for the System page [default: those in each "
+                   "profile's folder's system/, its folder, or its parent].")
 @click.option("--debug", is_flag=True, hidden=True, help="Dash's debug mode (reloader off).")
 def command(profile: str, profile_b: str | None, host: str, port: int, tune: str | None, emulated_dir: str | None,
-            debug: bool) -> None:
+            system: tuple[str, ...], debug: bool) -> None:
     """Open the dashboard for PROFILE in a browser (and compare it with PROFILE_B if given).
 
     Only the profiles named here are served; the pages call them A and B.
@@ -32,7 +35,7 @@ def command(profile: str, profile_b: str | None, host: str, port: int, tune: str
     from popvision_py.cli.emulation import run_fields
 
     paths = [profile] + ([profile_b] if profile_b else [])
-    profiles = data.Profiles(paths, tune=tune, runner=run_fields, emulated_dir=emulated_dir)
+    profiles = data.Profiles(paths, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=list(system) or None)
     if tune is not None:
         profiles.tune()  # a bad tune result is one sentence (exit 2) before any server starts
     for key in profiles.keys:  # a bad profile is reported (exit 2) before any server starts; opened once
@@ -46,7 +49,7 @@ def command(profile: str, profile_b: str | None, host: str, port: int, tune: str
     threading.Thread(target=_check, args=(profiles, checked, failure), daemon=True).start()
     from dashboards.app import create_app
 
-    app = create_app(paths, host=host, tune=tune, runner=run_fields, emulated_dir=emulated_dir)
+    app = create_app(paths, host=host, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=list(system) or None)
     data.install(app.server, profiles)  # the app serves the Profiles being checked, not a fresh one
     checked.wait()
     if failure:

@@ -51,7 +51,7 @@ def test_every_page_draws_its_figures_without_console_errors(dash_duo, app):
         assert errors(dash_duo) == [], path
     # AND the navigation offers every page but compare (one profile only)
     links = [link.text.split("\n")[-1] for link in dash_duo.find_elements(".nav-link")]
-    assert links == ["Summary", "Memory", "Liveness", "Execution trace", "Stages", "Exchange"]
+    assert links == ["Summary", "Memory", "Liveness", "Execution trace", "Stages", "Exchange", "System"]
 
 
 @pytest.mark.parametrize("sample", ["mnist_pipelined", "bert_large_out_of_memory"])

@@ -1,0 +1,53 @@
+"""What a zoom on a timeline asks the server for: the window of a relayout event, clamped to the run.
+
+The Execution trace and System pages draw a window of their timeline at the level of detail the
+analysis gives for it (``trace.timeline``, ``system.window``); each zoom, pan or double-click sends
+plotly's ``relayoutData``, and these functions turn it into the window to ask for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def x_range(relayout: dict | None) -> tuple[Any, Any] | str | None:
+    """The x range a relayout event sets, as the axis gives its ends (numbers, or date strings on a date
+    axis); ``"auto"`` when an x axis went back to autorange; None when the event is not about x (a legend
+    click, a y zoom). Any x axis counts: in figures of stacked subplots sharing x, the one dragged is named."""
+    if not relayout:
+        return None
+    axes = sorted({key.split(".", 1)[0] for key in relayout if key.startswith("xaxis")})
+    if any(relayout.get(f"{axis}.autorange") for axis in axes):
+        return "auto"
+    for axis in axes:
+        if f"{axis}.range[0]" in relayout and f"{axis}.range[1]" in relayout:
+            return relayout[f"{axis}.range[0]"], relayout[f"{axis}.range[1]"]
+        whole = relayout.get(f"{axis}.range")
+        if isinstance(whole, (list, tuple)) and len(whole) == 2:
+            return whole[0], whole[1]
+    return None
+
+
+def window_from_relayout(relayout: dict | None, extent: tuple[int, int],
+                         to_units: Callable[[Any], float] = float, snap: int = 0) -> tuple[int, int] | None:
+    """The (start, end) a zoom asks for in whole units (cycles, ns), clamped to the run's ``extent``; the
+    whole run on autorange; None when the event is not about the x axis. ``to_units`` turns an axis value
+    into the units (seconds from the run's start, or a date, into ns since 1970). An end within ``snap``
+    units of the run's is the run's: an axis that rounds its values (plotly's dates, to 0.1 ms) would
+    otherwise cut the first or last event off a window that holds them."""
+    found = x_range(relayout)
+    if found is None:
+        return None
+    start, end = extent
+    if found == "auto":
+        return start, end
+    try:
+        low, high = int(to_units(found[0])), int(to_units(found[1])) + 1
+    except (TypeError, ValueError, OverflowError):
+        return None
+    low, high = max(start, min(low, high)), min(end, max(low, high))
+    low, high = (start if low - start <= snap else low), (end if end - high <= snap else high)
+    if high <= low:
+        high = min(end, low + 1)
+    return low, high
