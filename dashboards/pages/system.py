@@ -20,7 +20,7 @@ from dashboards.figures import system as figures
 from dashboards.figures.style import empty
 from dashboards.zoom import window_from_relayout
 
-dash.register_page(__name__, path="/system", name="System", title="popvision · system", order=6, icon="⏱")
+dash.register_page(__name__, path="/system", name="System", title="popvision · system", order=6, icon="◷")
 
 MAX_EVENTS = 2000  # each event drawn up to this many in the window; bins beyond
 MAX_BINS = 500  # bins per row and name

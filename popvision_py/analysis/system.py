@@ -161,10 +161,10 @@ def _per_process(events: Events) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return first, last, np.maximum(last - first, 0)
 
 
-def _named(events: Events, process: int, name: str, kind: int) -> np.ndarray:
-    """The events of ``process`` called ``name`` of ``kind`` (a mask)."""
+def _named(events: Events, name: str, kind: int) -> np.ndarray:
+    """The events called ``name`` of ``kind`` (a mask)."""
     codes = [k for k, n in enumerate(events.names) if n == name]
-    return (events.process == process) & (events.kind == kind) & np.isin(events.name, codes)
+    return (events.kind == kind) & np.isin(events.name, codes)
 
 
 def processes(events: Events) -> Table:
@@ -173,18 +173,17 @@ def processes(events: Events) -> Table:
     n = len(events.processes)
     _, _, wall = _per_process(events)
     process = events.process
-    threads = np.bincount(events.row_process, minlength=n) if events.rows else np.zeros(n, np.int64)
-    calls, rate, waited = np.zeros(n, np.int64), np.full(n, np.nan), np.zeros(n, np.int64)
-    for p in range(n):
-        calls[p] = int(_named(events, p, S.MODEL_CALL, SPAN).sum())
-        samples = events.value[_named(events, p, S.SAMPLES_PER_SECOND, COUNTER)]
-        rate[p] = float(np.median(samples)) if len(samples) else np.nan
-        wait = _named(events, p, S.WAIT_FOR_DATA, SPAN)
-        waited[p] = int((events.end[wait] - events.start[wait]).sum())
+    calls = _named(events, S.MODEL_CALL, SPAN)
+    wait = _named(events, S.WAIT_FOR_DATA, SPAN)
+    waited = np.rint(np.bincount(process[wait], weights=(events.end - events.start)[wait], minlength=n)).astype(np.int64)
+    samples = _named(events, S.SAMPLES_PER_SECOND, COUNTER)
+    rate = pd.Series(events.value[samples]).groupby(process[samples]).median().reindex(range(n)).to_numpy(np.float64)
     return Table({
-        "process": np.asarray(events.processes, object), "pid": events.pids, "threads": threads.astype(np.int64),
+        "process": np.asarray(events.processes, object), "pid": events.pids,
+        "threads": np.bincount(events.row_process, minlength=n).astype(np.int64),
         "events": np.bincount(process, minlength=n).astype(np.int64), "wall_ms": wall / 1e6,
-        "model_calls": calls, "samples_per_second": rate, "wait_for_data_ms": waited / 1e6,
+        "model_calls": np.bincount(process[calls], minlength=n).astype(np.int64), "samples_per_second": rate,
+        "wait_for_data_ms": waited / 1e6,
         "wait_for_data_pct": np.where(wall > 0, 100.0 * waited / np.maximum(wall, 1), 0.0),
     })
 

@@ -82,3 +82,21 @@ def test_a_smaller_import_into_the_same_folder_leaves_only_its_ranks(recorded, t
     frame = S.read_system(tmp_path / "out" / "system" / "rank-1.pvti.parquet").table.to_pandas()
     steps = frame[frame["name"].astype(str).str.startswith("ProfilerStep#")]
     assert sorted(zip(steps["start_ns"], steps["end_ns"])) == annotations(run.raw(1), "ProfilerStep#")
+
+
+def test_the_system_page_shows_the_ranks(recorded, tmp_path):
+    import importlib
+
+    from dashboards.app import create_app
+
+    run = recorded("gpipe")
+    assert invoke("import", run.folder, "-o", tmp_path / "out").exit_code == 0
+    create_app([str(tmp_path / "out" / "profile.pop")])
+    page = importlib.import_module("dashboards.pages.system")
+    # the whole run: a row per rank's training thread, each pass family a colour of its own
+    fig, level, _ = page.timeline("a", None, "relative")
+    assert [label.split(" · ")[0] for label in fig.layout.yaxis.categoryarray] == ["rank-3", "rank-2", "rank-1", "rank-0"]
+    names = {trace.name for trace in fig.data}
+    assert {"ProfilerStep", "Forward", "Backward"} <= names
+    note, cards, _ = page.render_figures("a")
+    assert note is None and "rank-0" in str(cards.to_plotly_json())
