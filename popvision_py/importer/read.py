@@ -203,7 +203,7 @@ class _Spans:
     gpu_track = False
 
 
-def _merge(intervals: np.ndarray) -> np.ndarray:
+def merge_intervals(intervals: np.ndarray) -> np.ndarray:
     """The union of [start, end) rows, as sorted disjoint rows."""
     if len(intervals) == 0:
         return intervals.reshape(0, 2)
@@ -294,14 +294,14 @@ def read_rank(path: str | Path) -> RankTrace:
                     else:
                         gpu_pending.append((start, end))
                     if len(gpu_pending) >= BATCH_EVENTS:
-                        busy.append(_merge(np.asarray(gpu_pending, np.int64)))
+                        busy.append(merge_intervals(np.asarray(gpu_pending, np.int64)))
                         gpu_pending = []
                     continue
                 if cat == "cpu_op" and name.startswith(AUTOGRAD):
                     rows = backward.setdefault(tid, [])
                     rows.append((start, end))
                     if len(rows) >= BATCH_EVENTS:
-                        backward[tid] = [tuple(r) for r in _merge(np.asarray(rows, np.int64)).tolist()]
+                        backward[tid] = [tuple(r) for r in merge_intervals(np.asarray(rows, np.int64)).tolist()]
                 else:
                     spans.gpu_track = cat == "gpu_user_annotation"
                     _classify(spans, name, "user_annotation" if spans.gpu_track else cat, start, end, event)
@@ -309,7 +309,7 @@ def read_rank(path: str | Path) -> RankTrace:
                     threads[tid] = threads.get(tid, 0) + 1
                     thread_busy.setdefault(tid, []).append((start, end))
                     if len(thread_busy[tid]) >= BATCH_EVENTS:
-                        merged = _merge(np.asarray(thread_busy[tid], np.int64))
+                        merged = merge_intervals(np.asarray(thread_busy[tid], np.int64))
                         thread_busy[tid] = [tuple(r) for r in merged.tolist()]
                 elif cat == "user_annotation" and STEP.match(name):
                     step_threads.add(tid)
@@ -334,16 +334,16 @@ def read_rank(path: str | Path) -> RankTrace:
     rank = info.get("rank")
     world = info.get("world_size")
     if gpu:
-        busy.append(_merge(np.asarray(gpu_pending, np.int64).reshape(-1, 2)))
-        busy_rows = _merge(np.concatenate(busy)) if busy else np.zeros((0, 2), np.int64)
+        busy.append(merge_intervals(np.asarray(gpu_pending, np.int64).reshape(-1, 2)))
+        busy_rows = merge_intervals(np.concatenate(busy)) if busy else np.zeros((0, 2), np.int64)
         main = None
     else:
         main = _main_thread(threads, step_threads)
         rows = thread_busy.get(main, [])
-        busy_rows = _merge(np.asarray(rows, np.int64).reshape(-1, 2))
+        busy_rows = merge_intervals(np.asarray(rows, np.int64).reshape(-1, 2))
     if main in backward or (gpu and backward):
         rows = backward.get(main) or [r for rs in backward.values() for r in rs]
-        for a, b in _merge(np.asarray(rows, np.int64).reshape(-1, 2)).tolist():
+        for a, b in merge_intervals(np.asarray(rows, np.int64).reshape(-1, 2)).tolist():
             spans.add(a, b, "backward", -1, -1, -1, 0, "autograd")
     for device in (0, 1):
         if mem_ts[device]:
