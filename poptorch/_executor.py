@@ -220,10 +220,14 @@ def _detached(out: Any) -> Any:
 
 
 def _combine(outputs: list[Any], options: Options) -> Any:
-    """The call's result from its micro-batches' outputs, per ``Options.outputMode``."""
+    """The call's result from its micro-batches' outputs, per ``Options.outputMode``; the micro-batches
+    of one step are its replicas' in turn (PopTorch's [iterations, accumulation, replicas] order)."""
     mode = options.output_mode
     if mode == OutputMode.Final:
-        return outputs[-1]
+        if options.replication_factor == 1:
+            return outputs[-1]
+        # each replica's last micro-batch (the last replicationFactor ones), as PopTorch returns them
+        outputs, mode = outputs[-options.replication_factor:], OutputMode.All
     if mode == OutputMode.EveryN:
         period = options.output_return_period
         outputs = [o for k, o in enumerate(outputs) if (k + 1) % period == 0] or outputs[-1:]
