@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from popdist._errors import Error
 
@@ -90,6 +91,13 @@ def instance_info(environ: Mapping[str, str] | None = None) -> InstanceInfo:
 def poprun_instance() -> InstanceInfo | None:
     """This instance's ``InstanceInfo`` when PopRun started it, else None."""
     return instance_info() if is_set() else None
+
+
+def instance_directory(directory: Path) -> Path:
+    """Where this process writes what would go in ``directory``: ``directory/instance-I`` for
+    instance I of a poprun launch (the instances would overwrite each other's), else ``directory``."""
+    instance = poprun_instance()
+    return directory if instance is None else directory / f"instance-{instance.index}"
 
 
 def launch_environment(index: int, instances: int, replicas: int, ipus_per_replica: int,

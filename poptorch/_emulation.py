@@ -32,7 +32,7 @@ from engine.plan import make_plan
 from engine.runner import RunRequest, emulate_plan
 from engine.strategies import ExecutionStrategy
 from engine.torch_capture import Captured, OpRecord, micro_batch_size, model_precision, to_model
-from popdist._env import poprun_instance
+from popdist._env import instance_directory, poprun_instance
 from popvision_py.errors import ConfigError
 from poptorch._errors import Error
 from poptorch._options import Options, PipelinedExecution
@@ -144,8 +144,8 @@ def emulate(captured: Captured, options: Options, *, training: bool, write: bool
                     f"poprun was given --ipus-per-replica {instance.ipus_per_replica}; launch it with "
                     f"--ipus-per-replica {plan.num_ipus * plan.tensor_sharding}.")
     directory = report_directory(options) if write else None
-    if directory is not None and instance is not None:
-        directory = directory / f"instance-{instance.index}"
+    if directory is not None:
+        directory = instance_directory(directory)
     folder = directory / (options.model_name or ("training" if training else "inference")) if directory else None
     with tempfile.TemporaryDirectory(prefix="popvision-poptorch-") as scratch:
         target = (folder or Path(scratch)) / "profile.pop"
