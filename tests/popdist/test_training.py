@@ -119,3 +119,17 @@ def test_a_failing_instance_stops_the_others_waiting_for_its_gradients(launches:
     assert "[instance 0] step 0 done" in done.stdout and "[instance 0] step 1 done" not in done.stdout
     assert "[instance 0] popdist: instance 0 lost the other instances during the gradient reduction (" in done.stderr
     assert "finished" not in done.stdout
+
+
+def test_the_runs_folder_reports_its_instances_side_by_side(tutorial: Launched) -> None:
+    # GIVEN poprun's profiles/instance-I/training/profile.pop WHEN the run's folder is reported
+    from click.testing import CliRunner
+
+    from popvision_py.cli import main
+
+    result = CliRunner().invoke(main, ["report", str(tutorial.folder / "profiles"), "--section", "summary"])
+    # THEN each instance emulated the whole launch: their figures agree, and instance 0's report follows
+    assert result.exit_code == 0, result.output
+    assert "Instances of the run (instance-0, instance-1)" in result.output
+    assert "The 2 instances' profiles give the same figures" in result.output
+    assert str(tutorial.folder / "profiles" / "instance-0" / "training" / "profile.pop") in result.output
