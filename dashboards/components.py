@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from dash import dcc, html
 
-from dashboards.figures.style import BYTE_UNITS, COUNT_UNITS, NANOSECOND_UNITS, ipu_label, with_unit
+from dashboards.figures.style import BYTE_UNITS, COUNT_UNITS, IPUS, NANOSECOND_UNITS, Naming, with_unit
 from popvision_py.render.format import three_figures
 
 Formatter = Callable[[Any], str]
@@ -136,9 +136,10 @@ def custom_value(point: dict, index: int) -> Any:
     return custom[index]
 
 
-def ipu_options(ipus: Iterable[int]) -> list[dict]:
-    """Dropdown options choosing an IPU: labelled as the figures label it, valued by its number."""
-    return [{"label": ipu_label(ipu), "value": int(ipu)} for ipu in ipus]
+def ipu_options(ipus: Iterable[int], naming: Naming = IPUS) -> list[dict]:
+    """Dropdown options choosing an IPU: labelled as the figures label it ('IPU 2', or an imported trace's
+    'Rank 2'), valued by its number."""
+    return [{"label": naming.label(ipu), "value": int(ipu)} for ipu in ipus]
 
 
 def card(label: str, value: str, note: str | None = None, tone: str = "") -> html.Div:
@@ -184,12 +185,30 @@ def _align(column: str, frame: pd.DataFrame) -> str:
     return "num" if pd.api.types.is_numeric_dtype(frame[column]) and frame[column].dtype != bool else ""
 
 
-def section(title: str, *children: Any, note: str | None = None, class_name: str = "") -> html.Section:
-    """A titled panel of a page."""
-    head: list[Any] = [html.H3(title)]
-    if note:
-        head.append(html.P(note, className="section-note"))
-    return html.Section(head + list(children), className=f"panel {class_name}".strip())
+def section(title: str, *children: Any, note: str | None = None, class_name: str = "", section_id: str | None = None,
+            title_id: str | None = None, note_id: str | None = None, hidden: bool = False) -> html.Section:
+    """A titled panel of a page. The ids let a callback retitle it, or show and hide it (``shown``) for the
+    profile chosen; ``hidden`` starts it hidden."""
+    head: list[Any] = [html.H3(title, **({"id": title_id} if title_id else {}))]
+    if note or note_id:
+        head.append(html.P(note, className="section-note", **({"id": note_id} if note_id else {})))
+    props: dict[str, Any] = {"id": section_id} if section_id else {}
+    if hidden:
+        props["style"] = HIDDEN
+    return html.Section(head + list(children), className=f"panel {class_name}".strip(), **props)
+
+
+HIDDEN = {"display": "none"}
+
+
+def shown(show: bool) -> dict:
+    """The style that shows (``{}``) or hides an element."""
+    return {} if show else HIDDEN
+
+
+def one_line(sentence: str, element_id: str | None = None) -> html.P:
+    """What a view means nothing for, said in one line in its place (an imported trace's tiles, say)."""
+    return html.P(sentence, className="empty one-line", **({"id": element_id} if element_id else {}))
 
 
 def graph(graph_id: str, height: int | None = None, modebar: bool = True, **props: Any) -> dcc.Loading:
@@ -204,8 +223,10 @@ def graph(graph_id: str, height: int | None = None, modebar: bool = True, **prop
     )
 
 
-def page_header(title: str, description: str) -> html.Div:
-    return html.Div([html.H2(title), html.P(description, className="page-description")], className="page-header")
+def page_header(title: str, description: str, description_id: str | None = None) -> html.Div:
+    props = {"id": description_id} if description_id else {}
+    return html.Div([html.H2(title), html.P(description, className="page-description", **props)],
+                    className="page-header")
 
 
 def command_block(command: str) -> list:

@@ -34,6 +34,7 @@ from typing import Any
 import flask
 
 import popvision_py as pv
+from dashboards.figures.style import IPUS, Naming
 from popvision_py.analysis.tracescan import scan_columns
 from popvision_py.format.schema import FIT_VERDICTS, PHASES
 
@@ -134,6 +135,9 @@ class Profiles:
         if name == "profile.pop" and self.paths[key].parent.name:
             name = f"{self.paths[key].parent.name}/{name}"
         mode = "" if run.get("mode", "training") == "training" else f" {run['mode']}"
+        if report.imported:  # the schedule PyTorch ran, not the strategy the import maps it to
+            schedule = (run.get("import") or {}).get("schedule") or run.get("strategy", "")
+            return f"{key.upper()} · {run.get('model', '?')} {schedule}, PyTorch trace ({name})"
         return f"{key.upper()} · {run.get('model', '?')} {run.get('strategy', '')}{mode} ({name})"
 
     def check(self) -> None:
@@ -202,6 +206,25 @@ def current() -> Profiles:
     if _last is None:
         raise LookupError("No dashboard app has been built: call dashboards.app.create_app(paths) first.")
     return _last
+
+
+def naming(report: Any) -> Naming:
+    """How the pages name ``report``'s devices and time: IPUs and cycles, or for a profile imported from
+    PyTorch profiler traces (``popvision import``) ranks and ns, each IPU its rank (``run.import.ranks``)."""
+    if not getattr(report, "imported", False):
+        return IPUS
+    ipus = int(report.target.get("num_ipus", 0) or 0)
+    ranks = [int(r) for r in (report.run.get("import") or {}).get("ranks") or []]
+    return Naming(tuple(ranks[:ipus] + list(range(len(ranks), ipus))))
+
+
+def capacity_known(report: Any) -> bool:
+    """Whether the memory capacity is the device's: an imported CPU trace has none (the import then takes
+    the largest rank's peak, and says so among what it did not find)."""
+    if not getattr(report, "imported", False):
+        return True
+    missing = (report.run.get("import") or {}).get("not_inferred") or []
+    return not any("memory capacity" in str(sentence) for sentence in missing)
 
 
 def phase_shares(report: Any) -> dict[str, float]:

@@ -14,6 +14,9 @@ SUMMARY_TIME = "summary-time"
 SUMMARY_MEMORY = "summary-memory"
 SUMMARY_VERIFY = "summary-verify"  # pattern id {"type": SUMMARY_VERIFY, "index": row of the insights}
 SUMMARY_VERIFIED = "summary-verified"  # the same, where the fix's measured effect appears
+SUMMARY_TIME_TITLE = "summary-time-title"
+SUMMARY_MEMORY_TITLE = "summary-memory-title"
+SUMMARY_SOURCE = "summary-source"  # an imported profile: where it came from (run.import)
 
 # Memory
 MEMORY_IPU = "memory-ipu"
@@ -25,6 +28,16 @@ MEMORY_OOM = "memory-oom"
 MEMORY_TILE_TITLE = "memory-tile-title"
 MEMORY_TILE_BREAKDOWN = "memory-tile-breakdown"
 MEMORY_TILE_VARIABLES = "memory-tile-variables"
+MEMORY_DESCRIPTION = "memory-description"
+MEMORY_TILES_NOTE = "memory-tiles-note"  # an imported trace: the section saying a rank has no tiles
+MEMORY_NO_TILES = "memory-no-tiles"  # ... its one line
+MEMORY_TILE_VIEWS = "memory-tile-views"  # the tile map and selected tile (hidden for an imported trace)
+MEMORY_VARIABLES_SECTION = "memory-variables-section"
+MEMORY_HISTOGRAM_SECTION = "memory-histogram-section"
+MEMORY_OOM_SECTION = "memory-oom-section"
+MEMORY_GRID = "memory-grid"
+MEMORY_CATEGORIES_TITLE = "memory-categories-title"
+MEMORY_CATEGORIES_NOTE = "memory-categories-note"
 
 # Liveness
 LIVENESS_PLOT = "liveness-plot"
@@ -33,6 +46,11 @@ LIVENESS_IPU = "liveness-ipu"
 LIVENESS_STEP = "liveness-step"
 LIVENESS_LIVE_TITLE = "liveness-live-title"
 LIVENESS_LIVE = "liveness-live"
+LIVENESS_DESCRIPTION = "liveness-description"
+LIVENESS_PEAKS_TITLE = "liveness-peaks-title"
+LIVENESS_IPU_LABEL = "liveness-ipu-label"
+LIVENESS_PLOT_TITLE = "liveness-plot-title"
+LIVENESS_LIVE_SECTION_TITLE = "liveness-live-section-title"
 
 # Execution trace
 TRACE_TIMELINE = "trace-timeline"
@@ -42,6 +60,11 @@ TRACE_IPU = "trace-ipu"
 TRACE_STEP = "trace-step"
 TRACE_TILES = "trace-tiles"
 TRACE_FIGURES = "trace-figures"
+TRACE_DESCRIPTION = "trace-description"
+TRACE_TIMELINE_TITLE = "trace-timeline-title"
+TRACE_TILES_SECTION = "trace-tiles-section"
+TRACE_TILES_NOTE = "trace-tiles-note"  # an imported trace: one line instead of the cycles per tile
+TRACE_NO_TILES = "trace-no-tiles"
 
 # Stages
 STAGES_GANTT = "stages-gantt"
@@ -51,6 +74,16 @@ STAGES_SPLIT = "stages-split"
 STAGES_SPLIT_TABLE = "stages-split-table"
 STAGES_SPLIT_FIGURE = "stages-split-figure"
 STAGES_SUMMARY = "stages-summary"
+STAGES_DESCRIPTION = "stages-description"
+STAGES_GANTT_TITLE = "stages-gantt-title"
+STAGES_IMBALANCE_TITLE = "stages-imbalance-title"
+STAGES_SPLIT_SECTION = "stages-split-section"
+STAGES_SPLIT_NOTE = "stages-split-note"  # an imported trace: one line instead of the suggested split
+STAGES_NO_BLOCKS = "stages-no-blocks"
+STAGES_PIPELINE_NOTE = "stages-pipeline-note"  # an imported trace of data parallelism: no pipeline, in one line
+STAGES_NO_PIPELINE = "stages-no-pipeline"
+STAGES_GANTT_SECTION = "stages-gantt-section"
+STAGES_IMBALANCE_SECTION = "stages-imbalance-section"
 
 # Exchange
 EXCHANGE_FIGURES = "exchange-figures"
@@ -60,6 +93,13 @@ EXCHANGE_BANDWIDTH = "exchange-bandwidth"
 EXCHANGE_KINDS = "exchange-kinds"
 EXCHANGE_PHASES = "exchange-phases"
 EXCHANGE_COSTLIEST = "exchange-costliest"
+EXCHANGE_DESCRIPTION = "exchange-description"
+EXCHANGE_PHASES_TITLE = "exchange-phases-title"
+EXCHANGE_COMMUNICATION_SECTION = "exchange-communication-section"  # an imported trace's communication per rank
+EXCHANGE_COMMUNICATION = "exchange-communication"
+EXCHANGE_COMMUNICATION_TABLE = "exchange-communication-table-slot"
+EXCHANGE_COSTLIEST_TITLE = "exchange-costliest-title"
+EXCHANGE_COSTLIEST_NOTE = "exchange-costliest-note"
 
 # Compare
 COMPARE_HEADER = "compare-header"
@@ -68,6 +108,8 @@ COMPARE_MEMORY = "compare-memory"
 COMPARE_PHASES = "compare-phases"
 COMPARE_STAGES = "compare-stages"
 COMPARE_TABLES = "compare-tables"
+COMPARE_MEMORY_TITLE = "compare-memory-title"
+COMPARE_STAGES_TITLE = "compare-stages-title"
 
 # What-if (a tune result)
 WHATIF_HEADER = "whatif-header"

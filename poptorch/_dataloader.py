@@ -1,11 +1,15 @@
 """``poptorch.DataLoader``: PyTorch's loader handing out PopTorch's combined batches.
 
 One element is ``batch_size x deviceIterations x replicationFactor x gradientAccumulation``
-samples (what one call of the model consumes), ``drop_last`` defaults to True, and a process of a
-distributed run reads its own contiguous share of the dataset, as in PopTorch. Loading runs in the
-calling process whatever ``num_workers`` and ``mode`` say: the host's loading time on the IPU
-system is the emulator's to model (``host-bound`` in the summary), not this machine's, and a
-script's dozen workers would only compete with the training for this machine's cores.
+samples (what one call of the model consumes) and ``drop_last`` defaults to True. A process of a
+distributed run (a poprun instance, ``Options.Distributed``) reads its own share of the dataset,
+by PopTorch's rule (``auto_distributed_partitioning``, the default): the dataset in consecutive
+blocks, one per process, of a whole number of combined batches (every process makes as many
+calls); shuffled, the blocks are cut from one permutation of the whole dataset that every
+process draws alike from ``Options.randomSeed``. Loading runs in the calling process whatever
+``num_workers`` and ``mode`` say: the host's loading time on the IPU system is the emulator's to
+model (``host-bound`` in the summary), not this machine's, and a script's dozen workers would only
+compete with the training for this machine's cores.
 
 Under ``PVTI_OPTIONS`` each pass over the loader is an ``epoch`` instant on the system timeline, and
 each batch two spans: ``data loading`` (PyTorch's loader fetching and collating it) and ``wait for
@@ -23,7 +27,57 @@ import torch
 
 from popvision_py.format import system as timeline
 from poptorch import _pvti
+from poptorch._errors import Error, UnsupportedError
 from poptorch._options import DataLoaderMode, Options
+
+
+class _Share(torch.utils.data.Dataset):
+    """One process's block of a map-style dataset (PopTorch's partition)."""
+
+    def __init__(self, dataset: torch.utils.data.Dataset, options: Options, combined: int, drop_last: bool) -> None:
+        n = len(dataset)
+        processes = options.Distributed.num_distributed_processes
+        process = options.Distributed.distributed_process_id
+        if drop_last:
+            # a whole number of combined batches each, so that every process makes the same calls
+            per_process = combined * (n // (combined * processes))
+            if per_process == 0:
+                raise Error(f"poptorch.DataLoader: the dataset's {n} samples do not give each of the {processes} "
+                            f"processes one combined batch of {combined}.")
+            self._base = process * per_process
+            self._length = min(per_process, n - self._base)
+            # what the blocks leave over; shuffled, every other pass starts this much later so that it is read too
+            self._leftover = n % per_process
+        else:
+            sizes = [n // processes + (k < n % processes) for k in range(processes)]
+            self._base, self._length, self._leftover = sum(sizes[:process]), sizes[process], 0
+        self._dataset = dataset
+        self._offset = self._base
+        self._seed = options.random_seed
+        self._generator: torch.Generator | None = None
+        self._order: torch.Tensor | None = None
+
+    def reshuffle(self) -> None:
+        """A new permutation of the whole dataset, the same in every process (the generator starts
+        from ``Options.randomSeed`` and goes on from pass to pass); the block moves by the leftover."""
+        if self._generator is None:
+            self._generator = torch.Generator().manual_seed(self._seed)
+        self._order = torch.randperm(len(self._dataset), generator=self._generator)
+        self._offset = self._base + self._leftover if self._offset == self._base else self._base
+
+    def indices(self) -> list[int]:
+        """The dataset indices this block reads now, in order."""
+        return [self._global(k) for k in range(self._length)]
+
+    def _global(self, index: int) -> int:
+        k = self._offset + index
+        return int(self._order[k]) if self._order is not None else k
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index: int) -> Any:
+        return self._dataset[self._global(index)]
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -38,20 +92,33 @@ class DataLoader(torch.utils.data.DataLoader):
             raise TypeError(f"poptorch.DataLoader takes poptorch.Options first, not {type(options).__name__}.")
         DataLoaderMode(mode)  # an unknown mode is refused as PopTorch does
         self._options = options
-        processes = options.Distributed.num_distributed_processes
-        if processes > 1 and auto_distributed_partitioning:
-            share = len(dataset) // processes
-            first = options.Distributed.distributed_process_id * share
-            dataset = torch.utils.data.Subset(dataset, range(first, first + share))
         per_call = (options.device_iterations * options.replication_factor
                     * options.Training.gradient_accumulation)
         self._combined_batch_size = None if batch_size is None else batch_size * per_call
+        shuffle = bool(shuffle)
+        self._reshuffle = False
+        if options.Distributed.num_distributed_processes > 1 and auto_distributed_partitioning:
+            dataset = self._share(dataset, shuffle, drop_last)
+            self._reshuffle, shuffle = shuffle, False  # the share shuffles, the same way in every process
         for worker_only in ("prefetch_factor", "multiprocessing_context", "worker_init_fn"):
             kwargs.pop(worker_only, None)
-        super().__init__(dataset, batch_size=self._combined_batch_size, shuffle=bool(shuffle), num_workers=0,
+        super().__init__(dataset, batch_size=self._combined_batch_size, shuffle=shuffle, num_workers=0,
                          drop_last=drop_last if batch_size is not None else False, **kwargs)
 
+    def _share(self, dataset: torch.utils.data.Dataset, shuffle: bool, drop_last: bool) -> _Share:
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            raise UnsupportedError("poptorch.DataLoader's auto_distributed_partitioning of an IterableDataset",
+                                   "partition it in the dataset and pass auto_distributed_partitioning=False")
+        if self._combined_batch_size is None:
+            raise Error("batch_size=None not allowed when using auto_distributed_partitioning.")
+        if shuffle and self._options.random_seed is None:
+            raise Error("When using auto_distributed_partitioning you must set poptorch.Options.randomSeed() to ensure "
+                        "that tensors are in the same order in all processes.")
+        return _Share(dataset, self._options, self._combined_batch_size, drop_last)
+
     def __iter__(self) -> Iterator[Any]:
+        if self._reshuffle:
+            self.dataset.reshuffle()
         batches = super().__iter__()
         recorder = _pvti.active()
         if recorder is None or not recorder.wanted(timeline.DATALOADER):

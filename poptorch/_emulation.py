@@ -4,8 +4,11 @@ Where the profile goes follows PopTorch and Poplar: ``POPLAR_ENGINE_OPTIONS`` wi
 ``autoReport.all`` (or any ``autoReport.output*``) set to true writes under
 ``autoReport.directory`` (the current directory by default), else ``Options.enableProfiling(dir)``;
 each compiled model writes ``<directory>/<model name>/profile.pop``, the model name being
-PopTorch's default ``training`` or ``inference`` unless ``Options.modelName`` sets one. While
-popvision captures a script (``poptorch._script.capture_script``) nothing is written.
+PopTorch's default ``training`` or ``inference`` unless ``Options.modelName`` sets one. An
+instance that poprun started writes under ``<directory>/instance-<I>/`` instead (I its index), so
+that the instances of one launch do not overwrite each other's profiles; the emulation is of the
+whole launch (every instance's replicas, poprun's ``--system``). While popvision captures a script
+(``poptorch._script.capture_script``) nothing is written.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from engine.plan import make_plan
 from engine.runner import RunRequest, emulate_plan
 from engine.strategies import ExecutionStrategy
 from engine.torch_capture import Captured, OpRecord, micro_batch_size, model_precision, to_model
+from popdist._env import instance_directory, poprun_instance
 from popvision_py.errors import ConfigError
 from poptorch._errors import Error
 from poptorch._options import Options, PipelinedExecution
@@ -91,6 +95,9 @@ def capture_model(records: Sequence[OpRecord], inputs: Sequence[torch.Tensor], r
     """The engine model of a recorded first forward, with the engine's options from ``options``."""
     engine_options = options.engine_options(training=training, micro_batch_size=micro_batch_size(inputs),
                                             precision=model_precision(root), optimiser=optimiser, recompute=recompute)
+    instance = poprun_instance()
+    if instance is not None and instance.system:
+        engine_options.system = instance.system
     captured = to_model(records, inputs, root, name, engine_options)
     if captured.generic:
         listed = ", ".join(f"{op} ({n})" for op, n in captured.generic.most_common())
@@ -131,7 +138,14 @@ def emulate(captured: Captured, options: Options, *, training: bool, write: bool
     except ConfigError as exc:
         raise Error(f"Compiling {model.name}: {_in_poptorch_words(str(exc))}") from None
     plan = dataclasses.replace(plan, request=script_request(training))
+    instance = poprun_instance()
+    if instance is not None and plan.num_ipus * plan.tensor_sharding != instance.ipus_per_replica:
+        raise Error(f"Compiling {model.name}: its replica takes {plan.num_ipus * plan.tensor_sharding} IPU(s) but "
+                    f"poprun was given --ipus-per-replica {instance.ipus_per_replica}; launch it with "
+                    f"--ipus-per-replica {plan.num_ipus * plan.tensor_sharding}.")
     directory = report_directory(options) if write else None
+    if directory is not None:
+        directory = instance_directory(directory)
     folder = directory / (options.model_name or ("training" if training else "inference")) if directory else None
     with tempfile.TemporaryDirectory(prefix="popvision-poptorch-") as scratch:
         target = (folder or Path(scratch)) / "profile.pop"

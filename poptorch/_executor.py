@@ -8,6 +8,11 @@ averaged (``Training.accumulationAndReplicationReductionType``: Mean, PopTorch's
 and the optimiser steps once per group: ``deviceIterations`` updates per call. What the call
 returns follows ``Options.outputMode`` (Final by default in training, All in inference).
 
+A process of a distributed run (a poprun instance: ``Options.Distributed`` over several processes)
+runs its own replicas' micro-batches; before each optimiser step the instances average (Sum: add)
+their gradients over PopDist's backend, and at the first call they all take the first instance's
+weights, so every replica of every instance keeps identical weights, as replicas on IPUs do.
+
 The first call compiles: its first micro-batch's forward is captured, the captured model is
 emulated with the options, its summary printed and its profile written (see ``_emulation``).
 """
@@ -23,6 +28,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from engine.torch_capture import recording, to_model
+from popdist import _backend as instances
 from popvision_py.format import system as timeline
 from poptorch import _emulation, _pvti, optim
 from poptorch._blocks import STATE
@@ -67,6 +73,7 @@ class PoplarExecutor:
             self._engine_optimiser = {}
         self._compiled: _emulation.Compiled | None = None
         self._called = False  # the first call seeds torch's generator with Options.randomSeed
+        self._joined = False  # a distributed model took the first instance's weights
         self._attached = False
 
     # -- what PopTorch's executor offers -------------------------------------------------------
@@ -167,6 +174,7 @@ class PoplarExecutor:
         if self._training:
             per_update = self._options.Training.gradient_accumulation * self._options.replication_factor
             mean = self._options.Training.accumulation_and_replication_reduction_type == ReductionType.Mean
+            distributed = self._join_instances()
             for start in range(0, len(micro), per_update):
                 self._optimizer.zero_grad(set_to_none=True)
                 for a, kw in micro[start:start + per_update]:
@@ -174,6 +182,9 @@ class PoplarExecutor:
                     loss = _loss_of(out)
                     (loss / per_update if mean else loss).backward()
                     outputs.append(_detached(out))
+                if distributed:
+                    with _pvti.span(timeline.POPDIST, timeline.GRADIENT_REDUCTION):
+                        instances.reduce_gradients(_stepped(self._optimizer), mean)
                 with _pvti.span(timeline.POPTORCH, timeline.OPTIMIZER_UPDATE):
                     self._optimizer.step()
         else:
@@ -181,6 +192,18 @@ class PoplarExecutor:
                 outputs.extend(_detached(self._forward(a, kw)) for a, kw in micro)
         self._attached = True
         return _combine(outputs, self._options)
+
+    def _join_instances(self) -> bool:
+        """For a distributed run: join the instances' group and, the first time, take the first
+        instance's weights and buffers; whether the run is distributed."""
+        processes = self._options.Distributed.num_distributed_processes
+        if processes == 1:
+            return False
+        instances.initialise(processes)
+        if not self._joined:
+            instances.broadcast_from_first([*self._user_model.parameters(), *self._user_model.buffers()])
+            self._joined = True
+        return True
 
     def _forward(self, args: tuple, kwargs: dict) -> Any:
         """One micro-batch through the model; the first one (before compiling) is captured."""
@@ -253,16 +276,25 @@ def _loss_of(out: Any) -> torch.Tensor:
     return losses[-1]
 
 
+def _stepped(optimizer: torch.optim.Optimizer) -> list[torch.nn.Parameter]:
+    """The parameters the optimiser updates, in its order (the same in every instance)."""
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
 def _detached(out: Any) -> Any:
     leaves, spec = tree_flatten(out)
     return tree_unflatten([x.detach() if isinstance(x, torch.Tensor) else x for x in leaves], spec)
 
 
 def _combine(outputs: list[Any], options: Options) -> Any:
-    """The call's result from its micro-batches' outputs, per ``Options.outputMode``."""
+    """The call's result from its micro-batches' outputs, per ``Options.outputMode``; the micro-batches
+    of one step are its replicas' in turn (PopTorch's [iterations, accumulation, replicas] order)."""
     mode = options.output_mode
     if mode == OutputMode.Final:
-        return outputs[-1]
+        if options.replication_factor == 1:
+            return outputs[-1]
+        # each replica's last micro-batch (the last replicationFactor ones), as PopTorch returns them
+        outputs, mode = outputs[-options.replication_factor:], OutputMode.All
     if mode == OutputMode.EveryN:
         period = options.output_return_period
         outputs = [o for k, o in enumerate(outputs) if (k + 1) % period == 0] or outputs[-1:]

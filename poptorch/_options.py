@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import os
 from typing import Any
 
 from engine import options as eo
@@ -320,15 +321,32 @@ class _PrecisionOptions(_Unsupported):
 
 
 class _DistributedOptions(_Unsupported):
+    """The process's place among those a distributed run spans; as PopTorch's, read at first from
+    mpirun's ``OMPI_COMM_WORLD_SIZE`` / ``OMPI_COMM_WORLD_RANK`` (one process when unset), which
+    poprun sets too. ``replicationFactor`` is then each process's replicas."""
+
     _OWNER = "poptorch.Options.Distributed"
 
     def __init__(self) -> None:
         self.num_distributed_processes = 1
         self.distributed_process_id = 0
+        self.setEnvVarNames("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK")
 
     def configureProcessId(self, process_id: int, num_processes: int) -> "_DistributedOptions":  # noqa: N802
-        self.distributed_process_id, self.num_distributed_processes = int(process_id), int(num_processes)
+        process_id, num_processes = int(process_id), int(num_processes)
+        if not 0 <= process_id < num_processes:
+            raise ValueError(f"configureProcessId: process {process_id} is not one of {num_processes} processes.")
+        self.distributed_process_id, self.num_distributed_processes = process_id, num_processes
         return self
+
+    def setEnvVarNames(self, var_num_processes: str, var_process_id: str) -> "_DistributedOptions":  # noqa: N802
+        """The process id and count from these environment variables (0 and 1 when unset)."""
+        return self.configureProcessId(int(os.environ.get(var_process_id, "0")),
+                                       int(os.environ.get(var_num_processes, "1")))
+
+    def disable(self) -> "_DistributedOptions":
+        """One process, whatever the environment says."""
+        return self.configureProcessId(0, 1)
 
     @property
     def processId(self) -> int:  # noqa: N802
@@ -523,7 +541,8 @@ class Options(_Unsupported):
 
     def engine_options(self, *, training: bool, micro_batch_size: int, precision: str, optimiser: dict[str, Any],
                        recompute: bool) -> eo.Options:
-        """The emulator's options for a model compiled with these options."""
+        """The emulator's options for a model compiled with these options: the whole run's replicas
+        (``replicationFactor`` is each distributed process's, as in PopTorch)."""
         loc = self._locations
         checkpoints = "blocks"
         if (popart := self._popart.recompute()) is not None:
@@ -531,7 +550,8 @@ class Options(_Unsupported):
         o = eo.Options(
             micro_batch_size=micro_batch_size, device_iterations=self.device_iterations,
             gradient_accumulation=self._training.gradient_accumulation if training else 1,
-            replication_factor=self.replication_factor, precision=precision, partials=self._precision.partials,
+            replication_factor=self.replication_factor * self._distributed.num_distributed_processes,
+            precision=precision, partials=self._precision.partials,
             mode="training" if training else "inference", recompute=recompute and training,
             recompute_checkpoints=checkpoints,
             enable_outlining=bool(self._popart.values.get("enableOutlining", True)),

@@ -2,9 +2,9 @@
 
 ``PVTI_OPTIONS`` is a JSON object: ``"enable": "true"`` turns recording on, ``"directory"`` is where
 each process writes its file (the current directory by default), ``"channels"`` a list of the
-channels to record (all by default: ``poptorch``, ``dataloader``...). Each process writes
-``<directory>/<process>.pvti.parquet`` (``popvision_py.format.system``): ``instance-<I>`` under
-popdist (``POPDIST_INSTANCE_INDEX``), ``process-<pid>`` otherwise. The events are kept in memory and
+channels to record (all by default: ``poptorch``, ``dataloader``, ``popdist``). Each process writes
+``<directory>/<process>.pvti.parquet`` (``popvision_py.format.system``): ``instance-<I>`` for
+instance I of a poprun launch (PopDist's index, from PopRun's variables), ``process-<pid>`` otherwise. The events are kept in memory and
 written in row groups as they accumulate, into a file that is published whole when the process
 exits (or when ``popvision run`` finishes the script), so a killed process leaves nothing behind.
 
@@ -27,13 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
+from popdist._env import poprun_instance
 from popvision_py.errors import PopvisionError
 from popvision_py.format import system as S
 from popvision_py.format.atomic import check_writable
 from poptorch._errors import Error
 
 ENV = "PVTI_OPTIONS"
-INSTANCE_ENV = "POPDIST_INSTANCE_INDEX"
 EXAMPLE = '\'{"enable":"true","directory":"reports","channels":["poptorch","dataloader"]}\''
 
 
@@ -73,13 +73,11 @@ def settings(text: str) -> Settings | None:
 
 
 def process_name() -> tuple[str, int | None]:
-    """This process's name in the timeline, and its popdist instance (None outside popdist)."""
-    index = os.environ.get(INSTANCE_ENV)
-    if index is None or not index.strip():
+    """This process's name in the timeline, and its instance of a poprun launch (None outside poprun)."""
+    instance = poprun_instance()
+    if instance is None:
         return f"process-{os.getpid()}", None
-    if not index.strip().isdigit():
-        raise Error(f"{INSTANCE_ENV} must be a whole number (this process's popdist instance), not {index[:40]!r}.")
-    return f"instance-{int(index)}", int(index)
+    return f"instance-{instance.index}", instance.index
 
 
 class Recorder:

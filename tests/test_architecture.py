@@ -1,7 +1,7 @@
 """The layout is a checked contract (docs/architecture.md): imports point down the floors, no two files
 import each other (directly or round a longer circle), and no source file is over 600 lines.
 
-The imports are read with ``ast`` from every module of the four packages, including imports inside
+The imports are read with ``ast`` from every module of the five packages, including imports inside
 functions and a package's ``__init__.py``, so a lazy import counts like any other.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("popvision_py", "engine", "poptorch", "dashboards")
+PACKAGES = ("popvision_py", "engine", "poptorch", "popdist", "dashboards")
 MAX_LINES = 600
 
 # From the bottom. A module belongs to the floor of the longest prefix listed here; ``popvision_py``
@@ -21,7 +21,7 @@ FLOORS = (
     ("popvision_py.errors", "popvision_py.version", "popvision_py.format"),
     ("engine", "popvision_py.importer"),
     ("popvision_py.analysis", "popvision_py.render", "popvision_py"),
-    ("poptorch", "popvision_py.tune", "dashboards", "popvision_py.scripts"),
+    ("poptorch", "popdist", "popvision_py.tune", "dashboards", "popvision_py.scripts"),
     ("popvision_py.cli",),
 )
 
@@ -238,7 +238,7 @@ def test_a_planted_lazy_upward_import_is_named_with_both_files(tmp_path):
     known, graph = _plant(tmp_path, files)
     assert upward_imports(known, graph) == [
         "engine/runner.py:4 imports poptorch/_script.py, a floor above it "
-        "(poptorch / popvision_py.tune / dashboards / popvision_py.scripts over engine / popvision_py.importer)"]
+        "(poptorch / popdist / popvision_py.tune / dashboards / popvision_py.scripts over engine / popvision_py.importer)"]
 
 
 def test_a_planted_circle_through_a_package_init_is_named(tmp_path):

@@ -7,8 +7,7 @@ from collections.abc import Mapping
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboards.figures.style import PHASE_COLOURS, PROFILE_COLOURS, styled
-from popvision_py.format.schema import PHASES
+from dashboards.figures.style import IPUS, PHASE_COLOURS, PROFILE_COLOURS, Naming, styled
 
 
 def side_by_side_bars(frames: Mapping[str, pd.DataFrame], x: str, y: str, title: str, y_title: str,
@@ -22,14 +21,16 @@ def side_by_side_bars(frames: Mapping[str, pd.DataFrame], x: str, y: str, title:
     return styled(fig, title=title or None, barmode="group", height=320)
 
 
-def compare_phase_shares(shares: Mapping[str, Mapping[str, float]], labels: Mapping[str, str]) -> go.Figure:
-    """Each profile's time by phase as one stacked bar per profile."""
+def compare_phase_shares(shares: Mapping[str, Mapping[str, float]], labels: Mapping[str, str],
+                         naming: Naming = IPUS) -> go.Figure:
+    """Each profile's time by phase as one stacked bar per profile (``naming``: two imported traces' phases)."""
     fig = go.Figure()
     keys = list(shares)
-    for phase in PHASES:
+    for phase in naming.phases:
+        name = naming.phase(phase)
         fig.add_trace(go.Bar(y=[labels.get(k, k) for k in keys], x=[float(shares[k].get(phase, 0) or 0) for k in keys],
-                             orientation="h", name=phase, marker_color=PHASE_COLOURS[phase],
-                             hovertemplate="%{y}<br>" + phase + ": %{x:.1f} %<extra></extra>"))
-    fig.update_xaxes(range=[0, 100], ticksuffix=" %", title="% of IPU time")
+                             orientation="h", name=name, marker_color=PHASE_COLOURS[phase],
+                             hovertemplate="%{y}<br>" + name + ": %{x:.1f} %<extra></extra>"))
+    fig.update_xaxes(range=[0, 100], ticksuffix=" %", title=f"% of {naming.time}")
     fig.update_yaxes(autorange="reversed", automargin=True)
     return styled(fig, barmode="stack", height=220, margin=dict(l=20, r=20, t=40, b=40))

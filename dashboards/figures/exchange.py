@@ -10,26 +10,29 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboards.figures.style import (PHASE_COLOURS, SHORT_BYTE_UNITS, byte_ticks, empty, ipu_label, styled,
-                                      with_unit)
-from popvision_py.format.schema import PHASES
+from dashboards.figures.style import (IPUS, NANOSECOND_UNITS, PHASE_COLOURS, SHORT_BYTE_UNITS, Naming, byte_ticks,
+                                      empty, styled, with_unit)
 
 
-def exchange_matrix(matrix: pd.DataFrame, value: str = "bytes") -> go.Figure:
-    """Bytes (or cycles) moved from each source to each destination (``exchange.matrix()``)."""
+def exchange_matrix(matrix: pd.DataFrame, value: str = "bytes", naming: Naming = IPUS) -> go.Figure:
+    """Bytes (or cycles) moved from each source to each destination (``exchange.matrix()``); an imported
+    trace's cycles are ns."""
     if matrix.empty:
-        return empty("No exchanges between IPUs.")
+        return empty(f"No exchanges between {naming.device}s.")
     endpoints = sorted(set(matrix["src_ipu"]) | set(matrix["dst_ipu"]), key=lambda i: (i < 0, abs(i)))
     grid = matrix.pivot_table(index="dst_ipu", columns="src_ipu", values=value, aggfunc="sum")
     grid = grid.reindex(index=endpoints, columns=endpoints)
-    labels = [ipu_label(i) for i in endpoints]
-    text = grid.map(lambda v: "" if pd.isna(v) or v == 0 else (short_bytes(v) if value == "bytes" else f"{v:,.0f}"))
+    labels = [naming.label(i) for i in endpoints]
+    unit = value if value == "bytes" else naming.unit
+    text = grid.map(lambda v: "" if pd.isna(v) or v == 0 else (short_bytes(v) if value == "bytes" else
+                                                               f"{v:,.0f}" if not naming.imported else
+                                                               with_unit(v, NANOSECOND_UNITS)))
     fig = go.Figure(go.Heatmap(z=grid.to_numpy(dtype=float), x=labels, y=labels, colorscale="Blues", zmin=0,
                                text=text.to_numpy(), texttemplate="%{text}", hoverongaps=False,
-                               colorbar=dict(title=dict(text=value, side="right"), thickness=12,
+                               colorbar=dict(title=dict(text=unit, side="right"), thickness=12,
                                              **(byte_ticks(float(np.nanmax(grid.to_numpy(dtype=float))))
                                                 if value == "bytes" else {})),
-                               hovertemplate="%{x} → %{y}<br>%{z:,.0f} " + value + "<extra></extra>"))
+                               hovertemplate="%{x} → %{y}<br>%{z:,.0f} " + unit + "<extra></extra>"))
     fig.update_xaxes(title="source", side="bottom")
     fig.update_yaxes(title="destination", autorange="reversed")
     return styled(fig, height=max(300, 120 + 45 * len(labels)))
@@ -40,33 +43,63 @@ def short_bytes(value: float) -> str:
     return with_unit(value, SHORT_BYTE_UNITS)
 
 
-def exchange_by_kind(by_kind: pd.DataFrame) -> go.Figure:
-    """Bytes and cycles by kind of exchange (``exchange.by_kind()``), side by side."""
+def exchange_by_kind(by_kind: pd.DataFrame, naming: Naming = IPUS) -> go.Figure:
+    """Bytes and cycles by kind of exchange (``exchange.by_kind()``), side by side (an imported trace's
+    cycles are ns)."""
     if by_kind.empty:
         return empty("No exchanges.")
     frame = by_kind.copy()
     frame["kind"] = frame["kind"].astype(str).str.replace("_", " ")
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("bytes", "cycles"), horizontal_spacing=0.12)
+    unit = naming.unit
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("bytes", unit), horizontal_spacing=0.12)
     fig.add_trace(go.Bar(x=frame["kind"], y=frame["bytes"], marker_color="#3B7DD8", name="bytes",
                          hovertemplate="%{x}: %{y:,} bytes<extra></extra>"), row=1, col=1)
-    fig.add_trace(go.Bar(x=frame["kind"], y=frame["cycles"], marker_color=PHASE_COLOURS["exchange"], name="cycles",
+    fig.add_trace(go.Bar(x=frame["kind"], y=frame["cycles"], marker_color=PHASE_COLOURS["exchange"], name=unit,
                          customdata=frame["time_pct"],
-                         hovertemplate="%{x}: %{y:,} cycles (%{customdata:.1f} % of the time)<extra></extra>"),
+                         hovertemplate="%{x}: %{y:,} " + unit + " (%{customdata:.1f} % of the time)<extra></extra>"),
                   row=1, col=2)
     fig.update_yaxes(row=1, col=1, **byte_ticks(float(frame["bytes"].max())))
     return styled(fig, height=320, showlegend=False)
 
 
-def phase_shares(shares: Mapping[str, float], title: str | None = None) -> go.Figure:
-    """One stacked bar of the run's time by phase (percentages from ``exchange.figures()``)."""
+def phase_shares(shares: Mapping[str, float], title: str | None = None, naming: Naming = IPUS) -> go.Figure:
+    """One stacked bar of the run's time by phase (percentages from ``exchange.figures()``); an imported
+    trace's phases are compute, exposed communication and idle."""
     fig = go.Figure()
-    for phase in PHASES:
+    for phase in naming.phases:
         pct = float(shares.get(phase, 0.0) or 0.0)
-        fig.add_trace(go.Bar(y=[""], x=[pct], orientation="h", name=f"{phase} {pct:.1f} %",
+        name = naming.phase(phase)
+        fig.add_trace(go.Bar(y=[""], x=[pct], orientation="h", name=f"{name} {pct:.1f} %",
                              marker_color=PHASE_COLOURS[phase],
-                             hovertemplate=f"{phase}: {pct:.1f} % of IPU time<extra></extra>"))
-    fig.update_xaxes(range=[0, 100], title="% of IPU time", ticksuffix=" %")
+                             hovertemplate=f"{name}: {pct:.1f} % of {naming.time}<extra></extra>"))
+    fig.update_xaxes(range=[0, 100], title=f"% of {naming.time}", ticksuffix=" %")
     fig.update_yaxes(visible=False)
     return styled(fig, title=title, barmode="stack", height=170 if not title else 190,
                   margin=dict(l=20, r=20, t=60 if title else 30, b=40),
                   legend=dict(orientation="h", yanchor="bottom", y=1.05, x=0))
+
+
+def communication(comm: pd.DataFrame, clock_hz: float, naming: Naming = IPUS) -> go.Figure:
+    """Each rank's time (``exchange.communication()``): compute, communication it waited for (exposed) and
+    idle, stacked to its whole time; beside them, the communication hidden behind its compute."""
+    if comm.empty:
+        return empty("No ranks.")
+    labels = [naming.label(ipu) for ipu in range(len(comm))]  # a row per IPU (rank), in order
+    fig = go.Figure()
+    parts = (("compute_cycles", "compute", PHASE_COLOURS["compute"]),
+             ("exposed_comm_cycles", "exposed communication", PHASE_COLOURS["exchange"]),
+             ("idle_cycles", "idle", PHASE_COLOURS["idle"]))
+    for column, name, colour in parts:
+        seconds = comm[column].to_numpy(dtype=float) / clock_hz
+        fig.add_trace(go.Bar(x=labels, y=seconds * 1e3, name=name, marker_color=colour, offsetgroup="time",
+                             customdata=[with_unit(v * 1e9, NANOSECOND_UNITS) for v in seconds],
+                             hovertemplate="%{x}: %{customdata} " + name + "<extra></extra>"))
+    hidden = comm["hidden_comm_cycles"].to_numpy(dtype=float) / clock_hz
+    fig.add_trace(go.Bar(x=labels, y=hidden * 1e3, name="communication hidden behind compute", offsetgroup="hidden",
+                         marker=dict(color="#FBD9A6", pattern=dict(shape="/", size=6)),
+                         customdata=np.stack([[with_unit(v * 1e9, NANOSECOND_UNITS) for v in hidden],
+                                              comm["hidden_comm_pct"].to_numpy(dtype=float)], axis=-1),
+                         hovertemplate="%{x}: %{customdata[0]} hidden behind compute (%{customdata[1]:.0f} % of its "
+                                       "communication)<extra></extra>"))
+    fig.update_yaxes(title="ms", rangemode="tozero")
+    return styled(fig, barmode="relative", height=340)

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboards.figures.style import (CAPACITY_COLOUR, CATEGORY_COLOURS, OOM_COLOUR, byte_ticks, empty, ipu_label,
-                                      styled)
+from dashboards.figures.style import (CAPACITY_COLOUR, CATEGORY_COLOURS, IPUS, OOM_COLOUR, Naming, byte_ticks, empty,
+                                      ipu_label, styled)
 from popvision_py.format.schema import MEMORY_CATEGORIES
 
 TILE_MAP_COLUMNS = 64  # at most; an IPU of 1,472 tiles is 23 rows of 64
@@ -100,17 +100,30 @@ def tile_map(
                   legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0), clickmode="event")
 
 
-def ipu_memory(by_ipu: pd.DataFrame) -> go.Figure:
-    """Always-live and not-always-live memory of each IPU against its capacity (``memory.by_ipu()``)."""
+def ipu_memory(by_ipu: pd.DataFrame, naming: Naming = IPUS, capacity: bool = True) -> go.Figure:
+    """Always-live and not-always-live memory of each IPU against its capacity (``memory.by_ipu()``); an
+    imported trace's rank holds its weights (allocated all along) and activations (the rest of its peak),
+    against the device's memory when the trace gives it (``capacity``)."""
     if by_ipu.empty:
         return empty("No memory recorded.")
-    labels = by_ipu["ipu"].map(ipu_label)
+    labels = by_ipu["ipu"].map(naming.label)
+    always, rest = ("weights", "activations") if naming.imported else ("always-live", "not always-live")
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=labels, y=by_ipu["always_live_bytes"] / 2**20, name="always-live", marker_color="#3B7DD8",
-                         hovertemplate="%{x}: %{y:,.1f} MiB always-live<extra></extra>"))
-    fig.add_trace(go.Bar(x=labels, y=by_ipu["not_always_live_bytes"] / 2**20, name="not always-live",
+    fig.add_trace(go.Bar(x=labels, y=by_ipu["always_live_bytes"] / 2**20, name=always, marker_color="#3B7DD8",
+                         hovertemplate="%{x}: %{y:,.1f} MiB " + always + "<extra></extra>"))
+    fig.add_trace(go.Bar(x=labels, y=by_ipu["not_always_live_bytes"] / 2**20, name=rest,
                          marker_color="#9CC3F5",
-                         hovertemplate="%{x}: %{y:,.1f} MiB not always-live<extra></extra>"))
+                         hovertemplate="%{x}: %{y:,.1f} MiB " + rest + "<extra></extra>"))
+    if naming.imported:
+        if capacity:
+            fig.add_trace(go.Scatter(x=labels, y=by_ipu["capacity_bytes"] / 2**20, mode="markers",
+                                     name="device memory", customdata=by_ipu["used_pct"],
+                                     marker=dict(symbol="line-ew-open", size=46, color=CAPACITY_COLOUR,
+                                                 line=dict(width=2)),
+                                     hovertemplate="%{x}: device memory %{y:,.0f} MiB<br>%{customdata:.1f} % "
+                                                   "allocated at its peak<extra></extra>"))
+        fig.update_yaxes(title="MiB allocated at its peak", rangemode="tozero")
+        return styled(fig, barmode="stack", height=300)
     fig.add_trace(go.Scatter(x=labels, y=by_ipu["capacity_bytes"] / 2**20, mode="markers", name="capacity",
                              marker=dict(symbol="line-ew-open", size=46, color=CAPACITY_COLOUR, line=dict(width=2)),
                              customdata=np.stack([by_ipu["used_pct"], by_ipu["oom_tiles"]], axis=-1),
@@ -125,12 +138,13 @@ def tile_highlight(row: int, col: int) -> dict:
     return dict(type="rect", x0=col - 0.5, x1=col + 0.5, y0=row - 0.5, y1=row + 0.5, line=dict(color="#ff2d95", width=3))
 
 
-def category_stacks(by_category: pd.DataFrame, capacity_by_ipu: Mapping[int, int] | None = None) -> go.Figure:
+def category_stacks(by_category: pd.DataFrame, capacity_by_ipu: Mapping[int, int] | None = None,
+                    naming: Naming = IPUS) -> go.Figure:
     """Memory per IPU stacked by category (``memory.by_category()``); always-live hatched apart."""
     if by_category.empty:
         return empty("No memory recorded.")
     frame = by_category.copy()
-    frame["ipu_label"] = frame["ipu"].map(ipu_label)
+    frame["ipu_label"] = frame["ipu"].map(naming.label)
     fig = go.Figure()
     for category in _category_order(frame["category"].astype(str).unique()):
         for always_live in (True, False):
@@ -141,7 +155,8 @@ def category_stacks(by_category: pd.DataFrame, capacity_by_ipu: Mapping[int, int
                 go.Bar(
                     x=part["ipu_label"],
                     y=part["bytes"],
-                    name=f"{category}{'' if always_live else ' (not always-live)'}",
+                    # an imported trace's categories say it: weights are allocated all along, activations not
+                    name=f"{category}{'' if always_live or naming.imported else ' (not always-live)'}",
                     marker=dict(color=CATEGORY_COLOURS.get(category, "#999"),
                                 pattern=dict(shape="" if always_live else "/", fillmode="overlay", size=6)),
                     hovertemplate=f"{category}<br>%{{x}}: %{{y:,.0f}} B<extra>{'always-live' if always_live else 'not always-live'}</extra>",
@@ -149,7 +164,7 @@ def category_stacks(by_category: pd.DataFrame, capacity_by_ipu: Mapping[int, int
                 )
             )
     if capacity_by_ipu:
-        labels = [ipu_label(ipu) for ipu in capacity_by_ipu]
+        labels = [naming.label(ipu) for ipu in capacity_by_ipu]
         fig.add_trace(go.Scatter(x=labels, y=list(capacity_by_ipu.values()), mode="markers",
                                  marker=dict(symbol="line-ew-open", size=40, color=CAPACITY_COLOUR, line=dict(width=2)),
                                  name="capacity", hovertemplate="capacity %{y:,.0f} B<extra></extra>"))

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboards.figures.style import CAPACITY_COLOUR, PASS_COLOURS, PHASE_COLOURS, empty, ipu_label, styled
+from dashboards.figures.style import CAPACITY_COLOUR, IPUS, PASS_COLOURS, PHASE_COLOURS, Naming, empty, styled
 
 
 def micro_batch_labels(gantt: pd.DataFrame) -> pd.Series:
@@ -20,7 +20,7 @@ def micro_batch_labels(gantt: pd.DataFrame) -> pd.Series:
     return initial.where(gantt["micro_batch"] < 0, initial + number.astype(str))
 
 
-def stages_gantt(gantt: pd.DataFrame, max_bars: int = 3000) -> go.Figure:
+def stages_gantt(gantt: pd.DataFrame, max_bars: int = 3000, naming: Naming = IPUS) -> go.Figure:
     """Forward/backward Gantt chart per IPU (``stages.gantt()``), as the PopTorch tutorial draws it.
 
     The first iteration is in view (double-click shows all drawn). Only the first iterations that
@@ -34,17 +34,19 @@ def stages_gantt(gantt: pd.DataFrame, max_bars: int = 3000) -> go.Figure:
     shown = iterations[: max(1, max_bars // per_iteration)]
     frame = gantt[gantt["iteration"].isin(shown)].copy()
     frame["label"] = micro_batch_labels(frame)
-    frame["ipu_label"] = frame["ipu"].map(ipu_label)
+    frame["ipu_label"] = frame["ipu"].map(naming.label)
     frame["pass"] = frame["pass"].astype(str)
     show_text = len(frame) <= max_bars
+    divisor, unit = naming.scale  # an imported trace's bars in ms
+    number = "%{base:,} – %{x:,}" if divisor == 1 else "%{base:,.3f} – %{x:,.3f}"
     fig = go.Figure()
     for pass_name in [p for p in PASS_COLOURS if p in set(frame["pass"])]:
         part = frame[frame["pass"] == pass_name]
         fig.add_trace(
             go.Bar(
                 y=part["ipu_label"],
-                x=part["end_cycle"] - part["start_cycle"],
-                base=part["start_cycle"],
+                x=_scaled(part["end_cycle"] - part["start_cycle"], divisor),
+                base=_scaled(part["start_cycle"], divisor),
                 orientation="h",
                 name=pass_name,
                 marker=dict(color=PASS_COLOURS[pass_name], line=dict(color="white", width=1)),
@@ -56,23 +58,29 @@ def stages_gantt(gantt: pd.DataFrame, max_bars: int = 3000) -> go.Figure:
                 customdata=np.stack([part["stage"], part["iteration"], part["micro_batch"], part["label"]], axis=-1),
                 hovertemplate=("%{customdata[3]}: stage %{customdata[0]}, " + pass_name
                                + "<br>iteration %{customdata[1]}, micro-batch %{customdata[2]}"
-                               + "<br>cycles %{base:,} – %{x:,} long<extra>%{y}</extra>"),
+                               + "<br>" + unit + " " + number + " long<extra>%{y}</extra>"),
             )
         )
     labels = sorted(frame["ipu"].unique())
-    fig.update_yaxes(categoryorder="array", categoryarray=[ipu_label(i) for i in labels][::-1])
+    fig.update_yaxes(categoryorder="array", categoryarray=[naming.label(i) for i in labels][::-1])
     first = frame[frame["iteration"] == frame["iteration"].min()]
     note = "" if len(shown) == len(iterations) else f" (the first {len(shown):,} of {len(iterations):,} iterations)"
-    fig.update_xaxes(title="cycles" + note, range=[float(frame["start_cycle"].min()), float(first["end_cycle"].max())])
+    fig.update_xaxes(title=unit + note, range=[float(frame["start_cycle"].min()) / divisor,
+                                               float(first["end_cycle"].max()) / divisor])
     return styled(fig, barmode="overlay", bargap=0.2, height=max(240, 100 + 60 * len(labels)), uniformtext=dict(minsize=8, mode="hide"))
 
 
-def _stage_labels(frame: pd.DataFrame) -> pd.Series:
-    """'stage 1 · IPU 1' for each row of a ``stages.summary()`` frame."""
-    return "stage " + frame["stage"].astype(str) + " · " + frame["ipu"].map(ipu_label)
+def _scaled(values: pd.Series, divisor: float) -> pd.Series:
+    """``values`` in the axis's unit (``Naming.scale``): cycles as they are, an imported trace's ns in ms."""
+    return values if divisor == 1 else values / divisor
 
 
-def stage_imbalance(summary: pd.DataFrame, bottleneck_stage: int | None = None) -> go.Figure:
+def _stage_labels(frame: pd.DataFrame, naming: Naming = IPUS) -> pd.Series:
+    """'stage 1 · IPU 1' (or 'stage 1 · Rank 1') for each row of a ``stages.summary()`` frame."""
+    return "stage " + frame["stage"].astype(str) + " · " + frame["ipu"].map(naming.label)
+
+
+def stage_imbalance(summary: pd.DataFrame, bottleneck_stage: int | None = None, naming: Naming = IPUS) -> go.Figure:
     """Cycles per micro-batch of each stage and pass (``stages.summary()``), the bottleneck outlined. Passes
     that run once per step (its ``per`` column: the weight update) are not per micro-batch, so not drawn."""
     if "per" in summary:
@@ -81,36 +89,39 @@ def stage_imbalance(summary: pd.DataFrame, bottleneck_stage: int | None = None) 
         return empty("No stages.")
     frame = summary.copy()
     frame["pass"] = frame["pass"].astype(str)
-    frame["stage_label"] = _stage_labels(frame)
+    frame["stage_label"] = _stage_labels(frame, naming)
+    divisor, unit = naming.scale
     order = list(dict.fromkeys(frame.sort_values("stage")["stage_label"]))
     fig = go.Figure()
     for pass_name in [p for p in PASS_COLOURS if p in set(frame["pass"])]:
         part = frame[frame["pass"] == pass_name]
         outline = np.where(part["stage"] == bottleneck_stage, 3, 0)
-        fig.add_trace(go.Bar(x=part["stage_label"], y=part["cycles_per_micro_batch"], name=pass_name,
+        fig.add_trace(go.Bar(x=part["stage_label"], y=_scaled(part["cycles_per_micro_batch"], divisor), name=pass_name,
                              marker=dict(color=PASS_COLOURS[pass_name], line=dict(color=CAPACITY_COLOUR, width=outline)),
-                             hovertemplate="%{x} " + pass_name + "<br>%{y:,} cycles per micro-batch<extra></extra>"))
+                             hovertemplate="%{x} " + pass_name + "<br>%{y:,} " + unit + " per micro-batch<extra></extra>"))
     fig.update_xaxes(categoryorder="array", categoryarray=order)
-    fig.update_yaxes(title="cycles per micro-batch")
+    fig.update_yaxes(title=f"{unit} per micro-batch")
     return styled(fig, barmode="stack", height=340, legend=dict(traceorder="normal", orientation="h", y=1.02, yanchor="bottom", x=0))
 
 
-def stage_utilisation(summary: pd.DataFrame) -> go.Figure:
+def stage_utilisation(summary: pd.DataFrame, naming: Naming = IPUS) -> go.Figure:
     """Busy and idle cycles of each stage's IPU over the run: the pipeline's bubble, per stage."""
     if summary.empty:
         return empty("No stages.")
     passes = summary["pass"].astype(str)
     # The analysis gives each stage an "all" row (its IPU's whole run) beside the per-pass rows.
     frame = (summary[passes == "all"] if (passes == "all").any() else summary.drop_duplicates(["stage"])).sort_values("stage")
-    labels = _stage_labels(frame)
+    labels = _stage_labels(frame, naming)
+    divisor, unit = naming.scale
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=labels, y=frame["busy_cycles"], name="busy", marker_color=PHASE_COLOURS["compute"]))
-    fig.add_trace(go.Bar(x=labels, y=frame["idle_cycles"], name="idle", marker_color=PHASE_COLOURS["idle"]))
+    fig.add_trace(go.Bar(x=labels, y=_scaled(frame["busy_cycles"], divisor), name="busy", marker_color=PHASE_COLOURS["compute"]))
+    fig.add_trace(go.Bar(x=labels, y=_scaled(frame["idle_cycles"], divisor), name="idle", marker_color=PHASE_COLOURS["idle"]))
     # What is neither the stage's passes nor waiting (host calls, streams of no stage), so that
     # every bar reaches the run's length, as busy + idle + other does on the IPU.
     other = frame["total_cycles"] - frame["busy_cycles"] - frame["idle_cycles"]
-    fig.add_trace(go.Bar(x=labels, y=other, name="other (host I/O, no stage)", marker_color=PHASE_COLOURS["stream"]))
-    fig.update_yaxes(title="cycles")
+    other_name = "other (no stage's pass)" if naming.imported else "other (host I/O, no stage)"
+    fig.add_trace(go.Bar(x=labels, y=_scaled(other, divisor), name=other_name, marker_color=PHASE_COLOURS["stream"]))
+    fig.update_yaxes(title=unit)
     return styled(fig, barmode="stack", height=300)
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
 
-from popvision_py.format.schema import MEMORY_CATEGORIES
+from popvision_py.format.schema import MEMORY_CATEGORIES, PHASES
 
 # Colours: one meaning per colour across every page.
 PHASE_COLOURS: dict[str, str] = {
@@ -65,9 +66,61 @@ def empty(message: str, height: int = 260) -> go.Figure:
     return styled(fig, height=height)
 
 
-def ipu_label(ipu: int) -> str:
-    """IPU -1 is the host and -2 streaming memory (the exchange tables' convention)."""
-    return {-1: "host", -2: "streaming memory"}.get(int(ipu), f"IPU {int(ipu)}")
+def ipu_label(ipu: int, ranks: Sequence[int] | None = None) -> str:
+    """IPU -1 is the host and -2 streaming memory (the exchange tables' convention). With ``ranks`` (a profile
+    imported from PyTorch traces: the rank of each IPU) an IPU is its rank: 'Rank 2'."""
+    ipu = int(ipu)
+    if ranks is not None and ipu >= 0:
+        return f"Rank {ranks[ipu] if ipu < len(ranks) else ipu}"
+    return {-1: "host", -2: "streaming memory"}.get(ipu, f"IPU {ipu}")
+
+
+@dataclass(frozen=True)
+class Naming:
+    """How the pages name a profile's devices and time: IPUs and cycles, or for a profile imported from
+    PyTorch profiler traces (``ranks``: the rank of each IPU) ranks and nanoseconds (one cycle is one ns)."""
+
+    ranks: tuple[int, ...] | None = None
+
+    @property
+    def imported(self) -> bool:
+        return self.ranks is not None
+
+    def label(self, ipu: int) -> str:
+        """'IPU 2', or 'Rank 2'."""
+        return ipu_label(ipu, self.ranks)
+
+    @property
+    def device(self) -> str:
+        return "rank" if self.imported else "IPU"
+
+    @property
+    def unit(self) -> str:
+        """What the figures' times count: cycles, or ns (an imported trace's cycle is 1 ns)."""
+        return "ns" if self.imported else "cycles"
+
+    @property
+    def scale(self) -> tuple[float, str]:
+        """(divisor, unit) of the time axes no zoom asks the server about: cycles, or an imported trace's ms."""
+        return (1e6, "ms") if self.imported else (1.0, "cycles")
+
+    @property
+    def time(self) -> str:
+        """Whose time the phases share: 'IPU time', or 'rank time'."""
+        return "rank time" if self.imported else "IPU time"
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """The phases the time is in: an imported trace has no syncs or streams, only compute, communication
+        that the rank waits for (the ``exchange`` phase) and idle."""
+        return ("compute", "exchange", "idle") if self.imported else tuple(PHASES)
+
+    def phase(self, phase: str) -> str:
+        """A phase's name on the pages: an imported trace's exchange phase is its exposed communication."""
+        return "exposed communication" if self.imported and phase == "exchange" else phase
+
+
+IPUS = Naming()
 
 
 # Units of the shown numbers as (starts at, scale, suffix, decimals), smallest first; decimals None shows

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboards.figures.style import CAPACITY_COLOUR, PHASE_COLOURS, empty, ipu_label, styled
+from dashboards.figures.style import CAPACITY_COLOUR, IPUS, PHASE_COLOURS, Naming, empty, styled
 from popvision_py.format.schema import PHASES
 
 
@@ -33,36 +33,40 @@ def timeline_bars(frame: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns="_rank").reset_index(drop=True)
 
 
-def trace_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], ipus: Sequence[int]) -> go.Figure:
+def trace_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], ipus: Sequence[int],
+                   naming: Naming = IPUS) -> go.Figure:
     """The BSP timeline: one row per IPU, one bar trace per phase (bars placed by base and width).
 
     ``frame``: ``trace.timeline(...).frame``; ``window``: the (start, end) cycles shown. At most
-    ``max_bins × phases`` bars per IPU, drawn by five traces, whatever the trace's length.
+    ``max_bins × phases`` bars per IPU, drawn by five traces, whatever the trace's length. An imported
+    trace: one row per rank, its compute, exposed communication and idle, in ns.
     """
     bars = timeline_bars(frame)
-    labels = [ipu_label(ipu) for ipu in sorted(ipus)]
+    labels = [naming.label(ipu) for ipu in sorted(ipus)]
+    unit = naming.unit
     fig = go.Figure()
-    for phase in PHASES:
+    for phase in naming.phases:
         part = bars[bars["phase"] == phase]
+        name = naming.phase(phase)
         fig.add_trace(
             go.Bar(
-                y=part["ipu"].map(ipu_label),
+                y=part["ipu"].map(naming.label),
                 x=part["width"],
                 base=part["base"],
                 orientation="h",
-                name=phase,
+                name=name,
                 marker=dict(color=PHASE_COLOURS[phase], line=dict(width=0)),
                 customdata=np.stack([part["start_cycle"], part["end_cycle"], part["cycles"], part["events"]], axis=-1)
                 if len(part) else None,
                 hovertemplate=(
-                    "%{y} " + phase + "<br>cycles %{customdata[0]:,} – %{customdata[1]:,}"
-                    "<br>" + phase + " %{customdata[2]:,} cycles in %{customdata[3]:,} event(s)<extra></extra>"
+                    "%{y} " + name + "<br>" + unit + " %{customdata[0]:,} – %{customdata[1]:,}"
+                    "<br>" + name + " %{customdata[2]:,} " + unit + " in %{customdata[3]:,} event(s)<extra></extra>"
                 ),
                 showlegend=True,
             )
         )
     fig.update_yaxes(categoryorder="array", categoryarray=labels[::-1], fixedrange=True)
-    fig.update_xaxes(range=list(window), title="cycles", showgrid=True)
+    fig.update_xaxes(range=list(window), title=unit, showgrid=True)
     return styled(
         fig,
         height=max(260, 110 + 55 * len(labels)),

@@ -12,7 +12,7 @@ from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import compare as figures
 from dashboards.figures.stages import stage_cycles
-from dashboards.figures.style import empty, ipu_label
+from dashboards.figures.style import IPUS, empty
 
 dash.register_page(__name__, path="/compare", name="Compare", title="popvision · compare", order=7, icon="⇆",
                    needs_two_profiles=True)
@@ -28,6 +28,14 @@ KEY_FIGURES = {  # figure of comparison.summary() -> card label
 }
 
 
+# Two profiles imported from PyTorch traces: no FLOPs or tiles; the largest rank's peak
+IMPORTED_KEY_FIGURES = {
+    "step_s": "time per step",
+    "throughput_samples_per_s": "throughput",
+    "worst_tile_bytes": "peak memory (largest rank)",
+}
+
+
 def layout(**_query: str) -> html.Div:
     return html.Div(
         [
@@ -37,8 +45,9 @@ def layout(**_query: str) -> html.Div:
             html.Div(id=ids.COMPARE_FIGURES, className="compare-cards"),
             html.Div(
                 [
-                    c.section("Memory per IPU", c.graph(ids.COMPARE_MEMORY)),
-                    c.section("Cycles per micro-batch per stage", c.graph(ids.COMPARE_STAGES)),
+                    c.section("Memory per IPU", c.graph(ids.COMPARE_MEMORY), title_id=ids.COMPARE_MEMORY_TITLE),
+                    c.section("Cycles per micro-batch per stage", c.graph(ids.COMPARE_STAGES),
+                              title_id=ids.COMPARE_STAGES_TITLE),
                 ],
                 className="grid-2",
             ),
@@ -72,16 +81,18 @@ def compare_table(frame: pd.DataFrame, table_id: str | None = None) -> html.Tabl
     return html.Table([head, html.Tbody(rows)], className="pv-table compare-table", **props)
 
 
-def compare_cards(frame: pd.DataFrame) -> html.Div:
-    """The key figures of both profiles as cards: A, B and the change."""
+def compare_cards(frame: pd.DataFrame, key_figures: dict[str, str] | None = None) -> html.Div:
+    """The key figures of both profiles as cards: A, B and the change (``key_figures``: figure -> label,
+    ``KEY_FIGURES`` unless given)."""
+    key_figures = KEY_FIGURES if key_figures is None else key_figures
     items = []
-    rows = frame[frame["figure"].astype(str).isin(KEY_FIGURES)].drop_duplicates("figure")
+    rows = frame[frame["figure"].astype(str).isin(key_figures)].drop_duplicates("figure")
     for row in rows.itertuples(index=False):
         fmt = c.fmt_for_column(str(row.figure))
         pct = row.difference_pct
         change = c.fmt_pct(pct) if _is_number(pct) else ""
         items.append(html.Div([
-            html.Div(KEY_FIGURES[str(row.figure)], className="card-label"),
+            html.Div(key_figures[str(row.figure)], className="card-label"),
             html.Div([html.Span(fmt(row.a), className="compare-a"), html.Span(" → ", className="arrow"),
                       html.Span(fmt(row.b), className="compare-b")], className="card-value"),
             html.Div(f"change {'+' if pct > 0 else ''}{change}" if change else "",
@@ -113,6 +124,19 @@ def configuration_table(settings: pd.DataFrame) -> html.Section:
 
 
 @dash.callback(
+    Output(ids.COMPARE_MEMORY_TITLE, "children"),
+    Output(ids.COMPARE_STAGES_TITLE, "children"),
+    Input(ids.PROFILE, "value"),
+)
+def render_words(_profile: str | None):
+    """Two profiles imported from PyTorch traces: ranks and time."""
+    profiles = data.current()
+    if all(data.naming(profiles.report(key)).imported for key in profiles.keys):
+        return "Memory per rank", "Time per micro-batch per stage"
+    return "Memory per IPU", "Cycles per micro-batch per stage"
+
+
+@dash.callback(
     Output(ids.COMPARE_HEADER, "children"),
     Output(ids.COMPARE_FIGURES, "children"),
     Output(ids.COMPARE_MEMORY, "figure"),
@@ -131,7 +155,9 @@ def render(_profile: str | None):
     comparison = profiles.comparison()
     labels = {key: profiles.label(key) for key in profiles.keys}
     reports = {key: profiles.report(key) for key in profiles.keys}
-    memory = {key: r.memory.by_ipu().assign(ipu_label=lambda f: f["ipu"].map(ipu_label),
+    namings = {key: data.naming(r) for key, r in reports.items()}
+    imported = all(n.imported for n in namings.values())  # both imported: ranks and ns throughout
+    memory = {key: r.memory.by_ipu().assign(ipu_label=lambda f, n=namings[key]: f["ipu"].map(n.label),
                                             total_mib=lambda f: f["total_bytes"] / 2**20)
               for key, r in reports.items()}
     stages = {key: stage_cycles(r.stages.summary()).assign(stage_label=lambda f: "stage " + f["stage"].astype(str))
@@ -144,9 +170,13 @@ def render(_profile: str | None):
     ]
     return (
         [profile_header(labels), configuration_table(comparison.configuration())],
-        compare_cards(comparison.summary()),
+        compare_cards(comparison.summary(), IMPORTED_KEY_FIGURES if imported else None),
         figures.side_by_side_bars(memory, "ipu_label", "total_mib", "", "MiB at peak", labels),
-        figures.side_by_side_bars(stages, "stage_label", "cycles_per_micro_batch", "", "cycles", labels),
-        figures.compare_phase_shares({key: data.phase_shares(r) for key, r in reports.items()}, labels),
+        figures.side_by_side_bars(stages, "stage_label", "cycles_per_micro_batch", "", "cycles", labels)
+        if not imported else figures.side_by_side_bars(
+            {key: f.assign(ms=f["cycles_per_micro_batch"] / 1e6) for key, f in stages.items()}, "stage_label", "ms", "",
+            "ms", labels),
+        figures.compare_phase_shares({key: data.phase_shares(r) for key, r in reports.items()}, labels,
+                                     namings["a"] if imported else IPUS),
         tables,
     )

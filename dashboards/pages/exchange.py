@@ -10,7 +10,7 @@ from dash import Input, Output, dcc, html
 from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import exchange as figures
-from dashboards.figures.style import ipu_label
+from dashboards.figures.style import empty, ipu_label
 
 dash.register_page(__name__, path="/exchange", name="Exchange", title="popvision · exchange", order=5, icon="⇄")
 
@@ -18,26 +18,91 @@ dash.register_page(__name__, path="/exchange", name="Exchange", title="popvision
 def layout(**_query: str) -> html.Div:
     return html.Div(
         [
-            c.page_header("Exchange", "How much of the time goes to moving data and synchronising, between tiles, "
-                                      "between IPUs, to the host and to streaming memory."),
+            c.page_header("Exchange", DESCRIPTION[False], description_id=ids.EXCHANGE_DESCRIPTION),
             html.Div(id=ids.EXCHANGE_FIGURES, className="cards-slot"),
-            c.section("Where the IPU time goes", c.graph(ids.EXCHANGE_PHASES, modebar=False)),
+            c.section("Where the IPU time goes", c.graph(ids.EXCHANGE_PHASES, modebar=False),
+                      title_id=ids.EXCHANGE_PHASES_TITLE),
+            # An imported trace: each rank's communication, exposed or hidden behind its compute.
+            c.section("Communication per rank", c.graph(ids.EXCHANGE_COMMUNICATION),
+                      html.Div(id=ids.EXCHANGE_COMMUNICATION_TABLE), section_id=ids.EXCHANGE_COMMUNICATION_SECTION,
+                      note="Exposed: the rank waits in a call or for a transfer. Hidden: the rest of its transfers' "
+                           "time, overlapped by its compute; transfers in flight at once each count, so it can "
+                           "exceed the rank's time.", hidden=True),
             html.Div(
                 [
                     c.section("Source → destination",
                               html.Div([dcc.RadioItems(id=ids.EXCHANGE_MATRIX_VALUE, value="bytes", inline=True,
-                                                       options=[{"label": " bytes", "value": "bytes"},
-                                                                {"label": " cycles", "value": "cycles"}],
-                                                       className="radio")], className="controls"),
+                                                       options=MATRIX_OPTIONS[False], className="radio")],
+                                       className="controls"),
                               c.graph(ids.EXCHANGE_MATRIX)),
                     c.section("By kind", c.graph(ids.EXCHANGE_KINDS), html.Div(id=ids.EXCHANGE_BANDWIDTH)),
                 ],
                 className="grid-2",
             ),
             c.section("Costliest exchange steps", html.Div(id=ids.EXCHANGE_COSTLIEST),
-                      note="Total cycles over the run: cycles of one execution × executions."),
+                      note=COSTLIEST_NOTE[False], title_id=ids.EXCHANGE_COSTLIEST_TITLE,
+                      note_id=ids.EXCHANGE_COSTLIEST_NOTE),
         ]
     )
+
+
+# What the page says for an IPU profile (False) and one imported from PyTorch traces (True)
+DESCRIPTION = {False: "How much of the time goes to moving data and synchronising, between tiles, between IPUs, to "
+                      "the host and to streaming memory.",
+               True: "How much of each rank's time goes to communication: exposed (the rank waits for it) or hidden "
+                     "behind its compute, and between which ranks."}
+MATRIX_OPTIONS = {imported_: [{"label": " bytes", "value": "bytes"},
+                              {"label": " time (ns)" if imported_ else " cycles", "value": "cycles"}]
+                  for imported_ in (False, True)}
+COSTLIEST_NOTE = {False: "Total cycles over the run: cycles of one execution × executions.",
+                  True: "Each transfer's whole time, exposed or hidden behind compute (1 cycle = 1 ns)."}
+KIND_NAMES = {"inter_ipu": "point-to-point", "all_reduce": "collective"}  # an imported trace's kinds
+
+
+@dash.callback(
+    Output(ids.EXCHANGE_DESCRIPTION, "children"),
+    Output(ids.EXCHANGE_PHASES_TITLE, "children"),
+    Output(ids.EXCHANGE_COMMUNICATION_SECTION, "style"),
+    Output(ids.EXCHANGE_MATRIX_VALUE, "options"),
+    Output(ids.EXCHANGE_COSTLIEST_TITLE, "children"),
+    Output(ids.EXCHANGE_COSTLIEST_NOTE, "children"),
+    Input(ids.PROFILE, "value"),
+)
+def render_words(profile: str | None):
+    """An imported trace: ranks, time, and the communication per rank."""
+    imported_ = data.naming(data.report(profile)).imported
+    return (DESCRIPTION[imported_], "Where the ranks' time goes" if imported_ else "Where the IPU time goes",
+            c.shown(imported_), MATRIX_OPTIONS[imported_],
+            "Longest transfers" if imported_ else "Costliest exchange steps", COSTLIEST_NOTE[imported_])
+
+
+@dash.callback(
+    Output(ids.EXCHANGE_COMMUNICATION, "figure"),
+    Output(ids.EXCHANGE_COMMUNICATION_TABLE, "children"),
+    Input(ids.PROFILE, "value"),
+)
+def render_communication(profile: str | None):
+    """Each rank's compute, exposed and hidden communication and idle (``exchange.communication()``); an
+    IPU profile has no such section (hidden)."""
+    report = data.report(profile)
+    naming = data.naming(report)
+    if not naming.imported:
+        return empty("Communication per rank is for profiles imported from PyTorch traces."), None
+    comm = report.exchange.communication()
+    return figures.communication(comm, float(report.target["clock_hz"]), naming), communication_table(comm, report)
+
+
+def communication_table(comm: Any, report: Any) -> html.Div:
+    """``exchange.communication()`` in time: a rank, its stages, compute, exposed and hidden communication, idle."""
+    clock = float(report.target["clock_hz"])
+    naming = data.naming(report)
+    frame = comm.assign(rank=[naming.label(i) for i in range(len(comm))],
+                        **{name.replace("_cycles", "_s"): comm[name] / clock for name in
+                           ("compute_cycles", "exposed_comm_cycles", "hidden_comm_cycles", "idle_cycles")})
+    return c.table(frame, {"rank": "rank", "stages": "stages", "compute_s": "compute", "exposed_comm_s": "exposed",
+                           "hidden_comm_s": "hidden", "idle_s": "idle", "exposed_comm_pct": "exposed, of its time",
+                           "hidden_comm_pct": "hidden, of its communication"},
+                   formats={"rank": str, "stages": str}, table_id="exchange-communication-table")
 
 
 def exchange_cards(f: Any) -> list[tuple]:
@@ -47,6 +112,22 @@ def exchange_cards(f: Any) -> list[tuple]:
         ("Stream", c.fmt_pct(f.stream_pct), f"{c.fmt_count(f.stream_cycles)} cycles (host, streaming memory)"),
         ("Compute", c.fmt_pct(f.compute_pct), f"{c.fmt_count(f.compute_cycles)} cycles"),
         ("Idle", c.fmt_pct(f.idle_pct), f"{c.fmt_count(f.idle_cycles)} cycles waiting for other IPUs"),
+    ]
+
+
+def imported_exchange_cards(f: Any, comm: Any, clock_hz: float) -> list[tuple]:
+    """An imported trace's cards: compute, exposed and hidden communication and idle, summed over the ranks."""
+    def seconds(cycles: float) -> str:
+        return c.fmt_seconds(cycles / clock_hz)
+
+    hidden = float(comm["hidden_comm_cycles"].sum()) if len(comm) else 0.0
+    exposed = float(f.exchange_cycles)
+    return [
+        ("Exposed communication", c.fmt_pct(f.exchange_pct), f"{seconds(exposed)} over the ranks: they wait for it"),
+        ("Hidden communication", c.fmt_pct(100 * hidden / (hidden + exposed) if hidden + exposed else 0),
+         f"of the communication: {seconds(hidden)} behind compute"),
+        ("Compute", c.fmt_pct(f.compute_pct), f"{seconds(f.compute_cycles)} over the ranks"),
+        ("Idle", c.fmt_pct(f.idle_pct), f"{seconds(f.idle_cycles)} waiting for other ranks"),
     ]
 
 
@@ -62,6 +143,9 @@ def render(profile: str | None):
     report = data.report(profile)
     bandwidth = report.exchange.bandwidth()
     costliest = report.exchange.costliest(15)
+    naming = data.naming(report)
+    if naming.imported:
+        return imported_render(report, naming, bandwidth, costliest)
     costliest = costliest.assign(src_ipu=costliest["src_ipu"].map(ipu_label),
                                  dst_ipu=costliest["dst_ipu"].map(ipu_label))
     return (
@@ -77,6 +161,30 @@ def render(profile: str | None):
     )
 
 
+def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) -> tuple:
+    """``render`` for an imported trace: its kinds are point-to-point and collective (none of the IPU's
+    internal, host or streaming-memory exchange), times in ns, no peak bandwidth to compare with."""
+    clock = float(report.target["clock_hz"])
+    by_kind = report.exchange.by_kind()
+    by_kind = by_kind[by_kind["executions"] > 0].assign(kind=lambda f: f["kind"].astype(str).map(
+        lambda k: KIND_NAMES.get(k, k)))
+    bandwidth = bandwidth[bandwidth["bytes"] > 0].assign(kind=lambda f: f["kind"].astype(str).map(
+        lambda k: KIND_NAMES.get(k, k)))
+    costliest = costliest.assign(ipu=costliest["ipu"].map(naming.label), src_ipu=costliest["src_ipu"].map(naming.label),
+                                 dst_ipu=costliest["dst_ipu"].map(naming.label),
+                                 kind=costliest["kind"].astype(str).map(lambda k: KIND_NAMES.get(k, k)),
+                                 time_s=costliest["cycles"] / clock)
+    return (
+        c.cards(imported_exchange_cards(report.exchange.figures(), report.exchange.communication(), clock)),
+        figures.phase_shares(data.phase_shares(report), naming=naming),
+        figures.exchange_by_kind(by_kind, naming),
+        c.table(bandwidth, {"kind": "kind", "bytes": "bytes", "achieved_bytes_per_s": "achieved /s"}),
+        c.table(costliest, {"ipu": "rank", "step": "step", "name": "name", "kind": "kind", "src_ipu": "from",
+                            "dst_ipu": "to", "bytes": "bytes", "time_s": "time"},
+                formats={"ipu": str, "step": c.fmt_int}, table_id="exchange-costliest-table"),
+    )
+
+
 @dash.callback(
     Output(ids.EXCHANGE_MATRIX, "figure"),
     Input(ids.PROFILE, "value"),
@@ -84,4 +192,5 @@ def render(profile: str | None):
 )
 def render_matrix(profile: str | None, value: str | None):
     value = value if value in ("bytes", "cycles") else "bytes"
-    return figures.exchange_matrix(data.report(profile).exchange.matrix(), value)
+    report = data.report(profile)
+    return figures.exchange_matrix(report.exchange.matrix(), value, data.naming(report))

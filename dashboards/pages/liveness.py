@@ -11,6 +11,7 @@ from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import liveness as figures
 from dashboards.figures.style import ipu_label
+from popvision_py.analysis import imported
 
 dash.register_page(__name__, path="/liveness", name="Liveness", title="popvision · liveness", order=2, icon="◢")
 
@@ -18,16 +19,15 @@ dash.register_page(__name__, path="/liveness", name="Liveness", title="popvision
 def layout(**_query: str) -> html.Div:
     return html.Div(
         [
-            c.page_header("Liveness", "Memory live at each program step; click the plot, or choose an IPU and "
-                                      "a step, to list the variables live there."),
-            c.section("Memory over program steps", c.graph(ids.LIVENESS_PLOT)),
+            c.page_header("Liveness", DESCRIPTION[False], description_id=ids.LIVENESS_DESCRIPTION),
+            c.section("Memory over program steps", c.graph(ids.LIVENESS_PLOT), title_id=ids.LIVENESS_PLOT_TITLE),
             # One column: the list of live variables needs the page's width for its paths and byte counts.
-            c.section("Peaks per IPU", html.Div(id=ids.LIVENESS_PEAKS)),
+            c.section("Peaks per IPU", html.Div(id=ids.LIVENESS_PEAKS), title_id=ids.LIVENESS_PEAKS_TITLE),
             c.section(
                 "Live at the chosen step",
                 html.Div(
                     [
-                        html.Label("IPU", htmlFor=ids.LIVENESS_IPU),
+                        html.Label("IPU", htmlFor=ids.LIVENESS_IPU, id=ids.LIVENESS_IPU_LABEL),
                         dcc.Dropdown(id=ids.LIVENESS_IPU, clearable=False, className="dropdown"),
                         html.Label("step", htmlFor=ids.LIVENESS_STEP),
                         dcc.Input(id=ids.LIVENESS_STEP, type="number", min=0, step=1, debounce=True,
@@ -37,9 +37,34 @@ def layout(**_query: str) -> html.Div:
                 ),
                 html.Div(id=ids.LIVENESS_LIVE_TITLE, className="tile-title"),
                 html.Div(id=ids.LIVENESS_LIVE),
+                title_id=ids.LIVENESS_LIVE_SECTION_TITLE,
             ),
         ]
     )
+
+
+# The page's description for an IPU profile (False) and one imported from PyTorch traces (True)
+DESCRIPTION = {False: "Memory live at each program step; click the plot, or choose an IPU and a step, to list the "
+                      "variables live there.",
+               True: "Memory each rank had allocated at each step (a row of its time line); click the plot, or "
+                     "choose a rank and a step, to see it."}
+
+
+@dash.callback(
+    Output(ids.LIVENESS_DESCRIPTION, "children"),
+    Output(ids.LIVENESS_PEAKS_TITLE, "children"),
+    Output(ids.LIVENESS_IPU_LABEL, "children"),
+    Output(ids.LIVENESS_PLOT_TITLE, "children"),
+    Output(ids.LIVENESS_LIVE_SECTION_TITLE, "children"),
+    Input(ids.PROFILE, "value"),
+)
+def render_words(profile: str | None):
+    """An imported trace's IPUs are ranks, and what it records is allocations."""
+    naming = data.naming(data.report(profile))
+    if naming.imported:
+        return DESCRIPTION[True], "Peaks per rank", "rank", "Memory allocated over each rank's steps", \
+            "Allocated at the chosen step"
+    return DESCRIPTION[False], "Peaks per IPU", "IPU", "Memory over program steps", "Live at the chosen step"
 
 
 @dash.callback(
@@ -52,7 +77,8 @@ def render_plot(ipu: int | None, step: Any, profile: str | None):
     """The steps plot, the chosen (IPU, step) marked."""
     report = data.report(profile)
     selected = (int(ipu), int(step)) if ipu is not None and step is not None else None
-    return figures.liveness_steps(report.liveness.by_step(), int(report.target["bytes_per_tile"]), selected)
+    return figures.liveness_steps(report.liveness.by_step(), int(report.target["bytes_per_tile"]), selected,
+                                  naming=data.naming(report), capacity=data.capacity_known(report))
 
 
 @dash.callback(
@@ -60,7 +86,13 @@ def render_plot(ipu: int | None, step: Any, profile: str | None):
     Input(ids.PROFILE, "value"),
 )
 def render_peaks(profile: str | None):
-    peaks = data.report(profile).liveness.peaks()
+    report = data.report(profile)
+    peaks = report.liveness.peaks()
+    naming = data.naming(report)
+    if naming.imported:  # a rank, its activations (allocated beyond its weights) and all it allocated
+        return c.table(peaks.assign(ipu=peaks["ipu"].map(naming.label)),
+                       {"ipu": "rank", "peak_step": "peak step", "name": "in", "not_always_live_bytes": "activations",
+                        "total_bytes": "allocated"}, formats={"ipu": str, "peak_step": c.fmt_int})
     return c.table(peaks, {"ipu": "IPU", "peak_step": "peak step", "name": "step", "not_always_live_bytes": "not always-live",
                             "total_bytes": "total"}, formats={"ipu": c.fmt_int, "peak_step": c.fmt_int})
 
@@ -82,8 +114,9 @@ def clicked_step(click: dict | None) -> tuple[int, int] | None:
 )
 def choose_peak(profile: str | None):
     """A profile starts at its highest not-always-live peak."""
-    peaks = data.report(profile).liveness.peaks()
-    options = c.ipu_options(peaks["ipu"])
+    report = data.report(profile)
+    peaks = report.liveness.peaks()
+    options = c.ipu_options(peaks["ipu"], data.naming(report))
     if peaks.empty:
         return options, None, None
     top = peaks.loc[peaks["not_always_live_bytes"].idxmax()]
@@ -117,14 +150,20 @@ def show_live(ipu: int | None, step: Any, profile: str | None):
     if ipu is None or step is None:
         raise dash.exceptions.PreventUpdate
     report = data.report(profile)
+    naming = data.naming(report)
     ipu, step = int(ipu), int(step)
     steps = report.liveness.by_step(ipu)
     known = steps[steps["step"] == step]
     if known.empty:
         last = int(steps["step"].max()) if len(steps) else -1
-        return (html.Span(f"{ipu_label(ipu)} has no program step {step} (steps 0 to {last}).", className="bad-text"),
-                html.Div())
+        return (html.Span(f"{naming.label(ipu)} has no {'' if naming.imported else 'program '}step {step} "
+                          f"(steps 0 to {last}).", className="bad-text"), html.Div())
     row = known.iloc[0]
+    if naming.imported:  # the traces record allocations, not named tensors
+        return ([html.Strong(f"{naming.label(ipu)}, step {step}"), html.Span(f" · {row['name']}"),
+                 html.Span(f" · {c.fmt_bytes(row['not_always_live_bytes'])} activations, "
+                           f"{c.fmt_bytes(row['total_bytes'])} allocated in all")],
+                c.one_line(imported.NO_VARIABLES, "liveness-no-variables"))
     live = report.liveness.live_at(ipu, step)
     title = [
         html.Strong(f"{ipu_label(ipu)}, step {step}"), html.Span(f" · {row['name']}"),

@@ -13,7 +13,8 @@ from dash import Input, Output, Patch, State, dcc, html
 from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import memory as figures
-from dashboards.figures.style import ipu_label
+from dashboards.figures.style import IPUS, Naming, ipu_label
+from popvision_py.analysis import imported
 
 dash.register_page(__name__, path="/memory", name="Memory", title="popvision · memory", order=1, icon="▦")
 
@@ -21,10 +22,14 @@ dash.register_page(__name__, path="/memory", name="Memory", title="popvision · 
 def layout(**_query: str) -> html.Div:
     return html.Div(
         [
-            c.page_header("Memory", "Peak memory of every tile, by category; click a tile to see what it holds."),
+            c.page_header("Memory", DESCRIPTION[False], description_id=ids.MEMORY_DESCRIPTION),
             html.Div(id=ids.MEMORY_FIGURES, className="cards-slot"),
+            # An imported trace's rank has no tiles: one line instead of the tile map, histogram and tile tables.
+            c.section("Tiles", c.one_line(imported.NO_TILES, ids.MEMORY_NO_TILES), section_id=ids.MEMORY_TILES_NOTE,
+                      hidden=True),
             html.Div(
-                [
+                id=ids.MEMORY_TILE_VIEWS,
+                children=[
                     c.section(
                         "Tile map",
                         html.Div([html.Label("IPU", htmlFor=ids.MEMORY_IPU),
@@ -45,22 +50,63 @@ def layout(**_query: str) -> html.Div:
                 className="grid-wide-narrow",
             ),
             # Full width: six columns of long variable paths and byte counts do not fit the narrow panel.
-            c.section("Largest variables on the selected tile", html.Div(id=ids.MEMORY_TILE_VARIABLES)),
+            c.section("Largest variables on the selected tile", html.Div(id=ids.MEMORY_TILE_VARIABLES),
+                      section_id=ids.MEMORY_VARIABLES_SECTION),
             html.Div(
                 [
                     c.section("Memory per IPU by category", c.graph(ids.MEMORY_CATEGORIES),
-                              note="Hatched: not-always-live (at each tile's own peak)."),
-                    c.section("Distribution over tiles", c.graph(ids.MEMORY_HISTOGRAM)),
+                              note=CATEGORIES_NOTE[False], title_id=ids.MEMORY_CATEGORIES_TITLE,
+                              note_id=ids.MEMORY_CATEGORIES_NOTE),
+                    c.section("Distribution over tiles", c.graph(ids.MEMORY_HISTOGRAM),
+                              section_id=ids.MEMORY_HISTOGRAM_SECTION),
                 ],
+                id=ids.MEMORY_GRID,
                 className="grid-2",
             ),
-            c.section("Out-of-memory tiles", html.Div(id=ids.MEMORY_OOM), note="Largest excess first."),
+            c.section("Out-of-memory tiles", html.Div(id=ids.MEMORY_OOM), note="Largest excess first.",
+                      section_id=ids.MEMORY_OOM_SECTION),
         ]
     )
 
 
-def ipu_cards(by_ipu: Any) -> list[tuple]:
-    """One card per IPU: used share of its memory, headroom, out-of-memory tiles."""
+# What the page says, for an IPU profile (False) and one imported from PyTorch traces (True)
+DESCRIPTION = {False: "Peak memory of every tile, by category; click a tile to see what it holds.",
+               True: "Memory each rank allocated at its peak: its weights (allocated all along) and activations "
+                     "(the rest)."}
+CATEGORIES_NOTE = {False: "Hatched: not-always-live (at each tile's own peak).",
+                   True: "Weights: what stayed allocated all along (parameters, gradients, optimiser state); "
+                         "activations (hatched): the rest of the rank's peak."}
+
+
+@dash.callback(
+    Output(ids.MEMORY_DESCRIPTION, "children"),
+    Output(ids.MEMORY_TILES_NOTE, "style"),
+    Output(ids.MEMORY_TILE_VIEWS, "style"),
+    Output(ids.MEMORY_VARIABLES_SECTION, "style"),
+    Output(ids.MEMORY_HISTOGRAM_SECTION, "style"),
+    Output(ids.MEMORY_OOM_SECTION, "style"),
+    Output(ids.MEMORY_GRID, "className"),
+    Output(ids.MEMORY_CATEGORIES_TITLE, "children"),
+    Output(ids.MEMORY_CATEGORIES_NOTE, "children"),
+    Input(ids.PROFILE, "value"),
+)
+def render_words(profile: str | None):
+    """An imported trace's ranks have no tiles: its one line shows and the tile views hide."""
+    imported_ = data.naming(data.report(profile)).imported
+    tiles = c.shown(not imported_)
+    return (DESCRIPTION[imported_], c.shown(imported_), tiles, tiles, tiles, tiles, "" if imported_ else "grid-2",
+            f"Memory per {'rank' if imported_ else 'IPU'} by category", CATEGORIES_NOTE[imported_])
+
+
+def ipu_cards(by_ipu: Any, naming: Naming = IPUS, capacity: bool = True) -> list[tuple]:
+    """One card per IPU: used share of its memory, headroom, out-of-memory tiles. An imported trace's rank:
+    its peak allocation, its weights and activations, and its share of the device's memory when known."""
+    if naming.imported:
+        return [(naming.label(row.ipu), c.fmt_bytes(row.total_bytes),
+                 f"weights {c.fmt_bytes(row.always_live_bytes)}, activations {c.fmt_bytes(row.not_always_live_bytes)}"
+                 + (f"; {c.fmt_pct(row.used_pct)} of {c.fmt_bytes(row.capacity_bytes)}" if capacity else ""),
+                 "bad" if capacity and row.total_bytes > row.capacity_bytes else "")
+                for row in by_ipu.itertuples(index=False)]
     items = []
     for row in by_ipu.itertuples(index=False):
         oom = int(row.oom_tiles)
@@ -102,13 +148,14 @@ def render_overview(profile: str | None):
     bytes_per_tile = int(report.target["bytes_per_tile"])
     oom = report.memory.out_of_memory()
     summary = report.summary.figures()
-    options = c.ipu_options(by_ipu["ipu"])
+    naming = data.naming(report)
+    options = c.ipu_options(by_ipu["ipu"], naming)
     first = int(summary.worst_ipu) if summary.worst_ipu >= 0 else int(by_ipu["ipu"].iloc[0])  # -1: no tile memory
     return (
         options,
         first,
-        c.cards(ipu_cards(by_ipu)),
-        figures.category_stacks(report.memory.by_category()),
+        c.cards(ipu_cards(by_ipu, naming, data.capacity_known(report))),
+        figures.category_stacks(report.memory.by_category(), naming=naming),
         figures.tile_histogram(report.memory.by_tile(), bytes_per_tile),
         oom_table(oom),
     )

@@ -10,6 +10,8 @@ from dash import Input, Output, html
 from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import stages as figures
+from dashboards.figures.style import empty
+from popvision_py.analysis import imported
 
 dash.register_page(__name__, path="/stages", name="Stages", title="popvision · stages", order=4, icon="▤")
 
@@ -17,25 +19,69 @@ dash.register_page(__name__, path="/stages", name="Stages", title="popvision · 
 def layout(**_query: str) -> html.Div:
     return html.Div(
         [
-            c.page_header("Pipeline stages", "Each IPU's forward (F) and backward (B) passes per micro-batch, as in "
-                                             "the PopTorch tutorial's figure; the slowest stage sets the pace."),
+            c.page_header("Pipeline stages", DESCRIPTION[False], description_id=ids.STAGES_DESCRIPTION),
             html.Div(id=ids.STAGES_FIGURES, className="cards-slot"),
+            # An imported trace of data parallelism (DDP, FSDP) has no pipeline: one line instead of its views.
+            c.section("No pipeline", c.one_line(NO_PIPELINE, ids.STAGES_NO_PIPELINE), section_id=ids.STAGES_PIPELINE_NOTE,
+                      hidden=True),
             c.section("Forward and backward passes per IPU", c.graph(ids.STAGES_GANTT),
-                      note="Micro-batches numbered from 1 through the run; drag to zoom."),
+                      note="Micro-batches numbered from 1 through the run; drag to zoom.", title_id=ids.STAGES_GANTT_TITLE,
+                      section_id=ids.STAGES_GANTT_SECTION),
             html.Div(
                 [
                     c.section("Cycles per micro-batch of each stage", c.graph(ids.STAGES_IMBALANCE),
                               note="The bottleneck stage is outlined in red. The weight update runs once per step, not per "
-                                   "micro-batch: it is in the busy time beside."),
+                                   "micro-batch: it is in the busy time beside.", title_id=ids.STAGES_IMBALANCE_TITLE,
+                              section_id=ids.STAGES_IMBALANCE_SECTION),
                     c.section("Busy and idle time per stage", c.graph(ids.STAGES_SUMMARY)),
                 ],
                 className="grid-2",
             ),
             # The table below the figure, not beside it: a stage's list of blocks needs the width.
             c.section("Suggested split", html.Div(id=ids.STAGES_SPLIT), c.graph(ids.STAGES_SPLIT_FIGURE),
-                      html.Div(id=ids.STAGES_SPLIT_TABLE)),
+                      html.Div(id=ids.STAGES_SPLIT_TABLE), section_id=ids.STAGES_SPLIT_SECTION),
+            # An imported trace does not name each stage's layers: one line instead of a split.
+            c.section("Suggested split", c.one_line(imported.NO_BLOCKS, ids.STAGES_NO_BLOCKS),
+                      section_id=ids.STAGES_SPLIT_NOTE, hidden=True),
         ]
     )
+
+
+# The page's description for an IPU profile (False) and one imported from PyTorch traces (True)
+DESCRIPTION = {False: "Each IPU's forward (F) and backward (B) passes per micro-batch, as in the PopTorch tutorial's "
+                      "figure; the slowest stage sets the pace.",
+               True: "Each rank's forward (F) and backward (B) passes per micro-batch, as the traces recorded them; "
+                     "the slowest stage sets the pace."}
+NO_PIPELINE = ("The traces ran no pipeline: each rank runs the whole model (data parallel), so there are no stages "
+               "to balance and no bubble; each rank's busy and idle time is below.")
+
+
+@dash.callback(
+    Output(ids.STAGES_DESCRIPTION, "children"),
+    Output(ids.STAGES_GANTT_TITLE, "children"),
+    Output(ids.STAGES_IMBALANCE_TITLE, "children"),
+    Output(ids.STAGES_SPLIT_SECTION, "style"),
+    Output(ids.STAGES_SPLIT_NOTE, "style"),
+    Output(ids.STAGES_PIPELINE_NOTE, "style"),
+    Output(ids.STAGES_GANTT_SECTION, "style"),
+    Output(ids.STAGES_IMBALANCE_SECTION, "style"),
+    Input(ids.PROFILE, "value"),
+)
+def render_words(profile: str | None):
+    """An imported trace: ranks and time; one line instead of the suggested split, and one instead of the
+    pipeline's views when it ran none."""
+    report = data.report(profile)
+    imported_ = data.naming(report).imported
+    pipeline = not imported_ or pipelined(report)
+    return (DESCRIPTION[imported_], f"Forward and backward passes per {'rank' if imported_ else 'IPU'}",
+            "Time per micro-batch of each stage" if imported_ else "Cycles per micro-batch of each stage",
+            c.shown(not imported_), c.shown(imported_ and pipeline), c.shown(not pipeline), c.shown(pipeline),
+            c.shown(pipeline))
+
+
+def pipelined(report: Any) -> bool:
+    """Whether an imported trace ran a pipeline (GPipe, 1F1B, ...), not data parallelism."""
+    return str(report.run.get("strategy")) == "pipelined"
 
 
 def stage_cards(stage_figures: Any) -> list[tuple]:
@@ -48,6 +94,29 @@ def stage_cards(stage_figures: Any) -> list[tuple]:
         ("Bubble", c.fmt_pct(f.bubble_pct), f"ideal {c.fmt_pct(f.ideal_bubble_pct)} (the run re-timed with its stages balanced)"),
         ("Step", f"{c.fmt_count(f.step_cycles)} cycles", f"balanced: {c.fmt_count(f.balanced_step_cycles)}"),
         ("Balance gain", c.fmt_pct(f.balance_gain_pct), "of a perfectly balanced split", "good" if f.balance_gain_pct > 5 else ""),
+    ]
+
+
+def imported_stage_cards(f: Any, report: Any) -> list[tuple]:
+    """An imported trace's cards: its schedule's ideal bubble (not a re-timed one), the step in time; no
+    balance gain, which needs the stages' layers."""
+    pipe = imported.pipeline(report.run)
+    naming = data.naming(report)
+    if not pipelined(report):
+        return [("Ranks", f"{len(report.run.get('stages') or [])}", f"{pipe.schedule}: each runs the whole model"),
+                ("Step", c.fmt_seconds(f.step_cycles / float(report.target["clock_hz"])), "mean of the profiled steps"),
+                ("Idle", c.fmt_pct(report.exchange.figures().idle_pct), "of the ranks' time: waits for other ranks")]
+    bottleneck = f.bottleneck_stage is not None and f.bottleneck_stage >= 0
+    rank = next((int(s["ipu"]) for s in report.run.get("stages") or [] if int(s["stage"]) == f.bottleneck_stage), None)
+    return [
+        ("Stages", f"{f.num_stages}", f"{f.micro_batches} micro-batches per step; {pipe.schedule}"),
+        ("Bottleneck", f"stage {f.bottleneck_stage}" if bottleneck else "–",
+         f"on {naming.label(rank)}; the slowest stage sets the pace" if rank is not None else "the slowest stage sets the pace"),
+        ("Imbalance", f"{f.imbalance:.2f} ×", "slowest stage / mean", "bad" if f.imbalance > 1.2 else ""),
+        ("Bubble", c.fmt_pct(f.bubble_pct),
+         f"ideal {c.fmt_pct(f.ideal_bubble_pct)} for {pipe.schedule} with {pipe.ranks} ranks × {pipe.stages_per_rank} "
+         f"stage(s) and {pipe.micro_batches} micro-batches" if pipe.ideal_bubble_pct > 0 else "no pipeline: idle time"),
+        ("Step", c.fmt_seconds(f.step_cycles / float(report.target["clock_hz"])), "mean of the profiled steps"),
     ]
 
 
@@ -65,6 +134,11 @@ def render(profile: str | None):
     report = data.report(profile)
     summary = report.stages.summary()
     stage_figures = report.stages.figures()
+    naming = data.naming(report)
+    if naming.imported:  # no blocks to move: its section says so in one line
+        return (c.cards(imported_stage_cards(stage_figures, report)), figures.stages_gantt(report.stages.gantt(), naming=naming),
+                figures.stage_imbalance(summary, stage_figures.bottleneck_stage, naming),
+                figures.stage_utilisation(summary, naming), None, empty(imported.NO_BLOCKS), None)
     split = report.stages.best_split()
     text = html.P([
         "Moving blocks between stages as below would take a step from ",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import dash
@@ -25,8 +26,9 @@ def layout(**_query: str) -> html.Div:
             html.Div(id=ids.SUMMARY_RANGES),
             html.Div(
                 [
-                    c.section("Where the IPU time goes", c.graph(ids.SUMMARY_TIME, modebar=False)),
-                    c.section("Memory per IPU", c.graph(ids.SUMMARY_MEMORY)),
+                    c.section("Where the IPU time goes", c.graph(ids.SUMMARY_TIME, modebar=False),
+                              title_id=ids.SUMMARY_TIME_TITLE),
+                    c.section("Memory per IPU", c.graph(ids.SUMMARY_MEMORY), title_id=ids.SUMMARY_MEMORY_TITLE),
                 ],
                 className="grid-2",
             ),
@@ -60,6 +62,62 @@ def key_figures(summary: Any, ranges: data.Ranges | None = None) -> list[tuple]:
         ("Worst tile", c.fmt_bytes(summary.worst_tile_bytes),
          f"IPU {summary.worst_ipu}, tile {summary.worst_tile} of {c.fmt_bytes(summary.bytes_per_tile)}"),
     ]
+
+
+def imported_figures(summary: Any, report: Any) -> list[tuple]:
+    """The cards of a profile imported from PyTorch profiler traces: the schedule and ranks, the step, the
+    ranks' idle and exposed communication, and the largest rank's peak allocation (no FLOPs, no tiles)."""
+    naming = data.naming(report)
+    info = report.run.get("import") or {}
+    time = report.exchange.figures()
+    comm = report.exchange.communication()
+    hidden = float(comm["hidden_comm_cycles"].sum()) if len(comm) else 0.0
+    whole = hidden + float(comm["exposed_comm_cycles"].sum()) if len(comm) else 0.0
+    pipelined = summary.strategy == "pipelined"
+    batch_known = not any("batch size" in str(s) for s in info.get("not_inferred") or [])
+    peak = ("Peak memory", c.fmt_bytes(summary.worst_tile_bytes), f"{naming.label(summary.worst_ipu)} at its peak")
+    if data.capacity_known(report):
+        peak = (*peak[:2], f"{peak[2]}; {'fits in' if summary.fits else 'over'} the device's "
+                           f"{c.fmt_bytes(summary.bytes_per_tile)}", "" if summary.fits else "bad")
+    return [
+        ("Model", f"{summary.model}", f"{info.get('schedule', summary.strategy)} {summary.mode} on {summary.arch}"),
+        ("Ranks", f"{summary.num_ipus}", f"world size {info.get('world_size', summary.num_ipus)}"),
+        ("Steps", f"{summary.iterations:,}", (f"{summary.gradient_accumulation:,} micro-batches each" if pipelined
+                                              else "profiled")),
+        ("Time per step", c.fmt_seconds(summary.step_s), f"mean of the {c.fmt_quantity(summary.iterations, 'step')} "
+                                                         "profiled"),
+        ("Throughput", f"{summary.throughput_samples_per_s:,.1f} /s",
+         f"{summary.samples_per_step:,} samples per step" if batch_known else
+         f"{'micro-batches' if pipelined else 'steps'} per second: the trace does not record the batch size"),
+        ("Idle", c.fmt_pct(time.idle_pct), "of the ranks' time: " + ("the pipeline's bubble and waits for other ranks"
+                                                                      if pipelined else "waits for other ranks")),
+        ("Exposed communication", c.fmt_pct(time.exchange_pct),
+         f"of the ranks' time; {c.fmt_pct(100 * hidden / whole if whole else 0)} of all communication is hidden "
+         "behind compute"),
+        peak,
+    ]
+
+
+def source_panel(report: Any) -> html.Section:
+    """Where an imported profile came from: PyTorch profiler traces, the schedule and ranks the import
+    recognised, and what the traces do not hold (``run.import``)."""
+    info = report.run.get("import") or {}
+    ranks = ", ".join(str(r) for r in info.get("ranks") or [])
+    files = [Path(str(f)).name for f in info.get("files") or []]
+    torch = info.get("torch_version") or "not recorded"
+    lines = [
+        html.P([html.Strong("Source "), html.Code(str(report.run.get("source"))),
+                f": {c.fmt_quantity(len(files), 'trace')} ({', '.join(files)}), "
+                f"{c.fmt_int(info.get('events', 0))} events; torch {torch}."], className="source-files"),
+        html.P([html.Strong("Schedule "), f"{info.get('schedule', 'unknown')}; ranks {ranks} of world size "
+                f"{info.get('world_size', '?')}; {info.get('clock', '1 cycle = 1 ns')}."], className="source-schedule"),
+    ]
+    missing = [str(sentence) for sentence in info.get("not_inferred") or []]
+    if missing:
+        lines += [html.P(html.Strong("Not in the traces (assumed as said):"), className="source-missing-head"),
+                  html.Ul([html.Li(sentence) for sentence in missing], className="source-missing")]
+    return c.section("Imported from PyTorch profiler traces", html.Div(lines, id=ids.SUMMARY_SOURCE),
+                     note="A rank is shown where an IPU profile shows an IPU; its time is in ns.")
 
 
 # The fit verdict's tone on the "Fits in memory" card (its answer: render.format.FIT_ANSWER)
@@ -233,10 +291,24 @@ def render(profile: str | None):
     summary = report.summary.figures()
     ranges = data.ranges(report)
     shares = data.phase_shares(report)
+    naming = data.naming(report)
     return (
-        c.cards(key_figures(summary, ranges)),
-        ranges_panel(ranges, summary.throughput_samples_per_s),
-        exchange_figures.phase_shares(shares),
-        memory_figures.ipu_memory(report.memory.by_ipu()),
+        c.cards(imported_figures(summary, report) if naming.imported else key_figures(summary, ranges)),
+        source_panel(report) if naming.imported else ranges_panel(ranges, summary.throughput_samples_per_s),
+        exchange_figures.phase_shares(shares, naming=naming),
+        memory_figures.ipu_memory(report.memory.by_ipu(), naming, capacity=data.capacity_known(report)),
+        # an imported profile's findings have no command, so no "Verify" either
         insight_list(report.summary.insights(), verify=data.current().runner is not None),
     )
+
+
+@dash.callback(
+    Output(ids.SUMMARY_TIME_TITLE, "children"),
+    Output(ids.SUMMARY_MEMORY_TITLE, "children"),
+    Input(ids.PROFILE, "value"),
+)
+def render_words(profile: str | None):
+    """The panels' titles: an imported trace's IPUs are ranks."""
+    if data.naming(data.report(profile)).imported:
+        return "Where the ranks' time goes", "Memory per rank"
+    return "Where the IPU time goes", "Memory per IPU"

@@ -15,7 +15,7 @@ from dash import Input, Output, State, dcc, html
 from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import trace as figures
-from dashboards.figures.style import empty, ipu_label
+from dashboards.figures.style import IPUS, Naming, empty, ipu_label
 from dashboards.zoom import window_from_relayout
 
 dash.register_page(__name__, path="/trace", name="Execution trace", title="popvision · trace", order=3, icon="≡")
@@ -27,8 +27,7 @@ MAX_STEP_OPTIONS = 300
 def layout(**_query: str) -> html.Div:
     return html.Div(
         [
-            c.page_header("Execution trace", "Compute, sync, exchange and stream phases of every IPU over the run. "
-                                             "Drag to zoom down to single steps; double-click to see the whole run."),
+            c.page_header("Execution trace", DESCRIPTION[False], description_id=ids.TRACE_DESCRIPTION),
             html.Div(id=ids.TRACE_FIGURES, className="cards-slot"),
             c.section(
                 "BSP timeline",
@@ -36,6 +35,7 @@ def layout(**_query: str) -> html.Div:
                           html.Button("Whole run", id=ids.TRACE_RESET, n_clicks=0, className="button")],
                          className="controls"),
                 c.graph(ids.TRACE_TIMELINE),
+                title_id=ids.TRACE_TIMELINE_TITLE,
             ),
             c.section(
                 "Cycles per tile of a compute set",
@@ -50,13 +50,44 @@ def layout(**_query: str) -> html.Div:
                 ),
                 c.graph(ids.TRACE_TILES),
                 note="A BSP step lasts as long as its slowest tile; the others wait at the sync.",
+                section_id=ids.TRACE_TILES_SECTION,
             ),
+            # An imported trace's rank has no tiles: one line instead of the cycles per tile.
+            c.section("Time per tile", c.one_line(NO_TILE_CYCLES, ids.TRACE_NO_TILES), section_id=ids.TRACE_TILES_NOTE,
+                      hidden=True),
         ]
     )
 
 
-def level_text(level: str, window: tuple[int, int], frame: Any) -> str:
+# The page's description for an IPU profile (False) and one imported from PyTorch traces (True)
+DESCRIPTION = {False: "Compute, sync, exchange and stream phases of every IPU over the run. Drag to zoom down to "
+                      "single steps; double-click to see the whole run.",
+               True: "Compute, exposed communication and idle time of every rank over the profiled steps. Drag to "
+                     "zoom down to single operators; double-click to see the whole run."}
+NO_TILE_CYCLES = "A rank has no tiles: each operator's and transfer's time is in the time line above."
+
+
+@dash.callback(
+    Output(ids.TRACE_DESCRIPTION, "children"),
+    Output(ids.TRACE_TIMELINE_TITLE, "children"),
+    Output(ids.TRACE_TILES_SECTION, "style"),
+    Output(ids.TRACE_TILES_NOTE, "style"),
+    Input(ids.PROFILE, "value"),
+)
+def render_words(profile: str | None):
+    """An imported trace: its ranks' time line, and one line instead of the cycles per tile."""
+    imported = data.naming(data.report(profile)).imported
+    return (DESCRIPTION[imported], "Time line per rank" if imported else "BSP timeline", c.shown(not imported),
+            c.shown(imported))
+
+
+def level_text(level: str, window: tuple[int, int], frame: Any, naming: Naming = IPUS) -> str:
     span = window[1] - window[0]
+    if naming.imported:  # one cycle is one ns
+        where = f"{c.fmt_seconds(window[0] / 1e9)} to {c.fmt_seconds(window[1] / 1e9)}"
+        if level == "bins":
+            return f"level of detail: bins — {MAX_BINS:,} bins of {c.fmt_seconds(span / MAX_BINS / 1e9)} per rank, {where}"
+        return f"level of detail: events — {len(frame):,} events, {where}"
     if level == "bins":
         return (f"level of detail: bins — {MAX_BINS:,} bins of {span / MAX_BINS:,.0f} cycles per IPU, "
                 f"cycles {window[0]:,} to {window[1]:,}")
@@ -75,10 +106,11 @@ def timeline(profile: str | None, window: tuple[int, int] | None, revision: int 
     window = window or run_extent(report)
     result = report.trace.timeline(window[0], window[1], max_bins=MAX_BINS)
     ipus = list(range(int(report.target["num_ipus"])))
-    fig = figures.trace_timeline(result.frame, result.level, window, ipus)
+    naming = data.naming(report)
+    fig = figures.trace_timeline(result.frame, result.level, window, ipus, naming)
     # A new revision (a reset, a new profile) makes plotly drop the user's zoom and show the run.
     fig.update_layout(uirevision=f"{data.current().key(profile)}-{revision}")
-    return fig, level_text(result.level, window, result.frame)
+    return fig, level_text(result.level, window, result.frame, naming)
 
 
 @dash.callback(
@@ -117,11 +149,18 @@ def zoom_timeline(relayout: dict | None, profile: str | None, resets: int | None
 def render_figures(profile: str | None):
     report = data.report(profile)
     summary = report.summary.figures()
-    items = [
-        ("Run", f"{c.fmt_count(summary.total_cycles)} cycles",
-         f"{c.fmt_seconds(summary.total_cycles / summary.clock_hz)} over {c.fmt_quantity(summary.iterations, 'iteration')}"),
-    ] + [(phase, c.fmt_pct(pct), "of IPU time") for phase, pct in data.phase_shares(report).items()]
-    options = c.ipu_options(range(int(report.target["num_ipus"])))
+    naming = data.naming(report)
+    shares = data.phase_shares(report)
+    if naming.imported:  # in time (a cycle is a ns), over the profiled steps; no syncs or streams
+        items = [("Profiled", c.fmt_seconds(summary.total_cycles / summary.clock_hz),
+                  f"over {c.fmt_quantity(summary.iterations, 'step')}")]
+        items += [(naming.phase(phase), c.fmt_pct(shares[phase]), f"of {naming.time}") for phase in naming.phases]
+    else:
+        items = [
+            ("Run", f"{c.fmt_count(summary.total_cycles)} cycles",
+             f"{c.fmt_seconds(summary.total_cycles / summary.clock_hz)} over {c.fmt_quantity(summary.iterations, 'iteration')}"),
+        ] + [(phase, c.fmt_pct(pct), "of IPU time") for phase, pct in shares.items()]
+    options = c.ipu_options(range(int(report.target["num_ipus"])), naming)
     return c.cards(items), options, 0
 
 

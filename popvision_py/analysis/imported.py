@@ -21,7 +21,7 @@ SOURCE = "pytorch-profiler"
 COMM_COLUMNS = ["rank", "stages", "compute_cycles", "exposed_comm_cycles", "hidden_comm_cycles", "idle_cycles",
                 "exposed_comm_pct", "hidden_comm_pct"]
 # What a section of the IPU reports means nothing for, in one line (render.document shows it instead).
-NO_TILES = "A rank has no tiles: an imported trace's memory is per rank (see Memory per IPU)."
+NO_TILES = "A rank has no tiles: an imported trace's memory is per rank (each rank is an IPU of the memory tables)."
 NO_HOST_CALLS = "PyTorch traces have no IPU host calls: input waits show as the rank's idle time."
 NO_BLOCKS = ("The traces do not name each stage's layers, so no split of them can be suggested; the "
              "bottleneck insight names the stage to lighten.")
@@ -58,16 +58,23 @@ def pipeline(run: dict[str, Any]) -> Pipeline:
 
 def communication(trace: Aggregates, exchanges: Columns, run: dict[str, Any]) -> Table:
     """Per rank: compute, exposed communication (the rank waits in a call or for a transfer), the
-    communication hidden behind compute (each transfer's whole time less its exposed part) and idle."""
+    communication hidden behind compute (the rank's compute while a transfer was under way, overlaps
+    counted once: ``run.import.hidden_comm_ns``) and idle."""
     cube = trace.cube  # [ipu, stage + 1, pass, phase]
     ipus = cube.shape[0]
     by_phase = cube.sum(axis=(1, 2))
     compute = by_phase[:, PHASE["compute"]].astype(np.int64)
     exposed = by_phase[:, PHASE["exchange"]].astype(np.int64)
     idle = by_phase[:, PHASE["idle"]].astype(np.int64)
-    whole = np.bincount(np.asarray(exchanges["ipu"], np.int64), weights=np.asarray(exchanges["cycles"], np.float64),
-                        minlength=ipus)[:ipus] if len(exchanges) else np.zeros(ipus)
-    hidden = np.maximum(np.rint(whole).astype(np.int64) - exposed, 0)
+    measured = (run.get("import") or {}).get("hidden_comm_ns")
+    if isinstance(measured, list) and len(measured) == ipus and all(isinstance(v, int) for v in measured):
+        # the import measured each rank's compute while a transfer was under way (overlaps once)
+        hidden = np.asarray(measured, np.int64)
+    else:  # each transfer's whole time less its exposed part (transfers may overlap: an upper bound)
+        whole = np.bincount(np.asarray(exchanges["ipu"], np.int64),
+                            weights=np.asarray(exchanges["cycles"], np.float64), minlength=ipus)[:ipus] \
+            if len(exchanges) else np.zeros(ipus)
+        hidden = np.maximum(np.rint(whole).astype(np.int64) - exposed, 0)
     total = np.maximum(by_phase.sum(axis=1), 1)
     comm = np.maximum(exposed + hidden, 1)
     stage_names = {}

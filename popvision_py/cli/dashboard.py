@@ -10,6 +10,24 @@ import click
 LOCALHOST = ("127.0.0.1", "localhost", "::1")
 
 
+def _paths(profile: str, profile_b: str | None) -> list[str]:
+    """The profiles to serve: PROFILE and PROFILE_B, each a profile.pop or a run's folder (its first
+    profile); a poprun run's folder alone serves its first instance, and its second beside it when
+    their profiles differ."""
+    from popvision_py.analysis.instances import differences
+    from popvision_py.analysis.report import Report
+    from popvision_py.format.runs import run_profiles
+
+    runs = run_profiles(profile)
+    if profile_b is not None:
+        return [str(runs[0][1]), str(run_profiles(profile_b)[0][1])]
+    if len(runs) < 2:
+        return [str(runs[0][1])]
+    with Report(runs[0][1]) as first, Report(runs[1][1]) as second:
+        differ = len(differences([runs[0][0], runs[1][0]], [first.summary.figures(), second.summary.figures()]))
+    return [str(runs[0][1])] + ([str(runs[1][1])] if differ else [])
+
+
 @click.command("dashboard")
 @click.argument("profile")
 @click.argument("profile_b", required=False)
@@ -27,14 +45,15 @@ LOCALHOST = ("127.0.0.1", "localhost", "::1")
 @click.option("--debug", is_flag=True, hidden=True, help="Dash's debug mode (reloader off).")
 def command(profile: str, profile_b: str | None, host: str, port: int, tune: str | None, emulated_dir: str | None,
             system: tuple[str, ...], debug: bool) -> None:
-    """Open the dashboard for PROFILE in a browser (and compare it with PROFILE_B if given).
+    """Open the dashboard for PROFILE in a browser (and compare it with PROFILE_B if given). Either may be a
+    run's folder (its first profile); a poprun run's first two instances are compared when they differ.
 
     Only the profiles named here are served; the pages call them A and B.
     """
     from dashboards import data
     from popvision_py.cli.emulation import run_fields
 
-    paths = [profile] + ([profile_b] if profile_b else [])
+    paths = _paths(profile, profile_b)
     profiles = data.Profiles(paths, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=list(system) or None)
     if tune is not None:
         profiles.tune()  # a bad tune result is one sentence (exit 2) before any server starts

@@ -31,7 +31,7 @@ def finish(written: list) -> None:
 
 
 @click.command("report")
-@click.argument("profile", type=click.Path())
+@click.argument("profile", type=click.Path())  # a profile.pop, or a run's folder (popvision_py.format.runs)
 @output_options
 @click.option("--verify", is_flag=True, help="Run each fix the insights suggest in the emulator and show its "
               "measured effect beside the predicted one.")
@@ -39,17 +39,23 @@ def finish(written: list) -> None:
               help="Where --verify writes each fix's profile, as TAG/profile.pop [default: verify/ beside PROFILE].")
 @click.option("--system", "system", multiple=True, type=click.Path(),
               help="System timeline files (*.pvti.parquet) or folders to report on [default: those in PROFILE's "
-                   "folder's system/, PROFILE's folder, or its parent].")
+                   "folder's system/, PROFILE's folder, its parent, or a poprun run's folder].")
 def command(profile: str, section: str, fmt: str, output: str | None, verify: bool, verify_dir: str | None,
             system: tuple[str, ...]) -> None:
     """Report on PROFILE: summary and insights, memory, liveness, stages, exchange, and the host processes'
-    system timeline."""
+    system timeline. PROFILE may be a run's folder: with several poprun instances, the figures that differ
+    between them come first."""
     from popvision_py.analysis.report import Report
+    from popvision_py.format.runs import run_profiles
     from popvision_py.render import emit
-    from popvision_py.render.document import add_verification, build_report
+    from popvision_py.render.document import add_instances, add_verification, build_report
 
+    runs = run_profiles(profile)
+    profile = str(runs[0][1])
     with Report(profile, system or None) as report:
         doc = build_report(report, section, figures=fmt == "html")
+        if len(runs) > 1:
+            add_instances(doc, runs, report)
         if verify:
             add_verification(doc, _verify(report, Path(verify_dir) if verify_dir else Path(profile).parent / "verify"))
         finish(emit(doc, fmt, output))

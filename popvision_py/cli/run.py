@@ -246,7 +246,11 @@ def _run_script(script: str, args: tuple[str, ...], profile_dir: Path | None) ->
         from poptorch._script import run_script
     except ImportError as exc:  # torch missing: the shim's own sentence
         raise ConfigError(str(exc)) from None
-    with _profile_folder(profile_dir):
+    from popdist._env import instance_directory
+
+    # under poprun each instance writes (and locks) its own DIR/instance-I: one lock on DIR would have an
+    # instance wait for another that waits for its gradients
+    with _profile_folder(instance_directory(profile_dir) if profile_dir is not None else None):
         return run_script(script, args, profile_dir)
 
 

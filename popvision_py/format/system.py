@@ -3,8 +3,8 @@
 The host's side of a run (PopVision's System Analyser view): compiling, weights to and from the
 device, each model call, data loading and the wait for it, optimiser updates, and counters such as
 samples per second. Each process writes ``<directory>/<process>.pvti.parquet`` (``instance-0``
-under poprun / popdist, ``process-<pid>`` otherwise; ``rank-<r>`` for a PyTorch trace's CPU
-timeline written by ``popvision import``). Any Parquet reader opens it; docs/profile-format.md,
+under poprun, ``process-<pid>`` otherwise; ``rank-<r>`` for a PyTorch trace's CPU timeline written
+by ``popvision import``). Any Parquet reader opens it; docs/profile-format.md,
 "System timeline files", is the reference.
 
 Columns (``SCHEMA``): ``process``, ``pid``, ``thread``, ``channel`` (``poptorch``, ``dataloader``,
@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from popvision_py.errors import PopvisionError
 from popvision_py.format.atomic import atomic_output
+from popvision_py.format.runs import INSTANCE
 from popvision_py.version import __version__
 
 FORMAT = "popvision-system-timeline"
@@ -62,6 +63,7 @@ DATA_LOADING = "data loading"
 WAIT_FOR_DATA = "wait for data"
 EPOCH = "epoch"  # an instant: the training loop starts a pass over its DataLoader
 OPTIMIZER_UPDATE = "optimizer update"
+GRADIENT_REDUCTION = "gradient reduction"  # popdist: the instances averaging their gradients before an update
 WEIGHTS_TO_HOST = "weights to host"
 
 SCHEMA = pa.schema([
@@ -85,6 +87,8 @@ def how_to_record(profile: str | os.PathLike[str]) -> str:
     """The one line the reports and the dashboard show for a profile without system timeline files."""
     folder = Path(profile).parent
     above = folder.parent if folder.name else folder
+    if INSTANCE.match(above.name):  # DIR/instance-I/MODEL/profile.pop: the launch's folder
+        above = above.parent
     return (f"No system timeline beside {profile}: a PopTorch script records one per process under "
             f"PVTI_OPTIONS='{{\"enable\":\"true\",\"directory\":\"{above}\"}}' (docs/poptorch.md), or give "
             f"--system PATH.")
@@ -301,7 +305,9 @@ def find_system_files(profile: str | os.PathLike[str],
 
     Without ``given``, the first of these folders that holds any: ``<profile's folder>/system/``,
     the profile's folder, its parent (a PopTorch run writes ``DIR/training/profile.pop``; with
-    ``PVTI_OPTIONS``' directory ``DIR`` its timelines lie in ``DIR``). None found: an empty list.
+    ``PVTI_OPTIONS``' directory ``DIR`` its timelines lie in ``DIR``), and for an instance's profile
+    of a poprun launch (``DIR/instance-I/MODEL/profile.pop``) the launch's folder ``DIR``. None
+    found: an empty list.
     A folder given is searched the same way (``F/system/``, then ``F``); one holding none, or a
     path that does not exist, is a ``SystemFileError``.
     """
@@ -323,7 +329,10 @@ def find_system_files(profile: str | os.PathLike[str],
             unique.setdefault(p.resolve(), p)
         return list(unique.values())
     folder = Path(profile).parent
-    for candidate in (folder / SYSTEM_FOLDER, folder, folder.parent):
+    candidates = [folder / SYSTEM_FOLDER, folder, folder.parent]
+    if INSTANCE.match(folder.parent.name):
+        candidates.append(folder.parent.parent)
+    for candidate in candidates:
         inside = files_in(candidate)
         if inside:
             return inside

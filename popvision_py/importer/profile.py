@@ -26,7 +26,7 @@ import numpy as np
 
 from popvision_py.format import ProfileWriter
 from popvision_py.format.schema import SCHEMA_VERSION
-from popvision_py.importer.read import KIND, RankTrace, TraceError
+from popvision_py.importer.read import KIND, RankTrace, TraceError, merge_intervals
 from popvision_py.importer.timeline import LABEL, PASS_NAME, Rows, is_collective, peer_ready, rank_rows
 from popvision_py.version import __version__
 
@@ -140,8 +140,10 @@ def build_tables(traces: list[RankTrace], device_memory: int | None = None,
     tile_memory: dict[str, list] = {k: [] for k in ("ipu", "tile", "category", "always_live", "bytes")}
     peaks = []
     ready = peer_ready(traces)
+    hidden = []
     for ipu, t in enumerate(traces):
         rows = rank_rows(t, (lo, hi), ready[ipu])
+        hidden.append(_hidden(t, rows))
         _rank_tables(t, ipu, rows, lo, found, stage_index, single_stage[t.rank], ipu_of_rank,
                      cols, programs, exchanges, liveness, tile_cycles, tile_memory, peaks)
     capacity = int(device_memory or _device_memory(traces) or max(max(peaks, default=0), 1))
@@ -171,12 +173,35 @@ def build_tables(traces: list[RankTrace], device_memory: int | None = None,
         "source": SOURCE,
         "import": {"files": [t.path for t in traces], "ranks": [t.rank for t in traces], "world_size": world,
                    "torch_version": torch_version, "schedule": found.schedule, "clock": "1 cycle = 1 ns",
-                   "events": int(sum(t.events for t in traces)), "not_inferred": not_inferred},
+                   "events": int(sum(t.events for t in traces)), "not_inferred": not_inferred,
+                   "hidden_comm_ns": hidden},
     }
     tables = {"trace": {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()},
               "programs": programs, "exchanges": exchanges, "liveness": liveness, "tile_cycles": tile_cycles,
               "tile_memory": tile_memory}
     return target, run, tables
+
+
+def _hidden(t: RankTrace, rows: Rows) -> int:
+    """Nanoseconds in which the rank computed while a transfer was under way: its communication hidden
+    behind compute (overlapping transfers counted once)."""
+    comm = np.isin(t.kind, [KIND["comm_call"], KIND["comm_flight"]])
+    merged = merge_intervals(np.stack([t.start[comm], t.end[comm]], axis=1))
+    computing = np.isin(rows.label, [LABEL["pass"], LABEL["update"], LABEL["busy"]])
+    a, b = rows.start[computing], rows.end[computing]
+    if not len(merged) or not len(a):
+        return 0
+    # rows are disjoint and sorted: the transfers' cover inside each compute row, by prefix sums
+    covered = np.concatenate([[0], np.cumsum(merged[:, 1] - merged[:, 0])])
+    return int((_cover_until(merged, covered, b) - _cover_until(merged, covered, a)).sum())
+
+
+def _cover_until(merged: np.ndarray, covered: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Nanoseconds of the disjoint sorted intervals ``merged`` before each time in ``at``."""
+    k = np.searchsorted(merged[:, 0], at, side="right")  # intervals starting at or before ``at``
+    last = np.maximum(k - 1, 0)
+    inside = np.where(k > 0, np.clip(at - merged[last, 0], 0, merged[last, 1] - merged[last, 0]), 0)
+    return covered[last] * (k > 0) + inside
 
 
 def _device_memory(traces: list[RankTrace]) -> int | None:

@@ -204,7 +204,7 @@ class _Spans:
     gpu_track = False
 
 
-def _merge(intervals: np.ndarray) -> np.ndarray:
+def merge_intervals(intervals: np.ndarray) -> np.ndarray:
     """The union of [start, end) rows, as sorted disjoint rows."""
     if len(intervals) == 0:
         return intervals.reshape(0, 2)
@@ -218,6 +218,34 @@ def _merge(intervals: np.ndarray) -> np.ndarray:
     return np.stack([start[first], reach[last]], axis=1)
 
 
+class _Union:
+    """A growing union of [start, end) intervals, merged batch by batch as they come (never one
+    interval list re-merged per event: merging every batch into the whole would be quadratic)."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[int, int]] = []
+        self.chunks: list[np.ndarray] = []
+
+    def add(self, start: int, end: int) -> None:
+        self.pending.append((start, end))
+        if len(self.pending) >= BATCH_EVENTS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.pending:
+            self.chunks.append(merge_intervals(np.asarray(self.pending, np.int64)))
+            self.pending = []
+        if len(self.chunks) >= 16:
+            self.chunks = [merge_intervals(np.concatenate(self.chunks))]
+
+    def intervals(self) -> np.ndarray:
+        self._flush()
+        return merge_intervals(np.concatenate(self.chunks)) if self.chunks else np.zeros((0, 2), np.int64)
+
+    def __bool__(self) -> bool:
+        return bool(self.pending or self.chunks)
+
+
 def read_rank(path: str | Path) -> RankTrace:
     """Stream one rank's trace into a ``RankTrace``; a ``TraceError`` naming the file if it cannot."""
     import ijson
@@ -229,8 +257,7 @@ def read_rank(path: str | Path) -> RankTrace:
         raise TraceError(f"{path} cannot be read: {exc.strerror or exc}.") from None
     recorder = _Recorder(raw)
     spans = _Spans()
-    busy: list[np.ndarray] = []
-    gpu_pending: list[tuple[int, int]] = []
+    kernels = _Union()  # the GPU's kernels, memcpys and memsets (not NCCL's)
     # [memory] samples per device type (0 CPU, 1 CUDA): a GPU trace's memory is its GPU's
     mem_ts: dict[int, list[int]] = {0: [], 1: []}
     mem_bytes: dict[int, list[int]] = {0: [], 1: []}
@@ -241,9 +268,9 @@ def read_rank(path: str | Path) -> RankTrace:
     base_ns: int | None = None
     step_threads: set[Any] = set()
     step_pid: int | None = None
-    thread_busy: dict[Any, list[tuple[int, int]]] = {}
+    thread_busy: dict[Any, _Union] = {}  # each thread's operators
     gpu = False  # the trace has device tracks (kernels, memcpys, memsets)
-    backward: dict[Any, list[tuple[int, int]]] = {}  # autograd nodes per thread, merged as they come
+    backward: dict[Any, _Union] = {}  # autograd nodes per thread
 
     def ns(ts: Any) -> int:
         value = _number(ts)
@@ -294,25 +321,16 @@ def read_rank(path: str | Path) -> RankTrace:
                         args = _args(event)
                         spans.add(start, end, "comm_flight", -1, -1, -1, _comm_bytes(args), name)
                     else:
-                        gpu_pending.append((start, end))
-                    if len(gpu_pending) >= BATCH_EVENTS:
-                        busy.append(_merge(np.asarray(gpu_pending, np.int64)))
-                        gpu_pending = []
+                        kernels.add(start, end)
                     continue
                 if cat == "cpu_op" and name.startswith(AUTOGRAD):
-                    rows = backward.setdefault(tid, [])
-                    rows.append((start, end))
-                    if len(rows) >= BATCH_EVENTS:
-                        backward[tid] = [tuple(r) for r in _merge(np.asarray(rows, np.int64)).tolist()]
+                    backward.setdefault(tid, _Union()).add(start, end)
                 else:
                     spans.gpu_track = cat == "gpu_user_annotation"
                     _classify(spans, name, "user_annotation" if spans.gpu_track else cat, start, end, event)
                 if cat == "cpu_op":  # the thread runs an operator (annotations only name what it runs)
                     threads[tid] = threads.get(tid, 0) + 1
-                    thread_busy.setdefault(tid, []).append((start, end))
-                    if len(thread_busy[tid]) >= BATCH_EVENTS:
-                        merged = _merge(np.asarray(thread_busy[tid], np.int64))
-                        thread_busy[tid] = [tuple(r) for r in merged.tolist()]
+                    thread_busy.setdefault(tid, _Union()).add(start, end)
                 elif cat == "user_annotation" and STEP.match(name):
                     step_threads.add(tid)
                     pid = event.get("pid")
@@ -339,17 +357,17 @@ def read_rank(path: str | Path) -> RankTrace:
     rank = info.get("rank")
     world = info.get("world_size")
     if gpu:
-        busy.append(_merge(np.asarray(gpu_pending, np.int64).reshape(-1, 2)))
-        busy_rows = _merge(np.concatenate(busy)) if busy else np.zeros((0, 2), np.int64)
+        busy_rows = kernels.intervals()
         main = None
     else:
         main = _main_thread(threads, step_threads)
-        rows = thread_busy.get(main, [])
-        busy_rows = _merge(np.asarray(rows, np.int64).reshape(-1, 2))
-    if main in backward or (gpu and backward):
-        rows = backward.get(main) or [r for rs in backward.values() for r in rs]
-        for a, b in _merge(np.asarray(rows, np.int64).reshape(-1, 2)).tolist():
-            spans.add(a, b, "backward", -1, -1, -1, 0, "autograd")
+        busy_rows = thread_busy[main].intervals() if main in thread_busy else np.zeros((0, 2), np.int64)
+    # autograd's backward nodes: a backward pass where no annotation names one (DDP, FSDP, 1F1B without stack)
+    nodes = (backward[main].intervals() if main in backward else
+             merge_intervals(np.concatenate([u.intervals() for u in backward.values()])) if gpu and backward
+             else np.zeros((0, 2), np.int64))
+    if len(nodes):
+        spans.names.setdefault("autograd", len(spans.names))
     for device in (0, 1):
         if mem_ts[device]:
             mem_reduced[device].append(_bucket_max(mem_ts[device], mem_bytes[device]))
@@ -358,6 +376,14 @@ def read_rank(path: str | Path) -> RankTrace:
     memory_bytes = np.concatenate([m[1] for m in kept]) if kept else np.zeros(0, np.int64)
     table = np.asarray(spans.rows, np.int64).reshape(-1, 8)
     on_gpu = np.asarray(spans.on_gpu, bool)
+    if len(nodes):
+        extra = np.zeros((len(nodes), 8), np.int64)
+        extra[:, 0:2] = nodes
+        extra[:, 2] = KIND["backward"]
+        extra[:, 3:6] = -1
+        extra[:, 7] = spans.names["autograd"]
+        table = np.concatenate([table, extra])
+        on_gpu = np.concatenate([on_gpu, np.zeros(len(nodes), bool)])
     if gpu and on_gpu.any():
         # a GPU trace: the passes' time is their GPU-side annotations' (when their kernels ran), not the
         # CPU's (when they were launched); profiler steps and communication calls stay on the CPU's clock

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from popvision_py.analysis.tables import Table
 from popvision_py.format.atomic import atomic_output
 from popvision_py.render.document import Document
 from popvision_py.render.jsonout import plain
@@ -20,8 +21,8 @@ def frames(doc: Document) -> dict[str, pd.DataFrame]:
     for b in doc.visible():
         if isinstance(b.data, dict):
             out[f"{b.key}.csv"] = pd.DataFrame({"figure": list(b.data), "value": [plain(v) for v in b.data.values()]})
-        elif b.empty and not len(b.frame().columns):
-            out[f"{b.key}.csv"] = pd.DataFrame({"note": [b.empty]})
+        elif isinstance(b.data, Table) and not b.data.columns and b.items == [] and b.empty:
+            out[f"{b.key}.csv"] = pd.DataFrame({"note": [b.empty]})  # a section with no meaning here: its sentence
         else:
             out[f"{b.key}.csv"] = b.frame()
     return out

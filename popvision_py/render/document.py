@@ -16,7 +16,9 @@ import pandas as pd
 
 from popvision_py.version import __version__
 from popvision_py.analysis import imported
+from popvision_py.analysis.instances import differences
 from popvision_py.analysis.tables import TABLE_COLUMNS, Table
+from popvision_py.render.format import value as shown
 from popvision_py.render.format import verification
 
 SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "system")
@@ -184,6 +186,25 @@ def _system(doc: Document, r: Any, figures: bool) -> None:
     doc.add("system.by_name", "Where host time went: each event's count, total and share of wall time",
             r.answer("system.by_name"))
     doc.add("system.counters", "Counters: median, least and most", r.answer("system.counters"))
+
+
+def add_instances(doc: Document, runs: list[tuple[str, Any]], first: Any) -> None:
+    """A run of several instances: the summary figures that differ between their profiles, first in
+    the document (``first`` is the first instance's open Report; the others are opened here)."""
+    from popvision_py.analysis.report import Report  # opened only for a run of several instances
+
+    summaries = [first.summary.figures()]
+    for _, path in runs[1:]:
+        with Report(path) as other:
+            summaries.append(other.summary.figures())
+    labels = [label for label, _ in runs]
+    table = differences(labels, summaries)
+    sentence = (f"The {len(runs)} instances' profiles give the same figures (each emulates the whole launch): "
+                f"{labels[0]}'s report follows.")
+    items = [(str(figure), [f"{label}: {shown(v)}" for label, v in zip(labels, values)])
+             for figure, *values in zip(table["figure"], *(table[label] for label in labels))]
+    doc.blocks.insert(0, Block("summary.instances", f"Instances of the run ({', '.join(labels)})", table,
+                               items=items, empty=sentence if not items else ""))
 
 
 def add_verification(doc: Document, table: Table) -> None:

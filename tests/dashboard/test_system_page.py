@@ -1,10 +1,10 @@
 """The System page: every host process of a run on one time axis.
 
 Its callbacks as plain functions on a synthetic two-process timeline (a whole run in bins, a zoom in events, the
-two time axes, the cards against the report); then in headless Chromium on two real runs of a PopTorch script
-(tests/poptorch/small_training.py as popdist instances 0 and 1, recording into one folder): both processes' rows,
-the markers and the samples/s line drawn, the relative / absolute toggle, a zoom asking the server again; and the
-one line the page shows for a profile without system timeline files.
+two time axes, the cards against the report); then in headless Chromium on a real poprun launch of two instances of
+a PopDist script (tests/popdist/tutorial_mnist.py, recording into one folder): both processes' rows, the markers and
+the samples/s lines drawn, the relative / absolute toggle, a zoom (a relayout) asking the server again; and the one
+line the page shows for a profile without system timeline files.
 """
 
 from __future__ import annotations
@@ -154,27 +154,22 @@ def test_a_profile_without_system_files_says_how_to_record_them(app):
 
 
 @pytest.fixture(scope="module")
-def two_runs(tmp_path_factory) -> Path:
-    """small_training.py run twice at once as popdist instances 0 and 1, recording into one folder; the profile
-    the runs wrote (DIR/training/profile.pop), whose parent holds both timelines."""
+def two_instances(tmp_path_factory) -> Path:
+    """A real poprun launch of two instances (tests/popdist/tutorial_mnist.py, 2 replicas) under PVTI_OPTIONS and
+    POPLAR_ENGINE_OPTIONS into one folder DIR: instance 0's training profile (DIR/instance-0/training/profile.pop),
+    both instances' timelines in DIR."""
     pytest.importorskip("torch")
-    from tests.poptorch.conftest import subprocess_env
+    from tests.popdist.conftest import TUTORIAL, subprocess_env
 
-    folder = tmp_path_factory.mktemp("two-runs")
-    script = Path(__file__).resolve().parents[1] / "poptorch" / "small_training.py"
-    runs = []
-    for instance in (0, 1):
-        env = subprocess_env(PVTI_OPTIONS=json.dumps({"enable": "true", "directory": str(folder)}),
-                             POPLAR_ENGINE_OPTIONS=json.dumps({"autoReport.all": "true",
-                                                               "autoReport.directory": str(folder)}),
-                             POPDIST_INSTANCE_INDEX=str(instance))
-        runs.append(subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True))
-    for run in runs:
-        _, err = run.communicate(timeout=300)
-        assert run.returncode == 0, err[-2000:]
+    folder = tmp_path_factory.mktemp("poprun")
+    env = subprocess_env(PVTI_OPTIONS=json.dumps({"enable": "true", "directory": str(folder)}),
+                         POPLAR_ENGINE_OPTIONS=json.dumps({"autoReport.all": "true", "autoReport.directory": str(folder)}))
+    done = subprocess.run([sys.executable, "-m", "popdist._poprun", "--num-instances", "2", "--num-replicas", "2",
+                           sys.executable, str(TUTORIAL)], cwd=folder, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert sorted(p.name for p in folder.glob("*.pvti.parquet")) == ["instance-0.pvti.parquet", "instance-1.pvti.parquet"]
-    return folder / "training" / "profile.pop"
+    return folder / "instance-0" / "training" / "profile.pop"
 
 
 def plotly_state(dash_duo, expression: str):
@@ -184,27 +179,33 @@ def plotly_state(dash_duo, expression: str):
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_two_processes_on_one_axis_in_the_browser(dash_duo, two_runs, monkeypatch):
+def test_two_processes_on_one_axis_in_the_browser(dash_duo, two_instances, monkeypatch):
+    import popvision_py as pv
     from dashboards.app import create_app
 
-    app = create_app([str(two_runs)])
-    monkeypatch.setattr(page(), "MAX_EVENTS", 20)  # the 2 x 41 events of the runs: the whole run in bins
+    with pv.open(two_instances) as report:
+        processes, counters = report.system.processes(), report.system.counters()
+    assert list(processes["process"]) == ["instance-0", "instance-1"]
+    app = create_app([str(two_instances)])
+    monkeypatch.setattr(page(), "MAX_EVENTS", 20)  # the launch's events: the whole run in bins
     dash_duo.start_server(app)
     dash_duo.wait_for_page(url=f"{dash_duo.server_url}/system")
     wait_for_figures(dash_duo, [ids.SYSTEM_TIMELINE])
     dash_duo.wait_for_contains_text(f"#{ids.SYSTEM_LEVEL}", "level of detail: bins", timeout=15)
-    assert "82 events" in dash_duo.find_element(f"#{ids.SYSTEM_LEVEL}").text  # 41 a run
+    assert f"{processes['events'].sum():,} events" in dash_duo.find_element(f"#{ids.SYSTEM_LEVEL}").text
     # THEN both processes have their row, each with its card
     rows = [t.text for t in dash_duo.find_elements(f"#{ids.SYSTEM_TIMELINE} .ytick text")]
     assert rows == ["instance-1 · MainThread", "instance-0 · MainThread"]
-    dash_duo.wait_for_contains_text(f"#{ids.SYSTEM_FIGURES}", "6 model calls", timeout=10)
+    calls = f"{processes['model_calls'][0]:,} model calls"
+    dash_duo.wait_for_contains_text(f"#{ids.SYSTEM_FIGURES}", calls, timeout=10)
     cards = dash_duo.find_element(f"#{ids.SYSTEM_FIGURES}").text.lower()  # card labels are shown in capitals
-    assert "instance-0" in cards and "instance-1" in cards and cards.count("6 model calls") == 2
+    assert "instance-0" in cards and "instance-1" in cards
+    assert f"{processes['model_calls'][1]:,} model calls" in cards
     # AND the spans are bars, the instants markers on the rows, the samples/s a line in the panel below
     assert dash_duo.find_elements(f"#{ids.SYSTEM_TIMELINE} .subplot.xy .barlayer .point")
     assert len(dash_duo.find_elements(f"#{ids.SYSTEM_TIMELINE} .subplot.xy .scatterlayer .point")) >= 4
     lines = dash_duo.find_elements(f"#{ids.SYSTEM_TIMELINE} .subplot.x2y2 .scatterlayer .js-line")
-    assert len(lines) == 2  # one per process
+    assert len(lines) == len(counters) == 4  # one per process and counter: training's and inference's samples/s
     assert plotly_state(dash_duo, "gd._fullLayout.xaxis.type") == "linear"
     # WHEN absolute time is chosen THEN the axis is the wall clock
     dash_duo.find_element(f"#{ids.SYSTEM_TIME} input[value='absolute']").click()

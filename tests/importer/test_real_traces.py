@@ -185,3 +185,24 @@ def test_fsdp_imports_with_its_collectives(recorded):
         assert len(report.summary.insights())
     names = set(programs["name"].astype(str))
     assert {"c10d::_allgather_base_", "gloo:all_gather"} <= names
+
+
+def intersect(first, second):
+    return minus(first, minus(first, second))
+
+
+def test_hidden_communication_is_compute_while_a_transfer_is_under_way(recorded):
+    run = recorded("gpipe")
+    with popvision_py.open(run.profile) as report:
+        comm = report.exchange.communication().set_index("rank")
+        trace = report.profile.read_pandas("trace")
+    raws = [run.raw(r) for r in range(run.meta["world_size"])]
+    lo = min(ns(e["ts"]) for raw in raws for e in raw["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))
+    for rank, raw in enumerate(raws):
+        events = raw["traceEvents"]
+        under_way = spans(events, lambda e: e.get("cat") == "cpu_op" and e["name"].startswith("c10d::")
+                          or e.get("cat") == "user_annotation" and e["name"].startswith("gloo:"))
+        rows = trace[(trace["ipu"] == rank) & (trace["phase"] == "compute")]
+        computing = union((lo + a, lo + b) for a, b in zip(rows["start_cycle"], rows["end_cycle"]))
+        assert comm.loc[rank, "hidden_comm_cycles"] == measure(intersect(computing, under_way))
+        assert comm.loc[rank, "hidden_comm_cycles"] <= comm.loc[rank, "compute_cycles"]

@@ -25,6 +25,14 @@ SCRIPT = HERE / "small_training.py"
 EPOCHS, STEPS, SAMPLES = 2, 3, 32  # the script's defaults: 2 passes over 3 combined batches of 32 samples
 
 
+def poprun_env(index: int, instances: int) -> dict[str, str]:
+    """What PopRun gives instance ``index`` of ``instances`` of one replica of 2 IPUs (the script's model):
+    PopDist's variables, from which the instance's index is read (popdist._env)."""
+    return {"POPDIST_NUM_TOTAL_REPLICAS": str(instances), "POPDIST_NUM_LOCAL_REPLICAS": "1",
+            "POPDIST_REPLICA_INDEX_OFFSET": str(index), "POPDIST_NUM_IPUS_PER_REPLICA": "2",
+            "POPDIST_LOCAL_INSTANCE_INDEX": str(index)}
+
+
 def events(path: Path) -> pd.DataFrame:
     return S.read_system(path).table.to_pandas().astype({c: str for c in S.STRING_COLUMNS})
 
@@ -35,12 +43,12 @@ def named(frame: pd.DataFrame, name: str) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> tuple[Path, int, int]:
-    """`python small_training.py` as popdist's instance 3, under PVTI_OPTIONS and POPLAR_ENGINE_OPTIONS into one
-    folder; its file, and the wall clock before and after."""
+    """`python small_training.py` as instance 3 of a poprun launch of 4 (PopRun's variables), under PVTI_OPTIONS
+    and POPLAR_ENGINE_OPTIONS into one folder; the folder, and the wall clock before and after."""
     folder = tmp_path_factory.mktemp("pvti")
     env = subprocess_env(PVTI_OPTIONS=json.dumps({"enable": "true", "directory": str(folder)}),
                          POPLAR_ENGINE_OPTIONS=json.dumps({"autoReport.all": "true", "autoReport.directory": str(folder)}),
-                         POPDIST_INSTANCE_INDEX="3")
+                         **poprun_env(3, 4))
     before = time.time_ns()
     done = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300)
     after = time.time_ns()
@@ -90,10 +98,12 @@ def test_a_script_records_its_compile_calls_loading_and_updates(recorded):
 def test_report_system_gives_the_files_figures(recorded):
     folder, _, _ = recorded
     frame = events(folder / "instance-3.pvti.parquet")
-    profile = folder / "training" / "profile.pop"  # PVTI's directory is the profile's parent: found there
-    # WHEN the system section is asked for as text and as JSON
+    # the instance's profile is DIR/instance-3/training/profile.pop; PVTI's directory, DIR, is the launch's folder
+    profile = folder / "instance-3" / "training" / "profile.pop"
+    assert profile.is_file()
+    # WHEN the system section is asked for, of the profile as text and of the run's folder as JSON
     text = CliRunner().invoke(main, ["report", str(profile), "--section", "system"])
-    doc = json.loads(CliRunner().invoke(main, ["report", str(profile), "--section", "system", "--format", "json"]).stdout)
+    doc = json.loads(CliRunner().invoke(main, ["report", str(folder), "--section", "system", "--format", "json"]).stdout)
     assert text.exit_code == 0, text.output
     # THEN the wall time is the first event to the last, the waits for data their sum, the samples/s the median
     wall = frame["end_ns"].max() - frame["start_ns"].min()
