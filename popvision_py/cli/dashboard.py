@@ -41,7 +41,7 @@ def _paths(profile: str, profile_b: str | None) -> list[str]:
               help="Where the Verify and Emulate-and-compare actions write profiles [default: a temporary folder].")
 @click.option("--system", "system", multiple=True, type=click.Path(),
               help="System timeline files (*.pvti.parquet) or folders for the System page [default: those in each "
-                   "profile's folder's system/, its folder, or its parent].")
+                   "profile's folder's system/, its folder, its parent, or a poprun launch's folder].")
 @click.option("--debug", is_flag=True, hidden=True, help="Dash's debug mode (reloader off).")
 def command(profile: str, profile_b: str | None, host: str, port: int, tune: str | None, emulated_dir: str | None,
             system: tuple[str, ...], debug: bool) -> None:

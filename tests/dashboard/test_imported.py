@@ -80,7 +80,14 @@ def test_every_page_of_an_imported_trace_draws_without_console_errors(dash_duo, 
     dash_duo.wait_for_contains_text(f"#{ids.WHATIF_HEADER}", "--tune", timeout=10)
     assert errors(dash_duo) == []
     links = [link.text.split("\n")[-1] for link in dash_duo.find_elements(".nav-link")]
-    assert links == ["Summary", "Memory", "Liveness", "Execution trace", "Stages", "Exchange", "Compare"]
+    assert links == ["Summary", "Memory", "Liveness", "Execution trace", "Stages", "Exchange", "System", "Compare"]
+    # AND the System page shows the ranks' CPU timelines the import wrote beside the profile, a row per rank
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/system")
+    wait_for_figures(dash_duo, [ids.SYSTEM_TIMELINE])
+    rows = [t.text.split(" · ")[0] for t in dash_duo.find_elements(f"#{ids.SYSTEM_TIMELINE} .ytick text")]
+    assert rows == ["rank-3", "rank-2", "rank-1", "rank-0"]
+    assert "IPU" not in dash_duo.find_element(".page-description").text
+    assert errors(dash_duo) == []
 
 
 @pytest.mark.browser
