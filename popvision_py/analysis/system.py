@@ -132,7 +132,8 @@ def load(files: Sequence[S.SystemFile]) -> Events:
     kind, kinds = _dictionary(table["kind"])
     kind = np.array([S.KINDS.index(k) for k in kinds] + [0], np.int64)[kind]
     families = sorted({family(n) for n in names}, key=_natural)
-    family_of = np.array([families.index(family(n)) for n in names], np.int64)
+    code = {f: k for k, f in enumerate(families)}
+    family_of = np.array([code[family(n)] for n in names], np.int64)
     start = table["start_ns"].to_numpy()
     end = table["end_ns"].to_numpy()
     value = table["value"].to_numpy()
