@@ -37,6 +37,7 @@ from popvision_py.analysis import host as _host
 from popvision_py.analysis import imported as _imported
 from popvision_py.analysis import liveness as _liveness
 from popvision_py.analysis import memory as _memory
+from popvision_py.analysis import programs as _programs
 from popvision_py.analysis import stages as _stages
 from popvision_py.analysis import summary as _summary
 from popvision_py.analysis import system as _system
@@ -49,7 +50,7 @@ from popvision_py.format import Profile, open_profile
 from popvision_py.format import system as _system_files
 
 T = TypeVar("T")
-ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system")
+ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system", "programs")
 
 
 class Report:
@@ -78,6 +79,7 @@ class Report:
         self.exchange = ExchangeReport(self)
         self.trace = TraceReport(self)
         self.system = SystemReport(self, list(system) if system else None)
+        self.programs = ProgramsReport(self)
 
     @property
     def imported(self) -> bool:
@@ -497,6 +499,25 @@ class TraceReport(_View):
     def tile_cycles(self, ipu: int, step: int) -> pd.DataFrame:
         table = self._memo("tile_cycles", lambda: self._r.profile.read_pandas("tile_cycles"))
         return _trace.tile_cycles(table, ipu, step)
+
+
+class ProgramsReport(_View):
+    """The program tree: each IPU's control program, its loops, stage segments, ops and steps (``programs.tree``)."""
+
+    def tree(self) -> pd.DataFrame:
+        return self._tree().frame()
+
+    def _tree(self) -> Table:
+        r = self._r
+
+        def compute() -> Table:
+            trace = r.trace_summary()
+            counts = _programs.counts(r.run, r.iterations(), trace.run_slots)
+            names = _programs.op_names(Columns(r.profile.read_table("ops", ("op_id", "name"))))
+            return _programs.tree(r.columns("programs"), names, trace.executions, counts,
+                                  _programs.loop_details(r.run, counts))
+
+        return self._memo("tree", compute)
 
 
 class SystemReport(_View):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-SECTION_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange", "system"]
-COMPARE_CHOICES = SECTION_CHOICES[:-1]
+SECTION_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange", "programs", "system"]
+COMPARE_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange"]
 FORMAT_CHOICES = ["text", "json", "csv", "md", "html"]
 
 

@@ -17,12 +17,14 @@ import pandas as pd
 from popvision_py.version import __version__
 from popvision_py.analysis import imported
 from popvision_py.analysis.instances import differences
+from popvision_py.analysis.programs import NO_PROGRAM
 from popvision_py.analysis.tables import TABLE_COLUMNS, Table
 from popvision_py.render.format import value as shown
 from popvision_py.render.format import verification
 
-SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "system")
-COMPARED = SECTIONS[:-1]  # `popvision compare` sets the device's figures side by side, not the host's timelines
+SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "programs", "system")
+# `popvision compare` sets the device's figures side by side, not the host's timelines nor the program trees
+COMPARED = ("summary", "memory", "liveness", "stages", "exchange")
 
 
 @dataclass
@@ -41,6 +43,7 @@ class Block:
     hidden: bool = False
     items: list[tuple[str, list[str]]] | None = None
     empty: str = ""
+    tree: bool = False  # rows are nodes with ``node`` / ``parent`` / ``depth``: text indents them, JSON nests them
 
     def frame(self) -> pd.DataFrame:
         """A table block's data as a DataFrame."""
@@ -66,10 +69,10 @@ class Document:
     generator: str = f"popvision_py {__version__}"
 
     def add(self, key: str, title: str, data: Any, hidden: bool = False,
-            items: list[tuple[str, list[str]]] | None = None, empty: str = "") -> None:
+            items: list[tuple[str, list[str]]] | None = None, empty: str = "", tree: bool = False) -> None:
         if dataclasses.is_dataclass(data) and not isinstance(data, type):
             data = {f.name: getattr(data, f.name) for f in dataclasses.fields(data)}
-        self.blocks.append(Block(key, title, data, hidden, items, empty))
+        self.blocks.append(Block(key, title, data, hidden, items, empty, tree))
 
     def visible(self) -> list[Block]:
         return [b for b in self.blocks if not b.hidden]
@@ -188,6 +191,14 @@ def _system(doc: Document, r: Any, figures: bool) -> None:
     doc.add("system.counters", "Counters: median, least and most", r.answer("system.counters"))
 
 
+def _programs(doc: Document, r: Any, figures: bool) -> None:
+    title = "Program tree: each IPU's control program, its loops, segments, ops and steps"
+    if r.imported:
+        _meaningless(doc, "programs.tree", title, NO_PROGRAM)
+        return
+    doc.add("programs.tree", title, r.answer("programs.tree"), tree=True)
+
+
 def add_instances(doc: Document, runs: list[tuple[str, Any]], first: Any) -> None:
     """A run of several instances: the summary figures that differ between their profiles, first in
     the document (``first`` is the first instance's open Report; the others are opened here)."""
@@ -214,7 +225,7 @@ def add_verification(doc: Document, table: Table) -> None:
 
 
 _SECTION_BUILDERS = {"summary": _summary, "memory": _memory, "liveness": _liveness, "stages": _stages,
-                     "exchange": _exchange, "system": _system}
+                     "exchange": _exchange, "system": _system, "programs": _programs}
 
 
 def build_comparison(comparison: Any, section: str = "all") -> Document:

@@ -45,10 +45,23 @@ def records(frame: Table | pd.DataFrame) -> list[dict[str, Any]]:
     return [dict(zip(names, row)) for row in zip(*values)] if values else []
 
 
+def nested(frame: Table | pd.DataFrame) -> list[dict[str, Any]]:
+    """A tree block's rows (``Block.tree``) as nested objects: each node's ``children`` inside it, roots first."""
+    rows = records(frame)
+    roots: list[dict[str, Any]] = []
+    for row in rows:  # a node's number is its row, and its parent comes before it
+        parent = row.pop("parent")
+        row.pop("node")
+        row["children"] = []
+        (rows[parent]["children"] if parent is not None and parent >= 0 else roots).append(row)
+    return roots
+
+
 def to_dict(doc: Document) -> dict[str, Any]:
     sections: dict[str, dict[str, Any]] = {}
     for b in doc.visible():
-        sections.setdefault(b.section, {})[b.name] = plain(b.data) if isinstance(b.data, dict) else records(b.data)
+        data = nested(b.data) if b.tree else records(b.data)
+        sections.setdefault(b.section, {})[b.name] = plain(b.data) if isinstance(b.data, dict) else data
     return {"format": JSON_FORMAT, "version": JSON_VERSION, "kind": doc.kind, "generator": doc.generator,
             "profiles": doc.profiles, "sections": sections}
 

@@ -10,6 +10,7 @@ from popvision_py.render.format import column_arrays, column_names, formatted_co
 
 MAX_ROWS = 40
 MAX_CELL = 60
+MAX_TREE_LINES = 400
 
 
 def _clip(text: str) -> str:
@@ -40,6 +41,28 @@ def table(frame: Table | pd.DataFrame, max_rows: int | None = MAX_ROWS, clip: bo
     return out
 
 
+def tree(data: Table | pd.DataFrame, max_lines: int = MAX_TREE_LINES) -> list[str]:
+    """A tree block (``Block.tree``) indented by depth, one node a line: its name, repeats, kind, cycles of
+    one execution x executions = total (share of its IPU). The steps of an op are left to its line (and
+    to --format json or csv), so a model's tree reads op by op."""
+    columns = {c: list(data[c]) for c in ("parent", "depth", "kind", "name", "repeats", "executions", "cycles",
+                                          "total_cycles", "share_pct", "op", "detail")}
+    op_node = [kind == "sequence" and bool(op) for kind, op in zip(columns["kind"], columns["op"])]
+    lines: list[str] = []
+    shown_ = 0
+    for parent, depth, kind, name, repeats, runs, cycles, total, share, _, detail in zip(*columns.values()):
+        if parent >= 0 and op_node[parent]:
+            continue
+        shown_ += 1
+        if len(lines) < max_lines:
+            times = f" x{repeats:,}" if kind == "repeat" or repeats != 1 else ""
+            lines.append(f"  {'  ' * depth}{name}{times}  [{kind}]  {cycles:,} cycles x {runs:,} = {total:,} "
+                         f"({share:.1f}%)" + (f"  ({detail})" if detail else ""))
+    if shown_ > max_lines:
+        lines.append(f"  ... {shown_ - max_lines:,} more nodes (use --format csv or json for all of them)")
+    return lines or ["  (no rows)"]
+
+
 def figures(data: dict) -> list[str]:
     width = max((len(k) for k in data), default=0)
     return [f"  {k.ljust(width)}  {value(v)}" for k, v in data.items()]
@@ -62,6 +85,8 @@ def block(b: Block) -> list[str]:
                 lines.append(f"      effect: {effect}")
             if command:
                 lines.append(f"      run:    {command}")
+    elif b.tree and b.items is None:
+        lines += tree(b.data)
     elif b.items is not None:
         for head, details in b.items:
             lines += [f"  {head}"] + [f"      {line}" for line in details]
