@@ -19,8 +19,9 @@ from tests import synthetic
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted(ROOT.glob("sample_profiles/**/*.pop"))
-SECTIONS = ["all", "summary", "memory", "liveness", "stages", "exchange", "system"]
-COMPARED = SECTIONS[:-1]  # compare sets the device's figures side by side, not the host's timelines
+SECTIONS = ["all", "summary", "memory", "liveness", "stages", "exchange", "programs", "system"]
+# compare sets the device's figures side by side, not the host's timelines nor the program trees
+COMPARED = ["all", "summary", "memory", "liveness", "stages", "exchange"]
 FORMATS = ["text", "json", "csv", "md", "html"]
 # One heading each section's text and Markdown carry, whatever the profile
 HEADINGS = {
@@ -29,6 +30,7 @@ HEADINGS = {
     "liveness": "Not-always-live memory peak per IPU",
     "stages": "Pipeline figures",
     "exchange": "Exchange by kind",
+    "programs": "Program tree: each IPU's control program, its loops, segments, ops and steps",
     "system": "System timeline: host time per process",  # the one line without system timeline files
 }
 
@@ -62,7 +64,7 @@ def run_report(profile: Path, section: str, fmt: str, tmp_path: Path) -> None:
     elif fmt == "html":
         page = out.read_text()
         assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
-        assert page.count("Plotly.newPlot") >= 1 or section in ("summary", "system")
+        assert page.count("Plotly.newPlot") >= 1 or section in ("summary", "system") or (section == "programs" and "gpipe" in str(out))
         assert page.count("plotly.js v") <= 1  # plotly.js inlined once at most
     else:
         # the title (a Markdown heading in md), the profile's path, and the headings of the section(s) asked for

@@ -89,6 +89,19 @@ def exchange_matrix(matrix: pd.DataFrame) -> go.Figure:
     return _layout(fig, "Bytes from source to destination", "destination", "source")
 
 
+def program_tree(tree: pd.DataFrame, max_nodes: int = 3000) -> go.Figure:
+    """The program tree as an icicle: each node's width its total cycles, coloured by its phase; the
+    program steps left out when the tree is larger than ``max_nodes`` (their op's box stands for them)."""
+    if len(tree) > max_nodes:
+        op_nodes = tree.index[(tree["kind"] == "sequence") & (tree["op"] != "")]
+        tree = tree[~tree["parent"].isin(op_nodes)]
+    fig = go.Figure(go.Icicle(ids=tree["node"].astype(str), parents=tree["parent"].where(tree["parent"] >= 0, "")
+                              .astype(str).replace("-1", ""), labels=tree["name"], values=tree["total_cycles"],
+                              branchvalues="total", marker=dict(colors=[PHASE_COLOURS.get(p, "#999") for p in tree["phase"]]),
+                              maxdepth=4, tiling=dict(orientation="v")))
+    return _layout(fig, "Program tree: total cycles per node (click a box to open it)", "", "")
+
+
 def comparison(frame: pd.DataFrame, title: str, n: int = 30) -> go.Figure:
     # identifiers have no difference, and a figure new on one side no relative one: neither is a bar
     changed = frame[(frame["difference"] != 0) & frame["difference_pct"].notna()].copy()

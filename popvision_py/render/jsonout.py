@@ -60,8 +60,11 @@ def nested(frame: Table | pd.DataFrame) -> list[dict[str, Any]]:
 def to_dict(doc: Document) -> dict[str, Any]:
     sections: dict[str, dict[str, Any]] = {}
     for b in doc.visible():
-        data = nested(b.data) if b.tree else records(b.data)
-        sections.setdefault(b.section, {})[b.name] = plain(b.data) if isinstance(b.data, dict) else data
+        if isinstance(b.data, dict):
+            data: Any = plain(b.data)
+        else:
+            data = nested(b.data) if b.tree else records(b.data)
+        sections.setdefault(b.section, {})[b.name] = data
     return {"format": JSON_FORMAT, "version": JSON_VERSION, "kind": doc.kind, "generator": doc.generator,
             "profiles": doc.profiles, "sections": sections}
 
