@@ -129,3 +129,13 @@ SYSTEM_RESET = "system-reset"
 SYSTEM_TIME = "system-time"  # RadioItems: "relative" (from the first event) or "absolute" (wall clock) time
 SYSTEM_WINDOW = "system-window"  # Store: the window shown, [start, end] ns since 1970
 SYSTEM_PROCESSES = "system-processes"
+
+# Program tree
+PROGRAMS_FIGURES = "programs-figures"
+PROGRAMS_IPU = "programs-ipu"  # Dropdown: an IPU, or "all"
+PROGRAMS_SEARCH = "programs-search"
+PROGRAMS_FOUND = "programs-found"  # how many nodes a search matched
+PROGRAMS_TREE = "programs-tree"
+PROGRAMS_SECTION = "programs-section"
+PROGRAMS_NOTE = "programs-note"  # an imported trace: the section saying it has no compiled program
+PROGRAMS_NO_PROGRAM = "programs-no-program"  # ... its one line

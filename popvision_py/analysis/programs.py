@@ -304,17 +304,21 @@ def children(table: Table) -> list[list[int]]:
     return out
 
 
-def search(table: Table, text: str) -> np.ndarray:
-    """The nodes whose name or op contains ``text`` (case-insensitive), with all their ancestors: a mask."""
+def matches(table: Table, text: str) -> np.ndarray:
+    """The nodes whose own name or op contains ``text`` (case-insensitive): a mask."""
     words = text.strip().lower()
-    if not words:
-        return np.ones(len(table), bool)
     names = np.char.lower(np.asarray(table["name"], dtype=str))
     ops = np.char.lower(np.asarray(table["op"], dtype=str))
-    hit = (np.char.find(names, words) >= 0) | (np.char.find(ops, words) >= 0)
-    keep = hit.copy()
+    return (np.char.find(names, words) >= 0) | (np.char.find(ops, words) >= 0)
+
+
+def search(table: Table, text: str) -> np.ndarray:
+    """The nodes whose name or op contains ``text`` (case-insensitive), with all their ancestors: a mask."""
+    if not text.strip():
+        return np.ones(len(table), bool)
+    keep = matches(table, text)
     parent = np.asarray(table["parent"], np.int64)
-    up = np.flatnonzero(hit)
+    up = np.flatnonzero(keep)
     while len(up):  # one pass per level of the tree (seven at most)
         up = parent[up]
         up = np.unique(up[up >= 0])

@@ -23,6 +23,7 @@ PAGES = {
     "/trace": [ids.TRACE_TIMELINE, ids.TRACE_TILES],
     "/stages": [ids.STAGES_GANTT, ids.STAGES_IMBALANCE, ids.STAGES_SUMMARY, ids.STAGES_SPLIT_FIGURE],
     "/exchange": [ids.EXCHANGE_PHASES, ids.EXCHANGE_MATRIX, ids.EXCHANGE_KINDS],
+    "/programs": [],  # a tree of html elements, no graph (tests/dashboard/test_programs_page.py)
 }
 
 
@@ -51,7 +52,8 @@ def test_every_page_draws_its_figures_without_console_errors(dash_duo, app):
         assert errors(dash_duo) == [], path
     # AND the navigation offers every page but compare (one profile only)
     links = [link.text.split("\n")[-1] for link in dash_duo.find_elements(".nav-link")]
-    assert links == ["Summary", "Memory", "Liveness", "Execution trace", "Stages", "Exchange", "System"]
+    assert links == ["Summary", "Memory", "Liveness", "Execution trace", "Stages", "Exchange", "Program tree",
+                     "System"]
 
 
 @pytest.mark.parametrize("sample", ["mnist_pipelined", "bert_large_out_of_memory"])
