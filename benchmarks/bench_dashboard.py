@@ -98,7 +98,7 @@ def callbacks(paths: list[str], warm: bool = True) -> list[tuple[str, Callable[[
         data.current().warm()
         print(f"{'warm-up (background thread at start)':<38} {(time.perf_counter() - started) * 1e3:7.1f} ms")
     page = {name: importlib.import_module(f"dashboards.pages.{name}")
-            for name in ("summary", "memory", "liveness", "trace", "stages", "exchange", "compare")}
+            for name in ("summary", "memory", "liveness", "trace", "stages", "exchange", "compare", "programs")}
     report = data.report("a")
     summary = report.summary.figures()
     ipu = int(summary.worst_ipu)
@@ -134,6 +134,10 @@ def callbacks(paths: list[str], warm: bool = True) -> list[tuple[str, Callable[[
         ("stages.render", lambda: page["stages"].render("a")),
         ("exchange.render", lambda: page["exchange"].render("a")),
         ("exchange.render_matrix", lambda: page["exchange"].render_matrix("a", "bytes")),
+        ("programs.render_header", lambda: page["programs"].render_header("a")),
+        ("programs.render_tree (IPU 0)", lambda: page["programs"].render_tree(0, "", "a")),
+        ("programs.render_tree (every IPU)", lambda: page["programs"].render_tree("all", "", "a")),
+        ("programs.render_tree (search)", lambda: page["programs"].render_tree("all", "update", "a")),
     ]
     if len(paths) == 2:
         found.append(("compare.render", lambda: page["compare"].render("a")))

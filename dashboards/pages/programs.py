@@ -25,6 +25,9 @@ DESCRIPTION = ("Each IPU's control program: the loops over runs, device iteratio
                "forward and backward, its ops and their program steps. Click a line to open or close it; "
                "search to find an op or a step.")
 ALL_IPUS = "all"
+# The most nodes a tree shows with its program steps: beyond, an op's steps are left to its line (the
+# page stays within its 500 ms a callback on a model of hundreds of ops over several IPUs).
+MAX_NODES = 1000
 
 
 def layout(**_query: str) -> html.Div:
@@ -108,5 +111,11 @@ def render_tree(ipu: int | str | None, words: str | None, profile: str | None):
     if words:
         hits = int((mask & programs.matches(table, words)).sum())
         found = f"{hits:,} node{'' if hits == 1 else 's'} match “{words}”" if hits else f"No node matches “{words}”."
+    if keep.sum() > MAX_NODES:
+        parent = np.asarray(table["parent"])
+        op_node = (np.asarray(table["kind"]) == "sequence") & (np.asarray(table["op"]) != "")
+        keep &= ~((parent >= 0) & op_node[np.maximum(parent, 0)])
+        found = " ".join(filter(None, [found, f"Over {MAX_NODES:,} nodes: each op's program steps are left to its "
+                                              "line; choose one IPU or search to see them."]))
     return figures.tree(frame, keep, words), found
 

@@ -89,8 +89,9 @@ def test_open_expand_search_and_choose_an_ipu_in_the_browser(dash_duo):
     dash_duo.wait_for_element(".cards .card", timeout=10)
     ipu0 = frame[frame["ipu"] == 0]
     assert len(dash_duo.find_elements(f"#{ids.PROGRAMS_TREE} .program-line")) == len(ipu0)
-    repeats = [e.text for e in dash_duo.find_elements(f"#{ids.PROGRAMS_TREE} .program-repeats") if e.text]
-    assert repeats[:3] == ["×1", "×10", "×10"]  # one run, 10 device iterations, gradient accumulation 10
+    names = [e.text for e in dash_duo.find_elements(f"#{ids.PROGRAMS_TREE} .program-name")]
+    # one run, 10 device iterations, gradient accumulation 10
+    assert names[:4] == ["IPU 0", "runs (host calls) ×1", "device iterations ×10", "gradient accumulation ×10"]
     # WHEN a closed node (stage 0 forward) is clicked THEN it opens and shows its ops
     segment = int(ipu0.loc[ipu0["name"] == "stage 0 forward", "node"].iloc[0])
     selector = f"#{ids.PROGRAMS_TREE} details[data-node='{segment}']"
