@@ -10,7 +10,7 @@ from popvision_py.render.format import column_arrays, column_names, formatted_co
 
 MAX_ROWS = 40
 MAX_CELL = 60
-MAX_TREE_LINES = 400
+MAX_TREE_LINES = 200
 
 
 def _clip(text: str) -> str:
@@ -43,24 +43,30 @@ def table(frame: Table | pd.DataFrame, max_rows: int | None = MAX_ROWS, clip: bo
 
 def tree(data: Table | pd.DataFrame, max_lines: int = MAX_TREE_LINES) -> list[str]:
     """A tree block (``Block.tree``) indented by depth, one node a line: its name, repeats, kind, cycles of
-    one execution x executions = total (share of its IPU). The steps of an op are left to its line (and
-    to --format json or csv), so a model's tree reads op by op."""
+    one execution x executions = total (share of its IPU). The steps of an op are left to its line, and
+    if that is still over ``max_lines`` lines, the ops to their segment's line (all of them are in
+    --format json and csv)."""
     columns = {c: list(data[c]) for c in ("parent", "depth", "kind", "name", "repeats", "executions", "cycles",
-                                          "total_cycles", "share_pct", "op", "detail")}
-    op_node = [kind == "sequence" and bool(op) for kind, op in zip(columns["kind"], columns["op"])]
-    lines: list[str] = []
-    shown_ = 0
-    for parent, depth, kind, name, repeats, runs, cycles, total, share, _, detail in zip(*columns.values()):
-        if parent >= 0 and op_node[parent]:
+                                          "total_cycles", "share_pct", "detail", "op")}
+    op = [bool(o) for o in columns["op"]]
+    op_node = [kind == "sequence" and o for kind, o in zip(columns["kind"], op)]
+    under_op = [parent >= 0 and op_node[parent] for parent in columns["parent"]]
+    shown_ = [not u for u in under_op]
+    left = "each op's steps"
+    if sum(shown_) > max_lines:
+        shown_ = [not (u or o) for u, o in zip(under_op, op)]
+        left = "each segment's ops and steps"
+    lines = [f"  ({left} are in --format json and csv)"]
+    for show, parent, depth, kind, name, repeats, runs, cycles, total, share, detail, _ in zip(shown_, *columns.values()):
+        if not show:
             continue
-        shown_ += 1
-        if len(lines) < max_lines:
-            times = f" x{repeats:,}" if kind == "repeat" or repeats != 1 else ""
-            lines.append(f"  {'  ' * depth}{name}{times}  [{kind}]  {cycles:,} cycles x {runs:,} = {total:,} "
-                         f"({share:.1f}%)" + (f"  ({detail})" if detail else ""))
-    if shown_ > max_lines:
-        lines.append(f"  ... {shown_ - max_lines:,} more nodes (use --format csv or json for all of them)")
-    return lines or ["  (no rows)"]
+        if len(lines) > max_lines:
+            lines.append(f"  ... {sum(shown_) - max_lines:,} more nodes (use --format csv or json for all of them)")
+            break
+        times = f" x{repeats:,}" if kind == "repeat" or repeats != 1 else ""
+        lines.append(f"  {'  ' * depth}{name}{times}  [{kind}]  {cycles:,} cycles x {runs:,} = {total:,} "
+                     f"({share:.1f}%)" + (f"  ({detail})" if detail else ""))
+    return lines if len(lines) > 1 else ["  (no rows)"]
 
 
 def figures(data: dict) -> list[str]:

@@ -131,7 +131,7 @@ def test_report_section_programs_in_every_format(fmt, tmp_path):
     assert result.exit_code == 0, result.output
     if fmt == "text":
         lines = result.stdout.splitlines()
-        assert "  IPU 0  [program]" in lines[5]
+        assert lines[5] == "  (each op's steps are in --format json and csv)" and "  IPU 0  [program]" in lines[6]
         ga = next(line for line in lines if "gradient accumulation x10" in line)
         assert ga.startswith("        gradient") and "ramp-up 6, main 4, ramp-down 6" in ga  # 4 IPUs, GA 10
         assert not any("layer1/conv/fwd/sync" in line for line in lines)  # an op's steps: in json and csv
