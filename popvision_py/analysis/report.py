@@ -513,7 +513,7 @@ class ProgramsReport(_View):
         def compute() -> Table:
             trace = r.trace_summary()
             counts = _programs.counts(r.run, r.iterations(), trace.run_slots)
-            names = _programs.op_names(Columns(r.profile.read_table("ops", ("op_id", "name"))))
+            names = _programs.op_names(r.columns("ops"))
             return _programs.tree(r.columns("programs"), names, trace.executions, counts,
                                   _programs.loop_details(r.run, counts))
 
