@@ -18,7 +18,8 @@ step in program order with its stage and pass) and how often each ran (the trace
   micro-batch's work), the device iterations (once per iteration: the update; a phase's weight
   load), or the run;
 * in a segment, an **op** node is a run of consecutive steps of one op pass (one op and the
-  label of its pass: the op's name and the next part of the step's name, ``layer1/conv/fwd``);
+  label of its pass: the op's name and the next part of the step's name, ``layer1/conv/fwd``); a
+  step whose name does not go on from its op's is a step of the segment itself;
 * the **leaves** are the programs rows, each once.
 
 Columns (``COLUMNS``), one row per node in pre-order (a parent before its children, children in
@@ -112,17 +113,17 @@ def op_names(ops: Columns) -> dict[int, str]:
     return dict(zip(ids.tolist(), ops.strings("name", first).tolist()))
 
 
-def op_labels(names: np.ndarray, op_names: np.ndarray, passes: np.ndarray) -> np.ndarray:
+def op_labels(names: np.ndarray, op_names: np.ndarray) -> np.ndarray:
     """Each step's op pass label: its op's name and the next part of the step's name (``layer1/conv`` +
-    ``fwd``), or the op's name and the pass where the step's name does not start with the op's."""
+    ``fwd``); "" where the step's name does not go on from its op's (a copy the op only pays for, such
+    as a stage's gradients streamed out: a step of its segment, not of an op pass)."""
     S = np.dtypes.StringDType()
     s, o = names.astype(S), op_names.astype(S)
     prefix = np.strings.add(o, "/")
-    inside = np.strings.startswith(s, prefix)
     rest = np.strings.slice(s, np.strings.str_len(prefix), np.iinfo(np.int32).max)
     head = np.strings.partition(rest, np.array("/", dtype=S))[0]
-    return np.where(inside & (np.strings.str_len(head) > 0), np.strings.add(prefix, head),
-                    np.strings.add(prefix, passes.astype(S))).astype(object)
+    inside = np.strings.startswith(s, prefix) & (np.strings.str_len(head) > 0) & (np.strings.str_len(o) > 0)
+    return np.where(inside, np.strings.add(prefix, head), "").astype(object)
 
 
 def tree(programs: Columns, op_names: dict[int, str], executions: np.ndarray, c: Counts,
@@ -159,8 +160,8 @@ def tree(programs: Columns, op_names: dict[int, str], executions: np.ndarray, c:
     # Op passes inside a segment.
     known = np.array([op_names.get(int(i), f"op {i}") for i in np.unique(op_id)], dtype=object)
     step_op = np.where(op_id >= 0, known[np.searchsorted(np.unique(op_id), op_id)], "")
-    label = np.where((op_id >= 0) & segment, op_labels(names, step_op, pass_), "")
-    in_op = (op_id >= 0) & segment
+    label = np.where((op_id >= 0) & segment, op_labels(names, step_op), "")
+    in_op = (op_id >= 0) & segment & (label != "")
     new_op = np.r_[True, (seg_id[1:] != seg_id[:-1]) | (op_id[1:] != op_id[:-1]) | (label[1:] != label[:-1])
                    | ~in_op[:-1]]
     op_group = np.where(in_op, np.cumsum(new_op & in_op) - 1, -1)
