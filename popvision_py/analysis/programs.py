@@ -35,12 +35,11 @@ is built from each step's chain of ancestors, a NumPy array per level, with no l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from popvision_py.analysis.tables import PASSES, PHASES, Columns, Table, lookup
+from popvision_py.analysis.tables import PHASES, Columns, Table, lookup
 from popvision_py.format.runconfig import pipeline_depth
 
 # An imported trace's one line instead of the tree.
@@ -147,8 +146,8 @@ def tree(programs: Columns, op_names: dict[int, str], executions: np.ndarray, c:
     names = programs.strings("name")[order]
     pass_ = programs.strings("pass")[order]
     runs = lookup(executions, ipu, step).astype(np.int64) if executions.size else np.zeros(n, np.int64)
-    phase = np.array([PHASES.index(PHASE_OF_TYPE.get(t, "compute")) for t in np.unique(types)])[
-        np.unique(types, return_inverse=True)[1]] if n else np.zeros(0, np.int64)
+    kinds, kind_of_step = np.unique(types, return_inverse=True)  # a few types: their phases, then each step's
+    phase = np.array([PHASES.index(PHASE_OF_TYPE.get(t, "compute")) for t in kinds])[kind_of_step]
 
     # Segments: consecutive steps of one stage and pass (the update: of the pass) that ran as often.
     in_stage = (stage >= 0) & np.isin(pass_, ("forward", "backward"))
@@ -238,14 +237,13 @@ def tree(programs: Columns, op_names: dict[int, str], executions: np.ndarray, c:
     device = (level_of == ITERATIONS) & (key_of % 2 == DEVICE)
     done[device] = c.iterations
     host_node = (level_of == ITERATIONS) & (key_of % 2 == HOST)
-    done[host_node] = np.maximum(done[host_node], 0)
     done[level_of == MICRO_BATCHES] = c.micro_batches
     parent_done = np.where(parent >= 0, done[np.maximum(parent, 0)], 1)
     repeats = np.where(parent_done > 0, done // np.maximum(parent_done, 1), 0)
     leaf = level_of == STEP
     row = first_step
     one = np.where(leaf, cycles[row], np.where(done > 0, totals // np.maximum(done, 1), 0))
-    root_total = totals[np.flatnonzero(level_of == ROOT)][ipu_index[row]] if m else totals
+    root_total = totals[np.flatnonzero(level_of == ROOT)][ipu_index[row]]
     share = np.where(root_total > 0, 100.0 * totals / np.maximum(root_total, 1), 0.0)
 
     # Words: a node's kind and name.
@@ -294,15 +292,6 @@ def tree(programs: Columns, op_names: dict[int, str], executions: np.ndarray, c:
         "share_pct": share,
         "detail": detail,
     })
-
-
-def children(table: Table) -> list[list[int]]:
-    """Each node's children, in order (for renderers that nest: JSON, the dashboard)."""
-    out: list[list[int]] = [[] for _ in range(len(table))]
-    for node, parent in zip(table["node"].tolist(), table["parent"].tolist()):
-        if parent >= 0:
-            out[parent].append(node)
-    return out
 
 
 def matches(table: Table, text: str) -> np.ndarray:

@@ -24,16 +24,6 @@ def page():
     return importlib.import_module("dashboards.pages.programs")
 
 
-def text(component) -> str:
-    if component is None:
-        return ""
-    if isinstance(component, (str, int, float)):
-        return str(component)
-    if isinstance(component, (list, tuple)):
-        return " ".join(text(c) for c in component)
-    return text(getattr(component, "children", None))
-
-
 def test_the_tree_nests_every_node_once_under_its_parent():
     # GIVEN the analysis's tree of a real profile WHEN it is built into components
     with pv.open(PIPELINED) as report:
