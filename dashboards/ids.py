@@ -131,6 +131,7 @@ SYSTEM_WINDOW = "system-window"  # Store: the window shown, [start, end] ns sinc
 SYSTEM_PROCESSES = "system-processes"
 
 # Program tree
+PROGRAMS_DESCRIPTION = "programs-description"
 PROGRAMS_FIGURES = "programs-figures"
 PROGRAMS_IPU = "programs-ipu"  # Dropdown: an IPU, or "all"
 PROGRAMS_SEARCH = "programs-search"

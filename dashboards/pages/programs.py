@@ -21,9 +21,11 @@ from popvision_py.analysis import programs
 dash.register_page(__name__, path="/programs", name="Program tree", title="popvision · program tree", order=5.6,
                    icon="⊢")
 
-DESCRIPTION = ("Each IPU's control program: the loops over runs, device iterations and micro-batches, each stage's "
-               "forward and backward, its ops and their program steps. Click a line to open or close it; "
-               "search to find an op or a step.")
+# The page's description for an IPU profile (False) and one imported from PyTorch traces (True)
+DESCRIPTION = {False: "Each IPU's control program: the loops over runs, device iterations and micro-batches, each "
+                      "stage's forward and backward, its ops and their program steps. Click a line to open or close "
+                      "it; search to find an op or a step.",
+               True: "The control program a compiler builds for each device: PyTorch launches kernels instead."}
 ALL_IPUS = "all"
 # The most nodes a tree shows with its program steps: beyond, an op's steps are left to its line (the
 # page stays within its 500 ms a callback on a model of hundreds of ops over several IPUs).
@@ -35,7 +37,7 @@ def layout(**_query: str) -> html.Div:
                         className="program-legend-item") for phase, colour in PHASE_COLOURS.items() if phase != "idle"]
     return html.Div(
         [
-            c.page_header("Program tree", DESCRIPTION),
+            c.page_header("Program tree", DESCRIPTION[False], description_id=ids.PROGRAMS_DESCRIPTION),
             html.Div(id=ids.PROGRAMS_FIGURES, className="cards-slot"),
             c.section(
                 "Program tree",
@@ -68,13 +70,14 @@ def layout(**_query: str) -> html.Div:
     Output(ids.PROGRAMS_IPU, "value"),
     Output(ids.PROGRAMS_SECTION, "style"),
     Output(ids.PROGRAMS_NOTE, "style"),
+    Output(ids.PROGRAMS_DESCRIPTION, "children"),
     Input(ids.PROFILE, "value"),
 )
 def render_header(profile: str | None):
     """Key figures and the IPUs to choose; an imported trace: its one line instead."""
     report = data.report(profile)
     if report.imported:
-        return None, [], None, c.HIDDEN, c.shown(True)
+        return None, [], None, c.HIDDEN, c.shown(True), DESCRIPTION[True]
     tree = report.programs.tree()
     loops = tree[tree["kind"] == "repeat"].drop_duplicates("name").set_index("name")["repeats"]
     ipus = sorted(set(tree["ipu"].tolist()))
@@ -87,7 +90,7 @@ def render_header(profile: str | None):
         ("gradient accumulation", c.fmt_int(loops.get("gradient accumulation", 1)), "micro-batches per iteration"),
     ])
     options = [{"label": "every IPU", "value": ALL_IPUS}] + c.ipu_options(ipus)
-    return figures_, options, ipus[0] if ipus else ALL_IPUS, c.shown(True), c.HIDDEN
+    return figures_, options, ipus[0] if ipus else ALL_IPUS, c.shown(True), c.HIDDEN, DESCRIPTION[False]
 
 
 @dash.callback(

@@ -27,6 +27,7 @@ PAGES = {
     "/trace": [ids.TRACE_TIMELINE],
     "/stages": [ids.STAGES_GANTT, ids.STAGES_IMBALANCE, ids.STAGES_SUMMARY],
     "/exchange": [ids.EXCHANGE_PHASES, ids.EXCHANGE_COMMUNICATION, ids.EXCHANGE_MATRIX, ids.EXCHANGE_KINDS],
+    "/programs": [],  # one line: an imported trace has no compiled program
     "/compare": [ids.COMPARE_MEMORY, ids.COMPARE_STAGES, ids.COMPARE_PHASES],
 }
 
@@ -69,8 +70,11 @@ def test_every_page_of_an_imported_trace_draws_without_console_errors(dash_duo, 
         dash_duo.wait_for_page(url=f"{dash_duo.server_url}{path}")
         # THEN its figures are drawn and the console holds no error
         wait_for_figures(dash_duo, graphs)
-        if path not in ("/liveness", "/compare"):
+        if path not in ("/liveness", "/compare", "/programs"):
             dash_duo.wait_for_element(".cards .card", timeout=10)
+        if path == "/programs":  # its one line instead of the tree, once the page knows the profile
+            dash_duo.wait_for_contains_text(f"#{ids.PROGRAMS_NOTE}", "no compiled program", timeout=10)
+            dash_duo.wait_for_contains_text(".page-description", "PyTorch launches kernels", timeout=10)
         assert errors(dash_duo) == [], path
         # AND no page calls a rank an IPU in its description
         if path != "/compare":
@@ -80,7 +84,8 @@ def test_every_page_of_an_imported_trace_draws_without_console_errors(dash_duo, 
     dash_duo.wait_for_contains_text(f"#{ids.WHATIF_HEADER}", "--tune", timeout=10)
     assert errors(dash_duo) == []
     links = [link.text.split("\n")[-1] for link in dash_duo.find_elements(".nav-link")]
-    assert links == ["Summary", "Memory", "Liveness", "Execution trace", "Stages", "Exchange", "System", "Compare"]
+    assert links == ["Summary", "Memory", "Liveness", "Execution trace", "Stages", "Exchange", "Program tree", "System",
+                     "Compare"]
     # AND the System page shows the ranks' CPU timelines the import wrote beside the profile, a row per rank
     dash_duo.wait_for_page(url=f"{dash_duo.server_url}/system")
     wait_for_figures(dash_duo, [ids.SYSTEM_TIMELINE])

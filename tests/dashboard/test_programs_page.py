@@ -60,8 +60,9 @@ def test_an_imported_trace_shows_its_one_line():
     from dashboards.app import create_app
 
     create_app([str(IMPORTED)])
-    _, options, value, tree_style, note_style = page().render_header("a")
+    _, options, value, tree_style, note_style, description = page().render_header("a")
     assert options == [] and value is None and tree_style == {"display": "none"} and note_style != tree_style
+    assert "IPU" not in description
     assert page().render_tree(None, "", "a") == (None, "")
 
 
