@@ -160,3 +160,18 @@ def test_an_imported_trace_says_it_has_no_compiled_program():
     result = invoke("report", ROOT / "sample_profiles" / "pytorch_gpipe" / "profile.pop", "--section", "programs")
     assert result.exit_code == 0
     assert programs.NO_PROGRAM in result.stdout.replace("\n", " ")
+
+
+def test_the_pipeline_cycles_the_loop_names_are_the_supersteps_the_trace_ran():
+    # GIVEN mnist pipelined over 4 IPUs, gradient accumulation 10, 10 device iterations, one run
+    with pv.open(SAMPLES["mnist_pipelined"]) as report:
+        tree = report.programs.tree()
+        trace = report.profile.read_table("trace", ["ipu", "stage", "phase", "iteration"]).to_pandas()
+    loop = tree[(tree["name"] == "gradient accumulation") & (tree["ipu"] == 0)].iloc[0]
+    # WHEN the loop's words are read THEN ramp-up 2N-2 = 6, main GA-(2N-2) = 4, ramp-down 6
+    assert "pipelined over 4 IPUs: ramp-up 6, main 4, ramp-down 6 pipeline cycles" in loop["detail"]
+    # AND they add up to the supersteps of an iteration in the trace: its superstep syncs (stage -1) on
+    # IPU 0, less the host call's superstep and the weight update's
+    syncs = trace[(trace["ipu"] == 0) & (trace["stage"] == -1) & (trace["phase"].astype(str) == "sync")]
+    per_iteration = (len(syncs) - 1) / 10 - 1
+    assert per_iteration == 6 + 4 + 6
