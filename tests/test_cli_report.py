@@ -19,8 +19,9 @@ from tests import synthetic
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted(ROOT.glob("sample_profiles/**/*.pop"))
-SECTIONS = ["all", "summary", "memory", "liveness", "stages", "exchange", "system"]
-COMPARED = SECTIONS[:-1]  # compare sets the device's figures side by side, not the host's timelines
+SECTIONS = ["all", "summary", "memory", "liveness", "stages", "exchange", "operations", "system"]
+# compare sets the device's figures side by side, not the ops or the host's timelines
+COMPARED = ["all", "summary", "memory", "liveness", "stages", "exchange"]
 FORMATS = ["text", "json", "csv", "md", "html"]
 # One heading each section's text and Markdown carry, whatever the profile
 HEADINGS = {
@@ -29,6 +30,7 @@ HEADINGS = {
     "liveness": "Not-always-live memory peak per IPU",
     "stages": "Pipeline figures",
     "exchange": "Exchange by kind",
+    "operations": "Operations: each op and pass over the run, costliest first",
     "system": "System timeline: host time per process",  # the one line without system timeline files
 }
 

@@ -37,6 +37,7 @@ from popvision_py.analysis import host as _host
 from popvision_py.analysis import imported as _imported
 from popvision_py.analysis import liveness as _liveness
 from popvision_py.analysis import memory as _memory
+from popvision_py.analysis import operations as _operations
 from popvision_py.analysis import stages as _stages
 from popvision_py.analysis import summary as _summary
 from popvision_py.analysis import system as _system
@@ -49,7 +50,7 @@ from popvision_py.format import Profile, open_profile
 from popvision_py.format import system as _system_files
 
 T = TypeVar("T")
-ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system")
+ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system", "operations")
 
 
 class Report:
@@ -78,6 +79,7 @@ class Report:
         self.exchange = ExchangeReport(self)
         self.trace = TraceReport(self)
         self.system = SystemReport(self, list(system) if system else None)
+        self.operations = _operations.OperationsReport(self)
 
     @property
     def imported(self) -> bool:

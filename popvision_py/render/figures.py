@@ -89,6 +89,15 @@ def exchange_matrix(matrix: pd.DataFrame) -> go.Figure:
     return _layout(fig, "Bytes from source to destination", "destination", "source")
 
 
+def operations(by_layer: pd.DataFrame, n: int = 20) -> go.Figure:
+    """The ``n`` costliest layers' cycles over the run, by phase (``operations.by_layer``, costliest first)."""
+    rows = by_layer.head(n).iloc[::-1]  # costliest at the top
+    fig = go.Figure([go.Bar(name=phase, y=rows["layer"], x=rows[f"{phase}_cycles"], orientation="h",
+                            marker_color=PHASE_COLOURS[phase]) for phase in ("compute", "exchange", "sync", "stream")])
+    fig.update_layout(barmode="stack")
+    return _layout(fig, f"Cycles of the {min(n, len(by_layer))} costliest layers, by phase", "cycles", "")
+
+
 def comparison(frame: pd.DataFrame, title: str, n: int = 30) -> go.Figure:
     # identifiers have no difference, and a figure new on one side no relative one: neither is a bar
     changed = frame[(frame["difference"] != 0) & frame["difference_pct"].notna()].copy()
