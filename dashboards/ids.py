@@ -129,3 +129,13 @@ SYSTEM_RESET = "system-reset"
 SYSTEM_TIME = "system-time"  # RadioItems: "relative" (from the first event) or "absolute" (wall clock) time
 SYSTEM_WINDOW = "system-window"  # Store: the window shown, [start, end] ns since 1970
 SYSTEM_PROCESSES = "system-processes"
+
+# Operations (each op's cycles, FLOPs and memory; by op, block or layer)
+OPERATIONS_DESCRIPTION = "operations-description"
+OPERATIONS_FIGURES = "operations-figures"
+OPERATIONS_GROUP = "operations-group"  # RadioItems: "op", "block" or "layer"
+OPERATIONS_TABLE = "operations-table"  # DataTable: sortable and filterable; a clicked row is the selection
+OPERATIONS_TRACE = "operations-trace"  # one iteration of the execution trace, the selection's executions marked
+OPERATIONS_TRACE_NOTE = "operations-trace-note"
+OPERATIONS_SELECTED = "operations-selected"  # what is selected, in words
+OPERATIONS_VARIABLES = "operations-variables"

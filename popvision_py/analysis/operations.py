@@ -303,6 +303,11 @@ def variables_of(c: OpCosts, variables: Columns, row: int) -> Table:
     """The variables of ``by_op`` row ``row`` (``variables.op_id``), largest first: VARIABLE_COLUMNS."""
     op = int(c.by_op["op_id"][row]) if 0 <= row < len(c.by_op) else -1
     rows = np.flatnonzero(variables["op_id"].astype(np.int64) == op) if op >= 0 else np.zeros(0, np.int64)
+    return _variable_rows(variables, rows)
+
+
+def _variable_rows(variables: Columns, rows: np.ndarray) -> Table:
+    """``variables`` rows ``rows``, largest first (VARIABLE_COLUMNS)."""
     rows = rows[np.lexsort((rows, -variables["bytes"][rows].astype(np.int64)))]
     out: dict[str, Any] = {}
     for name in VARIABLE_COLUMNS:
@@ -316,6 +321,49 @@ def steps_of(c: OpCosts, by: str, value: Any) -> np.ndarray:
         return np.flatnonzero(c.step_row == int(value))
     members = np.flatnonzero(np.asarray(c.by_op[by], dtype=object).astype(str) == str(value))
     return np.flatnonzero(np.isin(c.step_row, members))
+
+
+WINDOW_COLUMNS = ("run", "iteration", "ipu", "step", "phase", "start_cycle", "end_cycle")
+
+
+def iteration_rows(profile: Any, agg: Aggregates) -> dict[str, np.ndarray]:
+    """The trace rows of one iteration, the middle one of the first run traced: ``WINDOW_COLUMNS`` as arrays
+    (phase as codes into PHASES), read from the row groups whose footer statistics can hold it.
+
+    Every iteration runs the same program steps, so one shows where an op runs; only the row
+    groups of that iteration are decoded (a row group or two of a 50M-row trace).
+    """
+    from popvision_py.analysis.tracescan import arrays
+    from popvision_py.format.values import statistics
+
+    metadata = profile.metadata("trace")
+    groups = list(range(metadata.num_row_groups))
+    stated = [[statistics(metadata, g, c) for c in ("run", "iteration")] for g in groups]
+    trusted = profile.footer_verified("trace") and all(s is not None for row in stated for s in row)
+    run = min(s[0][0] for s in stated) if trusted and stated else None
+    if trusted and run is not None:
+        iteration = max(agg.iterations_per_run, 1) // 2
+        groups = [g for g, (r, i) in zip(groups, stated) if r[0] <= run <= r[1] and i[0] <= iteration <= i[1]]
+    parts = []
+    for batch in profile.iter_batches("trace", WINDOW_COLUMNS, row_groups=groups):
+        t = arrays(batch, WINDOW_COLUMNS)
+        if run is None:  # statistics not to be trusted: the first run and its middle iteration from the rows
+            run, iteration = int(t["run"].min()), max(agg.iterations_per_run, 1) // 2
+        keep = (t["run"] == run) & (t["iteration"] == iteration)
+        parts.append({c: t[c][keep] for c in WINDOW_COLUMNS})
+    if not parts:
+        return {c: np.zeros(0, np.int64) for c in WINDOW_COLUMNS}
+    return {c: np.concatenate([p[c] for p in parts]) for c in WINDOW_COLUMNS}
+
+
+def marked(rows: dict[str, np.ndarray], programs: Columns, chosen: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` (``iteration_rows``) execute one of the programs rows ``chosen``."""
+    ipu, step = programs["ipu"].astype(np.int64), programs["step"].astype(np.int64)
+    if not len(rows["ipu"]) or not len(ipu):
+        return np.zeros(len(rows["ipu"]), bool)
+    grid = np.zeros((int(max(ipu.max(), rows["ipu"].max())) + 1, int(max(step.max(), rows["step"].max())) + 2), bool)
+    grid[ipu[chosen], step[chosen] + 1] = True
+    return grid[rows["ipu"].astype(np.int64), rows["step"].astype(np.int64) + 1]  # idle rows (step -1): column 0
 
 
 class OperationsReport:
@@ -362,6 +410,39 @@ class OperationsReport:
     def variables(self, row: int) -> Any:
         """The variables of ``by_op()`` row ``row``, largest first (VARIABLE_COLUMNS)."""
         return variables_of(self.costs(), self._r.columns("variables"), row).frame()
+
+    def window(self) -> dict[str, np.ndarray]:
+        """The trace rows of one iteration (``iteration_rows``), read once."""
+        return self._memo("window", lambda: iteration_rows(self._r.profile, self._r.trace_summary()))
+
+    def window_index(self) -> Any:
+        """``window()`` as a ``trace.TimelineIndex``, for the execution trace's levels of detail."""
+        def compute() -> Any:
+            from popvision_py.analysis.trace import TimelineIndex
+            from popvision_py.analysis.tracescan import timeline_arrays
+
+            rows = self.window()
+            columns = {"ipu": rows["ipu"], "phase": rows["phase"], "start_cycle": rows["start_cycle"],
+                       "end_cycle": rows["end_cycle"]}
+            return TimelineIndex.from_ipus(timeline_arrays([columns]))
+
+        return self._memo("window_index", compute)
+
+    def executions_in_window(self, by: str, value: Any) -> Any:
+        """``[ipu, step, start_cycle, end_cycle]`` of the window's rows that run a ``by_op`` row (``by="op"``)
+        or a block or layer (its name), in trace order."""
+        rows = self.window()
+        keep = marked(rows, self._r.columns("programs"), steps_of(self.costs(), by, value))
+        return Table({c: rows[c][keep].astype(np.int64) for c in ("ipu", "step", "start_cycle", "end_cycle")}).frame()
+
+    def group_variables(self, by: str, value: Any) -> Any:
+        """The variables of a block's or layer's ops (``by`` "block" or "layer"), largest first (VARIABLE_COLUMNS)."""
+        c = self.costs()
+        members = np.asarray(c.by_op[by], dtype=object).astype(str) == str(value)
+        ops = np.unique(np.asarray(c.by_op["op_id"], np.int64)[members])
+        variables = self._r.columns("variables")
+        rows = np.flatnonzero(np.isin(variables["op_id"].astype(np.int64), ops[ops >= 0]))
+        return _variable_rows(variables, rows).frame()
 
     def steps(self, by: str, value: Any) -> Any:
         """``[ipu, step]`` of the program steps of a ``by_op`` row (``by="op"``) or a block or layer (its name)."""
