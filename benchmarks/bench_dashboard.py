@@ -98,7 +98,7 @@ def callbacks(paths: list[str], warm: bool = True) -> list[tuple[str, Callable[[
         data.current().warm()
         print(f"{'warm-up (background thread at start)':<38} {(time.perf_counter() - started) * 1e3:7.1f} ms")
     page = {name: importlib.import_module(f"dashboards.pages.{name}")
-            for name in ("summary", "memory", "liveness", "trace", "stages", "exchange", "compare")}
+            for name in ("summary", "memory", "liveness", "trace", "stages", "exchange", "compare", "operations")}
     report = data.report("a")
     summary = report.summary.figures()
     ipu = int(summary.worst_ipu)
@@ -134,6 +134,10 @@ def callbacks(paths: list[str], warm: bool = True) -> list[tuple[str, Callable[[
         ("stages.render", lambda: page["stages"].render("a")),
         ("exchange.render", lambda: page["exchange"].render("a")),
         ("exchange.render_matrix", lambda: page["exchange"].render_matrix("a", "bytes")),
+        ("operations.render_table (by op)", lambda: page["operations"].render_table("a", "op")),
+        ("operations.render_table (by layer)", lambda: page["operations"].render_table("a", "layer")),
+        ("operations.select (the costliest op)", lambda: page["operations"].select("a", "op", {"row_id": 0})),
+        ("operations.select (the costliest layer)", lambda: page["operations"].select("a", "layer", {"row_id": 0})),
     ]
     if len(paths) == 2:
         found.append(("compare.render", lambda: page["compare"].render("a")))

@@ -160,15 +160,26 @@ def select(profile: str | None, by: str | None, cell: dict | None):
     label = (f"{chosen['name']} ({chosen['pass']}, {naming.label(int(chosen['ipu']))})" if by == "op"
              else f"{by} {chosen[by]}")
     marks = report.operations.executions_in_window(by, value)
-    index = report.operations.window_index()
-    if not index.ipus:
+    base = window_figure(report, naming)
+    if base is None:
         return label, empty("The trace has no rows."), None
-    timeline = _trace.timeline(index, None, None, MAX_BINS)
-    fig = figures.marked_trace(timeline.frame, timeline.level, (index.start_cycle, index.end_cycle), index.ipus,
-                               marks, label, naming)
+    fig = figures.marked(base, figures.marks_trace(marks, label, naming))
     said = (f"{label}: {len(marks):,} executions in this iteration" if len(marks)
             else f"{label}: it does not run in this iteration")
     return said, fig, variables_table(report, naming, by, value)
+
+
+def window_figure(report: Any, naming: Any) -> dict | None:
+    """The iteration's timeline as a figure dict, built once per profile (the Report's cache); None without rows."""
+    def build() -> dict | None:
+        index = report.operations.window_index()
+        if not index.ipus:
+            return None
+        timeline = _trace.timeline(index, None, None, MAX_BINS)
+        return figures.window_trace(timeline.frame, timeline.level, (index.start_cycle, index.end_cycle), index.ipus,
+                                    naming).to_dict()
+
+    return report.memo(("operations page", "window figure"), build)
 
 
 def variables_table(report: Any, naming: Any, by: str, value: Any) -> Any:

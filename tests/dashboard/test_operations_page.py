@@ -53,10 +53,10 @@ def test_callbacks_give_the_reports_rows_and_mark_the_ops_executions(mnist_app):
     assert [r["total_cycles"] for r in rows] == by_op["total_cycles"].tolist()
     assert cell["row_id"] == 0 and {"total_cycles", "flops_per_s", "variable_bytes"} <= {c["id"] for c in columns}
     chosen = by_op.iloc[2]
-    marks = [t for t in fig.data if t.name and t.name.startswith(str(chosen["name"]))]
-    assert len(marks) == 1 and len(marks[0].x) == expected_marks(MNIST, int(chosen["op_id"]), str(chosen["pass"]))
+    marks = [t for t in fig["data"] if str(t.get("name", "")).startswith(str(chosen["name"]))]
+    assert len(marks) == 1 and len(marks[0]["x"]) == expected_marks(MNIST, int(chosen["op_id"]), str(chosen["pass"]))
     assert said.startswith(f"{chosen['name']} ({chosen['pass']}, IPU {chosen['ipu']})")
-    assert f"{len(marks[0].x):,} executions" in said
+    assert f"{len(marks[0]['x']):,} executions" in said
     # AND its variables are listed
     with pv.open(MNIST) as report:
         owned = report.profile.read_pandas("variables").query(f"op_id == {int(chosen['op_id'])}")
