@@ -55,7 +55,7 @@ ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system",
 
 class Report:
     """An open profile and its reports: ``summary``, ``memory``, ``liveness``, ``stages``, ``exchange``, ``trace``,
-    and ``system``: the host processes' timelines beside it (``system`` paths given instead override the search).
+    ``operations`` (``analysis.operations.OperationsReport``), and ``system``: the host processes' timelines beside it (``system`` paths given instead override the search).
 
     Attributes: ``path``, ``manifest``, ``target``, ``run`` (dicts from the manifest) and
     ``profile`` (the raw ``popvision_py.format.Profile``).
