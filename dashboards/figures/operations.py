@@ -20,7 +20,7 @@ def window_trace(frame: pd.DataFrame, level: str, window: tuple[int, int], ipus:
     """The execution trace's BSP timeline of the window (``figures.trace.trace_timeline`` of ``frame``, a
     ``trace.timeline`` frame), its legend below: the figure the marks are drawn over."""
     fig = trace_timeline(frame, level, window, ipus, naming)
-    fig.update_layout(legend=dict(orientation="h", y=-0.25))
+    fig.update_layout(legend=dict(orientation="h", y=-0.35), margin=dict(l=80, r=20, t=40, b=80))
     return fig
 
 

@@ -35,7 +35,7 @@ KEYS = {"op": [("name", "op"), ("kind", "kind"), ("block", "block"), ("stage", "
         "block": [("block", "block"), ("stage", "stage"), ("ipu", "IPU"), ("ops", "ops")],
         "layer": [("layer", "layer"), ("stage", "stage"), ("ipu", "IPU"), ("ops", "ops")]}
 FIGURES = [("compute_cycles", "compute"), ("exchange_cycles", "exchange"), ("sync_cycles", "sync"),
-           ("stream_cycles", "stream"), ("total_cycles", "total"), ("step_pct", "% of IPU time"),
+           ("stream_cycles", "stream"), ("total_cycles", "total"), ("step_pct", "% of time"),
            ("flops", "FLOPs"), ("flops_per_s", "FLOP/s"), ("peak_pct", "% of peak"), ("variables", "variables"),
            ("variable_bytes", "variable bytes"), ("always_live_bytes", "always-live bytes")]
 TEXT = {"name", "kind", "block", "pass", "layer"}
@@ -58,11 +58,12 @@ def layout(**_query: str) -> html.Div:
                     page_size=25, sort_by=[], style_table={"overflowX": "auto"},
                     style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 8px"},
                     style_header={"fontWeight": "600"},
+                    style_cell_conditional=[{"if": {"column_id": column}, "textAlign": "left"} for column in TEXT],
                     style_data_conditional=[{"if": {"state": "active"}, "backgroundColor": "#e8f0fb",
                                              "border": "1px solid #3B7DD8"}]),
-                note="Cycles over the run: each program step's cycles × how often it ran. % of IPU time: of the "
-                     "run's traced time on the op's IPU. Filter a column by typing in the row under its header "
-                     "(e.g. layer3, > 1000).",
+                note="Cycles over the run: each program step's cycles × how often it ran. % of time: the share "
+                     "of the run's traced time its IPU (rank) spends in it. Filter a column by typing in the row "
+                     "under its header (e.g. layer3, > 1000).",
             ),
             c.section("Where it runs", html.P(id=ids.OPERATIONS_SELECTED, className="section-note"),
                       c.graph(ids.OPERATIONS_TRACE), note=TRACE_NOTE, note_id=ids.OPERATIONS_TRACE_NOTE),
@@ -126,14 +127,15 @@ def render_table(profile: str | None, by: str | None):
 def cards(report: Any, naming: Any) -> list[tuple]:
     f = report.operations.figures()
     time = naming.time
+    def share(cycles: int) -> str:
+        return c.fmt_pct(100 * cycles / f.ipu_cycles if f.ipu_cycles else float("nan"))
+
     items = [("In ops", c.fmt_pct(f.op_pct), f"of the {time}: {c.fmt_count(f.op_cycles)} {naming.unit}"),
-             ("Outside ops", c.fmt_pct(100 * f.other_cycles / f.ipu_cycles if f.ipu_cycles else float("nan")),
-              "host calls, copies between stages, pipeline syncs"),
-             ("Idle", c.fmt_pct(100 * f.idle_cycles / f.ipu_cycles if f.ipu_cycles else float("nan")),
-              f"of the {time}")]
+             ("Idle", share(f.idle_cycles), f"of the {time}")]
     if not naming.imported:
+        items.insert(1, ("Outside ops", share(f.other_cycles), "host calls, copies between stages, pipeline syncs"))
         items += [("FLOPs", c.fmt_count(f.total_flops), "over the run"),
-                  ("Peak", c.fmt_per_second(f.peak_flops_per_s_per_ipu), f"FLOP/s per IPU ({f.precision})")]
+                  ("Peak", c.fmt_count(f.peak_flops_per_s_per_ipu), f"FLOP/s per IPU ({f.precision})")]
     return items
 
 
