@@ -33,7 +33,8 @@ def marks_trace(marks: pd.DataFrame, label: str, naming: Naming = IPUS) -> go.Ba
         y=shown["ipu"].map(naming.label), x=np.maximum(width, 1), base=shown["start_cycle"], orientation="h",
         width=0.3, name=label, marker=dict(color=MARK_COLOUR, line=dict(width=0)),
         customdata=np.stack([shown["start_cycle"], shown["end_cycle"]], axis=-1) if len(shown) else None,
-        hovertemplate="%{y} " + label + "<br>" + naming.unit + " %{customdata[0]:,} – %{customdata[1]:,}<extra></extra>",
+        hovertemplate=("%{y} " + label + "<br>" + naming.unit
+                       + " %{customdata[0]:,} – %{customdata[1]:,}<extra></extra>"),
     )
 
 

@@ -106,11 +106,14 @@ def table_for(report: Any, by: str) -> Any:
     Output(ids.OPERATIONS_TABLE, "columns"),
     Output(ids.OPERATIONS_TABLE, "data"),
     Output(ids.OPERATIONS_TABLE, "active_cell"),
+    Output(ids.OPERATIONS_TABLE, "sort_by"),
+    Output(ids.OPERATIONS_TABLE, "filter_query"),
     Input(ids.PROFILE, "value"),
     Input(ids.OPERATIONS_GROUP, "value"),
 )
 def render_table(profile: str | None, by: str | None):
-    """The table for the grouping chosen (an imported trace has no blocks), and the section's key figures."""
+    """The table for the grouping chosen (an imported trace has no blocks), costliest first and unfiltered (a
+    filter on a column the grouping lacks would hide every row), and the section's key figures."""
     report = data.report(profile)
     naming = data.naming(report)
     by = by if by in KEYS and not (by == "block" and naming.imported) else "op"
@@ -121,7 +124,7 @@ def render_table(profile: str | None, by: str | None):
     options = [{**o, "disabled": o["value"] == "block" and naming.imported} for o in GROUPS]
     cell = {"row": 0, "column": 0, "row_id": 0, "column_id": shown[0][0]} if len(frame) else None
     return (DESCRIPTION[naming.imported], c.cards(cards(report, naming)), options, columns,
-            _rows(frame, [k for k, _ in shown]), cell)
+            _rows(frame, [k for k, _ in shown]), cell, [], "")
 
 
 def cards(report: Any, naming: Any) -> list[tuple]:

@@ -153,7 +153,7 @@ def costs(ops: Columns, programs: Columns, variables: Columns, trace: Aggregates
     columns.update(_sums(step_row, total, phase, n))
     _figures(columns, _products(ops["flops"].astype(np.int64), runs), clock, peak, traced)
     count, nbytes, always = _variable_sums(variables, width)
-    columns["variables"], columns["variable_bytes"], columns["always_live_bytes"] = count[op_id], nbytes[op_id], always[op_id]
+    columns.update(variables=count[op_id], variable_bytes=nbytes[op_id], always_live_bytes=always[op_id])
     order = np.lexsort((ops.codes_in("pass", PASSES), op_id, -columns["total_cycles"]))
     by_op = Table({c: np.asarray(columns[c])[order] for c in OP_COLUMNS})
     where = np.empty(n, np.int64)
@@ -448,4 +448,5 @@ class OperationsReport:
         """``[ipu, step]`` of the program steps of a ``by_op`` row (``by="op"``) or a block or layer (its name)."""
         rows = steps_of(self.costs(), by, value)
         programs = self._r.columns("programs")
-        return Table({"ipu": programs["ipu"][rows].astype(np.int64), "step": programs["step"][rows].astype(np.int64)}).frame()
+        return Table({"ipu": programs["ipu"][rows].astype(np.int64),
+                      "step": programs["step"][rows].astype(np.int64)}).frame()

@@ -201,7 +201,8 @@ def test_report_section_operations_in_every_format(sample, fmt, tmp_path):
     with pv.open(path) as report:
         by_op = report.operations.by_op()
     out = tmp_path / f"operations.{fmt}"
-    args = ["report", str(path), "--section", "operations", "--format", fmt] + (["-o", str(out)] if fmt in ("csv", "html") else [])
+    args = ["report", str(path), "--section", "operations", "--format", fmt]
+    args += ["-o", str(out)] if fmt in ("csv", "html") else []
     # WHEN `popvision report --section operations` writes them
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -212,7 +213,8 @@ def test_report_section_operations_in_every_format(sample, fmt, tmp_path):
         assert set(section) == {"figures", "by_op", "by_block", "by_layer"}
         assert [r["total_cycles"] for r in section["by_op"]] == by_op["total_cycles"].tolist()
     elif fmt == "csv":
-        assert sorted(p.name for p in out.iterdir()) == [f"operations.{n}.csv" for n in ("by_block", "by_layer", "by_op", "figures")]
+        names = ("by_block", "by_layer", "by_op", "figures")
+        assert sorted(p.name for p in out.iterdir()) == [f"operations.{n}.csv" for n in names]
         written = pd.read_csv(out / "operations.by_op.csv", keep_default_na=False, na_values=[""])
         assert written["total_cycles"].tolist() == by_op["total_cycles"].tolist()
         blocks = pd.read_csv(out / "operations.by_block.csv")
