@@ -98,7 +98,8 @@ def callbacks(paths: list[str], warm: bool = True) -> list[tuple[str, Callable[[
         data.current().warm()
         print(f"{'warm-up (background thread at start)':<38} {(time.perf_counter() - started) * 1e3:7.1f} ms")
     page = {name: importlib.import_module(f"dashboards.pages.{name}")
-            for name in ("summary", "memory", "liveness", "trace", "stages", "exchange", "compare", "programs")}
+            for name in ("summary", "memory", "liveness", "trace", "stages", "exchange", "compare", "programs",
+                         "operations")}
     report = data.report("a")
     summary = report.summary.figures()
     ipu = int(summary.worst_ipu)
@@ -138,6 +139,10 @@ def callbacks(paths: list[str], warm: bool = True) -> list[tuple[str, Callable[[
         ("programs.render_tree (IPU 0)", lambda: page["programs"].render_tree(0, "", "a")),
         ("programs.render_tree (every IPU)", lambda: page["programs"].render_tree("all", "", "a")),
         ("programs.render_tree (search)", lambda: page["programs"].render_tree("all", "update", "a")),
+        ("operations.render_table (by op)", lambda: page["operations"].render_table("a", "op")),
+        ("operations.render_table (by layer)", lambda: page["operations"].render_table("a", "layer")),
+        ("operations.select (the costliest op)", lambda: page["operations"].select("a", "op", {"row_id": 0})),
+        ("operations.select (the costliest layer)", lambda: page["operations"].select("a", "layer", {"row_id": 0})),
     ]
     if len(paths) == 2:
         found.append(("compare.render", lambda: page["compare"].render("a")))

@@ -170,7 +170,7 @@ class Profiles:
         being computed waits for it rather than computing it again); this only calls it early (the
         CLI does so in a background thread while the server starts). First what the first page
         shows, then the trace pages' timeline index and Gantt bars, both gathered in one more
-        pass over the trace.
+        pass over the trace, and the Operations page's iteration of the trace.
         """
         for key in self.keys:
             report = self.report(key)
@@ -185,6 +185,7 @@ class Profiles:
             report.scan_trace(timeline=True, gantt=True)
             report.trace.timeline()
             report.stages.gantt()
+            report.operations.window_index()  # the Operations page's iteration of the trace: a row group or two
             if report.system.files():
                 report.system.index()
 

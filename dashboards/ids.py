@@ -140,3 +140,12 @@ PROGRAMS_TREE = "programs-tree"
 PROGRAMS_SECTION = "programs-section"
 PROGRAMS_NOTE = "programs-note"  # an imported trace: the section saying it has no compiled program
 PROGRAMS_NO_PROGRAM = "programs-no-program"  # ... its one line
+# Operations (each op's cycles, FLOPs and memory; by op, block or layer)
+OPERATIONS_DESCRIPTION = "operations-description"
+OPERATIONS_FIGURES = "operations-figures"
+OPERATIONS_GROUP = "operations-group"  # RadioItems: "op", "block" or "layer"
+OPERATIONS_TABLE = "operations-table"  # DataTable: sortable and filterable; a clicked row is the selection
+OPERATIONS_TRACE = "operations-trace"  # one iteration of the execution trace, the selection's executions marked
+OPERATIONS_TRACE_NOTE = "operations-trace-note"
+OPERATIONS_SELECTED = "operations-selected"  # what is selected, in words
+OPERATIONS_VARIABLES = "operations-variables"

@@ -19,8 +19,8 @@ from tests import synthetic
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted(ROOT.glob("sample_profiles/**/*.pop"))
-SECTIONS = ["all", "summary", "memory", "liveness", "stages", "exchange", "programs", "system"]
-# compare sets the device's figures side by side, not the host's timelines nor the program trees
+SECTIONS = ["all", "summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "system"]
+# compare sets the device's figures side by side, not the ops, the program trees or the host's timelines
 COMPARED = ["all", "summary", "memory", "liveness", "stages", "exchange"]
 FORMATS = ["text", "json", "csv", "md", "html"]
 # One heading each section's text and Markdown carry, whatever the profile
@@ -31,6 +31,7 @@ HEADINGS = {
     "stages": "Pipeline figures",
     "exchange": "Exchange by kind",
     "programs": "Program tree: each IPU's control program, its loops, segments, ops and steps",
+    "operations": "Operations: each op and pass over the run, costliest first",
     "system": "System timeline: host time per process",  # the one line without system timeline files
 }
 

@@ -38,6 +38,7 @@ from popvision_py.analysis import imported as _imported
 from popvision_py.analysis import liveness as _liveness
 from popvision_py.analysis import memory as _memory
 from popvision_py.analysis import programs as _programs
+from popvision_py.analysis import operations as _operations
 from popvision_py.analysis import stages as _stages
 from popvision_py.analysis import summary as _summary
 from popvision_py.analysis import system as _system
@@ -50,12 +51,13 @@ from popvision_py.format import Profile, open_profile
 from popvision_py.format import system as _system_files
 
 T = TypeVar("T")
-ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system", "programs")
+ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system", "programs", "operations")
 
 
 class Report:
     """An open profile and its reports: ``summary``, ``memory``, ``liveness``, ``stages``, ``exchange``, ``trace``,
-    ``programs`` (the program tree), and ``system``: the host processes' timelines beside it (``system`` paths given instead override the search).
+    ``operations`` (``analysis.operations.OperationsReport``), ``programs`` (the program tree), and ``system``:
+    the host processes' timelines beside it (``system`` paths given instead override the search).
 
     Attributes: ``path``, ``manifest``, ``target``, ``run`` (dicts from the manifest) and
     ``profile`` (the raw ``popvision_py.format.Profile``).
@@ -80,6 +82,7 @@ class Report:
         self.trace = TraceReport(self)
         self.system = SystemReport(self, list(system) if system else None)
         self.programs = ProgramsReport(self)
+        self.operations = _operations.OperationsReport(self)
 
     @property
     def imported(self) -> bool:

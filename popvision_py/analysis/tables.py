@@ -29,10 +29,9 @@ TRACE_COLUMNS: tuple[str, ...] = (
 )
 
 # The columns the reports read from each table, each decoded once per Report (``Report.columns``).
-# ops: its kind, bytes and tiles feed no report (its name: the program tree's op nodes). programs is
-# read whole for ``trace.steps``.
+# ops: its bytes and tiles feed no report. programs is read whole for ``trace.steps``.
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
-    "ops": ("op_id", "block", "stage", "pass", "flops", "name"),
+    "ops": ("op_id", "name", "kind", "block", "stage", "ipu", "pass", "flops"),
     "programs": ("ipu", "step", "type", "name", "op_id", "stage", "pass", "tiles", "bytes", "cycles"),
     "tile_memory": ("ipu", "tile", "category", "always_live", "bytes"),
     "variables": ("var_id", "name", "ipu", "category", "always_live", "bytes", "start_tile", "tiles",

@@ -18,12 +18,13 @@ from popvision_py.version import __version__
 from popvision_py.analysis import imported
 from popvision_py.analysis.instances import differences
 from popvision_py.analysis.programs import NO_PROGRAM
+from popvision_py.analysis.operations import IMPORTED_NO_BLOCKS
 from popvision_py.analysis.tables import TABLE_COLUMNS, Table
 from popvision_py.render.format import value as shown
 from popvision_py.render.format import verification
 
-SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "programs", "system")
-# `popvision compare` sets the device's figures side by side, not the host's timelines nor the program trees
+SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "system")
+# `popvision compare` sets the device's figures side by side, not the ops, the program trees or the host's timelines
 COMPARED = ("summary", "memory", "liveness", "stages", "exchange")
 
 
@@ -181,6 +182,18 @@ def _exchange(doc: Document, r: Any, figures: bool) -> None:
     doc.add("exchange.costliest", "Costliest exchange steps", r.answer("exchange.costliest", 10))
 
 
+def _operations(doc: Document, r: Any, figures: bool) -> None:
+    doc.add("operations.figures", "Operations: IPU-cycles in ops, and FLOPs against the peak", r.operations.figures())
+    doc.add("operations.by_op", "Operations: each op and pass over the run, costliest first",
+            r.answer("operations.by_op"))
+    if r.imported:
+        _meaningless(doc, "operations.by_block", "Operations by block", IMPORTED_NO_BLOCKS)
+    else:
+        doc.add("operations.by_block", "Operations by block", r.answer("operations.by_block"))
+    doc.add("operations.by_layer", "Operations by layer (an op's name before its last '/')",
+            r.answer("operations.by_layer"))
+
+
 def _system(doc: Document, r: Any, figures: bool) -> None:
     if not r.system.files():
         _meaningless(doc, "system.processes", "System timeline: host time per process", r.system.missing())
@@ -225,7 +238,7 @@ def add_verification(doc: Document, table: Table) -> None:
 
 
 _SECTION_BUILDERS = {"summary": _summary, "memory": _memory, "liveness": _liveness, "stages": _stages,
-                     "exchange": _exchange, "system": _system, "programs": _programs}
+                     "exchange": _exchange, "operations": _operations, "programs": _programs, "system": _system}
 
 
 def build_comparison(comparison: Any, section: str = "all") -> Document:

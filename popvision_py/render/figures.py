@@ -100,6 +100,13 @@ def program_tree(tree: pd.DataFrame, max_nodes: int = 3000) -> go.Figure:
                               branchvalues="total", marker=dict(colors=[PHASE_COLOURS.get(p, "#999") for p in tree["phase"]]),
                               maxdepth=4, tiling=dict(orientation="v")))
     return _layout(fig, "Program tree: total cycles per node (click a box to open it)", "", "")
+def operations(by_layer: pd.DataFrame, n: int = 20) -> go.Figure:
+    """The ``n`` costliest layers' cycles over the run, by phase (``operations.by_layer``, costliest first)."""
+    rows = by_layer.head(n).iloc[::-1]  # costliest at the top
+    fig = go.Figure([go.Bar(name=phase, y=rows["layer"], x=rows[f"{phase}_cycles"], orientation="h",
+                            marker_color=PHASE_COLOURS[phase]) for phase in ("compute", "exchange", "sync", "stream")])
+    fig.update_layout(barmode="stack")
+    return _layout(fig, f"Cycles of the {min(n, len(by_layer))} costliest layers, by phase", "cycles", "")
 
 
 def comparison(frame: pd.DataFrame, title: str, n: int = 30) -> go.Figure:

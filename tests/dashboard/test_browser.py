@@ -21,6 +21,7 @@ PAGES = {
     "/memory": [ids.MEMORY_TILE_MAP, ids.MEMORY_TILE_BREAKDOWN, ids.MEMORY_CATEGORIES, ids.MEMORY_HISTOGRAM],
     "/liveness": [ids.LIVENESS_PLOT],
     "/trace": [ids.TRACE_TIMELINE, ids.TRACE_TILES],
+    "/operations": [ids.OPERATIONS_TRACE],
     "/stages": [ids.STAGES_GANTT, ids.STAGES_IMBALANCE, ids.STAGES_SUMMARY, ids.STAGES_SPLIT_FIGURE],
     "/exchange": [ids.EXCHANGE_PHASES, ids.EXCHANGE_MATRIX, ids.EXCHANGE_KINDS],
     "/programs": [],  # a tree of html elements, no graph (tests/dashboard/test_programs_page.py)
@@ -52,8 +53,8 @@ def test_every_page_draws_its_figures_without_console_errors(dash_duo, app):
         assert errors(dash_duo) == [], path
     # AND the navigation offers every page but compare (one profile only)
     links = [link.text.split("\n")[-1] for link in dash_duo.find_elements(".nav-link")]
-    assert links == ["Summary", "Memory", "Liveness", "Execution trace", "Stages", "Exchange", "Program tree",
-                     "System"]
+    assert links == ["Summary", "Memory", "Liveness", "Execution trace", "Operations", "Stages", "Exchange",
+                     "Program tree", "System"]
 
 
 @pytest.mark.parametrize("sample", ["mnist_pipelined", "bert_large_out_of_memory"])

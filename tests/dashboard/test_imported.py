@@ -25,6 +25,7 @@ PAGES = {
     "/memory": [ids.MEMORY_CATEGORIES],
     "/liveness": [ids.LIVENESS_PLOT],
     "/trace": [ids.TRACE_TIMELINE],
+    "/operations": [ids.OPERATIONS_TRACE],
     "/stages": [ids.STAGES_GANTT, ids.STAGES_IMBALANCE, ids.STAGES_SUMMARY],
     "/exchange": [ids.EXCHANGE_PHASES, ids.EXCHANGE_COMMUNICATION, ids.EXCHANGE_MATRIX, ids.EXCHANGE_KINDS],
     "/programs": [],  # one line: an imported trace has no compiled program
@@ -84,7 +85,8 @@ def test_every_page_of_an_imported_trace_draws_without_console_errors(dash_duo, 
     dash_duo.wait_for_contains_text(f"#{ids.WHATIF_HEADER}", "--tune", timeout=10)
     assert errors(dash_duo) == []
     links = [link.text.split("\n")[-1] for link in dash_duo.find_elements(".nav-link")]
-    assert links == ["Summary", "Memory", "Liveness", "Execution trace", "Stages", "Exchange", "Program tree", "System",
+    assert links == ["Summary", "Memory", "Liveness", "Execution trace", "Operations", "Stages", "Exchange",
+                     "Program tree", "System",
                      "Compare"]
     # AND the System page shows the ranks' CPU timelines the import wrote beside the profile, a row per rank
     dash_duo.wait_for_page(url=f"{dash_duo.server_url}/system")

@@ -1,0 +1,199 @@
+"""Operations: every op (or block, or layer) with its cycles, FLOPs and memory over the run.
+
+A sortable, filterable table (``report.operations``); clicking a row marks where that op runs in one
+iteration of the execution trace and lists its variables. The trace is the iteration's own rows
+(``operations.iteration_rows``: a row group or two of the file), at the trace page's levels of detail.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import dash
+from dash import Input, Output, dash_table, dcc, html
+from dash.dash_table.Format import Format, Scheme
+
+from dashboards import components as c
+from dashboards import data, ids
+from dashboards.figures import operations as figures
+from dashboards.figures.style import empty
+from popvision_py.analysis import trace as _trace
+
+dash.register_page(__name__, path="/operations", name="Operations", title="popvision · operations", order=3.5,
+                   icon="⚙")
+
+MAX_BINS = 800  # as the trace page: about one bar per pixel column
+GROUPS = [{"label": " op", "value": "op"}, {"label": " block", "value": "block"}, {"label": " layer", "value": "layer"}]
+DESCRIPTION = {False: "Every op of the model with its cycles, FLOPs and memory over the run, or the same by block "
+                      "and by layer. Sort and filter the table; click a row to see where it runs and its variables.",
+               True: "Every operator and module of the traces (the program steps the import names) with its time "
+                     "over the run, by rank and pass, or by name over the ranks. Click a row to see where it runs."}
+# The table's columns per grouping: (column, header); the numeric ones are formatted by their unit.
+KEYS = {"op": [("name", "op"), ("kind", "kind"), ("block", "block"), ("stage", "stage"), ("ipu", "IPU"),
+               ("pass", "pass"), ("executions", "executions")],
+        "block": [("block", "block"), ("stage", "stage"), ("ipu", "IPU"), ("ops", "ops")],
+        "layer": [("layer", "layer"), ("stage", "stage"), ("ipu", "IPU"), ("ops", "ops")]}
+FIGURES = [("compute_cycles", "compute"), ("exchange_cycles", "exchange"), ("sync_cycles", "sync"),
+           ("stream_cycles", "stream"), ("total_cycles", "total"), ("step_pct", "% of time"),
+           ("flops", "FLOPs"), ("flops_per_s", "FLOP/s"), ("peak_pct", "% of peak"), ("variables", "variables"),
+           ("variable_bytes", "variable bytes"), ("always_live_bytes", "always-live bytes")]
+TEXT = {"name", "kind", "block", "pass", "layer"}
+TRACE_NOTE = ("One iteration of the trace (the middle one of the first run): every iteration runs the same "
+              "program steps. The dark stripes are the selection's executions.")
+
+
+def layout(**_query: str) -> html.Div:
+    return html.Div(
+        [
+            c.page_header("Operations", DESCRIPTION[False], description_id=ids.OPERATIONS_DESCRIPTION),
+            html.Div(id=ids.OPERATIONS_FIGURES, className="cards-slot"),
+            c.section(
+                "Operations",
+                html.Div([html.Span("one row per", className="level"),
+                          dcc.RadioItems(id=ids.OPERATIONS_GROUP, options=GROUPS, value="op", inline=True,
+                                         className="radio")], className="controls"),
+                dash_table.DataTable(
+                    id=ids.OPERATIONS_TABLE, sort_action="native", filter_action="native", page_action="native",
+                    page_size=25, sort_by=[], style_table={"overflowX": "auto"},
+                    style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 8px"},
+                    style_header={"fontWeight": "600"},
+                    style_cell_conditional=[{"if": {"column_id": column}, "textAlign": "left"} for column in TEXT],
+                    style_data_conditional=[{"if": {"state": "active"}, "backgroundColor": "#e8f0fb",
+                                             "border": "1px solid #3B7DD8"}]),
+                note="Cycles over the run: each program step's cycles × how often it ran. % of time: the share "
+                     "of the run's traced time its IPU (rank) spends in it. Filter a column by typing in the row "
+                     "under its header (e.g. layer3, > 1000).",
+            ),
+            c.section("Where it runs", html.P(id=ids.OPERATIONS_SELECTED, className="section-note"),
+                      c.graph(ids.OPERATIONS_TRACE), note=TRACE_NOTE, note_id=ids.OPERATIONS_TRACE_NOTE),
+            c.section("Its variables", html.Div(id=ids.OPERATIONS_VARIABLES)),
+        ]
+    )
+
+
+def _format(column: str) -> dict[str, Any]:
+    if column in TEXT:
+        return {"type": "text"}
+    if column.endswith("_pct") or column == "flops_per_s":
+        return {"type": "numeric", "format": Format(precision=3, scheme=Scheme.decimal_or_exponent)}
+    return {"type": "numeric", "format": Format().group(True)}
+
+
+def _rows(frame: Any, columns: list[str]) -> list[dict[str, Any]]:
+    """The table's rows: each with its ``id`` (its row in the analysis' order) and NaN as empty."""
+    records = frame[columns].to_dict("records")
+    for k, row in enumerate(records):
+        for key, value in row.items():
+            if isinstance(value, float) and math.isnan(value):
+                row[key] = None
+        row["id"] = k
+    return records
+
+
+def table_for(report: Any, by: str) -> Any:
+    if by == "block":
+        return report.operations.by_block()
+    if by == "layer":
+        return report.operations.by_layer()
+    return report.operations.by_op()
+
+
+@dash.callback(
+    Output(ids.OPERATIONS_DESCRIPTION, "children"),
+    Output(ids.OPERATIONS_FIGURES, "children"),
+    Output(ids.OPERATIONS_GROUP, "options"),
+    Output(ids.OPERATIONS_TABLE, "columns"),
+    Output(ids.OPERATIONS_TABLE, "data"),
+    Output(ids.OPERATIONS_TABLE, "active_cell"),
+    Output(ids.OPERATIONS_TABLE, "sort_by"),
+    Output(ids.OPERATIONS_TABLE, "filter_query"),
+    Input(ids.PROFILE, "value"),
+    Input(ids.OPERATIONS_GROUP, "value"),
+)
+def render_table(profile: str | None, by: str | None):
+    """The table for the grouping chosen (an imported trace has no blocks), costliest first and unfiltered (a
+    filter on a column the grouping lacks would hide every row), and the section's key figures."""
+    report = data.report(profile)
+    naming = data.naming(report)
+    by = by if by in KEYS and not (by == "block" and naming.imported) else "op"
+    frame = table_for(report, by)
+    keys = [(k, naming.device if k == "ipu" else h) for k, h in KEYS[by]]
+    shown = keys + FIGURES
+    columns = [{"name": header, "id": column, **_format(column)} for column, header in shown]
+    options = [{**o, "disabled": o["value"] == "block" and naming.imported} for o in GROUPS]
+    cell = {"row": 0, "column": 0, "row_id": 0, "column_id": shown[0][0]} if len(frame) else None
+    return (DESCRIPTION[naming.imported], c.cards(cards(report, naming)), options, columns,
+            _rows(frame, [k for k, _ in shown]), cell, [], "")
+
+
+def cards(report: Any, naming: Any) -> list[tuple]:
+    f = report.operations.figures()
+    time = naming.time
+    def share(cycles: int) -> str:
+        return c.fmt_pct(100 * cycles / f.ipu_cycles if f.ipu_cycles else float("nan"))
+
+    items = [("In ops", c.fmt_pct(f.op_pct), f"of the {time}: {c.fmt_count(f.op_cycles)} {naming.unit}"),
+             ("Idle", share(f.idle_cycles), f"of the {time}")]
+    if not naming.imported:
+        items.insert(1, ("Outside ops", share(f.other_cycles), "host calls, copies between stages, pipeline syncs"))
+        items += [("FLOPs", c.fmt_count(f.total_flops), "over the run"),
+                  ("Peak", c.fmt_count(f.peak_flops_per_s_per_ipu), f"FLOP/s per IPU ({f.precision})")]
+    return items
+
+
+@dash.callback(
+    Output(ids.OPERATIONS_SELECTED, "children"),
+    Output(ids.OPERATIONS_TRACE, "figure"),
+    Output(ids.OPERATIONS_VARIABLES, "children"),
+    Input(ids.PROFILE, "value"),
+    Input(ids.OPERATIONS_GROUP, "value"),
+    Input(ids.OPERATIONS_TABLE, "active_cell"),
+)
+def select(profile: str | None, by: str | None, cell: dict | None):
+    """The clicked row (its ``row_id``: the row in the analysis' order, whatever the sort and filter): its
+    executions marked in one iteration of the trace, and its variables."""
+    report = data.report(profile)
+    naming = data.naming(report)
+    by = by if by in KEYS and not (by == "block" and naming.imported) else "op"
+    frame = table_for(report, by)
+    row = cell.get("row_id") if isinstance(cell, dict) else None
+    if not isinstance(row, int) or not 0 <= row < len(frame):
+        return "Click a row of the table.", empty("Click a row of the table to see where it runs."), None
+    chosen = frame.iloc[row]
+    value = row if by == "op" else str(chosen[by])
+    label = (f"{chosen['name']} ({chosen['pass']}, {naming.label(int(chosen['ipu']))})" if by == "op"
+             else f"{by} {chosen[by]}")
+    marks = report.operations.executions_in_window(by, value)
+    base = window_figure(report, naming)
+    if base is None:
+        return label, empty("The trace has no rows."), None
+    fig = figures.marked(base, figures.marks_trace(marks, label, naming))
+    said = (f"{label}: {len(marks):,} executions in this iteration" if len(marks)
+            else f"{label}: it does not run in this iteration")
+    return said, fig, variables_table(report, naming, by, value)
+
+
+def window_figure(report: Any, naming: Any) -> dict | None:
+    """The iteration's timeline as a figure dict, built once per profile (the Report's cache); None without rows."""
+    def build() -> dict | None:
+        index = report.operations.window_index()
+        if not index.ipus:
+            return None
+        timeline = _trace.timeline(index, None, None, MAX_BINS)
+        return figures.window_trace(timeline.frame, timeline.level, (index.start_cycle, index.end_cycle), index.ipus,
+                                    naming).to_dict()
+
+    return report.memo(("operations page", "window figure"), build)
+
+
+def variables_table(report: Any, naming: Any, by: str, value: Any) -> Any:
+    if naming.imported:
+        return c.one_line("The traces record allocations, not named tensors: an operator has no variables here.")
+    variables = (report.operations.variables(value) if by == "op" else report.operations.group_variables(by, value))
+    return c.table(variables, {"name": "variable", "category": "category", "ipu": "IPU", "bytes": "bytes",
+                               "tiles": "tiles", "always_live": "always-live", "live_from_step": "live from step",
+                               "live_to_step": "to step"},
+                   formats={"ipu": c.fmt_int, "tiles": c.fmt_int, "live_from_step": c.fmt_int,
+                            "live_to_step": c.fmt_int, "always_live": lambda v: "yes" if v else "no"},
+                   table_id="operations-variables-table")

@@ -1,0 +1,225 @@
+"""The Operations section: every figure recomputed here from the raw tables with pandas.
+
+The op of a trace row is its program step's (programs.op_id, programs.pass); its cycles are the
+row's end - start. The emulated samples (mnist pipelined, sharded and with the optimiser in
+streaming memory) and the imported PyTorch GPipe sample are small enough to read whole.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import popvision_py as pv
+from popvision_py.analysis import operations
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_profiles"
+EMULATED = ["mnist_pipelined", "mnist_sharded", "mnist_offload_optimiser"]
+PHASES = ["compute", "exchange", "sync", "stream"]
+
+
+def raw(report: pv.Report) -> dict[str, pd.DataFrame]:
+    tables = {name: report.profile.read_pandas(name) for name in ("ops", "programs", "variables", "trace")}
+    for frame in tables.values():
+        for column in frame.columns:
+            if isinstance(frame[column].dtype, pd.CategoricalDtype):
+                frame[column] = frame[column].astype(str)
+    return tables
+
+
+def trace_by_step(t: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Each program step's rows of the trace: how many, and their cycles per phase."""
+    trace = t["trace"][t["trace"]["step"] >= 0].assign(cycles=lambda f: f["end_cycle"] - f["start_cycle"])
+    per = trace.pivot_table(index=["ipu", "step"], columns="phase", values="cycles", aggfunc="sum", fill_value=0)
+    per = per.reindex(columns=PHASES, fill_value=0).add_suffix("_cycles").reset_index()
+    counts = trace.groupby(["ipu", "step"]).size().rename("executions").reset_index()
+    steps = t["programs"].merge(per, on=["ipu", "step"], how="left").merge(counts, on=["ipu", "step"], how="left")
+    return steps.fillna({c: 0 for c in [f"{p}_cycles" for p in PHASES] + ["executions"]})
+
+
+def expected_ops(report: pv.Report, t: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    steps = trace_by_step(t)
+    steps = steps[steps["op_id"] >= 0]
+    cycles = [f"{p}_cycles" for p in PHASES]
+    per = steps.groupby(["op_id", "pass"]).agg(steps=("step", "size"), executions=("executions", "max"),
+                                               **{c: (c, "sum") for c in cycles}).reset_index()
+    ops = t["ops"].merge(per, on=["op_id", "pass"], how="left")
+    ops["total_cycles"] = ops[cycles].sum(axis=1)
+    traced = t["trace"]["end_cycle"].max() - t["trace"]["start_cycle"].min()
+    ops["step_pct"] = 100 * ops["total_cycles"] / traced
+    ops["flops"] = ops["flops"] * ops["executions"]
+    clock = report.target["clock_hz"]
+    ops["flops_per_s"] = ops["flops"] / (ops["compute_cycles"] / clock)
+    peak = report.target["flops_per_cycle_per_tile"][report.run["precision"]] * report.target["tiles_per_ipu"] * clock
+    ops["peak_pct"] = 100 * ops["flops_per_s"] / peak
+    v = t["variables"]
+    mine = v.groupby("op_id").agg(variables=("var_id", "size"), variable_bytes=("bytes", "sum"))
+    mine["always_live_bytes"] = v[v["always_live"]].groupby("op_id")["bytes"].sum()
+    ops = ops.merge(mine.fillna(0).reset_index(), on="op_id", how="left").fillna(
+        {"variables": 0, "variable_bytes": 0, "always_live_bytes": 0})
+    ops["layer"] = ops["name"].map(lambda n: n.rsplit("/", 1)[0] if "/" in n else n)
+    return ops
+
+
+@pytest.fixture(scope="module", params=EMULATED)
+def emulated(request):
+    with pv.open(SAMPLES / request.param / "profile.pop") as report:
+        yield report, raw(report)
+
+
+@pytest.fixture(scope="module")
+def gpipe():
+    with pv.open(SAMPLES / "pytorch_gpipe" / "profile.pop") as report:
+        yield report, raw(report)
+
+
+NUMBERS = ["steps", "executions", "compute_cycles", "exchange_cycles", "sync_cycles", "stream_cycles", "total_cycles",
+           "flops", "variables", "variable_bytes", "always_live_bytes"]
+RATIOS = ["step_pct", "flops_per_s", "peak_pct"]
+
+
+def test_each_op_pass_recomputed_from_the_trace(emulated):
+    # GIVEN an emulated profile's raw tables
+    report, t = emulated
+    want = expected_ops(report, t).set_index(["op_id", "pass"])
+    # WHEN its operations are asked for
+    got = report.operations.by_op().set_index(["op_id", "pass"])
+    # THEN there is a row per row of ops, costliest first, and every figure is the trace's
+    assert len(got) == len(t["ops"]) and got.index.is_unique
+    assert got["total_cycles"].is_monotonic_decreasing
+    want = want.loc[got.index]
+    for column in NUMBERS:
+        assert got[column].astype(np.int64).tolist() == want[column].astype(np.int64).tolist(), column
+    for column in RATIOS:
+        np.testing.assert_allclose(got[column].to_numpy(float), want[column].to_numpy(float), rtol=1e-9, err_msg=column)
+    for column in ("name", "kind", "block", "layer", "stage", "ipu"):
+        assert got[column].tolist() == want[column].tolist(), column
+
+
+def test_op_flops_add_up_to_the_summary(emulated):
+    report, _ = emulated
+    assert int(report.operations.by_op()["flops"].sum()) == report.summary.figures().total_flops
+    assert report.operations.figures().total_flops == report.summary.figures().total_flops
+
+
+@pytest.mark.parametrize("by", ["block", "layer"])
+def test_blocks_and_layers_recomputed(emulated, by):
+    # GIVEN the per-op figures recomputed from the raw tables
+    report, t = emulated
+    ops = expected_ops(report, t)
+    # WHEN they are summed per block or layer (each op's variables once, not once per pass)
+    once = ops.drop_duplicates("op_id")
+    want = ops.groupby(by).agg(ops=("op_id", "nunique"), steps=("steps", "sum"), flops=("flops", "sum"),
+                               **{c: (c, "sum") for c in NUMBERS[2:7]})
+    want = want.join(once.groupby(by)[["variables", "variable_bytes", "always_live_bytes"]].sum())
+    got = (report.operations.by_block() if by == "block" else report.operations.by_layer()).set_index(by)
+    # THEN the report's table holds the same figures
+    assert sorted(got.index) == sorted(want.index)
+    want = want.loc[got.index]
+    for column in want.columns:
+        assert got[column].astype(np.int64).tolist() == want[column].astype(np.int64).tolist(), column
+    stage = ops.groupby(by)["stage"].agg(lambda s: s.iloc[0] if s.nunique() == 1 else -1)
+    assert got["stage"].tolist() == stage.loc[got.index].tolist()
+
+
+def test_figures_split_the_ipu_time(emulated):
+    report, t = emulated
+    trace = t["trace"].assign(cycles=lambda f: f["end_cycle"] - f["start_cycle"])
+    op_of = t["programs"].set_index(["ipu", "step"])["op_id"]
+    rows = trace[trace["step"] >= 0]
+    has_op = op_of.reindex(pd.MultiIndex.from_frame(rows[["ipu", "step"]])).to_numpy() >= 0
+    f = report.operations.figures()
+    assert f.ipu_cycles == trace["cycles"].sum()
+    assert f.op_cycles == rows["cycles"][has_op].sum()
+    assert f.other_cycles == rows["cycles"][~has_op].sum()
+    assert f.idle_cycles == trace["cycles"][trace["phase"] == "idle"].sum()
+    assert f.op_cycles + f.other_cycles + f.idle_cycles == f.ipu_cycles
+
+
+def test_an_ops_variables_and_steps(emulated):
+    # GIVEN the costliest op pass
+    report, t = emulated
+    row = report.operations.by_op().iloc[0]
+    # WHEN its variables and program steps are asked for
+    variables = report.operations.variables(0)
+    steps = report.operations.steps("op", 0)
+    # THEN they are the variables it owns, largest first, and the program steps of its op and pass
+    v = t["variables"][t["variables"]["op_id"] == row["op_id"]]
+    assert sorted(variables["var_id"]) == sorted(v["var_id"]) and variables["bytes"].is_monotonic_decreasing
+    p = t["programs"][(t["programs"]["op_id"] == row["op_id"]) & (t["programs"]["pass"] == row["pass"])]
+    assert sorted(zip(steps["ipu"], steps["step"])) == sorted(zip(p["ipu"], p["step"]))
+    layer = report.operations.steps("layer", row["layer"])
+    names = t["programs"]["name"].where(t["programs"]["op_id"] >= 0, "")
+    in_layer = t["programs"][(t["programs"]["op_id"] >= 0) & names.str.startswith(row["layer"] + "/")]
+    assert len(layer) == len(in_layer)
+
+
+def test_imported_rows_are_the_steps_by_name_rank_and_pass(gpipe):
+    # GIVEN the imported GPipe sample: no ops, its program steps named after the trace's modules and operators
+    report, t = gpipe
+    assert report.imported and t["ops"].empty
+    steps = trace_by_step(t)
+    cycles = [f"{p}_cycles" for p in PHASES]
+    want = steps.groupby(["name", "ipu", "pass"]).agg(steps=("step", "size"), executions=("executions", "sum"),
+                                                     **{c: (c, "sum") for c in cycles})
+    # WHEN its operations are asked for
+    got = report.operations.by_op().set_index(["name", "ipu", "pass"])
+    # THEN each (name, rank, pass) is a row with the trace's cycles, and no FLOPs or variables
+    assert got.index.is_unique and len(got) == len(want)
+    want = want.loc[got.index]
+    for column in ["steps", "executions", *cycles]:
+        assert got[column].astype(np.int64).tolist() == want[column].astype(np.int64).tolist(), column
+    assert got[["flops", "flops_per_s", "peak_pct", "variables", "variable_bytes"]].isna().all().all()
+    layers = report.operations.by_layer().set_index("layer")
+    assert layers["total_cycles"].to_dict() == want.groupby(level="name")[cycles].sum().sum(axis=1).to_dict()
+    assert report.operations.figures().not_recorded.startswith("The traces record no FLOPs")
+
+
+def test_imported_report_says_blocks_do_not_apply(gpipe):
+    from popvision_py.render.document import build_report
+
+    report, _ = gpipe
+    doc = build_report(report, "operations")
+    block = next(b for b in doc.blocks if b.key == "operations.by_block")
+    assert block.empty == operations.IMPORTED_NO_BLOCKS and block.items == []
+
+
+@pytest.mark.parametrize("sample", ["mnist_pipelined", "pytorch_gpipe"])
+@pytest.mark.parametrize("fmt", ["text", "json", "csv", "md", "html"])
+def test_report_section_operations_in_every_format(sample, fmt, tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from popvision_py.cli import main
+
+    # GIVEN a sample profile and its operations as the analysis gives them
+    path = SAMPLES / sample / "profile.pop"
+    with pv.open(path) as report:
+        by_op = report.operations.by_op()
+    out = tmp_path / f"operations.{fmt}"
+    args = ["report", str(path), "--section", "operations", "--format", fmt]
+    args += ["-o", str(out)] if fmt in ("csv", "html") else []
+    # WHEN `popvision report --section operations` writes them
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    costliest = by_op["name"].iloc[0]
+    # THEN each format holds the costliest op first, and the block table or the line saying why there is none
+    if fmt == "json":
+        section = json.loads(result.stdout)["sections"]["operations"]
+        assert set(section) == {"figures", "by_op", "by_block", "by_layer"}
+        assert [r["total_cycles"] for r in section["by_op"]] == by_op["total_cycles"].tolist()
+    elif fmt == "csv":
+        names = ("by_block", "by_layer", "by_op", "figures")
+        assert sorted(p.name for p in out.iterdir()) == [f"operations.{n}.csv" for n in names]
+        written = pd.read_csv(out / "operations.by_op.csv", keep_default_na=False, na_values=[""])
+        assert written["total_cycles"].tolist() == by_op["total_cycles"].tolist()
+        blocks = pd.read_csv(out / "operations.by_block.csv")
+        assert (list(blocks.columns) == ["note"]) == (sample == "pytorch_gpipe")
+    else:
+        text = out.read_text() if fmt == "html" else result.stdout
+        assert costliest in text and "Operations by layer" in text
+        assert ("The traces name no blocks" in text) == (sample == "pytorch_gpipe")
