@@ -193,9 +193,10 @@ def tile_breakdown(tile_memory: Columns, target: dict[str, Any], ipu: int, tile:
 
 def share(nbytes: np.ndarray, tiles: np.ndarray, offset: np.ndarray) -> np.ndarray:
     """Bytes at ``offset`` in a range of ``tiles`` tiles holding ``nbytes``: the emulator's split in
-    proportion to grains (``Mapping.share``) with one grain per tile, each tile's cumulative share
-    rounded down. Exact when the variable's op split into no more grains than tiles; the profile does
-    not record more grains per tile, so a bigger split reads as even (off by its grain remainder)."""
+    proportion to grains (``Mapping.share``) at one grain per tile, each tile's cumulative share
+    rounded down. Exact for a variable on fewer tiles than the IPU has (its op split into as many
+    grains as tiles); one over every tile may have split into more grains than tiles, which the
+    profile does not record, and reads as even (off by at most a grain's bytes per tile)."""
     nbytes, tiles, offset = (np.asarray(a, np.int64) for a in (nbytes, tiles, offset))
     tiles = np.maximum(tiles, 1)
     return nbytes * (offset + 1) // tiles - nbytes * offset // tiles
