@@ -20,7 +20,11 @@ from popvision_py.analysis import imported, memory_depth
 dash.register_page(__name__, path="/memory", name="Memory", title="popvision · memory", order=1, icon="▦")
 
 
-def layout(**_query: str) -> html.Div:
+def layout(colour: str = "peak", tab: str = "variables", **_query: str) -> html.Div:
+    """The page; ``?colour=category|variable`` and ``?tab=compute|vertices|exchanges`` open it so coloured and
+    on that tab (the screenshots' "memory-depth" view)."""
+    colour = colour if colour in {o["value"] for o in COLOURINGS} else "peak"
+    tab = tab if tab in TABS else "variables"
     return html.Div(
         [
             c.page_header("Memory", DESCRIPTION[False], description_id=ids.MEMORY_DESCRIPTION),
@@ -37,12 +41,12 @@ def layout(**_query: str) -> html.Div:
                                   dcc.Dropdown(id=ids.MEMORY_IPU, clearable=False, className="dropdown"),
                                   html.Label("Tile", htmlFor=ids.MEMORY_TILE_INPUT),
                                   dcc.Input(id=ids.MEMORY_TILE_INPUT, type="number", min=0, step=1, debounce=True,
-                                            placeholder="number", style={"width": "7em"})],
+                                            placeholder="number", className="step-input")],
                                  className="controls"),
                         html.Div([html.Label("Colour by", htmlFor=ids.MEMORY_COLOUR_BY),
-                                  dcc.RadioItems(id=ids.MEMORY_COLOUR_BY, options=COLOURINGS, value="peak", inline=True),
+                                  dcc.RadioItems(id=ids.MEMORY_COLOUR_BY, options=COLOURINGS, value=colour, inline=True),
                                   dcc.Dropdown(id=ids.MEMORY_VARIABLE, placeholder="a variable, largest first",
-                                               searchable=True, className="dropdown", style={"minWidth": "22em"})],
+                                               searchable=True, className="wide-dropdown")],
                                  className="controls"),
                         dcc.Store(id=ids.MEMORY_SELECTED),
                         c.graph(ids.MEMORY_TILE_MAP),
@@ -61,7 +65,7 @@ def layout(**_query: str) -> html.Div:
                 className="grid-wide-narrow",
             ),
             # Full width: six columns of long variable paths and byte counts do not fit the narrow panel.
-            c.section("The selected tile in depth", dcc.Tabs(id=ids.MEMORY_TILE_TABS, value="variables", children=[
+            c.section("The selected tile in depth", dcc.Tabs(id=ids.MEMORY_TILE_TABS, value=tab, children=[
                 dcc.Tab(label="Variables", value="variables", children=html.Div(id=ids.MEMORY_TILE_VARIABLES)),
                 dcc.Tab(label="Compute sets", value="compute", children=html.Div(id=ids.MEMORY_TAB_COMPUTE)),
                 dcc.Tab(label="Vertices", value="vertices", children=html.Div(id=ids.MEMORY_TAB_VERTICES)),
@@ -93,6 +97,7 @@ def layout(**_query: str) -> html.Div:
 
 COLOURINGS = [{"label": "peak memory", "value": "peak"}, {"label": "dominant category", "value": "category"},
               {"label": "a variable", "value": "variable"}]
+TABS = ("variables", "compute", "vertices", "exchanges")
 WORST_TILES = 5  # tiles in "the fullest tiles over the program steps"
 
 # What the page says, for an IPU profile (False) and one imported from PyTorch traces (True)
