@@ -399,39 +399,6 @@ def test_a_value_the_schema_forbids_is_refused_or_harmless(tiny, mutation) -> No
     check("value", mutated, unmutated.path, unmutated.originals[table], rewritten=table)
 
 
-@pytest.mark.parametrize("value", [0, -7, None])
-def test_a_vertex_count_the_schema_forbids_is_refused_or_harmless(tiny, value) -> None:
-    # GIVEN the tiny profile whose tile_cycles (schema 2) says a tile runs no vertex, fewer than none, or null
-    good, unmutated = tiny
-    if value is None:
-        frame = tiny_tables()["tile_cycles"].astype({"vertices": object})
-        frame.loc[1, "vertices"] = None
-    else:
-        frame = edited("tile_cycles", "vertices", 1, value)
-    mutated = with_table(good, "tile_cycles", frame, nullable=value is None)
-    # WHEN every reading command reads it THEN each refuses it in one sentence or prints what it printed
-    check("vertices", mutated, unmutated.path, unmutated.originals["tile_cycles"], rewritten="tile_cycles")
-    assert OUTCOMES["vertices"]["profiles"] >= 1
-
-
-def test_a_schema_1_profile_without_vertices_reads_like_the_same_tables(tiny) -> None:
-    # GIVEN the tiny profile as schema 1 wrote it: tile_cycles without vertices, the manifest saying 1
-    from .test_format_hostile import without_vertices
-
-    good, unmutated = tiny
-    fresh = without_vertices(good, unmutated.path.with_suffix(".new"), 1)
-    os.replace(fresh, unmutated.path)  # where the originals were made: the commands print its path
-    # WHEN every reading command reads it THEN each prints what it printed on the schema-2 profile (info:
-    # but for the version it names)
-    for name, got in outputs(unmutated.path).items():
-        original = unmutated.originals["tile_cycles"][name]
-        if name == "info":
-            assert got.code == 0 and "popvision-profile v1," in got.stdout, got.stderr
-            original = Ran(original.code, original.stdout.replace("popvision-profile v2,", "popvision-profile v1,"),
-                           original.stderr, original.exported, original.exception)
-        assert keeps_the_contract(name, got, original, "tile_cycles") == "identical", name
-
-
 def fixed_corpus(folder: Path) -> dict[str, Path]:
     """One hostile profile per level, chosen by hand: the sample cut in half, its trace footer and the
     middle of its trace's largest column chunk each with one byte flipped, and the tiny profile with
