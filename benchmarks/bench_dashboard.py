@@ -114,8 +114,16 @@ def callbacks(paths: list[str], warm: bool = True) -> list[tuple[str, Callable[[
     found = [
         ("summary.render", lambda: page["summary"].render("a")),
         ("memory.render_overview", lambda: page["memory"].render_overview("a")),
-        ("memory.render_ipu", lambda: page["memory"].render_ipu(ipu, "a")),
+        ("memory.render_ipu", lambda: page["memory"].render_ipu(ipu, "peak", None, None, "a")),
         ("memory.show_tile (click)", lambda: page["memory"].show_tile({"points": [{"x": 5, "y": 3}]}, ipu, "a")),
+        # memory in depth: the map's other colourings, the variable picker, a typed tile, the tile's tabs, worst tiles
+        ("memory.render_ipu (dominant category)", lambda: page["memory"].render_ipu(ipu, "category", None, None, "a")),
+        ("memory.variable_options", lambda: page["memory"].variable_options(ipu, "a")),
+        ("memory.render_ipu (a variable)", lambda: page["memory"].render_ipu(
+            ipu, "variable", int(report.memory.depth.choices(ipu)["var_id"][0]), None, "a")),
+        ("memory.type_tile", lambda: page["memory"].type_tile(7, ipu, "a")),
+        ("memory.tile_tabs", lambda: page["memory"].tile_tabs({"ipu": ipu, "tile": 0}, "a")),
+        ("memory.worst_steps", lambda: page["memory"].worst_steps(ipu, "a")),
         ("liveness.choose_peak", lambda: page["liveness"].choose_peak("a")),
         ("liveness.render_plot", lambda: page["liveness"].render_plot(int(top["ipu"]), int(top["peak_step"]), "a")),
         ("liveness.render_peaks", lambda: page["liveness"].render_peaks("a")),

@@ -293,7 +293,8 @@ def _small_tables(writer: ProfileWriter, m: Model) -> None:
     rows = np.repeat(cs, counts)
     tile = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
     cyc = p["cycles"][rows] - (p["cycles"][rows] * tile) // (4 * np.maximum(counts.max(), 1))
-    writer.write_table("tile_cycles", {"ipu": p["ipu"][rows], "step": p["step"][rows], "tile": tile, "cycles": cyc})
+    writer.write_table("tile_cycles", {"ipu": p["ipu"][rows], "step": p["step"][rows], "tile": tile, "cycles": cyc,
+                                       "vertices": np.minimum(1 + tile % 8, 6)})
     # memory: per IPU and tile, always-live categories and the not-always-live peak, summing to the peak
     rng = np.random.default_rng(1)
     cats = ("vertex_code", "vertex_state", "control_code", "weights", "optimiser_state", "activations", "stash",

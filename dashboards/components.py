@@ -168,14 +168,15 @@ def table(
     formats = dict(formats or {})
     if frame.empty:
         return html.Div("Nothing to show.", className="empty", id=table_id or "")
-    head = html.Thead(html.Tr([html.Th(header, className=_align(col, frame)) for col, header in columns.items()]))
+    align = {col: _align(col, frame) for col in columns}  # once per column, not per cell
+    head = html.Thead(html.Tr([html.Th(header, className=align[col]) for col, header in columns.items()]))
     rows = []
     for _, row in frame.head(max_rows).iterrows():
         cells = []
         for col in columns:
             value = row[col]
             text = formats.get(col, fmt_for_column(col))(value)
-            cells.append(html.Td(text, className=_align(col, frame)))
+            cells.append(html.Td(text, className=align[col]))
         rows.append(html.Tr(cells, className=row_class(row) if row_class else None))
     props = {"id": table_id} if table_id else {}
     return html.Div(html.Table([head, html.Tbody(rows)], className="pv-table", **props), className="table-wrap")

@@ -38,6 +38,17 @@ MEMORY_OOM_SECTION = "memory-oom-section"
 MEMORY_GRID = "memory-grid"
 MEMORY_CATEGORIES_TITLE = "memory-categories-title"
 MEMORY_CATEGORIES_NOTE = "memory-categories-note"
+# Memory in depth: the map's colouring, a variable's footprint, the selected tile's tabs, the fullest tiles over steps
+MEMORY_COLOUR_BY = "memory-colour-by"
+MEMORY_VARIABLE = "memory-variable"
+MEMORY_TILE_INPUT = "memory-tile-input"
+MEMORY_SELECTED = "memory-selected"  # store: {"ipu": ..., "tile": ...} of the tile shown
+MEMORY_TILE_TABS = "memory-tile-tabs"
+MEMORY_TAB_COMPUTE = "memory-tab-compute"
+MEMORY_TAB_VERTICES = "memory-tab-vertices"
+MEMORY_TAB_EXCHANGES = "memory-tab-exchanges"
+MEMORY_WORST_STEPS = "memory-worst-steps"
+MEMORY_WORST_SECTION = "memory-worst-section"
 
 # Liveness
 LIVENESS_PLOT = "liveness-plot"

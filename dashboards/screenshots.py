@@ -25,12 +25,17 @@ from dashboards.app import create_app, shown
 WIDTH = 1440
 
 
+# Views of a page beside its default one: file name -> path with the query that opens them
+VIEWS = {"memory-depth": "/memory?colour=category&tab=compute"}  # the tile map by dominant category, a tile's compute sets
+
+
 def pages(comparing: bool, tuned: bool = False) -> dict[str, str]:
-    """File name (the page's module) -> path of each registered page, as the navigation lists them."""
+    """File name (the page's module) -> path of each registered page, as the navigation lists them, then ``VIEWS``."""
     return {
-        page["module"].rsplit(".", 1)[-1]: page["path"]
-        for page in dash.page_registry.values()
-        if shown(page, comparing, tuned)
+        **{page["module"].rsplit(".", 1)[-1]: page["path"]
+           for page in dash.page_registry.values()
+           if shown(page, comparing, tuned)},
+        **VIEWS,
     }
 
 

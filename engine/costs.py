@@ -18,6 +18,14 @@ from engine.options import DTYPE_BYTES, INPUT_KINDS, Options
 from engine.targets import Target
 
 WORKERS = 6  # worker contexts per tile on every generation (public)
+
+
+def vertices(grains: np.ndarray) -> np.ndarray:
+    """Vertices each tile runs in a compute set: one per busy worker, each worklist covering a share of
+    the tile's grains (poplibs' splitRegionsBetweenWorkers, lib/poputil/Util.hpp, splits a tile's
+    regions between at most one vertex per worker context, respecting the grain size)."""
+    return np.minimum(grains, WORKERS)
+
 # Ops that reduce over groups of elements before they can apply the result, and the FLOPs per element
 # of that reduction pass: a normalisation's mean and variance (sum and sum of squares: 3), a
 # softmax's maximum and sum of exponentials (2; the cross-entropy loss runs a softmax).

@@ -23,6 +23,7 @@ from popvision_py.format import schema as S
 from popvision_py.format.schema import PASSES, PHASES
 
 from engine.compiler import Compiled, cost_model
+from engine.costs import vertices
 from engine.memory import IpuMemory
 from engine.prediction import Prediction
 from engine.scheduler import Schedule, trace_batches
@@ -282,6 +283,7 @@ def tile_cycles_batches(compiled: Compiled) -> Iterator[dict[str, np.ndarray]]:
             # slices of one index: each compute set's tiles, written once in the column's type
             "tile": np.concatenate([tile_index[st:st + len(c)] for _, st, c, _ in prog.tile_cycles]),
             "cycles": np.concatenate([c for _, _, c, _ in prog.tile_cycles]),
+            "vertices": np.concatenate([vertices(g) for _, _, _, g in prog.tile_cycles]).astype(np.int32),
         }
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.compiler import Compiled
-from engine.costs import WORKERS
+from engine.costs import vertices
 from engine.program import IpuProgram
 
 ALWAYS_LIVE_FIXED = ("vertex_code", "vertex_state", "control_code", "exchange_code", "constants", "stack")
@@ -102,7 +102,7 @@ def plan_memory(compiled: Compiled, prog: IpuProgram) -> IpuMemory:
     code_steps = steps - prog.op_steps + prog.op_passes - len(prog.code_sets) - (1 if "input_wait" in prog.segments else 0)
     for start, grains, received, n in prog.code_sets.values():
         end = start + len(grains)
-        always[index["vertex_state"], start:end] += np.minimum(grains, WORKERS) * a.vertex_state_bytes_per_vertex
+        always[index["vertex_state"], start:end] += vertices(grains) * a.vertex_state_bytes_per_vertex
         if received is not None:
             always[index["exchange_code"], start:end] += a.exchange_code_bytes_per_exchange + received // 512
         code_steps += n

@@ -259,6 +259,7 @@ def write_pipeline_profile(
         "step": np.repeat(cs["step"].to_numpy(), T),
         "tile": np.tile(tile, len(cs)),
         "cycles": (np.repeat(cs["cycles"].to_numpy(), T) * np.tile(T - tile, len(cs))) // T,
+        "vertices": 1 + np.tile(tile, len(cs)) % 6,
     })
 
     # -- variables, liveness, tile memory ----------------------------------------------------

@@ -228,6 +228,7 @@ VIOLATIONS = [
     ("tile_memory", "tile", 2, 4, "holds 4 at row 2, above its largest value 3 (the target's tiles_per_ipu is 4)."),
     ("tile_memory", "bytes", 1, -300, "holds -300 at row 1, below its least value 0."),
     ("tile_cycles", "cycles", 5, -1, "holds -1 at row 5, below its least value 0."),
+    ("tile_cycles", "vertices", 2, 0, "holds 0 at row 2, below its least value 1."),
     ("programs", "cycles", 0, 2**62, f"holds {2**62:,} at row 0, above its largest value {2**53 - 1:,}."),
     ("ops", "ipu", 1, 7, "holds 7 at row 1, above its largest value 1 (the target's num_ipus is 2)."),
     ("variables", "live_to_step", 1, -1, "holds -1 at row 1, below its least value 0."),

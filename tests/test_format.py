@@ -58,7 +58,7 @@ def tiny_tables() -> dict[str, pd.DataFrame]:
         }),
         "tile_cycles": pd.DataFrame({
             "ipu": [0, 0, 0, 0, 1, 1], "step": [0, 0, 0, 0, 0, 0], "tile": [0, 1, 2, 3, 0, 1],
-            "cycles": [40, 35, 35, 30, 30, 20],
+            "cycles": [40, 35, 35, 30, 30, 20], "vertices": [6, 6, 6, 5, 2, 1],
         }),
         "tile_memory": pd.DataFrame({
             "ipu": [0, 0, 1], "tile": [0, 0, 0], "category": ["weights", "activations", "weights"],
@@ -150,7 +150,7 @@ def test_manifest_records_rows_target_and_run(tiny: Path) -> None:
     with open_profile(tiny) as profile:
         manifest = profile.manifest
     assert manifest["format"] == "popvision-profile"
-    assert manifest["schema_version"] == 1
+    assert manifest["schema_version"] == 2
     assert manifest["target"] == TARGET
     assert manifest["run"] == RUN
     assert {name: t["rows"] for name, t in manifest["tables"].items()} == {
@@ -331,7 +331,7 @@ BAD_FILES = [
     ("truncated", _truncated, E.EmptyProfileError, "is truncated"),
     ("corrupt member", _corrupt_member, E.CorruptProfileError, "Table trace of .* is corrupt"),
     ("unknown format", _manifest_edit(format="chrome-trace"), E.UnknownFormatError, "format 'chrome-trace'"),
-    ("newer schema", _manifest_edit(schema_version=2), E.NewerSchemaError, "schema version 2, newer than version 1"),
+    ("newer schema", _manifest_edit(schema_version=3), E.NewerSchemaError, "schema version 3, newer than version 2"),
     ("manifest lacks a key", _manifest_edit(target=None), E.ManifestError, "lacks the key 'target'"),
     ("manifest key of wrong type", _manifest_edit(schema_version="1"), E.ManifestError, "'schema_version' of type str"),
     ("missing table", _missing_table, E.MissingTableError, "has no trace table"),
@@ -381,7 +381,8 @@ _SLOW_WRITER = textwrap.dedent(
         for i in range(10_000):
             n = 50_000
             t.write({{"ipu": np.zeros(n, np.int16), "step": np.full(n, i, np.int32),
-                      "tile": np.arange(n, dtype=np.int32) % 4, "cycles": np.ones(n, np.int64)}})
+                      "tile": np.arange(n, dtype=np.int32) % 4, "cycles": np.ones(n, np.int64),
+                      "vertices": np.ones(n, np.int32)}})
             if i == 3:
                 print("writing", flush=True)
     """
@@ -434,7 +435,7 @@ def test_info_describes_what_was_written(tiny: Path) -> None:
     result = run_cli("info", str(tiny))
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "popvision-profile v1" in out
+    assert "popvision-profile v2" in out
     assert "tiles_per_ipu" in out and "1472" not in out and " 4" in out
     # each target figure on its own line, with the value written (tiles_per_ipu 4, not the Mk2's 1472)
     for key, value in TARGET.items():

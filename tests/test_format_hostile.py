@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import time
 import warnings
 import zipfile
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,7 +19,7 @@ from popvision_py import errors as E
 from popvision_py.format import open_profile
 from popvision_py.format import schema as S
 
-from .test_format import members, rezip, run_cli, write_tiny
+from .test_format import _restamp, members, parquet_bytes, rezip, run_cli, write_tiny
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +120,36 @@ def test_flipped_bytes_never_escape_as_anything_but_a_profile_error(good: Path, 
         read_everything(bad)
     except E.ProfileError:
         pass
+
+
+def without_vertices(good: Path, path: Path, schema_version: int) -> Path:
+    """``good`` with tile_cycles rewritten without its ``vertices`` column (added in schema 2) and the
+    manifest stating ``schema_version``: a profile an older popvision wrote, or a broken new one."""
+    contents = members(good)
+    table = pq.read_table(io.BytesIO(contents["tile_cycles.parquet"])).drop_columns(["vertices"])
+    contents["tile_cycles.parquet"] = parquet_bytes(table)
+    _restamp(contents, "tile_cycles")
+    manifest = json.loads(contents["manifest.json"])
+    manifest["schema_version"] = schema_version
+    contents["manifest.json"] = json.dumps(manifest).encode()
+    return rezip(path, contents)
+
+
+def test_a_schema_1_profile_without_vertices_still_opens(good: Path, tmp_path: Path) -> None:
+    # GIVEN a schema-1 profile: its tile_cycles has no vertices column
+    old = without_vertices(good, tmp_path / "v1.pop", 1)
+    # WHEN it is read whole, THEN every table decodes and tile_cycles has the other columns
+    read_everything(old)
+    with open_profile(old) as profile:
+        assert profile.read_table("tile_cycles").column_names == ["ipu", "step", "tile", "cycles"]
+    assert run_cli("report", str(old), "--section", "memory").exit_code == 0
+
+
+def test_a_schema_2_profile_without_vertices_is_refused(good: Path, tmp_path: Path) -> None:
+    # GIVEN a profile that says schema 2 but lacks the column schema 2 added
+    bad = without_vertices(good, tmp_path / "v2.pop", 2)
+    # WHEN it is opened, THEN one sentence names the table and the column
+    with pytest.raises(E.MissingColumnError, match="Table tile_cycles of .* has no column vertices"):
+        open_profile(bad)
+    result = run_cli("info", str(bad))
+    assert result.exit_code == 2 and "has no column vertices" in result.stderr

@@ -225,3 +225,101 @@ def tile_breakdown(breakdown: pd.DataFrame, bytes_per_tile: int, title: str = ""
     fig.update_yaxes(autorange="reversed")
     return styled(fig, title=title or None, barmode="stack", height=max(260, 90 + 24 * len(order)),
                   margin=dict(l=120, r=20, t=50 if title else 30, b=45))
+
+
+def _map_layout(fig: go.Figure, rows: int, columns: int, selected_tile: int | None, tiles_per_ipu: int) -> go.Figure:
+    """The tile map's axes and size, shared by its three colourings (so a click means the same tile)."""
+    if selected_tile is not None and 0 <= selected_tile < tiles_per_ipu:
+        fig.add_shape(tile_highlight(*tile_position(selected_tile, columns)))
+    fig.update_xaxes(showgrid=False, zeroline=False, showticklabels=False, title=f"{columns} tiles per row")
+    fig.update_yaxes(showgrid=False, zeroline=False, autorange="reversed", showticklabels=False,
+                     scaleanchor="x", scaleratio=1, title=None)
+    return styled(fig, height=int(min(720, max(260, 90 + rows * 560 / columns))), margin=dict(l=10, r=10, t=30, b=30),
+                  legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0), clickmode="event")
+
+
+def _cells(values: np.ndarray, tiles: np.ndarray, cells: int, fill: float = np.nan) -> np.ndarray:
+    out = np.full(cells, fill)
+    out[tiles] = values
+    return out
+
+
+def category_map(dominant: pd.DataFrame, categories: Sequence[str], grid: np.ndarray, tiles_per_ipu: int,
+                 selected_tile: int | None = None, columns: int | None = None) -> go.Figure:
+    """Every tile coloured by its dominant category (``memory.depth.dominant``); hover gives the tile's
+    bytes in each category (``grid``: tiles x ``categories``, ``memory.depth.categories``)."""
+    rows, columns = tile_grid(tiles_per_ipu, columns)
+    cells = rows * columns
+    present = [c for c in categories if c in set(dominant["category"].astype(str))]
+    if not present:
+        return empty("No memory recorded.")
+    index = {c: i for i, c in enumerate(present)}
+    code = dominant["category"].astype(str).map(index).to_numpy(dtype=float)
+    tiles = dominant["tile"].to_numpy(dtype=np.int64)
+    z = _cells(code, tiles, cells).reshape(rows, columns)
+    n = len(present)
+    # one flat band of colour per category: a discrete scale over codes 0..n-1
+    scale = []
+    for i, category in enumerate(present):
+        colour = CATEGORY_COLOURS.get(category, "#999")
+        scale += [[i / n, colour], [(i + 1) / n, colour]]
+    kib = np.full((cells, len(categories)), np.nan)
+    kib[tiles] = grid[tiles] / 1024
+    custom = np.concatenate([
+        _cells(tiles.astype(float), tiles, cells)[:, None],
+        _cells(dominant["category_pct"].to_numpy(dtype=float), tiles, cells)[:, None],
+        _cells(dominant["total_bytes"].to_numpy(dtype=float) / 1024, tiles, cells)[:, None], kib], axis=1)
+    lines = "".join(f"<br>{c}: %{{customdata[{3 + i}]:,.1f}} KiB" for i, c in enumerate(categories))
+    fig = go.Figure(go.Heatmap(
+        z=z, customdata=custom.reshape(rows, columns, -1), zmin=-0.5, zmax=n - 0.5, colorscale=scale,
+        colorbar=dict(tickvals=list(range(n)), ticktext=present, thickness=12, title=dict(text="dominant")),
+        xgap=1, ygap=1, name="tiles",
+        hovertemplate="tile %{customdata[0]}: %{customdata[2]:,.1f} KiB, %{customdata[1]:.0f} % its dominant "
+                      "category" + lines + "<extra></extra>"))
+    return _map_layout(fig, rows, columns, selected_tile, tiles_per_ipu)
+
+
+def footprint_map(footprint: pd.DataFrame, name: str, tiles_per_ipu: int, selected_tile: int | None = None,
+                  columns: int | None = None) -> go.Figure:
+    """One variable's bytes on each tile (``memory.depth.footprint``); tiles without it stay blank."""
+    rows, columns = tile_grid(tiles_per_ipu, columns)
+    cells = rows * columns
+    inside = footprint[(footprint["tile"] >= 0) & (footprint["tile"] < tiles_per_ipu)]
+    tiles = inside["tile"].to_numpy(dtype=np.int64)
+    z = _cells(inside["bytes"].to_numpy(dtype=float), tiles, cells, fill=0.0)
+    z[tiles_per_ipu:] = np.nan
+    ids = np.arange(cells, dtype=float)
+    ids[tiles_per_ipu:] = np.nan
+    total = float(inside["bytes"].sum())
+    fig = go.Figure(go.Heatmap(
+        z=z.reshape(rows, columns), customdata=ids.reshape(rows, columns), zmin=0,
+        zmax=max(float(z[:tiles_per_ipu].max()) if tiles_per_ipu else 0.0, 1.0),
+        colorscale=[[0, "#f3f4f6"], [1e-9, "#c6dbef"], [1, "#08306b"]],
+        colorbar=dict(title=dict(text="bytes", side="right"), thickness=12), xgap=1, ygap=1, name="tiles",
+        hovertemplate="tile %{customdata}: %{z:,.0f} B of " + name.replace("%", "%%") + "<extra></extra>"))
+    fig = _map_layout(fig, rows, columns, selected_tile, tiles_per_ipu)
+    fig.update_layout(title=dict(text=f"{name}: {total:,.0f} B on {len(tiles):,} tiles", font=dict(size=12)))
+    return fig
+
+
+def worst_over_steps(over: pd.DataFrame, bytes_per_tile: int, step_names: Sequence[str] = ()) -> go.Figure:
+    """Memory of the fullest tiles at every program step (``memory.depth.over_steps``), against the
+    tile's capacity."""
+    if over.empty:
+        return empty("No program steps.")
+    fig = go.Figure()
+    for tile, part in over.groupby("tile", sort=False):
+        steps = part["step"].to_numpy()
+        names = np.asarray(step_names, dtype=object)[steps] if len(step_names) else steps.astype(str)
+        fig.add_trace(go.Scatter(
+            x=steps, y=part["total_bytes"] / 1024, mode="lines", name=f"tile {tile}", line=dict(width=1.5),
+            customdata=np.stack([names, part["always_live_bytes"] / 1024], axis=-1),
+            hovertemplate=f"tile {tile}, step %{{x}} (%{{customdata[0]}})<br>%{{y:,.1f}} KiB, "
+                          "always-live %{customdata[1]:,.1f} KiB<extra></extra>"))
+    top = float(over["total_bytes"].max())
+    if top > bytes_per_tile / 2:
+        fig.add_hline(y=bytes_per_tile / 1024, line=dict(color=CAPACITY_COLOUR, dash="dash"),
+                      annotation_text="tile capacity", annotation_position="top left")
+    fig.update_xaxes(title="program step")
+    fig.update_yaxes(title="KiB live on the tile", rangemode="tozero")
+    return styled(fig, height=320)

@@ -191,14 +191,27 @@ def tile_breakdown(tile_memory: Columns, target: dict[str, Any], ipu: int, tile:
     return Table({"category": words[cell // 2], "always_live": (cell % 2).astype(bool), "bytes": sums[cell]})
 
 
-def bytes_on_tile(variables: Any, tile: int) -> np.ndarray:
-    """Each variable's bytes on ``tile``: spread evenly over its tiles, the remainder one byte each on the first."""
-    nbytes = np.asarray(variables["bytes"])
-    ntiles = np.maximum(np.asarray(variables["tiles"]).astype(np.int64), 1)
-    offset = tile - np.asarray(variables["start_tile"])
+def share(nbytes: np.ndarray, tiles: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """Bytes at ``offset`` in a range of ``tiles`` tiles holding ``nbytes``: the emulator's split in
+    proportion to grains (``Mapping.share``) at one grain per tile, each tile's cumulative share
+    rounded down. Exact for a variable on fewer tiles than the IPU has (its op split into as many
+    grains as tiles); one over every tile may have split into more grains than tiles, which the
+    profile does not record, and reads as even (off by at most a grain's bytes per tile)."""
+    nbytes, tiles, offset = (np.asarray(a, np.int64) for a in (nbytes, tiles, offset))
+    tiles = np.maximum(tiles, 1)
+    return nbytes * (offset + 1) // tiles - nbytes * offset // tiles
+
+
+def bytes_on_tile(variables: Any, tile: int | np.ndarray) -> np.ndarray:
+    """Each variable's bytes on ``tile`` (``share``), 0 outside its range; given an array of tiles,
+    one row per tile."""
+    tile = np.asarray(tile, np.int64)
+    offset = (tile[:, None] if tile.ndim else tile) - np.asarray(variables["start_tile"], np.int64)
+    ntiles = np.broadcast_to(np.asarray(variables["tiles"], np.int64), offset.shape)
+    nbytes = np.broadcast_to(np.asarray(variables["bytes"], np.int64), offset.shape)
     inside = (offset >= 0) & (offset < ntiles)
-    share = nbytes // ntiles + (offset < nbytes % ntiles)
-    return np.where(inside, share, 0)
+    held = np.where(inside, share(nbytes, ntiles, np.clip(offset, 0, None)), 0)
+    return held
 
 
 def tile_variables(variables: Columns, target: dict[str, Any], ipu: int, tile: int, n: int = 20) -> Table:

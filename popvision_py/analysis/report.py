@@ -39,6 +39,7 @@ from popvision_py.analysis import liveness as _liveness
 from popvision_py.analysis import memory as _memory
 from popvision_py.analysis import programs as _programs
 from popvision_py.analysis import operations as _operations
+from popvision_py.analysis import memory_depth as _memory_depth
 from popvision_py.analysis import stages as _stages
 from popvision_py.analysis import summary as _summary
 from popvision_py.analysis import system as _system
@@ -341,6 +342,11 @@ class MemoryReport(_View):
     def tile_variables(self, ipu: int, tile: int, n: int = 20) -> pd.DataFrame:
         self._check_ipu(ipu)
         return _memory.tile_variables(self._r.columns("variables"), self._r.target, ipu, tile, n).frame()
+
+    @property
+    def depth(self) -> _memory_depth.MemoryDepth:
+        """Memory in depth: tiles by dominant category, a variable's footprint, one tile's tabs, worst tiles over steps."""
+        return self._r.memo("memory_depth", lambda: _memory_depth.MemoryDepth(self._r))
 
     def _check_ipu(self, ipu: int) -> None:
         ipus = self._by_ipu()["ipu"].tolist()

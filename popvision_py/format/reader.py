@@ -311,6 +311,8 @@ class Profile:
         for column in spec.columns:
             index = stored.get_field_index(column.name)
             if index < 0:
+                if column.since > self.manifest["schema_version"]:
+                    continue  # added by a later schema version: an older profile opens without it
                 raise MissingColumnError(f"Table {table} of {self.path} has no column {column.name}.")
             actual = stored.field(index).type
             if not _types_match(actual, column.type):

@@ -1,4 +1,4 @@
-"""The profile.pop schema, version 1: the one definition the writer, the reader and the docs use.
+"""The profile.pop schema, version 2: the one definition the writer, the reader and the docs use.
 
 Every table is a list of typed columns. Columns whose values repeat a lot (names, kinds, passes,
 phases, categories) are dictionary-encoded strings: small on disk and pandas categoricals in memory.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 FORMAT_NAME = "popvision-profile"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MANIFEST_MEMBER = "manifest.json"
 TABLE_SUFFIX = ".parquet"
 
@@ -105,6 +105,7 @@ STAGE = Values(low=-1, below="stages")  # a pipeline stage, or -1 for none
 STEP = Values(low=0, below="program_steps")  # a program step (numbered per IPU, so below the steps of all)
 OPTIONAL_STEP = Values(low=-1, below="program_steps")  # a program step, or -1 for none (idle)
 OP = Values(low=-1, below="ops")  # an op (an op has a row per pass, so below the rows), or -1 for none
+VERTICES = Values(low=1, high=2**31 - 1)  # a tile that takes part in a compute set runs at least one vertex
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,7 @@ class Column:
     type: pa.DataType
     doc: str
     values: Values = ANY
+    since: int = 1  # the schema version that added it: an older profile lacks it, and still opens
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,7 @@ TABLES: dict[str, Table] = {
             ("step", pa.int32(), "Program step (a compute set) on that IPU.", STEP),
             ("tile", pa.int32(), "Tile index, 0-based, on that IPU.", TILE),
             ("cycles", pa.int64(), "Cycles the tile computes in one execution of the step.", COUNT),
+            ("vertices", pa.int32(), "Vertices the tile runs in the step (schema 2 on).", VERTICES, 2),
         ),
         _t(
             "tile_memory",

@@ -136,7 +136,7 @@ def build_tables(traces: list[RankTrace], device_memory: int | None = None,
     exchanges: dict[str, list] = {k: [] for k in ("ipu", "step", "kind", "src_ipu", "dst_ipu", "bytes", "cycles")}
     liveness: dict[str, list] = {k: [] for k in ("ipu", "step", "always_live_bytes", "not_always_live_bytes",
                                                  "worst_tile", "worst_tile_bytes")}
-    tile_cycles: dict[str, list] = {k: [] for k in ("ipu", "step", "tile", "cycles")}
+    tile_cycles: dict[str, list] = {k: [] for k in ("ipu", "step", "tile", "cycles", "vertices")}
     tile_memory: dict[str, list] = {k: [] for k in ("ipu", "tile", "category", "always_live", "bytes")}
     peaks = []
     ready = peer_ready(traces)
@@ -278,7 +278,8 @@ def _rank_tables(t: RankTrace, ipu: int, rows: Rows, lo: int, found: Layout, sta
         exchanges[key].append(transfers[key])
     computing = np.flatnonzero(types == "compute_set")  # each compute step on the rank's one tile
     for key, value in (("ipu", np.full(len(computing), ipu, np.int64)), ("step", computing.astype(np.int64)),
-                       ("tile", np.zeros(len(computing), np.int64)), ("cycles", cycles[computing])):
+                       ("tile", np.zeros(len(computing), np.int64)), ("cycles", cycles[computing]),
+                       ("vertices", np.ones(len(computing), np.int64))):  # one kernel: one vertex
         tile_cycles[key].append(value)
     _memory_tables(t, ipu, rows, lo, live, total, liveness, tile_memory, peaks)
 

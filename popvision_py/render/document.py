@@ -124,8 +124,20 @@ def _memory(doc: Document, r: Any, figures: bool) -> None:
     else:
         doc.add("memory.out_of_memory", "Out-of-memory tiles (largest excess first)", r.answer("memory.out_of_memory"))
         doc.add("memory.largest_variables", "Largest variables", r.answer("memory.largest_variables", 20))
+    _memory_depth(doc, r)
     if figures:
         doc.add("memory.by_tile", "Memory per tile", r.memory.by_tile(), hidden=True)
+
+
+def _memory_depth(doc: Document, r: Any) -> None:
+    """Memory in depth: each IPU's five fullest tiles with what fills them, and their peaks over the steps."""
+    fullest, worst = "The fullest tiles and the categories that fill them", "The fullest tiles over the program steps"
+    if r.imported:
+        _meaningless(doc, "memory.fullest_tiles", fullest, imported.NO_TILES)
+        _meaningless(doc, "memory.worst_tiles", worst, imported.NO_TILES)
+        return
+    doc.add("memory.fullest_tiles", fullest, r.memory.depth.fullest(5))
+    doc.add("memory.worst_tiles", worst + ": each tile's peak step", r.memory.depth.worst(5))
 
 
 def _liveness(doc: Document, r: Any, figures: bool) -> None:

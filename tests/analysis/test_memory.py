@@ -64,9 +64,15 @@ def test_by_category_and_variables(oom):
     assert b["bytes"].sum() == 1150
 
 
-def test_bytes_on_tile_spreads_the_remainder_on_the_first_tiles():
+def test_bytes_on_tile_is_the_emulators_split_with_one_grain_per_tile():
+    # GIVEN 1,001 bytes over tiles 2..5; the emulator's split (engine.mapping.Mapping.share) of one grain a tile
+    from engine.mapping import Mapping
+
     v = pd.DataFrame({"bytes": [1001], "tiles": [4], "start_tile": [2]})
-    assert [int(bytes_on_tile(v, t)[0]) for t in range(7)] == [0, 0, 251, 250, 250, 250, 0]
+    emulator = Mapping(2, np.ones(4, np.int64)).share(1001)
+    # THEN each tile's cumulative share rounded down: 250, 500, 750, 1001
+    assert [int(bytes_on_tile(v, t)[0]) for t in range(7)] == [0, 0, 250, 250, 250, 251, 0] == [0, 0, *emulator, 0]
+    assert bytes_on_tile(v, np.arange(7)).ravel().tolist() == [0, 0, 250, 250, 250, 251, 0]
 
 
 def test_unknown_tile_is_one_sentence(oom):

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.browser
 
 PAGES = {
     "/": [ids.SUMMARY_TIME, ids.SUMMARY_MEMORY],
-    "/memory": [ids.MEMORY_TILE_MAP, ids.MEMORY_TILE_BREAKDOWN, ids.MEMORY_CATEGORIES, ids.MEMORY_HISTOGRAM],
+    "/memory": [ids.MEMORY_TILE_MAP, ids.MEMORY_TILE_BREAKDOWN, ids.MEMORY_CATEGORIES, ids.MEMORY_HISTOGRAM,
+                ids.MEMORY_WORST_STEPS],
     "/liveness": [ids.LIVENESS_PLOT],
     "/trace": [ids.TRACE_TIMELINE, ids.TRACE_TILES],
     "/operations": [ids.OPERATIONS_TRACE],

@@ -64,7 +64,8 @@ def test_clicked_tile_is_the_cell_under_the_click(app):
 
 
 def test_a_tile_click_shows_that_tiles_breakdown_and_variables(app):
-    highlight, title, breakdown, variables = page("memory").show_tile({"points": [{"x": 11, "y": 0}]}, 0, "a")
+    highlight, title, breakdown, variables, selected = page("memory").show_tile({"points": [{"x": 11, "y": 0}]}, 0, "a")
+    assert selected == {"ipu": 0, "tile": 11}
     assert text(title).startswith("IPU 0, tile 11")
     assert "out of memory" in text(title)
     assert "B1/weight" in text(variables)
@@ -74,7 +75,7 @@ def test_a_tile_click_shows_that_tiles_breakdown_and_variables(app):
 def test_memory_opens_on_the_worst_ipu_and_its_fullest_tile(app):
     options, ipu, cards, *_ = page("memory").render_overview("a")
     assert ipu == 0 and len(options) == 2
-    tile_map, title, _, _ = page("memory").render_ipu(0, "a")
+    tile_map, title, _, _, _ = page("memory").render_ipu(0, "peak", None, None, "a")
     assert text(title).startswith("IPU 0, tile 0")
     assert tile_map.data[1].name == "out of memory (64)"
 

@@ -133,7 +133,7 @@ def test_memory_says_a_rank_has_no_tiles_instead_of_the_tile_map(dash_duo, impor
     # AND the tile map, the selected tile, its variables, the distribution over tiles and the out-of-memory
     # tiles are not shown
     for hidden in (ids.MEMORY_TILE_VIEWS, ids.MEMORY_VARIABLES_SECTION, ids.MEMORY_HISTOGRAM_SECTION,
-                   ids.MEMORY_OOM_SECTION):
+                   ids.MEMORY_OOM_SECTION, ids.MEMORY_WORST_SECTION):
         assert not dash_duo.find_element(f"#{hidden}").is_displayed(), hidden
     # AND the memory per rank, by category, is: one card per rank, weights and activations
     cards = dash_duo.find_element(f"#{ids.MEMORY_FIGURES}").text

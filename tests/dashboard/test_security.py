@@ -47,10 +47,10 @@ def test_no_url_reads_a_file_outside_the_app(client, url):
 
 MEMORY_TILE_MAP_CALLBACK = {
     "output": f"..{ids.MEMORY_TILE_MAP}.figure...{ids.MEMORY_TILE_TITLE}.children..."
-              f"{ids.MEMORY_TILE_BREAKDOWN}.figure...{ids.MEMORY_TILE_VARIABLES}.children..",
+              f"{ids.MEMORY_TILE_BREAKDOWN}.figure...{ids.MEMORY_TILE_VARIABLES}.children...{ids.MEMORY_SELECTED}.data..",
     "outputs": [{"id": i, "property": p} for i, p in (
         (ids.MEMORY_TILE_MAP, "figure"), (ids.MEMORY_TILE_TITLE, "children"),
-        (ids.MEMORY_TILE_BREAKDOWN, "figure"), (ids.MEMORY_TILE_VARIABLES, "children"))],
+        (ids.MEMORY_TILE_BREAKDOWN, "figure"), (ids.MEMORY_TILE_VARIABLES, "children"), (ids.MEMORY_SELECTED, "data"))],
     "changedPropIds": [f"{ids.MEMORY_IPU}.value"],
 }
 
@@ -58,8 +58,11 @@ MEMORY_TILE_MAP_CALLBACK = {
 def tile_map_request(ipu, profile) -> str:
     return json.dumps({
         **MEMORY_TILE_MAP_CALLBACK,
-        "inputs": [{"id": ids.MEMORY_IPU, "property": "value", "value": ipu}],
-        "state": [{"id": ids.PROFILE, "property": "value", "value": profile}],
+        "inputs": [{"id": ids.MEMORY_IPU, "property": "value", "value": ipu},
+                   {"id": ids.MEMORY_COLOUR_BY, "property": "value", "value": "peak"},
+                   {"id": ids.MEMORY_VARIABLE, "property": "value", "value": None}],
+        "state": [{"id": ids.MEMORY_SELECTED, "property": "data", "value": None},
+                  {"id": ids.PROFILE, "property": "value", "value": profile}],
     })
 
 
