@@ -37,9 +37,9 @@ from popvision_py.analysis import host as _host
 from popvision_py.analysis import imported as _imported
 from popvision_py.analysis import liveness as _liveness
 from popvision_py.analysis import memory as _memory
-from popvision_py.analysis import programs as _programs
-from popvision_py.analysis import operations as _operations
 from popvision_py.analysis import memory_depth as _memory_depth
+from popvision_py.analysis import operations as _operations
+from popvision_py.analysis import programs as _programs
 from popvision_py.analysis import stages as _stages
 from popvision_py.analysis import summary as _summary
 from popvision_py.analysis import system as _system
