@@ -1,4 +1,4 @@
-"""The profile.pop schema, version 1: the one definition the writer, the reader and the docs use.
+"""The profile.pop schema, version 2: the one definition the writer, the reader and the docs use.
 
 Every table is a list of typed columns. Columns whose values repeat a lot (names, kinds, passes,
 phases, categories) are dictionary-encoded strings: small on disk and pandas categoricals in memory.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 FORMAT_NAME = "popvision-profile"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MANIFEST_MEMBER = "manifest.json"
 TABLE_SUFFIX = ".parquet"
 
@@ -56,6 +56,9 @@ MEMORY_CATEGORIES = (
     "exchange_buffers",
     "stack",
 )
+# A variable's element type (variables.dtype, schema 2); mixed: an optimiser state whose two moments
+# differ in type (one FP16, one FP32), or a gradient of inputs of several types.
+DTYPES = ("fp16", "fp32", "int32", "mixed")
 
 
 # The largest count (cycles, bytes, flops) a column may hold: exact as a float64, and a sum of
@@ -109,12 +112,16 @@ OP = Values(low=-1, below="ops")  # an op (an op has a row per pass, so below th
 
 @dataclass(frozen=True)
 class Column:
-    """One column of a table: its name, Arrow type, meaning (with its unit) and allowed values."""
+    """One column of a table: its name, Arrow type, meaning (with its unit) and allowed values.
+
+    ``since``: the schema version that added it; a profile of an older version lacks it and still opens.
+    """
 
     name: str
     type: pa.DataType
     doc: str
     values: Values = ANY
+    since: int = 1
 
 
 @dataclass(frozen=True)
@@ -209,6 +216,8 @@ TABLES: dict[str, Table] = {
             ("live_from_step", pa.int32(), "First program step it is live (0 for always-live).", STEP),
             ("live_to_step", pa.int32(), "Last program step it is live, inclusive.", STEP),
             ("op_id", pa.int32(), "Op that produces or owns it, -1 if none.", OP),
+            ("dtype", CATEGORY, "Element type: fp16, fp32, int32, or mixed (an optimiser state with one FP16 and "
+             "one FP32 moment). Schema 2 on.", Values(codes=DTYPES), 2),
             ordered=(("live_from_step", "live_to_step"),),
         ),
         _t(
