@@ -35,6 +35,7 @@ from popvision_py.analysis import exchange as _exchange
 from popvision_py.analysis import fixes as _fixes
 from popvision_py.analysis import host as _host
 from popvision_py.analysis import imported as _imported
+from popvision_py.analysis import insights as _insights
 from popvision_py.analysis import liveness as _liveness
 from popvision_py.analysis import memory as _memory
 from popvision_py.analysis import stages as _stages
@@ -49,7 +50,7 @@ from popvision_py.format import Profile, open_profile
 from popvision_py.format import system as _system_files
 
 T = TypeVar("T")
-ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system")
+ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system", "insights")
 
 
 class Report:
@@ -78,6 +79,7 @@ class Report:
         self.exchange = ExchangeReport(self)
         self.trace = TraceReport(self)
         self.system = SystemReport(self, list(system) if system else None)
+        self.insights = _insights.InsightsView(self)  # FP32 variables, fullest tiles, memory histogram
 
     @property
     def imported(self) -> bool:
@@ -266,7 +268,8 @@ class SummaryReport(_View):
                 run=r.run, target=r.target, oom=oom, worst_breakdown=breakdown,
                 tile_memory=r.columns("tile_memory"), tiles=r.memory._tiles(), blocks=r.stages._blocks(), costs=r.stages._costs(),
                 stage_figures=r.stages.figures(), split=r.stages.best_split(), exchange=r.exchange.figures(),
-                kinds=r.exchange._by_kind(), costliest=r.exchange._costliest(10), host=r.exchange.host_input()))
+                kinds=r.exchange._by_kind(), costliest=r.exchange._costliest(10), host=r.exchange.host_input(),
+                precision=r.insights.precision_fixes(self.figures().worst_tile_bytes)))
 
         return self._memo("insights", compute)
 
