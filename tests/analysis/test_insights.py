@@ -8,17 +8,23 @@ FP16 insight suggests, run for real, saves what it estimated (or differs as docs
 
 from __future__ import annotations
 
+import io
+import json
 import re
 import shlex
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 import popvision_py as pv
+from popvision_py import errors as E
 from popvision_py.analysis import verify
 from popvision_py.format import open_profile
+from tests.test_format import members, rezip
 from tests.engine.helpers import profile_path, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -249,3 +255,29 @@ def test_an_imported_profile_says_why_in_one_line(tmp_path):
     # THEN each tile insight says in one line why it does not apply
     assert "(The traces record allocations, not named tensors" in text
     assert text.count("(A rank has no tiles") == 2
+
+
+def test_only_a_profile_older_than_dtype_may_lack_it(runs, tmp_path):
+    # GIVEN a schema-2 profile whose variables table is rewritten without its dtype column
+    contents = members(runs["accum"])
+    with open_profile(runs["accum"]) as p:
+        lacking = p.read_table("variables").drop_columns(["dtype"])
+    sink = io.BytesIO()
+    pq.write_table(lacking, sink)
+    data = sink.getvalue()
+    contents["variables.parquet"] = data
+    manifest = json.loads(contents["manifest.json"])
+    manifest["tables"]["variables"]["footer_crc32"] = zlib.crc32(data[-(int.from_bytes(data[-8:-4], "little") + 8):])
+    contents["manifest.json"] = json.dumps(manifest).encode()
+    v2 = rezip(tmp_path / "v2.pop", contents)
+    # WHEN it is opened THEN it is refused: schema 2 has the column
+    with pytest.raises(E.MissingColumnError, match="Table variables of .* has no column dtype."):
+        open_profile(v2)
+    # AND the same file stamped schema 1 opens, saying it has no dtype, and reports with inferred types
+    manifest["schema_version"] = 1
+    contents["manifest.json"] = json.dumps(manifest).encode()
+    v1 = rezip(tmp_path / "v1.pop", contents)
+    with pv.open(v1) as r:
+        assert not r.profile.has_column("variables", "dtype")
+        assert r.insights.dtypes()[1] and len(r.insights.fp32_variables())
+    assert run_cli("report", str(v1), "--section", "summary", "-o", str(tmp_path / "r.txt")).exit_code == 0
