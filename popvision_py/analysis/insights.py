@@ -305,10 +305,10 @@ class InsightsView:
     def dtypes(self) -> tuple[np.ndarray, bool]:
         """Each variable's element type, and whether it was inferred (a schema-1 profile: no ``dtype``)."""
         def compute() -> tuple[np.ndarray, bool]:
-            r = self._r
-            if r.profile.has_column("variables", "dtype"):
-                return Columns(r.profile.read_table("variables", ["dtype"]))["dtype"], False
-            return inferred_dtypes(r.columns("variables"), r.run), True
+            variables = self._r.columns("variables")
+            if "dtype" in variables:
+                return variables["dtype"], False
+            return inferred_dtypes(variables, self._r.run), True
 
         return self._memo("dtypes", compute)
 

@@ -113,8 +113,10 @@ class Report:
 
     def columns(self, name: str) -> Columns:
         """A small table (everything but the trace and tile cycles) as NumPy columns: the columns in
-        ``tables.TABLE_COLUMNS``, decoded in one read, once per Report."""
-        return self.memo(("columns", name), lambda: Columns(self.profile.read_table(name, TABLE_COLUMNS[name])))
+        ``tables.TABLE_COLUMNS``, decoded in one read, once per Report (a column a later schema version
+        added is left out of an older profile's: ``name in columns`` says whether it is there)."""
+        return self.memo(("columns", name), lambda: Columns(self.profile.read_table(
+            name, [c for c in TABLE_COLUMNS[name] if self.profile.has_column(name, c)])))
 
     def prefetch(self, names: Iterable[str]) -> None:
         """Decode the tables ``names`` (through ``columns``) in a background thread, in that order.
