@@ -113,6 +113,7 @@ def callbacks(paths: list[str], warm: bool = True) -> list[tuple[str, Callable[[
     step_cycles = int(steps["cycles"].median())
     found = [
         ("summary.render", lambda: page["summary"].render("a")),
+        ("summary.render_tile_insights", lambda: page["summary"].render_tile_insights("a")),
         ("memory.render_overview", lambda: page["memory"].render_overview("a")),
         ("memory.render_ipu", lambda: page["memory"].render_ipu(ipu, "peak", None, None, "a")),
         ("memory.show_tile (click)", lambda: page["memory"].show_tile({"points": [{"x": 5, "y": 3}]}, ipu, "a")),

@@ -328,7 +328,7 @@ def _small_tables(writer: ProfileWriter, m: Model) -> None:
         "start_tile": np.zeros(2 * n_ops, np.int64), "tiles": np.tile(m.op_tiles, 2),
         "live_from_step": np.concatenate([np.zeros(n_ops, np.int64), fwd_of]),
         "live_to_step": np.concatenate([np.array([n_steps[s] - 1 for s in stage]), bwd_of]),
-        "op_id": np.tile(np.arange(n_ops), 2),
+        "op_id": np.tile(np.arange(n_ops), 2), "dtype": np.full(2 * n_ops, "fp16", dtype=object),
     })
     # liveness: per IPU and step, always-live total and the activations live at that step
     step_ipu = p["ipu"]

@@ -126,6 +126,15 @@ class CostModel:
         return fp32 * DTYPE_BYTES[o.optimiser_state_type] // 4
 
     @property
+    def optimiser_state_dtype(self) -> str:
+        """The optimiser state's element type: its type, or ``mixed`` when a two-moment optimiser keeps its
+        first moment in another type (one moment FP16, the other FP32)."""
+        o = self.options
+        if o.optimiser in TWO_MOMENTS and o.first_moment_type and o.first_moment_type != o.optimiser_state_type:
+            return "mixed"
+        return o.optimiser_state_type
+
+    @property
     def reduced_gradient_bytes(self) -> int:
         """Bytes per parameter the gradient all-reduce between replicas moves: the accumulated
         gradients in the accumulators' type (with SGD's combined velocity, the velocity's type);

@@ -320,6 +320,7 @@ def variables_table(compiled: Compiled) -> dict[str, Any]:
         "live_from_step": [v.live_from for v in variables],
         "live_to_step": [v.live_to for v in variables],
         "op_id": [v.op_id for v in variables],
+        "dtype": [v.dtype for v in variables],
     }
 
 

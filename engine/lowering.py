@@ -50,8 +50,9 @@ class Lowering:
         prog.exchanges.append((ex_step, "internal", prog.ipu, prog.ipu, per_tile * mapping.tiles, ex_cycles))
         if op.kind in STATISTICS_FLOPS:
             self._lower_statistics(prog, op, mapping, stage, pass_, label)
+        # typed as its operands, the run's precision (a split reduction's FP32 partials are counted in it)
         prog.variables.append(Variable(f"{label}/exchange_buffer", "exchange_buffers", False, mapping.start,
-                                       received, ex_step, prog.steps, op.op_id))
+                                       received, ex_step, prog.steps, op.op_id, self.options.precision))
         cs = prog.add("compute_set", label, op.op_id, stage, pass_, mapping.tiles, 0, slowest)
         prog.tile_cycles.append((cs, mapping.start, cycles, mapping.grains))
         if self.shards > 1:

@@ -22,6 +22,8 @@ class Variable:
     live_from: int
     live_to: int
     op_id: int
+    # element type of its data (schema.DTYPES): fp16, fp32, int32, or mixed (moments of two types)
+    dtype: str
 
 
 @dataclass

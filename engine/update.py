@@ -71,7 +71,7 @@ class WeightUpdate:
             prog.exchanges.append((ex, "internal", prog.ipu, prog.ipu, busiest * wmap.tiles,
                                    self.costs.exchange_cycles(busiest)))
             prog.variables.append(Variable(f"{op.name}/update/exchange_buffer", "exchange_buffers", False,
-                                           wmap.start, received, ex, ex + 1, op.op_id))
+                                           wmap.start, received, ex, ex + 1, op.op_id, self.options.precision))
         grains = int(wmap.grains.sum())
         grain_cycles = max(flops / grains / self.target.vector_flops_per_cycle("fp32"),
                            moved / grains / self.target.memory_bytes_per_cycle_per_tile)

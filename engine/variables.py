@@ -41,7 +41,7 @@ class Liveness:
             cmap = self.mappings[consumer]
             name = "input" if tensor.producer < 0 else f"{self.ops[tensor.producer].name}/output"
             var = Variable(f"stage{stage.index}/{name}", category, False, cmap.start,
-                           cmap.share(tensor.bytes * depth), step, step, consumer)
+                           cmap.share(tensor.bytes * depth), step, step, consumer, tensor.dtype)
             prog.variables.append(var)
             out.append(var)
         return out
@@ -57,6 +57,8 @@ class Liveness:
         combined = self.costs.combined_accumulator
         shard = self.plan.optimiser_shards
         ga = self.options.gradient_accumulation
+        dt = self.options.precision  # weights, their gradients and copies
+        state_dtype = self.costs.optimiser_state_dtype
         weight_spans: dict[int, list[tuple[int, int]]] = {}
         for op_id, live_from, live_to in self._weight_spans:
             weight_spans.setdefault(op_id, []).append((live_from, live_to))
@@ -80,10 +82,11 @@ class Liveness:
                     category = "stash" if self.pipelined_training else "activations"
                     prog.variables.append(Variable(f"{op.name}/output", category, False, mapping.start,
                                                    mapping.share(op.output.bytes * depth), produced,
-                                                   max(bwd_cs[op.op_id], last_use), op.op_id))
+                                                   max(bwd_cs[op.op_id], last_use), op.op_id, op.output.dtype))
                 else:
                     prog.variables.append(Variable(f"{op.name}/output", "activations", False, mapping.start,
-                                                   mapping.share(op.output.bytes), produced, last_use, op.op_id))
+                                                   mapping.share(op.output.bytes), produced, last_use, op.op_id,
+                                                   op.output.dtype))
                 if op.op_id in checkpoints and not self.activations_off_chip:
                     # A checkpoint is kept, one copy per micro-batch in flight, until the backward of
                     # the block that reads it.
@@ -91,7 +94,7 @@ class Liveness:
                     category = "stash" if self.pipelined_training else "activations"
                     prog.variables.append(Variable(f"{op.name}/checkpoint", category, False, mapping.start,
                                                    mapping.share(op.output.bytes * depth), produced, reader,
-                                                   op.op_id))
+                                                   op.op_id, op.output.dtype))
                 if training:
                     if self.options.recompute and op.op_id in again_cs:
                         # recomputed once for the segment (read by its piece's next op), then again for
@@ -99,20 +102,24 @@ class Liveness:
                         readers = [recompute_cs[c] for c in self.consumers.get(op.op_id, []) if c in recompute_cs]
                         prog.variables.append(Variable(f"{op.name}/recomputed", "activations", False, mapping.start,
                                                        mapping.share(op.output.bytes), recompute_cs[op.op_id],
-                                                       max(readers, default=recompute_cs[op.op_id]), op.op_id))
+                                                       max(readers, default=recompute_cs[op.op_id]), op.op_id,
+                                                       op.output.dtype))
                         prog.variables.append(Variable(f"{op.name}/recomputed", "activations", False, mapping.start,
                                                        mapping.share(op.output.bytes), again_cs[op.op_id],
-                                                       bwd_cs[op.op_id], op.op_id))
+                                                       bwd_cs[op.op_id], op.op_id, op.output.dtype))
                     elif self.options.recompute:
                         prog.variables.append(Variable(f"{op.name}/recomputed", "activations", False, mapping.start,
                                                        mapping.share(op.output.bytes), recompute_cs[op.op_id],
-                                                       bwd_cs[op.op_id], op.op_id))
+                                                       bwd_cs[op.op_id], op.op_id, op.output.dtype))
                     # The gradient of the op's input: from its backward step to the previous op's.
                     grad_to = self._previous_backward(op, bwd_cs)
-                    grad_bytes = sum(t.bytes for t in op.inputs if t.dtype != "int32")
+                    grads_of = [t for t in op.inputs if t.dtype != "int32"]
+                    grad_bytes = sum(t.bytes for t in grads_of)
                     if grad_bytes:
+                        types = {t.dtype for t in grads_of}
                         prog.variables.append(Variable(f"{op.name}/grad_input", "activations", False, mapping.start,
-                                                       mapping.share(grad_bytes), bwd_cs[op.op_id], grad_to, op.op_id))
+                                                       mapping.share(grad_bytes), bwd_cs[op.op_id], grad_to, op.op_id,
+                                                       types.pop() if len(types) == 1 else "mixed"))
                 if not op.weight_params:
                     continue
                 wmap = self.weight_mappings[op.op_id]
@@ -121,19 +128,19 @@ class Liveness:
                 if self.phased_pipeline:
                     for live_from, live_to in weight_spans.get(op.op_id, []):
                         prog.variables.append(Variable(f"{op.name}/weight", "weights", False, wmap.start,
-                                                       read, live_from, live_to, op.op_id))
+                                                       read, live_from, live_to, op.op_id, dt))
                 if self.weights_streamed:
                     for step, pass_ in weight_loads.get(op.op_id, []):
                         end = prog.segments[(stage.index, pass_)][1] - 1
                         prog.variables.append(Variable(f"{op.name}/weight", "weights", False, wmap.start, read,
-                                                       step, end, op.op_id))
+                                                       step, end, op.op_id, dt))
                     if op.op_id in update_steps:
                         first, last = update_steps[op.op_id]
                         prog.variables.append(Variable(f"{op.name}/weight", "weights", False, wmap.start, weights,
-                                                       first, last, op.op_id))
+                                                       first, last, op.op_id, dt))
                 elif op.params:
                     prog.variables.append(Variable(f"{op.name}/weight", "weights", True, wmap.start, weights, 0,
-                                                   last_step, op.op_id))
+                                                   last_step, op.op_id, dt))
                 if op.op_id in self._tied_copies:
                     # The tied matrix's copy on this IPU: from its arrival to the backward (the forward,
                     # inference); its gradient from the backward until it is sent back.
@@ -141,39 +148,39 @@ class Liveness:
                     arrive = self._tied_copies[op.op_id]
                     used = bwd_cs[op.op_id] if training else fwd_cs[op.op_id]
                     prog.variables.append(Variable(f"{op.name}/tied_weight", "weights", False, wmap.start, tied,
-                                                   arrive, used, op.op_id))
+                                                   arrive, used, op.op_id, dt))
                     if training:
                         prog.variables.append(Variable(f"{op.name}/tied_gradient", "gradients", False, wmap.start,
                                                        tied, bwd_cs[op.op_id], self._tied_grads[op.op_id],
-                                                       op.op_id))
+                                                       op.op_id, dt))
                 if not training or not op.params:
                     if training and self.phased_pipeline:
                         for store in grad_spans.get(op.op_id, []):
                             prog.variables.append(Variable(f"{op.name}/gradient", "gradients", False, wmap.start,
-                                                           read, bwd_cs[op.op_id], store, op.op_id))
+                                                           read, bwd_cs[op.op_id], store, op.op_id, dt))
                     continue
                 smap = self.state_mappings[op.op_id]
                 state = smap.share(math.ceil(op.params / shard) * state_bytes)
                 first, last = update_steps[op.op_id]
                 if self.optimiser_off_chip or self.weights_streamed:
                     prog.variables.append(Variable(f"{op.name}/optimiser_state", "optimiser_state", False,
-                                                   smap.start, state, first, last, op.op_id))
+                                                   smap.start, state, first, last, op.op_id, state_dtype))
                 else:
                     prog.variables.append(Variable(f"{op.name}/optimiser_state", "optimiser_state", True, smap.start,
-                                                   state, 0, last_step, op.op_id))
+                                                   state, 0, last_step, op.op_id, state_dtype))
                 grads = wmap.share(op.params * self.dt)
                 if self.phased_pipeline:
                     for store in grad_spans.get(op.op_id, []):
                         prog.variables.append(Variable(f"{op.name}/gradient", "gradients", False, wmap.start,
-                                                       read, bwd_cs[op.op_id], store, op.op_id))
+                                                       read, bwd_cs[op.op_id], store, op.op_id, dt))
                 elif ga > 1 and not self.weights_streamed and not combined:
                     # SGD's combined velocity (above) accumulates the gradients itself: no accumulator.
                     prog.variables.append(Variable(f"{op.name}/grad_accumulator", "gradients", True, smap.start,
                                                    smap.share(op.params * self.costs.accumulator_bytes), 0,
-                                                   last_step, op.op_id))
+                                                   last_step, op.op_id, self.options.accum_type or dt))
                 else:
                     prog.variables.append(Variable(f"{op.name}/gradient", "gradients", False, wmap.start, grads,
-                                                   bwd_cs[op.op_id], last, op.op_id))
+                                                   bwd_cs[op.op_id], last, op.op_id, dt))
 
     def _last_use(self, op_id: int, fwd_cs: dict[int, int], default: int) -> int:
         uses = [fwd_cs[c] for c in self.consumers.get(op_id, []) if c in fwd_cs]

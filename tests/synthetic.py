@@ -270,7 +270,8 @@ def write_pipeline_profile(
         def var(name: str, category: str, always: bool, nbytes: int, lo: int, hi: int, op: int) -> None:
             if nbytes:
                 variables.append(dict(var_id=len(variables), name=name, ipu=s, category=category, always_live=always,
-                                      bytes=nbytes, start_tile=0, tiles=T, live_from_step=lo, live_to_step=hi, op_id=op))
+                                      bytes=nbytes, start_tile=0, tiles=T, live_from_step=lo, live_to_step=hi, op_id=op,
+                                      dtype="fp16"))
 
         var(f"IPU{s}/code", "vertex_code", True, code_bytes * T, 0, last_step, -1)
         for b in blocks:

@@ -233,6 +233,7 @@ VIOLATIONS = [
     ("ops", "ipu", 1, 7, "holds 7 at row 1, above its largest value 1 (the target's num_ipus is 2)."),
     ("variables", "live_to_step", 1, -1, "holds -1 at row 1, below its least value 0."),
     ("variables", "live_from_step", 0, 3, None),
+    ("variables", "dtype", 1, "fp8", "holds the unknown value 'fp8' at row 1; it may hold fp16, fp32, int32, mixed."),
     ("liveness", "worst_tile", 1, 9, "holds 9 at row 1, above its largest value 3 (the target's tiles_per_ipu is 4)."),
     ("exchanges", "src_ipu", 0, -3, "holds -3 at row 0, below its least value -2."),
     ("exchanges", "kind", 0, "teleport", "holds the unknown value 'teleport' at row 0; it may hold internal, inter_ipu, host, remote_buffer, all_reduce."),

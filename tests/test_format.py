@@ -68,7 +68,7 @@ def tiny_tables() -> dict[str, pd.DataFrame]:
             "var_id": [0, 1], "name": ["l1/weight", "l1/out"], "ipu": [0, 0],
             "category": ["weights", "activations"], "always_live": [True, False], "bytes": [2400, 1200],
             "start_tile": [0, 0], "tiles": [4, 4], "live_from_step": [0, 0], "live_to_step": [1, 1],
-            "op_id": [0, 0],
+            "op_id": [0, 0], "dtype": ["fp16", "fp16"],
         }),
         "liveness": pd.DataFrame({
             "ipu": [0, 0], "step": [0, 1], "always_live_bytes": [2400, 2400],
@@ -150,7 +150,7 @@ def test_manifest_records_rows_target_and_run(tiny: Path) -> None:
     with open_profile(tiny) as profile:
         manifest = profile.manifest
     assert manifest["format"] == "popvision-profile"
-    assert manifest["schema_version"] == 2
+    assert manifest["schema_version"] == S.SCHEMA_VERSION
     assert manifest["target"] == TARGET
     assert manifest["run"] == RUN
     assert {name: t["rows"] for name, t in manifest["tables"].items()} == {
@@ -331,7 +331,8 @@ BAD_FILES = [
     ("truncated", _truncated, E.EmptyProfileError, "is truncated"),
     ("corrupt member", _corrupt_member, E.CorruptProfileError, "Table trace of .* is corrupt"),
     ("unknown format", _manifest_edit(format="chrome-trace"), E.UnknownFormatError, "format 'chrome-trace'"),
-    ("newer schema", _manifest_edit(schema_version=3), E.NewerSchemaError, "schema version 3, newer than version 2"),
+    ("newer schema", _manifest_edit(schema_version=S.SCHEMA_VERSION + 1), E.NewerSchemaError,
+     f"schema version {S.SCHEMA_VERSION + 1}, newer than version {S.SCHEMA_VERSION}"),
     ("manifest lacks a key", _manifest_edit(target=None), E.ManifestError, "lacks the key 'target'"),
     ("manifest key of wrong type", _manifest_edit(schema_version="1"), E.ManifestError, "'schema_version' of type str"),
     ("missing table", _missing_table, E.MissingTableError, "has no trace table"),
@@ -435,7 +436,7 @@ def test_info_describes_what_was_written(tiny: Path) -> None:
     result = run_cli("info", str(tiny))
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "popvision-profile v2" in out
+    assert f"popvision-profile v{S.SCHEMA_VERSION}" in out
     assert "tiles_per_ipu" in out and "1472" not in out and " 4" in out
     # each target figure on its own line, with the value written (tiles_per_ipu 4, not the Mk2's 1472)
     for key, value in TARGET.items():

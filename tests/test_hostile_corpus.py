@@ -487,9 +487,11 @@ def _sample_with(manifest_edit=None, table: str | None = None, edit=None, forged
         with open_profile(SAMPLE) as profile:
             original = profile.read_table(table)
         frame = original.to_pandas()
-        original = pa.Table.from_pandas(frame, schema=S.TABLES[table].schema, preserve_index=False)
+        # the sample's own columns: a schema-1 sample lacks those a later version added
+        schema = pa.schema([f for f in S.TABLES[table].schema if f.name in frame.columns])
+        original = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
         edit(frame)
-        edited_table = pa.Table.from_pandas(frame, schema=S.TABLES[table].schema, preserve_index=False)
+        edited_table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
 
         def plain(data: pa.Table) -> bytes:
             sink = io.BytesIO()

@@ -19,12 +19,14 @@ import pytest
 from tests.engine.helpers import BALANCED_MODEL, run_cli, write_model
 
 FAST_HOST = ("--input", "synthetic")  # the IPUs' own findings, not a host-bound run's
+# FP16 optimiser state: no precision finding (tests/analysis/test_insights.py runs that fix)
+FP16_STATE = ("--optimiser-state-type", "fp16")
 
 
 @pytest.fixture(scope="module")
 def mnist(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("verify")
-    result = run_cli("run", "mnist", "--profile", "--profile-dir", str(folder / "p"), "-q", *FAST_HOST)
+    result = run_cli("run", "mnist", "--profile", "--profile-dir", str(folder / "p"), "-q", *FAST_HOST, *FP16_STATE)
     assert result.exit_code == 0, result.output
     return folder / "p" / "profile.pop"
 
@@ -128,7 +130,7 @@ def test_a_fix_whose_run_fails_is_a_row_saying_why(tmp_path):
 def test_no_fix_no_runs_and_no_bar_off_a_terminal(tmp_path):
     # GIVEN a profile whose insights suggest no fix with a command (sharded mnist, 64 micro-batches and
     # 64 iterations per host call: no bubble, little host exchange per sample)
-    result = run_cli("run", "mnist", "--profile", "--profile-dir", str(tmp_path / "p"), "-q", *FAST_HOST,
+    result = run_cli("run", "mnist", "--profile", "--profile-dir", str(tmp_path / "p"), "-q", *FAST_HOST, *FP16_STATE,
                      "--strategy", "sharded", "--gradient-accumulation", "64", "--device-iterations", "64")
     assert result.exit_code == 0, result.output
     # WHEN it is verified

@@ -12,6 +12,7 @@ Tests call them directly.
 - ``exchange``: Exchange (and Summary's time by phase)
 - ``compare``: Compare
 - ``whatif``: What-if
+- ``insights``: Summary's tile insights (memory over tiles in the report's bins)
 
 Import the module a page draws with (``from dashboards.figures import memory as figures``); this
 package imports none of them.

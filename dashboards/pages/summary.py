@@ -12,7 +12,10 @@ from dash import MATCH, Input, Output, State, dcc, html
 from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import exchange as exchange_figures
+from dashboards.figures import insights as insight_figures
 from dashboards.figures import memory as memory_figures
+from dashboards.figures.style import empty
+from popvision_py.analysis.imported import NO_TILES, NO_VARIABLES
 from popvision_py.render.format import FIT_ANSWER, assumption_value
 
 dash.register_page(__name__, path="/", name="Summary", title="popvision · summary", order=0, icon="◎")
@@ -33,7 +36,69 @@ def layout(**_query: str) -> html.Div:
                 className="grid-2",
             ),
             c.section("Findings and suggested fixes", html.Div(id=ids.SUMMARY_INSIGHTS)),
+            *tile_insight_sections(),
         ]
+    )
+
+
+# -- the tile insights: memory over tiles, the fullest tiles, FP32 variables (analysis/insights.py) ----------
+
+
+def tile_insight_sections() -> list:
+    """The panels of Graph Analyser's insights beside the findings (filled by ``render_tile_insights``)."""
+    return [
+        html.Div([
+            c.section("Memory over tiles", c.graph(ids.SUMMARY_TILE_HISTOGRAM, modebar=False),
+                      note="Tiles' peak bytes, every IPU's together, in the bins `popvision report` gives."),
+            c.section("The five fullest tiles", html.Div(id=ids.SUMMARY_FULLEST),
+                      note="What fills each at its peak step: bytes by category, the largest variables."),
+        ], className="grid-2"),
+        c.section("FP32 variables that could be FP16", html.Div(id=ids.SUMMARY_FP32),
+                  note="By IPU and kind; the option that keeps them in FP16 and the bytes it saves (its "
+                       "command and effect are among the findings)."),
+    ]
+
+
+def fullest_view(head: pd.DataFrame, categories: pd.DataFrame, variables: pd.DataFrame) -> html.Div:
+    """Each fullest tile: its bytes and share of the tile, then its categories and largest variables."""
+    if head.empty:
+        return html.Div("No tiles.", className="empty")
+    items = []
+    for row in head.itertuples(index=False):
+        cats = categories[categories["rank"] == row.rank]
+        held = variables[variables["rank"] == row.rank]
+        items.append(html.Div([
+            html.P([html.Strong(f"{row.rank}. IPU {row.ipu}, tile {row.tile}: "),
+                    f"{c.fmt_bytes(row.total_bytes)} ({c.fmt_pct(row.used_pct)} of the tile), peak at step "
+                    f"{row.peak_step}"], className="fullest-head"),
+            html.P("; ".join(f"{k} {c.fmt_bytes(b)}" for k, b in zip(cats["category"], cats["bytes"])),
+                   className="fullest-categories"),
+            html.P("Largest: " + ("; ".join(f"{n} {c.fmt_bytes(b)}" for n, b in zip(held["name"], held["bytes_on_tile"]))
+                                  or "no variable"), className="fullest-variables"),
+        ], className="fullest-tile"))
+    return html.Div(items, className="fullest")
+
+
+@dash.callback(
+    Output(ids.SUMMARY_TILE_HISTOGRAM, "figure"),
+    Output(ids.SUMMARY_FULLEST, "children"),
+    Output(ids.SUMMARY_FP32, "children"),
+    Input(ids.PROFILE, "value"),
+)
+def render_tile_insights(profile: str | None):
+    report = data.report(profile)
+    if data.naming(report).imported:
+        return empty(NO_TILES), c.one_line(NO_TILES), c.one_line(NO_VARIABLES)
+    insights = report.insights
+    fp32 = insights.fp32_variables()
+    inferred = insights.dtypes()[1]
+    note = [c.one_line("A schema-1 profile does not record variables' types: these are inferred from the run "
+                       "configuration.")] if inferred and not fp32.empty else []
+    return (
+        insight_figures.memory_histogram(insights.histogram(), int(report.target["bytes_per_tile"])),
+        fullest_view(insights.fullest_tiles(), insights.fullest_tile_categories(), insights.fullest_tile_variables()),
+        html.Div(note + [c.table(fp32, table_id=ids.SUMMARY_FP32_TABLE)]) if not fp32.empty
+        else html.Div("No FP32 variables: every variable is FP16 or an integer.", className="empty"),
     )
 
 

@@ -207,16 +207,21 @@ def applied(run: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
-# What a PopTorch script's own code fixes: its DataLoader's batch_size, its weights' dtype.
+# What a PopTorch script's own code fixes: its DataLoader's batch_size, its weights' dtype, its
+# optimiser's accumulation types (poptorch.optim's accum_type and *_accum_type arguments).
 SCRIPT_FIXED = {"micro_batch_size": "batch_size in the script's poptorch.DataLoader",
-                "precision": "the dtype of the script's model"}
+                "precision": "the dtype of the script's model",
+                "accum_type": "the accum_type argument of the script's poptorch.optim optimiser",
+                "optimiser_state_type": "the *_accum_type arguments of the script's poptorch.optim optimiser",
+                "first_moment_type": "the first_order_momentum_accum_type argument of the script's poptorch.optim "
+                                     "optimiser"}
 
 
 def check(run: Mapping[str, Any], changes: Mapping[str, Any]) -> str | None:
     """``None`` if the planner accepts the run with ``changes``, else its sentence."""
     recorded = run.get("request")
     if isinstance(recorded, Mapping) and recorded.get("emulate_only"):
-        for name in set(changes) & set(SCRIPT_FIXED):
+        for name in (n for n in changes if n in SCRIPT_FIXED):  # the first named: one sentence, always the same
             return f"A PopTorch script's {name.replace('_', ' ')} is {SCRIPT_FIXED[name]}, not an option."
     return runconfig.check_run(applied(run, changes))
 

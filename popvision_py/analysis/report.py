@@ -35,6 +35,7 @@ from popvision_py.analysis import exchange as _exchange
 from popvision_py.analysis import fixes as _fixes
 from popvision_py.analysis import host as _host
 from popvision_py.analysis import imported as _imported
+from popvision_py.analysis import insights as _insights
 from popvision_py.analysis import liveness as _liveness
 from popvision_py.analysis import memory as _memory
 from popvision_py.analysis import memory_depth as _memory_depth
@@ -52,7 +53,7 @@ from popvision_py.format import Profile, open_profile
 from popvision_py.format import system as _system_files
 
 T = TypeVar("T")
-ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system", "programs", "operations")
+ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system", "programs", "operations", "insights")
 
 
 class Report:
@@ -84,6 +85,7 @@ class Report:
         self.system = SystemReport(self, list(system) if system else None)
         self.programs = ProgramsReport(self)
         self.operations = _operations.OperationsReport(self)
+        self.insights = _insights.InsightsView(self)  # FP32 variables, fullest tiles, memory histogram
 
     @property
     def imported(self) -> bool:
@@ -117,8 +119,10 @@ class Report:
 
     def columns(self, name: str) -> Columns:
         """A small table (everything but the trace and tile cycles) as NumPy columns: the columns in
-        ``tables.TABLE_COLUMNS``, decoded in one read, once per Report."""
-        return self.memo(("columns", name), lambda: Columns(self.profile.read_table(name, TABLE_COLUMNS[name])))
+        ``tables.TABLE_COLUMNS``, decoded in one read, once per Report (a column a later schema version
+        added is left out of an older profile's: ``name in columns`` says whether it is there)."""
+        return self.memo(("columns", name), lambda: Columns(self.profile.read_table(
+            name, [c for c in TABLE_COLUMNS[name] if self.profile.has_column(name, c)])))
 
     def prefetch(self, names: Iterable[str]) -> None:
         """Decode the tables ``names`` (through ``columns``) in a background thread, in that order.
@@ -272,7 +276,8 @@ class SummaryReport(_View):
                 run=r.run, target=r.target, oom=oom, worst_breakdown=breakdown,
                 tile_memory=r.columns("tile_memory"), tiles=r.memory._tiles(), blocks=r.stages._blocks(), costs=r.stages._costs(),
                 stage_figures=r.stages.figures(), split=r.stages.best_split(), exchange=r.exchange.figures(),
-                kinds=r.exchange._by_kind(), costliest=r.exchange._costliest(10), host=r.exchange.host_input()))
+                kinds=r.exchange._by_kind(), costliest=r.exchange._costliest(10), host=r.exchange.host_input(),
+                precision=r.insights.precision_fixes(self.figures().worst_tile_bytes)))
 
         return self._memo("insights", compute)
 

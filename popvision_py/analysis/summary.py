@@ -7,7 +7,7 @@ Formulas and thresholds in docs/reports.md, "Summary and insights".
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -159,6 +159,7 @@ class Evidence:
     kinds: Table
     costliest: Table
     host: HostInput | None = None
+    precision: list = field(default_factory=list)  # (finding, Fix) per option keeping FP32 variables in FP16
 
 
 class _Findings:
@@ -517,6 +518,11 @@ def findings(summary: Summary, ev: Evidence) -> tuple[Table, list[F.Fix | None]]
     if not out.rows:
         out.add("info", "summary", "No problems found: the model fits, the stages are balanced and compute "
                 "dominates.")
+    # -- FP32 variables that could be FP16 (analysis/insights.py): a saving, a problem only when out of memory
+    for finding, fix in ev.precision:
+        severity = "info" if summary.fits else "warning"
+        if not out.add(severity, "precision", finding, fix):
+            out.add(severity, "precision", f"{finding} {F.check(ev.run, fix.changes)}")
     # stable: errors first, each topic in order
     order = sorted(range(len(out.rows)), key=lambda k: SEVERITIES.index(out.rows[k][0]))
     rows = [out.rows[k] for k in order]

@@ -35,7 +35,7 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "programs": ("ipu", "step", "type", "name", "op_id", "stage", "pass", "tiles", "bytes", "cycles"),
     "tile_memory": ("ipu", "tile", "category", "always_live", "bytes"),
     "variables": ("var_id", "name", "ipu", "category", "always_live", "bytes", "start_tile", "tiles",
-                  "live_from_step", "live_to_step", "op_id"),
+                  "live_from_step", "live_to_step", "op_id", "dtype"),  # dtype: schema 2 on
     "liveness": ("ipu", "step", "always_live_bytes", "not_always_live_bytes", "worst_tile", "worst_tile_bytes"),
     "exchanges": ("ipu", "step", "kind", "src_ipu", "dst_ipu", "bytes", "cycles"),
     "trace": TRACE_COLUMNS,

@@ -310,6 +310,8 @@ class Profile:
             )
         for column in spec.columns:
             index = stored.get_field_index(column.name)
+            if index < 0 and column.since > self.manifest["schema_version"]:
+                continue  # added by a later schema version than the profile's: has_column says so
             if index < 0:
                 if column.since > self.manifest["schema_version"]:
                     continue  # added by a later schema version: an older profile opens without it
@@ -373,6 +375,11 @@ class Profile:
     def tables(self) -> list[str]:
         """The table names, in schema order."""
         return list(S.TABLES)
+
+    def has_column(self, table: str, column: str) -> bool:
+        """Whether the table holds ``column``: a column a later schema version added is absent from
+        an older profile (``schema.Column.since``)."""
+        return column in self._schemas[self._known(table)].names
 
     def num_rows(self, table: str) -> int:
         """Rows in a table, from its Parquet footer."""

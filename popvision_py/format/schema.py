@@ -56,6 +56,9 @@ MEMORY_CATEGORIES = (
     "exchange_buffers",
     "stack",
 )
+# A variable's element type (variables.dtype, schema 2); mixed: an optimiser state whose two moments
+# differ in type (one FP16, one FP32), or a gradient of inputs of several types.
+DTYPES = ("fp16", "fp32", "int32", "mixed")
 
 
 # The largest count (cycles, bytes, flops) a column may hold: exact as a float64, and a sum of
@@ -110,7 +113,10 @@ VERTICES = Values(low=1, high=2**31 - 1)  # a tile that takes part in a compute 
 
 @dataclass(frozen=True)
 class Column:
-    """One column of a table: its name, Arrow type, meaning (with its unit) and allowed values."""
+    """One column of a table: its name, Arrow type, meaning (with its unit) and allowed values.
+
+    ``since``: the schema version that added it; a profile of an older version lacks it and still opens.
+    """
 
     name: str
     type: pa.DataType
@@ -212,6 +218,8 @@ TABLES: dict[str, Table] = {
             ("live_from_step", pa.int32(), "First program step it is live (0 for always-live).", STEP),
             ("live_to_step", pa.int32(), "Last program step it is live, inclusive.", STEP),
             ("op_id", pa.int32(), "Op that produces or owns it, -1 if none.", OP),
+            ("dtype", CATEGORY, "Element type: fp16, fp32, int32, or mixed (an optimiser state with one FP16 and "
+             "one FP32 moment). Schema 2 on.", Values(codes=DTYPES), 2),
             ordered=(("live_from_step", "live_to_step"),),
         ),
         _t(

@@ -109,6 +109,47 @@ def _meaningless(doc: Document, key: str, title: str, sentence: str) -> None:
 def _summary(doc: Document, r: Any, figures: bool) -> None:
     doc.add("summary.figures", "Summary", r.summary.figures())
     doc.add("summary.insights", "Insights", r.answer("summary.insights"))
+    _tile_insights(doc, r)
+
+
+def _tile_insights(doc: Document, r: Any) -> None:
+    """Graph Analyser's insights beside the summary's: FP32 variables, the fullest tiles, memory over tiles."""
+    fullest = "The five fullest tiles and what fills them"
+    histogram = f"Memory over tiles: tiles' peak bytes in bins (tile memory {int(r.target['bytes_per_tile']):,} bytes)"
+    if r.imported:
+        _meaningless(doc, "summary.fp32_variables", "FP32 variables that could be FP16", imported.NO_VARIABLES)
+        _meaningless(doc, "summary.fullest_tiles", fullest, imported.NO_TILES)
+        _meaningless(doc, "summary.memory_histogram", histogram, imported.NO_TILES)
+        return
+    inferred = r.insights.dtypes()[1]
+    doc.add("summary.fp32_variables", "FP32 variables that could be FP16" + (
+        " (types inferred from the run configuration: a schema-1 profile does not record them)" if inferred else ""),
+        r.answer("insights.fp32_variables"))
+    head, cats, tile_vars = (r.answer(f"insights.{n}") for n in ("fullest_tiles", "fullest_tile_categories",
+                                                                   "fullest_tile_variables"))
+    doc.add("summary.fullest_tiles", fullest, head, items=_fullest_items(head, cats, tile_vars),
+            empty="the profile has no tiles")
+    doc.add("summary.fullest_tile_categories", "The fullest tiles: bytes by category", cats)
+    doc.add("summary.fullest_tile_variables", "The fullest tiles: largest variables at each tile's peak step", tile_vars)
+    doc.add("summary.memory_histogram", histogram, r.answer("insights.histogram"))
+
+
+def _fullest_items(head: Table, cats: Table, tile_vars: Table) -> list[tuple[str, list[str]]]:
+    """Each fullest tile as a heading and two lines: its bytes by category, its largest variables."""
+    items = []
+    for rank, ipu, tile, total, pct, step in zip(*(head[c].tolist() for c in (
+            "rank", "ipu", "tile", "total_bytes", "used_pct", "peak_step"))):
+        mine = np.flatnonzero(cats["rank"] == rank)
+        parts = [f"{c} {b:,}" + (" (always-live)" if a else "") for c, a, b in zip(
+            cats["category"][mine].tolist(), cats["always_live"][mine].tolist(), cats["bytes"][mine].tolist())]
+        ours = np.flatnonzero(tile_vars["rank"] == rank)
+        names = [f"{n} ({c}{', ' + d if d else ''}) {b:,}" for n, c, d, b in zip(
+            tile_vars["name"][ours].tolist(), tile_vars["category"][ours].tolist(), tile_vars["dtype"][ours].tolist(),
+            tile_vars["bytes_on_tile"][ours].tolist())]
+        items.append((f"{rank}. IPU {ipu} tile {tile}: {total:,} bytes ({pct:.1f}% of the tile), peak at step {step}",
+                      [f"by category: {'; '.join(parts) or 'nothing'}",
+                       f"largest variables: {'; '.join(names) or 'none'}"]))
+    return items
 
 
 def _memory(doc: Document, r: Any, figures: bool) -> None:

@@ -94,8 +94,9 @@ def test_the_insight_feeds_every_replica_from_its_own_process(profiles, tmp_path
         insights = r.summary.insights()
         before = r.summary.figures().throughput_samples_per_s
     host = insights[insights["topic"] == "host"]
-    # THEN one host finding, and only it: the IPUs' own time does not set the pace
-    assert len(host) == 1 and set(insights["topic"]) == {"host"}
+    # THEN one host finding, and no other about time: the IPUs' own time does not set the pace (the
+    # FP32 optimiser state's precision finding is about memory)
+    assert len(host) == 1 and set(insights["topic"]) - {"precision"} == {"host"}
     assert "host-bound" in host["finding"].iloc[0]
     command = host["command"].iloc[0]
     assert "--host-processes 4" in command and "--replicas 4" in command

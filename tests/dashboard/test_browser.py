@@ -17,7 +17,7 @@ from tests.dashboard.conftest import SAMPLES
 pytestmark = pytest.mark.browser
 
 PAGES = {
-    "/": [ids.SUMMARY_TIME, ids.SUMMARY_MEMORY],
+    "/": [ids.SUMMARY_TIME, ids.SUMMARY_MEMORY, ids.SUMMARY_TILE_HISTOGRAM],
     "/memory": [ids.MEMORY_TILE_MAP, ids.MEMORY_TILE_BREAKDOWN, ids.MEMORY_CATEGORIES, ids.MEMORY_HISTOGRAM,
                 ids.MEMORY_WORST_STEPS],
     "/liveness": [ids.LIVENESS_PLOT],

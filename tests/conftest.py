@@ -1,0 +1,31 @@
+"""How the suite is shared between pytest-xdist's workers (`make test` runs `pytest -n 2 --dist loadgroup`).
+
+Each test file runs whole on one worker, so a module's fixtures are built once. Every test that
+drives the browser runs on one worker, one after another: Dash's test server listens on one fixed
+port (8050). A folder whose session fixtures are costly (recorded traces, poprun launches, emulated
+profiles) stays on one worker, so they are built once. Without ``-n`` the marks change nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# Folders whose tests share costly session-scoped fixtures (their conftest.py).
+SHARED_FIXTURES = ("analysis", "importer", "popdist", "poptorch", "tune", "traces")
+BROWSER_FIXTURES = {"dash_duo", "dash_br", "dash_thread_server", "dash_process_server"}
+
+
+def group(item: pytest.Item) -> str:
+    """The xdist group of a test: ``browser``, its folder, or its file."""
+    if "browser" in item.keywords or BROWSER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return "browser"
+    parts = item.nodeid.split("::")[0].split("/")
+    if len(parts) > 2 and parts[1] in SHARED_FIXTURES:
+        return parts[1]
+    return parts[-1]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group(item)))
