@@ -34,7 +34,7 @@ demo: install
 	$(BIN)/popvision dashboard $(PROFILE_DIR)/profile.pop
 
 test: install browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 samples: install
 	$(BIN)/python sample_profiles/regenerate.py

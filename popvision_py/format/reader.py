@@ -313,8 +313,6 @@ class Profile:
             if index < 0 and column.since > self.manifest["schema_version"]:
                 continue  # added by a later schema version than the profile's: has_column says so
             if index < 0:
-                if column.since > self.manifest["schema_version"]:
-                    continue  # added by a later schema version: an older profile opens without it
                 raise MissingColumnError(f"Table {table} of {self.path} has no column {column.name}.")
             actual = stored.field(index).type
             if not _types_match(actual, column.type):
