@@ -40,6 +40,7 @@ from popvision_py.analysis import memory as _memory
 from popvision_py.analysis import stages as _stages
 from popvision_py.analysis import summary as _summary
 from popvision_py.analysis import system as _system
+from popvision_py.analysis import tiles as _tiles
 from popvision_py.analysis import trace as _trace
 from popvision_py.analysis import tracescan as _tracescan
 from popvision_py.analysis.tables import TABLE_COLUMNS, Columns, StepIndex, Table
@@ -49,12 +50,13 @@ from popvision_py.format import Profile, open_profile
 from popvision_py.format import system as _system_files
 
 T = TypeVar("T")
-ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system")
+ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system", "tiles")
 
 
 class Report:
     """An open profile and its reports: ``summary``, ``memory``, ``liveness``, ``stages``, ``exchange``, ``trace``,
-    and ``system``: the host processes' timelines beside it (``system`` paths given instead override the search).
+    ``tiles`` (tile balance, tiles in time), and ``system``: the host processes' timelines beside it (``system``
+    paths given instead override the search).
 
     Attributes: ``path``, ``manifest``, ``target``, ``run`` (dicts from the manifest) and
     ``profile`` (the raw ``popvision_py.format.Profile``).
@@ -78,6 +80,7 @@ class Report:
         self.exchange = ExchangeReport(self)
         self.trace = TraceReport(self)
         self.system = SystemReport(self, list(system) if system else None)
+        self.tiles = _tiles.TilesReport(self)
 
     @property
     def imported(self) -> bool:

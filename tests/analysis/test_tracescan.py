@@ -198,7 +198,7 @@ def test_one_scan_for_everything_equals_one_pass_each(shuffle):
     bars = tracescan.gantt_bars(_batches(frame, 613, shuffle), agg)
     for name in bars:
         np.testing.assert_array_equal(one["gantt"][name], bars[name])
-    assert tracescan.scan_columns(False, True, False) == ("ipu", "phase", "start_cycle", "end_cycle")
+    assert tracescan.scan_columns(False, True, False) == ("ipu", "step", "phase", "start_cycle", "end_cycle")
 
 
 def test_report_reads_the_trace_once_for_summary_timeline_and_gantt(profiles, monkeypatch):

@@ -123,8 +123,11 @@ def test_tile_cycles_of_the_costliest_compute_set(app):
     assert options[0]["label"] == "step 4 · B1/bwd · 200 cycles × 12"
     fig = trace.show_tile_cycles(step, 0, "a")
     assert len(fig.data[0].x) == 64
-    # tile t computes 200 x (64 - t) // 64 cycles (tests/synthetic.py): tile 0 is the slowest
-    assert list(fig.data[0].y) == [200 * (64 - t) // 64 for t in range(64)]
+    # tile t computes 200 x (64 - t) // 64 cycles (tests/synthetic.py): tile 0 is the slowest, busy all the step
+    cycles = [200 * (64 - t) // 64 for t in range(64)]
+    assert list(fig.data[0].customdata) == cycles
+    assert list(fig.data[0].y) == [100 * c / 200 for c in cycles]
+    assert "least 50.0 % · mean" in fig.layout.title.text and "most 100.0 %" in fig.layout.title.text
 
 
 def test_stages_show_the_gantt_and_the_split(app):
