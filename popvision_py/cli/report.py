@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-SECTION_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange", "system"]
-COMPARE_CHOICES = SECTION_CHOICES[:-1]
+SECTION_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange", "system", "tiles"]
+COMPARE_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange"]
 FORMAT_CHOICES = ["text", "json", "csv", "md", "html"]
 
 
@@ -42,9 +42,9 @@ def finish(written: list) -> None:
                    "folder's system/, PROFILE's folder, its parent, or a poprun run's folder].")
 def command(profile: str, section: str, fmt: str, output: str | None, verify: bool, verify_dir: str | None,
             system: tuple[str, ...]) -> None:
-    """Report on PROFILE: summary and insights, memory, liveness, stages, exchange, and the host processes'
-    system timeline. PROFILE may be a run's folder: with several poprun instances, the figures that differ
-    between them come first."""
+    """Report on PROFILE: summary and insights, memory, liveness, stages, exchange, the host processes'
+    system timeline, and tile balance. PROFILE may be a run's folder: with several poprun instances, the
+    figures that differ between them come first."""
     from popvision_py.analysis.report import Report
     from popvision_py.format.runs import run_profiles
     from popvision_py.render import emit

@@ -16,13 +16,15 @@ import pandas as pd
 
 from popvision_py.version import __version__
 from popvision_py.analysis import imported
+from popvision_py.analysis import tiles as tile_answers
 from popvision_py.analysis.instances import differences
 from popvision_py.analysis.tables import TABLE_COLUMNS, Table
 from popvision_py.render.format import value as shown
 from popvision_py.render.format import verification
 
-SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "system")
-COMPARED = SECTIONS[:-1]  # `popvision compare` sets the device's figures side by side, not the host's timelines
+SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "system", "tiles")
+# `popvision compare` sets the device's figures side by side, not the host's timelines nor each tile's balance
+COMPARED = ("summary", "memory", "liveness", "stages", "exchange")
 
 
 @dataclass
@@ -188,6 +190,15 @@ def _system(doc: Document, r: Any, figures: bool) -> None:
     doc.add("system.counters", "Counters: median, least and most", r.answer("system.counters"))
 
 
+def _tiles(doc: Document, r: Any, figures: bool) -> None:
+    if r.imported:
+        _meaningless(doc, "tiles.by_ipu", "Tile balance per IPU", tile_answers.NO_TILES)
+        return
+    doc.add("tiles.by_ipu", "Tile balance per IPU: compute sets over the run", r.answer("tiles.by_ipu"))
+    doc.add("tiles.balance", "Tile balance per compute set (worst balance first)", r.answer("tiles.balance"))
+    doc.add("tiles.busiest", "Busiest tiles: most compute cycles over the run", r.answer("tiles.busiest", 10))
+
+
 def add_instances(doc: Document, runs: list[tuple[str, Any]], first: Any) -> None:
     """A run of several instances: the summary figures that differ between their profiles, first in
     the document (``first`` is the first instance's open Report; the others are opened here)."""
@@ -214,7 +225,7 @@ def add_verification(doc: Document, table: Table) -> None:
 
 
 _SECTION_BUILDERS = {"summary": _summary, "memory": _memory, "liveness": _liveness, "stages": _stages,
-                     "exchange": _exchange, "system": _system}
+                     "exchange": _exchange, "system": _system, "tiles": _tiles}
 
 
 def build_comparison(comparison: Any, section: str = "all") -> Document:

@@ -60,6 +60,7 @@ def _figures_for(doc: Document) -> dict[str, list[go.Figure]]:
     add("exchange", F.phases, "exchange.figures")
     add("exchange", F.exchange_by_kind, "exchange.by_kind")
     add("exchange", F.exchange_matrix, "exchange.matrix")
+    add("tiles", F.tile_balance, "tiles.balance")
     for key, frame in data.items():
         if key.endswith(".comparison") and len(frame):
             out.setdefault(key.split(".")[0], []).append(F.comparison(frame, key.split(".")[0].capitalize()))
