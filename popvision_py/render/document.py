@@ -192,7 +192,7 @@ def _system(doc: Document, r: Any, figures: bool) -> None:
 
 def _tiles(doc: Document, r: Any, figures: bool) -> None:
     if r.imported:
-        _meaningless(doc, "tiles.by_ipu", "Tile balance per IPU", tile_answers.NO_TILES)
+        _meaningless(doc, "tiles.by_ipu", "Tile balance per IPU: compute sets over the run", tile_answers.NO_TILES)
         return
     doc.add("tiles.by_ipu", "Tile balance per IPU: compute sets over the run", r.answer("tiles.by_ipu"))
     doc.add("tiles.balance", "Tile balance per compute set (worst balance first)", r.answer("tiles.balance"))
