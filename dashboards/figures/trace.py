@@ -148,7 +148,7 @@ def tile_balance(frame: pd.DataFrame, title: str = "", note: str = "of the step'
     with the least, mean and most of the tiles that compute (cycles > 0) as lines."""
     working = frame[frame["cycles"] > 0]
     if working.empty:
-        return empty("No tile computes here.", height=300)
+        return empty(f"{title}: no tile computes here." if title else "No tile computes here.", height=300)
     fig = go.Figure(go.Bar(x=frame["tile"], y=frame["busy_pct"], customdata=frame["cycles"], name="busy share",
                            marker=dict(color=PHASE_COLOURS["compute"], line=dict(width=0)),
                            hovertemplate="tile %{x}: %{y:.1f} % busy (%{customdata:,} cycles)<extra></extra>"))

@@ -241,7 +241,7 @@ def show_tile_balance(step: int | None, scope: str | None, window: list | None, 
         frame, cycles = report.tiles.window_balance(ipu, a, b)
         title = f"{ipu_label(ipu)}, compute sets in cycles {a:,} to {b:,} ({cycles:,} cycles of compute sets)"
         return figures.tile_balance(frame, title, "of the compute sets' cycles in view")
-    if scope == "step" and triggered() == ids.TRACE_WINDOW:
+    if scope == "step" and triggered(every=True) == {ids.TRACE_WINDOW}:
         raise dash.exceptions.PreventUpdate  # one compute set's balance does not depend on the window
     if step is None:
         return empty("This IPU runs no compute set.", height=300)
@@ -254,9 +254,12 @@ def show_tile_balance(step: int | None, scope: str | None, window: list | None, 
 # -- tiles in time ---------------------------------------------------------------------------------
 
 
-def triggered() -> Any:
-    """The id of the input that fired the callback; None outside one (a direct call)."""
+def triggered(every: bool = False) -> Any:
+    """The id of the input that fired the callback (``every``: the set of those that did, together); None
+    outside one (a direct call)."""
     try:
+        if every:
+            return {key.split(".", 1)[0] for key in dash.ctx.triggered_prop_ids}
         return dash.ctx.triggered_id
     except dash.exceptions.MissingCallbackContextException:
         return None
