@@ -99,17 +99,21 @@ TILE_PHASE_NAMES = {"compute": "compute", "wait": "wait (done, at the sync)", "s
                     "stream": "stream", "idle": "idle"}
 
 
-def tile_bars(frame: pd.DataFrame) -> pd.DataFrame:
-    """Where each row of a tile time line (``analysis.tiles.tile_timeline``) is drawn: ``base`` and ``width``.
+def tile_bars(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Where each row of a tile time line (``analysis.tiles.tile_timeline``, rows in tile, start and phase
+    order) is drawn: ``base`` and ``width`` in cycles, as arrays.
 
     An execution is drawn where it ran; in a bin the phases of one tile sit side by side in phase
     order, each as wide as its cycles there (as ``timeline_bars`` does for IPUs).
     """
-    out = frame.assign(_rank=frame["phase"].cat.codes if hasattr(frame["phase"], "cat") else 0)
-    out = out.sort_values(["tile", "start_cycle", "_rank"], kind="stable")
-    offset = out.groupby(["tile", "start_cycle"], sort=False)["cycles"].cumsum() - out["cycles"]
-    out = out.assign(base=out["start_cycle"] + offset, width=out["cycles"], phase=out["phase"].astype(str))
-    return out.drop(columns="_rank").reset_index(drop=True)
+    tile, start = frame["tile"].to_numpy(), frame["start_cycle"].to_numpy()
+    cycles = frame["cycles"].to_numpy()
+    before = np.concatenate([[0], np.cumsum(cycles)])
+    first = np.flatnonzero(np.r_[True, (tile[1:] != tile[:-1]) | (start[1:] != start[:-1])])
+    group_start = np.repeat(before[first], np.diff(np.r_[first, len(tile)]))
+    return {"tile": tile, "start_cycle": start, "cycles": cycles, "events": frame["events"].to_numpy(),
+            "step": frame["step"].to_numpy(), "phase": np.asarray(frame["phase"].astype(str)),
+            "base": start + before[:-1] - group_start, "width": cycles}
 
 
 def tile_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], tiles: Sequence[int],
@@ -117,27 +121,28 @@ def tile_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], tile
     """Chosen tiles as BSP rows: one row per tile in the order chosen, one bar trace per phase.
 
     ``frame``: ``analysis.tiles.tile_timeline(...).frame``; ``names``: step names, shown on hover
-    over an execution of a compute set (events level).
+    over an execution of a compute set (events level). Rows are categories named by the tile's
+    number (small integers on the wire, however many bars).
     """
     bars = tile_bars(frame)
-    row = {int(t): k for k, t in enumerate(tiles)}
     fig = go.Figure()
     for phase, name in TILE_PHASE_NAMES.items():
-        part = bars[bars["phase"] == phase]
+        keep = bars["phase"] == phase
         text = None
         if level == "events" and names is not None:
-            text = [f"step {s} · {names.get(s, '')}" if s >= 0 else "" for s in part["step"].tolist()]
+            text = [f"step {s} · {names.get(s, '')}" if s >= 0 else "" for s in bars["step"][keep].tolist()]
         fig.add_trace(go.Bar(
-            y=part["tile"].map(row), x=part["width"], base=part["base"], orientation="h", name=name,
-            text=text, textposition="none", marker=dict(color=TILE_PHASE_COLOURS[phase], line=dict(width=0)),
-            customdata=np.stack([part["tile"], part["start_cycle"], part["end_cycle"], part["cycles"], part["events"]],
-                                axis=-1) if len(part) else None,
-            hovertemplate=("tile %{customdata[0]} " + name + "<br>cycles %{customdata[1]:,} – %{customdata[2]:,}"
-                           "<br>" + name + " %{customdata[3]:,} cycles in %{customdata[4]:,} execution(s)"
-                           + ("<br>%{text}" if text is not None else "") + "<extra></extra>"),
+            y=bars["tile"][keep].astype(np.int16 if len(tiles) and max(tiles) < 2**15 else np.int32),
+            x=bars["width"][keep], base=bars["base"][keep], orientation="h", name=name, text=text, textposition="none",
+            marker=dict(color=TILE_PHASE_COLOURS[phase], line=dict(width=0)),
+            customdata=np.stack([bars["start_cycle"][keep], bars["cycles"][keep], bars["events"][keep]], axis=-1)
+            if keep.any() else None,
+            hovertemplate=("tile %{y} " + name + "<br>from cycle %{customdata[0]:,}: %{customdata[1]:,} cycles in "
+                           "%{customdata[2]:,} execution(s)" + ("<br>%{text}" if text is not None else "")
+                           + "<extra></extra>"),
         ))
-    fig.update_yaxes(tickvals=list(range(len(tiles))), ticktext=[f"tile {int(t)}" for t in tiles],
-                     range=[len(tiles) - 0.5, -0.5], fixedrange=True)
+    fig.update_yaxes(type="category", categoryorder="array", categoryarray=[int(t) for t in tiles][::-1],
+                     tickvals=[int(t) for t in tiles], ticktext=[f"tile {int(t)}" for t in tiles], fixedrange=True)
     fig.update_xaxes(range=list(window), title="cycles", showgrid=True)
     return styled(fig, height=max(220, 100 + 22 * len(tiles)), barmode="overlay", bargap=0.2, dragmode="zoom",
                   meta={"level": level}, margin=dict(l=80, r=20, t=40, b=45))

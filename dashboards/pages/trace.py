@@ -25,8 +25,9 @@ dash.register_page(__name__, path="/trace", name="Execution trace", title="popvi
 
 MAX_BINS = 800  # about one bar per pixel column of a wide screen
 MAX_STEP_OPTIONS = 300
-# Bins of the tile rows, shared by the tiles shown: 8 tiles get MAX_BINS each, 64 get 100.
-TILE_BINS = 6400
+# Bins of the tile rows, shared by the tiles shown (as many bars as the IPU rows of a 4-IPU run): 8 tiles
+# get 400 bins each, 64 get 50.
+TILE_BINS = 3200
 DEFAULT_TILES = "worst 8"
 
 

@@ -384,24 +384,21 @@ def _bins(ix: _IpuIndex, time: TileTimeIndex, matrix: np.ndarray, tile_ids: np.n
         else:
             cycles[TILE_PHASES.index(name)] = ipu_cycles
             events[TILE_PHASES.index(name)] = ipu_events
+    # [tile, bin, phase]: nonzero then gives the rows in (tile, start, phase) order, as the frame is kept
+    cycles, events = cycles.transpose(1, 2, 0), events.transpose(1, 2, 0)
     keep = cycles > 0
-    phase_at, tile_at, bin_at = np.nonzero(keep)
+    tile_at, bin_at, phase_at = np.nonzero(keep)
     return _frame({
         "tile": tile_ids[tile_at], "start_cycle": edges[:-1][bin_at], "end_cycle": edges[1:][bin_at],
         "phase": np.array(TILE_PHASES, object)[phase_at], "cycles": cycles[keep], "events": events[keep],
         "step": np.full(len(bin_at), -1, np.int64),
-    }, sort=True)
+    })
 
 
-def _frame(columns: dict[str, np.ndarray], sort: bool = False) -> pd.DataFrame:
-    frame = pd.DataFrame({c: columns[c] for c in TIMELINE_COLUMNS})
-    for c in TIMELINE_COLUMNS:
-        if c != "phase":
-            frame[c] = frame[c].astype(np.int64)
-    frame["phase"] = category(frame["phase"].astype(object), TILE_PHASES)
-    if sort:
-        frame = frame.sort_values(["tile", "start_cycle", "phase"], kind="stable").reset_index(drop=True)
-    return frame
+def _frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """TIMELINE_COLUMNS as int64, the phase a categorical in TILE_PHASES' order."""
+    return pd.DataFrame({c: category(columns[c], TILE_PHASES) if c == "phase" else np.asarray(columns[c], np.int64)
+                         for c in TIMELINE_COLUMNS})
 
 
 def window_balance(index: TimelineIndex, time: TileTimeIndex, tiles: TileArrays, ipu: int, tiles_per_ipu: int,
