@@ -113,8 +113,8 @@ class Report:
             return lock
 
     def columns(self, name: str) -> Columns:
-        """A small table (everything but the trace and tile cycles) as NumPy columns: the columns in
-        ``tables.TABLE_COLUMNS``, decoded in one read, once per Report."""
+        """A table other than the trace as NumPy columns: the columns in ``tables.TABLE_COLUMNS``, decoded in
+        one read, once per Report."""
         return self.memo(("columns", name), lambda: Columns(self.profile.read_table(name, TABLE_COLUMNS[name])))
 
     def prefetch(self, names: Iterable[str]) -> None:
@@ -498,8 +498,7 @@ class TraceReport(_View):
         return self._memo(("steps", ipu), lambda: _trace.steps(self._r.table("programs"), self._r.trace_summary(), ipu))
 
     def tile_cycles(self, ipu: int, step: int) -> pd.DataFrame:
-        table = self._memo("tile_cycles", lambda: self._r.profile.read_pandas("tile_cycles"))
-        return _trace.tile_cycles(table, ipu, step)
+        return _trace.tile_cycles(self._r.table("tile_cycles"), ipu, step)
 
 
 class SystemReport(_View):

@@ -455,8 +455,7 @@ class TilesReport:
 
     def arrays(self) -> TileArrays:
         """``tile_cycles`` as arrays, each row clipped to its step's cycles (read once)."""
-        return self._memo("arrays", lambda: tile_arrays(Columns(self._r.profile.read_table("tile_cycles")),
-                                                          self._r.step_index()))
+        return self._memo("arrays", lambda: tile_arrays(self._r.columns("tile_cycles"), self._r.step_index()))
 
     def balance(self) -> pd.DataFrame:
         """Per compute set: min / mean / max tile cycles, imbalance, idle share; the worst balance first."""
