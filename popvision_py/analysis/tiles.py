@@ -47,26 +47,37 @@ _COMPUTE = PHASE["compute"]
 @dataclass(frozen=True)
 class TileArrays:
     """``tile_cycles`` as arrays: ``cycles`` clipped to the step's ``programs.cycles`` (a tile never
-    outlasts its step; the format makes a compute set's cycles the maximum of its tiles')."""
+    outlasts its step; the format makes a compute set's cycles the maximum of its tiles'). ``key``:
+    each row's ``(ipu, step)`` as one dense integer ``ipu × width + step``, ``width`` = the largest
+    step + 1, so sums per compute set are bincounts (no sort); ``ipus``: the target's."""
 
     ipu: np.ndarray
     step: np.ndarray
     tile: np.ndarray
     cycles: np.ndarray
+    key: np.ndarray
+    width: int
+    ipus: int
+
+    def per_set(self, grid: np.ndarray) -> np.ndarray:
+        """A ``[ipu, step]`` array (``Aggregates.executions``, say) as one value per ``key`` (0 outside it)."""
+        out = np.zeros((self.ipus, self.width), grid.dtype)
+        rows, cols = min(self.ipus, grid.shape[0]), min(self.width, grid.shape[1]) if grid.ndim == 2 else 0
+        out[:rows, :cols] = grid[:rows, :cols]
+        return out.reshape(-1)
 
 
-def tile_arrays(table: Columns, index: StepIndex) -> TileArrays:
-    """The ``tile_cycles`` table as int64 arrays, each row's cycles clipped to its step's."""
-    ipu, step = table["ipu"].astype(np.int64), table["step"].astype(np.int64)
-    rows = index.rows(ipu, step)
-    step_cycles = np.where(rows >= 0, index.programs["cycles"][np.maximum(rows, 0)] if len(index.programs) else 0, 0)
-    cycles = np.minimum(table["cycles"].astype(np.int64), step_cycles)
-    return TileArrays(ipu, step, table["tile"].astype(np.int64), cycles)
-
-
-def _executions(tiles: TileArrays, executions: np.ndarray) -> np.ndarray:
-    """How many times each row's compute set ran (``Aggregates.executions[ipu, step]``)."""
-    return lookup(executions, tiles.ipu, tiles.step, 0)
+def tile_arrays(table: Columns, programs: Columns, ipus: int) -> TileArrays:
+    """The ``tile_cycles`` table as arrays, each row's cycles clipped to its step's (0 for a step the program lacks)."""
+    ipu, step, tile = table["ipu"], table["step"], table["tile"]
+    width = int(step.max()) + 1 if len(step) else 1
+    key = ipu.astype(np.int64 if ipus * width >= 2**31 else np.int32) * width + step
+    p_ipu, p_step = programs["ipu"].astype(np.int64), programs["step"].astype(np.int64)
+    inside = p_step < width
+    step_cycles = np.zeros(ipus * width, np.int64)
+    step_cycles[p_ipu[inside] * width + p_step[inside]] = programs["cycles"][inside]
+    cycles = np.minimum(table["cycles"], step_cycles[key])
+    return TileArrays(ipu, step, tile, cycles, key, width, ipus)
 
 
 # -- the report's answers ---------------------------------------------------------------------------
@@ -79,23 +90,21 @@ def balance(tiles: TileArrays, index: StepIndex, executions: np.ndarray, run_cyc
     execution spent waiting for the slowest, ``100 × (1 − mean / step_cycles)``; ``run_pct`` = its
     executions × step cycles over the run's length. BALANCE_COLUMNS.
     """
-    if not len(tiles.ipu):
-        return Table.empty({c: (object if c == "name" else np.float64 if c in ("mean_tile_cycles", "imbalance",
-                            "idle_pct", "run_pct") else np.int64) for c in BALANCE_COLUMNS})
-    width = int(tiles.step.max()) + 1
-    key = tiles.ipu * width + tiles.step
-    sets, which = np.unique(key, return_inverse=True)
-    count = np.bincount(which).astype(np.int64)
-    total = np.bincount(which, weights=tiles.cycles)
-    low = np.full(len(sets), np.iinfo(np.int64).max)
-    high = np.zeros(len(sets), np.int64)
-    np.minimum.at(low, which, tiles.cycles)
-    np.maximum.at(high, which, tiles.cycles)
-    ipu, step = sets // width, sets % width
+    size = tiles.ipus * tiles.width
+    count = np.bincount(tiles.key, minlength=size)
+    sets = np.flatnonzero(count)
+    total = np.bincount(tiles.key, weights=tiles.cycles, minlength=size)[sets]
+    low = np.full(size, np.iinfo(np.int64).max)
+    high = np.zeros(size, np.int64)
+    np.minimum.at(low, tiles.key, tiles.cycles)
+    np.maximum.at(high, tiles.key, tiles.cycles)
+    count, low, high = count[sets].astype(np.int64), low[sets], high[sets]
+    ipu, step = np.divmod(sets.astype(np.int64), tiles.width)
     rows = index.rows(ipu, step)
-    step_cycles = np.where(rows >= 0, index.programs["cycles"][np.maximum(rows, 0)], 0).astype(np.int64)
-    mean = total / count
-    done = lookup(executions, ipu, step, 0).astype(np.int64)
+    step_cycles = np.zeros(len(sets), np.int64)
+    step_cycles[rows >= 0] = index.programs["cycles"][rows[rows >= 0]]
+    mean = total / np.maximum(count, 1)
+    done = tiles.per_set(executions)[sets].astype(np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
         imbalance = np.where(mean > 0, high / np.where(mean > 0, mean, 1), 1.0)
         idle = np.where(step_cycles > 0, 100.0 * (1 - mean / np.maximum(step_cycles, 1)), 0.0)
@@ -109,41 +118,39 @@ def balance(tiles: TileArrays, index: StepIndex, executions: np.ndarray, run_cyc
     })
 
 
-def tile_totals(tiles: TileArrays, executions: np.ndarray, tiles_per_ipu: int, ipus: int) -> np.ndarray:
+def tile_totals(tiles: TileArrays, executions: np.ndarray, tiles_per_ipu: int) -> np.ndarray:
     """Compute cycles of every tile over the run: ``[ipu, tile]``, the sum of its cycles × executions."""
-    weights = tiles.cycles * _executions(tiles, executions)
-    key = tiles.ipu * tiles_per_ipu + tiles.tile
-    return np.rint(np.bincount(key, weights=weights, minlength=ipus * tiles_per_ipu)).astype(np.int64).reshape(
-        ipus, tiles_per_ipu)
+    weights = tiles.cycles * tiles.per_set(executions)[tiles.key]
+    key = tiles.ipu.astype(np.int64) * tiles_per_ipu + tiles.tile
+    size = tiles.ipus * tiles_per_ipu
+    return np.rint(np.bincount(key, weights=weights, minlength=size)).astype(np.int64).reshape(tiles.ipus, tiles_per_ipu)
 
 
-def busiest(tiles: TileArrays, executions: np.ndarray, tiles_per_ipu: int, ipus: int, run_cycles: int,
-            n: int = 10, ipu: int | None = None) -> Table:
-    """The ``n`` tiles with the most compute cycles over the run (of one IPU if given): BUSIEST_COLUMNS.
-
-    ``busy_pct``: those cycles over the run's length; ``compute_sets``: the compute sets it takes part in.
-    """
-    totals = tile_totals(tiles, executions, tiles_per_ipu, ipus)
-    sets = np.bincount(tiles.ipu * tiles_per_ipu + tiles.tile, minlength=ipus * tiles_per_ipu).reshape(ipus, tiles_per_ipu)
+def busiest(tiles: TileArrays, totals: np.ndarray, run_cycles: int, n: int = 10, ipu: int | None = None) -> Table:
+    """The ``n`` tiles with the most compute cycles over the run (``totals``: ``tile_totals``; of one IPU if
+    given): BUSIEST_COLUMNS. ``busy_pct``: those cycles over the run's length; ``compute_sets``: the compute
+    sets it takes part in."""
+    ipus, tiles_per_ipu = totals.shape
+    sets = np.bincount(tiles.ipu.astype(np.int64) * tiles_per_ipu + tiles.tile,
+                       minlength=ipus * tiles_per_ipu).reshape(ipus, tiles_per_ipu)
     if ipu is not None:
         totals, sets = totals[ipu: ipu + 1], sets[ipu: ipu + 1]
     flat = totals.reshape(-1)
     chosen = np.lexsort((np.arange(len(flat)), -flat))[: max(int(n), 0)]
     which_ipu, tile = np.divmod(chosen, tiles_per_ipu)
-    which_ipu = which_ipu + (ipu or 0)
-    return Table({"ipu": which_ipu, "tile": tile, "compute_cycles": flat[chosen],
+    return Table({"ipu": which_ipu + (ipu or 0), "tile": tile, "compute_cycles": flat[chosen],
                   "busy_pct": 100.0 * flat[chosen] / run_cycles if run_cycles > 0 else np.zeros(len(chosen)),
                   "compute_sets": sets.reshape(-1)[chosen].astype(np.int64)})
 
 
-def by_ipu(tiles: TileArrays, programs: Columns, executions: np.ndarray, tiles_per_ipu: int, ipus: int) -> Table:
+def by_ipu(tiles: TileArrays, totals: np.ndarray, programs: Columns, executions: np.ndarray) -> Table:
     """Per IPU: its time in compute sets, the share of its tiles' time there spent computing, the busiest tile.
 
     ``compute_set_cycles`` = Σ executions × programs.cycles over its compute sets; ``tile_busy_pct`` =
-    Σ over tiles of their compute cycles / (tiles_per_ipu × compute_set_cycles); ``imbalance`` = the
-    busiest tile's cycles / the mean over all tiles. BY_IPU_COLUMNS.
+    Σ over tiles of their compute cycles (``totals``) / (tiles_per_ipu × compute_set_cycles);
+    ``imbalance`` = the busiest tile's cycles / the mean over all tiles. BY_IPU_COLUMNS.
     """
-    totals = tile_totals(tiles, executions, tiles_per_ipu, ipus)
+    ipus, tiles_per_ipu = totals.shape
     compute = programs.codes_in("type", ("compute_set",)) == 0
     p_ipu, p_step = programs["ipu"].astype(np.int64)[compute], programs["step"].astype(np.int64)[compute]
     weights = programs["cycles"].astype(np.int64)[compute] * lookup(executions, p_ipu, p_step, 0)
@@ -166,7 +173,7 @@ def step_balance(tiles: TileArrays, ipu: int, step: int, step_cycles: int, tiles
     """Every tile of one IPU in one compute set: ``[tile, cycles, busy_pct]`` (cycles / the step's cycles; 0
     for tiles that take no part), sorted by tile."""
     cycles = np.zeros(tiles_per_ipu, np.int64)
-    rows = (tiles.ipu == ipu) & (tiles.step == step)
+    rows = tiles.key == ipu * tiles.width + step if step < tiles.width else np.zeros(len(tiles.key), bool)
     np.add.at(cycles, tiles.tile[rows], tiles.cycles[rows])
     busy = 100.0 * cycles / step_cycles if step_cycles > 0 else np.zeros(tiles_per_ipu)
     return pd.DataFrame({"tile": np.arange(tiles_per_ipu, dtype=np.int64), "cycles": cycles, "busy_pct": busy})
@@ -455,7 +462,13 @@ class TilesReport:
 
     def arrays(self) -> TileArrays:
         """``tile_cycles`` as arrays, each row clipped to its step's cycles (read once)."""
-        return self._memo("arrays", lambda: tile_arrays(self._r.columns("tile_cycles"), self._r.step_index()))
+        return self._memo("arrays", lambda: tile_arrays(self._r.columns("tile_cycles"), self._r.columns("programs"),
+                                                          self._shape[1]))
+
+    def _totals(self) -> np.ndarray:
+        """Every tile's compute cycles over the run, ``[ipu, tile]`` (``tile_totals``)."""
+        return self._memo("totals", lambda: tile_totals(self.arrays(), self._r.trace_summary().executions,
+                                                        self._shape[0]))
 
     def balance(self) -> pd.DataFrame:
         """Per compute set: min / mean / max tile cycles, imbalance, idle share; the worst balance first."""
@@ -474,17 +487,16 @@ class TilesReport:
         tiles_per_ipu, ipus = self._shape
         if ipu is not None and not 0 <= ipu < ipus:
             raise OutOfRangeError(f"IPU {ipu} is not in the profile: it has IPUs 0 to {ipus - 1}.")
-        return self._memo(("busiest", n, ipu), lambda: busiest(
-            self.arrays(), self._r.trace_summary().executions, tiles_per_ipu, ipus, self._run_cycles(), n, ipu))
+        return self._memo(("busiest", n, ipu), lambda: busiest(self.arrays(), self._totals(), self._run_cycles(), n,
+                                                               ipu))
 
     def by_ipu(self) -> pd.DataFrame:
         """Per IPU: time in compute sets, its tiles' busy share there, the busiest tile and the imbalance."""
         return self._by_ipu().frame()
 
     def _by_ipu(self) -> Table:
-        tiles_per_ipu, ipus = self._shape
-        return self._memo("by_ipu", lambda: by_ipu(self.arrays(), self._r.columns("programs"),
-                                                   self._r.trace_summary().executions, tiles_per_ipu, ipus))
+        return self._memo("by_ipu", lambda: by_ipu(self.arrays(), self._totals(), self._r.columns("programs"),
+                                                   self._r.trace_summary().executions))
 
     def choose(self, ipu: int, spec: str) -> list[int]:
         """The tiles of ``ipu`` that ``spec`` names (``choose``): "0,5,17", "100-131" or "worst 8"."""
