@@ -81,6 +81,12 @@ TRACE_TIMELINE_TITLE = "trace-timeline-title"
 TRACE_TILES_SECTION = "trace-tiles-section"
 TRACE_TILES_NOTE = "trace-tiles-note"  # an imported trace: one line instead of the cycles per tile
 TRACE_NO_TILES = "trace-no-tiles"
+# the tiles in time (chosen tiles as BSP rows) and the tile balance
+TRACE_WINDOW = "trace-window"  # the window both time lines show: [start, end] cycles, or None for the run
+TRACE_TILE_CHOICE = "trace-tile-choice"
+TRACE_TILE_LEVEL = "trace-tile-level"
+TRACE_TILE_TIMELINE = "trace-tile-timeline"
+TRACE_BALANCE_SCOPE = "trace-balance-scope"
 
 # Stages
 STAGES_GANTT = "stages-gantt"

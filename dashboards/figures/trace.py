@@ -1,4 +1,4 @@
-"""The Trace page's figures: the BSP timeline and one compute set's cycles per tile."""
+"""The Trace page's figures: the BSP timeline of IPUs and of chosen tiles, and the tiles' busy share (balance)."""
 
 from __future__ import annotations
 
@@ -91,3 +91,80 @@ def tile_cycles(frame: pd.DataFrame, title: str = "") -> go.Figure:
     fig.update_xaxes(title="tile")
     fig.update_yaxes(title="cycles", rangemode="tozero")
     return styled(fig, title=title or None, height=300, bargap=0, showlegend=False)
+
+
+# A tile that has finished its share of a compute set waits at the sync for the slowest: a pale sync red.
+TILE_PHASE_COLOURS = {**PHASE_COLOURS, "wait": "#F2B8B5"}
+TILE_PHASE_NAMES = {"compute": "compute", "wait": "wait (done, at the sync)", "sync": "sync", "exchange": "exchange",
+                    "stream": "stream", "idle": "idle"}
+
+
+def tile_bars(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Where each row of a tile time line (``analysis.tiles.tile_timeline``, rows in tile, start and phase
+    order) is drawn: ``base`` and ``width`` in cycles, as arrays.
+
+    An execution is drawn where it ran; in a bin the phases of one tile sit side by side in phase
+    order, each as wide as its cycles there (as ``timeline_bars`` does for IPUs).
+    """
+    tile, start = frame["tile"].to_numpy(), frame["start_cycle"].to_numpy()
+    cycles = frame["cycles"].to_numpy()
+    before = np.concatenate([[0], np.cumsum(cycles)])
+    first = np.flatnonzero(np.r_[True, (tile[1:] != tile[:-1]) | (start[1:] != start[:-1])])
+    group_start = np.repeat(before[first], np.diff(np.r_[first, len(tile)]))
+    return {"tile": tile, "start_cycle": start, "cycles": cycles, "events": frame["events"].to_numpy(),
+            "step": frame["step"].to_numpy(), "phase": np.asarray(frame["phase"].astype(str)),
+            "base": start + before[:-1] - group_start, "width": cycles}
+
+
+def tile_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], tiles: Sequence[int],
+                  names: dict[int, str] | None = None) -> go.Figure:
+    """Chosen tiles as BSP rows: one row per tile in the order chosen, one bar trace per phase.
+
+    ``frame``: ``analysis.tiles.tile_timeline(...).frame``; ``names``: step names, shown on hover
+    over an execution of a compute set (events level). Rows are categories named by the tile's
+    number (small integers on the wire, however many bars).
+    """
+    bars = tile_bars(frame)
+    fig = go.Figure()
+    for phase, name in TILE_PHASE_NAMES.items():
+        keep = bars["phase"] == phase
+        text = None
+        if level == "events" and names is not None:
+            text = [f"step {s} · {names.get(s, '')}" if s >= 0 else "" for s in bars["step"][keep].tolist()]
+        fig.add_trace(go.Bar(
+            y=bars["tile"][keep].astype(np.int16 if len(tiles) and max(tiles) < 2**15 else np.int32),
+            x=bars["width"][keep], base=bars["base"][keep], orientation="h", name=name, text=text, textposition="none",
+            marker=dict(color=TILE_PHASE_COLOURS[phase], line=dict(width=0)),
+            customdata=np.stack([bars["start_cycle"][keep], bars["cycles"][keep], bars["events"][keep]], axis=-1)
+            if keep.any() else None,
+            hovertemplate=("tile %{y} " + name + "<br>from cycle %{customdata[0]:,}: %{customdata[1]:,} cycles in "
+                           "%{customdata[2]:,} execution(s)" + ("<br>%{text}" if text is not None else "")
+                           + "<extra></extra>"),
+        ))
+    fig.update_yaxes(type="category", categoryorder="array", categoryarray=[int(t) for t in tiles][::-1],
+                     tickvals=[int(t) for t in tiles], ticktext=[f"tile {int(t)}" for t in tiles], fixedrange=True)
+    fig.update_xaxes(range=list(window), title="cycles", showgrid=True)
+    return styled(fig, height=max(220, 100 + 22 * len(tiles)), barmode="overlay", bargap=0.2, dragmode="zoom",
+                  meta={"level": level}, margin=dict(l=80, r=20, t=40, b=45))
+
+
+def tile_balance(frame: pd.DataFrame, title: str = "", note: str = "of the step's cycles") -> go.Figure:
+    """Each tile's busy share (``busy_pct``: its compute cycles over the step's, or the window's compute sets'),
+    with the least, mean and most of the tiles that compute (cycles > 0) as lines."""
+    working = frame[frame["cycles"] > 0]
+    if working.empty:
+        return empty(f"{title}: no tile computes here." if title else "No tile computes here.", height=300)
+    fig = go.Figure(go.Bar(x=frame["tile"], y=frame["busy_pct"], customdata=frame["cycles"], name="busy share",
+                           marker=dict(color=PHASE_COLOURS["compute"], line=dict(width=0)),
+                           hovertemplate="tile %{x}: %{y:.1f} % busy (%{customdata:,} cycles)<extra></extra>"))
+    share = working["busy_pct"]
+    for label, value, dash_ in (("least", share.min(), "dot"), ("mean", share.mean(), "dash"), ("most", share.max(), "solid")):
+        fig.add_hline(y=float(value), line=dict(color=CAPACITY_COLOUR if label == "least" else "#1f2933", dash=dash_, width=1),
+                      annotation_text=f"{label} {value:.1f} %", annotation_position="top right" if label != "least"
+                      else "bottom right")
+    fig.update_xaxes(title="tile")
+    fig.update_yaxes(title=f"busy, % {note}", rangemode="tozero")
+    subtitle = (f"{len(working):,} of {len(frame):,} tiles compute · least {share.min():.1f} % · mean "
+                f"{share.mean():.1f} % · most {share.max():.1f} %")
+    return styled(fig, title=f"{title}<br><sup>{subtitle}</sup>" if title else subtitle, height=320, bargap=0,
+                  showlegend=False, margin=dict(l=60, r=20, t=60, b=45))

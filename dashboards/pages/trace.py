@@ -2,7 +2,9 @@
 
 The level of detail is the analysis's (``trace.timeline``): each zoom asks the server for the
 window shown, in at most ``MAX_BINS`` bins per IPU, so a trace of millions of rows draws a few
-thousand bars. Below, the cycles of each tile in a chosen compute set.
+thousand bars. Below, chosen tiles of one IPU as BSP rows over the same window (``tiles.timeline``:
+numbers, a range or the busiest N; ``TILE_BINS`` bins shared by the rows), zoomable too, and the
+tile balance: each tile's busy share of a chosen compute set, or of the compute sets in the window.
 """
 
 from __future__ import annotations
@@ -17,11 +19,16 @@ from dashboards import data, ids
 from dashboards.figures import trace as figures
 from dashboards.figures.style import IPUS, Naming, empty, ipu_label
 from dashboards.zoom import window_from_relayout
+from popvision_py.errors import OutOfRangeError
 
 dash.register_page(__name__, path="/trace", name="Execution trace", title="popvision · trace", order=3, icon="≡")
 
 MAX_BINS = 800  # about one bar per pixel column of a wide screen
 MAX_STEP_OPTIONS = 300
+# Bins of the tile rows, shared by the tiles shown (as many bars as the IPU rows of a 4-IPU run): 8 tiles
+# get 400 bins each, 64 get 50.
+TILE_BINS = 3200
+DEFAULT_TILES = "worst 8"
 
 
 def layout(**_query: str) -> html.Div:
@@ -37,21 +44,42 @@ def layout(**_query: str) -> html.Div:
                 c.graph(ids.TRACE_TIMELINE),
                 title_id=ids.TRACE_TIMELINE_TITLE,
             ),
-            c.section(
-                "Cycles per tile of a compute set",
-                html.Div(
-                    [
-                        html.Label("IPU", htmlFor=ids.TRACE_IPU),
-                        dcc.Dropdown(id=ids.TRACE_IPU, clearable=False, className="dropdown"),
-                        html.Label("compute set", htmlFor=ids.TRACE_STEP),
-                        dcc.Dropdown(id=ids.TRACE_STEP, clearable=False, className="dropdown wide-dropdown"),
-                    ],
-                    className="controls",
+            html.Div([
+                c.section(
+                    "Tiles in time",
+                    html.Div(
+                        [
+                            html.Label("IPU", htmlFor=ids.TRACE_IPU),
+                            dcc.Dropdown(id=ids.TRACE_IPU, clearable=False, className="dropdown"),
+                            html.Label("tiles", htmlFor=ids.TRACE_TILE_CHOICE),
+                            dcc.Input(id=ids.TRACE_TILE_CHOICE, type="text", value=DEFAULT_TILES, debounce=True,
+                                      placeholder="0,5,17 · 100-131 · worst 8", className="step-input",
+                                      style={"width": "200px"}),
+                            html.Span(id=ids.TRACE_TILE_LEVEL, className="level"),
+                        ],
+                        className="controls",
+                    ),
+                    c.graph(ids.TRACE_TILE_TIMELINE),
+                    note=TILE_NOTE,
                 ),
-                c.graph(ids.TRACE_TILES),
-                note="A BSP step lasts as long as its slowest tile; the others wait at the sync.",
-                section_id=ids.TRACE_TILES_SECTION,
-            ),
+                c.section(
+                    "Tile balance",
+                    html.Div(
+                        [
+                            dcc.RadioItems(id=ids.TRACE_BALANCE_SCOPE, value="step", inline=True, className="radio",
+                                           options=[{"label": "a compute set", "value": "step"},
+                                                    {"label": "the compute sets in view", "value": "view"}]),
+                            html.Label("compute set", htmlFor=ids.TRACE_STEP),
+                            dcc.Dropdown(id=ids.TRACE_STEP, clearable=False, className="dropdown wide-dropdown"),
+                        ],
+                        className="controls",
+                    ),
+                    c.graph(ids.TRACE_TILES),
+                    note="A BSP step lasts as long as its slowest tile; the others wait at the sync. Busy share: a "
+                         "tile's compute cycles over the step's (or over the IPU's compute-set cycles in view).",
+                ),
+                dcc.Store(id=ids.TRACE_WINDOW, data=None),
+            ], id=ids.TRACE_TILES_SECTION),
             # An imported trace's rank has no tiles: one line instead of the cycles per tile.
             c.section("Time per tile", c.one_line(NO_TILE_CYCLES, ids.TRACE_NO_TILES), section_id=ids.TRACE_TILES_NOTE,
                       hidden=True),
@@ -65,6 +93,9 @@ DESCRIPTION = {False: "Compute, sync, exchange and stream phases of every IPU ov
                True: "Compute, exposed communication and idle time of every rank over the profiled steps. Drag to "
                      "zoom down to single operators; double-click to see the whole run."}
 NO_TILE_CYCLES = "A rank has no tiles: each operator's and transfer's time is in the time line above."
+TILE_NOTE = ("Compute: the tile's cycles in each compute set (tile_cycles); wait: the rest of the step, done and "
+             "waiting at the sync for the slowest tile. Sync, exchange and stream steps hold every tile. Drag to "
+             "zoom (both time lines follow).")
 
 
 @dash.callback(
@@ -187,17 +218,141 @@ def choose_ipu(ipu: int | None, profile: str | None):
     return options, options[0]["value"] if options else None
 
 
+def show_tile_cycles(step: int | None, ipu: int | None, profile: str | None):
+    """The tile balance of one compute set (what the balance figure shows with its first choice)."""
+    return show_tile_balance(step, "step", None, ipu, profile)
+
+
 @dash.callback(
     Output(ids.TRACE_TILES, "figure"),
     Input(ids.TRACE_STEP, "value"),
+    Input(ids.TRACE_BALANCE_SCOPE, "value"),
+    Input(ids.TRACE_WINDOW, "data"),
     State(ids.TRACE_IPU, "value"),
     State(ids.PROFILE, "value"),
 )
-def show_tile_cycles(step: int | None, ipu: int | None, profile: str | None):
-    if step is None or ipu is None:
-        return empty("This IPU runs no compute set.", height=300)
+def show_tile_balance(step: int | None, scope: str | None, window: list | None, ipu: int | None, profile: str | None):
+    """Each tile's busy share of one compute set, or of the IPU's compute sets in the window shown."""
     report = data.report(profile)
-    steps = report.trace.steps(int(ipu))
+    if ipu is None or report.imported:
+        return empty("This IPU runs no compute set.", height=300)
+    ipu = int(ipu)
+    if scope == "view":
+        a, b = _window(report, window)
+        frame, cycles = report.tiles.window_balance(ipu, a, b)
+        title = f"{ipu_label(ipu)}, compute sets in cycles {a:,} to {b:,} ({cycles:,} cycles of compute sets)"
+        return figures.tile_balance(frame, title, "of the compute sets' cycles in view")
+    if scope == "step" and triggered(every=True) == {ids.TRACE_WINDOW}:
+        raise dash.exceptions.PreventUpdate  # one compute set's balance does not depend on the window
+    if step is None:
+        return empty("This IPU runs no compute set.", height=300)
+    steps = report.trace.steps(ipu)
     name = steps.loc[steps["step"] == int(step), "name"]
-    title = f"{ipu_label(int(ipu))}, step {int(step)}" + (f" · {name.iloc[0]}" if len(name) else "")
-    return figures.tile_cycles(report.trace.tile_cycles(int(ipu), int(step)), title)
+    title = f"{ipu_label(ipu)}, step {int(step)}" + (f" · {name.iloc[0]}" if len(name) else "")
+    return figures.tile_balance(report.tiles.step_balance(ipu, int(step)), title)
+
+
+# -- tiles in time ---------------------------------------------------------------------------------
+
+
+def triggered(every: bool = False) -> Any:
+    """The id of the input that fired the callback (``every``: the set of those that did, together); None
+    outside one (a direct call)."""
+    try:
+        if every:
+            return {key.split(".", 1)[0] for key in dash.ctx.triggered_prop_ids}
+        return dash.ctx.triggered_id
+    except dash.exceptions.MissingCallbackContextException:
+        return None
+
+
+def _window(report: Any, window: list | None) -> tuple[int, int]:
+    """The window the store holds, or the whole run."""
+    if window and len(window) == 2:
+        return int(window[0]), int(window[1])
+    return run_extent(report)
+
+
+@dash.callback(
+    Output(ids.TRACE_WINDOW, "data"),
+    Input(ids.TRACE_TIMELINE, "relayoutData"),
+    Input(ids.TRACE_TILE_TIMELINE, "relayoutData"),
+    Input(ids.TRACE_RESET, "n_clicks"),
+    Input(ids.PROFILE, "value"),
+)
+def follow_window(ipu_zoom: dict | None, tile_zoom: dict | None, resets: int | None, profile: str | None,
+                  trigger: str | None = None):
+    """The window a zoom on either time line asks for (None: the whole run, after a reset or a new profile).
+    ``trigger``: the graph zoomed, when called outside Dash (tests)."""
+    trigger = trigger or triggered()
+    if trigger not in (ids.TRACE_TIMELINE, ids.TRACE_TILE_TIMELINE):
+        return None
+    window = window_from_relayout(ipu_zoom if trigger == ids.TRACE_TIMELINE else tile_zoom,
+                                  run_extent(data.report(profile)))
+    if window is None:
+        raise dash.exceptions.PreventUpdate
+    return list(window)
+
+
+@dash.callback(
+    Output(ids.TRACE_TIMELINE, "figure", allow_duplicate=True),
+    Output(ids.TRACE_LEVEL, "children", allow_duplicate=True),
+    Input(ids.TRACE_TILE_TIMELINE, "relayoutData"),
+    State(ids.PROFILE, "value"),
+    State(ids.TRACE_RESET, "n_clicks"),
+    prevent_initial_call=True,
+)
+def zoom_from_tiles(relayout: dict | None, profile: str | None, resets: int | None):
+    """A zoom on the tiles' time line zooms the IPUs' too."""
+    return zoom_timeline(relayout, profile, resets)
+
+
+def tile_level_text(level: str, window: tuple[int, int], frame: Any, bins: int, described: str) -> str:
+    if level == "bins":
+        return (f"level of detail: bins — {bins:,} bins of {(window[1] - window[0]) / bins:,.0f} cycles per tile, "
+                f"cycles {window[0]:,} to {window[1]:,} · {described}")
+    return f"level of detail: events — {len(frame):,} bars, cycles {window[0]:,} to {window[1]:,} · {described}"
+
+
+def describe_choice(spec: str, tiles: list[int]) -> str:
+    """What the tiles shown are, in words: the busiest N say by what."""
+    if spec.strip().lower().split()[:1] in (["worst"], ["busiest"]):
+        return f"the {len(tiles)} busiest tiles (most compute cycles over the run)"
+    return f"{len(tiles)} tile{'s' if len(tiles) != 1 else ''}"
+
+
+def tile_timeline(profile: str | None, ipu: int, spec: str, window: tuple[int, int] | None) -> tuple:
+    """Figure and level-of-detail text of the chosen tiles over ``window`` (None: the whole run)."""
+    report = data.report(profile)
+    window = window or run_extent(report)
+    try:
+        tiles = report.tiles.choose(ipu, spec)
+    except OutOfRangeError as error:  # a choice the analysis cannot read: its one sentence
+        return empty(str(error), height=220), str(error)
+    bins = max(min(MAX_BINS, TILE_BINS // len(tiles)), 1)
+    result = report.tiles.timeline(ipu, tiles, window[0], window[1], max_bins=bins)
+    names = None
+    if result.level == "events":
+        steps = report.trace.steps(ipu)
+        names = dict(zip(steps["step"].astype(int), steps["name"].astype(str)))
+    fig = figures.tile_timeline(result.frame, result.level, window, tiles, names)
+    fig.update_layout(title=dict(text=f"{ipu_label(ipu)}: {', '.join(map(str, tiles[:12]))}"
+                                      + (" …" if len(tiles) > 12 else ""), x=0, xanchor="left", font=dict(size=13)),
+                      uirevision=f"{data.current().key(profile)}-{window[0]}-{window[1]}")
+    return fig, tile_level_text(result.level, window, result.frame, bins, describe_choice(spec, tiles))
+
+
+@dash.callback(
+    Output(ids.TRACE_TILE_TIMELINE, "figure"),
+    Output(ids.TRACE_TILE_LEVEL, "children"),
+    Input(ids.TRACE_WINDOW, "data"),
+    Input(ids.TRACE_TILE_CHOICE, "value"),
+    Input(ids.TRACE_IPU, "value"),
+    State(ids.PROFILE, "value"),
+)
+def render_tile_timeline(window: list | None, spec: str | None, ipu: int | None, profile: str | None):
+    """The chosen tiles over the window both time lines show."""
+    report = data.report(profile)
+    if ipu is None or report.imported:
+        return empty("Choose an IPU.", height=220), ""
+    return tile_timeline(profile, int(ipu), spec or DEFAULT_TILES, _window(report, window))

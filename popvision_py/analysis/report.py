@@ -44,6 +44,7 @@ from popvision_py.analysis import programs as _programs
 from popvision_py.analysis import stages as _stages
 from popvision_py.analysis import summary as _summary
 from popvision_py.analysis import system as _system
+from popvision_py.analysis import tiles as _tiles
 from popvision_py.analysis import trace as _trace
 from popvision_py.analysis import tracescan as _tracescan
 from popvision_py.analysis.tables import TABLE_COLUMNS, Columns, StepIndex, Table
@@ -53,13 +54,14 @@ from popvision_py.format import Profile, open_profile
 from popvision_py.format import system as _system_files
 
 T = TypeVar("T")
-ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system", "programs", "operations", "insights")
+ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system", "programs", "operations", "insights", "tiles")
 
 
 class Report:
     """An open profile and its reports: ``summary``, ``memory``, ``liveness``, ``stages``, ``exchange``, ``trace``,
-    ``operations`` (``analysis.operations.OperationsReport``), ``programs`` (the program tree), and ``system``:
-    the host processes' timelines beside it (``system`` paths given instead override the search).
+    ``operations`` (``analysis.operations.OperationsReport``), ``programs`` (the program tree), ``tiles``
+    (tile balance, tiles in time), and ``system``: the host processes' timelines beside it (``system``
+    paths given instead override the search).
 
     Attributes: ``path``, ``manifest``, ``target``, ``run`` (dicts from the manifest) and
     ``profile`` (the raw ``popvision_py.format.Profile``).
@@ -86,6 +88,7 @@ class Report:
         self.programs = ProgramsReport(self)
         self.operations = _operations.OperationsReport(self)
         self.insights = _insights.InsightsView(self)  # FP32 variables, fullest tiles, memory histogram
+        self.tiles = _tiles.TilesReport(self)
 
     @property
     def imported(self) -> bool:
@@ -118,7 +121,7 @@ class Report:
             return lock
 
     def columns(self, name: str) -> Columns:
-        """A small table (everything but the trace and tile cycles) as NumPy columns: the columns in
+        """A table other than the trace as NumPy columns: the columns in
         ``tables.TABLE_COLUMNS``, decoded in one read, once per Report (a column a later schema version
         added is left out of an older profile's: ``name in columns`` says whether it is there)."""
         return self.memo(("columns", name), lambda: Columns(self.profile.read_table(
@@ -511,8 +514,7 @@ class TraceReport(_View):
         return self._memo(("steps", ipu), lambda: _trace.steps(self._r.table("programs"), self._r.trace_summary(), ipu))
 
     def tile_cycles(self, ipu: int, step: int) -> pd.DataFrame:
-        table = self._memo("tile_cycles", lambda: self._r.profile.read_pandas("tile_cycles"))
-        return _trace.tile_cycles(table, ipu, step)
+        return _trace.tile_cycles(self._r.table("tile_cycles"), ipu, step)
 
 
 class ProgramsReport(_View):

@@ -41,14 +41,16 @@ class _IpuIndex:
     phase: np.ndarray
     positions: tuple[np.ndarray, ...]  # per phase: indexes of its rows
     cumulative: tuple[np.ndarray, ...]  # per phase: 0, then running sum of its rows' cycles
+    compute_step: np.ndarray  # the program step of each compute row, in the order of positions[compute]
 
 
 class TimelineIndex:
     """Each IPU's trace rows sorted by start, with per-phase running sums (see the module docstring).
 
     Built from a ``TraceArrays`` (in memory) or, for a profile, ``from_ipus`` on the per-IPU arrays
-    ``tracescan.timeline_arrays`` gathers in one pass over four columns, when the first timeline
-    is asked for.
+    ``tracescan.timeline_arrays`` gathers in one pass over five columns, when the first timeline
+    is asked for. Each compute row's step is kept too (4 bytes a compute row): the tile view
+    (``analysis.tiles``) joins it with ``tile_cycles``.
     """
 
     def __init__(self, trace: TraceArrays | None = None) -> None:
@@ -61,13 +63,13 @@ class TimelineIndex:
             self._index(timeline_arrays([trace.columns()]))
 
     @classmethod
-    def from_ipus(cls, by_ipu: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> "TimelineIndex":
-        """From each IPU's (start, end, phase code) arrays, sorted by start."""
+    def from_ipus(cls, by_ipu: dict[int, tuple[np.ndarray, ...]]) -> "TimelineIndex":
+        """From each IPU's (start, end, phase code, step) arrays, sorted by start."""
         index = cls()
         index._index(by_ipu)
         return index
 
-    def _index(self, by_ipu: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+    def _index(self, by_ipu: dict[int, tuple[np.ndarray, ...]]) -> None:
         self.ipus = sorted(by_ipu)
         # Each IPU's index is independent, and NumPy lets go of the GIL in every step: one thread per
         # IPU, as many at once as there are cores.
@@ -86,8 +88,9 @@ class TimelineIndex:
         return self._by_ipu[ipu]
 
 
-def _ipu_index(st: np.ndarray, en: np.ndarray, ph: np.ndarray) -> _IpuIndex:
-    """One IPU's rows (sorted by start) with, per phase, its rows' positions and their running sum of cycles."""
+def _ipu_index(st: np.ndarray, en: np.ndarray, ph: np.ndarray, step: np.ndarray | None = None) -> _IpuIndex:
+    """One IPU's rows (sorted by start) with, per phase, its rows' positions and their running sum of cycles,
+    and the step of each compute row (-1 each without ``step``)."""
     dur = en - st
     positions, cumulative = [], []
     for p in range(len(PHASES)):
@@ -100,7 +103,10 @@ def _ipu_index(st: np.ndarray, en: np.ndarray, ph: np.ndarray) -> _IpuIndex:
         np.cumsum(dur[pos], out=cum[1:])
         positions.append(pos)
         cumulative.append(cum)
-    return _IpuIndex(st, en, ph, tuple(positions), tuple(cumulative))
+    compute = positions[PHASES.index("compute")]
+    compute_step = (step[compute].astype(np.int32) if step is not None
+                    else np.full(len(compute), -1, np.int32))
+    return _IpuIndex(st, en, ph, tuple(positions), tuple(cumulative), compute_step)
 
 
 def extent(trace: TraceArrays | Aggregates) -> tuple[int, int]:
@@ -111,7 +117,7 @@ def extent(trace: TraceArrays | Aggregates) -> tuple[int, int]:
     return (agg.start_cycle, agg.end_cycle)
 
 
-def _phase_time_before(ix: _IpuIndex, p: int, x: np.ndarray) -> np.ndarray:
+def phase_time_before(ix: _IpuIndex, p: int, x: np.ndarray) -> np.ndarray:
     """Cycles of phase ``p`` on this IPU before each time in ``x``."""
     k = np.searchsorted(ix.start, x, "right") - 1  # the row starting at or before x
     before = np.searchsorted(ix.positions[p], k, "left")  # phase-p rows entirely before row k
@@ -154,15 +160,10 @@ def timeline(index: TimelineIndex, start_cycle: int | None = None, end_cycle: in
     parts = []
     for i in windows:
         ix = index.ipu(i)
-        k_start = np.searchsorted(ix.start, edges[1:], "left")  # rows starting before each bin's end
-        k_end = np.searchsorted(ix.end, edges[:-1], "right")  # rows ending at or before each bin's start
         for p, name in enumerate(PHASES):
             if len(ix.positions[p]) == 0:
                 continue
-            before = _phase_time_before(ix, p, edges)
-            cycles = np.diff(before)
-            events = (np.searchsorted(ix.positions[p], k_start, "left")
-                      - np.searchsorted(ix.positions[p], k_end, "left"))
+            cycles, events = phase_bins(ix, p, edges)
             keep = cycles > 0
             n = int(keep.sum())
             if n:
@@ -174,6 +175,15 @@ def timeline(index: TimelineIndex, start_cycle: int | None = None, end_cycle: in
     frame = pd.concat(parts, ignore_index=True) if parts else _empty_timeline()
     frame["phase"] = category(frame["phase"], PHASES)
     return Timeline("bins", finish(frame, TIMELINE_COLUMNS, ["ipu", "start_cycle", "phase"]), a, b)
+
+
+def phase_bins(ix: _IpuIndex, p: int, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cycles of phase ``p`` on this IPU in each bin between ``edges``, and the rows of that phase overlapping it."""
+    k_start = np.searchsorted(ix.start, edges[1:], "left")  # rows starting before each bin's end
+    k_end = np.searchsorted(ix.end, edges[:-1], "right")  # rows ending at or before each bin's start
+    cycles = np.diff(phase_time_before(ix, p, edges))
+    events = np.searchsorted(ix.positions[p], k_start, "left") - np.searchsorted(ix.positions[p], k_end, "left")
+    return cycles, events
 
 
 def _empty_timeline() -> pd.DataFrame:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 SUMMARY_COLUMNS: tuple[str, ...] = TRACE_COLUMNS
 GANTT_COLUMNS: tuple[str, ...] = ("run", "iteration", "micro_batch", "ipu", "stage", "pass", "phase",
                                   "start_cycle", "end_cycle")
-TIMELINE_COLUMNS: tuple[str, ...] = ("ipu", "phase", "start_cycle", "end_cycle")
+TIMELINE_COLUMNS: tuple[str, ...] = ("ipu", "phase", "step", "start_cycle", "end_cycle")
 BATCH_ROWS = 1 << 20  # rows per decoded batch: about a row group of the writer's
 
 N_PASS, N_PHASE = len(PASSES) + 1, len(PHASES) + 1  # the last code of each: a word the schema does not know
@@ -461,7 +461,7 @@ class _Rows:
     """
 
     def __init__(self) -> None:
-        self.parts: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+        self.parts: dict[int, list[tuple[np.ndarray, ...]]] = {}
 
     def add(self, t: dict[str, np.ndarray]) -> None:
         ipu = t["ipu"]
@@ -469,11 +469,12 @@ class _Rows:
         if not n:
             return
         start, end, phase = t["start_cycle"], t["end_cycle"], t["phase"].astype(np.int8, copy=False)
+        step = t["step"].astype(np.int32, copy=False)
         cut = np.flatnonzero(ipu[1:] != ipu[:-1]) + 1
         if len(cut) <= n // 64:  # long runs of one IPU: slices
             bounds = [0, *cut.tolist(), n]
             for a, b in zip(bounds[:-1], bounds[1:]):
-                self.parts.setdefault(int(ipu[a]), []).append((start[a:b], end[a:b], phase[a:b]))
+                self.parts.setdefault(int(ipu[a]), []).append((start[a:b], end[a:b], phase[a:b], step[a:b]))
             return
         order = np.argsort(ipu, kind="stable")  # radix sort: IPU ids are 16-bit
         lo, hi = int(ipu[order[0]]), int(ipu[order[-1]])
@@ -481,25 +482,26 @@ class _Rows:
         for k, i in enumerate(range(lo, hi + 1)):
             rows = order[bounds[k]: bounds[k + 1]]
             if len(rows):
-                self.parts.setdefault(i, []).append((start[rows], end[rows], phase[rows]))
+                self.parts.setdefault(i, []).append((start[rows], end[rows], phase[rows], step[rows]))
 
-    def result(self) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Each IPU's (start, end, phase) sorted by start: sorted only if not in order already (one pass tells)."""
+    def result(self) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Each IPU's (start, end, phase, step) sorted by start: sorted only if not in order already (one pass tells)."""
         out = {}
         for i in sorted(self.parts):
             chunks = self.parts.pop(i)  # the batches' slices are let go IPU by IPU, as each is copied once
-            start, end, phase = (np.concatenate([c[k] for c in chunks]) if len(chunks) > 1 else chunks[0][k]
-                                 for k in range(3))
+            start, end, phase, step = (np.concatenate([c[k] for c in chunks]) if len(chunks) > 1 else chunks[0][k]
+                                       for k in range(4))
             del chunks
             if len(start) > 1 and not bool(np.all(start[1:] >= start[:-1])):
                 order = np.argsort(start, kind="stable")
-                start, end, phase = start[order], end[order], phase[order]
-            out[i] = (start, end, phase)
+                start, end, phase, step = start[order], end[order], phase[order], step[order]
+            out[i] = (start, end, phase, step)
         return out
 
 
-def timeline_arrays(batches: Iterable[pa.RecordBatch | pa.Table]) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Each IPU's rows as (start, end, phase code) arrays sorted by start, gathered batch by batch (``_Rows``)."""
+def timeline_arrays(batches: Iterable[pa.RecordBatch | pa.Table]
+                    ) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Each IPU's rows as (start, end, phase code, step) arrays sorted by start, gathered batch by batch (``_Rows``)."""
     rows = _Rows()
     for batch in batches:
         rows.add(arrays(batch, TIMELINE_COLUMNS))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-SECTION_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "system"]
+SECTION_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "tiles", "system"]
 COMPARE_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange"]
 FORMAT_CHOICES = ["text", "json", "csv", "md", "html"]
 
@@ -43,8 +43,9 @@ def finish(written: list) -> None:
 def command(profile: str, section: str, fmt: str, output: str | None, verify: bool, verify_dir: str | None,
             system: tuple[str, ...]) -> None:
     """Report on PROFILE: summary and insights, memory, liveness, stages, exchange, operations (each op's
-    cycles, FLOPs and memory, by op, block and layer), and the host processes' system timeline. PROFILE may
-    be a run's folder: with several poprun instances, the figures that differ between them come first."""
+    cycles, FLOPs and memory, by op, block and layer), the program tree, tile balance, and the host processes'
+    system timeline. PROFILE may be a run's folder: with several poprun instances, the figures that differ
+    between them come first."""
     from popvision_py.analysis.report import Report
     from popvision_py.format.runs import run_profiles
     from popvision_py.render import emit

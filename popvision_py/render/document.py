@@ -16,15 +16,17 @@ import pandas as pd
 
 from popvision_py.version import __version__
 from popvision_py.analysis import imported
+from popvision_py.analysis import tiles as tile_answers
 from popvision_py.analysis.instances import differences
-from popvision_py.analysis.programs import NO_PROGRAM
 from popvision_py.analysis.operations import IMPORTED_NO_BLOCKS
+from popvision_py.analysis.programs import NO_PROGRAM
 from popvision_py.analysis.tables import TABLE_COLUMNS, Table
 from popvision_py.render.format import value as shown
 from popvision_py.render.format import verification
 
-SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "system")
-# `popvision compare` sets the device's figures side by side, not the ops, the program trees or the host's timelines
+SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "tiles", "system")
+# `popvision compare` sets the device's figures side by side, not the ops, the program trees, each tile's balance
+# or the host's timelines
 COMPARED = ("summary", "memory", "liveness", "stages", "exchange")
 
 
@@ -265,6 +267,15 @@ def _programs(doc: Document, r: Any, figures: bool) -> None:
     doc.add("programs.tree", title, r.answer("programs.tree"), tree=True)
 
 
+def _tiles(doc: Document, r: Any, figures: bool) -> None:
+    if r.imported:
+        _meaningless(doc, "tiles.by_ipu", "Tile balance per IPU: compute sets over the run", tile_answers.NO_TILES)
+        return
+    doc.add("tiles.by_ipu", "Tile balance per IPU: compute sets over the run", r.answer("tiles.by_ipu"))
+    doc.add("tiles.balance", "Tile balance per compute set (worst balance first)", r.answer("tiles.balance"))
+    doc.add("tiles.busiest", "Busiest tiles: most compute cycles over the run", r.answer("tiles.busiest", 10))
+
+
 def add_instances(doc: Document, runs: list[tuple[str, Any]], first: Any) -> None:
     """A run of several instances: the summary figures that differ between their profiles, first in
     the document (``first`` is the first instance's open Report; the others are opened here)."""
@@ -291,7 +302,8 @@ def add_verification(doc: Document, table: Table) -> None:
 
 
 _SECTION_BUILDERS = {"summary": _summary, "memory": _memory, "liveness": _liveness, "stages": _stages,
-                     "exchange": _exchange, "operations": _operations, "programs": _programs, "system": _system}
+                     "exchange": _exchange, "operations": _operations, "programs": _programs, "tiles": _tiles,
+                     "system": _system}
 
 
 def build_comparison(comparison: Any, section: str = "all") -> Document:

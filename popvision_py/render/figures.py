@@ -115,3 +115,12 @@ def comparison(frame: pd.DataFrame, title: str, n: int = 30) -> go.Figure:
     changed = changed.reindex(changed["difference_pct"].abs().sort_values(ascending=False).index).head(n)
     fig = go.Figure(go.Bar(x=changed["difference_pct"], y=changed["figure"], orientation="h"))
     return _layout(fig, title + " (largest relative differences, b vs a)", "difference %", "")
+
+
+def tile_balance(balance: pd.DataFrame) -> go.Figure:
+    """Each compute set's imbalance (max / mean tile cycles) against its share of the run: the costly and
+    unbalanced ones are top right."""
+    fig = go.Figure([go.Scatter(x=g["run_pct"], y=g["imbalance"], mode="markers", name=f"IPU {i}",
+                                text=g["name"].astype(str), hovertemplate="%{text}<br>%{x:.2f} % of the run, "
+                                "imbalance %{y:.2f}<extra></extra>") for i, g in balance.groupby("ipu")])
+    return _layout(fig, "Tile balance per compute set", "share of the run, %", "imbalance (max / mean tile cycles)")

@@ -62,6 +62,7 @@ def _figures_for(doc: Document) -> dict[str, list[go.Figure]]:
     add("exchange", F.exchange_matrix, "exchange.matrix")
     add("programs", F.program_tree, "programs.tree")
     add("operations", F.operations, "operations.by_layer")
+    add("tiles", F.tile_balance, "tiles.balance")
     for key, frame in data.items():
         if key.endswith(".comparison") and len(frame):
             out.setdefault(key.split(".")[0], []).append(F.comparison(frame, key.split(".")[0].capitalize()))

@@ -164,6 +164,9 @@ def test_index_gathered_without_a_sort_equals_the_index_of_a_shuffled_trace(size
         want = frame[frame["ipu"] == i].sort_values("start_cycle", kind="stable")
         np.testing.assert_array_equal(a.start, want["start_cycle"].to_numpy())
         np.testing.assert_array_equal(a.phase, want["phase"].map(PHASES.index).to_numpy())
+        # and each compute row's step (the tile view's join with tile_cycles), in the same order
+        np.testing.assert_array_equal(a.compute_step, b.compute_step)
+        np.testing.assert_array_equal(a.compute_step, want.loc[want["phase"] == "compute", "step"].to_numpy())
 
 
 def test_index_built_in_threads_equals_the_serial_one(monkeypatch):
@@ -198,7 +201,7 @@ def test_one_scan_for_everything_equals_one_pass_each(shuffle):
     bars = tracescan.gantt_bars(_batches(frame, 613, shuffle), agg)
     for name in bars:
         np.testing.assert_array_equal(one["gantt"][name], bars[name])
-    assert tracescan.scan_columns(False, True, False) == ("ipu", "phase", "start_cycle", "end_cycle")
+    assert tracescan.scan_columns(False, True, False) == ("ipu", "step", "phase", "start_cycle", "end_cycle")
 
 
 def test_report_reads_the_trace_once_for_summary_timeline_and_gantt(profiles, monkeypatch):

@@ -1,8 +1,8 @@
 """The dashboard in a real headless Chromium, driven by Dash's ``dash_duo``.
 
 Every page draws its figures with no error in the browser console; a tile click shows that tile;
-choosing a liveness step lists its variables; zooming the trace changes its level of detail; the
-compare page shows both profiles.
+choosing a liveness step lists its variables; zooming the trace changes its level of detail; chosen
+tiles show as rows that zoom with it; the compare page shows both profiles.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ PAGES = {
     "/memory": [ids.MEMORY_TILE_MAP, ids.MEMORY_TILE_BREAKDOWN, ids.MEMORY_CATEGORIES, ids.MEMORY_HISTOGRAM,
                 ids.MEMORY_WORST_STEPS],
     "/liveness": [ids.LIVENESS_PLOT],
-    "/trace": [ids.TRACE_TIMELINE, ids.TRACE_TILES],
+    "/trace": [ids.TRACE_TIMELINE, ids.TRACE_TILE_TIMELINE, ids.TRACE_TILES],
     "/operations": [ids.OPERATIONS_TRACE],
     "/stages": [ids.STAGES_GANTT, ids.STAGES_IMBALANCE, ids.STAGES_SUMMARY, ids.STAGES_SPLIT_FIGURE],
     "/exchange": [ids.EXCHANGE_PHASES, ids.EXCHANGE_MATRIX, ids.EXCHANGE_KINDS],
@@ -149,6 +149,57 @@ def test_zooming_the_trace_changes_its_level_of_detail(dash_duo, app, monkeypatc
     # AND the "whole run" button goes back to bins
     dash_duo.find_element(f"#{ids.TRACE_RESET}").click()
     dash_duo.wait_for_contains_text(f"#{ids.TRACE_LEVEL}", "bins", timeout=10)
+    assert errors(dash_duo) == []
+
+
+def _choose_tiles(dash_duo, spec: str) -> None:
+    box = dash_duo.find_element(f"#{ids.TRACE_TILE_CHOICE}")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(spec, Keys.ENTER)
+
+
+def _tile_rows(dash_duo) -> list[str]:
+    return [tick.text for tick in dash_duo.find_elements(f"#{ids.TRACE_TILE_TIMELINE} .ytick text")]
+
+
+def test_chosen_tiles_show_as_rows_and_zoom_with_the_trace(dash_duo, app, monkeypatch):
+    # GIVEN the trace page with few bins, so the whole run is binned for IPUs and tiles alike
+    from dashboards.pages import trace
+
+    monkeypatch.setattr(trace, "MAX_BINS", 40)
+    monkeypatch.setattr(trace, "TILE_BINS", 120)
+    dash_duo.start_server(app)
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/trace")
+    wait_for_figures(dash_duo, [ids.TRACE_TIMELINE, ids.TRACE_TILE_TIMELINE, ids.TRACE_TILES])
+    # it opens on the 8 busiest tiles (tile t computes c x (64 - t) // 64: tiles 0 to 7), in bins
+    dash_duo.wait_for_contains_text(f"#{ids.TRACE_TILE_LEVEL}", "the 8 busiest tiles (most compute cycles", timeout=10)
+    assert _tile_rows(dash_duo) == [f"tile {t}" for t in range(8)]
+    # WHEN tiles are chosen by number and range
+    _choose_tiles(dash_duo, "0, 5, 17, 60-62")
+    # THEN each is a row, in the order given, with the bars of its phases
+    dash_duo.wait_for_contains_text(f"#{ids.TRACE_TILE_LEVEL}", "6 tiles", timeout=10)
+    assert _tile_rows(dash_duo) == ["tile 0", "tile 5", "tile 17", "tile 60", "tile 61", "tile 62"]
+    legend = dash_duo.find_element(f"#{ids.TRACE_TILE_TIMELINE}").text
+    assert "compute" in legend and "wait (done, at the sync)" in legend
+    assert "bins" in dash_duo.find_element(f"#{ids.TRACE_TILE_LEVEL}").text
+    # AND WHEN the worst 3 are asked for, the busiest three are shown
+    _choose_tiles(dash_duo, "worst 3")
+    dash_duo.wait_for_contains_text(f"#{ids.TRACE_TILE_LEVEL}", "the 3 busiest tiles", timeout=10)
+    assert _tile_rows(dash_duo) == ["tile 0", "tile 1", "tile 2"]
+    # AND WHEN a narrow window is dragged on the tiles' time line, both time lines show its executions
+    plot = dash_duo.find_element(f"#{ids.TRACE_TILE_TIMELINE} .nsewdrag")
+    width = plot.rect["width"]
+    ActionChains(dash_duo.driver).move_to_element(plot).move_by_offset(int(-width * 0.45), 0).click_and_hold() \
+        .move_by_offset(int(width * 0.04), 0).release().perform()
+    dash_duo.wait_for_contains_text(f"#{ids.TRACE_TILE_LEVEL}", "events", timeout=10)
+    dash_duo.wait_for_contains_text(f"#{ids.TRACE_LEVEL}", "events", timeout=10)
+    # AND the balance of the compute sets in view is each tile's busy share there
+    dash_duo.find_elements(f"#{ids.TRACE_BALANCE_SCOPE} input")[1].click()
+    dash_duo.wait_for_contains_text(f"#{ids.TRACE_TILES}", "compute sets in cycles", timeout=10)
+    # AND a tile past the IPU's is one sentence, not a figure
+    _choose_tiles(dash_duo, "70")
+    dash_duo.wait_for_text_to_equal(f"#{ids.TRACE_TILE_LEVEL}", "Tile 70 is not on the IPU: it has tiles 0 to 63.",
+                                    timeout=10)
     assert errors(dash_duo) == []
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from dashboards import ids
 from popvision_py.cli import main
 
 
@@ -125,8 +126,13 @@ def test_tile_cycles_of_the_costliest_compute_set(app):
     assert options[0]["label"] == "step 4 · B1/bwd · 200 cycles × 12"
     fig = trace.show_tile_cycles(step, 0, "a")
     assert len(fig.data[0].x) == 64
-    # tile t computes 200 x (64 - t) // 64 cycles (tests/synthetic.py): tile 0 is the slowest
-    assert list(fig.data[0].y) == [200 * (64 - t) // 64 for t in range(64)]
+    # tile t computes 200 x (64 - t) // 64 cycles (tests/synthetic.py): tile 0 is the slowest, busy all the step
+    cycles = [200 * (64 - t) // 64 for t in range(64)]
+    assert list(fig.data[0].customdata) == cycles
+    assert list(fig.data[0].y) == [100 * c / 200 for c in cycles]
+    shares = [100 * c / 200 for c in cycles]
+    assert (f"least {min(shares):.1f} % · mean {sum(shares) / 64:.1f} % · most 100.0 %"
+            in fig.layout.title.text)
 
 
 def test_stages_show_the_gantt_and_the_split(app):
@@ -211,3 +217,29 @@ def test_the_warm_up_reads_the_trace_for_the_trace_and_stages_pages_too(pipeline
     # THEN they are answered from the cache: no table is read again
     report = data.report("a")
     assert len(report.stages.gantt()) > 0
+
+
+def test_tiles_in_time_follow_the_window_at_its_level_of_detail(app, monkeypatch):
+    trace = page("trace")
+    monkeypatch.setattr(trace, "MAX_BINS", 40)
+    # GIVEN the page's first draw: the 8 busiest tiles of IPU 0 over the whole run, in bins
+    fig, level = trace.render_tile_timeline(None, "worst 8", 0, "a")
+    assert level.startswith("level of detail: bins — 40 bins") and level.endswith(
+        "the 8 busiest tiles (most compute cycles over the run)")
+    assert list(fig.layout.yaxis.ticktext) == [f"tile {t}" for t in range(8)]
+    assert {t.name for t in fig.data} >= {"compute", "wait (done, at the sync)", "sync", "exchange", "idle"}
+    # WHEN the IPU time line is zoomed to 300 cycles THEN the window is stored and the tiles show its executions
+    window = trace.follow_window({"xaxis.range[0]": 0, "xaxis.range[1]": 300}, None, 0, "a", trigger=ids.TRACE_TIMELINE)
+    assert window == [0, 301]
+    fig, level = trace.render_tile_timeline(window, "0, 63", 0, "a")
+    assert level.startswith("level of detail: events") and level.endswith("· 2 tiles")
+    assert list(fig.layout.xaxis.range) == [0, 301]
+    # tile 63 computes 100 × 1 // 64 = 1 cycle of B1's 100-cycle forward compute set, then waits 99
+    compute = next(t for t in fig.data if t.name == "compute")
+    wait = next(t for t in fig.data if t.name == "wait (done, at the sync)")
+    assert 1 in list(compute.x) and 99 in list(wait.x)
+    # AND a choice the analysis cannot read is its one sentence, in place of the figure
+    fig, level = trace.render_tile_timeline(window, "0-3, x", 0, "a")
+    assert level == "'x' is not a tile, a range like 100-131 or 'worst N'."
+    # AND a reset (or a new profile) goes back to the whole run
+    assert trace.follow_window(None, None, 1, "a", trigger=ids.TRACE_RESET) is None
