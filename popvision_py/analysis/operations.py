@@ -423,7 +423,7 @@ class OperationsReport:
 
             rows = self.window()
             columns = {"ipu": rows["ipu"], "phase": rows["phase"], "start_cycle": rows["start_cycle"],
-                       "end_cycle": rows["end_cycle"]}
+                       "end_cycle": rows["end_cycle"], "step": rows["step"]}
             return TimelineIndex.from_ipus(timeline_arrays([columns]))
 
         return self._memo("window_index", compute)
