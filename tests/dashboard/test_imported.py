@@ -193,7 +193,7 @@ def test_an_ipu_profile_keeps_its_words(app):
     assert page("summary").render_words("a") == ("Where the IPU time goes", "Memory per IPU")
     memory = page("memory").render_words("a")
     assert memory[0] == page("memory").DESCRIPTION[False] and memory[1] == {"display": "none"}
-    assert memory[2:6] == ({}, {}, {}, {}) and memory[6:] == ("grid-2", "Memory per IPU by category",
+    assert memory[2:7] == ({}, {}, {}, {}, {}) and memory[7:] == ("grid-2", "Memory per IPU by category",
                                                                page("memory").CATEGORIES_NOTE[False])
     assert page("stages").render_words("a")[1:] == ("Forward and backward passes per IPU",
                                                     "Cycles per micro-batch of each stage", {}, {"display": "none"},

@@ -99,7 +99,7 @@ def test_no_page_cuts_its_figures(dash_duo, sample, width):
         assert path.exists(), f"{path} is not there (sample_profiles/regenerate.py makes it)"
     dash_duo.start_server(create_app([str(p) for p in paths]))
     pages = [page["path"] for page in dash.page_registry.values() if not page.get("needs_tune")]
-    assert len(pages) == 9, pages  # the What-if page (a tune result's) is checked in test_browser_whatif.py
+    assert len(pages) == 10, pages  # the What-if page (a tune result's) is checked in test_browser_whatif.py
     problems = {}
     for path in pages:
         # WHEN each page is opened at this width
