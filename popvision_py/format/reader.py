@@ -346,6 +346,11 @@ class Profile:
             raise CorruptProfileError(f"{corrupt} (its footer does not match the checksum in the manifest).")
         return True
 
+    @property
+    def declared(self) -> dict[str, int]:
+        """The manifest's figures the schema's bounds name (``values.bounds``), checked at open."""
+        return dict(self._declared)
+
     def footer_verified(self, table: str) -> bool:
         """Whether the table's footer (its row counts and column statistics) was checked against a
         checksum at open. Figures may come from footer statistics only if it was."""

@@ -271,3 +271,44 @@ def _check_codes(values: pa.ChunkedArray | pa.Array, codes: tuple[str, ...], nam
                 raise error(f"{name} holds the unknown value {chunk[row].as_py()!r} at row {offset + row:,}; "
                             f"it may hold {', '.join(codes)}.")
         offset += len(chunk)
+
+
+SQL_REFUSAL = "popvision refuses column "  # how a checked view's error starts: then "TABLE.COLUMN"
+
+
+def _sql_name(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def sql_checked(spec: S.Table, names: list[str], declared: Mapping[str, int]) -> list[str]:
+    """SQL select expressions that give each of ``names`` (a member's stored columns) as it is, or
+    stop the query with DuckDB's ``error()`` at a value ``check_values`` would refuse: a null, a
+    number outside its least and largest values, a code the schema does not know, a row of an
+    ordered pair out of order (each column of the pair checked with its partner, as the reader
+    does). The error's text is ``SQL_REFUSAL`` and ``table.column``; the reader's own check then
+    finds the first bad row for the sentence (``MemberFileSystem.refusal``).
+
+    A query that does not use a column drops its expression, so it reads and checks only what it
+    uses; a column the schema does not declare is passed through unchecked.
+    """
+    columns = {column.name: column for column in spec.columns}
+    out = []
+    for name in names:
+        quoted = _sql_name(name)
+        if name not in columns:
+            out.append(quoted)
+            continue
+        rule, kind = columns[name].values, columns[name].type
+        tests = [f"{quoted} IS NOT NULL"]
+        if rule.codes is not None:
+            tests.append(f"{quoted} IN ({', '.join(chr(39) + c.replace(chr(39), chr(39) * 2) + chr(39) for c in rule.codes)})")
+        elif pa.types.is_integer(kind):
+            low, high, _ = limits(rule, declared)
+            tests += [f"{quoted} >= {low}"] if low is not None else []
+            tests += [f"{quoted} <= {high}"] if high is not None else []
+        for earlier, later in spec.ordered:
+            if name in (earlier, later) and earlier in names and later in names:
+                tests.append(f"{_sql_name(later)} >= {_sql_name(earlier)}")
+        refusal = f"{SQL_REFUSAL}{spec.name}.{name}".replace("'", "''")
+        out.append(f"CASE WHEN {' AND '.join(tests)} THEN {quoted} ELSE error('{refusal}') END AS {quoted}")
+    return out
