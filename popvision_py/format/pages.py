@@ -37,90 +37,93 @@ class PageError(ValueError):
     """A column chunk's pages disagree with their checksums or with the footer; the sentence says how."""
 
 
-class _Compact:
-    """A reader of Thrift's compact protocol over ``data[pos:end]``; every read moves forward, and
+_PAST = "a page header runs past the end of its column chunk"
+
+
+def _varint(data: memoryview, pos: int, end: int) -> tuple[int, int]:
+    """An unsigned varint at ``pos``: (value, the position after it). Every read moves forward, and
     running past ``end`` is a PageError (never a loop, never a read outside the chunk)."""
+    value, shift = 0, 0
+    while True:
+        if pos >= end:
+            raise PageError(_PAST)
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise PageError("a page header holds an integer longer than 64 bits")
 
-    def __init__(self, data: memoryview, pos: int, end: int) -> None:
-        self.data, self.pos, self.end = data, pos, end
 
-    def byte(self) -> int:
-        if self.pos >= self.end:
-            raise PageError("a page header runs past the end of its column chunk")
-        value = self.data[self.pos]
-        self.pos += 1
-        return value
-
-    def varint(self) -> int:
-        value, shift = 0, 0
-        while True:
-            byte = self.byte()
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return value
-            shift += 7
-            if shift > 63:
-                raise PageError("a page header holds an integer longer than 64 bits")
-
-    def zigzag(self) -> int:
-        value = self.varint()
-        return (value >> 1) ^ -(value & 1)
-
-    def skip(self, kind: int, depth: int) -> None:
-        if kind in (1, 2):  # booleans live in the field header
-            return
-        if kind == 3:
-            self.byte()
-        elif kind in (4, 5, 6):
-            self.varint()
-        elif kind == 7:
-            self.advance(8)
-        elif kind == 8:
-            self.advance(self.varint())
-        elif kind in (9, 10):
-            head = self.byte()
-            size = head >> 4 if head >> 4 != 15 else self.varint()
+def _skip(data: memoryview, pos: int, end: int, kind: int, depth: int) -> int:
+    """The position after a value of Thrift compact type ``kind`` at ``pos``."""
+    if kind in (1, 2):  # booleans live in the field header
+        return pos
+    if kind == 3:
+        pos += 1
+    elif kind in (4, 5, 6):
+        pos = _varint(data, pos, end)[1]
+    elif kind == 7:
+        pos += 8
+    elif kind == 8:
+        size, pos = _varint(data, pos, end)
+        pos += size
+    elif kind in (9, 10):
+        if pos >= end:
+            raise PageError(_PAST)
+        head = data[pos]
+        size, pos = (head >> 4, pos + 1) if head >> 4 != 15 else _varint(data, pos + 1, end)
+        item = head & 0x0F if head & 0x0F not in (1, 2) else 3  # booleans in a list are bytes
+        for _ in range(size):
+            pos = _skip(data, pos, end, item, depth + 1)
+    elif kind == 11:
+        size, pos = _varint(data, pos, end)
+        if size:
+            if pos >= end:
+                raise PageError(_PAST)
+            types, pos = data[pos], pos + 1
             for _ in range(size):
-                self.skip(head & 0x0F if head & 0x0F not in (1, 2) else 3, depth + 1)
-        elif kind == 11:
-            size = self.varint()
-            if size:
-                types = self.byte()
-                for _ in range(size):
-                    self.skip(types >> 4, depth + 1)
-                    self.skip(types & 0x0F, depth + 1)
-        elif kind == 12:
-            self.struct(depth + 1)
+                pos = _skip(data, pos, end, types >> 4, depth + 1)
+                pos = _skip(data, pos, end, types & 0x0F, depth + 1)
+    elif kind == 12:
+        pos = _struct(data, pos, end, depth + 1)[1]
+    else:
+        raise PageError(f"a page header holds a field of unknown type {kind}")
+    if pos > end:
+        raise PageError(_PAST)
+    return pos
+
+
+def _struct(data: memoryview, pos: int, end: int, depth: int = 0) -> tuple[dict[int, Any], int]:
+    """A struct of Thrift's compact protocol at ``pos``: its 32-bit integer fields and nested structs
+    by field id (a field of another type than it had is left out, as Thrift's own readers skip it;
+    everything else is skipped), and the position after it."""
+    if depth > _MAX_DEPTH:
+        raise PageError("a page header nests deeper than Parquet's do")
+    fields: dict[int, Any] = {}
+    last = 0
+    while True:
+        if pos >= end:
+            raise PageError(_PAST)
+        head = data[pos]
+        pos += 1
+        kind = head & 0x0F
+        if kind == 0:
+            return fields, pos
+        if head >> 4:
+            last += head >> 4
         else:
-            raise PageError(f"a page header holds a field of unknown type {kind}")
-
-    def advance(self, nbytes: int) -> None:
-        if nbytes < 0 or self.pos + nbytes > self.end:
-            raise PageError("a page header runs past the end of its column chunk")
-        self.pos += nbytes
-
-    def struct(self, depth: int = 0) -> dict[int, Any]:
-        """A struct's 32-bit integer fields and nested structs by field id (a field of another type
-        than it had is left out, as Thrift's own readers skip it); everything else skipped."""
-        if depth > _MAX_DEPTH:
-            raise PageError("a page header nests deeper than Parquet's do")
-        fields: dict[int, Any] = {}
-        last = 0
-        while True:
-            head = self.byte()
-            kind = head & 0x0F
-            if kind == 0:
-                return fields
-            delta = head >> 4
-            last = last + delta if delta else self.zigzag()
-            if kind == 5:
-                fields[last] = self.zigzag()
-            elif kind in (4, 6):
-                self.zigzag()
-            elif kind == 12:
-                fields[last] = self.struct(depth + 1)
-            else:
-                self.skip(kind, depth)
+            value, pos = _varint(data, pos, end)
+            last = (value >> 1) ^ -(value & 1)
+        if kind == 5:
+            value, pos = _varint(data, pos, end)
+            fields[last] = (value >> 1) ^ -(value & 1)
+        elif kind == 12:
+            fields[last], pos = _struct(data, pos, end, depth + 1)
+        else:
+            pos = _skip(data, pos, end, kind, depth)
 
 
 def check_chunk(data: bytes | memoryview, meta: Any) -> None:
@@ -134,12 +137,10 @@ def check_chunk(data: bytes | memoryview, meta: Any) -> None:
     allowed = {_ENCODINGS.get(name, -1) for name in meta.encodings}
     pos, values, uncompressed, pages = 0, 0, 0, 0
     while pos < end:
-        reader = _Compact(view, pos, min(end, pos + _MAX_HEADER))
-        header = reader.struct()
+        header, body = _struct(view, pos, min(end, pos + _MAX_HEADER))
         kind, size, compressed = header.get(1), header.get(2), header.get(3)
         if not isinstance(size, int) or not isinstance(compressed, int) or size < 0 or compressed < 0:
             raise PageError(f"page {pages} has no valid sizes in its header")
-        body = reader.pos
         if body + compressed > end:
             raise PageError(f"page {pages} runs past the end of its column chunk")
         crc = header.get(4)
