@@ -4,8 +4,7 @@ profile.pop is a stored (uncompressed) ZIP: each table is a whole Parquet file l
 of the container. ``MemberFileSystem(profile)`` shows those byte ranges as files named after the
 members (``trace.parquet``, ``ops.parquet``...), so a Parquet reader that takes an fsspec file
 system, DuckDB's above all (``register_filesystem``), reads a member as it reads a file on disk:
-the footer first, then only the column chunks a query needs, skipping the row groups its filters
-rule out. Nothing is decoded or copied up front.
+the footer first, then only the column chunks a query needs. Nothing is decoded or copied up front.
 
 DuckDB's Parquet reader checks neither Parquet page checksums nor values against the schema. So
 the first read of a column chunk's bytes (anything before the footer, which the reader checked at
