@@ -64,6 +64,11 @@ from popvision_py.render import text  # noqa: E402
 from popvision_py.render.document import build_report  # noqa: E402
 
 
+# Issue 26: at 10M and 50M trace rows, the analysis at most 1.3x pyarrow reading the same columns
+# (it was 1.36-1.48 before the read-side checks landed, 1.74-1.83 with them).
+ISSUE26_TARGET = 1.3
+
+
 def interleaved(first, second, repeat: int) -> tuple[list[float], list[float]]:
     """Times of ``first`` and ``second`` run alternately ``repeat`` times each, after a warm-up of both.
 
@@ -272,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"baseline  pyarrow reads those columns           {base * 1e3:9.1f} ms (median of {args.repeat}, "
                   f"alternating with the analysis)")
             print(f"analysis  open + all sections + text render     {ana * 1e3:9.1f} ms")
-            print(f"ratio     analysis / baseline                   {ana / base:9.2f}   (target <= 2; each pair's "
+            print(f"ratio     analysis / baseline                   {ana / base:9.2f}   (target <= 2, issue 26 <= "
+                  f"{ISSUE26_TARGET} at 10M and 50M rows; each pair's "
                   f"ratio: median {statistics.median(ratios):.2f}, quartiles {lo:.2f}-{hi:.2f})")
             figures.update({"baseline_s": base, "analysis_s": ana, "time_ratio": ana / base,
                             "pair_ratio_median": statistics.median(ratios), "pair_ratio_quartiles": [lo, hi]})
@@ -302,7 +308,8 @@ def measure_fresh(path: Path, reads: list, decoded: int, args: argparse.Namespac
     for w in runs:
         print(f"{w:9s} {med[w]:8.3f} s ({spread[w][0]:.3f}-{spread[w][1]:.3f})   peak memory beyond imports "
               f"{mem[w] / 1e6:8.0f} MB")
-    print(f"ratio     analysis / baseline time              {med['analysis'] / med['baseline']:9.2f}   (target <= 1.5)")
+    print(f"ratio     analysis / baseline time              {med['analysis'] / med['baseline']:9.2f}   (target <= 1.5; "
+          f"issue 26: <= {ISSUE26_TARGET})")
     print(f"ratio     analysis peak memory / decoded        {mem['analysis'] / decoded:9.2f}   (target <= 2; "
           f"decoded {decoded / 1e6:.0f} MB)")
     figures = {"baseline_s": med["baseline"], "analysis_s": med["analysis"],

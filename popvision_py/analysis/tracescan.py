@@ -203,16 +203,21 @@ class _Slots:
     def __init__(self) -> None:
         self.parts: list[dict[str, np.ndarray]] = []
 
-    def add(self, t: dict[str, np.ndarray]) -> None:
+    def add(self, t: dict[str, np.ndarray]) -> np.ndarray:
+        """Fold a batch in; returns the first row of each of its runs (``_Fold`` marks its set there)."""
         n = len(t["ipu"])
         if n == 0:
-            return
+            return np.zeros(0, np.intp)
         idle = t["phase"] == PHASE["idle"]
         sync = (t["phase"] == PHASE["sync"]) & (t["stage"] < 0)
         mb = ((t["stage"] >= 0) & (t["micro_batch"] >= 0) & ~idle
               & ((t["pass"] == PASSES.index("forward")) | (t["pass"] == PASSES.index("backward"))))
-        kind = np.where(mb, SLOT["micro_batch"], np.where(idle, SLOT["idle"], np.where(
-            sync, SLOT["superstep_sync"], SLOT["fixed"]))).astype(np.int8)
+        # the three are exclusive (idle and sync are phases, sync has no stage, micro_batch one and not
+        # idle), so each row's kind is fixed plus or minus its one mask, in int8 (no int64 temporaries)
+        kind = np.full(n, SLOT["fixed"], np.int8)
+        kind += idle.view(np.int8) * np.int8(SLOT["idle"] - SLOT["fixed"])
+        kind += sync.view(np.int8) * np.int8(SLOT["superstep_sync"] - SLOT["fixed"])
+        kind -= mb.view(np.int8) * np.int8(SLOT["fixed"] - SLOT["micro_batch"])
         change = kind[1:] != kind[:-1]
         for name in _BAR_COLUMNS:
             column = t[name]
@@ -221,6 +226,7 @@ class _Slots:
         cycles = np.add.reduceat(t["end_cycle"] - t["start_cycle"], cut)
         self.parts.append({"ipu": t["ipu"][cut], "stage": t["stage"][cut], "pass": t["pass"][cut], "kind": kind[cut],
                            "start_cycle": np.minimum.reduceat(t["start_cycle"], cut), "cycles": cycles})
+        return cut
 
     def result(self) -> dict[str, np.ndarray]:
         if not self.parts:
@@ -295,7 +301,7 @@ class _Fold:
         if n == 0:
             return
         self.rows += n
-        self.slots.add(t)
+        cut = self.slots.add(t)  # rows where a run of one (run, iteration, stage, micro-batch...) starts
         ipu, stage, step = t["ipu"], t["stage"], t["step"]
         start, end = t["start_cycle"], t["end_cycle"]
         if self.bounded:
@@ -322,8 +328,9 @@ class _Fold:
         key = _key([(ipu, 0), (step, self.execs.shape[1])], 1, self.execs.size, scratch)
         np.add.at(self.execs.reshape(-1), key, 1)
 
-        # which (run, iteration, stage, micro-batch) have rows
-        run, it, mb = t["run"], t["iteration"], t["micro_batch"]
+        # which (run, iteration, stage, micro-batch) have rows: each run of rows starts with its values,
+        # so the first rows of the runs hold every value there is
+        run, it, mb, stage = t["run"][cut], t["iteration"][cut], t["micro_batch"][cut], stage[cut]
         if self.whole_seen:
             s = self.seen.shape
             key = _key([(run, 0), (it, s[1]), (stage, s[2]), (mb, s[3])], s[3] + 1, self.seen.size, scratch)

@@ -5,8 +5,9 @@ one table ``tune``, under the same lock-down.
 
 Every table (ops, programs, tile_cycles, tile_memory, variables, liveness, trace, exchanges) is a
 view under its schema name over its member, which DuckDB's own Parquet reader scans in place
-through popvision_py.format.memberfs: a query reads only the columns it uses, skips the row groups
-its filters rule out, and a table it does not name costs nothing.
+through popvision_py.format.memberfs: a query reads only the columns it uses, and a table it does
+not name costs nothing. Each column of a view stops the query at a value the schema forbids
+(values.sql_checked), and each column chunk's pages are checked as DuckDB reads them.
 
 The query may read those tables and nothing else: DuckDB runs with external access off (only the
 eight members are allowed, by path), no extension installed or loaded, nothing spilled to disk,
@@ -132,8 +133,8 @@ def _locked_connection(members: MemberFileSystem, memory_limit: str):
         # allowed_paths only takes once the database runs, and only before external access is off
         con.execute("SET allowed_paths = $1", [[f"{members.protocol}://{spec.member}" for spec in S.TABLES.values()]])
         con.execute("SET enable_external_access = false")
-        for name, spec in S.TABLES.items():
-            con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{members.protocol}://{spec.member}')")
+        for name in S.TABLES:
+            con.execute(f"CREATE VIEW {name} AS {members.view(name)}")
         con.execute("SET lock_configuration = true")
     except BaseException as exc:
         con.close()
@@ -232,6 +233,9 @@ def _execute(con: Any, query: str, memory_limit: str, timeout: float | None,
         except duckdb.Error as exc:
             if corrupt() is not None:
                 raise corrupt() from None
+            refused = members.refusal(str(exc)) if members is not None else None  # a view stopped at a forbidden value
+            if refused is not None:
+                raise refused from None
             raise _refusal(exc, memory_limit) from None
     finally:
         if timer is not None:

@@ -4,14 +4,17 @@ profile.pop is a stored (uncompressed) ZIP: each table is a whole Parquet file l
 of the container. ``MemberFileSystem(profile)`` shows those byte ranges as files named after the
 members (``trace.parquet``, ``ops.parquet``...), so a Parquet reader that takes an fsspec file
 system, DuckDB's above all (``register_filesystem``), reads a member as it reads a file on disk:
-the footer first, then only the column chunks a query needs, skipping the row groups its filters
-rule out. Nothing is decoded or copied up front.
+the footer first, then only the column chunks a query needs. Nothing is decoded or copied up front.
 
-DuckDB's Parquet reader does not check Parquet page checksums, so the first read of a column
-chunk's bytes (anything before the footer, which the reader checked at open) has the reader check
-that chunk's page checksums first, and its values against the schema (DuckDB does not check those
-either): a query over damaged pages or forbidden values is refused (``MemberFileSystem.corrupt``
-says which table) instead of answered from them, and a chunk no query reads is never checked.
+DuckDB's Parquet reader checks neither Parquet page checksums nor values against the schema. So
+the first read of a column chunk's bytes (anything before the footer, which the reader checked at
+open) has that chunk's pages checked from the very bytes DuckDB is handed (``pages.check_chunk``:
+checksums, sizes and counts against the footer, nothing decoded), once per chunk and process, each
+chunk under its own lock so DuckDB's threads never wait on each other's chunks; and every table is
+a view whose columns stop the query at a value the schema forbids (``view``, ``values.sql_checked``),
+checked by DuckDB as it computes. A query over damaged pages or forbidden values is refused
+(``MemberFileSystem.corrupt`` or ``refusal`` gives the reader's sentence) instead of answered from
+them, and a chunk no query reads is never checked.
 
 Reads are ``pread``s through the reader's own handle on the container (``Profile.read_at``), never
 a memory map: bytes read into a reader's buffers are freed once decoded (docs/performance.md:
@@ -29,9 +32,11 @@ from typing import TYPE_CHECKING, Any
 import fsspec
 import numpy as np
 
-from popvision_py.errors import CorruptProfileError, ProfileError
+from popvision_py.errors import CorruptProfileError, ProfileError, ValueRangeError
 from popvision_py.format import schema as S
+from popvision_py.format.pages import PageError, check_chunk
 from popvision_py.format.span import MemberFile
+from popvision_py.format.values import SQL_REFUSAL, sql_checked
 
 __all__ = ["MemberFile", "MemberFileSystem"]
 
@@ -57,8 +62,9 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
                                for name, spec in S.TABLES.items()}
         self._profile = profile
         self._checked: set[tuple[str, int]] = set()  # (member, column chunk) whose pages were checked
-        self._chunk_spans: dict[str, tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]] = {}
-        self._check_lock = threading.Lock()
+        self._chunk_spans: dict[str, tuple[np.ndarray, np.ndarray, list[tuple[int, str, Any]]]] = {}
+        self._check_lock = threading.Lock()  # guards _chunk_locks
+        self._chunk_locks: dict[tuple[str, int], threading.Lock] = {}
         self.corrupt: ProfileError | None = None  # set when a read found a damaged member or a forbidden value
         self._modified = datetime.fromtimestamp(profile.path.stat().st_mtime, timezone.utc)
 
@@ -102,28 +108,63 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
             self.corrupt = exc
             raise OSError(str(exc)) from None
 
-    def _verify(self, member: str, first: int, stop: int) -> None:
-        """Check the Parquet page checksums of every column chunk that bytes [first, stop) of the
-        member touch, once each: the reader decodes them with verification, so DuckDB's own reads
-        are not repeated."""
+    def _verify(self, member: str, first: int, data: bytes) -> None:
+        """Check the pages of every column chunk that ``data`` (bytes ``first`` on of the member)
+        touches, once each: from ``data`` itself where it holds the whole chunk, else from the
+        chunk read whole. Each chunk has its own lock: threads reading other chunks go on."""
         starts, stops, chunks = self._chunks(member)
+        stop = first + len(data)
         touched = np.flatnonzero((starts < stop) & (stops > first))
         table = member.removesuffix(S.TABLE_SUFFIX)
         for index in touched.tolist():
-            if (member, index) in self._checked:
+            key = (member, index)
+            if key in self._checked:
                 continue
             with self._check_lock:
-                if (member, index) in self._checked:
+                lock = self._chunk_locks.setdefault(key, threading.Lock())
+            with lock:
+                if key in self._checked:
                     continue
-                group, column = chunks[index]
+                group, column, meta = chunks[index]
+                a, b = int(starts[index]), int(stops[index])
+                if a >= first and b <= stop:
+                    chunk = memoryview(data)[a - first: b - first]
+                else:
+                    chunk = self._read_at(self._spans[member][0] + a, b - a)
                 try:
-                    self._profile.verify_chunk(table, group, column)
-                except ProfileError as exc:  # a page failed its checksum, or a value the schema forbids
-                    self.corrupt = exc
-                    raise OSError(str(exc)) from None
-                self._checked.add((member, index))
+                    check_chunk(chunk, meta)
+                except PageError as exc:
+                    self.corrupt = CorruptProfileError(
+                        f"Table {table} of {self._profile.path} is corrupt (column {column} of row group {group}: {exc}).")
+                    raise OSError(str(self.corrupt)) from None
+                self._checked.add(key)
 
-    def _chunks(self, member: str) -> tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]:
+    def view(self, table: str) -> str:
+        """The SELECT of the view named ``table``: its member read by DuckDB's Parquet reader, each
+        column checked against the schema as the query computes (``values.sql_checked``)."""
+        names = self._profile.metadata(table).schema.to_arrow_schema().names
+        columns = sql_checked(S.TABLES[table], names, self._profile.declared)
+        return f"SELECT {', '.join(columns)} FROM read_parquet('{self.protocol}://{S.TABLES[table].member}')"
+
+    def refusal(self, message: str) -> ProfileError | None:
+        """The reader's sentence for a query a view stopped (``message``: DuckDB's error), or None if
+        it was not a view's check: the column is read by the reader, which names its first bad row."""
+        at = message.find(SQL_REFUSAL)
+        if at < 0:
+            return None
+        table, _, column = message[at + len(SQL_REFUSAL):].split()[0].partition(".")
+        if table not in S.TABLES:
+            return None
+        spec = S.TABLES[table]
+        partners = [b if a == column else a for a, b in spec.ordered if column in (a, b)]
+        try:
+            for _ in self._profile.iter_batches(table, [column, *partners]):
+                pass
+        except ProfileError as exc:
+            return exc
+        return ValueRangeError(f"Column {table}.{column} of {self._profile.path} holds a value its schema forbids.")
+
+    def _chunks(self, member: str) -> tuple[np.ndarray, np.ndarray, list[tuple[int, str, Any]]]:
         if member not in self._chunk_spans:
             table = member.removesuffix(S.TABLE_SUFFIX)
             footer = self._profile.metadata(table)
@@ -134,7 +175,7 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
                     meta = group.column(c)
                     first = meta.dictionary_page_offset if meta.has_dictionary_page else meta.data_page_offset
                     spans.append((first, first + meta.total_compressed_size))
-                    chunks.append((g, meta.path_in_schema))
+                    chunks.append((g, meta.path_in_schema, meta))
             bounds = np.asarray(spans, np.int64).reshape(-1, 2)
             self._chunk_spans[member] = (bounds[:, 0], bounds[:, 1], chunks)
         return self._chunk_spans[member]

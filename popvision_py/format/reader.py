@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from popvision_py.errors import (
@@ -56,8 +55,10 @@ from popvision_py.format.values import (
     check_declared,
     check_manifest,
     check_manifest_sizes,
+    check_arrays,
     check_statistics,
     check_values,
+    extremes,
     statistics,
     statistics_violation,
 )
@@ -112,6 +113,8 @@ class Profile:
             self.target: dict[str, Any] = self.manifest["target"]
             self.run: dict[str, Any] = self.manifest["run"]
             self._footers: dict[str, pq.FileMetaData] = {}  # each table's parsed Parquet footer, kept from open
+            # (table, row group, column) chunks decoded with their page checksums and checked, once per process
+            self._checked: set[tuple[str, int, str]] = set()
             self._verified: dict[str, bool] = {}  # whether each footer was checked against a checksum
             self._schemas = {name: self._check_table(name) for name in S.TABLES}
             # every id that sizes an array is bounded by the manifest, whose counts are bounded by the
@@ -348,6 +351,11 @@ class Profile:
             raise CorruptProfileError(f"{corrupt} (its footer does not match the checksum in the manifest).")
         return True
 
+    @property
+    def declared(self) -> dict[str, int]:
+        """The manifest's figures the schema's bounds name (``values.bounds``), checked at open."""
+        return dict(self._declared)
+
     def footer_verified(self, table: str) -> bool:
         """Whether the table's footer (its row counts and column statistics) was checked against a
         checksum at open. Figures may come from footer statistics only if it was."""
@@ -413,7 +421,7 @@ class Profile:
         partners = [b if a == column else a for a, b in spec.ordered if column in (a, b)]
         try:
             decoded = self._parquet(table, verify=True).read_row_group(row_group, columns=[column, *partners])
-            decoded.validate(full=True)
+            check_arrays(decoded)
             expected = self._footers[table].row_group(row_group).num_rows
             if decoded.num_rows != expected:
                 raise CorruptProfileError(
@@ -425,8 +433,10 @@ class Profile:
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({first_line(exc, type(exc).__name__)}).") from None
         footer = self._footers[table]
         first_row = sum(footer.row_group(g).num_rows for g in range(row_group))
-        self._check_stated(table, row_group, decoded, first_row)
-        check_values(spec, decoded, self._declared, str(self.path), first_row=first_row)
+        known = extremes(decoded)
+        self._check_stated(table, row_group, decoded, first_row, known)
+        check_values(spec, decoded, self._declared, str(self.path), first_row=first_row, known=known)
+        self._checked.update((table, row_group, c) for c in decoded.schema.names)
 
     def read_table(self, table: str, columns: Sequence[str] | None = None, *, filters: Any = None) -> pa.Table:
         """Decode a table, or only ``columns`` of it, as a pyarrow Table.
@@ -458,32 +468,40 @@ class Profile:
                 if wanted is not None:
                     decoded = decoded.select(wanted)
             # a damaged page header can leave dictionary indices past the dictionary's end
-            decoded.validate(full=True)
+            check_arrays(decoded)
         except (pa.ArrowException, OSError) as exc:
             self._unchanged()
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({first_line(exc, type(exc).__name__)}).") from None
+        known = None
         if filters is None:
-            first = 0
+            first, groups = 0, []
             for group in range(self._footers[table].num_row_groups):
                 rows = self._footers[table].row_group(group).num_rows
-                self._check_stated(table, group, decoded.slice(first, rows), first)
+                groups.append(extremes(decoded.slice(first, rows)))
+                self._check_stated(table, group, decoded.slice(first, rows), first, groups[-1])
                 first += rows
-        check_values(S.TABLES[table], decoded, self._declared, str(self.path), whole=filters is None)
+            # the whole table's extremes from its row groups': each column's values are read once
+            known = {name: (min(g[name][0] for g in groups if name in g), max(g[name][1] for g in groups if name in g))
+                     for name in set().union(*groups)}
+            self._checked.update((table, g, c) for g in range(len(groups)) for c in decoded.schema.names)
+        check_values(S.TABLES[table], decoded, self._declared, str(self.path), whole=filters is None, known=known)
         return decoded
 
-    def _check_stated(self, table: str, group: int, decoded: pa.Table | pa.RecordBatch, first_row: int) -> None:
+    def _check_stated(self, table: str, group: int, decoded: pa.Table | pa.RecordBatch, first_row: int,
+                      known: dict[str, tuple[int, int]]) -> None:
         """CorruptProfileError if the decoded rows of row group ``group`` hold an integer outside the
-        (min, max) its footer's statistics state: readers size arrays from those statistics."""
+        (min, max) its footer's statistics state: readers size arrays from those statistics.
+        ``known``: the decoded integer columns' (min, max) (``values.extremes``)."""
         footer = self._footers[table]
         for column in decoded.schema.names:
             stated = statistics(footer, group, column)
-            if stated is None or decoded.num_rows == 0:
+            if stated is None or column not in known:
                 continue
-            extremes = pc.min_max(decoded.column(column)).as_py()
-            if extremes["min"] < stated[0] or extremes["max"] > stated[1]:
+            least, most = known[column]
+            if least < stated[0] or most > stated[1]:
                 raise CorruptProfileError(
                     f"Table {table} of {self.path} is corrupt (column {column} of row group {group} holds values "
-                    f"from {extremes['min']:,} to {extremes['max']:,}, outside the {stated[0]:,} to {stated[1]:,} "
+                    f"from {least:,} to {most:,}, outside the {stated[0]:,} to {stated[1]:,} "
                     f"its footer's statistics state)."
                 )
 
@@ -501,9 +519,13 @@ class Profile:
         """
         wanted = list(columns) if columns is not None else None
         try:
-            parquet = self._parquet(self._known(table), verify=True)
-            groups = list(range(parquet.num_row_groups) if row_groups is None else row_groups)
-            footer = self._footers[table]
+            footer = self._footers[self._known(table)]
+            groups = list(range(footer.num_row_groups) if row_groups is None else row_groups)
+            names = wanted if wanted is not None else self._schemas[table].names
+            # chunks this process decoded and checked already (the dashboard's second pass) are
+            # decoded again without the checks; the row count is still checked
+            checked = all((table, g, c) in self._checked for g in groups for c in names)
+            parquet = self._parquet(table, verify=not checked)
             expected = sum(footer.row_group(g).num_rows for g in groups)
             decoded = 0
             starts = np.cumsum([0] + [footer.row_group(g).num_rows for g in range(footer.num_row_groups)])
@@ -515,12 +537,16 @@ class Profile:
             for group in groups:
                 row = int(starts[group])
                 for batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group], columns=wanted):
-                    batch.validate(full=True)
-                    self._check_stated(table, group, batch, row)
-                    check_values(spec, batch, self._declared, where, first_row=row)
+                    if not checked:
+                        check_arrays(batch)
+                        known = extremes(batch)
+                        self._check_stated(table, group, batch, row, known)
+                        check_values(spec, batch, self._declared, where, first_row=row, known=known)
                     decoded += batch.num_rows
                     row += batch.num_rows
                     yield batch
+                if row - int(starts[group]) == footer.row_group(group).num_rows:
+                    self._checked.update((table, group, c) for c in names)
             if decoded != expected:
                 raise CorruptProfileError(
                     f"Table {table} of {self.path} is corrupt (it decodes to {decoded} rows, its footer says {expected})."

@@ -23,10 +23,11 @@ class MemberFile:
     """
 
     def __init__(self, read_at: Callable[[int, int], bytes], name: str, offset: int, size: int,
-                 verify: Callable[[int, int], None] | None = None, footer_start: int = 0) -> None:
+                 verify: Callable[[int, bytes], None] | None = None, footer_start: int = 0) -> None:
         self.name, self.size = name, size
         self._read_at, self._offset = read_at, offset
-        # called before a read that starts below the footer (the reader checked the footer at open)
+        # called with (start, bytes) of a read that starts below the footer, before the bytes are
+        # returned (the reader checked the footer at open)
         self._verify, self._footer_start = verify, footer_start
         self._positions: dict[int, int] = {}
         self.closed = False
@@ -54,9 +55,10 @@ class MemberFile:
         left = self.size - start
         nbytes = left if nbytes is None or nbytes < 0 else min(nbytes, left)
         self._positions[threading.get_ident()] = start + nbytes
+        data = self._read_at(self._offset + start, nbytes)
         if self._verify is not None and start < self._footer_start:
-            self._verify(start, start + nbytes)
-        return self._read_at(self._offset + start, nbytes)
+            self._verify(start, data)  # the very bytes handed back are the ones checked
+        return data
 
     def close(self) -> None:
         self.closed = True

@@ -195,14 +195,46 @@ def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.frombuffer(data, _DTYPES[column.type])[start:stop]
 
 
+def extremes(data: pa.Table | pa.RecordBatch) -> dict[str, tuple[int, int]]:
+    """(min, max) of each integer column of ``data`` that has rows, by name: one Arrow pass each, shared
+    by the check against the footer's statistics and the check against the schema."""
+    out = {}
+    for name, column in zip(data.schema.names, data.columns):
+        if pa.types.is_integer(column.type) and len(column) > column.null_count:
+            pair = pc.min_max(column).as_py()
+            out[name] = (pair["min"], pair["max"])
+    return out
+
+
+def check_arrays(data: pa.Table | pa.RecordBatch) -> None:
+    """What ``validate(full=True)`` guards beyond decoding with page checksums, at a fraction of its
+    cost: dictionary indices within their dictionary (a damaged page header can leave them past its
+    end), and the offsets and UTF-8 of string columns; numbers are valid whatever their bits.
+    Raises pa.ArrowInvalid."""
+    data.validate()
+    for column in data.columns:
+        for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
+            if pa.types.is_dictionary(chunk.type):
+                chunk.dictionary.validate(full=True)
+                pair = pc.min_max(chunk.indices).as_py() if len(chunk) else {"min": None}
+                if pair["min"] is not None and not 0 <= pair["min"] <= pair["max"] < len(chunk.dictionary):
+                    raise pa.ArrowInvalid(f"dictionary indices from {pair['min']} to {pair['max']} for a dictionary "
+                                          f"of {len(chunk.dictionary)} values")
+            elif not (pa.types.is_integer(chunk.type) or pa.types.is_floating(chunk.type)
+                      or pa.types.is_boolean(chunk.type)):
+                chunk.validate(full=True)
+
+
 def check_values(spec: S.Table, data: pa.Table | pa.RecordBatch, declared: Mapping[str, int], where: str, *,
-                 first_row: int = 0, whole: bool = False,
+                 first_row: int = 0, whole: bool = False, known: Mapping[str, tuple[int, int]] | None = None,
                  error: type[PopvisionError] = ValueRangeError) -> None:
     """Check the columns of ``spec`` present in ``data`` (rows ``first_row`` on of the table).
 
     ``declared``: the manifest's figures (``bounds``) the columns' ``below`` and ``high`` name.
 
     ``whole``: ``data`` is the whole table, so ``spec.key`` (no two rows alike) is checked too.
+
+    ``known``: the integer columns' (min, max) already computed (``extremes``), not computed again.
     """
     present = set(data.schema.names)
     table = spec.name
@@ -223,11 +255,12 @@ def check_values(spec: S.Table, data: pa.Table | pa.RecordBatch, declared: Mappi
         low, high, high_note = limits(rule, declared)
         if low is None and high is None:
             continue
-        extremes = pc.min_max(values).as_py()
-        if low is not None and extremes["min"] < low:
+        pair = known.get(column.name) if known is not None else None
+        least, most = pair if pair is not None else extremes(data.select([column.name]))[column.name]
+        if low is not None and least < low:
             row = int(np.flatnonzero(_numbers(values) < low)[0])
             raise error(f"{name} holds {_numbers(values)[row]} at row {first_row + row:,}, below its least value {low}.")
-        if high is not None and extremes["max"] > high:
+        if high is not None and most > high:
             row = int(np.flatnonzero(_numbers(values) > high)[0])
             raise error(f"{name} holds {_numbers(values)[row]:,} at row {first_row + row:,}, above its largest "
                         f"value {high:,}{high_note}.")
@@ -271,3 +304,44 @@ def _check_codes(values: pa.ChunkedArray | pa.Array, codes: tuple[str, ...], nam
                 raise error(f"{name} holds the unknown value {chunk[row].as_py()!r} at row {offset + row:,}; "
                             f"it may hold {', '.join(codes)}.")
         offset += len(chunk)
+
+
+SQL_REFUSAL = "popvision refuses column "  # how a checked view's error starts: then "TABLE.COLUMN"
+
+
+def _sql_name(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def sql_checked(spec: S.Table, names: list[str], declared: Mapping[str, int]) -> list[str]:
+    """SQL select expressions that give each of ``names`` (a member's stored columns) as it is, or
+    stop the query with DuckDB's ``error()`` at a value ``check_values`` would refuse: a null, a
+    number outside its least and largest values, a code the schema does not know, a row of an
+    ordered pair out of order (each column of the pair checked with its partner, as the reader
+    does). The error's text is ``SQL_REFUSAL`` and ``table.column``; the reader's own check then
+    finds the first bad row for the sentence (``MemberFileSystem.refusal``).
+
+    A query that does not use a column drops its expression, so it reads and checks only what it
+    uses; a column the schema does not declare is passed through unchecked.
+    """
+    columns = {column.name: column for column in spec.columns}
+    out = []
+    for name in names:
+        quoted = _sql_name(name)
+        if name not in columns:
+            out.append(quoted)
+            continue
+        rule, kind = columns[name].values, columns[name].type
+        tests = [f"{quoted} IS NOT NULL"]
+        if rule.codes is not None:
+            tests.append(f"{quoted} IN ({', '.join(chr(39) + c.replace(chr(39), chr(39) * 2) + chr(39) for c in rule.codes)})")
+        elif pa.types.is_integer(kind):
+            low, high, _ = limits(rule, declared)
+            tests += [f"{quoted} >= {low}"] if low is not None else []
+            tests += [f"{quoted} <= {high}"] if high is not None else []
+        for earlier, later in spec.ordered:
+            if name in (earlier, later) and earlier in names and later in names:
+                tests.append(f"{_sql_name(later)} >= {_sql_name(earlier)}")
+        refusal = f"{SQL_REFUSAL}{spec.name}.{name}".replace("'", "''")
+        out.append(f"CASE WHEN {' AND '.join(tests)} THEN {quoted} ELSE error('{refusal}') END AS {quoted}")
+    return out

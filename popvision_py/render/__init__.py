@@ -10,8 +10,12 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from popvision_py.errors import PopvisionError
-from popvision_py.render.document import Document
+
+if TYPE_CHECKING:  # annotations only: `popvision sql` takes OutputError without the report's imports
+    from popvision_py.render.document import Document
 
 
 class OutputError(PopvisionError):

@@ -1,0 +1,141 @@
+"""The page check `popvision sql` makes on the bytes DuckDB reads (format/pages.py), the views that
+check values as DuckDB computes (values.sql_checked), and the reader's memory of what it checked."""
+
+from __future__ import annotations
+
+import io
+import zlib
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from popvision_py.cli.sql import run_query
+from popvision_py.format import open_profile
+from popvision_py.format import schema as S
+from popvision_py.format.memberfs import MemberFileSystem
+from popvision_py.format.pages import PageError, check_chunk
+from popvision_py.format.values import sql_checked
+
+SAMPLE = Path(__file__).resolve().parent.parent / "sample_profiles" / "mnist_inference" / "profile.pop"
+
+
+def member(table: str) -> bytes:
+    with open_profile(SAMPLE) as profile:
+        offset, size = profile.member_span(table)
+        return profile.read_at(offset, size)
+
+
+def chunks(data: bytes):
+    """(first byte, metadata) of every column chunk of a Parquet file."""
+    footer = pq.ParquetFile(io.BytesIO(data)).metadata
+    for g in range(footer.num_row_groups):
+        for c in range(footer.num_columns):
+            meta = footer.row_group(g).column(c)
+            yield (meta.dictionary_page_offset if meta.has_dictionary_page else meta.data_page_offset), meta
+
+
+def largest(data: bytes):
+    return max(chunks(data), key=lambda chunk: chunk[1].total_compressed_size)
+
+
+@pytest.mark.parametrize("table", list(S.TABLES))
+def test_every_chunk_the_writer_wrote_passes(table: str) -> None:
+    # GIVEN each table of a profile the engine wrote WHEN each column chunk's pages are checked THEN all pass
+    data = member(table)
+    for first, meta in chunks(data):
+        check_chunk(data[first: first + meta.total_compressed_size], meta)
+
+
+def test_a_flipped_byte_in_a_page_fails_its_checksum() -> None:
+    # GIVEN the trace's largest chunk with one byte of its last page's data flipped
+    data = member("trace")
+    first, meta = largest(data)
+    chunk = bytearray(data[first: first + meta.total_compressed_size])
+    chunk[-1] ^= 0x10
+    # WHEN it is checked THEN the page's CRC-32 does not match
+    with pytest.raises(PageError, match="does not match its checksum"):
+        check_chunk(bytes(chunk), meta)
+
+
+def test_a_page_header_that_disagrees_with_the_footer_is_refused() -> None:
+    # GIVEN a chunk whose first page header claims one more value than it holds, its CRC still right
+    # (a header is not under the page's checksum)
+    table = pa.table({"x": pa.array(range(1000), pa.int64())})
+    sink = io.BytesIO()
+    pq.write_table(table, sink, use_dictionary=False, compression="none", write_page_checksum=True)
+    data = sink.getvalue()
+    first, meta = next(chunks(data))
+    chunk = bytearray(data[first: first + meta.total_compressed_size])
+    # the header's fields in Thrift's compact protocol: type, sizes, crc, then the data page header,
+    # whose first field (0x15: field 1, i32) is num_values, 1000 zigzagged: 0xd0 0x0f
+    at = bytes(chunk).index(b"\x1c\x15\xd0\x0f") + 2  # 0x1c: field 5 (data page header, after the crc), a struct
+    chunk[at] = 0xD2  # 1001 values
+    assert zlib.crc32(bytes(chunk)) != zlib.crc32(data[first: first + meta.total_compressed_size])
+    # WHEN it is checked THEN the count is refused against the footer's
+    with pytest.raises(PageError, match="hold 1001 values, its footer says 1000"):
+        check_chunk(bytes(chunk), meta)
+
+
+def test_a_chunk_cut_short_is_refused() -> None:
+    data = member("trace")
+    first, meta = largest(data)
+    with pytest.raises(PageError, match="its footer says"):
+        check_chunk(data[first: first + meta.total_compressed_size - 1], meta)
+
+
+def test_views_pass_allowed_values_and_stop_at_forbidden_ones() -> None:
+    # GIVEN the trace's checked expressions over a table with one row ending before it starts
+    with open_profile(SAMPLE) as profile:
+        declared = profile.declared
+        trace = profile.read_table("trace")
+    names = trace.schema.names
+    expressions = sql_checked(S.TABLES["trace"], names, declared)
+    con = duckdb.connect()
+    con.register("raw", trace)
+    # WHEN the view is read THEN it gives every row as it is
+    view = f"SELECT {', '.join(expressions)} FROM raw"
+    assert con.execute(f"SELECT sum(end_cycle - start_cycle) FROM ({view})").fetchall()[0][0] == \
+        pa.compute.sum(pa.compute.subtract(trace["end_cycle"], trace["start_cycle"])).as_py()
+    bad = trace.set_column(names.index("end_cycle"), "end_cycle",
+                           pa.compute.if_else(pa.compute.equal(pa.array(range(len(trace))), 3),
+                                              pa.compute.subtract(trace["start_cycle"], 1), trace["end_cycle"]))
+    con = duckdb.connect()
+    con.register("raw", bad)
+    # WHEN a column of the pair is read from the damaged table THEN DuckDB stops, naming the column
+    with pytest.raises(duckdb.Error, match="popvision refuses column trace.start_cycle"):
+        con.execute(f"SELECT max(start_cycle) FROM ({view})").fetchall()
+    # AND a query not using the pair is answered
+    assert con.execute(f"SELECT count(ipu) FROM ({view})").fetchall()[0][0] == len(trace)
+
+
+def test_sql_checks_only_the_chunks_the_query_reads_once_each() -> None:
+    # GIVEN the sample, WHEN a query sums the trace's durations twice in one connection
+    run_query(str(SAMPLE), "SELECT sum(end_cycle - start_cycle) FROM trace")
+    with open_profile(SAMPLE) as profile, MemberFileSystem(profile) as members:
+        from popvision_py.cli.sql import _locked_connection
+
+        con = _locked_connection(members, "1GB")
+        for _ in range(2):
+            con.execute("SELECT sum(end_cycle - start_cycle) FROM trace").fetchall()
+        con.close()
+        # THEN the chunks checked are those of start_cycle and end_cycle, of every row group
+        starts, stops, found = members._chunks(S.TABLES["trace"].member)
+        checked = {found[index][1] for member, index in members._checked if member == "trace.parquet"}
+        groups = profile.metadata("trace").num_row_groups
+        assert checked == {"start_cycle", "end_cycle"}
+        assert len([1 for member, _ in members._checked if member == "trace.parquet"]) == 2 * groups
+
+
+def test_the_reader_checks_a_chunk_once_per_process() -> None:
+    # GIVEN an open profile WHEN the trace is read twice THEN the second pass gives the same rows,
+    # and every chunk the first pass read is remembered as checked
+    with open_profile(SAMPLE) as profile:
+        first = pa.Table.from_batches(list(profile.iter_batches("trace", ["ipu", "start_cycle"])))
+        groups = profile.metadata("trace").num_row_groups
+        assert {(t, g, c) for t, g, c in profile._checked if t == "trace"} == \
+            {("trace", g, c) for g in range(groups) for c in ("ipu", "start_cycle")}
+        second = pa.Table.from_batches(list(profile.iter_batches("trace", ["ipu", "start_cycle"])))
+        assert second.equals(first)
