@@ -180,13 +180,14 @@ def test_a_query_on_one_column_reads_that_column_only(large: Path) -> None:
     assert start > 1_000_000 and end > 1_000_000
     # WHEN a query sums start_cycle
     frame, read = chunk_reads(large, "SELECT sum(start_cycle)::BIGINT AS total FROM trace")
-    # THEN its answer is right, and the process read start_cycle's chunks twice (DuckDB, the check)
-    # and end_cycle's once (the check decodes it with start_cycle: no row may end before it starts),
+    # THEN its answer is right, and the process read start_cycle's chunks once (DuckDB's read is the one
+    # the page checks verify) and end_cycle's once (the view checks that no row ends before it starts),
     # and none of the trace's other columns
     assert int(frame["total"].iloc[0]) == pc.sum(raw_table(large, "trace")["start_cycle"]).as_py()
     with zipfile.ZipFile(large) as archive:
         others = archive.getinfo("trace.parquet").file_size - start - end
-    assert 2 * start + end - others // 2 <= read < 2 * start + end + others // 2, (read, start, end, others)
+    # (DuckDB's reads of the two chunks overrun them by up to a few hundred KB here: less than one more column)
+    assert start + end <= read < start + end + min(start, end) // 4, (read, start, end, others)
 
 
 @pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux's /proc/self/io")
