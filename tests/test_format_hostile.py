@@ -135,6 +135,20 @@ def without_vertices(good: Path, path: Path, schema_version: int) -> Path:
     return rezip(path, contents)
 
 
+def as_schema_1(good: Path, path: Path) -> Path:
+    """``good`` as popvision wrote it in schema 1: without the columns schema 2 added (``tile_cycles.vertices``,
+    ``variables.dtype``), its manifest stating version 1."""
+    contents = members(good)
+    for table, column in (("tile_cycles", "vertices"), ("variables", "dtype")):
+        member = f"{table}.parquet"
+        contents[member] = parquet_bytes(pq.read_table(io.BytesIO(contents[member])).drop_columns([column]))
+        _restamp(contents, table)
+    manifest = json.loads(contents["manifest.json"])
+    manifest["schema_version"] = 1
+    contents["manifest.json"] = json.dumps(manifest).encode()
+    return rezip(path, contents)
+
+
 def test_a_schema_1_profile_without_vertices_still_opens(good: Path, tmp_path: Path) -> None:
     # GIVEN a schema-1 profile: its tile_cycles has no vertices column
     old = without_vertices(good, tmp_path / "v1.pop", 1)

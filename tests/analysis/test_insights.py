@@ -28,7 +28,7 @@ from tests.test_format import members, rezip
 from tests.engine.helpers import profile_path, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA_1 = ROOT / "sample_profiles" / "mnist_pipelined" / "profile.pop"
+MNIST = ROOT / "sample_profiles" / "mnist_pipelined" / "profile.pop"
 IMPORTED = ROOT / "sample_profiles" / "pytorch_gpipe" / "profile.pop"
 
 
@@ -224,19 +224,22 @@ def test_the_histogram_counts_every_tile_once(runs):
 
 
 def test_a_schema_1_profile_still_opens_and_reports(tmp_path):
-    # GIVEN a committed sample written in schema 1: its variables have no dtype
-    with open_profile(SCHEMA_1) as p:
+    # GIVEN the sample as schema 1 wrote it: its variables have no dtype
+    from tests.test_format_hostile import as_schema_1
+
+    schema_1 = as_schema_1(MNIST, tmp_path / "v1.pop")
+    with open_profile(schema_1) as p:
         assert p.manifest["schema_version"] == 1 and not p.has_column("variables", "dtype")
     # WHEN it is reported in every format
     for fmt in ("text", "json", "csv", "md", "html"):
         out = tmp_path / f"report.{fmt}"
-        result = run_cli("report", str(SCHEMA_1), "--section", "summary", "--format", fmt, "-o", str(out))
+        result = run_cli("report", str(schema_1), "--section", "summary", "--format", fmt, "-o", str(out))
         assert result.exit_code == 0, result.output
     # THEN the FP16 insight says its types are inferred from the run configuration (FP16 precision,
     # FP32 AdamW state) and lists the optimiser state only
     text = (tmp_path / "report.text").read_text()
     assert "types inferred from the run configuration: a schema-1 profile does not record them" in text
-    with pv.open(SCHEMA_1) as r:
+    with pv.open(schema_1) as r:
         fp32 = r.insights.fp32_variables()
         assert r.insights.dtypes()[1]
     assert set(fp32["kind"]) == {"optimiser_state"}
