@@ -73,6 +73,14 @@ class Summary:
     pinned_assumptions: list[str] = field(default_factory=list)
     pin_down: str | None = None
     profile: str | None = None
+    # The analysis' idle share of IPU time and FLOP utilisation, when the caller asks for them
+    # (``RunRequest.figures``): the run's summary prints them as `popvision report` states them.
+    idle_pct: float | None = None
+    flop_utilisation_pct: float | None = None
+
+    def set_figures(self, figures: dict[str, float]) -> None:
+        """Take ``idle_pct`` and ``flop_utilisation_pct`` of ``figures``."""
+        self.idle_pct, self.flop_utilisation_pct = figures["idle_pct"], figures["flop_utilisation_pct"]
 
     def set_prediction(self, prediction: "Prediction") -> None:
         """Take the ranges, verdict and drivers of ``prediction`` (the sensitivity pass of this run)."""

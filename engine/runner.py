@@ -21,14 +21,14 @@ from tqdm import tqdm
 from popvision_py.errors import ConfigError, first_line
 from popvision_py.format.runconfig import pipeline_depth, pipeline_stages
 
-from engine.compiler import compile_plan
+from engine.compiler import Compiled, compile_plan
 from engine.instrument import Summary, summarise, write_profile
 from engine.memory import plan_memory
 from engine.model import Model
 from engine.options import Options
 from engine.plan import Plan, make_plan, resolve_strategy, runs_as_pipeline
 from engine.prediction import applicable, sensitivity
-from engine.scheduler import schedule
+from engine.scheduler import Schedule, schedule
 from engine.strategies import STRATEGIES, ExecutionStrategy, Stage
 from engine.zoo import zoo_entry
 
@@ -77,6 +77,9 @@ class RunRequest:
     # A PopTorch script's arguments (`popvision run script.py --emulate-only -- ARGS`); not None: the
     # model is a script, whose model is captured and emulated without running its loop.
     script_args: Sequence[str] | None = None
+    # The summary's idle share and FLOP utilisation from the compiled and scheduled run, as the
+    # analysis computes them (``popvision_py.render.run_summary.emulated_figures``, passed in from above).
+    figures: Callable[[Compiled, Schedule], dict[str, float]] | None = None
 
 
 @dataclass
@@ -407,6 +410,8 @@ def _emulate(plan: Plan, request: RunRequest) -> Summary:
         sched = schedule(compiled)
         bar.update(1)
         summary = summarise(compiled, memories, sched)
+        if request.figures is not None:
+            summary.set_figures(request.figures(compiled, sched))
         prediction = None
         if request.ranges:
             bar.set_description(f"Ranging {plan.model.name}")
