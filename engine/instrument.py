@@ -349,9 +349,13 @@ def exchanges_table(compiled: Compiled) -> dict[str, Any]:
 
 
 def write_profile(path: str | Path, compiled: Compiled, memories: list[IpuMemory], sched: Schedule,
-                  progress: Callable[[str], None] = lambda _: None, prediction: Prediction | None = None) -> None:
-    """Write every table and the manifest to ``path``, atomically (nothing is published on error)."""
-    target, run = manifest(compiled, sched, prediction)
+                  progress: Callable[[str], None] = lambda _: None,
+                  prediction: Prediction | Callable[[], Prediction | None] | None = None) -> None:
+    """Write every table and the manifest to ``path``, atomically (nothing is published on error).
+
+    ``prediction`` may be a function that waits for it (the sensitivity pass, run meanwhile on
+    another thread): it is called once the tables are written, since only the manifest holds it."""
+    target, run = manifest(compiled, sched)
     with ProfileWriter(path, target=target, run=run) as writer:
         for name, columns in (("ops", ops_table(compiled)), ("programs", programs_table(compiled)),
                               ("variables", variables_table(compiled)), ("exchanges", exchanges_table(compiled))):
@@ -371,6 +375,9 @@ def write_profile(path: str | Path, compiled: Compiled, memories: list[IpuMemory
                 batch["phase"] = _indices(batch["phase"], phases)
                 table.write(arrow_table("trace", batch))
         progress("trace")
+        found = prediction() if callable(prediction) else prediction
+        if found is not None:
+            writer.set_run("prediction", found.as_json())
 
 
 def _indices(codes: np.ndarray, dictionary: pa.Array) -> pa.DictionaryArray:

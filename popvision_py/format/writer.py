@@ -183,7 +183,8 @@ class TableWriter:
                 self._encode(group)
                 return
             while len(self._encoding) >= PENDING_ROW_GROUPS:
-                self._wait(self._encoding.pop(0))
+                self._wait(self._encoding[0])  # listed until done: a Ctrl-C here leaves abandon() to wait for it
+                self._encoding.pop(0)
             self._encoding.append(self._encoder.submit(self._encode, group))
 
     def _encode(self, group: pa.Table) -> None:
@@ -201,7 +202,8 @@ class TableWriter:
             self.closed = True
             self._flush()
             while self._encoding:
-                self._wait(self._encoding.pop(0))
+                self._wait(self._encoding[0])
+                self._encoding.pop(0)
             try:
                 self._parquet.close()
             except OSError as exc:
@@ -285,6 +287,14 @@ class ProfileWriter:
         self._writers[name] = TableWriter(S.TABLES[name], spool, self.path,
                                           bounds(self._manifest["target"], self._manifest["run"], {}), self._encoder)
         return self._writers[name]
+
+    def set_run(self, key: str, value: Any) -> None:
+        """Add ``key`` to the manifest's run object before the profile is closed (a figure known only
+        once the tables are written, say); checked as the rest of the manifest is."""
+        run = {**self._manifest["run"], key: value}
+        check_manifest({**self._manifest, "run": run}, "The profile being written", ProfileWriteError)
+        check_manifest_sizes(self._manifest["target"], run, "the profile being written", ProfileWriteError)
+        self._manifest["run"] = run
 
     def write_table(self, name: str, data: "pa.Table | pd.DataFrame | Mapping[str, Any]") -> None:
         """Write a whole table at once."""
