@@ -59,9 +59,9 @@ if TYPE_CHECKING:
 # scans, small enough to keep the writer's memory bounded (about 40 MB for the trace).
 ROW_GROUP_ROWS = 1 << 20
 # Page checksums let a reader tell flipped bytes from data instead of decoding garbage.
-# zstd level 1: on the engine's trace it writes within 1.5% of level 3's bytes in less time (docs/performance.md,
-# "Issue 26: writing").
-PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 1, "write_page_checksum": True}
+# zstd level 3: with the trace's cycles delta-encoded, levels 1 to 3 cost the same time and 3 writes
+# the fewest bytes; 5 and 7 save 4-5% more for 18-32% more time (docs/performance.md, "Issue 26: writing").
+PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 3, "write_page_checksum": True}
 # Columns written with a Parquet encoding of their own, without a dictionary: the trace's cycles are
 # all distinct (a dictionary is built for each row group and thrown away) and rise along each IPU,
 # so their deltas pack into a few bits (the trace's bytes a third, encoding and decoding faster).
