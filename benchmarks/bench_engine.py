@@ -213,14 +213,18 @@ def measure_writing(sizes: list[float], trees: dict[str, Path], repeat: int, tmp
 
 
 def writing_verdict(results: list[dict], tree: str = "after") -> dict:
-    """Row 4's target met or not: 1B rows under 120 s, and the peak RSS flat from 0.5B to 1B."""
-    mine = {r["rows"]: r for r in results if r["tree"] == tree}
-    big, half = mine.get(1e9), mine.get(5e8)
-    if big is None:
-        return {"met": False, "why": "no run at 1 billion rows"}
+    """Row 4's target met or not: at least 1B rows in under 120 s at the largest size, and a flat peak
+    RSS (at most WRITING_RSS_GROWTH x that at the size nearest half the largest)."""
+    mine = sorted((r for r in results if r["tree"] == tree), key=lambda r: r["rows"])
+    if not mine:
+        return {"met": False, "why": "no run"}
+    big = mine[-1]
+    half = min(mine[:-1], key=lambda r: abs(r["rows"] - big["rows"] / 2), default=None)
     fast = big["wall_s"] < WRITING_TARGET_S
-    flat = half is None or big["peak_rss_mb"] <= WRITING_RSS_GROWTH * half["peak_rss_mb"]
-    return {"met": fast and flat and half is not None, "wall_s": big["wall_s"], "peak_rss_mb": big["peak_rss_mb"],
+    flat = half is not None and big["peak_rss_mb"] <= WRITING_RSS_GROWTH * half["peak_rss_mb"]
+    return {"met": fast and flat and big["trace_rows"] >= 1e9, "trace_rows": big["trace_rows"],
+            "wall_s": big["wall_s"], "peak_rss_mb": big["peak_rss_mb"],
+            "half_trace_rows": half["trace_rows"] if half else None,
             "half_peak_rss_mb": half["peak_rss_mb"] if half else None, "fast": fast, "flat": flat}
 
 
