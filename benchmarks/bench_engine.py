@@ -198,8 +198,9 @@ def measure_writing(sizes: list[float], trees: dict[str, Path], repeat: int, tmp
                 run["profile_bytes"] = path.stat().st_size
                 path.unlink()
                 runs[name].append(run)
-                print(f"{rows / 1e9:g}B {name}: {run['wall_s']:.1f} s, {run['peak_rss_mb']:.0f} MB, "
-                      f"load {run['load_before']}", file=sys.stderr)
+                print(f"{rows / 1e9:g}B {name}: {run['wall_s']:.1f} s, CPU {run['cpu_s']:.1f} s, "
+                      f"{run['peak_rss_mb']:.0f} MB, {run['trace_rows']:,} rows, load {run['load_before']} -> "
+                      f"{run['load_after']}", file=sys.stderr, flush=True)
         for name, done in runs.items():
             results.append({"rows": rows, "tree": name, "trace_rows": done[0]["trace_rows"],
                             "command": "popvision run " + " ".join(writing_command(rows, Path("PROFILE_DIR"))[3:]),
