@@ -64,9 +64,11 @@ ROW_GROUP_ROWS = 1 << 20
 PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 3, "write_page_checksum": True}
 # Columns written with a Parquet encoding of their own, without a dictionary: the trace's cycles are
 # all distinct (a dictionary is built for each row group and thrown away) and rise along each IPU,
-# so their deltas pack into a few bits (the trace's bytes a third, encoding and decoding faster).
+# so their deltas pack into a few bits (the trace's bytes a third, encoding and decoding faster);
+# a compute set's tiles are consecutive and their cycles alike (tile_cycles 19x smaller).
 ENCODINGS: dict[str, dict[str, str]] = {
     "trace": {"start_cycle": "DELTA_BINARY_PACKED", "end_cycle": "DELTA_BINARY_PACKED"},
+    "tile_cycles": {"tile": "DELTA_BINARY_PACKED", "cycles": "DELTA_BINARY_PACKED"},
 }
 # Row groups of one table handed to the encoder thread and not yet written: the writer's memory
 # stays a few row groups whatever the table's length.
