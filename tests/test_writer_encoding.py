@@ -1,5 +1,5 @@
 """The writer's encoding (issue 26): row groups encoded on a thread write the bytes in-line encoding
-writes; the trace's cycles are delta-encoded without a dictionary; a run key set before close is
+writes; the trace's cycles (and tile_cycles' tiles and cycles) are delta-encoded without a dictionary; a run key set before close is
 checked as the manifest is.
 
 GIVEN a trace of several row groups (the mnist sample's), WHEN ProfileWriter writes it (its encoder thread) and a
@@ -47,6 +47,7 @@ def test_threaded_encoding_writes_the_in_line_bytes(tmp_path, monkeypatch, mnist
                 table.write(batch)
     with zipfile.ZipFile(tmp_path / "profile.pop") as archive:
         threaded = archive.read(S.TABLES["trace"].member)
+        tile_cycles = pq.ParquetFile(pa.BufferReader(archive.read(S.TABLES["tile_cycles"].member)))
     # AND by a TableWriter encoding in line
     with tempfile.TemporaryFile() as spool:
         in_line = W.TableWriter(S.TABLES["trace"], spool, tmp_path / "x.pop")
@@ -65,6 +66,10 @@ def test_threaded_encoding_writes_the_in_line_bytes(tmp_path, monkeypatch, mnist
     for name in ("start_cycle", "end_cycle"):
         assert "DELTA_BINARY_PACKED" in chunks[name].encodings and not chunks[name].has_dictionary_page
     assert chunks["step"].has_dictionary_page and "DELTA_BINARY_PACKED" not in chunks["step"].encodings
+    # AND so are tile_cycles' tiles and cycles, read back as written
+    tiles = {tile_cycles.schema_arrow.field(i).name: tile_cycles.metadata.row_group(0).column(i) for i in range(4)}
+    assert all("DELTA_BINARY_PACKED" in tiles[name].encodings for name in ("tile", "cycles"))
+    assert tile_cycles.read().equals(W.conform(tables["tile_cycles"], S.TABLES["tile_cycles"]))
 
 
 def test_a_run_key_set_before_close_is_in_the_manifest_and_checked(tmp_path, mnist):
