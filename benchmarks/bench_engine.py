@@ -14,6 +14,13 @@ Figures are medians over ``--repeat`` runs (the growth sizes beyond the first ru
 go to a temporary folder (``--tmp``), never the repository.
 
 ``--quick`` runs tiny sizes (mnist) in seconds: a smoke test of the harness, not figures.
+
+``--writing`` measures issue 26's row 4 instead: `popvision run gpt --preset gpt3-175b
+--device-iterations N --profile` at about 0.25, 0.5 and 1 billion trace rows (``--sizes``), each run
+under ``/usr/bin/time -v`` (wall time, peak RSS) and, with ``--before TREE``, paired with the same
+command on another checkout (the tree before the change), interleaved A, B, A, B; medians over
+``--repeat``, the load average with each run. The target: 1 billion rows emulated, written and
+summarised in under 120 s, the peak RSS at 1B about that at 0.5B.
 """
 
 from __future__ import annotations
@@ -146,6 +153,91 @@ def render(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+# gpt3-175b writes 511,186 trace rows per device iteration (one host call of the default run).
+GPT3_ROWS_PER_ITERATION = 511_186
+WRITING_TARGET_S = 120.0
+WRITING_RSS_GROWTH = 1.2  # "flat": the peak RSS at 1B rows within 20% of that at 0.5B
+
+
+def writing_command(rows: float, out: Path) -> list[str]:
+    """The row-4 command for at least ``rows`` trace rows, writing into ``out``."""
+    iterations = -(-int(rows) // GPT3_ROWS_PER_ITERATION)
+    return ["-m", "popvision_py.cli", "run", "gpt", "--preset", "gpt3-175b", "--device-iterations", str(iterations),
+            "--profile", "--profile-dir", str(out), "-q", "--max-trace-rows", str(2 * int(rows) + 10**6),
+            "--max-memory-gb", "64"]
+
+
+def timed_run(tree: Path, args: list[str]) -> dict:
+    """One run of ``python ARGS`` with ``tree`` first on the path, under /usr/bin/time -v."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    load = os.getloadavg()[0]
+    proc = subprocess.run(["/usr/bin/time", "-v", sys.executable, *args], cwd=tree, env=env, capture_output=True,
+                          text=True, check=True)
+    fields = dict(line.strip().rsplit(": ", 1) for line in proc.stderr.splitlines() if ": " in line)
+    clock = fields["Elapsed (wall clock) time (h:mm:ss or m:ss)"].split(":")
+    wall = sum(float(x) * 60 ** i for i, x in enumerate(reversed(clock)))
+    return {"wall_s": wall, "peak_rss_mb": int(fields["Maximum resident set size (kbytes)"]) / 1024,
+            "cpu_s": float(fields["User time (seconds)"]) + float(fields["System time (seconds)"]),
+            "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2), "summary": proc.stdout}
+
+
+def measure_writing(sizes: list[float], trees: dict[str, Path], repeat: int, tmp: Path) -> list[dict]:
+    """Each size, each tree, ``repeat`` times, interleaved; the figures of every run and their medians."""
+    results = []
+    for rows in sizes:
+        runs: dict[str, list[dict]] = {name: [] for name in trees}
+        for _ in range(repeat):
+            for name, tree in trees.items():
+                out = tmp / f"writing-{name}"
+                run = timed_run(tree, writing_command(rows, out))
+                path = out / "profile.pop"
+                from popvision_py.format import open_profile
+
+                with open_profile(path) as profile:
+                    run["trace_rows"] = int(profile.manifest["tables"]["trace"]["rows"])
+                run["profile_bytes"] = path.stat().st_size
+                path.unlink()
+                runs[name].append(run)
+                print(f"{rows / 1e9:g}B {name}: {run['wall_s']:.1f} s, CPU {run['cpu_s']:.1f} s, "
+                      f"{run['peak_rss_mb']:.0f} MB, {run['trace_rows']:,} rows, load {run['load_before']} -> "
+                      f"{run['load_after']}", file=sys.stderr, flush=True)
+        for name, done in runs.items():
+            results.append({"rows": rows, "tree": name, "trace_rows": done[0]["trace_rows"],
+                            "command": "popvision run " + " ".join(writing_command(rows, Path("PROFILE_DIR"))[3:]),
+                            "wall_s": statistics.median(r["wall_s"] for r in done),
+                            "cpu_s": statistics.median(r["cpu_s"] for r in done),
+                            "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in done),
+                            "profile_bytes": done[0]["profile_bytes"],
+                            "loads": [r["load_before"] for r in done],
+                            "runs": [{k: v for k, v in r.items() if k != "summary"} for r in done]})
+    return results
+
+
+def writing_verdict(results: list[dict], tree: str = "after") -> dict:
+    """Row 4's target met or not: at least 1B rows in under 120 s at the largest size, and a flat peak
+    RSS (at most WRITING_RSS_GROWTH x that at the size nearest half the largest)."""
+    mine = sorted((r for r in results if r["tree"] == tree), key=lambda r: r["rows"])
+    if not mine:
+        return {"met": False, "why": "no run"}
+    big = mine[-1]
+    half = min(mine[:-1], key=lambda r: abs(r["rows"] - big["rows"] / 2), default=None)
+    fast = big["wall_s"] < WRITING_TARGET_S
+    flat = half is not None and big["peak_rss_mb"] <= WRITING_RSS_GROWTH * half["peak_rss_mb"]
+    return {"met": fast and flat and big["trace_rows"] >= 1e9, "trace_rows": big["trace_rows"],
+            "wall_s": big["wall_s"], "peak_rss_mb": big["peak_rss_mb"],
+            "half_trace_rows": half["trace_rows"] if half else None,
+            "half_peak_rss_mb": half["peak_rss_mb"] if half else None, "fast": fast, "flat": flat}
+
+
+def render_writing(results: list[dict]) -> str:
+    head = ("trace rows", "tree", "wall s (median)", "CPU s", "peak RSS MB", "profile MB", "load averages")
+    lines = ["| " + " | ".join(head) + " |", "| ---: | --- |" + " ---: |" * (len(head) - 3) + " --- |"]
+    for r in results:
+        lines.append(f"| {r['trace_rows']:,} | {r['tree']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
+                     f"{r['peak_rss_mb']:.0f} | {r['profile_bytes'] / 1e6:,.0f} | {r['loads']} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per case (medians); default 3")
@@ -153,7 +245,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one run each: a smoke test")
     parser.add_argument("--no-growth", action="store_true", help="cases A and B only")
     parser.add_argument("--tmp", type=Path, help="folder for the profiles (default: a temporary folder)")
+    parser.add_argument("--writing", action="store_true", help="issue 26's row 4: gpt3-175b at --sizes trace rows")
+    parser.add_argument("--sizes", default="0.25e9,0.5e9,1e9", help="--writing: trace rows, comma separated")
+    parser.add_argument("--before", type=Path, help="--writing: a checkout to pair each run with (the tree before)")
     args = parser.parse_args(argv)
+    if args.writing:
+        trees = {"after": Path(__file__).resolve().parents[1]}
+        if args.before:
+            trees = {"before": args.before.resolve(), **trees}
+        with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+            results = measure_writing([float(x) for x in args.sizes.split(",")], trees, args.repeat, Path(tmp))
+        verdict = writing_verdict(results)
+        print(render_writing(results))
+        print(f"target (1B rows < {WRITING_TARGET_S:.0f} s, flat RSS): {'met' if verdict['met'] else 'not met'} {verdict}")
+        if args.json:
+            args.json.write_text(json.dumps({"machine": machine(), "writing": results, "verdict": verdict}, indent=2))
+        return 0
     cases, growth = (QUICK_CASES, QUICK_GROWTH) if args.quick else (CASES, GROWTH)
     repeat = 1 if args.quick else args.repeat
     results = []

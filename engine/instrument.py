@@ -74,6 +74,14 @@ class Summary:
     pinned_assumptions: list[str] = field(default_factory=list)
     pin_down: str | None = None
     profile: str | None = None
+    # The analysis' idle share of IPU time and FLOP utilisation, when the caller asks for them
+    # (``RunRequest.figures``): the run's summary prints them as `popvision report` states them.
+    idle_pct: float | None = None
+    flop_utilisation_pct: float | None = None
+
+    def set_figures(self, figures: dict[str, float]) -> None:
+        """Take ``idle_pct`` and ``flop_utilisation_pct`` of ``figures``."""
+        self.idle_pct, self.flop_utilisation_pct = figures["idle_pct"], figures["flop_utilisation_pct"]
 
     def set_prediction(self, prediction: "Prediction") -> None:
         """Take the ranges, verdict and drivers of ``prediction`` (the sensitivity pass of this run)."""
@@ -344,9 +352,13 @@ def exchanges_table(compiled: Compiled) -> dict[str, Any]:
 
 
 def write_profile(path: str | Path, compiled: Compiled, memories: list[IpuMemory], sched: Schedule,
-                  progress: Callable[[str], None] = lambda _: None, prediction: Prediction | None = None) -> None:
-    """Write every table and the manifest to ``path``, atomically (nothing is published on error)."""
-    target, run = manifest(compiled, sched, prediction)
+                  progress: Callable[[str], None] = lambda _: None,
+                  prediction: Prediction | Callable[[], Prediction | None] | None = None) -> None:
+    """Write every table and the manifest to ``path``, atomically (nothing is published on error).
+
+    ``prediction`` may be a function that waits for it (the sensitivity pass, run meanwhile on
+    another thread): it is called once the tables are written, since only the manifest holds it."""
+    target, run = manifest(compiled, sched)
     with ProfileWriter(path, target=target, run=run) as writer:
         for name, columns in (("ops", ops_table(compiled)), ("programs", programs_table(compiled)),
                               ("variables", variables_table(compiled)), ("exchanges", exchanges_table(compiled))):
@@ -366,6 +378,9 @@ def write_profile(path: str | Path, compiled: Compiled, memories: list[IpuMemory
                 batch["phase"] = _indices(batch["phase"], phases)
                 table.write(arrow_table("trace", batch))
         progress("trace")
+        found = prediction() if callable(prediction) else prediction
+        if found is not None:
+            writer.set_run("prediction", found.as_json())
 
 
 def _indices(codes: np.ndarray, dictionary: pa.Array) -> pa.DictionaryArray:

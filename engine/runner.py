@@ -10,6 +10,7 @@ import ast
 import dataclasses
 import importlib.util
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,14 +22,14 @@ from tqdm import tqdm
 from popvision_py.errors import ConfigError, first_line
 from popvision_py.format.runconfig import pipeline_depth, pipeline_stages
 
-from engine.compiler import compile_plan
+from engine.compiler import Compiled, compile_plan
 from engine.instrument import Summary, summarise, write_profile
 from engine.memory import plan_memory
 from engine.model import Model
 from engine.options import Options
 from engine.plan import Plan, make_plan, resolve_strategy, runs_as_pipeline
-from engine.prediction import applicable, sensitivity
-from engine.scheduler import schedule
+from engine.prediction import Prediction, applicable, sensitivity
+from engine.scheduler import Schedule, schedule
 from engine.strategies import STRATEGIES, ExecutionStrategy, Stage
 from engine.zoo import zoo_entry
 
@@ -77,6 +78,9 @@ class RunRequest:
     # A PopTorch script's arguments (`popvision run script.py --emulate-only -- ARGS`); not None: the
     # model is a script, whose model is captured and emulated without running its loop.
     script_args: Sequence[str] | None = None
+    # The summary's idle share and FLOP utilisation from the compiled and scheduled run, as the
+    # analysis computes them (``popvision_py.render.run_summary.emulated_figures``, passed in from above).
+    figures: Callable[[Compiled, Schedule], dict[str, float]] | None = None
 
 
 @dataclass
@@ -407,13 +411,73 @@ def _emulate(plan: Plan, request: RunRequest) -> Summary:
         sched = schedule(compiled)
         bar.update(1)
         summary = summarise(compiled, memories, sched)
-        prediction = None
+        if request.figures is not None:
+            summary.set_figures(request.figures(compiled, sched))
+        ranging = _Background(lambda step: sensitivity(compiled, memories, sched.total_cycles, pinned,
+                                                       progress=lambda: (step(), bar.update(1))))
         if request.ranges:
             bar.set_description(f"Ranging {plan.model.name}")
-            prediction = sensitivity(compiled, memories, sched.total_cycles, pinned, progress=lambda: bar.update(1))
-            summary.set_prediction(prediction)
-        if request.profile:
-            write_profile(request.profile, compiled, memories, sched, progress=lambda _: bar.update(1),
-                          prediction=prediction)
-            summary.profile = str(request.profile)
+            # The pass is Python and the writer's encoding is not: run together, they use both cores.
+            ranging.start(background=request.profile is not None)
+        try:
+            if request.profile:
+                write_profile(request.profile, compiled, memories, sched, progress=lambda _: bar.update(1),
+                              prediction=ranging.result)
+                summary.profile = str(request.profile)
+            found = ranging.result()
+        finally:
+            ranging.stop()  # a write that failed or was interrupted: the pass ends at its next assumption
+        if found is not None:
+            summary.set_prediction(found)
     return summary
+
+
+class _Stopped(Exception):
+    """The background work was told to stop."""
+
+
+class _Background:
+    """``work(step)`` run on a thread, or in line when its result is asked for; ``step`` raises once
+    ``stop`` was called, so the thread ends at its next step rather than outlive the run."""
+
+    def __init__(self, work: Callable[[Callable[[], None]], Prediction]) -> None:
+        self._work = work
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._outcome: list[tuple[bool, Any]] = []
+        self._started = False
+
+    def _step(self) -> None:
+        if self._stopping.is_set():
+            raise _Stopped
+
+    def _run(self) -> None:
+        try:
+            self._outcome.append((True, self._work(self._step)))
+        except BaseException as exc:  # handed to result(), which raises it
+            self._outcome.append((False, exc))
+
+    def start(self, background: bool) -> None:
+        self._started = True
+        if background:
+            self._thread = threading.Thread(target=self._run, name="popvision-ranges", daemon=True)
+            self._thread.start()
+
+    def result(self) -> Prediction | None:
+        """The work's result (None if it was never started), or its error raised here."""
+        if not self._started:
+            return None
+        if self._thread is not None:
+            self._thread.join()
+        elif not self._outcome:
+            self._run()
+        ok, value = self._outcome[0]
+        if not ok:
+            raise value
+        return value
+
+    def stop(self) -> None:
+        """Have the thread stop at its next step, and wait for it."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()

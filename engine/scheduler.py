@@ -373,3 +373,28 @@ def trace_batches(sched: Schedule, max_rows: int = 1 << 20) -> Iterator[Rows]:
                     batch["iteration"] = (rows["iteration"][None, :] + k.astype(np.int32)[:, None]).ravel()
                     batch["run"] = np.full(size, run, dtype=np.int32)
                     yield batch
+
+
+def templates(sched: Schedule) -> Iterator[tuple[Rows, int]]:
+    """Each IPU's rows of one repeat of each part, with how often they occur in the trace (the part's
+    repeats x the runs). Repeats differ only in their time and iteration, so any sum over the
+    trace that depends on neither (cycles by phase, rows by program step) is these rows' sum
+    times that count: what the run's summary takes, without building the trace again."""
+    for part in sched.parts:
+        for rows in part.rows:
+            if len(rows["step"]):
+                yield rows, part.repeats * sched.units
+
+
+def span(sched: Schedule) -> tuple[int, int]:
+    """The trace's first start and last end cycle, as ``trace_batches`` writes them (0, 0 if it is empty)."""
+    offsets = np.cumsum([0] + [p.cycles * p.repeats for p in sched.parts])
+    starts, ends = [], []
+    last_run = (sched.units - 1) * sched.unit_cycles
+    for index, part in enumerate(sched.parts):
+        for rows in part.rows:
+            if len(rows["step"]):
+                starts.append(int(offsets[index]) + int(rows["start_cycle"].min()))
+                ends.append(last_run + int(offsets[index]) + (part.repeats - 1) * part.cycles
+                            + int(rows["end_cycle"].max()))
+    return (min(starts), max(ends)) if starts and sched.units else (0, 0)

@@ -95,6 +95,17 @@ def exact_dot(a: np.ndarray, b: np.ndarray) -> int:
     return total
 
 
+def flop_utilisation_pct(target: dict[str, Any], run: dict[str, Any], flops: int, total_cycles: int) -> float:
+    """``flops`` as a share of what every tile of every IPU could do in ``total_cycles`` at the run's
+    precision (NaN without a peak or a length)."""
+    precision = str(run.get("precision", "fp16"))
+    peak_table = target.get("flops_per_cycle_per_tile")
+    peak = peak_table.get(precision) if isinstance(peak_table, dict) else None
+    if isinstance(peak, (int, float)) and peak > 0 and total_cycles > 0:
+        return 100.0 * flops / (total_cycles * int(target["num_ipus"]) * int(target["tiles_per_ipu"]) * float(peak))
+    return float("nan")
+
+
 def figures(manifest: dict[str, Any], trace: Aggregates, iterations: int, flops: int,
             tiles: Any) -> Summary:
     """Key figures of the run (``tiles`` is ``memory.by_tile`` or its arrays, ``memory.TileTotals``)."""
@@ -106,13 +117,7 @@ def figures(manifest: dict[str, Any], trace: Aggregates, iterations: int, flops:
     step_s = step_cycles / clock if clock else float("nan")
     samples = runconfig.samples_per_step(run)
     throughput = samples / step_s if step_s and step_s > 0 and not math.isnan(step_s) else float("nan")
-    precision = str(run.get("precision", "fp16"))
-    peak_table = target.get("flops_per_cycle_per_tile")
-    peak = peak_table.get(precision) if isinstance(peak_table, dict) else None
-    if isinstance(peak, (int, float)) and peak > 0 and total > 0:
-        util = 100.0 * flops / (total * int(target["num_ipus"]) * int(target["tiles_per_ipu"]) * float(peak))
-    else:
-        util = float("nan")
+    util = flop_utilisation_pct(target, run, flops, total)
     if len(tiles):
         worst = int(np.argmax(np.asarray(tiles["total_bytes"])))  # the first of the largest, in IPU, tile order
         worst_ipu, worst_tile = int(np.asarray(tiles["ipu"])[worst]), int(np.asarray(tiles["tile"])[worst])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from engine.runner import MAX_MEMORY_BYTES, MAX_TRACE_ROWS
 from engine.strategies import STRATEGIES
 from engine.targets import ARCHS
 from popvision_py.errors import ConfigError
-from popvision_py.render.run_summary import summary_figures, summary_text
+from popvision_py.render.run_summary import emulated_figures, summary_text
 from popvision_py.scripts import load_script
 
 
@@ -216,16 +215,13 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
         max_memory_bytes=int(min(max(max_memory_gb, 0.0), 2.0**62) * 2**30),
         script_args=script_args if emulate_only else None,
     )
-    with _profile_folder(Path(profile_dir) if profile else None), \
-            tempfile.TemporaryDirectory(prefix="popvision-run-") as scratch:
-        # Idle time and FLOP utilisation come from the analysis of the profile, as `popvision report`
-        # computes them: a run without --profile writes one to a scratch directory for that.
-        request.profile = request.profile or Path(scratch) / "profile.pop"
+    # Idle time and FLOP utilisation are the analysis' formulas over the emulated run (as `popvision
+    # report` computes them from its profile), taken from the schedule: the trace is not read back.
+    request.figures = emulated_figures
+    with _profile_folder(Path(profile_dir) if profile else None):
         summary = emulate(request, load_script)
-        figures = summary_figures(request.profile)
-    if not profile:
-        summary.profile = None
-    click.echo(json.dumps({**asdict(summary), **figures}, indent=2) if as_json else summary_text(summary, **figures))
+    figures = {"idle_pct": summary.idle_pct, "flop_utilisation_pct": summary.flop_utilisation_pct}
+    click.echo(json.dumps(asdict(summary), indent=2) if as_json else summary_text(summary, **figures))
 
 
 # What a PopTorch script may be given: everything else is set by its own poptorch.Options.

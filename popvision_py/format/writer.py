@@ -9,7 +9,10 @@ Usage::
                 trace.write(batch)
 
 Each table is spooled to its own anonymous temporary file as Parquet while it is written, so
-several tables may be open at once and none has to sit in memory whole. On close the members are
+several tables may be open at once and none has to sit in memory whole. Row groups are encoded
+and compressed on one encoder thread (pyarrow releases the GIL while it encodes), in the order
+they were written, while the caller builds the next batch: two cores at work, at most
+``PENDING_ROW_GROUPS`` row groups of a table waiting, and the same bytes as encoding in line. On close the members are
 laid out in one ZIP (manifest first, then the tables in schema order) inside an anonymous file
 that replaces the destination only once it is complete (see ``atomic.py``). Tables never written
 are stored empty, so every profile holds every table of its schema version.
@@ -17,6 +20,7 @@ are stored empty, so every profile holds every table of its schema version.
 
 from __future__ import annotations
 
+import concurrent.futures as _futures
 import contextlib
 import datetime as _dt
 import json
@@ -55,7 +59,29 @@ if TYPE_CHECKING:
 # scans, small enough to keep the writer's memory bounded (about 40 MB for the trace).
 ROW_GROUP_ROWS = 1 << 20
 # Page checksums let a reader tell flipped bytes from data instead of decoding garbage.
+# zstd level 3: with the trace's cycles delta-encoded, levels 1 to 3 cost the same time and 3 writes
+# the fewest bytes; 5 and 7 save 4-5% more for 18-32% more time (docs/performance.md, "Issue 26: writing").
 PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 3, "write_page_checksum": True}
+# Columns written with a Parquet encoding of their own, without a dictionary: the trace's cycles are
+# all distinct (a dictionary is built for each row group and thrown away) and rise along each IPU,
+# so their deltas pack into a few bits (the trace's bytes a third, encoding and decoding faster);
+# a compute set's tiles are consecutive and their cycles alike (tile_cycles 19x smaller).
+ENCODINGS: dict[str, dict[str, str]] = {
+    "trace": {"start_cycle": "DELTA_BINARY_PACKED", "end_cycle": "DELTA_BINARY_PACKED"},
+    "tile_cycles": {"tile": "DELTA_BINARY_PACKED", "cycles": "DELTA_BINARY_PACKED"},
+}
+# Row groups of one table handed to the encoder thread and not yet written: the writer's memory
+# stays a few row groups whatever the table's length.
+PENDING_ROW_GROUPS = 2
+
+
+def parquet_options(spec: S.Table) -> dict[str, Any]:
+    """The Parquet writer's options for table ``spec``: PARQUET_OPTIONS and the table's ENCODINGS."""
+    encodings = ENCODINGS.get(spec.name, {})
+    if not encodings:
+        return dict(PARQUET_OPTIONS)
+    return {**PARQUET_OPTIONS, "column_encoding": dict(encodings),
+            "use_dictionary": [c.name for c in spec.columns if c.name not in encodings]}
 
 
 def conform(data: "pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any]", spec: S.Table) -> pa.Table:
@@ -118,17 +144,21 @@ def footer_crc32(parquet: BinaryIO, size: int) -> int:
 
 
 class TableWriter:
-    """Appends row batches to one table; a row group is written every ROW_GROUP_ROWS rows."""
+    """Appends row batches to one table; a row group is written every ROW_GROUP_ROWS rows, on
+    ``encoder`` (a one-thread executor) if given, else in line."""
 
     def __init__(self, spec: S.Table, spool: BinaryIO, destination: Path,
-                 declared: Mapping[str, int] | None = None) -> None:
+                 declared: Mapping[str, int] | None = None,
+                 encoder: _futures.ThreadPoolExecutor | None = None) -> None:
         self.spec = spec
         self.destination = destination
         self._declared = declared
         self.rows = 0
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
-        self._parquet = pq.ParquetWriter(spool, spec.schema, **PARQUET_OPTIONS)
+        self._parquet = pq.ParquetWriter(spool, spec.schema, **parquet_options(spec))
+        self._encoder = encoder
+        self._encoding: list[_futures.Future[None]] = []  # row groups handed to the encoder, oldest first
         self.closed = False
 
     def write(self, batch: "pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any]") -> None:
@@ -149,16 +179,33 @@ class TableWriter:
 
     def _flush(self) -> None:
         if self._pending:
-            try:
-                self._parquet.write_table(pa.concat_tables(self._pending), row_group_size=ROW_GROUP_ROWS)
-            except OSError as exc:  # the spool's disk is full, say
-                raise write_error(self.destination, exc) from exc
+            group = pa.concat_tables(self._pending)
             self._pending, self._pending_rows = [], 0
+            if self._encoder is None:
+                self._encode(group)
+                return
+            while len(self._encoding) >= PENDING_ROW_GROUPS:
+                self._wait(self._encoding[0])  # listed until done: a Ctrl-C here leaves abandon() to wait for it
+                self._encoding.pop(0)
+            self._encoding.append(self._encoder.submit(self._encode, group))
+
+    def _encode(self, group: pa.Table) -> None:
+        try:
+            self._parquet.write_table(group, row_group_size=ROW_GROUP_ROWS)
+        except OSError as exc:  # the spool's disk is full, say
+            raise write_error(self.destination, exc) from exc
+
+    @staticmethod
+    def _wait(future: _futures.Future[None]) -> None:
+        future.result()  # the encoder's error, raised here
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
             self._flush()
+            while self._encoding:
+                self._wait(self._encoding[0])
+                self._encoding.pop(0)
             try:
                 self._parquet.close()
             except OSError as exc:
@@ -170,8 +217,14 @@ class TableWriter:
         into a closed file (Python would print that failure's traceback, say after a Ctrl-C).
 
         This holds for a table whose ``close`` was cut short too (a Ctrl-C while its last row group was
-        written): ``closed`` is set then, but the Parquet writer is still open."""
+        written): ``closed`` is set then, but the Parquet writer is still open. Row groups waiting for
+        the encoder are dropped and the one being encoded is let finish, so that nothing writes to
+        the spool once it is closed."""
         self.closed = True
+        for future in self._encoding:
+            future.cancel()
+        _futures.wait(self._encoding)
+        self._encoding = []
         if self._parquet.is_open:  # pyarrow's own flag: its __del__ closes only an open writer
             with contextlib.suppress(OSError, ValueError, pa.ArrowException):  # a full disk, a write cut short
                 self._parquet.close()
@@ -213,6 +266,7 @@ class ProfileWriter:
         check_manifest(self._manifest, "The profile being written", ProfileWriteError)
         self._spools: dict[str, BinaryIO] = {}
         self._writers: dict[str, TableWriter] = {}
+        self._encoder: _futures.ThreadPoolExecutor | None = None
         if self.path.is_dir():
             raise ProfileWriteError(f"Cannot write {self.path}: it is a directory.")
         # One writer per folder at a time: a second waits (see atomic.folder_lock).
@@ -230,9 +284,19 @@ class ProfileWriter:
         except OSError as exc:
             raise write_error(self.path, exc) from exc
         self._spools[name] = spool
+        if self._encoder is None:
+            self._encoder = _futures.ThreadPoolExecutor(1, thread_name_prefix="popvision-encode")
         self._writers[name] = TableWriter(S.TABLES[name], spool, self.path,
-                                          bounds(self._manifest["target"], self._manifest["run"], {}))
+                                          bounds(self._manifest["target"], self._manifest["run"], {}), self._encoder)
         return self._writers[name]
+
+    def set_run(self, key: str, value: Any) -> None:
+        """Add ``key`` to the manifest's run object before the profile is closed (a figure known only
+        once the tables are written, say); checked as the rest of the manifest is."""
+        run = {**self._manifest["run"], key: value}
+        check_manifest({**self._manifest, "run": run}, "The profile being written", ProfileWriteError)
+        check_manifest_sizes(self._manifest["target"], run, "the profile being written", ProfileWriteError)
+        self._manifest["run"] = run
 
     def write_table(self, name: str, data: "pa.Table | pd.DataFrame | Mapping[str, Any]") -> None:
         """Write a whole table at once."""
@@ -281,6 +345,9 @@ class ProfileWriter:
     def _discard(self) -> None:
         for writer in self._writers.values():
             writer.abandon()  # its spool goes: nothing may write to it any more
+        if self._encoder is not None:
+            self._encoder.shutdown(wait=True)  # idle now: every table's row groups are written or dropped
+            self._encoder = None
         for spool in self._spools.values():
             with contextlib.suppress(OSError):  # a full disk fails the flush of what is being thrown away
                 spool.close()
