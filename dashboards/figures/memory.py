@@ -91,13 +91,7 @@ def tile_map(
                 name=f"out of memory ({len(oom)})",
             )
         )
-    if selected_tile is not None and 0 <= selected_tile < tiles_per_ipu:
-        fig.add_shape(tile_highlight(*tile_position(selected_tile, columns)))
-    fig.update_xaxes(showgrid=False, zeroline=False, showticklabels=False, title=f"{columns} tiles per row")
-    fig.update_yaxes(showgrid=False, zeroline=False, autorange="reversed", showticklabels=False,
-                     scaleanchor="x", scaleratio=1, title=None)
-    return styled(fig, height=int(min(720, max(260, 90 + rows * 560 / columns))), margin=dict(l=10, r=10, t=30, b=30),
-                  legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0), clickmode="event")
+    return _map_layout(fig, rows, columns, selected_tile, tiles_per_ipu)
 
 
 def ipu_memory(by_ipu: pd.DataFrame, naming: Naming = IPUS, capacity: bool = True) -> go.Figure:
