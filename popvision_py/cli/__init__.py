@@ -9,6 +9,7 @@ stderr, and turned into its exit code (2); users never see a traceback. Ctrl-C a
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -72,10 +73,16 @@ class PopvisionGroup(click.Group):
                     signal.signal(signal.SIGINT, signal.SIG_IGN)
                 click.echo("Interrupted.", err=True)
                 ctx.exit(130)
-            if isinstance(exc, PopvisionError):
-                click.echo(f"Error: {exc}", err=True)
-                ctx.exit(exc.exit_code)
-            raise
+            if not isinstance(exc, PopvisionError):
+                raise
+            click.echo(f"Error: {exc}", err=True)
+            code = exc.exit_code
+        # Out of the except block, the error and its traceback are let go: the frames it held (a
+        # Parquet reader part way through a table, with Arrow's threads behind it) are closed now,
+        # while Arrow is alive, not at the interpreter's exit, where a live Arrow thread aborts the
+        # process ("terminate called without an active exception") after the sentence is printed.
+        gc.collect()
+        ctx.exit(code)
 
     def main(self, args=None, *rest, **extra):  # type: ignore[override]
         """As click's, run as a program: one Ctrl-C raises KeyboardInterrupt (so that partial
