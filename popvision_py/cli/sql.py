@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from popvision_py.cli import _INTERRUPTS
 from popvision_py.errors import PopvisionError, first_line
 from popvision_py.render import OutputError
 
@@ -213,7 +214,22 @@ def _execute(con: Any, query: str, memory_limit: str, timeout: float | None,
             con.interrupt()
 
     timer = threading.Timer(timeout, interrupt) if timeout is not None else None
+    # A Ctrl-C is noted by the CLI's handler (which then ignores the next ones); should DuckDB have
+    # swallowed its KeyboardInterrupt (raised in a callback of its own, say), the query is interrupted here
+    ended = threading.Event()
+
+    def watch() -> None:
+        while not ended.wait(0.05):
+            if _INTERRUPTS:
+                with contextlib.suppress(duckdb.Error):
+                    con.interrupt()
+                return
+
+    watcher = threading.Thread(target=watch, name="popvision-sql-ctrl-c", daemon=True)
     try:
+        watcher.start()
+        if _INTERRUPTS:
+            raise KeyboardInterrupt
         if timer is not None:
             timer.daemon = True
             timer.start()
@@ -238,6 +254,8 @@ def _execute(con: Any, query: str, memory_limit: str, timeout: float | None,
                 raise refused from None
             raise _refusal(exc, memory_limit) from None
     finally:
+        ended.set()
+        watcher.join()
         if timer is not None:
             timer.cancel()
             timer.join()
