@@ -8,6 +8,8 @@ profiles) stays on one worker, so they are built once. Without ``-n`` the marks 
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 # Folders whose tests share costly session-scoped fixtures (their conftest.py).
@@ -29,3 +31,11 @@ def group(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(pytest.mark.xdist_group(group(item)))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A suite started in the background by a non-interactive shell (`make test &`, nohup) inherits SIGINT
+    # ignored, and so would every program a test starts: the Ctrl-C tests would wait on a program that
+    # never hears it. The tests' programs get Python's own handler back.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
