@@ -236,11 +236,19 @@ class WorstTile:
     bytes: int
 
 
-def worst_tile_after(tile_memory: Columns, target: Mapping[str, Any], keep: Mapping[str, float]) -> WorstTile:
-    """The worst tile once each category's bytes are scaled by ``keep[category]`` (1 where not named)."""
+def worst_tile_after(tile_memory: Columns, target: Mapping[str, Any],
+                     keep: Mapping[str | tuple[int, str], float]) -> WorstTile:
+    """The worst tile once categories' bytes are scaled: ``keep[category]`` on every IPU,
+    ``keep[(ipu, category)]`` on that IPU only (over the first); 1 where not named."""
     words = tile_memory.words("category")
-    factor = np.array([float(keep.get(str(w), 1.0)) for w in words] + [1.0])
-    scaled = tile_memory["bytes"] * factor[tile_memory.codes("category")]
+    code, ipu = tile_memory.codes("category"), tile_memory["ipu"].astype(np.int64)
+    factor = np.ones(len(code))
+    for key, k in sorted(keep.items(), key=lambda item: isinstance(item[0], tuple)):
+        on, category = key if isinstance(key, tuple) else (None, key)
+        where = np.flatnonzero(words == category)
+        if len(where):
+            factor[(code == where[0]) & ((ipu == on) if on is not None else True)] = float(k)
+    scaled = tile_memory["bytes"] * factor
     width = int(target["tiles_per_ipu"])
     tile = tile_memory["tile"].astype(np.int64)
     width = max(width, int(tile.max()) + 1 if len(tile) else 0)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from popvision_py.analysis import fixes as F
-from popvision_py.analysis.memory import TileTotals, ipus_of
+from popvision_py.analysis.memory import TileTotals, bytes_on_tile
 from popvision_py.analysis.tables import Columns, Table, sum_by
 
 FP32_COLUMNS = ["ipu", "kind", "dtype", "variables", "bytes", "saved_bytes", "option"]
@@ -130,24 +130,6 @@ def fp32_variables(variables: Columns, dtypes: np.ndarray, run: Mapping[str, Any
     })
 
 
-def worst_tile_after(tile_memory: Columns, target: Mapping[str, Any], keep: Mapping[tuple[int, str], float]) -> F.WorstTile:
-    """The worst tile once each (IPU, category)'s bytes are scaled by ``keep`` (1 where not named)."""
-    words = tile_memory.words("category")
-    ipus = ipus_of(dict(target), tile_memory)
-    factor = np.ones((len(ipus), len(words) + 1))
-    for (ipu, category), k in keep.items():
-        where = np.flatnonzero(words == category)
-        if len(where) and ipu in ipus:
-            factor[np.searchsorted(ipus, ipu), where[0]] = k
-    pos = np.searchsorted(ipus, tile_memory["ipu"].astype(np.int64))
-    scaled = tile_memory["bytes"] * factor[pos, tile_memory.codes("category")]
-    width = max(int(target["tiles_per_ipu"]), int(tile_memory["tile"].max()) + 1 if len(tile_memory) else 0)
-    key = pos * width + tile_memory["tile"].astype(np.int64)
-    totals = sum_by(key, scaled, len(ipus) * width) if len(key) else np.zeros(1)
-    k = int(np.argmax(totals))
-    return F.WorstTile(int(ipus[k // width]) if len(ipus) else 0, k % width, int(round(float(totals[k]))))
-
-
 def precision_fixes(fp32: Table, variables: Columns, tile_memory: Columns, run: Mapping[str, Any],
                     target: Mapping[str, Any], worst_tile_bytes: int, inferred: bool) -> list[tuple[str, F.Fix]]:
     """One finding per option that halves FP32 variables: ``(finding, Fix)``, the largest saving first.
@@ -158,7 +140,6 @@ def precision_fixes(fp32: Table, variables: Columns, tile_memory: Columns, run: 
         return []
     capacity = int(target["bytes_per_tile"])
     option = np.asarray(fp32["option"], object)
-    kinds = variable_kinds(variables)
     var_ipu = variables["ipu"].astype(np.int64)
     category = variables["category"]
     out = []
@@ -172,7 +153,7 @@ def precision_fixes(fp32: Table, variables: Columns, tile_memory: Columns, run: 
             cat = "gradients" if kind == "gradient_accumulators" else kind
             of_cat = variables["bytes"][(var_ipu == ipu) & (category == cat)].sum()
             keep[(ipu, cat)] = keep.get((ipu, cat), 1.0) - saved / of_cat if of_cat else 1.0
-        est = worst_tile_after(tile_memory, target, keep).bytes
+        est = F.worst_tile_after(tile_memory, target, keep).bytes
         top = max(per_ipu, key=lambda i: (per_ipu[i], -i))
         held = int(np.asarray(fp32["bytes"])[mine].sum())
         changes = next(o.changes for o in options_for(run, target).values() if o.words == words)
@@ -186,19 +167,6 @@ def precision_fixes(fp32: Table, variables: Columns, tile_memory: Columns, run: 
         out.append((finding, F.Fix(f"Keep the {what} in FP16 ({words}).", effect, dict(changes), tag,
                                    F.Predicted(worst_tile_bytes=est))))
     return out
-
-
-def share_on_tile(nbytes: np.ndarray, start: np.ndarray, ntiles: np.ndarray, tile: int) -> np.ndarray:
-    """Each variable's bytes on ``tile`` by the emulator's rule (engine/mapping.py ``Mapping.share``) for
-    a variable of one grain per tile: ``floor(bytes x (k+1) / tiles) - floor(bytes x k / tiles)`` on
-    its k-th tile, 0 off its range. Exact for a variable on fewer tiles than the IPU has; one spread
-    over all of them may hold more grains than tiles, and is then even to within one grain."""
-    n = np.maximum(ntiles.astype(np.int64), 1)
-    k = tile - start.astype(np.int64)
-    inside = (k >= 0) & (k < n)
-    q, r = np.divmod(nbytes.astype(np.int64), n)  # bytes x k / n without overflow: q k + r k / n
-    upto = lambda j: q * j + (r * j) // n  # noqa: E731
-    return np.where(inside, upto(k + 1) - upto(k), 0)
 
 
 def peak_step(held: np.ndarray, live_from: np.ndarray, live_to: np.ndarray, steps: int) -> int:
@@ -217,7 +185,7 @@ def fullest_tiles(tiles: TileTotals, tile_memory: Columns, variables: Columns, d
     the ``per_tile`` variables with most bytes on each at its peak step (FULLEST_VARIABLE_COLUMNS).
 
     A tile's peak step is the first where its not-always-live variables (bytes on the tile by
-    ``share_on_tile``) hold the most; a variable fills it if always-live or live at that step."""
+    ``memory.bytes_on_tile``) hold the most; a variable fills it if always-live or live at that step."""
     total = np.asarray(tiles["total_bytes"])
     order = np.lexsort((np.asarray(tiles["tile"]), np.asarray(tiles["ipu"]), -total))[:n]
     words = tile_memory.words("category")
@@ -237,7 +205,7 @@ def fullest_tiles(tiles: TileTotals, tile_memory: Columns, variables: Columns, d
         by_cat = sum_by(cell // 2, sums[cell], len(words))
         top = int(np.argmax(by_cat)) if len(cell) else 0
         on = np.flatnonzero(var_ipu == ipu)
-        share = share_on_tile(variables["bytes"][on], variables["start_tile"][on], variables["tiles"][on], tile)
+        share = bytes_on_tile({c: variables[c][on] for c in ("bytes", "start_tile", "tiles")}, tile)
         on, share = on[share > 0], share[share > 0]
         always = variables["always_live"][on].astype(bool)
         frm, to = variables["live_from_step"][on].astype(np.int64), variables["live_to_step"][on].astype(np.int64)

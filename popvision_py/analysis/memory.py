@@ -199,7 +199,8 @@ def share(nbytes: np.ndarray, tiles: np.ndarray, offset: np.ndarray) -> np.ndarr
     profile does not record, and reads as even (off by at most a grain's bytes per tile)."""
     nbytes, tiles, offset = (np.asarray(a, np.int64) for a in (nbytes, tiles, offset))
     tiles = np.maximum(tiles, 1)
-    return nbytes * (offset + 1) // tiles - nbytes * offset // tiles
+    q, r = np.divmod(nbytes, tiles)  # floor(bytes x j / tiles) as q j + floor(r j / tiles): no int64 overflow
+    return q + (r * (offset + 1)) // tiles - (r * offset) // tiles
 
 
 def bytes_on_tile(variables: Any, tile: int | np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ import numpy as np
 
 from popvision_py.analysis.memory import TileTotals, _check_tile, bytes_on_tile, share
 from popvision_py.analysis.tables import Columns, Table, alphabetical, sum_by
-from popvision_py.format.schema import MEMORY_CATEGORIES, TABLES
+from popvision_py.format.schema import MEMORY_CATEGORIES
 
 DOMINANT_COLUMNS = ["tile", "category", "category_bytes", "total_bytes", "category_pct"]
 FOOTPRINT_COLUMNS = ["tile", "bytes"]
@@ -26,8 +26,6 @@ WORST_COLUMNS = ["ipu", "tile", "always_live_bytes", "peak_step", "peak_step_nam
 FULLEST_COLUMNS = ["ipu", "tile", "total_bytes", "excess_bytes", "category", "category_pct", "second_category",
                    "second_pct"]
 NOT_RECORDED = "vertices: not recorded (schema 1 profile)"
-# the schema version whose tile_cycles records vertices
-VERTICES_SINCE = next(c.since for c in TABLES["tile_cycles"].columns if c.name == "vertices")
 
 
 def category_order(words: np.ndarray) -> np.ndarray:
@@ -283,14 +281,13 @@ class MemoryDepth:
     @property
     def vertices_recorded(self) -> bool:
         """Whether ``tile_cycles`` records vertices (schema 2 on)."""
-        return int(self._r.manifest.get("schema_version", 1)) >= VERTICES_SINCE
+        return self._r.profile.has_column("tile_cycles", "vertices")
 
     def _tile_cycles(self) -> Columns:
-        wanted = ["ipu", "step", "tile", "cycles"] + (["vertices"] if self.vertices_recorded else [])
-        return self._memo("tile_cycles", lambda: Columns(self._r.profile.read_table("tile_cycles", wanted)))
+        return self._r.columns("tile_cycles")  # the one decode the tiles section and the trace page share
 
     def _ops(self) -> Columns:
-        return self._memo("ops", lambda: Columns(self._r.profile.read_table("ops", ["op_id", "kind"])))
+        return self._r.columns("ops")
 
     def dominant(self, ipu: int) -> Table:
         """``dominant_category`` of one IPU."""

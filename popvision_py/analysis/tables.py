@@ -38,7 +38,7 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
                   "live_from_step", "live_to_step", "op_id", "dtype"),  # dtype: schema 2 on
     "liveness": ("ipu", "step", "always_live_bytes", "not_always_live_bytes", "worst_tile", "worst_tile_bytes"),
     "exchanges": ("ipu", "step", "kind", "src_ipu", "dst_ipu", "bytes", "cycles"),
-    "tile_cycles": ("ipu", "step", "tile", "cycles"),
+    "tile_cycles": ("ipu", "step", "tile", "cycles", "vertices"),  # vertices: schema 2 on
     "trace": TRACE_COLUMNS,
 }
 
