@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboards.figures.style import CAPACITY_COLOUR, OOM_COLOUR, PHASE_COLOURS, empty, styled
+from dashboards.figures.memory import tile_memory_axis
+from dashboards.figures.style import OOM_COLOUR, PHASE_COLOURS, empty, styled
 
 
 def memory_histogram(bins: pd.DataFrame, bytes_per_tile: int) -> go.Figure:
@@ -23,13 +24,6 @@ def memory_histogram(bins: pd.DataFrame, bytes_per_tile: int) -> go.Figure:
         customdata=list(zip(low, high, bins["tiles_pct"])),
         hovertemplate="%{customdata[0]:,.0f} to %{customdata[1]:,.0f} KiB: %{y:,} tiles "
                       "(%{customdata[2]:.1f}%)<extra></extra>"))
-    top = float(bins["high_bytes"].max())
-    if top >= bytes_per_tile / 2:  # the line only where it shares the scale with the bars
-        fig.add_vline(x=bytes_per_tile / 1024, line=dict(color=CAPACITY_COLOUR, dash="dash"),
-                      annotation_text="tile memory", annotation_position="top left")
-        title = "peak memory per tile (KiB)"
-    else:
-        title = f"peak memory per tile (KiB); tile memory {bytes_per_tile / 1024:,.0f} KiB is off the scale"
-    fig.update_xaxes(title=title, rangemode="tozero")
-    fig.update_yaxes(title="tiles")
+    # the line only where it shares the scale with the bars
+    tile_memory_axis(fig, float(bins["high_bytes"].max()) >= bytes_per_tile / 2, bytes_per_tile, "tile memory")
     return styled(fig, height=300, showlegend=False, bargap=0)

@@ -182,15 +182,21 @@ def tile_histogram(by_tile: pd.DataFrame, bytes_per_tile: int, bins: int = 60) -
         fig.add_trace(go.Histogram(x=part["total_bytes"] / 1024, name=ipu_label(ipu), opacity=0.65,
                                    xbins=dict(start=0, end=(top + size) / 1024, size=size / 1024),
                                    hovertemplate="%{x} KiB: %{y} tiles<extra>" + ipu_label(ipu) + "</extra>"))
-    if top >= bytes_per_tile:
+    tile_memory_axis(fig, top >= bytes_per_tile, bytes_per_tile)
+    return styled(fig, barmode="overlay", height=320)
+
+
+def tile_memory_axis(fig: go.Figure, on_scale: bool, bytes_per_tile: int, label: str = "tile capacity") -> None:
+    """A histogram of tiles' peak memory (KiB on x): the tile memory as a dashed line where it is on the
+    scale, else named under the axis, on a line of its own (so a narrow figure does not cut it)."""
+    if on_scale:
         fig.add_vline(x=bytes_per_tile / 1024, line=dict(color=CAPACITY_COLOUR, dash="dash"),
-                      annotation_text="tile capacity", annotation_position="top left")
+                      annotation_text=label, annotation_position="top left")
         title = "peak memory per tile (KiB)"
     else:
-        title = f"peak memory per tile (KiB); tile capacity {bytes_per_tile / 1024:,.0f} KiB is off the scale"
+        title = f"peak memory per tile (KiB)<br>{label} {bytes_per_tile / 1024:,.0f} KiB is off the scale"
     fig.update_xaxes(title=title, rangemode="tozero")
     fig.update_yaxes(title="tiles")
-    return styled(fig, barmode="overlay", height=320)
 
 
 def tile_breakdown(breakdown: pd.DataFrame, bytes_per_tile: int, title: str = "") -> go.Figure:

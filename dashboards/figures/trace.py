@@ -160,8 +160,8 @@ def tile_balance(frame: pd.DataFrame, title: str = "", note: str = "of the step'
     share = working["busy_pct"]
     for label, value, dash_ in (("least", share.min(), "dot"), ("mean", share.mean(), "dash"), ("most", share.max(), "solid")):
         fig.add_hline(y=float(value), line=dict(color=CAPACITY_COLOUR if label == "least" else "#1f2933", dash=dash_, width=1),
-                      annotation_text=f"{label} {value:.1f} %", annotation_position="top right" if label != "least"
-                      else "bottom right")
+                      annotation_text=f"{label} {value:.1f} %",
+                      annotation_position={"least": "bottom right", "mean": "bottom left", "most": "top right"}[label])
     fig.update_xaxes(title="tile")
     fig.update_yaxes(title=f"busy, % {note}", rangemode="tozero")
     subtitle = (f"{len(working):,} of {len(frame):,} tiles compute · least {share.min():.1f} % · mean "

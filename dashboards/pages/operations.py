@@ -75,7 +75,9 @@ def layout(**_query: str) -> html.Div:
 def _format(column: str) -> dict[str, Any]:
     if column in TEXT:
         return {"type": "text"}
-    if column.endswith("_pct") or column == "flops_per_s":
+    if column == "flops_per_s":  # 1.40T, as the Peak card says it, not 1.40e+12
+        return {"type": "numeric", "format": Format(precision=3, scheme=Scheme.decimal_si_prefix)}
+    if column.endswith("_pct"):
         return {"type": "numeric", "format": Format(precision=3, scheme=Scheme.decimal_or_exponent)}
     return {"type": "numeric", "format": Format().group(True)}
 

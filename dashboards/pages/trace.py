@@ -337,7 +337,9 @@ def tile_timeline(profile: str | None, ipu: int, spec: str, window: tuple[int, i
         names = dict(zip(steps["step"].astype(int), steps["name"].astype(str)))
     fig = figures.tile_timeline(result.frame, result.level, window, tiles, names)
     fig.update_layout(title=dict(text=f"{ipu_label(ipu)}: {', '.join(map(str, tiles[:12]))}"
-                                      + (" …" if len(tiles) > 12 else ""), x=0, xanchor="left", font=dict(size=13)),
+                                      + (" …" if len(tiles) > 12 else ""), x=0, xanchor="left", font=dict(size=13),
+                                 y=1, yref="container", yanchor="top", pad=dict(t=8)),
+                      margin=dict(t=72),  # the title above the legend, not under it
                       uirevision=f"{data.current().key(profile)}-{window[0]}-{window[1]}")
     return fig, tile_level_text(result.level, window, result.frame, bins, describe_choice(spec, tiles))
 
