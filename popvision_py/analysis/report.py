@@ -10,9 +10,9 @@
     report.trace.timeline(0, 10_000)  # Timeline (level + frame)
 
 Tables are read lazily on first use and cached. The trace is never held whole: it is read once,
-row group by row group, and folded into small arrays (``tracescan.summarise``); the Gantt bars and
-the timeline's index are gathered when first asked for, in the same pass as the summary if that
-is not made yet (``Report.scan_trace``; the dashboard asks for all three at once). Answers are
+row group by row group, and folded into small arrays (``tracescan.summarise``), from which the Gantt
+bars are merged; the timeline's index is gathered in a second pass over five columns when first
+asked for (``Report.scan_trace``; the dashboard's warm-up asks for it in the background). Answers are
 cached too (thread-safe), so asking twice is free. The analyzers themselves (``summary``,
 ``memory``, ``liveness``, ``stages``, ``exchange``, ``trace`` modules) are stateless functions; this module only wires them to the data. Column lists and
 formulas: docs/api.md and docs/reports.md.
@@ -173,32 +173,30 @@ class Report:
         return self._cache["trace"]
 
     def scan_trace(self, timeline: bool = False, gantt: bool = False) -> None:
-        """Read the trace once for whatever is not cached yet of: its summary (``trace_summary``),
-        and if asked the timeline index (``trace.timeline``) and the Gantt bars (``stages.gantt``).
+        """Read the trace for whatever is not cached yet of: its summary (``trace_summary``), and if
+        asked the timeline index (``trace.timeline``) and the Gantt bars (``stages.gantt``).
 
-        Decoding the columns is most of a pass over the trace, so asking for all three at once
-        (the dashboard's warm-up does) costs little more than the summary alone.
+        The summary is one pass over the trace's ten columns; the Gantt bars are merged from its
+        runs of rows (no pass of their own); the timeline index is a second pass over five columns
+        into arrays sized from the summary's per-IPU row counts (``tracescan.timeline_arrays``).
         """
         keys = ["trace"] + (["timeline_index"] if timeline else []) + (["gantt_bars"] if gantt else [])
         with contextlib.ExitStack() as held:
             for key in keys:  # always in this order: "trace" first
                 held.enter_context(self._lock(key))
-            missing = [key for key in keys if key not in self._cache]
-            if not missing:
-                return
-            summary, timeline, gantt = "trace" in missing, "timeline_index" in missing, "gantt_bars" in missing
-            columns = _tracescan.scan_columns(summary, timeline, gantt)
-            # footer statistics only when the footer was checked against a checksum at open
-            trusted = summary and self.profile.footer_verified("trace")
-            bounds = _tracescan.column_bounds(self.profile.metadata("trace"), _tracescan.BOUND_COLUMNS) if trusted else None
-            out = _tracescan.scan(self.trace_batches(columns), summary, timeline, gantt, agg=self._cache.get("trace"),
-                                  bounds=bounds)
-            if timeline:
-                self._cache["timeline_index"] = _trace.TimelineIndex.from_ipus(out["timeline"])  # type: ignore[arg-type]
-            if gantt:
-                self._cache["gantt_bars"] = out["gantt"]
-            if summary:
-                self._cache["trace"] = out["summary"]
+            if "trace" not in self._cache:
+                # footer statistics only when the footer was checked against a checksum at open
+                trusted = self.profile.footer_verified("trace")
+                bounds = (_tracescan.column_bounds(self.profile.metadata("trace"), _tracescan.BOUND_COLUMNS)
+                          if trusted else None)
+                self._cache["trace"] = _tracescan.summarise(self.trace_batches(_tracescan.SUMMARY_COLUMNS), bounds)
+            agg = self._cache["trace"]
+            if gantt and "gantt_bars" not in self._cache:
+                self._cache["gantt_bars"] = _tracescan.gantt_bars(agg)
+            if timeline and "timeline_index" not in self._cache:
+                counts = {i: int(n) for i, n in enumerate(agg.ipu_rows if agg.ipu_rows is not None else ()) if n}
+                rows = _tracescan.timeline_arrays(self.trace_batches(_tracescan.TIMELINE_COLUMNS), counts)
+                self._cache["timeline_index"] = _trace.TimelineIndex.from_ipus(rows)
 
     def iterations(self) -> int:
         return self.memo("iterations", lambda: iterations_traced(self.trace_summary(), self.run))

@@ -88,24 +88,46 @@ class TimelineIndex:
         return self._by_ipu[ipu]
 
 
+INDEX_CHUNK = 1 << 20  # rows of an IPU indexed at a time: every temporary is a chunk's, not the IPU's
+
+
 def _ipu_index(st: np.ndarray, en: np.ndarray, ph: np.ndarray, step: np.ndarray | None = None) -> _IpuIndex:
     """One IPU's rows (sorted by start) with, per phase, its rows' positions and their running sum of cycles,
-    and the step of each compute row (-1 each without ``step``)."""
-    dur = en - st
-    positions, cumulative = [], []
-    for p in range(len(PHASES)):
-        # int32 positions: half the memory, and an IPU never has 2**31 rows in one profile
-        pos = np.flatnonzero(ph == p)
-        if len(ph) < 2**31:
-            pos = pos.astype(np.int32)
-        cum = np.empty(len(pos) + 1, np.int64)
-        cum[0] = 0
-        np.cumsum(dur[pos], out=cum[1:])
-        positions.append(pos)
-        cumulative.append(cum)
-    compute = positions[PHASES.index("compute")]
-    compute_step = (step[compute].astype(np.int32) if step is not None
-                    else np.full(len(compute), -1, np.int32))
+    and the step of each compute row (-1 each without ``step``).
+
+    Each output is made once at its length (the phases' rows counted first) and filled chunk by
+    chunk, so the only fresh memory is what the index keeps: at tens of millions of rows, first
+    touching memory (the kernel zeroing each page) costs more than the arithmetic.
+    """
+    n, n_phase = len(st), len(PHASES)
+    chunks = range(0, n, INDEX_CHUNK)
+    counts = np.zeros(n_phase + 1, np.int64)
+    for a in chunks:
+        counts += np.bincount(ph[a: a + INDEX_CHUNK], minlength=n_phase + 1)[: n_phase + 1]
+    # int32 positions: half the memory, and an IPU never has 2**31 rows in one profile
+    position_type = np.int32 if n < 2**31 else np.int64
+    positions = [np.empty(int(counts[p]), position_type) for p in range(n_phase)]
+    cumulative = [np.empty(int(counts[p]) + 1, np.int64) for p in range(n_phase)]
+    compute = PHASES.index("compute")
+    compute_step = np.full(int(counts[compute]), -1, np.int32) if step is None else np.empty(int(counts[compute]), np.int32)
+    filled = [0] * n_phase
+    for p in range(n_phase):
+        cumulative[p][0] = 0
+    for a in chunks:
+        b = min(a + INDEX_CHUNK, n)
+        phases, dur = ph[a:b], en[a:b] - st[a:b]
+        for p in range(n_phase):
+            rows = np.flatnonzero(phases == p)
+            f, k = filled[p], len(rows)
+            if not k:
+                continue
+            np.add(rows, a, out=positions[p][f: f + k], casting="unsafe")
+            done = cumulative[p][f + 1: f + 1 + k]
+            np.cumsum(dur[rows], out=done)
+            done += cumulative[p][f]
+            if p == compute and step is not None:
+                compute_step[f: f + k] = step[a:b][rows]
+            filled[p] = f + k
     return _IpuIndex(st, en, ph, tuple(positions), tuple(cumulative), compute_step)
 
 

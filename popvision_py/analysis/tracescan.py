@@ -4,10 +4,10 @@ A trace may hold tens of millions of rows: decoded whole it would be 44 bytes a 
 rows), and concatenating its row groups into single arrays costs as much again. So no report
 holds it: ``summarise`` reads the batches (a row group, about 1 Mi rows, each) one after another
 and folds each into small dense arrays (``tables.Aggregates``) with ``np.bincount`` /
-``np.add.at`` on integer keys; ``gantt_bars`` and ``timeline_arrays`` are only made when a figure
-asks for them (the dashboard). ``scan`` makes any of the three in one pass, feeding each decoded
-batch to each; decoding is most of the cost of a pass, so the dashboard's warm-up asks for all
-three at once.
+``np.add.at`` on integer keys, and into runs of rows from which ``gantt_bars`` merges the stages'
+Gantt bars. ``timeline_arrays`` (the per-IPU rows of the execution trace's index) is a second
+pass, made only when a figure asks for it (the dashboard), over five columns, into arrays sized
+from the summary's row counts.
 
 ``prefetched`` decodes the next batch in a thread while the current one is folded: pyarrow and
 NumPy both release the GIL, so on two cores the fold costs little beyond the decoding itself.
@@ -34,8 +34,6 @@ if TYPE_CHECKING:
 
 # The columns each pass reads (the summary reads every column the reports use).
 SUMMARY_COLUMNS: tuple[str, ...] = TRACE_COLUMNS
-GANTT_COLUMNS: tuple[str, ...] = ("run", "iteration", "micro_batch", "ipu", "stage", "pass", "phase",
-                                  "start_cycle", "end_cycle")
 TIMELINE_COLUMNS: tuple[str, ...] = ("ipu", "phase", "step", "start_cycle", "end_cycle")
 BATCH_ROWS = 1 << 20  # rows per decoded batch: about a row group of the writer's
 
@@ -154,8 +152,9 @@ SEEN_LIMIT = 1 << 26  # cells of the whole run's (run, iteration, stage, micro-b
 
 
 _BAR_COLUMNS = ("ipu", "stage", "pass", "run", "iteration", "micro_batch")  # what tells one Gantt bar from another
-# What ``_Slots`` keeps per run of rows, and the kinds of work a run can be.
-SLOT_COLUMNS = ("ipu", "stage", "pass", "kind", "start_cycle", "cycles")
+# What ``_Slots`` keeps per run of rows (its bar's columns, first start, last end and cycles), and the
+# kinds of work a run can be.
+SLOT_COLUMNS = ("ipu", "stage", "pass", "run", "iteration", "micro_batch", "kind", "start_cycle", "end_cycle", "cycles")
 SLOT_KINDS = ("micro_batch", "fixed", "idle", "superstep_sync")
 SLOT = {name: i for i, name in enumerate(SLOT_KINDS)}
 
@@ -184,6 +183,7 @@ class Aggregates:
     micro_batch_slots: int = 0
     run_slots: int = 0
     slots: dict[str, np.ndarray] | None = None
+    ipu_rows: np.ndarray | None = None
 
     def __len__(self) -> int:
         return self.rows
@@ -196,8 +196,10 @@ class _Slots:
     micro-batch and kind: ``micro_batch`` (a stage's forward or backward of one micro-batch, the work
     balancing moves), ``idle``, ``superstep_sync`` (a sync of no stage: the barrier closing a
     superstep) or ``fixed`` (anything else: the update, weight loads, host calls). A run is kept as
-    its first start and its cycles; the engine writes a segment's rows back to back, so a trace
-    holds about as many runs as segment executions, a few per IPU and superstep.
+    its columns, first start, last end and cycles; the engine writes a segment's rows back to back,
+    so a trace holds about as many runs as segment executions, a few per IPU and superstep (772,595
+    runs for 50M rows). The Gantt bars are these runs merged bar by bar (``gantt_bars``): a run's
+    rows all count towards one bar or none, so the bars need no pass of their own.
     """
 
     def __init__(self) -> None:
@@ -223,9 +225,11 @@ class _Slots:
             column = t[name]
             change |= column[1:] != column[:-1]
         cut = np.flatnonzero(np.r_[True, change])
-        cycles = np.add.reduceat(t["end_cycle"] - t["start_cycle"], cut)
-        self.parts.append({"ipu": t["ipu"][cut], "stage": t["stage"][cut], "pass": t["pass"][cut], "kind": kind[cut],
-                           "start_cycle": np.minimum.reduceat(t["start_cycle"], cut), "cycles": cycles})
+        part = {name: t[name][cut] for name in _BAR_COLUMNS}
+        part.update(kind=kind[cut], start_cycle=np.minimum.reduceat(t["start_cycle"], cut),
+                    end_cycle=np.maximum.reduceat(t["end_cycle"], cut),
+                    cycles=np.add.reduceat(t["end_cycle"] - t["start_cycle"], cut))
+        self.parts.append(part)
         return cut
 
     def result(self) -> dict[str, np.ndarray]:
@@ -357,7 +361,7 @@ class _Fold:
         if self.rows == 0:
             return Aggregates(np.zeros((0, 1, N_PASS, N_PHASE), np.int64), np.zeros((0, 0), np.int64),
                               np.zeros(0, np.int64), 0, 0, 0, rows=0, iterations_per_run=0, micro_batch_slots=0,
-                              run_slots=0, slots=self.slots.result())
+                              run_slots=0, slots=self.slots.result(), ipu_rows=np.zeros(0, np.int64))
         cube = self.cube[: self.n_ipu, : self.n_stage]
         execs = self.execs[: self.n_ipu, 1: self.width]
         seen = self.seen[: self.n_run, : self.n_iter, : self.n_stage, : self.n_mb]
@@ -365,7 +369,8 @@ class _Fold:
         micro_batches = seen[:, :, 1:, 1:].sum(axis=(0, 1, 3)).astype(np.int64)  # per stage >= 0, micro-batch >= 0
         return Aggregates(np.ascontiguousarray(cube), np.ascontiguousarray(execs), micro_batches, iterations,
                           self.start, self.end, rows=self.rows, iterations_per_run=self.n_iter,
-                          micro_batch_slots=self.n_mb - 1, run_slots=self.n_run, slots=self.slots.result())
+                          micro_batch_slots=self.n_mb - 1, run_slots=self.n_run, slots=self.slots.result(),
+                          ipu_rows=self.execs[: self.n_ipu, : self.width].sum(axis=1))
 
 
 def summarise(batches: Iterable[pa.RecordBatch | pa.Table], bounds: dict[str, tuple[int, int]] | None = None) -> Aggregates:
@@ -389,86 +394,61 @@ def summarise_arrays(columns: dict[str, np.ndarray]) -> Aggregates:
 
 
 
-class _Bars:
-    """The running state of ``gantt_bars``: each batch cut into runs of rows of one bar, reduced to the runs.
-
-    A bar's rows follow each other in the trace, so a batch holds few runs: a run starts where any
-    of the bar's columns (or whether the row counts: stage >= 0, micro-batch >= 0, not idle)
-    changes from the row before. Comparing the columns needs no key and no copy of the rows.
-    """
-
-    def __init__(self) -> None:
-        self.parts: list[dict[str, np.ndarray]] = []
-
-    def add(self, t: dict[str, np.ndarray]) -> None:
-        n = len(t["ipu"])
-        if n == 0:
-            return
-        keep = (t["stage"] >= 0) & (t["micro_batch"] >= 0) & (t["phase"] != PHASE["idle"])
-        change = keep[1:] != keep[:-1]
-        for name in _BAR_COLUMNS:
-            column = t[name]
-            change |= column[1:] != column[:-1]
-        cut = np.flatnonzero(np.r_[True, change])
-        counted = keep[cut]
-        if not counted.any():
-            return
-        part = {name: t[name][cut][counted] for name in _BAR_COLUMNS}
-        part["start_cycle"] = np.minimum.reduceat(t["start_cycle"], cut)[counted]
-        part["end_cycle"] = np.maximum.reduceat(t["end_cycle"], cut)[counted]
-        self.parts.append(part)
-
-    def result(self, agg: Aggregates) -> dict[str, np.ndarray]:
-        names = ("ipu", "stage", "pass", "iteration", "micro_batch", "start_cycle", "end_cycle")
-        if not self.parts:
-            empty = np.zeros(0, np.int64)
-            return {c: empty for c in names}
-        runs = {c: np.concatenate([p[c] for p in self.parts]) for c in self.parts[0]}
-        self.parts = []
-        per_run = max(agg.iterations_per_run, 1)
-        n_stage = max(agg.cube.shape[1] - 1, 1)
-        # a bar as one int64: (ipu, stage, pass) high, the global iteration, the micro-batch low
-        mb_bits = max(agg.micro_batch_slots, 1).bit_length()
-        g_bits = max(agg.run_slots * per_run, 1).bit_length()
-        g = runs["run"].astype(np.int64) * per_run + runs["iteration"]
-        head = (runs["ipu"].astype(np.int64) * n_stage + runs["stage"]) * N_PASS + runs["pass"]
-        key = (((head << g_bits) | g) << mb_bits) | runs["micro_batch"]
-        bars, which = np.unique(key, return_inverse=True)
-        first = np.full(len(bars), np.iinfo(np.int64).max)
-        last = np.full(len(bars), np.iinfo(np.int64).min)
-        np.minimum.at(first, which, runs["start_cycle"])
-        np.maximum.at(last, which, runs["end_cycle"])
-        mb = bars & ((1 << mb_bits) - 1)
-        g = (bars >> mb_bits) & ((1 << g_bits) - 1)
-        ipu_stage, pass_ = np.divmod(bars >> (mb_bits + g_bits), N_PASS)
-        ipu, stage = np.divmod(ipu_stage, n_stage)
-        return {"ipu": ipu, "stage": stage, "pass": pass_, "iteration": g, "micro_batch": mb,
-                "start_cycle": first, "end_cycle": last}
-
-
-def gantt_bars(batches: Iterable[pa.RecordBatch | pa.Table], agg: Aggregates) -> dict[str, np.ndarray]:
+def gantt_bars(agg: Aggregates) -> dict[str, np.ndarray]:
     """One bar per (ipu, stage, pass, iteration, micro_batch): its first start and last end, as columns.
 
-    Rows of stage >= 0 and micro_batch >= 0 that are not idle (``_Bars``); the runs of all
-    batches are merged by bar at the end.
+    A bar is the rows of stage >= 0 and micro_batch >= 0 that are not idle; the summary's runs of
+    rows (``Aggregates.slots``) never mix a counted row with another, nor two bars (a run has one
+    stage, micro-batch, pass, run and iteration, and idle rows are runs of their own), so the bars
+    are the counted runs merged by bar. ``iteration`` is the global one: run x iterations per run + iteration.
     """
-    bars = _Bars()
-    for batch in batches:
-        bars.add(arrays(batch, GANTT_COLUMNS))
-    return bars.result(agg)
+    names = ("ipu", "stage", "pass", "iteration", "micro_batch", "start_cycle", "end_cycle")
+    slots = agg.slots if agg.slots is not None else {}
+    if not len(slots.get("ipu", ())):
+        empty = np.zeros(0, np.int64)
+        return {c: empty for c in names}
+    counted = (slots["stage"] >= 0) & (slots["micro_batch"] >= 0) & (slots["kind"] != SLOT["idle"])
+    runs = {c: slots[c][counted] for c in (*_BAR_COLUMNS, "start_cycle", "end_cycle")}
+    per_run = max(agg.iterations_per_run, 1)
+    n_stage = max(agg.cube.shape[1] - 1, 1)
+    # a bar as one int64: (ipu, stage, pass) high, the global iteration, the micro-batch low
+    mb_bits = max(agg.micro_batch_slots, 1).bit_length()
+    g_bits = max(agg.run_slots * per_run, 1).bit_length()
+    g = runs["run"].astype(np.int64) * per_run + runs["iteration"]
+    head = (runs["ipu"].astype(np.int64) * n_stage + runs["stage"]) * N_PASS + runs["pass"]
+    key = (((head << g_bits) | g) << mb_bits) | runs["micro_batch"]
+    bars, which = np.unique(key, return_inverse=True)
+    first = np.full(len(bars), np.iinfo(np.int64).max)
+    last = np.full(len(bars), np.iinfo(np.int64).min)
+    np.minimum.at(first, which, runs["start_cycle"])
+    np.maximum.at(last, which, runs["end_cycle"])
+    mb = bars & ((1 << mb_bits) - 1)
+    g = (bars >> mb_bits) & ((1 << g_bits) - 1)
+    ipu_stage, pass_ = np.divmod(bars >> (mb_bits + g_bits), N_PASS)
+    ipu, stage = np.divmod(ipu_stage, n_stage)
+    return {"ipu": ipu, "stage": stage, "pass": pass_, "iteration": g, "micro_batch": mb,
+            "start_cycle": first, "end_cycle": last}
 
 
 class _Rows:
-    """The running state of ``timeline_arrays``: each IPU's rows as slices of the batches.
+    """The running state of ``timeline_arrays``: each IPU's (start, end, phase, step) rows, batch by batch.
 
     The engine writes IPU by IPU (an iteration's rows of IPU 0, then IPU 1...), so a batch is a few
-    long runs of one IPU each: it is cut where the IPU changes and each run kept as a slice (no
-    copy, no sort). A batch that interleaves IPUs row by row is grouped with one stable sort
-    instead.
+    long runs of one IPU each: it is cut where the IPU changes. A batch that interleaves IPUs row
+    by row is grouped with one stable sort instead. With ``ipu_rows`` (each IPU's row count, from
+    the summary: ``Aggregates.ipu_rows``) each run is copied straight into its IPU's arrays, made
+    once at their full length: no batch is held and nothing is joined at the end. Fresh memory is
+    what a large trace's index costs most (the kernel zeroes every page a process first touches),
+    so this touches each row's 21 bytes once. Without counts, or past them, the runs are kept as
+    slices of the batches and joined at the end.
     """
 
-    def __init__(self) -> None:
-        self.parts: dict[int, list[tuple[np.ndarray, ...]]] = {}
+    def __init__(self, ipu_rows: dict[int, int] | None = None) -> None:
+        self.reserved = dict(ipu_rows or {})
+        self.filled: dict[int, tuple[list[np.ndarray], int]] = {}  # ipu -> (its four arrays, rows in them)
+        self.parts: dict[int, list[tuple[np.ndarray, ...]]] = {}  # ipu -> slices of batches, past its arrays
+        self.ordered: dict[int, bool] = {}  # whether the IPU's rows came in order of start so far
+        self.last: dict[int, int] = {}  # the IPU's last start so far
 
     def add(self, t: dict[str, np.ndarray]) -> None:
         ipu = t["ipu"]
@@ -481,7 +461,7 @@ class _Rows:
         if len(cut) <= n // 64:  # long runs of one IPU: slices
             bounds = [0, *cut.tolist(), n]
             for a, b in zip(bounds[:-1], bounds[1:]):
-                self.parts.setdefault(int(ipu[a]), []).append((start[a:b], end[a:b], phase[a:b], step[a:b]))
+                self._put(int(ipu[a]), (start[a:b], end[a:b], phase[a:b], step[a:b]))
             return
         order = np.argsort(ipu, kind="stable")  # radix sort: IPU ids are 16-bit
         lo, hi = int(ipu[order[0]]), int(ipu[order[-1]])
@@ -489,64 +469,49 @@ class _Rows:
         for k, i in enumerate(range(lo, hi + 1)):
             rows = order[bounds[k]: bounds[k + 1]]
             if len(rows):
-                self.parts.setdefault(i, []).append((start[rows], end[rows], phase[rows], step[rows]))
+                self._put(i, (start[rows], end[rows], phase[rows], step[rows]))
+
+    def _put(self, ipu: int, run: tuple[np.ndarray, ...]) -> None:
+        start = run[0]
+        n = len(start)
+        self.ordered[ipu] = (self.ordered.get(ipu, True) and int(start[0]) >= self.last.get(ipu, int(start[0]))
+                             and bool(np.all(start[1:] >= start[:-1])))
+        self.last[ipu] = int(start[-1])
+        arrays, at = self.filled.get(ipu, (None, 0))
+        if arrays is None and self.reserved.get(ipu, 0) >= n:
+            size = self.reserved[ipu]
+            arrays = [np.empty(size, column.dtype) for column in run]
+        if arrays is not None and at + n <= len(arrays[0]) and ipu not in self.parts:
+            for out, column in zip(arrays, run):
+                out[at: at + n] = column
+            self.filled[ipu] = (arrays, at + n)
+        else:  # more rows than the summary counted (or no count): kept as they came, joined at the end
+            self.parts.setdefault(ipu, []).append(run)
 
     def result(self) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-        """Each IPU's (start, end, phase, step) sorted by start: sorted only if not in order already (one pass tells)."""
+        """Each IPU's (start, end, phase, step) sorted by start (sorted only if they did not come in order)."""
         out = {}
-        for i in sorted(self.parts):
-            chunks = self.parts.pop(i)  # the batches' slices are let go IPU by IPU, as each is copied once
+        for i in sorted(set(self.filled) | set(self.parts)):
+            arrays, at = self.filled.pop(i, (None, 0))
+            chunks = ([tuple(a[:at] for a in arrays)] if arrays is not None else []) + self.parts.pop(i, [])
             start, end, phase, step = (np.concatenate([c[k] for c in chunks]) if len(chunks) > 1 else chunks[0][k]
                                        for k in range(4))
-            del chunks
-            if len(start) > 1 and not bool(np.all(start[1:] >= start[:-1])):
+            del chunks, arrays
+            if not self.ordered[i]:
                 order = np.argsort(start, kind="stable")
                 start, end, phase, step = start[order], end[order], phase[order], step[order]
             out[i] = (start, end, phase, step)
         return out
 
 
-def timeline_arrays(batches: Iterable[pa.RecordBatch | pa.Table]
+def timeline_arrays(batches: Iterable[pa.RecordBatch | pa.Table], ipu_rows: dict[int, int] | None = None
                     ) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """Each IPU's rows as (start, end, phase code, step) arrays sorted by start, gathered batch by batch (``_Rows``)."""
-    rows = _Rows()
+    """Each IPU's rows as (start, end, phase code, step) arrays sorted by start, gathered batch by batch
+    (``_Rows``; ``ipu_rows``: each IPU's row count when known, ``Aggregates.ipu_rows``)."""
+    rows = _Rows(ipu_rows)
     for batch in batches:
         rows.add(arrays(batch, TIMELINE_COLUMNS))
     return rows.result()
-
-
-def scan_columns(summary: bool, timeline: bool, gantt: bool) -> tuple[str, ...]:
-    """The trace columns one ``scan`` reads: the union of what each asked-for result needs, in schema order."""
-    wanted = set(SUMMARY_COLUMNS if summary else ()) | set(TIMELINE_COLUMNS if timeline else ())
-    wanted |= set(GANTT_COLUMNS if gantt else ())
-    return tuple(c for c in TRACE_COLUMNS if c in wanted)
-
-
-def scan(batches: Iterable[pa.RecordBatch | pa.Table], summary: bool = True, timeline: bool = False,
-         gantt: bool = False, agg: Aggregates | None = None,
-         bounds: dict[str, tuple[int, int]] | None = None) -> dict[str, object]:
-    """One pass over the trace for any of: ``"summary"`` (``summarise``), ``"timeline"``
-    (``timeline_arrays``) and ``"gantt"`` (``gantt_bars``; it needs the summary: ``agg``, or made
-    in the same pass). Decoding the columns is most of each pass, so the dashboard asks for all
-    three at once (``Report.scan_trace``). ``bounds``: the footer's (``column_bounds``), see ``_Fold``.
-    """
-    columns = scan_columns(summary, timeline, gantt)
-    fold, rows, bars = _Fold(bounds) if summary else None, _Rows() if timeline else None, _Bars() if gantt else None
-    for batch in batches:
-        t = arrays(batch, columns)
-        for part in (fold, rows, bars):
-            if part is not None:
-                part.add(t)
-    out: dict[str, object] = {}
-    if fold is not None:
-        out["summary"] = agg = fold.result()
-    if rows is not None:
-        out["timeline"] = rows.result()
-    if bars is not None:
-        if agg is None:
-            raise ValueError("the Gantt bars need the trace's summary: pass agg or summary=True")
-        out["gantt"] = bars.result(agg)
-    return out
 
 
 def aggregates(trace: "TraceArrays | Aggregates") -> Aggregates:

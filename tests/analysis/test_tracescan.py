@@ -70,9 +70,11 @@ def test_summary_of_batches_equals_brute_force(size, shuffle):
 
 @pytest.mark.parametrize("size,shuffle", [(10_000_000, False), (613, False), (450, True)])
 def test_gantt_bars_of_batches_equal_brute_force(size, shuffle):
+    # GIVEN the summary of a trace folded in batches WHEN its runs of rows are merged into bars
     frame = _trace()
-    agg = tracescan.summarise(_batches(frame, size))
-    bars = pd.DataFrame(tracescan.gantt_bars(_batches(frame, size, shuffle), agg))
+    agg = tracescan.summarise(_batches(frame, size, shuffle))
+    bars = pd.DataFrame(tracescan.gantt_bars(agg))
+    # THEN each bar is its rows' first start and last end, grouped directly
     rows = frame[(frame["stage"] >= 0) & (frame["micro_batch"] >= 0) & (frame["phase"] != "idle")].assign(
         g=lambda f: f["run"] * 4 + f["iteration"], p=lambda f: f["pass"].map(PASSES.index))
     want = rows.groupby(["ipu", "stage", "p", "g", "micro_batch"]).agg(
@@ -184,27 +186,29 @@ def test_index_built_in_threads_equals_the_serial_one(monkeypatch):
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
-def test_one_scan_for_everything_equals_one_pass_each(shuffle):
-    # GIVEN a trace WHEN summary, timeline rows and Gantt bars come from one pass over 10 columns
+@pytest.mark.parametrize("counted", ["exact", "none", "too few", "one IPU missing"])
+def test_rows_in_arrays_sized_from_the_summary_equal_rows_joined_at_the_end(shuffle, counted):
+    # GIVEN each IPU's row count from the summary (exact), none, or counts a changed trace would break
     frame = _trace()
-    one = tracescan.scan(_batches(frame, 613, shuffle), summary=True, timeline=True, gantt=True)
-    # THEN each equals its own pass
     agg = tracescan.summarise(_batches(frame, 613, shuffle))
-    np.testing.assert_array_equal(one["summary"].cube, agg.cube)
-    np.testing.assert_array_equal(one["summary"].executions, agg.executions)
-    assert one["summary"].iterations == agg.iterations
-    rows = tracescan.timeline_arrays(_batches(frame, 613, shuffle))
-    assert sorted(one["timeline"]) == sorted(rows)
-    for i in rows:
-        for got, want in zip(one["timeline"][i], rows[i]):
-            np.testing.assert_array_equal(got, want)
-    bars = tracescan.gantt_bars(_batches(frame, 613, shuffle), agg)
-    for name in bars:
-        np.testing.assert_array_equal(one["gantt"][name], bars[name])
-    assert tracescan.scan_columns(False, True, False) == ("ipu", "step", "phase", "start_cycle", "end_cycle")
+    assert agg.ipu_rows.tolist() == frame.groupby("ipu").size().tolist()
+    counts = {i: int(n) for i, n in enumerate(agg.ipu_rows)}
+    counts = {"exact": counts, "none": None, "too few": {i: n - 1000 for i, n in counts.items()},
+              "one IPU missing": {i: n for i, n in counts.items() if i != 1}}[counted]
+    # WHEN the timeline's rows are gathered into arrays of those sizes
+    rows = tracescan.timeline_arrays(_batches(frame, 613, shuffle), counts)
+    # THEN each IPU's rows are its rows of the trace, sorted by start, whatever the counts said
+    assert sorted(rows) == [0, 1, 2]
+    for i, (start, end, phase, step) in rows.items():
+        want = frame[frame["ipu"] == i].sort_values("start_cycle", kind="stable")
+        np.testing.assert_array_equal(start, want["start_cycle"].to_numpy())
+        np.testing.assert_array_equal(end, want["end_cycle"].to_numpy())
+        np.testing.assert_array_equal(phase, want["phase"].map(PHASES.index).to_numpy())
+        np.testing.assert_array_equal(step, want["step"].to_numpy())
+    assert tracescan.TIMELINE_COLUMNS == ("ipu", "phase", "step", "start_cycle", "end_cycle")
 
 
-def test_report_reads_the_trace_once_for_summary_timeline_and_gantt(profiles, monkeypatch):
+def test_report_reads_the_trace_once_for_the_summary_and_gantt_and_once_for_the_timeline(profiles, monkeypatch):
     # GIVEN a fresh Report, whose trace reads are counted
     passes = []
     original = Profile.iter_batches
@@ -226,12 +230,11 @@ def test_report_reads_the_trace_once_for_summary_timeline_and_gantt(profiles, mo
             t.join()
         report.stages.gantt()
         report.summary.figures()
-        # THEN the trace was read in one pass (two at most, if a thread's scan began first without the Gantt)
-        assert 1 <= len(passes) <= 2
-        if len(passes) == 2:
-            assert passes[1] == tracescan.scan_columns(False, False, True)
+        # THEN the trace was read twice: once for the summary (the Gantt bars are merged from it), once
+        # for the timeline's five columns, whichever thread asked first
+        assert passes == [tracescan.SUMMARY_COLUMNS, tracescan.TIMELINE_COLUMNS]
         report.trace.timeline(0, 100)
-        assert len(passes) <= 2
+        assert len(passes) == 2
 
 
 @pytest.mark.parametrize("name", ["balanced", "unbalanced", "oom", "exchange", "sharded", "inference"])
