@@ -24,18 +24,21 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import tempfile
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import flask
+import numpy as np
 
 import popvision_py as pv
 from dashboards.figures.style import IPUS, Naming
-from popvision_py.analysis.tracescan import scan_columns
+from popvision_py.analysis.tracescan import SUMMARY_COLUMNS
 from popvision_py.format.schema import FIT_VERDICTS, PHASES
 
 KEYS = ("a", "b")
@@ -60,6 +63,7 @@ class Profiles:
         self._comparison: Any = None
         self._lock = threading.Lock()
         self._run_lock = threading.Lock()  # one emulation at a time: it takes the machine's memory and a core
+        small_pages()
 
     def tune(self) -> tuple[Any, dict[str, Any]]:
         """The tune result's rows and metadata (``format.tunefile.read_tune``), read once; LookupError without one."""
@@ -155,7 +159,7 @@ class Profiles:
                 if table != "trace":
                     profile.read_table(table)
             report.scan_trace()
-            scanned = set(scan_columns(summary=True, timeline=False, gantt=False))
+            scanned = set(SUMMARY_COLUMNS)
             rest = [field.name for field in profile.metadata("trace").schema.to_arrow_schema()
                     if field.name not in scanned]
             for _ in profile.iter_batches("trace", rest) if rest else ():
@@ -168,26 +172,53 @@ class Profiles:
 
         The analysis caches its answers per Report (thread-safe: a request asking for an answer
         being computed waits for it rather than computing it again); this only calls it early (the
-        CLI does so in a background thread while the server starts). First what the first page
-        shows, then the trace pages' timeline index and Gantt bars, both gathered in one more
-        pass over the trace, and the Operations page's iteration of the trace.
+        CLI does so in a background thread while the server starts). First the trace's summary,
+        then what the first page shows while another thread makes the trace pages' timeline index
+        (one more pass over the trace: NumPy and the kernel's page faults, which hold no GIL,
+        beside the first page's Python), then the Gantt bars (from the summary) and the Operations
+        page's iteration of the trace. An error in the index's thread is raised here.
         """
+        with ThreadPoolExecutor(len(self.keys), thread_name_prefix="popvision-warm") as pool:
+            indexes = []
+            for key in self.keys:
+                report = self.report(key)
+                report.trace_summary()
+                indexes.append(pool.submit(report.scan_trace, timeline=True, gantt=True))
+                report.summary.figures()
+                report.summary.insights()
+                report.exchange.figures()
+                report.memory.by_ipu()
+            if self.comparing:
+                self.comparison()
+            for index in indexes:
+                index.result()
         for key in self.keys:
             report = self.report(key)
-            report.summary.figures()
-            report.summary.insights()
-            report.exchange.figures()
-            report.memory.by_ipu()
-        if self.comparing:
-            self.comparison()
-        for key in self.keys:
-            report = self.report(key)
-            report.scan_trace(timeline=True, gantt=True)
             report.trace.timeline()
             report.stages.gantt()
             report.operations.window_index()  # the Operations page's iteration of the trace: a row group or two
             if report.system.files():
                 report.system.index()
+
+
+def small_pages() -> bool:
+    """Have NumPy leave its arrays on the kernel's 4 KiB pages (no ``madvise(MADV_HUGEPAGE)``) in this process,
+    unless ``NUMPY_MADVISE_HUGEPAGE`` says otherwise; returns whether NumPy still asks for huge pages.
+
+    The dashboard's warm-up writes about 30 bytes of fresh memory per trace row (the timeline's
+    index: 1.5 GB at 50M rows), and on a virtual machine whose free huge pages go back to the
+    host, each first touch of a 2 MiB page is paid again there: measured on this project's 2-core
+    VM, the warm-up at 50M rows took 5.5 s with NumPy's huge pages against 3.1 s without
+    (docs/performance.md, "Issue 26: the warm-up"). Set ``NUMPY_MADVISE_HUGEPAGE=1`` to keep them.
+    """
+    switch = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
+    if switch is None:  # a NumPy without the switch
+        return False
+    chosen = "NUMPY_MADVISE_HUGEPAGE" in os.environ  # the user's choice, which NumPy applied at its import
+    on = bool(switch(False))
+    if chosen:
+        switch(on)
+    return on and chosen
 
 
 _last: Profiles | None = None

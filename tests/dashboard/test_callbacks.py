@@ -219,6 +219,45 @@ def test_the_warm_up_reads_the_trace_for_the_trace_and_stages_pages_too(pipeline
     assert len(report.stages.gantt()) > 0
 
 
+def test_an_error_in_the_warm_up_index_thread_is_raised_by_the_warm_up(pipelined_profile, monkeypatch):
+    # GIVEN a dashboard whose timeline index (built in a thread of the warm-up) cannot be made
+    from dashboards import data
+    from dashboards.app import create_app
+    from popvision_py.analysis import tracescan
+
+    create_app([str(pipelined_profile)])
+
+    def broken(*args, **kwargs):
+        raise MemoryError("no room for the index")
+
+    monkeypatch.setattr(tracescan, "timeline_arrays", broken)
+    # WHEN the warm-up runs THEN the thread's error comes out of it, not lost in the thread
+    with pytest.raises(MemoryError, match="no room for the index"):
+        data.current().warm()
+
+
+@pytest.mark.parametrize("setting,on", [(None, False), ("1", True), ("0", False)])
+def test_the_dashboard_process_leaves_numpy_on_small_pages_unless_told(pipelined_profile, setting, on):
+    # GIVEN a fresh process (NumPy's switch is per process), with or without NUMPY_MADVISE_HUGEPAGE
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np\n"
+            "from dashboards import data\n"
+            "data.Profiles([sys.argv[1]])\n"
+            "print(np._core.multiarray._set_madvise_hugepage(True))\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    if setting is not None:
+        env["NUMPY_MADVISE_HUGEPAGE"] = setting
+    root = Path(__file__).resolve().parents[2]
+    env["PYTHONPATH"] = str(root)
+    # WHEN the dashboard's profiles are made THEN NumPy asks for huge pages only if the user said so
+    done = subprocess.run([sys.executable, "-c", code, str(pipelined_profile)], env=env, cwd=root,
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == str(on)
+
+
 def test_tiles_in_time_follow_the_window_at_its_level_of_detail(app, monkeypatch):
     trace = page("trace")
     monkeypatch.setattr(trace, "MAX_BINS", 40)
