@@ -58,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import popvision_py as pv  # noqa: E402
+from compiled import compile_tree  # noqa: E402
 from popvision_py.format import Profile, open_profile  # noqa: E402
 from popvision_py.format import schema as S  # noqa: E402
 from popvision_py.render import text  # noqa: E402
@@ -283,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             figures.update({"baseline_s": base, "analysis_s": ana, "time_ratio": ana / base,
                             "pair_ratio_median": statistics.median(ratios), "pair_ratio_quartiles": [lo, hi]})
             if not args.no_cli:
+                compile_tree(ROOT)
                 reads_cli, runs = interleaved(cli_baseline(path, reads), lambda: cli(path), max(5, args.repeat // 3))
                 read_cli, run = statistics.median(reads_cli), statistics.median(runs)
                 print("commands  whole processes, alternating (each includes Python start-up and imports):")
@@ -298,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure_fresh(path: Path, reads: list, decoded: int, args: argparse.Namespace) -> dict:
     runs: dict[str, list[dict]] = {"baseline": [], "analysis": []}
+    compile_tree(ROOT)
     for _ in range(args.fresh):  # alternating, so that noise on the shared machine hits both
         for what in runs:
             runs[what].append(fresh(what, path, reads))

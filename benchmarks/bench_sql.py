@@ -39,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from compiled import compile_tree  # noqa: E402
 from popvision_py.format import schema as S  # noqa: E402
 
 TARGET_RATIO = 2.0
@@ -89,6 +90,8 @@ def bench(profile: Path, folder: Path, repeat: int, scratch: Path, before: Path 
     """Each query's medians on both sides (and ``before``'s: another checkout's `popvision sql`),
     and whether their outputs agree."""
     results = []
+    for tree in (ROOT, before) if before else (ROOT,):
+        compile_tree(tree)
     print(f"{'query':<26} {'popvision':>20} {'duckdb on files':>20} {'memory ratio':>13} {'wall ratio':>10}")
     for name, query in QUERIES.items():
         ours = [sys.executable, "-m", "popvision_py.cli", "sql", str(profile), query, "--format", "csv"]
