@@ -318,13 +318,16 @@ class ProfileWriter:
                 self.table(name)
         for writer in self._writers.values():
             writer.close()
-        for name in S.TABLES:
-            size = self._spools[name].seek(0, os.SEEK_END)
-            self._manifest["tables"][name] = {
-                "rows": self._writers[name].rows,
-                "bytes": size,
-                "footer_crc32": footer_crc32(self._spools[name], size),
-            }
+        try:
+            for name in S.TABLES:
+                size = self._spools[name].seek(0, os.SEEK_END)  # a spool's last buffered bytes are written here
+                self._manifest["tables"][name] = {
+                    "rows": self._writers[name].rows,
+                    "bytes": size,
+                    "footer_crc32": footer_crc32(self._spools[name], size),
+                }
+        except OSError as exc:  # a full disk may show only now: a small profile's spools fit their buffers
+            raise write_error(self.path, exc) from exc
         self._check_bounds()
         with atomic_output(self.path) as out:
             with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
