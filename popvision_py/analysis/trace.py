@@ -2,9 +2,10 @@
 
 ``timeline`` answers a zoom window in time independent of the number of trace rows inside it: a
 ``TimelineIndex`` (built once per profile) keeps each IPU's rows sorted by start as NumPy arrays,
-and for each phase the positions of its rows with the running sum of their cycles. The cycles of a
-phase before any time ``x`` are then ``cum[#rows of that phase before x] + the part of the row
-containing x``, found with ``np.searchsorted``; a bin's cycles are the difference at its edges.
+and for each phase the positions of its rows with the running sum of their cycles at every 16th
+of them. The cycles of a phase before any time ``x`` are then the running sum at the block before
+``#rows of that phase before x``, plus the at most 15 rows after it, plus the part of the row
+containing x, found with ``np.searchsorted``; a bin's cycles are the difference at its edges.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class _IpuIndex:
     end: np.ndarray
     phase: np.ndarray
     positions: tuple[np.ndarray, ...]  # per phase: indexes of its rows
-    cumulative: tuple[np.ndarray, ...]  # per phase: 0, then running sum of its rows' cycles
+    cumulative: tuple[np.ndarray, ...]  # per phase: cycles of its first 0, BLOCK, 2 x BLOCK... rows (``cycles_before``)
     compute_step: np.ndarray  # the program step of each compute row, in the order of positions[compute]
 
 
@@ -89,15 +90,19 @@ class TimelineIndex:
 
 
 INDEX_CHUNK = 1 << 20  # rows of an IPU indexed at a time: every temporary is a chunk's, not the IPU's
+BLOCK = 16  # a phase's running sum of cycles is kept at every BLOCK-th of its rows (64: timelines 10-25% slower)
 
 
 def _ipu_index(st: np.ndarray, en: np.ndarray, ph: np.ndarray, step: np.ndarray | None = None) -> _IpuIndex:
-    """One IPU's rows (sorted by start) with, per phase, its rows' positions and their running sum of cycles,
-    and the step of each compute row (-1 each without ``step``).
+    """One IPU's rows (sorted by start) with, per phase, its rows' positions and their running sum of
+    cycles at every ``BLOCK``-th of them, and the step of each compute row (-1 each without ``step``).
 
     Each output is made once at its length (the phases' rows counted first) and filled chunk by
     chunk, so the only fresh memory is what the index keeps: at tens of millions of rows, first
-    touching memory (the kernel zeroing each page) costs more than the arithmetic.
+    touching memory costs more than the arithmetic. The running sum kept at every 16th row of a
+    phase (``cycles_before`` adds the rest) is 0.5 bytes a row instead of 8: at 50M rows the index
+    is built in 0.36-0.59 s instead of 0.99-1.61 s, and a whole-run timeline costs 3-6% more
+    (docs/performance.md, "Issue 26: the last three rows").
     """
     n, n_phase = len(st), len(PHASES)
     chunks = range(0, n, INDEX_CHUNK)
@@ -107,12 +112,10 @@ def _ipu_index(st: np.ndarray, en: np.ndarray, ph: np.ndarray, step: np.ndarray 
     # int32 positions: half the memory, and an IPU never has 2**31 rows in one profile
     position_type = np.int32 if n < 2**31 else np.int64
     positions = [np.empty(int(counts[p]), position_type) for p in range(n_phase)]
-    cumulative = [np.empty(int(counts[p]) + 1, np.int64) for p in range(n_phase)]
+    cumulative = [np.zeros(int(counts[p]) // BLOCK + 1, np.int64) for p in range(n_phase)]
     compute = PHASES.index("compute")
     compute_step = np.full(int(counts[compute]), -1, np.int32) if step is None else np.empty(int(counts[compute]), np.int32)
-    filled = [0] * n_phase
-    for p in range(n_phase):
-        cumulative[p][0] = 0
+    filled, carried = [0] * n_phase, [0] * n_phase  # per phase: rows indexed so far, and their cycles
     for a in chunks:
         b = min(a + INDEX_CHUNK, n)
         phases, dur = ph[a:b], en[a:b] - st[a:b]
@@ -122,13 +125,29 @@ def _ipu_index(st: np.ndarray, en: np.ndarray, ph: np.ndarray, step: np.ndarray 
             if not k:
                 continue
             np.add(rows, a, out=positions[p][f: f + k], casting="unsafe")
-            done = cumulative[p][f + 1: f + 1 + k]
-            np.cumsum(dur[rows], out=done)
-            done += cumulative[p][f]
+            running = np.cumsum(dur[rows])  # cycles of the phase's rows f+1, f+2 ... f+k, less those before f
+            running += carried[p]
+            blocks = np.arange(f // BLOCK + 1, (f + k) // BLOCK + 1)  # the block ends among rows f+1 ... f+k
+            cumulative[p][blocks] = running[blocks * BLOCK - f - 1]
             if p == compute and step is not None:
                 compute_step[f: f + k] = step[a:b][rows]
-            filled[p] = f + k
+            filled[p], carried[p] = f + k, int(running[-1])
     return _IpuIndex(st, en, ph, tuple(positions), tuple(cumulative), compute_step)
+
+
+def cycles_before(ix: _IpuIndex, p: int, j: np.ndarray) -> np.ndarray:
+    """Cycles of phase ``p``'s first ``j`` rows on this IPU (each ``0 <= j <= its rows``): the running sum
+    kept at the block before, plus the at most ``BLOCK - 1`` rows after it, summed from their start and end."""
+    shape = np.shape(j)
+    j = np.asarray(j, np.int64).reshape(-1)
+    block = j // BLOCK
+    total = ix.cumulative[p][block]
+    rest = block[:, None] * BLOCK + np.arange(BLOCK - 1)  # the rows after the block's start, up to j - 1
+    counted = rest < j[:, None]
+    if counted.any():
+        rows = ix.positions[p][np.where(counted, rest, 0)]
+        total = total + np.where(counted, ix.end[rows] - ix.start[rows], 0).sum(axis=1)
+    return total.reshape(shape)
 
 
 def extent(trace: TraceArrays | Aggregates) -> tuple[int, int]:
@@ -143,7 +162,7 @@ def phase_time_before(ix: _IpuIndex, p: int, x: np.ndarray) -> np.ndarray:
     """Cycles of phase ``p`` on this IPU before each time in ``x``."""
     k = np.searchsorted(ix.start, x, "right") - 1  # the row starting at or before x
     before = np.searchsorted(ix.positions[p], k, "left")  # phase-p rows entirely before row k
-    total = ix.cumulative[p][before]
+    total = cycles_before(ix, p, before)
     inside = k >= 0
     kk = np.where(inside, k, 0)
     partial = np.clip(x - ix.start[kk], 0, ix.end[kk] - ix.start[kk])

@@ -10,7 +10,7 @@ import pytest
 import popvision_py as pv
 from popvision_py.analysis import tracescan
 from popvision_py.analysis.tables import PASSES, PHASES
-from popvision_py.analysis.trace import TimelineIndex, timeline
+from popvision_py.analysis.trace import BLOCK, TimelineIndex, cycles_before, timeline
 from popvision_py.format import Profile
 from popvision_py.format import schema as S
 from popvision_py.render.document import build_report
@@ -169,6 +169,22 @@ def test_index_gathered_without_a_sort_equals_the_index_of_a_shuffled_trace(size
         # and each compute row's step (the tile view's join with tile_cycles), in the same order
         np.testing.assert_array_equal(a.compute_step, b.compute_step)
         np.testing.assert_array_equal(a.compute_step, want.loc[want["phase"] == "compute", "step"].to_numpy())
+
+
+@pytest.mark.parametrize("rows_per_ipu", [3, 5000])
+def test_cycles_before_equal_the_running_sum_at_every_row(rows_per_ipu):
+    # GIVEN an index whose phases hold from none to ~1,000 rows: running sums kept at every 16th row only
+    frame = _trace(rows_per_ipu=rows_per_ipu, ipus=1)
+    frame = frame[frame["phase"] != "stream"]
+    ix = TimelineIndex.from_ipus(tracescan.timeline_arrays(_batches(frame, 777))).ipu(0)
+    assert len(ix.positions[PHASES.index("stream")]) == 0
+    for p in range(len(PHASES)):
+        # WHEN the cycles of the phase's first j rows are asked for, for every j
+        durations = (ix.end - ix.start)[ix.positions[p]]
+        want = np.concatenate([[0], np.cumsum(durations)])
+        # THEN they are the running sum of the phase's rows, computed directly
+        np.testing.assert_array_equal(cycles_before(ix, p, np.arange(len(want))), want)
+        assert len(ix.cumulative[p]) == len(durations) // BLOCK + 1
 
 
 def test_index_built_in_threads_equals_the_serial_one(monkeypatch):
