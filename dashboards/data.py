@@ -205,13 +205,14 @@ def small_pages() -> bool:
     """Have NumPy leave its arrays on the kernel's 4 KiB pages (no ``madvise(MADV_HUGEPAGE)``) in this process,
     unless ``NUMPY_MADVISE_HUGEPAGE`` says otherwise; returns whether NumPy still asks for huge pages.
 
-    The dashboard's warm-up writes about 30 bytes of fresh memory per trace row (the timeline's
-    index: 1.5 GB at 50M rows), and on a virtual machine whose free huge pages go back to the
+    The dashboard's warm-up writes about 26 bytes of fresh memory per trace row (the timeline's
+    index: 1.3 GB at 50M rows), and on a virtual machine whose free huge pages go back to the
     host, each first touch of a 2 MiB page is paid again there: measured on this project's 2-core
-    VM, the warm-up at 50M rows took 5.5 s with NumPy's huge pages against 3.1 s without
-    (docs/performance.md, "Issue 26: the warm-up"). Set ``NUMPY_MADVISE_HUGEPAGE=1`` to keep them.
+    VM, the warm-up at 50M rows took 5.0 s with NumPy's huge pages against 3.2 s without
+    (docs/performance.md, "Issue 26: the last three rows"). Set ``NUMPY_MADVISE_HUGEPAGE=1`` to keep them.
     """
-    switch = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
+    core = getattr(np, "_core", None) or getattr(np, "core", None)  # NumPy 2, NumPy 1
+    switch = getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
     if switch is None:  # a NumPy without the switch
         return False
     chosen = "NUMPY_MADVISE_HUGEPAGE" in os.environ  # the user's choice, which NumPy applied at its import

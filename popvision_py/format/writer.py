@@ -66,7 +66,7 @@ PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 3
 # A data page holds up to a row group's rows (pyarrow's default is 20,000): pages are then bounded by
 # their bytes (1 MiB before compression) alone. The 50M-row trace has 17x fewer pages (25,968 -> 1,482), each compressed
 # and delta-encoded as a whole: 49.1 MB -> 8.9 MB, pyarrow decodes its cycles 5x faster, and `sql`
-# checks 17x fewer page headers (docs/performance.md, "Issue 26: pages of a row group"). A pyarrow
+# checks 17x fewer page headers (docs/performance.md, "Issue 26: the last three rows"). A pyarrow
 # without the option writes its default pages.
 if "max_rows_per_page" in inspect.signature(pq.ParquetWriter).parameters:
     PARQUET_OPTIONS["max_rows_per_page"] = ROW_GROUP_ROWS
