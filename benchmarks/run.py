@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
 
         facts["export_trace"] = measure("bench_export_trace.py", tmp / "export_trace.json", "--tmp",
                                         str(tmp / "export_trace"), *quick)
-        facts["sql"] = measure("bench_sql.py", tmp / "sql.json", str(largest), *(["--repeat", "1"] if args.quick else []))
+        facts["sql"] = measure("bench_sql.py", tmp / "sql.json", str(largest), "--repeat", "1" if args.quick else "7")
 
         rows = [*engine_rows(facts["engine"]), *writing_rows(facts["writing"]), *format_rows(facts["format"]),
                 *analysis_rows(facts["report_bert_large"], reports, infos), *dashboard_rows(facts["dashboard"]),
