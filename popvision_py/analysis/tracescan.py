@@ -205,8 +205,9 @@ class _Slots:
     def __init__(self) -> None:
         self.parts: list[dict[str, np.ndarray]] = []
 
-    def add(self, t: dict[str, np.ndarray]) -> np.ndarray:
-        """Fold a batch in; returns the first row of each of its runs (``_Fold`` marks its set there)."""
+    def add(self, t: dict[str, np.ndarray], durations: np.ndarray) -> np.ndarray:
+        """Fold a batch in (``durations``: its rows' end - start, which ``_Fold`` has made already);
+        returns the first row of each of its runs (``_Fold`` marks its set there)."""
         n = len(t["ipu"])
         if n == 0:
             return np.zeros(0, np.intp)
@@ -228,7 +229,7 @@ class _Slots:
         part = {name: t[name][cut] for name in _BAR_COLUMNS}
         part.update(kind=kind[cut], start_cycle=np.minimum.reduceat(t["start_cycle"], cut),
                     end_cycle=np.maximum.reduceat(t["end_cycle"], cut),
-                    cycles=np.add.reduceat(t["end_cycle"] - t["start_cycle"], cut))
+                    cycles=np.add.reduceat(durations, cut))
         self.parts.append(part)
         return cut
 
@@ -305,7 +306,6 @@ class _Fold:
         if n == 0:
             return
         self.rows += n
-        cut = self.slots.add(t)  # rows where a run of one (run, iteration, stage, micro-batch...) starts
         ipu, stage, step = t["ipu"], t["stage"], t["step"]
         start, end = t["start_cycle"], t["end_cycle"]
         if self.bounded:
@@ -319,15 +319,16 @@ class _Fold:
 
         if len(self.scratch) < n:
             self.scratch, self.durations = np.empty(n, np.int32), np.empty(n, np.int64)
-        scratch = self.scratch
+        scratch, durations = self.scratch, np.subtract(end, start, out=self.durations[:n])
+        cut = self.slots.add(t, durations)  # rows where a run of one (run, iteration, stage, micro-batch...) starts
         # cycles per (ipu, stage, pass, phase): np.add.at on int64 is exact and faster than a weighted bincount
         s_cube = self.cube.shape
         key = _key([(ipu, 0), (stage, s_cube[1]), (t["pass"], N_PASS), (t["phase"], N_PHASE)], N_PASS * N_PHASE,
                    self.cube.size, scratch)
-        np.add.at(self.cube.reshape(-1), key, np.subtract(end, start, out=self.durations[:n]))
+        np.add.at(self.cube.reshape(-1), key, durations)
         # durations are >= 0 (the reader checks end >= start): if their float sum stays below
         # SUM_LIMIT no int64 cell of the cube can have wrapped
-        self.cycles_sum += float(np.sum(self.durations[:n], dtype=np.float64))
+        self.cycles_sum += float(np.sum(durations, dtype=np.float64))
         # executions per (ipu, step): np.add.at of ones, faster here than np.bincount's cast to intp
         key = _key([(ipu, 0), (step, self.execs.shape[1])], 1, self.execs.size, scratch)
         np.add.at(self.execs.reshape(-1), key, 1)
