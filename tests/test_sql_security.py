@@ -192,24 +192,16 @@ def test_dash_o_refuses_a_symlink_and_leaves_it_and_its_target_alone(tmp_path: P
     # WHEN the result is to be written there
     result = popvision("sql", str(MNIST), COUNT, "--format", "csv", "-o", str(link))
     # THEN one sentence refuses it; the link is still a link, and its target is as it was
-    assert one_line_error(result, f"Cannot write {link}: it is a symbolic link")
+    assert one_line_error(result, f"Cannot write {link}: it is a symbolic link to ")
     assert link.is_symlink() and os.readlink(link) == str(target)
     assert (target.read_text() == "keep me\n") if target_exists else not target.exists()
 
 
-def test_dash_o_refuses_a_fifo_without_blocking(tmp_path: Path) -> None:
-    fifo = tmp_path / "out.csv"
-    os.mkfifo(fifo)
-    result = popvision("sql", str(MNIST), COUNT, "-o", str(fifo))  # opening a FIFO to write would block
-    one_line_error(result, f"Cannot write {fifo}: it is a FIFO, not a regular file.")
-    assert fifo.is_fifo()
-
-
-def test_dash_o_refuses_a_device_and_a_directory(tmp_path: Path) -> None:
-    one_line_error(popvision("sql", str(MNIST), COUNT, "-o", "/dev/null"),
-                   "Cannot write /dev/null: it is a device, not a regular file.")
+def test_dash_o_refuses_a_directory(tmp_path: Path) -> None:
     one_line_error(popvision("sql", str(MNIST), COUNT, "-o", str(tmp_path)),
-                   f"Cannot write {tmp_path}: it is a directory, not a regular file.")
+                   f"Cannot write {tmp_path}: it is a directory; popvision writes only regular files, character "
+                   f"devices and FIFOs.")
+    # (a FIFO and a device are written into, as by every command: tests/test_output_targets.py)
 
 
 # -- memory and time ---------------------------------------------------------------------------------

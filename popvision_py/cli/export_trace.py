@@ -32,7 +32,7 @@ from popvision_py.analysis.tracescan import column_bounds
 from popvision_py.errors import ConfigError, OutOfRangeError
 from popvision_py.format import open_profile
 from popvision_py.format import schema as S
-from popvision_py.format.atomic import atomic_output
+from popvision_py.format.atomic import atomic_output, check_output
 from popvision_py.format.reader import Profile
 
 COLUMNS = ["run", "iteration", "micro_batch", "ipu", "stage", "pass", "step", "phase", "start_cycle", "end_cycle"]
@@ -371,5 +371,6 @@ def command(profile: str, output: str, iterations: str | None, from_cycle: str |
     One process per IPU, one track per stage and pass (and per kind of step outside the stages).
     """
     window = Window.parse(iterations, from_cycle, to_cycle, ipus)
+    check_output(output)  # a destination that would be refused is refused before the profile is read
     events = export(profile, output, window=window, progress=not quiet and sys.stderr.isatty())
     click.echo(f"Wrote {events:,} events to {output}" + (f" ({window.describe()})" if window else ""), err=True)

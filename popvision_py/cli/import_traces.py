@@ -16,7 +16,7 @@ import click
 from tqdm import tqdm
 
 from popvision_py.errors import ConfigError
-from popvision_py.format.atomic import check_writable
+from popvision_py.format.atomic import check_writable, output_target
 
 
 @click.command("import")
@@ -46,6 +46,7 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     if folder.is_dir():
         check_writable(folder)
     target = folder / "profile.pop"
+    output_target(target, streams=False)  # a FIFO or device there is refused, not replaced
     with tqdm(total=len(paths), desc="Reading traces", unit="rank", file=sys.stderr,
               disable=quiet or not sys.stderr.isatty(), leave=False) as bar:
         run = import_traces(paths, target, device_memory=int(device_memory * 2**30) if device_memory else None,

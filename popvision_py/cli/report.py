@@ -51,6 +51,9 @@ def command(profile: str, section: str, fmt: str, output: str | None, verify: bo
     from popvision_py.render import emit
     from popvision_py.render.document import add_instances, add_verification, build_report
 
+    if output is not None and fmt != "csv":
+        from popvision_py.format.atomic import check_output
+        check_output(output)  # a destination that would be refused is refused before the report is made
     runs = run_profiles(profile)
     profile = str(runs[0][1])
     with Report(profile, system or None) as report:

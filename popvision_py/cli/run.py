@@ -253,10 +253,11 @@ def _run_script(script: str, args: tuple[str, ...], profile_dir: Path | None) ->
 def _profile_folder(folder: Path | None) -> contextlib.AbstractContextManager:
     """Hold the profile folder's writer lock for the whole run (a second run into it waits, saying so),
     after checking that a file can be written there: a bad folder fails before the emulation, not after."""
-    from popvision_py.format.atomic import check_writable, folder_lock
+    from popvision_py.format.atomic import check_writable, folder_lock, output_target
 
     if folder is None:
         return contextlib.nullcontext()
     check_writable(folder)
+    output_target(Path(folder) / "profile.pop", streams=False)  # a FIFO or device there is refused, not replaced
     return folder_lock(folder, on_wait=lambda: click.echo(
         f"Another popvision run is writing into {folder}; waiting for it to finish.", err=True))

@@ -29,7 +29,6 @@ import click
 
 from popvision_py.cli import _INTERRUPTS
 from popvision_py.errors import PopvisionError, first_line
-from popvision_py.render import OutputError
 
 if TYPE_CHECKING:
     from popvision_py.format.memberfs import MemberFileSystem
@@ -263,29 +262,15 @@ def _execute(con: Any, query: str, memory_limit: str, timeout: float | None,
 
 
 def checked_output(output: str | None) -> Path | None:
-    """Where to write: None for stdout (no -o, or -o -); else the path, if it is a regular file or free.
-
-    A symlink is refused rather than replaced by a file (or written through to wherever it
-    points), and so are FIFOs, devices, sockets and directories: a query's result only ever
-    becomes a regular file of its own.
-    """
+    """Where to write: None for stdout (no -o, or -o -); else the path, checked as every command's -o is
+    (``atomic.check_output``): a regular file replaced atomically, a device or FIFO written into, a
+    directory, socket or symbolic link to a file refused before the query runs."""
     if output is None or output == "-":
         return None
-    path = Path(output)
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return path
-    except OSError as exc:
-        raise OutputError(f"Cannot write {path}: {exc.strerror or exc}.") from None
-    if stat.S_ISLNK(mode):
-        raise OutputError(f"Cannot write {path}: it is a symbolic link; give the path of a regular file.")
-    kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
-            else None)
-    if kind is not None:
-        raise OutputError(f"Cannot write {path}: it is {kind}, not a regular file.")
-    return path
+    from popvision_py.format.atomic import check_output
+
+    check_output(output)
+    return Path(output)
 
 
 def render(frame: "Any", fmt: str, max_rows: int) -> str:
@@ -308,8 +293,8 @@ def render(frame: "Any", fmt: str, max_rows: int) -> str:
               help="Output format.")
 @click.option("--max-rows", type=int, default=1000, show_default=True, help="Rows shown in text format.")
 @click.option("-o", "--output", type=str, default=None, metavar="PATH",
-              help="Write the result here (atomically) instead of stdout; '-' is stdout. "
-                   "Symlinks, FIFOs and devices are refused.")
+              help="Write the result here (atomically) instead of stdout; '-' is stdout. A device or FIFO "
+                   "is written into; symlinks to files and directories are refused.")
 @click.option("--memory-limit", default=MEMORY_LIMIT, show_default=True, metavar="SIZE",
               help="DuckDB's memory bound (e.g. 512MB, 4GiB); a query needing more is refused.")
 @click.option("--timeout", type=float, default=None,

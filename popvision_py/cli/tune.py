@@ -102,14 +102,15 @@ def command(model: str, system: str | None, global_batch: int | None, search: tu
         if differs:
             raise ConfigError(f"{resume} is the result of another search ({differs}); --resume takes a result of "
                               f"this one.")
-    from popvision_py.format.atomic import check_writable
+    from popvision_py.format.atomic import check_output, check_writable, output_target
 
     # a result or a profile that cannot be written fails now, not after the search
     if Path(output).is_dir():
         raise ConfigError(f"-o {output} is a folder; give the path of the .parquet file to write.")
-    check_writable(Path(output).parent)
+    check_output(output)
     if not no_profile:
         check_writable(profile_dir)
+        output_target(Path(profile_dir) / "profile.pop", streams=False)
     quiet_dask()
     show = not quiet and sys.stderr.isatty()
     with _client(scheduler, workers) as client, _bar(model, show) as progress:

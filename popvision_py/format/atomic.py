@@ -10,6 +10,13 @@ between naming its file and the rename leaves a ``.<hex>.partial`` file behind: 
 lock any more, and the next write into that folder removes it (``remove_stale_partials``).
 
 ``folder_lock`` serialises whole writers (``popvision run --profile``) over one folder.
+
+What is at the destination decides how it is written (``output_target``, the one rule every
+command's ``-o`` follows): nothing there or a regular file is replaced atomically as above; a
+character device or a FIFO (``-o /dev/null``, ``-o /dev/stdout``, a named pipe) is written into,
+streamed, as ``cp`` and ``tee`` do, and never renamed over; a directory, a block device, a socket
+or a symbolic link to a file is refused in one sentence. Nothing that is not a regular file is
+ever replaced.
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ import ctypes
 import fcntl
 import os
 import secrets
+import re
 import shutil
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -125,16 +134,101 @@ def _publish(handle: BinaryIO, named: Path | None, destination: Path) -> None:
             os.close(dir_fd)
 
 
+FILE = "file"      # output_target: nothing there yet, or a regular file: replaced atomically
+STREAM = "stream"  # a character device or a FIFO: written into, never replaced
+
+# the process's own streams by name: a symlink chain to fd 1 and 2 (a terminal, a pipe or a file
+# the shell opened), written into as the shell's redirection would be
+_OWN_STREAM = re.compile(r"/dev/(stdout|stderr|fd/\d+)|/proc/(self|thread-self)/fd/\d+")
+
+
+def output_target(path: str | os.PathLike[str], *, streams: bool = True) -> str:
+    """How ``path`` is written: FILE (atomically) or STREAM (into a device or FIFO, as ``cp`` does).
+
+    ProfileWriteError, one sentence, for anything that must not be replaced and cannot be written
+    into: a directory, a block device, a socket, a symbolic link to a file or to nothing (replacing
+    it would break the link, writing through it would write somewhere not named), and, with
+    ``streams=False`` (a profile, which must be a file that can be read back), a device or FIFO too.
+    """
+    destination = Path(path)
+    try:
+        link = os.lstat(destination)
+    except FileNotFoundError:
+        return FILE
+    except OSError as exc:
+        raise write_error(destination, exc) from exc
+    try:
+        mode = os.stat(destination).st_mode if stat.S_ISLNK(link.st_mode) else link.st_mode
+    except FileNotFoundError:
+        raise ProfileWriteError(f"Cannot write {destination}: it is a symbolic link to nothing; give the path "
+                                f"of a file.") from None
+    except OSError as exc:
+        raise write_error(destination, exc) from exc
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        if streams:
+            return STREAM
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a character device"
+        raise ProfileWriteError(f"Cannot write {destination}: it is {kind}; a profile is written to a regular file.")
+    if stat.S_ISLNK(link.st_mode) and stat.S_ISREG(mode):
+        if streams and _OWN_STREAM.fullmatch(os.path.abspath(destination)):
+            return STREAM
+        raise ProfileWriteError(f"Cannot write {destination}: it is a symbolic link to a file; give the file's "
+                                f"own path ({os.path.realpath(destination)}).")
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else None)
+    if kind is not None:
+        files = "regular files, character devices and FIFOs" if streams else "a regular file"
+        raise ProfileWriteError(f"Cannot write {destination}: it is {kind}; popvision writes only {files}.")
+    return FILE
+
+
+def check_output(path: str | os.PathLike[str], *, streams: bool = True) -> None:
+    """ProfileWriteError now, before any work, where ``path`` could not be written later."""
+    destination = Path(path)
+    if output_target(destination, streams=streams) == STREAM:
+        if not os.access(destination, os.W_OK):
+            raise ProfileWriteError(f"Cannot write {destination}: permission denied.")
+        return
+    blocking = next((p for p in destination.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise ProfileWriteError(f"Cannot write {destination}: {blocking} is a file, not a directory.")
+    check_writable(destination.parent)
+
+
 @contextlib.contextmanager
-def atomic_output(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+def _streamed(destination: Path) -> Iterator[BinaryIO]:
+    """Write into a device or FIFO in place (opening a FIFO waits for its reader, as ``cp`` does)."""
+    try:
+        handle = open(destination, "wb", buffering=1 << 20)  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise write_error(destination, exc) from exc
+    try:
+        try:
+            yield handle
+            handle.flush()
+        except BrokenPipeError:
+            pass  # the reader left (`... -o /dev/stdout | head`): what it wanted was written
+        except OSError as exc:
+            raise write_error(destination, exc) from exc
+    finally:
+        with contextlib.suppress(OSError):
+            handle.close()
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike[str], *, streams: bool = True) -> Iterator[BinaryIO]:
     """Yield a binary file; on a clean exit it replaces ``path`` atomically, else vanishes.
 
     The folder is created if needed. Any exception (KeyboardInterrupt included) discards the
-    partial output and leaves an earlier file at ``path`` untouched.
+    partial output and leaves an earlier file at ``path`` untouched. A character device or FIFO
+    at ``path`` is written into instead (``streams=False`` refuses it); what ``output_target``
+    refuses is refused before anything is written.
     """
     destination = Path(path)
-    if destination.is_dir():
-        raise ProfileWriteError(f"Cannot write {destination}: it is a directory.")
+    if output_target(destination, streams=streams) == STREAM:
+        with _streamed(destination) as handle:
+            yield handle
+        return
     blocking = next((p for p in destination.parents if p.exists() and not p.is_dir()), None)
     if blocking is not None:
         raise ProfileWriteError(f"Cannot write {destination}: {blocking} is a file, not a directory.")

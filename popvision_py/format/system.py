@@ -121,7 +121,7 @@ class SystemWriter:
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
         self._stack = contextlib.ExitStack()
-        handle = self._stack.enter_context(atomic_output(self.path))
+        handle = self._stack.enter_context(atomic_output(self.path, streams=False))
         self._parquet = pq.ParquetWriter(handle, self._schema, **PARQUET_OPTIONS)
 
     def write(self, columns: Mapping[str, Any] | pa.Table) -> None:

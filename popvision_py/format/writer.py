@@ -329,7 +329,7 @@ class ProfileWriter:
         except OSError as exc:  # a full disk may show only now: a small profile's spools fit their buffers
             raise write_error(self.path, exc) from exc
         self._check_bounds()
-        with atomic_output(self.path) as out:
+        with atomic_output(self.path, streams=False) as out:
             with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
                 manifest = zipfile.ZipInfo(S.MANIFEST_MEMBER, date_time=(1980, 1, 1, 0, 0, 0))
                 archive.writestr(manifest, json.dumps(self._manifest, indent=2, sort_keys=True))
