@@ -41,6 +41,7 @@ from popvision_py.analysis import memory as _memory
 from popvision_py.analysis import memory_depth as _memory_depth
 from popvision_py.analysis import operations as _operations
 from popvision_py.analysis import programs as _programs
+from popvision_py.analysis import replay as _replay
 from popvision_py.analysis import stages as _stages
 from popvision_py.analysis import summary as _summary
 from popvision_py.analysis import system as _system
@@ -54,7 +55,8 @@ from popvision_py.format import Profile, open_profile
 from popvision_py.format import system as _system_files
 
 T = TypeVar("T")
-ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system", "programs", "operations", "insights", "tiles")
+ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system", "programs", "operations", "insights", "tiles",
+                "critical_path")
 
 
 class Report:
@@ -89,6 +91,7 @@ class Report:
         self.operations = _operations.OperationsReport(self)
         self.insights = _insights.InsightsView(self)  # FP32 variables, fullest tiles, memory histogram
         self.tiles = _tiles.TilesReport(self)
+        self.critical_path = _replay.CriticalPathView(self)  # an imported pipeline re-timed: path, culprits, what-ifs
 
     @property
     def imported(self) -> bool:

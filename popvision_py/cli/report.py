@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-SECTION_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "tiles", "system"]
+SECTION_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "tiles", "system",
+                   "critical-path"]
 COMPARE_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange"]
 FORMAT_CHOICES = ["text", "json", "csv", "md", "html"]
 

@@ -76,12 +76,27 @@ def _search_dims(value: str | None) -> tuple[str, ...] | None:
               "of the assumptions for their fit verdict and ranges.")
 @click.option("--json", "as_json", is_flag=True, help="Print the metadata and every row as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="An imported pipeline's one what-if instead of the search: schedule=1F1B, micro_batches=16, "
+              "fast_rank=R (rank R's stages as fast as the mean stage), stageN=FACTOR (stage N's cost scaled). "
+              "Repeat for several.")
 def command(model: str, system: str | None, global_batch: int | None, search: tuple[str, ...] | None,
             max_candidates: int, max_splits: int, refine: int, workers: int | None, scheduler: str | None,
             resume: str | None, output: str | None, profile_dir: str, no_profile: bool, top: int, as_json: bool,
-            quiet: bool, script_args: tuple[str, ...], **run_options: Any) -> None:
+            quiet: bool, sets: tuple[str, ...], script_args: tuple[str, ...], **run_options: Any) -> None:
     """Search the mappings of MODEL (a zoo name, a model file or a PopTorch script, whose arguments follow
-    --) on a system by emulating them, and print the fastest that fit, each with its `popvision run` command."""
+    --) on a system by emulating them, and print the fastest that fit, each with its `popvision run` command.
+
+    MODEL may instead be a profile imported from PyTorch traces (popvision import): its pipeline is re-timed
+    under every schedule and micro-batch count the stages allow, with its own measured costs, and the
+    fastest is printed with the change to make in PyTorch; --set asks one what-if."""
+    imported_profile = _imported_profile(model)
+    if imported_profile is not None:
+        _tune_imported(imported_profile, sets, as_json, top)
+        return
+    if sets:
+        raise ConfigError("--set asks a what-if of a profile imported from PyTorch traces; for a model, give its "
+                          "options (popvision tune MODEL --strategy ...).")
     from engine.runner import prepare
     from popvision_py.scripts import load_script
     from popvision_py.format.tunefile import read_tune, write_tune
@@ -146,6 +161,60 @@ def command(model: str, system: str | None, global_batch: int | None, search: tu
 
 
 command.params.extend(RUN_OPTIONS)
+
+
+def _imported_profile(model: str) -> Path | None:
+    """MODEL's profile.pop if MODEL names a profile (a .pop file, or a folder holding profile.pop)."""
+    path = Path(model)
+    if path.is_dir() and (path / "profile.pop").is_file():
+        return path / "profile.pop"
+    return path if model.endswith(".pop") else None
+
+
+def _tune_imported(path: Path, sets: tuple[str, ...], as_json: bool, top: int) -> None:
+    """`tune PROFILE` of an imported pipeline: the search (or --set's one what-if), printed."""
+    import popvision_py
+    from popvision_py.render.text import table
+    from popvision_py.tune import replayed
+
+    with popvision_py.open(path) as report:
+        if not report.imported:
+            raise ConfigError(f"{path} was emulated; popvision tune searches it from its model "
+                              f"(popvision tune {report.run.get('model', 'MODEL')} ...).")
+        replay = report.critical_path.replay()
+        m = replay.m
+        if sets:
+            p = replayed.what_if(replay, replayed.parse_sets(sets))
+            answer = {"change": p.change, "step_ms": p.step_ns / 1e6, "low_ms": p.low_ns / 1e6, "high_ms": p.high_ns / 1e6,
+                      "recorded_step_ms": p.baseline_ns / 1e6, "gain_pct": p.gain_pct, "bubble_pct": p.bubble_pct,
+                      "ideal_bubble_pct": p.ideal_bubble_pct, "pytorch": replayed.pytorch_words(p)}
+            if as_json:
+                click.echo(json.dumps(answer, indent=2))
+                return
+            click.echo(f"{path}: {m.schedule}, {m.world} ranks, {m.n_stages} stages, {m.micro_batches} micro-batches "
+                       f"as recorded ({p.baseline_ns / 1e6:,.1f} ms a step re-timed)")
+            click.echo(f"What if {p.change}: {p.step_ns / 1e6:,.1f} ms a step (range {p.low_ns / 1e6:,.1f} to "
+                       f"{p.high_ns / 1e6:,.1f} ms), {p.per_micro_batch_ns / 1e6:,.2f} ms a micro-batch "
+                       f"({p.gain_pct:+.1f}% throughput), bubble {p.bubble_pct:.1f}% (ideal {p.ideal_bubble_pct:.1f}%)")
+            click.echo(f"In PyTorch: {replayed.pytorch_words(p)}")
+            return
+        found = replayed.search(replay)
+    if as_json:
+        click.echo(json.dumps({"profile": str(path), "schedule": m.schedule, "micro_batches": m.micro_batches,
+                               "rows": found.to_dict("records")}, indent=2))
+        return
+    best = found.iloc[0]
+    click.echo(f"{path}: {m.schedule}, {m.world} ranks, {m.n_stages} stages, {m.micro_batches} micro-batches as "
+               f"recorded; {len(found)} schedules x micro-batch counts re-timed with its measured costs")
+    click.echo("\n".join(table(found.head(top).assign(step_ms=found["step_ms"].round(1),
+                                                       low_ms=found["low_ms"].round(1), high_ms=found["high_ms"].round(1)),
+                               max_rows=top, clip=False)))
+    click.echo(f"\nFastest: {best['schedule']} with {int(best['micro_batches'])} micro-batches, "
+               f"{best['ms_per_micro_batch']:,.2f} ms a micro-batch ({best['gain_pct']:+.1f}% throughput, range of "
+               f"the step {best['low_ms']:,.1f} to {best['high_ms']:,.1f} ms)")
+    click.echo(f"In PyTorch: {best['pytorch']}")
+    click.echo("Not modelled: memory (more micro-batches in flight hold more activations; GPipe holds them all "
+               "until its backwards) and contention between transfers (docs/real-traces.md).")
 
 
 def _request(model: str, values: dict[str, Any], script_args: tuple[str, ...] = ()) -> Any:

@@ -24,7 +24,8 @@ from popvision_py.analysis.tables import TABLE_COLUMNS, Table
 from popvision_py.render.format import value as shown
 from popvision_py.render.format import verification
 
-SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "tiles", "system")
+SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "tiles", "system",
+            "critical-path")
 # `popvision compare` sets the device's figures side by side, not the ops, the program trees, each tile's balance
 # or the host's timelines
 COMPARED = ("summary", "memory", "liveness", "stages", "exchange")
@@ -259,6 +260,22 @@ def _system(doc: Document, r: Any, figures: bool) -> None:
     doc.add("system.counters", "Counters: median, least and most", r.answer("system.counters"))
 
 
+def _critical_path(doc: Document, r: Any, figures: bool) -> None:
+    from popvision_py.analysis.replay import ReplayError
+
+    title = "Critical path across ranks: what set the step time"
+    try:
+        doc.add("critical-path.figures", title, r.critical_path.figures())
+    except ReplayError as exc:
+        _meaningless(doc, "critical-path.figures", title, str(exc))
+        return
+    doc.add("critical-path.culprits", "Culprits: each rank's stages made as fast as the mean stage, re-timed",
+            r.answer("critical_path.culprits"))
+    doc.add("critical-path.whatif", "What if: the pipeline re-timed with its measured costs (range: their 10th to "
+            "90th percentiles)", r.answer("critical_path.whatif"))
+    doc.add("critical-path.chain", "The chain, in time order (one measured step)", r.answer("critical_path.chain"))
+
+
 def _programs(doc: Document, r: Any, figures: bool) -> None:
     title = "Program tree: each IPU's control program, its loops, segments, ops and steps"
     if r.imported:
@@ -303,7 +320,7 @@ def add_verification(doc: Document, table: Table) -> None:
 
 _SECTION_BUILDERS = {"summary": _summary, "memory": _memory, "liveness": _liveness, "stages": _stages,
                      "exchange": _exchange, "operations": _operations, "programs": _programs, "tiles": _tiles,
-                     "system": _system}
+                     "system": _system, "critical-path": _critical_path}
 
 
 def build_comparison(comparison: Any, section: str = "all") -> Document:

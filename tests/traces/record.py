@@ -79,13 +79,18 @@ def _free_port() -> int:
 
 def plan(kind: str, *, heavy_stage: int | None = DEFAULT_HEAVY_STAGE,
          micro_batches: int = DEFAULT_MICRO_BATCHES, steps: int = 2,
-         with_stack: bool | None = None) -> dict:
-    """What ``record`` will run: the contents of ``meta.json`` less the timings."""
+         with_stack: bool | None = None, world_size: int | None = None) -> dict:
+    """What ``record`` will run: the contents of ``meta.json`` less the timings. ``world_size``: the
+    ranks of a pipeline kind (default ``WORLD_SIZE``; each rank holds ``STAGES_PER_RANK`` stages)."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
     if steps < 1:
         raise ValueError("steps must be at least 1")
     world = WORLD_SIZE[kind]
+    if world_size is not None:
+        if kind not in PIPELINE_KINDS or world_size < 2:
+            raise ValueError("world_size applies to the pipeline kinds, at least 2 ranks")
+        world = world_size
     meta = {
         "kind": kind,
         "world_size": world,
@@ -299,7 +304,8 @@ def _spawn(meta: dict, out_dir: Path, timeout_s: float) -> None:
 
 def record(kind: str, out_dir: Path, *, heavy_stage: int | None = DEFAULT_HEAVY_STAGE,
            micro_batches: int = DEFAULT_MICRO_BATCHES, steps: int = 2,
-           with_stack: bool | None = None, timeout_s: float = TIMEOUT_S) -> list[Path]:
+           with_stack: bool | None = None, timeout_s: float = TIMEOUT_S,
+           world_size: int | None = None) -> list[Path]:
     """Record ``kind`` (one of ``KINDS``) into ``out_dir``: ``rank{r}.json`` per rank and ``meta.json``.
 
     ``heavy_stage`` and ``micro_batches`` apply to the pipeline kinds only (``heavy_stage=None``: all
@@ -311,7 +317,7 @@ def record(kind: str, out_dir: Path, *, heavy_stage: int | None = DEFAULT_HEAVY_
     are strings (JSON).
     """
     meta = plan(kind, heavy_stage=heavy_stage, micro_batches=micro_batches, steps=steps,
-                with_stack=with_stack)
+                with_stack=with_stack, world_size=world_size)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"rank{r}.json" for r in range(meta["world_size"])]
@@ -343,10 +349,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heavy-stage", type=lambda s: None if s.lower() == "none" else int(s),
                     default=DEFAULT_HEAVY_STAGE, help="a stage index, or 'none'")
     ap.add_argument("--with-stack", choices=("yes", "no"), default=None)
+    ap.add_argument("--world-size", type=int, default=None, help="ranks of a pipeline kind")
     a = ap.parse_args(argv)
     ws = None if a.with_stack is None else a.with_stack == "yes"
     paths = record(a.kind, a.out_dir, heavy_stage=a.heavy_stage, micro_batches=a.micro_batches,
-                   steps=a.steps, with_stack=ws)
+                   steps=a.steps, with_stack=ws, world_size=a.world_size)
     meta = json.loads((a.out_dir / "meta.json").read_text())
     for p in paths:
         print(f"{p}  {p.stat().st_size:,} bytes")

@@ -1,0 +1,739 @@
+"""An imported pipeline re-timed: the schedule's graph with measured costs, what-ifs, and the critical path.
+
+A ``torch.distributed.pipelining`` run, imported from its ranks' profiler traces, is a graph: each rank
+runs its *actions* (the forward or backward of one micro-batch on one stage) in the order its schedule
+gives, one after the other, and an action that needs another rank's output (a forward the previous
+stage's activations, a backward the next stage's gradients) starts no earlier than that output
+arrives. ``measure`` reads from the trace, per action, what it cost:
+
+- ``cost``: its compute rows (the chunk's operators; a chunk cut by a receive is the sum of its pieces);
+- ``glue``: the recorded work after it on its rank before the next action (the sends it posts, the
+  loss, the schedule's own operators), not the waits;
+- the arrival of its input: the end of the receive rows that feed it. The *latency* of a transfer is
+  that arrival less the end of the sending action; the run's own latency is the lower envelope
+  (10th percentile) of those gaps: where the receiver waited, the gap is the transfer itself, where
+  it did not, the gap holds time the data sat ready too;
+- each rank's ``head`` (recorded work before its first action in a profiler step) and ``tail`` (from
+  its last action to the step's end: the optimiser's step, zeroing the gradients).
+
+``simulate`` list-schedules the graph: an action starts when its rank is free (the previous action
+and its glue done) and its input has arrived (the sender's end plus the latency). Three steps are
+chained, each rank starting a step when it ended the last, and the step time is the last step's
+duration averaged over the ranks, as the measured step is (each rank's ``ProfilerStep`` span).
+
+Re-timed with every action's own measured cost, the graph reproduces each measured step (the
+residual is reported: ``Replay.residual``). A what-if (``Replay.predict``) reuses each (stage,
+pass)'s costs for another micro-batch count, schedule, stage scaling or a straggler made as fast as
+the mean: the point from the median of the measured costs, the range from their 10th and 90th
+percentiles taken for every action at once (a run-wide shift, as from a busier machine, moves every
+action together).
+
+What the model leaves out: the overlap of a transfer with compute on the *same* rank beyond what the
+trace shows (sends are taken as posted and forgotten, receives as waits), contention between
+transfers, memory (a schedule with more micro-batches in flight needs more activations), and a
+schedule's per-action overhead that the trace did not record (the idle gaps between actions that
+are not waits). docs/real-traces.md says so too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from popvision_py.errors import PopvisionError
+
+SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B")
+# the torch.distributed.pipelining class each schedule is
+SCHEDULE_CLASS = {"GPipe": "ScheduleGPipe", "1F1B": "Schedule1F1B", "Interleaved1F1B": "ScheduleInterleaved1F1B"}
+F, B = "forward", "backward"
+LATENCY_QUANTILE = 10  # the lower envelope of the sender-end-to-arrival gaps (see the module's docstring)
+RANGE_QUANTILES = (10, 90)  # every action's cost at these percentiles of its (stage, pass)'s samples
+CHAINED_STEPS = 3
+
+
+class ReplayError(PopvisionError):
+    """A profile or a what-if the re-timing cannot answer (one sentence)."""
+
+
+# -- the schedules' action orders (torch.distributed.pipelining's, written from their definitions) ---
+
+
+def _interleaved_order(rank: int, world: int, local: int, m: int) -> list[tuple[str, int, int]]:
+    """ScheduleInterleaved1F1B's actions for ``rank``: ``local`` stages per rank (stage = l x world + rank).
+
+    Micro-batches go in rounds of ``m // rounds`` (rounds = max(1, m // world)); the warm-up runs
+    ``(local - 1) x per_round + 2 (world - 1 - rank)`` forwards (at most all of them), then one
+    forward and one backward alternate, then the remaining backwards: the earlier micro-batch first,
+    forwards through the local stages in order and backwards in reverse.
+    """
+    rounds = max(1, m // world)
+    per_round = m // rounds
+    total = local * m
+    warmup = min((local - 1) * per_round + 2 * (world - 1 - rank), total)
+    next_mb: dict[tuple[str, int], int] = {}
+
+    def take(kind: str, stage: int) -> tuple[str, int, int]:
+        mb = next_mb.get((kind, stage), 0)
+        next_mb[(kind, stage)] = mb + 1
+        return kind, stage, mb
+
+    def fwd_stage(op: int) -> int:
+        return (op // per_round) % local * world + rank
+
+    def bwd_stage(op: int) -> int:
+        return (local - 1 - ((op - warmup) // per_round) % local) * world + rank
+
+    order = [take(F, fwd_stage(op)) for op in range(warmup)]
+    for op in range(warmup, total):
+        order += [take(F, fwd_stage(op)), take(B, bwd_stage(op))]
+    order += [take(B, bwd_stage(op)) for op in range(total, total + warmup)]
+    return order
+
+
+def schedule_order(schedule: str, world: int, stages_per_rank: int, m: int) -> list[list[tuple[str, int, int]]]:
+    """Each rank's actions, in the order ``schedule`` runs them: (pass, stage, micro-batch).
+
+    Stage s runs on rank s mod ``world``. ReplayError for a schedule torch would refuse.
+    """
+    if schedule not in SCHEDULES:
+        raise ReplayError(f"Unknown schedule {schedule!r}: one of {', '.join(SCHEDULES)}.")
+    if m < 1:
+        raise ReplayError(f"{m} micro-batches: a schedule needs at least 1.")
+    n_stages = world * stages_per_rank
+    if schedule == "Interleaved1F1B":
+        if stages_per_rank < 2:
+            raise ReplayError("Interleaved1F1B runs several stages per rank; this run has one stage per rank "
+                              "(the traces do not time its layers apart, so its stages cannot be split).")
+        rounds = max(1, m // world)
+        if m % rounds:
+            raise ReplayError(f"Interleaved1F1B needs the micro-batches to be a multiple of its rounds "
+                              f"(max(1, {m} // {world} ranks) = {rounds}); {m} is not.")
+        return [_interleaved_order(r, world, stages_per_rank, m) for r in range(world)]
+    if stages_per_rank != 1:
+        raise ReplayError(f"{schedule} runs one stage per rank; this run has {stages_per_rank} per rank "
+                          f"(use Interleaved1F1B).")
+    orders = []
+    for s in range(n_stages):
+        if schedule == "GPipe":
+            orders.append([(F, s, i) for i in range(m)] + [(B, s, i) for i in range(m)])
+            continue
+        warmup = min(m, n_stages - s)  # Schedule1F1B: the last stage one forward ahead, the first S
+        order = [(F, s, i) for i in range(warmup)]
+        for i in range(m):
+            order.append((B, s, i))
+            if warmup + i < m:
+                order.append((F, s, warmup + i))
+        orders.append(order)
+    return orders
+
+
+def ideal_bubble_pct(world: int, stages_per_rank: int, m: int) -> float:
+    """The share of a balanced run's time each rank idles: (K - 1) / (v M + K - 1)."""
+    return 100.0 * (world - 1) / (stages_per_rank * m + world - 1)
+
+
+# -- what the trace measured ----------------------------------------------------------------------
+
+
+@dataclass
+class Measured:
+    """One imported pipeline's actions and their measured costs (see the module's docstring).
+
+    ``actions``: one row per (iteration, pass, stage, micro_batch): rank, start, end (its compute rows'
+    first start and last end), cost, glue, glue_comm (the exchange part of glue), arrival (NaN where
+    no receive fed it). ``steps``: one row per (iteration, rank): start, end, head, tail.
+    """
+
+    schedule: str
+    world: int
+    stages_per_rank: int
+    micro_batches: int
+    stage_rank: dict[int, int]
+    actions: pd.DataFrame
+    steps: pd.DataFrame
+    latency: dict[tuple[str, bool], float]  # (pass, first micro-batch) -> ns from the sender's end to the input
+    latency_samples: dict[tuple[str, bool], np.ndarray] = field(default_factory=dict)
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.stage_rank)
+
+    def step_ns(self) -> np.ndarray:
+        """Each profiled step's duration, averaged over the ranks (ns)."""
+        d = self.steps.assign(d=self.steps["end"] - self.steps["start"])
+        return d.groupby("iteration")["d"].mean().to_numpy(float)
+
+    def measured_step_ns(self) -> float:
+        return float(np.median(self.step_ns()))
+
+
+def _schedule_name(run: Mapping[str, Any]) -> str:
+    name = str((run.get("import") or {}).get("schedule") or "")
+    for known in sorted(SCHEDULES, key=len, reverse=True):
+        if known.lower() in name.lower().replace("schedule", ""):
+            return known
+    return name
+
+
+def measure(trace: pd.DataFrame, names: pd.Series, run: Mapping[str, Any]) -> Measured:
+    """The actions of an imported pipeline from its trace rows (with ``names``: each row's program name,
+    NaN for idle rows) and its manifest's run. ReplayError when there is no pipeline to re-time."""
+    if run.get("source") != "pytorch-profiler":
+        raise ReplayError("Re-timing reads a profile imported from PyTorch traces (popvision import); this one "
+                          "was emulated: its what-ifs are popvision tune's.")
+    stages = run.get("stages") or []
+    stage_rank = {int(s["stage"]): int(s["ipu"]) for s in stages}
+    world = len(set(stage_rank.values()))
+    if world < 2 or str(run.get("strategy")) != "pipelined":
+        raise ReplayError(f"The profile has {world} rank(s) and no pipeline between ranks: there is nothing to "
+                          f"re-time.")
+    if sorted(stage_rank) != list(range(len(stage_rank))) or any(r != s % world for s, r in stage_rank.items()):
+        raise ReplayError("The stages do not run on ranks stage mod world, as torch.distributed.pipelining places "
+                          "them; this run's placement cannot be re-timed.")
+    t = trace.assign(name=names.to_numpy(), dur=(trace["end_cycle"] - trace["start_cycle"]).to_numpy())
+    t = t.sort_values(["iteration", "ipu", "start_cycle"], kind="stable").reset_index(drop=True)
+    passes = t["pass"].astype(str).to_numpy()
+    phase = t["phase"].astype(str).to_numpy()
+    is_action = (phase == "compute") & (t["micro_batch"].to_numpy() >= 0) & np.isin(passes, (F, B)) & (
+        t["stage"].to_numpy() >= 0)
+    if not is_action.any():
+        raise ReplayError("The traces name no forward or backward chunk of a micro-batch: there is nothing to "
+                          "re-time.")
+    key = ["iteration", "pass", "stage", "micro_batch"]
+    # each row's action: its own if it is an action row, else the action before it on its rank and step
+    # (what it follows: glue) and the action after it (what a receive feeds)
+    codes = np.full(len(t), -1)
+    acts = t.loc[is_action, key].astype({"pass": str}).drop_duplicates().reset_index(drop=True)
+    acts["id"] = np.arange(len(acts))
+    codes[is_action] = t.loc[is_action, key].astype({"pass": str}).merge(acts, on=key, how="left")["id"].to_numpy()
+    grp = t["iteration"].astype(np.int64).to_numpy() * (1 << 20) + t["ipu"].to_numpy()
+    ids = pd.Series(np.where(codes >= 0, codes, np.nan))
+    after = ids.groupby(grp).ffill().to_numpy()
+    before = ids.groupby(grp).bfill().to_numpy()
+    name = t["name"].fillna("").astype(str).to_numpy()
+    recv = (phase == "exchange") & (np.char.find(name.astype(str), "recv") >= 0)
+    idle = phase == "idle"
+    glue_row = ~is_action & ~idle & ~recv & ~np.isnan(after) & ~np.isnan(before)
+    per = t.loc[is_action].groupby(codes[is_action]).agg(start=("start_cycle", "min"), end=("end_cycle", "max"),
+                                                          cost=("dur", "sum"), rank=("ipu", "first"))
+    acts = acts.join(per, on="id")
+    glue = pd.Series(t["dur"].to_numpy()[glue_row]).groupby(after[glue_row].astype(int)).sum()
+    glue_comm_rows = glue_row & (phase == "exchange")
+    glue_comm = pd.Series(t["dur"].to_numpy()[glue_comm_rows]).groupby(after[glue_comm_rows].astype(int)).sum()
+    # an action's input: the last block of waiting rows (idle or receive) before its last compute row,
+    # on its rank, after the previous action (a receive inside a chunk, as GPipe's, cuts it in pieces)
+    waiting = (idle | recv) & ~np.isnan(before)
+    block = np.cumsum(~waiting | (np.r_[True, grp[1:] != grp[:-1]]))  # consecutive waiting rows: one block
+    blocks = pd.DataFrame({"block": block[waiting], "action": before[waiting].astype(int),
+                           "start": t["start_cycle"].to_numpy()[waiting], "end": t["end_cycle"].to_numpy()[waiting]})
+    last = blocks.groupby("block").agg(action=("action", "first"), start=("start", "min"), end=("end", "max"))
+    last = last.sort_values("end").groupby("action").last()
+    arrival, asked = last["end"], last["start"]
+    receiving = last["end"] - last["start"]
+    acts["glue"] = acts["id"].map(glue).fillna(0).astype(np.int64)
+    acts["glue_comm"] = acts["id"].map(glue_comm).fillna(0).astype(np.int64)
+    acts["asked"] = acts["id"].map(asked).astype(float)
+    acts["arrival"] = acts["id"].map(arrival).astype(float)
+    acts["receive"] = acts["id"].map(receiving).fillna(0).astype(np.int64)
+
+    # each rank's profiled steps: span, head (recorded work before its first action), tail
+    span = t.groupby(["iteration", "ipu"]).agg(start=("start_cycle", "min"), end=("end_cycle", "max"))
+    first_last = acts.groupby(["iteration", "rank"]).agg(first=("start", "min"), last=("end", "max"),
+                                                         last_id=("end", "idxmax"))
+    steps = span.join(first_last.rename_axis(["iteration", "ipu"]), how="inner").reset_index()
+    pre = ~is_action & ~idle & ~recv & np.isnan(after)
+    head = pd.Series(t["dur"].to_numpy()[pre]).groupby([t["iteration"].to_numpy()[pre], t["ipu"].to_numpy()[pre]]).sum()
+    steps["head"] = [int(head.get((i, r), 0)) for i, r in zip(steps["iteration"], steps["ipu"])]
+    # the glue after the last action is the tail's, not a next action's
+    last_ids = acts.loc[steps["last_id"].to_numpy(), "id"].to_numpy()
+    acts.loc[acts["id"].isin(last_ids), ["glue", "glue_comm"]] = 0
+    steps["tail"] = steps["end"] - steps["last"]
+    steps = steps.rename(columns={"ipu": "rank"}).drop(columns=["last_id"])
+
+    micro_batches = int(acts["micro_batch"].max()) + 1
+    per_rank = max(1, len(stage_rank) // world)
+    schedule = _schedule_name(run)
+    if schedule not in SCHEDULES:  # a multi-stage schedule the import did not name: known by its order
+        schedule = _schedule_by_order(acts, world, per_rank, micro_batches, schedule)
+    acts["sender_end"] = _senders(acts, len(stage_rank))
+    # the receiver's own work to take an input that was there when it asked (a wait is not work)
+    acts["receive"] = np.where(acts["asked"] >= acts["sender_end"], acts["receive"], 0)
+    acts["first"] = acts["micro_batch"] == 0
+    latency, samples = _latencies(acts)
+    return Measured(schedule, world, per_rank, micro_batches, stage_rank, acts, steps, latency, samples)
+
+
+def recorded_orders(acts: pd.DataFrame, world: int) -> dict[int, list[list[tuple[str, int, int]]]]:
+    """Each profiled step's actions on each rank in the order they ran: iteration -> [rank] -> actions."""
+    out: dict[int, list[list[tuple[str, int, int]]]] = {}
+    ordered = acts.sort_values(["iteration", "rank", "start"], kind="stable")
+    for (it, rank), g in ordered.groupby(["iteration", "rank"], sort=True):
+        orders = out.setdefault(int(it), [[] for _ in range(world)])
+        orders[int(rank)] = list(zip(g["pass"], g["stage"].astype(int), g["micro_batch"].astype(int)))
+    return out
+
+
+def _schedule_by_order(acts: pd.DataFrame, world: int, per_rank: int, m: int, named: str) -> str:
+    """The schedule whose order of actions every rank ran in the first profiled step."""
+    first = next(iter(recorded_orders(acts, world).values()))
+    for schedule in SCHEDULES:
+        try:
+            if schedule_order(schedule, world, per_rank, m) == first:
+                return schedule
+        except ReplayError:
+            continue
+    raise ReplayError(f"The traces ran schedule {named or 'unknown'!r}, whose order of actions is none of "
+                      f"{', '.join(SCHEDULES)}'s: it cannot be re-timed.")
+
+
+def _senders(acts: pd.DataFrame, n_stages: int) -> np.ndarray:
+    """Each action's sender's end (NaN where its input is not another stage's output)."""
+    index = acts.set_index(["iteration", "pass", "stage", "micro_batch"])["end"]
+    src = np.where(acts["pass"] == F, acts["stage"] - 1, acts["stage"] + 1)
+    keys = pd.MultiIndex.from_arrays([acts["iteration"], acts["pass"], src, acts["micro_batch"]])
+    end = index.reindex(keys).to_numpy(float, copy=True)
+    end[(src < 0) | (src >= n_stages)] = np.nan
+    return end
+
+
+def _latencies(acts: pd.DataFrame) -> tuple[dict[tuple[str, bool], float], dict[tuple[str, bool], np.ndarray]]:
+    """Per (pass, first micro-batch of the step), the transfer latency (ns): where the receiver asked for
+    its input before the sender was done (it waited), the input's arrival less the sender's end; the
+    lower envelope of those gaps. A class in which no receiver ever waited (its transfers were always
+    early) takes the smallest latency of the classes measured; where none waited at all, the lower
+    envelope of every gap (an upper bound)."""
+    samples, everything = {}, []
+    for kind in (F, B):
+        for first in (True, False):  # a step's first transfer carries its one-off set-up
+            rows = acts[(acts["pass"] == kind) & (acts["first"] == first) & acts["arrival"].notna()
+                        & acts["sender_end"].notna()]
+            gaps = (rows["arrival"] - rows["sender_end"]).to_numpy(float)
+            waited = (rows["asked"].to_numpy(float) < rows["sender_end"].to_numpy(float)) & (gaps >= 0)
+            samples[(kind, first)] = gaps[waited]
+            everything.append(gaps[gaps >= 0])
+    measured = {k: float(np.percentile(v, LATENCY_QUANTILE)) for k, v in samples.items() if len(v)}
+    pooled = np.concatenate(everything)
+    fallback = min(measured.values()) if measured else (float(np.percentile(pooled, LATENCY_QUANTILE))
+                                                        if len(pooled) else 0.0)
+    return {k: measured.get(k, fallback) for k in samples}, samples
+
+
+def from_profile(profile: Any) -> Measured:
+    """``measure`` on an open profile (``format.reader``): its trace rows, their programs' names, its run."""
+    trace = profile.read_pandas("trace")
+    programs = profile.read_pandas("programs", ["ipu", "step", "name"])
+    names = trace[["ipu", "step"]].merge(programs, on=["ipu", "step"], how="left")["name"]
+    return measure(trace, names, profile.run)
+
+
+# -- the list schedule ------------------------------------------------------------------------------
+
+
+@dataclass
+class Timeline:
+    """A simulated run: per action (rank, pass, stage, micro_batch, step) its start, end and what bound
+    its start ("rank": the rank's previous work, "input": the other rank's output, "start")."""
+
+    actions: pd.DataFrame
+    step_ns: float
+    rank_step_ns: np.ndarray
+    busy_ns: dict[int, float]  # per stage, one step's action costs
+
+    @property
+    def bubble_pct(self) -> float:
+        """The share of the ranks' step time spent neither in an action nor in its glue."""
+        total = self.step_ns * len(self.rank_step_ns)
+        busy = float(self.actions.loc[self.actions["step"] == self.actions["step"].max(), "busy"].sum())
+        return max(0.0, 100.0 * (1.0 - busy / total)) if total else 0.0
+
+
+# (step, pass, stage, mb) -> (cost, glue, receive): the action's compute, the recorded work after it,
+# the work of taking an input that was there when asked
+CostFn = Callable[[int, str, int, int], tuple[float, float, float]]
+
+
+def simulate(orders: list[list[tuple[str, int, int]]], stage_rank: Mapping[int, int], cost: CostFn,
+             latency: Mapping[tuple[str, bool], float], head: np.ndarray, tail: np.ndarray, steps: int = CHAINED_STEPS) -> Timeline:
+    """List-schedule ``steps`` chained steps of the ranks' ``orders`` (see the module's docstring)."""
+    world = len(orders)
+    n_stages = len(stage_rank)
+    rows: list[tuple] = []
+    free = np.zeros(world)
+    starts = np.zeros((steps, world))
+    for step in range(steps):
+        starts[step] = free
+        free = free + head
+        ends: dict[tuple[str, int, int], float] = {}
+        pos = [0] * world
+        remaining = sum(len(o) for o in orders)
+        while remaining:
+            progressed = False
+            for r in range(world):
+                while pos[r] < len(orders[r]):
+                    kind, s, mb = orders[r][pos[r]]
+                    src = (kind, s - 1, mb) if kind == F and s > 0 else (
+                        (kind, s + 1, mb) if kind == B and s < n_stages - 1 else None)
+                    local = (F, s, mb) if kind == B and s == n_stages - 1 else None
+                    if (src is not None and src not in ends) or (local is not None and local not in ends):
+                        break
+                    c, g, rc = cost(step, kind, s, mb)
+                    ready = ends[src] + latency[(kind, mb == 0)] if src is not None else -np.inf
+                    start = max(free[r] + (rc if src is not None else 0.0), ready)
+                    bound = "input" if ready > free[r] else ("rank" if pos[r] else "start")
+                    end = start + c
+                    ends[(kind, s, mb)] = end
+                    free[r] = end + g
+                    rows.append((step, r, kind, s, mb, start, end, c, g, bound, src[1] if src else -1))
+                    pos[r] += 1
+                    remaining -= 1
+                    progressed = True
+            if not progressed:
+                raise ReplayError("The schedule deadlocks with this order of actions.")
+        free = free + tail
+    frame = pd.DataFrame(rows, columns=["step", "rank", "pass", "stage", "micro_batch", "start", "end", "cost", "glue",
+                                        "bound", "from_stage"])
+    frame["busy"] = frame["cost"] + frame["glue"]
+    rank_steps = free - starts[-1]
+    last = frame[frame["step"] == steps - 1]
+    busy = last.groupby("stage")["cost"].sum().to_dict()
+    return Timeline(frame, float(rank_steps.mean()), rank_steps, {int(k): float(v) for k, v in busy.items()})
+
+
+# -- the replay: re-timing and what-ifs -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A what-if's answer: the step time (ns) with its range, the bubble, each stage's busy time."""
+
+    change: str
+    schedule: str
+    micro_batches: int
+    step_ns: float
+    low_ns: float
+    high_ns: float
+    bubble_pct: float
+    ideal_bubble_pct: float
+    busy_ns: dict[int, float]
+    baseline_ns: float
+    baseline_micro_batches: int
+
+    @property
+    def per_micro_batch_ns(self) -> float:
+        return self.step_ns / self.micro_batches
+
+    @property
+    def gain_pct(self) -> float:
+        """Throughput gained against the run as recorded: time per micro-batch (of the same size), not
+        per step, so a what-if with more micro-batches per step is compared fairly."""
+        base = self.baseline_ns / self.baseline_micro_batches
+        return 100.0 * (1.0 - self.per_micro_batch_ns / base) if base else 0.0
+
+
+class Replay:
+    """The re-timing of one imported pipeline (``measure``'s figures).
+
+    A what-if reuses each (pass, stage)'s measured (cost, glue, receive), the first micro-batch of a
+    step apart from the others (it carries the step's one-off work: the first send's set-up, lazy
+    initialisation), each rank's head and tail, and the latencies.
+    """
+
+    COLUMNS = ["cost", "glue", "receive"]
+
+    def __init__(self, measured: Measured) -> None:
+        self.m = measured
+        a = measured.actions
+        self._samples = {k: g[self.COLUMNS].to_numpy(float) for k, g in a.groupby(["pass", "stage", "first"])}
+        st = measured.steps
+        self._head = st.groupby("rank")["head"].median().reindex(range(measured.world), fill_value=0).to_numpy(float)
+        self._tail = st.groupby("rank")["tail"].median().reindex(range(measured.world), fill_value=0).to_numpy(float)
+        self._baseline: float | None = None
+
+    # the measured run, re-timed with its own costs
+    def retimed(self) -> pd.DataFrame:
+        """Each profiled step re-timed with that step's own action costs, beside its measured duration."""
+        m = self.m
+        recorded = recorded_orders(m.actions, m.world)
+        own = m.actions.set_index(["iteration", "pass", "stage", "micro_batch"])[self.COLUMNS]
+        out = []
+        for it, step in m.steps.groupby("iteration"):
+            orders = recorded[int(it)]  # the order each rank ran, whatever the schedule's name
+            head = step.set_index("rank")["head"].reindex(range(m.world), fill_value=0).to_numpy(float)
+            tail = step.set_index("rank")["tail"].reindex(range(m.world), fill_value=0).to_numpy(float)
+            costs = {k[1:]: tuple(map(float, v)) for k, v in zip(own.index, own.to_numpy()) if k[0] == it}
+
+            def cost(_step: int, kind: str, s: int, mb: int, costs: dict = costs) -> tuple[float, float, float]:
+                return costs[(kind, s, mb)] if (kind, s, mb) in costs else self._point(kind, s, mb)
+
+            sim = simulate(orders, m.stage_rank, cost, m.latency, head, tail)
+            measured = float((step["end"] - step["start"]).mean())
+            out.append({"iteration": int(it), "measured_ns": measured, "retimed_ns": sim.step_ns,
+                        "error_pct": 100.0 * (sim.step_ns - measured) / measured})
+        return pd.DataFrame(out)
+
+    def residual_pct(self) -> float:
+        """The median of the re-timed steps' errors against the measured ones (percent, signed)."""
+        return float(self.retimed()["error_pct"].median())
+
+    def _point(self, kind: str, s: int, mb: int, q: float | None = None) -> tuple[float, float, float]:
+        samples = self._samples.get((kind, s, mb == 0))
+        if samples is None:
+            samples = self._samples.get((kind, s, mb != 0))
+        if samples is None:
+            raise ReplayError(f"The traces hold no {kind} of stage {s}: it cannot be re-timed.")
+        values = np.median(samples, axis=0) if q is None else np.percentile(samples, q, axis=0)
+        return float(values[0]), float(values[1]), float(values[2])
+
+    def _run(self, schedule: str, m: int, scale: Mapping[int, float], fast: Mapping[tuple[str, int], float],
+             q: float | None) -> Timeline:
+        """One what-if simulated; ``fast``: (pass, stage) -> the factor that makes it as fast as the mean."""
+        meas = self.m
+        orders = schedule_order(schedule, meas.world, meas.stages_per_rank, m)
+
+        def cost(_step: int, kind: str, s: int, mb: int) -> tuple[float, float, float]:
+            c, g, rc = self._point(kind, s, mb, q)
+            return c * scale.get(s, 1.0) * fast.get((kind, s), 1.0), g, rc
+
+        return simulate(orders, meas.stage_rank, cost, meas.latency, self._head, self._tail)
+
+    def baseline_ns(self) -> float:
+        if self._baseline is None:
+            self._baseline = self._run(self.m.schedule, self.m.micro_batches, {}, {}, None).step_ns
+        return self._baseline
+
+    def predict(self, schedule: str | None = None, micro_batches: int | None = None,
+                scale: Mapping[int, float] | None = None, fast_rank: int | None = None) -> Prediction:
+        """The step with another schedule, micro-batch count, stages' costs scaled, or ``fast_rank``'s
+        stages as fast as the mean stage (the straggler what-if)."""
+        meas = self.m
+        schedule = schedule or meas.schedule
+        m = micro_batches or meas.micro_batches
+        scale = dict(scale or {})
+        for s, f in scale.items():
+            if s not in meas.stage_rank:
+                raise ReplayError(f"There is no stage {s}: the stages are 0 to {meas.n_stages - 1}.")
+            if not (0 < f < 1e6):
+                raise ReplayError(f"A stage's cost scale must be above 0; {f:g} is not.")
+        rank_costs: dict[tuple[str, int], float] = {}
+        if fast_rank is not None:
+            if fast_rank not in range(meas.world):
+                raise ReplayError(f"There is no rank {fast_rank}: the ranks are 0 to {meas.world - 1}.")
+            for kind in (F, B):
+                typical = {s: self._point(kind, s, 1)[0] for s in meas.stage_rank}
+                mean = float(np.mean(list(typical.values())))
+                for s, r in meas.stage_rank.items():
+                    if r == fast_rank and typical[s] > mean:
+                        rank_costs[(kind, s)] = mean / typical[s]
+        point = self._run(schedule, m, scale, rank_costs, None)
+        low = self._run(schedule, m, scale, rank_costs, RANGE_QUANTILES[0])
+        high = self._run(schedule, m, scale, rank_costs, RANGE_QUANTILES[1])
+        words = [f"schedule {schedule}"] if schedule != meas.schedule else []
+        words += [f"{m} micro-batches"] if m != meas.micro_batches else []
+        words += [f"stage {s} x {f:g}" for s, f in sorted(scale.items())]
+        words += [f"rank {fast_rank} as fast as the mean stage"] if fast_rank is not None else []
+        return Prediction(", ".join(words) or "as recorded", schedule, m, point.step_ns,
+                          min(low.step_ns, point.step_ns), max(high.step_ns, point.step_ns), point.bubble_pct,
+                          ideal_bubble_pct(meas.world, meas.stages_per_rank, m), point.busy_ns, self.baseline_ns(),
+                          meas.micro_batches)
+
+    def culprits(self) -> pd.DataFrame:
+        """Per rank: the step if its stages were as fast as the mean stage, and the time that saves."""
+        base = self.baseline_ns()
+        rows = []
+        for r in range(self.m.world):
+            p = self.predict(fast_rank=r)
+            stages = sorted(s for s, rr in self.m.stage_rank.items() if rr == r)
+            rows.append({"rank": r, "stages": ",".join(map(str, stages)), "step_ms": base / 1e6,
+                         "step_if_mean_ms": p.step_ns / 1e6, "saves_ms": (base - p.step_ns) / 1e6,
+                         "saves_pct": 100.0 * (base - p.step_ns) / base if base else 0.0})
+        return pd.DataFrame(rows).sort_values("saves_ms", ascending=False, kind="stable").reset_index(drop=True)
+
+
+# -- the critical path across ranks, from the measured step ----------------------------------------
+
+
+def critical_path(meas: Measured, iteration: int | None = None) -> tuple[pd.DataFrame, dict[str, float]]:
+    """The chain of actions and transfers that set one measured step (the median one by default).
+
+    Walking back from the rank that ended the step last: from each action to whichever released it
+    later, the sender (its input arrived after the rank was free) or the rank's previous action.
+    Each link is compute (an action, or recorded local work), communication (a transfer: sender's
+    end to arrival; sends and receives the rank recorded) or waiting (time the chain cannot account
+    for). Returns the links (in time order) and the totals (ns).
+    """
+    steps = meas.step_ns()
+    its = sorted(meas.steps["iteration"].unique())
+    if iteration is None:
+        iteration = its[int(np.argsort(steps)[len(steps) // 2])]
+    a = meas.actions[meas.actions["iteration"] == iteration].set_index(["pass", "stage", "micro_batch"])
+    st = meas.steps[meas.steps["iteration"] == iteration].set_index("rank")
+    n_stages = meas.n_stages
+    by_rank = {r: g.sort_values("start") for r, g in a.reset_index().groupby("rank")}
+    last_rank = int(st["end"].idxmax())
+    links: list[dict] = []
+    end = float(st.loc[last_rank, "end"])
+    cur = by_rank[last_rank].iloc[-1]
+    links.append({"rank": last_rank, "what": "tail (optimiser step...)", "kind": "compute", "start": float(cur["end"]),
+                  "end": end})
+    while True:
+        r = int(cur["rank"])
+        kind, s, mb = cur["pass"], int(cur["stage"]), int(cur["micro_batch"])
+        # its pieces, not what cuts them (a receive inside a GPipe chunk), shown as ending the chunk
+        links.append({"rank": r, "what": f"{kind} stage {s} mb {mb}", "kind": "compute",
+                      "start": float(cur["end"] - cur["cost"]), "end": float(cur["end"]), "ns": float(cur["cost"])})
+        rank_rows = by_rank[r]
+        i = int(np.flatnonzero(rank_rows["id"].to_numpy() == cur["id"])[0])
+        prev = rank_rows.iloc[i - 1] if i > 0 else None
+        released = float(prev["end"] + prev["glue"]) if prev is not None else float(st.loc[r, "start"] + st.loc[r, "head"])
+        src = (kind, s - 1, mb) if kind == F and s > 0 else ((kind, s + 1, mb) if kind == B and s < n_stages - 1 else None)
+        arrival, asked = float(cur["arrival"]), float(cur["asked"])
+        if src is not None and src in a.index and np.isfinite(arrival) and asked < float(cur["sender_end"]):
+            # it asked for its input before the sender was done: the sender set its start
+            sender = a.loc[src]
+            links.append({"rank": r, "what": f"after the input of {kind} stage {s} mb {mb}", "kind": "waiting",
+                          "start": arrival, "end": float(cur["start"])})
+            links.append({"rank": r, "what": f"transfer stage {src[1]} -> {s} mb {mb}", "kind": "communication",
+                          "start": float(sender["end"]), "end": arrival})
+            cur = sender.copy()
+            cur["pass"], cur["stage"], cur["micro_batch"] = src
+            continue
+        if np.isfinite(arrival):  # the input was there: taking it is the rank's own work
+            links.append({"rank": r, "what": "after the input", "kind": "waiting", "start": arrival,
+                          "end": float(cur["start"])})
+            links.append({"rank": r, "what": "receive" if src is not None else "gap before the action",
+                          "kind": "communication" if src is not None else "waiting", "start": max(asked, released),
+                          "end": arrival})
+            links.append({"rank": r, "what": "gap", "kind": "waiting", "start": released, "end": max(asked, released)})
+        else:
+            links.append({"rank": r, "what": "gap", "kind": "waiting", "start": released, "end": float(cur["start"])})
+        if prev is None:
+            links.append({"rank": r, "what": "head (data, schedule set-up)", "kind": "compute",
+                          "start": float(st.loc[r, "start"]), "end": released})
+            break
+        comm = float(prev["glue_comm"])
+        if comm:
+            links.append({"rank": r, "what": "sends recorded", "kind": "communication", "start": released - comm,
+                          "end": released})
+        if prev["glue"] - comm:
+            links.append({"rank": r, "what": "local work (loss, schedule)", "kind": "compute",
+                          "start": float(prev["end"]), "end": released - comm})
+        cur = prev
+    frame = pd.DataFrame(links[::-1])
+    span = (frame["end"] - frame["start"]).clip(lower=0)
+    frame["ns"] = frame["ns"].fillna(span) if "ns" in frame else span
+    frame = frame[frame["ns"] > 0].reset_index(drop=True)
+    start = float(st["start"].min())
+    totals = {k: float(frame.loc[frame["kind"] == k, "ns"].sum()) for k in ("compute", "communication", "waiting")}
+    totals["path_ns"] = end - float(frame["start"].min()) if len(frame) else 0.0
+    totals["step_ns"] = end - start
+    totals["iteration"] = float(iteration)
+    return frame, totals
+
+
+# -- the report's view ------------------------------------------------------------------------------
+
+def _ms(x: Any) -> Any:
+    return np.asarray(x, float) / 1e6
+
+
+class CriticalPathView:
+    """``report.critical_path``: an imported pipeline's re-timing, critical path, culprits and what-ifs,
+    each computed once per Report. ReplayError (one sentence) where there is no pipeline to re-time."""
+
+    def __init__(self, report: Any) -> None:
+        self._r = report
+
+    def _memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        return self._r.memo(("critical_path", key), compute)
+
+    def measured(self) -> Measured:
+        return self._memo("measured", lambda: from_profile(self._r.profile))
+
+    def replay(self) -> Replay:
+        return self._memo("replay", lambda: Replay(self.measured()))
+
+    def path(self) -> tuple[pd.DataFrame, dict[str, float]]:
+        return self._memo("path", lambda: critical_path(self.measured()))
+
+    def figures(self) -> dict[str, Any]:
+        """The step, its critical path in compute, communication and waiting, the culprit, the residual."""
+        def compute() -> dict[str, Any]:
+            chain, totals = self.path()
+            culprits = self.replay().culprits()
+            top = culprits.iloc[0]
+            path = totals["path_ns"] or 1.0
+            m = self.measured()
+            return {
+                "schedule": m.schedule, "ranks": m.world, "stages": m.n_stages, "micro_batches": m.micro_batches,
+                "measured_step_ms": m.measured_step_ns() / 1e6,
+                "step_on_path": int(totals["iteration"]),
+                "path_ms": path / 1e6,
+                "compute_pct": 100.0 * totals["compute"] / path,
+                "communication_pct": 100.0 * totals["communication"] / path,
+                "waiting_pct": 100.0 * totals["waiting"] / path,
+                "culprit": f"rank {int(top['rank'])} (stage {top['stages']})" if top["saves_ms"] > 0 else "none",
+                "culprit_saves_pct": float(top["saves_pct"]),
+                "retimed_residual_pct": self.replay().residual_pct(),
+                "transfer_latency_ms": float(np.median(list(m.latency.values()))) / 1e6,
+            }
+        return self._memo("figures", compute)
+
+    def _chain(self) -> Any:
+        from popvision_py.analysis.tables import Table
+
+        chain, _ = self.path()
+        return Table({"rank": chain["rank"].to_numpy(np.int64), "what": chain["what"].to_numpy(object),
+                      "kind": chain["kind"].to_numpy(object), "start_ms": _ms(chain["start"]) - _ms(chain["start"].min()),
+                      "ms": _ms(chain["ns"])})
+
+    def chain(self) -> pd.DataFrame:
+        return self._chain().frame()
+
+    def _culprits(self) -> Any:
+        from popvision_py.analysis.tables import Table
+
+        c = self.replay().culprits()
+        return Table({k: c[k].to_numpy() for k in c.columns})
+
+    def culprits(self) -> pd.DataFrame:
+        return self._culprits().frame()
+
+    def whatifs(self) -> list[Prediction]:
+        """The questions a pipeline's user asks first: half and twice the micro-batches, each other
+        schedule the stages allow, and the culprit made as fast as the mean stage."""
+        def compute() -> list[Prediction]:
+            rp, m = self.replay(), self.measured()
+            asks: list[dict[str, Any]] = [{"micro_batches": max(1, m.micro_batches // 2)},
+                                          {"micro_batches": m.micro_batches * 2}]
+            asks += [{"schedule": s} for s in SCHEDULES if s != m.schedule]
+            culprit = rp.culprits().iloc[0]
+            if culprit["saves_ms"] > 0:
+                asks.append({"fast_rank": int(culprit["rank"])})
+            out = [rp.predict()]
+            for ask in asks:
+                try:
+                    out.append(rp.predict(**ask))
+                except ReplayError:
+                    continue  # a schedule these stages cannot run (Interleaved1F1B on one stage per rank)
+            return out
+        return self._memo("whatifs", compute)
+
+    def _whatif(self) -> Any:
+        from popvision_py.analysis.tables import Table
+
+        rows = self.whatifs()
+        return Table({
+            "change": np.array([p.change for p in rows], object), "schedule": np.array([p.schedule for p in rows], object),
+            "micro_batches": np.array([p.micro_batches for p in rows], np.int64),
+            "step_ms": _ms([p.step_ns for p in rows]), "low_ms": _ms([p.low_ns for p in rows]),
+            "high_ms": _ms([p.high_ns for p in rows]), "ms_per_micro_batch": _ms([p.per_micro_batch_ns for p in rows]),
+            "gain_pct": np.array([p.gain_pct for p in rows]),
+            "bubble_pct": np.array([p.bubble_pct for p in rows]),
+            "ideal_bubble_pct": np.array([p.ideal_bubble_pct for p in rows])})
+
+    def whatif(self) -> pd.DataFrame:
+        return self._whatif().frame()
