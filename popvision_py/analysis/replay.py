@@ -168,7 +168,10 @@ class Measured:
         return d.groupby("iteration")["d"].mean().to_numpy(float)
 
     def measured_step_ns(self) -> float:
-        return float(np.median(self.step_ns()))
+        """The run's step: the median profiled step, the first left out where there are three or more (the
+        ranks start it from wherever the steps before left them, not from the pipeline's steady state)."""
+        steps = self.step_ns()
+        return float(np.median(steps[1:] if len(steps) >= 3 else steps))
 
 
 def _schedule_name(run: Mapping[str, Any]) -> str:
@@ -226,7 +229,10 @@ def measure(trace: pd.DataFrame, names: pd.Series, run: Mapping[str, Any]) -> Me
     glue_comm = pd.Series(t["dur"].to_numpy()[glue_comm_rows]).groupby(after[glue_comm_rows].astype(int)).sum()
     # an action's input: the last block of waiting rows (idle or receive) before its last compute row,
     # on its rank, after the previous action (a receive inside a chunk, as GPipe's, cuts it in pieces)
-    waiting = (idle | recv) & ~np.isnan(before)
+    # (not the idle rows before a rank's first recorded work of a step: see the steps' spans below)
+    first_work = t[~idle].groupby(["iteration", "ipu"])["start_cycle"].min()
+    began = first_work.reindex(pd.MultiIndex.from_arrays([t["iteration"], t["ipu"]])).to_numpy(float)
+    waiting = (idle | recv) & ~np.isnan(before) & (t["start_cycle"].to_numpy() >= began)
     block = np.cumsum(~waiting | (np.r_[True, grp[1:] != grp[:-1]]))  # consecutive waiting rows: one block
     blocks = pd.DataFrame({"block": block[waiting], "action": before[waiting].astype(int),
                            "start": t["start_cycle"].to_numpy()[waiting], "end": t["end_cycle"].to_numpy()[waiting]})
@@ -234,14 +240,18 @@ def measure(trace: pd.DataFrame, names: pd.Series, run: Mapping[str, Any]) -> Me
     last = last.sort_values("end").groupby("action").last()
     arrival, asked = last["end"], last["start"]
     receiving = last["end"] - last["start"]
+    all_waiting = blocks.assign(d=blocks["end"] - blocks["start"]).groupby("action")["d"].sum()
     acts["glue"] = acts["id"].map(glue).fillna(0).astype(np.int64)
     acts["glue_comm"] = acts["id"].map(glue_comm).fillna(0).astype(np.int64)
     acts["asked"] = acts["id"].map(asked).astype(float)
     acts["arrival"] = acts["id"].map(arrival).astype(float)
     acts["receive"] = acts["id"].map(receiving).fillna(0).astype(np.int64)
+    acts["earlier_gaps"] = (acts["id"].map(all_waiting).fillna(0) - acts["receive"]).astype(np.int64)
 
     # each rank's profiled steps: span, head (recorded work before its first action), tail
-    span = t.groupby(["iteration", "ipu"]).agg(start=("start_cycle", "min"), end=("end_cycle", "max"))
+    # a rank's step starts at its first recorded work: the idle rows before it are the time before the
+    # profiler's window reached it (the first profiled step), not work of the step
+    span = t[~idle].groupby(["iteration", "ipu"]).agg(start=("start_cycle", "min"), end=("end_cycle", "max"))
     first_last = acts.groupby(["iteration", "rank"]).agg(first=("start", "min"), last=("end", "max"),
                                                          last_id=("end", "idxmax"))
     steps = span.join(first_last.rename_axis(["iteration", "ipu"]), how="inner").reset_index()
@@ -260,8 +270,11 @@ def measure(trace: pd.DataFrame, names: pd.Series, run: Mapping[str, Any]) -> Me
     if schedule not in SCHEDULES:  # a multi-stage schedule the import did not name: known by its order
         schedule = _schedule_by_order(acts, world, per_rank, micro_batches, schedule)
     acts["sender_end"] = _senders(acts, len(stage_rank))
-    # the receiver's own work to take an input that was there when it asked (a wait is not work)
-    acts["receive"] = np.where(acts["asked"] >= acts["sender_end"], acts["receive"], 0)
+    # the rank's own time before the action: taking an input that was there when it asked, or, for an
+    # action with no input from another rank, a gap no wait explains (a wait is not the rank's time)
+    own_time = (acts["asked"] >= acts["sender_end"]) | acts["sender_end"].isna()
+    # (the waiting rows before the last block are the rank's own gaps too: between a send and the loss...)
+    acts["receive"] = np.where(own_time, acts["receive"], 0) + acts["earlier_gaps"]
     acts["first"] = acts["micro_batch"] == 0
     latency, samples = _latencies(acts)
     return Measured(schedule, world, per_rank, micro_batches, stage_rank, acts, steps, latency, samples)
@@ -357,12 +370,14 @@ CostFn = Callable[[int, str, int, int], tuple[float, float, float]]
 
 
 def simulate(orders: list[list[tuple[str, int, int]]], stage_rank: Mapping[int, int], cost: CostFn,
-             latency: Mapping[tuple[str, bool], float], head: np.ndarray, tail: np.ndarray, steps: int = CHAINED_STEPS) -> Timeline:
-    """List-schedule ``steps`` chained steps of the ranks' ``orders`` (see the module's docstring)."""
+             latency: Mapping[tuple[str, bool], float], head: np.ndarray, tail: np.ndarray, steps: int = CHAINED_STEPS,
+             start: np.ndarray | None = None) -> Timeline:
+    """List-schedule ``steps`` chained steps of the ranks' ``orders`` (see the module's docstring); each
+    rank starts the first at ``start`` (ns, default 0 for all)."""
     world = len(orders)
     n_stages = len(stage_rank)
     rows: list[tuple] = []
-    free = np.zeros(world)
+    free = np.zeros(world) if start is None else np.asarray(start, float).copy()
     starts = np.zeros((steps, world))
     for step in range(steps):
         starts[step] = free
@@ -382,7 +397,7 @@ def simulate(orders: list[list[tuple[str, int, int]]], stage_rank: Mapping[int, 
                         break
                     c, g, rc = cost(step, kind, s, mb)
                     ready = ends[src] + latency[(kind, mb == 0)] if src is not None else -np.inf
-                    start = max(free[r] + (rc if src is not None else 0.0), ready)
+                    start = max(free[r] + rc, ready)
                     bound = "input" if ready > free[r] else ("rank" if pos[r] else "start")
                     end = start + c
                     ends[(kind, s, mb)] = end
@@ -455,7 +470,8 @@ class Replay:
 
     # the measured run, re-timed with its own costs
     def retimed(self) -> pd.DataFrame:
-        """Each profiled step re-timed with that step's own action costs, beside its measured duration."""
+        """Each profiled step re-timed with that step's own action costs, in the order each rank ran them,
+        each rank starting when it started that step; the ranks' mean duration beside the measured one."""
         m = self.m
         recorded = recorded_orders(m.actions, m.world)
         own = m.actions.set_index(["iteration", "pass", "stage", "micro_batch"])[self.COLUMNS]
@@ -469,7 +485,8 @@ class Replay:
             def cost(_step: int, kind: str, s: int, mb: int, costs: dict = costs) -> tuple[float, float, float]:
                 return costs[(kind, s, mb)] if (kind, s, mb) in costs else self._point(kind, s, mb)
 
-            sim = simulate(orders, m.stage_rank, cost, m.latency, head, tail)
+            starts = step.set_index("rank")["start"].reindex(range(m.world)).to_numpy(float)
+            sim = simulate(orders, m.stage_rank, cost, m.latency, head, tail, steps=1, start=starts - starts.min())
             measured = float((step["end"] - step["start"]).mean())
             out.append({"iteration": int(it), "measured_ns": measured, "retimed_ns": sim.step_ns,
                         "error_pct": 100.0 * (sim.step_ns - measured) / measured})
@@ -559,11 +576,13 @@ class Replay:
 def critical_path(meas: Measured, iteration: int | None = None) -> tuple[pd.DataFrame, dict[str, float]]:
     """The chain of actions and transfers that set one measured step (the median one by default).
 
-    Walking back from the rank that ended the step last: from each action to whichever released it
-    later, the sender (its input arrived after the rank was free) or the rank's previous action.
-    Each link is compute (an action, or recorded local work), communication (a transfer: sender's
-    end to arrival; sends and receives the rank recorded) or waiting (time the chain cannot account
-    for). Returns the links (in time order) and the totals (ns).
+    Walking back from the rank that ended the step last: from each action to whichever released it,
+    the sender (the action asked for its input before the sender was done: it waited) or the rank's
+    previous action. Each stretch of the chain is split into compute (the action's own pieces, the
+    loss and the schedule's recorded operators, the step's head and tail), communication (a transfer,
+    from the sender's end to the input's arrival; sends and receives the rank recorded) and waiting
+    (what the rank recorded nothing for). The links tile the chain: their sum is its length.
+    Returns the links (in time order: rank, what, kind, start, end, ns) and the totals (ns).
     """
     steps = meas.step_ns()
     its = sorted(meas.steps["iteration"].unique())
@@ -571,65 +590,69 @@ def critical_path(meas: Measured, iteration: int | None = None) -> tuple[pd.Data
         iteration = its[int(np.argsort(steps)[len(steps) // 2])]
     a = meas.actions[meas.actions["iteration"] == iteration].set_index(["pass", "stage", "micro_batch"])
     st = meas.steps[meas.steps["iteration"] == iteration].set_index("rank")
-    n_stages = meas.n_stages
     by_rank = {r: g.sort_values("start") for r, g in a.reset_index().groupby("rank")}
+    links: list[tuple[int, str, str, float, float]] = []  # rank, what, kind, end of the stretch, ns
+
+    def split(r: int, what: str, end: float, length: float, parts: list[tuple[str, str, float]]) -> None:
+        """A stretch of ``length`` ns ending at ``end`` on rank ``r``: ``parts`` in time order (kind, what,
+        ns; the last is the action), clipped to the stretch from the action back, and what they leave of
+        it as waiting, just before the action."""
+        left, placed = length, []
+        for kind, label, ns in reversed(parts):
+            ns = max(0.0, min(ns, left))
+            left -= ns
+            placed.append((kind, label, ns))
+        placed.insert(1, ("waiting", f"waiting before {what}", left))
+        at = end
+        for kind, label, ns in placed:  # from the end of the stretch back
+            if ns > 0:
+                links.append((r, label, kind, at, ns))
+            at -= ns
+
     last_rank = int(st["end"].idxmax())
-    links: list[dict] = []
     end = float(st.loc[last_rank, "end"])
     cur = by_rank[last_rank].iloc[-1]
-    links.append({"rank": last_rank, "what": "tail (optimiser step...)", "kind": "compute", "start": float(cur["end"]),
-                  "end": end})
+    links.append((last_rank, "tail (optimiser step, zeroing the gradients)", "compute", end, end - float(cur["end"])))
     while True:
         r = int(cur["rank"])
         kind, s, mb = cur["pass"], int(cur["stage"]), int(cur["micro_batch"])
-        # its pieces, not what cuts them (a receive inside a GPipe chunk), shown as ending the chunk
-        links.append({"rank": r, "what": f"{kind} stage {s} mb {mb}", "kind": "compute",
-                      "start": float(cur["end"] - cur["cost"]), "end": float(cur["end"]), "ns": float(cur["cost"])})
-        rank_rows = by_rank[r]
-        i = int(np.flatnonzero(rank_rows["id"].to_numpy() == cur["id"])[0])
-        prev = rank_rows.iloc[i - 1] if i > 0 else None
-        released = float(prev["end"] + prev["glue"]) if prev is not None else float(st.loc[r, "start"] + st.loc[r, "head"])
-        src = (kind, s - 1, mb) if kind == F and s > 0 else ((kind, s + 1, mb) if kind == B and s < n_stages - 1 else None)
-        arrival, asked = float(cur["arrival"]), float(cur["asked"])
-        if src is not None and src in a.index and np.isfinite(arrival) and asked < float(cur["sender_end"]):
-            # it asked for its input before the sender was done: the sender set its start
-            sender = a.loc[src]
-            links.append({"rank": r, "what": f"after the input of {kind} stage {s} mb {mb}", "kind": "waiting",
-                          "start": arrival, "end": float(cur["start"])})
-            links.append({"rank": r, "what": f"transfer stage {src[1]} -> {s} mb {mb}", "kind": "communication",
-                          "start": float(sender["end"]), "end": arrival})
-            cur = sender.copy()
+        what = f"{kind} stage {s} mb {mb}"
+        rows = by_rank[r]
+        i = int(np.flatnonzero(rows["id"].to_numpy() == cur["id"])[0])
+        prev = rows.iloc[i - 1] if i > 0 else None
+        released = float(prev["end"]) if prev is not None else float(st.loc[r, "start"])
+        src = (kind, s - 1, mb) if kind == F and s > 0 else ((kind, s + 1, mb) if kind == B and s < meas.n_stages - 1
+                                                             else None)
+        arrival, asked, sender_end = float(cur["arrival"]), float(cur["asked"]), float(cur["sender_end"])
+        act_end, cost = float(cur["end"]), float(cur["cost"])
+        if src is not None and src in a.index and np.isfinite(arrival) and asked < sender_end <= arrival:
+            # it waited for its input: the chain goes on at the sender
+            split(r, what, act_end, act_end - arrival, [("compute", what, cost)])
+            links.append((r, f"transfer stage {src[1]} -> {s} mb {mb}", "communication", arrival, arrival - sender_end))
+            cur = a.loc[src].copy()
             cur["pass"], cur["stage"], cur["micro_batch"] = src
             continue
-        if np.isfinite(arrival):  # the input was there: taking it is the rank's own work
-            links.append({"rank": r, "what": "after the input", "kind": "waiting", "start": arrival,
-                          "end": float(cur["start"])})
-            links.append({"rank": r, "what": "receive" if src is not None else "gap before the action",
-                          "kind": "communication" if src is not None else "waiting", "start": max(asked, released),
-                          "end": arrival})
-            links.append({"rank": r, "what": "gap", "kind": "waiting", "start": released, "end": max(asked, released)})
+        # the rank's previous work released it: its glue, this action's own time before it, the action
+        parts = []
+        if prev is not None:
+            comm = float(prev["glue_comm"])
+            parts += [("compute", "local work (loss, schedule)", float(prev["glue"]) - comm),
+                      ("communication", "sends recorded", comm)]
         else:
-            links.append({"rank": r, "what": "gap", "kind": "waiting", "start": released, "end": float(cur["start"])})
+            parts.append(("compute", "head (data, schedule set-up)", float(st.loc[r, "head"])))
+        if src is not None:
+            parts.append(("communication", f"receive of {what}", float(cur["receive"])))
+        parts.append(("compute", what, cost))
+        split(r, what, act_end, act_end - released, parts)
         if prev is None:
-            links.append({"rank": r, "what": "head (data, schedule set-up)", "kind": "compute",
-                          "start": float(st.loc[r, "start"]), "end": released})
             break
-        comm = float(prev["glue_comm"])
-        if comm:
-            links.append({"rank": r, "what": "sends recorded", "kind": "communication", "start": released - comm,
-                          "end": released})
-        if prev["glue"] - comm:
-            links.append({"rank": r, "what": "local work (loss, schedule)", "kind": "compute",
-                          "start": float(prev["end"]), "end": released - comm})
         cur = prev
-    frame = pd.DataFrame(links[::-1])
-    span = (frame["end"] - frame["start"]).clip(lower=0)
-    frame["ns"] = frame["ns"].fillna(span) if "ns" in frame else span
-    frame = frame[frame["ns"] > 0].reset_index(drop=True)
-    start = float(st["start"].min())
+    frame = pd.DataFrame(links, columns=["rank", "what", "kind", "end", "ns"])
+    frame.insert(3, "start", frame["end"] - frame["ns"])
+    frame = frame[frame["ns"] > 0].sort_values(["start", "end"], kind="stable").reset_index(drop=True)
     totals = {k: float(frame.loc[frame["kind"] == k, "ns"].sum()) for k in ("compute", "communication", "waiting")}
     totals["path_ns"] = end - float(frame["start"].min()) if len(frame) else 0.0
-    totals["step_ns"] = end - start
+    totals["step_ns"] = end - float(st["start"].min())
     totals["iteration"] = float(iteration)
     return frame, totals
 
