@@ -229,6 +229,11 @@ def answer_failure(app: dash.Dash, error: Exception) -> flask.Response | HTTPExc
                           mimetype="text/plain")
 
 
+def _replayable(profiles: Any) -> bool:
+    """Whether the What-if page has an imported pipeline to re-time (without a tune result)."""
+    return any(data.replayable(profiles.report(key)) for key in profiles.keys)
+
+
 def shown(page: dict[str, Any], comparing: bool, tuned: bool) -> bool:
     """Whether a registered page is served: the compare page only with two profiles, the What-if page
     only with a tune result."""
@@ -280,7 +285,8 @@ def shell() -> html.Div:
         [
             header,
             html.Div(
-                [html.Nav(navigation(profiles.comparing, profiles.tune_path is not None), id=ids.NAV, className="sidebar"),
+                [html.Nav(navigation(profiles.comparing, profiles.tune_path is not None or _replayable(profiles)),
+                          id=ids.NAV, className="sidebar"),
                  html.Main(dash.page_container, className="content")],
                 className="frame",
             ),

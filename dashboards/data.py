@@ -332,6 +332,12 @@ def open_profile(path: str | Path) -> Any:
     return pv.open(path)
 
 
+def replayable(report: Any) -> bool:
+    """An imported pipeline of several ranks: its what-ifs are re-timings of its trace (analysis/replay.py)."""
+    return bool(report.imported) and str(report.run.get("strategy")) == "pipelined" and len(
+        {int(s.get("ipu", 0)) for s in report.run.get("stages") or []}) > 1
+
+
 def report(key: str | None = None) -> Any:
     """Shorthand: the Report of profile ``key`` of the current app."""
     return current().report(key)

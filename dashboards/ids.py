@@ -171,3 +171,17 @@ OPERATIONS_TRACE = "operations-trace"  # one iteration of the execution trace, t
 OPERATIONS_TRACE_NOTE = "operations-trace-note"
 OPERATIONS_SELECTED = "operations-selected"  # what is selected, in words
 OPERATIONS_VARIABLES = "operations-variables"
+# The Stages page of an imported pipeline: its critical path across ranks, culprits and what-ifs
+STAGES_CRITICAL_SECTION = "stages-critical-section"
+STAGES_CRITICAL_CARDS = "stages-critical-cards"
+STAGES_CRITICAL_CULPRITS = "stages-critical-culprits"
+STAGES_CRITICAL_WHATIF = "stages-critical-whatif"
+STAGES_WHATIF_SCHEDULE = "stages-whatif-schedule"
+STAGES_WHATIF_MICRO_BATCHES = "stages-whatif-micro-batches"
+STAGES_WHATIF_RUN = "stages-whatif-run"
+STAGES_WHATIF_ANSWER = "stages-whatif-answer"
+WHATIF_DESCRIPTION = "whatif-description"
+WHATIF_SCATTER_TITLE = "whatif-scatter-title"
+WHATIF_SCATTER_NOTE = "whatif-scatter-note"
+WHATIF_PARETO_TITLE = "whatif-pareto-title"
+WHATIF_PARETO_NOTE = "whatif-pareto-note"

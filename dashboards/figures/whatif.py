@@ -80,3 +80,54 @@ def whatif_pareto(rows: pd.DataFrame) -> go.Figure:
     _start_marker(fig, fit, "ipus")
     return styled(fig, height=440, xaxis_title="IPUs used", yaxis_title="throughput (samples/s)",
                   xaxis=dict(type="log", dtick=0.30102999566), clickmode="event", **WHATIF_LEGEND)
+
+
+SCHEDULE_COLOURS = {"GPipe": "#3B7DD8", "1F1B": "#3FA672", "Interleaved1F1B": "#D9822B"}
+
+
+def _replay_hover(rows: pd.DataFrame) -> list[str]:
+    return (rows["schedule"] + ", " + rows["micro_batches"].astype(int).astype(str) + " micro-batches<br>"
+            + rows["step_ms"].map("{:,.1f} ms a step".format) + " (" + rows["low_ms"].map("{:,.1f}".format) + " to "
+            + rows["high_ms"].map("{:,.1f}".format) + ")<br>" + rows["ms_per_micro_batch"].map("{:,.2f} ms a micro-batch".format)
+            + ", " + rows["gain_pct"].map("{:+.1f}% throughput".format)).tolist()
+
+
+def replay_per_micro_batch(rows: pd.DataFrame, recorded: tuple[str, int]) -> go.Figure:
+    """An imported pipeline's search (``analysis.whatif.search``): time per micro-batch against the
+    micro-batches of a step, a line per schedule with each point's range (``customdata``: its row); the run
+    as recorded ringed by a star."""
+    if not len(rows):
+        return empty("No schedule these stages allow could be re-timed.")
+    fig = go.Figure()
+    for schedule, part in rows.sort_values("micro_batches").groupby("schedule", sort=False):
+        per = part["micro_batches"].astype(float)
+        fig.add_trace(go.Scatter(
+            x=part["micro_batches"], y=part["ms_per_micro_batch"], mode="lines+markers", name=schedule,
+            customdata=part.index.tolist(), hovertext=_replay_hover(part), hoverinfo="text",
+            error_y=dict(type="data", symmetric=False, array=part["high_ms"] / per - part["ms_per_micro_batch"],
+                         arrayminus=part["ms_per_micro_batch"] - part["low_ms"] / per, thickness=1),
+            marker=dict(size=9, color=SCHEDULE_COLOURS.get(str(schedule), FITS_COLOUR)),
+            line=dict(color=SCHEDULE_COLOURS.get(str(schedule), FITS_COLOUR))))
+    start = rows[(rows["schedule"] == recorded[0]) & (rows["micro_batches"] == recorded[1])]
+    if len(start):
+        fig.add_trace(go.Scatter(
+            x=start["micro_batches"], y=start["ms_per_micro_batch"], mode="markers", name="as recorded",
+            customdata=start.index.tolist(), hovertext=_replay_hover(start), hoverinfo="text",
+            marker=dict(symbol="star", size=18, color="rgba(0,0,0,0)", line=dict(color=START_COLOUR, width=2))))
+    return styled(fig, height=440, xaxis_title="micro-batches per step", yaxis_title="ms per micro-batch",
+                  clickmode="event", **WHATIF_LEGEND)
+
+
+def replay_bubble(rows: pd.DataFrame) -> go.Figure:
+    """The bubble each candidate leaves against micro-batches, a line per schedule."""
+    if not len(rows):
+        return empty("No schedule these stages allow could be re-timed.")
+    fig = go.Figure()
+    for schedule, part in rows.sort_values("micro_batches").groupby("schedule", sort=False):
+        fig.add_trace(go.Scatter(
+            x=part["micro_batches"], y=part["bubble_pct"], mode="lines+markers", name=schedule,
+            customdata=part.index.tolist(), hovertext=_replay_hover(part), hoverinfo="text",
+            marker=dict(size=8, color=SCHEDULE_COLOURS.get(str(schedule), FITS_COLOUR)),
+            line=dict(color=SCHEDULE_COLOURS.get(str(schedule), FITS_COLOUR))))
+    return styled(fig, height=440, xaxis_title="micro-batches per step", yaxis_title="bubble (% of the ranks' time)",
+                  clickmode="event", **WHATIF_LEGEND)

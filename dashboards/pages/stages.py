@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, html
+from dash import Input, Output, State, dcc, html
 
 from dashboards import components as c
 from dashboards import data, ids
@@ -43,6 +43,23 @@ def layout(**_query: str) -> html.Div:
             # An imported trace does not name each stage's layers: one line instead of a split.
             c.section("Suggested split", c.one_line(imported.NO_BLOCKS, ids.STAGES_NO_BLOCKS),
                       section_id=ids.STAGES_SPLIT_NOTE, hidden=True),
+            # An imported pipeline re-timed from its measured costs (analysis/replay.py)
+            c.section("Critical path across ranks, and what if",
+                      html.Div(id=ids.STAGES_CRITICAL_CARDS, className="cards-slot"),
+                      html.H4("Culprits: each rank's stages made as fast as the mean stage"),
+                      html.Div(id=ids.STAGES_CRITICAL_CULPRITS),
+                      html.H4("What if: re-timed with the run's measured costs"),
+                      html.Div(id=ids.STAGES_CRITICAL_WHATIF),
+                      html.Div([
+                          dcc.Dropdown(id=ids.STAGES_WHATIF_SCHEDULE, clearable=False, className="whatif-schedule"),
+                          dcc.Input(id=ids.STAGES_WHATIF_MICRO_BATCHES, type="number", min=1, max=4096, step=1,
+                                    className="whatif-micro-batches"),
+                          html.Button("Re-time", id=ids.STAGES_WHATIF_RUN, n_clicks=0, className="verify-button"),
+                      ], className="whatif-form"),
+                      html.P(id=ids.STAGES_WHATIF_ANSWER, className="whatif-answer"),
+                      note="The chain of passes and transfers that set one measured step; the range is every cost "
+                           "at its 10th and 90th percentile over the run. Memory is not modelled.",
+                      section_id=ids.STAGES_CRITICAL_SECTION, hidden=True),
         ]
     )
 
@@ -159,3 +176,86 @@ def render(profile: str | None):
         comparison,
         table,
     )
+
+
+def critical_cards(figures_: dict[str, Any]) -> list[tuple]:
+    """The critical path's shares, its culprit and how well the re-timing reproduces the run."""
+    f = figures_
+    return [
+        ("Compute on the path", c.fmt_pct(f["compute_pct"]), f"of a {f['path_ms']:,.1f} ms step"),
+        ("Communication", c.fmt_pct(f["communication_pct"]), "transfers, sends and receives on the path"),
+        ("Waiting", c.fmt_pct(f["waiting_pct"]), "time the path records nothing for"),
+        ("Culprit", f["culprit"], f"as fast as the mean stage: {f['culprit_saves_pct']:.0f}% shorter steps",
+         "bad" if f["culprit_saves_pct"] > 10 else ""),
+        ("Re-timed", c.fmt_pct(f["retimed_residual_pct"]), "the recorded steps re-timed, against the measured"),
+    ]
+
+
+WHATIF_COLUMNS = {"change": "change", "step_ms": "step (ms)", "low_ms": "from", "high_ms": "to",
+                  "ms_per_micro_batch": "ms per micro-batch", "gain_pct": "throughput", "bubble_pct": "bubble",
+                  "ideal_bubble_pct": "ideal bubble"}
+CULPRIT_COLUMNS = {"rank": "rank", "stages": "stages", "step_ms": "step (ms)", "step_if_mean_ms": "if as fast (ms)",
+                   "saves_ms": "saves (ms)", "saves_pct": "saves"}
+
+
+@dash.callback(
+    Output(ids.STAGES_CRITICAL_SECTION, "style"),
+    Output(ids.STAGES_CRITICAL_CARDS, "children"),
+    Output(ids.STAGES_CRITICAL_CULPRITS, "children"),
+    Output(ids.STAGES_CRITICAL_WHATIF, "children"),
+    Output(ids.STAGES_WHATIF_SCHEDULE, "options"),
+    Output(ids.STAGES_WHATIF_SCHEDULE, "value"),
+    Output(ids.STAGES_WHATIF_MICRO_BATCHES, "value"),
+    Input(ids.PROFILE, "value"),
+)
+def render_critical_path(profile: str | None):
+    """An imported pipeline's critical path, culprits and what-ifs; hidden for any other profile."""
+    from popvision_py.analysis.replay import SCHEDULES, ReplayError, schedule_order
+
+    report = data.report(profile)
+    if not (data.naming(report).imported and pipelined(report)):
+        return c.shown(False), None, None, None, [], None, None
+    view = report.critical_path
+    try:
+        figures_ = view.figures()
+    except ReplayError as exc:
+        return c.shown(True), c.one_line(str(exc)), None, None, [], None, None
+    m = view.measured()
+    allowed = []
+    for schedule in SCHEDULES:
+        try:
+            schedule_order(schedule, m.world, m.stages_per_rank, m.micro_batches)
+            allowed.append(schedule)
+        except ReplayError:
+            continue
+    return (c.shown(True), c.cards(critical_cards(figures_)),
+            c.table(view.culprits(), CULPRIT_COLUMNS, formats={"rank": c.fmt_int, "stages": str},
+                    table_id="stages-culprits-table"),
+            c.table(view.whatif(), WHATIF_COLUMNS, formats={"change": str}, table_id="stages-whatif-table"),
+            [{"label": s, "value": s} for s in allowed], m.schedule, m.micro_batches)
+
+
+@dash.callback(
+    Output(ids.STAGES_WHATIF_ANSWER, "children"),
+    Input(ids.STAGES_WHATIF_RUN, "n_clicks"),
+    State(ids.STAGES_WHATIF_SCHEDULE, "value"),
+    State(ids.STAGES_WHATIF_MICRO_BATCHES, "value"),
+    State(ids.PROFILE, "value"),
+    prevent_initial_call=True,
+)
+def re_time(_n_clicks: int, schedule: str | None, micro_batches: Any, profile: str | None):
+    """One what-if of the form, as `popvision tune PROFILE --set schedule=... --set micro_batches=...`."""
+    from popvision_py.analysis.replay import SCHEDULES, ReplayError
+    from popvision_py.analysis.whatif import pytorch_words
+
+    if schedule not in SCHEDULES or not isinstance(micro_batches, int) or isinstance(micro_batches, bool) \
+            or not 1 <= micro_batches <= 4096:
+        return "Choose a schedule and a number of micro-batches from 1 to 4,096."
+    try:
+        p = data.report(profile).critical_path.replay().predict(schedule=schedule, micro_batches=micro_batches)
+    except ReplayError as exc:
+        return str(exc)
+    return [f"{p.change}: ", html.Strong(f"{p.step_ns / 1e6:,.1f} ms"), " a step (range "
+            f"{p.low_ns / 1e6:,.1f} to {p.high_ns / 1e6:,.1f} ms), {p.per_micro_batch_ns / 1e6:,.2f} ms a micro-batch "
+            f"({p.gain_pct:+.1f}% throughput), bubble {p.bubble_pct:.1f}% (ideal {p.ideal_bubble_pct:.1f}%). In "
+            "PyTorch: ", html.Code(pytorch_words(p))]

@@ -29,15 +29,14 @@ BEST_PROFILE_KEYS = ("best_profile", "profile")
 def layout(**_query: str) -> html.Div:
     return html.Div(
         [
-            c.page_header("What-if", "Every configuration the tune search emulated: throughput against memory, "
-                                     "the fastest for each number of IPUs, and the command of any point you click."),
+            c.page_header("What-if", WORDS[False][0], description_id=ids.WHATIF_DESCRIPTION),
             html.Div(id=ids.WHATIF_HEADER, className="cards-slot"),
             html.Div(
                 [
-                    c.section("Throughput against worst-tile memory", c.graph(ids.WHATIF_SCATTER),
-                              note="One point per emulated candidate; click one for its command."),
-                    c.section("Throughput against IPUs: the Pareto front", c.graph(ids.WHATIF_PARETO),
-                              note="The candidates that fit; the front is the fastest for as many IPUs or fewer."),
+                    c.section(WORDS[False][1], c.graph(ids.WHATIF_SCATTER), note=WORDS[False][2],
+                              title_id=ids.WHATIF_SCATTER_TITLE, note_id=ids.WHATIF_SCATTER_NOTE),
+                    c.section(WORDS[False][3], c.graph(ids.WHATIF_PARETO), note=WORDS[False][4],
+                              title_id=ids.WHATIF_PARETO_TITLE, note_id=ids.WHATIF_PARETO_NOTE),
                 ],
                 className="grid-2",
             ),
@@ -50,6 +49,37 @@ def layout(**_query: str) -> html.Div:
                       dcc.Loading(html.Div(id=ids.WHATIF_COMPARISON), type="dot", delay_show=200)),
         ]
     )
+
+
+# The page's words for a tune result (False) and for an imported pipeline re-timed from its trace (True):
+# description, first figure's title and note, second figure's title and note
+WORDS = {
+    False: ("Every configuration the tune search emulated: throughput against memory, the fastest for each number "
+            "of IPUs, and the command of any point you click.",
+            "Throughput against worst-tile memory", "One point per emulated candidate; click one for its command.",
+            "Throughput against IPUs: the Pareto front",
+            "The candidates that fit; the front is the fastest for as many IPUs or fewer."),
+    True: ("The imported pipeline re-timed from its own measured costs under every schedule and micro-batch count "
+           "its stages allow (popvision tune PROFILE); click a point for the change to make in PyTorch.",
+           "Time per micro-batch against micro-batches per step",
+           "A line per schedule; each bar is the range from the costs' 10th to 90th percentiles.",
+           "The bubble against micro-batches per step",
+           "The share of the ranks' time idle; the stages' imbalance keeps it above the schedule's ideal."),
+}
+
+
+@dash.callback(
+    Output(ids.WHATIF_DESCRIPTION, "children"),
+    Output(ids.WHATIF_SCATTER_TITLE, "children"),
+    Output(ids.WHATIF_SCATTER_NOTE, "children"),
+    Output(ids.WHATIF_PARETO_TITLE, "children"),
+    Output(ids.WHATIF_PARETO_NOTE, "children"),
+    Input(ids.PROFILE, "value"),
+)
+def render_words(profile: str | None):
+    """A tune result's words, or an imported pipeline's (shown when there is no tune result)."""
+    replayed = data.current().tune_path is None and data.replayable(data.report(profile))
+    return WORDS[replayed]
 
 
 def key_figures(rows: pd.DataFrame, meta: dict[str, Any]) -> list[tuple]:
@@ -137,12 +167,57 @@ def _no_tune() -> tuple:
     Output(ids.WHATIF_PARETO, "figure"),
     Input(ids.PROFILE, "value"),
 )
-def render(_profile: str | None):
+def render(profile: str | None):
     profiles = data.current()
     if profiles.tune_path is None:
+        report = data.report(profile)
+        if data.replayable(report):
+            return replay_render(report)
         return _no_tune()
     rows, meta = profiles.tune()
     return c.cards(key_figures(rows, meta)), figures.whatif_scatter(rows), figures.whatif_pareto(rows)
+
+
+def replay_search(report: Any) -> pd.DataFrame:
+    from popvision_py.analysis import whatif
+
+    return report.memo(("whatif-page", "search"), lambda: whatif.search(report.critical_path.replay()))
+
+
+def replay_render(report: Any) -> tuple:
+    """An imported pipeline's What-if page: every schedule x micro-batch count re-timed from its costs."""
+    from popvision_py.analysis.replay import ReplayError
+
+    try:
+        rows = replay_search(report)
+        m = report.critical_path.measured()
+    except ReplayError as exc:
+        blank = empty(str(exc))
+        return html.Div(str(exc), className="empty"), blank, blank
+    best = rows.iloc[0]
+    cards = [("Pipeline", f"{m.schedule}", f"{m.world} ranks, {m.n_stages} stages, {m.micro_batches} micro-batches"),
+             ("Candidates", f"{len(rows)}", "schedules x micro-batch counts, re-timed from the trace"),
+             ("Fastest", f"{best['schedule']} x {int(best['micro_batches'])}",
+              f"{best['ms_per_micro_batch']:,.2f} ms a micro-batch ({best['gain_pct']:+.1f}% throughput)",
+              "good" if best["gain_pct"] > 0 else ""),
+             ("Not modelled", "memory", "more micro-batches in flight hold more activations")]
+    return (c.cards(cards), figures.replay_per_micro_batch(rows, (m.schedule, m.micro_batches)),
+            figures.replay_bubble(rows))
+
+
+def replay_candidate_view(row: pd.Series) -> html.Div:
+    """A re-timed candidate: its figures and the change to make in PyTorch."""
+    facts = pd.DataFrame({
+        "figure": ["step", "range of the step", "per micro-batch", "throughput", "bubble"],
+        "value": [f"{row['step_ms']:,.1f} ms", f"{row['low_ms']:,.1f} to {row['high_ms']:,.1f} ms",
+                  f"{row['ms_per_micro_batch']:,.2f} ms", f"{row['gain_pct']:+.1f}%", f"{row['bubble_pct']:.1f}%"]})
+    return html.Div([
+        html.P(f"rank {int(row['rank'])}: {row['schedule']} with {int(row['micro_batches'])} micro-batches",
+               className="whatif-title", id="whatif-title"),
+        *c.command_block(str(row["pytorch"])),
+        c.table(facts, columns={"figure": "", "value": ""}, formats={"figure": str, "value": str},
+                table_id="whatif-facts"),
+    ])
 
 
 def _clicked_row(point: Any, rows: pd.DataFrame) -> int:
@@ -166,11 +241,20 @@ def _candidate_row(row: Any, rows: pd.DataFrame) -> int:
     Output(ids.WHATIF_COMPARISON, "children"),
     Input(ids.WHATIF_SCATTER, "clickData"),
     Input(ids.WHATIF_PARETO, "clickData"),
+    State(ids.PROFILE, "value"),
     prevent_initial_call=True,
 )
-def choose(scatter: dict | None, pareto: dict | None):
+def choose(scatter: dict | None, pareto: dict | None, profile: str | None = None):
     """The clicked candidate (from either figure): its view, its row kept for "Emulate and compare"."""
-    return chosen(pareto if dash.ctx.triggered_id == ids.WHATIF_PARETO else scatter)
+    clicked = pareto if dash.ctx.triggered_id == ids.WHATIF_PARETO else scatter
+    profiles = data.current()
+    if profiles.tune_path is None:  # an imported pipeline's re-timed candidate: nothing to emulate
+        if not clicked or not clicked.get("points"):
+            return dash.no_update, dash.no_update, dash.no_update, dash.no_update, dash.no_update
+        rows = replay_search(data.report(profile))
+        row = _clicked_row(clicked["points"][0], rows)
+        return replay_candidate_view(rows.iloc[row]), "", None, True, []
+    return chosen(clicked)
 
 
 def chosen(clicked: dict | None) -> tuple:

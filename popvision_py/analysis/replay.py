@@ -467,6 +467,7 @@ class Replay:
         self._head = st.groupby("rank")["head"].median().reindex(range(measured.world), fill_value=0).to_numpy(float)
         self._tail = st.groupby("rank")["tail"].median().reindex(range(measured.world), fill_value=0).to_numpy(float)
         self._baseline: float | None = None
+        self._points: dict[tuple[str, int, bool, float | None], tuple[float, float, float]] = {}
 
     # the measured run, re-timed with its own costs
     def retimed(self) -> pd.DataFrame:
@@ -497,13 +498,17 @@ class Replay:
         return float(self.retimed()["error_pct"].median())
 
     def _point(self, kind: str, s: int, mb: int, q: float | None = None) -> tuple[float, float, float]:
-        samples = self._samples.get((kind, s, mb == 0))
-        if samples is None:
-            samples = self._samples.get((kind, s, mb != 0))
-        if samples is None:
-            raise ReplayError(f"The traces hold no {kind} of stage {s}: it cannot be re-timed.")
-        values = np.median(samples, axis=0) if q is None else np.percentile(samples, q, axis=0)
-        return float(values[0]), float(values[1]), float(values[2])
+        """(cost, glue, receive) of an action: the median of its class's samples, or their ``q``-th percentile."""
+        key = (kind, s, mb == 0, q)
+        if key not in self._points:
+            samples = self._samples.get((kind, s, mb == 0))
+            if samples is None:
+                samples = self._samples.get((kind, s, mb != 0))
+            if samples is None:
+                raise ReplayError(f"The traces hold no {kind} of stage {s}: it cannot be re-timed.")
+            values = np.median(samples, axis=0) if q is None else np.percentile(samples, q, axis=0)
+            self._points[key] = (float(values[0]), float(values[1]), float(values[2]))
+        return self._points[key]
 
     def _run(self, schedule: str, m: int, scale: Mapping[int, float], fast: Mapping[tuple[str, int], float],
              q: float | None) -> Timeline:

@@ -285,6 +285,23 @@ class SummaryReport(_View):
 
         return self._memo("insights", compute)
 
+    def _imported_what_if(self) -> list[tuple[str, str, str, str]]:
+        """The one change of schedule or micro-batches that helps an imported pipeline most, re-timed."""
+        from popvision_py.analysis import whatif
+
+        try:
+            best = whatif.best_change(self._r.critical_path.replay())
+        except _replay.ReplayError:
+            return []  # no pipeline to re-time: nothing to suggest
+        if best is None:
+            return []
+        m = self._r.critical_path.measured()
+        return [("info", "what-if", f"re-timed with its measured costs, {best['schedule']} with "
+                 f"{int(best['micro_batches'])} micro-batches (now {m.schedule} with {m.micro_batches}) would run "
+                 f"{best['gain_pct']:.0f}% more micro-batches a second (step {best['step_ms']:,.1f} ms, range "
+                 f"{best['low_ms']:,.1f} to {best['high_ms']:,.1f} ms)",
+                 f"{best['pytorch']}; memory is not modelled (more micro-batches in flight hold more activations).")]
+
     def _imported_findings(self) -> tuple[Table, list[_fixes.Fix | None]]:
         """An imported run's insights, in a PyTorch user's words: none has a ``popvision run`` command."""
         r = self._r
@@ -293,6 +310,7 @@ class SummaryReport(_View):
         cycles = dict(zip(np.asarray(per["stage"])[everything].tolist(),
                           np.asarray(per["cycles_per_micro_batch"], np.float64)[everything].tolist()))
         rows = _imported.insights(r.run, r.stages.figures(), r.exchange._communication(), r.liveness._peaks(), cycles)
+        rows += self._imported_what_if()
         columns = {c: np.empty(len(rows), object) for c in _summary.INSIGHT_COLUMNS}
         for k, (severity, topic, finding, suggestion) in enumerate(rows):
             for c, v in zip(_summary.INSIGHT_COLUMNS, (severity, topic, finding, suggestion, "", "")):

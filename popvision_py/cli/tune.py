@@ -175,7 +175,7 @@ def _tune_imported(path: Path, sets: tuple[str, ...], as_json: bool, top: int) -
     """`tune PROFILE` of an imported pipeline: the search (or --set's one what-if), printed."""
     import popvision_py
     from popvision_py.render.text import table
-    from popvision_py.tune import replayed
+    from popvision_py.analysis import whatif as replayed
 
     with popvision_py.open(path) as report:
         if not report.imported:

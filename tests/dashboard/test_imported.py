@@ -80,14 +80,16 @@ def test_every_page_of_an_imported_trace_draws_without_console_errors(dash_duo, 
         # AND no page calls a rank an IPU in its description
         if path != "/compare":
             assert "IPU" not in dash_duo.find_element(".page-description").text, path
-    # AND the What-if page (no tune result) says how to get one, without an error
+    # AND the What-if page (no tune result) re-times the imported pipeline, without an error
     dash_duo.wait_for_page(url=f"{dash_duo.server_url}/whatif")
-    dash_duo.wait_for_contains_text(f"#{ids.WHATIF_HEADER}", "--tune", timeout=10)
+    dash_duo.wait_for_contains_text(f"#{ids.WHATIF_HEADER}", "GPipe", timeout=15)
+    wait_for_figures(dash_duo, [ids.WHATIF_SCATTER, ids.WHATIF_PARETO])
+    assert "re-timed from its own measured costs" in dash_duo.find_element(f"#{ids.WHATIF_DESCRIPTION}").text
     assert errors(dash_duo) == []
     links = [link.text.split("\n")[-1] for link in dash_duo.find_elements(".nav-link")]
     assert links == ["Summary", "Memory", "Liveness", "Execution trace", "Operations", "Stages", "Exchange",
                      "Program tree", "System",
-                     "Compare"]
+                     "Compare", "What-if"]
     # AND the System page shows the ranks' CPU timelines the import wrote beside the profile, a row per rank
     dash_duo.wait_for_page(url=f"{dash_duo.server_url}/system")
     wait_for_figures(dash_duo, [ids.SYSTEM_TIMELINE])
@@ -202,3 +204,41 @@ def test_an_ipu_profile_keeps_its_words(app):
     assert exchange[1:] == ("Where the IPU time goes", {"display": "none"}, page("exchange").MATRIX_OPTIONS[False],
                             "Costliest exchange steps", page("exchange").COSTLIEST_NOTE[False])
     assert page("trace").render_words("a")[1:] == ("BSP timeline", {}, {"display": "none"})
+
+
+@pytest.mark.browser
+def test_the_stages_page_names_the_culprit_and_re_times_a_what_if(dash_duo, imported_app):
+    dash_duo.start_server(imported_app)
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/stages")
+    # THEN the critical path's section shows for the imported pipeline, naming the planted heavy stage
+    dash_duo.wait_for_contains_text(f"#{ids.STAGES_CRITICAL_CARDS}", "rank 2 (stage 2)", timeout=20)
+    assert dash_duo.find_element(f"#{ids.STAGES_CRITICAL_SECTION}").is_displayed()
+    culprits = dash_duo.find_element("#stages-culprits-table").text.splitlines()
+    assert culprits[1].split()[:2] == ["2", "2"]  # the first row: rank 2, stage 2
+    assert "as recorded" in dash_duo.find_element("#stages-whatif-table").text
+    # WHEN a what-if is asked: twice the micro-batches (4 recorded)
+    box = dash_duo.find_element(f"#{ids.STAGES_WHATIF_MICRO_BATCHES}")
+    box.clear()
+    box.send_keys("8")
+    dash_duo.find_element(f"#{ids.STAGES_WHATIF_RUN}").click()
+    # THEN the answer is its step with a range, and the change in PyTorch's words
+    dash_duo.wait_for_contains_text(f"#{ids.STAGES_WHATIF_ANSWER}", "8 micro-batches", timeout=15)
+    answer = dash_duo.find_element(f"#{ids.STAGES_WHATIF_ANSWER}").text
+    assert "a step (range" in answer and "ScheduleGPipe(stage, n_microbatches=8, loss_fn=...)" in answer
+    assert errors(dash_duo) == []
+
+
+@pytest.mark.browser
+def test_a_re_timed_candidate_clicked_on_the_what_if_page_gives_its_pytorch_change(dash_duo, imported_app):
+    dash_duo.start_server(imported_app)
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/whatif")
+    wait_for_figures(dash_duo, [ids.WHATIF_SCATTER])
+    # WHEN a point of the first figure is clicked
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    point = dash_duo.find_elements(f"#{ids.WHATIF_SCATTER} .scatterlayer .trace .point")[0]
+    ActionChains(dash_duo.driver).move_to_element(point).click().perform()
+    # THEN its view names the schedule class and micro-batches to set
+    dash_duo.wait_for_contains_text(f"#{ids.WHATIF_DETAIL}", "n_microbatches=", timeout=15)
+    assert "Schedule" in dash_duo.find_element(f"#{ids.WHATIF_DETAIL}").text
+    assert errors(dash_duo) == []

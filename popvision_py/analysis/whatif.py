@@ -1,5 +1,6 @@
-"""`popvision tune PROFILE` for a pipeline imported from PyTorch traces: schedules x micro-batch counts,
-each re-timed with the run's own measured costs (``analysis.replay``), the fastest named in PyTorch's words.
+"""What-ifs of a pipeline imported from PyTorch traces: schedules x micro-batch counts, each re-timed with
+the run's own measured costs (``analysis.replay``), the fastest named in PyTorch's words. `popvision tune
+PROFILE` prints the search, `--set` one answer, and the insights the best change.
 
 An emulated model's search emulates each candidate on Dask; here a candidate is one list schedule of a
 few hundred actions (about a millisecond), so the whole search runs in the process. Candidates are
@@ -18,7 +19,9 @@ from popvision_py.analysis.replay import SCHEDULE_CLASS, SCHEDULES, Prediction, 
 
 COLUMNS = ["rank", "schedule", "micro_batches", "step_ms", "low_ms", "high_ms", "ms_per_micro_batch", "gain_pct",
            "bubble_pct", "pytorch"]
-SET_KEYS = ("schedule", "micro_batches", "fast_rank", "stageN")
+# the insights suggest a change of schedule or micro-batches only above this throughput gain: below it, the
+# measured costs' own spread from step to step moves the answer as much
+MIN_GAIN_PCT = 5.0
 
 
 def micro_batch_counts(recorded: int, world: int) -> list[int]:
@@ -82,6 +85,15 @@ def parse_sets(pairs: Iterable[str]) -> dict[str, Any]:
             raise ReplayError(f"--set {pair}: give KEY=VALUE with a number where one is due "
                               f"(e.g. micro_batches=16, stage2=0.5).") from None
     return out
+
+
+def best_change(replay: Replay) -> pd.Series | None:
+    """The search's fastest candidate if it beats the run as recorded, else None."""
+    found = search(replay)
+    m = replay.m
+    best = found.iloc[0]
+    recorded = (best["schedule"] == m.schedule) and int(best["micro_batches"]) == m.micro_batches
+    return None if recorded or best["gain_pct"] < MIN_GAIN_PCT else best
 
 
 def what_if(replay: Replay, sets: Mapping[str, Any]) -> Prediction:
