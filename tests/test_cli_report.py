@@ -19,7 +19,8 @@ from tests import synthetic
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted(ROOT.glob("sample_profiles/**/*.pop"))
-SECTIONS = ["all", "summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "tiles", "system"]
+SECTIONS = ["all", "summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "tiles", "system",
+            "critical-path"]
 # compare sets the device's figures side by side, not the ops, the program trees, each tile's balance or the
 # host's timelines
 COMPARED = ["all", "summary", "memory", "liveness", "stages", "exchange"]
@@ -68,7 +69,7 @@ def run_report(profile: Path, section: str, fmt: str, tmp_path: Path) -> None:
         page = out.read_text()
         assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
         # an imported trace's tiles section is one line ("A rank has no tiles: ..."), without a figure
-        assert page.count("Plotly.newPlot") >= 1 or section in ("summary", "system") or (
+        assert page.count("Plotly.newPlot") >= 1 or section in ("summary", "system", "critical-path") or (
             section == "programs" and "gpipe" in str(out)) or (section == "tiles" and "A rank has no tiles" in page)
         assert page.count("plotly.js v") <= 1  # plotly.js inlined once at most
     else:

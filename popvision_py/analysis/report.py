@@ -41,13 +41,14 @@ from popvision_py.analysis import memory as _memory
 from popvision_py.analysis import memory_depth as _memory_depth
 from popvision_py.analysis import operations as _operations
 from popvision_py.analysis import programs as _programs
-from popvision_py.analysis import replay as _replay
+from popvision_py.analysis import critical_path as _critical_path
 from popvision_py.analysis import stages as _stages
 from popvision_py.analysis import summary as _summary
 from popvision_py.analysis import system as _system
 from popvision_py.analysis import tiles as _tiles
 from popvision_py.analysis import trace as _trace
 from popvision_py.analysis import tracescan as _tracescan
+from popvision_py.analysis import whatif as _whatif
 from popvision_py.analysis.tables import TABLE_COLUMNS, Columns, StepIndex, Table
 from popvision_py.analysis.tracescan import Aggregates, iterations_traced
 from popvision_py.errors import OutOfRangeError
@@ -91,7 +92,7 @@ class Report:
         self.operations = _operations.OperationsReport(self)
         self.insights = _insights.InsightsView(self)  # FP32 variables, fullest tiles, memory histogram
         self.tiles = _tiles.TilesReport(self)
-        self.critical_path = _replay.CriticalPathView(self)  # an imported pipeline re-timed: path, culprits, what-ifs
+        self.critical_path = _critical_path.CriticalPathView(self)  # an imported pipeline re-timed: path, culprits, what-ifs
 
     @property
     def imported(self) -> bool:
@@ -285,23 +286,6 @@ class SummaryReport(_View):
 
         return self._memo("insights", compute)
 
-    def _imported_what_if(self) -> list[tuple[str, str, str, str]]:
-        """The one change of schedule or micro-batches that helps an imported pipeline most, re-timed."""
-        from popvision_py.analysis import whatif
-
-        try:
-            best = whatif.best_change(self._r.critical_path.replay())
-        except _replay.ReplayError:
-            return []  # no pipeline to re-time: nothing to suggest
-        if best is None:
-            return []
-        m = self._r.critical_path.measured()
-        return [("info", "what-if", f"re-timed with its measured costs, {best['schedule']} with "
-                 f"{int(best['micro_batches'])} micro-batches (now {m.schedule} with {m.micro_batches}) would run "
-                 f"{best['gain_pct']:.0f}% more micro-batches a second (step {best['step_ms']:,.1f} ms, range "
-                 f"{best['low_ms']:,.1f} to {best['high_ms']:,.1f} ms)",
-                 f"{best['pytorch']}; memory is not modelled (more micro-batches in flight hold more activations).")]
-
     def _imported_findings(self) -> tuple[Table, list[_fixes.Fix | None]]:
         """An imported run's insights, in a PyTorch user's words: none has a ``popvision run`` command."""
         r = self._r
@@ -310,7 +294,7 @@ class SummaryReport(_View):
         cycles = dict(zip(np.asarray(per["stage"])[everything].tolist(),
                           np.asarray(per["cycles_per_micro_batch"], np.float64)[everything].tolist()))
         rows = _imported.insights(r.run, r.stages.figures(), r.exchange._communication(), r.liveness._peaks(), cycles)
-        rows += self._imported_what_if()
+        rows += _whatif.insight(r.critical_path)  # the one change of schedule or micro-batches that helps most
         columns = {c: np.empty(len(rows), object) for c in _summary.INSIGHT_COLUMNS}
         for k, (severity, topic, finding, suggestion) in enumerate(rows):
             for c, v in zip(_summary.INSIGHT_COLUMNS, (severity, topic, finding, suggestion, "", "")):

@@ -99,3 +99,20 @@ def best_change(replay: Replay) -> pd.Series | None:
 def what_if(replay: Replay, sets: Mapping[str, Any]) -> Prediction:
     return replay.predict(schedule=sets.get("schedule"), micro_batches=sets.get("micro_batches"),
                           scale=sets.get("scale"), fast_rank=sets.get("fast_rank"))
+
+
+def insight(view: Any) -> list[tuple[str, str, str, str]]:
+    """The insights' row for an imported pipeline (``view``: ``report.critical_path``): the one change of
+    schedule or micro-batches that helps most, re-timed; none without a pipeline or a gain of MIN_GAIN_PCT."""
+    try:
+        best = best_change(view.replay())
+    except ReplayError:
+        return []  # no pipeline to re-time: nothing to suggest
+    if best is None:
+        return []
+    m = view.measured()
+    return [("info", "what-if", f"re-timed with its measured costs, {best['schedule']} with "
+             f"{int(best['micro_batches'])} micro-batches (now {m.schedule} with {m.micro_batches}) would run "
+             f"{best['gain_pct']:.0f}% more micro-batches a second (step {best['step_ms']:,.1f} ms, range "
+             f"{best['low_ms']:,.1f} to {best['high_ms']:,.1f} ms)",
+             f"{best['pytorch']}; memory is not modelled (more micro-batches in flight hold more activations).")]

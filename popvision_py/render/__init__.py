@@ -57,6 +57,8 @@ def emit(doc: Document, fmt: str, output: str | os.PathLike[str] | None) -> list
         raise OutputError(f"--format {fmt} writes {NEEDS_OUTPUT[fmt]}: give it with -o PATH.")
     if fmt == "csv":
         from popvision_py.render import csvout
+        if Path(output).exists() and not Path(output).is_dir():
+            raise OutputError(f"Cannot write into {output}: it is not a folder; --format csv writes a folder of files.")
         return csvout.write(doc, output)
     data = FORMATS[fmt](doc)
     if output is None:

@@ -11,7 +11,6 @@ import pandas as pd
 
 from popvision_py.analysis.tables import Table
 from popvision_py.format.atomic import atomic_output
-from popvision_py.render import OutputError
 from popvision_py.render.document import Document
 from popvision_py.render.jsonout import plain
 
@@ -32,8 +31,6 @@ def frames(doc: Document) -> dict[str, pd.DataFrame]:
 def write(doc: Document, folder: str | os.PathLike[str]) -> list[Path]:
     """Write each table atomically into ``folder`` (created if needed); returns the paths written."""
     folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise OutputError(f"Cannot write into {folder}: it is not a folder; --format csv writes a folder of files.")
     written = []
     for name, frame in frames(doc).items():
         buffer = io.StringIO()
