@@ -14,9 +14,49 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from popvision_py.analysis import retime
 from popvision_py.analysis.replay import (B, F, SCHEDULES, Measured, Prediction, Replay, ReplayError,
                                           from_profile)
 from popvision_py.analysis.tables import Table
+
+
+# -- an emulated run: bulk-synchronous supersteps --------------------------------------------------
+
+
+def bsp_path(s: retime.Supersteps, ipus: np.ndarray) -> tuple[Table, dict[str, float], Table]:
+    """The critical path of a bulk-synchronous run, from its supersteps (``retime.supersteps``).
+
+    Every superstep lasts as long as its busiest IPU's work plus its gap, so the chain runs through
+    the busiest IPU of each superstep: its micro-batch work (the stages' passes), its other work (the
+    update, exchanges, host transfers, syncs) and the gap no IPU's work explains (waiting). Returns per
+    IPU what it set of the path, the totals (cycles), and the culprits: each IPU's micro-batch work made
+    as light as the mean IPU's, pass by pass (``retime.even_scale``), re-timed: the cycles that saves.
+    """
+    count, n_ipu = s.fixed.shape
+    work = retime._work(s.fixed, s.cell_step, s.cell_ipu, s.cell_cycles.astype(np.float64))
+    movable = np.bincount(s.cell_step * n_ipu + s.cell_ipu, s.cell_cycles, count * n_ipu).reshape(count, n_ipu)
+    crit = work.argmax(axis=1) if n_ipu else np.zeros(count, np.int64)
+    rows = np.arange(count)
+    on_mb, on_fixed = movable[rows, crit], s.fixed[rows, crit].astype(np.float64)
+    led = np.bincount(crit, minlength=n_ipu)
+    by_ipu = Table({"ipu": np.arange(n_ipu, dtype=np.int64), "supersteps_led": led.astype(np.int64),
+                    "micro_batch_cycles": np.bincount(crit, on_mb, n_ipu),
+                    "other_work_cycles": np.bincount(crit, on_fixed, n_ipu),
+                    "path_share_pct": 100.0 * np.bincount(crit, on_mb + on_fixed, n_ipu) / max(float(s.cycles.sum()), 1.0)})
+    totals = {"compute": float(on_mb.sum()), "other_work": float(on_fixed.sum()),
+              "waiting": float(np.clip(s.gap, 0, None).sum()), "path": float(s.cycles.sum())}
+    base = retime.length(s, np.ones(len(s.cell_cycles)))
+    even = np.minimum(retime.even_scale(s, ipus), 1.0)  # only ever lighter: "as fast as the others"
+    saves = []
+    for ipu in ipus.tolist():
+        scale = np.where(s.cell_ipu == ipu, even, 1.0)
+        saves.append(base - retime.length(s, scale))
+    saves_arr = np.asarray(saves, np.float64)
+    order = np.argsort(-saves_arr, kind="stable")
+    culprits = Table({"ipu": np.asarray(ipus, np.int64)[order], "step_cycles": np.full(len(order), base),
+                      "saves_cycles": saves_arr[order],
+                      "saves_pct": 100.0 * saves_arr[order] / base if base else np.zeros(len(order))})
+    return by_ipu, totals, culprits
 
 
 # -- the critical path across ranks, from the measured step ----------------------------------------
@@ -122,6 +162,26 @@ class CriticalPathView:
     def _memo(self, key: str, compute: Callable[[], Any]) -> Any:
         return self._r.memo(("critical_path", key), compute)
 
+    @property
+    def emulated(self) -> bool:
+        """An emulated run: its critical path runs through its supersteps (``bsp_path``)."""
+        return self._r.run.get("source") != "pytorch-profiler"
+
+    def _bsp(self) -> tuple[Table, dict[str, float], Table]:
+        def compute() -> tuple[Table, dict[str, float], Table]:
+            costs = self._r.stages._costs()
+            if costs.supersteps is None or not len(costs.supersteps.cycles):
+                raise ReplayError("The trace holds no supersteps to follow: there is no critical path to show.")
+            return bsp_path(costs.supersteps, np.unique(costs.stages["ipu"]))
+        return self._memo("bsp", compute)
+
+    def _by_ipu(self) -> Table:
+        return self._bsp()[0]
+
+    def by_ipu(self) -> pd.DataFrame:
+        """An emulated run: what each IPU set of the critical path."""
+        return self._by_ipu().frame()
+
     def measured(self) -> Measured:
         return self._memo("measured", lambda: from_profile(self._r.profile))
 
@@ -132,7 +192,11 @@ class CriticalPathView:
         return self._memo("path", lambda: critical_path(self.measured()))
 
     def figures(self) -> dict[str, Any]:
-        """The step, its critical path in compute, communication and waiting, the culprit, the residual."""
+        """The step, its critical path in compute, communication and waiting, the culprit, the residual
+        (an emulated run: compute, other work and waiting through its supersteps, the culprit IPU)."""
+        if self.emulated:
+            return self._memo("bsp_figures", self._bsp_figures)
+
         def compute() -> dict[str, Any]:
             chain, totals = self.path()
             culprits = self.replay().culprits()
@@ -154,6 +218,20 @@ class CriticalPathView:
             }
         return self._memo("figures", compute)
 
+    def _bsp_figures(self) -> dict[str, Any]:
+        _by_ipu, totals, culprits = self._bsp()
+        path = totals["path"] or 1.0
+        clock = float(self._r.target["clock_hz"])
+        top = int(np.argmax(culprits["saves_cycles"])) if len(culprits["ipu"]) else None
+        saves = float(culprits["saves_cycles"][top]) if top is not None else 0.0
+        return {"strategy": self._r.run.get("strategy"), "ipus": int(len(_by_ipu)),
+                "path_ms": totals["path"] / clock * 1e3,
+                "compute_pct": 100.0 * totals["compute"] / path,
+                "other_work_pct": 100.0 * totals["other_work"] / path,
+                "waiting_pct": 100.0 * totals["waiting"] / path,
+                "culprit": f"IPU {int(culprits['ipu'][top])}" if top is not None and saves > 0 else "none",
+                "culprit_saves_pct": float(culprits["saves_pct"][top]) if top is not None else 0.0}
+
     def _chain(self) -> Any:
         chain, _ = self.path()
         return Table({"rank": chain["rank"].to_numpy(np.int64), "what": chain["what"].to_numpy(object),
@@ -164,6 +242,8 @@ class CriticalPathView:
         return self._chain().frame()
 
     def _culprits(self) -> Any:
+        if self.emulated:
+            return self._bsp()[2]
         c = self.replay().culprits()
         return Table({k: c[k].to_numpy() for k in c.columns})
 

@@ -264,10 +264,18 @@ def _critical_path(doc: Document, r: Any, figures: bool) -> None:
     from popvision_py.analysis.replay import ReplayError
 
     title = "Critical path across ranks: what set the step time"
+    if r.critical_path.emulated:
+        title = "Critical path through the supersteps: what set the run's time"
     try:
         doc.add("critical-path.figures", title, r.critical_path.figures())
     except ReplayError as exc:
         _meaningless(doc, "critical-path.figures", title, str(exc))
+        return
+    if r.critical_path.emulated:  # bulk-synchronous: each superstep's busiest IPU is on the path
+        doc.add("critical-path.culprits", "Culprits: each IPU's micro-batch work made as light as the mean IPU's, "
+                "re-timed", r.answer("critical_path.culprits"))
+        doc.add("critical-path.by_ipu", "What each IPU set of the path (the busiest IPU of each superstep)",
+                r.answer("critical_path.by_ipu"))
         return
     doc.add("critical-path.culprits", "Culprits: each rank's stages made as fast as the mean stage, re-timed",
             r.answer("critical_path.culprits"))
