@@ -6,7 +6,7 @@
 Records real ``torch.distributed.pipelining`` runs on this machine (tests/traces/record.py: the CPU,
 gloo, 2 ranks so the two cores are not shared, one thread per rank, a stack of Linear blocks with a
 planted heavy stage holding four times the blocks of the other) at several configurations: GPipe,
-1F1B and Interleaved1F1B (2 ranks x 2 stages), each at 4, 8 and 16 micro-batches, and the split
+1F1B, Interleaved1F1B and LoopedBFS (these two 2 ranks x 2 stages), each at 4, 8 and 16 micro-batches, and the split
 moved (the heavy stage first instead of last). Each is imported (`popvision import`); then every
 configuration's step time is predicted from the trace of every *other* configuration of the same
 stage layout (``Replay.predict``: the schedule and micro-batch count changed; for the moved split,
@@ -36,9 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DOC = ROOT / "docs" / "real-traces.md"
 BEGIN, END = "<!-- replay:begin -->", "<!-- replay:end -->"
-KINDS = ("gpipe", "1f1b", "interleaved")
+KINDS = ("gpipe", "1f1b", "interleaved", "loopedbfs")
 COUNTS = (4, 8, 16)
-SCHEDULE = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
+SCHEDULE = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B", "loopedbfs": "LoopedBFS"}
+MULTI_STAGE = ("interleaved", "loopedbfs")
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,12 @@ class Config:
 
     @property
     def layout(self) -> str:
-        return "4 stages" if self.kind == "interleaved" else "2 stages"
+        return "4 stages" if self.kind in MULTI_STAGE else "2 stages"
 
 
 def configs() -> list[Config]:
     """Every schedule x count with the heavy stage last on rank 1; the split moved for GPipe and 1F1B at 8."""
-    out = [Config(k, m, 3 if k == "interleaved" else 1) for k in KINDS for m in COUNTS]
+    out = [Config(k, m, 3 if k in MULTI_STAGE else 1) for k in KINDS for m in COUNTS]
     out += [Config(k, 8, 0) for k in ("gpipe", "1f1b")]
     return out
 

@@ -82,7 +82,7 @@ def whatif_pareto(rows: pd.DataFrame) -> go.Figure:
                   xaxis=dict(type="log", dtick=0.30102999566), clickmode="event", **WHATIF_LEGEND)
 
 
-SCHEDULE_COLOURS = {"GPipe": "#3B7DD8", "1F1B": "#3FA672", "Interleaved1F1B": "#D9822B"}
+SCHEDULE_COLOURS = {"GPipe": "#3B7DD8", "1F1B": "#3FA672", "Interleaved1F1B": "#D9822B", "LoopedBFS": "#8E5CC4"}
 
 
 def _replay_hover(rows: pd.DataFrame) -> list[str]:

@@ -46,9 +46,13 @@ import pandas as pd
 
 from popvision_py.errors import PopvisionError
 
-SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B")
+# torch.distributed.pipelining's schedules whose actions the traces time: the zero-bubble ones split a
+# backward into its input and weight gradients, which a run of these schedules does not time apart
+SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS")
 # the torch.distributed.pipelining class each schedule is
-SCHEDULE_CLASS = {"GPipe": "ScheduleGPipe", "1F1B": "Schedule1F1B", "Interleaved1F1B": "ScheduleInterleaved1F1B"}
+SCHEDULE_CLASS = {"GPipe": "ScheduleGPipe", "1F1B": "Schedule1F1B", "Interleaved1F1B": "ScheduleInterleaved1F1B",
+                  "LoopedBFS": "ScheduleLoopedBFS"}
+MULTI_STAGE = ("Interleaved1F1B", "LoopedBFS")  # several stages per rank
 F, B = "forward", "backward"
 LATENCY_QUANTILE = 10  # the lower envelope of the sender-end-to-arrival gaps (see the module's docstring)
 RANGE_QUANTILES = (10, 90)  # every action's cost at these percentiles of its (stage, pass)'s samples
@@ -104,10 +108,17 @@ def schedule_order(schedule: str, world: int, stages_per_rank: int, m: int) -> l
     if m < 1:
         raise ReplayError(f"{m} micro-batches: a schedule needs at least 1.")
     n_stages = world * stages_per_rank
+    if schedule in MULTI_STAGE and stages_per_rank < 2:
+        raise ReplayError(f"{schedule} runs several stages per rank; this run has one stage per rank "
+                          f"(the traces do not time its layers apart, so its stages cannot be split).")
+    if schedule == "LoopedBFS":  # each local stage's forwards of every micro-batch, then backwards in reverse
+        orders = []
+        for r in range(world):
+            local = [l * world + r for l in range(stages_per_rank)]
+            orders.append([(F, s, i) for s in local for i in range(m)]
+                          + [(B, s, i) for s in reversed(local) for i in reversed(range(m))])
+        return orders
     if schedule == "Interleaved1F1B":
-        if stages_per_rank < 2:
-            raise ReplayError("Interleaved1F1B runs several stages per rank; this run has one stage per rank "
-                              "(the traces do not time its layers apart, so its stages cannot be split).")
         rounds = max(1, m // world)
         if m % rounds:
             raise ReplayError(f"Interleaved1F1B needs the micro-batches to be a multiple of its rounds "

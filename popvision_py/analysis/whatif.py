@@ -15,7 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from popvision_py.analysis.replay import SCHEDULE_CLASS, SCHEDULES, Prediction, Replay, ReplayError, schedule_order
+from popvision_py.analysis.replay import (MULTI_STAGE, SCHEDULE_CLASS, SCHEDULES, Prediction, Replay, ReplayError,
+                                          schedule_order)
 
 COLUMNS = ["rank", "schedule", "micro_batches", "step_ms", "low_ms", "high_ms", "ms_per_micro_batch", "gain_pct",
            "bubble_pct", "pytorch"]
@@ -33,7 +34,7 @@ def micro_batch_counts(recorded: int, world: int) -> list[int]:
 
 def pytorch_words(p: Prediction) -> str:
     """The change to make, as a torch.distributed.pipelining user writes it."""
-    stages = "stages" if p.schedule == "Interleaved1F1B" else "stage"
+    stages = "stages" if p.schedule in MULTI_STAGE else "stage"
     return f"{SCHEDULE_CLASS[p.schedule]}({stages}, n_microbatches={p.micro_batches}, loss_fn=...)"
 
 

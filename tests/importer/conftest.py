@@ -10,7 +10,7 @@ import pytest
 
 from popvision_py.importer import find_traces, import_traces
 
-MICRO_BATCHES = {"gpipe": 6, "1f1b": 6, "interleaved": 4}
+MICRO_BATCHES = {"gpipe": 6, "1f1b": 6, "interleaved": 4, "loopedbfs": 4}
 STEPS = 2
 
 

@@ -67,7 +67,8 @@ def measured(path) -> R.Measured:
         return report.critical_path.measured()
 
 
-@pytest.mark.parametrize("kind,schedule", [("gpipe", "GPipe"), ("1f1b", "1F1B"), ("interleaved", "Interleaved1F1B")])
+@pytest.mark.parametrize("kind,schedule", [("gpipe", "GPipe"), ("1f1b", "1F1B"), ("interleaved", "Interleaved1F1B"),
+                                           ("loopedbfs", "LoopedBFS")])
 def test_each_rank_ran_the_order_the_schedule_gives(recorded, kind: str, schedule: str) -> None:
     run = recorded(kind)
     m = measured(run.profile)

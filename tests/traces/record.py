@@ -7,6 +7,7 @@ then writes ``out_dir/meta.json``, what was run. The kinds:
 ``gpipe``        ``ScheduleGPipe``, 4 ranks = 4 stages.
 ``1f1b``         ``Schedule1F1B``, 4 ranks = 4 stages, ``with_stack=True`` (Python function events).
 ``interleaved``  ``ScheduleInterleaved1F1B``, 2 ranks x 2 stages (stage s on rank s % 2).
+``loopedbfs``    ``ScheduleLoopedBFS``, 2 ranks x 2 stages (stage s on rank s % 2).
 ``ddp``          ``DistributedDataParallel``, 2 ranks.
 ``fsdp``         FSDP2 (``torch.distributed.fsdp.fully_shard``), 2 ranks.
 
@@ -39,16 +40,17 @@ import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
-                                          ScheduleInterleaved1F1B)
+                                          ScheduleInterleaved1F1B, ScheduleLoopedBFS)
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, schedule
 
-KINDS = ("gpipe", "1f1b", "interleaved", "ddp", "fsdp")
-PIPELINE_KINDS = ("gpipe", "1f1b", "interleaved")
-WORLD_SIZE = {"gpipe": 4, "1f1b": 4, "interleaved": 2, "ddp": 2, "fsdp": 2}
-STAGES_PER_RANK = {"gpipe": 1, "1f1b": 1, "interleaved": 2}
-SCHEDULE_CLASS = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
-WITH_STACK = {"gpipe": False, "1f1b": True, "interleaved": False, "ddp": False, "fsdp": False}
+KINDS = ("gpipe", "1f1b", "interleaved", "loopedbfs", "ddp", "fsdp")
+PIPELINE_KINDS = ("gpipe", "1f1b", "interleaved", "loopedbfs")
+WORLD_SIZE = {"gpipe": 4, "1f1b": 4, "interleaved": 2, "loopedbfs": 2, "ddp": 2, "fsdp": 2}
+STAGES_PER_RANK = {"gpipe": 1, "1f1b": 1, "interleaved": 2, "loopedbfs": 2}
+SCHEDULE_CLASS = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B",
+                  "loopedbfs": "ScheduleLoopedBFS"}
+WITH_STACK = {"gpipe": False, "1f1b": True, "interleaved": False, "loopedbfs": False, "ddp": False, "fsdp": False}
 DEFAULT_HEAVY_STAGE = 2
 DEFAULT_MICRO_BATCHES = 8
 HEAVY_FACTOR = 4
@@ -216,6 +218,8 @@ def _pipeline_runner(meta: dict, rank: int):
         sched = ScheduleGPipe(stages[0], n_mb, loss_fn=F.mse_loss)
     elif meta["kind"] == "1f1b":
         sched = Schedule1F1B(stages[0], n_mb, loss_fn=F.mse_loss)
+    elif meta["kind"] == "loopedbfs":
+        sched = ScheduleLoopedBFS(stages, n_mb, loss_fn=F.mse_loss)
     else:
         sched = ScheduleInterleaved1F1B(stages, n_mb, loss_fn=F.mse_loss)
     params = [p for m in modules for p in m.parameters()]
