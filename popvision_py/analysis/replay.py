@@ -1,38 +1,39 @@
-"""An imported pipeline re-timed: the schedule's graph with measured costs, what-ifs, and the critical path.
+"""An imported pipeline re-timed: the schedule's graph with measured costs, and its what-ifs.
 
 A ``torch.distributed.pipelining`` run, imported from its ranks' profiler traces, is a graph: each rank
 runs its *actions* (the forward or backward of one micro-batch on one stage) in the order its schedule
-gives, one after the other, and an action that needs another rank's output (a forward the previous
-stage's activations, a backward the next stage's gradients) starts no earlier than that output
-arrives. ``measure`` reads from the trace, per action, what it cost:
+gives (``schedule_order``), one after the other, and an action that needs another rank's output (a
+forward the previous stage's activations, a backward the next stage's gradients) starts no earlier
+than that output arrives. ``measure`` reads from the trace, per action:
 
 - ``cost``: its compute rows (the chunk's operators; a chunk cut by a receive is the sum of its pieces);
 - ``glue``: the recorded work after it on its rank before the next action (the sends it posts, the
   loss, the schedule's own operators), not the waits;
-- the arrival of its input: the end of the receive rows that feed it. The *latency* of a transfer is
-  that arrival less the end of the sending action; the run's own latency is the lower envelope
-  (10th percentile) of those gaps: where the receiver waited, the gap is the transfer itself, where
-  it did not, the gap holds time the data sat ready too;
+- its input's arrival: the end of the last block of waiting rows (idle or receive) before it. Where
+  the action asked for its input before the sender was done, it waited, and the arrival less the
+  sender's end is a sample of the transfer's *latency* (the lower envelope, 10th percentile, of the
+  samples is used, a step's first micro-batch apart). Where the input was there already, the waiting
+  rows are the rank's own time (``receive``: taking the input, gaps no wait explains);
 - each rank's ``head`` (recorded work before its first action in a profiler step) and ``tail`` (from
   its last action to the step's end: the optimiser's step, zeroing the gradients).
 
-``simulate`` list-schedules the graph: an action starts when its rank is free (the previous action
-and its glue done) and its input has arrived (the sender's end plus the latency). Three steps are
-chained, each rank starting a step when it ended the last, and the step time is the last step's
-duration averaged over the ranks, as the measured step is (each rank's ``ProfilerStep`` span).
+``simulate`` list-schedules the graph: an action starts when its rank is free (the previous action,
+its glue and its own receive time done) and its input has arrived (the sender's end plus the
+latency). Three steps are chained, each rank starting a step when it ended the last, and the step
+time is the last step's duration averaged over the ranks, as the measured step is (each rank's span
+of a ``ProfilerStep``, from its first recorded work).
 
-Re-timed with every action's own measured cost, the graph reproduces each measured step (the
-residual is reported: ``Replay.residual``). A what-if (``Replay.predict``) reuses each (stage,
-pass)'s costs for another micro-batch count, schedule, stage scaling or a straggler made as fast as
-the mean: the point from the median of the measured costs, the range from their 10th and 90th
-percentiles taken for every action at once (a run-wide shift, as from a busier machine, moves every
-action together).
+Re-timed with every action's own measured cost, in the order each rank ran, the graph reproduces each
+measured step (``Replay.retimed``, ``residual_pct``). A what-if (``Replay.predict``) reuses each
+(pass, stage)'s costs for another micro-batch count, schedule, stage scaling or a straggler made as
+fast as the mean: the point from the medians of the measured costs, the range from their 10th and
+90th percentiles taken for every action at once (a run-wide shift, as from a busier machine, moves
+every action together). The critical path is ``analysis/critical_path.py``'s.
 
 What the model leaves out: the overlap of a transfer with compute on the *same* rank beyond what the
 trace shows (sends are taken as posted and forgotten, receives as waits), contention between
-transfers, memory (a schedule with more micro-batches in flight needs more activations), and a
-schedule's per-action overhead that the trace did not record (the idle gaps between actions that
-are not waits). docs/real-traces.md says so too.
+transfers, memory (a schedule with more micro-batches in flight needs more activations), and a rank
+descheduled by its machine (its gap is taken as its own time). docs/real-traces.md says so too.
 """
 
 from __future__ import annotations
