@@ -14,8 +14,9 @@ than that output arrives. ``measure`` reads from the trace, per action:
   sender's end is a sample of the transfer's *latency* (the lower envelope, 10th percentile, of the
   samples is used, a step's first micro-batch apart). Where the input was there already, the waiting
   rows are the rank's own time (``receive``: taking the input, gaps no wait explains);
-- each rank's ``head`` (recorded work before its first action in a profiler step) and ``tail`` (from
-  its last action to the step's end: the optimiser's step, zeroing the gradients).
+- each rank's ``head`` (recorded work before its first action in a profiler step: the step's input,
+  made or loaded and cut into micro-batches, which a what-if scales with the micro-batches) and
+  ``tail`` (from its last action to the step's end: the optimiser's step, zeroing the gradients).
 
 ``simulate`` list-schedules the graph: an action starts when its rank is free (the previous action,
 its glue and its own receive time done) and its input has arrived (the sender's end plus the
@@ -540,7 +541,10 @@ class Replay:
             c, g, rc = self._point(kind, s, mb, q)
             return c * scale.get(s, 1.0) * fast.get((kind, s), 1.0), g, rc
 
-        return simulate(orders, meas.stage_rank, cost, meas.latency, self._head, self._tail)
+        # the head is the step's input (making or loading the batch, cutting it into micro-batches): it
+        # grows with the micro-batches of a step; the tail (the optimiser's step) does not
+        head = self._head * (m / meas.micro_batches)
+        return simulate(orders, meas.stage_rank, cost, meas.latency, head, self._tail)
 
     def baseline_ns(self) -> float:
         if self._baseline is None:
