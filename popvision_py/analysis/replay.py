@@ -379,9 +379,10 @@ class Timeline:
 
     @property
     def bubble_pct(self) -> float:
-        """The share of the ranks' step time spent neither in an action nor in its glue."""
+        """The share of the ranks' step time outside the passes' compute, as the schedule's ideal bubble
+        counts it (sends, receives and the step's own set-up are not the pipeline's work)."""
         total = self.step_ns * len(self.rank_step_ns)
-        busy = float(self.actions.loc[self.actions["step"] == self.actions["step"].max(), "busy"].sum())
+        busy = float(self.actions.loc[self.actions["step"] == self.actions["step"].max(), "cost"].sum())
         return max(0.0, 100.0 * (1.0 - busy / total)) if total else 0.0
 
 
@@ -423,7 +424,7 @@ def simulate(orders: list[list[tuple[str, int, int]]], stage_rank: Mapping[int, 
                     end = start + c
                     ends[(kind, s, mb)] = end
                     free[r] = end + g
-                    rows.append((step, r, kind, s, mb, start, end, c, g, bound, src[1] if src else -1))
+                    rows.append((step, r, kind, s, mb, start, end, c, g, rc, bound, src[1] if src else -1))
                     pos[r] += 1
                     remaining -= 1
                     progressed = True
@@ -431,8 +432,8 @@ def simulate(orders: list[list[tuple[str, int, int]]], stage_rank: Mapping[int, 
                 raise ReplayError("The schedule deadlocks with this order of actions.")
         free = free + tail
     frame = pd.DataFrame(rows, columns=["step", "rank", "pass", "stage", "micro_batch", "start", "end", "cost", "glue",
-                                        "bound", "from_stage"])
-    frame["busy"] = frame["cost"] + frame["glue"]
+                                        "receive", "bound", "from_stage"])
+    frame["busy"] = frame["cost"] + frame["glue"] + frame["receive"]
     rank_steps = free - starts[-1]
     last = frame[frame["step"] == steps - 1]
     busy = last.groupby("stage")["cost"].sum().to_dict()
