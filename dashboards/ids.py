@@ -185,3 +185,5 @@ WHATIF_SCATTER_TITLE = "whatif-scatter-title"
 WHATIF_SCATTER_NOTE = "whatif-scatter-note"
 WHATIF_PARETO_TITLE = "whatif-pareto-title"
 WHATIF_PARETO_NOTE = "whatif-pareto-note"
+TRACE_CRITICAL_SECTION = "trace-critical-section"  # an imported pipeline: one step's critical path across ranks
+TRACE_CRITICAL = "trace-critical"

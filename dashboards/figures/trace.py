@@ -168,3 +168,29 @@ def tile_balance(frame: pd.DataFrame, title: str = "", note: str = "of the step'
                 f"{share.mean():.1f} % · most {share.max():.1f} %")
     return styled(fig, title=f"{title}<br><sup>{subtitle}</sup>" if title else subtitle, height=320, bargap=0,
                   showlegend=False, margin=dict(l=60, r=20, t=60, b=45))
+
+
+CHAIN_COLOURS = {"compute": "#3B7DD8", "communication": "#D9822B", "waiting": "#C9CED6"}
+
+
+def critical_chain(chain: pd.DataFrame, naming: Naming = IPUS) -> go.Figure:
+    """One measured step's critical path across ranks (``report.critical_path.chain()``): its links as bars on
+    their ranks' rows (compute, communication, waiting), joined in time order by a line, so the path's
+    hops from rank to rank show."""
+    if chain.empty:
+        return empty("The step's critical path has no link.")
+    fig = go.Figure()
+    rows = chain.assign(row=[naming.label(int(r)) for r in chain["rank"]])
+    for kind, part in rows.groupby("kind", sort=False):
+        fig.add_trace(go.Bar(
+            y=part["row"], x=part["ms"], base=part["start_ms"], orientation="h", name=str(kind),
+            marker=dict(color=CHAIN_COLOURS.get(str(kind), "#888888")), hovertext=(
+                part["what"] + "<br>" + part["ms"].map("{:,.2f} ms".format) + " from " + part["start_ms"].map(
+                    "{:,.2f} ms".format)).tolist(), hoverinfo="text"))
+    order = rows.sort_values("start_ms", kind="stable")
+    fig.add_trace(go.Scatter(x=order["start_ms"] + order["ms"] / 2, y=order["row"], mode="lines", name="path",
+                             line=dict(color="#1f2933", width=1), hoverinfo="skip"))
+    ranks = sorted(set(rows["rank"].astype(int)), reverse=True)
+    return styled(fig, height=160 + 40 * len(ranks), barmode="overlay", xaxis_title="ms from the step's start",
+                  yaxis=dict(categoryorder="array", categoryarray=[naming.label(r) for r in ranks]),
+                  legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0))

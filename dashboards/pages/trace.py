@@ -44,6 +44,11 @@ def layout(**_query: str) -> html.Div:
                 c.graph(ids.TRACE_TIMELINE),
                 title_id=ids.TRACE_TIMELINE_TITLE,
             ),
+            # An imported pipeline: the chain of passes and transfers that set one measured step
+            c.section("Critical path of a step across ranks", c.graph(ids.TRACE_CRITICAL),
+                      note="One measured step (the median): compute, communication and waiting on the chain that set "
+                           "its time, joined in time order; the Stages page has its culprits and what-ifs.",
+                      section_id=ids.TRACE_CRITICAL_SECTION, hidden=True),
             html.Div([
                 c.section(
                     "Tiles in time",
@@ -358,3 +363,21 @@ def render_tile_timeline(window: list | None, spec: str | None, ipu: int | None,
     if ipu is None or report.imported:
         return empty("Choose an IPU.", height=220), ""
     return tile_timeline(profile, int(ipu), spec or DEFAULT_TILES, _window(report, window))
+
+
+@dash.callback(
+    Output(ids.TRACE_CRITICAL_SECTION, "style"),
+    Output(ids.TRACE_CRITICAL, "figure"),
+    Input(ids.PROFILE, "value"),
+)
+def render_critical_path(profile: str | None):
+    """An imported pipeline's critical path of one step; hidden for any other profile."""
+    from popvision_py.analysis.replay import ReplayError
+
+    report = data.report(profile)
+    if not data.replayable(report):
+        return c.shown(False), empty("")
+    try:
+        return c.shown(True), figures.critical_chain(report.critical_path.chain(), data.naming(report))
+    except ReplayError as exc:
+        return c.shown(True), empty(str(exc))

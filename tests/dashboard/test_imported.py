@@ -242,3 +242,17 @@ def test_a_re_timed_candidate_clicked_on_the_what_if_page_gives_its_pytorch_chan
     dash_duo.wait_for_contains_text(f"#{ids.WHATIF_DETAIL}", "n_microbatches=", timeout=15)
     assert "Schedule" in dash_duo.find_element(f"#{ids.WHATIF_DETAIL}").text
     assert errors(dash_duo) == []
+
+
+@pytest.mark.browser
+def test_the_trace_page_draws_a_step_s_critical_path_across_ranks(dash_duo, imported_app):
+    dash_duo.start_server(imported_app)
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/trace")
+    wait_for_figures(dash_duo, [ids.TRACE_TIMELINE, ids.TRACE_CRITICAL])
+    assert dash_duo.find_element(f"#{ids.TRACE_CRITICAL_SECTION}").is_displayed()
+    legend = dash_duo.find_element(f"#{ids.TRACE_CRITICAL} .legend").text
+    assert "compute" in legend and "communication" in legend and "path" in legend
+    # the path reaches the heavy stage's rank, whose work sets most of the step
+    rows = {t.text for t in dash_duo.find_elements(f"#{ids.TRACE_CRITICAL} .ytick text")}
+    assert "Rank 2" in rows
+    assert errors(dash_duo) == []
