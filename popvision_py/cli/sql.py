@@ -82,11 +82,19 @@ def memory_bytes(limit: str) -> int:
     return size
 
 
-def _refusal(exc: "Exception", memory_limit: str) -> QueryError:
-    """One sentence for a DuckDB error, saying plainly when it is the lock-down that refused the query."""
+def _refusal(exc: "Exception", memory_limit: str, tables: tuple[str, ...] = ()) -> QueryError:
+    """One sentence for a DuckDB error, saying plainly when it is the lock-down that refused the query, and
+    naming ``tables`` (the ones a query may read) when it named another."""
     import duckdb
 
     first = first_line(exc, type(exc).__name__)
+    unknown = re.search(r"Table with name (\S+) does not exist", first)
+    if isinstance(exc, duckdb.CatalogException) and unknown and tables:
+        import difflib
+
+        close = difflib.get_close_matches(unknown.group(1).lower(), tables, n=1)
+        return QueryError(f"There is no table {unknown.group(1)}: the tables are {', '.join(tables)}"
+                          + (f" (did you mean {close[0]}?)." if close else "."))
     if isinstance(exc, duckdb.OutOfMemoryException):
         return QueryError(f"The query needs more than the memory limit of {memory_limit} (DuckDB: {first}); "
                           "raise it with --memory-limit.")
@@ -251,7 +259,7 @@ def _execute(con: Any, query: str, memory_limit: str, timeout: float | None,
             refused = members.refusal(str(exc)) if members is not None else None  # a view stopped at a forbidden value
             if refused is not None:
                 raise refused from None
-            raise _refusal(exc, memory_limit) from None
+            raise _refusal(exc, memory_limit, ("tune",) if members is None else tuple(S.TABLES)) from None
     finally:
         ended.set()
         watcher.join()
