@@ -285,10 +285,10 @@ def summary(c: _Costs, trace: Aggregates) -> Table:
             total_busy += b
             if b == 0 and p != "forward":
                 continue
-            if p in PER_STEP_PASSES:  # once per step: its cycles per step, not spread over the micro-batches
-                per_step += b
-                rows.append((s, ipu, blocks, p, "step", m, b / c.iterations if c.iterations else np.nan, b, ipu_idle,
-                             c.total_cycles))
+            if p in PER_STEP_PASSES:  # once per step: its cycles per step, not spread over the micro-batches;
+                per_step += b        # its count is the steps it ran (``per`` says which the count is)
+                rows.append((s, ipu, blocks, p, "step", c.iterations, b / c.iterations if c.iterations else np.nan, b,
+                             ipu_idle, c.total_cycles))
             else:
                 rows.append((s, ipu, blocks, p, "micro_batch", m, b / m if m else np.nan, b, ipu_idle, c.total_cycles))
         other = int(c.busy[s].sum()) - total_busy if s < c.busy.shape[0] else 0
