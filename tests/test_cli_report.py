@@ -248,4 +248,7 @@ def test_sql_over_the_tables(synthetic_profiles):
 
 def test_sql_error_is_one_sentence(synthetic_profiles):
     result = invoke("sql", synthetic_profiles[1], "SELECT * FROM nope")
+    assert result.exit_code == 2 and result.output.startswith("Error: There is no table nope: the tables are ")
+    assert "Traceback" not in result.output and result.output.count("\n") == 1
+    result = invoke("sql", synthetic_profiles[1], "SELECT nothing FROM trace")
     assert result.exit_code == 2 and "The query failed" in result.output and "Traceback" not in result.output
