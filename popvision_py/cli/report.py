@@ -7,22 +7,23 @@ from pathlib import Path
 
 import click
 
-SECTION_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "tiles", "system",
+SECTION_CHOICES = ["overview", "all", "summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "tiles", "system",
                    "critical-path"]
 COMPARE_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange"]
 FORMAT_CHOICES = ["text", "json", "csv", "md", "html"]
 
 
-def output_options(func=None, *, sections: list[str] = SECTION_CHOICES):
+def output_options(func=None, *, sections: list[str] = SECTION_CHOICES, default: str | None = "all",
+                   section_help: str = "Which report."):
     """--section (one of ``sections``), --format and -o, shared by `report` and `compare`."""
     if func is None:
-        return lambda f: output_options(f, sections=sections)
+        return lambda f: output_options(f, sections=sections, default=default, section_help=section_help)
     func = click.option("-o", "--output", type=click.Path(), default=None,
                         help="Write here (atomically) instead of stdout; a folder for csv. Required for csv and html.")(func)
     func = click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES), default="text", show_default=True,
                         help="Output format.")(func)
-    func = click.option("--section", type=click.Choice(sections), default="all", show_default=True,
-                        help="Which report.")(func)
+    func = click.option("--section", type=click.Choice(sections), default=default, show_default=default is not None,
+                        help=section_help)(func)
     return func
 
 
@@ -33,7 +34,8 @@ def finish(written: list) -> None:
 
 @click.command("report")
 @click.argument("profile", type=click.Path())  # a profile.pop, or a run's folder (popvision_py.format.runs)
-@output_options
+@output_options(default=None, section_help="Which report [default: overview in text and md, the four questions and "
+                "the findings on one screen, naming the sections to ask for next; all in json, csv and html].")
 @click.option("--verify", is_flag=True, help="Run each fix the insights suggest in the emulator and show its "
               "measured effect beside the predicted one.")
 @click.option("--verify-dir", type=click.Path(file_okay=False), default=None,
@@ -47,6 +49,8 @@ def command(profile: str, section: str, fmt: str, output: str | None, verify: bo
     cycles, FLOPs and memory, by op, block and layer), the program tree, tile balance, and the host processes'
     system timeline. PROFILE may be a run's folder: with several poprun instances, the figures that differ
     between them come first."""
+    if section is None:
+        section = "overview" if fmt in ("text", "md") else "all"
     from popvision_py.analysis.report import Report
     from popvision_py.format.runs import run_profiles
     from popvision_py.render import emit

@@ -95,13 +95,68 @@ def chosen(section: str, sections: tuple[str, ...] = SECTIONS) -> tuple[str, ...
 
 
 def build_report(report: Any, section: str = "all", figures: bool = False) -> Document:
-    """Collect the answers of ``report`` (a ``Report``) for ``section``; ``figures`` adds hidden data for plots."""
+    """Collect the answers of ``report`` (a ``Report``) for ``section``; ``figures`` adds hidden data for plots.
+
+    ``overview`` (the terminal's default) answers the four questions and the findings on one screen;
+    ``all`` is every section, each block once (the host input, which the stages and the exchange
+    sections both hold, is in the stages')."""
     doc = Document("report", f"popvision report: {report.run.get('model', '?')}", [str(report.path)])
+    if section == "overview":
+        _overview(doc, report)
+        return doc
     if section == "all":  # every table is read: decode the small ones while the trace is folded
         report.prefetch([name for name in TABLE_COLUMNS if name != "trace"])
     for name in chosen(section):
         _SECTION_BUILDERS[name](doc, report, figures)
+    if section == "all":
+        doc.blocks = [b for b in doc.blocks if b.key != "exchange.host_input"]
     return doc
+
+
+# What `popvision report PROFILE --section NAME` adds to the overview, in the overview's last block
+MORE = {"summary": "every summary figure and the tile insights", "memory": "memory per IPU, tile and variable",
+        "liveness": "memory live at each step", "stages": "each stage's time, the bubble, a better split",
+        "exchange": "time by phase, exchange by kind, bandwidth", "operations": "each op's cycles and FLOPs",
+        "programs": "the program tree", "tiles": "tile balance", "system": "the host processes' timelines",
+        "critical-path": "what set the step time, its culprit and what-ifs", "all": "everything"}
+
+
+def _overview(doc: Document, r: Any) -> None:
+    """The four questions (fits? how fast? which stage? what does exchange cost?), the findings, what next."""
+    s = r.summary.figures()
+    st = r.stages.figures()
+    ex = r.exchange.figures()
+    unit = "rank" if r.imported else "IPU"
+    if r.imported:
+        missing = (r.run.get("import") or {}).get("not_inferred") or []
+        known = not any("memory capacity" in str(sentence) for sentence in missing)
+        fits = (f"peak {s.worst_tile_bytes / 2**20:,.1f} MiB allocated on rank {s.worst_ipu}"
+                + (f", of {s.bytes_per_tile / 2**20:,.1f} MiB" if known else
+                   "; the traces do not give the device's memory (import --device-memory GIB)"))
+    elif s.fits:
+        fits = (f"yes: the fullest tile (IPU {s.worst_ipu} tile {s.worst_tile}) holds {s.worst_tile_bytes:,} of "
+                f"{s.bytes_per_tile:,} bytes ({100.0 * s.worst_tile_bytes / s.bytes_per_tile:.1f}%)")
+    else:
+        fits = (f"no: {s.oom_tiles:,} tiles over memory, the fullest (IPU {s.worst_ipu} tile {s.worst_tile}) "
+                f"{s.worst_tile_bytes:,} of {s.bytes_per_tile:,} bytes")
+    per = "micro-batches" if r.imported else "samples"
+    rate = s.throughput_samples_per_s
+    speed = (f"{s.step_s * 1e3:,.3g} ms a step" + ("" if r.imported else f" ({s.step_cycles:,.0f} cycles)") + ", "
+             + (f"{rate:,.0f}" if rate >= 100 else f"{rate:,.3g}") + f" {per}/s")
+    if st.num_stages > 1 and st.bottleneck_stage is not None and st.bottleneck_stage >= 0:
+        stage = (f"stage {st.bottleneck_stage} is the bottleneck, {st.imbalance:.2f}x the mean stage; "
+                 f"{unit}s idle {st.bubble_pct:.1f}% (ideal {st.ideal_bubble_pct:.1f}%)")
+    else:
+        stage = f"one stage: no pipeline to balance; {unit}s idle {ex.idle_pct:.1f}%"
+    busy = max(ex.total_cycles - ex.idle_cycles, 1)
+    moving = ex.exchange_cycles + ex.sync_cycles + ex.stream_cycles
+    exchange = (f"{100.0 * moving / busy:.1f}% of the busy time is {'communication' if r.imported else 'exchange, sync and streaming'}"
+                f" ({ex.compute_pct:.1f}% of all time computes)")
+    doc.add("overview.answers", "Overview", {"fits": fits, "speed": speed, "stages": stage, "exchange": exchange})
+    doc.add("overview.insights", "Findings", r.answer("summary.insights"))
+    shown = [name for name in MORE if name not in ("programs", "tiles") or not r.imported]
+    doc.add("overview.more", "More: popvision report PROFILE --section NAME",
+            {name: MORE[name] for name in shown})
 
 
 def _meaningless(doc: Document, key: str, title: str, sentence: str) -> None:

@@ -86,7 +86,7 @@ def render(doc: Document) -> bytes:
             parts.append(f"<h3>{html.escape(b.title)}</h3>")
             if isinstance(b.data, dict):
                 parts.append(_table(pd.DataFrame({"figure": list(b.data), "value": [value(v) for v in b.data.values()]})))
-            elif b.key == "summary.insights":
+            elif b.key in ("summary.insights", "overview.insights"):
                 items = "".join(
                     f"<li><b class='{html.escape(r.severity)}'>{html.escape(r.severity)}</b> "
                     f"[{html.escape(r.topic)}] {html.escape(r.finding)}"

@@ -54,7 +54,7 @@ def render(doc: Document) -> bytes:
         if isinstance(b.data, dict):
             lines += ["| figure | value |", "| --- | ---: |"]
             lines += [f"| {k} | {_escape(value(v))} |" for k, v in b.data.items()]
-        elif b.key == "summary.insights":
+        elif b.key in ("summary.insights", "overview.insights"):
             lines += insights(b.data)
         elif b.items is not None:
             for head, details in b.items:

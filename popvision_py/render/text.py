@@ -78,7 +78,7 @@ def block(b: Block) -> list[str]:
     lines = [b.title, "=" * len(b.title)]
     if isinstance(b.data, dict):
         lines += figures(b.data)
-    elif b.key == "summary.insights":
+    elif b.key in ("summary.insights", "overview.insights"):
         previous = None
         for severity, topic, finding, suggestion, effect, command in zip(
                 *(list(b.data[c]) for c in ("severity", "topic", "finding", "suggestion", "effect", "command"))):
