@@ -155,6 +155,9 @@ def output_target(path: str | os.PathLike[str], *, streams: bool = True) -> str:
         link = os.lstat(destination)
     except FileNotFoundError:
         return FILE
+    except NotADirectoryError:
+        blocking = next((p for p in destination.parents if p.exists() and not p.is_dir()), destination.parent)
+        raise ProfileWriteError(f"Cannot write {destination}: {blocking} is a file, not a directory.") from None
     except OSError as exc:
         raise write_error(destination, exc) from exc
     try:

@@ -311,7 +311,7 @@ def _system(doc: Document, r: Any, figures: bool) -> None:
         return
     doc.add("system.processes", "System timeline: host time per process", r.answer("system.processes"))
     doc.add("system.by_name", "Where host time went: each event's count, total and share of wall time (events "
-            "nest, a compile inside a model call counts in both, so the shares may add past 100%)",
+            "nest: a call's compile counts in both, so the shares may add past 100%)",
             r.answer("system.by_name"))
     doc.add("system.counters", "Counters: median, least and most", r.answer("system.counters"))
 

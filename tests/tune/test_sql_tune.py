@@ -55,7 +55,7 @@ def test_counts_by_status_match_the_file(tune_file: Path) -> None:
 
 
 @pytest.mark.parametrize("query, sentence", [
-    ("SELECT count(*) FROM trace", "The query failed: Catalog Error: Table with name trace does not exist!"),
+    ("SELECT count(*) FROM trace", "There is no table trace: the tables are tune."),
     (" ", 'The query is empty; give a SQL statement, e.g. "SELECT count(*) FROM tune".'),
     ("SET memory_limit = '10GB'", "The query was refused: settings are fixed (memory_limit); "
                                    "give --memory-limit or --timeout on the command line instead."),
