@@ -41,6 +41,10 @@ MAX_ID = 1 << 30  # a stage or micro-batch number beyond this is not a real run'
 BATCH_EVENTS = 1 << 16  # events reduced at a time
 HEAD_BYTES = 64 << 20  # the header must end (at "traceEvents") within this many bytes
 MEMORY_BUCKET_NS = 10_000  # [memory] samples kept: the largest Total Allocated per 10 µs
+MAX_DEPTH = 64  # JSON nesting: a Kineto trace nests 8 deep (an event's Input Dims); yajl's builder is not bounded
+MAX_RATIO = 200  # a gzipped trace inflating more than this past its first MAX_PLAIN bytes is a bomb (real: ~20)
+MAX_PLAIN = 64 << 20
+MAX_WORLD = 1 << 20  # ranks: no real run has a million
 
 # What a span is, by its name (see ``span_kind``).
 KINDS = ("step", "forward", "backward", "backward_input", "backward_weight", "update", "pp_comm", "pp_other",
@@ -93,12 +97,16 @@ class RankTrace:
 
 
 class _Recorder:
-    """A file object for ijson that keeps the first bytes it hands out (for the header)."""
+    """A file object for ijson that keeps the first bytes it hands out (for the header), and refuses a
+    stream nested deeper than ``MAX_DEPTH`` or a gzip stream that inflates like a bomb, before ijson
+    builds anything of it."""
 
-    def __init__(self, raw: BinaryIO) -> None:
+    def __init__(self, raw: BinaryIO, packed: BinaryIO | None = None) -> None:
         self.raw = raw
+        self.packed = packed  # the compressed file under a gzip stream: its position is the bytes read
         self.head = bytearray()
         self.read_bytes = 0
+        self.depth = _Depth()
 
     def read(self, size: int = -1) -> bytes:
         try:
@@ -108,16 +116,63 @@ class _Recorder:
         if len(self.head) < HEAD_BYTES:
             self.head += data[: HEAD_BYTES - len(self.head)]
         self.read_bytes += len(data)
+        if self.packed is not None and self.read_bytes > MAX_PLAIN and self.read_bytes > MAX_RATIO * self.packed.tell():
+            raise TraceError(f"inflates to more than {MAX_RATIO} times its gzipped size (a real trace: about 20; "
+                             f"a decompression bomb?); to import it anyway, gunzip it first")
+        if self.depth.feed(data) > MAX_DEPTH:
+            raise TraceError(f"nests JSON values more than {MAX_DEPTH} deep (a profiler trace: under 10)")
         return data
 
 
-def _open(path: Path) -> BinaryIO:
+class _Depth:
+    """The nesting depth of a JSON text fed in pieces: brackets inside strings do not count. Columnar
+    (NumPy over each piece's brackets and quotes), so it costs little beside the parse itself."""
+
+    def __init__(self) -> None:
+        self.level = 0
+        self.in_string = False
+        self.backslashes = 0  # the run of backslashes ending the previous piece
+
+    def feed(self, data: bytes) -> int:
+        """The deepest level reached in ``data``."""
+        if not data:
+            return self.level
+        a = np.frombuffer(data, np.uint8)
+        quote = a == 0x22
+        backslash = a == 0x5C
+        if self.backslashes or backslash.any():
+            # a quote is escaped when an odd run of backslashes ends just before it
+            at = np.arange(len(a))
+            last_other = np.maximum.accumulate(np.where(backslash, -1 - self.backslashes, at))
+            run = np.empty(len(a), np.int64)
+            run[0] = self.backslashes
+            run[1:] = at[:-1] - last_other[:-1]
+            quote &= run % 2 == 0
+            self.backslashes = int(len(a) - 1 - last_other[-1])
+        else:
+            self.backslashes = 0
+        opening = (a == 0x5B) | (a == 0x7B)
+        closing = (a == 0x5D) | (a == 0x7D)
+        marks = np.flatnonzero(quote | opening | closing)
+        if len(marks) == 0:
+            return self.level
+        is_quote = quote[marks]
+        inside = (np.cumsum(is_quote) - is_quote + self.in_string) % 2 == 1  # within a string at the mark
+        step = np.where(inside | is_quote, 0, np.where(opening[marks], 1, -1))
+        levels = self.level + np.cumsum(step)
+        self.level = int(levels[-1])
+        self.in_string = bool((self.in_string + int(is_quote.sum())) % 2)
+        return int(levels.max())
+
+
+def _open(path: Path) -> tuple[BinaryIO, BinaryIO | None]:
+    """The file's JSON stream, and the compressed file beneath it where it is gzipped."""
     raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
     magic = raw.read(2)
     raw.seek(0)
     if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-    return raw
+        return gzip.GzipFile(fileobj=raw, mode="rb"), raw  # type: ignore[return-value]
+    return raw, None
 
 
 def parse_header(head: bytes) -> dict[str, Any]:
@@ -129,22 +184,77 @@ def parse_header(head: bytes) -> dict[str, Any]:
     text = head[:at].rstrip()
     text = text[:-1] if text.endswith(b",") else text
     try:
-        header = json.loads(text + b"}") if text.strip() != b"{" else {}
-    except ValueError:
+        header = json.loads(text + b"}", parse_constant=_not_json) if text.strip() != b"{" else {}
+    except (ValueError, RecursionError):
         raise TraceError("has a header that is not JSON before its \"traceEvents\" array") from None
     if not isinstance(header, dict):
         raise TraceError("is not a JSON object")
     return header
 
 
+def _not_json(word: str) -> Any:
+    raise ValueError(f"{word} is not JSON")
+
+
+def shown(value: Any) -> str:
+    """A value of a trace as a sentence quotes it: short ones whole, others by their JSON type."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if value is None:
+        return "null"
+    text = json.dumps(value) if isinstance(value, (bool, str)) else repr(value)
+    return text if len(text) <= 40 else f"a string of {len(value):,} characters"
+
+
+def _wrong(field: str, value: Any, wanted: str, name: Any = None) -> TraceError:
+    where = f" (event {name[:80]!r})" if isinstance(name, str) else ""
+    return TraceError(f"has {field} {shown(value)}, not {wanted}{where}")
+
+
+def is_number(value: Any) -> bool:
+    return type(value) is float or type(value) is int  # not bool (True is no duration)
+
+
+def is_int(value: Any) -> bool:
+    return type(value) is int
+
+
 def _args(event: dict[str, Any]) -> dict[str, Any]:
-    """An event's ``args``, or nothing where a hostile trace holds something other than an object there."""
+    """An event's ``args`` (an object, or none at all)."""
     args = event.get("args")
-    return args if isinstance(args, dict) else {}
+    if args is None:
+        return {}
+    if not isinstance(args, dict):
+        raise _wrong("an event whose args is", args, "an object", event.get("name"))
+    return args
 
 
-def _number(value: Any, default: float = 0.0) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+def header_fields(header: dict[str, Any]) -> tuple[int | None, int, int | None]:
+    """``baseTimeNanoseconds`` (None where absent or 0), ``distributedInfo``'s rank (-1 where absent) and
+    world size (None where absent), each checked: a wrong type or a number out of range is a sentence,
+    never a default standing in for it."""
+    base = header.get("baseTimeNanoseconds")
+    if base is not None and not (is_int(base) and 0 <= base < 1 << 62):
+        raise _wrong("a baseTimeNanoseconds of", base, "a time in nanoseconds (an integer from 0 below 2^62)")
+    info = header.get("distributedInfo", {})
+    if not isinstance(info, dict):
+        raise _wrong("a distributedInfo of", info, "an object")
+    rank, world = info.get("rank"), info.get("world_size")
+    if world is not None and not (is_int(world) and 1 <= world <= MAX_WORLD):
+        raise _wrong("a distributedInfo.world_size of", world, f"a number of ranks (an integer from 1 to {MAX_WORLD:,})")
+    if rank is not None and not (is_int(rank) and 0 <= rank < (world or MAX_WORLD)):
+        raise _wrong("a distributedInfo.rank of", rank, f"a rank (an integer from 0 below the world size, "
+                     f"{world or MAX_WORLD:,})")
+    devices = header.get("deviceProperties", [])
+    if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
+        raise _wrong("a deviceProperties of", devices, "an array of objects")
+    for device in devices:
+        memory = device.get("totalGlobalMem")
+        if memory is not None and not (is_int(memory) and 0 < memory < 1 << 62):
+            raise _wrong("a deviceProperties totalGlobalMem of", memory, "a size in bytes")
+    return base or None, -1 if rank is None else rank, world
 
 
 def _elements(dims: Any) -> int:
@@ -164,12 +274,34 @@ def _comm_bytes(args: dict[str, Any]) -> int:
     """Bytes a communication event moves: ``In msg nelems`` x the dtype (``record_param_comms``), else
     the first input's elements (``Input Dims``) x its type (``Input type``), as gloo records them."""
     dtype = args.get("dtype")
+    if dtype is not None and not isinstance(dtype, str):
+        raise _wrong("a communication event whose dtype is", dtype, "a type's name")
     nelems = args.get("In msg nelems")
-    if isinstance(nelems, int) and not isinstance(nelems, bool) and nelems >= 0:
+    if nelems is not None:
+        if not (is_int(nelems) and nelems >= 0):
+            raise _wrong("a communication event whose In msg nelems is", nelems, "a count of elements")
         return nelems * DTYPE_BYTES.get(str(dtype), 4)
     types = args.get("Input type")
-    kind = types[0] if isinstance(types, list) and types else None
-    return _elements(args.get("Input Dims")) * DTYPE_BYTES.get(str(kind), 4)
+    if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
+        raise _wrong("a communication event whose Input type is", types, "an array of types' names")
+    dims = args.get("Input Dims")
+    if dims is not None and not _is_dims(dims):
+        raise _wrong("a communication event whose Input Dims is", dims, "an array of shapes")
+    kind = types[0] if types else None
+    return _elements(dims) * DTYPE_BYTES.get(str(kind), 4)
+
+
+def _is_dims(dims: Any) -> bool:
+    """``Input Dims``: one entry per input, a shape (sizes) or a list of shapes (a tensor list)."""
+    if not isinstance(dims, list):
+        return False
+    for entry in dims:
+        if not isinstance(entry, list):
+            return False
+        shapes = entry if entry and isinstance(entry[0], list) else [entry]
+        if not all(isinstance(shape, list) and all(is_int(d) and d >= 0 for d in shape) for shape in shapes):
+            return False
+    return True
 
 
 def _peer(name: str, args: dict[str, Any]) -> int:
@@ -177,11 +309,12 @@ def _peer(name: str, args: dict[str, Any]) -> int:
     concrete input (dst / src); -1 for collectives and where it is not recorded."""
     if name in ("c10d::send", "c10d::recv_"):
         inputs = args.get("Concrete Inputs")
-        if isinstance(inputs, list) and len(inputs) > 2:
-            try:
-                return int(inputs[2])
-            except (TypeError, ValueError):
-                return -1
+        if inputs is None:
+            return -1  # older PyTorch records no concrete inputs
+        peer = inputs[2] if isinstance(inputs, list) and len(inputs) > 2 else None
+        if not (isinstance(peer, str) and peer.isdigit() and len(peer) < 10 and int(peer) < MAX_WORLD):
+            raise _wrong(f"a {name} whose peer (Concrete Inputs[2]) is", peer, "a rank", name)
+        return int(peer)
     return -1
 
 
@@ -252,10 +385,10 @@ def read_rank(path: str | Path) -> RankTrace:
 
     path = Path(path)
     try:
-        raw = _open(path)
+        raw, packed = _open(path)
     except OSError as exc:
         raise TraceError(f"{path} cannot be read: {exc.strerror or exc}.") from None
-    recorder = _Recorder(raw)
+    recorder = _Recorder(raw, packed)
     spans = _Spans()
     kernels = _Union()  # the GPU's kernels, memcpys and memsets (not NCCL's)
     # [memory] samples per device type (0 CPU, 1 CUDA): a GPU trace's memory is its GPU's
@@ -272,49 +405,61 @@ def read_rank(path: str | Path) -> RankTrace:
     gpu = False  # the trace has device tracks (kernels, memcpys, memsets)
     backward: dict[Any, _Union] = {}  # autograd nodes per thread
 
-    def ns(ts: Any) -> int:
-        value = _number(ts)
-        if not abs(value) < MAX_US:
+    def ns(ts: Any, name: str) -> int:
+        if not is_number(ts):
+            raise _wrong("an event whose ts is", ts, "a time in microseconds", name)
+        if not abs(ts) < MAX_US:
             raise TraceError(f"has a time stamp out of range ({ts!r} microseconds)")
-        return int(round(value * 1000.0)) + (base_ns or 0)
+        return int(round(ts * 1000.0)) + (base_ns or 0)
 
     try:
         with raw:
             for event in ijson.items(recorder, "traceEvents.item", use_float=True):
                 if header is None:
                     header = parse_header(bytes(recorder.head))
-                    base = header.get("baseTimeNanoseconds")
-                    base_ns = int(base) if isinstance(base, int) and not isinstance(base, bool) and 0 < base < 1 << 62 else None
+                    base_ns = header_fields(header)[0]
                 events += 1
                 if not isinstance(event, dict):
-                    continue
+                    raise _wrong(f"an entry of traceEvents (number {events}) that is", event, "an event (an object)")
                 ph, name, cat = event.get("ph"), event.get("name"), event.get("cat")
-                cat = cat if isinstance(cat, str) else None
+                if not isinstance(ph, str):
+                    raise _wrong("an event whose ph is", ph, "a phase (\"X\", \"i\", ...)", name)
+                if ph != "X" and ph != "i":
+                    continue  # metadata, flows, counters: nothing the import reads
                 if not isinstance(name, str):
-                    continue
-                if ph == "i" and name == "[memory]":
+                    raise _wrong(f"an event (ph {ph!r}) whose name is", name, "a string")
+                if ph == "i":
+                    if name != "[memory]":
+                        continue
                     args = _args(event)
                     total = args.get("Total Allocated")
                     device = args.get("Device Type", 0)
-                    if isinstance(total, (int, float)) and not isinstance(total, bool) and device in (0, 1):
+                    if not is_number(total):
+                        raise _wrong("a [memory] event whose Total Allocated is", total, "a size in bytes")
+                    if not is_int(device):
+                        raise _wrong("a [memory] event whose Device Type is", device, "a device type (0 CPU, 1 CUDA)")
+                    if device in (0, 1):  # other devices' memory is not the rank's
                         if not 0 <= total < 1 << 62:
                             raise TraceError(f"has a [memory] event whose Total Allocated is out of range ({total!r})")
-                        mem_ts[device].append(ns(event.get("ts")))
+                        mem_ts[device].append(ns(event.get("ts"), name))
                         mem_bytes[device].append(int(total))
                         if len(mem_ts[device]) >= BATCH_EVENTS:
                             mem_reduced[device].append(_bucket_max(mem_ts[device], mem_bytes[device]))
                             mem_ts[device], mem_bytes[device] = [], []
                     continue
-                if ph != "X":
-                    continue
-                start = ns(event.get("ts"))
-                dur = _number(event.get("dur"))
+                if cat is not None and not isinstance(cat, str):
+                    raise _wrong("an event whose cat is", cat, "a category's name", name)
+                start = ns(event.get("ts"), name)
+                dur = event.get("dur")
+                if not is_number(dur):
+                    raise _wrong("an event whose dur is", dur, "a duration in microseconds", name)
                 if not 0 <= dur < MAX_US:
                     raise TraceError(f"has an event whose duration is negative or out of range ({name!r} at ts "
                                      f"{event.get('ts')})")
                 end = start + int(round(dur * 1000.0))
                 tid = event.get("tid")
-                tid = tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else None
+                if tid is not None and not (is_int(tid) or isinstance(tid, str)):
+                    raise _wrong("an event whose tid is", tid, "a thread's id", name)
                 if cat in GPU_CATS:
                     gpu = True
                     if COMM_FLIGHT.match(name):  # an NCCL kernel moves data: communication, not compute
@@ -334,7 +479,9 @@ def read_rank(path: str | Path) -> RankTrace:
                 elif cat == "user_annotation" and STEP.match(name):
                     step_threads.add(tid)
                     pid = event.get("pid")
-                    if step_pid is None and isinstance(pid, int) and not isinstance(pid, bool) and 0 <= pid < 1 << 62:
+                    if pid is not None and not (is_int(pid) and 0 <= pid < 1 << 62 or isinstance(pid, str)):
+                        raise _wrong("an event whose pid is", pid, "a process's id", name)
+                    if step_pid is None and is_int(pid):
                         step_pid = pid
     except TraceError as exc:
         raise TraceError(f"{path} {exc}.") from None
@@ -353,9 +500,10 @@ def read_rank(path: str | Path) -> RankTrace:
             raise TraceError(f"{path} {exc}.") from None
         if events == 0 and recorder.read_bytes == 0:
             raise TraceError(f"{path} is empty.")
-    info = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
-    rank = info.get("rank")
-    world = info.get("world_size")
+    try:
+        _, rank, world = header_fields(header)
+    except TraceError as exc:
+        raise TraceError(f"{path} {exc}.") from None
     if gpu:
         busy_rows = kernels.intervals()
         main = None
@@ -393,8 +541,7 @@ def read_rank(path: str | Path) -> RankTrace:
     names = list(spans.names)
     return RankTrace(
         path=str(path), header={k: v for k, v in header.items() if k != "traceEvents"},
-        rank=int(rank) if isinstance(rank, int) and not isinstance(rank, bool) else -1,
-        world_size=int(world) if isinstance(world, int) and not isinstance(world, bool) else None,
+        rank=rank, world_size=world,
         main_thread=main, start=table[:, 0], end=table[:, 1], kind=table[:, 2].astype(np.int8),
         stage=table[:, 3].astype(np.int32), micro_batch=table[:, 4].astype(np.int32), peer=table[:, 5].astype(np.int32),
         nbytes=table[:, 6], name=table[:, 7].astype(np.int32), names=names, busy=busy_rows,
@@ -412,7 +559,7 @@ def _main_thread(threads: dict[Any, int], step_threads: set[Any]) -> Any:
 def _torch_version(header: dict[str, Any]) -> str | None:
     for key in ("torch_version", "pytorch_version", "torchVersion"):
         if isinstance(header.get(key), str):
-            return header[key]
+            return header[key][:200]
     return None
 
 
