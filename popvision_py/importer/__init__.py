@@ -10,6 +10,7 @@ each rank's CPU timeline beside it (``<DIR>/system/rank-<r>.pvti.parquet``) for 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import zlib
 from collections.abc import Callable, Iterable
@@ -58,15 +59,27 @@ def find_traces(given: Iterable[str]) -> list[Path]:
 
 
 def looks_like_trace(path: Path, peek: int = 1 << 16) -> bool:
-    """Whether ``path`` starts like a Chrome trace: a ``"traceEvents"`` key in its first bytes."""
+    """Whether a file in a folder is taken as a trace: any but a whole JSON document of at most ``peek`` bytes
+    (gzipped or not) without a ``"traceEvents"`` key, such as a run's settings beside its traces. A damaged
+    trace is taken, so that the reader says what is wrong with it rather than a rank going missing."""
     try:
         with open(path, "rb") as raw:
-            head = raw.read(peek)
+            head = raw.read(peek + 1)
         if head[:2] == b"\x1f\x8b":
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, peek)
+            stream = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            text = stream.decompress(head, peek + 1)
+            whole = stream.eof and len(text) <= peek
+        else:
+            text, whole = head, len(head) <= peek
     except (OSError, zlib.error):
-        return True  # let the reader say what is wrong with it
-    return b'"traceEvents"' in head
+        return True
+    if b'"traceEvents"' in text or not whole:
+        return True
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return True
+    return False
 
 
 def read_traces(paths: list[Path], jobs: int | None = None,
@@ -115,7 +128,8 @@ def _read(path: Path, future: Future | None = None) -> RankTrace:
     except MemoryError:
         raise TraceError(f"{path} needs more memory to read than this process may use.") from None
     except BrokenProcessPool:
-        raise TraceError(f"A process reading the traces died (killed, or out of memory) before {path} was read.") from None
+        raise TraceError(f"A process reading the traces died (killed, or out of memory) before {path} was "
+                         f"read.") from None
 
 
 def _check_one_run(traces: list[RankTrace]) -> None:

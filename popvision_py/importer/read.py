@@ -39,11 +39,11 @@ from popvision_py.errors import PopvisionError
 MAX_US = 2.0**61 / 1000  # times in microseconds beyond this (73 years) do not fit int64 nanoseconds with the base
 MAX_ID = 1 << 30  # a stage or micro-batch number beyond this is not a real run's
 BATCH_EVENTS = 1 << 16  # events reduced at a time
-HEAD_BYTES = 64 << 20  # the header must end (at "traceEvents") within this many bytes
+HEAD_BYTES = 16 << 20  # the header must end (at "traceEvents") within this many bytes (Kineto's: a few KiB)
 MEMORY_BUCKET_NS = 10_000  # [memory] samples kept: the largest Total Allocated per 10 µs
 MAX_DEPTH = 64  # JSON nesting: a Kineto trace nests 8 deep (an event's Input Dims); yajl's builder is not bounded
 MAX_RATIO = 200  # a gzipped trace inflating more than this past its first MAX_PLAIN bytes is a bomb (real: ~20)
-MAX_PLAIN = 64 << 20
+MAX_PLAIN = 16 << 20
 MAX_WORLD = 1 << 20  # ranks: no real run has a million
 
 # What a span is, by its name (see ``span_kind``).
@@ -243,7 +243,8 @@ def header_fields(header: dict[str, Any]) -> tuple[int | None, int, int | None]:
         raise _wrong("a distributedInfo of", info, "an object")
     rank, world = info.get("rank"), info.get("world_size")
     if world is not None and not (is_int(world) and 1 <= world <= MAX_WORLD):
-        raise _wrong("a distributedInfo.world_size of", world, f"a number of ranks (an integer from 1 to {MAX_WORLD:,})")
+        raise _wrong("a distributedInfo.world_size of", world,
+                     f"a number of ranks (an integer from 1 to {MAX_WORLD:,})")
     if rank is not None and not (is_int(rank) and 0 <= rank < (world or MAX_WORLD)):
         raise _wrong("a distributedInfo.rank of", rank, f"a rank (an integer from 0 below the world size, "
                      f"{world or MAX_WORLD:,})")
@@ -312,6 +313,8 @@ def _peer(name: str, args: dict[str, Any]) -> int:
         if inputs is None:
             return -1  # older PyTorch records no concrete inputs
         peer = inputs[2] if isinstance(inputs, list) and len(inputs) > 2 else None
+        if is_int(peer) and 0 <= peer < MAX_WORLD:
+            return peer
         if not (isinstance(peer, str) and peer.isdigit() and len(peer) < 10 and int(peer) < MAX_WORLD):
             raise _wrong(f"a {name} whose peer (Concrete Inputs[2]) is", peer, "a rank", name)
         return int(peer)
@@ -575,15 +578,21 @@ def _bucket_max(ts: list[int], total: list[int]) -> tuple[np.ndarray, np.ndarray
     return t[first], b[first]
 
 
+def _id(digits: str) -> int:
+    """A step, stage or micro-batch number of a span's name; beyond 18 digits, one ``_Spans.add`` refuses (Python's
+    int() itself refuses 4,300 digits)."""
+    return int(digits) if len(digits) <= 18 else MAX_ID
+
+
 def _classify(spans: _Spans, name: str, cat: Any, start: int, end: int, event: dict[str, Any]) -> None:
     """Keep ``event`` as a span if the import uses it (see the module docstring)."""
     if cat == "user_annotation":
         if (m := STEP.match(name)) is not None:
-            spans.add(start, end, "step", -1, int(m.group(1)), -1, 0, name)
+            spans.add(start, end, "step", -1, _id(m.group(1)), -1, 0, name)
         elif (m := GPIPE.match(name)) is not None:
-            spans.add(start, end, m.group(1).lower(), -1, int(m.group(2)), -1, 0, name)
+            spans.add(start, end, m.group(1).lower(), -1, _id(m.group(2)), -1, 0, name)
         elif (m := PP_ACTION.match(name)) is not None:
-            stage, action, mb = int(m.group(1)), m.group(2), int(m.group(3)) if m.group(3) else -1
+            stage, action, mb = _id(m.group(1)), m.group(2), _id(m.group(3)) if m.group(3) else -1
             kind = PASS_OF_ACTION.get(action) or ("pp_comm" if action in ("SEND_F", "RECV_F", "SEND_B", "RECV_B",
                                                                           "REDUCE_GRAD") else "pp_other")
             spans.add(start, end, kind, stage, mb, -1, 0, name)
@@ -597,7 +606,10 @@ def _classify(spans: _Spans, name: str, cat: Any, start: int, end: int, event: d
     elif cat == "cpu_op":
         if COMM_CALL.match(name):
             args = _args(event)
-            label = f"{name}:{args['Collective name']}" if isinstance(args.get("Collective name"), str) else name
+            collective = args.get("Collective name")
+            if collective is not None and not isinstance(collective, str):
+                raise _wrong("a communication call whose Collective name is", collective, "a name", name)
+            label = f"{name}:{collective[:80]}" if collective is not None else name
             spans.add(start, end, "comm_call", -1, -1, _peer(name, args), _comm_bytes(args), label)
     elif cat == "python_function":
         if (m := CHUNK_FRAME.search(name)) is not None:
