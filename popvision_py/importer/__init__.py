@@ -94,9 +94,13 @@ def read_traces(paths: list[Path], jobs: int | None = None,
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             futures = [pool.submit(read_rank, p) for p in paths]
-            for p, f in zip(paths, futures):
-                traces.append(_read(p, f))
-                progress()
+            try:
+                for p, f in zip(paths, futures):
+                    traces.append(_read(p, f))
+                    progress()
+            except BaseException:
+                pool.shutdown(cancel_futures=True)  # one bad trace stops the import: the ranks not begun are not read
+                raise
     ranked = [t for t in traces if t.rank >= 0]
     if ranked and len(ranked) < len(traces):
         lacking = next(t for t in traces if t.rank < 0)
