@@ -451,9 +451,38 @@ def test_every_hostile_trace_is_one_sentence_or_imported_with_the_right_figures(
     assert {o.case.name for o in outcomes if "Traceback" in o.stderr} == set()
 
 
-def test_the_cases_are_distinct_and_labelled():
+def test_the_cases_are_distinct_labelled_and_in_the_docs():
     names = [c.name for c in CASES]
     assert len(set(names)) == len(names)
     assert {c.group for c in CASES} == {"reference", "truncation", "type", "range", "duplicate", "nesting",
                                         "huge string", "gzip", "ranks", "mixed runs"}
+    docs = (ROOT / "docs" / "reliability.md").read_text()
+    assert [n for n in names if f"| {n} |" not in docs] == []  # the table `python -m` this module prints
+
+
+def main() -> None:
+    """Print the table of cases and outcomes kept in docs/reliability.md (every case run as the test runs it)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        earlier = work / "earlier"
+        subprocess.run([sys.executable, "-m", "popvision_py.cli", "import", str(TRACES), "-o", str(earlier), "-q"],
+                       check=True, capture_output=True, cwd=ROOT)
+        reference = Outcome(CASES[0], 0, "", "", True, *read_tables(earlier / "profile.pop"))
+        with ThreadPoolExecutor(2) as pool:
+            outcomes = list(pool.map(lambda k: run_case(CASES[k], work / f"case{k}", earlier), range(len(CASES))))
+        print("| group | case | outcome (exit code: the sentence, or what was imported) | contract |")
+        print("| --- | --- | --- | --- |")
+        for o in outcomes:
+            said = o.stderr.strip().replace(str(work), "").split("/in/")[-1] if o.code == 2 else ""
+            wrong = problems(o, reference)
+            result = (f"2: {said.removeprefix('Error: ')[:160]}" if o.code == 2 else
+                      f"{o.code}: " + ("the original's tables" if o.case.check == "same" else
+                                       f"ranks {o.run['import']['ranks']}, their rows"))
+            print(f"| {o.case.group} | {o.case.name} | {result.replace('|', '/')} | "
+                  f"{'held' if not wrong else 'BROKEN: ' + '; '.join(wrong)} |")
+
+if __name__ == "__main__":
+    main()
 
