@@ -491,11 +491,12 @@ def read_rank(path: str | Path) -> RankTrace:
     except ijson.common.IncompleteJSONError as exc:
         if recorder.read_bytes == 0:
             raise TraceError(f"{path} is empty.") from None
-        what = "ends before its JSON does (truncated?)" if "incomplete" in str(exc).lower() or "premature" in str(
-            exc).lower() else f"is not valid JSON ({str(exc).strip().splitlines()[0][:120]})"
+        reason = _reason(exc)
+        what = "ends before its JSON does (truncated?)" if "incomplete" in reason.lower() or "premature" in \
+            reason.lower() else f"is not valid JSON ({reason})"
         raise TraceError(f"{path} {what}.") from None
     except (ijson.common.JSONError, UnicodeDecodeError, ValueError) as exc:
-        raise TraceError(f"{path} is not valid JSON ({str(exc).strip()[:120]}).") from None
+        raise TraceError(f"{path} is not valid JSON ({_reason(exc)}).") from None
     if header is None:
         try:
             header = parse_header(bytes(recorder.head))
@@ -550,6 +551,15 @@ def read_rank(path: str | Path) -> RankTrace:
         nbytes=table[:, 6], name=table[:, 7].astype(np.int32), names=names, busy=busy_rows,
         memory_ts=memory_ts, memory_bytes=memory_bytes, events=events, gpu=gpu,
         torch_version=_torch_version(header), pid=step_pid)
+
+
+def _reason(exc: Exception) -> str:
+    """The first line of a parser's message (yajl's comes as bytes, its second line quoting the text), cut
+    short: the sentence quotes it."""
+    text = exc.args[0] if exc.args else str(exc)
+    text = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+    lines = text.strip().splitlines()
+    return (lines[0].strip() if lines else type(exc).__name__)[:120]
 
 
 def _main_thread(threads: dict[Any, int], step_threads: set[Any]) -> Any:
