@@ -476,7 +476,7 @@ def main() -> None:
         print("| group | case | outcome (exit code: the sentence, or what was imported) | contract |")
         print("| --- | --- | --- | --- |")
         for o in outcomes:
-            said = re.sub(r"\S*/in/", "", o.stderr.strip()) if o.code == 2 else ""  # file names without folders
+            said = re.sub(r"[^\s(]*/in/", "", o.stderr.strip()) if o.code == 2 else ""  # file names without folders
             wrong = problems(o, reference)
             result = (f"2: {said.removeprefix('Error: ')[:160]}" if o.code == 2 else
                       f"{o.code}: " + ("the original's tables" if o.case.check == "same" else
