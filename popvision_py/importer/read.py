@@ -205,7 +205,9 @@ def shown(value: Any) -> str:
     if value is None:
         return "null"
     text = json.dumps(value) if isinstance(value, (bool, str)) else repr(value)
-    return text if len(text) <= 40 else f"a string of {len(value):,} characters"
+    if len(text) <= 40:
+        return text
+    return f"a string of {len(value):,} characters" if isinstance(value, str) else f"a number of {len(text):,} digits"
 
 
 def _wrong(field: str, value: Any, wanted: str, name: Any = None) -> TraceError:
