@@ -34,17 +34,16 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from popvision_py.errors import PopvisionError
+from popvision_py.importer.checks import (MAX_DEPTH, MAX_WORLD, Depth, TraceError, header_fields, is_dims,
+                                          is_int, is_number, not_json, wrong)
 
 MAX_US = 2.0**61 / 1000  # times in microseconds beyond this (73 years) do not fit int64 nanoseconds with the base
 MAX_ID = 1 << 30  # a stage or micro-batch number beyond this is not a real run's
 BATCH_EVENTS = 1 << 16  # events reduced at a time
 HEAD_BYTES = 16 << 20  # the header must end (at "traceEvents") within this many bytes (Kineto's: a few KiB)
 MEMORY_BUCKET_NS = 10_000  # [memory] samples kept: the largest Total Allocated per 10 µs
-MAX_DEPTH = 64  # JSON nesting: a Kineto trace nests 8 deep (an event's Input Dims); yajl's builder is not bounded
 MAX_RATIO = 200  # a gzipped trace inflating more than this past its first MAX_PLAIN bytes is a bomb (real: ~20)
-MAX_PLAIN = 16 << 20
-MAX_WORLD = 1 << 20  # ranks: no real run has a million
+MAX_PLAIN = 16 << 20  # ... past this many bytes inflated (a small trace may inflate as it likes)
 
 # What a span is, by its name (see ``span_kind``).
 KINDS = ("step", "forward", "backward", "backward_input", "backward_weight", "update", "pp_comm", "pp_other",
@@ -62,10 +61,6 @@ CHUNK_FRAME = re.compile(r"pipelining/stage\.py\(\d+\): (forward|backward)_one_c
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 DTYPE_BYTES = {"float": 4, "float32": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "long int": 8,
                "int": 4, "half": 2, "bfloat16": 2, "bool": 1, "unsigned char": 1, "signed char": 1}
-
-
-class TraceError(PopvisionError):
-    """A trace that is not a PyTorch profiler trace popvision can read (one sentence, exit 2)."""
 
 
 @dataclass
@@ -106,7 +101,7 @@ class _Recorder:
         self.packed = packed  # the compressed file under a gzip stream: its position is the bytes read
         self.head = bytearray()
         self.read_bytes = 0
-        self.depth = _Depth()
+        self.depth = Depth()
 
     def read(self, size: int = -1) -> bytes:
         try:
@@ -122,47 +117,6 @@ class _Recorder:
         if self.depth.feed(data) > MAX_DEPTH:
             raise TraceError(f"nests JSON values more than {MAX_DEPTH} deep (a profiler trace: under 10)")
         return data
-
-
-class _Depth:
-    """The nesting depth of a JSON text fed in pieces: brackets inside strings do not count. Columnar
-    (NumPy over each piece's brackets and quotes), so it costs little beside the parse itself."""
-
-    def __init__(self) -> None:
-        self.level = 0
-        self.in_string = False
-        self.backslashes = 0  # the run of backslashes ending the previous piece
-
-    def feed(self, data: bytes) -> int:
-        """The deepest level reached in ``data``."""
-        if not data:
-            return self.level
-        a = np.frombuffer(data, np.uint8)
-        quote = a == 0x22
-        backslash = a == 0x5C
-        if self.backslashes or backslash.any():
-            # a quote is escaped when an odd run of backslashes ends just before it
-            at = np.arange(len(a))
-            last_other = np.maximum.accumulate(np.where(backslash, -1 - self.backslashes, at))
-            run = np.empty(len(a), np.int64)
-            run[0] = self.backslashes
-            run[1:] = at[:-1] - last_other[:-1]
-            quote &= run % 2 == 0
-            self.backslashes = int(len(a) - 1 - last_other[-1])
-        else:
-            self.backslashes = 0
-        opening = (a == 0x5B) | (a == 0x7B)
-        closing = (a == 0x5D) | (a == 0x7D)
-        marks = np.flatnonzero(quote | opening | closing)
-        if len(marks) == 0:
-            return self.level
-        is_quote = quote[marks]
-        inside = (np.cumsum(is_quote) - is_quote + self.in_string) % 2 == 1  # within a string at the mark
-        step = np.where(inside | is_quote, 0, np.where(opening[marks], 1, -1))
-        levels = self.level + np.cumsum(step)
-        self.level = int(levels[-1])
-        self.in_string = bool((self.in_string + int(is_quote.sum())) % 2)
-        return int(levels.max())
 
 
 def _open(path: Path) -> tuple[BinaryIO, BinaryIO | None]:
@@ -184,43 +138,12 @@ def parse_header(head: bytes) -> dict[str, Any]:
     text = head[:at].rstrip()
     text = text[:-1] if text.endswith(b",") else text
     try:
-        header = json.loads(text + b"}", parse_constant=_not_json) if text.strip() != b"{" else {}
+        header = json.loads(text + b"}", parse_constant=not_json) if text.strip() != b"{" else {}
     except (ValueError, RecursionError):
         raise TraceError("has a header that is not JSON before its \"traceEvents\" array") from None
     if not isinstance(header, dict):
         raise TraceError("is not a JSON object")
     return header
-
-
-def _not_json(word: str) -> Any:
-    raise ValueError(f"{word} is not JSON")
-
-
-def shown(value: Any) -> str:
-    """A value of a trace as a sentence quotes it: short ones whole, others by their JSON type."""
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    if value is None:
-        return "null"
-    text = json.dumps(value) if isinstance(value, (bool, str)) else repr(value)
-    if len(text) <= 40:
-        return text
-    return f"a string of {len(value):,} characters" if isinstance(value, str) else f"a number of {len(text):,} digits"
-
-
-def _wrong(field: str, value: Any, wanted: str, name: Any = None) -> TraceError:
-    where = f" (event {name[:80]!r})" if isinstance(name, str) else ""
-    return TraceError(f"has {field} {shown(value)}, not {wanted}{where}")
-
-
-def is_number(value: Any) -> bool:
-    return type(value) is float or type(value) is int  # not bool (True is no duration)
-
-
-def is_int(value: Any) -> bool:
-    return type(value) is int
 
 
 def _args(event: dict[str, Any]) -> dict[str, Any]:
@@ -229,35 +152,8 @@ def _args(event: dict[str, Any]) -> dict[str, Any]:
     if args is None:
         return {}
     if not isinstance(args, dict):
-        raise _wrong("an event whose args is", args, "an object", event.get("name"))
+        raise wrong("an event whose args is", args, "an object", event.get("name"))
     return args
-
-
-def header_fields(header: dict[str, Any]) -> tuple[int | None, int, int | None]:
-    """``baseTimeNanoseconds`` (None where absent or 0), ``distributedInfo``'s rank (-1 where absent) and
-    world size (None where absent), each checked: a wrong type or a number out of range is a sentence,
-    never a default standing in for it."""
-    base = header.get("baseTimeNanoseconds")
-    if base is not None and not (is_int(base) and 0 <= base < 1 << 62):
-        raise _wrong("a baseTimeNanoseconds of", base, "a time in nanoseconds (an integer from 0 below 2^62)")
-    info = header.get("distributedInfo", {})
-    if not isinstance(info, dict):
-        raise _wrong("a distributedInfo of", info, "an object")
-    rank, world = info.get("rank"), info.get("world_size")
-    if world is not None and not (is_int(world) and 1 <= world <= MAX_WORLD):
-        raise _wrong("a distributedInfo.world_size of", world,
-                     f"a number of ranks (an integer from 1 to {MAX_WORLD:,})")
-    if rank is not None and not (is_int(rank) and 0 <= rank < (world or MAX_WORLD)):
-        raise _wrong("a distributedInfo.rank of", rank, f"a rank (an integer from 0 below the world size, "
-                     f"{world or MAX_WORLD:,})")
-    devices = header.get("deviceProperties", [])
-    if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
-        raise _wrong("a deviceProperties of", devices, "an array of objects")
-    for device in devices:
-        memory = device.get("totalGlobalMem")
-        if memory is not None and not (is_int(memory) and 0 < memory < 1 << 62):
-            raise _wrong("a deviceProperties totalGlobalMem of", memory, "a size in bytes")
-    return base or None, -1 if rank is None else rank, world
 
 
 def _elements(dims: Any) -> int:
@@ -278,33 +174,20 @@ def _comm_bytes(args: dict[str, Any]) -> int:
     the first input's elements (``Input Dims``) x its type (``Input type``), as gloo records them."""
     dtype = args.get("dtype")
     if dtype is not None and not isinstance(dtype, str):
-        raise _wrong("a communication event whose dtype is", dtype, "a type's name")
+        raise wrong("a communication event whose dtype is", dtype, "a type's name")
     nelems = args.get("In msg nelems")
     if nelems is not None:
         if not (is_int(nelems) and nelems >= 0):
-            raise _wrong("a communication event whose In msg nelems is", nelems, "a count of elements")
+            raise wrong("a communication event whose In msg nelems is", nelems, "a count of elements")
         return nelems * DTYPE_BYTES.get(str(dtype), 4)
     types = args.get("Input type")
     if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
-        raise _wrong("a communication event whose Input type is", types, "an array of types' names")
+        raise wrong("a communication event whose Input type is", types, "an array of types' names")
     dims = args.get("Input Dims")
-    if dims is not None and not _is_dims(dims):
-        raise _wrong("a communication event whose Input Dims is", dims, "an array of shapes")
+    if dims is not None and not is_dims(dims):
+        raise wrong("a communication event whose Input Dims is", dims, "an array of shapes")
     kind = types[0] if types else None
     return _elements(dims) * DTYPE_BYTES.get(str(kind), 4)
-
-
-def _is_dims(dims: Any) -> bool:
-    """``Input Dims``: one entry per input, a shape (sizes) or a list of shapes (a tensor list)."""
-    if not isinstance(dims, list):
-        return False
-    for entry in dims:
-        if not isinstance(entry, list):
-            return False
-        shapes = entry if entry and isinstance(entry[0], list) else [entry]
-        if not all(isinstance(shape, list) and all(is_int(d) and d >= 0 for d in shape) for shape in shapes):
-            return False
-    return True
 
 
 def _peer(name: str, args: dict[str, Any]) -> int:
@@ -318,7 +201,7 @@ def _peer(name: str, args: dict[str, Any]) -> int:
         if is_int(peer) and 0 <= peer < MAX_WORLD:
             return peer
         if not (isinstance(peer, str) and peer.isdigit() and len(peer) < 10 and int(peer) < MAX_WORLD):
-            raise _wrong(f"a {name} whose peer (Concrete Inputs[2]) is", peer, "a rank", name)
+            raise wrong(f"a {name} whose peer (Concrete Inputs[2]) is", peer, "a rank", name)
         return int(peer)
     return -1
 
@@ -412,7 +295,7 @@ def read_rank(path: str | Path) -> RankTrace:
 
     def ns(ts: Any, name: str) -> int:
         if not is_number(ts):
-            raise _wrong("an event whose ts is", ts, "a time in microseconds", name)
+            raise wrong("an event whose ts is", ts, "a time in microseconds", name)
         if not abs(ts) < MAX_US:
             raise TraceError(f"has a time stamp out of range ({ts!r} microseconds)")
         return int(round(ts * 1000.0)) + (base_ns or 0)
@@ -425,14 +308,14 @@ def read_rank(path: str | Path) -> RankTrace:
                     base_ns = header_fields(header)[0]
                 events += 1
                 if not isinstance(event, dict):
-                    raise _wrong(f"an entry of traceEvents (number {events}) that is", event, "an event (an object)")
+                    raise wrong(f"an entry of traceEvents (number {events}) that is", event, "an event (an object)")
                 ph, name, cat = event.get("ph"), event.get("name"), event.get("cat")
                 if not isinstance(ph, str):
-                    raise _wrong("an event whose ph is", ph, "a phase (\"X\", \"i\", ...)", name)
+                    raise wrong("an event whose ph is", ph, "a phase (\"X\", \"i\", ...)", name)
                 if ph != "X" and ph != "i":
                     continue  # metadata, flows, counters: nothing the import reads
                 if not isinstance(name, str):
-                    raise _wrong(f"an event (ph {ph!r}) whose name is", name, "a string")
+                    raise wrong(f"an event (ph {ph!r}) whose name is", name, "a string")
                 if ph == "i":
                     if name != "[memory]":
                         continue
@@ -440,9 +323,9 @@ def read_rank(path: str | Path) -> RankTrace:
                     total = args.get("Total Allocated")
                     device = args.get("Device Type", 0)
                     if not is_number(total):
-                        raise _wrong("a [memory] event whose Total Allocated is", total, "a size in bytes")
+                        raise wrong("a [memory] event whose Total Allocated is", total, "a size in bytes")
                     if not is_int(device):
-                        raise _wrong("a [memory] event whose Device Type is", device, "a device type (0 CPU, 1 CUDA)")
+                        raise wrong("a [memory] event whose Device Type is", device, "a device type (0 CPU, 1 CUDA)")
                     if device in (0, 1):  # other devices' memory is not the rank's
                         if not 0 <= total < 1 << 62:
                             raise TraceError(f"has a [memory] event whose Total Allocated is out of range ({total!r})")
@@ -453,18 +336,18 @@ def read_rank(path: str | Path) -> RankTrace:
                             mem_ts[device], mem_bytes[device] = [], []
                     continue
                 if cat is not None and not isinstance(cat, str):
-                    raise _wrong("an event whose cat is", cat, "a category's name", name)
+                    raise wrong("an event whose cat is", cat, "a category's name", name)
                 start = ns(event.get("ts"), name)
                 dur = event.get("dur")
                 if not is_number(dur):
-                    raise _wrong("an event whose dur is", dur, "a duration in microseconds", name)
+                    raise wrong("an event whose dur is", dur, "a duration in microseconds", name)
                 if not 0 <= dur < MAX_US:
                     raise TraceError(f"has an event whose duration is negative or out of range ({name!r} at ts "
                                      f"{event.get('ts')})")
                 end = start + int(round(dur * 1000.0))
                 tid = event.get("tid")
                 if tid is not None and not (is_int(tid) or isinstance(tid, str)):
-                    raise _wrong("an event whose tid is", tid, "a thread's id", name)
+                    raise wrong("an event whose tid is", tid, "a thread's id", name)
                 if cat in GPU_CATS:
                     gpu = True
                     if COMM_FLIGHT.match(name):  # an NCCL kernel moves data: communication, not compute
@@ -485,7 +368,7 @@ def read_rank(path: str | Path) -> RankTrace:
                     step_threads.add(tid)
                     pid = event.get("pid")
                     if pid is not None and not (is_int(pid) and 0 <= pid < 1 << 62 or isinstance(pid, str)):
-                        raise _wrong("an event whose pid is", pid, "a process's id", name)
+                        raise wrong("an event whose pid is", pid, "a process's id", name)
                     if step_pid is None and is_int(pid):
                         step_pid = pid
     except TraceError as exc:
@@ -620,7 +503,7 @@ def _classify(spans: _Spans, name: str, cat: Any, start: int, end: int, event: d
             args = _args(event)
             collective = args.get("Collective name")
             if collective is not None and not isinstance(collective, str):
-                raise _wrong("a communication call whose Collective name is", collective, "a name", name)
+                raise wrong("a communication call whose Collective name is", collective, "a name", name)
             label = f"{name}:{collective[:80]}" if collective is not None else name
             spans.add(start, end, "comm_call", -1, -1, _peer(name, args), _comm_bytes(args), label)
     elif cat == "python_function":
