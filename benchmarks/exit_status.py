@@ -12,7 +12,8 @@ process, exit 134), or for ``info``, which reads no pages, in the table's footer
 Markdown table of the exit codes seen per command and path, and the runs whose stderr held a
 traceback or "terminate called". The runs are interleaved (each command and path in turn), so
 ``--minutes`` (stop starting runs after that long) or a Ctrl-C leaves counts balanced across the
-table, which then says how many ran. docs/reliability.md keeps the figures. Exit status 1 if any run ended with a code other than its path's.
+table, which then says how many ran. docs/reliability.md keeps the figures. Exit status 1 if any
+run ended with a code other than its path's.
 """
 
 from __future__ import annotations
