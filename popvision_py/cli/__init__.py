@@ -13,6 +13,8 @@ import gc
 import os
 import signal
 import sys
+import traceback
+from typing import NoReturn
 
 
 def _exit_interrupted(signum: int, frame: object) -> None:
@@ -86,7 +88,8 @@ class PopvisionGroup(click.Group):
 
     def main(self, args=None, *rest, **extra):  # type: ignore[override]
         """As click's, run as a program: one Ctrl-C raises KeyboardInterrupt (so that partial
-        outputs are discarded), later ones and any during exit are ignored."""
+        outputs are discarded), later ones and any during exit are ignored; the process then ends
+        with the command's exit code and nothing after it (``leave``)."""
         program = PROGRAM and args is None
         if program and signal.getsignal(signal.SIGINT) is _exit_interrupted:
             signal.signal(signal.SIGINT, _interrupt)
@@ -96,20 +99,50 @@ class PopvisionGroup(click.Group):
             click.echo("Interrupted.", err=True)
             code = 130
         except SystemExit as exc:
-            if not (program and _INTERRUPTS and exc.code == 130):
+            if not program:
                 raise
-            code = 130
+            code = exit_code(exc)
+        except BaseException:
+            if not program:
+                raise
+            traceback.print_exc()  # a bug, not bad input: Python's own report and exit code
+            code = 1
         finally:
             if program:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
         if not program:
             sys.exit(code)
-        # Interrupted, and every clean-up has run: leave now, without the interpreter's own shutdown
-        # (where a library's finaliser could still see the interrupt and end the process by SIGINT).
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(code)
+        leave(code)
+
+
+def exit_code(exc: SystemExit) -> int:
+    """The status ``exc`` asks for, as the interpreter would give it (a message is printed, status 1)."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def leave(code: int) -> NoReturn:
+    """End the process now with ``code``, its output flushed, without the interpreter's shutdown.
+
+    By the time a command returns (or its error has been printed), every output is published and
+    closed. What the interpreter's shutdown would still do can only change the exit code: Arrow's
+    thread pools are torn down there, and a worker thread still alive then aborts the process
+    ("terminate called without an active exception", SIGABRT, exit 134; apache/arrow#34314), after
+    the right sentence has been printed; a library's finaliser can also see a late Ctrl-C and end
+    the process by SIGINT. ``os._exit`` skips that teardown (atexit handlers, finalisers, C++ static
+    destructors), so the status is the command's: 0, 2 for bad input, 130 on Ctrl-C.
+    """
+    if "logging" in sys.modules:  # what atexit would have flushed
+        with contextlib.suppress(Exception):
+            sys.modules["logging"].shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe (`| head`) has nothing left to receive
+            stream.flush()
+    os._exit(code)
 
 
 _INTERRUPTS: list[int] = []  # Ctrl-Cs seen: a library may swallow the KeyboardInterrupt, not this

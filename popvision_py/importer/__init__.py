@@ -10,10 +10,12 @@ each rank's CPU timeline beside it (``<DIR>/system/rank-<r>.pvti.parquet``) for 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import zlib
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from popvision_py.importer.profile import build_tables, write
@@ -57,33 +59,59 @@ def find_traces(given: Iterable[str]) -> list[Path]:
 
 
 def looks_like_trace(path: Path, peek: int = 1 << 16) -> bool:
-    """Whether ``path`` starts like a Chrome trace: a ``"traceEvents"`` key in its first bytes."""
+    """Whether a file in a folder is taken as a trace: any but a whole JSON document of at most ``peek`` bytes
+    (gzipped or not) without a ``"traceEvents"`` key, such as a run's settings beside its traces. A damaged
+    trace is taken, so that the reader says what is wrong with it rather than a rank going missing."""
     try:
         with open(path, "rb") as raw:
-            head = raw.read(peek)
+            head = raw.read(peek + 1)
         if head[:2] == b"\x1f\x8b":
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, peek)
+            stream = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            text = stream.decompress(head, peek + 1)
+            whole = stream.eof and len(text) <= peek
+        else:
+            text, whole = head, len(head) <= peek
     except (OSError, zlib.error):
-        return True  # let the reader say what is wrong with it
-    return b'"traceEvents"' in head
+        return True
+    if b'"traceEvents"' in text or not whole:
+        return True
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return True
+    return False
 
 
 def read_traces(paths: list[Path], jobs: int | None = None,
                 progress: Callable[[], None] = lambda: None) -> list[RankTrace]:
     """Each file read (in parallel processes), in rank order; one sentence if two claim one rank."""
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
+    traces = []
     if jobs == 1:
-        traces = []
         for p in paths:
-            traces.append(read_rank(p))
+            traces.append(_read(p))
             progress()
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             futures = [pool.submit(read_rank, p) for p in paths]
-            traces = []
-            for f in futures:
-                traces.append(f.result())
-                progress()
+            try:
+                for p, f in zip(paths, futures):
+                    traces.append(_read(p, f))
+                    progress()
+            except BaseException:
+                pool.shutdown(cancel_futures=True)  # one bad trace stops the import: the ranks not begun are not read
+                raise
+    ranked = [t for t in traces if t.rank >= 0]
+    if ranked and len(ranked) < len(traces):
+        lacking = next(t for t in traces if t.rank < 0)
+        raise TraceError(f"{ranked[0].path} records its rank (distributedInfo) and {lacking.path} does not: they "
+                         f"are not traces of one run; give the traces of one run.")
+    worlds = sorted({t.world_size for t in traces if t.world_size is not None})
+    if len(worlds) > 1:
+        a = next(t for t in traces if t.world_size == worlds[0])
+        b = next(t for t in traces if t.world_size == worlds[-1])
+        raise TraceError(f"{a.path} is of a run of {worlds[0]:,} ranks and {b.path} of {worlds[-1]:,}: they are not "
+                         f"traces of one run; give the traces of one run.")
     for k, t in enumerate(traces):
         if t.rank < 0:
             t.rank = k  # no distributedInfo: the files' order
@@ -92,7 +120,38 @@ def read_traces(paths: list[Path], jobs: int | None = None,
         twice = sorted({r for r in ranks if ranks.count(r) > 1})
         raise TraceError(f"Two traces are of rank {twice[0]} ({', '.join(t.path for t in traces if t.rank == twice[0])}); "
                          f"give one trace per rank.")
+    _check_one_run(traces)
     return sorted(traces, key=lambda t: t.rank)
+
+
+def _read(path: Path, future: Future | None = None) -> RankTrace:
+    """``read_rank(path)``, here or by ``future``; running out of memory, or a reading process that died, is
+    one sentence."""
+    try:
+        return future.result() if future is not None else read_rank(path)
+    except MemoryError:
+        raise TraceError(f"{path} needs more memory to read than this process may use.") from None
+    except BrokenProcessPool:
+        raise TraceError(f"A process reading the traces died (killed, or out of memory) before {path} was "
+                         f"read.") from None
+
+
+def _check_one_run(traces: list[RankTrace]) -> None:
+    """The ranks of one run ran at the same time: each rank's time overlaps every other's. Traces whose
+    times do not overlap are of different runs (or their clocks disagree), and their figures would mix them."""
+    spans = []
+    for t in traces:
+        times = [x for x in (t.start, t.end, t.busy.ravel()) if len(x)]
+        if times:
+            spans.append((int(min(x.min() for x in times)), int(max(x.max() for x in times)), t))
+    if len(spans) < 2:
+        return
+    first = min(spans, key=lambda s: s[1])  # the rank that ends first
+    last = max(spans, key=lambda s: s[0])  # the rank that begins last
+    if first[1] < last[0]:
+        raise TraceError(f"{first[2].path} ends {(last[0] - first[1]) / 1e9:,.3f} s before {last[2].path} begins: the "
+                         f"ranks of one run overlap in time, so they are not traces of one run (or their clocks "
+                         f"disagree); give the traces of one run.")
 
 
 def import_traces(paths: list[Path], output: Path, *, device_memory: int | None = None, jobs: int | None = None,

@@ -119,6 +119,7 @@ def build_tables(traces: list[RankTrace], device_memory: int | None = None,
     is the run's name in the reports (the traces' folder by default)."""
     for t in traces:
         _chunk_micro_batches(t)
+    check_numbers(traces)
     lo, hi = window(traces)
     if hi - lo > MAX_CYCLES:
         raise TraceError(f"The traces span {(hi - lo) / 86400e9:,.0f} days, more than a profile holds (104 days of "
@@ -226,10 +227,8 @@ def _rank_tables(t: RankTrace, ipu: int, rows: Rows, lo: int, found: Layout, sta
     exchange = np.isin(label, [LABEL["comm_call"], LABEL["pp_comm"], LABEL["comm_flight"]])
     kind = np.where(has, t.kind[sp], -1) if len(t.kind) else np.full(n, -1)
     # stage: the action's (PP:), through the profile's stage numbering; else the rank's own
-    lookup = np.full(max(stage_index, default=-1) + 2, -1, np.int64)
-    lookup[np.asarray(list(stage_index), np.int64) + 1] = list(stage_index.values())
     named = np.where(has, t.stage[sp], -1) if len(t.stage) else np.full(n, -1)
-    stage = np.where((named >= 0) & (named < len(lookup) - 1), lookup[np.clip(named + 1, 0, len(lookup) - 1)], -1)
+    stage = mapped(named, stage_index)
     stage = np.where(idle, -1, np.where(stage < 0, own_stage, stage))
     micro = np.where(has & np.isin(label, [LABEL["pass"], LABEL["pp_comm"]]), t.micro_batch[sp], -1) \
         if len(t.micro_batch) else np.full(n, -1)
@@ -333,10 +332,7 @@ def _transfers(t: RankTrace, ipu: int, lo: int, row_steps: np.ndarray, row_spans
     names = np.array(t.names + [""], dtype=object)
     sends = np.array(["send" in n for n in t.names] + [False], bool)[t.name[comm]]
     collective = np.array([is_collective(n) for n in t.names] + [False], bool)[t.name[comm]]
-    to_ipu = np.full(max(ipu_of_rank, default=0) + 1, -1, np.int64)  # rank -> ipu, -1 for a rank not imported
-    to_ipu[np.asarray(list(ipu_of_rank), np.int64)] = list(ipu_of_rank.values())
-    known = (peer[comm] >= 0) & (peer[comm] < len(to_ipu))
-    other = np.where(known, to_ipu[np.clip(peer[comm], 0, len(to_ipu) - 1)], -1)
+    other = mapped(peer[comm], ipu_of_rank)
     other = np.where(other >= 0, other, ipu)  # a peer outside the traces given: the rank itself
     # the first exposed step of each span, else a new 0-cycle step after the rank's others
     seen, first = np.unique(row_spans, return_index=True)
@@ -354,6 +350,35 @@ def _transfers(t: RankTrace, ipu: int, lo: int, row_steps: np.ndarray, row_spans
     new_names = names[t.name[comm[hidden]]].tolist()
     new_types = np.where(collective[hidden], "all_reduce", "global_exchange").tolist()
     return rows, new_names, new_types
+
+
+def mapped(values: np.ndarray, mapping: dict[int, int]) -> np.ndarray:
+    """``mapping[v]`` for each of ``values``, -1 for a value it lacks: by its sorted keys, never by an array
+    as long as the largest key (a trace's stage or rank numbers are its own)."""
+    values = np.asarray(values, np.int64)
+    if not mapping:
+        return np.full(len(values), -1, np.int64)
+    keys = np.asarray(sorted(mapping), np.int64)
+    to = np.asarray([mapping[k] for k in keys.tolist()], np.int64)
+    at = np.minimum(np.searchsorted(keys, values), len(keys) - 1)
+    return np.where(keys[at] == values, to[at], -1)
+
+
+def check_numbers(traces: list[RankTrace]) -> None:
+    """Micro-batch and stage numbers bounded by what the traces hold: a schedule numbers a rank's
+    micro-batches from 0, so a rank's largest is below its passes; and a pipeline of W ranks runs at most
+    W stages for each stage a rank holds. A number beyond is not a real run's (and would size the profile)."""
+    world = max([len(traces)] + [t.world_size for t in traces if t.world_size])
+    for t in traces:
+        passes = np.isin(t.kind, [KIND["forward"], KIND["backward"], KIND["backward_input"], KIND["backward_weight"]])
+        largest = int(t.micro_batch[passes].max(initial=-1))
+        if largest >= int(passes.sum()):
+            raise TraceError(f"{t.path} names micro-batch {largest:,} but holds {int(passes.sum()):,} passes: a "
+                             f"schedule numbers micro-batches from 0, so it is not a real run's.")
+        stages = np.unique(t.stage[t.stage >= 0])
+        if len(stages) and int(stages[-1]) >= world * len(stages):
+            raise TraceError(f"{t.path} names stage {int(stages[-1]):,} but its ranks ({world:,}) hold at most "
+                             f"{world * len(stages):,} stages of {len(stages)} per rank: it is not a real run's.")
 
 
 def _levels(ts: np.ndarray, total: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -34,13 +34,16 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from popvision_py.errors import PopvisionError
+from popvision_py.importer.checks import (MAX_DEPTH, MAX_WORLD, Depth, TraceError, header_fields, is_dims,
+                                          is_int, is_number, not_json, wrong)
 
 MAX_US = 2.0**61 / 1000  # times in microseconds beyond this (73 years) do not fit int64 nanoseconds with the base
 MAX_ID = 1 << 30  # a stage or micro-batch number beyond this is not a real run's
 BATCH_EVENTS = 1 << 16  # events reduced at a time
-HEAD_BYTES = 64 << 20  # the header must end (at "traceEvents") within this many bytes
+HEAD_BYTES = 16 << 20  # the header must end (at "traceEvents") within this many bytes (Kineto's: a few KiB)
 MEMORY_BUCKET_NS = 10_000  # [memory] samples kept: the largest Total Allocated per 10 µs
+MAX_RATIO = 200  # a gzipped trace inflating more than this past its first MAX_PLAIN bytes is a bomb (real: ~20)
+MAX_PLAIN = 16 << 20  # ... past this many bytes inflated (a small trace may inflate as it likes)
 
 # What a span is, by its name (see ``span_kind``).
 KINDS = ("step", "forward", "backward", "backward_input", "backward_weight", "update", "pp_comm", "pp_other",
@@ -58,10 +61,6 @@ CHUNK_FRAME = re.compile(r"pipelining/stage\.py\(\d+\): (forward|backward)_one_c
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 DTYPE_BYTES = {"float": 4, "float32": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "long int": 8,
                "int": 4, "half": 2, "bfloat16": 2, "bool": 1, "unsigned char": 1, "signed char": 1}
-
-
-class TraceError(PopvisionError):
-    """A trace that is not a PyTorch profiler trace popvision can read (one sentence, exit 2)."""
 
 
 @dataclass
@@ -93,12 +92,16 @@ class RankTrace:
 
 
 class _Recorder:
-    """A file object for ijson that keeps the first bytes it hands out (for the header)."""
+    """A file object for ijson that keeps the first bytes it hands out (for the header), and refuses a
+    stream nested deeper than ``MAX_DEPTH`` or a gzip stream that inflates like a bomb, before ijson
+    builds anything of it."""
 
-    def __init__(self, raw: BinaryIO) -> None:
+    def __init__(self, raw: BinaryIO, packed: BinaryIO | None = None) -> None:
         self.raw = raw
+        self.packed = packed  # the compressed file under a gzip stream: its position is the bytes read
         self.head = bytearray()
         self.read_bytes = 0
+        self.depth = Depth()
 
     def read(self, size: int = -1) -> bytes:
         try:
@@ -108,16 +111,22 @@ class _Recorder:
         if len(self.head) < HEAD_BYTES:
             self.head += data[: HEAD_BYTES - len(self.head)]
         self.read_bytes += len(data)
+        if self.packed is not None and self.read_bytes > MAX_PLAIN and self.read_bytes > MAX_RATIO * self.packed.tell():
+            raise TraceError(f"inflates to more than {MAX_RATIO} times its gzipped size (a real trace: about 20; "
+                             f"a decompression bomb?); to import it anyway, gunzip it first")
+        if self.depth.feed(data) > MAX_DEPTH:
+            raise TraceError(f"nests JSON values more than {MAX_DEPTH} deep (a profiler trace: under 10)")
         return data
 
 
-def _open(path: Path) -> BinaryIO:
+def _open(path: Path) -> tuple[BinaryIO, BinaryIO | None]:
+    """The file's JSON stream, and the compressed file beneath it where it is gzipped."""
     raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
     magic = raw.read(2)
     raw.seek(0)
     if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-    return raw
+        return gzip.GzipFile(fileobj=raw, mode="rb"), raw  # type: ignore[return-value]
+    return raw, None
 
 
 def parse_header(head: bytes) -> dict[str, Any]:
@@ -129,8 +138,8 @@ def parse_header(head: bytes) -> dict[str, Any]:
     text = head[:at].rstrip()
     text = text[:-1] if text.endswith(b",") else text
     try:
-        header = json.loads(text + b"}") if text.strip() != b"{" else {}
-    except ValueError:
+        header = json.loads(text + b"}", parse_constant=not_json) if text.strip() != b"{" else {}
+    except (ValueError, RecursionError):
         raise TraceError("has a header that is not JSON before its \"traceEvents\" array") from None
     if not isinstance(header, dict):
         raise TraceError("is not a JSON object")
@@ -138,13 +147,13 @@ def parse_header(head: bytes) -> dict[str, Any]:
 
 
 def _args(event: dict[str, Any]) -> dict[str, Any]:
-    """An event's ``args``, or nothing where a hostile trace holds something other than an object there."""
+    """An event's ``args`` (an object, or none at all)."""
     args = event.get("args")
-    return args if isinstance(args, dict) else {}
-
-
-def _number(value: Any, default: float = 0.0) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+    if args is None:
+        return {}
+    if not isinstance(args, dict):
+        raise wrong("an event whose args is", args, "an object", event.get("name"))
+    return args
 
 
 def _elements(dims: Any) -> int:
@@ -164,12 +173,21 @@ def _comm_bytes(args: dict[str, Any]) -> int:
     """Bytes a communication event moves: ``In msg nelems`` x the dtype (``record_param_comms``), else
     the first input's elements (``Input Dims``) x its type (``Input type``), as gloo records them."""
     dtype = args.get("dtype")
+    if dtype is not None and not isinstance(dtype, str):
+        raise wrong("a communication event whose dtype is", dtype, "a type's name")
     nelems = args.get("In msg nelems")
-    if isinstance(nelems, int) and not isinstance(nelems, bool) and nelems >= 0:
+    if nelems is not None:
+        if not (is_int(nelems) and nelems >= 0):
+            raise wrong("a communication event whose In msg nelems is", nelems, "a count of elements")
         return nelems * DTYPE_BYTES.get(str(dtype), 4)
     types = args.get("Input type")
-    kind = types[0] if isinstance(types, list) and types else None
-    return _elements(args.get("Input Dims")) * DTYPE_BYTES.get(str(kind), 4)
+    if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
+        raise wrong("a communication event whose Input type is", types, "an array of types' names")
+    dims = args.get("Input Dims")
+    if dims is not None and not is_dims(dims):
+        raise wrong("a communication event whose Input Dims is", dims, "an array of shapes")
+    kind = types[0] if types else None
+    return _elements(dims) * DTYPE_BYTES.get(str(kind), 4)
 
 
 def _peer(name: str, args: dict[str, Any]) -> int:
@@ -177,11 +195,14 @@ def _peer(name: str, args: dict[str, Any]) -> int:
     concrete input (dst / src); -1 for collectives and where it is not recorded."""
     if name in ("c10d::send", "c10d::recv_"):
         inputs = args.get("Concrete Inputs")
-        if isinstance(inputs, list) and len(inputs) > 2:
-            try:
-                return int(inputs[2])
-            except (TypeError, ValueError):
-                return -1
+        if inputs is None:
+            return -1  # older PyTorch records no concrete inputs
+        peer = inputs[2] if isinstance(inputs, list) and len(inputs) > 2 else None
+        if is_int(peer) and 0 <= peer < MAX_WORLD:
+            return peer
+        if not (isinstance(peer, str) and peer.isdigit() and len(peer) < 10 and int(peer) < MAX_WORLD):
+            raise wrong(f"a {name} whose peer (Concrete Inputs[2]) is", peer, "a rank", name)
+        return int(peer)
     return -1
 
 
@@ -252,10 +273,10 @@ def read_rank(path: str | Path) -> RankTrace:
 
     path = Path(path)
     try:
-        raw = _open(path)
+        raw, packed = _open(path)
     except OSError as exc:
         raise TraceError(f"{path} cannot be read: {exc.strerror or exc}.") from None
-    recorder = _Recorder(raw)
+    recorder = _Recorder(raw, packed)
     spans = _Spans()
     kernels = _Union()  # the GPU's kernels, memcpys and memsets (not NCCL's)
     # [memory] samples per device type (0 CPU, 1 CUDA): a GPU trace's memory is its GPU's
@@ -272,49 +293,61 @@ def read_rank(path: str | Path) -> RankTrace:
     gpu = False  # the trace has device tracks (kernels, memcpys, memsets)
     backward: dict[Any, _Union] = {}  # autograd nodes per thread
 
-    def ns(ts: Any) -> int:
-        value = _number(ts)
-        if not abs(value) < MAX_US:
+    def ns(ts: Any, name: str) -> int:
+        if not is_number(ts):
+            raise wrong("an event whose ts is", ts, "a time in microseconds", name)
+        if not abs(ts) < MAX_US:
             raise TraceError(f"has a time stamp out of range ({ts!r} microseconds)")
-        return int(round(value * 1000.0)) + (base_ns or 0)
+        return int(round(ts * 1000.0)) + (base_ns or 0)
 
     try:
         with raw:
             for event in ijson.items(recorder, "traceEvents.item", use_float=True):
                 if header is None:
                     header = parse_header(bytes(recorder.head))
-                    base = header.get("baseTimeNanoseconds")
-                    base_ns = int(base) if isinstance(base, int) and not isinstance(base, bool) and 0 < base < 1 << 62 else None
+                    base_ns = header_fields(header)[0]
                 events += 1
                 if not isinstance(event, dict):
-                    continue
+                    raise wrong(f"an entry of traceEvents (number {events}) that is", event, "an event (an object)")
                 ph, name, cat = event.get("ph"), event.get("name"), event.get("cat")
-                cat = cat if isinstance(cat, str) else None
+                if not isinstance(ph, str):
+                    raise wrong("an event whose ph is", ph, "a phase (\"X\", \"i\", ...)", name)
+                if ph != "X" and ph != "i":
+                    continue  # metadata, flows, counters: nothing the import reads
                 if not isinstance(name, str):
-                    continue
-                if ph == "i" and name == "[memory]":
+                    raise wrong(f"an event (ph {ph!r}) whose name is", name, "a string")
+                if ph == "i":
+                    if name != "[memory]":
+                        continue
                     args = _args(event)
                     total = args.get("Total Allocated")
                     device = args.get("Device Type", 0)
-                    if isinstance(total, (int, float)) and not isinstance(total, bool) and device in (0, 1):
+                    if not is_number(total):
+                        raise wrong("a [memory] event whose Total Allocated is", total, "a size in bytes")
+                    if not is_int(device):
+                        raise wrong("a [memory] event whose Device Type is", device, "a device type (0 CPU, 1 CUDA)")
+                    if device in (0, 1):  # other devices' memory is not the rank's
                         if not 0 <= total < 1 << 62:
                             raise TraceError(f"has a [memory] event whose Total Allocated is out of range ({total!r})")
-                        mem_ts[device].append(ns(event.get("ts")))
+                        mem_ts[device].append(ns(event.get("ts"), name))
                         mem_bytes[device].append(int(total))
                         if len(mem_ts[device]) >= BATCH_EVENTS:
                             mem_reduced[device].append(_bucket_max(mem_ts[device], mem_bytes[device]))
                             mem_ts[device], mem_bytes[device] = [], []
                     continue
-                if ph != "X":
-                    continue
-                start = ns(event.get("ts"))
-                dur = _number(event.get("dur"))
+                if cat is not None and not isinstance(cat, str):
+                    raise wrong("an event whose cat is", cat, "a category's name", name)
+                start = ns(event.get("ts"), name)
+                dur = event.get("dur")
+                if not is_number(dur):
+                    raise wrong("an event whose dur is", dur, "a duration in microseconds", name)
                 if not 0 <= dur < MAX_US:
                     raise TraceError(f"has an event whose duration is negative or out of range ({name!r} at ts "
                                      f"{event.get('ts')})")
                 end = start + int(round(dur * 1000.0))
                 tid = event.get("tid")
-                tid = tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else None
+                if tid is not None and not (is_int(tid) or isinstance(tid, str)):
+                    raise wrong("an event whose tid is", tid, "a thread's id", name)
                 if cat in GPU_CATS:
                     gpu = True
                     if COMM_FLIGHT.match(name):  # an NCCL kernel moves data: communication, not compute
@@ -334,18 +367,21 @@ def read_rank(path: str | Path) -> RankTrace:
                 elif cat == "user_annotation" and STEP.match(name):
                     step_threads.add(tid)
                     pid = event.get("pid")
-                    if step_pid is None and isinstance(pid, int) and not isinstance(pid, bool) and 0 <= pid < 1 << 62:
+                    if pid is not None and not (is_int(pid) and 0 <= pid < 1 << 62 or isinstance(pid, str)):
+                        raise wrong("an event whose pid is", pid, "a process's id", name)
+                    if step_pid is None and is_int(pid):
                         step_pid = pid
     except TraceError as exc:
         raise TraceError(f"{path} {exc}.") from None
     except ijson.common.IncompleteJSONError as exc:
         if recorder.read_bytes == 0:
             raise TraceError(f"{path} is empty.") from None
-        what = "ends before its JSON does (truncated?)" if "incomplete" in str(exc).lower() or "premature" in str(
-            exc).lower() else f"is not valid JSON ({str(exc).strip().splitlines()[0][:120]})"
+        reason = _reason(exc)
+        what = "ends before its JSON does (truncated?)" if "incomplete" in reason.lower() or "premature" in \
+            reason.lower() else f"is not valid JSON ({reason})"
         raise TraceError(f"{path} {what}.") from None
     except (ijson.common.JSONError, UnicodeDecodeError, ValueError) as exc:
-        raise TraceError(f"{path} is not valid JSON ({str(exc).strip()[:120]}).") from None
+        raise TraceError(f"{path} is not valid JSON ({_reason(exc)}).") from None
     if header is None:
         try:
             header = parse_header(bytes(recorder.head))
@@ -353,9 +389,10 @@ def read_rank(path: str | Path) -> RankTrace:
             raise TraceError(f"{path} {exc}.") from None
         if events == 0 and recorder.read_bytes == 0:
             raise TraceError(f"{path} is empty.")
-    info = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
-    rank = info.get("rank")
-    world = info.get("world_size")
+    try:
+        _, rank, world = header_fields(header)
+    except TraceError as exc:
+        raise TraceError(f"{path} {exc}.") from None
     if gpu:
         busy_rows = kernels.intervals()
         main = None
@@ -393,13 +430,21 @@ def read_rank(path: str | Path) -> RankTrace:
     names = list(spans.names)
     return RankTrace(
         path=str(path), header={k: v for k, v in header.items() if k != "traceEvents"},
-        rank=int(rank) if isinstance(rank, int) and not isinstance(rank, bool) else -1,
-        world_size=int(world) if isinstance(world, int) and not isinstance(world, bool) else None,
+        rank=rank, world_size=world,
         main_thread=main, start=table[:, 0], end=table[:, 1], kind=table[:, 2].astype(np.int8),
         stage=table[:, 3].astype(np.int32), micro_batch=table[:, 4].astype(np.int32), peer=table[:, 5].astype(np.int32),
         nbytes=table[:, 6], name=table[:, 7].astype(np.int32), names=names, busy=busy_rows,
         memory_ts=memory_ts, memory_bytes=memory_bytes, events=events, gpu=gpu,
         torch_version=_torch_version(header), pid=step_pid)
+
+
+def _reason(exc: Exception) -> str:
+    """The first line of a parser's message (yajl's comes as bytes, its second line quoting the text), cut
+    short: the sentence quotes it."""
+    text = exc.args[0] if exc.args else str(exc)
+    text = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+    lines = text.strip().splitlines()
+    return (lines[0].strip() if lines else type(exc).__name__)[:120]
 
 
 def _main_thread(threads: dict[Any, int], step_threads: set[Any]) -> Any:
@@ -412,7 +457,7 @@ def _main_thread(threads: dict[Any, int], step_threads: set[Any]) -> Any:
 def _torch_version(header: dict[str, Any]) -> str | None:
     for key in ("torch_version", "pytorch_version", "torchVersion"):
         if isinstance(header.get(key), str):
-            return header[key]
+            return header[key][:200]
     return None
 
 
@@ -428,15 +473,21 @@ def _bucket_max(ts: list[int], total: list[int]) -> tuple[np.ndarray, np.ndarray
     return t[first], b[first]
 
 
+def _id(digits: str) -> int:
+    """A step, stage or micro-batch number of a span's name; beyond 18 digits, one ``_Spans.add`` refuses (Python's
+    int() itself refuses 4,300 digits)."""
+    return int(digits) if len(digits) <= 18 else MAX_ID
+
+
 def _classify(spans: _Spans, name: str, cat: Any, start: int, end: int, event: dict[str, Any]) -> None:
     """Keep ``event`` as a span if the import uses it (see the module docstring)."""
     if cat == "user_annotation":
         if (m := STEP.match(name)) is not None:
-            spans.add(start, end, "step", -1, int(m.group(1)), -1, 0, name)
+            spans.add(start, end, "step", -1, _id(m.group(1)), -1, 0, name)
         elif (m := GPIPE.match(name)) is not None:
-            spans.add(start, end, m.group(1).lower(), -1, int(m.group(2)), -1, 0, name)
+            spans.add(start, end, m.group(1).lower(), -1, _id(m.group(2)), -1, 0, name)
         elif (m := PP_ACTION.match(name)) is not None:
-            stage, action, mb = int(m.group(1)), m.group(2), int(m.group(3)) if m.group(3) else -1
+            stage, action, mb = _id(m.group(1)), m.group(2), _id(m.group(3)) if m.group(3) else -1
             kind = PASS_OF_ACTION.get(action) or ("pp_comm" if action in ("SEND_F", "RECV_F", "SEND_B", "RECV_B",
                                                                           "REDUCE_GRAD") else "pp_other")
             spans.add(start, end, kind, stage, mb, -1, 0, name)
@@ -450,7 +501,10 @@ def _classify(spans: _Spans, name: str, cat: Any, start: int, end: int, event: d
     elif cat == "cpu_op":
         if COMM_CALL.match(name):
             args = _args(event)
-            label = f"{name}:{args['Collective name']}" if isinstance(args.get("Collective name"), str) else name
+            collective = args.get("Collective name")
+            if collective is not None and not isinstance(collective, str):
+                raise wrong("a communication call whose Collective name is", collective, "a name", name)
+            label = f"{name}:{collective[:80]}" if collective is not None else name
             spans.add(start, end, "comm_call", -1, -1, _peer(name, args), _comm_bytes(args), label)
     elif cat == "python_function":
         if (m := CHUNK_FRAME.search(name)) is not None:

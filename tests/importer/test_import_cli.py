@@ -93,7 +93,7 @@ HOSTILE = {
     "truncated.json": (b'{"traceEvents": [{"ph": "X", "name": "a"', "ends before its JSON does"),
     "array.json": (b"[1, 2, 3]", "it is not a PyTorch profiler trace"),
     "no_events.json": (b'{"traceEvents": []}', "hold no events"),
-    "junk_events.json": (b'{"traceEvents": [5, "x", null, {"ph": "X"}]}', "hold no events"),
+    "junk_events.json": (b'{"traceEvents": [5, "x", null, {"ph": "X"}]}', "(number 1) that is 5, not an event"),
     "negative.json": (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": -2}]}',
                       "duration is negative or out of range"),
     "far_future.json": (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1e300, "dur": 2}]}',
