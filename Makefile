@@ -74,7 +74,7 @@ test-matrix: $(MATRIX:%=matrix-install-%)
 
 # CI's smoke of the oldest combination: Python 3.10 with the lowest declared versions runs every command
 # (tests/smoke.py) and the tests of the format, the reader and the CLI's report and sql.
-SMOKE_TESTS := tests/test_format.py tests/test_cli_report.py tests/test_sql.py tests/analysis/test_programs.py \
+SMOKE_TESTS := tests/test_declared_versions.py tests/test_format.py tests/test_cli_report.py tests/test_sql.py tests/analysis/test_programs.py \
                tests/engine/test_scale.py::test_the_emulator_does_not_import_pandas
 smoke-oldest: matrix-install-py310-lowest
 	rm -rf .venvs/py310-lowest/smoke

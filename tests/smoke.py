@@ -125,14 +125,17 @@ def main(folder: Path) -> int:
                   "-o", folder / "tune.parquet", "--profile-dir", folder / "tune-profile", cwd=folder)
         dashboard_first_page(profile, folder)
         if find_spec("torch") is not None:
+            # the PopDist tutorial as two instances of two replicas each, profiled by `popvision run`
             started = time.monotonic()
-            env = {**os.environ, "OMP_NUM_THREADS": "1"}
-            done = subprocess.run([Path(sys.executable).with_name("poprun"), "--num-instances", "2", "--num-replicas", "2",
-                                   sys.executable, POPDIST_SCRIPT], cwd=folder, capture_output=True, text=True,
-                                  timeout=600, env=env)
-            print(f"{time.monotonic() - started:6.1f} s  poprun {POPDIST_SCRIPT.name}", flush=True)
+            done = subprocess.run([Path(sys.executable).with_name("poprun"), "--num-instances", "2", "--num-replicas", "4",
+                                   sys.executable, "-m", "popvision_py.cli", "run", POPDIST_SCRIPT, "--profile",
+                                   "--profile-dir", folder / "poprun"], cwd=folder, capture_output=True, text=True,
+                                  timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+            print(f"{time.monotonic() - started:6.1f} s  poprun ... popvision run {POPDIST_SCRIPT.name} --profile", flush=True)
             if done.returncode != 0:
                 raise SmokeError(f"poprun exited {done.returncode}:\n{done.stderr[-4000:]}")
+            if not list((folder / "poprun").rglob("profile.pop")):
+                raise SmokeError(f"poprun wrote no profile under {folder / 'poprun'}:\n{done.stderr[-4000:]}")
         else:
             print("         poprun: skipped (torch is not installed)", flush=True)
     except SmokeError as exc:
