@@ -49,7 +49,7 @@ from popvision_py.errors import (
     first_line,
 )
 from popvision_py.format import schema as S
-from popvision_py.format.span import Container, MemberFile
+from popvision_py.format.span import Container, MemberFile, read_whole
 from popvision_py.format.values import (
     bounds,
     check_declared,
@@ -457,7 +457,7 @@ class Profile:
             # the decoded table, not through pq.read_table's dataset scan: its reads run on
             # pyarrow's I/O threads, which call into Python even after a failed scan, as the
             # interpreter exits.
-            decoded = self._parquet(table, verify=True).read(columns=wanted if filters is None else None)
+            decoded = read_whole(self._parquet(table, verify=True), wanted if filters is None else None)
             if decoded.num_rows != self._footers[table].num_rows:
                 raise CorruptProfileError(
                     f"Table {table} of {self.path} is corrupt (it decodes to {decoded.num_rows} rows, "

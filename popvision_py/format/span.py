@@ -1,5 +1,6 @@
 """One member of profile.pop as a read-only, seekable file of its own, read with ``pread``; and the
-container's descriptor those reads go through (``Container``).
+container's descriptor those reads go through (``Container``); a member's Parquet file read whole
+(``read_whole``).
 
 Both the reader (through ``pa.PythonFile``, for pyarrow's Parquet reader) and ``MemberFileSystem``
 (for DuckDB's) read a member through ``MemberFile``: the member's bytes are ``pread`` from the
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from typing import Any
 
 
 class Container:
@@ -110,3 +112,12 @@ class MemberFile:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_whole(parquet: Any, columns: list[str] | None = None) -> Any:
+    """``parquet.read(columns=...)`` (a pyarrow ParquetFile) that also reads a file of no row group (a
+    table written empty) as its schema's empty table: pyarrow 18.0's ``read()`` fails on one."""
+    if parquet.metadata.num_row_groups:
+        return parquet.read(columns=columns)
+    empty = parquet.schema_arrow.empty_table()
+    return empty.select(columns) if columns is not None else empty
