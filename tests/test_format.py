@@ -461,3 +461,17 @@ def test_version() -> None:
 def test_the_format_doc_holds_the_schema() -> None:
     doc = (ROOT / "docs" / "profile-format.md").read_text()
     assert tables_markdown() in doc, "regenerate with: python -m popvision_py.format.spec"
+
+
+def test_a_table_of_no_row_group_reads_as_its_empty_table():
+    # GIVEN a Parquet file a writer closed without a row (no row group at all, as an empty table is written)
+    from popvision_py.format.span import read_whole
+
+    sink = io.BytesIO()
+    pq.ParquetWriter(sink, pa.schema([("op_id", pa.int32()), ("name", pa.string())])).close()
+    parquet = pq.ParquetFile(io.BytesIO(sink.getvalue()))
+    assert parquet.metadata.num_row_groups == 0
+    # WHEN it is read whole, or one column of it (pyarrow 18.0's own read() fails on it)
+    # THEN it is the schema's empty table
+    assert read_whole(parquet).schema.names == ["op_id", "name"] and read_whole(parquet).num_rows == 0
+    assert read_whole(parquet, ["name"]).schema.names == ["name"]

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from popvision_py.cli.sql import QueryError, run_query
+from popvision_py.format import schema as S
 
 ROOT = Path(__file__).resolve().parents[1]
 MNIST = ROOT / "sample_profiles" / "mnist_pipelined" / "profile.pop"
@@ -119,6 +120,14 @@ def test_writing_anywhere_is_refused_and_nothing_is_written(query: str, made: st
 def test_settings_are_locked(query: str) -> None:
     result = popvision("sql", str(MNIST), query)
     one_line_error(result, "The query was refused: settings are fixed (")
+
+
+def test_a_pragma_that_reads_is_answered() -> None:
+    # WHEN a query asks for a table's columns with a PRAGMA (only a PRAGMA that sets something is refused)
+    result = popvision("sql", str(MNIST), "PRAGMA table_info('trace')", "--format", "json")
+    # THEN they are the trace's columns, in the schema's order
+    assert result.returncode == 0, result.stderr
+    assert [row["name"] for row in json.loads(result.stdout)] == [c.name for c in S.TABLES["trace"].columns]
 
 
 def test_the_lock_down_is_visible_in_duckdbs_own_settings() -> None:

@@ -24,11 +24,13 @@ def exchange_matrix(matrix: pd.DataFrame, value: str = "bytes", naming: Naming =
     grid = grid.reindex(index=endpoints, columns=endpoints)
     labels = [naming.label(i) for i in endpoints]
     unit = value if value == "bytes" else naming.unit
-    text = grid.map(lambda v: "" if pd.isna(v) or v == 0 else (short_bytes(v) if value == "bytes" else
-                                                               f"{v:,.0f}" if not naming.imported else
-                                                               with_unit(v, NANOSECOND_UNITS)))
+    # each cell's text (np.frompyfunc: DataFrame.map needs pandas 2.1)
+    text = np.frompyfunc(lambda v: "" if pd.isna(v) or v == 0 else (short_bytes(v) if value == "bytes" else
+                                                                    f"{v:,.0f}" if not naming.imported else
+                                                                    with_unit(v, NANOSECOND_UNITS)), 1, 1)(
+        grid.to_numpy().astype(object))
     fig = go.Figure(go.Heatmap(z=grid.to_numpy(dtype=float), x=labels, y=labels, colorscale="Blues", zmin=0,
-                               text=text.to_numpy(), texttemplate="%{text}", hoverongaps=False,
+                               text=text, texttemplate="%{text}", hoverongaps=False,
                                colorbar=dict(title=dict(text=unit, side="right"), thickness=12,
                                              **(byte_ticks(float(np.nanmax(grid.to_numpy(dtype=float))))
                                                 if value == "bytes" else {})),

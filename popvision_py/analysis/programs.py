@@ -116,6 +116,8 @@ def op_labels(names: np.ndarray, op_names: np.ndarray) -> np.ndarray:
     """Each step's op pass label: its op's name and the next part of the step's name (``layer1/conv`` +
     ``fwd``); "" where the step's name does not go on from its op's (a copy the op only pays for, such
     as a stage's gradients streamed out: a step of its segment, not of an op pass)."""
+    if not _STRING_SLICE:
+        return _op_labels_code_points(names, op_names)
     S = np.dtypes.StringDType()
     s, o = names.astype(S), op_names.astype(S)
     prefix = np.strings.add(o, "/")
@@ -123,6 +125,32 @@ def op_labels(names: np.ndarray, op_names: np.ndarray) -> np.ndarray:
     head = np.strings.partition(rest, np.array("/", dtype=S))[0]
     inside = np.strings.startswith(s, prefix) & (np.strings.str_len(head) > 0) & (np.strings.str_len(o) > 0)
     return np.where(inside, np.strings.add(prefix, head), "").astype(object)
+
+
+# np.strings.slice (and the variable-width StringDType op_labels uses) arrived in NumPy 2.3; before,
+# op_labels works on the names' code points, a fixed-width array (a row per step, a column per character).
+_STRING_SLICE = hasattr(getattr(np, "strings", None), "slice")
+
+
+def _op_labels_code_points(names: np.ndarray, op_names: np.ndarray) -> np.ndarray:
+    """op_labels on any NumPy: the label is the step's name up to the first "/" after its op's name and
+    "/", which the rows' code points give column-wise."""
+    s, o = np.asarray(names).astype(str), np.asarray(op_names).astype(str)
+    width = max(s.dtype.itemsize, o.dtype.itemsize) // 4 + 1  # a column past the longest op's "/"
+    u = f"<U{width}"
+    name = np.ascontiguousarray(s.astype(u)).view(np.uint32).reshape(len(s), width)
+    op = np.ascontiguousarray(o.astype(u)).view(np.uint32).reshape(len(o), width)
+    name_len, op_len = np.char.str_len(s), np.char.str_len(o)
+    column = np.arange(width)
+    # the name starts with the op's name and "/"
+    after_op = column >= op_len[:, None]
+    starts = np.all((name == op) | after_op, axis=1) & (name[np.arange(len(s)), op_len] == ord("/"))
+    # the part after the prefix ends at the next "/" or with the name
+    slash = (name == ord("/")) & (column > op_len[:, None])
+    end = np.where(slash.any(axis=1), slash.argmax(axis=1), name_len)
+    inside = starts & (end > op_len + 1) & (op_len > 0)
+    label = np.where(column < end[:, None], name, np.uint32(0)).view(u).reshape(len(s))
+    return np.where(inside, label, "").astype(object)
 
 
 def tree(programs: Columns, op_names: dict[int, str], executions: np.ndarray, c: Counts,

@@ -17,6 +17,7 @@ a memory limit, and its configuration locked, so no SET can undo any of it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import re
@@ -124,6 +125,37 @@ def _connection(memory_limit: str):
         # only the profile's tables: no scans of whatever Python objects happen to be in scope
         "python_enable_replacements": False,
     })
+
+
+@functools.cache
+def _pragmas_pass_the_lock() -> bool:
+    """Whether this DuckDB runs a PRAGMA of a setting (``PRAGMA disable_optimizer``, ``enable_profiling``)
+    on a locked configuration, as DuckDB before 2.0 does; asked of DuckDB itself, once per process."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        con.execute("SET lock_configuration = true")
+        con.execute("PRAGMA disable_optimizer")
+    except duckdb.Error:
+        return False
+    finally:
+        con.close()
+    return True
+
+
+def _refuse_setting_pragmas(con: Any, query: str) -> None:
+    """A QueryError for a PRAGMA of a setting where the lock would let it through. DuckDB's parser
+    turns the PRAGMAs that read (``table_info``, ``show_tables``, ``version``) into SELECTs: only
+    those that set something are left of type PRAGMA."""
+    if not _pragmas_pass_the_lock():
+        return
+    import duckdb
+
+    for statement in con.extract_statements(query):
+        if statement.type == duckdb.StatementType.PRAGMA:
+            raise QueryError(f"The query was refused: settings are fixed ({statement.query.strip()}); "
+                             "give --memory-limit or --timeout on the command line instead.")
 
 
 def _locked_connection(members: MemberFileSystem, memory_limit: str):
@@ -241,6 +273,7 @@ def _execute(con: Any, query: str, memory_limit: str, timeout: float | None,
             timer.daemon = True
             timer.start()
         try:
+            _refuse_setting_pragmas(con, query)
             result = con.execute(query)
             if result is None:  # only comments or semicolons: no statement ran
                 raise QueryError(f'The query holds no statement; give one, e.g. "SELECT count(*) FROM {table}".')

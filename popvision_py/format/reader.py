@@ -49,7 +49,7 @@ from popvision_py.errors import (
     first_line,
 )
 from popvision_py.format import schema as S
-from popvision_py.format.span import MemberFile
+from popvision_py.format.span import Container, MemberFile, read_whole
 from popvision_py.format.values import (
     bounds,
     check_declared,
@@ -157,7 +157,7 @@ class Profile:
             raise EmptyProfileError(f"{name} is empty (0 bytes).")
         return info.st_size
 
-    def _open_file(self) -> pa.OSFile:
+    def _open_file(self) -> Container:
         name = self.path
         try:
             # O_NONBLOCK: a FIFO swapped in since the check above opens at once (and is refused below)
@@ -169,7 +169,7 @@ class Profile:
         if not stat.S_ISREG(os.fstat(handle).st_mode):
             os.close(handle)
             raise NotAProfileError(f"{name} is not a regular file, so it cannot be a profile.pop.")
-        return pa.OSFile(handle, "r")  # owns the descriptor from here on
+        return Container(handle)  # owns the descriptor from here on
 
     def _stat(self) -> tuple[int, tuple[int, int]]:
         """The open file's size, and what tells whether it changed since: (size, mtime in ns)."""
@@ -457,7 +457,7 @@ class Profile:
             # the decoded table, not through pq.read_table's dataset scan: its reads run on
             # pyarrow's I/O threads, which call into Python even after a failed scan, as the
             # interpreter exits.
-            decoded = self._parquet(table, verify=True).read(columns=wanted if filters is None else None)
+            decoded = read_whole(self._parquet(table, verify=True), wanted if filters is None else None)
             if decoded.num_rows != self._footers[table].num_rows:
                 raise CorruptProfileError(
                     f"Table {table} of {self.path} is corrupt (it decodes to {decoded.num_rows} rows, "

@@ -1,4 +1,6 @@
-"""One member of profile.pop as a read-only, seekable file of its own, read with ``pread``.
+"""One member of profile.pop as a read-only, seekable file of its own, read with ``pread``; and the
+container's descriptor those reads go through (``Container``); a member's Parquet file read whole
+(``read_whole``).
 
 Both the reader (through ``pa.PythonFile``, for pyarrow's Parquet reader) and ``MemberFileSystem``
 (for DuckDB's) read a member through ``MemberFile``: the member's bytes are ``pread`` from the
@@ -8,8 +10,50 @@ short read (and an error) instead of killing the process with SIGBUS.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
+from typing import Any
+
+
+class Container:
+    """The open profile.pop's descriptor, read with ``pread`` and closed with this object.
+
+    The standard library's ``os.pread`` rather than pyarrow's ``OSFile``: only recent pyarrow opens an
+    ``OSFile`` on a descriptor (25 does; 15, the floor, takes a path only, and its ``fileno()`` fails).
+    """
+
+    # Linux reads at most this many bytes in one call (a longer read returns short)
+    _MAX_READ = 0x7FFFF000
+
+    def __init__(self, handle: int) -> None:
+        self._handle = handle
+
+    @property
+    def closed(self) -> bool:
+        return self._handle < 0
+
+    def fileno(self) -> int:
+        if self._handle < 0:
+            raise ValueError("I/O operation on a closed file")
+        return self._handle
+
+    def read_at(self, nbytes: int, offset: int) -> bytes:
+        """``nbytes`` from ``offset`` on (fewer where the file ends first), the file's position untouched."""
+        parts = []
+        while nbytes > 0:
+            part = os.pread(self.fileno(), min(nbytes, self._MAX_READ), offset)
+            if not part:
+                break
+            parts.append(part)
+            nbytes -= len(part)
+            offset += len(part)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        if self._handle >= 0:
+            handle, self._handle = self._handle, -1
+            os.close(handle)
 
 
 class MemberFile:
@@ -68,3 +112,12 @@ class MemberFile:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_whole(parquet: Any, columns: list[str] | None = None) -> Any:
+    """``parquet.read(columns=...)`` (a pyarrow ParquetFile) that also reads a file of no row group (a
+    table written empty) as its schema's empty table: pyarrow 18.0's ``read()`` fails on one."""
+    if parquet.metadata.num_row_groups:
+        return parquet.read(columns=columns)
+    empty = parquet.schema_arrow.empty_table()
+    return empty.select(columns) if columns is not None else empty

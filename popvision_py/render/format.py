@@ -109,9 +109,13 @@ def formatted_columns(frame: Table | pd.DataFrame, max_rows: int | None = None,
     return [_format_column(a[:max_rows]) for a in (column_arrays(frame) if arrays is None else arrays)]
 
 
+# pandas 2.1 renamed PandasArray NumpyExtensionArray
+_NUMPY_ARRAY = getattr(pd.arrays, "NumpyExtensionArray", None) or pd.arrays.PandasArray
+
+
 def _format_column(values: Any) -> list[str]:
     """``value`` of each cell, with the type checks done once per column, not per cell."""
-    if isinstance(values, pd.arrays.NumpyExtensionArray):  # what ``Series.array`` wraps NumPy columns in
+    if isinstance(values, _NUMPY_ARRAY):  # what ``Series.array`` wraps NumPy columns in
         values = values.to_numpy()
     if isinstance(values, np.ndarray):
         kind = values.dtype.kind

@@ -175,3 +175,31 @@ def test_the_pipeline_cycles_the_loop_names_are_the_supersteps_the_trace_ran():
     syncs = trace[(trace["ipu"] == 0) & (trace["stage"] == -1) & (trace["phase"].astype(str) == "sync")]
     per_iteration = (len(syncs) - 1) / 10 - 1
     assert per_iteration == 6 + 4 + 6
+
+
+# Step names, their ops' names, and each step's op pass label worked out by hand.
+LABELS = [
+    ("layer1/conv/fwd/sync", "layer1/conv", "layer1/conv/fwd"),  # the op's name, then the next part
+    ("layer1/conv/fwd", "layer1/conv", "layer1/conv/fwd"),
+    ("layer1/conv/", "layer1/conv", ""),  # nothing after the op's name
+    ("layer1/conv//x", "layer1/conv", ""),  # an empty next part
+    ("layer10/conv/fwd", "layer1/conv", ""),  # another op whose name starts with this one's
+    ("layer1/conv", "layer1/conv", ""),  # the op's name alone
+    ("stage0/grads/copy", "layer1/conv", ""),  # a copy the op pays for: a step of its segment
+    ("x/y", "", ""),  # no op name
+    ("ü/ß/z", "ü", "ü/ß"),  # characters beyond ASCII
+]
+
+
+@pytest.mark.parametrize("labels", [programs.op_labels, programs._op_labels_code_points],
+                         ids=["op_labels", "code_points"])
+def test_op_labels_on_any_numpy(labels):
+    # GIVEN step names and their ops' names as object arrays, as the tree hands them over
+    names, ops, expected = (np.array(column, dtype=object) for column in zip(*LABELS))
+    # WHEN each step's label is made (np.strings on NumPy 2.3 on, the names' code points before;
+    # the second is run on every NumPy)
+    got = labels(names, ops)
+    # THEN it is the label worked out by hand
+    assert got.dtype == object
+    assert got.tolist() == expected.tolist()
+    assert labels(np.array([], dtype=object), np.array([], dtype=object)).tolist() == []

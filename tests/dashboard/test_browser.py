@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 from dashboards import ids
@@ -39,6 +40,13 @@ def wait_for_figures(dash_duo, graph_ids: list[str], timeout: float = 15) -> Non
 
 def errors(dash_duo) -> list[dict]:
     return [entry for entry in dash_duo.get_logs() if entry.get("level") == "SEVERE"]
+
+
+def choose(dash_duo, radio_items_id: str, label: str) -> None:
+    """Click the option of a ``dcc.RadioItems`` whose label starts with ``label``, as a user does: by its
+    label (Dash 2 renders no ``value`` attribute on the options' inputs)."""
+    dash_duo.driver.find_element(
+        By.XPATH, f"//*[@id='{radio_items_id}']//label[starts-with(normalize-space(), '{label}')]").click()
 
 
 def test_every_page_draws_its_figures_without_console_errors(dash_duo, app):

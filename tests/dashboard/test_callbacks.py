@@ -251,7 +251,8 @@ def test_the_dashboard_process_leaves_numpy_on_small_pages_unless_told(pipelined
     code = ("import sys, numpy as np\n"
             "from dashboards import data\n"
             "data.Profiles([sys.argv[1]])\n"
-            "print(np._core.multiarray._set_madvise_hugepage(True))\n")
+            "core = getattr(np, '_core', None) or np.core  # NumPy 2, NumPy 1\n"
+            "print(core.multiarray._set_madvise_hugepage(True))\n")
     env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
     if setting is not None:
         env["NUMPY_MADVISE_HUGEPAGE"] = setting

@@ -14,7 +14,7 @@ from dash.testing.wait import until
 
 import popvision_py as pv
 from dashboards import ids
-from tests.dashboard.test_browser import errors, wait_for_figures
+from tests.dashboard.test_browser import choose, errors, wait_for_figures
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_profiles"
 MNIST = SAMPLES / "mnist_pipelined" / "profile.pop"
@@ -118,7 +118,7 @@ def test_the_page_sorts_filters_and_marks_a_clicked_op(dash_duo, mnist_app):
     passes = set(by_op[by_op["name"] == "layer2/conv"]["pass"])
     until(lambda: len(marks()) == 1 and marks()[0] in {expected_marks(MNIST, 3, p) for p in passes}, timeout=10)
     # AND one row per layer is a click away: costliest first again, unfiltered
-    dash_duo.find_element(f"#{ids.OPERATIONS_GROUP} input[value='layer']").click()
+    choose(dash_duo, ids.OPERATIONS_GROUP, "layer")
     with pv.open(MNIST) as report:
         costliest_layer = report.operations.by_layer()["layer"].iloc[0]
     until(lambda: column("layer")[:1] == [costliest_layer], timeout=10)

@@ -23,7 +23,7 @@ from dash.testing.wait import until
 from dashboards import ids
 from popvision_py.format import system as S
 from tests import synthetic
-from tests.dashboard.test_browser import errors, wait_for_figures
+from tests.dashboard.test_browser import choose, errors, wait_for_figures
 
 T0 = 1_750_000_000_000_000_000  # ns since 1970
 STEPS = 1000  # model calls per process in the synthetic timeline, one every millisecond
@@ -208,10 +208,10 @@ def test_two_processes_on_one_axis_in_the_browser(dash_duo, two_instances, monke
     assert len(lines) == len(counters) == 4  # one per process and counter: training's and inference's samples/s
     assert plotly_state(dash_duo, "gd._fullLayout.xaxis.type") == "linear"
     # WHEN absolute time is chosen THEN the axis is the wall clock
-    dash_duo.find_element(f"#{ids.SYSTEM_TIME} input[value='absolute']").click()
+    choose(dash_duo, ids.SYSTEM_TIME, "absolute")
     until(lambda: plotly_state(dash_duo, "gd._fullLayout.xaxis.type") == "date", timeout=10)
     dash_duo.wait_for_contains_text(f"#{ids.SYSTEM_TIMELINE} .x2tick", ":", timeout=10)  # the ticks are clock times
-    dash_duo.find_element(f"#{ids.SYSTEM_TIME} input[value='relative']").click()
+    choose(dash_duo, ids.SYSTEM_TIME, "relative")
     until(lambda: plotly_state(dash_duo, "gd._fullLayout.xaxis.type") == "linear", timeout=10)
     # AND WHEN the first millisecond is zoomed into (a relayout, as a drag on the plot sends), the server draws
     # each event there
@@ -222,7 +222,7 @@ def test_two_processes_on_one_axis_in_the_browser(dash_duo, two_instances, monke
     zoomed = dash_duo.find_element(f"#{ids.SYSTEM_LEVEL}").text
     assert zoomed != whole
     # AND the other time axis keeps the window shown
-    dash_duo.find_element(f"#{ids.SYSTEM_TIME} input[value='absolute']").click()
+    choose(dash_duo, ids.SYSTEM_TIME, "absolute")
     until(lambda: plotly_state(dash_duo, "gd._fullLayout.xaxis.type") == "date", timeout=10)
     assert dash_duo.find_element(f"#{ids.SYSTEM_LEVEL}").text == zoomed
     # AND "Whole run" goes back

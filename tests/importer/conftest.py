@@ -29,7 +29,9 @@ class Recorded:
 
 @pytest.fixture(scope="session")
 def recorded(tmp_path_factory):
-    """kind -> Recorded, recorded on first use (each kind a few seconds)."""
+    """kind -> Recorded, recorded on first use (each kind a few seconds). Without torch, which records
+    them, the tests that use it skip."""
+    pytest.importorskip("torch")
     from tests.traces.record import record
 
     root = tmp_path_factory.mktemp("traces")

@@ -5,7 +5,9 @@ import re
 
 import pytest
 
-from tests.traces.record import record
+pytest.importorskip("torch")  # the recorder trains with it (not in the test matrix's environments)
+
+from tests.traces.record import record  # noqa: E402
 
 
 @pytest.mark.slow
