@@ -213,7 +213,7 @@ def render_critical_path(profile: str | None):
     from popvision_py.analysis.replay import SCHEDULES, ReplayError, schedule_order
 
     report = data.report(profile)
-    if not (data.naming(report).imported and pipelined(report)):
+    if not data.replayable(report):
         return c.shown(False), None, None, None, [], None, None
     view = report.critical_path
     try:

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.analysis import retime
-from popvision_py.analysis.replay import (B, F, SCHEDULES, Measured, Prediction, Replay, ReplayError,
-                                          from_profile)
+from popvision_py.analysis.replay import (SCHEDULES, Measured, Prediction, Replay, ReplayError, from_profile,
+                                          source)
 from popvision_py.analysis.tables import Table
 
 
@@ -110,8 +110,7 @@ def critical_path(meas: Measured, iteration: int | None = None) -> tuple[pd.Data
         i = int(np.flatnonzero(rows["id"].to_numpy() == cur["id"])[0])
         prev = rows.iloc[i - 1] if i > 0 else None
         released = float(prev["end"]) if prev is not None else float(st.loc[r, "start"])
-        src = (kind, s - 1, mb) if kind == F and s > 0 else ((kind, s + 1, mb) if kind == B and s < meas.n_stages - 1
-                                                             else None)
+        src = source(kind, s, mb, meas.n_stages)
         arrival, asked, sender_end = float(cur["arrival"]), float(cur["asked"]), float(cur["sender_end"])
         act_end, cost = float(cur["end"]), float(cur["cost"])
         if src is not None and src in a.index and np.isfinite(arrival) and asked < sender_end <= arrival:

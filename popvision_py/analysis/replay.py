@@ -144,6 +144,14 @@ def schedule_order(schedule: str, world: int, stages_per_rank: int, m: int) -> l
     return orders
 
 
+def source(kind: str, stage: int, mb: int, n_stages: int) -> tuple[str, int, int] | None:
+    """The action whose output ``(kind, stage, mb)`` takes from another stage: a forward the previous
+    stage's, a backward the next stage's; None for the first stage's forward and the last's backward."""
+    if kind == F:
+        return (kind, stage - 1, mb) if stage > 0 else None
+    return (kind, stage + 1, mb) if stage < n_stages - 1 else None
+
+
 def ideal_bubble_pct(world: int, stages_per_rank: int, m: int) -> float:
     """The share of a balanced run's time each rank idles: (K - 1) / (v M + K - 1)."""
     return 100.0 * (world - 1) / (stages_per_rank * m + world - 1)
@@ -412,8 +420,7 @@ def simulate(orders: list[list[tuple[str, int, int]]], stage_rank: Mapping[int, 
             for r in range(world):
                 while pos[r] < len(orders[r]):
                     kind, s, mb = orders[r][pos[r]]
-                    src = (kind, s - 1, mb) if kind == F and s > 0 else (
-                        (kind, s + 1, mb) if kind == B and s < n_stages - 1 else None)
+                    src = source(kind, s, mb, n_stages)
                     local = (F, s, mb) if kind == B and s == n_stages - 1 else None
                     if (src is not None and src not in ends) or (local is not None and local not in ends):
                         break
@@ -503,7 +510,8 @@ class Replay:
             orders = recorded[int(it)]  # the order each rank ran, whatever the schedule's name
             head = step.set_index("rank")["head"].reindex(range(m.world), fill_value=0).to_numpy(float)
             tail = step.set_index("rank")["tail"].reindex(range(m.world), fill_value=0).to_numpy(float)
-            costs = {k[1:]: tuple(map(float, v)) for k, v in zip(own.index, own.to_numpy()) if k[0] == it}
+            mine = own.xs(it, level="iteration")
+            costs = dict(zip(mine.index, map(tuple, mine.to_numpy(float))))
 
             def cost(_step: int, kind: str, s: int, mb: int, costs: dict = costs) -> tuple[float, float, float]:
                 return costs[(kind, s, mb)] if (kind, s, mb) in costs else self._point(kind, s, mb)
