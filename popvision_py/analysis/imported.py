@@ -45,6 +45,11 @@ class Pipeline:
     ideal_bubble_pct: float
 
 
+def ideal_bubble_pct(ranks: int, stages_per_rank: int, m: int) -> float:
+    """The share of a balanced run's time each rank idles: (K - 1) / (v M + K - 1)."""
+    return 100.0 * (ranks - 1) / (stages_per_rank * m + ranks - 1)
+
+
 def pipeline(run: dict[str, Any]) -> Pipeline:
     info = run.get("import") or {}
     stages = run.get("stages") or []
@@ -52,7 +57,7 @@ def pipeline(run: dict[str, Any]) -> Pipeline:
     per_rank = max(1, len(stages) // ranks)
     m = int(run.get("gradient_accumulation", 1) or 1)
     pipelined = str(run.get("strategy")) == "pipelined" and ranks > 1
-    ideal = 100.0 * (ranks - 1) / (per_rank * m + ranks - 1) if pipelined else 0.0
+    ideal = ideal_bubble_pct(ranks, per_rank, m) if pipelined else 0.0
     return Pipeline(str(info.get("schedule", "unknown")), ranks, per_rank, m, ideal)
 
 

@@ -31,10 +31,7 @@ fast as the mean: the point from the medians of the measured costs, the range fr
 90th percentiles taken for every action at once (a run-wide shift, as from a busier machine, moves
 every action together). The critical path is ``analysis/critical_path.py``'s.
 
-What the model leaves out: the overlap of a transfer with compute on the *same* rank beyond what the
-trace shows (sends are taken as posted and forgotten, receives as waits), contention between
-transfers, memory (a schedule with more micro-batches in flight needs more activations), and a rank
-descheduled by its machine (its gap is taken as its own time). docs/real-traces.md says so too.
+What the model leaves out (memory, contention, a descheduled rank): docs/real-traces.md, "Not modelled".
 """
 
 from __future__ import annotations
@@ -46,6 +43,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from popvision_py.analysis.imported import ideal_bubble_pct
 from popvision_py.errors import PopvisionError
 
 # torch.distributed.pipelining's schedules whose actions the traces time: the zero-bubble ones split a
@@ -145,16 +143,10 @@ def schedule_order(schedule: str, world: int, stages_per_rank: int, m: int) -> l
 
 
 def source(kind: str, stage: int, mb: int, n_stages: int) -> tuple[str, int, int] | None:
-    """The action whose output ``(kind, stage, mb)`` takes from another stage: a forward the previous
-    stage's, a backward the next stage's; None for the first stage's forward and the last's backward."""
+    """The action whose output ``(kind, stage, mb)`` takes: the previous stage's forward, the next one's backward."""
     if kind == F:
         return (kind, stage - 1, mb) if stage > 0 else None
     return (kind, stage + 1, mb) if stage < n_stages - 1 else None
-
-
-def ideal_bubble_pct(world: int, stages_per_rank: int, m: int) -> float:
-    """The share of a balanced run's time each rank idles: (K - 1) / (v M + K - 1)."""
-    return 100.0 * (world - 1) / (stages_per_rank * m + world - 1)
 
 
 # -- what the trace measured ----------------------------------------------------------------------
