@@ -88,7 +88,8 @@ class Compiler(Lowering, WeightUpdate, Liveness):
 def cost_model(plan: Plan) -> CostModel:
     """The cost model of a checked plan: its target, options and how its tensors are split."""
     return CostModel(plan.target, plan.options, shards=plan.tensor_sharding, stream_shards=plan.optimiser_shards,
-                     ipus=plan.num_ipus, input_kind=plan.options.host_input or plan.model.input_kind)
+                     ipus=plan.num_ipus, input_kind=plan.options.host_input or plan.model.input_kind,
+                     epoch_samples=plan.model.dataset_samples.get("training" if plan.training else "inference"))
 
 
 def compile_plan(plan: Plan, progress: Callable[[], None] = lambda: None) -> Compiled:

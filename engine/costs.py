@@ -18,6 +18,9 @@ from engine.options import DTYPE_BYTES, INPUT_KINDS, Options
 from engine.targets import Target
 
 WORKERS = 6  # worker contexts per tile on every generation (public)
+# Calls PopTorch's AsynchronousDataAccessor loads ahead: its ring buffer's default size (buffer_size=3,
+# graphcore/poptorch python/_dataloader.py and the user guide's "poptorch.AsynchronousDataAccessor")
+ASYNC_BUFFER_CALLS = 3
 
 
 def vertices(grains: np.ndarray) -> np.ndarray:
@@ -98,6 +101,7 @@ class CostModel:
     stream_shards: int = 1
     ipus: int = 1
     input_kind: str = "tensor"  # what a sample is (INPUT_KINDS): the host's loading cost per sample
+    epoch_samples: int | None = None  # samples in one epoch of the model's dataset (None: epochs too long to matter)
     _plans: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     @property
@@ -415,6 +419,28 @@ class CostModel:
         in other processes while the current call runs (its latency and its iterations,
         ``call_cycles``), so only the part of the host's time beyond the call is exposed."""
         return max(0, host_cycles - call_cycles)
+
+    def epoch_start_cycles(self, training: bool, call_cycles: int) -> int:
+        """What each call waits, averaged over an epoch, for the data loaders to start the epoch.
+
+        Unless its workers persist (``persistent_workers``), torch's DataLoader starts them again for
+        every epoch, one after the other (``loader_worker_start_s`` each), and one worker builds a
+        whole combined batch before the first call of the epoch can run. PopTorch's asynchronous
+        accessor starts the next epoch as soon as the last one's batches are loaded, so the calls its
+        ring buffer holds (``ASYNC_BUFFER_CALLS``) hide part of the start; the rest is exposed once
+        per epoch of ``epoch_samples // samples_per_host_call`` calls. A run that does not name its
+        workers (``loader_workers`` None) has the ideal loader: every core of its share, kept."""
+        loader = self.host_loader()
+        o = self.options
+        if o.loader_workers is None or o.persistent_workers or not self.epoch_samples or not loader.samples_per_s:
+            return 0
+        per_call = self.samples_per_host_call(training)
+        calls = max(1, self.epoch_samples // per_call)
+        clock = self.target.arch.clock_hz
+        first_batch = per_call / loader.processes / loader.samples_per_s_per_core
+        start = loader.cores_per_process * self.a.loader_worker_start_s
+        exposed = max(0.0, start + first_batch - ASYNC_BUFFER_CALLS * call_cycles / clock)
+        return math.ceil(exposed / calls * clock)
 
     # -- the weight update ---------------------------------------------------------------------
 

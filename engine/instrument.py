@@ -73,6 +73,9 @@ class Summary:
     worst_tile_range_drivers: list[dict[str, Any]] = field(default_factory=list)
     pinned_assumptions: list[str] = field(default_factory=list)
     pin_down: str | None = None
+    # each figure with every assumption that moves it at the ends that lower it / raise it, together
+    throughput_corners: list[float] | None = None
+    worst_tile_pct_corners: list[float] | None = None
     profile: str | None = None
     # The analysis' idle share of IPU time and FLOP utilisation, when the caller asks for them
     # (``RunRequest.figures``): the run's summary prints them as `popvision report` states them.
@@ -87,7 +90,8 @@ class Summary:
         """Take the ranges, verdict and drivers of ``prediction`` (the sensitivity pass of this run)."""
         figures = prediction.as_json()
         for name in ("throughput_range", "worst_tile_pct_range", "fit_verdict", "throughput_range_drivers",
-                     "worst_tile_range_drivers", "pinned_assumptions", "pin_down"):
+                     "worst_tile_range_drivers", "pinned_assumptions", "pin_down", "throughput_corners",
+                     "worst_tile_pct_corners"):
             setattr(self, name, figures[name])
         self.fit_verdict_text = prediction.verdict_text()
 
@@ -110,6 +114,7 @@ def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) ->
     worst_tile = int(peaks[worst_ipu].argmax())
     capacity = target.arch.bytes_per_tile
     oom = int(sum((p > capacity).sum() for p in peaks))
+    wait_pct = 100.0 * sched.input_wait_cycles / sched.unit_cycles if sched.unit_cycles else 0.0
     return Summary(
         model=plan.model.name, arch=target.arch.name, system=target.system, strategy=plan.strategy, mode=o.mode,
         num_ipus=plan.num_ipus, replicas=o.replication_factor, samples_per_step=samples_per_step,
@@ -119,8 +124,8 @@ def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) ->
         tensor_sharding=o.tensor_sharding, host_processes=o.host_processes,
         host_input_seconds_per_call=sched.host_input_cycles / clock,
         input_wait_seconds_per_call=sched.input_wait_cycles / clock,
-        input_wait_pct=100.0 * sched.input_wait_cycles / sched.unit_cycles if sched.unit_cycles else 0.0,
-        host_bound=sched.input_wait_cycles > 0,
+        input_wait_pct=wait_pct,
+        host_bound=wait_pct >= S.HOST_BOUND_PCT,
         host_loader=cost_model(plan).host_loader().text(),
     )
 
@@ -168,6 +173,7 @@ def manifest(compiled: Compiled, sched: Schedule,
         "host_processes": o.host_processes,
         "host_input": o.host_input or plan.model.input_kind,
         "loader_workers": o.loader_workers,
+        "persistent_workers": o.persistent_workers,
         "available_memory_proportion": (list(o.available_memory_proportion)
                                         if isinstance(o.available_memory_proportion, tuple)
                                         else o.available_memory_proportion),

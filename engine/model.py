@@ -150,6 +150,9 @@ class Model:
         # What one sample is, for the host's data loaders (engine.options.INPUT_KINDS): small tensors
         # unless the model says otherwise (the zoo's image models "image", its language models "text").
         self.input_kind: str = "tensor"
+        # Samples in one epoch of the model's dataset in training and in inference (its training and
+        # test splits), where the model names its dataset; None: an epoch too long to matter.
+        self.dataset_samples: dict[str, int] = {}
 
     # -- structure -------------------------------------------------------------------------
 

@@ -180,6 +180,9 @@ class Options:
     # Worker processes each host process's DataLoader runs (PopTorch DataLoader num_workers); None:
     # every core of the process's share of its host server.
     loader_workers: int | None = None
+    # PopTorch DataLoader's persistent_workers: keep the workers from one epoch to the next. Without it
+    # torch's DataLoader starts its workers again at every epoch (TensorFlow's tf.data repeats without).
+    persistent_workers: bool = False
     tensor_locations: TensorLocations = field(default_factory=TensorLocations)
     strategy: "ExecutionStrategy | None" = None
 

@@ -4,10 +4,16 @@ Every assumption carries a plausible interval (``engine/assumptions.py``). A one
 sensitivity pass emulates the run with each assumption that applies to it at its low end and at its
 high end, the others at their values: the time assumptions (compile and schedule again) move the
 throughput, the memory assumptions (plan memory again) the worst tile. Each end's change from the
-central estimate is an effect; the range is the central estimate minus and plus the root sum of
-squares of the effects on each side (the assumptions' errors taken as independent), and the
-assumptions with the largest effects are the range's drivers. An assumption the user pinned with
-``--assume`` is taken as known and drops out of the range.
+central estimate is an effect; the assumptions with the largest effects are the range's drivers.
+Then two corners are emulated for each figure: every assumption that moved it at the end that
+lowered it, together, and every one at the end that raised it, together.
+
+What the range means (docs/emulator.md, "What a range means"): it holds the figure with any one
+assumption at either end of its interval, and with all of them together at the ends that lower it
+or at the ends that raise it; it also holds the central estimate minus and plus the root sum of
+squares of the one-at-a-time effects (the assumptions' errors taken as independent). It is the
+smallest interval that holds all of those. An assumption the user pinned with ``--assume`` is taken
+as known and drops out of the range.
 
 The fit verdict follows from the worst tile's range: ``fits`` if even its high end is within the
 tile, ``does not fit`` if even its low end is beyond it, else ``borderline``.
@@ -63,6 +69,9 @@ class Prediction:
     throughput_drivers: tuple[Driver, ...] = ()
     worst_tile_drivers: tuple[Driver, ...] = ()
     pinned: tuple[str, ...] = ()
+    # the figure with every driver at the end that lowered it, together, and at the end that raised it
+    throughput_corners: tuple[float, float] | None = None
+    worst_tile_pct_corners: tuple[float, float] | None = None
 
     @property
     def fit_verdict(self) -> str:
@@ -97,6 +106,8 @@ class Prediction:
             "worst_tile_range_drivers": [d.as_json() for d in self.worst_tile_drivers],
             "pinned_assumptions": list(self.pinned),
             "pin_down": self.pin_down,
+            "throughput_corners": list(self.throughput_corners) if self.throughput_corners else None,
+            "worst_tile_pct_corners": list(self.worst_tile_pct_corners) if self.worst_tile_pct_corners else None,
         }
 
 
@@ -171,15 +182,48 @@ def sensitivity(compiled: Compiled, memories: list[IpuMemory], total_cycles: flo
         if pcts and max(abs(x - central_pct) for x in pcts) > 0:
             ends.memory.append(Driver(d.name, pcts[0], pcts[1], d.value, d.low, d.high))
         progress()
+    rate_corners = tuple(_rate(_corner(plan, ends.time, central_rate, up)) for up in (False, True)) if ends.time else None
+    pct_corners = tuple(_pct(_corner(plan, ends.memory, central_pct, up)) for up in (False, True)) if ends.memory else None
     return Prediction(
-        throughput=central_rate, throughput_range=_spread(central_rate, ends.time),
-        worst_tile_pct=central_pct, worst_tile_pct_range=_spread(central_pct, ends.memory),
+        throughput=central_rate, throughput_range=_hull(central_rate, ends.time, rate_corners),
+        worst_tile_pct=central_pct, worst_tile_pct_range=_hull(central_pct, ends.memory, pct_corners),
         throughput_drivers=_ranked(ends.time, central_rate), worst_tile_drivers=_ranked(ends.memory, central_pct),
-        pinned=tuple(sorted(pinned)))
+        pinned=tuple(sorted(pinned)), throughput_corners=rate_corners, worst_tile_pct_corners=pct_corners)
+
+
+def _corner(plan: Plan, drivers: list[Driver], central: float, up: bool) -> Compiled:
+    """The run compiled with every driver at the end that raised the figure (``up``) or lowered it."""
+    values = {}
+    for d in drivers:
+        raises_at_high = d.high_end - central >= d.low_end - central
+        end = d.high if raises_at_high == up else d.low
+        values[d.name] = _typed_value(d.name, end, d.low)
+    return compile_plan(dataclasses.replace(plan, target=plan.target.with_assumptions(**values)))
+
+
+def _rate(compiled: Compiled) -> float:
+    return throughput(compiled, schedule(compiled).total_cycles)
+
+
+def _pct(compiled: Compiled) -> float:
+    return worst_tile_pct(compiled, [plan_memory(compiled, prog) for prog in compiled.programs])
+
+
+def _hull(central: float, drivers: list[Driver], corners: tuple[float, ...] | None) -> tuple[float, float]:
+    """The smallest interval holding the central estimate, each driver's two ends, the root sum of
+    squares of their effects on each side (``_spread``) and the corners."""
+    points = [central, *_spread(central, drivers), *(corners or ())]
+    points += [x for d in drivers for x in (d.low_end, d.high_end)]
+    return min(points), max(points)
 
 
 def _typed(d: Described, value: float) -> float:
     return int(value) if "whole number" in d.valid else value
+
+
+def _typed_value(name: str, value: float, like: float) -> float:
+    """``value`` as its assumption takes it: whole numbers as int (a Driver keeps the interval's type)."""
+    return int(value) if isinstance(like, int) else value
 
 
 def _spread(central: float, drivers: list[Driver]) -> tuple[float, float]:

@@ -226,7 +226,9 @@ def schedule(compiled: Compiled) -> Schedule:
     host = next((k for k, (steps, _) in enumerate(supersteps)
                  if any(key == "input_wait" for step in steps for items in step.work.values() for key, _, _ in items)),
                 None)
-    wait = costs.input_wait_cycles(host_cycles, call) if host is not None else 0
+    training = compiled.plan.training
+    wait = (costs.input_wait_cycles(host_cycles, call) + costs.epoch_start_cycles(training, call)
+            if host is not None else 0)
     if wait:
         set_input_wait(compiled, wait)
         timed[host] = _time(compiled, _segment_table(compiled), supersteps[host][0])

@@ -168,10 +168,17 @@ def _split(blocks: list[str], load: dict[str, np.ndarray], groups: int, preload:
 # -- MNIST: exactly the PopTorch pipelining tutorial's network ---------------------------------
 
 
+# The datasets' published sizes (training and test splits): MNIST (LeCun et al.) and ImageNet ILSVRC-2012.
+# An epoch is this many samples; the language models' tokenised corpora are too long for epochs to matter.
+MNIST_SAMPLES = {"training": 60_000, "inference": 10_000}
+IMAGENET_SAMPLES = {"training": 1_281_167, "inference": 50_000}
+
+
 def build_mnist(options: Options) -> Model:
     """conv(1->10, k5) + maxpool 2 + ReLU in B1; conv(10->20, k5) + pool + ReLU in B2; 320->256 + ReLU in
     B3; 256->10 with the cross-entropy loss in B4."""
     m = Model("mnist", options)
+    m.dataset_samples = MNIST_SAMPLES
     x = m.input((1, 28, 28))
     with Block("B1"):
         x = m.relu(m.maxpool2d(m.conv2d(x, 10, kernel=5, name="layer1/conv"), 2, name="layer1/pool"),
@@ -198,6 +205,7 @@ def build_resnet50(options: Options, *, image_size: int = 224, classes: int = 10
     """ResNet-50 v1.5: a 7x7 stem, bottleneck stages of 3, 4, 6 and 3 units, a 1000-way classifier."""
     m = Model("resnet50", options, params={"image_size": image_size, "classes": classes, "ipus": ipus})
     m.input_kind = "image"  # ImageNet JPEGs, decoded and augmented on the host
+    m.dataset_samples = IMAGENET_SAMPLES
     x = m.input((3, image_size, image_size))
     with Block("stem"):
         x = m.relu(m.batch_norm(m.conv2d(x, 64, 7, stride=2, padding=3, bias=False, name="stem/conv"),
@@ -375,6 +383,7 @@ def build_vit(options: Options, *, layers: int = 12, hidden: int = 768, heads: i
     m = Model("vit-base", options, params={"layers": layers, "hidden": hidden, "heads": heads, "patch": patch,
                                            "image_size": image_size, "classes": classes, "ipus": ipus})
     m.input_kind = "image"  # ImageNet JPEGs, decoded and augmented on the host
+    m.dataset_samples = IMAGENET_SAMPLES
     x = m.input((3, image_size, image_size))
     tokens = (image_size // patch) ** 2 + 1
     with Block("embeddings"):

@@ -11,6 +11,13 @@ process draws alike from ``Options.randomSeed``. Loading runs in the calling pro
 model (``host-bound`` in the summary), not this machine's, and a script's dozen workers would only
 compete with the training for this machine's cores.
 
+The loading is measured as it runs (``measured()``): the samples the script's loader handed out and
+the seconds ``next()`` took for them, in this process on one core, with the loader's ``num_workers``,
+``persistent_workers`` and dataset size. A model compiled afterwards is emulated with that rate per
+core instead of the assumed one, and its profile says so (docs/emulator.md, "Host input, measured").
+``POPVISION_HOST_INPUT=assumed`` keeps the assumed rate, for profiles that do not vary from run to
+run with this machine's load.
+
 Under ``PVTI_OPTIONS`` each pass over the loader is an ``epoch`` instant on the system timeline, and
 each batch two spans: ``data loading`` (PyTorch's loader fetching and collating it) and ``wait for
 data`` (the training loop inside ``next()``: the loading and the loader's own overhead; loading is
@@ -19,8 +26,10 @@ synchronous here, so the two nearly coincide).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,6 +38,44 @@ from popvision_py.format import system as timeline
 from poptorch import _pvti
 from poptorch._errors import Error, UnsupportedError
 from poptorch._options import DataLoaderMode, Options
+
+
+@dataclass
+class Measured:
+    """What the script's latest ``poptorch.DataLoader`` loaded so far, in this process on one core."""
+
+    samples: int = 0
+    seconds: float = 0.0
+    workers: int = 0  # the script's num_workers (its workers on the IPU system's host)
+    persistent: bool = False  # the script's persistent_workers
+    dataset: int | None = None  # samples in one epoch of this process's dataset (None: not sized)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"samples": self.samples, "seconds": self.seconds, "samples_per_s_per_core": self.samples_per_s,
+                "num_workers": self.workers, "persistent_workers": self.persistent, "dataset_samples": self.dataset,
+                "how": "the script's poptorch.DataLoader timed around next(), loading in the popvision process "
+                       "on one core of this machine"}
+
+
+_latest: Measured | None = None
+
+
+HOST_INPUT_ENV = "POPVISION_HOST_INPUT"  # "measured" (the default) or "assumed"
+
+
+def measured() -> Measured | None:
+    """The latest DataLoader's measurement, once it has loaded a batch (None before, or when
+    ``POPVISION_HOST_INPUT=assumed``)."""
+    how = os.environ.get(HOST_INPUT_ENV, "measured").strip().lower()
+    if how not in ("measured", "assumed"):
+        raise Error(f"{HOST_INPUT_ENV}={how!r} is not a choice; set it to measured or assumed.")
+    if how == "assumed":
+        return None
+    return _latest if _latest is not None and _latest.samples else None
 
 
 class _Share(torch.utils.data.Dataset):
@@ -104,6 +151,9 @@ class DataLoader(torch.utils.data.DataLoader):
             kwargs.pop(worker_only, None)
         super().__init__(dataset, batch_size=self._combined_batch_size, shuffle=shuffle, num_workers=0,
                          drop_last=drop_last if batch_size is not None else False, **kwargs)
+        sized = hasattr(dataset, "__len__") and not isinstance(dataset, torch.utils.data.IterableDataset)
+        self._measured = Measured(workers=int(num_workers), persistent=bool(persistent_workers),
+                                  dataset=len(dataset) if sized else None)
 
     def _share(self, dataset: torch.utils.data.Dataset, shuffle: bool, drop_last: bool) -> _Share:
         if isinstance(dataset, torch.utils.data.IterableDataset):
@@ -119,12 +169,15 @@ class DataLoader(torch.utils.data.DataLoader):
     def __iter__(self) -> Iterator[Any]:
         if self._reshuffle:
             self.dataset.reshuffle()
+        global _latest
+        _latest = self._measured
         batches = super().__iter__()
         recorder = _pvti.active()
         if recorder is None or not recorder.wanted(timeline.DATALOADER):
-            return batches
-        recorder.instant(timeline.DATALOADER, timeline.EPOCH)
-        return _Timed(batches, recorder)
+            recorder = None
+        else:
+            recorder.instant(timeline.DATALOADER, timeline.EPOCH)
+        return _Timed(batches, recorder, self._measured, self._combined_batch_size)
 
     @property
     def combinedBatchSize(self) -> int | None:  # noqa: N802
@@ -140,10 +193,11 @@ class DataLoader(torch.utils.data.DataLoader):
 
 
 class _Timed:
-    """PyTorch's iterator over the loader, each batch's loading and the wait for it recorded as spans."""
+    """PyTorch's iterator over the loader: each batch's loading measured, and under PVTI recorded
+    with the wait for it as spans."""
 
-    def __init__(self, batches: Any, recorder: Any) -> None:
-        self._batches, self._recorder = batches, recorder
+    def __init__(self, batches: Any, recorder: Any, measured: Measured, combined: int | None) -> None:
+        self._batches, self._recorder, self._measured, self._combined = batches, recorder, measured, combined
 
     def __iter__(self) -> "_Timed":
         return self
@@ -152,8 +206,11 @@ class _Timed:
         asked = time.time_ns()
         batch = next(self._batches)  # StopIteration ends the pass: nothing is recorded for it
         loaded = time.time_ns()
-        self._recorder.span(timeline.DATALOADER, timeline.DATA_LOADING, asked, loaded)
-        self._recorder.span(timeline.DATALOADER, timeline.WAIT_FOR_DATA, asked, time.time_ns())
+        self._measured.seconds += (loaded - asked) / 1e9
+        self._measured.samples += self._combined or _samples(batch)
+        if self._recorder is not None:
+            self._recorder.span(timeline.DATALOADER, timeline.DATA_LOADING, asked, loaded)
+            self._recorder.span(timeline.DATALOADER, timeline.WAIT_FOR_DATA, asked, time.time_ns())
         return batch
 
     def __len__(self) -> int:
@@ -161,3 +218,11 @@ class _Timed:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._batches, name)
+
+
+def _samples(batch: Any) -> int:
+    """Samples in a batch of unknown size: the first tensor's leading dimension."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    return next((_samples(x) for x in items if isinstance(x, (torch.Tensor, list, tuple, dict))), 1)

@@ -34,6 +34,7 @@ from engine.strategies import ExecutionStrategy
 from engine.torch_capture import Captured, OpRecord, micro_batch_size, model_precision, to_model
 from popdist._env import instance_directory, poprun_instance
 from popvision_py.errors import ConfigError
+from poptorch import _dataloader
 from poptorch._errors import Error
 from poptorch._options import Options, PipelinedExecution
 
@@ -98,6 +99,10 @@ def capture_model(records: Sequence[OpRecord], inputs: Sequence[torch.Tensor], r
     instance = poprun_instance()
     if instance is not None and instance.system:
         engine_options.system = instance.system
+    loaded = _dataloader.measured()
+    if loaded is not None:  # the script's loader: its workers on the IPU system's host
+        engine_options.loader_workers = max(1, loaded.workers)
+        engine_options.persistent_workers = loaded.persistent
     captured = to_model(records, inputs, root, name, engine_options)
     if captured.generic:
         listed = ", ".join(f"{op} ({n})" for op, n in captured.generic.most_common())
@@ -133,11 +138,21 @@ def emulate(captured: Captured, options: Options, *, training: bool, write: bool
     from popvision_py.format.atomic import check_writable, folder_lock
 
     model = captured.model
+    loaded = _dataloader.measured()
+    if loaded is not None and loaded.dataset:
+        model.dataset_samples = {model.options.mode: loaded.dataset}
     try:
         plan = make_plan(model, model.options, engine_strategy(captured, options))
     except ConfigError as exc:
         raise Error(f"Compiling {model.name}: {_in_poptorch_words(str(exc))}") from None
     plan = dataclasses.replace(plan, request=script_request(training))
+    kind = model.options.host_input or model.input_kind
+    if loaded is not None and kind != "synthetic" and loaded.samples_per_s > 0:
+        # The host work happened here, for real: its measured rate replaces the assumed one, and the
+        # profile's request says it was measured and how.
+        rate = {f"host_{kind}_samples_per_s_per_core": loaded.samples_per_s}
+        plan = dataclasses.replace(plan, target=plan.target.with_assumptions(**rate),
+                                   request={**plan.request, "host_measured": loaded.as_json()})
     instance = poprun_instance()
     if instance is not None and plan.num_ipus * plan.tensor_sharding != instance.ipus_per_replica:
         raise Error(f"Compiling {model.name}: its replica takes {plan.num_ipus * plan.tensor_sharding} IPU(s) but "

@@ -36,7 +36,7 @@ FLAGS = {"micro_batch_size": "batch-size", "replication_factor": "replicas", "op
          "host_input": "input"}
 # On/off options: --NAME or --no-NAME.
 SWITCHES = ("recompute", "offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding",
-            "tied_embeddings", "embedding_alone")
+            "tied_embeddings", "embedding_alone", "persistent_workers")
 # On/off options whose two flags are not --NAME / --no-NAME.
 PAIRS = {"use_combined_accum": ("--combined-accum", "--separate-accum"), "enable_outlining": ("--outline", "--no-outline")}
 LOCATION_OF = {"offload_optimiser": "optimiser", "offload_weights": "weights", "offload_activations": "activations"}
@@ -46,7 +46,7 @@ ORDER = ("preset", "layers", "hidden", "heads", "seq_len", "vocab", "masked_toke
          "gradient_accumulation", "device_iterations", "replication_factor", "tensor_sharding", "recompute",
          "offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding", "precision",
          "optimiser", "available_memory_proportion", "recompute_checkpoints", "attention_serialisation", "arch",
-         "system", "runs", "host_processes", "host_input", "loader_workers")
+         "system", "runs", "host_processes", "host_input", "loader_workers", "persistent_workers")
 
 
 @dataclass(frozen=True)

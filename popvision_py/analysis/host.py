@@ -16,7 +16,7 @@ import numpy as np
 
 from popvision_py.analysis.tables import Columns, lookup
 from popvision_py.analysis.tracescan import Aggregates, aggregates
-from popvision_py.format.schema import INPUT_WAIT_STEP
+from popvision_py.format.schema import HOST_BOUND_PCT, INPUT_WAIT_STEP
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def host_input(programs: Columns, trace: Aggregates, run: dict[str, Any]) -> Hos
     waited = programs["cycles"][rows].astype(np.int64) * runs
     wall = int(waited.max(initial=0))
     pct = 100.0 * wall / total if total else 0.0
-    bound = wall > 0
+    bound = pct >= HOST_BOUND_PCT
     verdict = host_bound_line(pct) if bound else "not host-bound: the host's data loaders keep up with the IPUs"
     return HostInput(host_bound=bound, host_calls=calls, host_processes=int(run.get("host_processes", 1) or 1),
                      samples_per_call=samples_per_call(run), call_cycles=total / calls,

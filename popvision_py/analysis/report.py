@@ -489,7 +489,7 @@ class ExchangeReport(_View):
         return self._costliest(n).frame()
 
     def host_input(self) -> _host.HostInput:
-        """How long the IPUs wait for the host's data loaders; ``host_bound`` when they wait at all."""
+        """How long the IPUs wait for the host's data loaders; ``host_bound`` from HOST_BOUND_PCT of the run."""
         return self._r.memo("host_input", lambda: _host.host_input(self._r.columns("programs"), self._r.trace_summary(),
                                                                    self._r.run))
 

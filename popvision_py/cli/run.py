@@ -134,6 +134,10 @@ def _checkpoints(value: str | None) -> str | int | None:
               "image (ImageNet JPEGs decoded and augmented), text (tokenised); the model's own by default.")
 @click.option("--loader-workers", type=INT64, help="Worker processes of each host process's DataLoader (PopTorch's "
               "num_workers); by default every core of the process's share of its host server.")
+@click.option("--persistent-workers/--no-persistent-workers", default=None, help="The DataLoader keeps its workers "
+              "from one epoch to the next (PopTorch's persistent_workers; TensorFlow's tf.data never restarts); by "
+              "default the --loader-workers start again at every epoch of the model's dataset, as torch's "
+              "DataLoader's do (without --loader-workers the loader is ideal: every core, kept).")
 @click.option("--preset", help="Model preset (gpt: gpt2-small ... gpt3-175b).")
 @click.option("--layers", type=INT64, help="Layers (bert, gpt, vit).")
 @click.option("--hidden", type=INT64, help="Hidden size (bert, gpt, vit).")

@@ -27,6 +27,10 @@ STREAMING_MEMORY = -2
 # The program step, on every IPU, in which the IPUs wait for the host's data loaders at the start
 # of a host call (a stream step without bytes; 0 cycles when the host keeps up).
 INPUT_WAIT_STEP = "host/input_wait"
+# A run is host-bound when its IPUs wait for input at least this share of its time (%): a data loader
+# that restarts at each epoch makes every run wait a little, spread over the epoch's calls; below 1%
+# that wait is not what bounds the run.
+HOST_BOUND_PCT = 1.0
 
 PASSES = ("forward", "backward", "update", "none")
 PROGRAM_TYPES = (

@@ -23,11 +23,12 @@ TUTORIAL = HERE / "tutorial_mnist.py"
 
 def subprocess_env(**extra: str) -> dict[str, str]:
     """This checkout's packages on the path, one torch thread, and no PopRun, torch.distributed or
-    profile settings inherited from the shell."""
+    profile settings inherited from the shell. The instances' loading rate is assumed, not measured:
+    each instance would measure its own, under this machine's load, and their figures would differ."""
     drop = ("POPDIST_", "OMPI_COMM_WORLD_", "POPVISION_SYSTEM", "POPLAR_ENGINE_OPTIONS", "MASTER_", "RANK",
             "WORLD_SIZE", "LOCAL_RANK")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env.update({"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **extra})
+    env.update({"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "POPVISION_HOST_INPUT": "assumed", **extra})
     return env
 
 

@@ -70,9 +70,11 @@ def figures(path: Path) -> dict:
                 "memory": report.memory.by_ipu()}
 
 
-def test_emulate_only_is_the_zoo_mnist_with_the_same_options(tmp_path: Path) -> None:
+def test_emulate_only_is_the_zoo_mnist_with_the_same_options(tmp_path: Path, monkeypatch) -> None:
     # GIVEN the tutorial emulated, not run, with gradient accumulation 20 instead of its 10, and
-    # the zoo's mnist (the same network in the engine's API) with the tutorial's options and the same change
+    # the zoo's mnist (the same network in the engine's API) with the tutorial's options and the same change;
+    # the script's loader assumed like the zoo's (its measured rate and 16 workers are tested apart)
+    monkeypatch.setenv("POPVISION_HOST_INPUT", "assumed")
     script = run(str(TUTORIAL), "--emulate-only", "--gradient-accumulation", "20", "-q", "--profile", "--profile-dir",
                  str(tmp_path / "script"))
     assert script.exit_code == 0, script.output
@@ -121,9 +123,12 @@ def test_every_fix_command_of_a_script_profile_runs_and_writes_its_profile(big: 
     with pv.open(big / "v" / "profile.pop") as report:
         commands = [c for c in report.summary.insights()["command"].tolist() if c]
     # THEN each fix is a command over the script as the user named it, emulate-only, its argument after --
+    # (the memory fixes first; then, as each call's 15 ms host latency is a large part of its time, more
+    # device iterations per call)
     assert [c.split(" --profile")[0] for c in commands] == [
         "popvision run big.py --emulate-only --offload-optimiser",
-        "popvision run big.py --emulate-only --stages 'L0..L5@0 L6..L11@1'"]
+        "popvision run big.py --emulate-only --stages 'L0..L5@0 L6..L11@1'",
+        "popvision run big.py --emulate-only --device-iterations 4"]
     assert all(c.endswith(" -- 12") for c in commands) and not any("--batch-size" in c for c in commands)
     # WHEN each runs as typed (the words after `popvision`)
     for command in commands:
@@ -133,9 +138,10 @@ def test_every_fix_command_of_a_script_profile_runs_and_writes_its_profile(big: 
         assert result.exit_code == 0, f"{command}\n{result.output}"
         folder = words[words.index("--profile-dir") + 1]
         run_config = request_of(big / folder / "profile.pop")
+        iterations = 4 if "--device-iterations" in words else 2
         assert (run_config["micro_batch_size"], run_config["gradient_accumulation"], run_config["device_iterations"],
-                run_config["optimiser"]) == (8, 4, 2, "adam")
-        assert "fit               fits" in result.stdout
+                run_config["optimiser"]) == (8, 4, iterations, "adam")
+        assert ("fit               does not fit" if iterations == 4 else "fit               fits") in result.stdout
     offloaded, split = (request_of(big / f"profile-{tag}" / "profile.pop") for tag in ("offload-optimiser", "2-stages"))
     assert offloaded["tensor_locations"]["optimiser"] == "off_chip"
     assert [(s["ipu"], s["blocks"]) for s in split["stages"]] == [
@@ -148,9 +154,9 @@ def test_report_verify_re_emulates_each_fix_of_a_script_profile(big: Path) -> No
                                        "--format", "json"])
     assert result.exit_code == 0, result.output
     rows = {r["tag"]: r for r in json.loads(result.stdout)["sections"]["verify"]["fixes"]}
-    # THEN both fixes were measured (a profile each), fit, and held within the stated tolerance
-    assert set(rows) == {"offload-optimiser", "2-stages"}
-    for tag, row in rows.items():
+    # THEN both memory fixes were measured (a profile each), fit, and held within the stated tolerance
+    assert {"offload-optimiser", "2-stages"} <= set(rows) and len(rows) == 3
+    for tag, row in ((t, rows[t]) for t in ("offload-optimiser", "2-stages")):
         assert row["status"] == "held", row["verdict"]
         assert row["fits_after"] and Path(row["profile"]).is_file()
         assert abs(row["worst_tile_bytes_after"] - row["worst_tile_bytes_predicted"]) <= 0.1 * row[
