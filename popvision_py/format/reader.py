@@ -116,13 +116,15 @@ class Profile:
             # (table, row group, column) chunks decoded with their page checksums and checked, once per process
             self._checked: set[tuple[str, int, str]] = set()
             self._verified: dict[str, bool] = {}  # whether each footer was checked against a checksum
-            self._schemas = {name: self._check_table(name) for name in S.TABLES}
+            # a table a later schema version added is absent from an older profile (``tables`` leaves it out)
+            self._schemas = {name: self._check_table(name) for name, spec in S.TABLES.items()
+                             if spec.member in self._members or spec.since <= self.manifest["schema_version"]}
             # every id that sizes an array is bounded by the manifest, whose counts are bounded by the
             # file: checked here on the footers' statistics, before any reader sizes anything from them
             self._declared = bounds(self.target, self.run, {t: f.num_rows for t, f in self._footers.items()})
             check_declared(self._declared, self._footers["trace"].num_rows, f"the manifest of {self.path}",
                            ManifestError)
-            for name, spec in S.TABLES.items():
+            for name, spec in ((n, S.TABLES[n]) for n in self._schemas):
                 bad = statistics_violation(spec, self._footers[name], self._declared)
                 if bad is not None:
                     self.verify_chunk(name, bad[0], bad[1])  # the row and its value, in one sentence
@@ -379,8 +381,9 @@ class Profile:
 
     @property
     def tables(self) -> list[str]:
-        """The table names, in schema order."""
-        return list(S.TABLES)
+        """The names of the tables the profile holds, in schema order (a table a later schema version
+        added is absent from an older profile: ``trace_levels`` before version 3)."""
+        return list(self._schemas)
 
     def has_column(self, table: str, column: str) -> bool:
         """Whether the table holds ``column``: a column a later schema version added is absent from
@@ -558,6 +561,9 @@ class Profile:
     def _known(self, table: str) -> str:
         if table not in S.TABLES:
             raise MissingTableError(f"There is no table named {table!r}; the tables are {', '.join(S.TABLES)}.")
+        if table not in self._schemas:
+            raise MissingTableError(f"{self.path} has no {table} table (it is schema version "
+                                    f"{self.manifest['schema_version']}; version {S.TABLES[table].since} added it).")
         return table
 
     def close(self) -> None:
