@@ -29,6 +29,7 @@ MAX_BINS = 1 << 20  # the finest level never has more bins than this over the ru
 # sees the run's end early); the result is then merged down to the bins the rows need.
 FOLD_BINS = 1 << 14
 FLOAT_EXACT = float(2**53)  # a float64 sum below this is an exact integer
+SUM_LIMIT = float(2**62)  # a trace whose cycles sum to this or more is refused by readers: no levels are kept
 LEVEL_COLUMNS = ("level", "ipu", "phase", "start_cycle", "end_cycle", "cycles", "rows")
 N_PHASE = len(PHASES)
 
@@ -59,6 +60,7 @@ class LevelFold:
     def __init__(self) -> None:
         self.width = 1
         self.total_rows = 0
+        self.cycles_sum = 0.0
         self.end = 0
         self.cycles = np.zeros((0, N_PHASE, 0), np.int64)
         self.rows = np.zeros((0, N_PHASE, 0), np.int64)
@@ -78,6 +80,9 @@ class LevelFold:
         if not n:
             return
         self.total_rows += n
+        self.cycles_sum += float(np.sum(end - start, dtype=np.float64))
+        if self.cycles_sum >= SUM_LIMIT:  # a trace no reader takes (tracescan.SUM_LIMIT): nothing to fold
+            return
         self.end = max(self.end, int(end.max()))
         while -(-self.end // self.width) > self._bins_allowed():
             self._double()
@@ -125,6 +130,8 @@ class LevelFold:
 
     def result(self) -> pa.Table:
         """The ``trace_levels`` table (LEVEL_COLUMNS), sorted by level, start_cycle, ipu and phase."""
+        if self.cycles_sum >= SUM_LIMIT:
+            self.cycles, self.rows, self.first, self.end = (np.zeros((0, N_PHASE, 0), np.int64),) * 3 + (0,)
         want = min(MAX_BINS, max(COARSEST_BINS, self.total_rows // ROWS_PER_BIN))
         while -(-self.end // self.width) > want:
             self._double()

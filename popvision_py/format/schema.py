@@ -108,7 +108,8 @@ STAGE = Values(low=-1, below="stages")  # a pipeline stage, or -1 for none
 STEP = Values(low=0, below="program_steps")  # a program step (numbered per IPU, so below the steps of all)
 OPTIONAL_STEP = Values(low=-1, below="program_steps")  # a program step, or -1 for none (idle)
 OP = Values(low=-1, below="ops")  # an op (an op has a row per pass, so below the rows), or -1 for none
-VERTICES = Values(low=1, high=2**31 - 1)  # a tile that takes part in a compute set runs at least one vertex
+VERTICES = Values(low=1, high=2**31 - 1)
+BIN_CYCLES = Values(low=0, high=2**62)  # a bin of trace_levels: its width is a power of two, up to twice the run  # a tile that takes part in a compute set runs at least one vertex
 
 
 @dataclass(frozen=True)
@@ -257,14 +258,14 @@ TABLES: dict[str, Table] = {
             "[k x width, (k + 1) x width) of the run, a level per width, level 0 the coarsest (at most 512 "
             "bins over the run), each next level's bins 4 times narrower, the finest holding about 16,384 trace "
             "rows a bin or fewer. A bin's cycles are its rows' cycles inside it, so each level's cycles per "
-            "IPU and phase sum to the trace's; only bins that rows overlap have a row. Sorted by level, "
-            "start_cycle, ipu and phase.",
+            "IPU and phase sum to the trace's; only bins that rows overlap have a row (none when the trace's "
+            "cycles sum to 2^62 or more, which no reader takes). Sorted by level, start_cycle, ipu and phase.",
             ("level", pa.int32(), "Level of detail, 0 the coarsest.", Values(low=0, high=63)),
             ("ipu", pa.int16(), "IPU.", IPU),
             ("phase", CATEGORY, "compute, sync, exchange, stream or idle.", Values(codes=PHASES)),
-            ("start_cycle", pa.int64(), "The bin's start, a multiple of its width, in cycles.", COUNT),
-            ("end_cycle", pa.int64(), "The bin's end (exclusive): start_cycle + the level's width.", COUNT),
-            ("cycles", pa.int64(), "Cycles of the phase's trace rows inside the bin.", COUNT),
+            ("start_cycle", pa.int64(), "The bin's start, a multiple of its width, in cycles.", BIN_CYCLES),
+            ("end_cycle", pa.int64(), "The bin's end (exclusive): start_cycle + the level's width.", BIN_CYCLES),
+            ("cycles", pa.int64(), "Cycles of the phase's trace rows inside the bin.", BIN_CYCLES),
             ("rows", pa.int64(), "Trace rows of the phase that overlap the bin (start before its end, end after "
                                  "its start).", COUNT),
             ordered=(("start_cycle", "end_cycle"),),
