@@ -156,7 +156,10 @@ class Profiles:
             report = self.report(key)
             profile = report.profile
             for table in profile.tables:
-                if table != "trace":
+                if table == "trace_levels":  # read as the zoom reads it, a row group at a time
+                    for _ in profile.iter_batches(table):
+                        pass
+                elif table != "trace":
                     profile.read_table(table)
             report.scan_trace()
             scanned = set(SUMMARY_COLUMNS)
@@ -173,25 +176,27 @@ class Profiles:
         The analysis caches its answers per Report (thread-safe: a request asking for an answer
         being computed waits for it rather than computing it again); this only calls it early (the
         CLI does so in a background thread while the server starts). First the trace's summary,
-        then what the first page shows while another thread makes the trace pages' timeline index
-        (one more pass over the trace: NumPy and the kernel's page faults, which hold no GIL,
-        beside the first page's Python), then the Gantt bars (from the summary) and the Operations
-        page's iteration of the trace. An error in the index's thread is raised here.
+        then what the first page shows while another thread reads the trace's levels of detail
+        (``trace.levels()``: the profile's small table, or for a profile written before them one
+        fold over four columns) and merges the Gantt bars; then the whole run's timeline and the
+        Operations page's iteration of the trace. Nothing here holds the trace's rows: the
+        execution trace reads a zoomed-in window's row groups when it is asked for, so the
+        process's memory does not grow with the trace. An error in the other thread is raised here.
         """
         with ThreadPoolExecutor(len(self.keys), thread_name_prefix="popvision-warm") as pool:
-            indexes = []
+            pending = []
             for key in self.keys:
                 report = self.report(key)
                 report.trace_summary()
-                indexes.append(pool.submit(report.scan_trace, timeline=True, gantt=True))
+                pending.append(pool.submit(_levels_and_bars, report))
                 report.summary.figures()
                 report.summary.insights()
                 report.exchange.figures()
                 report.memory.by_ipu()
             if self.comparing:
                 self.comparison()
-            for index in indexes:
-                index.result()
+            for done in pending:
+                done.result()
         for key in self.keys:
             report = self.report(key)
             report.trace.timeline()
@@ -199,6 +204,11 @@ class Profiles:
             report.operations.window_index()  # the Operations page's iteration of the trace: a row group or two
             if report.system.files():
                 report.system.index()
+
+
+def _levels_and_bars(report: Any) -> None:
+    report.scan_trace(gantt=True)
+    report.trace.levels()
 
 
 def small_pages() -> bool:
