@@ -513,14 +513,14 @@ class TraceReport(_View):
         return self.levels().index(a if start_cycle is None else int(start_cycle),
                                    b if end_cycle is None else int(end_cycle), what)
 
-    def _index(self) -> _trace.TimelineIndex:
-        return self.window_index()
+    _index = window_index  # the whole run's rows, indexed (tests read the index through it)
 
     def timeline(self, start_cycle: int | None = None, end_cycle: int | None = None, max_bins: int = 2000,
                  ipus: list[int] | None = None) -> _trace.Timeline:
         """The trace between two cycles at a level of detail a figure can draw: its rows while the window's
         row groups hold at most ``trace_levels.RAW_ROWS``, else the levels of detail (docs/api.md)."""
-        return _trace_levels.timeline(self.levels(), self.extent(), start_cycle, end_cycle, max_bins, ipus)
+        extent = self.extent()  # the summary's pass first, then where the row groups lie
+        return _trace_levels.timeline(self.levels(), extent, start_cycle, end_cycle, max_bins, ipus)
 
     def steps(self, ipu: int | None = None) -> pd.DataFrame:
         return self._memo(("steps", ipu), lambda: _trace.steps(self._r.table("programs"), self._r.trace_summary(), ipu))

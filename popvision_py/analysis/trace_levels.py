@@ -11,8 +11,9 @@ one of two ways:
   first use, in one streaming pass over four of the trace's columns, and kept (its size is the
   levels', a few bytes per 16,384 rows).
 - **rows**: the trace's row groups that can hold a row of the window, found from their footer
-  statistics of ``start_cycle`` and ``end_cycle`` (the writer writes the run in time order, so a
-  window's rows lie in a few row groups), read and indexed (``trace.TimelineIndex``) as long as
+  statistics of ``start_cycle`` and ``end_cycle`` (the writer writes run by run, IPU by IPU, in time
+  order, so a row group is a stretch of one IPU's run and a window's rows lie in a few row groups;
+  ``_group_spans``), read and indexed (``trace.TimelineIndex``) as long as
   they hold at most ``RAW_ROWS`` rows. The last two windows read are kept.
 
 A window that is too wide for rows and too narrow for the levels (or a view that needs rows, the
@@ -70,7 +71,7 @@ class TraceLevels:
         self._batches = batches  # columns -> the trace's batches (``Report.trace_batches``)
         self._lock = threading.Lock()
         self._kept: list[tuple[tuple[int, ...], TimelineIndex]] = []
-        self.spans = _group_spans(profile)  # per trace row group: (first start, last end, rows)
+        self.spans = _group_spans(profile)  # stretches (row group, first start, last end) and each group's rows
         self.built = "trace_levels" not in profile.tables  # folded here, not read from the profile
         self._table: pa.Table | None = None
         if self.built:
@@ -157,12 +158,12 @@ class TraceLevels:
 
     def groups(self, start_cycle: int, end_cycle: int) -> np.ndarray:
         """The trace's row groups that can hold a row overlapping [start_cycle, end_cycle)."""
-        first, last, _ = self.spans
-        return np.flatnonzero((first < end_cycle) & (last > start_cycle))
+        group, first, last, _ = self.spans
+        return np.unique(group[(first < end_cycle) & (last > start_cycle)])
 
     def rows_in(self, start_cycle: int, end_cycle: int) -> int:
         """Trace rows a read of [start_cycle, end_cycle) decodes (those of its row groups)."""
-        return int(self.spans[2][self.groups(start_cycle, end_cycle)].sum())
+        return int(self.spans[3][self.groups(start_cycle, end_cycle)].sum())
 
     def fitting(self, start_cycle: int, end_cycle: int) -> tuple[int, int]:
         """The widest window centred on [start_cycle, end_cycle) whose rows fit ``RAW_ROWS`` (halving it)."""
@@ -175,7 +176,7 @@ class TraceLevels:
         """The rows of the row groups overlapping [start_cycle, end_cycle), indexed; WindowTooWideError if
         they are more than ``RAW_ROWS``."""
         groups = tuple(int(g) for g in self.groups(start_cycle, end_cycle))
-        rows = int(self.spans[2][list(groups)].sum()) if groups else 0
+        rows = int(self.spans[3][list(groups)].sum()) if groups else 0
         if rows > RAW_ROWS:
             a, b = self.fitting(start_cycle, end_cycle)
             raise WindowTooWideError(
@@ -195,32 +196,37 @@ class TraceLevels:
             return index
 
 
-def _group_spans(profile: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each trace row group's first start, last end and rows: from the footer's statistics, or (a writer
-    that kept none) one pass over the two columns."""
+def _group_spans(profile: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Where each trace row group lies in the run: stretches (row group, first start, last end), one per
+    IPU it holds, and each group's rows.
+
+    A row group of one IPU (its ``ipu`` statistics' minimum is its maximum) is one stretch, from its
+    footer statistics. The writer writes run by run and IPU by IPU, so a row group where one IPU's
+    rows end and the next one's begin spans the whole run by its statistics, though each IPU's part
+    is a short stretch at one end: such a group's ``ipu``, ``start_cycle`` and ``end_cycle`` are read
+    once, and each IPU's part is a stretch of its own (so a window reads the group only when one of
+    them overlaps it). A row group without statistics is read the same way.
+    """
     meta = profile.metadata("trace")
     n = meta.num_row_groups
     rows = np.array([meta.row_group(g).num_rows for g in range(n)], np.int64)
     names = meta.schema.names
-    first, last = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    s, e = names.index("start_cycle"), names.index("end_cycle")
-    stated = True
+    where = {c: names.index(c) for c in ("ipu", "start_cycle", "end_cycle")}
+    group, first, last = [], [], []
     for g in range(n):
-        a, b = meta.row_group(g).column(s).statistics, meta.row_group(g).column(e).statistics
-        if rows[g] and (a is None or b is None or not a.has_min_max or not b.has_min_max):
-            stated = False
-            break
-        if rows[g]:
-            first[g], last[g] = a.min, b.max
-    if not stated:
-        for g in range(n):
-            lo, hi = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-            for batch in profile.iter_batches("trace", ["start_cycle", "end_cycle"], row_groups=[g]):
-                if batch.num_rows:
-                    lo = min(lo, int(pc.min(batch.column(0)).as_py()))
-                    hi = max(hi, int(pc.max(batch.column(1)).as_py()))
-            first[g], last[g] = (lo, hi) if rows[g] else (0, 0)
-    return first, last, rows
+        if not rows[g]:
+            continue
+        stats = {c: meta.row_group(g).column(i).statistics for c, i in where.items()}
+        if all(x is not None and x.has_min_max for x in stats.values()) and stats["ipu"].min == stats["ipu"].max:
+            group.append(g), first.append(stats["start_cycle"].min), last.append(stats["end_cycle"].max)
+            continue
+        for batch in profile.iter_batches("trace", ["ipu", "start_cycle", "end_cycle"], row_groups=[g]):
+            ipu, start, end = (batch.column(i).to_numpy() for i in range(3))
+            cut = np.flatnonzero(np.r_[True, ipu[1:] != ipu[:-1]])
+            group += [g] * len(cut)
+            first += np.minimum.reduceat(start, cut).tolist()
+            last += np.maximum.reduceat(end, cut).tolist()
+    return (np.array(group, np.int64), np.array(first, np.int64), np.array(last, np.int64), rows)
 
 
 def timeline(levels: TraceLevels, extent: tuple[int, int], start_cycle: int | None = None,
