@@ -215,8 +215,8 @@ def small_pages() -> bool:
     """Have NumPy leave its arrays on the kernel's 4 KiB pages (no ``madvise(MADV_HUGEPAGE)``) in this process,
     unless ``NUMPY_MADVISE_HUGEPAGE`` says otherwise; returns whether NumPy still asks for huge pages.
 
-    The dashboard's warm-up writes about 26 bytes of fresh memory per trace row (the timeline's
-    index: 1.3 GB at 50M rows), and on a virtual machine whose free huge pages go back to the
+    A window of the execution trace is indexed at about 26 bytes of fresh memory per row read (at
+    most ``trace_levels.RAW_ROWS`` rows), and on a virtual machine whose free huge pages go back to the
     host, each first touch of a 2 MiB page is paid again there: measured on this project's 2-core
     VM, the warm-up at 50M rows took 5.0 s with NumPy's huge pages against 3.2 s without
     (docs/performance.md, "Issue 26: the last three rows"). Set ``NUMPY_MADVISE_HUGEPAGE=1`` to keep them.
