@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from popvision_py.analysis import trace as _trace
 from popvision_py.analysis.tables import PHASES, category, finish
 from popvision_py.analysis.trace import Timeline, TimelineIndex
-from popvision_py.analysis.tracescan import TIMELINE_COLUMNS, prefetched, timeline_arrays
+from popvision_py.analysis.tracescan import TIMELINE_COLUMNS, timeline_arrays
 from popvision_py.errors import OutOfRangeError
 from popvision_py.format.levels import LEVEL_FACTOR, LevelFold
 
@@ -76,7 +76,7 @@ class TraceLevels:
         self._table: pa.Table | None = None
         if self.built:
             fold = LevelFold()
-            for batch in prefetched(batches(("ipu", "phase", "start_cycle", "end_cycle"))):
+            for batch in batches(("ipu", "phase", "start_cycle", "end_cycle")):  # decoded one ahead
                 fold.add_table(batch)
             self._table = fold.result()
         self.widths = self._widths()
@@ -142,7 +142,7 @@ class TraceLevels:
                 keep = (level_col == level) & (start >= a) & (start < end_cycle)
                 if keep.any():
                     parts.append(pa.Table.from_batches([batch]).filter(pa.array(keep)))
-            t = pa.concat_tables(parts) if parts else self._profile_levels_empty()
+            t = pa.concat_tables(parts) if parts else LevelFold().result()  # no bins: an empty table
         phase = t.column("phase")
         phase = phase.combine_chunks() if isinstance(phase, pa.ChunkedArray) else phase
         words = phase.dictionary.to_pylist() if len(phase) else []
@@ -150,9 +150,6 @@ class TraceLevels:
         return LevelBins(width, t.column("ipu").to_numpy().astype(np.int64), lut[phase.indices.to_numpy()] if len(phase)
                          else np.zeros(0, np.int64), t.column("start_cycle").to_numpy(),
                          t.column("cycles").to_numpy(), t.column("rows").to_numpy())
-
-    def _profile_levels_empty(self) -> pa.Table:
-        return LevelFold().result()
 
     # -- the rows ----------------------------------------------------------------------------------
 
