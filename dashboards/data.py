@@ -156,7 +156,10 @@ class Profiles:
             report = self.report(key)
             profile = report.profile
             for table in profile.tables:
-                if table != "trace":
+                if table == "trace_levels":  # read as the zoom reads it, a row group at a time
+                    for _ in profile.iter_batches(table):
+                        pass
+                elif table != "trace":
                     profile.read_table(table)
             report.scan_trace()
             scanned = set(SUMMARY_COLUMNS)
@@ -173,25 +176,27 @@ class Profiles:
         The analysis caches its answers per Report (thread-safe: a request asking for an answer
         being computed waits for it rather than computing it again); this only calls it early (the
         CLI does so in a background thread while the server starts). First the trace's summary,
-        then what the first page shows while another thread makes the trace pages' timeline index
-        (one more pass over the trace: NumPy and the kernel's page faults, which hold no GIL,
-        beside the first page's Python), then the Gantt bars (from the summary) and the Operations
-        page's iteration of the trace. An error in the index's thread is raised here.
+        then what the first page shows while another thread reads the trace's levels of detail
+        (``trace.levels()``: the profile's small table, or for a profile written before them one
+        fold over four columns) and merges the Gantt bars; then the whole run's timeline and the
+        Operations page's iteration of the trace. Nothing here holds the trace's rows: the
+        execution trace reads a zoomed-in window's row groups when it is asked for, so the
+        process's memory does not grow with the trace. An error in the other thread is raised here.
         """
         with ThreadPoolExecutor(len(self.keys), thread_name_prefix="popvision-warm") as pool:
-            indexes = []
+            pending = []
             for key in self.keys:
                 report = self.report(key)
                 report.trace_summary()
-                indexes.append(pool.submit(report.scan_trace, timeline=True, gantt=True))
+                pending.append(pool.submit(_levels_and_bars, report))
                 report.summary.figures()
                 report.summary.insights()
                 report.exchange.figures()
                 report.memory.by_ipu()
             if self.comparing:
                 self.comparison()
-            for index in indexes:
-                index.result()
+            for done in pending:
+                done.result()
         for key in self.keys:
             report = self.report(key)
             report.trace.timeline()
@@ -201,12 +206,17 @@ class Profiles:
                 report.system.index()
 
 
+def _levels_and_bars(report: Any) -> None:
+    report.scan_trace(gantt=True)
+    report.trace.levels()
+
+
 def small_pages() -> bool:
     """Have NumPy leave its arrays on the kernel's 4 KiB pages (no ``madvise(MADV_HUGEPAGE)``) in this process,
     unless ``NUMPY_MADVISE_HUGEPAGE`` says otherwise; returns whether NumPy still asks for huge pages.
 
-    The dashboard's warm-up writes about 26 bytes of fresh memory per trace row (the timeline's
-    index: 1.3 GB at 50M rows), and on a virtual machine whose free huge pages go back to the
+    A window of the execution trace is indexed at about 26 bytes of fresh memory per row read (at
+    most ``trace_levels.RAW_ROWS`` rows), and on a virtual machine whose free huge pages go back to the
     host, each first touch of a 2 MiB page is paid again there: measured on this project's 2-core
     VM, the warm-up at 50M rows took 5.0 s with NumPy's huge pages against 3.2 s without
     (docs/performance.md, "Issue 26: the last three rows"). Set ``NUMPY_MADVISE_HUGEPAGE=1`` to keep them.

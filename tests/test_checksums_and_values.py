@@ -28,6 +28,9 @@ from popvision_py.format import schema as S
 from .test_format import _restamp, members, rezip, tiny_tables, write_tiny
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_profiles" / "mnist_inference" / "profile.pop"
+# the tables the sample holds: those of its schema version (a later version's tables are absent)
+SAMPLE_TABLES = [name for name, spec in S.TABLES.items()
+                 if spec.since <= json.loads(zipfile.ZipFile(SAMPLE).read(S.MANIFEST_MEMBER))["schema_version"]]
 COMMANDS = {
     "info": lambda path: ["info", str(path)],
     "report": lambda path: ["report", str(path), "--section", "all", "--format", "json"],
@@ -84,7 +87,7 @@ def refused_or_identical(result, original: str, folder: Path, table: str) -> str
     return "refused"
 
 
-@pytest.mark.parametrize("table", list(S.TABLES))
+@pytest.mark.parametrize("table", SAMPLE_TABLES)
 @pytest.mark.parametrize("where", ["start", "middle", "end"])
 def test_a_flipped_byte_in_a_tables_pages_is_refused_or_harmless(
         tmp_path: Path, originals: dict[str, str], table: str, where: str) -> None:
@@ -99,7 +102,7 @@ def test_a_flipped_byte_in_a_tables_pages_is_refused_or_harmless(
         refused_or_identical(result, originals[name], tmp_path, table)
 
 
-@pytest.mark.parametrize("table", list(S.TABLES))
+@pytest.mark.parametrize("table", SAMPLE_TABLES)
 def test_a_flipped_byte_in_a_footer_is_refused_at_open(tmp_path: Path, table: str) -> None:
     # GIVEN the sample with one byte of a table's footer flipped (its statistics and offsets)
     with open_profile(SAMPLE) as profile:
@@ -145,6 +148,8 @@ def without_checksums(tmp_path: Path) -> Path:
     contents = members(SAMPLE)
     manifest = json.loads(contents[S.MANIFEST_MEMBER])
     for name, spec in S.TABLES.items():
+        if spec.member not in contents:  # a table of a later schema version than the sample's
+            continue
         table = pq.read_table(io.BytesIO(contents[spec.member]))
         sink = io.BytesIO()
         pq.write_table(table, sink, compression="zstd")

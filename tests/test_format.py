@@ -153,9 +153,11 @@ def test_manifest_records_rows_target_and_run(tiny: Path) -> None:
     assert manifest["schema_version"] == S.SCHEMA_VERSION
     assert manifest["target"] == TARGET
     assert manifest["run"] == RUN
+    # the tables written, and the trace's levels of detail the writer folded from the trace
     assert {name: t["rows"] for name, t in manifest["tables"].items()} == {
         name: len(frame) for name, frame in tiny_tables().items()
-    }
+    } | {"trace_levels": manifest["tables"]["trace_levels"]["rows"]}
+    assert manifest["tables"]["trace_levels"]["rows"] > 0
 
 
 def test_unzipped_members_are_plain_parquet(tiny: Path, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from dashboards import data, ids
 from dashboards.figures import trace as figures
 from dashboards.figures.style import IPUS, Naming, empty, ipu_label
 from dashboards.zoom import window_from_relayout
+from popvision_py.analysis.trace_levels import WindowTooWideError
 from popvision_py.errors import OutOfRangeError
 
 dash.register_page(__name__, path="/trace", name="Execution trace", title="popvision · trace", order=3, icon="≡")
@@ -119,13 +120,18 @@ def render_words(profile: str | None):
 
 def level_text(level: str, window: tuple[int, int], frame: Any, naming: Naming = IPUS) -> str:
     span = window[1] - window[0]
+    bins, width = MAX_BINS, span / MAX_BINS
+    if level == "bins" and len(frame):  # the trace's levels of detail have bins of their own width
+        first = frame.iloc[0]
+        width = int(first["end_cycle"]) - int(first["start_cycle"])
+        bins = min(MAX_BINS, -(-span // max(width, 1)))
     if naming.imported:  # one cycle is one ns
         where = f"{c.fmt_seconds(window[0] / 1e9)} to {c.fmt_seconds(window[1] / 1e9)}"
         if level == "bins":
-            return f"level of detail: bins — {MAX_BINS:,} bins of {c.fmt_seconds(span / MAX_BINS / 1e9)} per rank, {where}"
+            return f"level of detail: bins — {bins:,} bins of {c.fmt_seconds(width / 1e9)} per rank, {where}"
         return f"level of detail: events — {len(frame):,} events, {where}"
     if level == "bins":
-        return (f"level of detail: bins — {MAX_BINS:,} bins of {span / MAX_BINS:,.0f} cycles per IPU, "
+        return (f"level of detail: bins — {bins:,} bins of {width:,.0f} cycles per IPU, "
                 f"cycles {window[0]:,} to {window[1]:,}")
     return f"level of detail: events — {len(frame):,} events, cycles {window[0]:,} to {window[1]:,}"
 
@@ -140,7 +146,10 @@ def timeline(profile: str | None, window: tuple[int, int] | None, revision: int 
     """Figure and level-of-detail text of the timeline over ``window`` (None: the whole run)."""
     report = data.report(profile)
     window = window or run_extent(report)
-    result = report.trace.timeline(window[0], window[1], max_bins=MAX_BINS)
+    try:
+        result = report.trace.timeline(window[0], window[1], max_bins=MAX_BINS)
+    except WindowTooWideError as error:  # too wide for the rows, too narrow for the levels: the zoom that fits
+        return empty(str(error)), str(error)
     ipus = list(range(int(report.target["num_ipus"])))
     naming = data.naming(report)
     fig = figures.trace_timeline(result.frame, result.level, window, ipus, naming)
@@ -244,7 +253,10 @@ def show_tile_balance(step: int | None, scope: str | None, window: list | None, 
     ipu = int(ipu)
     if scope == "view":
         a, b = _window(report, window)
-        frame, cycles = report.tiles.window_balance(ipu, a, b)
+        try:
+            frame, cycles = report.tiles.window_balance(ipu, a, b)
+        except WindowTooWideError as error:  # the window's rows are too many to read: the zoom that fits
+            return empty(str(error), height=300)
         title = f"{ipu_label(ipu)}, compute sets in cycles {a:,} to {b:,} ({cycles:,} cycles of compute sets)"
         return figures.tile_balance(frame, title, "of the compute sets' cycles in view")
     if scope == "step" and triggered(every=True) == {ids.TRACE_WINDOW}:
@@ -335,7 +347,10 @@ def tile_timeline(profile: str | None, ipu: int, spec: str, window: tuple[int, i
     except OutOfRangeError as error:  # a choice the analysis cannot read: its one sentence
         return empty(str(error), height=220), str(error)
     bins = max(min(MAX_BINS, TILE_BINS // len(tiles)), 1)
-    result = report.tiles.timeline(ipu, tiles, window[0], window[1], max_bins=bins)
+    try:
+        result = report.tiles.timeline(ipu, tiles, window[0], window[1], max_bins=bins)
+    except WindowTooWideError as error:  # the tiles need the window's rows: too many, so the zoom that fits
+        return empty(str(error), height=220), str(error)
     names = None
     if result.level == "events":
         steps = report.trace.steps(ipu)

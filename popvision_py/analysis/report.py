@@ -11,8 +11,8 @@
 
 Tables are read lazily on first use and cached. The trace is never held whole: it is read once,
 row group by row group, and folded into small arrays (``tracescan.summarise``), from which the Gantt
-bars are merged; the timeline's index is gathered in a second pass over five columns when first
-asked for (``Report.scan_trace``; the dashboard's warm-up asks for it in the background). Answers are
+bars are merged; the execution trace's views read its levels of detail, or the row groups of a
+zoomed-in window (``trace.levels()``, ``analysis.trace_levels``). Answers are
 cached too (thread-safe), so asking twice is free. The analyzers themselves (``summary``,
 ``memory``, ``liveness``, ``stages``, ``exchange``, ``trace`` modules) are stateless functions; this module only wires them to the data. Column lists and
 formulas: docs/api.md and docs/reports.md.
@@ -47,6 +47,7 @@ from popvision_py.analysis import summary as _summary
 from popvision_py.analysis import system as _system
 from popvision_py.analysis import tiles as _tiles
 from popvision_py.analysis import trace as _trace
+from popvision_py.analysis import trace_levels as _trace_levels
 from popvision_py.analysis import tracescan as _tracescan
 from popvision_py.analysis import whatif as _whatif
 from popvision_py.analysis.tables import TABLE_COLUMNS, Columns, StepIndex, Table
@@ -176,15 +177,15 @@ class Report:
             self.scan_trace()
         return self._cache["trace"]
 
-    def scan_trace(self, timeline: bool = False, gantt: bool = False) -> None:
+    def scan_trace(self, gantt: bool = False) -> None:
         """Read the trace for whatever is not cached yet of: its summary (``trace_summary``), and if
-        asked the timeline index (``trace.timeline``) and the Gantt bars (``stages.gantt``).
+        asked the Gantt bars (``stages.gantt``).
 
         The summary is one pass over the trace's ten columns; the Gantt bars are merged from its
-        runs of rows (no pass of their own); the timeline index is a second pass over five columns
-        into arrays sized from the summary's per-IPU row counts (``tracescan.timeline_arrays``).
+        runs of rows (no pass of their own). The execution trace's views read the trace out of core
+        (``trace.levels()``): no pass holds its rows.
         """
-        keys = ["trace"] + (["timeline_index"] if timeline else []) + (["gantt_bars"] if gantt else [])
+        keys = ["trace"] + (["gantt_bars"] if gantt else [])
         with contextlib.ExitStack() as held:
             for key in keys:  # always in this order: "trace" first
                 held.enter_context(self._lock(key))
@@ -197,10 +198,6 @@ class Report:
             agg = self._cache["trace"]
             if gantt and "gantt_bars" not in self._cache:
                 self._cache["gantt_bars"] = _tracescan.gantt_bars(agg)
-            if timeline and "timeline_index" not in self._cache:
-                counts = {i: int(n) for i, n in enumerate(agg.ipu_rows if agg.ipu_rows is not None else ()) if n}
-                rows = _tracescan.timeline_arrays(self.trace_batches(_tracescan.TIMELINE_COLUMNS), counts)
-                self._cache["timeline_index"] = _trace.TimelineIndex.from_ipus(rows)
 
     def iterations(self) -> int:
         return self.memo("iterations", lambda: iterations_traced(self.trace_summary(), self.run))
@@ -503,15 +500,27 @@ class TraceReport(_View):
     def extent(self) -> tuple[int, int]:
         return self._memo("extent", lambda: _trace.extent(self._r.trace_summary()))
 
-    def _index(self) -> _trace.TimelineIndex:
-        r = self._r
-        if "timeline_index" not in r._cache:
-            r.scan_trace(timeline=True)
-        return r._cache["timeline_index"]
+    def levels(self) -> _trace_levels.TraceLevels:
+        """The trace out of core: its levels of detail (read, or folded once for a profile without them) and
+        its row groups' spans (``trace_levels.TraceLevels``)."""
+        return self._memo("levels", lambda: _trace_levels.TraceLevels(self._r.profile, self._r.trace_batches))
+
+    def window_index(self, start_cycle: int | None = None, end_cycle: int | None = None,
+                     what: str = "This view") -> _trace.TimelineIndex:
+        """The trace's rows overlapping a window (the whole run by default), indexed; ``WindowTooWideError``
+        (one sentence offering the zoom that fits) when they are more than ``trace_levels.RAW_ROWS``."""
+        a, b = self.extent()
+        return self.levels().index(a if start_cycle is None else int(start_cycle),
+                                   b if end_cycle is None else int(end_cycle), what)
+
+    _index = window_index  # the whole run's rows, indexed (tests read the index through it)
 
     def timeline(self, start_cycle: int | None = None, end_cycle: int | None = None, max_bins: int = 2000,
                  ipus: list[int] | None = None) -> _trace.Timeline:
-        return _trace.timeline(self._index(), start_cycle, end_cycle, max_bins, ipus)
+        """The trace between two cycles at a level of detail a figure can draw: its rows while the window's
+        row groups hold at most ``trace_levels.RAW_ROWS``, else the levels of detail (docs/api.md)."""
+        extent = self.extent()  # the summary's pass first, then where the row groups lie
+        return _trace_levels.timeline(self.levels(), extent, start_cycle, end_cycle, max_bins, ipus)
 
     def steps(self, ipu: int | None = None) -> pd.DataFrame:
         return self._memo(("steps", ipu), lambda: _trace.steps(self._r.table("programs"), self._r.trace_summary(), ipu))

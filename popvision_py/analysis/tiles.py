@@ -508,22 +508,31 @@ class TilesReport:
         cycles = int(self._r.columns("programs")["cycles"][rows[0]]) if rows[0] >= 0 else 0
         return step_balance(self.arrays(), ipu, step, cycles, self._shape[0])
 
-    def _time(self, ipu: int) -> TileTimeIndex:
-        index = self._r.trace._index()
+    def _window(self, start_cycle: int | None, end_cycle: int | None, what: str) -> tuple[TimelineIndex, int, int]:
+        """The trace's rows of a window (the whole run by default), indexed (``trace.window_index``: a
+        ``WindowTooWideError`` when they are too many to read), and the window."""
+        first, last = self._r.trace.extent()
+        a = first if start_cycle is None else int(start_cycle)
+        b = last if end_cycle is None else int(end_cycle)
+        return self._r.trace.window_index(a, b, what), a, b
+
+    def _time(self, index: TimelineIndex, ipu: int) -> TileTimeIndex:
+        """The tile index of ``ipu`` over a window's rows, kept with them (the window's rows are kept a while)."""
         if ipu not in index.ipus:
             raise OutOfRangeError(f"IPU {ipu} has no trace rows.")
-        return self._memo(("time", ipu), lambda: TileTimeIndex(index.ipu(ipu), compute_steps(self.arrays(), ipu)))
+        kept = index.__dict__.setdefault("tile_time", {})
+        if ipu not in kept:
+            kept[ipu] = TileTimeIndex(index.ipu(ipu), compute_steps(self.arrays(), ipu))
+        return kept[ipu]
 
     def timeline(self, ipu: int, tiles: list[int], start_cycle: int | None = None, end_cycle: int | None = None,
                  max_bins: int = 800) -> TileTimeline:
         """Chosen tiles of ``ipu`` between two cycles as BSP rows (``tile_timeline``)."""
-        return tile_timeline(self._r.trace._index(), self._time(ipu), self.arrays(), ipu, tiles, start_cycle,
-                             end_cycle, max_bins)
+        index, a, b = self._window(start_cycle, end_cycle, "Tiles in time")
+        return tile_timeline(index, self._time(index, ipu), self.arrays(), ipu, tiles, a, b, max_bins)
 
     def window_balance(self, ipu: int, start_cycle: int | None = None,
                        end_cycle: int | None = None) -> tuple[pd.DataFrame, int]:
         """Every tile of ``ipu`` over the compute sets between two cycles (``window_balance``)."""
-        index = self._r.trace._index()
-        a = index.start_cycle if start_cycle is None else int(start_cycle)
-        b = index.end_cycle if end_cycle is None else int(end_cycle)
-        return window_balance(index, self._time(ipu), self.arrays(), ipu, self._shape[0], a, b)
+        index, a, b = self._window(start_cycle, end_cycle, "The tile balance in view")
+        return window_balance(index, self._time(index, ipu), self.arrays(), ipu, self._shape[0], a, b)

@@ -171,9 +171,9 @@ def _locked_connection(members: MemberFileSystem, memory_limit: str):
     try:
         con.register_filesystem(members)
         # allowed_paths only takes once the database runs, and only before external access is off
-        con.execute("SET allowed_paths = $1", [[f"{members.protocol}://{spec.member}" for spec in S.TABLES.values()]])
+        con.execute("SET allowed_paths = $1", [[f"{members.protocol}://{S.TABLES[name].member}" for name in members.tables]])
         con.execute("SET enable_external_access = false")
-        for name in S.TABLES:
+        for name in members.tables:
             con.execute(f"CREATE VIEW {name} AS {members.view(name)}")
         con.execute("SET lock_configuration = true")
     except BaseException as exc:

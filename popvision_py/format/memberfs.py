@@ -57,9 +57,10 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
     def __init__(self, profile: "Profile", **storage_options: Any) -> None:
         super().__init__(**storage_options)
         # The reader located and checked every member when it opened the profile.
-        self._spans = {spec.member: profile.member_span(name) for name, spec in S.TABLES.items()}
-        self._footer_starts = {spec.member: self._spans[spec.member][1] - profile.footer_bytes(name)
-                               for name, spec in S.TABLES.items()}
+        self.tables = profile.tables  # the schema's tables this profile holds (an older one lacks later tables)
+        self._spans = {S.TABLES[name].member: profile.member_span(name) for name in self.tables}
+        self._footer_starts = {S.TABLES[name].member: self._spans[S.TABLES[name].member][1] - profile.footer_bytes(name)
+                               for name in self.tables}
         self._profile = profile
         self._checked: set[tuple[str, int]] = set()  # (member, column chunk) whose pages were checked
         self._chunk_spans: dict[str, tuple[np.ndarray, np.ndarray, list[tuple[int, str, Any]]]] = {}

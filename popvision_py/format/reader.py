@@ -116,13 +116,14 @@ class Profile:
             # (table, row group, column) chunks decoded with their page checksums and checked, once per process
             self._checked: set[tuple[str, int, str]] = set()
             self._verified: dict[str, bool] = {}  # whether each footer was checked against a checksum
-            self._schemas = {name: self._check_table(name) for name in S.TABLES}
+            self._schemas = {name: self._check_table(name) for name, spec in S.TABLES.items()
+                             if spec.member in self._members or spec.since <= self.manifest["schema_version"]}
             # every id that sizes an array is bounded by the manifest, whose counts are bounded by the
             # file: checked here on the footers' statistics, before any reader sizes anything from them
             self._declared = bounds(self.target, self.run, {t: f.num_rows for t, f in self._footers.items()})
             check_declared(self._declared, self._footers["trace"].num_rows, f"the manifest of {self.path}",
                            ManifestError)
-            for name, spec in S.TABLES.items():
+            for name, spec in ((n, S.TABLES[n]) for n in self._schemas):
                 bad = statistics_violation(spec, self._footers[name], self._declared)
                 if bad is not None:
                     self.verify_chunk(name, bad[0], bad[1])  # the row and its value, in one sentence
@@ -370,25 +371,22 @@ class Profile:
         return pa.PythonFile(MemberFile(self.read_at, member.name, member.offset, member.size), mode="r")
 
     def _parquet(self, table: str, verify: bool = False) -> pq.ParquetFile:
-        # The footer parsed at open is passed back in, so it is not parsed again on every read; a
-        # fresh ParquetFile per read keeps concurrent reads (the dashboard's threads) independent.
-        # No pre-buffering: reads then happen within each call, never on pyarrow's I/O threads
-        # after the caller has stopped (they would call into Python while the interpreter exits).
+        # The footer parsed at open is passed back in (not parsed per read); a fresh ParquetFile per read keeps
+        # concurrent reads independent. No pre-buffering: reads happen within each call, never on pyarrow's
+        # I/O threads after the caller has stopped (they would call into Python while the interpreter exits).
         return pq.ParquetFile(self._member_file(table), metadata=self._footers.get(table),
                               page_checksum_verification=verify, pre_buffer=False)
 
     @property
     def tables(self) -> list[str]:
-        """The table names, in schema order."""
-        return list(S.TABLES)
+        """The tables the profile holds, in schema order (an older profile lacks a later version's)."""
+        return list(self._schemas)
 
     def has_column(self, table: str, column: str) -> bool:
-        """Whether the table holds ``column``: a column a later schema version added is absent from
-        an older profile (``schema.Column.since``)."""
+        """Whether the table holds ``column`` (an older profile lacks a later version's: ``Column.since``)."""
         return column in self._schemas[self._known(table)].names
 
-    def num_rows(self, table: str) -> int:
-        """Rows in a table, from its Parquet footer."""
+    def num_rows(self, table: str) -> int:  # from its Parquet footer
         return self._footers[self._known(table)].num_rows
 
     def metadata(self, table: str) -> pq.FileMetaData:
@@ -558,6 +556,8 @@ class Profile:
     def _known(self, table: str) -> str:
         if table not in S.TABLES:
             raise MissingTableError(f"There is no table named {table!r}; the tables are {', '.join(S.TABLES)}.")
+        if table not in self._schemas:  # a table of a later schema version than the profile's
+            raise MissingTableError(f"{self.path} has no {table} table (schema version {S.TABLES[table].since} added it).")
         return table
 
     def close(self) -> None:

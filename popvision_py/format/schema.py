@@ -1,4 +1,4 @@
-"""The profile.pop schema, version 2: the one definition the writer, the reader and the docs use.
+"""The profile.pop schema, version 3: the one definition the writer, the reader and the docs use.
 
 Every table is a list of typed columns. Columns whose values repeat a lot (names, kinds, passes,
 phases, categories) are dictionary-encoded strings: small on disk and pandas categoricals in memory.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 FORMAT_NAME = "popvision-profile"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MANIFEST_MEMBER = "manifest.json"
 TABLE_SUFFIX = ".parquet"
 
@@ -112,7 +112,8 @@ STAGE = Values(low=-1, below="stages")  # a pipeline stage, or -1 for none
 STEP = Values(low=0, below="program_steps")  # a program step (numbered per IPU, so below the steps of all)
 OPTIONAL_STEP = Values(low=-1, below="program_steps")  # a program step, or -1 for none (idle)
 OP = Values(low=-1, below="ops")  # an op (an op has a row per pass, so below the rows), or -1 for none
-VERTICES = Values(low=1, high=2**31 - 1)  # a tile that takes part in a compute set runs at least one vertex
+VERTICES = Values(low=1, high=2**31 - 1)
+BIN_CYCLES = Values(low=0, high=2**62)  # a bin of trace_levels: its width is a power of two, up to twice the run  # a tile that takes part in a compute set runs at least one vertex
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,8 @@ class Table:
     ordered: tuple[tuple[str, str], ...] = ()
     # columns whose values together identify a row (no two rows share them)
     key: tuple[str, ...] = ()
+    # the schema version that added the table: a profile of an older version lacks it, and still opens
+    since: int = 1
 
     @property
     def schema(self) -> pa.Schema:
@@ -151,8 +154,8 @@ class Table:
 
 
 def _t(name: str, doc: str, *columns: tuple, ordered: tuple[tuple[str, str], ...] = (),
-       key: tuple[str, ...] = ()) -> Table:
-    return Table(name, doc, tuple(Column(*c) for c in columns), ordered, key)
+       key: tuple[str, ...] = (), since: int = 1) -> Table:
+    return Table(name, doc, tuple(Column(*c) for c in columns), ordered, key, since)
 
 
 TABLES: dict[str, Table] = {
@@ -252,6 +255,25 @@ TABLES: dict[str, Table] = {
             ("start_cycle", pa.int64(), "Start, in cycles from the start of the trace.", COUNT),
             ("end_cycle", pa.int64(), "End (exclusive), in cycles.", COUNT),
             ordered=(("start_cycle", "end_cycle"),),
+        ),
+        _t(
+            "trace_levels",
+            "The trace's levels of detail (schema 3 on; format/levels.py): each IPU's cycles per phase in bins "
+            "[k x width, (k + 1) x width) of the run, a level per width, level 0 the coarsest (at most 512 "
+            "bins over the run), each next level's bins 4 times narrower, the finest holding about 16,384 trace "
+            "rows a bin or fewer. A bin's cycles are its rows' cycles inside it, so each level's cycles per "
+            "IPU and phase sum to the trace's; only bins that rows overlap have a row (none when the trace's "
+            "cycles sum to 2^62 or more, which no reader takes). Sorted by level, start_cycle, ipu and phase.",
+            ("level", pa.int32(), "Level of detail, 0 the coarsest.", Values(low=0, high=63)),
+            ("ipu", pa.int16(), "IPU.", IPU),
+            ("phase", CATEGORY, "compute, sync, exchange, stream or idle.", Values(codes=PHASES)),
+            ("start_cycle", pa.int64(), "The bin's start, a multiple of its width, in cycles.", BIN_CYCLES),
+            ("end_cycle", pa.int64(), "The bin's end (exclusive): start_cycle + the level's width.", BIN_CYCLES),
+            ("cycles", pa.int64(), "Cycles of the phase's trace rows inside the bin.", BIN_CYCLES),
+            ("rows", pa.int64(), "Trace rows of the phase that overlap the bin (start before its end, end after "
+                                 "its start).", COUNT),
+            ordered=(("start_cycle", "end_cycle"),),
+            since=3,
         ),
         _t(
             "exchanges",

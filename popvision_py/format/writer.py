@@ -15,7 +15,9 @@ they were written, while the caller builds the next batch: two cores at work, at
 ``PENDING_ROW_GROUPS`` row groups of a table waiting, and the same bytes as encoding in line. On close the members are
 laid out in one ZIP (manifest first, then the tables in schema order) inside an anonymous file
 that replaces the destination only once it is complete (see ``atomic.py``). Tables never written
-are stored empty, so every profile holds every table of its schema version.
+are stored empty, so every profile holds every table of its schema version. The trace's levels of
+detail (``trace_levels``, ``levels.LevelFold``) are folded from its row groups on the encoder thread
+as they are written, and stored on close.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from popvision_py.version import __version__
 from popvision_py.errors import ProfileWriteError
 from popvision_py.format import schema as S
 from popvision_py.format.atomic import atomic_output, folder_lock, write_error
+from popvision_py.format.levels import LevelFold
 from popvision_py.format.values import (
     bounds,
     check_declared,
@@ -157,8 +160,9 @@ class TableWriter:
 
     def __init__(self, spec: S.Table, spool: BinaryIO, destination: Path,
                  declared: Mapping[str, int] | None = None,
-                 encoder: _futures.ThreadPoolExecutor | None = None) -> None:
+                 encoder: _futures.ThreadPoolExecutor | None = None, fold: LevelFold | None = None) -> None:
         self.spec = spec
+        self.fold = fold  # the trace's levels of detail, folded from each row group as it is encoded
         self.destination = destination
         self._declared = declared
         self.rows = 0
@@ -198,6 +202,8 @@ class TableWriter:
             self._encoding.append(self._encoder.submit(self._encode, group))
 
     def _encode(self, group: pa.Table) -> None:
+        if self.fold is not None:
+            self.fold.add_table(group)
         try:
             self._parquet.write_table(group, row_group_size=ROW_GROUP_ROWS)
         except OSError as exc:  # the spool's disk is full, say
@@ -295,7 +301,8 @@ class ProfileWriter:
         if self._encoder is None:
             self._encoder = _futures.ThreadPoolExecutor(1, thread_name_prefix="popvision-encode")
         self._writers[name] = TableWriter(S.TABLES[name], spool, self.path,
-                                          bounds(self._manifest["target"], self._manifest["run"], {}), self._encoder)
+                                          bounds(self._manifest["target"], self._manifest["run"], {}), self._encoder,
+                                          LevelFold() if name == "trace" else None)
         return self._writers[name]
 
     def set_run(self, key: str, value: Any) -> None:
@@ -313,6 +320,13 @@ class ProfileWriter:
 
     def close(self) -> None:
         """Complete every table and publish the profile atomically."""
+        trace = self._writers.get("trace")
+        if "trace_levels" not in self._writers:  # folded from the trace's row groups as they were written
+            fold = LevelFold()
+            if trace is not None:
+                trace.close()
+                fold = trace.fold or fold
+            self.write_table("trace_levels", fold.result())
         for name in S.TABLES:
             if name not in self._writers:
                 self.table(name)
