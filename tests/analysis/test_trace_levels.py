@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import zipfile
 from pathlib import Path
@@ -90,14 +91,28 @@ def test_every_level_sums_to_the_raw_trace(large):
     assert table.loc[table["level"] == 0, "start_cycle"].max() // widths[0][0] < levels.COARSEST_BINS
 
 
+def _schema_2(source: Path, target: Path) -> Path:
+    """``source`` as a schema-2 writer left it: no trace_levels member, nor its manifest entry."""
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as new:
+        manifest = json.loads(old.read("manifest.json"))
+        manifest["schema_version"] = 2
+        del manifest["tables"]["trace_levels"]
+        new.writestr("manifest.json", json.dumps(manifest))
+        for name in old.namelist():
+            if name not in ("manifest.json", "trace_levels.parquet"):
+                new.writestr(name, old.read(name))
+    return target
+
+
 def test_a_profile_without_levels_folds_them_on_open(tmp_path):
-    # GIVEN a schema-2 sample, written before the levels
-    with pv.open(SAMPLE) as report:
+    # GIVEN a schema-2 profile, written before the levels (a sample without its levels)
+    old = _schema_2(SAMPLE, tmp_path / "old.pop")
+    with pv.open(old) as report:
         assert "trace_levels" not in report.profile.tables
         # WHEN the trace's levels are asked for THEN they are folded from the trace, once, and equal the raw rows'
         got = report.trace.levels()
         assert got.built and report.trace.levels() is got
-        raw = _raw(SAMPLE)
+        raw = _raw(old)
         for level, width in enumerate(got.widths):
             bins = got.bins(level, 0, int(raw["end"].max()))
             for p, phase in enumerate(PHASES):
