@@ -22,14 +22,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from popvision_py.analysis.tables import PASSES, PHASE, PHASES, TRACE_COLUMNS, codes
 from popvision_py.errors import ValueRangeError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pandas only for executions(): `export-trace` reads the bounds here without it
+    import pandas as pd
+
     from popvision_py.analysis.tables import TraceArrays
 
 # The columns each pass reads (the summary reads every column the reports use).
@@ -537,6 +538,8 @@ def iterations_traced(trace: "TraceArrays | Aggregates", run: dict) -> int:
 
 def executions(trace: "TraceArrays | Aggregates") -> pd.DataFrame:
     """How many times each program step ran: ``[ipu, step, executions]``, sorted by ipu, step."""
+    import pandas as pd
+
     counts = aggregates(trace).executions
     ipu, step = np.nonzero(counts)
     return pd.DataFrame({"ipu": ipu.astype(np.int64), "step": step.astype(np.int64),
