@@ -184,7 +184,7 @@ def test_a_query_on_one_column_reads_that_column_only(large: Path) -> None:
     # THEN its answer is right, and the process read start_cycle's chunks once (DuckDB's read is the one
     # the page checks verify) and end_cycle's once (the view checks that no row ends before it starts),
     # and none of the trace's other columns
-    assert int(frame["total"].iloc[0]) == pc.sum(raw_table(large, "trace")["start_cycle"]).as_py()
+    assert int(frame["total"][0]) == pc.sum(raw_table(large, "trace")["start_cycle"]).as_py()
     with zipfile.ZipFile(large) as archive:
         others = archive.getinfo("trace.parquet").file_size - start - end
     # (DuckDB's reads of the two chunks overrun them by up to a few hundred KB here: less than one more column)
@@ -208,7 +208,7 @@ def test_a_filtered_query_reads_each_chunk_once(large: Path) -> None:
     # checks check the bytes DuckDB read (DuckDB reads a row group whole where the columns it needs are most
     # of it, and the views' checked columns keep it from skipping row groups by their statistics)
     trace = raw_table(large, "trace")
-    assert int(frame["total"].iloc[0]) == pc.sum(trace.filter(pc.equal(trace["run"], 0))["start_cycle"]).as_py()
+    assert int(frame["total"][0]) == pc.sum(trace.filter(pc.equal(trace["run"], 0))["start_cycle"]).as_py()
     assert chunk_bytes(large, "start_cycle", admitted) <= read < trace_bytes * 11 // 10, (read, trace_bytes)
 
 

@@ -48,6 +48,7 @@ from popvision_py.analysis import system as _system
 from popvision_py.analysis import tiles as _tiles
 from popvision_py.analysis import trace as _trace
 from popvision_py.analysis import trace_levels as _trace_levels
+from popvision_py.analysis import tracegroups as _tracegroups
 from popvision_py.analysis import tracescan as _tracescan
 from popvision_py.analysis import whatif as _whatif
 from popvision_py.analysis.tables import TABLE_COLUMNS, Columns, StepIndex, Table
@@ -178,8 +179,7 @@ class Report:
         return self._cache["trace"]
 
     def scan_trace(self, gantt: bool = False) -> None:
-        """Read the trace for whatever is not cached yet of: its summary (``trace_summary``), and if
-        asked the Gantt bars (``stages.gantt``).
+        """Read the trace for what is not cached yet: its summary (``trace_summary``), the Gantt bars if asked.
 
         The summary is one pass over the trace's ten columns; the Gantt bars are merged from its
         runs of rows (no pass of their own). The execution trace's views read the trace out of core
@@ -194,7 +194,7 @@ class Report:
                 trusted = self.profile.footer_verified("trace")
                 bounds = (_tracescan.column_bounds(self.profile.metadata("trace"), _tracescan.BOUND_COLUMNS)
                           if trusted else None)
-                self._cache["trace"] = _tracescan.summarise(self.trace_batches(_tracescan.SUMMARY_COLUMNS), bounds)
+                self._cache["trace"] = _tracegroups.summarise_profile(self.profile, bounds, self.trace_batches)
             agg = self._cache["trace"]
             if gantt and "gantt_bars" not in self._cache:
                 self._cache["gantt_bars"] = _tracescan.gantt_bars(agg)

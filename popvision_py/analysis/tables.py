@@ -9,14 +9,17 @@ small dense keys: no sort, no Python loop over rows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from popvision_py.format import schema as S
+from popvision_py.format.values import arrow, numbers
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: `export-trace` and `sql` use these arrays without it
+    import pandas as pd
 
 PHASES: tuple[str, ...] = S.PHASES
 PASSES: tuple[str, ...] = S.PASSES
@@ -52,21 +55,11 @@ def codes(column: pa.ChunkedArray | pa.Array, vocabulary: tuple[str, ...]) -> np
         if pa.types.is_dictionary(chunk.type):
             words = chunk.dictionary.to_pylist()
             lut = np.array([vocabulary.index(w) if w in vocabulary else unknown for w in words] or [unknown], np.int8)
-            out.append(lut[chunk.indices.to_numpy(zero_copy_only=False)])
+            out.append(lut[numbers(chunk.indices)])
         else:
-            index = pc.index_in(chunk, value_set=pa.array(vocabulary, pa.string()))
-            out.append(pc.fill_null(index, unknown).to_numpy(zero_copy_only=False).astype(np.int8))
+            index = pc.index_in(chunk, value_set=arrow(list(vocabulary)))
+            out.append(numbers(index, missing=unknown).astype(np.int8))
     return np.concatenate(out) if out else np.zeros(0, np.int8)
-
-
-def numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """A numeric column as one NumPy array (zero-copy where Arrow allows)."""
-    if isinstance(column, pa.ChunkedArray):
-        if column.num_chunks == 1:
-            return column.chunk(0).to_numpy(zero_copy_only=False)
-        if column.num_chunks == 0:
-            return np.zeros(0, column.type.to_pandas_dtype())
-    return column.to_numpy()
 
 
 class Columns:
@@ -100,7 +93,7 @@ class Columns:
     def _column(self, name: str) -> pa.Array:
         column = self._table[name]
         if column.num_chunks == 0:
-            return pa.array([], column.type)
+            return pa.nulls(0, column.type)
         return column.chunk(0)
 
     def __getitem__(self, name: str) -> np.ndarray:
@@ -110,7 +103,7 @@ class Columns:
             if pa.types.is_dictionary(column.type) or pa.types.is_string(column.type):
                 self._arrays[name] = self.strings(name)
             else:
-                self._arrays[name] = column.to_numpy(zero_copy_only=False)
+                self._arrays[name] = numbers(column)
         return self._arrays[name]
 
     def codes(self, name: str) -> np.ndarray:
@@ -120,7 +113,7 @@ class Columns:
             column = self._column(name)
             if not pa.types.is_dictionary(column.type):
                 column = column.dictionary_encode()
-            self._arrays[key] = column.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            self._arrays[key] = numbers(column.indices).astype(np.int64)
             self._arrays["words:" + name] = np.asarray(column.dictionary.to_pylist(), dtype=object)
         return self._arrays[key]
 
@@ -140,6 +133,8 @@ class Columns:
         What a DataFrame makes of the same strings as an object array, without converting each
         Python string back to Arrow (3,570 step names: ~60 us against ~250 us).
         """
+        import pandas as pd
+
         key = "decoded:" + name
         if key not in self._arrays:
             column = self._column(name)
@@ -289,6 +284,8 @@ class Table:
     def frame(self) -> pd.DataFrame:
         """The DataFrame (fresh RangeIndex), built on first call; the same object after."""
         if self._frame is None:
+            import pandas as pd
+
             self._frame = pd.DataFrame(self.columns)
         return self._frame
 
@@ -299,6 +296,8 @@ class Table:
 def frame_of(data: dict[str, Any], columns: list[str]) -> pd.DataFrame:
     """``pd.DataFrame(data, columns=columns)``; without ``columns=`` when the dict is already in that
     order, which pandas 3 builds faster (~115 us against ~200 us for 9 columns: no reindexing)."""
+    import pandas as pd
+
     if list(data) == list(columns):
         return pd.DataFrame(data)
     return pd.DataFrame(data, columns=columns)
@@ -341,11 +340,15 @@ def bin_edges(start: int, end: int, max_bins: int) -> np.ndarray:
 
 def category(values, categories) -> pd.Categorical:
     """A pandas categorical with a fixed category order."""
+    import pandas as pd
+
     return pd.Categorical(values, categories=list(categories))
 
 
 def empty(columns: dict[str, str]) -> pd.DataFrame:
     """An empty frame with typed columns."""
+    import pandas as pd
+
     return pd.DataFrame({name: pd.Series([], dtype=dtype) for name, dtype in columns.items()})
 
 

@@ -22,14 +22,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from popvision_py.analysis.tables import PASSES, PHASE, PHASES, TRACE_COLUMNS, codes
 from popvision_py.errors import ValueRangeError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pandas only for executions(): `export-trace` reads the bounds here without it
+    import pandas as pd
+
     from popvision_py.analysis.tables import TraceArrays
 
 # The columns each pass reads (the summary reads every column the reports use).
@@ -203,11 +204,13 @@ class _Slots:
     """
 
     def __init__(self) -> None:
-        self.parts: list[dict[str, np.ndarray]] = []
+        self.parts: list[tuple[tuple[int, ...], dict[str, np.ndarray]]] = []  # (batch's place in the trace, runs)
 
-    def add(self, t: dict[str, np.ndarray], durations: np.ndarray) -> np.ndarray:
+    def add(self, t: dict[str, np.ndarray], durations: np.ndarray, order: tuple[int, ...] = ()) -> np.ndarray:
         """Fold a batch in (``durations``: its rows' end - start, which ``_Fold`` has made already);
-        returns the first row of each of its runs (``_Fold`` marks its set there)."""
+        returns the first row of each of its runs (``_Fold`` marks its set there). ``order``: the
+        batch's place in the trace (row group, batch), by which batches folded apart are put back
+        in order; the batches of one fold come in order."""
         n = len(t["ipu"])
         if n == 0:
             return np.zeros(0, np.intp)
@@ -230,13 +233,14 @@ class _Slots:
         part.update(kind=kind[cut], start_cycle=np.minimum.reduceat(t["start_cycle"], cut),
                     end_cycle=np.maximum.reduceat(t["end_cycle"], cut),
                     cycles=np.add.reduceat(durations, cut))
-        self.parts.append(part)
+        self.parts.append((order, part))
         return cut
 
     def result(self) -> dict[str, np.ndarray]:
         if not self.parts:
             return {c: np.zeros(0, np.int64) for c in SLOT_COLUMNS}
-        out = {c: np.concatenate([p[c] for p in self.parts]) for c in SLOT_COLUMNS}
+        parts = [p for _, p in sorted(self.parts, key=lambda item: item[0])]  # stable: one fold's own order kept
+        out = {c: np.concatenate([p[c] for p in parts]) for c in SLOT_COLUMNS}
         self.parts = []
         return out
 
@@ -276,7 +280,7 @@ class _Fold:
     Each aggregate is one packed integer key per row (``_key``) and one ``np.add.at``.
     """
 
-    def __init__(self, bounds: dict[str, tuple[int, int]] | None = None) -> None:
+    def __init__(self, bounds: dict[str, tuple[int, int]] | None = None, seen: np.ndarray | None = None) -> None:
         self.cube = np.zeros((1, 1, N_PASS, N_PHASE), np.int64)  # [ipu, stage + 1, pass, phase] cycles
         self.execs = np.zeros((1, 1), np.int64)  # [ipu, step + 1] rows
         self.seen = np.zeros((1, 1, 1, 1), bool)  # [run, iteration, stage + 1, micro_batch + 1] has rows
@@ -301,10 +305,13 @@ class _Fold:
                 n_run, n_iter, n_mb = bounds["run"][1] + 1, bounds["iteration"][1] + 1, bounds["micro_batch"][1] + 2
                 if n_run * n_iter * self.n_stage * n_mb <= SEEN_LIMIT:
                     self.n_run, self.n_iter, self.n_mb = n_run, n_iter, n_mb
-                    self.seen = np.zeros((n_run, n_iter, self.n_stage, n_mb), bool)
+                    # folds of one trace in parallel may share it: they only ever set cells to True
+                    shape = (n_run, n_iter, self.n_stage, n_mb)
+                    self.seen = seen if seen is not None and seen.shape == shape else np.zeros(shape, bool)
                     self.whole_seen = True
 
-    def add(self, t: dict[str, np.ndarray]) -> None:
+    def add(self, t: dict[str, np.ndarray], order: tuple[int, ...] = ()) -> None:
+        """Fold a batch's columns in; ``order``: its place in the trace (``_Slots.add``)."""
         n = len(t["ipu"])
         if n == 0:
             return
@@ -323,7 +330,7 @@ class _Fold:
         if len(self.scratch) < n:
             self.scratch, self.durations = np.empty(n, np.int32), np.empty(n, np.int64)
         scratch, durations = self.scratch, np.subtract(end, start, out=self.durations[:n])
-        cut = self.slots.add(t, durations)  # rows where a run of one (run, iteration, stage, micro-batch...) starts
+        cut = self.slots.add(t, durations, order)  # rows where a run of one (run, iteration, stage, micro-batch...) starts
         # cycles per (ipu, stage, pass, phase): np.add.at on int64 is exact and faster than a weighted bincount
         s_cube = self.cube.shape
         key = _key([(ipu, 0), (stage, s_cube[1]), (t["pass"], N_PASS), (t["phase"], N_PHASE)], N_PASS * N_PHASE,
@@ -356,6 +363,30 @@ class _Fold:
         box = np.zeros(size, bool)
         box[key] = True
         self.seen[r0: r1 + 1, i0: i1 + 1, :n_stage, :m1] |= box.reshape(r1 - r0 + 1, ni, n_stage, m1)
+
+    def merge(self, other: "_Fold") -> None:
+        """Fold ``other`` (another part of the same trace, with the same bounds) into this one:
+        sums, counts, extremes and set unions, so the result is that of one fold over both parts."""
+        if other.rows == 0:
+            return
+        self.n_ipu, self.n_stage, self.width = (max(self.n_ipu, other.n_ipu), max(self.n_stage, other.n_stage),
+                                                max(self.width, other.width))
+        self.n_run, self.n_iter, self.n_mb = (max(self.n_run, other.n_run), max(self.n_iter, other.n_iter),
+                                              max(self.n_mb, other.n_mb))
+        self.start, self.end = min(self.start, other.start), max(self.end, other.end)
+        self.rows += other.rows
+        self.cycles_sum += other.cycles_sum
+        for name in ("cube", "execs"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            shape = tuple(max(a, b) for a, b in zip(mine.shape, theirs.shape))
+            mine = _grown(mine, shape)
+            mine[tuple(slice(0, m) for m in theirs.shape)] += theirs
+            setattr(self, name, mine)
+        if other.seen is not self.seen:
+            shape = tuple(max(a, b) for a, b in zip(self.seen.shape, other.seen.shape))
+            self.seen = _grown(self.seen, shape)
+            self.seen[tuple(slice(0, m) for m in other.seen.shape)] |= other.seen
+        self.slots.parts += other.slots.parts
 
     def result(self) -> Aggregates:
         if self.cycles_sum >= SUM_LIMIT:
@@ -537,6 +568,8 @@ def iterations_traced(trace: "TraceArrays | Aggregates", run: dict) -> int:
 
 def executions(trace: "TraceArrays | Aggregates") -> pd.DataFrame:
     """How many times each program step ran: ``[ipu, step, executions]``, sorted by ipu, step."""
+    import pandas as pd
+
     counts = aggregates(trace).executions
     ipu, step = np.nonzero(counts)
     return pd.DataFrame({"ipu": ipu.astype(np.int64), "step": step.astype(np.int64),

@@ -36,19 +36,20 @@ import click  # noqa: E402
 from popvision_py.version import __version__
 from popvision_py.errors import PopvisionError
 
-# command name -> module under popvision_py.cli holding a click command called `command`
-COMMANDS: dict[str, str] = {
-    "assumptions": "assumptions",
-    "dashboard": "dashboard",
-    "info": "info",
-    "models": "models",
-    "run": "run",
-    "report": "report",
-    "compare": "compare",
-    "export-trace": "export_trace",
-    "import": "import_traces",
-    "sql": "sql",
-    "tune": "tune",
+# command name -> (module under popvision_py.cli holding a click command called `command`, the line
+# `popvision --help` lists it with): the list is made from here, without importing any command's module
+COMMANDS: dict[str, tuple[str, str]] = {
+    "assumptions": ("assumptions", "List the emulator's assumptions, their values and ranges."),
+    "dashboard": ("dashboard", "Open a profile (or two, compared) in the dashboard."),
+    "info": ("info", "Show what a profile holds: target, run, tables."),
+    "models": ("models", "List the model zoo."),
+    "run": ("run", "Emulate a model: time per step, throughput, memory fit."),
+    "report": ("report", "Report on a profile: memory, stages, exchange, operations..."),
+    "compare": ("compare", "Compare two profiles, figure by figure."),
+    "export-trace": ("export_trace", "Export the execution trace as Chrome trace-event JSON."),
+    "import": ("import_traces", "Import PyTorch profiler traces as a profile.pop."),
+    "sql": ("sql", "Run a SQL query over a profile's tables."),
+    "tune": ("tune", "Search a model's mappings for the fastest that fit."),
 }
 
 
@@ -59,10 +60,15 @@ class PopvisionGroup(click.Group):
         return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        module = COMMANDS.get(name)
-        if module is None:
+        if name not in COMMANDS:
             return None
-        return importlib.import_module(f"popvision_py.cli.{module}").command
+        return importlib.import_module(f"popvision_py.cli.{COMMANDS[name][0]}").command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands, each with its line from COMMANDS: listing them imports none of them (so
+        `popvision --help` loads neither the engine nor pandas)."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, COMMANDS[name][1]) for name in self.list_commands(ctx)])
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:

@@ -34,6 +34,7 @@ from popvision_py.format import open_profile
 from popvision_py.format import schema as S
 from popvision_py.format.atomic import atomic_output, check_output
 from popvision_py.format.reader import Profile
+from popvision_py.format.values import arrow
 
 COLUMNS = ["run", "iteration", "micro_batch", "ipu", "stage", "pass", "step", "phase", "start_cycle", "end_cycle"]
 # Rows per batch: one batch's strings (about 270 bytes an event) and their parts stay near 50 MB.
@@ -234,7 +235,13 @@ def _extent(profile: Profile, per_run: int) -> str:
 
 
 def _strings(values: np.ndarray) -> pa.Array:
-    return pc.cast(pa.array(values), pa.string())
+    return pc.cast(arrow(values), pa.string())
+
+
+# what comes before each field of an event, after the last (``}}``) and between the pieces (nothing)
+_GLUE = (',\n{"name":"', '","cat":"', '","ph":"X","pid":', ',"tid":', ',"ts":', ',"dur":', ',"args":{"step":',
+         ',"stage":', ',"pass":"', '","micro_batch":', ',"iteration":', ',"run":', ',"start_cycle":', ',"end_cycle":',
+         "}}", "")
 
 
 class _Events:
@@ -245,12 +252,15 @@ class _Events:
         self.steps = StepIndex(programs)
         # a step's label (its JSON-escaped name) by programs row; rows without a step use their phase
         self.names = [json.dumps(str(n))[1:-1] for n in programs["name"]]
-        self.label = pa.array(self.names + list(PHASES) + ["unknown"], pa.string())
+        self.label = arrow(self.names + list(PHASES) + ["unknown"])
         # each programs row's type code, then -1 for row -1 (a trace row without a program step)
         codes_ = programs.codes_in("type", S.PROGRAM_TYPES) if len(programs) else []
         self.type_of = np.append(codes_, -1).astype(np.int64)
-        self.phase_words = pa.array(list(PHASES) + ["unknown"], pa.string())
-        self.pass_words = pa.array(list(PASSES) + ["unknown"], pa.string())
+        self.phase_words = arrow(list(PHASES) + ["unknown"])
+        self.pass_words = arrow(list(PASSES) + ["unknown"])
+        # the text between an event's fields, as Arrow scalars made once (a Python str handed to a
+        # kernel is converted by pa.scalar, which imports pandas)
+        self.glue = list(arrow(list(_GLUE)))
 
     def __call__(self, batch: pa.RecordBatch) -> tuple[pa.StringArray, np.ndarray]:
         """Each row's event, starting with ",\\n"; and the (pid << 32) | tid of the tracks they use."""
@@ -264,18 +274,19 @@ class _Events:
         tid = tracks(stage, pass_, self.type_of[row], phase)
         start = numbers(batch["start_cycle"])
         end = numbers(batch["end_cycle"])
-        ts = pa.array(start / self.clock * 1e6)
-        dur = pa.array((end - start) / self.clock * 1e6)
+        ts = arrow(start / self.clock * 1e6)
+        dur = arrow((end - start) / self.clock * 1e6)
+        g = self.glue
         parts = [
-            ',\n{"name":"', self.label.take(pa.array(name_ix)), '","cat":"', self.phase_words.take(pa.array(phase)),
-            '","ph":"X","pid":', _strings(ipu), ',"tid":', _strings(tid), ',"ts":', pc.cast(ts, pa.string()),
-            ',"dur":', pc.cast(dur, pa.string()), ',"args":{"step":', _strings(step),
-            ',"stage":', _strings(stage), ',"pass":"', self.pass_words.take(pa.array(pass_)),
-            '","micro_batch":', _strings(numbers(batch["micro_batch"])),
-            ',"iteration":', _strings(numbers(batch["iteration"])), ',"run":', _strings(numbers(batch["run"])),
-            ',"start_cycle":', _strings(start), ',"end_cycle":', _strings(end), "}}",
+            g[0], self.label.take(arrow(name_ix)), g[1], self.phase_words.take(arrow(phase)),
+            g[2], _strings(ipu), g[3], _strings(tid), g[4], pc.cast(ts, pa.string()),
+            g[5], pc.cast(dur, pa.string()), g[6], _strings(step),
+            g[7], _strings(stage), g[8], self.pass_words.take(arrow(pass_)),
+            g[9], _strings(numbers(batch["micro_batch"])),
+            g[10], _strings(numbers(batch["iteration"])), g[11], _strings(numbers(batch["run"])),
+            g[12], _strings(start), g[13], _strings(end), g[14],
         ]
-        return pc.binary_join_element_wise(*parts, ""), np.unique((ipu << 32) | tid)
+        return pc.binary_join_element_wise(*parts, g[15]), np.unique((ipu << 32) | tid)
 
 
 def _process_events(ipus: list[int]) -> list[str]:
@@ -333,7 +344,7 @@ def export(path: str | os.PathLike[str], output: str | os.PathLike[str], batch_r
                 bar.update(batch.num_rows)
                 keep = window.mask(batch, per_run)
                 if keep is not None:
-                    batch = batch.filter(pa.array(keep))
+                    batch = batch.filter(arrow(keep))
                 if batch.num_rows == 0:
                     continue
                 text, tracks_used = events(batch)

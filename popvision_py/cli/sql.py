@@ -185,7 +185,9 @@ def _locked_connection(members: MemberFileSystem, memory_limit: str):
 
 
 def run_query(profile_path: str, query: str, *, memory_limit: str = MEMORY_LIMIT, timeout: float | None = None):
-    """The query's result as a pandas DataFrame, from a DuckDB that can read the profile's tables only.
+    """The query's result as a ``Table`` of NumPy columns (DuckDB's ``fetchnumpy``: a column holding
+    nulls is a masked array; repeated names are made unique as ``a_1``), from a DuckDB that can read
+    the profile's tables only. Neither this nor its rendering imports pandas.
 
     ``memory_limit`` bounds DuckDB's memory ("2GB", "512MiB"...); a query past ``timeout`` seconds
     is interrupted. Either is a QueryError, as is a query that reaches for anything but the tables.
@@ -277,7 +279,7 @@ def _execute(con: Any, query: str, memory_limit: str, timeout: float | None,
             result = con.execute(query)
             if result is None:  # only comments or semicolons: no statement ran
                 raise QueryError(f'The query holds no statement; give one, e.g. "SELECT count(*) FROM {table}".')
-            return result.fetch_df()
+            return _table(result)
         except (duckdb.InterruptException, RuntimeError) as exc:
             if timed_out.is_set():
                 raise QueryError(f"The query ran past --timeout {timeout:g} s and was interrupted.") from None
@@ -302,6 +304,13 @@ def _execute(con: Any, query: str, memory_limit: str, timeout: float | None,
         con.close()
 
 
+def _table(result: Any) -> Any:
+    """DuckDB's result as a Table, its columns in the query's order."""
+    from popvision_py.analysis.tables import Table
+
+    return Table(result.fetchnumpy())
+
+
 def checked_output(output: str | None) -> Path | None:
     """Where to write: None for stdout (no -o, or -o -); else the path, checked as every command's -o is
     (``atomic.check_output``): a regular file replaced atomically, a device or FIFO written into, a
@@ -315,9 +324,10 @@ def checked_output(output: str | None) -> Path | None:
 
 
 def render(frame: "Any", fmt: str, max_rows: int) -> str:
-    """The result as text, CSV or JSON."""
+    """The result (a Table) as text, CSV or JSON."""
     if fmt == "csv":
-        return frame.to_csv(index=False)
+        from popvision_py.render.csvout import table_csv
+        return table_csv(frame)
     if fmt == "json":
         import json
 

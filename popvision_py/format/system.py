@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from popvision_py.errors import PopvisionError
 from popvision_py.format.atomic import atomic_output
+from popvision_py.format.values import arrow, numbers, to_arrow
 from popvision_py.format.runs import INSTANCE
 from popvision_py.version import __version__
 
@@ -126,8 +127,8 @@ class SystemWriter:
 
     def write(self, columns: Mapping[str, Any] | pa.Table) -> None:
         """Append rows: every column of ``SCHEMA`` (arrays of one length, or a Table), checked as a reader would."""
-        table = columns if isinstance(columns, pa.Table) else pa.table(
-            {name: columns[name] for name in SCHEMA.names}, schema=SCHEMA)
+        table = columns if isinstance(columns, pa.Table) else pa.Table.from_arrays(
+            [to_arrow(columns[name]) for name in SCHEMA.names], names=SCHEMA.names)
         table = table.select(SCHEMA.names).cast(SCHEMA)
         check_values(table, str(self.path), self.rows)
         self.rows += table.num_rows
@@ -267,7 +268,7 @@ def check_values(table: pa.Table, where: str, first_row: int = 0) -> None:
         row = int(np.argmax(codes < 0))
         raise SystemFileError(f"{where}: row {first_row + row:,} is of kind {table['kind'][row].as_py()!r}, not one "
                               f"of {', '.join(KINDS)}.")
-    start, end = _numbers(table["start_ns"]), _numbers(table["end_ns"])
+    start, end = numbers(table["start_ns"]), numbers(table["end_ns"])
     bad = (start < 0) | (start >= MAX_NS) | (end >= MAX_NS)
     if bad.any():
         row = int(np.argmax(bad))
@@ -279,7 +280,7 @@ def check_values(table: pa.Table, where: str, first_row: int = 0) -> None:
         row = int(np.argmax(bad))
         what = "ends before it starts" if span[row] else f"is an {KINDS[codes[row]]} whose end_ns is not its start_ns"
         raise SystemFileError(f"{where}: row {first_row + row:,} {what}.")
-    value = _numbers(table["value"])
+    value = numbers(table["value"])
     bad = (codes == 2) & ~np.isfinite(value)
     if bad.any():
         row = int(np.argmax(bad))
@@ -346,29 +347,22 @@ def _integer(text: str | None) -> int | None:
         return None
 
 
-def _numbers(column: pa.ChunkedArray) -> np.ndarray:
-    return column.to_numpy() if column.num_chunks != 1 else column.chunk(0).to_numpy(zero_copy_only=False)
-
-
 def _kind_codes(kind: pa.ChunkedArray) -> np.ndarray:
     """Each row's kind as an index into ``KINDS``, -1 for any other (a dictionary column is looked up
     through its dictionary, not decoded)."""
-    kinds = pa.array(KINDS)
+    kinds = arrow(list(KINDS))
     out = []
     for chunk in kind.chunks:
         if pa.types.is_dictionary(chunk.type):
-            lut = pc.fill_null(pc.index_in(chunk.dictionary, value_set=kinds), -1).to_numpy(zero_copy_only=False)
-            out.append(np.append(lut, -1).astype(np.int8)[chunk.indices.to_numpy(zero_copy_only=False)])
+            lut = numbers(pc.index_in(chunk.dictionary, value_set=kinds), missing=-1)
+            out.append(np.append(lut, -1).astype(np.int8)[numbers(chunk.indices)])
         else:
-            out.append(pc.fill_null(pc.index_in(chunk, value_set=kinds), -1).to_numpy(zero_copy_only=False)
-                       .astype(np.int8))
+            out.append(numbers(pc.index_in(chunk, value_set=kinds), missing=-1).astype(np.int8))
     return np.concatenate(out) if out else np.zeros(0, np.int8)
 
 
 def _first_row(mask: pa.ChunkedArray | pa.Array) -> int:
-    values = mask.to_numpy(zero_copy_only=False) if isinstance(mask, pa.Array) else np.concatenate(
-        [c.to_numpy(zero_copy_only=False) for c in mask.chunks] or [np.zeros(0, bool)])
-    return int(np.argmax(values))
+    return int(np.argmax(numbers(mask))) if len(mask) else 0
 
 
 def _first(exc: BaseException) -> str:

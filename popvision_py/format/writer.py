@@ -54,6 +54,7 @@ from popvision_py.format.values import (
     check_manifest_sizes,
     check_statistics,
     check_values,
+    to_arrow,
 )
 
 if TYPE_CHECKING:
@@ -126,8 +127,8 @@ def _cast(values: Any, column: S.Column, table: str) -> pa.ChunkedArray | pa.Arr
             values = pa.DictionaryArray.from_pandas(values)
         else:
             values = pa.array(values.to_numpy())
-    elif not isinstance(values, (pa.Array, pa.ChunkedArray)):
-        values = pa.array(values)
+    else:
+        values = to_arrow(values)
     if values.null_count:
         raise ProfileWriteError(f"Column {table}.{column.name} holds {values.null_count} null value(s).")
     try:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from popvision_py.analysis.tables import Table
 from popvision_py.format.schema import FIT_VERDICTS
+
+if TYPE_CHECKING:  # a pandas column can only reach these functions where pandas is loaded: never imported here
+    import pandas as pd
 
 
 def value(v: Any) -> str:
@@ -54,6 +57,10 @@ _NUMERIC: dict[Any, bool] = {}
 
 
 def _numeric_dtype(dtype: Any) -> bool:
+    if isinstance(dtype, np.dtype):  # as pandas' is_numeric_dtype, less booleans and datetimes
+        return dtype.kind in "iufc"
+    import pandas as pd  # a pandas extension dtype: pandas is loaded already
+
     try:
         return _NUMERIC[dtype]
     except KeyError:
@@ -109,14 +116,17 @@ def formatted_columns(frame: Table | pd.DataFrame, max_rows: int | None = None,
     return [_format_column(a[:max_rows]) for a in (column_arrays(frame) if arrays is None else arrays)]
 
 
-# pandas 2.1 renamed PandasArray NumpyExtensionArray
-_NUMPY_ARRAY = getattr(pd.arrays, "NumpyExtensionArray", None) or pd.arrays.PandasArray
-
-
 def _format_column(values: Any) -> list[str]:
-    """``value`` of each cell, with the type checks done once per column, not per cell."""
-    if isinstance(values, _NUMPY_ARRAY):  # what ``Series.array`` wraps NumPy columns in
-        values = values.to_numpy()
+    """``value`` of each cell, with the type checks done once per column, not per cell. A masked
+    array's (DuckDB's nulls, ``popvision sql``) masked cells are "-"."""
+    if isinstance(values, np.ma.MaskedArray):
+        masked = np.ma.getmaskarray(values).tolist()
+        return ["-" if m else cell for cell, m in zip(_format_column(values.data), masked)]
+    pd = sys.modules.get("pandas")  # a pandas array exists only where pandas is loaded
+    if pd is not None:
+        # pandas 2.1 renamed PandasArray NumpyExtensionArray
+        if isinstance(values, getattr(pd.arrays, "NumpyExtensionArray", None) or pd.arrays.PandasArray):
+            values = values.to_numpy()  # what ``Series.array`` wraps NumPy columns in
     if isinstance(values, np.ndarray):
         kind = values.dtype.kind
         if kind in "iu":
@@ -125,7 +135,7 @@ def _format_column(values: Any) -> list[str]:
             return [_float(v) for v in values.tolist()]
         if kind == "b":
             return ["yes" if v else "no" for v in values.tolist()]
-    elif isinstance(values.dtype, pd.StringDtype):
+    elif pd is not None and isinstance(values.dtype, pd.StringDtype):
         return [v if isinstance(v, str) else value(v) for v in values.tolist()]
     return [value(v) for v in np.asarray(values).tolist()]
 

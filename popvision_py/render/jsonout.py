@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from popvision_py.analysis.tables import Table
-from popvision_py.render.document import Document
 from popvision_py.render.format import column_names
+
+if TYPE_CHECKING:  # annotations only: `popvision sql` renders its table without the report's imports (pandas)
+    import pandas as pd
+
+    from popvision_py.render.document import Document
 
 JSON_FORMAT = "popvision-report"
 JSON_VERSION = 1
@@ -32,7 +36,8 @@ def plain(v: Any) -> Any:
         return [plain(x) for x in v]
     if isinstance(v, dict):
         return {str(k): plain(x) for k, x in v.items()}
-    if v is pd.NA or v is pd.NaT:
+    pd = sys.modules.get("pandas")  # pandas' missing values exist only where pandas is loaded
+    if pd is not None and (v is pd.NA or v is pd.NaT):
         return None
     return str(v)
 

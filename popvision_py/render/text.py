@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from popvision_py.analysis.tables import Table
-from popvision_py.render.document import Block, Document
 from popvision_py.render.format import column_arrays, column_names, formatted_columns, numeric_columns, value
+
+if TYPE_CHECKING:  # annotations only: `popvision sql` renders its table without the report's imports (pandas)
+    import pandas as pd
+
+    from popvision_py.render.document import Block, Document
 
 MAX_ROWS = 40
 MAX_CELL = 60

@@ -305,3 +305,78 @@ def test_no_statistics_means_no_bounds(tmp_path):
     # THEN the bounds are not guessed: the fold scans for them
     assert tracescan.column_bounds(pq.ParquetFile(tmp_path / "t.parquet").metadata, tracescan.BOUND_COLUMNS) is None
     assert tracescan.column_bounds(None, tracescan.BOUND_COLUMNS) is None
+
+
+def _same_aggregates(a: tracescan.Aggregates, b: tracescan.Aggregates) -> None:
+    for name in ("cube", "executions", "micro_batches", "ipu_rows"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert (a.iterations, a.rows, a.start_cycle, a.end_cycle, a.iterations_per_run, a.micro_batch_slots,
+            a.run_slots) == (b.iterations, b.rows, b.start_cycle, b.end_cycle, b.iterations_per_run,
+                             b.micro_batch_slots, b.run_slots)
+    assert a.slots.keys() == b.slots.keys()
+    for name in a.slots:  # the runs of rows, in the trace's order
+        assert np.array_equal(a.slots[name], b.slots[name]), name
+
+
+@pytest.mark.parametrize("workers", [2, 3, 8])
+@pytest.mark.parametrize("bounded,shuffle", [(False, False), (True, False), (False, True)])
+def test_row_groups_folded_on_several_threads_equal_one_pass(workers, bounded, shuffle):
+    # GIVEN a trace of 9000 rows as 13 "row groups" of 700 rows, each read as two batches
+    from popvision_py.analysis import tracegroups
+
+    frame = _trace()
+    groups = _batches(frame, 700, shuffle)
+    bounds = None
+    if bounded:  # what the footer's statistics give
+        bounds = {c: (int(frame[c].min()), int(frame[c].max())) for c in tracescan.BOUND_COLUMNS}
+
+    def read(group: int):
+        batch = groups[group]
+        return [batch.slice(0, 300), batch.slice(300)]
+
+    # WHEN they are folded by several threads, each taking the next row group it is free for
+    agg = tracegroups.summarise_groups(read, len(groups), bounds, workers=workers)
+    # THEN every aggregate, and the runs of rows in order, equal one pass over the same batches
+    _same_aggregates(agg, tracescan.summarise([b for g in range(len(groups)) for b in read(g)], bounds))
+
+
+def test_an_error_in_one_worker_is_raised_in_the_caller():
+    # GIVEN row groups of which the fifth cannot be read
+    from popvision_py.analysis import tracegroups
+    from popvision_py.errors import CorruptProfileError
+
+    groups = _batches(_trace(), 500)
+
+    def read(group: int):
+        if group == 4:
+            raise CorruptProfileError("Table trace is corrupt (row group 4).")
+        return [groups[group]]
+
+    # WHEN they are folded on two threads, THEN the reader's sentence is raised in the caller
+    with pytest.raises(CorruptProfileError, match="row group 4"):
+        tracegroups.summarise_groups(read, len(groups), workers=2)
+
+
+def test_a_report_of_several_row_groups_is_the_same_on_one_thread_and_on_several(tmp_path, monkeypatch):
+    # GIVEN a profile whose trace has several row groups (benchmarks/make_large_profile.py)
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from popvision_py.analysis import tracegroups
+    from popvision_py.render import jsonout
+
+    root = Path(__file__).resolve().parents[2]
+    path = tmp_path / "large.pop"
+    subprocess.run([sys.executable, "benchmarks/make_large_profile.py", str(path), "--rows", "2500000"],
+                   check=True, cwd=root, capture_output=True, timeout=300)
+    with Profile(path) as profile:
+        assert profile.metadata("trace").num_row_groups >= 3
+
+    def report(workers: int) -> bytes:
+        monkeypatch.setattr(tracegroups, "workers_for", lambda groups: min(workers, groups))
+        return jsonout.render(build_report(pv.open(path), "all"))
+
+    # WHEN every section is reported folding the trace on one thread, then on three
+    # THEN the JSON reports are byte for byte the same
+    assert report(3) == report(1)

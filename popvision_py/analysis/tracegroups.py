@@ -1,0 +1,106 @@
+"""The trace's summary folded over its row groups on all the machine's cores at once.
+
+Row groups are independent: every figure of the summary (``tracescan.Aggregates``) is a sum, a
+count, an extreme or a set union, so each worker thread folds the row groups it takes into a fold
+of its own (``tracescan._Fold``), and the folds are merged at the end; the runs of rows the stages
+report re-times are put back in the trace's order (row group, then batch). The threads run at once
+because pyarrow decodes, and NumPy reduces, without the GIL.
+
+Memory stays bounded whatever the trace's length: a worker decodes one batch (about a row group)
+at a time and takes the next row group only once it has folded the last, so at most one row group
+per worker is in flight. The folds' dense arrays are small (IPUs x stages x passes x phases, IPUs x
+steps), and the (run, iteration, stage, micro-batch) set, when sized from the footer, is shared by
+all workers (they only ever set cells).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from popvision_py.analysis.tracescan import BATCH_ROWS, SUMMARY_COLUMNS, Aggregates, _Fold, arrays, summarise
+
+if TYPE_CHECKING:
+    from popvision_py.format.reader import Profile
+
+# Each worker's own fold costs its dense arrays and a batch in flight: more workers than cores only add that.
+MAX_WORKERS = 8
+
+
+def workers_for(groups: int) -> int:
+    """How many threads fold a trace of ``groups`` row groups: one per core this process may use
+    (at most MAX_WORKERS), never more than the row groups."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, MAX_WORKERS, groups))
+
+
+def summarise_groups(read: Callable[[int], Iterable[pa.RecordBatch]], groups: int,
+                     bounds: dict[str, tuple[int, int]] | None = None, workers: int | None = None) -> Aggregates:
+    """``tracescan.summarise`` of a trace of ``groups`` row groups, ``read(g)`` giving row group
+    ``g``'s batches (of ``SUMMARY_COLUMNS``), folded by ``workers`` threads (``workers_for``).
+
+    The result is the one a single pass gives. An error in any worker (a corrupt page, a value the
+    schema forbids) stops the others and is raised here; so is a Ctrl-C, once the workers have
+    stopped at their next batch.
+    """
+    workers = workers_for(groups) if workers is None else max(1, min(workers, groups))
+    first = _Fold(bounds)
+    folds = [first] + [_Fold(bounds, seen=first.seen if first.whole_seen else None) for _ in range(workers - 1)]
+    taken = iter(range(groups))
+    lock = threading.Lock()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def work(fold: _Fold) -> None:
+        try:
+            while not stop.is_set():
+                with lock:
+                    group = next(taken, None)
+                if group is None:
+                    return
+                for index, batch in enumerate(read(group)):
+                    if stop.is_set():
+                        return
+                    fold.add(arrays(batch, SUMMARY_COLUMNS), (group, index))
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+            errors.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=work, args=(fold,), name=f"popvision-trace-fold-{i}", daemon=True)
+               for i, fold in enumerate(folds[1:], 1)]
+    for thread in threads:
+        thread.start()
+    try:
+        work(folds[0])  # this thread is a worker too
+    finally:
+        for thread in threads:
+            while thread.is_alive():
+                try:
+                    thread.join()
+                except KeyboardInterrupt:  # stop the workers, wait for them, then pass the Ctrl-C on
+                    stop.set()
+                    errors.append(KeyboardInterrupt())
+    if errors:
+        raise errors[0]
+    for fold in folds[1:]:
+        first.merge(fold)
+    return first.result()
+
+
+def summarise_profile(profile: Profile, bounds: dict[str, tuple[int, int]] | None,
+                      batches: Callable[[tuple[str, ...]], Iterable[pa.RecordBatch]]) -> Aggregates:
+    """The summary of ``profile``'s trace: its row groups folded on every core when it has several
+    and the process more than one core; else one pass over ``batches(SUMMARY_COLUMNS)`` (the
+    report's reader, which decodes the next batch while this one is folded)."""
+    groups = profile.metadata("trace").num_row_groups
+    if workers_for(groups) <= 1:
+        return summarise(batches(SUMMARY_COLUMNS), bounds)
+
+    def read(group: int) -> Iterable[pa.RecordBatch]:
+        return profile.iter_batches("trace", SUMMARY_COLUMNS, batch_size=BATCH_ROWS, row_groups=[group])
+
+    return summarise_groups(read, groups, bounds)
