@@ -235,6 +235,8 @@ def balanced(c: _Costs) -> _Balance:
     if s is None or not len(s.cell_cycles) or not c.iterations:
         return _Balance(step, c.fwd, c.bwd)
     best = retime.balance(s, c.stages["ipu"])
+    if best.total_cycles >= c.total_cycles * (1 - 1e-12):  # no gain beyond the re-timing's rounding: the run
+        return _Balance(step, c.fwd, c.bwd)
     n_stage = int(c.stages["stage"].max()) + 1
     before, after = s.stage_work(n_stage), s.stage_work(n_stage, best.scale)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from popvision_py.format.schema import PHASES
+from popvision_py.format.values import arrow, numbers
 
 COARSEST_BINS = 512  # a level of at most this many bins over the run is the last (level 0)
 LEVEL_FACTOR = 4  # each level's bins are this many times narrower than the level above
@@ -43,7 +44,7 @@ def phase_codes(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
         column = column.dictionary_encode()
     words = column.dictionary.to_pylist()
     lut = np.array([PHASES.index(w) if w in PHASES else N_PHASE - 1 for w in words] or [0], np.int64)
-    indices = column.indices.to_numpy(zero_copy_only=False)
+    indices = numbers(column.indices)
     return lut[indices] if len(indices) else np.zeros(0, np.int64)
 
 
@@ -71,8 +72,8 @@ class LevelFold:
 
     def add_table(self, table: pa.Table | pa.RecordBatch) -> None:
         """Fold a batch of the trace (its ``ipu``, ``phase``, ``start_cycle`` and ``end_cycle`` columns)."""
-        self.add(table.column("ipu").to_numpy(), phase_codes(table.column("phase")),
-                 table.column("start_cycle").to_numpy(), table.column("end_cycle").to_numpy())
+        self.add(numbers(table.column("ipu")), phase_codes(table.column("phase")),
+                 numbers(table.column("start_cycle")), numbers(table.column("end_cycle")))
 
     def add(self, ipu: np.ndarray, phase: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
         """Fold rows given as arrays (``phase``: codes into PHASES)."""
@@ -143,7 +144,8 @@ class LevelFold:
             found.append((cycles, rows, width))
         parts = [_cells(level, *found[-1 - level]) for level in range(len(found))]
         columns = {name: np.concatenate([p[name] for p in parts]) for name in LEVEL_COLUMNS}
-        columns["phase"] = pa.DictionaryArray.from_arrays(pa.array(columns["phase"], pa.int32()), pa.array(PHASES))
+        columns = {name: arrow(values) for name, values in columns.items()}
+        columns["phase"] = pa.DictionaryArray.from_arrays(columns["phase"].cast(pa.int32()), arrow(list(PHASES)))
         return pa.table(columns)
 
 

@@ -15,7 +15,7 @@ from tests.engine.helpers import profile_path, run_cli
 
 HOST_RATE = Assumptions().host_tensor_samples_per_s_per_core  # one loader worker's MNIST-like samples per second
 FAST_HOST = ("--input", "synthetic")
-ONE_WORKER = ("--loader-workers", "1")  # each host process's loader on one core: mnist is then host-bound
+ONE_WORKER = ("--loader-workers", "1", "--persistent-workers")  # one core per process, kept: host-bound
 
 
 def _profile(folder, name, *args):
