@@ -10,8 +10,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboards.figures.style import (IPUS, NANOSECOND_UNITS, PHASE_COLOURS, SHORT_BYTE_UNITS, Naming, byte_ticks,
-                                      empty, styled, with_unit)
+from dashboards.figures.style import (IPUS, MODEBAR_PX, NANOSECOND_UNITS, PHASE_COLOURS, SHORT_BYTE_UNITS, Naming,
+                                      byte_ticks, empty, styled, with_unit)
 
 
 def exchange_matrix(matrix: pd.DataFrame, value: str = "bytes", naming: Naming = IPUS) -> go.Figure:
@@ -61,7 +61,8 @@ def exchange_by_kind(by_kind: pd.DataFrame, naming: Naming = IPUS) -> go.Figure:
                          hovertemplate="%{x}: %{y:,} " + unit + " (%{customdata:.1f} % of the time)<extra></extra>"),
                   row=1, col=2)
     fig.update_yaxes(row=1, col=1, **byte_ticks(float(frame["bytes"].max())))
-    return styled(fig, height=320, showlegend=False)
+    # the subplots' titles sit above the plots: below the mode bar's band
+    return styled(fig, height=320, showlegend=False, margin=dict(l=60, r=20, t=MODEBAR_PX + 28, b=45))
 
 
 def phase_shares(shares: Mapping[str, float], title: str | None = None, naming: Naming = IPUS) -> go.Figure:

@@ -45,6 +45,12 @@ _BASE_LAYOUT = dict(
 )
 
 
+# Plotly draws its mode bar (zoom, pan, download) over the top right corner of a figure, this many pixels
+# high: a legend drawn over the plot starts below it, and so does a title in the top margin.
+MODEBAR_PX = 30
+TITLE_PX = 22
+
+
 def styled(fig: go.Figure, title: str | None = None, height: int | None = None, **layout: object) -> go.Figure:
     """``fig`` in the dashboard's common layout, with its title, height and ``layout`` over it."""
     fig.update_layout(**_BASE_LAYOUT)
@@ -53,6 +59,26 @@ def styled(fig: go.Figure, title: str | None = None, height: int | None = None, 
     if height:
         fig.update_layout(height=height)
     fig.update_layout(**layout)
+    return clear_of_mode_bar(fig)
+
+
+def clear_of_mode_bar(fig: go.Figure) -> go.Figure:
+    """``fig`` with a legend above its plot moved below the mode bar's band (and below the title, if any).
+
+    A legend placed above the plot (``yanchor="bottom"``, ``y >= 1``) grows upwards into the mode bar as it
+    gains entries or the figure narrows. Anchored to the figure's top instead, it starts at the band's foot and
+    grows downwards; plotly then moves the plot down to make room for it.
+    """
+    legend = fig.layout.legend
+    on_top = legend.orientation == "h" and legend.yanchor == "bottom" and (legend.y or 0) >= 1
+    if fig.layout.showlegend is False or not on_top or legend.yref == "container":
+        return fig
+    height = float(fig.layout.height or 450)  # plotly's default height
+    top = MODEBAR_PX
+    if fig.layout.title.text:
+        fig.update_layout(title=dict(yref="container", yanchor="top", y=1 - 6 / height))
+        top = max(top, 6 + TITLE_PX)
+    fig.update_layout(legend=dict(yref="container", yanchor="top", y=1 - top / height))
     return fig
 
 

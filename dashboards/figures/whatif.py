@@ -111,7 +111,7 @@ def replay_per_micro_batch(rows: pd.DataFrame, recorded: tuple[str, int]) -> go.
     start = rows[(rows["schedule"] == recorded[0]) & (rows["micro_batches"] == recorded[1])]
     if len(start):
         fig.add_trace(go.Scatter(
-            x=start["micro_batches"], y=start["ms_per_micro_batch"], mode="markers", name="as recorded",
+            x=start["micro_batches"], y=start["ms_per_micro_batch"], mode="markers", name="as recorded, re-timed",
             customdata=start.index.tolist(), hovertext=_replay_hover(start), hoverinfo="text",
             marker=dict(symbol="star", size=18, color="rgba(0,0,0,0)", line=dict(color=START_COLOUR, width=2))))
     return styled(fig, height=440, xaxis_title="micro-batches per step", yaxis_title="ms per micro-batch",

@@ -582,7 +582,7 @@ class Replay:
         words += [f"{m} micro-batches"] if m != meas.micro_batches else []
         words += [f"stage {s} x {f:g}" for s, f in sorted(scale.items())]
         words += [f"rank {fast_rank} as fast as the mean stage"] if fast_rank is not None else []
-        return Prediction(", ".join(words) or "as recorded", schedule, m, point.step_ns,
+        return Prediction(", ".join(words) or "as recorded, re-timed (median costs)", schedule, m, point.step_ns,
                           min(low.step_ns, point.step_ns), max(high.step_ns, point.step_ns), point.bubble_pct,
                           ideal_bubble_pct(meas.world, meas.stages_per_rank, m), point.busy_ns, self.baseline_ns(),
                           meas.micro_batches)

@@ -192,7 +192,8 @@ def _tune_imported(path: Path, sets: tuple[str, ...], as_json: bool, top: int) -
                 click.echo(json.dumps(answer, indent=2))
                 return
             click.echo(f"{path}: {m.schedule}, {m.world} ranks, {m.n_stages} stages, {m.micro_batches} micro-batches "
-                       f"as recorded ({p.baseline_ns / 1e6:,.1f} ms a step re-timed)")
+                       f"as recorded: {m.measured_step_ns() / 1e6:,.1f} ms a step measured (median step), {p.baseline_ns / 1e6:,.1f} ms "
+                       f"re-timed (median costs)")
             click.echo(f"What if {p.change}: {p.step_ns / 1e6:,.1f} ms a step (range {p.low_ns / 1e6:,.1f} to "
                        f"{p.high_ns / 1e6:,.1f} ms), {p.per_micro_batch_ns / 1e6:,.2f} ms a micro-batch "
                        f"({p.gain_pct:+.1f}% throughput), bubble {p.bubble_pct:.1f}% (ideal {p.ideal_bubble_pct:.1f}%)")
@@ -205,7 +206,8 @@ def _tune_imported(path: Path, sets: tuple[str, ...], as_json: bool, top: int) -
         return
     best = found.iloc[0]
     click.echo(f"{path}: {m.schedule}, {m.world} ranks, {m.n_stages} stages, {m.micro_batches} micro-batches as "
-               f"recorded; {len(found)} schedules x micro-batch counts re-timed with its measured costs")
+               f"recorded: {m.measured_step_ns() / 1e6:,.1f} ms a step measured (median step), {replay.baseline_ns() / 1e6:,.1f} ms "
+               f"re-timed with median costs; {len(found)} schedules x micro-batch counts re-timed with its measured costs")
     click.echo("\n".join(table(found.head(top).assign(step_ms=found["step_ms"].round(1),
                                                        low_ms=found["low_ms"].round(1), high_ms=found["high_ms"].round(1)),
                                max_rows=top, clip=False)))
