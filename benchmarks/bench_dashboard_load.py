@@ -63,7 +63,7 @@ def serve(profile: Path, port: int, server: str, workers: int, threads: int) -> 
         args = [str(BIN / "popvision"), "dashboard", str(profile), "--port", str(port)]
     else:
         args = [str(BIN / "gunicorn"), "-w", str(workers), "--threads", str(threads), "-b", f"127.0.0.1:{port}",
-                "--timeout", "300", "--no-control-socket",
+                "--timeout", "300",
                 f"popvision_py.cli.dashboard:wsgi({str(profile)!r})"]
     process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)

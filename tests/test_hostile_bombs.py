@@ -8,6 +8,7 @@ its own process under a 2 GiB address-space limit (``RLIMIT_AS``): the bombs wou
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import os
@@ -52,7 +53,9 @@ def table_bytes(spec: S.Table, rows: int, value: dict[str, object], *, small: bo
         else:
             columns.append(pa.nulls(BATCH, column.type).fill_null(chosen))
     batch = pa.record_batch(columns, schema=spec.schema)
-    options = dict(write_statistics=False, max_rows_per_page=1 << 30, data_page_size=1 << 30) if small else {}
+    options: dict[str, object] = dict(write_statistics=False, data_page_size=1 << 30) if small else {}
+    if small and "max_rows_per_page" in inspect.signature(pq.ParquetWriter.__init__).parameters:
+        options["max_rows_per_page"] = 1 << 30  # pyarrow 20 on; earlier ones bound pages by bytes alone
     sink = io.BytesIO()
     with pq.ParquetWriter(sink, spec.schema, compression="zstd", write_page_checksum=True, store_schema=store_schema,
                           **options) as writer:
