@@ -76,6 +76,10 @@ class ValueRangeError(ProfileError):
     """A table holds a value its schema does not allow (a null, an id beyond the target, end before start...)."""
 
 
+class ExpansionError(ProfileError):
+    """The profile would decode to far more than its size allows (a decompression bomb), or the limit set is not a number."""
+
+
 class ManifestError(ProfileError):
     """manifest.json is missing, not JSON, or lacks keys the schema requires."""
 

@@ -171,10 +171,20 @@ def interrupted(exc: BaseException | None) -> bool:
     return False
 
 
+# popvision_py.format.expansion.ENV, named here so that the CLI starts without importing pyarrow
+MAX_EXPANSION_ENV = "POPVISION_MAX_EXPANSION"
+
+
 @click.group(cls=PopvisionGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="popvision")
-def main() -> None:
+@click.option("--max-expansion", type=click.FloatRange(min=1), envvar=MAX_EXPANSION_ENV, metavar="FACTOR",
+              help="Read profiles that decode to up to FACTOR bytes per byte of their file (default 1000, plus "
+                   "64 MiB; inf: no limit). A profile beyond it is refused as a decompression bomb; raise it "
+                   f"only for a real profile you trust. Also set by ${MAX_EXPANSION_ENV}.")
+def main(max_expansion: float | None) -> None:
     """popvision: emulate IPU runs or import PyTorch profiler traces, and read, report and view their profile.pop files."""
+    if max_expansion is not None:  # the reader (and a dashboard's workers) read the limit from the environment
+        os.environ[MAX_EXPANSION_ENV] = repr(max_expansion)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -50,11 +50,24 @@ def command(profile: str, profile_b: str | None, host: str, port: int, tune: str
 
     Only the profiles named here are served; the pages call them A and B.
     """
+    app = _serving(_paths(profile, profile_b), host, tune, emulated_dir, list(system) or None)
+    if host not in LOCALHOST:
+        click.echo(f"Warning: listening on {host}: anyone who can reach this address can read the profiles.", err=True)
+    if not debug:
+        # The terminal shows the start, warnings, and one line per refused or failed request;
+        # not werkzeug's line for every page and asset fetched (--debug keeps them).
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"popvision dashboard on http://{shown}:{port}/  (Ctrl-C to stop)", err=True)
+    app.run(host=host, port=port, debug=debug, use_reloader=False)
+
+
+def _serving(paths: list[str], host: str, tune: str | None, emulated_dir: str | None, system: list[str] | None):
+    """The Dash app for ``paths``, its profiles opened and read through; their warm-up started."""
     from dashboards import data
     from popvision_py.cli.emulation import run_fields
 
-    paths = _paths(profile, profile_b)
-    profiles = data.Profiles(paths, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=list(system) or None)
+    profiles = data.Profiles(paths, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=system)
     if tune is not None:
         profiles.tune()  # a bad tune result is one sentence (exit 2) before any server starts
     for key in profiles.keys:  # a bad profile is reported (exit 2) before any server starts; opened once
@@ -68,21 +81,36 @@ def command(profile: str, profile_b: str | None, host: str, port: int, tune: str
     threading.Thread(target=_check, args=(profiles, checked, failure), daemon=True).start()
     from dashboards.app import create_app
 
-    app = create_app(paths, host=host, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=list(system) or None)
+    app = create_app(paths, host=host, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=system)
     data.install(app.server, profiles)  # the app serves the Profiles being checked, not a fresh one
     checked.wait()
     if failure:
         raise failure[0]
     threading.Thread(target=_warm, args=(profiles,), daemon=True).start()
-    if host not in LOCALHOST:
-        click.echo(f"Warning: listening on {host}: anyone who can reach this address can read the profiles.", err=True)
-    if not debug:
-        # The terminal shows the start, warnings, and one line per refused or failed request;
-        # not werkzeug's line for every page and asset fetched (--debug keeps them).
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    shown = f"[{host}]" if ":" in host else host
-    click.echo(f"popvision dashboard on http://{shown}:{port}/  (Ctrl-C to stop)", err=True)
-    app.run(host=host, port=port, debug=debug, use_reloader=False)
+    return app
+
+
+def wsgi(profile: str, profile_b: str | None = None, *, host: str = "127.0.0.1", tune: str | None = None,
+         emulated_dir: str | None = None, system: list[str] | None = None):
+    """The dashboard as a WSGI application (its Flask server), for a production server, as
+    `popvision dashboard PROFILE [PROFILE_B]` serves it: e.g.
+    ``gunicorn -w 1 --threads 8 -b 127.0.0.1:8050 'popvision_py.cli.dashboard:wsgi("profile.pop")'``.
+
+    Each process that calls it opens, checks and warms its own copy of the profiles (the state is
+    the app's, per process). ``host``: the address the server is bound to (requests naming another
+    host are refused while it is a loopback address). A bad profile is its one sentence: under
+    gunicorn, as the reason the application failed to load (gunicorn then stops, exit code 4).
+    """
+    from popvision_py.errors import PopvisionError
+
+    try:
+        return _serving(_paths(profile, profile_b), host, tune, emulated_dir, system).server
+    except PopvisionError as exc:
+        try:
+            from gunicorn.errors import AppImportError
+        except ImportError:
+            raise exc from None
+        raise AppImportError(f"Error: {exc}") from None
 
 
 def _check(profiles, checked: threading.Event, failure: list[BaseException]) -> None:

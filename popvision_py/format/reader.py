@@ -49,6 +49,7 @@ from popvision_py.errors import (
     first_line,
 )
 from popvision_py.format import schema as S
+from popvision_py.format.expansion import check_expansion, check_key_rows, dictionary_columns
 from popvision_py.format.span import Container, MemberFile, read_whole
 from popvision_py.format.values import (
     bounds,
@@ -123,6 +124,9 @@ class Profile:
             self._declared = bounds(self.target, self.run, {t: f.num_rows for t, f in self._footers.items()})
             check_declared(self._declared, self._footers["trace"].num_rows, f"the manifest of {self.path}",
                            ManifestError)
+            # what the tables would decode to, from their footers, before any page is decoded
+            check_key_rows(self._footers, self._declared, str(self.path))
+            check_expansion(self._footers, self._size, str(self.path))
             for name, spec in ((n, S.TABLES[n]) for n in self._schemas):
                 bad = statistics_violation(spec, self._footers[name], self._declared)
                 if bad is not None:
@@ -236,9 +240,7 @@ class Profile:
                 f"{S.MANIFEST_MEMBER} and the schema's tables."
             )
         if info.compress_type != zipfile.ZIP_STORED:
-            raise CorruptProfileError(
-                f"Member {info.filename} of {name} is ZIP-compressed; profile.pop members must be stored."
-            )
+            raise CorruptProfileError(f"Member {info.filename} of {name} is ZIP-compressed; profile.pop members must be stored.")
         if info.file_size != info.compress_size or info.header_offset + _LOCAL_HEADER.size > self._size:
             raise MemberSizeError(f"Member {info.filename} of {name} declares a size that does not fit the file.")
         handle.seek(info.header_offset)
@@ -266,9 +268,7 @@ class Profile:
             raise CorruptProfileError(f"The manifest of {name} is corrupt (its checksum does not match).")
         try:
             manifest = json.loads(raw, parse_constant=_no_constant)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ManifestError(f"The manifest of {name} is not valid JSON ({exc}).") from None
-        except ValueError as exc:  # NaN or Infinity, which JSON does not have
+        except ValueError as exc:  # not UTF-8, not JSON, or NaN or Infinity, which JSON does not have
             raise ManifestError(f"The manifest of {name} is not valid JSON ({exc}).") from None
         except RecursionError:
             manifest = None
@@ -277,9 +277,7 @@ class Profile:
         if not isinstance(manifest, dict):
             raise ManifestError(f"The manifest of {name} is not a JSON object.")
         if "format" in manifest and manifest["format"] != S.FORMAT_NAME:
-            raise UnknownFormatError(
-                f"{name} is in format {manifest['format']!r}, not {S.FORMAT_NAME!r}."
-            )
+            raise UnknownFormatError(f"{name} is in format {manifest['format']!r}, not {S.FORMAT_NAME!r}.")
         version = manifest.get("schema_version")
         if isinstance(version, int) and not isinstance(version, bool) and version > S.SCHEMA_VERSION:
             raise NewerSchemaError(
@@ -309,9 +307,7 @@ class Profile:
         self._footers[table] = footer
         rows = footer.num_rows
         if isinstance(declared, dict) and "rows" in declared and declared["rows"] != rows:
-            raise CorruptProfileError(
-                f"Table {table} of {self.path} holds {rows} rows but the manifest says {declared['rows']}."
-            )
+            raise CorruptProfileError(f"Table {table} of {self.path} holds {rows} rows but the manifest says {declared['rows']}.")
         for column in spec.columns:
             index = stored.get_field_index(column.name)
             if index < 0 and column.since > self.manifest["schema_version"]:
@@ -374,8 +370,10 @@ class Profile:
         # The footer parsed at open is passed back in (not parsed per read); a fresh ParquetFile per read keeps
         # concurrent reads independent. No pre-buffering: reads happen within each call, never on pyarrow's
         # I/O threads after the caller has stopped (they would call into Python while the interpreter exits).
-        return pq.ParquetFile(self._member_file(table), metadata=self._footers.get(table),
-                              page_checksum_verification=verify, pre_buffer=False)
+        # Strings decode as dictionaries, as check_expansion counts them: never a copy of a value per row.
+        footer = self._footers.get(table)
+        return pq.ParquetFile(self._member_file(table), metadata=footer, page_checksum_verification=verify,
+                              pre_buffer=False, read_dictionary=dictionary_columns(footer) if footer else None)
 
     @property
     def tables(self) -> list[str]:
