@@ -20,7 +20,7 @@ from typing import Any
 from tqdm import tqdm
 
 from popvision_py.errors import ConfigError, first_line
-from popvision_py.format.runconfig import pipeline_depth, pipeline_stages
+from popvision_py.planner_rules import pipeline_depth, pipeline_stages
 
 from engine.compiler import Compiled, compile_plan
 from engine.instrument import Summary, summarise, write_profile
@@ -80,7 +80,7 @@ class RunRequest:
     # model is a script, whose model is captured and emulated without running its loop.
     script_args: Sequence[str] | None = None
     # The summary's idle share and FLOP utilisation from the compiled and scheduled run, as the
-    # analysis computes them (``popvision_py.render.run_summary.emulated_figures``, passed in from above).
+    # analysis computes them (``popvision_py.run_figures.emulated_figures``, passed in from above).
     figures: Callable[[Compiled, Schedule], dict[str, float]] | None = None
 
 

@@ -134,7 +134,8 @@ def engine_strategy(captured: Captured, options: Options) -> ExecutionStrategy:
 def emulate(captured: Captured, options: Options, *, training: bool, write: bool = True) -> Compiled:
     """Emulate the captured model with the script's strategy; write its profile where PopTorch
     users look for it (unless ``write`` is false), and return the summary ``popvision run`` prints."""
-    from popvision_py.render.run_summary import summary_figures, summary_text
+    from popvision_py.render.run_summary import summary_text
+    from popvision_py.run_figures import summary_figures
     from popvision_py.format.atomic import check_writable, folder_lock
 
     model = captured.model
@@ -168,9 +169,9 @@ def emulate(captured: Captured, options: Options, *, training: bool, write: bool
             check_writable(folder)
         with folder_lock(target.parent):
             summary = emulate_plan(plan, RunRequest(model=model.name, profile=target, progress=False))
-        figures = summary_figures(target)
+        summary.set_figures(summary_figures(target))
     summary.profile = str(target) if folder is not None else None
-    return Compiled(captured, summary, summary_text(summary, **figures), target if folder is not None else None)
+    return Compiled(captured, summary, summary_text(summary), target if folder is not None else None)
 
 
 def script_request(training: bool) -> dict:

@@ -21,7 +21,8 @@ from engine.runner import MAX_MEMORY_BYTES, MAX_TRACE_ROWS
 from engine.strategies import STRATEGIES
 from engine.targets import ARCHS
 from popvision_py.errors import ConfigError
-from popvision_py.render.run_summary import emulated_figures, summary_text
+from popvision_py.render.run_summary import summary_text
+from popvision_py.run_figures import emulated_figures
 from popvision_py.scripts import load_script
 
 
@@ -224,8 +225,7 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
     request.figures = emulated_figures
     with _profile_folder(Path(profile_dir) if profile else None):
         summary = emulate(request, load_script)
-    figures = {"idle_pct": summary.idle_pct, "flop_utilisation_pct": summary.flop_utilisation_pct}
-    click.echo(json.dumps(asdict(summary), indent=2) if as_json else summary_text(summary, **figures))
+    click.echo(json.dumps(asdict(summary), indent=2) if as_json else summary_text(summary))
 
 
 # What a PopTorch script may be given: everything else is set by its own poptorch.Options.
