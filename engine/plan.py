@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from popvision_py.errors import ConfigError
-from popvision_py.format import runconfig
+from popvision_py import planner_rules
 
 from engine.model import Model, Op, shard_ops
 from engine.options import Options
@@ -58,18 +58,18 @@ class Plan:
 
     @property
     def pipeline_stages(self) -> int:
-        """PopART's count (``runconfig.pipeline_stages``): 2N-1 training over N stages, N for inference;
+        """PopART's count (``planner_rules.pipeline_stages``): 2N-1 training over N stages, N for inference;
         N counts the IPUs the stages run on (consecutive stages on one IPU run one after another)."""
-        return runconfig.pipeline_stages(self.pipeline_depth, self.training)
+        return planner_rules.pipeline_stages(self.pipeline_depth, self.training)
 
     @property
     def pipeline_depth(self) -> int:
-        """Distinct IPUs the stages run on (``runconfig.pipeline_depth``)."""
-        return runconfig.pipeline_depth([s.ipu for s in self.stages])
+        """Distinct IPUs the stages run on (``planner_rules.pipeline_depth``)."""
+        return planner_rules.pipeline_depth([s.ipu for s in self.stages])
 
     def pipeline_rank(self, stage: "StagePlan") -> int:
-        """The stage's place in the pipeline: its IPU's rank (``runconfig.pipeline_ranks``)."""
-        return runconfig.pipeline_ranks([s.ipu for s in self.stages])[stage.index]
+        """The stage's place in the pipeline: its IPU's rank (``planner_rules.pipeline_ranks``)."""
+        return planner_rules.pipeline_ranks([s.ipu for s in self.stages])[stage.index]
 
     @property
     def optimiser_shards(self) -> int:
@@ -85,8 +85,8 @@ class Plan:
 
 
 def runs_as_pipeline(kind: str, stage_ipus: Sequence[int]) -> bool:
-    """Stages run as a pipeline (``runconfig.runs_as_pipeline``, the rule the analysis reads profiles by)."""
-    return runconfig.runs_as_pipeline(kind, stage_ipus)
+    """Stages run as a pipeline (``planner_rules.runs_as_pipeline``, the rule the analysis reads profiles by)."""
+    return planner_rules.runs_as_pipeline(kind, stage_ipus)
 
 
 def resolve_strategy(model: Model, options: Options, kind: str | None) -> ExecutionStrategy:
@@ -126,7 +126,7 @@ def make_plan(model: Model, options: Options, strategy: ExecutionStrategy, *,
     missing = [b for b in model.blocks if b not in owner]
     if missing:
         raise ConfigError(f"Block {missing[0]} is in no stage; every block must be placed in a stage.")
-    broken = runconfig.ascending_rule(strategy.kind, [int(s.ipu_id) for s in stages])
+    broken = planner_rules.ascending_rule(strategy.kind, [int(s.ipu_id) for s in stages])
     if broken:
         raise ConfigError(broken)
     plans = []
@@ -142,7 +142,7 @@ def make_plan(model: Model, options: Options, strategy: ExecutionStrategy, *,
                 producer = model.ops[t.producer]
                 raise ConfigError(f"Op {op.name} in stage {stage_of[op.op_id]} uses {producer.name} from the later "
                                   f"stage {stage_of[t.producer]}; stages must follow the model's order.")
-    broken = runconfig.host_processes_rule(options.host_processes, options.replication_factor)
+    broken = planner_rules.host_processes_rule(options.host_processes, options.replication_factor)
     if broken:
         raise ConfigError(broken)
     num_ipus = 1 + max(p.ipu for p in plans)
@@ -156,7 +156,7 @@ def make_plan(model: Model, options: Options, strategy: ExecutionStrategy, *,
     empty = [p for p in plans if not p.ops]
     if empty:
         raise ConfigError(f"Stage {empty[0].index} ({', '.join(empty[0].blocks)}) holds no ops.")
-    broken = runconfig.pipeline_rule(strategy.kind, [p.ipu for p in plans], options.training,
+    broken = planner_rules.pipeline_rule(strategy.kind, [p.ipu for p in plans], options.training,
                                      options.gradient_accumulation, options.device_iterations)
     if broken:
         raise ConfigError(broken)
