@@ -60,13 +60,35 @@ def _absolute(module, path, node):
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _loaded_by_name(node, tree, known):
+    """The modules an ``importlib.import_module(...)`` call loads: its string, or, for an f-string
+    ``f"prefix.{...}"``, prefix + each string constant of the file that names a known module (the
+    CLI's ``COMMANDS`` table names its command modules so)."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if name != "import_module" or not node.args:
+        return []
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return [arg.value]
+    if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+        prefix = arg.values[0].value
+        constants = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        # a dunder (``"__main__"``) is a module run as a program, not one loaded by name
+        return sorted(prefix + c for c in constants if prefix + c in known and not c.startswith("__"))
+    return []
+
+
 def imports_of(module, path, known):
-    """{imported module of ``known``: line} for every import statement anywhere in ``path``."""
+    """{imported module of ``known``: line} for every import statement anywhere in ``path``, and every
+    module it loads by name through ``importlib.import_module``."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     edges = {}
     for node in ast.walk(tree):
         targets = []
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call):
+            targets = _loaded_by_name(node, tree, known)
+        elif isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             source = _absolute(module, path, node)
@@ -96,6 +118,45 @@ def upward_imports(known, graph):
                 found.append(f"{_rel(known[module])}:{line} imports {_rel(known[target])}, "
                              f"a floor above it ({_floor_name(target)} over {_floor_name(module)})")
     return sorted(found)
+
+
+# What docs/architecture.md promises beyond the floors: (importer, never imported), by module prefix.
+NEVER = (
+    ("popvision_py.analysis", "engine"),  # the analysis reads a profile, never the emulator's rules
+    ("dashboards", "engine"),  # the dashboard emulates through the runner the CLI hands it
+    ("popvision_py.render", "engine"),  # the render renders the engine's figures, it computes none
+)
+
+
+def _under(module, prefix):
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def forbidden_reaches(known, graph, never=NEVER):
+    """'a.py -> b.py -> engine/c.py' for each module under a forbidden importer that reaches, directly or
+    through other modules, a module under what it must never import (the shortest way, first found)."""
+    found = []
+    for source, banned in never:
+        for module in sorted(m for m in graph if _under(m, source)):
+            way = {module: None}
+            queue = [module]
+            hit = None
+            while queue and hit is None:
+                node = queue.pop(0)
+                for target in sorted(graph[node]):
+                    if target in way:
+                        continue
+                    way[target] = node
+                    if _under(target, banned):
+                        hit = target
+                        break
+                    queue.append(target)
+            if hit is not None:
+                chain = [hit]
+                while way[chain[-1]] is not None:
+                    chain.append(way[chain[-1]])
+                found.append(" -> ".join(_rel(known[m]) for m in reversed(chain)))
+    return found
 
 
 def circles(known, graph):
@@ -178,8 +239,27 @@ def test_no_module_imports_a_floor_above_it(real_graph):
     assert upward_imports(*real_graph) == []
 
 
+# The one circle left, seen since the commands loaded by name are in the graph: `popvision sql` takes
+# the Ctrl-C state from the CLI package that loads it. Issue 36 item 2 moves SQL out of the CLI
+# (another branch); when it lands this list empties and the test says so.
+KNOWN_CIRCLES = ["popvision_py/cli/__init__.py <-> popvision_py/cli/sql.py"]
+
+
 def test_no_two_files_import_each_other_round_a_circle(real_graph):
-    assert circles(*real_graph) == []
+    assert circles(*real_graph) == KNOWN_CIRCLES
+
+
+def test_the_analysis_the_dashboard_and_the_render_never_reach_the_engine(real_graph):
+    assert forbidden_reaches(*real_graph) == []
+
+
+def test_the_commands_loaded_by_name_are_in_the_graph(real_graph):
+    # GIVEN the CLI, which imports each command's module by name when the command runs
+    _, graph = real_graph
+    # THEN each module COMMANDS names is an edge of popvision_py/cli/__init__.py, so the floors and circles see it
+    from popvision_py.cli import COMMANDS
+    loaded = {f"popvision_py.cli.{module}" for module, _ in COMMANDS.values()}
+    assert loaded <= set(graph["popvision_py.cli"])
 
 
 def test_no_source_file_is_over_600_lines(real_graph):
@@ -278,3 +358,44 @@ def test_a_planted_long_file_is_named(tmp_path):
     files["engine/model.py"] = "x = 1\n" * 601
     known, _ = _plant(tmp_path, files)
     assert long_files(known) == ["engine/model.py has 601 lines"]
+
+
+def test_a_planted_analysis_module_reaching_the_engine_is_named_with_the_way(tmp_path):
+    files = dict(BASE)
+    # the analysis imports a helper of its own, which imports the planner: the engine, two steps away
+    files["popvision_py/analysis/tables.py"] = "from popvision_py.analysis import helper\n"
+    files["popvision_py/analysis/helper.py"] = "from engine import plan\n"
+    files["engine/plan.py"] = ""
+    known, graph = _plant(tmp_path, files)
+    assert upward_imports(known, graph) == []  # the floors allow it: the analysis is above the engine
+    assert forbidden_reaches(known, graph) == [
+        "popvision_py/analysis/helper.py -> engine/plan.py",
+        "popvision_py/analysis/tables.py -> popvision_py/analysis/helper.py -> engine/plan.py"]
+
+
+def test_a_planted_dashboard_page_and_render_module_importing_the_engine_are_named(tmp_path):
+    files = dict(BASE)
+    files["dashboards/page.py"] = "def act():\n    import engine.runner\n"
+    files["engine/runner.py"] = ""
+    files["popvision_py/render/__init__.py"] = ""
+    files["popvision_py/render/run_summary.py"] = "from engine.runner import x\n"
+    known, graph = _plant(tmp_path, files)
+    assert forbidden_reaches(known, graph) == ["dashboards/page.py -> engine/runner.py",
+                                               "popvision_py/render/run_summary.py -> engine/runner.py"]
+
+
+def test_a_planted_module_loaded_by_name_is_an_import(tmp_path):
+    files = dict(BASE)
+    # the engine loads a PopTorch module by name, as the CLI loads its commands: an upward import all the same
+    files["engine/runner.py"] = """\
+        import importlib
+
+        NAMES = {"script": "_script"}
+
+        def load(name):
+            return importlib.import_module(f"poptorch.{NAMES[name]}")
+        """
+    files["poptorch/_script.py"] = ""
+    known, graph = _plant(tmp_path, files)
+    assert graph["engine.runner"] == {"poptorch._script": 6}
+    assert upward_imports(known, graph)[0].startswith("engine/runner.py:6 imports poptorch/_script.py, a floor above it")
