@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from popvision_py.errors import ConfigError
 
 if TYPE_CHECKING:
-    from engine.strategies import ExecutionStrategy
+    from engine.layout import Layout
 
 # Bytes of one element of each dtype (the precisions' and the model's tensors').
 DTYPE_BYTES = {"fp16": 2, "fp32": 4, "int32": 4}
@@ -184,7 +184,7 @@ class Options:
     # torch's DataLoader starts its workers again at every epoch (TensorFlow's tf.data repeats without).
     persistent_workers: bool = False
     tensor_locations: TensorLocations = field(default_factory=TensorLocations)
-    strategy: "ExecutionStrategy | None" = None
+    layout: "Layout | None" = None  # the stages to run, over the model's default
 
     # PopTorch's spelling -------------------------------------------------------------------
     def deviceIterations(self, n: int) -> "Options":  # noqa: N802
@@ -216,10 +216,6 @@ class Options:
         if isinstance(amp, (tuple, list)):
             return float(amp[min(ipu, len(amp) - 1)])
         return float(amp)
-
-    def setExecutionStrategy(self, strategy: "ExecutionStrategy") -> "Options":  # noqa: N802
-        self.strategy = strategy
-        return self
 
     @property
     def Precision(self) -> "_Precision":  # noqa: N802

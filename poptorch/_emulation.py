@@ -30,7 +30,7 @@ import torch
 from engine.instrument import Summary
 from engine.plan import make_plan
 from engine.runner import RunRequest, emulate_plan
-from engine.strategies import ExecutionStrategy
+from engine.layout import Layout
 from engine.torch_capture import Captured, OpRecord, micro_batch_size, model_precision, to_model
 from popdist._env import instance_directory, poprun_instance
 from popvision_py.errors import ConfigError
@@ -124,11 +124,11 @@ def _in_poptorch_words(sentence: str) -> str:
     return sentence
 
 
-def engine_strategy(captured: Captured, options: Options) -> ExecutionStrategy:
-    """The options' execution strategy over the captured blocks; PopTorch's default without one
-    (pipelined, a stage per IPU the blocks name: ``AutoStage.SameAsIpu``)."""
+def engine_layout(captured: Captured, options: Options) -> Layout:
+    """The options' execution strategy over the captured blocks, as the engine's ``Layout``; PopTorch's
+    default without one (pipelined, a stage per IPU the blocks name: ``AutoStage.SameAsIpu``)."""
     strategy = options.execution_strategy or PipelinedExecution()
-    return strategy.engine_strategy(list(captured.model.blocks), captured.block_ipus)
+    return strategy.layout(list(captured.model.blocks), captured.block_ipus)
 
 
 def emulate(captured: Captured, options: Options, *, training: bool, write: bool = True) -> Compiled:
@@ -143,7 +143,7 @@ def emulate(captured: Captured, options: Options, *, training: bool, write: bool
     if loaded is not None and loaded.dataset:
         model.dataset_samples = {model.options.mode: loaded.dataset}
     try:
-        plan = make_plan(model, model.options, engine_strategy(captured, options))
+        plan = make_plan(model, model.options, engine_layout(captured, options))
     except ConfigError as exc:
         raise Error(f"Compiling {model.name}: {_in_poptorch_words(str(exc))}") from None
     plan = dataclasses.replace(plan, request=script_request(training))

@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from engine import options as eo
-from engine import strategies as es
+from engine.layout import Layout, StageSpec
 from poptorch._errors import UnsupportedError
 
 
@@ -110,6 +110,11 @@ class Stage:
         self._ipu = int(ipu)
         return self
 
+    def spec(self, position: int) -> StageSpec:
+        """The engine's ``StageSpec`` of this stage, the ``position``-th of its strategy: on the IPU
+        ``ipu()`` named, else on IPU ``position`` (PopTorch's default)."""
+        return StageSpec(self._blocks, position if self._ipu is None else self._ipu)
+
     def __repr__(self) -> str:
         return f"Stage({', '.join(map(repr, self._blocks))}).ipu({self._ipu})"
 
@@ -146,26 +151,22 @@ class _ExecutionStrategy(_Unsupported):
     def _OWNER(self) -> str:  # noqa: N802
         return f"poptorch.{type(self).__name__}"
 
-    def engine_strategy(self, blocks: list[str], block_ipus: dict[str, int]) -> es.ExecutionStrategy:
-        """The engine's strategy over the captured model's ``blocks`` (in model order)."""
-        cls = es.STRATEGIES[self.kind]
+    def layout(self, blocks: list[str], block_ipus: dict[str, int]) -> Layout:
+        """The engine's description of this strategy (``engine.layout.Layout``) over the captured
+        model's ``blocks`` (in model order): PopTorch's classes convert into it, never mirror it."""
         if self.stages:
-            return cls(*[_engine_stage(s, k) for k, s in enumerate(self.stages)])
+            return Layout(self.kind, [s.spec(k) for k, s in enumerate(self.stages)])
         if self.auto == AutoStage.AutoIncrement:
-            return cls(*[es.Stage(b).ipu(block_ipus.get(b, k)) for k, b in enumerate(blocks)])
+            return Layout(self.kind, [StageSpec(b, block_ipus.get(b, k)) for k, b in enumerate(blocks)])
         # SameAsIpu: consecutive blocks on one IPU form one stage.
-        stages: list[es.Stage] = []
+        groups: list[tuple[list[str], int]] = []
         for b in blocks:
             ipu = block_ipus.get(b, 0)
-            if stages and stages[-1].ipu_id == ipu:
-                stages[-1].blocks = (*stages[-1].blocks, b)
+            if groups and groups[-1][1] == ipu:
+                groups[-1][0].append(b)
             else:
-                stages.append(es.Stage(b).ipu(ipu))
-        return cls(*stages)
-
-
-def _engine_stage(stage: Stage, k: int) -> es.Stage:
-    return es.Stage(*stage.blocks).ipu(k if stage._ipu is None else stage._ipu)
+                groups.append(([b], ipu))
+        return Layout(self.kind, [StageSpec(tuple(names), ipu) for names, ipu in groups])
 
 
 class PipelinedExecution(_ExecutionStrategy):

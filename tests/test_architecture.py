@@ -262,6 +262,35 @@ def test_the_commands_loaded_by_name_are_in_the_graph(real_graph):
     assert loaded <= set(graph["popvision_py.cli"])
 
 
+# Concepts with one class across packages (docs/architecture.md, "One name, one meaning"): PopTorch's
+# stage and strategy classes are PopTorch's API, the engine's description of a partition is its own.
+CONCEPTS = ("Stage", "PipelinedExecution", "ShardedExecution", "PhasedExecution", "Layout", "StageSpec")
+
+
+def classes_named(known, names=CONCEPTS):
+    """{class name: sorted files defining it} for each of ``names`` defined at all."""
+    found = {}
+    for module, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name in names:
+                found.setdefault(node.name, []).append(_rel(path))
+    return {name: sorted(files) for name, files in found.items()}
+
+
+def test_one_class_per_concept_across_packages(real_graph):
+    assert classes_named(real_graph[0]) == {
+        "Stage": ["poptorch/_options.py"], "PipelinedExecution": ["poptorch/_options.py"],
+        "ShardedExecution": ["poptorch/_options.py"], "PhasedExecution": ["poptorch/_options.py"],
+        "Layout": ["engine/layout.py"], "StageSpec": ["engine/layout.py"]}
+
+
+def test_the_search_and_the_shim_describe_a_partition_with_the_engines_layout(real_graph):
+    _, graph = real_graph
+    assert "engine.layout" in graph["popvision_py.tune.space"]
+    assert "engine.layout" in graph["poptorch._emulation"]
+    assert "engine.layout" in graph["poptorch._options"]
+
+
 def test_no_source_file_is_over_600_lines(real_graph):
     assert long_files(real_graph[0]) == []
 
@@ -399,3 +428,12 @@ def test_a_planted_module_loaded_by_name_is_an_import(tmp_path):
     known, graph = _plant(tmp_path, files)
     assert graph["engine.runner"] == {"poptorch._script": 6}
     assert upward_imports(known, graph)[0].startswith("engine/runner.py:6 imports poptorch/_script.py, a floor above it")
+
+
+def test_a_planted_second_stage_class_is_named(tmp_path):
+    files = dict(BASE)
+    files["engine/layout.py"] = "class StageSpec: ...\nclass Stage: ...\n"
+    files["poptorch/_options.py"] = "class Stage: ...\n"
+    known, _ = _plant(tmp_path, files)
+    assert classes_named(known) == {"Stage": ["engine/layout.py", "poptorch/_options.py"],
+                                    "StageSpec": ["engine/layout.py"]}

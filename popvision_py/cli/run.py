@@ -18,7 +18,7 @@ import click
 
 from engine.options import INPUT_KINDS, MODES, OPTIMISERS, PRECISIONS
 from engine.runner import MAX_MEMORY_BYTES, MAX_TRACE_ROWS
-from engine.strategies import STRATEGIES
+from engine.layout import KINDS
 from engine.targets import ARCHS
 from popvision_py.errors import ConfigError
 from popvision_py.render.run_summary import summary_text
@@ -82,7 +82,7 @@ def _checkpoints(value: str | None) -> str | int | None:
 @click.option("--device-iterations", type=INT64, help="Iterations per host call.")
 @click.option("--gradient-accumulation", type=INT64, help="Micro-batches per weight update (pipelined training needs "
               "at least 2N-1 for N stages).")
-@click.option("--strategy", type=click.Choice(list(STRATEGIES), case_sensitive=False),
+@click.option("--strategy", type=click.Choice(list(KINDS), case_sensitive=False),
               help="Execution strategy (the model's default if unset).")
 @click.option("--stages", help='Blocks grouped into stages on IPUs: "B1,B2@0 B3@1 B4@2" (stages separated by '
               'spaces, blocks by commas, @n the IPU; stage k on IPU k if @n is left out). A..B is every block '

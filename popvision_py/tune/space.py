@@ -49,7 +49,7 @@ from engine.compiler import cost_model
 from engine.model import shard_ops
 from engine.plan import Plan
 from engine.runner import LOCATION_NAMES, RunRequest, location_options, prepare
-from engine.strategies import PipelinedExecution
+from engine.layout import Layout
 from engine.zoo import balanced_stages
 from popvision_py.analysis.fixes import ORDER, flag, stages_text
 from popvision_py.errors import ConfigError
@@ -300,11 +300,11 @@ class Space:
             cuts_list: Iterable[tuple[int, ...]] = itertools.combinations(range(1, n), depth - 1)
             return [self._from_cuts(cuts) for cuts in cuts_list]
         model = self.plan.model
-        found = [_stages_of(balanced_stages(model, depth, PipelinedExecution, memory_aware=True)),
-                 _stages_of(balanced_stages(model, depth, PipelinedExecution))]
+        found = [_stages_of(balanced_stages(model, depth, "pipelined", memory_aware=True)),
+                 _stages_of(balanced_stages(model, depth, "pipelined"))]
         start = self.start.stages
         if len(start) > 2 and start[-1]["ipu"] == start[0]["ipu"] != start[-2]["ipu"] and depth > 1:
-            found.append(_stages_of(balanced_stages(model, depth, PipelinedExecution, memory_aware=True,
+            found.append(_stages_of(balanced_stages(model, depth, "pipelined", memory_aware=True,
                                                     head_on_first=True)))
         unique: dict[str, list[dict[str, Any]]] = {}
         for stages in found:
@@ -440,8 +440,8 @@ class Space:
         return _unique(out)
 
 
-def _stages_of(strategy: Any) -> list[dict[str, Any]]:
-    return [{"blocks": list(s.blocks), "ipu": int(s.ipu_id)} for s in strategy.stages]
+def _stages_of(layout: Layout) -> list[dict[str, Any]]:
+    return [{"blocks": list(s.blocks), "ipu": s.ipu} for s in layout.stages]
 
 
 def _unique(cands: list[Candidate]) -> list[Candidate]:
