@@ -13,8 +13,8 @@ Describe a model in PopTorch's words and run it::
             m.loss(m.linear(x, 10))
         return m.set_default_layout(Layout("pipelined", [StageSpec("B1", ipu=0), StageSpec("B2", ipu=1)]))
 
-then ``popvision run mine.py --profile``. The engine depends on popvision_py.format and
-popvision_py.errors only.
+then ``popvision run mine.py --profile``. The engine depends on popvision_py.format,
+popvision_py.errors and the planner's rules (popvision_py.planner_rules) only.
 """
 
 from engine.model import Block, Model, Tensor
