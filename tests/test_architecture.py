@@ -427,7 +427,8 @@ def test_a_planted_module_loaded_by_name_is_an_import(tmp_path):
     files["poptorch/_script.py"] = ""
     known, graph = _plant(tmp_path, files)
     assert graph["engine.runner"] == {"poptorch._script": 6}
-    assert upward_imports(known, graph)[0].startswith("engine/runner.py:6 imports poptorch/_script.py, a floor above it")
+    assert upward_imports(known, graph)[0].startswith(
+        "engine/runner.py:6 imports poptorch/_script.py, a floor above it")
 
 
 def test_a_planted_second_stage_class_is_named(tmp_path):
