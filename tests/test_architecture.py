@@ -21,7 +21,7 @@ FLOORS = (
     ("popvision_py.errors", "popvision_py.version", "popvision_py.format"),
     ("engine", "popvision_py.importer"),
     ("popvision_py.analysis", "popvision_py.render", "popvision_py"),
-    ("poptorch", "popdist", "popvision_py.tune", "dashboards", "popvision_py.scripts"),
+    ("poptorch", "popdist", "popvision_py.tune", "dashboards", "popvision_py.scripts", "popvision_py.emulation"),
     ("popvision_py.cli",),
 )
 
@@ -238,7 +238,8 @@ def test_a_planted_lazy_upward_import_is_named_with_both_files(tmp_path):
     known, graph = _plant(tmp_path, files)
     assert upward_imports(known, graph) == [
         "engine/runner.py:4 imports poptorch/_script.py, a floor above it "
-        "(poptorch / popdist / popvision_py.tune / dashboards / popvision_py.scripts over engine / popvision_py.importer)"]
+        "(poptorch / popdist / popvision_py.tune / dashboards / popvision_py.scripts / popvision_py.emulation "
+        "over engine / popvision_py.importer)"]
 
 
 def test_a_planted_circle_through_a_package_init_is_named(tmp_path):

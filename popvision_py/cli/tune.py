@@ -25,12 +25,10 @@ from typing import Any
 import click
 
 from popvision_py.analysis.fixes import script_path
-from popvision_py.analysis.verify import PARAMS
 from popvision_py.cli import run as run_cli
+from popvision_py.emulation import profile_folder, run_fields, run_request
 from popvision_py.errors import ConfigError
 
-REQUEST_FIELDS = ("strategy", "stages", "offload_optimiser", "offload_weights", "offload_activations",
-                  "replicated_tensor_sharding")
 QUIET_WORKERS = "DASK_LOGGING__DISTRIBUTED"
 # `popvision run`'s options a search takes as its start (its own --system, profile and output options aside)
 RUN_OPTIONS = [p for p in run_cli.command.params
@@ -222,24 +220,15 @@ def _tune_imported(path: Path, sets: tuple[str, ...], as_json: bool, top: int) -
 def _request(model: str, values: dict[str, Any], script_args: tuple[str, ...] = ()) -> Any:
     """The start as `popvision run` states it from the same options (a PopTorch script's as
     `popvision run SCRIPT --emulate-only ... -- SCRIPT_ARGS` does)."""
-    from engine.runner import RunRequest, is_poptorch_script
+    from engine.runner import is_poptorch_script
 
     script = is_poptorch_script(model)
     if script_args and not script:
         raise ConfigError(f"Arguments after the model ({' '.join(script_args)}) are for PopTorch scripts; {model} "
                           f"is not one.")
-    values = dict(values)
     if model.endswith(".py") and Path(model).is_file():
         model = str(Path(model).resolve())  # rows' commands and requests run from any folder
-    params = {name: values.pop(name) for name in PARAMS}
-    fields = {name: values.pop(name) for name in REQUEST_FIELDS}
-    assume = values.pop("assume")
-    max_trace_rows = values.pop("max_trace_rows")
-    max_memory_gb = values.pop("max_memory_gb")
-    return RunRequest(model=model, options={k: v for k, v in values.items() if v is not None}, params=params,
-                      assumptions=run_cli._assumption(assume), max_trace_rows=max_trace_rows,
-                      max_memory_bytes=int(min(max(max_memory_gb, 0.0), 2.0**62) * 2**30),
-                      script_args=tuple(script_args) if script else None, **fields)
+    return run_request(model, values, script_args=script_args if script else None)
 
 
 @contextlib.contextmanager
@@ -323,9 +312,7 @@ def _bar(model: str, show: bool) -> Iterator[Any]:
 def _profile(request_json: str, path: Path) -> str:
     """Emulate a row's request again, writing its profile to ``path``; the absolute path (the tune
     result's metadata keeps it, so the dashboard finds it from any folder)."""
-    from popvision_py.cli.emulation import run_fields
-
-    with run_cli._profile_folder(path.parent):
+    with profile_folder(path.parent):
         run_fields(json.loads(request_json), path)
     return str(path.resolve())
 
