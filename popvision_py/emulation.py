@@ -68,7 +68,7 @@ def parse_checkpoints(value: str | None) -> str | int | None:
     return int(text) if text.lstrip("-").isdigit() else text
 
 
-def memory_bytes(gib: float) -> int:
+def _gib_bytes(gib: float) -> int:
     """`--max-memory-gb` in bytes, clamped to 0 .. 2**62 GiB."""
     return int(min(max(gib, 0.0), 2.0**62) * 2**30)
 
@@ -96,7 +96,7 @@ def run_request(model: str, values: Mapping[str, Any], *, script_args: Sequence[
     max_memory_gb = values.pop("max_memory_gb", None)
     return RunRequest(model=model, options={k: v for k, v in values.items() if v is not None}, params=params,
                       assumptions=parse_assumptions(assume), max_trace_rows=max_trace_rows,
-                      max_memory_bytes=MAX_MEMORY_BYTES if max_memory_gb is None else memory_bytes(max_memory_gb),
+                      max_memory_bytes=MAX_MEMORY_BYTES if max_memory_gb is None else _gib_bytes(max_memory_gb),
                       script_args=tuple(script_args) if script_args is not None else None, **own, **fields)
 
 
