@@ -20,7 +20,7 @@ MAX_LINES = 600
 FLOORS = (
     ("popvision_py.errors", "popvision_py.version", "popvision_py.format"),
     ("engine", "popvision_py.importer"),
-    ("popvision_py.analysis", "popvision_py.render", "popvision_py.export_trace", "popvision_py"),
+    ("popvision_py.analysis", "popvision_py.render", "popvision_py.export_trace", "popvision_py.sql", "popvision_py"),
     ("poptorch", "popdist", "popvision_py.tune", "dashboards", "popvision_py.scripts", "popvision_py.emulation"),
     ("popvision_py.cli",),
 )
