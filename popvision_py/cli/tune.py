@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import sys
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,8 +25,8 @@ from popvision_py.analysis.fixes import script_path
 from popvision_py.cli import run as run_cli
 from popvision_py.emulation import profile_folder, run_fields, run_request
 from popvision_py.errors import ConfigError
+from popvision_py.tune.cluster import dask_client
 
-QUIET_WORKERS = "DASK_LOGGING__DISTRIBUTED"
 # `popvision run`'s options a search takes as its start (its own --system, profile and output options aside)
 RUN_OPTIONS = [p for p in run_cli.command.params
                if isinstance(p, click.Option)
@@ -126,7 +123,7 @@ def command(model: str, system: str | None, global_batch: int | None, search: tu
         output_target(Path(profile_dir) / "profile.pop", streams=False)
     quiet_dask()
     show = not quiet and sys.stderr.isatty()
-    with _client(scheduler, workers) as client, _bar(model, show) as progress:
+    with dask_client(scheduler, workers) as client, _bar(model, show) as progress:
         outcome = Search(space, client, previous, on_result=progress, top=top).run()
     meta = {**outcome.meta, "emulated": outcome.emulated, "reused": outcome.reused, "ranged": outcome.ranged}
     rows = outcome.rows
@@ -229,67 +226,6 @@ def _request(model: str, values: dict[str, Any], script_args: tuple[str, ...] = 
     if model.endswith(".py") and Path(model).is_file():
         model = str(Path(model).resolve())  # rows' commands and requests run from any folder
     return run_request(model, values, script_args=script_args if script else None)
-
-
-@contextlib.contextmanager
-def _client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
-    """A Dask client: of the cluster at ``scheduler``, or of a local cluster of ``workers`` processes."""
-    from distributed import Client, LocalCluster
-
-    if scheduler:
-        if "://" not in scheduler:
-            raise ConfigError(f"--scheduler takes a Dask scheduler's address as tcp://HOST:PORT, not {scheduler!r}.")
-        try:
-            _reachable(scheduler)
-            client = Client(scheduler, timeout="10s")
-        except (OSError, TimeoutError, ValueError) as exc:
-            text = str(exc).strip().splitlines()
-            raise ConfigError(f"No Dask scheduler answers at {scheduler} ({text[0] if text else type(exc).__name__}); "
-                              f"start one with `dask scheduler`, or leave --scheduler out for a local cluster.") from None
-        try:
-            try:
-                client.wait_for_workers(1, timeout=30)
-            except TimeoutError:
-                raise ConfigError(f"The Dask scheduler at {scheduler} has no workers; start some with "
-                                  f"`dask worker {scheduler}`.") from None
-            yield client
-        finally:
-            client.close()
-        return
-    # The workers start with Ctrl-C ignored (a disposition a spawned process keeps): Ctrl-C in a terminal
-    # reaches every process of the group, and only this one acts on it (keeps what finished, closes the cluster).
-    # Their log lines (a task cancelled by Ctrl-C, say) stay quiet too: a spawned worker reads its logging
-    # levels from the environment when it imports distributed.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    level = os.environ.get(QUIET_WORKERS)
-    os.environ[QUIET_WORKERS] = "critical"
-    try:
-        with warnings.catch_warnings():
-            # the scheduler's health endpoint takes another port when 8787 is taken (another search): no news
-            warnings.filterwarnings("ignore", "Port .* is already in use", UserWarning)
-            cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, processes=True, threads_per_worker=1,
-                                   dashboard_address=None)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if level is None:
-            os.environ.pop(QUIET_WORKERS, None)
-        else:
-            os.environ[QUIET_WORKERS] = level
-    try:
-        with Client(cluster) as client:
-            yield client
-    finally:
-        cluster.close()
-
-
-def _reachable(address: str) -> None:
-    """OSError at once when nothing listens at a tcp:// address (Dask's client would retry for its whole timeout)."""
-    import socket
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(address)
-    if parts.scheme == "tcp" and parts.hostname and parts.port:
-        socket.create_connection((parts.hostname, parts.port), timeout=10).close()
 
 
 @contextlib.contextmanager
