@@ -223,7 +223,7 @@ def test_export_trace_is_valid_trace_event_json_matching_the_trace(synthetic_pro
 
 
 def test_export_trace_streams_in_batches(synthetic_profiles, tmp_path):
-    from popvision_py.cli.export_trace import export
+    from popvision_py.export_trace import export
 
     out = tmp_path / "t.json"
     count = export(synthetic_profiles[1], out, batch_rows=7)

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from popvision_py import errors as E
 from popvision_py.cli import main
-from popvision_py.format import ProfileWriter, open_profile
+from popvision_py.format import ProfileWriter, levels, open_profile
 from popvision_py.format import schema as S
 from popvision_py.format.spec import tables_markdown
 
@@ -42,7 +42,16 @@ RUN = {
 
 
 def tiny_tables() -> dict[str, pd.DataFrame]:
-    """A few hand-written rows for every table: two IPUs, one op each, forward only."""
+    """A few hand-written rows for every table: two IPUs, one op each, forward only; the trace's levels
+    of detail folded from its rows as the writer folds them."""
+    tables = _tiny_tables()
+    fold = levels.LevelFold()
+    fold.add_table(pa.Table.from_pandas(tables["trace"], preserve_index=False))
+    tables["trace_levels"] = fold.result().to_pandas()
+    return tables
+
+
+def _tiny_tables() -> dict[str, pd.DataFrame]:
     return {
         "ops": pd.DataFrame({
             "op_id": [0, 1], "name": ["l1/matmul", "l2/matmul"], "kind": ["matmul", "matmul"],

@@ -19,11 +19,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from popvision_py.cli.sql import QueryError, run_query
+from popvision_py.sql import QueryError, run_query
 
 ROOT = Path(__file__).resolve().parents[1]
 MNIST = ROOT / "sample_profiles" / "mnist_pipelined" / "profile.pop"
-TABLES = ["exchanges", "liveness", "ops", "programs", "tile_cycles", "tile_memory", "trace", "variables"]
+TABLES = ["exchanges", "liveness", "ops", "programs", "tile_cycles", "tile_memory", "trace", "trace_levels", "variables"]
 
 
 def popvision(*args: str | bytes) -> subprocess.CompletedProcess:
@@ -94,7 +94,7 @@ def test_a_non_ascii_query_in_utf_8_still_runs() -> None:
     assert json.loads(result.stdout) == [{"letter": "é"}]
 
 
-def test_show_tables_lists_the_eight_tables() -> None:
+def test_show_tables_lists_the_nine_tables() -> None:
     result = popvision("sql", str(MNIST), "SHOW TABLES", "--format", "csv")
     assert result.returncode == 0, result.stderr
     assert result.stdout.decode().splitlines() == ["name", *TABLES]

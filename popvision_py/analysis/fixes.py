@@ -184,7 +184,7 @@ def command(run: Mapping[str, Any], target: Mapping[str, Any], changes: Mapping[
 
 def script_path(path: str) -> str:
     """A recorded absolute path (a script's, a profile's) as a user would type it: relative to the
-    current directory when under it (``tests/poptorch/mnist_pipeline.py``), else absolute."""
+    current directory when under it (``examples/mnist_pipeline.py``), else absolute."""
     try:
         relative = os.path.relpath(path)
     except ValueError:  # another drive

@@ -174,10 +174,9 @@ def _tile_insights(doc: Document, r: Any) -> None:
     """Graph Analyser's insights beside the summary's: FP32 variables, the fullest tiles, memory over tiles."""
     fullest = "The five fullest tiles and what fills them"
     histogram = f"Memory over tiles: tiles' peak bytes in bins (tile memory {int(r.target['bytes_per_tile']):,} bytes)"
-    if r.imported:
-        _meaningless(doc, "summary.fp32_variables", "FP32 variables that could be FP16", imported.NO_VARIABLES)
-        _meaningless(doc, "summary.fullest_tiles", fullest, imported.NO_TILES)
-        _meaningless(doc, "summary.memory_histogram", histogram, imported.NO_TILES)
+    if r.imported:  # none of the three means anything for ranks: one line says why, once
+        _meaningless(doc, "summary.tile_insights", "FP32 variables, the fullest tiles, memory over tiles",
+                     f"{imported.NO_VARIABLES} {imported.NO_TILES}")
         return
     inferred = r.insights.dtypes()[1]
     doc.add("summary.fp32_variables", "FP32 variables that could be FP16" + (

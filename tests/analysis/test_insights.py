@@ -255,9 +255,11 @@ def test_an_imported_profile_says_why_in_one_line(tmp_path):
     # WHEN its summary is reported
     assert run_cli("report", str(IMPORTED), "--section", "summary", "-o", str(out)).exit_code == 0
     text = out.read_text()
-    # THEN each tile insight says in one line why it does not apply
+    # THEN the three tile insights are one section whose one line says why none applies, nothing repeated
+    assert "FP32 variables, the fullest tiles, memory over tiles" in text
     assert "(The traces record allocations, not named tensors" in text
-    assert text.count("(A rank has no tiles") == 2
+    assert text.count("A rank has no tiles") == 1
+    assert "The five fullest tiles" not in text and "Memory over tiles" not in text
 
 
 def test_only_a_profile_older_than_dtype_may_lack_it(runs, tmp_path):
