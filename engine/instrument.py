@@ -88,7 +88,7 @@ class Summary:
         """Take ``idle_pct`` and ``flop_utilisation_pct`` of ``figures``."""
         self.idle_pct, self.flop_utilisation_pct = figures["idle_pct"], figures["flop_utilisation_pct"]
 
-    def set_prediction(self, prediction: "Prediction") -> None:
+    def set_prediction(self, prediction: Prediction) -> None:
         """Take the ranges, verdict and drivers of ``prediction`` (the sensitivity pass of this run)."""
         figures = prediction.as_json()
         for name in ("throughput_range", "worst_tile_pct_range", "fit_verdict", "throughput_range_drivers",

@@ -49,12 +49,12 @@ class Layout:
         object.__setattr__(self, "stages", tuple(self.stages))
 
     @classmethod
-    def of(cls, kind: str, *stages: StageSpec | str) -> "Layout":
+    def of(cls, kind: str, *stages: StageSpec | str) -> Layout:
         """PopTorch's shorthand in plain values: a bare block name is a stage of its own, on the IPU
         of its position (``Layout.of("pipelined", "B0", "B1")``: B0 on IPU 0, B1 on IPU 1)."""
         return cls(kind, tuple(StageSpec(s, k) if isinstance(s, str) else s for k, s in enumerate(stages)))
 
-    def with_kind(self, kind: str) -> "Layout":
+    def with_kind(self, kind: str) -> Layout:
         """The same stages under another kind."""
         return replace(self, kind=kind)
 

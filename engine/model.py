@@ -49,7 +49,7 @@ class Block:
         self.ipu_id = ipu_id
         self._tokens: list[tuple[contextvars.Token, contextvars.Token]] = []
 
-    def __enter__(self) -> "Block":
+    def __enter__(self) -> Block:
         self._tokens.append((_current_block.set(self.name), _current_block_ipu.set(self.ipu_id)))
         return self
 
@@ -160,7 +160,7 @@ class Model:
     def parameters(self) -> int:
         return sum(op.params for op in self.ops)
 
-    def set_default_layout(self, layout: Layout) -> "Model":
+    def set_default_layout(self, layout: Layout) -> Model:
         """The partition the model runs with unless the user chooses stages."""
         self.default_layout = layout
         return self
@@ -188,7 +188,7 @@ class Model:
 
     def _add(self, name: str, kind: str, inputs: Sequence[Tensor], out_shape: Sequence[int], *, params: int = 0,
              flops: int, grains: int, gemm: tuple[int, int, int] | None = None, block: str | None = None,
-             out_dtype: str | None = None, groups: int = 1, tied: "Op | None" = None) -> Tensor:
+             out_dtype: str | None = None, groups: int = 1, tied: Op | None = None) -> Tensor:
         block = block or _current_block.get()
         if block is None:
             raise ConfigError(f"Op {name!r} is in no Block; build it inside `with Block(...)` or pass block=.")

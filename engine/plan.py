@@ -67,7 +67,7 @@ class Plan:
         """Distinct IPUs the stages run on (``planner_rules.pipeline_depth``)."""
         return planner_rules.pipeline_depth([s.ipu for s in self.stages])
 
-    def pipeline_rank(self, stage: "StagePlan") -> int:
+    def pipeline_rank(self, stage: StagePlan) -> int:
         """The stage's place in the pipeline: its IPU's rank (``planner_rules.pipeline_ranks``)."""
         return planner_rules.pipeline_ranks([s.ipu for s in self.stages])[stage.index]
 

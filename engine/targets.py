@@ -93,7 +93,7 @@ class Target:
     def tiles(self) -> int:
         return self.arch.tiles_per_ipu
 
-    def with_assumptions(self, **overrides: Any) -> "Target":
+    def with_assumptions(self, **overrides: Any) -> Target:
         """A copy with some assumptions changed (see ``Assumptions.updated``; per-optimiser values as
         ``**{"optimiser_state_bytes_per_param.adam": 12}``); a bad name or value is a ConfigError."""
         return dataclasses.replace(self, assumptions=self.assumptions.updated(overrides))

@@ -87,7 +87,7 @@ class PoplarExecutor:
         return self._training
 
     @property
-    def compiled(self) -> "_emulation.Compiled | None":
+    def compiled(self) -> _emulation.Compiled | None:
         """The capture, emulation summary and profile of the first call (None before it)."""
         return self._compiled
 

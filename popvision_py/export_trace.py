@@ -99,7 +99,7 @@ class Window:
 
     @classmethod
     def parse(cls, iterations: str | None = None, from_cycle: str | None = None, to_cycle: str | None = None,
-              ipus: tuple[str, ...] = ()) -> "Window":
+              ipus: tuple[str, ...] = ()) -> Window:
         """The window the command-line options describe; ConfigError (one sentence) if one is malformed."""
         span = None
         if iterations is not None:

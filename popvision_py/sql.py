@@ -80,7 +80,7 @@ def memory_bytes(limit: str) -> int:
     return size
 
 
-def _refusal(exc: "Exception", memory_limit: str, tables: tuple[str, ...] = ()) -> QueryError:
+def _refusal(exc: Exception, memory_limit: str, tables: tuple[str, ...] = ()) -> QueryError:
     """One sentence for a DuckDB error, saying plainly when it is the lock-down that refused the query, and
     naming ``tables`` (the ones a query may read) when it named another."""
     import duckdb
@@ -245,7 +245,7 @@ def _tune_connection(path: str, memory_limit: str):
 
 
 def _execute(con: Any, query: str, memory_limit: str, timeout: float | None,
-             members: "MemberFileSystem | None", table: str, interrupted: Callable[[], bool] | None = None):
+             members: MemberFileSystem | None, table: str, interrupted: Callable[[], bool] | None = None):
     """Run ``query`` on ``con`` (closed after), interrupted past ``timeout`` seconds; see run_query."""
     import duckdb
 

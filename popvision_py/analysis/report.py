@@ -208,7 +208,7 @@ class Report:
         self._cache.clear()
         self.profile.close()
 
-    def __enter__(self) -> "Report":
+    def __enter__(self) -> Report:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -23,7 +23,6 @@ from popvision_py.analysis import exchange as _exchange
 from popvision_py.analysis import fixes as _fixes
 from popvision_py.analysis import host as _host
 from popvision_py.analysis import imported as _imported
-from popvision_py.analysis import insights as _insights
 from popvision_py.analysis import liveness as _liveness
 from popvision_py.analysis import memory as _memory
 from popvision_py.analysis import memory_depth as _memory_depth
@@ -31,7 +30,6 @@ from popvision_py.analysis import programs as _programs
 from popvision_py.analysis import stages as _stages
 from popvision_py.analysis import summary as _summary
 from popvision_py.analysis import system as _system
-from popvision_py.analysis import tiles as _tiles
 from popvision_py.analysis import trace as _trace
 from popvision_py.analysis import trace_levels as _trace_levels
 from popvision_py.analysis import whatif as _whatif

@@ -33,9 +33,9 @@ import importlib  # noqa: E402 - after the handler, so that Ctrl-C during these 
 
 import click  # noqa: E402
 
-from popvision_py.version import __version__
-from popvision_py.errors import PopvisionError
-from popvision_py.cli.interrupts import _INTERRUPTS, _interrupt, interrupted  # noqa: F401 - re-exported
+from popvision_py.version import __version__  # noqa: E402
+from popvision_py.errors import PopvisionError  # noqa: E402
+from popvision_py.cli.interrupts import _INTERRUPTS, _interrupt, interrupted  # noqa: E402, F401 - re-exported
 
 # command name -> (module under popvision_py.cli holding a click command called `command`, the line
 # `popvision --help` lists it with): the list is made from here, without importing any command's module

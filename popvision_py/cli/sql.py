@@ -24,7 +24,7 @@ def checked_output(output: str | None) -> Path | None:
     return Path(output)
 
 
-def render(frame: "Any", fmt: str, max_rows: int) -> str:
+def render(frame: Any, fmt: str, max_rows: int) -> str:
     """The result (a Table) as text, CSV or JSON."""
     if fmt == "csv":
         from popvision_py.render.csvout import table_csv

@@ -302,9 +302,9 @@ class Shape:
     """
 
     kinds: tuple[type, ...]
-    fields: dict[str, tuple["Shape", bool]] | None = None
-    items: "Shape | None" = None
-    values: "Shape | None" = None
+    fields: dict[str, tuple[Shape, bool]] | None = None
+    items: Shape | None = None
+    values: Shape | None = None
 
 
 def _obj(required: dict[str, Shape], optional: dict[str, Shape] | None = None) -> Shape:

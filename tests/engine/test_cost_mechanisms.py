@@ -17,9 +17,9 @@ from engine.costs import PARTIAL_BYTES, STATISTICS_FLOPS, CostModel
 from engine.model import Block, Model
 from engine.options import Options
 from engine.targets import Assumptions, make_target
+from tests.engine.helpers import run_profile, write_model
 
 EFF = Assumptions().amp_efficiency  # the calibrated share of the planned rate
-from tests.engine.helpers import run_profile, write_model
 
 def _vertex_cycles(rows: int, passes: int, units: int) -> int:
     """poplibs' AMP vertex estimate on one tile (lib/poplin/PerformanceEstimation.hpp): 66 per call,
