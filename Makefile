@@ -34,6 +34,7 @@ demo: install
 	$(BIN)/popvision dashboard $(PROFILE_DIR)/profile.pop
 
 test: install browser
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 # The test matrix (docs/development.md, "Test matrix"): the suite on the oldest and the newest Python the

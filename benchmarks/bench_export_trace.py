@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import make_large_profile  # noqa: E402  (benchmarks/ is this script's folder)
 
-from popvision_py.cli.export_trace import Window, iterations_per_run  # noqa: E402
+from popvision_py.export_trace import Window, iterations_per_run  # noqa: E402
 from popvision_py.format import open_profile  # noqa: E402
 
 FLAT = 1.2  # largest size's peak / smallest size's peak

@@ -26,7 +26,10 @@ def seq():
     r = pv.open(path)
     return tracescan.summarise(r.trace_batches(tracescan.SUMMARY_COLUMNS), bounds)
 def par():
-    read = lambda g: profile.iter_batches("trace", tracescan.SUMMARY_COLUMNS, batch_size=tracescan.BATCH_ROWS, row_groups=[g])
+    def read(g):
+        return profile.iter_batches("trace", tracescan.SUMMARY_COLUMNS, batch_size=tracescan.BATCH_ROWS,
+                                    row_groups=[g])
+
     return tracegroups.summarise_groups(read, groups, bounds)
 a, b = seq(), par()
 assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("cube", "executions", "micro_batches", "ipu_rows"))
@@ -35,5 +38,7 @@ assert (a.iterations, a.rows, a.start_cycle, a.end_cycle) == (b.iterations, b.ro
 ts = {"sequential (prefetch)": [], f"{tracegroups.workers_for(groups)} threads": []}
 for _ in range(int(sys.argv[2]) if len(sys.argv) > 2 else 5):
     for name, f in zip(ts, (seq, par)):
-        t = time.perf_counter(); f(); ts[name].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        f()
+        ts[name].append(time.perf_counter() - t)
 print(path, groups, "row groups;", {k: round(statistics.median(v), 3) for k, v in ts.items()})

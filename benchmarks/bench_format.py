@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from popvision_py.cli.export_trace import export
+from popvision_py.export_trace import export
 from popvision_py.format import ProfileWriter, open_profile
 from popvision_py.format import schema as S
 from popvision_py.format.writer import PARQUET_OPTIONS, ROW_GROUP_ROWS, conform

@@ -67,9 +67,9 @@ def search_once(model: str, params: dict, system: str, search: tuple[str, ...] |
 
 def measure(case: str, label: str, workers: int, repeat: int, model: str, params: dict, system: str,
             search: tuple[str, ...] | None = MAPPING, refine: int = 0) -> Figure:
-    from popvision_py.cli.tune import _client
+    from popvision_py.tune.cluster import dask_client
 
-    with _client(None, workers) as client:
+    with dask_client(workers=workers) as client:
         search_once("mnist", {}, "IPU-POD4", MAPPING, 0, client)  # warm the workers' imports
         runs = [search_once(model, params, system, search, refine, client) for _ in range(repeat)]
     seconds = statistics.median(r[2] for r in runs)

@@ -128,7 +128,7 @@ class Model:
             layers = np.unique(self.op_layer[ops])
             n = len(layers)
             upd = add(s, ["remote_buffer_copy", "compute_set", "remote_buffer_copy"] * n,
-                      [f"layer{l}/optimiser/{w}" for l in layers for w in ("load", "update", "store")],
+                      [f"layer{k}/optimiser/{w}" for k in layers for w in ("load", "update", "store")],
                       np.repeat(ops[np.searchsorted(self.op_layer[ops], layers)], 3), "update", np.full(3 * n, TILES),
                       np.tile([8 << 20, 0, 8 << 20], n), np.tile([420_000, 52_000, 420_000], n))
             self.sync_step[s] = int(add(s, ["sync"], ["pipeline/sync"], np.array([-1]), "none", np.array([TILES]),
@@ -219,7 +219,7 @@ def write(path: Path, rows: int, layers: int = 24, ops: int = 8, ipus: int = 4, 
     target = dict(TARGET, num_ipus=ipus)
     run = {
         "model": f"synthetic-transformer-{layers}x{ops}", "strategy": "pipelined", "mode": "training",
-        "stages": [{"stage": s, "ipu": s, "blocks": [f"layer{l}" for l in np.flatnonzero(m.layer_stage == s)]}
+        "stages": [{"stage": s, "ipu": s, "blocks": [f"layer{k}" for k in np.flatnonzero(m.layer_stage == s)]}
                    for s in range(ipus)],
         "micro_batch_size": 8, "gradient_accumulation": micro_batches, "device_iterations": device_iterations,
         "replication_factor": 1, "runs": -(-iterations // device_iterations), "precision": "fp16",
@@ -262,8 +262,8 @@ def _small_tables(writer: ProfileWriter, m: Model) -> None:
     kinds = np.array(["matmul", "softmax", "layernorm", "gelu"], dtype=object)
     passes = np.repeat(np.array(["forward", "backward"], dtype=object), n_ops)
     writer.write_table("ops", {
-        "op_id": np.tile(np.arange(n_ops), 2), "name": np.tile([f"layer{l}/op{o}" for o, l in enumerate(m.op_layer)], 2),
-        "kind": np.tile(kinds[m.op_kind], 2), "block": np.tile([f"layer{l}" for l in m.op_layer], 2),
+        "op_id": np.tile(np.arange(n_ops), 2), "name": np.tile([f"layer{k}/op{o}" for o, k in enumerate(m.op_layer)], 2),
+        "kind": np.tile(kinds[m.op_kind], 2), "block": np.tile([f"layer{k}" for k in m.op_layer], 2),
         "stage": np.tile(stage, 2), "ipu": np.tile(stage, 2), "pass": passes,
         "flops": np.concatenate([m.op_flops, 2 * m.op_flops]), "bytes": np.tile(m.op_xchg * 256, 2),
         "tiles": np.tile(m.op_tiles, 2),

@@ -45,6 +45,25 @@ KEYS = ("a", "b")
 EXTENSION = "popvision_profiles"
 
 
+def served_profiles(profile: str, profile_b: str | None = None) -> list[str]:
+    """The profiles `popvision dashboard PROFILE [PROFILE_B]` serves: PROFILE and PROFILE_B, each a
+    profile.pop or a run's folder (its first profile); a poprun run's folder alone serves its first
+    instance, and its second beside it when their summary figures differ. A path that holds no profile
+    is the reader's one sentence (a ProfileError)."""
+    from popvision_py.analysis.instances import differences
+    from popvision_py.analysis.report import Report
+    from popvision_py.format.runs import run_profiles
+
+    runs = run_profiles(profile)
+    if profile_b is not None:
+        return [str(runs[0][1]), str(run_profiles(profile_b)[0][1])]
+    if len(runs) < 2:
+        return [str(runs[0][1])]
+    with Report(runs[0][1]) as first, Report(runs[1][1]) as second:
+        differ = len(differences([runs[0][0], runs[1][0]], [first.summary.figures(), second.summary.figures()]))
+    return [str(runs[0][1])] + ([str(runs[1][1])] if differ else [])
+
+
 class Profiles:
     """The profiles one dashboard serves, opened lazily once each and shared by every request."""
 

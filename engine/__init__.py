@@ -2,7 +2,7 @@
 
 Describe a model in PopTorch's words and run it::
 
-    from engine import Block, Model, Options, PipelinedExecution, Stage
+    from engine import Block, Layout, Model, Options, StageSpec
 
     def build(options: Options) -> Model:
         m = Model("mine", options)
@@ -11,22 +11,22 @@ Describe a model in PopTorch's words and run it::
             x = m.relu(m.linear(x, 512))
         with Block("B2"):
             m.loss(m.linear(x, 10))
-        return m.set_default_strategy(PipelinedExecution(Stage("B1").ipu(0), Stage("B2").ipu(1)))
+        return m.set_default_layout(Layout("pipelined", [StageSpec("B1", ipu=0), StageSpec("B2", ipu=1)]))
 
-then ``popvision run mine.py --profile``. The engine depends on popvision_py.format and
-popvision_py.errors only.
+then ``popvision run mine.py --profile``. The engine depends on popvision_py.format,
+popvision_py.errors and the planner's rules (popvision_py.planner_rules) only.
 """
 
 from engine.model import Block, Model, Tensor
 from engine.options import Options, TensorLocations, TensorLocationSettings
-from engine.strategies import ExecutionStrategy, PhasedExecution, PipelinedExecution, ShardedExecution, Stage
+from engine.layout import Layout, StageSpec
 from engine.runner import RunRequest, emulate, prepare
 from engine.assumptions import Assumptions
 from engine.targets import ARCHS, SYSTEMS, Target, make_target
 from engine.zoo import ZOO
 
 __all__ = [
-    "ARCHS", "SYSTEMS", "ZOO", "Assumptions", "Block", "ExecutionStrategy", "Model", "Options", "PhasedExecution",
-    "PipelinedExecution", "RunRequest", "ShardedExecution", "Stage", "Target", "Tensor", "TensorLocationSettings",
+    "ARCHS", "SYSTEMS", "ZOO", "Assumptions", "Block", "Layout", "Model", "Options",
+    "RunRequest", "StageSpec", "Target", "Tensor", "TensorLocationSettings",
     "TensorLocations", "emulate", "make_target", "prepare",
 ]

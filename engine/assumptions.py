@@ -309,7 +309,7 @@ class Assumptions:
                 checked = _checked(f.name, value, f)
             object.__setattr__(self, f.name, checked)
 
-    def updated(self, overrides: Mapping[str, Any]) -> "Assumptions":
+    def updated(self, overrides: Mapping[str, Any]) -> Assumptions:
         """A copy with ``overrides`` applied: ``name=value``, or for a per-optimiser assumption
         ``name.optimiser=value`` (one optimiser), ``name=value`` (every optimiser) or
         ``name={optimiser: value}``. Unknown names, optimisers and out-of-range values are ConfigErrors."""

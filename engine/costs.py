@@ -168,7 +168,7 @@ class CostModel:
         compute = per_flops / self.target.vector_flops_per_cycle(precision)
         return max(compute, per_bytes / self.target.memory_bytes_per_cycle_per_tile)
 
-    def amp_plan(self, op: Op, tiles: int) -> "AmpPlan":
+    def amp_plan(self, op: Op, tiles: int) -> AmpPlan:
         """How poplibs' planner would split a matmul or convolution over ``tiles``, and what it costs.
 
         Each group's tiles form a pm x pn x pk grid over the output's rows, its columns and the
@@ -187,7 +187,7 @@ class CostModel:
             plan = self._plans[key] = self._plan(op, tiles)
         return plan
 
-    def _plan(self, op: Op, tiles: int) -> "AmpPlan":
+    def _plan(self, op: Op, tiles: int) -> AmpPlan:
         m, k, n = op.gemm if op.gemm is not None else (1, 1, 1)
         depth = k
         if op.kind == "conv":
@@ -390,7 +390,7 @@ class CostModel:
         o = self.options
         return o.micro_batch_size * (o.gradient_accumulation if training else 1) * o.device_iterations * o.replication_factor
 
-    def host_loader(self) -> "HostLoader":
+    def host_loader(self) -> HostLoader:
         """The host's data loaders: the processes (poprun instances, each with its own
         ``poptorch.DataLoader``), the cores each one's workers use and the samples they prepare per
         second. The run's IPUs (every replica's) have a host server per ``ipus_per_host_server``;

@@ -18,13 +18,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from popvision_py.format import ProfileWriter, runconfig
+from popvision_py import planner_rules
+from popvision_py.format import ProfileWriter
 from popvision_py.format import schema as S
 from popvision_py.format.schema import PASSES, PHASES
 
 from engine.compiler import Compiled, cost_model
 from engine.costs import vertices
 from engine.memory import IpuMemory
+from engine.plan import Plan
 from engine.prediction import Prediction
 from engine.scheduler import Schedule, trace_batches
 
@@ -86,7 +88,7 @@ class Summary:
         """Take ``idle_pct`` and ``flop_utilisation_pct`` of ``figures``."""
         self.idle_pct, self.flop_utilisation_pct = figures["idle_pct"], figures["flop_utilisation_pct"]
 
-    def set_prediction(self, prediction: "Prediction") -> None:
+    def set_prediction(self, prediction: Prediction) -> None:
         """Take the ranges, verdict and drivers of ``prediction`` (the sensitivity pass of this run)."""
         figures = prediction.as_json()
         for name in ("throughput_range", "worst_tile_pct_range", "fit_verdict", "throughput_range_drivers",
@@ -96,6 +98,16 @@ class Summary:
         self.fit_verdict_text = prediction.verdict_text()
 
 
+def samples_per_step(plan: Plan) -> int:
+    """Samples one step takes (``planner_rules.samples_per_step``): the summary's figure, and the
+    manifest's ``run.samples_per_step`` that the analysis reads."""
+    o = plan.options
+    return planner_rules.samples_per_step({
+        "micro_batch_size": o.micro_batch_size,
+        "gradient_accumulation": o.gradient_accumulation if plan.training else 1,
+        "replication_factor": o.replication_factor, "packing_factor": plan.model.packing_factor})
+
+
 def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) -> Summary:
     """The run's headline figures."""
     plan = compiled.plan
@@ -103,10 +115,7 @@ def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) ->
     target = plan.target
     clock = target.arch.clock_hz
     steps = o.device_iterations * o.runs
-    samples_per_step = runconfig.samples_per_step({
-        "micro_batch_size": o.micro_batch_size,
-        "gradient_accumulation": o.gradient_accumulation if plan.training else 1,
-        "replication_factor": o.replication_factor, "packing_factor": plan.model.packing_factor})
+    samples = samples_per_step(plan)
     cycles_per_step = sched.total_cycles / steps
     seconds = cycles_per_step / clock
     peaks = [m.peak for m in memories]
@@ -117,8 +126,8 @@ def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) ->
     wait_pct = 100.0 * sched.input_wait_cycles / sched.unit_cycles if sched.unit_cycles else 0.0
     return Summary(
         model=plan.model.name, arch=target.arch.name, system=target.system, strategy=plan.strategy, mode=o.mode,
-        num_ipus=plan.num_ipus, replicas=o.replication_factor, samples_per_step=samples_per_step,
-        cycles_per_step=cycles_per_step, seconds_per_step=seconds, samples_per_second=samples_per_step / seconds,
+        num_ipus=plan.num_ipus, replicas=o.replication_factor, samples_per_step=samples,
+        cycles_per_step=cycles_per_step, seconds_per_step=seconds, samples_per_second=samples / seconds,
         fits=oom == 0, worst_ipu=worst_ipu, worst_tile=worst_tile, worst_tile_bytes=int(peaks[worst_ipu][worst_tile]),
         bytes_per_tile=capacity, oom_tiles=oom, peak_bytes_per_ipu=[int(p.sum()) for p in peaks],
         tensor_sharding=o.tensor_sharding, host_processes=o.host_processes,
@@ -189,10 +198,14 @@ def manifest(compiled: Compiled, sched: Schedule,
         "use_combined_accum": o.use_combined_accum if plan.training and o.optimiser == "sgd" else None,
         "enable_outlining": o.enable_outlining,
         "pipeline_stages": plan.pipeline_stages if plan.strategy == "pipelined" else len(plan.stages),
+        # the schedule's facts, which the analysis reads the profile by (popvision_py.format.schedule)
+        "runs_as_pipeline": plan.pipelined,
+        "pipeline_positions": [plan.pipeline_rank(stage) for stage in plan.stages],
+        "samples_per_step": samples_per_step(plan),
         "total_cycles": int(sched.total_cycles),
     }
     if plan.model.packing_factor != 1:
-        # samples per input (runconfig.samples_per_step); absent means 1
+        # samples per input (planner_rules.samples_per_step); absent means 1
         run["packing_factor"] = float(plan.model.packing_factor)
     if plan.request:
         run["request"] = _jsonable(plan.request)

@@ -11,7 +11,7 @@ the cost. Blocks name groups of ops, exactly as ``poptorch.Block`` does::
     ...
     m.loss(m.linear(x, 10, block="B4"))      # or by name, like poptorch.BeginBlock
 
-Stages and execution strategies live in ``engine.strategies``, ``Options`` in ``engine.options``.
+Stages and their layout live in ``engine.layout``, ``Options`` in ``engine.options``.
 
 A user's model file defines ``build(options: Options) -> Model`` and may define ``DEFAULTS``, a
 dict of option defaults (``micro_batch_size``, ``device_iterations``, ``gradient_accumulation``...).
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.options import DTYPE_BYTES, Options
-from engine.strategies import ExecutionStrategy
+from engine.layout import Layout
 from popvision_py.errors import ConfigError
 
 # Ops whose work runs on the matrix (AMP) units; everything else runs on the workers' vector units.
@@ -49,7 +49,7 @@ class Block:
         self.ipu_id = ipu_id
         self._tokens: list[tuple[contextvars.Token, contextvars.Token]] = []
 
-    def __enter__(self) -> "Block":
+    def __enter__(self) -> Block:
         self._tokens.append((_current_block.set(self.name), _current_block_ipu.set(self.ipu_id)))
         return self
 
@@ -142,7 +142,7 @@ class Model:
         self._op_names: set[str] = set()  # the ops' names, to make each unique without a scan
         self.blocks: list[str] = []  # in order of first use
         self.block_ipus: dict[str, int] = {}
-        self.default_strategy: ExecutionStrategy | None = None
+        self.default_layout: Layout | None = None
         self.params: dict[str, Any] = dict(params or {})
         # Samples (sequences) per input on average: above 1 when inputs pack several sequences
         # (Graphcore's packed BERT); throughput counts samples.
@@ -160,9 +160,9 @@ class Model:
     def parameters(self) -> int:
         return sum(op.params for op in self.ops)
 
-    def set_default_strategy(self, strategy: ExecutionStrategy) -> "Model":
+    def set_default_layout(self, layout: Layout) -> Model:
         """The partition the model runs with unless the user chooses stages."""
-        self.default_strategy = strategy
+        self.default_layout = layout
         return self
 
     def input(self, shape: Sequence[int], dtype: str | None = None) -> Tensor:
@@ -188,7 +188,7 @@ class Model:
 
     def _add(self, name: str, kind: str, inputs: Sequence[Tensor], out_shape: Sequence[int], *, params: int = 0,
              flops: int, grains: int, gemm: tuple[int, int, int] | None = None, block: str | None = None,
-             out_dtype: str | None = None, groups: int = 1, tied: "Op | None" = None) -> Tensor:
+             out_dtype: str | None = None, groups: int = 1, tied: Op | None = None) -> Tensor:
         block = block or _current_block.get()
         if block is None:
             raise ConfigError(f"Op {name!r} is in no Block; build it inside `with Block(...)` or pass block=.")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from popvision_py.errors import ConfigError
 
 if TYPE_CHECKING:
-    from engine.strategies import ExecutionStrategy
+    from engine.layout import Layout
 
 # Bytes of one element of each dtype (the precisions' and the model's tensors').
 DTYPE_BYTES = {"fp16": 2, "fp32": 4, "int32": 4}
@@ -26,11 +26,11 @@ class TensorLocationSettings:
         self.on_chip = True
         self.replicated_tensor_sharding = False
 
-    def useOnChipStorage(self, on_chip: bool = True) -> "TensorLocationSettings":  # noqa: N802 (PopTorch's name)
+    def useOnChipStorage(self, on_chip: bool = True) -> TensorLocationSettings:  # noqa: N802 (PopTorch's name)
         self.on_chip = bool(on_chip)
         return self
 
-    def useReplicatedTensorSharding(self, sharded: bool = True) -> "TensorLocationSettings":  # noqa: N802
+    def useReplicatedTensorSharding(self, sharded: bool = True) -> TensorLocationSettings:  # noqa: N802
         self.replicated_tensor_sharding = bool(sharded)
         return self
 
@@ -52,17 +52,17 @@ class TensorLocations:
     activations_on_chip: bool = True
     replicated_tensor_sharding: bool = False
 
-    def setOptimizerLocation(self, settings: TensorLocationSettings) -> "TensorLocations":  # noqa: N802
+    def setOptimizerLocation(self, settings: TensorLocationSettings) -> TensorLocations:  # noqa: N802
         self.optimiser_on_chip = settings.on_chip
         self.replicated_tensor_sharding |= settings.replicated_tensor_sharding
         return self
 
-    def setWeightLocation(self, settings: TensorLocationSettings) -> "TensorLocations":  # noqa: N802
+    def setWeightLocation(self, settings: TensorLocationSettings) -> TensorLocations:  # noqa: N802
         self.weights_on_chip = settings.on_chip
         self.replicated_tensor_sharding |= settings.replicated_tensor_sharding
         return self
 
-    def setActivationLocation(self, settings: TensorLocationSettings) -> "TensorLocations":  # noqa: N802
+    def setActivationLocation(self, settings: TensorLocationSettings) -> TensorLocations:  # noqa: N802
         self.activations_on_chip = settings.on_chip
         return self
 
@@ -79,10 +79,10 @@ class TensorLocations:
 class _Distributed:
     """``options.Distributed``: PopTorch's distributed sub-options (one host process per poprun instance)."""
 
-    def __init__(self, options: "Options") -> None:
+    def __init__(self, options: Options) -> None:
         self._options = options
 
-    def configureProcessId(self, process_id: int, num_processes: int) -> "Options":  # noqa: N802
+    def configureProcessId(self, process_id: int, num_processes: int) -> Options:  # noqa: N802
         # The emulator times the whole run: only the number of processes feeding it matters.
         self._options.host_processes = int(num_processes)
         return self._options
@@ -95,10 +95,10 @@ class _Distributed:
 class _Training:
     """``options.Training``: PopTorch's training sub-options."""
 
-    def __init__(self, options: "Options") -> None:
+    def __init__(self, options: Options) -> None:
         self._options = options
 
-    def gradientAccumulation(self, n: int) -> "Options":  # noqa: N802
+    def gradientAccumulation(self, n: int) -> Options:  # noqa: N802
         self._options.gradient_accumulation = int(n)
         return self._options
 
@@ -106,10 +106,10 @@ class _Training:
 class _Precision:
     """``options.Precision``: PopTorch's precision sub-options."""
 
-    def __init__(self, options: "Options") -> None:
+    def __init__(self, options: Options) -> None:
         self._options = options
 
-    def setPartialsType(self, dtype: object) -> "Options":  # noqa: N802
+    def setPartialsType(self, dtype: object) -> Options:  # noqa: N802
         """``torch.half`` / ``"fp16"`` or ``torch.float`` / ``"fp32"``."""
         name = str(dtype).removeprefix("torch.")
         self._options.partials = {"half": "fp16", "float16": "fp16", "float": "fp32", "float32": "fp32"}.get(name, name)
@@ -184,18 +184,18 @@ class Options:
     # torch's DataLoader starts its workers again at every epoch (TensorFlow's tf.data repeats without).
     persistent_workers: bool = False
     tensor_locations: TensorLocations = field(default_factory=TensorLocations)
-    strategy: "ExecutionStrategy | None" = None
+    layout: Layout | None = None  # the stages to run, over the model's default
 
     # PopTorch's spelling -------------------------------------------------------------------
-    def deviceIterations(self, n: int) -> "Options":  # noqa: N802
+    def deviceIterations(self, n: int) -> Options:  # noqa: N802
         self.device_iterations = int(n)
         return self
 
-    def replicationFactor(self, n: int) -> "Options":  # noqa: N802
+    def replicationFactor(self, n: int) -> Options:  # noqa: N802
         self.replication_factor = int(n)
         return self
 
-    def setAvailableMemoryProportion(self, proportion: float | dict[str, float]) -> "Options":  # noqa: N802
+    def setAvailableMemoryProportion(self, proportion: float | dict[str, float]) -> Options:  # noqa: N802
         # PopTorch takes {"IPU0": 0.2, ...}: one value per IPU, the IPUs it leaves out at Poplar's 0.6.
         if isinstance(proportion, dict):
             try:
@@ -217,12 +217,8 @@ class Options:
             return float(amp[min(ipu, len(amp) - 1)])
         return float(amp)
 
-    def setExecutionStrategy(self, strategy: "ExecutionStrategy") -> "Options":  # noqa: N802
-        self.strategy = strategy
-        return self
-
     @property
-    def Precision(self) -> "_Precision":  # noqa: N802
+    def Precision(self) -> _Precision:  # noqa: N802
         return _Precision(self)
 
     @property

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from popvision_py.errors import ConfigError
-from popvision_py.format import runconfig
+from popvision_py import planner_rules
 
 from engine.model import Model, Op, shard_ops
 from engine.options import Options
-from engine.strategies import ExecutionStrategy, PipelinedExecution, Stage
+from engine.layout import Layout, StageSpec
 from engine.targets import Target, make_target
 
 
@@ -58,18 +58,18 @@ class Plan:
 
     @property
     def pipeline_stages(self) -> int:
-        """PopART's count (``runconfig.pipeline_stages``): 2N-1 training over N stages, N for inference;
+        """PopART's count (``planner_rules.pipeline_stages``): 2N-1 training over N stages, N for inference;
         N counts the IPUs the stages run on (consecutive stages on one IPU run one after another)."""
-        return runconfig.pipeline_stages(self.pipeline_depth, self.training)
+        return planner_rules.pipeline_stages(self.pipeline_depth, self.training)
 
     @property
     def pipeline_depth(self) -> int:
-        """Distinct IPUs the stages run on (``runconfig.pipeline_depth``)."""
-        return runconfig.pipeline_depth([s.ipu for s in self.stages])
+        """Distinct IPUs the stages run on (``planner_rules.pipeline_depth``)."""
+        return planner_rules.pipeline_depth([s.ipu for s in self.stages])
 
-    def pipeline_rank(self, stage: "StagePlan") -> int:
-        """The stage's place in the pipeline: its IPU's rank (``runconfig.pipeline_ranks``)."""
-        return runconfig.pipeline_ranks([s.ipu for s in self.stages])[stage.index]
+    def pipeline_rank(self, stage: StagePlan) -> int:
+        """The stage's place in the pipeline: its IPU's rank (``planner_rules.pipeline_ranks``)."""
+        return planner_rules.pipeline_ranks([s.ipu for s in self.stages])[stage.index]
 
     @property
     def optimiser_shards(self) -> int:
@@ -85,37 +85,37 @@ class Plan:
 
 
 def runs_as_pipeline(kind: str, stage_ipus: Sequence[int]) -> bool:
-    """Stages run as a pipeline (``runconfig.runs_as_pipeline``, the rule the analysis reads profiles by)."""
-    return runconfig.runs_as_pipeline(kind, stage_ipus)
+    """Stages run as a pipeline (``planner_rules.runs_as_pipeline``, the rule the analysis reads profiles by)."""
+    return planner_rules.runs_as_pipeline(kind, stage_ipus)
 
 
-def resolve_strategy(model: Model, options: Options, kind: str | None) -> ExecutionStrategy:
-    """The stages to run: the options' strategy, else the model's default, else PopTorch's auto-stage
+def resolve_layout(model: Model, options: Options, kind: str | None) -> Layout:
+    """The stages to run: the options' layout, else the model's default, else PopTorch's auto-stage
     (one stage per block, on the block's ``ipu_id`` if given), under ``kind`` if named."""
-    strategy = options.strategy or model.default_strategy
-    if strategy is None:
+    layout = options.layout or model.default_layout
+    if layout is None:
         if model.block_ipus:
-            stages = [Stage(b).ipu(model.block_ipus.get(b, 0)) for b in model.blocks]
+            stages = [StageSpec(b, model.block_ipus.get(b, 0)) for b in model.blocks]
         else:
-            stages = [Stage(*model.blocks).ipu(0)]
-        strategy = PipelinedExecution(*stages)
-    return strategy.with_kind(kind) if kind else strategy
+            stages = [StageSpec(tuple(model.blocks), 0)]
+        layout = Layout("pipelined", stages)
+    return layout.with_kind(kind) if kind else layout
 
 
-def make_plan(model: Model, options: Options, strategy: ExecutionStrategy, *,
+def make_plan(model: Model, options: Options, layout: Layout, *,
               assumptions: dict[str, float] | None = None) -> Plan:
     """Check the stages against the model and the options; ConfigError on the first broken rule."""
     options.validate()
     if not model.ops:
         raise ConfigError(f"Model {model.name} has no ops.")
-    stages = strategy.stages
+    stages = layout.stages
     if not stages:
         raise ConfigError("The execution strategy has no stages.")
     known = set(model.blocks)
     owner: dict[str, int] = {}
     for i, stage in enumerate(stages):
-        if stage.ipu_id is None or stage.ipu_id < 0:
-            raise ConfigError(f"Stage {i} ({', '.join(stage.blocks)}) is on IPU {stage.ipu_id}; IPUs are numbered from 0.")
+        if stage.ipu < 0:
+            raise ConfigError(f"Stage {i} ({', '.join(stage.blocks)}) is on IPU {stage.ipu}; IPUs are numbered from 0.")
         for block in stage.blocks:
             if block not in known:
                 raise ConfigError(f"Stage {i} names block {block!r}, which model {model.name} does not have "
@@ -126,7 +126,7 @@ def make_plan(model: Model, options: Options, strategy: ExecutionStrategy, *,
     missing = [b for b in model.blocks if b not in owner]
     if missing:
         raise ConfigError(f"Block {missing[0]} is in no stage; every block must be placed in a stage.")
-    broken = runconfig.ascending_rule(strategy.kind, [int(s.ipu_id) for s in stages])
+    broken = planner_rules.ascending_rule(layout.kind, layout.ipus)
     if broken:
         raise ConfigError(broken)
     plans = []
@@ -134,7 +134,7 @@ def make_plan(model: Model, options: Options, strategy: ExecutionStrategy, *,
     sharded = shard_ops(model.ops, options.tensor_sharding)
     for i, stage in enumerate(stages):
         ops = tuple(op for op in sharded if owner[op.block] == i)
-        plans.append(StagePlan(i, int(stage.ipu_id), tuple(stage.blocks), ops))
+        plans.append(StagePlan(i, stage.ipu, stage.blocks, ops))
         stage_of.update({op.op_id: i for op in ops})
     for op in model.ops:
         for t in op.inputs:
@@ -142,7 +142,7 @@ def make_plan(model: Model, options: Options, strategy: ExecutionStrategy, *,
                 producer = model.ops[t.producer]
                 raise ConfigError(f"Op {op.name} in stage {stage_of[op.op_id]} uses {producer.name} from the later "
                                   f"stage {stage_of[t.producer]}; stages must follow the model's order.")
-    broken = runconfig.host_processes_rule(options.host_processes, options.replication_factor)
+    broken = planner_rules.host_processes_rule(options.host_processes, options.replication_factor)
     if broken:
         raise ConfigError(broken)
     num_ipus = 1 + max(p.ipu for p in plans)
@@ -152,11 +152,11 @@ def make_plan(model: Model, options: Options, strategy: ExecutionStrategy, *,
                           f"value, or one per IPU.")
     total_ipus = num_ipus * options.tensor_sharding * options.replication_factor
     target = make_target(options.arch, total_ipus, options.system, assumptions)
-    plan = Plan(model, options, strategy.kind, tuple(plans), num_ipus, target)
+    plan = Plan(model, options, layout.kind, tuple(plans), num_ipus, target)
     empty = [p for p in plans if not p.ops]
     if empty:
         raise ConfigError(f"Stage {empty[0].index} ({', '.join(empty[0].blocks)}) holds no ops.")
-    broken = runconfig.pipeline_rule(strategy.kind, [p.ipu for p in plans], options.training,
+    broken = planner_rules.pipeline_rule(layout.kind, [p.ipu for p in plans], options.training,
                                      options.gradient_accumulation, options.device_iterations)
     if broken:
         raise ConfigError(broken)

@@ -20,17 +20,17 @@ from typing import Any
 from tqdm import tqdm
 
 from popvision_py.errors import ConfigError, first_line
-from popvision_py.format.runconfig import pipeline_depth, pipeline_stages
+from popvision_py.planner_rules import pipeline_depth, pipeline_stages
 
 from engine.compiler import Compiled, compile_plan
 from engine.instrument import Summary, summarise, write_profile
 from engine.memory import plan_memory
 from engine.model import Model
 from engine.options import Options
-from engine.plan import Plan, make_plan, resolve_strategy, runs_as_pipeline
+from engine.plan import Plan, make_plan, resolve_layout, runs_as_pipeline
 from engine.prediction import Prediction, applicable, sensitivity
 from engine.scheduler import Schedule, schedule
-from engine.strategies import STRATEGIES, ExecutionStrategy, Stage
+from engine.layout import KINDS, Layout, StageSpec
 from engine.zoo import zoo_entry
 
 OPTION_NAMES = ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "precision",
@@ -80,7 +80,7 @@ class RunRequest:
     # model is a script, whose model is captured and emulated without running its loop.
     script_args: Sequence[str] | None = None
     # The summary's idle share and FLOP utilisation from the compiled and scheduled run, as the
-    # analysis computes them (``popvision_py.render.run_summary.emulated_figures``, passed in from above).
+    # analysis computes them (``popvision_py.run_figures.emulated_figures``, passed in from above).
     figures: Callable[[Compiled, Schedule], dict[str, float]] | None = None
 
 
@@ -179,7 +179,7 @@ def _defaults(module: Any, name: str, model: str) -> dict[str, Any]:
     return dict(value)
 
 
-def parse_stages(text: str, kind: str, blocks: Sequence[str], model: str = "the model") -> ExecutionStrategy:
+def parse_stages(text: str, kind: str, blocks: Sequence[str], model: str = "the model") -> Layout:
     """``"B1,B2@0 B3@1 B4@2"``: stages separated by spaces (or ``;``), blocks by commas, ``@n`` the
     IPU (stage k goes on IPU k when ``@n`` is left out). ``A..B`` stands for every block of
     ``blocks`` (the model's, in model order) from A to B inclusive, as ``popvision models`` prints
@@ -201,8 +201,8 @@ def parse_stages(text: str, kind: str, blocks: Sequence[str], model: str = "the 
         except ValueError:
             raise ConfigError(f"Stage {k} of --stages ({group!r}) has IPU {ipu_text!r}, not a number.") from None
         expanded = [b for name in names for b in _block_range(name, order, blocks, k, group, model)]
-        stages.append(Stage(*expanded).ipu(ipu))
-    return STRATEGIES[kind](*stages)
+        stages.append(StageSpec(tuple(expanded), ipu))
+    return Layout(kind, stages)
 
 
 def _block_range(name: str, order: dict[str, int], blocks: Sequence[str], k: int, group: str,
@@ -314,11 +314,11 @@ def _check_sizes(request: RunRequest) -> None:
         check_bounds(request, OPS_PER_LAYER * layers, 1472, Options(gradient_accumulation=1))
 
 
-def _check_ipus(request: RunRequest, model: Model, strategy: ExecutionStrategy) -> None:
+def _check_ipus(request: RunRequest, model: Model, layout: Layout) -> None:
     """--ipus that the model's partition cannot use (more IPUs than it has blocks) is refused, not
     quietly lowered to what the partition uses."""
     asked = request.params.get("ipus")
-    used = len({stage.ipu_id for stage in strategy.stages})
+    used = len(set(layout.ipus))
     if request.stages is None and isinstance(asked, int) and asked > used:
         raise ConfigError(f"--ipus {asked:,} asks for more IPUs than {model.name}'s {len(model.blocks)} blocks "
                           f"can be split over; its partition uses at most {used}, so ask for --ipus {used} or fewer.")
@@ -330,21 +330,21 @@ def prepare(request: RunRequest, load_script: ScriptLoader | None = None) -> Pla
     _check_sizes(request)
     source = load_model_source(request.model, request, load_script)
     options = build_options(source, request)
-    if request.strategy is not None and request.strategy not in STRATEGIES:
+    if request.strategy is not None and request.strategy not in KINDS:
         raise ConfigError(f"Unknown strategy {request.strategy!r}; choose pipelined, sharded or phased.")
     model = build_model(source, options, request.params)
     if request.stages is not None:
-        kind = request.strategy or (model.default_strategy.kind if model.default_strategy else "pipelined")
-        strategy = parse_stages(request.stages, kind, model.blocks, model.name)
+        kind = request.strategy or (model.default_layout.kind if model.default_layout else "pipelined")
+        layout = parse_stages(request.stages, kind, model.blocks, model.name)
     else:
-        strategy = resolve_strategy(model, options, request.strategy)
-    least = pipeline_stages(pipeline_depth([s.ipu_id for s in strategy.stages]), True)  # a training pipeline's
-    if (runs_as_pipeline(strategy.kind, [s.ipu_id for s in strategy.stages]) and options.training
+        layout = resolve_layout(model, options, request.strategy)
+    least = pipeline_stages(pipeline_depth(layout.ipus), True)  # a training pipeline's
+    if (runs_as_pipeline(layout.kind, layout.ipus) and options.training
             and request.options.get("gradient_accumulation") is None and options.gradient_accumulation < least):
         # A default (not the user's choice) too small for the partition: use the least that runs.
         options.gradient_accumulation = least
-    _check_ipus(request, model, strategy)
-    plan = make_plan(model, options, strategy, assumptions=request.assumptions or None)
+    _check_ipus(request, model, layout)
+    plan = make_plan(model, options, layout, assumptions=request.assumptions or None)
     check_bounds(request, sum(len(s.ops) for s in plan.stages), plan.target.tiles, plan.options)
     return dataclasses.replace(plan, request=request_record(request, source))
 

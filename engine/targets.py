@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from popvision_py.errors import ConfigError
-from popvision_py.format import runconfig
+from popvision_py import planner_rules
 
 from engine.assumptions import Assumptions
 
@@ -70,8 +70,8 @@ ARCHS: dict[str, Arch] = {
 }
 DEFAULT_ARCH = "mk2"
 
-# IPU systems by size: one table, shared with the analysis (popvision_py.format.runconfig).
-SYSTEMS = runconfig.SYSTEMS
+# IPU systems by size: one table, shared with the analysis (popvision_py.planner_rules).
+SYSTEMS = planner_rules.SYSTEMS
 # IPU-Links join the IPU-M2000s of up to an IPU-POD64; IPU-POD128 and IPU-POD256 join IPU-POD64s over
 # the IPU-Gateways' GW-Links (Graphcore's IPU-POD64 / IPU-POD256 reference designs).
 IPU_LINK_DOMAIN_IPUS = 64
@@ -93,7 +93,7 @@ class Target:
     def tiles(self) -> int:
         return self.arch.tiles_per_ipu
 
-    def with_assumptions(self, **overrides: Any) -> "Target":
+    def with_assumptions(self, **overrides: Any) -> Target:
         """A copy with some assumptions changed (see ``Assumptions.updated``; per-optimiser values as
         ``**{"optimiser_state_bytes_per_param.adam": 12}``); a bad name or value is a ConfigError."""
         return dataclasses.replace(self, assumptions=self.assumptions.updated(overrides))
@@ -142,11 +142,11 @@ class Target:
 
 
 def smallest_system(ipus: int) -> str:
-    """The smallest system holding ``ipus`` IPUs; ConfigError beyond the largest (``runconfig.system_rule``)."""
-    broken = runconfig.system_rule(ipus)
+    """The smallest system holding ``ipus`` IPUs; ConfigError beyond the largest (``planner_rules.system_rule``)."""
+    broken = planner_rules.system_rule(ipus)
     if broken:
         raise ConfigError(broken)
-    return runconfig.system_holding(ipus)
+    return planner_rules.system_holding(ipus)
 
 
 def make_target(arch: str = DEFAULT_ARCH, ipus: int = 1, system: str | None = None,

@@ -17,7 +17,7 @@ from popvision_py.errors import ConfigError
 
 from engine.model import Block, Model
 from engine.options import Options
-from engine.strategies import ExecutionStrategy, PhasedExecution, PipelinedExecution, Stage
+from engine.layout import Layout, StageSpec
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,9 @@ class ZooEntry:
         return params
 
 
-def balanced_stages(model: Model, ipus: int, strategy: type[ExecutionStrategy] = PipelinedExecution,
+def balanced_stages(model: Model, ipus: int, kind: str = "pipelined",
                     first: int = 0, *, memory_aware: bool = False, head_on_first: bool = False,
-                    first_alone: bool = False) -> ExecutionStrategy:
+                    first_alone: bool = False) -> Layout:
     """Contiguous groups of the model's blocks over ``ipus`` IPUs, balanced by training FLOPs, or
     with ``memory_aware`` by time and memory.
 
@@ -73,11 +73,11 @@ def balanced_stages(model: Model, ipus: int, strategy: type[ExecutionStrategy] =
     (Graphcore's GPT-2 embedding), the other blocks over the rest.
     """
     blocks = list(model.blocks)
-    if strategy is PhasedExecution:
+    if kind == "phased":
         # Phased: one phase per block, phases dealt round-robin over the IPUs.
-        return strategy(*[Stage(b).ipu(first + k % ipus) for k, b in enumerate(blocks)])
+        return Layout(kind, [StageSpec(b, first + k % ipus) for k, b in enumerate(blocks)])
     if not memory_aware:
-        return strategy(*[Stage(*grp).ipu(first + k) for k, grp in enumerate(_split_by_flops(model, ipus))])
+        return Layout(kind, [StageSpec(tuple(grp), first + k) for k, grp in enumerate(_split_by_flops(model, ipus))])
     load = block_loads(model)
     head_on_first = head_on_first and ipus > 1 and len(blocks) > 2
     first_alone = first_alone and ipus > 2 and len(blocks) > 2
@@ -87,10 +87,10 @@ def balanced_stages(model: Model, ipus: int, strategy: type[ExecutionStrategy] =
         groups = [[blocks[0]]] + _split(blocks[1:], load, ipus - 1, np.zeros(2))
     else:
         groups = _split(blocks, load, ipus, preload)
-    stages = [Stage(*grp).ipu(first + k) for k, grp in enumerate(groups)]
+    stages = [StageSpec(tuple(grp), first + k) for k, grp in enumerate(groups)]
     if tail:
-        stages.append(Stage(*tail).ipu(first))
-    return strategy(*stages)
+        stages.append(StageSpec(tuple(tail), first))
+    return Layout(kind, stages)
 
 
 def _split_by_flops(model: Model, ipus: int) -> list[list[str]]:
@@ -193,8 +193,7 @@ def build_mnist(options: Options) -> Model:
         x = m.linear(x, 10, name="layer4/linear")
         if options.training:
             m.loss(x, name="loss/cross_entropy")
-    m.set_default_strategy(PipelinedExecution(Stage("B1").ipu(0), Stage("B2").ipu(1), Stage("B3").ipu(2),
-                                              Stage("B4").ipu(3)))
+    m.set_default_layout(Layout.of("pipelined", "B1", "B2", "B3", "B4"))
     return m
 
 
@@ -234,11 +233,11 @@ def build_resnet50(options: Options, *, image_size: int = 224, classes: int = 10
         # Graphcore's split of its TensorFlow ResNet-50 on IPU-POD16/64 (configs.yml
         # mk2_resnet50_bn_16ipus: after stage1/unit3, stage2/unit4 and stage3/unit4, our layer1.2,
         # layer2.3 and layer3.3): lighter early stages, which stash more micro-batches.
-        m.set_default_strategy(PipelinedExecution(
-            Stage(*_blocks_between(m, "stem", "layer1.2")).ipu(0), Stage(*_blocks_between(m, "layer2.0", "layer2.3")).ipu(1),
-            Stage(*_blocks_between(m, "layer3.0", "layer3.3")).ipu(2), Stage(*_blocks_between(m, "layer3.4", "head")).ipu(3)))
+        m.set_default_layout(Layout("pipelined", [
+            StageSpec(tuple(_blocks_between(m, first, last)), ipu) for ipu, (first, last) in enumerate(
+                [("stem", "layer1.2"), ("layer2.0", "layer2.3"), ("layer3.0", "layer3.3"), ("layer3.4", "head")])]))
     else:
-        m.set_default_strategy(balanced_stages(m, ipus))
+        m.set_default_layout(balanced_stages(m, ipus))
     return m
 
 
@@ -297,7 +296,7 @@ def build_bert(options: Options, *, layers: int = 24, hidden: int = 1024, heads:
             m.loss(logits, name="head/mlm_loss")
     # Graphcore places the embeddings (the large vocabulary table) with fewer layers on IPU 0, and
     # the tied head back on IPU 0 (nlp/bert/pytorch/modeling.py: "Classifier --> IPU 0").
-    m.set_default_strategy(balanced_stages(m, ipus, memory_aware=True, head_on_first=bool(tied_embeddings)))
+    m.set_default_layout(balanced_stages(m, ipus, memory_aware=True, head_on_first=bool(tied_embeddings)))
     return m
 
 
@@ -369,10 +368,10 @@ def build_gpt(options: Options, *, layers: int = 12, hidden: int = 768, heads: i
     if weights > on_chip:
         # Phased pipeline: contiguous stages on distinct IPUs, each streaming its ops' weights.
         # (the tied head streams the embedding's matrix itself: it stays on the last stage)
-        m.set_default_strategy(balanced_stages(m, ipus, memory_aware=True,
+        m.set_default_layout(balanced_stages(m, ipus, memory_aware=True,
                                                first_alone=bool(embedding_alone)).with_kind("phased"))
     else:
-        m.set_default_strategy(balanced_stages(m, ipus, memory_aware=True, head_on_first=bool(tied_embeddings),
+        m.set_default_layout(balanced_stages(m, ipus, memory_aware=True, head_on_first=bool(tied_embeddings),
                                                first_alone=bool(embedding_alone)))
     return m
 
@@ -399,7 +398,7 @@ def build_vit(options: Options, *, layers: int = 12, hidden: int = 768, heads: i
         logits = m.linear(cls, classes, name="head/classifier")
         if options.training:
             m.loss(logits, name="head/loss")
-    m.set_default_strategy(balanced_stages(m, ipus))
+    m.set_default_layout(balanced_stages(m, ipus))
     return m
 
 
@@ -461,9 +460,9 @@ def zoo_entry(name: str) -> ZooEntry:
     return ZOO[name]
 
 
-def describe_partition(strategy: ExecutionStrategy) -> str:
+def describe_partition(layout: Layout) -> str:
     """``B1@0 B2@1`` style text for a strategy's stages (the CLI's --stages syntax)."""
-    return " ".join(f"{','.join(_compress(s.blocks))}@{s.ipu_id}" for s in strategy.stages)
+    return " ".join(f"{','.join(_compress(s.blocks))}@{s.ipu}" for s in layout.stages)
 
 
 def _compress(blocks: tuple[str, ...]) -> list[str]:
@@ -473,8 +472,8 @@ def _compress(blocks: tuple[str, ...]) -> list[str]:
     return list(blocks)
 
 
-def estimate_ipus(strategy: ExecutionStrategy) -> int:
-    return 1 + max(s.ipu_id or 0 for s in strategy.stages)
+def estimate_ipus(layout: Layout) -> int:
+    return 1 + max(layout.ipus, default=0)
 
 
 __all__ = ["ZOO", "ZooEntry", "balanced_stages", "build_mnist", "describe_partition", "zoo_entry"]

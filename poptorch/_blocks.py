@@ -59,7 +59,7 @@ class Block:
         """Begin a block without a ``with``."""
         STATE.begin(user_id, ipu_id)
 
-    def __enter__(self) -> "Block":
+    def __enter__(self) -> Block:
         STATE.begin(self._user_id, self._ipu_id)
         return self
 

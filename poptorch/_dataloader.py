@@ -199,7 +199,7 @@ class _Timed:
     def __init__(self, batches: Any, recorder: Any, measured: Measured, combined: int | None) -> None:
         self._batches, self._recorder, self._measured, self._combined = batches, recorder, measured, combined
 
-    def __iter__(self) -> "_Timed":
+    def __iter__(self) -> _Timed:
         return self
 
     def __next__(self) -> Any:

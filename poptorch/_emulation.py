@@ -30,7 +30,7 @@ import torch
 from engine.instrument import Summary
 from engine.plan import make_plan
 from engine.runner import RunRequest, emulate_plan
-from engine.strategies import ExecutionStrategy
+from engine.layout import Layout
 from engine.torch_capture import Captured, OpRecord, micro_batch_size, model_precision, to_model
 from popdist._env import instance_directory, poprun_instance
 from popvision_py.errors import ConfigError
@@ -124,17 +124,18 @@ def _in_poptorch_words(sentence: str) -> str:
     return sentence
 
 
-def engine_strategy(captured: Captured, options: Options) -> ExecutionStrategy:
-    """The options' execution strategy over the captured blocks; PopTorch's default without one
-    (pipelined, a stage per IPU the blocks name: ``AutoStage.SameAsIpu``)."""
+def engine_layout(captured: Captured, options: Options) -> Layout:
+    """The options' execution strategy over the captured blocks, as the engine's ``Layout``; PopTorch's
+    default without one (pipelined, a stage per IPU the blocks name: ``AutoStage.SameAsIpu``)."""
     strategy = options.execution_strategy or PipelinedExecution()
-    return strategy.engine_strategy(list(captured.model.blocks), captured.block_ipus)
+    return strategy.layout(list(captured.model.blocks), captured.block_ipus)
 
 
 def emulate(captured: Captured, options: Options, *, training: bool, write: bool = True) -> Compiled:
     """Emulate the captured model with the script's strategy; write its profile where PopTorch
     users look for it (unless ``write`` is false), and return the summary ``popvision run`` prints."""
-    from popvision_py.render.run_summary import summary_figures, summary_text
+    from popvision_py.render.run_summary import summary_text
+    from popvision_py.run_figures import summary_figures
     from popvision_py.format.atomic import check_writable, folder_lock
 
     model = captured.model
@@ -142,7 +143,7 @@ def emulate(captured: Captured, options: Options, *, training: bool, write: bool
     if loaded is not None and loaded.dataset:
         model.dataset_samples = {model.options.mode: loaded.dataset}
     try:
-        plan = make_plan(model, model.options, engine_strategy(captured, options))
+        plan = make_plan(model, model.options, engine_layout(captured, options))
     except ConfigError as exc:
         raise Error(f"Compiling {model.name}: {_in_poptorch_words(str(exc))}") from None
     plan = dataclasses.replace(plan, request=script_request(training))
@@ -168,9 +169,9 @@ def emulate(captured: Captured, options: Options, *, training: bool, write: bool
             check_writable(folder)
         with folder_lock(target.parent):
             summary = emulate_plan(plan, RunRequest(model=model.name, profile=target, progress=False))
-        figures = summary_figures(target)
+        summary.set_figures(summary_figures(target))
     summary.profile = str(target) if folder is not None else None
-    return Compiled(captured, summary, summary_text(summary, **figures), target if folder is not None else None)
+    return Compiled(captured, summary, summary_text(summary), target if folder is not None else None)
 
 
 def script_request(training: bool) -> dict:

@@ -87,7 +87,7 @@ class PoplarExecutor:
         return self._training
 
     @property
-    def compiled(self) -> "_emulation.Compiled | None":
+    def compiled(self) -> _emulation.Compiled | None:
         """The capture, emulation summary and profile of the first call (None before it)."""
         return self._compiled
 
@@ -252,7 +252,7 @@ class PoplarExecutor:
         del recorder
         if _CAPTURE_ONLY:
             # the capture again under other engine options (a tool's what-if), from the same records
-            _CAPTURE_ONLY[-1](captured, _emulation.engine_strategy(captured, self._options), self._training,
+            _CAPTURE_ONLY[-1](captured, _emulation.engine_layout(captured, self._options), self._training,
                               lambda options: to_model(records, inputs, root, name, options).model)
         # a capture (the callback did not stop the script at this model) writes no profile
         self._compiled = _emulation.emulate(captured, self._options, training=self._training, write=not _CAPTURE_ONLY)

@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from engine import options as eo
-from engine import strategies as es
+from engine.layout import Layout, StageSpec
 from poptorch._errors import UnsupportedError
 
 
@@ -106,9 +106,14 @@ class Stage:
     def blocks(self) -> list[str]:
         return list(self._blocks)
 
-    def ipu(self, ipu: int) -> "Stage":
+    def ipu(self, ipu: int) -> Stage:
         self._ipu = int(ipu)
         return self
+
+    def spec(self, position: int) -> StageSpec:
+        """The engine's ``StageSpec`` of this stage, the ``position``-th of its strategy: on the IPU
+        ``ipu()`` named, else on IPU ``position`` (PopTorch's default)."""
+        return StageSpec(self._blocks, position if self._ipu is None else self._ipu)
 
     def __repr__(self) -> str:
         return f"Stage({', '.join(map(repr, self._blocks))}).ipu({self._ipu})"
@@ -146,26 +151,22 @@ class _ExecutionStrategy(_Unsupported):
     def _OWNER(self) -> str:  # noqa: N802
         return f"poptorch.{type(self).__name__}"
 
-    def engine_strategy(self, blocks: list[str], block_ipus: dict[str, int]) -> es.ExecutionStrategy:
-        """The engine's strategy over the captured model's ``blocks`` (in model order)."""
-        cls = es.STRATEGIES[self.kind]
+    def layout(self, blocks: list[str], block_ipus: dict[str, int]) -> Layout:
+        """The engine's description of this strategy (``engine.layout.Layout``) over the captured
+        model's ``blocks`` (in model order): PopTorch's classes convert into it, never mirror it."""
         if self.stages:
-            return cls(*[_engine_stage(s, k) for k, s in enumerate(self.stages)])
+            return Layout(self.kind, [s.spec(k) for k, s in enumerate(self.stages)])
         if self.auto == AutoStage.AutoIncrement:
-            return cls(*[es.Stage(b).ipu(block_ipus.get(b, k)) for k, b in enumerate(blocks)])
+            return Layout(self.kind, [StageSpec(b, block_ipus.get(b, k)) for k, b in enumerate(blocks)])
         # SameAsIpu: consecutive blocks on one IPU form one stage.
-        stages: list[es.Stage] = []
+        groups: list[tuple[list[str], int]] = []
         for b in blocks:
             ipu = block_ipus.get(b, 0)
-            if stages and stages[-1].ipu_id == ipu:
-                stages[-1].blocks = (*stages[-1].blocks, b)
+            if groups and groups[-1][1] == ipu:
+                groups[-1][0].append(b)
             else:
-                stages.append(es.Stage(b).ipu(ipu))
-        return cls(*stages)
-
-
-def _engine_stage(stage: Stage, k: int) -> es.Stage:
-    return es.Stage(*stage.blocks).ipu(k if stage._ipu is None else stage._ipu)
+                groups.append(([b], ipu))
+        return Layout(self.kind, [StageSpec(tuple(names), ipu) for names, ipu in groups])
 
 
 class PipelinedExecution(_ExecutionStrategy):
@@ -191,7 +192,7 @@ class _PhasedExecution(_ExecutionStrategy):
             stages.extend(p.stages if isinstance(p, Phase) else Phase(p).stages)
         super().__init__(*stages)
 
-    def phaseIpus(self, *args: Any) -> "_PhasedExecution":  # noqa: N802 - accepted: stages carry their IPUs
+    def phaseIpus(self, *args: Any) -> _PhasedExecution:  # noqa: N802 - accepted: stages carry their IPUs
         return self
 
 
@@ -219,24 +220,24 @@ class TensorLocationSettings(_Unsupported):
         self.on_chip = True
         self.replicated_tensor_sharding = False
 
-    def useOnChipStorage(self, use: bool = True) -> "TensorLocationSettings":  # noqa: N802
+    def useOnChipStorage(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
         self.on_chip = bool(use)
         return self
 
-    def useReplicatedTensorSharding(self, use: bool = True) -> "TensorLocationSettings":  # noqa: N802
+    def useReplicatedTensorSharding(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
         self.replicated_tensor_sharding = bool(use)
         return self
 
-    def minElementsForOffChip(self, min_elements: int) -> "TensorLocationSettings":  # noqa: N802
+    def minElementsForOffChip(self, min_elements: int) -> TensorLocationSettings:  # noqa: N802
         return self  # every tensor of the class moves: the emulator has no per-tensor threshold
 
-    def minElementsForReplicatedTensorSharding(self, min_elements: int) -> "TensorLocationSettings":  # noqa: N802
+    def minElementsForReplicatedTensorSharding(self, min_elements: int) -> TensorLocationSettings:  # noqa: N802
         return self
 
-    def useIOTilesToLoad(self, use: bool = True) -> "TensorLocationSettings":  # noqa: N802
+    def useIOTilesToLoad(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
         return self
 
-    def useIOTilesToStore(self, use: bool = True) -> "TensorLocationSettings":  # noqa: N802
+    def useIOTilesToStore(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
         return self
 
 
@@ -248,19 +249,19 @@ class _TensorLocationOptions(_Unsupported):
         self.weights = TensorLocationSettings()
         self.activations = TensorLocationSettings()
 
-    def setOptimizerLocation(self, location: TensorLocationSettings) -> "_TensorLocationOptions":  # noqa: N802
+    def setOptimizerLocation(self, location: TensorLocationSettings) -> _TensorLocationOptions:  # noqa: N802
         self.optimizer = location
         return self
 
-    def setWeightLocation(self, location: TensorLocationSettings) -> "_TensorLocationOptions":  # noqa: N802
+    def setWeightLocation(self, location: TensorLocationSettings) -> _TensorLocationOptions:  # noqa: N802
         self.weights = location
         return self
 
-    def setActivationLocation(self, location: TensorLocationSettings) -> "_TensorLocationOptions":  # noqa: N802
+    def setActivationLocation(self, location: TensorLocationSettings) -> _TensorLocationOptions:  # noqa: N802
         self.activations = location
         return self
 
-    def setAccumulatorLocation(self, location: TensorLocationSettings) -> "_TensorLocationOptions":  # noqa: N802
+    def setAccumulatorLocation(self, location: TensorLocationSettings) -> _TensorLocationOptions:  # noqa: N802
         if not location.on_chip:
             raise UnsupportedError("poptorch.Options.TensorLocations.setAccumulatorLocation with off-chip storage",
                                    "the emulator keeps gradient accumulators on chip")
@@ -277,22 +278,22 @@ class _TrainingOptions(_Unsupported):
         self.gradient_accumulation = 1
         self.accumulation_and_replication_reduction_type = ReductionType.Mean
 
-    def gradientAccumulation(self, gradient_accumulation: int) -> "_TrainingOptions":  # noqa: N802
+    def gradientAccumulation(self, gradient_accumulation: int) -> _TrainingOptions:  # noqa: N802
         if int(gradient_accumulation) < 1:
             raise ValueError(f"gradientAccumulation must be at least 1, not {gradient_accumulation}.")
         self.gradient_accumulation = int(gradient_accumulation)
         return self
 
-    def accumulationAndReplicationReductionType(self, reduction: ReductionType) -> "_TrainingOptions":  # noqa: N802
+    def accumulationAndReplicationReductionType(self, reduction: ReductionType) -> _TrainingOptions:  # noqa: N802
         if reduction not in (ReductionType.Sum, ReductionType.Mean):
             raise ValueError("accumulationAndReplicationReductionType takes ReductionType.Sum or .Mean.")
         self.accumulation_and_replication_reduction_type = ReductionType(reduction)
         return self
 
-    def setAutomaticLossScaling(self, enabled: bool) -> "_TrainingOptions":  # noqa: N802
+    def setAutomaticLossScaling(self, enabled: bool) -> _TrainingOptions:  # noqa: N802
         return self  # loss scaling guards FP16 gradients on the IPU; the CPU update is FP32
 
-    def setMeanAccumulationAndReplicationReductionStrategy(self, strategy: MeanReductionStrategy) -> "_TrainingOptions":  # noqa: N802,E501
+    def setMeanAccumulationAndReplicationReductionStrategy(self, strategy: MeanReductionStrategy) -> _TrainingOptions:  # noqa: N802,E501
         return self  # when the mean is taken changes rounding on the IPU, not the CPU's result
 
 
@@ -302,21 +303,21 @@ class _PrecisionOptions(_Unsupported):
     def __init__(self) -> None:
         self.partials = "fp32"
 
-    def setPartialsType(self, dtype: object) -> "_PrecisionOptions":  # noqa: N802
+    def setPartialsType(self, dtype: object) -> _PrecisionOptions:  # noqa: N802
         self.partials = _dtype_name(dtype)
         return self
 
     # Numerics of the hardware that a CPU run in FP32 cannot show: accepted, no effect.
-    def enableStochasticRounding(self, enabled: bool = True) -> "_PrecisionOptions":  # noqa: N802
+    def enableStochasticRounding(self, enabled: bool = True) -> _PrecisionOptions:  # noqa: N802
         return self
 
-    def enableFloatingPointExceptions(self, enabled: bool = True) -> "_PrecisionOptions":  # noqa: N802
+    def enableFloatingPointExceptions(self, enabled: bool = True) -> _PrecisionOptions:  # noqa: N802
         return self
 
-    def halfFloatCasting(self, behaviour: Any) -> "_PrecisionOptions":  # noqa: N802
+    def halfFloatCasting(self, behaviour: Any) -> _PrecisionOptions:  # noqa: N802
         return self
 
-    def runningStatisticsAlwaysFloat(self, value: bool = True) -> "_PrecisionOptions":  # noqa: N802
+    def runningStatisticsAlwaysFloat(self, value: bool = True) -> _PrecisionOptions:  # noqa: N802
         return self
 
 
@@ -332,19 +333,19 @@ class _DistributedOptions(_Unsupported):
         self.distributed_process_id = 0
         self.setEnvVarNames("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK")
 
-    def configureProcessId(self, process_id: int, num_processes: int) -> "_DistributedOptions":  # noqa: N802
+    def configureProcessId(self, process_id: int, num_processes: int) -> _DistributedOptions:  # noqa: N802
         process_id, num_processes = int(process_id), int(num_processes)
         if not 0 <= process_id < num_processes:
             raise ValueError(f"configureProcessId: process {process_id} is not one of {num_processes} processes.")
         self.distributed_process_id, self.num_distributed_processes = process_id, num_processes
         return self
 
-    def setEnvVarNames(self, var_num_processes: str, var_process_id: str) -> "_DistributedOptions":  # noqa: N802
+    def setEnvVarNames(self, var_num_processes: str, var_process_id: str) -> _DistributedOptions:  # noqa: N802
         """The process id and count from these environment variables (0 and 1 when unset)."""
         return self.configureProcessId(int(os.environ.get(var_process_id, "0")),
                                        int(os.environ.get(var_num_processes, "1")))
 
-    def disable(self) -> "_DistributedOptions":
+    def disable(self) -> _DistributedOptions:
         """One process, whatever the environment says."""
         return self.configureProcessId(0, 1)
 
@@ -360,7 +361,7 @@ class _DistributedOptions(_Unsupported):
 class _JitOptions(_Unsupported):
     _OWNER = "poptorch.Options.Jit"
 
-    def traceModel(self, trace_model: bool) -> "_JitOptions":  # noqa: N802
+    def traceModel(self, trace_model: bool) -> _JitOptions:  # noqa: N802
         return self  # how PopTorch lowers the model to its IR; the capture is the same either way
 
 
@@ -385,7 +386,7 @@ class _PopartOptions(_Unsupported):
     def __init__(self) -> None:
         self.values: dict[str, Any] = {}
 
-    def set(self, key: str, value: Any) -> "_PopartOptions":
+    def set(self, key: str, value: Any) -> _PopartOptions:
         if key not in _POPART_READ and key not in _POPART_NO_EFFECT:
             raise UnsupportedError(f'poptorch.Options._Popart.set("{key}")')
         self.values[key] = value
@@ -452,19 +453,19 @@ class Options(_Unsupported):
         return self._popart
 
     # what drives the CPU run
-    def deviceIterations(self, device_iterations: int) -> "Options":  # noqa: N802
+    def deviceIterations(self, device_iterations: int) -> Options:  # noqa: N802
         if int(device_iterations) < 1:
             raise ValueError(f"deviceIterations must be at least 1, not {device_iterations}.")
         self.device_iterations = int(device_iterations)
         return self
 
-    def replicationFactor(self, replication_factor: int) -> "Options":  # noqa: N802
+    def replicationFactor(self, replication_factor: int) -> Options:  # noqa: N802
         if int(replication_factor) < 1:
             raise ValueError(f"replicationFactor must be at least 1, not {replication_factor}.")
         self.replication_factor = int(replication_factor)
         return self
 
-    def outputMode(self, output_mode: OutputMode, output_return_period: int | None = None) -> "Options":  # noqa: N802
+    def outputMode(self, output_mode: OutputMode, output_return_period: int | None = None) -> Options:  # noqa: N802
         self.output_mode = OutputMode(output_mode)
         if self.output_mode == OutputMode.EveryN:
             if output_return_period is None or int(output_return_period) < 1:
@@ -474,63 +475,63 @@ class Options(_Unsupported):
             raise ValueError("output_return_period is only for OutputMode.EveryN.")
         return self
 
-    def randomSeed(self, random_seed: int) -> "Options":  # noqa: N802
+    def randomSeed(self, random_seed: int) -> Options:  # noqa: N802
         self.random_seed = int(random_seed)
         return self
 
-    def modelName(self, name: str) -> "Options":  # noqa: N802
+    def modelName(self, name: str) -> Options:  # noqa: N802
         """The profile's sub-directory (PopTorch's default: "training" or "inference")."""
         self.model_name = str(name)
         return self
 
-    def enableProfiling(self, profile_dir: str | None = None) -> "Options":  # noqa: N802
+    def enableProfiling(self, profile_dir: str | None = None) -> Options:  # noqa: N802
         """Write the profile under ``profile_dir`` (the current directory by default); the
         ``POPLAR_ENGINE_OPTIONS`` directory wins over it, as in PopTorch."""
         self.profile_dir = profile_dir or "."
         return self
 
     # what drives the emulation
-    def setExecutionStrategy(self, strategy: _ExecutionStrategy) -> "Options":  # noqa: N802
+    def setExecutionStrategy(self, strategy: _ExecutionStrategy) -> Options:  # noqa: N802
         if not isinstance(strategy, _ExecutionStrategy):
             raise TypeError(f"setExecutionStrategy takes a poptorch execution strategy, not {type(strategy).__name__}.")
         self.execution_strategy = strategy
         return self
 
-    def setAvailableMemoryProportion(self, available_memory_proportion: float | dict[str, float]) -> "Options":  # noqa: N802
+    def setAvailableMemoryProportion(self, available_memory_proportion: float | dict[str, float]) -> Options:  # noqa: N802
         self.available_memory_proportion = (dict(available_memory_proportion)
                                             if isinstance(available_memory_proportion, dict)
                                             else float(available_memory_proportion))
         return self
 
     # accepted, no effect off the hardware
-    def useIpuModel(self, use_model: bool) -> "Options":  # noqa: N802
+    def useIpuModel(self, use_model: bool) -> Options:  # noqa: N802
         return self
 
-    def enableExecutableCaching(self, path: str | None) -> "Options":  # noqa: N802
+    def enableExecutableCaching(self, path: str | None) -> Options:  # noqa: N802
         return self
 
-    def autoRoundNumIPUs(self, auto_round_num_ipus: bool = True) -> "Options":  # noqa: N802
+    def autoRoundNumIPUs(self, auto_round_num_ipus: bool = True) -> Options:  # noqa: N802
         return self
 
-    def logCycleCount(self, log_cycle_count: bool) -> "Options":  # noqa: N802
+    def logCycleCount(self, log_cycle_count: bool) -> Options:  # noqa: N802
         return self
 
-    def connectionType(self, connection_type: ConnectionType) -> "Options":  # noqa: N802
+    def connectionType(self, connection_type: ConnectionType) -> Options:  # noqa: N802
         return self
 
-    def syncPattern(self, sync_pattern: SyncPattern) -> "Options":  # noqa: N802
+    def syncPattern(self, sync_pattern: SyncPattern) -> Options:  # noqa: N802
         return self
 
-    def useIpuId(self, ipu_id: int) -> "Options":  # noqa: N802
+    def useIpuId(self, ipu_id: int) -> Options:  # noqa: N802
         return self
 
-    def enableStableNorm(self, enabled: bool) -> "Options":  # noqa: N802
+    def enableStableNorm(self, enabled: bool) -> Options:  # noqa: N802
         return self
 
-    def disableModuleNamescope(self) -> "Options":  # noqa: N802
+    def disableModuleNamescope(self) -> Options:  # noqa: N802
         return self
 
-    def clone(self) -> "Options":
+    def clone(self) -> Options:
         """A deep copy: changing the clone leaves this one as it is."""
         return copy.deepcopy(self)
 

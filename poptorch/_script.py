@@ -82,11 +82,12 @@ def _where(exc: BaseException, script: Path) -> str:
 @dataclass
 class ScriptModel:
     """A PopTorch script's model as the emulator sees it: the captured ops, the engine's options
-    (from the script's poptorch.Options) and its execution strategy, ready for ``engine.plan.make_plan``."""
+    (from the script's poptorch.Options) and its execution strategy as the engine's ``Layout``, ready for
+    ``engine.plan.make_plan``."""
 
     model: Any
     options: Any
-    strategy: Any
+    layout: Any
     training: bool
     generic: dict[str, int]
     # the captured ops as an engine Model under other engine options (the shapes stay the captured ones)
@@ -112,9 +113,9 @@ def capture_script(path: str | os.PathLike[str], args: Sequence[str] = (), *, tr
 
     found: list[ScriptModel] = []
 
-    def take(captured: Any, strategy: Any, is_training: bool, rebuild: Callable[[Any], Any]) -> None:
+    def take(captured: Any, layout: Any, is_training: bool, rebuild: Callable[[Any], Any]) -> None:
         if training is None or is_training == training:
-            found.append(ScriptModel(captured.model, captured.model.options, strategy, is_training,
+            found.append(ScriptModel(captured.model, captured.model.options, layout, is_training,
                                      dict(captured.generic), rebuild))
             raise _Stop
 
@@ -189,7 +190,7 @@ def script_source(path: str | os.PathLike[str], args: Sequence[str], mode: str) 
                               f"{own.precision.upper()}, the precision of its weights; convert the model in the "
                               f"script instead (model.half() for FP16, model.float() for FP32).")
         model = captured.rebuild(options)
-        model.set_default_strategy(captured.strategy)
+        model.set_default_layout(captured.layout)
         return model
 
     return ModelSource(Path(path).stem, build, defaults, {}, zoo=False, script=True)

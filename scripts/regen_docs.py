@@ -9,9 +9,9 @@ An output shown in the docs sits between two markers, just after the command tha
     <!-- /output -->
 
 ``python scripts/regen_docs.py`` runs each marked command and rewrites its block in place. Each runs in a
-scratch folder that sees the repository's ``sample_profiles/`` and ``tests/`` (so a path in a command reads
-as it does from the repository root, and nothing it writes lands in the checkout), after the setup
-commands ``SHOWN`` gives it; the scratch folder's path is taken out of what it prints. ``--check`` rewrites
+scratch folder that sees the repository's ``sample_profiles/``, ``examples/`` and ``tests/`` (so a path in a
+command reads as it does from the repository root, and nothing it writes lands in the checkout), after the
+setup commands ``SHOWN`` gives it; the scratch folder's path is taken out of what it prints. ``--check`` rewrites
 nothing and exits 1 naming each block that differs; ``--only TEXT`` runs the markers whose command
 contains TEXT. tests/test_docs_outputs.py compares every block with what its command prints now.
 """
@@ -111,9 +111,9 @@ def blocks(docs: Sequence[Path] = DOCS) -> Iterator[Block]:
 
 
 def scratch() -> tempfile.TemporaryDirectory:
-    """A folder to run commands in that sees the repository's sample profiles and tests."""
+    """A folder to run commands in that sees the repository's sample profiles, examples and tests."""
     folder = tempfile.TemporaryDirectory(prefix="popvision-docs-")
-    for name in ("sample_profiles", "tests"):
+    for name in ("sample_profiles", "examples", "tests"):
         os.symlink(ROOT / name, Path(folder.name) / name)
     return folder
 

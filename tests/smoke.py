@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_profiles" / "mnist_pipelined" / "profile.pop"
 TRACES = ROOT / "sample_profiles" / "pytorch_gpipe" / "traces"
-POPDIST_SCRIPT = ROOT / "tests" / "popdist" / "tutorial_mnist.py"
+POPDIST_SCRIPT = ROOT / "examples" / "tutorial_mnist.py"
 
 
 class SmokeError(Exception):

@@ -214,7 +214,7 @@ def test_export_trace_is_valid_trace_event_json_matching_the_trace(synthetic_pro
         clock = p.target["clock_hz"]
     events = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert len(events) == len(trace)
-    assert sorted(round(e["dur"] * clock / 1e6) for e in events) == sorted((trace["end_cycle"] - trace["start_cycle"]))
+    assert sorted(round(e["dur"] * clock / 1e6) for e in events) == sorted(trace["end_cycle"] - trace["start_cycle"])
     assert sorted(round(e["ts"] * clock / 1e6) for e in events) == sorted(trace["start_cycle"])
     names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
     assert names == {0: "IPU 0", 1: "IPU 1"}
@@ -223,7 +223,7 @@ def test_export_trace_is_valid_trace_event_json_matching_the_trace(synthetic_pro
 
 
 def test_export_trace_streams_in_batches(synthetic_profiles, tmp_path):
-    from popvision_py.cli.export_trace import export
+    from popvision_py.export_trace import export
 
     out = tmp_path / "t.json"
     count = export(synthetic_profiles[1], out, batch_rows=7)

@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from popvision_py.cli import main
-from popvision_py.cli.export_trace import Window
+from popvision_py.export_trace import Window
 from popvision_py.format import open_profile, writer
 
 ROOT = Path(__file__).resolve().parent.parent

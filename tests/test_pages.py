@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from popvision_py.cli.sql import run_query
+from popvision_py.sql import run_query
 from popvision_py.format import open_profile
 from popvision_py.format import schema as S
 from popvision_py.format.memberfs import MemberFileSystem
@@ -115,7 +115,7 @@ def test_sql_checks_the_chunks_the_query_reads_once_each() -> None:
     # GIVEN the sample, WHEN a query sums the trace's durations twice in one connection
     run_query(str(SAMPLE), "SELECT sum(end_cycle - start_cycle) FROM trace")
     with open_profile(SAMPLE) as profile, MemberFileSystem(profile) as members:
-        from popvision_py.cli.sql import _locked_connection
+        from popvision_py.sql import _locked_connection
 
         con = _locked_connection(members, "1GB")
         con.execute("SELECT sum(end_cycle - start_cycle) FROM trace").fetchall()

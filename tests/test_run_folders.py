@@ -13,7 +13,7 @@ from click.testing import CliRunner
 import popvision_py
 
 from popvision_py.cli import main
-from popvision_py.cli.dashboard import _paths
+from dashboards.data import served_profiles
 from popvision_py.format.runs import run_profiles
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_profiles"
@@ -71,14 +71,15 @@ def test_instances_that_differ_are_shown_side_by_side(tmp_path):
     assert "strategy\n      instance-0: pipelined\n      instance-1: sharded" in text
     compared = invoke("compare", run, "--section", "summary")
     assert compared.exit_code == 0 and "instance-0/training/profile.pop  vs  " in compared.output
-    assert _paths(str(run), None) == [str(run / "instance-0" / "training" / "profile.pop"),
+    assert served_profiles(str(run), None) == [str(run / "instance-0" / "training" / "profile.pop"),
                                       str(run / "instance-1" / "training" / "profile.pop")]
 
 
 def test_the_dashboard_serves_one_instance_when_they_agree(tmp_path):
     run = poprun_folder(tmp_path / "run", PIPELINED, PIPELINED)
-    assert _paths(str(run), None) == [str(run / "instance-0" / "training" / "profile.pop")]
-    assert _paths(str(run), str(SHARDED)) == [str(run / "instance-0" / "training" / "profile.pop"), str(SHARDED)]
+    assert served_profiles(str(run), None) == [str(run / "instance-0" / "training" / "profile.pop")]
+    assert served_profiles(str(run), str(SHARDED)) == [str(run / "instance-0" / "training" / "profile.pop"),
+                                                       str(SHARDED)]
 
 
 def test_a_folder_without_a_profile_is_one_sentence(tmp_path):

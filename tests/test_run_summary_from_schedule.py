@@ -18,7 +18,7 @@ from engine.compiler import compile_plan
 from engine.runner import RunRequest, prepare
 from engine.scheduler import schedule, span, templates
 from popvision_py.format import open_profile
-from popvision_py.render.run_summary import summary_figures
+from popvision_py.run_figures import summary_figures
 from popvision_py.scripts import load_script
 from tests.engine.helpers import run_cli
 

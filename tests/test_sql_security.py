@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from popvision_py.cli.sql import QueryError, run_query
+from popvision_py.sql import QueryError, run_query
 from popvision_py.format import schema as S
 
 ROOT = Path(__file__).resolve().parents[1]

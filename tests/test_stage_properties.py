@@ -23,7 +23,7 @@ from engine.runner import RunRequest, emulate
 from engine.zoo import ZOO
 from popvision_py.analysis import retime
 from popvision_py.format import open_profile
-from popvision_py.format.runconfig import pipeline_depth, runs_as_pipeline
+from popvision_py.planner_rules import pipeline_depth, runs_as_pipeline
 
 BLOCKS = ["B1", "B2", "B3", "B4"]
 

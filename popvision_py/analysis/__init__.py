@@ -1,8 +1,12 @@
 """The analysis library: one stateless module per report, and the ``Report`` facade that feeds them.
 
 Each module holds plain functions (tables in, DataFrame or frozen dataclass out, explicit column
-lists); ``report.Report`` reads each table once, caches it and hands it to those functions. See
+lists); ``report.Report`` reads each table once, caches it and hands it to those functions; the
+views it hands out (``report.summary``, ``report.memory``, ...) are in ``analysis.views``. See
 docs/api.md for the contract and docs/reports.md for the formulas.
+
+A profile is opened one way: ``popvision_py.open(path, system=None)`` (and two compared with
+``popvision_py.compare(a, b)``); this package names the classes they return.
 """
 
 from __future__ import annotations
@@ -13,21 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from popvision_py.analysis.compare import Comparison
     from popvision_py.analysis.report import Report
 
-__all__ = ["Comparison", "Report", "compare", "open"]
-
-
-def open(path):  # noqa: A001 - mirrors popvision_py.open
-    """Open a profile.pop and return its ``Report`` facade."""
-    from popvision_py.analysis.report import Report
-
-    return Report(path)
-
-
-def compare(a, b):
-    """Compare two profiles (paths or Reports); returns a ``Comparison``."""
-    from popvision_py.analysis.compare import Comparison
-
-    return Comparison(a, b)
+__all__ = ["Comparison", "Report"]
 
 
 def __getattr__(name: str):

@@ -275,7 +275,7 @@ class Comparison:
         while self._opened:
             self._opened.pop().close()
 
-    def __enter__(self) -> "Comparison":
+    def __enter__(self) -> Comparison:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -3,7 +3,7 @@
 A fix is a set of *changes* in the vocabulary of ``popvision run``'s options (``micro_batch_size``,
 ``gradient_accumulation``, ``device_iterations``, ``replication_factor``, ``stages``,
 ``offload_optimiser``, ``recompute``, ``replicated_tensor_sharding``, ...). ``check`` applies the
-changes to the manifest's run configuration and asks ``runconfig.check_run`` (the planner's own
+changes to the manifest's run configuration and asks ``planner_rules.check_run`` (the planner's own
 rules) whether it runs; a fix it refuses is never shown. ``command`` renders the changed run as a
 copy-paste ``popvision run`` command: the options the original command gave (the manifest's
 ``run.request``) with the changes over them, or, for a profile that does not record its request,
@@ -29,7 +29,7 @@ import numpy as np
 
 from popvision_py.analysis.stages import min_max_split
 from popvision_py.analysis.tables import Columns, Table, sum_by
-from popvision_py.format import runconfig
+from popvision_py import planner_rules
 
 # Options whose flag is not the option's name in kebab case.
 FLAGS = {"micro_batch_size": "batch-size", "replication_factor": "replicas", "optimiser": "optimiser",
@@ -154,8 +154,8 @@ def fixed_options(run: Mapping[str, Any], target: Mapping[str, Any],
         if len(amp) != ipus:
             options["available_memory_proportion"] = min(float(v) for v in amp)
     if "system" in options:  # a fix over more IPUs needs a system that holds them
-        needed = runconfig.ipus_used(applied(run, changes))
-        options["system"] = runconfig.system_holding(needed, str(options["system"]))
+        needed = planner_rules.ipus_used(applied(run, changes))
+        options["system"] = planner_rules.system_holding(needed, str(options["system"]))
     return model, options
 
 
@@ -184,7 +184,7 @@ def command(run: Mapping[str, Any], target: Mapping[str, Any], changes: Mapping[
 
 def script_path(path: str) -> str:
     """A recorded absolute path (a script's, a profile's) as a user would type it: relative to the
-    current directory when under it (``tests/poptorch/mnist_pipeline.py``), else absolute."""
+    current directory when under it (``examples/mnist_pipeline.py``), else absolute."""
     try:
         relative = os.path.relpath(path)
     except ValueError:  # another drive
@@ -223,7 +223,7 @@ def check(run: Mapping[str, Any], changes: Mapping[str, Any]) -> str | None:
     if isinstance(recorded, Mapping) and recorded.get("emulate_only"):
         for name in (n for n in changes if n in SCRIPT_FIXED):  # the first named: one sentence, always the same
             return f"A PopTorch script's {name.replace('_', ' ')} is {SCRIPT_FIXED[name]}, not an option."
-    return runconfig.check_run(applied(run, changes))
+    return planner_rules.check_run(applied(run, changes))
 
 
 # -- memory estimates ------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from popvision_py.analysis.tables import PHASES, Columns, Table, lookup
-from popvision_py.format.runconfig import pipeline_depth
+from popvision_py.format.schedule import run_schedule
 
 # An imported trace's one line instead of the tree.
 NO_PROGRAM = ("An imported trace has no compiled program: a rank runs the kernels and collectives PyTorch "
@@ -81,7 +81,7 @@ def counts(run: dict, iterations: int, run_slots: int) -> Counts:
 def loop_details(run: dict, c: Counts) -> tuple[str, str]:
     """What the device-iterations and gradient-accumulation loops say of the schedule (from the manifest)."""
     strategy = str(run.get("strategy", ""))
-    depth = pipeline_depth([int(s.get("ipu", 0)) for s in run.get("stages", []) if isinstance(s, dict)])
+    depth = run_schedule(run).pipeline_depth
     di = f"{_plural(c.device_iterations, 'iteration')} per host call"
     ga = f"{_plural(c.gradient_accumulation, 'micro-batch')} per weight update"
     if strategy == "pipelined" and depth > 1:

@@ -114,7 +114,7 @@ def schedule_order(schedule: str, world: int, stages_per_rank: int, m: int) -> l
     if schedule == "LoopedBFS":  # each local stage's forwards of every micro-batch, then backwards in reverse
         orders = []
         for r in range(world):
-            local = [l * world + r for l in range(stages_per_rank)]
+            local = [k * world + r for k in range(stages_per_rank)]
             orders.append([(F, s, i) for s in local for i in range(m)]
                           + [(B, s, i) for s in reversed(local) for i in reversed(range(m))])
         return orders

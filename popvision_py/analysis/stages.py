@@ -19,7 +19,7 @@ import pandas as pd
 from popvision_py.analysis import retime
 from popvision_py.analysis.tables import PASS, PASSES, PHASE, Columns, Table, frame_of, lookup, sum_by
 from popvision_py.analysis.tracescan import Aggregates, aggregates, iterations_traced
-from popvision_py.format.runconfig import pipeline_ranks, runs_as_pipeline
+from popvision_py.format.schedule import run_schedule
 
 SUMMARY_COLUMNS = ["stage", "ipu", "blocks", "pass", "per", "micro_batches", "cycles_per_micro_batch", "busy_cycles",
                    "idle_cycles", "total_cycles", "utilisation_pct"]
@@ -126,16 +126,16 @@ def stage_micro_batches(trace: Aggregates, num_stages: int) -> np.ndarray:
 
 
 def pipeline_cycles(fwd: np.ndarray, bwd: np.ndarray, micro_batches: int, pipelined: bool, training: bool,
-                    ipus: Sequence[int] | None = None) -> float:
+                    ipus: Sequence[int] | None = None, positions: Sequence[int] | None = None) -> float:
     """Cycles the synchronous model of the run's schedule takes for ``micro_batches`` with per-stage fwd/bwd cycles.
 
-    Pipelined (pipelined execution, or phased execution over stages on distinct IPUs:
-    ``runconfig.runs_as_pipeline``): cycle t runs on pipeline position p the forward of micro-batch
-    t - p and (training) the backward of micro-batch t - (2P - 2 - p); each cycle lasts as long as
-    its busiest IPU. ``ipus``, each stage's IPU (by default one each): consecutive stages on one IPU
-    are one position, run one after another in its cycle, and a last stage that returns to the
-    first IPU is a position of its own run on that IPU in the same cycle
-    (``runconfig.pipeline_ranks``). Sequential (sharded, or phased stages sharing IPUs): stages one
+    Pipelined (the profile records whether the stages ran as a pipeline: ``format.schedule``):
+    cycle t runs on pipeline position p the forward of micro-batch t - p and (training) the backward
+    of micro-batch t - (2P - 2 - p); each cycle lasts as long as its busiest IPU. ``ipus``, each
+    stage's IPU (by default one each), and ``positions``, each stage's pipeline position as the
+    profile records it (by default one each): stages sharing a position run one after another in
+    its cycle, and positions on one IPU (a last stage that returns to the first IPU) run on that
+    IPU in the same cycle. Sequential (sharded, or phased stages sharing IPUs): stages one
     after another, ``M * sum(fwd + bwd)``.
     """
     fwd, bwd = np.asarray(fwd, float), np.asarray(bwd, float)
@@ -145,7 +145,7 @@ def pipeline_cycles(fwd: np.ndarray, bwd: np.ndarray, micro_batches: int, pipeli
     if not pipelined:
         return float(M * (fwd.sum() + (bwd.sum() if training else 0.0)))
     ipus = np.arange(S) if ipus is None else np.asarray(ipus, dtype=np.int64)
-    ranks = np.asarray(pipeline_ranks(ipus.tolist()))
+    ranks = np.arange(S) if positions is None else np.asarray(positions, dtype=np.int64)
     P = int(ranks.max()) + 1
     fwd, bwd = np.bincount(ranks, fwd, P), np.bincount(ranks, bwd, P)
     cycles = M + (2 * P - 2 if training else P - 1)
@@ -173,6 +173,7 @@ class _Costs:
     iterations: int
     training: bool
     pipelined: bool  # the schedule the run used: a pipeline, or stages one after another
+    positions: list[int]  # each stage's pipeline position (the profile's record)
     ipus: int  # distinct IPUs the stages run on
     unit_micro_batches: int  # micro-batches in one pipeline (an iteration in training, the run in inference)
     unit_iterations: int  # iterations one pipeline covers
@@ -200,12 +201,12 @@ def costs(trace: Aggregates, run: dict[str, Any]) -> _Costs:
         unit_mb, unit_it = int(round(total_mb / max(iterations, 1))), 1
     else:
         unit_mb, unit_it = total_mb, max(iterations, 1)
-    pipelined = runs_as_pipeline(str(run.get("strategy", "pipelined")), stages["ipu"].tolist())
+    pipelined, positions = run_schedule(run).of_stages(stages["ipu"].tolist())
     steps = retime.supersteps(agg.slots, lo, hi) if agg.slots is not None and n else None
     ipus = np.unique(stages["ipu"])
     idle_by_ipu = phase_by_ipu(trace, "idle")
     idle = int(idle_by_ipu[ipus[ipus < len(idle_by_ipu)]].sum())
-    return _Costs(stages, busy, mbs, fwd, bwd, hi - lo, iterations, training, pipelined,
+    return _Costs(stages, busy, mbs, fwd, bwd, hi - lo, iterations, training, pipelined, positions,
                   len(ipus), unit_mb, unit_it, steps, idle)
 
 
@@ -215,7 +216,8 @@ def phase_by_ipu(trace: Aggregates, phase: str) -> np.ndarray:
 
 
 def _model_step(c: _Costs, fwd: np.ndarray, bwd: np.ndarray) -> float:
-    return (pipeline_cycles(fwd, bwd, c.unit_micro_batches, c.pipelined, c.training, c.stages["ipu"].tolist())
+    return (pipeline_cycles(fwd, bwd, c.unit_micro_batches, c.pipelined, c.training, c.stages["ipu"].tolist(),
+                            c.positions)
             / c.unit_iterations)
 
 
@@ -263,8 +265,8 @@ def ideal_bubble_pct(c: _Costs, micro_batches: int | None = None) -> float:
     step = b.step_cycles
     if m != m0:
         ipus = c.stages["ipu"].tolist()
-        extra = (pipeline_cycles(b.fwd, b.bwd, m, c.pipelined, c.training, ipus)
-                 - pipeline_cycles(b.fwd, b.bwd, m0, c.pipelined, c.training, ipus))
+        extra = (pipeline_cycles(b.fwd, b.bwd, m, c.pipelined, c.training, ipus, c.positions)
+                 - pipeline_cycles(b.fwd, b.bwd, m0, c.pipelined, c.training, ipus, c.positions))
         step += extra / c.unit_iterations
         busy += (m - m0) * float(b.fwd.sum() + (b.bwd.sum() if c.training else 0.0)) / c.unit_iterations
     return 100.0 * (1.0 - busy / (k * step)) if step > 0 else float("nan")

@@ -20,7 +20,8 @@ from popvision_py.analysis.host import HostInput
 from popvision_py.analysis.stages import BestSplit, StageFigures
 from popvision_py.analysis.tables import PASSES, Columns, Table, lookup
 from popvision_py.analysis.tracescan import Aggregates, aggregates
-from popvision_py.format import runconfig
+from popvision_py import planner_rules
+from popvision_py.format.schedule import run_schedule
 
 INSIGHT_COLUMNS = ["severity", "topic", "finding", "suggestion", "effect", "command"]
 SEVERITIES = ("error", "warning", "info")
@@ -115,7 +116,7 @@ def figures(manifest: dict[str, Any], trace: Aggregates, iterations: int, flops:
     total = agg.end_cycle - agg.start_cycle
     step_cycles = total / iterations if iterations else float("nan")
     step_s = step_cycles / clock if clock else float("nan")
-    samples = runconfig.samples_per_step(run)
+    samples = run_schedule(run).samples_per_step
     throughput = samples / step_s if step_s and step_s > 0 and not math.isnan(step_s) else float("nan")
     util = flop_utilisation_pct(target, run, flops, total)
     if len(tiles):
@@ -261,7 +262,7 @@ def _more_stages(summary: Summary, ev: Evidence) -> F.Fix | None:
     capacity = summary.bytes_per_tile
     replicas, shards = int(run.get("replication_factor", 1) or 1), int(run.get("tensor_sharding", 1) or 1)
     n_blocks = len(blocks)
-    largest = runconfig.SYSTEMS[runconfig.LARGEST_SYSTEM]
+    largest = planner_rules.SYSTEMS[planner_rules.LARGEST_SYSTEM]
     stage_ipu = {int(s.get("stage", k)): int(s.get("ipu", k)) for k, s in enumerate(stages)}
     strategy = str(run.get("strategy", "pipelined"))
     training = str(run.get("mode", "training")) != "inference"
@@ -292,9 +293,9 @@ def _more_stages(summary: Summary, ev: Evidence) -> F.Fix | None:
     if r != replicas:
         changes["replication_factor"] = r
         note = f" and {r} replicas instead of {replicas} (fewer samples per step)"
-    if runconfig.runs_as_pipeline(strategy, [s["ipu"] for s in changes["stages"]]):
-        if training and int(run.get("gradient_accumulation", 1)) < runconfig.pipeline_stages(k, True):
-            changes["gradient_accumulation"] = runconfig.pipeline_stages(k, True)
+    if planner_rules.runs_as_pipeline(strategy, [s["ipu"] for s in changes["stages"]]):
+        if training and int(run.get("gradient_accumulation", 1)) < planner_rules.pipeline_stages(k, True):
+            changes["gradient_accumulation"] = planner_rules.pipeline_stages(k, True)
             note += f" and gradient accumulation {changes['gradient_accumulation']} (2N-1, the least a {k}-stage pipeline runs)"
         if not training and int(run.get("device_iterations", 1)) < k:
             changes["device_iterations"] = k

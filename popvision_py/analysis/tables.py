@@ -81,7 +81,7 @@ class Columns:
         self._frame: pd.DataFrame | None = None
 
     @classmethod
-    def from_frame(cls, frame: pd.DataFrame) -> "Columns":
+    def from_frame(cls, frame: pd.DataFrame) -> Columns:
         return cls(pa.Table.from_pandas(frame, preserve_index=False))
 
     def __len__(self) -> int:
@@ -213,7 +213,7 @@ class TraceArrays:
     _cache: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_arrow(cls, table: pa.Table) -> "TraceArrays":
+    def from_arrow(cls, table: pa.Table) -> TraceArrays:
         return cls(
             run=numbers(table["run"]),
             iteration=numbers(table["iteration"]),
@@ -264,7 +264,7 @@ class Table:
         self._frame: pd.DataFrame | None = None
 
     @classmethod
-    def empty(cls, dtypes: dict[str, Any]) -> "Table":
+    def empty(cls, dtypes: dict[str, Any]) -> Table:
         """No rows, each column of its dtype."""
         return cls({name: np.zeros(0, dtype) for name, dtype in dtypes.items()})
 

@@ -64,7 +64,7 @@ class TimelineIndex:
             self._index(timeline_arrays([trace.columns()]))
 
     @classmethod
-    def from_ipus(cls, by_ipu: dict[int, tuple[np.ndarray, ...]]) -> "TimelineIndex":
+    def from_ipus(cls, by_ipu: dict[int, tuple[np.ndarray, ...]]) -> TimelineIndex:
         """From each IPU's (start, end, phase code, step) arrays, sorted by start."""
         index = cls()
         index._index(by_ipu)

@@ -364,7 +364,7 @@ class _Fold:
         box[key] = True
         self.seen[r0: r1 + 1, i0: i1 + 1, :n_stage, :m1] |= box.reshape(r1 - r0 + 1, ni, n_stage, m1)
 
-    def merge(self, other: "_Fold") -> None:
+    def merge(self, other: _Fold) -> None:
         """Fold ``other`` (another part of the same trace, with the same bounds) into this one:
         sums, counts, extremes and set unions, so the result is that of one fold over both parts."""
         if other.rows == 0:
@@ -549,7 +549,7 @@ def timeline_arrays(batches: Iterable[pa.RecordBatch | pa.Table], ipu_rows: dict
     return rows.result()
 
 
-def aggregates(trace: "TraceArrays | Aggregates") -> Aggregates:
+def aggregates(trace: TraceArrays | Aggregates) -> Aggregates:
     """The trace's aggregates: given as is, or folded from in-memory arrays (the same code as streaming)."""
     if isinstance(trace, Aggregates):
         return trace
@@ -559,14 +559,14 @@ def aggregates(trace: "TraceArrays | Aggregates") -> Aggregates:
     return cached
 
 
-def iterations_traced(trace: "TraceArrays | Aggregates", run: dict) -> int:
+def iterations_traced(trace: TraceArrays | Aggregates, run: dict) -> int:
     """Iterations the trace covers: distinct (run, iteration) pairs, else the manifest's runs x device_iterations."""
     if len(trace):
         return aggregates(trace).iterations
     return int(run.get("runs", 1) or 1) * int(run.get("device_iterations", 1) or 1)
 
 
-def executions(trace: "TraceArrays | Aggregates") -> pd.DataFrame:
+def executions(trace: TraceArrays | Aggregates) -> pd.DataFrame:
     """How many times each program step ran: ``[ipu, step, executions]``, sorted by ipu, step."""
     import pandas as pd
 

@@ -67,7 +67,7 @@ class Measured:
     fits: bool
 
     @classmethod
-    def of(cls, report: Any) -> "Measured":
+    def of(cls, report: Any) -> Measured:
         s = report.summary.figures()
         return cls(float(s.step_s), float(s.throughput_samples_per_s), int(s.worst_tile_bytes), int(s.bytes_per_tile),
                    bool(s.fits))

@@ -33,8 +33,9 @@ import importlib  # noqa: E402 - after the handler, so that Ctrl-C during these 
 
 import click  # noqa: E402
 
-from popvision_py.version import __version__
-from popvision_py.errors import PopvisionError
+from popvision_py.version import __version__  # noqa: E402
+from popvision_py.errors import PopvisionError  # noqa: E402
+from popvision_py.cli.interrupts import _INTERRUPTS, _interrupt, interrupted  # noqa: E402, F401 - re-exported
 
 # command name -> (module under popvision_py.cli holding a click command called `command`, the line
 # `popvision --help` lists it with): the list is made from here, without importing any command's module
@@ -149,26 +150,6 @@ def leave(code: int) -> NoReturn:
         with contextlib.suppress(Exception):  # a closed pipe (`| head`) has nothing left to receive
             stream.flush()
     os._exit(code)
-
-
-_INTERRUPTS: list[int] = []  # Ctrl-Cs seen: a library may swallow the KeyboardInterrupt, not this
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    _INTERRUPTS.append(signum)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the clean-up the first one starts runs to its end
-    raise KeyboardInterrupt
-
-
-def interrupted(exc: BaseException | None) -> bool:
-    """``exc`` is a KeyboardInterrupt, or was raised while handling one."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KeyboardInterrupt):
-            return True
-        seen.add(id(exc))
-        exc = exc.__context__ or exc.__cause__
-    return False
 
 
 # popvision_py.format.expansion.ENV, named here so that the CLI starts without importing pyarrow

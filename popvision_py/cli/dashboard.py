@@ -10,24 +10,6 @@ import click
 LOCALHOST = ("127.0.0.1", "localhost", "::1")
 
 
-def _paths(profile: str, profile_b: str | None) -> list[str]:
-    """The profiles to serve: PROFILE and PROFILE_B, each a profile.pop or a run's folder (its first
-    profile); a poprun run's folder alone serves its first instance, and its second beside it when
-    their profiles differ."""
-    from popvision_py.analysis.instances import differences
-    from popvision_py.analysis.report import Report
-    from popvision_py.format.runs import run_profiles
-
-    runs = run_profiles(profile)
-    if profile_b is not None:
-        return [str(runs[0][1]), str(run_profiles(profile_b)[0][1])]
-    if len(runs) < 2:
-        return [str(runs[0][1])]
-    with Report(runs[0][1]) as first, Report(runs[1][1]) as second:
-        differ = len(differences([runs[0][0], runs[1][0]], [first.summary.figures(), second.summary.figures()]))
-    return [str(runs[0][1])] + ([str(runs[1][1])] if differ else [])
-
-
 @click.command("dashboard")
 @click.argument("profile")
 @click.argument("profile_b", required=False)
@@ -50,7 +32,9 @@ def command(profile: str, profile_b: str | None, host: str, port: int, tune: str
 
     Only the profiles named here are served; the pages call them A and B.
     """
-    app = _serving(_paths(profile, profile_b), host, tune, emulated_dir, list(system) or None)
+    from dashboards.data import served_profiles
+
+    app = _serving(served_profiles(profile, profile_b), host, tune, emulated_dir, list(system) or None)
     if host not in LOCALHOST:
         click.echo(f"Warning: listening on {host}: anyone who can reach this address can read the profiles.", err=True)
     if not debug:
@@ -65,7 +49,7 @@ def command(profile: str, profile_b: str | None, host: str, port: int, tune: str
 def _serving(paths: list[str], host: str, tune: str | None, emulated_dir: str | None, system: list[str] | None):
     """The Dash app for ``paths``, its profiles opened and read through; their warm-up started."""
     from dashboards import data
-    from popvision_py.cli.emulation import run_fields
+    from popvision_py.emulation import run_fields
 
     profiles = data.Profiles(paths, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=system)
     if tune is not None:
@@ -101,10 +85,11 @@ def wsgi(profile: str, profile_b: str | None = None, *, host: str = "127.0.0.1",
     host are refused while it is a loopback address). A bad profile is its one sentence: under
     gunicorn, as the reason the application failed to load (gunicorn then stops, exit code 4).
     """
+    from dashboards.data import served_profiles
     from popvision_py.errors import PopvisionError
 
     try:
-        return _serving(_paths(profile, profile_b), host, tune, emulated_dir, system).server
+        return _serving(served_profiles(profile, profile_b), host, tune, emulated_dir, system).server
     except PopvisionError as exc:
         try:
             from gunicorn.errors import AppImportError

@@ -16,16 +16,16 @@ def describe_zoo() -> list[dict]:
     for entry in ZOO.values():
         options = build_options(load_model_source(entry.name), RunRequest(entry.name))
         model = entry.build(options, **entry.resolve_params({}))
-        strategy = model.default_strategy
+        layout = model.default_layout
         records.append({
             "name": entry.name,
             "description": entry.description,
             "parameters": dict(entry.params),
             "presets": list(entry.presets),
             "defaults": dict(entry.defaults),
-            "strategy": strategy.kind if strategy else "pipelined",
-            "ipus": estimate_ipus(strategy) if strategy else 1,
-            "partition": describe_partition(strategy) if strategy else "",
+            "strategy": layout.kind if layout else "pipelined",
+            "ipus": estimate_ipus(layout) if layout else 1,
+            "partition": describe_partition(layout) if layout else "",
             "blocks": list(model.blocks),
             "trainable_parameters": model.parameters,
         })

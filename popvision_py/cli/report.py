@@ -75,7 +75,7 @@ def _verify(report, folder: Path):
     from tqdm import tqdm
 
     from popvision_py.analysis import verify
-    from popvision_py.cli.emulation import run_fields
+    from popvision_py.emulation import run_fields
     from popvision_py.format.atomic import check_writable
 
     fixes = verify.fix_runs(report)

@@ -8,7 +8,6 @@ defaults such as ``{"micro_batch_size": 16, "gradient_accumulation": 8}``), or a
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from dataclasses import asdict
@@ -18,10 +17,12 @@ import click
 
 from engine.options import INPUT_KINDS, MODES, OPTIMISERS, PRECISIONS
 from engine.runner import MAX_MEMORY_BYTES, MAX_TRACE_ROWS
-from engine.strategies import STRATEGIES
+from engine.layout import KINDS
 from engine.targets import ARCHS
+from popvision_py.emulation import parse_checkpoints, parse_proportions, profile_folder, run_request
 from popvision_py.errors import ConfigError
-from popvision_py.render.run_summary import emulated_figures, summary_text
+from popvision_py.render.run_summary import summary_text
+from popvision_py.run_figures import emulated_figures
 from popvision_py.scripts import load_script
 
 
@@ -40,40 +41,6 @@ class Int64(click.ParamType):
 INT64 = Int64()
 
 
-def _assumption(values: tuple[str, ...]) -> dict[str, float]:
-    """``NAME=VALUE`` (or ``NAME.OPTIMISER=VALUE``) pairs as numbers; the engine checks names and ranges."""
-    out = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--assume takes NAME=VALUE, not {item!r}.")
-        try:
-            out[name.strip()] = float(value) if any(c in value for c in ".eE") else int(value)
-        except ValueError:
-            raise ConfigError(f"--assume {name.strip()}: {value.strip()!r} is not a number.") from None
-    return out
-
-
-def _proportions(value: str | None) -> float | tuple[float, ...] | None:
-    """``0.15`` or ``0.1,0.3,0.3,0.3`` (one per IPU); the engine checks the range and the count."""
-    if value is None:
-        return None
-    try:
-        values = tuple(float(v) for v in value.split(","))
-    except ValueError:
-        raise ConfigError(f"--available-memory-proportion takes a number or a comma list of numbers (one per "
-                          f"IPU), not {value!r}.") from None
-    return values[0] if len(values) == 1 else values
-
-
-def _checkpoints(value: str | None) -> str | int | None:
-    """``blocks``, ``stage`` or a whole number of blocks; the engine checks the value."""
-    if value is None:
-        return None
-    text = value.strip().lower()
-    return int(text) if text.lstrip("-").isdigit() else text
-
-
 @click.command("run")
 @click.argument("model")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SCRIPT_ARGS...]")
@@ -81,7 +48,7 @@ def _checkpoints(value: str | None) -> str | int | None:
 @click.option("--device-iterations", type=INT64, help="Iterations per host call.")
 @click.option("--gradient-accumulation", type=INT64, help="Micro-batches per weight update (pipelined training needs "
               "at least 2N-1 for N stages).")
-@click.option("--strategy", type=click.Choice(list(STRATEGIES), case_sensitive=False),
+@click.option("--strategy", type=click.Choice(list(KINDS), case_sensitive=False),
               help="Execution strategy (the model's default if unset).")
 @click.option("--stages", help='Blocks grouped into stages on IPUs: "B1,B2@0 B3@1 B4@2" (stages separated by '
               'spaces, blocks by commas, @n the IPU; stage k on IPU k if @n is left out). A..B is every block '
@@ -89,10 +56,10 @@ def _checkpoints(value: str | None) -> str | int | None:
 @click.option("--replicas", "replication_factor", type=INT64, help="Data-parallel replicas (replicationFactor).")
 @click.option("--tensor-sharding", type=INT64, help="IPUs each stage's ops are split over (the t axis; weights and "
               "work divided, all-gather / reduce-scatter over IPU-Links).")
-@click.option("--available-memory-proportion", callback=lambda _c, _p, v: _proportions(v),
+@click.option("--available-memory-proportion", callback=lambda _c, _p, v: parse_proportions(v),
               help="Share of tile memory a matmul or convolution may use for temporary data (Poplar's default 0.6); "
               "lower serialises big matmuls. One value, or one per IPU: 0.1,0.3,0.3,0.3.")
-@click.option("--recompute-checkpoints", callback=lambda _c, _p, v: _checkpoints(v),
+@click.option("--recompute-checkpoints", callback=lambda _c, _p, v: parse_checkpoints(v),
               help="With --recompute, where the backward restarts from: blocks (every block's output, the default), "
               "stage (only the stage inputs: PopART's Pipeline recomputation) or K (every K-th block's output).")
 @click.option("--attention-serialisation", type=INT64, help="Compute attention in this many pieces over the heads "
@@ -171,19 +138,14 @@ def _checkpoints(value: str | None) -> str | int | None:
               "(fits, does not fit, borderline); --no-ranges prints the central estimates only.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def command(model: str, strategy: str | None, stages: str | None, offload_optimiser: bool | None,
-            offload_weights: bool | None, offload_activations: bool | None, replicated_tensor_sharding: bool | None, preset: str | None, layers: int | None,
-            hidden: int | None, heads: int | None, seq_len: int | None, vocab: int | None, masked_tokens: int | None,
-            packing: float | None, tied_embeddings: bool | None, embedding_alone: bool | None, ipus: int | None,
-            assume: tuple[str, ...], max_trace_rows: int, max_memory_gb: float, ranges: bool,
-            profile: bool, profile_dir: str, as_json: bool, quiet: bool, script_args: tuple[str, ...],
-            emulate_only: bool, **options: object) -> None:
+def command(model: str, script_args: tuple[str, ...], emulate_only: bool, profile: bool, profile_dir: str,
+            ranges: bool, as_json: bool, quiet: bool, **values: object) -> None:
     """Emulate MODEL (a zoo name, a model file or a PopTorch script) and print time per step, throughput
     and memory fit. A PopTorch script (a .py that imports poptorch and defines no build) runs as
     `python script.py SCRIPT_ARGS` would, training on the CPU; each model it compiles prints its
     summary and, with --profile, writes PROFILE_DIR/training/profile.pop or .../inference/profile.pop;
     with --emulate-only, its model is emulated under the options given, without running its loop."""
-    from engine.runner import RunRequest, emulate, is_poptorch_script
+    from engine.runner import emulate, is_poptorch_script
 
     if profile and not profile_dir.strip():
         # Path("") is the current folder: an empty option would write profile.pop there unasked
@@ -199,33 +161,18 @@ def command(model: str, strategy: str | None, stages: str | None, offload_optimi
         raise ConfigError(f"Arguments after the model ({' '.join(script_args)}) are for PopTorch scripts; {model} "
                           f"is not one.")
 
-    request = RunRequest(
-        model=model,
-        options=options,
-        params={"preset": preset, "layers": layers, "hidden": hidden, "heads": heads, "seq_len": seq_len,
-                "vocab": vocab, "masked_tokens": masked_tokens, "packing": packing,
-                "tied_embeddings": tied_embeddings, "embedding_alone": embedding_alone, "ipus": ipus},
-        strategy=strategy,
-        stages=stages,
-        offload_optimiser=offload_optimiser,
-        offload_weights=offload_weights,
-        offload_activations=offload_activations,
-        replicated_tensor_sharding=replicated_tensor_sharding,
-        assumptions=_assumption(assume),
+    # Idle time and FLOP utilisation are the analysis' formulas over the emulated run (as `popvision
+    # report` computes them from its profile), taken from the schedule: the trace is not read back.
+    request = run_request(
+        model, values, script_args=script_args if emulate_only else None,
         profile=Path(profile_dir) / "profile.pop" if profile else None,
         progress=not quiet and sys.stderr.isatty(),
         ranges=ranges,
-        max_trace_rows=max_trace_rows,
-        max_memory_bytes=int(min(max(max_memory_gb, 0.0), 2.0**62) * 2**30),
-        script_args=script_args if emulate_only else None,
+        figures=emulated_figures,
     )
-    # Idle time and FLOP utilisation are the analysis' formulas over the emulated run (as `popvision
-    # report` computes them from its profile), taken from the schedule: the trace is not read back.
-    request.figures = emulated_figures
-    with _profile_folder(Path(profile_dir) if profile else None):
+    with profile_folder(Path(profile_dir) if profile else None):
         summary = emulate(request, load_script)
-    figures = {"idle_pct": summary.idle_pct, "flop_utilisation_pct": summary.flop_utilisation_pct}
-    click.echo(json.dumps(asdict(summary), indent=2) if as_json else summary_text(summary, **figures))
+    click.echo(json.dumps(asdict(summary), indent=2) if as_json else summary_text(summary))
 
 
 # What a PopTorch script may be given: everything else is set by its own poptorch.Options.
@@ -250,18 +197,6 @@ def _run_script(script: str, args: tuple[str, ...], profile_dir: Path | None) ->
 
     # under poprun each instance writes (and locks) its own DIR/instance-I: one lock on DIR would have an
     # instance wait for another that waits for its gradients
-    with _profile_folder(instance_directory(profile_dir) if profile_dir is not None else None):
+    with profile_folder(instance_directory(profile_dir) if profile_dir is not None else None):
         return run_script(script, args, profile_dir)
 
-
-def _profile_folder(folder: Path | None) -> contextlib.AbstractContextManager:
-    """Hold the profile folder's writer lock for the whole run (a second run into it waits, saying so),
-    after checking that a file can be written there: a bad folder fails before the emulation, not after."""
-    from popvision_py.format.atomic import check_writable, folder_lock, output_target
-
-    if folder is None:
-        return contextlib.nullcontext()
-    check_writable(folder)
-    output_target(Path(folder) / "profile.pop", streams=False)  # a FIFO or device there is refused, not replaced
-    return folder_lock(folder, on_wait=lambda: click.echo(
-        f"Another popvision run is writing into {folder}; waiting for it to finish.", err=True))

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import sys
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,13 +22,11 @@ from typing import Any
 import click
 
 from popvision_py.analysis.fixes import script_path
-from popvision_py.analysis.verify import PARAMS
 from popvision_py.cli import run as run_cli
+from popvision_py.emulation import profile_folder, run_fields, run_request
 from popvision_py.errors import ConfigError
+from popvision_py.tune.cluster import dask_client
 
-REQUEST_FIELDS = ("strategy", "stages", "offload_optimiser", "offload_weights", "offload_activations",
-                  "replicated_tensor_sharding")
-QUIET_WORKERS = "DASK_LOGGING__DISTRIBUTED"
 # `popvision run`'s options a search takes as its start (its own --system, profile and output options aside)
 RUN_OPTIONS = [p for p in run_cli.command.params
                if isinstance(p, click.Option)
@@ -128,7 +123,7 @@ def command(model: str, system: str | None, global_batch: int | None, search: tu
         output_target(Path(profile_dir) / "profile.pop", streams=False)
     quiet_dask()
     show = not quiet and sys.stderr.isatty()
-    with _client(scheduler, workers) as client, _bar(model, show) as progress:
+    with dask_client(scheduler, workers) as client, _bar(model, show) as progress:
         outcome = Search(space, client, previous, on_result=progress, top=top).run()
     meta = {**outcome.meta, "emulated": outcome.emulated, "reused": outcome.reused, "ranged": outcome.ranged}
     rows = outcome.rows
@@ -222,85 +217,15 @@ def _tune_imported(path: Path, sets: tuple[str, ...], as_json: bool, top: int) -
 def _request(model: str, values: dict[str, Any], script_args: tuple[str, ...] = ()) -> Any:
     """The start as `popvision run` states it from the same options (a PopTorch script's as
     `popvision run SCRIPT --emulate-only ... -- SCRIPT_ARGS` does)."""
-    from engine.runner import RunRequest, is_poptorch_script
+    from engine.runner import is_poptorch_script
 
     script = is_poptorch_script(model)
     if script_args and not script:
         raise ConfigError(f"Arguments after the model ({' '.join(script_args)}) are for PopTorch scripts; {model} "
                           f"is not one.")
-    values = dict(values)
     if model.endswith(".py") and Path(model).is_file():
         model = str(Path(model).resolve())  # rows' commands and requests run from any folder
-    params = {name: values.pop(name) for name in PARAMS}
-    fields = {name: values.pop(name) for name in REQUEST_FIELDS}
-    assume = values.pop("assume")
-    max_trace_rows = values.pop("max_trace_rows")
-    max_memory_gb = values.pop("max_memory_gb")
-    return RunRequest(model=model, options={k: v for k, v in values.items() if v is not None}, params=params,
-                      assumptions=run_cli._assumption(assume), max_trace_rows=max_trace_rows,
-                      max_memory_bytes=int(min(max(max_memory_gb, 0.0), 2.0**62) * 2**30),
-                      script_args=tuple(script_args) if script else None, **fields)
-
-
-@contextlib.contextmanager
-def _client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
-    """A Dask client: of the cluster at ``scheduler``, or of a local cluster of ``workers`` processes."""
-    from distributed import Client, LocalCluster
-
-    if scheduler:
-        if "://" not in scheduler:
-            raise ConfigError(f"--scheduler takes a Dask scheduler's address as tcp://HOST:PORT, not {scheduler!r}.")
-        try:
-            _reachable(scheduler)
-            client = Client(scheduler, timeout="10s")
-        except (OSError, TimeoutError, ValueError) as exc:
-            text = str(exc).strip().splitlines()
-            raise ConfigError(f"No Dask scheduler answers at {scheduler} ({text[0] if text else type(exc).__name__}); "
-                              f"start one with `dask scheduler`, or leave --scheduler out for a local cluster.") from None
-        try:
-            try:
-                client.wait_for_workers(1, timeout=30)
-            except TimeoutError:
-                raise ConfigError(f"The Dask scheduler at {scheduler} has no workers; start some with "
-                                  f"`dask worker {scheduler}`.") from None
-            yield client
-        finally:
-            client.close()
-        return
-    # The workers start with Ctrl-C ignored (a disposition a spawned process keeps): Ctrl-C in a terminal
-    # reaches every process of the group, and only this one acts on it (keeps what finished, closes the cluster).
-    # Their log lines (a task cancelled by Ctrl-C, say) stay quiet too: a spawned worker reads its logging
-    # levels from the environment when it imports distributed.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    level = os.environ.get(QUIET_WORKERS)
-    os.environ[QUIET_WORKERS] = "critical"
-    try:
-        with warnings.catch_warnings():
-            # the scheduler's health endpoint takes another port when 8787 is taken (another search): no news
-            warnings.filterwarnings("ignore", "Port .* is already in use", UserWarning)
-            cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, processes=True, threads_per_worker=1,
-                                   dashboard_address=None)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if level is None:
-            os.environ.pop(QUIET_WORKERS, None)
-        else:
-            os.environ[QUIET_WORKERS] = level
-    try:
-        with Client(cluster) as client:
-            yield client
-    finally:
-        cluster.close()
-
-
-def _reachable(address: str) -> None:
-    """OSError at once when nothing listens at a tcp:// address (Dask's client would retry for its whole timeout)."""
-    import socket
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(address)
-    if parts.scheme == "tcp" and parts.hostname and parts.port:
-        socket.create_connection((parts.hostname, parts.port), timeout=10).close()
+    return run_request(model, values, script_args=script_args if script else None)
 
 
 @contextlib.contextmanager
@@ -323,9 +248,7 @@ def _bar(model: str, show: bool) -> Iterator[Any]:
 def _profile(request_json: str, path: Path) -> str:
     """Emulate a row's request again, writing its profile to ``path``; the absolute path (the tune
     result's metadata keeps it, so the dashboard finds it from any folder)."""
-    from popvision_py.cli.emulation import run_fields
-
-    with run_cli._profile_folder(path.parent):
+    with profile_folder(path.parent):
         run_fields(json.loads(request_json), path)
     return str(path.resolve())
 

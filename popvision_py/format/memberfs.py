@@ -54,7 +54,7 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
     protocol = "popvision"
     cachable = False  # one instance per open profile, never fsspec's shared one
 
-    def __init__(self, profile: "Profile", **storage_options: Any) -> None:
+    def __init__(self, profile: Profile, **storage_options: Any) -> None:
         super().__init__(**storage_options)
         # The reader located and checked every member when it opened the profile.
         self.tables = profile.tables  # the schema's tables this profile holds (an older one lacks later tables)
@@ -184,7 +184,7 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
     def close(self) -> None:
         """Nothing to release: the profile holds the handle (kept so this works in a ``with``)."""
 
-    def __enter__(self) -> "MemberFileSystem":
+    def __enter__(self) -> MemberFileSystem:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -501,7 +501,7 @@ class Profile:
                     f"its footer's statistics state)."
                 )
 
-    def read_pandas(self, table: str, columns: Sequence[str] | None = None, *, filters: Any = None) -> "pd.DataFrame":
+    def read_pandas(self, table: str, columns: Sequence[str] | None = None, *, filters: Any = None) -> pd.DataFrame:
         """Like ``read_table``, as a pandas DataFrame (categorical columns become categoricals)."""
         return self.read_table(table, columns, filters=filters).to_pandas()
 
@@ -561,7 +561,7 @@ class Profile:
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> "Profile":
+    def __enter__(self) -> Profile:
         return self
 
     def __exit__(self, *exc: object) -> None:

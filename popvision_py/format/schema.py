@@ -1,4 +1,4 @@
-"""The profile.pop schema, version 3: the one definition the writer, the reader and the docs use.
+"""The profile.pop schema, version 4: the one definition the writer, the reader and the docs use.
 
 Every table is a list of typed columns. Columns whose values repeat a lot (names, kinds, passes,
 phases, categories) are dictionary-encoded strings: small on disk and pandas categoricals in memory.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 FORMAT_NAME = "popvision-profile"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MANIFEST_MEMBER = "manifest.json"
 TABLE_SUFFIX = ".parquet"
 
@@ -302,9 +302,9 @@ class Shape:
     """
 
     kinds: tuple[type, ...]
-    fields: dict[str, tuple["Shape", bool]] | None = None
-    items: "Shape | None" = None
-    values: "Shape | None" = None
+    fields: dict[str, tuple[Shape, bool]] | None = None
+    items: Shape | None = None
+    values: Shape | None = None
 
 
 def _obj(required: dict[str, Shape], optional: dict[str, Shape] | None = None) -> Shape:
@@ -332,7 +332,9 @@ RUN_SHAPE = _obj(
     {"runs": INTEGER, "host_processes": INTEGER, "precision": STRING, "recompute": BOOLEAN, "tensor_locations": OBJECT,
      "tensor_sharding": INTEGER, "available_memory_proportion": Shape((int, float, list), items=NUMBER),
      "recompute_checkpoints": Shape((str, int)), "attention_serialisation": INTEGER, "model_params": OBJECT,
-     "parameters": INTEGER, "request": OBJECT},
+     "parameters": INTEGER, "request": OBJECT,
+     # since version 4: the schedule's facts the analysis reads (format.schedule derives them for older profiles)
+     "runs_as_pipeline": BOOLEAN, "pipeline_positions": Shape((list,), items=INTEGER), "samples_per_step": INTEGER},
 )
 
 MANIFEST_SHAPE = _obj({

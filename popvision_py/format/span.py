@@ -107,7 +107,7 @@ class MemberFile:
     def close(self) -> None:
         self.closed = True
 
-    def __enter__(self) -> "MemberFile":
+    def __enter__(self) -> MemberFile:
         return self
 
     def __exit__(self, *exc: object) -> None:

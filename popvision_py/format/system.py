@@ -169,7 +169,7 @@ class SystemWriter:
         discard = RuntimeError("aborted")
         self._stack.__exit__(RuntimeError, discard, None)
 
-    def __enter__(self) -> "SystemWriter":
+    def __enter__(self) -> SystemWriter:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:

@@ -96,7 +96,7 @@ def parquet_options(spec: S.Table) -> dict[str, Any]:
             "use_dictionary": [c.name for c in spec.columns if c.name not in encodings]}
 
 
-def conform(data: "pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any]", spec: S.Table) -> pa.Table:
+def conform(data: pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any], spec: S.Table) -> pa.Table:
     """Cast ``data`` to the table's schema: every column present, typed, in schema order.
 
     Raises ProfileWriteError naming the table and column on a missing column, an extra column,
@@ -174,7 +174,7 @@ class TableWriter:
         self._encoding: list[_futures.Future[None]] = []  # row groups handed to the encoder, oldest first
         self.closed = False
 
-    def write(self, batch: "pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any]") -> None:
+    def write(self, batch: pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any]) -> None:
         """Append rows; columns are cast to the schema (see ``conform``)."""
         if self.closed:
             raise ProfileWriteError(f"Table {self.spec.name} was already closed.")
@@ -245,7 +245,7 @@ class TableWriter:
                 self._parquet.close()
             self._parquet.is_open = False
 
-    def __enter__(self) -> "TableWriter":
+    def __enter__(self) -> TableWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -314,7 +314,7 @@ class ProfileWriter:
         check_manifest_sizes(self._manifest["target"], run, "the profile being written", ProfileWriteError)
         self._manifest["run"] = run
 
-    def write_table(self, name: str, data: "pa.Table | pd.DataFrame | Mapping[str, Any]") -> None:
+    def write_table(self, name: str, data: pa.Table | pd.DataFrame | Mapping[str, Any]) -> None:
         """Write a whole table at once."""
         with self.table(name) as writer:
             writer.write(data)
@@ -382,7 +382,7 @@ class ProfileWriter:
             lock, self._lock = self._lock, None
             lock.__exit__(None, None, None)
 
-    def __enter__(self) -> "ProfileWriter":
+    def __enter__(self) -> ProfileWriter:
         return self
 
     def __exit__(

@@ -36,7 +36,7 @@ SOURCE = "pytorch-profiler"
 
 
 @dataclasses.dataclass
-class Layout:
+class RecognisedRun:
     """What the import recognised of the run."""
 
     schedule: str
@@ -58,7 +58,7 @@ def window(traces: list[RankTrace]) -> tuple[int, int]:
     return int(min(lows)), int(max(highs))
 
 
-def layout(traces: list[RankTrace]) -> Layout:
+def layout(traces: list[RankTrace]) -> RecognisedRun:
     """The schedule, the stage of each rank, micro-batches and iterations, from the annotations."""
     kinds = np.concatenate([t.kind for t in traces]) if traces else np.zeros(0, np.int8)
     names = {n for t in traces for n in t.names}
@@ -89,7 +89,7 @@ def layout(traces: list[RankTrace]) -> Layout:
                                                     KIND["backward_weight"]])].max(initial=-1)) for t in traces),
                 default=-1) + 1
     iterations = max((int((t.kind == KIND["step"]).sum()) for t in traces), default=0)
-    return Layout(schedule, stage_rank, max(micro, 1), max(iterations, 1), not_inferred)
+    return RecognisedRun(schedule, stage_rank, max(micro, 1), max(iterations, 1), not_inferred)
 
 
 def _chunk_micro_batches(trace: RankTrace) -> None:
@@ -214,7 +214,7 @@ def _device_memory(traces: list[RankTrace]) -> int | None:
     return None
 
 
-def _rank_tables(t: RankTrace, ipu: int, rows: Rows, lo: int, found: Layout, stage_index: dict[int, int],
+def _rank_tables(t: RankTrace, ipu: int, rows: Rows, lo: int, found: RecognisedRun, stage_index: dict[int, int],
                  own_stage: int, ipu_of_rank: dict[int, int], cols: dict, programs: dict, exchanges: dict,
                  liveness: dict, tile_cycles: dict, tile_memory: dict, peaks: list) -> None:
     """Append one rank's rows of every table (``cols`` is the trace's); its memory peak to ``peaks``."""

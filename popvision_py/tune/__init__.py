@@ -10,5 +10,6 @@ analysis (to write their ``popvision run`` commands), and writes its result thro
   pruning before emulation (the planner's rules and a lower bound on each IPU's memory);
 - ``evaluate``: the Dask task, one candidate emulated as ``popvision run`` would;
 - ``search``: the two rounds of the search on a Dask client, resume and interruption;
-- ``table``: ranks, the Pareto front, the rows of ``tune.parquet`` and the text printed.
+- ``table``: ranks, the Pareto front, the rows of ``tune.parquet`` and the text printed;
+- ``cluster``: the Dask client the search runs on (an existing cluster's, or a local one's).
 """

@@ -119,7 +119,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def whatif_app(made: dict[str, Path], tmp_path: Path):
     """The dashboard on ``made``'s profile and tune result, emulating candidates into ``tmp_path``."""
     from dashboards.app import create_app
-    from popvision_py.cli.emulation import run_fields
+    from popvision_py.emulation import run_fields
 
     return create_app([str(made["profile"])], tune=str(made["tune"]), runner=run_fields,
                       emulated_dir=str(tmp_path / "emulated"))

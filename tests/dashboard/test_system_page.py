@@ -2,7 +2,7 @@
 
 Its callbacks as plain functions on a synthetic two-process timeline (a whole run in bins, a zoom in events, the
 two time axes, the cards against the report); then in headless Chromium on a real poprun launch of two instances of
-a PopDist script (tests/popdist/tutorial_mnist.py, recording into one folder): both processes' rows, the markers and
+a PopDist script (examples/tutorial_mnist.py, recording into one folder): both processes' rows, the markers and
 the samples/s lines drawn, the relative / absolute toggle, a zoom (a relayout) asking the server again; and the one
 line the page shows for a profile without system timeline files.
 """
@@ -155,7 +155,7 @@ def test_a_profile_without_system_files_says_how_to_record_them(app):
 
 @pytest.fixture(scope="module")
 def two_instances(tmp_path_factory) -> Path:
-    """A real poprun launch of two instances (tests/popdist/tutorial_mnist.py, 2 replicas) under PVTI_OPTIONS and
+    """A real poprun launch of two instances (examples/tutorial_mnist.py, 2 replicas) under PVTI_OPTIONS and
     POPLAR_ENGINE_OPTIONS into one folder DIR: instance 0's training profile (DIR/instance-0/training/profile.pop),
     both instances' timelines in DIR."""
     pytest.importorskip("torch")

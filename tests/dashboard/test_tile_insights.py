@@ -31,7 +31,7 @@ def fp32_profile(tmp_path_factory) -> Path:
 @pytest.fixture()
 def fp32_app(fp32_profile: Path, tmp_path: Path):
     from dashboards.app import create_app
-    from popvision_py.cli.emulation import run_fields
+    from popvision_py.emulation import run_fields
 
     return create_app([str(fp32_profile)], runner=run_fields, emulated_dir=str(tmp_path / "emulated"))
 

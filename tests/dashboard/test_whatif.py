@@ -211,7 +211,7 @@ def test_the_new_callbacks_keep_the_servers_guards(made, whatif_app):
 
 def test_the_best_candidate_is_compared_through_the_tune_results_own_profile(tmp_path):
     from dashboards.app import create_app
-    from popvision_py.cli.emulation import run_fields
+    from popvision_py.emulation import run_fields
 
     # GIVEN a tune result whose metadata names the best candidate's profile (2 replicas), written beside it
     result = run_cli("run", "mnist", "--replicas", "2", "--profile", "--profile-dir", str(tmp_path / "best"), "-q",

@@ -34,7 +34,7 @@ def tuned(tmp_path_factory) -> dict[str, Path]:
 
 def test_the_page_draws_what_tune_wrote_and_opens_its_best_profile(tuned, tmp_path, monkeypatch):
     from dashboards.app import create_app
-    from popvision_py.cli.emulation import run_fields
+    from popvision_py.emulation import run_fields
 
     rows, meta = read_tune(tuned["tune"])
     # GIVEN the dashboard on the start's profile with the tune result, started from another folder

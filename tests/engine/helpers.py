@@ -15,7 +15,7 @@ from popvision_py.format import open_profile
 # construction, with compute large against the copies that feed each stage.
 BALANCED_MODEL = textwrap.dedent(
     """
-    from engine import Block, Model, PipelinedExecution
+    from engine import Block, Layout, Model
 
     DEFAULTS = {"micro_batch_size": 16, "gradient_accumulation": 8}
 
@@ -27,7 +27,7 @@ BALANCED_MODEL = textwrap.dedent(
                 for k in range(3):
                     x = m.linear(x, 1024, name=f"layer{b}/linear{k}")
                 x = m.relu(x, name=f"layer{b}/relu")
-        return m.set_default_strategy(PipelinedExecution("B0", "B1", "B2", "B3"))
+        return m.set_default_layout(Layout.of("pipelined", "B0", "B1", "B2", "B3"))
     """
 )
 

@@ -17,9 +17,9 @@ from engine.costs import PARTIAL_BYTES, STATISTICS_FLOPS, CostModel
 from engine.model import Block, Model
 from engine.options import Options
 from engine.targets import Assumptions, make_target
+from tests.engine.helpers import run_profile, write_model
 
 EFF = Assumptions().amp_efficiency  # the calibrated share of the planned rate
-from tests.engine.helpers import run_profile, write_model
 
 def _vertex_cycles(rows: int, passes: int, units: int) -> int:
     """poplibs' AMP vertex estimate on one tile (lib/poplin/PerformanceEstimation.hpp): 66 per call,
@@ -77,7 +77,7 @@ def test_a_whole_model_op_runs_at_its_planned_rate(tmp_path: Path) -> None:
     # GIVEN a 1024 -> 1024 linear over 64 rows, inference on one IPU
     source = textwrap.dedent(
         """
-        from engine import Block, Model, ShardedExecution
+        from engine import Block, Layout, Model
 
         DEFAULTS = {"micro_batch_size": 64, "gradient_accumulation": 1}
 
@@ -85,7 +85,7 @@ def test_a_whole_model_op_runs_at_its_planned_rate(tmp_path: Path) -> None:
             m = Model("wide", options)
             with Block("B0"):
                 m.linear(m.input((1024,)), 1024, name="wide")
-            return m.set_default_strategy(ShardedExecution("B0"))
+            return m.set_default_layout(Layout.of("sharded", "B0"))
         """)
     t = run_profile(tmp_path, write_model(tmp_path, source), "--mode", "inference", "--device-iterations", "1",
                     "--partials", "fp16")
@@ -102,7 +102,7 @@ def test_a_whole_model_op_runs_at_its_planned_rate(tmp_path: Path) -> None:
 
 NORM = textwrap.dedent(
     """
-    from engine import Block, Model, ShardedExecution
+    from engine import Block, Layout, Model
 
     DEFAULTS = {"micro_batch_size": 8, "gradient_accumulation": 1}
 
@@ -111,7 +111,7 @@ NORM = textwrap.dedent(
         x = m.input((64, 56, 56))
         with Block("B0"):
             m.batch_norm(x, name="bn")
-        return m.set_default_strategy(ShardedExecution("B0"))
+        return m.set_default_layout(Layout.of("sharded", "B0"))
     """
 )
 

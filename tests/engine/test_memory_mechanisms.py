@@ -47,14 +47,14 @@ def test_vertex_state_does_not_grow_with_the_micro_batch(tmp_path):
 
 
 ONE_LINEAR = """
-from engine import Block, Model, ShardedExecution, Stage
+from engine import Block, Layout, Model, StageSpec
 
 def build(options):
     m = Model("one-linear", options)
     x = m.input((4096,))
     with Block("B0"):
         m.loss(m.linear(x, 4096), block="B0")
-    return m.set_default_strategy(ShardedExecution(Stage("B0").ipu(0)))
+    return m.set_default_layout(Layout("sharded", [StageSpec("B0", ipu=0)]))
 """
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from engine.runner import RunRequest, prepare
-from popvision_py.format.runconfig import ascending_rule, pipeline_ranks
+from popvision_py.planner_rules import ascending_rule, pipeline_ranks
 
 from tests.engine.helpers import run_cli, run_profile
 

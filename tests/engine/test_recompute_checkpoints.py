@@ -17,7 +17,7 @@ ACTIVATION = MB * HIDDEN * 2  # one block's output: micro-batch x 1024 in FP16
 # Two stages of three blocks each (a 1024 x 1024 linear and a ReLU per block).
 SIX_BLOCKS = textwrap.dedent(
     """
-    from engine import Block, Model, PipelinedExecution, Stage
+    from engine import Block, Layout, Model, StageSpec
 
     DEFAULTS = {"micro_batch_size": 16, "gradient_accumulation": 8, "recompute": True}
 
@@ -27,8 +27,8 @@ SIX_BLOCKS = textwrap.dedent(
         for b in range(6):
             with Block(f"B{b}"):
                 x = m.relu(m.linear(x, 1024, name=f"b{b}/linear"), name=f"b{b}/relu")
-        return m.set_default_strategy(PipelinedExecution(Stage("B0", "B1", "B2").ipu(0),
-                                                         Stage("B3", "B4", "B5").ipu(1)))
+        return m.set_default_layout(Layout("pipelined", [StageSpec(("B0", "B1", "B2"), ipu=0),
+                                                         StageSpec(("B3", "B4", "B5"), ipu=1)]))
     """
 )
 

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-TUTORIAL = HERE / "mnist_pipeline.py"
+TUTORIAL = REPO / "examples" / "mnist_pipeline.py"  # the example the README runs
 
 
 @pytest.fixture(autouse=True, scope="session")

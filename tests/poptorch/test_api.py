@@ -293,7 +293,7 @@ def test_capture_script_stops_at_the_first_call_without_training(tmp_path: Path)
     o = captured.options
     assert (o.micro_batch_size, o.gradient_accumulation, o.device_iterations, o.optimiser) == (40, 10, 10, "adamw")
     assert not o.tensor_locations.optimiser_on_chip and captured.training and not captured.generic
-    plan = make_plan(captured.model, o, captured.strategy)
+    plan = make_plan(captured.model, o, captured.layout)
     assert [(s.ipu, s.blocks) for s in plan.stages] == [(0, ("B1",)), (1, ("B2",)), (2, ("B3",)), (3, ("B4",))]
 
 
@@ -508,3 +508,21 @@ training.compile(torch.ones(2, 4))
     # THEN the capture is the inference model's, and nothing was written
     assert not captured.training and [op.kind for op in captured.model.ops] == ["matmul"]
     assert not (tmp_path / "profiles").exists()
+
+
+def test_poptorch_strategies_convert_into_the_engines_layout() -> None:
+    from engine.layout import Layout, StageSpec
+
+    blocks, block_ipus = ["B1", "B2", "B3"], {"B1": 0, "B2": 0, "B3": 1}
+    # GIVEN PopTorch's stages, one with its IPU left out (PopTorch puts it on the IPU of its position)
+    piped = poptorch.PipelinedExecution(poptorch.Stage("B1", "B2").ipu(0), poptorch.Stage("B3"))
+    # THEN the engine receives a plain Layout: B1, B2 on IPU 0, B3 on IPU 1
+    assert piped.layout(blocks, block_ipus) == Layout("pipelined", [StageSpec(("B1", "B2"), 0), StageSpec("B3", 1)])
+    # ... a ShardedExecution (a PipelinedExecution in PopTorch's class tree) is sharded all the same
+    assert poptorch.ShardedExecution("B1", "B2", "B3").layout(blocks, block_ipus) == Layout.of(
+        "sharded", "B1", "B2", "B3")
+    # ... and without stages, PopTorch's SameAsIpu groups consecutive blocks on one IPU
+    assert poptorch.PipelinedExecution().layout(blocks, block_ipus) == Layout(
+        "pipelined", [StageSpec(("B1", "B2"), 0), StageSpec("B3", 1)])
+    assert poptorch.PhasedExecution(poptorch.Phase("B1"), poptorch.Phase("B2", "B3")).layout(
+        blocks, block_ipus).kind == "phased"

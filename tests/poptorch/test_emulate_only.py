@@ -170,7 +170,7 @@ def test_the_dashboards_verify_button_measures_a_fix_of_a_script_profile(big: Pa
     import importlib
 
     from dashboards.app import create_app
-    from popvision_py.cli.emulation import run_fields
+    from popvision_py.emulation import run_fields
     from tests.dashboard.test_callbacks import text
 
     # GIVEN the dashboard on the script's profile, with the emulator

@@ -1,6 +1,6 @@
 """The PopTorch pipelining tutorial, unchanged but for its data, under `popvision run --profile`.
 
-Its network, options and training loop (tests/poptorch/mnist_pipeline.py) run on the CPU through
+Its network, options and training loop (examples/mnist_pipeline.py) run on the CPU through
 the real CLI; the profiles it leaves are compared with the zoo's `mnist`, the same network written
 in the engine's own API, run with the same options.
 

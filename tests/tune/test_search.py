@@ -271,13 +271,12 @@ def test_a_global_batch_the_start_cannot_run_is_one_sentence(args: list[str], se
 
 
 def test_round_two_moves_each_cut_of_a_fast_mapping_by_one_block_where_round_one_could_not_try_every_split() -> None:
-    from engine.strategies import PipelinedExecution
     from engine.zoo import balanced_stages
 
     # GIVEN bert-large (26 blocks): C(25, 3) = 2,300 four-stage splits, far over --max-splits 32, so round 1
     # tries the memory-aware split and not its neighbours
     space = Space(RunRequest(model="bert-large"), Settings(system="IPU-POD16", search=("stages",)))
-    aware = [len(s.blocks) for s in balanced_stages(space.plan.model, 4, PipelinedExecution, memory_aware=True).stages]
+    aware = [len(s.blocks) for s in balanced_stages(space.plan.model, 4, "pipelined", memory_aware=True).stages]
     edges = list(itertools.accumulate(aware))[:-1]  # its three cuts
 
     def cuts(cand) -> tuple[int, ...]:

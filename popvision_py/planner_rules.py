@@ -1,9 +1,13 @@
-"""The rules a run configuration obeys, in the manifest's terms: one source for the emulator and the analysis.
+"""The planner's rules: which run configurations the emulator's planner accepts, in the manifest's terms.
 
-The emulator's planner (``engine.plan``) refuses a configuration that breaks one of these rules;
-the analysis uses the same rules to read a profile's schedule (``runs_as_pipeline``) and to check
-that every fix it suggests is a configuration the planner accepts (``check_run``). Each rule
-returns ``None`` or the sentence the planner raises.
+They are the planner's, not the format's: ``engine.plan`` refuses a configuration that breaks one,
+``engine.targets`` picks the system that holds a run, and the analysis asks the same rules whether a
+fix it suggests is a configuration the planner would accept (``check_run``, ``ipus_used``,
+``system_holding``). The module sits on the bottom floor, beside the format but outside it, so that
+the engine and the analysis share one copy without the analysis importing the engine
+(docs/architecture.md). The analysis never *reads a profile* by these rules: what it needs of the
+run's schedule (pipelined or not, each stage's pipeline position, samples per step) the profile
+records (``popvision_py.format.schedule``). Each rule returns ``None`` or the sentence the planner raises.
 """
 
 from __future__ import annotations

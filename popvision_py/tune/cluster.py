@@ -1,0 +1,83 @@
+"""The Dask cluster `popvision tune` searches on: an existing one at a scheduler's address, or a local one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from popvision_py.errors import ConfigError
+
+# the environment variable a spawned worker reads its logging level from when it imports distributed
+QUIET_WORKERS = "DASK_LOGGING__DISTRIBUTED"
+
+
+@contextlib.contextmanager
+def dask_client(scheduler: str | None = None, workers: int | None = None) -> Iterator[Any]:
+    """A Dask client, closed (with its local cluster) on leaving: of the cluster at ``scheduler``
+    (tcp://HOST:PORT), or of a local cluster of ``workers`` processes (this machine's cores by default),
+    one thread each.
+
+    A scheduler address that is not tcp://..., that nothing answers at, or whose cluster has no worker
+    within 30 s is a ConfigError sentence. The local workers ignore Ctrl-C and log nothing: the process
+    that holds the client acts on Ctrl-C for them.
+    """
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        if "://" not in scheduler:
+            raise ConfigError(f"--scheduler takes a Dask scheduler's address as tcp://HOST:PORT, not {scheduler!r}.")
+        try:
+            _reachable(scheduler)
+            client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError, ValueError) as exc:
+            text = str(exc).strip().splitlines()
+            raise ConfigError(f"No Dask scheduler answers at {scheduler} ({text[0] if text else type(exc).__name__}); "
+                              f"start one with `dask scheduler`, or leave --scheduler out for a local cluster.") from None
+        try:
+            try:
+                client.wait_for_workers(1, timeout=30)
+            except TimeoutError:
+                raise ConfigError(f"The Dask scheduler at {scheduler} has no workers; start some with "
+                                  f"`dask worker {scheduler}`.") from None
+            yield client
+        finally:
+            client.close()
+        return
+    # The workers start with Ctrl-C ignored (a disposition a spawned process keeps): Ctrl-C in a terminal
+    # reaches every process of the group, and only this one acts on it (keeps what finished, closes the cluster).
+    # Their log lines (a task cancelled by Ctrl-C, say) stay quiet too: a spawned worker reads its logging
+    # levels from the environment when it imports distributed.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    level = os.environ.get(QUIET_WORKERS)
+    os.environ[QUIET_WORKERS] = "critical"
+    try:
+        with warnings.catch_warnings():
+            # the scheduler's health endpoint takes another port when 8787 is taken (another search): no news
+            warnings.filterwarnings("ignore", "Port .* is already in use", UserWarning)
+            cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, processes=True, threads_per_worker=1,
+                                   dashboard_address=None)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if level is None:
+            os.environ.pop(QUIET_WORKERS, None)
+        else:
+            os.environ[QUIET_WORKERS] = level
+    try:
+        with Client(cluster) as client:
+            yield client
+    finally:
+        cluster.close()
+
+
+def _reachable(address: str) -> None:
+    """OSError at once when nothing listens at a tcp:// address (Dask's client would retry for its whole timeout)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address)
+    if parts.scheme == "tcp" and parts.hostname and parts.port:
+        socket.create_connection((parts.hostname, parts.port), timeout=10).close()
