@@ -13,7 +13,7 @@ from engine.runner import MAX_TRACE_ROWS, emulate
 from popvision_py.cli import main
 from popvision_py.emulation import parse_assumptions, parse_checkpoints, parse_proportions, run_request
 from popvision_py.errors import ConfigError
-from popvision_py.render.run_summary import emulated_figures
+from popvision_py.run_figures import emulated_figures
 from popvision_py.scripts import load_script
 
 
