@@ -196,8 +196,7 @@ def _corner(plan: Plan, drivers: list[Driver], central: float, up: bool) -> Comp
     values = {}
     for d in drivers:
         raises_at_high = d.high_end - central >= d.low_end - central
-        end = d.high if raises_at_high == up else d.low
-        values[d.name] = _typed_value(d.name, end, d.low)
+        values[d.name] = d.high if raises_at_high == up else d.low  # a whole number's range takes 50.0 as 50
     return compile_plan(dataclasses.replace(plan, target=plan.target.with_assumptions(**values)))
 
 
@@ -219,11 +218,6 @@ def _hull(central: float, drivers: list[Driver], corners: tuple[float, ...] | No
 
 def _typed(d: Described, value: float) -> float:
     return int(value) if "whole number" in d.valid else value
-
-
-def _typed_value(name: str, value: float, like: float) -> float:
-    """``value`` as its assumption takes it: whole numbers as int (a Driver keeps the interval's type)."""
-    return int(value) if isinstance(like, int) else value
 
 
 def _spread(central: float, drivers: list[Driver]) -> tuple[float, float]:
