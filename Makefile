@@ -35,7 +35,7 @@ demo: install
 
 test: install browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25  # the 25 slowest tests, to keep the suite short
 
 # The test matrix (docs/development.md, "Test matrix"): the suite on the oldest and the newest Python the
 # package supports, each with the lowest versions pyproject.toml declares (constraints-lowest.txt) and with
