@@ -50,7 +50,7 @@ class IpuMemory:
 
 
 @dataclass
-class _Group:
+class _VariableGroup:
     """Variables of one IPU with the same bytes per tile, first tile, category and liveness kind."""
 
     category: str
@@ -64,15 +64,15 @@ class _Group:
         return self.start + len(self.per_tile)
 
 
-def _groups(prog: IpuProgram) -> list[tuple[bool, _Group]]:
+def _groups(prog: IpuProgram) -> list[tuple[bool, _VariableGroup]]:
     # Keyed by the per-tile array's identity: equal splits share one array (``Mapping.share``), and
     # the variables keep it alive while this runs.
-    groups: dict[tuple[int, int, str, bool], tuple[bool, _Group]] = {}
+    groups: dict[tuple[int, int, str, bool], tuple[bool, _VariableGroup]] = {}
     for v in prog.variables:
         key = (id(v.per_tile), v.start, v.category, v.always_live)
         entry = groups.get(key)
         if entry is None:
-            entry = groups[key] = (v.always_live, _Group(v.category, v.start, v.per_tile, [], []))
+            entry = groups[key] = (v.always_live, _VariableGroup(v.category, v.start, v.per_tile, [], []))
         entry[1].live_from.append(v.live_from)
         entry[1].live_to.append(v.live_to)
     return list(groups.values())

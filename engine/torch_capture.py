@@ -93,7 +93,9 @@ class OpRecord:
         return self.func.overloadpacket.__name__ if hasattr(self.func, "overloadpacket") else str(self.func)
 
 
-class _Recorder(TorchDispatchMode):
+class _OpRecorder(TorchDispatchMode):
+    """Each ATen op the model runs, with its block, IPU and innermost module (see ``recording``)."""
+
     def __init__(self, where: Callable[[], tuple[str | None, int | None]]) -> None:
         super().__init__()
         self.where = where
@@ -109,11 +111,11 @@ class _Recorder(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def recording(root: torch.nn.Module, where: Callable[[], tuple[str | None, int | None]]) -> Iterator[_Recorder]:
+def recording(root: torch.nn.Module, where: Callable[[], tuple[str | None, int | None]]) -> Iterator[_OpRecorder]:
     """Record the ATen ops run inside the ``with``, each with the innermost module running it
     (its path in ``root``, ``/``-separated: ``model/layer1/conv``) and ``where()``'s block."""
     names = {id(m): name.replace(".", "/") for name, m in root.named_modules()}
-    recorder = _Recorder(where)
+    recorder = _OpRecorder(where)
 
     def enter(module: torch.nn.Module, _inputs: Any) -> None:
         recorder.modules.append(names.get(id(module), type(module).__name__))
