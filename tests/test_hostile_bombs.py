@@ -40,7 +40,7 @@ TRACE_ROW_BYTES = 48  # as the footer counts a trace row: 8 columns of int32 (in
 # dictionary indices) and 2 of int64; 100M rows is 4.8 GB, over twice the memory limit
 
 
-def table_bytes(spec: S.Table, rows: int, value: dict[str, object], *, small: bool, store_schema: bool = True) -> bytes:
+def table_bytes(spec: S.TableSchema, rows: int, value: dict[str, object], *, small: bool, store_schema: bool = True) -> bytes:
     """``rows`` rows of the table ``spec``, every column holding one value (``value`` by column, else 0),
     written by pyarrow in batches of 1 Mi rows. ``small``: as a bomb maker would, one page per column
     chunk and no statistics (about 25,000 times smaller than decoded); else pyarrow's defaults.

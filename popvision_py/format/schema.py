@@ -77,7 +77,7 @@ class Values:
     ``low``: the smallest value. ``below``: values must be less than this, a number or the name
     of a bound the manifest declares (``BOUNDS``: ``num_ipus``, ``program_steps``...); ``high``:
     the largest value (inclusive; names of ``BOUNDS`` too). ``codes``: the only strings a category
-    may hold. Columns are never null (Table.schema).
+    may hold. Columns are never null (TableSchema.schema).
     """
 
     low: int | None = None
@@ -131,7 +131,7 @@ class Column:
 
 
 @dataclass(frozen=True)
-class Table:
+class TableSchema:
     """One table of the profile: its member name is ``<name>.parquet``."""
 
     name: str
@@ -154,11 +154,11 @@ class Table:
 
 
 def _t(name: str, doc: str, *columns: tuple, ordered: tuple[tuple[str, str], ...] = (),
-       key: tuple[str, ...] = (), since: int = 1) -> Table:
-    return Table(name, doc, tuple(Column(*c) for c in columns), ordered, key, since)
+       key: tuple[str, ...] = (), since: int = 1) -> TableSchema:
+    return TableSchema(name, doc, tuple(Column(*c) for c in columns), ordered, key, since)
 
 
-TABLES: dict[str, Table] = {
+TABLES: dict[str, TableSchema] = {
     t.name: t
     for t in (
         _t(
