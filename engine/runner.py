@@ -23,7 +23,7 @@ from popvision_py.errors import ConfigError, first_line
 from popvision_py.planner_rules import pipeline_depth, pipeline_stages
 
 from engine.compiler import Compiled, compile_plan
-from engine.instrument import Summary, summarise, write_profile
+from engine.instrument import RunSummary, summarise, write_profile
 from engine.memory import plan_memory
 from engine.model import Model
 from engine.options import Options
@@ -370,13 +370,13 @@ def script_record(script: str | Path, args: Sequence[str], options: dict[str, An
             "emulate_only": True}
 
 
-def emulate(request: RunRequest, load_script: ScriptLoader | None = None) -> Summary:
+def emulate(request: RunRequest, load_script: ScriptLoader | None = None) -> RunSummary:
     """Run the emulator; write the profile if ``request.profile`` names a path. Returns the summary.
     ``load_script`` loads a PopTorch script's model (``popvision_py.scripts.load_script``)."""
     return emulate_plan(prepare(request, load_script), request)
 
 
-def emulate_plan(plan: Plan, request: RunRequest) -> Summary:
+def emulate_plan(plan: Plan, request: RunRequest) -> RunSummary:
     """Emulate an already checked plan (``prepare``'s, or one built from a captured model) as
     ``emulate`` does; ``request`` gives the profile path, progress and bounds."""
     check_bounds(request, sum(len(s.ops) for s in plan.stages), plan.target.tiles, plan.options)
@@ -397,7 +397,7 @@ def pinned_assumptions(request: RunRequest) -> set[str]:
     return {str(name) for name in request.assumptions}
 
 
-def _emulate(plan: Plan, request: RunRequest) -> Summary:
+def _emulate(plan: Plan, request: RunRequest) -> RunSummary:
     ipus = plan.num_ipus
     writing = 3 if request.profile else 0
     pinned = pinned_assumptions(request)

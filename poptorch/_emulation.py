@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from engine.instrument import Summary
+from engine.instrument import RunSummary
 from engine.plan import make_plan
 from engine.runner import RunRequest, emulate_plan
 from engine.layout import Layout
@@ -48,7 +48,7 @@ class Compiled:
     """What compiling (capturing and emulating) one model gave."""
 
     captured: Captured
-    summary: Summary
+    summary: RunSummary
     text: str
     profile: Path | None
 
