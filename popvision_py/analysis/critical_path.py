@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.analysis import retime
-from popvision_py.analysis.replay import (SCHEDULES, Measured, Prediction, Replay, ReplayError, from_profile,
+from popvision_py.analysis.replay import (SCHEDULES, MeasuredPipeline, Prediction, Replay, ReplayError, from_profile,
                                           source)
 from popvision_py.analysis.tables import Table
 
@@ -62,7 +62,7 @@ def bsp_path(s: retime.Supersteps, ipus: np.ndarray) -> tuple[Table, dict[str, f
 # -- the critical path across ranks, from the measured step ----------------------------------------
 
 
-def critical_path(meas: Measured, iteration: int | None = None) -> tuple[pd.DataFrame, dict[str, float]]:
+def critical_path(meas: MeasuredPipeline, iteration: int | None = None) -> tuple[pd.DataFrame, dict[str, float]]:
     """The chain of actions and transfers that set one measured step (the median one by default).
 
     Walking back from the rank that ended the step last: from each action to whichever released it,
@@ -181,7 +181,7 @@ class CriticalPathView:
         """An emulated run: what each IPU set of the critical path."""
         return self._by_ipu().frame()
 
-    def measured(self) -> Measured:
+    def measured(self) -> MeasuredPipeline:
         return self._memo("measured", lambda: from_profile(self._r.profile))
 
     def replay(self) -> Replay:

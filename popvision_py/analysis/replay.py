@@ -153,7 +153,7 @@ def source(kind: str, stage: int, mb: int, n_stages: int) -> tuple[str, int, int
 
 
 @dataclass
-class Measured:
+class MeasuredPipeline:
     """One imported pipeline's actions and their measured costs (see the module's docstring).
 
     ``actions``: one row per (iteration, pass, stage, micro_batch): rank, start, end (its compute rows'
@@ -212,7 +212,7 @@ def pipeline_stages(run: Mapping[str, Any]) -> dict[int, int]:
     return stage_rank
 
 
-def measure(trace: pd.DataFrame, names: pd.Series, run: Mapping[str, Any]) -> Measured:
+def measure(trace: pd.DataFrame, names: pd.Series, run: Mapping[str, Any]) -> MeasuredPipeline:
     """The actions of an imported pipeline from its trace rows (with ``names``: each row's program name,
     NaN for idle rows) and its manifest's run. ReplayError when there is no pipeline to re-time."""
     stage_rank = pipeline_stages(run)
@@ -297,7 +297,7 @@ def measure(trace: pd.DataFrame, names: pd.Series, run: Mapping[str, Any]) -> Me
     acts["receive"] = np.where(own_time, acts["receive"], 0) + acts["earlier_gaps"]
     acts["first"] = acts["micro_batch"] == 0
     latency, samples = _latencies(acts)
-    return Measured(schedule, world, per_rank, micro_batches, stage_rank, acts, steps, latency, samples)
+    return MeasuredPipeline(schedule, world, per_rank, micro_batches, stage_rank, acts, steps, latency, samples)
 
 
 def recorded_orders(acts: pd.DataFrame, world: int) -> dict[int, list[list[tuple[str, int, int]]]]:
@@ -355,7 +355,7 @@ def _latencies(acts: pd.DataFrame) -> tuple[dict[tuple[str, bool], float], dict[
     return {k: measured.get(k, fallback) for k in samples}, samples
 
 
-def from_profile(profile: Any) -> Measured:
+def from_profile(profile: Any) -> MeasuredPipeline:
     """``measure`` on an open profile (``format.reader``): its trace rows, their programs' names, its run."""
     pipeline_stages(profile.run)  # nothing is read for a profile that has no pipeline to re-time
     trace = profile.read_pandas("trace")
@@ -480,7 +480,7 @@ class Replay:
 
     COLUMNS = ["cost", "glue", "receive"]
 
-    def __init__(self, measured: Measured) -> None:
+    def __init__(self, measured: MeasuredPipeline) -> None:
         self.m = measured
         a = measured.actions
         self._samples = {k: g[self.COLUMNS].to_numpy(float) for k, g in a.groupby(["pass", "stage", "first"])}
