@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.analysis import retime
-from popvision_py.analysis.replay import (SCHEDULES, MeasuredPipeline, Prediction, Replay, ReplayError, from_profile,
-                                          source)
+from popvision_py.analysis.replay import (SCHEDULES, MeasuredPipeline, Replay, ReplayError, WhatIf,
+                                          from_profile, source)
 from popvision_py.analysis.tables import Table
 
 
@@ -249,10 +249,10 @@ class CriticalPathView:
     def culprits(self) -> pd.DataFrame:
         return self._culprits().frame()
 
-    def whatifs(self) -> list[Prediction]:
+    def whatifs(self) -> list[WhatIf]:
         """The questions a pipeline's user asks first: half and twice the micro-batches, each other
         schedule the stages allow, and the culprit made as fast as the mean stage."""
-        def compute() -> list[Prediction]:
+        def compute() -> list[WhatIf]:
             rp, m = self.replay(), self.measured()
             asks: list[dict[str, Any]] = [{"micro_batches": max(1, m.micro_batches // 2)},
                                           {"micro_batches": m.micro_batches * 2}]

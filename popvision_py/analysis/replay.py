@@ -443,7 +443,7 @@ def simulate(orders: list[list[tuple[str, int, int]]], stage_rank: Mapping[int, 
 
 
 @dataclass(frozen=True)
-class Prediction:
+class WhatIf:
     """A what-if's answer: the step time (ns) with its range, the bubble, each stage's busy time."""
 
     change: str
@@ -553,7 +553,7 @@ class Replay:
         return self._baseline
 
     def predict(self, schedule: str | None = None, micro_batches: int | None = None,
-                scale: Mapping[int, float] | None = None, fast_rank: int | None = None) -> Prediction:
+                scale: Mapping[int, float] | None = None, fast_rank: int | None = None) -> WhatIf:
         """The step with another schedule, micro-batch count, stages' costs scaled, or ``fast_rank``'s
         stages as fast as the mean stage (the straggler what-if)."""
         meas = self.m
@@ -582,7 +582,7 @@ class Replay:
         words += [f"{m} micro-batches"] if m != meas.micro_batches else []
         words += [f"stage {s} x {f:g}" for s, f in sorted(scale.items())]
         words += [f"rank {fast_rank} as fast as the mean stage"] if fast_rank is not None else []
-        return Prediction(", ".join(words) or "as recorded, re-timed (median costs)", schedule, m, point.step_ns,
+        return WhatIf(", ".join(words) or "as recorded, re-timed (median costs)", schedule, m, point.step_ns,
                           min(low.step_ns, point.step_ns), max(high.step_ns, point.step_ns), point.bubble_pct,
                           ideal_bubble_pct(meas.world, meas.stages_per_rank, m), point.busy_ns, self.baseline_ns(),
                           meas.micro_batches)
