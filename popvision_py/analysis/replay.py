@@ -368,7 +368,7 @@ def from_profile(profile: Any) -> MeasuredPipeline:
 
 
 @dataclass
-class Timeline:
+class SimulatedRun:
     """A simulated run: per action (rank, pass, stage, micro_batch, step) its start, end and what bound
     its start ("rank": the rank's previous work, "input": the other rank's output, "start")."""
 
@@ -393,7 +393,7 @@ CostFn = Callable[[int, str, int, int], tuple[float, float, float]]
 
 def simulate(orders: list[list[tuple[str, int, int]]], stage_rank: Mapping[int, int], cost: CostFn,
              latency: Mapping[tuple[str, bool], float], head: np.ndarray, tail: np.ndarray, steps: int = CHAINED_STEPS,
-             start: np.ndarray | None = None) -> Timeline:
+             start: np.ndarray | None = None) -> SimulatedRun:
     """List-schedule ``steps`` chained steps of the ranks' ``orders`` (see the module's docstring); each
     rank starts the first at ``start`` (ns, default 0 for all)."""
     world = len(orders)
@@ -436,7 +436,7 @@ def simulate(orders: list[list[tuple[str, int, int]]], stage_rank: Mapping[int, 
     rank_steps = free - starts[-1]
     last = frame[frame["step"] == steps - 1]
     busy = last.groupby("stage")["cost"].sum().to_dict()
-    return Timeline(frame, float(rank_steps.mean()), rank_steps, {int(k): float(v) for k, v in busy.items()})
+    return SimulatedRun(frame, float(rank_steps.mean()), rank_steps, {int(k): float(v) for k, v in busy.items()})
 
 
 # -- the replay: re-timing and what-ifs -------------------------------------------------------------
@@ -533,7 +533,7 @@ class Replay:
         return self._points[key]
 
     def _run(self, schedule: str, m: int, scale: Mapping[int, float], fast: Mapping[tuple[str, int], float],
-             q: float | None) -> Timeline:
+             q: float | None) -> SimulatedRun:
         """One what-if simulated; ``fast``: (pass, stage) -> the factor that makes it as fast as the mean."""
         meas = self.m
         orders = schedule_order(schedule, meas.world, meas.stages_per_rank, m)
