@@ -333,7 +333,7 @@ def verified(profile: str | None, row: Any) -> html.Div | html.P:
     key = profiles.key(profile)
     report = profiles.report(key)
     fix = verify.fix_run(report, row)
-    before = verify.Measured.of(report)
+    before = verify.MeasuredFigures.of(report)
     clock = float(report.target["clock_hz"])
     try:
         measured = verify.measured_row(fix, before, clock,

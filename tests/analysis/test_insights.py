@@ -100,7 +100,7 @@ def test_the_fp16_fix_run_for_real_saves_what_it_estimated(runs, tmp_path):
         fp32 = r.insights.fp32_variables()
         command = _command(r, "--precision fp16")
         (fix,) = [f for f in verify.fix_runs(r) if f.command == command]
-        before = verify.Measured.of(r)
+        before = verify.MeasuredFigures.of(r)
     assert "--precision fp32" not in command and command.startswith("popvision run mnist ")
     # WHEN its command runs
     words = shlex.split(command)
@@ -130,7 +130,7 @@ def test_the_fp16_fix_run_for_real_saves_what_it_estimated(runs, tmp_path):
     assert 0.5 < buffers.sum() / estimated.xs("exchange_buffers", level=1).sum() < 1.5
     # AND the worst tile it predicted holds, as `popvision report --verify` judges it
     with pv.open(after_path) as fixed:
-        after = verify.Measured.of(fixed)
+        after = verify.MeasuredFigures.of(fixed)
     status, verdict = verify.judge(fix, before, after, 1.33e9)
     assert status == "held", verdict
     assert after.worst_tile_bytes < before.worst_tile_bytes
