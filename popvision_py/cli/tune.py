@@ -96,12 +96,12 @@ def command(model: str, system: str | None, global_batch: int | None, search: tu
     from popvision_py.scripts import load_script
     from popvision_py.format.tunefile import read_tune, write_tune
     from popvision_py.tune.search import Search, quiet_dask, same_search
-    from popvision_py.tune.space import DIMENSIONS, Settings, Space, system_name
+    from popvision_py.tune.space import DIMENSIONS, SearchSettings, Space, system_name
 
     request = _request(model, run_options, script_args)
     system = system_name(system) if system else prepare(request, load_script).target.system
-    settings = Settings(system=system, global_batch=global_batch, search=search or DIMENSIONS,
-                        max_candidates=max_candidates, max_splits=max_splits, refine=refine)
+    settings = SearchSettings(system=system, global_batch=global_batch, search=search or DIMENSIONS,
+                              max_candidates=max_candidates, max_splits=max_splits, refine=refine)
     space = Space(request, settings)
     output = output or resume or "tune.parquet"
     previous = None
