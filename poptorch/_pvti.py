@@ -37,14 +37,14 @@ ENV = "PVTI_OPTIONS"
 EXAMPLE = '\'{"enable":"true","directory":"reports","channels":["poptorch","dataloader"]}\''
 
 
-class Settings:
+class PvtiSettings:
     """``PVTI_OPTIONS`` as read: where to write, and which channels (None: all)."""
 
     def __init__(self, directory: Path, channels: frozenset[str] | None) -> None:
         self.directory, self.channels = directory, channels
 
 
-def settings(text: str) -> Settings | None:
+def settings(text: str) -> PvtiSettings | None:
     """``PVTI_OPTIONS``' value read (None: recording is off); ``Error`` with one sentence if malformed."""
     try:
         options = json.loads(text)
@@ -69,7 +69,7 @@ def settings(text: str) -> Settings | None:
     if channels is not None and not (isinstance(channels, list) and all(isinstance(c, str) for c in channels)):
         raise Error(f"PVTI_OPTIONS' channels must be a list of channel names such as [\"poptorch\",\"dataloader\"], "
                     f"not {json.dumps(channels)[:40]}.")
-    return Settings(Path(directory), None if channels is None else frozenset(channels))
+    return PvtiSettings(Path(directory), None if channels is None else frozenset(channels))
 
 
 def process_name() -> tuple[str, int | None]:
@@ -83,7 +83,7 @@ def process_name() -> tuple[str, int | None]:
 class Recorder:
     """One process's events, written to its file in row groups as they accumulate, published at ``close``."""
 
-    def __init__(self, options: Settings) -> None:
+    def __init__(self, options: PvtiSettings) -> None:
         self.channels = options.channels
         self.process, self.instance = process_name()
         self.pid = os.getpid()
