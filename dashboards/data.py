@@ -39,7 +39,7 @@ import numpy as np
 import popvision_py as pv
 from dashboards.figures.style import IPUS, Naming
 from popvision_py.analysis.tracescan import SUMMARY_COLUMNS
-from popvision_py.format.schema import FIT_VERDICTS, PHASES
+from popvision_py.format.schema import FIT_VERDICTS, PHASES, Driver
 
 KEYS = ("a", "b")
 EXTENSION = "popvision_profiles"
@@ -293,18 +293,6 @@ def phase_shares(report: Any) -> dict[str, float]:
     """Share of IPU time in each phase, in %, from ``report.exchange.figures()``."""
     time = report.exchange.figures()
     return {phase: float(getattr(time, f"{phase}_pct")) for phase in PHASES}
-
-
-@dataclass(frozen=True)
-class Driver:
-    """One assumption behind a range: its value and plausible interval, and the figure at each end of it."""
-
-    name: str
-    value: float
-    low: float
-    high: float
-    at_low: float  # the figure (samples/s, or the worst tile in % of a tile) with the assumption at its low end
-    at_high: float
 
 
 @dataclass(frozen=True)

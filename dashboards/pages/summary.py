@@ -16,6 +16,7 @@ from dashboards.figures import insights as insight_figures
 from dashboards.figures import memory as memory_figures
 from dashboards.figures.style import empty
 from popvision_py.analysis.imported import NO_TILES, NO_VARIABLES
+from popvision_py.format.schema import Driver
 from popvision_py.render.format import FIT_ANSWER, assumption_value
 
 dash.register_page(__name__, path="/", name="Summary", title="popvision · summary", order=0, icon="◎")
@@ -233,7 +234,7 @@ def ranges_panel(ranges: data.Ranges | None, throughput: float) -> html.Section 
                           "(docs/emulator.md); the ranges combine their effects.")
 
 
-def drivers_table(drivers: tuple[data.Driver, ...], fmt: c.Formatter, figure: str, table_id: str) -> html.Div:
+def drivers_table(drivers: tuple[Driver, ...], fmt: c.Formatter, figure: str, table_id: str) -> html.Div:
     """The assumptions behind one range, largest effect first: each one's value and interval, and the
     ``figure`` at its low and at its high end."""
     if not drivers:

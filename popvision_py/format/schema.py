@@ -9,6 +9,7 @@ plain integers; ``-1`` means "none" in integer id columns (no op, no stage, no m
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -45,6 +46,26 @@ PROGRAM_TYPES = (
 PHASES = ("compute", "sync", "exchange", "stream", "idle")
 # A run's fit verdict at the ends of the assumptions (engine/prediction.py; a manifest's run.prediction, tune.parquet)
 FIT_VERDICTS = ("fits", "does not fit", "borderline")
+
+
+@dataclass(frozen=True)
+class Driver:
+    """One assumption behind a range, as a manifest's ``run.prediction`` records it: its value and
+    plausible interval, and the figure (samples/s, or the worst tile in % of a tile) at each end of it.
+    The engine's sensitivity pass makes it; the dashboard reads it back."""
+
+    name: str
+    value: float
+    low: float  # the assumption's interval
+    high: float
+    at_low: float  # the figure with the assumption at its low end
+    at_high: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "low": self.low, "high": self.high,
+                "at_low": self.at_low, "at_high": self.at_high}
+
+
 EXCHANGE_KINDS = ("internal", "inter_ipu", "host", "remote_buffer", "all_reduce")
 MEMORY_CATEGORIES = (
     "vertex_code",
