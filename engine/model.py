@@ -6,7 +6,7 @@ the cost. Blocks name groups of ops, exactly as ``poptorch.Block`` does::
 
     m = Model("mnist", options)
     x = m.input((1, 28, 28))                 # the micro-batch dimension is added from the options
-    with Block("B1"):
+    with ModelBlock("B1"):
         x = m.relu(m.maxpool2d(m.conv2d(x, 10, kernel=5), 2))
     ...
     m.loss(m.linear(x, 10, block="B4"))      # or by name, like poptorch.BeginBlock
@@ -41,15 +41,15 @@ _current_block_ipu: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 # -- blocks ----------------------------------------------------------------------------------
 
 
-class Block:
-    """``with Block("B1"):`` puts the ops built inside it into block B1 (``ipu_id`` auto-stages it)."""
+class ModelBlock:
+    """``with ModelBlock("B1"):`` puts the ops built inside it into block B1 (``ipu_id`` auto-stages it)."""
 
     def __init__(self, name: str, ipu_id: int | None = None) -> None:
         self.name = name
         self.ipu_id = ipu_id
         self._tokens: list[tuple[contextvars.Token, contextvars.Token]] = []
 
-    def __enter__(self) -> Block:
+    def __enter__(self) -> ModelBlock:
         self._tokens.append((_current_block.set(self.name), _current_block_ipu.set(self.ipu_id)))
         return self
 
@@ -191,7 +191,7 @@ class Model:
              out_dtype: str | None = None, groups: int = 1, tied: Op | None = None) -> Tensor:
         block = block or _current_block.get()
         if block is None:
-            raise ConfigError(f"Op {name!r} is in no Block; build it inside `with Block(...)` or pass block=.")
+            raise ConfigError(f"Op {name!r} is in no ModelBlock; build it inside `with ModelBlock(...)` or pass block=.")
         if block not in self.blocks:
             self.blocks.append(block)
         ipu = _current_block_ipu.get()

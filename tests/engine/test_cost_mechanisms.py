@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.costs import PARTIAL_BYTES, STATISTICS_FLOPS, CostModel
-from engine.model import Block, Model
+from engine.model import Model, ModelBlock
 from engine.options import Options
 from engine.targets import Assumptions, make_target
 from tests.engine.helpers import run_profile, write_model
@@ -29,7 +29,7 @@ def _vertex_cycles(rows: int, passes: int, units: int) -> int:
 
 def _op(build) -> object:
     m = Model("one", Options(micro_batch_size=1))
-    with Block("B"):
+    with ModelBlock("B"):
         build(m)
     return m.ops[0]
 
@@ -77,13 +77,13 @@ def test_a_whole_model_op_runs_at_its_planned_rate(tmp_path: Path) -> None:
     # GIVEN a 1024 -> 1024 linear over 64 rows, inference on one IPU
     source = textwrap.dedent(
         """
-        from engine import Block, Layout, Model
+        from engine import Layout, Model, ModelBlock
 
         DEFAULTS = {"micro_batch_size": 64, "gradient_accumulation": 1}
 
         def build(options):
             m = Model("wide", options)
-            with Block("B0"):
+            with ModelBlock("B0"):
                 m.linear(m.input((1024,)), 1024, name="wide")
             return m.set_default_layout(Layout.of("sharded", "B0"))
         """)
@@ -102,14 +102,14 @@ def test_a_whole_model_op_runs_at_its_planned_rate(tmp_path: Path) -> None:
 
 NORM = textwrap.dedent(
     """
-    from engine import Block, Layout, Model
+    from engine import Layout, Model, ModelBlock
 
     DEFAULTS = {"micro_batch_size": 8, "gradient_accumulation": 1}
 
     def build(options):
         m = Model("norm", options)
         x = m.input((64, 56, 56))
-        with Block("B0"):
+        with ModelBlock("B0"):
             m.batch_norm(x, name="bn")
         return m.set_default_layout(Layout.of("sharded", "B0"))
     """

@@ -47,12 +47,12 @@ def test_vertex_state_does_not_grow_with_the_micro_batch(tmp_path):
 
 
 ONE_LINEAR = """
-from engine import Block, Layout, Model, StageSpec
+from engine import Layout, Model, ModelBlock, StageSpec
 
 def build(options):
     m = Model("one-linear", options)
     x = m.input((4096,))
-    with Block("B0"):
+    with ModelBlock("B0"):
         m.loss(m.linear(x, 4096), block="B0")
     return m.set_default_layout(Layout("sharded", [StageSpec("B0", ipu=0)]))
 """
