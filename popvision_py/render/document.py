@@ -32,8 +32,8 @@ COMPARED = ("summary", "memory", "liveness", "stages", "exchange")
 
 
 @dataclass
-class Block:
-    """One titled item: a table (``Table`` or DataFrame) or key figures (dict). ``key`` is stable: ``section.name``.
+class ReportBlock:
+    """One titled item of a report: a table (``Table`` or DataFrame) or key figures (dict). ``key`` is stable: ``section.name``.
 
     ``hidden`` blocks carry data only figures use (the HTML page); other formats leave them out.
     The text, Markdown and JSON renderers read a Table's arrays; CSV and HTML use ``frame()``.
@@ -69,16 +69,16 @@ class Document:
     kind: str
     title: str
     profiles: list[str]
-    blocks: list[Block] = field(default_factory=list)
+    blocks: list[ReportBlock] = field(default_factory=list)
     generator: str = f"popvision_py {__version__}"
 
     def add(self, key: str, title: str, data: Any, hidden: bool = False,
             items: list[tuple[str, list[str]]] | None = None, empty: str = "", tree: bool = False) -> None:
         if dataclasses.is_dataclass(data) and not isinstance(data, type):
             data = {f.name: getattr(data, f.name) for f in dataclasses.fields(data)}
-        self.blocks.append(Block(key, title, data, hidden, items, empty, tree))
+        self.blocks.append(ReportBlock(key, title, data, hidden, items, empty, tree))
 
-    def visible(self) -> list[Block]:
+    def visible(self) -> list[ReportBlock]:
         return [b for b in self.blocks if not b.hidden]
 
     def sections(self) -> list[str]:
@@ -371,8 +371,8 @@ def add_instances(doc: Document, runs: list[tuple[str, Any]], first: Any) -> Non
                 f"{labels[0]}'s report follows.")
     items = [(str(figure), [f"{label}: {shown(v)}" for label, v in zip(labels, values)])
              for figure, *values in zip(table["figure"], *(table[label] for label in labels))]
-    doc.blocks.insert(0, Block("summary.instances", f"Instances of the run ({', '.join(labels)})", table,
-                               items=items, empty=sentence if not items else ""))
+    doc.blocks.insert(0, ReportBlock("summary.instances", f"Instances of the run ({', '.join(labels)})", table,
+                                     items=items, empty=sentence if not items else ""))
 
 
 def add_verification(doc: Document, table: Table) -> None:
