@@ -2,9 +2,9 @@
 
 Describe a model in PopTorch's words and run it::
 
-    from engine import Layout, Model, ModelBlock, Options, StageSpec
+    from engine import Layout, Model, ModelBlock, RunOptions, StageSpec
 
-    def build(options: Options) -> Model:
+    def build(options: RunOptions) -> Model:
         m = Model("mine", options)
         x = m.input((784,))
         with ModelBlock("B1"):
@@ -18,7 +18,7 @@ popvision_py.errors and the planner's rules (popvision_py.planner_rules) only.
 """
 
 from engine.model import Model, ModelBlock, Tensor
-from engine.options import Options, TensorLocations, TensorLocationSettings
+from engine.options import RunOptions, TensorLocations
 from engine.layout import Layout, StageSpec
 from engine.runner import RunRequest, emulate, prepare
 from engine.assumptions import Assumptions
@@ -26,7 +26,6 @@ from engine.targets import ARCHS, SYSTEMS, Target, make_target
 from engine.zoo import ZOO
 
 __all__ = [
-    "ARCHS", "SYSTEMS", "ZOO", "Assumptions", "Layout", "Model", "ModelBlock", "Options",
-    "RunRequest", "StageSpec", "Target", "Tensor", "TensorLocationSettings",
-    "TensorLocations", "emulate", "make_target", "prepare",
+    "ARCHS", "SYSTEMS", "ZOO", "Assumptions", "Layout", "Model", "ModelBlock", "RunOptions",
+    "RunRequest", "StageSpec", "Target", "Tensor", "TensorLocations", "emulate", "make_target", "prepare",
 ]

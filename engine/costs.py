@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.model import Op
-from engine.options import DTYPE_BYTES, INPUT_KINDS, Options
+from engine.options import DTYPE_BYTES, INPUT_KINDS, RunOptions
 from engine.targets import Target
 
 WORKERS = 6  # worker contexts per tile on every generation (public)
@@ -96,7 +96,7 @@ class CostModel:
     """
 
     target: Target
-    options: Options
+    options: RunOptions
     shards: int = 1
     stream_shards: int = 1
     ipus: int = 1

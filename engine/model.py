@@ -11,9 +11,9 @@ the cost. Blocks name groups of ops, exactly as ``poptorch.Block`` does::
     ...
     m.loss(m.linear(x, 10, block="B4"))      # or by name, like poptorch.BeginBlock
 
-Stages and their layout live in ``engine.layout``, ``Options`` in ``engine.options``.
+Stages and their layout live in ``engine.layout``, ``RunOptions`` in ``engine.options``.
 
-A user's model file defines ``build(options: Options) -> Model`` and may define ``DEFAULTS``, a
+A user's model file defines ``build(options: RunOptions) -> Model`` and may define ``DEFAULTS``, a
 dict of option defaults (``micro_batch_size``, ``device_iterations``, ``gradient_accumulation``...).
 """
 
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.options import DTYPE_BYTES, Options
+from engine.options import DTYPE_BYTES, RunOptions
 from engine.layout import Layout
 from popvision_py.errors import ConfigError
 
@@ -134,9 +134,9 @@ class Op:
 class Model:
     """Builds a model's op list; each builder method returns the op's output Tensor."""
 
-    def __init__(self, name: str, options: Options | None = None, *, params: dict[str, Any] | None = None) -> None:
+    def __init__(self, name: str, options: RunOptions | None = None, *, params: dict[str, Any] | None = None) -> None:
         self.name = name
-        self.options = options or Options()
+        self.options = options or RunOptions()
         self.dtype = self.options.precision
         self.ops: list[Op] = []
         self._op_names: set[str] = set()  # the ops' names, to make each unique without a scan

@@ -26,7 +26,7 @@ from engine.compiler import Compiled, compile_plan
 from engine.instrument import RunSummary, summarise, write_profile
 from engine.memory import plan_memory
 from engine.model import Model
-from engine.options import Options
+from engine.options import RunOptions
 from engine.plan import Plan, make_plan, resolve_layout, runs_as_pipeline
 from engine.prediction import Prediction, applicable, sensitivity
 from engine.scheduler import Schedule, schedule
@@ -224,8 +224,8 @@ def _block_range(name: str, order: dict[str, int], blocks: Sequence[str], k: int
     return blocks[order[first]:order[last] + 1]
 
 
-def build_options(source: ModelSource, request: RunRequest) -> Options:
-    """Options from the model's defaults, then the request's choices."""
+def build_options(source: ModelSource, request: RunRequest) -> RunOptions:
+    """The run's options from the model's defaults, then the request's choices."""
     given = {k: v for k, v in request.options.items() if v is not None}
     mode = given.get("mode", "training")
     values = dict(source.defaults)
@@ -242,7 +242,7 @@ def build_options(source: ModelSource, request: RunRequest) -> Options:
     unknown = sorted(set(values) - set(OPTION_NAMES) - set(LOCATION_NAMES))
     if unknown:
         raise ConfigError(f"Unknown option {unknown[0]!r} in the model's defaults.")
-    options = Options(**{k: v for k, v in values.items() if k in OPTION_NAMES})
+    options = RunOptions(**{k: v for k, v in values.items() if k in OPTION_NAMES})
     locations = options.tensor_locations
     locations.optimiser_on_chip = not values.get("offload_optimiser", False)
     locations.weights_on_chip = not values.get("offload_weights", False)
@@ -260,7 +260,7 @@ def location_options(locations: Any) -> dict[str, bool]:
             "replicated_tensor_sharding": bool(locations.replicated_tensor_sharding)}
 
 
-def build_model(source: ModelSource, options: Options, params: dict[str, Any]) -> Model:
+def build_model(source: ModelSource, options: RunOptions, params: dict[str, Any]) -> Model:
     """Call the model's build function; a user's failing build is one sentence."""
     params = {k: v for k, v in params.items() if v is not None}
     if source.zoo:
@@ -280,7 +280,7 @@ def build_model(source: ModelSource, options: Options, params: dict[str, Any]) -
     return model
 
 
-def estimate(ops: int, tiles_per_ipu: int, options: Options) -> tuple[int, int]:
+def estimate(ops: int, tiles_per_ipu: int, options: RunOptions) -> tuple[int, int]:
     """About how many trace rows a run writes and how many bytes emulating it takes."""
     passes = 3 if options.training else 1  # forward, backward, weight update
     rows = (TRACE_ROWS_PER_OP * ops * passes * options.gradient_accumulation * options.device_iterations
@@ -288,7 +288,7 @@ def estimate(ops: int, tiles_per_ipu: int, options: Options) -> tuple[int, int]:
     return rows, BASE_BYTES + BYTES_PER_OP_TILE * ops * tiles_per_ipu
 
 
-def check_bounds(request: RunRequest, ops: int, tiles_per_ipu: int, options: Options) -> None:
+def check_bounds(request: RunRequest, ops: int, tiles_per_ipu: int, options: RunOptions) -> None:
     """ConfigError, naming the estimate and the flag that lifts the limit, for a run beyond the bounds."""
     rows, memory = estimate(ops, tiles_per_ipu, options)
     if memory > request.max_memory_bytes:
@@ -311,7 +311,7 @@ def _check_sizes(request: RunRequest) -> None:
     layers = request.params.get("layers")
     if isinstance(layers, int) and layers > 0:
         # Building the model is itself linear in its layers: bound it from the layer count first.
-        check_bounds(request, OPS_PER_LAYER * layers, 1472, Options(gradient_accumulation=1))
+        check_bounds(request, OPS_PER_LAYER * layers, 1472, RunOptions(gradient_accumulation=1))
 
 
 def _check_ipus(request: RunRequest, model: Model, layout: Layout) -> None:

@@ -32,7 +32,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 from engine.model import Model, Tensor
-from engine.options import Options
+from engine.options import RunOptions
 
 # Ops that only look at their input differently (views, reshapes, copies of the same values):
 # no data moves on the IPU, so no op, as the engine's Model.view.
@@ -168,7 +168,7 @@ class _Translator:
     """Walks the records in order, building the engine model."""
 
     def __init__(self, records: Sequence[OpRecord], inputs: Sequence[torch.Tensor], root: torch.nn.Module,
-                 name: str, options: Options) -> None:
+                 name: str, options: RunOptions) -> None:
         self.records = records
         self.m = Model(name, options)
         self.env: dict[int, Tensor] = {}  # id(torch tensor) -> engine tensor (activations and host inputs)
@@ -427,7 +427,7 @@ class _Translator:
 
 
 def to_model(records: Sequence[OpRecord], inputs: Sequence[torch.Tensor], root: torch.nn.Module, name: str,
-             options: Options) -> Captured:
+             options: RunOptions) -> Captured:
     """The engine model of a recorded forward: ``inputs`` are the host tensors it was called with,
     ``root`` the module whose parameters are its weights, ``options`` the engine's."""
     return _Translator(records, inputs, root, name, options).run()

@@ -1,6 +1,6 @@
 """The model zoo: the tutorial's MNIST network, ResNet-50, BERT, the GPT family and ViT.
 
-Each entry builds a ``Model`` from ``Options`` and its own parameters, with a default partition of
+Each entry builds a ``Model`` from ``RunOptions`` and its own parameters, with a default partition of
 its blocks into stages over IPUs, and states the option defaults it was published with.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 from popvision_py.errors import ConfigError
 
 from engine.model import Model, ModelBlock
-from engine.options import Options
+from engine.options import RunOptions
 from engine.layout import Layout, StageSpec
 
 
@@ -174,7 +174,7 @@ MNIST_SAMPLES = {"training": 60_000, "inference": 10_000}
 IMAGENET_SAMPLES = {"training": 1_281_167, "inference": 50_000}
 
 
-def build_mnist(options: Options) -> Model:
+def build_mnist(options: RunOptions) -> Model:
     """conv(1->10, k5) + maxpool 2 + ReLU in B1; conv(10->20, k5) + pool + ReLU in B2; 320->256 + ReLU in
     B3; 256->10 with the cross-entropy loss in B4."""
     m = Model("mnist", options)
@@ -200,7 +200,7 @@ def build_mnist(options: Options) -> Model:
 # -- ResNet-50 -------------------------------------------------------------------------------
 
 
-def build_resnet50(options: Options, *, image_size: int = 224, classes: int = 1000, ipus: int = 4) -> Model:
+def build_resnet50(options: RunOptions, *, image_size: int = 224, classes: int = 1000, ipus: int = 4) -> Model:
     """ResNet-50 v1.5: a 7x7 stem, bottleneck stages of 3, 4, 6 and 3 units, a 1000-way classifier."""
     m = Model("resnet50", options, params={"image_size": image_size, "classes": classes, "ipus": ipus})
     m.input_kind = "image"  # ImageNet JPEGs, decoded and augmented on the host
@@ -259,7 +259,7 @@ def _encoder_layer(m: Model, x: Any, heads: int, ffn: int, name: str) -> Any:
     return m.layer_norm(m.add(h, x, name=f"{name}/ffn_add"), name=f"{name}/ffn_norm")
 
 
-def build_bert(options: Options, *, layers: int = 24, hidden: int = 1024, heads: int = 16, seq_len: int = 128,
+def build_bert(options: RunOptions, *, layers: int = 24, hidden: int = 1024, heads: int = 16, seq_len: int = 128,
                vocab: int = 30522, masked_tokens: int = 20, packing: float = 1.0, tied_embeddings: bool = True,
                ipus: int = 4, name: str = "bert") -> Model:
     """BERT pre-training: embeddings, ``layers`` encoder layers, the masked-LM head.
@@ -333,7 +333,7 @@ GPT_PRESET_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def build_gpt(options: Options, *, layers: int = 12, hidden: int = 768, heads: int = 12, seq_len: int = 1024,
+def build_gpt(options: RunOptions, *, layers: int = 12, hidden: int = 768, heads: int = 12, seq_len: int = 1024,
               vocab: int = 50257, tied_embeddings: bool = True, embedding_alone: bool = False, ipus: int = 4,
               preset: str | None = None) -> Model:
     """A GPT decoder: token and position embeddings, ``layers`` decoder layers, the LM head.
@@ -376,7 +376,7 @@ def build_gpt(options: Options, *, layers: int = 12, hidden: int = 768, heads: i
     return m
 
 
-def build_vit(options: Options, *, layers: int = 12, hidden: int = 768, heads: int = 12, patch: int = 16,
+def build_vit(options: RunOptions, *, layers: int = 12, hidden: int = 768, heads: int = 12, patch: int = 16,
               image_size: int = 224, classes: int = 1000, ipus: int = 4) -> Model:
     """ViT-Base/16: a patch-embedding convolution, a class token, ``layers`` encoder layers, a classifier."""
     m = Model("vit-base", options, params={"layers": layers, "hidden": hidden, "heads": heads, "patch": patch,

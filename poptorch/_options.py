@@ -541,14 +541,14 @@ class Options(_Unsupported):
     # -- the engine's view -------------------------------------------------------------------
 
     def engine_options(self, *, training: bool, micro_batch_size: int, precision: str, optimiser: dict[str, Any],
-                       recompute: bool) -> eo.Options:
+                       recompute: bool) -> eo.RunOptions:
         """The emulator's options for a model compiled with these options: the whole run's replicas
         (``replicationFactor`` is each distributed process's, as in PopTorch)."""
         loc = self._locations
         checkpoints = "blocks"
         if (popart := self._popart.recompute()) is not None:
             recompute, checkpoints = recompute or popart[0], popart[1]
-        o = eo.Options(
+        o = eo.RunOptions(
             micro_batch_size=micro_batch_size, device_iterations=self.device_iterations,
             gradient_accumulation=self._training.gradient_accumulation if training else 1,
             replication_factor=self.replication_factor * self._distributed.num_distributed_processes,

@@ -1,7 +1,7 @@
 """`popvision run MODEL`: emulate a model on IPUs; with --profile, write PROFILE_DIR/profile.pop.
 
 MODEL is a zoo name (`popvision models`) or a path to a Python file that defines
-``build(options: engine.Options) -> engine.Model`` (and optionally ``DEFAULTS``, a dict of option
+``build(options: engine.RunOptions) -> engine.Model`` (and optionally ``DEFAULTS``, a dict of option
 defaults such as ``{"micro_batch_size": 16, "gradient_accumulation": 8}``), or a PopTorch script
 (imports poptorch, no ``build``), which runs with popvision's ``poptorch`` (docs/poptorch.md).
 """

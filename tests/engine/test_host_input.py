@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from engine import Options
+from engine import RunOptions
 from engine.assumptions import Assumptions
 from engine.targets import ARCHS
 from tests.engine.conventions import check_profile
@@ -169,8 +169,8 @@ def test_host_processes_each_feed_their_replicas(tmp_path):
 
 
 def test_popTorchs_spelling_sets_the_processes():
-    assert Options().Distributed.configureProcessId(0, 4).host_processes == 4
-    assert Options().Distributed.numProcesses == 1
+    assert RunOptions().Distributed.configureProcessId(0, 4).host_processes == 4
+    assert RunOptions().Distributed.numProcesses == 1
 
 
 @pytest.mark.parametrize("args, words", [

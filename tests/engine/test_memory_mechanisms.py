@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine.options import Options
+from engine.options import RunOptions
 from popvision_py.errors import ConfigError
 from tests.engine.helpers import run_cli, run_profile, write_model
 
@@ -145,7 +145,7 @@ def test_a_bad_state_type_is_one_sentence():
     assert result.exit_code == 2
     assert "Invalid value for '--optimiser-state-type'" in result.output
     try:
-        Options(optimiser_state_type="bf16").validate()
+        RunOptions(optimiser_state_type="bf16").validate()
     except ConfigError as exc:
         assert str(exc) == "Unknown optimiser state type 'bf16'; choose one of fp16, fp32."
     else:

@@ -246,9 +246,9 @@ def test_one_value_per_ipu_or_one_for_all(tmp_path):
 
 
 def test_poptorchs_dictionary_sets_each_ipu():
-    from engine import Options
+    from engine import RunOptions
 
-    o = Options().setAvailableMemoryProportion({"IPU0": 0.1, "IPU2": 0.3})
+    o = RunOptions().setAvailableMemoryProportion({"IPU0": 0.1, "IPU2": 0.3})
     assert o.available_memory_proportion == (0.1, 0.6, 0.3)
     assert [o.memory_proportion(i) for i in range(3)] == [0.1, 0.6, 0.3]
 
