@@ -226,7 +226,8 @@ def _strings(values: list[str] | tuple[str, ...]) -> pa.Array:
     encoded = [v.encode() for v in values]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
     np.cumsum([len(b) for b in encoded], out=offsets[1:])
-    return pa.Array.from_buffers(pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
+    return pa.Array.from_buffers(pa.string(), len(encoded),
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
 
 
 def _dictionary(indices: np.ndarray, values: tuple[str, ...] | list[str]) -> pa.DictionaryArray:
@@ -250,7 +251,8 @@ def _column(values: Any, type_: pa.DataType) -> pa.Array:
         return _categories(list(values))
     if pa.types.is_boolean(type_):
         flags = np.asarray(values, dtype=bool)
-        return pa.Array.from_buffers(pa.bool_(), len(flags), [None, pa.py_buffer(np.packbits(flags, bitorder="little"))])
+        return pa.Array.from_buffers(pa.bool_(), len(flags),
+                                     [None, pa.py_buffer(np.packbits(flags, bitorder="little"))])
     array = np.ascontiguousarray(values, dtype=NUMPY_TYPES[type_])
     return pa.Array.from_buffers(type_, len(array), [None, pa.py_buffer(array)])
 

@@ -99,7 +99,8 @@ def plan_memory(compiled: Compiled, prog: IpuProgram) -> IpuMemory:
     # Other steps (copies, syncs, streams) each carry their own control code, and so does each call
     # of an outlined pass after the first.
     # The input wait is the host runtime not yet starting the call, not a program the tiles hold.
-    code_steps = steps - prog.op_steps + prog.op_passes - len(prog.code_sets) - (1 if "input_wait" in prog.segments else 0)
+    input_wait = 1 if "input_wait" in prog.segments else 0
+    code_steps = steps - prog.op_steps + prog.op_passes - len(prog.code_sets) - input_wait
     for start, grains, received, n in prog.code_sets.values():
         end = start + len(grains)
         always[index["vertex_state"], start:end] += vertices(grains) * a.vertex_state_bytes_per_vertex

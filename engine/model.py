@@ -191,7 +191,8 @@ class Model:
              out_dtype: str | None = None, groups: int = 1, tied: Op | None = None) -> Tensor:
         block = block or _current_block.get()
         if block is None:
-            raise ConfigError(f"Op {name!r} is in no ModelBlock; build it inside `with ModelBlock(...)` or pass block=.")
+            raise ConfigError(f"Op {name!r} is in no ModelBlock; build it inside `with ModelBlock(...)` "
+                              f"or pass block=.")
         if block not in self.blocks:
             self.blocks.append(block)
         ipu = _current_block_ipu.get()

@@ -175,7 +175,8 @@ class RunOptions:
             try:
                 by_ipu = {int(str(k).upper().removeprefix("IPU")): float(v) for k, v in proportion.items()}
             except ValueError:
-                raise ConfigError(f"setAvailableMemoryProportion takes {{'IPU0': 0.2, ...}}, not {proportion}.") from None
+                raise ConfigError(f"setAvailableMemoryProportion takes {{'IPU0': 0.2, ...}}, "
+                                  f"not {proportion}.") from None
             if any(i < 0 for i in by_ipu):
                 raise ConfigError(f"setAvailableMemoryProportion names a negative IPU: {proportion}.")
             self.available_memory_proportion = tuple(by_ipu.get(i, 0.6) for i in range(max(by_ipu, default=0) + 1))
@@ -222,12 +223,13 @@ class RunOptions:
         if isinstance(amp, tuple) and not amp:
             raise ConfigError("Available memory proportion needs at least one value.")
         checkpoints = self.recompute_checkpoints
-        if not (checkpoints in RECOMPUTE_CHECKPOINTS or (isinstance(checkpoints, int) and not isinstance(checkpoints, bool)
-                                                          and checkpoints >= 1)):
+        blocks = isinstance(checkpoints, int) and not isinstance(checkpoints, bool) and checkpoints >= 1
+        if not (checkpoints in RECOMPUTE_CHECKPOINTS or blocks):
             raise ConfigError(f"Recompute checkpoints must be {' or '.join(RECOMPUTE_CHECKPOINTS)} or a positive "
                               f"number of blocks, not {checkpoints!r}.")
         if not isinstance(self.attention_serialisation, int) or self.attention_serialisation < 1:
-            raise ConfigError(f"Attention serialisation must be a positive integer, not {self.attention_serialisation}.")
+            raise ConfigError(f"Attention serialisation must be a positive integer, not "
+                              f"{self.attention_serialisation}.")
         for name in ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "runs",
                      "tensor_sharding", "host_processes"):
             value = getattr(self, name)

@@ -135,7 +135,8 @@ def applicable(plan: Plan, pinned: Collection[str] = ()) -> Iterator[Described]:
             continue
         if optimiser and (optimiser != o.optimiser or not plan.training):
             continue
-        if base.startswith("host_") and base.endswith("_samples_per_s_per_core") and base != f"host_{kind}_samples_per_s_per_core":
+        per_core = "_samples_per_s_per_core"
+        if base.startswith("host_") and base.endswith(per_core) and base != f"host_{kind}{per_core}":
             continue
         yield d
 
@@ -168,8 +169,10 @@ def sensitivity(compiled: Compiled, memories: list[IpuMemory], total_cycles: flo
         if pcts and max(abs(x - central_pct) for x in pcts) > 0:
             ends.memory.append(Driver(d.name, d.value, d.low, d.high, pcts[0], pcts[1]))
         progress()
-    rate_corners = tuple(_rate(_corner(plan, ends.time, central_rate, up)) for up in (False, True)) if ends.time else None
-    pct_corners = tuple(_pct(_corner(plan, ends.memory, central_pct, up)) for up in (False, True)) if ends.memory else None
+    rate_corners = (tuple(_rate(_corner(plan, ends.time, central_rate, up)) for up in (False, True))
+                    if ends.time else None)
+    pct_corners = (tuple(_pct(_corner(plan, ends.memory, central_pct, up)) for up in (False, True))
+                   if ends.memory else None)
     return Prediction(
         throughput=central_rate, throughput_range=_hull(central_rate, ends.time, rate_corners),
         worst_tile_pct=central_pct, worst_tile_pct_range=_hull(central_pct, ends.memory, pct_corners),

@@ -34,11 +34,10 @@ from engine.layout import KINDS, Layout, StageSpec
 from engine.zoo import zoo_entry
 
 OPTION_NAMES = ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "precision",
-                "partials",
-                "mode", "recompute", "optimiser", "runs", "arch", "system", "available_memory_proportion",
-                "tensor_sharding", "optimiser_state_type", "first_moment_type", "accum_type", "use_combined_accum", "enable_outlining",
-                "recompute_checkpoints", "attention_serialisation", "host_processes", "host_input", "loader_workers",
-                "persistent_workers")
+                "partials", "mode", "recompute", "optimiser", "runs", "arch", "system", "available_memory_proportion",
+                "tensor_sharding", "optimiser_state_type", "first_moment_type", "accum_type", "use_combined_accum",
+                "enable_outlining", "recompute_checkpoints", "attention_serialisation", "host_processes", "host_input",
+                "loader_workers", "persistent_workers")
 # Bounds a run refuses beyond, before any work, unless the request lifts them (popvision run
 # --max-trace-rows, --max-memory-gb): a mistyped size must be one sentence, not hours or the machine's memory.
 MAX_TRACE_ROWS = 200_000_000
