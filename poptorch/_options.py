@@ -497,7 +497,8 @@ class Options(_Unsupported):
         self.execution_strategy = strategy
         return self
 
-    def setAvailableMemoryProportion(self, available_memory_proportion: float | dict[str, float]) -> Options:  # noqa: N802
+    def setAvailableMemoryProportion(  # noqa: N802
+            self, available_memory_proportion: float | dict[str, float]) -> Options:
         self.available_memory_proportion = (dict(available_memory_proportion)
                                             if isinstance(available_memory_proportion, dict)
                                             else float(available_memory_proportion))
@@ -560,7 +561,8 @@ class Options(_Unsupported):
         o.tensor_locations = eo.TensorLocations(
             optimiser_on_chip=loc.optimizer.on_chip, weights_on_chip=loc.weights.on_chip,
             activations_on_chip=loc.activations.on_chip,
-            replicated_tensor_sharding=loc.optimizer.replicated_tensor_sharding or loc.weights.replicated_tensor_sharding)
+            replicated_tensor_sharding=(loc.optimizer.replicated_tensor_sharding
+                                        or loc.weights.replicated_tensor_sharding))
         if self.available_memory_proportion is not None:
             o.setAvailableMemoryProportion(self.available_memory_proportion)
         return o

@@ -4,9 +4,10 @@
 each process writes its file (the current directory by default), ``"channels"`` a list of the
 channels to record (all by default: ``poptorch``, ``dataloader``, ``popdist``). Each process writes
 ``<directory>/<process>.pvti.parquet`` (``popvision_py.format.system``): ``instance-<I>`` for
-instance I of a poprun launch (PopDist's index, from PopRun's variables), ``process-<pid>`` otherwise. The events are kept in memory and
-written in row groups as they accumulate, into a file that is published whole when the process
-exits (or when ``popvision run`` finishes the script), so a killed process leaves nothing behind.
+instance I of a poprun launch (PopDist's index, from PopRun's variables), ``process-<pid>``
+otherwise. The events are kept in memory and written in row groups as they accumulate, into a file
+that is published whole when the process exits (or when ``popvision run`` finishes the script), so a
+killed process leaves nothing behind.
 
 Without ``PVTI_OPTIONS`` (or with ``"enable"`` other than true) nothing is recorded: each event
 point costs one look-up of the environment variable. A malformed value is one sentence
