@@ -109,7 +109,8 @@ class Profiles:
         """``request`` (RunRequest fields) emulated into ``emulated_dir/NAME-HASH/profile.pop``, once per request
         (a profile already there is reused); PopvisionError when the run cannot be made."""
         if self.runner is None:
-            raise LookupError("This dashboard was started without the emulator (popvision dashboard starts it with one).")
+            raise LookupError("This dashboard was started without the emulator (popvision dashboard "
+                              "starts it with one).")
         digest = hashlib.sha256(json.dumps(request, sort_keys=True, default=str).encode()).hexdigest()[:12]
         path = self.emulated_dir / f"{name}-{digest}" / "profile.pop"
         with self._run_lock:

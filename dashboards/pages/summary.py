@@ -74,7 +74,8 @@ def fullest_view(head: pd.DataFrame, categories: pd.DataFrame, variables: pd.Dat
                     f"{row.peak_step}"], className="fullest-head"),
             html.P("; ".join(f"{k} {c.fmt_bytes(b)}" for k, b in zip(cats["category"], cats["bytes"])),
                    className="fullest-categories"),
-            html.P("Largest: " + ("; ".join(f"{n} {c.fmt_bytes(b)}" for n, b in zip(held["name"], held["bytes_on_tile"]))
+            html.P("Largest: " + ("; ".join(f"{n} {c.fmt_bytes(b)}"
+                                            for n, b in zip(held["name"], held["bytes_on_tile"]))
                                   or "no variable"), className="fullest-variables"),
         ], className="fullest-tile"))
     return html.Div(items, className="fullest")
@@ -304,7 +305,8 @@ def verified_view(row: dict[str, Any]) -> html.Div:
     return html.Div([
         html.P(str(row["verdict"]), className=f"verify-verdict verify-{tone}"),
         *([html.Table([head, html.Tbody(body)], className="pv-table verify-table")] if status != "failed" else []),
-        *([html.P(["Profile: ", html.Code(str(row["profile"]))], className="verify-profile")] if row["profile"] else []),
+        *([html.P(["Profile: ", html.Code(str(row["profile"]))], className="verify-profile")]
+          if row["profile"] else []),
     ])
 
 
