@@ -42,7 +42,8 @@ def bsp_path(s: retime.Supersteps, ipus: np.ndarray) -> tuple[Table, dict[str, f
     by_ipu = Table({"ipu": np.arange(n_ipu, dtype=np.int64), "supersteps_led": led.astype(np.int64),
                     "micro_batch_cycles": np.bincount(crit, on_mb, n_ipu),
                     "other_work_cycles": np.bincount(crit, on_fixed, n_ipu),
-                    "path_share_pct": 100.0 * np.bincount(crit, on_mb + on_fixed, n_ipu) / max(float(s.cycles.sum()), 1.0)})
+                    "path_share_pct": (100.0 * np.bincount(crit, on_mb + on_fixed, n_ipu)
+                                       / max(float(s.cycles.sum()), 1.0))})
     totals = {"compute": float(on_mb.sum()), "other_work": float(on_fixed.sum()),
               "waiting": float(np.clip(s.gap, 0, None).sum()), "path": float(s.cycles.sum())}
     base = retime.length(s, np.ones(len(s.cell_cycles)))
@@ -234,7 +235,8 @@ class CriticalPathView:
     def _chain(self) -> Any:
         chain, _ = self.path()
         return Table({"rank": chain["rank"].to_numpy(np.int64), "what": chain["what"].to_numpy(object),
-                      "kind": chain["kind"].to_numpy(object), "start_ms": _ms(chain["start"]) - _ms(chain["start"].min()),
+                      "kind": chain["kind"].to_numpy(object),
+                      "start_ms": _ms(chain["start"]) - _ms(chain["start"].min()),
                       "ms": _ms(chain["ns"])})
 
     def chain(self) -> pd.DataFrame:
@@ -272,7 +274,8 @@ class CriticalPathView:
     def _whatif(self) -> Any:
         rows = self.whatifs()
         return Table({
-            "change": np.array([p.change for p in rows], object), "schedule": np.array([p.schedule for p in rows], object),
+            "change": np.array([p.change for p in rows], object),
+            "schedule": np.array([p.schedule for p in rows], object),
             "micro_batches": np.array([p.micro_batches for p in rows], np.int64),
             "step_ms": _ms([p.step_ns for p in rows]), "low_ms": _ms([p.low_ns for p in rows]),
             "high_ms": _ms([p.high_ns for p in rows]), "ms_per_micro_batch": _ms([p.per_micro_batch_ns for p in rows]),

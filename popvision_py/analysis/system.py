@@ -176,7 +176,8 @@ def processes(events: Events) -> Table:
     process = events.process
     calls = _named(events, S.MODEL_CALL, SPAN)
     wait = _named(events, S.WAIT_FOR_DATA, SPAN)
-    waited = np.rint(np.bincount(process[wait], weights=(events.end - events.start)[wait], minlength=n)).astype(np.int64)
+    waited = np.rint(np.bincount(process[wait], weights=(events.end - events.start)[wait], minlength=n))
+    waited = waited.astype(np.int64)
     samples = _named(events, S.SAMPLES_PER_SECOND, COUNTER)
     rate = pd.Series(events.value[samples]).groupby(process[samples]).median().reindex(range(n)).to_numpy(np.float64)
     return Table({
@@ -224,7 +225,8 @@ def by_name(events: Events) -> Table:
         "total_ms": np.where(span, total / 1e6, np.nan)[order],
         "mean_ms": np.where(span, total / np.maximum(count, 1) / 1e6, np.nan)[order],
         "max_ms": np.where(span, longest / 1e6, np.nan)[order],
-        "wall_pct": np.where(span & (wall[g_process] > 0), 100.0 * total / np.maximum(wall[g_process], 1), np.nan)[order],
+        "wall_pct": np.where(span & (wall[g_process] > 0), 100.0 * total / np.maximum(wall[g_process], 1),
+                             np.nan)[order],
     })
 
 

@@ -61,7 +61,8 @@ def tree(data: Table | pd.DataFrame, max_lines: int = MAX_TREE_LINES) -> list[st
         shown_ = [not (u or o) for u, o in zip(under_op, op)]
         left = "each segment's ops and steps"
     lines = [f"  ({left} are in --format json and csv)"]
-    for show, parent, depth, kind, name, repeats, runs, cycles, total, share, detail, _ in zip(shown_, *columns.values()):
+    for show, parent, depth, kind, name, repeats, runs, cycles, total, share, detail, _ in zip(
+            shown_, *columns.values()):
         if not show:
             continue
         if len(lines) > max_lines:
