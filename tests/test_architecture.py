@@ -467,7 +467,8 @@ def test_a_planted_circle_through_a_package_init_is_named(tmp_path):
 def test_a_planted_pair_that_imports_each_other_relatively_is_a_circle(tmp_path):
     files = dict(BASE)
     files["popvision_py/render/__init__.py"] = "from .html import page\n"
-    files["popvision_py/render/html.py"] = "from . import text\nfrom popvision_py.render import helper\ndef page(): ...\n"
+    files["popvision_py/render/html.py"] = ("from . import text\nfrom popvision_py.render import helper\n"
+                                            "def page(): ...\n")
     files["popvision_py/render/text.py"] = ""
     known, graph = _plant(tmp_path, files)
     assert graph["popvision_py.render.html"] == {"popvision_py.render.text": 1, "popvision_py.render": 2}

@@ -55,7 +55,8 @@ def test_the_emulator_records_each_variables_type(runs):
     assert set(v32["dtype"].astype(str)) == {"fp32"}
     # AND the FP16 run's weights, gradients and activations are FP16; its accumulators and its (AdamW,
     # FP32 by default) optimiser state FP32; the loss's output FP32 as the model computes it
-    kind = np.where(v16["name"].astype(str).str.endswith("/grad_accumulator"), "accumulator", v16["category"].astype(str))
+    kind = np.where(v16["name"].astype(str).str.endswith("/grad_accumulator"), "accumulator",
+                    v16["category"].astype(str))
     got = pd.Series(v16["dtype"].astype(str).values, index=kind).groupby(level=0).agg(lambda s: sorted(set(s)))
     assert got["accumulator"] == ["fp32"] and got["optimiser_state"] == ["fp32"] and got["weights"] == ["fp16"]
     assert got["activations"] == ["fp16"] and got["exchange_buffers"] == ["fp16"]

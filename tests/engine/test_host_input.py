@@ -84,7 +84,8 @@ def test_image_samples_feed_fewer_per_core_than_tensor_samples():
     assert a.host_image_samples_per_s_per_core * 10 < a.host_tensor_samples_per_s_per_core
     # so the host takes that much longer per call, and synthetic data costs it nothing
     ratio = a.host_tensor_samples_per_s_per_core / a.host_image_samples_per_s_per_core
-    assert image["host_input_seconds_per_call"] == pytest.approx(ratio * tensor["host_input_seconds_per_call"], rel=1e-3)
+    assert image["host_input_seconds_per_call"] == pytest.approx(ratio * tensor["host_input_seconds_per_call"],
+                                                                 rel=1e-3)
     assert summary("resnet50", *FAST_HOST)["host_input_seconds_per_call"] == 0
     assert "JPEG decode and augmentation (ImageNet-like)" in image["host_loader"]
 

@@ -30,7 +30,8 @@ def as_instance(monkeypatch: pytest.MonkeyPatch, total: int, local: int, offset:
     """The variables poprun gives the instance whose first replica is ``offset``."""
     for name, value in (("POPDIST_NUM_TOTAL_REPLICAS", total), ("POPDIST_NUM_LOCAL_REPLICAS", local),
                         ("POPDIST_REPLICA_INDEX_OFFSET", offset), ("POPDIST_NUM_IPUS_PER_REPLICA", ipus),
-                        ("POPDIST_UNIFORM_REPLICAS_PER_INSTANCE", 1), ("POPDIST_LOCAL_INSTANCE_INDEX", offset // local)):
+                        ("POPDIST_UNIFORM_REPLICAS_PER_INSTANCE", 1),
+                        ("POPDIST_LOCAL_INSTANCE_INDEX", offset // local)):
         monkeypatch.setenv(name, str(value))
 
 

@@ -246,14 +246,16 @@ def test_the_table_shows_each_rows_global_batch_when_they_differ(uneven, tmp_pat
         value = {flag: int(argv[argv.index(flag) + 1]) for flag in ("--batch-size", "--gradient-accumulation",
                                                                    "--replicas")}
         batch = line[:batch_end].split()[-1]
-        assert int(batch.replace(",", "")) == value["--batch-size"] * value["--gradient-accumulation"] * value["--replicas"]
+        global_batch = value["--batch-size"] * value["--gradient-accumulation"] * value["--replicas"]
+        assert int(batch.replace(",", "")) == global_batch
     rows, _ = read_tune(tmp_path / "tune.parquet")
     assert rows["changes"].str.contains("--batch-size").any()
 
 
 @pytest.mark.parametrize("args, sentence", [
     (["--global-batch", "7"], "--global-batch 7 is not a multiple of the start's samples per step, micro-batch 40 x "
-                              "1 replica(s) = 40; give a multiple of 40, or a --batch-size or --replicas that divides 7."),
+                              "1 replica(s) = 40; give a multiple of 40, or a --batch-size or --replicas "
+                              "that divides 7."),
     (["--global-batch", "80"], "At --global-batch 80 the start would accumulate 2 micro-batches: Gradient accumulation "
                                "2 is below the 7 pipeline stages of a 4-stage training pipeline (2N-1 for N=4). Give a "
                                "larger --global-batch, or a start that runs at this one (--batch-size, --stages)."),
