@@ -293,7 +293,8 @@ class _TrainingOptions(_Unsupported):
     def setAutomaticLossScaling(self, enabled: bool) -> _TrainingOptions:  # noqa: N802
         return self  # loss scaling guards FP16 gradients on the IPU; the CPU update is FP32
 
-    def setMeanAccumulationAndReplicationReductionStrategy(self, strategy: MeanReductionStrategy) -> _TrainingOptions:  # noqa: N802,E501
+    def setMeanAccumulationAndReplicationReductionStrategy(  # noqa: N802
+            self, strategy: MeanReductionStrategy) -> _TrainingOptions:
         return self  # when the mean is taken changes rounding on the IPU, not the CPU's result
 
 
