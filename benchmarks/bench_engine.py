@@ -144,7 +144,8 @@ def render(results: list[Result]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" + " ---: |" * (len(head) - 1)]
     for r in results:
         lines.append(f"| {r.case} | {r.engine_s:.2f} | {r.wall_s:.2f} | {r.writer_s:.2f} | {r.ratio:.2f} | "
-                     f"{r.peak_rss_mb:.0f} | {r.profile_bytes / 1e6:.1f} | {r.total_rows:,} | {r.rows_per_s / 1e6:.2f} |")
+                     f"{r.peak_rss_mb:.0f} | {r.profile_bytes / 1e6:.1f} | {r.total_rows:,} | "
+                     f"{r.rows_per_s / 1e6:.2f} |")
     lines.append("")
     for r in results:
         lines.append(f"{r.case}: {r.command}")
@@ -257,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
             results = measure_writing([float(x) for x in args.sizes.split(",")], trees, args.repeat, Path(tmp))
         verdict = writing_verdict(results)
         print(render_writing(results))
-        print(f"target (1B rows < {WRITING_TARGET_S:.0f} s, flat RSS): {'met' if verdict['met'] else 'not met'} {verdict}")
+        print(f"target (1B rows < {WRITING_TARGET_S:.0f} s, flat RSS): "
+              f"{'met' if verdict['met'] else 'not met'} {verdict}")
         if args.json:
             args.json.write_text(json.dumps({"machine": machine(), "writing": results, "verdict": verdict}, indent=2))
         return 0

@@ -45,8 +45,9 @@ from compiled import compile_tree  # noqa: E402
 from popvision_py.format import schema as S  # noqa: E402
 
 TARGET_RATIO = 2.0
-# Issue 26: this query's wall time at most 1.3x DuckDB's on the unzipped files (medians of paired runs)
-ISSUE26_QUERY = "SELECT ipu, sum(end_cycle-start_cycle) FROM trace GROUP BY ipu ORDER BY ipu"  # ordered: outputs compared
+# Issue 26: this query's wall time at most 1.3x DuckDB's on the unzipped files (medians of paired runs);
+# ordered, as the outputs are compared
+ISSUE26_QUERY = "SELECT ipu, sum(end_cycle-start_cycle) FROM trace GROUP BY ipu ORDER BY ipu"
 TARGET_WALL_RATIO = 1.3
 QUERIES = {
     "issue 26: ipu grouped": ISSUE26_QUERY,

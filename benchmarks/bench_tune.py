@@ -55,11 +55,11 @@ def search_once(model: str, params: dict, system: str, search: tuple[str, ...] |
                 client) -> tuple[int, int, float]:
     from engine.runner import RunRequest
     from popvision_py.tune.search import Search
-    from popvision_py.tune.space import DIMENSIONS, Settings, Space
+    from popvision_py.tune.space import DIMENSIONS, SearchSettings, Space
 
     began = time.perf_counter()
-    space = Space(RunRequest(model=model, params=params), Settings(system=system, search=search or DIMENSIONS,
-                                                                   refine=refine))
+    space = Space(RunRequest(model=model, params=params), SearchSettings(system=system, search=search or DIMENSIONS,
+                                                                         refine=refine))
     # the candidates' search alone: ranging the rows shown is timed apart (docs/tune.md, "Ranges")
     outcome = Search(space, client, range_shown=False).run()
     return len(outcome.rows), outcome.emulated, time.perf_counter() - began

@@ -55,8 +55,9 @@ def measure(cap: int, tree: Path, folder: Path) -> dict:
               "fit": len(ok), "best_samples_per_second": float(ok["samples_per_second"].max()),
               "vs_start": float(ok["samples_per_second"].max() / start), "groups": int(groups.nunique()),
               "depths": sorted({g[0] for g in groups}), "not_tried": meta.get("capped", 0), "seconds": seconds}
-    print(f"cap {cap or 'none':>4}: {figure['emulated']:4} emulated, {figure['refused']} refused, {figure['fit']:3} fit, "
-          f"best {figure['best_samples_per_second']:.2f} samples/s ({figure['vs_start']:.2f}x the start), "
+    print(f"cap {cap or 'none':>4}: {figure['emulated']:4} emulated, {figure['refused']} refused, "
+          f"{figure['fit']:3} fit, best {figure['best_samples_per_second']:.2f} samples/s "
+          f"({figure['vs_start']:.2f}x the start), "
           f"{figure['groups']} groups, depths {figure['depths']}, {figure['not_tried']} not tried, "
           f"{seconds:.1f} s", flush=True)
     return figure

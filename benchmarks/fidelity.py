@@ -100,8 +100,8 @@ def row(point: Point, summary: dict) -> dict:
     """public | predicted | range | error for one point."""
     if isinstance(point.public, bool):
         verdict = summary.get("fit_verdict") or ("fits" if summary["fits"] else "does not fit")
-        low, high = summary.get("worst_tile_pct_range") or [100 * summary["worst_tile_bytes"] / summary["bytes_per_tile"]] * 2
         worst = 100 * summary["worst_tile_bytes"] / summary["bytes_per_tile"]
+        low, high = summary.get("worst_tile_pct_range") or [worst] * 2
         error = "borderline" if verdict == "borderline" else "right" if (verdict == "fits") == point.public else "WRONG"
         return {"point": point.name, "public": "fits" if point.public else "does not fit", "emulator": verdict,
                 "range": f"worst tile {worst:.0f}% ({low:.0f}% to {high:.0f}%)", "error": error,

@@ -29,7 +29,8 @@ def measure(profile: Path, scratch: Path) -> list[dict]:
         insights = report.summary.insights()
         before = report.summary.figures()
     rows = []
-    for k, (suggestion, effect, command) in enumerate(zip(insights["suggestion"], insights["effect"], insights["command"])):
+    found = zip(insights["suggestion"], insights["effect"], insights["command"])
+    for k, (suggestion, effect, command) in enumerate(found):
         if not command:
             continue
         words = shlex.split(command)
@@ -43,7 +44,8 @@ def measure(profile: Path, scratch: Path) -> list[dict]:
                "throughput_before": before.throughput_samples_per_s}
         if done.returncode == 0:
             out = json.loads(done.stdout)
-            row.update(worst_measured=out["worst_tile_bytes"], fits=out["fits"], throughput_after=out["samples_per_second"])
+            row.update(worst_measured=out["worst_tile_bytes"], fits=out["fits"],
+                       throughput_after=out["samples_per_second"])
         rows.append(row)
     return rows
 

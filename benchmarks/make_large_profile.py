@@ -103,7 +103,8 @@ class Model:
             def per_op(pass_: str, order: np.ndarray, compute: np.ndarray) -> tuple[list, list, np.ndarray, np.ndarray,
                                                                                      np.ndarray, np.ndarray]:
                 types = triple * len(order)
-                names = [f"layer{self.op_layer[o]}/op{o}/{pass_[:3]}/{t}" for o in order for t in ("sync", "exch", "cs")]
+                names = [f"layer{self.op_layer[o]}/op{o}/{pass_[:3]}/{t}"
+                         for o in order for t in ("sync", "exch", "cs")]
                 op = np.repeat(order, 3)
                 tiles = np.repeat(self.op_tiles[order], 3)
                 cycles = np.stack([np.full(len(order), 30), self.op_xchg[order], compute[order]], 1).ravel()
@@ -148,7 +149,8 @@ class Model:
     def iteration(self) -> dict[str, np.ndarray]:
         """One iteration's trace rows, IPU-major, from cycle 0: columns of the trace table (codes for pass/phase)."""
         S_, M = self.ipus, self.M
-        work = {s: (int(self.grid[s]["cycles"][self.fwd_steps[s]].sum()), int(self.grid[s]["cycles"][self.bwd_steps[s]].sum()))
+        work = {s: (int(self.grid[s]["cycles"][self.fwd_steps[s]].sum()),
+                    int(self.grid[s]["cycles"][self.bwd_steps[s]].sum()))
                 for s in range(S_)}
         n_cycles = M + 2 * S_ - 2
         t = np.arange(n_cycles)[:, None]
@@ -262,7 +264,8 @@ def _small_tables(writer: ProfileWriter, m: Model) -> None:
     kinds = np.array(["matmul", "softmax", "layernorm", "gelu"], dtype=object)
     passes = np.repeat(np.array(["forward", "backward"], dtype=object), n_ops)
     writer.write_table("ops", {
-        "op_id": np.tile(np.arange(n_ops), 2), "name": np.tile([f"layer{k}/op{o}" for o, k in enumerate(m.op_layer)], 2),
+        "op_id": np.tile(np.arange(n_ops), 2),
+        "name": np.tile([f"layer{k}/op{o}" for o, k in enumerate(m.op_layer)], 2),
         "kind": np.tile(kinds[m.op_kind], 2), "block": np.tile([f"layer{k}" for k in m.op_layer], 2),
         "stage": np.tile(stage, 2), "ipu": np.tile(stage, 2), "pass": passes,
         "flops": np.concatenate([m.op_flops, 2 * m.op_flops]), "bytes": np.tile(m.op_xchg * 256, 2),

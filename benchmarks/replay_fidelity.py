@@ -157,7 +157,8 @@ def tune_table(rows: list[dict]) -> str:
     lines = ["| tune of the trace of | its fastest candidate | predicted ms | range ms | run for real, ms | error |",
              "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        lines.append(f"| {r['source']} | {r['best']} | {r['predicted_ms']:.1f} | {r['low_ms']:.1f} - {r['high_ms']:.1f} "
+        lines.append(f"| {r['source']} | {r['best']} | {r['predicted_ms']:.1f} "
+                     f"| {r['low_ms']:.1f} - {r['high_ms']:.1f} "
                      f"| {r['measured_ms']:.1f} | {r['error_pct']:+.1f}% {'' if r['inside'] else '(outside)'} |")
     return "\n".join(lines)
 

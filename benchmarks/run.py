@@ -151,7 +151,8 @@ def engine_rows(engine: dict) -> list[Row]:
 def writing_rows(writing: dict) -> list[Row]:
     """Issue 26's row 4: a billion trace rows emulated, written and summarised in under 120 s, flat RAM."""
     mine = [r for r in writing["writing"] if r["tree"] == "after"]
-    shown = ", ".join(f"{rows_label(r['trace_rows'])} rows {r['wall_s']:.1f} s, {r['peak_rss_mb']:.0f} MB" for r in mine)
+    shown = ", ".join(f"{rows_label(r['trace_rows'])} rows {r['wall_s']:.1f} s, {r['peak_rss_mb']:.0f} MB"
+                      for r in mine)
     verdict = writing["verdict"]
     return [Row("engine", f"`{mine[-1]['command']}` (issue 26): wall time and peak RSS", "≥ 1B rows in < 120 s, "
                 "peak RSS flat (1B within 1.2× of 0.5B)", shown, verdict["met"])]
@@ -233,7 +234,8 @@ def export_rows(export: dict) -> list[Row]:
 
 def sql_rows(sql: dict) -> list[Row]:
     worst = max(sql["queries"], key=lambda q: q["memory_ratio"])
-    shown = "; ".join(f"{q['name']} {q['popvision_peak_mb']:.0f} / {q['duckdb_peak_mb']:.0f} MB" for q in sql["queries"])
+    shown = "; ".join(f"{q['name']} {q['popvision_peak_mb']:.0f} / {q['duckdb_peak_mb']:.0f} MB"
+                      for q in sql["queries"])
     return [Row("sql", f"`popvision sql` peak memory / DuckDB on the unzipped Parquet, worst query "
                 f"({rows_label(sql['trace_rows'])} trace rows)", f"≤ {sql['target_ratio']:g}",
                 f"{worst['memory_ratio']:.2f} ({worst['name']}); {shown}",
@@ -252,7 +254,8 @@ def issue26_read_rows(reports: list[dict], dashboard: dict, sql: dict) -> list[R
     if query is not None:
         rows.append(Row("issue 26", f"`popvision sql` wall / DuckDB on the unzipped Parquet, `{query['query']}` "
                         f"({rows_label(sql['trace_rows'])} rows)", f"≤ {sql['target_wall_ratio']:g}",
-                        f"{query['popvision_wall_s']:.2f} s / {query['duckdb_wall_s']:.2f} s = {query['wall_ratio']:.2f}",
+                        f"{query['popvision_wall_s']:.2f} s / {query['duckdb_wall_s']:.2f} s = "
+                        f"{query['wall_ratio']:.2f}",
                         query["wall_ratio"] <= sql["target_wall_ratio"]))
     for profile in dashboard["profiles"]:
         if "warm_up" in profile:
@@ -315,14 +318,17 @@ def main(argv: list[str] | None = None) -> int:
                                                  "--device-iterations", "4"]
         subprocess.run([sys.executable, "-m", "popvision_py.cli", "run", *command, "--profile", "--profile-dir",
                         str(case_a), "-q"], check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
-        facts["format"] = measure("bench_format.py", tmp / "format.json", "--profile", str(case_a / "profile.pop"), *quick)
+        facts["format"] = measure("bench_format.py", tmp / "format.json", "--profile", str(case_a / "profile.pop"),
+                                  *quick)
 
         # issue 4: the report on the engine's default bert-large profile, against reading its columns
         small = tmp / "bert_large"
         subprocess.run([sys.executable, "-m", "popvision_py.cli", "run", "mnist" if args.quick else "bert-large",
-                        "--profile", "--profile-dir", str(small), "-q"], check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
-        facts["report_bert_large"] = measure("bench_report.py", tmp / "report_bert_large.json", str(small / "profile.pop"),
-                                             "--repeat", "3" if args.quick else "31", "--no-cli")["profiles"][0]
+                        "--profile", "--profile-dir", str(small), "-q"],
+                       check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+        facts["report_bert_large"] = measure("bench_report.py", tmp / "report_bert_large.json",
+                                             str(small / "profile.pop"), "--repeat", "3" if args.quick else "31",
+                                             "--no-cli")["profiles"][0]
 
         reports, infos = [], []
         for rows in QUICK_ANALYSIS_ROWS if args.quick else ANALYSIS_ROWS:
@@ -336,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
 
         largest = tmp / f"large_{max(QUICK_ANALYSIS_ROWS if args.quick else ANALYSIS_ROWS)}.pop"
         facts["dashboard"] = measure("bench_dashboard.py", tmp / "dashboard.json", str(largest),
-                                     "--repeat", "2" if args.quick else "5", *(["--no-browser"] if args.no_browser else []),
+                                     "--repeat", "2" if args.quick else "5",
+                                     *(["--no-browser"] if args.no_browser else []),
                                      "--warm-up", "2" if args.quick else "5")
 
         facts["export_trace"] = measure("bench_export_trace.py", tmp / "export_trace.json", "--tmp",

@@ -150,8 +150,10 @@ def card(label: str, value: str, note: str | None = None, tone: str = "") -> htm
     return html.Div(children, className=f"card {tone}".strip())
 
 
-def cards(items: Sequence[tuple[str, str] | tuple[str, str, str | None] | tuple[str, str, str | None, str]]) -> html.Div:
-    """A row of key-figure cards from (label, value[, note[, tone]]) tuples; tone is '', 'good', 'warn' or 'bad'."""
+def cards(items: Sequence[tuple[str, str] | tuple[str, str, str | None]
+                          | tuple[str, str, str | None, str]]) -> html.Div:
+    """A row of key-figure cards from (label, value[, note[, tone]]) tuples; tone is '', 'good', 'warn'
+    or 'bad'."""
     return html.Div([card(*item) for item in items], className="cards")
 
 

@@ -39,7 +39,7 @@ import numpy as np
 import popvision_py as pv
 from dashboards.figures.style import IPUS, Naming
 from popvision_py.analysis.tracescan import SUMMARY_COLUMNS
-from popvision_py.format.schema import FIT_VERDICTS, PHASES
+from popvision_py.format.schema import FIT_VERDICTS, PHASES, Driver
 
 KEYS = ("a", "b")
 EXTENSION = "popvision_profiles"
@@ -109,7 +109,8 @@ class Profiles:
         """``request`` (RunRequest fields) emulated into ``emulated_dir/NAME-HASH/profile.pop``, once per request
         (a profile already there is reused); PopvisionError when the run cannot be made."""
         if self.runner is None:
-            raise LookupError("This dashboard was started without the emulator (popvision dashboard starts it with one).")
+            raise LookupError("This dashboard was started without the emulator (popvision dashboard "
+                              "starts it with one).")
         digest = hashlib.sha256(json.dumps(request, sort_keys=True, default=str).encode()).hexdigest()[:12]
         path = self.emulated_dir / f"{name}-{digest}" / "profile.pop"
         with self._run_lock:
@@ -293,18 +294,6 @@ def phase_shares(report: Any) -> dict[str, float]:
     """Share of IPU time in each phase, in %, from ``report.exchange.figures()``."""
     time = report.exchange.figures()
     return {phase: float(getattr(time, f"{phase}_pct")) for phase in PHASES}
-
-
-@dataclass(frozen=True)
-class Driver:
-    """One assumption behind a range: its value and plausible interval, and the figure at each end of it."""
-
-    name: str
-    value: float
-    low: float
-    high: float
-    at_low: float  # the figure (samples/s, or the worst tile in % of a tile) with the assumption at its low end
-    at_high: float
 
 
 @dataclass(frozen=True)

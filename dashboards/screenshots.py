@@ -26,7 +26,8 @@ WIDTH = 1440
 
 
 # Views of a page beside its default one: file name -> path with the query that opens them
-VIEWS = {"memory-depth": "/memory?colour=category&tab=compute"}  # the tile map by dominant category, a tile's compute sets
+# the tile map by dominant category, a tile's compute sets
+VIEWS = {"memory-depth": "/memory?colour=category&tab=compute"}
 
 
 def pages(comparing: bool, tuned: bool = False) -> dict[str, str]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.model import Op
-from engine.options import DTYPE_BYTES, INPUT_KINDS, Options
+from engine.options import DTYPE_BYTES, INPUT_KINDS, RunOptions
 from engine.targets import Target
 
 WORKERS = 6  # worker contexts per tile on every generation (public)
@@ -96,7 +96,7 @@ class CostModel:
     """
 
     target: Target
-    options: Options
+    options: RunOptions
     shards: int = 1
     stream_shards: int = 1
     ipus: int = 1
@@ -126,7 +126,8 @@ class CostModel:
         fp32 = self.a.optimiser_state_bytes_per_param[o.optimiser]
         if o.optimiser in TWO_MOMENTS and o.first_moment_type:
             # the first moment in its own type, the second in the state's
-            return fp32 // 2 * DTYPE_BYTES[o.first_moment_type] // 4 + fp32 // 2 * DTYPE_BYTES[o.optimiser_state_type] // 4
+            first, second = DTYPE_BYTES[o.first_moment_type], DTYPE_BYTES[o.optimiser_state_type]
+            return fp32 // 2 * first // 4 + fp32 // 2 * second // 4
         return fp32 * DTYPE_BYTES[o.optimiser_state_type] // 4
 
     @property
@@ -220,7 +221,8 @@ class CostModel:
                 rows, cols, red = math.ceil(m / pm), math.ceil(n / pn), math.ceil(depth / pk)
                 passes = -(-red // AMP_INPUT_CHANNELS) * -(-cols // units) * passes_per_depth
                 compute = groups_per_tile * (AMP_CALL_CYCLES + passes * (
-                    AMP_ROW_CYCLES * WORKERS * -(-rows // WORKERS) + AMP_PASS_CYCLES + AMP_LOAD_CYCLES_PER_UNIT * units))
+                    AMP_ROW_CYCLES * WORKERS * -(-rows // WORKERS) + AMP_PASS_CYCLES
+                    + AMP_LOAD_CYCLES_PER_UNIT * units))
                 if per_group <= 1:
                     received = (a_bytes + b_bytes) * op.groups / tiles
                 else:
@@ -271,7 +273,8 @@ class CostModel:
         # Groups a tile holds part of: the runs its share of the elements spans.
         per_tile = min(groups, math.ceil(x.elements / tiles / run) + 1)
         partials = per_tile * PARTIAL_BYTES
-        exchange = 2 * self.a.exchange_latency_cycles + math.ceil(2 * partials / self.a.exchange_bytes_per_cycle_per_tile)
+        exchange = (2 * self.a.exchange_latency_cycles
+                    + math.ceil(2 * partials / self.a.exchange_bytes_per_cycle_per_tile))
         grain_flops = STATISTICS_FLOPS[op.kind] * x.elements / op.grains
         return partials, exchange, grain_flops / self.target.vector_flops_per_cycle(self.options.precision)
 
@@ -300,7 +303,8 @@ class CostModel:
 
     def exchange_cycles(self, per_tile_bytes: int, pieces: int = 1) -> int:
         """An on-chip exchange: its latency once per piece, then the busiest tile's bytes at the tile's rate."""
-        return pieces * self.a.exchange_latency_cycles + math.ceil(per_tile_bytes / self.a.exchange_bytes_per_cycle_per_tile)
+        return (pieces * self.a.exchange_latency_cycles
+                + math.ceil(per_tile_bytes / self.a.exchange_bytes_per_cycle_per_tile))
 
     # -- off-tile transfers --------------------------------------------------------------------
 
@@ -319,7 +323,8 @@ class CostModel:
         steps = 2 * (members - 1)
         latency = steps * (self.target.sync_cycles(members) + self.a.link_latency_cycles)
         sent = 2 * (members - 1) / members * nbytes
-        return int(latency + math.ceil(sent / self.target.bytes_per_cycle(bytes_per_s * self.a.collective_link_efficiency)))
+        rate = self.target.bytes_per_cycle(bytes_per_s * self.a.collective_link_efficiency)
+        return int(latency + math.ceil(sent / rate))
 
     def all_reduce(self, nbytes: float, members: int, spread_ipus: int, merge: bool = True) -> tuple[int, int]:
         """An all-reduce of ``nbytes`` per IPU among ``members`` IPUs (one per replica, or a stage's
@@ -377,7 +382,8 @@ class CostModel:
         r = self.stream_shards
         if r > 1:
             bw = self.replica_link_bytes_per_s()
-            return int(a.link_latency_cycles + math.ceil(nbytes / r / self.target.bytes_per_cycle(a.streaming_memory_bytes_per_s))
+            streaming = self.target.bytes_per_cycle(a.streaming_memory_bytes_per_s)
+            return int(a.link_latency_cycles + math.ceil(nbytes / r / streaming)
                        + math.ceil(nbytes * (r - 1) / r / self.target.bytes_per_cycle(bw)))
         return self.copy_cycles(nbytes, a.streaming_memory_bytes_per_s)
 
@@ -386,9 +392,11 @@ class CostModel:
         return int(self.a.host_call_latency_s * self.target.arch.clock_hz)
 
     def samples_per_host_call(self, training: bool) -> int:
-        """Samples one host call consumes over every replica: micro-batch x GA (training) x device iterations x replicas."""
+        """Samples one host call consumes over every replica: micro-batch x GA (training) x device
+        iterations x replicas."""
         o = self.options
-        return o.micro_batch_size * (o.gradient_accumulation if training else 1) * o.device_iterations * o.replication_factor
+        accumulation = o.gradient_accumulation if training else 1
+        return o.micro_batch_size * accumulation * o.device_iterations * o.replication_factor
 
     def host_loader(self) -> HostLoader:
         """The host's data loaders: the processes (poprun instances, each with its own

@@ -32,7 +32,7 @@ from engine.scheduler import Schedule, trace_batches
 
 
 @dataclass
-class Summary:
+class RunSummary:
     """What the emulator knows of a run before anyone reads its profile: the configuration, time
     per step and memory fit. Idle time and FLOP utilisation are the analysis' (``popvision run``
     reads them from the profile, so that the run and the report print the same figures)."""
@@ -108,7 +108,7 @@ def samples_per_step(plan: Plan) -> int:
         "replication_factor": o.replication_factor, "packing_factor": plan.model.packing_factor})
 
 
-def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) -> Summary:
+def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) -> RunSummary:
     """The run's headline figures."""
     plan = compiled.plan
     o = plan.options
@@ -124,7 +124,7 @@ def summarise(compiled: Compiled, memories: list[IpuMemory], sched: Schedule) ->
     capacity = target.arch.bytes_per_tile
     oom = int(sum((p > capacity).sum() for p in peaks))
     wait_pct = 100.0 * sched.input_wait_cycles / sched.unit_cycles if sched.unit_cycles else 0.0
-    return Summary(
+    return RunSummary(
         model=plan.model.name, arch=target.arch.name, system=target.system, strategy=plan.strategy, mode=o.mode,
         num_ipus=plan.num_ipus, replicas=o.replication_factor, samples_per_step=samples,
         cycles_per_step=cycles_per_step, seconds_per_step=seconds, samples_per_second=samples / seconds,
@@ -226,7 +226,8 @@ def _strings(values: list[str] | tuple[str, ...]) -> pa.Array:
     encoded = [v.encode() for v in values]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
     np.cumsum([len(b) for b in encoded], out=offsets[1:])
-    return pa.Array.from_buffers(pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
+    return pa.Array.from_buffers(pa.string(), len(encoded),
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
 
 
 def _dictionary(indices: np.ndarray, values: tuple[str, ...] | list[str]) -> pa.DictionaryArray:
@@ -250,7 +251,8 @@ def _column(values: Any, type_: pa.DataType) -> pa.Array:
         return _categories(list(values))
     if pa.types.is_boolean(type_):
         flags = np.asarray(values, dtype=bool)
-        return pa.Array.from_buffers(pa.bool_(), len(flags), [None, pa.py_buffer(np.packbits(flags, bitorder="little"))])
+        return pa.Array.from_buffers(pa.bool_(), len(flags),
+                                     [None, pa.py_buffer(np.packbits(flags, bitorder="little"))])
     array = np.ascontiguousarray(values, dtype=NUMPY_TYPES[type_])
     return pa.Array.from_buffers(type_, len(array), [None, pa.py_buffer(array)])
 

@@ -130,7 +130,8 @@ class Lowering:
         # vector units the gradient costs about what the forward did.
         flops = op.flops * factor if op.on_amp else op.flops
         moved = op.bytes * factor
-        cycles = self._mapped_cycles(mapping, self.costs.grain_cycles(op, flops, moved, op.grains, mapping.tiles), op.on_amp)
+        cycles = self._mapped_cycles(mapping, self.costs.grain_cycles(op, flops, moved, op.grains, mapping.tiles),
+                                     op.on_amp)
         if serial > 1:
             cycles = cycles + self.costs.serial_overhead_cycles(serial)
             cycles.flags.writeable = False

@@ -50,7 +50,7 @@ class IpuMemory:
 
 
 @dataclass
-class _Group:
+class _VariableGroup:
     """Variables of one IPU with the same bytes per tile, first tile, category and liveness kind."""
 
     category: str
@@ -64,15 +64,15 @@ class _Group:
         return self.start + len(self.per_tile)
 
 
-def _groups(prog: IpuProgram) -> list[tuple[bool, _Group]]:
+def _groups(prog: IpuProgram) -> list[tuple[bool, _VariableGroup]]:
     # Keyed by the per-tile array's identity: equal splits share one array (``Mapping.share``), and
     # the variables keep it alive while this runs.
-    groups: dict[tuple[int, int, str, bool], tuple[bool, _Group]] = {}
+    groups: dict[tuple[int, int, str, bool], tuple[bool, _VariableGroup]] = {}
     for v in prog.variables:
         key = (id(v.per_tile), v.start, v.category, v.always_live)
         entry = groups.get(key)
         if entry is None:
-            entry = groups[key] = (v.always_live, _Group(v.category, v.start, v.per_tile, [], []))
+            entry = groups[key] = (v.always_live, _VariableGroup(v.category, v.start, v.per_tile, [], []))
         entry[1].live_from.append(v.live_from)
         entry[1].live_to.append(v.live_to)
     return list(groups.values())
@@ -99,7 +99,8 @@ def plan_memory(compiled: Compiled, prog: IpuProgram) -> IpuMemory:
     # Other steps (copies, syncs, streams) each carry their own control code, and so does each call
     # of an outlined pass after the first.
     # The input wait is the host runtime not yet starting the call, not a program the tiles hold.
-    code_steps = steps - prog.op_steps + prog.op_passes - len(prog.code_sets) - (1 if "input_wait" in prog.segments else 0)
+    input_wait = 1 if "input_wait" in prog.segments else 0
+    code_steps = steps - prog.op_steps + prog.op_passes - len(prog.code_sets) - input_wait
     for start, grains, received, n in prog.code_sets.values():
         end = start + len(grains)
         always[index["vertex_state"], start:end] += vertices(grains) * a.vertex_state_bytes_per_vertex

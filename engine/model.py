@@ -6,14 +6,14 @@ the cost. Blocks name groups of ops, exactly as ``poptorch.Block`` does::
 
     m = Model("mnist", options)
     x = m.input((1, 28, 28))                 # the micro-batch dimension is added from the options
-    with Block("B1"):
+    with ModelBlock("B1"):
         x = m.relu(m.maxpool2d(m.conv2d(x, 10, kernel=5), 2))
     ...
     m.loss(m.linear(x, 10, block="B4"))      # or by name, like poptorch.BeginBlock
 
-Stages and their layout live in ``engine.layout``, ``Options`` in ``engine.options``.
+Stages and their layout live in ``engine.layout``, ``RunOptions`` in ``engine.options``.
 
-A user's model file defines ``build(options: Options) -> Model`` and may define ``DEFAULTS``, a
+A user's model file defines ``build(options: RunOptions) -> Model`` and may define ``DEFAULTS``, a
 dict of option defaults (``micro_batch_size``, ``device_iterations``, ``gradient_accumulation``...).
 """
 
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.options import DTYPE_BYTES, Options
+from engine.options import DTYPE_BYTES, RunOptions
 from engine.layout import Layout
 from popvision_py.errors import ConfigError
 
@@ -41,15 +41,15 @@ _current_block_ipu: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 # -- blocks ----------------------------------------------------------------------------------
 
 
-class Block:
-    """``with Block("B1"):`` puts the ops built inside it into block B1 (``ipu_id`` auto-stages it)."""
+class ModelBlock:
+    """``with ModelBlock("B1"):`` puts the ops built inside it into block B1 (``ipu_id`` auto-stages it)."""
 
     def __init__(self, name: str, ipu_id: int | None = None) -> None:
         self.name = name
         self.ipu_id = ipu_id
         self._tokens: list[tuple[contextvars.Token, contextvars.Token]] = []
 
-    def __enter__(self) -> Block:
+    def __enter__(self) -> ModelBlock:
         self._tokens.append((_current_block.set(self.name), _current_block_ipu.set(self.ipu_id)))
         return self
 
@@ -134,9 +134,9 @@ class Op:
 class Model:
     """Builds a model's op list; each builder method returns the op's output Tensor."""
 
-    def __init__(self, name: str, options: Options | None = None, *, params: dict[str, Any] | None = None) -> None:
+    def __init__(self, name: str, options: RunOptions | None = None, *, params: dict[str, Any] | None = None) -> None:
         self.name = name
-        self.options = options or Options()
+        self.options = options or RunOptions()
         self.dtype = self.options.precision
         self.ops: list[Op] = []
         self._op_names: set[str] = set()  # the ops' names, to make each unique without a scan
@@ -191,7 +191,8 @@ class Model:
              out_dtype: str | None = None, groups: int = 1, tied: Op | None = None) -> Tensor:
         block = block or _current_block.get()
         if block is None:
-            raise ConfigError(f"Op {name!r} is in no Block; build it inside `with Block(...)` or pass block=.")
+            raise ConfigError(f"Op {name!r} is in no ModelBlock; build it inside `with ModelBlock(...)` "
+                              f"or pass block=.")
         if block not in self.blocks:
             self.blocks.append(block)
         ipu = _current_block_ipu.get()

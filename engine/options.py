@@ -1,8 +1,12 @@
-"""A run's options in PopTorch's words: ``Options`` and its sub-options.
+"""A run's options: ``RunOptions``, everything one emulated run is configured with, and its sub-options.
 
-``Options`` carries PopTorch's option names (``deviceIterations``, ``Training.gradientAccumulation``,
-``replicationFactor``, ``TensorLocations``...) beside snake_case attributes, and the names an option
-may take (``PRECISIONS``, ``MODES``, ``OPTIMISERS``, ``RECOMPUTE_CHECKPOINTS``, ``INPUT_KINDS``).
+Not ``poptorch.Options``: that is PopTorch's API, which the shim (``poptorch/_options.py``) converts
+into a ``RunOptions``; this also holds the emulator's own choices (``arch``, ``system``, ``runs``,
+``host_input``, ``loader_workers``...). Its attributes are snake_case; a few of PopTorch's setters
+(``deviceIterations``, ``Training.gradientAccumulation``, ``replicationFactor``,
+``setAvailableMemoryProportion``) also work, for model files written in PopTorch's words. Beside it,
+the names an option may take (``PRECISIONS``, ``MODES``, ``OPTIMISERS``, ``RECOMPUTE_CHECKPOINTS``,
+``INPUT_KINDS``).
 """
 
 from __future__ import annotations
@@ -17,22 +21,6 @@ if TYPE_CHECKING:
 
 # Bytes of one element of each dtype (the precisions' and the model's tensors').
 DTYPE_BYTES = {"fp16": 2, "fp32": 4, "int32": 4}
-
-
-class TensorLocationSettings:
-    """Where a class of tensors lives (PopTorch's ``TensorLocationSettings``)."""
-
-    def __init__(self) -> None:
-        self.on_chip = True
-        self.replicated_tensor_sharding = False
-
-    def useOnChipStorage(self, on_chip: bool = True) -> TensorLocationSettings:  # noqa: N802 (PopTorch's name)
-        self.on_chip = bool(on_chip)
-        return self
-
-    def useReplicatedTensorSharding(self, sharded: bool = True) -> TensorLocationSettings:  # noqa: N802
-        self.replicated_tensor_sharding = bool(sharded)
-        return self
 
 
 # The names an option may take (the CLI offers them as choices).
@@ -52,20 +40,6 @@ class TensorLocations:
     activations_on_chip: bool = True
     replicated_tensor_sharding: bool = False
 
-    def setOptimizerLocation(self, settings: TensorLocationSettings) -> TensorLocations:  # noqa: N802
-        self.optimiser_on_chip = settings.on_chip
-        self.replicated_tensor_sharding |= settings.replicated_tensor_sharding
-        return self
-
-    def setWeightLocation(self, settings: TensorLocationSettings) -> TensorLocations:  # noqa: N802
-        self.weights_on_chip = settings.on_chip
-        self.replicated_tensor_sharding |= settings.replicated_tensor_sharding
-        return self
-
-    def setActivationLocation(self, settings: TensorLocationSettings) -> TensorLocations:  # noqa: N802
-        self.activations_on_chip = settings.on_chip
-        return self
-
     def as_manifest(self) -> dict[str, Any]:
         where = {True: "on_chip", False: "off_chip"}
         return {
@@ -79,10 +53,10 @@ class TensorLocations:
 class _Distributed:
     """``options.Distributed``: PopTorch's distributed sub-options (one host process per poprun instance)."""
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: RunOptions) -> None:
         self._options = options
 
-    def configureProcessId(self, process_id: int, num_processes: int) -> Options:  # noqa: N802
+    def configureProcessId(self, process_id: int, num_processes: int) -> RunOptions:  # noqa: N802
         # The emulator times the whole run: only the number of processes feeding it matters.
         self._options.host_processes = int(num_processes)
         return self._options
@@ -95,10 +69,10 @@ class _Distributed:
 class _Training:
     """``options.Training``: PopTorch's training sub-options."""
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: RunOptions) -> None:
         self._options = options
 
-    def gradientAccumulation(self, n: int) -> Options:  # noqa: N802
+    def gradientAccumulation(self, n: int) -> RunOptions:  # noqa: N802
         self._options.gradient_accumulation = int(n)
         return self._options
 
@@ -106,10 +80,10 @@ class _Training:
 class _Precision:
     """``options.Precision``: PopTorch's precision sub-options."""
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: RunOptions) -> None:
         self._options = options
 
-    def setPartialsType(self, dtype: object) -> Options:  # noqa: N802
+    def setPartialsType(self, dtype: object) -> RunOptions:  # noqa: N802
         """``torch.half`` / ``"fp16"`` or ``torch.float`` / ``"fp32"``."""
         name = str(dtype).removeprefix("torch.")
         self._options.partials = {"half": "fp16", "float16": "fp16", "float": "fp32", "float32": "fp32"}.get(name, name)
@@ -125,8 +99,8 @@ INPUT_KINDS = {  # what a sample is, as --input names it, and how the run summar
 
 
 @dataclass
-class Options:
-    """A run's options. Attribute names are snake_case; PopTorch's chained setters also work."""
+class RunOptions:
+    """A run's options (see the module's docstring). Attribute names are snake_case; a few PopTorch setters chain."""
 
     micro_batch_size: int = 1
     device_iterations: int = 1
@@ -187,21 +161,22 @@ class Options:
     layout: Layout | None = None  # the stages to run, over the model's default
 
     # PopTorch's spelling -------------------------------------------------------------------
-    def deviceIterations(self, n: int) -> Options:  # noqa: N802
+    def deviceIterations(self, n: int) -> RunOptions:  # noqa: N802
         self.device_iterations = int(n)
         return self
 
-    def replicationFactor(self, n: int) -> Options:  # noqa: N802
+    def replicationFactor(self, n: int) -> RunOptions:  # noqa: N802
         self.replication_factor = int(n)
         return self
 
-    def setAvailableMemoryProportion(self, proportion: float | dict[str, float]) -> Options:  # noqa: N802
+    def setAvailableMemoryProportion(self, proportion: float | dict[str, float]) -> RunOptions:  # noqa: N802
         # PopTorch takes {"IPU0": 0.2, ...}: one value per IPU, the IPUs it leaves out at Poplar's 0.6.
         if isinstance(proportion, dict):
             try:
                 by_ipu = {int(str(k).upper().removeprefix("IPU")): float(v) for k, v in proportion.items()}
             except ValueError:
-                raise ConfigError(f"setAvailableMemoryProportion takes {{'IPU0': 0.2, ...}}, not {proportion}.") from None
+                raise ConfigError(f"setAvailableMemoryProportion takes {{'IPU0': 0.2, ...}}, "
+                                  f"not {proportion}.") from None
             if any(i < 0 for i in by_ipu):
                 raise ConfigError(f"setAvailableMemoryProportion names a negative IPU: {proportion}.")
             self.available_memory_proportion = tuple(by_ipu.get(i, 0.6) for i in range(max(by_ipu, default=0) + 1))
@@ -230,10 +205,6 @@ class Options:
         return _Distributed(self)
 
     @property
-    def TensorLocations(self) -> TensorLocations:  # noqa: N802
-        return self.tensor_locations
-
-    @property
     def training(self) -> bool:
         return self.mode == "training"
 
@@ -252,12 +223,13 @@ class Options:
         if isinstance(amp, tuple) and not amp:
             raise ConfigError("Available memory proportion needs at least one value.")
         checkpoints = self.recompute_checkpoints
-        if not (checkpoints in RECOMPUTE_CHECKPOINTS or (isinstance(checkpoints, int) and not isinstance(checkpoints, bool)
-                                                          and checkpoints >= 1)):
+        blocks = isinstance(checkpoints, int) and not isinstance(checkpoints, bool) and checkpoints >= 1
+        if not (checkpoints in RECOMPUTE_CHECKPOINTS or blocks):
             raise ConfigError(f"Recompute checkpoints must be {' or '.join(RECOMPUTE_CHECKPOINTS)} or a positive "
                               f"number of blocks, not {checkpoints!r}.")
         if not isinstance(self.attention_serialisation, int) or self.attention_serialisation < 1:
-            raise ConfigError(f"Attention serialisation must be a positive integer, not {self.attention_serialisation}.")
+            raise ConfigError(f"Attention serialisation must be a positive integer, not "
+                              f"{self.attention_serialisation}.")
         for name in ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "runs",
                      "tensor_sharding", "host_processes"):
             value = getattr(self, name)

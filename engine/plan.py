@@ -14,7 +14,7 @@ from popvision_py.errors import ConfigError
 from popvision_py import planner_rules
 
 from engine.model import Model, Op, shard_ops
-from engine.options import Options
+from engine.options import RunOptions
 from engine.layout import Layout, StageSpec
 from engine.targets import Target, make_target
 
@@ -34,7 +34,7 @@ class Plan:
     """Everything the compiler and scheduler need, already checked."""
 
     model: Model
-    options: Options
+    options: RunOptions
     strategy: str  # pipelined, sharded or phased
     stages: tuple[StagePlan, ...]
     num_ipus: int
@@ -89,7 +89,7 @@ def runs_as_pipeline(kind: str, stage_ipus: Sequence[int]) -> bool:
     return planner_rules.runs_as_pipeline(kind, stage_ipus)
 
 
-def resolve_layout(model: Model, options: Options, kind: str | None) -> Layout:
+def resolve_layout(model: Model, options: RunOptions, kind: str | None) -> Layout:
     """The stages to run: the options' layout, else the model's default, else PopTorch's auto-stage
     (one stage per block, on the block's ``ipu_id`` if given), under ``kind`` if named."""
     layout = options.layout or model.default_layout
@@ -102,7 +102,7 @@ def resolve_layout(model: Model, options: Options, kind: str | None) -> Layout:
     return layout.with_kind(kind) if kind else layout
 
 
-def make_plan(model: Model, options: Options, layout: Layout, *,
+def make_plan(model: Model, options: RunOptions, layout: Layout, *,
               assumptions: dict[str, float] | None = None) -> Plan:
     """Check the stages against the model and the options; ConfigError on the first broken rule."""
     options.validate()

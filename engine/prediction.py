@@ -32,30 +32,16 @@ from engine.compiler import Compiled, compile_plan
 from engine.memory import IpuMemory, plan_memory
 from engine.plan import Plan
 from engine.scheduler import schedule
-from popvision_py.format.schema import FIT_VERDICTS
+from popvision_py.format.schema import FIT_VERDICTS, Driver
 
 FITS, DOES_NOT_FIT, BORDERLINE = FIT_VERDICTS
 USEFUL_SPREAD = 0.25  # a throughput range wider than this either side says which assumption to pin down
 DRIVERS = 3  # drivers named in the run's summary
 
 
-@dataclass(frozen=True)
-class Driver:
-    """One assumption's effect: the figure at its low end and at its high end."""
-
-    name: str
-    low_end: float  # the figure with the assumption at its low end
-    high_end: float
-    value: float  # the assumption's value in the run
-    low: float  # the assumption's interval
-    high: float
-
-    def effect(self, central: float) -> float:
-        return max(abs(self.low_end - central), abs(self.high_end - central))
-
-    def as_json(self) -> dict[str, Any]:
-        return {"name": self.name, "value": self.value, "low": self.low, "high": self.high,
-                "at_low": self.low_end, "at_high": self.high_end}
+def _effect(driver: Driver, central: float) -> float:
+    """How far the driver moves the figure from ``central``, at the farther of its ends."""
+    return max(abs(driver.at_low - central), abs(driver.at_high - central))
 
 
 @dataclass(frozen=True)
@@ -149,7 +135,8 @@ def applicable(plan: Plan, pinned: Collection[str] = ()) -> Iterator[Described]:
             continue
         if optimiser and (optimiser != o.optimiser or not plan.training):
             continue
-        if base.startswith("host_") and base.endswith("_samples_per_s_per_core") and base != f"host_{kind}_samples_per_s_per_core":
+        per_core = "_samples_per_s_per_core"
+        if base.startswith("host_") and base.endswith(per_core) and base != f"host_{kind}{per_core}":
             continue
         yield d
 
@@ -178,12 +165,14 @@ def sensitivity(compiled: Compiled, memories: list[IpuMemory], total_cycles: flo
             if "memory" in d.affects:
                 pcts.append(worst_tile_pct(c, [plan_memory(c, prog) for prog in c.programs]))
         if rates and max(abs(r - central_rate) for r in rates) > 0:
-            ends.time.append(Driver(d.name, rates[0], rates[1], d.value, d.low, d.high))
+            ends.time.append(Driver(d.name, d.value, d.low, d.high, rates[0], rates[1]))
         if pcts and max(abs(x - central_pct) for x in pcts) > 0:
-            ends.memory.append(Driver(d.name, pcts[0], pcts[1], d.value, d.low, d.high))
+            ends.memory.append(Driver(d.name, d.value, d.low, d.high, pcts[0], pcts[1]))
         progress()
-    rate_corners = tuple(_rate(_corner(plan, ends.time, central_rate, up)) for up in (False, True)) if ends.time else None
-    pct_corners = tuple(_pct(_corner(plan, ends.memory, central_pct, up)) for up in (False, True)) if ends.memory else None
+    rate_corners = (tuple(_rate(_corner(plan, ends.time, central_rate, up)) for up in (False, True))
+                    if ends.time else None)
+    pct_corners = (tuple(_pct(_corner(plan, ends.memory, central_pct, up)) for up in (False, True))
+                   if ends.memory else None)
     return Prediction(
         throughput=central_rate, throughput_range=_hull(central_rate, ends.time, rate_corners),
         worst_tile_pct=central_pct, worst_tile_pct_range=_hull(central_pct, ends.memory, pct_corners),
@@ -195,7 +184,7 @@ def _corner(plan: Plan, drivers: list[Driver], central: float, up: bool) -> Comp
     """The run compiled with every driver at the end that raised the figure (``up``) or lowered it."""
     values = {}
     for d in drivers:
-        raises_at_high = d.high_end - central >= d.low_end - central
+        raises_at_high = d.at_high - central >= d.at_low - central
         values[d.name] = d.high if raises_at_high == up else d.low  # a whole number's range takes 50.0 as 50
     return compile_plan(dataclasses.replace(plan, target=plan.target.with_assumptions(**values)))
 
@@ -212,7 +201,7 @@ def _hull(central: float, drivers: list[Driver], corners: tuple[float, ...] | No
     """The smallest interval holding the central estimate, each driver's two ends, the root sum of
     squares of their effects on each side (``_spread``) and the corners."""
     points = [central, *_spread(central, drivers), *(corners or ())]
-    points += [x for d in drivers for x in (d.low_end, d.high_end)]
+    points += [x for d in drivers for x in (d.at_low, d.at_high)]
     return min(points), max(points)
 
 
@@ -222,10 +211,10 @@ def _typed(d: Described, value: float) -> float:
 
 def _spread(central: float, drivers: list[Driver]) -> tuple[float, float]:
     """central minus and plus the root sum of squares of the effects below and above it."""
-    below = [max(0.0, central - min(d.low_end, d.high_end)) for d in drivers]
-    above = [max(0.0, max(d.low_end, d.high_end) - central) for d in drivers]
+    below = [max(0.0, central - min(d.at_low, d.at_high)) for d in drivers]
+    above = [max(0.0, max(d.at_low, d.at_high) - central) for d in drivers]
     return central - math.sqrt(sum(x * x for x in below)), central + math.sqrt(sum(x * x for x in above))
 
 
 def _ranked(drivers: list[Driver], central: float) -> tuple[Driver, ...]:
-    return tuple(sorted(drivers, key=lambda d: (-d.effect(central), d.name)))
+    return tuple(sorted(drivers, key=lambda d: (-_effect(d, central), d.name)))

@@ -23,10 +23,10 @@ from popvision_py.errors import ConfigError, first_line
 from popvision_py.planner_rules import pipeline_depth, pipeline_stages
 
 from engine.compiler import Compiled, compile_plan
-from engine.instrument import Summary, summarise, write_profile
+from engine.instrument import RunSummary, summarise, write_profile
 from engine.memory import plan_memory
 from engine.model import Model
-from engine.options import Options
+from engine.options import RunOptions
 from engine.plan import Plan, make_plan, resolve_layout, runs_as_pipeline
 from engine.prediction import Prediction, applicable, sensitivity
 from engine.scheduler import Schedule, schedule
@@ -34,11 +34,10 @@ from engine.layout import KINDS, Layout, StageSpec
 from engine.zoo import zoo_entry
 
 OPTION_NAMES = ("micro_batch_size", "device_iterations", "gradient_accumulation", "replication_factor", "precision",
-                "partials",
-                "mode", "recompute", "optimiser", "runs", "arch", "system", "available_memory_proportion",
-                "tensor_sharding", "optimiser_state_type", "first_moment_type", "accum_type", "use_combined_accum", "enable_outlining",
-                "recompute_checkpoints", "attention_serialisation", "host_processes", "host_input", "loader_workers",
-                "persistent_workers")
+                "partials", "mode", "recompute", "optimiser", "runs", "arch", "system", "available_memory_proportion",
+                "tensor_sharding", "optimiser_state_type", "first_moment_type", "accum_type", "use_combined_accum",
+                "enable_outlining", "recompute_checkpoints", "attention_serialisation", "host_processes", "host_input",
+                "loader_workers", "persistent_workers")
 # Bounds a run refuses beyond, before any work, unless the request lifts them (popvision run
 # --max-trace-rows, --max-memory-gb): a mistyped size must be one sentence, not hours or the machine's memory.
 MAX_TRACE_ROWS = 200_000_000
@@ -224,8 +223,8 @@ def _block_range(name: str, order: dict[str, int], blocks: Sequence[str], k: int
     return blocks[order[first]:order[last] + 1]
 
 
-def build_options(source: ModelSource, request: RunRequest) -> Options:
-    """Options from the model's defaults, then the request's choices."""
+def build_options(source: ModelSource, request: RunRequest) -> RunOptions:
+    """The run's options from the model's defaults, then the request's choices."""
     given = {k: v for k, v in request.options.items() if v is not None}
     mode = given.get("mode", "training")
     values = dict(source.defaults)
@@ -242,7 +241,7 @@ def build_options(source: ModelSource, request: RunRequest) -> Options:
     unknown = sorted(set(values) - set(OPTION_NAMES) - set(LOCATION_NAMES))
     if unknown:
         raise ConfigError(f"Unknown option {unknown[0]!r} in the model's defaults.")
-    options = Options(**{k: v for k, v in values.items() if k in OPTION_NAMES})
+    options = RunOptions(**{k: v for k, v in values.items() if k in OPTION_NAMES})
     locations = options.tensor_locations
     locations.optimiser_on_chip = not values.get("offload_optimiser", False)
     locations.weights_on_chip = not values.get("offload_weights", False)
@@ -260,7 +259,7 @@ def location_options(locations: Any) -> dict[str, bool]:
             "replicated_tensor_sharding": bool(locations.replicated_tensor_sharding)}
 
 
-def build_model(source: ModelSource, options: Options, params: dict[str, Any]) -> Model:
+def build_model(source: ModelSource, options: RunOptions, params: dict[str, Any]) -> Model:
     """Call the model's build function; a user's failing build is one sentence."""
     params = {k: v for k, v in params.items() if v is not None}
     if source.zoo:
@@ -280,7 +279,7 @@ def build_model(source: ModelSource, options: Options, params: dict[str, Any]) -
     return model
 
 
-def estimate(ops: int, tiles_per_ipu: int, options: Options) -> tuple[int, int]:
+def estimate(ops: int, tiles_per_ipu: int, options: RunOptions) -> tuple[int, int]:
     """About how many trace rows a run writes and how many bytes emulating it takes."""
     passes = 3 if options.training else 1  # forward, backward, weight update
     rows = (TRACE_ROWS_PER_OP * ops * passes * options.gradient_accumulation * options.device_iterations
@@ -288,7 +287,7 @@ def estimate(ops: int, tiles_per_ipu: int, options: Options) -> tuple[int, int]:
     return rows, BASE_BYTES + BYTES_PER_OP_TILE * ops * tiles_per_ipu
 
 
-def check_bounds(request: RunRequest, ops: int, tiles_per_ipu: int, options: Options) -> None:
+def check_bounds(request: RunRequest, ops: int, tiles_per_ipu: int, options: RunOptions) -> None:
     """ConfigError, naming the estimate and the flag that lifts the limit, for a run beyond the bounds."""
     rows, memory = estimate(ops, tiles_per_ipu, options)
     if memory > request.max_memory_bytes:
@@ -311,7 +310,7 @@ def _check_sizes(request: RunRequest) -> None:
     layers = request.params.get("layers")
     if isinstance(layers, int) and layers > 0:
         # Building the model is itself linear in its layers: bound it from the layer count first.
-        check_bounds(request, OPS_PER_LAYER * layers, 1472, Options(gradient_accumulation=1))
+        check_bounds(request, OPS_PER_LAYER * layers, 1472, RunOptions(gradient_accumulation=1))
 
 
 def _check_ipus(request: RunRequest, model: Model, layout: Layout) -> None:
@@ -370,13 +369,13 @@ def script_record(script: str | Path, args: Sequence[str], options: dict[str, An
             "emulate_only": True}
 
 
-def emulate(request: RunRequest, load_script: ScriptLoader | None = None) -> Summary:
+def emulate(request: RunRequest, load_script: ScriptLoader | None = None) -> RunSummary:
     """Run the emulator; write the profile if ``request.profile`` names a path. Returns the summary.
     ``load_script`` loads a PopTorch script's model (``popvision_py.scripts.load_script``)."""
     return emulate_plan(prepare(request, load_script), request)
 
 
-def emulate_plan(plan: Plan, request: RunRequest) -> Summary:
+def emulate_plan(plan: Plan, request: RunRequest) -> RunSummary:
     """Emulate an already checked plan (``prepare``'s, or one built from a captured model) as
     ``emulate`` does; ``request`` gives the profile path, progress and bounds."""
     check_bounds(request, sum(len(s.ops) for s in plan.stages), plan.target.tiles, plan.options)
@@ -397,7 +396,7 @@ def pinned_assumptions(request: RunRequest) -> set[str]:
     return {str(name) for name in request.assumptions}
 
 
-def _emulate(plan: Plan, request: RunRequest) -> Summary:
+def _emulate(plan: Plan, request: RunRequest) -> RunSummary:
     ipus = plan.num_ipus
     writing = 3 if request.profile else 0
     pinned = pinned_assumptions(request)

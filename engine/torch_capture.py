@@ -32,7 +32,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 from engine.model import Model, Tensor
-from engine.options import Options
+from engine.options import RunOptions
 
 # Ops that only look at their input differently (views, reshapes, copies of the same values):
 # no data moves on the IPU, so no op, as the engine's Model.view.
@@ -93,7 +93,9 @@ class OpRecord:
         return self.func.overloadpacket.__name__ if hasattr(self.func, "overloadpacket") else str(self.func)
 
 
-class _Recorder(TorchDispatchMode):
+class _OpRecorder(TorchDispatchMode):
+    """Each ATen op the model runs, with its block, IPU and innermost module (see ``recording``)."""
+
     def __init__(self, where: Callable[[], tuple[str | None, int | None]]) -> None:
         super().__init__()
         self.where = where
@@ -109,11 +111,11 @@ class _Recorder(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def recording(root: torch.nn.Module, where: Callable[[], tuple[str | None, int | None]]) -> Iterator[_Recorder]:
+def recording(root: torch.nn.Module, where: Callable[[], tuple[str | None, int | None]]) -> Iterator[_OpRecorder]:
     """Record the ATen ops run inside the ``with``, each with the innermost module running it
     (its path in ``root``, ``/``-separated: ``model/layer1/conv``) and ``where()``'s block."""
     names = {id(m): name.replace(".", "/") for name, m in root.named_modules()}
-    recorder = _Recorder(where)
+    recorder = _OpRecorder(where)
 
     def enter(module: torch.nn.Module, _inputs: Any) -> None:
         recorder.modules.append(names.get(id(module), type(module).__name__))
@@ -166,7 +168,7 @@ class _Translator:
     """Walks the records in order, building the engine model."""
 
     def __init__(self, records: Sequence[OpRecord], inputs: Sequence[torch.Tensor], root: torch.nn.Module,
-                 name: str, options: Options) -> None:
+                 name: str, options: RunOptions) -> None:
         self.records = records
         self.m = Model(name, options)
         self.env: dict[int, Tensor] = {}  # id(torch tensor) -> engine tensor (activations and host inputs)
@@ -425,7 +427,7 @@ class _Translator:
 
 
 def to_model(records: Sequence[OpRecord], inputs: Sequence[torch.Tensor], root: torch.nn.Module, name: str,
-             options: Options) -> Captured:
+             options: RunOptions) -> Captured:
     """The engine model of a recorded forward: ``inputs`` are the host tensors it was called with,
     ``root`` the module whose parameters are its weights, ``options`` the engine's."""
     return _Translator(records, inputs, root, name, options).run()

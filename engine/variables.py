@@ -67,7 +67,8 @@ class Liveness:
             grad_spans.setdefault(op_id, []).append(store)
         for stage in stages:
             depth = self._stash_depth(stage)
-            checkpoints = {op.op_id for op in self._checkpoints(stage)} if training and self.options.recompute else set()
+            recomputing = training and self.options.recompute
+            checkpoints = {op.op_id for op in self._checkpoints(stage)} if recomputing else set()
             fwd_end = prog.segments[(stage.index, "forward")][1]
             # Stage inputs: live from their arrival to their last use (the first op's backward).
             for var in stage_inputs[stage.index]:

@@ -1,6 +1,6 @@
 """The model zoo: the tutorial's MNIST network, ResNet-50, BERT, the GPT family and ViT.
 
-Each entry builds a ``Model`` from ``Options`` and its own parameters, with a default partition of
+Each entry builds a ``Model`` from ``RunOptions`` and its own parameters, with a default partition of
 its blocks into stages over IPUs, and states the option defaults it was published with.
 """
 
@@ -15,8 +15,8 @@ import numpy as np
 
 from popvision_py.errors import ConfigError
 
-from engine.model import Block, Model
-from engine.options import Options
+from engine.model import Model, ModelBlock
+from engine.options import RunOptions
 from engine.layout import Layout, StageSpec
 
 
@@ -174,22 +174,22 @@ MNIST_SAMPLES = {"training": 60_000, "inference": 10_000}
 IMAGENET_SAMPLES = {"training": 1_281_167, "inference": 50_000}
 
 
-def build_mnist(options: Options) -> Model:
+def build_mnist(options: RunOptions) -> Model:
     """conv(1->10, k5) + maxpool 2 + ReLU in B1; conv(10->20, k5) + pool + ReLU in B2; 320->256 + ReLU in
     B3; 256->10 with the cross-entropy loss in B4."""
     m = Model("mnist", options)
     m.dataset_samples = MNIST_SAMPLES
     x = m.input((1, 28, 28))
-    with Block("B1"):
+    with ModelBlock("B1"):
         x = m.relu(m.maxpool2d(m.conv2d(x, 10, kernel=5, name="layer1/conv"), 2, name="layer1/pool"),
                    name="layer1/relu")
-    with Block("B2"):
+    with ModelBlock("B2"):
         x = m.relu(m.maxpool2d(m.conv2d(x, 20, kernel=5, name="layer2/conv"), 2, name="layer2/pool"),
                    name="layer2/relu")
-    with Block("B3"):
+    with ModelBlock("B3"):
         x = m.view(x, (-1, 320))
         x = m.relu(m.linear(x, 256, name="layer3/linear"), name="layer3/relu")
-    with Block("B4"):
+    with ModelBlock("B4"):
         x = m.linear(x, 10, name="layer4/linear")
         if options.training:
             m.loss(x, name="loss/cross_entropy")
@@ -200,13 +200,13 @@ def build_mnist(options: Options) -> Model:
 # -- ResNet-50 -------------------------------------------------------------------------------
 
 
-def build_resnet50(options: Options, *, image_size: int = 224, classes: int = 1000, ipus: int = 4) -> Model:
+def build_resnet50(options: RunOptions, *, image_size: int = 224, classes: int = 1000, ipus: int = 4) -> Model:
     """ResNet-50 v1.5: a 7x7 stem, bottleneck stages of 3, 4, 6 and 3 units, a 1000-way classifier."""
     m = Model("resnet50", options, params={"image_size": image_size, "classes": classes, "ipus": ipus})
     m.input_kind = "image"  # ImageNet JPEGs, decoded and augmented on the host
     m.dataset_samples = IMAGENET_SAMPLES
     x = m.input((3, image_size, image_size))
-    with Block("stem"):
+    with ModelBlock("stem"):
         x = m.relu(m.batch_norm(m.conv2d(x, 64, 7, stride=2, padding=3, bias=False, name="stem/conv"),
                                 name="stem/bn"), name="stem/relu")
         x = m.maxpool2d(x, 3, stride=2, padding=1, name="stem/pool")
@@ -214,7 +214,7 @@ def build_resnet50(options: Options, *, image_size: int = 224, classes: int = 10
         for unit in range(units):
             name = f"layer{layer}.{unit}"
             stride = 2 if unit == 0 and layer > 1 else 1
-            with Block(name):
+            with ModelBlock(name):
                 y = m.relu(m.batch_norm(m.conv2d(x, width, 1, bias=False, name=f"{name}/conv1"), name=f"{name}/bn1"),
                            name=f"{name}/relu1")
                 y = m.relu(m.batch_norm(m.conv2d(y, width, 3, stride=stride, padding=1, bias=False,
@@ -224,7 +224,7 @@ def build_resnet50(options: Options, *, image_size: int = 224, classes: int = 10
                     x = m.batch_norm(m.conv2d(x, width * 4, 1, stride=stride, bias=False, name=f"{name}/downsample"),
                                      name=f"{name}/bn_down")
                 x = m.relu(m.add(y, x, name=f"{name}/add"), name=f"{name}/relu3")
-    with Block("head"):
+    with ModelBlock("head"):
         x = m.global_avgpool(x, name="head/avgpool")
         x = m.linear(x, classes, name="head/fc")
         if options.training:
@@ -259,7 +259,7 @@ def _encoder_layer(m: Model, x: Any, heads: int, ffn: int, name: str) -> Any:
     return m.layer_norm(m.add(h, x, name=f"{name}/ffn_add"), name=f"{name}/ffn_norm")
 
 
-def build_bert(options: Options, *, layers: int = 24, hidden: int = 1024, heads: int = 16, seq_len: int = 128,
+def build_bert(options: RunOptions, *, layers: int = 24, hidden: int = 1024, heads: int = 16, seq_len: int = 128,
                vocab: int = 30522, masked_tokens: int = 20, packing: float = 1.0, tied_embeddings: bool = True,
                ipus: int = 4, name: str = "bert") -> Model:
     """BERT pre-training: embeddings, ``layers`` encoder layers, the masked-LM head.
@@ -279,14 +279,14 @@ def build_bert(options: Options, *, layers: int = 24, hidden: int = 1024, heads:
     m.input_kind = "text"  # pre-tokenised sequences
     m.packing_factor = packing
     ids = m.input((seq_len,), dtype="int32")
-    with Block("embeddings"):
+    with ModelBlock("embeddings"):
         word = m.embedding(ids, vocab, hidden, name="embeddings/word")
         x = m.add(word, m.embedding(ids, 512 + 2, hidden, name="embeddings/position_type"), name="embeddings/add")
         x = m.layer_norm(x, name="embeddings/norm")
     for i in range(layers):
-        with Block(f"layer{i}"):
+        with ModelBlock(f"layer{i}"):
             x = _encoder_layer(m, x, heads, 4 * hidden, f"layer{i}")
-    with Block("head"):
+    with ModelBlock("head"):
         # The masked-LM head runs on the masked positions only, as Graphcore's BERT does.
         masked = m.slice(x, (options.micro_batch_size, masked_tokens, hidden))
         t = m.layer_norm(m.gelu(m.linear(masked, hidden, name="head/mlm_transform"), name="head/mlm_gelu"),
@@ -333,7 +333,7 @@ GPT_PRESET_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def build_gpt(options: Options, *, layers: int = 12, hidden: int = 768, heads: int = 12, seq_len: int = 1024,
+def build_gpt(options: RunOptions, *, layers: int = 12, hidden: int = 768, heads: int = 12, seq_len: int = 1024,
               vocab: int = 50257, tied_embeddings: bool = True, embedding_alone: bool = False, ipus: int = 4,
               preset: str | None = None) -> Model:
     """A GPT decoder: token and position embeddings, ``layers`` decoder layers, the LM head.
@@ -351,14 +351,14 @@ def build_gpt(options: Options, *, layers: int = 12, hidden: int = 768, heads: i
     m = Model("gpt", options, params=params)
     m.input_kind = "text"  # pre-tokenised sequences
     ids = m.input((seq_len,), dtype="int32")
-    with Block("embeddings"):
+    with ModelBlock("embeddings"):
         token = m.embedding(ids, vocab, hidden, name="embeddings/token")
         x = m.add(token, m.embedding(ids, seq_len, hidden, name="embeddings/position"), name="embeddings/add")
     for i in range(layers):
-        with Block(f"layer{i}"):
+        with ModelBlock(f"layer{i}"):
             # The causal mask hides scores, it does not skip computing them: the cost is an encoder's.
             x = _encoder_layer(m, x, heads, 4 * hidden, f"layer{i}")
-    with Block("head"):
+    with ModelBlock("head"):
         x = m.layer_norm(x, name="head/norm")
         logits = m.linear(x, vocab, bias=False, name="head/lm", tied_to=token if tied_embeddings else None)
         if options.training:
@@ -376,7 +376,7 @@ def build_gpt(options: Options, *, layers: int = 12, hidden: int = 768, heads: i
     return m
 
 
-def build_vit(options: Options, *, layers: int = 12, hidden: int = 768, heads: int = 12, patch: int = 16,
+def build_vit(options: RunOptions, *, layers: int = 12, hidden: int = 768, heads: int = 12, patch: int = 16,
               image_size: int = 224, classes: int = 1000, ipus: int = 4) -> Model:
     """ViT-Base/16: a patch-embedding convolution, a class token, ``layers`` encoder layers, a classifier."""
     m = Model("vit-base", options, params={"layers": layers, "hidden": hidden, "heads": heads, "patch": patch,
@@ -385,14 +385,14 @@ def build_vit(options: Options, *, layers: int = 12, hidden: int = 768, heads: i
     m.dataset_samples = IMAGENET_SAMPLES
     x = m.input((3, image_size, image_size))
     tokens = (image_size // patch) ** 2 + 1
-    with Block("embeddings"):
+    with ModelBlock("embeddings"):
         x = m.conv2d(x, hidden, patch, stride=patch, name="embeddings/patch")
         x = m.slice(x, (options.micro_batch_size, tokens, hidden))  # the patches and the class token
         x = m.dropout(x, name="embeddings/dropout")
     for i in range(layers):
-        with Block(f"layer{i}"):
+        with ModelBlock(f"layer{i}"):
             x = _encoder_layer(m, x, heads, 4 * hidden, f"layer{i}")
-    with Block("head"):
+    with ModelBlock("head"):
         x = m.layer_norm(x, name="head/norm")
         cls = m.slice(x, (options.micro_batch_size, hidden))  # the class token
         logits = m.linear(cls, classes, name="head/classifier")

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from popdist import _env
 from popdist._env import InstanceInfo
-from popdist._errors import Error, UnsupportedError
+from popdist._errors import PopDistError, PopDistUnsupportedError
 
 # The PopDist release whose API this follows (SDK 3.3, the last public one), marked as popvision's.
 __version__ = "3.3.0+popvision"
@@ -113,8 +113,8 @@ def execute_on_instances(instances: Iterable[int], func: Callable[..., T], *args
     count = getNumInstances()
     outside = sorted(i for i in wanted if not 0 <= i < count)
     if outside:
-        raise Error(f"popdist.execute_on_instances: instance {outside[0]} does not exist; poprun started {count} "
-                    f"(0 to {count - 1}).")
+        raise PopDistError(f"popdist.execute_on_instances: instance {outside[0]} does not exist; poprun started "
+                           f"{count} (0 to {count - 1}).")
     if count == 1:
         return func(*args, **kwargs) if wanted else None
     from popdist import _backend
@@ -132,12 +132,12 @@ _SUBMODULES = frozenset({"poptorch"})
 def __getattr__(name: str) -> Any:
     if name.startswith("_") or name in _SUBMODULES:
         raise AttributeError(f"module 'popdist' has no attribute {name!r}")
-    raise UnsupportedError(f"popdist.{name}")
+    raise PopDistUnsupportedError(f"popdist.{name}")
 
 
 __all__ = [
-    "Error", "InstanceInfo", "UnsupportedError", "checkNumIpusPerReplica", "execute_on_instances", "getInstanceIndex",
-    "getLocalInstanceIndex", "getNumInstances", "getNumIpusPerReplica", "getNumLocalReplicas", "getNumTotalReplicas",
-    "getReplicaIndexOffset", "init", "instance_info", "isBackendInitialized", "isPopdistEnvSet",
-    "isUniformReplicasPerInstance",
+    "InstanceInfo", "PopDistError", "PopDistUnsupportedError", "checkNumIpusPerReplica", "execute_on_instances",
+    "getInstanceIndex", "getLocalInstanceIndex", "getNumInstances", "getNumIpusPerReplica", "getNumLocalReplicas",
+    "getNumTotalReplicas", "getReplicaIndexOffset", "init", "instance_info", "isBackendInitialized",
+    "isPopdistEnvSet", "isUniformReplicasPerInstance",
 ]

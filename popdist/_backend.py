@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from popdist._env import PEER_LOST_EXIT_CODE
-from popdist._errors import Error
+from popdist._errors import PopDistError
 
 # The groups ``execute_on_instances`` narrowed the collectives to (innermost last), each with its ranks;
 # each group is made once (every instance makes the same ones, in the same order).
@@ -38,16 +38,16 @@ def initialise(instances: int) -> None:
     """Join the ``instances`` processes' group (once per process), from poprun's environment."""
     if is_initialised():
         if dist.get_world_size() != instances:
-            raise Error(f"The process group has {dist.get_world_size()} processes, not the {instances} instances "
-                        f"the options distribute over.")
+            raise PopDistError(f"The process group has {dist.get_world_size()} processes, not the {instances} "
+                               f"instances the options distribute over.")
         return
     missing = [name for name in _TORCH_RENDEZVOUS if not os.environ.get(name)]
     if missing:
-        raise Error(f"Distributing over {instances} processes needs poprun's {', '.join(missing)} to join them; "
-                    f"start the program with `poprun --num-instances {instances} ...`.")
+        raise PopDistError(f"Distributing over {instances} processes needs poprun's {', '.join(missing)} to join "
+                           f"them; start the program with `poprun --num-instances {instances} ...`.")
     if int(os.environ["WORLD_SIZE"]) != instances:
-        raise Error(f"poprun started {os.environ['WORLD_SIZE']} instance(s), but the options distribute over "
-                    f"{instances} processes; use popdist.poptorch.Options() to take poprun's.")
+        raise PopDistError(f"poprun started {os.environ['WORLD_SIZE']} instance(s), but the options distribute over "
+                           f"{instances} processes; use popdist.poptorch.Options() to take poprun's.")
     dist.init_process_group("gloo", init_method="env://")
     atexit.register(_finalise)
 

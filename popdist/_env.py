@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from popdist._errors import Error
+from popdist._errors import PopDistError
 
 # The variables PopRun sets for each instance (PopRun user guide; the mpirun command `poprun -vv` prints).
 NUM_TOTAL_REPLICAS = "POPDIST_NUM_TOTAL_REPLICAS"
@@ -62,10 +62,10 @@ def _whole(environ: Mapping[str, str], name: str, default: int, least: int) -> i
     try:
         value = int(text)
     except ValueError:
-        raise Error(f"{name} is {text!r}, not a whole number; PopRun sets it, so start the program with poprun.") \
-            from None
+        raise PopDistError(f"{name} is {text!r}, not a whole number; PopRun sets it, so start the program "
+                           f"with poprun.") from None
     if value < least:
-        raise Error(f"{name} is {value}; it must be at least {least}.")
+        raise PopDistError(f"{name} is {value}; it must be at least {least}.")
     return value
 
 
@@ -77,11 +77,11 @@ def instance_info(environ: Mapping[str, str] | None = None) -> InstanceInfo:
     local = _whole(env, NUM_LOCAL_REPLICAS, 1, 1)
     offset = _whole(env, REPLICA_INDEX_OFFSET, 0, 0)
     if total % local:
-        raise Error(f"{NUM_TOTAL_REPLICAS}={total} is not a multiple of {NUM_LOCAL_REPLICAS}={local}: PopDist needs "
-                    f"the same number of replicas on every instance.")
+        raise PopDistError(f"{NUM_TOTAL_REPLICAS}={total} is not a multiple of {NUM_LOCAL_REPLICAS}={local}: "
+                           f"PopDist needs the same number of replicas on every instance.")
     if offset % local or offset >= total:
-        raise Error(f"{REPLICA_INDEX_OFFSET}={offset} is not the first replica of an instance of {local} replica(s) "
-                    f"among {total}.")
+        raise PopDistError(f"{REPLICA_INDEX_OFFSET}={offset} is not the first replica of an instance of {local} "
+                           f"replica(s) among {total}.")
     return InstanceInfo(index=offset // local, instances=total // local, local_replicas=local, total_replicas=total,
                         replica_offset=offset, ipus_per_replica=_whole(env, NUM_IPUS_PER_REPLICA, 1, 1),
                         local_index=_whole(env, LOCAL_INSTANCE_INDEX, 0, 0), system=env.get(SYSTEM) or None,

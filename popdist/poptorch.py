@@ -15,7 +15,7 @@ import poptorch
 from poptorch._options import _DistributedOptions
 
 import popdist
-from popdist._errors import UnsupportedError
+from popdist._errors import PopDistUnsupportedError
 
 
 def _refuse(call: str) -> NoReturn:
@@ -63,7 +63,7 @@ class Options(poptorch.Options):
 def __getattr__(name: str) -> Any:
     if name.startswith("_"):
         raise AttributeError(name)
-    raise UnsupportedError(f"popdist.poptorch.{name}")
+    raise PopDistUnsupportedError(f"popdist.poptorch.{name}")
 
 
 __all__ = ["Options"]

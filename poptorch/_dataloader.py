@@ -41,7 +41,7 @@ from poptorch._options import DataLoaderMode, Options
 
 
 @dataclass
-class Measured:
+class LoaderMeasurement:
     """What the script's latest ``poptorch.DataLoader`` loaded so far, in this process on one core."""
 
     samples: int = 0
@@ -61,13 +61,13 @@ class Measured:
                        "on one core of this machine"}
 
 
-_latest: Measured | None = None
+_latest: LoaderMeasurement | None = None
 
 
 HOST_INPUT_ENV = "POPVISION_HOST_INPUT"  # "measured" (the default) or "assumed"
 
 
-def measured() -> Measured | None:
+def measured() -> LoaderMeasurement | None:
     """The latest DataLoader's measurement, once it has loaded a batch (None before, or when
     ``POPVISION_HOST_INPUT=assumed``)."""
     how = os.environ.get(HOST_INPUT_ENV, "measured").strip().lower()
@@ -152,7 +152,7 @@ class DataLoader(torch.utils.data.DataLoader):
         super().__init__(dataset, batch_size=self._combined_batch_size, shuffle=shuffle, num_workers=0,
                          drop_last=drop_last if batch_size is not None else False, **kwargs)
         sized = hasattr(dataset, "__len__") and not isinstance(dataset, torch.utils.data.IterableDataset)
-        self._measured = Measured(workers=int(num_workers), persistent=bool(persistent_workers),
+        self._measured = LoaderMeasurement(workers=int(num_workers), persistent=bool(persistent_workers),
                                   dataset=len(dataset) if sized else None)
 
     def _share(self, dataset: torch.utils.data.Dataset, shuffle: bool, drop_last: bool) -> _Share:
@@ -196,7 +196,7 @@ class _Timed:
     """PyTorch's iterator over the loader: each batch's loading measured, and under PVTI recorded
     with the wait for it as spans."""
 
-    def __init__(self, batches: Any, recorder: Any, measured: Measured, combined: int | None) -> None:
+    def __init__(self, batches: Any, recorder: Any, measured: LoaderMeasurement, combined: int | None) -> None:
         self._batches, self._recorder, self._measured, self._combined = batches, recorder, measured, combined
 
     def __iter__(self) -> _Timed:

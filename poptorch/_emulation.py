@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from engine.instrument import Summary
+from engine.instrument import RunSummary
 from engine.plan import make_plan
 from engine.runner import RunRequest, emulate_plan
 from engine.layout import Layout
@@ -44,11 +44,11 @@ class GenericOpsWarning(UserWarning):
 
 
 @dataclass
-class Compiled:
+class EmulatedModel:
     """What compiling (capturing and emulating) one model gave."""
 
     captured: Captured
-    summary: Summary
+    summary: RunSummary
     text: str
     profile: Path | None
 
@@ -131,7 +131,7 @@ def engine_layout(captured: Captured, options: Options) -> Layout:
     return strategy.layout(list(captured.model.blocks), captured.block_ipus)
 
 
-def emulate(captured: Captured, options: Options, *, training: bool, write: bool = True) -> Compiled:
+def emulate(captured: Captured, options: Options, *, training: bool, write: bool = True) -> EmulatedModel:
     """Emulate the captured model with the script's strategy; write its profile where PopTorch
     users look for it (unless ``write`` is false), and return the summary ``popvision run`` prints."""
     from popvision_py.render.run_summary import summary_text
@@ -171,7 +171,7 @@ def emulate(captured: Captured, options: Options, *, training: bool, write: bool
             summary = emulate_plan(plan, RunRequest(model=model.name, profile=target, progress=False))
         summary.set_figures(summary_figures(target))
     summary.profile = str(target) if folder is not None else None
-    return Compiled(captured, summary, summary_text(summary), target if folder is not None else None)
+    return EmulatedModel(captured, summary, summary_text(summary), target if folder is not None else None)
 
 
 def script_request(training: bool) -> dict:
@@ -187,6 +187,6 @@ def script_request(training: bool) -> dict:
     return script_record(script, sys.argv[1:], {} if training else {"mode": "inference"})
 
 
-def announce(compiled: Compiled) -> None:
+def announce(compiled: EmulatedModel) -> None:
     """Print the summary, as ``popvision run`` does, when a model is compiled."""
     print(compiled.text, file=sys.stdout, flush=True)

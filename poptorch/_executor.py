@@ -71,7 +71,7 @@ class PoplarExecutor:
                 raise Error("poptorch.inferenceModel takes no optimizer.")
             self._optimizer = None
             self._engine_optimiser = {}
-        self._compiled: _emulation.Compiled | None = None
+        self._compiled: _emulation.EmulatedModel | None = None
         self._called = False  # the first call seeds torch's generator with Options.randomSeed
         self._joined = False  # a distributed model took the first instance's weights
         self._attached = False
@@ -87,7 +87,7 @@ class PoplarExecutor:
         return self._training
 
     @property
-    def compiled(self) -> _emulation.Compiled | None:
+    def compiled(self) -> _emulation.EmulatedModel | None:
         """The capture, emulation summary and profile of the first call (None before it)."""
         return self._compiled
 

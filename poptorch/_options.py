@@ -293,7 +293,8 @@ class _TrainingOptions(_Unsupported):
     def setAutomaticLossScaling(self, enabled: bool) -> _TrainingOptions:  # noqa: N802
         return self  # loss scaling guards FP16 gradients on the IPU; the CPU update is FP32
 
-    def setMeanAccumulationAndReplicationReductionStrategy(self, strategy: MeanReductionStrategy) -> _TrainingOptions:  # noqa: N802,E501
+    def setMeanAccumulationAndReplicationReductionStrategy(  # noqa: N802
+            self, strategy: MeanReductionStrategy) -> _TrainingOptions:
         return self  # when the mean is taken changes rounding on the IPU, not the CPU's result
 
 
@@ -497,7 +498,8 @@ class Options(_Unsupported):
         self.execution_strategy = strategy
         return self
 
-    def setAvailableMemoryProportion(self, available_memory_proportion: float | dict[str, float]) -> Options:  # noqa: N802
+    def setAvailableMemoryProportion(  # noqa: N802
+            self, available_memory_proportion: float | dict[str, float]) -> Options:
         self.available_memory_proportion = (dict(available_memory_proportion)
                                             if isinstance(available_memory_proportion, dict)
                                             else float(available_memory_proportion))
@@ -541,14 +543,14 @@ class Options(_Unsupported):
     # -- the engine's view -------------------------------------------------------------------
 
     def engine_options(self, *, training: bool, micro_batch_size: int, precision: str, optimiser: dict[str, Any],
-                       recompute: bool) -> eo.Options:
+                       recompute: bool) -> eo.RunOptions:
         """The emulator's options for a model compiled with these options: the whole run's replicas
         (``replicationFactor`` is each distributed process's, as in PopTorch)."""
         loc = self._locations
         checkpoints = "blocks"
         if (popart := self._popart.recompute()) is not None:
             recompute, checkpoints = recompute or popart[0], popart[1]
-        o = eo.Options(
+        o = eo.RunOptions(
             micro_batch_size=micro_batch_size, device_iterations=self.device_iterations,
             gradient_accumulation=self._training.gradient_accumulation if training else 1,
             replication_factor=self.replication_factor * self._distributed.num_distributed_processes,
@@ -560,7 +562,8 @@ class Options(_Unsupported):
         o.tensor_locations = eo.TensorLocations(
             optimiser_on_chip=loc.optimizer.on_chip, weights_on_chip=loc.weights.on_chip,
             activations_on_chip=loc.activations.on_chip,
-            replicated_tensor_sharding=loc.optimizer.replicated_tensor_sharding or loc.weights.replicated_tensor_sharding)
+            replicated_tensor_sharding=(loc.optimizer.replicated_tensor_sharding
+                                        or loc.weights.replicated_tensor_sharding))
         if self.available_memory_proportion is not None:
             o.setAvailableMemoryProportion(self.available_memory_proportion)
         return o

@@ -4,9 +4,10 @@
 each process writes its file (the current directory by default), ``"channels"`` a list of the
 channels to record (all by default: ``poptorch``, ``dataloader``, ``popdist``). Each process writes
 ``<directory>/<process>.pvti.parquet`` (``popvision_py.format.system``): ``instance-<I>`` for
-instance I of a poprun launch (PopDist's index, from PopRun's variables), ``process-<pid>`` otherwise. The events are kept in memory and
-written in row groups as they accumulate, into a file that is published whole when the process
-exits (or when ``popvision run`` finishes the script), so a killed process leaves nothing behind.
+instance I of a poprun launch (PopDist's index, from PopRun's variables), ``process-<pid>``
+otherwise. The events are kept in memory and written in row groups as they accumulate, into a file
+that is published whole when the process exits (or when ``popvision run`` finishes the script), so a
+killed process leaves nothing behind.
 
 Without ``PVTI_OPTIONS`` (or with ``"enable"`` other than true) nothing is recorded: each event
 point costs one look-up of the environment variable. A malformed value is one sentence
@@ -37,14 +38,14 @@ ENV = "PVTI_OPTIONS"
 EXAMPLE = '\'{"enable":"true","directory":"reports","channels":["poptorch","dataloader"]}\''
 
 
-class Settings:
+class PvtiSettings:
     """``PVTI_OPTIONS`` as read: where to write, and which channels (None: all)."""
 
     def __init__(self, directory: Path, channels: frozenset[str] | None) -> None:
         self.directory, self.channels = directory, channels
 
 
-def settings(text: str) -> Settings | None:
+def settings(text: str) -> PvtiSettings | None:
     """``PVTI_OPTIONS``' value read (None: recording is off); ``Error`` with one sentence if malformed."""
     try:
         options = json.loads(text)
@@ -69,7 +70,7 @@ def settings(text: str) -> Settings | None:
     if channels is not None and not (isinstance(channels, list) and all(isinstance(c, str) for c in channels)):
         raise Error(f"PVTI_OPTIONS' channels must be a list of channel names such as [\"poptorch\",\"dataloader\"], "
                     f"not {json.dumps(channels)[:40]}.")
-    return Settings(Path(directory), None if channels is None else frozenset(channels))
+    return PvtiSettings(Path(directory), None if channels is None else frozenset(channels))
 
 
 def process_name() -> tuple[str, int | None]:
@@ -83,7 +84,7 @@ def process_name() -> tuple[str, int | None]:
 class Recorder:
     """One process's events, written to its file in row groups as they accumulate, published at ``close``."""
 
-    def __init__(self, options: Settings) -> None:
+    def __init__(self, options: PvtiSettings) -> None:
         self.channels = options.channels
         self.process, self.instance = process_name()
         self.pid = os.getpid()

@@ -103,7 +103,8 @@ class _Stop(BaseException):
     ``except Exception`` cannot swallow it)."""
 
 
-def capture_script(path: str | os.PathLike[str], args: Sequence[str] = (), *, training: bool | None = True) -> ScriptModel:
+def capture_script(path: str | os.PathLike[str], args: Sequence[str] = (), *,
+                   training: bool | None = True) -> ScriptModel:
     """Run a PopTorch script up to the first call of its training model (``training=False``: its
     inference model; None: whichever comes first) and return that model captured, without training,
     emulating or writing anything. For tools that emulate a script's model under other options

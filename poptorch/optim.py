@@ -46,7 +46,7 @@ class _PopTorchOptimizer:
         return {k: v for k, v in kwargs.items() if v is not None}
 
     def engine_options(self) -> dict[str, Any]:
-        """The emulator's optimiser options (``engine.Options`` field names)."""
+        """The emulator's optimiser options (``engine.RunOptions`` field names)."""
         return {"optimiser": self.ENGINE_NAME, **getattr(self, "_engine_options", {})}
 
 

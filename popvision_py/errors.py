@@ -77,7 +77,8 @@ class ValueRangeError(ProfileError):
 
 
 class ExpansionError(ProfileError):
-    """The profile would decode to far more than its size allows (a decompression bomb), or the limit set is not a number."""
+    """The profile would decode to far more than its size allows (a decompression bomb), or the limit set
+    is not a number."""
 
 
 class ManifestError(ProfileError):

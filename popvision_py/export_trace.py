@@ -362,7 +362,8 @@ def export(path: str | os.PathLike[str], output: str | os.PathLike[str], batch_r
                 count += batch.num_rows
             if count == 0 and window and metadata.num_rows:
                 extent = _extent(profile, iterations_per_run(profile))
-                raise OutOfRangeError(f"The window {window.describe()} holds no trace rows: the trace of {path} {extent}.")
+                raise OutOfRangeError(f"The window {window.describe()} holds no trace rows: the trace of "
+                                      f"{path} {extent}.")
             threads = _thread_events(used)
             if threads:
                 out.write(((",\n" if written else "") + ",\n".join(threads)).encode())

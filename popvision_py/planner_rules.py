@@ -121,7 +121,8 @@ def system_rule(ipus: int) -> str | None:
 def ipus_used(run: Mapping[str, Any]) -> int:
     """IPUs a run configuration takes: IPUs per replica (the highest stage IPU + 1) x tensor shards x replicas."""
     ipus = [int(s.get("ipu", k)) for k, s in enumerate(run.get("stages") or [])]
-    return (1 + max(ipus, default=0)) * int(run.get("tensor_sharding", 1) or 1) * int(run.get("replication_factor", 1) or 1)
+    sharding = int(run.get("tensor_sharding", 1) or 1)
+    return (1 + max(ipus, default=0)) * sharding * int(run.get("replication_factor", 1) or 1)
 
 
 def system_holding(ipus: int, wanted: str | None = None) -> str:

@@ -4,7 +4,7 @@ They are the analysis' formulas, so the engine cannot compute them itself (it si
 analysis): ``popvision run`` hands ``emulated_figures`` to the engine as ``RunRequest.figures``,
 which applies the formulas to the schedule's parts without reading the trace back, and a PopTorch
 script's compile takes ``summary_figures`` of the profile it wrote. Either way the engine's
-``Summary`` carries the figures (``Summary.set_figures``) and ``render.run_summary`` only prints
+``RunSummary`` carries the figures (``RunSummary.set_figures``) and ``render.run_summary`` only prints
 them. This module sits above both the engine and the analysis (floor 3, docs/architecture.md).
 """
 

@@ -168,7 +168,8 @@ def _locked_connection(members: MemberFileSystem, memory_limit: str):
     try:
         con.register_filesystem(members)
         # allowed_paths only takes once the database runs, and only before external access is off
-        con.execute("SET allowed_paths = $1", [[f"{members.protocol}://{S.TABLES[name].member}" for name in members.tables]])
+        con.execute("SET allowed_paths = $1",
+                    [[f"{members.protocol}://{S.TABLES[name].member}" for name in members.tables]])
         con.execute("SET enable_external_access = false")
         for name in members.tables:
             con.execute(f"CREATE VIEW {name} AS {members.view(name)}")
@@ -176,7 +177,8 @@ def _locked_connection(members: MemberFileSystem, memory_limit: str):
     except BaseException as exc:
         con.close()
         if isinstance(exc, duckdb.Error) and members.corrupt is not None:
-            raise members.corrupt from None  # a column chunk failed its page checksums or value checks as the view read it
+            # a column chunk failed its page checksums or value checks as the view read it
+            raise members.corrupt from None
         raise
     return con
 
@@ -212,7 +214,8 @@ def run_query(profile_path: str, query: str, *, memory_limit: str = MEMORY_LIMIT
 
 
 def is_tune_result(path: str) -> bool:
-    """Whether ``path`` is a Parquet file (a tune result, if anything popvision reads) rather than a profile.pop (a ZIP).
+    """Whether ``path`` is a Parquet file (a tune result, if anything popvision reads) rather than a
+    profile.pop (a ZIP).
 
     Only a regular file is opened here (a FIFO would block the open); anything else is left to
     open_profile, which says what is wrong with it, as it does with a file it cannot read.
@@ -249,7 +252,8 @@ def _execute(con: Any, query: str, memory_limit: str, timeout: float | None,
     """Run ``query`` on ``con`` (closed after), interrupted past ``timeout`` seconds; see run_query."""
     import duckdb
 
-    def corrupt() -> Exception | None:  # a column chunk that failed its page checksums or value checks as DuckDB read it
+    # a column chunk that failed its page checksums or value checks as DuckDB read it
+    def corrupt() -> Exception | None:
         return members.corrupt if members is not None else None
 
     timed_out = threading.Event()

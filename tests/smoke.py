@@ -57,8 +57,8 @@ def dashboard_first_page(profile: Path, cwd: Path) -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     started = time.monotonic()
-    server = subprocess.Popen([sys.executable, "-m", "popvision_py.cli", "dashboard", str(profile), "--port", str(port)],
-                              cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen([sys.executable, "-m", "popvision_py.cli", "dashboard", str(profile), "--port",
+                               str(port)], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(1200):
@@ -114,7 +114,8 @@ def main(folder: Path) -> int:
         popvision("report", profile, "--format", "html", "-o", folder / "report.html", cwd=folder)
         popvision("report", profile, "--format", "csv", "-o", folder / "csv", cwd=folder)
         expect(popvision("info", profile, cwd=folder), "trace", "popvision info")
-        expect(popvision("sql", profile, "SELECT count(*) AS steps FROM programs", cwd=folder), "steps", "popvision sql")
+        expect(popvision("sql", profile, "SELECT count(*) AS steps FROM programs", cwd=folder), "steps",
+               "popvision sql")
         popvision("compare", SAMPLE, profile, cwd=folder)
         popvision("export-trace", profile, "-o", folder / "trace.json", cwd=folder)
         json.loads((folder / "trace.json").read_text())
@@ -127,11 +128,13 @@ def main(folder: Path) -> int:
         if find_spec("torch") is not None:
             # the PopDist tutorial as two instances of two replicas each, profiled by `popvision run`
             started = time.monotonic()
-            done = subprocess.run([Path(sys.executable).with_name("poprun"), "--num-instances", "2", "--num-replicas", "4",
-                                   sys.executable, "-m", "popvision_py.cli", "run", POPDIST_SCRIPT, "--profile",
+            done = subprocess.run([Path(sys.executable).with_name("poprun"), "--num-instances", "2",
+                                   "--num-replicas", "4", sys.executable, "-m", "popvision_py.cli", "run",
+                                   POPDIST_SCRIPT, "--profile",
                                    "--profile-dir", folder / "poprun"], cwd=folder, capture_output=True, text=True,
                                   timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
-            print(f"{time.monotonic() - started:6.1f} s  poprun ... popvision run {POPDIST_SCRIPT.name} --profile", flush=True)
+            print(f"{time.monotonic() - started:6.1f} s  poprun ... popvision run {POPDIST_SCRIPT.name} --profile",
+                  flush=True)
             if done.returncode != 0:
                 raise SmokeError(f"poprun exited {done.returncode}:\n{done.stderr[-4000:]}")
             if not list((folder / "poprun").rglob("profile.pop")):

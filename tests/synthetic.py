@@ -151,11 +151,13 @@ def write_pipeline_profile(
     for s, blocks in enumerate(stage_blocks):
         if s == 0 and host_cycles:
             st = add(s, "host", "stream_copy", "input/stream", -1, s, "forward", host_cycles, host_bytes)
-            exchanges.append(dict(ipu=s, step=st, kind="host", src_ipu=-1, dst_ipu=s, bytes=host_bytes, cycles=host_cycles))
+            exchanges.append(dict(ipu=s, step=st, kind="host", src_ipu=-1, dst_ipu=s, bytes=host_bytes,
+                                  cycles=host_cycles))
         for b in blocks:
             add(s, f"fwd{b}", "compute_set", f"B{b + 1}/fwd", b, s, "forward", fwd[b])
         if s < S - 1 and exchange_cycles:
-            st = add(s, "xfwd", "global_exchange", f"S{s}/fwd/exchange", -1, s, "forward", exchange_cycles, exchange_bytes)
+            st = add(s, "xfwd", "global_exchange", f"S{s}/fwd/exchange", -1, s, "forward", exchange_cycles,
+                     exchange_bytes)
             exchanges.append(dict(ipu=s, step=st, kind="inter_ipu", src_ipu=s, dst_ipu=s + 1, bytes=exchange_bytes,
                                   cycles=exchange_cycles))
         if training:
@@ -167,7 +169,8 @@ def write_pipeline_profile(
                 exchanges.append(dict(ipu=s, step=st, kind="inter_ipu", src_ipu=s, dst_ipu=s - 1,
                                       bytes=exchange_bytes, cycles=exchange_cycles))
             if remote_cycles:
-                st = add(s, "remote", "remote_buffer_copy", "optimiser/load", -1, s, "update", remote_cycles, remote_bytes)
+                st = add(s, "remote", "remote_buffer_copy", "optimiser/load", -1, s, "update", remote_cycles,
+                         remote_bytes)
                 exchanges.append(dict(ipu=s, step=st, kind="remote_buffer", src_ipu=-2, dst_ipu=s, bytes=remote_bytes,
                                       cycles=remote_cycles))
             for b in blocks:
@@ -304,7 +307,8 @@ def write_pipeline_profile(
                 live = r.always_live or r.live_from_step <= peak_step <= r.live_to_step
                 share = int(per_tile[r.var_id][t])
                 if live and share:
-                    memory.append(dict(ipu=s, tile=t, category=r.category, always_live=bool(r.always_live), bytes=share))
+                    memory.append(dict(ipu=s, tile=t, category=r.category, always_live=bool(r.always_live),
+                                       bytes=share))
     tile_memory = (pd.DataFrame(memory).groupby(["ipu", "tile", "category", "always_live"], as_index=False)["bytes"]
                    .sum())
 
@@ -321,7 +325,8 @@ def write_pipeline_profile(
                            sync_cycles=sync_cycles)
     manifest_run = {
         "model": model, "strategy": strategy, "mode": mode,
-        "stages": [{"stage": s, "ipu": s, "blocks": [f"B{b + 1}" for b in blocks]} for s, blocks in enumerate(stage_blocks)],
+        "stages": [{"stage": s, "ipu": s, "blocks": [f"B{b + 1}" for b in blocks]}
+                   for s, blocks in enumerate(stage_blocks)],
         "micro_batch_size": micro_batch_size, "gradient_accumulation": grad_acc,
         "device_iterations": device_iterations, "replication_factor": 1, "runs": 1, "precision": "fp16",
         "recompute": False, "tensor_locations": {"optimiser": "off_chip" if remote_cycles else "on_chip"},
@@ -342,7 +347,8 @@ def write_pipeline_profile(
         writer.write_table("variables", var_df)
         writer.write_table("liveness", pd.DataFrame(liveness))
         writer.write_table("trace", trace)
-        writer.write_table("exchanges", exchanges_df.astype({c: "int64" for c in ["ipu", "step", "src_ipu", "dst_ipu", "bytes", "cycles"]}))
+        whole = ["ipu", "step", "src_ipu", "dst_ipu", "bytes", "cycles"]
+        writer.write_table("exchanges", exchanges_df.astype({c: "int64" for c in whole}))
     return path
 
 

@@ -1,6 +1,7 @@
 """The layout is a checked contract (docs/architecture.md): imports point down the floors, no two files
-import each other (directly or round a longer circle), no source file is over 600 lines, and tests,
-benchmarks, examples and scripts take from the CLI only the program and its commands.
+import each other (directly or round a longer circle), no source file is over 600 lines, no class name
+is defined in two modules (but PopTorch's and PopDist's API mirrors, listed), and tests, benchmarks,
+examples and scripts take from the CLI only the program and its commands.
 
 The imports are read with ``ast`` from every module of the five packages, including imports inside
 functions and a package's ``__init__.py``, so a lazy import counts like any other.
@@ -327,14 +328,36 @@ def test_the_commands_loaded_by_name_are_in_the_graph(real_graph):
 CONCEPTS = ("Stage", "PipelinedExecution", "ShardedExecution", "PhasedExecution", "Layout", "StageSpec")
 
 
-def classes_named(known, names=CONCEPTS):
-    """{class name: sorted files defining it} for each of ``names`` defined at all."""
+def classes_defined(known):
+    """{class name: sorted files defining it}, for every class of every module (nested ones too)."""
     found = {}
     for module, path in known.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ClassDef) and node.name in names:
+            if isinstance(node, ast.ClassDef):
                 found.setdefault(node.name, []).append(_rel(path))
     return {name: sorted(files) for name, files in found.items()}
+
+
+def classes_named(known, names=CONCEPTS):
+    """{class name: sorted files defining it} for each of ``names`` defined at all."""
+    return {name: files for name, files in classes_defined(known).items() if name in names}
+
+
+# A class name defined in two modules is one word with two meanings; each class has its own name.
+# The only exceptions are PopTorch's and PopDist's own APIs, which users' scripts name as Graphcore
+# wrote them: each entry is a name, the files allowed to define it, and the real API that needs it.
+SHARED_CLASS_NAMES = {
+    # poptorch.Options is PopTorch's options class; Graphcore's popdist.poptorch.Options subclasses it
+    # (PopRun's replicas and instance set), and scripts build either under the name Options.
+    "Options": ("popdist/poptorch.py", "poptorch/_options.py"),
+}
+
+
+def repeated_class_names(known, allowed=SHARED_CLASS_NAMES):
+    """'NAME: file, file' for each class name defined in more than one file, but those ``allowed``
+    (a name is allowed in exactly the files listed for it)."""
+    return [f"{name}: {', '.join(files)}" for name, files in sorted(classes_defined(known).items())
+            if len(files) > 1 and tuple(files) != allowed.get(name)]
 
 
 def test_one_class_per_concept_across_packages(real_graph):
@@ -342,6 +365,10 @@ def test_one_class_per_concept_across_packages(real_graph):
         "Stage": ["poptorch/_options.py"], "PipelinedExecution": ["poptorch/_options.py"],
         "ShardedExecution": ["poptorch/_options.py"], "PhasedExecution": ["poptorch/_options.py"],
         "Layout": ["engine/layout.py"], "StageSpec": ["engine/layout.py"]}
+
+
+def test_no_class_name_is_defined_in_two_modules_but_poptorchs_and_popdists_api(real_graph):
+    assert repeated_class_names(real_graph[0]) == []
 
 
 def test_the_search_and_the_shim_describe_a_partition_with_the_engines_layout(real_graph):
@@ -440,7 +467,8 @@ def test_a_planted_circle_through_a_package_init_is_named(tmp_path):
 def test_a_planted_pair_that_imports_each_other_relatively_is_a_circle(tmp_path):
     files = dict(BASE)
     files["popvision_py/render/__init__.py"] = "from .html import page\n"
-    files["popvision_py/render/html.py"] = "from . import text\nfrom popvision_py.render import helper\ndef page(): ...\n"
+    files["popvision_py/render/html.py"] = ("from . import text\nfrom popvision_py.render import helper\n"
+                                            "def page(): ...\n")
     files["popvision_py/render/text.py"] = ""
     known, graph = _plant(tmp_path, files)
     assert graph["popvision_py.render.html"] == {"popvision_py.render.text": 1, "popvision_py.render": 2}
@@ -503,6 +531,24 @@ def test_a_planted_second_stage_class_is_named(tmp_path):
     known, _ = _plant(tmp_path, files)
     assert classes_named(known) == {"Stage": ["engine/layout.py", "poptorch/_options.py"],
                                     "StageSpec": ["engine/layout.py"]}
+
+
+def test_a_planted_class_name_in_two_modules_is_named_unless_it_is_an_allowed_api_mirror(tmp_path):
+    files = dict(BASE)
+    # GIVEN a Summary in the engine and in the analysis, and PopTorch's Options in both shims
+    files["engine/instrument.py"] = "class Summary: ...\n"
+    files["popvision_py/analysis/summary.py"] = "def figures():\n    class Summary: ...\n"
+    files["poptorch/_options.py"] = "class Options: ...\n"
+    files["popdist/poptorch.py"] = "from poptorch import _options\nclass Options(_options.Options): ...\n"
+    known, _ = _plant(tmp_path, files)
+    # THEN the Summary is named with both files (a nested class counts), the allowed Options is not
+    assert repeated_class_names(known) == ["Summary: engine/instrument.py, popvision_py/analysis/summary.py"]
+    # ... and Options is named as soon as a third module defines it
+    files["engine/options.py"] = "class Options: ...\n"
+    known, _ = _plant(tmp_path, files)
+    assert repeated_class_names(known) == [
+        "Options: engine/options.py, popdist/poptorch.py, poptorch/_options.py",
+        "Summary: engine/instrument.py, popvision_py/analysis/summary.py"]
 
 
 def test_a_planted_test_taking_library_code_from_the_cli_is_named(tmp_path):

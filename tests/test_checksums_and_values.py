@@ -229,8 +229,10 @@ VIOLATIONS = [
     ("trace", "ipu", 1, -1, "holds -1 at row 1, below its least value 0."),
     ("trace", "start_cycle", 0, -5, "holds -5 at row 0, below its least value 0."),
     ("trace", "end_cycle", 3, 45, "holds 45 at row 3, less than its start_cycle 50."),
-    ("trace", "phase", 1, "warp", "holds the unknown value 'warp' at row 1; it may hold compute, sync, exchange, stream, idle."),
-    ("trace", "pass", 3, "sideways", "holds the unknown value 'sideways' at row 3; it may hold forward, backward, update, none."),
+    ("trace", "phase", 1, "warp", "holds the unknown value 'warp' at row 1; it may hold compute, sync, "
+                                  "exchange, stream, idle."),
+    ("trace", "pass", 3, "sideways", "holds the unknown value 'sideways' at row 3; it may hold forward, "
+                                     "backward, update, none."),
     ("trace", "micro_batch", 0, -2, "holds -2 at row 0, below its least value -1."),
     ("tile_memory", "tile", 2, 4, "holds 4 at row 2, above its largest value 3 (the target's tiles_per_ipu is 4)."),
     ("tile_memory", "bytes", 1, -300, "holds -300 at row 1, below its least value 0."),
@@ -243,7 +245,8 @@ VIOLATIONS = [
     ("variables", "dtype", 1, "fp8", "holds the unknown value 'fp8' at row 1; it may hold fp16, fp32, int32, mixed."),
     ("liveness", "worst_tile", 1, 9, "holds 9 at row 1, above its largest value 3 (the target's tiles_per_ipu is 4)."),
     ("exchanges", "src_ipu", 0, -3, "holds -3 at row 0, below its least value -2."),
-    ("exchanges", "kind", 0, "teleport", "holds the unknown value 'teleport' at row 0; it may hold internal, inter_ipu, host, remote_buffer, all_reduce."),
+    ("exchanges", "kind", 0, "teleport", "holds the unknown value 'teleport' at row 0; it may hold internal, "
+                                         "inter_ipu, host, remote_buffer, all_reduce."),
 ]
 
 
@@ -327,12 +330,18 @@ def test_a_deeply_nested_manifest_is_one_sentence(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("where, key, value, sentence", [
     ("target", "num_ipus", 0, "The target in the manifest of {bad} has num_ipus = 0; it must be between 1 and 32,767."),
-    ("target", "tiles_per_ipu", -4, "The target in the manifest of {bad} has tiles_per_ipu = -4; it must be between 1 and 2,147,483,647."),
-    ("target", "bytes_per_tile", 0, "The target in the manifest of {bad} has bytes_per_tile = 0; it must be between 1 and 1,099,511,627,776."),
-    ("target", "clock_hz", 1e30, "The target in the manifest of {bad} has clock_hz = 1e+30; it must be a finite frequency above 0 and at most 1e+12 Hz."),
-    ("target", "clock_hz", -1.0, "The target in the manifest of {bad} has clock_hz = -1.0; it must be a finite frequency above 0 and at most 1e+12 Hz."),
-    ("run", "micro_batch_size", 0, "The run configuration in the manifest of {bad} has micro_batch_size = 0; it must be between 1 and 2,147,483,647."),
-    ("run", "device_iterations", 2**70, "The run configuration in the manifest of {bad} has device_iterations = 1180591620717411303424; it must be between 1 and 2,147,483,647."),
+    ("target", "tiles_per_ipu", -4, "The target in the manifest of {bad} has tiles_per_ipu = -4; it must be between 1 "
+                                    "and 2,147,483,647."),
+    ("target", "bytes_per_tile", 0, "The target in the manifest of {bad} has bytes_per_tile = 0; it must be between 1 "
+                                    "and 1,099,511,627,776."),
+    ("target", "clock_hz", 1e30, "The target in the manifest of {bad} has clock_hz = 1e+30; it must be a finite "
+                                 "frequency above 0 and at most 1e+12 Hz."),
+    ("target", "clock_hz", -1.0, "The target in the manifest of {bad} has clock_hz = -1.0; it must be a finite "
+                                 "frequency above 0 and at most 1e+12 Hz."),
+    ("run", "micro_batch_size", 0, "The run configuration in the manifest of {bad} has micro_batch_size = 0; it must "
+                                   "be between 1 and 2,147,483,647."),
+    ("run", "device_iterations", 2**70, "The run configuration in the manifest of {bad} has device_iterations = "
+                                        "1180591620717411303424; it must be between 1 and 2,147,483,647."),
 ])
 def test_manifest_sizes_are_checked_field_by_field(tmp_path: Path, where: str, key: str, value, sentence: str) -> None:
     # GIVEN a manifest with one size out of range
@@ -349,7 +358,8 @@ def test_manifest_sizes_are_checked_field_by_field(tmp_path: Path, where: str, k
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
 def test_a_clock_of_nan_or_infinity_is_not_json(tmp_path: Path, constant: str) -> None:
     # GIVEN a manifest whose clock is NaN or Infinity (Python's json would take them)
-    bad = with_manifest(tmp_path, lambda m: json.dumps(m).replace('"clock_hz": 1330000000.0', f'"clock_hz": {constant}'))
+    bad = with_manifest(tmp_path,
+                        lambda m: json.dumps(m).replace('"clock_hz": 1330000000.0', f'"clock_hz": {constant}'))
     # WHEN info opens it THEN one sentence, exit 2
     result = run("info", str(bad))
     assert result.exit_code == 2
@@ -365,7 +375,8 @@ def long_trace(rows: int, duration: int) -> pd.DataFrame:
     return pd.DataFrame({
         "run": np.zeros(rows, np.int32), "iteration": np.zeros(rows, np.int32), "micro_batch": np.zeros(rows, np.int32),
         "ipu": np.zeros(rows, np.int16), "stage": np.zeros(rows, np.int16), "pass": ["forward"] * rows,
-        "step": np.zeros(rows, np.int32), "phase": ["compute"] * rows, "start_cycle": start, "end_cycle": start + duration,
+        "step": np.zeros(rows, np.int32), "phase": ["compute"] * rows, "start_cycle": start,
+        "end_cycle": start + duration,
     })
 
 
@@ -375,7 +386,8 @@ def test_durations_that_would_wrap_int64_are_refused(tmp_path: Path) -> None:
     # WHEN a report sums them THEN one sentence says so, exit 2
     result = run(*COMMANDS["report"](path))
     assert result.exit_code == 2, result.output
-    assert result.output.strip() == "Error: The trace's durations sum to 1.84e+19 cycles, beyond what 64-bit integers hold."
+    assert result.output.strip() == ("Error: The trace's durations sum to 1.84e+19 cycles, beyond what 64-bit "
+                                     "integers hold.")
 
 
 def test_total_flops_beyond_int64_are_exact(tmp_path: Path) -> None:

@@ -106,7 +106,8 @@ def test_text_report_is_aligned_and_says_what_is_wrong(synthetic_profiles):
     lines = result.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.strip().startswith("ipu  always_live_bytes"))
     assert set(lines[header + 1].replace(" ", "")) == {"-"}
-    assert lines[header + 2].index("4,400") + len("4,400") == lines[header].index("always_live_bytes") + len("always_live_bytes")
+    column = "always_live_bytes"
+    assert lines[header + 2].index("4,400") + len("4,400") == lines[header].index(column) + len(column)
     summary = invoke("report", synthetic_profiles[0], "--section", "summary").stdout
     assert "out of memory" in summary and "Offload the optimiser" in summary
 

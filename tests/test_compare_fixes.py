@@ -152,7 +152,8 @@ def peak_steps(path: Path) -> dict[int, int]:
     """Each IPU's first step of most not-always-live bytes: by hand from the liveness table."""
     with open_profile(path) as profile:
         lv = profile.read_table("liveness").to_pandas().sort_values(["ipu", "step"])
-    return {int(ipu): int(g["step"].iloc[g["not_always_live_bytes"].to_numpy().argmax()]) for ipu, g in lv.groupby("ipu")}
+    return {int(ipu): int(g["step"].iloc[g["not_always_live_bytes"].to_numpy().argmax()])
+            for ipu, g in lv.groupby("ipu")}
 
 
 def test_identifiers_have_no_difference_or_percentage(mnist_runs):
@@ -263,7 +264,8 @@ def test_a_profile_against_itself_has_no_setting_that_differs(mnist_runs):
 # --------------------------------------------- independent recomputation from the single-profile reports
 
 
-AMOUNTS_ABSENT_AS_0 = {"bytes", "cycles", "time_pct", "cycles_per_micro_batch", "busy_cycles"}  # per category / kind / stage rows
+# per category / kind / stage rows
+AMOUNTS_ABSENT_AS_0 = {"bytes", "cycles", "time_pct", "cycles_per_micro_batch", "busy_cycles"}
 IDENTIFIERS = {"worst_ipu", "worst_tile", "fits", "bottleneck_stage", "peak_step"}
 
 

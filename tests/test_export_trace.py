@@ -42,9 +42,9 @@ def _small_row_groups(folder: Path, runs: int, statistics: bool = True) -> Path:
         patch.setattr(writer, "ROW_GROUP_ROWS", 2000)
         if not statistics:
             patch.setattr(writer, "PARQUET_OPTIONS", {**writer.PARQUET_OPTIONS, "write_statistics": False})
-        result = CliRunner().invoke(main, ["run", "mnist", "--replicas", "2", "--runs", str(runs), "--device-iterations",
-                                           "10", "--profile", "--profile-dir", str(folder), "-q"],
-                                    catch_exceptions=False)
+        result = CliRunner().invoke(main, ["run", "mnist", "--replicas", "2", "--runs", str(runs),
+                                           "--device-iterations", "10", "--profile", "--profile-dir", str(folder),
+                                           "-q"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return folder / "profile.pop"
 

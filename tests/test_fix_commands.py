@@ -45,7 +45,8 @@ def _estimate(effect: str) -> int | None:
 def made(tmp_path_factory):
     folder = tmp_path_factory.mktemp("fixes")
     paths = {}
-    for name, args in {"pipelined": [], "inference": ["--mode", "inference"], "phased": ["--strategy", "phased"]}.items():
+    runs = {"pipelined": [], "inference": ["--mode", "inference"], "phased": ["--strategy", "phased"]}
+    for name, args in runs.items():
         # a data loader that keeps up: these are the IPUs' findings (mnist's default is host-bound,
         # whose fix tests/analysis/test_host_bound.py runs)
         result = run_cli("run", "mnist", "--profile", "--profile-dir", str(folder / name), "-q",

@@ -40,7 +40,8 @@ TRACE_ROW_BYTES = 48  # as the footer counts a trace row: 8 columns of int32 (in
 # dictionary indices) and 2 of int64; 100M rows is 4.8 GB, over twice the memory limit
 
 
-def table_bytes(spec: S.Table, rows: int, value: dict[str, object], *, small: bool, store_schema: bool = True) -> bytes:
+def table_bytes(spec: S.TableSchema, rows: int, value: dict[str, object], *, small: bool,
+                store_schema: bool = True) -> bytes:
     """``rows`` rows of the table ``spec``, every column holding one value (``value`` by column, else 0),
     written by pyarrow in batches of 1 Mi rows. ``small``: as a bomb maker would, one page per column
     chunk and no statistics (about 25,000 times smaller than decoded); else pyarrow's defaults.
@@ -119,7 +120,8 @@ def test_a_bomb_is_one_sentence_and_exit_2_within_a_memory_limit(bomb: Path, tmp
     assert done.stdout == "" and not out.exists()
     # the ratio it states is the 4.8 GB a person counts (100M rows x 48 bytes, plus the dictionaries) over the file
     stated = int(match.group(1).replace(",", ""))
-    assert BOMB_ROWS * TRACE_ROW_BYTES / bomb.stat().st_size <= stated < 1.01 * BOMB_ROWS * TRACE_ROW_BYTES / bomb.stat().st_size
+    expansion = BOMB_ROWS * TRACE_ROW_BYTES / bomb.stat().st_size
+    assert expansion <= stated < 1.01 * expansion
 
 
 def test_the_limit_is_lifted_by_the_flag_or_the_environment(bomb: Path) -> None:
@@ -184,15 +186,16 @@ def test_strings_decode_as_one_copy_of_each_value(tmp_path: Path) -> None:
     done = run_limited(["-c", code, str(path)])
     # THEN all its rows are there, the name column a dictionary of the one 1 MB value
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["100000", "dictionary<values=string,", "indices=int32,", "ordered=0>", "1", "1048576"]
+    assert done.stdout.split() == ["100000", "dictionary<values=string,", "indices=int32,", "ordered=0>", "1",
+                                   "1048576"]
 
 
 def test_real_profiles_decode_well_within_the_limit(tmp_path: Path) -> None:
     # GIVEN the committed samples and a large profile shaped like the emulator's (delta-encoded cycles,
     # iterations repeated): 1M trace rows of benchmarks/make_large_profile.py
     large = tmp_path / "large.pop"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_large_profile.py"), str(large), "--rows", "1000000"],
-                   check=True, capture_output=True, cwd=ROOT)
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_large_profile.py"), str(large),
+                    "--rows", "1000000"], check=True, capture_output=True, cwd=ROOT)
     for path in [*sorted((ROOT / "sample_profiles").glob("*/profile.pop")), large]:
         # WHEN each is opened under the default limit THEN it opens, decoding to under a third of the
         # limit (the margin docs/reliability.md states)
@@ -213,11 +216,13 @@ def figures(paths: list[Path]) -> list[tuple[str, int, int, float]]:
     return rows
 
 
-if __name__ == "__main__":  # python -m tests.test_hostile_bombs [PROFILE...]: the samples, the given profiles, two bombs
+# python -m tests.test_hostile_bombs [PROFILE...]: the samples, the given profiles, two bombs
+if __name__ == "__main__":
     import tempfile
 
     folder = Path(tempfile.mkdtemp())
-    bombs = {"bomb, pyarrow's defaults (30M rows)": (30_000_000, False), "bomb, one page a chunk (100M rows)": (BOMB_ROWS, True)}
+    bombs = {"bomb, pyarrow's defaults (30M rows)": (30_000_000, False),
+             "bomb, one page a chunk (100M rows)": (BOMB_ROWS, True)}
     made = []
     for name, (count, small) in bombs.items():
         made.append(folder / f"{name.split('(')[1][:-1].replace(' ', '-')}-{'small' if small else 'defaults'}.pop")

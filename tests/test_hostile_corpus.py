@@ -269,7 +269,8 @@ def value_mutations(draw) -> tuple[str, pd.DataFrame, bool]:
     values = column.values
     integer = pa.types.is_integer(column.type)
     if integer:
-        kinds += ["below"] * (values.low is not None) + ["above"] * (values.high is not None or values.below is not None)
+        kinds += ["below"] * (values.low is not None)
+        kinds += ["above"] * (values.high is not None or values.below is not None)
     kinds += ["code"] * (values.codes is not None)
     kind = draw(st.sampled_from(kinds), label="kind")
     if kind == "null":
@@ -323,7 +324,8 @@ def manifest_mutations(draw, good: bytes) -> bytes:
         value = draw(st.one_of(st.integers(max_value=low - 1), st.integers(min_value=high + 1, max_value=2**80),
                                others.filter(lambda v: not isinstance(v, int) or isinstance(v, bool))), label="value")
     elif key == "clock_hz":
-        value = draw(st.one_of(st.floats(max_value=0.0, allow_nan=False), st.floats(min_value=1.001e12, allow_nan=False),
+        value = draw(st.one_of(st.floats(max_value=0.0, allow_nan=False),
+                               st.floats(min_value=1.001e12, allow_nan=False),
                                others.filter(lambda v: not isinstance(v, int) or isinstance(v, bool))), label="value")
     else:  # a string or a list: any other JSON type
         value = draw(others.filter(lambda v: not isinstance(v, kind)), label="value")
@@ -468,7 +470,8 @@ def test_sql_refuses_a_value_the_schema_forbids(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["sql", str(bad), QUERY])
     # THEN it is refused with the reader's sentence, exit 2
     assert result.exit_code == 2, result.output
-    assert result.stderr.strip() == f"Error: Column trace.end_cycle of {bad} holds 45 at row 3, less than its start_cycle 50."
+    assert result.stderr.strip() == (f"Error: Column trace.end_cycle of {bad} holds 45 at row 3, less than its "
+                                     f"start_cycle 50.")
 
 
 # -- bounds: values that would size work beyond the file ----------------------------------------------

@@ -96,7 +96,8 @@ def test_every_reader_refuses_every_bad_profile_in_one_line(command, bad_profile
 
 def _run_mnist(folder: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "popvision_py.cli", "run", "mnist", "--profile", "--profile-dir", str(folder), "-q", *extra],
+        [sys.executable, "-m", "popvision_py.cli", "run", "mnist", "--profile", "--profile-dir", str(folder), "-q",
+         *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT, preexec_fn=default_sigint,
     )
 

@@ -56,7 +56,8 @@ def test_the_fullest_tiles_and_their_peaks_recomputed_from_tile_memory():
         tiles_per_ipu = profile.target["tiles_per_ipu"]
     exact = 0
     for r in worst:
-        on = variables[(variables["ipu"] == r["ipu"]) & ~variables["always_live"] & (variables["start_tile"] <= r["tile"])
+        on = variables[(variables["ipu"] == r["ipu"]) & ~variables["always_live"]
+                       & (variables["start_tile"] <= r["tile"])
                        & (r["tile"] < variables["start_tile"] + variables["tiles"])]
         if (on["tiles"] < tiles_per_ipu).all():
             assert r["peak_bytes"] == totals[(r["ipu"], r["tile"])]

@@ -169,32 +169,33 @@ def test_memory_fixes_of_an_out_of_memory_run_are_held_to_their_estimates(tmp_pa
 
 def test_the_verdict_names_each_figure_that_missed():
     from popvision_py.analysis.fixes import Predicted
-    from popvision_py.analysis.verify import FixRun, Measured, judge
+    from popvision_py.analysis.verify import FixRun, MeasuredFigures, judge
 
     capacity, clock = 638_976, 1.33e9
-    before = Measured(step_s=0.010, samples_per_second=1000.0, worst_tile_bytes=700_000, bytes_per_tile=capacity,
-                      fits=False)
+    before = MeasuredFigures(step_s=0.010, samples_per_second=1000.0, worst_tile_bytes=700_000,
+                             bytes_per_tile=capacity, fits=False)
 
     def fix(**predicted) -> FixRun:
         return FixRun("t", "s", "e", Predicted(**predicted), "popvision run m", {"model": "m"})
 
     # a worst tile 20% over its estimate of 500,000 bytes, though it fits: off by +20.0%
-    after = Measured(0.010, 1000.0, 600_000, capacity, True)
+    after = MeasuredFigures(0.010, 1000.0, 600_000, capacity, True)
     assert judge(fix(worst_tile_bytes=500_000), before, after, clock) == (
         "did not hold", "Did not hold: worst tile 600,000 bytes, +20.0% off the predicted 500,000 "
                         "(+0.0% throughput, worst tile 700,000 -> 600,000 bytes (fits)).")
     # predicted to fit (620,000 bytes), measured over the tile (640,000: within 10%, but it does not fit)
-    status, verdict = judge(fix(worst_tile_bytes=620_000), before, Measured(0.010, 1000.0, 640_000, capacity, False), clock)
+    over = MeasuredFigures(0.010, 1000.0, 640_000, capacity, False)
+    status, verdict = judge(fix(worst_tile_bytes=620_000), before, over, clock)
     assert status == "did not hold" and "it does not fit (worst tile 640,000 bytes, predicted 620,000)" in verdict
     # meant to be faster, 13,300,000 cycles per step predicted (10 ms at 1.33 GHz): measured 12 ms and slower
-    status, verdict = judge(fix(step_cycles=13_300_000.0, faster=True), before, Measured(0.012, 900.0, 700_000, capacity,
-                                                                                     False), clock)
+    slower = MeasuredFigures(0.012, 900.0, 700_000, capacity, False)
+    status, verdict = judge(fix(step_cycles=13_300_000.0, faster=True), before, slower, clock)
     assert status == "did not hold"
     assert "time per step 12.000 ms, +20.0% off the predicted 10.000 ms" in verdict
     assert "no faster: 900 samples/s against 1,000 before" in verdict
     # within 10% on every figure, and faster: held
-    assert judge(fix(samples_per_second=1100.0, faster=True), before, Measured(0.009, 1050.0, 700_000, capacity, False),
-                 clock)[0] == "held"
+    faster = MeasuredFigures(0.009, 1050.0, 700_000, capacity, False)
+    assert judge(fix(samples_per_second=1100.0, faster=True), before, faster, clock)[0] == "held"
 
 
 def test_the_verify_block_reads_as_a_list_in_text_markdown_and_html():

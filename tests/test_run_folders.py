@@ -66,7 +66,8 @@ def test_instances_that_differ_are_shown_side_by_side(tmp_path):
     # exactly the figures that differ, each with both instances' values
     differing = {name for name in vars(fa) if getattr(fa, name) != getattr(fb, name)}
     assert set(rows) == differing and "strategy" in differing and "model" not in differing
-    assert rows["total_cycles"]["instance-0"] == fa.total_cycles and rows["total_cycles"]["instance-1"] == fb.total_cycles
+    total = rows["total_cycles"]
+    assert total["instance-0"] == fa.total_cycles and total["instance-1"] == fb.total_cycles
     text = invoke("report", run, "--section", "summary").output
     assert "strategy\n      instance-0: pipelined\n      instance-1: sharded" in text
     compared = invoke("compare", run, "--section", "summary")

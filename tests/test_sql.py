@@ -23,7 +23,8 @@ from popvision_py.sql import QueryError, run_query
 
 ROOT = Path(__file__).resolve().parents[1]
 MNIST = ROOT / "sample_profiles" / "mnist_pipelined" / "profile.pop"
-TABLES = ["exchanges", "liveness", "ops", "programs", "tile_cycles", "tile_memory", "trace", "trace_levels", "variables"]
+TABLES = ["exchanges", "liveness", "ops", "programs", "tile_cycles", "tile_memory", "trace", "trace_levels",
+          "variables"]
 
 
 def popvision(*args: str | bytes) -> subprocess.CompletedProcess:

@@ -282,8 +282,8 @@ def test_ctrl_c_during_a_query_is_interrupted_exit_130() -> None:
 
 def test_an_unknown_table_names_the_tables_and_the_closest() -> None:
     line = one_line_error(popvision("sql", str(MNIST), "SELECT count(*) FROM traces"), "There is no table traces")
-    tables = ", ".join(["ops", "programs", "tile_cycles", "tile_memory", "variables", "liveness", "trace", "trace_levels",
-                        "exchanges"])
+    tables = ", ".join(["ops", "programs", "tile_cycles", "tile_memory", "variables", "liveness", "trace",
+                        "trace_levels", "exchanges"])
     assert line == f"Error: There is no table traces: the tables are {tables} (did you mean trace?)."
     line = one_line_error(popvision("sql", str(MNIST), "SELECT 1 FROM nothing_like_it"), "There is no table")
     assert line.endswith(f"the tables are {tables}.")

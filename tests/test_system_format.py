@@ -97,11 +97,13 @@ def _values(**override):
 
 BAD = {
     "empty": (lambda p: p.write_bytes(b""), "is empty"),
-    "not parquet": (lambda p: p.write_text("time,name\n1,compile\n"), "is not a Parquet file, so not a system timeline"),
+    "not parquet": (lambda p: p.write_text("time,name\n1,compile\n"), "is not a Parquet file, so not a "
+                                                                      "system timeline"),
     "cut short": (lambda p: (S.write_system(p, columns(), "p", 1), p.write_bytes(p.read_bytes()[:-30])),
                   "is cut short: its Parquet footer is missing"),
     "a damaged page": (lambda p: (S.write_system(p, columns(), "p", 1),
-                                  p.write_bytes(p.read_bytes()[:30] + bytes(40) + p.read_bytes()[70:])), "is corrupt ("),
+                                  p.write_bytes(p.read_bytes()[:30] + bytes(40) + p.read_bytes()[70:])),
+                       "is corrupt ("),
     "foreign parquet": (_foreign, "is a Parquet file but not a popvision system timeline"),
     "newer version": (_newer, "is a system timeline of version 2; this popvision reads version 1"),
     "a column missing": (_lacking, "lacks the column 'value'"),

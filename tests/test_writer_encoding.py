@@ -1,6 +1,6 @@
 """The writer's encoding (issue 26): row groups encoded on a thread write the bytes in-line encoding
-writes; the trace's cycles (and tile_cycles' tiles and cycles) are delta-encoded without a dictionary; a run key set before close is
-checked as the manifest is.
+writes; the trace's cycles (and tile_cycles' tiles and cycles) are delta-encoded without a dictionary; a
+run key set before close is checked as the manifest is.
 
 GIVEN a trace of several row groups (the mnist sample's), WHEN ProfileWriter writes it (its encoder thread) and a
 TableWriter without an encoder writes it in line, THEN the two Parquet files are byte for byte the

@@ -47,7 +47,8 @@ def _row(name: str, flags: list[str], fields: dict[str, Any]) -> dict[str, Any]:
         "headroom_bytes": s.bytes_per_tile - s.worst_tile_bytes, "fits": bool(s.fits),
         "ipus": s.num_ipus * s.tensor_sharding * s.replicas, "is_start": name == "start",
         "changes": shlex.join(flags),
-        "command": shlex.join(["popvision", "run", "mnist", *flags, "--assume", "host_tensor_samples_per_s_per_core=1e9"]),
+        "command": shlex.join(["popvision", "run", "mnist", *flags, "--assume",
+                               "host_tensor_samples_per_s_per_core=1e9"]),
         "request": json.dumps(record, sort_keys=True), "seconds": time.perf_counter() - started,
     }
 

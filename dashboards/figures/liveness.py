@@ -46,7 +46,8 @@ def liveness_steps(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[i
         fig.add_trace(go.Scatter(x=part["step"], y=part["worst_tile_bytes"] / low_scale, mode="lines",
                                    name=naming.label(ipu), line=dict(color=colour, width=1.2), legendgroup=str(ipu),
                                    showlegend=False,
-                                   customdata=np.stack([np.full(len(part), ipu), part["worst_tile"].to_numpy()], axis=-1).tolist(),
+                                   customdata=np.stack([np.full(len(part), ipu), part["worst_tile"].to_numpy()],
+                                                       axis=-1).tolist(),
                                    hovertemplate="step %{x}: " + where + "<br>%{y:,.1f} " + low_unit
                                                  + "<extra>%{fullData.name}</extra>"),
                       row=2, col=1)

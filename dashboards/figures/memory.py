@@ -87,7 +87,8 @@ def tile_map(
                 mode="markers",
                 marker=dict(symbol="x-thin", size=7, line=dict(width=2, color=OOM_COLOUR)),
                 customdata=np.stack([oom["tile"].to_numpy(), oom["excess_bytes"].to_numpy() / 1024], axis=-1),
-                hovertemplate="tile %{customdata[0]}: out of memory<br>over by %{customdata[1]:,.1f} KiB<extra></extra>",
+                hovertemplate="tile %{customdata[0]}: out of memory<br>"
+                              "over by %{customdata[1]:,.1f} KiB<extra></extra>",
                 name=f"out of memory ({len(oom)})",
             )
         )
@@ -129,7 +130,8 @@ def ipu_memory(by_ipu: pd.DataFrame, naming: Naming = IPUS, capacity: bool = Tru
 
 def tile_highlight(row: int, col: int) -> dict:
     """The outline marking the selected tile on the tile map."""
-    return dict(type="rect", x0=col - 0.5, x1=col + 0.5, y0=row - 0.5, y1=row + 0.5, line=dict(color="#ff2d95", width=3))
+    return dict(type="rect", x0=col - 0.5, x1=col + 0.5, y0=row - 0.5, y1=row + 0.5,
+                line=dict(color="#ff2d95", width=3))
 
 
 def category_stacks(by_category: pd.DataFrame, capacity_by_ipu: Mapping[int, int] | None = None,
@@ -153,7 +155,8 @@ def category_stacks(by_category: pd.DataFrame, capacity_by_ipu: Mapping[int, int
                     name=f"{category}{'' if always_live or naming.imported else ' (not always-live)'}",
                     marker=dict(color=CATEGORY_COLOURS.get(category, "#999"),
                                 pattern=dict(shape="" if always_live else "/", fillmode="overlay", size=6)),
-                    hovertemplate=f"{category}<br>%{{x}}: %{{y:,.0f}} B<extra>{'always-live' if always_live else 'not always-live'}</extra>",
+                    hovertemplate=f"{category}<br>%{{x}}: %{{y:,.0f}} B"
+                                  f"<extra>{'always-live' if always_live else 'not always-live'}</extra>",
                     legendgroup=category,
                 )
             )
@@ -165,7 +168,8 @@ def category_stacks(by_category: pd.DataFrame, capacity_by_ipu: Mapping[int, int
     largest = max(float(frame.groupby("ipu")["bytes"].sum().max()), max(capacity_by_ipu.values(), default=0)
                   if capacity_by_ipu else 0)
     fig.update_yaxes(title="bytes", **byte_ticks(largest))
-    return styled(fig, barmode="stack", height=420, legend=dict(font=dict(size=10), orientation="h", y=-0.12, yanchor="top", x=0),
+    return styled(fig, barmode="stack", height=420,
+                  legend=dict(font=dict(size=10), orientation="h", y=-0.12, yanchor="top", x=0),
                   margin=dict(l=60, r=20, t=20, b=40))
 
 
@@ -217,7 +221,8 @@ def tile_breakdown(breakdown: pd.DataFrame, bytes_per_tile: int, title: str = ""
                 name="always-live" if always_live else "not always-live",
                 marker=dict(color=[CATEGORY_COLOURS.get(c, "#999") for c in order],
                             pattern=dict(shape="" if always_live else "/", fillmode="overlay", size=6)),
-                hovertemplate="%{y}: %{x:,.2f} KiB<extra>" + ("always-live" if always_live else "not always-live") + "</extra>",
+                hovertemplate="%{y}: %{x:,.2f} KiB<extra>" + ("always-live" if always_live else "not always-live")
+                              + "</extra>",
             )
         )
     total = float(frame["bytes"].sum())

@@ -67,7 +67,8 @@ def stages_gantt(gantt: pd.DataFrame, max_bars: int = 3000, naming: Naming = IPU
     note = "" if len(shown) == len(iterations) else f" (the first {len(shown):,} of {len(iterations):,} iterations)"
     fig.update_xaxes(title=unit + note, range=[float(frame["start_cycle"].min()) / divisor,
                                                float(first["end_cycle"].max()) / divisor])
-    return styled(fig, barmode="overlay", bargap=0.2, height=max(240, 100 + 60 * len(labels)), uniformtext=dict(minsize=8, mode="hide"))
+    return styled(fig, barmode="overlay", bargap=0.2, height=max(240, 100 + 60 * len(labels)),
+                  uniformtext=dict(minsize=8, mode="hide"))
 
 
 def _scaled(values: pd.Series, divisor: float) -> pd.Series:
@@ -97,11 +98,14 @@ def stage_imbalance(summary: pd.DataFrame, bottleneck_stage: int | None = None, 
         part = frame[frame["pass"] == pass_name]
         outline = np.where(part["stage"] == bottleneck_stage, 3, 0)
         fig.add_trace(go.Bar(x=part["stage_label"], y=_scaled(part["cycles_per_micro_batch"], divisor), name=pass_name,
-                             marker=dict(color=PASS_COLOURS[pass_name], line=dict(color=CAPACITY_COLOUR, width=outline)),
-                             hovertemplate="%{x} " + pass_name + "<br>%{y:,} " + unit + " per micro-batch<extra></extra>"))
+                             marker=dict(color=PASS_COLOURS[pass_name],
+                                         line=dict(color=CAPACITY_COLOUR, width=outline)),
+                             hovertemplate="%{x} " + pass_name + "<br>%{y:,} " + unit
+                                           + " per micro-batch<extra></extra>"))
     fig.update_xaxes(categoryorder="array", categoryarray=order)
     fig.update_yaxes(title=f"{unit} per micro-batch")
-    return styled(fig, barmode="stack", height=340, legend=dict(traceorder="normal", orientation="h", y=1.02, yanchor="bottom", x=0))
+    return styled(fig, barmode="stack", height=340,
+                  legend=dict(traceorder="normal", orientation="h", y=1.02, yanchor="bottom", x=0))
 
 
 def stage_utilisation(summary: pd.DataFrame, naming: Naming = IPUS) -> go.Figure:
@@ -110,12 +114,15 @@ def stage_utilisation(summary: pd.DataFrame, naming: Naming = IPUS) -> go.Figure
         return empty("No stages.")
     passes = summary["pass"].astype(str)
     # The analysis gives each stage an "all" row (its IPU's whole run) beside the per-pass rows.
-    frame = (summary[passes == "all"] if (passes == "all").any() else summary.drop_duplicates(["stage"])).sort_values("stage")
+    frame = summary[passes == "all"] if (passes == "all").any() else summary.drop_duplicates(["stage"])
+    frame = frame.sort_values("stage")
     labels = _stage_labels(frame, naming)
     divisor, unit = naming.scale
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=labels, y=_scaled(frame["busy_cycles"], divisor), name="busy", marker_color=PHASE_COLOURS["compute"]))
-    fig.add_trace(go.Bar(x=labels, y=_scaled(frame["idle_cycles"], divisor), name="idle", marker_color=PHASE_COLOURS["idle"]))
+    fig.add_trace(go.Bar(x=labels, y=_scaled(frame["busy_cycles"], divisor), name="busy",
+                         marker_color=PHASE_COLOURS["compute"]))
+    fig.add_trace(go.Bar(x=labels, y=_scaled(frame["idle_cycles"], divisor), name="idle",
+                         marker_color=PHASE_COLOURS["idle"]))
     # What is neither the stage's passes nor waiting (host calls, streams of no stage), so that
     # every bar reaches the run's length, as busy + idle + other does on the IPU.
     other = frame["total_cycles"] - frame["busy_cycles"] - frame["idle_cycles"]

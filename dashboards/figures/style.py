@@ -153,8 +153,10 @@ IPUS = Naming()
 # whole numbers whole and others with 2 decimals. Counts stay whole below 10,000 ("9,999", not "10.0 k").
 COUNT_UNITS = ((0.0, 1.0, "", None), (1e4, 1e3, " k", 1), (1e6, 1e6, " M", 1), (1e9, 1e9, " G", 1),
                (1e12, 1e12, " T", 1))
-BYTE_UNITS = ((0.0, 1.0, " B", 0),) + tuple((1024.0**p, 1024.0**p, f" {u}", 2) for p, u in enumerate(("KiB", "MiB", "GiB", "TiB"), 1))
-SHORT_BYTE_UNITS = tuple((start, scale, suffix, min(decimals, 1)) for start, scale, suffix, decimals in BYTE_UNITS)
+BYTE_UNITS = ((0.0, 1.0, " B", 0),) + tuple((1024.0**p, 1024.0**p, f" {u}", 2)
+                                            for p, u in enumerate(("KiB", "MiB", "GiB", "TiB"), 1))
+SHORT_BYTE_UNITS = tuple((start, scale, suffix, min(decimals, 1))
+                         for start, scale, suffix, decimals in BYTE_UNITS)
 # In nanoseconds, so that every scale is exact in binary floating point (1e-3 is not).
 NANOSECOND_UNITS = ((0.0, 1.0, " ns", 0), (1e3, 1e3, " µs", 2), (1e6, 1e6, " ms", 2), (1e9, 1e9, " s", 2))
 

@@ -29,8 +29,8 @@ NAME_COLOURS: dict[str, str] = {
 _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf", "#bcbd22",
             "#aec7e8", "#ffbb78", "#98df8a"]
 COUNTER_COLOURS = ["#3B7DD8", "#F2A33A", "#3FA672", "#8E6BBF", "#D64545", "#17becf"]
-THICKNESS = (0.8, 0.55, 0.35, 0.22)
-DATE_PRECISION_NS = 100_000  # plotly gives a date axis's range to 0.1 ms  # a bar's height on its row at depth 0, 1, 2 and deeper
+THICKNESS = (0.8, 0.55, 0.35, 0.22)  # a bar's height on its row at depth 0, 1, 2 and deeper
+DATE_PRECISION_NS = 100_000  # plotly gives a date axis's range to 0.1 ms
 
 
 def colours(families: Sequence[str]) -> dict[str, str]:
@@ -70,6 +70,12 @@ def clock(ns: int) -> str:
     return f"{moment:%Y-%m-%d %H:%M:%S}.{ns % 1_000_000_000 // 1000:06d} UTC"
 
 
+def _at(part: pd.DataFrame, binned: bool) -> np.ndarray:
+    """Where a point sits: an event's start, or a bin's middle."""
+    start = part["start_ns"].to_numpy()
+    return (start + part["end_ns"].to_numpy()) // 2 if binned else start
+
+
 def _when(start: np.ndarray, mode: str, origin_ns: int) -> list[str]:
     if mode == ABSOLUTE:
         return [clock(int(t)) for t in start]
@@ -107,7 +113,7 @@ def system_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], la
     points = frame[frame["kind"] == "instant"]
     for name in sorted(set(points["family"])):
         part = points[points["family"] == name]
-        at = part["start_ns"].to_numpy() if not binned else (part["start_ns"].to_numpy() + part["end_ns"].to_numpy()) // 2
+        at = _at(part, binned)
         detail = [f"{n} ×{e:,} in this bin" if binned else n for n, e in zip(part["name"], part["events"])]
         fig.add_trace(go.Scatter(
             y=label[part["row"].to_numpy()], x=x_of(at, mode, origin_ns), mode="markers", name=name, legendgroup=name,
@@ -117,7 +123,7 @@ def system_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], la
         ), row=1, col=1)
     counts = frame[frame["kind"] == "counter"]
     for k, ((process, thread, name), part) in enumerate(counts.groupby(["process", "thread", "name"], sort=True)):
-        at = part["start_ns"].to_numpy() if not binned else (part["start_ns"].to_numpy() + part["end_ns"].to_numpy()) // 2
+        at = _at(part, binned)
         fig.add_trace(go.Scatter(
             x=x_of(at, mode, origin_ns), y=part["value"], mode="lines+markers" if len(part) <= 60 else "lines",
             name=f"{process} · {name}", line=dict(color=COUNTER_COLOURS[k % len(COUNTER_COLOURS)], width=2),
@@ -127,7 +133,8 @@ def system_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], la
         ), row=2, col=1)
     fig.update_yaxes(categoryorder="array", categoryarray=list(label[::-1]), type="category", fixedrange=True,
                      range=[-0.6, len(label) - 0.4], row=1, col=1)
-    fig.update_yaxes(title="samples/s" if not len(counts) or counts["name"].str.startswith("samples").all() else "value",
+    samples = not len(counts) or counts["name"].str.startswith("samples").all()
+    fig.update_yaxes(title="samples/s" if samples else "value",
                      rangemode="tozero", fixedrange=True, row=2, col=1)
     x_range: list[Any] = [(int(t) - origin_ns) / 1e9 for t in window]
     if mode == ABSOLUTE:

@@ -84,10 +84,12 @@ def tile_cycles(frame: pd.DataFrame, title: str = "") -> go.Figure:
     if frame.empty:
         return empty("This step has no per-tile cycles (it is not a compute set).", height=300)
     slowest = float(frame["cycles"].max())
-    fig = go.Figure(go.Bar(x=frame["tile"], y=frame["cycles"], marker=dict(color=PHASE_COLOURS["compute"], line=dict(width=0)),
+    fig = go.Figure(go.Bar(x=frame["tile"], y=frame["cycles"],
+                           marker=dict(color=PHASE_COLOURS["compute"], line=dict(width=0)),
                            hovertemplate="tile %{x}: %{y:,} cycles<extra></extra>", name="tile cycles"))
     fig.add_hline(y=slowest, line=dict(color=CAPACITY_COLOUR, dash="dash"),
-                  annotation_text=f"slowest tile: {slowest:,.0f} cycles (the step's length)", annotation_position="top left")
+                  annotation_text=f"slowest tile: {slowest:,.0f} cycles (the step's length)",
+                  annotation_position="top left")
     fig.update_xaxes(title="tile")
     fig.update_yaxes(title="cycles", rangemode="tozero")
     return styled(fig, title=title or None, height=300, bargap=0, showlegend=False)
@@ -158,8 +160,10 @@ def tile_balance(frame: pd.DataFrame, title: str = "", note: str = "of the step'
                            marker=dict(color=PHASE_COLOURS["compute"], line=dict(width=0)),
                            hovertemplate="tile %{x}: %{y:.1f} % busy (%{customdata:,} cycles)<extra></extra>"))
     share = working["busy_pct"]
-    for label, value, dash_ in (("least", share.min(), "dot"), ("mean", share.mean(), "dash"), ("most", share.max(), "solid")):
-        fig.add_hline(y=float(value), line=dict(color=CAPACITY_COLOUR if label == "least" else "#1f2933", dash=dash_, width=1),
+    for label, value, dash_ in (("least", share.min(), "dot"), ("mean", share.mean(), "dash"),
+                                ("most", share.max(), "solid")):
+        fig.add_hline(y=float(value),
+                      line=dict(color=CAPACITY_COLOUR if label == "least" else "#1f2933", dash=dash_, width=1),
                       annotation_text=f"{label} {value:.1f} %",
                       annotation_position={"least": "bottom right", "mean": "bottom left", "most": "top right"}[label])
     fig.update_xaxes(title="tile")

@@ -17,7 +17,8 @@ PARETO_COLOUR = "#3FA672"
 def _candidate_hover(rows: pd.DataFrame) -> list[str]:
     """Each candidate's rank (or status), its figures and its changes from the start, for hover text."""
     rank = rows["rank"].astype("Float64")
-    head = np.where(rank.notna().to_numpy(), "rank " + rank.fillna(0).astype(int).astype(str), rows["status"].astype(str))
+    head = np.where(rank.notna().to_numpy(), "rank " + rank.fillna(0).astype(int).astype(str),
+                    rows["status"].astype(str))
     changes = rows["changes"].astype(str).replace("", "(the starting configuration)")
     return (pd.Series(head, index=rows.index) + "<br>" + rows["samples_per_second"].map("{:,.0f} samples/s".format)
             + "<br>worst tile " + rows["worst_tile_pct"].map("{:.1f}%".format) + ", "
@@ -88,7 +89,8 @@ SCHEDULE_COLOURS = {"GPipe": "#3B7DD8", "1F1B": "#3FA672", "Interleaved1F1B": "#
 def _replay_hover(rows: pd.DataFrame) -> list[str]:
     return (rows["schedule"] + ", " + rows["micro_batches"].astype(int).astype(str) + " micro-batches<br>"
             + rows["step_ms"].map("{:,.1f} ms a step".format) + " (" + rows["low_ms"].map("{:,.1f}".format) + " to "
-            + rows["high_ms"].map("{:,.1f}".format) + ")<br>" + rows["ms_per_micro_batch"].map("{:,.2f} ms a micro-batch".format)
+            + rows["high_ms"].map("{:,.1f}".format) + ")<br>"
+            + rows["ms_per_micro_batch"].map("{:,.2f} ms a micro-batch".format)
             + ", " + rows["gain_pct"].map("{:+.1f}% throughput".format)).tolist()
 
 

@@ -93,8 +93,9 @@ def render_peaks(profile: str | None):
         return c.table(peaks.assign(ipu=peaks["ipu"].map(naming.label)),
                        {"ipu": "rank", "peak_step": "peak step", "name": "in", "not_always_live_bytes": "activations",
                         "total_bytes": "allocated"}, formats={"ipu": str, "peak_step": c.fmt_int})
-    return c.table(peaks, {"ipu": "IPU", "peak_step": "peak step", "name": "step", "not_always_live_bytes": "not always-live",
-                            "total_bytes": "total"}, formats={"ipu": c.fmt_int, "peak_step": c.fmt_int})
+    return c.table(peaks, {"ipu": "IPU", "peak_step": "peak step", "name": "step",
+                           "not_always_live_bytes": "not always-live", "total_bytes": "total"},
+                   formats={"ipu": c.fmt_int, "peak_step": c.fmt_int})
 
 
 def clicked_step(click: dict | None) -> tuple[int, int] | None:

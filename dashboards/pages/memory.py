@@ -44,7 +44,8 @@ def layout(colour: str = "peak", tab: str = "variables", **_query: str) -> html.
                                             placeholder="number", className="step-input")],
                                  className="controls"),
                         html.Div([html.Label("Colour by", htmlFor=ids.MEMORY_COLOUR_BY),
-                                  dcc.RadioItems(id=ids.MEMORY_COLOUR_BY, options=COLOURINGS, value=colour, inline=True),
+                                  dcc.RadioItems(id=ids.MEMORY_COLOUR_BY, options=COLOURINGS, value=colour,
+                                                 inline=True),
                                   dcc.Dropdown(id=ids.MEMORY_VARIABLE, placeholder="a variable, largest first",
                                                searchable=True, className="wide-dropdown")],
                                  className="controls"),
@@ -126,7 +127,8 @@ def render_words(profile: str | None):
     """An imported trace's ranks have no tiles: its one line shows and the tile views hide."""
     imported_ = data.naming(data.report(profile)).imported
     tiles = c.shown(not imported_)
-    return (DESCRIPTION[imported_], c.shown(imported_), tiles, tiles, tiles, tiles, tiles, "" if imported_ else "grid-2",
+    return (DESCRIPTION[imported_], c.shown(imported_), tiles, tiles, tiles, tiles, tiles,
+            "" if imported_ else "grid-2",
             f"Memory per {'rank' if imported_ else 'IPU'} by category", CATEGORIES_NOTE[imported_])
 
 
@@ -158,7 +160,8 @@ def oom_table(oom: Any, shown: int = 12) -> html.Div:
         return html.Div("Every tile fits.", className="empty good")
     more = len(oom) - shown
     return html.Div([
-        c.table(oom.head(shown), {"ipu": "IPU", "tile": "tile", "total_bytes": "peak", "excess_bytes": "over capacity by"},
+        c.table(oom.head(shown),
+                {"ipu": "IPU", "tile": "tile", "total_bytes": "peak", "excess_bytes": "over capacity by"},
                 formats={"ipu": c.fmt_int, "tile": c.fmt_int}, table_id="memory-oom-table"),
         html.P(f"… and {more:,} more tiles out of memory.", className="section-note") if more > 0 else "",
     ])
@@ -239,7 +242,8 @@ def tile_map(report: Any, ipu: int, colour_by: str | None, variable: int | None,
     depth = report.memory.depth
     if colour_by == "category":
         categories, grid = depth.categories(ipu)
-        return figures.category_map(depth.dominant(ipu).frame(), list(categories), grid, tiles_per_ipu, selected_tile=tile)
+        return figures.category_map(depth.dominant(ipu).frame(), list(categories), grid, tiles_per_ipu,
+                                    selected_tile=tile)
     if colour_by == "variable" and variable is not None:
         choices = depth.choices(ipu)
         row = np.flatnonzero(np.asarray(choices["var_id"]) == int(variable))

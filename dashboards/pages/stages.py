@@ -22,16 +22,18 @@ def layout(**_query: str) -> html.Div:
             c.page_header("Pipeline stages", DESCRIPTION[False], description_id=ids.STAGES_DESCRIPTION),
             html.Div(id=ids.STAGES_FIGURES, className="cards-slot"),
             # An imported trace of data parallelism (DDP, FSDP) has no pipeline: one line instead of its views.
-            c.section("No pipeline", c.one_line(NO_PIPELINE, ids.STAGES_NO_PIPELINE), section_id=ids.STAGES_PIPELINE_NOTE,
-                      hidden=True),
+            c.section("No pipeline", c.one_line(NO_PIPELINE, ids.STAGES_NO_PIPELINE),
+                      section_id=ids.STAGES_PIPELINE_NOTE, hidden=True),
             c.section("Forward and backward passes per IPU", c.graph(ids.STAGES_GANTT),
-                      note="Micro-batches numbered from 1 through the run; drag to zoom.", title_id=ids.STAGES_GANTT_TITLE,
+                      note="Micro-batches numbered from 1 through the run; drag to zoom.",
+                      title_id=ids.STAGES_GANTT_TITLE,
                       section_id=ids.STAGES_GANTT_SECTION),
             html.Div(
                 [
                     c.section("Cycles per micro-batch of each stage", c.graph(ids.STAGES_IMBALANCE),
-                              note="The bottleneck stage is outlined in red. The weight update runs once per step, not per "
-                                   "micro-batch: it is in the busy time beside.", title_id=ids.STAGES_IMBALANCE_TITLE,
+                              note="The bottleneck stage is outlined in red. The weight update runs once per "
+                                   "step, not per micro-batch: it is in the busy time beside.",
+                              title_id=ids.STAGES_IMBALANCE_TITLE,
                               section_id=ids.STAGES_IMBALANCE_SECTION),
                     c.section("Busy and idle time per stage", c.graph(ids.STAGES_SUMMARY)),
                 ],
@@ -105,12 +107,15 @@ def stage_cards(stage_figures: Any) -> list[tuple]:
     f = stage_figures
     return [
         ("Stages", f"{f.num_stages}", f"{f.micro_batches} micro-batches per step"),
-        ("Bottleneck", f"stage {f.bottleneck_stage}" if f.bottleneck_stage is not None and f.bottleneck_stage >= 0 else "–",
+        ("Bottleneck",
+         f"stage {f.bottleneck_stage}" if f.bottleneck_stage is not None and f.bottleneck_stage >= 0 else "–",
          "the slowest stage sets the pace"),
         ("Imbalance", f"{f.imbalance:.2f} ×", "slowest stage / mean", "bad" if f.imbalance > 1.2 else ""),
-        ("Bubble", c.fmt_pct(f.bubble_pct), f"ideal {c.fmt_pct(f.ideal_bubble_pct)} (the run re-timed with its stages balanced)"),
+        ("Bubble", c.fmt_pct(f.bubble_pct), f"ideal {c.fmt_pct(f.ideal_bubble_pct)} (the run re-timed with its "
+                                            f"stages balanced)"),
         ("Step", f"{c.fmt_count(f.step_cycles)} cycles", f"balanced: {c.fmt_count(f.balanced_step_cycles)}"),
-        ("Balance gain", c.fmt_pct(f.balance_gain_pct), "of a perfectly balanced split", "good" if f.balance_gain_pct > 5 else ""),
+        ("Balance gain", c.fmt_pct(f.balance_gain_pct), "of a perfectly balanced split",
+         "good" if f.balance_gain_pct > 5 else ""),
     ]
 
 
@@ -128,7 +133,8 @@ def imported_stage_cards(f: Any, report: Any) -> list[tuple]:
     return [
         ("Stages", f"{f.num_stages}", f"{f.micro_batches} micro-batches per step; {pipe.schedule}"),
         ("Bottleneck", f"stage {f.bottleneck_stage}" if bottleneck else "–",
-         f"on {naming.label(rank)}; the slowest stage sets the pace" if rank is not None else "the slowest stage sets the pace"),
+         f"on {naming.label(rank)}; the slowest stage sets the pace" if rank is not None
+         else "the slowest stage sets the pace"),
         ("Imbalance", f"{f.imbalance:.2f} ×", "slowest stage / mean", "bad" if f.imbalance > 1.2 else ""),
         ("Bubble", c.fmt_pct(f.bubble_pct),
          f"ideal {c.fmt_pct(f.ideal_bubble_pct)} for {pipe.schedule} with {pipe.ranks} ranks × {pipe.stages_per_rank} "
@@ -153,7 +159,8 @@ def render(profile: str | None):
     stage_figures = report.stages.figures()
     naming = data.naming(report)
     if naming.imported:  # no blocks to move: its section says so in one line
-        return (c.cards(imported_stage_cards(stage_figures, report)), figures.stages_gantt(report.stages.gantt(), naming=naming),
+        return (c.cards(imported_stage_cards(stage_figures, report)),
+                figures.stages_gantt(report.stages.gantt(), naming=naming),
                 figures.stage_imbalance(summary, stage_figures.bottleneck_stage, naming),
                 figures.stage_utilisation(summary, naming), None, empty(imported.NO_BLOCKS), None)
     split = report.stages.best_split()
@@ -163,7 +170,9 @@ def render(profile: str | None):
         html.Strong(f"{c.fmt_count(split.predicted_step_cycles)} cycles"), ": ",
         html.Strong(c.fmt_pct(split.gain_pct), className="good-text" if split.gain_pct > 0 else ""), " faster.",
     ]) if split.gain_pct > 0 else html.P("The current split is already the best one the analysis finds.")
-    table = c.table(split.stages, {"stage": "stage", "ipu": "IPU", "blocks": "blocks", "cycles_per_micro_batch": "cycles per micro-batch",
+    table = c.table(split.stages,
+                    {"stage": "stage", "ipu": "IPU", "blocks": "blocks",
+                     "cycles_per_micro_batch": "cycles per micro-batch",
                                    "memory_bytes": "memory", "fits": "fits"},
                     formats={"stage": c.fmt_int, "ipu": c.fmt_int})
     comparison = figures.split_comparison(figures.stage_cycles(summary), split.stages)

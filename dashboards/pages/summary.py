@@ -16,6 +16,7 @@ from dashboards.figures import insights as insight_figures
 from dashboards.figures import memory as memory_figures
 from dashboards.figures.style import empty
 from popvision_py.analysis.imported import NO_TILES, NO_VARIABLES
+from popvision_py.format.schema import Driver
 from popvision_py.render.format import FIT_ANSWER, assumption_value
 
 dash.register_page(__name__, path="/", name="Summary", title="popvision · summary", order=0, icon="◎")
@@ -73,7 +74,8 @@ def fullest_view(head: pd.DataFrame, categories: pd.DataFrame, variables: pd.Dat
                     f"{row.peak_step}"], className="fullest-head"),
             html.P("; ".join(f"{k} {c.fmt_bytes(b)}" for k, b in zip(cats["category"], cats["bytes"])),
                    className="fullest-categories"),
-            html.P("Largest: " + ("; ".join(f"{n} {c.fmt_bytes(b)}" for n, b in zip(held["name"], held["bytes_on_tile"]))
+            html.P("Largest: " + ("; ".join(f"{n} {c.fmt_bytes(b)}"
+                                            for n, b in zip(held["name"], held["bytes_on_tile"]))
                                   or "no variable"), className="fullest-variables"),
         ], className="fullest-tile"))
     return html.Div(items, className="fullest")
@@ -233,7 +235,7 @@ def ranges_panel(ranges: data.Ranges | None, throughput: float) -> html.Section 
                           "(docs/emulator.md); the ranges combine their effects.")
 
 
-def drivers_table(drivers: tuple[data.Driver, ...], fmt: c.Formatter, figure: str, table_id: str) -> html.Div:
+def drivers_table(drivers: tuple[Driver, ...], fmt: c.Formatter, figure: str, table_id: str) -> html.Div:
     """The assumptions behind one range, largest effect first: each one's value and interval, and the
     ``figure`` at its low and at its high end."""
     if not drivers:
@@ -303,7 +305,8 @@ def verified_view(row: dict[str, Any]) -> html.Div:
     return html.Div([
         html.P(str(row["verdict"]), className=f"verify-verdict verify-{tone}"),
         *([html.Table([head, html.Tbody(body)], className="pv-table verify-table")] if status != "failed" else []),
-        *([html.P(["Profile: ", html.Code(str(row["profile"]))], className="verify-profile")] if row["profile"] else []),
+        *([html.P(["Profile: ", html.Code(str(row["profile"]))], className="verify-profile")]
+          if row["profile"] else []),
     ])
 
 
@@ -333,7 +336,7 @@ def verified(profile: str | None, row: Any) -> html.Div | html.P:
     key = profiles.key(profile)
     report = profiles.report(key)
     fix = verify.fix_run(report, row)
-    before = verify.Measured.of(report)
+    before = verify.MeasuredFigures.of(report)
     clock = float(report.target["clock_hz"])
     try:
         measured = verify.measured_row(fix, before, clock,

@@ -203,7 +203,8 @@ def render_figures(profile: str | None):
     else:
         items = [
             ("Run", f"{c.fmt_count(summary.total_cycles)} cycles",
-             f"{c.fmt_seconds(summary.total_cycles / summary.clock_hz)} over {c.fmt_quantity(summary.iterations, 'iteration')}"),
+             f"{c.fmt_seconds(summary.total_cycles / summary.clock_hz)} over "
+             f"{c.fmt_quantity(summary.iterations, 'iteration')}"),
         ] + [(phase, c.fmt_pct(pct), "of IPU time") for phase, pct in shares.items()]
     options = c.ipu_options(range(int(report.target["num_ipus"])), naming)
     return c.cards(items), options, 0
@@ -212,9 +213,11 @@ def render_figures(profile: str | None):
 def step_options(steps: Any) -> list[dict]:
     """Compute sets of one IPU, the costliest over the run first (``trace.steps``)."""
     sets = steps[steps["type"].astype(str) == "compute_set"]
-    sets = sets.assign(total=sets["cycles"] * sets["executions"]).sort_values(["total", "step"], ascending=[False, True])
+    sets = sets.assign(total=sets["cycles"] * sets["executions"]).sort_values(["total", "step"],
+                                                                              ascending=[False, True])
     return [
-        {"label": f"step {int(r.step)} · {r.name} · {int(r.cycles):,} cycles × {int(r.executions):,}", "value": int(r.step)}
+        {"label": f"step {int(r.step)} · {r.name} · {int(r.cycles):,} cycles × {int(r.executions):,}",
+         "value": int(r.step)}
         for r in sets.head(MAX_STEP_OPTIONS).itertuples(index=False)
     ]
 

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.analysis import retime
-from popvision_py.analysis.replay import (SCHEDULES, Measured, Prediction, Replay, ReplayError, from_profile,
-                                          source)
+from popvision_py.analysis.replay import (SCHEDULES, MeasuredPipeline, Replay, ReplayError, WhatIf,
+                                          from_profile, source)
 from popvision_py.analysis.tables import Table
 
 
@@ -42,7 +42,8 @@ def bsp_path(s: retime.Supersteps, ipus: np.ndarray) -> tuple[Table, dict[str, f
     by_ipu = Table({"ipu": np.arange(n_ipu, dtype=np.int64), "supersteps_led": led.astype(np.int64),
                     "micro_batch_cycles": np.bincount(crit, on_mb, n_ipu),
                     "other_work_cycles": np.bincount(crit, on_fixed, n_ipu),
-                    "path_share_pct": 100.0 * np.bincount(crit, on_mb + on_fixed, n_ipu) / max(float(s.cycles.sum()), 1.0)})
+                    "path_share_pct": (100.0 * np.bincount(crit, on_mb + on_fixed, n_ipu)
+                                       / max(float(s.cycles.sum()), 1.0))})
     totals = {"compute": float(on_mb.sum()), "other_work": float(on_fixed.sum()),
               "waiting": float(np.clip(s.gap, 0, None).sum()), "path": float(s.cycles.sum())}
     base = retime.length(s, np.ones(len(s.cell_cycles)))
@@ -62,7 +63,7 @@ def bsp_path(s: retime.Supersteps, ipus: np.ndarray) -> tuple[Table, dict[str, f
 # -- the critical path across ranks, from the measured step ----------------------------------------
 
 
-def critical_path(meas: Measured, iteration: int | None = None) -> tuple[pd.DataFrame, dict[str, float]]:
+def critical_path(meas: MeasuredPipeline, iteration: int | None = None) -> tuple[pd.DataFrame, dict[str, float]]:
     """The chain of actions and transfers that set one measured step (the median one by default).
 
     Walking back from the rank that ended the step last: from each action to whichever released it,
@@ -181,7 +182,7 @@ class CriticalPathView:
         """An emulated run: what each IPU set of the critical path."""
         return self._by_ipu().frame()
 
-    def measured(self) -> Measured:
+    def measured(self) -> MeasuredPipeline:
         return self._memo("measured", lambda: from_profile(self._r.profile))
 
     def replay(self) -> Replay:
@@ -234,7 +235,8 @@ class CriticalPathView:
     def _chain(self) -> Any:
         chain, _ = self.path()
         return Table({"rank": chain["rank"].to_numpy(np.int64), "what": chain["what"].to_numpy(object),
-                      "kind": chain["kind"].to_numpy(object), "start_ms": _ms(chain["start"]) - _ms(chain["start"].min()),
+                      "kind": chain["kind"].to_numpy(object),
+                      "start_ms": _ms(chain["start"]) - _ms(chain["start"].min()),
                       "ms": _ms(chain["ns"])})
 
     def chain(self) -> pd.DataFrame:
@@ -249,10 +251,10 @@ class CriticalPathView:
     def culprits(self) -> pd.DataFrame:
         return self._culprits().frame()
 
-    def whatifs(self) -> list[Prediction]:
+    def whatifs(self) -> list[WhatIf]:
         """The questions a pipeline's user asks first: half and twice the micro-batches, each other
         schedule the stages allow, and the culprit made as fast as the mean stage."""
-        def compute() -> list[Prediction]:
+        def compute() -> list[WhatIf]:
             rp, m = self.replay(), self.measured()
             asks: list[dict[str, Any]] = [{"micro_batches": max(1, m.micro_batches // 2)},
                                           {"micro_batches": m.micro_batches * 2}]
@@ -272,7 +274,8 @@ class CriticalPathView:
     def _whatif(self) -> Any:
         rows = self.whatifs()
         return Table({
-            "change": np.array([p.change for p in rows], object), "schedule": np.array([p.schedule for p in rows], object),
+            "change": np.array([p.change for p in rows], object),
+            "schedule": np.array([p.schedule for p in rows], object),
             "micro_batches": np.array([p.micro_batches for p in rows], np.int64),
             "step_ms": _ms([p.step_ns for p in rows]), "low_ms": _ms([p.low_ns for p in rows]),
             "high_ms": _ms([p.high_ns for p in rows]), "ms_per_micro_batch": _ms([p.per_micro_batch_ns for p in rows]),

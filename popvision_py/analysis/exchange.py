@@ -149,7 +149,8 @@ def bandwidth(kinds: Table, target: dict[str, Any]) -> Table:
     peaks = peak_bytes_per_s(target)
     peak = np.array([peaks.get(k, np.nan) for k in kind], float)
     return Table({"kind": np.array(kind, dtype=object), "bytes": nbytes, "cycles": cycles,
-                  "achieved_bytes_per_s": achieved, "peak_bytes_per_s": peak, "efficiency_pct": 100.0 * achieved / peak})
+                  "achieved_bytes_per_s": achieved, "peak_bytes_per_s": peak,
+                  "efficiency_pct": 100.0 * achieved / peak})
 
 
 def costliest(done: Executed, index: StepIndex, n: int = 10) -> Table:
@@ -157,7 +158,8 @@ def costliest(done: Executed, index: StepIndex, n: int = 10) -> Table:
     x = done.exchanges
     rows = np.lexsort((x["step"], x["ipu"], -done.total_cycles))[:n]
     return Table({
-        "ipu": x["ipu"][rows], "step": x["step"][rows], "name": index.name_array(index.rows(x["ipu"][rows], x["step"][rows])),
+        "ipu": x["ipu"][rows], "step": x["step"][rows],
+        "name": index.name_array(index.rows(x["ipu"][rows], x["step"][rows])),
         "kind": x.strings("kind", rows), "src_ipu": x["src_ipu"][rows], "dst_ipu": x["dst_ipu"][rows],
         "bytes": x["bytes"][rows], "cycles": x["cycles"][rows], "executions": done.executions[rows],
         "total_cycles": done.total_cycles[rows],

@@ -38,7 +38,8 @@ FLAGS = {"micro_batch_size": "batch-size", "replication_factor": "replicas", "op
 SWITCHES = ("recompute", "offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding",
             "tied_embeddings", "embedding_alone", "persistent_workers")
 # On/off options whose two flags are not --NAME / --no-NAME.
-PAIRS = {"use_combined_accum": ("--combined-accum", "--separate-accum"), "enable_outlining": ("--outline", "--no-outline")}
+PAIRS = {"use_combined_accum": ("--combined-accum", "--separate-accum"),
+         "enable_outlining": ("--outline", "--no-outline")}
 LOCATION_OF = {"offload_optimiser": "optimiser", "offload_weights": "weights", "offload_activations": "activations"}
 # The order options appear in a command: the model's parameters, the mapping, the batch, the rest.
 ORDER = ("preset", "layers", "hidden", "heads", "seq_len", "vocab", "masked_tokens", "packing", "tied_embeddings",
@@ -295,7 +296,8 @@ def stage_split(blocks: Table, tiles: Any, stage_ipus: Mapping[int, int], k: int
     ipu = np.array([stage_ipus.get(int(s), -1) for s in np.asarray(blocks["stage"], np.int64)], np.int64)
     own = np.asarray(blocks["memory_bytes"], float)
     grid_ipus = np.asarray(tiles.ipus, np.int64)
-    always, not_always = tiles.per_ipu("always_live_bytes").astype(float), tiles.per_ipu("not_always_live_bytes").astype(float)
+    always = tiles.per_ipu("always_live_bytes").astype(float)
+    not_always = tiles.per_ipu("not_always_live_bytes").astype(float)
     weight = own.copy()
     ipu_always = np.zeros(n)  # the always-live bytes of each block's IPU
     for q in np.unique(ipu):

@@ -61,5 +61,6 @@ def host_input(programs: Columns, trace: Aggregates, run: dict[str, Any]) -> Hos
     verdict = host_bound_line(pct) if bound else "not host-bound: the host's data loaders keep up with the IPUs"
     return HostInput(host_bound=bound, host_calls=calls, host_processes=int(run.get("host_processes", 1) or 1),
                      samples_per_call=samples_per_call(run), call_cycles=total / calls,
-                     wait_per_call_cycles=wall / calls, input_wait_cycles=wall, wait_ipu_cycles=int(waited.sum()), input_wait_pct=float(pct),
+                     wait_per_call_cycles=wall / calls, input_wait_cycles=wall, wait_ipu_cycles=int(waited.sum()),
+                     input_wait_pct=float(pct),
                      verdict=verdict)

@@ -88,7 +88,8 @@ def communication(trace: Aggregates, exchanges: Columns, run: dict[str, Any]) ->
     return Table({
         "rank": _ranks(run, ipus), "stages": np.array([", ".join(stage_names.get(i, [])) for i in range(ipus)], object),
         "compute_cycles": compute, "exposed_comm_cycles": exposed, "hidden_comm_cycles": hidden, "idle_cycles": idle,
-        "exposed_comm_pct": 100.0 * exposed / total, "hidden_comm_pct": np.where(exposed + hidden > 0, 100.0 * hidden / comm, 0.0),
+        "exposed_comm_pct": 100.0 * exposed / total,
+        "hidden_comm_pct": np.where(exposed + hidden > 0, 100.0 * hidden / comm, 0.0),
     })
 
 
@@ -97,7 +98,8 @@ def _ranks(run: dict[str, Any], ipus: int) -> np.ndarray:
     return np.asarray(list(ranks)[:ipus] + list(range(len(ranks), ipus)), np.int64)
 
 
-def insights(run: dict[str, Any], stage_figures: Any, comm: Table, peaks: Table, stage_cycles: dict[int, float]) -> list[tuple[str, str, str, str]]:
+def insights(run: dict[str, Any], stage_figures: Any, comm: Table, peaks: Table,
+             stage_cycles: dict[int, float]) -> list[tuple[str, str, str, str]]:
     """``(severity, topic, finding, suggestion)`` rows in a PyTorch user's words."""
     rows: list[tuple[str, str, str, str]] = []
     stages = {int(s["stage"]): int(s["ipu"]) for s in run.get("stages") or []}
@@ -116,14 +118,17 @@ def insights(run: dict[str, Any], stage_figures: Any, comm: Table, peaks: Table,
         more = ("more micro-batches or Interleaved1F1B (more stages per rank)" if pipe.stages_per_rank == 1
                 else "more micro-batches, or more stages per rank")
         severity = "warning" if f.bubble_pct > pipe.ideal_bubble_pct + 5 else "info"
-        rows.append((severity, "bubble", f"the bubble is {f.bubble_pct:.0f}% against {pipe.ideal_bubble_pct:.0f}% ideal "
+        rows.append((severity, "bubble",
+                     f"the bubble is {f.bubble_pct:.0f}% against {pipe.ideal_bubble_pct:.0f}% ideal "
                      f"for {pipe.schedule} with {pipe.ranks} ranks x {pipe.stages_per_rank} stage(s) and "
-                     f"{pipe.micro_batches} micro-batches", f"{more}; the rest of the excess is the stages' imbalance."))
+                     f"{pipe.micro_batches} micro-batches",
+                     f"{more}; the rest of the excess is the stages' imbalance."))
     if len(comm):
         worst = int(np.argmax(comm["exposed_comm_pct"]))
         share = float(comm["exposed_comm_pct"][worst])
         if share >= 10:
-            rows.append(("warning", "communication", f"rank {int(comm['rank'][worst])} spends {share:.0f}% of its time in "
+            rows.append(("warning", "communication",
+                         f"rank {int(comm['rank'][worst])} spends {share:.0f}% of its time in "
                          f"exposed communication; {float(comm['hidden_comm_pct'][worst]):.0f}% of its communication "
                          f"is hidden behind compute", "overlap it with compute (bucketed all-reduce, prefetching "
                          "FSDP's all-gathers, asynchronous sends), or send less."))

@@ -158,7 +158,8 @@ def precision_fixes(fp32: Table, variables: Columns, tile_memory: Columns, run: 
         held = int(np.asarray(fp32["bytes"])[mine].sum())
         changes = next(o.changes for o in options_for(run, target).values() if o.words == words)
         what = ", ".join(dict.fromkeys(str(k).replace("_", " ") for k in np.asarray(fp32["kind"])[mine]))
-        note = " (types inferred from the run configuration: a schema-1 profile does not record them)" if inferred else ""
+        note = (" (types inferred from the run configuration: a schema-1 profile does not record them)"
+                if inferred else "")
         finding = (f"FP32 variables ({what}) hold {F.bytes_text(held)} over {len(per_ipu)} IPU(s){note}; in FP16 "
                    f"they would take {F.bytes_text(held - sum(per_ipu.values()))}.")
         tag = "fp16-" + "-".join(k.replace("_", "-").removesuffix("-type") for k in changes)
@@ -180,7 +181,8 @@ def peak_step(held: np.ndarray, live_from: np.ndarray, live_to: np.ndarray, step
 
 
 def fullest_tiles(tiles: TileTotals, tile_memory: Columns, variables: Columns, dtypes: np.ndarray | None,
-                  capacity: int, n: int = FULLEST_TILES, per_tile: int = VARIABLES_PER_TILE) -> tuple[Table, Table, Table]:
+                  capacity: int, n: int = FULLEST_TILES,
+                  per_tile: int = VARIABLES_PER_TILE) -> tuple[Table, Table, Table]:
     """The ``n`` fullest tiles (FULLEST_COLUMNS), their bytes by category (FULLEST_CATEGORY_COLUMNS) and
     the ``per_tile`` variables with most bytes on each at its peak step (FULLEST_VARIABLE_COLUMNS).
 
@@ -214,9 +216,10 @@ def fullest_tiles(tiles: TileTotals, tile_memory: Columns, variables: Columns, d
         on, share = on[fills], share[fills]
         pick = np.lexsort((variables["var_id"][on], -share))[:per_tile]
         chosen.append((rank, ipu, tile, on[pick], share[pick]))
-        for c, v in zip(FULLEST_COLUMNS, (rank, ipu, tile, int(total[row]), 100.0 * total[row] / capacity if capacity else np.nan,
-                                          max(int(total[row]) - capacity, 0), step,
-                                          str(words[top]) if len(cell) else "", int(by_cat[top]) if len(cell) else 0)):
+        for c, v in zip(FULLEST_COLUMNS,
+                        (rank, ipu, tile, int(total[row]), 100.0 * total[row] / capacity if capacity else np.nan,
+                         max(int(total[row]) - capacity, 0), step,
+                         str(words[top]) if len(cell) else "", int(by_cat[top]) if len(cell) else 0)):
             heads[c].append(v)
         for c, v in (("rank", [rank] * len(cell)), ("ipu", [ipu] * len(cell)), ("tile", [tile] * len(cell)),
                      ("category", words[cell // 2].tolist()), ("always_live", (cell % 2).astype(bool).tolist()),
@@ -235,7 +238,8 @@ def fullest_tiles(tiles: TileTotals, tile_memory: Columns, variables: Columns, d
         else np.zeros(0, object),
         "always_live": variables["always_live"][picked].astype(bool) if len(picked) else np.zeros(0, bool),
         "bytes_on_tile": np.concatenate([c[4] for c in chosen]).astype(np.int64) if chosen else np.zeros(0, np.int64),
-        "live_from_step": variables["live_from_step"][picked].astype(np.int64) if len(picked) else np.zeros(0, np.int64),
+        "live_from_step": (variables["live_from_step"][picked].astype(np.int64) if len(picked)
+                           else np.zeros(0, np.int64)),
         "live_to_step": variables["live_to_step"][picked].astype(np.int64) if len(picked) else np.zeros(0, np.int64),
     })
     head = Table({c: np.asarray(v, dtype=object if c == "top_category" else float if c == "used_pct" else np.int64)
@@ -281,7 +285,8 @@ class InsightsView:
         return self._memo("dtypes", compute)
 
     def fp32_variables(self) -> Any:
-        """FP32 (and mixed) variables by IPU and kind, what halving them saves and the option that does: FP32_COLUMNS."""
+        """FP32 (and mixed) variables by IPU and kind, what halving them saves and the option that does:
+        FP32_COLUMNS."""
         return self._fp32_variables().frame()
 
     def _fp32_variables(self) -> Table:

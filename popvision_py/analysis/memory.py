@@ -61,7 +61,8 @@ def tile_totals(tile_memory: Columns, target: dict[str, Any]) -> TileTotals:
     tile = tile_memory["tile"]
     width = max(tiles, int(tile.max()) + 1 if len(tile) else 0)
     if dense and n * width * 2 < 2**31:  # 32-bit keys: half the memory traffic of int64
-        key = (ipu_col.astype(np.int32) * np.int32(width) + tile.astype(np.int32)) * np.int32(2) + tile_memory["always_live"]
+        key = ((ipu_col.astype(np.int32) * np.int32(width) + tile.astype(np.int32)) * np.int32(2)
+               + tile_memory["always_live"])
     else:
         pos = ipu_col.astype(np.int64) if dense else np.searchsorted(ipus, ipu_col)
         key = (pos * width + tile.astype(np.int64)) * 2 + tile_memory["always_live"]

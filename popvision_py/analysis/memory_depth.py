@@ -240,7 +240,8 @@ def fullest_tiles(tiles: TileTotals, tile_memory: Columns, target: dict[str, Any
         categories, grid = category_grid(tile_memory, target, ipu)
         rows = grid[chosen]
         total = np.maximum(rows.sum(axis=1), 1)
-        ranked = np.argsort(-rows, axis=1, kind="stable")[:, :2] if len(categories) else np.zeros((len(chosen), 0), np.int64)
+        ranked = (np.argsort(-rows, axis=1, kind="stable")[:, :2] if len(categories)
+                  else np.zeros((len(chosen), 0), np.int64))
         first = ranked[:, 0] if ranked.shape[1] else np.zeros(len(chosen), np.int64)
         second = ranked[:, 1] if ranked.shape[1] > 1 else first
         k = np.arange(len(chosen))
@@ -248,7 +249,8 @@ def fullest_tiles(tiles: TileTotals, tile_memory: Columns, target: dict[str, Any
         mine = np.flatnonzero(np.asarray(tiles["ipu"]) == ipu)[at]
         parts.append({
             "ipu": np.full(len(chosen), ipu, np.int64), "tile": chosen,
-            "total_bytes": np.asarray(tiles["total_bytes"])[mine], "excess_bytes": np.asarray(tiles["excess_bytes"])[mine],
+            "total_bytes": np.asarray(tiles["total_bytes"])[mine],
+            "excess_bytes": np.asarray(tiles["excess_bytes"])[mine],
             "category": categories[first] if len(categories) else np.full(len(chosen), "", object),
             "category_pct": 100.0 * (rows[k, first] if len(categories) else 0) / total,
             "second_category": np.where(rows[k, second] > 0, categories[second], "") if ranked.shape[1] > 1
@@ -291,7 +293,8 @@ class MemoryDepth:
 
     def dominant(self, ipu: int) -> Table:
         """``dominant_category`` of one IPU."""
-        return self._memo(("dominant", ipu), lambda: dominant_category(self._r.columns("tile_memory"), self._r.target, ipu))
+        return self._memo(("dominant", ipu),
+                          lambda: dominant_category(self._r.columns("tile_memory"), self._r.target, ipu))
 
     def categories(self, ipu: int) -> tuple[np.ndarray, np.ndarray]:
         """``category_grid`` of one IPU: (categories, bytes per tile and category)."""

@@ -90,8 +90,8 @@ def loop_details(run: dict, c: Counts) -> tuple[str, str]:
             ga += (f"; pipelined over {depth} IPUs: ramp-up {edge}, main {max(c.gradient_accumulation - edge, 0)}, "
                    f"ramp-down {edge} pipeline cycles")
         else:
-            di += (f"; pipelined over {depth} IPUs: ramp-up {depth - 1}, main {max(c.device_iterations - depth + 1, 0)}, "
-                   f"ramp-down {depth - 1} pipeline cycles")
+            di += (f"; pipelined over {depth} IPUs: ramp-up {depth - 1}, "
+                   f"main {max(c.device_iterations - depth + 1, 0)}, ramp-down {depth - 1} pipeline cycles")
     elif strategy == "sharded":
         if c.training:
             ga += "; sharded: one stage's pass at a time"
@@ -203,7 +203,8 @@ def tree(programs: Columns, op_names: dict[int, str], executions: np.ndarray, c:
     chain = np.full((n, len(LEVELS)), -1, np.int64)
     chain[:, ROOT] = ipu_index
     chain[:, RUNS] = ipu_index
-    chain[:, ITERATIONS] = np.where(host, ipu_index * 2 + HOST, np.where(under_mb | under_it, ipu_index * 2 + DEVICE, -1))
+    chain[:, ITERATIONS] = np.where(host, ipu_index * 2 + HOST,
+                                    np.where(under_mb | under_it, ipu_index * 2 + DEVICE, -1))
     chain[:, MICRO_BATCHES] = np.where(under_mb, ipu_index, -1)
     chain[:, SEGMENT] = seg_id
     chain[:, OP] = op_group
@@ -227,7 +228,8 @@ def tree(programs: Columns, op_names: dict[int, str], executions: np.ndarray, c:
     path = np.full((m, len(LEVELS)), -1, np.int64)
     for level in reversed(range(len(LEVELS))):
         ancestor = numbered[first, level]
-        value = np.where(ancestor >= 0, first[np.maximum(ancestor, 0)], path[:, level + 1] if level + 1 < len(LEVELS) else -1)
+        value = np.where(ancestor >= 0, first[np.maximum(ancestor, 0)],
+                         path[:, level + 1] if level + 1 < len(LEVELS) else -1)
         path[:, level] = np.where(level_of >= level, value, -1)
     order = np.lexsort([path[:, k] for k in reversed(range(len(LEVELS)))])
     rank = np.empty(m, np.int64)

@@ -153,7 +153,7 @@ def source(kind: str, stage: int, mb: int, n_stages: int) -> tuple[str, int, int
 
 
 @dataclass
-class Measured:
+class MeasuredPipeline:
     """One imported pipeline's actions and their measured costs (see the module's docstring).
 
     ``actions``: one row per (iteration, pass, stage, micro_batch): rank, start, end (its compute rows'
@@ -212,7 +212,7 @@ def pipeline_stages(run: Mapping[str, Any]) -> dict[int, int]:
     return stage_rank
 
 
-def measure(trace: pd.DataFrame, names: pd.Series, run: Mapping[str, Any]) -> Measured:
+def measure(trace: pd.DataFrame, names: pd.Series, run: Mapping[str, Any]) -> MeasuredPipeline:
     """The actions of an imported pipeline from its trace rows (with ``names``: each row's program name,
     NaN for idle rows) and its manifest's run. ReplayError when there is no pipeline to re-time."""
     stage_rank = pipeline_stages(run)
@@ -297,7 +297,7 @@ def measure(trace: pd.DataFrame, names: pd.Series, run: Mapping[str, Any]) -> Me
     acts["receive"] = np.where(own_time, acts["receive"], 0) + acts["earlier_gaps"]
     acts["first"] = acts["micro_batch"] == 0
     latency, samples = _latencies(acts)
-    return Measured(schedule, world, per_rank, micro_batches, stage_rank, acts, steps, latency, samples)
+    return MeasuredPipeline(schedule, world, per_rank, micro_batches, stage_rank, acts, steps, latency, samples)
 
 
 def recorded_orders(acts: pd.DataFrame, world: int) -> dict[int, list[list[tuple[str, int, int]]]]:
@@ -355,7 +355,7 @@ def _latencies(acts: pd.DataFrame) -> tuple[dict[tuple[str, bool], float], dict[
     return {k: measured.get(k, fallback) for k in samples}, samples
 
 
-def from_profile(profile: Any) -> Measured:
+def from_profile(profile: Any) -> MeasuredPipeline:
     """``measure`` on an open profile (``format.reader``): its trace rows, their programs' names, its run."""
     pipeline_stages(profile.run)  # nothing is read for a profile that has no pipeline to re-time
     trace = profile.read_pandas("trace")
@@ -368,7 +368,7 @@ def from_profile(profile: Any) -> Measured:
 
 
 @dataclass
-class Timeline:
+class SimulatedRun:
     """A simulated run: per action (rank, pass, stage, micro_batch, step) its start, end and what bound
     its start ("rank": the rank's previous work, "input": the other rank's output, "start")."""
 
@@ -393,7 +393,7 @@ CostFn = Callable[[int, str, int, int], tuple[float, float, float]]
 
 def simulate(orders: list[list[tuple[str, int, int]]], stage_rank: Mapping[int, int], cost: CostFn,
              latency: Mapping[tuple[str, bool], float], head: np.ndarray, tail: np.ndarray, steps: int = CHAINED_STEPS,
-             start: np.ndarray | None = None) -> Timeline:
+             start: np.ndarray | None = None) -> SimulatedRun:
     """List-schedule ``steps`` chained steps of the ranks' ``orders`` (see the module's docstring); each
     rank starts the first at ``start`` (ns, default 0 for all)."""
     world = len(orders)
@@ -436,14 +436,14 @@ def simulate(orders: list[list[tuple[str, int, int]]], stage_rank: Mapping[int, 
     rank_steps = free - starts[-1]
     last = frame[frame["step"] == steps - 1]
     busy = last.groupby("stage")["cost"].sum().to_dict()
-    return Timeline(frame, float(rank_steps.mean()), rank_steps, {int(k): float(v) for k, v in busy.items()})
+    return SimulatedRun(frame, float(rank_steps.mean()), rank_steps, {int(k): float(v) for k, v in busy.items()})
 
 
 # -- the replay: re-timing and what-ifs -------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Prediction:
+class WhatIf:
     """A what-if's answer: the step time (ns) with its range, the bubble, each stage's busy time."""
 
     change: str
@@ -480,7 +480,7 @@ class Replay:
 
     COLUMNS = ["cost", "glue", "receive"]
 
-    def __init__(self, measured: Measured) -> None:
+    def __init__(self, measured: MeasuredPipeline) -> None:
         self.m = measured
         a = measured.actions
         self._samples = {k: g[self.COLUMNS].to_numpy(float) for k, g in a.groupby(["pass", "stage", "first"])}
@@ -533,7 +533,7 @@ class Replay:
         return self._points[key]
 
     def _run(self, schedule: str, m: int, scale: Mapping[int, float], fast: Mapping[tuple[str, int], float],
-             q: float | None) -> Timeline:
+             q: float | None) -> SimulatedRun:
         """One what-if simulated; ``fast``: (pass, stage) -> the factor that makes it as fast as the mean."""
         meas = self.m
         orders = schedule_order(schedule, meas.world, meas.stages_per_rank, m)
@@ -553,7 +553,7 @@ class Replay:
         return self._baseline
 
     def predict(self, schedule: str | None = None, micro_batches: int | None = None,
-                scale: Mapping[int, float] | None = None, fast_rank: int | None = None) -> Prediction:
+                scale: Mapping[int, float] | None = None, fast_rank: int | None = None) -> WhatIf:
         """The step with another schedule, micro-batch count, stages' costs scaled, or ``fast_rank``'s
         stages as fast as the mean stage (the straggler what-if)."""
         meas = self.m
@@ -582,7 +582,7 @@ class Replay:
         words += [f"{m} micro-batches"] if m != meas.micro_batches else []
         words += [f"stage {s} x {f:g}" for s, f in sorted(scale.items())]
         words += [f"rank {fast_rank} as fast as the mean stage"] if fast_rank is not None else []
-        return Prediction(", ".join(words) or "as recorded, re-timed (median costs)", schedule, m, point.step_ns,
+        return WhatIf(", ".join(words) or "as recorded, re-timed (median costs)", schedule, m, point.step_ns,
                           min(low.step_ns, point.step_ns), max(high.step_ns, point.step_ns), point.bubble_pct,
                           ideal_bubble_pct(meas.world, meas.stages_per_rank, m), point.busy_ns, self.baseline_ns(),
                           meas.micro_batches)

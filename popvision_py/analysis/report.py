@@ -45,8 +45,8 @@ from popvision_py.analysis.views import (ExchangeReport, LivenessReport, MemoryR
                                           SummaryReport, SystemReport, TraceReport)
 
 T = TypeVar("T")
-ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system", "programs", "operations", "insights", "tiles",
-                "critical_path")
+ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system", "programs", "operations", "insights",
+                "tiles", "critical_path")
 
 
 class Report:
@@ -81,7 +81,8 @@ class Report:
         self.operations = _operations.OperationsReport(self)
         self.insights = _insights.InsightsView(self)  # FP32 variables, fullest tiles, memory histogram
         self.tiles = _tiles.TilesReport(self)
-        self.critical_path = _critical_path.CriticalPathView(self)  # an imported pipeline re-timed: path, culprits, what-ifs
+        # an imported pipeline re-timed: path, culprits, what-ifs
+        self.critical_path = _critical_path.CriticalPathView(self)
 
     @property
     def imported(self) -> bool:

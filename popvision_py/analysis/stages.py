@@ -1,7 +1,8 @@
 """Pipeline stages: time per stage and pass, busy and idle, imbalance, bubble, balanced time, best split.
 
-Inputs: the trace (its ``Aggregates``, folded by ``tracescan``; gantt: its bars), ``programs``, ``ops``, ``variables``, the memory per IPU and
-the manifest. Formulas in docs/reports.md, "Stages". Predicted times use the synchronous pipeline
+Inputs: the trace (its ``Aggregates``, folded by ``tracescan``; gantt: its bars), ``programs``, ``ops``,
+``variables``, the memory per IPU and the manifest. Formulas in docs/reports.md, "Stages". Predicted
+times use the synchronous pipeline
 model (``pipeline_cycles``) only for the *difference* between two splits, added to the measured
 step time, so overheads the model leaves out (syncs, the update, host calls) stay as measured.
 """
@@ -102,7 +103,8 @@ def stage_rows(run: dict[str, Any], trace: Aggregates | None = None) -> StageLis
 
 
 def stage_list(run: dict[str, Any], trace: Aggregates | None = None) -> pd.DataFrame:
-    """The run's stages: ``[stage, ipu, blocks]`` (blocks a list), from the manifest, plus any stage only the trace has."""
+    """The run's stages: ``[stage, ipu, blocks]`` (blocks a list), from the manifest, plus any stage only
+    the trace has."""
     return stage_rows(run, trace).frame()
 
 
@@ -310,7 +312,8 @@ def summary(c: _Costs, trace: Aggregates) -> Table:
         util = np.where(total > 0, 100.0 * busy / np.where(total > 0, total, 1), np.nan)
     return Table({
         "stage": np.array(cols[0], np.int64), "ipu": np.array(cols[1], np.int64), "blocks": np.array(cols[2], object),
-        "pass": np.array(cols[3], object), "per": np.array(cols[4], object), "micro_batches": np.array(cols[5], np.int64),
+        "pass": np.array(cols[3], object), "per": np.array(cols[4], object),
+        "micro_batches": np.array(cols[5], np.int64),
         "cycles_per_micro_batch": np.array(cols[6], np.float64), "busy_cycles": busy,
         "idle_cycles": np.array(cols[8], np.int64), "total_cycles": total, "utilisation_pct": util,
     })

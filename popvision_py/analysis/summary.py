@@ -226,7 +226,8 @@ def _memory_fixes(summary: Summary, ev: Evidence) -> list[F.Fix]:
         est = after({c: 0.5 for c in ("activations", "stash", "exchange_buffers")})
         if training:
             ga = int(run.get("gradient_accumulation", 1) or 1)
-            change, keeps = {"micro_batch_size": mbs // 2, "gradient_accumulation": 2 * ga}, "double gradient accumulation"
+            change = {"micro_batch_size": mbs // 2, "gradient_accumulation": 2 * ga}
+            keeps = "double gradient accumulation"
         else:
             di = int(run.get("device_iterations", 1) or 1)
             change, keeps = {"micro_batch_size": mbs // 2, "device_iterations": 2 * di}, "double device iterations"
@@ -296,7 +297,8 @@ def _more_stages(summary: Summary, ev: Evidence) -> F.Fix | None:
     if planner_rules.runs_as_pipeline(strategy, [s["ipu"] for s in changes["stages"]]):
         if training and int(run.get("gradient_accumulation", 1)) < planner_rules.pipeline_stages(k, True):
             changes["gradient_accumulation"] = planner_rules.pipeline_stages(k, True)
-            note += f" and gradient accumulation {changes['gradient_accumulation']} (2N-1, the least a {k}-stage pipeline runs)"
+            note += (f" and gradient accumulation {changes['gradient_accumulation']} (2N-1, the least a {k}-stage "
+                     f"pipeline runs)")
         if not training and int(run.get("device_iterations", 1)) < k:
             changes["device_iterations"] = k
             note += f" and {k} device iterations (the least a {k}-stage inference pipeline runs)"
@@ -418,17 +420,20 @@ def findings(summary: Summary, ev: Evidence) -> tuple[Table, list[F.Fix | None]]
         n_ipus = len(np.unique(np.asarray(ev.oom["ipu"])))
         cats: dict[str, float] = {}  # the worst tile's bytes per category, always-live or not
         if ev.worst_breakdown is not None:
-            for name, nbytes in zip(list(ev.worst_breakdown["category"]), np.asarray(ev.worst_breakdown["bytes"]).tolist()):
+            for name, nbytes in zip(list(ev.worst_breakdown["category"]),
+                                    np.asarray(ev.worst_breakdown["bytes"]).tolist()):
                 cats[name] = cats.get(name, 0) + nbytes
         top = max(sorted(cats), key=lambda k: cats[k]) if cats else None
         largest = f"; most of it {top} ({_bytes(cats[top])})" if top is not None else ""
-        finding = (f"{len(ev.oom):,} tile(s) on {n_ipus} IPU(s) are out of memory; the worst, tile {tile} on IPU {ipu}, "
-                   f"holds {_bytes(worst['total_bytes'])}, {_bytes(excess)} over its {_bytes(summary.bytes_per_tile)}"
+        finding = (f"{len(ev.oom):,} tile(s) on {n_ipus} IPU(s) are out of memory; the worst, tile {tile} "
+                   f"on IPU {ipu}, holds {_bytes(worst['total_bytes'])}, {_bytes(excess)} over its "
+                   f"{_bytes(summary.bytes_per_tile)}"
                    f"{largest}.")
         shown = sum(out.add("error", "memory", finding, fix) for fix in _memory_fixes(summary, ev))
         if not shown:
             out.add("error", "memory", finding + " No change of the mapping this report can estimate (offloading, "
-                    "recomputation, a smaller micro-batch, more stages within the largest system) lowers the worst tile.")
+                    "recomputation, a smaller micro-batch, more stages within the largest system) lowers "
+                    "the worst tile.")
 
     # -- host-bound ------------------------------------------------------------------------------
     # A host-bound call lasts as long as the host's loaders whatever the IPUs do: findings about the
@@ -439,8 +444,8 @@ def findings(summary: Summary, ev: Evidence) -> tuple[Table, list[F.Fix | None]]
     if host_bound:
         finding = (f"The run is host-bound: the IPUs wait {host.input_wait_pct:.1f}% of each host call "
                    f"({_cycles(host.wait_per_call_cycles)} of {_cycles(host.call_cycles)}) for the host's data loaders "
-                   f"to prepare its {host.samples_per_call:,} samples; more IPUs alone or a faster mapping would not help "
-                   f"(findings about the IPUs' time are left out).")
+                   f"to prepare its {host.samples_per_call:,} samples; more IPUs alone or a faster mapping "
+                   f"would not help (findings about the IPUs' time are left out).")
         fix = _host_fix(summary, ev)
         if fix is None or not out.add("warning", "host", finding, fix):
             kind = str(ev.run.get("host_input") or "tensor")
@@ -464,7 +469,8 @@ def findings(summary: Summary, ev: Evidence) -> tuple[Table, list[F.Fix | None]]
             added = out.add("warning", "stages", finding, F.Fix(
                 f"Move blocks between stages: {plan}.",
                 f"Time per step from {_cycles(split.current_step_cycles)} to {_cycles(split.predicted_step_cycles)} "
-                f"({split.gain_pct:.1f}% faster); {F.tile_change(summary.worst_tile_bytes, worst, summary.bytes_per_tile)}.",
+                f"({split.gain_pct:.1f}% faster); "
+                f"{F.tile_change(summary.worst_tile_bytes, worst, summary.bytes_per_tile)}.",
                 {"stages": stages}, "balanced-stages",
                 F.Predicted(worst_tile_bytes=worst, step_cycles=float(split.predicted_step_cycles), faster=True)))
         if not added:
@@ -482,14 +488,16 @@ def findings(summary: Summary, ev: Evidence) -> tuple[Table, list[F.Fix | None]]
         if training:
             ga = int(run.get("gradient_accumulation", sf.micro_batches) or 1)
             fix = F.Fix(f"Raise gradient accumulation from {ga} to {2 * ga} (more micro-batches per fill and flush).",
-                        f"The fill-and-flush share falls from {sf.ideal_bubble_pct:.1f}% to {doubled:.1f}%; {unchanged}.",
+                        f"The fill-and-flush share falls from {sf.ideal_bubble_pct:.1f}% to "
+                        f"{doubled:.1f}%; {unchanged}.",
                         {"gradient_accumulation": 2 * ga}, f"gradient-accumulation-{2 * ga}",
                         F.Predicted(worst_tile_bytes=summary.worst_tile_bytes, faster=True))
         else:
             di = int(run.get("device_iterations", 1) or 1)
             fix = F.Fix(f"Raise device iterations from {di} to {2 * di}: an inference pipeline fills and flushes once "
                         f"per host call, so more iterations per call share it.",
-                        f"The fill-and-flush share falls from {sf.ideal_bubble_pct:.1f}% to {doubled:.1f}%; {unchanged}.",
+                        f"The fill-and-flush share falls from {sf.ideal_bubble_pct:.1f}% to "
+                        f"{doubled:.1f}%; {unchanged}.",
                         {"device_iterations": 2 * di}, f"device-iterations-{2 * di}",
                         F.Predicted(worst_tile_bytes=summary.worst_tile_bytes, faster=True))
         out.add("warning", "stages", finding, fix)

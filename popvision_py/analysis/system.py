@@ -176,7 +176,8 @@ def processes(events: Events) -> Table:
     process = events.process
     calls = _named(events, S.MODEL_CALL, SPAN)
     wait = _named(events, S.WAIT_FOR_DATA, SPAN)
-    waited = np.rint(np.bincount(process[wait], weights=(events.end - events.start)[wait], minlength=n)).astype(np.int64)
+    waited = np.rint(np.bincount(process[wait], weights=(events.end - events.start)[wait], minlength=n))
+    waited = waited.astype(np.int64)
     samples = _named(events, S.SAMPLES_PER_SECOND, COUNTER)
     rate = pd.Series(events.value[samples]).groupby(process[samples]).median().reindex(range(n)).to_numpy(np.float64)
     return Table({
@@ -224,7 +225,8 @@ def by_name(events: Events) -> Table:
         "total_ms": np.where(span, total / 1e6, np.nan)[order],
         "mean_ms": np.where(span, total / np.maximum(count, 1) / 1e6, np.nan)[order],
         "max_ms": np.where(span, longest / 1e6, np.nan)[order],
-        "wall_pct": np.where(span & (wall[g_process] > 0), 100.0 * total / np.maximum(wall[g_process], 1), np.nan)[order],
+        "wall_pct": np.where(span & (wall[g_process] > 0), 100.0 * total / np.maximum(wall[g_process], 1),
+                             np.nan)[order],
     })
 
 
@@ -245,7 +247,7 @@ def counters(events: Events) -> Table:
 
 
 @dataclass(frozen=True)
-class _Group:
+class _EventGroup:
     """The events of one (row, name, kind), in start order, with what a window needs of them."""
 
     row: int
@@ -273,7 +275,7 @@ def _union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return start[first], reach[np.append(first[1:] - 1, len(start) - 1)]
 
 
-def _group(events: Events, rows: np.ndarray) -> _Group:
+def _group(events: Events, rows: np.ndarray) -> _EventGroup:
     start, end = events.start[rows], events.end[rows]
     union_start, union_end = _union(start, end)
     covered = np.zeros(len(union_start) + 1, np.int64)
@@ -281,7 +283,7 @@ def _group(events: Events, rows: np.ndarray) -> _Group:
     values = np.zeros(len(rows) + 1)
     if events.kind[rows[0]] == COUNTER:
         np.cumsum(events.value[rows], out=values[1:])
-    return _Group(int(events.row[rows[0]]), int(events.name[rows[0]]), int(events.kind[rows[0]]), rows, start, end,
+    return _EventGroup(int(events.row[rows[0]]), int(events.name[rows[0]]), int(events.kind[rows[0]]), rows, start, end,
                   np.maximum.accumulate(end), np.sort(end), union_start, union_end, covered, values)
 
 
@@ -381,7 +383,7 @@ def window(index: SystemIndex, start_ns: int | None = None, end_ns: int | None =
     return SystemWindow("bins", _finish(parts), a, b, inside)
 
 
-def _covered_before(g: _Group, x: np.ndarray) -> np.ndarray:
+def _covered_before(g: _EventGroup, x: np.ndarray) -> np.ndarray:
     """The time the group's spans cover before each time in ``x``: whole intervals, less the part of
     the last one begun that lies after ``x``."""
     k = np.searchsorted(g.union_start, x, "right")
@@ -390,7 +392,7 @@ def _covered_before(g: _Group, x: np.ndarray) -> np.ndarray:
     return g.covered[k] - over
 
 
-def _frame(index: SystemIndex, g: _Group, start: np.ndarray, end: np.ndarray, time: np.ndarray, count: np.ndarray,
+def _frame(index: SystemIndex, g: _EventGroup, start: np.ndarray, end: np.ndarray, time: np.ndarray, count: np.ndarray,
            value: np.ndarray, depth: np.ndarray) -> pd.DataFrame:
     e = index.events
     process, thread = e.rows[g.row]

@@ -146,7 +146,8 @@ class Columns:
         key = ("fixed", name, vocabulary)
         if key not in self._arrays:
             words = self.words(name)
-            lut = np.array([vocabulary.index(w) if w in vocabulary else len(vocabulary) for w in words] or [0], np.int64)
+            lut = np.array([vocabulary.index(w) if w in vocabulary else len(vocabulary) for w in words] or [0],
+                           np.int64)
             self._arrays[key] = lut[self.codes(name)]  # type: ignore[index]
         return self._arrays[key]  # type: ignore[index]
 

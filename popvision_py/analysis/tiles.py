@@ -123,7 +123,8 @@ def tile_totals(tiles: TileArrays, executions: np.ndarray, tiles_per_ipu: int) -
     weights = tiles.cycles * tiles.per_set(executions)[tiles.key]
     key = tiles.ipu.astype(np.int64) * tiles_per_ipu + tiles.tile
     size = tiles.ipus * tiles_per_ipu
-    return np.rint(np.bincount(key, weights=weights, minlength=size)).astype(np.int64).reshape(tiles.ipus, tiles_per_ipu)
+    summed = np.rint(np.bincount(key, weights=weights, minlength=size)).astype(np.int64)
+    return summed.reshape(tiles.ipus, tiles_per_ipu)
 
 
 def busiest(tiles: TileArrays, totals: np.ndarray, run_cycles: int, n: int = 10, ipu: int | None = None) -> Table:
@@ -433,7 +434,8 @@ def window_balance(index: TimelineIndex, time: TileTimeIndex, tiles: TileArrays,
     cycles = np.rint(cycles).astype(np.int64)
     set_cycles = int(phase_bins(ix, _COMPUTE, edges)[0][0]) if len(ix.positions[_COMPUTE]) else 0
     busy = 100.0 * cycles / set_cycles if set_cycles > 0 else np.zeros(tiles_per_ipu)
-    return pd.DataFrame({"tile": np.arange(tiles_per_ipu, dtype=np.int64), "cycles": cycles, "busy_pct": busy}), set_cycles
+    frame = pd.DataFrame({"tile": np.arange(tiles_per_ipu, dtype=np.int64), "cycles": cycles, "busy_pct": busy})
+    return frame, set_cycles
 
 
 # -- the Report's view ------------------------------------------------------------------------------

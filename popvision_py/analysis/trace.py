@@ -114,7 +114,8 @@ def _ipu_index(st: np.ndarray, en: np.ndarray, ph: np.ndarray, step: np.ndarray 
     positions = [np.empty(int(counts[p]), position_type) for p in range(n_phase)]
     cumulative = [np.zeros(int(counts[p]) // BLOCK + 1, np.int64) for p in range(n_phase)]
     compute = PHASES.index("compute")
-    compute_step = np.full(int(counts[compute]), -1, np.int32) if step is None else np.empty(int(counts[compute]), np.int32)
+    n_compute = int(counts[compute])
+    compute_step = np.full(n_compute, -1, np.int32) if step is None else np.empty(n_compute, np.int32)
     filled, carried = [0] * n_phase, [0] * n_phase  # per phase: rows indexed so far, and their cycles
     for a in chunks:
         b = min(a + INDEX_CHUNK, n)
@@ -191,7 +192,8 @@ def timeline(index: TimelineIndex, start_cycle: int | None = None, end_cycle: in
             st, en = ix.start[lo:hi], ix.end[lo:hi]
             parts.append(pd.DataFrame({
                 "ipu": np.full(hi - lo, i, np.int64), "start_cycle": st.astype(np.int64),
-                "end_cycle": en.astype(np.int64), "phase": np.asarray(PHASES, dtype=object)[np.minimum(ix.phase[lo:hi], len(PHASES) - 1)],
+                "end_cycle": en.astype(np.int64),
+                "phase": np.asarray(PHASES, dtype=object)[np.minimum(ix.phase[lo:hi], len(PHASES) - 1)],
                 "cycles": (en - st).astype(np.int64), "events": np.ones(hi - lo, np.int64),
             }))
         frame = pd.concat(parts, ignore_index=True) if parts else _empty_timeline()

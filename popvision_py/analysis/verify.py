@@ -57,7 +57,7 @@ class FixRun:
 
 
 @dataclass(frozen=True)
-class Measured:
+class MeasuredFigures:
     """A run's figures, as the summary report gives them."""
 
     step_s: float
@@ -67,7 +67,7 @@ class Measured:
     fits: bool
 
     @classmethod
-    def of(cls, report: Any) -> Measured:
+    def of(cls, report: Any) -> MeasuredFigures:
         s = report.summary.figures()
         return cls(float(s.step_s), float(s.throughput_samples_per_s), int(s.worst_tile_bytes), int(s.bytes_per_tile),
                    bool(s.fits))
@@ -124,7 +124,7 @@ def _off_by(measured: float, predicted: float) -> float:
     return 100.0 * (measured - predicted) / predicted if predicted else math.inf
 
 
-def judge(fix: FixRun, before: Measured, after: Measured, clock_hz: float) -> tuple[str, str]:
+def judge(fix: FixRun, before: MeasuredFigures, after: MeasuredFigures, clock_hz: float) -> tuple[str, str]:
     """``(status, verdict)`` of a fix measured at ``after``: ``held`` or ``did not hold``, and why in one sentence."""
     p = fix.predicted
     misses: list[str] = []
@@ -161,7 +161,7 @@ def judge(fix: FixRun, before: Measured, after: Measured, clock_hz: float) -> tu
     return "held", f"Held: {measured}."
 
 
-def row(fix: FixRun, before: Measured, clock_hz: float, after: Measured | None, profile: Path | None,
+def row(fix: FixRun, before: MeasuredFigures, clock_hz: float, after: MeasuredFigures | None, profile: Path | None,
         failure: str | None) -> dict[str, Any]:
     """One row of ``COLUMNS`` for a fix run (``after`` None and ``failure`` its sentence when it failed)."""
     p = fix.predicted
@@ -206,7 +206,7 @@ def table(rows: list[dict[str, Any]]) -> Table:
     return Table(out)
 
 
-def run_fix(fix: FixRun, before: Measured, clock_hz: float, runner: Runner, profile: Path) -> dict[str, Any]:
+def run_fix(fix: FixRun, before: MeasuredFigures, clock_hz: float, runner: Runner, profile: Path) -> dict[str, Any]:
     """Run one fix into ``profile`` and judge it; a run that fails is a row saying why."""
     def run() -> Path:
         runner(dict(fix.request), profile)
@@ -215,7 +215,7 @@ def run_fix(fix: FixRun, before: Measured, clock_hz: float, runner: Runner, prof
     return measured_row(fix, before, clock_hz, run)
 
 
-def measured_row(fix: FixRun, before: Measured, clock_hz: float, run: Callable[[], Path]) -> dict[str, Any]:
+def measured_row(fix: FixRun, before: MeasuredFigures, clock_hz: float, run: Callable[[], Path]) -> dict[str, Any]:
     """The row of ``fix`` once ``run`` has written its profile (and returned its path), measured and judged;
     a ``PopvisionError`` from the run or the profile is a row saying why."""
     import popvision_py as pv
@@ -223,7 +223,7 @@ def measured_row(fix: FixRun, before: Measured, clock_hz: float, run: Callable[[
     try:
         profile = run()
         with pv.open(profile) as fixed:
-            after = Measured.of(fixed)
+            after = MeasuredFigures.of(fixed)
     except PopvisionError as exc:
         return row(fix, before, clock_hz, None, None, str(exc).strip())
     return row(fix, before, clock_hz, after, profile, None)
@@ -235,7 +235,7 @@ def verify(report: Any, runner: Runner, folder: str | Path,
 
     ``progress`` is called once per fix, when its run is done.
     """
-    before = Measured.of(report)
+    before = MeasuredFigures.of(report)
     clock = float(report.target["clock_hz"])
     rows = []
     for fix in fix_runs(report):

@@ -85,7 +85,8 @@ class SummaryReport(_View):
                          if len(oom) else None)  # read only when a tile is out of memory
             return _summary.findings(self.figures(), _summary.Evidence(
                 run=r.run, target=r.target, oom=oom, worst_breakdown=breakdown,
-                tile_memory=r.columns("tile_memory"), tiles=r.memory._tiles(), blocks=r.stages._blocks(), costs=r.stages._costs(),
+                tile_memory=r.columns("tile_memory"), tiles=r.memory._tiles(), blocks=r.stages._blocks(),
+                costs=r.stages._costs(),
                 stage_figures=r.stages.figures(), split=r.stages.best_split(), exchange=r.exchange.figures(),
                 kinds=r.exchange._by_kind(), costliest=r.exchange._costliest(10), host=r.exchange.host_input(),
                 precision=r.insights.precision_fixes(self.figures().worst_tile_bytes)))
@@ -162,7 +163,8 @@ class MemoryReport(_View):
 
     @property
     def depth(self) -> _memory_depth.MemoryDepth:
-        """Memory in depth: tiles by dominant category, a variable's footprint, one tile's tabs, worst tiles over steps."""
+        """Memory in depth: tiles by dominant category, a variable's footprint, one tile's tabs, worst tiles
+        over steps."""
         return self._r.memo("memory_depth", lambda: _memory_depth.MemoryDepth(self._r))
 
     def _check_ipu(self, ipu: int) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from popvision_py.analysis.replay import (MULTI_STAGE, SCHEDULE_CLASS, SCHEDULES, Prediction, Replay, ReplayError,
+from popvision_py.analysis.replay import (MULTI_STAGE, SCHEDULE_CLASS, SCHEDULES, Replay, ReplayError, WhatIf,
                                           schedule_order)
 
 COLUMNS = ["rank", "schedule", "micro_batches", "step_ms", "low_ms", "high_ms", "ms_per_micro_batch", "gain_pct",
@@ -32,7 +32,7 @@ def micro_batch_counts(recorded: int, world: int) -> list[int]:
     return sorted(c for c in counts if 1 <= c <= 4 * recorded)
 
 
-def pytorch_words(p: Prediction) -> str:
+def pytorch_words(p: WhatIf) -> str:
     """The change to make, as a torch.distributed.pipelining user writes it."""
     stages = "stages" if p.schedule in MULTI_STAGE else "stage"
     return f"{SCHEDULE_CLASS[p.schedule]}({stages}, n_microbatches={p.micro_batches}, loss_fn=...)"
@@ -97,7 +97,7 @@ def best_change(replay: Replay) -> pd.Series | None:
     return None if recorded or best["gain_pct"] < MIN_GAIN_PCT else best
 
 
-def what_if(replay: Replay, sets: Mapping[str, Any]) -> Prediction:
+def what_if(replay: Replay, sets: Mapping[str, Any]) -> WhatIf:
     return replay.predict(schedule=sets.get("schedule"), micro_batches=sets.get("micro_batches"),
                           scale=sets.get("scale"), fast_rank=sets.get("fast_rank"))
 

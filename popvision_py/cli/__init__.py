@@ -163,7 +163,8 @@ MAX_EXPANSION_ENV = "POPVISION_MAX_EXPANSION"
                    "64 MiB; inf: no limit). A profile beyond it is refused as a decompression bomb; raise it "
                    f"only for a real profile you trust. Also set by ${MAX_EXPANSION_ENV}.")
 def main(max_expansion: float | None) -> None:
-    """popvision: emulate IPU runs or import PyTorch profiler traces, and read, report and view their profile.pop files."""
+    """popvision: emulate IPU runs or import PyTorch profiler traces, and read, report and view their
+    profile.pop files."""
     if max_expansion is not None:  # the reader (and a dashboard's workers) read the limit from the environment
         os.environ[MAX_EXPANSION_ENV] = repr(max_expansion)
 

@@ -29,8 +29,9 @@ def command(as_json: bool, markdown: bool) -> None:
         return
     lines = []
     for r in rows:
-        lines += [f"{r.name}", f"  value     {assumption_value(r.value)} {r.unit} (plausible {assumption_value(r.low)} to {assumption_value(r.high)}; "
-                  f"valid {r.valid}; affects {' and '.join(r.affects)})"]
+        lines += [f"{r.name}",
+                  f"  value     {assumption_value(r.value)} {r.unit} (plausible {assumption_value(r.low)} to "
+                  f"{assumption_value(r.high)}; valid {r.valid}; affects {' and '.join(r.affects)})"]
         lines += textwrap.wrap(r.source, width=100, initial_indent="  source    ", subsequent_indent="            ")
     lines.append(f"\n{len(rows)} assumptions. Override one with `popvision run MODEL --assume NAME=VALUE`: it is then "
                  "known and drops out of the run's ranges.")
@@ -41,6 +42,7 @@ def markdown_table(rows: list) -> str:
     """The assumptions as docs/emulator.md's table: name, value, plausible interval, unit, source."""
     lines = ["| name | value | plausible (low to high) | valid range (unit) | affects | source |",
              "| --- | ---: | ---: | --- | --- | --- |"]
-    lines += [f"| `{r.name}` | {assumption_value(r.value)} | {assumption_value(r.low)} to {assumption_value(r.high)} | {r.valid} ({r.unit}) | "
+    lines += [f"| `{r.name}` | {assumption_value(r.value)} | {assumption_value(r.low)} to {assumption_value(r.high)} | "
+              f"{r.valid} ({r.unit}) | "
               f"{', '.join(r.affects)} | {r.source} |" for r in rows]
     return "\n".join(lines)

@@ -4,7 +4,8 @@ TRACES are files, folders (their traces) or glob patterns, ``.json`` or ``.json.
 (``torch.profiler``'s ``export_chrome_trace`` or ``tensorboard_trace_handler``). The ranks are read in
 parallel (``--jobs``), each streamed, so memory does not grow with the traces' size. The profile is
 written atomically: a bad trace is one sentence and exit code 2, and an earlier profile in DIR is
-left as it was. Then each rank's CPU timeline goes to DIR/system/rank-<r>.pvti.parquet. docs/real-traces.md says what each figure means and what is inferred.
+left as it was. Then each rank's CPU timeline goes to DIR/system/rank-<r>.pvti.parquet.
+docs/real-traces.md says what each figure means and what is inferred.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     if not output.strip():
         raise ConfigError("-o is empty; name the folder to write profile.pop into, e.g. -o profile.")
     if device_memory is not None and not 0 < device_memory <= 1 << 20:
-        raise ConfigError(f"--device-memory {device_memory:g} is not a memory size in GiB (above 0, at most 1,048,576).")
+        raise ConfigError(f"--device-memory {device_memory:g} is not a memory size in GiB (above 0, at "
+                          f"most 1,048,576).")
     paths = find_traces(traces)
     folder = Path(output)
     if folder.exists() and not folder.is_dir():
@@ -58,4 +60,5 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     for line in info["not_inferred"]:
         click.echo(f"  not in the trace: {line}")
     click.echo(f"Wrote {target}")
-    click.echo(f"Wrote {folder / 'system'}: each rank's CPU timeline ({len(info['ranks'])} file(s), for the System page)")
+    click.echo(f"Wrote {folder / 'system'}: each rank's CPU timeline ({len(info['ranks'])} file(s), for "
+               f"the System page)")

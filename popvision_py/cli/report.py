@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-SECTION_CHOICES = ["overview", "all", "summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "tiles", "system",
-                   "critical-path"]
+SECTION_CHOICES = ["overview", "all", "summary", "memory", "liveness", "stages", "exchange", "operations", "programs",
+                   "tiles", "system", "critical-path"]
 COMPARE_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange"]
 FORMAT_CHOICES = ["text", "json", "csv", "md", "html"]
 
@@ -19,7 +19,8 @@ def output_options(func=None, *, sections: list[str] = SECTION_CHOICES, default:
     if func is None:
         return lambda f: output_options(f, sections=sections, default=default, section_help=section_help)
     func = click.option("-o", "--output", type=click.Path(), default=None,
-                        help="Write here (atomically) instead of stdout; a folder for csv. Required for csv and html.")(func)
+                        help="Write here (atomically) instead of stdout; a folder for csv. Required "
+                             "for csv and html.")(func)
     func = click.option("--format", "fmt", type=click.Choice(FORMAT_CHOICES), default="text", show_default=True,
                         help="Output format.")(func)
     func = click.option("--section", type=click.Choice(sections), default=default, show_default=default is not None,

@@ -1,7 +1,7 @@
 """`popvision run MODEL`: emulate a model on IPUs; with --profile, write PROFILE_DIR/profile.pop.
 
 MODEL is a zoo name (`popvision models`) or a path to a Python file that defines
-``build(options: engine.Options) -> engine.Model`` (and optionally ``DEFAULTS``, a dict of option
+``build(options: engine.RunOptions) -> engine.Model`` (and optionally ``DEFAULTS``, a dict of option
 defaults such as ``{"micro_batch_size": 16, "gradient_accumulation": 8}``), or a PopTorch script
 (imports poptorch, no ``build``), which runs with popvision's ``poptorch`` (docs/poptorch.md).
 """
@@ -44,7 +44,8 @@ INT64 = Int64()
 @click.command("run")
 @click.argument("model")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SCRIPT_ARGS...]")
-@click.option("--batch-size", "micro_batch_size", type=INT64, help="Samples per micro-batch (the model's default if unset).")
+@click.option("--batch-size", "micro_batch_size", type=INT64,
+              help="Samples per micro-batch (the model's default if unset).")
 @click.option("--device-iterations", type=INT64, help="Iterations per host call.")
 @click.option("--gradient-accumulation", type=INT64, help="Micro-batches per weight update (pipelined training needs "
               "at least 2N-1 for N stages).")
@@ -71,9 +72,12 @@ INT64 = Int64()
               help="Precision of matmul / convolution partial sums: fp32 (Poplar's default; the AMP at half rate) "
               "or fp16 (PopTorch Precision.setPartialsType(torch.half)); zoo models default to what Graphcore ran.")
 @click.option("--recompute/--no-recompute", default=None, help="Recompute activations in the backward pass.")
-@click.option("--offload-optimiser/--no-offload-optimiser", default=None, help="Keep optimiser state in streaming memory (remote buffers).")
-@click.option("--offload-weights/--no-offload-weights", default=None, help="Keep weights in streaming memory, loaded per pass.")
-@click.option("--offload-activations/--no-offload-activations", default=None, help="Stash activations in streaming memory.")
+@click.option("--offload-optimiser/--no-offload-optimiser", default=None,
+              help="Keep optimiser state in streaming memory (remote buffers).")
+@click.option("--offload-weights/--no-offload-weights", default=None,
+              help="Keep weights in streaming memory, loaded per pass.")
+@click.option("--offload-activations/--no-offload-activations", default=None,
+              help="Stash activations in streaming memory.")
 @click.option("--replicated-tensor-sharding/--no-replicated-tensor-sharding", default=None,
               help="Shard optimiser state over the replicas.")
 @click.option("--optimiser", type=click.Choice(OPTIMISERS, case_sensitive=False),
@@ -111,9 +115,11 @@ INT64 = Int64()
 @click.option("--heads", type=INT64, help="Attention heads (bert, gpt, vit).")
 @click.option("--seq-len", type=INT64, help="Sequence length (bert, gpt).")
 @click.option("--vocab", type=INT64, help="Vocabulary size (bert, gpt).")
-@click.option("--masked-tokens", type=INT64, help="Masked tokens per input the MLM head predicts (bert; Graphcore: 20 at "
+@click.option("--masked-tokens", type=INT64,
+              help="Masked tokens per input the MLM head predicts (bert; Graphcore: 20 at "
               "sequence 128).")
-@click.option("--packing", type=float, help="Sequences packed per input on average (bert; Graphcore's packed BERT: 1.17 "
+@click.option("--packing", type=float,
+              help="Sequences packed per input on average (bert; Graphcore's packed BERT: 1.17 "
               "at sequence 128); throughput counts sequences.")
 @click.option("--tied-embeddings/--no-tied-embeddings", default=None, help="The output head shares the word-embedding "
               "matrix (bert, gpt; on by default, as in BERT and GPT-2); the default partition puts the head on IPU 0.")
@@ -149,7 +155,8 @@ def command(model: str, script_args: tuple[str, ...], emulate_only: bool, profil
 
     if profile and not profile_dir.strip():
         # Path("") is the current folder: an empty option would write profile.pop there unasked
-        raise ConfigError("--profile-dir is empty; name the folder to write profile.pop into, e.g. --profile-dir profile.")
+        raise ConfigError("--profile-dir is empty; name the folder to write profile.pop into, e.g. "
+                          "--profile-dir profile.")
     if is_poptorch_script(model) and not emulate_only:
         code = _run_script(model, script_args, Path(profile_dir) if profile else None)
         if code:

@@ -53,7 +53,8 @@ def render(frame: Any, fmt: str, max_rows: int) -> str:
               help="Interrupt the query after SECONDS (default: no limit).", metavar="SECONDS")
 def command(profile: str, query: str, fmt: str, max_rows: int, output: str | None, memory_limit: str,
             timeout: float | None) -> None:
-    """Run a SQL QUERY over PROFILE's tables (ops, programs, tile_cycles, tile_memory, variables, liveness, trace, exchanges).
+    """Run a SQL QUERY over PROFILE's tables (ops, programs, tile_cycles, tile_memory, variables, liveness,
+    trace, exchanges).
 
     PROFILE may also be a tune result (popvision tune -o tune.parquet): its candidates are the table tune.
     The query reads those tables and nothing else: files, COPY, ATTACH, INSTALL/LOAD and SET are refused.

@@ -54,7 +54,8 @@ def _search_dims(value: str | None) -> tuple[str, ...] | None:
 @click.option("--max-splits", type=click.IntRange(min=1), default=32, show_default=True,
               help="Try every contiguous split of the blocks into stages when a depth has at most this many.")
 @click.option("--refine", type=click.IntRange(min=0), default=2, show_default=True,
-              help="Round 2 varies the settings of this many of the fastest mappings that fit, and as many that do not.")
+              help="Round 2 varies the settings of this many of the fastest mappings that fit, and as "
+                   "many that do not.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Processes of the local Dask cluster (this machine's cores by default).")
 @click.option("--scheduler", help="Run on an existing Dask cluster: its scheduler's address, tcp://HOST:PORT.")
@@ -96,12 +97,12 @@ def command(model: str, system: str | None, global_batch: int | None, search: tu
     from popvision_py.scripts import load_script
     from popvision_py.format.tunefile import read_tune, write_tune
     from popvision_py.tune.search import Search, quiet_dask, same_search
-    from popvision_py.tune.space import DIMENSIONS, Settings, Space, system_name
+    from popvision_py.tune.space import DIMENSIONS, SearchSettings, Space, system_name
 
     request = _request(model, run_options, script_args)
     system = system_name(system) if system else prepare(request, load_script).target.system
-    settings = Settings(system=system, global_batch=global_batch, search=search or DIMENSIONS,
-                        max_candidates=max_candidates, max_splits=max_splits, refine=refine)
+    settings = SearchSettings(system=system, global_batch=global_batch, search=search or DIMENSIONS,
+                              max_candidates=max_candidates, max_splits=max_splits, refine=refine)
     space = Space(request, settings)
     output = output or resume or "tune.parquet"
     previous = None
@@ -150,7 +151,8 @@ def command(model: str, system: str | None, global_batch: int | None, search: tu
         click.echo(f"\n{outcome.reused:,} candidates taken from {resume}, {outcome.emulated:,} emulated now.{ranged}")
     click.echo(f"\nEvery candidate: {output}")
     if "best_profile" in meta:
-        click.echo(f"Best profile:   {script_path(meta['best_profile'])}  (the start's: {script_path(meta['start_profile'])})")
+        click.echo(f"Best profile:   {script_path(meta['best_profile'])}  (the start's: "
+                   f"{script_path(meta['start_profile'])})")
         click.echo("\nBest against the start (popvision compare):")
         click.echo(_compare(meta["start_profile"], meta["best_profile"]))
 
@@ -180,15 +182,16 @@ def _tune_imported(path: Path, sets: tuple[str, ...], as_json: bool, top: int) -
         m = replay.m
         if sets:
             p = replayed.what_if(replay, replayed.parse_sets(sets))
-            answer = {"change": p.change, "step_ms": p.step_ns / 1e6, "low_ms": p.low_ns / 1e6, "high_ms": p.high_ns / 1e6,
-                      "recorded_step_ms": p.baseline_ns / 1e6, "gain_pct": p.gain_pct, "bubble_pct": p.bubble_pct,
+            answer = {"change": p.change, "step_ms": p.step_ns / 1e6, "low_ms": p.low_ns / 1e6,
+                      "high_ms": p.high_ns / 1e6, "recorded_step_ms": p.baseline_ns / 1e6, "gain_pct": p.gain_pct,
+                      "bubble_pct": p.bubble_pct,
                       "ideal_bubble_pct": p.ideal_bubble_pct, "pytorch": replayed.pytorch_words(p)}
             if as_json:
                 click.echo(json.dumps(answer, indent=2))
                 return
             click.echo(f"{path}: {m.schedule}, {m.world} ranks, {m.n_stages} stages, {m.micro_batches} micro-batches "
-                       f"as recorded: {m.measured_step_ns() / 1e6:,.1f} ms a step measured (median step), {p.baseline_ns / 1e6:,.1f} ms "
-                       f"re-timed (median costs)")
+                       f"as recorded: {m.measured_step_ns() / 1e6:,.1f} ms a step measured (median step), "
+                       f"{p.baseline_ns / 1e6:,.1f} ms re-timed (median costs)")
             click.echo(f"What if {p.change}: {p.step_ns / 1e6:,.1f} ms a step (range {p.low_ns / 1e6:,.1f} to "
                        f"{p.high_ns / 1e6:,.1f} ms), {p.per_micro_batch_ns / 1e6:,.2f} ms a micro-batch "
                        f"({p.gain_pct:+.1f}% throughput), bubble {p.bubble_pct:.1f}% (ideal {p.ideal_bubble_pct:.1f}%)")
@@ -201,11 +204,12 @@ def _tune_imported(path: Path, sets: tuple[str, ...], as_json: bool, top: int) -
         return
     best = found.iloc[0]
     click.echo(f"{path}: {m.schedule}, {m.world} ranks, {m.n_stages} stages, {m.micro_batches} micro-batches as "
-               f"recorded: {m.measured_step_ns() / 1e6:,.1f} ms a step measured (median step), {replay.baseline_ns() / 1e6:,.1f} ms "
-               f"re-timed with median costs; {len(found)} schedules x micro-batch counts re-timed with its measured costs")
-    click.echo("\n".join(table(found.head(top).assign(step_ms=found["step_ms"].round(1),
-                                                       low_ms=found["low_ms"].round(1), high_ms=found["high_ms"].round(1)),
-                               max_rows=top, clip=False)))
+               f"recorded: {m.measured_step_ns() / 1e6:,.1f} ms a step measured (median step), "
+               f"{replay.baseline_ns() / 1e6:,.1f} ms re-timed with median costs; {len(found)} schedules x "
+               f"micro-batch counts re-timed with its measured costs")
+    rounded = found.head(top).assign(step_ms=found["step_ms"].round(1), low_ms=found["low_ms"].round(1),
+                                     high_ms=found["high_ms"].round(1))
+    click.echo("\n".join(table(rounded, max_rows=top, clip=False)))
     click.echo(f"\nFastest: {best['schedule']} with {int(best['micro_batches'])} micro-batches, "
                f"{best['ms_per_micro_batch']:,.2f} ms a micro-batch ({best['gain_pct']:+.1f}% throughput, range of "
                f"the step {best['low_ms']:,.1f} to {best['high_ms']:,.1f} ms)")

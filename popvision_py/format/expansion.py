@@ -10,7 +10,7 @@ physical type and its uncompressed bytes), so the check costs no decoding:
   copy per row, whatever the Parquet encoding), so the count is an upper bound for every column.
 - ``check_expansion``: a profile may decode to at most ``limit()`` bytes per byte of its file, plus
   ``FREE_BYTES`` (so that a tiny profile of regular tables never trips it); beyond, one sentence.
-- ``check_key_rows``: a table with a key (``schema.Table.key``: programs', liveness' ``(ipu, step)``)
+- ``check_key_rows``: a table with a key (``schema.TableSchema.key``: programs', liveness' ``(ipu, step)``)
   holds at most as many rows as the manifest's figures give its key values, since a key is unique.
 
 ``MAX_EXPANSION`` is set from the committed samples and benchmark profiles (docs/reliability.md,

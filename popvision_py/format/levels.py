@@ -113,7 +113,8 @@ class LevelFold:
         cycles = _sum_at(np.concatenate([(cell + lo)[counted], (cell + hi)[many]]),
                          np.concatenate([head[counted], tail[many]]), size)
         if many.any():
-            between = np.bincount((cell + lo + 1)[many], minlength=size) - np.bincount((cell + hi)[many], minlength=size)
+            between = (np.bincount((cell + lo + 1)[many], minlength=size)
+                       - np.bincount((cell + hi)[many], minlength=size))
             cycles += np.cumsum(between.reshape(n_cell, nb), axis=1).reshape(-1) * w
         # rows overlapping each bin: +1 from the first bin, -1 after the last
         first_at = (cell + lo)[counted]

@@ -98,7 +98,8 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
         if path not in self._spans:
             raise FileNotFoundError(path)
         offset, size = self._spans[path]
-        return MemberFile(self._read_at, path, offset, size, functools.partial(self._verify, path), self._footer_starts[path])
+        return MemberFile(self._read_at, path, offset, size, functools.partial(self._verify, path),
+                          self._footer_starts[path])
 
     def _read_at(self, offset: int, nbytes: int) -> bytes:
         """The profile's bytes; a profile changed since it was opened is kept in ``corrupt`` (DuckDB
@@ -136,7 +137,8 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
                     check_chunk(chunk, meta)
                 except PageError as exc:
                     self.corrupt = CorruptProfileError(
-                        f"Table {table} of {self._profile.path} is corrupt (column {column} of row group {group}: {exc}).")
+                        f"Table {table} of {self._profile.path} is corrupt (column {column} of row group "
+                        f"{group}: {exc}).")
                     raise OSError(str(self.corrupt)) from None
                 self._checked.add(key)
 

@@ -32,37 +32,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from popvision_py.errors import (
-    ColumnTypeError,
-    CorruptProfileError,
-    EmptyProfileError,
-    ManifestError,
-    MemberSizeError,
-    MissingColumnError,
-    MissingTableError,
-    NewerSchemaError,
-    NotAProfileError,
-    ProfileChangedError,
-    ProfileError,
-    UnexpectedMemberError,
-    UnknownFormatError,
-    first_line,
-)
+from popvision_py.errors import (ColumnTypeError, CorruptProfileError, EmptyProfileError, ManifestError,
+                                 MemberSizeError, MissingColumnError, MissingTableError, NewerSchemaError,
+                                 NotAProfileError, ProfileChangedError, ProfileError, UnexpectedMemberError,
+                                 UnknownFormatError, first_line)
 from popvision_py.format import schema as S
 from popvision_py.format.expansion import check_expansion, check_key_rows, dictionary_columns
 from popvision_py.format.span import Container, MemberFile, read_whole
-from popvision_py.format.values import (
-    bounds,
-    check_declared,
-    check_manifest,
-    check_manifest_sizes,
-    check_arrays,
-    check_statistics,
-    check_values,
-    extremes,
-    statistics,
-    statistics_violation,
-)
+from popvision_py.format.values import (bounds, check_arrays, check_declared, check_manifest, check_manifest_sizes,
+                                        check_statistics, check_values, extremes, statistics,
+                                        statistics_violation)
 
 if TYPE_CHECKING:  # pandas is imported only when a frame is asked for: `popvision info` stays fast
     import pandas as pd
@@ -240,7 +219,8 @@ class Profile:
                 f"{S.MANIFEST_MEMBER} and the schema's tables."
             )
         if info.compress_type != zipfile.ZIP_STORED:
-            raise CorruptProfileError(f"Member {info.filename} of {name} is ZIP-compressed; profile.pop members must be stored.")
+            raise CorruptProfileError(f"Member {info.filename} of {name} is ZIP-compressed; profile.pop members "
+                                      f"must be stored.")
         if info.file_size != info.compress_size or info.header_offset + _LOCAL_HEADER.size > self._size:
             raise MemberSizeError(f"Member {info.filename} of {name} declares a size that does not fit the file.")
         handle.seek(info.header_offset)
@@ -303,11 +283,13 @@ class Profile:
             footer = parquet.metadata
         except (pa.ArrowException, OSError) as exc:
             self._unchanged()
-            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({first_line(exc, type(exc).__name__)}).") from None
+            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt "
+                                      f"({first_line(exc, type(exc).__name__)}).") from None
         self._footers[table] = footer
         rows = footer.num_rows
         if isinstance(declared, dict) and "rows" in declared and declared["rows"] != rows:
-            raise CorruptProfileError(f"Table {table} of {self.path} holds {rows} rows but the manifest says {declared['rows']}.")
+            raise CorruptProfileError(f"Table {table} of {self.path} holds {rows} rows but the manifest says "
+                                      f"{declared['rows']}.")
         for column in spec.columns:
             index = stored.get_field_index(column.name)
             if index < 0 and column.since > self.manifest["schema_version"]:
@@ -340,7 +322,8 @@ class Profile:
                 raise CorruptProfileError(f"{corrupt} (its checksum does not match).")
             return True
         if not isinstance(expected, int) or isinstance(expected, bool):
-            raise ManifestError(f"The manifest of {self.path} has a footer_crc32 of table {table} that is not an integer.")
+            raise ManifestError(f"The manifest of {self.path} has a footer_crc32 of table {table} that is "
+                                f"not an integer.")
         length = int.from_bytes(self.read_at(member.offset + member.size - 8, 4), "little")
         # the length is checked against the member (itself checked against the file) before it is read
         if length + 12 > member.size or zlib.crc32(
@@ -426,7 +409,8 @@ class Profile:
                 )
         except (pa.ArrowException, OSError) as exc:
             self._unchanged()
-            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({first_line(exc, type(exc).__name__)}).") from None
+            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt "
+                                      f"({first_line(exc, type(exc).__name__)}).") from None
         footer = self._footers[table]
         first_row = sum(footer.row_group(g).num_rows for g in range(row_group))
         known = extremes(decoded)
@@ -467,7 +451,8 @@ class Profile:
             check_arrays(decoded)
         except (pa.ArrowException, OSError) as exc:
             self._unchanged()
-            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({first_line(exc, type(exc).__name__)}).") from None
+            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt "
+                                      f"({first_line(exc, type(exc).__name__)}).") from None
         known = None
         if filters is None:
             first, groups = 0, []
@@ -545,17 +530,20 @@ class Profile:
                     self._checked.update((table, group, c) for c in names)
             if decoded != expected:
                 raise CorruptProfileError(
-                    f"Table {table} of {self.path} is corrupt (it decodes to {decoded} rows, its footer says {expected})."
+                    f"Table {table} of {self.path} is corrupt (it decodes to {decoded} rows, its footer "
+                    f"says {expected})."
                 )
         except (pa.ArrowException, OSError) as exc:
             self._unchanged()
-            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt ({first_line(exc, type(exc).__name__)}).") from None
+            raise CorruptProfileError(f"Table {table} of {self.path} is corrupt "
+                                      f"({first_line(exc, type(exc).__name__)}).") from None
 
     def _known(self, table: str) -> str:
         if table not in S.TABLES:
             raise MissingTableError(f"There is no table named {table!r}; the tables are {', '.join(S.TABLES)}.")
         if table not in self._schemas:  # a table of a later schema version than the profile's
-            raise MissingTableError(f"{self.path} has no {table} table (schema version {S.TABLES[table].since} added it).")
+            raise MissingTableError(f"{self.path} has no {table} table (schema version "
+                                    f"{S.TABLES[table].since} added it).")
         return table
 
     def close(self) -> None:
@@ -595,4 +583,5 @@ def open_profile(path: str | os.PathLike[str]) -> Profile:
     except ProfileError:
         raise
     except (OSError, ValueError, pa.ArrowException) as exc:
-        raise CorruptProfileError(f"{path} cannot be read as a profile ({first_line(exc, type(exc).__name__)}).") from None
+        raise CorruptProfileError(f"{path} cannot be read as a profile "
+                                  f"({first_line(exc, type(exc).__name__)}).") from None

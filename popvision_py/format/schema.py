@@ -9,6 +9,7 @@ plain integers; ``-1`` means "none" in integer id columns (no op, no stage, no m
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -45,6 +46,26 @@ PROGRAM_TYPES = (
 PHASES = ("compute", "sync", "exchange", "stream", "idle")
 # A run's fit verdict at the ends of the assumptions (engine/prediction.py; a manifest's run.prediction, tune.parquet)
 FIT_VERDICTS = ("fits", "does not fit", "borderline")
+
+
+@dataclass(frozen=True)
+class Driver:
+    """One assumption behind a range, as a manifest's ``run.prediction`` records it: its value and
+    plausible interval, and the figure (samples/s, or the worst tile in % of a tile) at each end of it.
+    The engine's sensitivity pass makes it; the dashboard reads it back."""
+
+    name: str
+    value: float
+    low: float  # the assumption's interval
+    high: float
+    at_low: float  # the figure with the assumption at its low end
+    at_high: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "low": self.low, "high": self.high,
+                "at_low": self.at_low, "at_high": self.at_high}
+
+
 EXCHANGE_KINDS = ("internal", "inter_ipu", "host", "remote_buffer", "all_reduce")
 MEMORY_CATEGORIES = (
     "vertex_code",
@@ -77,7 +98,7 @@ class Values:
     ``low``: the smallest value. ``below``: values must be less than this, a number or the name
     of a bound the manifest declares (``BOUNDS``: ``num_ipus``, ``program_steps``...); ``high``:
     the largest value (inclusive; names of ``BOUNDS`` too). ``codes``: the only strings a category
-    may hold. Columns are never null (Table.schema).
+    may hold. Columns are never null (TableSchema.schema).
     """
 
     low: int | None = None
@@ -112,8 +133,8 @@ STAGE = Values(low=-1, below="stages")  # a pipeline stage, or -1 for none
 STEP = Values(low=0, below="program_steps")  # a program step (numbered per IPU, so below the steps of all)
 OPTIONAL_STEP = Values(low=-1, below="program_steps")  # a program step, or -1 for none (idle)
 OP = Values(low=-1, below="ops")  # an op (an op has a row per pass, so below the rows), or -1 for none
-VERTICES = Values(low=1, high=2**31 - 1)
-BIN_CYCLES = Values(low=0, high=2**62)  # a bin of trace_levels: its width is a power of two, up to twice the run  # a tile that takes part in a compute set runs at least one vertex
+VERTICES = Values(low=1, high=2**31 - 1)  # a tile that takes part in a compute set runs at least one vertex
+BIN_CYCLES = Values(low=0, high=2**62)  # a bin of trace_levels: its width is a power of two, up to twice the run
 
 
 @dataclass(frozen=True)
@@ -131,7 +152,7 @@ class Column:
 
 
 @dataclass(frozen=True)
-class Table:
+class TableSchema:
     """One table of the profile: its member name is ``<name>.parquet``."""
 
     name: str
@@ -154,11 +175,11 @@ class Table:
 
 
 def _t(name: str, doc: str, *columns: tuple, ordered: tuple[tuple[str, str], ...] = (),
-       key: tuple[str, ...] = (), since: int = 1) -> Table:
-    return Table(name, doc, tuple(Column(*c) for c in columns), ordered, key, since)
+       key: tuple[str, ...] = (), since: int = 1) -> TableSchema:
+    return TableSchema(name, doc, tuple(Column(*c) for c in columns), ordered, key, since)
 
 
-TABLES: dict[str, Table] = {
+TABLES: dict[str, TableSchema] = {
     t.name: t
     for t in (
         _t(
@@ -168,10 +189,12 @@ TABLES: dict[str, Table] = {
             ("name", CATEGORY, "Op name, e.g. 'layer3/matmul'."),
             ("kind", CATEGORY, "Op kind, e.g. 'matmul', 'conv', 'relu', 'softmax'."),
             ("block", CATEGORY, "The Block the op belongs to, e.g. 'B3'."),
-            ("stage", pa.int16(), "Stage (PopTorch Stage index: a group of blocks on one IPU) holding the op.", Values(low=0, below="stages")),
+            ("stage", pa.int16(), "Stage (PopTorch Stage index: a group of blocks on one IPU) holding the op.",
+             Values(low=0, below="stages")),
             ("ipu", pa.int16(), "IPU the op runs on.", IPU),
             ("pass", CATEGORY, "forward, backward or update.", Values(codes=PASSES[:3])),
-            ("flops", pa.int64(), "Floating-point operations of one execution (one micro-batch; update: per weight update).", COUNT),
+            ("flops", pa.int64(), "Floating-point operations of one execution (one micro-batch; update: per "
+                                  "weight update).", COUNT),
             ("bytes", pa.int64(), "Bytes read and written by one execution.", COUNT),
             ("tiles", pa.int32(), "Tiles the op's work is spread over.", TILE_COUNT),
         ),
@@ -181,7 +204,8 @@ TABLES: dict[str, Table] = {
             "so each step's duration is stored once here; the trace says when it ran.",
             ("ipu", pa.int16(), "IPU whose program holds the step.", IPU),
             ("step", pa.int32(), "Program step index, 0-based, in program order on that IPU.", STEP),
-            ("type", CATEGORY, "compute_set, exchange, global_exchange, stream_copy, remote_buffer_copy, sync or all_reduce.", Values(codes=PROGRAM_TYPES)),
+            ("type", CATEGORY, "compute_set, exchange, global_exchange, stream_copy, remote_buffer_copy, sync "
+                               "or all_reduce.", Values(codes=PROGRAM_TYPES)),
             ("name", CATEGORY, "Step name, e.g. 'layer3/matmul/fwd'."),
             ("op_id", pa.int32(), "Op the step belongs to, -1 if none.", OP),
             ("stage", pa.int16(), "Pipeline stage of the step, -1 if none.", STAGE),
@@ -207,7 +231,8 @@ TABLES: dict[str, Table] = {
             "sum to its peak memory.",
             ("ipu", pa.int16(), "IPU.", IPU),
             ("tile", pa.int32(), "Tile index, 0-based.", TILE),
-            ("category", CATEGORY, "Memory category (vertex_code, vertex_state, weights, activations, ...).", Values(codes=MEMORY_CATEGORIES)),
+            ("category", CATEGORY, "Memory category (vertex_code, vertex_state, weights, activations, ...).",
+             Values(codes=MEMORY_CATEGORIES)),
             ("always_live", pa.bool_(), "True for always-live memory."),
             ("bytes", pa.int64(), "Bytes of that category on that tile.", COUNT),
         ),
@@ -237,7 +262,8 @@ TABLES: dict[str, Table] = {
             ("always_live_bytes", pa.int64(), "Always-live bytes on the IPU (the same at every step).", COUNT),
             ("not_always_live_bytes", pa.int64(), "Not-always-live bytes live on the IPU at this step.", COUNT),
             ("worst_tile", pa.int32(), "Tile with the most memory live at this step.", TILE),
-            ("worst_tile_bytes", pa.int64(), "Total bytes (always-live + not-always-live) live on that tile at this step.", COUNT),
+            ("worst_tile_bytes", pa.int64(), "Total bytes (always-live + not-always-live) live on that "
+                                             "tile at this step.", COUNT),
             key=("ipu", "step"),
         ),
         _t(
@@ -245,8 +271,10 @@ TABLES: dict[str, Table] = {
             "The execution trace: one row per execution of a program step on an IPU, plus idle rows "
             "where an IPU waits for the others. Replicas run in lockstep, so only replica 0 is traced.",
             ("run", pa.int32(), "Host call (one call runs device_iterations iterations).", Values(low=0, below="runs")),
-            ("iteration", pa.int32(), "Device iteration within the run (one weight update when training).", Values(low=0, below="device_iterations")),
-            ("micro_batch", pa.int32(), "Micro-batch within the iteration, -1 if none (update, all-reduce, idle).", Values(low=-1, below="gradient_accumulation")),
+            ("iteration", pa.int32(), "Device iteration within the run (one weight update when training).",
+             Values(low=0, below="device_iterations")),
+            ("micro_batch", pa.int32(), "Micro-batch within the iteration, -1 if none (update, all-reduce, idle).",
+             Values(low=-1, below="gradient_accumulation")),
             ("ipu", pa.int16(), "IPU.", IPU),
             ("stage", pa.int16(), "Pipeline stage, -1 if none.", STAGE),
             ("pass", CATEGORY, "forward, backward, update or none.", Values(codes=PASSES)),
@@ -281,8 +309,10 @@ TABLES: dict[str, Table] = {
             ("ipu", pa.int16(), "IPU whose program holds the step.", IPU),
             ("step", pa.int32(), "Program step.", STEP),
             ("kind", CATEGORY, "internal, inter_ipu, host, remote_buffer or all_reduce.", Values(codes=EXCHANGE_KINDS)),
-            ("src_ipu", pa.int16(), "Source IPU; -1 the host, -2 streaming memory.", Values(low=STREAMING_MEMORY, below="num_ipus")),
-            ("dst_ipu", pa.int16(), "Destination IPU; -1 the host, -2 streaming memory.", Values(low=STREAMING_MEMORY, below="num_ipus")),
+            ("src_ipu", pa.int16(), "Source IPU; -1 the host, -2 streaming memory.",
+             Values(low=STREAMING_MEMORY, below="num_ipus")),
+            ("dst_ipu", pa.int16(), "Destination IPU; -1 the host, -2 streaming memory.",
+             Values(low=STREAMING_MEMORY, below="num_ipus")),
             ("bytes", pa.int64(), "Bytes moved by one execution.", COUNT),
             ("cycles", pa.int64(), "Cycles one execution takes.", COUNT),
         ),

@@ -21,7 +21,7 @@ def _number(value: int | str) -> str:
         f"2^{value.bit_length()} - 1" if value > 9999 and (value + 1) & value == 0 else str(value))
 
 
-def _values(column: S.Column, spec: S.Table) -> str:
+def _values(column: S.Column, spec: S.TableSchema) -> str:
     rule = column.values
     parts = []
     if rule.codes is not None:

@@ -118,7 +118,8 @@ def read_tune(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any
     except FileNotFoundError:
         raise TuneFileError(f"{path} does not exist.") from None
     except IsADirectoryError:
-        raise TuneFileError(f"{path} is a folder, not a tune result (a .parquet file `popvision tune -o` wrote).") from None
+        raise TuneFileError(f"{path} is a folder, not a tune result (a .parquet file `popvision tune -o` "
+                            f"wrote).") from None
     except (pa.ArrowException, OSError) as exc:
         raise TuneFileError(f"{path} is not a readable Parquet file ({str(exc).splitlines()[0]}).") from None
     raw = (table.schema.metadata or {}).get(METADATA_KEY)
@@ -129,7 +130,8 @@ def read_tune(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, dict[str, Any
     except ValueError:
         raise TuneFileError(f"{path}: its {METADATA_KEY.decode()} metadata is not JSON.") from None
     if not isinstance(meta, dict) or meta.get("version") != TUNE_SCHEMA_VERSION:
-        raise TuneFileError(f"{path} is a tune result of version {meta.get('version') if isinstance(meta, dict) else '?'}"
+        raise TuneFileError(f"{path} is a tune result of version "
+                            f"{meta.get('version') if isinstance(meta, dict) else '?'}"
                             f"; this popvision reads version {TUNE_SCHEMA_VERSION}.")
     for want in SCHEMA:
         if want.name not in table.column_names:

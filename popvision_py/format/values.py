@@ -1,6 +1,6 @@
-"""Checks of a profile's values against the schema's declarations (``schema.Values``, ``Table.ordered``,
-``Table.key``) and of the manifest's sizes, shared by the reader (on open and as tables are decoded)
-and the writer (so the engine cannot write what the reader refuses).
+"""Checks of a profile's values against the schema's declarations (``schema.Values``,
+``TableSchema.ordered``, ``TableSchema.key``) and of the manifest's sizes, shared by the reader (on open
+and as tables are decoded) and the writer (so the engine cannot write what the reader refuses).
 
 Each check is a vectorised pass over whole columns (Arrow's min/max first, NumPy only to find the
 first bad row of a column that has one); a violation is one sentence naming the table, the column
@@ -145,7 +145,8 @@ def statistics(metadata: Any, group: int, column: str) -> tuple[int, int] | None
     return None
 
 
-def statistics_violation(spec: S.Table, metadata: Any, declared: Mapping[str, int]) -> tuple[int, str, str] | None:
+def statistics_violation(spec: S.TableSchema, metadata: Any,
+                         declared: Mapping[str, int]) -> tuple[int, str, str] | None:
     """The first integer column whose footer statistics (``pq.FileMetaData``) leave its values:
     (row group, column, what is wrong), or None; nothing is decoded. A row group without
     statistics is checked as its pages are decoded (``check_values``)."""
@@ -166,7 +167,7 @@ def statistics_violation(spec: S.Table, metadata: Any, declared: Mapping[str, in
     return None
 
 
-def check_statistics(spec: S.Table, metadata: Any, declared: Mapping[str, int], where: str,
+def check_statistics(spec: S.TableSchema, metadata: Any, declared: Mapping[str, int], where: str,
                      error: type[PopvisionError] = ValueRangeError) -> None:
     """``error`` if a column's footer statistics leave its values (``statistics_violation``)."""
     bad = statistics_violation(spec, metadata, declared)
@@ -199,7 +200,8 @@ def numbers(column: pa.ChunkedArray | pa.Array, missing: int | None = None) -> n
     start, stop = column.offset, column.offset + len(column)
     validity, data = column.buffers()[:2]
     if pa.types.is_boolean(column.type):
-        bits = np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little") if data is not None else np.zeros(0, np.uint8)
+        bits = (np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little") if data is not None
+                else np.zeros(0, np.uint8))
         return bits[start:stop].astype(bool)
     values = np.frombuffer(data, _DTYPES[column.type])[start:stop]
     if column.null_count:
@@ -284,7 +286,7 @@ def check_arrays(data: pa.Table | pa.RecordBatch) -> None:
                 chunk.validate(full=True)
 
 
-def check_values(spec: S.Table, data: pa.Table | pa.RecordBatch, declared: Mapping[str, int], where: str, *,
+def check_values(spec: S.TableSchema, data: pa.Table | pa.RecordBatch, declared: Mapping[str, int], where: str, *,
                  first_row: int = 0, whole: bool = False, known: Mapping[str, tuple[int, int]] | None = None,
                  error: type[PopvisionError] = ValueRangeError) -> None:
     """Check the columns of ``spec`` present in ``data`` (rows ``first_row`` on of the table).
@@ -374,7 +376,7 @@ def _sql_name(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def sql_checked(spec: S.Table, names: list[str], declared: Mapping[str, int]) -> list[str]:
+def sql_checked(spec: S.TableSchema, names: list[str], declared: Mapping[str, int]) -> list[str]:
     """SQL select expressions that give each of ``names`` (a member's stored columns) as it is, or
     stop the query with DuckDB's ``error()`` at a value ``check_values`` would refuse: a null, a
     number outside its least and largest values, a code the schema does not know, a row of an
@@ -395,7 +397,8 @@ def sql_checked(spec: S.Table, names: list[str], declared: Mapping[str, int]) ->
         rule, kind = columns[name].values, columns[name].type
         tests = [f"{quoted} IS NOT NULL"]
         if rule.codes is not None:
-            tests.append(f"{quoted} IN ({', '.join(chr(39) + c.replace(chr(39), chr(39) * 2) + chr(39) for c in rule.codes)})")
+            tests.append(f"{quoted} IN "
+                         f"({', '.join(chr(39) + c.replace(chr(39), chr(39) * 2) + chr(39) for c in rule.codes)})")
         elif pa.types.is_integer(kind):
             low, high, _ = limits(rule, declared)
             tests += [f"{quoted} >= {low}"] if low is not None else []

@@ -87,7 +87,7 @@ ENCODINGS: dict[str, dict[str, str]] = {
 PENDING_ROW_GROUPS = 2
 
 
-def parquet_options(spec: S.Table) -> dict[str, Any]:
+def parquet_options(spec: S.TableSchema) -> dict[str, Any]:
     """The Parquet writer's options for table ``spec``: PARQUET_OPTIONS and the table's ENCODINGS."""
     encodings = ENCODINGS.get(spec.name, {})
     if not encodings:
@@ -96,7 +96,7 @@ def parquet_options(spec: S.Table) -> dict[str, Any]:
             "use_dictionary": [c.name for c in spec.columns if c.name not in encodings]}
 
 
-def conform(data: pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any], spec: S.Table) -> pa.Table:
+def conform(data: pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Any], spec: S.TableSchema) -> pa.Table:
     """Cast ``data`` to the table's schema: every column present, typed, in schema order.
 
     Raises ProfileWriteError naming the table and column on a missing column, an extra column,
@@ -159,7 +159,7 @@ class TableWriter:
     """Appends row batches to one table; a row group is written every ROW_GROUP_ROWS rows, on
     ``encoder`` (a one-thread executor) if given, else in line."""
 
-    def __init__(self, spec: S.Table, spool: BinaryIO, destination: Path,
+    def __init__(self, spec: S.TableSchema, spool: BinaryIO, destination: Path,
                  declared: Mapping[str, int] | None = None,
                  encoder: _futures.ThreadPoolExecutor | None = None, fold: LevelFold | None = None) -> None:
         self.spec = spec

@@ -32,8 +32,9 @@ COMPARED = ("summary", "memory", "liveness", "stages", "exchange")
 
 
 @dataclass
-class Block:
-    """One titled item: a table (``Table`` or DataFrame) or key figures (dict). ``key`` is stable: ``section.name``.
+class ReportBlock:
+    """One titled item of a report: a table (``Table`` or DataFrame) or key figures (dict). ``key`` is
+    stable: ``section.name``.
 
     ``hidden`` blocks carry data only figures use (the HTML page); other formats leave them out.
     The text, Markdown and JSON renderers read a Table's arrays; CSV and HTML use ``frame()``.
@@ -69,16 +70,16 @@ class Document:
     kind: str
     title: str
     profiles: list[str]
-    blocks: list[Block] = field(default_factory=list)
+    blocks: list[ReportBlock] = field(default_factory=list)
     generator: str = f"popvision_py {__version__}"
 
     def add(self, key: str, title: str, data: Any, hidden: bool = False,
             items: list[tuple[str, list[str]]] | None = None, empty: str = "", tree: bool = False) -> None:
         if dataclasses.is_dataclass(data) and not isinstance(data, type):
             data = {f.name: getattr(data, f.name) for f in dataclasses.fields(data)}
-        self.blocks.append(Block(key, title, data, hidden, items, empty, tree))
+        self.blocks.append(ReportBlock(key, title, data, hidden, items, empty, tree))
 
-    def visible(self) -> list[Block]:
+    def visible(self) -> list[ReportBlock]:
         return [b for b in self.blocks if not b.hidden]
 
     def sections(self) -> list[str]:
@@ -150,7 +151,8 @@ def _overview(doc: Document, r: Any) -> None:
         stage = f"one stage: no pipeline to balance; {unit}s idle {ex.idle_pct:.1f}%"
     busy = max(ex.total_cycles - ex.idle_cycles, 1)
     moving = ex.exchange_cycles + ex.sync_cycles + ex.stream_cycles
-    exchange = (f"{100.0 * moving / busy:.1f}% of the busy time is {'communication' if r.imported else 'exchange, sync and streaming'}"
+    exchange = (f"{100.0 * moving / busy:.1f}% of the busy time is "
+                f"{'communication' if r.imported else 'exchange, sync and streaming'}"
                 f" ({ex.compute_pct:.1f}% of all time computes)")
     doc.add("overview.answers", "Overview", {"fits": fits, "speed": speed, "stages": stage, "exchange": exchange})
     doc.add("overview.insights", "Findings", r.answer("summary.insights"))
@@ -187,7 +189,8 @@ def _tile_insights(doc: Document, r: Any) -> None:
     doc.add("summary.fullest_tiles", fullest, head, items=_fullest_items(head, cats, tile_vars),
             empty="the profile has no tiles")
     doc.add("summary.fullest_tile_categories", "The fullest tiles: bytes by category", cats)
-    doc.add("summary.fullest_tile_variables", "The fullest tiles: largest variables at each tile's peak step", tile_vars)
+    doc.add("summary.fullest_tile_variables", "The fullest tiles: largest variables at each tile's peak step",
+            tile_vars)
     doc.add("summary.memory_histogram", histogram, r.answer("insights.histogram"))
 
 
@@ -251,7 +254,8 @@ def _liveness(doc: Document, r: Any, figures: bool) -> None:
             **{c: np.concatenate([t[c] for t in live]) for c in live[0].names},
         })
     if r.imported:
-        _meaningless(doc, "liveness.live_at_peak", "Largest variables live at each IPU's peak step", imported.NO_VARIABLES)
+        _meaningless(doc, "liveness.live_at_peak", "Largest variables live at each IPU's peak step",
+                     imported.NO_VARIABLES)
     else:
         doc.add("liveness.live_at_peak", "Largest variables live at each IPU's peak step", table)
     doc.add("liveness.by_step", "Memory live at each program step", r.answer("liveness.by_step"))
@@ -260,7 +264,8 @@ def _liveness(doc: Document, r: Any, figures: bool) -> None:
 def _stages(doc: Document, r: Any, figures: bool) -> None:
     doc.add("stages.figures", "Pipeline figures", r.stages.figures())
     if r.imported:
-        _meaningless(doc, "stages.host_input", "Host input: the IPUs' wait for the host's data loaders", imported.NO_HOST_CALLS)
+        _meaningless(doc, "stages.host_input", "Host input: the IPUs' wait for the host's data loaders",
+                     imported.NO_HOST_CALLS)
         doc.add("stages.summary", "Stages: time per micro-batch, busy and idle", r.answer("stages.summary"))
         _meaningless(doc, "stages.best_split", "Best contiguous split of the blocks", imported.NO_BLOCKS)
         if figures:
@@ -283,9 +288,11 @@ def _exchange(doc: Document, r: Any, figures: bool) -> None:
     if r.imported:
         doc.add("exchange.communication", "Communication per rank: exposed and hidden behind compute",
                 r.answer("exchange.communication"))
-        _meaningless(doc, "exchange.host_input", "Host input: the IPUs' wait for the host's data loaders", imported.NO_HOST_CALLS)
+        _meaningless(doc, "exchange.host_input", "Host input: the IPUs' wait for the host's data loaders",
+                     imported.NO_HOST_CALLS)
     else:
-        doc.add("exchange.host_input", "Host input: the IPUs' wait for the host's data loaders", r.exchange.host_input())
+        doc.add("exchange.host_input", "Host input: the IPUs' wait for the host's data loaders",
+                r.exchange.host_input())
     doc.add("exchange.by_kind", "Exchange by kind", r.answer("exchange.by_kind"))
     doc.add("exchange.bandwidth", "Achieved vs peak bandwidth", r.answer("exchange.bandwidth"))
     doc.add("exchange.matrix", "IPU-to-IPU matrix (-1 host, -2 streaming memory)", r.answer("exchange.matrix"))
@@ -371,8 +378,8 @@ def add_instances(doc: Document, runs: list[tuple[str, Any]], first: Any) -> Non
                 f"{labels[0]}'s report follows.")
     items = [(str(figure), [f"{label}: {shown(v)}" for label, v in zip(labels, values)])
              for figure, *values in zip(table["figure"], *(table[label] for label in labels))]
-    doc.blocks.insert(0, Block("summary.instances", f"Instances of the run ({', '.join(labels)})", table,
-                               items=items, empty=sentence if not items else ""))
+    doc.blocks.insert(0, ReportBlock("summary.instances", f"Instances of the run ({', '.join(labels)})", table,
+                                     items=items, empty=sentence if not items else ""))
 
 
 def add_verification(doc: Document, table: Table) -> None:

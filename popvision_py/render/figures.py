@@ -97,7 +97,8 @@ def program_tree(tree: pd.DataFrame, max_nodes: int = 3000) -> go.Figure:
         tree = tree[~tree["parent"].isin(op_nodes)]
     fig = go.Figure(go.Icicle(ids=tree["node"].astype(str), parents=tree["parent"].where(tree["parent"] >= 0, "")
                               .astype(str).replace("-1", ""), labels=tree["name"], values=tree["total_cycles"],
-                              branchvalues="total", marker=dict(colors=[PHASE_COLOURS.get(p, "#999") for p in tree["phase"]]),
+                              branchvalues="total",
+                              marker=dict(colors=[PHASE_COLOURS.get(p, "#999") for p in tree["phase"]]),
                               maxdepth=4, tiling=dict(orientation="v")))
     return _layout(fig, "Program tree: total cycles per node (click a box to open it)", "", "")
 def operations(by_layer: pd.DataFrame, n: int = 20) -> go.Figure:

@@ -85,7 +85,8 @@ def render(doc: Document) -> bytes:
         for b in blocks:
             parts.append(f"<h3>{html.escape(b.title)}</h3>")
             if isinstance(b.data, dict):
-                parts.append(_table(pd.DataFrame({"figure": list(b.data), "value": [value(v) for v in b.data.values()]})))
+                key_figures = pd.DataFrame({"figure": list(b.data), "value": [value(v) for v in b.data.values()]})
+                parts.append(_table(key_figures))
             elif b.key in ("summary.insights", "overview.insights"):
                 items = "".join(
                     f"<li><b class='{html.escape(r.severity)}'>{html.escape(r.severity)}</b> "
@@ -96,7 +97,8 @@ def render(doc: Document) -> bytes:
                     for r in b.frame().itertuples(index=False))
                 parts.append(f"<ul>{items}</ul>")
             elif b.items is not None:  # the list, then its table: the page has room for both
-                items = "".join(f"<li><b>{html.escape(head)}</b>" + "".join(f"<br>{html.escape(line)}" for line in details)
+                items = "".join(f"<li><b>{html.escape(head)}</b>"
+                                + "".join(f"<br>{html.escape(line)}" for line in details)
                                 + "</li>" for head, details in b.items)
                 parts.append(f"<ul>{items}</ul>" if items else f"<p class='note'>({html.escape(b.empty)})</p>")
                 parts.append(_table(b.frame()))

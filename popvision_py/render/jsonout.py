@@ -51,7 +51,8 @@ def records(frame: Table | pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def nested(frame: Table | pd.DataFrame) -> list[dict[str, Any]]:
-    """A tree block's rows (``Block.tree``) as nested objects: each node's ``children`` inside it, roots first."""
+    """A tree block's rows (``ReportBlock.tree``) as nested objects: each node's ``children`` inside it,
+    roots first."""
     rows = records(frame)
     roots: list[dict[str, Any]] = []
     for row in rows:  # a node's number is its row, and its parent comes before it

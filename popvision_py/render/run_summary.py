@@ -1,7 +1,7 @@
 """The lines ``popvision run`` prints after a run, which a PopTorch script prints too when it compiles
 a model (``poptorch/_emulation.py``): one place, below both, so neither imports the other.
 
-It renders the engine's ``Summary`` (``engine.instrument.Summary``) and computes nothing: the figures
+It renders the engine's ``RunSummary`` (``engine.instrument.RunSummary``) and computes nothing: the figures
 the engine cannot compute itself, the idle share and FLOP utilisation, are on the summary already
 (``popvision_py.run_figures``). It imports neither the engine nor the analysis' figures."""
 
@@ -14,7 +14,7 @@ from popvision_py.render.format import three_figures
 
 
 def summary_text(s: Any) -> str:
-    """The lines `popvision run` prints, from ``s``, an ``engine.instrument.Summary`` whose idle share
+    """The lines `popvision run` prints, from ``s``, an ``engine.instrument.RunSummary`` whose idle share
     and FLOP utilisation are set."""
     shards = f" x {s.tensor_sharding} tensor shards" if s.tensor_sharding > 1 else ""
     rate = f"  throughput        {s.samples_per_second:,.1f} samples/s"

@@ -10,7 +10,7 @@ from popvision_py.render.format import column_arrays, column_names, formatted_co
 if TYPE_CHECKING:  # annotations only: `popvision sql` renders its table without the report's imports (pandas)
     import pandas as pd
 
-    from popvision_py.render.document import Block, Document
+    from popvision_py.render.document import Document, ReportBlock
 
 MAX_ROWS = 40
 MAX_CELL = 60
@@ -46,7 +46,7 @@ def table(frame: Table | pd.DataFrame, max_rows: int | None = MAX_ROWS, clip: bo
 
 
 def tree(data: Table | pd.DataFrame, max_lines: int = MAX_TREE_LINES) -> list[str]:
-    """A tree block (``Block.tree``) indented by depth, one node a line: its name, repeats, kind, cycles of
+    """A tree block (``ReportBlock.tree``) indented by depth, one node a line: its name, repeats, kind, cycles of
     one execution x executions = total (share of its IPU). The steps of an op are left to its line, and
     if that is still over ``max_lines`` lines, the ops to their segment's line (all of them are in
     --format json and csv)."""
@@ -61,7 +61,8 @@ def tree(data: Table | pd.DataFrame, max_lines: int = MAX_TREE_LINES) -> list[st
         shown_ = [not (u or o) for u, o in zip(under_op, op)]
         left = "each segment's ops and steps"
     lines = [f"  ({left} are in --format json and csv)"]
-    for show, parent, depth, kind, name, repeats, runs, cycles, total, share, detail, _ in zip(shown_, *columns.values()):
+    for show, parent, depth, kind, name, repeats, runs, cycles, total, share, detail, _ in zip(
+            shown_, *columns.values()):
         if not show:
             continue
         if len(lines) > max_lines:
@@ -78,7 +79,7 @@ def figures(data: dict) -> list[str]:
     return [f"  {k.ljust(width)}  {value(v)}" for k, v in data.items()]
 
 
-def block(b: Block) -> list[str]:
+def block(b: ReportBlock) -> list[str]:
     lines = [b.title, "=" * len(b.title)]
     if isinstance(b.data, dict):
         lines += figures(b.data)

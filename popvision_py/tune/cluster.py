@@ -36,7 +36,8 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
         except (OSError, TimeoutError, ValueError) as exc:
             text = str(exc).strip().splitlines()
             raise ConfigError(f"No Dask scheduler answers at {scheduler} ({text[0] if text else type(exc).__name__}); "
-                              f"start one with `dask scheduler`, or leave --scheduler out for a local cluster.") from None
+                              f"start one with `dask scheduler`, or leave --scheduler out for a local "
+                              f"cluster.") from None
         try:
             try:
                 client.wait_for_workers(1, timeout=30)

@@ -144,7 +144,8 @@ class Search:
         self.on_result(base + len(cands) - len(todo), total, best)
         if not todo:
             return
-        futures = {self.client.submit(evaluate, request_json(self.space.request(c.config)), pure=False): c for c in todo}
+        futures = {self.client.submit(evaluate, request_json(self.space.request(c.config)), pure=False): c
+                   for c in todo}
         finished = base + len(cands) - len(todo)
         for cand, raw in self._gathered(futures):
             self.done[cand.key] = as_result(raw)

@@ -69,7 +69,7 @@ OPTION_FIELDS = ("tensor_sharding", "replication_factor", "micro_batch_size", "g
 
 
 @dataclass(frozen=True)
-class Settings:
+class SearchSettings:
     """What the search covers (``popvision tune``'s options)."""
 
     system: str
@@ -115,7 +115,7 @@ class Space:
     """The starting configuration of ``base`` on ``settings.system`` and the candidates around it."""
 
     base: RunRequest
-    settings: Settings
+    settings: SearchSettings
     plan: Plan = field(init=False)
     start: Candidate = field(init=False)
 

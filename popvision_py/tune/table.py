@@ -113,8 +113,8 @@ def capped_lines(meta: dict) -> list[str]:
     """What ``--max-candidates`` cut and what it kept (``popvision_py.tune.cap``)."""
     cap, cut = meta["max_candidates"], meta["capped"]
     mappings, settings = meta.get("capped_mappings"), meta.get("capped_settings")
-    which = " and ".join(f"{n:,} more {what}" for n, what in ((mappings, "mappings"), (settings, "round-two candidates (moved cuts and settings)"))
-                         if n)
+    kinds = ((mappings, "mappings"), (settings, "round-two candidates (moved cuts and settings)"))
+    which = " and ".join(f"{n:,} more {what}" for n, what in kinds if n)
     lines = [f"The search stopped at --max-candidates {cap:,} (it counts candidates emulated; refused ones are rows "
              f"and do not count): {which or f'{cut:,} more candidates'} were not tried."]
     if mappings:
@@ -176,7 +176,8 @@ def render(rows: pd.DataFrame, meta: dict, top: int = 10) -> str:
     ``rows`` are ``ranked``'s."""
     counts = rows["status"].value_counts()
     start = rows[rows["is_start"]]
-    start_speed = float(start["samples_per_second"].iloc[0]) if len(start) and start["status"].iloc[0] in ("ok", "oom") else None
+    ran = len(start) and start["status"].iloc[0] in ("ok", "oom")
+    start_speed = float(start["samples_per_second"].iloc[0]) if ran else None
     lines = [f"{meta['model']} on {meta['system']}: {len(rows):,} candidates, {counts.get('ok', 0):,} fit, "
              f"{counts.get('oom', 0):,} out of memory, {counts.get('rejected', 0):,} rejected, "
              f"{counts.get('error', 0):,} failed."]

@@ -55,7 +55,8 @@ def test_the_emulator_records_each_variables_type(runs):
     assert set(v32["dtype"].astype(str)) == {"fp32"}
     # AND the FP16 run's weights, gradients and activations are FP16; its accumulators and its (AdamW,
     # FP32 by default) optimiser state FP32; the loss's output FP32 as the model computes it
-    kind = np.where(v16["name"].astype(str).str.endswith("/grad_accumulator"), "accumulator", v16["category"].astype(str))
+    kind = np.where(v16["name"].astype(str).str.endswith("/grad_accumulator"), "accumulator",
+                    v16["category"].astype(str))
     got = pd.Series(v16["dtype"].astype(str).values, index=kind).groupby(level=0).agg(lambda s: sorted(set(s)))
     assert got["accumulator"] == ["fp32"] and got["optimiser_state"] == ["fp32"] and got["weights"] == ["fp16"]
     assert got["activations"] == ["fp16"] and got["exchange_buffers"] == ["fp16"]
@@ -100,7 +101,7 @@ def test_the_fp16_fix_run_for_real_saves_what_it_estimated(runs, tmp_path):
         fp32 = r.insights.fp32_variables()
         command = _command(r, "--precision fp16")
         (fix,) = [f for f in verify.fix_runs(r) if f.command == command]
-        before = verify.Measured.of(r)
+        before = verify.MeasuredFigures.of(r)
     assert "--precision fp32" not in command and command.startswith("popvision run mnist ")
     # WHEN its command runs
     words = shlex.split(command)
@@ -130,7 +131,7 @@ def test_the_fp16_fix_run_for_real_saves_what_it_estimated(runs, tmp_path):
     assert 0.5 < buffers.sum() / estimated.xs("exchange_buffers", level=1).sum() < 1.5
     # AND the worst tile it predicted holds, as `popvision report --verify` judges it
     with pv.open(after_path) as fixed:
-        after = verify.Measured.of(fixed)
+        after = verify.MeasuredFigures.of(fixed)
     status, verdict = verify.judge(fix, before, after, 1.33e9)
     assert status == "held", verdict
     assert after.worst_tile_bytes < before.worst_tile_bytes

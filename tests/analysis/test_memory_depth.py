@@ -29,7 +29,8 @@ def mnist(tmp_path_factory: pytest.TempPathFactory) -> pv.Report:
 
 def raw(report: pv.Report, table: str) -> pd.DataFrame:
     frame = report.profile.read_pandas(table)
-    return frame.assign(**{c: frame[c].astype(str) for c in frame.columns if isinstance(frame[c].dtype, pd.CategoricalDtype)})
+    return frame.assign(**{c: frame[c].astype(str) for c in frame.columns
+                           if isinstance(frame[c].dtype, pd.CategoricalDtype)})
 
 
 def share_by_hand(nbytes: int, tiles: int) -> list[int]:
@@ -74,7 +75,8 @@ def test_the_always_live_variables_bytes_per_tile_add_up_to_tile_memory(mnist):
     memory = raw(mnist, "tile_memory")
     recorded = memory[(memory["ipu"] == 1) & (memory["category"] == "weights")].groupby("tile")["bytes"].sum()
     # WHEN every weight's footprint is laid on the tiles
-    laid = pd.concat([mnist.memory.depth.footprint(int(v)).frame() for v in weights["var_id"]]).groupby("tile")["bytes"].sum()
+    laid = pd.concat([mnist.memory.depth.footprint(int(v)).frame() for v in weights["var_id"]])
+    laid = laid.groupby("tile")["bytes"].sum()
     # THEN each tile holds what tile_memory records for it
     assert laid.reindex(recorded.index, fill_value=0).tolist() == recorded.tolist()
 
@@ -97,7 +99,8 @@ def test_a_tiles_compute_sets_vertices_and_exchanges(mnist):
     assert np.allclose(compute["busy_pct"], 100 * mine["cycles"].to_numpy() / mine["cycles_step"].to_numpy())
     # AND the vertices tab groups them by the op's kind and pass
     kinds = ops.drop_duplicates("op_id").set_index("op_id")["kind"]
-    expected = mine.assign(kind=mine["op_id"].map(kinds)).groupby(["kind", "pass"])["vertices"].agg(["count", "sum", "max"])
+    expected = (mine.assign(kind=mine["op_id"].map(kinds)).groupby(["kind", "pass"])["vertices"]
+                .agg(["count", "sum", "max"]))
     vertices = depth.vertices(0, tile).frame().set_index(["kind", "pass"]).sort_index()
     assert vertices["compute_sets"].tolist() == expected["count"].tolist()
     assert vertices["vertices"].tolist() == expected["sum"].tolist()

@@ -65,7 +65,8 @@ def test_read_table_with_the_footer_kept_from_open_decodes_what_pyarrow_decodes(
             raw = pa.BufferReader(profile.read_at(member.offset, member.size))
             # WHEN a table, or some of its columns, is read through the reader
             # THEN it equals pyarrow's own pq.read_table of the same member, schema and values
-            assert profile.read_table(table, columns).equals(pq.read_table(raw, columns=list(columns)), check_metadata=True)
+            assert profile.read_table(table, columns).equals(pq.read_table(raw, columns=list(columns)),
+                                                             check_metadata=True)
             raw.seek(0)
             assert profile.read_table(table).equals(pq.read_table(raw), check_metadata=True)
         # and a filtered read keeps only the rows that pass the filter

@@ -175,7 +175,8 @@ def test_a_tile_at_events_level_is_each_execution_split_at_its_tile_cycles(repor
     # GIVEN a window of a few dozen rows around the IPU's busiest compute set
     compute = rows_ipu[rows_ipu["phase"] == "compute"]
     middle = compute.iloc[len(compute) // 2]
-    a, b = int(middle["start_cycle"]) - 1, int(middle["start_cycle"]) + 40 * int(middle["end_cycle"] - middle["start_cycle"])
+    start, length = int(middle["start_cycle"]), int(middle["end_cycle"] - middle["start_cycle"])
+    a, b = start - 1, start + 40 * length
     # WHEN the chosen tiles are asked for with a budget above its rows
     got = report.tiles.timeline(ipu, chosen, a, b, max_bins=800).frame
     # THEN each row becomes a bar of its phase, or (a compute set) the tile's compute then its wait

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.browser
 
 
 def tab(dash_duo, label: str):
-    return dash_duo.driver.find_element(By.XPATH, f"//*[@id='{ids.MEMORY_TILE_TABS}']//*[normalize-space(text())='{label}']")
+    return dash_duo.driver.find_element(By.XPATH,
+                                        f"//*[@id='{ids.MEMORY_TILE_TABS}']//*[normalize-space(text())='{label}']")
 
 
 def test_a_tiles_tabs_a_typed_tile_and_the_maps_colourings(dash_duo, app):
@@ -41,7 +42,8 @@ def test_a_tiles_tabs_a_typed_tile_and_the_maps_colourings(dash_duo, app):
     # THEN that tile is shown
     dash_duo.wait_for_text_to_equal("#memory-tile-name strong", "IPU 0, tile 42", timeout=10)
     # WHEN the map is coloured by dominant category, THEN its colour bar names the categories
-    dash_duo.driver.find_element(By.XPATH, f"//*[@id='{ids.MEMORY_COLOUR_BY}']//label[contains(., 'dominant category')]").click()
+    dash_duo.driver.find_element(By.XPATH, f"//*[@id='{ids.MEMORY_COLOUR_BY}']//label[contains(., "
+                                           f"'dominant category')]").click()
     dash_duo.wait_for_contains_text(f"#{ids.MEMORY_TILE_MAP} .colorbar", "weights", timeout=10)
     # WHEN the largest variable is picked, THEN the map shows its bytes on each tile, named in its title
     dash_duo.select_dcc_dropdown(f"#{ids.MEMORY_VARIABLE}", index=0)

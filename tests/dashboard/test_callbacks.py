@@ -191,7 +191,8 @@ def test_cli_serves_on_localhost_and_warns_elsewhere(oom_profile: Path, monkeypa
     assert result.exit_code == 0, result.output
     assert started[-1]["host"] == "127.0.0.1" and started[-1]["port"] == 8050
     assert "Warning" not in result.output
-    result = CliRunner().invoke(main, ["dashboard", str(oom_profile), str(oom_profile), "--host", "0.0.0.0", "--port", "9000"])
+    result = CliRunner().invoke(main, ["dashboard", str(oom_profile), str(oom_profile), "--host", "0.0.0.0",
+                                       "--port", "9000"])
     assert result.exit_code == 0, result.output
     assert started[-1]["host"] == "0.0.0.0" and started[-1]["port"] == 9000
     assert "Warning: listening on 0.0.0.0" in result.output

@@ -45,7 +45,8 @@ def test_the_tree_nests_every_node_once_under_its_parent():
     assert sorted(seen) == list(zip(frame["node"], frame["depth"]))
     # the loops start open, a stage segment (depth 4) closed
     opened = {int(getattr(c, "data-node")): c.open for c in _details(roots)}
-    assert all(opened[n] for n in frame.loc[(frame["depth"] < figures.OPEN_DEPTH) & frame["node"].isin(list(opened)), "node"])
+    shallow = (frame["depth"] < figures.OPEN_DEPTH) & frame["node"].isin(list(opened))
+    assert all(opened[n] for n in frame.loc[shallow, "node"])
     assert not any(opened[n] for n in frame.loc[frame["name"] == "stage 0 forward", "node"])
 
 

@@ -12,6 +12,7 @@ import pytest
 from dash import html
 
 from dashboards import data, ids
+from popvision_py.format.schema import Driver
 from tests.dashboard.conftest import SAMPLES
 from tests.dashboard.test_summary_insights import find, texts
 
@@ -81,7 +82,7 @@ def test_the_manifests_prediction_reads_as_ranges_and_a_profile_without_one_as_n
     assert ranges.worst_tile_pct_range == (93.04, 103.96)
     assert ranges.fit_verdict == "borderline"
     assert [d.name for d in ranges.throughput_drivers] == ["host_call_latency_s", "streaming_memory_bytes_per_s"]
-    assert ranges.worst_tile_drivers[0] == data.Driver("stack_bytes_per_tile", 7168, 4096, 12288, 94.0, 103.0)
+    assert ranges.worst_tile_drivers[0] == Driver("stack_bytes_per_tile", 7168, 4096, 12288, 94.0, 103.0)
     assert ranges.pinned == ("amp_efficiency",) and ranges.pin_down is None
     # AND a manifest without a prediction (an older profile, or --no-ranges) has none
     assert data.ranges(Manifest({"model": "m"})) is None

@@ -38,7 +38,8 @@ def synthetic_process(folder: Path, instance: int, offset_ns: int) -> Path:
     two optimizer updates, and its samples/s; an epoch instant every 100 steps."""
     k = np.arange(STEPS, dtype=np.int64)
     base = T0 + offset_ns + k * 1_000_000
-    spans = [("dataloader", "wait for data", base, base + 200_000), ("dataloader", "data loading", base + 10_000, base + 190_000),
+    spans = [("dataloader", "wait for data", base, base + 200_000),
+             ("dataloader", "data loading", base + 10_000, base + 190_000),
              ("poptorch", "model call", base + 250_000, base + 950_000),
              ("poptorch", "optimizer update", base + 400_000, base + 450_000),
              ("poptorch", "optimizer update", base + 800_000, base + 850_000)]
@@ -56,10 +57,12 @@ def synthetic_process(folder: Path, instance: int, offset_ns: int) -> Path:
     n = len(parts["name"])
     process = f"instance-{instance}"
     return S.write_system(folder / f"{process}{S.SUFFIX}", {
-        "process": np.full(n, process, object), "pid": np.full(n, 100 + instance), "thread": np.full(n, "MainThread", object),
-        "channel": np.asarray(parts["channel"], object), "name": np.asarray(parts["name"], object),
+        "process": np.full(n, process, object), "pid": np.full(n, 100 + instance),
+        "thread": np.full(n, "MainThread", object), "channel": np.asarray(parts["channel"], object),
+        "name": np.asarray(parts["name"], object),
         "kind": np.asarray(parts["kind"], object), "start_ns": np.concatenate(parts["start_ns"]),
-        "end_ns": np.concatenate(parts["end_ns"]), "value": np.concatenate(parts["value"])}, process, 100 + instance, instance)
+        "end_ns": np.concatenate(parts["end_ns"]), "value": np.concatenate(parts["value"])},
+        process, 100 + instance, instance)
 
 
 @pytest.fixture(scope="module")
@@ -163,12 +166,14 @@ def two_instances(tmp_path_factory) -> Path:
 
     folder = tmp_path_factory.mktemp("poprun")
     env = subprocess_env(PVTI_OPTIONS=json.dumps({"enable": "true", "directory": str(folder)}),
-                         POPLAR_ENGINE_OPTIONS=json.dumps({"autoReport.all": "true", "autoReport.directory": str(folder)}))
+                         POPLAR_ENGINE_OPTIONS=json.dumps({"autoReport.all": "true",
+                                                           "autoReport.directory": str(folder)}))
     done = subprocess.run([sys.executable, "-m", "popdist._poprun", "--num-instances", "2", "--num-replicas", "2",
                            sys.executable, str(TUTORIAL)], cwd=folder, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert sorted(p.name for p in folder.glob("*.pvti.parquet")) == ["instance-0.pvti.parquet", "instance-1.pvti.parquet"]
+    assert sorted(p.name for p in folder.glob("*.pvti.parquet")) == ["instance-0.pvti.parquet",
+                                                                     "instance-1.pvti.parquet"]
     return folder / "instance-0" / "training" / "profile.pop"
 
 

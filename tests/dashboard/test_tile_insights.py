@@ -25,7 +25,8 @@ def fp32_profile(tmp_path_factory) -> Path:
     """mnist emulated in FP32 with a data loader that keeps up: FP32 variables the FP16 insight lists."""
     from tests.engine.helpers import profile_path
 
-    return profile_path(tmp_path_factory.mktemp("tile-insights"), "mnist", "--precision", "fp32", "--input", "synthetic")
+    return profile_path(tmp_path_factory.mktemp("tile-insights"), "mnist", "--precision", "fp32", "--input",
+                        "synthetic")
 
 
 @pytest.fixture()

@@ -43,7 +43,8 @@ def test_the_scatter_holds_each_emulated_candidate_at_its_figures(made, whatif_a
     assert set(traces) == {"fits", "does not fit", "starting configuration"}
     assert traces["fits"].marker.symbol == "circle" and traces["does not fit"].marker.symbol == "x"
     assert list(traces["fits"].customdata) == list(fits.index)
-    assert np.allclose(traces["fits"].x, fits["worst_tile_pct"]) and np.allclose(traces["fits"].y, fits["samples_per_second"])
+    assert np.allclose(traces["fits"].x, fits["worst_tile_pct"]) and np.allclose(traces["fits"].y,
+                                                                                 fits["samples_per_second"])
     assert list(traces["does not fit"].customdata) == list(oom.index)
     assert traces["does not fit"].x[0] > 100  # over a tile's memory
     # AND the rejected candidate (never emulated) is not drawn; the start is starred where it is

@@ -57,7 +57,8 @@ def test_gunicorn_serves_the_pages_and_their_callbacks_with_two_workers() -> Non
         # WHEN a browser's requests arrive, many times over (spread over the workers)
         answers, layouts = [], []
         page = {"output": ".._pages_content.children..._pages_store.data..",
-                "outputs": [{"id": "_pages_content", "property": "children"}, {"id": "_pages_store", "property": "data"}],
+                "outputs": [{"id": "_pages_content", "property": "children"},
+                            {"id": "_pages_store", "property": "data"}],
                 "inputs": [{"id": "_pages_location", "property": "pathname", "value": "/stages"},
                            {"id": "_pages_location", "property": "search", "value": ""}],
                 "changedPropIds": ["_pages_location.pathname"], "state": []}

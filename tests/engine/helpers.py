@@ -15,7 +15,7 @@ from popvision_py.format import open_profile
 # construction, with compute large against the copies that feed each stage.
 BALANCED_MODEL = textwrap.dedent(
     """
-    from engine import Block, Layout, Model
+    from engine import Layout, Model, ModelBlock
 
     DEFAULTS = {"micro_batch_size": 16, "gradient_accumulation": 8}
 
@@ -23,7 +23,7 @@ BALANCED_MODEL = textwrap.dedent(
         m = Model("balanced", options)
         x = m.input((1024,))
         for b in range(4):
-            with Block(f"B{b}"):
+            with ModelBlock(f"B{b}"):
                 for k in range(3):
                     x = m.linear(x, 1024, name=f"layer{b}/linear{k}")
                 x = m.relu(x, name=f"layer{b}/relu")

@@ -59,7 +59,8 @@ def test_the_assumptions_command_lists_every_one_with_its_range():
         assert r["low"] <= r["value"] <= r["high"] and r["source"]
     # AND the text form shows each one's value, interval and source
     text = CliRunner().invoke(main, ["assumptions"], catch_exceptions=False).stdout
-    assert "collective_link_efficiency\n  value     0.85 share of the collective bandwidth (plausible 0.5 to 0.95" in text
+    assert ("collective_link_efficiency\n  value     0.85 share of the collective bandwidth (plausible 0.5 to "
+            "0.95") in text
     assert text.count("  source    ") == len(expected)
 
 

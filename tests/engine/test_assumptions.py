@@ -54,7 +54,8 @@ BAD = {
     "exchange bandwidth 0": ("exchange_bytes_per_cycle_per_tile=0",
                              ["exchange_bytes_per_cycle_per_tile=0", ">= 0.01", "bytes per cycle per tile"]),
     # was accepted and made runs faster
-    "negative efficiency": ("amp_efficiency=-1", ["amp_efficiency=-1", "in [0.001, 1]", "share of the planned AMP rate"]),
+    "negative efficiency": ("amp_efficiency=-1",
+                            ["amp_efficiency=-1", "in [0.001, 1]", "share of the planned AMP rate"]),
     "efficiency above 1": ("amp_efficiency=1.5", ["amp_efficiency=1.5", "in [0.001, 1]"]),
     "negative cycles": ("tile_sync_cycles=-30", ["tile_sync_cycles=-30", "a whole number in [0, 1,000,000,000]"]),
     "fractional cycles": ("exchange_latency_cycles=60.5", ["exchange_latency_cycles=60.5", "a whole number"]),
@@ -199,7 +200,8 @@ def test_the_docs_table_gives_each_assumptions_range():
 def test_every_assumption_at_its_slowest_end_still_runs_within_int64(tmp_path):
     # GIVEN every assumption at the end of its range that makes a run slowest and biggest at once
     fields = dataclasses.fields(Assumptions)
-    divides = {f.name for f in fields if re.search(r"per_s$|per_s_per_core$|per_cycle|efficiency|share|cores_per", f.name)}
+    dividing = r"per_s$|per_s_per_core$|per_cycle|efficiency|share|cores_per"
+    divides = {f.name for f in fields if re.search(dividing, f.name)}
     slowest = [f"{f.name}={f.metadata['range'].low if f.name in divides else f.metadata['range'].high}"
                for f in fields]
     args = [a for s in slowest for a in ("--assume", s)]

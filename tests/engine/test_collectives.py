@@ -9,7 +9,7 @@ import math
 import pytest
 
 from engine.costs import CostModel
-from engine.options import Options
+from engine.options import RunOptions
 from engine.targets import make_target
 from tests.engine.helpers import run_cli
 
@@ -18,7 +18,7 @@ MB = 1_000_000
 
 def _costs(system: str, replicas: int, ipus: int = 1, **assume) -> CostModel:
     target = make_target("mk2", system=system, assumptions=assume or None)
-    return CostModel(target, Options(replication_factor=replicas), ipus=ipus)
+    return CostModel(target, RunOptions(replication_factor=replicas), ipus=ipus)
 
 
 def _ring(c: CostModel, members: int, nbytes: float, bytes_per_s: float) -> float:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from engine.costs import PARTIAL_BYTES, STATISTICS_FLOPS, CostModel
-from engine.model import Block, Model
-from engine.options import Options
+from engine.model import Model, ModelBlock
+from engine.options import RunOptions
 from engine.targets import Assumptions, make_target
 from tests.engine.helpers import run_profile, write_model
 
@@ -28,15 +28,15 @@ def _vertex_cycles(rows: int, passes: int, units: int) -> int:
 
 
 def _op(build) -> object:
-    m = Model("one", Options(micro_batch_size=1))
-    with Block("B"):
+    m = Model("one", RunOptions(micro_batch_size=1))
+    with ModelBlock("B"):
         build(m)
     return m.ops[0]
 
 
 def test_a_matmul_that_fills_the_amp_runs_nearer_peak_than_a_skinny_one() -> None:
     # GIVEN 96 rows through a 64 -> 64 linear and a 64 -> 10 linear, on one tile, FP16 partials
-    costs = CostModel(make_target("mk2"), Options(partials="fp16"))
+    costs = CostModel(make_target("mk2"), RunOptions(partials="fp16"))
     wide = _op(lambda m: m.linear(m.input((96, 64)), 64))
     skinny = _op(lambda m: m.linear(m.input((96, 64)), 10))
     # THEN the wide one runs 4 x 4 passes of 16 channels in and 16 out, at 96 x 64 x 64 / 64 ideal
@@ -51,8 +51,8 @@ def test_a_matmul_that_fills_the_amp_runs_nearer_peak_than_a_skinny_one() -> Non
 
 
 def test_more_rows_per_tile_amortise_the_weights_load_and_fp32_partials_halve_the_peak() -> None:
-    half = CostModel(make_target("mk2"), Options(partials="fp16"))
-    single = CostModel(make_target("mk2"), Options(partials="fp32"))
+    half = CostModel(make_target("mk2"), RunOptions(partials="fp16"))
+    single = CostModel(make_target("mk2"), RunOptions(partials="fp32"))
     shares = [half.amp_plan(_op(lambda m, r=r: m.linear(m.input((r, 64)), 64)), 1).efficiency / EFF
               for r in (24, 96, 384, 768)]
     # poplibs' estimate: 0.30, 0.63, 0.87, 0.93 of the peak for 24, 96, 384 and 768 rows per tile
@@ -65,7 +65,7 @@ def test_more_rows_per_tile_amortise_the_weights_load_and_fp32_partials_halve_th
 
 def test_a_three_channel_convolution_folds_its_kernel_width_into_the_channels() -> None:
     # GIVEN ResNet's stem: 3 channels, a 7 x 7 kernel, 64 outputs, one 16 x 16 image on one tile
-    costs = CostModel(make_target("mk2"), Options(partials="fp16"))
+    costs = CostModel(make_target("mk2"), RunOptions(partials="fp16"))
     stem = _op(lambda m: m.conv2d(m.input((3, 16, 16)), 64, 7, padding=3))
     # THEN 3 x 7 = 21 channels take 2 passes of 16 per kernel row (7 rows), 4 output groups of 16:
     # 56 passes over 256 rows, for 256 x 21 x 64 x 7 / 64 ideal cycles
@@ -77,13 +77,13 @@ def test_a_whole_model_op_runs_at_its_planned_rate(tmp_path: Path) -> None:
     # GIVEN a 1024 -> 1024 linear over 64 rows, inference on one IPU
     source = textwrap.dedent(
         """
-        from engine import Block, Layout, Model
+        from engine import Layout, Model, ModelBlock
 
         DEFAULTS = {"micro_batch_size": 64, "gradient_accumulation": 1}
 
         def build(options):
             m = Model("wide", options)
-            with Block("B0"):
+            with ModelBlock("B0"):
                 m.linear(m.input((1024,)), 1024, name="wide")
             return m.set_default_layout(Layout.of("sharded", "B0"))
         """)
@@ -91,7 +91,7 @@ def test_a_whole_model_op_runs_at_its_planned_rate(tmp_path: Path) -> None:
                     "--partials", "fp16")
     cycles = t["programs"].set_index("name").loc["wide/fwd", "cycles"]
     # THEN its 4 x 64 blocks of 16 x 16 outputs take one tile each, at the plan's efficiency
-    costs = CostModel(make_target("mk2"), Options(partials="fp16"))
+    costs = CostModel(make_target("mk2"), RunOptions(partials="fp16"))
     op = _op(lambda m: m.linear(m.input((64, 1024)), 1024))
     plan = costs.amp_plan(op, 256)
     assert cycles == 80 + math.ceil(2 * 16 * 16 * 1024 / (128 * plan.efficiency) + 12)
@@ -102,14 +102,14 @@ def test_a_whole_model_op_runs_at_its_planned_rate(tmp_path: Path) -> None:
 
 NORM = textwrap.dedent(
     """
-    from engine import Block, Layout, Model
+    from engine import Layout, Model, ModelBlock
 
     DEFAULTS = {"micro_batch_size": 8, "gradient_accumulation": 1}
 
     def build(options):
         m = Model("norm", options)
         x = m.input((64, 56, 56))
-        with Block("B0"):
+        with ModelBlock("B0"):
             m.batch_norm(x, name="bn")
         return m.set_default_layout(Layout.of("sharded", "B0"))
     """

@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from engine import Options
+from engine import RunOptions
 from engine.assumptions import Assumptions
 from engine.targets import ARCHS
 from tests.engine.conventions import check_profile
@@ -84,7 +84,8 @@ def test_image_samples_feed_fewer_per_core_than_tensor_samples():
     assert a.host_image_samples_per_s_per_core * 10 < a.host_tensor_samples_per_s_per_core
     # so the host takes that much longer per call, and synthetic data costs it nothing
     ratio = a.host_tensor_samples_per_s_per_core / a.host_image_samples_per_s_per_core
-    assert image["host_input_seconds_per_call"] == pytest.approx(ratio * tensor["host_input_seconds_per_call"], rel=1e-3)
+    assert image["host_input_seconds_per_call"] == pytest.approx(ratio * tensor["host_input_seconds_per_call"],
+                                                                 rel=1e-3)
     assert summary("resnet50", *FAST_HOST)["host_input_seconds_per_call"] == 0
     assert "JPEG decode and augmentation (ImageNet-like)" in image["host_loader"]
 
@@ -169,8 +170,8 @@ def test_host_processes_each_feed_their_replicas(tmp_path):
 
 
 def test_popTorchs_spelling_sets_the_processes():
-    assert Options().Distributed.configureProcessId(0, 4).host_processes == 4
-    assert Options().Distributed.numProcesses == 1
+    assert RunOptions().Distributed.configureProcessId(0, 4).host_processes == 4
+    assert RunOptions().Distributed.numProcesses == 1
 
 
 @pytest.mark.parametrize("args, words", [

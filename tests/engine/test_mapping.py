@@ -88,7 +88,8 @@ def test_each_host_call_pays_its_latency_once(tmp_path):
     # with a data loader that keeps up (else the call's latency hides behind the loader: mnist is host-bound)
     fast_host = ("--input", "synthetic")
     base = run_profile(tmp_path, "mnist", "--runs", "2", *fast_host, name="base")
-    slow = run_profile(tmp_path, "mnist", "--runs", "2", "--assume", "host_call_latency_s=0.02", *fast_host, name="slow")
+    slow = run_profile(tmp_path, "mnist", "--runs", "2", "--assume", "host_call_latency_s=0.02", *fast_host,
+                       name="slow")
     p = base["programs"]
     calls = p[p["name"].astype(str) == "host/call"]
     # THEN the IPUs the host feeds (images to IPU 0, labels to IPU 3) make the call, once per run, as a

@@ -61,12 +61,12 @@ def test_recomputation_lowers_the_peak_and_adds_compute(tmp_path):
 
 
 OOM_MODEL = """
-from engine import Block, Layout, Model, StageSpec
+from engine import Layout, Model, ModelBlock, StageSpec
 
 def build(options):
     m = Model("too-big", options)
     x = m.input((8192,))
-    with Block("B0"):
+    with ModelBlock("B0"):
         m.linear(x, 8192, name="huge")
     return m.set_default_layout(Layout("sharded", [StageSpec("B0", ipu=0)]))
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine.options import Options
+from engine.options import RunOptions
 from popvision_py.errors import ConfigError
 from tests.engine.helpers import run_cli, run_profile, write_model
 
@@ -47,12 +47,12 @@ def test_vertex_state_does_not_grow_with_the_micro_batch(tmp_path):
 
 
 ONE_LINEAR = """
-from engine import Block, Layout, Model, StageSpec
+from engine import Layout, Model, ModelBlock, StageSpec
 
 def build(options):
     m = Model("one-linear", options)
     x = m.input((4096,))
-    with Block("B0"):
+    with ModelBlock("B0"):
         m.loss(m.linear(x, 4096), block="B0")
     return m.set_default_layout(Layout("sharded", [StageSpec("B0", ipu=0)]))
 """
@@ -145,7 +145,7 @@ def test_a_bad_state_type_is_one_sentence():
     assert result.exit_code == 2
     assert "Invalid value for '--optimiser-state-type'" in result.output
     try:
-        Options(optimiser_state_type="bf16").validate()
+        RunOptions(optimiser_state_type="bf16").validate()
     except ConfigError as exc:
         assert str(exc) == "Unknown optimiser state type 'bf16'; choose one of fp16, fp32."
     else:

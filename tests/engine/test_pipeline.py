@@ -77,7 +77,8 @@ def test_sharded_is_slower_than_pipelined_for_the_same_work(tmp_path):
     # a host whose data loader keeps up, so that the device's time shows (mnist is host-bound)
     fast_host = ("--input", "synthetic")
     pipelined = run_profile(tmp_path, "mnist", *fast_host, name="pipe")["trace"]["end_cycle"].max()
-    sharded = run_profile(tmp_path, "mnist", "--strategy", "sharded", *fast_host, name="shard")["trace"]["end_cycle"].max()
+    sharded = run_profile(tmp_path, "mnist", "--strategy", "sharded", *fast_host,
+                          name="shard")["trace"]["end_cycle"].max()
     assert sharded > pipelined
 
 

@@ -9,9 +9,10 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from engine.prediction import BORDERLINE, DOES_NOT_FIT, FITS, Driver, Prediction
+from engine.prediction import BORDERLINE, DOES_NOT_FIT, FITS, Prediction
 from popvision_py.cli import main
 from popvision_py.format import open_profile
+from popvision_py.format.schema import Driver
 
 
 def _run(*args: str):
@@ -118,7 +119,7 @@ def test_the_manifest_records_the_prediction(tmp_path):
 
 
 def _prediction(low: float, high: float, rate_low: float = 900, rate_high: float = 1100) -> Prediction:
-    drivers = (Driver("link_latency_cycles", rate_low, rate_high, 1500, 700, 4000),)
+    drivers = (Driver("link_latency_cycles", 1500, 700, 4000, rate_low, rate_high),)
     return Prediction(1000.0, (rate_low, rate_high), (low + high) / 2, (low, high), drivers)
 
 

@@ -17,7 +17,7 @@ ACTIVATION = MB * HIDDEN * 2  # one block's output: micro-batch x 1024 in FP16
 # Two stages of three blocks each (a 1024 x 1024 linear and a ReLU per block).
 SIX_BLOCKS = textwrap.dedent(
     """
-    from engine import Block, Layout, Model, StageSpec
+    from engine import Layout, Model, ModelBlock, StageSpec
 
     DEFAULTS = {"micro_batch_size": 16, "gradient_accumulation": 8, "recompute": True}
 
@@ -25,7 +25,7 @@ SIX_BLOCKS = textwrap.dedent(
         m = Model("six", options)
         x = m.input((1024,))
         for b in range(6):
-            with Block(f"B{b}"):
+            with ModelBlock(f"B{b}"):
                 x = m.relu(m.linear(x, 1024, name=f"b{b}/linear"), name=f"b{b}/relu")
         return m.set_default_layout(Layout("pipelined", [StageSpec(("B0", "B1", "B2"), ipu=0),
                                                          StageSpec(("B3", "B4", "B5"), ipu=1)]))
@@ -35,14 +35,14 @@ SIX_BLOCKS = textwrap.dedent(
 # One block: self-attention over 128 positions of 256 features in 8 heads, then a small head.
 ATTENTION = textwrap.dedent(
     """
-    from engine import Block, Model
+    from engine import Model, ModelBlock
 
     DEFAULTS = {"micro_batch_size": 2, "gradient_accumulation": 1}
 
     def build(options):
         m = Model("attn", options)
         x = m.input((128, 256))
-        with Block("B0"):
+        with ModelBlock("B0"):
             x = m.linear(m.attention(x, 8, name="attn"), 16, name="head")
             m.loss(x)
         return m
@@ -246,9 +246,9 @@ def test_one_value_per_ipu_or_one_for_all(tmp_path):
 
 
 def test_poptorchs_dictionary_sets_each_ipu():
-    from engine import Options
+    from engine import RunOptions
 
-    o = Options().setAvailableMemoryProportion({"IPU0": 0.1, "IPU2": 0.3})
+    o = RunOptions().setAvailableMemoryProportion({"IPU0": 0.1, "IPU2": 0.3})
     assert o.available_memory_proportion == (0.1, 0.6, 0.3)
     assert [o.memory_proportion(i) for i in range(3)] == [0.1, 0.6, 0.3]
 

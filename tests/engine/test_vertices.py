@@ -15,7 +15,8 @@ WORKERS = 6  # worker contexts per tile (the IPU's public figure)
 def test_each_forward_compute_set_runs_one_vertex_per_busy_worker_on_each_tile():
     # GIVEN mnist compiled, and the rows the profile's tile_cycles gets
     compiled = compile_plan(prepare(RunRequest("mnist")))
-    rows = {k: np.concatenate([b[k] for b in tile_cycles_batches(compiled)]) for k in ("ipu", "step", "tile", "vertices")}
+    rows = {k: np.concatenate([b[k] for b in tile_cycles_batches(compiled)])
+            for k in ("ipu", "step", "tile", "vertices")}
     tiles = compiled.plan.target.tiles
     ops = {op.op_id: op for op in compiled.plan.model.ops}
     checked = 0

@@ -30,7 +30,8 @@ def as_instance(monkeypatch: pytest.MonkeyPatch, total: int, local: int, offset:
     """The variables poprun gives the instance whose first replica is ``offset``."""
     for name, value in (("POPDIST_NUM_TOTAL_REPLICAS", total), ("POPDIST_NUM_LOCAL_REPLICAS", local),
                         ("POPDIST_REPLICA_INDEX_OFFSET", offset), ("POPDIST_NUM_IPUS_PER_REPLICA", ipus),
-                        ("POPDIST_UNIFORM_REPLICAS_PER_INSTANCE", 1), ("POPDIST_LOCAL_INSTANCE_INDEX", offset // local)):
+                        ("POPDIST_UNIFORM_REPLICAS_PER_INSTANCE", 1),
+                        ("POPDIST_LOCAL_INSTANCE_INDEX", offset // local)):
         monkeypatch.setenv(name, str(value))
 
 
@@ -57,8 +58,8 @@ def test_under_poprun_the_getters_read_its_environment(monkeypatch: pytest.Monke
     info = popdist.instance_info()
     assert (info.index, info.instances, list(info.replicas), info.under_poprun) == (2, 4, [4, 5], True)
     # and instance 7 is no instance of 4
-    with pytest.raises(popdist.Error, match=r"^popdist.execute_on_instances: instance 7 does not exist; poprun "
-                                            r"started 4 \(0 to 3\)\.$"):
+    with pytest.raises(popdist.PopDistError, match=r"^popdist.execute_on_instances: instance 7 does not exist; "
+                                                   r"poprun started 4 \(0 to 3\)\.$"):
         popdist.execute_on_instances({0, 7}, print)
 
 
@@ -75,16 +76,17 @@ def test_an_environment_poprun_would_not_set_is_one_sentence(env: dict, sentence
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    with pytest.raises(popdist.Error) as caught:
+    with pytest.raises(popdist.PopDistError) as caught:
         popdist.getInstanceIndex()
     assert str(caught.value) == sentence
 
 
 def test_any_other_popdist_name_is_one_sentence_naming_it() -> None:
-    with pytest.raises(popdist.UnsupportedError, match=r"^popdist.getDeviceId is not supported by popvision's PopDist "
-                                                       r"emulation; docs/poptorch.md lists what is covered\.$"):
+    with pytest.raises(popdist.PopDistUnsupportedError, match=r"^popdist.getDeviceId is not supported by "
+                                                              r"popvision's PopDist emulation; docs/poptorch.md "
+                                                              r"lists what is covered\.$"):
         popdist.getDeviceId()
-    with pytest.raises(popdist.UnsupportedError, match=r"^popdist.poptorch.broadcastWeights is not supported"):
+    with pytest.raises(popdist.PopDistUnsupportedError, match=r"^popdist.poptorch.broadcastWeights is not supported"):
         from popdist.poptorch import broadcastWeights  # noqa: F401
 
 
@@ -185,8 +187,9 @@ def test_a_distributed_training_model_outside_poprun_is_one_sentence() -> None:
     opts = poptorch.Options()
     opts.Distributed.configureProcessId(0, 2)
     model = Regression()
-    with pytest.raises(popdist.Error, match=r"^Distributing over 2 processes needs poprun's MASTER_ADDR, MASTER_PORT, "
-                                            r"RANK, WORLD_SIZE to join them; start the program with `poprun "):
+    with pytest.raises(popdist.PopDistError, match=r"^Distributing over 2 processes needs poprun's MASTER_ADDR, "
+                                                   r"MASTER_PORT, RANK, WORLD_SIZE to join them; start the program "
+                                                   r"with `poprun "):
         poptorch.trainingModel(model, opts)(torch.ones(1, 2), torch.ones(1, 1))
 
 

@@ -47,7 +47,8 @@ def recorded(tmp_path_factory) -> tuple[Path, int, int]:
     and POPLAR_ENGINE_OPTIONS into one folder; the folder, and the wall clock before and after."""
     folder = tmp_path_factory.mktemp("pvti")
     env = subprocess_env(PVTI_OPTIONS=json.dumps({"enable": "true", "directory": str(folder)}),
-                         POPLAR_ENGINE_OPTIONS=json.dumps({"autoReport.all": "true", "autoReport.directory": str(folder)}),
+                         POPLAR_ENGINE_OPTIONS=json.dumps({"autoReport.all": "true",
+                                                           "autoReport.directory": str(folder)}),
                          **poprun_env(3, 4))
     before = time.time_ns()
     done = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300)
@@ -103,7 +104,8 @@ def test_report_system_gives_the_files_figures(recorded):
     assert profile.is_file()
     # WHEN the system section is asked for, of the profile as text and of the run's folder as JSON
     text = CliRunner().invoke(main, ["report", str(profile), "--section", "system"])
-    doc = json.loads(CliRunner().invoke(main, ["report", str(folder), "--section", "system", "--format", "json"]).stdout)
+    doc = json.loads(CliRunner().invoke(main, ["report", str(folder), "--section", "system", "--format",
+                                               "json"]).stdout)
     assert text.exit_code == 0, text.output
     # THEN the wall time is the first event to the last, the waits for data their sum, the samples/s the median
     wall = frame["end_ns"].max() - frame["start_ns"].min()

@@ -184,9 +184,10 @@ def test_the_reports_and_the_dashboard_open_both_profiles(tutorial, tmp_path: Pa
         check_profile(folder / model / "profile.pop")
     for model in ("training", "inference"):
         path = folder / model / "profile.pop"
-        result = CliRunner().invoke(main, ["report", str(path), "--format", "html", "-o", str(tmp_path / f"{model}.html")])
+        html = tmp_path / f"{model}.html"
+        result = CliRunner().invoke(main, ["report", str(path), "--format", "html", "-o", str(html)])
         assert result.exit_code == 0, result.output
-        assert (tmp_path / f"{model}.html").stat().st_size > 0
+        assert html.stat().st_size > 0
     import dash
 
     from dashboards.app import create_app

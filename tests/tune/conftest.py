@@ -13,7 +13,7 @@ from popvision_py.cli import main
 # Five blocks of unequal widths: pipelines of one to four IPUs whose speed depends on where the cuts fall.
 UNEVEN_MODEL = textwrap.dedent(
     """
-    from engine import Block, Model
+    from engine import Model, ModelBlock
 
     DEFAULTS = {"micro_batch_size": 16, "gradient_accumulation": 8}
     WIDTHS = (512, 2048, 1024, 256, 1536)
@@ -23,7 +23,7 @@ UNEVEN_MODEL = textwrap.dedent(
         m = Model("uneven", options)
         x = m.input((512,))
         for b, width in enumerate(WIDTHS):
-            with Block(f"B{b}"):
+            with ModelBlock(f"B{b}"):
                 for k in range(2):
                     x = m.linear(x, width, name=f"layer{b}/linear{k}")
                 x = m.relu(x, name=f"layer{b}/relu")

@@ -14,7 +14,7 @@ from engine.runner import RunRequest
 from popvision_py.format.tunefile import read_tune
 from popvision_py.tune.cap import keep_mappings, keep_settings, mapping_shape
 from popvision_py.tune.order import round_robin, spread, spread_keys
-from popvision_py.tune.space import Settings, Space
+from popvision_py.tune.space import SearchSettings, Space
 from popvision_py.tune.table import capped_lines
 from tests.tune.conftest import BLOCKS, tune
 
@@ -97,8 +97,8 @@ def test_every_group_is_tried_before_any_group_has_two(capped) -> None:
 
 def test_a_cap_below_the_groups_spreads_over_them_and_is_the_same_every_time(uneven: str) -> None:
     # GIVEN the same search's space (nothing emulated) and a cap of 4 for its 8 groups
-    space = Space(RunRequest(model=uneven), Settings(system="IPU-POD4", global_batch=64,
-                                                     search=("stages", "sharding", "replicas")))
+    space = Space(RunRequest(model=uneven), SearchSettings(system="IPU-POD4", global_batch=64,
+                                                           search=("stages", "sharding", "replicas")))
     first = keep_mappings(space.round_one(), 4)
     # THEN 4 candidates to emulate are kept (and every refused one; all in generation order, the start first),
     # each of another group
@@ -123,7 +123,7 @@ def test_spread_and_round_robin_orders() -> None:
 def test_a_cut_settings_round_takes_the_refined_mappings_in_turn(uneven: str) -> None:
     # GIVEN the settings variants of two mappings (depth 2 at replicas 1, the cut after B0 and after B1) at a
     # global batch of 64: a micro-batch of 32 leaves an accumulation of 2, below the 3 a 2-stage pipeline needs
-    space = Space(RunRequest(model=uneven), Settings(system="IPU-POD4", global_batch=64))
+    space = Space(RunRequest(model=uneven), SearchSettings(system="IPU-POD4", global_batch=64))
     mappings = [c for c in space.round_one() if mapping_shape(c) == (2, 1, 1) and not c.reason][:2]
     variants = space.round_two(mappings)
     todo = [c for c in variants if not c.reason]
@@ -146,7 +146,7 @@ def test_a_cut_settings_round_takes_the_refined_mappings_in_turn(uneven: str) ->
 
 def test_a_cut_round_two_takes_moved_cuts_and_settings_of_each_refined_mapping_in_turn() -> None:
     # GIVEN bert-large on an IPU-POD16 (too many splits for round 1 to try them all) and two 8-stage mappings
-    space = Space(RunRequest(model="bert-large"), Settings(system="IPU-POD16"))
+    space = Space(RunRequest(model="bert-large"), SearchSettings(system="IPU-POD16"))
     mappings = [c for c in space.round_one() if mapping_shape(c) == (8, 1, 1) and not c.reason][:2]
     second = space.round_two(mappings)
     # THEN each mapping's candidates alternate a moved cut (other stages, same settings) and a settings

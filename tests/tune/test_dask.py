@@ -109,11 +109,14 @@ def test_resume_takes_finished_candidates_and_emulates_only_the_rest(uneven: str
     (("no-such-model", "--system", "POD4"), "Error: Unknown model 'no-such-model'; the zoo has"),
     (("mnist", "--system", "POD17"), "Error: Unknown system 'POD17'; choose one of IPU, IPU-POD4"),
     (("gpt", "--preset", "gpt3-2.7b", "--system", "POD4"),
-     "Error: The starting configuration does not run on an IPU-POD4: The run needs 32 IPUs but an IPU-POD4 has only 4."),
+     "Error: The starting configuration does not run on an IPU-POD4: The run needs 32 IPUs but an "
+     "IPU-POD4 has only 4."),
     (("mnist", "-o", "/"), "Error: -o / is a folder; give the path of the .parquet file to write."),
     (("mnist", "--search", "stages,colour"), "Error: --search names 'colour'; choose from stages, sharding"),
-    (("mnist", "--scheduler", "127.0.0.1:8786"), "Error: --scheduler takes a Dask scheduler's address as tcp://HOST:PORT"),
-    (("mnist", "--scheduler", "tcp://127.0.0.1:9", "--no-profile"), "Error: No Dask scheduler answers at tcp://127.0.0.1:9 ("),
+    (("mnist", "--scheduler", "127.0.0.1:8786"), "Error: --scheduler takes a Dask scheduler's address as "
+                                                 "tcp://HOST:PORT"),
+    (("mnist", "--scheduler", "tcp://127.0.0.1:9", "--no-profile"), "Error: No Dask scheduler answers at "
+                                                                    "tcp://127.0.0.1:9 ("),
 ])
 def test_bad_input_is_one_sentence(args: tuple[str, ...], sentence: str) -> None:
     result = tune(*args, "-q")

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from engine.runner import RunRequest, emulate
 from popvision_py.cli import main
 from popvision_py.format.tunefile import read_tune
-from popvision_py.tune.space import Settings, Space
+from popvision_py.tune.space import SearchSettings, Space
 from tests.tune.conftest import BLOCKS, tune
 
 
@@ -114,7 +114,7 @@ def test_the_output_names_the_best_its_command_its_profile_and_the_compare(searc
 def test_the_memory_estimate_never_exceeds_what_the_emulator_plans() -> None:
     # GIVEN bert-large's mappings on an IPU-POD16 that the estimate lets through
     # (round 1's mappings, and round 2's settings of the one- and two-IPU mappings, optimiser on chip among them)
-    space = Space(RunRequest(model="bert-large"), Settings(system="IPU-POD16"))
+    space = Space(RunRequest(model="bert-large"), SearchSettings(system="IPU-POD16"))
     first = space.round_one()
     narrow = [c for c in first if len(c.config["stages"].split()) <= 2 and c.config["replication_factor"] <= 2]
     cands = first + space.round_two(narrow[:4])
@@ -162,7 +162,7 @@ def test_a_global_batch_fixes_samples_per_update_and_the_planner_refuses_short_p
 def test_phased_execution_where_the_weights_cannot_fit_on_chip() -> None:
     # GIVEN GPT-3 2.7B (5.4 GB of FP16 weights; an IPU has 0.94 GB of tile memory), its splits over an IPU-POD16
     space = Space(RunRequest(model="gpt", params={"preset": "gpt3-2.7b", "ipus": 4}),
-                  Settings(system="IPU-POD16", search=("stages", "phased")))
+                  SearchSettings(system="IPU-POD16", search=("stages", "phased")))
     model = space.plan.model
     params = {b: 0 for b in model.blocks}
     for op in model.ops:
@@ -246,14 +246,16 @@ def test_the_table_shows_each_rows_global_batch_when_they_differ(uneven, tmp_pat
         value = {flag: int(argv[argv.index(flag) + 1]) for flag in ("--batch-size", "--gradient-accumulation",
                                                                    "--replicas")}
         batch = line[:batch_end].split()[-1]
-        assert int(batch.replace(",", "")) == value["--batch-size"] * value["--gradient-accumulation"] * value["--replicas"]
+        global_batch = value["--batch-size"] * value["--gradient-accumulation"] * value["--replicas"]
+        assert int(batch.replace(",", "")) == global_batch
     rows, _ = read_tune(tmp_path / "tune.parquet")
     assert rows["changes"].str.contains("--batch-size").any()
 
 
 @pytest.mark.parametrize("args, sentence", [
     (["--global-batch", "7"], "--global-batch 7 is not a multiple of the start's samples per step, micro-batch 40 x "
-                              "1 replica(s) = 40; give a multiple of 40, or a --batch-size or --replicas that divides 7."),
+                              "1 replica(s) = 40; give a multiple of 40, or a --batch-size or --replicas "
+                              "that divides 7."),
     (["--global-batch", "80"], "At --global-batch 80 the start would accumulate 2 micro-batches: Gradient accumulation "
                                "2 is below the 7 pipeline stages of a 4-stage training pipeline (2N-1 for N=4). Give a "
                                "larger --global-batch, or a start that runs at this one (--batch-size, --stages)."),
@@ -275,7 +277,7 @@ def test_round_two_moves_each_cut_of_a_fast_mapping_by_one_block_where_round_one
 
     # GIVEN bert-large (26 blocks): C(25, 3) = 2,300 four-stage splits, far over --max-splits 32, so round 1
     # tries the memory-aware split and not its neighbours
-    space = Space(RunRequest(model="bert-large"), Settings(system="IPU-POD16", search=("stages",)))
+    space = Space(RunRequest(model="bert-large"), SearchSettings(system="IPU-POD16", search=("stages",)))
     aware = [len(s.blocks) for s in balanced_stages(space.plan.model, 4, "pipelined", memory_aware=True).stages]
     edges = list(itertools.accumulate(aware))[:-1]  # its three cuts
 

@@ -33,7 +33,8 @@ def popvision(*args: str) -> subprocess.CompletedProcess:
 
 def test_the_candidates_are_the_table_tune(tune_file: Path) -> None:
     # GIVEN a tune result; WHEN the Pareto front is asked for in SQL
-    result = popvision("sql", str(tune_file), "SELECT key, ipus, samples_per_second FROM tune WHERE pareto ORDER BY ipus",
+    result = popvision("sql", str(tune_file),
+                       "SELECT key, ipus, samples_per_second FROM tune WHERE pareto ORDER BY ipus",
                        "--format", "json")
     # THEN it is the rows the file marks as on the front, with the file's figures
     assert result.returncode == 0, result.stderr
