@@ -118,7 +118,8 @@ def pages(port: int) -> list[str]:
     return found
 
 
-def record(port: int, paths: list[str], quiet_s: float = 2.0, page_s: float = 120.0) -> dict[str, list[tuple[str, bytes]]]:
+def record(port: int, paths: list[str], quiet_s: float = 2.0,
+           page_s: float = 120.0) -> dict[str, list[tuple[str, bytes]]]:
     """Each page's callback bodies as headless Chromium sends them on opening it."""
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options

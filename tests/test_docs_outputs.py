@@ -119,7 +119,8 @@ def test_a_changed_figure_is_found(tmp_path):
 
 def test_the_script_checks_without_writing(tmp_path):
     # GIVEN the script's --check on one cheap command
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "regen_docs.py"), "--check", "--only", "--max-candidates 8"],
+    script = str(ROOT / "scripts" / "regen_docs.py")
+    done = subprocess.run([sys.executable, script, "--check", "--only", "--max-candidates 8"],
                           capture_output=True, text=True, timeout=300)
     # THEN the docs agree with it (exit 0) and it names what it ran
     assert done.returncode == 0, done.stdout + done.stderr

@@ -62,7 +62,7 @@ def test_what_torch_refuses_is_refused_in_one_sentence() -> None:
 
 # -- real runs ----------------------------------------------------------------------------------------
 
-def measured(path) -> R.Measured:
+def measured(path) -> R.MeasuredPipeline:
     with popvision_py.open(path) as report:
         return report.critical_path.measured()
 
@@ -88,11 +88,12 @@ def test_the_run_re_timed_with_its_own_costs_gives_its_steps_back(recorded, kind
     # every profiled step, each re-timed from its own actions' costs
     assert len(retimed) == len(steps) == recorded(kind).meta["steps"]
     np.testing.assert_allclose(retimed["measured_ns"], steps)
-    # within a few percent where the machine let the ranks run (about 1% on a quiet one); a rank the
-    # machine descheduled mid-chunk (4 ranks on 2 cores beside the other tests) leaves time the trace
-    # cannot explain, so every step is held to a looser bound
+    # within a few percent where the machine let the ranks run (about 1% on a quiet one, 8% seen at a load
+    # average of 16); a rank the machine descheduled mid-chunk (4 ranks on 2 cores beside the other tests)
+    # leaves time the trace cannot explain, so every step is held to a looser bound. A replay that got the
+    # order or the costs wrong is off by a whole chunk: tens of percent on every step.
     errors = retimed["error_pct"].abs()
-    assert errors.min() < 5.0 and errors.max() < 30.0, retimed
+    assert errors.min() < 10.0 and errors.max() < 30.0, retimed
 
 
 def test_more_micro_batches_lower_the_bubble(recorded) -> None:
