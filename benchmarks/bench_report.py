@@ -45,9 +45,11 @@ beforehand (``--unzipped DIR``, default beside the profile; stored, so its bytes
 ``DUCKDB_AGGREGATES``, one scan in grouping sets, gives what the report's trace summary gives (the
 cycles per IPU, stage, pass and phase; the executions per IPU and step; the (run, iteration, stage,
 micro-batch) set from which the micro-batches and iterations are counted; the rows, first start and
-last end), then ``DUCKDB_SUPERSTEPS`` the work per superstep, IPU, stage and pass that the stages
-report re-times (a superstep ends where an idle row or a sync of no stage ends; DuckDB assigns each
-row by its start, where the report assigns each run of rows by its first: the same work, summed).
+last end); with ``--supersteps`` also ``DUCKDB_SUPERSTEPS``, the work per superstep, IPU, stage and
+pass that the stages report re-times (a superstep ends where an idle row or a sync of no stage ends;
+DuckDB assigns each row by its start, where the report assigns each run of rows by its first: the
+same work, summed). That one is an ASOF join of every row: 9.5 s and 1.4 GB at 10M rows here, not
+run at 1B.
 Each side's figure: wall time and peak RSS (``ru_maxrss`` of the child of a small wrapper),
 imports and start-up included; DuckDB's two queries' own seconds are printed too. The same
 ``--duckdb`` run also gives `report`'s peak beyond its imports, in process (``VmHWM``, as
@@ -153,7 +155,10 @@ def traced_reads(path: Path) -> list[tuple[str, list[str] | None]]:
         return original(self, table, columns, **kwargs)
 
     def record_batches(self, table, columns=None, **kwargs):  # the trace is streamed, not read whole
-        reads.append((table, list(columns) if columns is not None else None))
+        read = (table, list(columns) if columns is not None else None)
+        if kwargs.get("row_groups") and read in reads:  # the next row group of one pass (analysis.tracegroups)
+            return original_batches(self, table, columns, **kwargs)
+        reads.append(read)
         return original_batches(self, table, columns, **kwargs)
 
     Profile.read_table, Profile.iter_batches = record, record_batches
@@ -304,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duckdb", action="store_true",
                         help="`report --section all` against DuckDB's same aggregates, whole commands (see the docstring)")
     parser.add_argument("--unzipped", type=Path, help="with --duckdb: where to copy the trace.parquet member")
+    parser.add_argument("--supersteps", action="store_true",
+                        help="with --duckdb: DuckDB also sums the work per superstep (an ASOF join: slow, GBs at 1B)")
     args = parser.parse_args(argv)
     if args.child:
         child(args.child, args.profiles[0], json.loads(args.reads))
@@ -311,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict] = []
     if args.duckdb:
         repeat = args.fresh or 3
-        results = [against_duckdb(path, repeat, args.unzipped) for path in args.profiles]
+        results = [against_duckdb(path, repeat, args.unzipped, args.supersteps) for path in args.profiles]
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps({"profiles": results}, indent=2))
@@ -409,7 +416,7 @@ def measured(command: list[str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def against_duckdb(path: Path, repeat: int, folder: Path | None) -> dict:
+def against_duckdb(path: Path, repeat: int, folder: Path | None, supersteps: bool = False) -> dict:
     """`report --section all` and DuckDB's same aggregates, whole commands alternating ``repeat`` times each."""
     from popvision_py.analysis.tracegroups import workers_for
 
@@ -419,7 +426,8 @@ def against_duckdb(path: Path, repeat: int, folder: Path | None) -> dict:
     threads = workers_for(groups)
     compile_tree(ROOT)
     report = [str(ROOT / ".venv" / "bin" / "popvision"), "report", str(path), "--section", "all", "--format", "json"]
-    duck = [sys.executable, "-c", _DUCKDB_SCRIPT, str(trace), str(threads), DUCKDB_AGGREGATES, DUCKDB_SUPERSTEPS]
+    duck = [sys.executable, "-c", _DUCKDB_SCRIPT, str(trace), str(threads), DUCKDB_AGGREGATES,
+            *([DUCKDB_SUPERSTEPS] if supersteps else [])]
     print(f"profile   {path}: {os.path.getsize(path):,} bytes, {rows:,} trace rows in {groups} row groups; "
           f"{threads} threads each; load average {os.getloadavg()[0]:.1f}")
     sides: dict[str, list[dict]] = {"popvision": [], "duckdb": [], "in_process": []}
@@ -430,13 +438,14 @@ def against_duckdb(path: Path, repeat: int, folder: Path | None) -> dict:
     med = {w: statistics.median(r["wall_s"] for r in sides[w]) for w in ("popvision", "duckdb")}
     peak = {w: max(r["peak_kib"] for r in sides[w]) * 1024 for w in ("popvision", "duckdb")}
     agg = statistics.median(r["out"]["aggregates_s"] for r in sides["duckdb"])
-    sup = statistics.median(r["out"]["supersteps_s"] for r in sides["duckdb"])
+    sup = statistics.median(r["out"].get("supersteps_s", float("nan")) for r in sides["duckdb"])
     pairs = sorted(a["wall_s"] / b["wall_s"] for a, b in zip(sides["popvision"], sides["duckdb"]))
     inner = sides["in_process"][0]
     print(f"popvision report --section all --format json   {med['popvision']:8.2f} s   "
           f"peak RSS {peak['popvision'] / 1e6:6.0f} MB   (in process: {inner['seconds']:.2f} s, "
           f"peak beyond imports {inner['peak_bytes'] / 1e6:.0f} MB)")
-    print(f"duckdb (threads={threads}) aggregates + supersteps   {med['duckdb']:8.2f} s   "
+    what = "aggregates + supersteps" if supersteps else "aggregates             "
+    print(f"duckdb (threads={threads}) {what}   {med['duckdb']:8.2f} s   "
           f"peak RSS {peak['duckdb'] / 1e6:6.0f} MB   (queries: aggregates {agg:.2f} s, supersteps {sup:.2f} s)")
     print(f"ratio     popvision / duckdb wall                {med['popvision'] / med['duckdb']:8.2f}   (each pair: "
           f"{', '.join(f'{x:.2f}' for x in pairs)}; target <= 1)  load average {os.getloadavg()[0]:.1f}")
