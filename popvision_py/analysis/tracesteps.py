@@ -15,9 +15,9 @@ of a re-timing) may round differently from the same sum taken superstep by super
 
 The Gantt bars of the runs settled are merged by bar as they go and kept for the first iterations
 only, up to ``GANTT_BARS`` bars (the charts draw the first few thousand: a run repeats its
-pattern). A trace whose runs never reach ``SETTLE_RUNS``, or whose footer has no statistics, or
-whose row groups are not in time order (the horizon does not move), keeps its runs as before and is
-cut once at the end: the same figures.
+pattern). A trace of fewer than ``SETTLE_RUNS`` runs, or whose footer has no statistics, keeps its
+runs as before and is cut once at the end; row groups out of time order only hold the horizon back
+(at worst to the end, then cut as before): the same figures either way.
 """
 
 from __future__ import annotations
