@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reads", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--duckdb", action="store_true",
-                        help="`report --section all` against DuckDB's same aggregates, whole commands (see the docstring)")
+                        help="`report --section all` against DuckDB's same aggregates, whole commands (docstring)")
     parser.add_argument("--unzipped", type=Path, help="with --duckdb: where to copy the trace.parquet member")
     parser.add_argument("--supersteps", action="store_true",
                         help="with --duckdb: DuckDB also sums the work per superstep (an ASOF join: slow, GBs at 1B)")
