@@ -51,6 +51,9 @@ from compiled import compile_tree  # noqa: E402
 BUDGET_CALLBACK_S = 0.5
 BUDGET_P95_S = 1.0
 BUDGET_FIRST_PAGE_S = 3.0
+# How long the server may take to listen, and the first page to draw, before the bench gives up: the
+# dashboard checks every table before it serves, a billion rows' trace included (minutes).
+PAGE_WAIT_S = 600
 
 
 def make_profiles(folder: Path, iterations: int = 1000, engine: bool = True) -> list[tuple[Path, str]]:
@@ -214,7 +217,7 @@ def bench_first_page(path: str) -> dict[str, float]:
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
-            if server.poll() is not None or time.perf_counter() - launched > 60:
+            if server.poll() is not None or time.perf_counter() - launched > PAGE_WAIT_S:
                 raise RuntimeError("the dashboard did not start")
             time.sleep(0.02)
         listening = time.perf_counter()
@@ -227,7 +230,7 @@ def bench_first_page(path: str) -> dict[str, float]:
             return cards > 0 && graphs && !!insights && insights.children.length > 0;
         """
         while not driver.execute_script(usable):
-            if time.perf_counter() - listening > 60:
+            if time.perf_counter() - listening > PAGE_WAIT_S:
                 raise RuntimeError("the first page did not finish drawing")
             time.sleep(0.01)
         done = time.perf_counter()
@@ -282,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare-with", help="a second profile, to time the compare page too")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--no-browser", action="store_true", help="skip the first-page measurement")
+    parser.add_argument("--first-page-only", action="store_true", help="skip the callbacks: the first page alone")
     parser.add_argument("--cold", action="store_true",
                         help="time the callbacks without the warm-up first (cold first calls)")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
@@ -309,8 +313,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n== {what}: {path.stat().st_size / 2**20:.1f} MiB, "
                   + ", ".join(f"{n} {r:,} rows" for n, r in rows.items()))
             paths = [str(path)] + ([args.compare_with] if args.compare_with else [])
-            measured = {"profile": what, "bytes": path.stat().st_size, "rows": rows,
-                        "callbacks": bench_callbacks(paths, args.repeat, not args.cold, args.only)}
+            measured = {"profile": what, "bytes": path.stat().st_size, "rows": rows}
+            if args.first_page_only:
+                measured["first_page"] = bench_first_page(str(path))
+                ok &= measured["first_page"]["from_request_s"] < BUDGET_FIRST_PAGE_S
+                results.append(measured)
+                continue
+            measured["callbacks"] = bench_callbacks(paths, args.repeat, not args.cold, args.only)
             measured["max_median_s"] = max(c["median_s"] for c in measured["callbacks"].values())
             measured["max_p95_s"] = max(c["p95_s"] for c in measured["callbacks"].values())
             # this process's peak: the dashboard's warm-up and every callback (and, without PROFILE, the making)

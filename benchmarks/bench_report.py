@@ -3,6 +3,7 @@
 Usage::
 
     .venv/bin/python benchmarks/bench_report.py [PROFILE ...] [--repeat N] [--no-cli] [--fresh N] [--dashboard]
+    .venv/bin/python benchmarks/bench_report.py PROFILE ... --duckdb [--fresh N] [--unzipped DIR]
 
 PROFILE is any profile.pop (the engine's, or benchmarks/make_large_profile.py's for 50M-row
 traces). Without PROFILE it makes the bert-large profile with the engine (`popvision run bert-large
@@ -35,6 +36,24 @@ over the decoded size of the columns it reads (``pa.Table.nbytes`` of the replay
 target (issue 6) is <= 2. ``--dashboard`` also times, in one fresh process after the analysis,
 what the dashboard asks of the trace: the first timeline (it builds the index), a full-view and a
 zoomed timeline, and the Gantt bars.
+
+``--duckdb`` (issue 35, item 2) measures instead, side by side in fresh processes run alternately
+(``--fresh N`` times each, default 3), two whole commands: `popvision report PROFILE --section all
+--format json`, and DuckDB (``python -c``, ``SET threads`` to the cores `report` folds on) computing
+the same aggregates from the profile's ``trace.parquet`` member, copied out of the ZIP once
+beforehand (``--unzipped DIR``, default beside the profile; stored, so its bytes as they are):
+``DUCKDB_AGGREGATES``, one scan in grouping sets, gives what the report's trace summary gives (the
+cycles per IPU, stage, pass and phase; the executions per IPU and step; the (run, iteration, stage,
+micro-batch) set from which the micro-batches and iterations are counted; the rows, first start and
+last end); with ``--supersteps`` also ``DUCKDB_SUPERSTEPS``, the work per superstep, IPU, stage and
+pass that the stages report re-times (a superstep ends where an idle row or a sync of no stage ends;
+DuckDB assigns each row by its start, where the report assigns each run of rows by its first: the
+same work, summed). That one is an ASOF join of every row: 9.5 s and 1.4 GB at 10M rows here, not
+run at 1B.
+Each side's figure: wall time and peak RSS (``ru_maxrss`` of the child of a small wrapper),
+imports and start-up included; DuckDB's two queries' own seconds are printed too. The same
+``--duckdb`` run also gives `report`'s peak beyond its imports, in process (``VmHWM``, as
+``--fresh``). Nothing decodes the whole trace in this process: it works at 1B rows.
 """
 
 from __future__ import annotations
@@ -43,11 +62,13 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -68,6 +89,44 @@ from popvision_py.render.document import build_report  # noqa: E402
 # Issue 26: at 10M and 50M trace rows, the analysis at most 1.3x pyarrow reading the same columns
 # (it was 1.36-1.48 before the read-side checks landed, 1.74-1.83 with them).
 ISSUE26_TARGET = 1.3
+
+
+DUCKDB_AGGREGATES = (
+    "SELECT ipu, stage, pass, phase, step, run, iteration, micro_batch, sum(end_cycle - start_cycle) AS cycles, "
+    "count(*) AS rows, min(start_cycle) AS first_start, max(end_cycle) AS last_end FROM trace "
+    "GROUP BY GROUPING SETS ((ipu, stage, pass, phase), (ipu, step), (run, iteration, stage, micro_batch))"
+)
+DUCKDB_SUPERSTEPS = (
+    "WITH cuts AS (SELECT DISTINCT end_cycle AS cut FROM trace WHERE phase = 'idle' OR (phase = 'sync' AND stage < 0)) "
+    "SELECT cut, ipu, stage, pass, sum(end_cycle - start_cycle) AS cycles FROM trace "
+    "ASOF LEFT JOIN cuts ON trace.start_cycle >= cuts.cut GROUP BY ALL"
+)
+# DuckDB's whole command: prints the rows of each answer and its seconds, as JSON on its last line.
+_DUCKDB_SCRIPT = (
+    "import json, sys, time\n"
+    "import duckdb\n"
+    "con = duckdb.connect()\n"
+    "con.execute(f'SET threads = {int(sys.argv[2])}')\n"
+    "con.execute('SET enable_progress_bar = false')\n"
+    "con.execute(f\"CREATE VIEW trace AS SELECT * FROM read_parquet('{sys.argv[1]}')\")\n"
+    "out = {}\n"
+    "for name, query in zip(('aggregates', 'supersteps'), sys.argv[3:]):\n"
+    "    began = time.perf_counter()\n"
+    "    rows = con.execute(query).fetchnumpy()\n"
+    "    out[name + '_s'] = time.perf_counter() - began\n"
+    "    out[name + '_rows'] = len(next(iter(rows.values())))\n"
+    "print(json.dumps(out))\n"
+)
+# Runs a command and prints its wall time and peak RSS (KiB): a fresh wrapper per run, its figures its own.
+_MEASURED = (
+    "import json, resource, subprocess, sys, time\n"
+    "began = time.perf_counter()\n"
+    "done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, text=True, check=True)\n"
+    "wall = time.perf_counter() - began\n"
+    "last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else '{}'\n"
+    "print(json.dumps({'wall_s': wall, 'peak_kib': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,\n"
+    "                  'out': json.loads(last) if last.startswith('{') else {}}))\n"
+)
 
 
 def interleaved(first, second, repeat: int) -> tuple[list[float], list[float]]:
@@ -96,7 +155,10 @@ def traced_reads(path: Path) -> list[tuple[str, list[str] | None]]:
         return original(self, table, columns, **kwargs)
 
     def record_batches(self, table, columns=None, **kwargs):  # the trace is streamed, not read whole
-        reads.append((table, list(columns) if columns is not None else None))
+        read = (table, list(columns) if columns is not None else None)
+        if kwargs.get("row_groups") and read in reads:  # the next row group of one pass (analysis.tracegroups)
+            return original_batches(self, table, columns, **kwargs)
+        reads.append(read)
         return original_batches(self, table, columns, **kwargs)
 
     Profile.read_table, Profile.iter_batches = record, record_batches
@@ -244,11 +306,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", choices=["baseline", "analysis", "dashboard"], help=argparse.SUPPRESS)
     parser.add_argument("--reads", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument("--duckdb", action="store_true",
+                        help="`report --section all` against DuckDB's same aggregates, whole commands (docstring)")
+    parser.add_argument("--unzipped", type=Path, help="with --duckdb: where to copy the trace.parquet member")
+    parser.add_argument("--supersteps", action="store_true",
+                        help="with --duckdb: DuckDB also sums the work per superstep (an ASOF join: slow, GBs at 1B)")
     args = parser.parse_args(argv)
     if args.child:
         child(args.child, args.profiles[0], json.loads(args.reads))
         return 0
     results: list[dict] = []
+    if args.duckdb:
+        repeat = args.fresh or 3
+        results = [against_duckdb(path, repeat, args.unzipped, args.supersteps) for path in args.profiles]
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"profiles": results}, indent=2))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         profiles = [(p, str(p)) for p in args.profiles] or [make_profile(Path(tmp))]
         for path, label in profiles:
@@ -324,6 +398,63 @@ def measure_fresh(path: Path, reads: list, decoded: int, args: argparse.Namespac
               + f"  peak memory beyond imports {d['peak_bytes'] / 1e6:.0f} MB")
         figures["dashboard"] = d
     return figures
+
+
+def unzipped_trace(path: Path, folder: Path | None) -> Path:
+    """The profile's trace.parquet member as a file of its own (copied once, kept while newer than the profile)."""
+    out = (folder or path.parent) / f"{path.stem}.trace.parquet"
+    if out.exists() and out.stat().st_mtime >= path.stat().st_mtime:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path) as z, z.open(S.TABLES["trace"].member) as src, open(out, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 22)
+    return out
+
+
+def measured(command: list[str]) -> dict:
+    done = subprocess.run([sys.executable, "-c", _MEASURED, *command], check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def against_duckdb(path: Path, repeat: int, folder: Path | None, supersteps: bool = False) -> dict:
+    """`report --section all` and DuckDB's same aggregates, whole commands alternating ``repeat`` times each."""
+    from popvision_py.analysis.tracegroups import workers_for
+
+    trace = unzipped_trace(path, folder)
+    with open_profile(path) as p:
+        rows, groups = p.num_rows("trace"), p.metadata("trace").num_row_groups
+    threads = workers_for(groups)
+    compile_tree(ROOT)
+    report = [str(ROOT / ".venv" / "bin" / "popvision"), "report", str(path), "--section", "all", "--format", "json"]
+    duck = [sys.executable, "-c", _DUCKDB_SCRIPT, str(trace), str(threads), DUCKDB_AGGREGATES,
+            *([DUCKDB_SUPERSTEPS] if supersteps else [])]
+    print(f"profile   {path}: {os.path.getsize(path):,} bytes, {rows:,} trace rows in {groups} row groups; "
+          f"{threads} threads each; load average {os.getloadavg()[0]:.1f}")
+    sides: dict[str, list[dict]] = {"popvision": [], "duckdb": [], "in_process": []}
+    for _ in range(repeat):
+        sides["popvision"].append(measured(report))
+        sides["duckdb"].append(measured(duck))
+    sides["in_process"].append(fresh("analysis", path, []))
+    med = {w: statistics.median(r["wall_s"] for r in sides[w]) for w in ("popvision", "duckdb")}
+    peak = {w: max(r["peak_kib"] for r in sides[w]) * 1024 for w in ("popvision", "duckdb")}
+    agg = statistics.median(r["out"]["aggregates_s"] for r in sides["duckdb"])
+    sup = statistics.median(r["out"].get("supersteps_s", float("nan")) for r in sides["duckdb"])
+    pairs = sorted(a["wall_s"] / b["wall_s"] for a, b in zip(sides["popvision"], sides["duckdb"]))
+    inner = sides["in_process"][0]
+    print(f"popvision report --section all --format json   {med['popvision']:8.2f} s   "
+          f"peak RSS {peak['popvision'] / 1e6:6.0f} MB   (in process: {inner['seconds']:.2f} s, "
+          f"peak beyond imports {inner['peak_bytes'] / 1e6:.0f} MB)")
+    what = "aggregates + supersteps" if supersteps else "aggregates             "
+    print(f"duckdb (threads={threads}) {what}   {med['duckdb']:8.2f} s   "
+          f"peak RSS {peak['duckdb'] / 1e6:6.0f} MB   (queries: aggregates {agg:.2f} s, supersteps {sup:.2f} s)")
+    print(f"ratio     popvision / duckdb wall                {med['popvision'] / med['duckdb']:8.2f}   (each pair: "
+          f"{', '.join(f'{x:.2f}' for x in pairs)}; target <= 1)  load average {os.getloadavg()[0]:.1f}")
+    return {"profile": str(path), "trace_rows": rows, "row_groups": groups, "threads": threads,
+            "report_s": med["popvision"], "report_peak_mb": peak["popvision"] / 1e6,
+            "report_in_process_s": inner["seconds"], "report_in_process_peak_mb": inner["peak_bytes"] / 1e6,
+            "duckdb_s": med["duckdb"], "duckdb_peak_mb": peak["duckdb"] / 1e6, "duckdb_aggregates_s": agg,
+            "duckdb_supersteps_s": sup, "time_ratio": med["popvision"] / med["duckdb"], "pair_ratios": pairs,
+            "runs": sides, "load_average": os.getloadavg()[0]}
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ def stages_gantt(gantt: pd.DataFrame, max_bars: int = 3000, naming: Naming = IPU
     labels = sorted(frame["ipu"].unique())
     fig.update_yaxes(categoryorder="array", categoryarray=[naming.label(i) for i in labels][::-1])
     first = frame[frame["iteration"] == frame["iteration"].min()]
-    note = "" if len(shown) == len(iterations) else f" (the first {len(shown):,} of {len(iterations):,} iterations)"
+    total = int(gantt.attrs.get("iterations", len(iterations)))  # a long trace's bars are its first iterations'
+    note = "" if len(shown) == total else f" (the first {len(shown):,} of {total:,} iterations)"
     fig.update_xaxes(title=unit + note, range=[float(frame["start_cycle"].min()) / divisor,
                                                float(first["end_cycle"].max()) / divisor])
     return styled(fig, barmode="overlay", bargap=0.2, height=max(240, 100 + 60 * len(labels)),

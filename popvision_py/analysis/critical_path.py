@@ -38,14 +38,16 @@ def bsp_path(s: retime.Supersteps, ipus: np.ndarray) -> tuple[Table, dict[str, f
     crit = work.argmax(axis=1) if n_ipu else np.zeros(count, np.int64)
     rows = np.arange(count)
     on_mb, on_fixed = movable[rows, crit], s.fixed[rows, crit].astype(np.float64)
-    led = np.bincount(crit, minlength=n_ipu)
+    # a superstep standing for several (``s.weight``) counts as many times: s.per_step
+    led = np.bincount(crit, s.weight, minlength=n_ipu)
+    on_mb, on_fixed = s.per_step(on_mb), s.per_step(on_fixed)
+    path = float(s.per_step(s.cycles).sum())
     by_ipu = Table({"ipu": np.arange(n_ipu, dtype=np.int64), "supersteps_led": led.astype(np.int64),
                     "micro_batch_cycles": np.bincount(crit, on_mb, n_ipu),
                     "other_work_cycles": np.bincount(crit, on_fixed, n_ipu),
-                    "path_share_pct": (100.0 * np.bincount(crit, on_mb + on_fixed, n_ipu)
-                                       / max(float(s.cycles.sum()), 1.0))})
+                    "path_share_pct": 100.0 * np.bincount(crit, on_mb + on_fixed, n_ipu) / max(path, 1.0)})
     totals = {"compute": float(on_mb.sum()), "other_work": float(on_fixed.sum()),
-              "waiting": float(np.clip(s.gap, 0, None).sum()), "path": float(s.cycles.sum())}
+              "waiting": float(s.per_step(np.clip(s.gap, 0, None)).sum()), "path": path}
     base = retime.length(s, np.ones(len(s.cell_cycles)))
     even = np.minimum(retime.even_scale(s, ipus), 1.0)  # only ever lighter: "as fast as the others"
     saves = []

@@ -34,7 +34,9 @@ class Supersteps:
     ``cycles`` (T,): each superstep's length in the trace; ``fixed`` (T, I): cycles re-timing keeps;
     ``gap`` (T,): cycles beyond the busiest IPU's work. The movable work is one cell per
     (superstep, IPU, stage, pass) with work: ``cell_step``, ``cell_ipu``, ``cell_stage``,
-    ``cell_pass`` (0 forward, 1 backward) and ``cell_cycles``.
+    ``cell_pass`` (0 forward, 1 backward) and ``cell_cycles``. ``weight`` (T,), when given: how many
+    of the run's supersteps each one stands for (a long trace's supersteps are folded as its row groups
+    come in, each distinct superstep kept once with its count: ``tracesteps``); ``None``: one each.
     """
 
     cycles: np.ndarray
@@ -45,10 +47,19 @@ class Supersteps:
     cell_stage: np.ndarray
     cell_pass: np.ndarray
     cell_cycles: np.ndarray
+    weight: np.ndarray | None = None
 
     @property
     def total_cycles(self) -> int:
-        return int(self.cycles.sum())
+        return int(self.cycles.sum() if self.weight is None else (self.cycles * self.weight).sum())
+
+    def per_step(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (one per superstep) times each one's weight: what they sum to over the whole run."""
+        return values if self.weight is None else values * self.weight
+
+    def per_cell(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (one per cell) times its superstep's weight."""
+        return values if self.weight is None else values * self.weight[self.cell_step]
 
     @property
     def num_ipus(self) -> int:
@@ -56,7 +67,7 @@ class Supersteps:
 
     def stage_work(self, num_stages: int, scale: np.ndarray | None = None) -> np.ndarray:
         """Movable cycles per [stage, pass (0 forward, 1 backward)], each cell times ``scale`` if given."""
-        cycles = self.cell_cycles if scale is None else self.cell_cycles * scale
+        cycles = self.per_cell(self.cell_cycles if scale is None else self.cell_cycles * scale)
         key = self.cell_stage * 2 + self.cell_pass
         return np.bincount(key, cycles, 2 * max(num_stages, 1)).reshape(-1, 2)
 
@@ -67,11 +78,29 @@ def supersteps(slots: dict[str, np.ndarray], start_cycle: int, end_cycle: int) -
     A superstep ends where an idle run or a barrier sync ends, on any IPU; a slot belongs to the
     superstep its first row starts in. Each superstep's work per IPU is summed with ``np.bincount``.
     """
+    ipus = int(slots["ipu"].max()) + 1 if len(slots["kind"]) else 0
+    return steps_between(slots, cuts_of(slots, start_cycle, end_cycle), ipus)
+
+
+def cut_ends(slots: dict[str, np.ndarray]) -> np.ndarray:
+    """Where the slots end a superstep: the ends of the idle runs and of the barrier syncs (int64)."""
+    kind = slots["kind"]
+    ends = slots["start_cycle"].astype(np.int64) + slots["cycles"].astype(np.int64)
+    return ends[(kind == SLOT["idle"]) | (kind == SLOT["superstep_sync"])]
+
+
+def cuts_of(slots: dict[str, np.ndarray], start_cycle: int, end_cycle: int) -> np.ndarray:
+    """The cycles that bound the run's supersteps: its first start, its last end and the slots' cuts between."""
+    ends = cut_ends(slots)
+    return np.unique(np.concatenate(([start_cycle, end_cycle], ends[(ends > start_cycle) & (ends < end_cycle)])))
+
+
+def steps_between(slots: dict[str, np.ndarray], cuts: np.ndarray, ipus: int) -> Supersteps:
+    """The supersteps bounded by ``cuts`` (sorted) on ``ipus`` IPUs, with the work of ``slots`` in them
+    (each slot in the superstep its first row starts in; one before the first cut in the first, one at or
+    past the last in the last)."""
     kind, start, cycles = slots["kind"], slots["start_cycle"].astype(np.int64), slots["cycles"].astype(np.int64)
-    ends = (start + cycles)[(kind == SLOT["idle"]) | (kind == SLOT["superstep_sync"])]
-    cuts = np.unique(np.concatenate(([start_cycle, end_cycle], ends[(ends > start_cycle) & (ends < end_cycle)])))
     count = max(len(cuts) - 1, 0)
-    ipus = int(slots["ipu"].max()) + 1 if len(kind) else 0
     step = np.clip(np.searchsorted(cuts, start, side="right") - 1, 0, max(count - 1, 0))
     ipu = slots["ipu"].astype(np.int64)
     busy = kind != SLOT["idle"]
@@ -110,7 +139,7 @@ def length(s: Supersteps, scale: np.ndarray) -> float:
     if not len(s.cycles):
         return 0.0
     work = _work(s.fixed, s.cell_step, s.cell_ipu, s.cell_cycles * scale)
-    return float((work.max(axis=1) + s.gap).sum())
+    return float(s.per_step(work.max(axis=1) + s.gap).sum())
 
 
 def even_scale(s: Supersteps, ipus: np.ndarray) -> np.ndarray:
@@ -121,7 +150,7 @@ def even_scale(s: Supersteps, ipus: np.ndarray) -> np.ndarray:
     proportions they split its work in today. An IPU's work grows or shrinks by one factor, so the
     work of the whole run (each pass's total) is what the trace measured.
     """
-    load = np.bincount(s.cell_ipu * 2 + s.cell_pass, s.cell_cycles, 2 * max(s.num_ipus, 1)).reshape(-1, 2)
+    load = np.bincount(s.cell_ipu * 2 + s.cell_pass, s.per_cell(s.cell_cycles), 2 * max(s.num_ipus, 1)).reshape(-1, 2)
     on = np.zeros(load.shape[0], bool)
     on[ipus[ipus < load.shape[0]]] = True
     active = (load > 0) & on[:, None]

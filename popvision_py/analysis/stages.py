@@ -204,7 +204,10 @@ def costs(trace: Aggregates, run: dict[str, Any]) -> _Costs:
     else:
         unit_mb, unit_it = total_mb, max(iterations, 1)
     pipelined, positions = run_schedule(run).of_stages(stages["ipu"].tolist())
-    steps = retime.supersteps(agg.slots, lo, hi) if agg.slots is not None and n else None
+    steps = None
+    if n:  # a long trace's are cut as it is folded (tracesteps), else here from its runs of rows
+        steps = agg.supersteps if agg.supersteps is not None else (
+            retime.supersteps(agg.slots, lo, hi) if agg.slots is not None else None)
     ipus = np.unique(stages["ipu"])
     idle_by_ipu = phase_by_ipu(trace, "idle")
     idle = int(idle_by_ipu[ipus[ipus < len(idle_by_ipu)]].sum())

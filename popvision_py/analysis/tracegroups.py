@@ -15,14 +15,17 @@ all workers (they only ever set cells).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from popvision_py.analysis.tracescan import BATCH_ROWS, SUMMARY_COLUMNS, Aggregates, _Fold, arrays, summarise
+from popvision_py.analysis.tracesteps import Settler, group_starts
 
 if TYPE_CHECKING:
     from popvision_py.format.reader import Profile
@@ -39,13 +42,17 @@ def workers_for(groups: int) -> int:
 
 
 def summarise_groups(read: Callable[[int], Iterable[pa.RecordBatch]], groups: int,
-                     bounds: dict[str, tuple[int, int]] | None = None, workers: int | None = None) -> Aggregates:
+                     bounds: dict[str, tuple[int, int]] | None = None, workers: int | None = None,
+                     starts: np.ndarray | None = None, settle_runs: int | None = None) -> Aggregates:
     """``tracescan.summarise`` of a trace of ``groups`` row groups, ``read(g)`` giving row group
     ``g``'s batches (of ``SUMMARY_COLUMNS``), folded by ``workers`` threads (``workers_for``).
 
     The result is the one a single pass gives. An error in any worker (a corrupt page, a value the
     schema forbids) stops the others and is raised here; so is a Ctrl-C, once the workers have
-    stopped at their next batch.
+    stopped at their next batch. ``starts`` (each row group's first start, ``tracesteps.group_starts``)
+    with ``bounds``: each row group's runs of rows are handed to a ``tracesteps.Settler`` as it is
+    folded, which cuts the supersteps behind the horizon, so that memory does not grow with the trace
+    (``settle_runs``: runs it holds before it cuts, ``tracesteps.SETTLE_RUNS`` by default).
     """
     workers = workers_for(groups) if workers is None else max(1, min(workers, groups))
     first = _Fold(bounds)
@@ -54,6 +61,9 @@ def summarise_groups(read: Callable[[int], Iterable[pa.RecordBatch]], groups: in
     lock = threading.Lock()
     stop = threading.Event()
     errors: list[BaseException] = []
+    settler = None
+    if starts is not None and bounds is not None and len(starts) == groups:
+        settler = Settler(starts, bounds, bounds["iteration"][1] + 1, settle_runs)
 
     def work(fold: _Fold) -> None:
         try:
@@ -66,6 +76,9 @@ def summarise_groups(read: Callable[[int], Iterable[pa.RecordBatch]], groups: in
                     if stop.is_set():
                         return
                     fold.add(arrays(batch, SUMMARY_COLUMNS), (group, index))
+                if settler is not None:  # the row group's runs, now that all its batches are folded
+                    settler.add(group, fold.slots.parts)
+                    fold.slots.parts = []
         except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
             errors.append(exc)
             stop.set()
@@ -88,7 +101,14 @@ def summarise_groups(read: Callable[[int], Iterable[pa.RecordBatch]], groups: in
         raise errors[0]
     for fold in folds[1:]:
         first.merge(fold)
-    return first.result()
+    if settler is None:
+        return first.result()
+    if not settler.settled:  # too few runs to have settled any: cut at the end, as without a settler
+        first.slots.parts = settler.pending + first.slots.parts
+        return first.result()
+    bars, steps = settler.finish(first.slots.parts)
+    first.slots.parts = []
+    return dataclasses.replace(first.result(), slots=bars, supersteps=steps)
 
 
 def summarise_profile(profile: Profile, bounds: dict[str, tuple[int, int]] | None,
@@ -103,4 +123,5 @@ def summarise_profile(profile: Profile, bounds: dict[str, tuple[int, int]] | Non
     def read(group: int) -> Iterable[pa.RecordBatch]:
         return profile.iter_batches("trace", SUMMARY_COLUMNS, batch_size=BATCH_ROWS, row_groups=[group])
 
-    return summarise_groups(read, groups, bounds)
+    starts = group_starts(profile.metadata("trace")) if bounds is not None else None
+    return summarise_groups(read, groups, bounds, starts=starts)

@@ -19,7 +19,7 @@ import queue
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -170,7 +170,9 @@ class Aggregates:
     ``rows``: trace rows; ``iterations_per_run``, ``micro_batch_slots``, ``run_slots``: the largest
     iteration, micro-batch and run + 1 (sizes for dense keys). ``slots``: the trace cut into runs of
     rows of one kind of work (``SLOT_COLUMNS``), from which the stages report re-times
-    the run's supersteps (``retime.supersteps``).
+    the run's supersteps (``retime.supersteps``). ``supersteps``: those supersteps already cut, when a
+    long trace's were settled as it was folded (``tracesteps``); ``slots`` then holds only the runs
+    of the Gantt bars of its first iterations.
     """
 
     cube: np.ndarray
@@ -185,6 +187,7 @@ class Aggregates:
     run_slots: int = 0
     slots: dict[str, np.ndarray] | None = None
     ipu_rows: np.ndarray | None = None
+    supersteps: Any = None  # retime.Supersteps (retime imports this module)
 
     def __len__(self) -> int:
         return self.rows

@@ -227,7 +227,10 @@ class StagesReport(_View):
         r = self._r
         def compute() -> pd.DataFrame:
             r.scan_trace(gantt=True)
-            return _stages.gantt(r._cache["gantt_bars"])
+            frame = _stages.gantt(r._cache["gantt_bars"])
+            if r.trace_summary().supersteps is not None:  # a long trace's: its first iterations' bars only
+                frame.attrs["iterations"] = r.iterations()
+            return frame
 
         return self._memo("gantt", compute)
 

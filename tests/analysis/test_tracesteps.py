@@ -1,0 +1,139 @@
+"""A long trace's supersteps and Gantt bars settled as its row groups are folded (``tracesteps``) equal the
+ones cut once from all its runs of rows, and the figures recomputed from the raw rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import popvision_py as pv
+from popvision_py.analysis import critical_path, retime, tracegroups, tracescan, tracesteps
+from popvision_py.analysis.tables import PASS, PASSES
+from popvision_py.format import Profile
+from popvision_py.render import jsonout
+from popvision_py.render.document import build_report
+from tests.analysis.test_tracescan import _batches, _trace
+
+
+def _in_time_order(frame: pd.DataFrame, block: int = 40_000) -> pd.DataFrame:
+    """The rows as the engine writes them: a stretch of time at once, IPU by IPU (row groups in time order)."""
+    key = frame.assign(block=frame["start_cycle"] // block)
+    return key.sort_values(["block", "ipu", "start_cycle"], kind="stable").drop(columns="block").reset_index(drop=True)
+
+
+def _folds(frame: pd.DataFrame, limit: int, bars: int | None = None, monkeypatch=None):
+    """(the fold cutting every run at the end, the fold settling every ``limit`` runs), 2 threads, 700-row groups."""
+    groups = _batches(frame, 700)
+    bounds = {c: (int(frame[c].min()), int(frame[c].max())) for c in tracescan.BOUND_COLUMNS}
+    starts = np.array([int(g.column("start_cycle").to_numpy().min()) for g in groups])
+    if bars is not None:
+        monkeypatch.setattr(tracesteps, "GANTT_BARS", bars)
+    whole = tracegroups.summarise_groups(lambda g: [groups[g]], len(groups), bounds, workers=2)
+    settled = tracegroups.summarise_groups(lambda g: [groups[g]], len(groups), bounds, workers=2, starts=starts,
+                                           settle_runs=limit)
+    return whole, settled
+
+
+@pytest.mark.parametrize("limit", [300, 2000])
+def test_settled_supersteps_equal_the_ones_cut_at_the_end_and_the_raw_rows(limit):
+    # GIVEN a random trace of 9,000 rows in time order, as 13 row groups
+    frame = _in_time_order(_trace())
+    # WHEN it is folded with its runs settled every few hundred runs, and with them all kept to the end
+    whole, settled = _folds(frame, limit)
+    s, exact = settled.supersteps, retime.supersteps(whole.slots, whole.start_cycle, whole.end_cycle)
+    # THEN the supersteps were settled as the trace came, and stand for the same supersteps
+    assert s is not None and whole.supersteps is None
+    assert s.weight.sum() == len(exact.cycles)
+    assert s.total_cycles == exact.total_cycles == frame["end_cycle"].max() - frame["start_cycle"].min()
+    # and their work is the raw rows': fixed work per IPU (busy rows that no stage's micro-batch moves) ...
+    idle = frame["phase"] == "idle"
+    movable = ((frame["stage"] >= 0) & (frame["micro_batch"] >= 0) & ~idle
+               & frame["pass"].isin(["forward", "backward"]))
+    cycles = frame["end_cycle"] - frame["start_cycle"]
+    want_fixed = cycles[~idle & ~movable].groupby(frame["ipu"]).sum().reindex(range(s.num_ipus), fill_value=0)
+    np.testing.assert_array_equal((s.fixed * s.weight[:, None]).sum(axis=0), want_fixed.to_numpy())
+    # ... and each stage's forward and backward work
+    n_stage = int(frame["stage"].max()) + 1
+    want = cycles[movable].groupby([frame["stage"], frame["pass"] == "backward"]).sum()
+    work = s.stage_work(n_stage)
+    for (stage, backward), total in want.items():
+        assert work[stage, int(backward)] == total
+    np.testing.assert_array_equal(work, exact.stage_work(n_stage))
+    # and every figure re-timed from them is the one from all the supersteps
+    ipus = np.arange(s.num_ipus)
+    assert retime.length(s, np.ones(len(s.cell_cycles))) == retime.length(exact, np.ones(len(exact.cell_cycles)))
+    assert retime.balance(s, ipus).total_cycles == pytest.approx(retime.balance(exact, ipus).total_cycles, rel=1e-12)
+    (a, totals_a, culprits_a), (b, totals_b, culprits_b) = critical_path.bsp_path(s, ipus), critical_path.bsp_path(
+        exact, ipus)
+    assert totals_a == totals_b
+    pd.testing.assert_frame_equal(a.frame(), b.frame())
+    np.testing.assert_allclose(culprits_a["saves_cycles"], culprits_b["saves_cycles"], rtol=1e-12)
+    for name in ("cube", "executions", "micro_batches"):
+        np.testing.assert_array_equal(getattr(settled, name), getattr(whole, name))
+
+
+def test_settled_bars_are_the_first_iterations_bars(monkeypatch):
+    # GIVEN a trace in time order folded with its runs settled, keeping at most 200 bars
+    frame = _in_time_order(_trace())
+    whole, settled = _folds(frame, 300, bars=200, monkeypatch=monkeypatch)
+    got = pd.DataFrame(tracescan.gantt_bars(settled))
+    # THEN the bars kept are those of the first iterations, whole, at most 200, each its rows' first
+    # start and last end (grouped directly from the raw rows)
+    rows = frame[(frame["stage"] >= 0) & (frame["micro_batch"] >= 0) & (frame["phase"] != "idle")].assign(
+        g=lambda f: f["run"] * 4 + f["iteration"], p=lambda f: f["pass"].map(PASSES.index))
+    want = rows.groupby(["ipu", "stage", "p", "g", "micro_batch"]).agg(
+        start_cycle=("start_cycle", "min"), end_cycle=("end_cycle", "max")).reset_index()
+    kept = np.unique(got["iteration"])
+    assert len(got) <= 200 and 0 < len(kept) < want["g"].nunique()
+    np.testing.assert_array_equal(kept, np.arange(len(kept)))  # the first iterations
+    want = want[want["g"].isin(kept)]
+    got = got.rename(columns={"pass": "p", "iteration": "g"}).sort_values(
+        ["ipu", "stage", "p", "g", "micro_batch"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got[want.columns].astype("int64"), want.reset_index(drop=True).astype("int64"))
+    assert len(tracescan.gantt_bars(whole)["ipu"]) == len(rows.drop_duplicates(["ipu", "stage", "p", "g",
+                                                                               "micro_batch"]))
+
+
+def test_row_groups_out_of_time_order_give_the_same_figures():
+    # GIVEN a trace written IPU after IPU (each IPU's first row group starts at cycle 0: the horizon
+    # moves only once the last IPU's are folded)
+    frame = _trace()
+    whole, settled = _folds(frame, 300)
+    # THEN whatever was settled, the supersteps and bars are those cut from all the runs at the end
+    exact = retime.supersteps(whole.slots, whole.start_cycle, whole.end_cycle)
+    s = settled.supersteps if settled.supersteps is not None else retime.supersteps(
+        settled.slots, settled.start_cycle, settled.end_cycle)
+    assert (s.weight.sum() if s.weight is not None else len(s.cycles)) == len(exact.cycles)
+    np.testing.assert_array_equal(s.stage_work(4), exact.stage_work(4))
+    assert retime.length(s, np.ones(len(s.cell_cycles))) == exact.total_cycles
+    for name, column in tracescan.gantt_bars(whole).items():
+        np.testing.assert_array_equal(tracescan.gantt_bars(settled)[name], column)
+
+
+def test_a_report_is_the_same_with_its_runs_settled(tmp_path, monkeypatch):
+    # GIVEN a profile of several row groups (benchmarks/make_large_profile.py), its iterations alike
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    path = tmp_path / "large.pop"
+    subprocess.run([sys.executable, "benchmarks/make_large_profile.py", str(path), "--rows", "2500000"],
+                   check=True, cwd=root, capture_output=True, timeout=300)
+    with Profile(path) as profile:
+        assert profile.metadata("trace").num_row_groups >= 3
+
+    def report(settle_runs: int) -> bytes:
+        monkeypatch.setattr(tracesteps, "SETTLE_RUNS", settle_runs)
+        monkeypatch.setattr(tracegroups, "workers_for", lambda groups: min(2, groups))
+        with pv.open(path) as r:
+            if settle_runs < 1 << 20:  # a few distinct supersteps stand for all of them
+                s = r.trace_summary().supersteps
+                assert s is not None and len(s.cycles) < s.weight.sum() / 100
+            return jsonout.render(build_report(r, "all"))
+
+    # WHEN every section is reported with the runs settled every 5,000 runs, and kept to the end
+    # THEN the JSON reports are byte for byte the same
+    assert report(5000) == report(1 << 30)
+    assert PASS["backward"] == PASSES.index("backward")
