@@ -142,7 +142,8 @@ def callbacks(paths: list[str], warm: bool = True) -> list[tuple[str, Callable[[
         ("liveness.choose_peak", lambda: page["liveness"].choose_peak("a")),
         ("liveness.render_plot", lambda: page["liveness"].render_plot(int(top["ipu"]), int(top["peak_step"]), "a")),
         ("liveness.render_peaks", lambda: page["liveness"].render_peaks("a")),
-        ("liveness.choose_clicked", lambda: page["liveness"].choose_clicked({"points": [{"x": 3, "customdata": [0, "s"]}]})),
+        ("liveness.choose_clicked",
+         lambda: page["liveness"].choose_clicked({"points": [{"x": 3, "customdata": [0, "s"]}]})),
         ("liveness.show_live", lambda: page["liveness"].show_live(int(top["ipu"]), int(top["peak_step"]), "a")),
         ("trace.render_timeline (whole run)", lambda: page["trace"].render_timeline("a", 0)),
         ("trace.zoom_timeline (10 % window)", lambda: page["trace"].zoom_timeline(
@@ -160,7 +161,8 @@ def callbacks(paths: list[str], warm: bool = True) -> list[tuple[str, Callable[[
            lambda window=window, n=n: page["trace"].render_tile_timeline(window, f"worst {n}", 0, "a"))
           for n in (8, 64)
           for label, window in (("whole run", None), ("10 % window", [mid, mid + span // 10]),
-                                ("0.1 % window", [mid, mid + span // 1000]), ("a few steps", [mid, mid + 5 * step_cycles]))],
+                                ("0.1 % window", [mid, mid + span // 1000]),
+                                ("a few steps", [mid, mid + 5 * step_cycles]))],
         ("trace.show_tile_balance (in view, 10 %)", lambda: page["trace"].show_tile_balance(
             compute_set, "view", [mid, mid + span // 10], 0, "a")),
         ("stages.render", lambda: page["stages"].render("a")),
@@ -289,11 +291,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cold", action="store_true",
                         help="time the callbacks without the warm-up first (cold first calls)")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
-    parser.add_argument("--quick", action="store_true", help="a small profile and 2 repeats, to check the benchmark runs")
+    parser.add_argument("--quick", action="store_true",
+                        help="a small profile and 2 repeats, to check the benchmark runs")
     parser.add_argument("--only", default="", help="time only the callbacks whose name holds this (e.g. tile_)")
     parser.add_argument("--warm-up", type=int, default=0, metavar="N",
                         help="also time the warm-up in N fresh processes (issue 26's target: below 4.35 s at 50M rows)")
-    parser.add_argument("--before", metavar="DIR", help="with --warm-up: another checkout whose warm-up alternates with this one's")
+    parser.add_argument("--before", metavar="DIR",
+                        help="with --warm-up: another checkout whose warm-up alternates with this one's")
     args = parser.parse_args(argv)
     if args.quick:
         args.repeat = 2

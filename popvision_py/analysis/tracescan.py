@@ -106,7 +106,10 @@ def arrays(batch: pa.RecordBatch | pa.Table | dict[str, np.ndarray], columns: It
     out = {}
     for name in columns:
         column = batch.column(name)
-        out[name] = _codes(column, PASSES if name == "pass" else PHASES) if name in ("pass", "phase") else _numbers(column)
+        if name in ("pass", "phase"):
+            out[name] = _codes(column, PASSES if name == "pass" else PHASES)
+        else:
+            out[name] = _numbers(column)
     return out
 
 
@@ -136,7 +139,8 @@ def column_bounds(metadata: pq.FileMetaData | None, columns: Iterable[str]) -> d
             stats = column.statistics
             if column.num_values == 0:
                 continue
-            if stats is None or not stats.has_min_max or not isinstance(stats.min, int) or not isinstance(stats.max, int):
+            if (stats is None or not stats.has_min_max
+                    or not isinstance(stats.min, int) or not isinstance(stats.max, int)):
                 return None
             lo = stats.min if lo is None else min(lo, stats.min)
             hi = stats.max if hi is None else max(hi, stats.max)
@@ -303,8 +307,9 @@ class _Fold:
             self.width = bounds["step"][1] + 2
             self.cube = np.zeros((self.n_ipu, self.n_stage, N_PASS, N_PHASE), np.int64)
             self.execs = np.zeros((self.n_ipu, self.width), np.int64)
-            if all(c in bounds for c in ("run", "iteration", "micro_batch")) and min(
-                    bounds["run"][0], bounds["iteration"][0], bounds["micro_batch"][0] + 1, bounds["stage"][0] + 1) >= 0:
+            known = all(c in bounds for c in ("run", "iteration", "micro_batch"))
+            if known and min(bounds["run"][0], bounds["iteration"][0], bounds["micro_batch"][0] + 1,
+                             bounds["stage"][0] + 1) >= 0:
                 n_run, n_iter, n_mb = bounds["run"][1] + 1, bounds["iteration"][1] + 1, bounds["micro_batch"][1] + 2
                 if n_run * n_iter * self.n_stage * n_mb <= SEEN_LIMIT:
                     self.n_run, self.n_iter, self.n_mb = n_run, n_iter, n_mb
@@ -325,7 +330,8 @@ class _Fold:
             n_stage = self.n_stage
         else:
             n_ipu, n_stage, width = int(ipu.max()) + 1, int(stage.max()) + 2, int(step.max()) + 2
-            self.n_ipu, self.n_stage, self.width = max(self.n_ipu, n_ipu), max(self.n_stage, n_stage), max(self.width, width)
+            self.n_ipu, self.n_stage = max(self.n_ipu, n_ipu), max(self.n_stage, n_stage)
+            self.width = max(self.width, width)
             self.start, self.end = min(self.start, int(start.min())), max(self.end, int(end.max()))
         self.cube = _grown(self.cube, (self.n_ipu, self.n_stage, N_PASS, N_PHASE))
         self.execs = _grown(self.execs, (self.n_ipu, self.width))
@@ -333,7 +339,8 @@ class _Fold:
         if len(self.scratch) < n:
             self.scratch, self.durations = np.empty(n, np.int32), np.empty(n, np.int64)
         scratch, durations = self.scratch, np.subtract(end, start, out=self.durations[:n])
-        cut = self.slots.add(t, durations, order)  # rows where a run of one (run, iteration, stage, micro-batch...) starts
+        # rows where a run of one (run, iteration, stage, micro-batch...) starts
+        cut = self.slots.add(t, durations, order)
         # cycles per (ipu, stage, pass, phase): np.add.at on int64 is exact and faster than a weighted bincount
         s_cube = self.cube.shape
         key = _key([(ipu, 0), (stage, s_cube[1]), (t["pass"], N_PASS), (t["phase"], N_PHASE)], N_PASS * N_PHASE,
@@ -411,7 +418,8 @@ class _Fold:
                           ipu_rows=self.execs[: self.n_ipu, : self.width].sum(axis=1))
 
 
-def summarise(batches: Iterable[pa.RecordBatch | pa.Table], bounds: dict[str, tuple[int, int]] | None = None) -> Aggregates:
+def summarise(batches: Iterable[pa.RecordBatch | pa.Table],
+              bounds: dict[str, tuple[int, int]] | None = None) -> Aggregates:
     """The trace's aggregates (``tables.Aggregates``) from its batches, one batch in memory at a time.
 
     Folding batch by batch gives exactly what one pass over the whole trace gives: every figure
