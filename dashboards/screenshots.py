@@ -68,19 +68,25 @@ def chrome(width: int = WIDTH, height: int = 1000):
 def wait_until_drawn(driver, timeout: float = 30.0) -> None:
     """Until the page has its content, every figure is drawn and no callback is pending."""
     deadline = time.monotonic() + timeout
+    # null while anything is pending; once drawn, the boxes of the page's content and of every plot, so
+    # that a layout still settling (plotly's autosize, a table filled late) shows as a change
     script = """
         const content = document.querySelector('#_pages_content');
-        if (!content || !content.children.length) return false;
-        if (document.querySelector('._dash-loading, ._dash-loading-callback')) return false;
+        if (!content || !content.children.length) return null;
+        if (document.querySelector('._dash-loading, ._dash-loading-callback')) return null;
         const graphs = [...document.querySelectorAll('.dash-graph')];
-        return graphs.every(g => g.querySelector('.main-svg'));
+        if (!graphs.every(g => g.querySelector('.main-svg'))) return null;
+        const box = el => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; };
+        return JSON.stringify([box(content), ...[...document.querySelectorAll('.main-svg')].map(box)]);
     """
+    seen, stable = None, 0
     while time.monotonic() < deadline:
-        if driver.execute_script(script):
-            time.sleep(0.8)  # let plotly finish laying out
-            if driver.execute_script(script):
-                return
-        time.sleep(0.2)
+        drawn = driver.execute_script(script)
+        stable = stable + 1 if drawn is not None and drawn == seen else 0
+        if stable == 2:  # drawn, and the same boxes three times over 0.3 s: plotly has finished laying out
+            return
+        seen = drawn
+        time.sleep(0.15)
     raise TimeoutError("the page did not finish drawing")
 
 

@@ -8,6 +8,8 @@ whose name or op holds the words, with their ancestors, opened.
 
 from __future__ import annotations
 
+from typing import Any
+
 import dash
 import numpy as np
 from dash import Input, Output, dcc, html
@@ -27,9 +29,11 @@ DESCRIPTION = {False: "Each IPU's control program: the loops over runs, device i
                       "it; search to find an op or a step.",
                True: "The control program a compiler builds for each device: PyTorch launches kernels instead."}
 ALL_IPUS = "all"
-# The most nodes a tree shows with its program steps: beyond, an op's steps are left to its line (the
-# page stays within its 500 ms a callback on a model of hundreds of ops over several IPUs).
-MAX_NODES = 1000
+# The most nodes a tree shows at once. The browser's cost of drawing nested components grows faster than
+# their number: Chromium took 25 s to draw bert-large's 789 nodes on one IPU (2,575 components), 2 s for
+# its 222 without the ops' program steps. Beyond, an op's steps are left to its line, then the deepest
+# levels stay out until the rest fits; a search or one IPU shows what was left out.
+MAX_NODES = 250
 
 
 def layout(**_query: str) -> html.Div:
@@ -114,11 +118,26 @@ def render_tree(ipu: int | str | None, words: str | None, profile: str | None):
     if words:
         hits = int((mask & programs.matches(table, words)).sum())
         found = f"{hits:,} node{'' if hits == 1 else 's'} match “{words}”" if hits else f"No node matches “{words}”."
-    if keep.sum() > MAX_NODES:
-        parent = np.asarray(table["parent"])
-        op_node = (np.asarray(table["kind"]) == "sequence") & (np.asarray(table["op"]) != "")
-        keep &= ~((parent >= 0) & op_node[np.maximum(parent, 0)])
-        found = " ".join(filter(None, [found, f"Over {MAX_NODES:,} nodes: each op's program steps are left to its "
-                                              "line; choose one IPU or search to see them."]))
+    keep, left_out = within_budget(table, keep)
+    if left_out:
+        where = "search" if ipu != ALL_IPUS else "choose one IPU or search"
+        found = " ".join(filter(None, [found, f"Over {MAX_NODES:,} nodes: {left_out}; {where} to see them."]))
     return figures.tree(frame, keep, words), found
+
+
+def within_budget(table: Any, keep: np.ndarray, most: int | None = None) -> tuple[np.ndarray, str]:
+    """``keep`` cut to at most ``most`` nodes (``MAX_NODES``): first each op's program steps, then the
+    deepest levels, until the rest fits; and what was left out, in words ("" when nothing was)."""
+    most = MAX_NODES if most is None else most
+    if keep.sum() <= most:
+        return keep, ""
+    parent = np.asarray(table["parent"])
+    op_node = (np.asarray(table["kind"]) == "sequence") & (np.asarray(table["op"]) != "")
+    keep = keep & ~((parent >= 0) & op_node[np.maximum(parent, 0)])
+    if keep.sum() <= most:
+        return keep, "each op's program steps are left to its line"
+    depth = np.asarray(table["depth"])
+    kept_at = np.cumsum(np.bincount(depth[keep], minlength=int(depth.max()) + 1))  # nodes kept to each depth
+    deepest = max(int(np.searchsorted(kept_at, most, side="right")) - 1, 0)
+    return keep & (depth <= deepest), f"nodes deeper than level {deepest} are left out"
 

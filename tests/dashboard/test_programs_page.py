@@ -67,6 +67,55 @@ def test_an_imported_trace_shows_its_one_line():
     assert page().render_tree(None, "", "a") == (None, "")
 
 
+def _nodes(components) -> int:
+    return sum(1 + (_nodes(c.children[1:]) if c.__class__.__name__ == "Details" else 0) for c in components)
+
+
+def test_a_large_tree_is_cut_to_what_a_browser_draws_quickly_and_says_so():
+    from dashboards.app import create_app
+
+    # GIVEN bert-large's tree: 789 nodes on IPU 0, 5,172 on every IPU (more than the page draws at once)
+    big = SAMPLES / "bert_large_out_of_memory" / "profile.pop"
+    create_app([str(big)])
+    with pv.open(big) as report:
+        frame = report.programs.tree()
+    on_0 = frame[frame["ipu"] == 0]
+    assert len(on_0) > page().MAX_NODES
+    # WHEN IPU 0's tree is asked for
+    tree, found = page().render_tree(0, "", "a")
+    # THEN the ops' program steps are left to their lines (an op is a sequence with its op named, its
+    # children the steps), everything else shown, and the page says what it left out and how to see it
+    ops = set(on_0.loc[(on_0["kind"] == "sequence") & (on_0["op"] != ""), "node"])
+    expected = len(on_0) - int(on_0["parent"].isin(ops).sum())
+    assert _nodes(tree) == expected <= page().MAX_NODES
+    assert found == (f"Over {page().MAX_NODES:,} nodes: each op's program steps are left to its line; "
+                     "search to see them.")
+    # WHEN every IPU's tree is asked for, still too many without the steps
+    tree, found = page().render_tree("all", "", "a")
+    # THEN whole levels are left out from the deepest up until the rest fits: the count is the most
+    # levels' whose nodes (steps aside) fit
+    shown = frame[~frame["parent"].isin(set(frame.loc[(frame["kind"] == "sequence") & (frame["op"] != ""), "node"]))]
+    per_depth = shown["depth"].value_counts().sort_index().cumsum()
+    deepest = int(per_depth[per_depth <= page().MAX_NODES].index.max())
+    assert _nodes(tree) == int(per_depth[deepest]) <= page().MAX_NODES
+    assert found == (f"Over {page().MAX_NODES:,} nodes: nodes deeper than level {deepest} are left out; "
+                     "choose one IPU or search to see them.")
+    # AND a search still reaches a step the cut left out: every match is shown with its ancestors
+    step = on_0.loc[on_0["parent"].isin(ops)].iloc[0]
+    tree, found = page().render_tree(0, step["name"].lower(), "a")
+    assert int(step["node"]) in _node_ids(tree) and int(step["parent"]) in _node_ids(tree)
+    assert "match" in found and "No node" not in found
+
+
+def _node_ids(components) -> set[int]:
+    ids_ = set()
+    for c in components:
+        ids_.add(int(getattr(c, "data-node")))
+        if c.__class__.__name__ == "Details":
+            ids_ |= _node_ids(c.children[1:])
+    return ids_
+
+
 @pytest.mark.browser
 def test_open_expand_search_and_choose_an_ipu_in_the_browser(dash_duo):
     from dashboards.app import create_app
