@@ -21,7 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from popvision_py.importer.profile import build_tables, write
+from popvision_py.importer.profile import write_profile
 from popvision_py.importer import ranges
 from popvision_py.importer.parts import Merger
 from popvision_py.importer.read import RankTrace, TraceError, read_rank, read_stream
@@ -256,9 +256,7 @@ def import_traces(paths: list[Path], output: Path, *, device_memory: int | None 
     if not any(len(t.start) or len(t.busy) for t in traces):
         raise TraceError("The traces hold no events on any rank's time line (no operators, annotations or "
                          "communication): record them with torch.profiler's CPU (and CUDA) activities.")
-    target, run, tables = build_tables(traces, device_memory, name)
-    Path(output).parent.mkdir(parents=True, exist_ok=True)  # only now: a bad trace leaves no folder behind
-    write(output, target, run, tables)
+    run = write_profile(output, traces, device_memory, name)  # each rank's rows written as they are cut
     write_timelines(traces, Path(output).parent / "system")  # only now: a bad trace writes nothing
     return run
 
