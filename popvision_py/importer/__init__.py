@@ -11,6 +11,7 @@ each rank's CPU timeline beside it (``<DIR>/system/rank-<r>.pvti.parquet``) for 
 from __future__ import annotations
 
 import collections
+import contextlib
 import glob
 import json
 import os
@@ -28,6 +29,7 @@ from popvision_py.importer.read import RankTrace, TraceError, read_rank, read_st
 from popvision_py.importer.system import write_timelines
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+IN_PROCESS_BYTES = 32 << 20  # traces smaller than this (all together, gzipped ones as inflated ~20x) are read here
 
 __all__ = ["TraceError", "find_traces", "import_traces", "read_traces"]
 
@@ -93,7 +95,7 @@ def read_traces(paths: list[Path], jobs: int | None = None,
     in rank order; one sentence if two claim one rank."""
     jobs = max(1, jobs or os.cpu_count() or 1)
     traces = []
-    if jobs == 1:
+    if jobs == 1 or _size(paths) < IN_PROCESS_BYTES:  # a few MB: starting processes would take longer
         for p in paths:
             traces.append(_read(p))
             progress()
@@ -129,6 +131,15 @@ def read_traces(paths: list[Path], jobs: int | None = None,
     return sorted(traces, key=lambda t: t.rank)
 
 
+def _size(paths: list[Path]) -> int:
+    """The traces' JSON bytes, about: a gzipped file counts 20 times its size."""
+    total = 0
+    for p in paths:
+        with contextlib.suppress(OSError):
+            total += p.stat().st_size * (20 if p.name.endswith(".gz") else 1)
+    return total
+
+
 def _read_parallel(pool: ProcessPoolExecutor, paths: list[Path], jobs: int) -> Iterator[RankTrace]:
     """Each rank's trace in order: its byte ranges handed to ``pool`` (at most two per process waiting, across
     the ranks), their parts merged in order as they come; a rank the fast path does not take is read by
@@ -156,7 +167,7 @@ class _Rank:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.plan: ranges.Plan | None = None
+        self.plan: ranges.TracePlan | None = None
         self.sources: Iterator[tuple[Any, bool]] | None = None
         self.merger = Merger()
         self.fallen = False  # read by the streaming parser

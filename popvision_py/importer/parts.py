@@ -1,7 +1,7 @@
 """What the import keeps of one rank's trace, and the rules it keeps it by, shared by both readers.
 
 ``read.read_stream`` (ijson, event by event) and ``ranges`` (msgspec, a byte range of events at a
-time) each reduce events to a ``Part``; the parts of a rank, merged in order, become its ``RankTrace``
+time) each reduce events to a ``RankPart``; the parts of a rank, merged in order, become its ``RankTrace``
 (``assemble``). Each rule is written once here: which events are spans (``classify``), the bytes a
 communication moves (``comm_bytes``), the peer of a point-to-point call (``peer``), the largest
 ``Total Allocated`` per 10 µs (``bucket_max``).
@@ -267,7 +267,7 @@ def _empty_intervals() -> np.ndarray:
 
 
 @dataclass
-class Part:
+class RankPart:
     """What a stretch of a rank's events reduces to; a rank's parts, merged in order, are the rank's."""
 
     events: int = 0
@@ -296,15 +296,15 @@ class Merger:
     EVERY = 16
 
     def __init__(self) -> None:
-        self.parts: list[Part] = []
-        self.whole = Part()
+        self.parts: list[RankPart] = []
+        self.whole = RankPart()
 
-    def add(self, part: Part) -> None:
+    def add(self, part: RankPart) -> None:
         self.parts.append(part)
         if len(self.parts) >= self.EVERY:
             self._fold()
 
-    def result(self) -> Part:
+    def result(self) -> RankPart:
         self._fold()
         return self.whole
 
@@ -321,7 +321,7 @@ class Merger:
             if len(r):
                 r[:, 7] = codes[r[:, 7]]
             rows.append(r)
-        whole = Part(events=sum(p.events for p in parts), rows=np.concatenate(rows),
+        whole = RankPart(events=sum(p.events for p in parts), rows=np.concatenate(rows),
                      on_gpu=np.concatenate([p.on_gpu for p in parts]), names=list(names),
                      kernels=merge_intervals(np.concatenate([p.kernels for p in parts])),
                      step_threads=list(dict.fromkeys(t for p in parts for t in p.step_threads)),
@@ -344,8 +344,8 @@ class Merger:
         self.whole = whole
 
 
-def assemble(path: str, header: dict[str, Any], part: Part) -> RankTrace:
-    """A rank's ``RankTrace`` from its whole ``Part``: the training thread, its operators' union (or the GPU's
+def assemble(path: str, header: dict[str, Any], part: RankPart) -> RankTrace:
+    """A rank's ``RankTrace`` from its whole ``RankPart``: the training thread, its operators' union (or the GPU's
     kernels'), the backward passes no annotation names, the memory of the rank's device."""
     try:
         _, rank, world = header_fields(header)

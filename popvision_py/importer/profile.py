@@ -118,7 +118,7 @@ def _chunk_micro_batches(trace: RankTrace) -> None:
 
 
 @dataclasses.dataclass
-class Layout:
+class ProfilePlan:
     """What every rank's tables share: the window, the run recognised, the stages' and ranks' numbering."""
 
     lo: int
@@ -131,7 +131,7 @@ class Layout:
 
 
 def plan_profile(traces: list[RankTrace], device_memory: int | None = None,
-                 name: str | None = None) -> tuple[dict, dict, Layout]:
+                 name: str | None = None) -> tuple[dict, dict, ProfilePlan]:
     """``(target, run, layout)`` for the ranks' traces (ranks in rank order, ipu = position); ``name``
     is the run's name in the reports (the traces' folder by default). Every check that refuses the
     traces is made here, before anything is written."""
@@ -179,10 +179,10 @@ def plan_profile(traces: list[RankTrace], device_memory: int | None = None,
                    "events": int(sum(t.events for t in traces)), "not_inferred": not_inferred,
                    "hidden_comm_ns": []},
     }
-    return target, run, Layout(lo, hi, found, stage_index, single_stage, ipu_of_rank, peer_ready(traces))
+    return target, run, ProfilePlan(lo, hi, found, stage_index, single_stage, ipu_of_rank, peer_ready(traces))
 
 
-def rank_tables(t: RankTrace, ipu: int, plan: Layout) -> tuple[dict[str, dict[str, Any]], int]:
+def rank_tables(t: RankTrace, ipu: int, plan: ProfilePlan) -> tuple[dict[str, dict[str, Any]], int]:
     """One rank's rows of every table (string columns as dictionary codes), and the nanoseconds its
     communication was hidden behind compute."""
     rows = rank_rows(t, (plan.lo, plan.hi), plan.ready[ipu])
@@ -264,7 +264,7 @@ for _kind, _word in PASS_NAME.items():
 TYPE_WORDS = ["compute_set", "global_exchange", "all_reduce"]
 
 
-def _rank_tables(t: RankTrace, ipu: int, rows: Rows, plan: Layout, tables: dict[str, dict[str, Any]]) -> None:
+def _rank_tables(t: RankTrace, ipu: int, rows: Rows, plan: ProfilePlan, tables: dict[str, dict[str, Any]]) -> None:
     """One rank's rows of every table, into ``tables``."""
     lo, found = plan.lo, plan.found
     n = len(rows.start)
@@ -330,7 +330,7 @@ def _peak(t: RankTrace, lo: int, hi: int) -> int:
                    int(_levels(t.memory_ts, t.memory_bytes, np.array([lo]), np.array([lo]))[0])))
 
 
-def _memory_tables(t: RankTrace, ipu: int, rows: Rows, plan: Layout, live: np.ndarray, total: int,
+def _memory_tables(t: RankTrace, ipu: int, rows: Rows, plan: ProfilePlan, live: np.ndarray, total: int,
                    tables: dict[str, dict[str, Any]]) -> None:
     """Each step's level (the most allocated while it ran, else what was allocated when it began), and
     the rank's peak split into what stayed allocated throughout and the rest."""

@@ -1,5 +1,5 @@
 """A rank's trace read by byte ranges: ``traceEvents`` cut into stretches of whole events, each decoded
-at once by msgspec into typed events and reduced to a ``Part`` (the columns ``read`` keeps).
+at once by msgspec into typed events and reduced to a ``RankPart`` (the columns ``read`` keeps).
 
 Kineto writes one event per object in one ``traceEvents`` array, so the array splits into independent
 byte ranges: a range ends at a ``}`` followed by ``,`` and the next event's ``{``. Where a newline lies
@@ -34,7 +34,7 @@ import numpy as np
 
 from popvision_py.importer.checks import MAX_DEPTH, Depth, TraceError, header_fields
 from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_FLIGHT, GPU_CATS, HEAD_BYTES,
-                                         MAX_PLAIN, MAX_RATIO, MAX_US, STEP, Merger, Part, RankTrace, Spans, args_of,
+                                         MAX_PLAIN, MAX_RATIO, MAX_US, STEP, Merger, RankPart, RankTrace, Spans, args_of,
                                          assemble, bucket_max, classify, comm_bytes, is_annotation_span,
                                          merge_intervals, parse_header)
 
@@ -45,6 +45,7 @@ ONE_LINE_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
 KEEP = b'"[]{}'
 DELETE = bytes(c for c in range(256) if c not in KEEP)  # what a nesting count ignores
+PIECE_BYTES = 64 << 10  # a gzip stream is inflated in ijson's pieces (its buf_size)
 TOP = b'{"traceEvents":['  # the last range is decoded as the rest of the file's top-level object
 
 
@@ -123,7 +124,7 @@ def find_boundary(buf: Any, begin: int, target: int, limit: int) -> tuple[int, i
 
 
 @dataclass
-class Plan:
+class TracePlan:
     """How a trace's file is read: its header, and its events' byte ranges."""
 
     header: dict[str, Any]
@@ -160,7 +161,7 @@ def _header(head: bytes) -> tuple[dict[str, Any], int | None, int]:
     return header, base_ns, m.end()
 
 
-def plan_plain(path: Path, size: int) -> Plan:
+def plan_plain(path: Path, size: int) -> TracePlan:
     """The byte ranges of a plain trace file, its boundaries found in windows read near each target."""
     with open(path, "rb") as f:
         header, base_ns, begin = _header(f.read(HEAD_BYTES))
@@ -182,10 +183,10 @@ def plan_plain(path: Path, size: int) -> Plan:
             ranges.append((begin, found[0], False))
             begin = found[1]
         ranges.append((begin, size, True))
-    return Plan(header, base_ns, False, ranges=ranges)
+    return TracePlan(header, base_ns, False, ranges=ranges)
 
 
-def gz_ranges(path: Path) -> tuple[Plan, Iterator[tuple[bytes, bool]]]:
+def gz_ranges(path: Path) -> tuple[TracePlan, Iterator[tuple[bytes, bool]]]:
     """A gzipped trace's header, then its events' ranges as bytes, decompressed as they are needed (a
     stream that is damaged, or inflates like a bomb, raises ``Fallback``)."""
     stream, packed = _open(path)
@@ -193,15 +194,24 @@ def gz_ranges(path: Path) -> tuple[Plan, Iterator[tuple[bytes, bool]]]:
     read = 0
 
     def more(n: int) -> bytes:
+        """About ``n`` more bytes, inflated in the streaming parser's pieces, each piece's ratio checked as
+        it checks it (so that a stream it calls a bomb is one here too)."""
         nonlocal read
-        try:
-            data = stream.read(n)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise Fallback(f"cannot be decompressed ({exc})") from None
-        read += len(data)
-        if read > MAX_PLAIN and read > MAX_RATIO * packed.tell():
-            raise Fallback("inflates like a bomb")
-        return data
+        pieces = []
+        got = 0
+        while got < n:
+            try:
+                data = stream.read(PIECE_BYTES)
+            except (OSError, EOFError, zlib.error) as exc:
+                raise Fallback(f"cannot be decompressed ({exc})") from None
+            if not data:
+                break
+            read += len(data)
+            got += len(data)
+            if read > MAX_PLAIN and read > MAX_RATIO * packed.tell():
+                raise Fallback("inflates like a bomb")
+            pieces.append(data)
+        return b"".join(pieces)
 
     try:
         buf = bytearray(more(HEAD_BYTES))
@@ -234,10 +244,10 @@ def gz_ranges(path: Path) -> tuple[Plan, Iterator[tuple[bytes, bool]]]:
                 yield bytes(buf[:hit[0]]), False
                 del buf[:hit[1]]
 
-    return Plan(header, base_ns, True), chunks()
+    return TracePlan(header, base_ns, True), chunks()
 
 
-def rank_ranges(path: Path) -> tuple[Plan, Iterator[tuple[tuple[str, int, int] | bytes, bool]]]:
+def rank_ranges(path: Path) -> tuple[TracePlan, Iterator[tuple[tuple[str, int, int] | bytes, bool]]]:
     """A trace's header and its ranges (a plain file's as (path, start, end), a gzipped one's as bytes)."""
     try:
         with open(path, "rb") as f:
@@ -251,7 +261,7 @@ def rank_ranges(path: Path) -> tuple[Plan, Iterator[tuple[tuple[str, int, int] |
     return plan, (((str(path), start, end), last) for start, end, last in plan.ranges)
 
 
-def finish(path: Path, plan: Plan, part: Part) -> RankTrace:
+def finish(path: Path, plan: TracePlan, part: RankPart) -> RankTrace:
     """The rank's ``RankTrace`` from its merged parts (``Fallback`` where ``assemble`` refuses it)."""
     try:
         return assemble(str(path), plan.header, part)
@@ -268,8 +278,8 @@ def read_fast(path: Path) -> RankTrace:
     return finish(path, plan, merger.result())
 
 
-def read_range(source: tuple[str, int, int] | bytes, base_ns: int | None, last: bool) -> Part:
-    """Decode one range (bytes, or a plain file's (path, start, end)) and reduce its events to a ``Part``;
+def read_range(source: tuple[str, int, int] | bytes, base_ns: int | None, last: bool) -> RankPart:
+    """Decode one range (bytes, or a plain file's (path, start, end)) and reduce its events to a ``RankPart``;
     ``Fallback`` if the fast path does not take it."""
     if isinstance(source, tuple):
         path, start, end = source
@@ -302,9 +312,9 @@ def _codes(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
     return np.fromiter(map(index.__getitem__, values), np.int64, len(values)), list(index)
 
 
-def reduce_events(events: list[Event], base_ns: int) -> Part:
-    """The ``Part`` of a run of events: what ``read.read_stream`` keeps of them, column by column."""
-    part = Part(events=len(events))
+def reduce_events(events: list[Event], base_ns: int) -> RankPart:
+    """The ``RankPart`` of a run of events: what ``read.read_stream`` keeps of them, column by column."""
+    part = RankPart(events=len(events))
     ph = np.array(list(map(attrgetter("ph"), events)), dtype=object)
     x = list(compress(events, (ph == "X").tolist()))
     instants = list(compress(events, (ph == "i").tolist()))
@@ -354,7 +364,7 @@ def reduce_events(events: list[Event], base_ns: int) -> Part:
     return part
 
 
-def _threads(part: Part, tids: list[Any], cpu_op: np.ndarray, autograd: np.ndarray, step: np.ndarray,
+def _threads(part: RankPart, tids: list[Any], cpu_op: np.ndarray, autograd: np.ndarray, step: np.ndarray,
              start: np.ndarray, end: np.ndarray) -> None:
     """Operators per thread (counts, in order of first appearance), each thread's operators' union and
     its autograd nodes', and the threads holding ``ProfilerStep#N``."""
@@ -378,7 +388,7 @@ def _threads(part: Part, tids: list[Any], cpu_op: np.ndarray, autograd: np.ndarr
     part.step_threads = list(dict.fromkeys(tids[k] for k in np.flatnonzero(step)))
 
 
-def _steps(part: Part, steps: list[Event]) -> None:
+def _steps(part: RankPart, steps: list[Event]) -> None:
     """The training loop's process: the first ``ProfilerStep#N``'s pid (each one's pid checked)."""
     for e in steps:
         pid = e.pid
@@ -401,7 +411,7 @@ class _Lazy:
         return getattr(self.event, key, default)
 
 
-def _spans(part: Part, x: list[Event], rows: np.ndarray, cat: np.ndarray, names: list[str], start: np.ndarray,
+def _spans(part: RankPart, x: list[Event], rows: np.ndarray, cat: np.ndarray, names: list[str], start: np.ndarray,
            end: np.ndarray, flight: np.ndarray) -> None:
     """The spans the import keeps, event by event in order (there are few): ``read``'s own rules."""
     spans = Spans()
@@ -416,7 +426,7 @@ def _spans(part: Part, x: list[Event], rows: np.ndarray, cat: np.ndarray, names:
     part.add_spans(spans)
 
 
-def _memory(part: Part, instants: list[Event], base_ns: int) -> None:
+def _memory(part: RankPart, instants: list[Event], base_ns: int) -> None:
     """``[memory]`` instants: the largest Total Allocated per 10 µs, per device type (0 CPU, 1 CUDA)."""
     memory = [e for e in instants if e.name == "[memory]"]
     if any(e.name is None for e in instants):

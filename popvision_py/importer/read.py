@@ -37,7 +37,7 @@ import numpy as np
 from popvision_py.importer import ranges
 from popvision_py.importer.checks import MAX_DEPTH, Depth, TraceError, header_fields, is_int, is_number, wrong
 from popvision_py.importer.parts import (AUTOGRAD, BATCH_EVENTS, COMM_FLIGHT, GPU_CATS, HEAD_BYTES, KIND, KINDS,
-                                         MAX_PLAIN, MAX_RATIO, MAX_US, STEP, Part, RankTrace, Spans, args_of,
+                                         MAX_PLAIN, MAX_RATIO, MAX_US, STEP, RankPart, RankTrace, Spans, args_of,
                                          assemble, bucket_max, classify, comm_bytes, merge_intervals, parse_header)
 
 __all__ = ["KIND", "KINDS", "RankTrace", "TraceError", "merge_intervals", "read_rank", "read_stream"]
@@ -250,7 +250,7 @@ def read_stream(path: str | Path) -> RankTrace:
         if mem_reduced[device]:
             memory[device] = bucket_max(np.concatenate([m[0] for m in mem_reduced[device]]),
                                         np.concatenate([m[1] for m in mem_reduced[device]]))
-    part = Part(events=events, kernels=kernels.intervals(), threads=threads,
+    part = RankPart(events=events, kernels=kernels.intervals(), threads=threads,
                 busy={tid: u.intervals() for tid, u in thread_busy.items()},
                 backward={tid: u.intervals() for tid, u in backward.items()},
                 step_threads=list(step_threads), step_pid=step_pid, gpu=gpu, memory=memory)
