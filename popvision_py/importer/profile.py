@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from popvision_py.format import ProfileWriter
 from popvision_py.format.schema import SCHEMA_VERSION
+from popvision_py.format.values import arrow
 from popvision_py.importer.read import KIND, RankTrace, TraceError, merge_intervals
 from popvision_py.importer.timeline import LABEL, PASS_NAME, Rows, is_collective, peer_ready, rank_rows
 from popvision_py.version import __version__
@@ -252,8 +253,7 @@ def category(codes: np.ndarray, words: list[str]) -> pa.DictionaryArray:
     remap = np.zeros(len(distinct), np.int32)
     remap[order] = np.arange(len(order), dtype=np.int32)
     unique = list(distinct)
-    return pa.DictionaryArray.from_arrays(pa.array(remap[codes], pa.int32()),
-                                          pa.array([unique[k] for k in order.tolist()], pa.string()))
+    return pa.DictionaryArray.from_arrays(arrow(remap[codes]), arrow([unique[k] for k in order.tolist()]))
 
 
 PHASE_WORDS = ["idle", "exchange", "compute"]

@@ -177,7 +177,7 @@ def plan_plain(path: Path, size: int) -> TracePlan:
                         m = None
                 if m is not None:
                     found = (at + m.start() + 1, at + m.end() - 1)
-                at += SEARCH_BYTES - 64  # windows overlap: a boundary across two is found whole
+                at += max(SEARCH_BYTES // 2, SEARCH_BYTES - 64)  # windows overlap: a boundary across two is found
             if found is None:
                 break
             ranges.append((begin, found[0], False))
