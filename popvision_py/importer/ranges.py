@@ -95,10 +95,10 @@ def range_depth(text: bytes) -> int:
     if not marks:
         return 0
     a = np.frombuffer(marks, np.uint8)
-    quote = a == 0x22
-    outside = (np.cumsum(quote) & 1) == 0  # even quotes up to here: outside a string (or on its closing quote)
-    step = np.where(outside & ~quote, np.where((a == 0x5B) | (a == 0x7B), 1, -1), 0)
-    return int(np.cumsum(step).max(initial=0))
+    inside = (np.cumsum(a == 0x22, dtype=np.uint8) & 1).view(bool)  # odd quotes so far: in a string
+    step = ((a == 0x5B) | (a == 0x7B)).view(np.int8) - ((a == 0x5D) | (a == 0x7D)).view(np.int8)
+    step[inside] = 0
+    return int(np.cumsum(step, dtype=np.int32).max(initial=0))
 
 
 def outside_strings(text: bytes) -> bool:
@@ -313,20 +313,20 @@ def _codes(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
 
 
 def reduce_events(events: list[Event], base_ns: int) -> RankPart:
-    """The ``RankPart`` of a run of events: what ``read.read_stream`` keeps of them, column by column."""
+    """The ``RankPart`` of a run of events: what ``read.read_stream`` keeps of them, column by column (each
+    distinct phase, category and name looked at once, the events by their codes)."""
     part = RankPart(events=len(events))
-    ph = np.array(list(map(attrgetter("ph"), events)), dtype=object)
-    x = list(compress(events, (ph == "X").tolist()))
-    instants = list(compress(events, (ph == "i").tolist()))
-    del ph
-    _memory(part, instants, base_ns)
+    ph_code, phases = _codes(list(map(attrgetter("ph"), events)))
+    x = list(compress(events, (ph_code == _index(phases, "X")).tolist()))
+    _memory(part, list(compress(events, (ph_code == _index(phases, "i")).tolist())), base_ns)
+    del ph_code
     if not x:
         return part
     names = list(map(attrgetter("name"), x))
     if None in names:
         raise Fallback("an event without a name")
     name_code, unique_names = _codes(names)
-    cat_code, unique_cats = _codes(list(map(attrgetter("cat"), x)))
+    cat_code, cats = _codes(list(map(attrgetter("cat"), x)))
     ts = np.fromiter(map(attrgetter("ts"), x), np.float64, len(x))
     dur = np.fromiter(map(attrgetter("dur"), x), np.float64, len(x))
     if not ((np.abs(ts) < MAX_US).all() and ((dur >= 0) & (dur < MAX_US)).all()):
@@ -334,34 +334,39 @@ def reduce_events(events: list[Event], base_ns: int) -> RankPart:
     start = np.rint(ts * 1000.0).astype(np.int64) + base_ns
     end = start + np.rint(dur * 1000.0).astype(np.int64)
     del ts, dur
-    cat = np.array(unique_cats, dtype=object)[cat_code]
-    gpu_cat = np.isin(cat, list(GPU_CATS))
-    cpu_op = cat == "cpu_op"
-    flight_name = np.array([COMM_FLIGHT.match(n) is not None for n in unique_names], bool)
-    autograd_name = np.array([n.startswith(AUTOGRAD) for n in unique_names], bool)
-    annotation_name = np.array([is_annotation_span(n) for n in unique_names], bool)
-    call_name = np.array([COMM_CALL.match(n) is not None for n in unique_names], bool)
-    chunk_name = np.array([CHUNK_FRAME.search(n) is not None for n in unique_names], bool)
-    step_name = np.array([STEP.match(n) is not None for n in unique_names], bool)
+
+    def by_name(test: Any) -> np.ndarray:
+        return np.array([bool(test(n)) for n in unique_names], bool)[name_code]
+
+    def is_cat(*words: str) -> np.ndarray:
+        return np.array([c in words for c in cats], bool)[cat_code]
+
+    gpu_cat = is_cat(*GPU_CATS)
+    cpu_op = is_cat("cpu_op")
     part.gpu = bool(gpu_cat.any())
-    flight = gpu_cat & flight_name[name_code]
+    flight = gpu_cat & by_name(COMM_FLIGHT.match)
     kernel = gpu_cat & ~flight
     if kernel.any():
         part.kernels = merge_intervals(np.stack([start[kernel], end[kernel]], axis=1))
-    autograd = cpu_op & autograd_name[name_code]
-    annotation = (cat == "user_annotation") | (cat == "gpu_user_annotation")
-    spans = flight | (~gpu_cat & ~autograd & ((annotation & annotation_name[name_code])
-                                              | (cpu_op & call_name[name_code])
-                                              | ((cat == "python_function") & chunk_name[name_code])))
-    step = (cat == "user_annotation") & step_name[name_code]
+    autograd = cpu_op & by_name(lambda n: n.startswith(AUTOGRAD))
+    spans = flight | (~gpu_cat & ~autograd & ((is_cat("user_annotation", "gpu_user_annotation")
+                                               & by_name(is_annotation_span))
+                                              | (cpu_op & by_name(COMM_CALL.match))
+                                              | (is_cat("python_function") & by_name(CHUNK_FRAME.search))))
+    step = is_cat("user_annotation") & by_name(STEP.match)
     if cpu_op.any() or step.any() or autograd.any():
         tids = list(map(attrgetter("tid"), x))
         _threads(part, tids, cpu_op, autograd, step, start, end)
         if step.any():
             _steps(part, list(compress(x, step.tolist())))
     if spans.any():
-        _spans(part, x, np.flatnonzero(spans), cat, names, start, end, flight)
+        rows = np.flatnonzero(spans)
+        _spans(part, x, rows, [cats[k] for k in cat_code[rows].tolist()], names, start, end, flight)
     return part
+
+
+def _index(words: list[Any], word: str) -> int:
+    return words.index(word) if word in words else -1
 
 
 def _threads(part: RankPart, tids: list[Any], cpu_op: np.ndarray, autograd: np.ndarray, step: np.ndarray,
@@ -411,18 +416,18 @@ class _Lazy:
         return getattr(self.event, key, default)
 
 
-def _spans(part: RankPart, x: list[Event], rows: np.ndarray, cat: np.ndarray, names: list[str], start: np.ndarray,
-           end: np.ndarray, flight: np.ndarray) -> None:
+def _spans(part: RankPart, x: list[Event], rows: np.ndarray, cats: list[str | None], names: list[str],
+           start: np.ndarray, end: np.ndarray, flight: np.ndarray) -> None:
     """The spans the import keeps, event by event in order (there are few): ``read``'s own rules."""
     spans = Spans()
-    for k in rows.tolist():
+    for k, cat in zip(rows.tolist(), cats):
         name, s, e = names[k], int(start[k]), int(end[k])
         if flight[k]:  # an NCCL kernel
             spans.gpu_track = False  # not a pass: where it is drawn does not matter
             spans.add(s, e, "comm_flight", -1, -1, -1, comm_bytes(args_of(_Lazy(x[k]))), name)
             continue
-        spans.gpu_track = cat[k] == "gpu_user_annotation"
-        classify(spans, name, "user_annotation" if spans.gpu_track else cat[k], s, e, _Lazy(x[k]))
+        spans.gpu_track = cat == "gpu_user_annotation"
+        classify(spans, name, "user_annotation" if spans.gpu_track else cat, s, e, _Lazy(x[k]))
     part.add_spans(spans)
 
 
