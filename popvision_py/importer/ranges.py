@@ -85,7 +85,7 @@ MEMORY = msgspec.json.Decoder(list[MemoryArgs])
 ARGS = msgspec.json.Decoder()
 
 
-def range_depth(text: bytes) -> int:
+def range_depth(text: bytes | bytearray) -> int:
     """The deepest nesting in ``text`` (whole JSON values and the commas between them, starting outside a
     string), strings' brackets not counted: escapes dropped, then all but quotes and brackets, then every
     pair of adjacent quotes (a string without brackets: dropping it keeps every later quote's parity)."""
@@ -278,26 +278,43 @@ def read_fast(path: Path) -> RankTrace:
     return finish(path, plan, merger.result())
 
 
+_BUFFER = bytearray()  # a worker's range, read in place (the same pages each time: no fresh memory to fault in)
+
+
+def _read_into(path: str, start: int, end: int, prefix: bytes, suffix: bytes) -> bytearray:
+    """``prefix`` + the file's bytes [start, end) + ``suffix``, in this process's reused buffer."""
+    size = len(prefix) + end - start + len(suffix)
+    if len(_BUFFER) > size:
+        del _BUFFER[size:]
+    elif len(_BUFFER) < size:
+        _BUFFER.extend(bytes(size - len(_BUFFER)))
+    _BUFFER[:len(prefix)] = prefix
+    _BUFFER[size - len(suffix):] = suffix
+    with open(path, "rb") as f, memoryview(_BUFFER) as view:
+        got = os.preadv(f.fileno(), [view[len(prefix):size - len(suffix)]], start)
+    if got != end - start:
+        raise Fallback("the file changed while it was read")
+    return _BUFFER
+
+
 def read_range(source: tuple[str, int, int] | bytes, base_ns: int | None, last: bool) -> RankPart:
     """Decode one range (bytes, or a plain file's (path, start, end)) and reduce its events to a ``RankPart``;
     ``Fallback`` if the fast path does not take it."""
+    prefix, suffix = (TOP, b"") if last else (b"[", b"]")
     if isinstance(source, tuple):
-        path, start, end = source
-        with open(path, "rb") as f:
-            text = os.pread(f.fileno(), end - start, start)
-        if len(text) != end - start:
-            raise Fallback("the file changed while it was read")
+        text: bytes | bytearray = _read_into(*source, prefix, suffix)
     else:
-        text = source
+        text = prefix + source + suffix
     try:
-        if range_depth(text) + 2 > MAX_DEPTH:  # inside the top-level object and traceEvents
+        # the last range's prefix opens the top-level object and traceEvents; the others' only an array
+        if range_depth(text) + (0 if last else 1) > MAX_DEPTH:
             raise Fallback("nests too deep")
         if last:
-            if b'"traceEvents"' in text:
+            if text.find(b'"traceEvents"', len(TOP)) >= 0:
                 raise Fallback("traceEvents named twice")  # the streaming parser reads both arrays
-            events = LAST.decode(TOP + text).traceEvents
+            events = LAST.decode(text).traceEvents
         else:
-            events = EVENTS.decode(b"[" + text + b"]")
+            events = EVENTS.decode(text)
         del text
         return reduce_events(events, base_ns or 0)
     except (msgspec.DecodeError, RecursionError, TraceError, ValueError, TypeError, OverflowError) as exc:
@@ -420,9 +437,10 @@ def _spans(part: RankPart, x: list[Event], rows: np.ndarray, cats: list[str | No
            start: np.ndarray, end: np.ndarray, flight: np.ndarray) -> None:
     """The spans the import keeps, event by event in order (there are few): ``read``'s own rules."""
     spans = Spans()
-    for k, cat in zip(rows.tolist(), cats):
-        name, s, e = names[k], int(start[k]), int(end[k])
-        if flight[k]:  # an NCCL kernel
+    for k, cat, s, e, nccl in zip(rows.tolist(), cats, start[rows].tolist(), end[rows].tolist(),
+                                  flight[rows].tolist()):
+        name = names[k]
+        if nccl:  # an NCCL kernel
             spans.gpu_track = False  # not a pass: where it is drawn does not matter
             spans.add(s, e, "comm_flight", -1, -1, -1, comm_bytes(args_of(_Lazy(x[k]))), name)
             continue
