@@ -31,7 +31,7 @@ from popvision_py.format import ProfileWriter
 from popvision_py.format.schema import SCHEMA_VERSION
 from popvision_py.format.values import arrow
 from popvision_py.importer.read import KIND, RankTrace, TraceError, merge_intervals
-from popvision_py.importer.timeline import LABEL, PASS_NAME, Rows, is_collective, peer_ready, rank_rows
+from popvision_py.importer.timeline import LABEL, PASS_NAME, Rows, is_collective, peer_ready, rank_rows, unique_first
 from popvision_py.version import __version__
 
 CLOCK_HZ = 1e9  # one cycle is one nanosecond
@@ -248,8 +248,10 @@ def category(codes: np.ndarray, words: list[str]) -> pa.DictionaryArray:
     distinct = {w: k for k, w in enumerate(dict.fromkeys(words))}
     word_code = np.array([distinct[w] for w in words], np.int64) if words else np.zeros(0, np.int64)
     codes = word_code[codes] if len(codes) else codes
-    used, first = np.unique(codes, return_index=True)
-    order = used[np.argsort(first, kind="stable")]
+    first = np.full(len(distinct), len(codes), np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes)))  # each code's first row
+    used = np.flatnonzero(first < len(codes))
+    order = used[np.argsort(first[used], kind="stable")]
     remap = np.zeros(len(distinct), np.int32)
     remap[order] = np.arange(len(order), dtype=np.int32)
     unique = list(distinct)
@@ -374,7 +376,7 @@ def _transfers(t: RankTrace, ipu: int, lo: int, row_steps: np.ndarray, row_spans
     other = mapped(peer[comm], ipu_of_rank)
     other = np.where(other >= 0, other, ipu)  # a peer outside the traces given: the rank itself
     # the first exposed step of each span, else a new 0-cycle step after the rank's others
-    seen, first = np.unique(row_spans, return_index=True)
+    seen, first = unique_first(row_spans)
     where = np.searchsorted(seen, comm)
     exposed = (where < len(seen)) & (seen[np.minimum(where, len(seen) - 1)] == comm) if len(seen) else np.zeros(len(comm), bool)
     at = np.where(exposed, row_steps[first[np.minimum(where, len(seen) - 1)]] if len(seen) else -1, -1)

@@ -53,6 +53,16 @@ class Rows:
     span: np.ndarray  # -1 for busy and idle rows
 
 
+def unique_first(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values, sorted, and where each first is: ``np.unique(values, return_index=True)`` by a
+    stable sort (numpy 2's hashing np.unique is 20 times slower on millions of times)."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    first = np.ones(len(ordered), bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    return ordered[first], order[first]
+
+
 def _cover(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
     """For each time in ``at``, the index of a span covering it (the latest to start), or -1.
 
@@ -127,7 +137,7 @@ def rank_rows(trace: RankTrace, window: tuple[int, int], ready: np.ndarray | Non
     used = np.zeros(len(kind), bool)
     for mask in classes.values():
         used |= mask
-    edges = np.unique(np.concatenate([[lo, hi], start[used], end[used], busy.ravel()]))
+    edges = unique_first(np.concatenate([[lo, hi], start[used], end[used], busy.ravel()]))[0]
     at = edges[:-1]
     label = np.full(len(at), LABEL["idle"], np.int8)
     span = np.full(len(at), -1, np.int64)
