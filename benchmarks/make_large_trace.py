@@ -29,8 +29,8 @@ event. Every event's replacement is checked once against the same change made on
 The inputs are small and read whole; each output is written as it is made (in blocks of one copy of
 a run of events), so memory stays at a few times the input's size whatever the output's. The
 number of copies is chosen so that the files together come to ``--total-mb`` (10^6 bytes), within
-about 0.1 % (the ids' digits grow with the copies). ``OUT_DIR.grown.json`` (beside the folder, which holds the traces only) records the
-copies, the span, the events and bytes per rank.
+about 0.1 % (the ids' digits grow with the copies). ``OUT_DIR.grown.json`` (beside the folder, which
+holds the traces only) records the copies, the span, the events and bytes per rank.
 """
 
 from __future__ import annotations

@@ -125,8 +125,8 @@ def read_traces(paths: list[Path], jobs: int | None = None,
     ranks = [t.rank for t in traces]
     if len(set(ranks)) != len(ranks):
         twice = sorted({r for r in ranks if ranks.count(r) > 1})
-        raise TraceError(f"Two traces are of rank {twice[0]} ({', '.join(t.path for t in traces if t.rank == twice[0])}); "
-                         f"give one trace per rank.")
+        both = ", ".join(t.path for t in traces if t.rank == twice[0])
+        raise TraceError(f"Two traces are of rank {twice[0]} ({both}); give one trace per rank.")
     _check_one_run(traces)
     return sorted(traces, key=lambda t: t.rank)
 

@@ -378,7 +378,8 @@ def _transfers(t: RankTrace, ipu: int, lo: int, row_steps: np.ndarray, row_spans
     # the first exposed step of each span, else a new 0-cycle step after the rank's others
     seen, first = unique_first(row_spans)
     where = np.searchsorted(seen, comm)
-    exposed = (where < len(seen)) & (seen[np.minimum(where, len(seen) - 1)] == comm) if len(seen) else np.zeros(len(comm), bool)
+    exposed = ((where < len(seen)) & (seen[np.minimum(where, len(seen) - 1)] == comm) if len(seen)
+               else np.zeros(len(comm), bool))
     at = np.where(exposed, row_steps[first[np.minimum(where, len(seen) - 1)]] if len(seen) else -1, -1)
     hidden = ~exposed
     at[hidden] = steps_here + np.arange(int(hidden.sum()))

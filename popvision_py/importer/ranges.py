@@ -34,8 +34,8 @@ import numpy as np
 
 from popvision_py.importer.checks import MAX_DEPTH, Depth, TraceError, header_fields
 from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_FLIGHT, GPU_CATS, HEAD_BYTES,
-                                         MAX_PLAIN, MAX_RATIO, MAX_US, STEP, Merger, RankPart, RankTrace, Spans, args_of,
-                                         assemble, bucket_max, classify, comm_bytes, is_annotation_span,
+                                         MAX_PLAIN, MAX_RATIO, MAX_US, STEP, Merger, RankPart, RankTrace, Spans,
+                                         args_of, assemble, bucket_max, classify, comm_bytes, is_annotation_span,
                                          merge_intervals, parse_header)
 
 RANGE_BYTES = 16 << 20  # bytes of events decoded at once (a range's events take about as much again)

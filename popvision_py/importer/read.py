@@ -3,8 +3,9 @@
 A trace is the Chrome-trace JSON that ``torch.profiler`` (Kineto) writes, one file per rank, plain or
 gzipped. Its header (``schemaVersion``, ``deviceProperties``, ``distributedInfo``, ``baseTimeNanoseconds``,
 ...) comes before the ``traceEvents`` array; the events are parsed a stretch at a time, so memory does
-not grow with the file: each stretch of events is reduced to the few columns below and dropped. What is kept grows with the pipeline's actions, the communication calls and the
-gaps between operators, not with the operators themselves:
+not grow with the file: each stretch of events is reduced to the few columns below and dropped. What
+is kept grows with the pipeline's actions, the communication calls and the gaps between operators,
+not with the operators themselves:
 
 - ``spans``: annotations (``user_annotation``: ``ProfilerStep#N``, ``Forward {i}``, ``PP:...``,
   ``Optimizer.step#...``), the pipeline stage's ``forward_one_chunk`` / ``backward_one_chunk`` Python

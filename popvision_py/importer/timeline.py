@@ -7,10 +7,10 @@ A rank's time is given, moment by moment, to the first of these that holds it (`
 2. ``pp_comm``: a pipeline schedule's communication action (``PP:2RECV_F3``, ``PP:1SEND_B0``,
    ``PP:0REDUCE_GRAD``) outside any call of (1);
 3. ``pass``: a pass of a stage over a micro-batch (less the moments inside it when no operator runs
-   and a transfer is in flight: the pass waiting for its input, counted under (6)): ``Forward {i}`` / ``Backward {i}`` (GPipe), ``PP:{stage}F{i}``
-   (and ``B``, ``I``, ``W``) of the multi-stage schedules, or the stage's ``forward_one_chunk`` /
-   ``backward_one_chunk`` frames (1F1B recorded ``with_stack``: the k-th of a step is micro-batch k, as
-   1F1B runs each stage's micro-batches in order);
+   and a transfer is in flight: the pass waiting for its input, counted under (6)): ``Forward {i}`` /
+   ``Backward {i}`` (GPipe), ``PP:{stage}F{i}`` (and ``B``, ``I``, ``W``) of the multi-stage schedules,
+   or the stage's ``forward_one_chunk`` / ``backward_one_chunk`` frames (1F1B recorded ``with_stack``:
+   the k-th of a step is micro-batch k, as 1F1B runs each stage's micro-batches in order);
 4. ``update``: the optimiser's step (``Optimizer.step#...``);
 5. ``busy``: any other operator on the training thread (or kernel on the GPU): compute of no pass;
 6. ``comm_flight``: communication in flight (``gloo:...`` / ``nccl:...``) while the rank does nothing
