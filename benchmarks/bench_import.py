@@ -30,11 +30,13 @@ the one before:
 
 A step that fails (non-zero exit, out of memory, past the time cap) fails the benchmark: it goes on
 to the next variant, and the script exits 1 at the end. Time is the wall time of each whole command
-(interpreter start and imports included). Peak memory is the peak of the **sum of the resident sets
-(RSS) of the command's process and all its descendants** (the import reads in worker processes),
-sampled every 0.1 s from ``/proc/PID/statm`` (the process tree rescanned every 0.5 s), or the largest
-single process's exact high-water mark (``VmHWM``, ``ru_maxrss``) where that is higher. The sum
-counts pages a forked worker shares with its parent once per process. Before the import the trace
+(interpreter start and imports included), and its CPU time (user + system, of the command and the
+worker processes it waited for: what it costs whatever else the shared machine runs). Peak memory
+is the peak of the **sum of the resident sets (RSS) of the command's process and all its
+descendants** (the import reads in worker processes), sampled every 0.1 s from ``/proc/PID/statm``
+(the process tree rescanned every 0.5 s), or the largest single process's exact high-water mark
+(``VmHWM``, ``ru_maxrss``) where that is higher. The sum counts pages a forked worker shares with its
+parent once per process. Before the import the trace
 files are read once, so that it starts with them in the page cache as far as memory allows.
 
 Each command runs capped: ``RLIMIT_AS`` at ``--cap-gib`` per process, killed when its summed RSS
@@ -203,7 +205,8 @@ def measure(command: list[str], log: Path, env: dict[str, str], cap: int, timeou
     else:
         outcome = "ok"
     largest = max(state["peak_one"], usage.ru_maxrss * 1024)
-    return {"outcome": outcome, "wall_s": round(wall, 2), "peak_mb": round(max(state["peak_sum"], largest) / 2**20, 1),
+    return {"outcome": outcome, "wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+            "peak_mb": round(max(state["peak_sum"], largest) / 2**20, 1),
             "peak_rss_sum_mb": round(state["peak_sum"] / 2**20, 1),
             "largest_process_mb": round(largest / 2**20, 1), "sampler_cpu_s": round(state["sampler_cpu_s"], 2),
             "processes": state["processes"], "exit_code": child.returncode, "log": str(log)}
@@ -278,7 +281,8 @@ def run_path(folder: Path, work: Path, tag: str, cap: int, timeout_s: float, roo
         if step == "import" and figures["outcome"] == "ok":
             figures["profile_bytes"] = (out / "profile.pop").stat().st_size
             figures["message"] = Path(figures["log"]).read_text().strip().splitlines()[0]
-        print(f"    {step:12} {figures['outcome']}, {figures['wall_s']:,.1f} s, peak {figures['peak_mb']:,.0f} MiB "
+        print(f"    {step:12} {figures['outcome']}, {figures['wall_s']:,.1f} s ({figures['cpu_s']:,.1f} s CPU), "
+              f"peak {figures['peak_mb']:,.0f} MiB "
               f"({figures['processes']} process(es))", flush=True)
         if figures["outcome"] != "ok":
             break
@@ -327,7 +331,7 @@ def cell(figures: dict | None) -> str:
         return "-"
     if figures["outcome"] != "ok":
         return f"{figures['outcome']} after {figures['wall_s']:,.0f} s"
-    return f"{figures['wall_s']:,.1f} s / {memory(figures['peak_mb'])}"
+    return f"{figures['wall_s']:,.1f} s ({figures['cpu_s']:,.1f} s CPU) / {memory(figures['peak_mb'])}"
 
 
 def table(results: list[dict]) -> str:
