@@ -1,6 +1,7 @@
 """The byte-range reader (importer/ranges.py): where it cuts ``traceEvents``, and that what it reads is what
 the streaming parser reads, on the sample traces and on traces whose strings hold brackets, braces and
-escaped quotes, written in Kineto's layout or on one line."""
+escaped quotes, written in Kineto's layout or on one line; and the profile written a window of each rank's
+time at a time (importer/tables.py) as it is written whole."""
 
 from __future__ import annotations
 
@@ -206,3 +207,27 @@ def test_an_import_in_parallel_processes_reads_what_one_process_reads(tmp_path, 
     # THEN each rank's columns are the same
     for a, b in zip(parallel, here):
         assert_same(a, b)
+
+
+@pytest.mark.parametrize("busy_rows", [3, 40, 10**9])
+def test_a_profile_written_a_window_of_time_at_a_time_has_the_same_tables(busy_rows, tmp_path):
+    # GIVEN the sample's traces, read
+    from popvision_py.format import open_profile
+    from popvision_py.importer import find_traces, read_traces
+    from popvision_py.importer.profile import write_profile
+
+    traces = read_traces(find_traces([str(SAMPLE)]), jobs=1)
+    # WHEN the profile is written with each rank's time line cut into windows of a few busy rows, and whole
+    write_profile(tmp_path / "windows" / "profile.pop", traces, name="x", busy_rows=busy_rows)
+    write_profile(tmp_path / "whole" / "profile.pop", read_traces(find_traces([str(SAMPLE)]), jobs=1), name="x",
+                  busy_rows=1 << 40)
+    # THEN every table holds the same rows (a row across a window's end is one row)
+    with open_profile(tmp_path / "windows" / "profile.pop") as a, open_profile(tmp_path / "whole" / "profile.pop") as b:
+        for table in ("trace", "programs", "exchanges", "liveness", "tile_cycles", "tile_memory", "trace_levels"):
+            x, y = a.read_table(table).to_pandas(), b.read_table(table).to_pandas()
+            for column in x.columns:
+                if str(x[column].dtype) == "category":
+                    x[column], y[column] = x[column].astype(str), y[column].astype(str)
+            assert x.equals(y), table
+        assert len(a.read_table("trace")) == 2830
+        assert a.run["import"]["hidden_comm_ns"] == b.run["import"]["hidden_comm_ns"]
