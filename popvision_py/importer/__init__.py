@@ -24,7 +24,7 @@ from typing import Any
 
 from popvision_py.importer.profile import write_profile
 from popvision_py.importer import ranges
-from popvision_py.importer.parts import Merger
+from popvision_py.importer.parts import Merger, release_memory
 from popvision_py.importer.read import RankTrace, TraceError, read_rank, read_stream
 from popvision_py.importer.system import write_timelines
 
@@ -108,6 +108,7 @@ def read_traces(paths: list[Path], jobs: int | None = None,
             except BaseException:
                 pool.shutdown(cancel_futures=True)  # one bad trace stops the import: the ranges not begun are not read
                 raise
+    release_memory()  # the parts' churn, before the tables are written
     ranked = [t for t in traces if t.rank >= 0]
     if ranked and len(ranked) < len(traces):
         lacking = next(t for t in traces if t.rank < 0)

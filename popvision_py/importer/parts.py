@@ -390,3 +390,14 @@ def assemble(path: str, header: dict[str, Any], part: RankPart) -> RankTrace:
         peer=table[:, 5].astype(np.int32), nbytes=table[:, 6], name=table[:, 7].astype(np.int32), names=names,
         busy=busy_rows, memory_ts=memory_ts, memory_bytes=memory_bytes, events=part.events, gpu=part.gpu,
         torch_version=_torch_version(header), pid=part.step_pid)
+
+
+def release_memory() -> None:
+    """Hand the heap's freed pages back to the system: glibc keeps them after the churn of many arrays made
+    and merged (the ranks' parts), so the resident set would stay at its high-water mark. Elsewhere, nothing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

@@ -28,6 +28,7 @@ import numpy as np
 
 from popvision_py.format import ProfileWriter
 from popvision_py.format.schema import SCHEMA_VERSION
+from popvision_py.importer.parts import release_memory
 from popvision_py.importer.read import KIND, RankTrace, TraceError
 from popvision_py.importer.tables import levels, rank_tables
 from popvision_py.importer.timeline import WINDOW_BUSY_ROWS, peer_ready, rank_rows_by_window
@@ -200,6 +201,7 @@ def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_
                     run["import"]["hidden_comm_ns"].append(window.pop("hidden_comm_ns"))
                 for table, columns in window.items():
                     _write(tables[table], columns)
+            release_memory()
         writer.set_run("import", run["import"])
     return run
 

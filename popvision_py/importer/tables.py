@@ -198,19 +198,36 @@ class RankTables:
         # memory: each step's level (the most allocated while it ran, else what was allocated when it began)
         # against the lowest, and the rank's peak split into what stayed allocated throughout and the rest
         at_last = np.full(k, self.last_start, np.int64)
-        level = np.concatenate([*self.levels, levels(t.memory_ts, t.memory_bytes, at_last, at_last)])
+        level = np.concatenate([*self.levels, levels(t.memory_ts, t.memory_bytes, at_last, at_last)]).astype(np.int64)
+        self.levels = []
         total = len(level)
         baseline = min(int(level.min()) if total else 0, self.peak)
-        liveness = {
-            "ipu": np.full(total, ipu, np.int64), "step": np.arange(total),
-            "always_live_bytes": np.full(total, baseline, np.int64),
-            "not_always_live_bytes": (level - baseline).astype(np.int64),
-            "worst_tile": np.zeros(total, np.int64), "worst_tile_bytes": level.astype(np.int64)}
+        liveness = {  # made a slice at a time as it is written: one array of the rank's steps, not six
+            "ipu": Column(total, lambda a, b: np.full(b - a, ipu, np.int64)),
+            "step": Column(total, lambda a, b: np.arange(a, b, dtype=np.int64)),
+            "always_live_bytes": Column(total, lambda a, b: np.full(b - a, baseline, np.int64)),
+            "not_always_live_bytes": Column(total, lambda a, b: level[a:b] - baseline),
+            "worst_tile": Column(total, lambda a, b: np.zeros(b - a, np.int64)),
+            "worst_tile_bytes": level}
         tile_memory = {
             "ipu": np.full(2, ipu, np.int64), "tile": np.zeros(2, np.int64),
             "category": np.array(["weights", "activations"], object), "always_live": np.array([True, False]),
             "bytes": np.array([baseline, self.peak - baseline], np.int64)}
         return {"exchanges": exchanges, "programs": programs, "liveness": liveness, "tile_memory": tile_memory}
+
+
+class Column:
+    """A column of ``n`` rows made a slice at a time (``make(start, stop)``), as a writer slices it."""
+
+    def __init__(self, n: int, make: Any) -> None:
+        self.n, self.make = n, make
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        start, stop, _ = rows.indices(self.n)
+        return self.make(start, max(start, stop))
 
 
 def rank_tables(t: RankTrace, ipu: int, plan: Any, peak: int, rows: Iterator[Rows]) -> Iterator[dict[str, Table]]:
