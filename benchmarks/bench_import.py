@@ -1,48 +1,52 @@
-"""`popvision import` against HTA (Holistic Trace Analysis) on the same PyTorch profiler traces: time and peak memory.
+"""`popvision import` of PyTorch profiler traces, and the whole path after it, at each size: time and peak memory.
 
-    .venv/bin/python benchmarks/bench_import.py [--sizes 100 1000 10000] [--src /tmp/traces/gpipe]
-        [--work /tmp/popvision-bench-import] [--hta-python /work/hta-venv/bin/python] [--repeat 3]
-        [--cap-gib 20] [--timeout-min 30] [--json OUT.json]
+    .venv/bin/python benchmarks/bench_import.py [--sizes 100 1000 10000] [--variants gpipe gpipe-gpu ddp ddp-gpu]
+        [--big-variants gpipe gpipe-gpu] [--src-dir /tmp/traces] [--work /tmp/popvision-bench-import]
+        [--repeat 1] [--cap-gib 20] [--timeout-min 30] [--json OUT.json] [--keep-traces]
+        [--tools popvision hta] [--hta-python /work/hta-venv/bin/python]
 
-For each size (MB of trace JSON, all ranks together; 100 MB, 1 GB and 10 GB by default),
-``make_large_trace.py`` grows the recorded rank traces in ``--src`` (one Chrome-trace JSON per rank,
-from ``python -m tests.traces.record gpipe DIR``) to that size by repeating their real profiler
-steps, once: the folder ``--work``/``traces_<MB>mb`` is kept and reused. It holds the rank files only,
-so that both tools read the same folder: HTA takes every ``.json`` file in it and each file's rank
-from its ``distributedInfo``, `popvision import` every trace in it.
+For each size (MB of trace JSON, all ranks together; 100 MB, 1 GB and 10 GB by default) and variant,
+``make_large_trace.py`` grows recorded rank traces to that size by repeating their real profiler
+steps, once (the folder ``--work``/``<variant>_<MB>mb`` is kept and reused unless it is the largest
+size and ``--keep-traces`` is not given: 10 GB folders are deleted after their run). The variants:
 
-Each tool then runs as a whole command in a fresh process (sizes under 1 GB ``--repeat`` times,
-alternately, medians quoted; larger sizes once):
+- ``gpipe``: CPU traces with pipeline annotations, the 4-rank GPipe recording (``python -m
+  tests.traces.record gpipe SRC_DIR/gpipe``: gloo on the CPU, ``Forward {i}`` / ``Backward {i}``);
+- ``ddp``: CPU traces without pipeline annotations, the 2-rank DistributedDataParallel recording
+  (``python -m tests.traces.record ddp SRC_DIR/ddp``);
+- ``gpipe-gpu``, ``ddp-gpu``: the same recordings rewritten as GPU traces (``make_large_trace.py
+  --gpu-style``: operators as ``kernel`` events on a compute stream, gloo's transfers as NCCL kernels on
+  a stream of their own). No GPU recording is at hand: these stand in for one, with the CPU's times.
 
-- **popvision**: ``python -m popvision_py.cli import FOLDER -o OUT -q`` (the ranks read in parallel
-  worker processes, one per core);
-- **HTA**: ``TraceAnalysis(trace_dir=FOLDER)`` (HTA 0.5.0's documented API, its default parser: a
-  ``json.loads`` of each rank's file into a pandas frame, ranks in a pool of one process per core)
-  then ``get_temporal_breakdown(visualize=False)``, in HTA's own virtual env (``--hta-python``; not a
-  dependency of the project: ``python3 -m venv /work/hta-venv && /work/hta-venv/bin/pip install
-  HolisticTraceAnalysis``). The temporal breakdown measures GPU kernels: on a CPU-only trace it
-  raises at once (IndexError, no kernel); the script records that and times its load and the call
-  apart.
+Each step of the path then runs as a whole command in a fresh process, in order, on the result of
+the one before:
 
-Time is the wall time of the whole command (interpreter start, imports and the write included).
-Peak memory is the peak of the **sum of the resident sets (RSS) of the command's process and all
-its descendants**, sampled every 0.1 s from ``/proc/PID/statm`` (the process tree rescanned every
-0.5 s), or the largest single process's exact high-water mark (``VmHWM``, ``ru_maxrss``) where that
-is higher (a short peak between two samples). Both tools parse in forked worker processes, so the
-largest process alone would understate them. The sum counts the pages a forked worker still shares
-with its parent (the imported libraries) once per process: about 100 MB of each figure here, for
-both tools (the proportional set size, PSS, which divides shared pages among their sharers, was
-80-110 MB lower at 100 MB; it is not sampled, as reading it walks every page table entry: 30 ms for
-a 1.5 GB process, a core's worth at 10 Hz on HTA's 8 GB workers). The sampler's own CPU time is
-recorded (well under 1 % of the run's). Before each run the trace files are read once, so both
-tools start with them in the page cache as far as memory allows.
+1. ``popvision import FOLDER -o OUT -q``;
+2. ``popvision report OUT --section all`` (its text to a file);
+3. ``popvision sql OUT QUERY`` (each phase's rows and cycles per IPU over the whole trace);
+4. ``popvision export-trace OUT/profile.pop -o OUT/trace.json -q``;
+5. the dashboard's warm-up (``create_app([OUT]); data.current().warm()``, as ``popvision dashboard``
+   runs it in a thread while the server starts).
 
-Each run is capped: the command and its workers run with ``RLIMIT_AS`` at ``--cap-gib`` per process,
-and the sampler kills the tree when its summed RSS passes ``--cap-gib`` or the machine's
-available memory falls under 0.75 GiB (recorded as "out of memory at N GiB"), or when it runs past
-``--timeout-min`` ("did not finish in N min"); a run that fails otherwise is recorded with its last
-message. None stops the benchmark. The figures go to ``--json`` (default ``--work``/results.json) and a
-table is printed.
+A step that fails (non-zero exit, out of memory, past the time cap) fails the benchmark: it goes on
+to the next variant, and the script exits 1 at the end. Time is the wall time of each whole command
+(interpreter start and imports included), and its CPU time (user + system, of the command and the
+worker processes it waited for: what it costs whatever else the shared machine runs). Peak memory
+is the peak of the **sum of the resident sets (RSS) of the command's process and all its
+descendants** (the import reads in worker processes), sampled every 0.1 s from ``/proc/PID/statm``
+(the process tree rescanned every 0.5 s), or the largest single process's exact high-water mark
+(``VmHWM``, ``ru_maxrss``) where that is higher. The sum counts pages a forked worker shares with its
+parent once per process. Before the import the trace
+files are read once, so that it starts with them in the page cache as far as memory allows.
+
+Each command runs capped: ``RLIMIT_AS`` at ``--cap-gib`` per process, killed when its summed RSS
+passes ``--cap-gib`` or the machine's available memory falls under 0.75 GiB, or past
+``--timeout-min``. The machine's load average is recorded before and after each size. The figures go
+to ``--json`` (default ``--work``/results.json) and a table is printed.
+
+``--tools hta`` also times Holistic Trace Analysis 0.5.0 on the same folders (``TraceAnalysis(
+trace_dir=FOLDER)`` then ``get_temporal_breakdown(visualize=False)``, in its own virtual env,
+``--hta-python``; not a dependency of the project), as issue 23's comparison did.
 """
 
 from __future__ import annotations
@@ -52,8 +56,8 @@ import json
 import os
 import platform
 import resource
+import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import threading
@@ -201,7 +205,8 @@ def measure(command: list[str], log: Path, env: dict[str, str], cap: int, timeou
     else:
         outcome = "ok"
     largest = max(state["peak_one"], usage.ru_maxrss * 1024)
-    return {"outcome": outcome, "wall_s": round(wall, 2), "peak_mb": round(max(state["peak_sum"], largest) / 2**20, 1),
+    return {"outcome": outcome, "wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+            "peak_mb": round(max(state["peak_sum"], largest) / 2**20, 1),
             "peak_rss_sum_mb": round(state["peak_sum"] / 2**20, 1),
             "largest_process_mb": round(largest / 2**20, 1), "sampler_cpu_s": round(state["sampler_cpu_s"], 2),
             "processes": state["processes"], "exit_code": child.returncode, "log": str(log)}
@@ -215,61 +220,93 @@ def warm(folder: Path) -> None:
                 pass
 
 
-def traces(src: Path, work: Path, size_mb: int) -> tuple[Path, dict]:
-    """The grown traces of ``size_mb`` (made once, then reused while the source and the size are the same)."""
-    folder = work / f"traces_{size_mb}mb"
+VARIANTS = {  # name -> (recording, GPU-style rewrite)
+    "gpipe": ("gpipe", False), "gpipe-gpu": ("gpipe", True), "ddp": ("ddp", False), "ddp-gpu": ("ddp", True)}
+SQL = ("SELECT ipu, phase, count(*) AS rows, sum(end_cycle - start_cycle) AS cycles FROM trace "
+       "GROUP BY ipu, phase ORDER BY ipu, phase")
+WARM_UP = (
+    "import sys, time\n"
+    "from dashboards import data\n"
+    "from dashboards.app import create_app\n"
+    "create_app([sys.argv[1]])\n"
+    "data.current().warm()\n"
+)
+STEPS = ("import", "report", "sql", "export-trace", "warm-up")
+
+
+def traces(src: Path, work: Path, variant: str, size_mb: int) -> tuple[Path, dict]:
+    """The grown traces of ``variant`` at ``size_mb`` (made once, then reused while the source and size hold)."""
+    recording, gpu = VARIANTS[variant]
+    source = src / recording
+    folder = work / f"{variant}_{size_mb}mb"
     summary_path = make_large_trace.manifest(folder)
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
-        if summary.get("source") == str(src) and summary.get("total_mb") == size_mb and all(
+        if summary.get("source") == str(source) and summary.get("total_mb") == size_mb and \
+                summary.get("gpu_style", False) == gpu and all(
                 Path(f["file"]).exists() and Path(f["file"]).stat().st_size == f["bytes"] for f in summary["files"]):
             return folder, summary
-    print(f"growing {src} to {size_mb:,} MB in {folder} ...", flush=True)
-    summary = make_large_trace.grow(src, folder, size_mb)
-    print(f"  {summary['copies']} copies of the steps, {summary['bytes'] / 1e6:,.0f} MB, {summary['events']:,} events, "
-          f"{summary['seconds']} s", flush=True)
+    print(f"growing {source} to {size_mb:,} MB in {folder}{' (GPU-style)' if gpu else ''} ...", flush=True)
+    summary = make_large_trace.grow(source, folder, size_mb, gpu=gpu)
+    print(f"  {summary['copies']} copies of the steps, {summary['bytes'] / 1e6:,.0f} MB, {summary['events']:,} "
+          f"events, {summary['seconds']} s", flush=True)
     return folder, summary
 
 
-def run_tool(tool: str, folder: Path, work: Path, tag: str, hta_python: str, cap: int, timeout_s: float,
-             popvision_root: Path = ROOT) -> dict:
+def commands(folder: Path, out: Path) -> dict[str, list[str]]:
+    """Each step's command line."""
+    cli = [sys.executable, "-m", "popvision_py.cli"]
+    return {"import": [*cli, "import", str(folder), "-o", str(out), "-q"],
+            "report": [*cli, "report", str(out), "--section", "all", "-o", str(out / "report.txt")],
+            "sql": [*cli, "sql", str(out / "profile.pop"), SQL, "-o", str(out / "sql.txt")],
+            "export-trace": [*cli, "export-trace", str(out / "profile.pop"), "-o", str(out / "trace.json"), "-q"],
+            "warm-up": [sys.executable, "-c", WARM_UP, str(out / "profile.pop")]}
+
+
+def run_path(folder: Path, work: Path, tag: str, cap: int, timeout_s: float, root: Path) -> dict[str, dict]:
+    """Every step of the path on ``folder``, in order, until one fails."""
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    out = work / f"profile_{tag}"
+    shutil.rmtree(out, ignore_errors=True)
     env = dict(os.environ)
-    cwd = ROOT
-    if tool == "popvision":
-        out = work / f"profile_{tag}"
-        cwd = popvision_root  # `python -m` puts the working folder first: this checkout's popvision_py is run
-        env["PYTHONPATH"] = str(popvision_root) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        command = [sys.executable, "-m", "popvision_py.cli", "import", str(folder), "-o", str(out), "-q"]
-    else:
-        result_file = logs / f"hta_{tag}.result.json"
-        result_file.unlink(missing_ok=True)
-        env["RESULT_FILE"] = str(result_file)
-        env.pop("PYTHONPATH", None)
-        command = [hta_python, "-c", HTA_SCRIPT, str(folder)]
+    # `python -m` puts the working folder first: the given checkout's popvision_py (and dashboards) run
+    env["PYTHONPATH"] = str(root) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    steps: dict[str, dict] = {}
+    for step, command in commands(folder, out).items():
+        if step == "import":
+            warm(folder)
+        figures = measure(command, logs / f"{step}_{tag}.log", env, cap, timeout_s, root)
+        steps[step] = figures
+        if step == "import" and figures["outcome"] == "ok":
+            figures["profile_bytes"] = (out / "profile.pop").stat().st_size
+            figures["message"] = Path(figures["log"]).read_text().strip().splitlines()[0]
+        print(f"    {step:12} {figures['outcome']}, {figures['wall_s']:,.1f} s ({figures['cpu_s']:,.1f} s CPU), "
+              f"peak {figures['peak_mb']:,.0f} MiB "
+              f"({figures['processes']} process(es))", flush=True)
+        if figures["outcome"] != "ok":
+            break
+    if (out / "trace.json").exists():
+        steps.setdefault("export-trace", {})["trace_json_bytes"] = (out / "trace.json").stat().st_size
+        (out / "trace.json").unlink()  # gigabytes at 10 GB: its size is kept
+    return steps
+
+
+def run_hta(folder: Path, work: Path, tag: str, hta_python: str, cap: int, timeout_s: float) -> dict:
+    logs = work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    result_file = logs / f"hta_{tag}.result.json"
+    result_file.unlink(missing_ok=True)
+    env = dict(os.environ)
+    env["RESULT_FILE"] = str(result_file)
+    env.pop("PYTHONPATH", None)
     warm(folder)
-    figures = measure(command, logs / f"{tool}_{tag}.log", env, cap, timeout_s, cwd)
-    if tool == "popvision" and figures["outcome"] == "ok":
-        figures["profile_bytes"] = (out / "profile.pop").stat().st_size
-        figures["message"] = Path(figures["log"]).read_text().strip().splitlines()[0]
-    if tool == "hta" and figures["outcome"] == "ok":
+    figures = measure([hta_python, "-c", HTA_SCRIPT, str(folder)], logs / f"hta_{tag}.log", env, cap, timeout_s)
+    if figures["outcome"] == "ok":
         phases = json.loads(result_file.read_text())
         phases["breakdown"].pop("frame", None)
         figures["phases"] = phases
     return figures
-
-
-def summarise(runs: list[dict]) -> dict:
-    """Medians of the runs that finished; the first miss otherwise."""
-    done = [r for r in runs if r["outcome"] == "ok"]
-    if not done:
-        return {"outcome": runs[0]["outcome"], "runs": len(runs), "wall_s": runs[0]["wall_s"],
-                "peak_mb": runs[0]["peak_mb"]}
-    return {"outcome": "ok" if len(done) == len(runs) else f"{len(done)} of {len(runs)} finished",
-            "runs": len(runs), "wall_s": statistics.median(r["wall_s"] for r in done),
-            "peak_mb": statistics.median(r["peak_mb"] for r in done),
-            "largest_process_mb": statistics.median(r["largest_process_mb"] for r in done)}
 
 
 def machine() -> dict:
@@ -278,7 +315,7 @@ def machine() -> dict:
     memory = next((int(line.split()[1]) / 2**20 for line in Path("/proc/meminfo").read_text().splitlines()
                    if line.startswith("MemTotal")), float("nan"))
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(memory, 1), "os": platform.platform(),
-            "python": platform.python_version(), "load_average": os.getloadavg()}
+            "python": platform.python_version()}
 
 
 def size_label(mb: float) -> str:
@@ -289,46 +326,47 @@ def memory(mb: float) -> str:
     return f"{mb / 1024:,.2f} GiB" if mb >= 1024 else f"{mb:,.0f} MiB"
 
 
+def cell(figures: dict | None) -> str:
+    if not figures:
+        return "-"
+    if figures["outcome"] != "ok":
+        return f"{figures['outcome']} after {figures['wall_s']:,.0f} s"
+    return f"{figures['wall_s']:,.1f} s ({figures['cpu_s']:,.1f} s CPU) / {memory(figures['peak_mb'])}"
+
+
 def table(results: list[dict]) -> str:
-    """Markdown: each size and tool, time, peak memory, throughput."""
-    lines = ["| trace JSON (4 ranks) | events | tool | wall time | peak memory (process tree) | throughput |", "| --- | ---: | --- | ---: | ---: | ---: |"]
-    for size in results:
-        for tool in ("popvision", "hta"):
-            if tool not in size["tools"]:
-                continue
-            s = size["tools"][tool]
-            runs = size["runs"][tool]
-            name = "popvision import"
-            if tool == "hta":
-                errors = {r["phases"]["breakdown"].get("error") for r in runs if "phases" in r}
-                name = "HTA load + temporal breakdown" + (" (raises: no GPU kernel)" if errors and None not in errors
-                                                         else "")
-            count = f" (median of {s['runs']})" if s["runs"] > 1 else " (1 run)"
-            if s["outcome"] == "ok" or "finished" in s["outcome"]:
-                wall = f"{s['wall_s']:,.1f} s{count}"
-                peak = memory(s["peak_mb"])
-                rate = (f"{size['bytes'] / 1e6 / s['wall_s']:,.1f} MB/s, "
-                        f"{size['events'] / s['wall_s'] / 1e3:,.0f}k events/s")
-            else:
-                wall = f"{s['outcome']} (stopped after {s['wall_s']:,.0f} s)"
-                peak = f"{memory(s['peak_mb'])} when stopped"
-                rate = "-"
-            lines.append(f"| {size_label(size['size_mb'])} ({size['bytes'] / 1e6:,.0f} MB) | {size['events']:,} | "
-                         f"{name} | {wall} | {peak} | {rate} |")
+    """Markdown: each size and variant, each step's time and peak memory, the import's throughput."""
+    lines = ["| trace JSON | variant | ranks | events | import | MB/s | report --section all | sql | export-trace "
+             "| dashboard warm-up | import + report |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in results:
+        steps = r["steps"]
+        imp = steps.get("import")
+        rate = f"{r['bytes'] / 1e6 / imp['wall_s']:,.0f}" if imp and imp["outcome"] == "ok" else "-"
+        both = (f"{imp['wall_s'] + steps['report']['wall_s']:,.1f} s" if imp and "report" in steps
+                and steps["report"]["outcome"] == "ok" and imp["outcome"] == "ok" else "-")
+        lines.append(f"| {size_label(r['size_mb'])} ({r['bytes'] / 1e6:,.0f} MB) | {r['variant']} | {r['ranks']} | "
+                     f"{r['events']:,} | {cell(imp)} | {rate} | "
+                     + " | ".join(cell(steps.get(s)) for s in STEPS[1:]) + f" | {both} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES_MB), help="MB of trace JSON (all ranks)")
-    parser.add_argument("--src", type=Path, default=Path("/tmp/traces/gpipe"), help="recorded rank traces")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
+                        help="variants at sizes under 10 GB")
+    parser.add_argument("--big-variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
+                        help="variants at 10 GB and over (growing each takes minutes and 10 GB of disk)")
+    parser.add_argument("--src-dir", type=Path, default=Path("/tmp/traces"),
+                        help="folder of recordings: gpipe/ and ddp/ (python -m tests.traces.record KIND DIR)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/popvision-bench-import"),
                         help="folder for the grown traces (kept and reused), profiles, logs and results")
+    parser.add_argument("--keep-traces", action="store_true", help="keep the grown traces of 10 GB and over")
+    parser.add_argument("--tools", nargs="+", choices=("popvision", "hta"), default=["popvision"])
     parser.add_argument("--hta-python", default="/work/hta-venv/bin/python", help="Python of HTA's virtual env")
-    parser.add_argument("--tools", nargs="+", choices=("popvision", "hta"), default=["popvision", "hta"])
-    parser.add_argument("--repeat", type=int, default=3, help="runs per tool at sizes under 1 GB (larger: one)")
-    parser.add_argument("--cap-gib", type=float, default=20, help="memory cap of a run (GiB)")
-    parser.add_argument("--timeout-min", type=float, default=30, help="time cap of a run (minutes)")
+    parser.add_argument("--cap-gib", type=float, default=20, help="memory cap of a command (GiB)")
+    parser.add_argument("--timeout-min", type=float, default=30, help="time cap of a command (minutes)")
     parser.add_argument("--json", type=Path, help="figures as JSON (default: WORK/results.json)")
     parser.add_argument("--popvision-root", type=Path, default=ROOT,
                         help="checkout whose popvision_py is run (default: this one), e.g. a branch to compare")
@@ -336,38 +374,47 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if "hta" in args.tools and not Path(args.hta_python).exists():
         parser.error(f"{args.hta_python} does not exist: python3 -m venv /work/hta-venv && "
-                     "/work/hta-venv/bin/pip install HolisticTraceAnalysis (or give --hta-python, or --tools popvision)")
+                     "/work/hta-venv/bin/pip install HolisticTraceAnalysis (or give --hta-python)")
     args.work.mkdir(parents=True, exist_ok=True)
     cap = int(args.cap_gib * 2**30)
-    facts = {"machine": machine(), "source": str(args.src), "popvision_root": str(args.popvision_root.resolve()),
-             "cap_gib": args.cap_gib, "timeout_min": args.timeout_min,
-             "method": "wall time of the whole command; peak of the summed RSS of its process tree, sampled every "
-                       f"{SAMPLE_S} s", "sizes": []}
+    root = args.popvision_root.resolve()
+    facts: dict = {"machine": machine(), "src_dir": str(args.src_dir), "popvision_root": str(root),
+                   "cap_gib": args.cap_gib, "timeout_min": args.timeout_min,
+                   "method": "wall time of each whole command; peak of the summed RSS of its process tree, sampled "
+                             f"every {SAMPLE_S} s", "runs": []}
     out_json = args.json or args.work / "results.json"
+    failed = []
     for size_mb in sorted(args.sizes):
-        folder, grown = traces(args.src, args.work, size_mb)
-        repeat = args.repeat if size_mb < 1000 else 1
-        runs: dict[str, list[dict]] = {tool: [] for tool in args.tools}
-        for n in range(repeat):
-            for tool in args.tools:  # alternately, so that both see the same load on the machine
-                figures = run_tool(tool, folder, args.work, f"{size_mb}mb_{n}{args.label}", args.hta_python, cap,
-                                   args.timeout_min * 60, args.popvision_root.resolve())
-                runs[tool].append(figures)
-                print(f"{size_label(size_mb):>7} {tool:9} run {n + 1}/{repeat}: {figures['outcome']}, "
-                      f"{figures['wall_s']:,.1f} s, peak {figures['peak_mb']:,.0f} MiB (summed RSS "
-                      f"of a tree of {figures['processes']} processes; largest process {figures['largest_process_mb']:,.0f} MiB)"
-                      + (f"; HTA load {figures['phases']['load_s']:.1f} s, breakdown "
-                         f"{figures['phases']['breakdown_s']:.2f} s ({'ok' if figures['phases']['breakdown']['ok'] else figures['phases']['breakdown']['error']})"
-                         if "phases" in figures else ""), flush=True)
-        facts["sizes"].append({"size_mb": size_mb, "bytes": grown["bytes"], "events": grown["events"],
-                               "copies": grown["copies"], "folder": str(folder),
-                               "tools": {tool: summarise(r) for tool, r in runs.items()}, "runs": runs})
-        out_json.write_text(json.dumps(facts, indent=2))  # after each size: a long run keeps what it measured
-    facts["machine"]["load_average_end"] = os.getloadavg()
+        for variant in (args.variants if size_mb < 10000 else args.big_variants):
+            folder, grown = traces(args.src_dir, args.work, variant, size_mb)
+            tag = f"{variant}_{size_mb}mb{args.label}"
+            load_before = os.getloadavg()
+            print(f"{size_label(size_mb)} {variant} (load average {load_before[0]:.1f}):", flush=True)
+            run = {"size_mb": size_mb, "variant": variant, "bytes": grown["bytes"], "events": grown["events"],
+                   "ranks": len(grown["files"]), "copies": grown["copies"], "folder": str(folder),
+                   "load_average_before": load_before}
+            if "popvision" in args.tools:
+                run["steps"] = run_path(folder, args.work, tag, cap, args.timeout_min * 60, root)
+                if any(f.get("outcome") != "ok" for f in run["steps"].values()) or len(run["steps"]) < len(STEPS):
+                    failed.append(tag)
+            if "hta" in args.tools:
+                run["hta"] = run_hta(folder, args.work, tag, args.hta_python, cap, args.timeout_min * 60)
+                print(f"    {'HTA':12} {run['hta']['outcome']}, {run['hta']['wall_s']:,.1f} s, "
+                      f"peak {run['hta']['peak_mb']:,.0f} MiB", flush=True)
+            run["load_average_after"] = os.getloadavg()
+            facts["runs"].append(run)
+            out_json.write_text(json.dumps(facts, indent=2))  # after each run: a long benchmark keeps what it measured
+            if size_mb >= 10000 and not args.keep_traces:
+                shutil.rmtree(folder, ignore_errors=True)
+                make_large_trace.manifest(folder).unlink(missing_ok=True)
     out_json.write_text(json.dumps(facts, indent=2))
     print()
-    print(table(facts["sizes"]))
+    if "popvision" in args.tools:
+        print(table([r for r in facts["runs"] if "steps" in r]))
     print(f"\nfigures written to {out_json}")
+    if failed:
+        print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -29,8 +29,8 @@ event. Every event's replacement is checked once against the same change made on
 The inputs are small and read whole; each output is written as it is made (in blocks of one copy of
 a run of events), so memory stays at a few times the input's size whatever the output's. The
 number of copies is chosen so that the files together come to ``--total-mb`` (10^6 bytes), within
-about 0.1 % (the ids' digits grow with the copies). ``OUT_DIR.grown.json`` (beside the folder, which holds the traces only) records the
-copies, the span, the events and bytes per rank.
+about 0.1 % (the ids' digits grow with the copies). ``OUT_DIR.grown.json`` (beside the folder, which
+holds the traces only) records the copies, the span, the events and bytes per rank.
 """
 
 from __future__ import annotations
@@ -102,8 +102,39 @@ def find_traces(src: Path) -> list[Path]:
     return found
 
 
-def load(path: Path) -> Rank:
-    """Split a trace into its header, each event's text (with the event parsed) and its tail."""
+# --gpu-style: a CPU recording's events rewritten as a GPU trace's (see as_gpu)
+OPERATOR = re.compile(r'"cat":(\s*)"cpu_op"')
+GLOO = re.compile(r'"cat":(\s*)"user_annotation"(.*?)"name":(\s*)"gloo:([a-z_]+)"', re.S)
+PID_TID = re.compile(r'"(pid|tid)":(\s*)(-?\d+|"[^"]*")')
+COMPUTE_STREAM, NCCL_STREAM, DEVICE = 7, 20, 0
+NCCL_KERNEL = {"send": "ncclDevKernel_SendRecv", "recv": "ncclDevKernel_SendRecv",
+               "all_reduce": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "broadcast": "ncclDevKernel_Broadcast_RING_LL"}
+
+
+def as_gpu(raw: str, event: dict) -> str:
+    """A CPU recording's event as a GPU trace would hold it: each operator that is not a communication
+    call or an autograd node becomes a ``kernel`` on a compute stream (device 0, stream 7), and each of
+    gloo's transfers (``gloo:send``...) an NCCL kernel (``ncclDevKernel_SendRecv``...) on a stream of its
+    own (20). Times, names of operators, args and layout are the recording's: the GPU's time is the
+    CPU's, which is what makes it a stand-in for a GPU trace and not one."""
+    name = event.get("name") if isinstance(event.get("name"), str) else ""
+    if event.get("ph") != "X":
+        return raw
+    stream = None
+    if event.get("cat") == "cpu_op" and not name.startswith(("c10d::", "record_param_comms", "autograd::")):
+        raw, stream = OPERATOR.sub(lambda m: f'"cat":{m.group(1)}"kernel"', raw, count=1), COMPUTE_STREAM
+    elif event.get("cat") == "user_annotation" and name.startswith("gloo:"):
+        kernel = NCCL_KERNEL.get(name[5:], "ncclDevKernel_Generic")
+        raw = GLOO.sub(lambda m: f'"cat":{m.group(1)}"kernel"{m.group(2)}"name":{m.group(3)}"{kernel}"', raw, count=1)
+        stream = NCCL_STREAM
+    if stream is None:
+        return raw
+    return PID_TID.sub(lambda m: f'"{m.group(1)}":{m.group(2)}{DEVICE if m.group(1) == "pid" else stream}', raw)
+
+
+def load(path: Path, gpu: bool = False) -> Rank:
+    """Split a trace into its header, each event's text (with the event parsed) and its tail; ``gpu``: each
+    event rewritten as a GPU trace's (``as_gpu``)."""
     text = read_text(path)
     key = text.find('"traceEvents"')
     bracket = text.find("[", key)
@@ -117,8 +148,9 @@ def load(path: Path) -> Rank:
     stop = pos
     while text[pos] != "]":
         event, stop = decoder.raw_decode(text, pos)
-        raws.append(text[pos:stop])
-        events.append(event)
+        raw = as_gpu(text[pos:stop], event) if gpu else text[pos:stop]
+        raws.append(raw)
+        events.append(json.loads(raw, parse_float=Decimal) if gpu else event)
         after = ws.match(text, stop).end()
         if text[after] == ",":
             nxt = ws.match(text, after + 1).end()
@@ -295,9 +327,9 @@ def write_blocks(f, r: Rank, blocks: list[tuple[str, Template]], copies: int) ->
     return written
 
 
-def grow_rank(src: Path, out: Path, copies: int, span: int, step_stride: int) -> dict:
+def grow_rank(src: Path, out: Path, copies: int, span: int, step_stride: int, gpu: bool = False) -> dict:
     """Write ``out``: the rank ``src`` grown to ``copies`` copies of its step window."""
-    r = load(src)
+    r = load(src, gpu)
     step_window(r)
     blocks = layout(r, span, step_stride)
     events_once = sum(1 for e in r.events if not in_window(r, e))
@@ -327,10 +359,11 @@ def copy_bytes(r: Rank, span: int, step_stride: int, k: int) -> tuple[int, int]:
     return once, each
 
 
-def grow(src: Path, out: Path, total_mb: float, jobs: int | None = None) -> dict:
-    """Grow every rank trace in ``src`` into ``out`` so that the files total ``total_mb`` x 10^6 bytes."""
+def grow(src: Path, out: Path, total_mb: float, jobs: int | None = None, gpu: bool = False) -> dict:
+    """Grow every rank trace in ``src`` into ``out`` so that the files total ``total_mb`` x 10^6 bytes
+    (``gpu``: rewritten as GPU traces first, see ``as_gpu``)."""
     paths = find_traces(src)
-    ranks = [load(p) for p in paths]
+    ranks = [load(p, gpu) for p in paths]
     for r in ranks:
         step_window(r)
     span, step_stride = plan(ranks)
@@ -349,9 +382,9 @@ def grow(src: Path, out: Path, total_mb: float, jobs: int | None = None) -> dict
     # the largest ranks first, so that one process is not left with the biggest at the end
     order = sorted(range(len(paths)), key=lambda i: -paths[i].stat().st_size)
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {i: pool.submit(grow_rank, paths[i], names[i], copies, span, step_stride) for i in order}
+        futures = {i: pool.submit(grow_rank, paths[i], names[i], copies, span, step_stride, gpu) for i in order}
         files = [futures[i].result() for i in range(len(paths))]
-    summary = {"source": str(src), "total_mb": total_mb, "copies": copies, "span_us": span,
+    summary = {"source": str(src), "total_mb": total_mb, "gpu_style": gpu, "copies": copies, "span_us": span,
                "step_stride": step_stride, "bytes": sum(f["bytes"] for f in files),
                "events": sum(f["events"] for f in files), "files": files,
                "seconds": round(time.perf_counter() - began, 1)}
@@ -371,9 +404,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="folder to write the grown traces into (same file names)")
     parser.add_argument("--total-mb", type=float, required=True, help="size of all the grown files together, MB")
     parser.add_argument("--jobs", type=int, default=2, help="ranks written at once (default 2)")
+    parser.add_argument("--gpu-style", action="store_true",
+                        help="rewrite the CPU recording as a GPU trace: operators as kernels on a stream, gloo's "
+                             "transfers as NCCL kernels (a stand-in, see as_gpu)")
     args = parser.parse_args(argv)
     try:
-        s = grow(args.src, args.out, args.total_mb, args.jobs)
+        s = grow(args.src, args.out, args.total_mb, args.jobs, args.gpu_style)
     except GrowError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

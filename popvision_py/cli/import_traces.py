@@ -27,7 +27,8 @@ from popvision_py.format.atomic import check_writable, output_target
 @click.option("--device-memory", type=float, metavar="GIB",
               help="Each rank's device memory in GiB, which the memory reports measure against (a GPU trace "
                    "states it; a CPU trace does not, and is then measured against the largest rank's peak).")
-@click.option("--jobs", type=click.IntRange(1, 256), help="Traces read at once (the CPUs by default).")
+@click.option("--jobs", type=click.IntRange(1, 256),
+              help="Processes decoding the traces at once (the CPUs by default; 1: in this process).")
 @click.option("--name", help="The run's name in the reports (the traces' folder name by default).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def command(traces: tuple[str, ...], output: str, device_memory: float | None, jobs: int | None, name: str | None,

@@ -1,28 +1,35 @@
 """``popvision import``: PyTorch profiler traces (one Chrome-trace JSON per rank) into a profile.pop.
 
-``read`` streams each rank's file into the few columns the import needs; ``timeline`` cuts each
-rank's time into what it was doing (a pass of a stage over a micro-batch, communication exposed or
-hidden, the optimiser, idle); ``profile`` maps the result onto the open format's tables. The ranks
-are read in parallel, one process each, up to ``jobs``. Once the profile is written, ``system`` writes
+``read`` reads each rank's file into the few columns the import needs (``ranges``: byte ranges of
+events decoded at once, in parallel across ``jobs`` processes, within a rank and across ranks);
+``timeline`` cuts each rank's time into what it was doing (a pass of a stage over a micro-batch,
+communication exposed or hidden, the optimiser, idle); ``profile`` maps the result onto the open
+format's tables. Once the profile is written, ``system`` writes
 each rank's CPU timeline beside it (``<DIR>/system/rank-<r>.pvti.parquet``) for the System page.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import glob
 import json
 import os
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from typing import Any
 
-from popvision_py.importer.profile import build_tables, write
-from popvision_py.importer.read import RankTrace, TraceError, read_rank
+from popvision_py.importer.profile import write_profile
+from popvision_py.importer import ranges
+from popvision_py.importer.parts import Merger, release_memory
+from popvision_py.importer.read import RankTrace, TraceError, read_rank, read_stream
 from popvision_py.importer.system import write_timelines
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+IN_PROCESS_BYTES = 32 << 20  # traces smaller than this (all together, gzipped ones as inflated ~20x) are read here
 
 __all__ = ["TraceError", "find_traces", "import_traces", "read_traces"]
 
@@ -84,23 +91,24 @@ def looks_like_trace(path: Path, peek: int = 1 << 16) -> bool:
 
 def read_traces(paths: list[Path], jobs: int | None = None,
                 progress: Callable[[], None] = lambda: None) -> list[RankTrace]:
-    """Each file read (in parallel processes), in rank order; one sentence if two claim one rank."""
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(paths)))
+    """Each file read (byte ranges of events decoded in parallel processes, across ranks and within one),
+    in rank order; one sentence if two claim one rank."""
+    jobs = max(1, jobs or os.cpu_count() or 1)
     traces = []
-    if jobs == 1:
+    if jobs == 1 or _size(paths) < IN_PROCESS_BYTES:  # a few MB: starting processes would take longer
         for p in paths:
             traces.append(_read(p))
             progress()
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(read_rank, p) for p in paths]
             try:
-                for p, f in zip(paths, futures):
-                    traces.append(_read(p, f))
+                for trace in _read_parallel(pool, paths, jobs):
+                    traces.append(trace)
                     progress()
             except BaseException:
-                pool.shutdown(cancel_futures=True)  # one bad trace stops the import: the ranks not begun are not read
+                pool.shutdown(cancel_futures=True)  # one bad trace stops the import: the ranges not begun are not read
                 raise
+    release_memory()  # the parts' churn, before the tables are written
     ranked = [t for t in traces if t.rank >= 0]
     if ranked and len(ranked) < len(traces):
         lacking = next(t for t in traces if t.rank < 0)
@@ -118,13 +126,111 @@ def read_traces(paths: list[Path], jobs: int | None = None,
     ranks = [t.rank for t in traces]
     if len(set(ranks)) != len(ranks):
         twice = sorted({r for r in ranks if ranks.count(r) > 1})
-        raise TraceError(f"Two traces are of rank {twice[0]} ({', '.join(t.path for t in traces if t.rank == twice[0])}); "
-                         f"give one trace per rank.")
+        both = ", ".join(t.path for t in traces if t.rank == twice[0])
+        raise TraceError(f"Two traces are of rank {twice[0]} ({both}); give one trace per rank.")
     _check_one_run(traces)
     return sorted(traces, key=lambda t: t.rank)
 
 
-def _read(path: Path, future: Future | None = None) -> RankTrace:
+def _size(paths: list[Path]) -> int:
+    """The traces' JSON bytes, about: a gzipped file counts 20 times its size."""
+    total = 0
+    for p in paths:
+        with contextlib.suppress(OSError):
+            total += p.stat().st_size * (20 if p.name.endswith(".gz") else 1)
+    return total
+
+
+def _read_parallel(pool: ProcessPoolExecutor, paths: list[Path], jobs: int) -> Iterator[RankTrace]:
+    """Each rank's trace in order: its byte ranges handed to ``pool`` (at most two per process waiting, across
+    the ranks), their parts merged in order as they come; a rank the fast path does not take is read by
+    the streaming parser, in the pool too. A rank's first error is raised in the order of the ranks."""
+    waiting: collections.deque[tuple[_Rank, Future]] = collections.deque()
+    ranks = collections.deque(_Rank(p) for p in paths)
+    unplanned = list(ranks)
+    while ranks:
+        while len(waiting) < 2 * jobs and unplanned:
+            rank = unplanned[0]
+            task = rank.next_task(pool)
+            if task is None:
+                unplanned.pop(0)
+            else:
+                waiting.append((rank, task))
+        if waiting:
+            rank, future = waiting.popleft()
+            rank.take(pool, future, waiting)
+        while ranks and ranks[0].done(waiting):
+            yield ranks.popleft().result()
+
+
+class _Rank:
+    """One rank's read by byte ranges: its plan, its parts merged so far, or the streaming read it fell to."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.plan: ranges.TracePlan | None = None
+        self.sources: Iterator[tuple[Any, bool]] | None = None
+        self.merger = Merger()
+        self.fallen = False  # read by the streaming parser
+        self.planned = False  # every range handed out
+        self.trace: RankTrace | None = None
+        self.error: BaseException | None = None
+
+    def next_task(self, pool: ProcessPoolExecutor) -> Future | None:
+        """The next range handed to ``pool`` (None when there is none left)."""
+        if self.fallen or self.error is not None:
+            return None
+        try:
+            if self.sources is None:
+                self.plan, self.sources = ranges.rank_ranges(self.path)
+            source, last = next(self.sources)
+        except StopIteration:
+            self.planned = True
+            return None
+        except ranges.Fallback:
+            return self._fall(pool)
+        return pool.submit(ranges.read_range, source, self.plan.base_ns, last)
+
+    def _fall(self, pool: ProcessPoolExecutor) -> Future:
+        self.fallen = True
+        if self.sources is not None and hasattr(self.sources, "close"):
+            self.sources.close()  # type: ignore[union-attr]
+        return pool.submit(read_stream, self.path)
+
+    def take(self, pool: ProcessPoolExecutor, future: Future, waiting: collections.deque) -> None:
+        """A finished task's result: a part to merge, the streaming read's trace, or the reason to fall back."""
+        try:
+            result = _read(self.path, future)
+        except ranges.Fallback:
+            if not self.fallen:
+                waiting.append((self, self._fall(pool)))
+            return
+        except BaseException as exc:  # raised when this rank's turn comes, so that ranks fail in order
+            self.error = self.error or exc
+            return
+        if isinstance(result, RankTrace):
+            self.trace = result
+        elif not self.fallen:
+            self.merger.add(result)
+
+    def done(self, waiting: collections.deque) -> bool:
+        if any(rank is self for rank, _ in waiting):
+            return False
+        return self.error is not None or self.trace is not None or (
+            not self.fallen and self.planned)
+
+    def result(self) -> RankTrace:
+        if self.error is not None:
+            raise self.error
+        if self.trace is not None:
+            return self.trace
+        try:
+            return ranges.finish(self.path, self.plan, self.merger.result())
+        except ranges.Fallback:
+            return _read(self.path)  # here: the ranks after it wait for it in any case
+
+
+def _read(path: Path, future: Future | None = None) -> Any:
     """``read_rank(path)``, here or by ``future``; running out of memory, or a reading process that died, is
     one sentence."""
     try:
@@ -162,9 +268,7 @@ def import_traces(paths: list[Path], output: Path, *, device_memory: int | None 
     if not any(len(t.start) or len(t.busy) for t in traces):
         raise TraceError("The traces hold no events on any rank's time line (no operators, annotations or "
                          "communication): record them with torch.profiler's CPU (and CUDA) activities.")
-    target, run, tables = build_tables(traces, device_memory, name)
-    Path(output).parent.mkdir(parents=True, exist_ok=True)  # only now: a bad trace leaves no folder behind
-    write(output, target, run, tables)
+    run = write_profile(output, traces, device_memory, name)  # each rank's rows written as they are cut
     write_timelines(traces, Path(output).parent / "system")  # only now: a bad trace writes nothing
     return run
 

@@ -21,18 +21,24 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+
 from popvision_py.format import ProfileWriter
 from popvision_py.format.schema import SCHEMA_VERSION
-from popvision_py.importer.read import KIND, RankTrace, TraceError, merge_intervals
-from popvision_py.importer.timeline import LABEL, PASS_NAME, Rows, is_collective, peer_ready, rank_rows
+from popvision_py.importer.parts import release_memory
+from popvision_py.importer.read import KIND, RankTrace, TraceError
+from popvision_py.importer.tables import levels, rank_tables
+from popvision_py.importer.timeline import WINDOW_BUSY_ROWS, peer_ready, rank_rows_by_window
 from popvision_py.version import __version__
 
 CLOCK_HZ = 1e9  # one cycle is one nanosecond
 MAX_CYCLES = 2**53 - 1  # the format's largest cycle count
 SOURCE = "pytorch-profiler"
+TABLES = ("trace", "programs", "exchanges", "liveness", "tile_cycles", "tile_memory")  # written rank by rank
+SLICE_ROWS = 1 << 19  # rows handed to a table's writer at a time
 
 
 @dataclasses.dataclass
@@ -113,10 +119,24 @@ def _chunk_micro_batches(trace: RankTrace) -> None:
         trace.micro_batch[rows[pick]] = (n - first).astype(np.int32)
 
 
-def build_tables(traces: list[RankTrace], device_memory: int | None = None,
-                 name: str | None = None) -> tuple[dict, dict, dict[str, dict]]:
-    """``(target, run, tables)`` for the ranks' traces (ranks in rank order, ipu = position); ``name``
-    is the run's name in the reports (the traces' folder by default)."""
+@dataclasses.dataclass
+class ProfilePlan:
+    """What every rank's tables share: the window, the run recognised, the stages' and ranks' numbering."""
+
+    lo: int
+    hi: int
+    found: RecognisedRun
+    stage_index: dict[int, int]
+    single_stage: dict[int, int]
+    ipu_of_rank: dict[int, int]
+    ready: list[np.ndarray]
+
+
+def plan_profile(traces: list[RankTrace], device_memory: int | None = None,
+                 name: str | None = None) -> tuple[dict, dict, ProfilePlan]:
+    """``(target, run, layout)`` for the ranks' traces (ranks in rank order, ipu = position); ``name``
+    is the run's name in the reports (the traces' folder by default). Every check that refuses the
+    traces is made here, before anything is written."""
     for t in traces:
         _chunk_micro_batches(t)
     check_numbers(traces)
@@ -130,23 +150,7 @@ def build_tables(traces: list[RankTrace], device_memory: int | None = None,
     stage_index = {s: k for k, s in enumerate(stage_ids)}
     single_stage = {t.rank: stage_index.get(found.stage_rank.get(t.rank, -99), -1) if found.schedule in (
         "GPipe", "1F1B", "data parallel", "single process") else -1 for t in traces}
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("run", "iteration", "micro_batch", "ipu", "stage", "pass",
-                                                          "step", "phase", "start_cycle", "end_cycle")}
-    programs: dict[str, list] = {k: [] for k in ("ipu", "step", "type", "name", "op_id", "stage", "pass", "tiles",
-                                                 "bytes", "cycles")}
-    exchanges: dict[str, list] = {k: [] for k in ("ipu", "step", "kind", "src_ipu", "dst_ipu", "bytes", "cycles")}
-    liveness: dict[str, list] = {k: [] for k in ("ipu", "step", "always_live_bytes", "not_always_live_bytes",
-                                                 "worst_tile", "worst_tile_bytes")}
-    tile_cycles: dict[str, list] = {k: [] for k in ("ipu", "step", "tile", "cycles", "vertices")}
-    tile_memory: dict[str, list] = {k: [] for k in ("ipu", "tile", "category", "always_live", "bytes")}
-    peaks = []
-    ready = peer_ready(traces)
-    hidden = []
-    for ipu, t in enumerate(traces):
-        rows = rank_rows(t, (lo, hi), ready[ipu])
-        hidden.append(_hidden(t, rows))
-        _rank_tables(t, ipu, rows, lo, found, stage_index, single_stage[t.rank], ipu_of_rank,
-                     cols, programs, exchanges, liveness, tile_cycles, tile_memory, peaks)
+    peaks = [_peak(t, lo, hi) for t in traces]
     capacity = int(device_memory or _device_memory(traces) or max(max(peaks, default=0), 1))
     stages = [{"stage": stage_index[s], "ipu": ipu_of_rank.get(found.stage_rank[s], 0),
                "blocks": [f"stage {s}" if found.schedule not in ("data parallel", "single process") else "model"]}
@@ -175,34 +179,38 @@ def build_tables(traces: list[RankTrace], device_memory: int | None = None,
         "import": {"files": [t.path for t in traces], "ranks": [t.rank for t in traces], "world_size": world,
                    "torch_version": torch_version, "schedule": found.schedule, "clock": "1 cycle = 1 ns",
                    "events": int(sum(t.events for t in traces)), "not_inferred": not_inferred,
-                   "hidden_comm_ns": hidden},
+                   "hidden_comm_ns": []},
     }
-    tables = {"trace": {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()},
-              "programs": programs, "exchanges": exchanges, "liveness": liveness, "tile_cycles": tile_cycles,
-              "tile_memory": tile_memory}
-    return target, run, tables
+    return target, run, ProfilePlan(lo, hi, found, stage_index, single_stage, ipu_of_rank, peer_ready(traces))
 
 
-def _hidden(t: RankTrace, rows: Rows) -> int:
-    """Nanoseconds in which the rank computed while a transfer was under way: its communication hidden
-    behind compute (overlapping transfers counted once)."""
-    comm = np.isin(t.kind, [KIND["comm_call"], KIND["comm_flight"]])
-    merged = merge_intervals(np.stack([t.start[comm], t.end[comm]], axis=1))
-    computing = np.isin(rows.label, [LABEL["pass"], LABEL["update"], LABEL["busy"]])
-    a, b = rows.start[computing], rows.end[computing]
-    if not len(merged) or not len(a):
-        return 0
-    # rows are disjoint and sorted: the transfers' cover inside each compute row, by prefix sums
-    covered = np.concatenate([[0], np.cumsum(merged[:, 1] - merged[:, 0])])
-    return int((_cover_until(merged, covered, b) - _cover_until(merged, covered, a)).sum())
+def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_memory: int | None = None,
+                  name: str | None = None, busy_rows: int = WINDOW_BUSY_ROWS) -> dict:
+    """Write the profile of the ranks' traces atomically, rank by rank and a window of each rank's time at a
+    time (``busy_rows`` of its busy rows long): each window's rows are cut, written and dropped, so that
+    what is held is a window's, whatever the traces' size. Returns the run."""
+    target, run, plan = plan_profile(traces, device_memory, name)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)  # only now: a bad trace leaves no folder behind
+    generator = {"name": "popvision import", "version": __version__, "schema_version": SCHEMA_VERSION}
+    with ProfileWriter(path, target=target, run=run, generator=generator) as writer:
+        tables = {table: writer.table(table) for table in TABLES}
+        for ipu, t in enumerate(traces):
+            rows = rank_rows_by_window(t, (plan.lo, plan.hi), plan.ready[ipu], busy_rows)
+            for window in rank_tables(t, ipu, plan, _peak(t, plan.lo, plan.hi), rows):
+                if "hidden_comm_ns" in window:  # the rank's end: its tables that needed all of its rows
+                    run["import"]["hidden_comm_ns"].append(window.pop("hidden_comm_ns"))
+                for table, columns in window.items():
+                    _write(tables[table], columns)
+            release_memory()
+        writer.set_run("import", run["import"])
+    return run
 
 
-def _cover_until(merged: np.ndarray, covered: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Nanoseconds of the disjoint sorted intervals ``merged`` before each time in ``at``."""
-    k = np.searchsorted(merged[:, 0], at, side="right")  # intervals starting at or before ``at``
-    last = np.maximum(k - 1, 0)
-    inside = np.where(k > 0, np.clip(at - merged[last, 0], 0, merged[last, 1] - merged[last, 0]), 0)
-    return covered[last] * (k > 0) + inside
+def _write(table: Any, columns: dict[str, Any]) -> None:
+    """Rows handed to a table's writer a slice at a time (it holds a slice, not the window)."""
+    n = len(next(iter(columns.values())))
+    for at in range(0, max(n, 1), SLICE_ROWS):
+        table.write({k: v[at:at + SLICE_ROWS] for k, v in columns.items()})
 
 
 def _device_memory(traces: list[RankTrace]) -> int | None:
@@ -214,154 +222,12 @@ def _device_memory(traces: list[RankTrace]) -> int | None:
     return None
 
 
-def _rank_tables(t: RankTrace, ipu: int, rows: Rows, lo: int, found: RecognisedRun, stage_index: dict[int, int],
-                 own_stage: int, ipu_of_rank: dict[int, int], cols: dict, programs: dict, exchanges: dict,
-                 liveness: dict, tile_cycles: dict, tile_memory: dict, peaks: list) -> None:
-    """Append one rank's rows of every table (``cols`` is the trace's); its memory peak to ``peaks``."""
-    n = len(rows.start)
-    label, span = rows.label.astype(np.int64), rows.span
-    has = span >= 0
-    sp = np.maximum(span, 0)
-    idle = label == LABEL["idle"]
-    live = ~idle
-    exchange = np.isin(label, [LABEL["comm_call"], LABEL["pp_comm"], LABEL["comm_flight"]])
-    kind = np.where(has, t.kind[sp], -1) if len(t.kind) else np.full(n, -1)
-    # stage: the action's (PP:), through the profile's stage numbering; else the rank's own
-    named = np.where(has, t.stage[sp], -1) if len(t.stage) else np.full(n, -1)
-    stage = mapped(named, stage_index)
-    stage = np.where(idle, -1, np.where(stage < 0, own_stage, stage))
-    micro = np.where(has & np.isin(label, [LABEL["pass"], LABEL["pp_comm"]]), t.micro_batch[sp], -1) \
-        if len(t.micro_batch) else np.full(n, -1)
-    micro = np.where(micro < found.micro_batches, micro, -1)
-    # the pass: PASSES' words, by the span's kind, for pass and update rows only
-    words = np.array(["none", *sorted(set(PASS_NAME.values()))], dtype=object)
-    code = np.zeros(max(KIND.values()) + 2, np.int64)
-    for k, word in PASS_NAME.items():
-        code[k + 1] = list(words).index(word)
-    pass_ = words[np.where(np.isin(label, [LABEL["pass"], LABEL["update"]]), code[kind + 1], 0)]
-    steps = np.sort(t.start[t.kind == KIND["step"]])  # iteration: the profiler step a row starts in
-    iteration = (np.clip(np.searchsorted(steps, rows.start, side="right") - 1, 0, found.iterations - 1)
-                 if len(steps) else np.zeros(n, np.int64))
-    step = np.full(n, -1, np.int64)
-    step[live] = np.arange(int(live.sum()))  # every row that is not idle is a program step of its own
-    cols["run"].append(np.zeros(n, np.int64))
-    cols["iteration"].append(iteration.astype(np.int64))
-    cols["micro_batch"].append(micro.astype(np.int64))
-    cols["ipu"].append(np.full(n, ipu, np.int64))
-    cols["stage"].append(stage.astype(np.int64))
-    cols["pass"].append(pass_.astype(str))
-    cols["step"].append(step)
-    cols["phase"].append(np.where(idle, "idle", np.where(exchange, "exchange", "compute")))
-    cols["start_cycle"].append(rows.start - lo)
-    cols["end_cycle"].append(rows.end - lo)
-    # program steps: the live rows, then a step of 0 cycles for each transfer never exposed
-    names = np.array(t.names + ["operators"], dtype=object)  # busy rows (no span) are the thread's operators
-    collective = np.array([is_collective(w) for w in t.names] + [False], bool)  # per distinct name
-    name_id = np.where(has, t.name[sp], len(t.names)) if len(t.name) else np.full(n, len(t.names))
-    transfers, new_names, new_types = _transfers(t, ipu, lo, step[live & has], span[live & has], int(live.sum()),
-                                                 ipu_of_rank)
-    types = np.where(exchange, np.where(collective[name_id], "all_reduce", "global_exchange"), "compute_set")[live]
-    cycles = np.concatenate([(rows.end - rows.start)[live], np.zeros(len(new_names), np.int64)])
-    total = len(cycles)
-    nbytes = np.zeros(total, np.int64)
-    np.add.at(nbytes, transfers["step"], transfers["bytes"])
-    for key, value in (("ipu", np.full(total, ipu, np.int64)), ("step", np.arange(total)),
-                       ("type", np.concatenate([types.astype(object), np.array(new_types, object)])),
-                       ("name", np.concatenate([names[name_id[live]], np.array(new_names, object)])),
-                       ("op_id", np.full(total, -1, np.int64)),
-                       ("stage", np.concatenate([stage[live], np.full(len(new_names), -1)]).astype(np.int64)),
-                       ("pass", np.concatenate([pass_[live], np.full(len(new_names), "none", object)])),
-                       ("tiles", np.ones(total, np.int64)), ("bytes", nbytes), ("cycles", cycles)):
-        programs[key].append(value)
-    for key in exchanges:
-        exchanges[key].append(transfers[key])
-    computing = np.flatnonzero(types == "compute_set")  # each compute step on the rank's one tile
-    for key, value in (("ipu", np.full(len(computing), ipu, np.int64)), ("step", computing.astype(np.int64)),
-                       ("tile", np.zeros(len(computing), np.int64)), ("cycles", cycles[computing]),
-                       ("vertices", np.ones(len(computing), np.int64))):  # one kernel: one vertex
-        tile_cycles[key].append(value)
-    _memory_tables(t, ipu, rows, lo, live, total, liveness, tile_memory, peaks)
-
-
-def _memory_tables(t: RankTrace, ipu: int, rows: Rows, lo: int, live: np.ndarray, total: int, liveness: dict,
-                   tile_memory: dict, peaks: list) -> None:
-    """Each step's level (the most allocated while it ran, else what was allocated when it began), and
-    the rank's peak split into what stayed allocated throughout and the rest."""
-    last = rows.start[live][-1] if live.any() else lo
-    starts = np.concatenate([rows.start[live], np.full(total - int(live.sum()), last)])
-    ends = np.concatenate([rows.end[live], starts[int(live.sum()):]])
-    level = _levels(t.memory_ts, t.memory_bytes, starts, ends)
-    # the peak: the largest sample of the profiled window, or the level it began at (samples taken
-    # while the rank idled count too: they are allocations of its other threads)
-    end = rows.end[-1] if len(rows.end) else lo
-    inside = (t.memory_ts >= lo) & (t.memory_ts < end)
-    peak = int(max(int(t.memory_bytes[inside].max(initial=0)),
-                   int(_levels(t.memory_ts, t.memory_bytes, np.array([lo]), np.array([lo]))[0])))
-    baseline = min(int(level.min()) if len(level) else 0, peak)
-    peaks.append(peak)
-    for key, value in (("ipu", np.full(total, ipu, np.int64)), ("step", np.arange(total)),
-                       ("always_live_bytes", np.full(total, baseline, np.int64)),
-                       ("not_always_live_bytes", (level - baseline).astype(np.int64)),
-                       ("worst_tile", np.zeros(total, np.int64)), ("worst_tile_bytes", level.astype(np.int64))):
-        liveness[key].append(value)
-    for key, value in (("ipu", np.full(2, ipu, np.int64)), ("tile", np.zeros(2, np.int64)),
-                       ("category", np.array(["weights", "activations"], object)),
-                       ("always_live", np.array([True, False])),
-                       ("bytes", np.array([baseline, peak - baseline], np.int64))):
-        tile_memory[key].append(value)
-
-
-def _transfers(t: RankTrace, ipu: int, lo: int, row_steps: np.ndarray, row_spans: np.ndarray, steps_here: int,
-               ipu_of_rank: dict[int, int]) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
-    """The rank's ``exchanges`` rows: one per communication span, on the first program step where it is
-    exposed, or on a new step of 0 cycles (wholly hidden). A transfer in flight (``gloo:`` / ``nccl:``)
-    carries the bytes and the peer of the call that started it (the latest call before it), and that
-    call then carries none, so no byte is counted twice. Returns the rows and the new steps' names and types."""
-    kind = t.kind
-    comm = np.flatnonzero(np.isin(kind, [KIND["comm_call"], KIND["comm_flight"]]) & (t.end > lo))
-    flight = kind[comm] == KIND["comm_flight"]
-    calls, flights = comm[~flight], comm[flight]
-    peer = t.peer.astype(np.int64).copy()
-    nbytes = t.nbytes.astype(np.int64).copy()
-    if len(flights):
-        order = np.argsort(t.start[calls], kind="stable")
-        k = np.searchsorted(t.start[calls][order], t.start[flights], side="right") - 1
-        parent = np.where(k >= 0, calls[order][np.maximum(k, 0)] if len(calls) else -1, -1)
-        peer[flights] = np.where(parent >= 0, t.peer[np.maximum(parent, 0)] if len(calls) else -1, -1)
-        nbytes[calls] = 0
-    names = np.array(t.names + [""], dtype=object)
-    sends = np.array(["send" in n for n in t.names] + [False], bool)[t.name[comm]]
-    collective = np.array([is_collective(n) for n in t.names] + [False], bool)[t.name[comm]]
-    other = mapped(peer[comm], ipu_of_rank)
-    other = np.where(other >= 0, other, ipu)  # a peer outside the traces given: the rank itself
-    # the first exposed step of each span, else a new 0-cycle step after the rank's others
-    seen, first = np.unique(row_spans, return_index=True)
-    where = np.searchsorted(seen, comm)
-    exposed = (where < len(seen)) & (seen[np.minimum(where, len(seen) - 1)] == comm) if len(seen) else np.zeros(len(comm), bool)
-    at = np.where(exposed, row_steps[first[np.minimum(where, len(seen) - 1)]] if len(seen) else -1, -1)
-    hidden = ~exposed
-    at[hidden] = steps_here + np.arange(int(hidden.sum()))
-    rows = {
-        "ipu": np.full(len(comm), ipu, np.int64), "step": at.astype(np.int64),
-        "kind": np.where(collective, "all_reduce", "inter_ipu").astype(object),
-        "src_ipu": np.where(sends, ipu, other), "dst_ipu": np.where(sends, other, ipu),
-        "bytes": nbytes[comm], "cycles": (t.end[comm] - t.start[comm]).astype(np.int64),
-    }
-    new_names = names[t.name[comm[hidden]]].tolist()
-    new_types = np.where(collective[hidden], "all_reduce", "global_exchange").tolist()
-    return rows, new_names, new_types
-
-
-def mapped(values: np.ndarray, mapping: dict[int, int]) -> np.ndarray:
-    """``mapping[v]`` for each of ``values``, -1 for a value it lacks: by its sorted keys, never by an array
-    as long as the largest key (a trace's stage or rank numbers are its own)."""
-    values = np.asarray(values, np.int64)
-    if not mapping:
-        return np.full(len(values), -1, np.int64)
-    keys = np.asarray(sorted(mapping), np.int64)
-    to = np.asarray([mapping[k] for k in keys.tolist()], np.int64)
-    at = np.minimum(np.searchsorted(keys, values), len(keys) - 1)
-    return np.where(keys[at] == values, to[at], -1)
+def _peak(t: RankTrace, lo: int, hi: int) -> int:
+    """The rank's peak: the largest sample of the profiled window, or the level it began at (samples taken
+    while the rank idled count too: they are allocations of its other threads)."""
+    inside = (t.memory_ts >= lo) & (t.memory_ts < hi)
+    return int(max(int(t.memory_bytes[inside].max(initial=0)),
+                   int(levels(t.memory_ts, t.memory_bytes, np.array([lo]), np.array([lo]))[0])))
 
 
 def check_numbers(traces: list[RankTrace]) -> None:
@@ -379,52 +245,3 @@ def check_numbers(traces: list[RankTrace]) -> None:
         if len(stages) and int(stages[-1]) >= world * len(stages):
             raise TraceError(f"{t.path} names stage {int(stages[-1]):,} but its ranks ({world:,}) hold at most "
                              f"{world * len(stages):,} stages of {len(stages)} per rank: it is not a real run's.")
-
-
-def _levels(ts: np.ndarray, total: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """For each [start, end): the most ``total`` sampled inside it, or the last sample before it (0 if none)."""
-    if len(starts) == 0:
-        return np.zeros(0, np.int64)
-    if len(ts) == 0:
-        return np.zeros(len(starts), np.int64)
-    order = np.argsort(ts, kind="stable")
-    ts, total = ts[order], total[order]
-    before = np.searchsorted(ts, starts, side="left") - 1
-    level = np.where(before >= 0, total[np.maximum(before, 0)], 0)
-    first = np.searchsorted(ts, starts, side="left")
-    last = np.searchsorted(ts, ends, side="left")
-    inside = last > first
-    if inside.any():
-        # the running maximum within each [first, last): reduceat over the samples' segments
-        idx = np.flatnonzero(inside)
-        level[idx] = np.maximum(level[idx], _segment_max(total, first[idx], last[idx]))
-    return level.astype(np.int64)
-
-
-def _segment_max(values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """max(values[first[i]:last[i]]) for non-empty, possibly overlapping segments: a sparse table."""
-    n = len(values)
-    table = [values]
-    width = 1
-    while width * 2 <= n:
-        prev = table[-1]
-        table.append(np.maximum(prev[:-width], prev[width:]))
-        width *= 2
-    length = last - first
-    level = np.floor(np.log2(np.maximum(length, 1))).astype(np.int64)
-    out = np.empty(len(first), values.dtype)
-    for k in np.unique(level):
-        pick = level == k
-        row = table[k]
-        out[pick] = np.maximum(row[first[pick]], row[last[pick] - (1 << k)])
-    return out
-
-
-def write(path: str | os.PathLike[str], target: dict, run: dict, tables: dict[str, dict]) -> None:
-    """Write the profile atomically (nothing is published on error)."""
-    generator = {"name": "popvision import", "version": __version__, "schema_version": SCHEMA_VERSION}
-    with ProfileWriter(path, target=target, run=run, generator=generator) as writer:
-        for name, columns in tables.items():
-            data = {k: (np.concatenate(v) if isinstance(v, list) and v and isinstance(v[0], np.ndarray)
-                        else (np.asarray(v) if not isinstance(v, np.ndarray) else v)) for k, v in columns.items()}
-            writer.write_table(name, data)

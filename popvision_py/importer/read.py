@@ -2,10 +2,10 @@
 
 A trace is the Chrome-trace JSON that ``torch.profiler`` (Kineto) writes, one file per rank, plain or
 gzipped. Its header (``schemaVersion``, ``deviceProperties``, ``distributedInfo``, ``baseTimeNanoseconds``,
-...) comes before the ``traceEvents`` array; the events are parsed one at a time with ijson's C backend
-(yajl), so memory does not grow with the file: each batch of events is reduced to the few columns
-below and dropped. What is kept grows with the pipeline's actions, the communication calls and the
-gaps between operators, not with the operators themselves:
+...) comes before the ``traceEvents`` array; the events are parsed a stretch at a time, so memory does
+not grow with the file: each stretch of events is reduced to the few columns below and dropped. What
+is kept grows with the pipeline's actions, the communication calls and the gaps between operators,
+not with the operators themselves:
 
 - ``spans``: annotations (``user_annotation``: ``ProfilerStep#N``, ``Forward {i}``, ``PP:...``,
   ``Optimizer.step#...``), the pipeline stage's ``forward_one_chunk`` / ``backward_one_chunk`` Python
@@ -19,76 +19,29 @@ gaps between operators, not with the operators themselves:
 Times are integers of nanoseconds on one clock for every rank: ``ts`` is microseconds from
 ``baseTimeNanoseconds`` where the trace has it (current PyTorch) and absolute microseconds otherwise
 (older traces, whose ``ts`` is already on the wall clock).
+
+Two readers apply these rules (``parts``): ``ranges`` decodes byte ranges of events at a time with
+msgspec, in parallel (``read_rank``), and ``read_stream`` streams the events one at a time with ijson.
+The fast one hands a trace it does not take as it stands to the streaming one, whose sentences
+say what is wrong with a refused trace.
 """
 
 from __future__ import annotations
 
 import gzip
-import json
-import math
-import re
 import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
-from popvision_py.importer.checks import (MAX_DEPTH, MAX_WORLD, Depth, TraceError, header_fields, is_dims,
-                                          is_int, is_number, not_json, wrong)
+from popvision_py.importer import ranges
+from popvision_py.importer.checks import MAX_DEPTH, Depth, TraceError, header_fields, is_int, is_number, wrong
+from popvision_py.importer.parts import (AUTOGRAD, BATCH_EVENTS, COMM_FLIGHT, GPU_CATS, HEAD_BYTES, KIND, KINDS,
+                                         MAX_PLAIN, MAX_RATIO, MAX_US, STEP, RankPart, RankTrace, Spans, args_of,
+                                         assemble, bucket_max, classify, comm_bytes, merge_intervals, parse_header)
 
-MAX_US = 2.0**61 / 1000  # times in microseconds beyond this (73 years) do not fit int64 nanoseconds with the base
-MAX_ID = 1 << 30  # a stage or micro-batch number beyond this is not a real run's
-BATCH_EVENTS = 1 << 16  # events reduced at a time
-HEAD_BYTES = 16 << 20  # the header must end (at "traceEvents") within this many bytes (Kineto's: a few KiB)
-MEMORY_BUCKET_NS = 10_000  # [memory] samples kept: the largest Total Allocated per 10 µs
-MAX_RATIO = 200  # a gzipped trace inflating more than this past its first MAX_PLAIN bytes is a bomb (real: ~20)
-MAX_PLAIN = 16 << 20  # ... past this many bytes inflated (a small trace may inflate as it likes)
-
-# What a span is, by its name (see ``span_kind``).
-KINDS = ("step", "forward", "backward", "backward_input", "backward_weight", "update", "pp_comm", "pp_other",
-         "comm_call", "comm_flight")
-KIND = {name: i for i, name in enumerate(KINDS)}
-PASS_OF_ACTION = {"F": "forward", "B": "backward", "I": "backward_input", "W": "backward_weight"}
-PP_ACTION = re.compile(r"PP:(\d+)(UNSHARD|RESHARD|SEND_F|RECV_F|SEND_B|RECV_B|REDUCE_GRAD|F|I|W|B)(\d*)$")
-GPIPE = re.compile(r"(Forward|Backward) (\d+)$")
-STEP = re.compile(r"ProfilerStep#(\d+)$")
-COMM_CALL = re.compile(r"c10d::|record_param_comms$")
-COMM_FLIGHT = re.compile(r"(gloo|nccl):|nccl[A-Za-z]*Kernel|ncclDevKernel")
-DATA_PARALLEL_FORWARD = re.compile(r"(DistributedDataParallel|FullyShardedDataParallel|FSDP\w*)\.forward$")
-AUTOGRAD = "autograd::engine::evaluate_function: "  # a backward node run by the autograd engine
-CHUNK_FRAME = re.compile(r"pipelining/stage\.py\(\d+\): (forward|backward)_one_chunk$")
-GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-DTYPE_BYTES = {"float": 4, "float32": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "long int": 8,
-               "int": 4, "half": 2, "bfloat16": 2, "bool": 1, "unsigned char": 1, "signed char": 1}
-
-
-@dataclass
-class RankTrace:
-    """What the import keeps of one rank's trace (times in ns on the shared clock)."""
-
-    path: str
-    header: dict[str, Any]
-    rank: int
-    world_size: int | None
-    main_thread: Any = None
-    # spans: start, end, kind (KIND), stage, micro-batch, peer rank, bytes, name id
-    start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
-    stage: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
-    micro_batch: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
-    peer: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
-    nbytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    name: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
-    names: list[str] = field(default_factory=list)
-    busy: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))  # merged [start, end) rows
-    memory_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    memory_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    events: int = 0
-    gpu: bool = False
-    torch_version: str | None = None
-    pid: int | None = None  # the process of the rank's training loop (its ProfilerStep#N annotations'), if known
+__all__ = ["KIND", "KINDS", "RankTrace", "TraceError", "merge_intervals", "read_rank", "read_stream"]
 
 
 class _Recorder:
@@ -129,115 +82,6 @@ def _open(path: Path) -> tuple[BinaryIO, BinaryIO | None]:
     return raw, None
 
 
-def parse_header(head: bytes) -> dict[str, Any]:
-    """The top-level keys before ``"traceEvents"``: the header Kineto writes first."""
-    at = head.find(b'"traceEvents"')
-    if at < 0:
-        raise TraceError('has no "traceEvents" array near its start: it is not a PyTorch profiler trace '
-                         '(torch.profiler\'s export_chrome_trace writes one)')
-    text = head[:at].rstrip()
-    text = text[:-1] if text.endswith(b",") else text
-    try:
-        header = json.loads(text + b"}", parse_constant=not_json) if text.strip() != b"{" else {}
-    except (ValueError, RecursionError):
-        raise TraceError("has a header that is not JSON before its \"traceEvents\" array") from None
-    if not isinstance(header, dict):
-        raise TraceError("is not a JSON object")
-    return header
-
-
-def _args(event: dict[str, Any]) -> dict[str, Any]:
-    """An event's ``args`` (an object, or none at all)."""
-    args = event.get("args")
-    if args is None:
-        return {}
-    if not isinstance(args, dict):
-        raise wrong("an event whose args is", args, "an object", event.get("name"))
-    return args
-
-
-def _elements(dims: Any) -> int:
-    """Elements of the first tensor (or tensor list) in ``Input Dims``."""
-    if not isinstance(dims, list) or not dims:
-        return 0
-    first = dims[0]
-    shapes = first if first and isinstance(first[0], list) else [first]
-    total = 0
-    for shape in shapes:
-        if isinstance(shape, list) and all(isinstance(d, int) for d in shape):
-            total += math.prod(shape)  # Python ints: a hostile shape cannot wrap around
-    return total
-
-
-def _comm_bytes(args: dict[str, Any]) -> int:
-    """Bytes a communication event moves: ``In msg nelems`` x the dtype (``record_param_comms``), else
-    the first input's elements (``Input Dims``) x its type (``Input type``), as gloo records them."""
-    dtype = args.get("dtype")
-    if dtype is not None and not isinstance(dtype, str):
-        raise wrong("a communication event whose dtype is", dtype, "a type's name")
-    nelems = args.get("In msg nelems")
-    if nelems is not None:
-        if not (is_int(nelems) and nelems >= 0):
-            raise wrong("a communication event whose In msg nelems is", nelems, "a count of elements")
-        return nelems * DTYPE_BYTES.get(str(dtype), 4)
-    types = args.get("Input type")
-    if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
-        raise wrong("a communication event whose Input type is", types, "an array of types' names")
-    dims = args.get("Input Dims")
-    if dims is not None and not is_dims(dims):
-        raise wrong("a communication event whose Input Dims is", dims, "an array of shapes")
-    kind = types[0] if types else None
-    return _elements(dims) * DTYPE_BYTES.get(str(kind), 4)
-
-
-def _peer(name: str, args: dict[str, Any]) -> int:
-    """The other rank of a point-to-point call: ``c10d::send`` / ``c10d::recv_`` hold it as their third
-    concrete input (dst / src); -1 for collectives and where it is not recorded."""
-    if name in ("c10d::send", "c10d::recv_"):
-        inputs = args.get("Concrete Inputs")
-        if inputs is None:
-            return -1  # older PyTorch records no concrete inputs
-        peer = inputs[2] if isinstance(inputs, list) and len(inputs) > 2 else None
-        if is_int(peer) and 0 <= peer < MAX_WORLD:
-            return peer
-        if not (isinstance(peer, str) and peer.isdigit() and len(peer) < 10 and int(peer) < MAX_WORLD):
-            raise wrong(f"a {name} whose peer (Concrete Inputs[2]) is", peer, "a rank", name)
-        return int(peer)
-    return -1
-
-
-class _Spans:
-    """Growing columns of spans."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[int, int, int, int, int, int, int, int]] = []
-        self.names: dict[str, int] = {}
-        self.on_gpu: list[bool] = []  # the span is on a GPU track (a gpu_user_annotation)
-
-    def add(self, start: int, end: int, kind: str, stage: int, micro_batch: int, peer: int, nbytes: int,
-            name: str) -> None:
-        if max(stage, micro_batch, peer) >= MAX_ID or nbytes >= 1 << 62:
-            raise TraceError(f"names a stage, micro-batch, rank or size out of range in {name[:80]!r}")
-        code = self.names.setdefault(name, len(self.names))
-        self.rows.append((start, end, KIND[kind], stage, micro_batch, peer, nbytes, code))
-        self.on_gpu.append(self.gpu_track)
-
-    gpu_track = False
-
-
-def merge_intervals(intervals: np.ndarray) -> np.ndarray:
-    """The union of [start, end) rows, as sorted disjoint rows."""
-    if len(intervals) == 0:
-        return intervals.reshape(0, 2)
-    order = np.argsort(intervals[:, 0], kind="stable")
-    start, end = intervals[order, 0], intervals[order, 1]
-    reach = np.maximum.accumulate(end)
-    new = np.ones(len(start), bool)
-    new[1:] = start[1:] > reach[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(start) - 1)
-    return np.stack([start[first], reach[last]], axis=1)
-
 
 class _Union:
     """A growing union of [start, end) intervals, merged batch by batch as they come (never one
@@ -268,7 +112,18 @@ class _Union:
 
 
 def read_rank(path: str | Path) -> RankTrace:
-    """Stream one rank's trace into a ``RankTrace``; a ``TraceError`` naming the file if it cannot."""
+    """Read one rank's trace into a ``RankTrace`` (by byte ranges, in this process; the streaming parser
+    where the fast path does not take the trace); a ``TraceError`` naming the file if it cannot."""
+    path = Path(path)
+    try:
+        return ranges.read_fast(path)
+    except ranges.Fallback:
+        return read_stream(path)
+
+
+def read_stream(path: str | Path) -> RankTrace:
+    """Stream one rank's trace into a ``RankTrace`` with ijson, event by event; a ``TraceError`` naming the file
+    if it cannot (each sentence of a refused trace is this reader's)."""
     import ijson
 
     path = Path(path)
@@ -277,7 +132,7 @@ def read_rank(path: str | Path) -> RankTrace:
     except OSError as exc:
         raise TraceError(f"{path} cannot be read: {exc.strerror or exc}.") from None
     recorder = _Recorder(raw, packed)
-    spans = _Spans()
+    spans = Spans()
     kernels = _Union()  # the GPU's kernels, memcpys and memsets (not NCCL's)
     # [memory] samples per device type (0 CPU, 1 CUDA): a GPU trace's memory is its GPU's
     mem_ts: dict[int, list[int]] = {0: [], 1: []}
@@ -287,7 +142,7 @@ def read_rank(path: str | Path) -> RankTrace:
     events = 0
     header: dict[str, Any] | None = None
     base_ns: int | None = None
-    step_threads: set[Any] = set()
+    step_threads: dict[Any, None] = {}  # in order (the set is made of them in this order)
     step_pid: int | None = None
     thread_busy: dict[Any, _Union] = {}  # each thread's operators
     gpu = False  # the trace has device tracks (kernels, memcpys, memsets)
@@ -319,7 +174,7 @@ def read_rank(path: str | Path) -> RankTrace:
                 if ph == "i":
                     if name != "[memory]":
                         continue
-                    args = _args(event)
+                    args = args_of(event)
                     total = args.get("Total Allocated")
                     device = args.get("Device Type", 0)
                     if not is_number(total):
@@ -332,7 +187,7 @@ def read_rank(path: str | Path) -> RankTrace:
                         mem_ts[device].append(ns(event.get("ts"), name))
                         mem_bytes[device].append(int(total))
                         if len(mem_ts[device]) >= BATCH_EVENTS:
-                            mem_reduced[device].append(_bucket_max(mem_ts[device], mem_bytes[device]))
+                            mem_reduced[device].append(bucket_max(mem_ts[device], mem_bytes[device]))
                             mem_ts[device], mem_bytes[device] = [], []
                     continue
                 if cat is not None and not isinstance(cat, str):
@@ -351,8 +206,8 @@ def read_rank(path: str | Path) -> RankTrace:
                 if cat in GPU_CATS:
                     gpu = True
                     if COMM_FLIGHT.match(name):  # an NCCL kernel moves data: communication, not compute
-                        args = _args(event)
-                        spans.add(start, end, "comm_flight", -1, -1, -1, _comm_bytes(args), name)
+                        args = args_of(event)
+                        spans.add(start, end, "comm_flight", -1, -1, -1, comm_bytes(args), name)
                     else:
                         kernels.add(start, end)
                     continue
@@ -360,12 +215,12 @@ def read_rank(path: str | Path) -> RankTrace:
                     backward.setdefault(tid, _Union()).add(start, end)
                 else:
                     spans.gpu_track = cat == "gpu_user_annotation"
-                    _classify(spans, name, "user_annotation" if spans.gpu_track else cat, start, end, event)
+                    classify(spans, name, "user_annotation" if spans.gpu_track else cat, start, end, event)
                 if cat == "cpu_op":  # the thread runs an operator (annotations only name what it runs)
                     threads[tid] = threads.get(tid, 0) + 1
                     thread_busy.setdefault(tid, _Union()).add(start, end)
                 elif cat == "user_annotation" and STEP.match(name):
-                    step_threads.add(tid)
+                    step_threads.setdefault(tid)
                     pid = event.get("pid")
                     if pid is not None and not (is_int(pid) and 0 <= pid < 1 << 62 or isinstance(pid, str)):
                         raise wrong("an event whose pid is", pid, "a process's id", name)
@@ -389,53 +244,19 @@ def read_rank(path: str | Path) -> RankTrace:
             raise TraceError(f"{path} {exc}.") from None
         if events == 0 and recorder.read_bytes == 0:
             raise TraceError(f"{path} is empty.")
-    try:
-        _, rank, world = header_fields(header)
-    except TraceError as exc:
-        raise TraceError(f"{path} {exc}.") from None
-    if gpu:
-        busy_rows = kernels.intervals()
-        main = None
-    else:
-        main = _main_thread(threads, step_threads)
-        busy_rows = thread_busy[main].intervals() if main in thread_busy else np.zeros((0, 2), np.int64)
-    # autograd's backward nodes: a backward pass where no annotation names one (DDP, FSDP, 1F1B without stack)
-    nodes = (backward[main].intervals() if main in backward else
-             merge_intervals(np.concatenate([u.intervals() for u in backward.values()])) if gpu and backward
-             else np.zeros((0, 2), np.int64))
-    if len(nodes):
-        spans.names.setdefault("autograd", len(spans.names))
+    memory = {}
     for device in (0, 1):
         if mem_ts[device]:
-            mem_reduced[device].append(_bucket_max(mem_ts[device], mem_bytes[device]))
-    kept = mem_reduced[1] if (gpu or not mem_reduced[0]) and mem_reduced[1] else mem_reduced[0]
-    memory_ts = np.concatenate([m[0] for m in kept]) if kept else np.zeros(0, np.int64)
-    memory_bytes = np.concatenate([m[1] for m in kept]) if kept else np.zeros(0, np.int64)
-    table = np.asarray(spans.rows, np.int64).reshape(-1, 8)
-    on_gpu = np.asarray(spans.on_gpu, bool)
-    if len(nodes):
-        extra = np.zeros((len(nodes), 8), np.int64)
-        extra[:, 0:2] = nodes
-        extra[:, 2] = KIND["backward"]
-        extra[:, 3:6] = -1
-        extra[:, 7] = spans.names["autograd"]
-        table = np.concatenate([table, extra])
-        on_gpu = np.concatenate([on_gpu, np.zeros(len(nodes), bool)])
-    if gpu and on_gpu.any():
-        # a GPU trace: the passes' time is their GPU-side annotations' (when their kernels ran), not the
-        # CPU's (when they were launched); profiler steps and communication calls stay on the CPU's clock
-        work = np.isin(table[:, 2], [KIND[k] for k in ("forward", "backward", "backward_input", "backward_weight",
-                                                        "update", "pp_comm", "pp_other")])
-        table = table[~(work & ~on_gpu)]
-    names = list(spans.names)
-    return RankTrace(
-        path=str(path), header={k: v for k, v in header.items() if k != "traceEvents"},
-        rank=rank, world_size=world,
-        main_thread=main, start=table[:, 0], end=table[:, 1], kind=table[:, 2].astype(np.int8),
-        stage=table[:, 3].astype(np.int32), micro_batch=table[:, 4].astype(np.int32), peer=table[:, 5].astype(np.int32),
-        nbytes=table[:, 6], name=table[:, 7].astype(np.int32), names=names, busy=busy_rows,
-        memory_ts=memory_ts, memory_bytes=memory_bytes, events=events, gpu=gpu,
-        torch_version=_torch_version(header), pid=step_pid)
+            mem_reduced[device].append(bucket_max(mem_ts[device], mem_bytes[device]))
+        if mem_reduced[device]:
+            memory[device] = bucket_max(np.concatenate([m[0] for m in mem_reduced[device]]),
+                                        np.concatenate([m[1] for m in mem_reduced[device]]))
+    part = RankPart(events=events, kernels=kernels.intervals(), threads=threads,
+                busy={tid: u.intervals() for tid, u in thread_busy.items()},
+                backward={tid: u.intervals() for tid, u in backward.items()},
+                step_threads=list(step_threads), step_pid=step_pid, gpu=gpu, memory=memory)
+    part.add_spans(spans)
+    return assemble(str(path), header, part)
 
 
 def _reason(exc: Exception) -> str:
@@ -447,65 +268,3 @@ def _reason(exc: Exception) -> str:
     return (lines[0].strip() if lines else type(exc).__name__)[:120]
 
 
-def _main_thread(threads: dict[Any, int], step_threads: set[Any]) -> Any:
-    """The thread that runs the training loop: the one holding ``ProfilerStep#N``, else the busiest."""
-    if step_threads:
-        return max(step_threads, key=lambda t: threads.get(t, 0))
-    return max(threads, key=threads.get) if threads else None
-
-
-def _torch_version(header: dict[str, Any]) -> str | None:
-    for key in ("torch_version", "pytorch_version", "torchVersion"):
-        if isinstance(header.get(key), str):
-            return header[key][:200]
-    return None
-
-
-def _bucket_max(ts: list[int], total: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """The largest Total Allocated per ``MEMORY_BUCKET_NS``, at the time of that largest sample."""
-    t = np.asarray(ts, np.int64)
-    b = np.asarray(total, np.int64)
-    order = np.lexsort((-b, t // MEMORY_BUCKET_NS))
-    t, b = t[order], b[order]
-    bucket = t // MEMORY_BUCKET_NS
-    first = np.ones(len(t), bool)
-    first[1:] = bucket[1:] != bucket[:-1]
-    return t[first], b[first]
-
-
-def _id(digits: str) -> int:
-    """A step, stage or micro-batch number of a span's name; beyond 18 digits, one ``_Spans.add`` refuses (Python's
-    int() itself refuses 4,300 digits)."""
-    return int(digits) if len(digits) <= 18 else MAX_ID
-
-
-def _classify(spans: _Spans, name: str, cat: Any, start: int, end: int, event: dict[str, Any]) -> None:
-    """Keep ``event`` as a span if the import uses it (see the module docstring)."""
-    if cat == "user_annotation":
-        if (m := STEP.match(name)) is not None:
-            spans.add(start, end, "step", -1, _id(m.group(1)), -1, 0, name)
-        elif (m := GPIPE.match(name)) is not None:
-            spans.add(start, end, m.group(1).lower(), -1, _id(m.group(2)), -1, 0, name)
-        elif (m := PP_ACTION.match(name)) is not None:
-            stage, action, mb = _id(m.group(1)), m.group(2), _id(m.group(3)) if m.group(3) else -1
-            kind = PASS_OF_ACTION.get(action) or ("pp_comm" if action in ("SEND_F", "RECV_F", "SEND_B", "RECV_B",
-                                                                          "REDUCE_GRAD") else "pp_other")
-            spans.add(start, end, kind, stage, mb, -1, 0, name)
-        elif name.startswith("Optimizer.step#"):
-            spans.add(start, end, "update", -1, -1, -1, 0, name)
-        elif DATA_PARALLEL_FORWARD.match(name):
-            spans.add(start, end, "forward", -1, -1, -1, 0, name)
-        elif COMM_FLIGHT.match(name):
-            args = _args(event)
-            spans.add(start, end, "comm_flight", -1, -1, -1, _comm_bytes(args), name)
-    elif cat == "cpu_op":
-        if COMM_CALL.match(name):
-            args = _args(event)
-            collective = args.get("Collective name")
-            if collective is not None and not isinstance(collective, str):
-                raise wrong("a communication call whose Collective name is", collective, "a name", name)
-            label = f"{name}:{collective[:80]}" if collective is not None else name
-            spans.add(start, end, "comm_call", -1, -1, _peer(name, args), _comm_bytes(args), label)
-    elif cat == "python_function":
-        if (m := CHUNK_FRAME.search(name)) is not None:
-            spans.add(start, end, m.group(1), -1, -1, -1, 0, f"{m.group(1)}_one_chunk")

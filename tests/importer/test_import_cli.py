@@ -22,7 +22,8 @@ def invoke(*args):
 
 def tables(path):
     with open_profile(path) as profile:
-        return {name: profile.read_table(name) for name in ("trace", "programs", "exchanges", "liveness", "tile_memory")}
+        return {name: profile.read_table(name)
+                for name in ("trace", "programs", "exchanges", "liveness", "tile_memory")}
 
 
 def test_import_writes_a_profile_and_says_what_it_found(recorded, tmp_path):

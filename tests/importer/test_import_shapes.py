@@ -73,8 +73,10 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_
                     max_leaves=12)
 EVENT = st.fixed_dictionaries({"ph": st.sampled_from(["X", "i", "M", "s", 5]),
                                "name": st.sampled_from(["Forward 1", "PP:0F1", "c10d::send", "gloo:recv", "[memory]",
-                                                        "ProfilerStep#1", "aten::mm", "Optimizer.step#SGD.step"]) | JSON,
-                               "cat": st.sampled_from(["cpu_op", "user_annotation", "kernel", "gpu_user_annotation"]) | JSON,
+                                                        "ProfilerStep#1", "aten::mm", "Optimizer.step#SGD.step"])
+                               | JSON,
+                               "cat": st.sampled_from(["cpu_op", "user_annotation", "kernel", "gpu_user_annotation"])
+                               | JSON,
                                "ts": st.integers(-10, 10**6) | JSON, "dur": st.integers(0, 10**4) | JSON,
                                "args": JSON})
 

@@ -25,7 +25,8 @@ def annotations(raw: dict, name_start: str) -> list[tuple[int, int]]:
     base = raw.get("baseTimeNanoseconds", 0)
     return sorted((int(round(e["ts"] * 1000)) + base, int(round(e["ts"] * 1000)) + base + int(round(e["dur"] * 1000)))
                   for e in raw["traceEvents"]
-                  if e.get("ph") == "X" and e.get("cat") == "user_annotation" and str(e.get("name")).startswith(name_start))
+                  if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+                  and str(e.get("name")).startswith(name_start))
 
 
 def test_import_writes_each_ranks_timeline_from_its_annotations(recorded, tmp_path):
@@ -42,7 +43,8 @@ def test_import_writes_each_ranks_timeline_from_its_annotations(recorded, tmp_pa
         raw = run.raw(rank)
         # THEN each file is its rank's, on the pytorch channel, one thread: the training loop's
         assert timeline.process == f"rank-{rank}" and set(frame["process"]) == {f"rank-{rank}"}
-        assert set(frame["channel"]) == {"pytorch"} and set(frame["kind"]) == {"span"} and frame["thread"].nunique() == 1
+        assert set(frame["channel"]) == {"pytorch"} and set(frame["kind"]) == {"span"}
+        assert frame["thread"].nunique() == 1
         pid = next(e["pid"] for e in raw["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
         assert timeline.pid == pid
         # AND its profiler steps and GPipe passes are the trace's own annotations, to the nanosecond
@@ -56,7 +58,8 @@ def test_import_writes_each_ranks_timeline_from_its_annotations(recorded, tmp_pa
 def test_the_system_report_of_an_imported_run(recorded, tmp_path):
     run = recorded("gpipe")
     assert invoke("import", run.folder, "-o", tmp_path / "out").exit_code == 0
-    doc = json.loads(invoke("report", tmp_path / "out" / "profile.pop", "--section", "system", "--format", "json").stdout)
+    doc = json.loads(invoke("report", tmp_path / "out" / "profile.pop", "--section", "system",
+                            "--format", "json").stdout)
     processes = doc["sections"]["system"]["processes"]
     assert [p["process"] for p in processes] == ["rank-0", "rank-1", "rank-2", "rank-3"]
     # a profiler step per step of the recording, each a family (ProfilerStep#1, #2 -> ProfilerStep)
@@ -95,7 +98,8 @@ def test_the_system_page_shows_the_ranks(recorded, tmp_path):
     page = importlib.import_module("dashboards.pages.system")
     # the whole run: a row per rank's training thread, each pass family a colour of its own
     fig, level, _ = page.timeline("a", None, "relative")
-    assert [label.split(" · ")[0] for label in fig.layout.yaxis.categoryarray] == ["rank-3", "rank-2", "rank-1", "rank-0"]
+    assert [label.split(" · ")[0] for label in fig.layout.yaxis.categoryarray] == [
+        "rank-3", "rank-2", "rank-1", "rank-0"]
     names = {trace.name for trace in fig.data}
     assert {"ProfilerStep", "Forward", "Backward"} <= names
     note, cards, _ = page.render_figures("a")

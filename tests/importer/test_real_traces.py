@@ -128,7 +128,8 @@ def test_the_memory_peak_is_the_traces_largest_total_allocated(recorded):
     with popvision_py.open(run.profile) as report:
         by_ipu = report.memory.by_ipu().set_index("ipu")["total_bytes"]
     for rank, raw in enumerate(raws):
-        samples = [(ns(e["ts"]), e["args"]["Total Allocated"]) for e in raw["traceEvents"] if e.get("name") == "[memory]"]
+        samples = [(ns(e["ts"]), e["args"]["Total Allocated"]) for e in raw["traceEvents"]
+                   if e.get("name") == "[memory]"]
         before = [b for t, b in samples if t < lo]
         peak = max([b for t, b in samples if lo <= t < hi] + before[-1:])
         assert by_ipu[rank] == peak

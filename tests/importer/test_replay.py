@@ -141,7 +141,8 @@ def test_report_critical_path_as_csv(recorded, tmp_path) -> None:
                                        "--format", "csv", "-o", str(tmp_path / "csv")])
     assert result.exit_code == 0, result.output
     whatif = pd.read_csv(tmp_path / "csv" / "critical-path.whatif.csv")
-    assert whatif.iloc[0]["change"] == "as recorded, re-timed (median costs)" and (whatif["low_ms"] <= whatif["step_ms"]).all()
+    assert whatif.iloc[0]["change"] == "as recorded, re-timed (median costs)"
+    assert (whatif["low_ms"] <= whatif["step_ms"]).all()
 
 
 def test_tune_on_an_imported_pipeline_names_the_change_in_pytorch(recorded) -> None:
@@ -160,7 +161,8 @@ def test_tune_set_answers_one_what_if(recorded) -> None:
                                        "--json"])
     assert result.exit_code == 0, result.output
     answer = json.loads(result.output)
-    assert answer["change"] == "schedule GPipe, 12 micro-batches" and answer["low_ms"] <= answer["step_ms"] <= answer["high_ms"]
+    assert answer["change"] == "schedule GPipe, 12 micro-batches"
+    assert answer["low_ms"] <= answer["step_ms"] <= answer["high_ms"]
     assert answer["pytorch"] == "ScheduleGPipe(stage, n_microbatches=12, loss_fn=...)"
 
 
@@ -174,8 +176,8 @@ def test_tune_set_shows_the_measured_step_beside_the_re_timed_one(recorded) -> N
     result = CliRunner().invoke(main, ["tune", profile, "--set", "micro_batches=16"])
     assert result.exit_code == 0, result.output
     # THEN the header names both, each for what it is
-    assert (f"as recorded: {measured_ms:,.1f} ms a step measured (median step), {retimed_ms:,.1f} ms re-timed (median costs)"
-            in result.output.splitlines()[0])
+    assert (f"as recorded: {measured_ms:,.1f} ms a step measured (median step), {retimed_ms:,.1f} ms re-timed "
+            "(median costs)" in result.output.splitlines()[0])
 
 
 @pytest.mark.parametrize("sets,sentence", [

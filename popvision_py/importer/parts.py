@@ -1,0 +1,403 @@
+"""What the import keeps of one rank's trace, and the rules it keeps it by, shared by both readers.
+
+``read.read_stream`` (ijson, event by event) and ``ranges`` (msgspec, a byte range of events at a
+time) each reduce events to a ``RankPart``; the parts of a rank, merged in order, become its ``RankTrace``
+(``assemble``). Each rule is written once here: which events are spans (``classify``), the bytes a
+communication moves (``comm_bytes``), the peer of a point-to-point call (``peer``), the largest
+``Total Allocated`` per 10 µs (``bucket_max``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from popvision_py.importer.checks import MAX_WORLD, TraceError, header_fields, is_dims, is_int, not_json, wrong
+
+MAX_US = 2.0**61 / 1000  # times in microseconds beyond this (73 years) do not fit int64 nanoseconds with the base
+MAX_ID = 1 << 30  # a stage or micro-batch number beyond this is not a real run's
+BATCH_EVENTS = 1 << 16  # events reduced at a time (streaming)
+HEAD_BYTES = 16 << 20  # the header must end (at "traceEvents") within this many bytes (Kineto's: a few KiB)
+MEMORY_BUCKET_NS = 10_000  # [memory] samples kept: the largest Total Allocated per 10 µs
+MAX_RATIO = 200  # a gzipped trace inflating more than this past its first MAX_PLAIN bytes is a bomb (real: ~20)
+MAX_PLAIN = 16 << 20  # ... past this many bytes inflated (a small trace may inflate as it likes)
+
+# What a span is, by its name (see ``span_kind``).
+KINDS = ("step", "forward", "backward", "backward_input", "backward_weight", "update", "pp_comm", "pp_other",
+         "comm_call", "comm_flight")
+KIND = {name: i for i, name in enumerate(KINDS)}
+PASS_OF_ACTION = {"F": "forward", "B": "backward", "I": "backward_input", "W": "backward_weight"}
+PP_ACTION = re.compile(r"PP:(\d+)(UNSHARD|RESHARD|SEND_F|RECV_F|SEND_B|RECV_B|REDUCE_GRAD|F|I|W|B)(\d*)$")
+GPIPE = re.compile(r"(Forward|Backward) (\d+)$")
+STEP = re.compile(r"ProfilerStep#(\d+)$")
+COMM_CALL = re.compile(r"c10d::|record_param_comms$")
+COMM_FLIGHT = re.compile(r"(gloo|nccl):|nccl[A-Za-z]*Kernel|ncclDevKernel")
+DATA_PARALLEL_FORWARD = re.compile(r"(DistributedDataParallel|FullyShardedDataParallel|FSDP\w*)\.forward$")
+AUTOGRAD = "autograd::engine::evaluate_function: "  # a backward node run by the autograd engine
+CHUNK_FRAME = re.compile(r"pipelining/stage\.py\(\d+\): (forward|backward)_one_chunk$")
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+DTYPE_BYTES = {"float": 4, "float32": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "long int": 8,
+               "int": 4, "half": 2, "bfloat16": 2, "bool": 1, "unsigned char": 1, "signed char": 1}
+
+
+
+@dataclass
+class RankTrace:
+    """What the import keeps of one rank's trace (times in ns on the shared clock)."""
+
+    path: str
+    header: dict[str, Any]
+    rank: int
+    world_size: int | None
+    main_thread: Any = None
+    # spans: start, end, kind (KIND), stage, micro-batch, peer rank, bytes, name id
+    start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    stage: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    micro_batch: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    peer: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    nbytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    name: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    names: list[str] = field(default_factory=list)
+    busy: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))  # merged [start, end) rows
+    memory_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    memory_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    events: int = 0
+    gpu: bool = False
+    torch_version: str | None = None
+    pid: int | None = None  # the process of the rank's training loop (its ProfilerStep#N annotations'), if known
+
+
+
+def parse_header(head: bytes) -> dict[str, Any]:
+    """The top-level keys before ``"traceEvents"``: the header Kineto writes first."""
+    at = head.find(b'"traceEvents"')
+    if at < 0:
+        raise TraceError('has no "traceEvents" array near its start: it is not a PyTorch profiler trace '
+                         '(torch.profiler\'s export_chrome_trace writes one)')
+    text = head[:at].rstrip()
+    text = text[:-1] if text.endswith(b",") else text
+    try:
+        header = json.loads(text + b"}", parse_constant=not_json) if text.strip() != b"{" else {}
+    except (ValueError, RecursionError):
+        raise TraceError("has a header that is not JSON before its \"traceEvents\" array") from None
+    if not isinstance(header, dict):
+        raise TraceError("is not a JSON object")
+    return header
+
+
+
+def args_of(event: dict[str, Any]) -> dict[str, Any]:
+    """An event's ``args`` (an object, or none at all)."""
+    args = event.get("args")
+    if args is None:
+        return {}
+    if not isinstance(args, dict):
+        raise wrong("an event whose args is", args, "an object", event.get("name"))
+    return args
+
+
+def _elements(dims: Any) -> int:
+    """Elements of the first tensor (or tensor list) in ``Input Dims``."""
+    if not isinstance(dims, list) or not dims:
+        return 0
+    first = dims[0]
+    shapes = first if first and isinstance(first[0], list) else [first]
+    total = 0
+    for shape in shapes:
+        if isinstance(shape, list) and all(isinstance(d, int) for d in shape):
+            total += math.prod(shape)  # Python ints: a hostile shape cannot wrap around
+    return total
+
+
+def comm_bytes(args: dict[str, Any]) -> int:
+    """Bytes a communication event moves: ``In msg nelems`` x the dtype (``record_param_comms``), else
+    the first input's elements (``Input Dims``) x its type (``Input type``), as gloo records them."""
+    dtype = args.get("dtype")
+    if dtype is not None and not isinstance(dtype, str):
+        raise wrong("a communication event whose dtype is", dtype, "a type's name")
+    nelems = args.get("In msg nelems")
+    if nelems is not None:
+        if not (is_int(nelems) and nelems >= 0):
+            raise wrong("a communication event whose In msg nelems is", nelems, "a count of elements")
+        return nelems * DTYPE_BYTES.get(str(dtype), 4)
+    types = args.get("Input type")
+    if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
+        raise wrong("a communication event whose Input type is", types, "an array of types' names")
+    dims = args.get("Input Dims")
+    if dims is not None and not is_dims(dims):
+        raise wrong("a communication event whose Input Dims is", dims, "an array of shapes")
+    kind = types[0] if types else None
+    return _elements(dims) * DTYPE_BYTES.get(str(kind), 4)
+
+
+def peer(name: str, args: dict[str, Any]) -> int:
+    """The other rank of a point-to-point call: ``c10d::send`` / ``c10d::recv_`` hold it as their third
+    concrete input (dst / src); -1 for collectives and where it is not recorded."""
+    if name in ("c10d::send", "c10d::recv_"):
+        inputs = args.get("Concrete Inputs")
+        if inputs is None:
+            return -1  # older PyTorch records no concrete inputs
+        peer = inputs[2] if isinstance(inputs, list) and len(inputs) > 2 else None
+        if is_int(peer) and 0 <= peer < MAX_WORLD:
+            return peer
+        if not (isinstance(peer, str) and peer.isdigit() and len(peer) < 10 and int(peer) < MAX_WORLD):
+            raise wrong(f"a {name} whose peer (Concrete Inputs[2]) is", peer, "a rank", name)
+        return int(peer)
+    return -1
+
+
+class Spans:
+    """Growing columns of spans."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, int, int, int, int, int, int]] = []
+        self.names: dict[str, int] = {}
+        self.on_gpu: list[bool] = []  # the span is on a GPU track (a gpu_user_annotation)
+
+    def add(self, start: int, end: int, kind: str, stage: int, micro_batch: int, peer: int, nbytes: int,
+            name: str) -> None:
+        if max(stage, micro_batch, peer) >= MAX_ID or nbytes >= 1 << 62:
+            raise TraceError(f"names a stage, micro-batch, rank or size out of range in {name[:80]!r}")
+        code = self.names.setdefault(name, len(self.names))
+        self.rows.append((start, end, KIND[kind], stage, micro_batch, peer, nbytes, code))
+        self.on_gpu.append(self.gpu_track)
+
+    gpu_track = False
+
+
+def merge_intervals(intervals: np.ndarray) -> np.ndarray:
+    """The union of [start, end) rows, as sorted disjoint rows."""
+    if len(intervals) == 0:
+        return intervals.reshape(0, 2)
+    order = np.argsort(intervals[:, 0], kind="stable")
+    start, end = intervals[order, 0], intervals[order, 1]
+    reach = np.maximum.accumulate(end)
+    new = np.ones(len(start), bool)
+    new[1:] = start[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(start) - 1)
+    return np.stack([start[first], reach[last]], axis=1)
+
+
+def _main_thread(threads: dict[Any, int], step_threads: set[Any]) -> Any:
+    """The thread that runs the training loop: the one holding ``ProfilerStep#N``, else the busiest."""
+    if step_threads:
+        return max(step_threads, key=lambda t: threads.get(t, 0))
+    return max(threads, key=threads.get) if threads else None
+
+
+def _torch_version(header: dict[str, Any]) -> str | None:
+    for key in ("torch_version", "pytorch_version", "torchVersion"):
+        if isinstance(header.get(key), str):
+            return header[key][:200]
+    return None
+
+
+def bucket_max(ts: Any, total: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The largest Total Allocated per ``MEMORY_BUCKET_NS``, at the time of that largest sample (the first
+    such sample where several are largest): reduced again, reductions of a rank's stretches in order give
+    the reduction of the whole."""
+    t = np.asarray(ts, np.int64)
+    b = np.asarray(total, np.int64)
+    order = np.lexsort((-b, t // MEMORY_BUCKET_NS))
+    t, b = t[order], b[order]
+    bucket = t // MEMORY_BUCKET_NS
+    first = np.ones(len(t), bool)
+    first[1:] = bucket[1:] != bucket[:-1]
+    return t[first], b[first]
+
+
+def _id(digits: str) -> int:
+    """A step, stage or micro-batch number of a span's name; beyond 18 digits, one ``Spans.add`` refuses (Python's
+    int() itself refuses 4,300 digits)."""
+    return int(digits) if len(digits) <= 18 else MAX_ID
+
+
+def classify(spans: Spans, name: str, cat: Any, start: int, end: int, event: dict[str, Any]) -> None:
+    """Keep ``event`` as a span if the import uses it (see ``read``'s docstring)."""
+    if cat == "user_annotation":
+        if (m := STEP.match(name)) is not None:
+            spans.add(start, end, "step", -1, _id(m.group(1)), -1, 0, name)
+        elif (m := GPIPE.match(name)) is not None:
+            spans.add(start, end, m.group(1).lower(), -1, _id(m.group(2)), -1, 0, name)
+        elif (m := PP_ACTION.match(name)) is not None:
+            stage, action, mb = _id(m.group(1)), m.group(2), _id(m.group(3)) if m.group(3) else -1
+            kind = PASS_OF_ACTION.get(action) or ("pp_comm" if action in ("SEND_F", "RECV_F", "SEND_B", "RECV_B",
+                                                                          "REDUCE_GRAD") else "pp_other")
+            spans.add(start, end, kind, stage, mb, -1, 0, name)
+        elif name.startswith("Optimizer.step#"):
+            spans.add(start, end, "update", -1, -1, -1, 0, name)
+        elif DATA_PARALLEL_FORWARD.match(name):
+            spans.add(start, end, "forward", -1, -1, -1, 0, name)
+        elif COMM_FLIGHT.match(name):
+            args = args_of(event)
+            spans.add(start, end, "comm_flight", -1, -1, -1, comm_bytes(args), name)
+    elif cat == "cpu_op":
+        if COMM_CALL.match(name):
+            args = args_of(event)
+            collective = args.get("Collective name")
+            if collective is not None and not isinstance(collective, str):
+                raise wrong("a communication call whose Collective name is", collective, "a name", name)
+            label = f"{name}:{collective[:80]}" if collective is not None else name
+            spans.add(start, end, "comm_call", -1, -1, peer(name, args), comm_bytes(args), label)
+    elif cat == "python_function":
+        if (m := CHUNK_FRAME.search(name)) is not None:
+            spans.add(start, end, m.group(1), -1, -1, -1, 0, f"{m.group(1)}_one_chunk")
+
+
+def is_annotation_span(name: str) -> bool:
+    """Whether ``classify`` keeps an annotation (``user_annotation``) of this name."""
+    return bool(STEP.match(name) or GPIPE.match(name) or PP_ACTION.match(name) or name.startswith("Optimizer.step#")
+                or DATA_PARALLEL_FORWARD.match(name) or COMM_FLIGHT.match(name))
+
+
+def _empty_rows() -> np.ndarray:
+    return np.zeros((0, 8), np.int64)
+
+
+def _empty_intervals() -> np.ndarray:
+    return np.zeros((0, 2), np.int64)
+
+
+@dataclass
+class RankPart:
+    """What a stretch of a rank's events reduces to; a rank's parts, merged in order, are the rank's."""
+
+    events: int = 0
+    rows: np.ndarray = field(default_factory=_empty_rows)  # spans: start, end, kind, stage, mb, peer, bytes, name
+    on_gpu: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # the span is a GPU track's
+    names: list[str] = field(default_factory=list)  # the spans' names, by their codes
+    kernels: np.ndarray = field(default_factory=_empty_intervals)  # union of GPU kernels, memcpys, memsets
+    threads: dict[Any, int] = field(default_factory=dict)  # operators per thread, in order of first appearance
+    busy: dict[Any, np.ndarray] = field(default_factory=dict)  # union of each thread's operators
+    backward: dict[Any, np.ndarray] = field(default_factory=dict)  # union of each thread's autograd nodes
+    step_threads: list[Any] = field(default_factory=list)  # threads holding ProfilerStep#N, in order
+    step_pid: int | None = None
+    gpu: bool = False
+    memory: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # per device: bucket_max
+
+    def add_spans(self, spans: Spans) -> None:
+        self.rows = np.asarray(spans.rows, np.int64).reshape(-1, 8)
+        self.on_gpu = np.asarray(spans.on_gpu, bool)
+        self.names = list(spans.names)
+
+
+class Merger:
+    """A rank's parts merged as they come, in order: interval unions re-merged every few parts, so that
+    what is held stays near the rank's result."""
+
+    EVERY = 16
+
+    def __init__(self) -> None:
+        self.parts: list[RankPart] = []
+        self.whole = RankPart()
+
+    def add(self, part: RankPart) -> None:
+        self.parts.append(part)
+        if len(self.parts) >= self.EVERY:
+            self._fold()
+
+    def result(self) -> RankPart:
+        self._fold()
+        return self.whole
+
+    def _fold(self) -> None:
+        parts = [self.whole, *self.parts]
+        self.parts = []
+        if len(parts) == 1:
+            return
+        names: dict[str, int] = {}
+        rows = []
+        for p in parts:
+            codes = np.array([names.setdefault(n, len(names)) for n in p.names], np.int64)
+            r = p.rows.copy()
+            if len(r):
+                r[:, 7] = codes[r[:, 7]]
+            rows.append(r)
+        whole = RankPart(events=sum(p.events for p in parts), rows=np.concatenate(rows),
+                     on_gpu=np.concatenate([p.on_gpu for p in parts]), names=list(names),
+                     kernels=merge_intervals(np.concatenate([p.kernels for p in parts])),
+                     step_threads=list(dict.fromkeys(t for p in parts for t in p.step_threads)),
+                     step_pid=next((p.step_pid for p in parts if p.step_pid is not None), None),
+                     gpu=any(p.gpu for p in parts))
+        for p in parts:
+            for tid, n in p.threads.items():
+                whole.threads[tid] = whole.threads.get(tid, 0) + n
+        for key in ("busy", "backward"):
+            merged: dict[Any, list[np.ndarray]] = {}
+            for p in parts:
+                for tid, rows_ in getattr(p, key).items():
+                    merged.setdefault(tid, []).append(rows_)
+            setattr(whole, key, {tid: merge_intervals(np.concatenate(v)) for tid, v in merged.items()})
+        for device in (0, 1):
+            got = [p.memory[device] for p in parts if device in p.memory]
+            if got:
+                whole.memory[device] = bucket_max(np.concatenate([g[0] for g in got]),
+                                                  np.concatenate([g[1] for g in got]))
+        self.whole = whole
+
+
+def assemble(path: str, header: dict[str, Any], part: RankPart) -> RankTrace:
+    """A rank's ``RankTrace`` from its whole ``RankPart``: the training thread, its operators' union (or the GPU's
+    kernels'), the backward passes no annotation names, the memory of the rank's device."""
+    try:
+        _, rank, world = header_fields(header)
+    except TraceError as exc:
+        raise TraceError(f"{path} {exc}.") from None
+    names = list(part.names)
+    if part.gpu:
+        busy_rows = part.kernels
+        main = None
+    else:
+        main = _main_thread(part.threads, set(part.step_threads))
+        busy_rows = part.busy.get(main, _empty_intervals()) if main in part.busy else _empty_intervals()
+    # autograd's backward nodes: a backward pass where no annotation names one (DDP, FSDP, 1F1B without stack)
+    nodes = (part.backward[main] if main in part.backward else
+             merge_intervals(np.concatenate(list(part.backward.values()))) if part.gpu and part.backward
+             else _empty_intervals())
+    table, on_gpu = part.rows, part.on_gpu
+    if len(nodes):
+        if "autograd" not in names:
+            names.append("autograd")
+        extra = np.zeros((len(nodes), 8), np.int64)
+        extra[:, 0:2] = nodes
+        extra[:, 2] = KIND["backward"]
+        extra[:, 3:6] = -1
+        extra[:, 7] = names.index("autograd")
+        table = np.concatenate([table, extra])
+        on_gpu = np.concatenate([on_gpu, np.zeros(len(nodes), bool)])
+    if part.gpu and on_gpu.any():
+        # a GPU trace: the passes' time is their GPU-side annotations' (when their kernels ran), not the
+        # CPU's (when they were launched); profiler steps and communication calls stay on the CPU's clock
+        work = np.isin(table[:, 2], [KIND[k] for k in ("forward", "backward", "backward_input", "backward_weight",
+                                                        "update", "pp_comm", "pp_other")])
+        table = table[~(work & ~on_gpu)]
+    memory = part.memory
+    kept = memory[1] if (part.gpu or 0 not in memory) and 1 in memory else memory.get(0)
+    memory_ts, memory_bytes = kept if kept is not None else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    return RankTrace(
+        path=str(path), header={k: v for k, v in header.items() if k != "traceEvents"},
+        rank=rank, world_size=world,
+        main_thread=main, start=table[:, 0], end=table[:, 1], kind=table[:, 2].astype(np.int8),
+        stage=table[:, 3].astype(np.int32), micro_batch=table[:, 4].astype(np.int32),
+        peer=table[:, 5].astype(np.int32), nbytes=table[:, 6], name=table[:, 7].astype(np.int32), names=names,
+        busy=busy_rows, memory_ts=memory_ts, memory_bytes=memory_bytes, events=part.events, gpu=part.gpu,
+        torch_version=_torch_version(header), pid=part.step_pid)
+
+
+def release_memory() -> None:
+    """Hand the heap's freed pages back to the system: glibc keeps them after the churn of many arrays made
+    and merged (the ranks' parts), so the resident set would stay at its high-water mark. Elsewhere, nothing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

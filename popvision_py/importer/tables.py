@@ -1,0 +1,286 @@
+"""One rank's rows of every table of the profile, a window of its time at a time.
+
+``timeline.rank_rows_by_window`` cuts the rank's time line a window at a time (each window a few
+hundred thousand of the rank's operator gaps); each window's rows become the rows of the trace,
+programs and tile_cycles tables at once, and are written and dropped. What needs the whole rank is
+kept small until its end: each communication span's first exposed step (its ``exchanges`` row),
+each step's memory level (``liveness`` measures every step against the lowest), the time its
+communication was hidden. So the import holds one window's rows, not a rank's, whatever its size.
+String columns are dictionary codes (``category``), never a string per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from popvision_py.format.values import arrow
+from popvision_py.importer.read import KIND, RankTrace, merge_intervals
+from popvision_py.importer.timeline import LABEL, PASS_NAME, Rows, is_collective, unique_first
+
+PHASE_WORDS = ["idle", "exchange", "compute"]
+PASS_WORDS = ["none", *sorted(set(PASS_NAME.values()))]
+PASS_CODE = np.zeros(max(KIND.values()) + 2, np.int64)  # a span's kind + 1 -> its pass in PASS_WORDS
+for _kind, _word in PASS_NAME.items():
+    PASS_CODE[_kind + 1] = PASS_WORDS.index(_word)
+TYPE_WORDS = ["compute_set", "global_exchange", "all_reduce"]
+Table = dict[str, Any]
+
+
+def category(codes: np.ndarray, words: list[str]) -> pa.DictionaryArray:
+    """A string column as dictionary codes: ``words[codes]``, its dictionary in order of first appearance
+    (as Arrow's dictionary_encode of the strings would make it), never a string per row."""
+    codes = np.asarray(codes, np.int64)
+    distinct = {w: k for k, w in enumerate(dict.fromkeys(words))}
+    word_code = np.array([distinct[w] for w in words], np.int64) if words else np.zeros(0, np.int64)
+    codes = word_code[codes] if len(codes) else codes
+    first = np.full(len(distinct), len(codes), np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes)))  # each code's first row
+    used = np.flatnonzero(first < len(codes))
+    order = used[np.argsort(first[used], kind="stable")]
+    remap = np.zeros(len(distinct), np.int32)
+    remap[order] = np.arange(len(order), dtype=np.int32)
+    unique = list(distinct)
+    return pa.DictionaryArray.from_arrays(arrow(remap[codes]), arrow([unique[k] for k in order.tolist()]))
+
+
+def mapped(values: np.ndarray, mapping: dict[int, int]) -> np.ndarray:
+    """``mapping[v]`` for each of ``values``, -1 for a value it lacks: by its sorted keys, never by an array
+    as long as the largest key (a trace's stage or rank numbers are its own)."""
+    values = np.asarray(values, np.int64)
+    if not mapping:
+        return np.full(len(values), -1, np.int64)
+    keys = np.asarray(sorted(mapping), np.int64)
+    to = np.asarray([mapping[k] for k in keys.tolist()], np.int64)
+    at = np.minimum(np.searchsorted(keys, values), len(keys) - 1)
+    return np.where(keys[at] == values, to[at], -1)
+
+
+class RankTables:
+    """A rank's tables, built window by window (``window``), then completed (``finish``).
+
+    ``plan`` is the profile's ``ProfilePlan`` (the window, the stages' numbering, the peers' readiness).
+    """
+
+    def __init__(self, t: RankTrace, ipu: int, plan: Any, peak: int) -> None:
+        self.t, self.ipu, self.plan, self.peak = t, ipu, plan, peak
+        self.names = [*t.names, "operators"]  # busy rows (no span) are the thread's operators
+        self.collective = np.array([is_collective(w) for w in t.names] + [False], bool)  # per distinct name
+        self.steps_done = 0  # program steps (live rows) so far
+        self.last_start = plan.lo  # the start of the latest live row
+        self.levels: list[np.ndarray] = []  # each live step's memory level, window by window
+        self.hidden_ns = 0
+        self.step_starts = np.sort(t.start[t.kind == KIND["step"]])  # iteration: the profiler step a row starts in
+        # communication: every transfer's bytes and peer (a transfer in flight carries its call's), its first step
+        kind = t.kind
+        self.comm = np.flatnonzero(np.isin(kind, [KIND["comm_call"], KIND["comm_flight"]]) & (t.end > plan.lo))
+        flight = kind[self.comm] == KIND["comm_flight"]
+        calls, flights = self.comm[~flight], self.comm[flight]
+        self.peer = t.peer.astype(np.int64).copy()
+        self.nbytes = t.nbytes.astype(np.int64).copy()
+        if len(flights):
+            order = np.argsort(t.start[calls], kind="stable")
+            k = np.searchsorted(t.start[calls][order], t.start[flights], side="right") - 1
+            parent = np.where(k >= 0, calls[order][np.maximum(k, 0)] if len(calls) else -1, -1)
+            self.peer[flights] = np.where(parent >= 0, t.peer[np.maximum(parent, 0)] if len(calls) else -1, -1)
+            self.nbytes[calls] = 0
+        self.is_comm = np.zeros(len(kind), bool)
+        self.is_comm[self.comm] = True
+        self.first_step = np.full(len(kind), -1, np.int64)  # each transfer's first exposed step
+        everything = np.isin(kind, [KIND["comm_call"], KIND["comm_flight"]])
+        self.in_flight = merge_intervals(np.stack([t.start[everything], t.end[everything]], axis=1))
+        self.in_flight_sum = np.concatenate([[0], np.cumsum(self.in_flight[:, 1] - self.in_flight[:, 0])])
+        order = np.argsort(t.memory_ts, kind="stable")
+        self.memory_ts, self.memory_bytes = t.memory_ts[order], t.memory_bytes[order]
+
+    def window(self, rows: Rows) -> dict[str, Table]:
+        """The trace, programs and tile_cycles rows of a window's rows (span: indices into the rank's spans)."""
+        t, plan, ipu = self.t, self.plan, self.ipu
+        n = len(rows.start)
+        label, span = rows.label.astype(np.int64), rows.span
+        has = span >= 0
+        sp = np.maximum(span, 0)
+        idle = label == LABEL["idle"]
+        live = ~idle
+        exchange = np.isin(label, [LABEL["comm_call"], LABEL["pp_comm"], LABEL["comm_flight"]])
+        kind = np.where(has, t.kind[sp], -1) if len(t.kind) else np.full(n, -1)
+        # stage: the action's (PP:), through the profile's stage numbering; else the rank's own
+        named = np.where(has, t.stage[sp], -1) if len(t.stage) else np.full(n, -1)
+        stage = mapped(named, plan.stage_index)
+        stage = np.where(idle, -1, np.where(stage < 0, plan.single_stage[t.rank], stage))
+        micro = np.where(has & np.isin(label, [LABEL["pass"], LABEL["pp_comm"]]), t.micro_batch[sp], -1) \
+            if len(t.micro_batch) else np.full(n, -1)
+        micro = np.where(micro < plan.found.micro_batches, micro, -1)
+        # the pass (PASS_WORDS' code), by the span's kind, for pass and update rows only
+        pass_ = np.where(np.isin(label, [LABEL["pass"], LABEL["update"]]), PASS_CODE[kind + 1], 0)
+        steps = self.step_starts
+        iteration = (np.clip(np.searchsorted(steps, rows.start, side="right") - 1, 0, plan.found.iterations - 1)
+                     if len(steps) else np.zeros(n, np.int64))
+        step = np.full(n, -1, np.int64)
+        live_count = int(live.sum())
+        step[live] = self.steps_done + np.arange(live_count)  # every row not idle is a program step of its own
+        trace = {
+            "run": np.zeros(n, np.int64), "iteration": iteration.astype(np.int64),
+            "micro_batch": micro.astype(np.int64), "ipu": np.full(n, ipu, np.int64), "stage": stage.astype(np.int64),
+            "pass": category(pass_, PASS_WORDS), "step": step,
+            "phase": category(np.where(idle, 0, np.where(exchange, 1, 2)), PHASE_WORDS),
+            "start_cycle": rows.start - plan.lo, "end_cycle": rows.end - plan.lo}
+        # a transfer's bytes go to the first step where it is exposed
+        nbytes = np.zeros(live_count, np.int64)
+        seen, first = unique_first(span[live & has])
+        new = seen[self.is_comm[seen] & (self.first_step[seen] < 0)] if len(seen) else seen
+        if len(new):
+            at = step[live & has][first[np.searchsorted(seen, new)]]
+            self.first_step[new] = at
+            np.add.at(nbytes, at - self.steps_done, self.nbytes[new])
+        name_id = np.where(has, t.name[sp], len(t.names)) if len(t.name) else np.full(n, len(t.names))
+        types = np.where(exchange, np.where(self.collective[name_id], 2, 1), 0)[live]
+        cycles = (rows.end - rows.start)[live]
+        programs = {
+            "ipu": np.full(live_count, ipu, np.int64), "step": self.steps_done + np.arange(live_count),
+            "type": category(types, TYPE_WORDS), "name": category(name_id[live], self.names),
+            "op_id": np.full(live_count, -1, np.int64), "stage": stage[live].astype(np.int64),
+            "pass": category(pass_[live], PASS_WORDS), "tiles": np.ones(live_count, np.int64), "bytes": nbytes,
+            "cycles": cycles}
+        computing = np.flatnonzero(types == 0)  # each compute step on the rank's one tile
+        tile_cycles = {
+            "ipu": np.full(len(computing), ipu, np.int64), "step": self.steps_done + computing.astype(np.int64),
+            "tile": np.zeros(len(computing), np.int64), "cycles": cycles[computing],
+            "vertices": np.ones(len(computing), np.int64)}  # one kernel: one vertex
+        if live_count:  # the samples from the last before the window to its end
+            a = max(int(np.searchsorted(self.memory_ts, rows.start[0], side="left")) - 1, 0)
+            b = int(np.searchsorted(self.memory_ts, rows.end[-1], side="left")) + 1
+            self.levels.append(levels(self.memory_ts[a:b], self.memory_bytes[a:b], rows.start[live], rows.end[live]))
+        if live_count:
+            self.last_start = int(rows.start[live][-1])
+        self.hidden_ns += self._hidden(rows)
+        self.steps_done += live_count
+        return {"trace": trace, "programs": programs, "tile_cycles": tile_cycles}
+
+    def _hidden(self, rows: Rows) -> int:
+        """Nanoseconds in which the rank computed while a transfer was under way: its communication hidden
+        behind compute (overlapping transfers counted once)."""
+        merged = self.in_flight
+        computing = np.isin(rows.label, [LABEL["pass"], LABEL["update"], LABEL["busy"]])
+        a, b = rows.start[computing], rows.end[computing]
+        if not len(merged) or not len(a):
+            return 0
+        # rows are disjoint and sorted: the transfers' cover inside each compute row, by prefix sums
+        return int((_cover_until(merged, self.in_flight_sum, b) - _cover_until(merged, self.in_flight_sum, a)).sum())
+
+    def finish(self) -> dict[str, Table]:
+        """The rank's exchanges (a transfer never exposed on a new step of 0 cycles after the others), the
+        programs rows of those steps, every step's liveness and the rank's tile_memory."""
+        t, ipu, comm = self.t, self.ipu, self.comm
+        sends = np.array(["send" in n for n in t.names] + [False], bool)[t.name[comm]]
+        collective = self.collective[t.name[comm]]
+        other = mapped(self.peer[comm], self.plan.ipu_of_rank)
+        other = np.where(other >= 0, other, ipu)  # a peer outside the traces given: the rank itself
+        at = self.first_step[comm].copy()
+        hidden = at < 0
+        k = int(hidden.sum())
+        at[hidden] = self.steps_done + np.arange(k)
+        exchanges = {
+            "ipu": np.full(len(comm), ipu, np.int64), "step": at.astype(np.int64),
+            "kind": category(np.where(collective, 0, 1), ["all_reduce", "inter_ipu"]),
+            "src_ipu": np.where(sends, ipu, other), "dst_ipu": np.where(sends, other, ipu),
+            "bytes": self.nbytes[comm], "cycles": (t.end[comm] - t.start[comm]).astype(np.int64)}
+        programs = {
+            "ipu": np.full(k, ipu, np.int64), "step": self.steps_done + np.arange(k),
+            "type": category(np.where(collective[hidden], 2, 1), TYPE_WORDS),
+            "name": category(t.name[comm[hidden]].astype(np.int64), self.names),
+            "op_id": np.full(k, -1, np.int64), "stage": np.full(k, -1, np.int64),
+            "pass": category(np.zeros(k, np.int64), PASS_WORDS), "tiles": np.ones(k, np.int64),
+            "bytes": self.nbytes[comm[hidden]], "cycles": np.zeros(k, np.int64)}
+        # memory: each step's level (the most allocated while it ran, else what was allocated when it began)
+        # against the lowest, and the rank's peak split into what stayed allocated throughout and the rest
+        at_last = np.full(k, self.last_start, np.int64)
+        level = np.concatenate([*self.levels, levels(t.memory_ts, t.memory_bytes, at_last, at_last)]).astype(np.int64)
+        self.levels = []
+        total = len(level)
+        baseline = min(int(level.min()) if total else 0, self.peak)
+        liveness = {  # made a slice at a time as it is written: one array of the rank's steps, not six
+            "ipu": Column(total, lambda a, b: np.full(b - a, ipu, np.int64)),
+            "step": Column(total, lambda a, b: np.arange(a, b, dtype=np.int64)),
+            "always_live_bytes": Column(total, lambda a, b: np.full(b - a, baseline, np.int64)),
+            "not_always_live_bytes": Column(total, lambda a, b: level[a:b] - baseline),
+            "worst_tile": Column(total, lambda a, b: np.zeros(b - a, np.int64)),
+            "worst_tile_bytes": level}
+        tile_memory = {
+            "ipu": np.full(2, ipu, np.int64), "tile": np.zeros(2, np.int64),
+            "category": np.array(["weights", "activations"], object), "always_live": np.array([True, False]),
+            "bytes": np.array([baseline, self.peak - baseline], np.int64)}
+        return {"exchanges": exchanges, "programs": programs, "liveness": liveness, "tile_memory": tile_memory}
+
+
+class Column:
+    """A column of ``n`` rows made a slice at a time (``make(start, stop)``), as a writer slices it."""
+
+    def __init__(self, n: int, make: Any) -> None:
+        self.n, self.make = n, make
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        start, stop, _ = rows.indices(self.n)
+        return self.make(start, max(start, stop))
+
+
+def rank_tables(t: RankTrace, ipu: int, plan: Any, peak: int, rows: Iterator[Rows]) -> Iterator[dict[str, Table]]:
+    """The rank's rows of every table, a window at a time (``rows``: its time line's windows, in order);
+    the last holds ``hidden_comm_ns`` (the nanoseconds its communication was hidden) beside the tables."""
+    tables = RankTables(t, ipu, plan, peak)
+    for window_rows in rows:
+        yield tables.window(window_rows)
+    yield {**tables.finish(), "hidden_comm_ns": tables.hidden_ns}
+
+
+def _cover_until(merged: np.ndarray, covered: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Nanoseconds of the disjoint sorted intervals ``merged`` before each time in ``at``."""
+    k = np.searchsorted(merged[:, 0], at, side="right")  # intervals starting at or before ``at``
+    last = np.maximum(k - 1, 0)
+    inside = np.where(k > 0, np.clip(at - merged[last, 0], 0, merged[last, 1] - merged[last, 0]), 0)
+    return covered[last] * (k > 0) + inside
+
+
+def levels(ts: np.ndarray, total: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each [start, end): the most ``total`` sampled inside it, or the last sample before it (0 if none)."""
+    if len(starts) == 0:
+        return np.zeros(0, np.int64)
+    if len(ts) == 0:
+        return np.zeros(len(starts), np.int64)
+    order = np.argsort(ts, kind="stable")
+    ts, total = ts[order], total[order]
+    before = np.searchsorted(ts, starts, side="left") - 1
+    level = np.where(before >= 0, total[np.maximum(before, 0)], 0)
+    first = np.searchsorted(ts, starts, side="left")
+    last = np.searchsorted(ts, ends, side="left")
+    inside = last > first
+    if inside.any():
+        # the running maximum within each [first, last): reduceat over the samples' segments
+        idx = np.flatnonzero(inside)
+        level[idx] = np.maximum(level[idx], _segment_max(total, first[idx], last[idx]))
+    return level.astype(np.int64)
+
+
+def _segment_max(values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """max(values[first[i]:last[i]]) for non-empty, possibly overlapping segments: a sparse table."""
+    n = len(values)
+    table = [values]
+    width = 1
+    while width * 2 <= n:
+        prev = table[-1]
+        table.append(np.maximum(prev[:-width], prev[width:]))
+        width *= 2
+    length = last - first
+    level = np.floor(np.log2(np.maximum(length, 1))).astype(np.int64)
+    out = np.empty(len(first), values.dtype)
+    for k in np.unique(level):
+        pick = level == k
+        row = table[k]
+        out[pick] = np.maximum(row[first[pick]], row[last[pick] - (1 << k)])
+    return out
