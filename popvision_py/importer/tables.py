@@ -203,11 +203,11 @@ class RankTables:
         total = len(level)
         baseline = min(int(level.min()) if total else 0, self.peak)
         liveness = {  # made a slice at a time as it is written: one array of the rank's steps, not six
-            "ipu": Column(total, lambda a, b: np.full(b - a, ipu, np.int64)),
-            "step": Column(total, lambda a, b: np.arange(a, b, dtype=np.int64)),
-            "always_live_bytes": Column(total, lambda a, b: np.full(b - a, baseline, np.int64)),
-            "not_always_live_bytes": Column(total, lambda a, b: level[a:b] - baseline),
-            "worst_tile": Column(total, lambda a, b: np.zeros(b - a, np.int64)),
+            "ipu": LazyColumn(total, lambda a, b: np.full(b - a, ipu, np.int64)),
+            "step": LazyColumn(total, lambda a, b: np.arange(a, b, dtype=np.int64)),
+            "always_live_bytes": LazyColumn(total, lambda a, b: np.full(b - a, baseline, np.int64)),
+            "not_always_live_bytes": LazyColumn(total, lambda a, b: level[a:b] - baseline),
+            "worst_tile": LazyColumn(total, lambda a, b: np.zeros(b - a, np.int64)),
             "worst_tile_bytes": level}
         tile_memory = {
             "ipu": np.full(2, ipu, np.int64), "tile": np.zeros(2, np.int64),
@@ -216,7 +216,7 @@ class RankTables:
         return {"exchanges": exchanges, "programs": programs, "liveness": liveness, "tile_memory": tile_memory}
 
 
-class Column:
+class LazyColumn:
     """A column of ``n`` rows made a slice at a time (``make(start, stop)``), as a writer slices it."""
 
     def __init__(self, n: int, make: Any) -> None:
