@@ -1,8 +1,9 @@
 """`popvision import TRACES... -o DIR`: PyTorch profiler traces (one per rank) into DIR/profile.pop.
 
 TRACES are files, folders (their traces) or glob patterns, ``.json`` or ``.json.gz``, one file per rank
-(``torch.profiler``'s ``export_chrome_trace`` or ``tensorboard_trace_handler``). The ranks are read in
-parallel (``--jobs``), each streamed, so memory does not grow with the traces' size. The profile is
+(``torch.profiler``'s ``export_chrome_trace`` or ``tensorboard_trace_handler``). Each rank's events are
+cut into byte ranges decoded in parallel (``--jobs``) and reduced as they come
+(``popvision_py.importer.ranges``), so memory grows with the ranks' time lines, not with the JSON. The profile is
 written atomically: a bad trace is one sentence and exit code 2, and an earlier profile in DIR is
 left as it was. Then each rank's CPU timeline goes to DIR/system/rank-<r>.pvti.parquet.
 docs/real-traces.md says what each figure means and what is inferred.
