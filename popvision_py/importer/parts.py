@@ -13,7 +13,8 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -401,3 +402,15 @@ def release_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+def open_trace(path: Path) -> tuple[BinaryIO, BinaryIO | None]:
+    """The file's JSON stream, and the compressed file beneath it where it is gzipped (both readers')."""
+    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
+    magic = raw.read(2)
+    raw.seek(0)
+    if magic == b"\x1f\x8b":
+        import gzip
+
+        return gzip.GzipFile(fileobj=raw, mode="rb"), raw  # type: ignore[return-value]
+    return raw, None

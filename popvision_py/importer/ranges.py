@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -36,7 +36,7 @@ from popvision_py.importer.checks import MAX_DEPTH, Depth, TraceError, header_fi
 from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_FLIGHT, GPU_CATS, HEAD_BYTES,
                                          MAX_PLAIN, MAX_RATIO, MAX_US, STEP, Merger, RankPart, RankTrace, Spans,
                                          args_of, assemble, bucket_max, classify, comm_bytes, is_annotation_span,
-                                         merge_intervals, parse_header)
+                                         merge_intervals, open_trace, parse_header)
 
 RANGE_BYTES = 16 << 20  # bytes of events decoded at once (a range's events take about as much again)
 SEARCH_BYTES = 1 << 16  # a boundary is looked for in windows of this many bytes from a range's target end
@@ -134,17 +134,6 @@ class TracePlan:
     ranges: list[tuple[int, int, bool]] = field(default_factory=list)  # plain: (start, end, last)
 
 
-def _open(path: Path) -> tuple[BinaryIO, BinaryIO | None]:
-    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
-    magic = raw.read(2)
-    raw.seek(0)
-    if magic == b"\x1f\x8b":
-        import gzip
-
-        return gzip.GzipFile(fileobj=raw, mode="rb"), raw  # type: ignore[return-value]
-    return raw, None
-
-
 def _header(head: bytes) -> tuple[dict[str, Any], int | None, int]:
     """The header, its base time and where the events begin (after ``"traceEvents": [``)."""
     try:
@@ -189,7 +178,7 @@ def plan_plain(path: Path, size: int) -> TracePlan:
 def gz_ranges(path: Path) -> tuple[TracePlan, Iterator[tuple[bytes, bool]]]:
     """A gzipped trace's header, then its events' ranges as bytes, decompressed as they are needed (a
     stream that is damaged, or inflates like a bomb, raises ``Fallback``)."""
-    stream, packed = _open(path)
+    stream, packed = open_trace(path)
     assert packed is not None
     read = 0
 

@@ -28,7 +28,6 @@ say what is wrong with a refused trace.
 
 from __future__ import annotations
 
-import gzip
 import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -39,7 +38,8 @@ from popvision_py.importer import ranges
 from popvision_py.importer.checks import MAX_DEPTH, Depth, TraceError, header_fields, is_int, is_number, wrong
 from popvision_py.importer.parts import (AUTOGRAD, BATCH_EVENTS, COMM_FLIGHT, GPU_CATS, HEAD_BYTES, KIND, KINDS,
                                          MAX_PLAIN, MAX_RATIO, MAX_US, STEP, RankPart, RankTrace, Spans, args_of,
-                                         assemble, bucket_max, classify, comm_bytes, merge_intervals, parse_header)
+                                         assemble, bucket_max, classify, comm_bytes, merge_intervals, open_trace,
+                                         parse_header)
 
 __all__ = ["KIND", "KINDS", "RankTrace", "TraceError", "merge_intervals", "read_rank", "read_stream"]
 
@@ -70,16 +70,6 @@ class _Recorder:
         if self.depth.feed(data) > MAX_DEPTH:
             raise TraceError(f"nests JSON values more than {MAX_DEPTH} deep (a profiler trace: under 10)")
         return data
-
-
-def _open(path: Path) -> tuple[BinaryIO, BinaryIO | None]:
-    """The file's JSON stream, and the compressed file beneath it where it is gzipped."""
-    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
-    magic = raw.read(2)
-    raw.seek(0)
-    if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw, mode="rb"), raw  # type: ignore[return-value]
-    return raw, None
 
 
 
@@ -128,7 +118,7 @@ def read_stream(path: str | Path) -> RankTrace:
 
     path = Path(path)
     try:
-        raw, packed = _open(path)
+        raw, packed = open_trace(path)
     except OSError as exc:
         raise TraceError(f"{path} cannot be read: {exc.strerror or exc}.") from None
     recorder = _Recorder(raw, packed)

@@ -41,3 +41,21 @@ def oom(profiles):
 @pytest.fixture(scope="session")
 def exchange_heavy(profiles):
     return pv.open(profiles["exchange"])
+
+
+@pytest.fixture(scope="session")
+def several_row_groups(tmp_path_factory):
+    """A 2.5M-row profile whose trace spans several row groups (benchmarks/make_large_profile.py), its
+    iterations alike: for the passes that fold row groups apart and merge them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from popvision_py.format import Profile
+
+    path = tmp_path_factory.mktemp("large") / "large.pop"
+    subprocess.run([sys.executable, "benchmarks/make_large_profile.py", str(path), "--rows", "2500000"],
+                   check=True, cwd=Path(__file__).resolve().parents[2], capture_output=True, timeout=300)
+    with Profile(path) as profile:
+        assert profile.metadata("trace").num_row_groups >= 3
+    return path

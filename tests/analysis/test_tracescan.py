@@ -357,21 +357,12 @@ def test_an_error_in_one_worker_is_raised_in_the_caller():
         tracegroups.summarise_groups(read, len(groups), workers=2)
 
 
-def test_a_report_of_several_row_groups_is_the_same_on_one_thread_and_on_several(tmp_path, monkeypatch):
-    # GIVEN a profile whose trace has several row groups (benchmarks/make_large_profile.py)
-    import subprocess
-    import sys
-    from pathlib import Path
-
+def test_a_report_of_several_row_groups_is_the_same_on_one_thread_and_on_several(several_row_groups, monkeypatch):
+    # GIVEN a profile whose trace has several row groups
     from popvision_py.analysis import tracegroups
     from popvision_py.render import jsonout
 
-    root = Path(__file__).resolve().parents[2]
-    path = tmp_path / "large.pop"
-    subprocess.run([sys.executable, "benchmarks/make_large_profile.py", str(path), "--rows", "2500000"],
-                   check=True, cwd=root, capture_output=True, timeout=300)
-    with Profile(path) as profile:
-        assert profile.metadata("trace").num_row_groups >= 3
+    path = several_row_groups
 
     def report(workers: int) -> bytes:
         monkeypatch.setattr(tracegroups, "workers_for", lambda groups: min(workers, groups))

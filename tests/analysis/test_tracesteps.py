@@ -10,7 +10,6 @@ import pytest
 import popvision_py as pv
 from popvision_py.analysis import critical_path, retime, tracegroups, tracescan, tracesteps
 from popvision_py.analysis.tables import PASS, PASSES
-from popvision_py.format import Profile
 from popvision_py.render import jsonout
 from popvision_py.render.document import build_report
 from tests.analysis.test_tracescan import _batches, _trace
@@ -111,18 +110,9 @@ def test_row_groups_out_of_time_order_give_the_same_figures():
         np.testing.assert_array_equal(tracescan.gantt_bars(settled)[name], column)
 
 
-def test_a_report_is_the_same_with_its_runs_settled(tmp_path, monkeypatch):
-    # GIVEN a profile of several row groups (benchmarks/make_large_profile.py), its iterations alike
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    path = tmp_path / "large.pop"
-    subprocess.run([sys.executable, "benchmarks/make_large_profile.py", str(path), "--rows", "2500000"],
-                   check=True, cwd=root, capture_output=True, timeout=300)
-    with Profile(path) as profile:
-        assert profile.metadata("trace").num_row_groups >= 3
+def test_a_report_is_the_same_with_its_runs_settled(several_row_groups, monkeypatch):
+    # GIVEN a profile of several row groups, its iterations alike
+    path = several_row_groups
 
     def report(settle_runs: int) -> bytes:
         monkeypatch.setattr(tracesteps, "SETTLE_RUNS", settle_runs)
