@@ -118,12 +118,13 @@ def test_a_flipped_byte_in_a_footer_is_refused_at_open(tmp_path: Path, table: st
 
 
 def test_total_cycles_never_come_from_a_flipped_statistic(tmp_path: Path, originals: dict[str, str]) -> None:
-    # GIVEN every byte of the trace's footer flipped in turn (the statistics the summary's bounds use)
+    # GIVEN every 23rd byte of the trace's footer flipped in turn (90 of its 2,076 bytes: the statistics the
+    # summary's bounds use among them, as well as the schema and the row groups' offsets)
     with open_profile(SAMPLE) as profile:
         offset, size = profile.member_span("trace")
         footer = profile.footer_bytes("trace")
     outcomes = set()
-    for position in range(offset + size - footer, offset + size, 7):
+    for position in range(offset + size - footer, offset + size, 23):
         bad = flipped(tmp_path, position)
         # WHEN a report reads it THEN the report is refused or identical
         outcomes.add(refused_or_identical(run(*COMMANDS["report"](bad)), originals["report"], tmp_path, "trace"))

@@ -5,7 +5,9 @@ Plotly draws its mode bar (the zoom, pan and download buttons) in the top right 
 over whatever the figure put there. The browser is asked for the boxes (``getBoundingClientRect``) of
 each graph's mode bar, its legend and its titles (the figure's, the axes', a colour bar's); no two of them
 may share a pixel. A card's value is one line: its text's line boxes all start at the same height.
-One server per profile set, the window resized for each width.
+One server per profile set, the window resized for each width. The emulated samples' pages are checked by
+test_layout.py on its own page loads (an out-of-memory pipelined run with a small one, a pipelined run with
+a sharded one); here, a real GPipe run imported from PyTorch traces.
 """
 
 from __future__ import annotations
@@ -20,8 +22,6 @@ pytestmark = pytest.mark.browser
 
 WIDTHS = (1280, 1400, 1920)
 PROFILE_SETS = {
-    # an out-of-memory pipelined run compared with a sharded one: every emulated page and the compare page
-    "emulated": ("bert_large_out_of_memory", "mnist_sharded"),
     # a real GPipe run imported from PyTorch traces: the Stages page's critical path, the What-if page re-timed
     "imported": ("pytorch_gpipe",),
 }
@@ -82,7 +82,7 @@ def open_page(dash_duo, path: str, width: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # 30 page loads: about a minute alone, several on a loaded machine
+@pytest.mark.timeout(600)  # 30 page loads: under a minute alone, several on a loaded machine
 @pytest.mark.parametrize("profiles", list(PROFILE_SETS))
 def test_no_toolbar_covers_a_legend_or_title_and_no_card_wraps(dash_duo, profiles):
     from dashboards.app import create_app

@@ -1,4 +1,6 @@
-"""Every page at 1,280 and 1,920 px wide in a real Chromium: no card, table or panel cuts its text.
+"""Every page at 1,280, 1,400 and 1,920 px wide in a real Chromium: no card, table or panel cuts its text,
+and (the checks of test_browser_overlaps.py, on the same page loads) no toolbar covers a legend or a title
+and no card's figure wraps.
 
 A figure cut short ("72.6 G cycl…", a bytes column pushed out of its panel) is a wrong figure to the
 person reading it. For each page the browser is asked, element by element, whether its content is wider
@@ -16,10 +18,11 @@ import pytest
 
 from dashboards.screenshots import wait_until_drawn
 from tests.dashboard.conftest import SAMPLES
+from tests.dashboard.test_browser_overlaps import MEASURED, OVERLAPS, WRAPPED_CARDS
 
 pytestmark = pytest.mark.browser
 
-WIDTHS = (1280, 1920)
+WIDTHS = (1280, 1400, 1920)
 SAMPLE_PAIRS = {
     # an out-of-memory pipelined run (long variable names, large byte counts) compared with a small one
     "bert_large_out_of_memory": "mnist_pipelined",
@@ -100,14 +103,19 @@ def test_no_page_cuts_its_figures(dash_duo, sample, width):
     dash_duo.start_server(create_app([str(p) for p in paths]))
     pages = [page["path"] for page in dash.page_registry.values() if not page.get("needs_tune")]
     assert len(pages) == 10, pages  # the What-if page (a tune result's) is checked in test_browser_whatif.py
-    problems = {}
+    problems, totals = {}, [0, 0, 0]
     for path in pages:
         # WHEN each page is opened at this width
         open_page(dash_duo, path, width)
-        # THEN no card, table or panel hides part of its text
-        cut = dash_duo.driver.execute_script(CUT_TEXT, TEXT)
-        if cut:
-            problems[path] = cut
+        # THEN no card, table or panel hides part of its text, no mode bar sits on a legend or a title,
+        # and no card's figure wraps
+        found = (dash_duo.driver.execute_script(CUT_TEXT, TEXT) + dash_duo.driver.execute_script(OVERLAPS)
+                 + dash_duo.driver.execute_script(WRAPPED_CARDS))
+        if found:
+            problems[path] = found
+        totals = [t + n for t, n in zip(totals, dash_duo.driver.execute_script(MEASURED))]
+    # (and there was something to measure: mode bars, legends or titles, and cards on the pages)
+    assert all(totals), totals
     assert problems == {}, "\n".join(f"{path}: {line}" for path, lines in problems.items() for line in lines)
 
 
