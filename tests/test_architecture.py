@@ -524,31 +524,26 @@ def test_a_planted_module_loaded_by_name_is_an_import(tmp_path):
         "engine/runner.py:6 imports poptorch/_script.py, a floor above it")
 
 
-def test_a_planted_second_stage_class_is_named(tmp_path):
-    files = dict(BASE)
-    files["engine/layout.py"] = "class StageSpec: ...\nclass Stage: ...\n"
-    files["poptorch/_options.py"] = "class Stage: ...\n"
-    known, _ = _plant(tmp_path, files)
-    assert classes_named(known) == {"Stage": ["engine/layout.py", "poptorch/_options.py"],
-                                    "StageSpec": ["engine/layout.py"]}
-
-
 def test_a_planted_class_name_in_two_modules_is_named_unless_it_is_an_allowed_api_mirror(tmp_path):
     files = dict(BASE)
-    # GIVEN a Summary in the engine and in the analysis, and PopTorch's Options in both shims
+    # GIVEN a Summary in the engine and in the analysis, a second Stage in the engine's layout, and
+    # PopTorch's Options in both shims
     files["engine/instrument.py"] = "class Summary: ...\n"
     files["popvision_py/analysis/summary.py"] = "def figures():\n    class Summary: ...\n"
-    files["poptorch/_options.py"] = "class Options: ...\n"
+    files["engine/layout.py"] = "class StageSpec: ...\nclass Stage: ...\n"
+    files["poptorch/_options.py"] = "class Options: ...\nclass Stage: ...\n"
     files["popdist/poptorch.py"] = "from poptorch import _options\nclass Options(_options.Options): ...\n"
     known, _ = _plant(tmp_path, files)
-    # THEN the Summary is named with both files (a nested class counts), the allowed Options is not
-    assert repeated_class_names(known) == ["Summary: engine/instrument.py, popvision_py/analysis/summary.py"]
+    # THEN the Summary and the Stage are named with both files (a nested class counts), the allowed Options
+    # is not; and the concepts' placement check sees the second Stage too
+    assert repeated_class_names(known) == ["Stage: engine/layout.py, poptorch/_options.py",
+                                           "Summary: engine/instrument.py, popvision_py/analysis/summary.py"]
+    assert classes_named(known) == {"Stage": ["engine/layout.py", "poptorch/_options.py"],
+                                    "StageSpec": ["engine/layout.py"]}
     # ... and Options is named as soon as a third module defines it
     files["engine/options.py"] = "class Options: ...\n"
     known, _ = _plant(tmp_path, files)
-    assert repeated_class_names(known) == [
-        "Options: engine/options.py, popdist/poptorch.py, poptorch/_options.py",
-        "Summary: engine/instrument.py, popvision_py/analysis/summary.py"]
+    assert repeated_class_names(known)[0] == "Options: engine/options.py, popdist/poptorch.py, poptorch/_options.py"
 
 
 def test_a_planted_test_taking_library_code_from_the_cli_is_named(tmp_path):
