@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -87,3 +88,25 @@ def test_a_run_key_set_before_close_is_in_the_manifest_and_checked(tmp_path, mni
         manifest = json.loads(archive.read(S.MANIFEST_MEMBER))
     assert manifest["run"]["prediction"] == {"fit_verdict": "fits"}
     assert manifest["run"]["device_iterations"] == mnist[0]["run"]["device_iterations"]
+
+
+def test_a_row_group_handed_over_but_never_listed_is_encoded_before_the_file_closes(tmp_path, monkeypatch, mnist):
+    # (A Ctrl-C between the encoder's `submit` and the writer listing the row group leaves it so; closing
+    # the Parquet writer under it was a segmentation fault, issue 34's exit codes.)
+    monkeypatch.setattr(W, "ROW_GROUP_ROWS", 1000)
+    trace = mnist[1]["trace"].slice(0, 3000)
+    encoder = W._encoder()
+    # GIVEN the encoder's thread already running before any row group (a Ctrl-C can only cost it idle)
+    assert [thread.is_alive() for thread in encoder._threads] == [True]
+    with tempfile.TemporaryFile() as spool:
+        table = W.TableWriter(S.TABLES["trace"], spool, tmp_path / "x.pop", encoder=encoder)
+        # AND, behind a slow task, a row group handed to the encoder that the writer does not know of
+        slow = encoder.submit(time.sleep, 0.3)
+        encoder.submit(table._encode, trace)
+        # WHEN the table is closed
+        table.close()
+        # THEN the close waited for it: the file is whole and holds its 3,000 rows
+        assert slow.done()
+        spool.seek(0)
+        assert pq.read_table(spool).equals(trace.cast(S.TABLES["trace"].schema))
+    encoder.shutdown()

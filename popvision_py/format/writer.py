@@ -214,6 +214,16 @@ class TableWriter:
     def _wait(future: _futures.Future[None]) -> None:
         future.result()  # the encoder's error, raised here
 
+    def _drain(self) -> None:
+        """Wait until the encoder has nothing of this table's left to run. A row group handed to it
+        but never listed (a Ctrl-C between ``submit`` and ``append``) is unknown here, so an empty
+        task is queued behind everything: the one encoder thread runs its queue in order, so once
+        that task has run, so has every row group before it, and the Parquet writer may be closed.
+        Called once the table is closed or abandoned (nothing more is encoded): it lets the encoder go."""
+        if self._encoder is not None:
+            self._encoder.submit(_nothing).result()
+            self._encoder = None
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
@@ -221,6 +231,7 @@ class TableWriter:
             while self._encoding:
                 self._wait(self._encoding[0])
                 self._encoding.pop(0)
+            self._drain()
             try:
                 self._parquet.close()
             except OSError as exc:
@@ -238,7 +249,7 @@ class TableWriter:
         self.closed = True
         for future in self._encoding:
             future.cancel()
-        _futures.wait(self._encoding)
+        self._drain()
         self._encoding = []
         if self._parquet.is_open:  # pyarrow's own flag: its __del__ closes only an open writer
             with contextlib.suppress(OSError, ValueError, pa.ArrowException):  # a full disk, a write cut short
@@ -248,8 +259,29 @@ class TableWriter:
     def __enter__(self) -> TableWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # a failed or interrupted write: nothing more is encoded, the profile is thrown away
+            self.abandon()
+
+
+def _nothing() -> None:
+    """The encoder's empty task (``TableWriter._drain``)."""
+
+
+def _encoder() -> _futures.ThreadPoolExecutor:
+    """The one-thread executor that encodes row groups, its thread already running.
+
+    The executor starts its thread in the first ``submit``, and ``Thread.start`` waits for the thread
+    to begin: a Ctrl-C in that wait leaves a running thread the executor never recorded, which its
+    ``shutdown`` would not wait for and a later ``submit`` would double with a second (two threads
+    writing one Parquet file at once: a segmentation fault). Started here, by an empty task waited
+    for, before any row group is handed over, a Ctrl-C can only cost an idle thread; the executor
+    is dropped with it and no table's row group is ever given to it."""
+    encoder = _futures.ThreadPoolExecutor(1, thread_name_prefix="popvision-encode")
+    encoder.submit(_nothing).result()
+    return encoder
 
 
 class ProfileWriter:
@@ -300,7 +332,7 @@ class ProfileWriter:
             raise write_error(self.path, exc) from exc
         self._spools[name] = spool
         if self._encoder is None:
-            self._encoder = _futures.ThreadPoolExecutor(1, thread_name_prefix="popvision-encode")
+            self._encoder = _encoder()
         self._writers[name] = TableWriter(S.TABLES[name], spool, self.path,
                                           bounds(self._manifest["target"], self._manifest["run"], {}), self._encoder,
                                           LevelFold() if name == "trace" else None)
