@@ -16,9 +16,8 @@ import re
 import dash
 import pytest
 
-from dashboards.screenshots import wait_until_drawn
 from tests.dashboard.conftest import SAMPLES
-from tests.dashboard.test_browser_overlaps import MEASURED, OVERLAPS, WRAPPED_CARDS
+from tests.dashboard.test_browser_overlaps import MEASURED, OVERLAPS, WRAPPED_CARDS, show_at
 
 pytestmark = pytest.mark.browser
 
@@ -87,14 +86,6 @@ def open_page(dash_duo, path: str, width: int) -> None:
     if path in TABLES:
         dash_duo.wait_for_element(TABLES[path], timeout=30)
     show_at(dash_duo, width)
-
-
-def show_at(dash_duo, width: int) -> None:
-    """The open page in a window ``width`` px wide, laid out again and drawn (the page is not reloaded)."""
-    dash_duo.driver.set_window_size(width, 1000)
-    wait_until_drawn(dash_duo.driver)
-    # the window is the width asked for (scroll bars aside)
-    assert width - 20 <= dash_duo.driver.execute_script("return window.innerWidth") <= width
 
 
 @pytest.mark.parametrize("sample", list(SAMPLE_PAIRS))
