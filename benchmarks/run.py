@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                         "--profile", "--profile-dir", str(small), "-q"],
                        check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
         facts["report_bert_large"] = measure("bench_report.py", tmp / "report_bert_large.json",
-                                             str(small / "profile.pop"), "--repeat", "3" if args.quick else "31",
+                                             str(small / "profile.pop"), "--repeat", "1" if args.quick else "31",
                                              "--no-cli")["profiles"][0]
 
         reports, infos = [], []
@@ -336,15 +336,15 @@ def main(argv: list[str] | None = None) -> int:
             if not large.exists():
                 run("make_large_profile.py", str(large), "--rows", str(rows))
             reports.extend(measure("bench_report.py", tmp / f"report_{rows}.json", str(large),
-                                   "--fresh", "2" if args.quick else "5", "--no-cli")["profiles"])
-            infos.append((rows, info_time(large, 3 if args.quick else 7)))
+                                   "--fresh", "1" if args.quick else "5", "--no-cli")["profiles"])
+            infos.append((rows, info_time(large, 1 if args.quick else 7)))
         facts["analysis"] = {"reports": reports, "info_s": infos}
 
         largest = tmp / f"large_{max(QUICK_ANALYSIS_ROWS if args.quick else ANALYSIS_ROWS)}.pop"
         facts["dashboard"] = measure("bench_dashboard.py", tmp / "dashboard.json", str(largest),
-                                     "--repeat", "2" if args.quick else "5",
+                                     "--repeat", "1" if args.quick else "5",
                                      *(["--no-browser"] if args.no_browser else []),
-                                     "--warm-up", "2" if args.quick else "5")
+                                     "--warm-up", "1" if args.quick else "5")
 
         facts["export_trace"] = measure("bench_export_trace.py", tmp / "export_trace.json", "--tmp",
                                         str(tmp / "export_trace"), *quick)
