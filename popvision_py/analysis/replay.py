@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from popvision_py.analysis.imported import ideal_bubble_pct
 from popvision_py.errors import PopvisionError
@@ -212,12 +214,13 @@ def pipeline_stages(run: Mapping[str, Any]) -> dict[int, int]:
     return stage_rank
 
 
-def measure(trace: pd.DataFrame, names: pd.Series, run: Mapping[str, Any]) -> MeasuredPipeline:
-    """The actions of an imported pipeline from its trace rows (with ``names``: each row's program name,
-    NaN for idle rows) and its manifest's run. ReplayError when there is no pipeline to re-time."""
+def measure(trace: pd.DataFrame, receives: np.ndarray, run: Mapping[str, Any]) -> MeasuredPipeline:
+    """The actions of an imported pipeline from its trace rows (with ``receives``: whether each row runs
+    a program whose name holds "recv", ``receiving``) and its manifest's run. ReplayError when there is
+    no pipeline to re-time."""
     stage_rank = pipeline_stages(run)
     world = len(set(stage_rank.values()))
-    t = trace.assign(name=names.to_numpy(), dur=(trace["end_cycle"] - trace["start_cycle"]).to_numpy())
+    t = trace.assign(receives=receives, dur=(trace["end_cycle"] - trace["start_cycle"]).to_numpy())
     t = t.sort_values(["iteration", "ipu", "start_cycle"], kind="stable").reset_index(drop=True)
     passes = t["pass"].astype(str).to_numpy()
     phase = t["phase"].astype(str).to_numpy()
@@ -237,8 +240,7 @@ def measure(trace: pd.DataFrame, names: pd.Series, run: Mapping[str, Any]) -> Me
     ids = pd.Series(np.where(codes >= 0, codes, np.nan))
     after = ids.groupby(grp).ffill().to_numpy()
     before = ids.groupby(grp).bfill().to_numpy()
-    name = t["name"].fillna("").astype(str).to_numpy()
-    recv = (phase == "exchange") & (np.char.find(name.astype(str), "recv") >= 0)
+    recv = (phase == "exchange") & t["receives"].to_numpy()
     idle = phase == "idle"
     glue_row = ~is_action & ~idle & ~recv & ~np.isnan(after) & ~np.isnan(before)
     per = t.loc[is_action].groupby(codes[is_action]).agg(start=("start_cycle", "min"), end=("end_cycle", "max"),
@@ -359,9 +361,33 @@ def from_profile(profile: Any) -> MeasuredPipeline:
     """``measure`` on an open profile (``format.reader``): its trace rows, their programs' names, its run."""
     pipeline_stages(profile.run)  # nothing is read for a profile that has no pipeline to re-time
     trace = profile.read_pandas("trace")
-    programs = profile.read_pandas("programs", ["ipu", "step", "name"])
-    names = trace[["ipu", "step"]].merge(programs, on=["ipu", "step"], how="left")["name"]
-    return measure(trace, names, profile.run)
+    programs = profile.read_table("programs", ["ipu", "step", "name"])
+    return measure(trace, receiving(trace["ipu"].to_numpy(), trace["step"].to_numpy(), programs), profile.run)
+
+
+def receiving(ipu: np.ndarray, step: np.ndarray, programs: pa.Table) -> np.ndarray:
+    """Whether each trace row (``ipu``, ``step``) runs a program whose name holds "recv" (False for a row
+    of no program, an idle row). The names are matched once each, as Arrow strings, and the rows find
+    their program by a sorted key: no Python string per row (an imported trace's millions of programs
+    held as Python strings, then as a fixed-width NumPy array for the match, took gigabytes)."""
+    name = programs["name"].combine_chunks()
+    if pa.types.is_dictionary(name.type):
+        hits = pc.match_substring(name.dictionary, "recv").to_numpy(zero_copy_only=False)[name.indices.to_numpy()]
+    else:
+        hits = pc.match_substring(name, "recv").to_numpy(zero_copy_only=False)
+    keys = _program_key(programs["ipu"].to_numpy(), programs["step"].to_numpy())
+    order = np.argsort(keys, kind="stable")
+    keys, hits = keys[order], hits[order]
+    wanted = _program_key(ipu, step)
+    at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
+    if not len(keys):
+        return np.zeros(len(wanted), bool)
+    return (keys[at] == wanted) & hits[at]
+
+
+def _program_key(ipu: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """One int64 per (ipu, step): the IPU in the high 32 bits, the step (as unsigned) in the low."""
+    return (ipu.astype(np.int64) << 32) | (step.astype(np.int64) & 0xFFFFFFFF)
 
 
 # -- the list schedule ------------------------------------------------------------------------------

@@ -27,6 +27,23 @@ pytestmark = pytest.mark.slow
 HEAVY = 2  # tests/traces/record.py's heavy stage (4 ranks: stage s on rank s)
 
 
+# -- which rows receive ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dictionary", [False, True], ids=["plain", "dictionary"])
+def test_a_row_receives_when_its_programs_name_holds_recv(dictionary: bool) -> None:
+    import pyarrow as pa
+
+    # GIVEN programs on two ranks, listed out of order, two of them receives (one on each rank)
+    names = pa.array(["nccl:send", "nccl:recv", "aten::mm", "ncclDevKernel_recv"])
+    programs = pa.table({"ipu": [1, 0, 0, 1], "step": [3, 2, 0, 1],
+                         "name": names.dictionary_encode() if dictionary else names})
+    # WHEN trace rows ask for (rank, step): the receives, a send, a matmul, a step no program has, an idle row
+    ipu = np.array([0, 1, 1, 0, 0, 1, 0])
+    step = np.array([2, 1, 3, 0, 7, 9, -1])
+    # THEN exactly the rows of the two receiving programs receive
+    assert R.receiving(ipu, step, programs).tolist() == [True, True, False, False, False, False, False]
+
+
 # -- a graph timed on paper ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("k,m", [(2, 4), (4, 8), (3, 5)])
