@@ -96,6 +96,8 @@ def test_reading_commands_import_no_heavy_module(args):
         assert not heavy(modules, "duckdb")  # only sql queries
     else:
         assert done.stdout.strip()  # the result was rendered (text, CSV or JSON) without pandas
+    # nor Arrow's compute functions (about 40 ms to import: their docs are parsed), which neither uses
+    assert "pyarrow.compute" not in modules
 
 
 def test_sql_renders_the_figures_pyarrow_reads(tmp_path):

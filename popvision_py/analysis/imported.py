@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from popvision_py.analysis.tables import PHASE, Columns, Table
 from popvision_py.analysis.tracescan import Aggregates
@@ -139,3 +140,30 @@ def insights(run: dict[str, Any], stage_figures: Any, comm: Table, peaks: Table,
     if not rows:
         rows.append(("info", "summary", "no problem found: the stages are balanced and communication is hidden", ""))
     return rows
+
+
+def receiving(ipu: np.ndarray, step: np.ndarray, programs: pa.Table) -> np.ndarray:
+    """Whether each trace row (``ipu``, ``step``) runs a program whose name holds "recv" (False for a row
+    of no program, an idle row). The names are matched once each, as Arrow strings, and the rows find
+    their program by a sorted key: no Python string per row (an imported trace's millions of programs
+    held as Python strings, then as a fixed-width NumPy array for the match, took gigabytes)."""
+    import pyarrow.compute as pc
+
+    name = programs["name"].combine_chunks()
+    if pa.types.is_dictionary(name.type):
+        hits = pc.match_substring(name.dictionary, "recv").to_numpy(zero_copy_only=False)[name.indices.to_numpy()]
+    else:
+        hits = pc.match_substring(name, "recv").to_numpy(zero_copy_only=False)
+    keys = _program_key(programs["ipu"].to_numpy(), programs["step"].to_numpy())
+    order = np.argsort(keys, kind="stable")
+    keys, hits = keys[order], hits[order]
+    wanted = _program_key(ipu, step)
+    if not len(keys):
+        return np.zeros(len(wanted), bool)
+    at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    return (keys[at] == wanted) & hits[at]
+
+
+def _program_key(ipu: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """One int64 per (ipu, step): the IPU in the high 32 bits, the step (as unsigned) in the low."""
+    return (ipu.astype(np.int64) << 32) | (step.astype(np.int64) & 0xFFFFFFFF)

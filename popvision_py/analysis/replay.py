@@ -42,10 +42,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
-from popvision_py.analysis.imported import ideal_bubble_pct
+from popvision_py.analysis.imported import ideal_bubble_pct, receiving
 from popvision_py.errors import PopvisionError
 
 # torch.distributed.pipelining's schedules whose actions the traces time: the zero-bubble ones split a
@@ -363,31 +361,6 @@ def from_profile(profile: Any) -> MeasuredPipeline:
     trace = profile.read_pandas("trace")
     programs = profile.read_table("programs", ["ipu", "step", "name"])
     return measure(trace, receiving(trace["ipu"].to_numpy(), trace["step"].to_numpy(), programs), profile.run)
-
-
-def receiving(ipu: np.ndarray, step: np.ndarray, programs: pa.Table) -> np.ndarray:
-    """Whether each trace row (``ipu``, ``step``) runs a program whose name holds "recv" (False for a row
-    of no program, an idle row). The names are matched once each, as Arrow strings, and the rows find
-    their program by a sorted key: no Python string per row (an imported trace's millions of programs
-    held as Python strings, then as a fixed-width NumPy array for the match, took gigabytes)."""
-    name = programs["name"].combine_chunks()
-    if pa.types.is_dictionary(name.type):
-        hits = pc.match_substring(name.dictionary, "recv").to_numpy(zero_copy_only=False)[name.indices.to_numpy()]
-    else:
-        hits = pc.match_substring(name, "recv").to_numpy(zero_copy_only=False)
-    keys = _program_key(programs["ipu"].to_numpy(), programs["step"].to_numpy())
-    order = np.argsort(keys, kind="stable")
-    keys, hits = keys[order], hits[order]
-    wanted = _program_key(ipu, step)
-    at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
-    if not len(keys):
-        return np.zeros(len(wanted), bool)
-    return (keys[at] == wanted) & hits[at]
-
-
-def _program_key(ipu: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """One int64 per (ipu, step): the IPU in the high 32 bits, the step (as unsigned) in the low."""
-    return (ipu.astype(np.int64) << 32) | (step.astype(np.int64) & 0xFFFFFFFF)
 
 
 # -- the list schedule ------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from popvision_py.format import schema as S
 from popvision_py.format.values import arrow, numbers
@@ -57,6 +56,8 @@ def codes(column: pa.ChunkedArray | pa.Array, vocabulary: tuple[str, ...]) -> np
             lut = np.array([vocabulary.index(w) if w in vocabulary else unknown for w in words] or [unknown], np.int8)
             out.append(lut[numbers(chunk.indices)])
         else:
+            import pyarrow.compute as pc  # here: `sql` renders its result with this module, and never needs it
+
             index = pc.index_in(chunk, value_set=arrow(list(vocabulary)))
             out.append(numbers(index, missing=unknown).astype(np.int8))
     return np.concatenate(out) if out else np.zeros(0, np.int8)

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 import popvision_py
 from popvision_py.analysis import replay as R
+from popvision_py.analysis.imported import receiving
 from popvision_py.cli import main
 
 pytestmark = pytest.mark.slow
@@ -41,7 +42,7 @@ def test_a_row_receives_when_its_programs_name_holds_recv(dictionary: bool) -> N
     ipu = np.array([0, 1, 1, 0, 0, 1, 0])
     step = np.array([2, 1, 3, 0, 7, 9, -1])
     # THEN exactly the rows of the two receiving programs receive
-    assert R.receiving(ipu, step, programs).tolist() == [True, True, False, False, False, False, False]
+    assert receiving(ipu, step, programs).tolist() == [True, True, False, False, False, False, False]
 
 
 # -- a graph timed on paper ---------------------------------------------------------------------------
