@@ -120,6 +120,20 @@ def test_json_report_figures_by_hand(synthetic_profiles):
     assert doc["sections"]["exchange"]["bandwidth"][0]["efficiency_pct"] is None  # NaN -> null
 
 
+def test_json_report_is_laid_out_as_json_dumps_indents_it():
+    # GIVEN the largest sample's whole report (every section) as its JSON is written
+    import popvision_py
+    from popvision_py.render import jsonout
+    from popvision_py.render.document import build_report
+
+    doc = build_report(popvision_py.open(ROOT / "sample_profiles" / "bert_large_out_of_memory" / "profile.pop"), "all")
+    written = jsonout.render(doc)
+    # THEN it is, byte for byte, what Python's json writes with an indent of two (the layout before the
+    # faster encoder), and reads back to the same values
+    assert written == (json.dumps(jsonout.to_dict(doc), indent=2, allow_nan=False) + "\n").encode()
+    assert json.loads(written) == json.loads(json.dumps(jsonout.to_dict(doc)))
+
+
 def test_report_to_file_with_o(synthetic_profiles, tmp_path):
     out = tmp_path / "r.md"
     assert invoke("report", synthetic_profiles[0], "--format", "md", "-o", out).exit_code == 0
