@@ -70,6 +70,8 @@ class Report:
         self._locks: dict[Any, threading.RLock] = {}
         self._locks_guard = threading.Lock()
         self._prefetching: list[threading.Thread] = []
+        # called with the rows of the trace folded so far, as its summary pass goes (a progress bar's update)
+        self.trace_progress: Callable[[int], None] | None = None
         self.summary = SummaryReport(self)
         self.memory = MemoryReport(self)
         self.liveness = LivenessReport(self)
@@ -182,7 +184,8 @@ class Report:
                 trusted = self.profile.footer_verified("trace")
                 bounds = (_tracescan.column_bounds(self.profile.metadata("trace"), _tracescan.BOUND_COLUMNS)
                           if trusted else None)
-                self._cache["trace"] = _tracegroups.summarise_profile(self.profile, bounds, self.trace_batches)
+                self._cache["trace"] = _tracegroups.summarise_profile(self.profile, bounds, self.trace_batches,
+                                                                      self.trace_progress)
             agg = self._cache["trace"]
             if gantt and "gantt_bars" not in self._cache:
                 self._cache["gantt_bars"] = _tracescan.gantt_bars(agg)

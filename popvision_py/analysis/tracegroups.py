@@ -43,7 +43,8 @@ def workers_for(groups: int) -> int:
 
 def summarise_groups(read: Callable[[int], Iterable[pa.RecordBatch]], groups: int,
                      bounds: dict[str, tuple[int, int]] | None = None, workers: int | None = None,
-                     starts: np.ndarray | None = None, settle_runs: int | None = None) -> Aggregates:
+                     starts: np.ndarray | None = None, settle_runs: int | None = None,
+                     progress: Callable[[int], None] | None = None) -> Aggregates:
     """``tracescan.summarise`` of a trace of ``groups`` row groups, ``read(g)`` giving row group
     ``g``'s batches (of ``SUMMARY_COLUMNS``), folded by ``workers`` threads (``workers_for``).
 
@@ -53,6 +54,7 @@ def summarise_groups(read: Callable[[int], Iterable[pa.RecordBatch]], groups: in
     with ``bounds``: each row group's runs of rows are handed to a ``tracesteps.Settler`` as it is
     folded, which cuts the supersteps behind the horizon, so that memory does not grow with the trace
     (``settle_runs``: runs it holds before it cuts, ``tracesteps.SETTLE_RUNS`` by default).
+    ``progress(g)`` is called, from the worker that folded it, once row group ``g`` is folded.
     """
     workers = workers_for(groups) if workers is None else max(1, min(workers, groups))
     first = _Fold(bounds)
@@ -79,6 +81,8 @@ def summarise_groups(read: Callable[[int], Iterable[pa.RecordBatch]], groups: in
                 if settler is not None:  # the row group's runs, now that all its batches are folded
                     settler.add(group, fold.slots.parts)
                     fold.slots.parts = []
+                if progress is not None:
+                    progress(group)
         except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
             errors.append(exc)
             stop.set()
@@ -112,16 +116,31 @@ def summarise_groups(read: Callable[[int], Iterable[pa.RecordBatch]], groups: in
 
 
 def summarise_profile(profile: Profile, bounds: dict[str, tuple[int, int]] | None,
-                      batches: Callable[[tuple[str, ...]], Iterable[pa.RecordBatch]]) -> Aggregates:
+                      batches: Callable[[tuple[str, ...]], Iterable[pa.RecordBatch]],
+                      progress: Callable[[int], None] | None = None) -> Aggregates:
     """The summary of ``profile``'s trace: its row groups folded on every core when it has several
     and the process more than one core; else one pass over ``batches(SUMMARY_COLUMNS)`` (the
-    report's reader, which decodes the next batch while this one is folded)."""
-    groups = profile.metadata("trace").num_row_groups
+    report's reader, which decodes the next batch while this one is folded). ``progress(rows)`` is
+    called as rows are folded (a row group's, or a batch's), for a progress bar: they add up to the
+    trace's rows."""
+    footer = profile.metadata("trace")
+    groups = footer.num_row_groups
     if workers_for(groups) <= 1:
-        return summarise(batches(SUMMARY_COLUMNS), bounds)
+        return summarise(_counted(batches(SUMMARY_COLUMNS), progress), bounds)
 
     def read(group: int) -> Iterable[pa.RecordBatch]:
         return profile.iter_batches("trace", SUMMARY_COLUMNS, batch_size=BATCH_ROWS, row_groups=[group])
 
-    starts = group_starts(profile.metadata("trace")) if bounds is not None else None
-    return summarise_groups(read, groups, bounds, starts=starts)
+    starts = group_starts(footer) if bounds is not None else None
+    folded = None if progress is None else (lambda group: progress(footer.row_group(group).num_rows))
+    return summarise_groups(read, groups, bounds, starts=starts, progress=folded)
+
+
+def _counted(batches: Iterable[pa.RecordBatch], progress: Callable[[int], None] | None) -> Iterable[pa.RecordBatch]:
+    """``batches``, each one's rows passed to ``progress`` once it has been folded (asked for the next)."""
+    if progress is None:
+        yield from batches
+        return
+    for batch in batches:
+        yield batch
+        progress(batch.num_rows)

@@ -49,6 +49,7 @@ def command(profile: str, profile_b: str | None, host: str, port: int, tune: str
 def _serving(paths: list[str], host: str, tune: str | None, emulated_dir: str | None, system: list[str] | None):
     """The Dash app for ``paths``, its profiles opened and read through; their warm-up started."""
     from dashboards import data
+    from popvision_py.cli.progress import reading_trace
     from popvision_py.emulation import run_fields
 
     profiles = data.Profiles(paths, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=system)
@@ -62,12 +63,13 @@ def _serving(paths: list[str], host: str, tune: str | None, emulated_dir: str | 
     # trace rows), so no page meets a broken table; the rest of the warm-up goes on while it serves.
     checked = threading.Event()
     failure: list[BaseException] = []
-    threading.Thread(target=_check, args=(profiles, checked, failure), daemon=True).start()
-    from dashboards.app import create_app
+    with reading_trace([profiles.report(key) for key in profiles.keys], "Checking the trace"):
+        threading.Thread(target=_check, args=(profiles, checked, failure), daemon=True).start()
+        from dashboards.app import create_app
 
-    app = create_app(paths, host=host, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=system)
-    data.install(app.server, profiles)  # the app serves the Profiles being checked, not a fresh one
-    checked.wait()
+        app = create_app(paths, host=host, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=system)
+        data.install(app.server, profiles)  # the app serves the Profiles being checked, not a fresh one
+        checked.wait()
     if failure:
         raise failure[0]
     threading.Thread(target=_warm, args=(profiles,), daemon=True).start()

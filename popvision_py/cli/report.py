@@ -53,6 +53,7 @@ def command(profile: str, section: str, fmt: str, output: str | None, verify: bo
     if section is None:
         section = "overview" if fmt in ("text", "md") else "all"
     from popvision_py.analysis.report import Report
+    from popvision_py.cli.progress import reading_trace
     from popvision_py.format.runs import run_profiles
     from popvision_py.render import emit
     from popvision_py.render.document import add_instances, add_verification, build_report
@@ -63,7 +64,8 @@ def command(profile: str, section: str, fmt: str, output: str | None, verify: bo
     runs = run_profiles(profile)
     profile = str(runs[0][1])
     with Report(profile, system or None) as report:
-        doc = build_report(report, section, figures=fmt == "html")
+        with reading_trace([report]):
+            doc = build_report(report, section, figures=fmt == "html")
         if len(runs) > 1:
             add_instances(doc, runs, report)
         if verify:

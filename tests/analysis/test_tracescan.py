@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import sys
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -371,3 +374,39 @@ def test_a_report_of_several_row_groups_is_the_same_on_one_thread_and_on_several
     # WHEN every section is reported folding the trace on one thread, then on three
     # THEN the JSON reports are byte for byte the same
     assert report(3) == report(1)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "pipe"])
+def test_the_trace_pass_moves_a_bar_to_the_traces_rows_on_a_terminal_only(several_row_groups, monkeypatch,
+                                                                           terminal):
+    from popvision_py.analysis.report import Report
+    from popvision_py.cli import progress
+
+    # GIVEN a trace of several row groups, and stderr a terminal (or a pipe), the bar's delay none
+    stderr = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    monkeypatch.setattr(progress, "BAR_DELAY_S", 0)
+    with Report(several_row_groups) as report:
+        rows = report.profile.num_rows("trace")
+        counted = []
+        # WHEN the summary pass runs inside the bar (each update also kept here)
+        with progress.reading_trace([report]):
+            bar_update = report.trace_progress
+            report.trace_progress = lambda n: (counted.append(n), bar_update(n))
+            report.scan_trace()
+        # THEN the pass reported every row once, a row group at a time (workers) or a batch at a time
+        assert sum(counted) == rows and len(counted) >= report.profile.metadata("trace").num_row_groups
+        assert report.trace_progress is None  # the bar is let go with the block
+    # AND the bar, drawn on the terminal only, counts towards the trace's rows
+    text = stderr.getvalue()
+    if terminal:
+        from tqdm import tqdm
+
+        assert "Reading the trace" in text and f"/{tqdm.format_sizeof(rows)} " in text, text[-300:]
+    else:
+        assert text == ""
