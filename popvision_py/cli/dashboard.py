@@ -49,7 +49,7 @@ def command(profile: str, profile_b: str | None, host: str, port: int, tune: str
 def _serving(paths: list[str], host: str, tune: str | None, emulated_dir: str | None, system: list[str] | None):
     """The Dash app for ``paths``, its profiles opened and read through; their warm-up started."""
     from dashboards import data
-    from popvision_py.cli.progress import reading_trace
+    from popvision_py.render.progress import reading_trace
     from popvision_py.emulation import run_fields
 
     profiles = data.Profiles(paths, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=system)

@@ -53,7 +53,7 @@ def command(profile: str, section: str, fmt: str, output: str | None, verify: bo
     if section is None:
         section = "overview" if fmt in ("text", "md") else "all"
     from popvision_py.analysis.report import Report
-    from popvision_py.cli.progress import reading_trace
+    from popvision_py.render.progress import reading_trace
     from popvision_py.format.runs import run_profiles
     from popvision_py.render import emit
     from popvision_py.render.document import add_instances, add_verification, build_report

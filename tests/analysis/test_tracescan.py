@@ -385,7 +385,7 @@ class _Terminal(io.StringIO):
 def test_the_trace_pass_moves_a_bar_to_the_traces_rows_on_a_terminal_only(several_row_groups, monkeypatch,
                                                                            terminal):
     from popvision_py.analysis.report import Report
-    from popvision_py.cli import progress
+    from popvision_py.render import progress
 
     # GIVEN a trace of several row groups, and stderr a terminal (or a pipe), the bar's delay none
     stderr = _Terminal() if terminal else io.StringIO()
