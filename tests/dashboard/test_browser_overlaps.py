@@ -74,9 +74,13 @@ return [document.querySelectorAll('.dash-graph .modebar').length,
 """
 
 
-def open_page(dash_duo, path: str, width: int) -> None:
+def open_page(dash_duo, path: str, width: int, filled: str | None = None) -> None:
+    """Page ``path`` loaded in a window ``width`` px wide and drawn; ``filled``: an element a callback adds
+    after the figures (a table), waited for too."""
     dash_duo.driver.set_window_size(width, 1000)
     dash_duo.wait_for_page(url=f"{dash_duo.server_url}{path}")
+    if filled is not None:
+        dash_duo.wait_for_element(filled, timeout=30)
     show_at(dash_duo, width)
 
 

@@ -17,6 +17,7 @@ import dash
 import pytest
 
 from tests.dashboard.conftest import SAMPLES
+from tests.dashboard import test_browser_overlaps as overlaps
 from tests.dashboard.test_browser_overlaps import MEASURED, OVERLAPS, WRAPPED_CARDS, show_at
 
 pytestmark = pytest.mark.browser
@@ -81,11 +82,7 @@ TABLES = {
 
 
 def open_page(dash_duo, path: str, width: int) -> None:
-    dash_duo.driver.set_window_size(width, 1000)
-    dash_duo.wait_for_page(url=f"{dash_duo.server_url}{path}")
-    if path in TABLES:
-        dash_duo.wait_for_element(TABLES[path], timeout=30)
-    show_at(dash_duo, width)
+    overlaps.open_page(dash_duo, path, width, TABLES.get(path))
 
 
 @pytest.mark.parametrize("sample", list(SAMPLE_PAIRS))
