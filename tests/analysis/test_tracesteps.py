@@ -127,3 +127,36 @@ def test_a_report_is_the_same_with_its_runs_settled(several_row_groups, monkeypa
     # THEN the JSON reports are byte for byte the same
     assert report(5000) == report(1 << 30)
     assert PASS["backward"] == PASSES.index("backward")
+
+
+def test_distinct_rows_are_numpys_distinct_rows_in_the_same_numbering():
+    # supersteps as rows: many repeats, a -0.0 where another copy has 0.0 (one superstep: equal as floats)
+    rng = np.random.default_rng(7)
+    kinds = rng.integers(0, 50, (40, 9)).astype(np.float64)
+    kinds[3, 4] = 0.0
+    rows = kinds[rng.integers(0, 40, 5000)]
+    rows[np.flatnonzero((rows == kinds[3]).all(axis=1))[1::2], 4] = -0.0
+    first, which = tracesteps._distinct_rows(rows)
+    _, numpy_first, numpy_which = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    # numbered alike up to the order of the groups: the same first rows, and each row in its first row's group
+    assert sorted(first.tolist()) == sorted(numpy_first.tolist())
+    assert (rows[first[which]] == rows).all()
+    assert (first[which] == numpy_first[numpy_which.reshape(-1)]).all()
+    assert len(first) == len(np.unique(kinds, axis=0))
+
+
+@pytest.mark.parametrize("spread", [10, 2**40])
+def test_packed_keys_order_rows_as_their_columns_do(spread):
+    # bars' keys (ipu, stage, pass, run, iteration, micro-batch); 2**40 per column passes int64 packed,
+    # and the keys are then the rows' ranks
+    rng = np.random.default_rng(3)
+    columns = [rng.integers(0, spread, 3000) for _ in range(6)]
+    columns[0][:10] = 0  # repeats
+    for c in columns:
+        c[10:20] = c[:10]
+    key = tracesteps._packed(columns)
+    order = np.lexsort(columns[::-1])
+    stacked = np.stack(columns)[:, order]
+    same_as_next = (stacked[:, 1:] == stacked[:, :-1]).all(axis=0)
+    assert (np.diff(key[order])[same_as_next] == 0).all()
+    assert (np.diff(key[order])[~same_as_next] > 0).all()
