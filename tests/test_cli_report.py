@@ -134,6 +134,27 @@ def test_json_report_is_laid_out_as_json_dumps_indents_it():
     assert json.loads(written) == json.loads(json.dumps(jsonout.to_dict(doc)))
 
 
+def test_json_records_convert_whole_columns_to_the_values_plain_gives():
+    # GIVEN columns of each kind a report holds: ints, bools, floats with NaN and infinities, strings,
+    # a nullable pandas integer, in a Table and in a DataFrame
+    import numpy as np
+    import pandas as pd
+
+    from popvision_py.analysis.tables import Table
+    from popvision_py.render import jsonout
+
+    columns = {"n": np.array([1, -2, 3], np.int16), "ok": np.array([True, False, True]),
+               "x": np.array([0.5, np.nan, -np.inf], np.float32), "name": np.array(["a", "b", "c"], object)}
+    frame = pd.DataFrame(columns).assign(maybe=pd.array([1, None, 3], dtype="Int64"))
+    # THEN each row's values are plain's, value by value (NaN and infinities null), with their JSON types
+    for table in (Table(columns), frame):
+        rows = jsonout.records(table)
+        by_value = [{c: jsonout.plain(table[c].tolist()[i]) for c in rows[0]} for i in range(3)]
+        assert rows == by_value
+        assert json.dumps(rows[1]).startswith('{"n": -2, "ok": false, "x": null, "name": "b"')
+        assert [type(v) for v in rows[0].values()][:4] == [int, bool, float, str]
+
+
 def test_report_to_file_with_o(synthetic_profiles, tmp_path):
     out = tmp_path / "r.md"
     assert invoke("report", synthetic_profiles[0], "--format", "md", "-o", out).exit_code == 0

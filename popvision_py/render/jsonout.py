@@ -42,12 +42,26 @@ def plain(v: Any) -> Any:
     return str(v)
 
 
+def values(column: Any) -> list[Any]:
+    """A column's values as JSON values (``plain``'s). A column of NumPy numbers or booleans converts
+    whole: ``tolist`` gives the same Python ints, floats and bools ``plain`` would, and only the NaNs
+    and infinities of a float column are then set to null; other columns go value by value."""
+    dtype = getattr(column, "dtype", None)
+    if isinstance(dtype, np.dtype) and dtype.kind in "biuf":
+        array = np.asarray(column)
+        out = array.tolist()
+        if dtype.kind == "f":
+            for i in np.flatnonzero(~np.isfinite(array)).tolist():
+                out[i] = None
+        return out
+    return [plain(v) for v in column.tolist()]
+
+
 def records(frame: Table | pd.DataFrame) -> list[dict[str, Any]]:
     """Rows as objects; a Table's arrays are read directly, a DataFrame's through its Series."""
     names = column_names(frame)
-    columns = [frame[c] for c in (names if isinstance(frame, Table) else frame.columns)]
-    values = [[plain(v) for v in column.tolist()] for column in columns]
-    return [dict(zip(names, row)) for row in zip(*values)] if values else []
+    columns = [values(frame[c]) for c in (names if isinstance(frame, Table) else frame.columns)]
+    return [dict(zip(names, row)) for row in zip(*columns)] if columns else []
 
 
 def nested(frame: Table | pd.DataFrame) -> list[dict[str, Any]]:
