@@ -62,13 +62,19 @@ def test_a_bench_that_misses_a_target_leaves_a_not_met_row_and_the_whole_table(t
     for area in ("engine", "format", "analysis", "sql", "dashboard"):
         assert f"| {area} |" in text, area
     assert "case A: engine / writer-only time" in text and "`popvision info` at every size" in text
+    # AND issue 35's table after it, between its own markers, with its rows against the floors
+    floors = text[text.index("<!-- floors: generated"):text.index("<!-- end of the floors -->")]
+    assert text.index("<!-- end of generated figures -->") < text.index("<!-- floors: generated")
+    for area, figure in (("report", "/ DuckDB's query for the same aggregates"), ("sql", "/ DuckDB's whole process"),
+                         ("start-up", "`popvision info`"), ("start-up", "`popvision --help`")):
+        assert any(line.startswith(f"| {area} |") and figure in line for line in floors.splitlines()), figure
     slowest = [line for line in text.splitlines() if line.startswith("| dashboard | slowest callback, median")]
     assert len(slowest) == 1
     cells = [cell.strip() for cell in slowest[0].strip("|").split("|")]
     assert cells[2] == "< 500 ms" and cells[3].startswith("900 ms (") and cells[4] == "**not met**"
     # AND every figure is kept as JSON, the dashboard's too
     facts = json.loads((tmp_path / "work" / "results.json").read_text())
-    assert set(facts) >= {"machine", "engine", "format", "analysis", "sql", "dashboard"}
+    assert set(facts) >= {"machine", "engine", "format", "analysis", "sql", "dashboard", "floors"}
     assert max(c["median_s"] for c in facts["dashboard"]["profiles"][0]["callbacks"].values()) == 0.9
 
 
