@@ -13,11 +13,13 @@ Describe a model in PopTorch's words and run it::
             m.loss(m.linear(x, 10))
         return m.set_default_layout(Layout("pipelined", [StageSpec("B1", ipu=0), StageSpec("B2", ipu=1)]))
 
-then ``popvision run mine.py --profile``. The engine depends on popvision_py.format,
-popvision_py.errors and the planner's rules (popvision_py.planner_rules) only.
+then ``popvision run mine.py --profile``. The engine depends on popvision_py.format and
+popvision_py.errors only. The planner's rules are its own (``engine.rules``); the analysis is handed
+them to check the fixes it suggests, and never imports the engine.
 
 The public names below are loaded on first use (PEP 562), so that importing one small module of the
-engine does not load the compiler, the scheduler and NumPy with it.
+engine (``engine.rules``, which ``popvision report`` and ``popvision_py.open`` hand the analysis)
+does not load the compiler, the scheduler and NumPy with it.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ class Planner(Protocol):
     A fix is a command the user runs with today's emulator, so it is checked against today's
     planner, not against rules a profile recorded when it was written. The caller hands the planner
     in, as the engine is handed ``load_script``: ``popvision_py.open`` and the CLI pass the planner's
-    rules module (``popvision_py.planner_rules``), which has these names. The analysis never imports it.
+    rules module (``engine.rules``), which has these names. The analysis never imports it.
     """
 
     SYSTEMS: Mapping[str, int]  # the IPU systems a run is planned on, by name: their IPUs

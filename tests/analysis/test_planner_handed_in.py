@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import popvision_py as pv
-from popvision_py import planner_rules
+from engine import rules
 from popvision_py.analysis.report import Report
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ def test_open_hands_the_report_the_planners_rules():
         rows = report.summary.insights()
         fixes = report.summary.fixes()
         # THEN its Report holds the planner's rules, and the insights carry the five fixes they accept
-        assert report.planner is planner_rules
+        assert report.planner is rules
     assert sum(fix is not None for fix in fixes) == 5
     assert [c.split()[:3] for c in rows["command"] if c] == [["popvision", "run", "bert-large"]] * 5
 
@@ -49,7 +49,7 @@ def test_a_report_without_a_planner_shows_each_finding_alone():
 
 def test_a_fix_the_planner_refuses_is_never_shown():
     # GIVEN a planner that refuses every configuration
-    refusing = SimpleNamespace(**{name: getattr(planner_rules, name) for name in PLANNER_NAMES})
+    refusing = SimpleNamespace(**{name: getattr(rules, name) for name in PLANNER_NAMES})
     refusing.check_run = lambda run: "This planner runs nothing."
     # WHEN the Report is handed it
     with Report(BERT_LARGE, planner=refusing) as report:

@@ -91,17 +91,17 @@ def sharded_profile(profiles_dir: Path) -> Path:
 def app(oom_profile: Path):
     """The dashboard on the out-of-memory run, its fixes checked by the planner's rules as `popvision dashboard`'s."""
     from dashboards.app import create_app
-    from popvision_py import planner_rules
+    from engine import rules
 
-    return create_app([str(oom_profile)], planner=planner_rules)
+    return create_app([str(oom_profile)], planner=rules)
 
 
 @pytest.fixture()
 def compare_app(pipelined_profile: Path, sharded_profile: Path):
     from dashboards.app import create_app
-    from popvision_py import planner_rules
+    from engine import rules
 
-    return create_app([str(pipelined_profile), str(sharded_profile)], planner=planner_rules)
+    return create_app([str(pipelined_profile), str(sharded_profile)], planner=rules)
 
 
 @pytest.fixture(scope="session")
@@ -122,8 +122,8 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def whatif_app(made: dict[str, Path], tmp_path: Path):
     """The dashboard on ``made``'s profile and tune result, emulating candidates into ``tmp_path``."""
     from dashboards.app import create_app
-    from popvision_py import planner_rules
+    from engine import rules
     from popvision_py.emulation import run_fields
 
-    return create_app([str(made["profile"])], tune=str(made["tune"]), runner=run_fields, planner=planner_rules,
+    return create_app([str(made["profile"])], tune=str(made["tune"]), runner=run_fields, planner=rules,
                       emulated_dir=str(tmp_path / "emulated"))

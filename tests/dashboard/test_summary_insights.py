@@ -60,7 +60,7 @@ def test_popvision_dashboard_hands_the_profiles_the_planners_rules(oom_profile, 
     from click.testing import CliRunner
 
     from dashboards import data
-    from popvision_py import planner_rules
+    from engine import rules
     from popvision_py.cli import main
 
     # GIVEN `popvision dashboard` on the out-of-memory run, its server kept from starting
@@ -70,7 +70,7 @@ def test_popvision_dashboard_hands_the_profiles_the_planners_rules(oom_profile, 
     # THEN the profiles it serves check their fixes with the planner's rules (the dashboard imports
     # neither the rules nor the engine), and the findings carry the commands of the fixes they accept
     profiles = data.current()
-    assert profiles.planner is planner_rules
+    assert profiles.planner is rules
     assert any(profiles.report("a").summary.insights()["command"])
 
 
