@@ -105,8 +105,9 @@ def callbacks(paths: list[str], warm: bool = True) -> list[tuple[str, Callable[[
     """
     from dashboards import data
     from dashboards.app import create_app
+    from engine import rules
 
-    create_app(paths)
+    create_app(paths, planner=rules)  # as `popvision dashboard` builds it: the fixes checked
     if warm:
         started = time.perf_counter()
         data.current().warm()
@@ -254,7 +255,8 @@ _WARM_UP = (
     "import sys, time\n"
     "from dashboards import data\n"
     "from dashboards.app import create_app\n"
-    "create_app([sys.argv[1]])\n"
+    "from engine import rules\n"
+    "create_app([sys.argv[1]], planner=rules)\n"
     "began = time.perf_counter()\n"
     "data.current().warm()\n"
     "print(time.perf_counter() - began)\n"

@@ -10,7 +10,7 @@ import ipaddress
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dash
 import flask
@@ -20,6 +20,9 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from dashboards import data, ids
 from popvision_py.errors import ProfileError
+
+if TYPE_CHECKING:
+    from popvision_py.analysis.fixes import Planner
 
 HERE = Path(__file__).resolve().parent
 NAV_LINK = "nav-link"
@@ -36,7 +39,8 @@ LOOPBACK_NAMES = ("localhost",)
 
 def create_app(paths: list[str], *, warm: bool = False, host: str = "127.0.0.1", tune: str | None = None,
                runner: Callable[[dict[str, Any], Path], None] | None = None,
-               emulated_dir: str | None = None, system: list[str] | None = None) -> dash.Dash:
+               emulated_dir: str | None = None, system: list[str] | None = None,
+               planner: Planner | None = None) -> dash.Dash:
     """The Dash app serving the profiles at ``paths`` (one, or two to compare).
 
     The paths are opened lazily, on first use; the CLI opens them (and reads them through) first
@@ -45,10 +49,12 @@ def create_app(paths: list[str], *, warm: bool = False, host: str = "127.0.0.1",
     address, requests naming any other host are refused (DNS rebinding). ``tune`` adds the What-if
     page for that tune result; ``runner`` (RunRequest fields, profile path) emulates the Summary's
     "Verify" and the What-if page's "Emulate and compare" into ``emulated_dir`` (see ``data.Profiles``);
-    ``system``: the system timeline files or folders the System page shows (else those beside each profile).
+    ``system``: the system timeline files or folders the System page shows (else those beside each profile);
+    ``planner``: the planner's rules the Summary page's fixes are checked against (``analysis.fixes.Planner``;
+    without one the page suggests no fix).
     """
     profiles = data.Profiles([str(p) for p in paths], tune=tune, runner=runner, emulated_dir=emulated_dir,
-                             system=system)
+                             system=system, planner=planner)
     # Dash runs every page module again for each new app, and each run adds the page's
     # `dash.callback`s to Dash's global list; an app built earlier in this process but never
     # served (tests, scripts) would leave its copies there, doubling every callback.

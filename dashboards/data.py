@@ -1,4 +1,4 @@
-"""The dashboard's one way to the data: a cached ``popvision_py.open`` Report per profile key.
+"""The dashboard's one way to the data: a cached Report per profile key, opened as ``popvision_py.open`` opens it.
 
 The profiles are fixed when the app is built (``Profiles(paths)``): the first is ``"a"``, the second
 ``"b"``. Pages and callbacks name profiles only by those keys, so nothing a browser sends ever
@@ -7,9 +7,11 @@ becomes a file path; an unknown key falls back to ``"a"``.
 Each app keeps its ``Profiles`` in its Flask server's ``extensions``; ``current()`` finds the one of
 the app serving the request (or, outside a request, e.g. in tests, the one built last).
 
-A ``Profiles`` may also hold a tune result (``popvision tune -o tune.parquet``, read once) and a
-*runner*: the function that emulates a run's ``RunRequest`` fields into a profile, handed in by the
-CLI (the dashboard never imports the engine). The Summary page's "Verify" buttons and the What-if
+A ``Profiles`` may also hold a tune result (``popvision tune -o tune.parquet``, read once), a
+*planner*, the planner's rules the insights' fixes are checked against (``analysis.fixes.Planner``),
+and a *runner*: the function that emulates a run's ``RunRequest`` fields into a profile; the CLI
+hands in both (the dashboard never imports the engine). Without a planner the Summary page lists
+each finding alone, with no fix to copy or verify. The Summary page's "Verify" buttons and the What-if
 page's "Emulate and compare" run through it into ``emulated_dir`` (a temporary folder unless given).
 A browser names a candidate by its row of the tune result, a fix by its row of the insights: never
 a path or a request.
@@ -31,15 +33,17 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flask
 import numpy as np
 
-import popvision_py as pv
 from dashboards.figures.style import IPUS, Naming
 from popvision_py.analysis.tracescan import SUMMARY_COLUMNS
 from popvision_py.format.schema import FIT_VERDICTS, PHASES, Driver
+
+if TYPE_CHECKING:
+    from popvision_py.analysis.fixes import Planner
 
 KEYS = ("a", "b")
 EXTENSION = "popvision_profiles"
@@ -69,13 +73,15 @@ class Profiles:
 
     def __init__(self, paths: list[str], tune: str | Path | None = None,
                  runner: Callable[[dict[str, Any], Path], None] | None = None,
-                 emulated_dir: str | Path | None = None, system: list[str] | None = None) -> None:
+                 emulated_dir: str | Path | None = None, system: list[str] | None = None,
+                 planner: Planner | None = None) -> None:
         if not 1 <= len(paths) <= len(KEYS):
             raise ValueError("The dashboard shows one profile, or two to compare.")
         self.paths: dict[str, Path] = {key: Path(path) for key, path in zip(KEYS, paths)}
         self.system = list(system) if system else None  # --system: the timelines every profile's System page shows
         self.tune_path = Path(tune) if tune is not None else None
         self.runner = runner
+        self.planner = planner
         self._emulated_dir = Path(emulated_dir) if emulated_dir is not None else None
         self._tune: Any = None
         self._reports: dict[str, Any] = {}
@@ -138,17 +144,21 @@ class Profiles:
             with self._lock:
                 report = self._reports.get(key)
                 if report is None:
-                    report = self._reports[key] = pv.open(self.paths[key], self.system)
+                    from popvision_py.analysis.report import Report
+
+                    report = self._reports[key] = Report(self.paths[key], self.system, self.planner)
         return report
 
     def comparison(self) -> Any:
-        """``pv.compare`` of profiles a and b (cached); only when two profiles are served."""
+        """The ``Comparison`` of profiles a and b (cached); only when two profiles are served."""
         if not self.comparing:
             raise LookupError("Only one profile is served: there is nothing to compare.")
         if self._comparison is None:
             with self._lock:
                 if self._comparison is None:
-                    self._comparison = pv.compare(self.report("a"), self.report("b"))
+                    from popvision_py.analysis.compare import Comparison
+
+                    self._comparison = Comparison(self.report("a"), self.report("b"))
         return self._comparison
 
     def label(self, key: str) -> str:
@@ -346,8 +356,10 @@ def _drivers(value: Any) -> tuple[Driver, ...]:
 
 
 def open_profile(path: str | Path) -> Any:
-    """A Report of a profile the dashboard emulated (the caller closes it)."""
-    return pv.open(path)
+    """A Report of a profile the dashboard emulated, opened as the served ones are (the caller closes it)."""
+    from popvision_py.analysis.report import Report
+
+    return Report(path, planner=current().planner)
 
 
 def replayable(report: Any) -> bool:

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from popvision_py import planner_rules
 from popvision_py.format import ProfileWriter
 from popvision_py.format import schema as S
 from popvision_py.format.schema import PASSES, PHASES
 
+from engine import rules
 from engine.compiler import Compiled, cost_model
 from engine.costs import vertices
 from engine.memory import IpuMemory
@@ -99,10 +99,10 @@ class RunSummary:
 
 
 def samples_per_step(plan: Plan) -> int:
-    """Samples one step takes (``planner_rules.samples_per_step``): the summary's figure, and the
+    """Samples one step takes (``rules.samples_per_step``): the summary's figure, and the
     manifest's ``run.samples_per_step`` that the analysis reads."""
     o = plan.options
-    return planner_rules.samples_per_step({
+    return rules.samples_per_step({
         "micro_batch_size": o.micro_batch_size,
         "gradient_accumulation": o.gradient_accumulation if plan.training else 1,
         "replication_factor": o.replication_factor, "packing_factor": plan.model.packing_factor})
@@ -205,7 +205,7 @@ def manifest(compiled: Compiled, sched: Schedule,
         "total_cycles": int(sched.total_cycles),
     }
     if plan.model.packing_factor != 1:
-        # samples per input (planner_rules.samples_per_step); absent means 1
+        # samples per input (rules.samples_per_step); absent means 1
         run["packing_factor"] = float(plan.model.packing_factor)
     if plan.request:
         run["request"] = _jsonable(plan.request)

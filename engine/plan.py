@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from popvision_py.errors import ConfigError
-from popvision_py import planner_rules
 
+from engine import rules
 from engine.model import Model, Op, shard_ops
 from engine.options import RunOptions
 from engine.layout import Layout, StageSpec
@@ -58,18 +58,18 @@ class Plan:
 
     @property
     def pipeline_stages(self) -> int:
-        """PopART's count (``planner_rules.pipeline_stages``): 2N-1 training over N stages, N for inference;
+        """PopART's count (``rules.pipeline_stages``): 2N-1 training over N stages, N for inference;
         N counts the IPUs the stages run on (consecutive stages on one IPU run one after another)."""
-        return planner_rules.pipeline_stages(self.pipeline_depth, self.training)
+        return rules.pipeline_stages(self.pipeline_depth, self.training)
 
     @property
     def pipeline_depth(self) -> int:
-        """Distinct IPUs the stages run on (``planner_rules.pipeline_depth``)."""
-        return planner_rules.pipeline_depth([s.ipu for s in self.stages])
+        """Distinct IPUs the stages run on (``rules.pipeline_depth``)."""
+        return rules.pipeline_depth([s.ipu for s in self.stages])
 
     def pipeline_rank(self, stage: StagePlan) -> int:
-        """The stage's place in the pipeline: its IPU's rank (``planner_rules.pipeline_ranks``)."""
-        return planner_rules.pipeline_ranks([s.ipu for s in self.stages])[stage.index]
+        """The stage's place in the pipeline: its IPU's rank (``rules.pipeline_ranks``)."""
+        return rules.pipeline_ranks([s.ipu for s in self.stages])[stage.index]
 
     @property
     def optimiser_shards(self) -> int:
@@ -85,8 +85,8 @@ class Plan:
 
 
 def runs_as_pipeline(kind: str, stage_ipus: Sequence[int]) -> bool:
-    """Stages run as a pipeline (``planner_rules.runs_as_pipeline``, the rule the analysis reads profiles by)."""
-    return planner_rules.runs_as_pipeline(kind, stage_ipus)
+    """Stages run as a pipeline (``rules.runs_as_pipeline``, the rule the analysis reads profiles by)."""
+    return rules.runs_as_pipeline(kind, stage_ipus)
 
 
 def resolve_layout(model: Model, options: RunOptions, kind: str | None) -> Layout:
@@ -126,7 +126,7 @@ def make_plan(model: Model, options: RunOptions, layout: Layout, *,
     missing = [b for b in model.blocks if b not in owner]
     if missing:
         raise ConfigError(f"Block {missing[0]} is in no stage; every block must be placed in a stage.")
-    broken = planner_rules.ascending_rule(layout.kind, layout.ipus)
+    broken = rules.ascending_rule(layout.kind, layout.ipus)
     if broken:
         raise ConfigError(broken)
     plans = []
@@ -142,7 +142,7 @@ def make_plan(model: Model, options: RunOptions, layout: Layout, *,
                 producer = model.ops[t.producer]
                 raise ConfigError(f"Op {op.name} in stage {stage_of[op.op_id]} uses {producer.name} from the later "
                                   f"stage {stage_of[t.producer]}; stages must follow the model's order.")
-    broken = planner_rules.host_processes_rule(options.host_processes, options.replication_factor)
+    broken = rules.host_processes_rule(options.host_processes, options.replication_factor)
     if broken:
         raise ConfigError(broken)
     num_ipus = 1 + max(p.ipu for p in plans)
@@ -156,7 +156,7 @@ def make_plan(model: Model, options: RunOptions, layout: Layout, *,
     empty = [p for p in plans if not p.ops]
     if empty:
         raise ConfigError(f"Stage {empty[0].index} ({', '.join(empty[0].blocks)}) holds no ops.")
-    broken = planner_rules.pipeline_rule(layout.kind, [p.ipu for p in plans], options.training,
+    broken = rules.pipeline_rule(layout.kind, [p.ipu for p in plans], options.training,
                                      options.gradient_accumulation, options.device_iterations)
     if broken:
         raise ConfigError(broken)

@@ -107,11 +107,11 @@ class _Ends:
 
 def throughput(compiled: Compiled, total_cycles: float) -> float:
     """Samples per second of a run that takes ``total_cycles`` (``instrument.summarise``'s figure)."""
-    from popvision_py import planner_rules
+    from engine import rules
 
     plan = compiled.plan
     o = plan.options
-    samples = planner_rules.samples_per_step({
+    samples = rules.samples_per_step({
         "micro_batch_size": o.micro_batch_size,
         "gradient_accumulation": o.gradient_accumulation if plan.training else 1,
         "replication_factor": o.replication_factor, "packing_factor": plan.model.packing_factor})

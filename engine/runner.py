@@ -20,7 +20,6 @@ from typing import Any
 from tqdm import tqdm
 
 from popvision_py.errors import ConfigError, first_line
-from popvision_py.planner_rules import pipeline_depth, pipeline_stages
 
 from engine.compiler import Compiled, compile_plan
 from engine.instrument import RunSummary, summarise, write_profile
@@ -29,6 +28,7 @@ from engine.model import Model
 from engine.options import RunOptions
 from engine.plan import Plan, make_plan, resolve_layout, runs_as_pipeline
 from engine.prediction import Prediction, applicable, sensitivity
+from engine.rules import pipeline_depth, pipeline_stages
 from engine.scheduler import Schedule, schedule
 from engine.layout import KINDS, Layout, StageSpec
 from engine.zoo import zoo_entry

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from popvision_py.errors import ConfigError
-from popvision_py import planner_rules
 
+from engine import rules
 from engine.assumptions import Assumptions
 
 
@@ -70,8 +70,8 @@ ARCHS: dict[str, Arch] = {
 }
 DEFAULT_ARCH = "mk2"
 
-# IPU systems by size: one table, shared with the analysis (popvision_py.planner_rules).
-SYSTEMS = planner_rules.SYSTEMS
+# IPU systems by size: one table, the planner's (engine.rules), which the analysis is handed to check its fixes.
+SYSTEMS = rules.SYSTEMS
 # IPU-Links join the IPU-M2000s of up to an IPU-POD64; IPU-POD128 and IPU-POD256 join IPU-POD64s over
 # the IPU-Gateways' GW-Links (Graphcore's IPU-POD64 / IPU-POD256 reference designs).
 IPU_LINK_DOMAIN_IPUS = 64
@@ -142,11 +142,11 @@ class Target:
 
 
 def smallest_system(ipus: int) -> str:
-    """The smallest system holding ``ipus`` IPUs; ConfigError beyond the largest (``planner_rules.system_rule``)."""
-    broken = planner_rules.system_rule(ipus)
+    """The smallest system holding ``ipus`` IPUs; ConfigError beyond the largest (``rules.system_rule``)."""
+    broken = rules.system_rule(ipus)
     if broken:
         raise ConfigError(broken)
-    return planner_rules.system_holding(ipus)
+    return rules.system_holding(ipus)
 
 
 def make_target(arch: str = DEFAULT_ARCH, ipus: int = 1, system: str | None = None,

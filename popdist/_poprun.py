@@ -70,7 +70,7 @@ def check(launch: Launch) -> Launch:
         raise ConfigError(f"--only-output-from-instance {launch.only_output_from} names no instance; there are "
                           f"{launch.instances} (0 to {launch.instances - 1}).")
     from engine.targets import make_target
-    from popvision_py.planner_rules import LARGEST_SYSTEM, SYSTEMS
+    from engine.rules import LARGEST_SYSTEM, SYSTEMS
 
     system = make_target(system=launch.system).system if launch.system else None  # an unknown name: its sentence
     ipus = launch.replicas * launch.ipus_per_replica

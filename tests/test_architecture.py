@@ -1,7 +1,9 @@
 """The layout is a checked contract (docs/architecture.md): imports point down the floors, no two files
-import each other (directly or round a longer circle), no source file is over 600 lines, no class name
-is defined in two modules (but PopTorch's and PopDist's API mirrors, listed), and tests, benchmarks,
-examples and scripts take from the CLI only the program and its commands.
+import each other (directly or round a longer circle), the analysis, the render and the dashboard never
+reach the engine, the engine takes from popvision_py only the format, the errors and the version (its
+planner's rules are its own), no source file is over 600 lines, no class name is defined in two modules
+(but PopTorch's and PopDist's API mirrors, listed), and tests, benchmarks, examples and scripts take from
+the CLI only the program and its commands.
 
 The imports are read with ``ast`` from every module of the five packages, including imports inside
 functions and a package's ``__init__.py``, so a lazy import counts like any other.
@@ -20,7 +22,7 @@ MAX_LINES = 600
 # From the bottom. A module belongs to the floor of the longest prefix listed here; ``popvision_py``
 # itself (the facade, its __init__.py) is no prefix, so a new package under it must be placed here.
 FLOORS = (
-    ("popvision_py.errors", "popvision_py.version", "popvision_py.format", "popvision_py.planner_rules"),
+    ("popvision_py.errors", "popvision_py.version", "popvision_py.format"),
     ("engine", "popvision_py.importer"),
     ("popvision_py.analysis", "popvision_py.render", "popvision_py.export_trace", "popvision_py.sql", "popvision_py"),
     ("poptorch", "popdist", "popvision_py.tune", "dashboards", "popvision_py.scripts", "popvision_py.run_figures",
@@ -160,6 +162,21 @@ def forbidden_reaches(known, graph, never=NEVER):
                     chain.append(way[chain[-1]])
                 found.append(" -> ".join(_rel(known[m]) for m in reversed(chain)))
     return found
+
+
+# What the engine may take from popvision_py: the format it writes through, the errors, the version it
+# stamps. Its planner's rules are its own (engine/rules.py), handed to the analysis by whoever opens a
+# profile; a module of rules beside the format for the analysis to import would be a second home.
+ENGINE_TAKES = ("popvision_py.format", "popvision_py.errors", "popvision_py.version")
+
+
+def engine_takes_beyond_the_format(known, graph, allowed=ENGINE_TAKES):
+    """'engine/a.py:line imports popvision_py/b.py' for each import by the engine of a popvision_py module
+    outside ``allowed`` (which floor that module sits on does not matter)."""
+    return sorted(f"{_rel(known[module])}:{line} imports {_rel(known[target])}"
+                  for module, edges in graph.items() if _under(module, "engine")
+                  for target, line in edges.items()
+                  if _under(target, "popvision_py") and not any(_under(target, a) for a in allowed))
 
 
 def circles(known, graph):
@@ -312,6 +329,22 @@ def test_no_two_files_import_each_other_round_a_circle(real_graph):
 
 def test_the_analysis_the_dashboard_and_the_render_never_reach_the_engine(real_graph):
     assert forbidden_reaches(*real_graph) == []
+
+
+def test_the_engine_takes_from_popvision_py_only_the_format_the_errors_and_the_version(real_graph):
+    assert engine_takes_beyond_the_format(*real_graph) == []
+
+
+def test_the_planners_rules_are_the_engines_and_handed_in_from_above(real_graph):
+    known, graph = real_graph
+    # GIVEN the planner's rules, in the engine (issue 36): no module of them is left beside the format
+    assert "engine.rules" in known and "popvision_py.planner_rules" not in known
+    # THEN the engine's planner imports them, and the analysis' fixes are handed them by those who open
+    # profiles: the facade and the report and dashboard commands (the analysis never reaches them:
+    # test_the_analysis_the_dashboard_and_the_render_never_reach_the_engine)
+    assert "engine.rules" in graph["engine.plan"]
+    for opener in ("popvision_py", "popvision_py.cli.dashboard"):
+        assert "engine.rules" in graph[opener], opener
 
 
 def test_the_commands_loaded_by_name_are_in_the_graph(real_graph):
@@ -504,6 +537,40 @@ def test_a_planted_dashboard_page_and_render_module_importing_the_engine_are_nam
     known, graph = _plant(tmp_path, files)
     assert forbidden_reaches(known, graph) == ["dashboards/page.py -> engine/runner.py",
                                                "popvision_py/render/run_summary.py -> engine/runner.py"]
+
+
+def test_a_planted_dashboard_reaching_the_engine_through_the_facade_is_named(tmp_path):
+    files = dict(BASE)
+    # GIVEN the facade, which hands the analysis the engine's rules, and a dashboard module and an
+    # analysis module that open profiles through it
+    files["popvision_py/__init__.py"] = "def open(path):\n    from engine import rules\n    return rules\n"
+    files["engine/rules.py"] = ""
+    files["dashboards/data.py"] = "import popvision_py as pv\n"
+    files["popvision_py/analysis/verify.py"] = "def measured(path):\n    import popvision_py\n"
+    known, graph = _plant(tmp_path, files)
+    # THEN both are named with the way (the floors allow it: the facade is above the engine)
+    assert upward_imports(known, graph) == []
+    assert forbidden_reaches(known, graph) == [
+        "popvision_py/analysis/verify.py -> popvision_py/__init__.py -> engine/rules.py",
+        "dashboards/data.py -> popvision_py/__init__.py -> engine/rules.py"]
+
+
+def test_a_planted_engine_module_taking_rules_from_beside_the_format_is_named(tmp_path):
+    files = dict(BASE)
+    # GIVEN the engine's planner taking its rules from a module beside the format (where they were)
+    files["popvision_py/planner_rules.py"] = ""
+    files["popvision_py/version.py"] = ""
+    files["engine/plan.py"] = ("from popvision_py import planner_rules\nfrom popvision_py.errors import E\n"
+                               "from popvision_py import version\n")
+    known, graph = _plant(tmp_path, files)
+    # THEN it is named (the errors and the version are the engine's to take, as the format in BASE is)
+    assert engine_takes_beyond_the_format(known, graph) == [
+        "engine/plan.py:1 imports popvision_py/planner_rules.py"]
+    # AND the engine importing the analysis is named too, whatever the floors say of it
+    files["engine/plan.py"] = "def fixes():\n    from popvision_py.analysis import tables\n"
+    known, graph = _plant(tmp_path, files)
+    assert engine_takes_beyond_the_format(known, graph) == [
+        "engine/plan.py:2 imports popvision_py/analysis/tables.py"]
 
 
 def test_a_planted_module_loaded_by_name_is_an_import(tmp_path):

@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 import popvision_py as pv
 from engine.runner import RunRequest, emulate
+from engine.rules import pipeline_depth, runs_as_pipeline
 from engine.zoo import ZOO
 from popvision_py.analysis import retime
 from popvision_py.format import open_profile
-from popvision_py.planner_rules import pipeline_depth, runs_as_pipeline
 
 BLOCKS = ["B1", "B2", "B3", "B4"]
 

@@ -1,5 +1,6 @@
 """Each command imports only what it uses (issue 35, item 3): a light command on a real profile never
-loads pandas, plotting, the dashboard, the emulator or a distributed engine.
+loads pandas, plotting, the dashboard, the emulator or a distributed engine, and `popvision report`
+loads of the emulator only the planner's rules its fixes are checked against (issue 36).
 
 Each command runs as a user runs it, `python -m popvision_py.cli ...` in a fresh process, under a
 wrapper that prints the names in ``sys.modules`` as the process leaves. The CLI leaves through
@@ -64,6 +65,17 @@ def test_the_wrapper_sees_a_heavy_import():
     done, modules = loaded("report", str(MNIST), "--section", "memory")
     assert done.returncode == 0, done.stderr
     assert "pandas" in modules and "popvision_py.cli.report" in modules
+
+
+def test_report_loads_the_planners_rules_and_nothing_else_of_the_engine():
+    # WHEN a report is built: its fixes are checked against the planner's rules, which popvision_py.open
+    # hands the analysis
+    done, modules = loaded("report", str(MNIST), "--section", "summary")
+    # THEN the fixes are shown, and of the engine only the package (its public names load lazily) and the
+    # rules were imported: not the compiler, the scheduler or the zoo
+    assert done.returncode == 0, done.stderr
+    assert "popvision run mnist" in done.stdout
+    assert sorted(name for name in modules if name.split(".")[0] == "engine") == ["engine", "engine.rules"]
 
 
 def test_help_lists_every_command_without_importing_one():

@@ -294,7 +294,7 @@ def candidate_profile(profiles: Any, rows: pd.DataFrame, meta: dict[str, Any], r
 )
 def emulate_and_compare(_n_clicks: int, row: Any, profile: str | None):
     """Emulate the chosen candidate (or take the best's profile) and compare it with the current profile."""
-    import popvision_py as pv
+    from popvision_py.analysis.compare import Comparison
     from popvision_py.errors import PopvisionError
 
     profiles = data.current()
@@ -303,7 +303,7 @@ def emulate_and_compare(_n_clicks: int, row: Any, profile: str | None):
     try:
         path = candidate_profile(profiles, rows, meta, row)
         with data.open_profile(path) as candidate:
-            comparison = pv.compare(profiles.report(profile), candidate)
+            comparison = Comparison(profiles.report(profile), candidate)
             return comparison_view(comparison, str(path))
     except PopvisionError as exc:
         return html.P(f"This candidate could not be emulated: {exc}", className="verify-verdict verify-bad")

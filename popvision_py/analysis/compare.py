@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from popvision_py.analysis.fixes import Planner
 from popvision_py.analysis.report import Report
 
 COLUMNS = ["section", "figure", "a", "b", "difference", "difference_pct"]
@@ -249,12 +250,15 @@ class Comparison:
     """Two profiles side by side: ``summary()``, ``memory()``, ``liveness()``, ``stages()``, ``exchange()``,
     and ``configuration()``, the settings that differ.
 
-    ``a`` and ``b`` are the two ``Report``s (paths are opened, and closed by ``close()`` or on leaving a
-    ``with`` block; Reports given are the caller's to close).
+    ``a`` and ``b`` are the two ``Report``s (paths are opened, with ``planner`` for their insights'
+    fixes, and closed by ``close()`` or on leaving a ``with`` block; Reports given are the caller's to
+    close).
     """
 
-    def __init__(self, a: str | os.PathLike[str] | Report, b: str | os.PathLike[str] | Report) -> None:
+    def __init__(self, a: str | os.PathLike[str] | Report, b: str | os.PathLike[str] | Report,
+                 planner: Planner | None = None) -> None:
         self._opened: list[Report] = []
+        self._planner = planner
         self.a = self._report(a)
         self.b = self._report(b)
         self._cache: dict[str, pd.DataFrame] = {}
@@ -263,7 +267,7 @@ class Comparison:
         if isinstance(given, Report):
             return given
         try:
-            report = Report(given)
+            report = Report(given, planner=self._planner)
         except BaseException:
             self.close()  # a (opened) when b cannot be
             raise

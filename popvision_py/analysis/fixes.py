@@ -3,8 +3,9 @@
 A fix is a set of *changes* in the vocabulary of ``popvision run``'s options (``micro_batch_size``,
 ``gradient_accumulation``, ``device_iterations``, ``replication_factor``, ``stages``,
 ``offload_optimiser``, ``recompute``, ``replicated_tensor_sharding``, ...). ``check`` applies the
-changes to the manifest's run configuration and asks ``planner_rules.check_run`` (the planner's own
-rules) whether it runs; a fix it refuses is never shown. ``command`` renders the changed run as a
+changes to the manifest's run configuration and asks the planner's own rules (a ``Planner``, which
+the caller hands in: the analysis never imports the engine) whether it runs; a fix it refuses is
+never shown, and without a planner no fix is. ``command`` renders the changed run as a
 copy-paste ``popvision run`` command: the options the original command gave (the manifest's
 ``run.request``) with the changes over them, or, for a profile that does not record its request,
 every setting of the run spelled out. A PopTorch script's profile records a request with its
@@ -21,15 +22,14 @@ from __future__ import annotations
 import copy
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from popvision_py.analysis.stages import min_max_split
 from popvision_py.analysis.tables import Columns, Table, sum_by
-from popvision_py import planner_rules
 
 # Options whose flag is not the option's name in kebab case.
 FLAGS = {"micro_batch_size": "batch-size", "replication_factor": "replicas", "optimiser": "optimiser",
@@ -48,6 +48,34 @@ ORDER = ("preset", "layers", "hidden", "heads", "seq_len", "vocab", "masked_toke
          "offload_optimiser", "offload_weights", "offload_activations", "replicated_tensor_sharding", "precision",
          "optimiser", "available_memory_proportion", "recompute_checkpoints", "attention_serialisation", "arch",
          "system", "runs", "host_processes", "host_input", "loader_workers", "persistent_workers")
+
+
+class Planner(Protocol):
+    """What the analysis asks of the planner that would run a fix, in the manifest's terms.
+
+    A fix is a command the user runs with today's emulator, so it is checked against today's
+    planner, not against rules a profile recorded when it was written. The caller hands the planner
+    in, as the engine is handed ``load_script``: ``popvision_py.open`` and the CLI pass the planner's
+    rules module (``engine.rules``), which has these names. The analysis never imports it.
+    """
+
+    SYSTEMS: Mapping[str, int]  # the IPU systems a run is planned on, by name: their IPUs
+    LARGEST_SYSTEM: str
+
+    def check_run(self, run: Mapping[str, Any]) -> str | None:
+        """The first rule a manifest-style run configuration breaks, as the planner's sentence; None if it runs."""
+
+    def ipus_used(self, run: Mapping[str, Any]) -> int:
+        """IPUs a run configuration takes."""
+
+    def system_holding(self, ipus: int, wanted: str | None = None) -> str:
+        """``wanted`` if it holds ``ipus`` IPUs, else the smallest system that does."""
+
+    def runs_as_pipeline(self, strategy: str, stage_ipus: Sequence[int]) -> bool:
+        """Whether stages on these IPUs run as a pipeline (else one after another)."""
+
+    def pipeline_stages(self, stages: int, training: bool) -> int:
+        """PopART's count of pipeline stages over ``stages`` positions (2N-1 training, N inference)."""
 
 
 @dataclass(frozen=True)
@@ -140,10 +168,11 @@ def request(run: Mapping[str, Any], target: Mapping[str, Any]) -> tuple[str, dic
     return str(run.get("model", "MODEL")), {k: v for k, v in options.items() if v is not None}
 
 
-def fixed_options(run: Mapping[str, Any], target: Mapping[str, Any],
-                  changes: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+def fixed_options(run: Mapping[str, Any], target: Mapping[str, Any], changes: Mapping[str, Any],
+                  planner: Planner) -> tuple[str, dict[str, Any]]:
     """The model and the ``popvision run`` options (by option name, ``assume`` a dict) that run this
-    profile's configuration with ``changes``: what ``command`` spells out, and ``--verify`` runs."""
+    profile's configuration with ``changes``: what ``command`` spells out, and ``--verify`` runs;
+    ``planner`` picks the system that holds the IPUs the changed run takes."""
     model, options = request(run, target)
     options.update(changes)
     amp = options.get("available_memory_proportion")
@@ -155,15 +184,16 @@ def fixed_options(run: Mapping[str, Any], target: Mapping[str, Any],
         if len(amp) != ipus:
             options["available_memory_proportion"] = min(float(v) for v in amp)
     if "system" in options:  # a fix over more IPUs needs a system that holds them
-        needed = planner_rules.ipus_used(applied(run, changes))
-        options["system"] = planner_rules.system_holding(needed, str(options["system"]))
+        needed = planner.ipus_used(applied(run, changes))
+        options["system"] = planner.system_holding(needed, str(options["system"]))
     return model, options
 
 
-def command(run: Mapping[str, Any], target: Mapping[str, Any], changes: Mapping[str, Any], tag: str) -> str:
+def command(run: Mapping[str, Any], target: Mapping[str, Any], changes: Mapping[str, Any], tag: str,
+            planner: Planner) -> str:
     """The ``popvision run`` command that runs this profile's configuration with ``changes``, writing
     its profile to ``profile-<tag>``."""
-    model, options = fixed_options(run, target, changes)
+    model, options = fixed_options(run, target, changes, planner)
     assume = options.pop("assume", None) or {}
     script_args = options.pop("script_args", None)
     order = block_order(run)
@@ -218,13 +248,13 @@ SCRIPT_FIXED = {"micro_batch_size": "batch_size in the script's poptorch.DataLoa
                                      "optimiser"}
 
 
-def check(run: Mapping[str, Any], changes: Mapping[str, Any]) -> str | None:
-    """``None`` if the planner accepts the run with ``changes``, else its sentence."""
+def check(run: Mapping[str, Any], changes: Mapping[str, Any], planner: Planner) -> str | None:
+    """``None`` if ``planner`` accepts the run with ``changes``, else its sentence."""
     recorded = run.get("request")
     if isinstance(recorded, Mapping) and recorded.get("emulate_only"):
         for name in (n for n in changes if n in SCRIPT_FIXED):  # the first named: one sentence, always the same
             return f"A PopTorch script's {name.replace('_', ' ')} is {SCRIPT_FIXED[name]}, not an option."
-    return planner_rules.check_run(applied(run, changes))
+    return planner.check_run(applied(run, changes))
 
 
 # -- memory estimates ------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from popvision_py.analysis import critical_path as _critical_path
 from popvision_py.analysis import tiles as _tiles
 from popvision_py.analysis import tracegroups as _tracegroups
 from popvision_py.analysis import tracescan as _tracescan
+from popvision_py.analysis.fixes import Planner
 from popvision_py.analysis.tables import TABLE_COLUMNS, Columns, StepIndex, Table
 from popvision_py.analysis.tracescan import Aggregates, iterations_traced
 from popvision_py.format import Profile, open_profile
@@ -55,17 +56,23 @@ class Report:
     (tile balance, tiles in time), and ``system``: the host processes' timelines beside it (``system``
     paths given instead override the search).
 
-    Attributes: ``path``, ``manifest``, ``target``, ``run`` (dicts from the manifest) and
+    ``planner`` (``fixes.Planner``) is the planner the insights' fixes are checked against, handed in
+    by whoever opens the profile: ``popvision_py.open`` and the CLI pass the emulator's rules. A Report
+    made without one suggests no fix: ``summary.insights()`` lists each finding alone (no suggestion,
+    effect or command) and ``summary.fixes()`` is None on every row, never a fix left unchecked.
+
+    Attributes: ``path``, ``manifest``, ``target``, ``run`` (dicts from the manifest), ``planner`` and
     ``profile`` (the raw ``popvision_py.format.Profile``).
     """
 
     def __init__(self, source: str | os.PathLike[str] | Profile,
-                 system: Iterable[str | os.PathLike[str]] | None = None) -> None:
+                 system: Iterable[str | os.PathLike[str]] | None = None, planner: Planner | None = None) -> None:
         self.profile = source if isinstance(source, Profile) else open_profile(source)
         self.path: Path = self.profile.path
         self.manifest: dict[str, Any] = self.profile.manifest
         self.target: dict[str, Any] = self.profile.target
         self.run: dict[str, Any] = self.profile.run
+        self.planner = planner
         self._cache: dict[Any, Any] = {}
         self._locks: dict[Any, threading.RLock] = {}
         self._locks_guard = threading.Lock()

@@ -20,7 +20,6 @@ from popvision_py.analysis.host import HostInput
 from popvision_py.analysis.stages import BestSplit, StageFigures
 from popvision_py.analysis.tables import PASSES, Columns, Table, lookup
 from popvision_py.analysis.tracescan import Aggregates, aggregates
-from popvision_py import planner_rules
 from popvision_py.format.schedule import run_schedule
 
 INSIGHT_COLUMNS = ["severity", "topic", "finding", "suggestion", "effect", "command"]
@@ -149,7 +148,8 @@ def _cycles(n: float) -> str:
 
 @dataclass(frozen=True)
 class Evidence:
-    """What the insights read besides the summary: the other analyzers' answers and the raw tile memory."""
+    """What the insights read besides the summary: the other analyzers' answers and the raw tile memory,
+    and the planner their fixes are checked against (None: the findings alone, no fix suggested)."""
 
     run: dict[str, Any]
     target: dict[str, Any]
@@ -166,10 +166,12 @@ class Evidence:
     costliest: Table
     host: HostInput | None = None
     precision: list = field(default_factory=list)  # (finding, Fix) per option keeping FP32 variables in FP16
+    planner: F.Planner | None = None
 
 
 class _Findings:
-    """Rows of the insights table; a fix is added only if the planner accepts its configuration."""
+    """Rows of the insights table; a fix is added only if the planner accepts its configuration, and
+    without a planner none is: the finding is shown alone."""
 
     def __init__(self, ev: Evidence) -> None:
         self.ev = ev
@@ -177,19 +179,20 @@ class _Findings:
         self.fixes: list[F.Fix | None] = []  # the fix of each row
 
     def add(self, severity: str, topic: str, finding: str, fix: F.Fix | None = None) -> bool:
-        if fix is None:
+        planner = self.ev.planner
+        if fix is None or planner is None:  # no fix, or none that can be checked: the finding alone
             self.rows.append((severity, topic, finding, "", "", ""))
             self.fixes.append(None)
             return True
-        if F.check(self.ev.run, fix.changes) is not None:
+        if F.check(self.ev.run, fix.changes, planner) is not None:
             return False
         self.rows.append((severity, topic, finding, fix.suggestion, fix.effect,
-                          F.command(self.ev.run, self.ev.target, fix.changes, fix.tag)))
+                          F.command(self.ev.run, self.ev.target, fix.changes, fix.tag, planner)))
         self.fixes.append(fix)
         return True
 
 
-def _memory_fixes(summary: Summary, ev: Evidence) -> list[F.Fix]:
+def _memory_fixes(summary: Summary, ev: Evidence, planner: F.Planner) -> list[F.Fix]:
     """Configurations that lower the worst tile, each with the worst tile it is estimated to leave."""
     run, target = ev.run, ev.target
     capacity = summary.bytes_per_tile
@@ -235,13 +238,13 @@ def _memory_fixes(summary: Summary, ev: Evidence) -> list[F.Fix]:
                          f"step.", f"Activations, stash and exchange buffers scale with the micro-batch: "
                          f"{F.tile_change(before, est, capacity)}.", change, f"micro-batch-{mbs // 2}",
                          F.Predicted(worst_tile_bytes=est)))
-    more = _more_stages(summary, ev)
+    more = _more_stages(summary, ev, planner)
     if more is not None:
         out.append(more)
     return out
 
 
-def _more_stages(summary: Summary, ev: Evidence) -> F.Fix | None:
+def _more_stages(summary: Summary, ev: Evidence, planner: F.Planner) -> F.Fix | None:
     """The fewest more pipeline stages (over as many more IPUs) that fit, or the most the system and blocks allow."""
     run = ev.run
     stages = sorted(run.get("stages") or [], key=lambda s: int(s.get("stage", 0)))
@@ -263,7 +266,7 @@ def _more_stages(summary: Summary, ev: Evidence) -> F.Fix | None:
     capacity = summary.bytes_per_tile
     replicas, shards = int(run.get("replication_factor", 1) or 1), int(run.get("tensor_sharding", 1) or 1)
     n_blocks = len(blocks)
-    largest = planner_rules.SYSTEMS[planner_rules.LARGEST_SYSTEM]
+    largest = planner.SYSTEMS[planner.LARGEST_SYSTEM]
     stage_ipu = {int(s.get("stage", k)): int(s.get("ipu", k)) for k, s in enumerate(stages)}
     strategy = str(run.get("strategy", "pipelined"))
     training = str(run.get("mode", "training")) != "inference"
@@ -294,9 +297,9 @@ def _more_stages(summary: Summary, ev: Evidence) -> F.Fix | None:
     if r != replicas:
         changes["replication_factor"] = r
         note = f" and {r} replicas instead of {replicas} (fewer samples per step)"
-    if planner_rules.runs_as_pipeline(strategy, [s["ipu"] for s in changes["stages"]]):
-        if training and int(run.get("gradient_accumulation", 1)) < planner_rules.pipeline_stages(k, True):
-            changes["gradient_accumulation"] = planner_rules.pipeline_stages(k, True)
+    if planner.runs_as_pipeline(strategy, [s["ipu"] for s in changes["stages"]]):
+        if training and int(run.get("gradient_accumulation", 1)) < planner.pipeline_stages(k, True):
+            changes["gradient_accumulation"] = planner.pipeline_stages(k, True)
             note += (f" and gradient accumulation {changes['gradient_accumulation']} (2N-1, the least a {k}-stage "
                      f"pipeline runs)")
         if not training and int(run.get("device_iterations", 1)) < k:
@@ -398,7 +401,8 @@ def _host_fix(summary: Summary, ev: Evidence) -> F.Fix | None:
 
 def insights(summary: Summary, ev: Evidence) -> Table:
     """Findings, each with a suggested fix, its estimated effect and the command that applies it:
-    INSIGHT_COLUMNS, most severe first. A fix the planner would refuse is never suggested."""
+    INSIGHT_COLUMNS, most severe first. A fix the planner would refuse is never suggested, and with no
+    planner (``Evidence.planner`` None) no fix is: each finding comes alone."""
     return findings(summary, ev)[0]
 
 
@@ -429,8 +433,9 @@ def findings(summary: Summary, ev: Evidence) -> tuple[Table, list[F.Fix | None]]
                    f"on IPU {ipu}, holds {_bytes(worst['total_bytes'])}, {_bytes(excess)} over its "
                    f"{_bytes(summary.bytes_per_tile)}"
                    f"{largest}.")
-        shown = sum(out.add("error", "memory", finding, fix) for fix in _memory_fixes(summary, ev))
-        if not shown:
+        if ev.planner is None:  # no fix can be checked, nor can it be said that none helps
+            out.add("error", "memory", finding)
+        elif not sum(out.add("error", "memory", finding, fix) for fix in _memory_fixes(summary, ev, ev.planner)):
             out.add("error", "memory", finding + " No change of the mapping this report can estimate (offloading, "
                     "recomputation, a smaller micro-batch, more stages within the largest system) lowers "
                     "the worst tile.")
@@ -536,7 +541,7 @@ def findings(summary: Summary, ev: Evidence) -> tuple[Table, list[F.Fix | None]]
     for finding, fix in ev.precision:
         severity = "info" if summary.fits else "warning"
         if not out.add(severity, "precision", finding, fix):
-            out.add(severity, "precision", f"{finding} {F.check(ev.run, fix.changes)}")
+            out.add(severity, "precision", f"{finding} {F.check(ev.run, fix.changes, ev.planner)}")
     # stable: errors first, each topic in order
     order = sorted(range(len(out.rows)), key=lambda k: SEVERITIES.index(out.rows[k][0]))
     rows = [out.rows[k] for k in order]

@@ -115,7 +115,7 @@ def fix_run(report: Any, row: int) -> FixRun:
 
 
 def _fix_run(report: Any, fix: F.Fix, command: str) -> FixRun:
-    model, options = F.fixed_options(report.run, report.target, fix.changes)
+    model, options = F.fixed_options(report.run, report.target, fix.changes, report.planner)
     return FixRun(fix.tag, fix.suggestion, fix.effect, fix.predicted, command, request_fields(model, options))
 
 
@@ -218,11 +218,11 @@ def run_fix(fix: FixRun, before: MeasuredFigures, clock_hz: float, runner: Runne
 def measured_row(fix: FixRun, before: MeasuredFigures, clock_hz: float, run: Callable[[], Path]) -> dict[str, Any]:
     """The row of ``fix`` once ``run`` has written its profile (and returned its path), measured and judged;
     a ``PopvisionError`` from the run or the profile is a row saying why."""
-    import popvision_py as pv
+    from popvision_py.analysis.report import Report
 
     try:
         profile = run()
-        with pv.open(profile) as fixed:
+        with Report(profile) as fixed:  # its figures only: no fix of its own is asked for, nor a planner needed
             after = MeasuredFigures.of(fixed)
     except PopvisionError as exc:
         return row(fix, before, clock_hz, None, None, str(exc).strip())

@@ -63,15 +63,18 @@ class SummaryReport(_View):
 
     def insights(self) -> pd.DataFrame:
         """``[severity, topic, finding, suggestion, effect, command]``, most severe first; ``command`` is the
-        ``popvision run`` command that applies the suggestion ("" where the finding has no runnable fix)."""
+        ``popvision run`` command that applies the suggestion ("" where the finding has no runnable fix).
+        Every fix is one the report's planner accepts; a Report opened without a planner suggests none
+        (each finding comes alone)."""
         return self._insights().frame()
 
     def _insights(self) -> Table:
         return self._findings()[0]
 
     def fixes(self) -> list[_fixes.Fix | None]:
-        """The ``Fix`` of each row of ``insights()`` (None where the finding has none): its changes,
-        predicted figures and tag, which ``popvision report --verify`` runs."""
+        """The ``Fix`` of each row of ``insights()`` (None where the finding has none, and on every row
+        of a Report without a planner): its changes, predicted figures and tag, which ``popvision report
+        --verify`` runs."""
         return self._findings()[1]
 
     def _findings(self) -> tuple[Table, list[_fixes.Fix | None]]:
@@ -89,7 +92,7 @@ class SummaryReport(_View):
                 costs=r.stages._costs(),
                 stage_figures=r.stages.figures(), split=r.stages.best_split(), exchange=r.exchange.figures(),
                 kinds=r.exchange._by_kind(), costliest=r.exchange._costliest(10), host=r.exchange.host_input(),
-                precision=r.insights.precision_fixes(self.figures().worst_tile_bytes)))
+                precision=r.insights.precision_fixes(self.figures().worst_tile_bytes), planner=r.planner))
 
         return self._memo("insights", compute)
 

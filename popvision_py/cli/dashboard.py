@@ -49,10 +49,13 @@ def command(profile: str, profile_b: str | None, host: str, port: int, tune: str
 def _serving(paths: list[str], host: str, tune: str | None, emulated_dir: str | None, system: list[str] | None):
     """The Dash app for ``paths``, its profiles opened and read through; their warm-up started."""
     from dashboards import data
+    from engine import rules
     from popvision_py.render.progress import reading_trace
     from popvision_py.emulation import run_fields
 
-    profiles = data.Profiles(paths, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=system)
+    # the dashboard imports neither: its fixes are checked by the planner's rules, its runs emulated by run_fields
+    profiles = data.Profiles(paths, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=system,
+                             planner=rules)
     if tune is not None:
         profiles.tune()  # a bad tune result is one sentence (exit 2) before any server starts
     for key in profiles.keys:  # a bad profile is reported (exit 2) before any server starts; opened once
@@ -67,7 +70,8 @@ def _serving(paths: list[str], host: str, tune: str | None, emulated_dir: str | 
         threading.Thread(target=_check, args=(profiles, checked, failure), daemon=True).start()
         from dashboards.app import create_app
 
-        app = create_app(paths, host=host, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=system)
+        app = create_app(paths, host=host, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=system,
+                         planner=rules)
         data.install(app.server, profiles)  # the app serves the Profiles being checked, not a fresh one
         checked.wait()
     if failure:

@@ -52,7 +52,7 @@ def command(profile: str, section: str, fmt: str, output: str | None, verify: bo
     between them come first."""
     if section is None:
         section = "overview" if fmt in ("text", "md") else "all"
-    from popvision_py.analysis.report import Report
+    import popvision_py
     from popvision_py.render.progress import reading_trace
     from popvision_py.format.runs import run_profiles
     from popvision_py.render import emit
@@ -63,7 +63,7 @@ def command(profile: str, section: str, fmt: str, output: str | None, verify: bo
         check_output(output)  # a destination that would be refused is refused before the report is made
     runs = run_profiles(profile)
     profile = str(runs[0][1])
-    with Report(profile, system or None) as report:
+    with popvision_py.open(profile, system or None) as report:  # its fixes checked against the planner's rules
         with reading_trace([report]):
             doc = build_report(report, section, figures=fmt == "html")
         if len(runs) > 1:

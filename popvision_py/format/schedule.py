@@ -10,7 +10,7 @@ not how an existing profile reads.
 A profile of schema version 1 to 3 does not record them: ``run_schedule`` derives them from the
 fields it does record, by the rules every planner that wrote such a profile applied. Those rules are
 frozen here, as a description of how old profiles were written; they are not the planner's current
-rules (``popvision_py.planner_rules``) and do not follow them.
+rules (``engine.rules``) and do not follow them.
 """
 
 from __future__ import annotations

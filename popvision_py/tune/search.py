@@ -27,9 +27,9 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
+from engine import rules
 from engine.runner import RunRequest
 from popvision_py.errors import ConfigError, first_line
-from popvision_py import planner_rules
 from popvision_py.tune.cap import Kept, keep_mappings, keep_settings
 from popvision_py.tune.evaluate import NOT_EMULATED, NOT_RANGED, RANGE_FIELDS, evaluate, evaluate_ranges
 from popvision_py.tune.space import Candidate, Space
@@ -201,7 +201,7 @@ class Search:
             cand = self.candidates[key]
             request = self.space.request(cand.config)
             records.append({"key": key, **result, "rank": None, "pareto": False,
-                            "ipus": planner_rules.ipus_used(self.space.run_dict(cand)), "is_start": cand.is_start,
+                            "ipus": rules.ipus_used(self.space.run_dict(cand)), "is_start": cand.is_start,
                             "changes": self.space.changes(cand.config), "command": self.space.command(request),
                             "request": request_json(request)})
         frame = pd.DataFrame.from_records(records, columns=[

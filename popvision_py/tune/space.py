@@ -26,7 +26,7 @@ Gradient accumulation follows: with a global batch, global / (micro-batch x repl
 whose division is not whole is not made; without one, the start's, raised to the least a pipeline
 of that depth needs (2N-1).
 
-Pruning, before anything is emulated: the planner's rules (``planner_rules.check_run``) and a lower
+Pruning, before anything is emulated: the planner's rules (``engine.rules.check_run``) and a lower
 bound on each IPU's always-live memory, its weights (when on chip) and optimiser state (when on
 chip, split over the replicas with replicated tensor sharding), against the IPU's tile memory. A
 lower bound: a candidate it refuses cannot fit, so the pruning never loses the best.
@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from engine import rules
 from engine.compiler import cost_model
 from engine.model import shard_ops
 from engine.plan import Plan
@@ -53,7 +54,6 @@ from engine.layout import Layout
 from engine.zoo import balanced_stages
 from popvision_py.analysis.fixes import ORDER, flag, stages_text
 from popvision_py.errors import ConfigError
-from popvision_py import planner_rules
 from popvision_py.scripts import load_script
 from popvision_py.tune.order import round_robin, spread
 
@@ -103,10 +103,10 @@ def config_key(config: dict[str, Any]) -> str:
 
 def system_name(wanted: str) -> str:
     """The canonical name of a system a user wrote ("POD16", "ipu-pod16"); ConfigError naming them otherwise."""
-    names = {name.lower(): name for name in planner_rules.SYSTEMS}
+    names = {name.lower(): name for name in rules.SYSTEMS}
     key = wanted.lower() if wanted.lower() in names else "ipu-" + wanted.lower()
     if key not in names:
-        raise ConfigError(f"Unknown system {wanted!r}; choose one of {', '.join(planner_rules.SYSTEMS)}.")
+        raise ConfigError(f"Unknown system {wanted!r}; choose one of {', '.join(rules.SYSTEMS)}.")
     return names[key]
 
 
@@ -142,7 +142,7 @@ class Space:
         self.training = o.training
         self.blocks = list(self.plan.model.blocks)
         self._block_index = {b: k for k, b in enumerate(self.blocks)}
-        self.system_ipus = planner_rules.SYSTEMS[self.settings.system]
+        self.system_ipus = rules.SYSTEMS[self.settings.system]
         stages = [{"blocks": list(s.blocks), "ipu": s.ipu} for s in self.plan.stages]
         amp = o.available_memory_proportion
         config = {
@@ -179,7 +179,7 @@ class Space:
                               f"{config['micro_batch_size']:,} x {config['replication_factor']} replica(s) = "
                               f"{per_step:,}; give a multiple of {per_step:,}, or a --batch-size or --replicas "
                               f"that divides {g:,}.")
-        broken = planner_rules.check_run(self.run_dict(Candidate(at_g, stages, 0)))
+        broken = rules.check_run(self.run_dict(Candidate(at_g, stages, 0)))
         if broken:
             reason = broken.split(";")[0].rstrip(".")  # its own advice names --gradient-accumulation, which G sets
             raise ConfigError(f"At --global-batch {g:,} the start would accumulate {at_g['gradient_accumulation']:,} "
@@ -230,7 +230,7 @@ class Space:
     # -- pruning -----------------------------------------------------------------------------
 
     def run_dict(self, cand: Candidate) -> dict[str, Any]:
-        """The candidate as a manifest-style run (``planner_rules.check_run``'s keys)."""
+        """The candidate as a manifest-style run (``engine.rules.check_run``'s keys)."""
         c = cand.config
         return {"strategy": c["strategy"], "mode": self.plan.options.mode,
                 "stages": [{"blocks": s["blocks"], "ipu": s["ipu"]} for s in cand.stages],
@@ -267,10 +267,10 @@ class Space:
     def refusal(self, cand: Candidate) -> str:
         """Why the candidate cannot run or cannot fit, without emulating it ("" if it may)."""
         run = self.run_dict(cand)
-        broken = planner_rules.check_run(run)
+        broken = rules.check_run(run)
         if broken:
             return broken
-        ipus = planner_rules.ipus_used(run)
+        ipus = rules.ipus_used(run)
         if ipus > self.system_ipus:
             return f"It needs {ipus} IPUs; an {self.settings.system} has {self.system_ipus}."
         held = self.ipu_bytes(cand)
@@ -328,8 +328,8 @@ class Space:
         """``config`` with its gradient accumulation (training) or device iterations (inference) set
         for its micro-batch, replicas and pipeline; None when a global batch cannot be divided so."""
         ipus = [s["ipu"] for s in stages]
-        piped = planner_rules.runs_as_pipeline(config["strategy"], ipus)
-        depth = planner_rules.pipeline_depth(ipus) if piped else 1
+        piped = rules.runs_as_pipeline(config["strategy"], ipus)
+        depth = rules.pipeline_depth(ipus) if piped else 1
         if not self.training:
             return {**config, "device_iterations": max(self.start.config["device_iterations"], depth)}
         g = self.settings.global_batch
@@ -338,7 +338,7 @@ class Space:
             if g % per_step:
                 return None
             return {**config, "gradient_accumulation": g // per_step}
-        least = planner_rules.pipeline_stages(depth, True) if depth > 1 else 1
+        least = rules.pipeline_stages(depth, True) if depth > 1 else 1
         return {**config, "gradient_accumulation": max(self.start.config["gradient_accumulation"], least)}
 
     def mapping(self, stages: list[dict[str, Any]], shards: int, replicas: int, base: dict[str, Any] | None = None,

@@ -9,8 +9,8 @@ import shlex
 import pytest
 
 import popvision_py as pv
+from engine import rules
 from engine.assumptions import Assumptions
-from popvision_py import planner_rules
 from tests.engine.helpers import profile_path, run_cli
 
 HOST_RATE = Assumptions().host_tensor_samples_per_s_per_core  # one loader worker's MNIST-like samples per second
@@ -113,7 +113,7 @@ def test_a_single_replica_needs_more_replicas_for_more_processes(profiles, tmp_p
     host = insights[insights["topic"] == "host"]
     command = host["command"].iloc[0]
     # a process per replica at most: more processes alone would be refused by the planner's rule
-    assert planner_rules.check_run({**run, "host_processes": 2}) is not None
+    assert rules.check_run({**run, "host_processes": 2}) is not None
     assert "--replicas 2" in command and "--host-processes 2" in command
     after = _run_fix(command, tmp_path, monkeypatch)
     assert after["samples_per_second"] == pytest.approx(2 * HOST_RATE, rel=1e-6)

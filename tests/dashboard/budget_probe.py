@@ -41,10 +41,11 @@ def main(path: str, limit: int, raw_rows: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     from dashboards import ids
     from dashboards.app import create_app
+    from engine import rules
     from popvision_py.analysis import trace_levels
 
     trace_levels.RAW_ROWS = raw_rows
-    app = create_app([path])
+    app = create_app([path], planner=rules)  # as `popvision dashboard` builds it: the insights' fixes checked
     profiles = app.server.extensions["popvision_profiles"]
     profiles.warm()
     http = app.server.test_client()

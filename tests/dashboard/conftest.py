@@ -89,16 +89,19 @@ def sharded_profile(profiles_dir: Path) -> Path:
 
 @pytest.fixture()
 def app(oom_profile: Path):
+    """The dashboard on the out-of-memory run, its fixes checked by the planner's rules as `popvision dashboard`'s."""
     from dashboards.app import create_app
+    from engine import rules
 
-    return create_app([str(oom_profile)])
+    return create_app([str(oom_profile)], planner=rules)
 
 
 @pytest.fixture()
 def compare_app(pipelined_profile: Path, sharded_profile: Path):
     from dashboards.app import create_app
+    from engine import rules
 
-    return create_app([str(pipelined_profile), str(sharded_profile)])
+    return create_app([str(pipelined_profile), str(sharded_profile)], planner=rules)
 
 
 @pytest.fixture(scope="session")
@@ -119,7 +122,8 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def whatif_app(made: dict[str, Path], tmp_path: Path):
     """The dashboard on ``made``'s profile and tune result, emulating candidates into ``tmp_path``."""
     from dashboards.app import create_app
+    from engine import rules
     from popvision_py.emulation import run_fields
 
-    return create_app([str(made["profile"])], tune=str(made["tune"]), runner=run_fields,
+    return create_app([str(made["profile"])], tune=str(made["tune"]), runner=run_fields, planner=rules,
                       emulated_dir=str(tmp_path / "emulated"))

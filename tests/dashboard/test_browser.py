@@ -69,11 +69,13 @@ def test_every_page_draws_its_figures_without_console_errors(dash_duo, app):
 @pytest.mark.parametrize("sample", ["mnist_pipelined", "bert_large_out_of_memory"])
 def test_every_page_draws_a_sample_profile_without_console_errors(dash_duo, sample):
     from dashboards.app import create_app
+    from engine import rules
 
     path = SAMPLES / sample / "profile.pop"
     # the samples are committed: a missing one is a failure, not a skip that would hide it
     assert path.exists(), f"{path} is not there (sample_profiles/regenerate.py makes it)"
-    dash_duo.start_server(create_app([str(path), str(SAMPLES / "mnist_sharded" / "profile.pop")]))
+    dash_duo.start_server(create_app([str(path), str(SAMPLES / "mnist_sharded" / "profile.pop")],
+                                     planner=rules))
     for page_path, graphs in {**PAGES, "/compare": [ids.COMPARE_MEMORY, ids.COMPARE_PHASES]}.items():
         dash_duo.wait_for_page(url=f"{dash_duo.server_url}{page_path}")
         wait_for_figures(dash_duo, graphs)

@@ -97,12 +97,13 @@ def show_at(dash_duo, width: int) -> None:
 @pytest.mark.parametrize("profiles", list(PROFILE_SETS))
 def test_no_toolbar_covers_a_legend_or_title_and_no_card_wraps(dash_duo, profiles):
     from dashboards.app import create_app
+    from engine import rules
 
-    # GIVEN the dashboard on committed samples
+    # GIVEN the dashboard on committed samples, their fixes checked as `popvision dashboard` checks them
     paths = [SAMPLES / name / "profile.pop" for name in PROFILE_SETS[profiles]]
     for path in paths:
         assert path.exists(), f"{path} is not there (sample_profiles/regenerate.py makes it)"
-    dash_duo.start_server(create_app([str(p) for p in paths]))
+    dash_duo.start_server(create_app([str(p) for p in paths], planner=rules))
     dash_duo.wait_for_element(".nav-link", timeout=15)
     pages = [link.get_attribute("href").removeprefix(dash_duo.server_url) or "/"
              for link in dash_duo.find_elements(".nav-link")]

@@ -155,13 +155,14 @@ def test_the_summary_shows_a_step_in_thousands_or_millions_of_cycles_at_its_true
 @pytest.mark.parametrize("sample", ["mnist_pipelined", "bert_large_out_of_memory"])
 def test_each_fix_shows_the_command_the_report_gives(dash_duo, sample):
     from dashboards.app import create_app
+    from engine import rules
 
     # GIVEN a sample profile and its findings from the real CLI
     profile = str(SAMPLES / sample / "profile.pop")
     insights = report_json(profile)["summary"]["insights"]
     commands = [insight["command"] for insight in insights]
     assert any(commands), "the sample's findings carry no command to show"
-    dash_duo.start_server(create_app([profile]))
+    dash_duo.start_server(create_app([profile], planner=rules))  # as `popvision dashboard` builds it
     # WHEN the summary page lists them
     dash_duo.wait_for_element(".insight", timeout=20)
     shown = dash_duo.driver.execute_script("""

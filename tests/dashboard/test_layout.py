@@ -88,12 +88,13 @@ def open_page(dash_duo, path: str, width: int) -> None:
 @pytest.mark.parametrize("sample", list(SAMPLE_PAIRS))
 def test_no_page_cuts_its_figures(dash_duo, sample):
     from dashboards.app import create_app
+    from engine import rules
 
-    # GIVEN the dashboard on a sample profile and the one it is compared with
+    # GIVEN the dashboard on a sample profile and the one it is compared with, their fixes checked (and shown)
     paths = [SAMPLES / sample / "profile.pop", SAMPLES / SAMPLE_PAIRS[sample] / "profile.pop"]
     for path in paths:
         assert path.exists(), f"{path} is not there (sample_profiles/regenerate.py makes it)"
-    dash_duo.start_server(create_app([str(p) for p in paths]))
+    dash_duo.start_server(create_app([str(p) for p in paths], planner=rules))
     pages = [page["path"] for page in dash.page_registry.values() if not page.get("needs_tune")]
     assert len(pages) == 10, pages  # the What-if page (a tune result's) is checked in test_browser_whatif.py
     problems, totals = {}, [0, 0, 0]

@@ -53,3 +53,32 @@ def test_a_finding_without_a_fix_shows_no_empty_fix_effect_or_command(app):
     assert len(code) == 1 and "".join(texts(code[0])) == command
     (clipboard,) = find(second, dcc.Clipboard)
     assert clipboard.content == command
+
+
+def test_popvision_dashboard_hands_the_profiles_the_planners_rules(oom_profile, monkeypatch):
+    import dash
+    from click.testing import CliRunner
+
+    from dashboards import data
+    from engine import rules
+    from popvision_py.cli import main
+
+    # GIVEN `popvision dashboard` on the out-of-memory run, its server kept from starting
+    monkeypatch.setattr(dash.Dash, "run", lambda self, **kwargs: None)
+    result = CliRunner().invoke(main, ["dashboard", str(oom_profile)])
+    assert result.exit_code == 0, result.output
+    # THEN the profiles it serves check their fixes with the planner's rules (the dashboard imports
+    # neither the rules nor the engine), and the findings carry the commands of the fixes they accept
+    profiles = data.current()
+    assert profiles.planner is rules
+    assert any(profiles.report("a").summary.insights()["command"])
+
+
+def test_a_dashboard_built_without_a_planner_suggests_no_fix(oom_profile):
+    from dashboards import data
+
+    # GIVEN the profiles served without a planner (as a script building the app itself may)
+    insights = data.Profiles([str(oom_profile)]).report("a").summary.insights()
+    # THEN the findings are listed, each alone: no fix, effect or command to copy or verify
+    assert len(insights) > 0
+    assert set(insights["suggestion"]) == set(insights["command"]) == {""}

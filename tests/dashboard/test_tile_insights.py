@@ -32,9 +32,11 @@ def fp32_profile(tmp_path_factory) -> Path:
 @pytest.fixture()
 def fp32_app(fp32_profile: Path, tmp_path: Path):
     from dashboards.app import create_app
+    from engine import rules
     from popvision_py.emulation import run_fields
 
-    return create_app([str(fp32_profile)], runner=run_fields, emulated_dir=str(tmp_path / "emulated"))
+    return create_app([str(fp32_profile)], runner=run_fields, emulated_dir=str(tmp_path / "emulated"),
+                      planner=rules)
 
 
 def test_the_histogram_draws_the_reports_bins_with_the_tile_memory_line():

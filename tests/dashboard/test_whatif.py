@@ -157,13 +157,14 @@ def test_the_summary_verify_button_measures_the_fix(made, whatif_app):
 
 def test_a_verify_run_that_fails_is_its_sentence_not_an_error(made, tmp_path):
     from dashboards.app import create_app
+    from engine import rules
     from popvision_py.errors import ConfigError
 
     def refuse(_fields, _profile):
         raise ConfigError("No IPU-POD holds 9 IPUs.")
 
     # GIVEN a dashboard whose emulator refuses every run
-    create_app([str(made["profile"])], runner=refuse, emulated_dir=str(tmp_path / "emulated"))
+    create_app([str(made["profile"])], runner=refuse, emulated_dir=str(tmp_path / "emulated"), planner=rules)
     import popvision_py as pv
     with pv.open(made["profile"]) as r:
         row = next(k for k, command in enumerate(r.summary.insights()["command"]) if command)

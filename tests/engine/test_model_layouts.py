@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from engine.runner import RunRequest, prepare
-from popvision_py.planner_rules import ascending_rule, pipeline_ranks
+from engine import rules
+from engine.rules import ascending_rule, pipeline_ranks
 
 from tests.engine.helpers import run_cli, run_profile
 
@@ -155,7 +156,7 @@ def test_a_fix_command_keeps_the_runs_model_layout(tmp_path):
     tables = run_profile(tmp_path, *SMALL_BERT, "--no-tied-embeddings", "--packing", "1.5", "--masked-tokens", "10")
     run, target = tables["manifest"]["run"], tables["manifest"]["target"]
     # WHEN the analysis writes the command of a changed configuration
-    words = fixes.command(run, target, {"micro_batch_size": 1}, "x").split()
+    words = fixes.command(run, target, {"micro_batch_size": 1}, "x", rules).split()
     # THEN it runs the same model: the flags are popvision run's, each with its value
     assert "--no-tied-embeddings" in words
     assert words[words.index("--vocab") + 1] == "1000"

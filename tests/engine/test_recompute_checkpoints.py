@@ -258,13 +258,15 @@ def test_a_fix_over_other_ipus_keeps_the_strictest_proportion(tmp_path):
     model = write_model(tmp_path, BALANCED_MODEL)
     tables = run_profile(tmp_path, model, "--available-memory-proportion", "0.2,0.1,0.3,0.4")
     run, target = tables["manifest"]["run"], tables["manifest"]["target"]
+    from engine import rules
     from popvision_py.analysis import fixes
 
     # WHEN a fix keeps the IPUs, the list stays; when it moves to 2 IPUs, the smallest value stands for all
-    same = fixes.command(run, target, {"gradient_accumulation": 16}, "ga")
+    same = fixes.command(run, target, {"gradient_accumulation": 16}, "ga", rules)
     assert "--available-memory-proportion 0.2,0.1,0.3,0.4" in same
     fewer = fixes.command(run, target, {"stages": [{"stage": 0, "ipu": 0, "blocks": ["B0", "B1"]},
-                                                   {"stage": 1, "ipu": 1, "blocks": ["B2", "B3"]}]}, "two")
+                                                   {"stage": 1, "ipu": 1, "blocks": ["B2", "B3"]}]}, "two",
+                         rules)
     assert "--available-memory-proportion 0.1 " in fewer
 
 

@@ -171,11 +171,13 @@ def test_the_dashboards_verify_button_measures_a_fix_of_a_script_profile(big: Pa
     import importlib
 
     from dashboards.app import create_app
+    from engine import rules
     from popvision_py.emulation import run_fields
     from tests.dashboard.test_callbacks import text
 
-    # GIVEN the dashboard on the script's profile, with the emulator
-    create_app([str(big / "v" / "profile.pop")], runner=run_fields, emulated_dir=str(tmp_path / "emulated"))
+    # GIVEN the dashboard on the script's profile, with the emulator and the planner's rules
+    create_app([str(big / "v" / "profile.pop")], runner=run_fields, emulated_dir=str(tmp_path / "emulated"),
+               planner=rules)
     summary = importlib.import_module("dashboards.pages.summary")
     with pv.open(big / "v" / "profile.pop") as report:
         commands = report.summary.insights()["command"].tolist()

@@ -1,13 +1,18 @@
 """The planner's rules: which run configurations the emulator's planner accepts, in the manifest's terms.
 
-They are the planner's, not the format's: ``engine.plan`` refuses a configuration that breaks one,
-``engine.targets`` picks the system that holds a run, and the analysis asks the same rules whether a
-fix it suggests is a configuration the planner would accept (``check_run``, ``ipus_used``,
-``system_holding``). The module sits on the bottom floor, beside the format but outside it, so that
-the engine and the analysis share one copy without the analysis importing the engine
-(docs/architecture.md). The analysis never *reads a profile* by these rules: what it needs of the
+``engine.plan`` refuses a configuration that breaks one, ``engine.targets`` picks the system that
+holds a run, and ``popvision tune`` prunes its candidates by them. The analysis asks the same rules
+whether a fix it suggests is a configuration the planner would accept, but never imports them: it
+declares what it needs of a planner (``popvision_py.analysis.fixes.Planner``: ``check_run``,
+``ipus_used``, ``system_holding``, ``SYSTEMS``, ``LARGEST_SYSTEM``, ``runs_as_pipeline``,
+``pipeline_stages``), and whoever opens a profile hands this module in (``popvision_py.open``, the
+CLI; docs/architecture.md). A fix is a command the user runs with today's emulator, so it is checked
+against today's rules. The analysis never *reads a profile* by these rules: what it needs of the
 run's schedule (pipelined or not, each stage's pipeline position, samples per step) the profile
 records (``popvision_py.format.schedule``). Each rule returns ``None`` or the sentence the planner raises.
+
+It imports nothing of the project, and nothing heavy: ``engine/__init__`` loads the rest of the
+emulator lazily, so ``import engine.rules`` (what ``popvision report`` loads of the engine) stays light.
 """
 
 from __future__ import annotations
