@@ -85,7 +85,9 @@ class Settler:
         self.per_run = max(per_run, 1)
         self.limit = SETTLE_RUNS if limit is None else limit
         self.max_bars = GANTT_BARS if bars is None else bars
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # guards pending, held, done and settling: held only to hand runs in
+        self.settle_lock = threading.Lock()  # one settle at a time; finish waits for a settle under way
+        self.settling = False  # a worker is settling (outside ``lock``): the others hand in and go on
         self.pending: list[tuple[tuple[int, ...], dict[str, np.ndarray]]] = []
         self.held = 0  # runs pending
         self.boundary = self.lo  # the first cut of the supersteps not settled yet
@@ -97,30 +99,49 @@ class Settler:
         self.settled = False
 
     def add(self, group: int, parts: list[tuple[tuple[int, ...], dict[str, np.ndarray]]]) -> None:
-        """Take row group ``group``'s runs (``_Slots.parts``), its fold done with it; settle if enough are held."""
+        """Take row group ``group``'s runs (``_Slots.parts``), its fold done with it; settle if enough are held.
+
+        The worker whose runs fill the limit settles the runs held so far outside ``lock``, so the other
+        workers hand theirs in and fold on meanwhile: the runs handed in during a settle belong to row
+        groups not done when it began, so they start at or after its horizon and wait for the next.
+        """
         with self.lock:
             self.pending += parts
             self.held += sum(len(p["kind"]) for _, p in parts)
             self.done[group] = True
-            if self.held >= self.limit:
-                self._settle(int(self.starts[~self.done].min()) if not self.done.all() else self.hi)
+            if self.held < self.limit or self.settling:
+                return
+            self.settling = True
+            taken, self.pending, self.held = self.pending, [], 0
+            horizon = int(self.starts[~self.done].min()) if not self.done.all() else self.hi
+        rest: list[tuple[tuple[int, ...], dict[str, np.ndarray]]] = taken
+        try:
+            with self.settle_lock:
+                rest = self._settle(taken, horizon)
+        finally:
+            with self.lock:  # what could not settle yet goes back first: it is earlier in the trace
+                self.pending = rest + self.pending
+                self.held += sum(len(p["kind"]) for _, p in rest)
+                self.settling = False
 
     def finish(self, parts: list[tuple[tuple[int, ...], dict[str, np.ndarray]]]) -> tuple[dict, retime.Supersteps]:
         """Settle everything (with ``parts``, runs not handed in yet): (the bars' runs, the supersteps)."""
-        with self.lock:
-            self.pending += parts
-            self._settle(None)
+        with self.settle_lock, self.lock:
+            self.pending = self._settle(self.pending + parts, None)
             if sum(len(b["kind"]) for b in self.bar_runs) > self.max_bars:
                 self._trim()
             bars = ({c: np.concatenate([b[c] for b in self.bar_runs]) for c in SLOT_COLUMNS} if self.bar_runs
                     else {c: np.zeros(0, np.int64) for c in SLOT_COLUMNS})
             return bars, self._supersteps()
 
-    def _settle(self, horizon: int | None) -> None:
-        """Cut the pending runs that start before the last cut at or before ``horizon`` (``None``: all)."""
-        if not self.pending:
-            return
-        runs = _joined(self.pending)
+    def _settle(self, pending: list[tuple[tuple[int, ...], dict[str, np.ndarray]]],
+                horizon: int | None) -> list[tuple[tuple[int, ...], dict[str, np.ndarray]]]:
+        """Cut the runs of ``pending`` that start before the last cut at or before ``horizon`` (``None``:
+        all); returns the runs left to settle later: ``pending`` itself if none could settle, else the rest
+        as one part, first in the trace's order."""
+        if not pending:
+            return []
+        runs = _joined(pending)
         ends = retime.cut_ends(runs)
         known = np.unique(np.concatenate((self.ahead, ends[(ends > self.boundary) & (ends < self.hi)])))
         if horizon is None:
@@ -130,21 +151,20 @@ class Settler:
             # every cut below the horizon is known (a run still to come starts at or past it)
             before = known[known <= min(horizon, self.hi - 1)]
             if not len(before):
-                return
+                return pending
             cuts = np.concatenate(([self.boundary], before))
             now = runs["start_cycle"] < cuts[-1]
         if horizon is not None and not now.any():
-            return
+            return pending
         steps = retime.steps_between(_taken(runs, now), cuts, self.ipus)
         self._keep(steps)
         self._bars(_taken(runs, now))
         rest = _taken(runs, ~now)
-        self.pending = [((-1,), rest)] if len(rest["kind"]) else []
-        self.held = len(rest["kind"])
         self.boundary = int(cuts[-1])
         self.ahead = known[known > self.boundary]
         self.settled = self.settled or horizon is not None
         _trimmed()
+        return [((-1,), rest)] if len(rest["kind"]) else []
 
 
     def _keep(self, s: retime.Supersteps) -> None:

@@ -93,6 +93,7 @@ class Profile:
             self.target: dict[str, Any] = self.manifest["target"]
             self.run: dict[str, Any] = self.manifest["run"]
             self._footers: dict[str, pq.FileMetaData] = {}  # each table's parsed Parquet footer, kept from open
+            self._row_starts: dict[str, np.ndarray] = {}  # each table's row groups' first rows (_group_starts)
             # (table, row group, column) chunks decoded with their page checksums and checked, once per process
             self._checked: set[tuple[str, int, str]] = set()
             self._verified: dict[str, bool] = {}  # whether each footer was checked against a checksum
@@ -507,9 +508,9 @@ class Profile:
             # decoded again without the checks; the row count is still checked
             checked = all((table, g, c) in self._checked for g in groups for c in names)
             parquet = self._parquet(table, verify=not checked)
-            expected = sum(footer.row_group(g).num_rows for g in groups)
+            starts = self._group_starts(table)
+            expected = int(sum(starts[g + 1] - starts[g] for g in groups))
             decoded = 0
-            starts = np.cumsum([0] + [footer.row_group(g).num_rows for g in range(footer.num_row_groups)])
             spec, where = S.TABLES[table], str(self.path)
             # A damaged page header can end a column early without an error: the batches then stop
             # short of the footer's row count (checked at the end) or hold invalid dictionary
@@ -526,7 +527,7 @@ class Profile:
                     decoded += batch.num_rows
                     row += batch.num_rows
                     yield batch
-                if row - int(starts[group]) == footer.row_group(group).num_rows:
+                if row - int(starts[group]) == int(starts[group + 1] - starts[group]):
                     self._checked.update((table, group, c) for c in names)
             if decoded != expected:
                 raise CorruptProfileError(
@@ -537,6 +538,17 @@ class Profile:
             self._unchanged()
             raise CorruptProfileError(f"Table {table} of {self.path} is corrupt "
                                       f"({first_line(exc, type(exc).__name__)}).") from None
+
+    def _group_starts(self, table: str) -> np.ndarray:
+        """Each row group's first row, then the table's rows (from the footer, once per table: a
+        billion-row trace is read a row group per call, and its 1,421 row groups' metadata each time
+        cost 0.2 ms a call)."""
+        starts = self._row_starts.get(table)
+        if starts is None:
+            footer = self._footers[table]
+            starts = np.cumsum([0] + [footer.row_group(g).num_rows for g in range(footer.num_row_groups)])
+            self._row_starts[table] = starts
+        return starts
 
     def _known(self, table: str) -> str:
         if table not in S.TABLES:
