@@ -110,10 +110,15 @@ _DUCKDB_SCRIPT = (
     "con.execute('SET enable_progress_bar = false')\n"
     "con.execute(f\"CREATE VIEW trace AS SELECT * FROM read_parquet('{sys.argv[1]}')\")\n"
     "out = {}\n"
-    "for name, query in zip(('aggregates', 'supersteps'), sys.argv[3:]):\n"
-    "    began = time.perf_counter()\n"
-    "    rows = con.execute(query).fetchnumpy()\n"
-    "    out[name + '_s'] = time.perf_counter() - began\n"
+    "warm = int(sys.argv[3])\n"
+    "for name, query in zip(('aggregates', 'supersteps'), sys.argv[4:]):\n"
+    "    times = []\n"
+    "    for _ in range(1 + warm):\n"
+    "        began = time.perf_counter()\n"
+    "        rows = con.execute(query).fetchnumpy()\n"
+    "        times.append(time.perf_counter() - began)\n"
+    "    out[name + '_s'] = times[0]\n"
+    "    out[name + '_warm_s'] = sorted(times[1:])[len(times[1:]) // 2] if warm else times[0]\n"
     "    out[name + '_rows'] = len(next(iter(rows.values())))\n"
     "print(json.dumps(out))\n"
 )
@@ -215,8 +220,10 @@ def cli_baseline(path: Path, reads: list[tuple[str, list[str] | None]]) -> Calla
     return lambda: subprocess.run(command, check=True)
 
 
-def child(what: str, path: Path, reads: list) -> None:
-    """One measurement in this fresh process: prints JSON with seconds and peak memory beyond the imports."""
+def child(what: str, path: Path, reads: list, warm: int = 0) -> None:
+    """One measurement in this fresh process: prints JSON with seconds and peak memory beyond the imports
+    (the first run's); with ``warm``, the analysis is then run ``warm`` times more in the same process
+    and ``warm_s`` is their median."""
     where = spans(path, [tuple(r) for r in reads])
     base = reset_peak()
     began = time.perf_counter()
@@ -225,6 +232,15 @@ def child(what: str, path: Path, reads: list) -> None:
         baseline(path, where)
     elif what == "analysis":
         analysis(path)
+        out["seconds"], out["peak_bytes"] = time.perf_counter() - began, peak_rss() - base
+        times = []
+        for _ in range(warm):
+            started = time.perf_counter()
+            analysis(path)
+            times.append(time.perf_counter() - started)
+        out["warm_s"] = statistics.median(times) if times else out["seconds"]
+        print(json.dumps(out))
+        return
     else:  # dashboard: the analysis, then what the trace pages ask
         with pv.open(path) as report:
             text.render(build_report(report, "all"))
@@ -276,9 +292,9 @@ def zoom(report) -> tuple[int, int]:
     return lo, lo + max((b - a) // 1000, 1)
 
 
-def fresh(what: str, path: Path, reads: list) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--child", what, str(path), "--reads", json.dumps(reads)],
-                          check=True, capture_output=True, text=True)
+def fresh(what: str, path: Path, reads: list, warm: int = 0) -> dict:
+    done = subprocess.run([sys.executable, __file__, "--child", what, str(path), "--reads", json.dumps(reads),
+                           "--warm", str(warm)], check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -305,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dashboard", action="store_true", help="with --fresh: also time the trace pages' calls")
     parser.add_argument("--child", choices=["baseline", "analysis", "dashboard"], help=argparse.SUPPRESS)
     parser.add_argument("--reads", help=argparse.SUPPRESS)
+    parser.add_argument("--warm", type=int, default=3, metavar="N",
+                        help="with --duckdb: after each side's first run, N more in the same process (their median "
+                             "is the warm figure; 0 at a billion rows, where one run is minutes)")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--duckdb", action="store_true",
                         help="`report --section all` against DuckDB's same aggregates, whole commands (docstring)")
@@ -313,12 +332,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --duckdb: DuckDB also sums the work per superstep (an ASOF join: slow, GBs at 1B)")
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child, args.profiles[0], json.loads(args.reads))
+        child(args.child, args.profiles[0], json.loads(args.reads), args.warm)
         return 0
     results: list[dict] = []
     if args.duckdb:
         repeat = args.fresh or 3
-        results = [against_duckdb(path, repeat, args.unzipped, args.supersteps) for path in args.profiles]
+        results = [against_duckdb(path, repeat, args.unzipped, args.supersteps, args.warm) for path in args.profiles]
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps({"profiles": results}, indent=2))
@@ -416,7 +435,7 @@ def measured(command: list[str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def against_duckdb(path: Path, repeat: int, folder: Path | None, supersteps: bool = False) -> dict:
+def against_duckdb(path: Path, repeat: int, folder: Path | None, supersteps: bool = False, warm: int = 0) -> dict:
     """`report --section all` and DuckDB's same aggregates, whole commands alternating ``repeat`` times each."""
     from popvision_py.analysis.tracegroups import workers_for
 
@@ -426,15 +445,20 @@ def against_duckdb(path: Path, repeat: int, folder: Path | None, supersteps: boo
     threads = workers_for(groups)
     compile_tree(ROOT)
     report = [str(ROOT / ".venv" / "bin" / "popvision"), "report", str(path), "--section", "all", "--format", "json"]
-    duck = [sys.executable, "-c", _DUCKDB_SCRIPT, str(trace), str(threads), DUCKDB_AGGREGATES,
-            *([DUCKDB_SUPERSTEPS] if supersteps else [])]
+    def duck_command(runs: int) -> list[str]:
+        return [sys.executable, "-c", _DUCKDB_SCRIPT, str(trace), str(threads), str(runs), DUCKDB_AGGREGATES,
+                *([DUCKDB_SUPERSTEPS] if supersteps else [])]
+
+    duck = duck_command(0)  # the whole command: one query, as `report` answers once
     print(f"profile   {path}: {os.path.getsize(path):,} bytes, {rows:,} trace rows in {groups} row groups; "
           f"{threads} threads each; load average {os.getloadavg()[0]:.1f}")
-    sides: dict[str, list[dict]] = {"popvision": [], "duckdb": [], "in_process": []}
+    sides: dict[str, list[dict]] = {"popvision": [], "duckdb": [], "in_process": [], "duckdb_warm": []}
     for _ in range(repeat):  # the three alternate, so that the machine's noise hits each alike
         sides["popvision"].append(measured(report))
         sides["duckdb"].append(measured(duck))
-        sides["in_process"].append(fresh("analysis", path, []))
+        sides["in_process"].append(fresh("analysis", path, [], warm))
+        if warm:
+            sides["duckdb_warm"].append(measured(duck_command(warm)))
     med = {w: statistics.median(r["wall_s"] for r in sides[w]) for w in ("popvision", "duckdb")}
     peak = {w: max(r["peak_kib"] for r in sides[w]) * 1024 for w in ("popvision", "duckdb")}
     agg = statistics.median(r["out"]["aggregates_s"] for r in sides["duckdb"])
@@ -443,6 +467,10 @@ def against_duckdb(path: Path, repeat: int, folder: Path | None, supersteps: boo
     inner = statistics.median(r["seconds"] for r in sides["in_process"])
     inner_peak = max(r["peak_bytes"] for r in sides["in_process"])
     inner_pairs = sorted(a["seconds"] / b["out"]["aggregates_s"] for a, b in zip(sides["in_process"], sides["duckdb"]))
+    warmed = sides["duckdb_warm"] or sides["duckdb"]
+    warm_report = statistics.median(r["warm_s"] for r in sides["in_process"])
+    warm_duck = statistics.median(r["out"]["aggregates_warm_s"] for r in warmed)
+    warm_pairs = sorted(a["warm_s"] / b["out"]["aggregates_warm_s"] for a, b in zip(sides["in_process"], warmed))
     print(f"popvision report --section all --format json   {med['popvision']:8.2f} s   "
           f"peak RSS {peak['popvision'] / 1e6:6.0f} MB   (in process: {inner:.2f} s, "
           f"peak beyond imports {inner_peak / 1e6:.0f} MB)")
@@ -452,7 +480,11 @@ def against_duckdb(path: Path, repeat: int, folder: Path | None, supersteps: boo
     # Issue 35's figure: the report's work in a warm process (open, every section, rendered) against
     # DuckDB's query for the same aggregates, each without its process's start-up and imports.
     print(f"ratio     in process / duckdb's query            {inner / agg:8.2f}   (each run: "
-          f"{', '.join(f'{x:.2f}' for x in inner_pairs)}; target <= 1)")
+          f"{', '.join(f'{x:.2f}' for x in inner_pairs)}; target <= 1): the first run in each process")
+    if warm:
+        print(f"ratio     warm: {warm_report:.2f} s / {warm_duck:.2f} s          {warm_report / warm_duck:8.2f}   "
+              f"(each process: {', '.join(f'{x:.2f}' for x in warm_pairs)}; target <= 1): the median of {warm} "
+              f"more runs in each")
     print(f"ratio     whole commands, popvision / duckdb     {med['popvision'] / med['duckdb']:8.2f}   (each pair: "
           f"{', '.join(f'{x:.2f}' for x in pairs)}; imports included)  load average {os.getloadavg()[0]:.1f}")
     return {"profile": str(path), "trace_rows": rows, "row_groups": groups, "threads": threads,
@@ -460,7 +492,9 @@ def against_duckdb(path: Path, repeat: int, folder: Path | None, supersteps: boo
             "report_in_process_s": inner, "report_in_process_peak_mb": inner_peak / 1e6,
             "duckdb_s": med["duckdb"], "duckdb_peak_mb": peak["duckdb"] / 1e6, "duckdb_aggregates_s": agg,
             "duckdb_supersteps_s": sup, "time_ratio": med["popvision"] / med["duckdb"], "pair_ratios": pairs,
-            "in_process_ratio": inner / agg, "in_process_ratios": inner_pairs,
+            "in_process_ratio": inner / agg, "in_process_ratios": inner_pairs, "warm_runs": warm,
+            "report_warm_s": warm_report, "duckdb_warm_s": warm_duck, "warm_ratio": warm_report / warm_duck,
+            "warm_ratios": warm_pairs,
             "runs": sides, "load_average": os.getloadavg()[0]}
 
 
