@@ -9,6 +9,7 @@ step time, so overheads the model leaves out (syncs, the update, host calls) sta
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -182,6 +183,11 @@ class _Costs:
     supersteps: retime.Supersteps | None = None  # the run's supersteps (None: a trace without slots)
     idle_cycles: int = 0  # idle cycles of the stages' IPUs over the trace
 
+    @functools.cached_property
+    def balance(self) -> _Balance:
+        """``balanced``'s answer, worked out once (the figures and the ideal bubble both ask it)."""
+        return _balanced(self)
+
 
 def costs(trace: Aggregates, run: dict[str, Any]) -> _Costs:
     """Per-stage cycles per micro-batch and the counts every stage figure uses."""
@@ -236,7 +242,11 @@ class _Balance:
 def balanced(c: _Costs) -> _Balance:
     """The run's own supersteps re-timed with the stages' IPUs' micro-batch work made even
     (``retime.balance``): never longer than the run, since the run as measured is one of the
-    re-timings tried."""
+    re-timings tried. Worked out once per ``_Costs``."""
+    return c.balance
+
+
+def _balanced(c: _Costs) -> _Balance:
     step = c.total_cycles / c.iterations if c.iterations else float("nan")
     s = c.supersteps
     if s is None or not len(s.cell_cycles) or not c.iterations:
