@@ -241,9 +241,10 @@ def _merged(runs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def _packed(columns: list[np.ndarray]) -> np.ndarray:
     """One int64 per row ordering the rows as ``columns`` do, the first most significant: each column
-    less its least (or 0, if that is less), in mixed radix. Where the spans' product passes int64, the rows' ranks in that order
-    instead (``np.unique`` over the stacked columns, several times slower). The same order, so
-    ``np.unique`` of the packed keys finds the same groups, first rows and order as over the columns."""
+    less its least (or 0, if that is less), in mixed radix. Where the spans' product passes int64, the
+    rows' ranks in that order instead (``np.unique`` over the stacked columns, several times slower).
+    The same order, so ``np.unique`` of the packed keys finds the same groups, first rows and order as
+    over the columns."""
     lows = [int(c.min(initial=0)) for c in columns]
     spans = [int(c.max(initial=0)) - low + 1 for c, low in zip(columns, lows)]
     if int(np.prod(spans, dtype=object)) >= 2**63:
