@@ -14,7 +14,8 @@ bench of its own, run here as a whole command that writes JSON:
   against 50M;
 - ``bench_sql.py --only "issue 26"``: `popvision sql`'s whole command against DuckDB's whole process on
   the unzipped Parquet, at 10M rows and at the billion;
-- `popvision info` and `popvision --help`, whole commands (median of ``STARTUP_RUNS``);
+- `popvision info` and `popvision --help`, whole commands as a user types them (the installed
+  script; median of ``STARTUP_RUNS``);
 - ``bench_import.py``: `popvision import` of the committed 4-rank GPipe traces
   (``sample_profiles/pytorch_gpipe/traces``, grown by repeating their steps) at 100 MB and 1 GB of
   JSON (and 10 GB with ``--ten-gb``), then report, sql, export-trace and the dashboard's warm-up on
@@ -80,7 +81,9 @@ def measure(tmp: Path, bench: Callable[..., dict], make: Callable[..., None], qu
     facts["sql"] = [bench("bench_sql.py", tmp / f"floors_sql_{p.stem}.json", str(p), "--only", "issue 26",
                           "--repeat", "1" if quick else "5")
                     for p in [profiles[0], *([billion] if billion is not None else [])]]
-    cli = [sys.executable, "-m", "popvision_py.cli"]
+    # the command a user types: the installed `popvision` script beside this interpreter, else `python -m`
+    script = Path(sys.executable).with_name("popvision")
+    cli = [str(script)] if script.exists() else [sys.executable, "-m", "popvision_py.cli"]
     runs = 3 if quick else STARTUP_RUNS
     facts["startup"] = {"info_s": command_seconds([*cli, "info", str(profiles[0])], runs),
                         "help_s": command_seconds([*cli, "--help"], runs), "runs": runs}
