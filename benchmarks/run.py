@@ -95,7 +95,7 @@ def growth(sizes: list[float], values: list[float]) -> tuple[float, str]:
 
 
 def rows_label(rows: float) -> str:
-    return f"{rows / 1e6:.1f}M" if rows >= 1e6 else f"{rows / 1e3:.0f}k"
+    return f"{rows / 1e9:.1f}B" if rows >= 1e9 else f"{rows / 1e6:.1f}M" if rows >= 1e6 else f"{rows / 1e3:.0f}k"
 
 
 def machine() -> dict:
@@ -112,15 +112,19 @@ def machine() -> dict:
             "pyarrow": pyarrow.__version__, "load_average": os.getloadavg()}
 
 
-def info_time(path: Path, repeat: int) -> float:
-    """Median wall time of `popvision info PATH` as a subprocess."""
+def command_seconds(args: list[str], repeat: int) -> float:
+    """Median wall time of a whole command (interpreter start and imports included)."""
     times = []
     for _ in range(repeat):
         began = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "popvision_py.cli", "info", str(path)], check=True,
-                       stdout=subprocess.DEVNULL, cwd=ROOT)
+        subprocess.run(args, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
         times.append(time.perf_counter() - began)
     return statistics.median(times)
+
+
+def info_time(path: Path, repeat: int) -> float:
+    """Median wall time of `popvision info PATH` as a subprocess."""
+    return command_seconds([sys.executable, "-m", "popvision_py.cli", "info", str(path)], repeat)
 
 
 def engine_rows(engine: dict) -> list[Row]:
@@ -285,10 +289,15 @@ def table(rows: list[Row], facts: dict, quick: bool) -> str:
     return "\n".join(lines)
 
 
-def write_into(doc: Path, block: str) -> None:
+def write_into(doc: Path, block: str, begin: str = BEGIN, end: str = END, after: str | None = None) -> None:
+    """``block`` in place of the one between ``begin`` and ``end``; without one, after the line ``after``
+    (another block's end marker) where the document has it, else after the title."""
     text = doc.read_text() if doc.exists() else "# Performance\n"
-    if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end):]
+    elif after is not None and after in text:
+        at = text.index(after) + len(after)
+        text = f"{text[:at]}\n\n{block}{text[at:]}"
     else:
         head, _, rest = text.partition("\n")
         text = f"{head}\n\n{block}\n{rest}"
@@ -299,10 +308,10 @@ def floors_table(facts: dict, tmp: Path, args: argparse.Namespace) -> None:
     """Issue 35's table (benchmarks/floors.py, beside this file): measured, then written between its own markers."""
     sys.path.insert(0, str(HERE))
     import floors
-    facts["floors"] = floors.measure(tmp, measure, run, args.quick, args.billion, args.ten_gb,
-                                     browser=not args.no_browser)
-    lines = [Row(*row).markdown() for row in floors.rows(facts["floors"])]
-    floors.write_into(args.out, floors.table(lines, facts["machine"], args.quick))
+    harness = sys.modules[__name__]  # this module's helpers, handed to floors.py (which never imports it)
+    facts["floors"] = floors.measure(tmp, harness, args.quick, args.billion, args.ten_gb, browser=not args.no_browser)
+    lines = [Row(*row).markdown() for row in floors.rows(facts["floors"], rows_label)]
+    write_into(args.out, floors.table(lines, facts["machine"], args.quick), floors.BEGIN, floors.END, after=END)
     print("\n" + "\n".join(lines))
 
 
