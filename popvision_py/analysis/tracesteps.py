@@ -90,6 +90,7 @@ class Settler:
         self.settling = False  # a worker is settling (outside ``lock``): the others hand in and go on
         self.pending: list[tuple[tuple[int, ...], dict[str, np.ndarray]]] = []
         self.held = 0  # runs pending
+        self.handed = 0  # row groups handed in so far
         self.boundary = self.lo  # the first cut of the supersteps not settled yet
         self.ahead = np.zeros(0, np.int64)  # cuts at or past the boundary, from runs settled already
         self.rows: np.ndarray | None = None  # the distinct supersteps so far, one row each (``_row``)
@@ -103,26 +104,34 @@ class Settler:
 
         The worker whose runs fill the limit settles the runs held so far outside ``lock``, so the other
         workers hand theirs in and fold on meanwhile: the runs handed in during a settle belong to row
-        groups not done when it began, so they start at or after its horizon and wait for the next.
+        groups not done when it began, so they start at or after its horizon and wait for the next. A
+        worker that hands in during a settle does not settle itself; the settling one tries again for it
+        (its row group may have moved the horizon), until a settle ends with nothing handed in meanwhile.
         """
         with self.lock:
             self.pending += parts
             self.held += sum(len(p["kind"]) for _, p in parts)
             self.done[group] = True
-            if self.held < self.limit or self.settling:
+            self.handed += 1
+        while True:
+            with self.lock:
+                if self.held < self.limit or self.settling:
+                    return
+                self.settling, handed = True, self.handed
+                taken, self.pending, self.held = self.pending, [], 0
+                horizon = int(self.starts[~self.done].min()) if not self.done.all() else self.hi
+            rest: list[tuple[tuple[int, ...], dict[str, np.ndarray]]] = taken
+            try:
+                with self.settle_lock:
+                    rest = self._settle(taken, horizon)
+            finally:
+                with self.lock:  # what could not settle yet goes back first: it is earlier in the trace
+                    self.pending = rest + self.pending
+                    self.held += sum(len(p["kind"]) for _, p in rest)
+                    self.settling = False
+                    again = self.handed != handed
+            if not again:
                 return
-            self.settling = True
-            taken, self.pending, self.held = self.pending, [], 0
-            horizon = int(self.starts[~self.done].min()) if not self.done.all() else self.hi
-        rest: list[tuple[tuple[int, ...], dict[str, np.ndarray]]] = taken
-        try:
-            with self.settle_lock:
-                rest = self._settle(taken, horizon)
-        finally:
-            with self.lock:  # what could not settle yet goes back first: it is earlier in the trace
-                self.pending = rest + self.pending
-                self.held += sum(len(p["kind"]) for _, p in rest)
-                self.settling = False
 
     def finish(self, parts: list[tuple[tuple[int, ...], dict[str, np.ndarray]]]) -> tuple[dict, retime.Supersteps]:
         """Settle everything (with ``parts``, runs not handed in yet): (the bars' runs, the supersteps)."""

@@ -3,6 +3,8 @@ ones cut once from all its runs of rows, and the figures recomputed from the raw
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -160,3 +162,40 @@ def test_packed_keys_order_rows_as_their_columns_do(spread):
     same_as_next = (stacked[:, 1:] == stacked[:, :-1]).all(axis=0)
     assert (np.diff(key[order])[same_as_next] == 0).all()
     assert (np.diff(key[order])[~same_as_next] > 0).all()
+
+
+def test_a_row_group_handed_in_during_a_settle_is_settled_after_it():
+    # GIVEN a trace of two row groups whose footers both say they start at its first cycle (so nothing
+    # can settle until both are folded), and a settle the first worker begins, held open
+    frame = _in_time_order(_trace())
+    groups = _batches(frame, (len(frame) + 1) // 2)
+    bounds = {c: (int(frame[c].min()), int(frame[c].max())) for c in tracescan.BOUND_COLUMNS}
+    parts = []
+    for g, batch in enumerate(groups):
+        fold = tracescan._Fold(bounds)
+        fold.add(tracescan.arrays(batch, tracescan.SUMMARY_COLUMNS), (g, 0))
+        parts.append(fold.slots.parts)
+    entered, release = threading.Event(), threading.Event()
+
+    class Held(tracesteps.Settler):
+        def _settle(self, pending, horizon):
+            if horizon is not None and not entered.is_set():
+                entered.set()
+                assert release.wait(10)
+            return super()._settle(pending, horizon)
+
+    settler = Held(np.full(2, bounds["start_cycle"][0]), bounds, bounds["iteration"][1] + 1, limit=1)
+    first = threading.Thread(target=settler.add, args=(0, parts[0]))
+    first.start()
+    assert entered.wait(10)
+    # WHEN the second worker hands in the last row group while that settle is under way
+    settler.add(1, parts[1])  # returns at once: a settle is under way
+    release.set()
+    first.join(10)
+    # THEN the settling worker settles again for it, now that every row group is done: the runs are
+    # settled as they would be by one worker (before, nothing retried and the fold kept every run)
+    alone = tracesteps.Settler(np.full(2, bounds["start_cycle"][0]), bounds, bounds["iteration"][1] + 1, limit=1)
+    alone.add(0, parts[0])
+    alone.add(1, parts[1])
+    assert alone.settled and settler.settled
+    assert settler.held == alone.held and settler.boundary == alone.boundary
