@@ -197,6 +197,24 @@ class Aggregates:
         return self.rows
 
 
+def _neighbours(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row but the first, and the row before it."""
+    return column[1:], column[:-1]
+
+
+def _kinds(phase: np.ndarray, stage: np.ndarray, micro_batch: np.ndarray, pass_: np.ndarray) -> np.ndarray:
+    """Each row's kind of work (``SLOT``, int8): ``idle``, ``superstep_sync`` (a sync of no stage),
+    ``micro_batch`` (a stage's forward or backward of one micro-batch) or ``fixed``."""
+    idle = phase == PHASE["idle"]
+    sync = (phase == PHASE["sync"]) & (stage < 0)
+    mb = ((stage >= 0) & (micro_batch >= 0) & ~idle
+          & ((pass_ == PASSES.index("forward")) | (pass_ == PASSES.index("backward"))))
+    # the three are exclusive (idle and sync are phases, sync has no stage, micro_batch one and not idle)
+    kind = np.full(len(phase), SLOT["fixed"], np.int8)
+    kind[idle], kind[sync], kind[mb] = SLOT["idle"], SLOT["superstep_sync"], SLOT["micro_batch"]
+    return kind
+
+
 class _Slots:
     """The running state of the summary's slots: each batch cut into runs of rows of one piece of work.
 
@@ -210,38 +228,39 @@ class _Slots:
     rows all count towards one bar or none, so the bars need no pass of their own.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, constant: Iterable[str] = ()) -> None:
         self.parts: list[tuple[tuple[int, ...], dict[str, np.ndarray]]] = []  # (batch's place in the trace, runs)
+        self.constant = frozenset(constant)  # bar columns of one value in the whole trace: never cut at
 
     def add(self, t: dict[str, np.ndarray], durations: np.ndarray, order: tuple[int, ...] = ()) -> np.ndarray:
         """Fold a batch in (``durations``: its rows' end - start, which ``_Fold`` has made already);
-        returns the first row of each of its runs (``_Fold`` marks its set there). ``order``: the
+        returns the first row of each of its runs (``_Fold`` marks its set there) and the runs. ``order``: the
         batch's place in the trace (row group, batch), by which batches folded apart are put back
         in order; the batches of one fold come in order."""
         n = len(t["ipu"])
         if n == 0:
-            return np.zeros(0, np.intp)
-        idle = t["phase"] == PHASE["idle"]
-        sync = (t["phase"] == PHASE["sync"]) & (t["stage"] < 0)
-        mb = ((t["stage"] >= 0) & (t["micro_batch"] >= 0) & ~idle
-              & ((t["pass"] == PASSES.index("forward")) | (t["pass"] == PASSES.index("backward"))))
-        # the three are exclusive (idle and sync are phases, sync has no stage, micro_batch one and not
-        # idle), so each row's kind is fixed plus or minus its one mask, in int8 (no int64 temporaries)
-        kind = np.full(n, SLOT["fixed"], np.int8)
-        kind += idle.view(np.int8) * np.int8(SLOT["idle"] - SLOT["fixed"])
-        kind += sync.view(np.int8) * np.int8(SLOT["superstep_sync"] - SLOT["fixed"])
-        kind -= mb.view(np.int8) * np.int8(SLOT["fixed"] - SLOT["micro_batch"])
-        change = kind[1:] != kind[:-1]
+            return np.zeros(0, np.intp), {}
+        phase, stage = t["phase"], t["stage"]
+        # Within rows of one stage, micro-batch and pass a row's kind changes only where it turns idle or
+        # not, or a sync of no stage (the barrier closing a superstep) or not: any other row is
+        # micro_batch or fixed as those columns say. So the runs are cut there, and the kind is worked out
+        # for their first rows only.
+        idle = phase == PHASE["idle"]
+        barrier = phase == PHASE["sync"]
+        barrier &= stage < 0
+        change = np.not_equal(*_neighbours(idle))
+        change |= np.not_equal(*_neighbours(barrier))
         for name in _BAR_COLUMNS:
-            column = t[name]
-            change |= column[1:] != column[:-1]
+            if name not in self.constant:
+                change |= np.not_equal(*_neighbours(t[name]))
         cut = np.flatnonzero(np.r_[True, change])
         part = {name: t[name][cut] for name in _BAR_COLUMNS}
-        part.update(kind=kind[cut], start_cycle=np.minimum.reduceat(t["start_cycle"], cut),
+        part.update(kind=_kinds(phase[cut], part["stage"], part["micro_batch"], part["pass"]),
+                    start_cycle=np.minimum.reduceat(t["start_cycle"], cut),
                     end_cycle=np.maximum.reduceat(t["end_cycle"], cut),
                     cycles=np.add.reduceat(durations, cut))
         self.parts.append((order, part))
-        return cut
+        return cut, part
 
     def result(self) -> dict[str, np.ndarray]:
         if not self.parts:
@@ -278,6 +297,13 @@ def _key(columns: list[tuple[np.ndarray, int]], offset: int, size: int, out: np.
     return key
 
 
+def _per_row(head: np.ndarray, lengths: np.ndarray, column: np.ndarray) -> np.ndarray:
+    """``head`` (one value per run of rows, ``lengths`` rows each) repeated over its rows, plus ``column``."""
+    rows = np.repeat(head, lengths)
+    rows += column
+    return rows
+
+
 class _Fold:
     """The running sums of ``summarise``: dense arrays that grow as batches show larger ids.
 
@@ -302,6 +328,8 @@ class _Fold:
         self.cycles_sum = 0.0
         self.slots = _Slots()
         if bounds is not None:
+            # a column of one value in the whole trace (the footer says) never cuts a run
+            self.slots.constant = frozenset(c for c in _BAR_COLUMNS if c in bounds and bounds[c][0] == bounds[c][1])
             self.start, self.end = bounds["start_cycle"][0], bounds["end_cycle"][1]
             self.n_ipu, self.n_stage = bounds["ipu"][1] + 1, bounds["stage"][1] + 2
             self.width = bounds["step"][1] + 2
@@ -340,18 +368,23 @@ class _Fold:
             self.scratch, self.durations = np.empty(n, np.int32), np.empty(n, np.int64)
         scratch, durations = self.scratch, np.subtract(end, start, out=self.durations[:n])
         # rows where a run of one (run, iteration, stage, micro-batch...) starts
-        cut = self.slots.add(t, durations, order)
+        cut, runs = self.slots.add(t, durations, order)
+        # ipu, stage and pass are one value in each run of rows: each key's part of them is made per run and
+        # repeated over its rows, and only the column that changes within runs is added row by row
+        lengths = np.diff(cut, append=n)
         # cycles per (ipu, stage, pass, phase): np.add.at on int64 is exact and faster than a weighted bincount
         s_cube = self.cube.shape
-        key = _key([(ipu, 0), (stage, s_cube[1]), (t["pass"], N_PASS), (t["phase"], N_PHASE)], N_PASS * N_PHASE,
-                   self.cube.size, scratch)
-        np.add.at(self.cube.reshape(-1), key, durations)
+        head = _key([(runs["ipu"], 0), (runs["stage"], s_cube[1]), (runs["pass"], N_PASS)], N_PASS, self.cube.size)
+        np.add.at(self.cube.reshape(-1), _per_row(head * np.int32(N_PHASE), lengths, t["phase"]), durations)
         # durations are >= 0 (the reader checks end >= start): if their float sum stays below
-        # SUM_LIMIT no int64 cell of the cube can have wrapped
-        self.cycles_sum += float(np.sum(durations, dtype=np.float64))
+        # SUM_LIMIT no int64 cell of the cube can have wrapped. The runs' cycles hold the same sum in a
+        # few int64s, exact unless a run's could pass 2**63: at most the batch's rows times its longest span
+        sums = runs["cycles"] if n * max(self.end - self.start, 0) < 2**63 else durations
+        self.cycles_sum += float(np.sum(sums, dtype=np.float64))
         # executions per (ipu, step): np.add.at of ones, faster here than np.bincount's cast to intp
-        key = _key([(ipu, 0), (step, self.execs.shape[1])], 1, self.execs.size, scratch)
-        np.add.at(self.execs.reshape(-1), key, 1)
+        wide = np.int32 if self.execs.size < 2**31 else np.int64
+        head = runs["ipu"].astype(wide) * wide(self.execs.shape[1]) + wide(1)
+        np.add.at(self.execs.reshape(-1), _per_row(head, lengths, step), 1)
 
         # which (run, iteration, stage, micro-batch) have rows: each run of rows starts with its values,
         # so the first rows of the runs hold every value there is

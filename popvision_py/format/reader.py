@@ -492,12 +492,14 @@ class Profile:
         return self.read_table(table, columns, filters=filters).to_pandas()
 
     def iter_batches(self, table: str, columns: Sequence[str] | None = None, batch_size: int = 1 << 20,
-                     row_groups: Sequence[int] | None = None):
+                     row_groups: Sequence[int] | None = None, use_threads: bool = True):
         """Yield the table as pyarrow RecordBatches, for tables too large to decode at once.
 
         ``row_groups``: only these row groups (say, those whose footer statistics can hold the rows
-        a caller wants). Nothing is mapped: the bytes of each column chunk are read, decoded and
-        freed, so a pass over a large table keeps a flat resident size.
+        a caller wants). ``use_threads``: decode a batch's columns on pyarrow's thread pool (else in
+        the calling thread, for callers that decode in threads of their own). Nothing is mapped: the
+        bytes of each column chunk are read, decoded and freed, so a pass over a large table keeps a
+        flat resident size.
         """
         wanted = list(columns) if columns is not None else None
         try:
@@ -518,7 +520,8 @@ class Profile:
             # row group by row group, so each batch is checked against its group's statistics
             for group in groups:
                 row = int(starts[group])
-                for batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group], columns=wanted):
+                for batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group], columns=wanted,
+                                                  use_threads=use_threads):
                     if not checked:
                         check_arrays(batch)
                         known = extremes(batch)

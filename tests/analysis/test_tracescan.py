@@ -14,6 +14,7 @@ import popvision_py as pv
 from popvision_py.analysis import tracescan
 from popvision_py.analysis.tables import PASSES, PHASES
 from popvision_py.analysis.trace import BLOCK, TimelineIndex, cycles_before, timeline
+from popvision_py.errors import ValueRangeError
 from popvision_py.format import Profile
 from popvision_py.format import schema as S
 from popvision_py.render.document import build_report
@@ -319,6 +320,46 @@ def _same_aggregates(a: tracescan.Aggregates, b: tracescan.Aggregates) -> None:
     assert a.slots.keys() == b.slots.keys()
     for name in a.slots:  # the runs of rows, in the trace's order
         assert np.array_equal(a.slots[name], b.slots[name]), name
+
+
+@pytest.mark.parametrize("column", ["run", "iteration", "ipu", "stage", "micro_batch"])
+def test_a_column_of_one_value_in_the_footer_cuts_the_runs_as_a_scan_does(column):
+    # GIVEN a trace where one bar column holds one value, and the footer's bounds saying so
+    frame = _trace().assign(**{column: 0})
+    frame.loc[frame["stage"] < 0, "micro_batch"] = -1 if column != "micro_batch" else 0
+    bounds = {c: (int(frame[c].min()), int(frame[c].max())) for c in tracescan.BOUND_COLUMNS}
+    assert bounds[column] == (0, 0)
+    # WHEN it is folded with those bounds and without any
+    bounded, scanned = (tracescan.summarise(_batches(frame, 700), b) for b in (bounds, None))
+    # THEN the runs of rows (and so the Gantt bars) and every figure are the same
+    _same_aggregates(bounded, scanned)
+    assert len(bounded.slots["ipu"]) > 12  # cut at the other columns' changes all the same
+
+
+def _long_rows(durations: list[int], micro_batches: list[int]) -> dict[str, np.ndarray]:
+    """Trace rows of one IPU, back to back, as the fold's arrays (codes for pass and phase)."""
+    n = len(durations)
+    end = np.cumsum(np.asarray(durations, np.int64))
+    return {"run": np.zeros(n, np.int32), "iteration": np.zeros(n, np.int32),
+            "micro_batch": np.asarray(micro_batches, np.int32), "ipu": np.zeros(n, np.int16),
+            "stage": np.zeros(n, np.int16), "pass": np.full(n, PASSES.index("forward"), np.int8),
+            "step": np.zeros(n, np.int32), "phase": np.full(n, PHASES.index("compute"), np.int8),
+            "start_cycle": end - np.asarray(durations, np.int64), "end_cycle": end}
+
+
+@pytest.mark.parametrize("micro_batches", ["one run", "a run each"])
+def test_durations_summing_past_what_int64_holds_are_refused(micro_batches):
+    # GIVEN rows of 2**53 cycles each (the format's longest): 2**9 of them sum to 2**62, past the
+    # fold's limit, 2**10 to 2**63, past int64 itself; in one run of rows or each row a run of its own
+    for rows in (2**9, 2**10):
+        mb = [0] * rows if micro_batches == "one run" else list(range(rows))
+        columns = _long_rows([2**53] * rows, mb)
+        # WHEN they are folded THEN the summary is refused in one sentence, not wrapped around
+        with pytest.raises(ValueRangeError, match="beyond what 64-bit integers hold"):
+            tracescan.summarise_arrays(columns)
+    # AND rows summing to just under the limit are folded, every cycle counted
+    columns = _long_rows([2**53] * (2**9 - 1), [0] * (2**9 - 1))
+    assert tracescan.summarise_arrays(columns).cube.sum() == (2**9 - 1) * 2**53
 
 
 @pytest.mark.parametrize("workers", [2, 3, 8])
