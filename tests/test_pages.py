@@ -111,6 +111,54 @@ def test_views_pass_allowed_values_and_stop_at_forbidden_ones() -> None:
     assert con.execute(f"SELECT count(ipu) FROM ({view})").fetchall()[0][0] == len(trace)
 
 
+def _row_set(table: pa.Table, column: str, row: int, value) -> pa.Table:
+    """``table`` with ``column``'s value at ``row`` replaced (None: a null)."""
+    values = table[column].to_pylist()
+    values[row] = value
+    return table.set_column(table.schema.names.index(column), column, pa.array(values, table.schema.field(column).type))
+
+
+def _reader_refuses(table: pa.Table, spec: S.TableSchema, declared) -> bool:
+    from popvision_py.errors import ValueRangeError
+    from popvision_py.format.values import check_values
+
+    try:
+        check_values(spec, table, declared, "the test")
+    except ValueRangeError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("table_name, column, value", [
+    ("trace", "start_cycle", -1), ("trace", "start_cycle", None), ("trace", "start_cycle", 2**53),
+    ("trace", "end_cycle", 2**53), ("trace", "end_cycle", None), ("trace", "end_cycle", 0),
+    ("trace", "ipu", 99), ("trace", "ipu", -1), ("trace", "ipu", None), ("trace", "phase", "warp"),
+    ("trace", "phase", None), ("variables", "live_from_step", 10**6), ("variables", "live_to_step", -1),
+    ("variables", "live_to_step", None), ("variables", "name", None), ("variables", "always_live", None),
+])
+def test_a_view_stops_a_query_exactly_where_the_reader_refuses_its_columns(table_name, column, value) -> None:
+    # GIVEN a table of the sample with one value changed, and its checked view (each test made once)
+    with open_profile(SAMPLE) as profile:
+        declared, raw = profile.declared, profile.read_table(table_name)
+    spec = S.TABLES[table_name]
+    bad = _row_set(raw, column, 3, value)
+    view = f"SELECT {', '.join(sql_checked(spec, bad.schema.names, declared))} FROM raw"
+    con = duckdb.connect()
+    con.register("raw", bad)
+    assert _reader_refuses(bad, spec, declared)
+    for name in bad.schema.names:
+        # WHEN a query reads one column THEN DuckDB stops it exactly when the reader refuses that
+        # column with its ordered partner, as the reader reads them
+        partners = [b if a == name else a for a, b in spec.ordered if name in (a, b)]
+        refused = _reader_refuses(bad.select([name, *partners]), spec, declared)
+        query = f"SELECT count(*), min({name}::VARCHAR) FROM ({view})"
+        if refused:
+            with pytest.raises(duckdb.Error, match=f"popvision refuses column {table_name}.{name}"):
+                con.execute(query).fetchall()
+        else:
+            assert con.execute(query).fetchall()[0][0] == len(bad)
+
+
 def test_sql_checks_the_chunks_the_query_reads_once_each() -> None:
     # GIVEN the sample, WHEN a query sums the trace's durations twice in one connection
     run_query(str(SAMPLE), "SELECT sum(end_cycle - start_cycle) FROM trace")

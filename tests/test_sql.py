@@ -221,3 +221,46 @@ def test_no_table_is_read_when_the_query_names_none(large: Path) -> None:
     with zipfile.ZipFile(large) as archive:
         trace_bytes = archive.getinfo("trace.parquet").file_size
     assert read < trace_bytes * 2 // 5, (read, trace_bytes)
+
+
+def _parquet_reads(node: dict) -> list[set[str]]:
+    """The columns each Parquet scan of a JSON query plan (``EXPLAIN (FORMAT json)``) reads."""
+    found = []
+    if node.get("extra_info", {}).get("Function") == "READ_PARQUET":
+        projected = node["extra_info"].get("Projections", [])
+        found.append(set(projected.split() if isinstance(projected, str) else projected))
+    for child in node.get("children", []):
+        found += _parquet_reads(child)
+    return found
+
+
+def _duckdb_major() -> int:
+    import duckdb
+
+    return int(duckdb.__version__.split(".")[0])
+
+
+@pytest.mark.skipif(_duckdb_major() < 2, reason="DuckDB 1.x plans a category column's check (an IN list) as a join "
+                                                "that projection pushdown keeps: a query also reads those columns")
+@pytest.mark.parametrize("table", [t for t in TABLES if t != "trace_levels"])
+def test_a_query_on_one_column_plans_to_read_it_and_its_ordered_partner_only(table: str) -> None:
+    # GIVEN the sample's checked views (each column's values checked as the query computes)
+    from popvision_py.format import open_profile
+    from popvision_py.format import schema as S
+    from popvision_py.format.memberfs import MemberFileSystem
+    from popvision_py.sql import _locked_connection
+
+    spec = S.TABLES[table]
+    with open_profile(MNIST) as profile, MemberFileSystem(profile) as members:
+        con = _locked_connection(members, "1GB")
+        try:
+            for column in profile.metadata(table).schema.to_arrow_schema().names:
+                # WHEN a query counts one column's values
+                plan = json.loads(con.execute(f'EXPLAIN (FORMAT json) SELECT count("{column}") FROM {table}')
+                                  .fetchall()[0][1])
+                # THEN DuckDB plans one scan of the member, of that column and the one it is ordered with (the
+                # view checks them together), and of no other: a check of another column never makes it read
+                partners = {b if a == column else a for a, b in spec.ordered if column in (a, b)}
+                assert [cols for node in plan for cols in _parquet_reads(node)] == [{column, *partners}], column
+        finally:
+            con.close()

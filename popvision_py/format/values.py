@@ -384,28 +384,66 @@ def sql_checked(spec: S.TableSchema, names: list[str], declared: Mapping[str, in
     does). The error's text is ``SQL_REFUSAL`` and ``table.column``; the reader's own check then
     finds the first bad row for the sentence (``MemberFileSystem.refusal``).
 
+    Each test is made once: a null fails any comparison (``CASE WHEN NULL`` takes the ``ELSE``), so
+    ``IS NOT NULL`` is written only for a column with no other comparison; and both columns of an ordered
+    pair take the pair's one condition, without the bounds the order implies (``0 <= start <= end
+    <= most`` holds all six of start's and end's).
+
     A query that does not use a column drops its expression, so it reads and checks only what it
     uses; a column the schema does not declare is passed through unchecked.
     """
     columns = {column.name: column for column in spec.columns}
+    tests = {name: _own_tests(columns[name], declared) for name in names if name in columns}
+    for earlier, later in spec.ordered:
+        if earlier in tests and later in tests:
+            both = _pair_tests(columns[earlier], columns[later], declared)
+            tests[earlier] = tests[later] = both
     out = []
     for name in names:
         quoted = _sql_name(name)
-        if name not in columns:
+        if name not in tests:
             out.append(quoted)
             continue
-        rule, kind = columns[name].values, columns[name].type
-        tests = [f"{quoted} IS NOT NULL"]
-        if rule.codes is not None:
-            tests.append(f"{quoted} IN "
-                         f"({', '.join(chr(39) + c.replace(chr(39), chr(39) * 2) + chr(39) for c in rule.codes)})")
-        elif pa.types.is_integer(kind):
-            low, high, _ = limits(rule, declared)
-            tests += [f"{quoted} >= {low}"] if low is not None else []
-            tests += [f"{quoted} <= {high}"] if high is not None else []
-        for earlier, later in spec.ordered:
-            if name in (earlier, later) and earlier in names and later in names:
-                tests.append(f"{_sql_name(later)} >= {_sql_name(earlier)}")
         refusal = f"{SQL_REFUSAL}{spec.name}.{name}".replace("'", "''")
-        out.append(f"CASE WHEN {' AND '.join(tests)} THEN {quoted} ELSE error('{refusal}') END AS {quoted}")
+        out.append(f"CASE WHEN {' AND '.join(tests[name])} THEN {quoted} ELSE error('{refusal}') END AS {quoted}")
     return out
+
+
+def _bounds(column: S.Column, declared: Mapping[str, int]) -> tuple[int | None, int | None]:
+    """The column's least and largest value when it is an integer column, else (None, None)."""
+    if column.values.codes is not None or not pa.types.is_integer(column.type):
+        return None, None
+    low, high, _ = limits(column.values, declared)
+    return low, high
+
+
+def _own_tests(column: S.Column, declared: Mapping[str, int]) -> list[str]:
+    """The SQL tests of one column's values alone (see ``sql_checked``)."""
+    quoted = _sql_name(column.name)
+    if column.values.codes is not None:
+        words = ", ".join(chr(39) + c.replace(chr(39), chr(39) * 2) + chr(39) for c in column.values.codes)
+        # IS NOT NULL kept though IN fails on a null too: a lone IN list becomes a join in DuckDB's plan,
+        # which projection pushdown does not drop (a query not using the column would read it)
+        return [f"{quoted} IS NOT NULL", f"{quoted} IN ({words})"]
+    low, high = _bounds(column, declared)
+    tests = ([f"{quoted} >= {low}"] if low is not None else []) + ([f"{quoted} <= {high}"] if high is not None else [])
+    return tests or [f"{quoted} IS NOT NULL"]
+
+
+def _pair_tests(earlier: S.Column, later: S.Column, declared: Mapping[str, int]) -> list[str]:
+    """The one condition of an ordered pair: ``later >= earlier``, with each column's own tests but
+    those the order implies (earlier's largest value, if later's is no larger; later's least, if
+    earlier's is no smaller)."""
+    (e_low, e_high), (l_low, l_high) = _bounds(earlier, declared), _bounds(later, declared)
+    if None not in (e_high, l_high) and l_high <= e_high:
+        e_high = None
+    if None not in (e_low, l_low) and e_low >= l_low:
+        l_low = None
+    e, l_ = _sql_name(earlier.name), _sql_name(later.name)
+    tests = [test for test, bound in ((f"{e} >= {e_low}", e_low), (f"{e} <= {e_high}", e_high),
+                                      (f"{l_} >= {l_low}", l_low), (f"{l_} <= {l_high}", l_high)) if bound is not None]
+    if earlier.values.codes is not None:
+        tests += _own_tests(earlier, declared)
+    if later.values.codes is not None:
+        tests += _own_tests(later, declared)
+    return [*tests, f"{l_} >= {e}"]
