@@ -152,7 +152,7 @@ class Settler:
             return []
         runs = _joined(pending)
         ends = retime.cut_ends(runs)
-        known = np.unique(np.concatenate((self.ahead, ends[(ends > self.boundary) & (ends < self.hi)])))
+        known = retime.ascending_distinct(np.concatenate((self.ahead, ends[(ends > self.boundary) & (ends < self.hi)])))
         if horizon is None:
             cuts = np.concatenate(([self.boundary], known, [self.hi]))
             now = np.ones(len(runs["kind"]), bool)
