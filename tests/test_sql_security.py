@@ -130,6 +130,20 @@ def test_a_pragma_that_reads_is_answered() -> None:
     assert [row["name"] for row in json.loads(result.stdout)] == [c.name for c in S.TABLES["trace"].columns]
 
 
+def test_duckdb_is_asked_about_pragmas_only_for_a_query_holding_one() -> None:
+    # GIVEN a process that has not asked DuckDB whether its lock holds PRAGMAs (asking opens a database)
+    from popvision_py import sql
+
+    sql._pragmas_pass_the_lock.cache_clear()
+    # WHEN it runs a SELECT THEN it does not ask
+    assert len(run_query(str(MNIST), "SELECT count(*) AS n FROM ops")["n"]) == 1
+    assert sql._pragmas_pass_the_lock.cache_info().currsize == 0
+    # AND a query holding a PRAGMA that sets something is asked about, and refused
+    with pytest.raises(QueryError, match="settings are fixed"):
+        run_query(str(MNIST), "SELECT 1; PRAGMA enable_profiling")
+    assert sql._pragmas_pass_the_lock.cache_info().currsize == 1
+
+
 def test_the_lock_down_is_visible_in_duckdbs_own_settings() -> None:
     # GIVEN the settings DuckDB reports from inside a query
     query = ("SELECT current_setting('enable_external_access') AS external, "
