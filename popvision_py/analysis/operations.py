@@ -419,7 +419,7 @@ class OperationsReport:
         """``window()`` as a ``trace.TimelineIndex``, for the execution trace's levels of detail."""
         def compute() -> Any:
             from popvision_py.analysis.trace import TimelineIndex
-            from popvision_py.analysis.tracescan import timeline_arrays
+            from popvision_py.analysis.tracerows import timeline_arrays
 
             rows = self.window()
             columns = {"ipu": rows["ipu"], "phase": rows["phase"], "start_cycle": rows["start_cycle"],

@@ -49,7 +49,7 @@ class TimelineIndex:
     """Each IPU's trace rows sorted by start, with per-phase running sums (see the module docstring).
 
     Built from a ``TraceArrays`` (in memory) or, for a profile, ``from_ipus`` on the per-IPU arrays
-    ``tracescan.timeline_arrays`` gathers in one pass over five columns, when the first timeline
+    ``tracerows.timeline_arrays`` gathers in one pass over five columns, when the first timeline
     is asked for. Each compute row's step is kept too (4 bytes a compute row): the tile view
     (``analysis.tiles``) joins it with ``tile_cycles``.
     """
@@ -59,7 +59,7 @@ class TimelineIndex:
         self._by_ipu: dict[int, _IpuIndex] = {}
         self.start_cycle = self.end_cycle = 0
         if trace is not None and len(trace):
-            from popvision_py.analysis.tracescan import timeline_arrays
+            from popvision_py.analysis.tracerows import timeline_arrays
 
             self._index(timeline_arrays([trace.columns()]))
 

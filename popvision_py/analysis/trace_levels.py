@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from popvision_py.analysis import trace as _trace
 from popvision_py.analysis.tables import PHASES, category, finish
 from popvision_py.analysis.trace import Timeline, TimelineIndex
-from popvision_py.analysis.tracescan import TIMELINE_COLUMNS, timeline_arrays
+from popvision_py.analysis.tracerows import TIMELINE_COLUMNS, timeline_arrays
 from popvision_py.errors import OutOfRangeError
 from popvision_py.format.levels import LEVEL_FACTOR, LevelFold
 

@@ -496,10 +496,8 @@ class Profile:
         """Yield the table as pyarrow RecordBatches, for tables too large to decode at once.
 
         ``row_groups``: only these row groups (say, those whose footer statistics can hold the rows
-        a caller wants). ``use_threads``: decode a batch's columns on pyarrow's thread pool (else in
-        the calling thread, for callers that decode in threads of their own). Nothing is mapped: the
-        bytes of each column chunk are read, decoded and freed, so a pass over a large table keeps a
-        flat resident size.
+        a caller wants). ``use_threads``: pyarrow's pool decodes a batch's columns (else this thread).
+        Nothing is mapped: each column chunk's bytes are read, decoded and freed (a flat resident size).
         """
         wanted = list(columns) if columns is not None else None
         try:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 import popvision_py as pv
-from popvision_py.analysis import tracescan
+from popvision_py.analysis import tracerows, tracescan
 from popvision_py.analysis.tables import PASSES, PHASES
 from popvision_py.analysis.trace import BLOCK, TimelineIndex, cycles_before, timeline
 from popvision_py.errors import ValueRangeError
@@ -92,7 +92,7 @@ def test_gantt_bars_of_batches_equal_brute_force(size, shuffle):
 def test_timeline_of_batches_matches_brute_force(shuffle):
     # GIVEN the index built from batches (IPUs interleaved, out of order when shuffled)
     frame = _trace()
-    index = TimelineIndex.from_ipus(tracescan.timeline_arrays(_batches(frame, 700, shuffle)))
+    index = TimelineIndex.from_ipus(tracerows.timeline_arrays(_batches(frame, 700, shuffle)))
     lo, hi = 12_345, 600_000
     t = timeline(index, lo, hi, max_bins=300)
     # THEN each bin's cycles per phase equal the rows' overlap with it, computed directly
@@ -154,8 +154,8 @@ def test_index_gathered_without_a_sort_equals_the_index_of_a_shuffled_trace(size
     # GIVEN the same trace read in IPU-major order (no sort needed: each IPU's rows come in time
     # order, so they are only cut into slices) and shuffled (IPUs interleaved, rows out of order)
     frame = _trace()
-    in_order = TimelineIndex.from_ipus(tracescan.timeline_arrays(_batches(frame, size)))
-    shuffled = TimelineIndex.from_ipus(tracescan.timeline_arrays(_batches(frame, 500, shuffle=True)))
+    in_order = TimelineIndex.from_ipus(tracerows.timeline_arrays(_batches(frame, size)))
+    shuffled = TimelineIndex.from_ipus(tracerows.timeline_arrays(_batches(frame, 500, shuffle=True)))
     # THEN both indexes hold exactly the same arrays, IPU by IPU and phase by phase
     assert in_order.ipus == shuffled.ipus == [0, 1, 2]
     assert (in_order.start_cycle, in_order.end_cycle) == (shuffled.start_cycle, shuffled.end_cycle)
@@ -180,7 +180,7 @@ def test_cycles_before_equal_the_running_sum_at_every_row(rows_per_ipu):
     # GIVEN an index whose phases hold from none to ~1,000 rows: running sums kept at every 16th row only
     frame = _trace(rows_per_ipu=rows_per_ipu, ipus=1)
     frame = frame[frame["phase"] != "stream"]
-    ix = TimelineIndex.from_ipus(tracescan.timeline_arrays(_batches(frame, 777))).ipu(0)
+    ix = TimelineIndex.from_ipus(tracerows.timeline_arrays(_batches(frame, 777))).ipu(0)
     assert len(ix.positions[PHASES.index("stream")]) == 0
     for p in range(len(PHASES)):
         # WHEN the cycles of the phase's first j rows are asked for, for every j
@@ -194,7 +194,7 @@ def test_cycles_before_equal_the_running_sum_at_every_row(rows_per_ipu):
 def test_index_built_in_threads_equals_the_serial_one(monkeypatch):
     # GIVEN a trace large enough for the index to be built one IPU per thread
     frame = _trace(rows_per_ipu=400_000, ipus=3)
-    by_ipu = tracescan.timeline_arrays(_batches(frame, 1 << 20))
+    by_ipu = tracerows.timeline_arrays(_batches(frame, 1 << 20))
     threaded = TimelineIndex.from_ipus(by_ipu)
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     serial = TimelineIndex.from_ipus(by_ipu)
@@ -216,7 +216,7 @@ def test_rows_in_arrays_sized_from_the_summary_equal_rows_joined_at_the_end(shuf
     counts = {"exact": counts, "none": None, "too few": {i: n - 1000 for i, n in counts.items()},
               "one IPU missing": {i: n for i, n in counts.items() if i != 1}}[counted]
     # WHEN the timeline's rows are gathered into arrays of those sizes
-    rows = tracescan.timeline_arrays(_batches(frame, 613, shuffle), counts)
+    rows = tracerows.timeline_arrays(_batches(frame, 613, shuffle), counts)
     # THEN each IPU's rows are its rows of the trace, sorted by start, whatever the counts said
     assert sorted(rows) == [0, 1, 2]
     for i, (start, end, phase, step) in rows.items():
@@ -225,7 +225,7 @@ def test_rows_in_arrays_sized_from_the_summary_equal_rows_joined_at_the_end(shuf
         np.testing.assert_array_equal(end, want["end_cycle"].to_numpy())
         np.testing.assert_array_equal(phase, want["phase"].map(PHASES.index).to_numpy())
         np.testing.assert_array_equal(step, want["step"].to_numpy())
-    assert tracescan.TIMELINE_COLUMNS == ("ipu", "phase", "step", "start_cycle", "end_cycle")
+    assert tracerows.TIMELINE_COLUMNS == ("ipu", "phase", "step", "start_cycle", "end_cycle")
 
 
 def test_report_reads_the_trace_once_for_the_summary_and_gantt_and_once_for_the_timeline(profiles, monkeypatch):
@@ -254,7 +254,7 @@ def test_report_reads_the_trace_once_for_the_summary_and_gantt_and_once_for_the_
         # THEN the trace was read once for the summary (the Gantt bars are merged from it), once for where its
         # row group, which holds every IPU, lies in the run (each IPU's stretch), and once for the window's five
         # columns (its row groups, kept), whichever thread asked first
-        assert passes == [tracescan.SUMMARY_COLUMNS, ("ipu", "start_cycle", "end_cycle"), tracescan.TIMELINE_COLUMNS]
+        assert passes == [tracescan.SUMMARY_COLUMNS, ("ipu", "start_cycle", "end_cycle"), tracerows.TIMELINE_COLUMNS]
         report.trace.timeline(0, 100)
         assert len(passes) == 3
 

@@ -224,7 +224,7 @@ def test_an_error_in_the_warm_up_index_thread_is_raised_by_the_warm_up(pipelined
     # GIVEN a dashboard whose timeline index (built in a thread of the warm-up) cannot be made
     from dashboards import data
     from dashboards.app import create_app
-    from popvision_py.analysis import tracescan
+    from popvision_py.analysis import tracerows
 
     create_app([str(pipelined_profile)])
 
@@ -234,7 +234,7 @@ def test_an_error_in_the_warm_up_index_thread_is_raised_by_the_warm_up(pipelined
         calls.append(1)
         raise MemoryError("no room for the index")
 
-    monkeypatch.setattr(tracescan, "timeline_arrays", broken)
+    monkeypatch.setattr(tracerows, "timeline_arrays", broken)
     # WHEN the warm-up runs THEN the thread's own error comes out of it (not lost in the thread and met
     # again by the timeline asked for after it: the index was attempted once)
     with pytest.raises(MemoryError, match="no room for the index"):
