@@ -93,8 +93,7 @@ class RankTables:
         everything = np.isin(kind, [KIND["comm_call"], KIND["comm_flight"]])
         self.in_flight = merge_intervals(np.stack([t.start[everything], t.end[everything]], axis=1))
         self.in_flight_sum = np.concatenate([[0], np.cumsum(self.in_flight[:, 1] - self.in_flight[:, 0])])
-        order = np.argsort(t.memory_ts, kind="stable")
-        self.memory_ts, self.memory_bytes = t.memory_ts[order], t.memory_bytes[order]
+        self.memory_ts, self.memory_bytes = sorted_memory(t)
 
     def window(self, rows: Rows) -> dict[str, Table]:
         """The trace, programs and tile_cycles rows of a window's rows (span: indices into the rank's spans)."""
@@ -198,7 +197,10 @@ class RankTables:
         # memory: each step's level (the most allocated while it ran, else what was allocated when it began)
         # against the lowest, and the rank's peak split into what stayed allocated throughout and the rest
         at_last = np.full(k, self.last_start, np.int64)
-        level = np.concatenate([*self.levels, levels(t.memory_ts, t.memory_bytes, at_last, at_last)]).astype(np.int64)
+        before = int(np.searchsorted(self.memory_ts, self.last_start, side="left"))  # the sample before it
+        last = levels(self.memory_ts[max(before - 1, 0):before + 1], self.memory_bytes[max(before - 1, 0):before + 1],
+                      at_last, at_last)
+        level = np.concatenate([*self.levels, last]).astype(np.int64)
         self.levels = []
         total = len(level)
         baseline = min(int(level.min()) if total else 0, self.peak)
@@ -237,6 +239,15 @@ def rank_tables(t: RankTrace, ipu: int, plan: Any, peak: int, rows: Iterator[Row
     for window_rows in rows:
         yield tables.window(window_rows)
     yield {**tables.finish(), "hidden_comm_ns": tables.hidden_ns}
+
+
+def sorted_memory(t: RankTrace) -> tuple[np.ndarray, np.ndarray]:
+    """The rank's memory samples in time order: as they are (both readers keep them so), else sorted."""
+    ts = t.memory_ts
+    if len(ts) < 2 or bool((ts[1:] >= ts[:-1]).all()):
+        return ts, t.memory_bytes
+    order = np.argsort(ts, kind="stable")
+    return ts[order], t.memory_bytes[order]
 
 
 def _cover_until(merged: np.ndarray, covered: np.ndarray, at: np.ndarray) -> np.ndarray:
