@@ -195,6 +195,7 @@ def union_runs(runs: list[np.ndarray], out: SpillFile, batch: int = BATCH_ROWS) 
         merged = merge_intervals(np.concatenate([held, *(np.asarray(r[s]) for r, s in zip(runs, slices))]))
         column.extend(merged[:-1])
         held = merged[-1:]
+        release(*runs[:1])  # the runs' file: the pages of this stretch
     column.extend(held)
     return column.close()
 
@@ -214,6 +215,7 @@ def bucket_runs(runs: list[tuple[np.ndarray, np.ndarray]], out: SpillFile, scrat
             t, b = bucket_max(np.concatenate(ts), np.concatenate([np.asarray(b[s]) for (_, b), s in zip(runs, slices)]))
             ts_column.extend(t)
             bytes_column.extend(b)
+            release(*times[:1])
     ts_ref, scratch_ref = ts_column.close(), bytes_column.close()
     scratch.freeze()
     values = scratch.array(scratch_ref)
@@ -242,8 +244,8 @@ class SpilledRank:
     out as the rank's ``RankTrace`` (``result``): what ``parts.Merger`` and ``parts.assemble`` make in memory,
     the same columns, never holding more than a part, or ``batch`` rows, at a time."""
 
-    def __init__(self, folder: Path, batch: int = BATCH_ROWS) -> None:
-        self.folder, self.batch = folder, batch
+    def __init__(self, folder: Path, batch: int | None = None) -> None:
+        self.folder, self.batch = folder, batch or BATCH_ROWS
         self.raw = SpillFile(folder)
         self.parts: list[_PartRefs] = []
         self.names: dict[str, int] = {}
@@ -343,7 +345,8 @@ class SpilledRank:
                 block = np.array(rows[at:at + self.batch])
                 if len(block):
                     block[:, 7] = p.names[block[:, 7]]
-                yield block, on_gpu[at:at + self.batch]
+                yield block, np.array(on_gpu[at:at + self.batch])
+                self.raw.release()
         if len(nodes):
             code = names.index("autograd")
             for at in range(0, len(nodes), self.batch):
