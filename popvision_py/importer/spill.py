@@ -124,6 +124,29 @@ class Column:
         return Ref(self.offset, self.dtype, (self.rows, *self.tail))
 
 
+class Growing:
+    """An int64 column appended a piece at a time, then read whole (``result``): in memory, or in a spill file
+    in ``folder`` where given."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.pieces: list[np.ndarray] = []
+        self.spill = SpillFile(folder) if folder is not None else None
+        self.column = self.spill.column(np.int64) if self.spill is not None else None
+
+    def extend(self, values: np.ndarray) -> None:
+        if self.column is not None:
+            self.column.extend(values)
+        else:
+            self.pieces.append(np.asarray(values, np.int64))
+
+    def result(self) -> np.ndarray:
+        if self.spill is None or self.column is None:
+            return np.concatenate(self.pieces).astype(np.int64) if self.pieces else np.zeros(0, np.int64)
+        ref = self.column.close()
+        self.spill.freeze()
+        return self.spill.array(ref)
+
+
 def release(*holders: Any) -> None:
     """Hand back the pages of each spilled ``RankTrace``, ``SpillFile`` or array over one given (``filled``'s);
     nothing for others."""
