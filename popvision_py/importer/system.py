@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from popvision_py.format import system as S
+from popvision_py.importer.parts import release_memory
 from popvision_py.importer.read import KIND, RankTrace
 from popvision_py.importer.spill import release
 
@@ -58,6 +59,7 @@ def write_timelines(traces: list[RankTrace], folder: Path) -> list[Path]:
             for at in range(0, max(len(trace.kind), 1), SLICE_SPANS):  # a slice at a time: rows of a few spans
                 writer.write(rank_columns(trace, slice(at, at + SLICE_SPANS)))
                 release(trace)
+                release_memory()
         written.append(path)
     ours = {p.name for p in written}
     for stale in S.files_in(folder):
