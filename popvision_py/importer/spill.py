@@ -29,7 +29,7 @@ import numpy as np
 
 from popvision_py.importer.checks import TraceError, header_fields
 from popvision_py.importer.parts import (MEMORY_BUCKET_NS, RankPart, RankTrace, autograd_rows, bucket_max, choose,
-                                         gpu_work_dropped, merge_intervals, torch_version)
+                                         gpu_work_dropped, merge_intervals, release_memory, torch_version)
 
 BATCH_ROWS = 1 << 16  # rows handled at a time: intervals merged, samples reduced, spans copied
 ALIGN = 64
@@ -302,6 +302,8 @@ class SpilledRank:
         self.gpu |= part.gpu
         self.on_gpu |= bool(part.on_gpu.any())
         self.devices.update(dict.fromkeys(part.memory))
+        if len(self.parts) % 16 == 0:
+            release_memory()  # the parts' churn (each made, spilled and dropped)
 
     def result(self, path: str, header: dict[str, Any]) -> RankTrace:
         """The rank's ``RankTrace``, its arrays over the memory map of its columns' file (``parts.assemble``'s
@@ -356,6 +358,7 @@ class SpilledRank:
             torch_version=torch_version(header), pid=self.step_pid)
         trace.spill = out
         out.release()
+        release_memory()
         return trace
 
     def _span_blocks(self, nodes: np.ndarray, names: list[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
