@@ -1,7 +1,8 @@
 """``popvision import``: PyTorch profiler traces (one Chrome-trace JSON per rank) into a profile.pop.
 
 ``read`` reads each rank's file into the few columns the import needs (``ranges``: byte ranges of
-events decoded at once, in parallel across ``jobs`` processes, within a rank and across ranks);
+events decoded at once, in parallel across ``jobs`` processes, within a rank and across ranks), which
+``spill`` appends to anonymous files beside the output as they come and maps back;
 ``timeline`` cuts each rank's time into what it was doing (a pass of a stage over a micro-batch,
 communication exposed or hidden, the optimiser, idle); ``profile`` maps the result onto the open
 format's tables. Once the profile is written, ``system`` writes
