@@ -162,9 +162,9 @@ class TableWriter:
     def __init__(self, spec: S.TableSchema, spool: BinaryIO, destination: Path,
                  declared: Mapping[str, int] | None = None,
                  encoder: _futures.ThreadPoolExecutor | None = None, fold: LevelFold | None = None,
-                 row_group_rows: int = ROW_GROUP_ROWS) -> None:
+                 row_group_rows: int | None = None) -> None:
         self.spec = spec
-        self.row_group_rows = max(int(row_group_rows), 1)
+        self.row_group_rows = max(int(row_group_rows or ROW_GROUP_ROWS), 1)
         self.fold = fold  # the trace's levels of detail, folded from each row group as it is encoded
         self.destination = destination
         self._declared = declared
@@ -296,7 +296,7 @@ class ProfileWriter:
         target: Mapping[str, Any],
         run: Mapping[str, Any],
         generator: Mapping[str, Any] | None = None,
-        row_group_rows: int = ROW_GROUP_ROWS,
+        row_group_rows: int | None = None,
     ) -> None:
         self.path = Path(path)
         self.row_group_rows = row_group_rows  # each table's row groups: a writer holds a few of them
