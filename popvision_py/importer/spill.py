@@ -80,9 +80,9 @@ class SpillFile:
         column.extend(values)
         return column.close()
 
-    def column(self, dtype: Any, tail: tuple[int, ...] = ()) -> Column:
+    def column(self, dtype: Any, tail: tuple[int, ...] = ()) -> SpillColumn:
         """A column appended a piece at a time (nothing else may be appended until it is closed)."""
-        return Column(self, self.size, np.dtype(dtype), tail)
+        return SpillColumn(self, self.size, np.dtype(dtype), tail)
 
     def freeze(self) -> None:
         """No more appends: the file is mapped (the mapping keeps it open; the file object is closed)."""
@@ -104,7 +104,7 @@ class SpillFile:
             self.map.madvise(mmap.MADV_DONTNEED)
 
 
-class Column:
+class SpillColumn:
     """A column of a ``SpillFile`` being appended (``extend``), then closed into its ``Ref``."""
 
     def __init__(self, spill: SpillFile, offset: int, dtype: np.dtype, tail: tuple[int, ...]) -> None:
