@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("trace", "programs", "exchanges", "liveness", "tile_cycles", "tile_memory", "trace_levels")
 
 
-def test_runs_unioned_a_stretch_of_time_at_a_time_are_their_union():
+def test_runs_unioned_a_stretch_of_time_at_a_time_are_their_union(tmp_path):
     # GIVEN three runs of sorted disjoint intervals, which overlap and touch across runs
-    out = spill.SpillFile(Path.cwd())
+    out = spill.SpillFile(tmp_path)
     runs = [np.array([[0, 5], [10, 12], [30, 31]]), np.array([[4, 11], [12, 12], [40, 50]]),
             np.array([[20, 20], [31, 35]])]
     # WHEN they are unioned two intervals at a time
@@ -36,7 +36,7 @@ def test_runs_unioned_a_stretch_of_time_at_a_time_are_their_union():
 
 
 @pytest.mark.parametrize("batch", [1, 7, 1000])
-def test_random_runs_unioned_and_reduced_in_stretches_are_what_one_pass_makes(batch):
+def test_random_runs_unioned_and_reduced_in_stretches_are_what_one_pass_makes(batch, tmp_path):
     # GIVEN 30 runs of random intervals and of random memory samples (each run merged, or reduced, on its own)
     rng = np.random.default_rng(batch)
     runs, samples = [], []
@@ -44,7 +44,7 @@ def test_random_runs_unioned_and_reduced_in_stretches_are_what_one_pass_makes(ba
         start = rng.integers(0, 100_000, 40)
         runs.append(merge_intervals(np.stack([start, start + rng.integers(0, 3_000, 40)], axis=1)))
         samples.append(bucket_max(rng.integers(0, 200_000, 50), rng.integers(0, 5, 50)))  # ties: the first wins
-    out, scratch = spill.SpillFile(Path.cwd()), spill.SpillFile(Path.cwd())
+    out, scratch = spill.SpillFile(tmp_path), spill.SpillFile(tmp_path)
     # WHEN they are unioned and reduced `batch` rows at a time
     union = spill.union_runs(runs, out, batch)
     ts, nbytes = spill.bucket_runs(samples, out, scratch, batch)
