@@ -194,15 +194,12 @@ def _cuts(starts: list[np.ndarray], batch: int) -> list[int]:
 
 def _stretches(keys: list[np.ndarray], cuts: list[int]) -> Iterator[list[slice]]:
     """For each stretch of time (before the first cut, between cuts, after the last), each run's rows
-    whose key (sorted) lies in it."""
-    at = [0] * len(keys)
-    for cut in [*cuts, None]:
-        slices = []
-        for k, key in enumerate(keys):
-            stop = len(key) if cut is None else int(np.searchsorted(key, cut, side="left"))
-            slices.append(slice(at[k], stop))
-            at[k] = stop
-        yield slices
+    whose key (sorted) lies in it: every run's bounds found at once, its pages then handed back."""
+    bounds = [np.concatenate([[0], np.searchsorted(np.ascontiguousarray(key), cuts, side="left"), [len(key)]])
+              for key in keys]
+    release(*keys[:1])
+    for j in range(len(cuts) + 1):
+        yield [slice(int(b[j]), int(b[j + 1])) for b in bounds]
 
 
 def union_runs(runs: list[np.ndarray], out: SpillFile, batch: int = BATCH_ROWS) -> Ref:
@@ -338,8 +335,6 @@ class SpilledRank:
                 kept = block if not drop else block[~gpu_work_dropped(block[:, 2], on_gpu)]
                 column.extend(kept[:, at])
             refs[field_name] = column.close()
-            raw.release()
-            scratch.release()
         del nodes
         memory = None
         if choice.memory is not None:
@@ -378,3 +373,4 @@ class SpilledRank:
             for at in range(0, len(nodes), self.batch):
                 piece = nodes[at:at + self.batch]
                 yield autograd_rows(piece, code), np.zeros(len(piece), bool)
+                release(nodes)
