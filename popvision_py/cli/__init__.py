@@ -54,6 +54,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# command name -> environment it runs in unless the user set otherwise, set before its module (and pyarrow, which
+# reads it once) is imported. import: Arrow's allocations from the system's allocator, whose freed pages the
+# import hands back window by window (``importer.parts.release_memory``); Arrow's own (mimalloc) keeps those
+# its writer's threads freed, and the import's memory would climb with the rows it writes.
+ENVIRONMENT: dict[str, dict[str, str]] = {"import": {"ARROW_DEFAULT_MEMORY_POOL": "system"}}
+
+
 class PopvisionGroup(click.Group):
     """Loads command modules lazily (fast startup) and turns project errors into one line."""
 
@@ -63,6 +70,8 @@ class PopvisionGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS:
             return None
+        for key, value in ENVIRONMENT.get(name, {}).items():
+            os.environ.setdefault(key, value)
         return importlib.import_module(f"popvision_py.cli.{COMMANDS[name][0]}").command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -3,9 +3,10 @@
 TRACES are files, folders (their traces) or glob patterns, ``.json`` or ``.json.gz``, one file per rank
 (``torch.profiler``'s ``export_chrome_trace`` or ``tensorboard_trace_handler``). Each rank's events are
 cut into byte ranges decoded in parallel (``--jobs``) and reduced as they come
-(``popvision_py.importer.ranges``), so memory grows with the ranks' time lines, not with the JSON. The profile is
-written atomically: a bad trace is one sentence and exit code 2, and an earlier profile in DIR is
-left as it was. Then each rank's CPU timeline goes to DIR/system/rank-<r>.pvti.parquet.
+(``popvision_py.importer.ranges``); each rank's columns go to anonymous spill files in DIR's folder as they
+come and are read back a window at a time (``popvision_py.importer.spill``), so memory stays flat whatever the
+traces' size. The profile is written atomically: a bad trace is one sentence and exit code 2, and an earlier
+profile in DIR is left as it was. Then each rank's CPU timeline goes to DIR/system/rank-<r>.pvti.parquet.
 docs/real-traces.md says what each figure means and what is inferred.
 """
 

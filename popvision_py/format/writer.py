@@ -156,13 +156,15 @@ def footer_crc32(parquet: BinaryIO, size: int) -> int:
 
 
 class TableWriter:
-    """Appends row batches to one table; a row group is written every ROW_GROUP_ROWS rows, on
-    ``encoder`` (a one-thread executor) if given, else in line."""
+    """Appends row batches to one table; a row group is written every ``row_group_rows`` rows
+    (ROW_GROUP_ROWS by default), on ``encoder`` (a one-thread executor) if given, else in line."""
 
     def __init__(self, spec: S.TableSchema, spool: BinaryIO, destination: Path,
                  declared: Mapping[str, int] | None = None,
-                 encoder: _futures.ThreadPoolExecutor | None = None, fold: LevelFold | None = None) -> None:
+                 encoder: _futures.ThreadPoolExecutor | None = None, fold: LevelFold | None = None,
+                 row_group_rows: int | None = None) -> None:
         self.spec = spec
+        self.row_group_rows = max(int(row_group_rows or ROW_GROUP_ROWS), 1)
         self.fold = fold  # the trace's levels of detail, folded from each row group as it is encoded
         self.destination = destination
         self._declared = declared
@@ -187,7 +189,7 @@ class TableWriter:
         self._pending.append(rows)
         self._pending_rows += rows.num_rows
         self.rows += rows.num_rows
-        if self._pending_rows >= ROW_GROUP_ROWS:
+        if self._pending_rows >= self.row_group_rows:
             self._flush()
 
     def _flush(self) -> None:
@@ -206,7 +208,7 @@ class TableWriter:
         if self.fold is not None:
             self.fold.add_table(group)
         try:
-            self._parquet.write_table(group, row_group_size=ROW_GROUP_ROWS)
+            self._parquet.write_table(group, row_group_size=self.row_group_rows)
         except OSError as exc:  # the spool's disk is full, say
             raise write_error(self.destination, exc) from exc
 
@@ -294,8 +296,10 @@ class ProfileWriter:
         target: Mapping[str, Any],
         run: Mapping[str, Any],
         generator: Mapping[str, Any] | None = None,
+        row_group_rows: int | None = None,
     ) -> None:
         self.path = Path(path)
+        self.row_group_rows = row_group_rows  # each table's row groups: a writer holds a few of them
         for what, given, required in (("target", target, S.REQUIRED_TARGET_KEYS), ("run", run, S.REQUIRED_RUN_KEYS)):
             missing = [k for k in required if k not in given]
             if missing:
@@ -335,7 +339,7 @@ class ProfileWriter:
             self._encoder = _encoder()
         self._writers[name] = TableWriter(S.TABLES[name], spool, self.path,
                                           bounds(self._manifest["target"], self._manifest["run"], {}), self._encoder,
-                                          LevelFold() if name == "trace" else None)
+                                          LevelFold() if name == "trace" else None, self.row_group_rows)
         return self._writers[name]
 
     def set_run(self, key: str, value: Any) -> None:

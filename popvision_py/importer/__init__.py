@@ -1,7 +1,8 @@
 """``popvision import``: PyTorch profiler traces (one Chrome-trace JSON per rank) into a profile.pop.
 
 ``read`` reads each rank's file into the few columns the import needs (``ranges``: byte ranges of
-events decoded at once, in parallel across ``jobs`` processes, within a rank and across ranks);
+events decoded at once, in parallel across ``jobs`` processes, within a rank and across ranks), which
+``spill`` appends to anonymous files beside the output as they come and maps back;
 ``timeline`` cuts each rank's time into what it was doing (a pass of a stage over a micro-batch,
 communication exposed or hidden, the optimiser, idle); ``profile`` maps the result onto the open
 format's tables. Once the profile is written, ``system`` writes
@@ -24,8 +25,9 @@ from typing import Any
 
 from popvision_py.importer.profile import write_profile
 from popvision_py.importer import ranges
-from popvision_py.importer.parts import Merger, release_memory
+from popvision_py.importer.parts import release_memory
 from popvision_py.importer.read import RankTrace, TraceError, read_rank, read_stream
+from popvision_py.importer.spill import release, spill_folder
 from popvision_py.importer.system import write_timelines
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -89,20 +91,21 @@ def looks_like_trace(path: Path, peek: int = 1 << 16) -> bool:
     return False
 
 
-def read_traces(paths: list[Path], jobs: int | None = None,
-                progress: Callable[[], None] = lambda: None) -> list[RankTrace]:
+def read_traces(paths: list[Path], jobs: int | None = None, progress: Callable[[], None] = lambda: None,
+                spill: Path | None = None) -> list[RankTrace]:
     """Each file read (byte ranges of events decoded in parallel processes, across ranks and within one),
-    in rank order; one sentence if two claim one rank."""
+    in rank order; one sentence if two claim one rank. With ``spill`` (a folder), each rank's columns are
+    appended to an anonymous file there as its ranges are read, and its ``RankTrace`` maps that file."""
     jobs = max(1, jobs or os.cpu_count() or 1)
     traces = []
     if jobs == 1 or _size(paths) < IN_PROCESS_BYTES:  # a few MB: starting processes would take longer
         for p in paths:
-            traces.append(_read(p))
+            traces.append(_read(p, spill=spill))
             progress()
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             try:
-                for trace in _read_parallel(pool, paths, jobs):
+                for trace in _read_parallel(pool, paths, jobs, spill):
                     traces.append(trace)
                     progress()
             except BaseException:
@@ -141,12 +144,13 @@ def _size(paths: list[Path]) -> int:
     return total
 
 
-def _read_parallel(pool: ProcessPoolExecutor, paths: list[Path], jobs: int) -> Iterator[RankTrace]:
+def _read_parallel(pool: ProcessPoolExecutor, paths: list[Path], jobs: int,
+                   spill: Path | None = None) -> Iterator[RankTrace]:
     """Each rank's trace in order: its byte ranges handed to ``pool`` (at most two per process waiting, across
     the ranks), their parts merged in order as they come; a rank the fast path does not take is read by
     the streaming parser, in the pool too. A rank's first error is raised in the order of the ranks."""
     waiting: collections.deque[tuple[_Rank, Future]] = collections.deque()
-    ranks = collections.deque(_Rank(p) for p in paths)
+    ranks = collections.deque(_Rank(p, spill) for p in paths)
     unplanned = list(ranks)
     while ranks:
         while len(waiting) < 2 * jobs and unplanned:
@@ -166,11 +170,12 @@ def _read_parallel(pool: ProcessPoolExecutor, paths: list[Path], jobs: int) -> I
 class _Rank:
     """One rank's read by byte ranges: its plan, its parts merged so far, or the streaming read it fell to."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, spill: Path | None = None) -> None:
         self.path = path
+        self.spill = spill
         self.plan: ranges.TracePlan | None = None
         self.sources: Iterator[tuple[Any, bool]] | None = None
-        self.merger = Merger()
+        self.merger = ranges.merger(spill)
         self.fallen = False  # read by the streaming parser
         self.planned = False  # every range handed out
         self.trace: RankTrace | None = None
@@ -195,12 +200,13 @@ class _Rank:
         self.fallen = True
         if self.sources is not None and hasattr(self.sources, "close"):
             self.sources.close()  # type: ignore[union-attr]
+        self.merger = ranges.merger(None)  # what was spilled goes with its file
         return pool.submit(read_stream, self.path)
 
     def take(self, pool: ProcessPoolExecutor, future: Future, waiting: collections.deque) -> None:
         """A finished task's result: a part to merge, the streaming read's trace, or the reason to fall back."""
         try:
-            result = _read(self.path, future)
+            result = _read(self.path, future, self.spill)
         except ranges.Fallback:
             if not self.fallen:
                 waiting.append((self, self._fall(pool)))
@@ -225,16 +231,16 @@ class _Rank:
         if self.trace is not None:
             return self.trace
         try:
-            return ranges.finish(self.path, self.plan, self.merger.result())
+            return ranges.finish(self.path, self.plan, self.merger)
         except ranges.Fallback:
-            return _read(self.path)  # here: the ranks after it wait for it in any case
+            return _read(self.path, spill=self.spill)  # here: the ranks after it wait for it in any case
 
 
-def _read(path: Path, future: Future | None = None) -> Any:
-    """``read_rank(path)``, here or by ``future``; running out of memory, or a reading process that died, is
-    one sentence."""
+def _read(path: Path, future: Future | None = None, spill: Path | None = None) -> Any:
+    """``read_rank(path, spill)``, here or by ``future``; running out of memory, or a reading process that died,
+    is one sentence."""
     try:
-        return future.result() if future is not None else read_rank(path)
+        return future.result() if future is not None else read_rank(path, spill)
     except MemoryError:
         raise TraceError(f"{path} needs more memory to read than this process may use.") from None
     except BrokenProcessPool:
@@ -250,6 +256,7 @@ def _check_one_run(traces: list[RankTrace]) -> None:
         times = [x for x in (t.start, t.end, t.busy.ravel()) if len(x)]
         if times:
             spans.append((int(min(x.min() for x in times)), int(max(x.max() for x in times)), t))
+        release(t)
     if len(spans) < 2:
         return
     first = min(spans, key=lambda s: s[1])  # the rank that ends first
@@ -263,8 +270,9 @@ def _check_one_run(traces: list[RankTrace]) -> None:
 def import_traces(paths: list[Path], output: Path, *, device_memory: int | None = None, jobs: int | None = None,
                   name: str | None = None, progress: Callable[[], None] = lambda: None) -> dict:
     """Read ``paths`` and write ``output`` (a profile.pop), then each rank's CPU timeline in ``system/`` beside
-    it; returns the manifest's ``run``."""
-    traces = read_traces(paths, jobs, progress)
+    it; returns the manifest's ``run``. Each rank's columns are spilled to anonymous files in the output's
+    folder as they are read (``spill``), and read back a window at a time: memory stays flat."""
+    traces = read_traces(paths, jobs, progress, spill_folder(output))
     if not any(len(t.start) or len(t.busy) for t in traces):
         raise TraceError("The traces hold no events on any rank's time line (no operators, annotations or "
                          "communication): record them with torch.profiler's CPU (and CUDA) activities.")

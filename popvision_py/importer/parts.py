@@ -73,6 +73,7 @@ class RankTrace:
     gpu: bool = False
     torch_version: str | None = None
     pid: int | None = None  # the process of the rank's training loop (its ProfilerStep#N annotations'), if known
+    spill: Any = field(default=None, repr=False, compare=False)  # the file its arrays map (spill.SpilledRank)
 
 
 
@@ -194,7 +195,7 @@ def _main_thread(threads: dict[Any, int], step_threads: set[Any]) -> Any:
     return max(threads, key=threads.get) if threads else None
 
 
-def _torch_version(header: dict[str, Any]) -> str | None:
+def torch_version(header: dict[str, Any]) -> str | None:
     for key in ("torch_version", "pytorch_version", "torchVersion"):
         if isinstance(header.get(key), str):
             return header[key][:200]
@@ -345,6 +346,36 @@ class Merger:
         self.whole = whole
 
 
+@dataclass
+class Choice:
+    """What ``assemble`` takes of a rank's parts: the training thread, whose operators are the busy rows
+    (the GPU's kernels' where ``kernels``), whose autograd nodes are backward passes (every thread's where
+    ``all_backward``), and the device whose memory is the rank's."""
+
+    main: Any
+    kernels: bool
+    backward: list[Any]
+    memory: int | None
+
+
+def choose(gpu: bool, threads: dict[Any, int], step_threads: list[Any], backward: Any, memory: Any) -> Choice:
+    """The ``Choice`` for a rank's parts: ``threads`` (operators per thread), ``step_threads``, and the threads
+    with autograd nodes (``backward``) and devices with memory samples (``memory``), in order."""
+    main = None if gpu else _main_thread(threads, set(step_threads))
+    nodes = [main] if main in backward else list(backward) if gpu else []
+    kept = 1 if (gpu or 0 not in memory) and 1 in memory else 0 if 0 in memory else None
+    return Choice(main, gpu, nodes, kept)
+
+
+def gpu_work_dropped(kind: np.ndarray, on_gpu: np.ndarray) -> np.ndarray:
+    """The spans of a GPU trace that are not kept: its passes' time is their GPU-side annotations' (when their
+    kernels ran), not the CPU's (when they were launched); profiler steps and communication calls stay on
+    the CPU's clock."""
+    work = np.isin(kind, [KIND[k] for k in ("forward", "backward", "backward_input", "backward_weight", "update",
+                                            "pp_comm", "pp_other")])
+    return work & ~on_gpu
+
+
 def assemble(path: str, header: dict[str, Any], part: RankPart) -> RankTrace:
     """A rank's ``RankTrace`` from its whole ``RankPart``: the training thread, its operators' union (or the GPU's
     kernels'), the backward passes no annotation names, the memory of the rank's device."""
@@ -353,44 +384,39 @@ def assemble(path: str, header: dict[str, Any], part: RankPart) -> RankTrace:
     except TraceError as exc:
         raise TraceError(f"{path} {exc}.") from None
     names = list(part.names)
-    if part.gpu:
-        busy_rows = part.kernels
-        main = None
-    else:
-        main = _main_thread(part.threads, set(part.step_threads))
-        busy_rows = part.busy.get(main, _empty_intervals()) if main in part.busy else _empty_intervals()
+    choice = choose(part.gpu, part.threads, part.step_threads, part.backward, part.memory)
+    busy_rows = part.kernels if choice.kernels else part.busy.get(choice.main, _empty_intervals())
     # autograd's backward nodes: a backward pass where no annotation names one (DDP, FSDP, 1F1B without stack)
-    nodes = (part.backward[main] if main in part.backward else
-             merge_intervals(np.concatenate(list(part.backward.values()))) if part.gpu and part.backward
-             else _empty_intervals())
+    got = [part.backward[t] for t in choice.backward]
+    nodes = got[0] if len(got) == 1 else merge_intervals(np.concatenate(got)) if got else _empty_intervals()
     table, on_gpu = part.rows, part.on_gpu
     if len(nodes):
         if "autograd" not in names:
             names.append("autograd")
-        extra = np.zeros((len(nodes), 8), np.int64)
-        extra[:, 0:2] = nodes
-        extra[:, 2] = KIND["backward"]
-        extra[:, 3:6] = -1
-        extra[:, 7] = names.index("autograd")
-        table = np.concatenate([table, extra])
+        table = np.concatenate([table, autograd_rows(nodes, names.index("autograd"))])
         on_gpu = np.concatenate([on_gpu, np.zeros(len(nodes), bool)])
     if part.gpu and on_gpu.any():
-        # a GPU trace: the passes' time is their GPU-side annotations' (when their kernels ran), not the
-        # CPU's (when they were launched); profiler steps and communication calls stay on the CPU's clock
-        work = np.isin(table[:, 2], [KIND[k] for k in ("forward", "backward", "backward_input", "backward_weight",
-                                                        "update", "pp_comm", "pp_other")])
-        table = table[~(work & ~on_gpu)]
-    memory = part.memory
-    kept = memory[1] if (part.gpu or 0 not in memory) and 1 in memory else memory.get(0)
+        table = table[~gpu_work_dropped(table[:, 2], on_gpu)]
+    kept = part.memory.get(choice.memory) if choice.memory is not None else None
     memory_ts, memory_bytes = kept if kept is not None else (np.zeros(0, np.int64), np.zeros(0, np.int64))
     return RankTrace(
         path=str(path), header={k: v for k, v in header.items() if k != "traceEvents"},
         rank=rank, world_size=world,
-        main_thread=main, start=table[:, 0], end=table[:, 1], kind=table[:, 2].astype(np.int8),
+        main_thread=choice.main, start=table[:, 0], end=table[:, 1], kind=table[:, 2].astype(np.int8),
         stage=table[:, 3].astype(np.int32), micro_batch=table[:, 4].astype(np.int32),
         peer=table[:, 5].astype(np.int32), nbytes=table[:, 6], name=table[:, 7].astype(np.int32), names=names,
         busy=busy_rows, memory_ts=memory_ts, memory_bytes=memory_bytes, events=part.events, gpu=part.gpu,
-        torch_version=_torch_version(header), pid=part.step_pid)
+        torch_version=torch_version(header), pid=part.step_pid)
+
+
+def autograd_rows(nodes: np.ndarray, name: int) -> np.ndarray:
+    """Spans' rows (``RankPart.rows``) of backward passes for autograd's nodes (merged [start, end) rows)."""
+    extra = np.zeros((len(nodes), 8), np.int64)
+    extra[:, 0:2] = nodes
+    extra[:, 2] = KIND["backward"]
+    extra[:, 3:6] = -1
+    extra[:, 7] = name
+    return extra
 
 
 def release_memory() -> None:

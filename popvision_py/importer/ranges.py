@@ -37,6 +37,7 @@ from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_
                                          MAX_PLAIN, MAX_RATIO, MAX_US, STEP, Merger, RankPart, RankTrace, Spans,
                                          args_of, assemble, bucket_max, classify, comm_bytes, is_annotation_span,
                                          merge_intervals, open_trace, parse_header)
+from popvision_py.importer.spill import SpilledRank
 
 RANGE_BYTES = 16 << 20  # bytes of events decoded at once (a range's events take about as much again)
 SEARCH_BYTES = 1 << 16  # a boundary is looked for in windows of this many bytes from a range's target end
@@ -250,21 +251,29 @@ def rank_ranges(path: Path) -> tuple[TracePlan, Iterator[tuple[tuple[str, int, i
     return plan, (((str(path), start, end), last) for start, end, last in plan.ranges)
 
 
-def finish(path: Path, plan: TracePlan, part: RankPart) -> RankTrace:
+def merger(spill: Path | None) -> Merger | SpilledRank:
+    """Where a rank's parts are merged as they come: in memory, or appended to a spill file in ``spill``."""
+    return Merger() if spill is None else SpilledRank(spill)
+
+
+def finish(path: Path, plan: TracePlan, parts: Merger | SpilledRank) -> RankTrace:
     """The rank's ``RankTrace`` from its merged parts (``Fallback`` where ``assemble`` refuses it)."""
     try:
-        return assemble(str(path), plan.header, part)
+        if isinstance(parts, SpilledRank):
+            return parts.result(str(path), plan.header)
+        return assemble(str(path), plan.header, parts.result())
     except TraceError as exc:
         raise Fallback(str(exc)) from None
 
 
-def read_fast(path: Path) -> RankTrace:
-    """One rank's trace by byte ranges, one after the other in this process (``Fallback`` if not taken)."""
+def read_fast(path: Path, spill: Path | None = None) -> RankTrace:
+    """One rank's trace by byte ranges, one after the other in this process (``Fallback`` if not taken); its
+    columns spilled to a file in ``spill`` where given."""
     plan, sources = rank_ranges(path)
-    merger = Merger()
+    parts = merger(spill)
     for source, last in sources:
-        merger.add(read_range(source, plan.base_ns, last))
-    return finish(path, plan, merger.result())
+        parts.add(read_range(source, plan.base_ns, last))
+    return finish(path, plan, parts)
 
 
 _BUFFER = bytearray()  # a worker's range, read in place (the same pages each time: no fresh memory to fault in)

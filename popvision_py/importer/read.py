@@ -101,12 +101,13 @@ class _Union:
         return bool(self.pending or self.chunks)
 
 
-def read_rank(path: str | Path) -> RankTrace:
-    """Read one rank's trace into a ``RankTrace`` (by byte ranges, in this process; the streaming parser
-    where the fast path does not take the trace); a ``TraceError`` naming the file if it cannot."""
+def read_rank(path: str | Path, spill: Path | None = None) -> RankTrace:
+    """Read one rank's trace into a ``RankTrace`` (by byte ranges, in this process, its columns spilled to a
+    file in ``spill`` where given; the streaming parser, in memory, where the fast path does not take the
+    trace); a ``TraceError`` naming the file if it cannot."""
     path = Path(path)
     try:
-        return ranges.read_fast(path)
+        return ranges.read_fast(path, spill)
     except ranges.Fallback:
         return read_stream(path)
 

@@ -16,15 +16,20 @@ from pathlib import Path
 import numpy as np
 
 from popvision_py.format import system as S
+from popvision_py.importer.parts import release_memory
 from popvision_py.importer.read import KIND, RankTrace
+from popvision_py.importer.spill import release
 
 KEPT = np.array([KIND[k] for k in KIND if k != "comm_flight"], np.int8)
 
 
-def rank_columns(trace: RankTrace) -> dict[str, np.ndarray]:
-    """A rank's training-thread spans as the system timeline's columns."""
-    keep = np.isin(trace.kind, KEPT)
-    n = int(keep.sum())
+SLICE_SPANS = 1 << 18  # spans made into rows at a time
+
+
+def rank_columns(trace: RankTrace, spans: slice = slice(None)) -> dict[str, np.ndarray]:
+    """A rank's training-thread spans (those of ``spans``, all by default) as the system timeline's columns."""
+    keep = np.flatnonzero(np.isin(trace.kind[spans], KEPT)) + (spans.start or 0)
+    n = len(keep)
     names = np.asarray(trace.names, dtype=object) if trace.names else np.zeros(0, object)
     thread = "training thread" if trace.main_thread is None else f"thread {trace.main_thread}"
     return {
@@ -50,7 +55,12 @@ def write_timelines(traces: list[RankTrace], folder: Path) -> list[Path]:
     written = []
     for trace in traces:
         path = folder / f"{process_name(trace.rank)}{S.SUFFIX}"
-        written.append(S.write_system(path, rank_columns(trace), process_name(trace.rank), _pid(trace)))
+        with S.SystemWriter(path, process_name(trace.rank), _pid(trace)) as writer:
+            for at in range(0, max(len(trace.kind), 1), SLICE_SPANS):  # a slice at a time: rows of a few spans
+                writer.write(rank_columns(trace, slice(at, at + SLICE_SPANS)))
+                release(trace)
+                release_memory()
+        written.append(path)
     ours = {p.name for p in written}
     for stale in S.files_in(folder):
         if stale.name.startswith("rank-") and stale.name not in ours:

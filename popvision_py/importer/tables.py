@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from popvision_py.format.values import arrow
 from popvision_py.importer.read import KIND, RankTrace, merge_intervals
+from popvision_py.importer.spill import Growing
 from popvision_py.importer.timeline import LABEL, PASS_NAME, Rows, is_collective, unique_first
 
 PHASE_WORDS = ["idle", "exchange", "compute"]
@@ -71,30 +72,28 @@ class RankTables:
         self.collective = np.array([is_collective(w) for w in t.names] + [False], bool)  # per distinct name
         self.steps_done = 0  # program steps (live rows) so far
         self.last_start = plan.lo  # the start of the latest live row
-        self.levels: list[np.ndarray] = []  # each live step's memory level, window by window
+        self.levels = Growing(t.spill.folder if t.spill is not None else None)  # each live step's memory level
         self.hidden_ns = 0
         self.step_starts = np.sort(t.start[t.kind == KIND["step"]])  # iteration: the profiler step a row starts in
-        # communication: every transfer's bytes and peer (a transfer in flight carries its call's), its first step
+        # communication: every transfer's bytes and peer (a transfer in flight carries its call's), its first
+        # step; each held for the transfers only (``comm``, in the order of the rank's spans), not for every span
         kind = t.kind
         self.comm = np.flatnonzero(np.isin(kind, [KIND["comm_call"], KIND["comm_flight"]]) & (t.end > plan.lo))
         flight = kind[self.comm] == KIND["comm_flight"]
         calls, flights = self.comm[~flight], self.comm[flight]
-        self.peer = t.peer.astype(np.int64).copy()
-        self.nbytes = t.nbytes.astype(np.int64).copy()
+        self.peer = t.peer[self.comm].astype(np.int64)
+        self.nbytes = t.nbytes[self.comm].astype(np.int64)
         if len(flights):
             order = np.argsort(t.start[calls], kind="stable")
             k = np.searchsorted(t.start[calls][order], t.start[flights], side="right") - 1
             parent = np.where(k >= 0, calls[order][np.maximum(k, 0)] if len(calls) else -1, -1)
-            self.peer[flights] = np.where(parent >= 0, t.peer[np.maximum(parent, 0)] if len(calls) else -1, -1)
-            self.nbytes[calls] = 0
-        self.is_comm = np.zeros(len(kind), bool)
-        self.is_comm[self.comm] = True
-        self.first_step = np.full(len(kind), -1, np.int64)  # each transfer's first exposed step
+            self.peer[flight] = np.where(parent >= 0, t.peer[np.maximum(parent, 0)] if len(calls) else -1, -1)
+            self.nbytes[~flight] = 0
+        self.first_step = np.full(len(self.comm), -1, np.int64)  # each transfer's first exposed step
         everything = np.isin(kind, [KIND["comm_call"], KIND["comm_flight"]])
         self.in_flight = merge_intervals(np.stack([t.start[everything], t.end[everything]], axis=1))
         self.in_flight_sum = np.concatenate([[0], np.cumsum(self.in_flight[:, 1] - self.in_flight[:, 0])])
-        order = np.argsort(t.memory_ts, kind="stable")
-        self.memory_ts, self.memory_bytes = t.memory_ts[order], t.memory_bytes[order]
+        self.memory_ts, self.memory_bytes = sorted_memory(t)
 
     def window(self, rows: Rows) -> dict[str, Table]:
         """The trace, programs and tile_cycles rows of a window's rows (span: indices into the rank's spans)."""
@@ -131,11 +130,14 @@ class RankTables:
         # a transfer's bytes go to the first step where it is exposed
         nbytes = np.zeros(live_count, np.int64)
         seen, first = unique_first(span[live & has])
-        new = seen[self.is_comm[seen] & (self.first_step[seen] < 0)] if len(seen) else seen
+        at_comm = np.minimum(np.searchsorted(self.comm, seen), max(len(self.comm) - 1, 0))  # each one's transfer
+        is_new = (self.comm[at_comm] == seen) & (self.first_step[at_comm] < 0) if len(self.comm) else \
+            np.zeros(len(seen), bool)
+        new = seen[is_new]
         if len(new):
-            at = step[live & has][first[np.searchsorted(seen, new)]]
-            self.first_step[new] = at
-            np.add.at(nbytes, at - self.steps_done, self.nbytes[new])
+            at = step[live & has][first[is_new]]
+            self.first_step[at_comm[is_new]] = at
+            np.add.at(nbytes, at - self.steps_done, self.nbytes[at_comm[is_new]])
         name_id = np.where(has, t.name[sp], len(t.names)) if len(t.name) else np.full(n, len(t.names))
         types = np.where(exchange, np.where(self.collective[name_id], 2, 1), 0)[live]
         cycles = (rows.end - rows.start)[live]
@@ -153,7 +155,7 @@ class RankTables:
         if live_count:  # the samples from the last before the window to its end
             a = max(int(np.searchsorted(self.memory_ts, rows.start[0], side="left")) - 1, 0)
             b = int(np.searchsorted(self.memory_ts, rows.end[-1], side="left")) + 1
-            self.levels.append(levels(self.memory_ts[a:b], self.memory_bytes[a:b], rows.start[live], rows.end[live]))
+            self.levels.extend(levels(self.memory_ts[a:b], self.memory_bytes[a:b], rows.start[live], rows.end[live]))
         if live_count:
             self.last_start = int(rows.start[live][-1])
         self.hidden_ns += self._hidden(rows)
@@ -177,9 +179,9 @@ class RankTables:
         t, ipu, comm = self.t, self.ipu, self.comm
         sends = np.array(["send" in n for n in t.names] + [False], bool)[t.name[comm]]
         collective = self.collective[t.name[comm]]
-        other = mapped(self.peer[comm], self.plan.ipu_of_rank)
+        other = mapped(self.peer, self.plan.ipu_of_rank)
         other = np.where(other >= 0, other, ipu)  # a peer outside the traces given: the rank itself
-        at = self.first_step[comm].copy()
+        at = self.first_step.copy()
         hidden = at < 0
         k = int(hidden.sum())
         at[hidden] = self.steps_done + np.arange(k)
@@ -187,19 +189,22 @@ class RankTables:
             "ipu": np.full(len(comm), ipu, np.int64), "step": at.astype(np.int64),
             "kind": category(np.where(collective, 0, 1), ["all_reduce", "inter_ipu"]),
             "src_ipu": np.where(sends, ipu, other), "dst_ipu": np.where(sends, other, ipu),
-            "bytes": self.nbytes[comm], "cycles": (t.end[comm] - t.start[comm]).astype(np.int64)}
+            "bytes": self.nbytes, "cycles": (t.end[comm] - t.start[comm]).astype(np.int64)}
         programs = {
             "ipu": np.full(k, ipu, np.int64), "step": self.steps_done + np.arange(k),
             "type": category(np.where(collective[hidden], 2, 1), TYPE_WORDS),
             "name": category(t.name[comm[hidden]].astype(np.int64), self.names),
             "op_id": np.full(k, -1, np.int64), "stage": np.full(k, -1, np.int64),
             "pass": category(np.zeros(k, np.int64), PASS_WORDS), "tiles": np.ones(k, np.int64),
-            "bytes": self.nbytes[comm[hidden]], "cycles": np.zeros(k, np.int64)}
+            "bytes": self.nbytes[hidden], "cycles": np.zeros(k, np.int64)}
         # memory: each step's level (the most allocated while it ran, else what was allocated when it began)
         # against the lowest, and the rank's peak split into what stayed allocated throughout and the rest
         at_last = np.full(k, self.last_start, np.int64)
-        level = np.concatenate([*self.levels, levels(t.memory_ts, t.memory_bytes, at_last, at_last)]).astype(np.int64)
-        self.levels = []
+        before = int(np.searchsorted(self.memory_ts, self.last_start, side="left"))  # the sample before it
+        last = levels(self.memory_ts[max(before - 1, 0):before + 1], self.memory_bytes[max(before - 1, 0):before + 1],
+                      at_last, at_last)
+        self.levels.extend(last)
+        level = self.levels.result()
         total = len(level)
         baseline = min(int(level.min()) if total else 0, self.peak)
         liveness = {  # made a slice at a time as it is written: one array of the rank's steps, not six
@@ -237,6 +242,15 @@ def rank_tables(t: RankTrace, ipu: int, plan: Any, peak: int, rows: Iterator[Row
     for window_rows in rows:
         yield tables.window(window_rows)
     yield {**tables.finish(), "hidden_comm_ns": tables.hidden_ns}
+
+
+def sorted_memory(t: RankTrace) -> tuple[np.ndarray, np.ndarray]:
+    """The rank's memory samples in time order: as they are (both readers keep them so), else sorted."""
+    ts = t.memory_ts
+    if len(ts) < 2 or bool((ts[1:] >= ts[:-1]).all()):
+        return ts, t.memory_bytes
+    order = np.argsort(ts, kind="stable")
+    return ts[order], t.memory_bytes[order]
 
 
 def _cover_until(merged: np.ndarray, covered: np.ndarray, at: np.ndarray) -> np.ndarray:

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from popvision_py.importer.read import KIND, RankTrace
+from popvision_py.importer.spill import filled
 
 LABELS = ("comm_call", "pp_comm", "pass", "update", "busy", "comm_flight", "idle")
 LABEL = {name: i for i, name in enumerate(LABELS)}
@@ -83,34 +85,35 @@ def _cover(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.where(inside, order[np.maximum(k, 0)], -1)
 
 
-def peer_ready(traces: list[RankTrace]) -> list[np.ndarray]:
+def peer_ready(traces: list[RankTrace], folder: Path | None = None) -> list[np.ndarray]:
     """For each rank's spans, when the other side of a point-to-point transfer was ready (-1 if none).
 
     The k-th ``c10d::send`` from rank a to rank b pairs with the k-th ``c10d::recv_`` on b from a (both
     in time order: a pair of ranks' transfers are matched in the order they were posted). Until both
     sides have called, neither can move data: a rank waiting before then waits for its peer (the
     pipeline's bubble), not for the transfer. Ranks' clocks are taken to agree (one machine, or
-    synchronised clocks: ``baseTimeNanoseconds`` is wall-clock time).
+    synchronised clocks: ``baseTimeNanoseconds`` is wall-clock time). The arrays lie in a spill file in
+    ``folder`` where given (``spill.filled``).
     """
-    ready = [np.full(len(t.kind), -1, np.int64) for t in traces]
+    ready = filled(folder, [len(t.kind) for t in traces], -1)
     by_rank = {t.rank: k for k, t in enumerate(traces)}
-    calls = []
-    for k, t in enumerate(traces):
-        names = np.array(t.names, dtype=object)
+
+    def calls(t: RankTrace, word: str) -> np.ndarray:
+        """Whether each span is a point-to-point call of this name (``c10d::send`` or ``c10d::recv_``)."""
         is_call = (t.kind == KIND["comm_call"]) & (t.peer >= 0)
-        word = names[t.name] if len(names) else np.zeros(0, object)
-        send = is_call & (word == "c10d::send") if len(word) else is_call
-        recv = is_call & (word == "c10d::recv_") if len(word) else is_call
-        calls.append((send, recv))
+        if not len(t.names):
+            return is_call
+        return is_call & (t.name == t.names.index(word)) if word in t.names else np.zeros(len(is_call), bool)
+
     for a, t in enumerate(traces):
-        send, _ = calls[a]
+        send = calls(t, "c10d::send")
         for b_rank in np.unique(t.peer[send]):
             b = by_rank.get(int(b_rank))
             if b is None:
                 continue
             u = traces[b]
             sends = np.flatnonzero(send & (t.peer == b_rank))
-            recvs = np.flatnonzero(calls[b][1] & (u.peer == t.rank))
+            recvs = np.flatnonzero(calls(u, "c10d::recv_") & (u.peer == t.rank))
             sends = sends[np.argsort(t.start[sends], kind="stable")]
             recvs = recvs[np.argsort(u.start[recvs], kind="stable")]
             n = min(len(sends), len(recvs))
@@ -186,7 +189,9 @@ def rank_rows(trace: RankTrace, window: tuple[int, int], ready: np.ndarray | Non
     return Rows(start=at[first], end=ends, label=label[first], span=span[first])
 
 
-WINDOW_BUSY_ROWS = 1 << 18  # a window of a rank's time line holds about this many of its busy rows
+# A window of a rank's time line holds about this many of its busy rows: its rows, and the arrays that cut them
+# and make them table rows, take about 1 KB a busy row.
+WINDOW_BUSY_ROWS = 1 << 15
 
 
 @dataclass
@@ -212,10 +217,10 @@ def rank_rows_by_window(trace: RankTrace, window: tuple[int, int], ready: np.nda
     lo, hi = window
     cuts = [lo, *(int(c) for c in trace.busy[busy_rows::busy_rows, 0] if lo < c < hi), hi] if hi > lo else [lo, hi]
     held: Rows | None = None
-    # a span's reach: its end, or its peer's call where that came later (it waits for its peer until then)
-    reach = np.maximum(trace.end, ready) if ready is not None else trace.end
     for a, b in zip(cuts[:-1], cuts[1:]):
-        picked = np.flatnonzero((reach > a) & (trace.start < b))
+        # a span's reach: its end, or its peer's call where that came later (it waits for its peer until then)
+        reaches = (trace.end > a) | (ready > a) if ready is not None else trace.end > a
+        picked = np.flatnonzero(reaches & (trace.start < b))
         i0 = int(np.searchsorted(trace.busy[:, 1], a, side="right")) if len(trace.busy) else 0
         i1 = int(np.searchsorted(trace.busy[:, 0], b, side="left")) if len(trace.busy) else 0
         part = _Spans(trace.kind[picked], trace.start[picked], trace.end[picked],

@@ -1,0 +1,376 @@
+"""Each rank's kept columns on disk, not in memory: the import's memory stays flat whatever the traces' size.
+
+A rank's parts (``parts.RankPart``, one per byte range of events) are appended to an anonymous file
+as they come (``SpilledRank.add``), so that the parent holds one part at a time, never a rank. Once
+the rank is read, ``SpilledRank.result`` lays its columns out in a second anonymous file, each
+column contiguous, by the rules ``parts.assemble`` applies in memory (the same rows, in the same
+order): the spans of every part in order, the training thread's operators (or the GPU's kernels)
+and its autograd nodes as unions of intervals, the largest ``Total Allocated`` per 10 µs. The unions
+and the memory's reduction are made a stretch of time at a time over the parts' sorted runs
+(``union_runs``, ``bucket_runs``), never over the whole rank at once.
+
+The rank's ``RankTrace`` then holds arrays over a memory map of that file (``RankTrace.spill``). The
+plan and the write read them a window at a time; ``release`` hands back the pages they touched
+(``MADV_DONTNEED``: resident pages of a mapped file count in the process's memory). The files are
+anonymous (``tempfile.TemporaryFile``, in the output's folder): nothing is left behind, whatever ends
+the import.
+"""
+
+from __future__ import annotations
+
+import mmap
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from popvision_py.importer.checks import TraceError, header_fields
+from popvision_py.importer.parts import (MEMORY_BUCKET_NS, RankPart, RankTrace, autograd_rows, bucket_max, choose,
+                                         gpu_work_dropped, merge_intervals, release_memory, torch_version)
+
+BATCH_ROWS = 1 << 16  # rows handled at a time: intervals merged, samples reduced, spans copied
+ALIGN = 64
+# The spans' columns as ``RankTrace`` holds them: its field, the column of ``RankPart.rows``, the dtype.
+SPAN_COLUMNS = (("start", 0, np.int64), ("end", 1, np.int64), ("kind", 2, np.int8), ("stage", 3, np.int32),
+                ("micro_batch", 4, np.int32), ("peer", 5, np.int32), ("nbytes", 6, np.int64), ("name", 7, np.int32))
+
+
+def spill_folder(output: str | Path) -> Path:
+    """Where the spill files of an import writing ``output`` go: its folder, or the nearest one that exists
+    (the output's folder is made only once the traces are known to be good)."""
+    folder = Path(output).absolute().parent
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+@dataclass(frozen=True)
+class Ref:
+    """An array in a ``SpillFile``: where it starts, its dtype and shape."""
+
+    offset: int
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+
+class SpillFile:
+    """An anonymous file that arrays are appended to, then read as arrays over one memory map."""
+
+    def __init__(self, folder: Path) -> None:
+        try:
+            self.file = tempfile.TemporaryFile(dir=folder)
+        except OSError as exc:
+            raise TraceError(f"Cannot write the import's spill files in {folder}: {exc.strerror or exc}.") from None
+        self.folder = folder
+        self.size = 0
+        self.map: mmap.mmap | None = None
+
+    def _write(self, data: Any) -> None:
+        try:
+            self.file.write(data)
+        except OSError as exc:
+            raise TraceError(f"Cannot write the import's spill files: {exc.strerror or exc}.") from None
+
+    def append(self, values: np.ndarray) -> Ref:
+        """``values`` appended whole."""
+        column = self.column(values.dtype, values.shape[1:])
+        column.extend(values)
+        return column.close()
+
+    def column(self, dtype: Any, tail: tuple[int, ...] = ()) -> SpillColumn:
+        """A column appended a piece at a time (nothing else may be appended until it is closed)."""
+        return SpillColumn(self, self.size, np.dtype(dtype), tail)
+
+    def freeze(self) -> None:
+        """No more appends: the file is mapped (the mapping keeps it open; the file object is closed)."""
+        with self.file:
+            self.file.flush()
+            if self.size:
+                self.map = mmap.mmap(self.file.fileno(), self.size)
+
+    def array(self, ref: Ref) -> np.ndarray:
+        count = int(np.prod(ref.shape))
+        if not count:
+            return np.zeros(ref.shape, ref.dtype)
+        assert self.map is not None
+        return np.frombuffer(self.map, ref.dtype, count, ref.offset).reshape(ref.shape)
+
+    def release(self) -> None:
+        """Hand back the pages read or written so far (they stay in the file, to be read again)."""
+        if self.map is not None and hasattr(mmap, "MADV_DONTNEED"):
+            self.map.madvise(mmap.MADV_DONTNEED)
+
+
+class SpillColumn:
+    """A column of a ``SpillFile`` being appended (``extend``), then closed into its ``Ref``."""
+
+    def __init__(self, spill: SpillFile, offset: int, dtype: np.dtype, tail: tuple[int, ...]) -> None:
+        self.spill, self.offset, self.dtype, self.tail, self.rows = spill, offset, dtype, tail, 0
+
+    def extend(self, values: np.ndarray) -> None:
+        values = np.ascontiguousarray(values, self.dtype).reshape((-1, *self.tail))
+        if values.size:
+            self.spill._write(memoryview(values).cast("B"))
+            self.spill.size += values.nbytes
+        self.rows += len(values)
+
+    def close(self) -> Ref:
+        pad = -self.spill.size % ALIGN
+        self.spill._write(b"\0" * pad)
+        self.spill.size += pad
+        return Ref(self.offset, self.dtype, (self.rows, *self.tail))
+
+
+class Growing:
+    """An int64 column appended a piece at a time, then read whole (``result``): in memory, or in a spill file
+    in ``folder`` where given."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.pieces: list[np.ndarray] = []
+        self.spill = SpillFile(folder) if folder is not None else None
+        self.column = self.spill.column(np.int64) if self.spill is not None else None
+
+    def extend(self, values: np.ndarray) -> None:
+        if self.column is not None:
+            self.column.extend(values)
+        else:
+            self.pieces.append(np.asarray(values, np.int64))
+
+    def result(self) -> np.ndarray:
+        if self.spill is None or self.column is None:
+            return np.concatenate(self.pieces).astype(np.int64) if self.pieces else np.zeros(0, np.int64)
+        ref = self.column.close()
+        self.spill.freeze()
+        return self.spill.array(ref)
+
+
+def release(*holders: Any) -> None:
+    """Hand back the pages of each spilled ``RankTrace``, ``SpillFile`` or array over one given (``filled``'s);
+    nothing for others."""
+    for holder in holders:
+        if isinstance(holder, np.ndarray):
+            base: Any = holder
+            while isinstance(base, np.ndarray):
+                base = base.base
+            base = base.obj if isinstance(base, memoryview) else base
+            if isinstance(base, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+                base.madvise(mmap.MADV_DONTNEED)
+            continue
+        spill = holder if isinstance(holder, SpillFile) else getattr(holder, "spill", None)
+        if spill is not None:
+            spill.release()
+
+
+def filled(folder: Path | None, lengths: list[int], value: int, batch: int = BATCH_ROWS) -> list[np.ndarray]:
+    """Arrays of int64 ``value``, one of each length, to be written into: in memory, or over one spill file in
+    ``folder`` (``release`` takes them)."""
+    if folder is None:
+        return [np.full(n, value, np.int64) for n in lengths]
+    spill = SpillFile(folder)
+    refs = []
+    for n in lengths:
+        column = spill.column(np.int64)
+        for at in range(0, n, batch):
+            column.extend(np.full(min(batch, n - at), value, np.int64))
+        refs.append(column.close())
+    spill.freeze()
+    return [spill.array(ref) for ref in refs]
+
+
+def _cuts(starts: list[np.ndarray], batch: int) -> list[int]:
+    """Rising times that cut the runs' sorted starts into stretches of about ``batch`` rows together, from a
+    sample of every run (each ``step``-th start)."""
+    total = sum(len(s) for s in starts)
+    if total <= batch:
+        return []
+    step = max(batch // 256, 1)
+    sample = np.sort(np.concatenate([np.asarray(s[::step]) for s in starts]))
+    every = max(batch // step, 1)
+    return [int(c) for c in np.unique(sample[every::every])]
+
+
+def _stretches(keys: list[np.ndarray], cuts: list[int]) -> Iterator[list[slice]]:
+    """For each stretch of time (before the first cut, between cuts, after the last), each run's rows
+    whose key (sorted) lies in it: every run's bounds found at once, its pages then handed back."""
+    bounds = [np.concatenate([[0], np.searchsorted(np.ascontiguousarray(key), cuts, side="left"), [len(key)]])
+              for key in keys]
+    release(*keys[:1])
+    for j in range(len(cuts) + 1):
+        yield [slice(int(b[j]), int(b[j + 1])) for b in bounds]
+
+
+def union_runs(runs: list[np.ndarray], out: SpillFile, batch: int = BATCH_ROWS) -> Ref:
+    """``merge_intervals`` of the runs' intervals together (each run sorted by start), appended to ``out``, a
+    stretch of time at a time: the intervals starting before a cut, from every run, merged. The last merged
+    interval is held back, as one starting after the cut may still join it; no other can (it ends before
+    the last one starts)."""
+    runs = [r for r in runs if len(r)]
+    column = out.column(np.int64, (2,))
+    held = np.zeros((0, 2), np.int64)
+    starts = [r[:, 0] for r in runs]
+    for slices in _stretches(starts, _cuts(starts, batch)):
+        merged = merge_intervals(np.concatenate([held, *(np.asarray(r[s]) for r, s in zip(runs, slices))]))
+        column.extend(merged[:-1])
+        held = merged[-1:]
+        release(*runs[:1])  # the runs' file: the pages of this stretch
+    column.extend(held)
+    return column.close()
+
+
+def bucket_runs(runs: list[tuple[np.ndarray, np.ndarray]], out: SpillFile, scratch: SpillFile,
+                batch: int = BATCH_ROWS) -> tuple[Ref, Ref]:
+    """``bucket_max`` of the runs' samples together (each run a ``bucket_max``: times rising), a stretch of
+    time at a time, cut at a bucket's edge (a bucket's samples all lie in one stretch, in the runs' order);
+    appended to ``out`` as (times, bytes), the bytes by way of ``scratch``."""
+    runs = [r for r in runs if len(r[0])]
+    times = [t for t, _ in runs]
+    cuts = sorted({c // MEMORY_BUCKET_NS * MEMORY_BUCKET_NS for c in _cuts(times, batch)})
+    ts_column, bytes_column = out.column(np.int64), scratch.column(np.int64)
+    for slices in _stretches(times, cuts):
+        ts = [np.asarray(t[s]) for (t, _), s in zip(runs, slices)]
+        if sum(len(t) for t in ts):
+            t, b = bucket_max(np.concatenate(ts), np.concatenate([np.asarray(b[s]) for (_, b), s in zip(runs, slices)]))
+            ts_column.extend(t)
+            bytes_column.extend(b)
+            release(*times[:1])
+    ts_ref, scratch_ref = ts_column.close(), bytes_column.close()
+    scratch.freeze()
+    values = scratch.array(scratch_ref)
+    bytes_column = out.column(np.int64)
+    for at in range(0, len(values), batch):
+        bytes_column.extend(values[at:at + batch])
+        scratch.release()
+    return ts_ref, bytes_column.close()
+
+
+@dataclass
+class _PartRefs:
+    """Where one part's arrays lie in the rank's raw file."""
+
+    rows: Ref
+    on_gpu: Ref
+    names: np.ndarray  # the part's name codes -> the rank's
+    kernels: Ref
+    busy: dict[Any, Ref]
+    backward: dict[Any, Ref]
+    memory: dict[int, tuple[Ref, Ref]]
+
+
+class SpilledRank:
+    """A rank's parts, appended to an anonymous file in ``folder`` as they come (``add``, in order), then laid
+    out as the rank's ``RankTrace`` (``result``): what ``parts.Merger`` and ``parts.assemble`` make in memory,
+    the same columns, never holding more than a part, or ``batch`` rows, at a time."""
+
+    def __init__(self, folder: Path, batch: int | None = None) -> None:
+        self.folder, self.batch = folder, batch or BATCH_ROWS
+        self.raw = SpillFile(folder)
+        self.parts: list[_PartRefs] = []
+        self.names: dict[str, int] = {}
+        self.events = 0
+        self.threads: dict[Any, int] = {}
+        self.busy_tids: dict[Any, None] = {}
+        self.backward_tids: dict[Any, None] = {}
+        self.step_threads: dict[Any, None] = {}
+        self.step_pid: int | None = None
+        self.gpu = False
+        self.on_gpu = False
+        self.devices: dict[int, None] = {}
+
+    def add(self, part: RankPart) -> None:
+        """Append a part (the next of the rank's, in order)."""
+        codes = np.array([self.names.setdefault(n, len(self.names)) for n in part.names], np.int64)
+        raw = self.raw
+        self.parts.append(_PartRefs(
+            rows=raw.append(part.rows), on_gpu=raw.append(part.on_gpu), names=codes,
+            kernels=raw.append(part.kernels), busy={t: raw.append(v) for t, v in part.busy.items()},
+            backward={t: raw.append(v) for t, v in part.backward.items()},
+            memory={d: (raw.append(t), raw.append(b)) for d, (t, b) in part.memory.items()}))
+        self.events += part.events
+        for tid, n in part.threads.items():
+            self.threads[tid] = self.threads.get(tid, 0) + n
+        self.busy_tids.update(dict.fromkeys(part.busy))
+        self.backward_tids.update(dict.fromkeys(part.backward))
+        self.step_threads.update(dict.fromkeys(part.step_threads))
+        if self.step_pid is None:
+            self.step_pid = part.step_pid
+        self.gpu |= part.gpu
+        self.on_gpu |= bool(part.on_gpu.any())
+        self.devices.update(dict.fromkeys(part.memory))
+        if len(self.parts) % 16 == 0:
+            release_memory()  # the parts' churn (each made, spilled and dropped)
+
+    def result(self, path: str, header: dict[str, Any]) -> RankTrace:
+        """The rank's ``RankTrace``, its arrays over the memory map of its columns' file (``parts.assemble``'s
+        rules; a ``TraceError`` naming the file where its header is refused)."""
+        try:
+            _, rank, world = header_fields(header)
+        except TraceError as exc:
+            raise TraceError(f"{path} {exc}.") from None
+        self.raw.freeze()
+        raw, out, parts = self.raw, SpillFile(self.folder), self.parts
+        names = list(self.names)
+        choice = choose(self.gpu, self.threads, list(self.step_threads), self.backward_tids, self.devices)
+        if choice.kernels:
+            busy = union_runs([raw.array(p.kernels) for p in parts], out, self.batch)
+        else:
+            busy = union_runs([raw.array(p.busy[choice.main]) for p in parts if choice.main in p.busy], out,
+                              self.batch)
+        raw.release()
+        # autograd's nodes as spans, after every part's (``assemble``): unioned into a scratch file first
+        scratch = SpillFile(self.folder)
+        nodes_ref = union_runs([raw.array(p.backward[t]) for t in choice.backward for p in parts if t in p.backward],
+                               scratch, self.batch)
+        scratch.freeze()
+        nodes = scratch.array(nodes_ref)
+        if len(nodes) and "autograd" not in names:
+            names.append("autograd")
+        drop = self.gpu and self.on_gpu
+        refs = {}
+        for field_name, at, dtype in SPAN_COLUMNS:
+            column = out.column(dtype)
+            for block, on_gpu in self._span_blocks(nodes, names):
+                kept = block if not drop else block[~gpu_work_dropped(block[:, 2], on_gpu)]
+                column.extend(kept[:, at])
+            refs[field_name] = column.close()
+        del nodes
+        memory = None
+        if choice.memory is not None:
+            memory = bucket_runs([(raw.array(p.memory[choice.memory][0]), raw.array(p.memory[choice.memory][1]))
+                                  for p in parts if choice.memory in p.memory], out, SpillFile(self.folder),
+                                 self.batch)
+        out.freeze()
+        self.raw = self.parts = None  # type: ignore[assignment]  # the raw file goes with its map
+        columns = {name: out.array(ref) for name, ref in refs.items()}
+        memory_ts, memory_bytes = (out.array(memory[0]), out.array(memory[1])) if memory else (
+            np.zeros(0, np.int64), np.zeros(0, np.int64))
+        trace = RankTrace(
+            path=str(path), header={k: v for k, v in header.items() if k != "traceEvents"}, rank=rank,
+            world_size=world, main_thread=choice.main, **columns, names=names, busy=out.array(busy),
+            memory_ts=memory_ts, memory_bytes=memory_bytes, events=self.events, gpu=self.gpu,
+            torch_version=torch_version(header), pid=self.step_pid)
+        trace.spill = out
+        out.release()
+        release_memory()
+        return trace
+
+    def _span_blocks(self, nodes: np.ndarray, names: list[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The rank's spans (``RankPart.rows``, names the rank's codes) a part at a time, then autograd's
+        nodes, ``batch`` rows at a time; each with its ``on_gpu``."""
+        for p in self.parts:
+            rows = self.raw.array(p.rows)
+            on_gpu = self.raw.array(p.on_gpu)
+            for at in range(0, len(rows), self.batch):
+                block = np.array(rows[at:at + self.batch])
+                if len(block):
+                    block[:, 7] = p.names[block[:, 7]]
+                yield block, np.array(on_gpu[at:at + self.batch])
+                self.raw.release()
+        if len(nodes):
+            code = names.index("autograd")
+            for at in range(0, len(nodes), self.batch):
+                piece = nodes[at:at + self.batch]
+                yield autograd_rows(piece, code), np.zeros(len(piece), bool)
+                release(nodes)

@@ -1,0 +1,141 @@
+"""Each rank's columns spilled to disk as they are read (importer/spill.py): what is read and written is what
+an import held in memory makes, however small the pieces it is cut into; and the spill files are gone after
+an import, good or refused."""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from popvision_py.importer import find_traces, ranges, read_traces, spill
+from popvision_py.importer.parts import bucket_max, merge_intervals
+from popvision_py.importer.profile import write_profile
+from tests.importer.test_import_ranges import SAMPLE, assert_same
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLES = ("trace", "programs", "exchanges", "liveness", "tile_cycles", "tile_memory", "trace_levels")
+
+
+def test_runs_unioned_a_stretch_of_time_at_a_time_are_their_union(tmp_path):
+    # GIVEN three runs of sorted disjoint intervals, which overlap and touch across runs
+    out = spill.SpillFile(tmp_path)
+    runs = [np.array([[0, 5], [10, 12], [30, 31]]), np.array([[4, 11], [12, 12], [40, 50]]),
+            np.array([[20, 20], [31, 35]])]
+    # WHEN they are unioned two intervals at a time
+    ref = spill.union_runs(runs, out, batch=2)
+    out.freeze()
+    # THEN the union is [0, 12), the lone [20, 20), [30, 35) (touching joins) and [40, 50)
+    assert out.array(ref).tolist() == [[0, 12], [20, 20], [30, 35], [40, 50]]
+
+
+@pytest.mark.parametrize("batch", [1, 7, 1000])
+def test_random_runs_unioned_and_reduced_in_stretches_are_what_one_pass_makes(batch, tmp_path):
+    # GIVEN 30 runs of random intervals and of random memory samples (each run merged, or reduced, on its own)
+    rng = np.random.default_rng(batch)
+    runs, samples = [], []
+    for _ in range(30):
+        start = rng.integers(0, 100_000, 40)
+        runs.append(merge_intervals(np.stack([start, start + rng.integers(0, 3_000, 40)], axis=1)))
+        samples.append(bucket_max(rng.integers(0, 200_000, 50), rng.integers(0, 5, 50)))  # ties: the first wins
+    out, scratch = spill.SpillFile(tmp_path), spill.SpillFile(tmp_path)
+    # WHEN they are unioned and reduced `batch` rows at a time
+    union = spill.union_runs(runs, out, batch)
+    ts, nbytes = spill.bucket_runs(samples, out, scratch, batch)
+    out.freeze()
+    # THEN the results are those of the whole at once, in the runs' order
+    assert np.array_equal(out.array(union), merge_intervals(np.concatenate(runs)))
+    whole = bucket_max(np.concatenate([t for t, _ in samples]), np.concatenate([b for _, b in samples]))
+    assert np.array_equal(out.array(ts), whole[0]) and np.array_equal(out.array(nbytes), whole[1])
+
+
+def gpu_style(folder: Path) -> Path:
+    """The sample's traces rewritten as a GPU trace (kernels, NCCL kernels: make_large_trace --gpu-style)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import make_large_trace
+
+    make_large_trace.grow(SAMPLE, folder, total_mb=6, gpu=True)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_an_import_spilled_in_small_pieces_writes_the_tables_of_one_held_in_memory(kind, tmp_path, monkeypatch):
+    # GIVEN the sample's traces (or their GPU rewrite), inflated, cut into ranges of 64 KiB
+    if kind == "gpu":
+        folder = gpu_style(tmp_path / "traces")
+    else:
+        folder = tmp_path / "traces"
+        folder.mkdir()
+        for path in sorted(SAMPLE.iterdir()):
+            (folder / path.name.removesuffix(".gz")).write_bytes(gzip.decompress(path.read_bytes()))
+    paths = find_traces([str(folder)])
+    monkeypatch.setattr(ranges, "RANGE_BYTES", 64 << 10)
+    # WHEN they are read into memory and written in one window a rank, and read spilled (rows merged,
+    # reduced and copied 50 at a time) and written in windows of 40 busy rows
+    whole = read_traces(paths, jobs=1)
+    write_profile(tmp_path / "whole" / "profile.pop", whole, name="x", busy_rows=1 << 40)
+    monkeypatch.setattr(spill, "BATCH_ROWS", 50)
+    spilled = read_traces(paths, jobs=1, spill=tmp_path)
+    assert all(t.spill is not None for t in spilled)
+    assert all(len(ranges.rank_ranges(p)[0].ranges) > 3 for p in paths)  # each rank several parts
+    write_profile(tmp_path / "spilled" / "profile.pop", spilled, name="x", busy_rows=40)
+    # THEN each rank's columns are the same, and so is every table
+    for a, b in zip(whole, spilled):
+        assert_same(a, b, but=("spill",))
+    assert sum(len(t.busy) for t in spilled) > 4 * 50  # more rows than a batch: the pieces were many
+    from popvision_py.format import open_profile
+
+    with open_profile(tmp_path / "whole" / "profile.pop") as a, open_profile(tmp_path / "spilled" / "profile.pop") as b:
+        for table in TABLES:
+            assert a.read_table(table).equals(b.read_table(table)), table
+        assert a.run == b.run
+
+
+def spill_files(folder: Path) -> list[str]:
+    """Files of ``folder`` this process still has open or mapped (an anonymous spill file shows as
+    ``folder/#123 (deleted)``)."""
+    seen = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            seen.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            continue
+    with open("/proc/self/maps") as maps:
+        seen += [line.split(maxsplit=5)[-1].strip() for line in maps if len(line.split()) > 5]
+    return [s for s in seen if s.startswith(str(folder))]
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc (Linux)")
+def test_no_spill_file_is_left_after_an_import_or_a_refused_one(tmp_path):
+    # GIVEN a folder with an earlier import, and the sample's traces with a rank of another run (its clock a
+    # day later), whose fault shows only once every rank has been read and spilled
+    from popvision_py.cli import main as cli
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["import", str(SAMPLE), "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for path in sorted(SAMPLE.iterdir()):
+        (bad / path.name).write_bytes(path.read_bytes())
+    text = gzip.decompress((bad / "rank3.json.gz").read_bytes()).decode()
+    base = text.index('"baseTimeNanoseconds": ') + len('"baseTimeNanoseconds": ')
+    digits = text[base:].split(",")[0].split("\n")[0].strip()
+    (bad / "rank3.json.gz").write_bytes(gzip.compress(text.replace(
+        f'"baseTimeNanoseconds": {digits}', f'"baseTimeNanoseconds": {int(digits) + 86_400 * 10**9}', 1).encode()))
+    # WHEN it is imported over the earlier one
+    result = CliRunner().invoke(cli, ["import", str(bad), "-o", str(out), "-q"])
+    gc.collect()
+    # THEN it is one sentence and exit 2, the earlier import is as it was, and no spill file is left: none in
+    # the folder, none open or mapped
+    assert result.exit_code == 2, result.output
+    assert "are not traces of one run" in result.output and "Traceback" not in result.output
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert spill_files(out) == [] and spill_files(tmp_path) == []
