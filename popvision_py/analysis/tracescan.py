@@ -230,11 +230,12 @@ class _Slots:
         self.parts: list[tuple[tuple[int, ...], dict[str, np.ndarray]]] = []  # (batch's place in the trace, runs)
         self.constant = frozenset(constant)  # bar columns of one value in the whole trace: never cut at
 
-    def add(self, t: dict[str, np.ndarray], durations: np.ndarray, order: tuple[int, ...] = ()) -> np.ndarray:
+    def add(self, t: dict[str, np.ndarray], durations: np.ndarray,
+            order: tuple[int, ...] = ()) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Fold a batch in (``durations``: its rows' end - start, which ``_Fold`` has made already);
-        returns the first row of each of its runs (``_Fold`` marks its set there) and the runs. ``order``: the
-        batch's place in the trace (row group, batch), by which batches folded apart are put back
-        in order; the batches of one fold come in order."""
+        returns the first row of each of its runs (``_Fold`` marks its set there) and the runs.
+        ``order``: the batch's place in the trace (row group, batch), by which batches folded apart
+        are put back in order; the batches of one fold come in order."""
         n = len(t["ipu"])
         if n == 0:
             return np.zeros(0, np.intp), {}
