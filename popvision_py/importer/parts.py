@@ -310,6 +310,11 @@ class Merger:
         self._fold()
         return self.whole
 
+    def trace(self, path: str, header: dict[str, Any]) -> RankTrace:
+        """The rank's ``RankTrace`` from the parts merged (``assemble``), as ``spill.SpilledRank.trace`` makes it
+        from the parts it spilled."""
+        return assemble(path, header, self.result())
+
     def _fold(self) -> None:
         parts = [self.whole, *self.parts]
         self.parts = []

@@ -35,7 +35,7 @@ import numpy as np
 from popvision_py.importer.checks import MAX_DEPTH, Depth, TraceError, header_fields
 from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_FLIGHT, GPU_CATS, HEAD_BYTES,
                                          MAX_PLAIN, MAX_RATIO, MAX_US, STEP, Merger, RankPart, RankTrace, Spans,
-                                         args_of, assemble, bucket_max, classify, comm_bytes, is_annotation_span,
+                                         args_of, bucket_max, classify, comm_bytes, is_annotation_span,
                                          merge_intervals, open_trace, parse_header)
 from popvision_py.importer.spill import SpilledRank
 
@@ -259,9 +259,7 @@ def merger(spill: Path | None) -> Merger | SpilledRank:
 def finish(path: Path, plan: TracePlan, parts: Merger | SpilledRank) -> RankTrace:
     """The rank's ``RankTrace`` from its merged parts (``Fallback`` where ``assemble`` refuses it)."""
     try:
-        if isinstance(parts, SpilledRank):
-            return parts.result(str(path), plan.header)
-        return assemble(str(path), plan.header, parts.result())
+        return parts.trace(str(path), plan.header)
     except TraceError as exc:
         raise Fallback(str(exc)) from None
 

@@ -2,7 +2,7 @@
 
 A rank's parts (``parts.RankPart``, one per byte range of events) are appended to an anonymous file
 as they come (``SpilledRank.add``), so that the parent holds one part at a time, never a rank. Once
-the rank is read, ``SpilledRank.result`` lays its columns out in a second anonymous file, each
+the rank is read, ``SpilledRank.trace`` lays its columns out in a second anonymous file, each
 column contiguous, by the rules ``parts.assemble`` applies in memory (the same rows, in the same
 order): the spans of every part in order, the training thread's operators (or the GPU's kernels)
 and its autograd nodes as unions of intervals, the largest ``Total Allocated`` per 10 µs. The unions
@@ -261,7 +261,7 @@ class _PartRefs:
 
 class SpilledRank:
     """A rank's parts, appended to an anonymous file in ``folder`` as they come (``add``, in order), then laid
-    out as the rank's ``RankTrace`` (``result``): what ``parts.Merger`` and ``parts.assemble`` make in memory,
+    out as the rank's ``RankTrace`` (``trace``): what ``parts.Merger`` and ``parts.assemble`` make in memory,
     the same columns, never holding more than a part, or ``batch`` rows, at a time."""
 
     def __init__(self, folder: Path, batch: int | None = None) -> None:
@@ -302,7 +302,7 @@ class SpilledRank:
         if len(self.parts) % 16 == 0:
             release_memory()  # the parts' churn (each made, spilled and dropped)
 
-    def result(self, path: str, header: dict[str, Any]) -> RankTrace:
+    def trace(self, path: str, header: dict[str, Any]) -> RankTrace:
         """The rank's ``RankTrace``, its arrays over the memory map of its columns' file (``parts.assemble``'s
         rules; a ``TraceError`` naming the file where its header is refused)."""
         try:
