@@ -33,7 +33,7 @@ from popvision_py.format import open_profile
 from popvision_py.format import schema as S
 from popvision_py.format.atomic import atomic_output
 from popvision_py.format.reader import Profile
-from popvision_py.format.values import arrow
+from popvision_py.format.arrays import arrow
 
 COLUMNS = ["run", "iteration", "micro_batch", "ipu", "stage", "pass", "step", "phase", "start_cycle", "end_cycle"]
 # Rows per batch: one batch's strings (about 270 bytes an event) and their parts stay near 50 MB.

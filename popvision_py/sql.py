@@ -196,8 +196,8 @@ def run_query(profile_path: str, query: str, *, memory_limit: str = MEMORY_LIMIT
     profile that cannot be read, or a column chunk that fails its checks as DuckDB reads it, raises the
     reader's ProfileError.
     """
-    from popvision_py.format import open_profile
     from popvision_py.format.memberfs import MemberFileSystem
+    from popvision_py.format.opening import open_profile_file
 
     tune = is_tune_result(profile_path)
     query = checked_query(query, "tune" if tune else "trace")
@@ -207,7 +207,7 @@ def run_query(profile_path: str, query: str, *, memory_limit: str = MEMORY_LIMIT
     if tune:
         return _execute(_tune_connection(profile_path, memory_limit), query, memory_limit, timeout, None, "tune",
                         interrupted)
-    with open_profile(profile_path) as profile, MemberFileSystem(profile) as members:
+    with open_profile_file(profile_path) as profile, MemberFileSystem(profile) as members:
         return _execute(_locked_connection(members, memory_limit), query, memory_limit, timeout, members, "trace",
                         interrupted)
 
@@ -315,6 +315,6 @@ def _execute(con: Any, query: str, memory_limit: str, timeout: float | None,
 
 def _table(result: Any) -> Any:
     """DuckDB's result as a Table, its columns in the query's order."""
-    from popvision_py.analysis.tables import Table
+    from popvision_py.analysis.answer import Table
 
     return Table(result.fetchnumpy())

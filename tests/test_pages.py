@@ -120,7 +120,7 @@ def _row_set(table: pa.Table, column: str, row: int, value) -> pa.Table:
 
 def _reader_refuses(table: pa.Table, spec: S.TableSchema, declared) -> bool:
     from popvision_py.errors import ValueRangeError
-    from popvision_py.format.values import check_values
+    from popvision_py.format.arrays import check_values
 
     try:
         check_values(spec, table, declared, "the test")

@@ -245,16 +245,16 @@ def _duckdb_major() -> int:
 @pytest.mark.parametrize("table", [t for t in TABLES if t != "trace_levels"])
 def test_a_query_on_one_column_plans_to_read_it_and_its_ordered_partner_only(table: str) -> None:
     # GIVEN the sample's checked views (each column's values checked as the query computes)
-    from popvision_py.format import open_profile
     from popvision_py.format import schema as S
     from popvision_py.format.memberfs import MemberFileSystem
+    from popvision_py.format.opening import open_profile_file
     from popvision_py.sql import _locked_connection
 
     spec = S.TABLES[table]
-    with open_profile(MNIST) as profile, MemberFileSystem(profile) as members:
+    with open_profile_file(MNIST) as profile, MemberFileSystem(profile) as members:
         con = _locked_connection(members, "1GB")
         try:
-            for column in profile.metadata(table).schema.to_arrow_schema().names:
+            for column in profile.metadata(table).schema.names:
                 # WHEN a query counts one column's values
                 plan = json.loads(con.execute(f'EXPLAIN (FORMAT json) SELECT count("{column}") FROM {table}')
                                   .fetchall()[0][1])

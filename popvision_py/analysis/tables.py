@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from popvision_py.analysis.answer import Table as Table  # re-exported: where the analyzers import it
 from popvision_py.format import schema as S
-from popvision_py.format.values import arrow, numbers
+from popvision_py.format.arrays import arrow, numbers
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: `export-trace` and `sql` use these arrays without it
     import pandas as pd
@@ -247,52 +248,6 @@ class TraceArrays:
     @property
     def num_ipus(self) -> int:
         return int(self.ipu.max()) + 1 if len(self) else 0
-
-
-class Table:
-    """An answer's columns as arrays, in its documented order; the DataFrame is built when asked for.
-
-    Building a pandas DataFrame costs 50-150 us in pandas 3, more than most answers' arithmetic on
-    a profile the size of bert-large's, and a report makes about twenty. So the analyzers answer
-    with Tables: the ``Report`` facade hands out ``frame()`` (built once, cached), while the text,
-    Markdown and JSON renderers and the analyzers that use each other's answers read the arrays.
-    ``t[name]`` is a column and ``len(t)`` the rows, as on a DataFrame.
-    """
-
-    __slots__ = ("columns", "_frame")
-
-    def __init__(self, columns: dict[str, Any]) -> None:
-        self.columns = columns
-        self._frame: pd.DataFrame | None = None
-
-    @classmethod
-    def empty(cls, dtypes: dict[str, Any]) -> Table:
-        """No rows, each column of its dtype."""
-        return cls({name: np.zeros(0, dtype) for name, dtype in dtypes.items()})
-
-    @property
-    def names(self) -> list[str]:
-        return list(self.columns)
-
-    def __len__(self) -> int:
-        return len(next(iter(self.columns.values()))) if self.columns else 0
-
-    def __getitem__(self, name: str) -> Any:
-        return self.columns[name]
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.columns
-
-    def frame(self) -> pd.DataFrame:
-        """The DataFrame (fresh RangeIndex), built on first call; the same object after."""
-        if self._frame is None:
-            import pandas as pd
-
-            self._frame = pd.DataFrame(self.columns)
-        return self._frame
-
-    def __repr__(self) -> str:
-        return f"Table({len(self)} rows: {', '.join(self.columns)})"
 
 
 def frame_of(data: dict[str, Any], columns: list[str]) -> pd.DataFrame:

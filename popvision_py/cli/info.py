@@ -6,12 +6,13 @@ import json
 
 import click
 
-from popvision_py.format import open_profile
+from popvision_py.format.opening import open_profile_file
 
 
 def describe(path: str) -> dict:
-    """The facts `info` shows: target, run configuration, and each table's rows and bytes."""
-    with open_profile(path) as profile:
+    """The facts `info` shows: target, run configuration, and each table's rows and bytes (the profile
+    opened and checked as every command opens it, nothing decoded: no pyarrow)."""
+    with open_profile_file(path) as profile:
         return {
             "path": str(profile.path),
             "format": profile.manifest["format"],

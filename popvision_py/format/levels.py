@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from popvision_py.format.schema import PHASES
-from popvision_py.format.values import arrow, numbers
+from popvision_py.format.arrays import arrow, numbers
 
 COARSEST_BINS = 512  # a level of at most this many bins over the run is the last (level 0)
 LEVEL_FACTOR = 4  # each level's bins are this many times narrower than the level above

@@ -42,7 +42,7 @@ __all__ = ["MemberFile", "MemberFileSystem"]
 
 
 if TYPE_CHECKING:
-    from popvision_py.format.reader import Profile
+    from popvision_py.format.opening import ProfileFile
 
 
 class MemberFileSystem(fsspec.AbstractFileSystem):
@@ -54,7 +54,7 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
     protocol = "popvision"
     cachable = False  # one instance per open profile, never fsspec's shared one
 
-    def __init__(self, profile: Profile, **storage_options: Any) -> None:
+    def __init__(self, profile: ProfileFile, **storage_options: Any) -> None:
         super().__init__(**storage_options)
         # The reader located and checked every member when it opened the profile.
         self.tables = profile.tables  # the schema's tables this profile holds (an older one lacks later tables)
@@ -116,9 +116,9 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
         chunk read whole. Each chunk has its own lock: threads reading other chunks go on."""
         starts, stops, chunks = self._chunks(member)
         stop = first + len(data)
-        touched = np.flatnonzero((starts < stop) & (stops > first))
+        touched = np.flatnonzero((starts < stop) & (stops > first)).tolist()
         table = member.removesuffix(S.TABLE_SUFFIX)
-        for index in touched.tolist():
+        for index in touched:
             key = (member, index)
             if key in self._checked:
                 continue
@@ -145,7 +145,7 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
     def view(self, table: str) -> str:
         """The SELECT of the view named ``table``: its member read by DuckDB's Parquet reader, each
         column checked against the schema as the query computes (``values.sql_checked``)."""
-        names = self._profile.metadata(table).schema.to_arrow_schema().names
+        names = self._profile.metadata(table).schema.names
         columns = sql_checked(S.TABLES[table], names, self._profile.declared)
         # the member's column chunks indexed now, before DuckDB reads: built in its first read instead, with
         # its other threads reading (each may build it), a billion-row trace's index cost 110 MiB and 0.6 s
@@ -164,8 +164,9 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
         spec = S.TABLES[table]
         partners = [b if a == column else a for a, b in spec.ordered if column in (a, b)]
         try:
-            for _ in self._profile.iter_batches(table, [column, *partners]):
-                pass
+            with self._profile.decoder() as profile:
+                for _ in profile.iter_batches(table, [column, *partners]):
+                    pass
         except ProfileError as exc:
             return exc
         return ValueRangeError(f"Column {table}.{column} of {self._profile.path} holds a value its schema forbids.")
@@ -179,7 +180,8 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
                 group = footer.row_group(g)
                 for c in range(group.num_columns):
                     meta = group.column(c)
-                    first = meta.dictionary_page_offset if meta.has_dictionary_page else meta.data_page_offset
+                    first = meta.dictionary_page_offset  # None without a dictionary page
+                    first = meta.data_page_offset if first is None else first
                     spans.append((first, first + meta.total_compressed_size))
                     chunks.append((g, meta.path_in_schema, meta))
             bounds = np.asarray(spans, np.int64).reshape(-1, 2)

@@ -8,18 +8,25 @@ plain integers; ``-1`` means "none" in integer id columns (no op, no stage, no m
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
+if TYPE_CHECKING:  # the schema names its types; pyarrow builds them when a writer or decoder asks
+    import pyarrow as pa
 
 FORMAT_NAME = "popvision-profile"
 SCHEMA_VERSION = 4
 MANIFEST_MEMBER = "manifest.json"
 TABLE_SUFFIX = ".parquet"
 
-# A categorical string column. Parquet restores this type exactly from the stored Arrow schema.
-CATEGORY = pa.dictionary(pa.int32(), pa.string())
+# A categorical string column: Arrow's dictionary<int32, string>, which Parquet restores exactly from
+# the stored Arrow schema. Columns name their types (``Column.type_name``) so that a command that only
+# opens a profile (`popvision sql`) never imports pyarrow; ``Column.type`` builds the Arrow type.
+CATEGORY = "category"
+# Each type name's Arrow type as pyarrow prints it (``str(column.type)``), for messages made without pyarrow
+ARROW_TEXT = {"bool": "bool", "int16": "int16", "int32": "int32", "int64": "int64", "string": "string",
+              CATEGORY: "dictionary<values=string, indices=int32, ordered=0>"}
 
 # Host and streaming memory in the src_ipu / dst_ipu columns of ``exchanges``.
 HOST = -1
@@ -145,10 +152,19 @@ class Column:
     """
 
     name: str
-    type: pa.DataType
+    type_name: str  # a key of ARROW_TEXT
     doc: str
     values: Values = ANY
     since: int = 1  # the schema version that added it: an older profile lacks it, and still opens
+
+    @property
+    def type(self) -> pa.DataType:
+        """The column's Arrow type."""
+        return arrow_type(self.type_name)
+
+    @property
+    def is_integer(self) -> bool:
+        return self.type_name.startswith("int")
 
 
 @dataclass(frozen=True)
@@ -167,11 +183,21 @@ class TableSchema:
 
     @property
     def schema(self) -> pa.Schema:
+        import pyarrow as pa
+
         return pa.schema([pa.field(c.name, c.type, nullable=False) for c in self.columns])
 
     @property
     def member(self) -> str:
         return self.name + TABLE_SUFFIX
+
+
+@functools.cache
+def arrow_type(name: str) -> pa.DataType:
+    """The Arrow type of a column's ``type_name``."""
+    import pyarrow as pa
+
+    return pa.dictionary(pa.int32(), pa.string()) if name == CATEGORY else pa.type_for_alias(name)
 
 
 def _t(name: str, doc: str, *columns: tuple, ordered: tuple[tuple[str, str], ...] = (),
@@ -185,71 +211,71 @@ TABLES: dict[str, TableSchema] = {
         _t(
             "ops",
             "Each operation of the model, one row per op and pass (forward, backward, update).",
-            ("op_id", pa.int32(), "Op index in program order; shared by the op's passes.", Values(low=0, below="ops")),
+            ("op_id", "int32", "Op index in program order; shared by the op's passes.", Values(low=0, below="ops")),
             ("name", CATEGORY, "Op name, e.g. 'layer3/matmul'."),
             ("kind", CATEGORY, "Op kind, e.g. 'matmul', 'conv', 'relu', 'softmax'."),
             ("block", CATEGORY, "The Block the op belongs to, e.g. 'B3'."),
-            ("stage", pa.int16(), "Stage (PopTorch Stage index: a group of blocks on one IPU) holding the op.",
+            ("stage", "int16", "Stage (PopTorch Stage index: a group of blocks on one IPU) holding the op.",
              Values(low=0, below="stages")),
-            ("ipu", pa.int16(), "IPU the op runs on.", IPU),
+            ("ipu", "int16", "IPU the op runs on.", IPU),
             ("pass", CATEGORY, "forward, backward or update.", Values(codes=PASSES[:3])),
-            ("flops", pa.int64(), "Floating-point operations of one execution (one micro-batch; update: per "
+            ("flops", "int64", "Floating-point operations of one execution (one micro-batch; update: per "
                                   "weight update).", COUNT),
-            ("bytes", pa.int64(), "Bytes read and written by one execution.", COUNT),
-            ("tiles", pa.int32(), "Tiles the op's work is spread over.", TILE_COUNT),
+            ("bytes", "int64", "Bytes read and written by one execution.", COUNT),
+            ("tiles", "int32", "Tiles the op's work is spread over.", TILE_COUNT),
         ),
         _t(
             "programs",
             "The compiled program steps of each IPU in program order. IPU execution is deterministic, "
             "so each step's duration is stored once here; the trace says when it ran.",
-            ("ipu", pa.int16(), "IPU whose program holds the step.", IPU),
-            ("step", pa.int32(), "Program step index, 0-based, in program order on that IPU.", STEP),
+            ("ipu", "int16", "IPU whose program holds the step.", IPU),
+            ("step", "int32", "Program step index, 0-based, in program order on that IPU.", STEP),
             ("type", CATEGORY, "compute_set, exchange, global_exchange, stream_copy, remote_buffer_copy, sync "
                                "or all_reduce.", Values(codes=PROGRAM_TYPES)),
             ("name", CATEGORY, "Step name, e.g. 'layer3/matmul/fwd'."),
-            ("op_id", pa.int32(), "Op the step belongs to, -1 if none.", OP),
-            ("stage", pa.int16(), "Pipeline stage of the step, -1 if none.", STAGE),
+            ("op_id", "int32", "Op the step belongs to, -1 if none.", OP),
+            ("stage", "int16", "Pipeline stage of the step, -1 if none.", STAGE),
             ("pass", CATEGORY, "forward, backward, update or none.", Values(codes=PASSES)),
-            ("tiles", pa.int32(), "Tiles taking part in the step.", TILE_COUNT),
-            ("bytes", pa.int64(), "Bytes moved by the step (exchanges and copies), 0 for compute sets.", COUNT),
-            ("cycles", pa.int64(), "Cycles one execution of the step takes (a compute set: its slowest tile).", COUNT),
+            ("tiles", "int32", "Tiles taking part in the step.", TILE_COUNT),
+            ("bytes", "int64", "Bytes moved by the step (exchanges and copies), 0 for compute sets.", COUNT),
+            ("cycles", "int64", "Cycles one execution of the step takes (a compute set: its slowest tile).", COUNT),
             key=("ipu", "step"),
         ),
         _t(
             "tile_cycles",
             "Cycles each tile spends in each compute set (only tiles that take part).",
-            ("ipu", pa.int16(), "IPU.", IPU),
-            ("step", pa.int32(), "Program step (a compute set) on that IPU.", STEP),
-            ("tile", pa.int32(), "Tile index, 0-based, on that IPU.", TILE),
-            ("cycles", pa.int64(), "Cycles the tile computes in one execution of the step.", COUNT),
-            ("vertices", pa.int32(), "Vertices the tile runs in the step (schema 2 on).", VERTICES, 2),
+            ("ipu", "int16", "IPU.", IPU),
+            ("step", "int32", "Program step (a compute set) on that IPU.", STEP),
+            ("tile", "int32", "Tile index, 0-based, on that IPU.", TILE),
+            ("cycles", "int64", "Cycles the tile computes in one execution of the step.", COUNT),
+            ("vertices", "int32", "Vertices the tile runs in the step (schema 2 on).", VERTICES, 2),
         ),
         _t(
             "tile_memory",
             "Memory per IPU, tile and category. Always-live rows hold bytes that live for the whole "
             "program; not-always-live rows hold the tile's bytes at its own peak step, so a tile's rows "
             "sum to its peak memory.",
-            ("ipu", pa.int16(), "IPU.", IPU),
-            ("tile", pa.int32(), "Tile index, 0-based.", TILE),
+            ("ipu", "int16", "IPU.", IPU),
+            ("tile", "int32", "Tile index, 0-based.", TILE),
             ("category", CATEGORY, "Memory category (vertex_code, vertex_state, weights, activations, ...).",
              Values(codes=MEMORY_CATEGORIES)),
-            ("always_live", pa.bool_(), "True for always-live memory."),
-            ("bytes", pa.int64(), "Bytes of that category on that tile.", COUNT),
+            ("always_live", "bool", "True for always-live memory."),
+            ("bytes", "int64", "Bytes of that category on that tile.", COUNT),
         ),
         _t(
             "variables",
             "Each variable (tensor) placed on an IPU, with its liveness interval in program steps.",
-            ("var_id", pa.int32(), "Variable index.", Values(low=0, below="variables")),
+            ("var_id", "int32", "Variable index.", Values(low=0, below="variables")),
             ("name", CATEGORY, "Variable name, e.g. 'layer3/weight'."),
-            ("ipu", pa.int16(), "IPU holding it.", IPU),
+            ("ipu", "int16", "IPU holding it.", IPU),
             ("category", CATEGORY, "Memory category.", Values(codes=MEMORY_CATEGORIES)),
-            ("always_live", pa.bool_(), "True if live for the whole program."),
-            ("bytes", pa.int64(), "Total bytes over all its tiles.", COUNT),
-            ("start_tile", pa.int32(), "First tile of the contiguous range it is mapped to.", TILE),
-            ("tiles", pa.int32(), "Number of tiles in that range (bytes are spread over them in grains).", TILE_COUNT),
-            ("live_from_step", pa.int32(), "First program step it is live (0 for always-live).", STEP),
-            ("live_to_step", pa.int32(), "Last program step it is live, inclusive.", STEP),
-            ("op_id", pa.int32(), "Op that produces or owns it, -1 if none.", OP),
+            ("always_live", "bool", "True if live for the whole program."),
+            ("bytes", "int64", "Total bytes over all its tiles.", COUNT),
+            ("start_tile", "int32", "First tile of the contiguous range it is mapped to.", TILE),
+            ("tiles", "int32", "Number of tiles in that range (bytes are spread over them in grains).", TILE_COUNT),
+            ("live_from_step", "int32", "First program step it is live (0 for always-live).", STEP),
+            ("live_to_step", "int32", "Last program step it is live, inclusive.", STEP),
+            ("op_id", "int32", "Op that produces or owns it, -1 if none.", OP),
             ("dtype", CATEGORY, "Element type: fp16, fp32, int32, or mixed (an optimiser state with one FP16 and "
              "one FP32 moment). Schema 2 on.", Values(codes=DTYPES), 2),
             ordered=(("live_from_step", "live_to_step"),),
@@ -257,12 +283,12 @@ TABLES: dict[str, TableSchema] = {
         _t(
             "liveness",
             "Memory live at each program step of each IPU: IPU totals and the worst tile.",
-            ("ipu", pa.int16(), "IPU.", IPU),
-            ("step", pa.int32(), "Program step.", STEP),
-            ("always_live_bytes", pa.int64(), "Always-live bytes on the IPU (the same at every step).", COUNT),
-            ("not_always_live_bytes", pa.int64(), "Not-always-live bytes live on the IPU at this step.", COUNT),
-            ("worst_tile", pa.int32(), "Tile with the most memory live at this step.", TILE),
-            ("worst_tile_bytes", pa.int64(), "Total bytes (always-live + not-always-live) live on that "
+            ("ipu", "int16", "IPU.", IPU),
+            ("step", "int32", "Program step.", STEP),
+            ("always_live_bytes", "int64", "Always-live bytes on the IPU (the same at every step).", COUNT),
+            ("not_always_live_bytes", "int64", "Not-always-live bytes live on the IPU at this step.", COUNT),
+            ("worst_tile", "int32", "Tile with the most memory live at this step.", TILE),
+            ("worst_tile_bytes", "int64", "Total bytes (always-live + not-always-live) live on that "
                                              "tile at this step.", COUNT),
             key=("ipu", "step"),
         ),
@@ -270,18 +296,18 @@ TABLES: dict[str, TableSchema] = {
             "trace",
             "The execution trace: one row per execution of a program step on an IPU, plus idle rows "
             "where an IPU waits for the others. Replicas run in lockstep, so only replica 0 is traced.",
-            ("run", pa.int32(), "Host call (one call runs device_iterations iterations).", Values(low=0, below="runs")),
-            ("iteration", pa.int32(), "Device iteration within the run (one weight update when training).",
+            ("run", "int32", "Host call (one call runs device_iterations iterations).", Values(low=0, below="runs")),
+            ("iteration", "int32", "Device iteration within the run (one weight update when training).",
              Values(low=0, below="device_iterations")),
-            ("micro_batch", pa.int32(), "Micro-batch within the iteration, -1 if none (update, all-reduce, idle).",
+            ("micro_batch", "int32", "Micro-batch within the iteration, -1 if none (update, all-reduce, idle).",
              Values(low=-1, below="gradient_accumulation")),
-            ("ipu", pa.int16(), "IPU.", IPU),
-            ("stage", pa.int16(), "Pipeline stage, -1 if none.", STAGE),
+            ("ipu", "int16", "IPU.", IPU),
+            ("stage", "int16", "Pipeline stage, -1 if none.", STAGE),
             ("pass", CATEGORY, "forward, backward, update or none.", Values(codes=PASSES)),
-            ("step", pa.int32(), "Program step executed, -1 for idle rows.", OPTIONAL_STEP),
+            ("step", "int32", "Program step executed, -1 for idle rows.", OPTIONAL_STEP),
             ("phase", CATEGORY, "compute, sync, exchange, stream or idle.", Values(codes=PHASES)),
-            ("start_cycle", pa.int64(), "Start, in cycles from the start of the trace.", COUNT),
-            ("end_cycle", pa.int64(), "End (exclusive), in cycles.", COUNT),
+            ("start_cycle", "int64", "Start, in cycles from the start of the trace.", COUNT),
+            ("end_cycle", "int64", "End (exclusive), in cycles.", COUNT),
             ordered=(("start_cycle", "end_cycle"),),
         ),
         _t(
@@ -292,13 +318,13 @@ TABLES: dict[str, TableSchema] = {
             "rows a bin or fewer. A bin's cycles are its rows' cycles inside it, so each level's cycles per "
             "IPU and phase sum to the trace's; only bins that rows overlap have a row (none when the trace's "
             "cycles sum to 2^62 or more, which no reader takes). Sorted by level, start_cycle, ipu and phase.",
-            ("level", pa.int32(), "Level of detail, 0 the coarsest.", Values(low=0, high=63)),
-            ("ipu", pa.int16(), "IPU.", IPU),
+            ("level", "int32", "Level of detail, 0 the coarsest.", Values(low=0, high=63)),
+            ("ipu", "int16", "IPU.", IPU),
             ("phase", CATEGORY, "compute, sync, exchange, stream or idle.", Values(codes=PHASES)),
-            ("start_cycle", pa.int64(), "The bin's start, a multiple of its width, in cycles.", BIN_CYCLES),
-            ("end_cycle", pa.int64(), "The bin's end (exclusive): start_cycle + the level's width.", BIN_CYCLES),
-            ("cycles", pa.int64(), "Cycles of the phase's trace rows inside the bin.", BIN_CYCLES),
-            ("rows", pa.int64(), "Trace rows of the phase that overlap the bin (start before its end, end after "
+            ("start_cycle", "int64", "The bin's start, a multiple of its width, in cycles.", BIN_CYCLES),
+            ("end_cycle", "int64", "The bin's end (exclusive): start_cycle + the level's width.", BIN_CYCLES),
+            ("cycles", "int64", "Cycles of the phase's trace rows inside the bin.", BIN_CYCLES),
+            ("rows", "int64", "Trace rows of the phase that overlap the bin (start before its end, end after "
                                  "its start).", COUNT),
             ordered=(("start_cycle", "end_cycle"),),
             since=3,
@@ -306,15 +332,15 @@ TABLES: dict[str, TableSchema] = {
         _t(
             "exchanges",
             "Each exchange or copy program step: what it moves, between which IPUs, and how long it takes.",
-            ("ipu", pa.int16(), "IPU whose program holds the step.", IPU),
-            ("step", pa.int32(), "Program step.", STEP),
+            ("ipu", "int16", "IPU whose program holds the step.", IPU),
+            ("step", "int32", "Program step.", STEP),
             ("kind", CATEGORY, "internal, inter_ipu, host, remote_buffer or all_reduce.", Values(codes=EXCHANGE_KINDS)),
-            ("src_ipu", pa.int16(), "Source IPU; -1 the host, -2 streaming memory.",
+            ("src_ipu", "int16", "Source IPU; -1 the host, -2 streaming memory.",
              Values(low=STREAMING_MEMORY, below="num_ipus")),
-            ("dst_ipu", pa.int16(), "Destination IPU; -1 the host, -2 streaming memory.",
+            ("dst_ipu", "int16", "Destination IPU; -1 the host, -2 streaming memory.",
              Values(low=STREAMING_MEMORY, below="num_ipus")),
-            ("bytes", pa.int64(), "Bytes moved by one execution.", COUNT),
-            ("cycles", pa.int64(), "Cycles one execution takes.", COUNT),
+            ("bytes", "int64", "Bytes moved by one execution.", COUNT),
+            ("cycles", "int64", "Cycles one execution takes.", COUNT),
         ),
     )
 }

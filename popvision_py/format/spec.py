@@ -13,7 +13,7 @@ END = "<!-- end of generated tables -->"
 
 
 def _type_name(column: S.Column) -> str:
-    return "category (dictionary<int32, string>)" if column.type == S.CATEGORY else str(column.type)
+    return "category (dictionary<int32, string>)" if column.type_name == S.CATEGORY else str(column.type)
 
 
 def _number(value: int | str) -> str:

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from popvision_py.errors import PopvisionError
 from popvision_py.format.atomic import atomic_output
-from popvision_py.format.values import arrow, numbers, to_arrow
+from popvision_py.format.arrays import arrow, numbers, to_arrow
 from popvision_py.format.runs import INSTANCE
 from popvision_py.version import __version__
 

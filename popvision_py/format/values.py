@@ -1,10 +1,10 @@
-"""Checks of a profile's values against the schema's declarations (``schema.Values``,
-``TableSchema.ordered``, ``TableSchema.key``) and of the manifest's sizes, shared by the reader (on open
-and as tables are decoded) and the writer (so the engine cannot write what the reader refuses).
+"""Checks of a profile against the schema's declarations (``schema.Values``, ``TableSchema.ordered``,
+``TableSchema.key``) that decode nothing: the manifest's shape and sizes, the bounds its figures set,
+the footers' statistics, and the SQL that makes DuckDB check values as it reads them. Shared by the
+reader (on open), ``memberfs`` and the writer (so the engine cannot write what the reader refuses);
+the checks of decoded columns are ``arrays``'. No pyarrow: `popvision sql` opens a profile without it.
 
-Each check is a vectorised pass over whole columns (Arrow's min/max first, NumPy only to find the
-first bad row of a column that has one); a violation is one sentence naming the table, the column
-and the first bad row.
+A violation is one sentence naming the table and the column.
 """
 
 from __future__ import annotations
@@ -12,9 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from typing import Any
-
-import numpy as np
-import pyarrow as pa  # pyarrow.compute is imported by the checks that decode: opening a profile needs none
 
 from popvision_py.errors import PopvisionError, ValueRangeError
 from popvision_py.format import schema as S
@@ -135,36 +132,46 @@ def limits(rule: S.Values, declared: Mapping[str, int]) -> tuple[int | None, int
 
 def statistics(metadata: Any, group: int, column: str) -> tuple[int, int] | None:
     """(min, max) of an integer column in one row group, as its footer states them; None without."""
+    index = _column_index(metadata, column)
+    return None if index is None else _stated(metadata.row_group(group).column(index).statistics)
+
+
+def _column_index(metadata: Any, column: str) -> int | None:
     schema = metadata.schema
-    for index in range(metadata.num_columns):
-        if schema.column(index).name == column:
-            stats = metadata.row_group(group).column(index).statistics
-            if stats is None or not stats.has_min_max or not isinstance(stats.min, int):
-                return None
-            return int(stats.min), int(stats.max)
-    return None
+    return next((i for i in range(metadata.num_columns) if schema.column(i).name == column), None)
+
+
+def _stated(stats: Any) -> tuple[int, int] | None:
+    if stats is None or not stats.has_min_max or not isinstance(stats.min, int):
+        return None
+    return int(stats.min), int(stats.max)
 
 
 def statistics_violation(spec: S.TableSchema, metadata: Any,
                          declared: Mapping[str, int]) -> tuple[int, str, str] | None:
-    """The first integer column whose footer statistics (``pq.FileMetaData``) leave its values:
-    (row group, column, what is wrong), or None; nothing is decoded. A row group without
-    statistics is checked as its pages are decoded (``check_values``)."""
+    """The first integer column whose footer statistics (``pq.FileMetaData`` or ``footer.Footer``) leave
+    its values: (row group, column, what is wrong), or None; nothing is decoded. A row group without
+    statistics is checked as its pages are decoded (``arrays.check_values``)."""
+    bounded = []
     for column in spec.columns:
-        if not pa.types.is_integer(column.type):
-            continue
         low, high, high_note = limits(column.values, declared)
-        if low is None and high is None:
-            continue
-        for group in range(metadata.num_row_groups):
-            stated = statistics(metadata, group, column.name)
+        index = _column_index(metadata, column.name) if column.is_integer else None
+        if index is not None and (low is not None or high is not None):
+            bounded.append((column.name, index, low, high, high_note))
+    found = []
+    # row group by row group (each group's metadata fetched once: a billion-row trace has 1,421 of them)
+    for group in range(metadata.num_row_groups):
+        chunks = metadata.row_group(group)
+        for order, (name, index, low, high, high_note) in enumerate(bounded):
+            stated = _stated(chunks.column(index).statistics)
             if stated is None:
                 continue
             if low is not None and stated[0] < low:
-                return group, column.name, f"below its least value {low}"
-            if high is not None and stated[1] > high:
-                return group, column.name, f"above its largest value {high:,}{high_note}"
-    return None
+                found.append((order, group, name, f"below its least value {low}"))
+            elif high is not None and stated[1] > high:
+                found.append((order, group, name, f"above its largest value {high:,}{high_note}"))
+    # the first column in the schema's order that has one, at its first row group
+    return min(found)[1:] if found else None
 
 
 def check_statistics(spec: S.TableSchema, metadata: Any, declared: Mapping[str, int], where: str,
@@ -175,198 +182,6 @@ def check_statistics(spec: S.TableSchema, metadata: Any, declared: Mapping[str, 
         group, column, what = bad
         raise error(f"Column {spec.name}.{column} of {where} holds values {what}, in row group {group} "
                     f"(its footer's statistics).")
-
-
-_DTYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
-           pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
-           pa.float32(): np.float32, pa.float64(): np.float64, pa.bool_(): np.bool_}
-
-
-def numbers(column: pa.ChunkedArray | pa.Array, missing: int | None = None) -> np.ndarray:
-    """A column of numbers or booleans as one NumPy array, read from its buffers (a view where it is
-    one chunk of numbers without nulls): pyarrow's to_numpy imports pandas (0.2-0.4 s), which the
-    engine's writes, `popvision export-trace`, `import` and `sql` do without. Nulls read as
-    ``missing`` where it is given (``index_in``'s misses, say); a column holding nulls without it, or
-    of another type, is converted by to_numpy."""
-    if isinstance(column, pa.ChunkedArray):
-        if column.num_chunks == 0:
-            return np.zeros(0, _DTYPES.get(column.type, np.int64))
-        parts = [numbers(chunk, missing) for chunk in column.chunks]
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
-    if column.type not in _DTYPES or (column.null_count and (missing is None or pa.types.is_boolean(column.type))):
-        return column.to_numpy(zero_copy_only=False)
-    if len(column) == 0:
-        return np.zeros(0, _DTYPES[column.type])
-    start, stop = column.offset, column.offset + len(column)
-    validity, data = column.buffers()[:2]
-    if pa.types.is_boolean(column.type):
-        bits = (np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little") if data is not None
-                else np.zeros(0, np.uint8))
-        return bits[start:stop].astype(bool)
-    values = np.frombuffer(data, _DTYPES[column.type])[start:stop]
-    if column.null_count:
-        valid = np.unpackbits(np.frombuffer(validity, np.uint8), bitorder="little")[start:stop].astype(bool)
-        return np.where(valid, values, missing)
-    return values
-
-
-def arrow(values: np.ndarray | list[str]) -> pa.Array:
-    """NumPy numbers or booleans (a view of them), or a list of strings, as an Arrow array, built from
-    buffers: ``pa.array`` imports pandas (0.2-0.4 s), which `popvision export-trace` does without."""
-    if isinstance(values, list):
-        encoded = [str(v).encode() for v in values]
-        offsets = np.zeros(len(encoded) + 1, np.int64)
-        np.cumsum([len(e) for e in encoded], out=offsets[1:])
-        return pa.Array.from_buffers(pa.large_string(), len(encoded), [
-            None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]).cast(pa.string())
-    values = np.ascontiguousarray(values)
-    if values.dtype == np.bool_:
-        bits = np.packbits(values, bitorder="little")
-        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
-    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
-
-
-def words(values: np.ndarray) -> pa.Array:
-    """NumPy strings (few distinct ones: phases, names) as an Arrow dictionary in the order of first
-    appearance, as ``dictionary_encode`` makes it, without pa.array; anything but strings (a None, a
-    number) is left to pa.array, which says what is wrong with it."""
-    try:
-        distinct, first, inverse = np.unique(values, return_index=True, return_inverse=True)
-    except TypeError:  # None among strings: not comparable
-        return pa.array(values)
-    if not all(isinstance(w, str) for w in distinct.tolist()):
-        return pa.array(values)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty(len(order), np.int32)
-    rank[order] = np.arange(len(order), dtype=np.int32)
-    return pa.DictionaryArray.from_arrays(arrow(rank[inverse.reshape(-1)]), arrow(distinct[order].tolist()))
-
-
-def to_arrow(values: Any) -> pa.Array | pa.ChunkedArray:
-    """A column as a writer is handed it, as Arrow: NumPy numbers and strings without pa.array
-    (``arrow``, ``words``), an Arrow array as it is, anything else (lists) by pa.array."""
-    if isinstance(values, (pa.Array, pa.ChunkedArray)):
-        return values
-    if isinstance(values, np.ndarray) and values.dtype.kind in "iufb":
-        return arrow(values)
-    if isinstance(values, np.ndarray) and values.dtype.kind in "UO":
-        return words(values)
-    return pa.array(values)
-
-
-def extremes(data: pa.Table | pa.RecordBatch) -> dict[str, tuple[int, int]]:
-    """(min, max) of each integer column of ``data`` that has rows, by name: one Arrow pass each, shared
-    by the check against the footer's statistics and the check against the schema."""
-    import pyarrow.compute as pc
-    out = {}
-    for name, column in zip(data.schema.names, data.columns):
-        if pa.types.is_integer(column.type) and len(column) > column.null_count:
-            pair = pc.min_max(column).as_py()
-            out[name] = (pair["min"], pair["max"])
-    return out
-
-
-def check_arrays(data: pa.Table | pa.RecordBatch) -> None:
-    """What ``validate(full=True)`` guards beyond decoding with page checksums, at a fraction of its
-    cost: dictionary indices within their dictionary (a damaged page header can leave them past its
-    end), and the offsets and UTF-8 of string columns; numbers are valid whatever their bits.
-    Raises pa.ArrowInvalid."""
-    import pyarrow.compute as pc
-    data.validate()
-    for column in data.columns:
-        for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
-            if pa.types.is_dictionary(chunk.type):
-                chunk.dictionary.validate(full=True)
-                pair = pc.min_max(chunk.indices).as_py() if len(chunk) else {"min": None}
-                if pair["min"] is not None and not 0 <= pair["min"] <= pair["max"] < len(chunk.dictionary):
-                    raise pa.ArrowInvalid(f"dictionary indices from {pair['min']} to {pair['max']} for a dictionary "
-                                          f"of {len(chunk.dictionary)} values")
-            elif not (pa.types.is_integer(chunk.type) or pa.types.is_floating(chunk.type)
-                      or pa.types.is_boolean(chunk.type)):
-                chunk.validate(full=True)
-
-
-def check_values(spec: S.TableSchema, data: pa.Table | pa.RecordBatch, declared: Mapping[str, int], where: str, *,
-                 first_row: int = 0, whole: bool = False, known: Mapping[str, tuple[int, int]] | None = None,
-                 error: type[PopvisionError] = ValueRangeError) -> None:
-    """Check the columns of ``spec`` present in ``data`` (rows ``first_row`` on of the table).
-
-    ``declared``: the manifest's figures (``bounds``) the columns' ``below`` and ``high`` name.
-
-    ``whole``: ``data`` is the whole table, so ``spec.key`` (no two rows alike) is checked too.
-
-    ``known``: the integer columns' (min, max) already computed (``extremes``), not computed again.
-    """
-    import pyarrow.compute as pc
-    present = set(data.schema.names)
-    table = spec.name
-    for column in spec.columns:
-        if column.name not in present:
-            continue
-        values = data.column(column.name)
-        name = f"Column {table}.{column.name} of {where}"
-        if values.null_count:
-            row = int(np.flatnonzero(numbers(values.is_null()))[0])  # is_null has no nulls of its own
-            raise error(f"{name} is null at row {first_row + row:,}; it may not be null.")
-        rule = column.values
-        if rule.codes is not None:
-            _check_codes(values, rule.codes, f"{name}", first_row, error)
-            continue
-        if not pa.types.is_integer(values.type) or len(values) == 0:
-            continue
-        low, high, high_note = limits(rule, declared)
-        if low is None and high is None:
-            continue
-        pair = known.get(column.name) if known is not None else None
-        least, most = pair if pair is not None else extremes(data.select([column.name]))[column.name]
-        if low is not None and least < low:
-            row = int(np.flatnonzero(numbers(values) < low)[0])
-            raise error(f"{name} holds {numbers(values)[row]} at row {first_row + row:,}, below its least value {low}.")
-        if high is not None and most > high:
-            row = int(np.flatnonzero(numbers(values) > high)[0])
-            raise error(f"{name} holds {numbers(values)[row]:,} at row {first_row + row:,}, above its largest "
-                        f"value {high:,}{high_note}.")
-    for earlier, later in spec.ordered:
-        if earlier in present and later in present and len(data):
-            before = pc.less(data.column(later), data.column(earlier))
-            if pc.any(before).as_py():
-                row = int(np.flatnonzero(numbers(before))[0])
-                a, b = data.column(earlier)[row].as_py(), data.column(later)[row].as_py()
-                raise error(f"Column {table}.{later} of {where} holds {b:,} at row {first_row + row:,}, "
-                            f"less than its {earlier} {a:,}.")
-    if whole and spec.key and all(k in present for k in spec.key) and len(data) > 1:
-        keys = [numbers(data.column(k)).astype(np.int64) for k in spec.key]
-        order = np.lexsort(keys[::-1])
-        same = np.ones(len(order) - 1, bool)
-        for k in keys:
-            same &= k[order][1:] == k[order][:-1]
-        if same.any():
-            row = int(order[1:][same].min())
-            shown = ", ".join(f"{k} {int(v[row])}" for k, v in zip(spec.key, keys))
-            raise error(f"Table {table} of {where} repeats its row for {shown} at row {first_row + row:,}; "
-                        f"{' and '.join(spec.key)} identify a row.")
-
-
-def _check_codes(values: pa.ChunkedArray | pa.Array, codes: tuple[str, ...], name: str, first_row: int,
-                 error: type[PopvisionError]) -> None:
-    import pyarrow.compute as pc
-    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
-    offset = first_row
-    for chunk in chunks:
-        if not pa.types.is_dictionary(chunk.type):
-            chunk = pc.dictionary_encode(chunk)  # another writer's plain strings
-        # only the dictionary (a few distinct values, not rows) is compared, as Python strings:
-        # pa.array and a string array's to_numpy import pandas, which the engine's writes avoid;
-        # rows are looked at only if it holds an unknown code
-        allowed = set(codes)
-        known = np.array([value in allowed for value in chunk.dictionary.cast(pa.string()).to_pylist()], bool)
-        if not known.all():
-            bad = np.isin(numbers(chunk.indices), np.flatnonzero(~known))
-            if bad.any():
-                row = int(np.flatnonzero(bad)[0])
-                raise error(f"{name} holds the unknown value {chunk[row].as_py()!r} at row {offset + row:,}; "
-                            f"it may hold {', '.join(codes)}.")
-        offset += len(chunk)
 
 
 SQL_REFUSAL = "popvision refuses column "  # how a checked view's error starts: then "TABLE.COLUMN"
@@ -411,7 +226,7 @@ def sql_checked(spec: S.TableSchema, names: list[str], declared: Mapping[str, in
 
 def _bounds(column: S.Column, declared: Mapping[str, int]) -> tuple[int | None, int | None]:
     """The column's least and largest value when it is an integer column, else (None, None)."""
-    if column.values.codes is not None or not pa.types.is_integer(column.type):
+    if column.values.codes is not None or not column.is_integer:
         return None, None
     low, high, _ = limits(column.values, declared)
     return low, high

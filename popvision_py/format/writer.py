@@ -47,15 +47,8 @@ from popvision_py.errors import ProfileWriteError
 from popvision_py.format import schema as S
 from popvision_py.format.atomic import atomic_output, folder_lock, write_error
 from popvision_py.format.levels import LevelFold
-from popvision_py.format.values import (
-    bounds,
-    check_declared,
-    check_manifest,
-    check_manifest_sizes,
-    check_statistics,
-    check_values,
-    to_arrow,
-)
+from popvision_py.format.arrays import check_values, to_arrow
+from popvision_py.format.values import bounds, check_declared, check_manifest, check_manifest_sizes, check_statistics
 
 if TYPE_CHECKING:
     import pandas as pd

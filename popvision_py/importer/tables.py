@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from popvision_py.format.values import arrow
+from popvision_py.format.arrays import arrow
 from popvision_py.importer.read import KIND, RankTrace, merge_intervals
 from popvision_py.importer.spill import Growing
 from popvision_py.importer.timeline import LABEL, PASS_NAME, Rows, is_collective, unique_first
