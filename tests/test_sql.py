@@ -255,8 +255,9 @@ def test_a_query_on_one_column_plans_to_read_it_and_its_ordered_partner_only(tab
         con = _locked_connection(members, "1GB")
         try:
             for column in profile.metadata(table).schema.names:
-                # WHEN a query counts one column's values
-                plan = json.loads(con.execute(f'EXPLAIN (FORMAT json) SELECT count("{column}") FROM {table}')
+                # WHEN a query takes one column's largest value (a count of a 64-bit column is answered from
+                # the row count: its check tells DuckDB it holds no null)
+                plan = json.loads(con.execute(f'EXPLAIN (FORMAT json) SELECT max("{column}") FROM {table}')
                                   .fetchall()[0][1])
                 # THEN DuckDB plans one scan of the member, of that column and the one it is ordered with (the
                 # view checks them together), and of no other: a check of another column never makes it read

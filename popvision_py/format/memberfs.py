@@ -64,6 +64,7 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
         self._profile = profile
         self._checked: set[tuple[str, int]] = set()  # (member, column chunk) whose pages were checked
         self._chunk_spans: dict[str, tuple[np.ndarray, np.ndarray, list[tuple[int, str, Any]]]] = {}
+        self._in_order: dict[str, bool] = {}  # whether each member's chunks lie one after another, as writers lay them
         self._check_lock = threading.Lock()  # guards _chunk_locks
         self._chunk_locks: dict[tuple[str, int], threading.Lock] = {}
         self.corrupt: ProfileError | None = None  # set when a read found a damaged member or a forbidden value
@@ -116,7 +117,10 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
         chunk read whole. Each chunk has its own lock: threads reading other chunks go on."""
         starts, stops, chunks = self._chunks(member)
         stop = first + len(data)
-        touched = np.flatnonzero((starts < stop) & (stops > first)).tolist()
+        if self._in_order[member]:  # each chunk after the one before: the touched ones are a run, found by bisection
+            touched = range(int(np.searchsorted(stops, first, "right")), int(np.searchsorted(starts, stop, "left")))
+        else:
+            touched = np.flatnonzero((starts < stop) & (stops > first)).tolist()
         table = member.removesuffix(S.TABLE_SUFFIX)
         for index in touched:
             key = (member, index)
@@ -185,6 +189,8 @@ class MemberFileSystem(fsspec.AbstractFileSystem):
                     spans.append((first, first + meta.total_compressed_size))
                     chunks.append((g, meta.path_in_schema, meta))
             bounds = np.asarray(spans, np.int64).reshape(-1, 2)
+            starts, stops = bounds[:, 0], bounds[:, 1]
+            self._in_order[member] = bool((starts[1:] >= stops[:-1]).all() and (stops >= starts).all())
             self._chunk_spans[member] = (bounds[:, 0], bounds[:, 1], chunks)
         return self._chunk_spans[member]
 

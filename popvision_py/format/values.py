@@ -219,9 +219,29 @@ def sql_checked(spec: S.TableSchema, names: list[str], declared: Mapping[str, in
         if name not in tests:
             out.append(quoted)
             continue
-        refusal = f"{SQL_REFUSAL}{spec.name}.{name}".replace("'", "''")
-        out.append(f"CASE WHEN {' AND '.join(tests[name])} THEN {quoted} ELSE error('{refusal}') END AS {quoted}")
+        text = f"{SQL_REFUSAL}{spec.name}.{name}".replace("'", "''")
+        refused = _bounded(columns[name], declared, f"error('{text}')")
+        out.append(f"CASE WHEN {' AND '.join(tests[name])} THEN {quoted} ELSE {refused} END AS {quoted}")
     return out
+
+
+def _bounded(column: S.Column, declared: Mapping[str, int], refusal: str) -> str:
+    """The ``ELSE`` of a column's check: ``refusal`` (an ``error()``), which for a 64-bit column also states
+    the column's bounds to DuckDB's optimizer.
+
+    A ``CASE`` has the union of its branches' statistics, and none if a branch has none, as ``error()`` has.
+    Given the bounds (``CASE WHEN error() IS NULL THEN least ELSE largest END``: the error still raised
+    where the row is refused), DuckDB knows what the check guarantees, that the values lie within them
+    (the footer's statistics, merged in, can only widen that), and computes differences and sums of
+    cycles and bytes without checking each for overflow: ``sum(end_cycle - start_cycle)`` over a
+    billion rows 5.25 -> 4.63 s, unchecked 4.51 s. Not for the narrower id columns (``ipu``, ``step``):
+    grouped by a key of known small range, DuckDB hashes perfectly with compressed keys, which measured
+    slower than its plain hashing (0.27 against 0.22 s at 50M rows; docs/performance.md).
+    """
+    low, high = _bounds(column, declared)
+    if column.type_name != "int64" or low is None or high is None:
+        return refusal
+    return f"(CASE WHEN {refusal} IS NULL THEN CAST({low} AS BIGINT) ELSE CAST({high} AS BIGINT) END)"
 
 
 def _bounds(column: S.Column, declared: Mapping[str, int]) -> tuple[int | None, int | None]:
