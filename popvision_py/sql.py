@@ -205,7 +205,7 @@ def run_query(profile_path: str, query: str, *, memory_limit: str = MEMORY_LIMIT
     reader's ProfileError.
     """
     from popvision_py.format.memberfs import MemberFileSystem
-    from popvision_py.format.opening import open_profile_file
+    from popvision_py.format import open_profile_file
 
     tune = is_tune_result(profile_path)
     query = checked_query(query, "tune" if tune else "trace")

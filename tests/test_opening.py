@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from popvision_py import errors as E
-from popvision_py.format import open_profile, opening
+from popvision_py.format import open_profile, open_profile_file, opening
 from popvision_py.format import schema as S
 from popvision_py.format.footer import Footer
 from popvision_py.format.memberfs import MemberFileSystem
-from popvision_py.format.opening import ProfileFile, open_profile_file
+from popvision_py.format.opening import ProfileFile
 from popvision_py.format.values import statistics
 from popvision_py.sql import run_query
 

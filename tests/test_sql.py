@@ -247,7 +247,7 @@ def test_a_query_on_one_column_plans_to_read_it_and_its_ordered_partner_only(tab
     # GIVEN the sample's checked views (each column's values checked as the query computes)
     from popvision_py.format import schema as S
     from popvision_py.format.memberfs import MemberFileSystem
-    from popvision_py.format.opening import open_profile_file
+    from popvision_py.format import open_profile_file
     from popvision_py.sql import _locked_connection
 
     spec = S.TABLES[table]

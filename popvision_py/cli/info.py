@@ -6,7 +6,7 @@ import json
 
 import click
 
-from popvision_py.format.opening import open_profile_file
+from popvision_py.format import open_profile_file
 
 
 def describe(path: str) -> dict:

@@ -2,7 +2,23 @@
 
 from popvision_py.format.schema import SCHEMA_VERSION, TABLES
 
-__all__ = ["Profile", "ProfileWriter", "SCHEMA_VERSION", "TABLES", "TableWriter", "open_profile"]
+__all__ = ["Profile", "ProfileWriter", "SCHEMA_VERSION", "TABLES", "TableWriter", "open_profile", "open_profile_file"]
+
+
+def open_profile_file(path):
+    """A profile opened and checked as ``open_profile`` opens one, nothing decoded and pyarrow not imported
+    where its footers are small (``opening.ProfileFile``: `popvision sql` and `info`); where a sentence needs
+    rows decoded (a value its footer's statistics refuse, a value a query refused), the reader is opened
+    on the same path for it."""
+    from popvision_py.format import opening
+
+    return opening.open_profile_file(path, _reader)
+
+
+def _reader(path):
+    from popvision_py.format.reader import Profile
+
+    return Profile(path)
 
 
 def __getattr__(name: str):

@@ -27,7 +27,8 @@ import stat
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from popvision_py.format.reader import Profile
 
 MAX_MANIFEST_BYTES = 16 << 20
 MAX_MANIFEST_DEPTH = 32  # objects and lists nested in the manifest (ours: 4)
@@ -98,7 +98,10 @@ class ProfileFile:
     # what the open's checks may raise for a file that is not a readable profile (the reader adds pyarrow's)
     _READ_ERRORS: tuple[type[BaseException], ...] = (ProfileError, OSError, ValueError)
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str],
+                 decoder: Callable[[Path], AbstractContextManager[Any]] | None = None) -> None:
+        # ``decoder``: opens the reader on a path, for the few errors whose sentence needs rows decoded
+        self._decoder = decoder
         self.path = Path(path)
         self._check_file()
         self._file = self._open_file()
@@ -411,18 +414,19 @@ class ProfileFile:
         return int.from_bytes(self.read_at(offset + size - 8, 4), "little") + 8
 
     def verify_chunk(self, table: str, row_group: int, column: str) -> None:
-        """Decode one column chunk with its page checksums and values checked (``reader.Profile.verify_chunk``):
-        the reader, which decodes, is opened on the same file for it."""
-        with self.decoder() as profile:
-            profile.verify_chunk(table, row_group, column)
+        """Decode one column chunk with its page checksums and values checked (``reader.Profile.verify_chunk``),
+        where this was opened with a ``decoder``; else nothing (the open's statistics check says what is wrong)."""
+        if self._decoder is not None:
+            with self.decoder() as profile:
+                profile.verify_chunk(table, row_group, column)
 
     @contextlib.contextmanager
-    def decoder(self) -> Iterator[Profile]:
-        """The profile as a ``reader.Profile``, which decodes its tables (imports pyarrow): opened on the same
-        path for as long as the ``with`` lasts."""
-        from popvision_py.format.reader import Profile
-
-        with Profile(self.path) as profile:
+    def decoder(self) -> Iterator[Any]:
+        """The profile as a ``reader.Profile``, which decodes its tables (imports pyarrow), for as long as the
+        ``with`` lasts: the ``decoder`` this was opened with, on the same path (``format.open_profile_file``)."""
+        if self._decoder is None:
+            raise TypeError(f"{self!r} was opened without a decoder")
+        with self._decoder(self.path) as profile:
             yield profile
 
     def _known(self, table: str) -> str:
@@ -463,11 +467,12 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def open_profile_file(path: str | os.PathLike[str]) -> ProfileFile:
+def open_profile_file(path: str | os.PathLike[str],
+                      decoder: Callable[[Path], AbstractContextManager[Any]] | None = None) -> ProfileFile:
     """Open a profile.pop for its footers and members only (``ProfileFile``); raises a ProfileError subclass if
-    it cannot be read, as ``open_profile`` does."""
+    it cannot be read, as ``open_profile`` does. ``format.open_profile_file`` hands it the reader as ``decoder``."""
     try:
-        return ProfileFile(path)
+        return ProfileFile(path, decoder)
     except ProfileError:
         raise
     except (OSError, ValueError) as exc:
