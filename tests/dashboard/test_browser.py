@@ -30,8 +30,10 @@ PAGES = {
 }
 
 
-def wait_for_figures(dash_duo, graph_ids: list[str], timeout: float = 15) -> None:
-    """Until each graph has drawn at least one trace (plotly adds `.trace` groups when it does)."""
+def wait_for_figures(dash_duo, graph_ids: list[str], timeout: float = 30) -> None:
+    """Until each graph has drawn at least one trace (plotly adds `.trace` groups when it does). The wait is
+    a bound, not a figure: under the whole suite on two shared cores the memory page's tile map once took
+    longer than 15 s to draw (the whole test takes 7 s alone)."""
     for graph_id in graph_ids:
         dash_duo.wait_for_element(f"#{graph_id} .main-svg", timeout=timeout)
         dash_duo.wait_for_element(f"#{graph_id} .plot .trace, #{graph_id} .heatmaplayer image, #{graph_id} .trace",
