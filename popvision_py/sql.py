@@ -204,8 +204,8 @@ def run_query(profile_path: str, query: str, *, memory_limit: str = MEMORY_LIMIT
     profile that cannot be read, or a column chunk that fails its checks as DuckDB reads it, raises the
     reader's ProfileError.
     """
-    from popvision_py.format.memberfs import MemberFileSystem
     from popvision_py.format import open_profile_file
+    from popvision_py.format.memberfs import MemberFileSystem
 
     tune = is_tune_result(profile_path)
     query = checked_query(query, "tune" if tune else "trace")

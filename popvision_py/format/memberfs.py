@@ -16,7 +16,7 @@ checked by DuckDB as it computes. A query over damaged pages or forbidden values
 (``MemberFileSystem.corrupt`` or ``refusal`` gives the reader's sentence) instead of answered from
 them, and a chunk no query reads is never checked.
 
-Reads are ``pread``s through the reader's own handle on the container (``Profile.read_at``), never
+Reads are ``pread``s through the profile's own handle on the container (``ProfileFile.read_at``), never
 a memory map: bytes read into a reader's buffers are freed once decoded (docs/performance.md:
 `popvision sql` at 50M trace rows), and a profile overwritten in place while a query runs is
 refused in one sentence (``ProfileChangedError``) instead of killing the process with SIGBUS.

@@ -197,7 +197,8 @@ def sql_checked(spec: S.TableSchema, names: list[str], declared: Mapping[str, in
     number outside its least and largest values, a code the schema does not know, a row of an
     ordered pair out of order (each column of the pair checked with its partner, as the reader
     does). The error's text is ``SQL_REFUSAL`` and ``table.column``; the reader's own check then
-    finds the first bad row for the sentence (``MemberFileSystem.refusal``).
+    finds the first bad row for the sentence (``MemberFileSystem.refusal``). A 64-bit column's ``ELSE``
+    also states its bounds to DuckDB (``_bounded``).
 
     Each test is made once: a null fails any comparison (``CASE WHEN NULL`` takes the ``ELSE``), so
     ``IS NOT NULL`` is written only for a column with no other comparison; and both columns of an ordered
