@@ -190,3 +190,25 @@ def test_the_reader_checks_a_chunk_once_per_process() -> None:
             {("trace", g, c) for g in range(groups) for c in ("ipu", "start_cycle")}
         second = pa.Table.from_batches(list(profile.iter_batches("trace", ["ipu", "start_cycle"])))
         assert second.equals(first)
+
+
+def test_a_read_checks_exactly_the_column_chunks_it_touches() -> None:
+    # GIVEN a table of three row groups (bert-large's tile_cycles: 15 column chunks), its chunks' byte ranges
+    # read from its footer by pyarrow
+    sample = SAMPLE.parent.parent / "bert_large_out_of_memory" / "profile.pop"
+    with open_profile(sample) as profile:
+        offset, size = profile.member_span("tile_cycles")
+        data = profile.read_at(offset, size)
+    spans = [(first, first + meta.total_compressed_size) for first, meta in chunks(data)]
+    assert len(spans) == 15
+    edges = sorted({point for a, b in spans for point in (a, a + 1, b - 1, b)})
+    # WHEN DuckDB's file reads the bytes from each edge of a chunk to each later one (a fresh file system each
+    # time, so nothing was checked before)
+    for first in edges:
+        for stop in (e for e in edges if e > first):
+            with open_profile(sample) as profile, MemberFileSystem(profile) as fs, fs.open("tile_cycles.parquet") as f:
+                f.seek(first)
+                assert f.read(stop - first) == data[first:stop]
+                # THEN the chunks checked are those the bytes overlap, no more and no fewer
+                checked = {index for name, index in fs._checked if name == "tile_cycles.parquet"}
+            assert checked == {i for i, (a, b) in enumerate(spans) if a < stop and b > first}, (first, stop)
