@@ -94,11 +94,14 @@ def test_a_profile_refused_at_open_is_refused_in_the_same_sentence(tmp_path: Pat
             outcomes.append(None)
         except E.ProfileError as exc:
             outcomes.append((type(exc), str(exc)))
-    # THEN both open it (a value the footer's statistics do not show: it is refused as it is read), or both
-    # refuse it with the same sentence
+    # THEN both refuse it with the same sentence where the footer's statistics show the value (an integer
+    # beyond its column's bounds), and both open it where they cannot (a code, a row out of order: refused
+    # as it is read)
     assert outcomes[0] == outcomes[1]
-    if outcomes[0] is not None:
-        assert f"Column {table}." in outcomes[0][1]
+    shown = isinstance(value, int) and sentence is not None and "less than its" not in sentence
+    assert (outcomes[0] is not None) == shown, outcomes[0]
+    if shown:
+        assert outcomes[0][0] is E.ValueRangeError and outcomes[0][1].startswith(f"Column {table}.{column} of {bad} ")
 
 
 def test_a_damaged_footer_is_one_sentence(tmp_path: Path) -> None:
@@ -119,3 +122,12 @@ def test_a_damaged_footer_is_one_sentence(tmp_path: Path) -> None:
         open_profile_file(bad)
     # AND the sentence is the parser's, saying where the footer ends
     assert "the footer ends" in str(caught.value), str(caught.value)
+
+
+def test_the_type_names_print_as_their_arrow_types() -> None:
+    # GIVEN the schema's type names, and the text the opener compares stored types with (made without pyarrow)
+    for name, text in S.ARROW_TEXT.items():
+        # THEN each is what pyarrow prints for the Arrow type the name builds
+        assert str(S.arrow_type(name)) == text, name
+    # AND every column's type is one of them
+    assert {c.type_name for t in S.TABLES.values() for c in t.columns} <= set(S.ARROW_TEXT)

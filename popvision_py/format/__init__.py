@@ -10,9 +10,9 @@ def open_profile_file(path):
     where its footers are small (``opening.ProfileFile``: `popvision sql` and `info`); where a sentence needs
     rows decoded (a value its footer's statistics refuse, a value a query refused), the reader is opened
     on the same path for it."""
-    from popvision_py.format import opening
+    from popvision_py.format.opening import ProfileFile, opened
 
-    return opening.open_profile_file(path, _reader)
+    return opened(lambda: ProfileFile(path, _reader), path, ProfileFile._READ_ERRORS)
 
 
 def _reader(path):

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from popvision_py.errors import (ColumnTypeError, CorruptProfileError, EmptyProfileError, ManifestError,
                                  MemberSizeError, MissingColumnError, MissingTableError, NewerSchemaError,
@@ -47,7 +47,6 @@ from popvision_py.format.values import (bounds, check_declared, check_manifest, 
 if TYPE_CHECKING:
     from typing import Self
 
-    import numpy as np
 
 
 MAX_MANIFEST_BYTES = 16 << 20
@@ -61,6 +60,7 @@ _LOCAL_SIGNATURE = b"PK\x03\x04"
 # Footers longer than this are parsed by pyarrow: below it footer.parse_footer is faster than
 # importing pyarrow (47 ms); a billion-row trace's 1.35 MB footer takes pyarrow 14 ms.
 OWN_PARSER_BYTES = 256 << 10
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -112,9 +112,7 @@ class ProfileFile:
             self.target: dict[str, Any] = self.manifest["target"]
             self.run: dict[str, Any] = self.manifest["run"]
             self._footers: dict[str, Any] = {}  # each table's parsed Parquet footer, kept from open
-            self._row_starts: dict[str, np.ndarray] = {}  # each table's row groups' first rows (_group_starts)
-            # (table, row group, column) chunks decoded with their page checksums and checked, once per process
-            self._checked: set[tuple[str, int, str]] = set()
+            self._footer_lengths: dict[str, int] = {}  # each footer's bytes, without its length and magic
             self._verified: dict[str, bool] = {}  # whether each footer was checked against a checksum
             self._schemas = {name: self._check_table(name) for name, spec in S.TABLES.items()
                              if spec.member in self._members or spec.since <= self.manifest["schema_version"]}
@@ -298,7 +296,10 @@ class ProfileFile:
         declared = self.manifest["tables"].get(table, {})
         # before the footer is parsed: a damaged footer can abort the process inside pyarrow's parser
         self._verified[table] = self._check_footer(table, declared if isinstance(declared, dict) else {})
-        footer, stored = self._read_footer(table)
+        member = self._members[spec.member]
+        length = self._footer_lengths[table] = int.from_bytes(self.read_at(member.offset + member.size - 8, 4),
+                                                              "little")
+        footer, stored = self._read_footer(table, length)
         self._footers[table] = footer
         rows = footer.num_rows
         if isinstance(declared, dict) and "rows" in declared and declared["rows"] != rows:
@@ -315,11 +316,11 @@ class ProfileFile:
                                       f"expected {S.ARROW_TEXT[column.type_name]}.")
         return list(stored)
 
-    def _read_footer(self, table: str) -> tuple[Any, dict[str, str]]:
-        """The table's parsed footer, and its columns' Arrow types as pyarrow prints them, by name."""
-        member = self._members[S.TABLES[table].member]  # its size checked against the footer's by _check_footer
-        length = int.from_bytes(self.read_at(member.offset + member.size - 8, 4), "little")
-        if length > OWN_PARSER_BYTES or length + 12 > member.size:
+    def _read_footer(self, table: str, length: int) -> tuple[Any, dict[str, str]]:
+        """The table's parsed footer (``length`` bytes before its length and magic), and its columns' Arrow
+        types as pyarrow prints them, by name."""
+        member = self._members[S.TABLES[table].member]
+        if length > OWN_PARSER_BYTES or length + 12 > member.size:  # pyarrow's sentence for a length that lies
             return self._arrow_footer(table)
         try:
             footer = parse_footer(self.read_at(member.offset + member.size - 8 - length, length))
@@ -410,8 +411,7 @@ class ProfileFile:
 
     def footer_bytes(self, table: str) -> int:
         """Bytes of the table's Parquet footer, with its length and closing magic (checked at open)."""
-        offset, size = self.member_span(table)
-        return int.from_bytes(self.read_at(offset + size - 8, 4), "little") + 8
+        return self._footer_lengths[self._known(table)] + 8
 
     def verify_chunk(self, table: str, row_group: int, column: str) -> None:
         """Decode one column chunk with its page checksums and values checked (``reader.Profile.verify_chunk``),
@@ -467,14 +467,14 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def open_profile_file(path: str | os.PathLike[str],
-                      decoder: Callable[[Path], AbstractContextManager[Any]] | None = None) -> ProfileFile:
-    """Open a profile.pop for its footers and members only (``ProfileFile``); raises a ProfileError subclass if
-    it cannot be read, as ``open_profile`` does. ``format.open_profile_file`` hands it the reader as ``decoder``."""
+def opened(opener: Callable[[], T], path: str | os.PathLike[str], errors: tuple[type[BaseException], ...]) -> T:
+    """``opener()`` (a ``ProfileFile`` or reader being opened on ``path``), any of ``errors`` it raises
+    (its class's ``_READ_ERRORS``) that is not a ProfileError made one sentence: the common end of
+    ``open_profile`` and ``open_profile_file``."""
     try:
-        return ProfileFile(path, decoder)
+        return opener()
     except ProfileError:
         raise
-    except (OSError, ValueError) as exc:
+    except errors as exc:
         raise CorruptProfileError(f"{path} cannot be read as a profile "
                                   f"({first_line(exc, type(exc).__name__)}).") from None

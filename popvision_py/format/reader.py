@@ -20,11 +20,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from popvision_py.errors import CorruptProfileError, MissingColumnError, ProfileError, first_line
+from popvision_py.errors import CorruptProfileError, MissingColumnError, first_line
 from popvision_py.format import schema as S
 from popvision_py.format.arrays import check_arrays, check_values, extremes
 from popvision_py.format.expansion import dictionary_columns
-from popvision_py.format.opening import ProfileFile
+from popvision_py.format.opening import ProfileFile, opened
 from popvision_py.format.span import MemberFile, read_whole
 from popvision_py.format.values import statistics
 
@@ -40,7 +40,14 @@ class Profile(ProfileFile):
 
     _READ_ERRORS = (*ProfileFile._READ_ERRORS, pa.ArrowException)
 
-    def _read_footer(self, table: str) -> tuple[pq.FileMetaData, dict[str, str]]:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._row_starts: dict[str, np.ndarray] = {}  # each table's row groups' first rows (_group_starts)
+        # (table, row group, column) chunks decoded with their page checksums and checked, once per process:
+        # set before the open's checks, which may decode one (verify_chunk)
+        self._checked: set[tuple[str, int, str]] = set()
+        super().__init__(path)
+
+    def _read_footer(self, table: str, length: int) -> tuple[pq.FileMetaData, dict[str, str]]:
         # pyarrow's own footer, whatever its size: a ParquetFile is handed it back on every read
         return self._arrow_footer(table)
 
@@ -228,10 +235,4 @@ class Profile(ProfileFile):
 
 def open_profile(path: str | os.PathLike[str]) -> Profile:
     """Open a profile.pop for reading; raises a ProfileError subclass if it cannot be read."""
-    try:
-        return Profile(path)
-    except ProfileError:
-        raise
-    except (OSError, ValueError, pa.ArrowException) as exc:
-        raise CorruptProfileError(f"{path} cannot be read as a profile "
-                                  f"({first_line(exc, type(exc).__name__)}).") from None
+    return opened(lambda: Profile(path), path, Profile._READ_ERRORS)
