@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from popvision_py.analysis import tracegroups, tracescan  # noqa: E402
+from popvision_py.analysis.trace import groups as tracegroups  # noqa: E402
+from popvision_py.analysis.trace import scan as tracescan  # noqa: E402
 from popvision_py.format import open_profile  # noqa: E402
 
 

@@ -435,7 +435,7 @@ def measured(command: list[str]) -> dict:
 
 def against_duckdb(path: Path, repeat: int, folder: Path | None, supersteps: bool = False, warm: int = 0) -> dict:
     """`report --section all` and DuckDB's same aggregates, whole commands alternating ``repeat`` times each."""
-    from popvision_py.analysis.tracegroups import workers_for
+    from popvision_py.analysis.trace.groups import workers_for
 
     trace = unzipped_trace(path, folder)
     with open_profile(path) as p:

@@ -15,7 +15,7 @@ not run), and compared with its own measured step: the median over its profiled 
 mean ``ProfilerStep`` span.
 
 Nothing is fitted to these runs: the replay's only parameters are read from the source trace
-(analysis/replay.py). Misses are reported, not tuned away. Targets (issue 32): median error within
+(analysis/pipeline/replay.py). Misses are reported, not tuned away. Targets (issue 32): median error within
 5 %, every case within 10 %, the measured step inside the printed range in every case.
 """
 
@@ -125,7 +125,7 @@ def tune_check(profiles: dict[Config, Path], work: Path, steps: int) -> list[dic
     """`popvision tune PROFILE`'s fastest candidate for each 8-micro-batch run of the heavy-last split, run for
     real: is it as fast as predicted, within the printed range?"""
     import popvision_py
-    from popvision_py.analysis import whatif
+    from popvision_py.analysis.pipeline import whatif
     from popvision_py.importer import find_traces, import_traces
     from tests.traces.record import record
 

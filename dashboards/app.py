@@ -22,7 +22,7 @@ from dashboards import data, ids
 from popvision_py.errors import ProfileError
 
 if TYPE_CHECKING:
-    from popvision_py.analysis.fixes import Planner
+    from popvision_py.analysis.findings.fixes import Planner
 
 HERE = Path(__file__).resolve().parent
 NAV_LINK = "nav-link"

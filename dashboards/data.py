@@ -39,11 +39,11 @@ import flask
 import numpy as np
 
 from dashboards.figures.style import IPUS, Naming
-from popvision_py.analysis.tracescan import SUMMARY_COLUMNS
+from popvision_py.analysis.trace.scan import SUMMARY_COLUMNS
 from popvision_py.format.schema import FIT_VERDICTS, PHASES, Driver
 
 if TYPE_CHECKING:
-    from popvision_py.analysis.fixes import Planner
+    from popvision_py.analysis.findings.fixes import Planner
 
 KEYS = ("a", "b")
 EXTENSION = "popvision_profiles"
@@ -54,7 +54,7 @@ def served_profiles(profile: str, profile_b: str | None = None) -> list[str]:
     profile.pop or a run's folder (its first profile); a poprun run's folder alone serves its first
     instance, and its second beside it when their summary figures differ. A path that holds no profile
     is the reader's one sentence (a ProfileError)."""
-    from popvision_py.analysis.instances import differences
+    from popvision_py.analysis.host.instances import differences
     from popvision_py.analysis.report import Report
     from popvision_py.format.runs import run_profiles
 
@@ -363,7 +363,7 @@ def open_profile(path: str | Path) -> Any:
 
 
 def replayable(report: Any) -> bool:
-    """An imported pipeline of several ranks: its what-ifs are re-timings of its trace (analysis/replay.py)."""
+    """An imported pipeline of several ranks: its what-ifs are re-timings of its trace (analysis/pipeline/replay.py)."""
     return bool(report.imported) and str(report.run.get("strategy")) == "pipelined" and len(
         {int(s.get("ipu", 0)) for s in report.run.get("stages") or []}) > 1
 

@@ -17,7 +17,7 @@ SUMMARY_VERIFIED = "summary-verified"  # the same, where the fix's measured effe
 SUMMARY_TIME_TITLE = "summary-time-title"
 SUMMARY_MEMORY_TITLE = "summary-memory-title"
 SUMMARY_SOURCE = "summary-source"  # an imported profile: where it came from (run.import)
-# the tile insights (analysis/insights.py): memory over tiles in bins, the fullest tiles, FP32 variables
+# the tile insights (analysis/findings/insights.py): memory over tiles in bins, the fullest tiles, FP32 variables
 SUMMARY_TILE_HISTOGRAM = "summary-tile-histogram"
 SUMMARY_FULLEST = "summary-fullest"
 SUMMARY_FP32 = "summary-fp32"

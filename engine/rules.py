@@ -3,7 +3,7 @@
 ``engine.plan`` refuses a configuration that breaks one, ``engine.targets`` picks the system that
 holds a run, and ``popvision tune`` prunes its candidates by them. The analysis asks the same rules
 whether a fix it suggests is a configuration the planner would accept, but never imports them: it
-declares what it needs of a planner (``popvision_py.analysis.fixes.Planner``: ``check_run``,
+declares what it needs of a planner (``popvision_py.analysis.findings.fixes.Planner``: ``check_run``,
 ``ipus_used``, ``system_holding``, ``SYSTEMS``, ``LARGEST_SYSTEM``, ``runs_as_pipeline``,
 ``pipeline_stages``), and whoever opens a profile hands this module in (``popvision_py.open``, the
 CLI; docs/architecture.md). A fix is a command the user runs with today's emulator, so it is checked

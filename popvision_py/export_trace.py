@@ -26,8 +26,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from popvision_py.analysis.tables import PASSES, PHASES, Columns, StepIndex, codes, numbers
-from popvision_py.analysis.tracescan import column_bounds
+from popvision_py.analysis.common.tables import PASSES, PHASES, Columns, StepIndex, codes, numbers
+from popvision_py.analysis.trace.scan import column_bounds
 from popvision_py.errors import ConfigError, OutOfRangeError
 from popvision_py.format import open_profile
 from popvision_py.format import schema as S

@@ -17,11 +17,11 @@ import numpy as np
 from engine.compiler import Compiled
 from engine.instrument import arrow_table, manifest, ops_table, programs_table
 from engine.scheduler import Schedule, span, templates
-from popvision_py.analysis import exchange as _exchange
-from popvision_py.analysis import summary as _summary
+from popvision_py.analysis.ipu import exchange as _exchange
+from popvision_py.analysis.findings import summary as _summary
 from popvision_py.analysis.report import Report
-from popvision_py.analysis.tables import Columns
-from popvision_py.analysis.tracescan import Aggregates, summarise_arrays
+from popvision_py.analysis.common.tables import Columns
+from popvision_py.analysis.trace.scan import Aggregates, summarise_arrays
 
 
 def summary_figures(profile: Path) -> dict[str, float]:
@@ -34,7 +34,7 @@ def summary_figures(profile: Path) -> dict[str, float]:
 def emulated_figures(compiled: Compiled, sched: Schedule) -> dict[str, float]:
     """``summary_figures`` of the profile this run writes, from what the emulator knows instead of a
     read of its trace: the analysis' own formulas (``exchange.figures``, ``summary.total_flops``)
-    over the trace's sums, each part's rows of one repeat folded once (``tracescan``) and counted
+    over the trace's sums, each part's rows of one repeat folded once (``trace.scan``) and counted
     as often as they occur (``scheduler.templates``), and the ops and programs tables as written."""
     folds = [(summarise_arrays({**rows, "run": np.zeros(len(rows["step"]), np.int32)}), count)
              for rows, count in templates(sched)]

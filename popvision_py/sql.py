@@ -323,6 +323,6 @@ def _execute(con: Any, query: str, memory_limit: str, timeout: float | None,
 
 def _table(result: Any) -> Any:
     """DuckDB's result as a Table, its columns in the query's order."""
-    from popvision_py.analysis.answer import Table
+    from popvision_py.analysis.common.answer import Table
 
     return Table(result.fetchnumpy())

@@ -287,6 +287,75 @@ def cli_library_uses(root, folders=OUTSIDE):
     return [f"{where}:{line} takes {name} from {module}" for where, line, name, module in sorted(found)]
 
 
+# The analysis' rooms (docs/architecture.md, "The analysis' rooms"): each room of popvision_py/analysis and
+# the rooms it may import besides itself. The facade at the top of the package (FACADE) may import any room;
+# no room imports the facade, and every other module of the analysis sits in a room.
+ANALYSIS = "popvision_py.analysis"
+ROOMS = {
+    "common": (),
+    "trace": ("common",),
+    "ipu": ("common", "trace"),
+    "host": ("common", "trace"),
+    "imported": ("common", "trace"),
+    "pipeline": ("common", "trace", "imported"),
+    "findings": ("common", "trace", "ipu", "host", "imported", "pipeline"),
+}
+FACADE = ("report", "views", "compare", "verify")
+
+
+def room_of(module):
+    """The room of an analysis module ("" for the facade's), None outside the analysis."""
+    if not _under(module, ANALYSIS):
+        return None
+    first = module[len(ANALYSIS) + 1:].split(".")[0]
+    return first if first in ROOMS else ""
+
+
+def room_breaches(known, graph, rooms=ROOMS):
+    """'a.py:line imports b.py (ROOM may import only ...)' for each import by a module of a room of an
+    analysis module in another room it may not import, or in the facade."""
+    found = []
+    for module, edges in graph.items():
+        room = room_of(module)
+        if not room:
+            continue
+        for target, line in edges.items():
+            other = room_of(target)
+            if other is None or other == room or other in rooms[room]:
+                continue
+            allowed = ", ".join(rooms[room]) or "no other room"
+            found.append(f"{_rel(known[module])}:{line} imports {_rel(known[target])} "
+                         f"({room} may import only {allowed})")
+    return sorted(found)
+
+
+def modules_outside_the_rooms(known, facade=FACADE):
+    """Each analysis module that sits in no room and is not one of the facade's."""
+    return sorted(_rel(path) for module, path in known.items()
+                  if room_of(module) == "" and module != ANALYSIS and module[len(ANALYSIS) + 1:] not in facade)
+
+
+def rooms_their_docstrings_misdescribe(known, rooms=ROOMS):
+    """'ROOM: ...' for each room whose ``__init__`` docstring does not name one of its modules (as
+    ``name``), or whose "May import:" line names other rooms than ``rooms`` gives it."""
+    found = []
+    for room, allowed in rooms.items():
+        package = f"{ANALYSIS}.{room}"
+        if package not in known:
+            found.append(f"{room}: no {package.replace('.', '/')}/__init__.py")
+            continue
+        doc = ast.get_docstring(ast.parse(known[package].read_text(encoding="utf-8"))) or ""
+        for module in sorted(m for m in known if m.startswith(package + ".")):
+            name = module.rpartition(".")[2]
+            if f"``{name}``" not in doc:
+                found.append(f"{room}: its docstring does not name ``{name}``")
+        line = next((x for x in doc.split("\n\n") if x.startswith("May import:")), "")
+        named = {r for r in rooms if f"``{r}``" in line}
+        if named != set(allowed):
+            found.append(f"{room}: its docstring says it may import {sorted(named)}, the rule {sorted(allowed)}")
+    return found
+
+
 def _rel(path):
     parts = path.parts
     for package in PACKAGES:
@@ -417,6 +486,26 @@ def test_no_source_file_is_over_600_lines(real_graph):
 
 def test_no_test_benchmark_or_example_takes_library_code_from_the_cli():
     assert cli_library_uses(ROOT) == []
+
+
+def test_each_room_of_the_analysis_imports_only_the_rooms_it_may(real_graph):
+    assert room_breaches(*real_graph) == []
+
+
+def test_every_analysis_module_sits_in_a_room_or_is_the_facades(real_graph):
+    known, _ = real_graph
+    assert {room_of(m) for m in known if _under(m, ANALYSIS)} == {"", *ROOMS}
+    assert modules_outside_the_rooms(known) == []
+
+
+def test_each_rooms_docstring_names_its_modules_and_its_rule(real_graph):
+    assert rooms_their_docstrings_misdescribe(real_graph[0]) == []
+
+
+def test_architecture_page_draws_every_room():
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    for room in ROOMS:
+        assert f"`analysis/{room}/`" in page, f"docs/architecture.md does not draw analysis/{room}/"
 
 
 def test_architecture_page_names_every_floor():
@@ -644,3 +733,68 @@ def test_a_planted_test_taking_library_code_from_the_cli_is_named(tmp_path):
         "tests/test_sql.py:9 takes leave from popvision_py.cli",
         "tests/test_sql.py:10 takes run_query from popvision_py.cli.sql",
     ]
+
+
+# A module of each room importing what its room may not: (room, the module it imports, why it may not).
+PLANTED_BREACHES = (
+    ("common", "trace/scan.py", "the shared columns below everything"),
+    ("trace", "ipu/memory.py", "the fold knows no view"),
+    ("ipu", "host/system.py", "a chip's views do not read the host's"),
+    ("host", "pipeline/stages.py", "the host's figures need no stage"),
+    ("imported", "pipeline/replay.py", "the replay builds on the ranks, not the other way"),
+    ("pipeline", "ipu/exchange.py", "the pipeline's re-timing reads the trace, not the IPU views"),
+    ("findings", "report.py", "no room imports the facade"),
+)
+
+
+PLANTED_ROOM_MODULES = ("common/tables.py", "trace/scan.py", "ipu/memory.py", "ipu/exchange.py", "host/system.py",
+                        "pipeline/stages.py", "pipeline/replay.py", "report.py")
+
+
+def _rooms_tree(extra):
+    """BASE with a module or two in each room, ``extra`` ({path under analysis: text}) over them, and each
+    room's ``__init__`` naming the modules planted in it and the rooms ROOMS lets it import."""
+    modules = {name: "" for name in PLANTED_ROOM_MODULES} | extra
+    files = {k: v for k, v in BASE.items() if k != "popvision_py/analysis/tables.py"}
+    for room, allowed in ROOMS.items():
+        names = [name.split("/")[1][:-3] for name in modules if name.startswith(f"{room}/")]
+        may = ", ".join(f"``{r}``" for r in allowed) or "nothing"
+        files[f"popvision_py/analysis/{room}/__init__.py"] = (
+            f'"""``{room}``: {", ".join(f"``{n}``" for n in names)}.\n\nMay import: {may}.\n"""\n')
+    files.update({f"popvision_py/analysis/{name}": text for name, text in modules.items()})
+    return files
+
+
+def test_a_planted_tree_of_rooms_that_keeps_the_rules_passes(tmp_path):
+    files = _rooms_tree({"pipeline/whatif.py": "from popvision_py.analysis.pipeline import replay\n"
+                                               "from popvision_py.analysis.trace.scan import x\n"})
+    known, graph = _plant(tmp_path, files)
+    assert room_breaches(known, graph) == []
+    assert modules_outside_the_rooms(known) == []
+    assert rooms_their_docstrings_misdescribe(known) == []
+
+
+@pytest.mark.parametrize(("room", "target", "why"), PLANTED_BREACHES, ids=[b[0] for b in PLANTED_BREACHES])
+def test_a_planted_import_across_a_rooms_rule_is_named(tmp_path, room, target, why):
+    # GIVEN a module of ROOM that imports, lazily, a module its room may not import
+    dotted = "popvision_py.analysis." + target[:-3].replace("/", ".")
+    files = _rooms_tree({f"{room}/planted.py": f"def f():\n    import {dotted}\n"})
+    known, graph = _plant(tmp_path, files)
+    # THEN the breach is named with both files and the room's rule
+    allowed = ", ".join(ROOMS[room]) or "no other room"
+    assert room_breaches(known, graph) == [
+        f"popvision_py/analysis/{room}/planted.py:2 imports popvision_py/analysis/{target} "
+        f"({room} may import only {allowed})"], why
+
+
+def test_a_planted_module_outside_the_rooms_and_a_room_misdescribed_are_named(tmp_path):
+    # GIVEN a module dropped at the top of the analysis, and a room module its docstring does not name
+    files = _rooms_tree({"helpers.py": ""})
+    files["popvision_py/analysis/ipu/tiles.py"] = ""
+    files["popvision_py/analysis/host/__init__.py"] = '"""``system``.\n\nMay import: ``common``, ``ipu``."""\n'
+    known, _ = _plant(tmp_path, files)
+    # THEN each is named
+    assert modules_outside_the_rooms(known) == ["popvision_py/analysis/helpers.py"]
+    assert rooms_their_docstrings_misdescribe(known) == [
+        "ipu: its docstring does not name ``tiles``",
+        "host: its docstring says it may import ['common', 'ipu'], the rule ['common', 'trace']"]

@@ -140,7 +140,7 @@ def test_json_records_convert_whole_columns_to_the_values_plain_gives():
     import numpy as np
     import pandas as pd
 
-    from popvision_py.analysis.tables import Table
+    from popvision_py.analysis.common.tables import Table
     from popvision_py.render import jsonout
 
     columns = {"n": np.array([1, -2, 3], np.int16), "ok": np.array([True, False, True]),

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import popvision_py as pv
-from popvision_py.analysis.fixes import FLAGS
+from popvision_py.analysis.findings.fixes import FLAGS
 from popvision_py.format import open_profile
 from tests.engine.helpers import run_cli
 

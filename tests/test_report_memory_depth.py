@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from click.testing import CliRunner
 
-from popvision_py.analysis import imported
+from popvision_py.analysis.imported import ranks as imported
 from popvision_py.cli import main
 from popvision_py.format import open_profile
 from popvision_py.format.schema import MEMORY_CATEGORIES

@@ -168,7 +168,7 @@ def test_memory_fixes_of_an_out_of_memory_run_are_held_to_their_estimates(tmp_pa
 
 
 def test_the_verdict_names_each_figure_that_missed():
-    from popvision_py.analysis.fixes import Predicted
+    from popvision_py.analysis.findings.fixes import Predicted
     from popvision_py.analysis.verify import FixRun, MeasuredFigures, judge
 
     capacity, clock = 638_976, 1.33e9
@@ -202,7 +202,7 @@ def test_the_verify_block_reads_as_a_list_in_text_markdown_and_html():
     import math
     from html import escape
 
-    from popvision_py.analysis.tables import Table
+    from popvision_py.analysis.common.tables import Table
     from popvision_py.analysis.verify import COLUMNS
     from popvision_py.render import html, markdown, text
     from popvision_py.render.document import Document, add_verification

@@ -22,7 +22,7 @@ import popvision_py as pv
 from engine.runner import RunRequest, emulate
 from engine.rules import pipeline_depth, runs_as_pipeline
 from engine.zoo import ZOO
-from popvision_py.analysis import retime
+from popvision_py.analysis.trace import retime
 from popvision_py.format import open_profile
 
 BLOCKS = ["B1", "B2", "B3", "B4"]

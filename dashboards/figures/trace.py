@@ -102,7 +102,7 @@ TILE_PHASE_NAMES = {"compute": "compute", "wait": "wait (done, at the sync)", "s
 
 
 def tile_bars(frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Where each row of a tile time line (``analysis.tiles.tile_timeline``, rows in tile, start and phase
+    """Where each row of a tile time line (``analysis.ipu.tiles.tile_timeline``, rows in tile, start and phase
     order) is drawn: ``base`` and ``width`` in cycles, as arrays.
 
     An execution is drawn where it ran; in a bin the phases of one tile sit side by side in phase
@@ -122,7 +122,7 @@ def tile_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], tile
                   names: dict[int, str] | None = None) -> go.Figure:
     """Chosen tiles as BSP rows: one row per tile in the order chosen, one bar trace per phase.
 
-    ``frame``: ``analysis.tiles.tile_timeline(...).frame``; ``names``: step names, shown on hover
+    ``frame``: ``analysis.ipu.tiles.tile_timeline(...).frame``; ``names``: step names, shown on hover
     over an execution of a compute set (events level). Rows are categories named by the tile's
     number (small integers on the wire, however many bars).
     """

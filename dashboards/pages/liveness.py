@@ -11,7 +11,7 @@ from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import liveness as figures
 from dashboards.figures.style import ipu_label
-from popvision_py.analysis import imported
+from popvision_py.analysis.imported import ranks as imported
 
 dash.register_page(__name__, path="/liveness", name="Liveness", title="popvision · liveness", order=2, icon="◢")
 

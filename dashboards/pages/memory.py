@@ -15,7 +15,8 @@ from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import memory as figures
 from dashboards.figures.style import IPUS, Naming, ipu_label
-from popvision_py.analysis import imported, memory_depth
+from popvision_py.analysis.imported import ranks as imported
+from popvision_py.analysis.ipu import memory_depth
 
 dash.register_page(__name__, path="/memory", name="Memory", title="popvision · memory", order=1, icon="▦")
 

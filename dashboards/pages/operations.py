@@ -18,7 +18,7 @@ from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import operations as figures
 from dashboards.figures.style import empty
-from popvision_py.analysis import trace as _trace
+from popvision_py.analysis.trace import timeline as _trace
 
 dash.register_page(__name__, path="/operations", name="Operations", title="popvision · operations", order=3.5,
                    icon="⚙")

@@ -18,7 +18,7 @@ from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import programs as figures
 from dashboards.figures.style import PHASE_COLOURS
-from popvision_py.analysis import programs
+from popvision_py.analysis.ipu import programs
 
 dash.register_page(__name__, path="/programs", name="Program tree", title="popvision · program tree", order=5.6,
                    icon="⊢")

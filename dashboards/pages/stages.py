@@ -11,7 +11,7 @@ from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import stages as figures
 from dashboards.figures.style import empty
-from popvision_py.analysis import imported
+from popvision_py.analysis.imported import ranks as imported
 
 dash.register_page(__name__, path="/stages", name="Stages", title="popvision · stages", order=4, icon="▤")
 
@@ -45,7 +45,7 @@ def layout(**_query: str) -> html.Div:
             # An imported trace does not name each stage's layers: one line instead of a split.
             c.section("Suggested split", c.one_line(imported.NO_BLOCKS, ids.STAGES_NO_BLOCKS),
                       section_id=ids.STAGES_SPLIT_NOTE, hidden=True),
-            # An imported pipeline re-timed from its measured costs (analysis/replay.py)
+            # An imported pipeline re-timed from its measured costs (analysis/pipeline/replay.py)
             c.section("Critical path across ranks, and what if",
                       html.Div(id=ids.STAGES_CRITICAL_CARDS, className="cards-slot"),
                       html.H4("Culprits: each rank's stages made as fast as the mean stage"),
@@ -219,7 +219,7 @@ CULPRIT_COLUMNS = {"rank": "rank", "stages": "stages", "step_ms": "step (ms)", "
 )
 def render_critical_path(profile: str | None):
     """An imported pipeline's critical path, culprits and what-ifs; hidden for any other profile."""
-    from popvision_py.analysis.replay import SCHEDULES, ReplayError, schedule_order
+    from popvision_py.analysis.pipeline.replay import SCHEDULES, ReplayError, schedule_order
 
     report = data.report(profile)
     if not data.replayable(report):
@@ -254,8 +254,8 @@ def render_critical_path(profile: str | None):
 )
 def re_time(_n_clicks: int, schedule: str | None, micro_batches: Any, profile: str | None):
     """One what-if of the form, as `popvision tune PROFILE --set schedule=... --set micro_batches=...`."""
-    from popvision_py.analysis.replay import SCHEDULES, ReplayError
-    from popvision_py.analysis.whatif import pytorch_words
+    from popvision_py.analysis.pipeline.replay import SCHEDULES, ReplayError
+    from popvision_py.analysis.pipeline.whatif import pytorch_words
 
     if schedule not in SCHEDULES or not isinstance(micro_batches, int) or isinstance(micro_batches, bool) \
             or not 1 <= micro_batches <= 4096:

@@ -15,7 +15,7 @@ from dashboards.figures import exchange as exchange_figures
 from dashboards.figures import insights as insight_figures
 from dashboards.figures import memory as memory_figures
 from dashboards.figures.style import empty
-from popvision_py.analysis.imported import NO_TILES, NO_VARIABLES
+from popvision_py.analysis.imported.ranks import NO_TILES, NO_VARIABLES
 from popvision_py.format.schema import Driver
 from popvision_py.render.format import FIT_ANSWER, assumption_value
 
@@ -42,7 +42,7 @@ def layout(**_query: str) -> html.Div:
     )
 
 
-# -- the tile insights: memory over tiles, the fullest tiles, FP32 variables (analysis/insights.py) ----------
+# -- the tile insights: memory over tiles, the fullest tiles, FP32 variables (analysis/findings/insights.py) ----------
 
 
 def tile_insight_sections() -> list:

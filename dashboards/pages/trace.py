@@ -19,7 +19,7 @@ from dashboards import data, ids
 from dashboards.figures import trace as figures
 from dashboards.figures.style import IPUS, Naming, empty, ipu_label
 from dashboards.zoom import window_from_relayout
-from popvision_py.analysis.trace_levels import WindowTooWideError
+from popvision_py.analysis.trace.levels import WindowTooWideError
 from popvision_py.errors import OutOfRangeError
 
 dash.register_page(__name__, path="/trace", name="Execution trace", title="popvision · trace", order=3, icon="≡")
@@ -390,7 +390,7 @@ def render_tile_timeline(window: list | None, spec: str | None, ipu: int | None,
 )
 def render_critical_path(profile: str | None):
     """An imported pipeline's critical path of one step; hidden for any other profile."""
-    from popvision_py.analysis.replay import ReplayError
+    from popvision_py.analysis.pipeline.replay import ReplayError
 
     report = data.report(profile)
     if not data.replayable(report):

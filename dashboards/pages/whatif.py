@@ -179,14 +179,14 @@ def render(profile: str | None):
 
 
 def replay_search(report: Any) -> pd.DataFrame:
-    from popvision_py.analysis import whatif
+    from popvision_py.analysis.pipeline import whatif
 
     return report.memo(("whatif-page", "search"), lambda: whatif.search(report.critical_path.replay()))
 
 
 def replay_render(report: Any) -> tuple:
     """An imported pipeline's What-if page: every schedule x micro-batch count re-timed from its costs."""
-    from popvision_py.analysis.replay import ReplayError
+    from popvision_py.analysis.pipeline.replay import ReplayError
 
     try:
         rows = replay_search(report)

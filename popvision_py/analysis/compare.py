@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.fixes import Planner
+from popvision_py.analysis.findings.fixes import Planner
 from popvision_py.analysis.report import Report
 
 COLUMNS = ["section", "figure", "a", "b", "difference", "difference_pct"]

@@ -10,7 +10,7 @@
     report.trace.timeline(0, 10_000)  # Timeline (level + frame)
 
 Tables are read lazily on first use and cached. The trace is never held whole: it is read once,
-row group by row group, and folded into small arrays (``tracescan.summarise``), from which the Gantt
+row group by row group, and folded into small arrays (``trace.scan.summarise``), from which the Gantt
 bars are merged; the execution trace's views read its levels of detail, or the row groups of a
 zoomed-in window (``trace.levels()``, ``analysis.trace_levels``). Answers are
 cached too (thread-safe), so asking twice is free. The analyzers themselves (``summary``,
@@ -31,16 +31,16 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
-from popvision_py.analysis import imported as _imported
-from popvision_py.analysis import insights as _insights
-from popvision_py.analysis import operations as _operations
-from popvision_py.analysis import critical_path as _critical_path
-from popvision_py.analysis import tiles as _tiles
-from popvision_py.analysis import tracegroups as _tracegroups
-from popvision_py.analysis import tracescan as _tracescan
-from popvision_py.analysis.fixes import Planner
-from popvision_py.analysis.tables import TABLE_COLUMNS, Columns, StepIndex, Table
-from popvision_py.analysis.tracescan import Aggregates, iterations_traced
+from popvision_py.analysis.imported import ranks as _imported
+from popvision_py.analysis.findings import insights as _insights
+from popvision_py.analysis.ipu import operations as _operations
+from popvision_py.analysis.pipeline import critical_path as _critical_path
+from popvision_py.analysis.ipu import tiles as _tiles
+from popvision_py.analysis.trace import groups as _tracegroups
+from popvision_py.analysis.trace import scan as _tracescan
+from popvision_py.analysis.findings.fixes import Planner
+from popvision_py.analysis.common.tables import TABLE_COLUMNS, Columns, StepIndex, Table
+from popvision_py.analysis.trace.scan import Aggregates, iterations_traced
 from popvision_py.format import Profile, open_profile
 from popvision_py.analysis.views import (ExchangeReport, LivenessReport, MemoryReport, ProgramsReport, StagesReport,
                                           SummaryReport, SystemReport, TraceReport)

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from popvision_py.analysis import fixes as F
-from popvision_py.analysis.tables import Table
+from popvision_py.analysis.findings import fixes as F
+from popvision_py.analysis.common.tables import Table
 from popvision_py.errors import PopvisionError
 
 # Measured within this share of a predicted figure: the prediction held. The memory estimates were

@@ -19,21 +19,21 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis import exchange as _exchange
-from popvision_py.analysis import fixes as _fixes
-from popvision_py.analysis import host as _host
-from popvision_py.analysis import imported as _imported
-from popvision_py.analysis import liveness as _liveness
-from popvision_py.analysis import memory as _memory
-from popvision_py.analysis import memory_depth as _memory_depth
-from popvision_py.analysis import programs as _programs
-from popvision_py.analysis import stages as _stages
-from popvision_py.analysis import summary as _summary
-from popvision_py.analysis import system as _system
-from popvision_py.analysis import trace as _trace
-from popvision_py.analysis import trace_levels as _trace_levels
-from popvision_py.analysis import whatif as _whatif
-from popvision_py.analysis.tables import Table
+from popvision_py.analysis.ipu import exchange as _exchange
+from popvision_py.analysis.findings import fixes as _fixes
+from popvision_py.analysis.host import input_wait as _host
+from popvision_py.analysis.imported import ranks as _imported
+from popvision_py.analysis.ipu import liveness as _liveness
+from popvision_py.analysis.ipu import memory as _memory
+from popvision_py.analysis.ipu import memory_depth as _memory_depth
+from popvision_py.analysis.ipu import programs as _programs
+from popvision_py.analysis.pipeline import stages as _stages
+from popvision_py.analysis.findings import summary as _summary
+from popvision_py.analysis.host import system as _system
+from popvision_py.analysis.trace import timeline as _trace
+from popvision_py.analysis.trace import levels as _trace_levels
+from popvision_py.analysis.pipeline import whatif as _whatif
+from popvision_py.analysis.common.tables import Table
 from popvision_py.errors import OutOfRangeError
 from popvision_py.format import system as _system_files
 

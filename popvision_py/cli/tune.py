@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from popvision_py.analysis.fixes import script_path
+from popvision_py.analysis.findings.fixes import script_path
 from popvision_py.cli import run as run_cli
 from popvision_py.emulation import profile_folder, run_fields, run_request
 from popvision_py.errors import ConfigError
@@ -172,7 +172,7 @@ def _tune_imported(path: Path, sets: tuple[str, ...], as_json: bool, top: int) -
     """`tune PROFILE` of an imported pipeline: the search (or --set's one what-if), printed."""
     import popvision_py
     from popvision_py.render.text import table
-    from popvision_py.analysis import whatif as replayed
+    from popvision_py.analysis.pipeline import whatif as replayed
 
     with popvision_py.open(path) as report:
         if not report.imported:

@@ -10,7 +10,7 @@ level of at most ``COARSEST_BINS`` bins; level 0 is the coarsest.
 
 The writer folds the trace as it writes it (so ``popvision run`` and ``popvision import`` write the
 table); a profile written before schema version 3 has none, and the analysis folds it once on open
-(``analysis.levels``). Every figure is an exact integer: a bin's ``cycles`` are the sum of its rows'
+(``analysis.trace.levels``). Every figure is an exact integer: a bin's ``cycles`` are the sum of its rows'
 cycles inside it, so each level's cycles per IPU and phase sum to the trace's.
 """
 
@@ -82,7 +82,7 @@ class LevelFold:
             return
         self.total_rows += n
         self.cycles_sum += float(np.sum(end - start, dtype=np.float64))
-        if self.cycles_sum >= SUM_LIMIT:  # a trace no reader takes (tracescan.SUM_LIMIT): nothing to fold
+        if self.cycles_sum >= SUM_LIMIT:  # a trace no reader takes (trace.scan.SUM_LIMIT): nothing to fold
             return
         self.end = max(self.end, int(end.max()))
         while -(-self.end // self.width) > self._bins_allowed():

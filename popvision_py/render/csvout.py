@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from popvision_py.analysis.answer import Table
+from popvision_py.analysis.common.answer import Table
 from popvision_py.render.jsonout import plain
 
 if TYPE_CHECKING:  # a report's CSV is made of frames; `popvision sql`'s table_csv imports neither

@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.version import __version__
-from popvision_py.analysis import imported
-from popvision_py.analysis import tiles as tile_answers
-from popvision_py.analysis.instances import differences
-from popvision_py.analysis.operations import IMPORTED_NO_BLOCKS
-from popvision_py.analysis.programs import NO_PROGRAM
-from popvision_py.analysis.tables import TABLE_COLUMNS, Table
+from popvision_py.analysis.imported import ranks as imported
+from popvision_py.analysis.ipu import tiles as tile_answers
+from popvision_py.analysis.host.instances import differences
+from popvision_py.analysis.ipu.operations import IMPORTED_NO_BLOCKS
+from popvision_py.analysis.ipu.programs import NO_PROGRAM
+from popvision_py.analysis.common.tables import TABLE_COLUMNS, Table
 from popvision_py.render.format import value as shown
 from popvision_py.render.format import verification
 
@@ -323,7 +323,7 @@ def _system(doc: Document, r: Any, figures: bool) -> None:
 
 
 def _critical_path(doc: Document, r: Any, figures: bool) -> None:
-    from popvision_py.analysis.replay import ReplayError
+    from popvision_py.analysis.pipeline.replay import ReplayError
 
     title = "Critical path across ranks: what set the step time"
     if r.critical_path.emulated:

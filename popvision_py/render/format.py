@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from popvision_py.analysis.answer import Table
+from popvision_py.analysis.common.answer import Table
 from popvision_py.format.schema import FIT_VERDICTS
 
 if TYPE_CHECKING:  # a pandas column can only reach these functions where pandas is loaded: never imported here

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from popvision_py.analysis.answer import Table
+from popvision_py.analysis.common.answer import Table
 from popvision_py.render.format import column_names
 
 if TYPE_CHECKING:  # annotations only: `popvision sql` renders its table without the report's imports (pandas)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from popvision_py.render.document import Document
-from popvision_py.analysis.answer import Table
+from popvision_py.analysis.common.answer import Table
 from popvision_py.render.format import cells, column_names, numeric_columns, value
 
 MAX_ROWS = 200

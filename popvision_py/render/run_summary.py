@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from popvision_py.analysis.host import host_bound_line
+from popvision_py.analysis.host.input_wait import host_bound_line
 from popvision_py.render.format import three_figures
 
 

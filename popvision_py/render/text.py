@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from popvision_py.analysis.answer import Table
+from popvision_py.analysis.common.answer import Table
 from popvision_py.render.format import column_arrays, column_names, formatted_columns, numeric_columns, value
 
 if TYPE_CHECKING:  # annotations only: `popvision sql` renders its table without the report's imports (pandas)

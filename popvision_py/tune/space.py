@@ -52,7 +52,7 @@ from engine.plan import Plan
 from engine.runner import LOCATION_NAMES, RunRequest, location_options, prepare
 from engine.layout import Layout
 from engine.zoo import balanced_stages
-from popvision_py.analysis.fixes import ORDER, flag, stages_text
+from popvision_py.analysis.findings.fixes import ORDER, flag, stages_text
 from popvision_py.errors import ConfigError
 from popvision_py.scripts import load_script
 from popvision_py.tune.order import round_robin, spread

@@ -13,7 +13,7 @@ import math
 import pytest
 
 import popvision_py as pv
-from popvision_py.analysis.exchange import BANDWIDTH_COLUMNS, BY_KIND_COLUMNS, COSTLIEST_COLUMNS, MATRIX_COLUMNS
+from popvision_py.analysis.ipu.exchange import BANDWIDTH_COLUMNS, BY_KIND_COLUMNS, COSTLIEST_COLUMNS, MATRIX_COLUMNS
 from tests import synthetic
 
 

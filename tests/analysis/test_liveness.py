@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from popvision_py.analysis.liveness import BY_STEP_COLUMNS, LIVE_AT_COLUMNS, PEAK_COLUMNS
+from popvision_py.analysis.ipu.liveness import BY_STEP_COLUMNS, LIVE_AT_COLUMNS, PEAK_COLUMNS
 from popvision_py.errors import OutOfRangeError
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from popvision_py.analysis.memory import BY_IPU_COLUMNS, BY_TILE_COLUMNS, bytes_on_tile
+from popvision_py.analysis.ipu.memory import BY_IPU_COLUMNS, BY_TILE_COLUMNS, bytes_on_tile
 from popvision_py.errors import OutOfRangeError
 
 # IPU 0, each of 4 tiles: 100 code + 3,000/4 weights + 1,000/4 optimiser + 200/4 activations = 1,150 > 1,000
@@ -43,7 +43,7 @@ def test_distribution_and_out_of_memory(oom):
 
 
 def test_distribution_percentile_on_uneven_tiles():
-    from popvision_py.analysis.memory import TileTotals, distribution
+    from popvision_py.analysis.ipu.memory import TileTotals, distribution
 
     tiles = TileTotals({"ipu": np.zeros(101, np.int64), "total_bytes": np.arange(101)}, ipus=np.array([0]))
     d = distribution(tiles).frame().iloc[0]

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import popvision_py as pv
-from popvision_py.analysis.memory_depth import NOT_RECORDED
+from popvision_py.analysis.ipu.memory_depth import NOT_RECORDED
 from popvision_py.errors import OutOfRangeError
 from popvision_py.format.schema import MEMORY_CATEGORIES
 from tests.engine.helpers import run_cli

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import popvision_py as pv
-from popvision_py.analysis import operations
+from popvision_py.analysis.ipu import operations
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_profiles"
 EMULATED = ["mnist_pipelined", "mnist_sharded", "mnist_offload_optimiser"]

@@ -1,4 +1,4 @@
-"""The program tree (analysis/programs.py) against the raw tables of real engine profiles, and its CLI.
+"""The program tree (analysis/ipu/programs.py) against the raw tables of real engine profiles, and its CLI.
 
 Every figure is recomputed here from ``programs`` and the trace's own rows: each program step is a
 leaf once, a leaf's executions are its rows in the trace, a node's total is its children's, and
@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import popvision_py as pv
-from popvision_py.analysis import programs
+from popvision_py.analysis.ipu import programs
 from popvision_py.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]

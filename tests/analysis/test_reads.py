@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import popvision_py as pv
-from popvision_py.analysis.tables import TABLE_COLUMNS
+from popvision_py.analysis.common.tables import TABLE_COLUMNS
 from popvision_py.format import Profile
 from popvision_py.render.document import build_report
 

@@ -78,7 +78,7 @@ def test_ideal_bubble_of_equal_stages_matches_a_walk_of_the_schedule(runs):
         c = r.stages._costs()
         n, m = len(c.stages), c.unit_micro_batches
         # THEN with backward = 2 x forward, the walk above gives the same idle share as the analysis' model
-        from popvision_py.analysis import stages as S
+        from popvision_py.analysis.pipeline import stages as S
 
         model = S.pipeline_cycles(np.ones(n), 2 * np.ones(n), m, True, True)
         assert 100 * (1 - m * 3 / model) == pytest.approx(_balanced_pipeline_bubble(n, m, True))

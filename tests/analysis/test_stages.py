@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import popvision_py as pv
-from popvision_py.analysis.stages import SUMMARY_COLUMNS, pipeline_cycles
+from popvision_py.analysis.pipeline.stages import SUMMARY_COLUMNS, pipeline_cycles
 from tests import synthetic
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from popvision_py.analysis.tables import PHASES, TraceArrays
-from popvision_py.analysis.trace import STEPS_COLUMNS, TIMELINE_COLUMNS, TimelineIndex, timeline
+from popvision_py.analysis.common.tables import PHASES, TraceArrays
+from popvision_py.analysis.trace.timeline import STEPS_COLUMNS, TIMELINE_COLUMNS, TimelineIndex, timeline
 
 
 def test_summary_figures(balanced):

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 import popvision_py as pv
-from popvision_py.analysis import tiles as T
-from popvision_py.analysis.trace import TimelineIndex
+from popvision_py.analysis.ipu import tiles as T
+from popvision_py.analysis.trace.timeline import TimelineIndex
 from popvision_py.errors import OutOfRangeError
 from tests import synthetic
 

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import popvision_py as pv
-from popvision_py.analysis import trace_levels
-from popvision_py.analysis.trace_levels import WindowTooWideError
+from popvision_py.analysis.trace import levels as trace_levels
+from popvision_py.analysis.trace.levels import WindowTooWideError
 from popvision_py.format import levels
 from popvision_py.format.schema import PHASES
 

@@ -11,9 +11,10 @@ import pyarrow as pa
 import pytest
 
 import popvision_py as pv
-from popvision_py.analysis import tracerows, tracescan
-from popvision_py.analysis.tables import PASSES, PHASES
-from popvision_py.analysis.trace import BLOCK, TimelineIndex, cycles_before, timeline
+from popvision_py.analysis.trace import rows as tracerows
+from popvision_py.analysis.trace import scan as tracescan
+from popvision_py.analysis.common.tables import PASSES, PHASES
+from popvision_py.analysis.trace.timeline import BLOCK, TimelineIndex, cycles_before, timeline
 from popvision_py.errors import ValueRangeError
 from popvision_py.format import Profile
 from popvision_py.format import schema as S
@@ -366,7 +367,7 @@ def test_durations_summing_past_what_int64_holds_are_refused(micro_batches):
 @pytest.mark.parametrize("bounded,shuffle", [(False, False), (True, False), (False, True)])
 def test_row_groups_folded_on_several_threads_equal_one_pass(workers, bounded, shuffle):
     # GIVEN a trace of 9000 rows as 13 "row groups" of 700 rows, each read as two batches
-    from popvision_py.analysis import tracegroups
+    from popvision_py.analysis.trace import groups as tracegroups
 
     frame = _trace()
     groups = _batches(frame, 700, shuffle)
@@ -386,7 +387,7 @@ def test_row_groups_folded_on_several_threads_equal_one_pass(workers, bounded, s
 
 def test_an_error_in_one_worker_is_raised_in_the_caller():
     # GIVEN row groups of which the fifth cannot be read
-    from popvision_py.analysis import tracegroups
+    from popvision_py.analysis.trace import groups as tracegroups
     from popvision_py.errors import CorruptProfileError
 
     groups = _batches(_trace(), 500)
@@ -403,7 +404,7 @@ def test_an_error_in_one_worker_is_raised_in_the_caller():
 
 def test_a_report_of_several_row_groups_is_the_same_on_one_thread_and_on_several(several_row_groups, monkeypatch):
     # GIVEN a profile whose trace has several row groups
-    from popvision_py.analysis import tracegroups
+    from popvision_py.analysis.trace import groups as tracegroups
     from popvision_py.render import jsonout
 
     path = several_row_groups

@@ -1,4 +1,4 @@
-"""A long trace's supersteps and Gantt bars settled as its row groups are folded (``tracesteps``) equal the
+"""A long trace's supersteps and Gantt bars settled as its row groups are folded (``trace.steps``) equal the
 ones cut once from all its runs of rows, and the figures recomputed from the raw rows."""
 
 from __future__ import annotations
@@ -10,8 +10,12 @@ import pandas as pd
 import pytest
 
 import popvision_py as pv
-from popvision_py.analysis import critical_path, retime, tracegroups, tracescan, tracesteps
-from popvision_py.analysis.tables import PASS, PASSES
+from popvision_py.analysis.pipeline import critical_path
+from popvision_py.analysis.trace import retime
+from popvision_py.analysis.trace import groups as tracegroups
+from popvision_py.analysis.trace import scan as tracescan
+from popvision_py.analysis.trace import steps as tracesteps
+from popvision_py.analysis.common.tables import PASS, PASSES
 from popvision_py.render import jsonout
 from popvision_py.render.document import build_report
 from tests.analysis.test_tracescan import _batches, _trace

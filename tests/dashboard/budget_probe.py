@@ -42,7 +42,7 @@ def main(path: str, limit: int, raw_rows: int) -> None:
     from dashboards import ids
     from dashboards.app import create_app
     from engine import rules
-    from popvision_py.analysis import trace_levels
+    from popvision_py.analysis.trace import levels as trace_levels
 
     trace_levels.RAW_ROWS = raw_rows
     app = create_app([path], planner=rules)  # as `popvision dashboard` builds it: the insights' fixes checked

@@ -224,7 +224,7 @@ def test_an_error_in_the_warm_up_index_thread_is_raised_by_the_warm_up(pipelined
     # GIVEN a dashboard whose timeline index (built in a thread of the warm-up) cannot be made
     from dashboards import data
     from dashboards.app import create_app
-    from popvision_py.analysis import tracerows
+    from popvision_py.analysis.trace import rows as tracerows
 
     create_app([str(pipelined_profile)])
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dashboards import ids
-from popvision_py.analysis import imported
+from popvision_py.analysis.imported import ranks as imported
 from tests.dashboard.test_browser import errors, wait_for_figures
 
 DEVICE_MEMORY = 64 * 2**20  # profile B's device memory

@@ -12,7 +12,7 @@ from dash.testing.wait import until
 import popvision_py as pv
 from dashboards import ids
 from dashboards.figures import programs as figures
-from popvision_py.analysis import programs
+from popvision_py.analysis.ipu import programs
 from tests.dashboard.conftest import SAMPLES
 from tests.dashboard.test_browser import errors
 

@@ -153,7 +153,7 @@ def test_a_bad_state_type_is_one_sentence():
 
 
 def test_a_fix_command_writes_the_state_options_as_the_cli_spells_them():
-    from popvision_py.analysis.fixes import flag
+    from popvision_py.analysis.findings.fixes import flag
 
     assert flag("use_combined_accum", False) == ["--separate-accum"]
     assert flag("use_combined_accum", True) == ["--combined-accum"]

@@ -124,7 +124,7 @@ def test_memory_aware_default_puts_fewer_layers_on_the_embeddings_ipu():
 
 
 def test_the_analysis_paces_a_returning_pipeline_by_its_busiest_ipu():
-    from popvision_py.analysis.stages import pipeline_cycles
+    from popvision_py.analysis.pipeline.stages import pipeline_cycles
     import numpy as np
 
     # 3 stages of 1 cycle forward, none backward (inference), 4 micro-batches; the last on IPU 0
@@ -151,7 +151,7 @@ def test_gpt2_small_defaults_to_graphcores_layout_and_untied_keeps_the_head_last
 
 def test_a_fix_command_keeps_the_runs_model_layout(tmp_path):
     # GIVEN a run of an untied, packed BERT with its own vocabulary
-    from popvision_py.analysis import fixes
+    from popvision_py.analysis.findings import fixes
 
     tables = run_profile(tmp_path, *SMALL_BERT, "--no-tied-embeddings", "--packing", "1.5", "--masked-tokens", "10")
     run, target = tables["manifest"]["run"], tables["manifest"]["target"]

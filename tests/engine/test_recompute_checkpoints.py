@@ -259,7 +259,7 @@ def test_a_fix_over_other_ipus_keeps_the_strictest_proportion(tmp_path):
     tables = run_profile(tmp_path, model, "--available-memory-proportion", "0.2,0.1,0.3,0.4")
     run, target = tables["manifest"]["run"], tables["manifest"]["target"]
     from engine import rules
-    from popvision_py.analysis import fixes
+    from popvision_py.analysis.findings import fixes
 
     # WHEN a fix keeps the IPUs, the list stays; when it moves to 2 IPUs, the smallest value stands for all
     same = fixes.command(run, target, {"gradient_accumulation": 16}, "ga", rules)

@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 import popvision_py
-from popvision_py.analysis import replay as R
-from popvision_py.analysis.imported import receiving
+from popvision_py.analysis.pipeline import replay as R
+from popvision_py.analysis.imported.ranks import receiving
 from popvision_py.cli import main
 
 pytestmark = pytest.mark.slow

@@ -1,0 +1,9 @@
+"""Common: what every room of the analysis shares, and nothing else.
+
+- ``tables``: the profile's tables as the analyzers take them (``Columns``, the trace as NumPy
+  arrays with fixed codes for its categories, ``StepIndex``) and the small columnar helpers
+  (``sum_by``, ``lookup``, ``bin_edges``).
+- ``answer``: ``Table``, an answer's columns as NumPy arrays, the DataFrame built when asked for.
+
+May import: ``popvision_py.format`` and ``popvision_py.errors`` only; no other room of the analysis.
+"""

@@ -1,0 +1,325 @@
+"""Columnar building blocks the analyzers share: the trace as NumPy arrays, and small helpers.
+
+The trace may hold tens of millions of rows, so it is kept as one NumPy array per column with its
+categorical columns (``pass``, ``phase``) turned into fixed codes (indexes into ``schema.PASSES`` /
+``schema.PHASES``) whatever dictionary the file used. Aggregations over it use ``np.bincount`` on
+small dense keys: no sort, no Python loop over rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from popvision_py.analysis.common.answer import Table as Table  # re-exported: where the analyzers import it
+from popvision_py.format import schema as S
+from popvision_py.format.arrays import arrow, numbers
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: `export-trace` and `sql` use these arrays without it
+    import pandas as pd
+
+PHASES: tuple[str, ...] = S.PHASES
+PASSES: tuple[str, ...] = S.PASSES
+PHASE = {name: i for i, name in enumerate(PHASES)}
+PASS = {name: i for i, name in enumerate(PASSES)}
+
+# The trace columns every report reads (the speed benchmark reads the same list).
+TRACE_COLUMNS: tuple[str, ...] = (
+    "run", "iteration", "micro_batch", "ipu", "stage", "pass", "step", "phase", "start_cycle", "end_cycle",
+)
+
+# The columns the reports read from each table, each decoded once per Report (``Report.columns``).
+# ops: its bytes and tiles feed no report. programs is read whole for ``trace.steps``.
+TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "ops": ("op_id", "name", "kind", "block", "stage", "ipu", "pass", "flops"),
+    "programs": ("ipu", "step", "type", "name", "op_id", "stage", "pass", "tiles", "bytes", "cycles"),
+    "tile_memory": ("ipu", "tile", "category", "always_live", "bytes"),
+    "variables": ("var_id", "name", "ipu", "category", "always_live", "bytes", "start_tile", "tiles",
+                  "live_from_step", "live_to_step", "op_id", "dtype"),  # dtype: schema 2 on
+    "liveness": ("ipu", "step", "always_live_bytes", "not_always_live_bytes", "worst_tile", "worst_tile_bytes"),
+    "exchanges": ("ipu", "step", "kind", "src_ipu", "dst_ipu", "bytes", "cycles"),
+    "tile_cycles": ("ipu", "step", "tile", "cycles", "vertices"),  # vertices: schema 2 on
+    "trace": TRACE_COLUMNS,
+}
+
+
+def codes(column: pa.ChunkedArray | pa.Array, vocabulary: tuple[str, ...]) -> np.ndarray:
+    """Codes of a string/dictionary column as indexes into ``vocabulary``; unknown values get ``len(vocabulary)``."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    unknown = len(vocabulary)
+    out = []
+    for chunk in chunks:
+        if pa.types.is_dictionary(chunk.type):
+            words = chunk.dictionary.to_pylist()
+            lut = np.array([vocabulary.index(w) if w in vocabulary else unknown for w in words] or [unknown], np.int8)
+            out.append(lut[numbers(chunk.indices)])
+        else:
+            import pyarrow.compute as pc  # here: `sql` renders its result with this module, and never needs it
+
+            index = pc.index_in(chunk, value_set=arrow(list(vocabulary)))
+            out.append(numbers(index, missing=unknown).astype(np.int8))
+    return np.concatenate(out) if out else np.zeros(0, np.int8)
+
+
+class Columns:
+    """One small table as NumPy columns, each converted once: ``t["bytes"]`` is an array.
+
+    Category columns (Arrow dictionaries) stay as codes plus their words: ``codes(name)`` and
+    ``words(name)``; ``strings(name, rows)`` decodes only the rows an answer shows. Going through
+    pandas would cost more than the analysis itself on these small tables (a categorical per
+    name column, an index per frame), so the analyzers join and group on these arrays and build
+    one DataFrame per answer. ``frame()`` gives the pandas view for the few answers that return
+    the table's own columns (``trace.steps``).
+    """
+
+    def __init__(self, table: pa.Table) -> None:
+        if any(column.num_chunks > 1 for column in table.columns):  # several row groups: one array per column
+            table = table.unify_dictionaries().combine_chunks()
+        self._table = table
+        self._arrays: dict[str, np.ndarray] = {}
+        self._frame: pd.DataFrame | None = None
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame) -> Columns:
+        return cls(pa.Table.from_pandas(frame, preserve_index=False))
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._table.column_names
+
+    def _column(self, name: str) -> pa.Array:
+        column = self._table[name]
+        if column.num_chunks == 0:
+            return pa.nulls(0, column.type)
+        return column.chunk(0)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        """A numeric or boolean column as a NumPy array; a category column as its strings."""
+        if name not in self._arrays:
+            column = self._column(name)
+            if pa.types.is_dictionary(column.type) or pa.types.is_string(column.type):
+                self._arrays[name] = self.strings(name)
+            else:
+                self._arrays[name] = numbers(column)
+        return self._arrays[name]
+
+    def codes(self, name: str) -> np.ndarray:
+        """Indexes into ``words(name)``, one per row."""
+        key = "codes:" + name
+        if key not in self._arrays:
+            column = self._column(name)
+            if not pa.types.is_dictionary(column.type):
+                column = column.dictionary_encode()
+            self._arrays[key] = numbers(column.indices).astype(np.int64)
+            self._arrays["words:" + name] = np.asarray(column.dictionary.to_pylist(), dtype=object)
+        return self._arrays[key]
+
+    def words(self, name: str) -> np.ndarray:
+        """The distinct strings of a category column (object array), in its dictionary's order."""
+        self.codes(name)
+        return self._arrays["words:" + name]
+
+    def strings(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """A category column's values as strings (object array), only at ``rows`` if given."""
+        codes = self.codes(name)
+        return self.words(name)[codes if rows is None else codes[rows]]
+
+    def text(self, name: str, rows: np.ndarray) -> pd.api.extensions.ExtensionArray:
+        """A string column's values at ``rows`` as pandas' ``str`` array, taken and decoded in Arrow.
+
+        What a DataFrame makes of the same strings as an object array, without converting each
+        Python string back to Arrow (3,570 step names: ~60 us against ~250 us).
+        """
+        import pandas as pd
+
+        key = "decoded:" + name
+        if key not in self._arrays:
+            column = self._column(name)
+            self._arrays[key] = column.dictionary_decode() if pa.types.is_dictionary(column.type) else column
+        return pd.array(self._arrays[key].take(pa.array(np.asarray(rows, np.int64))), dtype="str")
+
+    def codes_in(self, name: str, vocabulary: tuple[str, ...]) -> np.ndarray:
+        """A category column as indexes into a fixed ``vocabulary`` (``len(vocabulary)`` if not in it)."""
+        key = ("fixed", name, vocabulary)
+        if key not in self._arrays:
+            words = self.words(name)
+            lut = np.array([vocabulary.index(w) if w in vocabulary else len(vocabulary) for w in words] or [0],
+                           np.int64)
+            self._arrays[key] = lut[self.codes(name)]  # type: ignore[index]
+        return self._arrays[key]  # type: ignore[index]
+
+    def frame(self) -> pd.DataFrame:
+        """The table as pandas (categorical columns as categoricals), converted once."""
+        if self._frame is None:
+            self._frame = self._table.to_pandas()
+        return self._frame
+
+
+def lookup(grid: np.ndarray, i: np.ndarray, j: np.ndarray, missing: int = 0) -> np.ndarray:
+    """``grid[i, j]`` for each pair, ``missing`` where the pair lies outside the grid (a join on dense keys)."""
+    i, j = np.asarray(i, np.int64), np.asarray(j, np.int64)
+    inside = (i >= 0) & (j >= 0) & (i < grid.shape[0]) & (j < grid.shape[1])
+    if inside.all():
+        return grid[i, j]
+    out = np.full(len(i), missing, grid.dtype)
+    out[inside] = grid[i[inside], j[inside]]
+    return out
+
+
+class StepIndex:
+    """Program steps by (ipu, step): both are small dense integers, so a join is array indexing."""
+
+    def __init__(self, programs: Columns) -> None:
+        self.programs = programs
+        ipu, step = programs["ipu"].astype(np.int64), programs["step"].astype(np.int64)
+        shape = (int(ipu.max()) + 1, int(step.max()) + 1) if len(programs) else (0, 0)
+        self.grid = np.full(shape, -1, np.int64)
+        self.grid[ipu, step] = np.arange(len(programs))
+
+    def rows(self, ipu: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """The programs row of each (ipu, step), -1 where the program has no such step."""
+        return lookup(self.grid, ipu, step, -1)
+
+    def names(self, rows: np.ndarray) -> np.ndarray:
+        """Step names of programs ``rows`` (object array), "" where a row is -1."""
+        if not len(self.programs):
+            return np.full(len(rows), "", dtype=object)
+        names = self.programs.strings("name", np.maximum(rows, 0))
+        return np.where(rows >= 0, names, "") if (rows < 0).any() else names
+
+    def name_array(self, rows: np.ndarray) -> Any:
+        """``names(rows)`` as a pandas ``str`` array (decoded in Arrow), for a frame's column."""
+        if not len(self.programs) or (rows < 0).any():
+            return self.names(rows)
+        return self.programs.text("name", rows)
+
+
+@dataclass
+class TraceArrays:
+    """The trace, one NumPy array per column; ``pass_`` and ``phase`` are codes into PASSES / PHASES."""
+
+    run: np.ndarray
+    iteration: np.ndarray
+    micro_batch: np.ndarray
+    ipu: np.ndarray
+    stage: np.ndarray
+    pass_: np.ndarray
+    step: np.ndarray
+    phase: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table) -> TraceArrays:
+        return cls(
+            run=numbers(table["run"]),
+            iteration=numbers(table["iteration"]),
+            micro_batch=numbers(table["micro_batch"]),
+            ipu=numbers(table["ipu"]),
+            stage=numbers(table["stage"]),
+            pass_=codes(table["pass"], PASSES),
+            step=numbers(table["step"]),
+            phase=codes(table["phase"], PHASES),
+            start=numbers(table["start_cycle"]),
+            end=numbers(table["end_cycle"]),
+        )
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The arrays under the trace's column names (``pass`` and ``phase`` as fixed codes)."""
+        return {"run": self.run, "iteration": self.iteration, "micro_batch": self.micro_batch, "ipu": self.ipu,
+                "stage": self.stage, "pass": self.pass_, "step": self.step, "phase": self.phase,
+                "start_cycle": self.start, "end_cycle": self.end}
+
+    @property
+    def duration(self) -> np.ndarray:
+        if "duration" not in self._cache:
+            self._cache["duration"] = self.end - self.start
+        return self._cache["duration"]
+
+    @property
+    def num_ipus(self) -> int:
+        return int(self.ipu.max()) + 1 if len(self) else 0
+
+
+def frame_of(data: dict[str, Any], columns: list[str]) -> pd.DataFrame:
+    """``pd.DataFrame(data, columns=columns)``; without ``columns=`` when the dict is already in that
+    order, which pandas 3 builds faster (~115 us against ~200 us for 9 columns: no reindexing)."""
+    import pandas as pd
+
+    if list(data) == list(columns):
+        return pd.DataFrame(data)
+    return pd.DataFrame(data, columns=columns)
+
+
+def present(ids: np.ndarray) -> np.ndarray:
+    """The distinct values of a column of small ids, sorted: a bincount (linear) where ids are >= 0, else a sort."""
+    if len(ids):
+        lo, hi = int(ids.min()), int(ids.max())
+        if hi - lo < 32:  # a few IPUs: one comparison each beats widening the column for bincount
+            return np.array([v for v in range(lo, hi + 1) if v in (lo, hi) or (ids == v).any()], np.int64)
+        if lo >= 0:
+            return np.flatnonzero(np.bincount(ids)).astype(np.int64)
+    return np.unique(ids).astype(np.int64)
+
+
+def alphabetical(words: np.ndarray) -> np.ndarray:
+    """Each word's rank in alphabetical order, to sort rows by a category's name with integer keys."""
+    ranks = np.empty(len(words), np.int64)
+    ranks[np.argsort(words.astype(str), kind="stable")] = np.arange(len(words))
+    return ranks
+
+
+def sum_by(keys: np.ndarray, weights: np.ndarray | None, size: int) -> np.ndarray:
+    """``np.bincount`` returning int64 sums (exact for cycles and bytes)."""
+    if weights is None:
+        return np.bincount(keys, minlength=size).astype(np.int64)
+    if len(keys) == 0:
+        return np.zeros(size, np.int64)
+    # bincount sums in float64; exact for sums below 2**53 cycles, plenty for traces.
+    return np.rint(np.bincount(keys, weights=weights, minlength=size)).astype(np.int64)
+
+
+def bin_edges(start: int, end: int, max_bins: int) -> np.ndarray:
+    """The edges of at most ``max_bins`` bins of whole units (cycles, nanoseconds) from ``start`` to ``end``
+    (``end > start``), as equal as whole units allow: the zoomable timelines' level of detail."""
+    bins = max(min(int(max_bins), int(end) - int(start)), 1)
+    return int(start) + ((int(end) - int(start)) * np.arange(bins + 1, dtype=np.int64)) // bins
+
+
+def category(values, categories) -> pd.Categorical:
+    """A pandas categorical with a fixed category order."""
+    import pandas as pd
+
+    return pd.Categorical(values, categories=list(categories))
+
+
+def empty(columns: dict[str, str]) -> pd.DataFrame:
+    """An empty frame with typed columns."""
+    import pandas as pd
+
+    return pd.DataFrame({name: pd.Series([], dtype=dtype) for name, dtype in columns.items()})
+
+
+def finish(frame: pd.DataFrame, columns: list[str], sort: list[str] | None = None,
+           ascending: bool | list[bool] = True) -> pd.DataFrame:
+    """Select ``columns`` in order, sort stably, and give a fresh RangeIndex."""
+    if sort:
+        frame = frame.sort_values(sort, ascending=ascending, kind="stable")
+    return frame.loc[:, columns].reset_index(drop=True)
+
+
+def as_str(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """Categorical columns to plain strings (object), so frames merge and compare simply."""
+    for column in columns:
+        if column in frame:
+            frame[column] = frame[column].astype(str)
+    return frame

@@ -1,0 +1,9 @@
+"""Host: the run beyond the chips, its processes and their time.
+
+- ``input_wait``: how long the IPUs wait for the host's data loaders (host-bound or not).
+- ``system``: the system timeline of each host process (PopDist's instances, PyTorch's threads):
+  where its time went, and a zoomable view of millions of events.
+- ``instances``: a ``poprun`` run's instances side by side, the figures that differ between them.
+
+May import: ``common``, ``trace``; ``popvision_py.format`` and ``popvision_py.errors``.
+"""

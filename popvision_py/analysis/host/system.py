@@ -1,0 +1,415 @@
+"""The system timeline: where each host process's time went, and a zoomable view of millions of events.
+
+Inputs: a run's system timeline files (``format.system``, one per process). ``load`` gathers their
+rows into ``Events``: strings as codes, one *row* per (process, thread), events sorted by row and
+start. ``processes``, ``by_name`` and ``counters`` answer ``popvision report --section system``;
+``SystemIndex`` and ``window`` answer the dashboard's System page. Formulas: docs/reports.md,
+"System timeline".
+
+Names that differ only by a trailing number (``ProfilerStep#3``, ``Forward 2``, ``PP:1F3``) are one
+*family*: a step or micro-batch number is not another kind of work, so the summaries give one row
+and the page one colour per family.
+
+``window`` answers a zoom in time whatever the number of events inside, as the trace's timeline does
+(``trace.timeline``): for each (row, name), the spans sorted by start and the running length of
+their union, so the time a name covers before any instant ``x`` is a ``np.searchsorted`` and a
+bin's time the difference at its edges; the events in a bin are the starts before its end less
+the ends before its start. Points (instants, counters) are counted, and counters averaged, the same
+way from sorted times and running sums.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from popvision_py.analysis.common.tables import Table, bin_edges
+from popvision_py.format import system as S
+
+SPAN, INSTANT, COUNTER = (S.KINDS.index(k) for k in ("span", "instant", "counter"))
+WINDOW_COLUMNS = ["row", "process", "thread", "channel", "name", "family", "kind", "start_ns", "end_ns", "time_ns",
+                  "events", "value", "depth"]
+PROCESS_COLUMNS = ["process", "pid", "threads", "events", "wall_ms", "model_calls", "samples_per_second",
+                   "wait_for_data_ms", "wait_for_data_pct"]
+NAME_COLUMNS = ["process", "channel", "name", "kind", "count", "total_ms", "mean_ms", "max_ms", "wall_pct"]
+COUNTER_COLUMNS = ["process", "name", "count", "median", "least", "most"]
+MAX_EVENTS = 2000  # a window with more events than this is drawn in bins
+MAX_BINS = 500
+_TRAILING_NUMBER = re.compile(r"[#\s]*\d+$")
+
+
+def family(name: str) -> str:
+    """``name`` without a trailing number: ``ProfilerStep#3`` -> ``ProfilerStep``, ``Forward 2`` -> ``Forward``."""
+    return _TRAILING_NUMBER.sub("", name) or name
+
+
+def _natural(text: str) -> tuple:
+    """A sort key that puts ``instance-2`` before ``instance-10``."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
+
+
+@dataclass(frozen=True)
+class Events:
+    """Every file's rows as columns, sorted by row, then start (the longer span first at a tie).
+
+    A *row* is one (process, thread); ``rows[r]`` is its (process code, thread). Processes are in
+    natural order of their names, threads too (the main thread first).
+    """
+
+    processes: tuple[str, ...]
+    pids: np.ndarray  # per process
+    rows: tuple[tuple[int, str], ...]
+    names: tuple[str, ...]
+    families: tuple[str, ...]
+    family_of: np.ndarray  # per name: its family's code
+    channels: tuple[str, ...]
+    row: np.ndarray  # per event, int64 codes from here on
+    name: np.ndarray
+    channel: np.ndarray
+    kind: np.ndarray
+    start: np.ndarray  # ns since 1970
+    end: np.ndarray
+    value: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    @property
+    def process(self) -> np.ndarray:
+        """Each event's process code."""
+        return self.row_process[self.row]
+
+    @property
+    def row_process(self) -> np.ndarray:
+        return np.array([p for p, _ in self.rows], np.int64)
+
+    def label(self, row: int) -> str:
+        """``instance-0 · MainThread``: how a row is named on the page."""
+        process, thread = self.rows[row]
+        return f"{self.processes[process]} · {thread}"
+
+    @property
+    def extent(self) -> tuple[int, int]:
+        """(first start, last end) in ns; (0, 0) without events."""
+        return (int(self.start.min()), int(self.end.max())) if len(self) else (0, 0)
+
+
+def _dictionary(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """A dictionary column of one chunk as (codes, words)."""
+    if column.num_chunks == 0:
+        return np.zeros(0, np.int64), []
+    chunk = column.chunk(0)
+    if not pa.types.is_dictionary(chunk.type):
+        chunk = chunk.dictionary_encode()
+    return chunk.indices.to_numpy(zero_copy_only=False).astype(np.int64), chunk.dictionary.to_pylist()
+
+
+def _ranked(codes: np.ndarray, words: list[str], key) -> tuple[np.ndarray, list[str]]:
+    """Codes renumbered so that the words are in ``key`` order (unused words dropped)."""
+    used = np.flatnonzero(np.bincount(codes, minlength=len(words))) if len(codes) else np.zeros(0, np.int64)
+    order = sorted(used.tolist(), key=lambda c: key(words[c]))
+    lut = np.full(len(words) + 1, -1, np.int64)
+    lut[order] = np.arange(len(order))
+    return lut[codes], [words[c] for c in order]
+
+
+def load(files: Sequence[S.SystemFile]) -> Events:
+    """The rows of ``files`` (each read and checked by ``format.system.read_system``) as ``Events``."""
+    tables = [f.table.replace_schema_metadata(None) for f in files]
+    table = pa.concat_tables(tables).unify_dictionaries().combine_chunks() if tables else S.SCHEMA.empty_table()
+    process, words = _dictionary(table["process"])
+    process, processes = _ranked(process, words, _natural)
+    thread, words = _dictionary(table["thread"])
+    thread, threads = _ranked(thread, words, lambda t: (t != "MainThread", _natural(t)))
+    rows, row = np.unique(process * max(len(threads), 1) + thread, return_inverse=True)
+    name, names = _dictionary(table["name"])
+    channel, channels = _dictionary(table["channel"])
+    kind, kinds = _dictionary(table["kind"])
+    kind = np.array([S.KINDS.index(k) for k in kinds] + [0], np.int64)[kind]
+    families = sorted({family(n) for n in names}, key=_natural)
+    code = {f: k for k, f in enumerate(families)}
+    family_of = np.array([code[family(n)] for n in names], np.int64)
+    start = table["start_ns"].to_numpy()
+    end = table["end_ns"].to_numpy()
+    value = table["value"].to_numpy()
+    pid = table["pid"].to_numpy()
+    first = np.unique(process, return_index=True)[1] if len(process) else np.zeros(0, np.int64)
+    order = np.lexsort((-end, start, row))
+    return Events(
+        processes=tuple(processes), pids=pid[first].astype(np.int64),
+        rows=tuple((int(r) // max(len(threads), 1), threads[int(r) % max(len(threads), 1)]) for r in rows),
+        names=tuple(names), families=tuple(families), family_of=family_of, channels=tuple(channels),
+        row=row.astype(np.int64)[order], name=name[order], channel=channel[order], kind=kind[order],
+        start=start[order], end=end[order], value=value[order])
+
+
+# -- popvision report --section system ---------------------------------------------------------------
+
+
+def _per_process(events: Events) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each process's first start, last end and wall time (ns)."""
+    n = len(events.processes)
+    process = events.process
+    first = np.full(n, np.iinfo(np.int64).max, np.int64)
+    last = np.full(n, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(first, process, events.start)
+    np.maximum.at(last, process, events.end)
+    return first, last, np.maximum(last - first, 0)
+
+
+def _named(events: Events, name: str, kind: int) -> np.ndarray:
+    """The events called ``name`` of ``kind`` (a mask)."""
+    codes = [k for k, n in enumerate(events.names) if n == name]
+    return (events.kind == kind) & np.isin(events.name, codes)
+
+
+def processes(events: Events) -> Table:
+    """Per process (``PROCESS_COLUMNS``): its wall time (first event to last), its threads and events, its
+    model calls, the median of its samples-per-second counter, and its waits for data (total, % of wall)."""
+    n = len(events.processes)
+    _, _, wall = _per_process(events)
+    process = events.process
+    calls = _named(events, S.MODEL_CALL, SPAN)
+    wait = _named(events, S.WAIT_FOR_DATA, SPAN)
+    waited = np.rint(np.bincount(process[wait], weights=(events.end - events.start)[wait], minlength=n))
+    waited = waited.astype(np.int64)
+    samples = _named(events, S.SAMPLES_PER_SECOND, COUNTER)
+    rate = pd.Series(events.value[samples]).groupby(process[samples]).median().reindex(range(n)).to_numpy(np.float64)
+    return Table({
+        "process": np.asarray(events.processes, object), "pid": events.pids,
+        "threads": np.bincount(events.row_process, minlength=n).astype(np.int64),
+        "events": np.bincount(process, minlength=n).astype(np.int64), "wall_ms": wall / 1e6,
+        "model_calls": np.bincount(process[calls], minlength=n).astype(np.int64), "samples_per_second": rate,
+        "wait_for_data_ms": waited / 1e6,
+        "wait_for_data_pct": np.where(wall > 0, 100.0 * waited / np.maximum(wall, 1), 0.0),
+    })
+
+
+def by_name(events: Events) -> Table:
+    """Per process and event name (its family), spans and instants (``NAME_COLUMNS``): how many, their total,
+    mean and longest time, and the total as a share of the process's wall time, the largest total first.
+
+    Shares overlap where spans nest (a model call holds its optimizer updates), so they need not sum to 100.
+    """
+    keep = events.kind != COUNTER
+    process, fam = events.process[keep], events.family_of[events.name[keep]]
+    channel, kind = events.channel[keep], events.kind[keep]
+    duration = (events.end - events.start)[keep]
+    nf, nc = len(events.families), max(len(events.channels), 1)
+    # one group per (process, channel, family, kind): a dense key, summed by bincount
+    key = ((process * nc + channel) * nf + fam) * len(S.KINDS) + kind
+    groups, inverse = np.unique(key, return_inverse=True)
+    count = np.bincount(inverse, minlength=len(groups)).astype(np.int64)
+    total = np.bincount(inverse, weights=duration, minlength=len(groups))
+    longest = np.zeros(len(groups), np.int64)
+    np.maximum.at(longest, inverse, duration)
+    g_kind = groups % len(S.KINDS)
+    g_fam = groups // len(S.KINDS) % nf
+    g_channel = groups // len(S.KINDS) // nf % nc
+    g_process = groups // len(S.KINDS) // nf // nc
+    _, _, wall = _per_process(events)
+    span = g_kind == SPAN
+    # by process, then the largest total first (instants after the spans), then by name (families are sorted)
+    order = np.lexsort((g_fam, -np.where(span, total, -1.0), g_process))
+    return Table({
+        "process": np.asarray(events.processes, object)[g_process][order],
+        "channel": np.asarray(events.channels, object)[g_channel][order],
+        "name": np.asarray(events.families, object)[g_fam][order],
+        "kind": np.asarray(S.KINDS, object)[g_kind][order],
+        "count": count[order],
+        "total_ms": np.where(span, total / 1e6, np.nan)[order],
+        "mean_ms": np.where(span, total / np.maximum(count, 1) / 1e6, np.nan)[order],
+        "max_ms": np.where(span, longest / 1e6, np.nan)[order],
+        "wall_pct": np.where(span & (wall[g_process] > 0), 100.0 * total / np.maximum(wall[g_process], 1),
+                             np.nan)[order],
+    })
+
+
+def counters(events: Events) -> Table:
+    """Per process and counter (``COUNTER_COLUMNS``): how many samples, their median, least and most."""
+    keep = events.kind == COUNTER
+    frame = pd.DataFrame({"process": events.process[keep], "name": events.name[keep], "value": events.value[keep]})
+    stats = frame.groupby(["process", "name"], sort=True)["value"].agg(["count", "median", "min", "max"]).reset_index()
+    return Table({
+        "process": np.asarray(events.processes, object)[stats["process"].to_numpy(np.int64)],
+        "name": np.asarray(events.names, object)[stats["name"].to_numpy(np.int64)],
+        "count": stats["count"].to_numpy(np.int64), "median": stats["median"].to_numpy(np.float64),
+        "least": stats["min"].to_numpy(np.float64), "most": stats["max"].to_numpy(np.float64),
+    })
+
+
+# -- the System page: a window at a level of detail ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _EventGroup:
+    """The events of one (row, name, kind), in start order, with what a window needs of them."""
+
+    row: int
+    name: int
+    kind: int
+    events: np.ndarray  # indexes into Events
+    start: np.ndarray
+    end: np.ndarray
+    reach: np.ndarray  # the latest end so far: spans before the first reach > a all end by a
+    ends: np.ndarray  # ends sorted
+    union_start: np.ndarray  # the union of the spans, as sorted disjoint intervals
+    union_end: np.ndarray
+    covered: np.ndarray  # 0, then the running length of the union
+    values: np.ndarray  # a counter's running sum of values (0 first)
+
+
+def _union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Spans sorted by start merged into disjoint intervals."""
+    if not len(start):
+        return start, end
+    reach = np.maximum.accumulate(end)
+    new = np.ones(len(start), bool)
+    new[1:] = start[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    return start[first], reach[np.append(first[1:] - 1, len(start) - 1)]
+
+
+def _group(events: Events, rows: np.ndarray) -> _EventGroup:
+    start, end = events.start[rows], events.end[rows]
+    union_start, union_end = _union(start, end)
+    covered = np.zeros(len(union_start) + 1, np.int64)
+    np.cumsum(union_end - union_start, out=covered[1:])
+    values = np.zeros(len(rows) + 1)
+    if events.kind[rows[0]] == COUNTER:
+        np.cumsum(events.value[rows], out=values[1:])
+    return _EventGroup(int(events.row[rows[0]]), int(events.name[rows[0]]), int(events.kind[rows[0]]), rows, start, end,
+                  np.maximum.accumulate(end), np.sort(end), union_start, union_end, covered, values)
+
+
+class SystemIndex:
+    """``Events`` cut into (row, name, kind) groups, each ready for ``window``; and each span's depth
+    (how many spans of its row hold it), which the page draws as thinner bars inside thicker ones."""
+
+    def __init__(self, events: Events) -> None:
+        self.events = events
+        # the run as a half-open window [start_ns, end_ns): the last event's end included
+        self.start_ns, self.end_ns = events.extent[0], events.extent[1] + 1
+        n = len(events)
+        key = (events.row * max(len(events.names), 1) + events.name) * len(S.KINDS) + events.kind
+        order = np.argsort(key, kind="stable")  # stable: start order inside each group
+        cuts = np.flatnonzero(np.diff(key[order])) + 1
+        self.groups = [_group(events, part) for part in np.split(order, cuts)] if n else []
+        self.depth = np.zeros(n, np.int64)
+        spans = np.flatnonzero(events.kind == SPAN)
+        row_cuts = np.flatnonzero(np.diff(events.row[spans])) + 1
+        for part in np.split(spans, row_cuts) if len(spans) else []:
+            # events are in (start, longer first) order: the spans before one in its row that have not
+            # ended by its start hold it
+            ended = np.searchsorted(np.sort(events.end[part]), events.start[part], "right")
+            self.depth[part] = np.maximum(np.arange(len(part)) - ended, 0)
+        # each name's usual depth, for bins (which mix the spans of a name)
+        most = int(self.depth.max()) + 1 if n else 1
+        votes = np.bincount(events.name[spans] * most + self.depth[spans], minlength=len(events.names) * most)
+        self.name_depth = votes.reshape(len(events.names), most).argmax(axis=1) if len(events.names) else votes
+
+    def count(self, a: int, b: int) -> int:
+        """Events in [a, b): spans that overlap it, points inside it."""
+        total = 0
+        for g in self.groups:
+            if g.kind == SPAN:
+                total += int(np.searchsorted(g.start, b, "left") - np.searchsorted(g.ends, a, "right"))
+            else:
+                total += int(np.searchsorted(g.start, b, "left") - np.searchsorted(g.start, a, "left"))
+        return total
+
+
+@dataclass(frozen=True)
+class SystemWindow:
+    """One zoom window: ``level`` is ``"events"`` (each event) or ``"bins"``; ``frame`` has WINDOW_COLUMNS."""
+
+    level: str
+    frame: pd.DataFrame
+    start_ns: int
+    end_ns: int
+    events: int  # events in the window
+
+
+def window(index: SystemIndex, start_ns: int | None = None, end_ns: int | None = None,
+           max_events: int = MAX_EVENTS, max_bins: int = MAX_BINS) -> SystemWindow:
+    """The events between two times (ns), each one while there are at most ``max_events``, else in at most
+    ``max_bins`` bins per (row, name): a span group's time in each bin and its events there, an instant
+    group's count, a counter's mean. A counter keeps its points on each side of the window, so its line
+    reaches the window's edges."""
+    a = index.start_ns if start_ns is None else int(start_ns)
+    b = index.end_ns if end_ns is None else int(end_ns)
+    b = max(b, a + 1)
+    inside = index.count(a, b)
+    parts = []
+    if inside <= max_events:
+        for g in index.groups:
+            if g.kind == SPAN:
+                lo, hi = int(np.searchsorted(g.reach, a, "right")), int(np.searchsorted(g.start, b, "left"))
+                picked = np.arange(lo, max(hi, lo))
+                picked = picked[(g.end[picked] > a) | (g.start[picked] >= a)]
+            else:
+                lo, hi = int(np.searchsorted(g.start, a, "left")), int(np.searchsorted(g.start, b, "left"))
+                if g.kind == COUNTER:
+                    lo, hi = max(lo - 1, 0), min(hi + 1, len(g.start))
+                picked = np.arange(lo, hi)
+            if len(picked):
+                rows = g.events[picked]
+                parts.append(_frame(index, g, g.start[picked], g.end[picked], g.end[picked] - g.start[picked],
+                                    np.ones(len(picked), np.int64), index.events.value[rows], index.depth[rows]))
+        return SystemWindow("events", _finish(parts), a, b, inside)
+    edges = bin_edges(a, b, max_bins)
+    low, high = edges[:-1], edges[1:]
+    for g in index.groups:
+        if g.kind == SPAN:
+            time = np.diff(_covered_before(g, edges))
+            count = np.searchsorted(g.start, high, "left") - np.searchsorted(g.ends, low, "right")
+            keep = (time > 0) | (count > 0)
+            value = np.full(int(keep.sum()), np.nan)
+        else:
+            at = np.searchsorted(g.start, edges, "left")
+            count = np.diff(at)
+            keep = count > 0
+            time = np.zeros(len(count), np.int64)
+            value = (np.diff(g.values[at]) / np.maximum(count, 1))[keep] if g.kind == COUNTER else \
+                np.full(int(keep.sum()), np.nan)
+        if keep.any():
+            parts.append(_frame(index, g, low[keep], high[keep], time[keep], count[keep], value,
+                                np.full(int(keep.sum()), index.name_depth[g.name] if g.kind == SPAN else 0)))
+    return SystemWindow("bins", _finish(parts), a, b, inside)
+
+
+def _covered_before(g: _EventGroup, x: np.ndarray) -> np.ndarray:
+    """The time the group's spans cover before each time in ``x``: whole intervals, less the part of
+    the last one begun that lies after ``x``."""
+    k = np.searchsorted(g.union_start, x, "right")
+    last = np.maximum(k - 1, 0)
+    over = np.where(k > 0, np.maximum(g.union_end[last] - x, 0), 0) if len(g.union_end) else 0
+    return g.covered[k] - over
+
+
+def _frame(index: SystemIndex, g: _EventGroup, start: np.ndarray, end: np.ndarray, time: np.ndarray, count: np.ndarray,
+           value: np.ndarray, depth: np.ndarray) -> pd.DataFrame:
+    e = index.events
+    process, thread = e.rows[g.row]
+    n = len(start)
+    return pd.DataFrame({
+        "row": np.full(n, g.row, np.int64), "process": e.processes[process], "thread": thread,
+        "channel": e.channels[int(e.channel[g.events[0]])], "name": e.names[g.name],
+        "family": e.families[int(e.family_of[g.name])], "kind": S.KINDS[g.kind],
+        "start_ns": start.astype(np.int64), "end_ns": end.astype(np.int64), "time_ns": np.asarray(time, np.int64),
+        "events": np.asarray(count, np.int64), "value": np.asarray(value, np.float64),
+        "depth": np.asarray(depth, np.int64),
+    })
+
+
+def _finish(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    if not parts:
+        return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in zip(WINDOW_COLUMNS, (
+            "int64", "object", "object", "object", "object", "object", "object", "int64", "int64", "int64", "int64",
+            "float64", "int64"))})
+    return pd.concat(parts, ignore_index=True).sort_values(["row", "start_ns"], kind="stable", ignore_index=True)

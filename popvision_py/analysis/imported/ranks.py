@@ -1,0 +1,169 @@
+"""What a profile imported from PyTorch profiler traces (``popvision import``) answers besides the
+common reports, in a PyTorch user's words: the schedule's ideal bubble, each rank's exposed and hidden
+communication, and the insights (bottleneck stage, bubble, communication, memory peak).
+
+A profile is imported when its manifest's ``run.source`` is ``"pytorch-profiler"``; ``run.import`` says
+what the import recognised (schedule, ranks, what the traces do not hold). A rank is an "IPU" of the
+profile and one cycle is one nanosecond (docs/real-traces.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from popvision_py.analysis.common.tables import PHASE, Columns, Table
+from popvision_py.analysis.trace.scan import Aggregates
+
+SOURCE = "pytorch-profiler"
+COMM_COLUMNS = ["rank", "stages", "compute_cycles", "exposed_comm_cycles", "hidden_comm_cycles", "idle_cycles",
+                "exposed_comm_pct", "hidden_comm_pct"]
+# What a section of the IPU reports means nothing for, in one line (render.document shows it instead).
+NO_TILES = "A rank has no tiles: an imported trace's memory is per rank (each rank is an IPU of the memory tables)."
+NO_HOST_CALLS = "PyTorch traces have no IPU host calls: input waits show as the rank's idle time."
+NO_BLOCKS = ("The traces do not name each stage's layers, so no split of them can be suggested; the "
+             "bottleneck insight names the stage to lighten.")
+NO_VARIABLES = "The traces record allocations, not named tensors: memory over time is in the liveness section."
+
+
+def is_imported(run: dict[str, Any]) -> bool:
+    return run.get("source") == SOURCE
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The schedule the traces ran and its ideal bubble: ``(K - 1) / (v M + K - 1)`` for K ranks in the
+    pipeline, v stages per rank (1 for GPipe and 1F1B, more for the interleaved schedules) and M
+    micro-batches: the share of each rank's time a perfectly balanced run of this schedule idles."""
+
+    schedule: str
+    ranks: int
+    stages_per_rank: int
+    micro_batches: int
+    ideal_bubble_pct: float
+
+
+def ideal_bubble_pct(ranks: int, stages_per_rank: int, m: int) -> float:
+    """The share of a balanced run's time each rank idles: (K - 1) / (v M + K - 1)."""
+    return 100.0 * (ranks - 1) / (stages_per_rank * m + ranks - 1)
+
+
+def pipeline(run: dict[str, Any]) -> Pipeline:
+    info = run.get("import") or {}
+    stages = run.get("stages") or []
+    ranks = len({int(s.get("ipu", 0)) for s in stages}) or 1
+    per_rank = max(1, len(stages) // ranks)
+    m = int(run.get("gradient_accumulation", 1) or 1)
+    pipelined = str(run.get("strategy")) == "pipelined" and ranks > 1
+    ideal = ideal_bubble_pct(ranks, per_rank, m) if pipelined else 0.0
+    return Pipeline(str(info.get("schedule", "unknown")), ranks, per_rank, m, ideal)
+
+
+def communication(trace: Aggregates, exchanges: Columns, run: dict[str, Any]) -> Table:
+    """Per rank: compute, exposed communication (the rank waits in a call or for a transfer), the
+    communication hidden behind compute (the rank's compute while a transfer was under way, overlaps
+    counted once: ``run.import.hidden_comm_ns``) and idle."""
+    cube = trace.cube  # [ipu, stage + 1, pass, phase]
+    ipus = cube.shape[0]
+    by_phase = cube.sum(axis=(1, 2))
+    compute = by_phase[:, PHASE["compute"]].astype(np.int64)
+    exposed = by_phase[:, PHASE["exchange"]].astype(np.int64)
+    idle = by_phase[:, PHASE["idle"]].astype(np.int64)
+    measured = (run.get("import") or {}).get("hidden_comm_ns")
+    if isinstance(measured, list) and len(measured) == ipus and all(isinstance(v, int) for v in measured):
+        # the import measured each rank's compute while a transfer was under way (overlaps once)
+        hidden = np.asarray(measured, np.int64)
+    else:  # each transfer's whole time less its exposed part (transfers may overlap: an upper bound)
+        whole = np.bincount(np.asarray(exchanges["ipu"], np.int64),
+                            weights=np.asarray(exchanges["cycles"], np.float64), minlength=ipus)[:ipus] \
+            if len(exchanges) else np.zeros(ipus)
+        hidden = np.maximum(np.rint(whole).astype(np.int64) - exposed, 0)
+    total = np.maximum(by_phase.sum(axis=1), 1)
+    comm = np.maximum(exposed + hidden, 1)
+    stage_names = {}
+    for s in run.get("stages") or []:
+        stage_names.setdefault(int(s.get("ipu", 0)), []).append(str(s.get("stage")))
+    return Table({
+        "rank": _ranks(run, ipus), "stages": np.array([", ".join(stage_names.get(i, [])) for i in range(ipus)], object),
+        "compute_cycles": compute, "exposed_comm_cycles": exposed, "hidden_comm_cycles": hidden, "idle_cycles": idle,
+        "exposed_comm_pct": 100.0 * exposed / total,
+        "hidden_comm_pct": np.where(exposed + hidden > 0, 100.0 * hidden / comm, 0.0),
+    })
+
+
+def _ranks(run: dict[str, Any], ipus: int) -> np.ndarray:
+    ranks = (run.get("import") or {}).get("ranks") or list(range(ipus))
+    return np.asarray(list(ranks)[:ipus] + list(range(len(ranks), ipus)), np.int64)
+
+
+def insights(run: dict[str, Any], stage_figures: Any, comm: Table, peaks: Table,
+             stage_cycles: dict[int, float]) -> list[tuple[str, str, str, str]]:
+    """``(severity, topic, finding, suggestion)`` rows in a PyTorch user's words."""
+    rows: list[tuple[str, str, str, str]] = []
+    stages = {int(s["stage"]): int(s["ipu"]) for s in run.get("stages") or []}
+    ranks = _ranks(run, max(stages.values(), default=0) + 1)
+    pipe = pipeline(run)
+    f = stage_figures
+    if len(stages) > 1 and np.isfinite(f.imbalance) and f.imbalance >= 1.1 and f.bottleneck_stage in stages:
+        s = f.bottleneck_stage
+        neighbours = [n for n in (s - 1, s + 1) if n in stage_cycles]
+        lighter = min(neighbours, key=lambda n: stage_cycles[n]) if neighbours else None
+        move = (f"move some of its layers to stage {lighter} (rank {ranks[stages[lighter]]}), the lighter of its "
+                f"neighbours" if lighter is not None else "split its layers over more stages")
+        rows.append(("warning", "stages", f"stage {s} (rank {ranks[stages[s]]}) is the bottleneck: {f.imbalance:.1f}x "
+                     f"the mean stage time per micro-batch", f"{move}."))
+    if pipe.ideal_bubble_pct > 0 and np.isfinite(f.bubble_pct):
+        more = ("more micro-batches or Interleaved1F1B (more stages per rank)" if pipe.stages_per_rank == 1
+                else "more micro-batches, or more stages per rank")
+        severity = "warning" if f.bubble_pct > pipe.ideal_bubble_pct + 5 else "info"
+        rows.append((severity, "bubble",
+                     f"the bubble is {f.bubble_pct:.0f}% against {pipe.ideal_bubble_pct:.0f}% ideal "
+                     f"for {pipe.schedule} with {pipe.ranks} ranks x {pipe.stages_per_rank} stage(s) and "
+                     f"{pipe.micro_batches} micro-batches",
+                     f"{more}; the rest of the excess is the stages' imbalance."))
+    if len(comm):
+        worst = int(np.argmax(comm["exposed_comm_pct"]))
+        share = float(comm["exposed_comm_pct"][worst])
+        if share >= 10:
+            rows.append(("warning", "communication",
+                         f"rank {int(comm['rank'][worst])} spends {share:.0f}% of its time in "
+                         f"exposed communication; {float(comm['hidden_comm_pct'][worst]):.0f}% of its communication "
+                         f"is hidden behind compute", "overlap it with compute (bucketed all-reduce, prefetching "
+                         "FSDP's all-gathers, asynchronous sends), or send less."))
+    if len(peaks):
+        top = int(np.argmax(peaks["total_bytes"]))
+        rows.append(("info", "memory", f"rank {int(ranks[int(peaks['ipu'][top])])} peaks at "
+                     f"{int(peaks['total_bytes'][top]) / 2**20:,.1f} MiB allocated, in {peaks['name'][top]}", ""))
+    if not rows:
+        rows.append(("info", "summary", "no problem found: the stages are balanced and communication is hidden", ""))
+    return rows
+
+
+def receiving(ipu: np.ndarray, step: np.ndarray, programs: pa.Table) -> np.ndarray:
+    """Whether each trace row (``ipu``, ``step``) runs a program whose name holds "recv" (False for a row
+    of no program, an idle row). The names are matched once each, as Arrow strings, and the rows find
+    their program by a sorted key: no Python string per row (an imported trace's millions of programs
+    held as Python strings, then as a fixed-width NumPy array for the match, took gigabytes)."""
+    import pyarrow.compute as pc
+
+    name = programs["name"].combine_chunks()
+    if pa.types.is_dictionary(name.type):
+        hits = pc.match_substring(name.dictionary, "recv").to_numpy(zero_copy_only=False)[name.indices.to_numpy()]
+    else:
+        hits = pc.match_substring(name, "recv").to_numpy(zero_copy_only=False)
+    keys = _program_key(programs["ipu"].to_numpy(), programs["step"].to_numpy())
+    order = np.argsort(keys, kind="stable")
+    keys, hits = keys[order], hits[order]
+    wanted = _program_key(ipu, step)
+    if not len(keys):
+        return np.zeros(len(wanted), bool)
+    at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    return (keys[at] == wanted) & hits[at]
+
+
+def _program_key(ipu: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """One int64 per (ipu, step): the IPU in the high 32 bits, the step (as unsigned) in the low."""
+    return (ipu.astype(np.int64) << 32) | (step.astype(np.int64) & 0xFFFFFFFF)

@@ -1,0 +1,77 @@
+"""Liveness: not-always-live memory per IPU over program steps, the peak step, what is live at a step.
+
+Inputs: ``liveness``, ``programs`` (step names), ``variables`` and the target. Formulas in
+docs/reports.md, "Liveness".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from popvision_py.analysis.common.tables import Columns, StepIndex, Table
+from popvision_py.errors import OutOfRangeError
+
+BY_STEP_COLUMNS = ["ipu", "step", "name", "always_live_bytes", "not_always_live_bytes", "total_bytes",
+                   "worst_tile", "worst_tile_bytes", "capacity_bytes"]
+PEAK_COLUMNS = ["ipu", "peak_step", "name", "not_always_live_bytes", "total_bytes"]
+LIVE_AT_COLUMNS = ["var_id", "name", "category", "always_live", "bytes", "live_from_step", "live_to_step"]
+
+
+def by_step(liveness: Columns, programs: Columns, target: dict[str, Any], ipu: int | None = None,
+            index: StepIndex | None = None) -> Table:
+    """Memory live at every program step: BY_STEP_COLUMNS sorted by ipu, step.
+
+    ``total_bytes`` = always-live + not-always-live bytes on the IPU; ``capacity_bytes`` = the
+    IPU's SRAM (tiles x bytes per tile). Step names are joined through ``index`` (dense (ipu, step)
+    -> programs row), not a merge, and decoded in Arrow (a pandas ``str`` array).
+    """
+    index = index or StepIndex(programs)
+    ipus, steps = liveness["ipu"], liveness["step"]
+    rows = np.arange(len(liveness)) if ipu is None else np.flatnonzero(ipus == ipu)
+    rows = rows[np.lexsort((steps[rows], ipus[rows]))]
+    at = index.rows(ipus[rows], steps[rows])
+    always, not_always = liveness["always_live_bytes"][rows], liveness["not_always_live_bytes"][rows]
+    return Table({
+        "ipu": ipus[rows], "step": steps[rows], "name": index.name_array(at),
+        "always_live_bytes": always, "not_always_live_bytes": not_always, "total_bytes": always + not_always,
+        "worst_tile": liveness["worst_tile"][rows], "worst_tile_bytes": liveness["worst_tile_bytes"][rows],
+        "capacity_bytes": np.full(len(rows), int(target["tiles_per_ipu"]) * int(target["bytes_per_tile"]), np.int64),
+    })
+
+
+def peaks(steps: Table) -> Table:
+    """Per IPU, the first step where not-always-live memory peaks (``steps``: ``by_step``): PEAK_COLUMNS by ipu."""
+    if not len(steps["ipu"]):
+        return Table.empty({c: np.int64 if c != "name" else object for c in PEAK_COLUMNS})
+    ipu, step, nal = steps["ipu"], steps["step"], steps["not_always_live_bytes"]
+    order = np.lexsort((step, -nal, ipu))
+    first = order[np.r_[True, ipu[order][1:] != ipu[order][:-1]]]  # each IPU's largest, earliest step
+    return Table({"ipu": ipu[first], "peak_step": step[first], "name": steps["name"].take(first),
+                  "not_always_live_bytes": nal[first], "total_bytes": steps["total_bytes"][first]})
+
+
+def live_at(variables: Columns, ipu: int, step: int, num_steps: int | None = None, n: int | None = None) -> Table:
+    """Variables live on ``ipu`` at ``step`` (always-live ones included), largest first: LIVE_AT_COLUMNS.
+
+    Only the first ``n`` rows if given (names decoded for those rows only).
+    """
+    if num_steps is not None and not 0 <= step < num_steps:
+        raise OutOfRangeError(f"Step {step} is not in the program of IPU {ipu}: steps run from 0 to {num_steps - 1}.")
+    live = (variables["ipu"] == ipu) & (variables["always_live"] | (
+        (variables["live_from_step"] <= step) & (step <= variables["live_to_step"])))
+    rows = np.flatnonzero(live)
+    rows = rows[np.lexsort((variables["var_id"][rows], -variables["bytes"][rows]))][:n]
+    return Table({c: (variables.strings(c, rows) if c in ("name", "category") else variables[c][rows])
+                  for c in LIVE_AT_COLUMNS})
+
+
+def step_count(liveness: Columns, programs: Columns, ipu: int) -> int:
+    """Program steps of one IPU (from programs, else liveness)."""
+    steps = programs["step"][programs["ipu"] == ipu]
+    if not len(steps):
+        steps = liveness["step"][liveness["ipu"] == ipu]
+    if not len(steps):
+        raise OutOfRangeError(f"IPU {ipu} is not in the profile.")
+    return int(np.max(steps)) + 1

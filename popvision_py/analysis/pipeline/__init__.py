@@ -1,0 +1,9 @@
+"""Pipeline: the stages of a pipelined run, and the run re-timed under other choices.
+
+- ``stages``: time per stage and pass, busy and idle, imbalance, bubble, the best split of blocks.
+- ``replay``: an imported pipeline's schedule as a graph with measured costs, re-timed.
+- ``critical_path``: the chain of work that set an imported step's length, its culprits.
+- ``whatif``: other schedules, micro-batch counts and splits of an imported pipeline, predicted.
+
+May import: ``common``, ``trace``, ``imported``; ``popvision_py.format`` and ``popvision_py.errors``.
+"""
