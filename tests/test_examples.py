@@ -42,10 +42,9 @@ def test_the_examples_readme_says_what_each_example_is_and_the_tests_run_them():
     for name in examples:
         assert f"| `{name}` |" in readme and f"examples/{name}" in readme
     # the tests use the very files the README runs
-    for conftest, constant, name in (("poptorch", "EXAMPLE", "mnist_pipeline.py"),
-                                     ("popdist", "TUTORIAL", "tutorial_mnist.py")):
+    for conftest, name in (("poptorch", "mnist_pipeline.py"), ("popdist", "tutorial_mnist.py")):
         text = (ROOT / "tests" / conftest / "conftest.py").read_text(encoding="utf-8")
-        assert f'{constant} = REPO / "examples" / "{name}"' in text
+        assert f'EXAMPLE = REPO / "examples" / "{name}"' in text
 
 
 def test_a_doc_running_a_script_from_tests_is_named(tmp_path):
