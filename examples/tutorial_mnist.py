@@ -1,16 +1,23 @@
-"""A PopDist training script in the style of Graphcore's PopDist tutorial (``popdist_training.py``).
+"""Data-parallel PopTorch training that scales from one process to several `poprun` instances.
 
-The same file runs under ``poprun --num-instances 2 --num-replicas 4 python tutorial_mnist.py``
-and under plain ``python tutorial_mnist.py --num-replicas 4``. The data are synthetic MNIST-like
-8 x 8 images (nothing to download); the model is a small CNN with a loss, as in the tutorial.
+popvision's own example of the scale-out the seed talk walks through: the script asks PopDist for
+its options when `poprun` started it, so the same file runs as
 
-What each instance saw is written for the tests in the current directory: ``seen-instance-I.json``
-(the dataset indices each training step read, and each step's per-replica losses) and
-``checkpoint-instance-I.pt`` (the trained weights, which must be equal on every instance), and
-``summary.jsonl`` from the first instance alone (``popdist.execute_on_instances``).
-``--by-replica`` reads each global batch in the order of the replicas (instance I takes its replicas'
-samples, ``popdist.getReplicaIndexOffset()`` on) instead of PopTorch's automatic partition, so that
-the same global batch trains at any number of instances.
+    python examples/tutorial_mnist.py --num-replicas 4                           # one process, 4 replicas
+    poprun --num-instances 2 --num-replicas 4 python examples/tutorial_mnist.py  # 2 instances of 2 replicas
+
+Every replica starts from the same weights (the same seed everywhere), each instance reads its own
+share of the data, and the replicas' gradients are averaged before every update, so all instances
+end with the same weights. The images are synthetic 8 x 8 "stripes" (nothing to download): class c
+brightens row c mod 8.
+
+For the tests, each instance also leaves in the current folder what it did: `seen-instance-I.json`
+(per training call, the dataset indices it read and one loss per local replica) and
+`checkpoint-instance-I.pt` (its trained weights); instance 0 alone appends the run's line to
+`summary.jsonl` (`popdist.execute_on_instances`). `--by-replica` gives each instance its replicas'
+samples of every global batch in order (from `popdist.getReplicaIndexOffset()`) instead of
+PopTorch's partition of a shuffled dataset, so that any number of instances trains on the same
+global batches.
 """
 
 import argparse
@@ -18,144 +25,152 @@ import json
 import logging
 
 import torch
-import torch.nn.functional as F
+from torch import nn
 
 import popdist
 import popdist.poptorch
 import poptorch
 
+log = logging.getLogger("tutorial_mnist")
 
-class SyntheticDigits(torch.utils.data.Dataset):
-    """Digit-like 8 x 8 images whose class sets a brighter row; records the indices read."""
 
-    def __init__(self, samples, seed):
-        generator = torch.Generator().manual_seed(seed)
-        self.labels = torch.randint(0, 10, (samples,), generator=generator)
-        self.images = torch.rand(samples, 1, 8, 8, generator=generator) * 0.2
-        self.images[torch.arange(samples), 0, self.labels % 8, :] += 1.0
-        self.seen = []
+class Stripes(torch.utils.data.Dataset):
+    """Faint noise with one bright row, chosen by the label. Remembers every index it is asked for,
+    in order: the loader runs in this process, so the list is what this instance read."""
 
-    def __len__(self):
+    def __init__(self, count: int, seed: int) -> None:
+        draw = torch.Generator().manual_seed(seed)
+        self.labels = torch.randint(0, 10, (count,), generator=draw)
+        self.images = 0.2 * torch.rand(count, 1, 8, 8, generator=draw)
+        self.images[torch.arange(count), 0, self.labels % 8] += 1.0
+        self.read: list[int] = []
+
+    def __len__(self) -> int:
         return len(self.labels)
 
-    def __getitem__(self, index):
-        self.seen.append(int(index))
+    def __getitem__(self, index: int):
+        self.read.append(int(index))
         return self.images[index], self.labels[index]
 
 
-class ModelWithLoss(torch.nn.Module):
-    def __init__(self):
+class StripeClassifier(nn.Module):
+    """A 3 x 3 convolution to 4 channels and a linear layer to 10 classes; with labels, the loss too."""
+
+    def __init__(self) -> None:
         super().__init__()
-        self.conv = torch.nn.Conv2d(1, 4, kernel_size=3, padding=1)
-        self.fc = torch.nn.Linear(4 * 8 * 8, 10)
-        self.loss = torch.nn.NLLLoss(reduction="mean")
+        self.features = nn.Sequential(nn.Conv2d(1, 4, kernel_size=3, padding=1), nn.ReLU(), nn.Flatten())
+        self.classify = nn.Linear(4 * 8 * 8, 10)
 
-    def forward(self, x, y=None):
-        logits = self.fc(torch.flatten(F.relu(self.conv(x)), 1))
-        if y is None:
-            return logits
-        loss = self.loss(F.log_softmax(logits, dim=1), y)
-        return logits, poptorch.identity_loss(loss, reduction="none")
+    def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None):
+        scores = self.classify(self.features(images))
+        if labels is None:
+            return scores
+        return scores, nn.functional.cross_entropy(scores, labels)
 
 
-def train(args):
-    instance = popdist.getInstanceIndex() if popdist.isPopdistEnvSet() else 0
-    torch.manual_seed(args.seed)  # the same initial weights at any number of instances
-    opts = create_options(args)
-    dataset = SyntheticDigits(args.samples, args.seed)
-    data_train = load_data(args, opts, dataset, train=True)
-    model = ModelWithLoss()
-    model.train()
-    optimizer = poptorch.optim.SGD(model.parameters(), lr=args.learning_rate, momentum=args.momentum,
-                                   use_combined_accum=True)
-    poptorch_model = poptorch.trainingModel(model, opts, optimizer=optimizer)
+def replicas(args: argparse.Namespace, distributed: bool) -> tuple[int, int]:
+    """(this instance's replicas, all replicas): poprun's counts under poprun, else --num-replicas for both."""
+    if distributed:
+        return popdist.getNumLocalReplicas(), popdist.getNumTotalReplicas()
+    return args.num_replicas, args.num_replicas
 
-    log_in_single_instance("Training the model...")
-    steps = []
+
+def options_for(args: argparse.Namespace, distributed: bool) -> poptorch.Options:
+    """Under poprun, PopDist's options: the replicas poprun gave this instance. Otherwise this process
+    runs every replica itself."""
+    if not distributed:
+        return poptorch.Options().replicationFactor(args.num_replicas)
+    options = popdist.poptorch.Options()
+    # the instances shuffle the dataset independently: with one seed they draw one order, and
+    # PopTorch's partition then gives each a block of it that no other instance reads
+    options.randomSeed(args.seed)
+    return options
+
+
+def training_data(options: poptorch.Options, dataset: Stripes, args: argparse.Namespace,
+                  distributed: bool) -> poptorch.DataLoader:
+    """Batches of one call's samples for this instance's replicas."""
+    if not args.by_replica:  # PopTorch's partition: this instance's block of the shuffled dataset
+        return poptorch.DataLoader(options, dataset, batch_size=args.batch_size, shuffle=True,
+                                   num_workers=args.loader_workers, auto_distributed_partitioning=True)
+    # every global batch holds each replica's micro-batch in replica order; this instance takes its
+    # replicas' part of each, from its first replica on
+    local, total = replicas(args, distributed)
+    first, global_batch = popdist.getReplicaIndexOffset(), total * args.batch_size
+    share = [index for start in range(0, len(dataset) - global_batch + 1, global_batch)
+             for index in range(start + first * args.batch_size, start + (first + local) * args.batch_size)]
+    return poptorch.DataLoader(options, torch.utils.data.Subset(dataset, share), batch_size=args.batch_size,
+                               auto_distributed_partitioning=False)
+
+
+def train(options: poptorch.Options, args: argparse.Namespace, distributed: bool,
+          instance: int) -> tuple[StripeClassifier, list[dict]]:
+    """Train on this instance's share; one record per call: the indices read and each local replica's loss."""
+    dataset = Stripes(args.samples, args.seed)
+    data = training_data(options, dataset, args, distributed)
+    classifier = StripeClassifier()
+    optimiser = poptorch.optim.SGD(classifier.parameters(), lr=args.learning_rate, momentum=args.momentum)
+    trainer = poptorch.trainingModel(classifier, options, optimizer=optimiser)
+    calls = []
     for epoch in range(args.epochs):
-        log_in_single_instance(f"Epoch {epoch}")
-        for x, y in data_train:
-            before = len(dataset.seen)
-            _, loss = poptorch_model(x, y)
-            # Loss contains a value for each replica.
-            steps.append({"indices": dataset.seen[before - len(x):before], "losses": torch.atleast_1d(loss).tolist()})
-            log_in_single_instance(f"Loss: {torch.mean(loss)}")
-    poptorch_model.destroy()
-
-    # Persist checkpoints from all instances even though they are identical (the test checks it).
-    torch.save(model.state_dict(), f"checkpoint-instance-{instance}.pt")
-    with open(f"seen-instance-{instance}.json", "w") as f:
-        json.dump({"instance": instance, "steps": steps}, f)
-
-    # Validation on this instance's share of held-out digits.
-    data_validation = load_data(args, opts, SyntheticDigits(args.samples // 2, args.seed + 1), train=False)
-    model.eval()
-    poptorch_model = poptorch.inferenceModel(model, opts)
-    correct = 0
-    for x, y in data_validation:
-        correct += torch.eq(torch.argmax(poptorch_model(x), 1), y).long().sum().item()
-    accuracy = correct / (len(data_validation) * data_validation.combinedBatchSize)
-    logging.info(f"Validation accuracy: {accuracy}")
-    # One summary for the whole run, written by the first instance alone.
-    popdist.execute_on_instances({0}, persist_summary, instance, steps, accuracy)
+        for images, labels in data:
+            _, losses = trainer(images, labels)  # one loss per local replica (the last micro-batch of each)
+            losses = torch.atleast_1d(losses)
+            calls.append({"indices": dataset.read[-len(images):], "losses": losses.tolist()})
+            if instance == 0:  # the replicas train as one model: one instance's log is enough
+                log.info("epoch %d call %d: loss %.4f", epoch + 1, len(calls), losses.mean().item())
+    trainer.destroy()
+    return classifier, calls
 
 
-def persist_summary(instance, steps, accuracy):
-    with open("summary.jsonl", "a") as f:
-        f.write(json.dumps({"instance": instance, "steps": len(steps), "validation_accuracy": accuracy}) + "\n")
+def validate(classifier: StripeClassifier, options: poptorch.Options, args: argparse.Namespace) -> float:
+    """The fraction of this instance's share of held-out images classified right."""
+    data = poptorch.DataLoader(options, Stripes(args.samples // 2, args.seed + 1), batch_size=args.batch_size,
+                               num_workers=args.loader_workers, auto_distributed_partitioning=True)
+    tester = poptorch.inferenceModel(classifier.eval(), options)
+    right = sum(int((tester(images).argmax(dim=1) == labels).sum()) for images, labels in data)
+    return right / (len(data) * data.combinedBatchSize)
 
 
-def create_options(args):
-    if popdist.isPopdistEnvSet():
-        opts = popdist.poptorch.Options()
-        # With 'auto_distributed_partitioning=True' and 'shuffle=True' every process must draw the same order.
-        opts.randomSeed(args.seed)
-        # Replication factor is already set via PopRun so we ignore 'args.num_replicas'.
-        logging.info(f"Num of local replicas: {popdist.getNumLocalReplicas()}")
-    else:
-        opts = poptorch.Options()
-        opts.replicationFactor(args.num_replicas)
-    return opts
+def write_summary(instance: int, calls: int, accuracy: float) -> None:
+    with open("summary.jsonl", "a") as out:
+        out.write(json.dumps({"instance": instance, "calls": calls, "validation_accuracy": accuracy}) + "\n")
 
 
-def load_data(args, opts, dataset, train):
-    if args.by_replica and train:
-        return poptorch.DataLoader(opts, by_replica(dataset, args), batch_size=args.batch_size,
-                                   auto_distributed_partitioning=False)
-    # PopTorch partitions the dataset among the instances by itself.
-    return poptorch.DataLoader(opts, dataset, batch_size=args.batch_size, num_workers=args.dataloader_workers,
-                               shuffle=train and not args.by_replica, auto_distributed_partitioning=True)
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--num-replicas", type=int, default=4, help="replicas without poprun (poprun sets its own)")
+    parser.add_argument("--samples", type=int, default=64, help="training images (half as many to validate)")
+    parser.add_argument("--epochs", type=int, default=1, help="passes over the training images")
+    parser.add_argument("--batch-size", type=int, default=2, help="micro-batch per replica")
+    parser.add_argument("--learning-rate", type=float, default=0.05, help="SGD's")
+    parser.add_argument("--momentum", type=float, default=0.9, help="SGD's")
+    parser.add_argument("--loader-workers", type=int, default=5, help="the DataLoaders' worker processes")
+    parser.add_argument("--seed", type=int, default=0, help="the initial weights' and the shuffle's, on every instance")
+    parser.add_argument("--by-replica", action="store_true",
+                        help="each instance reads its replicas' samples of every global batch, in order")
+    args = parser.parse_args()
 
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    distributed = popdist.isPopdistEnvSet()
+    if distributed:
+        popdist.init()
+    instance = popdist.getInstanceIndex()
+    torch.manual_seed(args.seed)  # the same initial weights on every instance
 
-def by_replica(dataset, args):
-    """This instance's replicas' samples of every global batch, in order."""
-    total, local = popdist.getNumTotalReplicas(), popdist.getNumLocalReplicas()
-    if not popdist.isPopdistEnvSet():
-        total = local = args.num_replicas
-    first, batch = popdist.getReplicaIndexOffset(), args.batch_size
-    steps = len(dataset) // (total * batch)
-    indices = [step * total * batch + replica * batch + k
-               for step in range(steps) for replica in range(first, first + local) for k in range(batch)]
-    return torch.utils.data.Subset(dataset, indices)
+    options = options_for(args, distributed)
+    log.info("this process runs %d of the %d replicas", *replicas(args, distributed))
+    classifier, calls = train(options, args, distributed, instance)
+    # identical on every instance (the gradients were averaged); each saves its own for the tests to compare
+    torch.save(classifier.state_dict(), f"checkpoint-instance-{instance}.pt")
+    with open(f"seen-instance-{instance}.json", "w") as out:
+        json.dump({"instance": instance, "steps": calls}, out)
 
-
-def log_in_single_instance(string):
-    if not popdist.isPopdistEnvSet() or popdist.getInstanceIndex() == 0:
-        logging.info(string)
+    accuracy = validate(classifier, options, args)
+    log.info("validation accuracy on this instance's share: %.3f", accuracy)
+    popdist.execute_on_instances({0}, write_summary, instance, len(calls), accuracy)
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO)
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=2)
-    parser.add_argument("--samples", type=int, default=64)
-    parser.add_argument("--learning-rate", type=float, default=0.05)
-    parser.add_argument("--momentum", type=float, default=0.9)
-    parser.add_argument("--num-replicas", type=int, default=4)
-    parser.add_argument("--dataloader-workers", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--by-replica", action="store_true")
-    if popdist.isPopdistEnvSet():
-        popdist.init()
-    train(parser.parse_args())
+    main()

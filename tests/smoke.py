@@ -126,7 +126,7 @@ def main(folder: Path) -> int:
                   "-o", folder / "tune.parquet", "--profile-dir", folder / "tune-profile", cwd=folder)
         dashboard_first_page(profile, folder)
         if find_spec("torch") is not None:
-            # the PopDist tutorial as two instances of two replicas each, profiled by `popvision run`
+            # the PopDist example as two instances of two replicas each, profiled by `popvision run`
             started = time.monotonic()
             done = subprocess.run([Path(sys.executable).with_name("poprun"), "--num-instances", "2",
                                    "--num-replicas", "4", sys.executable, "-m", "popvision_py.cli", "run",

@@ -1,8 +1,10 @@
 """The scripts users run live in examples/ (issue 36, item 4): the README and docs run them from there,
-never from tests/, each one they name exists, and examples/README.md says what each example is."""
+never from tests/, each one they name exists, and examples/README.md says what each example is. They
+are the project's own scripts (issue 47), so the linter reads them as it reads the rest of the code."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -44,7 +46,20 @@ def test_the_examples_readme_says_what_each_example_is_and_the_tests_run_them():
     # the tests use the very files the README runs
     for conftest, name in (("poptorch", "mnist_pipeline.py"), ("popdist", "tutorial_mnist.py")):
         text = (ROOT / "tests" / conftest / "conftest.py").read_text(encoding="utf-8")
-        assert f'TUTORIAL = REPO / "examples" / "{name}"' in text
+        assert f'EXAMPLE = REPO / "examples" / "{name}"' in text
+
+
+def test_each_example_says_it_is_the_projects_own_and_the_linter_reads_them():
+    # GIVEN each example's module docstring
+    for path in sorted((ROOT / "examples").glob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+        # THEN it says whose it is, and claims to be no other project's copy
+        assert doc and "popvision's own example" in doc, path.name
+        assert not re.search(r"verbatim|unchanged but for|in the style of", doc), path.name
+    # AND ruff's configuration leaves examples/ in (pyproject.toml's extend-exclude does not name it)
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    excluded = re.search(r"^extend-exclude = \[(.*?)\]", pyproject, re.M)
+    assert excluded and "examples" not in excluded.group(1)
 
 
 def test_a_doc_running_a_script_from_tests_is_named(tmp_path):

@@ -162,14 +162,14 @@ def two_instances(tmp_path_factory) -> Path:
     POPLAR_ENGINE_OPTIONS into one folder DIR: instance 0's training profile (DIR/instance-0/training/profile.pop),
     both instances' timelines in DIR."""
     pytest.importorskip("torch")
-    from tests.popdist.conftest import TUTORIAL, subprocess_env
+    from tests.popdist.conftest import EXAMPLE, subprocess_env
 
     folder = tmp_path_factory.mktemp("poprun")
     env = subprocess_env(PVTI_OPTIONS=json.dumps({"enable": "true", "directory": str(folder)}),
                          POPLAR_ENGINE_OPTIONS=json.dumps({"autoReport.all": "true",
                                                            "autoReport.directory": str(folder)}))
     done = subprocess.run([sys.executable, "-m", "popdist._poprun", "--num-instances", "2", "--num-replicas", "2",
-                           sys.executable, str(TUTORIAL)], cwd=folder, env=env, capture_output=True, text=True,
+                           sys.executable, str(EXAMPLE)], cwd=folder, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert sorted(p.name for p in folder.glob("*.pvti.parquet")) == ["instance-0.pvti.parquet",

@@ -18,7 +18,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-TUTORIAL = REPO / "examples" / "tutorial_mnist.py"  # the example the README runs
+EXAMPLE = REPO / "examples" / "tutorial_mnist.py"  # the example the README runs
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

@@ -1,6 +1,6 @@
-"""Fixtures of the poptorch tests: the tutorial script, one CPU thread, the CLI in-process.
+"""Fixtures of the poptorch tests: the pipelined example script, one CPU thread, the CLI in-process.
 
-PyTorch's intra-op threads fight over this machine's two shared cores (a micro-batch of the tutorial
+PyTorch's intra-op threads fight over this machine's two shared cores (a micro-batch of the example
 takes 20 times longer with two threads than with one here), so the tests run torch on one thread,
 in-process and in the subprocesses they start.
 """
@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-TUTORIAL = REPO / "examples" / "mnist_pipeline.py"  # the example the README runs
+EXAMPLE = REPO / "examples" / "mnist_pipeline.py"  # the example the README runs
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -37,13 +37,13 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 
 def losses(stderr: str) -> list[float]:
-    """The losses the tutorial's progress bar showed, one per training step, in order."""
-    shown = [float(x) for x in re.findall(r"Loss:(\d+\.\d+)", stderr)]
+    """The losses the example's progress bar showed ("loss 1.2345"), one per call of its training model, in order."""
+    shown = [float(x) for x in re.findall(r"loss (\d+\.\d+)", stderr)]
     return [x for k, x in enumerate(shown) if k == 0 or x != shown[k - 1]]
 
 
 def accuracy_on_test_set(stdout: str) -> float:
-    """The tutorial's "Accuracy on test set: N%"."""
-    match = re.search(r"Accuracy on test set: (\d+\.\d+)%", stdout)
+    """The example's last line, "test accuracy: N%"."""
+    match = re.search(r"test accuracy: (\d+\.\d+)%", stdout)
     assert match, stdout
     return float(match.group(1))

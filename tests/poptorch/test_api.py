@@ -283,11 +283,11 @@ def test_recomputation_checkpoints_and_print_tensor_are_values_unchanged() -> No
 def test_capture_script_stops_at_the_first_call_without_training(tmp_path: Path) -> None:
     from engine.plan import make_plan
     from poptorch._script import capture_script
-    from tests.poptorch.conftest import TUTORIAL
+    from tests.poptorch.conftest import EXAMPLE
 
-    # GIVEN the tutorial script, captured (not run) up to its training model's first call
-    captured = capture_script(TUTORIAL)
-    # THEN the model is the tutorial's network with its options and stages, ready to plan
+    # GIVEN the pipelined example, captured (not run) up to its training model's first call
+    captured = capture_script(EXAMPLE)
+    # THEN the model is the example's network with its options and stages, ready to plan
     assert [op.kind for op in captured.model.ops] == ["conv", "maxpool", "relu", "conv", "maxpool", "relu", "matmul",
                                                       "relu", "matmul", "cross_entropy"]
     o = captured.options

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 import popvision_py as pv
 from popvision_py.cli import main
-from tests.poptorch.conftest import TUTORIAL, subprocess_env
+from tests.poptorch.conftest import EXAMPLE, subprocess_env
 
 # A model that does not fit one IPU: 12 linear layers of 2048 x 2048 (50,356,224 parameters) with
 # Adam's two FP32 moments on chip, every block on IPU 0. Its insights suggest offloading the
@@ -71,19 +71,19 @@ def figures(path: Path) -> dict:
 
 
 def test_emulate_only_is_the_zoo_mnist_with_the_same_options(tmp_path: Path, monkeypatch) -> None:
-    # GIVEN the tutorial emulated, not run, with gradient accumulation 20 instead of its 10, and
-    # the zoo's mnist (the same network in the engine's API) with the tutorial's options and the same change;
+    # GIVEN the pipelined example emulated, not run, with gradient accumulation 20 instead of its 10, and
+    # the zoo's mnist (the same network in the engine's API) with the example's options and the same change;
     # the script's loader assumed like the zoo's (its measured rate and 16 workers are tested apart)
     monkeypatch.setenv("POPVISION_HOST_INPUT", "assumed")
-    script = run(str(TUTORIAL), "--emulate-only", "--gradient-accumulation", "20", "-q", "--profile", "--profile-dir",
+    script = run(str(EXAMPLE), "--emulate-only", "--gradient-accumulation", "20", "-q", "--profile", "--profile-dir",
                  str(tmp_path / "script"))
     assert script.exit_code == 0, script.output
     zoo = run("mnist", "--precision", "fp32", "--offload-optimiser", "--gradient-accumulation", "20", "-q",
               "--profile", "--profile-dir", str(tmp_path / "zoo"))
     assert zoo.exit_code == 0, zoo.output
     # THEN the script's loop did not run (no epoch printed) and its summary is the usual one
-    assert "Epoch" not in script.stdout
-    assert "TrainingModelWithLoss: training, pipelined over 4 IPU(s) x 1 replica(s)" in script.stdout
+    assert "epoch 1 of 3" not in script.stdout
+    assert "DigitClassifier: training, pipelined over 4 IPU(s) x 1 replica(s)" in script.stdout
     assert f"profile           {tmp_path / 'script' / 'profile.pop'}" in script.stdout
     # a step is 40 samples x 20 micro-batches; the script's other options are its own
     run_config = request_of(tmp_path / "script" / "profile.pop")
@@ -100,7 +100,7 @@ def test_emulate_only_is_the_zoo_mnist_with_the_same_options(tmp_path: Path, mon
     for name in ("step_cycles", "total_flops", "worst_tile_bytes", "throughput_samples_per_s"):
         assert getattr(ours["summary"], name) == getattr(theirs["summary"], name), name
     # AND the profile records the request that re-runs it: the script's absolute path, its arguments
-    assert run_config["request"] == {"model": str(TUTORIAL), "options": {"gradient_accumulation": 20},
+    assert run_config["request"] == {"model": str(EXAMPLE), "options": {"gradient_accumulation": 20},
                                      "script_args": [], "emulate_only": True}
 
 

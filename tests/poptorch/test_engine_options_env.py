@@ -1,6 +1,6 @@
 """The PopTorch convention: `POPLAR_ENGINE_OPTIONS='{"autoReport.all":"true",...}' python script.py`.
 
-A plain Python run of the tutorial, this checkout's poptorch on the path, writes the same profiles
+A plain Python run of the pipelined example, this checkout's poptorch on the path, writes the same profiles
 as `popvision run script.py --profile --profile-dir D`.
 """
 
@@ -17,19 +17,19 @@ from click.testing import CliRunner
 
 import popvision_py as pv
 from popvision_py.cli import main
-from tests.poptorch.conftest import TUTORIAL, accuracy_on_test_set, losses, subprocess_env
+from tests.poptorch.conftest import EXAMPLE, accuracy_on_test_set, losses, subprocess_env
 
 
 @pytest.mark.slow
 def test_python_script_under_poplar_engine_options_writes_the_profiles_popvision_run_writes(tmp_path: Path,
                                                                                             monkeypatch) -> None:
-    # GIVEN the tutorial, run by Python itself with PopTorch's autoReport options (a relative directory),
+    # GIVEN the example, run by Python itself with PopTorch's autoReport options (a relative directory),
     # its loading's rate assumed, not measured (a measured rate varies with this machine's load)
     monkeypatch.setenv("POPVISION_HOST_INPUT", "assumed")
     env = subprocess_env(POPLAR_ENGINE_OPTIONS=json.dumps({"autoReport.all": "true",
                                                            "autoReport.directory": "reports"}),
                          POPVISION_HOST_INPUT="assumed")
-    done = subprocess.run([sys.executable, str(TUTORIAL)], cwd=tmp_path, env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(EXAMPLE)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     # THEN it trains and writes one profile per model under the directory, relative to where it ran
@@ -37,7 +37,7 @@ def test_python_script_under_poplar_engine_options_writes_the_profiles_popvision
     written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.pop"))
     assert written == ["reports/inference/profile.pop", "reports/training/profile.pop"]
     # AND `popvision run --profile` writes the same profiles (every table but the creation time)
-    result = CliRunner().invoke(main, ["run", str(TUTORIAL), "--profile", "--profile-dir", str(tmp_path / "cli")])
+    result = CliRunner().invoke(main, ["run", str(EXAMPLE), "--profile", "--profile-dir", str(tmp_path / "cli")])
     assert result.exit_code == 0, result.output
     for model in ("training", "inference"):
         with pv.open(tmp_path / "reports" / model / "profile.pop") as a, \
