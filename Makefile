@@ -30,7 +30,6 @@ demo: install
 	$(BIN)/popvision run $(MODEL) --profile --profile-dir $(PROFILE_DIR)
 	$(BIN)/popvision report $(PROFILE_DIR)/profile.pop
 	$(BIN)/popvision report $(PROFILE_DIR)/profile.pop --format html -o report.html
-	@echo "Wrote report.html. Opening the dashboard on http://127.0.0.1:8050 ..."
 	$(BIN)/popvision dashboard $(PROFILE_DIR)/profile.pop
 
 test: install browser

@@ -41,6 +41,7 @@ def command(profile: str, profile_b: str | None, host: str, port: int, tune: str
         # The terminal shows the start, warnings, and one line per refused or failed request;
         # not werkzeug's line for every page and asset fetched (--debug keeps them).
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        logging.getLogger("dash.dash").setLevel(logging.WARNING)  # its "Dash is running on", the line below again
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"popvision dashboard on http://{shown}:{port}/  (Ctrl-C to stop)", err=True)
     app.run(host=host, port=port, debug=debug, use_reloader=False)
