@@ -522,9 +522,15 @@ def findings(summary: Summary, ev: Evidence) -> tuple[Table, list[F.Fix | None]]
         if len(ev.costliest) and top != "sync":
             of_top = np.flatnonzero(np.asarray(ev.costliest["kind"]) == top)
             if len(of_top):
-                c = {k: np.asarray(ev.costliest[k])[of_top[0]] for k in ("name", "step", "ipu", "total_cycles")}
-                detail = (f"; the costliest step is {c['name'] or 'step ' + str(c['step'])} on IPU {int(c['ipu'])} "
-                          f"({_cycles(c['total_cycles'])} in all)")
+                c = {k: np.asarray(ev.costliest[k])[of_top[0]]
+                     for k in ("name", "step", "ipu", "executions", "total_cycles")}
+                runs, steps = int(c["executions"]), max(summary.iterations, 1)
+                # summed over the whole trace, where one execution (a host call) may span many steps: say so
+                times = f"{_cycles(c['total_cycles'])} in {runs:,} execution{'' if runs == 1 else 's'}"
+                if steps > 1:
+                    times += f" over the trace's {steps:,} steps, about {_cycles(c['total_cycles'] / steps)} a step"
+                name = c["name"] or f"step {c['step']}"
+                detail = f"; the costliest step is {name} on IPU {int(c['ipu'])} ({times})"
         per_step = parts[top] / max(summary.iterations, 1) / max(summary.num_ipus, 1)
         saving = (f"{top} costs about {_cycles(per_step)} per IPU per step; halving it saves "
                   f"{100.0 * parts[top] / 2 / ex.total_cycles:.1f}% of the time")
