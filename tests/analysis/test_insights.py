@@ -23,6 +23,7 @@ import pytest
 import popvision_py as pv
 from popvision_py import errors as E
 from popvision_py.analysis import verify
+from popvision_py.analysis.findings import fixes
 from popvision_py.format import open_profile
 from tests.test_format import members, rezip
 from tests.engine.helpers import profile_path, run_cli
@@ -137,12 +138,44 @@ def test_the_fp16_fix_run_for_real_saves_what_it_estimated(runs, tmp_path):
     assert after.worst_tile_bytes < before.worst_tile_bytes
 
 
+def _words(fix) -> str:
+    """A fix's changes as the command-line options its command gives them."""
+    return " ".join(word for name, value in fix.changes.items() for word in fixes.flag(name, value))
+
+
+def _precision_command(r, option: str) -> str:
+    """The command of the precision fix for ``option``, listed among the insights or not."""
+    worst = r.summary.figures().worst_tile_bytes
+    (fix,) = [fix for _, fix in r.insights.precision_fixes(worst) if option in _words(fix)]
+    return fixes.command(r.run, r.target, fix.changes, fix.tag, r.planner)
+
+
+def test_a_precision_fix_that_leaves_the_worst_tile_as_it_is_is_not_listed(runs):
+    # GIVEN the FP32 run and the FP16 run with FP32 optimiser state and accumulators, both far from full
+    seen = {True: [], False: []}
+    for name in ("fp32", "accum"):
+        with pv.open(runs[name]) as r:
+            worst = r.summary.figures().worst_tile_bytes
+            estimated = {_words(fix): fix.predicted.worst_tile_bytes for _, fix in r.insights.precision_fixes(worst)}
+            listed = r.summary.insights()
+        # THEN a fix the insights list lowers the worst tile; one whose saving lands only on other tiles is not
+        # listed (its variables stay in the FP32 table)
+        for words, after in estimated.items():
+            shown = any(words in command for command in listed["command"])
+            assert shown == (after < worst), (name, words, after, worst)
+            seen[shown].append(words)
+        effects = listed.loc[listed["topic"] == "precision", "effect"]
+        assert not effects.str.contains(f"{worst:,} bytes -> about {worst:,} bytes").any()
+    # AND both kinds occur: --precision fp16 lowers the FP32 run's worst tile, the optimiser state's does not
+    assert "--precision fp16" in seen[True] and "--optimiser-state-type fp16" in seen[False], seen
+
+
 def test_the_optimiser_state_fix_halves_the_state_exactly(runs, tmp_path):
     # GIVEN the FP16 run's FP32 optimiser state and accumulators, and their fixes' commands
     with pv.open(runs["accum"]) as r:
         fp32 = r.insights.fp32_variables()
-        command = _command(r, "--optimiser-state-type fp16")
-        accum = _command(r, "--accum-type fp16")
+        command = _precision_command(r, "--optimiser-state-type")
+        accum = _precision_command(r, "--accum-type")
     assert "--accum-type fp32" in command and "--accum-type fp32" not in accum
     # WHEN the optimiser state's command runs
     words = shlex.split(command)

@@ -543,8 +543,13 @@ def findings(summary: Summary, ev: Evidence) -> tuple[Table, list[F.Fix | None]]
     if not out.rows:
         out.add("info", "summary", "No problems found: the model fits, the stages are balanced and compute "
                 "dominates.")
-    # -- FP32 variables that could be FP16 (analysis/findings/insights.py): a saving, a problem only when out of memory
+    # -- FP32 variables that could be FP16 (analysis/findings/insights.py): a saving, a problem only when out of
+    # memory. A fix that leaves the worst tile as it is (the saving lands on other tiles) gains nothing the
+    # run can use: not listed (the variables stay in the summary's FP32 table)
     for finding, fix in ev.precision:
+        estimated = fix.predicted.worst_tile_bytes
+        if estimated is not None and estimated >= summary.worst_tile_bytes:
+            continue
         severity = "info" if summary.fits else "warning"
         if not out.add(severity, "precision", finding, fix):
             out.add(severity, "precision", f"{finding} {F.check(ev.run, fix.changes, ev.planner)}")
