@@ -9,12 +9,15 @@ Step: 650 + 800 + 850 + 850 + 800 + 200 + 6 x 20 + (210 + 20) = 4,500 cycles; 9,
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 import popvision_py as pv
 from popvision_py.analysis.ipu.exchange import BANDWIDTH_COLUMNS, BY_KIND_COLUMNS, COSTLIEST_COLUMNS, MATRIX_COLUMNS
 from tests import synthetic
+
+MNIST = Path(__file__).resolve().parents[2] / "sample_profiles" / "mnist_pipelined" / "profile.pop"
 
 
 def test_figures(exchange_heavy):
@@ -69,7 +72,9 @@ def test_exchange_bound_insight(exchange_heavy):
     row = i[i["topic"] == "exchange"].iloc[0]
     # (4,000 + 280 + 600) / (9,000 - 1,700) busy IPU-cycles; inter-IPU 4,000 / 7,300
     assert "66.8% of busy time" in row["finding"] and "inter_ipu dominates with 54.8%" in row["finding"]
-    assert "S0/fwd/exchange" in row["finding"]
+    # AND the costliest step's cycles say what they sum: 4 executions of 500 cycles in the trace's one step
+    assert exchange_heavy.summary.figures().iterations == 1
+    assert "the costliest step is S0/fwd/exchange on IPU 0 (2,000 cycles in 4 executions)" in row["finding"]
     # the fix: one stage fewer, so no micro-batch crosses an IPU-Link; the memory fits on one IPU
     assert row["suggestion"].startswith("Use 1 stage(s) instead of 2")
     blocks = ",".join(exchange_heavy.stages.blocks()["block"])
@@ -90,3 +95,19 @@ def test_missing_optional_target_keys_degrade_to_nan(tmp_path):
     assert math.isnan(b.loc["inter_ipu", "efficiency_pct"])
     assert math.isnan(r.summary.figures().flop_utilisation_pct)
     assert len(r.summary.insights())
+
+
+def test_a_host_call_spanning_many_steps_is_given_a_step_at_a_time():
+    # GIVEN the mnist sample: one host call of 10 steps, its host transfer the costliest exchange step
+    with pv.open(MNIST) as r:
+        steps = r.summary.figures().iterations
+        step_cycles = r.summary.figures().step_cycles
+        top = r.exchange.costliest(1).iloc[0]
+        finding = r.summary.insights().set_index("topic").loc["exchange", "finding"]
+    assert (steps, top["name"], top["executions"]) == (10, "host/call", 1)
+    # THEN the finding says its cycles are one execution over the 10 steps, and gives a step's share, which
+    # is less than the step it is part of (the whole, 19,950,000 cycles, alone would seem to contradict it)
+    per_step = top["total_cycles"] / steps
+    assert (f"host/call on IPU 0 ({top['total_cycles']:,} cycles in 1 execution over the trace's 10 steps, "
+            f"about {per_step:,.0f} cycles a step)") in finding
+    assert per_step < step_cycles < top["total_cycles"]
