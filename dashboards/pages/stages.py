@@ -219,7 +219,7 @@ CULPRIT_COLUMNS = {"rank": "rank", "stages": "stages", "step_ms": "step (ms)", "
 )
 def render_critical_path(profile: str | None):
     """An imported pipeline's critical path, culprits and what-ifs; hidden for any other profile."""
-    from popvision_py.analysis.pipeline.replay import SCHEDULES, ReplayError, schedule_order
+    from popvision_py.analysis.pipeline.schedules import SCHEDULES, ReplayError, schedule_order
 
     report = data.report(profile)
     if not data.replayable(report):
@@ -254,7 +254,7 @@ def render_critical_path(profile: str | None):
 )
 def re_time(_n_clicks: int, schedule: str | None, micro_batches: Any, profile: str | None):
     """One what-if of the form, as `popvision tune PROFILE --set schedule=... --set micro_batches=...`."""
-    from popvision_py.analysis.pipeline.replay import SCHEDULES, ReplayError
+    from popvision_py.analysis.pipeline.schedules import SCHEDULES, ReplayError
     from popvision_py.analysis.pipeline.whatif import pytorch_words
 
     if schedule not in SCHEDULES or not isinstance(micro_batches, int) or isinstance(micro_batches, bool) \

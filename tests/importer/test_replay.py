@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 import popvision_py
 from popvision_py.analysis.pipeline import replay as R
+from popvision_py.analysis.pipeline import schedules
 from popvision_py.analysis.imported.ranks import receiving
 from popvision_py.cli import main
 
@@ -51,9 +52,10 @@ def test_a_row_receives_when_its_programs_name_holds_recv(dictionary: bool) -> N
 def test_equal_stages_under_gpipe_take_the_textbook_time(k: int, m: int) -> None:
     # GIVEN K equal stages, a forward of f and a backward of b ns, no latency, no glue, no head or tail
     f, b = 3.0, 7.0
-    orders = R.schedule_order("GPipe", k, 1, m)
-    latency = {(p, first): 0.0 for p in (R.F, R.B) for first in (True, False)}
-    sim = R.simulate(orders, {s: s for s in range(k)}, lambda _st, kind, _s, _mb: (f if kind == R.F else b, 0.0, 0.0),
+    orders = schedules.schedule_order("GPipe", k, 1, m)
+    latency = {(p, first): 0.0 for p in (schedules.F, schedules.B) for first in (True, False)}
+    sim = R.simulate(orders, {s: s for s in range(k)},
+                     lambda _st, kind, _s, _mb: (f if kind == schedules.F else b, 0.0, 0.0),
                      latency, np.zeros(k), np.zeros(k))
     # THEN a step (steps chained, each rank starting the next when it ends this one) is (M + K - 1)(f + b)
     # on every rank, and the bubble is the formula's (K - 1) / (M + K - 1)
@@ -63,19 +65,19 @@ def test_equal_stages_under_gpipe_take_the_textbook_time(k: int, m: int) -> None
 
 def test_a_transfer_latency_adds_once_per_hop_on_the_path() -> None:
     # two stages, one micro-batch: F0, (L), F1, B1, (L), B0
-    orders = R.schedule_order("1F1B", 2, 1, 1)
-    latency = {(p, first): 5.0 for p in (R.F, R.B) for first in (True, False)}
+    orders = schedules.schedule_order("1F1B", 2, 1, 1)
+    latency = {(p, first): 5.0 for p in (schedules.F, schedules.B) for first in (True, False)}
     sim = R.simulate(orders, {0: 0, 1: 1}, lambda *_: (10.0, 0.0, 0.0), latency, np.zeros(2), np.zeros(2), steps=1)
     assert sim.actions["end"].max() == 4 * 10 + 2 * 5
 
 
 def test_what_torch_refuses_is_refused_in_one_sentence() -> None:
     with pytest.raises(R.ReplayError, match="Interleaved1F1B runs several stages per rank"):
-        R.schedule_order("Interleaved1F1B", 4, 1, 8)
+        schedules.schedule_order("Interleaved1F1B", 4, 1, 8)
     with pytest.raises(R.ReplayError, match="multiple of its rounds"):
-        R.schedule_order("Interleaved1F1B", 4, 2, 9)  # rounds = 9 // 4 = 2, and 9 is odd
+        schedules.schedule_order("Interleaved1F1B", 4, 2, 9)  # rounds = 9 // 4 = 2, and 9 is odd
     with pytest.raises(R.ReplayError, match="Unknown schedule 'ZeroBubble'"):
-        R.schedule_order("ZeroBubble", 2, 1, 4)
+        schedules.schedule_order("ZeroBubble", 2, 1, 4)
 
 
 # -- real runs ----------------------------------------------------------------------------------------
@@ -92,7 +94,7 @@ def test_each_rank_ran_the_order_the_schedule_gives(recorded, kind: str, schedul
     m = measured(run.profile)
     assert m.schedule == schedule
     meta = run.meta
-    expected = R.schedule_order(schedule, meta["world_size"], meta["num_stages"] // meta["world_size"],
+    expected = schedules.schedule_order(schedule, meta["world_size"], meta["num_stages"] // meta["world_size"],
                                 meta["micro_batches"])
     for it, orders in R.recorded_orders(m.actions, m.world).items():
         assert orders == expected, f"step {it}"

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.analysis.trace import retime
-from popvision_py.analysis.pipeline.replay import (SCHEDULES, MeasuredPipeline, Replay, ReplayError, WhatIf,
-                                          from_profile, source)
+from popvision_py.analysis.pipeline.replay import MeasuredPipeline, Replay, ReplayError, WhatIf, from_profile
+from popvision_py.analysis.pipeline.schedules import SCHEDULES, source
 from popvision_py.analysis.common.tables import Table
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from popvision_py.analysis.pipeline.replay import (MULTI_STAGE, SCHEDULE_CLASS, SCHEDULES, Replay, ReplayError, WhatIf,
-                                          schedule_order)
+from popvision_py.analysis.pipeline.replay import Replay, ReplayError, WhatIf
+from popvision_py.analysis.pipeline.schedules import MULTI_STAGE, SCHEDULE_CLASS, SCHEDULES, schedule_order
 
 COLUMNS = ["rank", "schedule", "micro_batches", "step_ms", "low_ms", "high_ms", "ms_per_micro_batch", "gain_pct",
            "bubble_pct", "pytorch"]
