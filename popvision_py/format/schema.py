@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # the schema names its types; pyarrow builds them when a writ
     import pyarrow as pa
 
 FORMAT_NAME = "popvision-profile"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 MANIFEST_MEMBER = "manifest.json"
 TABLE_SUFFIX = ".parquet"
 
@@ -74,6 +74,8 @@ class Driver:
 
 
 EXCHANGE_KINDS = ("internal", "inter_ipu", "host", "remote_buffer", "all_reduce")
+# What a GPU kernel of an imported trace does (the ``kernels`` table): the kinds Holistic Trace Analysis tells apart
+KERNEL_KINDS = ("compute", "communication", "memcpy", "memset")
 MEMORY_CATEGORIES = (
     "vertex_code",
     "vertex_state",
@@ -328,6 +330,28 @@ TABLES: dict[str, TableSchema] = {
                                  "its start).", COUNT),
             ordered=(("start_cycle", "end_cycle"),),
             since=3,
+        ),
+        _t(
+            "kernels",
+            "Each GPU kernel, memory copy and memory set of a profile imported from GPU traces (schema 5 on; "
+            "empty for the emulator's and CPU traces'): where and when it ran on the GPU, and the runtime "
+            "call that launched it. Sorted by ipu, then start_cycle.",
+            ("ipu", "int16", "The rank whose GPU ran it (an imported profile's IPU).", IPU),
+            ("stream", "int32", "The GPU stream it ran on (the trace's stream id).", INDEX),
+            ("kind", CATEGORY, "compute, communication (NCCL's kernels, and those the trace's annotations or "
+                               "the kernel's name mark as communication), memcpy or memset.",
+             Values(codes=KERNEL_KINDS)),
+            ("name", CATEGORY, "The kernel's name as the trace records it."),
+            ("start_cycle", "int64", "Start on the GPU, in cycles (ns) from the start of the trace.", COUNT),
+            ("end_cycle", "int64", "End on the GPU (exclusive), in cycles.", COUNT),
+            ("correlation", "int64", "The correlation id joining it to the runtime call that launched it, -1 if "
+                                     "none.", Values(low=-1, high=MAX_COUNT)),
+            ("launch_start_cycle", "int64", "Start of the runtime call that launched it (cudaLaunchKernel, "
+                                            "hipLaunchKernel, cudaMemcpyAsync...), -1 if the trace holds none.",
+             Values(low=-1, high=MAX_COUNT)),
+            ("launch_end_cycle", "int64", "End of that runtime call, -1 if none.", Values(low=-1, high=MAX_COUNT)),
+            ordered=(("start_cycle", "end_cycle"), ("launch_start_cycle", "launch_end_cycle")),
+            since=5,
         ),
         _t(
             "exchanges",
