@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from popvision_py.format.schema import KERNEL_KINDS
 from popvision_py.importer.checks import MAX_WORLD, TraceError, header_fields, is_dims, is_int, not_json, wrong
 
 MAX_US = 2.0**61 / 1000  # times in microseconds beyond this (73 years) do not fit int64 nanoseconds with the base
@@ -42,6 +43,12 @@ DATA_PARALLEL_FORWARD = re.compile(r"(DistributedDataParallel|FullyShardedDataPa
 AUTOGRAD = "autograd::engine::evaluate_function: "  # a backward node run by the autograd engine
 CHUNK_FRAME = re.compile(r"pipelining/stage\.py\(\d+\): (forward|backward)_one_chunk$")
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+# The GPU's own timeline (the profile's ``kernels``): what each kernel does (``KERNEL_KINDS``' codes), and the
+# runtime calls that launch kernels, copies and sets (joined to them by their correlation id).
+KERNEL_KIND = {name: i for i, name in enumerate(KERNEL_KINDS)}
+COMM_KERNEL = re.compile(r"(nccl|rccl|hccl)|.*nccl[A-Za-z]*Kernel|.*ncclDevKernel")  # NCCL's and its ports'
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
+LAUNCH_CALL = re.compile(r"(cuda|hip|cu)\w*LaunchKernel|(cuda|hip)Memcpy\w*Async$|(cuda|hip)Memset\w*Async$")
 DTYPE_BYTES = {"float": 4, "float32": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "long int": 8,
                "int": 4, "half": 2, "bfloat16": 2, "bool": 1, "unsigned char": 1, "signed char": 1}
 
@@ -69,12 +76,74 @@ class RankTrace:
     busy: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))  # merged [start, end) rows
     memory_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     memory_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # the GPU's kernels, copies and sets by start: KERNEL_COLUMNS (names: codes into kernel_names)
+    kernels: np.ndarray = field(default_factory=lambda: np.zeros((0, len(KERNEL_COLUMNS)), np.int64))
+    kernel_names: list[str] = field(default_factory=list)
     events: int = 0
     gpu: bool = False
     torch_version: str | None = None
     pid: int | None = None  # the process of the rank's training loop (its ProfilerStep#N annotations'), if known
     spill: Any = field(default=None, repr=False, compare=False)  # the file its arrays map (spill.SpilledRank)
 
+
+
+# A kernel's row: its GPU start and end, stream, kind (KERNEL_KIND), name code, correlation id (-1: none), and its
+# launching runtime call's start and end (-1: none); a part keeps the first six (GPU_ROW), launches apart.
+KERNEL_COLUMNS = ("start", "end", "stream", "kind", "name", "correlation", "launch_start", "launch_end")
+GPU_ROW = 6
+
+
+def kernel_kind(cat: str, name: str) -> int:
+    """What a GPU event does: a copy or a set by its category, communication by its name (NCCL's kernels
+    and their ROCm and Ascend ports), else compute."""
+    if cat == "gpu_memcpy":
+        return KERNEL_KIND["memcpy"]
+    if cat == "gpu_memset":
+        return KERNEL_KIND["memset"]
+    return KERNEL_KIND["communication"] if COMM_KERNEL.match(name) else KERNEL_KIND["compute"]
+
+
+def stream_of(args: dict[str, Any], tid: Any) -> int:
+    """A GPU event's stream: its ``args.stream``, else its track (``tid``: a number, or ``"stream 7"``); 0 if
+    neither says."""
+    stream = args.get("stream")
+    if is_int(stream) and 0 <= stream < 1 << 31:
+        return int(stream)
+    if is_int(tid) and 0 <= tid < 1 << 31:
+        return int(tid)
+    digits = str(tid).rpartition(" ")[2] if isinstance(tid, str) else ""
+    return int(digits) if digits.isdigit() and len(digits) < 10 else 0
+
+
+def correlation_of(args: dict[str, Any]) -> int:
+    """An event's correlation id (``args.correlation``), -1 where it has none."""
+    value = args.get("correlation")
+    return int(value) if is_int(value) and 0 <= value < 1 << 62 else -1
+
+
+def gpu_timeline(rows: np.ndarray, names: list[str], launches: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """A rank's kernels (``RankTrace.kernels``) and their names, from its parts' rows (GPU_ROW columns, names
+    the rank's codes) and launches: both readers' results, made the same way (names in sorted order)."""
+    order = sorted(range(len(names)), key=names.__getitem__)
+    code = np.empty(len(names), np.int64)
+    code[order] = np.arange(len(names))
+    return join_launches(renamed(rows, 4, code), launches), [names[k] for k in order]
+
+
+def join_launches(rows: np.ndarray, launches: np.ndarray) -> np.ndarray:
+    """The kernels' rows (GPU_ROW columns) sorted by start, with each one's launching call's start and end
+    (``launches``: correlation, start, end) joined by correlation id: KERNEL_COLUMNS."""
+    out = np.full((len(rows), len(KERNEL_COLUMNS)), -1, np.int64)
+    if not len(rows):
+        return out
+    rows = rows[np.lexsort((rows[:, 2], rows[:, 0]))]
+    out[:, :GPU_ROW] = rows
+    if len(launches):
+        launches = launches[np.argsort(launches[:, 0], kind="stable")]
+        at = np.minimum(np.searchsorted(launches[:, 0], rows[:, 5]), len(launches) - 1)
+        hit = (rows[:, 5] >= 0) & (launches[at, 0] == rows[:, 5])
+        out[hit, GPU_ROW:] = launches[at[hit], 1:3]
+    return out
 
 
 def parse_header(head: bytes) -> dict[str, Any]:
@@ -284,6 +353,9 @@ class RankPart:
     step_pid: int | None = None
     gpu: bool = False
     memory: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # per device: bucket_max
+    gpu_rows: np.ndarray = field(default_factory=lambda: np.zeros((0, GPU_ROW), np.int64))  # KERNEL_COLUMNS[:6]
+    gpu_names: list[str] = field(default_factory=list)  # the kernels' names, by their codes
+    launches: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))  # correlation, start, end
 
     def add_spans(self, spans: Spans) -> None:
         self.rows = np.asarray(spans.rows, np.int64).reshape(-1, 8)
@@ -328,7 +400,12 @@ class Merger:
             if len(r):
                 r[:, 7] = codes[r[:, 7]]
             rows.append(r)
+        gpu_names: dict[str, int] = {}
+        gpu_rows = [renamed(p.gpu_rows, 4, np.array([gpu_names.setdefault(n, len(gpu_names)) for n in p.gpu_names],
+                                                    np.int64)) for p in parts]
         whole = RankPart(events=sum(p.events for p in parts), rows=np.concatenate(rows),
+                     gpu_rows=np.concatenate(gpu_rows), gpu_names=list(gpu_names),
+                     launches=np.concatenate([p.launches for p in parts]),
                      on_gpu=np.concatenate([p.on_gpu for p in parts]), names=list(names),
                      kernels=merge_intervals(np.concatenate([p.kernels for p in parts])),
                      step_threads=list(dict.fromkeys(t for p in parts for t in p.step_threads)),
@@ -349,6 +426,14 @@ class Merger:
                 whole.memory[device] = bucket_max(np.concatenate([g[0] for g in got]),
                                                   np.concatenate([g[1] for g in got]))
         self.whole = whole
+
+
+def renamed(rows: np.ndarray, column: int, codes: np.ndarray) -> np.ndarray:
+    """A copy of ``rows`` with ``column``'s name codes mapped through ``codes`` (a part's to the rank's)."""
+    rows = rows.copy()
+    if len(rows):
+        rows[:, column] = codes[rows[:, column]]
+    return rows
 
 
 @dataclass
@@ -402,6 +487,7 @@ def assemble(path: str, header: dict[str, Any], part: RankPart) -> RankTrace:
         on_gpu = np.concatenate([on_gpu, np.zeros(len(nodes), bool)])
     if part.gpu and on_gpu.any():
         table = table[~gpu_work_dropped(table[:, 2], on_gpu)]
+    kernels, kernel_names = gpu_timeline(part.gpu_rows, part.gpu_names, part.launches)
     kept = part.memory.get(choice.memory) if choice.memory is not None else None
     memory_ts, memory_bytes = kept if kept is not None else (np.zeros(0, np.int64), np.zeros(0, np.int64))
     return RankTrace(
@@ -411,7 +497,8 @@ def assemble(path: str, header: dict[str, Any], part: RankPart) -> RankTrace:
         stage=table[:, 3].astype(np.int32), micro_batch=table[:, 4].astype(np.int32),
         peer=table[:, 5].astype(np.int32), nbytes=table[:, 6], name=table[:, 7].astype(np.int32), names=names,
         busy=busy_rows, memory_ts=memory_ts, memory_bytes=memory_bytes, events=part.events, gpu=part.gpu,
-        torch_version=torch_version(header), pid=part.step_pid)
+        torch_version=torch_version(header), pid=part.step_pid,
+        kernels=kernels, kernel_names=kernel_names)
 
 
 def autograd_rows(nodes: np.ndarray, name: int) -> np.ndarray:

@@ -28,11 +28,11 @@ import numpy as np
 
 
 from popvision_py.format import ProfileWriter
-from popvision_py.format.schema import SCHEMA_VERSION
+from popvision_py.format.schema import KERNEL_KINDS, SCHEMA_VERSION
 from popvision_py.importer.parts import release_memory
 from popvision_py.importer.read import KIND, RankTrace, TraceError
 from popvision_py.importer.spill import release
-from popvision_py.importer.tables import rank_tables, sorted_memory
+from popvision_py.importer.tables import category, rank_tables, sorted_memory
 from popvision_py.importer.timeline import WINDOW_BUSY_ROWS, peer_ready, rank_rows_by_window
 from popvision_py.version import __version__
 
@@ -67,12 +67,20 @@ def each(traces: list[RankTrace]) -> Iterator[RankTrace]:
 
 
 def window(traces: list[RankTrace]) -> tuple[int, int]:
-    """The time the profile covers: the profiler steps (``ProfilerStep#N``) of every rank, else everything."""
+    """The time the profile covers: the profiler steps (``ProfilerStep#N``) of every rank, else everything; and
+    every GPU kernel of the traces (a GPU runs a step's kernels after the CPU launched them, past its end)."""
     steps = [(t.start[t.kind == KIND["step"]], t.end[t.kind == KIND["step"]]) for t in each(traces)]
     if all(len(s) for s, _ in steps):
-        return int(min(s.min() for s, _ in steps)), int(max(e.max() for _, e in steps))
-    lows = [x.min() for t in each(traces) for x in (t.start, t.busy[:, 0] if len(t.busy) else t.start) if len(x)]
-    highs = [x.max() for t in each(traces) for x in (t.end, t.busy[:, 1] if len(t.busy) else t.end) if len(x)]
+        lo, hi = int(min(s.min() for s, _ in steps)), int(max(e.max() for _, e in steps))
+        kernels = [t.kernels for t in traces if len(t.kernels)]
+        if kernels:
+            lo = min(lo, min(int(k[:, 0].min()) for k in kernels))
+            hi = max(hi, max(int(k[:, 1].max()) for k in kernels))
+        return lo, hi
+    lows = [x.min() for t in each(traces) for x in (t.start, t.busy[:, 0] if len(t.busy) else t.start, t.kernels[:, 0])
+            if len(x)]
+    highs = [x.max() for t in each(traces) for x in (t.end, t.busy[:, 1] if len(t.busy) else t.end, t.kernels[:, 1])
+             if len(x)]
     if not lows:
         return 0, 0
     return int(min(lows)), int(max(highs))
@@ -212,7 +220,10 @@ def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_
     generator = {"name": "popvision import", "version": __version__, "schema_version": SCHEMA_VERSION}
     with ProfileWriter(path, target=target, run=run, generator=generator, row_group_rows=ROW_GROUP_ROWS) as writer:
         tables = {table: writer.table(table) for table in TABLES}
+        kernels = writer.table("kernels")
         for ipu, t in enumerate(traces):
+            if len(t.kernels):
+                _write(kernels, kernel_rows(t, ipu, plan.lo))
             rows = rank_rows_by_window(t, (plan.lo, plan.hi), plan.ready[ipu], busy_rows)
             for window in rank_tables(t, ipu, plan, _peak(t, plan.lo, plan.hi), rows):
                 if "hidden_comm_ns" in window:  # the rank's end: its tables that needed all of its rows
@@ -223,6 +234,17 @@ def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_
                 release_memory()  # the window's arrays: freed, and handed back
         writer.set_run("import", run["import"])
     return run
+
+
+def kernel_rows(t: RankTrace, ipu: int, lo: int) -> dict[str, Any]:
+    """The rank's rows of the ``kernels`` table: its GPU's kernels, copies and sets, times from ``lo``."""
+    k = t.kernels
+    launched = k[:, 6] >= 0
+    return {"ipu": np.full(len(k), ipu, np.int64), "stream": k[:, 2],
+            "kind": category(k[:, 3], list(KERNEL_KINDS)), "name": category(k[:, 4], t.kernel_names),
+            "start_cycle": k[:, 0] - lo, "end_cycle": k[:, 1] - lo, "correlation": k[:, 5],
+            "launch_start_cycle": np.where(launched, k[:, 6] - lo, -1),
+            "launch_end_cycle": np.where(launched, k[:, 7] - lo, -1)}
 
 
 def _write(table: Any, columns: dict[str, Any]) -> None:

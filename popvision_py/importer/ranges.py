@@ -33,10 +33,11 @@ import msgspec
 import numpy as np
 
 from popvision_py.importer.checks import MAX_DEPTH, Depth, TraceError, header_fields
-from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_FLIGHT, GPU_CATS, HEAD_BYTES,
-                                         MAX_PLAIN, MAX_RATIO, MAX_US, STEP, Merger, RankPart, RankTrace, Spans,
-                                         args_of, bucket_max, classify, comm_bytes, is_annotation_span,
-                                         merge_intervals, open_trace, parse_header)
+from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_FLIGHT, GPU_CATS, GPU_ROW, HEAD_BYTES,
+                                         LAUNCH_CALL, MAX_PLAIN, MAX_RATIO, MAX_US, RUNTIME_CATS, STEP, Merger,
+                                         RankPart, RankTrace, Spans, args_of, bucket_max, classify, comm_bytes,
+                                         correlation_of, is_annotation_span, kernel_kind, merge_intervals, open_trace,
+                                         parse_header, stream_of)
 from popvision_py.importer.spill import SpilledRank
 
 RANGE_BYTES = 16 << 20  # bytes of events decoded at once (a range's events take about as much again)
@@ -80,7 +81,15 @@ class MemoryArgs(msgspec.Struct, gc=False):
     device: int = msgspec.field(name="Device Type", default=0)
 
 
+class GpuArgs(msgspec.Struct, gc=False):
+    """What a GPU event's or a runtime call's args say of its stream and its launch (Kineto's keys)."""
+
+    stream: int | None = None
+    correlation: int | None = None
+
+
 EVENTS = msgspec.json.Decoder(list[Event])
+GPU_ARGS = msgspec.json.Decoder(list[GpuArgs])
 LAST = msgspec.json.Decoder(Top)
 MEMORY = msgspec.json.Decoder(list[MemoryArgs])
 ARGS = msgspec.json.Decoder()
@@ -366,6 +375,8 @@ def reduce_events(events: list[Event], base_ns: int) -> RankPart:
                                                & by_name(is_annotation_span))
                                               | (cpu_op & by_name(COMM_CALL.match))
                                               | (is_cat("python_function") & by_name(CHUNK_FRAME.search))))
+    _gpu_timeline(part, x, gpu_cat, is_cat(*RUNTIME_CATS) & by_name(LAUNCH_CALL.match), start, end, cats, cat_code,
+                  unique_names, name_code)
     step = is_cat("user_annotation") & by_name(STEP.match)
     if cpu_op.any() or step.any() or autograd.any():
         tids = list(map(attrgetter("tid"), x))
@@ -376,6 +387,40 @@ def reduce_events(events: list[Event], base_ns: int) -> RankPart:
         rows = np.flatnonzero(spans)
         _spans(part, x, rows, [cats[k] for k in cat_code[rows].tolist()], names, start, end, flight)
     return part
+
+
+def _gpu_args(events: list[Event]) -> list[GpuArgs]:
+    """The stream and correlation of each event's args, decoded at once (an event without args: neither)."""
+    try:
+        return GPU_ARGS.decode(b"[" + b",".join(bytes(e.args) or b"{}" for e in events) + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise Fallback("a GPU event's or runtime call's args of another shape") from None
+
+
+def _gpu_timeline(part: RankPart, x: list[Event], gpu_cat: np.ndarray, launch: np.ndarray, start: np.ndarray,
+                  end: np.ndarray, cats: list[Any], cat_code: np.ndarray, names: list[str],
+                  name_code: np.ndarray) -> None:
+    """The GPU's kernels, copies and sets as rows (``parts.GPU_ROW`` columns), and the runtime calls that
+    launch them (correlation, start, end): what ``read.read_stream`` keeps of them, event for event."""
+    rows = np.flatnonzero(gpu_cat)
+    if len(rows):
+        args = _gpu_args([x[k] for k in rows])
+        kinds = {(c, n): kernel_kind(cats[c], names[n]) for c, n in set(zip(cat_code[rows].tolist(),
+                                                                              name_code[rows].tolist()))}
+        code, used = np.unique(name_code[rows], return_inverse=True)
+        table = np.zeros((len(rows), GPU_ROW), np.int64)
+        table[:, 0], table[:, 1] = start[rows], end[rows]
+        table[:, 2] = [stream_of({"stream": a.stream}, x[k].tid) for a, k in zip(args, rows.tolist())]
+        table[:, 3] = [kinds[c, n] for c, n in zip(cat_code[rows].tolist(), name_code[rows].tolist())]
+        table[:, 4] = used
+        table[:, 5] = [correlation_of({"correlation": a.correlation}) for a in args]
+        part.gpu_rows, part.gpu_names = table, [names[c] for c in code.tolist()]
+    calls = np.flatnonzero(launch)
+    if len(calls):
+        said = _gpu_args([x[k] for k in calls])
+        correlation = np.array([correlation_of({"correlation": a.correlation}) for a in said], np.int64)
+        keep = correlation >= 0
+        part.launches = np.stack([correlation[keep], start[calls][keep], end[calls][keep]], axis=1)
 
 
 def _index(words: list[Any], word: str) -> int:

@@ -36,10 +36,11 @@ import numpy as np
 
 from popvision_py.importer import ranges
 from popvision_py.importer.checks import MAX_DEPTH, Depth, TraceError, header_fields, is_int, is_number, wrong
-from popvision_py.importer.parts import (AUTOGRAD, BATCH_EVENTS, COMM_FLIGHT, GPU_CATS, HEAD_BYTES, KIND, KINDS,
-                                         MAX_PLAIN, MAX_RATIO, MAX_US, STEP, RankPart, RankTrace, Spans, args_of,
-                                         assemble, bucket_max, classify, comm_bytes, merge_intervals, open_trace,
-                                         parse_header)
+from popvision_py.importer.parts import (AUTOGRAD, BATCH_EVENTS, COMM_FLIGHT, GPU_CATS, GPU_ROW, HEAD_BYTES, KIND,
+                                         KINDS, LAUNCH_CALL, MAX_PLAIN, MAX_RATIO, MAX_US, RUNTIME_CATS, STEP,
+                                         RankPart, RankTrace, Spans, args_of, assemble, bucket_max, classify,
+                                         comm_bytes, correlation_of, kernel_kind, merge_intervals, open_trace,
+                                         parse_header, stream_of)
 
 __all__ = ["KIND", "KINDS", "RankTrace", "TraceError", "merge_intervals", "read_rank", "read_stream"]
 
@@ -138,6 +139,9 @@ def read_stream(path: str | Path) -> RankTrace:
     thread_busy: dict[Any, _Union] = {}  # each thread's operators
     gpu = False  # the trace has device tracks (kernels, memcpys, memsets)
     backward: dict[Any, _Union] = {}  # autograd nodes per thread
+    gpu_rows: list[tuple[int, ...]] = []  # the GPU's own timeline: parts.GPU_ROW columns
+    gpu_names: dict[str, int] = {}
+    launches: list[tuple[int, int, int]] = []  # the runtime calls launching them: correlation, start, end
 
     def ns(ts: Any, name: str) -> int:
         if not is_number(ts):
@@ -196,11 +200,19 @@ def read_stream(path: str | Path) -> RankTrace:
                     raise wrong("an event whose tid is", tid, "a thread's id", name)
                 if cat in GPU_CATS:
                     gpu = True
+                    args = args_of(event)
+                    gpu_rows.append((start, end, stream_of(args, tid), kernel_kind(cat, name),
+                                     gpu_names.setdefault(name, len(gpu_names)), correlation_of(args)))
                     if COMM_FLIGHT.match(name):  # an NCCL kernel moves data: communication, not compute
                         args = args_of(event)
                         spans.add(start, end, "comm_flight", -1, -1, -1, comm_bytes(args), name)
                     else:
                         kernels.add(start, end)
+                    continue
+                if cat in RUNTIME_CATS and LAUNCH_CALL.match(name):
+                    correlation = correlation_of(args_of(event))
+                    if correlation >= 0:
+                        launches.append((correlation, start, end))
                     continue
                 if cat == "cpu_op" and name.startswith(AUTOGRAD):
                     backward.setdefault(tid, _Union()).add(start, end)
@@ -245,7 +257,9 @@ def read_stream(path: str | Path) -> RankTrace:
     part = RankPart(events=events, kernels=kernels.intervals(), threads=threads,
                 busy={tid: u.intervals() for tid, u in thread_busy.items()},
                 backward={tid: u.intervals() for tid, u in backward.items()},
-                step_threads=list(step_threads), step_pid=step_pid, gpu=gpu, memory=memory)
+                step_threads=list(step_threads), step_pid=step_pid, gpu=gpu, memory=memory,
+                gpu_rows=np.asarray(gpu_rows, np.int64).reshape(-1, GPU_ROW), gpu_names=list(gpu_names),
+                launches=np.asarray(launches, np.int64).reshape(-1, 3))
     part.add_spans(spans)
     return assemble(str(path), header, part)
 

@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from popvision_py.importer.checks import TraceError, header_fields
-from popvision_py.importer.parts import (MEMORY_BUCKET_NS, RankPart, RankTrace, autograd_rows, bucket_max, choose,
-                                         gpu_work_dropped, merge_intervals, release_memory, torch_version)
+from popvision_py.importer.parts import (GPU_ROW, MEMORY_BUCKET_NS, RankPart, RankTrace, autograd_rows, bucket_max,
+                                         choose, gpu_timeline, gpu_work_dropped, merge_intervals, release_memory,
+                                         renamed, torch_version)
 
 BATCH_ROWS = 1 << 16  # rows handled at a time: intervals merged, samples reduced, spans copied
 ALIGN = 64
@@ -257,6 +258,9 @@ class _PartRefs:
     busy: dict[Any, Ref]
     backward: dict[Any, Ref]
     memory: dict[int, tuple[Ref, Ref]]
+    gpu_rows: Ref
+    gpu_names: np.ndarray  # the part's kernel name codes -> the rank's
+    launches: Ref
 
 
 class SpilledRank:
@@ -269,6 +273,7 @@ class SpilledRank:
         self.raw = SpillFile(folder)
         self.parts: list[_PartRefs] = []
         self.names: dict[str, int] = {}
+        self.gpu_names: dict[str, int] = {}
         self.events = 0
         self.threads: dict[Any, int] = {}
         self.busy_tids: dict[Any, None] = {}
@@ -287,7 +292,9 @@ class SpilledRank:
             rows=raw.append(part.rows), on_gpu=raw.append(part.on_gpu), names=codes,
             kernels=raw.append(part.kernels), busy={t: raw.append(v) for t, v in part.busy.items()},
             backward={t: raw.append(v) for t, v in part.backward.items()},
-            memory={d: (raw.append(t), raw.append(b)) for d, (t, b) in part.memory.items()}))
+            memory={d: (raw.append(t), raw.append(b)) for d, (t, b) in part.memory.items()},
+            gpu_rows=raw.append(part.gpu_rows), launches=raw.append(part.launches),
+            gpu_names=np.array([self.gpu_names.setdefault(n, len(self.gpu_names)) for n in part.gpu_names], np.int64)))
         self.events += part.events
         for tid, n in part.threads.items():
             self.threads[tid] = self.threads.get(tid, 0) + n
@@ -341,6 +348,12 @@ class SpilledRank:
             memory = bucket_runs([(raw.array(p.memory[choice.memory][0]), raw.array(p.memory[choice.memory][1]))
                                   for p in parts if choice.memory in p.memory], out, SpillFile(self.folder),
                                  self.batch)
+        # the GPU's own timeline, joined to its launches in memory (a kernel's row is 64 bytes)
+        kernels, kernel_names = gpu_timeline(
+            np.concatenate([np.zeros((0, GPU_ROW), np.int64)] + [renamed(raw.array(p.gpu_rows), 4, p.gpu_names)
+                                                               for p in parts]),
+            list(self.gpu_names), np.concatenate([np.zeros((0, 3), np.int64)] + [raw.array(p.launches) for p in parts]))
+        raw.release()
         out.freeze()
         self.raw = self.parts = None  # type: ignore[assignment]  # the raw file goes with its map
         columns = {name: out.array(ref) for name, ref in refs.items()}
@@ -350,7 +363,7 @@ class SpilledRank:
             path=str(path), header={k: v for k, v in header.items() if k != "traceEvents"}, rank=rank,
             world_size=world, main_thread=choice.main, **columns, names=names, busy=out.array(busy),
             memory_ts=memory_ts, memory_bytes=memory_bytes, events=self.events, gpu=self.gpu,
-            torch_version=torch_version(header), pid=self.step_pid)
+            torch_version=torch_version(header), pid=self.step_pid, kernels=kernels, kernel_names=kernel_names)
         trace.spill = out
         out.release()
         release_memory()

@@ -18,16 +18,17 @@ import numpy as np
 import pyarrow as pa
 
 from popvision_py.format.arrays import arrow
+from popvision_py.importer.parts import KERNEL_KIND
 from popvision_py.importer.read import KIND, RankTrace, merge_intervals
 from popvision_py.importer.spill import Growing
 from popvision_py.importer.timeline import LABEL, PASS_NAME, Rows, is_collective, unique_first
 
-PHASE_WORDS = ["idle", "exchange", "compute"]
+PHASE_WORDS = ["idle", "exchange", "compute", "stream"]  # stream: a GPU's copies and sets
 PASS_WORDS = ["none", *sorted(set(PASS_NAME.values()))]
 PASS_CODE = np.zeros(max(KIND.values()) + 2, np.int64)  # a span's kind + 1 -> its pass in PASS_WORDS
 for _kind, _word in PASS_NAME.items():
     PASS_CODE[_kind + 1] = PASS_WORDS.index(_word)
-TYPE_WORDS = ["compute_set", "global_exchange", "all_reduce"]
+TYPE_WORDS = ["compute_set", "global_exchange", "all_reduce", "stream_copy"]
 Table = dict[str, Any]
 
 
@@ -68,8 +69,9 @@ class RankTables:
 
     def __init__(self, t: RankTrace, ipu: int, plan: Any, peak: int) -> None:
         self.t, self.ipu, self.plan, self.peak = t, ipu, plan, peak
-        self.names = [*t.names, "operators"]  # busy rows (no span) are the thread's operators
-        self.collective = np.array([is_collective(w) for w in t.names] + [False], bool)  # per distinct name
+        # rows of no span: the thread's operators (a GPU's kernels), and a GPU's copies and sets
+        self.names = [*t.names, "kernels" if len(t.kernels) else "operators", "copies and sets"]
+        self.collective = np.array([is_collective(w) for w in t.names] + [False, False], bool)  # per distinct name
         self.steps_done = 0  # program steps (live rows) so far
         self.last_start = plan.lo  # the start of the latest live row
         self.levels = Growing(t.spill.folder if t.spill is not None else None)  # each live step's memory level
@@ -92,6 +94,8 @@ class RankTables:
         self.first_step = np.full(len(self.comm), -1, np.int64)  # each transfer's first exposed step
         everything = np.isin(kind, [KIND["comm_call"], KIND["comm_flight"]])
         self.in_flight = merge_intervals(np.stack([t.start[everything], t.end[everything]], axis=1))
+        if len(t.kernels):  # a GPU's communication is its communication kernels, not the CPU's calls
+            self.in_flight = merge_intervals(t.kernels[t.kernels[:, 3] == KERNEL_KIND["communication"], :2])
         self.in_flight_sum = np.concatenate([[0], np.cumsum(self.in_flight[:, 1] - self.in_flight[:, 0])])
         self.memory_ts, self.memory_bytes = sorted_memory(t)
 
@@ -105,6 +109,7 @@ class RankTables:
         idle = label == LABEL["idle"]
         live = ~idle
         exchange = np.isin(label, [LABEL["comm_call"], LABEL["pp_comm"], LABEL["comm_flight"]])
+        copying = label == LABEL["memory"]
         kind = np.where(has, t.kind[sp], -1) if len(t.kind) else np.full(n, -1)
         # stage: the action's (PP:), through the profile's stage numbering; else the rank's own
         named = np.where(has, t.stage[sp], -1) if len(t.stage) else np.full(n, -1)
@@ -125,7 +130,7 @@ class RankTables:
             "run": np.zeros(n, np.int64), "iteration": iteration.astype(np.int64),
             "micro_batch": micro.astype(np.int64), "ipu": np.full(n, ipu, np.int64), "stage": stage.astype(np.int64),
             "pass": category(pass_, PASS_WORDS), "step": step,
-            "phase": category(np.where(idle, 0, np.where(exchange, 1, 2)), PHASE_WORDS),
+            "phase": category(np.where(idle, 0, np.where(exchange, 1, np.where(copying, 3, 2))), PHASE_WORDS),
             "start_cycle": rows.start - plan.lo, "end_cycle": rows.end - plan.lo}
         # a transfer's bytes go to the first step where it is exposed
         nbytes = np.zeros(live_count, np.int64)
@@ -138,8 +143,9 @@ class RankTables:
             at = step[live & has][first[is_new]]
             self.first_step[at_comm[is_new]] = at
             np.add.at(nbytes, at - self.steps_done, self.nbytes[at_comm[is_new]])
-        name_id = np.where(has, t.name[sp], len(t.names)) if len(t.name) else np.full(n, len(t.names))
-        types = np.where(exchange, np.where(self.collective[name_id], 2, 1), 0)[live]
+        unnamed = np.where(copying, len(t.names) + 1, len(t.names))
+        name_id = np.where(has, t.name[sp], unnamed) if len(t.name) else unnamed
+        types = np.where(exchange, np.where(self.collective[name_id], 2, 1), np.where(copying, 3, 0))[live]
         cycles = (rows.end - rows.start)[live]
         programs = {
             "ipu": np.full(live_count, ipu, np.int64), "step": self.steps_done + np.arange(live_count),

@@ -21,6 +21,12 @@ A rank's time is given, moment by moment, to the first of these that holds it (`
    point-to-point transfer had called (``peer_ready``): the rank waits for its peer, the pipeline's
    bubble, not for the transfer.
 
+On a GPU trace the time is the GPU's (``gpu_rank_rows``): a moment is compute while a compute kernel
+runs (a ``pass`` or ``update`` where the GPU-side annotation of one covers it, else ``busy``), else
+communication (``comm_flight``) while a communication kernel runs, else ``memory`` while a copy or a set
+runs, else idle. The CPU's spans (a blocked ``c10d`` call, an ``Optimizer.step`` on the CPU's clock) only
+say which pass the GPU's time belongs to where the GPU itself annotates it; they never make the GPU busy.
+
 Everything is columnar: the boundaries of every span sorted once, each class's cover found with
 ``searchsorted``, and equal neighbours merged.
 """
@@ -33,10 +39,11 @@ from pathlib import Path
 
 import numpy as np
 
+from popvision_py.importer.parts import KERNEL_KIND, merge_intervals
 from popvision_py.importer.read import KIND, RankTrace
 from popvision_py.importer.spill import filled
 
-LABELS = ("comm_call", "pp_comm", "pass", "update", "busy", "comm_flight", "idle")
+LABELS = ("comm_call", "pp_comm", "pass", "update", "busy", "comm_flight", "memory", "idle")
 LABEL = {name: i for i, name in enumerate(LABELS)}
 PASS_KINDS = (KIND["forward"], KIND["backward"], KIND["backward_input"], KIND["backward_weight"])
 # the profile's pass of each span kind (the format's passes: forward, backward, update, none)
@@ -123,11 +130,60 @@ def peer_ready(traces: list[RankTrace], folder: Path | None = None) -> list[np.n
     return ready
 
 
+def _merged_rows(at: np.ndarray, b: int, label: np.ndarray, span: np.ndarray) -> Rows:
+    """Rows from the moments ``at`` (the last ending at ``b``), neighbours of one label and one span merged."""
+    new = np.ones(len(at), bool)
+    new[1:] = (label[1:] != label[:-1]) | (span[1:] != span[:-1])
+    first = np.flatnonzero(new)
+    ends = np.append(at[first[1:]], b) if len(first) else np.zeros(0, np.int64)
+    return Rows(start=at[first], end=ends, label=label[first], span=span[first])
+
+
+def gpu_rank_rows(trace: RankTrace, window: tuple[int, int], within: tuple[int, int] | None = None) -> Rows:
+    """A GPU rank's rows over ``window`` (or the part ``within`` it), from its GPU's kernels (see the module's
+    docstring): compute, communication, copies and sets, idle; a compute moment is the pass or update whose
+    GPU-side annotation covers it."""
+    lo, hi = window
+    a, b = within or window
+    kernels = trace.kernels
+    kind = kernels[:, 3]
+    covers = {}
+    for name, codes in (("compute", [KERNEL_KIND["compute"]]), ("communication", [KERNEL_KIND["communication"]]),
+                        ("memory", [KERNEL_KIND["memcpy"], KERNEL_KIND["memset"]])):
+        covers[name] = merge_intervals(np.clip(kernels[np.isin(kind, codes), :2], a, b))
+    start, end = np.clip(trace.start, lo, hi), np.clip(trace.end, lo, hi)
+    classes = {"pass": np.isin(trace.kind, PASS_KINDS), "update": trace.kind == KIND["update"],
+               "comm_flight": trace.kind == KIND["comm_flight"]}
+    used = classes["pass"] | classes["update"] | classes["comm_flight"]
+    edges = unique_first(np.clip(np.concatenate([[a, b], start[used], end[used],
+                                                 *(c.ravel() for c in covers.values())]), a, b))[0]
+    at = edges[:-1]
+    on = {name: _cover(c[:, 0], c[:, 1], at) >= 0 for name, c in covers.items()}
+    label = np.full(len(at), LABEL["idle"], np.int8)
+    span = np.full(len(at), -1, np.int64)
+    free = np.ones(len(at), bool)
+    for name, gpu in (("pass", on["compute"]), ("update", on["compute"]), ("busy", on["compute"]),
+                      ("comm_flight", on["communication"]), ("memory", on["memory"])):
+        take = free & gpu
+        if name in classes:
+            index = np.flatnonzero(classes[name])
+            hit = _cover(start[index], end[index], at) if len(index) else np.full(len(at), -1, np.int64)
+            if name != "comm_flight":
+                take &= hit >= 0  # a pass or update only where its annotation covers the moment
+            span[take] = np.where(hit[take] >= 0, index[np.maximum(hit[take], 0)], -1)
+        label[take] = LABEL[name]
+        free &= ~take
+    return _merged_rows(at, b, label, span)
+
+
 def rank_rows(trace: RankTrace, window: tuple[int, int], ready: np.ndarray | None = None,
               within: tuple[int, int] | None = None) -> Rows:
     """The rank's rows over ``window``: contiguous, from its start to its end. ``ready`` (``peer_ready``):
     a moment of waiting before a transfer's peer was ready is idle, after it exposed communication.
-    ``within``: only the rows of this part of the window (``rank_rows_by_window``)."""
+    ``within``: only the rows of this part of the window (``rank_rows_by_window``). A rank with a GPU
+    timeline (``kernels``) is cut by ``gpu_rank_rows``."""
+    if len(getattr(trace, "kernels", ())):
+        return gpu_rank_rows(trace, window, within)
     lo, hi = window
     kind = trace.kind
     classes = {
@@ -165,6 +221,8 @@ def rank_rows(trace: RankTrace, window: tuple[int, int], ready: np.ndarray | Non
             in_comm |= _cover(start[index], end[index], at) >= 0
     free &= ~(for_peer & in_comm)
     for name in LABELS[:-1]:
+        if name == "memory":  # a GPU's copies and sets: none on a CPU trace
+            continue
         if name == "busy":
             covered = working
             owner = np.full(len(at), -1, np.int64)
@@ -181,12 +239,7 @@ def rank_rows(trace: RankTrace, window: tuple[int, int], ready: np.ndarray | Non
         label[take] = LABEL[name]
         span[take] = owner[take]
         free &= ~take
-    # merge neighbours of one label and one span
-    new = np.ones(len(at), bool)
-    new[1:] = (label[1:] != label[:-1]) | (span[1:] != span[:-1])
-    first = np.flatnonzero(new)
-    ends = np.append(at[first[1:]], b) if len(first) else np.zeros(0, np.int64)
-    return Rows(start=at[first], end=ends, label=label[first], span=span[first])
+    return _merged_rows(at, b, label, span)
 
 
 # A window of a rank's time line holds about this many of its busy rows: its rows, and the arrays that cut them
@@ -202,6 +255,7 @@ class _Spans:
     start: np.ndarray
     end: np.ndarray
     busy: np.ndarray
+    kernels: np.ndarray  # the GPU's kernels that overlap the window (parts.KERNEL_COLUMNS)
 
 
 def rank_rows_by_window(trace: RankTrace, window: tuple[int, int], ready: np.ndarray | None = None,
@@ -216,6 +270,8 @@ def rank_rows_by_window(trace: RankTrace, window: tuple[int, int], ready: np.nda
     """
     lo, hi = window
     cuts = [lo, *(int(c) for c in trace.busy[busy_rows::busy_rows, 0] if lo < c < hi), hi] if hi > lo else [lo, hi]
+    kernels = trace.kernels
+    reach = np.maximum.accumulate(kernels[:, 1]) if len(kernels) else np.zeros(0, np.int64)
     held: Rows | None = None
     for a, b in zip(cuts[:-1], cuts[1:]):
         # a span's reach: its end, or its peer's call where that came later (it waits for its peer until then)
@@ -223,8 +279,9 @@ def rank_rows_by_window(trace: RankTrace, window: tuple[int, int], ready: np.nda
         picked = np.flatnonzero(reaches & (trace.start < b))
         i0 = int(np.searchsorted(trace.busy[:, 1], a, side="right")) if len(trace.busy) else 0
         i1 = int(np.searchsorted(trace.busy[:, 0], b, side="left")) if len(trace.busy) else 0
+        k0, k1 = int(np.searchsorted(reach, a, side="right")), int(np.searchsorted(kernels[:, 0], b, side="left"))
         part = _Spans(trace.kind[picked], trace.start[picked], trace.end[picked],
-                      trace.busy[i0:max(i0, i1)] if len(trace.busy) else trace.busy)
+                      trace.busy[i0:max(i0, i1)] if len(trace.busy) else trace.busy, kernels[k0:max(k0, k1)])
         rows = rank_rows(part, window, ready[picked] if ready is not None else None, (a, b))  # type: ignore[arg-type]
         rows.span = np.where(rows.span >= 0, picked[np.maximum(rows.span, 0)], -1)
         if held is not None:

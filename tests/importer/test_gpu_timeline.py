@@ -1,0 +1,132 @@
+"""On a GPU trace the rank's time is its GPU's: the kernels, copies and sets, per stream, with the runtime
+calls that launched them (the profile's ``kernels``), and the trace's phases cut from them, never from the
+CPU's spans.
+
+The trace is written here by hand, as Kineto lays one out, with figures chosen to be summed on paper.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import popvision_py
+from popvision_py.cli import main
+from popvision_py.importer import ranges
+from popvision_py.importer.read import read_stream
+from tests.importer.test_import_ranges import assert_same, kineto
+
+CPU = {"pid": 1, "tid": 1}
+
+
+def kernel(name: str, ts: float, dur: float, stream: int, correlation: int | None = None, cat: str = "kernel") -> dict:
+    args = {"stream": stream, "device": 0, **({"correlation": correlation} if correlation is not None else {})}
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur, "args": args}
+
+
+def launch(name: str, ts: float, dur: float, correlation: int) -> dict:
+    return {"ph": "X", "cat": "cuda_runtime", "name": name, "ts": ts, "dur": dur, **CPU,
+            "args": {"correlation": correlation}}
+
+
+HEADER = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA A100", "totalGlobalMem": 40 << 30}],
+          "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1}, "baseTimeNanoseconds": 10**18}
+
+
+def events() -> list[dict]:
+    """One profiler step of 1,000 µs. The CPU blocks in an all-reduce call from 300 to 700 µs and steps the
+    optimiser from 800 to 850 µs; the GPU computes [100, 300) and [350, 400) on stream 7, all-reduces
+    [250, 500) on stream 20 (hidden behind compute for [250, 300) and [350, 400)), copies [520, 560) on
+    stream 8 and sets [600, 610) on stream 7. Times in µs."""
+    return [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 1000, **CPU},
+        launch("cudaLaunchKernel", 10, 5, 1),
+        launch("cudaLaunchKernel", 20, 5, 2),
+        launch("cudaMemcpyAsync", 30, 4, 3),
+        launch("cudaLaunchKernel", 40, 3, 4),
+        launch("cudaStreamSynchronize", 45, 500, 5),  # not a launch: joined to nothing
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "ts": 300, "dur": 400, **CPU,
+         "args": {"In msg nelems": 1000, "dtype": "Float", "Collective name": "allreduce"}},
+        {"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#SGD.step", "ts": 800, "dur": 50, **CPU},
+        kernel("ampere_sgemm_128x64_tn", 100, 200, 7, 1),
+        kernel("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", 250, 250, 20, 4),
+        kernel("void at::native::vectorized_elementwise_kernel<4, relu>", 350, 50, 7, 2),
+        kernel("Memcpy HtoD (Pageable -> Device)", 520, 40, 8, 3, cat="gpu_memcpy"),
+        kernel("Memset (Device)", 600, 10, 7, cat="gpu_memset"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("gpu")
+    (folder / "rank0.json").write_text(kineto(HEADER, events()))
+    result = CliRunner().invoke(main, ["import", str(folder / "rank0.json"), "-o", str(folder / "out"), "-q"])
+    assert result.exit_code == 0, result.output
+    return folder / "out" / "profile.pop"
+
+
+def test_each_kernel_copy_and_set_is_a_row_with_its_stream_kind_and_launch(imported):
+    with popvision_py.open(imported) as report:
+        k = report.profile.read_pandas("kernels")
+    # five GPU events, by start, times in ns from the profiled step's start
+    assert list(k["start_cycle"]) == [100_000, 250_000, 350_000, 520_000, 600_000]
+    assert list(k["end_cycle"]) == [300_000, 500_000, 400_000, 560_000, 610_000]
+    assert list(k["stream"]) == [7, 20, 7, 8, 7]
+    assert list(k["kind"].astype(str)) == ["compute", "communication", "compute", "memcpy", "memset"]
+    assert k["name"].astype(str).iloc[1].startswith("ncclKernel_AllReduce")
+    # each joined to the runtime call of its correlation id; the set has none, and the synchronize launches nothing
+    assert list(k["correlation"]) == [1, 4, 2, 3, -1]
+    assert list(k["launch_start_cycle"]) == [10_000, 40_000, 20_000, 30_000, -1]
+    assert list(k["launch_end_cycle"]) == [15_000, 43_000, 25_000, 34_000, -1]
+
+
+def test_the_phases_are_the_gpus_and_the_cpus_blocked_call_and_optimiser_step_are_not(imported):
+    with popvision_py.open(imported) as report:
+        trace = report.profile.read_pandas("trace")
+        run = report.run
+        overview = report.summary.figures()
+    cycles = (trace["end_cycle"] - trace["start_cycle"]).groupby(trace["phase"].astype(str)).sum()
+    # compute [100, 300) + [350, 400) = 250 µs; communication alone [300, 350) + [400, 500) = 150 µs (the
+    # CPU's call from 300 to 700 µs is not: from 500 the GPU idles); copies and sets 40 + 10 = 50 µs; the
+    # rest of the 1,000 µs idle (the CPU's optimiser step at 800 µs ran no kernel)
+    assert cycles.get("compute", 0) == 250_000
+    assert cycles.get("exchange", 0) == 150_000
+    assert cycles.get("stream", 0) == 50_000
+    assert cycles.get("idle", 0) == 550_000
+    # communication hidden behind compute: [250, 300) and [350, 400)
+    assert run["import"]["hidden_comm_ns"] == [100_000]
+    assert overview.step_cycles == 1_000_000
+
+
+def test_the_overview_says_the_gpus_idle_share(imported):
+    result = CliRunner().invoke(main, ["report", str(imported)])
+    assert result.exit_code == 0, result.output
+    assert "idle 55.0%" in result.output  # 550 of 1,000 µs
+
+
+def test_both_readers_keep_the_same_gpu_timeline(tmp_path, monkeypatch):
+    # GIVEN the trace cut into byte ranges of a few hundred bytes (a kernel and its launch in different ranges)
+    path = tmp_path / "rank0.json"
+    path.write_text(kineto(HEADER, events()))
+    monkeypatch.setattr(ranges, "RANGE_BYTES", 300)
+    monkeypatch.setattr(ranges, "SEARCH_BYTES", 256)
+    fast, stream = ranges.read_fast(path), read_stream(path)
+    # THEN both readers keep the same kernels, names and launches
+    assert len(ranges.rank_ranges(path)[0].ranges) > 5
+    assert_same(fast, stream)
+    assert len(fast.kernels) == 5 and fast.kernel_names == sorted(fast.kernel_names)
+    launched = fast.kernels[:, 6] >= 0
+    assert launched.sum() == 4 and np.all(fast.kernels[launched, 6] < fast.kernels[launched, 0])
+
+
+def test_a_cpu_trace_has_no_kernels(tmp_path):
+    path = tmp_path / "rank0.json"
+    path.write_text(kineto(HEADER, [e for e in events() if e.get("pid") != 0]))
+    result = CliRunner().invoke(main, ["import", str(path), "-o", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 0, result.output
+    with popvision_py.open(tmp_path / "out" / "profile.pop") as report:
+        assert report.profile.read_table("kernels").num_rows == 0
+        assert report.target["arch"] == "cpu"
