@@ -50,7 +50,10 @@ COMM_KERNEL = re.compile(r"(nccl|rccl|hccl)|.*nccl[A-Za-z]*Kernel|.*ncclDevKerne
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 LAUNCH_CALL = re.compile(r"(cuda|hip|cu)\w*LaunchKernel|(cuda|hip)Memcpy\w*Async$|(cuda|hip)Memset\w*Async$")
 DTYPE_BYTES = {"float": 4, "float32": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "long int": 8,
-               "int": 4, "half": 2, "bfloat16": 2, "bool": 1, "unsigned char": 1, "signed char": 1}
+               "int": 4, "half": 2, "bfloat16": 2, "bool": 1, "unsigned char": 1, "signed char": 1,
+               # record_param_comms' and NCCL kernels' dtype: c10's ScalarType names
+               "Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+               "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "ComplexFloat": 8, "ComplexDouble": 16}
 
 
 

@@ -52,7 +52,8 @@ def events() -> list[dict]:
          "args": {"In msg nelems": 1000, "dtype": "Float", "Collective name": "allreduce"}},
         {"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#SGD.step", "ts": 800, "dur": 50, **CPU},
         kernel("ampere_sgemm_128x64_tn", 100, 200, 7, 1),
-        kernel("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", 250, 250, 20, 4),
+        {**kernel("ncclKernel_AllReduce_RING_LL_Sum_bf16(ncclWorkElem)", 250, 250, 20, 4),
+         "args": {"stream": 20, "correlation": 4, "In msg nelems": 1000, "dtype": "BFloat16", "Group size": 1}},
         kernel("void at::native::vectorized_elementwise_kernel<4, relu>", 350, 50, 7, 2),
         kernel("Memcpy HtoD (Pageable -> Device)", 520, 40, 8, 3, cat="gpu_memcpy"),
         kernel("Memset (Device)", 600, 10, 7, cat="gpu_memset"),
@@ -98,7 +99,15 @@ def test_the_phases_are_the_gpus_and_the_cpus_blocked_call_and_optimiser_step_ar
     assert cycles.get("idle", 0) == 550_000
     # communication hidden behind compute: [250, 300) and [350, 400)
     assert run["import"]["hidden_comm_ns"] == [100_000]
+    # the all-reduce moved its kernel's 1,000 BFloat16 elements: 2,000 bytes, over its 250 µs on the GPU
+    exchanges = report_exchanges(imported)
+    assert exchanges["bytes"].sum() == 2_000 and 250_000 in set(exchanges["cycles"])
     assert overview.step_cycles == 1_000_000
+
+
+def report_exchanges(path: Path):
+    with popvision_py.open(path) as report:
+        return report.profile.read_pandas("exchanges")
 
 
 def test_the_overview_says_the_gpus_idle_share(imported):
