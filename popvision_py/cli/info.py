@@ -28,6 +28,39 @@ def describe(path: str) -> dict:
         }
 
 
+SHOWN_FILES = 4  # an import's trace files named one by one up to this many, else counted
+
+
+def _imported_lines(facts: dict) -> list[str]:
+    """An imported profile's facts in a PyTorch user's words (the manifest's ``run.import``), not an IPU's."""
+    target, run = facts["target"], facts["run"]
+    facts_of = run.get("import") or {}
+    files, ranks = list(facts_of.get("files") or []), list(facts_of.get("ranks") or [])
+    world = facts_of.get("world_size")
+    traced = f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks[:SHOWN_FILES]))}" + (
+        f" and {len(ranks) - SHOWN_FILES:,} more" if len(ranks) > SHOWN_FILES else "")
+    of_world = f" of a world of {world:,}" if isinstance(world, int) and world > len(ranks) else ""
+    named = ", ".join(files) if len(files) <= SHOWN_FILES else (
+        f"{', '.join(files[:2])} ... {files[-1]}")
+    stated = not any(str(x).startswith("the device's memory capacity") for x in facts_of.get("not_inferred") or [])
+    memory = f"{target['bytes_per_tile'] / 2**20:,.1f} MiB a rank" if stated else "not stated by the traces"
+    lines = ["", "Imported from PyTorch profiler traces",
+             f"  {'traces':<22} {len(files):,} file{'s' if len(files) != 1 else ''}: {named}",
+             f"  {'ranks traced':<22} {traced}{of_world}",
+             f"  {'schedule':<22} {facts_of.get('schedule', '?')}",
+             f"  {'device':<22} {target.get('arch', '?')}, memory {memory}",
+             f"  {'torch version':<22} {facts_of.get('torch_version') or 'not recorded'}",
+             f"  {'events read':<22} {facts_of.get('events', 0):,}",
+             f"  {'micro-batches a step':<22} {run.get('gradient_accumulation')}",
+             f"  {'profiler steps':<22} {run.get('device_iterations')}"]
+    kernels = facts["tables"].get("kernels", {}).get("rows")
+    if kernels is not None:
+        lines.append(f"  {'GPU kernels':<22} {kernels:,}" + ("" if kernels else " (a CPU trace: no GPU timeline)"))
+    for k, sentence in enumerate(facts_of.get("not_inferred") or []):
+        lines.append(f"  {'not in the traces' if k == 0 else '':<22} - {sentence}")
+    return lines
+
+
 def _render_text(facts: dict) -> str:
     target, run = facts["target"], facts["run"]
     generator = facts["generator"]
@@ -35,14 +68,16 @@ def _render_text(facts: dict) -> str:
         f"Profile   {facts['path']}",
         f"Format    {facts['format']} v{facts['schema_version']}, written by "
         f"{generator.get('name', '?')} {generator.get('version', '')} on {facts['created']}",
-        "",
-        "Target",
     ]
-    lines += [f"  {key:<22} {value}" for key, value in target.items()]
-    lines += ["", "Run configuration"]
-    for key, value in run.items():
-        shown = json.dumps(value) if isinstance(value, (list, dict)) else value
-        lines.append(f"  {key:<22} {shown}")
+    if run.get("source") == "pytorch-profiler":
+        lines += _imported_lines(facts)
+    else:
+        lines += ["", "Target"]
+        lines += [f"  {key:<22} {value}" for key, value in target.items()]
+        lines += ["", "Run configuration"]
+        for key, value in run.items():
+            shown = json.dumps(value) if isinstance(value, (list, dict)) else value
+            lines.append(f"  {key:<22} {shown}")
     lines += ["", f"  {'table':<14} {'rows':>14} {'bytes':>14}"]
     for name, table in facts["tables"].items():
         lines.append(f"  {name:<14} {table['rows']:>14,} {table['bytes']:>14,}")

@@ -105,8 +105,10 @@ def layout(traces: list[RankTrace]) -> RecognisedRun:
         not_inferred.append("the stage of each rank: a one-stage-per-rank schedule names no stage, so stage r "
                             "is taken to run on rank r")
     else:
-        schedule = "data parallel" if any((t.kind == KIND["comm_call"]).any() for t in each(traces)) else \
-            "single process"
+        # one rank's trace of a larger world is a data-parallel job too, whether or not it called a collective
+        world = max([t.world_size or 1 for t in traces] + [len(traces)])
+        schedule = "data parallel" if world > 1 or any((t.kind == KIND["comm_call"]).any() for t in each(traces)) \
+            else "single process"
         stage_rank = {t.rank: t.rank for t in traces}
     if not chunks and not gpipe and not pp:
         not_inferred.append("micro-batches: the trace has no pipeline schedule's annotations")
@@ -188,7 +190,8 @@ def plan_profile(traces: list[RankTrace], device_memory: int | None = None,
     if torch_version is None:
         not_inferred.append("the torch version: the trace does not record it")
     if device_memory is None and _device_memory(traces) is None:
-        not_inferred.append("the device's memory capacity: a CPU trace has none; memory is shown against the "
+        why = "the trace's deviceProperties do not state it" if any(t.gpu for t in traces) else "a CPU trace has none"
+        not_inferred.append(f"the device's memory capacity: {why}; memory is shown against the "
                             "largest rank's peak (give --device-memory to set it)")
     not_inferred.append("samples per micro-batch: the trace does not record the batch size (taken as 1)")
     strategy = "pipelined" if found.schedule not in ("data parallel", "single process") else "sharded"

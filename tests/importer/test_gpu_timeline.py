@@ -139,3 +139,27 @@ def test_a_cpu_trace_has_no_kernels(tmp_path):
     with popvision_py.open(tmp_path / "out" / "profile.pop") as report:
         assert report.profile.read_table("kernels").num_rows == 0
         assert report.target["arch"] == "cpu"
+
+
+def test_info_says_what_the_traces_were_in_a_pytorch_users_words(imported):
+    result = CliRunner().invoke(main, ["info", str(imported)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "Imported from PyTorch profiler traces" in lines
+    assert any(line.split() == ["GPU", "kernels", "5"] for line in lines)
+    assert any(line.split()[:3] == ["ranks", "traced", "rank"] and line.endswith("rank 0") for line in lines)
+    assert "gpu, memory 40,960.0 MiB a rank" in result.output  # deviceProperties' totalGlobalMem, 40 GiB
+    # and none of an IPU's words
+    assert "strategy" not in result.output and "tiles_per_ipu" not in result.output
+
+
+def test_one_rank_of_a_larger_world_is_a_data_parallel_job(tmp_path):
+    # GIVEN the trace of rank 3 of 64, published alone (it made no collective call on the CPU)
+    header = {**HEADER, "distributedInfo": {"backend": "nccl", "rank": 3, "world_size": 64}}
+    path = tmp_path / "rank3.json"
+    path.write_text(kineto(header, [e for e in events() if e["name"] != "c10d::allreduce_"]))
+    assert CliRunner().invoke(main, ["import", str(path), "-o", str(tmp_path / "out"), "-q"]).exit_code == 0
+    result = CliRunner().invoke(main, ["info", str(tmp_path / "out" / "profile.pop")])
+    # THEN it is one rank of 64 of a data-parallel job, not a single process
+    assert "rank 3 of a world of 64" in result.output
+    assert any(line.split() == ["schedule", "data", "parallel"] for line in result.output.splitlines())
