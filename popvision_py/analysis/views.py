@@ -428,6 +428,8 @@ NO_KERNELS_TABLE = ("This profile was written before schema 5, which added the G
 NO_KERNELS_EMULATED = "An emulated IPU run has no GPU kernels: this section is for profiles imported from GPU traces."
 NO_KERNELS_IMPORTED = ("The traces hold no GPU kernels (a run on the CPU): this section is for traces recorded on "
                        "GPUs.")
+NO_KERNELS_GPU = ("The traces ran on GPUs but the profile holds no GPU kernels: the profiler recorded none (no "
+                  "ProfilerActivity.CUDA), or an import that did not keep them wrote it: import the traces again.")
 
 
 class GpuReport(_View):
@@ -445,7 +447,9 @@ class GpuReport(_View):
             return NO_KERNELS_EMULATED
         if "kernels" not in r.profile.tables:
             return NO_KERNELS_TABLE
-        return "" if r.profile.num_rows("kernels") else NO_KERNELS_IMPORTED
+        if r.profile.num_rows("kernels"):
+            return ""
+        return NO_KERNELS_GPU if r.target.get("arch") == "gpu" else NO_KERNELS_IMPORTED
 
     def kernels(self) -> _gpu.Kernels:
         """Every kernel, copy and set of the profile (``gpu.Kernels``), the table read once (none before schema 5)."""
