@@ -208,8 +208,10 @@ def temporal(k: Kernels) -> Table:
 
     As HTA: the window is the kernels' own, so time before the first kernel and after the last is not
     idle, however long the step; and a kernel of none of HTA's types (a name holding ``Sync`` or
-    ``Memcpy``) is busy, non-compute time. HTA also counts the GPU side of ``cudaStreamSynchronize``
-    ("Stream Sync", ``cuda_sync`` events on a stream) as busy; the kernels table does not hold them."""
+    ``Memcpy``) is busy, non-compute time. HTA also counts the GPU side of a synchronisation
+    (``cuda_sync`` events on a stream: "Stream Sync" busy, "Stream Wait Event" even computation) and
+    a CPU operator carrying a ``stream`` argument (Inductor's Triton launches) as kernels; the kernels
+    table holds neither."""
     types = hta_types(k)
     cov = coverage(k.ipu, k.start, k.end, np.where(types == HTA_TYPES.index("COMPUTATION"), 0, 1),
                    k.num_ranks, 2)
