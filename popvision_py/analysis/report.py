@@ -42,19 +42,19 @@ from popvision_py.analysis.findings.fixes import Planner
 from popvision_py.analysis.common.tables import TABLE_COLUMNS, Columns, StepIndex, Table
 from popvision_py.analysis.trace.scan import Aggregates, iterations_traced
 from popvision_py.format import Profile, open_profile
-from popvision_py.analysis.views import (ExchangeReport, LivenessReport, MemoryReport, ProgramsReport, StagesReport,
-                                          SummaryReport, SystemReport, TraceReport)
+from popvision_py.analysis.views import (ExchangeReport, GpuReport, LivenessReport, MemoryReport, ProgramsReport,
+                                          StagesReport, SummaryReport, SystemReport, TraceReport)
 
 T = TypeVar("T")
 ANSWER_VIEWS = ("summary", "memory", "liveness", "stages", "exchange", "system", "programs", "operations", "insights",
-                "tiles", "critical_path")
+                "tiles", "critical_path", "gpu")
 
 
 class Report:
     """An open profile and its reports: ``summary``, ``memory``, ``liveness``, ``stages``, ``exchange``, ``trace``,
     ``operations`` (``analysis.operations.OperationsReport``), ``programs`` (the program tree), ``tiles``
-    (tile balance, tiles in time), and ``system``: the host processes' timelines beside it (``system``
-    paths given instead override the search).
+    (tile balance, tiles in time), ``gpu`` (an imported GPU trace's kernels), and ``system``: the host
+    processes' timelines beside it (``system`` paths given instead override the search).
 
     ``planner`` (``fixes.Planner``) is the planner the insights' fixes are checked against, handed in
     by whoever opens the profile: ``popvision_py.open`` and the CLI pass the emulator's rules. A Report
@@ -92,6 +92,7 @@ class Report:
         self.tiles = _tiles.TilesReport(self)
         # an imported pipeline re-timed: path, culprits, what-ifs
         self.critical_path = _critical_path.CriticalPathView(self)
+        self.gpu = GpuReport(self)  # a GPU trace's kernels: popvision's figures and HTA 0.5's
 
     @property
     def imported(self) -> bool:

@@ -1,6 +1,6 @@
 """The views a ``Report`` hands out (``report.summary``, ``report.memory``, ...): each asks the stateless
 analyzers (``summary``, ``memory``, ``liveness``, ``stages``, ``exchange``, ``trace``, ``programs``,
-``system`` modules) for one report's answers over the data its ``Report`` reads once, and caches them
+``system``, ``gpu`` modules) for one report's answers over the data its ``Report`` reads once, and caches them
 there (``Report.memo``). A view's public methods return DataFrames and dataclasses; its ``_name``
 twins return ``Table``s, which ``Report.answer("view.name")`` hands to the renderers.
 
@@ -22,6 +22,7 @@ import pandas as pd
 from popvision_py.analysis.ipu import exchange as _exchange
 from popvision_py.analysis.findings import fixes as _fixes
 from popvision_py.analysis.host import input_wait as _host
+from popvision_py.analysis.imported import gpu as _gpu
 from popvision_py.analysis.imported import ranks as _imported
 from popvision_py.analysis.ipu import liveness as _liveness
 from popvision_py.analysis.ipu import memory as _memory
@@ -419,3 +420,144 @@ class SystemReport(_View):
                max_bins: int = _system.MAX_BINS) -> _system.SystemWindow:
         """The events between two times at a level of detail a figure can draw (``system.window``)."""
         return _system.window(self.index(), start_ns, end_ns, max_events, max_bins)
+
+
+# Why a profile has no GPU kernels to show, in one sentence (``GpuReport.missing``)
+NO_KERNELS_TABLE = ("This profile was written before schema 5, which added the GPU kernels table: import the "
+                    "traces again (popvision import) to see the GPU's time.")
+NO_KERNELS_EMULATED = "An emulated IPU run has no GPU kernels: this section is for profiles imported from GPU traces."
+NO_KERNELS_IMPORTED = ("The traces hold no GPU kernels (a run on the CPU): this section is for traces recorded on "
+                       "GPUs.")
+NO_KERNELS_GPU = ("The traces ran on GPUs but the profile holds no GPU kernels: the profiler recorded none (no "
+                  "ProfilerActivity.CUDA), or an import that did not keep them wrote it: import the traces again.")
+
+
+class GpuReport(_View):
+    """The GPU's own time line of a profile imported from GPU traces (the ``kernels`` table, schema 5):
+    popvision's figures within the profiled steps (``by_rank``, ``by_stream``, ``kernels_by_name``) and
+    Holistic Trace Analysis 0.5's, over the kernels HTA keeps (``temporal``, ``kernel_types``,
+    ``overlap``, ``top_kernels``, ``launch_summary``, ``idle_breakdown``): ``imported.gpu``.
+    ``missing()`` is the one sentence shown instead where the profile has no kernel."""
+
+    def missing(self) -> str:
+        """"" where the profile holds GPU kernels; else why it holds none (an older schema, an emulated run,
+        a CPU trace)."""
+        r = self._r
+        if not r.imported:
+            return NO_KERNELS_EMULATED
+        if "kernels" not in r.profile.tables:
+            return NO_KERNELS_TABLE
+        if r.profile.num_rows("kernels"):
+            return ""
+        return NO_KERNELS_GPU if r.target.get("arch") == "gpu" else NO_KERNELS_IMPORTED
+
+    def kernels(self) -> _gpu.Kernels:
+        """Every kernel, copy and set of the profile (``gpu.Kernels``), the table read once (none before schema 5)."""
+        r = self._r
+
+        def compute() -> _gpu.Kernels:
+            ranks = _imported.rank_numbers(r.run, int(r.target.get("num_ipus", 1)))
+            if "kernels" not in r.profile.tables:  # an older schema: no kernel, every answer empty
+                return _gpu.Kernels.build([], [], [], [], [], [], ranks=ranks)
+            return _gpu.Kernels.from_columns(r.columns("kernels"), ranks)
+
+        return self._memo("kernels", compute)
+
+    def window(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each rank's profiled steps, in the kernels' ns: the imported trace's extent (its first profiler
+        step's start to its last one's end, over every rank; the whole trace without steps)."""
+        def compute() -> tuple[np.ndarray, np.ndarray]:
+            start, end = self._r.trace.extent()
+            n = self.kernels().num_ranks
+            return np.full(n, start, np.int64), np.full(n, end, np.int64)
+
+        return self._memo("window", compute)
+
+    def last_step_starts(self) -> np.ndarray | None:
+        """Each rank's last ``ProfilerStep`` start (``gpu.last_step_starts``), from the ranks' CPU timelines the
+        import writes beside the profile (``system/rank-R.pvti.parquet``); None without them, or with fewer
+        than two steps: HTA's figures then take every kernel."""
+        def compute() -> np.ndarray | None:
+            system = self._r.system
+            if not system.files():
+                return None
+            events = system.events()
+            family = np.array([events.families[f] == "ProfilerStep" for f in events.family_of.tolist()] or [False])
+            step = family[events.name] if len(events) else np.zeros(0, bool)
+            process = events.process
+            ipu_of = {int(rank): ipu for ipu, rank in enumerate(self.kernels().ranks.tolist())}
+            steps = {}
+            for code, name in enumerate(events.processes):
+                rank = name.removeprefix("rank-")
+                if rank.isdigit() and int(rank) in ipu_of:
+                    steps[ipu_of[int(rank)]] = events.start[step & (process == code)]
+            return _gpu.last_step_starts(steps, self.kernels().num_ranks)
+
+        return self._memo("last_step_starts", compute)
+
+    def hta_kernels(self) -> _gpu.Kernels:
+        """The kernels HTA 0.5 analyses (``gpu.hta_selection``): those launched before each rank's last step."""
+        return self._memo("hta_kernels", lambda: self.kernels().take(
+            _gpu.hta_selection(self.kernels(), self.last_step_starts())))
+
+    def by_rank(self) -> pd.DataFrame:
+        return self._by_rank().frame()
+
+    def _by_rank(self) -> Table:
+        return self._memo("by_rank", lambda: _gpu.by_rank(self.kernels(), self.window()))
+
+    def by_stream(self) -> pd.DataFrame:
+        return self._by_stream().frame()
+
+    def _by_stream(self) -> Table:
+        return self._memo("by_stream", lambda: _gpu.by_stream(self.kernels(), self.window()))
+
+    def kernels_by_name(self, n: int | None = 10) -> pd.DataFrame:
+        return self._kernels_by_name(n).frame()
+
+    def _kernels_by_name(self, n: int | None = 10) -> Table:
+        return self._memo(("by_name", n), lambda: _gpu.kernels_by_name(self.kernels(), self.window(), n))
+
+    def temporal(self) -> pd.DataFrame:
+        return self._temporal().frame()
+
+    def _temporal(self) -> Table:
+        return self._memo("temporal", lambda: _gpu.temporal(self.hta_kernels()))
+
+    def kernel_types(self) -> pd.DataFrame:
+        return self._kernel_types().frame()
+
+    def _kernel_types(self) -> Table:
+        return self._memo("kernel_types", lambda: _gpu.kernel_types(self.hta_kernels()))
+
+    def kernel_types_by_rank(self) -> pd.DataFrame:
+        return self._memo("kernel_types_by_rank", lambda: _gpu.kernel_types_by_rank(self.hta_kernels())).frame()
+
+    def overlap(self) -> pd.DataFrame:
+        return self._overlap().frame()
+
+    def _overlap(self) -> Table:
+        return self._memo("overlap", lambda: _gpu.comm_comp_overlap(self.hta_kernels()))
+
+    def top_kernels(self, num_kernels: int = 10, duration_ratio: float = 0.8) -> pd.DataFrame:
+        return self._top_kernels(num_kernels, duration_ratio).frame()
+
+    def _top_kernels(self, num_kernels: int = 10, duration_ratio: float = 0.8) -> Table:
+        return self._memo(("top", num_kernels, duration_ratio), lambda: _gpu.top_kernels(
+            self.hta_kernels(), num_kernels, duration_ratio))
+
+    def launches(self) -> pd.DataFrame:
+        """Each kernel's launch (``gpu.LAUNCH_COLUMNS``), of the kernels HTA analyses."""
+        return _gpu.launches(self.hta_kernels()).frame()
+
+    def launch_summary(self) -> pd.DataFrame:
+        return self._launch_summary().frame()
+
+    def _launch_summary(self) -> Table:
+        return self._memo("launch_summary", lambda: _gpu.launch_summary(self.hta_kernels()))
+
+    def idle_breakdown(self, kernel_wait_ns: int = _gpu.KERNEL_WAIT_NS) -> pd.DataFrame:
+        return self._idle_breakdown(kernel_wait_ns).frame()
+
+    def _idle_breakdown(self, kernel_wait_ns: int = _gpu.KERNEL_WAIT_NS) -> Table:
+        return self._memo(("idle", kernel_wait_ns), lambda: _gpu.idle_breakdown(self.hta_kernels(), kernel_wait_ns))

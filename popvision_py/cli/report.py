@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 SECTION_CHOICES = ["overview", "all", "summary", "memory", "liveness", "stages", "exchange", "operations", "programs",
-                   "tiles", "system", "critical-path"]
+                   "tiles", "system", "critical-path", "gpu"]
 COMPARE_CHOICES = ["all", "summary", "memory", "liveness", "stages", "exchange"]
 FORMAT_CHOICES = ["text", "json", "csv", "md", "html"]
 
@@ -35,8 +35,9 @@ def finish(written: list) -> None:
 
 @click.command("report")
 @click.argument("profile", type=click.Path())  # a profile.pop, or a run's folder (popvision_py.format.runs)
-@output_options(default=None, section_help="Which report [default: overview in text and md, the four questions and "
-                "the findings on one screen, naming the sections to ask for next; all in json, csv and html].")
+@output_options(default=None, section_help="Which report (gpu: a GPU trace's kernels, idle, compute and overlaps, "
+                "beside Holistic Trace Analysis 0.5's figures) [default: overview in text and md, the four questions "
+                "and the findings on one screen, naming the sections to ask for next; all in json, csv and html].")
 @click.option("--verify", is_flag=True, help="Run each fix the insights suggest in the emulator and show its "
               "measured effect beside the predicted one.")
 @click.option("--verify-dir", type=click.Path(file_okay=False), default=None,
@@ -47,9 +48,9 @@ def finish(written: list) -> None:
 def command(profile: str, section: str, fmt: str, output: str | None, verify: bool, verify_dir: str | None,
             system: tuple[str, ...]) -> None:
     """Report on PROFILE: summary and insights, memory, liveness, stages, exchange, operations (each op's
-    cycles, FLOPs and memory, by op, block and layer), the program tree, tile balance, and the host processes'
-    system timeline. PROFILE may be a run's folder: with several poprun instances, the figures that differ
-    between them come first."""
+    cycles, FLOPs and memory, by op, block and layer), the program tree, tile balance, the host processes'
+    system timeline, and a GPU trace's kernels (gpu). PROFILE may be a run's folder: with several poprun
+    instances, the figures that differ between them come first."""
     if section is None:
         section = "overview" if fmt in ("text", "md") else "all"
     import popvision_py

@@ -25,7 +25,7 @@ from popvision_py.render.format import value as shown
 from popvision_py.render.format import verification
 
 SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "tiles", "system",
-            "critical-path")
+            "critical-path", "gpu")
 # `popvision compare` sets the device's figures side by side, not the ops, the program trees, each tile's balance
 # or the host's timelines
 COMPARED = ("summary", "memory", "liveness", "stages", "exchange")
@@ -106,7 +106,7 @@ def build_report(report: Any, section: str = "all", figures: bool = False) -> Do
         _overview(doc, report)
         return doc
     if section == "all":  # every table is read: decode the small ones while the trace is folded
-        report.prefetch([name for name in TABLE_COLUMNS if name != "trace"])
+        report.prefetch([name for name in TABLE_COLUMNS if name != "trace" and name in report.profile.tables])
     for name in chosen(section):
         _SECTION_BUILDERS[name](doc, report, figures)
     if section == "all":
@@ -119,7 +119,8 @@ MORE = {"summary": "every summary figure and the tile insights", "memory": "memo
         "liveness": "memory live at each step", "stages": "each stage's time, the bubble, a better split",
         "exchange": "time by phase, exchange by kind, bandwidth", "operations": "each op's cycles and FLOPs",
         "programs": "the program tree", "tiles": "tile balance", "system": "the host processes' timelines",
-        "critical-path": "what set the step time, its culprit and what-ifs", "all": "everything"}
+        "critical-path": "what set the step time, its culprit and what-ifs",
+        "gpu": "a GPU trace's kernels: idle, compute, overlaps, launches, beside HTA's", "all": "everything"}
 
 
 def _overview(doc: Document, r: Any) -> None:
@@ -156,7 +157,9 @@ def _overview(doc: Document, r: Any) -> None:
                 f" ({ex.compute_pct:.1f}% of all time computes)")
     doc.add("overview.answers", "Overview", {"fits": fits, "speed": speed, "stages": stage, "exchange": exchange})
     doc.add("overview.insights", "Findings", r.answer("summary.insights"))
-    shown = [name for name in MORE if name not in ("programs", "tiles") or not r.imported]
+    # an imported run has no tiles or program tree; only an imported run may hold GPU kernels
+    shown = [name for name in MORE if (name not in ("programs", "tiles") or not r.imported)
+             and (name != "gpu" or r.imported)]
     doc.add("overview.more", "More: popvision report PROFILE --section NAME",
             {name: MORE[name] for name in shown})
 
@@ -388,9 +391,33 @@ def add_verification(doc: Document, table: Table) -> None:
             empty="no fix to run: the insights suggest none with a command")
 
 
+def _gpu(doc: Document, r: Any, figures: bool) -> None:
+    """A GPU trace's kernels: popvision's figures within the profiled steps, then HTA 0.5's (docs/reports.md, "GPU")."""
+    title = "GPU time per rank within the profiled steps: idle, compute, communication, memory"
+    why = r.gpu.missing()
+    if why:  # figures, not an empty table: the sentence is in every format, JSON's too
+        doc.add("gpu.kernels", title, {"kernels": 0, "note": why})
+        return
+    doc.add("gpu.by_rank", title, r.answer("gpu.by_rank"))
+    doc.add("gpu.by_stream", "GPU time per stream within the profiled steps", r.answer("gpu.by_stream"))
+    doc.add("gpu.kernels_by_name", "The kernels worth a look: each rank's 10 costliest by name, within the "
+            "profiled steps", r.answer("gpu.kernels_by_name", 10))
+    doc.add("gpu.launch_summary", "Kernel launches per rank: runtime call, kernel, launch delay (HTA 0.5's)",
+            r.answer("gpu.launch_summary"))
+    hta = " as Holistic Trace Analysis 0.5 computes it"
+    doc.add("gpu.temporal", "Temporal breakdown" + hta + " (first kernel to last, kernels launched before the "
+            "last profiler step)", r.answer("gpu.temporal"))
+    doc.add("gpu.kernel_types", "Kernel types and their overlaps, over all ranks" + hta, r.answer("gpu.kernel_types"))
+    doc.add("gpu.overlap", "Communication-computation overlap per rank" + hta, r.answer("gpu.overlap"))
+    doc.add("gpu.top_kernels", "Top kernels per rank and type" + hta + " (the 10 costliest up to 80% of the "
+            "time, the rest as others)", r.answer("gpu.top_kernels"))
+    doc.add("gpu.idle_breakdown", "Idle time per stream: host wait, kernel wait, other" + hta,
+            r.answer("gpu.idle_breakdown"))
+
+
 _SECTION_BUILDERS = {"summary": _summary, "memory": _memory, "liveness": _liveness, "stages": _stages,
                      "exchange": _exchange, "operations": _operations, "programs": _programs, "tiles": _tiles,
-                     "system": _system, "critical-path": _critical_path}
+                     "system": _system, "critical-path": _critical_path, "gpu": _gpu}
 
 
 def build_comparison(comparison: Any, section: str = "all") -> Document:

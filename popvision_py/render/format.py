@@ -15,6 +15,11 @@ if TYPE_CHECKING:  # a pandas column can only reach these functions where pandas
     import pandas as pd
 
 
+def heading(section: str) -> str:
+    """A section's heading: its name capitalised, an initialism in capitals (``gpu`` -> ``GPU``)."""
+    return section.upper() if section in ("gpu",) else section.capitalize()
+
+
 def value(v: Any) -> str:
     """A value as a person reads it: ints with thousands separators, floats to 2 decimals, NaN as '-'."""
     if v is None:

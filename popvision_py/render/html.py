@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from popvision_py.render import figures as F
 from popvision_py.render.document import Document
-from popvision_py.render.format import value
+from popvision_py.render.format import heading, value
 
 MAX_ROWS = 200
 
@@ -78,7 +78,7 @@ def render(doc: Document) -> bytes:
     plotly_included = False
     for section in doc.sections():
         blocks = [b for b in doc.visible() if b.section == section]
-        parts.append(f"<h2>{html.escape(section.capitalize())}</h2>")
+        parts.append(f"<h2>{html.escape(heading(section))}</h2>")
         for fig in figs.get(section, []):
             parts.append(fig.to_html(full_html=False, include_plotlyjs=not plotly_included))
             plotly_included = True

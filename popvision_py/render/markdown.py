@@ -6,7 +6,7 @@ import pandas as pd
 
 from popvision_py.render.document import Document
 from popvision_py.analysis.common.answer import Table
-from popvision_py.render.format import cells, column_names, numeric_columns, value
+from popvision_py.render.format import cells, column_names, heading, numeric_columns, value
 
 MAX_ROWS = 200
 
@@ -49,7 +49,7 @@ def render(doc: Document) -> bytes:
     for b in doc.visible():
         if b.section != section:
             section = b.section
-            lines += [f"## {section.capitalize()}", ""]
+            lines += [f"## {heading(section)}", ""]
         lines += [f"### {b.title}", ""]
         if isinstance(b.data, dict):
             lines += ["| figure | value |", "| --- | ---: |"]

@@ -42,6 +42,8 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "liveness": ("ipu", "step", "always_live_bytes", "not_always_live_bytes", "worst_tile", "worst_tile_bytes"),
     "exchanges": ("ipu", "step", "kind", "src_ipu", "dst_ipu", "bytes", "cycles"),
     "tile_cycles": ("ipu", "step", "tile", "cycles", "vertices"),  # vertices: schema 2 on
+    "kernels": ("ipu", "stream", "kind", "name", "start_cycle", "end_cycle", "correlation", "launch_start_cycle",
+                "launch_end_cycle"),  # schema 5 on
     "trace": TRACE_COLUMNS,
 }
 

@@ -4,6 +4,10 @@ besides the common views, in a PyTorch user's words.
 - ``ranks``: the run's ranks: the schedule and its ideal bubble, each rank's exposed and hidden
   communication, which rank receives what, and the insights (bottleneck stage, bubble,
   communication, memory peak).
+- ``gpu``: a GPU trace's own time line (the ``kernels`` table): each rank's and stream's idle,
+  compute, communication and memory time within the profiled steps, and the figures Holistic Trace
+  Analysis 0.5 gives (temporal breakdown, kernel types and their overlaps, communication-computation
+  overlap, top kernels, launch delays, idle time by cause), computed as HTA computes them.
 
 May import: ``common``, ``trace``; ``popvision_py.format`` and ``popvision_py.errors``.
 """

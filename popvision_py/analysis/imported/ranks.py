@@ -87,14 +87,16 @@ def communication(trace: Aggregates, exchanges: Columns, run: dict[str, Any]) ->
     for s in run.get("stages") or []:
         stage_names.setdefault(int(s.get("ipu", 0)), []).append(str(s.get("stage")))
     return Table({
-        "rank": _ranks(run, ipus), "stages": np.array([", ".join(stage_names.get(i, [])) for i in range(ipus)], object),
+        "rank": rank_numbers(run, ipus),
+        "stages": np.array([", ".join(stage_names.get(i, [])) for i in range(ipus)], object),
         "compute_cycles": compute, "exposed_comm_cycles": exposed, "hidden_comm_cycles": hidden, "idle_cycles": idle,
         "exposed_comm_pct": 100.0 * exposed / total,
         "hidden_comm_pct": np.where(exposed + hidden > 0, 100.0 * hidden / comm, 0.0),
     })
 
 
-def _ranks(run: dict[str, Any], ipus: int) -> np.ndarray:
+def rank_numbers(run: dict[str, Any], ipus: int) -> np.ndarray:
+    """Each IPU's rank, as the traces name it (``run.import.ranks``; the IPU's position where it is not given)."""
     ranks = (run.get("import") or {}).get("ranks") or list(range(ipus))
     return np.asarray(list(ranks)[:ipus] + list(range(len(ranks), ipus)), np.int64)
 
@@ -104,7 +106,7 @@ def insights(run: dict[str, Any], stage_figures: Any, comm: Table, peaks: Table,
     """``(severity, topic, finding, suggestion)`` rows in a PyTorch user's words."""
     rows: list[tuple[str, str, str, str]] = []
     stages = {int(s["stage"]): int(s["ipu"]) for s in run.get("stages") or []}
-    ranks = _ranks(run, max(stages.values(), default=0) + 1)
+    ranks = rank_numbers(run, max(stages.values(), default=0) + 1)
     pipe = pipeline(run)
     f = stage_figures
     if len(stages) > 1 and np.isfinite(f.imbalance) and f.imbalance >= 1.1 and f.bottleneck_stage in stages:
