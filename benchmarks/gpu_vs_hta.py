@@ -34,7 +34,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,16 +59,42 @@ class Measured:
     output: str = ""
 
 
-def measured(command: list[str], env: dict[str, str] | None = None) -> Measured:
-    """Run ``command`` and measure it: ``wait4`` gives this child's own rusage (its largest RSS, the
-    children it waited for included), not every child's so far as ``RUSAGE_CHILDREN`` would."""
+# Linux counts a child's peak RSS from its parent's at fork (the hiwater mark survives the exec), so a child
+# forked from this process, grown by the raw traces it read, would be charged for them. The children are
+# started by a launcher of its own instead, started first while this process is small (about 15 MB, the
+# launcher's interpreter, is then in every figure).
+_LAUNCHER = r"""
+import json, os, subprocess, sys, time
+for line in sys.stdin:
+    job = json.loads(line)
     t0 = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    assert process.stdout is not None
-    output = process.stdout.read().decode(errors="replace")
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    return Measured(time.perf_counter() - t0, int(usage.ru_maxrss) * 1024, process.returncode, output[-2000:])
+    p = subprocess.Popen(job["command"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=job["env"],
+                         cwd=job["cwd"])
+    out = p.stdout.read().decode(errors="replace")
+    _, status, usage = os.wait4(p.pid, 0)
+    print(json.dumps({"seconds": time.perf_counter() - t0, "peak": usage.ru_maxrss * 1024,
+                      "rc": os.waitstatus_to_exitcode(status), "output": out[-2000:]}), flush=True)
+"""
+_launcher: subprocess.Popen | None = None
+
+
+def start_launcher() -> None:
+    """The launcher of the measured commands (see ``_LAUNCHER``): call it before reading any trace."""
+    global _launcher
+    if _launcher is None:
+        _launcher = subprocess.Popen([sys.executable, "-c", _LAUNCHER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+
+
+def measured(command: list[str], env: dict[str, str] | None = None) -> Measured:
+    """Run ``command`` through the launcher and measure it: ``wait4`` gives this child's own rusage (its
+    largest RSS, the children it waited for included), not every child's so far as ``RUSAGE_CHILDREN`` would."""
+    start_launcher()
+    assert _launcher is not None and _launcher.stdin is not None and _launcher.stdout is not None
+    _launcher.stdin.write(json.dumps({"command": command, "env": env or dict(os.environ), "cwd": str(ROOT)}) + "\n")
+    _launcher.stdin.flush()
+    done = json.loads(_launcher.stdout.readline())
+    return Measured(done["seconds"], int(done["peak"]), done["rc"], done["output"])
 
 
 def hta_figures(folder: Path, hta_python: str, saved: Path | None) -> tuple[dict[str, Any], Measured | None]:
@@ -133,7 +158,7 @@ def read_raw(folder: Path, hta_rules: bool = True) -> dict[str, Any]:
     HTA's selection. Times are ns from the earliest event of every rank (HTA's alignment)."""
     ranks: list[int] = []
     rows: dict[str, list[Any]] = {c: [] for c in ("ipu", "stream", "kind", "name", "start", "end", "correlation",
-                                                  "launch_start", "launch_end")}
+                                                  "launch_start", "launch_end", "launch_name")}
     steps: list[list[tuple[int, int]]] = []
     origin = math.inf
     per_rank = []
@@ -153,7 +178,7 @@ def read_raw(folder: Path, hta_rules: bool = True) -> dict[str, Any]:
 
         rank = (doc.get("distributedInfo") or {}).get("rank", 0)
         ranks.append(int(rank) if isinstance(rank, int) else position)
-        launches: dict[int, tuple[int, int]] = {}
+        launches: dict[int, tuple[int, int, str]] = {}
         mine: list[tuple[int, int]] = []
         kernels = []
         for e in events:
@@ -164,7 +189,7 @@ def read_raw(folder: Path, hta_rules: bool = True) -> dict[str, Any]:
             if cat in KERNEL_CATEGORIES and _stream(args.get("stream")) >= 0:
                 kernels.append((e, start, end))
             elif isinstance(args.get("correlation"), int) and cat in RUNTIME_CATEGORIES:
-                launches.setdefault(int(args["correlation"]), (start, end))  # the runtime call (or a driver's)
+                launches.setdefault(int(args["correlation"]), (start, end, str(e.get("name", ""))))  # runtime or driver
             if str(e.get("name", "")).startswith("ProfilerStep#"):
                 mine.append((start, end))
         steps.append(mine)
@@ -173,7 +198,7 @@ def read_raw(folder: Path, hta_rules: bool = True) -> dict[str, Any]:
         for e, start, end in kernels:
             args = e.get("args") or {}
             correlation = int(args["correlation"]) if isinstance(args.get("correlation"), int) else -1
-            call = launches.get(correlation, (-1, -1))
+            call = launches.get(correlation, (-1, -1, ""))
             name = str(e.get("name", ""))
             kind = KERNEL_CATEGORIES[e["cat"]]
             if kind == "compute" and "nccl" in name.lower():
@@ -200,7 +225,7 @@ def raw_kernels(raw: dict[str, Any]) -> Any:
 
     r = raw["rows"]
     return Kernels.build(r["ipu"], r["stream"], r["kind"], r["name"], r["start"], r["end"], r["launch_start"],
-                         r["launch_end"], r["correlation"], ranks=raw["ranks"])
+                         r["launch_end"], r["correlation"], ranks=raw["ranks"], launch_name=r["launch_name"])
 
 
 # -- the figures, one shape for the three sides ----------------------------------------------------------
@@ -359,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["--popvision-side"]:
         return popvision_side(*args[1:3])
+    start_launcher()  # before any trace is read, while this process is small: see _LAUNCHER
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="trace folders (one trace file per rank)")
     parser.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON"),

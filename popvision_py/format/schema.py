@@ -335,7 +335,8 @@ TABLES: dict[str, TableSchema] = {
             "kernels",
             "Each GPU kernel, memory copy and memory set of a profile imported from GPU traces (schema 5 on; "
             "empty for the emulator's and CPU traces'): where and when it ran on the GPU, and the runtime "
-            "call that launched it. Sorted by ipu, then start_cycle.",
+            "call that launched it (any runtime or driver call with its correlation id). Sorted by ipu, then "
+            "start_cycle.",
             ("ipu", "int16", "The rank whose GPU ran it (an imported profile's IPU).", IPU),
             ("stream", "int32", "The GPU stream it ran on (the trace's stream id).", INDEX),
             ("kind", CATEGORY, "compute, communication (NCCL's kernels, and those the trace's annotations or "
@@ -350,6 +351,8 @@ TABLES: dict[str, TableSchema] = {
                                             "hipLaunchKernel, cudaMemcpyAsync...), -1 if the trace holds none.",
              Values(low=-1, high=MAX_COUNT)),
             ("launch_end_cycle", "int64", "End of that runtime call, -1 if none.", Values(low=-1, high=MAX_COUNT)),
+            ("launch_name", CATEGORY, "That runtime call's name (cudaLaunchKernel, cudaGraphLaunch, "
+                                      "hipMemcpyWithStream...), empty if none."),
             ordered=(("start_cycle", "end_cycle"), ("launch_start_cycle", "launch_end_cycle")),
             since=5,
         ),

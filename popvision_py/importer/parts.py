@@ -47,8 +47,7 @@ GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 # runtime calls that launch kernels, copies and sets (joined to them by their correlation id).
 KERNEL_KIND = {name: i for i, name in enumerate(KERNEL_KINDS)}
 COMM_KERNEL = re.compile(r"(nccl|rccl|hccl)|.*nccl[A-Za-z]*Kernel|.*ncclDevKernel")  # NCCL's and its ports'
-RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
-LAUNCH_CALL = re.compile(r"(cuda|hip|cu)\w*LaunchKernel|(cuda|hip)Memcpy\w*Async$|(cuda|hip)Memset\w*Async$")
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})  # a launch is any of their calls with a correlation id
 DTYPE_BYTES = {"float": 4, "float32": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "long int": 8,
                "int": 4, "half": 2, "bfloat16": 2, "bool": 1, "unsigned char": 1, "signed char": 1,
                # record_param_comms' and NCCL kernels' dtype: c10's ScalarType names
@@ -91,9 +90,11 @@ class RankTrace:
 
 
 # A kernel's row: its GPU start and end, stream, kind (KERNEL_KIND), name code, correlation id (-1: none), and its
-# launching runtime call's start and end (-1: none); a part keeps the first six (GPU_ROW), launches apart.
-KERNEL_COLUMNS = ("start", "end", "stream", "kind", "name", "correlation", "launch_start", "launch_end")
+# launching runtime call's start, end and name code (-1: none); a part keeps the first six (GPU_ROW) and the
+# launches apart (LAUNCH_ROW: correlation, start, end, name code; names in the kernels' table of names).
+KERNEL_COLUMNS = ("start", "end", "stream", "kind", "name", "correlation", "launch_start", "launch_end", "launch_name")
 GPU_ROW = 6
+LAUNCH_ROW = 4
 
 
 def kernel_kind(cat: str, name: str) -> int:
@@ -130,12 +131,12 @@ def gpu_timeline(rows: np.ndarray, names: list[str], launches: np.ndarray) -> tu
     order = sorted(range(len(names)), key=names.__getitem__)
     code = np.empty(len(names), np.int64)
     code[order] = np.arange(len(names))
-    return join_launches(renamed(rows, 4, code), launches), [names[k] for k in order]
+    return join_launches(renamed(rows, 4, code), renamed(launches, 3, code)), [names[k] for k in order]
 
 
 def join_launches(rows: np.ndarray, launches: np.ndarray) -> np.ndarray:
-    """The kernels' rows (GPU_ROW columns) sorted by start, with each one's launching call's start and end
-    (``launches``: correlation, start, end) joined by correlation id: KERNEL_COLUMNS."""
+    """The kernels' rows (GPU_ROW columns) sorted by start, with each one's launching call's start, end and
+    name (``launches``: LAUNCH_ROW columns) joined by correlation id: KERNEL_COLUMNS."""
     out = np.full((len(rows), len(KERNEL_COLUMNS)), -1, np.int64)
     if not len(rows):
         return out
@@ -145,7 +146,7 @@ def join_launches(rows: np.ndarray, launches: np.ndarray) -> np.ndarray:
         launches = launches[np.argsort(launches[:, 0], kind="stable")]
         at = np.minimum(np.searchsorted(launches[:, 0], rows[:, 5]), len(launches) - 1)
         hit = (rows[:, 5] >= 0) & (launches[at, 0] == rows[:, 5])
-        out[hit, GPU_ROW:] = launches[at[hit], 1:3]
+        out[hit, GPU_ROW:] = launches[at[hit], 1:LAUNCH_ROW]
     return out
 
 
@@ -358,7 +359,7 @@ class RankPart:
     memory: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # per device: bucket_max
     gpu_rows: np.ndarray = field(default_factory=lambda: np.zeros((0, GPU_ROW), np.int64))  # KERNEL_COLUMNS[:6]
     gpu_names: list[str] = field(default_factory=list)  # the kernels' names, by their codes
-    launches: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))  # correlation, start, end
+    launches: np.ndarray = field(default_factory=lambda: np.zeros((0, LAUNCH_ROW), np.int64))  # LAUNCH_ROW columns
 
     def add_spans(self, spans: Spans) -> None:
         self.rows = np.asarray(spans.rows, np.int64).reshape(-1, 8)
@@ -404,11 +405,11 @@ class Merger:
                 r[:, 7] = codes[r[:, 7]]
             rows.append(r)
         gpu_names: dict[str, int] = {}
-        gpu_rows = [renamed(p.gpu_rows, 4, np.array([gpu_names.setdefault(n, len(gpu_names)) for n in p.gpu_names],
-                                                    np.int64)) for p in parts]
+        gpu_codes = [np.array([gpu_names.setdefault(n, len(gpu_names)) for n in p.gpu_names], np.int64) for p in parts]
         whole = RankPart(events=sum(p.events for p in parts), rows=np.concatenate(rows),
-                     gpu_rows=np.concatenate(gpu_rows), gpu_names=list(gpu_names),
-                     launches=np.concatenate([p.launches for p in parts]),
+                     gpu_rows=np.concatenate([renamed(p.gpu_rows, 4, c) for p, c in zip(parts, gpu_codes)]),
+                     gpu_names=list(gpu_names),
+                     launches=np.concatenate([renamed(p.launches, 3, c) for p, c in zip(parts, gpu_codes)]),
                      on_gpu=np.concatenate([p.on_gpu for p in parts]), names=list(names),
                      kernels=merge_intervals(np.concatenate([p.kernels for p in parts])),
                      step_threads=list(dict.fromkeys(t for p in parts for t in p.step_threads)),

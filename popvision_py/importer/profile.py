@@ -247,7 +247,8 @@ def kernel_rows(t: RankTrace, ipu: int, lo: int) -> dict[str, Any]:
             "kind": category(k[:, 3], list(KERNEL_KINDS)), "name": category(k[:, 4], t.kernel_names),
             "start_cycle": k[:, 0] - lo, "end_cycle": k[:, 1] - lo, "correlation": k[:, 5],
             "launch_start_cycle": np.where(launched, k[:, 6] - lo, -1),
-            "launch_end_cycle": np.where(launched, k[:, 7] - lo, -1)}
+            "launch_end_cycle": np.where(launched, k[:, 7] - lo, -1),
+            "launch_name": category(np.where(launched, k[:, 8], len(t.kernel_names)), [*t.kernel_names, ""])}
 
 
 def _write(table: Any, columns: dict[str, Any]) -> None:

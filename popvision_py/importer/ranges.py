@@ -34,7 +34,7 @@ import numpy as np
 
 from popvision_py.importer.checks import MAX_DEPTH, Depth, TraceError, header_fields
 from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_FLIGHT, GPU_CATS, GPU_ROW, HEAD_BYTES,
-                                         LAUNCH_CALL, MAX_PLAIN, MAX_RATIO, MAX_US, RUNTIME_CATS, STEP, Merger,
+                                         MAX_PLAIN, MAX_RATIO, MAX_US, RUNTIME_CATS, STEP, Merger,
                                          RankPart, RankTrace, Spans, args_of, bucket_max, classify, comm_bytes,
                                          correlation_of, is_annotation_span, kernel_kind, merge_intervals, open_trace,
                                          parse_header, stream_of)
@@ -375,8 +375,7 @@ def reduce_events(events: list[Event], base_ns: int) -> RankPart:
                                                & by_name(is_annotation_span))
                                               | (cpu_op & by_name(COMM_CALL.match))
                                               | (is_cat("python_function") & by_name(CHUNK_FRAME.search))))
-    _gpu_timeline(part, x, gpu_cat, is_cat(*RUNTIME_CATS) & by_name(LAUNCH_CALL.match), start, end, cats, cat_code,
-                  unique_names, name_code)
+    _gpu_timeline(part, x, gpu_cat, is_cat(*RUNTIME_CATS), start, end, cats, cat_code, unique_names, name_code)
     step = is_cat("user_annotation") & by_name(STEP.match)
     if cpu_op.any() or step.any() or autograd.any():
         tids = list(map(attrgetter("tid"), x))
@@ -401,26 +400,27 @@ def _gpu_timeline(part: RankPart, x: list[Event], gpu_cat: np.ndarray, launch: n
                   end: np.ndarray, cats: list[Any], cat_code: np.ndarray, names: list[str],
                   name_code: np.ndarray) -> None:
     """The GPU's kernels, copies and sets as rows (``parts.GPU_ROW`` columns), and the runtime calls that
-    launch them (correlation, start, end): what ``read.read_stream`` keeps of them, event for event."""
-    rows = np.flatnonzero(gpu_cat)
+    launch them (``parts.LAUNCH_ROW`` columns: any runtime call with a correlation id): what
+    ``read.read_stream`` keeps of them, event for event."""
+    rows, calls = np.flatnonzero(gpu_cat), np.flatnonzero(launch)
+    said = _gpu_args([x[k] for k in calls]) if len(calls) else []
+    correlation = np.array([correlation_of({"correlation": a.correlation}) for a in said], np.int64)
+    calls = calls[correlation >= 0]
+    code, used = np.unique(name_code[np.concatenate([rows, calls])], return_inverse=True)
+    part.gpu_names = [names[c] for c in code.tolist()]
     if len(rows):
         args = _gpu_args([x[k] for k in rows])
         kinds = {(c, n): kernel_kind(cats[c], names[n]) for c, n in set(zip(cat_code[rows].tolist(),
                                                                               name_code[rows].tolist()))}
-        code, used = np.unique(name_code[rows], return_inverse=True)
         table = np.zeros((len(rows), GPU_ROW), np.int64)
         table[:, 0], table[:, 1] = start[rows], end[rows]
         table[:, 2] = [stream_of({"stream": a.stream}, x[k].tid) for a, k in zip(args, rows.tolist())]
         table[:, 3] = [kinds[c, n] for c, n in zip(cat_code[rows].tolist(), name_code[rows].tolist())]
-        table[:, 4] = used
+        table[:, 4] = used[:len(rows)]
         table[:, 5] = [correlation_of({"correlation": a.correlation}) for a in args]
-        part.gpu_rows, part.gpu_names = table, [names[c] for c in code.tolist()]
-    calls = np.flatnonzero(launch)
+        part.gpu_rows = table
     if len(calls):
-        said = _gpu_args([x[k] for k in calls])
-        correlation = np.array([correlation_of({"correlation": a.correlation}) for a in said], np.int64)
-        keep = correlation >= 0
-        part.launches = np.stack([correlation[keep], start[calls][keep], end[calls][keep]], axis=1)
+        part.launches = np.stack([correlation[correlation >= 0], start[calls], end[calls], used[len(rows):]], axis=1)
 
 
 def _index(words: list[Any], word: str) -> int:

@@ -37,7 +37,7 @@ import numpy as np
 from popvision_py.importer import ranges
 from popvision_py.importer.checks import MAX_DEPTH, Depth, TraceError, header_fields, is_int, is_number, wrong
 from popvision_py.importer.parts import (AUTOGRAD, BATCH_EVENTS, COMM_FLIGHT, GPU_CATS, GPU_ROW, HEAD_BYTES, KIND,
-                                         KINDS, LAUNCH_CALL, MAX_PLAIN, MAX_RATIO, MAX_US, RUNTIME_CATS, STEP,
+                                         KINDS, LAUNCH_ROW, MAX_PLAIN, MAX_RATIO, MAX_US, RUNTIME_CATS, STEP,
                                          RankPart, RankTrace, Spans, args_of, assemble, bucket_max, classify,
                                          comm_bytes, correlation_of, kernel_kind, merge_intervals, open_trace,
                                          parse_header, stream_of)
@@ -141,7 +141,7 @@ def read_stream(path: str | Path) -> RankTrace:
     backward: dict[Any, _Union] = {}  # autograd nodes per thread
     gpu_rows: list[tuple[int, ...]] = []  # the GPU's own timeline: parts.GPU_ROW columns
     gpu_names: dict[str, int] = {}
-    launches: list[tuple[int, int, int]] = []  # the runtime calls launching them: correlation, start, end
+    launches: list[tuple[int, ...]] = []  # the runtime calls launching them: parts.LAUNCH_ROW columns
 
     def ns(ts: Any, name: str) -> int:
         if not is_number(ts):
@@ -209,10 +209,10 @@ def read_stream(path: str | Path) -> RankTrace:
                     else:
                         kernels.add(start, end)
                     continue
-                if cat in RUNTIME_CATS and LAUNCH_CALL.match(name):
+                if cat in RUNTIME_CATS:
                     correlation = correlation_of(args_of(event))
                     if correlation >= 0:
-                        launches.append((correlation, start, end))
+                        launches.append((correlation, start, end, gpu_names.setdefault(name, len(gpu_names))))
                     continue
                 if cat == "cpu_op" and name.startswith(AUTOGRAD):
                     backward.setdefault(tid, _Union()).add(start, end)
@@ -259,7 +259,7 @@ def read_stream(path: str | Path) -> RankTrace:
                 backward={tid: u.intervals() for tid, u in backward.items()},
                 step_threads=list(step_threads), step_pid=step_pid, gpu=gpu, memory=memory,
                 gpu_rows=np.asarray(gpu_rows, np.int64).reshape(-1, GPU_ROW), gpu_names=list(gpu_names),
-                launches=np.asarray(launches, np.int64).reshape(-1, 3))
+                launches=np.asarray(launches, np.int64).reshape(-1, LAUNCH_ROW))
     part.add_spans(spans)
     return assemble(str(path), header, part)
 

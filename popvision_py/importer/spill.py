@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from popvision_py.importer.checks import TraceError, header_fields
-from popvision_py.importer.parts import (GPU_ROW, MEMORY_BUCKET_NS, RankPart, RankTrace, autograd_rows, bucket_max,
-                                         choose, gpu_timeline, gpu_work_dropped, merge_intervals, release_memory,
-                                         renamed, torch_version)
+from popvision_py.importer.parts import (GPU_ROW, LAUNCH_ROW, MEMORY_BUCKET_NS, RankPart, RankTrace, autograd_rows,
+                                         bucket_max, choose, gpu_timeline, gpu_work_dropped, merge_intervals,
+                                         release_memory, renamed, torch_version)
 
 BATCH_ROWS = 1 << 16  # rows handled at a time: intervals merged, samples reduced, spans copied
 ALIGN = 64
@@ -293,7 +293,7 @@ class SpilledRank:
             kernels=raw.append(part.kernels), busy={t: raw.append(v) for t, v in part.busy.items()},
             backward={t: raw.append(v) for t, v in part.backward.items()},
             memory={d: (raw.append(t), raw.append(b)) for d, (t, b) in part.memory.items()},
-            gpu_rows=raw.append(part.gpu_rows), launches=raw.append(part.launches),
+            gpu_rows=raw.append(part.gpu_rows), launches=raw.append(part.launches),  # names: gpu_names' codes
             gpu_names=np.array([self.gpu_names.setdefault(n, len(self.gpu_names)) for n in part.gpu_names], np.int64)))
         self.events += part.events
         for tid, n in part.threads.items():
@@ -352,7 +352,8 @@ class SpilledRank:
         kernels, kernel_names = gpu_timeline(
             np.concatenate([np.zeros((0, GPU_ROW), np.int64)] + [renamed(raw.array(p.gpu_rows), 4, p.gpu_names)
                                                                for p in parts]),
-            list(self.gpu_names), np.concatenate([np.zeros((0, 3), np.int64)] + [raw.array(p.launches) for p in parts]))
+            list(self.gpu_names), np.concatenate([np.zeros((0, LAUNCH_ROW), np.int64)] + [
+                renamed(raw.array(p.launches), 3, p.gpu_names) for p in parts]))
         raw.release()
         out.freeze()
         self.raw = self.parts = None  # type: ignore[assignment]  # the raw file goes with its map

@@ -28,21 +28,22 @@ from popvision_py.format import system as system_files
 
 ROOT = Path(__file__).resolve().parents[2]
 NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
-KERNELS = [  # ipu, stream, kind, name, start, end, launch start, launch end, correlation
-    (0, 7, "compute", "gemm", 100, 110, 90, 95, 1),
-    (0, 7, "compute", "gemm", 115, 130, 96, 99, 2),
-    (0, 13, "communication", NCCL, 105, 120, 92, 94, 3),
-    (0, 7, "memcpy", "Memcpy HtoD (Pinned -> Device)", 134, 140, 131, 138, 4),
-    (1, 7, "compute", "relu", 200, 210, 150, 160, 50),
-    (1, 7, "compute", "relu", 212, 220, 150, 160, 50),
-    (1, 7, "memset", "Memset (Device)", 225, 230, -1, -1, -1),
-    (1, 9, "compute", "fusedMemcpyKernel", 200, 205, 190, 191, 60),
+KERNELS = [  # ipu, stream, kind, name, start, end, launch start, launch end, correlation, launching call
+    (0, 7, "compute", "gemm", 100, 110, 90, 95, 1, "cudaLaunchKernel"),
+    (0, 7, "compute", "gemm", 115, 130, 96, 99, 2, "cudaLaunchKernel"),
+    (0, 13, "communication", NCCL, 105, 120, 92, 94, 3, "cudaLaunchKernelExC"),
+    (0, 7, "memcpy", "Memcpy HtoD (Pinned -> Device)", 134, 140, 131, 138, 4, "cudaMemcpyAsync"),
+    (1, 7, "compute", "relu", 200, 210, 150, 160, 50, "cudaGraphLaunch"),
+    (1, 7, "compute", "relu", 212, 220, 150, 160, 50, "cudaGraphLaunch"),
+    (1, 7, "memset", "Memset (Device)", 225, 230, -1, -1, -1, ""),
+    (1, 9, "compute", "fusedMemcpyKernel", 200, 205, 190, 191, 60, "cudaLaunchKernel"),
 ]
 
 
 def kernels(rows=KERNELS) -> gpu.Kernels:
     columns = list(zip(*rows))
-    return gpu.Kernels.build(*columns[:6], launch_start=columns[6], launch_end=columns[7], correlation=columns[8])
+    return gpu.Kernels.build(*columns[:6], launch_start=columns[6], launch_end=columns[7], correlation=columns[8],
+                             launch_name=columns[9] if len(columns) > 9 else None)
 
 
 def frame(table) -> list[dict]:
@@ -134,7 +135,7 @@ def test_launch_statistics_and_their_summary():
     # WHEN each launch is measured
     rows = frame(gpu.launches(kernels()))
     # THEN delay = kernel start - call end, 0 if negative: A 100-95 = 5, B 115-99 = 16, C 105-94 = 11, D 134-138 -> 0;
-    # H 200-191 = 9; E and F (one graph launch, one correlation) and G (no launch) are left out
+    # H 200-191 = 9; E and F (a CUDA graph's: cudaGraphLaunch is not a call HTA counts) and G (no launch) are left out
     assert [(r["correlation"], r["cpu_duration_ns"], r["gpu_duration_ns"], r["launch_delay_ns"]) for r in rows] == [
         (1, 5, 10, 5), (3, 2, 15, 11), (2, 3, 15, 16), (4, 7, 6, 0), (60, 1, 5, 9)]
     r0, r1 = frame(gpu.launch_summary(kernels()))
@@ -143,6 +144,16 @@ def test_launch_statistics_and_their_summary():
     assert r0["launch_delay_p95_ns"] == pytest.approx(15.25)
     assert r0["cpu_longer_pct"] == 25.0 and r0["gpu_duration_median_ns"] == 12.5
     assert (r1["kernels"], r1["launch_delay_median_ns"], r1["cpu_longer_pct"]) == (1, 9.0, 0.0)
+
+
+def test_launch_statistics_count_only_the_calls_hta_counts():
+    # GIVEN kernels launched by Triton's driver call, ROCm's runtime and a synchronous copy
+    rows = [(0, 7, "compute", "triton_", 100, 110, 90, 95, 1, "cuLaunchKernel"),
+            (0, 7, "compute", "Cijk_Alik", 120, 130, 111, 112, 2, "hipLaunchKernel"),
+            (0, 8, "memcpy", "Memcpy DtoH", 140, 150, 131, 138, 3, "cudaMemcpy"),
+            (0, 7, "compute", "gemm", 160, 170, 150, 151, 4, "cudaLaunchKernel")]
+    # THEN HTA's statistics hold the cudaLaunchKernel's kernel alone (delay 160 - 151 = 9)
+    assert [(r["correlation"], r["launch_delay_ns"]) for r in frame(gpu.launches(kernels(rows)))] == [(4, 9)]
 
 
 def test_idle_breakdown_per_stream():
@@ -234,7 +245,7 @@ def write_gpu_profile(folder: Path) -> Path:
     columns = list(zip(*KERNELS))
     table = {"ipu": columns[0], "stream": columns[1], "kind": columns[2], "name": columns[3],
              "start_cycle": columns[4], "end_cycle": columns[5], "correlation": columns[8],
-             "launch_start_cycle": columns[6], "launch_end_cycle": columns[7]}
+             "launch_start_cycle": columns[6], "launch_end_cycle": columns[7], "launch_name": columns[9]}
     with ProfileWriter(path, target=target, run=run) as writer:
         writer.write_table("trace", {k: np.asarray(v) for k, v in trace.items()})
         writer.write_table("kernels", {k: np.asarray(v) for k, v in table.items()})

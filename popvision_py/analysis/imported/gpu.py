@@ -36,6 +36,8 @@ _MEMORY_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
 _NOT_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 COMPUTE, COMMUNICATION, MEMCPY, MEMSET = (KERNEL_KINDS.index(k) for k in ("compute", "communication", "memcpy",
                                                                            "memset"))
+# the runtime calls whose kernels HTA's launch statistics count (cuda_kernel_launch_stats)
+HTA_LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync")
 IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")  # HTA's IdleTimeType, lower-cased as it prints them
 KERNEL_WAIT_NS = 30_000  # HTA's consecutive_kernel_delay default, 30 in the trace's unit: microseconds
 
@@ -71,6 +73,7 @@ class Kernels:
     correlation: np.ndarray
     launch_start: np.ndarray
     launch_end: np.ndarray
+    hta_launch: np.ndarray  # bool: launched by one of HTA_LAUNCH_CALLS
     names: np.ndarray
     ranks: np.ndarray
 
@@ -87,13 +90,16 @@ class Kernels:
                    name=columns.codes("name") if n else np.zeros(0, np.int64),
                    start=col("start_cycle"), end=col("end_cycle"), correlation=col("correlation"),
                    launch_start=col("launch_start_cycle"), launch_end=col("launch_end_cycle"),
+                   hta_launch=(columns.codes_in("launch_name", HTA_LAUNCH_CALLS) < len(HTA_LAUNCH_CALLS)) if n
+                   else np.zeros(0, bool),
                    names=columns.words("name") if n else np.zeros(0, object), ranks=np.asarray(ranks, np.int64))
 
     @classmethod
     def build(cls, ipu: Any, stream: Any, kind: Any, name: Any, start: Any, end: Any, launch_start: Any = None,
-              launch_end: Any = None, correlation: Any = None, ranks: Any = None) -> Kernels:
+              launch_end: Any = None, correlation: Any = None, ranks: Any = None, launch_name: Any = None) -> Kernels:
         """Kernels from plain sequences (``kind`` and ``name`` as strings), sorted by ipu then start:
-        the tests' and the benchmark's raw traces' way in. Launch times default to -1 (none)."""
+        the tests' and the benchmark's raw traces' way in. Launch times default to -1 (none), the launching
+        call's name to ``cudaLaunchKernel`` where a launch is given."""
         ipu = np.asarray(ipu, np.int64)
         n = len(ipu)
         none = np.full(n, -1, np.int64)
@@ -106,13 +112,16 @@ class Kernels:
         return cls(ipu=ipu[order], stream=np.asarray(stream, np.int64)[order], kind=kinds[order],
                    name=codes.astype(np.int64)[order], start=start[order], end=np.asarray(end, np.int64)[order],
                    correlation=pick(correlation), launch_start=pick(launch_start), launch_end=pick(launch_end),
+                   hta_launch=(pick(launch_start) >= 0) if launch_name is None else np.isin(
+                       np.asarray(launch_name, dtype=object).astype(str), HTA_LAUNCH_CALLS)[order],
                    names=names.astype(object),
                    ranks=np.arange(count, dtype=np.int64) if ranks is None else np.asarray(ranks, np.int64))
 
     def take(self, rows: np.ndarray) -> Kernels:
         """The kernels at ``rows`` (a mask or indexes), in their order."""
         return replace(self, **{f: getattr(self, f)[rows] for f in (
-            "ipu", "stream", "kind", "name", "start", "end", "correlation", "launch_start", "launch_end")})
+            "ipu", "stream", "kind", "name", "start", "end", "correlation", "launch_start", "launch_end",
+            "hta_launch")})
 
     def clip(self, window: tuple[np.ndarray, np.ndarray]) -> Kernels:
         """Each kernel cut to its rank's window ``(start[ipu], end[ipu])``; those left with no time dropped."""
@@ -351,16 +360,11 @@ def launches(k: Kernels) -> Table:
     the trace holds: ``cpu_duration_ns`` the call's time, ``gpu_duration_ns`` the kernel's,
     ``launch_delay_ns`` = kernel start - (call start + call time), 0 where negative.
 
-    HTA takes only kernels launched by ``cudaLaunchKernel``, ``cudaLaunchKernelExC``,
-    ``cudaMemcpyAsync`` and ``cudaMemsetAsync``. The kernels table records whichever call launched a
-    kernel, not its name, so the twin leaves out what it can tell: a CUDA graph's kernels
-    (``cudaGraphLaunch``: several kernels under one correlation); it keeps those HTA misses by name:
-    ROCm's ``hipLaunchKernel`` (HTA finds no launch on ROCm), Triton's ``cuLaunchKernel``, a synchronous
-    ``cudaMemcpy``."""
-    launched = k.launch_start >= 0
-    key = k.ipu * (int(k.correlation.max(initial=0)) + 2) + k.correlation + 1
-    _, first, seen = np.unique(key, return_inverse=True, return_counts=True)
-    rows = np.flatnonzero(launched & (seen[first] == 1))
+    HTA takes only kernels launched by ``HTA_LAUNCH_CALLS`` (``cudaLaunchKernel``, ``cudaLaunchKernelExC``,
+    ``cudaMemcpyAsync``, ``cudaMemsetAsync``), by the launching call's name the kernels table records: not a
+    CUDA graph's kernels (``cudaGraphLaunch``), ROCm's (``hipLaunchKernel``: HTA finds no launch on ROCm),
+    Triton's (``cuLaunchKernel``) or a synchronous ``cudaMemcpy``'s."""
+    rows = np.flatnonzero((k.launch_start >= 0) & k.hta_launch)
     return Table({"rank": k.ranks[k.ipu[rows]], "stream": k.stream[rows], "name": k.names[k.name[rows]].astype(object),
                   "correlation": k.correlation[rows], "start_ns": k.start[rows],
                   "cpu_duration_ns": k.launch_end[rows] - k.launch_start[rows],
