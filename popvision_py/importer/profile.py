@@ -77,13 +77,19 @@ def window(traces: list[RankTrace]) -> tuple[int, int]:
             lo = min(lo, min(int(k[:, 0].min()) for k in kernels))
             hi = max(hi, max(int(k[:, 1].max()) for k in kernels))
         return lo, hi
-    lows = [x.min() for t in each(traces) for x in (t.start, t.busy[:, 0] if len(t.busy) else t.start, t.kernels[:, 0])
-            if len(x)]
-    highs = [x.max() for t in each(traces) for x in (t.end, t.busy[:, 1] if len(t.busy) else t.end, t.kernels[:, 1])
-             if len(x)]
+    lows = [x.min() for t in each(traces) for x in (t.start, t.busy[:, 0] if len(t.busy) else t.start, t.kernels[:, 0],
+                                                    _launches(t)[:, 0]) if len(x)]
+    highs = [x.max() for t in each(traces) for x in (t.end, t.busy[:, 1] if len(t.busy) else t.end, t.kernels[:, 1],
+                                                     _launches(t)[:, 1]) if len(x)]
     if not lows:
         return 0, 0
     return int(min(lows)), int(max(highs))
+
+
+def _launches(t: RankTrace) -> np.ndarray:
+    """The runtime calls that launched the rank's kernels (start, end): without profiler steps, the profile begins
+    at the first of them, so that each kernel's launch lies in it."""
+    return t.kernels[t.kernels[:, 6] >= 0][:, 6:8]
 
 
 def layout(traces: list[RankTrace]) -> RecognisedRun:
@@ -119,6 +125,13 @@ def layout(traces: list[RankTrace]) -> RecognisedRun:
                                                     KIND["backward_weight"]])].max(initial=-1)) for t in each(traces)),
                 default=-1) + 1
     iterations = max((int((t.kind == KIND["step"]).sum()) for t in each(traces)), default=0)
+    stepless = [t.rank for t in each(traces) if not (t.kind == KIND["step"]).any()]
+    if stepless:  # ``window`` then spans every event kept: the whole trace is one step
+        who = f"rank(s) {', '.join(str(r) for r in stepless)} hold" if len(stepless) < len(traces) else \
+            "the trace holds" if len(traces) == 1 else "the traces hold"
+        not_inferred.append(f"the profiler steps: {who} no ProfilerStep#N (recorded without a schedule, or without "
+                            f"prof.step()), so the whole trace, from the first event the import keeps to the last, "
+                            f"is one step")
     return RecognisedRun(schedule, stage_rank, max(micro, 1), max(iterations, 1), not_inferred)
 
 

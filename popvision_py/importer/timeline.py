@@ -283,7 +283,8 @@ def rank_rows_by_window(trace: RankTrace, window: tuple[int, int], ready: np.nda
         part = _Spans(trace.kind[picked], trace.start[picked], trace.end[picked],
                       trace.busy[i0:max(i0, i1)] if len(trace.busy) else trace.busy, kernels[k0:max(k0, k1)])
         rows = rank_rows(part, window, ready[picked] if ready is not None else None, (a, b))  # type: ignore[arg-type]
-        rows.span = np.where(rows.span >= 0, picked[np.maximum(rows.span, 0)], -1)
+        if len(picked):  # no span in the window (a trace without ProfilerStep#N): every row is busy or idle
+            rows.span = np.where(rows.span >= 0, picked[np.maximum(rows.span, 0)], -1)
         if held is not None:
             if len(rows.start) and rows.label[0] == held.label[0] and rows.span[0] == held.span[0]:
                 rows.start[0] = held.start[0]  # one row across the cut
