@@ -4,7 +4,8 @@
 time) each reduce events to a ``RankPart``; the parts of a rank, merged in order, become its ``RankTrace``
 (``assemble``). Each rule is written once here: which events are spans (``classify``), the bytes a
 communication moves (``comm_bytes``), the peer of a point-to-point call (``peer``), the largest
-``Total Allocated`` per 10 µs (``bucket_max``).
+``Total Allocated`` per 10 µs (``bucket_max``; older traces' ``Bytes`` changes: ``memory_changes``), and
+today's name of each category older PyTorch wrote (``OLD_CATEGORIES``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from popvision_py.format.schema import KERNEL_KINDS
 from popvision_py.importer.checks import MAX_WORLD, TraceError, header_fields, is_dims, is_int, not_json, wrong
+from popvision_py.importer.memory_changes import changed_levels, check_memory_kinds
 
 MAX_US = 2.0**61 / 1000  # times in microseconds beyond this (73 years) do not fit int64 nanoseconds with the base
 MAX_ID = 1 << 30  # a stage or micro-batch number beyond this is not a real run's
@@ -83,6 +85,7 @@ class RankTrace:
     kernel_names: list[str] = field(default_factory=list)
     events: int = 0
     gpu: bool = False
+    memory_changes: bool = False  # memory is the running total of the trace's Bytes changes (``memory_changes``)
     torch_version: str | None = None
     pid: int | None = None  # the process of the rank's training loop (its ProfilerStep#N annotations'), if known
     spill: Any = field(default=None, repr=False, compare=False)  # the file its arrays map (spill.SpilledRank)
@@ -268,6 +271,32 @@ def _main_thread(threads: dict[Any, int], step_threads: set[Any]) -> Any:
     return max(threads, key=threads.get) if threads else None
 
 
+# PyTorch 1.8 to 1.12's Kineto named these categories otherwise: each old name, and today's, which both readers
+# read a trace's categories as (``current_category``, ``current_categories``)
+OLD_CATEGORIES = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset", "Runtime": "cuda_runtime",
+                  "Operator": "cpu_op", "gpu_user_Annotation": "gpu_user_annotation"}
+OLD_OPERATOR = "Operator"  # before user_annotation, record_function's spans (ProfilerStep#N, Forward {i}) were these
+
+
+def current_category(cat: Any, name: str) -> Any:
+    """A category as the import reads it: today's name for an older one (``OLD_CATEGORIES``), an old ``Operator``
+    that the import keeps as an annotation (``is_annotation_span``: ``ProfilerStep#N``...) a ``user_annotation``."""
+    if cat == OLD_OPERATOR and is_annotation_span(name):
+        return "user_annotation"
+    return OLD_CATEGORIES.get(cat, cat) if isinstance(cat, str) else cat
+
+
+def current_categories(code: np.ndarray, cats: list[Any], annotation: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+    """``current_category`` of events by their codes into ``cats``; ``annotation``: whether each event's name is
+    one the import keeps as an annotation."""
+    now = [OLD_CATEGORIES.get(c, c) if isinstance(c, str) else c for c in cats]
+    if OLD_OPERATOR not in cats:
+        return code, now
+    if "user_annotation" not in now:
+        now.append("user_annotation")
+    return np.where((code == cats.index(OLD_OPERATOR)) & annotation, now.index("user_annotation"), code), now
+
+
 def torch_version(header: dict[str, Any]) -> str | None:
     for key in ("torch_version", "pytorch_version", "torchVersion"):
         if isinstance(header.get(key), str):
@@ -357,6 +386,7 @@ class RankPart:
     step_pid: int | None = None
     gpu: bool = False
     memory: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # per device: bucket_max
+    changes: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # per device: (ts, Bytes), as read
     gpu_rows: np.ndarray = field(default_factory=lambda: np.zeros((0, GPU_ROW), np.int64))  # KERNEL_COLUMNS[:6]
     gpu_names: list[str] = field(default_factory=list)  # the kernels' names, by their codes
     launches: np.ndarray = field(default_factory=lambda: np.zeros((0, LAUNCH_ROW), np.int64))  # LAUNCH_ROW columns
@@ -429,6 +459,9 @@ class Merger:
             if got:
                 whole.memory[device] = bucket_max(np.concatenate([g[0] for g in got]),
                                                   np.concatenate([g[1] for g in got]))
+            got = [p.changes[device] for p in parts if device in p.changes]
+            if got:  # in the parts' order: cumulated once the rank is whole (``assemble``)
+                whole.changes[device] = (np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got]))
         self.whole = whole
 
 
@@ -478,7 +511,8 @@ def assemble(path: str, header: dict[str, Any], part: RankPart) -> RankTrace:
     except TraceError as exc:
         raise TraceError(f"{path} {exc}.") from None
     names = list(part.names)
-    choice = choose(part.gpu, part.threads, part.step_threads, part.backward, part.memory)
+    check_memory_kinds(path, part.memory, part.changes)
+    choice = choose(part.gpu, part.threads, part.step_threads, part.backward, {**part.memory, **part.changes})
     busy_rows = part.kernels if choice.kernels else part.busy.get(choice.main, _empty_intervals())
     # autograd's backward nodes: a backward pass where no annotation names one (DDP, FSDP, 1F1B without stack)
     got = [part.backward[t] for t in choice.backward]
@@ -493,6 +527,12 @@ def assemble(path: str, header: dict[str, Any], part: RankPart) -> RankTrace:
         table = table[~gpu_work_dropped(table[:, 2], on_gpu)]
     kernels, kernel_names = gpu_timeline(part.gpu_rows, part.gpu_names, part.launches)
     kept = part.memory.get(choice.memory) if choice.memory is not None else None
+    changes = part.changes.get(choice.memory) if choice.memory is not None else None
+    if changes is not None:
+        try:
+            kept = bucket_max(*changed_levels(*changes))
+        except TraceError as exc:
+            raise TraceError(f"{path} {exc}.") from None
     memory_ts, memory_bytes = kept if kept is not None else (np.zeros(0, np.int64), np.zeros(0, np.int64))
     return RankTrace(
         path=str(path), header={k: v for k, v in header.items() if k != "traceEvents"},
@@ -502,7 +542,7 @@ def assemble(path: str, header: dict[str, Any], part: RankPart) -> RankTrace:
         peer=table[:, 5].astype(np.int32), nbytes=table[:, 6], name=table[:, 7].astype(np.int32), names=names,
         busy=busy_rows, memory_ts=memory_ts, memory_bytes=memory_bytes, events=part.events, gpu=part.gpu,
         torch_version=torch_version(header), pid=part.step_pid,
-        kernels=kernels, kernel_names=kernel_names)
+        kernels=kernels, kernel_names=kernel_names, memory_changes=changes is not None)
 
 
 def autograd_rows(nodes: np.ndarray, name: int) -> np.ndarray:

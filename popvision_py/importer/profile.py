@@ -10,7 +10,8 @@
 - Each row of a rank's time line (``timeline.rank_rows``) that is not idle is a program step of its
   own, so a step's ``cycles`` are exactly its row's; a transfer wholly hidden behind compute is a
   step of 0 cycles, its whole time in its ``exchanges`` row.
-- Memory over time is ``[memory]``'s ``Total Allocated``: ``liveness`` holds the most allocated during
+- Memory over time is ``[memory]``'s ``Total Allocated`` (PyTorch before 1.10: the running total of its
+  ``Bytes`` changes, ``memory_changes``): ``liveness`` holds the most allocated during
   each step; ``tile_memory`` splits each rank's peak into what stayed allocated all along (as
   ``weights``: parameters, gradients and optimiser state are what a training loop keeps) and the
   rest (as ``activations``).
@@ -206,6 +207,11 @@ def plan_profile(traces: list[RankTrace], device_memory: int | None = None,
         why = "the trace's deviceProperties do not state it" if any(t.gpu for t in traces) else "a CPU trace has none"
         not_inferred.append(f"the device's memory capacity: {why}; memory is shown against the "
                             "largest rank's peak (give --device-memory to set it)")
+    if any(t.memory_changes for t in traces):
+        not_inferred.append("memory before the trace's first [memory] event: PyTorch before 1.10 records each "
+                            "allocation's and free's change (Bytes), not what is allocated, so memory is the sum of "
+                            "the changes the trace records, from 0 at its first memory event (or from the least level "
+                            "that never goes below 0)")
     not_inferred.append("samples per micro-batch: the trace does not record the batch size (taken as 1)")
     strategy = "pipelined" if found.schedule not in ("data parallel", "single process") else "sharded"
     run = {

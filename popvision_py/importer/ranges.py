@@ -38,6 +38,7 @@ from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_
                                          RankPart, RankTrace, Spans, args_of, bucket_max, classify, comm_bytes,
                                          correlation_of, is_annotation_span, kernel_kind, merge_intervals, open_trace,
                                          parse_header, stream_of)
+from popvision_py.importer.parts import OLD_CATEGORIES, current_categories
 from popvision_py.importer.spill import SpilledRank
 
 RANGE_BYTES = 16 << 20  # bytes of events decoded at once (a range's events take about as much again)
@@ -78,6 +79,7 @@ class MemoryArgs(msgspec.Struct, gc=False):
     """A ``[memory]`` instant's args."""
 
     total: int | float | msgspec.UnsetType = msgspec.field(name="Total Allocated", default=msgspec.UNSET)
+    change: int | float | msgspec.UnsetType = msgspec.field(name="Bytes", default=msgspec.UNSET)  # before 1.10
     device: int = msgspec.field(name="Device Type", default=0)
 
 
@@ -363,6 +365,8 @@ def reduce_events(events: list[Event], base_ns: int) -> RankPart:
     def is_cat(*words: str) -> np.ndarray:
         return np.array([c in words for c in cats], bool)[cat_code]
 
+    if any(c in OLD_CATEGORIES for c in cats):  # PyTorch 1.8 to 1.12: read as today's categories
+        cat_code, cats = current_categories(cat_code, cats, by_name(is_annotation_span))
     gpu_cat = is_cat(*GPU_CATS)
     cpu_op = is_cat("cpu_op")
     part.gpu = bool(gpu_cat.any())
@@ -502,8 +506,11 @@ def _memory(part: RankPart, instants: list[Event], base_ns: int) -> None:
         raise Fallback("a [memory] event without args")
     args = MEMORY.decode(b"[" + b",".join(raws) + b"]")
     totals = [a.total for a in args]
-    if msgspec.UNSET in totals:
-        raise Fallback("a [memory] event without Total Allocated")
+    if msgspec.UNSET in totals:  # PyTorch before 1.10: changes (Bytes) alone, kept as read
+        memory, args = _changes(part, memory, args, base_ns)
+        totals = [a.total for a in args]
+        if not memory:
+            return
     device = np.array([a.device for a in args], np.int64)
     keep = np.flatnonzero((device == 0) | (device == 1))
     if not len(keep):
@@ -518,3 +525,27 @@ def _memory(part: RankPart, instants: list[Event], base_ns: int) -> None:
         mine = device[keep] == d
         if mine.any():
             part.memory[d] = bucket_max(at[mine], nbytes[mine])
+
+
+def _changes(part: RankPart, memory: list[Event], args: list[MemoryArgs],
+             base_ns: int) -> tuple[list[Event], list[MemoryArgs]]:
+    """The ``[memory]`` instants without Total Allocated (PyTorch before 1.10): their changes (``Bytes``) kept in
+    ``part.changes`` per device type (0 CPU, 1 CUDA), in the order read; the others returned."""
+    alone = [a.total is msgspec.UNSET for a in args]
+    changes = [a for a, only in zip(args, alone) if only]
+    if any(a.change is msgspec.UNSET for a in changes):
+        raise Fallback("a [memory] event without Total Allocated or Bytes")
+    device = np.array([a.device for a in changes], np.int64)
+    keep = np.flatnonzero((device == 0) | (device == 1))
+    change = np.array([changes[k].change for k in keep], np.float64)
+    events = [e for e, only in zip(memory, alone) if only]
+    ts = np.array([events[k].ts for k in keep], np.float64)
+    if not ((np.abs(change) < 2.0**62).all() and (np.abs(ts) < MAX_US).all()):
+        raise Fallback("a [memory] event out of range")
+    nbytes = np.array([changes[k].change for k in keep], np.int64)  # a float: its whole part, as int() takes it
+    at = np.rint(ts * 1000.0).astype(np.int64) + base_ns
+    for d in (0, 1):
+        mine = device[keep] == d
+        if mine.any():
+            part.changes[d] = (at[mine], nbytes[mine])
+    return ([e for e, only in zip(memory, alone) if not only], [a for a, only in zip(args, alone) if not only])

@@ -14,7 +14,12 @@ not with the operators themselves:
   whose name starts with ``nccl``);
 - ``busy``: the union of the operators' time on the rank's main thread (or of its GPU kernels), merged
   interval by interval;
-- ``memory``: ``[memory]`` instants, reduced to the largest ``Total Allocated`` per 10 µs.
+- ``memory``: ``[memory]`` instants, reduced to the largest ``Total Allocated`` per 10 µs (PyTorch before
+  1.10 records each allocation's change, ``Bytes``, alone: those are kept as read and cumulated once the
+  rank is read, ``memory_changes``).
+
+Older PyTorch (1.8 to 1.12) named categories otherwise (``Kernel``, ``Operator``...): each is read as
+today's (``parts.current_category``).
 
 Times are integers of nanoseconds on one clock for every rank: ``ts`` is microseconds from
 ``baseTimeNanoseconds`` where the trace has it (current PyTorch) and absolute microseconds otherwise
@@ -41,6 +46,7 @@ from popvision_py.importer.parts import (AUTOGRAD, BATCH_EVENTS, COMM_FLIGHT, GP
                                          RankPart, RankTrace, Spans, args_of, assemble, bucket_max, classify,
                                          comm_bytes, correlation_of, kernel_kind, merge_intervals, open_trace,
                                          parse_header, stream_of)
+from popvision_py.importer.parts import current_category
 
 __all__ = ["KIND", "KINDS", "RankTrace", "TraceError", "merge_intervals", "read_rank", "read_stream"]
 
@@ -130,6 +136,7 @@ def read_stream(path: str | Path) -> RankTrace:
     mem_ts: dict[int, list[int]] = {0: [], 1: []}
     mem_bytes: dict[int, list[int]] = {0: [], 1: []}
     mem_reduced: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {0: [], 1: []}
+    changes: dict[int, tuple[list[int], list[int]]] = {}  # per device type: (ts, Bytes) of PyTorch before 1.10
     threads: dict[Any, int] = {}
     events = 0
     header: dict[str, Any] | None = None
@@ -172,6 +179,9 @@ def read_stream(path: str | Path) -> RankTrace:
                     args = args_of(event)
                     total = args.get("Total Allocated")
                     device = args.get("Device Type", 0)
+                    if "Total Allocated" not in args and "Bytes" in args:  # PyTorch before 1.10: the change alone
+                        _change(changes, args["Bytes"], device, lambda: ns(event.get("ts"), name))
+                        continue
                     if not is_number(total):
                         raise wrong("a [memory] event whose Total Allocated is", total, "a size in bytes")
                     if not is_int(device):
@@ -187,6 +197,7 @@ def read_stream(path: str | Path) -> RankTrace:
                     continue
                 if cat is not None and not isinstance(cat, str):
                     raise wrong("an event whose cat is", cat, "a category's name", name)
+                cat = current_category(cat, name)
                 start = ns(event.get("ts"), name)
                 dur = event.get("dur")
                 if not is_number(dur):
@@ -261,7 +272,23 @@ def read_stream(path: str | Path) -> RankTrace:
                 gpu_rows=np.asarray(gpu_rows, np.int64).reshape(-1, GPU_ROW), gpu_names=list(gpu_names),
                 launches=np.asarray(launches, np.int64).reshape(-1, LAUNCH_ROW))
     part.add_spans(spans)
+    part.changes = {d: (np.asarray(t, np.int64), np.asarray(b, np.int64)) for d, (t, b) in changes.items()}
     return assemble(str(path), header, part)
+
+
+def _change(changes: dict[int, tuple[list[int], list[int]]], change: Any, device: Any, at: Any) -> None:
+    """A ``[memory]`` event's change (``Bytes``: + an allocation, - a free) kept with its time (``at()``) under its
+    device type (0 CPU, 1 CUDA; other devices' memory is not the rank's)."""
+    if not is_number(change):
+        raise wrong("a [memory] event whose Bytes is", change, "a change in bytes")
+    if not is_int(device):
+        raise wrong("a [memory] event whose Device Type is", device, "a device type (0 CPU, 1 CUDA)")
+    if device in (0, 1):
+        if not abs(change) < 1 << 62:
+            raise TraceError(f"has a [memory] event whose Bytes is out of range ({change!r})")
+        ts, nbytes = changes.setdefault(device, ([], []))
+        ts.append(at())
+        nbytes.append(int(change))
 
 
 def _reason(exc: Exception) -> str:

@@ -5,9 +5,10 @@ as they come (``SpilledRank.add``), so that the parent holds one part at a time,
 the rank is read, ``SpilledRank.trace`` lays its columns out in a second anonymous file, each
 column contiguous, by the rules ``parts.assemble`` applies in memory (the same rows, in the same
 order): the spans of every part in order, the training thread's operators (or the GPU's kernels)
-and its autograd nodes as unions of intervals, the largest ``Total Allocated`` per 10 µs. The unions
-and the memory's reduction are made a stretch of time at a time over the parts' sorted runs
-(``union_runs``, ``bucket_runs``), never over the whole rank at once.
+and its autograd nodes as unions of intervals, the largest ``Total Allocated`` per 10 µs (or of the
+running total of an older trace's ``Bytes`` changes). The unions and the memory's reduction are made a
+stretch of time at a time over the parts' sorted runs (``union_runs``, ``bucket_runs``, ``change_runs``),
+never over the whole rank at once.
 
 The rank's ``RankTrace`` then holds arrays over a memory map of that file (``RankTrace.spill``). The
 plan and the write read them a window at a time; ``release`` hands back the pages they touched
@@ -31,6 +32,7 @@ from popvision_py.importer.checks import TraceError, header_fields
 from popvision_py.importer.parts import (GPU_ROW, LAUNCH_ROW, MEMORY_BUCKET_NS, RankPart, RankTrace, autograd_rows,
                                          bucket_max, choose, gpu_timeline, gpu_work_dropped, merge_intervals,
                                          release_memory, renamed, torch_version)
+from popvision_py.importer.memory_changes import check_memory_kinds, running_memory
 
 BATCH_ROWS = 1 << 16  # rows handled at a time: intervals merged, samples reduced, spans copied
 ALIGN = 64
@@ -247,6 +249,40 @@ def bucket_runs(runs: list[tuple[np.ndarray, np.ndarray]], out: SpillFile, scrat
     return ts_ref, bytes_column.close()
 
 
+def change_runs(runs: list[tuple[np.ndarray, np.ndarray]], out: SpillFile, scratch: SpillFile,
+                batch: int = BATCH_ROWS) -> tuple[Ref, Ref]:
+    """``bucket_max`` of ``memory_changes.changed_levels`` of the runs' changes together (each run a part's
+    (times, Bytes), sorted by time stably: the rank's changes in the parts' order, sorted stably, are each
+    stretch's changes, in the runs' order, sorted stably), a stretch of time at a time cut at a bucket's edge,
+    the level carried from one to the next; appended to ``out`` as ``bucket_runs`` appends (times, bytes), the
+    bytes by way of ``scratch``, raised there to the least level that never goes below 0."""
+    runs = [r for r in runs if len(r[0])]
+    times = [t for t, _ in runs]
+    cuts = sorted({c // MEMORY_BUCKET_NS * MEMORY_BUCKET_NS for c in _cuts(times, batch)})
+    ts_column, bytes_column = out.column(np.int64), scratch.column(np.int64)
+    level = lowest = 0
+    for slices in _stretches(times, cuts):
+        ts = [np.asarray(t[s]) for t, s in zip(times, slices)]
+        if sum(len(t) for t in ts):
+            at = np.concatenate(ts)
+            order = np.argsort(at, kind="stable")
+            levels = running_memory(np.concatenate([np.asarray(b[s]) for (_, b), s in zip(runs, slices)])[order],
+                                    level)
+            level, lowest = int(levels[-1]), min(lowest, int(levels.min()))
+            t, b = bucket_max(at[order], levels)
+            ts_column.extend(t)
+            bytes_column.extend(b)
+            release(*times[:1])
+    ts_ref, scratch_ref = ts_column.close(), bytes_column.close()
+    scratch.freeze()
+    values = scratch.array(scratch_ref)
+    bytes_column = out.column(np.int64)
+    for at_row in range(0, len(values), batch):
+        bytes_column.extend(values[at_row:at_row + batch] - lowest)
+        scratch.release()
+    return ts_ref, bytes_column.close()
+
+
 @dataclass
 class _PartRefs:
     """Where one part's arrays lie in the rank's raw file."""
@@ -283,6 +319,8 @@ class SpilledRank:
         self.gpu = False
         self.on_gpu = False
         self.devices: dict[int, None] = {}
+        self.change_devices: dict[int, None] = {}  # devices with Bytes changes (PyTorch before 1.10)
+        self.changes: list[dict[int, tuple[Ref, Ref]]] = []  # each part's: per device (ts, Bytes), sorted by ts
 
     def add(self, part: RankPart) -> None:
         """Append a part (the next of the rank's, in order)."""
@@ -295,6 +333,8 @@ class SpilledRank:
             memory={d: (raw.append(t), raw.append(b)) for d, (t, b) in part.memory.items()},
             gpu_rows=raw.append(part.gpu_rows), launches=raw.append(part.launches),  # names: gpu_names' codes
             gpu_names=np.array([self.gpu_names.setdefault(n, len(self.gpu_names)) for n in part.gpu_names], np.int64)))
+        self.changes.append({d: _sorted_run(raw, t, b) for d, (t, b) in part.changes.items()})
+        self.change_devices.update(dict.fromkeys(part.changes))
         self.events += part.events
         for tid, n in part.threads.items():
             self.threads[tid] = self.threads.get(tid, 0) + n
@@ -316,10 +356,12 @@ class SpilledRank:
             _, rank, world = header_fields(header)
         except TraceError as exc:
             raise TraceError(f"{path} {exc}.") from None
+        check_memory_kinds(path, self.devices, self.change_devices)
         self.raw.freeze()
         raw, out, parts = self.raw, SpillFile(self.folder), self.parts
         names = list(self.names)
-        choice = choose(self.gpu, self.threads, list(self.step_threads), self.backward_tids, self.devices)
+        choice = choose(self.gpu, self.threads, list(self.step_threads), self.backward_tids,
+                        {**self.devices, **self.change_devices})
         if choice.kernels:
             busy = union_runs([raw.array(p.kernels) for p in parts], out, self.batch)
         else:
@@ -344,7 +386,15 @@ class SpilledRank:
             refs[field_name] = column.close()
         del nodes
         memory = None
-        if choice.memory is not None:
+        changed = choice.memory in self.change_devices
+        if changed:
+            try:
+                memory = change_runs([(raw.array(c[choice.memory][0]), raw.array(c[choice.memory][1]))
+                                      for c in self.changes if choice.memory in c], out, SpillFile(self.folder),
+                                     self.batch)
+            except TraceError as exc:
+                raise TraceError(f"{path} {exc}.") from None
+        elif choice.memory is not None:
             memory = bucket_runs([(raw.array(p.memory[choice.memory][0]), raw.array(p.memory[choice.memory][1]))
                                   for p in parts if choice.memory in p.memory], out, SpillFile(self.folder),
                                  self.batch)
@@ -364,7 +414,8 @@ class SpilledRank:
             path=str(path), header={k: v for k, v in header.items() if k != "traceEvents"}, rank=rank,
             world_size=world, main_thread=choice.main, **columns, names=names, busy=out.array(busy),
             memory_ts=memory_ts, memory_bytes=memory_bytes, events=self.events, gpu=self.gpu,
-            torch_version=torch_version(header), pid=self.step_pid, kernels=kernels, kernel_names=kernel_names)
+            torch_version=torch_version(header), pid=self.step_pid, kernels=kernels, kernel_names=kernel_names,
+            memory_changes=changed)
         trace.spill = out
         out.release()
         release_memory()
@@ -388,3 +439,9 @@ class SpilledRank:
                 piece = nodes[at:at + self.batch]
                 yield autograd_rows(piece, code), np.zeros(len(piece), bool)
                 release(nodes)
+
+
+def _sorted_run(raw: SpillFile, ts: np.ndarray, change: np.ndarray) -> tuple[Ref, Ref]:
+    """A part's changes appended to ``raw`` sorted by time, stably: a run for ``change_runs``."""
+    order = np.argsort(ts, kind="stable")
+    return raw.append(ts[order]), raw.append(change[order])
