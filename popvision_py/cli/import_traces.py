@@ -1,8 +1,10 @@
 """`popvision import TRACES... -o DIR`: PyTorch profiler traces (one per rank) into DIR/profile.pop.
 
 TRACES are files, folders (their traces) or glob patterns, ``.json`` or ``.json.gz``, one file per rank
-(``torch.profiler``'s ``export_chrome_trace`` or ``tensorboard_trace_handler``). Each rank's events are
-cut into byte ranges decoded in parallel (``--jobs``) and reduced as they come
+(``torch.profiler``'s ``export_chrome_trace`` or ``tensorboard_trace_handler``). A folder that
+``tensorboard_trace_handler`` wrote over several profiling cycles holds one trace per worker a cycle
+(``<worker>.<ms>.pt.trace.json``): ``--cycle`` picks one (``popvision_py.importer.profiling_cycles``).
+Each rank's events are cut into byte ranges decoded in parallel (``--jobs``) and reduced as they come
 (``popvision_py.importer.ranges``); each rank's columns go to anonymous spill files in DIR's folder as they
 come and are read back a window at a time (``popvision_py.importer.spill``), so memory stays flat whatever the
 traces' size. The profile is written atomically: a bad trace is one sentence and exit code 2, and an earlier
@@ -32,19 +34,26 @@ from popvision_py.format.atomic import check_writable, output_target
 @click.option("--jobs", type=click.IntRange(1, 256),
               help="Processes decoding the traces at once (the CPUs by default; 1: in this process).")
 @click.option("--name", help="The run's name in the reports (the traces' folder name by default).")
+@click.option("--cycle", metavar="N|latest",
+              help="Of a tensorboard_trace_handler folder holding several profiling cycles (one trace per worker "
+                   "a cycle, <worker>.<ms>.pt.trace.json), the cycle to import: 1 the oldest, ..., or latest "
+                   "(the default).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def command(traces: tuple[str, ...], output: str, device_memory: float | None, jobs: int | None, name: str | None,
-            quiet: bool) -> None:
+            cycle: str | None, quiet: bool) -> None:
     """Import PyTorch profiler traces (one per rank) as OUTPUT/profile.pop: pipeline stages, micro-batches,
-    bubble, exposed communication and memory, for `report`, `dashboard`, `compare`, `export-trace` and `sql`."""
+    bubble, exposed communication and memory, for `report`, `dashboard`, `compare`, `export-trace` and `sql`.
+    A tensorboard_trace_handler folder of several profiling cycles: its newest cycle, or the one --cycle names."""
     from popvision_py.importer import find_traces, import_traces
+    from popvision_py.importer.profiling_cycles import pick_cycle
 
     if not output.strip():
         raise ConfigError("-o is empty; name the folder to write profile.pop into, e.g. -o profile.")
     if device_memory is not None and not 0 < device_memory <= 1 << 20:
         raise ConfigError(f"--device-memory {device_memory:g} is not a memory size in GiB (above 0, at "
                           f"most 1,048,576).")
-    paths = find_traces(traces)
+    picked = pick_cycle(find_traces(traces), _cycle(cycle))
+    paths = picked.paths
     folder = Path(output)
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"-o {output} is a file; give a folder to write profile.pop into.")
@@ -57,6 +66,8 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
         run = import_traces(paths, target, device_memory=int(device_memory * 2**30) if device_memory else None,
                             jobs=jobs, name=name, progress=lambda: bar.update(1))
     info = run["import"]
+    if picked.note():
+        click.echo(picked.note())
     click.echo(f"Imported {len(paths)} trace(s) ({info['events']:,} events, ranks "
                f"{', '.join(str(r) for r in info['ranks'])}): {info['schedule']}, {len(run['stages'])} stage(s), "
                f"{run['gradient_accumulation']} micro-batch(es), {run['device_iterations']} step(s).")
@@ -65,3 +76,13 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     click.echo(f"Wrote {target}")
     click.echo(f"Wrote {folder / 'system'}: each rank's CPU timeline ({len(info['ranks'])} file(s), for "
                f"the System page)")
+
+
+def _cycle(value: str | None) -> int | None:
+    """``--cycle``: a cycle's number from 1, or None for the newest (``latest`` or not given)."""
+    if value is None or value.strip().lower() == "latest":
+        return None
+    if not (value.strip().isascii() and value.strip().isdigit() and 1 <= int(value) < 1 << 31):
+        raise ConfigError(f"--cycle {value} is not a profiling cycle; give its number from 1 (the oldest), "
+                          f"or latest.")
+    return int(value)
