@@ -39,6 +39,7 @@ import flask
 import numpy as np
 
 from dashboards.figures.style import IPUS, Naming
+from popvision_py.analysis.imported import ranks as imported_ranks
 from popvision_py.analysis.trace.scan import SUMMARY_COLUMNS
 from popvision_py.format.schema import FIT_VERDICTS, PHASES, Driver
 
@@ -294,10 +295,7 @@ def naming(report: Any) -> Naming:
 def capacity_known(report: Any) -> bool:
     """Whether the memory capacity is the device's: an imported CPU trace has none (the import then takes
     the largest rank's peak, and says so among what it did not find)."""
-    if not getattr(report, "imported", False):
-        return True
-    missing = (report.run.get("import") or {}).get("not_inferred") or []
-    return not any("memory capacity" in str(sentence) for sentence in missing)
+    return imported_ranks.capacity_known(report.run) if getattr(report, "imported", False) else True
 
 
 def phase_shares(report: Any) -> dict[str, float]:

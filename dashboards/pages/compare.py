@@ -13,6 +13,7 @@ from dashboards import data, ids
 from dashboards.figures import compare as figures
 from dashboards.figures.stages import stage_cycles
 from dashboards.figures.style import IPUS, empty
+from popvision_py.analysis.imported.ranks import NO_MEMORY
 
 dash.register_page(__name__, path="/compare", name="Compare", title="popvision · compare", order=7, icon="⇆",
                    needs_two_profiles=True)
@@ -157,6 +158,7 @@ def render(_profile: str | None):
     reports = {key: profiles.report(key) for key in profiles.keys}
     namings = {key: data.naming(r) for key, r in reports.items()}
     imported = all(n.imported for n in namings.values())  # both imported: ranks and ns throughout
+    unrecorded = [labels[key] for key, r in reports.items() if not r.memory_recorded]
     memory = {key: r.memory.by_ipu().assign(ipu_label=lambda f, n=namings[key]: f["ipu"].map(n.label),
                                             total_mib=lambda f: f["total_bytes"] / 2**20)
               for key, r in reports.items()}
@@ -171,7 +173,8 @@ def render(_profile: str | None):
     return (
         [profile_header(labels), configuration_table(comparison.configuration())],
         compare_cards(comparison.summary(), IMPORTED_KEY_FIGURES if imported else None),
-        figures.side_by_side_bars(memory, "ipu_label", "total_mib", "", "MiB at peak", labels),
+        figures.side_by_side_bars(memory, "ipu_label", "total_mib", "", "MiB at peak", labels) if not unrecorded
+        else empty(f"{' and '.join(unrecorded)}: {NO_MEMORY}"),
         figures.side_by_side_bars(stages, "stage_label", "cycles_per_micro_batch", "", "cycles", labels)
         if not imported else figures.side_by_side_bars(
             {key: f.assign(ms=f["cycles_per_micro_batch"] / 1e6) for key, f in stages.items()}, "stage_label", "ms", "",

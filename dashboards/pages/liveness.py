@@ -10,7 +10,7 @@ from dash import Input, Output, State, dcc, html
 from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import liveness as figures
-from dashboards.figures.style import ipu_label
+from dashboards.figures.style import empty, ipu_label
 from popvision_py.analysis.imported import ranks as imported
 
 dash.register_page(__name__, path="/liveness", name="Liveness", title="popvision · liveness", order=2, icon="◢")
@@ -60,9 +60,11 @@ DESCRIPTION = {False: "Memory live at each program step; click the plot, or choo
 )
 def render_words(profile: str | None):
     """An imported trace's IPUs are ranks, and what it records is allocations."""
-    naming = data.naming(data.report(profile))
+    report = data.report(profile)
+    naming = data.naming(report)
     if naming.imported:
-        return DESCRIPTION[True], "Peaks per rank", "rank", "Memory allocated over each rank's steps", \
+        description = DESCRIPTION[True] if report.memory_recorded else imported.NO_MEMORY
+        return description, "Peaks per rank", "rank", "Memory allocated over each rank's steps", \
             "Allocated at the chosen step"
     return DESCRIPTION[False], "Peaks per IPU", "IPU", "Memory over program steps", "Live at the chosen step"
 
@@ -76,6 +78,8 @@ def render_words(profile: str | None):
 def render_plot(ipu: int | None, step: Any, profile: str | None):
     """The steps plot, the chosen (IPU, step) marked."""
     report = data.report(profile)
+    if not report.memory_recorded:
+        return empty(imported.NO_MEMORY)
     selected = (int(ipu), int(step)) if ipu is not None and step is not None else None
     return figures.liveness_steps(report.liveness.by_step(), int(report.target["bytes_per_tile"]), selected,
                                   naming=data.naming(report), capacity=data.capacity_known(report))
@@ -87,6 +91,8 @@ def render_plot(ipu: int | None, step: Any, profile: str | None):
 )
 def render_peaks(profile: str | None):
     report = data.report(profile)
+    if not report.memory_recorded:
+        return c.one_line(imported.NO_MEMORY, "liveness-not-recorded")
     peaks = report.liveness.peaks()
     naming = data.naming(report)
     if naming.imported:  # a rank, its activations (allocated beyond its weights) and all it allocated
@@ -118,7 +124,7 @@ def choose_peak(profile: str | None):
     report = data.report(profile)
     peaks = report.liveness.peaks()
     options = c.ipu_options(peaks["ipu"], data.naming(report))
-    if peaks.empty:
+    if peaks.empty or not report.memory_recorded:
         return options, None, None
     top = peaks.loc[peaks["not_always_live_bytes"].idxmax()]
     return options, int(top["ipu"]), int(top["peak_step"])

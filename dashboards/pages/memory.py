@@ -14,7 +14,7 @@ from dash import Input, Output, Patch, State, dcc, html
 from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import memory as figures
-from dashboards.figures.style import IPUS, Naming, ipu_label
+from dashboards.figures.style import IPUS, Naming, empty, ipu_label
 from popvision_py.analysis.imported import ranks as imported
 from popvision_py.analysis.ipu import memory_depth
 
@@ -126,9 +126,11 @@ CATEGORIES_NOTE = {False: "Hatched: not-always-live (at each tile's own peak).",
 )
 def render_words(profile: str | None):
     """An imported trace's ranks have no tiles: its one line shows and the tile views hide."""
-    imported_ = data.naming(data.report(profile)).imported
+    report = data.report(profile)
+    imported_ = data.naming(report).imported
     tiles = c.shown(not imported_)
-    return (DESCRIPTION[imported_], c.shown(imported_), tiles, tiles, tiles, tiles, tiles,
+    return (DESCRIPTION[imported_] if report.memory_recorded else imported.NO_MEMORY, c.shown(imported_), tiles,
+            tiles, tiles, tiles, tiles,
             "" if imported_ else "grid-2",
             f"Memory per {'rank' if imported_ else 'IPU'} by category", CATEGORIES_NOTE[imported_])
 
@@ -187,6 +189,9 @@ def render_overview(profile: str | None):
     naming = data.naming(report)
     options = c.ipu_options(by_ipu["ipu"], naming)
     first = int(summary.worst_ipu) if summary.worst_ipu >= 0 else int(by_ipu["ipu"].iloc[0])  # -1: no tile memory
+    if not report.memory_recorded:  # an imported trace without [memory] events: not a number, one line
+        return (options, first, c.one_line(imported.NO_MEMORY, "memory-not-recorded"), empty(imported.NO_MEMORY),
+                empty(imported.NO_TILES), oom_table(oom))
     return (
         options,
         first,

@@ -15,7 +15,7 @@ from dashboards.figures import exchange as exchange_figures
 from dashboards.figures import insights as insight_figures
 from dashboards.figures import memory as memory_figures
 from dashboards.figures.style import empty
-from popvision_py.analysis.imported.ranks import NO_TILES, NO_VARIABLES
+from popvision_py.analysis.imported.ranks import NO_MEMORY, NO_TILES, NO_VARIABLES, NOT_RECORDED, WHY_NOT_RECORDED
 from popvision_py.format.schema import Driver
 from popvision_py.render.format import FIT_ANSWER, assumption_value
 
@@ -143,7 +143,9 @@ def imported_figures(summary: Any, report: Any) -> list[tuple]:
     pipelined = summary.strategy == "pipelined"
     batch_known = not any("batch size" in str(s) for s in info.get("not_inferred") or [])
     peak = ("Peak memory", c.fmt_bytes(summary.worst_tile_bytes), f"{naming.label(summary.worst_ipu)} at its peak")
-    if data.capacity_known(report):
+    if not report.memory_recorded:
+        peak = ("Peak memory", NOT_RECORDED, WHY_NOT_RECORDED)
+    elif data.capacity_known(report):
         peak = (*peak[:2], f"{peak[2]}; {'fits in' if summary.fits else 'over'} the device's "
                            f"{c.fmt_bytes(summary.bytes_per_tile)}", "" if summary.fits else "bad")
     return [
@@ -364,7 +366,8 @@ def render(profile: str | None):
         c.cards(imported_figures(summary, report) if naming.imported else key_figures(summary, ranges)),
         source_panel(report) if naming.imported else ranges_panel(ranges, summary.throughput_samples_per_s),
         exchange_figures.phase_shares(shares, naming=naming),
-        memory_figures.ipu_memory(report.memory.by_ipu(), naming, capacity=data.capacity_known(report)),
+        memory_figures.ipu_memory(report.memory.by_ipu(), naming, capacity=data.capacity_known(report))
+        if report.memory_recorded else empty(NO_MEMORY),
         # an imported profile's findings have no command, so no "Verify" either
         insight_list(report.summary.insights(), verify=data.current().runner is not None),
     )

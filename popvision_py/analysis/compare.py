@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.analysis.findings.fixes import Planner
+from popvision_py.analysis.imported import ranks as _imported
 from popvision_py.analysis.report import Report
 
 COLUMNS = ["section", "figure", "a", "b", "difference", "difference_pct"]
@@ -133,6 +134,18 @@ def flatten_exchange(report: Report) -> pd.DataFrame:
     return pd.concat([_numeric_fields(report.exchange.figures()),
                       _grid(bandwidth["kind"].astype(str), bandwidth, ["bytes", "cycles", "achieved_bytes_per_s"]),
                       _grid(by_kind["kind"].astype(str), by_kind, shares)], ignore_index=True)
+
+
+def unrecorded(section: str, frame: pd.DataFrame, a: Report, b: Report) -> pd.DataFrame:
+    """A section's comparison (COLUMNS) whose figures of memory are missing (NaN: neither a number nor none of
+    it) on the side whose memory is not recorded (an imported profile whose traces hold no [memory] events)."""
+    for side, report in (("a", a), ("b", b)):
+        if report.memory_recorded or section not in ("summary", "memory", "liveness"):
+            continue
+        missing = frame["figure"].isin(_imported.unrecorded_summary_fields(report.run)).to_numpy() \
+            if section == "summary" else np.ones(len(frame), bool)
+        frame.loc[missing, [side, "difference", "difference_pct"]] = np.nan
+    return frame
 
 
 FLATTEN: dict[str, Callable[[Report], pd.DataFrame]] = {
@@ -288,7 +301,8 @@ class Comparison:
     def section(self, name: str) -> pd.DataFrame:
         """One section's comparison: COLUMNS."""
         if name not in self._cache:
-            self._cache[name] = side_by_side(name, FLATTEN[name](self.a), FLATTEN[name](self.b))
+            self._cache[name] = unrecorded(name, side_by_side(name, FLATTEN[name](self.a), FLATTEN[name](self.b)),
+                                           self.a, self.b)
         return self._cache[name]
 
     def configuration(self, every: bool = False) -> pd.DataFrame:

@@ -99,6 +99,12 @@ class Report:
         """Imported from PyTorch profiler traces (``popvision import``): a rank is an IPU, a cycle a nanosecond."""
         return _imported.is_imported(self.run)
 
+    @property
+    def memory_recorded(self) -> bool:
+        """Whether the memory figures measure anything: False for an imported profile whose traces hold no
+        ``[memory]`` events (``run.import.memory_recorded``); its memory is "not recorded", never a number."""
+        return _imported.memory_recorded(self.run)
+
     # -- data access (each read once) -----------------------------------------------------
 
     def memo(self, key: Any, compute: Callable[[], T]) -> T:

@@ -207,6 +207,10 @@ def plan_profile(traces: list[RankTrace], device_memory: int | None = None,
         why = "the trace's deviceProperties do not state it" if any(t.gpu for t in traces) else "a CPU trace has none"
         not_inferred.append(f"the device's memory capacity: {why}; memory is shown against the "
                             "largest rank's peak (give --device-memory to set it)")
+    memory_recorded = any(len(t.memory_ts) for t in traces)
+    if not memory_recorded:
+        not_inferred.append("memory: the traces hold no [memory] events, so memory is not recorded (record it with "
+                            "torch.profiler.profile(profile_memory=True))")
     if any(t.memory_changes for t in traces):
         not_inferred.append("memory before the trace's first [memory] event: PyTorch before 1.10 records each "
                             "allocation's and free's change (Bytes), not what is allocated, so memory is the sum of "
@@ -223,7 +227,7 @@ def plan_profile(traces: list[RankTrace], device_memory: int | None = None,
         "import": {"files": [t.path for t in traces], "ranks": [t.rank for t in traces], "world_size": world,
                    "torch_version": torch_version, "schedule": found.schedule, "clock": "1 cycle = 1 ns",
                    "events": int(sum(t.events for t in traces)), "not_inferred": not_inferred,
-                   "hidden_comm_ns": []},
+                   "memory_recorded": memory_recorded, "hidden_comm_ns": []},
     }
     folder = next((t.spill.folder for t in traces if t.spill is not None), None)
     ready = peer_ready(traces, folder)

@@ -129,11 +129,11 @@ def _overview(doc: Document, r: Any) -> None:
     st = r.stages.figures()
     ex = r.exchange.figures()
     unit = "rank" if r.imported else "IPU"
-    if r.imported:
-        missing = (r.run.get("import") or {}).get("not_inferred") or []
-        known = not any("memory capacity" in str(sentence) for sentence in missing)
+    if not r.memory_recorded:
+        fits = f"{imported.NOT_RECORDED}: {imported.WHY_NOT_RECORDED}"
+    elif r.imported:
         fits = (f"peak {s.worst_tile_bytes / 2**20:,.1f} MiB allocated on rank {s.worst_ipu}"
-                + (f", of {s.bytes_per_tile / 2**20:,.1f} MiB" if known else
+                + (f", of {s.bytes_per_tile / 2**20:,.1f} MiB" if imported.capacity_known(r.run) else
                    "; the traces do not give the device's memory (import --device-memory GIB)"))
     elif s.fits:
         fits = (f"yes: the fullest tile (IPU {s.worst_ipu} tile {s.worst_tile}) holds {s.worst_tile_bytes:,} of "
@@ -164,13 +164,20 @@ def _overview(doc: Document, r: Any) -> None:
             {name: MORE[name] for name in shown})
 
 
+def _summary_figures(r: Any) -> Any:
+    """The summary's figures; a profile whose memory is not recorded has none of memory, never a number."""
+    s = r.summary.figures()
+    unrecorded = imported.unrecorded_summary_fields(r.run)
+    return {**dataclasses.asdict(s), **dict.fromkeys(unrecorded, imported.NOT_RECORDED)} if unrecorded else s
+
+
 def _meaningless(doc: Document, key: str, title: str, sentence: str) -> None:
     """A section that has no meaning for this profile (an imported trace's tiles, say): one line."""
     doc.add(key, title, Table({}), items=[], empty=sentence)
 
 
 def _summary(doc: Document, r: Any, figures: bool) -> None:
-    doc.add("summary.figures", "Summary", r.summary.figures())
+    doc.add("summary.figures", "Summary", _summary_figures(r))
     doc.add("summary.insights", "Insights", r.answer("summary.insights"))
     _tile_insights(doc, r)
 
@@ -216,12 +223,18 @@ def _fullest_items(head: Table, cats: Table, tile_vars: Table) -> list[tuple[str
 
 
 def _memory(doc: Document, r: Any, figures: bool) -> None:
-    doc.add("memory.by_ipu", "Memory per IPU", r.answer("memory.by_ipu"))
+    if r.memory_recorded:
+        doc.add("memory.by_ipu", "Memory per IPU", r.answer("memory.by_ipu"))
+    else:
+        _meaningless(doc, "memory.by_ipu", "Memory per IPU", imported.NO_MEMORY)
     if r.imported:
         _meaningless(doc, "memory.distribution", "Memory per tile: distribution over tiles", imported.NO_TILES)
     else:
         doc.add("memory.distribution", "Memory per tile: distribution over tiles", r.answer("memory.distribution"))
-    doc.add("memory.by_category", "Memory by category", r.answer("memory.by_category"))
+    if r.memory_recorded:
+        doc.add("memory.by_category", "Memory by category", r.answer("memory.by_category"))
+    else:
+        _meaningless(doc, "memory.by_category", "Memory by category", imported.NO_MEMORY)
     if r.imported:
         _meaningless(doc, "memory.out_of_memory", "Out-of-memory tiles (largest excess first)", imported.NO_TILES)
         _meaningless(doc, "memory.largest_variables", "Largest variables", imported.NO_VARIABLES)
@@ -229,7 +242,7 @@ def _memory(doc: Document, r: Any, figures: bool) -> None:
         doc.add("memory.out_of_memory", "Out-of-memory tiles (largest excess first)", r.answer("memory.out_of_memory"))
         doc.add("memory.largest_variables", "Largest variables", r.answer("memory.largest_variables", 20))
     _memory_depth(doc, r)
-    if figures:
+    if figures and r.memory_recorded:
         doc.add("memory.by_tile", "Memory per tile", r.memory.by_tile(), hidden=True)
 
 
@@ -245,6 +258,12 @@ def _memory_depth(doc: Document, r: Any) -> None:
 
 
 def _liveness(doc: Document, r: Any, figures: bool) -> None:
+    if not r.memory_recorded:
+        _meaningless(doc, "liveness.peaks", "Not-always-live memory peak per IPU", imported.NO_MEMORY)
+        _meaningless(doc, "liveness.live_at_peak", "Largest variables live at each IPU's peak step",
+                     imported.NO_VARIABLES)
+        _meaningless(doc, "liveness.by_step", "Memory live at each program step", imported.NO_MEMORY)
+        return
     peaks = r.answer("liveness.peaks")
     doc.add("liveness.peaks", "Not-always-live memory peak per IPU", peaks)
     at = list(zip(peaks["ipu"].tolist(), peaks["peak_step"].tolist()))
@@ -431,6 +450,10 @@ def build_comparison(comparison: Any, section: str = "all") -> Document:
     settings = comparison.configuration()
     doc.add("compare.configuration", "Configuration: the settings that differ" if len(settings)
             else "Configuration: a and b have the same settings", settings)
+    unrecorded = [f"{side} ({r.path})" for side, r in (("a", a), ("b", b)) if not r.memory_recorded]
     for name in chosen(section, COMPARED):
         doc.add(f"{name}.comparison", f"{name.capitalize()}: a vs b", comparison.section(name))
+        if unrecorded and name in ("summary", "memory", "liveness"):  # its figures of memory: "-", this says why
+            _meaningless(doc, f"{name}.memory_not_recorded", f"{name.capitalize()}: memory not recorded",
+                         f"{' and '.join(unrecorded)}: {imported.NO_MEMORY}")
     return doc

@@ -47,7 +47,8 @@ def _figures_for(doc: Document) -> dict[str, list[go.Figure]]:
         if all(k in data and (isinstance(data[k], dict) or len(data[k])) for k in keys):
             out.setdefault(section, []).append(build(*(data[k] for k in keys)))
 
-    bytes_per_tile = int(data.get("summary.figures", {}).get("bytes_per_tile", 0) or 0)
+    tile_bytes = data.get("summary.figures", {}).get("bytes_per_tile", 0)  # "not recorded" where memory is not
+    bytes_per_tile = int(tile_bytes or 0) if not isinstance(tile_bytes, str) else 0
     if "memory.by_tile" in data and not bytes_per_tile and len(data.get("memory.by_ipu", [])):
         by_ipu = data["memory.by_ipu"]
         bytes_per_tile = int(by_ipu["capacity_bytes"].iloc[0] / max(len(data["memory.by_tile"]) / len(by_ipu), 1))

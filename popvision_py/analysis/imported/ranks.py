@@ -27,10 +27,40 @@ NO_HOST_CALLS = "PyTorch traces have no IPU host calls: input waits show as the 
 NO_BLOCKS = ("The traces do not name each stage's layers, so no split of them can be suggested; the "
              "bottleneck insight names the stage to lighten.")
 NO_VARIABLES = "The traces record allocations, not named tensors: memory over time is in the liveness section."
+# In place of every memory figure of a profile whose traces hold no [memory] events (``memory_recorded``).
+NOT_RECORDED = "not recorded"
+WHY_NOT_RECORDED = "the traces hold no [memory] events (record them with torch.profiler.profile(profile_memory=True))"
+NO_MEMORY = f"Memory not recorded: {WHY_NOT_RECORDED}."
 
 
 def is_imported(run: dict[str, Any]) -> bool:
     return run.get("source") == SOURCE
+
+
+def memory_recorded(run: dict[str, Any]) -> bool:
+    """Whether a profile's memory figures measure anything: not where an imported profile's traces hold no
+    ``[memory]`` events (``run.import.memory_recorded`` false); every other profile's do, and an imported one
+    written before the import recorded the fact is taken as recorded."""
+    return not is_imported(run) or (run.get("import") or {}).get("memory_recorded") is not False
+
+
+def capacity_known(run: dict[str, Any]) -> bool:
+    """Whether the memory capacity (``target.bytes_per_tile``) is the device's: an imported CPU trace has none
+    (the import then takes the largest rank's peak, and says so among what it did not find)."""
+    missing = (run.get("import") or {}).get("not_inferred") or [] if is_imported(run) else []
+    return not any("memory capacity" in str(sentence) for sentence in missing)
+
+
+# The summary's figures of memory (``findings.summary.Summary``): none where memory is not recorded; the
+# capacity neither where it is not the device's (``capacity_known``).
+SUMMARY_MEMORY_FIELDS = ("fits", "oom_tiles", "worst_ipu", "worst_tile", "worst_tile_bytes")
+
+
+def unrecorded_summary_fields(run: dict[str, Any]) -> tuple[str, ...]:
+    """The summary's fields that hold no figure for this profile: its memory's, where it is not recorded."""
+    if memory_recorded(run):
+        return ()
+    return SUMMARY_MEMORY_FIELDS + (() if capacity_known(run) else ("bytes_per_tile",))
 
 
 @dataclass(frozen=True)
@@ -135,7 +165,10 @@ def insights(run: dict[str, Any], stage_figures: Any, comm: Table, peaks: Table,
                          f"exposed communication; {float(comm['hidden_comm_pct'][worst]):.0f}% of its communication "
                          f"is hidden behind compute", "overlap it with compute (bucketed all-reduce, prefetching "
                          "FSDP's all-gathers, asynchronous sends), or send less."))
-    if len(peaks):
+    if not memory_recorded(run):
+        rows.append(("info", "memory", "not recorded: the traces hold no [memory] events",
+                     "record it with torch.profiler.profile(profile_memory=True)."))
+    elif len(peaks):
         top = int(np.argmax(peaks["total_bytes"]))
         rows.append(("info", "memory", f"rank {int(ranks[int(peaks['ipu'][top])])} peaks at "
                      f"{int(peaks['total_bytes'][top]) / 2**20:,.1f} MiB allocated, in {peaks['name'][top]}", ""))
