@@ -148,6 +148,30 @@ def test_the_readers_and_the_spill_cumulate_changes_alike_in_time_order(seed, tm
     assert int(stream.memory_bytes.min()) >= 0
 
 
+def test_an_import_in_parallel_processes_cumulates_the_changes_as_the_streaming_parser(tmp_path, monkeypatch):
+    # GIVEN two ranks of 400 shuffled memory changes each, in ranges small enough for each rank to be read by
+    # both processes
+    from popvision_py.importer import read_traces
+
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    peaks = []
+    for rank in (0, 1):
+        events, peak = random_changes(10 + rank)
+        write(folder / f"rank{rank}.json", {"distributedInfo": {"rank": rank, "world_size": 2}, "traceEvents": events})
+        peaks.append(peak)
+    paths = sorted(folder.iterdir())
+    monkeypatch.setattr("popvision_py.importer.IN_PROCESS_BYTES", 0)
+    monkeypatch.setattr(ranges, "RANGE_BYTES", 2000)
+    # WHEN they are read in two processes, their columns spilled, and by the streaming parser
+    parallel = read_traces(paths, jobs=2, spill=tmp_path)
+    # THEN each rank's memory is the streaming parser's, its peak the one a person computes
+    for trace, path, peak in zip(parallel, paths, peaks):
+        assert trace.spill is not None
+        assert_same(trace, read_stream(path), but=("spill",))
+        assert int(trace.memory_bytes.max()) == peak
+
+
 def test_a_trace_that_frees_what_it_never_allocated_starts_from_the_least_level_above_0(tmp_path):
     # GIVEN CUDA changes of -2 MiB (a free of memory allocated before the trace), +5 MiB, -1 MiB
     events = [op("Operator", "ProfilerStep#1", 0, 1000), op("Kernel", "k", 10, 900, pid=0, tid=7),
