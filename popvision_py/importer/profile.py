@@ -74,8 +74,9 @@ def window(traces: list[RankTrace]) -> tuple[int, int]:
     if all(len(s) for s, _ in steps):
         lo, hi = int(min(s.min() for s, _ in steps)), int(max(e.max() for _, e in steps))
         kernels = [t.kernels for t in traces if len(t.kernels)]
-        if kernels:
-            lo = min(lo, min(int(k[:, 0].min()) for k in kernels))
+        if kernels:  # and the runtime calls that launched them (a step's first launch may come before it)
+            lo = min(lo, min(int(k[:, 0].min()) for k in kernels),
+                     min(int(_launches(t)[:, 0].min(initial=lo)) for t in traces))
             hi = max(hi, max(int(k[:, 1].max()) for k in kernels))
         return lo, hi
     lows = [x.min() for t in each(traces) for x in (t.start, t.busy[:, 0] if len(t.busy) else t.start, t.kernels[:, 0],
