@@ -311,7 +311,7 @@ def _execute(con: Any, query: str, memory_limit: str, timeout: float | None,
             refused = members.refusal(str(exc)) if members is not None else None  # a view stopped at a forbidden value
             if refused is not None:
                 raise refused from None
-            raise _refusal(exc, memory_limit, ("tune",) if members is None else tuple(S.TABLES)) from None
+            raise _refusal(exc, memory_limit, ("tune",) if members is None else tuple(members.tables)) from None
     finally:
         ended.set()
         watcher.join()

@@ -89,6 +89,12 @@ def _tiny_tables() -> dict[str, pd.DataFrame]:
             "step": [0, 1, -1, 0], "phase": ["compute", "exchange", "idle", "compute"],
             "start_cycle": [0, 40, 0, 50], "end_cycle": [40, 50, 50, 80],
         }),
+        "kernels": pd.DataFrame({  # schema 5: a GPU's kernels (an imported trace's); the format takes any profile's
+            "ipu": [0, 1], "stream": [7, 7], "kind": ["compute", "communication"],
+            "name": ["sgemm", "ncclKernel_AllReduce"], "start_cycle": [0, 50], "end_cycle": [40, 80],
+            "correlation": [1, 2], "launch_start_cycle": [0, 10], "launch_end_cycle": [5, 12],
+            "launch_name": ["cudaLaunchKernel", "cudaLaunchKernel"],
+        }),
         "exchanges": pd.DataFrame({
             "ipu": [0], "step": [1], "kind": ["inter_ipu"], "src_ipu": [0], "dst_ipu": [1],
             "bytes": [128], "cycles": [10],
@@ -165,7 +171,7 @@ def test_manifest_records_rows_target_and_run(tiny: Path) -> None:
     # the tables written, and the trace's levels of detail the writer folded from the trace
     assert {name: t["rows"] for name, t in manifest["tables"].items()} == {
         name: len(frame) for name, frame in tiny_tables().items()
-    } | {"trace_levels": manifest["tables"]["trace_levels"]["rows"], "kernels": 0}  # no GPU kernels: empty
+    } | {"trace_levels": manifest["tables"]["trace_levels"]["rows"]}
     assert manifest["tables"]["trace_levels"]["rows"] > 0
 
 

@@ -29,7 +29,8 @@ def test_profile_reads_back_and_keeps_the_conventions(tmp_path, case):
             assert profile.manifest["tables"][name]["rows"] == len(tables[name])
     assert run["model"] == "mnist"
     assert target["tiles_per_ipu"] == 1472 and target["flops_per_cycle_per_tile"]["fp16"] == 128
-    assert all(len(tables[name]) > 0 for name in tables)
+    # every table holds rows but the GPU kernels of an imported trace, which an emulated run has none of
+    assert all(len(tables[name]) > 0 for name in tables if name != "kernels") and len(tables["kernels"]) == 0
 
 
 def test_the_same_command_gives_identical_tables(tmp_path):
