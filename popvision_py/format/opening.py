@@ -243,6 +243,8 @@ class ProfileFile:
             raise MemberSizeError(f"Member {info.filename} of {name} declares a size that does not fit the file.")
         handle.seek(info.header_offset)
         header = handle.read(_LOCAL_HEADER.size)
+        if len(header) != _LOCAL_HEADER.size:  # the file ended before its size said: rewritten as it was read
+            raise MemberSizeError(f"Member {info.filename} of {name} ends inside its header (truncated?).")
         fields = _LOCAL_HEADER.unpack(header)
         if fields[0] != _LOCAL_SIGNATURE:
             raise CorruptProfileError(f"Member {info.filename} of {name} has a corrupt header.")
