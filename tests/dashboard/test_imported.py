@@ -256,3 +256,40 @@ def test_the_trace_page_draws_a_step_s_critical_path_across_ranks(dash_duo, impo
     rows = {t.text for t in dash_duo.find_elements(f"#{ids.TRACE_CRITICAL} .ytick text")}
     assert "Rank 2" in rows
     assert errors(dash_duo) == []
+
+
+@pytest.fixture(scope="module")
+def gpu_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A GPU trace's import (tests/importer/test_gpu_timeline.py's trace: kernels on three streams, an NCCL
+    all-reduce hidden in part behind compute, a copy and a set, a CPU blocked in its all-reduce call)."""
+    from popvision_py.importer import find_traces, import_traces
+    from tests.importer.test_gpu_timeline import HEADER, events
+    from tests.importer.test_import_ranges import kineto
+
+    folder = tmp_path_factory.mktemp("gpu")
+    (folder / "rank0.json").write_text(kineto(HEADER, events()))
+    import_traces(find_traces([str(folder / "rank0.json")]), folder / "out" / "profile.pop")
+    return folder / "out" / "profile.pop"
+
+
+# What a GPU trace's import draws on each page: its memory was not recorded (the pages say so in words, not
+# in a figure of 0 MiB), and its one stage runs no pass the trace annotates (no Gantt bars)
+GPU_PAGES = {**PAGES, "/": [ids.SUMMARY_TIME], "/memory": [], "/liveness": [], "/stages": [ids.STAGES_IMBALANCE],
+             "/compare": [ids.COMPARE_STAGES, ids.COMPARE_PHASES]}
+
+
+@pytest.mark.browser
+@pytest.mark.slow  # about 15 s: nine pages in Chromium
+def test_every_page_of_a_gpu_trace_draws_without_console_errors(dash_duo, gpu_profile):
+    # GIVEN the dashboard on a profile imported from a GPU trace (twice: the Compare page has two)
+    from dashboards.app import create_app
+
+    dash_duo.start_server(create_app([str(gpu_profile), str(gpu_profile)], runner=refuse_to_emulate))
+    for path, graphs in GPU_PAGES.items():
+        # WHEN each page is opened THEN its figures are drawn and the console holds no error
+        dash_duo.wait_for_page(url=f"{dash_duo.server_url}{path}")
+        wait_for_figures(dash_duo, graphs)
+        assert errors(dash_duo) == [], path
+        # AND the memory the trace does not hold is said to be not recorded
+        if path in ("/memory", "/liveness"):
+            dash_duo.wait_for_contains_text("body", "not recorded", timeout=10)
