@@ -240,13 +240,19 @@ def bucket_runs(runs: list[tuple[np.ndarray, np.ndarray]], out: SpillFile, scrat
             bytes_column.extend(b)
             release(*times[:1])
     ts_ref, scratch_ref = ts_column.close(), bytes_column.close()
+    return ts_ref, _copied(scratch, scratch_ref, out, batch)
+
+
+def _copied(scratch: SpillFile, ref: Ref, out: SpillFile, batch: int, less: int = 0) -> Ref:
+    """The int64 column ``ref`` of ``scratch`` (less ``less``) appended to ``out`` ``batch`` rows at a time,
+    each batch's pages handed back: a column written beside another one in ``out`` is laid out after it."""
     scratch.freeze()
-    values = scratch.array(scratch_ref)
-    bytes_column = out.column(np.int64)
+    values = scratch.array(ref)
+    column = out.column(np.int64)
     for at in range(0, len(values), batch):
-        bytes_column.extend(values[at:at + batch])
+        column.extend(values[at:at + batch] - less)
         scratch.release()
-    return ts_ref, bytes_column.close()
+    return column.close()
 
 
 def change_runs(runs: list[tuple[np.ndarray, np.ndarray]], out: SpillFile, scratch: SpillFile,
@@ -274,13 +280,7 @@ def change_runs(runs: list[tuple[np.ndarray, np.ndarray]], out: SpillFile, scrat
             bytes_column.extend(b)
             release(*times[:1])
     ts_ref, scratch_ref = ts_column.close(), bytes_column.close()
-    scratch.freeze()
-    values = scratch.array(scratch_ref)
-    bytes_column = out.column(np.int64)
-    for at_row in range(0, len(values), batch):
-        bytes_column.extend(values[at_row:at_row + batch] - lowest)
-        scratch.release()
-    return ts_ref, bytes_column.close()
+    return ts_ref, _copied(scratch, scratch_ref, out, batch, less=lowest)
 
 
 @dataclass
