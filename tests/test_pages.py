@@ -31,17 +31,9 @@ def member(table: str, path: Path = SAMPLE) -> bytes:
 @pytest.fixture(scope="module")
 def gpu_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A profile imported from a GPU trace (tests/importer/test_gpu_timeline.py's): its kernels table is filled."""
-    from click.testing import CliRunner
+    from tests.importer.test_gpu_timeline import import_gpu_trace
 
-    from popvision_py.cli import main
-    from tests.importer.test_gpu_timeline import HEADER, events
-    from tests.importer.test_import_ranges import kineto
-
-    folder = tmp_path_factory.mktemp("gpu")
-    (folder / "rank0.json").write_text(kineto(HEADER, events()))
-    result = CliRunner().invoke(main, ["import", str(folder / "rank0.json"), "-o", str(folder / "out"), "-q"])
-    assert result.exit_code == 0, result.output
-    return folder / "out" / "profile.pop"
+    return import_gpu_trace(tmp_path_factory.mktemp("gpu"))
 
 
 def chunks(data: bytes):

@@ -414,12 +414,15 @@ def _gpu_timeline(part: RankPart, x: list[Event], gpu_cat: np.ndarray, launch: n
     part.gpu_names = [names[c] for c in code.tolist()]
     if len(rows):
         args = _gpu_args([x[k] for k in rows])
-        kinds = {(c, n): kernel_kind(cats[c], names[n]) for c, n in set(zip(cat_code[rows].tolist(),
-                                                                              name_code[rows].tolist()))}
+        # each distinct (category, name) pair's kind once, then looked up by the rows' codes
+        pair = cat_code[rows] * len(names) + name_code[rows]
+        distinct, which = np.unique(pair, return_inverse=True)
+        kind = np.array([kernel_kind(cats[p // len(names)], names[p % len(names)]) for p in distinct.tolist()],
+                        np.int64)
         table = np.zeros((len(rows), GPU_ROW), np.int64)
         table[:, 0], table[:, 1] = start[rows], end[rows]
         table[:, 2] = [stream_of({"stream": a.stream}, x[k].tid) for a, k in zip(args, rows.tolist())]
-        table[:, 3] = [kinds[c, n] for c, n in zip(cat_code[rows].tolist(), name_code[rows].tolist())]
+        table[:, 3] = kind[which]
         table[:, 4] = used[:len(rows)]
         table[:, 5] = [correlation_of({"correlation": a.correlation}) for a in args]
         part.gpu_rows = table

@@ -262,14 +262,9 @@ def test_the_trace_page_draws_a_step_s_critical_path_across_ranks(dash_duo, impo
 def gpu_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A GPU trace's import (tests/importer/test_gpu_timeline.py's trace: kernels on three streams, an NCCL
     all-reduce hidden in part behind compute, a copy and a set, a CPU blocked in its all-reduce call)."""
-    from popvision_py.importer import find_traces, import_traces
-    from tests.importer.test_gpu_timeline import HEADER, events
-    from tests.importer.test_import_ranges import kineto
+    from tests.importer.test_gpu_timeline import import_gpu_trace
 
-    folder = tmp_path_factory.mktemp("gpu")
-    (folder / "rank0.json").write_text(kineto(HEADER, events()))
-    import_traces(find_traces([str(folder / "rank0.json")]), folder / "out" / "profile.pop")
-    return folder / "out" / "profile.pop"
+    return import_gpu_trace(tmp_path_factory.mktemp("gpu"))
 
 
 # What a GPU trace's import draws on each page: its memory was not recorded (the pages say so in words, not

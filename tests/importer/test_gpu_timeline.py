@@ -60,13 +60,17 @@ def events() -> list[dict]:
     ]
 
 
-@pytest.fixture(scope="module")
-def imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("gpu")
+def import_gpu_trace(folder: Path) -> Path:
+    """The trace of ``events`` written in ``folder`` and imported through the CLI: its profile's path."""
     (folder / "rank0.json").write_text(kineto(HEADER, events()))
     result = CliRunner().invoke(main, ["import", str(folder / "rank0.json"), "-o", str(folder / "out"), "-q"])
     assert result.exit_code == 0, result.output
     return folder / "out" / "profile.pop"
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return import_gpu_trace(tmp_path_factory.mktemp("gpu"))
 
 
 def test_each_kernel_copy_and_set_is_a_row_with_its_stream_kind_and_launch(imported):
