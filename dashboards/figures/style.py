@@ -4,6 +4,7 @@ labels, and the units numbers are shown in (``components.fmt_*`` use the same ``
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -82,10 +83,15 @@ def clear_of_mode_bar(fig: go.Figure) -> go.Figure:
     return fig
 
 
+EMPTY_LINE_CHARS = 52  # a half-width panel's line at 1,280 px, in the annotation's 14 px font
+
+
 def empty(message: str, height: int = 260) -> go.Figure:
-    """A blank figure that says why there is nothing to draw."""
+    """A blank figure that says why there is nothing to draw, its sentence wrapped to fit a half-width panel
+    (plotly draws an annotation on one line, cut at the figure's edge)."""
     fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+    fig.add_annotation(text="<br>".join(textwrap.wrap(message, EMPTY_LINE_CHARS)) or message, showarrow=False,
+                       x=0.5, y=0.5, xref="paper", yref="paper",
                        font=dict(size=14, color="#6b7280"))
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)

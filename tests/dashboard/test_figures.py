@@ -117,6 +117,17 @@ def test_gantt_of_a_profile_without_stages_says_so():
     assert fig.layout.annotations[0].text == "No pipeline stages in this profile."
 
 
+def test_a_long_reason_for_an_empty_figure_is_wrapped_not_cut():
+    # GIVEN the sentence a memory figure shows for a trace without memory events (79 characters)
+    from dashboards.figures.style import EMPTY_LINE_CHARS, empty
+
+    reason = "the traces hold no [memory] events (record them with torch.profiler.profile(profile_memory=True))"
+    lines = empty(reason).layout.annotations[0].text.split("<br>")
+    # THEN it is drawn on several lines, none longer than a half-width panel holds, every word kept in order
+    assert len(lines) > 1 and all(len(line) <= EMPTY_LINE_CHARS for line in lines)
+    assert " ".join(lines) == reason
+
+
 def test_exchange_matrix_names_the_host_and_streaming_memory():
     matrix = pd.DataFrame({"src_ipu": [0, 1, -1, -2], "dst_ipu": [1, 0, 0, 0], "bytes": [800, 800, 100, 400],
                            "cycles": [5, 5, 2, 3]})
