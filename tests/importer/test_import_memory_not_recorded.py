@@ -125,6 +125,11 @@ def test_compare_shows_no_figure_of_memory_for_the_side_not_recorded(profiles):
     assert text.exit_code == 0 and f"b ({profiles['none']}): {NO_MEMORY}" in text.output
 
 
+def shown(component) -> str:
+    """A figure's or component's text as a reader sees it: an empty figure's reason is wrapped with <br>."""
+    return json.dumps(component.to_plotly_json(), default=str).replace("<br>", " ")
+
+
 def test_the_dashboard_says_not_recorded_on_its_cards_and_pages(profiles):
     from dashboards.app import create_app
 
@@ -139,13 +144,13 @@ def test_the_dashboard_says_not_recorded_on_its_cards_and_pages(profiles):
     # THEN its peak card says not recorded and why, its memory figures and lines say so, with no number
     peak = str(cards.to_plotly_json())
     assert "Peak memory" in peak and "not recorded" in peak and "0 B" not in peak
-    assert NO_MEMORY in json.dumps(memory_figure.to_plotly_json()) and description == NO_MEMORY
-    assert NO_MEMORY in str(figures_slot.to_plotly_json()) and NO_MEMORY in json.dumps(categories.to_plotly_json())
-    assert NO_MEMORY in json.dumps(liveness.render_plot(0, 0, "a").to_plotly_json())
-    assert NO_MEMORY in str(liveness.render_peaks("a").to_plotly_json())
+    assert NO_MEMORY in shown(memory_figure) and description == NO_MEMORY
+    assert NO_MEMORY in shown(figures_slot) and NO_MEMORY in shown(categories)
+    assert NO_MEMORY in shown(liveness.render_plot(0, 0, "a"))
+    assert NO_MEMORY in shown(liveness.render_peaks("a"))
     assert liveness.choose_peak("a")[1:] == (None, None)
     # AND b, whose traces hold memory events, shows its peak: 5 MiB
     assert "5.00 MiB" in str(summary.render("b")[0].to_plotly_json())
     # AND the Compare page draws no memory bars, naming the profile whose memory is not recorded
     compared = compare.render(None)[2]
-    assert NO_MEMORY in json.dumps(compared.to_plotly_json())
+    assert NO_MEMORY in shown(compared)
