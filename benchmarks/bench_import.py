@@ -17,12 +17,15 @@ size and ``--keep-traces`` is not given: 10 GB folders are deleted after their r
 - ``gpipe-gpu``, ``ddp-gpu``: the same recordings rewritten as GPU traces (``make_large_trace.py
   --gpu-style``: operators as ``kernel`` events on a compute stream, gloo's transfers as NCCL kernels on
   a stream of their own). No GPU recording is at hand: these stand in for one, with the CPU's times.
+- ``gpu``: synthetic GPU traces of a 4-rank DistributedDataParallel run on GPUs (``make_gpu_trace.py``:
+  runtime launches joined to kernels by correlation, NCCL kernels with their args, copies and sets on
+  three streams, GPU-side annotations), written to the size; no recording needed.
 
 Each step of the path then runs as a whole command in a fresh process, in order, on the result of
 the one before:
 
 1. ``popvision import FOLDER -o OUT -q``;
-2. ``popvision report OUT --section all`` (its text to a file);
+2. ``popvision report OUT --section all`` (its text to a file), and for GPU traces ``--section gpu``;
 3. ``popvision sql OUT QUERY`` (each phase's rows and cycles per IPU over the whole trace);
 4. ``popvision export-trace OUT/profile.pop -o OUT/trace.json -q``;
 5. the dashboard's warm-up (``create_app([OUT]); data.current().warm()``, as ``popvision dashboard``
@@ -68,7 +71,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-import make_large_trace  # noqa: E402  (benchmarks/ is this script's folder)
+import make_gpu_trace  # noqa: E402  (benchmarks/ is this script's folder)
+import make_large_trace  # noqa: E402
 
 SIZES_MB = (100, 1000, 10000)
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -220,8 +224,9 @@ def warm(folder: Path) -> None:
                 pass
 
 
-VARIANTS = {  # name -> (recording, GPU-style rewrite)
-    "gpipe": ("gpipe", False), "gpipe-gpu": ("gpipe", True), "ddp": ("ddp", False), "ddp-gpu": ("ddp", True)}
+VARIANTS = {  # name -> (recording, GPU-style rewrite); "gpu": synthetic GPU traces (make_gpu_trace.py), no recording
+    "gpipe": ("gpipe", False), "gpipe-gpu": ("gpipe", True), "ddp": ("ddp", False), "ddp-gpu": ("ddp", True),
+    "gpu": (None, True)}
 SQL = ("SELECT ipu, phase, count(*) AS rows, sum(end_cycle - start_cycle) AS cycles FROM trace "
        "GROUP BY ipu, phase ORDER BY ipu, phase")
 WARM_UP = (
@@ -231,39 +236,46 @@ WARM_UP = (
     "create_app([sys.argv[1]])\n"
     "data.current().warm()\n"
 )
-STEPS = ("import", "report", "sql", "export-trace", "warm-up")
+STEPS = ("import", "report", "report-gpu", "sql", "export-trace", "warm-up")  # report-gpu: GPU traces only
 
 
 def traces(src: Path, work: Path, variant: str, size_mb: int) -> tuple[Path, dict]:
     """The grown traces of ``variant`` at ``size_mb`` (made once, then reused while the source and size hold)."""
     recording, gpu = VARIANTS[variant]
-    source = src / recording
+    source = src / recording if recording else None
     folder = work / f"{variant}_{size_mb}mb"
     summary_path = make_large_trace.manifest(folder)
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
-        if summary.get("source") == str(source) and summary.get("total_mb") == size_mb and \
-                summary.get("gpu_style", False) == gpu and all(
+        if summary.get("source") == str(source or "make_gpu_trace") and summary.get("total_mb") == size_mb and \
+                bool(summary.get("gpu_style", False)) == gpu and all(
                 Path(f["file"]).exists() and Path(f["file"]).stat().st_size == f["bytes"] for f in summary["files"]):
             return folder, summary
-    print(f"growing {source} to {size_mb:,} MB in {folder}{' (GPU-style)' if gpu else ''} ...", flush=True)
-    summary = make_large_trace.grow(source, folder, size_mb, gpu=gpu)
+    if source is None:
+        print(f"writing synthetic GPU traces of {size_mb:,} MB in {folder} ...", flush=True)
+        summary = make_gpu_trace.make(folder, size_mb)
+    else:
+        print(f"growing {source} to {size_mb:,} MB in {folder}{' (GPU-style)' if gpu else ''} ...", flush=True)
+        summary = make_large_trace.grow(source, folder, size_mb, gpu=gpu)
     print(f"  {summary['copies']} copies of the steps, {summary['bytes'] / 1e6:,.0f} MB, {summary['events']:,} "
           f"events, {summary['seconds']} s", flush=True)
     return folder, summary
 
 
-def commands(folder: Path, out: Path) -> dict[str, list[str]]:
-    """Each step's command line."""
+def commands(folder: Path, out: Path, gpu: bool = False) -> dict[str, list[str]]:
+    """Each step's command line (``report --section gpu`` for GPU traces only)."""
     cli = [sys.executable, "-m", "popvision_py.cli"]
+    gpu_report = {"report-gpu": [*cli, "report", str(out), "--section", "gpu", "-o", str(out / "report_gpu.txt")]}
     return {"import": [*cli, "import", str(folder), "-o", str(out), "-q"],
             "report": [*cli, "report", str(out), "--section", "all", "-o", str(out / "report.txt")],
+            **(gpu_report if gpu else {}),
             "sql": [*cli, "sql", str(out / "profile.pop"), SQL, "-o", str(out / "sql.txt")],
             "export-trace": [*cli, "export-trace", str(out / "profile.pop"), "-o", str(out / "trace.json"), "-q"],
             "warm-up": [sys.executable, "-c", WARM_UP, str(out / "profile.pop")]}
 
 
-def run_path(folder: Path, work: Path, tag: str, cap: int, timeout_s: float, root: Path) -> dict[str, dict]:
+def run_path(folder: Path, work: Path, tag: str, cap: int, timeout_s: float, root: Path,
+             gpu: bool = False) -> dict[str, dict]:
     """Every step of the path on ``folder``, in order, until one fails."""
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -273,7 +285,7 @@ def run_path(folder: Path, work: Path, tag: str, cap: int, timeout_s: float, roo
     # `python -m` puts the working folder first: the given checkout's popvision_py (and dashboards) run
     env["PYTHONPATH"] = str(root) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     steps: dict[str, dict] = {}
-    for step, command in commands(folder, out).items():
+    for step, command in commands(folder, out, gpu).items():
         if step == "import":
             warm(folder)
         figures = measure(command, logs / f"{step}_{tag}.log", env, cap, timeout_s, root)
@@ -336,9 +348,9 @@ def cell(figures: dict | None) -> str:
 
 def table(results: list[dict]) -> str:
     """Markdown: each size and variant, each step's time and peak memory, the import's throughput."""
-    lines = ["| trace JSON | variant | ranks | events | import | MB/s | report --section all | sql | export-trace "
-             "| dashboard warm-up | import + report |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| trace JSON | variant | ranks | events | import | MB/s | report --section all | report --section gpu "
+             "| sql | export-trace | dashboard warm-up | import + report |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in results:
         steps = r["steps"]
         imp = steps.get("import")
@@ -394,8 +406,10 @@ def main(argv: list[str] | None = None) -> int:
                    "ranks": len(grown["files"]), "copies": grown["copies"], "folder": str(folder),
                    "load_average_before": load_before}
             if "popvision" in args.tools:
-                run["steps"] = run_path(folder, args.work, tag, cap, args.timeout_min * 60, root)
-                if any(f.get("outcome") != "ok" for f in run["steps"].values()) or len(run["steps"]) < len(STEPS):
+                gpu = VARIANTS[variant][1]
+                run["steps"] = run_path(folder, args.work, tag, cap, args.timeout_min * 60, root, gpu)
+                if any(f.get("outcome") != "ok" for f in run["steps"].values()) or \
+                        len(run["steps"]) < len(STEPS) - (not gpu):
                     failed.append(tag)
             if "hta" in args.tools:
                 run["hta"] = run_hta(folder, args.work, tag, args.hta_python, cap, args.timeout_min * 60)
