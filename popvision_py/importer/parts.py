@@ -57,7 +57,6 @@ DTYPE_BYTES = {"float": 4, "float32": 4, "c10::Half": 2, "c10::BFloat16": 2, "do
                "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "ComplexFloat": 8, "ComplexDouble": 16}
 
 
-
 @dataclass
 class RankTrace:
     """What the import keeps of one rank's trace (times in ns on the shared clock)."""
@@ -89,7 +88,6 @@ class RankTrace:
     torch_version: str | None = None
     pid: int | None = None  # the process of the rank's training loop (its ProfilerStep#N annotations'), if known
     spill: Any = field(default=None, repr=False, compare=False)  # the file its arrays map (spill.SpilledRank)
-
 
 
 # A kernel's row: its GPU start and end, stream, kind (KERNEL_KIND), name code, correlation id (-1: none), and its
@@ -131,25 +129,47 @@ def correlation_of(args: dict[str, Any]) -> int:
 def gpu_timeline(rows: np.ndarray, names: list[str], launches: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """A rank's kernels (``RankTrace.kernels``) and their names, from its parts' rows (GPU_ROW columns, names
     the rank's codes) and launches: both readers' results, made the same way (names in sorted order)."""
+    code, sorted_names = name_codes(names)
+    return join_launches(renamed(rows, 4, code), renamed(launches, 3, code)), sorted_names
+
+
+def name_codes(names: list[str]) -> tuple[np.ndarray, list[str]]:
+    """The names sorted, and each name's code (its place in ``names``) mapped to its place among them."""
     order = sorted(range(len(names)), key=names.__getitem__)
     code = np.empty(len(names), np.int64)
     code[order] = np.arange(len(names))
-    return join_launches(renamed(rows, 4, code), renamed(launches, 3, code)), [names[k] for k in order]
+    return code, [names[k] for k in order]
 
 
 def join_launches(rows: np.ndarray, launches: np.ndarray) -> np.ndarray:
     """The kernels' rows (GPU_ROW columns) sorted by start, with each one's launching call's start, end and
     name (``launches``: LAUNCH_ROW columns) joined by correlation id: KERNEL_COLUMNS."""
+    rows, launches = sorted_kernels(rows), sorted_launches(launches)
+    return joined(rows, launches[:, 0], launches[:, 1:])
+
+
+def sorted_kernels(rows: np.ndarray) -> np.ndarray:
+    """Kernels' rows (GPU_ROW columns) sorted by start, then stream (ties in the order given)."""
+    return rows[np.lexsort((rows[:, 2], rows[:, 0]))]
+
+
+def sorted_launches(launches: np.ndarray) -> np.ndarray:
+    """Launches (LAUNCH_ROW columns) sorted by correlation id (ties in the order given)."""
+    return launches[np.argsort(launches[:, 0], kind="stable")]
+
+
+def joined(rows: np.ndarray, keys: np.ndarray, launches: np.ndarray) -> np.ndarray:
+    """Kernels' rows (GPU_ROW columns) as KERNEL_COLUMNS: each joined to the first launch whose correlation id
+    (``keys``, sorted; ``launches``: the rest of each launch's LAUNCH_ROW columns) is its own, -1 where none is.
+    ``keys`` and ``launches`` may lie in a memory map: a block of rows is joined at a time."""
     out = np.full((len(rows), len(KERNEL_COLUMNS)), -1, np.int64)
     if not len(rows):
         return out
-    rows = rows[np.lexsort((rows[:, 2], rows[:, 0]))]
     out[:, :GPU_ROW] = rows
-    if len(launches):
-        launches = launches[np.argsort(launches[:, 0], kind="stable")]
-        at = np.minimum(np.searchsorted(launches[:, 0], rows[:, 5]), len(launches) - 1)
-        hit = (rows[:, 5] >= 0) & (launches[at, 0] == rows[:, 5])
-        out[hit, GPU_ROW:] = launches[at[hit], 1:LAUNCH_ROW]
+    if len(keys):
+        at = np.minimum(np.searchsorted(keys, rows[:, 5]), len(keys) - 1)
+        hit = (rows[:, 5] >= 0) & (keys[at] == rows[:, 5])
+        out[hit, GPU_ROW:] = launches[at[hit]]
     return out
 
 
@@ -168,7 +188,6 @@ def parse_header(head: bytes) -> dict[str, Any]:
     if not isinstance(header, dict):
         raise TraceError("is not a JSON object")
     return header
-
 
 
 def args_of(event: dict[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from popvision_py.format import ProfileWriter
 from popvision_py.format.schema import KERNEL_KINDS, SCHEMA_VERSION
 from popvision_py.importer.parts import release_memory
 from popvision_py.importer.read import KIND, RankTrace, TraceError
-from popvision_py.importer.spill import release
+from popvision_py.importer.spill import blocks, release
 from popvision_py.importer.tables import category, rank_tables, sorted_memory
 from popvision_py.importer.timeline import WINDOW_BUSY_ROWS, peer_ready, rank_rows_by_window
 from popvision_py.version import __version__
@@ -71,27 +71,38 @@ def window(traces: list[RankTrace]) -> tuple[int, int]:
     """The time the profile covers: the profiler steps (``ProfilerStep#N``) of every rank, else everything; and
     every GPU kernel of the traces (a GPU runs a step's kernels after the CPU launched them, past its end)."""
     steps = [(t.start[t.kind == KIND["step"]], t.end[t.kind == KIND["step"]]) for t in each(traces)]
+    gpu = [gpu_span(t) for t in each(traces)]
     if all(len(s) for s, _ in steps):
         lo, hi = int(min(s.min() for s, _ in steps)), int(max(e.max() for _, e in steps))
-        kernels = [t.kernels for t in traces if len(t.kernels)]
-        if kernels:  # and the runtime calls that launched them (a step's first launch may come before it)
-            lo = min(lo, min(int(k[:, 0].min()) for k in kernels),
-                     min(int(_launches(t)[:, 0].min(initial=lo)) for t in traces))
-            hi = max(hi, max(int(k[:, 1].max()) for k in kernels))
+        # and the kernels, and the runtime calls that launched them (a step's first launch may come before it)
+        lo = min([lo] + [k[0] for k, _ in gpu if k] + [launch[0] for _, launch in gpu if launch])
+        hi = max([hi] + [k[1] for k, _ in gpu if k])
         return lo, hi
-    lows = [x.min() for t in each(traces) for x in (t.start, t.busy[:, 0] if len(t.busy) else t.start, t.kernels[:, 0],
-                                                    _launches(t)[:, 0]) if len(x)]
-    highs = [x.max() for t in each(traces) for x in (t.end, t.busy[:, 1] if len(t.busy) else t.end, t.kernels[:, 1],
-                                                     _launches(t)[:, 1]) if len(x)]
+    lows = [x.min() for t in each(traces) for x in (t.start, t.busy[:, 0] if len(t.busy) else t.start) if len(x)]
+    highs = [x.max() for t in each(traces) for x in (t.end, t.busy[:, 1] if len(t.busy) else t.end) if len(x)]
+    lows += [span[0] for spans in gpu for span in spans if span]
+    highs += [span[1] for spans in gpu for span in spans if span]
     if not lows:
         return 0, 0
     return int(min(lows)), int(max(highs))
 
 
-def _launches(t: RankTrace) -> np.ndarray:
-    """The runtime calls that launched the rank's kernels (start, end): without profiler steps, the profile begins
-    at the first of them, so that each kernel's launch lies in it."""
-    return t.kernels[t.kernels[:, 6] >= 0][:, 6:8]
+def gpu_span(t: RankTrace) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """The first start and last end of the rank's kernels, and of the runtime calls that launched them (None where
+    there are none), read a block of kernels at a time: without profiler steps, the profile begins at the first
+    launch, so that each kernel's launch lies in it."""
+    kernels: list[tuple[int, int]] = []
+    launches: list[tuple[int, int]] = []
+    for block in blocks(t.kernels):
+        kernels.append((int(block[:, 0].min()), int(block[:, 1].max())))
+        launched = block[block[:, 6] >= 0]
+        if len(launched):
+            launches.append((int(launched[:, 6].min()), int(launched[:, 7].max())))
+
+    def span(found: list[tuple[int, int]]) -> tuple[int, int] | None:
+        return (min(a for a, _ in found), max(b for _, b in found)) if found else None
+
+    return span(kernels), span(launches)
 
 
 def layout(traces: list[RankTrace]) -> RecognisedRun:
@@ -249,8 +260,9 @@ def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_
         tables = {table: writer.table(table) for table in TABLES}
         kernels = writer.table("kernels")
         for ipu, t in enumerate(traces):
-            if len(t.kernels):
-                _write(kernels, kernel_rows(t, ipu, plan.lo))
+            for block in kernel_rows(t, ipu, plan.lo):
+                _write(kernels, block)
+                release_memory()
             rows = rank_rows_by_window(t, (plan.lo, plan.hi), plan.ready[ipu], busy_rows)
             for window in rank_tables(t, ipu, plan, _peak(t, plan.lo, plan.hi), rows):
                 if "hidden_comm_ns" in window:  # the rank's end: its tables that needed all of its rows
@@ -263,16 +275,17 @@ def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_
     return run
 
 
-def kernel_rows(t: RankTrace, ipu: int, lo: int) -> dict[str, Any]:
-    """The rank's rows of the ``kernels`` table: its GPU's kernels, copies and sets, times from ``lo``."""
-    k = t.kernels
-    launched = k[:, 6] >= 0
-    return {"ipu": np.full(len(k), ipu, np.int64), "stream": k[:, 2],
-            "kind": category(k[:, 3], list(KERNEL_KINDS)), "name": category(k[:, 4], t.kernel_names),
-            "start_cycle": k[:, 0] - lo, "end_cycle": k[:, 1] - lo, "correlation": k[:, 5],
-            "launch_start_cycle": np.where(launched, k[:, 6] - lo, -1),
-            "launch_end_cycle": np.where(launched, k[:, 7] - lo, -1),
-            "launch_name": category(np.where(launched, k[:, 8], len(t.kernel_names)), [*t.kernel_names, ""])}
+def kernel_rows(t: RankTrace, ipu: int, lo: int) -> Iterator[dict[str, Any]]:
+    """The rank's rows of the ``kernels`` table (its GPU's kernels, copies and sets, times from ``lo``), a block of
+    ``SLICE_ROWS`` at a time."""
+    for k in blocks(t.kernels, SLICE_ROWS):
+        launched = k[:, 6] >= 0
+        yield {"ipu": np.full(len(k), ipu, np.int64), "stream": k[:, 2],
+               "kind": category(k[:, 3], list(KERNEL_KINDS)), "name": category(k[:, 4], t.kernel_names),
+               "start_cycle": k[:, 0] - lo, "end_cycle": k[:, 1] - lo, "correlation": k[:, 5],
+               "launch_start_cycle": np.where(launched, k[:, 6] - lo, -1),
+               "launch_end_cycle": np.where(launched, k[:, 7] - lo, -1),
+               "launch_name": category(np.where(launched, k[:, 8], len(t.kernel_names)), [*t.kernel_names, ""])}
 
 
 def _write(table: Any, columns: dict[str, Any]) -> None:

@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 
 from popvision_py.importer.checks import TraceError, header_fields
-from popvision_py.importer.parts import (GPU_ROW, LAUNCH_ROW, MEMORY_BUCKET_NS, RankPart, RankTrace, autograd_rows,
-                                         bucket_max, choose, gpu_timeline, gpu_work_dropped, merge_intervals,
-                                         release_memory, renamed, torch_version)
+from popvision_py.importer.parts import (GPU_ROW, KERNEL_COLUMNS, LAUNCH_ROW, MEMORY_BUCKET_NS, RankPart, RankTrace,
+                                         autograd_rows, bucket_max, choose, gpu_work_dropped, joined, merge_intervals,
+                                         name_codes, release_memory, renamed, sorted_kernels, sorted_launches,
+                                         torch_version)
 from popvision_py.importer.memory_changes import check_memory_kinds, running_memory
 
 BATCH_ROWS = 1 << 16  # rows handled at a time: intervals merged, samples reduced, spans copied
@@ -167,6 +168,15 @@ def release(*holders: Any) -> None:
             spill.release()
 
 
+def blocks(values: np.ndarray, rows: int = BATCH_ROWS) -> Iterator[np.ndarray]:
+    """``values`` ``rows`` rows at a time (each a copy), the pages of each handed back once it is copied: an array
+    over a spill file (a rank's kernels, say) read through without holding it."""
+    for at in range(0, len(values), rows):
+        block = np.array(values[at:at + rows])
+        release(values)
+        yield block
+
+
 def filled(folder: Path | None, lengths: list[int], value: int, batch: int = BATCH_ROWS) -> list[np.ndarray]:
     """Arrays of int64 ``value``, one of each length, to be written into: in memory, or over one spill file in
     ``folder`` (``release`` takes them)."""
@@ -294,9 +304,8 @@ class _PartRefs:
     busy: dict[Any, Ref]
     backward: dict[Any, Ref]
     memory: dict[int, tuple[Ref, Ref]]
-    gpu_rows: Ref
-    gpu_names: np.ndarray  # the part's kernel name codes -> the rank's
-    launches: Ref
+    gpu_rows: Ref  # sorted by start and stream (``parts.sorted_kernels``), names the rank's codes
+    launches: Ref  # sorted by correlation id (``parts.sorted_launches``), names the rank's codes
 
 
 class SpilledRank:
@@ -325,14 +334,15 @@ class SpilledRank:
     def add(self, part: RankPart) -> None:
         """Append a part (the next of the rank's, in order)."""
         codes = np.array([self.names.setdefault(n, len(self.names)) for n in part.names], np.int64)
+        gpu_codes = np.array([self.gpu_names.setdefault(n, len(self.gpu_names)) for n in part.gpu_names], np.int64)
         raw = self.raw
         self.parts.append(_PartRefs(
             rows=raw.append(part.rows), on_gpu=raw.append(part.on_gpu), names=codes,
             kernels=raw.append(part.kernels), busy={t: raw.append(v) for t, v in part.busy.items()},
             backward={t: raw.append(v) for t, v in part.backward.items()},
             memory={d: (raw.append(t), raw.append(b)) for d, (t, b) in part.memory.items()},
-            gpu_rows=raw.append(part.gpu_rows), launches=raw.append(part.launches),  # names: gpu_names' codes
-            gpu_names=np.array([self.gpu_names.setdefault(n, len(self.gpu_names)) for n in part.gpu_names], np.int64)))
+            gpu_rows=raw.append(sorted_kernels(renamed(part.gpu_rows, 4, gpu_codes))),
+            launches=raw.append(sorted_launches(renamed(part.launches, 3, gpu_codes)))))
         self.changes.append({d: _sorted_run(raw, t, b) for d, (t, b) in part.changes.items()})
         self.change_devices.update(dict.fromkeys(part.changes))
         self.events += part.events
@@ -398,16 +408,15 @@ class SpilledRank:
             memory = bucket_runs([(raw.array(p.memory[choice.memory][0]), raw.array(p.memory[choice.memory][1]))
                                   for p in parts if choice.memory in p.memory], out, SpillFile(self.folder),
                                  self.batch)
-        # the GPU's own timeline, joined to its launches in memory (a kernel's row is 64 bytes)
-        kernels, kernel_names = gpu_timeline(
-            np.concatenate([np.zeros((0, GPU_ROW), np.int64)] + [renamed(raw.array(p.gpu_rows), 4, p.gpu_names)
-                                                               for p in parts]),
-            list(self.gpu_names), np.concatenate([np.zeros((0, LAUNCH_ROW), np.int64)] + [
-                renamed(raw.array(p.launches), 3, p.gpu_names) for p in parts]))
+        # the GPU's own timeline, sorted and joined to its launches a stretch of time at a time
+        kernels, kernel_names = spill_timeline([raw.array(p.gpu_rows) for p in parts],
+                                               [raw.array(p.launches) for p in parts], list(self.gpu_names), out,
+                                               self.folder, self.batch)
         raw.release()
         out.freeze()
         self.raw = self.parts = None  # type: ignore[assignment]  # the raw file goes with its map
         columns = {name: out.array(ref) for name, ref in refs.items()}
+        kernels = out.array(kernels)
         memory_ts, memory_bytes = (out.array(memory[0]), out.array(memory[1])) if memory else (
             np.zeros(0, np.int64), np.zeros(0, np.int64))
         trace = RankTrace(
@@ -439,6 +448,45 @@ class SpilledRank:
                 piece = nodes[at:at + self.batch]
                 yield autograd_rows(piece, code), np.zeros(len(piece), bool)
                 release(nodes)
+
+
+def merged_launches(runs: list[np.ndarray], code: np.ndarray, folder: Path,
+                    batch: int = BATCH_ROWS) -> tuple[np.ndarray, np.ndarray]:
+    """The runs' launches (each sorted by correlation id) as one run so sorted, a stretch of ids at a time: the
+    ids, and the rest of each launch's columns (its name mapped through ``code``), over two scratch files."""
+    runs = [r for r in runs if len(r)]
+    ids, rest = SpillFile(folder), SpillFile(folder)
+    id_column, rest_column = ids.column(np.int64), rest.column(np.int64, (LAUNCH_ROW - 1,))
+    keys = [r[:, 0] for r in runs]
+    for slices in _stretches(keys, _cuts(keys, batch)):
+        block = np.concatenate([np.zeros((0, LAUNCH_ROW), np.int64), *(np.asarray(r[s]) for r, s in zip(runs, slices))])
+        block = renamed(sorted_launches(block), 3, code)
+        id_column.extend(block[:, 0])
+        rest_column.extend(block[:, 1:])
+        release(*runs[:1])
+    id_ref, rest_ref = id_column.close(), rest_column.close()
+    ids.freeze()
+    rest.freeze()
+    return ids.array(id_ref), rest.array(rest_ref)
+
+
+def spill_timeline(kernel_runs: list[np.ndarray], launch_runs: list[np.ndarray], names: list[str], out: SpillFile,
+                   folder: Path, batch: int = BATCH_ROWS) -> tuple[Ref, list[str]]:
+    """A rank's ``RankTrace.kernels`` appended to ``out``, and their names, from its parts' runs (each sorted:
+    ``parts.sorted_kernels``, ``parts.sorted_launches``; names the rank's codes into ``names``): what
+    ``parts.gpu_timeline`` makes of the same rows, a stretch of time at a time, each stretch's kernels sorted,
+    renamed and joined to their launches (merged into one run first, ``merged_launches``). Ties keep the parts'
+    order and each part's own, as one sort of them all does."""
+    code, sorted_names = name_codes(names)
+    keys, launches = merged_launches(launch_runs, code, folder, batch)
+    runs = [r for r in kernel_runs if len(r)]
+    column = out.column(np.int64, (len(KERNEL_COLUMNS),))
+    starts = [r[:, 0] for r in runs]
+    for slices in _stretches(starts, _cuts(starts, batch)):
+        block = np.concatenate([np.zeros((0, GPU_ROW), np.int64), *(np.asarray(r[s]) for r, s in zip(runs, slices))])
+        column.extend(joined(sorted_kernels(renamed(block, 4, code)), keys, launches))
+        release(*runs[:1], keys, launches)
+    return column.close(), sorted_names
 
 
 def _sorted_run(raw: SpillFile, ts: np.ndarray, change: np.ndarray) -> tuple[Ref, Ref]:

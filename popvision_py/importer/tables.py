@@ -20,7 +20,7 @@ import pyarrow as pa
 from popvision_py.format.arrays import arrow
 from popvision_py.importer.parts import KERNEL_KIND
 from popvision_py.importer.read import KIND, RankTrace, merge_intervals
-from popvision_py.importer.spill import Growing
+from popvision_py.importer.spill import Growing, blocks
 from popvision_py.importer.timeline import LABEL, PASS_NAME, Rows, is_collective, unique_first
 
 PHASE_WORDS = ["idle", "exchange", "compute", "stream"]  # stream: a GPU's copies and sets
@@ -95,7 +95,7 @@ class RankTables:
         everything = np.isin(kind, [KIND["comm_call"], KIND["comm_flight"]])
         self.in_flight = merge_intervals(np.stack([t.start[everything], t.end[everything]], axis=1))
         if len(t.kernels):  # a GPU's communication is its communication kernels, not the CPU's calls
-            self.in_flight = merge_intervals(t.kernels[t.kernels[:, 3] == KERNEL_KIND["communication"], :2])
+            self.in_flight = communication(t.kernels)
         self.in_flight_sum = np.concatenate([[0], np.cumsum(self.in_flight[:, 1] - self.in_flight[:, 0])])
         self.memory_ts, self.memory_bytes = sorted_memory(t)
 
@@ -257,6 +257,19 @@ def sorted_memory(t: RankTrace) -> tuple[np.ndarray, np.ndarray]:
         return ts, t.memory_bytes
     order = np.argsort(ts, kind="stable")
     return ts[order], t.memory_bytes[order]
+
+
+def communication(kernels: np.ndarray) -> np.ndarray:
+    """The union of a GPU's communication kernels' time (``kernels``: a rank's ``RankTrace.kernels``, sorted by
+    start), read a block at a time: each block's merged with the last interval of the blocks before, which is
+    held back, as a later kernel may still join it (no other can: it ends before the last one starts)."""
+    merged = [np.zeros((0, 2), np.int64)]
+    held = merged[0]
+    for block in blocks(kernels):
+        union = merge_intervals(np.concatenate([held, block[block[:, 3] == KERNEL_KIND["communication"], :2]]))
+        merged.append(union[:-1])
+        held = union[-1:]
+    return np.concatenate([*merged, held])
 
 
 def _cover_until(merged: np.ndarray, covered: np.ndarray, at: np.ndarray) -> np.ndarray:

@@ -260,8 +260,9 @@ class _Spans:
 
 def rank_rows_by_window(trace: RankTrace, window: tuple[int, int], ready: np.ndarray | None = None,
                         busy_rows: int = WINDOW_BUSY_ROWS) -> Iterator[Rows]:
-    """``rank_rows(trace, window, ready)``, a window of time at a time (each about ``busy_rows`` of the
-    rank's busy rows long): the same rows, in order, their spans indices into the rank's spans.
+    """``rank_rows(trace, window, ready)``, a window of time at a time (each at most about ``busy_rows`` of the
+    rank's busy rows long, and of its GPU's kernels, which a busy row may hold many of): the same rows, in order,
+    their spans indices into the rank's spans.
 
     A window's rows are those of the spans that overlap it (a span that ended before it, or began after,
     covers none of its moments, and does not change which of the others covers one; a call waiting for
@@ -269,9 +270,10 @@ def rank_rows_by_window(trace: RankTrace, window: tuple[int, int], ready: np.nda
     runs across the end of a window is one row: it is held back until the next window says where it ends.
     """
     lo, hi = window
-    cuts = [lo, *(int(c) for c in trace.busy[busy_rows::busy_rows, 0] if lo < c < hi), hi] if hi > lo else [lo, hi]
     kernels = trace.kernels
-    reach = np.maximum.accumulate(kernels[:, 1]) if len(kernels) else np.zeros(0, np.int64)
+    inside = np.concatenate([trace.busy[busy_rows::busy_rows, 0], kernels[busy_rows::busy_rows, 0]])
+    cuts = [lo, *np.unique(inside[(inside > lo) & (inside < hi)]).tolist(), hi] if hi > lo else [lo, hi]
+    reach = Reach(kernels)
     held: Rows | None = None
     for a, b in zip(cuts[:-1], cuts[1:]):
         # a span's reach: its end, or its peer's call where that came later (it waits for its peer until then)
@@ -279,7 +281,7 @@ def rank_rows_by_window(trace: RankTrace, window: tuple[int, int], ready: np.nda
         picked = np.flatnonzero(reaches & (trace.start < b))
         i0 = int(np.searchsorted(trace.busy[:, 1], a, side="right")) if len(trace.busy) else 0
         i1 = int(np.searchsorted(trace.busy[:, 0], b, side="left")) if len(trace.busy) else 0
-        k0, k1 = int(np.searchsorted(reach, a, side="right")), int(np.searchsorted(kernels[:, 0], b, side="left"))
+        k0, k1 = reach.first_past(a), reach.first_at(b)
         part = _Spans(trace.kind[picked], trace.start[picked], trace.end[picked],
                       trace.busy[i0:max(i0, i1)] if len(trace.busy) else trace.busy, kernels[k0:max(k0, k1)])
         rows = rank_rows(part, window, ready[picked] if ready is not None else None, (a, b))  # type: ignore[arg-type]
@@ -296,6 +298,46 @@ def rank_rows_by_window(trace: RankTrace, window: tuple[int, int], ready: np.nda
             return
         held = Rows(rows.start[-1:], rows.end[-1:], rows.label[-1:], rows.span[-1:])
         yield Rows(rows.start[:-1], rows.end[:-1], rows.label[:-1], rows.span[:-1])
+
+
+class Reach:
+    """Where a window's kernels begin and end in a rank's kernels (sorted by start), for windows in rising order:
+    the first whose reach (the furthest end of it and every kernel before it) passes a time, and the first to start
+    at or after one. The kernels are read forward once in all, a block at a time (never their whole reach)."""
+
+    BLOCK = 1 << 16
+
+    def __init__(self, kernels: np.ndarray) -> None:
+        self.kernels = kernels
+        self.past = 0  # kernels before this one all end at or before the last time asked for
+        self.reach = np.iinfo(np.int64).min  # their furthest end
+        self.at = 0  # kernels before this one all start before the last time asked for
+
+    def first_past(self, a: int) -> int:
+        """The first kernel whose reach passes ``a`` (no earlier ``a`` than the last asked for)."""
+        kernels = self.kernels
+        while self.past < len(kernels) and self.reach <= a:
+            ends = np.asarray(kernels[self.past:self.past + self.BLOCK, 1])
+            reach = np.maximum.accumulate(np.maximum(ends, self.reach))
+            beyond = int(np.searchsorted(reach, a, side="right"))
+            if beyond < len(ends):  # found: the reach of the kernels before it is kept
+                self.reach = int(reach[beyond - 1]) if beyond else self.reach
+                self.past += beyond
+                return self.past
+            self.reach = int(reach[-1])
+            self.past += len(ends)
+        return self.past
+
+    def first_at(self, b: int) -> int:
+        """The first kernel starting at or after ``b`` (no earlier ``b`` than the last asked for)."""
+        kernels = self.kernels
+        while self.at < len(kernels):
+            starts = np.asarray(kernels[self.at:self.at + self.BLOCK, 0])
+            k = int(np.searchsorted(starts, b, side="left"))
+            self.at += k
+            if k < len(starts):
+                break
+        return self.at
 
 
 def is_collective(name: str) -> bool:

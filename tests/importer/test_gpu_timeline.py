@@ -135,6 +135,20 @@ def test_both_readers_keep_the_same_gpu_timeline(tmp_path, monkeypatch):
     assert launched.sum() == 4 and np.all(fast.kernels[launched, 6] < fast.kernels[launched, 0])
 
 
+def test_both_readers_keep_the_same_gpu_timeline_of_a_data_parallel_run(tmp_path, monkeypatch):
+    # GIVEN a synthetic data-parallel GPU trace (make_gpu_trace.py: three streams, NCCL kernels, every kernel, copy
+    # and set launched by a runtime call), cut into ranges of 16 KiB
+    from tests.importer.test_import_spill import synthetic_gpu
+
+    path = synthetic_gpu(tmp_path / "traces") / "rank1.json"
+    monkeypatch.setattr(ranges, "RANGE_BYTES", 16 << 10)
+    fast, stream = ranges.read_fast(path), read_stream(path)
+    # THEN both readers keep the same kernels, names and launches, every one of them launched
+    assert len(ranges.rank_ranges(path)[0].ranges) > 20
+    assert_same(fast, stream)
+    assert set(np.unique(fast.kernels[:, 2]).tolist()) == {7, 20, 24} and (fast.kernels[:, 6] >= 0).all()
+
+
 def test_a_cpu_trace_has_no_kernels(tmp_path):
     path = tmp_path / "rank0.json"
     path.write_text(kineto(HEADER, [e for e in events() if e.get("pid") != 0]))

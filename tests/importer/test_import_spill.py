@@ -11,10 +11,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
 import pytest
 from click.testing import CliRunner
 
-from popvision_py.importer import find_traces, ranges, read_traces, spill
+from popvision_py.importer import find_traces, profile, ranges, read_traces, spill, timeline
 from popvision_py.importer.parts import bucket_max, merge_intervals
 from popvision_py.importer.profile import write_profile
 from tests.importer.test_import_ranges import SAMPLE, assert_same
@@ -64,10 +65,21 @@ def gpu_style(folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def synthetic_gpu(folder: Path) -> Path:
+    """Synthetic GPU traces (make_gpu_trace.py): runtime launches joined by correlation, NCCL kernels, three streams."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import make_gpu_trace
+
+    make_gpu_trace.make(folder, total_mb=1.2, ranks=2, layers=3, bucket=2, jobs=1)
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["cpu", "gpu", "synthetic-gpu"])
 def test_an_import_spilled_in_small_pieces_writes_the_tables_of_one_held_in_memory(kind, tmp_path, monkeypatch):
-    # GIVEN the sample's traces (or their GPU rewrite), inflated, cut into ranges of 64 KiB
-    if kind == "gpu":
+    # GIVEN the sample's traces (or their GPU rewrite, or synthetic GPU traces), inflated, cut into ranges of 64 KiB
+    if kind == "synthetic-gpu":
+        folder = synthetic_gpu(tmp_path / "traces")
+    elif kind == "gpu":
         folder = gpu_style(tmp_path / "traces")
     else:
         folder = tmp_path / "traces"
@@ -77,10 +89,13 @@ def test_an_import_spilled_in_small_pieces_writes_the_tables_of_one_held_in_memo
     paths = find_traces([str(folder)])
     monkeypatch.setattr(ranges, "RANGE_BYTES", 64 << 10)
     # WHEN they are read into memory and written in one window a rank, and read spilled (rows merged,
-    # reduced and copied 50 at a time) and written in windows of 40 busy rows
+    # reduced and copied 50 at a time, the kernels sorted and joined to their launches 50 at a time, read back 7
+    # at a time) and written in windows of 40 busy rows (or kernels)
     whole = read_traces(paths, jobs=1)
     write_profile(tmp_path / "whole" / "profile.pop", whole, name="x", busy_rows=1 << 40)
     monkeypatch.setattr(spill, "BATCH_ROWS", 50)
+    monkeypatch.setattr(timeline.Reach, "BLOCK", 7)
+    monkeypatch.setattr(profile, "SLICE_ROWS", 70)
     spilled = read_traces(paths, jobs=1, spill=tmp_path)
     assert all(t.spill is not None for t in spilled)
     assert all(len(ranges.rank_ranges(p)[0].ranges) > 3 for p in paths)  # each rank several parts
@@ -88,14 +103,16 @@ def test_an_import_spilled_in_small_pieces_writes_the_tables_of_one_held_in_memo
     # THEN each rank's columns are the same, and so is every table
     for a, b in zip(whole, spilled):
         assert_same(a, b, but=("spill",))
-    assert sum(len(t.busy) for t in spilled) > 4 * 50  # more rows than a batch: the pieces were many
+    assert sum(len(t.busy) + len(t.kernels) for t in spilled) > 4 * 50  # more rows than a batch: the pieces were many
     from popvision_py.format import open_profile
 
     with open_profile(tmp_path / "whole" / "profile.pop") as a, open_profile(tmp_path / "spilled" / "profile.pop") as b:
         for table in (*TABLES, "kernels"):
             assert a.read_table(table).equals(b.read_table(table)), table
-        if kind == "gpu":  # the GPU's own timeline was spilled and joined too
-            assert a.read_table("kernels").num_rows > 0
+        if kind != "cpu":  # the GPU's own timeline was spilled and joined too
+            assert a.read_table("kernels").num_rows > 4 * 50
+        if kind == "synthetic-gpu":  # every kernel, copy and set joined to its launch
+            assert pc.min(a.read_table("kernels").column("launch_start_cycle")).as_py() >= 0
         assert a.run == b.run
 
 
