@@ -23,6 +23,7 @@ from popvision_py.analysis.ipu import exchange as _exchange
 from popvision_py.analysis.findings import fixes as _fixes
 from popvision_py.analysis.host import input_wait as _host
 from popvision_py.analysis.imported import gpu as _gpu
+from popvision_py.analysis.imported import gpu_ranks as _gpu_ranks
 from popvision_py.analysis.imported import ranks as _imported
 from popvision_py.analysis.ipu import liveness as _liveness
 from popvision_py.analysis.ipu import memory as _memory
@@ -452,23 +453,28 @@ class GpuReport(_View):
         return NO_KERNELS_GPU if r.target.get("arch") == "gpu" else NO_KERNELS_IMPORTED
 
     def kernels(self) -> _gpu.Kernels:
-        """Every kernel, copy and set of the profile (``gpu.Kernels``), the table read once (none before schema 5)."""
+        """Every kernel, copy and set of the profile (``gpu.Kernels``), the table read once (none before schema 5).
+        The figures below read the table a rank at a time instead (``gpu_ranks``): this holds all of it."""
         r = self._r
 
         def compute() -> _gpu.Kernels:
-            ranks = _imported.rank_numbers(r.run, int(r.target.get("num_ipus", 1)))
             if "kernels" not in r.profile.tables:  # an older schema: no kernel, every answer empty
-                return _gpu.Kernels.build([], [], [], [], [], [], ranks=ranks)
-            return _gpu.Kernels.from_columns(r.columns("kernels"), ranks)
+                return _gpu.Kernels.build([], [], [], [], [], [], ranks=self._ranks())
+            return _gpu.Kernels.from_columns(r.columns("kernels"), self._ranks())
 
         return self._memo("kernels", compute)
+
+    def _ranks(self) -> np.ndarray:
+        """Each IPU's rank (an imported profile's IPU is its position among the traces)."""
+        r = self._r
+        return np.asarray(_imported.rank_numbers(r.run, int(r.target.get("num_ipus", 1))), np.int64)
 
     def window(self) -> tuple[np.ndarray, np.ndarray]:
         """Each rank's profiled steps, in the kernels' ns: the imported trace's extent (its first profiler
         step's start to its last one's end, over every rank; the whole trace without steps)."""
         def compute() -> tuple[np.ndarray, np.ndarray]:
             start, end = self._r.trace.extent()
-            n = self.kernels().num_ranks
+            n = len(self._ranks())
             return np.full(n, start, np.int64), np.full(n, end, np.int64)
 
         return self._memo("window", compute)
@@ -485,13 +491,13 @@ class GpuReport(_View):
             family = np.array([events.families[f] == "ProfilerStep" for f in events.family_of.tolist()] or [False])
             step = family[events.name] if len(events) else np.zeros(0, bool)
             process = events.process
-            ipu_of = {int(rank): ipu for ipu, rank in enumerate(self.kernels().ranks.tolist())}
+            ipu_of = {int(rank): ipu for ipu, rank in enumerate(self._ranks().tolist())}
             steps = {}
             for code, name in enumerate(events.processes):
                 rank = name.removeprefix("rank-")
                 if rank.isdigit() and int(rank) in ipu_of:
                     steps[ipu_of[int(rank)]] = events.start[step & (process == code)]
-            return _gpu.last_step_starts(steps, self.kernels().num_ranks)
+            return _gpu.last_step_starts(steps, len(self._ranks()))
 
         return self._memo("last_step_starts", compute)
 
@@ -500,64 +506,85 @@ class GpuReport(_View):
         return self._memo("hta_kernels", lambda: self.kernels().take(
             _gpu.hta_selection(self.kernels(), self.last_step_starts())))
 
+    def _figure(self, name: str, key: Any = None, figure: _gpu_ranks.Figure | None = None) -> Table:
+        """A figure over every rank, computed a rank at a time (``gpu_ranks.figures``): every figure at its
+        defaults in one read of each rank's kernels, a ``figure`` of other arguments (under ``key``) in one of
+        its own."""
+        r = self._r
+
+        def compute(wanted: dict[str, _gpu_ranks.Figure] | None) -> dict[str, Table]:
+            return _gpu_ranks.figures(r.profile, self._ranks(), self.window(), self.last_step_starts(), wanted)
+
+        if figure is None:
+            return self._memo("figures", lambda: compute(None))[name]
+        return self._memo(key, lambda: compute({name: figure})[name])
+
     def by_rank(self) -> pd.DataFrame:
         return self._by_rank().frame()
 
     def _by_rank(self) -> Table:
-        return self._memo("by_rank", lambda: _gpu.by_rank(self.kernels(), self.window()))
+        return self._figure("by_rank")
 
     def by_stream(self) -> pd.DataFrame:
         return self._by_stream().frame()
 
     def _by_stream(self) -> Table:
-        return self._memo("by_stream", lambda: _gpu.by_stream(self.kernels(), self.window()))
+        return self._figure("by_stream")
 
     def kernels_by_name(self, n: int | None = 10) -> pd.DataFrame:
         return self._kernels_by_name(n).frame()
 
     def _kernels_by_name(self, n: int | None = 10) -> Table:
-        return self._memo(("by_name", n), lambda: _gpu.kernels_by_name(self.kernels(), self.window(), n))
+        if n == 10:
+            return self._figure("kernels_by_name")
+        return self._figure("kernels_by_name", ("by_name", n),
+                            lambda k, hta, window: _gpu.kernels_by_name(k, window, n))
 
     def temporal(self) -> pd.DataFrame:
         return self._temporal().frame()
 
     def _temporal(self) -> Table:
-        return self._memo("temporal", lambda: _gpu.temporal(self.hta_kernels()))
+        return self._figure("temporal")
 
     def kernel_types(self) -> pd.DataFrame:
         return self._kernel_types().frame()
 
     def _kernel_types(self) -> Table:
-        return self._memo("kernel_types", lambda: _gpu.kernel_types(self.hta_kernels()))
+        return self._figure("kernel_types")
 
     def kernel_types_by_rank(self) -> pd.DataFrame:
-        return self._memo("kernel_types_by_rank", lambda: _gpu.kernel_types_by_rank(self.hta_kernels())).frame()
+        return self._figure("kernel_types_by_rank").frame()
 
     def overlap(self) -> pd.DataFrame:
         return self._overlap().frame()
 
     def _overlap(self) -> Table:
-        return self._memo("overlap", lambda: _gpu.comm_comp_overlap(self.hta_kernels()))
+        return self._figure("overlap")
 
     def top_kernels(self, num_kernels: int = 10, duration_ratio: float = 0.8) -> pd.DataFrame:
         return self._top_kernels(num_kernels, duration_ratio).frame()
 
     def _top_kernels(self, num_kernels: int = 10, duration_ratio: float = 0.8) -> Table:
-        return self._memo(("top", num_kernels, duration_ratio), lambda: _gpu.top_kernels(
-            self.hta_kernels(), num_kernels, duration_ratio))
+        if (num_kernels, duration_ratio) == (10, 0.8):
+            return self._figure("top_kernels")
+        return self._figure("top_kernels", ("top", num_kernels, duration_ratio),
+                            lambda k, hta, window: _gpu.top_kernels(hta, num_kernels, duration_ratio))
 
     def launches(self) -> pd.DataFrame:
         """Each kernel's launch (``gpu.LAUNCH_COLUMNS``), of the kernels HTA analyses."""
-        return _gpu.launches(self.hta_kernels()).frame()
+        return self._figure("launches", "launches", lambda k, hta, window: _gpu.launches(hta)).frame()
 
     def launch_summary(self) -> pd.DataFrame:
         return self._launch_summary().frame()
 
     def _launch_summary(self) -> Table:
-        return self._memo("launch_summary", lambda: _gpu.launch_summary(self.hta_kernels()))
+        return self._figure("launch_summary")
 
     def idle_breakdown(self, kernel_wait_ns: int = _gpu.KERNEL_WAIT_NS) -> pd.DataFrame:
         return self._idle_breakdown(kernel_wait_ns).frame()
 
     def _idle_breakdown(self, kernel_wait_ns: int = _gpu.KERNEL_WAIT_NS) -> Table:
-        return self._memo(("idle", kernel_wait_ns), lambda: _gpu.idle_breakdown(self.hta_kernels(), kernel_wait_ns))
+        if kernel_wait_ns == _gpu.KERNEL_WAIT_NS:
+            return self._figure("idle_breakdown")
+        return self._figure("idle_breakdown", ("idle", kernel_wait_ns),
+                            lambda k, hta, window: _gpu.idle_breakdown(hta, kernel_wait_ns))

@@ -8,6 +8,8 @@ besides the common views, in a PyTorch user's words.
   compute, communication and memory time within the profiled steps, and the figures Holistic Trace
   Analysis 0.5 gives (temporal breakdown, kernel types and their overlaps, communication-computation
   overlap, top kernels, launch delays, idle time by cause), computed as HTA computes them.
+- ``gpu_ranks``: those figures a rank at a time, each rank's kernels read from the row groups that hold
+  them, so that a report holds one rank's kernels, not the run's.
 
 May import: ``common``, ``trace``; ``popvision_py.format`` and ``popvision_py.errors``.
 """

@@ -84,15 +84,20 @@ class Kernels:
     def from_columns(cls, columns: Columns, ranks: Any) -> Kernels:
         """The table as ``Report.columns("kernels")`` decodes it; ``ranks``: each IPU's rank."""
         n = len(columns)
-        col = (lambda c: columns[c].astype(np.int64)) if n else (lambda c: np.zeros(0, np.int64))  # noqa: E731
+        # the table's columns where they are int64 already (views, not copies: a rank's kernels are millions)
+        col = (lambda c: np.asarray(columns[c], np.int64)) if n else (lambda c: np.zeros(0, np.int64))  # noqa: E731
+        words = columns.words("name") if n else np.zeros(0, object)
+        order = np.argsort(words.astype(str), kind="stable")  # names sorted, as ``build``'s: ties then by name
+        code = np.empty(len(order), np.int64)
+        code[order] = np.arange(len(order))
         return cls(ipu=col("ipu"), stream=col("stream"),
                    kind=columns.codes_in("kind", KERNEL_KINDS) if n else np.zeros(0, np.int64),
-                   name=columns.codes("name") if n else np.zeros(0, np.int64),
+                   name=code[columns.codes("name")] if n else np.zeros(0, np.int64),
                    start=col("start_cycle"), end=col("end_cycle"), correlation=col("correlation"),
                    launch_start=col("launch_start_cycle"), launch_end=col("launch_end_cycle"),
                    hta_launch=(columns.codes_in("launch_name", HTA_LAUNCH_CALLS) < len(HTA_LAUNCH_CALLS)) if n
                    else np.zeros(0, bool),
-                   names=columns.words("name") if n else np.zeros(0, object), ranks=np.asarray(ranks, np.int64))
+                   names=words[order], ranks=np.asarray(ranks, np.int64))
 
     @classmethod
     def build(cls, ipu: Any, stream: Any, kind: Any, name: Any, start: Any, end: Any, launch_start: Any = None,
@@ -251,7 +256,17 @@ def kernel_types(k: Kernels) -> Table:
     type's kernels merged first, so two of one type overlapping count once) and its share of the sum,
     the largest first. Kernels of none of HTA's types count for nothing; sets that never run are left
     out (HTA may list one at 0 time, from two events at the same time)."""
-    total = _type_coverage(k).sum(axis=0)
+    return kernel_types_of(type_times(k))
+
+
+def type_times(k: Kernels) -> np.ndarray:
+    """The time each set of HTA's types runs at once, summed over the ranks (a bit mask per entry): what
+    ``kernel_types`` shows, and the sum of each rank's alone."""
+    return _type_coverage(k).sum(axis=0)
+
+
+def kernel_types_of(total: np.ndarray) -> Table:
+    """``kernel_types`` of ``type_times``."""
     masks = np.flatnonzero(total[1:] > 0) + 1
     masks = masks[np.argsort(-total[masks], kind="stable")]
     names = np.array(_type_names(), dtype=object)

@@ -1,0 +1,61 @@
+"""analysis.imported.gpu_ranks: the GPU's figures computed a rank at a time (each rank's kernels read from the row
+groups that hold them) are those of the whole kernels table at once, row groups shared between ranks included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import popvision_py
+from popvision_py.analysis.imported import gpu, gpu_ranks
+from popvision_py.importer import find_traces, import_traces
+from popvision_py.importer import profile as importer_profile
+from tests.importer.test_import_spill import synthetic_gpu
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-rank synthetic GPU run imported with row groups of about 100 rows: a rank's kernels span several, and
+    one row group holds both ranks' kernels."""
+    folder = tmp_path_factory.mktemp("gpu_ranks")
+    traces = synthetic_gpu(folder / "traces")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(importer_profile, "ROW_GROUP_ROWS", 100)
+        patch.setattr(importer_profile, "SLICE_ROWS", 30)  # written 30 rows at a time: a group across the ranks
+        import_traces(find_traces([str(traces)]), folder / "out" / "profile.pop", jobs=1)
+    return folder / "out" / "profile.pop"
+
+
+def same(a, b) -> None:
+    assert a.names == b.names
+    for name in a.names:
+        x, y = np.asarray(a[name]), np.asarray(b[name])
+        assert x.dtype.kind == y.dtype.kind and len(x) == len(y), name
+        if x.dtype.kind == "f":
+            assert np.allclose(x, y, equal_nan=True, rtol=1e-12), name
+        else:
+            assert x.tolist() == y.tolist(), name
+
+
+def test_each_figure_a_rank_at_a_time_is_the_whole_tables(imported):
+    # GIVEN a GPU import whose kernels table has a row group holding both ranks' kernels
+    with popvision_py.open(imported) as report:
+        view = report.gpu
+        metadata = report.profile.metadata("kernels")
+        assert metadata.num_row_groups > 4
+        assert set(gpu_ranks.row_groups(report.profile, 0)) & set(gpu_ranks.row_groups(report.profile, 1))
+        # WHEN each figure is computed a rank at a time, and over every kernel at once
+        k, window, last = view.kernels(), view.window(), view.last_step_starts()
+        hta = k.take(gpu.hta_selection(k, last))
+        whole = {name: figure(k, hta, window) for name, figure in gpu_ranks.FIGURES.items()}
+        whole["kernel_types"] = gpu.kernel_types(hta)
+        by_rank = gpu_ranks.figures(report.profile, view._ranks(), window, last)
+        # THEN every figure is the same, row for row, and the report's answers are these
+        assert last is not None and len(k) > 2 * 100 and (k.ipu == 1).sum() > 100
+        for name, table in whole.items():
+            same(by_rank[name], table)
+        same(report.answer("gpu.temporal"), whole["temporal"])
+        same(report.answer("gpu.kernels_by_name", 3), gpu.kernels_by_name(k, window, 3))
+        assert len(view.launches()) == len(gpu.launches(hta)) > 0
