@@ -36,7 +36,7 @@ from popvision_py.importer.checks import MAX_DEPTH, Depth, TraceError, header_fi
 from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_FLIGHT, GPU_CATS, GPU_ROW, HEAD_BYTES,
                                          MAX_PLAIN, MAX_RATIO, MAX_US, RUNTIME_CATS, STEP, Merger,
                                          RankPart, RankTrace, Spans, args_of, bucket_max, classify, comm_bytes,
-                                         correlation_of, is_annotation_span, kernel_kind, merge_intervals, open_trace,
+                                         is_annotation_span, kernel_kind, merge_intervals, open_trace,
                                          parse_header, stream_of)
 from popvision_py.importer.parts import OLD_CATEGORIES, current_categories
 from popvision_py.importer.spill import SpilledRank
@@ -392,12 +392,27 @@ def reduce_events(events: list[Event], base_ns: int) -> RankPart:
     return part
 
 
-def _gpu_args(events: list[Event]) -> list[GpuArgs]:
-    """The stream and correlation of each event's args, decoded at once (an event without args: neither)."""
+def _gpu_args(events: list[Event]) -> tuple[np.ndarray, np.ndarray]:
+    """The stream and correlation id of each event's args, decoded at once: -1 where the args say none (an event
+    without args: neither), or one out of ``parts.stream_of``'s or ``parts.correlation_of``'s range."""
+    raws = list(map(attrgetter("args"), events))
+    if not all(raws):
+        raws = [raw or b"{}" for raw in raws]
     try:
-        return GPU_ARGS.decode(b"[" + b",".join(bytes(e.args) or b"{}" for e in events) + b"]")
+        said = GPU_ARGS.decode(b"[" + b",".join(raws) + b"]")
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise Fallback("a GPU event's or runtime call's args of another shape") from None
+    return _ids(map(attrgetter("stream"), said), len(said), 1 << 31), \
+        _ids(map(attrgetter("correlation"), said), len(said), 1 << 62)
+
+
+def _ids(values: Any, n: int, limit: int) -> np.ndarray:
+    """Whole numbers (or None) as int64: -1 for None and for those outside [0, ``limit``)."""
+    try:
+        ids = np.fromiter((-1 if v is None else v for v in values), np.int64, n)
+    except OverflowError:  # beyond int64: the streaming parser refuses the trace
+        raise Fallback("an id beyond int64") from None
+    return np.where((ids >= 0) & (ids < limit), ids, -1)
 
 
 def _gpu_timeline(part: RankPart, x: list[Event], gpu_cat: np.ndarray, launch: np.ndarray, start: np.ndarray,
@@ -407,13 +422,12 @@ def _gpu_timeline(part: RankPart, x: list[Event], gpu_cat: np.ndarray, launch: n
     launch them (``parts.LAUNCH_ROW`` columns: any runtime call with a correlation id): what
     ``read.read_stream`` keeps of them, event for event."""
     rows, calls = np.flatnonzero(gpu_cat), np.flatnonzero(launch)
-    said = _gpu_args([x[k] for k in calls]) if len(calls) else []
-    correlation = np.array([correlation_of({"correlation": a.correlation}) for a in said], np.int64)
+    correlation = _gpu_args([x[k] for k in calls.tolist()])[1] if len(calls) else np.zeros(0, np.int64)
     calls = calls[correlation >= 0]
     code, used = np.unique(name_code[np.concatenate([rows, calls])], return_inverse=True)
     part.gpu_names = [names[c] for c in code.tolist()]
     if len(rows):
-        args = _gpu_args([x[k] for k in rows])
+        streams, correlations = _gpu_args([x[k] for k in rows.tolist()])
         # each distinct (category, name) pair's kind once, then looked up by the rows' codes
         pair = cat_code[rows] * len(names) + name_code[rows]
         distinct, which = np.unique(pair, return_inverse=True)
@@ -421,10 +435,9 @@ def _gpu_timeline(part: RankPart, x: list[Event], gpu_cat: np.ndarray, launch: n
                         np.int64)
         table = np.zeros((len(rows), GPU_ROW), np.int64)
         table[:, 0], table[:, 1] = start[rows], end[rows]
-        table[:, 2] = [stream_of({"stream": a.stream}, x[k].tid) for a, k in zip(args, rows.tolist())]
-        table[:, 3] = kind[which]
-        table[:, 4] = used[:len(rows)]
-        table[:, 5] = [correlation_of({"correlation": a.correlation}) for a in args]
+        unsaid = np.flatnonzero(streams < 0)  # no stream in the args, or one out of range: the track's (tid)
+        streams[unsaid] = [stream_of({}, x[k].tid) for k in rows[unsaid].tolist()]
+        table[:, 2], table[:, 3], table[:, 4], table[:, 5] = streams, kind[which], used[:len(rows)], correlations
         part.gpu_rows = table
     if len(calls):
         part.launches = np.stack([correlation[correlation >= 0], start[calls], end[calls], used[len(rows):]], axis=1)

@@ -135,6 +135,31 @@ def test_both_readers_keep_the_same_gpu_timeline(tmp_path, monkeypatch):
     assert launched.sum() == 4 and np.all(fast.kernels[launched, 6] < fast.kernels[launched, 0])
 
 
+def test_both_readers_read_streams_and_correlations_out_of_range_alike(tmp_path):
+    # GIVEN kernels whose args say no stream or one out of range (the track's is taken), and correlation ids missing,
+    # negative or past 2^62 (none: -1), launched or not
+    odd = [{"stream": None}, {"stream": 1 << 31, "correlation": 2}, {"stream": -4, "correlation": -3},
+           {"stream": 9, "correlation": (1 << 62) + 1}, {"stream": 9, "correlation": 7}, {}]
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 1000, **CPU},
+              launch("cudaLaunchKernel", 10, 5, 2), launch("cudaLaunchKernel", 12, 5, (1 << 62) + 1)]
+    for k, args in enumerate(odd):
+        event = kernel(f"k{k}", 100 + 10 * k, 5, 7)
+        event["tid"] = "stream 12" if k % 2 else 31
+        events.append({**event, "args": args} if args else {kk: v for kk, v in event.items() if kk != "args"})
+    path = tmp_path / "rank0.json"
+    path.write_text(kineto(HEADER, events))
+    # WHEN both readers read it
+    fast, stream = ranges.read_fast(path), read_stream(path)
+    # THEN they agree: the streams are the args' where in range, else the track's; one kernel is launched
+    assert_same(fast, stream)
+    assert fast.kernels[:, 2].tolist() == [31, 12, 31, 9, 9, 12]
+    assert fast.kernels[:, 5].tolist() == [-1, 2, -1, -1, 7, -1] and (fast.kernels[:, 6] >= 0).sum() == 1
+    # AND an id past int64, which the streaming parser refuses, is not taken by the fast path either
+    path.write_text(kineto(HEADER, [*events, kernel("big", 300, 5, 7, (1 << 63) + 5)]))
+    with pytest.raises(ranges.Fallback):
+        ranges.read_fast(path)
+
+
 def test_both_readers_keep_the_same_gpu_timeline_of_a_data_parallel_run(tmp_path, monkeypatch):
     # GIVEN a synthetic data-parallel GPU trace (make_gpu_trace.py: three streams, NCCL kernels, every kernel, copy
     # and set launched by a runtime call), cut into ranges of 16 KiB
