@@ -360,6 +360,11 @@ def open_profile(path: str | Path) -> Any:
     return Report(path, planner=current().planner)
 
 
+def has_kernels(report: Any) -> bool:
+    """A profile imported from GPU traces whose ``kernels`` table holds a kernel: the GPU page's to show."""
+    return bool(report.imported) and not report.gpu.missing()
+
+
 def replayable(report: Any) -> bool:
     """An imported pipeline of several ranks: its what-ifs are re-timings of its trace (analysis/pipeline/replay.py)."""
     return bool(report.imported) and str(report.run.get("strategy")) == "pipelined" and len(

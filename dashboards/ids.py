@@ -187,3 +187,17 @@ WHATIF_PARETO_TITLE = "whatif-pareto-title"
 WHATIF_PARETO_NOTE = "whatif-pareto-note"
 TRACE_CRITICAL_SECTION = "trace-critical-section"  # an imported pipeline: one step's critical path across ranks
 TRACE_CRITICAL = "trace-critical"
+# GPU (a GPU trace's kernels: each rank's streams over time, the breakdowns per rank, the kernels)
+GPU_NOTE = "gpu-note"  # the one sentence shown where the profile holds no GPU kernel
+GPU_CONTENT = "gpu-content"  # everything else (hidden then)
+GPU_FIGURES = "gpu-figures"
+GPU_RANKS = "gpu-ranks"  # Dropdown (multi): the ranks whose streams are drawn
+GPU_RANKS_BOX = "gpu-ranks-box"  # the picker and its label (hidden for one rank)
+GPU_TIMELINE = "gpu-timeline"
+GPU_LEVEL = "gpu-level"
+GPU_RESET = "gpu-reset"
+GPU_TEMPORAL = "gpu-temporal"
+GPU_KERNEL_TYPES = "gpu-kernel-types"
+GPU_OVERLAP = "gpu-overlap"
+GPU_BY_RANK = "gpu-by-rank"
+GPU_KERNELS = "gpu-kernels"  # DataTable: each rank's costliest kernels by name, sortable
