@@ -192,7 +192,7 @@ def test_an_ipu_profile_keeps_its_words(app):
     # GIVEN the dashboard on an IPU profile: the callbacks that retitle the pages for an imported trace give
     # an IPU profile the words its layout starts with, and hide nothing it showed
     page = lambda name: importlib.import_module(f"dashboards.pages.{name}")  # noqa: E731
-    assert page("summary").render_words("a") == ("Where the IPU time goes", "Memory per IPU")
+    assert page("summary").render_words("a") == ("Where the IPU time goes", "Memory per IPU", {})
     memory = page("memory").render_words("a")
     assert memory[0] == page("memory").DESCRIPTION[False] and memory[1] == {"display": "none"}
     assert memory[2:7] == ({}, {}, {}, {}, {}) and memory[7:] == ("grid-2", "Memory per IPU by category",
