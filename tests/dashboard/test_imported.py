@@ -268,9 +268,10 @@ def gpu_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # What a GPU trace's import draws on each page: its memory was not recorded (the pages say so in words, not
-# in a figure of 0 MiB), and its one stage runs no pass the trace annotates (no Gantt bars)
+# in a figure of 0 MiB), its one stage runs no pass the trace annotates (no Gantt bars), and its GPU page
 GPU_PAGES = {**PAGES, "/": [ids.SUMMARY_TIME], "/memory": [], "/liveness": [], "/stages": [ids.STAGES_IMBALANCE],
-             "/compare": [ids.COMPARE_STAGES, ids.COMPARE_PHASES]}
+             "/compare": [ids.COMPARE_STAGES, ids.COMPARE_PHASES],
+             "/gpu": [ids.GPU_TIMELINE, ids.GPU_TEMPORAL, ids.GPU_KERNEL_TYPES, ids.GPU_OVERLAP]}
 
 
 @pytest.mark.browser
