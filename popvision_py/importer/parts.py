@@ -98,6 +98,28 @@ def parse_header(head: bytes) -> dict[str, Any]:
 
 
 
+TAIL_BYTES = 1 << 16  # keys after traceEvents are looked for in the stream's last bytes (Kineto's: a few hundred)
+
+
+def trailer_of(tail: bytes) -> dict[str, Any]:
+    """The ``distributedInfo`` a trace writes after its events (PyTorch's own traces put it first; some tools
+    append it), from the stream's last bytes; empty if it is not there or does not decode as an object."""
+    at = tail.rfind(b'"distributedInfo"')
+    colon = tail.find(b":", at) if at >= 0 else -1
+    if colon < 0:
+        return {}
+    try:
+        info, _ = json.JSONDecoder().raw_decode(tail[colon + 1:].decode("utf-8", "replace").lstrip())
+    except ValueError:
+        return {}
+    return {"distributedInfo": info} if isinstance(info, dict) else {}
+
+
+def with_trailer(header: dict[str, Any], trailer: dict[str, Any]) -> dict[str, Any]:
+    """The header, with the ``distributedInfo`` written after the events where the header has none."""
+    return {**header, **trailer} if trailer and "distributedInfo" not in header else header
+
+
 def args_of(event: dict[str, Any]) -> dict[str, Any]:
     """An event's ``args`` (an object, or none at all)."""
     args = event.get("args")
@@ -284,6 +306,7 @@ class RankPart:
     gpu_names: list[str] = field(default_factory=list)  # the kernels' names, by their codes
     launches: np.ndarray = field(default_factory=lambda: np.zeros((0, LAUNCH_ROW), np.int64))  # LAUNCH_ROW columns
     ops: np.ndarray = field(default_factory=lambda: np.zeros((0, OP_ROW), np.int64))  # OP_ROW columns (gpu_names)
+    trailer: dict[str, Any] = field(default_factory=dict)  # the distributedInfo after the events (``trailer_of``)
 
     def add_spans(self, spans: Spans) -> None:
         self.rows = np.asarray(spans.rows, np.int64).reshape(-1, 8)
@@ -341,7 +364,7 @@ class Merger:
                      kernels=merge_intervals(np.concatenate([p.kernels for p in parts])),
                      step_threads=list(dict.fromkeys(t for p in parts for t in p.step_threads)),
                      step_pid=next((p.step_pid for p in parts if p.step_pid is not None), None),
-                     gpu=any(p.gpu for p in parts))
+                     gpu=any(p.gpu for p in parts), trailer=next((p.trailer for p in parts if p.trailer), {}))
         for p in parts:
             for tid, n in p.threads.items():
                 whole.threads[tid] = whole.threads.get(tid, 0) + n
@@ -401,6 +424,7 @@ def gpu_work_dropped(kind: np.ndarray, on_gpu: np.ndarray, name: np.ndarray, nam
 def assemble(path: str, header: dict[str, Any], part: RankPart) -> RankTrace:
     """A rank's ``RankTrace`` from its whole ``RankPart``: the training thread, its operators' union (or the GPU's
     kernels'), the backward passes no annotation names, the memory of the rank's device."""
+    header = with_trailer(header, part.trailer)
     try:
         _, rank, world = header_fields(header)
     except TraceError as exc:

@@ -74,6 +74,7 @@ class Top(msgspec.Struct, gc=False):
     """The last range and the keys after ``traceEvents`` (``traceName``...): the end of the top-level object."""
 
     traceEvents: list[Event]  # noqa: N815 - Kineto's key
+    distributedInfo: Any = None  # noqa: N815 - written after the events by some tools (``parts.trailer_of``)
 
 
 class MemoryArgs(msgspec.Struct, gc=False):
@@ -321,11 +322,14 @@ def read_range(source: tuple[str, int, int] | bytes, base_ns: int | None, last: 
         if last:
             if text.find(b'"traceEvents"', len(TOP)) >= 0:
                 raise Fallback("traceEvents named twice")  # the streaming parser reads both arrays
-            events = LAST.decode(text).traceEvents
+            top = LAST.decode(text)
+            events, info = top.traceEvents, top.distributedInfo
         else:
-            events = EVENTS.decode(text)
+            events, info = EVENTS.decode(text), None
         del text
-        return reduce_events(events, base_ns or 0)
+        part = reduce_events(events, base_ns or 0)
+        part.trailer = {"distributedInfo": info} if isinstance(info, dict) else {}
+        return part
     except (msgspec.DecodeError, RecursionError, TraceError, ValueError, TypeError, OverflowError) as exc:
         raise Fallback(f"{type(exc).__name__}: {exc}"[:200]) from None
 

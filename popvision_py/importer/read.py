@@ -46,7 +46,7 @@ from popvision_py.importer.parts import (AUTOGRAD, BATCH_EVENTS, COMM_FLIGHT, GP
                                          assemble, bucket_max, classify, merge_intervals, open_trace, parse_header)
 from popvision_py.importer.kernels import (GPU_ROW, KERNEL_KIND, LAUNCH_ROW, MODULE, OP_ROW, RUNTIME_CATS, comm_bytes,
                                            correlation_of, group_of, kernel_bytes, kernel_kind, stream_of, thread_key)
-from popvision_py.importer.parts import current_category
+from popvision_py.importer.parts import TAIL_BYTES, current_category, trailer_of
 
 __all__ = ["KIND", "KINDS", "RankTrace", "TraceError", "merge_intervals", "read_rank", "read_stream"]
 
@@ -60,6 +60,7 @@ class _Recorder:
         self.raw = raw
         self.packed = packed  # the compressed file under a gzip stream: its position is the bytes read
         self.head = bytearray()
+        self.tail = b""  # the last TAIL_BYTES read (``parts.trailer_of``)
         self.read_bytes = 0
         self.depth = Depth()
 
@@ -71,6 +72,7 @@ class _Recorder:
         if len(self.head) < HEAD_BYTES:
             self.head += data[: HEAD_BYTES - len(self.head)]
         self.read_bytes += len(data)
+        self.tail = (self.tail + data)[-TAIL_BYTES:] if data else self.tail
         if self.packed is not None and self.read_bytes > MAX_PLAIN and self.read_bytes > MAX_RATIO * self.packed.tell():
             raise TraceError(f"inflates to more than {MAX_RATIO} times its gzipped size (a real trace: about 20; "
                              f"a decompression bomb?); to import it anyway, gunzip it first")
@@ -280,6 +282,7 @@ def read_stream(path: str | Path) -> RankTrace:
                 launches=np.asarray(launches, np.int64).reshape(-1, LAUNCH_ROW),
                 ops=np.asarray(ops, np.int64).reshape(-1, OP_ROW))
     part.add_spans(spans)
+    part.trailer = trailer_of(recorder.tail)
     part.changes = {d: (np.asarray(t, np.int64), np.asarray(b, np.int64)) for d, (t, b) in changes.items()}
     return assemble(str(path), header, part)
 

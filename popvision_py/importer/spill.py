@@ -30,7 +30,8 @@ import numpy as np
 
 from popvision_py.importer.checks import TraceError, header_fields
 from popvision_py.importer.parts import (MEMORY_BUCKET_NS, RankPart, RankTrace, autograd_rows, bucket_max, choose,
-                                         gpu_work_dropped, merge_intervals, release_memory, torch_version)
+                                         gpu_work_dropped, merge_intervals, release_memory, torch_version,
+                                         with_trailer)
 from popvision_py.importer.kernels import GPU_ROW, LAUNCH_ROW, OP_ROW, gpu_timeline, renamed
 from popvision_py.importer.memory_changes import check_memory_kinds, running_memory
 
@@ -318,6 +319,7 @@ class SpilledRank:
         self.step_threads: dict[Any, None] = {}
         self.step_pid: int | None = None
         self.gpu = False
+        self.trailer: dict[str, Any] = {}  # the distributedInfo after the events, if any
         self.on_gpu = False
         self.devices: dict[int, None] = {}
         self.change_devices: dict[int, None] = {}  # devices with Bytes changes (PyTorch before 1.10)
@@ -347,6 +349,7 @@ class SpilledRank:
         if self.step_pid is None:
             self.step_pid = part.step_pid
         self.gpu |= part.gpu
+        self.trailer = self.trailer or part.trailer
         self.on_gpu |= bool(part.on_gpu.any())
         self.devices.update(dict.fromkeys(part.memory))
         if len(self.parts) % 16 == 0:
@@ -355,6 +358,7 @@ class SpilledRank:
     def trace(self, path: str, header: dict[str, Any]) -> RankTrace:
         """The rank's ``RankTrace``, its arrays over the memory map of its columns' file (``parts.assemble``'s
         rules; a ``TraceError`` naming the file where its header is refused)."""
+        header = with_trailer(header, self.trailer)
         try:
             _, rank, world = header_fields(header)
         except TraceError as exc:

@@ -193,3 +193,20 @@ def test_the_gpu_section_lists_the_all_reduce_with_its_bytes_group_and_bandwidth
     # carries nothing over a link (nccl-tests' 2(n-1)/n = 0)
     assert rows == [{"rank": 0, "collective": "AllReduce", "group": "1 rank", "group_size": 1, "calls": 1,
                      "bytes": 2000, "time_ns": 250_000, "algbw_gb_s": 0.008, "busbw_gb_s": 0.0}]
+
+
+def test_a_distributed_info_written_after_the_events_names_the_rank(tmp_path, monkeypatch):
+    # GIVEN a trace whose distributedInfo follows its events (rank 3 of 4), as some tools write it
+    header = {k: v for k, v in HEADER.items() if k != "distributedInfo"}
+    text = kineto(header, events())
+    at = text.rstrip().rfind("}")
+    path = tmp_path / "rank.json"
+    path.write_text(text[:at] + ',\n  "distributedInfo": {"rank": 3, "world_size": 4}\n}\n')
+    monkeypatch.setattr(ranges, "RANGE_BYTES", 300)  # the keys after the events in the last of many ranges
+    monkeypatch.setattr(ranges, "SEARCH_BYTES", 256)
+    # WHEN both readers read it THEN both take it for rank 3 of 4
+    for trace in (ranges.read_fast(path), read_stream(path)):
+        assert (trace.rank, trace.world_size) == (3, 4)
+    # AND the import says rank 3
+    result = CliRunner().invoke(main, ["import", str(path), "-o", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 0 and "ranks 3" in result.output, result.output
