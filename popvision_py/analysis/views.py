@@ -22,6 +22,7 @@ import pandas as pd
 from popvision_py.analysis.ipu import exchange as _exchange
 from popvision_py.analysis.findings import fixes as _fixes
 from popvision_py.analysis.host import input_wait as _host
+from popvision_py.analysis.imported import collectives as _collectives
 from popvision_py.analysis.imported import gpu as _gpu
 from popvision_py.analysis.imported import ranks as _imported
 from popvision_py.analysis.imported import streams as _streams
@@ -529,6 +530,13 @@ class GpuReport(_View):
 
     def _kernels_by_name(self, n: int | None = 10) -> Table:
         return self._memo(("by_name", n), lambda: _gpu.kernels_by_name(self.kernels(), self.window(), n))
+
+    def collectives(self) -> pd.DataFrame:
+        """Each rank's collectives by process group within the profiled steps (``collectives.COLUMNS``)."""
+        return self._collectives().frame()
+
+    def _collectives(self) -> Table:
+        return self._memo("collectives", lambda: _collectives.collectives(self.kernels(), self.window()))
 
     def temporal(self) -> pd.DataFrame:
         return self._temporal().frame()

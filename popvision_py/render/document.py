@@ -421,6 +421,8 @@ def _gpu(doc: Document, r: Any, figures: bool) -> None:
     doc.add("gpu.by_stream", "GPU time per stream within the profiled steps", r.answer("gpu.by_stream"))
     doc.add("gpu.kernels_by_name", "The kernels worth a look: each rank's 10 costliest by name, within the "
             "profiled steps", r.answer("gpu.kernels_by_name", 10))
+    doc.add("gpu.collectives", "Collectives per rank and process group: bytes, GPU time, bandwidth (nccl-tests' "
+            "algbw and busbw, GB/s)", r.answer("gpu.collectives"))
     doc.add("gpu.launch_summary", "Kernel launches per rank: runtime call, kernel, launch delay (HTA 0.5's)",
             r.answer("gpu.launch_summary"))
     hta = " as Holistic Trace Analysis 0.5 computes it"
