@@ -179,6 +179,11 @@ def test_a_gpu_imports_pages_draw_in_a_gpu_jobs_words(dash_duo, pair_app, gpu_pa
             # AND the communication hidden behind computation is the report's, to its one decimal
             labels = [t.text for t in dash_duo.find_elements(f"#{ids.GPU_OVERLAP} .bartext")]
             assert labels == [f"{p:.1f} %" for p in overlap["comm_comp_overlap_pct"]] == ["50.0 %", "0.0 %"]
+            # AND a zoom to [0, 0.49] ms (as a drag sets the axis) draws each kernel there: 25 compute kernels a
+            # rank and rank 0's all-reduce
+            graph = f"document.querySelector('#{ids.GPU_TIMELINE} .js-plotly-plot')"
+            dash_duo.driver.execute_script(f"Plotly.relayout({graph}, {{'xaxis.range[0]': 0, 'xaxis.range[1]': 0.49}})")
+            dash_duo.wait_for_contains_text(f"#{ids.GPU_LEVEL}", "level of detail: kernels — 51 kernels", timeout=10)
         # (the rendered text: what a reader sees, none of a hidden panel's)
         shown = dash_duo.driver.execute_script("return document.getElementById('_pages_content').innerText")
         assert errors(dash_duo) == [], path
