@@ -30,6 +30,7 @@ MAX_KERNELS = 2000  # each kernel drawn up to this many in the window; each kind
 MAX_BINS = 400  # bins per stream and kind
 RANKS_SHOWN = 8  # the ranks whose streams are drawn at first; the picker chooses others
 KERNELS_PER_RANK = 25  # the kernel table's rows per rank, the most time first
+NAME_CHARS = 160  # a kernel's name shown in the table; the whole name is its tooltip
 DESCRIPTION = ("Each rank's GPU streams over time, kernels coloured by kind; how each rank's GPU time splits into "
                "idle, compute and the rest; how much communication hides behind computation; the costliest "
                "kernels. Drag to zoom down to single kernels; double-click to see the whole trace.")
@@ -108,21 +109,25 @@ KERNEL_COLUMNS = [("rank", "rank"), ("kind", "kind"), ("name", "kernel"), ("kern
 
 
 def kernel_table(report: Any) -> Any:
-    """Each rank's costliest kernels by name within the profiled steps (``gpu.kernels_by_name``), sortable."""
+    """Each rank's costliest kernels by name within the profiled steps (``gpu.kernels_by_name``), sortable. A name
+    wraps in its column; past ``NAME_CHARS`` (a C++ template's runs to thousands) it ends in "…", whole on hover."""
     frame = report.gpu.kernels_by_name(KERNELS_PER_RANK)
-    shown = frame.assign(**{f"{k}_us": frame[f"{k}_ns"] / 1e3 for k in ("sum", "mean", "max")})
+    names = frame["name"].astype(str)
+    shown = frame.assign(name=names.where(names.str.len() <= NAME_CHARS, names.str.slice(0, NAME_CHARS - 1) + "…"),
+                         **{f"{k}_us": frame[f"{k}_ns"] / 1e3 for k in ("sum", "mean", "max")})
     whole, tenths = Format().group(True), Format(precision=1, scheme=Scheme.fixed).group(True)
     columns = [{"name": header, "id": column, **({"type": "text"} if column in ("kind", "name") else
                                                  {"type": "numeric", "format": whole if column in ("rank", "kernels")
                                                   else tenths})} for column, header in KERNEL_COLUMNS]
-    cell = {"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 8px", "maxWidth": "420px",
-            "overflow": "hidden", "textOverflow": "ellipsis"}
     return dash_table.DataTable(
         id=ids.GPU_KERNELS, columns=columns, data=shown[[k for k, _ in KERNEL_COLUMNS]].to_dict("records"),
         sort_action="native", filter_action="native", page_action="native", page_size=25,
-        style_table={"overflowX": "auto"}, style_cell=cell, style_header={"fontWeight": "600"},
-        tooltip_data=[{"name": str(n)} for n in shown["name"].tolist()], tooltip_duration=None,  # the whole name
-        style_cell_conditional=[{"if": {"column_id": k}, "textAlign": "left"} for k in ("kind", "name")])
+        style_table={"overflowX": "auto"}, style_header={"fontWeight": "600", "whiteSpace": "normal"},
+        style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 8px"},
+        tooltip_data=[{"name": n} for n in names.tolist()], tooltip_duration=None,  # the whole name
+        style_cell_conditional=[{"if": {"column_id": "kind"}, "textAlign": "left"},
+                                {"if": {"column_id": "name"}, "textAlign": "left", "whiteSpace": "normal",
+                                 "wordBreak": "break-word", "minWidth": "340px", "maxWidth": "460px"}])
 
 
 TABLES = [

@@ -19,7 +19,9 @@ from dashboards import ids
 from popvision_py.analysis.views import NO_KERNELS_EMULATED
 from popvision_py.cli import main
 from tests.dashboard.test_browser import errors, wait_for_figures
+from tests.dashboard.test_browser_overlaps import OVERLAPS, WRAPPED_CARDS, show_at
 from tests.dashboard.test_callbacks import text
+from tests.dashboard.test_layout import CUT_TEXT, TEXT
 from tests.importer.test_gpu_timeline import CPU, HEADER, import_gpu_trace, kernel
 from tests.importer.test_import_ranges import kineto
 
@@ -184,6 +186,12 @@ def test_a_gpu_imports_pages_draw_in_a_gpu_jobs_words(dash_duo, pair_app, gpu_pa
             graph = f"document.querySelector('#{ids.GPU_TIMELINE} .js-plotly-plot')"
             dash_duo.driver.execute_script(f"Plotly.relayout({graph}, {{'xaxis.range[0]': 0, 'xaxis.range[1]': 0.49}})")
             dash_duo.wait_for_contains_text(f"#{ids.GPU_LEVEL}", "level of detail: kernels — 51 kernels", timeout=10)
+            # AND at 1,280 and 1,920 px no card, table or panel cuts its text, no mode bar covers a legend or title
+            for width in (1280, 1920):
+                show_at(dash_duo, width)
+                found = [dash_duo.driver.execute_script(check, *args) for check, args in (
+                    (CUT_TEXT, [TEXT]), (OVERLAPS, []), (WRAPPED_CARDS, []))]
+                assert found == [[], [], []], width
         # (the rendered text: what a reader sees, none of a hidden panel's)
         shown = dash_duo.driver.execute_script("return document.getElementById('_pages_content').innerText")
         assert errors(dash_duo) == [], path
