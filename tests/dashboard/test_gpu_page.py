@@ -202,3 +202,23 @@ def test_a_gpu_imports_pages_draw_in_a_gpu_jobs_words(dash_duo, pair_app, gpu_pa
     links = [link.text.split("\n")[-1] for link in dash_duo.find_elements(".nav-link")]
     assert links == ["Summary", "Memory", "Liveness", "Execution trace", "GPU", "Operations", "Stages", "Exchange",
                      "Program tree", "System"]
+
+
+def test_the_exchange_page_lists_a_gpu_traces_collectives_by_process_group(tmp_path):
+    from dashboards.app import create_app
+
+    # GIVEN a one-rank GPU trace's import: one all-reduce of 1,000 BFloat16 elements over a group of 1, 250 µs
+    create_app([str(import_gpu_trace(tmp_path))])
+    exchange = page("exchange")
+    # WHEN the Exchange page is drawn THEN its collectives section shows: 2,000 bytes in 250 µs is 0.008 GB/s
+    style, table = exchange.render_collectives("a")
+    assert style == {} or style.get("display") != "none"
+    row = text(table)
+    assert all(word in row for word in ("Rank 0", "AllReduce", "1 rank", "1.95 KiB", "0.008"))
+    # AND the source-destination matrix draws no rank-to-itself cell, saying why
+    matrix = exchange.render_matrix("a", "bytes")
+    said = " ".join(a.text for a in matrix.layout.annotations).replace("<br>", " ")
+    assert not matrix.data and exchange.NO_POINT_TO_POINT in said
+    # AND the longest transfers name the kernel without its arguments, sent to its group
+    transfers = text(exchange.render("a")[4])
+    assert "ncclKernel_AllReduce_RING_LL_Sum_bf16 " in transfers + " " and "its group" in transfers
