@@ -30,7 +30,7 @@ import numpy as np
 
 from popvision_py.format import ProfileWriter
 from popvision_py.format.schema import KERNEL_KINDS, SCHEMA_VERSION
-from popvision_py.importer.parts import release_memory
+from popvision_py.importer.parts import ANNOTATION_KINDS, release_memory
 from popvision_py.importer.read import KIND, RankTrace, TraceError
 from popvision_py.importer.spill import release
 from popvision_py.importer.tables import category, rank_tables, sorted_memory
@@ -96,7 +96,8 @@ def _launches(t: RankTrace) -> np.ndarray:
 
 def layout(traces: list[RankTrace]) -> RecognisedRun:
     """The schedule, the stage of each rank, micro-batches and iterations, from the annotations."""
-    names = {n for t in traces for n in t.names}
+    # the names of the spans that may be passes (an annotation of another name, "Forward pass" say, names none)
+    names = {t.names[c] for t in each(traces) for c in np.unique(t.name[~np.isin(t.kind, ANNOTATION_KINDS)]).tolist()}
     pp = any(n.startswith("PP:") for n in names)
     gpipe = any(n.startswith("Forward ") for n in names)
     chunks = any(n.endswith("_one_chunk") for n in names)
