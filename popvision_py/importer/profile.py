@@ -229,7 +229,9 @@ def plan_profile(traces: list[RankTrace], device_memory: int | None = None,
         "import": {"files": [t.path for t in traces], "ranks": [t.rank for t in traces], "world_size": world,
                    "torch_version": torch_version, "schedule": found.schedule, "clock": "1 cycle = 1 ns",
                    "events": int(sum(t.events for t in traces)), "not_inferred": not_inferred,
-                   "memory_recorded": memory_recorded, "hidden_comm_ns": []},
+                   "memory_recorded": memory_recorded, "hidden_comm_ns": [],
+                   # the traces' clock at the profile's cycle 0: the ranks' CPU timelines (system/) are on that clock
+                   "origin_ns": lo},
     }
     folder = next((t.spill.folder for t in traces if t.spill is not None), None)
     ready = peer_ready(traces, folder)
