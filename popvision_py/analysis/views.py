@@ -22,6 +22,7 @@ import pandas as pd
 from popvision_py.analysis.ipu import exchange as _exchange
 from popvision_py.analysis.findings import fixes as _fixes
 from popvision_py.analysis.host import input_wait as _host
+from popvision_py.analysis.imported import bound as _bound
 from popvision_py.analysis.imported import gpu as _gpu
 from popvision_py.analysis.imported import ranks as _imported
 from popvision_py.analysis.ipu import liveness as _liveness
@@ -436,7 +437,8 @@ class GpuReport(_View):
     """The GPU's own time line of a profile imported from GPU traces (the ``kernels`` table, schema 5):
     popvision's figures within the profiled steps (``by_rank``, ``by_stream``, ``kernels_by_name``) and
     Holistic Trace Analysis 0.5's, over the kernels HTA keeps (``temporal``, ``kernel_types``,
-    ``overlap``, ``top_kernels``, ``launch_summary``, ``idle_breakdown``): ``imported.gpu``.
+    ``overlap``, ``top_kernels``, ``launch_summary``, ``idle_breakdown``): ``imported.gpu``; and beyond
+    HTA's (``imported.bound``): what bound each step, the kernels worth a look, the annotations' phases.
     ``missing()`` is the one sentence shown instead where the profile has no kernel."""
 
     def missing(self) -> str:
@@ -561,3 +563,36 @@ class GpuReport(_View):
 
     def _idle_breakdown(self, kernel_wait_ns: int = _gpu.KERNEL_WAIT_NS) -> Table:
         return self._memo(("idle", kernel_wait_ns), lambda: _gpu.idle_breakdown(self.hta_kernels(), kernel_wait_ns))
+
+    def spans(self) -> _bound.TraceSpans:
+        """The steps, DataLoader fetches and annotations of the ranks' CPU timelines (``system/``), if any."""
+        r, origin = self._r, (self._r.run.get("import") or {}).get("origin_ns")
+        return self._memo("spans", lambda: _bound.TraceSpans.from_timeline(
+            r.system.events() if r.system.files() else None, self.kernels().ranks, origin))
+
+    def bounds(self) -> pd.DataFrame:
+        return self._bounds().frame()
+
+    def _bounds(self) -> Table:
+        return self._memo("bounds", lambda: _bound.step_bounds(self.kernels(), self.spans(), self.window()))
+
+    def worth_a_look(self) -> pd.DataFrame:
+        return self._worth_a_look().frame()
+
+    def _worth_a_look(self) -> Table:
+        return self._memo("worth_a_look", lambda: _bound.worth_a_look(self.kernels(), self.window()))
+
+    def phases(self, n: int | None = None) -> pd.DataFrame:
+        return self._phases(n).frame()
+
+    def _phases(self, n: int | None = None) -> Table:
+        return self._memo(("phases", n), lambda: _bound.phases(self.kernels(), self.spans(), self._phase_times(), n))
+
+    def phase_overlaps(self) -> pd.DataFrame:
+        return self._phase_overlaps().frame()
+
+    def _phase_overlaps(self) -> Table:
+        return self._memo("overlaps", lambda: _bound.phase_overlaps(self.kernels(), self.spans(), self._phase_times()))
+
+    def _phase_times(self) -> _bound.PhaseTimes:
+        return self._memo("phase_times", lambda: _bound.phase_times(self.kernels(), self.spans()))
