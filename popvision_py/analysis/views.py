@@ -23,6 +23,7 @@ from popvision_py.analysis.ipu import exchange as _exchange
 from popvision_py.analysis.findings import fixes as _fixes
 from popvision_py.analysis.host import input_wait as _host
 from popvision_py.analysis.imported import bound as _bound
+from popvision_py.analysis.imported import collectives as _collectives
 from popvision_py.analysis.imported import gpu as _gpu
 from popvision_py.analysis.imported import ranks as _imported
 from popvision_py.analysis.ipu import liveness as _liveness
@@ -423,16 +424,6 @@ class SystemReport(_View):
         return _system.window(self.index(), start_ns, end_ns, max_events, max_bins)
 
 
-# Why a profile has no GPU kernels to show, in one sentence (``GpuReport.missing``)
-NO_KERNELS_TABLE = ("This profile was written before schema 5, which added the GPU kernels table: import the "
-                    "traces again (popvision import) to see the GPU's time.")
-NO_KERNELS_EMULATED = "An emulated IPU run has no GPU kernels: this section is for profiles imported from GPU traces."
-NO_KERNELS_IMPORTED = ("The traces hold no GPU kernels (a run on the CPU): this section is for traces recorded on "
-                       "GPUs.")
-NO_KERNELS_GPU = ("The traces ran on GPUs but the profile holds no GPU kernels: the profiler recorded none (no "
-                  "ProfilerActivity.CUDA), or an import that did not keep them wrote it: import the traces again.")
-
-
 class GpuReport(_View):
     """The GPU's own time line of a profile imported from GPU traces (the ``kernels`` table, schema 5):
     popvision's figures within the profiled steps (``by_rank``, ``by_stream``, ``kernels_by_name``) and
@@ -446,12 +437,12 @@ class GpuReport(_View):
         a CPU trace)."""
         r = self._r
         if not r.imported:
-            return NO_KERNELS_EMULATED
+            return _gpu.NO_KERNELS_EMULATED
         if "kernels" not in r.profile.tables:
-            return NO_KERNELS_TABLE
+            return _gpu.NO_KERNELS_TABLE
         if r.profile.num_rows("kernels"):
             return ""
-        return NO_KERNELS_GPU if r.target.get("arch") == "gpu" else NO_KERNELS_IMPORTED
+        return _gpu.NO_KERNELS_GPU if r.target.get("arch") == "gpu" else _gpu.NO_KERNELS_IMPORTED
 
     def kernels(self) -> _gpu.Kernels:
         """Every kernel, copy and set of the profile (``gpu.Kernels``), the table read once (none before schema 5)."""
@@ -519,6 +510,13 @@ class GpuReport(_View):
 
     def _kernels_by_name(self, n: int | None = 10) -> Table:
         return self._memo(("by_name", n), lambda: _gpu.kernels_by_name(self.kernels(), self.window(), n))
+
+    def collectives(self) -> pd.DataFrame:
+        """Each rank's collectives by process group within the profiled steps (``collectives.COLUMNS``)."""
+        return self._collectives().frame()
+
+    def _collectives(self) -> Table:
+        return self._memo("collectives", lambda: _collectives.collectives(self.kernels(), self.window()))
 
     def temporal(self) -> pd.DataFrame:
         return self._temporal().frame()

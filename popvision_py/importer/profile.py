@@ -31,6 +31,7 @@ import numpy as np
 from popvision_py.format import ProfileWriter
 from popvision_py.format.schema import KERNEL_KINDS, SCHEMA_VERSION
 from popvision_py.importer.parts import ANNOTATION_KINDS, release_memory
+from popvision_py.importer.kernels import KERNEL_COLUMN
 from popvision_py.importer.read import KIND, RankTrace, TraceError
 from popvision_py.importer.spill import release
 from popvision_py.importer.tables import category, rank_tables, sorted_memory
@@ -91,7 +92,8 @@ def window(traces: list[RankTrace]) -> tuple[int, int]:
 def _launches(t: RankTrace) -> np.ndarray:
     """The runtime calls that launched the rank's kernels (start, end): without profiler steps, the profile begins
     at the first of them, so that each kernel's launch lies in it."""
-    return t.kernels[t.kernels[:, 6] >= 0][:, 6:8]
+    at = KERNEL_COLUMN["launch_start"]
+    return t.kernels[t.kernels[:, at] >= 0][:, at:at + 2]
 
 
 def layout(traces: list[RankTrace]) -> RecognisedRun:
@@ -268,14 +270,20 @@ def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_
 
 def kernel_rows(t: RankTrace, ipu: int, lo: int) -> dict[str, Any]:
     """The rank's rows of the ``kernels`` table: its GPU's kernels, copies and sets, times from ``lo``."""
-    k = t.kernels
-    launched = k[:, 6] >= 0
-    return {"ipu": np.full(len(k), ipu, np.int64), "stream": k[:, 2],
-            "kind": category(k[:, 3], list(KERNEL_KINDS)), "name": category(k[:, 4], t.kernel_names),
-            "start_cycle": k[:, 0] - lo, "end_cycle": k[:, 1] - lo, "correlation": k[:, 5],
-            "launch_start_cycle": np.where(launched, k[:, 6] - lo, -1),
-            "launch_end_cycle": np.where(launched, k[:, 7] - lo, -1),
-            "launch_name": category(np.where(launched, k[:, 8], len(t.kernel_names)), [*t.kernel_names, ""])}
+    k, c = t.kernels, KERNEL_COLUMN
+    launched = k[:, c["launch_start"]] >= 0
+    names = [*t.kernel_names, ""]  # -1 (none): the empty name
+
+    def named(column: str) -> Any:
+        return category(np.where(k[:, c[column]] >= 0, k[:, c[column]], len(t.kernel_names)), names)
+
+    return {"ipu": np.full(len(k), ipu, np.int64), "stream": k[:, c["stream"]],
+            "kind": category(k[:, c["kind"]], list(KERNEL_KINDS)), "name": category(k[:, c["name"]], t.kernel_names),
+            "start_cycle": k[:, c["start"]] - lo, "end_cycle": k[:, c["end"]] - lo,
+            "correlation": k[:, c["correlation"]], "bytes": k[:, c["bytes"]], "group": named("group"),
+            "launch_start_cycle": np.where(launched, k[:, c["launch_start"]] - lo, -1),
+            "launch_end_cycle": np.where(launched, k[:, c["launch_end"]] - lo, -1),
+            "launch_name": named("launch_name"), "op": named("op"), "module": named("module")}
 
 
 def _write(table: Any, columns: dict[str, Any]) -> None:

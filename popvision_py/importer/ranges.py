@@ -33,11 +33,12 @@ import msgspec
 import numpy as np
 
 from popvision_py.importer.checks import MAX_DEPTH, Depth, TraceError, header_fields
-from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_FLIGHT, GPU_CATS, GPU_ROW, HEAD_BYTES,
-                                         MAX_PLAIN, MAX_RATIO, MAX_US, RUNTIME_CATS, STEP, Merger,
-                                         RankPart, RankTrace, Spans, args_of, bucket_max, classify, comm_bytes,
-                                         correlation_of, is_annotation_span, kernel_kind, merge_intervals, open_trace,
-                                         parse_header, stream_of)
+from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_FLIGHT, GPU_CATS, HEAD_BYTES, MAX_PLAIN,
+                                         MAX_RATIO, MAX_US, STEP, Merger, RankPart, RankTrace, Spans, args_of,
+                                         bucket_max, classify, is_annotation_span, merge_intervals, open_trace,
+                                         parse_header)
+from popvision_py.importer.kernels import (GPU_ROW, KERNEL_KIND, MODULE, OP_ROW, RUNTIME_CATS, comm_bytes,
+                                           correlation_of, group_of, kernel_bytes, kernel_kind, stream_of, thread_key)
 from popvision_py.importer.parts import OLD_CATEGORIES, current_categories
 from popvision_py.importer.spill import SpilledRank
 
@@ -73,6 +74,7 @@ class Top(msgspec.Struct, gc=False):
     """The last range and the keys after ``traceEvents`` (``traceName``...): the end of the top-level object."""
 
     traceEvents: list[Event]  # noqa: N815 - Kineto's key
+    distributedInfo: Any = None  # noqa: N815 - written after the events by some tools (``parts.trailer_of``)
 
 
 class MemoryArgs(msgspec.Struct, gc=False):
@@ -88,6 +90,7 @@ class GpuArgs(msgspec.Struct, gc=False):
 
     stream: int | None = None
     correlation: int | None = None
+    size: int | None = msgspec.field(name="bytes", default=None)  # a copy's or a set's
 
 
 EVENTS = msgspec.json.Decoder(list[Event])
@@ -319,11 +322,14 @@ def read_range(source: tuple[str, int, int] | bytes, base_ns: int | None, last: 
         if last:
             if text.find(b'"traceEvents"', len(TOP)) >= 0:
                 raise Fallback("traceEvents named twice")  # the streaming parser reads both arrays
-            events = LAST.decode(text).traceEvents
+            top = LAST.decode(text)
+            events, info = top.traceEvents, top.distributedInfo
         else:
-            events = EVENTS.decode(text)
+            events, info = EVENTS.decode(text), None
         del text
-        return reduce_events(events, base_ns or 0)
+        part = reduce_events(events, base_ns or 0)
+        part.trailer = {"distributedInfo": info} if isinstance(info, dict) else {}
+        return part
     except (msgspec.DecodeError, RecursionError, TraceError, ValueError, TypeError, OverflowError) as exc:
         raise Fallback(f"{type(exc).__name__}: {exc}"[:200]) from None
 
@@ -402,31 +408,67 @@ def _gpu_args(events: list[Event]) -> list[GpuArgs]:
 def _gpu_timeline(part: RankPart, x: list[Event], gpu_cat: np.ndarray, launch: np.ndarray, start: np.ndarray,
                   end: np.ndarray, cats: list[Any], cat_code: np.ndarray, names: list[str],
                   name_code: np.ndarray) -> None:
-    """The GPU's kernels, copies and sets as rows (``parts.GPU_ROW`` columns), and the runtime calls that
-    launch them (``parts.LAUNCH_ROW`` columns: any runtime call with a correlation id): what
-    ``read.read_stream`` keeps of them, event for event."""
+    """The GPU's kernels, copies and sets as rows (``parts.GPU_ROW`` columns), the runtime calls that launch
+    them (``parts.LAUNCH_ROW`` columns: any runtime call with a correlation id) and the operators and modules
+    those calls run in (``parts.OP_ROW``): what ``read.read_stream`` keeps of them, event for event."""
     rows, calls = np.flatnonzero(gpu_cat), np.flatnonzero(launch)
     said = _gpu_args([x[k] for k in calls]) if len(calls) else []
     correlation = np.array([correlation_of({"correlation": a.correlation}) for a in said], np.int64)
     calls = calls[correlation >= 0]
-    code, used = np.unique(name_code[np.concatenate([rows, calls])], return_inverse=True)
-    part.gpu_names = [names[c] for c in code.tolist()]
+    cpu_op = np.array([c == "cpu_op" for c in cats], bool)[cat_code]
+    module = np.array([c == "python_function" for c in cats], bool)[cat_code] & \
+        np.array([n.startswith(MODULE) for n in names], bool)[name_code]
+    ops = np.flatnonzero(cpu_op | module)
+    groups: list[str | None] = []
+    kind = np.zeros(0, np.int64)
     if len(rows):
-        args = _gpu_args([x[k] for k in rows])
         # each distinct (category, name) pair's kind once, then looked up by the rows' codes
         pair = cat_code[rows] * len(names) + name_code[rows]
         distinct, which = np.unique(pair, return_inverse=True)
         kind = np.array([kernel_kind(cats[p // len(names)], names[p % len(names)]) for p in distinct.tolist()],
-                        np.int64)
+                        np.int64)[which]
+        comm = np.flatnonzero(kind == KERNEL_KIND["communication"])
+        comm_args = [args_of({"args": _plain(x[k].args)}) for k in rows[comm].tolist()]
+        groups = [group_of(a) for a in comm_args]
+    known = [g for g in dict.fromkeys(groups) if g is not None]
+    code, used = np.unique(name_code[np.concatenate([rows, calls, ops])], return_inverse=True)
+    part.gpu_names = [names[c] for c in code.tolist()] + known
+    if len(rows):
+        args = _gpu_args([x[k] for k in rows])
         table = np.zeros((len(rows), GPU_ROW), np.int64)
         table[:, 0], table[:, 1] = start[rows], end[rows]
         table[:, 2] = [stream_of({"stream": a.stream}, x[k].tid) for a, k in zip(args, rows.tolist())]
-        table[:, 3] = kind[which]
+        table[:, 3] = kind
         table[:, 4] = used[:len(rows)]
         table[:, 5] = [correlation_of({"correlation": a.correlation}) for a in args]
+        table[:, 6] = [kernel_bytes(int(k), {"bytes": a.size}) for k, a in zip(kind.tolist(), args)]
+        table[:, 7] = -1
+        if len(comm):
+            table[comm, 6] = [kernel_bytes(KERNEL_KIND["communication"], a) for a in comm_args]
+            group_code = {g: len(code) + i for i, g in enumerate(known)}
+            table[comm, 7] = [-1 if g is None else group_code[g] for g in groups]
         part.gpu_rows = table
     if len(calls):
-        part.launches = np.stack([correlation[correlation >= 0], start[calls], end[calls], used[len(rows):]], axis=1)
+        part.launches = np.stack([correlation[correlation >= 0], start[calls], end[calls],
+                                  used[len(rows):len(rows) + len(calls)], _threads_of(x, calls)], axis=1)
+    if len(ops):
+        part.ops = np.stack([start[ops], end[ops], _threads_of(x, ops), used[len(rows) + len(calls):],
+                             module[ops].astype(np.int64)], axis=1).reshape(-1, OP_ROW)
+
+
+def _plain(raw: msgspec.Raw) -> Any:
+    """An event's args decoded whole (``{}`` if it has none), for ``parts.args_of`` to check."""
+    try:
+        return ARGS.decode(bytes(raw)) if len(raw) else {}
+    except msgspec.DecodeError:
+        raise Fallback("args that do not decode") from None
+
+
+def _threads_of(x: list[Event], rows: np.ndarray) -> np.ndarray:
+    """``parts.thread_key`` of each row's thread, each distinct thread worked out once."""
+    tids = [x[k].tid for k in rows.tolist()]
+    key = {t: thread_key(t) for t in dict.fromkeys(tids)}
+    return np.fromiter(map(key.__getitem__, tids), np.int64, len(tids))
 
 
 def _index(words: list[Any], word: str) -> int:

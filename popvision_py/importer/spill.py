@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 
 from popvision_py.importer.checks import TraceError, header_fields
-from popvision_py.importer.parts import (GPU_ROW, LAUNCH_ROW, MEMORY_BUCKET_NS, RankPart, RankTrace, autograd_rows,
-                                         bucket_max, choose, gpu_timeline, gpu_work_dropped, merge_intervals,
-                                         release_memory, renamed, torch_version)
+from popvision_py.importer.parts import (MEMORY_BUCKET_NS, RankPart, RankTrace, autograd_rows, bucket_max, choose,
+                                         gpu_work_dropped, merge_intervals, release_memory, torch_version,
+                                         with_trailer)
+from popvision_py.importer.kernels import GPU_ROW, LAUNCH_ROW, OP_ROW, gpu_timeline, renamed
 from popvision_py.importer.memory_changes import check_memory_kinds, running_memory
 
 BATCH_ROWS = 1 << 16  # rows handled at a time: intervals merged, samples reduced, spans copied
@@ -295,8 +296,9 @@ class _PartRefs:
     backward: dict[Any, Ref]
     memory: dict[int, tuple[Ref, Ref]]
     gpu_rows: Ref
-    gpu_names: np.ndarray  # the part's kernel name codes -> the rank's
+    gpu_names: np.ndarray  # the part's kernel name codes -> the rank's, then -1 (no group) -> -1
     launches: Ref
+    ops: Ref
 
 
 class SpilledRank:
@@ -317,6 +319,7 @@ class SpilledRank:
         self.step_threads: dict[Any, None] = {}
         self.step_pid: int | None = None
         self.gpu = False
+        self.trailer: dict[str, Any] = {}  # the distributedInfo after the events, if any
         self.on_gpu = False
         self.devices: dict[int, None] = {}
         self.change_devices: dict[int, None] = {}  # devices with Bytes changes (PyTorch before 1.10)
@@ -332,7 +335,9 @@ class SpilledRank:
             backward={t: raw.append(v) for t, v in part.backward.items()},
             memory={d: (raw.append(t), raw.append(b)) for d, (t, b) in part.memory.items()},
             gpu_rows=raw.append(part.gpu_rows), launches=raw.append(part.launches),  # names: gpu_names' codes
-            gpu_names=np.array([self.gpu_names.setdefault(n, len(self.gpu_names)) for n in part.gpu_names], np.int64)))
+            ops=raw.append(part.ops),
+            gpu_names=np.array([self.gpu_names.setdefault(n, len(self.gpu_names)) for n in part.gpu_names] + [-1],
+                               np.int64)))
         self.changes.append({d: _sorted_run(raw, t, b) for d, (t, b) in part.changes.items()})
         self.change_devices.update(dict.fromkeys(part.changes))
         self.events += part.events
@@ -344,6 +349,7 @@ class SpilledRank:
         if self.step_pid is None:
             self.step_pid = part.step_pid
         self.gpu |= part.gpu
+        self.trailer = self.trailer or part.trailer
         self.on_gpu |= bool(part.on_gpu.any())
         self.devices.update(dict.fromkeys(part.memory))
         if len(self.parts) % 16 == 0:
@@ -352,6 +358,7 @@ class SpilledRank:
     def trace(self, path: str, header: dict[str, Any]) -> RankTrace:
         """The rank's ``RankTrace``, its arrays over the memory map of its columns' file (``parts.assemble``'s
         rules; a ``TraceError`` naming the file where its header is refused)."""
+        header = with_trailer(header, self.trailer)
         try:
             _, rank, world = header_fields(header)
         except TraceError as exc:
@@ -376,12 +383,13 @@ class SpilledRank:
         nodes = scratch.array(nodes_ref)
         if len(nodes) and "autograd" not in names:
             names.append("autograd")
-        drop = self.gpu and self.on_gpu
+        drop = self.gpu
         refs = {}
         for field_name, at, dtype in SPAN_COLUMNS:
             column = out.column(dtype)
             for block, on_gpu in self._span_blocks(nodes, names):
-                kept = block if not drop else block[~gpu_work_dropped(block[:, 2], on_gpu)]
+                kept = block if not drop else block[~gpu_work_dropped(block[:, 2], on_gpu, block[:, 7], names,
+                                                                      self.on_gpu)]
                 column.extend(kept[:, at])
             refs[field_name] = column.close()
         del nodes
@@ -398,12 +406,14 @@ class SpilledRank:
             memory = bucket_runs([(raw.array(p.memory[choice.memory][0]), raw.array(p.memory[choice.memory][1]))
                                   for p in parts if choice.memory in p.memory], out, SpillFile(self.folder),
                                  self.batch)
-        # the GPU's own timeline, joined to its launches in memory (a kernel's row is 64 bytes)
+        # the GPU's own timeline, joined to its launches and their operators in memory (a kernel's row is 104 bytes)
         kernels, kernel_names = gpu_timeline(
-            np.concatenate([np.zeros((0, GPU_ROW), np.int64)] + [renamed(raw.array(p.gpu_rows), 4, p.gpu_names)
-                                                               for p in parts]),
+            np.concatenate([np.zeros((0, GPU_ROW), np.int64)] + [
+                renamed(renamed(raw.array(p.gpu_rows), 4, p.gpu_names), 7, p.gpu_names) for p in parts]),
             list(self.gpu_names), np.concatenate([np.zeros((0, LAUNCH_ROW), np.int64)] + [
-                renamed(raw.array(p.launches), 3, p.gpu_names) for p in parts]))
+                renamed(raw.array(p.launches), 3, p.gpu_names) for p in parts]),
+            np.concatenate([np.zeros((0, OP_ROW), np.int64)] + [
+                renamed(raw.array(p.ops), 3, p.gpu_names) for p in parts]) if self.gpu else None)
         raw.release()
         out.freeze()
         self.raw = self.parts = None  # type: ignore[assignment]  # the raw file goes with its map

@@ -427,6 +427,8 @@ def _gpu(doc: Document, r: Any, figures: bool) -> None:
             "times", worth, items=_worth_items(worth), empty="no kernel in the profiled steps")
     doc.add("gpu.kernels_by_name", "Each rank's 10 costliest kernels by name, within the profiled steps",
             r.answer("gpu.kernels_by_name", 10))
+    doc.add("gpu.collectives", "Collectives per rank and process group: bytes, GPU time, bandwidth (nccl-tests' "
+            "algbw and busbw, GB/s)", r.answer("gpu.collectives"))
     doc.add("gpu.phases", "Phases the trace's annotations name: each one's GPU time and the part another phase "
             "ran beside it (each rank's 20 longest)", r.answer("gpu.phases", 20))
     doc.add("gpu.phase_overlaps", "Phases run at once: the time a phase's kernels ran beside another's",

@@ -43,7 +43,7 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "exchanges": ("ipu", "step", "kind", "src_ipu", "dst_ipu", "bytes", "cycles"),
     "tile_cycles": ("ipu", "step", "tile", "cycles", "vertices"),  # vertices: schema 2 on
     "kernels": ("ipu", "stream", "kind", "name", "start_cycle", "end_cycle", "correlation", "launch_start_cycle",
-                "launch_end_cycle", "launch_name"),  # schema 5 on
+                "launch_end_cycle", "launch_name", "bytes", "group", "op", "module"),  # schema 5 on
     "trace": TRACE_COLUMNS,
 }
 

@@ -8,6 +8,8 @@ besides the common views, in a PyTorch user's words.
   compute, communication and memory time within the profiled steps, and the figures Holistic Trace
   Analysis 0.5 gives (temporal breakdown, kernel types and their overlaps, communication-computation
   overlap, top kernels, launch delays, idle time by cause), computed as HTA computes them.
+- ``collectives``: a GPU trace's collectives per rank and process group: calls, bytes, GPU time and the
+  bandwidth they make (nccl-tests' algorithm and bus bandwidth), the group's other ranks its peers.
 - ``bound``: beyond HTA's figures: what bound each profiled step (the GPU busy, waiting for the CPU's
   launches, for the DataLoader, or for something else), the kernels worth a look, and the phases the
   trace's own annotations name, with the time each ran beside another.
