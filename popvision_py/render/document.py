@@ -474,9 +474,11 @@ def _bound_items(t: Table) -> list[tuple[str, list[str]]]:
 
 def _worth_items(t: Table) -> list[tuple[str, list[str]]]:
     """Each kernel worth a look, why in a sentence (``bound.worth_a_look``)."""
-    columns = (t[c][:MAX_ITEMS].tolist() for c in ("rank", "name", "reason", "why"))
-    items = [(f"rank {rank}: {name if len(name) <= 110 else name[:109] + '…'} ({reason})", [why])
-             for rank, name, reason, why in zip(*columns)]
+    columns = (t[c][:MAX_ITEMS].tolist() for c in ("rank", "name", "reason", "why", "op", "module"))
+    items = [(f"rank {rank}: {name if len(name) <= 110 else name[:109] + '…'} ({reason})",
+              [why] + ([f"launched from {op or 'no operator'}" + (f" in {module}" if module else "")] if op or module
+                       else []))
+             for rank, name, reason, why, op, module in zip(*columns)]
     return _more(items, len(t))
 
 

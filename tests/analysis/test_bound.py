@@ -64,13 +64,18 @@ def test_short_and_many_is_by_the_launch_cost_too_and_needs_many_kernels():
     cheap = [(0, 7, "cheap", 100_000 * i, 100_000 * i + 15_000, 100_000 * i) for i in range(100)]
     few = [(0, 8, "few", 100_000 * i, 100_000 * i + 1_000, 100_000 * i) for i in range(99)]
     k = kernels(*cheap, *few)
+    # launched from aten::mul 60 times, aten::add 30 times, and from no operator 10 times (a module: none)
+    op = np.where(k.names[k.name] == "cheap", np.where(k.start < 9_000_000, np.where(k.start < 6_000_000,
+                                                                                    "aten::mul", "aten::add"), ""), "")
     k = Kernels.build(k.ipu, k.stream, ["compute"] * len(k), k.names[k.name], k.start, k.end,
                       launch_start=k.launch_start, launch_end=k.launch_start + np.where(k.names[k.name] == "cheap",
-                                                                                         20_000, 1))
+                                                                                         20_000, 1),
+                      labels={"op": op})
     rows = frame(bound.worth_a_look(k, window(10_000_000), long_kernels=0))
-    # THEN only cheap: its median kernel is shorter than its median launch; few are not many (99 < 100)
-    assert [(r["name"], r["reason"], r["kernels"], r["median_ns"], r["launch_median_ns"]) for r in rows] == [
-        ("cheap", "short and many", 100, 15_000, 20_000)]
+    # THEN only cheap: its median kernel is shorter than its median launch; few are not many (99 < 100); launched
+    # from aten::mul most
+    assert [(r["name"], r["reason"], r["kernels"], r["median_ns"], r["launch_median_ns"], r["op"], r["module"])
+            for r in rows] == [("cheap", "short and many", 100, 15_000, 20_000, "aten::mul", "")]
     assert rows[0]["why"] == ("100 launches of 15.0 us each on the GPU (median), each launch 20.0 us on the CPU: "
                               "launch overhead, worth fusing or a CUDA graph")
 

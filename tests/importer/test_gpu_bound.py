@@ -3,8 +3,8 @@ annotations name (``analysis.imported.bound``), from a trace written here as Kin
 through the CLI. Times in µs below; the profile's are ns from the first step's start (the import's origin).
 
     ProfilerStep#1 [0, 1000): 100 launches of ``tiny`` (cudaLaunchKernel [10i + 0.5, 10i + 5.5) inside aten::add
-        [10i, 10i + 6)), each kernel [10i + 6, 10i + 8) on stream 7: the GPU runs 2 µs in each 10 and waits for
-        the next launch the rest
+        [10i, 10i + 6), in the forward of module ``nn.Module: Bias_0`` [0, 999)), each kernel [10i + 6, 10i + 8)
+        on stream 7: the GPU runs 2 µs in each 10 and waits for the next launch the rest
     ProfilerStep#2 [1000, 2000): the DataLoader fetches a batch [1000, 1600) while the GPU idles; ``gemm`` is then
         launched [1600, 1605) and runs [1610, 1900) on stream 7
     ProfilerStep#3 [2000, 3000): two micro-batches, annotated ``mb0`` [1840, 1860) and ``mb1`` [1870, 1890) on the
@@ -52,6 +52,7 @@ def events() -> list[dict]:
                  kernel("void tiny_add_kernel<float>", 10 * i + 6, 2, 7, 100 + i)]
     return [
         *(annotation(f"ProfilerStep#{n + 1}", 1000 * n, 1000) for n in range(3)),
+        {"ph": "X", "cat": "python_function", "name": "nn.Module: Bias_0", "ts": 0, "dur": 999, **CPU},
         *tiny,
         annotation(DATALOADER, 1000, 600),
         launch("cudaLaunchKernel", 1600, 5, 1),
@@ -116,6 +117,12 @@ def test_the_short_kernel_launched_many_times_is_worth_a_look(imported):
     assert tiny["why"].endswith("100 launches of 2.0 us each on the GPU (median), each launch 5.0 us on the CPU: "
                                 "launch overhead, worth fusing or a CUDA graph")
     assert worth["attn"]["why"] == "33.3% of the profiled time on the GPU (1.000 ms over 1 kernels)"  # of 3,000 µs
+    # AND each with the operator and module its launches ran in (attn's launch ran in none)
+    assert (tiny["op"], tiny["module"]) == ("aten::add", "nn.Module: Bias_0")
+    assert (worth["attn"]["op"], worth["attn"]["module"]) == ("", "")
+    text = CliRunner().invoke(main, ["report", str(imported), "--section", "gpu"]).output
+    assert "rank 0: void tiny_add_kernel<float> (long; short and many)\n" in text
+    assert "      launched from aten::add in nn.Module: Bias_0\n" in text
 
 
 def test_two_micro_batches_on_two_streams_are_two_phases_overlapping(imported):

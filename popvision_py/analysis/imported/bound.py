@@ -44,7 +44,7 @@ BOUND_COLUMNS = ["rank", "step", "start_ns", "step_ns", "gpu_busy_ns", "gpu_busy
                  "launch_wait_pct", "input_wait_ns", "input_wait_pct", "other_idle_ns", "other_idle_pct", "kernels",
                  "kernel_median_ns", "launch_median_ns", "verdict"]
 WORTH_COLUMNS = ["rank", "name", "reason", "kernels", "total_ns", "mean_ns", "median_ns", "launch_median_ns",
-                 "window_pct", "why"]
+                 "window_pct", "op", "module", "why"]
 PHASE_COLUMNS = ["rank", "phase", "spans", "kernels", "gpu_ns", "overlap_ns", "overlap_pct", "overlapped_with",
                  "with_ns"]
 PAIR_COLUMNS = ["rank", "phase", "other", "overlap_ns"]
@@ -263,7 +263,8 @@ def worth_a_look(k: Kernels, window: tuple[np.ndarray, np.ndarray], long_kernels
     the ``long_kernels`` names with the most GPU time (``long``), and the ``short_kernels`` most launched of
     those run at least ``many`` times whose median kernel is shorter than ``short_ns`` or than the median of
     their launching runtime calls (``short and many``: launch overhead, a chance to fuse them or capture a CUDA
-    graph). ``window_pct``: their GPU time's share of the window; ``why``: the reason in a sentence."""
+    graph). ``window_pct``: their GPU time's share of the window; ``op`` and ``module``: the operator and the
+    module most of them were launched from ("" where the trace says none); ``why``: the reason in a sentence."""
     lo, hi = (np.asarray(w, np.int64) for w in window)
     inside = k.take((k.start >= lo[k.ipu]) & (k.start < hi[k.ipu])) if len(k) else k
     names = max(len(k.names), 1)
@@ -296,10 +297,29 @@ def worth_a_look(k: Kernels, window: tuple[np.ndarray, np.ndarray], long_kernels
     why = [_why(*row) for row in zip(is_long.tolist(), is_short.tolist(), count[rows].tolist(),
                                      total[rows].tolist(), share.tolist(), median[rows].tolist(),
                                      launch[rows].tolist())]
+    launched_from = {label: _most(inside, label, key, size)[rows] for label in ("op", "module")}
     return Table({"rank": k.ranks[rows // names], "name": k.names[rows % names].astype(object),
                   "reason": reason.astype(object), "kernels": count[rows], "total_ns": total[rows],
                   "mean_ns": total[rows] / np.maximum(count[rows], 1), "median_ns": median[rows],
-                  "launch_median_ns": launch[rows], "window_pct": share, "why": np.array(why, dtype=object)})
+                  "launch_median_ns": launch[rows], "window_pct": share, **launched_from,
+                  "why": np.array(why, dtype=object)})
+
+
+def _most(k: Kernels, label: str, key: np.ndarray, size: int) -> np.ndarray:
+    """Per key, the word of ``label`` (``op``, ``module``) most of its kernels carry, of those that carry one
+    (ties: the first word); "" where none does (a trace without them, or a profile imported before them)."""
+    codes = getattr(k, label, None)
+    words = k.labels.get(label) if codes is not None else None
+    out = np.full(size, "", dtype=object)
+    if words is None or not len(key):
+        return out
+    said = np.flatnonzero(words[codes] != "")
+    width = len(words)
+    pairs, count = np.unique(key[said] * width + codes[said], return_counts=True)
+    order = np.lexsort((pairs, -count, pairs // width))
+    first = order[np.r_[True, pairs[order][1:] // width != pairs[order][:-1] // width]] if len(order) else order
+    out[pairs[first] // width] = words[pairs[first] % width]
+    return out
 
 
 def _why(long: bool, short: bool, count: int, total: int, share: float, median: float, launch: float) -> str:
