@@ -466,7 +466,7 @@ def _bound_items(t: Table) -> list[tuple[str, list[str]]]:
         items.append((f"rank {rank} {which} ({step_ns / 1e6:,.3f} ms): {verdict}", [
             f"GPU busy {busy:.1f}%; idle {launch:.1f}% waiting for launches (the next kernel's launch came after the "
             f"GPU went idle), {fetch:.1f}% while the DataLoader fetched, {other:.1f}% waiting on something else "
-            "(the next kernel was queued)",
+            "(the next kernel was queued, or its launch is not in the trace)",
             f"{kernels:,} kernels began in it"
             + (f", median {median / 1e3:,.1f} us on the GPU{cost}" if kernels else "")]))
     return _more(items, len(t))

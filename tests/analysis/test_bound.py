@@ -105,6 +105,21 @@ def test_a_phase_on_the_gpus_track_holds_the_kernels_of_its_stream_only():
     assert (row["phase"], row["kernels"], row["gpu_ns"], row["overlap_ns"]) == ("chunk", 1, 40, 0)
 
 
+def timeline(rows: list[tuple]) -> host.Events:
+    """A rank's CPU timeline as the import writes it: rows of (thread, channel, name, start_ns, end_ns)."""
+    table = pa.table({"process": ["rank-3"] * len(rows), "pid": [1] * len(rows), "thread": [r[0] for r in rows],
+                      "channel": [r[1] for r in rows], "name": [r[2] for r in rows], "kind": ["span"] * len(rows),
+                      "start_ns": [r[3] for r in rows], "end_ns": [r[4] for r in rows],
+                      "value": [float("nan")] * len(rows)}, schema=S.SCHEMA)
+    return host.load([S.SystemFile(path=None, process="rank-3", pid=1, instance=None, table=table)])
+
+
+def test_a_timeline_without_steps_gives_its_annotations_from_the_first():
+    events = timeline([("thread 1", S.ANNOTATION, "[param|cuda]", 5_000, 9_000)])
+    spans = TraceSpans.from_timeline(events, np.array([3]), origin_ns=None)
+    assert (list(spans.kind), list(spans.start), list(spans.end)) == ([PHASE], [0], [4_000])
+
+
 def test_the_spans_of_the_cpu_timeline_one_step_a_name_on_the_kernels_time():
     # GIVEN a rank's CPU timeline as the import writes it: ProfilerStep#1 on the CPU, Kineto's copy of it on the
     # GPU's track later, a fetch, an annotation on the CPU and its copy on stream 7 (ns on the traces' clock)
@@ -113,11 +128,7 @@ def test_the_spans_of_the_cpu_timeline_one_step_a_name_on_the_kernels_time():
             ("thread 1", S.DATALOADER, "enumerate(DataLoader)#x.__next__", 1_000, 1_300),
             ("thread 1", S.ANNOTATION, "mb0", 1_400, 1_500), ("GPU stream 7", S.ANNOTATION, "mb0", 1_600, 1_900),
             ("thread 1", S.PYTORCH, "c10d::allreduce_", 1_500, 1_600)]
-    table = pa.table({"process": ["rank-3"] * len(rows), "pid": [1] * len(rows), "thread": [r[0] for r in rows],
-                      "channel": [r[1] for r in rows], "name": [r[2] for r in rows], "kind": ["span"] * len(rows),
-                      "start_ns": [r[3] for r in rows], "end_ns": [r[4] for r in rows],
-                      "value": [float("nan")] * len(rows)}, schema=S.SCHEMA)
-    events = host.load([S.SystemFile(path=None, process="rank-3", pid=1, instance=None, table=table)])
+    events = timeline(rows)
     spans = TraceSpans.from_timeline(events, np.array([3]), origin_ns=900)
     got = sorted((int(k), str(spans.names[n]), int(s), int(a), int(b)) for k, n, s, a, b in zip(
         spans.kind, spans.name, spans.stream, spans.start, spans.end))

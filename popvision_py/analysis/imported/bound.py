@@ -6,7 +6,8 @@ annotations name: the figures beyond Holistic Trace Analysis 0.5's (docs/real-tr
   runtime call started after the GPU went idle: the queue had run dry, the GPU waited for the CPU),
   ``input_wait`` (idle while the training loop fetched a batch: ``enumerate(DataLoader)#...__next__``),
   and ``other`` (the next kernel was queued already: it waited on a dependency, a synchronisation,
-  another rank). The verdict is the largest wait when it takes ``BOUND_PCT`` of the step, else gpu-bound.
+  another rank; or its launch is not in the trace, or no kernel followed). The verdict is the largest
+  wait when it takes ``BOUND_PCT`` of the step, else gpu-bound.
 - ``worth_a_look``: each rank's kernels by name, those listed for their GPU time (``long``) and those
   launched many times for less GPU time each than launching them costs (``short and many``).
 - ``phases`` and ``phase_overlaps``: each annotation name's kernels (launched while its CPU span was
@@ -105,10 +106,10 @@ class TraceSpans:
         rows = np.flatnonzero(keep)
         steps = rows[channel[rows] == STEP]
         order = np.lexsort((events.start[steps], events.name[steps], ipu[steps]))
-        first = np.r_[True, (np.diff(ipu[steps][order]) != 0) | (np.diff(events.name[steps][order]) != 0)]
+        first = np.r_[True, (np.diff(ipu[steps][order]) != 0) | (np.diff(events.name[steps][order]) != 0)][:len(steps)]
         rows = np.sort(np.concatenate([rows[channel[rows] != STEP], steps[order][first]]))
         if origin_ns is None:
-            origin_ns = int(events.start[steps].min()) if len(steps) else int(events.start[rows].min(initial=0))
+            origin_ns = int(events.start[steps if len(steps) else rows].min()) if len(rows) else 0
         used, name = np.unique(events.name[rows], return_inverse=True)
         return cls(ipu=ipu[rows], start=events.start[rows] - origin_ns, end=events.end[rows] - origin_ns,
                    kind=channel[rows], stream=stream[rows], name=name.astype(np.int64),
@@ -221,10 +222,10 @@ def step_bounds(k: Kernels, spans: TraceSpans, window: tuple[np.ndarray, np.ndar
     busy time in it, and its idle time by cause: ``launch_wait`` (gaps whose next kernel's launch started
     after the GPU went idle, ``idle_gaps``), ``input_wait`` (idle while a DataLoader fetch ran on the CPU:
     before the launch wait, which it explains), ``other_idle`` (the rest: the next kernel was queued, so the
-    GPU waited on something else). ``kernels``: those starting in the step, with their median time and
-    their launching calls' (the CPU's cost of a launch). ``verdict``: the largest wait (``input-bound``,
-    ``launch-bound``, ``other-wait``; that order on a tie) when it takes at least ``bound_pct`` of the step,
-    else ``gpu-bound``."""
+    GPU waited on something else; or its launch is not in the trace, or none followed). ``kernels``: those
+    starting in the step, with their median time and their launching calls' (the CPU's cost of a launch).
+    ``verdict``: the largest wait (``input-bound``, ``launch-bound``, ``other-wait``; that order on a tie) when
+    it takes at least ``bound_pct`` of the step, else ``gpu-bound``."""
     steps = step_windows(spans, window)
     s_ipu, s_start, s_end, s_step = steps
     size = len(s_ipu)
