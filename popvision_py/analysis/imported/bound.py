@@ -134,6 +134,22 @@ def before(keys: tuple[np.ndarray, ...], queries: tuple[np.ndarray, ...], inclus
     return out
 
 
+def _distinct(values: np.ndarray, counts: bool = False, inverse: bool = False) -> Any:
+    """``np.unique`` of int64 ``values`` by a sort (numpy 2's hashing np.unique is several times slower on
+    millions): the distinct values, and each one's count and each value's index into them where asked."""
+    order = np.argsort(values, kind="stable") if inverse else None
+    ordered = values[order] if order is not None else np.sort(values)
+    new = np.r_[True, ordered[1:] != ordered[:-1]] if len(ordered) else np.zeros(0, bool)
+    out = [ordered[new]]
+    if counts:
+        out.append(np.diff(np.r_[np.flatnonzero(new), len(ordered)]))
+    if inverse:
+        at = np.empty(len(values), np.int64)
+        at[order] = np.cumsum(new) - 1
+        out.append(at)
+    return tuple(out) if len(out) > 1 else out[0]
+
+
 def _expand(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For ranges [first, last) (empty where last <= first): each member's range and position."""
     size = np.maximum(last - first, 0)
@@ -316,7 +332,7 @@ def _most(k: Kernels, label: str, key: np.ndarray, size: int) -> np.ndarray:
         return out
     said = np.flatnonzero(words[codes] != "")
     width = len(words)
-    pairs, count = np.unique(key[said] * width + codes[said], return_counts=True)
+    pairs, count = _distinct(key[said] * width + codes[said], counts=True)
     order = np.lexsort((pairs, -count, pairs // width))
     first = order[np.r_[True, pairs[order][1:] // width != pairs[order][:-1] // width]] if len(order) else order
     out[pairs[first] // width] = words[pairs[first] % width]
@@ -383,9 +399,9 @@ def phase_times(k: Kernels, spans: TraceSpans) -> PhaseTimes:
     order = np.lexsort((e, -s, kernel))
     first = np.r_[True, kernel[order][1:] != kernel[order][:-1]] if len(order) else np.zeros(0, bool)
     leaf[kernel[order][first]] = name[order][first]
-    member = np.unique(kernel * n + name)  # each kernel once a phase, sorted
+    member = _distinct(kernel * n + name)  # each kernel once a phase, sorted
     kernel, name = member // n, member % n
-    phased = np.unique(kernel)
+    phased = _distinct(kernel)
     ipu = np.concatenate([k.ipu[phased], k.ipu[phased]])
     times = np.concatenate([k.start[phased], k.end[phased]])
     order = np.lexsort((times, ipu))
@@ -400,7 +416,7 @@ def phase_times(k: Kernels, spans: TraceSpans) -> PhaseTimes:
     running = np.cumsum(np.bincount(first_seg[phased], minlength=len(b_ipu) + 1)
                         - np.bincount(end_seg[phased], minlength=len(b_ipu) + 1))  # phases' kernels running
     which, seg = _expand(first_seg[kernel], end_seg[kernel])
-    pairs, count = np.unique(seg * n + name[which], return_counts=True)
+    pairs, count = _distinct(seg * n + name[which], counts=True)
     p_seg, p_phase = pairs // n, pairs % n
     alone = running[p_seg] <= count  # no other phase's kernel runs in the segment
     group = b_ipu[p_seg] * n + p_phase
@@ -418,9 +434,9 @@ def phase_times(k: Kernels, spans: TraceSpans) -> PhaseTimes:
     mine = np.searchsorted(member, other * n + phase)
     own = (mine < len(member)) & (member[np.minimum(mine, max(len(member) - 1, 0))] == other * n + phase) \
         if len(member) else np.zeros(len(other), bool)
-    triple = np.unique((at_seg[~own] * n + phase[~own]) * n + leaf[other[~own]])
+    triple = _distinct((at_seg[~own] * n + phase[~own]) * n + leaf[other[~own]])
     t_seg, t_phase, t_other = triple // n // n, triple // n % n, triple % n
-    pair, pair_at = np.unique((b_ipu[t_seg] * n + t_phase) * n + t_other, return_inverse=True)
+    pair, pair_at = _distinct((b_ipu[t_seg] * n + t_phase) * n + t_other, inverse=True)
     return PhaseTimes(phases=n, kernels=np.bincount(k.ipu[kernel] * n + name, minlength=size)[:size],
                       gpu_ns=sum_by(group, length[p_seg], size), overlap_ns=sum_by(group, length[p_seg] * ~alone, size),
                       spans=np.where(spans_cpu > 0, spans_cpu, spans_gpu)[:size], pair=pair,
