@@ -121,7 +121,8 @@ MORE = {"summary": "every summary figure and the tile insights", "memory": "memo
         "exchange": "time by phase, exchange by kind, bandwidth", "operations": "each op's cycles and FLOPs",
         "programs": "the program tree", "tiles": "tile balance", "system": "the host processes' timelines",
         "critical-path": "what set the step time, its culprit and what-ifs",
-        "gpu": "a GPU trace's kernels: idle, compute, overlaps, launches, beside HTA's", "all": "everything"}
+        "gpu": "a GPU trace's kernels: what bound each step, idle, compute, overlaps, launches, beside HTA's",
+        "all": "everything"}
 
 
 def _overview(doc: Document, r: Any) -> None:
