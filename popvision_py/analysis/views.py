@@ -471,23 +471,9 @@ class GpuReport(_View):
         """Each rank's last ``ProfilerStep`` start (``gpu.last_step_starts``), from the ranks' CPU timelines the
         import writes beside the profile (``system/rank-R.pvti.parquet``); None without them, or with fewer
         than two steps: HTA's figures then take every kernel."""
-        def compute() -> np.ndarray | None:
-            system = self._r.system
-            if not system.files():
-                return None
-            events = system.events()
-            family = np.array([events.families[f] == "ProfilerStep" for f in events.family_of.tolist()] or [False])
-            step = family[events.name] if len(events) else np.zeros(0, bool)
-            process = events.process
-            ipu_of = {int(rank): ipu for ipu, rank in enumerate(self.kernels().ranks.tolist())}
-            steps = {}
-            for code, name in enumerate(events.processes):
-                rank = name.removeprefix("rank-")
-                if rank.isdigit() and int(rank) in ipu_of:
-                    steps[ipu_of[int(rank)]] = events.start[step & (process == code)]
-            return _gpu.last_step_starts(steps, self.kernels().num_ranks)
-
-        return self._memo("last_step_starts", compute)
+        system, k = self._r.system, self.kernels()
+        return self._memo("last_step_starts", lambda: _gpu.last_step_starts(
+            _gpu.step_starts(system.events(), k.ranks), k.num_ranks) if system.files() else None)
 
     def streams(self) -> _streams.StreamIndex:
         """Each rank's streams as lanes, indexed for zoom windows (``streams.StreamIndex``)."""

@@ -551,6 +551,21 @@ def kernels_by_name(k: Kernels, window: tuple[np.ndarray, np.ndarray], n: int | 
                   "std_ns": s["std"][rows], "busy_pct": _pct(s["sum"][rows], span[rows // names])})
 
 
+def step_starts(events: Any, ranks: np.ndarray) -> dict[int, np.ndarray]:
+    """Each IPU's ``ProfilerStep#N`` starts on the traces' clock, from the ranks' CPU timelines (``events``:
+    ``host.system.Events``, handed in; process ``rank-R`` is the IPU of rank R), for ``last_step_starts``."""
+    family = np.array([events.families[f] == "ProfilerStep" for f in events.family_of.tolist()] or [False])
+    step = family[events.name] if len(events) else np.zeros(0, bool)
+    process = events.process
+    ipu_of = {int(rank): ipu for ipu, rank in enumerate(np.asarray(ranks).tolist())}
+    steps = {}
+    for code, name in enumerate(events.processes):  # one a rank
+        rank = name.removeprefix("rank-")
+        if rank.isdigit() and int(rank) in ipu_of:
+            steps[ipu_of[int(rank)]] = events.start[step & (process == code)]
+    return steps
+
+
 def last_step_starts(steps: dict[int, np.ndarray], num_ranks: int) -> np.ndarray | None:
     """Each IPU's last ``ProfilerStep`` start, in the kernels' time (ns from the first rank's first step:
     the import's origin when every rank has steps), for ``hta_selection``. ``steps[ipu]``: the starts
