@@ -25,6 +25,8 @@ from popvision_py.analysis.host import input_wait as _host
 from popvision_py.analysis.imported import bound as _bound
 from popvision_py.analysis.imported import collectives as _collectives
 from popvision_py.analysis.imported import gpu as _gpu
+from popvision_py.analysis.imported.gpu import (NO_KERNELS_EMULATED, NO_KERNELS_GPU, NO_KERNELS_IMPORTED,
+                                                NO_KERNELS_TABLE)
 from popvision_py.analysis.imported import ranks as _imported
 from popvision_py.analysis.imported import streams as _streams
 from popvision_py.analysis.ipu import liveness as _liveness
@@ -438,12 +440,12 @@ class GpuReport(_View):
         a CPU trace)."""
         r = self._r
         if not r.imported:
-            return _gpu.NO_KERNELS_EMULATED
+            return NO_KERNELS_EMULATED
         if "kernels" not in r.profile.tables:
-            return _gpu.NO_KERNELS_TABLE
+            return NO_KERNELS_TABLE
         if r.profile.num_rows("kernels"):
             return ""
-        return _gpu.NO_KERNELS_GPU if r.target.get("arch") == "gpu" else _gpu.NO_KERNELS_IMPORTED
+        return NO_KERNELS_GPU if r.target.get("arch") == "gpu" else NO_KERNELS_IMPORTED
 
     def kernels(self) -> _gpu.Kernels:
         """Every kernel, copy and set of the profile (``gpu.Kernels``), the table read once (none before schema 5)."""
