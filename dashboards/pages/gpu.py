@@ -102,6 +102,8 @@ def by_rank_table(report: Any) -> Any:
                    table_id="gpu-by-rank-table")
 
 
+PHASES_PER_RANK = 20  # the phases listed per rank, the most GPU time first
+
 # The kernel table's columns: (column of gpu.kernels_by_name, header); times shown in µs, numbers so they sort
 KERNEL_COLUMNS = [("rank", "rank"), ("kind", "kind"), ("name", "kernel"), ("kernels", "kernels"),
                   ("sum_us", "total (µs)"), ("mean_us", "mean (µs)"), ("max_us", "longest (µs)"),
@@ -130,7 +132,58 @@ def kernel_table(report: Any) -> Any:
                                  "wordBreak": "break-word", "minWidth": "340px", "maxWidth": "460px"}])
 
 
+def bounds_table(report: Any) -> Any:
+    """What bound each rank's steps (``gpu.bounds``): the verdict, and the GPU's busy time and its waits."""
+    frame = report.gpu.bounds()
+    return c.table(frame, columns={"rank": "rank", "step": "step", "verdict": "bound by", "step_ns": "step",
+                                   "gpu_busy_pct": "GPU busy", "launch_wait_pct": "waits for launches",
+                                   "input_wait_pct": "waits for input", "other_idle_pct": "other idle",
+                                   "kernels": "kernels", "kernel_median_ns": "median kernel",
+                                   "launch_median_ns": "median launch"},
+                   formats={"rank": c.fmt_int, "step": lambda v: "whole trace" if v < 0 else f"{v:,}",
+                            "verdict": str, **{k: _seconds for k in ("step_ns", "kernel_median_ns",
+                                                                      "launch_median_ns")}},
+                   table_id="gpu-bounds-table")
+
+
+def worth_table(report: Any) -> Any:
+    """The kernels worth a look (``gpu.worth_a_look``): why, and the operator and module that launched them."""
+    frame = report.gpu.worth_a_look()
+    names = frame["name"].astype(str)
+    frame = frame.assign(name=names.where(names.str.len() <= NAME_CHARS, names.str.slice(0, NAME_CHARS - 1) + "…"))
+    return c.table(frame, columns={"rank": "rank", "name": "kernel", "op": "launched in", "module": "module",
+                                   "kernels": "kernels", "total_ns": "total", "median_ns": "median",
+                                   "launch_median_ns": "median launch", "why": "why"},
+                   formats={"rank": c.fmt_int, "name": str, "op": str, "module": str, "why": str,
+                            **{k: _seconds for k in ("total_ns", "median_ns", "launch_median_ns")}},
+                   table_id="gpu-worth-table")
+
+
+def phases_table(report: Any) -> Any:
+    """The phases the trace's own annotations name (``gpu.phases``): GPU time and what ran beside it."""
+    frame = report.gpu.phases(PHASES_PER_RANK)
+    if frame.empty:
+        return html.Div("The trace's annotations name no phase (record_function spans beside the steps and "
+                        "passes).", className="empty")
+    return c.table(frame, columns={"rank": "rank", "phase": "phase", "spans": "spans", "kernels": "kernels",
+                                   "gpu_ns": "GPU time", "overlap_ns": "beside another phase",
+                                   "overlap_pct": "of its GPU time", "overlapped_with": "mostly beside"},
+                   formats={"rank": c.fmt_int, "phase": str, "overlapped_with": str,
+                            **{k: _seconds for k in ("gpu_ns", "overlap_ns")}},
+                   table_id="gpu-phases-table")
+
+
 TABLES = [
+    TableSection("What bound each step", "Per rank and profiler step: GPU-bound (kernels run most of the step), "
+                 "launch-bound (the GPU idles until the CPU launches its next kernel), input-bound (it idles while "
+                 "the DataLoader fetches), or other idle; a wait is the verdict when it takes 20 % of the step or "
+                 "more (docs/reports.md, \"GPU\").", ids.GPU_BY_RANK + "-bounds", bounds_table),
+    TableSection("Kernels worth a look", "The longest kernels by total time, and the short ones launched many "
+                 "times (median under 10 µs, or shorter than their launch): each with the operator and module "
+                 "most of its launches ran in.", ids.GPU_BY_RANK + "-worth", worth_table),
+    TableSection("Phases from the trace's annotations", "Each phase the trace's own record_function spans name: its "
+                 "kernels' GPU time and how much of it ran beside another phase's kernels (two micro-batches "
+                 "or chunks at once on two streams).", ids.GPU_BY_RANK + "-phases", phases_table),
     TableSection("GPU time per rank within the profiled steps", "popvision's own figures: the rank's busy and idle "
                  "time within its profiled steps, by the kinds the import gives each kernel.", ids.GPU_BY_RANK,
                  by_rank_table),

@@ -222,3 +222,30 @@ def test_the_exchange_page_lists_a_gpu_traces_collectives_by_process_group(tmp_p
     # AND the longest transfers name the kernel without its arguments, sent to its group
     transfers = text(exchange.render("a")[4])
     assert "ncclKernel_AllReduce_RING_LL_Sum_bf16 " in transfers + " " and "its group" in transfers
+
+
+def test_the_gpu_page_says_what_bound_each_step_the_kernels_worth_a_look_and_the_phases(tmp_path):
+    from dashboards.app import create_app
+    from tests.importer.test_gpu_bound import HEADER as BOUND_HEADER, events as bound_events
+
+    # GIVEN tests/importer/test_gpu_bound.py's trace: a launch-, an input- and a GPU-bound step, a tiny kernel
+    # launched 100 times in aten::add, two micro-batches on two streams overlapping 400 µs
+    (tmp_path / "rank0.json").write_text(kineto(BOUND_HEADER, bound_events()))
+    result = CliRunner().invoke(main, ["import", str(tmp_path / "rank0.json"), "-o", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 0, result.output
+    create_app([str(tmp_path / "out" / "profile.pop")])
+    gpu = page("gpu")
+    tables = {t.title: text(t.build(data_report())) for t in gpu.TABLES}
+    # THEN the steps' verdicts read in order, with the tiny kernel's operator and module, and mb0 beside mb1
+    bounds = tables["What bound each step"]
+    assert bounds.index("launch-bound") < bounds.index("input-bound") < bounds.index("gpu-bound")
+    worth = tables["Kernels worth a look"]
+    assert "void tiny_add_kernel<float>" in worth and "aten::add" in worth and "nn.Module: Bias_0" in worth
+    phases = tables["Phases from the trace's annotations"]
+    assert "mb0" in phases and "400.00 µs" in phases and "40.0 %" in phases
+
+
+def data_report():
+    from dashboards import data
+
+    return data.report("a")
