@@ -426,11 +426,14 @@ def gpu_work_dropped(kind: np.ndarray, on_gpu: np.ndarray, name: np.ndarray, nam
     """The spans of a GPU trace that are not kept: where the trace has GPU-side annotations (``gpu_passes``), its
     passes' time is theirs (when their kernels ran), not the CPU's (when they were launched); a collective's
     time and bytes are its kernels', not its annotations' (``nccl:all_reduce`` on the CPU or the GPU: no bytes).
-    Profiler steps and communication calls stay on the CPU's clock."""
+    Profiler steps (Kineto copies ``ProfilerStep#N`` onto the GPU's track: the copy is dropped) and communication
+    calls stay on the CPU's clock."""
     work = np.isin(kind, [KIND[k] for k in ("forward", "backward", "backward_input", "backward_weight", "update",
                                             "pp_comm", "pp_other")])
     annotated = np.array([bool(COMM_ANNOTATION.match(n)) for n in names] + [False], bool)[name]
-    return (work & ~on_gpu if gpu_passes else np.zeros(len(kind), bool)) | (kind == KIND["comm_flight"]) & annotated
+    gpu_step = (kind == KIND["step"]) & on_gpu  # Kineto's copy of a ProfilerStep on the GPU's track: not a step
+    return (work & ~on_gpu if gpu_passes else np.zeros(len(kind), bool)) | (kind == KIND["comm_flight"]) & annotated \
+        | gpu_step
 
 
 def assemble(path: str, header: dict[str, Any], part: RankPart) -> RankTrace:
