@@ -185,16 +185,17 @@ class Step:
         return self.external
 
     def launch(self, call: str, cat: str, name: str, stream: int, dur_ns: int, external: int,
-               args: dict | None = None, after: int = 0) -> tuple[int, int]:
-        """A runtime call at the CPU's cursor and the GPU activity it launches (queued on ``stream``, not
-        before ``after``); the activity's start and end."""
+               args: dict | None = None, after: int = 0, tid: int | None = None) -> tuple[int, int]:
+        """A runtime call at the CPU's cursor on thread ``tid`` (the training thread's by default) and the GPU
+        activity it launches (queued on ``stream``, not before ``after``); the activity's start and end."""
         self.correlation += 1
         corr = self.correlation
         at = self.cursor
+        tid = tid or self.tid
         ids = {"correlation": "corr", "External id": "external"}
-        self.event(self.gpu, {"ph": "X", "cat": "cuda_runtime", "name": call, "pid": self.pid, "tid": self.tid},
+        self.event(self.gpu, {"ph": "X", "cat": "cuda_runtime", "name": call, "pid": self.pid, "tid": tid},
                    at, LAUNCH_NS, {"External id": external, "cbid": 211, "correlation": corr}, ids)
-        self.event(self.gpu, {"ph": "s", "id": corr, "pid": self.pid, "tid": self.tid}, at, None, None, {"id": "corr"},
+        self.event(self.gpu, {"ph": "s", "id": corr, "pid": self.pid, "tid": tid}, at, None, None, {"id": "corr"},
                    {"cat": "ac2g", "name": "ac2g"})
         dur = int(dur_ns * self.slower)
         start = max(at + QUEUE_NS, self.streams[stream], after)
@@ -216,7 +217,7 @@ class Step:
         self.cursor += 2_000 * len(names)
         external = self.external + len(names)  # the innermost operator's id (each op takes the next)
         launch_args = {"grid": [512, 1, 1], "block": [256, 1, 1], **(args or {})} if cat == "kernel" else args
-        start, end = self.launch(call, cat, kernel, stream, dur_ns, external, launch_args)
+        start, end = self.launch(call, cat, kernel, stream, dur_ns, external, launch_args, tid=tid)
         self.cursor += 1_000
         stop = self.cursor
         for depth, name in enumerate(names):  # the outer operator first, as Kineto writes them
@@ -296,7 +297,7 @@ class Step:
         self.cursor += 3_000
         inner = self.cursor
         start, end = self.launch("cudaLaunchKernel", "kernel", ALL_REDUCE, NCCL, 300_000, self.external + 2,
-                                 {"grid": [8, 1, 1], "block": [544, 1, 1], **comm}, after)
+                                 {"grid": [8, 1, 1], "block": [544, 1, 1], **comm}, after, self.autograd_tid)
         self.cursor += 1_000
         self.op("record_param_comms", begin, self.cursor + 1_000, args=comm, tid=self.autograd_tid)
         self.op("nccl:all_reduce", inner, self.cursor, "user_annotation", tid=self.autograd_tid)

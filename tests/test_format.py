@@ -93,7 +93,8 @@ def _tiny_tables() -> dict[str, pd.DataFrame]:
             "ipu": [0, 1], "stream": [7, 7], "kind": ["compute", "communication"],
             "name": ["sgemm", "ncclKernel_AllReduce"], "start_cycle": [0, 50], "end_cycle": [40, 80],
             "correlation": [1, 2], "launch_start_cycle": [0, 10], "launch_end_cycle": [5, 12],
-            "launch_name": ["cudaLaunchKernel", "cudaLaunchKernel"],
+            "launch_name": ["cudaLaunchKernel", "cudaLaunchKernel"], "bytes": [0, 4096], "group": ["", "[0, 1]"],
+            "op": ["aten::mm", "record_param_comms"], "module": ["nn.Module: Linear_0", ""],
         }),
         "exchanges": pd.DataFrame({
             "ipu": [0], "step": [1], "kind": ["inter_ipu"], "src_ipu": [0], "dst_ipu": [1],

@@ -22,9 +22,14 @@ import pandas as pd
 from popvision_py.analysis.ipu import exchange as _exchange
 from popvision_py.analysis.findings import fixes as _fixes
 from popvision_py.analysis.host import input_wait as _host
+from popvision_py.analysis.imported import bound as _bound
+from popvision_py.analysis.imported import collectives as _collectives
 from popvision_py.analysis.imported import gpu as _gpu
+from popvision_py.analysis.imported.gpu import (NO_KERNELS_EMULATED, NO_KERNELS_GPU, NO_KERNELS_IMPORTED,
+                                                NO_KERNELS_TABLE)
 from popvision_py.analysis.imported import gpu_ranks as _gpu_ranks
 from popvision_py.analysis.imported import ranks as _imported
+from popvision_py.analysis.imported import streams as _streams
 from popvision_py.analysis.ipu import liveness as _liveness
 from popvision_py.analysis.ipu import memory as _memory
 from popvision_py.analysis.ipu import memory_depth as _memory_depth
@@ -423,21 +428,12 @@ class SystemReport(_View):
         return _system.window(self.index(), start_ns, end_ns, max_events, max_bins)
 
 
-# Why a profile has no GPU kernels to show, in one sentence (``GpuReport.missing``)
-NO_KERNELS_TABLE = ("This profile was written before schema 5, which added the GPU kernels table: import the "
-                    "traces again (popvision import) to see the GPU's time.")
-NO_KERNELS_EMULATED = "An emulated IPU run has no GPU kernels: this section is for profiles imported from GPU traces."
-NO_KERNELS_IMPORTED = ("The traces hold no GPU kernels (a run on the CPU): this section is for traces recorded on "
-                       "GPUs.")
-NO_KERNELS_GPU = ("The traces ran on GPUs but the profile holds no GPU kernels: the profiler recorded none (no "
-                  "ProfilerActivity.CUDA), or an import that did not keep them wrote it: import the traces again.")
-
-
 class GpuReport(_View):
     """The GPU's own time line of a profile imported from GPU traces (the ``kernels`` table, schema 5):
     popvision's figures within the profiled steps (``by_rank``, ``by_stream``, ``kernels_by_name``) and
     Holistic Trace Analysis 0.5's, over the kernels HTA keeps (``temporal``, ``kernel_types``,
-    ``overlap``, ``top_kernels``, ``launch_summary``, ``idle_breakdown``): ``imported.gpu``.
+    ``overlap``, ``top_kernels``, ``launch_summary``, ``idle_breakdown``): ``imported.gpu``; and beyond
+    HTA's (``imported.bound``): what bound each step, the kernels worth a look, the annotations' phases.
     ``missing()`` is the one sentence shown instead where the profile has no kernel."""
 
     def missing(self) -> str:
@@ -453,28 +449,23 @@ class GpuReport(_View):
         return NO_KERNELS_GPU if r.target.get("arch") == "gpu" else NO_KERNELS_IMPORTED
 
     def kernels(self) -> _gpu.Kernels:
-        """Every kernel, copy and set of the profile (``gpu.Kernels``), the table read once (none before schema 5).
-        The figures below read the table a rank at a time instead (``gpu_ranks``): this holds all of it."""
+        """Every kernel, copy and set of the profile (``gpu.Kernels``), the table read once (none before schema 5)."""
         r = self._r
 
         def compute() -> _gpu.Kernels:
+            ranks = _imported.rank_numbers(r.run, int(r.target.get("num_ipus", 1)))
             if "kernels" not in r.profile.tables:  # an older schema: no kernel, every answer empty
-                return _gpu.Kernels.build([], [], [], [], [], [], ranks=self._ranks())
-            return _gpu.Kernels.from_columns(r.columns("kernels"), self._ranks())
+                return _gpu.Kernels.build([], [], [], [], [], [], ranks=ranks)
+            return _gpu.Kernels.from_columns(r.columns("kernels"), ranks)
 
         return self._memo("kernels", compute)
-
-    def _ranks(self) -> np.ndarray:
-        """Each IPU's rank (an imported profile's IPU is its position among the traces)."""
-        r = self._r
-        return np.asarray(_imported.rank_numbers(r.run, int(r.target.get("num_ipus", 1))), np.int64)
 
     def window(self) -> tuple[np.ndarray, np.ndarray]:
         """Each rank's profiled steps, in the kernels' ns: the imported trace's extent (its first profiler
         step's start to its last one's end, over every rank; the whole trace without steps)."""
         def compute() -> tuple[np.ndarray, np.ndarray]:
             start, end = self._r.trace.extent()
-            n = len(self._ranks())
+            n = int(self._r.target.get("num_ipus", 1))
             return np.full(n, start, np.int64), np.full(n, end, np.int64)
 
         return self._memo("window", compute)
@@ -483,41 +474,28 @@ class GpuReport(_View):
         """Each rank's last ``ProfilerStep`` start (``gpu.last_step_starts``), from the ranks' CPU timelines the
         import writes beside the profile (``system/rank-R.pvti.parquet``); None without them, or with fewer
         than two steps: HTA's figures then take every kernel."""
-        def compute() -> np.ndarray | None:
-            system = self._r.system
-            if not system.files():
-                return None
-            events = system.events()
-            family = np.array([events.families[f] == "ProfilerStep" for f in events.family_of.tolist()] or [False])
-            step = family[events.name] if len(events) else np.zeros(0, bool)
-            process = events.process
-            ipu_of = {int(rank): ipu for ipu, rank in enumerate(self._ranks().tolist())}
-            steps = {}
-            for code, name in enumerate(events.processes):
-                rank = name.removeprefix("rank-")
-                if rank.isdigit() and int(rank) in ipu_of:
-                    steps[ipu_of[int(rank)]] = events.start[step & (process == code)]
-            return _gpu.last_step_starts(steps, len(self._ranks()))
+        system, ranks = self._r.system, _imported.rank_numbers(self._r.run, int(self._r.target.get("num_ipus", 1)))
+        return self._memo("last_step_starts", lambda: _gpu.last_step_starts(
+            _gpu.step_starts(system.events(), ranks), len(ranks)) if system.files() else None)
 
-        return self._memo("last_step_starts", compute)
+    def streams(self) -> _streams.StreamIndex:
+        """Each rank's streams as lanes, indexed for zoom windows (``streams.StreamIndex``)."""
+        return self._memo("streams", lambda: _streams.StreamIndex(self.kernels()))
+
+    def stream_window(self, start_ns: int | None = None, end_ns: int | None = None, ipus: list[int] | None = None,
+                      max_kernels: int = _streams.MAX_KERNELS,
+                      max_bins: int = _streams.MAX_BINS) -> _streams.StreamWindow:
+        """The streams of ``ipus`` (every rank's for None) between two times (ns, the kernels' extent by default),
+        each kernel or, past ``max_kernels``, each kind's occupancy in bins (``streams.window``)."""
+        return _streams.window(self.streams(), start_ns, end_ns, ipus, max_kernels, max_bins)
 
     def hta_kernels(self) -> _gpu.Kernels:
         """The kernels HTA 0.5 analyses (``gpu.hta_selection``): those launched before each rank's last step."""
         return self._memo("hta_kernels", lambda: self.kernels().take(
             _gpu.hta_selection(self.kernels(), self.last_step_starts())))
 
-    def _figure(self, name: str, key: Any = None, figure: _gpu_ranks.Figure | None = None) -> Table:
-        """A figure over every rank, computed a rank at a time (``gpu_ranks.figures``): every figure at its
-        defaults in one read of each rank's kernels, a ``figure`` of other arguments (under ``key``) in one of
-        its own."""
-        r = self._r
-
-        def compute(wanted: dict[str, _gpu_ranks.Figure] | None) -> dict[str, Table]:
-            return _gpu_ranks.figures(r.profile, self._ranks(), self.window(), self.last_step_starts(), wanted)
-
-        if figure is None:
-            return self._memo("figures", lambda: compute(None))[name]
-        return self._memo(key, lambda: compute({name: figure})[name])
+    def _figure(self, name: str, *args: Any) -> Table:  # a rank at a time, cached here (``gpu_ranks.figure``)
+        return _gpu_ranks.figure(self._memo, self._r.profile, self.window, self.last_step_starts, name, args)
 
     def by_rank(self) -> pd.DataFrame:
         return self._by_rank().frame()
@@ -535,10 +513,14 @@ class GpuReport(_View):
         return self._kernels_by_name(n).frame()
 
     def _kernels_by_name(self, n: int | None = 10) -> Table:
-        if n == 10:
-            return self._figure("kernels_by_name")
-        return self._figure("kernels_by_name", ("by_name", n),
-                            lambda k, hta, window: _gpu.kernels_by_name(k, window, n))
+        return self._figure("kernels_by_name", n)
+
+    def collectives(self) -> pd.DataFrame:
+        """Each rank's collectives by process group within the profiled steps (``collectives.COLUMNS``)."""
+        return self._collectives().frame()
+
+    def _collectives(self) -> Table:
+        return self._memo("collectives", lambda: _collectives.collectives(self.kernels(), self.window()))
 
     def temporal(self) -> pd.DataFrame:
         return self._temporal().frame()
@@ -565,14 +547,11 @@ class GpuReport(_View):
         return self._top_kernels(num_kernels, duration_ratio).frame()
 
     def _top_kernels(self, num_kernels: int = 10, duration_ratio: float = 0.8) -> Table:
-        if (num_kernels, duration_ratio) == (10, 0.8):
-            return self._figure("top_kernels")
-        return self._figure("top_kernels", ("top", num_kernels, duration_ratio),
-                            lambda k, hta, window: _gpu.top_kernels(hta, num_kernels, duration_ratio))
+        return self._figure("top_kernels", num_kernels, duration_ratio)
 
     def launches(self) -> pd.DataFrame:
         """Each kernel's launch (``gpu.LAUNCH_COLUMNS``), of the kernels HTA analyses."""
-        return self._figure("launches", "launches", lambda k, hta, window: _gpu.launches(hta)).frame()
+        return self._figure("launches").frame()
 
     def launch_summary(self) -> pd.DataFrame:
         return self._launch_summary().frame()
@@ -584,7 +563,37 @@ class GpuReport(_View):
         return self._idle_breakdown(kernel_wait_ns).frame()
 
     def _idle_breakdown(self, kernel_wait_ns: int = _gpu.KERNEL_WAIT_NS) -> Table:
-        if kernel_wait_ns == _gpu.KERNEL_WAIT_NS:
-            return self._figure("idle_breakdown")
-        return self._figure("idle_breakdown", ("idle", kernel_wait_ns),
-                            lambda k, hta, window: _gpu.idle_breakdown(hta, kernel_wait_ns))
+        return self._figure("idle_breakdown", kernel_wait_ns)
+
+    def spans(self) -> _bound.TraceSpans:
+        """The steps, DataLoader fetches and annotations of the ranks' CPU timelines (``system/``), if any."""
+        r, origin = self._r, (self._r.run.get("import") or {}).get("origin_ns")
+        return self._memo("spans", lambda: _bound.TraceSpans.from_timeline(
+            r.system.events() if r.system.files() else None, self.kernels().ranks, origin))
+
+    def bounds(self) -> pd.DataFrame:
+        return self._bounds().frame()
+
+    def _bounds(self) -> Table:
+        return self._memo("bounds", lambda: _bound.step_bounds(self.kernels(), self.spans(), self.window()))
+
+    def worth_a_look(self) -> pd.DataFrame:
+        return self._worth_a_look().frame()
+
+    def _worth_a_look(self) -> Table:
+        return self._memo("worth_a_look", lambda: _bound.worth_a_look(self.kernels(), self.window()))
+
+    def phases(self, n: int | None = None) -> pd.DataFrame:
+        return self._phases(n).frame()
+
+    def _phases(self, n: int | None = None) -> Table:
+        return self._memo(("phases", n), lambda: _bound.phases(self.kernels(), self.spans(), self._phase_times(), n))
+
+    def phase_overlaps(self) -> pd.DataFrame:
+        return self._phase_overlaps().frame()
+
+    def _phase_overlaps(self) -> Table:
+        return self._memo("overlaps", lambda: _bound.phase_overlaps(self.kernels(), self.spans(), self._phase_times()))
+
+    def _phase_times(self) -> _bound.PhaseTimes:
+        return self._memo("phase_times", lambda: _bound.phase_times(self.kernels(), self.spans()))

@@ -347,12 +347,21 @@ TABLES: dict[str, TableSchema] = {
             ("end_cycle", "int64", "End on the GPU (exclusive), in cycles.", COUNT),
             ("correlation", "int64", "The correlation id joining it to the runtime call that launched it, -1 if "
                                      "none.", Values(low=-1, high=MAX_COUNT)),
+            ("bytes", "int64", "Bytes it moves: a collective's message (In msg nelems x its dtype's size), a "
+                               "copy's or a set's size; 0 for a compute kernel and where the trace does not say.",
+             COUNT),
+            ("group", CATEGORY, "A communication kernel's process group: its ranks as the trace writes them "
+                                "(Process Group Ranks), else its size ('8 ranks'); empty if none is said."),
             ("launch_start_cycle", "int64", "Start of the runtime call that launched it (cudaLaunchKernel, "
                                             "hipLaunchKernel, cudaMemcpyAsync...), -1 if the trace holds none.",
              Values(low=-1, high=MAX_COUNT)),
             ("launch_end_cycle", "int64", "End of that runtime call, -1 if none.", Values(low=-1, high=MAX_COUNT)),
             ("launch_name", CATEGORY, "That runtime call's name (cudaLaunchKernel, cudaGraphLaunch, "
                                       "hipMemcpyWithStream...), empty if none."),
+            ("op", CATEGORY, "The innermost CPU operator that runtime call ran in (aten::addmm...), empty if "
+                             "none holds it."),
+            ("module", CATEGORY, "The innermost module that call ran in ('nn.Module: Linear_0', traces recorded "
+                                 "with_stack or with_modules), empty if none."),
             ordered=(("start_cycle", "end_cycle"), ("launch_start_cycle", "launch_end_cycle")),
             since=5,
         ),

@@ -20,6 +20,10 @@ class TraceError(PopvisionError):
     """A trace that is not a PyTorch profiler trace popvision can read (one sentence, exit 2)."""
 
 
+class Fallback(Exception):
+    """The fast path (``ranges``) does not take this trace as it stands: the streaming parser reads it."""
+
+
 class Depth:
     """The nesting depth of a JSON text fed in pieces: brackets inside strings do not count. Columnar
     (NumPy over each piece's brackets and quotes), so it costs little beside the parse itself."""

@@ -11,7 +11,6 @@ today's name of each category older PyTorch wrote (``OLD_CATEGORIES``).
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +18,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from popvision_py.format.schema import KERNEL_KINDS
-from popvision_py.importer.checks import MAX_WORLD, TraceError, header_fields, is_dims, is_int, not_json, wrong
+from popvision_py.importer.checks import MAX_WORLD, TraceError, header_fields, is_int, not_json, wrong
+from popvision_py.importer.kernels import (GPU_ROW, KERNEL_COLUMNS, LAUNCH_ROW, OP_ROW, comm_bytes, gpu_timeline,
+                                           renamed, stream_of)
 from popvision_py.importer.memory_changes import changed_levels, check_memory_kinds
 
 MAX_US = 2.0**61 / 1000  # times in microseconds beyond this (73 years) do not fit int64 nanoseconds with the base
@@ -33,8 +33,12 @@ MAX_PLAIN = 16 << 20  # ... past this many bytes inflated (a small trace may inf
 
 # What a span is, by its name (see ``span_kind``).
 KINDS = ("step", "forward", "backward", "backward_input", "backward_weight", "update", "pp_comm", "pp_other",
-         "comm_call", "comm_flight")
+         "comm_call", "comm_flight", "input", "annotation", "gpu_annotation")
 KIND = {name: i for i, name in enumerate(KINDS)}
+# The spans kept for the GPU's figures alone (analysis.imported.bound), never a pass or a row: the training loop's
+# DataLoader fetches (``input``), and every other annotation the trace names, on the CPU or the GPU's track
+ANNOTATION_KINDS = (KIND["input"], KIND["annotation"], KIND["gpu_annotation"])
+DATALOADER = re.compile(r"enumerate\(DataLoader\)#.*__next__$")  # torch.utils.data's own record_function
 PASS_OF_ACTION = {"F": "forward", "B": "backward", "I": "backward_input", "W": "backward_weight"}
 PP_ACTION = re.compile(r"PP:(\d+)(UNSHARD|RESHARD|SEND_F|RECV_F|SEND_B|RECV_B|REDUCE_GRAD|F|I|W|B)(\d*)$")
 GPIPE = re.compile(r"(Forward|Backward) (\d+)$")
@@ -45,17 +49,6 @@ DATA_PARALLEL_FORWARD = re.compile(r"(DistributedDataParallel|FullyShardedDataPa
 AUTOGRAD = "autograd::engine::evaluate_function: "  # a backward node run by the autograd engine
 CHUNK_FRAME = re.compile(r"pipelining/stage\.py\(\d+\): (forward|backward)_one_chunk$")
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-# The GPU's own timeline (the profile's ``kernels``): what each kernel does (``KERNEL_KINDS``' codes), and the
-# runtime calls that launch kernels, copies and sets (joined to them by their correlation id).
-KERNEL_KIND = {name: i for i, name in enumerate(KERNEL_KINDS)}
-COMM_KERNEL = re.compile(r"(nccl|rccl|hccl)|.*nccl[A-Za-z]*Kernel|.*ncclDevKernel")  # NCCL's and its ports'
-RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})  # a launch is any of their calls with a correlation id
-DTYPE_BYTES = {"float": 4, "float32": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "long int": 8,
-               "int": 4, "half": 2, "bfloat16": 2, "bool": 1, "unsigned char": 1, "signed char": 1,
-               # record_param_comms' and NCCL kernels' dtype: c10's ScalarType names
-               "Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
-               "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "ComplexFloat": 8, "ComplexDouble": 16}
-
 
 @dataclass
 class RankTrace:
@@ -66,7 +59,7 @@ class RankTrace:
     rank: int
     world_size: int | None
     main_thread: Any = None
-    # spans: start, end, kind (KIND), stage, micro-batch, peer rank, bytes, name id
+    # spans: start, end, kind (KIND), stage, micro-batch, peer rank (a GPU annotation's: its stream), bytes, name id
     start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
@@ -90,88 +83,6 @@ class RankTrace:
     spill: Any = field(default=None, repr=False, compare=False)  # the file its arrays map (spill.SpilledRank)
 
 
-# A kernel's row: its GPU start and end, stream, kind (KERNEL_KIND), name code, correlation id (-1: none), and its
-# launching runtime call's start, end and name code (-1: none); a part keeps the first six (GPU_ROW) and the
-# launches apart (LAUNCH_ROW: correlation, start, end, name code; names in the kernels' table of names).
-KERNEL_COLUMNS = ("start", "end", "stream", "kind", "name", "correlation", "launch_start", "launch_end", "launch_name")
-GPU_ROW = 6
-LAUNCH_ROW = 4
-
-
-def kernel_kind(cat: str, name: str) -> int:
-    """What a GPU event does: a copy or a set by its category, communication by its name (NCCL's kernels
-    and their ROCm and Ascend ports), else compute."""
-    if cat == "gpu_memcpy":
-        return KERNEL_KIND["memcpy"]
-    if cat == "gpu_memset":
-        return KERNEL_KIND["memset"]
-    return KERNEL_KIND["communication"] if COMM_KERNEL.match(name) else KERNEL_KIND["compute"]
-
-
-def stream_of(args: dict[str, Any], tid: Any) -> int:
-    """A GPU event's stream: its ``args.stream``, else its track (``tid``: a number, or ``"stream 7"``); 0 if
-    neither says."""
-    stream = args.get("stream")
-    if is_int(stream) and 0 <= stream < 1 << 31:
-        return int(stream)
-    if is_int(tid) and 0 <= tid < 1 << 31:
-        return int(tid)
-    digits = str(tid).rpartition(" ")[2] if isinstance(tid, str) else ""
-    return int(digits) if digits.isdigit() and len(digits) < 10 else 0
-
-
-def correlation_of(args: dict[str, Any]) -> int:
-    """An event's correlation id (``args.correlation``), -1 where it has none."""
-    value = args.get("correlation")
-    return int(value) if is_int(value) and 0 <= value < 1 << 62 else -1
-
-
-def gpu_timeline(rows: np.ndarray, names: list[str], launches: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """A rank's kernels (``RankTrace.kernels``) and their names, from its parts' rows (GPU_ROW columns, names
-    the rank's codes) and launches: both readers' results, made the same way (names in sorted order)."""
-    code, sorted_names = name_codes(names)
-    return join_launches(renamed(rows, 4, code), renamed(launches, 3, code)), sorted_names
-
-
-def name_codes(names: list[str]) -> tuple[np.ndarray, list[str]]:
-    """The names sorted, and each name's code (its place in ``names``) mapped to its place among them."""
-    order = sorted(range(len(names)), key=names.__getitem__)
-    code = np.empty(len(names), np.int64)
-    code[order] = np.arange(len(names))
-    return code, [names[k] for k in order]
-
-
-def join_launches(rows: np.ndarray, launches: np.ndarray) -> np.ndarray:
-    """The kernels' rows (GPU_ROW columns) sorted by start, with each one's launching call's start, end and
-    name (``launches``: LAUNCH_ROW columns) joined by correlation id: KERNEL_COLUMNS."""
-    rows, launches = sorted_kernels(rows), sorted_launches(launches)
-    return joined(rows, launches[:, 0], launches[:, 1:])
-
-
-def sorted_kernels(rows: np.ndarray) -> np.ndarray:
-    """Kernels' rows (GPU_ROW columns) sorted by start, then stream (ties in the order given)."""
-    return rows[np.lexsort((rows[:, 2], rows[:, 0]))]
-
-
-def sorted_launches(launches: np.ndarray) -> np.ndarray:
-    """Launches (LAUNCH_ROW columns) sorted by correlation id (ties in the order given)."""
-    return launches[np.argsort(launches[:, 0], kind="stable")]
-
-
-def joined(rows: np.ndarray, keys: np.ndarray, launches: np.ndarray) -> np.ndarray:
-    """Kernels' rows (GPU_ROW columns) as KERNEL_COLUMNS: each joined to the first launch whose correlation id
-    (``keys``, sorted; ``launches``: the rest of each launch's LAUNCH_ROW columns) is its own, -1 where none is.
-    ``keys`` and ``launches`` may lie in a memory map: a block of rows is joined at a time."""
-    out = np.full((len(rows), len(KERNEL_COLUMNS)), -1, np.int64)
-    if not len(rows):
-        return out
-    out[:, :GPU_ROW] = rows
-    if len(keys):
-        at = np.minimum(np.searchsorted(keys, rows[:, 5]), len(keys) - 1)
-        hit = (rows[:, 5] >= 0) & (keys[at] == rows[:, 5])
-        out[hit, GPU_ROW:] = launches[at[hit]]
-    return out
-
 
 def parse_header(head: bytes) -> dict[str, Any]:
     """The top-level keys before ``"traceEvents"``: the header Kineto writes first."""
@@ -190,6 +101,29 @@ def parse_header(head: bytes) -> dict[str, Any]:
     return header
 
 
+
+TAIL_BYTES = 1 << 16  # keys after traceEvents are looked for in the stream's last bytes (Kineto's: a few hundred)
+
+
+def trailer_of(tail: bytes) -> dict[str, Any]:
+    """The ``distributedInfo`` a trace writes after its events (PyTorch's own traces put it first; some tools
+    append it), from the stream's last bytes; empty if it is not there or does not decode as an object."""
+    at = tail.rfind(b'"distributedInfo"')
+    colon = tail.find(b":", at) if at >= 0 else -1
+    if colon < 0:
+        return {}
+    try:
+        info, _ = json.JSONDecoder().raw_decode(tail[colon + 1:].decode("utf-8", "replace").lstrip())
+    except ValueError:
+        return {}
+    return {"distributedInfo": info} if isinstance(info, dict) else {}
+
+
+def with_trailer(header: dict[str, Any], trailer: dict[str, Any]) -> dict[str, Any]:
+    """The header, with the ``distributedInfo`` written after the events where the header has none."""
+    return {**header, **trailer} if trailer and "distributedInfo" not in header else header
+
+
 def args_of(event: dict[str, Any]) -> dict[str, Any]:
     """An event's ``args`` (an object, or none at all)."""
     args = event.get("args")
@@ -198,40 +132,6 @@ def args_of(event: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(args, dict):
         raise wrong("an event whose args is", args, "an object", event.get("name"))
     return args
-
-
-def _elements(dims: Any) -> int:
-    """Elements of the first tensor (or tensor list) in ``Input Dims``."""
-    if not isinstance(dims, list) or not dims:
-        return 0
-    first = dims[0]
-    shapes = first if first and isinstance(first[0], list) else [first]
-    total = 0
-    for shape in shapes:
-        if isinstance(shape, list) and all(isinstance(d, int) for d in shape):
-            total += math.prod(shape)  # Python ints: a hostile shape cannot wrap around
-    return total
-
-
-def comm_bytes(args: dict[str, Any]) -> int:
-    """Bytes a communication event moves: ``In msg nelems`` x the dtype (``record_param_comms``), else
-    the first input's elements (``Input Dims``) x its type (``Input type``), as gloo records them."""
-    dtype = args.get("dtype")
-    if dtype is not None and not isinstance(dtype, str):
-        raise wrong("a communication event whose dtype is", dtype, "a type's name")
-    nelems = args.get("In msg nelems")
-    if nelems is not None:
-        if not (is_int(nelems) and nelems >= 0):
-            raise wrong("a communication event whose In msg nelems is", nelems, "a count of elements")
-        return nelems * DTYPE_BYTES.get(str(dtype), 4)
-    types = args.get("Input type")
-    if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
-        raise wrong("a communication event whose Input type is", types, "an array of types' names")
-    dims = args.get("Input Dims")
-    if dims is not None and not is_dims(dims):
-        raise wrong("a communication event whose Input Dims is", dims, "an array of shapes")
-    kind = types[0] if types else None
-    return _elements(dims) * DTYPE_BYTES.get(str(kind), 4)
 
 
 def peer(name: str, args: dict[str, Any]) -> int:
@@ -362,6 +262,11 @@ def classify(spans: Spans, name: str, cat: Any, start: int, end: int, event: dic
         elif COMM_FLIGHT.match(name):
             args = args_of(event)
             spans.add(start, end, "comm_flight", -1, -1, -1, comm_bytes(args), name)
+        elif spans.gpu_track:  # its stream in the peer's column: Kineto draws one span per stream
+            stream = stream_of(args_of(event), event.get("tid"))
+            spans.add(start, end, "gpu_annotation", -1, -1, stream if stream < MAX_ID else -1, 0, name)
+        else:
+            spans.add(start, end, "input" if DATALOADER.match(name) else "annotation", -1, -1, -1, 0, name)
     elif cat == "cpu_op":
         if COMM_CALL.match(name):
             args = args_of(event)
@@ -376,7 +281,9 @@ def classify(spans: Spans, name: str, cat: Any, start: int, end: int, event: dic
 
 
 def is_annotation_span(name: str) -> bool:
-    """Whether ``classify`` keeps an annotation (``user_annotation``) of this name."""
+    """Whether ``classify`` reads an annotation (``user_annotation``) of this name as a step, a pass, the update or
+    communication: an older trace's ``Operator`` of such a name is taken as an annotation (``current_category``);
+    others stay operators (``classify`` keeps any other ``user_annotation`` as an ``annotation`` span)."""
     return bool(STEP.match(name) or GPIPE.match(name) or PP_ACTION.match(name) or name.startswith("Optimizer.step#")
                 or DATA_PARALLEL_FORWARD.match(name) or COMM_FLIGHT.match(name))
 
@@ -406,9 +313,11 @@ class RankPart:
     gpu: bool = False
     memory: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # per device: bucket_max
     changes: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # per device: (ts, Bytes), as read
-    gpu_rows: np.ndarray = field(default_factory=lambda: np.zeros((0, GPU_ROW), np.int64))  # KERNEL_COLUMNS[:6]
+    gpu_rows: np.ndarray = field(default_factory=lambda: np.zeros((0, GPU_ROW), np.int64))  # KERNEL_COLUMNS[:GPU_ROW]
     gpu_names: list[str] = field(default_factory=list)  # the kernels' names, by their codes
     launches: np.ndarray = field(default_factory=lambda: np.zeros((0, LAUNCH_ROW), np.int64))  # LAUNCH_ROW columns
+    ops: np.ndarray = field(default_factory=lambda: np.zeros((0, OP_ROW), np.int64))  # OP_ROW columns (gpu_names)
+    trailer: dict[str, Any] = field(default_factory=dict)  # the distributedInfo after the events (``trailer_of``)
 
     def add_spans(self, spans: Spans) -> None:
         self.rows = np.asarray(spans.rows, np.int64).reshape(-1, 8)
@@ -454,16 +363,19 @@ class Merger:
                 r[:, 7] = codes[r[:, 7]]
             rows.append(r)
         gpu_names: dict[str, int] = {}
-        gpu_codes = [np.array([gpu_names.setdefault(n, len(gpu_names)) for n in p.gpu_names], np.int64) for p in parts]
+        gpu_codes = [np.array([gpu_names.setdefault(n, len(gpu_names)) for n in p.gpu_names] + [-1], np.int64)
+                     for p in parts]  # the last: -1 (no group) stays -1
         whole = RankPart(events=sum(p.events for p in parts), rows=np.concatenate(rows),
-                     gpu_rows=np.concatenate([renamed(p.gpu_rows, 4, c) for p, c in zip(parts, gpu_codes)]),
+                     gpu_rows=np.concatenate([renamed(renamed(p.gpu_rows, 4, c), 7, c)
+                                              for p, c in zip(parts, gpu_codes)]),
                      gpu_names=list(gpu_names),
                      launches=np.concatenate([renamed(p.launches, 3, c) for p, c in zip(parts, gpu_codes)]),
+                     ops=np.concatenate([renamed(p.ops, 3, c) for p, c in zip(parts, gpu_codes)]),
                      on_gpu=np.concatenate([p.on_gpu for p in parts]), names=list(names),
                      kernels=merge_intervals(np.concatenate([p.kernels for p in parts])),
                      step_threads=list(dict.fromkeys(t for p in parts for t in p.step_threads)),
                      step_pid=next((p.step_pid for p in parts if p.step_pid is not None), None),
-                     gpu=any(p.gpu for p in parts))
+                     gpu=any(p.gpu for p in parts), trailer=next((p.trailer for p in parts if p.trailer), {}))
         for p in parts:
             for tid, n in p.threads.items():
                 whole.threads[tid] = whole.threads.get(tid, 0) + n
@@ -482,14 +394,6 @@ class Merger:
             if got:  # in the parts' order: cumulated once the rank is whole (``assemble``)
                 whole.changes[device] = (np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got]))
         self.whole = whole
-
-
-def renamed(rows: np.ndarray, column: int, codes: np.ndarray) -> np.ndarray:
-    """A copy of ``rows`` with ``column``'s name codes mapped through ``codes`` (a part's to the rank's)."""
-    rows = rows.copy()
-    if len(rows):
-        rows[:, column] = codes[rows[:, column]]
-    return rows
 
 
 @dataclass
@@ -513,18 +417,28 @@ def choose(gpu: bool, threads: dict[Any, int], step_threads: list[Any], backward
     return Choice(main, gpu, nodes, kept)
 
 
-def gpu_work_dropped(kind: np.ndarray, on_gpu: np.ndarray) -> np.ndarray:
-    """The spans of a GPU trace that are not kept: its passes' time is their GPU-side annotations' (when their
-    kernels ran), not the CPU's (when they were launched); profiler steps and communication calls stay on
-    the CPU's clock."""
+COMM_ANNOTATION = re.compile(r"(gloo|nccl):")  # the CPU's or the GPU's annotation of a collective, not its kernel
+
+
+def gpu_work_dropped(kind: np.ndarray, on_gpu: np.ndarray, name: np.ndarray, names: list[str],
+                     gpu_passes: bool) -> np.ndarray:
+    """The spans of a GPU trace that are not kept: where the trace has GPU-side annotations (``gpu_passes``), its
+    passes' time is theirs (when their kernels ran), not the CPU's (when they were launched); a collective's
+    time and bytes are its kernels', not its annotations' (``nccl:all_reduce`` on the CPU or the GPU: no bytes).
+    Profiler steps (Kineto copies ``ProfilerStep#N`` onto the GPU's track: the copy is dropped) and communication
+    calls stay on the CPU's clock."""
     work = np.isin(kind, [KIND[k] for k in ("forward", "backward", "backward_input", "backward_weight", "update",
                                             "pp_comm", "pp_other")])
-    return work & ~on_gpu
+    annotated = np.array([bool(COMM_ANNOTATION.match(n)) for n in names] + [False], bool)[name]
+    gpu_step = (kind == KIND["step"]) & on_gpu  # Kineto's copy of a ProfilerStep on the GPU's track: not a step
+    return (work & ~on_gpu if gpu_passes else np.zeros(len(kind), bool)) | (kind == KIND["comm_flight"]) & annotated \
+        | gpu_step
 
 
 def assemble(path: str, header: dict[str, Any], part: RankPart) -> RankTrace:
     """A rank's ``RankTrace`` from its whole ``RankPart``: the training thread, its operators' union (or the GPU's
     kernels'), the backward passes no annotation names, the memory of the rank's device."""
+    header = with_trailer(header, part.trailer)
     try:
         _, rank, world = header_fields(header)
     except TraceError as exc:
@@ -542,9 +456,9 @@ def assemble(path: str, header: dict[str, Any], part: RankPart) -> RankTrace:
             names.append("autograd")
         table = np.concatenate([table, autograd_rows(nodes, names.index("autograd"))])
         on_gpu = np.concatenate([on_gpu, np.zeros(len(nodes), bool)])
-    if part.gpu and on_gpu.any():
-        table = table[~gpu_work_dropped(table[:, 2], on_gpu)]
-    kernels, kernel_names = gpu_timeline(part.gpu_rows, part.gpu_names, part.launches)
+    if part.gpu:
+        table = table[~gpu_work_dropped(table[:, 2], on_gpu, table[:, 7], names, bool(on_gpu.any()))]
+    kernels, kernel_names = gpu_timeline(part.gpu_rows, part.gpu_names, part.launches, part.ops if part.gpu else None)
     kept = part.memory.get(choice.memory) if choice.memory is not None else None
     changes = part.changes.get(choice.memory) if choice.memory is not None else None
     if changes is not None:

@@ -30,7 +30,8 @@ import numpy as np
 
 from popvision_py.format import ProfileWriter
 from popvision_py.format.schema import KERNEL_KINDS, SCHEMA_VERSION
-from popvision_py.importer.parts import release_memory
+from popvision_py.importer.parts import ANNOTATION_KINDS, release_memory
+from popvision_py.importer.kernels import KERNEL_COLUMN
 from popvision_py.importer.read import KIND, RankTrace, TraceError
 from popvision_py.importer.spill import blocks, release
 from popvision_py.importer.tables import category, rank_tables, sorted_memory
@@ -93,11 +94,12 @@ def gpu_span(t: RankTrace) -> tuple[tuple[int, int] | None, tuple[int, int] | No
     launch, so that each kernel's launch lies in it."""
     kernels: list[tuple[int, int]] = []
     launches: list[tuple[int, int]] = []
+    at = KERNEL_COLUMN["launch_start"]
     for block in blocks(t.kernels):
         kernels.append((int(block[:, 0].min()), int(block[:, 1].max())))
-        launched = block[block[:, 6] >= 0]
+        launched = block[block[:, at] >= 0]
         if len(launched):
-            launches.append((int(launched[:, 6].min()), int(launched[:, 7].max())))
+            launches.append((int(launched[:, at].min()), int(launched[:, at + 1].max())))
 
     def span(found: list[tuple[int, int]]) -> tuple[int, int] | None:
         return (min(a for a, _ in found), max(b for _, b in found)) if found else None
@@ -107,7 +109,8 @@ def gpu_span(t: RankTrace) -> tuple[tuple[int, int] | None, tuple[int, int] | No
 
 def layout(traces: list[RankTrace]) -> RecognisedRun:
     """The schedule, the stage of each rank, micro-batches and iterations, from the annotations."""
-    names = {n for t in traces for n in t.names}
+    # the names of the spans that may be passes (an annotation of another name, "Forward pass" say, names none)
+    names = {t.names[c] for t in each(traces) for c in np.unique(t.name[~np.isin(t.kind, ANNOTATION_KINDS)]).tolist()}
     pp = any(n.startswith("PP:") for n in names)
     gpipe = any(n.startswith("Forward ") for n in names)
     chunks = any(n.endswith("_one_chunk") for n in names)
@@ -239,7 +242,9 @@ def plan_profile(traces: list[RankTrace], device_memory: int | None = None,
         "import": {"files": [t.path for t in traces], "ranks": [t.rank for t in traces], "world_size": world,
                    "torch_version": torch_version, "schedule": found.schedule, "clock": "1 cycle = 1 ns",
                    "events": int(sum(t.events for t in traces)), "not_inferred": not_inferred,
-                   "memory_recorded": memory_recorded, "hidden_comm_ns": []},
+                   "memory_recorded": memory_recorded, "hidden_comm_ns": [],
+                   # the traces' clock at the profile's cycle 0: the ranks' CPU timelines (system/) are on that clock
+                   "origin_ns": lo},
     }
     folder = next((t.spill.folder for t in traces if t.spill is not None), None)
     ready = peer_ready(traces, folder)
@@ -278,14 +283,21 @@ def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_
 def kernel_rows(t: RankTrace, ipu: int, lo: int) -> Iterator[dict[str, Any]]:
     """The rank's rows of the ``kernels`` table (its GPU's kernels, copies and sets, times from ``lo``), a block of
     ``SLICE_ROWS`` at a time."""
+    c = KERNEL_COLUMN
+    names = [*t.kernel_names, ""]  # -1 (none): the empty name
     for k in blocks(t.kernels, SLICE_ROWS):
-        launched = k[:, 6] >= 0
-        yield {"ipu": np.full(len(k), ipu, np.int64), "stream": k[:, 2],
-               "kind": category(k[:, 3], list(KERNEL_KINDS)), "name": category(k[:, 4], t.kernel_names),
-               "start_cycle": k[:, 0] - lo, "end_cycle": k[:, 1] - lo, "correlation": k[:, 5],
-               "launch_start_cycle": np.where(launched, k[:, 6] - lo, -1),
-               "launch_end_cycle": np.where(launched, k[:, 7] - lo, -1),
-               "launch_name": category(np.where(launched, k[:, 8], len(t.kernel_names)), [*t.kernel_names, ""])}
+        launched = k[:, c["launch_start"]] >= 0
+
+        def named(column: str, k: np.ndarray = k) -> Any:
+            return category(np.where(k[:, c[column]] >= 0, k[:, c[column]], len(t.kernel_names)), names)
+
+        yield {"ipu": np.full(len(k), ipu, np.int64), "stream": k[:, c["stream"]],
+               "kind": category(k[:, c["kind"]], list(KERNEL_KINDS)), "name": category(k[:, c["name"]], t.kernel_names),
+               "start_cycle": k[:, c["start"]] - lo, "end_cycle": k[:, c["end"]] - lo,
+               "correlation": k[:, c["correlation"]], "bytes": k[:, c["bytes"]], "group": named("group"),
+               "launch_start_cycle": np.where(launched, k[:, c["launch_start"]] - lo, -1),
+               "launch_end_cycle": np.where(launched, k[:, c["launch_end"]] - lo, -1),
+               "launch_name": named("launch_name"), "op": named("op"), "module": named("module")}
 
 
 def _write(table: Any, columns: dict[str, Any]) -> None:

@@ -32,12 +32,13 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from popvision_py.importer.checks import MAX_DEPTH, Depth, TraceError, header_fields
-from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_FLIGHT, GPU_CATS, GPU_ROW, HEAD_BYTES,
-                                         MAX_PLAIN, MAX_RATIO, MAX_US, RUNTIME_CATS, STEP, Merger,
-                                         RankPart, RankTrace, Spans, args_of, bucket_max, classify, comm_bytes,
-                                         is_annotation_span, kernel_kind, merge_intervals, open_trace,
-                                         parse_header, stream_of)
+from popvision_py.importer.checks import MAX_DEPTH, Depth, Fallback, TraceError, header_fields
+from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_FLIGHT, GPU_CATS, HEAD_BYTES, MAX_PLAIN,
+                                         MAX_RATIO, MAX_US, STEP, Merger, RankPart, RankTrace, Spans, args_of,
+                                         bucket_max, classify, is_annotation_span, merge_intervals, open_trace,
+                                         parse_header)
+from popvision_py.importer.kernels import RUNTIME_CATS, comm_bytes
+from popvision_py.importer.range_kernels import gpu_timeline
 from popvision_py.importer.parts import OLD_CATEGORIES, current_categories
 from popvision_py.importer.spill import SpilledRank
 
@@ -50,10 +51,6 @@ KEEP = b'"[]{}'
 DELETE = bytes(c for c in range(256) if c not in KEEP)  # what a nesting count ignores
 PIECE_BYTES = 64 << 10  # a gzip stream is inflated in ijson's pieces (its buf_size)
 TOP = b'{"traceEvents":['  # the last range is decoded as the rest of the file's top-level object
-
-
-class Fallback(Exception):
-    """The fast path does not take this trace as it stands: the streaming parser reads it."""
 
 
 class Event(msgspec.Struct, gc=False):
@@ -73,6 +70,7 @@ class Top(msgspec.Struct, gc=False):
     """The last range and the keys after ``traceEvents`` (``traceName``...): the end of the top-level object."""
 
     traceEvents: list[Event]  # noqa: N815 - Kineto's key
+    distributedInfo: Any = None  # noqa: N815 - written after the events by some tools (``parts.trailer_of``)
 
 
 class MemoryArgs(msgspec.Struct, gc=False):
@@ -83,15 +81,7 @@ class MemoryArgs(msgspec.Struct, gc=False):
     device: int = msgspec.field(name="Device Type", default=0)
 
 
-class GpuArgs(msgspec.Struct, gc=False):
-    """What a GPU event's or a runtime call's args say of its stream and its launch (Kineto's keys)."""
-
-    stream: int | None = None
-    correlation: int | None = None
-
-
 EVENTS = msgspec.json.Decoder(list[Event])
-GPU_ARGS = msgspec.json.Decoder(list[GpuArgs])
 LAST = msgspec.json.Decoder(Top)
 MEMORY = msgspec.json.Decoder(list[MemoryArgs])
 ARGS = msgspec.json.Decoder()
@@ -319,11 +309,14 @@ def read_range(source: tuple[str, int, int] | bytes, base_ns: int | None, last: 
         if last:
             if text.find(b'"traceEvents"', len(TOP)) >= 0:
                 raise Fallback("traceEvents named twice")  # the streaming parser reads both arrays
-            events = LAST.decode(text).traceEvents
+            top = LAST.decode(text)
+            events, info = top.traceEvents, top.distributedInfo
         else:
-            events = EVENTS.decode(text)
+            events, info = EVENTS.decode(text), None
         del text
-        return reduce_events(events, base_ns or 0)
+        part = reduce_events(events, base_ns or 0)
+        part.trailer = {"distributedInfo": info} if isinstance(info, dict) else {}
+        return part
     except (msgspec.DecodeError, RecursionError, TraceError, ValueError, TypeError, OverflowError) as exc:
         raise Fallback(f"{type(exc).__name__}: {exc}"[:200]) from None
 
@@ -375,11 +368,10 @@ def reduce_events(events: list[Event], base_ns: int) -> RankPart:
     if kernel.any():
         part.kernels = merge_intervals(np.stack([start[kernel], end[kernel]], axis=1))
     autograd = cpu_op & by_name(lambda n: n.startswith(AUTOGRAD))
-    spans = flight | (~gpu_cat & ~autograd & ((is_cat("user_annotation", "gpu_user_annotation")
-                                               & by_name(is_annotation_span))
+    spans = flight | (~gpu_cat & ~autograd & (is_cat("user_annotation", "gpu_user_annotation")  # each kept (classify)
                                               | (cpu_op & by_name(COMM_CALL.match))
                                               | (is_cat("python_function") & by_name(CHUNK_FRAME.search))))
-    _gpu_timeline(part, x, gpu_cat, is_cat(*RUNTIME_CATS), start, end, cats, cat_code, unique_names, name_code)
+    gpu_timeline(part, x, gpu_cat, is_cat(*RUNTIME_CATS), start, end, cats, cat_code, unique_names, name_code)
     step = is_cat("user_annotation") & by_name(STEP.match)
     if cpu_op.any() or step.any() or autograd.any():
         tids = list(map(attrgetter("tid"), x))
@@ -390,57 +382,6 @@ def reduce_events(events: list[Event], base_ns: int) -> RankPart:
         rows = np.flatnonzero(spans)
         _spans(part, x, rows, [cats[k] for k in cat_code[rows].tolist()], names, start, end, flight)
     return part
-
-
-def _gpu_args(events: list[Event]) -> tuple[np.ndarray, np.ndarray]:
-    """The stream and correlation id of each event's args, decoded at once: -1 where the args say none (an event
-    without args: neither), or one out of ``parts.stream_of``'s or ``parts.correlation_of``'s range."""
-    raws = list(map(attrgetter("args"), events))
-    if not all(raws):
-        raws = [raw or b"{}" for raw in raws]
-    try:
-        said = GPU_ARGS.decode(b"[" + b",".join(raws) + b"]")
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        raise Fallback("a GPU event's or runtime call's args of another shape") from None
-    return _ids(map(attrgetter("stream"), said), len(said), 1 << 31), \
-        _ids(map(attrgetter("correlation"), said), len(said), 1 << 62)
-
-
-def _ids(values: Any, n: int, limit: int) -> np.ndarray:
-    """Whole numbers (or None) as int64: -1 for None and for those outside [0, ``limit``)."""
-    try:
-        ids = np.fromiter((-1 if v is None else v for v in values), np.int64, n)
-    except OverflowError:  # beyond int64: the streaming parser refuses the trace
-        raise Fallback("an id beyond int64") from None
-    return np.where((ids >= 0) & (ids < limit), ids, -1)
-
-
-def _gpu_timeline(part: RankPart, x: list[Event], gpu_cat: np.ndarray, launch: np.ndarray, start: np.ndarray,
-                  end: np.ndarray, cats: list[Any], cat_code: np.ndarray, names: list[str],
-                  name_code: np.ndarray) -> None:
-    """The GPU's kernels, copies and sets as rows (``parts.GPU_ROW`` columns), and the runtime calls that
-    launch them (``parts.LAUNCH_ROW`` columns: any runtime call with a correlation id): what
-    ``read.read_stream`` keeps of them, event for event."""
-    rows, calls = np.flatnonzero(gpu_cat), np.flatnonzero(launch)
-    correlation = _gpu_args([x[k] for k in calls.tolist()])[1] if len(calls) else np.zeros(0, np.int64)
-    calls = calls[correlation >= 0]
-    code, used = np.unique(name_code[np.concatenate([rows, calls])], return_inverse=True)
-    part.gpu_names = [names[c] for c in code.tolist()]
-    if len(rows):
-        streams, correlations = _gpu_args([x[k] for k in rows.tolist()])
-        # each distinct (category, name) pair's kind once, then looked up by the rows' codes
-        pair = cat_code[rows] * len(names) + name_code[rows]
-        distinct, which = np.unique(pair, return_inverse=True)
-        kind = np.array([kernel_kind(cats[p // len(names)], names[p % len(names)]) for p in distinct.tolist()],
-                        np.int64)
-        table = np.zeros((len(rows), GPU_ROW), np.int64)
-        table[:, 0], table[:, 1] = start[rows], end[rows]
-        unsaid = np.flatnonzero(streams < 0)  # no stream in the args, or one out of range: the track's (tid)
-        streams[unsaid] = [stream_of({}, x[k].tid) for k in rows[unsaid].tolist()]
-        table[:, 2], table[:, 3], table[:, 4], table[:, 5] = streams, kind[which], used[:len(rows)], correlations
-        part.gpu_rows = table
-    if len(calls):
-        part.launches = np.stack([correlation[correlation >= 0], start[calls], end[calls], used[len(rows):]], axis=1)
 
 
 def _index(words: list[Any], word: str) -> int:

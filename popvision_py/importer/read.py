@@ -11,7 +11,10 @@ not with the operators themselves:
   ``Optimizer.step#...``), the pipeline stage's ``forward_one_chunk`` / ``backward_one_chunk`` Python
   frames (traces recorded ``with_stack``), communication calls (``c10d::...`` operators, which block
   the calling thread) and communication in flight (``gloo:...`` / ``nccl:...`` spans, and GPU kernels
-  whose name starts with ``nccl``);
+  whose name starts with ``nccl``); and every other annotation, for the GPU's figures alone
+  (``analysis.imported.bound``): the training loop's DataLoader fetches
+  (``enumerate(DataLoader)#...__next__``: ``input``), the CPU's other ``user_annotation`` spans
+  (``annotation``) and the GPU track's ``gpu_user_annotation`` spans (``gpu_annotation``);
 - ``busy``: the union of the operators' time on the rank's main thread (or of its GPU kernels), merged
   interval by interval;
 - ``memory``: ``[memory]`` instants, reduced to the largest ``Total Allocated`` per 10 µs (PyTorch before
@@ -41,12 +44,12 @@ import numpy as np
 
 from popvision_py.importer import ranges
 from popvision_py.importer.checks import MAX_DEPTH, Depth, TraceError, header_fields, is_int, is_number, wrong
-from popvision_py.importer.parts import (AUTOGRAD, BATCH_EVENTS, COMM_FLIGHT, GPU_CATS, GPU_ROW, HEAD_BYTES, KIND,
-                                         KINDS, LAUNCH_ROW, MAX_PLAIN, MAX_RATIO, MAX_US, RUNTIME_CATS, STEP,
-                                         RankPart, RankTrace, Spans, args_of, assemble, bucket_max, classify,
-                                         comm_bytes, correlation_of, kernel_kind, merge_intervals, open_trace,
-                                         parse_header, stream_of)
-from popvision_py.importer.parts import current_category
+from popvision_py.importer.parts import (AUTOGRAD, BATCH_EVENTS, COMM_FLIGHT, GPU_CATS, HEAD_BYTES, KIND, KINDS,
+                                         MAX_PLAIN, MAX_RATIO, MAX_US, STEP, RankPart, RankTrace, Spans, args_of,
+                                         assemble, bucket_max, classify, merge_intervals, open_trace, parse_header)
+from popvision_py.importer.kernels import (GPU_ROW, KERNEL_KIND, LAUNCH_ROW, MODULE, OP_ROW, RUNTIME_CATS, comm_bytes,
+                                           correlation_of, group_of, kernel_bytes, kernel_kind, stream_of, thread_key)
+from popvision_py.importer.parts import TAIL_BYTES, current_category, trailer_of
 
 __all__ = ["KIND", "KINDS", "RankTrace", "TraceError", "merge_intervals", "read_rank", "read_stream"]
 
@@ -60,6 +63,7 @@ class _Recorder:
         self.raw = raw
         self.packed = packed  # the compressed file under a gzip stream: its position is the bytes read
         self.head = bytearray()
+        self.tail = b""  # the last TAIL_BYTES read (``parts.trailer_of``)
         self.read_bytes = 0
         self.depth = Depth()
 
@@ -71,6 +75,7 @@ class _Recorder:
         if len(self.head) < HEAD_BYTES:
             self.head += data[: HEAD_BYTES - len(self.head)]
         self.read_bytes += len(data)
+        self.tail = (self.tail + data)[-TAIL_BYTES:] if data else self.tail
         if self.packed is not None and self.read_bytes > MAX_PLAIN and self.read_bytes > MAX_RATIO * self.packed.tell():
             raise TraceError(f"inflates to more than {MAX_RATIO} times its gzipped size (a real trace: about 20; "
                              f"a decompression bomb?); to import it anyway, gunzip it first")
@@ -149,6 +154,7 @@ def read_stream(path: str | Path) -> RankTrace:
     gpu_rows: list[tuple[int, ...]] = []  # the GPU's own timeline: parts.GPU_ROW columns
     gpu_names: dict[str, int] = {}
     launches: list[tuple[int, ...]] = []  # the runtime calls launching them: parts.LAUNCH_ROW columns
+    ops: list[tuple[int, ...]] = []  # the CPU's operators and modules those calls run in: parts.OP_ROW columns
 
     def ns(ts: Any, name: str) -> int:
         if not is_number(ts):
@@ -212,10 +218,12 @@ def read_stream(path: str | Path) -> RankTrace:
                 if cat in GPU_CATS:
                     gpu = True
                     args = args_of(event)
-                    gpu_rows.append((start, end, stream_of(args, tid), kernel_kind(cat, name),
-                                     gpu_names.setdefault(name, len(gpu_names)), correlation_of(args)))
+                    kind = kernel_kind(cat, name)
+                    group = group_of(args) if kind == KERNEL_KIND["communication"] else None
+                    gpu_rows.append((start, end, stream_of(args, tid), kind, gpu_names.setdefault(name, len(gpu_names)),
+                                     correlation_of(args), kernel_bytes(kind, args),
+                                     -1 if group is None else gpu_names.setdefault(group, len(gpu_names))))
                     if COMM_FLIGHT.match(name):  # an NCCL kernel moves data: communication, not compute
-                        args = args_of(event)
                         spans.add(start, end, "comm_flight", -1, -1, -1, comm_bytes(args), name)
                     else:
                         kernels.add(start, end)
@@ -223,8 +231,12 @@ def read_stream(path: str | Path) -> RankTrace:
                 if cat in RUNTIME_CATS:
                     correlation = correlation_of(args_of(event))
                     if correlation >= 0:
-                        launches.append((correlation, start, end, gpu_names.setdefault(name, len(gpu_names))))
+                        launches.append((correlation, start, end, gpu_names.setdefault(name, len(gpu_names)),
+                                         thread_key(tid)))
                     continue
+                if cat == "cpu_op" or cat == "python_function" and name.startswith(MODULE):  # what launches run in
+                    ops.append((start, end, thread_key(tid), gpu_names.setdefault(name, len(gpu_names)),
+                                int(cat == "python_function")))
                 if cat == "cpu_op" and name.startswith(AUTOGRAD):
                     backward.setdefault(tid, _Union()).add(start, end)
                 else:
@@ -270,8 +282,10 @@ def read_stream(path: str | Path) -> RankTrace:
                 backward={tid: u.intervals() for tid, u in backward.items()},
                 step_threads=list(step_threads), step_pid=step_pid, gpu=gpu, memory=memory,
                 gpu_rows=np.asarray(gpu_rows, np.int64).reshape(-1, GPU_ROW), gpu_names=list(gpu_names),
-                launches=np.asarray(launches, np.int64).reshape(-1, LAUNCH_ROW))
+                launches=np.asarray(launches, np.int64).reshape(-1, LAUNCH_ROW),
+                ops=np.asarray(ops, np.int64).reshape(-1, OP_ROW))
     part.add_spans(spans)
+    part.trailer = trailer_of(recorder.tail)
     part.changes = {d: (np.asarray(t, np.int64), np.asarray(b, np.int64)) for d, (t, b) in changes.items()}
     return assemble(str(path), header, part)
 

@@ -29,10 +29,11 @@ from typing import Any
 import numpy as np
 
 from popvision_py.importer.checks import TraceError, header_fields
-from popvision_py.importer.parts import (GPU_ROW, KERNEL_COLUMNS, LAUNCH_ROW, MEMORY_BUCKET_NS, RankPart, RankTrace,
-                                         autograd_rows, bucket_max, choose, gpu_work_dropped, joined, merge_intervals,
-                                         name_codes, release_memory, renamed, sorted_kernels, sorted_launches,
-                                         torch_version)
+from popvision_py.importer.parts import (MEMORY_BUCKET_NS, RankPart, RankTrace, autograd_rows, bucket_max, choose,
+                                         gpu_work_dropped, merge_intervals, release_memory, torch_version,
+                                         with_trailer)
+from popvision_py.importer.kernels import (GPU_ROW, KERNEL_COLUMNS, LAUNCH_ROW, OP_ROW, joined, launch_ops, name_codes,
+                                           renamed, sorted_kernels)
 from popvision_py.importer.memory_changes import check_memory_kinds, running_memory
 
 BATCH_ROWS = 1 << 16  # rows handled at a time: intervals merged, samples reduced, spans copied
@@ -304,8 +305,9 @@ class _PartRefs:
     busy: dict[Any, Ref]
     backward: dict[Any, Ref]
     memory: dict[int, tuple[Ref, Ref]]
-    gpu_rows: Ref  # sorted by start and stream (``parts.sorted_kernels``), names the rank's codes
-    launches: Ref  # sorted by correlation id (``parts.sorted_launches``), names the rank's codes
+    gpu_rows: Ref  # sorted by start and stream (``kernels.sorted_kernels``), names the rank's codes
+    launches: Ref  # by start (names the rank's codes), then each one's place among the rank's launches
+    ops: Ref  # by start, names the rank's codes
 
 
 class SpilledRank:
@@ -326,6 +328,8 @@ class SpilledRank:
         self.step_threads: dict[Any, None] = {}
         self.step_pid: int | None = None
         self.gpu = False
+        self.launches = 0  # launches so far: each one's place among the rank's, to keep ties in the parts' order
+        self.trailer: dict[str, Any] = {}  # the distributedInfo after the events, if any
         self.on_gpu = False
         self.devices: dict[int, None] = {}
         self.change_devices: dict[int, None] = {}  # devices with Bytes changes (PyTorch before 1.10)
@@ -334,15 +338,19 @@ class SpilledRank:
     def add(self, part: RankPart) -> None:
         """Append a part (the next of the rank's, in order)."""
         codes = np.array([self.names.setdefault(n, len(self.names)) for n in part.names], np.int64)
-        gpu_codes = np.array([self.gpu_names.setdefault(n, len(self.gpu_names)) for n in part.gpu_names], np.int64)
+        gpu_codes = np.array([self.gpu_names.setdefault(n, len(self.gpu_names)) for n in part.gpu_names] + [-1],
+                             np.int64)  # then -1 (a kernel without a group) kept -1
         raw = self.raw
         self.parts.append(_PartRefs(
             rows=raw.append(part.rows), on_gpu=raw.append(part.on_gpu), names=codes,
             kernels=raw.append(part.kernels), busy={t: raw.append(v) for t, v in part.busy.items()},
             backward={t: raw.append(v) for t, v in part.backward.items()},
             memory={d: (raw.append(t), raw.append(b)) for d, (t, b) in part.memory.items()},
-            gpu_rows=raw.append(sorted_kernels(renamed(part.gpu_rows, 4, gpu_codes))),
-            launches=raw.append(sorted_launches(renamed(part.launches, 3, gpu_codes)))))
+            gpu_rows=raw.append(sorted_kernels(renamed(renamed(part.gpu_rows, 4, gpu_codes), 7, gpu_codes))),
+            launches=raw.append(_by_start(np.column_stack([renamed(part.launches, 3, gpu_codes), np.arange(
+                self.launches, self.launches + len(part.launches), dtype=np.int64)]), 1)),
+            ops=raw.append(_by_start(renamed(part.ops, 3, gpu_codes)))))
+        self.launches += len(part.launches)
         self.changes.append({d: _sorted_run(raw, t, b) for d, (t, b) in part.changes.items()})
         self.change_devices.update(dict.fromkeys(part.changes))
         self.events += part.events
@@ -354,6 +362,7 @@ class SpilledRank:
         if self.step_pid is None:
             self.step_pid = part.step_pid
         self.gpu |= part.gpu
+        self.trailer = self.trailer or part.trailer
         self.on_gpu |= bool(part.on_gpu.any())
         self.devices.update(dict.fromkeys(part.memory))
         if len(self.parts) % 16 == 0:
@@ -362,6 +371,7 @@ class SpilledRank:
     def trace(self, path: str, header: dict[str, Any]) -> RankTrace:
         """The rank's ``RankTrace``, its arrays over the memory map of its columns' file (``parts.assemble``'s
         rules; a ``TraceError`` naming the file where its header is refused)."""
+        header = with_trailer(header, self.trailer)
         try:
             _, rank, world = header_fields(header)
         except TraceError as exc:
@@ -386,12 +396,13 @@ class SpilledRank:
         nodes = scratch.array(nodes_ref)
         if len(nodes) and "autograd" not in names:
             names.append("autograd")
-        drop = self.gpu and self.on_gpu
+        drop = self.gpu
         refs = {}
         for field_name, at, dtype in SPAN_COLUMNS:
             column = out.column(dtype)
             for block, on_gpu in self._span_blocks(nodes, names):
-                kept = block if not drop else block[~gpu_work_dropped(block[:, 2], on_gpu)]
+                kept = block if not drop else block[~gpu_work_dropped(block[:, 2], on_gpu, block[:, 7], names,
+                                                                      self.on_gpu)]
                 column.extend(kept[:, at])
             refs[field_name] = column.close()
         del nodes
@@ -408,10 +419,11 @@ class SpilledRank:
             memory = bucket_runs([(raw.array(p.memory[choice.memory][0]), raw.array(p.memory[choice.memory][1]))
                                   for p in parts if choice.memory in p.memory], out, SpillFile(self.folder),
                                  self.batch)
-        # the GPU's own timeline, sorted and joined to its launches a stretch of time at a time
+        # the GPU's own timeline, sorted and joined to its launches and their operators a stretch of time at a time
         kernels, kernel_names = spill_timeline([raw.array(p.gpu_rows) for p in parts],
-                                               [raw.array(p.launches) for p in parts], list(self.gpu_names), out,
-                                               self.folder, self.batch)
+                                               [raw.array(p.launches) for p in parts],
+                                               [raw.array(p.ops) for p in parts] if self.gpu else [],
+                                               list(self.gpu_names), out, self.folder, self.batch)
         raw.release()
         out.freeze()
         self.raw = self.parts = None  # type: ignore[assignment]  # the raw file goes with its map
@@ -450,19 +462,56 @@ class SpilledRank:
                 release(nodes)
 
 
-def merged_launches(runs: list[np.ndarray], code: np.ndarray, folder: Path,
-                    batch: int = BATCH_ROWS) -> tuple[np.ndarray, np.ndarray]:
-    """The runs' launches (each sorted by correlation id) as one run so sorted, a stretch of ids at a time: the
-    ids, and the rest of each launch's columns (its name mapped through ``code``), over two scratch files."""
+def _by_start(rows: np.ndarray, column: int = 0) -> np.ndarray:
+    """Rows sorted by their start (``column``; ties in the order given): a run to merge."""
+    return rows[np.argsort(rows[:, column], kind="stable")]
+
+
+def _block(runs: list[np.ndarray], slices: list[slice], width: int) -> np.ndarray:
+    """The rows of each run's slice, one run after the other (``width`` columns, none at all)."""
+    return np.concatenate([np.zeros((0, width), np.int64), *(np.asarray(r[s]) for r, s in zip(runs, slices))])
+
+
+def launches_with_ops(launch_runs: list[np.ndarray], op_runs: list[np.ndarray], code: np.ndarray, scratch: SpillFile,
+                      batch: int = BATCH_ROWS) -> list[Ref]:
+    """``kernels.launch_ops`` of the runs' launches (each run by start: LAUNCH_ROW columns, then each one's place
+    among the rank's) over the runs' operators (each by start: OP_ROW columns), a stretch of time at a time:
+    the launches starting in it, over the operators starting in it and those of the stretches before still
+    open (an operator holding a call began before it and ends after it: by the cut, it is open or starts
+    after). Names mapped through ``code``; appended to ``scratch``, a run a stretch, each sorted by correlation id
+    and place."""
+    launch_runs, op_runs = [r for r in launch_runs if len(r)], [r for r in op_runs if len(r)]
+    keys = [r[:, 1] for r in launch_runs] + [r[:, 0] for r in op_runs]
+    cuts = _cuts(keys, batch)
+    held = np.zeros((0, OP_ROW), np.int64)  # operators open at the last cut, in the order they came
+    refs = []
+    for at, launches, ops in zip([*cuts, None], _stretches([r[:, 1] for r in launch_runs], cuts),
+                                 _stretches([r[:, 0] for r in op_runs], cuts)):
+        ops = np.concatenate([held, _block(op_runs, ops, OP_ROW)])
+        found = launch_ops(_block(launch_runs, launches, LAUNCH_ROW + 1), ops)
+        for column in (3, 4, 5):  # the launch's, its operator's and its module's names
+            found = renamed(found, column, code)
+        if len(found):
+            refs.append(scratch.append(found[np.lexsort((found[:, -1], found[:, 0]))]))
+        held = ops[ops[:, 1] > at] if at is not None else held
+        release(*launch_runs[:1], *op_runs[:1])
+    return refs
+
+
+def merged_launches(runs: list[np.ndarray], folder: Path, batch: int = BATCH_ROWS) -> tuple[np.ndarray, np.ndarray]:
+    """The runs' launches (each sorted by correlation id, then place: ``launches_with_ops``'s) as one run so
+    sorted, a stretch of ids at a time: the ids, and the rest of each one's columns but its place, over two
+    scratch files."""
     runs = [r for r in runs if len(r)]
+    width = runs[0].shape[1] if runs else len(KERNEL_COLUMNS) - GPU_ROW + 2
     ids, rest = SpillFile(folder), SpillFile(folder)
-    id_column, rest_column = ids.column(np.int64), rest.column(np.int64, (LAUNCH_ROW - 1,))
+    id_column, rest_column = ids.column(np.int64), rest.column(np.int64, (width - 2,))
     keys = [r[:, 0] for r in runs]
     for slices in _stretches(keys, _cuts(keys, batch)):
-        block = np.concatenate([np.zeros((0, LAUNCH_ROW), np.int64), *(np.asarray(r[s]) for r, s in zip(runs, slices))])
-        block = renamed(sorted_launches(block), 3, code)
+        block = _block(runs, slices, width)
+        block = block[np.lexsort((block[:, -1], block[:, 0]))]
         id_column.extend(block[:, 0])
-        rest_column.extend(block[:, 1:])
+        rest_column.extend(block[:, 1:-1])
         release(*runs[:1])
     id_ref, rest_ref = id_column.close(), rest_column.close()
     ids.freeze()
@@ -470,21 +519,25 @@ def merged_launches(runs: list[np.ndarray], code: np.ndarray, folder: Path,
     return ids.array(id_ref), rest.array(rest_ref)
 
 
-def spill_timeline(kernel_runs: list[np.ndarray], launch_runs: list[np.ndarray], names: list[str], out: SpillFile,
-                   folder: Path, batch: int = BATCH_ROWS) -> tuple[Ref, list[str]]:
-    """A rank's ``RankTrace.kernels`` appended to ``out``, and their names, from its parts' runs (each sorted:
-    ``parts.sorted_kernels``, ``parts.sorted_launches``; names the rank's codes into ``names``): what
-    ``parts.gpu_timeline`` makes of the same rows, a stretch of time at a time, each stretch's kernels sorted,
-    renamed and joined to their launches (merged into one run first, ``merged_launches``). Ties keep the parts'
-    order and each part's own, as one sort of them all does."""
+def spill_timeline(kernel_runs: list[np.ndarray], launch_runs: list[np.ndarray], op_runs: list[np.ndarray],
+                   names: list[str], out: SpillFile, folder: Path, batch: int = BATCH_ROWS) -> tuple[Ref, list[str]]:
+    """A rank's ``RankTrace.kernels`` appended to ``out``, and their names, from its parts' runs (``SpilledRank.add``'s:
+    names the rank's codes into ``names``): what ``kernels.gpu_timeline`` makes of the same rows, never holding
+    more than a stretch of them. The launches are joined to their operators (``launches_with_ops``) and merged by
+    correlation id (``merged_launches``); then the kernels, a stretch of time at a time, are sorted, renamed and
+    joined to them. Ties keep the parts' order and each part's own, as one sort of them all does."""
     code, sorted_names = name_codes(names)
-    keys, launches = merged_launches(launch_runs, code, folder, batch)
+    scratch = SpillFile(folder)
+    refs = launches_with_ops(launch_runs, op_runs, code, scratch, batch)
+    scratch.freeze()
+    keys, launches = merged_launches([scratch.array(ref) for ref in refs], folder, batch)
+    del scratch
     runs = [r for r in kernel_runs if len(r)]
     column = out.column(np.int64, (len(KERNEL_COLUMNS),))
     starts = [r[:, 0] for r in runs]
     for slices in _stretches(starts, _cuts(starts, batch)):
-        block = np.concatenate([np.zeros((0, GPU_ROW), np.int64), *(np.asarray(r[s]) for r, s in zip(runs, slices))])
-        column.extend(joined(sorted_kernels(renamed(block, 4, code)), keys, launches))
+        block = renamed(renamed(_block(runs, slices, GPU_ROW), 4, code), 7, code)
+        column.extend(joined(sorted_kernels(block), keys, launches))
         release(*runs[:1], keys, launches)
     return column.close(), sorted_names
 

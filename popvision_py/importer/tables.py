@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from popvision_py.format.arrays import arrow
-from popvision_py.importer.parts import KERNEL_KIND
+from popvision_py.importer.kernels import KERNEL_KIND
 from popvision_py.importer.read import KIND, RankTrace, merge_intervals
 from popvision_py.importer.spill import Growing, blocks
 from popvision_py.importer.timeline import LABEL, PASS_NAME, Rows, is_collective, unique_first

@@ -39,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from popvision_py.importer.parts import KERNEL_KIND, merge_intervals
+from popvision_py.importer.parts import merge_intervals
+from popvision_py.importer.kernels import KERNEL_KIND
 from popvision_py.importer.read import KIND, RankTrace
 from popvision_py.importer.spill import filled
 

@@ -245,7 +245,9 @@ def write_gpu_profile(folder: Path) -> Path:
     columns = list(zip(*KERNELS))
     table = {"ipu": columns[0], "stream": columns[1], "kind": columns[2], "name": columns[3],
              "start_cycle": columns[4], "end_cycle": columns[5], "correlation": columns[8],
-             "launch_start_cycle": columns[6], "launch_end_cycle": columns[7], "launch_name": columns[9]}
+             "launch_start_cycle": columns[6], "launch_end_cycle": columns[7], "launch_name": columns[9],
+             "bytes": [0] * len(KERNELS), "group": [""] * len(KERNELS), "op": [""] * len(KERNELS),
+             "module": [""] * len(KERNELS)}
     with ProfileWriter(path, target=target, run=run) as writer:
         writer.write_table("trace", {k: np.asarray(v) for k, v in trace.items()})
         writer.write_table("kernels", {k: np.asarray(v) for k, v in table.items()})
@@ -311,3 +313,25 @@ def test_a_profile_without_kernels_says_why_in_one_sentence():
     assert note == {"kernels": 0, "note": "An emulated IPU run has no GPU kernels: this section is for profiles "
                                           "imported from GPU traces."}
     assert note["note"] in " ".join(text.output.split())
+
+
+def test_collectives_per_rank_and_group_with_nccl_tests_bandwidths():
+    from popvision_py.analysis.imported.collectives import collectives
+    # GIVEN rank 0's two all-reduces of 1,000 bytes over a group of 4 (100 and 300 ns), a broadcast of 600
+    # bytes over 8 ranks (200 ns), and a compute kernel; rank 1's all-reduce whose group is not said
+    names = ["ncclKernel_AllReduce_RING_LL_Sum_float(x)", "ncclDevKernel_Broadcast_RING_LL(y)", "gemm"]
+    k = gpu.Kernels.build(
+        ipu=[0, 0, 0, 0, 1], stream=[20, 20, 21, 7, 20], kind=["communication"] * 3 + ["compute", "communication"],
+        name=[names[0], names[0], names[1], names[2], names[0]], start=[0, 200, 600, 0, 0],
+        end=[100, 500, 800, 900, 50], nbytes=[1000, 1000, 600, 0, 50],
+        labels={"group": ["[0, 1, 2, 3]", "[0, 1, 2, 3]", "8 ranks", "", ""]})
+    rows = frame(collectives(k, (np.array([0, 0]), np.array([1000, 1000]))))
+    # THEN rank 0's all-reduces: 2 calls, 2,000 bytes in 400 ns: algbw 5 GB/s, busbw 5 x 2 x 3/4 = 7.5
+    assert rows[0] == {"rank": 0, "collective": "AllReduce", "group": "[0, 1, 2, 3]", "group_size": 4, "calls": 2,
+                       "bytes": 2000, "time_ns": 400, "algbw_gb_s": 5.0, "busbw_gb_s": 7.5}
+    # AND its broadcast: 600 bytes in 200 ns, 3 GB/s, busbw the same (factor 1)
+    assert (rows[1]["collective"], rows[1]["group_size"], rows[1]["algbw_gb_s"], rows[1]["busbw_gb_s"]) == (
+        "Broadcast", 8, 3.0, 3.0)
+    # AND rank 1's, whose group is unknown: its algbw (1 GB/s), no busbw
+    assert rows[2]["rank"] == 1 and rows[2]["algbw_gb_s"] == 1.0 and math.isnan(rows[2]["busbw_gb_s"])
+    assert len(rows) == 3  # the compute kernel is no collective

@@ -49,9 +49,9 @@ def test_each_figure_a_rank_at_a_time_is_the_whole_tables(imported):
         # WHEN each figure is computed a rank at a time, and over every kernel at once
         k, window, last = view.kernels(), view.window(), view.last_step_starts()
         hta = k.take(gpu.hta_selection(k, last))
-        whole = {name: figure(k, hta, window) for name, figure in gpu_ranks.FIGURES.items()}
+        whole = {name: gpu_ranks.FIGURES[name](k, hta, window, *args) for name, args in gpu_ranks.DEFAULTS.items()}
         whole["kernel_types"] = gpu.kernel_types(hta)
-        by_rank = gpu_ranks.figures(report.profile, view._ranks(), window, last)
+        by_rank = gpu_ranks.figures(report.profile, window, last)
         # THEN every figure is the same, row for row, and the report's answers are these
         assert last is not None and len(k) > 2 * 100 and (k.ipu == 1).sum() > 100
         for name, table in whole.items():

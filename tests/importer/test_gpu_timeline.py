@@ -7,6 +7,7 @@ The trace is written here by hand, as Kineto lays one out, with figures chosen t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from click.testing import CliRunner
 import popvision_py
 from popvision_py.cli import main
 from popvision_py.importer import ranges
+from popvision_py.importer.kernels import KERNEL_COLUMN
 from popvision_py.importer.read import read_stream
 from tests.importer.test_import_ranges import assert_same, kineto
 
@@ -40,9 +42,14 @@ def events() -> list[dict]:
     """One profiler step of 1,000 µs. The CPU blocks in an all-reduce call from 300 to 700 µs and steps the
     optimiser from 800 to 850 µs; the GPU computes [100, 300) and [350, 400) on stream 7, all-reduces
     [250, 500) on stream 20 (hidden behind compute for [250, 300) and [350, 400)), copies [520, 560) on
-    stream 8 and sets [600, 610) on stream 7. Times in µs."""
+    stream 8 and sets [600, 610) on stream 7. The first two launches run in operators (aten::mm, aten::relu)
+    inside a module's forward, the copy's in aten::copy_ outside it, the all-reduce's in none. Times in µs."""
     return [
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 1000, **CPU},
+        {"ph": "X", "cat": "python_function", "name": "nn.Module: Linear_0", "ts": 5, "dur": 22, **CPU},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 8, "dur": 10, **CPU},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "ts": 19, "dur": 7, **CPU},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "ts": 29, "dur": 6, **CPU},
         launch("cudaLaunchKernel", 10, 5, 1),
         launch("cudaLaunchKernel", 20, 5, 2),
         launch("cudaMemcpyAsync", 30, 4, 3),
@@ -54,8 +61,10 @@ def events() -> list[dict]:
         kernel("ampere_sgemm_128x64_tn", 100, 200, 7, 1),
         {**kernel("ncclKernel_AllReduce_RING_LL_Sum_bf16(ncclWorkElem)", 250, 250, 20, 4),
          "args": {"stream": 20, "correlation": 4, "In msg nelems": 1000, "dtype": "BFloat16", "Group size": 1}},
+        # (a copy says its size in its args)
         kernel("void at::native::vectorized_elementwise_kernel<4, relu>", 350, 50, 7, 2),
-        kernel("Memcpy HtoD (Pageable -> Device)", 520, 40, 8, 3, cat="gpu_memcpy"),
+        {**kernel("Memcpy HtoD (Pageable -> Device)", 520, 40, 8, 3, cat="gpu_memcpy"),
+         "args": {"stream": 8, "correlation": 3, "bytes": 4096}},
         kernel("Memset (Device)", 600, 10, 7, cat="gpu_memset"),
     ]
 
@@ -86,6 +95,12 @@ def test_each_kernel_copy_and_set_is_a_row_with_its_stream_kind_and_launch(impor
     assert list(k["correlation"]) == [1, 4, 2, 3, -1]
     assert list(k["launch_start_cycle"]) == [10_000, 40_000, 20_000, 30_000, -1]
     assert list(k["launch_end_cycle"]) == [15_000, 43_000, 25_000, 34_000, -1]
+    # what each moves: the all-reduce its 1,000 BFloat16 elements, the copy its 4,096 bytes; its group of 1 rank
+    assert list(k["bytes"]) == [0, 2_000, 0, 4_096, 0]
+    assert list(k["group"].astype(str)) == ["", "1 rank", "", "", ""]
+    # the operator and module each launch ran in: the innermost that holds the launch on its thread
+    assert list(k["op"].astype(str)) == ["aten::mm", "", "aten::relu", "aten::copy_", ""]
+    assert list(k["module"].astype(str)) == ["nn.Module: Linear_0", "", "nn.Module: Linear_0", "", ""]
 
 
 def test_the_phases_are_the_gpus_and_the_cpus_blocked_call_and_optimiser_step_are_not(imported):
@@ -131,8 +146,9 @@ def test_both_readers_keep_the_same_gpu_timeline(tmp_path, monkeypatch):
     assert len(ranges.rank_ranges(path)[0].ranges) > 5
     assert_same(fast, stream)
     assert len(fast.kernels) == 5 and fast.kernel_names == sorted(fast.kernel_names)
-    launched = fast.kernels[:, 6] >= 0
-    assert launched.sum() == 4 and np.all(fast.kernels[launched, 6] < fast.kernels[launched, 0])
+    launch = KERNEL_COLUMN["launch_start"]
+    launched = fast.kernels[:, launch] >= 0
+    assert launched.sum() == 4 and np.all(fast.kernels[launched, launch] < fast.kernels[launched, 0])
 
 
 def test_both_readers_read_streams_and_correlations_out_of_range_alike(tmp_path):
@@ -152,8 +168,10 @@ def test_both_readers_read_streams_and_correlations_out_of_range_alike(tmp_path)
     fast, stream = ranges.read_fast(path), read_stream(path)
     # THEN they agree: the streams are the args' where in range, else the track's; one kernel is launched
     assert_same(fast, stream)
-    assert fast.kernels[:, 2].tolist() == [31, 12, 31, 9, 9, 12]
-    assert fast.kernels[:, 5].tolist() == [-1, 2, -1, -1, 7, -1] and (fast.kernels[:, 6] >= 0).sum() == 1
+    c = KERNEL_COLUMN
+    assert fast.kernels[:, c["stream"]].tolist() == [31, 12, 31, 9, 9, 12]
+    assert fast.kernels[:, c["correlation"]].tolist() == [-1, 2, -1, -1, 7, -1]
+    assert (fast.kernels[:, c["launch_start"]] >= 0).sum() == 1
     # AND an id past int64, which the streaming parser refuses, is not taken by the fast path either
     path.write_text(kineto(HEADER, [*events, kernel("big", 300, 5, 7, (1 << 63) + 5)]))
     with pytest.raises(ranges.Fallback):
@@ -171,7 +189,9 @@ def test_both_readers_keep_the_same_gpu_timeline_of_a_data_parallel_run(tmp_path
     # THEN both readers keep the same kernels, names and launches, every one of them launched
     assert len(ranges.rank_ranges(path)[0].ranges) > 20
     assert_same(fast, stream)
-    assert set(np.unique(fast.kernels[:, 2]).tolist()) == {7, 20, 24} and (fast.kernels[:, 6] >= 0).all()
+    c = KERNEL_COLUMN
+    assert set(np.unique(fast.kernels[:, c["stream"]]).tolist()) == {7, 20, 24}
+    assert (fast.kernels[:, c["launch_start"]] >= 0).all() and (fast.kernels[:, c["op"]] >= 0).all()
 
 
 def test_a_cpu_trace_has_no_kernels(tmp_path):
@@ -206,3 +226,43 @@ def test_one_rank_of_a_larger_world_is_a_data_parallel_job(tmp_path):
     # THEN it is one rank of 64 of a data-parallel job, not a single process
     assert "rank 3 of a world of 64" in result.output
     assert any(line.split() == ["schedule", "data", "parallel"] for line in result.output.splitlines())
+
+
+def test_the_gpu_section_lists_the_all_reduce_with_its_bytes_group_and_bandwidth(imported):
+    result = CliRunner().invoke(main, ["report", str(imported), "--section", "gpu", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)["sections"]["gpu"]["collectives"]
+    # the all-reduce's 1,000 BFloat16 elements (2,000 bytes) in its 250 µs: 0.008 GB/s; a group of 1 rank
+    # carries nothing over a link (nccl-tests' 2(n-1)/n = 0)
+    assert rows == [{"rank": 0, "collective": "AllReduce", "group": "1 rank", "group_size": 1, "calls": 1,
+                     "bytes": 2000, "time_ns": 250_000, "algbw_gb_s": 0.008, "busbw_gb_s": 0.0}]
+
+
+def test_a_distributed_info_written_after_the_events_names_the_rank(tmp_path, monkeypatch):
+    # GIVEN a trace whose distributedInfo follows its events (rank 3 of 4), as some tools write it
+    header = {k: v for k, v in HEADER.items() if k != "distributedInfo"}
+    text = kineto(header, events())
+    at = text.rstrip().rfind("}")
+    path = tmp_path / "rank.json"
+    path.write_text(text[:at] + ',\n  "distributedInfo": {"rank": 3, "world_size": 4}\n}\n')
+    monkeypatch.setattr(ranges, "RANGE_BYTES", 300)  # the keys after the events in the last of many ranges
+    monkeypatch.setattr(ranges, "SEARCH_BYTES", 256)
+    # WHEN both readers read it THEN both take it for rank 3 of 4
+    for trace in (ranges.read_fast(path), read_stream(path)):
+        assert (trace.rank, trace.world_size) == (3, 4)
+    # AND the import says rank 3
+    result = CliRunner().invoke(main, ["import", str(path), "-o", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 0 and "ranks 3" in result.output, result.output
+
+
+def test_kinetos_copy_of_a_profiler_step_on_the_gpus_track_is_not_a_step(tmp_path):
+    # GIVEN the trace with Kineto's copy of ProfilerStep#1 on stream 7's track (gpu_user_annotation), as ROCm's
+    # and CUDA's traces hold it
+    copy = {"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#1", "pid": 0, "tid": 7, "ts": 100,
+            "dur": 510, "args": {"stream": 7}}
+    (tmp_path / "rank0.json").write_text(kineto(HEADER, [*events(), copy]))
+    result = CliRunner().invoke(main, ["import", str(tmp_path / "rank0.json"), "-o", str(tmp_path / "out"), "-q"])
+    # THEN the run has the one step the CPU recorded, 1,000 µs long
+    assert result.exit_code == 0 and "1 step(s)" in result.output, result.output
+    with popvision_py.open(tmp_path / "out" / "profile.pop") as report:
+        assert report.summary.figures().step_cycles == 1_000_000

@@ -158,3 +158,39 @@ def test_no_spill_file_is_left_after_an_import_or_a_refused_one(tmp_path):
     assert "are not traces of one run" in result.output and "Traceback" not in result.output
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert spill_files(out) == [] and spill_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("batch", [1, 4, 1000])
+def test_launches_joined_to_their_operators_a_stretch_at_a_time_are_those_joined_at_once(batch, tmp_path):
+    # GIVEN two threads' operators nested four deep (and modules), in parts cut at random, and launches at random
+    # moments on either thread, some inside no operator
+    from popvision_py.importer import kernels
+
+    rng = np.random.default_rng(batch)
+    ops = []
+    for thread in (5, 9):
+        for top in range(30):
+            lo, hi = top * 1000, top * 1000 + 900
+            for depth in range(4):  # each inside the one before
+                ops.append((lo, hi, thread, depth + 2 * thread, depth % 2))
+                lo, hi = lo + int(rng.integers(1, 50)), hi - int(rng.integers(1, 50))
+    ops = np.array(ops, np.int64)[rng.permutation(len(ops))]
+    launches = np.stack([rng.permutation(400), rng.integers(0, 30_000, 400), np.zeros(400, np.int64),
+                         rng.integers(0, 3, 400), rng.choice([5, 9], 400)], axis=1)
+    launches[:, 2] = launches[:, 1] + 3
+    cut_ops, cut_launches = np.sort(rng.choice(len(ops), 5)), np.sort(rng.choice(len(launches), 5))
+    places = np.arange(len(launches))[:, None]
+    op_runs = [r[np.argsort(r[:, 0], kind="stable")] for r in np.split(ops, cut_ops)]
+    launch_runs = [r[np.argsort(r[:, 1], kind="stable")] for r in np.split(np.hstack([launches, places]), cut_launches)]
+    names = [f"n{k}" for k in range(24)]
+    code = kernels.name_codes(names)[0]
+    # WHEN they are joined a stretch of `batch` rows at a time, and all at once
+    scratch = spill.SpillFile(tmp_path)
+    refs = spill.launches_with_ops(launch_runs, op_runs, code, scratch, batch)
+    scratch.freeze()
+    ids, rest = spill.merged_launches([scratch.array(r) for r in refs], tmp_path, batch)
+    whole = kernels.sorted_launches(kernels.launch_ops(launches, ops))
+    # THEN each launch has the same operator and module, the names mapped alike
+    assert np.array_equal(ids, whole[:, 0])
+    assert np.array_equal(rest[:, 3:5], np.where(whole[:, 4:6] >= 0, code[whole[:, 4:6]], -1))
+    assert (rest[:, 3] >= 0).sum() > 100 and (rest[:, 3] < 0).any()

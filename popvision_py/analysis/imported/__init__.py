@@ -10,6 +10,13 @@ besides the common views, in a PyTorch user's words.
   overlap, top kernels, launch delays, idle time by cause), computed as HTA computes them.
 - ``gpu_ranks``: those figures a rank at a time, each rank's kernels read from the row groups that hold
   them, so that a report holds one rank's kernels, not the run's.
+- ``streams``: a GPU trace's streams over time: each rank's streams as lanes, a zoom window of their
+  kernels, or of each kind's occupancy in bins where the window holds too many (the dashboard's GPU page).
+- ``collectives``: a GPU trace's collectives per rank and process group: calls, bytes, GPU time and the
+  bandwidth they make (nccl-tests' algorithm and bus bandwidth), the group's other ranks its peers.
+- ``bound``: beyond HTA's figures: what bound each profiled step (the GPU busy, waiting for the CPU's
+  launches, for the DataLoader, or for something else), the kernels worth a look, and the phases the
+  trace's own annotations name, with the time each ran beside another.
 
 May import: ``common``, ``trace``; ``popvision_py.format`` and ``popvision_py.errors``.
 """

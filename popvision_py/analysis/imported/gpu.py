@@ -20,7 +20,7 @@ starts and ends (``coverage``) gives the time each set of kinds runs at once, pe
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -57,6 +57,15 @@ RANK_COLUMNS = ["rank", "window_ns", "busy_ns", "idle_ns", "compute_ns", "commun
 STREAM_COLUMNS = ["rank", "stream", "kernels", "busy_ns", "compute_ns", "communication_ns", "memory_ns", "busy_pct"]
 NAME_COLUMNS = ["rank", "kind", "name", "kernels", "sum_ns", "mean_ns", "min_ns", "max_ns", "std_ns", "busy_pct"]
 
+# Why a profile has no GPU kernels to show, in one sentence (``views.GpuReport.missing``)
+NO_KERNELS_TABLE = ("This profile was written before schema 5, which added the GPU kernels table: import the "
+                    "traces again (popvision import) to see the GPU's time.")
+NO_KERNELS_EMULATED = "An emulated IPU run has no GPU kernels: this section is for profiles imported from GPU traces."
+NO_KERNELS_IMPORTED = ("The traces hold no GPU kernels (a run on the CPU): this section is for traces recorded on "
+                       "GPUs.")
+NO_KERNELS_GPU = ("The traces ran on GPUs but the profile holds no GPU kernels: the profiler recorded none (no "
+                  "ProfilerActivity.CUDA), or an import that did not keep them wrote it: import the traces again.")
+
 
 @dataclass(frozen=True)
 class Kernels:
@@ -76,6 +85,13 @@ class Kernels:
     hta_launch: np.ndarray  # bool: launched by one of HTA_LAUNCH_CALLS
     names: np.ndarray
     ranks: np.ndarray
+    # what each moves (bytes), and its process group, launching operator and module: codes into ``labels``
+    # (its words: "" where the trace says none)
+    nbytes: np.ndarray | None = None
+    group: np.ndarray | None = None
+    op: np.ndarray | None = None
+    module: np.ndarray | None = None
+    labels: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -97,14 +113,17 @@ class Kernels:
                    launch_start=col("launch_start_cycle"), launch_end=col("launch_end_cycle"),
                    hta_launch=(columns.codes_in("launch_name", HTA_LAUNCH_CALLS) < len(HTA_LAUNCH_CALLS)) if n
                    else np.zeros(0, bool),
-                   names=words[order], ranks=np.asarray(ranks, np.int64))
+                   names=words[order], ranks=np.asarray(ranks, np.int64),
+                   nbytes=col("bytes") if "bytes" in columns else np.zeros(n, np.int64), **_labelled(columns, n))
 
     @classmethod
     def build(cls, ipu: Any, stream: Any, kind: Any, name: Any, start: Any, end: Any, launch_start: Any = None,
-              launch_end: Any = None, correlation: Any = None, ranks: Any = None, launch_name: Any = None) -> Kernels:
+              launch_end: Any = None, correlation: Any = None, ranks: Any = None, launch_name: Any = None,
+              nbytes: Any = None, labels: dict[str, Any] | None = None) -> Kernels:
         """Kernels from plain sequences (``kind`` and ``name`` as strings), sorted by ipu then start:
         the tests' and the benchmark's raw traces' way in. Launch times default to -1 (none), the launching
-        call's name to ``cudaLaunchKernel`` where a launch is given."""
+        call's name to ``cudaLaunchKernel`` where a launch is given; ``nbytes`` to 0 and ``labels`` (``group``,
+        ``op``, ``module``: strings per kernel) to none."""
         ipu = np.asarray(ipu, np.int64)
         n = len(ipu)
         none = np.full(n, -1, np.int64)
@@ -120,13 +139,19 @@ class Kernels:
                    hta_launch=(pick(launch_start) >= 0) if launch_name is None else np.isin(
                        np.asarray(launch_name, dtype=object).astype(str), HTA_LAUNCH_CALLS)[order],
                    names=names.astype(object),
-                   ranks=np.arange(count, dtype=np.int64) if ranks is None else np.asarray(ranks, np.int64))
+                   ranks=np.arange(count, dtype=np.int64) if ranks is None else np.asarray(ranks, np.int64),
+                   nbytes=pick(nbytes).clip(0) if nbytes is not None else np.zeros(n, np.int64),
+                   **{k: v[order] if k in LABELS else v for k, v in _labels_of(n, labels or {}).items()})
 
     def take(self, rows: np.ndarray) -> Kernels:
         """The kernels at ``rows`` (a mask or indexes), in their order."""
         return replace(self, **{f: getattr(self, f)[rows] for f in (
             "ipu", "stream", "kind", "name", "start", "end", "correlation", "launch_start", "launch_end",
-            "hta_launch")})
+            "hta_launch", "nbytes", *LABELS)})
+
+    def words(self, label: str, codes: np.ndarray) -> np.ndarray:
+        """A label's (``group``, ``op``, ``module``) words at ``codes``."""
+        return self.labels[label][codes]
 
     def clip(self, window: tuple[np.ndarray, np.ndarray]) -> Kernels:
         """Each kernel cut to its rank's window ``(start[ipu], end[ipu])``; those left with no time dropped."""
@@ -449,6 +474,30 @@ def idle_breakdown(k: Kernels, kernel_wait_ns: int = KERNEL_WAIT_NS) -> Table:
                   "idle_ratio": ratio})
 
 
+LABELS = ("group", "op", "module")  # the kernels' words beside their names (the table's category columns)
+
+
+def _labelled(columns: Columns, n: int) -> dict[str, Any]:
+    """``Kernels``' label codes and their words, from the table's columns (none before they were written)."""
+    out: dict[str, Any] = {"labels": {}}
+    for label in LABELS:
+        if n and label in columns:
+            out[label], out["labels"][label] = columns.codes(label), columns.words(label)
+        else:
+            out[label], out["labels"][label] = np.zeros(n, np.int64), np.array([""], object)
+    return out
+
+
+def _labels_of(n: int, given: dict[str, Any]) -> dict[str, Any]:
+    """``Kernels``' label codes and words from plain strings per kernel (``build``)."""
+    out: dict[str, Any] = {"labels": {}}
+    for label in LABELS:
+        words = np.asarray(given.get(label, [""] * n), dtype=object).astype(str)
+        vocabulary, codes = np.unique(words, return_inverse=True)
+        out[label], out["labels"][label] = codes.astype(np.int64), vocabulary.astype(object)
+    return out
+
+
 def _kind_label(k: Kernels) -> np.ndarray:
     """0 compute, 1 communication, 2 memory (memcpy, memset): the table's own kinds."""
     return np.select([k.kind == COMPUTE, k.kind == COMMUNICATION], [0, 1], 2)
@@ -515,6 +564,21 @@ def kernels_by_name(k: Kernels, window: tuple[np.ndarray, np.ndarray], n: int | 
                   "name": k.names[rows % names].astype(object), "kernels": s["kernels"][rows], "sum_ns": s["sum"][rows],
                   "mean_ns": s["mean"][rows], "min_ns": s["min"][rows], "max_ns": s["max"][rows],
                   "std_ns": s["std"][rows], "busy_pct": _pct(s["sum"][rows], span[rows // names])})
+
+
+def step_starts(events: Any, ranks: np.ndarray) -> dict[int, np.ndarray]:
+    """Each IPU's ``ProfilerStep#N`` starts on the traces' clock, from the ranks' CPU timelines (``events``:
+    ``host.system.Events``, handed in; process ``rank-R`` is the IPU of rank R), for ``last_step_starts``."""
+    family = np.array([events.families[f] == "ProfilerStep" for f in events.family_of.tolist()] or [False])
+    step = family[events.name] if len(events) else np.zeros(0, bool)
+    process = events.process
+    ipu_of = {int(rank): ipu for ipu, rank in enumerate(np.asarray(ranks).tolist())}
+    steps = {}
+    for code, name in enumerate(events.processes):  # one a rank
+        rank = name.removeprefix("rank-")
+        if rank.isdigit() and int(rank) in ipu_of:
+            steps[ipu_of[int(rank)]] = events.start[step & (process == code)]
+    return steps
 
 
 def last_step_starts(steps: dict[int, np.ndarray], num_ranks: int) -> np.ndarray | None:

@@ -19,22 +19,30 @@ import pyarrow.compute as pc
 
 from popvision_py.analysis.common.tables import Columns, Table, TABLE_COLUMNS
 from popvision_py.analysis.imported import gpu
+from popvision_py.analysis.imported.ranks import rank_numbers
 from popvision_py.format.arrays import numbers
 from popvision_py.format.values import statistics
 
-# Each figure of one rank's kernels (``k``), of those HTA keeps (``hta``), within the profiled steps (``window``).
-Figure = Callable[[gpu.Kernels, gpu.Kernels, tuple[np.ndarray, np.ndarray]], Table]
+# Each figure of one rank's kernels (``k``), of those HTA keeps (``hta``), within the profiled steps (``window``),
+# and its arguments.
+Figure = Callable[..., Table]
 FIGURES: dict[str, Figure] = {
     "by_rank": lambda k, hta, window: gpu.by_rank(k, window),
     "by_stream": lambda k, hta, window: gpu.by_stream(k, window),
-    "kernels_by_name": lambda k, hta, window: gpu.kernels_by_name(k, window, 10),
+    "kernels_by_name": lambda k, hta, window, n: gpu.kernels_by_name(k, window, n),
     "temporal": lambda k, hta, window: gpu.temporal(hta),
     "kernel_types_by_rank": lambda k, hta, window: gpu.kernel_types_by_rank(hta),
     "overlap": lambda k, hta, window: gpu.comm_comp_overlap(hta),
-    "top_kernels": lambda k, hta, window: gpu.top_kernels(hta),
+    "top_kernels": lambda k, hta, window, num_kernels, ratio: gpu.top_kernels(hta, num_kernels, ratio),
     "launch_summary": lambda k, hta, window: gpu.launch_summary(hta),
-    "idle_breakdown": lambda k, hta, window: gpu.idle_breakdown(hta),
+    "idle_breakdown": lambda k, hta, window, wait_ns: gpu.idle_breakdown(hta, wait_ns),
+    "launches": lambda k, hta, window: gpu.launches(hta),
 }
+# The figures a report shows, at the arguments it shows them with: made in one pass over the ranks, with
+# ``kernel_types`` (the ranks' ``gpu.type_times`` summed).
+DEFAULTS: dict[str, tuple[Any, ...]] = {
+    "by_rank": (), "by_stream": (), "kernels_by_name": (10,), "temporal": (), "kernel_types_by_rank": (),
+    "overlap": (), "top_kernels": (10, 0.8), "launch_summary": (), "idle_breakdown": (gpu.KERNEL_WAIT_NS,)}
 
 
 def row_groups(profile: Any, ipu: int) -> list[int]:
@@ -74,27 +82,40 @@ def each_rank(profile: Any, ranks: np.ndarray) -> Iterator[gpu.Kernels]:
             yield rank_kernels(profile, ipu, ranks)
 
 
-def figures(profile: Any, ranks: np.ndarray, window: tuple[np.ndarray, np.ndarray],
-            last_step_starts: np.ndarray | None, wanted: dict[str, Figure] | None = None) -> dict[str, Table]:
-    """Every figure of ``wanted`` (``FIGURES`` and ``kernel_types`` by default) over the whole table, computed a
-    rank at a time (``each_rank``); ``last_step_starts``: ``gpu.hta_selection``'s."""
-    wanted = FIGURES if wanted is None else wanted
+def figures(profile: Any, window: tuple[np.ndarray, np.ndarray], last_step_starts: np.ndarray | None,
+            wanted: dict[str, tuple[Any, ...]] | None = None) -> dict[str, Table]:
+    """Each figure of ``wanted`` (name: its arguments after the kernels and window; ``DEFAULTS`` and
+    ``kernel_types`` by default) over the whole table, computed a rank at a time (``each_rank``);
+    ``last_step_starts``: ``gpu.hta_selection``'s."""
+    ranks = rank_numbers(profile.run, int(profile.target.get("num_ipus", 1)))
+    every = wanted is None
+    wanted = DEFAULTS if wanted is None else wanted
     parts: dict[str, list[Table]] = {name: [] for name in wanted}
     types = np.zeros(1 << len(gpu.HTA_TYPES), np.int64)
     for ipu, k in enumerate(each_rank(profile, ranks)):
         hta = k.take(gpu.hta_selection(k, last_step_starts))
-        for name, figure in wanted.items():
-            answer = figure(k, hta, window)
+        for name, args in wanted.items():
+            answer = FIGURES[name](k, hta, window, *args)
             if name == "by_rank":  # a row for every rank, the others' empty
                 answer = Table({c: v[ipu:ipu + 1] for c, v in answer.columns.items()})
             parts[name].append(answer)
-        if wanted is FIGURES:
+        if every:
             types += gpu.type_times(hta)
         del k, hta
     found = {name: joined(tables) for name, tables in parts.items()}
-    if wanted is FIGURES:
+    if every:
         found["kernel_types"] = gpu.kernel_types_of(types)
     return found
+
+
+def figure(memo: Callable[[Any, Callable[[], Any]], Any], profile: Any, window: Callable[[], Any],
+           last_step_starts: Callable[[], np.ndarray | None], name: str, args: tuple[Any, ...]) -> Table:
+    """``figures``' ``name`` at ``args``, kept by ``memo`` (a view's cache: key, compute): a figure at the arguments a
+    report shows it with is made with every such figure, in one read of each rank's kernels; else in one of its
+    own. ``window`` and ``last_step_starts`` give ``figures``' (asked for only when made)."""
+    shown = name == "kernel_types" or DEFAULTS.get(name) == args
+    return memo("figures" if shown else (name, *args), lambda: figures(
+        profile, window(), last_step_starts(), None if shown else {name: args}))[name]
 
 
 def joined(tables: list[Table]) -> Table:

@@ -1,0 +1,123 @@
+"""A byte range's GPU events (``ranges.reduce_events``' part for them): the kernels, copies and sets as rows
+(``kernels.GPU_ROW`` columns), the runtime calls that launch them (``kernels.LAUNCH_ROW``) and the operators and
+modules those calls run in (``kernels.OP_ROW``), read from msgspec's typed events column by column: each event's
+stream, correlation id and bytes decoded at once from its raw args and checked as arrays, the args of a
+collective's kernel whole (its bytes and process group). What ``read.read_stream`` keeps of them, event for
+event; ``Fallback`` where the fast path does not take them.
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from popvision_py.importer.checks import Fallback
+from popvision_py.importer.kernels import (GPU_ROW, KERNEL_KIND, MODULE, OP_ROW, group_of, kernel_bytes, kernel_kind,
+                                           stream_of, thread_key)
+from popvision_py.importer.parts import RankPart, args_of
+
+
+class GpuArgs(msgspec.Struct, gc=False):
+    """What a GPU event's or a runtime call's args say of its stream and its launch (Kineto's keys)."""
+
+    stream: int | None = None
+    correlation: int | None = None
+    size: int | None = msgspec.field(name="bytes", default=None)  # a copy's or a set's
+
+
+GPU_ARGS = msgspec.json.Decoder(list[GpuArgs])
+ARGS = msgspec.json.Decoder()
+
+
+def gpu_args(events: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stream, correlation id and bytes of each event's args, decoded at once: -1 where the args say none (an
+    event without args: none), or one out of ``kernels.stream_of``'s, ``correlation_of``'s or ``kernel_bytes``'
+    range."""
+    raws = list(map(attrgetter("args"), events))
+    if not all(raws):
+        raws = [raw or b"{}" for raw in raws]
+    try:
+        said = GPU_ARGS.decode(b"[" + b",".join(raws) + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise Fallback("a GPU event's or runtime call's args of another shape") from None
+    return _ids(map(attrgetter("stream"), said), len(said), 1 << 31), \
+        _ids(map(attrgetter("correlation"), said), len(said), 1 << 62), _ids(map(attrgetter("size"), said), len(said),
+                                                                           1 << 62)
+
+
+def _ids(values: Any, n: int, limit: int) -> np.ndarray:
+    """Whole numbers (or None) as int64: -1 for None and for those outside [0, ``limit``)."""
+    try:
+        ids = np.fromiter((-1 if v is None else v for v in values), np.int64, n)
+    except OverflowError:  # beyond int64: the streaming parser refuses the trace
+        raise Fallback("an id beyond int64") from None
+    return np.where((ids >= 0) & (ids < limit), ids, -1)
+
+
+def gpu_timeline(part: RankPart, x: list[Any], gpu_cat: np.ndarray, launch: np.ndarray, start: np.ndarray,
+                 end: np.ndarray, cats: list[Any], cat_code: np.ndarray, names: list[str],
+                 name_code: np.ndarray) -> None:
+    """The GPU's kernels, copies and sets of a range's events (``x``: its complete events, as ``ranges.Event``)
+    as rows (``kernels.GPU_ROW`` columns), the runtime calls that launch them (``kernels.LAUNCH_ROW`` columns:
+    any runtime call with a correlation id) and the operators and modules those calls run in (``kernels.OP_ROW``),
+    into ``part``: what ``read.read_stream`` keeps of them, event for event."""
+    rows, calls = np.flatnonzero(gpu_cat), np.flatnonzero(launch)
+    correlation = gpu_args([x[k] for k in calls.tolist()])[1] if len(calls) else np.zeros(0, np.int64)
+    calls = calls[correlation >= 0]
+    cpu_op = np.array([c == "cpu_op" for c in cats], bool)[cat_code]
+    module = np.array([c == "python_function" for c in cats], bool)[cat_code] & \
+        np.array([n.startswith(MODULE) for n in names], bool)[name_code]
+    ops = np.flatnonzero(cpu_op | module)
+    groups: list[str | None] = []
+    kind = np.zeros(0, np.int64)
+    if len(rows):
+        # each distinct (category, name) pair's kind once, then looked up by the rows' codes
+        pair = cat_code[rows] * len(names) + name_code[rows]
+        distinct, which = np.unique(pair, return_inverse=True)
+        kind = np.array([kernel_kind(cats[p // len(names)], names[p % len(names)]) for p in distinct.tolist()],
+                        np.int64)[which]
+        comm = np.flatnonzero(kind == KERNEL_KIND["communication"])
+        comm_args = [args_of({"args": _plain(x[k].args)}) for k in rows[comm].tolist()]
+        groups = [group_of(a) for a in comm_args]
+    known = [g for g in dict.fromkeys(groups) if g is not None]
+    code, used = np.unique(name_code[np.concatenate([rows, calls, ops])], return_inverse=True)
+    part.gpu_names = [names[c] for c in code.tolist()] + known
+    if len(rows):
+        streams, correlations, sizes = gpu_args([x[k] for k in rows.tolist()])
+        table = np.zeros((len(rows), GPU_ROW), np.int64)
+        table[:, 0], table[:, 1] = start[rows], end[rows]
+        unsaid = np.flatnonzero(streams < 0)  # no stream in the args, or one out of range: the track's (tid)
+        streams[unsaid] = [stream_of({}, x[k].tid) for k in rows[unsaid].tolist()]
+        table[:, 2], table[:, 3], table[:, 4], table[:, 5] = streams, kind, used[:len(rows)], correlations
+        # a copy's or a set's bytes (``kernels.kernel_bytes``); a collective's, from its args, below
+        table[:, 6] = np.where((kind != KERNEL_KIND["compute"]) & (sizes >= 0), sizes, 0)
+        table[:, 7] = -1
+        if len(comm):
+            table[comm, 6] = [kernel_bytes(KERNEL_KIND["communication"], a) for a in comm_args]
+            group_code = {g: len(code) + i for i, g in enumerate(known)}
+            table[comm, 7] = [-1 if g is None else group_code[g] for g in groups]
+        part.gpu_rows = table
+    if len(calls):
+        part.launches = np.stack([correlation[correlation >= 0], start[calls], end[calls],
+                                  used[len(rows):len(rows) + len(calls)], _threads_of(x, calls)], axis=1)
+    if len(ops):
+        part.ops = np.stack([start[ops], end[ops], _threads_of(x, ops), used[len(rows) + len(calls):],
+                             module[ops].astype(np.int64)], axis=1).reshape(-1, OP_ROW)
+
+
+def _plain(raw: msgspec.Raw) -> Any:
+    """An event's args decoded whole (``{}`` if it has none), for ``parts.args_of`` to check."""
+    try:
+        return ARGS.decode(bytes(raw)) if len(raw) else {}
+    except msgspec.DecodeError:
+        raise Fallback("args that do not decode") from None
+
+
+def _threads_of(x: list[Any], rows: np.ndarray) -> np.ndarray:
+    """``parts.thread_key`` of each row's thread, each distinct thread worked out once."""
+    tids = [x[k].tid for k in rows.tolist()]
+    key = {t: thread_key(t) for t in dict.fromkeys(tids)}
+    return np.fromiter(map(key.__getitem__, tids), np.int64, len(tids))
