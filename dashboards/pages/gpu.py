@@ -111,25 +111,31 @@ KERNEL_COLUMNS = [("rank", "rank"), ("kind", "kind"), ("name", "kernel"), ("kern
 
 
 def kernel_table(report: Any) -> Any:
-    """Each rank's costliest kernels by name within the profiled steps (``gpu.kernels_by_name``), sortable. A name
-    wraps in its column; past ``NAME_CHARS`` (a C++ template's runs to thousands) it ends in "…", whole on hover."""
+    """Each rank's costliest kernels by name within the profiled steps (``gpu.kernels_by_name``), sortable."""
     frame = report.gpu.kernels_by_name(KERNELS_PER_RANK)
+    frame = frame.assign(**{f"{k}_us": frame[f"{k}_ns"] / 1e3 for k in ("sum", "mean", "max")})
+    return names_table(frame, KERNEL_COLUMNS, ids.GPU_KERNELS, text=("kind", "name"))
+
+
+def names_table(frame: Any, columns: list[tuple[str, str]], table_id: str, text: tuple[str, ...]) -> Any:
+    """A sortable, filterable table of kernels by name: a name wraps in its column; past ``NAME_CHARS`` (a C++
+    template's runs to thousands) it ends in "…", whole on hover. ``text``: the columns that are words."""
     names = frame["name"].astype(str)
-    shown = frame.assign(name=names.where(names.str.len() <= NAME_CHARS, names.str.slice(0, NAME_CHARS - 1) + "…"),
-                         **{f"{k}_us": frame[f"{k}_ns"] / 1e3 for k in ("sum", "mean", "max")})
+    shown = frame.assign(name=names.where(names.str.len() <= NAME_CHARS, names.str.slice(0, NAME_CHARS - 1) + "…"))
     whole, tenths = Format().group(True), Format(precision=1, scheme=Scheme.fixed).group(True)
-    columns = [{"name": header, "id": column, **({"type": "text"} if column in ("kind", "name") else
-                                                 {"type": "numeric", "format": whole if column in ("rank", "kernels")
-                                                  else tenths})} for column, header in KERNEL_COLUMNS]
+    spec = [{"name": header, "id": column, **({"type": "text"} if column in text else
+                                              {"type": "numeric", "format": whole if column in ("rank", "kernels")
+                                               else tenths})} for column, header in columns]
     return dash_table.DataTable(
-        id=ids.GPU_KERNELS, columns=columns, data=shown[[k for k, _ in KERNEL_COLUMNS]].to_dict("records"),
+        id=table_id, columns=spec, data=shown[[k for k, _ in columns]].to_dict("records"),
         sort_action="native", filter_action="native", page_action="native", page_size=25,
         style_table={"overflowX": "auto"}, style_header={"fontWeight": "600", "whiteSpace": "normal"},
         style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 8px"},
         tooltip_data=[{"name": n} for n in names.tolist()], tooltip_duration=None,  # the whole name
-        style_cell_conditional=[{"if": {"column_id": "kind"}, "textAlign": "left"},
+        style_cell_conditional=[*({"if": {"column_id": k}, "textAlign": "left", "whiteSpace": "normal",
+                                   "maxWidth": "360px"} for k in text if k != "name"),
                                 {"if": {"column_id": "name"}, "textAlign": "left", "whiteSpace": "normal",
-                                 "wordBreak": "break-word", "minWidth": "340px", "maxWidth": "460px"}])
+                                 "wordBreak": "break-word", "minWidth": "300px", "maxWidth": "420px"}])
 
 
 def bounds_table(report: Any) -> Any:
@@ -146,17 +152,16 @@ def bounds_table(report: Any) -> Any:
                    table_id="gpu-bounds-table")
 
 
+WORTH_COLUMNS = [("rank", "rank"), ("name", "kernel"), ("op", "launched in"), ("module", "module"),
+                 ("kernels", "kernels"), ("total_us", "total (µs)"), ("median_us", "median (µs)"),
+                 ("launch_median_us", "median launch (µs)"), ("why", "why")]
+
+
 def worth_table(report: Any) -> Any:
     """The kernels worth a look (``gpu.worth_a_look``): why, and the operator and module that launched them."""
     frame = report.gpu.worth_a_look()
-    names = frame["name"].astype(str)
-    frame = frame.assign(name=names.where(names.str.len() <= NAME_CHARS, names.str.slice(0, NAME_CHARS - 1) + "…"))
-    return c.table(frame, columns={"rank": "rank", "name": "kernel", "op": "launched in", "module": "module",
-                                   "kernels": "kernels", "total_ns": "total", "median_ns": "median",
-                                   "launch_median_ns": "median launch", "why": "why"},
-                   formats={"rank": c.fmt_int, "name": str, "op": str, "module": str, "why": str,
-                            **{k: _seconds for k in ("total_ns", "median_ns", "launch_median_ns")}},
-                   table_id="gpu-worth-table")
+    frame = frame.assign(**{f"{k}_us": frame[f"{k}_ns"] / 1e3 for k in ("total", "median", "launch_median")})
+    return names_table(frame, WORTH_COLUMNS, "gpu-worth-table", text=("name", "op", "module", "why"))
 
 
 def phases_table(report: Any) -> Any:

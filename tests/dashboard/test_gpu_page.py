@@ -83,8 +83,8 @@ def test_the_breakdowns_per_rank_are_the_gpu_views(pair_app, gpu_pair):
     with pv.open(gpu_pair) as report:
         overlap, temporal, by_name = report.gpu.overlap(), report.gpu.temporal(), report.gpu.kernels_by_name(25)
     # WHEN the page renders
-    note, content, cards, options, value, _, temporal_fig, types_fig, overlap_fig, by_rank, kernels = \
-        page("gpu").render("a")
+    note, content, cards, options, value, _, temporal_fig, types_fig, overlap_fig, *_, by_rank, kernels = \
+        page("gpu").render("a")  # (the tables between: what bound each step, the kernels worth a look, phases)
     assert note is None and content == {} and [o["label"] for o in options] == ["Rank 0", "Rank 1"] and value == [0, 1]
     assert "2,402" in text(cards)  # 2 x 1,200 compute kernels and 2 all-reduces
     # THEN the communication hidden behind computation is the report's: rank 0's all-reduce [0, 1,000) runs
@@ -235,12 +235,15 @@ def test_the_gpu_page_says_what_bound_each_step_the_kernels_worth_a_look_and_the
     assert result.exit_code == 0, result.output
     create_app([str(tmp_path / "out" / "profile.pop")])
     gpu = page("gpu")
-    tables = {t.title: text(t.build(data_report())) for t in gpu.TABLES}
+    built = {t.title: t.build(data_report()) for t in gpu.TABLES}
+    tables = {title: text(table) for title, table in built.items()}
     # THEN the steps' verdicts read in order, with the tiny kernel's operator and module, and mb0 beside mb1
     bounds = tables["What bound each step"]
     assert bounds.index("launch-bound") < bounds.index("input-bound") < bounds.index("gpu-bound")
-    worth = tables["Kernels worth a look"]
-    assert "void tiny_add_kernel<float>" in worth and "aten::add" in worth and "nn.Module: Bias_0" in worth
+    worth = {row["name"]: row for row in built["Kernels worth a look"].data}  # a sortable table's rows
+    tiny = worth["void tiny_add_kernel<float>"]
+    assert (tiny["op"], tiny["module"], tiny["kernels"], tiny["median_us"]) == ("aten::add", "nn.Module: Bias_0",
+                                                                                 100, 2.0)
     phases = tables["Phases from the trace's annotations"]
     assert "mb0" in phases and "400.00 µs" in phases and "40.0 %" in phases
 
