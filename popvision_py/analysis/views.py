@@ -23,7 +23,6 @@ from popvision_py.analysis.ipu import exchange as _exchange
 from popvision_py.analysis.findings import fixes as _fixes
 from popvision_py.analysis.host import input_wait as _host
 from popvision_py.analysis.imported import bound as _bound
-from popvision_py.analysis.imported import collectives as _collectives
 from popvision_py.analysis.imported import gpu as _gpu
 from popvision_py.analysis.imported.gpu import (NO_KERNELS_EMULATED, NO_KERNELS_GPU, NO_KERNELS_IMPORTED,
                                                 NO_KERNELS_TABLE)
@@ -495,7 +494,8 @@ class GpuReport(_View):
             _gpu.hta_selection(self.kernels(), self.last_step_starts())))
 
     def _figure(self, name: str, *args: Any) -> Table:  # a rank at a time, cached here (``gpu_ranks.figure``)
-        return _gpu_ranks.figure(self._memo, self._r.profile, self.window, self.last_step_starts, name, args)
+        return _gpu_ranks.figure(self._memo, self._r.profile, self.window, self.last_step_starts, self.spans, name,
+                                 args)
 
     def by_rank(self) -> pd.DataFrame:
         return self._by_rank().frame()
@@ -520,7 +520,7 @@ class GpuReport(_View):
         return self._collectives().frame()
 
     def _collectives(self) -> Table:
-        return self._memo("collectives", lambda: _collectives.collectives(self.kernels(), self.window()))
+        return self._figure("collectives")
 
     def temporal(self) -> pd.DataFrame:
         return self._temporal().frame()
@@ -569,31 +569,29 @@ class GpuReport(_View):
         """The steps, DataLoader fetches and annotations of the ranks' CPU timelines (``system/``), if any."""
         r, origin = self._r, (self._r.run.get("import") or {}).get("origin_ns")
         return self._memo("spans", lambda: _bound.TraceSpans.from_timeline(
-            r.system.events() if r.system.files() else None, self.kernels().ranks, origin))
+            r.system.events() if r.system.files() else None, _imported.rank_numbers(r.run, int(r.target.get(
+                "num_ipus", 1))), origin))
 
     def bounds(self) -> pd.DataFrame:
         return self._bounds().frame()
 
     def _bounds(self) -> Table:
-        return self._memo("bounds", lambda: _bound.step_bounds(self.kernels(), self.spans(), self.window()))
+        return self._figure("bounds")
 
     def worth_a_look(self) -> pd.DataFrame:
         return self._worth_a_look().frame()
 
     def _worth_a_look(self) -> Table:
-        return self._memo("worth_a_look", lambda: _bound.worth_a_look(self.kernels(), self.window()))
+        return self._figure("worth_a_look")
 
     def phases(self, n: int | None = None) -> pd.DataFrame:
         return self._phases(n).frame()
 
     def _phases(self, n: int | None = None) -> Table:
-        return self._memo(("phases", n), lambda: _bound.phases(self.kernels(), self.spans(), self._phase_times(), n))
+        return self._figure("phases", n)
 
     def phase_overlaps(self) -> pd.DataFrame:
         return self._phase_overlaps().frame()
 
     def _phase_overlaps(self) -> Table:
-        return self._memo("overlaps", lambda: _bound.phase_overlaps(self.kernels(), self.spans(), self._phase_times()))
-
-    def _phase_times(self) -> _bound.PhaseTimes:
-        return self._memo("phase_times", lambda: _bound.phase_times(self.kernels(), self.spans()))
+        return self._figure("phase_overlaps")

@@ -47,15 +47,18 @@ def test_each_figure_a_rank_at_a_time_is_the_whole_tables(imported):
         assert metadata.num_row_groups > 4
         assert set(gpu_ranks.row_groups(report.profile, 0)) & set(gpu_ranks.row_groups(report.profile, 1))
         # WHEN each figure is computed a rank at a time, and over every kernel at once
-        k, window, last = view.kernels(), view.window(), view.last_step_starts()
+        k, window, last, spans = view.kernels(), view.window(), view.last_step_starts(), view.spans()
         hta = k.take(gpu.hta_selection(k, last))
-        whole = {name: gpu_ranks.FIGURES[name](k, hta, window, *args) for name, args in gpu_ranks.DEFAULTS.items()}
+        everything = gpu_ranks.Rank(k, hta, window, spans)
+        whole = {name: gpu_ranks.FIGURES[name](everything, *args) for name, args in gpu_ranks.DEFAULTS.items()}
         whole["kernel_types"] = gpu.kernel_types(hta)
-        by_rank = gpu_ranks.figures(report.profile, window, last)
+        by_rank = gpu_ranks.figures(report.profile, window, last, spans)
         # THEN every figure is the same, row for row, and the report's answers are these
         assert last is not None and len(k) > 2 * 100 and (k.ipu == 1).sum() > 100
+        assert len(whole["bounds"]) > 4 and len(whole["phases"]) > 4 and len(whole["collectives"]) == 2
         for name, table in whole.items():
             same(by_rank[name], table)
         same(report.answer("gpu.temporal"), whole["temporal"])
         same(report.answer("gpu.kernels_by_name", 3), gpu.kernels_by_name(k, window, 3))
+        same(report.answer("gpu.phases", None), gpu_ranks.FIGURES["phases"](everything, None))
         assert len(view.launches()) == len(gpu.launches(hta)) > 0

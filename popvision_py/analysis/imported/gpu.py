@@ -102,18 +102,15 @@ class Kernels:
         n = len(columns)
         # the table's columns where they are int64 already (views, not copies: a rank's kernels are millions)
         col = (lambda c: np.asarray(columns[c], np.int64)) if n else (lambda c: np.zeros(0, np.int64))  # noqa: E731
-        words = columns.words("name") if n else np.zeros(0, object)
-        order = np.argsort(words.astype(str), kind="stable")  # names sorted, as ``build``'s: ties then by name
-        code = np.empty(len(order), np.int64)
-        code[order] = np.arange(len(order))
+        name, names = _sorted(columns.codes("name"), columns.words("name")) if n else (np.zeros(0, np.int64),
+                                                                                      np.zeros(0, object))
         return cls(ipu=col("ipu"), stream=col("stream"),
-                   kind=columns.codes_in("kind", KERNEL_KINDS) if n else np.zeros(0, np.int64),
-                   name=code[columns.codes("name")] if n else np.zeros(0, np.int64),
+                   kind=columns.codes_in("kind", KERNEL_KINDS) if n else np.zeros(0, np.int64), name=name,
                    start=col("start_cycle"), end=col("end_cycle"), correlation=col("correlation"),
                    launch_start=col("launch_start_cycle"), launch_end=col("launch_end_cycle"),
                    hta_launch=(columns.codes_in("launch_name", HTA_LAUNCH_CALLS) < len(HTA_LAUNCH_CALLS)) if n
                    else np.zeros(0, bool),
-                   names=words[order], ranks=np.asarray(ranks, np.int64),
+                   names=names, ranks=np.asarray(ranks, np.int64),
                    nbytes=col("bytes") if "bytes" in columns else np.zeros(n, np.int64), **_labelled(columns, n))
 
     @classmethod
@@ -482,10 +479,19 @@ def _labelled(columns: Columns, n: int) -> dict[str, Any]:
     out: dict[str, Any] = {"labels": {}}
     for label in LABELS:
         if n and label in columns:
-            out[label], out["labels"][label] = columns.codes(label), columns.words(label)
+            out[label], out["labels"][label] = _sorted(columns.codes(label), columns.words(label))
         else:
             out[label], out["labels"][label] = np.zeros(n, np.int64), np.array([""], object)
     return out
+
+
+def _sorted(codes: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A category column's codes and words with the words sorted, as ``build`` makes them: ties between names
+    (or labels) then go by the name, however the table was read (whole, or a rank's row groups)."""
+    order = np.argsort(words.astype(str), kind="stable")
+    code = np.empty(len(order), np.int64)
+    code[order] = np.arange(len(order))
+    return code[codes], words[order]
 
 
 def _labels_of(n: int, given: dict[str, Any]) -> dict[str, Any]:

@@ -1,16 +1,17 @@
-"""The GPU's figures (``gpu``) a rank at a time: each rank's kernels read from the row groups of the ``kernels``
-table that hold them (the table is written rank by rank), every figure computed on them, and the ranks' rows
-joined. What a report holds is then one rank's kernels, not the run's: a 10 GB import's 6.3 M kernels are four
-ranks of 1.6 M.
+"""The GPU's figures (``gpu``, ``bound``, ``collectives``) a rank at a time: each rank's kernels read from the row
+groups of the ``kernels`` table that hold them (the table is written rank by rank), every figure computed on them
+and the rank's CPU spans, and the ranks' rows joined. What a report holds is then one rank's kernels, not the run's:
+a 10 GB import's 6.3 M kernels are four ranks of 1.6 M.
 
-Every figure but ``kernel_types`` is one rank's rows, in rank order, as ``gpu``'s function gives them for the
-whole table; ``kernel_types`` sums the ranks' ``gpu.type_times``. ``tests/analysis/test_gpu_ranks.py`` checks
-that each figure is the whole table's.
+Every figure but ``kernel_types`` is one rank's rows, in rank order, as its function gives them for the whole
+table; ``kernel_types`` sums the ranks' ``gpu.type_times``. ``tests/analysis/test_gpu_ranks.py`` checks that each
+figure is the whole table's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,31 +19,56 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from popvision_py.analysis.common.tables import Columns, Table, TABLE_COLUMNS
-from popvision_py.analysis.imported import gpu
+from popvision_py.analysis.imported import bound, collectives, gpu
 from popvision_py.analysis.imported.ranks import rank_numbers
 from popvision_py.format.arrays import numbers
 from popvision_py.format.values import statistics
 
-# Each figure of one rank's kernels (``k``), of those HTA keeps (``hta``), within the profiled steps (``window``),
-# and its arguments.
+
+@dataclass
+class Rank:
+    """What a figure takes of one rank: its kernels (``k``), those HTA keeps (``hta``), the profiled steps
+    (``window``, every rank's) and its CPU timeline's spans (``bound.TraceSpans``), its phases' times worked out
+    once for the two figures that show them."""
+
+    k: gpu.Kernels
+    hta: gpu.Kernels
+    window: tuple[np.ndarray, np.ndarray]
+    spans: bound.TraceSpans
+    _times: list[bound.PhaseTimes] = field(default_factory=list)
+
+    @property
+    def times(self) -> bound.PhaseTimes:
+        if not self._times:
+            self._times.append(bound.phase_times(self.k, self.spans))
+        return self._times[0]
+
+
+# Each figure of a ``Rank``, with its arguments.
 Figure = Callable[..., Table]
 FIGURES: dict[str, Figure] = {
-    "by_rank": lambda k, hta, window: gpu.by_rank(k, window),
-    "by_stream": lambda k, hta, window: gpu.by_stream(k, window),
-    "kernels_by_name": lambda k, hta, window, n: gpu.kernels_by_name(k, window, n),
-    "temporal": lambda k, hta, window: gpu.temporal(hta),
-    "kernel_types_by_rank": lambda k, hta, window: gpu.kernel_types_by_rank(hta),
-    "overlap": lambda k, hta, window: gpu.comm_comp_overlap(hta),
-    "top_kernels": lambda k, hta, window, num_kernels, ratio: gpu.top_kernels(hta, num_kernels, ratio),
-    "launch_summary": lambda k, hta, window: gpu.launch_summary(hta),
-    "idle_breakdown": lambda k, hta, window, wait_ns: gpu.idle_breakdown(hta, wait_ns),
-    "launches": lambda k, hta, window: gpu.launches(hta),
+    "by_rank": lambda r: gpu.by_rank(r.k, r.window),
+    "by_stream": lambda r: gpu.by_stream(r.k, r.window),
+    "kernels_by_name": lambda r, n: gpu.kernels_by_name(r.k, r.window, n),
+    "temporal": lambda r: gpu.temporal(r.hta),
+    "kernel_types_by_rank": lambda r: gpu.kernel_types_by_rank(r.hta),
+    "overlap": lambda r: gpu.comm_comp_overlap(r.hta),
+    "top_kernels": lambda r, num_kernels, ratio: gpu.top_kernels(r.hta, num_kernels, ratio),
+    "launch_summary": lambda r: gpu.launch_summary(r.hta),
+    "idle_breakdown": lambda r, wait_ns: gpu.idle_breakdown(r.hta, wait_ns),
+    "launches": lambda r: gpu.launches(r.hta),
+    "collectives": lambda r: collectives.collectives(r.k, r.window),
+    "bounds": lambda r: bound.step_bounds(r.k, r.spans, r.window),
+    "worth_a_look": lambda r: bound.worth_a_look(r.k, r.window),
+    "phases": lambda r, n: bound.phases(r.k, r.spans, r.times, n),
+    "phase_overlaps": lambda r: bound.phase_overlaps(r.k, r.spans, r.times),
 }
 # The figures a report shows, at the arguments it shows them with: made in one pass over the ranks, with
 # ``kernel_types`` (the ranks' ``gpu.type_times`` summed).
 DEFAULTS: dict[str, tuple[Any, ...]] = {
     "by_rank": (), "by_stream": (), "kernels_by_name": (10,), "temporal": (), "kernel_types_by_rank": (),
-    "overlap": (), "top_kernels": (10, 0.8), "launch_summary": (), "idle_breakdown": (gpu.KERNEL_WAIT_NS,)}
+    "overlap": (), "top_kernels": (10, 0.8), "launch_summary": (), "idle_breakdown": (gpu.KERNEL_WAIT_NS,),
+    "collectives": (), "bounds": (), "worth_a_look": (), "phases": (20,), "phase_overlaps": ()}
 
 
 def row_groups(profile: Any, ipu: int) -> list[int]:
@@ -83,25 +109,24 @@ def each_rank(profile: Any, ranks: np.ndarray) -> Iterator[gpu.Kernels]:
 
 
 def figures(profile: Any, window: tuple[np.ndarray, np.ndarray], last_step_starts: np.ndarray | None,
-            wanted: dict[str, tuple[Any, ...]] | None = None) -> dict[str, Table]:
-    """Each figure of ``wanted`` (name: its arguments after the kernels and window; ``DEFAULTS`` and
-    ``kernel_types`` by default) over the whole table, computed a rank at a time (``each_rank``);
-    ``last_step_starts``: ``gpu.hta_selection``'s."""
+            spans: bound.TraceSpans, wanted: dict[str, tuple[Any, ...]] | None = None) -> dict[str, Table]:
+    """Each figure of ``wanted`` (name: its arguments after the ``Rank``; ``DEFAULTS`` and ``kernel_types`` by
+    default) over the whole table, computed a rank at a time (``each_rank``), each rank's rows kept;
+    ``last_step_starts``: ``gpu.hta_selection``'s; ``spans``: every rank's (``bound.TraceSpans``)."""
     ranks = rank_numbers(profile.run, int(profile.target.get("num_ipus", 1)))
     every = wanted is None
     wanted = DEFAULTS if wanted is None else wanted
     parts: dict[str, list[Table]] = {name: [] for name in wanted}
     types = np.zeros(1 << len(gpu.HTA_TYPES), np.int64)
     for ipu, k in enumerate(each_rank(profile, ranks)):
-        hta = k.take(gpu.hta_selection(k, last_step_starts))
+        rank = Rank(k, k.take(gpu.hta_selection(k, last_step_starts)), window, spans.take(spans.ipu == ipu))
         for name, args in wanted.items():
-            answer = FIGURES[name](k, hta, window, *args)
-            if name == "by_rank":  # a row for every rank, the others' empty
-                answer = Table({c: v[ipu:ipu + 1] for c, v in answer.columns.items()})
-            parts[name].append(answer)
+            answer = FIGURES[name](rank, *args)
+            mine = np.asarray(answer["rank"]) == ranks[ipu]  # a figure may give every rank a row: the others' empty
+            parts[name].append(answer if mine.all() else Table({c: v[mine] for c, v in answer.columns.items()}))
         if every:
-            types += gpu.type_times(hta)
-        del k, hta
+            types += gpu.type_times(rank.hta)
+        del k, rank
     found = {name: joined(tables) for name, tables in parts.items()}
     if every:
         found["kernel_types"] = gpu.kernel_types_of(types)
@@ -109,13 +134,14 @@ def figures(profile: Any, window: tuple[np.ndarray, np.ndarray], last_step_start
 
 
 def figure(memo: Callable[[Any, Callable[[], Any]], Any], profile: Any, window: Callable[[], Any],
-           last_step_starts: Callable[[], np.ndarray | None], name: str, args: tuple[Any, ...]) -> Table:
+           last_step_starts: Callable[[], np.ndarray | None], spans: Callable[[], bound.TraceSpans], name: str,
+           args: tuple[Any, ...]) -> Table:
     """``figures``' ``name`` at ``args``, kept by ``memo`` (a view's cache: key, compute): a figure at the arguments a
     report shows it with is made with every such figure, in one read of each rank's kernels; else in one of its
-    own. ``window`` and ``last_step_starts`` give ``figures``' (asked for only when made)."""
+    own. ``window``, ``last_step_starts`` and ``spans`` give ``figures``' (asked for only when made)."""
     shown = name == "kernel_types" or DEFAULTS.get(name) == args
     return memo("figures" if shown else (name, *args), lambda: figures(
-        profile, window(), last_step_starts(), None if shown else {name: args}))[name]
+        profile, window(), last_step_starts(), spans(), None if shown else {name: args}))[name]
 
 
 def joined(tables: list[Table]) -> Table:
