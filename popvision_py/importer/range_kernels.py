@@ -21,11 +21,12 @@ from popvision_py.importer.parts import RankPart, args_of
 
 
 class GpuArgs(msgspec.Struct, gc=False):
-    """What a GPU event's or a runtime call's args say of its stream and its launch (Kineto's keys)."""
+    """What a GPU event's or a runtime call's args say of its stream and its launch (Kineto's keys): -1 where they
+    do not say, None where they say null."""
 
-    stream: int | None = None
-    correlation: int | None = None
-    size: int | None = msgspec.field(name="bytes", default=None)  # a copy's or a set's
+    stream: int | None = -1
+    correlation: int | None = -1
+    size: int | None = msgspec.field(name="bytes", default=-1)  # a copy's or a set's
 
 
 GPU_ARGS = msgspec.json.Decoder(list[GpuArgs])
@@ -43,24 +44,26 @@ def gpu_args(events: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         said = GPU_ARGS.decode(b"[" + b",".join(raws) + b"]")
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise Fallback("a GPU event's or runtime call's args of another shape") from None
-    return _ids(map(attrgetter("stream"), said), len(said), 1 << 31), \
-        _ids(map(attrgetter("correlation"), said), len(said), 1 << 62), _ids(map(attrgetter("size"), said), len(said),
-                                                                           1 << 62)
+    return tuple(_ids(said, key, limit) for key, limit in (("stream", 1 << 31), ("correlation", 1 << 62),
+                                                            ("size", 1 << 62)))  # type: ignore[return-value]
 
 
-def _ids(values: Any, n: int, limit: int) -> np.ndarray:
-    """Whole numbers (or None) as int64: -1 for None and for those outside [0, ``limit``)."""
+def _ids(said: list[GpuArgs], key: str, limit: int) -> np.ndarray:
+    """Each ``said``'s ``key`` as int64: -1 where it is none (or null), or outside [0, ``limit``)."""
     try:
-        ids = np.fromiter((-1 if v is None else v for v in values), np.int64, n)
+        ids = np.fromiter(map(attrgetter(key), said), np.int64, len(said))
+    except TypeError:  # a null among them
+        ids = np.fromiter((-1 if v is None else v for v in map(attrgetter(key), said)), np.int64, len(said))
     except OverflowError:  # beyond int64: the streaming parser refuses the trace
         raise Fallback("an id beyond int64") from None
     return np.where((ids >= 0) & (ids < limit), ids, -1)
 
 
-def gpu_timeline(part: RankPart, x: list[Any], gpu_cat: np.ndarray, launch: np.ndarray, start: np.ndarray,
-                 end: np.ndarray, cats: list[Any], cat_code: np.ndarray, names: list[str],
+def gpu_timeline(part: RankPart, x: list[Any], tids: list[Any], gpu_cat: np.ndarray, launch: np.ndarray,
+                 start: np.ndarray, end: np.ndarray, cats: list[Any], cat_code: np.ndarray, names: list[str],
                  name_code: np.ndarray) -> None:
-    """The GPU's kernels, copies and sets of a range's events (``x``: its complete events, as ``ranges.Event``)
+    """The GPU's kernels, copies and sets of a range's events (``x``: its complete events, as ``ranges.Event``;
+    ``tids`` their threads)
     as rows (``kernels.GPU_ROW`` columns), the runtime calls that launch them (``kernels.LAUNCH_ROW`` columns:
     any runtime call with a correlation id) and the operators and modules those calls run in (``kernels.OP_ROW``),
     into ``part``: what ``read.read_stream`` keeps of them, event for event."""
@@ -100,11 +103,12 @@ def gpu_timeline(part: RankPart, x: list[Any], gpu_cat: np.ndarray, launch: np.n
             group_code = {g: len(code) + i for i, g in enumerate(known)}
             table[comm, 7] = [-1 if g is None else group_code[g] for g in groups]
         part.gpu_rows = table
+    thread = _threads_of(tids) if len(calls) or len(ops) else np.zeros(0, np.int64)
     if len(calls):
         part.launches = np.stack([correlation[correlation >= 0], start[calls], end[calls],
-                                  used[len(rows):len(rows) + len(calls)], _threads_of(x, calls)], axis=1)
+                                  used[len(rows):len(rows) + len(calls)], thread[calls]], axis=1)
     if len(ops):
-        part.ops = np.stack([start[ops], end[ops], _threads_of(x, ops), used[len(rows) + len(calls):],
+        part.ops = np.stack([start[ops], end[ops], thread[ops], used[len(rows) + len(calls):],
                              module[ops].astype(np.int64)], axis=1).reshape(-1, OP_ROW)
 
 
@@ -116,8 +120,10 @@ def _plain(raw: msgspec.Raw) -> Any:
         raise Fallback("args that do not decode") from None
 
 
-def _threads_of(x: list[Any], rows: np.ndarray) -> np.ndarray:
-    """``parts.thread_key`` of each row's thread, each distinct thread worked out once."""
-    tids = [x[k].tid for k in rows.tolist()]
-    key = {t: thread_key(t) for t in dict.fromkeys(tids)}
-    return np.fromiter(map(key.__getitem__, tids), np.int64, len(tids))
+def _threads_of(tids: list[Any]) -> np.ndarray:
+    """``kernels.thread_key`` of each event's thread, each distinct thread worked out once."""
+    index: dict[Any, int] = dict.fromkeys(tids)  # in order of first appearance
+    keys = np.array([thread_key(t) for t in index], np.int64)
+    for code, tid in enumerate(index):
+        index[tid] = code
+    return keys[np.fromiter(map(index.__getitem__, tids), np.int64, len(tids))] if tids else np.zeros(0, np.int64)

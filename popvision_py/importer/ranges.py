@@ -371,10 +371,10 @@ def reduce_events(events: list[Event], base_ns: int) -> RankPart:
     spans = flight | (~gpu_cat & ~autograd & (is_cat("user_annotation", "gpu_user_annotation")  # each kept (classify)
                                               | (cpu_op & by_name(COMM_CALL.match))
                                               | (is_cat("python_function") & by_name(CHUNK_FRAME.search))))
-    gpu_timeline(part, x, gpu_cat, is_cat(*RUNTIME_CATS), start, end, cats, cat_code, unique_names, name_code)
+    tids = list(map(attrgetter("tid"), x))
+    gpu_timeline(part, x, tids, gpu_cat, is_cat(*RUNTIME_CATS), start, end, cats, cat_code, unique_names, name_code)
     step = is_cat("user_annotation") & by_name(STEP.match)
     if cpu_op.any() or step.any() or autograd.any():
-        tids = list(map(attrgetter("tid"), x))
         _threads(part, tids, cpu_op, autograd, step, start, end)
         if step.any():
             _steps(part, list(compress(x, step.tolist())))
