@@ -14,11 +14,13 @@ docs/real-traces.md says what each figure means and what is inferred.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import click
-from tqdm import tqdm
 
 from popvision_py.errors import ConfigError
 from popvision_py.format.atomic import check_writable, output_target
@@ -61,8 +63,7 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
         check_writable(folder)
     target = folder / "profile.pop"
     output_target(target, streams=False)  # a FIFO or device there is refused, not replaced
-    with tqdm(total=len(paths), desc="Reading traces", unit="rank", file=sys.stderr,
-              disable=quiet or not sys.stderr.isatty(), leave=False) as bar:
+    with _bar(len(paths), shown=not quiet and sys.stderr.isatty()) as bar:
         run = import_traces(paths, target, device_memory=int(device_memory * 2**30) if device_memory else None,
                             jobs=jobs, name=name, progress=lambda: bar.update(1))
     info = run["import"]
@@ -76,6 +77,16 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     click.echo(f"Wrote {target}")
     click.echo(f"Wrote {folder / 'system'}: each rank's CPU timeline ({len(info['ranks'])} file(s), for "
                f"the System page)")
+
+
+def _bar(ranks: int, shown: bool) -> Any:
+    """The progress bar of the ranks read, on stderr; where it would not show (``-q``, not a terminal), one that
+    does nothing, without importing tqdm (its import, about 30 ms, is a tenth of a small trace's whole import)."""
+    if not shown:
+        return contextlib.nullcontext(SimpleNamespace(update=lambda n: None))
+    from tqdm import tqdm
+
+    return tqdm(total=ranks, desc="Reading traces", unit="rank", file=sys.stderr, leave=False)
 
 
 def _cycle(value: str | None) -> int | None:
