@@ -420,16 +420,22 @@ def choose(gpu: bool, threads: dict[Any, int], step_threads: list[Any], backward
 COMM_ANNOTATION = re.compile(r"(gloo|nccl):")  # the CPU's or the GPU's annotation of a collective, not its kernel
 
 
-def gpu_work_dropped(kind: np.ndarray, on_gpu: np.ndarray, name: np.ndarray, names: list[str],
+def comm_annotations(names: list[str]) -> np.ndarray:
+    """Whether each of the spans' names (then -1, none) is a collective's annotation (``COMM_ANNOTATION``): once a
+    rank, for ``gpu_work_dropped``."""
+    return np.array([bool(COMM_ANNOTATION.match(n)) for n in names] + [False], bool)
+
+
+def gpu_work_dropped(kind: np.ndarray, on_gpu: np.ndarray, name: np.ndarray, annotation: np.ndarray,
                      gpu_passes: bool) -> np.ndarray:
     """The spans of a GPU trace that are not kept: where the trace has GPU-side annotations (``gpu_passes``), its
     passes' time is theirs (when their kernels ran), not the CPU's (when they were launched); a collective's
     time and bytes are its kernels', not its annotations' (``nccl:all_reduce`` on the CPU or the GPU: no bytes).
     Profiler steps (Kineto copies ``ProfilerStep#N`` onto the GPU's track: the copy is dropped) and communication
-    calls stay on the CPU's clock."""
+    calls stay on the CPU's clock. ``annotation``: ``comm_annotations`` of the spans' names."""
     work = np.isin(kind, [KIND[k] for k in ("forward", "backward", "backward_input", "backward_weight", "update",
                                             "pp_comm", "pp_other")])
-    annotated = np.array([bool(COMM_ANNOTATION.match(n)) for n in names] + [False], bool)[name]
+    annotated = annotation[name]
     gpu_step = (kind == KIND["step"]) & on_gpu  # Kineto's copy of a ProfilerStep on the GPU's track: not a step
     return (work & ~on_gpu if gpu_passes else np.zeros(len(kind), bool)) | (kind == KIND["comm_flight"]) & annotated \
         | gpu_step
@@ -457,7 +463,8 @@ def assemble(path: str, header: dict[str, Any], part: RankPart) -> RankTrace:
         table = np.concatenate([table, autograd_rows(nodes, names.index("autograd"))])
         on_gpu = np.concatenate([on_gpu, np.zeros(len(nodes), bool)])
     if part.gpu:
-        table = table[~gpu_work_dropped(table[:, 2], on_gpu, table[:, 7], names, bool(on_gpu.any()))]
+        table = table[~gpu_work_dropped(table[:, 2], on_gpu, table[:, 7], comm_annotations(names),
+                                        bool(on_gpu.any()))]
     kernels, kernel_names = gpu_timeline(part.gpu_rows, part.gpu_names, part.launches, part.ops if part.gpu else None)
     kept = part.memory.get(choice.memory) if choice.memory is not None else None
     changes = part.changes.get(choice.memory) if choice.memory is not None else None

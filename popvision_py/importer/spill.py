@@ -30,8 +30,8 @@ import numpy as np
 
 from popvision_py.importer.checks import TraceError, header_fields
 from popvision_py.importer.parts import (MEMORY_BUCKET_NS, RankPart, RankTrace, autograd_rows, bucket_max, choose,
-                                         gpu_work_dropped, merge_intervals, release_memory, torch_version,
-                                         with_trailer)
+                                         comm_annotations, gpu_work_dropped, merge_intervals, release_memory,
+                                         torch_version, with_trailer)
 from popvision_py.importer.kernels import (GPU_ROW, KERNEL_COLUMNS, LAUNCH_ROW, OP_ROW, joined, launch_ops, name_codes,
                                            renamed, sorted_kernels)
 from popvision_py.importer.memory_changes import check_memory_kinds, running_memory
@@ -397,11 +397,12 @@ class SpilledRank:
         if len(nodes) and "autograd" not in names:
             names.append("autograd")
         drop = self.gpu
+        annotation = comm_annotations(names)  # once a rank: its names grow with the steps (ProfilerStep#N)
         refs = {}
         for field_name, at, dtype in SPAN_COLUMNS:
             column = out.column(dtype)
             for block, on_gpu in self._span_blocks(nodes, names):
-                kept = block if not drop else block[~gpu_work_dropped(block[:, 2], on_gpu, block[:, 7], names,
+                kept = block if not drop else block[~gpu_work_dropped(block[:, 2], on_gpu, block[:, 7], annotation,
                                                                       self.on_gpu)]
                 column.extend(kept[:, at])
             refs[field_name] = column.close()
