@@ -36,7 +36,7 @@ from popvision_py.importer.checks import MAX_DEPTH, Depth, Fallback, TraceError,
 from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_FLIGHT, GPU_CATS, HEAD_BYTES, MAX_PLAIN,
                                          MAX_RATIO, MAX_US, STEP, Merger, RankPart, RankTrace, Spans, args_of,
                                          bucket_max, classify, is_annotation_span, merge_intervals, open_trace,
-                                         parse_header)
+                                         parse_header, release_memory)
 from popvision_py.importer.kernels import RUNTIME_CATS, comm_bytes
 from popvision_py.importer.range_kernels import gpu_timeline
 from popvision_py.importer.parts import OLD_CATEGORIES, current_categories
@@ -311,10 +311,13 @@ def read_range(source: tuple[str, int, int] | bytes, base_ns: int | None, last: 
                 raise Fallback("traceEvents named twice")  # the streaming parser reads both arrays
             top = LAST.decode(text)
             events, info = top.traceEvents, top.distributedInfo
+            del top
         else:
             events, info = EVENTS.decode(text), None
         del text
         part = reduce_events(events, base_ns or 0)
+        del events
+        release_memory()  # the range's events, freed: a worker reads hundreds of ranges, its heap stays one's
         part.trailer = {"distributedInfo": info} if isinstance(info, dict) else {}
         return part
     except (msgspec.DecodeError, RecursionError, TraceError, ValueError, TypeError, OverflowError) as exc:

@@ -201,17 +201,23 @@ def _cuts(starts: list[np.ndarray], batch: int) -> list[int]:
     if total <= batch:
         return []
     step = max(batch // 256, 1)
-    sample = np.sort(np.concatenate([np.asarray(s[::step]) for s in starts]))
+    sample = np.sort(np.concatenate([_read(s[::step]) for s in starts]))
     every = max(batch // step, 1)
     return [int(c) for c in np.unique(sample[every::every])]
 
 
+def _read(values: np.ndarray) -> np.ndarray:
+    """A copy of ``values`` (a view of a spill file, say), the pages read for it handed back at once: a pass over
+    every run of a rank holds one run's pages at a time, not the rank's."""
+    copy = np.array(values)
+    release(values)
+    return copy
+
+
 def _stretches(keys: list[np.ndarray], cuts: list[int]) -> Iterator[list[slice]]:
     """For each stretch of time (before the first cut, between cuts, after the last), each run's rows
-    whose key (sorted) lies in it: every run's bounds found at once, its pages then handed back."""
-    bounds = [np.concatenate([[0], np.searchsorted(np.ascontiguousarray(key), cuts, side="left"), [len(key)]])
-              for key in keys]
-    release(*keys[:1])
+    whose key (sorted) lies in it: every run's bounds found at once, a run's pages handed back after its own."""
+    bounds = [np.concatenate([[0], np.searchsorted(_read(key), cuts, side="left"), [len(key)]]) for key in keys]
     for j in range(len(cuts) + 1):
         yield [slice(int(b[j]), int(b[j + 1])) for b in bounds]
 
@@ -526,8 +532,10 @@ def spill_timeline(kernel_runs: list[np.ndarray], launch_runs: list[np.ndarray],
     names the rank's codes into ``names``): what ``kernels.gpu_timeline`` makes of the same rows, never holding
     more than a stretch of them. The launches are joined to their operators (``launches_with_ops``) and merged by
     correlation id (``merged_launches``); then the kernels, a stretch of time at a time, are sorted, renamed and
-    joined to them. Ties keep the parts' order and each part's own, as one sort of them all does."""
+    joined to them. Ties keep the parts' order and each part's own, as one sort of them all does. A stretch is a
+    quarter of ``batch`` rows: a kernel's row and its sorted and joined copies are four times a span's."""
     code, sorted_names = name_codes(names)
+    batch = max(batch // 4, 1)
     scratch = SpillFile(folder)
     refs = launches_with_ops(launch_runs, op_runs, code, scratch, batch)
     scratch.freeze()
