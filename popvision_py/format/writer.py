@@ -317,8 +317,9 @@ class ProfileWriter:
         self._lock = folder_lock(self.path.parent)
         self._lock.__enter__()
 
-    def table(self, name: str) -> TableWriter:
-        """A writer for table ``name``, to fill in row batches. Each table is written once."""
+    def table(self, name: str, row_group_rows: int | None = None) -> TableWriter:
+        """A writer for table ``name``, to fill in row batches. Each table is written once; ``row_group_rows``:
+        its row groups' rows, where they are not the writer's (a table of wide rows, held in fewer)."""
         if name not in S.TABLES:
             raise ProfileWriteError(f"There is no table named {name!r} in schema version {S.SCHEMA_VERSION}.")
         if name in self._writers:
@@ -332,7 +333,8 @@ class ProfileWriter:
             self._encoder = _encoder()
         self._writers[name] = TableWriter(S.TABLES[name], spool, self.path,
                                           bounds(self._manifest["target"], self._manifest["run"], {}), self._encoder,
-                                          LevelFold() if name == "trace" else None, self.row_group_rows)
+                                          LevelFold() if name == "trace" else None,
+                                          row_group_rows or self.row_group_rows)
         return self._writers[name]
 
     def set_run(self, key: str, value: Any) -> None:

@@ -23,6 +23,7 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     traces = synthetic_gpu(folder / "traces")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(importer_profile, "ROW_GROUP_ROWS", 100)
+        patch.setattr(importer_profile, "KERNEL_GROUP_ROWS", 100)
         patch.setattr(importer_profile, "SLICE_ROWS", 30)  # written 30 rows at a time: a group across the ranks
         import_traces(find_traces([str(traces)]), folder / "out" / "profile.pop", jobs=1)
     return folder / "out" / "profile.pop"
