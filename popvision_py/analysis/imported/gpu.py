@@ -100,7 +100,6 @@ class Kernels:
     def from_columns(cls, columns: Columns, ranks: Any) -> Kernels:
         """The table as ``Report.columns("kernels")`` decodes it; ``ranks``: each IPU's rank."""
         n = len(columns)
-        # the table's columns where they are int64 already (views, not copies: a rank's kernels are millions)
         col = (lambda c: np.asarray(columns[c], np.int64)) if n else (lambda c: np.zeros(0, np.int64))  # noqa: E731
         name, names = _sorted(columns.codes("name"), columns.words("name")) if n else (np.zeros(0, np.int64),
                                                                                       np.zeros(0, object))
@@ -141,7 +140,10 @@ class Kernels:
                    **{k: v[order] if k in LABELS else v for k, v in _labels_of(n, labels or {}).items()})
 
     def take(self, rows: np.ndarray) -> Kernels:
-        """The kernels at ``rows`` (a mask or indexes), in their order."""
+        """The kernels at ``rows`` (a mask or indexes), in their order: views where they are a run (not copies)."""
+        at = np.flatnonzero(rows) if rows.dtype == bool else np.asarray(rows)
+        if len(at) and at[-1] - at[0] + 1 == len(at) and (rows.dtype == bool or (np.diff(at) == 1).all()):
+            rows = slice(int(at[0]), int(at[-1]) + 1)
         return replace(self, **{f: getattr(self, f)[rows] for f in (
             "ipu", "stream", "kind", "name", "start", "end", "correlation", "launch_start", "launch_end",
             "hta_launch", "nbytes", *LABELS)})
@@ -282,8 +284,7 @@ def kernel_types(k: Kernels) -> Table:
 
 
 def type_times(k: Kernels) -> np.ndarray:
-    """The time each set of HTA's types runs at once, summed over the ranks (a bit mask per entry): what
-    ``kernel_types`` shows, and the sum of each rank's alone."""
+    """The time each set of HTA's types runs at once (a bit mask an entry), summed over the ranks: ``kernel_types``'."""
     return _type_coverage(k).sum(axis=0)
 
 
@@ -486,8 +487,7 @@ def _labelled(columns: Columns, n: int) -> dict[str, Any]:
 
 
 def _sorted(codes: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A category column's codes and words with the words sorted, as ``build`` makes them: ties between names
-    (or labels) then go by the name, however the table was read (whole, or a rank's row groups)."""
+    """A category's codes and words, the words sorted as ``build``'s: ties go by name, whole or a rank read."""
     order = np.argsort(words.astype(str), kind="stable")
     code = np.empty(len(order), np.int64)
     code[order] = np.arange(len(order))
