@@ -90,14 +90,39 @@ def record_one(c: Config, folder: Path, steps: int, plain: int) -> Path:
     return folder / "profile.pop"
 
 
-def record_all(work: Path, steps: int, plain: int, blocks: tuple[str, ...]) -> dict[Config, Path]:
+def wait_quiet(load: float, max_wait_s: float) -> float:
+    """Wait (at most ``max_wait_s``) for the 1-minute load average to fall under ``load``; the load then."""
+    deadline = time.monotonic() + max_wait_s
+    while os.getloadavg()[0] >= load and time.monotonic() < deadline:
+        time.sleep(5)
+    return os.getloadavg()[0]
+
+
+def record_all(work: Path, steps: int, plain: int, blocks: tuple[str, ...], quiet: float,
+               max_wait_s: float) -> dict[Config, Path]:
     profiles = {}
     for c in configs(blocks):
+        if (work / c.tag / "profile.pop").is_file() and (work / c.tag / "meta.json").is_file():
+            profiles[c] = work / c.tag / "profile.pop"  # recorded by an earlier, interrupted pass
+            continue
+        load = wait_quiet(quiet, max_wait_s)
         start = time.perf_counter()
         profiles[c] = record_one(c, work / c.tag, steps, plain)
-        print(f"recorded {c.tag} in {time.perf_counter() - start:.1f} s (load {os.getloadavg()[0]:.2f})",
-              file=sys.stderr)
+        meta = json.loads((work / c.tag / "meta.json").read_text())
+        meta["load_before"], meta["load_after"] = load, os.getloadavg()[0]
+        (work / c.tag / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        print(f"recorded {c.tag} in {time.perf_counter() - start:.1f} s (load {load:.2f} before, "
+              f"{meta['load_after']:.2f} after)", file=sys.stderr)
     return profiles
+
+
+def loads(profiles: dict[Config, Path]) -> str:
+    """The 1-minute load average before each recording: median and range."""
+    got = [json.loads((p.parent / "meta.json").read_text()).get("load_before") for p in profiles.values()]
+    got = [g for g in got if g is not None]
+    if not got:
+        return "not noted"
+    return f"{statistics.median(got):.2f} (median; {min(got):.2f} to {max(got):.2f})"
 
 
 def plain_ms(profile: Path) -> float:
@@ -277,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plain", type=int, default=4, help="steps timed without the profiler, before it and after it")
     ap.add_argument("--blocks", default=",".join(BLOCKS), help="linear, transformer or both")
     ap.add_argument("--reuse", action="store_true", help="predict from the runs already recorded in --work")
+    ap.add_argument("--quiet", type=float, default=1.2, help="wait for the 1-minute load average under this")
+    ap.add_argument("--max-wait", type=float, default=300.0, help="seconds to wait for it before each run")
     ap.add_argument("--write", action="store_true", help="write the table into docs/real-traces.md")
     a = ap.parse_args(argv)
     blocks = tuple(b for b in a.blocks.split(",") if b)
@@ -285,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         profiles = {c: a.work / c.tag / "profile.pop" for c in configs(blocks)
                     if (a.work / c.tag / "profile.pop").is_file()}
     else:
-        profiles = record_all(a.work, a.steps, a.plain, blocks)
+        profiles = record_all(a.work, a.steps, a.plain, blocks, a.quiet, a.max_wait)
     rows, runs = predict_all(profiles)
     tuned = tune_check(profiles, a.work, a.steps, a.plain)
     load_after = os.getloadavg()
@@ -295,8 +322,9 @@ def main(argv: list[str] | None = None) -> int:
             "from its own trace:\n\n" + runs_table(runs) + "\n\n`popvision tune PROFILE`'s fastest candidate, "
             "run for real:\n\n" + tune_table(tuned))
     header = (f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()} with {os.cpu_count()} cores, "
-              f"{a.steps} profiled steps and {a.plain} + {a.plain} plain steps per run, load average (1 minute) "
-              f"{load[0]:.2f} at the start and {load_after[0]:.2f} at the end: "
+              f"{a.steps} profiled steps, {a.plain} plain steps before them and {a.plain + 1} after per run; "
+              f"the 1-minute load average before each recording {loads(profiles)} (the machine shared with "
+              f"other work; {load[0]:.2f} when the predictions started, {load_after[0]:.2f} at their end): "
               f"`.venv/bin/python benchmarks/replay_fidelity.py --write`.\n\n")
     print(header + text)
     if a.write:
