@@ -240,17 +240,23 @@ def _replayable(profiles: Any) -> bool:
     return any(data.replayable(profiles.report(key)) for key in profiles.keys)
 
 
-def shown(page: dict[str, Any], comparing: bool, tuned: bool) -> bool:
-    """Whether a registered page is served: the compare page only with two profiles, the What-if page
-    only with a tune result."""
-    return (comparing or not page.get("needs_two_profiles")) and (tuned or not page.get("needs_tune"))
+def any_kernels(profiles: Any) -> bool:
+    """Whether the GPU page has a GPU trace's kernels to show."""
+    return any(data.has_kernels(profiles.report(key)) for key in profiles.keys)
 
 
-def navigation(comparing: bool, tuned: bool = False) -> list[dcc.Link]:
+def shown(page: dict[str, Any], comparing: bool, tuned: bool, kernels: bool = False) -> bool:
+    """Whether a registered page is listed: the compare page only with two profiles, the What-if page
+    only with a tune result (or an imported pipeline), the GPU page only for a profile holding GPU kernels."""
+    return ((comparing or not page.get("needs_two_profiles")) and (tuned or not page.get("needs_tune"))
+            and (kernels or not page.get("needs_kernels")))
+
+
+def navigation(comparing: bool, tuned: bool = False, kernels: bool = False) -> list[dcc.Link]:
     """One link per page ``shown``, in registry order."""
     links = []
     for page in dash.page_registry.values():
-        if not shown(page, comparing, tuned):
+        if not shown(page, comparing, tuned, kernels):
             continue
         links.append(
             dcc.Link(
@@ -291,8 +297,8 @@ def shell() -> html.Div:
         [
             header,
             html.Div(
-                [html.Nav(navigation(profiles.comparing, profiles.tune_path is not None or _replayable(profiles)),
-                          id=ids.NAV, className="sidebar"),
+                [html.Nav(navigation(profiles.comparing, profiles.tune_path is not None or _replayable(profiles),
+                                     any_kernels(profiles)), id=ids.NAV, className="sidebar"),
                  html.Main(dash.page_container, className="content")],
                 className="frame",
             ),

@@ -360,6 +360,23 @@ def open_profile(path: str | Path) -> Any:
     return Report(path, planner=current().planner)
 
 
+def has_kernels(report: Any) -> bool:
+    """A profile imported from GPU traces whose ``kernels`` table holds a kernel: the GPU page's to show."""
+    return bool(report.imported) and not report.gpu.missing()
+
+
+def idle_reason(report: Any) -> str:
+    """What an imported run's idle time is, in words true for the run: on a GPU trace no kernel runs on the GPU
+    (whatever the CPU does), else, with several ranks, a rank waits for the others (in a pipeline, its bubble
+    first); a lone rank on the CPU runs no operator."""
+    pipelined = str(report.run.get("strategy")) == "pipelined"
+    if has_kernels(report):
+        return "no kernel runs on the GPU" + (" (the pipeline's bubble among it)" if pipelined else "")
+    if int(report.target.get("num_ipus", 1) or 1) > 1:
+        return "the pipeline's bubble and waits for other ranks" if pipelined else "waits for other ranks"
+    return "no operator runs"
+
+
 def replayable(report: Any) -> bool:
     """An imported pipeline of several ranks: its what-ifs are re-timings of its trace (analysis/pipeline/replay.py)."""
     return bool(report.imported) and str(report.run.get("strategy")) == "pipelined" and len(

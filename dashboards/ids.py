@@ -18,6 +18,7 @@ SUMMARY_TIME_TITLE = "summary-time-title"
 SUMMARY_MEMORY_TITLE = "summary-memory-title"
 SUMMARY_SOURCE = "summary-source"  # an imported profile: where it came from (run.import)
 # the tile insights (analysis/findings/insights.py): memory over tiles in bins, the fullest tiles, FP32 variables
+SUMMARY_TILE_INSIGHTS = "summary-tile-insights"  # their panels (hidden for an imported trace: a rank has no tiles)
 SUMMARY_TILE_HISTOGRAM = "summary-tile-histogram"
 SUMMARY_FULLEST = "summary-fullest"
 SUMMARY_FP32 = "summary-fp32"
@@ -143,6 +144,8 @@ WHATIF_CANDIDATE = "whatif-candidate"  # Store: the clicked candidate's row
 WHATIF_COMPARISON = "whatif-comparison"
 
 # System (the host processes' timelines)
+SYSTEM_DESCRIPTION = "system-description"
+SYSTEM_EVENTS_NOTE = "system-events-note"
 SYSTEM_FIGURES = "system-figures"
 SYSTEM_NOTE = "system-note"  # the one line shown without system timeline files
 SYSTEM_TIMELINE = "system-timeline"
@@ -167,6 +170,7 @@ OPERATIONS_DESCRIPTION = "operations-description"
 OPERATIONS_FIGURES = "operations-figures"
 OPERATIONS_GROUP = "operations-group"  # RadioItems: "op", "block" or "layer"
 OPERATIONS_TABLE = "operations-table"  # DataTable: sortable and filterable; a clicked row is the selection
+OPERATIONS_TABLE_NOTE = "operations-table-note"
 OPERATIONS_TRACE = "operations-trace"  # one iteration of the execution trace, the selection's executions marked
 OPERATIONS_TRACE_NOTE = "operations-trace-note"
 OPERATIONS_SELECTED = "operations-selected"  # what is selected, in words
@@ -187,3 +191,17 @@ WHATIF_PARETO_TITLE = "whatif-pareto-title"
 WHATIF_PARETO_NOTE = "whatif-pareto-note"
 TRACE_CRITICAL_SECTION = "trace-critical-section"  # an imported pipeline: one step's critical path across ranks
 TRACE_CRITICAL = "trace-critical"
+# GPU (a GPU trace's kernels: each rank's streams over time, the breakdowns per rank, the kernels)
+GPU_NOTE = "gpu-note"  # the one sentence shown where the profile holds no GPU kernel
+GPU_CONTENT = "gpu-content"  # everything else (hidden then)
+GPU_FIGURES = "gpu-figures"
+GPU_RANKS = "gpu-ranks"  # Dropdown (multi): the ranks whose streams are drawn
+GPU_RANKS_BOX = "gpu-ranks-box"  # the picker and its label (hidden for one rank)
+GPU_TIMELINE = "gpu-timeline"
+GPU_LEVEL = "gpu-level"
+GPU_RESET = "gpu-reset"
+GPU_TEMPORAL = "gpu-temporal"
+GPU_KERNEL_TYPES = "gpu-kernel-types"
+GPU_OVERLAP = "gpu-overlap"
+GPU_BY_RANK = "gpu-by-rank"
+GPU_KERNELS = "gpu-kernels"  # DataTable: each rank's costliest kernels by name, sortable

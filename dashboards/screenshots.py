@@ -20,7 +20,8 @@ from pathlib import Path
 import dash
 from werkzeug.serving import make_server
 
-from dashboards.app import create_app, shown
+from dashboards import data
+from dashboards.app import any_kernels, create_app, shown
 
 WIDTH = 1440
 
@@ -30,12 +31,12 @@ WIDTH = 1440
 VIEWS = {"memory-depth": "/memory?colour=category&tab=compute"}
 
 
-def pages(comparing: bool, tuned: bool = False) -> dict[str, str]:
+def pages(comparing: bool, tuned: bool = False, kernels: bool = False) -> dict[str, str]:
     """File name (the page's module) -> path of each registered page, as the navigation lists them, then ``VIEWS``."""
     return {
         **{page["module"].rsplit(".", 1)[-1]: page["path"]
            for page in dash.page_registry.values()
-           if shown(page, comparing, tuned)},
+           if shown(page, comparing, tuned, kernels)},
         **VIEWS,
     }
 
@@ -102,7 +103,7 @@ def take(paths: list[str], out: Path, width: int = WIDTH, tune: str | None = Non
     written = []
     driver = chrome(width)
     try:
-        for name, path in pages(len(paths) == 2, tune is not None).items():
+        for name, path in pages(len(paths) == 2, tune is not None, any_kernels(data.current())).items():
             driver.set_window_size(width, 1000)
             driver.get(f"http://127.0.0.1:{port}{path}")
             wait_until_drawn(driver)

@@ -8,6 +8,7 @@ Tests call them directly.
 - ``memory``: Memory (and Summary's memory per IPU)
 - ``liveness``: Liveness
 - ``trace``: Trace
+- ``gpu``: GPU (a GPU trace's streams over time and its breakdowns per rank)
 - ``stages``: Stages (and Compare's stage cycles)
 - ``exchange``: Exchange (and Summary's time by phase)
 - ``compare``: Compare

@@ -21,6 +21,14 @@ PHASE_COLOURS: dict[str, str] = {
     "stream": "#3FA672",
     "idle": "#D5D9E0",
 }
+# A GPU's kernels by kind (schema.KERNEL_KINDS), in the phases' colours their time takes in the execution trace:
+# compute, communication as exchange, copies as stream (sets a paler green, beside them).
+KERNEL_COLOURS: dict[str, str] = {
+    "compute": PHASE_COLOURS["compute"],
+    "communication": PHASE_COLOURS["exchange"],
+    "memcpy": PHASE_COLOURS["stream"],
+    "memset": "#9AD3B0",
+}
 PASS_COLOURS: dict[str, str] = {
     "forward": "#3B7DD8",
     "backward": "#F2A33A",

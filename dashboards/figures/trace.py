@@ -110,12 +110,20 @@ def tile_bars(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     """
     tile, start = frame["tile"].to_numpy(), frame["start_cycle"].to_numpy()
     cycles = frame["cycles"].to_numpy()
-    before = np.concatenate([[0], np.cumsum(cycles)])
-    first = np.flatnonzero(np.r_[True, (tile[1:] != tile[:-1]) | (start[1:] != start[:-1])])
-    group_start = np.repeat(before[first], np.diff(np.r_[first, len(tile)]))
     return {"tile": tile, "start_cycle": start, "cycles": cycles, "events": frame["events"].to_numpy(),
             "step": frame["step"].to_numpy(), "phase": np.asarray(frame["phase"].astype(str)),
-            "base": start + before[:-1] - group_start, "width": cycles}
+            "base": side_by_side(tile, start, cycles), "width": cycles}
+
+
+def side_by_side(row: np.ndarray, start: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """Where each bar of a binned time line starts: the bars of one (row, bin start), consecutive in the arrays,
+    laid one after the other from the bin's start, each as wide as its time there (the bin's shares, side by
+    side). Columnar: one running sum, less each group's sum before it."""
+    before = np.concatenate([[0], np.cumsum(width)])
+    first = np.flatnonzero(np.r_[True, (row[1:] != row[:-1]) | (start[1:] != start[:-1])]) if len(row) else \
+        np.zeros(0, np.int64)
+    group_start = np.repeat(before[first], np.diff(np.r_[first, len(row)]))
+    return start + before[:-1] - group_start
 
 
 def tile_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], tiles: Sequence[int],

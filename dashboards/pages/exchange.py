@@ -55,7 +55,7 @@ MATRIX_OPTIONS = {imported_: [{"label": " bytes", "value": "bytes"},
                               {"label": " time (ns)" if imported_ else " cycles", "value": "cycles"}]
                   for imported_ in (False, True)}
 COSTLIEST_NOTE = {False: "Total cycles over the run: cycles of one execution × executions.",
-                  True: "Each transfer's whole time, exposed or hidden behind compute (1 cycle = 1 ns)."}
+                  True: "Each transfer's whole time, exposed or hidden behind compute."}
 KIND_NAMES = {"inter_ipu": "point-to-point", "all_reduce": "collective"}  # an imported trace's kinds
 
 
@@ -115,8 +115,9 @@ def exchange_cards(f: Any) -> list[tuple]:
     ]
 
 
-def imported_exchange_cards(f: Any, comm: Any, clock_hz: float) -> list[tuple]:
-    """An imported trace's cards: compute, exposed and hidden communication and idle, summed over the ranks."""
+def imported_exchange_cards(f: Any, comm: Any, clock_hz: float, idle: str) -> list[tuple]:
+    """An imported trace's cards: compute, exposed and hidden communication and idle (``idle``: what it is,
+    ``data.idle_reason``), summed over the ranks."""
     def seconds(cycles: float) -> str:
         return c.fmt_seconds(cycles / clock_hz)
 
@@ -127,7 +128,7 @@ def imported_exchange_cards(f: Any, comm: Any, clock_hz: float) -> list[tuple]:
         ("Hidden communication", c.fmt_pct(100 * hidden / (hidden + exposed) if hidden + exposed else 0),
          f"of the communication: {seconds(hidden)} behind compute"),
         ("Compute", c.fmt_pct(f.compute_pct), f"{seconds(f.compute_cycles)} over the ranks"),
-        ("Idle", c.fmt_pct(f.idle_pct), f"{seconds(f.idle_cycles)} waiting for other ranks"),
+        ("Idle", c.fmt_pct(f.idle_pct), f"{seconds(f.idle_cycles)} over the ranks: {idle}"),
     ]
 
 
@@ -175,7 +176,8 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
                                  kind=costliest["kind"].astype(str).map(lambda k: KIND_NAMES.get(k, k)),
                                  time_s=costliest["cycles"] / clock)
     return (
-        c.cards(imported_exchange_cards(report.exchange.figures(), report.exchange.communication(), clock)),
+        c.cards(imported_exchange_cards(report.exchange.figures(), report.exchange.communication(), clock,
+                                        data.idle_reason(report))),
         figures.phase_shares(data.phase_shares(report), naming=naming),
         figures.exchange_by_kind(by_kind, naming),
         c.table(bandwidth, {"kind": "kind", "bytes": "bytes", "achieved_bytes_per_s": "achieved /s"}),

@@ -38,6 +38,20 @@ FIGURES = [("compute_cycles", "compute"), ("exchange_cycles", "exchange"), ("syn
            ("stream_cycles", "stream"), ("total_cycles", "total"), ("step_pct", "% of time"),
            ("flops", "FLOPs"), ("flops_per_s", "FLOP/s"), ("peak_pct", "% of peak"), ("variables", "variables"),
            ("variable_bytes", "variable bytes"), ("always_live_bytes", "always-live bytes")]
+# An imported trace's figures: its time in ns by the phases it has (no syncs; a GPU's copies and sets are its
+# stream phase), none of FLOPs or variables (the traces count neither)
+IMPORTED_FIGURES = [("compute_cycles", "compute (ns)"), ("exchange_cycles", "communication (ns)"),
+                    ("stream_cycles", "copies and sets (ns)"), ("total_cycles", "total (ns)"),
+                    ("step_pct", "% of time")]
+# An imported trace's program steps' kinds (the import's types), in PyTorch's words
+IMPORTED_KINDS = {"compute_set": "compute", "global_exchange": "point-to-point", "all_reduce": "collective",
+                  "stream_copy": "copy or set"}
+TABLE_NOTE = {False: "Cycles over the run: each program step's cycles × how often it ran. % of time: the share of the "
+                     "run's traced time its IPU spends in it. Filter a column by typing in the row under its header "
+                     "(e.g. layer3, > 1000).",
+              True: "Time over the profiled steps, in ns: each operator's time × how often it ran. % of time: the "
+                    "share of its rank's traced time spent in it. Filter a column by typing in the row under its "
+                    "header (e.g. nccl, > 1000)."}
 TEXT = {"name", "kind", "block", "pass", "layer"}
 TRACE_NOTE = ("One iteration of the trace (the middle one of the first run): every iteration runs the same "
               "program steps. The dark stripes are the selection's executions.")
@@ -61,9 +75,7 @@ def layout(**_query: str) -> html.Div:
                     style_cell_conditional=[{"if": {"column_id": column}, "textAlign": "left"} for column in TEXT],
                     style_data_conditional=[{"if": {"state": "active"}, "backgroundColor": "#e8f0fb",
                                              "border": "1px solid #3B7DD8"}]),
-                note="Cycles over the run: each program step's cycles × how often it ran. % of time: the share "
-                     "of the run's traced time its IPU (rank) spends in it. Filter a column by typing in the row "
-                     "under its header (e.g. layer3, > 1000).",
+                note=TABLE_NOTE[False], note_id=ids.OPERATIONS_TABLE_NOTE,
             ),
             c.section("Where it runs", html.P(id=ids.OPERATIONS_SELECTED, className="section-note"),
                       c.graph(ids.OPERATIONS_TRACE), note=TRACE_NOTE, note_id=ids.OPERATIONS_TRACE_NOTE),
@@ -110,6 +122,7 @@ def table_for(report: Any, by: str) -> Any:
     Output(ids.OPERATIONS_TABLE, "active_cell"),
     Output(ids.OPERATIONS_TABLE, "sort_by"),
     Output(ids.OPERATIONS_TABLE, "filter_query"),
+    Output(ids.OPERATIONS_TABLE_NOTE, "children"),
     Input(ids.PROFILE, "value"),
     Input(ids.OPERATIONS_GROUP, "value"),
 )
@@ -120,13 +133,15 @@ def render_table(profile: str | None, by: str | None):
     naming = data.naming(report)
     by = by if by in KEYS and not (by == "block" and naming.imported) else "op"
     frame = table_for(report, by)
-    keys = [(k, naming.device if k == "ipu" else h) for k, h in KEYS[by]]
-    shown = keys + FIGURES
+    keys = [(k, naming.device if k == "ipu" else h) for k, h in KEYS[by] if not (naming.imported and k == "block")]
+    shown = keys + (IMPORTED_FIGURES if naming.imported else FIGURES)
+    if naming.imported and "kind" in frame:
+        frame = frame.assign(kind=frame["kind"].astype(str).map(lambda k: IMPORTED_KINDS.get(k, k)))
     columns = [{"name": header, "id": column, **_format(column)} for column, header in shown]
     options = [{**o, "disabled": o["value"] == "block" and naming.imported} for o in GROUPS]
     cell = {"row": 0, "column": 0, "row_id": 0, "column_id": shown[0][0]} if len(frame) else None
     return (DESCRIPTION[naming.imported], c.cards(cards(report, naming)), options, columns,
-            _rows(frame, [k for k, _ in shown]), cell, [], "")
+            _rows(frame, [k for k, _ in shown]), cell, [], "", TABLE_NOTE[naming.imported])
 
 
 def cards(report: Any, naming: Any) -> list[tuple]:

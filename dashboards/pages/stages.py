@@ -128,7 +128,8 @@ def imported_stage_cards(f: Any, report: Any) -> list[tuple]:
     if not pipelined(report):
         return [("Ranks", f"{len(report.run.get('stages') or [])}", f"{pipe.schedule}: each runs the whole model"),
                 ("Step", c.fmt_seconds(f.step_cycles / float(report.target["clock_hz"])), "mean of the profiled steps"),
-                ("Idle", c.fmt_pct(report.exchange.figures().idle_pct), "of the ranks' time: waits for other ranks")]
+                ("Idle", c.fmt_pct(report.exchange.figures().idle_pct),
+                 f"of the {naming.time}: {data.idle_reason(report)}")]
     bottleneck = f.bottleneck_stage is not None and f.bottleneck_stage >= 0
     rank = next((int(s["ipu"]) for s in report.run.get("stages") or [] if int(s["stage"]) == f.bottleneck_stage), None)
     return [

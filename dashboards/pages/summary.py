@@ -46,8 +46,9 @@ def layout(**_query: str) -> html.Div:
 
 
 def tile_insight_sections() -> list:
-    """The panels of Graph Analyser's insights beside the findings (filled by ``render_tile_insights``)."""
-    return [
+    """The panels of Graph Analyser's insights beside the findings (filled by ``render_tile_insights``; an
+    imported trace's ranks have no tiles nor typed variables, so ``render_words`` hides them)."""
+    return [html.Div([
         html.Div([
             c.section("Memory over tiles", c.graph(ids.SUMMARY_TILE_HISTOGRAM, modebar=False),
                       note="Tiles' peak bytes, every IPU's together, in the bins `popvision report` gives."),
@@ -57,7 +58,7 @@ def tile_insight_sections() -> list:
         c.section("FP32 variables that could be FP16", html.Div(id=ids.SUMMARY_FP32),
                   note="By IPU and kind; the option that keeps them in FP16 and the bytes it saves (its "
                        "command and effect are among the findings)."),
-    ]
+    ], id=ids.SUMMARY_TILE_INSIGHTS)]
 
 
 def fullest_view(head: pd.DataFrame, categories: pd.DataFrame, variables: pd.DataFrame) -> html.Div:
@@ -158,8 +159,7 @@ def imported_figures(summary: Any, report: Any) -> list[tuple]:
         ("Throughput", f"{summary.throughput_samples_per_s:,.1f} /s",
          f"{summary.samples_per_step:,} samples per step" if batch_known else
          f"{'micro-batches' if pipelined else 'steps'} per second: the trace does not record the batch size"),
-        ("Idle", c.fmt_pct(time.idle_pct), "of the ranks' time: " + ("the pipeline's bubble and waits for other ranks"
-                                                                      if pipelined else "waits for other ranks")),
+        ("Idle", c.fmt_pct(time.idle_pct), f"of the {naming.time}: {data.idle_reason(report)}"),
         ("Exposed communication", c.fmt_pct(time.exchange_pct),
          f"of the ranks' time; {c.fmt_pct(100 * hidden / whole if whole else 0)} of all communication is hidden "
          "behind compute"),
@@ -179,14 +179,14 @@ def source_panel(report: Any) -> html.Section:
                 f": {c.fmt_quantity(len(files), 'trace')} ({', '.join(files)}), "
                 f"{c.fmt_int(info.get('events', 0))} events; torch {torch}."], className="source-files"),
         html.P([html.Strong("Schedule "), f"{info.get('schedule', 'unknown')}; ranks {ranks} of world size "
-                f"{info.get('world_size', '?')}; {info.get('clock', '1 cycle = 1 ns')}."], className="source-schedule"),
+                f"{info.get('world_size', '?')}."], className="source-schedule"),
     ]
     missing = [str(sentence) for sentence in info.get("not_inferred") or []]
     if missing:
         lines += [html.P(html.Strong("Not in the traces (assumed as said):"), className="source-missing-head"),
                   html.Ul([html.Li(sentence) for sentence in missing], className="source-missing")]
     return c.section("Imported from PyTorch profiler traces", html.Div(lines, id=ids.SUMMARY_SOURCE),
-                     note="A rank is shown where an IPU profile shows an IPU; its time is in ns.")
+                     note="The pages show each rank and its time in ns.")
 
 
 # The fit verdict's tone on the "Fits in memory" card (its answer: render.format.FIT_ANSWER)
@@ -376,10 +376,11 @@ def render(profile: str | None):
 @dash.callback(
     Output(ids.SUMMARY_TIME_TITLE, "children"),
     Output(ids.SUMMARY_MEMORY_TITLE, "children"),
+    Output(ids.SUMMARY_TILE_INSIGHTS, "style"),
     Input(ids.PROFILE, "value"),
 )
 def render_words(profile: str | None):
-    """The panels' titles: an imported trace's IPUs are ranks."""
+    """The panels' titles: an imported trace's IPUs are ranks, which have no tiles (no tile insights)."""
     if data.naming(data.report(profile)).imported:
-        return "Where the ranks' time goes", "Memory per rank"
-    return "Where the IPU time goes", "Memory per IPU"
+        return "Where the ranks' time goes", "Memory per rank", c.shown(False)
+    return "Where the IPU time goes", "Memory per IPU", c.shown(True)

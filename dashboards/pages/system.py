@@ -31,9 +31,7 @@ TIME_OPTIONS = [{"label": "relative (from the first event)", "value": figures.RE
 def layout(**_query: str) -> html.Div:
     return html.Div(
         [
-            c.page_header("System", "Every host process of the run on one time axis: compile, weights to and from "
-                                    "the device, model calls, data loading and the wait for it, optimiser updates, "
-                                    "and samples per second. Drag to zoom; double-click to see the whole run."),
+            c.page_header("System", DESCRIPTION[False], description_id=ids.SYSTEM_DESCRIPTION),
             html.Div(id=ids.SYSTEM_NOTE, className="empty"),
             html.Div(id=ids.SYSTEM_FIGURES, className="cards-slot"),
             dcc.Store(id=ids.SYSTEM_WINDOW),
@@ -47,11 +45,35 @@ def layout(**_query: str) -> html.Div:
                          className="controls"),
                 c.graph(ids.SYSTEM_TIMELINE),
             ),
-            c.section("Where host time went", html.Div(id=ids.SYSTEM_PROCESSES),
-                      note="Per process and event: count, total, mean and longest time, and the total as a share "
-                           "of the process's wall time (nested events overlap: a model call holds its updates)."),
+            c.section("Where host time went", html.Div(id=ids.SYSTEM_PROCESSES), note=EVENTS_NOTE[False],
+                      note_id=ids.SYSTEM_EVENTS_NOTE),
         ]
     )
+
+
+# What the page says for an IPU run's host processes (False) and for the ranks' CPU time lines a PyTorch
+# trace's import writes (True): the page's description, and the note of the events' table
+DESCRIPTION = {False: "Every host process of the run on one time axis: compile, weights to and from the device, "
+                      "model calls, data loading and the wait for it, optimiser updates, and samples per second. Drag "
+                      "to zoom; double-click to see the whole run.",
+               True: "Each rank's CPU time line from its trace, on one time axis: its profiler steps, the operators "
+                     "and annotations of its threads, its collective calls. Drag to zoom; double-click to see the "
+                     "whole run."}
+EVENTS_NOTE = {False: "Per process and event: count, total, mean and longest time, and the total as a share of the "
+                      "process's wall time (nested events overlap: a model call holds its updates).",
+               True: "Per rank and event: count, total, mean and longest time, and the total as a share of the "
+                     "rank's wall time (nested events overlap: a profiler step holds its forward pass)."}
+
+
+@dash.callback(
+    Output(ids.SYSTEM_DESCRIPTION, "children"),
+    Output(ids.SYSTEM_EVENTS_NOTE, "children"),
+    Input(ids.PROFILE, "value"),
+)
+def render_words(profile: str | None):
+    """An imported trace's words: its ranks' CPU time lines, not an IPU run's host processes."""
+    imported = bool(data.report(profile).imported)
+    return DESCRIPTION[imported], EVENTS_NOTE[imported]
 
 
 def level_text(result: Any, origin_ns: int) -> str:
@@ -167,16 +189,22 @@ def zoom_timeline(relayout: dict | None, profile: str | None, mode: str | None, 
     Input(ids.PROFILE, "value"),
 )
 def render_figures(profile: str | None):
-    """One card per process (wall time, model calls, median samples/s, wait for data) and the event table;
-    without system timeline files, the one line saying how to record them."""
-    system = data.report(profile).system
+    """One card per process (wall time, model calls, median samples/s, wait for data; a rank's: its events and
+    threads) and the event table; without system timeline files, the one line saying how to record them."""
+    report = data.report(profile)
+    system = report.system
     if not system.files():
         return system.missing(), None, None
     processes = system.processes()
-    items = [(row.process, c.fmt_seconds(row.wall_ms / 1e3),
-              f"{c.fmt_quantity(row.model_calls, 'model call')} · {c.fmt_int(row.samples_per_second)} samples/s "
-              f"(median) · waits for data {c.fmt_pct(row.wait_for_data_pct)}")
-             for row in processes.itertuples(index=False)]
+    if report.imported:  # a rank's CPU time line: no PopTorch model calls, samples per second or data waits
+        items = [(row.process, c.fmt_seconds(row.wall_ms / 1e3),
+                  f"{c.fmt_quantity(row.events, 'event')} on {c.fmt_quantity(row.threads, 'thread')}")
+                 for row in processes.itertuples(index=False)]
+    else:
+        items = [(row.process, c.fmt_seconds(row.wall_ms / 1e3),
+                  f"{c.fmt_quantity(row.model_calls, 'model call')} · {c.fmt_int(row.samples_per_second)} samples/s "
+                  f"(median) · waits for data {c.fmt_pct(row.wait_for_data_pct)}")
+                 for row in processes.itertuples(index=False)]
     table = c.table(system.by_name(), columns={"process": "process", "channel": "channel", "name": "event",
                                                 "kind": "kind", "count": "count", "total_ms": "total",
                                                 "mean_ms": "mean", "max_ms": "longest", "wall_pct": "of wall time"},

@@ -25,6 +25,7 @@ from popvision_py.analysis.host import input_wait as _host
 from popvision_py.analysis.imported import collectives as _collectives
 from popvision_py.analysis.imported import gpu as _gpu
 from popvision_py.analysis.imported import ranks as _imported
+from popvision_py.analysis.imported import streams as _streams
 from popvision_py.analysis.ipu import liveness as _liveness
 from popvision_py.analysis.ipu import memory as _memory
 from popvision_py.analysis.ipu import memory_depth as _memory_depth
@@ -495,6 +496,17 @@ class GpuReport(_View):
             return _gpu.last_step_starts(steps, self.kernels().num_ranks)
 
         return self._memo("last_step_starts", compute)
+
+    def streams(self) -> _streams.StreamIndex:
+        """Each rank's streams as lanes, indexed for zoom windows (``streams.StreamIndex``)."""
+        return self._memo("streams", lambda: _streams.StreamIndex(self.kernels()))
+
+    def stream_window(self, start_ns: int | None = None, end_ns: int | None = None, ipus: list[int] | None = None,
+                      max_kernels: int = _streams.MAX_KERNELS,
+                      max_bins: int = _streams.MAX_BINS) -> _streams.StreamWindow:
+        """The streams of ``ipus`` (every rank's for None) between two times (ns, the kernels' extent by default),
+        each kernel or, past ``max_kernels``, each kind's occupancy in bins (``streams.window``)."""
+        return _streams.window(self.streams(), start_ns, end_ns, ipus, max_kernels, max_bins)
 
     def hta_kernels(self) -> _gpu.Kernels:
         """The kernels HTA 0.5 analyses (``gpu.hta_selection``): those launched before each rank's last step."""

@@ -32,11 +32,11 @@ def text(component) -> str:
 
 def test_pages_register_in_order_and_compare_needs_two_profiles(app):
     pages = list(dash.page_registry.values())
-    assert [p["path"] for p in pages] == ["/", "/memory", "/liveness", "/trace", "/operations", "/stages", "/exchange",
-                                          "/programs",
-                                          "/system", "/compare", "/whatif"]
+    assert [p["path"] for p in pages] == ["/", "/memory", "/liveness", "/trace", "/gpu", "/operations", "/stages",
+                                          "/exchange", "/programs", "/system", "/compare", "/whatif"]
     assert pages[-2]["needs_two_profiles"] is True
     assert pages[-1]["needs_tune"] is True
+    assert pages[4]["needs_kernels"] is True  # the GPU page: listed only for a GPU trace's import
 
 
 def test_summary_says_the_run_does_not_fit(app):

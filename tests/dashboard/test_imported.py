@@ -192,7 +192,7 @@ def test_an_ipu_profile_keeps_its_words(app):
     # GIVEN the dashboard on an IPU profile: the callbacks that retitle the pages for an imported trace give
     # an IPU profile the words its layout starts with, and hide nothing it showed
     page = lambda name: importlib.import_module(f"dashboards.pages.{name}")  # noqa: E731
-    assert page("summary").render_words("a") == ("Where the IPU time goes", "Memory per IPU")
+    assert page("summary").render_words("a") == ("Where the IPU time goes", "Memory per IPU", {})
     memory = page("memory").render_words("a")
     assert memory[0] == page("memory").DESCRIPTION[False] and memory[1] == {"display": "none"}
     assert memory[2:7] == ({}, {}, {}, {}, {}) and memory[7:] == ("grid-2", "Memory per IPU by category",
@@ -268,9 +268,10 @@ def gpu_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # What a GPU trace's import draws on each page: its memory was not recorded (the pages say so in words, not
-# in a figure of 0 MiB), and its one stage runs no pass the trace annotates (no Gantt bars)
+# in a figure of 0 MiB), its one stage runs no pass the trace annotates (no Gantt bars), and its GPU page
 GPU_PAGES = {**PAGES, "/": [ids.SUMMARY_TIME], "/memory": [], "/liveness": [], "/stages": [ids.STAGES_IMBALANCE],
-             "/compare": [ids.COMPARE_STAGES, ids.COMPARE_PHASES]}
+             "/compare": [ids.COMPARE_STAGES, ids.COMPARE_PHASES],
+             "/gpu": [ids.GPU_TIMELINE, ids.GPU_TEMPORAL, ids.GPU_KERNEL_TYPES, ids.GPU_OVERLAP]}
 
 
 @pytest.mark.browser

@@ -95,8 +95,11 @@ def test_no_page_cuts_its_figures(dash_duo, sample):
     for path in paths:
         assert path.exists(), f"{path} is not there (sample_profiles/regenerate.py makes it)"
     dash_duo.start_server(create_app([str(p) for p in paths], planner=rules))
-    pages = [page["path"] for page in dash.page_registry.values() if not page.get("needs_tune")]
-    assert len(pages) == 10, pages  # the What-if page (a tune result's) is checked in test_browser_whatif.py
+    # the What-if page (a tune result's) is checked in test_browser_whatif.py, the GPU page (a GPU trace's) in
+    # test_gpu_page.py
+    pages = [page["path"] for page in dash.page_registry.values()
+             if not page.get("needs_tune") and not page.get("needs_kernels")]
+    assert len(pages) == 10, pages
     problems, totals = {}, [0, 0, 0]
     for path in pages:
         # WHEN each page is opened, then looked at in a window 1,280, 1,400 and 1,920 px wide

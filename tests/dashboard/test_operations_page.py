@@ -47,7 +47,7 @@ def test_callbacks_give_the_reports_rows_and_mark_the_ops_executions(mnist_app):
     with pv.open(MNIST) as report:
         by_op = report.operations.by_op()
     # WHEN the table is rendered one row per op, and a row (the third) is clicked
-    _, _, _, columns, rows, cell, sort_by, query = page().render_table("a", "op")
+    _, _, _, columns, rows, cell, sort_by, query, _ = page().render_table("a", "op")
     said, fig, variables = page().select("a", "op", {"row": 0, "column": 0, "row_id": 2, "column_id": "name"})
     # THEN the rows are the report's, the costliest selected first, and the marks are that op's executions
     assert [r["total_cycles"] for r in rows] == by_op["total_cycles"].tolist()

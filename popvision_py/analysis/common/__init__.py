@@ -2,7 +2,8 @@
 
 - ``tables``: the profile's tables as the analyzers take them (``Columns``, the trace as NumPy
   arrays with fixed codes for its categories, ``StepIndex``) and the small columnar helpers
-  (``sum_by``, ``lookup``, ``bin_edges``).
+  (``sum_by``, ``lookup``, ``bin_edges``, ``SpanUnion``: spans merged, and the time they cover before
+  any instant).
 - ``answer``: ``Table``, an answer's columns as NumPy arrays, the DataFrame built when asked for.
 
 May import: ``popvision_py.format`` and ``popvision_py.errors`` only; no other room of the analysis.

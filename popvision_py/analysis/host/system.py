@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from popvision_py.analysis.common.tables import Table, bin_edges
+from popvision_py.analysis.common.tables import SpanUnion, Table, bin_edges
 from popvision_py.format import system as S
 
 SPAN, INSTANT, COUNTER = (S.KINDS.index(k) for k in ("span", "instant", "counter"))
@@ -258,33 +258,17 @@ class _EventGroup:
     end: np.ndarray
     reach: np.ndarray  # the latest end so far: spans before the first reach > a all end by a
     ends: np.ndarray  # ends sorted
-    union_start: np.ndarray  # the union of the spans, as sorted disjoint intervals
-    union_end: np.ndarray
-    covered: np.ndarray  # 0, then the running length of the union
+    union: SpanUnion  # the spans' union, and the time it covers before any instant
     values: np.ndarray  # a counter's running sum of values (0 first)
-
-
-def _union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Spans sorted by start merged into disjoint intervals."""
-    if not len(start):
-        return start, end
-    reach = np.maximum.accumulate(end)
-    new = np.ones(len(start), bool)
-    new[1:] = start[1:] > reach[:-1]
-    first = np.flatnonzero(new)
-    return start[first], reach[np.append(first[1:] - 1, len(start) - 1)]
 
 
 def _group(events: Events, rows: np.ndarray) -> _EventGroup:
     start, end = events.start[rows], events.end[rows]
-    union_start, union_end = _union(start, end)
-    covered = np.zeros(len(union_start) + 1, np.int64)
-    np.cumsum(union_end - union_start, out=covered[1:])
     values = np.zeros(len(rows) + 1)
     if events.kind[rows[0]] == COUNTER:
         np.cumsum(events.value[rows], out=values[1:])
     return _EventGroup(int(events.row[rows[0]]), int(events.name[rows[0]]), int(events.kind[rows[0]]), rows, start, end,
-                  np.maximum.accumulate(end), np.sort(end), union_start, union_end, covered, values)
+                  np.maximum.accumulate(end), np.sort(end), SpanUnion.of(start, end), values)
 
 
 class SystemIndex:
@@ -366,7 +350,7 @@ def window(index: SystemIndex, start_ns: int | None = None, end_ns: int | None =
     low, high = edges[:-1], edges[1:]
     for g in index.groups:
         if g.kind == SPAN:
-            time = np.diff(_covered_before(g, edges))
+            time = np.diff(g.union.before(edges))
             count = np.searchsorted(g.start, high, "left") - np.searchsorted(g.ends, low, "right")
             keep = (time > 0) | (count > 0)
             value = np.full(int(keep.sum()), np.nan)
@@ -381,15 +365,6 @@ def window(index: SystemIndex, start_ns: int | None = None, end_ns: int | None =
             parts.append(_frame(index, g, low[keep], high[keep], time[keep], count[keep], value,
                                 np.full(int(keep.sum()), index.name_depth[g.name] if g.kind == SPAN else 0)))
     return SystemWindow("bins", _finish(parts), a, b, inside)
-
-
-def _covered_before(g: _EventGroup, x: np.ndarray) -> np.ndarray:
-    """The time the group's spans cover before each time in ``x``: whole intervals, less the part of
-    the last one begun that lies after ``x``."""
-    k = np.searchsorted(g.union_start, x, "right")
-    last = np.maximum(k - 1, 0)
-    over = np.where(k > 0, np.maximum(g.union_end[last] - x, 0), 0) if len(g.union_end) else 0
-    return g.covered[k] - over
 
 
 def _frame(index: SystemIndex, g: _EventGroup, start: np.ndarray, end: np.ndarray, time: np.ndarray, count: np.ndarray,

@@ -8,6 +8,8 @@ besides the common views, in a PyTorch user's words.
   compute, communication and memory time within the profiled steps, and the figures Holistic Trace
   Analysis 0.5 gives (temporal breakdown, kernel types and their overlaps, communication-computation
   overlap, top kernels, launch delays, idle time by cause), computed as HTA computes them.
+- ``streams``: a GPU trace's streams over time: each rank's streams as lanes, a zoom window of their
+  kernels, or of each kind's occupancy in bins where the window holds too many (the dashboard's GPU page).
 - ``collectives``: a GPU trace's collectives per rank and process group: calls, bytes, GPU time and the
   bandwidth they make (nccl-tests' algorithm and bus bandwidth), the group's other ranks its peers.
 

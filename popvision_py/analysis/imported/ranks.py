@@ -22,7 +22,7 @@ SOURCE = "pytorch-profiler"
 COMM_COLUMNS = ["rank", "stages", "compute_cycles", "exposed_comm_cycles", "hidden_comm_cycles", "idle_cycles",
                 "exposed_comm_pct", "hidden_comm_pct"]
 # What a section of the IPU reports means nothing for, in one line (render.document shows it instead).
-NO_TILES = "A rank has no tiles: an imported trace's memory is per rank (each rank is an IPU of the memory tables)."
+NO_TILES = "A rank has no tiles: an imported trace's memory is each rank's as a whole."
 NO_HOST_CALLS = "PyTorch traces have no IPU host calls: input waits show as the rank's idle time."
 NO_BLOCKS = ("The traces do not name each stage's layers, so no split of them can be suggested; the "
              "bottleneck insight names the stage to lighten.")

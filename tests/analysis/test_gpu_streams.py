@@ -1,0 +1,88 @@
+"""analysis.imported.streams: each rank's GPU streams as lanes, a zoom window's kernels while they are few, each
+kind's occupancy of each stream in bins past ``max_kernels``.
+
+The kernels are laid out so that every figure is worked out by hand (times in ns): on rank 0, stream 7 runs a
+compute kernel of 10 every 20 from 0 (``N`` of them); stream 20 one communication kernel [0, 1,000); on
+rank 1, stream 7 the same compute kernels, and stream 8 a copy [100, 130) and a set [120, 150) that overlap.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from popvision_py.analysis.imported import gpu, streams
+
+N = 300
+PERIOD, LENGTH = 20, 10
+
+
+def kernels() -> gpu.Kernels:
+    compute = [(ipu, 7, "compute", "gemm", PERIOD * i, PERIOD * i + LENGTH) for ipu in (0, 1) for i in range(N)]
+    rows = compute + [(0, 20, "communication", "ncclKernel_AllReduce", 0, 1000),
+                      (1, 8, "memcpy", "Memcpy HtoD", 100, 130), (1, 8, "memset", "Memset (Device)", 120, 150)]
+    return gpu.Kernels.build(*zip(*rows), ranks=[4, 5])
+
+
+def test_the_lanes_are_each_ranks_streams_in_order():
+    index = streams.StreamIndex(kernels())
+    lanes = index.lanes
+    assert lanes[["ipu", "rank", "stream", "kernels"]].values.tolist() == [
+        [0, 4, 7, N], [0, 4, 20, 1], [1, 5, 7, N], [1, 5, 8, 2]]
+    # the kernels' extent, half-open: the first start to the last end
+    assert (index.start_ns, index.end_ns) == (0, PERIOD * (N - 1) + LENGTH)
+
+
+def test_a_window_of_few_kernels_gives_each_kernel_where_it_ran():
+    # WHEN the window [95, 205) is asked for: rank 0's compute kernels [100, 110) to [200, 210) ([80, 90) ended
+    # before it), its all-reduce, rank 1's compute kernels and its copy and set
+    window = streams.window(streams.StreamIndex(kernels()), 95, 205, max_kernels=100)
+    assert window.level == "events" and window.kernels == 2 * 6 + 1 + 2
+    f = window.frame
+    assert len(f) == window.kernels
+    rank0 = f[(f["rank"] == 4) & (f["stream"] == 7)]
+    assert rank0["start_ns"].tolist() == [100, 120, 140, 160, 180, 200]
+    assert (rank0["busy_ns"] == LENGTH).all() and set(rank0["name"]) == {"gemm"}
+    copies = f[f["stream"] == 8]
+    assert copies[["kind", "start_ns", "end_ns"]].values.tolist() == [["memcpy", 100, 130], ["memset", 120, 150]]
+
+
+def test_past_max_kernels_each_kinds_occupancy_in_bins_sums_to_its_busy_time():
+    # GIVEN the whole extent, more kernels than max_kernels
+    index = streams.StreamIndex(kernels())
+    window = streams.window(index, 0, 6000, max_kernels=100, max_bins=100)
+    assert window.level == "bins"
+    f = window.frame
+    # THEN bins of 60 ns: each holds 3 compute kernels of 10 on stream 7, 30 ns busy, half the bin
+    compute = f[(f["rank"] == 4) & (f["stream"] == 7)]
+    assert len(compute) == 100 and (compute["end_ns"] - compute["start_ns"] == 60).all()
+    assert (compute["busy_ns"] == 30).all() and (compute["kernels"] == 3).all()
+    # AND the all-reduce fills the bins it spans: [0, 1,000) is 16 whole bins and 40 ns of the 17th
+    comm = f[f["kind"] == "communication"]
+    assert comm["busy_ns"].tolist() == [60] * 16 + [40]
+    # AND on rank 1's stream 8 the copy [100, 130) and the set [120, 150) each keep their own time in a bin,
+    # though they overlap: 20 ns of copy in [60, 120); 10 of copy and 30 of set in [120, 180)
+    memory = f[f["stream"] == 8]
+    assert memory[["kind", "start_ns", "busy_ns", "kernels"]].values.tolist() == [
+        ["memcpy", 60, 20, 1], ["memcpy", 120, 10, 1], ["memset", 120, 30, 1]]
+
+
+def test_the_occupancy_is_exact_in_any_bins():
+    # GIVEN bins that do not divide the period (97 bins over the extent)
+    index = streams.StreamIndex(kernels())
+    window = streams.window(index, max_kernels=10, max_bins=97)
+    f = window.frame
+    # THEN each lane and kind's bins sum to its kernels' union, and no bin is busier than it is wide
+    busy = f.groupby(["rank", "stream", "kind"])["busy_ns"].sum().to_dict()
+    assert busy == {(4, 7, "compute"): N * LENGTH, (4, 20, "communication"): 1000, (5, 7, "compute"): N * LENGTH,
+                    (5, 8, "memcpy"): 30, (5, 8, "memset"): 30}
+    assert (f["busy_ns"] <= f["end_ns"] - f["start_ns"]).all()
+
+
+def test_a_zoom_gives_each_kernel_once_few_enough_and_a_rank_choice_keeps_its_lanes():
+    index = streams.StreamIndex(kernels())
+    assert streams.window(index, max_kernels=50).level == "bins"
+    # WHEN zoomed to [0, 400) on rank 1 alone: its 20 compute kernels, its copy and set
+    zoomed = streams.window(index, 0, 400, ipus=[1], max_kernels=50)
+    assert zoomed.level == "events" and zoomed.kernels == 22
+    assert set(zoomed.frame["rank"]) == {5} and zoomed.lanes["stream"].tolist() == [7, 8]
+    np.testing.assert_array_equal(zoomed.frame.query("stream == 7")["start_ns"], PERIOD * np.arange(20))

@@ -1,0 +1,204 @@
+"""The GPU page on GPU traces the tests write (``gpu_pair``: two ranks; ``gpu_profile``: one), and the other
+pages of such an import in a GPU job's words.
+
+``gpu_pair``'s traces are laid out to be worked out by hand (times in µs): each rank's stream 7 runs a compute
+kernel of 10 every 20 from 0 (``N`` of them, to 23,990); rank 0's stream 20 an all-reduce [0, 1,000), half of
+it behind compute; rank 1's [24,000, 25,000), after its last compute kernel, none of it hidden. ``2N + 2``
+kernels: more than the page draws one by one, so the whole trace is drawn in bins.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dashboards import ids
+from popvision_py.analysis.views import NO_KERNELS_EMULATED
+from popvision_py.cli import main
+from tests.dashboard.test_browser import errors, wait_for_figures
+from tests.dashboard.test_browser_overlaps import OVERLAPS, WRAPPED_CARDS, show_at
+from tests.dashboard.test_callbacks import text
+from tests.dashboard.test_layout import CUT_TEXT, TEXT
+from tests.importer.test_gpu_timeline import CPU, HEADER, import_gpu_trace, kernel
+from tests.importer.test_import_ranges import kineto
+
+N = 1200
+NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"
+ALL_REDUCE = {0: (0, 1000), 1: (24_000, 1000)}  # each rank's all-reduce: start, duration (µs)
+# Words of an IPU run that no page of a GPU job may say
+IPU_WORDS = ("IPU", "Memory over tiles", "FP32", "FP16", "model call", "waits for other ranks", "cycle", "FLOP")
+PAGES = {"/": [ids.SUMMARY_TIME], "/memory": [], "/liveness": [], "/trace": [ids.TRACE_TIMELINE],
+         "/gpu": [ids.GPU_TIMELINE, ids.GPU_TEMPORAL, ids.GPU_KERNEL_TYPES, ids.GPU_OVERLAP],
+         "/operations": [ids.OPERATIONS_TRACE], "/stages": [ids.STAGES_IMBALANCE], "/exchange": [ids.EXCHANGE_PHASES],
+         "/programs": [], "/system": [ids.SYSTEM_TIMELINE]}
+
+
+def page(name: str):
+    return importlib.import_module(f"dashboards.pages.{name}")
+
+
+@pytest.fixture(scope="module")
+def gpu_pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two ranks' GPU traces (the module's docstring), imported through the CLI: the profile's path."""
+    folder = tmp_path_factory.mktemp("gpu-pair")
+    for rank, (start, length) in ALL_REDUCE.items():
+        header = {**HEADER, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2}}
+        events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 25_000, **CPU}]
+        events += [kernel("ampere_sgemm_128x64_tn", 20 * i, 10, 7) for i in range(N)]
+        events.append(kernel(NCCL, start, length, 20))
+        (folder / f"rank{rank}.json").write_text(kineto(header, events))
+    result = CliRunner().invoke(main, ["import", str(folder / "rank0.json"), str(folder / "rank1.json"), "-o",
+                                       str(folder / "out"), "-q"])
+    assert result.exit_code == 0, result.output
+    return folder / "out" / "profile.pop"
+
+
+@pytest.fixture()
+def pair_app(gpu_pair: Path):
+    from dashboards.app import create_app
+
+    return create_app([str(gpu_pair)])
+
+
+def test_the_gpu_page_is_listed_for_a_gpu_trace_and_says_why_not_elsewhere(pair_app, gpu_pair, oom_profile):
+    from dashboards import app as shell, data
+
+    # GIVEN a GPU trace's import THEN the navigation lists the GPU page after the execution trace
+    links = [link.children[1] for link in shell.navigation(False, False, shell.any_kernels(data.current()))]
+    assert links[3:6] == ["Execution trace", "GPU", "Operations"]
+    # AND an IPU profile's does not; opened there, the page says why in one sentence and shows nothing else
+    shell.create_app([str(oom_profile)])
+    assert not shell.any_kernels(data.current())
+    assert "GPU" not in [link.children[1] for link in shell.navigation(False, False, False)]
+    note, content, *rest = page("gpu").render("a")
+    assert note == NO_KERNELS_EMULATED and content == {"display": "none"}
+
+
+def test_the_breakdowns_per_rank_are_the_gpu_views(pair_app, gpu_pair):
+    import popvision_py as pv
+
+    with pv.open(gpu_pair) as report:
+        overlap, temporal, by_name = report.gpu.overlap(), report.gpu.temporal(), report.gpu.kernels_by_name(25)
+    # WHEN the page renders
+    note, content, cards, options, value, _, temporal_fig, types_fig, overlap_fig, by_rank, kernels = \
+        page("gpu").render("a")
+    assert note is None and content == {} and [o["label"] for o in options] == ["Rank 0", "Rank 1"] and value == [0, 1]
+    assert "2,402" in text(cards)  # 2 x 1,200 compute kernels and 2 all-reduces
+    # THEN the communication hidden behind computation is the report's: rank 0's all-reduce [0, 1,000) runs
+    # beside compute kernels of 10 every 20, half its time; rank 1's after its last compute kernel, none
+    shown = list(overlap_fig.data[0].x)
+    assert shown == list(overlap["comm_comp_overlap_pct"]) == [50.0, 0.0]
+    assert list(overlap_fig.data[0].text) == ["50.0 %", "0.0 %"]
+    # AND the temporal breakdown is the report's, from each rank's first kernel to its last: rank 0's 23,990 µs
+    # hold 12,000 of compute and 500 of exposed all-reduce; rank 1's 25,000 hold 12,000 and 1,000
+    compute = {t.name: list(t.x) for t in temporal_fig.data}
+    assert compute["compute"] == list(temporal["compute_pct"])
+    assert compute["compute"] == pytest.approx([100 * 12_000 / 23_990, 48.0])
+    assert compute["non-compute (communication, memory)"] == pytest.approx([100 * 500 / 23_990, 4.0])
+    assert compute["idle"] == pytest.approx([100 * 11_490 / 23_990, 48.0])
+    # AND the kernel types show the overlap as its own set on rank 0 only
+    sets = {t.name: list(t.y) for t in types_fig.data}
+    assert sets["computation overlapping communication"] == ["Rank 0"]
+    # AND the kernel table holds the report's rows, times in µs: 1,200 compute kernels of 10 µs on each rank
+    rows = kernels.data
+    assert len(rows) == len(by_name) == 4 and kernels.sort_action == "native"
+    assert rows[0] | {"name": None} == {"rank": 0, "kind": "compute", "name": None, "kernels": N, "sum_us": 12_000.0,
+                                        "mean_us": 10.0, "max_us": 10.0, "busy_pct": 48.0}
+    # AND popvision's own time per rank within the profiled steps (25,000 µs) is its table
+    assert "gpu-by-rank-table" in str(by_rank) and "25.00 ms" in text(by_rank)
+
+
+def lane_bars(fig, kind: str, lane: str) -> tuple[list[float], list[float]]:
+    """The (bases, widths) in ms of one kind's bars on one lane."""
+    trace = next(t for t in fig.data if t.name == kind)
+    keep = [k for k, y in enumerate(trace.y) if y == lane]
+    return [trace.base[k] for k in keep], [trace.x[k] for k in keep]
+
+
+def test_the_streams_are_binned_past_the_threshold_and_each_kernel_once_zoomed_in(pair_app):
+    gpu = page("gpu")
+    # GIVEN more kernels (2,402) than the page draws one by one (MAX_KERNELS)
+    assert 2 * N + 2 > gpu.MAX_KERNELS
+    # WHEN the whole trace is drawn THEN it is in bins: 400 of 62.5 µs over [0, 25,000) µs, each lane's kinds'
+    # busy time in each (the compute kernels run in the first 384, to 23,990 µs), which sum to the stream's busy
+    # time: 1,200 kernels of 10 µs
+    fig, level = gpu.render_timeline("a", 0, None)
+    assert fig.layout.meta["level"] == "bins" and level.startswith("level of detail: bins — 400 bins of 62.50 µs")
+    bases, widths = lane_bars(fig, "compute", "Rank 0 · stream 7")
+    assert len(widths) == 384 and sum(widths) == pytest.approx(12.0)
+    assert max(widths) <= 0.0625 and bases[0] == 0.0
+    # WHEN zoomed to [0, 0.99) ms THEN each kernel is drawn where it ran: 50 compute kernels a rank and rank 0's
+    # all-reduce, with its name, duration and stream on hover
+    fig, level = gpu.zoom_timeline({"xaxis.range[0]": 0.0, "xaxis.range[1]": 0.99}, "a", 0, None)
+    assert fig.layout.meta["level"] == "events" and level.startswith("level of detail: kernels — 101 kernels")
+    bases, widths = lane_bars(fig, "compute", "Rank 1 · stream 7")
+    assert bases == pytest.approx([0.02 * i for i in range(50)]) and widths == pytest.approx([0.01] * 50)
+    comm = next(t for t in fig.data if t.name == "communication")
+    assert list(comm.y) == ["Rank 0 · stream 20"] and list(comm.x) == [1.0]
+    assert comm.customdata[0][0] == NCCL and comm.customdata[0][2] == 20
+    # AND a rank chosen alone keeps its lanes only; double-click is the whole trace again, in bins
+    fig, _ = gpu.zoom_timeline({"xaxis.range[0]": 0.0, "xaxis.range[1]": 0.99}, "a", 0, [1])
+    assert set(fig.layout.yaxis.categoryarray) == {"Rank 1 · stream 7", "Rank 1 · stream 20"}
+    fig, _ = gpu.zoom_timeline({"xaxis.autorange": True}, "a", 0, None)
+    assert fig.layout.meta["level"] == "bins"
+
+
+def test_a_lone_gpu_rank_is_not_said_to_wait_for_others(tmp_path):
+    from dashboards.app import create_app
+
+    # GIVEN a one-rank GPU trace's import (tests/importer/test_gpu_timeline.py's)
+    create_app([str(import_gpu_trace(tmp_path))])
+    # THEN its idle card, Stages' and Exchange's say what idle is on a GPU, and the System page has no model call
+    cards = text(page("summary").render("a")[0])
+    assert "Idle 55.0 % of the rank time: no kernel runs on the GPU" in cards and "other ranks" not in cards
+    assert "no kernel runs on the GPU" in text(page("stages").render("a")[0])
+    assert "no kernel runs on the GPU" in text(page("exchange").render("a")[0])
+    assert "model call" not in text(page("system").render_figures("a")[1])
+    # AND the Summary's tile insights are hidden
+    assert page("summary").render_words("a")[2] == {"display": "none"}
+
+
+@pytest.mark.browser
+def test_a_gpu_imports_pages_draw_in_a_gpu_jobs_words(dash_duo, pair_app, gpu_pair):
+    import popvision_py as pv
+
+    with pv.open(gpu_pair) as report:
+        overlap = report.gpu.overlap()
+    # GIVEN the dashboard on a two-rank GPU trace's import
+    dash_duo.start_server(pair_app)
+    for path, graphs in PAGES.items():
+        # WHEN each page is opened THEN it draws with no console error, and says no IPU run's words
+        dash_duo.wait_for_page(url=f"{dash_duo.server_url}{path}")
+        wait_for_figures(dash_duo, graphs)
+        dash_duo.wait_for_element(".page-description", timeout=10)
+        if path in ("/", "/gpu", "/system"):
+            dash_duo.wait_for_element(".cards .card", timeout=10)
+        if path == "/gpu":
+            dash_duo.wait_for_contains_text(f"#{ids.GPU_LEVEL}", "level of detail: bins", timeout=10)
+            # AND the communication hidden behind computation is the report's, to its one decimal
+            labels = [t.text for t in dash_duo.find_elements(f"#{ids.GPU_OVERLAP} .bartext")]
+            assert labels == [f"{p:.1f} %" for p in overlap["comm_comp_overlap_pct"]] == ["50.0 %", "0.0 %"]
+            # AND a zoom to [0, 0.49] ms (as a drag sets the axis) draws each kernel there: 25 compute kernels a
+            # rank and rank 0's all-reduce
+            graph = f"document.querySelector('#{ids.GPU_TIMELINE} .js-plotly-plot')"
+            dash_duo.driver.execute_script(f"Plotly.relayout({graph}, {{'xaxis.range[0]': 0, 'xaxis.range[1]': 0.49}})")
+            dash_duo.wait_for_contains_text(f"#{ids.GPU_LEVEL}", "level of detail: kernels — 51 kernels", timeout=10)
+            # AND at 1,280 and 1,920 px no card, table or panel cuts its text, no mode bar covers a legend or title
+            for width in (1280, 1920):
+                show_at(dash_duo, width)
+                found = [dash_duo.driver.execute_script(check, *args) for check, args in (
+                    (CUT_TEXT, [TEXT]), (OVERLAPS, []), (WRAPPED_CARDS, []))]
+                assert found == [[], [], []], width
+        # (the rendered text: what a reader sees, none of a hidden panel's)
+        shown = dash_duo.driver.execute_script("return document.getElementById('_pages_content').innerText")
+        assert errors(dash_duo) == [], path
+        assert [w for w in IPU_WORDS if w in shown] == [], path
+        if path == "/":
+            assert "no kernel runs on the GPU" in shown
+    # AND the navigation lists the GPU page after the execution trace
+    links = [link.text.split("\n")[-1] for link in dash_duo.find_elements(".nav-link")]
+    assert links == ["Summary", "Memory", "Liveness", "Execution trace", "GPU", "Operations", "Stages", "Exchange",
+                     "Program tree", "System"]
