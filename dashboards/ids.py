@@ -123,6 +123,8 @@ EXCHANGE_COMMUNICATION = "exchange-communication"
 EXCHANGE_COMMUNICATION_TABLE = "exchange-communication-table-slot"
 EXCHANGE_COSTLIEST_TITLE = "exchange-costliest-title"
 EXCHANGE_COSTLIEST_NOTE = "exchange-costliest-note"
+EXCHANGE_COLLECTIVES_SECTION = "exchange-collectives-section"  # a GPU trace's collectives per process group
+EXCHANGE_COLLECTIVES = "exchange-collectives"
 
 # Compare
 COMPARE_HEADER = "compare-header"

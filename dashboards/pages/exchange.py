@@ -39,6 +39,11 @@ def layout(**_query: str) -> html.Div:
                 ],
                 className="grid-2",
             ),
+            c.section("Collectives per process group", html.Div(id=ids.EXCHANGE_COLLECTIVES),
+                      section_id=ids.EXCHANGE_COLLECTIVES_SECTION, hidden=True,
+                      note="Each rank's communication kernels by collective and process group (its peers: the "
+                           "group's other ranks). algbw: bytes over GPU time; busbw: what each rank's link carries "
+                           "(nccl-tests' definitions: all-reduce x 2(n-1)/n, all-gather x (n-1)/n)."),
             c.section("Costliest exchange steps", html.Div(id=ids.EXCHANGE_COSTLIEST),
                       note=COSTLIEST_NOTE[False], title_id=ids.EXCHANGE_COSTLIEST_TITLE,
                       note_id=ids.EXCHANGE_COSTLIEST_NOTE),
@@ -57,6 +62,11 @@ MATRIX_OPTIONS = {imported_: [{"label": " bytes", "value": "bytes"},
 COSTLIEST_NOTE = {False: "Total cycles over the run: cycles of one execution × executions.",
                   True: "Each transfer's whole time, exposed or hidden behind compute."}
 KIND_NAMES = {"inter_ipu": "point-to-point", "all_reduce": "collective"}  # an imported trace's kinds
+NO_POINT_TO_POINT = ("No transfer between two ranks: a collective moves data among its process group's ranks, "
+                     "listed below by group.")
+COLLECTIVE_COLUMNS = {"rank": "rank", "collective": "collective", "group": "process group", "calls": "calls",
+                      "bytes": "bytes", "time_s": "GPU time", "algbw_gb_s": "algbw GB/s",
+                      "busbw_gb_s": "busbw GB/s"}
 
 
 @dash.callback(
@@ -171,9 +181,14 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
         lambda k: KIND_NAMES.get(k, k)))
     bandwidth = bandwidth[bandwidth["bytes"] > 0].assign(kind=lambda f: f["kind"].astype(str).map(
         lambda k: KIND_NAMES.get(k, k)))
+    gpu = not report.gpu.missing()
+    collective = costliest["kind"].astype(str) == "all_reduce"
     costliest = costliest.assign(ipu=costliest["ipu"].map(naming.label), src_ipu=costliest["src_ipu"].map(naming.label),
-                                 dst_ipu=costliest["dst_ipu"].map(naming.label),
+                                 dst_ipu=costliest["dst_ipu"].map(naming.label).where(~collective | (not gpu),
+                                                                                     "its group"),
                                  kind=costliest["kind"].astype(str).map(lambda k: KIND_NAMES.get(k, k)),
+                                 # a kernel's name without its arguments (the table's rows stay one line)
+                                 name=costliest["name"].astype(str).map(lambda n: n.partition("(")[0] or n),
                                  time_s=costliest["cycles"] / clock)
     return (
         c.cards(imported_exchange_cards(report.exchange.figures(), report.exchange.communication(), clock,
@@ -187,6 +202,29 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
     )
 
 
+def bandwidth(value: Any) -> str:
+    """A bandwidth in GB/s to three significant figures (a slow link's 0.008 is not 0.01), "-" if unknown."""
+    return "-" if value is None or value != value else f"{value:,.3g}"
+
+
+@dash.callback(
+    Output(ids.EXCHANGE_COLLECTIVES_SECTION, "style"),
+    Output(ids.EXCHANGE_COLLECTIVES, "children"),
+    Input(ids.PROFILE, "value"),
+)
+def render_collectives(profile: str | None):
+    """A GPU trace's collectives per rank and process group (``report.gpu.collectives()``): calls, bytes, GPU
+    time and nccl-tests' bandwidths; the section hidden for any other profile."""
+    report = data.report(profile)
+    if not data.naming(report).imported or report.gpu.missing():
+        return c.shown(False), None
+    frame = report.gpu.collectives()
+    frame = frame.assign(rank=frame["rank"].map(lambda r: f"Rank {r}"), time_s=frame["time_ns"] / 1e9)
+    return c.shown(True), c.table(frame, COLLECTIVE_COLUMNS, formats={
+        "rank": str, "group": str, "calls": c.fmt_int, "algbw_gb_s": bandwidth, "busbw_gb_s": bandwidth},
+        table_id="exchange-collectives-table")
+
+
 @dash.callback(
     Output(ids.EXCHANGE_MATRIX, "figure"),
     Input(ids.PROFILE, "value"),
@@ -195,4 +233,12 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
 def render_matrix(profile: str | None, value: str | None):
     value = value if value in ("bytes", "cycles") else "bytes"
     report = data.report(profile)
-    return figures.exchange_matrix(report.exchange.matrix(), value, data.naming(report))
+    naming = data.naming(report)
+    matrix = report.exchange.matrix()
+    if naming.imported and not report.gpu.missing():
+        # a GPU trace's collective has no one peer (its group's ranks need not be among the traces): only
+        # transfers between two ranks are drawn; the collectives are listed by group (``render_collectives``)
+        matrix = matrix[matrix["src_ipu"] != matrix["dst_ipu"]]
+        if matrix.empty:
+            return empty(NO_POINT_TO_POINT)
+    return figures.exchange_matrix(matrix, value, naming)

@@ -102,6 +102,8 @@ def by_rank_table(report: Any) -> Any:
                    table_id="gpu-by-rank-table")
 
 
+PHASES_PER_RANK = 20  # the phases listed per rank, the most GPU time first
+
 # The kernel table's columns: (column of gpu.kernels_by_name, header); times shown in µs, numbers so they sort
 KERNEL_COLUMNS = [("rank", "rank"), ("kind", "kind"), ("name", "kernel"), ("kernels", "kernels"),
                   ("sum_us", "total (µs)"), ("mean_us", "mean (µs)"), ("max_us", "longest (µs)"),
@@ -109,28 +111,84 @@ KERNEL_COLUMNS = [("rank", "rank"), ("kind", "kind"), ("name", "kernel"), ("kern
 
 
 def kernel_table(report: Any) -> Any:
-    """Each rank's costliest kernels by name within the profiled steps (``gpu.kernels_by_name``), sortable. A name
-    wraps in its column; past ``NAME_CHARS`` (a C++ template's runs to thousands) it ends in "…", whole on hover."""
+    """Each rank's costliest kernels by name within the profiled steps (``gpu.kernels_by_name``), sortable."""
     frame = report.gpu.kernels_by_name(KERNELS_PER_RANK)
+    frame = frame.assign(**{f"{k}_us": frame[f"{k}_ns"] / 1e3 for k in ("sum", "mean", "max")})
+    return names_table(frame, KERNEL_COLUMNS, ids.GPU_KERNELS, text=("kind", "name"))
+
+
+def names_table(frame: Any, columns: list[tuple[str, str]], table_id: str, text: tuple[str, ...]) -> Any:
+    """A sortable, filterable table of kernels by name: a name wraps in its column; past ``NAME_CHARS`` (a C++
+    template's runs to thousands) it ends in "…", whole on hover. ``text``: the columns that are words."""
     names = frame["name"].astype(str)
-    shown = frame.assign(name=names.where(names.str.len() <= NAME_CHARS, names.str.slice(0, NAME_CHARS - 1) + "…"),
-                         **{f"{k}_us": frame[f"{k}_ns"] / 1e3 for k in ("sum", "mean", "max")})
+    shown = frame.assign(name=names.where(names.str.len() <= NAME_CHARS, names.str.slice(0, NAME_CHARS - 1) + "…"))
     whole, tenths = Format().group(True), Format(precision=1, scheme=Scheme.fixed).group(True)
-    columns = [{"name": header, "id": column, **({"type": "text"} if column in ("kind", "name") else
-                                                 {"type": "numeric", "format": whole if column in ("rank", "kernels")
-                                                  else tenths})} for column, header in KERNEL_COLUMNS]
+    spec = [{"name": header, "id": column, **({"type": "text"} if column in text else
+                                              {"type": "numeric", "format": whole if column in ("rank", "kernels")
+                                               else tenths})} for column, header in columns]
     return dash_table.DataTable(
-        id=ids.GPU_KERNELS, columns=columns, data=shown[[k for k, _ in KERNEL_COLUMNS]].to_dict("records"),
+        id=table_id, columns=spec, data=shown[[k for k, _ in columns]].to_dict("records"),
         sort_action="native", filter_action="native", page_action="native", page_size=25,
         style_table={"overflowX": "auto"}, style_header={"fontWeight": "600", "whiteSpace": "normal"},
         style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 8px"},
         tooltip_data=[{"name": n} for n in names.tolist()], tooltip_duration=None,  # the whole name
-        style_cell_conditional=[{"if": {"column_id": "kind"}, "textAlign": "left"},
+        style_cell_conditional=[*({"if": {"column_id": k}, "textAlign": "left", "whiteSpace": "normal",
+                                   "maxWidth": "360px"} for k in text if k != "name"),
                                 {"if": {"column_id": "name"}, "textAlign": "left", "whiteSpace": "normal",
-                                 "wordBreak": "break-word", "minWidth": "340px", "maxWidth": "460px"}])
+                                 "wordBreak": "break-word", "minWidth": "300px", "maxWidth": "420px"}])
+
+
+def bounds_table(report: Any) -> Any:
+    """What bound each rank's steps (``gpu.bounds``): the verdict, and the GPU's busy time and its waits."""
+    frame = report.gpu.bounds()
+    return c.table(frame, columns={"rank": "rank", "step": "step", "verdict": "bound by", "step_ns": "step",
+                                   "gpu_busy_pct": "GPU busy", "launch_wait_pct": "waits for launches",
+                                   "input_wait_pct": "waits for input", "other_idle_pct": "other idle",
+                                   "kernels": "kernels", "kernel_median_ns": "median kernel",
+                                   "launch_median_ns": "median launch"},
+                   formats={"rank": c.fmt_int, "step": lambda v: "whole trace" if v < 0 else f"{v:,}",
+                            "verdict": str, **{k: _seconds for k in ("step_ns", "kernel_median_ns",
+                                                                      "launch_median_ns")}},
+                   table_id="gpu-bounds-table")
+
+
+WORTH_COLUMNS = [("rank", "rank"), ("name", "kernel"), ("op", "launched in"), ("module", "module"),
+                 ("kernels", "kernels"), ("total_us", "total (µs)"), ("median_us", "median (µs)"),
+                 ("launch_median_us", "median launch (µs)"), ("why", "why")]
+
+
+def worth_table(report: Any) -> Any:
+    """The kernels worth a look (``gpu.worth_a_look``): why, and the operator and module that launched them."""
+    frame = report.gpu.worth_a_look()
+    frame = frame.assign(**{f"{k}_us": frame[f"{k}_ns"] / 1e3 for k in ("total", "median", "launch_median")})
+    return names_table(frame, WORTH_COLUMNS, "gpu-worth-table", text=("name", "op", "module", "why"))
+
+
+def phases_table(report: Any) -> Any:
+    """The phases the trace's own annotations name (``gpu.phases``): GPU time and what ran beside it."""
+    frame = report.gpu.phases(PHASES_PER_RANK)
+    if frame.empty:
+        return html.Div("The trace's annotations name no phase (record_function spans beside the steps and "
+                        "passes).", className="empty")
+    return c.table(frame, columns={"rank": "rank", "phase": "phase", "spans": "spans", "kernels": "kernels",
+                                   "gpu_ns": "GPU time", "overlap_ns": "beside another phase",
+                                   "overlap_pct": "of its GPU time", "overlapped_with": "mostly beside"},
+                   formats={"rank": c.fmt_int, "phase": str, "overlapped_with": str,
+                            **{k: _seconds for k in ("gpu_ns", "overlap_ns")}},
+                   table_id="gpu-phases-table")
 
 
 TABLES = [
+    TableSection("What bound each step", "Per rank and profiler step: GPU-bound (kernels run most of the step), "
+                 "launch-bound (the GPU idles until the CPU launches its next kernel), input-bound (it idles while "
+                 "the DataLoader fetches), or other idle; a wait is the verdict when it takes 20 % of the step or "
+                 "more (docs/reports.md, \"GPU\").", ids.GPU_BY_RANK + "-bounds", bounds_table),
+    TableSection("Kernels worth a look", "The longest kernels by total time, and the short ones launched many "
+                 "times (median under 10 µs, or shorter than their launch): each with the operator and module "
+                 "most of its launches ran in.", ids.GPU_BY_RANK + "-worth", worth_table),
+    TableSection("Phases from the trace's annotations", "Each phase the trace's own record_function spans name: its "
+                 "kernels' GPU time and how much of it ran beside another phase's kernels (two micro-batches "
+                 "or chunks at once on two streams).", ids.GPU_BY_RANK + "-phases", phases_table),
     TableSection("GPU time per rank within the profiled steps", "popvision's own figures: the rank's busy and idle "
                  "time within its profiled steps, by the kinds the import gives each kernel.", ids.GPU_BY_RANK,
                  by_rank_table),

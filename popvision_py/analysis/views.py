@@ -22,8 +22,11 @@ import pandas as pd
 from popvision_py.analysis.ipu import exchange as _exchange
 from popvision_py.analysis.findings import fixes as _fixes
 from popvision_py.analysis.host import input_wait as _host
+from popvision_py.analysis.imported import bound as _bound
 from popvision_py.analysis.imported import collectives as _collectives
 from popvision_py.analysis.imported import gpu as _gpu
+from popvision_py.analysis.imported.gpu import (NO_KERNELS_EMULATED, NO_KERNELS_GPU, NO_KERNELS_IMPORTED,
+                                                NO_KERNELS_TABLE)
 from popvision_py.analysis.imported import ranks as _imported
 from popvision_py.analysis.imported import streams as _streams
 from popvision_py.analysis.ipu import liveness as _liveness
@@ -424,21 +427,12 @@ class SystemReport(_View):
         return _system.window(self.index(), start_ns, end_ns, max_events, max_bins)
 
 
-# Why a profile has no GPU kernels to show, in one sentence (``GpuReport.missing``)
-NO_KERNELS_TABLE = ("This profile was written before schema 5, which added the GPU kernels table: import the "
-                    "traces again (popvision import) to see the GPU's time.")
-NO_KERNELS_EMULATED = "An emulated IPU run has no GPU kernels: this section is for profiles imported from GPU traces."
-NO_KERNELS_IMPORTED = ("The traces hold no GPU kernels (a run on the CPU): this section is for traces recorded on "
-                       "GPUs.")
-NO_KERNELS_GPU = ("The traces ran on GPUs but the profile holds no GPU kernels: the profiler recorded none (no "
-                  "ProfilerActivity.CUDA), or an import that did not keep them wrote it: import the traces again.")
-
-
 class GpuReport(_View):
     """The GPU's own time line of a profile imported from GPU traces (the ``kernels`` table, schema 5):
     popvision's figures within the profiled steps (``by_rank``, ``by_stream``, ``kernels_by_name``) and
     Holistic Trace Analysis 0.5's, over the kernels HTA keeps (``temporal``, ``kernel_types``,
-    ``overlap``, ``top_kernels``, ``launch_summary``, ``idle_breakdown``): ``imported.gpu``.
+    ``overlap``, ``top_kernels``, ``launch_summary``, ``idle_breakdown``): ``imported.gpu``; and beyond
+    HTA's (``imported.bound``): what bound each step, the kernels worth a look, the annotations' phases.
     ``missing()`` is the one sentence shown instead where the profile has no kernel."""
 
     def missing(self) -> str:
@@ -479,23 +473,9 @@ class GpuReport(_View):
         """Each rank's last ``ProfilerStep`` start (``gpu.last_step_starts``), from the ranks' CPU timelines the
         import writes beside the profile (``system/rank-R.pvti.parquet``); None without them, or with fewer
         than two steps: HTA's figures then take every kernel."""
-        def compute() -> np.ndarray | None:
-            system = self._r.system
-            if not system.files():
-                return None
-            events = system.events()
-            family = np.array([events.families[f] == "ProfilerStep" for f in events.family_of.tolist()] or [False])
-            step = family[events.name] if len(events) else np.zeros(0, bool)
-            process = events.process
-            ipu_of = {int(rank): ipu for ipu, rank in enumerate(self.kernels().ranks.tolist())}
-            steps = {}
-            for code, name in enumerate(events.processes):
-                rank = name.removeprefix("rank-")
-                if rank.isdigit() and int(rank) in ipu_of:
-                    steps[ipu_of[int(rank)]] = events.start[step & (process == code)]
-            return _gpu.last_step_starts(steps, self.kernels().num_ranks)
-
-        return self._memo("last_step_starts", compute)
+        system, k = self._r.system, self.kernels()
+        return self._memo("last_step_starts", lambda: _gpu.last_step_starts(
+            _gpu.step_starts(system.events(), k.ranks), k.num_ranks) if system.files() else None)
 
     def streams(self) -> _streams.StreamIndex:
         """Each rank's streams as lanes, indexed for zoom windows (``streams.StreamIndex``)."""
@@ -581,3 +561,36 @@ class GpuReport(_View):
 
     def _idle_breakdown(self, kernel_wait_ns: int = _gpu.KERNEL_WAIT_NS) -> Table:
         return self._memo(("idle", kernel_wait_ns), lambda: _gpu.idle_breakdown(self.hta_kernels(), kernel_wait_ns))
+
+    def spans(self) -> _bound.TraceSpans:
+        """The steps, DataLoader fetches and annotations of the ranks' CPU timelines (``system/``), if any."""
+        r, origin = self._r, (self._r.run.get("import") or {}).get("origin_ns")
+        return self._memo("spans", lambda: _bound.TraceSpans.from_timeline(
+            r.system.events() if r.system.files() else None, self.kernels().ranks, origin))
+
+    def bounds(self) -> pd.DataFrame:
+        return self._bounds().frame()
+
+    def _bounds(self) -> Table:
+        return self._memo("bounds", lambda: _bound.step_bounds(self.kernels(), self.spans(), self.window()))
+
+    def worth_a_look(self) -> pd.DataFrame:
+        return self._worth_a_look().frame()
+
+    def _worth_a_look(self) -> Table:
+        return self._memo("worth_a_look", lambda: _bound.worth_a_look(self.kernels(), self.window()))
+
+    def phases(self, n: int | None = None) -> pd.DataFrame:
+        return self._phases(n).frame()
+
+    def _phases(self, n: int | None = None) -> Table:
+        return self._memo(("phases", n), lambda: _bound.phases(self.kernels(), self.spans(), self._phase_times(), n))
+
+    def phase_overlaps(self) -> pd.DataFrame:
+        return self._phase_overlaps().frame()
+
+    def _phase_overlaps(self) -> Table:
+        return self._memo("overlaps", lambda: _bound.phase_overlaps(self.kernels(), self.spans(), self._phase_times()))
+
+    def _phase_times(self) -> _bound.PhaseTimes:
+        return self._memo("phase_times", lambda: _bound.phase_times(self.kernels(), self.spans()))

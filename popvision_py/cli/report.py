@@ -35,9 +35,10 @@ def finish(written: list) -> None:
 
 @click.command("report")
 @click.argument("profile", type=click.Path())  # a profile.pop, or a run's folder (popvision_py.format.runs)
-@output_options(default=None, section_help="Which report (gpu: a GPU trace's kernels, idle, compute and overlaps, "
-                "beside Holistic Trace Analysis 0.5's figures) [default: overview in text and md, the four questions "
-                "and the findings on one screen, naming the sections to ask for next; all in json, csv and html].")
+@output_options(default=None, section_help="Which report (gpu: a GPU trace's kernels, what bound each step, idle, "
+                "compute and overlaps, beside Holistic Trace Analysis 0.5's figures) [default: overview in text and "
+                "md, the four questions and the findings on one screen, naming the sections to ask for next; all in "
+                "json, csv and html].")
 @click.option("--verify", is_flag=True, help="Run each fix the insights suggest in the emulator and show its "
               "measured effect beside the predicted one.")
 @click.option("--verify-dir", type=click.Path(file_okay=False), default=None,

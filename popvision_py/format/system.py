@@ -55,6 +55,8 @@ MAX_NS = 2**62  # about the year 2116: a time beyond is not a clock's
 # The channels and event names popvision's PopTorch records (docs/poptorch.md, "System timeline"), which
 # the reports look for by name.
 POPTORCH, DATALOADER, POPDIST, PYTORCH = "poptorch", "dataloader", "popdist", "pytorch"
+ANNOTATION = "annotation"  # an imported trace's annotations of no step, pass or communication: phases it names
+GPU_STREAM = "GPU stream "  # + the stream: an imported rank's annotations of its GPU's track (gpu_user_annotation)
 COMPILE = "compile"
 WEIGHTS_TO_DEVICE = "weights to device"
 MODEL_CALL = "model call"

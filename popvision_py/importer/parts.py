@@ -19,7 +19,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from popvision_py.importer.checks import MAX_WORLD, TraceError, header_fields, is_int, not_json, wrong
-from popvision_py.importer.kernels import GPU_ROW, KERNEL_COLUMNS, LAUNCH_ROW, OP_ROW, comm_bytes, gpu_timeline, renamed
+from popvision_py.importer.kernels import (GPU_ROW, KERNEL_COLUMNS, LAUNCH_ROW, OP_ROW, comm_bytes, gpu_timeline,
+                                           renamed, stream_of)
 from popvision_py.importer.memory_changes import changed_levels, check_memory_kinds
 
 MAX_US = 2.0**61 / 1000  # times in microseconds beyond this (73 years) do not fit int64 nanoseconds with the base
@@ -32,8 +33,12 @@ MAX_PLAIN = 16 << 20  # ... past this many bytes inflated (a small trace may inf
 
 # What a span is, by its name (see ``span_kind``).
 KINDS = ("step", "forward", "backward", "backward_input", "backward_weight", "update", "pp_comm", "pp_other",
-         "comm_call", "comm_flight")
+         "comm_call", "comm_flight", "input", "annotation", "gpu_annotation")
 KIND = {name: i for i, name in enumerate(KINDS)}
+# The spans kept for the GPU's figures alone (analysis.imported.bound), never a pass or a row: the training loop's
+# DataLoader fetches (``input``), and every other annotation the trace names, on the CPU or the GPU's track
+ANNOTATION_KINDS = (KIND["input"], KIND["annotation"], KIND["gpu_annotation"])
+DATALOADER = re.compile(r"enumerate\(DataLoader\)#.*__next__$")  # torch.utils.data's own record_function
 PASS_OF_ACTION = {"F": "forward", "B": "backward", "I": "backward_input", "W": "backward_weight"}
 PP_ACTION = re.compile(r"PP:(\d+)(UNSHARD|RESHARD|SEND_F|RECV_F|SEND_B|RECV_B|REDUCE_GRAD|F|I|W|B)(\d*)$")
 GPIPE = re.compile(r"(Forward|Backward) (\d+)$")
@@ -55,7 +60,7 @@ class RankTrace:
     rank: int
     world_size: int | None
     main_thread: Any = None
-    # spans: start, end, kind (KIND), stage, micro-batch, peer rank, bytes, name id
+    # spans: start, end, kind (KIND), stage, micro-batch, peer rank (a GPU annotation's: its stream), bytes, name id
     start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
@@ -258,6 +263,11 @@ def classify(spans: Spans, name: str, cat: Any, start: int, end: int, event: dic
         elif COMM_FLIGHT.match(name):
             args = args_of(event)
             spans.add(start, end, "comm_flight", -1, -1, -1, comm_bytes(args), name)
+        elif spans.gpu_track:  # its stream in the peer's column: Kineto draws one span per stream
+            stream = stream_of(args_of(event), event.get("tid"))
+            spans.add(start, end, "gpu_annotation", -1, -1, stream if stream < MAX_ID else -1, 0, name)
+        else:
+            spans.add(start, end, "input" if DATALOADER.match(name) else "annotation", -1, -1, -1, 0, name)
     elif cat == "cpu_op":
         if COMM_CALL.match(name):
             args = args_of(event)
@@ -272,7 +282,9 @@ def classify(spans: Spans, name: str, cat: Any, start: int, end: int, event: dic
 
 
 def is_annotation_span(name: str) -> bool:
-    """Whether ``classify`` keeps an annotation (``user_annotation``) of this name."""
+    """Whether ``classify`` reads an annotation (``user_annotation``) of this name as a step, a pass, the update or
+    communication: an older trace's ``Operator`` of such a name is taken as an annotation (``current_category``);
+    others stay operators (``classify`` keeps any other ``user_annotation`` as an ``annotation`` span)."""
     return bool(STEP.match(name) or GPIPE.match(name) or PP_ACTION.match(name) or name.startswith("Optimizer.step#")
                 or DATA_PARALLEL_FORWARD.match(name) or COMM_FLIGHT.match(name))
 
@@ -414,11 +426,14 @@ def gpu_work_dropped(kind: np.ndarray, on_gpu: np.ndarray, name: np.ndarray, nam
     """The spans of a GPU trace that are not kept: where the trace has GPU-side annotations (``gpu_passes``), its
     passes' time is theirs (when their kernels ran), not the CPU's (when they were launched); a collective's
     time and bytes are its kernels', not its annotations' (``nccl:all_reduce`` on the CPU or the GPU: no bytes).
-    Profiler steps and communication calls stay on the CPU's clock."""
+    Profiler steps (Kineto copies ``ProfilerStep#N`` onto the GPU's track: the copy is dropped) and communication
+    calls stay on the CPU's clock."""
     work = np.isin(kind, [KIND[k] for k in ("forward", "backward", "backward_input", "backward_weight", "update",
                                             "pp_comm", "pp_other")])
     annotated = np.array([bool(COMM_ANNOTATION.match(n)) for n in names] + [False], bool)[name]
-    return (work & ~on_gpu if gpu_passes else np.zeros(len(kind), bool)) | (kind == KIND["comm_flight"]) & annotated
+    gpu_step = (kind == KIND["step"]) & on_gpu  # Kineto's copy of a ProfilerStep on the GPU's track: not a step
+    return (work & ~on_gpu if gpu_passes else np.zeros(len(kind), bool)) | (kind == KIND["comm_flight"]) & annotated \
+        | gpu_step
 
 
 def assemble(path: str, header: dict[str, Any], part: RankPart) -> RankTrace:

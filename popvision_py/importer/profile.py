@@ -31,7 +31,7 @@ import numpy as np
 from popvision_py.format import ProfileWriter
 from popvision_py.format.schema import KERNEL_KINDS, SCHEMA_VERSION
 from popvision_py.importer import plain_steps
-from popvision_py.importer.parts import release_memory
+from popvision_py.importer.parts import ANNOTATION_KINDS, release_memory
 from popvision_py.importer.kernels import KERNEL_COLUMN
 from popvision_py.importer.read import KIND, RankTrace, TraceError
 from popvision_py.importer.spill import release
@@ -101,7 +101,8 @@ def _launches(t: RankTrace) -> np.ndarray:
 
 def layout(traces: list[RankTrace]) -> RecognisedRun:
     """The schedule, the stage of each rank, micro-batches and iterations, from the annotations."""
-    names = {n for t in traces for n in t.names}
+    # the names of the spans that may be passes (an annotation of another name, "Forward pass" say, names none)
+    names = {t.names[c] for t in each(traces) for c in np.unique(t.name[~np.isin(t.kind, ANNOTATION_KINDS)]).tolist()}
     pp = any(n.startswith("PP:") for n in names)
     gpipe = any(n.startswith("Forward ") for n in names)
     chunks = any(n.endswith("_one_chunk") for n in names)
@@ -233,7 +234,9 @@ def plan_profile(traces: list[RankTrace], device_memory: int | None = None,
         "import": {"files": [t.path for t in traces], "ranks": [t.rank for t in traces], "world_size": world,
                    "torch_version": torch_version, "schedule": found.schedule, "clock": "1 cycle = 1 ns",
                    "events": int(sum(t.events for t in traces)), "not_inferred": not_inferred,
-                   "memory_recorded": memory_recorded, "hidden_comm_ns": []},
+                   "memory_recorded": memory_recorded, "hidden_comm_ns": [],
+                   # the traces' clock at the profile's cycle 0: the ranks' CPU timelines (system/) are on that clock
+                   "origin_ns": lo},
     }
     run["import"].update(profiler_fields(traces))
     folder = next((t.spill.folder for t in traces if t.spill is not None), None)

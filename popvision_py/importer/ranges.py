@@ -381,8 +381,7 @@ def reduce_events(events: list[Event], base_ns: int) -> RankPart:
     if kernel.any():
         part.kernels = merge_intervals(np.stack([start[kernel], end[kernel]], axis=1))
     autograd = cpu_op & by_name(lambda n: n.startswith(AUTOGRAD))
-    spans = flight | (~gpu_cat & ~autograd & ((is_cat("user_annotation", "gpu_user_annotation")
-                                               & by_name(is_annotation_span))
+    spans = flight | (~gpu_cat & ~autograd & (is_cat("user_annotation", "gpu_user_annotation")  # each kept (classify)
                                               | (cpu_op & by_name(COMM_CALL.match))
                                               | (is_cat("python_function") & by_name(CHUNK_FRAME.search))))
     _gpu_timeline(part, x, gpu_cat, is_cat(*RUNTIME_CATS), start, end, cats, cat_code, unique_names, name_code)

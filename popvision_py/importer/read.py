@@ -11,7 +11,10 @@ not with the operators themselves:
   ``Optimizer.step#...``), the pipeline stage's ``forward_one_chunk`` / ``backward_one_chunk`` Python
   frames (traces recorded ``with_stack``), communication calls (``c10d::...`` operators, which block
   the calling thread) and communication in flight (``gloo:...`` / ``nccl:...`` spans, and GPU kernels
-  whose name starts with ``nccl``);
+  whose name starts with ``nccl``); and every other annotation, for the GPU's figures alone
+  (``analysis.imported.bound``): the training loop's DataLoader fetches
+  (``enumerate(DataLoader)#...__next__``: ``input``), the CPU's other ``user_annotation`` spans
+  (``annotation``) and the GPU track's ``gpu_user_annotation`` spans (``gpu_annotation``);
 - ``busy``: the union of the operators' time on the rank's main thread (or of its GPU kernels), merged
   interval by interval;
 - ``memory``: ``[memory]`` instants, reduced to the largest ``Total Allocated`` per 10 µs (PyTorch before

@@ -5,8 +5,11 @@ timeline format (``format.system``), channel ``pytorch``: ``ProfilerStep#N``, th
 (``Forward {i}``, ``PP:{stage}{action}{micro-batch}``, ``forward_one_chunk``...), the backward
 pass's autograd nodes merged (``autograd``), ``Optimizer.step#...`` and the communication calls
 (``c10d::...``). Transfers in flight on gloo's or NCCL's own threads (``comm_flight``) are not the
-training thread's, and the operators are not kept by the import at all. Times are the traces' own
-clock in ns, which is the wall clock (``baseTimeNanoseconds``), so the ranks align.
+training thread's, and the operators are not kept by the import at all. The training loop's DataLoader
+fetches (``enumerate(DataLoader)#...__next__``) are on channel ``dataloader``, the trace's other annotations
+on channel ``annotation``: the training thread's, and those of the GPU's track (``gpu_user_annotation``) on
+threads of their own, ``GPU stream <s>``. Times are the traces' own clock in ns, which is the wall clock
+(``baseTimeNanoseconds``), so the ranks align.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from popvision_py.importer.read import KIND, RankTrace
 from popvision_py.importer.spill import release
 
 KEPT = np.array([KIND[k] for k in KIND if k != "comm_flight"], np.int8)
+CHANNELS = np.array([S.DATALOADER if k == "input" else S.ANNOTATION if k.endswith("annotation") else S.PYTORCH
+                     for k in KIND], dtype=object)  # each span kind's channel
 
 
 SLICE_SPANS = 1 << 18  # spans made into rows at a time
@@ -32,13 +37,24 @@ def rank_columns(trace: RankTrace, spans: slice = slice(None)) -> dict[str, np.n
     n = len(keep)
     names = np.asarray(trace.names, dtype=object) if trace.names else np.zeros(0, object)
     thread = "training thread" if trace.main_thread is None else f"thread {trace.main_thread}"
+    kind = trace.kind[keep].astype(np.int64)
     return {
         "process": np.full(n, process_name(trace.rank), object), "pid": np.full(n, _pid(trace), np.int64),
-        "thread": np.full(n, thread, object), "channel": np.full(n, S.PYTORCH, object),
+        "thread": _threads(kind, trace.peer[keep], thread),
+        "channel": CHANNELS[kind],
         "name": names[trace.name[keep]] if n else np.zeros(0, object), "kind": np.full(n, "span", object),
         "start_ns": trace.start[keep].astype(np.int64), "end_ns": trace.end[keep].astype(np.int64),
         "value": np.full(n, np.nan),
     }
+
+
+def _threads(kind: np.ndarray, peer: np.ndarray, thread: str) -> np.ndarray:
+    """Each span's thread: the training thread's, or a GPU annotation's stream (its ``peer`` column)."""
+    out = np.full(len(kind), thread, dtype=object)
+    gpu = np.flatnonzero(kind == KIND["gpu_annotation"])
+    streams, which = np.unique(peer[gpu], return_inverse=True)
+    out[gpu] = np.array([f"{S.GPU_STREAM}{s}" for s in streams.tolist()], dtype=object)[which] if len(gpu) else []
+    return out
 
 
 def process_name(rank: int) -> str:

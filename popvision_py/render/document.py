@@ -16,6 +16,7 @@ import pandas as pd
 
 from popvision_py.version import __version__
 from popvision_py.analysis.imported import ranks as imported
+from popvision_py.analysis.imported.bound import BOUND_PCT
 from popvision_py.analysis.ipu import tiles as tile_answers
 from popvision_py.analysis.host.instances import differences
 from popvision_py.analysis.ipu.operations import IMPORTED_NO_BLOCKS
@@ -120,7 +121,8 @@ MORE = {"summary": "every summary figure and the tile insights", "memory": "memo
         "exchange": "time by phase, exchange by kind, bandwidth", "operations": "each op's cycles and FLOPs",
         "programs": "the program tree", "tiles": "tile balance", "system": "the host processes' timelines",
         "critical-path": "what set the step time, its culprit and what-ifs",
-        "gpu": "a GPU trace's kernels: idle, compute, overlaps, launches, beside HTA's", "all": "everything"}
+        "gpu": "a GPU trace's kernels: what bound each step, idle, compute, overlaps, launches, beside HTA's",
+        "all": "everything"}
 
 
 def _overview(doc: Document, r: Any) -> None:
@@ -420,10 +422,19 @@ def _gpu(doc: Document, r: Any, figures: bool) -> None:
         return
     doc.add("gpu.by_rank", title, r.answer("gpu.by_rank"))
     doc.add("gpu.by_stream", "GPU time per stream within the profiled steps", r.answer("gpu.by_stream"))
-    doc.add("gpu.kernels_by_name", "The kernels worth a look: each rank's 10 costliest by name, within the "
-            "profiled steps", r.answer("gpu.kernels_by_name", 10))
+    bounds, worth = r.answer("gpu.bounds"), r.answer("gpu.worth_a_look")
+    doc.add("gpu.bounds", f"What bound each step: its largest wait where it takes {BOUND_PCT:.0f}% of the step, "
+            "else the GPU", bounds, items=_bound_items(bounds), empty="no step")
+    doc.add("gpu.worth_a_look", "The kernels worth a look: each rank's longest, and the short ones launched many "
+            "times", worth, items=_worth_items(worth), empty="no kernel in the profiled steps")
+    doc.add("gpu.kernels_by_name", "Each rank's 10 costliest kernels by name, within the profiled steps",
+            r.answer("gpu.kernels_by_name", 10))
     doc.add("gpu.collectives", "Collectives per rank and process group: bytes, GPU time, bandwidth (nccl-tests' "
             "algbw and busbw, GB/s)", r.answer("gpu.collectives"))
+    doc.add("gpu.phases", "Phases the trace's annotations name: each one's GPU time and the part another phase "
+            "ran beside it (each rank's 20 longest)", r.answer("gpu.phases", 20))
+    doc.add("gpu.phase_overlaps", "Phases run at once: the time a phase's kernels ran beside another's",
+            r.answer("gpu.phase_overlaps"))
     doc.add("gpu.launch_summary", "Kernel launches per rank: runtime call, kernel, launch delay (HTA 0.5's)",
             r.answer("gpu.launch_summary"))
     hta = " as Holistic Trace Analysis 0.5 computes it"
@@ -435,6 +446,42 @@ def _gpu(doc: Document, r: Any, figures: bool) -> None:
             "time, the rest as others)", r.answer("gpu.top_kernels"))
     doc.add("gpu.idle_breakdown", "Idle time per stream: host wait, kernel wait, other" + hta,
             r.answer("gpu.idle_breakdown"))
+
+
+MAX_ITEMS = 40  # steps or kernels listed in text and Markdown (JSON and CSV hold every one)
+
+
+def _more(items: list[tuple[str, list[str]]], rows: int) -> list[tuple[str, list[str]]]:
+    return items if rows <= MAX_ITEMS else items + [(f"... {rows - MAX_ITEMS:,} more (--format json or csv lists "
+                                                      "every one)", [])]
+
+
+def _bound_items(t: Table) -> list[tuple[str, list[str]]]:
+    """Each step's verdict and its evidence, in words (``bound.step_bounds``)."""
+    items = []
+    for row in zip(*(t[c][:MAX_ITEMS].tolist() for c in (
+            "rank", "step", "step_ns", "verdict", "gpu_busy_pct", "launch_wait_pct", "input_wait_pct", "other_idle_pct",
+            "kernels", "kernel_median_ns", "launch_median_ns"))):
+        rank, step, step_ns, verdict, busy, launch, fetch, other, kernels, median, launch_median = row
+        which = f"step {step}" if step >= 0 else "the whole trace (no profiler step)"
+        cost = f", launched in {launch_median / 1e3:,.1f} us (median)" if launch_median == launch_median else ""
+        items.append((f"rank {rank} {which} ({step_ns / 1e6:,.3f} ms): {verdict}", [
+            f"GPU busy {busy:.1f}%; idle {launch:.1f}% waiting for launches (the next kernel's launch came after the "
+            f"GPU went idle), {fetch:.1f}% while the DataLoader fetched, {other:.1f}% waiting on something else "
+            "(the next kernel was queued, or its launch is not in the trace)",
+            f"{kernels:,} kernels began in it"
+            + (f", median {median / 1e3:,.1f} us on the GPU{cost}" if kernels else "")]))
+    return _more(items, len(t))
+
+
+def _worth_items(t: Table) -> list[tuple[str, list[str]]]:
+    """Each kernel worth a look, why in a sentence (``bound.worth_a_look``)."""
+    columns = (t[c][:MAX_ITEMS].tolist() for c in ("rank", "name", "reason", "why", "op", "module"))
+    items = [(f"rank {rank}: {name if len(name) <= 110 else name[:109] + '…'} ({reason})",
+              [why] + ([f"launched from {op or 'no operator'}" + (f" in {module}" if module else "")] if op or module
+                       else []))
+             for rank, name, reason, why, op, module in zip(*columns)]
+    return _more(items, len(t))
 
 
 _SECTION_BUILDERS = {"summary": _summary, "memory": _memory, "liveness": _liveness, "stages": _stages,

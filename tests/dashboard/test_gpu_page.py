@@ -83,8 +83,8 @@ def test_the_breakdowns_per_rank_are_the_gpu_views(pair_app, gpu_pair):
     with pv.open(gpu_pair) as report:
         overlap, temporal, by_name = report.gpu.overlap(), report.gpu.temporal(), report.gpu.kernels_by_name(25)
     # WHEN the page renders
-    note, content, cards, options, value, _, temporal_fig, types_fig, overlap_fig, by_rank, kernels = \
-        page("gpu").render("a")
+    note, content, cards, options, value, _, temporal_fig, types_fig, overlap_fig, *_, by_rank, kernels = \
+        page("gpu").render("a")  # (the tables between: what bound each step, the kernels worth a look, phases)
     assert note is None and content == {} and [o["label"] for o in options] == ["Rank 0", "Rank 1"] and value == [0, 1]
     assert "2,402" in text(cards)  # 2 x 1,200 compute kernels and 2 all-reduces
     # THEN the communication hidden behind computation is the report's: rank 0's all-reduce [0, 1,000) runs
@@ -202,3 +202,53 @@ def test_a_gpu_imports_pages_draw_in_a_gpu_jobs_words(dash_duo, pair_app, gpu_pa
     links = [link.text.split("\n")[-1] for link in dash_duo.find_elements(".nav-link")]
     assert links == ["Summary", "Memory", "Liveness", "Execution trace", "GPU", "Operations", "Stages", "Exchange",
                      "Program tree", "System"]
+
+
+def test_the_exchange_page_lists_a_gpu_traces_collectives_by_process_group(tmp_path):
+    from dashboards.app import create_app
+
+    # GIVEN a one-rank GPU trace's import: one all-reduce of 1,000 BFloat16 elements over a group of 1, 250 µs
+    create_app([str(import_gpu_trace(tmp_path))])
+    exchange = page("exchange")
+    # WHEN the Exchange page is drawn THEN its collectives section shows: 2,000 bytes in 250 µs is 0.008 GB/s
+    style, table = exchange.render_collectives("a")
+    assert style == {} or style.get("display") != "none"
+    row = text(table)
+    assert all(word in row for word in ("Rank 0", "AllReduce", "1 rank", "1.95 KiB", "0.008"))
+    # AND the source-destination matrix draws no rank-to-itself cell, saying why
+    matrix = exchange.render_matrix("a", "bytes")
+    said = " ".join(a.text for a in matrix.layout.annotations).replace("<br>", " ")
+    assert not matrix.data and exchange.NO_POINT_TO_POINT in said
+    # AND the longest transfers name the kernel without its arguments, sent to its group
+    transfers = text(exchange.render("a")[4])
+    assert "ncclKernel_AllReduce_RING_LL_Sum_bf16 " in transfers + " " and "its group" in transfers
+
+
+def test_the_gpu_page_says_what_bound_each_step_the_kernels_worth_a_look_and_the_phases(tmp_path):
+    from dashboards.app import create_app
+    from tests.importer.test_gpu_bound import HEADER as BOUND_HEADER, events as bound_events
+
+    # GIVEN tests/importer/test_gpu_bound.py's trace: a launch-, an input- and a GPU-bound step, a tiny kernel
+    # launched 100 times in aten::add, two micro-batches on two streams overlapping 400 µs
+    (tmp_path / "rank0.json").write_text(kineto(BOUND_HEADER, bound_events()))
+    result = CliRunner().invoke(main, ["import", str(tmp_path / "rank0.json"), "-o", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 0, result.output
+    create_app([str(tmp_path / "out" / "profile.pop")])
+    gpu = page("gpu")
+    built = {t.title: t.build(data_report()) for t in gpu.TABLES}
+    tables = {title: text(table) for title, table in built.items()}
+    # THEN the steps' verdicts read in order, with the tiny kernel's operator and module, and mb0 beside mb1
+    bounds = tables["What bound each step"]
+    assert bounds.index("launch-bound") < bounds.index("input-bound") < bounds.index("gpu-bound")
+    worth = {row["name"]: row for row in built["Kernels worth a look"].data}  # a sortable table's rows
+    tiny = worth["void tiny_add_kernel<float>"]
+    assert (tiny["op"], tiny["module"], tiny["kernels"], tiny["median_us"]) == ("aten::add", "nn.Module: Bias_0",
+                                                                                 100, 2.0)
+    phases = tables["Phases from the trace's annotations"]
+    assert "mb0" in phases and "400.00 µs" in phases and "40.0 %" in phases
+
+
+def data_report():
+    from dashboards import data
+
+    return data.report("a")

@@ -271,6 +271,8 @@ def gpu_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # in a figure of 0 MiB), its one stage runs no pass the trace annotates (no Gantt bars), and its GPU page
 GPU_PAGES = {**PAGES, "/": [ids.SUMMARY_TIME], "/memory": [], "/liveness": [], "/stages": [ids.STAGES_IMBALANCE],
              "/compare": [ids.COMPARE_STAGES, ids.COMPARE_PHASES],
+             # a GPU trace's collective is no transfer between two ranks: the matrix says so, drawing nothing
+             "/exchange": [ids.EXCHANGE_PHASES, ids.EXCHANGE_COMMUNICATION, ids.EXCHANGE_KINDS],
              "/gpu": [ids.GPU_TIMELINE, ids.GPU_TEMPORAL, ids.GPU_KERNEL_TYPES, ids.GPU_OVERLAP]}
 
 

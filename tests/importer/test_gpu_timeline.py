@@ -210,3 +210,16 @@ def test_a_distributed_info_written_after_the_events_names_the_rank(tmp_path, mo
     # AND the import says rank 3
     result = CliRunner().invoke(main, ["import", str(path), "-o", str(tmp_path / "out"), "-q"])
     assert result.exit_code == 0 and "ranks 3" in result.output, result.output
+
+
+def test_kinetos_copy_of_a_profiler_step_on_the_gpus_track_is_not_a_step(tmp_path):
+    # GIVEN the trace with Kineto's copy of ProfilerStep#1 on stream 7's track (gpu_user_annotation), as ROCm's
+    # and CUDA's traces hold it
+    copy = {"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#1", "pid": 0, "tid": 7, "ts": 100,
+            "dur": 510, "args": {"stream": 7}}
+    (tmp_path / "rank0.json").write_text(kineto(HEADER, [*events(), copy]))
+    result = CliRunner().invoke(main, ["import", str(tmp_path / "rank0.json"), "-o", str(tmp_path / "out"), "-q"])
+    # THEN the run has the one step the CPU recorded, 1,000 µs long
+    assert result.exit_code == 0 and "1 step(s)" in result.output, result.output
+    with popvision_py.open(tmp_path / "out" / "profile.pop") as report:
+        assert report.summary.figures().step_cycles == 1_000_000

@@ -41,10 +41,14 @@ def test_import_writes_each_ranks_timeline_from_its_annotations(recorded, tmp_pa
         timeline = S.read_system(path)
         frame = timeline.table.to_pandas().astype({c: str for c in S.STRING_COLUMNS})
         raw = run.raw(rank)
-        # THEN each file is its rank's, on the pytorch channel, one thread: the training loop's
+        # THEN each file is its rank's, one thread: the training loop's; its steps, passes and calls on the pytorch
+        # channel, its other annotations (Optimizer.zero_grad#...) on the annotation channel, as the trace has them
         assert timeline.process == f"rank-{rank}" and set(frame["process"]) == {f"rank-{rank}"}
-        assert set(frame["channel"]) == {"pytorch"} and set(frame["kind"]) == {"span"}
+        assert set(frame["channel"]) <= {"pytorch", "annotation"} and set(frame["kind"]) == {"span"}
         assert frame["thread"].nunique() == 1
+        other = frame[frame["channel"] == "annotation"]
+        assert sorted(zip(other["start_ns"], other["end_ns"])) == sorted(
+            span for name in set(other["name"]) for span in annotations(raw, name))
         pid = next(e["pid"] for e in raw["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
         assert timeline.pid == pid
         # AND its profiler steps and GPipe passes are the trace's own annotations, to the nanosecond

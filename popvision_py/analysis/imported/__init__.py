@@ -12,6 +12,9 @@ besides the common views, in a PyTorch user's words.
   kernels, or of each kind's occupancy in bins where the window holds too many (the dashboard's GPU page).
 - ``collectives``: a GPU trace's collectives per rank and process group: calls, bytes, GPU time and the
   bandwidth they make (nccl-tests' algorithm and bus bandwidth), the group's other ranks its peers.
+- ``bound``: beyond HTA's figures: what bound each profiled step (the GPU busy, waiting for the CPU's
+  launches, for the DataLoader, or for something else), the kernels worth a look, and the phases the
+  trace's own annotations name, with the time each ran beside another.
 
 May import: ``common``, ``trace``; ``popvision_py.format`` and ``popvision_py.errors``.
 """

@@ -57,6 +57,15 @@ RANK_COLUMNS = ["rank", "window_ns", "busy_ns", "idle_ns", "compute_ns", "commun
 STREAM_COLUMNS = ["rank", "stream", "kernels", "busy_ns", "compute_ns", "communication_ns", "memory_ns", "busy_pct"]
 NAME_COLUMNS = ["rank", "kind", "name", "kernels", "sum_ns", "mean_ns", "min_ns", "max_ns", "std_ns", "busy_pct"]
 
+# Why a profile has no GPU kernels to show, in one sentence (``views.GpuReport.missing``)
+NO_KERNELS_TABLE = ("This profile was written before schema 5, which added the GPU kernels table: import the "
+                    "traces again (popvision import) to see the GPU's time.")
+NO_KERNELS_EMULATED = "An emulated IPU run has no GPU kernels: this section is for profiles imported from GPU traces."
+NO_KERNELS_IMPORTED = ("The traces hold no GPU kernels (a run on the CPU): this section is for traces recorded on "
+                       "GPUs.")
+NO_KERNELS_GPU = ("The traces ran on GPUs but the profile holds no GPU kernels: the profiler recorded none (no "
+                  "ProfilerActivity.CUDA), or an import that did not keep them wrote it: import the traces again.")
+
 
 @dataclass(frozen=True)
 class Kernels:
@@ -540,6 +549,21 @@ def kernels_by_name(k: Kernels, window: tuple[np.ndarray, np.ndarray], n: int | 
                   "name": k.names[rows % names].astype(object), "kernels": s["kernels"][rows], "sum_ns": s["sum"][rows],
                   "mean_ns": s["mean"][rows], "min_ns": s["min"][rows], "max_ns": s["max"][rows],
                   "std_ns": s["std"][rows], "busy_pct": _pct(s["sum"][rows], span[rows // names])})
+
+
+def step_starts(events: Any, ranks: np.ndarray) -> dict[int, np.ndarray]:
+    """Each IPU's ``ProfilerStep#N`` starts on the traces' clock, from the ranks' CPU timelines (``events``:
+    ``host.system.Events``, handed in; process ``rank-R`` is the IPU of rank R), for ``last_step_starts``."""
+    family = np.array([events.families[f] == "ProfilerStep" for f in events.family_of.tolist()] or [False])
+    step = family[events.name] if len(events) else np.zeros(0, bool)
+    process = events.process
+    ipu_of = {int(rank): ipu for ipu, rank in enumerate(np.asarray(ranks).tolist())}
+    steps = {}
+    for code, name in enumerate(events.processes):  # one a rank
+        rank = name.removeprefix("rank-")
+        if rank.isdigit() and int(rank) in ipu_of:
+            steps[ipu_of[int(rank)]] = events.start[step & (process == code)]
+    return steps
 
 
 def last_step_starts(steps: dict[int, np.ndarray], num_ranks: int) -> np.ndarray | None:

@@ -1,0 +1,481 @@
+"""What bound each profiled step of a GPU trace, the kernels worth a look, and the phases the trace's own
+annotations name: the figures beyond Holistic Trace Analysis 0.5's (docs/real-traces.md, "Beyond HTA").
+
+- ``step_bounds``: per rank and profiler step, the GPU's busy time (some kernel, copy or set runs on
+  any stream) and its idle time by cause: ``launch_wait`` (an idle gap whose next kernel's launching
+  runtime call started after the GPU went idle: the queue had run dry, the GPU waited for the CPU),
+  ``input_wait`` (idle while the training loop fetched a batch: ``enumerate(DataLoader)#...__next__``),
+  and ``other`` (the next kernel was queued already: it waited on a dependency, a synchronisation,
+  another rank; or its launch is not in the trace, or no kernel followed). The verdict is the largest
+  wait when it takes ``BOUND_PCT`` of the step, else gpu-bound.
+- ``worth_a_look``: each rank's kernels by name, those listed for their GPU time (``long``) and those
+  launched many times for less GPU time each than launching them costs (``short and many``).
+- ``phases`` and ``phase_overlaps``: each annotation name's kernels (launched while its CPU span was
+  open, or starting inside its span on the GPU's track on their stream), their GPU time, and the time
+  they ran beside the kernels of other phases, so two micro-batches run at once on two streams are
+  measured as two phases overlapping, not one.
+
+The spans come from the ranks' CPU timelines the import writes beside the profile (``system/``), handed
+in as ``TraceSpans`` on the kernels' time. Every figure is columnar: sorts, searches and running counts
+over whole arrays, never a loop over kernels or spans.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from popvision_py.analysis.common.tables import Table, sum_by
+from popvision_py.analysis.imported.gpu import Kernels, coverage
+
+BOUND_PCT = 20.0  # a wait binds a step when it takes at least this share of it
+VERDICTS = ("gpu-bound", "input-bound", "launch-bound", "other-wait")  # the waits' order breaks ties
+SHORT_NS = 10_000  # a kernel name whose median kernel runs less than this is short...
+MANY_KERNELS = 100  # ... and many when it runs at least this many times in the profiled steps
+LONG_KERNELS = 5  # each rank's names listed for their GPU time
+SHORT_KERNELS = 5  # each rank's short and many names listed, the most launched first
+STEP, INPUT, PHASE = 0, 1, 2  # TraceSpans.kind
+_STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
+_BIG = np.iinfo(np.int64).max
+
+BOUND_COLUMNS = ["rank", "step", "start_ns", "step_ns", "gpu_busy_ns", "gpu_busy_pct", "launch_wait_ns",
+                 "launch_wait_pct", "input_wait_ns", "input_wait_pct", "other_idle_ns", "other_idle_pct", "kernels",
+                 "kernel_median_ns", "launch_median_ns", "verdict"]
+WORTH_COLUMNS = ["rank", "name", "reason", "kernels", "total_ns", "mean_ns", "median_ns", "launch_median_ns",
+                 "window_pct", "op", "module", "why"]
+PHASE_COLUMNS = ["rank", "phase", "spans", "kernels", "gpu_ns", "overlap_ns", "overlap_pct", "overlapped_with",
+                 "with_ns"]
+PAIR_COLUMNS = ["rank", "phase", "other", "overlap_ns"]
+
+
+@dataclass(frozen=True)
+class TraceSpans:
+    """The spans of the ranks' CPU timelines the GPU's figures read, on the kernels' time (ns from the profile's
+    origin): profiler steps (``STEP``), the training loop's DataLoader fetches (``INPUT``) and the annotations
+    (``PHASE``). ``stream`` is a GPU track's annotation's stream, -1 for the CPU's spans; ``name`` a code into
+    ``names``."""
+
+    ipu: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    kind: np.ndarray
+    stream: np.ndarray
+    name: np.ndarray
+    names: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    @classmethod
+    def build(cls, ipu: Any, start: Any, end: Any, kind: Any, name: Any, stream: Any = None) -> TraceSpans:
+        """Spans from plain sequences (``name`` as strings): the tests' way in."""
+        names, codes = np.unique(np.asarray(name, dtype=object).astype(str), return_inverse=True)
+        ipu = np.asarray(ipu, np.int64)
+        return cls(ipu=ipu, start=np.asarray(start, np.int64), end=np.asarray(end, np.int64),
+                   kind=np.asarray(kind, np.int64),
+                   stream=np.full(len(ipu), -1, np.int64) if stream is None else np.asarray(stream, np.int64),
+                   name=codes.astype(np.int64), names=names.astype(object))
+
+    @classmethod
+    def from_timeline(cls, events: Any, ranks: np.ndarray, origin_ns: int | None) -> TraceSpans:
+        """The spans of an imported profile's CPU timelines (``events``: ``host.system.Events``, handed in):
+        process ``rank-R`` is the IPU of rank R; channel ``pytorch``'s ``ProfilerStep#N`` are steps (one a
+        name: Kineto's copy on the GPU's track comes after the CPU's), channel ``dataloader`` fetches,
+        channel ``annotation`` phases (thread ``GPU stream S``: on stream S). ``origin_ns``: the traces'
+        clock at cycle 0 (``run.import.origin_ns``); a profile imported before it was recorded: the first
+        step's start, else the first span's."""
+        from popvision_py.format import system as S
+
+        if events is None or not len(events):
+            return cls.build([], [], [], [], [])
+        ipu_of = {int(r): i for i, r in enumerate(np.asarray(ranks).tolist())}
+        by_process = np.array([ipu_of.get(int(p[5:]), -1) if p.startswith("rank-") and p[5:].isdigit() else -1
+                               for p in events.processes], np.int64)
+        row_ipu = by_process[events.row_process] if len(events.rows) else np.zeros(0, np.int64)
+        row_stream = np.array([int(t[len(S.GPU_STREAM):]) if t.startswith(S.GPU_STREAM) and
+                               t[len(S.GPU_STREAM):].isdigit() else -1 for _, t in events.rows], np.int64)
+        channel = np.array([{S.PYTORCH: STEP, S.DATALOADER: INPUT, S.ANNOTATION: PHASE}.get(c, -1)
+                            for c in events.channels], np.int64)[events.channel]
+        is_step = np.array([_STEP_NAME.match(n) is not None for n in events.names] or [False])[events.name]
+        ipu, stream = row_ipu[events.row], row_stream[events.row]
+        keep = (ipu >= 0) & (events.kind == S.KINDS.index("span")) & (channel >= 0) & ((channel != STEP) | is_step)
+        keep &= (channel != STEP) | (stream < 0)
+        rows = np.flatnonzero(keep)
+        steps = rows[channel[rows] == STEP]
+        order = np.lexsort((events.start[steps], events.name[steps], ipu[steps]))
+        first = np.r_[True, (np.diff(ipu[steps][order]) != 0) | (np.diff(events.name[steps][order]) != 0)][:len(steps)]
+        rows = np.sort(np.concatenate([rows[channel[rows] != STEP], steps[order][first]]))
+        if origin_ns is None:
+            origin_ns = int(events.start[steps if len(steps) else rows].min()) if len(rows) else 0
+        used, name = np.unique(events.name[rows], return_inverse=True)
+        return cls(ipu=ipu[rows], start=events.start[rows] - origin_ns, end=events.end[rows] - origin_ns,
+                   kind=channel[rows], stream=stream[rows], name=name.astype(np.int64),
+                   names=np.array([events.names[c] for c in used.tolist()], dtype=object))
+
+    def take(self, rows: np.ndarray) -> TraceSpans:
+        return TraceSpans(self.ipu[rows], self.start[rows], self.end[rows], self.kind[rows], self.stream[rows],
+                          self.name[rows], self.names)
+
+
+def before(keys: tuple[np.ndarray, ...], queries: tuple[np.ndarray, ...], inclusive: bool = False) -> np.ndarray:
+    """``np.searchsorted`` over rows of several keys: for each query row, how many of the ``keys`` rows (sorted
+    lexicographically, first key first) come before it (equal rows too where ``inclusive``)."""
+    n, m = len(keys[0]), len(queries[0])
+    entry = np.r_[np.ones(n, np.int64), np.zeros(m, np.int64)]
+    tie = (1 - entry) if inclusive else entry  # among equal rows, entries first when they count
+    order = np.lexsort((tie, *(np.concatenate([k, q]) for k, q in zip(keys[::-1], queries[::-1]))))
+    count = np.cumsum(entry[order])
+    out = np.zeros(m, np.int64)
+    query = order >= n
+    out[order[query] - n] = count[query]
+    return out
+
+
+def _distinct(values: np.ndarray, counts: bool = False, inverse: bool = False) -> Any:
+    """``np.unique`` of int64 ``values`` by a sort (numpy 2's hashing np.unique is several times slower on
+    millions): the distinct values, and each one's count and each value's index into them where asked."""
+    order = np.argsort(values, kind="stable") if inverse else None
+    ordered = values[order] if order is not None else np.sort(values)
+    new = np.r_[True, ordered[1:] != ordered[:-1]] if len(ordered) else np.zeros(0, bool)
+    out = [ordered[new]]
+    if counts:
+        out.append(np.diff(np.r_[np.flatnonzero(new), len(ordered)]))
+    if inverse:
+        at = np.empty(len(values), np.int64)
+        at[order] = np.cumsum(new) - 1
+        out.append(at)
+    return tuple(out) if len(out) > 1 else out[0]
+
+
+def _expand(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ranges [first, last) (empty where last <= first): each member's range and position."""
+    size = np.maximum(last - first, 0)
+    which = np.repeat(np.arange(len(first)), size)
+    offset = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
+    return which, first[which] + offset
+
+
+def _medians(group: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """Each group's median of ``values`` (NaN for a group without any)."""
+    if not len(values):
+        return np.full(size, np.nan)
+    v = values[np.lexsort((values, group))].astype(np.float64)
+    count = np.bincount(group, minlength=size)
+    first = np.cumsum(count) - count
+    lo = np.minimum(first + np.maximum(count - 1, 0) // 2, len(v) - 1)
+    hi = np.minimum(first + count // 2, len(v) - 1)
+    return np.where(count > 0, (v[lo] + v[hi]) / 2, np.nan)
+
+
+def _pct(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(whole > 0, 100.0 * part / np.maximum(whole, 1), np.nan)
+
+
+def step_windows(spans: TraceSpans, window: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """``(ipu, start, end, step)`` sorted by ipu then start: each rank's profiler steps (``step`` its N, a step's
+    end cut to the next one's start), or one window, its profiled time (``window``), for a rank without any
+    (``step`` -1)."""
+    steps = spans.take(spans.kind == STEP)
+    number = np.array([int(m.group(1)) if (m := _STEP_NAME.match(str(n))) else -1 for n in steps.names.tolist()]
+                      or [-1], np.int64)[steps.name]
+    lo, hi = (np.asarray(w, np.int64) for w in window)
+    alone = np.setdiff1d(np.arange(len(lo)), steps.ipu)
+    ipu = np.concatenate([steps.ipu, alone])
+    start, end = np.concatenate([steps.start, lo[alone]]), np.concatenate([steps.end, hi[alone]])
+    step = np.concatenate([number, np.full(len(alone), -1, np.int64)])
+    order = np.lexsort((start, ipu))
+    ipu, start, end, step = ipu[order], start[order], end[order], step[order]
+    following = np.r_[ipu[1:] == ipu[:-1], False]
+    end = np.where(following, np.minimum(end, np.r_[start[1:], 0]), end)
+    return ipu, start, np.maximum(end, start), step
+
+
+def idle_gaps(k: Kernels) -> tuple[np.ndarray, ...]:
+    """Each rank's GPU idle gaps, ``(ipu, start, end, launch_dry)``: the time between the union of its kernels'
+    intervals (every stream), from minus to plus infinity, and whether the kernel that ends the gap was
+    launched after it began (its runtime call started after the GPU went idle: the queue had run dry). A gap
+    no kernel ends, or whose kernel has no launch in the trace, is not."""
+    n = len(k)
+    ipu = np.concatenate([k.ipu, k.ipu])
+    times = np.concatenate([k.start, k.end])
+    delta = np.r_[np.ones(n, np.int64), -np.ones(n, np.int64)]
+    launch = np.where(k.launch_start >= 0, k.launch_start, _BIG)
+    order = np.lexsort((np.r_[launch, np.zeros(n, np.int64)], -delta, times, ipu))  # starts first at a tie
+    ipu, times, delta = ipu[order], times[order], delta[order]
+    kernel_launch = np.r_[launch, launch][order]
+    running = np.cumsum(delta)
+    last = np.r_[ipu[1:] != ipu[:-1], True]
+    first = np.r_[True, ipu[1:] != ipu[:-1]]
+    ends = np.flatnonzero((running == 0) & ~last)  # an end after which the GPU idles until the next start
+    tails = np.flatnonzero(last)
+    heads = np.flatnonzero(first)
+    empty = np.setdiff1d(np.arange(k.num_ranks), ipu)
+    g_ipu = np.concatenate([ipu[ends], ipu[heads], ipu[tails], empty])
+    g0 = np.concatenate([times[ends], np.full(len(heads), -_BIG), times[tails], np.full(len(empty), -_BIG)])
+    g1 = np.concatenate([times[ends + 1], times[heads], np.full(len(tails) + len(empty), _BIG)])
+    nxt = np.concatenate([kernel_launch[ends + 1], kernel_launch[heads], np.full(len(tails) + len(empty), _BIG)])
+    dry = (nxt < _BIG) & (nxt > g0)
+    order = np.lexsort((g0, g_ipu))
+    return g_ipu[order], g0[order], g1[order], dry[order]
+
+
+def _over_steps(steps: tuple[np.ndarray, ...], ipu: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple:
+    """Intervals cut to each step of their rank they overlap: ``(step row, start, end, interval row)``."""
+    s_ipu, s_start, s_end, _ = steps
+    first = before((s_ipu, s_end), (ipu, start), inclusive=True)  # the steps ending at or before the start
+    last = before((s_ipu, s_start), (ipu, end))  # ... and starting before the end
+    which, step = _expand(first, last)
+    return step, np.maximum(start[which], s_start[step]), np.minimum(end[which], s_end[step]), which
+
+
+def step_bounds(k: Kernels, spans: TraceSpans, window: tuple[np.ndarray, np.ndarray],
+                bound_pct: float = BOUND_PCT) -> Table:
+    """Per rank and step (``step_windows``), ``BOUND_COLUMNS``: the step's time on the CPU's clock, the GPU's
+    busy time in it, and its idle time by cause: ``launch_wait`` (gaps whose next kernel's launch started
+    after the GPU went idle, ``idle_gaps``), ``input_wait`` (idle while a DataLoader fetch ran on the CPU:
+    before the launch wait, which it explains), ``other_idle`` (the rest: the next kernel was queued, so the
+    GPU waited on something else; or its launch is not in the trace, or none followed). ``kernels``: those
+    starting in the step, with their median time and their launching calls' (the CPU's cost of a launch).
+    ``verdict``: the largest wait (``input-bound``, ``launch-bound``, ``other-wait``; that order on a tie) when
+    it takes at least ``bound_pct`` of the step, else ``gpu-bound``."""
+    steps = step_windows(spans, window)
+    s_ipu, s_start, s_end, s_step = steps
+    size = len(s_ipu)
+    g_ipu, g0, g1, dry = idle_gaps(k)
+    fetch = spans.take(spans.kind == INPUT)
+    ipu = np.concatenate([g_ipu, fetch.ipu])
+    a, b = np.concatenate([g0, fetch.start]), np.concatenate([g1, fetch.end])
+    label = np.concatenate([np.where(dry, 0, 1), np.full(len(fetch), 2, np.int64)])
+    step, lo, hi, which = _over_steps(steps, ipu, a, b)
+    cov = coverage(step, lo, hi, label[which], size, 3)
+    span = s_end - s_start
+    idle = cov[:, [1, 2, 3, 5, 6, 7]].sum(axis=1)  # a launch or other gap (the two never overlap)
+    input_wait = cov[:, [5, 6, 7]].sum(axis=1)
+    launch_wait, other = cov[:, 1], cov[:, 2]
+    at = before((s_ipu, s_start), (k.ipu, k.start), inclusive=True) - 1  # the step each kernel starts in
+    inside = (at >= 0) & (k.ipu == s_ipu[np.maximum(at, 0)]) & (k.start < s_end[np.maximum(at, 0)])
+    count = np.bincount(at[inside], minlength=size)[:size] if size else np.zeros(0, np.int64)
+    kernel_median = _medians(at[inside], (k.end - k.start)[inside], size)
+    launched = inside & (k.launch_start >= 0)
+    launch_median = _medians(at[launched], (k.launch_end - k.launch_start)[launched], size)
+    waits = np.stack([input_wait, launch_wait, other], axis=1) if size else np.zeros((0, 3), np.int64)
+    largest = np.argmax(waits, axis=1) if size else np.zeros(0, np.int64)
+    binds = waits[np.arange(size), largest] >= bound_pct / 100.0 * span if size else np.zeros(0, bool)
+    verdict = np.array(VERDICTS, dtype=object)[np.where(binds, largest + 1, 0)]
+    return Table({"rank": k.ranks[s_ipu], "step": s_step, "start_ns": s_start, "step_ns": span,
+                  "gpu_busy_ns": span - idle, "gpu_busy_pct": _pct(span - idle, span), "launch_wait_ns": launch_wait,
+                  "launch_wait_pct": _pct(launch_wait, span), "input_wait_ns": input_wait,
+                  "input_wait_pct": _pct(input_wait, span), "other_idle_ns": other, "other_idle_pct": _pct(other, span),
+                  "kernels": count, "kernel_median_ns": kernel_median, "launch_median_ns": launch_median,
+                  "verdict": verdict})
+
+
+def worth_a_look(k: Kernels, window: tuple[np.ndarray, np.ndarray], long_kernels: int = LONG_KERNELS,
+                 short_kernels: int = SHORT_KERNELS, many: int = MANY_KERNELS, short_ns: int = SHORT_NS) -> Table:
+    """Each rank's kernels worth a look, by name, of those starting in its profiled window (``WORTH_COLUMNS``):
+    the ``long_kernels`` names with the most GPU time (``long``), and the ``short_kernels`` most launched of
+    those run at least ``many`` times whose median kernel is shorter than ``short_ns`` or than the median of
+    their launching runtime calls (``short and many``: launch overhead, a chance to fuse them or capture a CUDA
+    graph). ``window_pct``: their GPU time's share of the window; ``op`` and ``module``: the operator and the
+    module most of them were launched from ("" where the trace says none); ``why``: the reason in a sentence."""
+    lo, hi = (np.asarray(w, np.int64) for w in window)
+    inside = k.take((k.start >= lo[k.ipu]) & (k.start < hi[k.ipu])) if len(k) else k
+    names = max(len(k.names), 1)
+    key = inside.ipu * names + inside.name
+    size = k.num_ranks * names
+    duration = inside.end - inside.start
+    count = np.bincount(key, minlength=size)
+    total = sum_by(key, duration, size)
+    median = _medians(key, duration, size)
+    launched = inside.launch_start >= 0
+    launch = _medians(key[launched], (inside.launch_end - inside.launch_start)[launched], size)
+    rows = np.flatnonzero(count)
+    rank_of = rows // names
+    by_time = rows[np.lexsort((rows, -total[rows], rank_of))]
+    place = np.empty(size, np.int64)
+    place[by_time] = np.arange(len(by_time)) - np.searchsorted(by_time // names, by_time // names)
+    with np.errstate(invalid="ignore"):
+        short = (count >= many) & ((median < short_ns) | (median < launch))
+    candidates = rows[short[rows]]
+    by_count = candidates[np.lexsort((candidates, -count[candidates], candidates // names))]
+    short_place = np.full(size, _BIG, np.int64)
+    short_place[by_count] = np.arange(len(by_count)) - np.searchsorted(by_count // names, by_count // names)
+    is_long, is_short = place[rows] < long_kernels, short_place[rows] < short_kernels
+    rows = rows[is_long | is_short]
+    rows = rows[np.lexsort((np.where(place[rows] < long_kernels, place[rows], long_kernels + short_place[rows]),
+                            rows // names))]  # each rank's long names by time, then its short ones by count
+    is_long, is_short = place[rows] < long_kernels, short_place[rows] < short_kernels
+    share = _pct(total[rows], (hi - lo)[rows // names])
+    reason = np.where(is_long & is_short, "long; short and many", np.where(is_long, "long", "short and many"))
+    why = [_why(*row) for row in zip(is_long.tolist(), is_short.tolist(), count[rows].tolist(),
+                                     total[rows].tolist(), share.tolist(), median[rows].tolist(),
+                                     launch[rows].tolist())]
+    launched_from = {label: _most(inside, label, key, size)[rows] for label in ("op", "module")}
+    return Table({"rank": k.ranks[rows // names], "name": k.names[rows % names].astype(object),
+                  "reason": reason.astype(object), "kernels": count[rows], "total_ns": total[rows],
+                  "mean_ns": total[rows] / np.maximum(count[rows], 1), "median_ns": median[rows],
+                  "launch_median_ns": launch[rows], "window_pct": share, **launched_from,
+                  "why": np.array(why, dtype=object)})
+
+
+def _most(k: Kernels, label: str, key: np.ndarray, size: int) -> np.ndarray:
+    """Per key, the word of ``label`` (``op``, ``module``) most of its kernels carry, of those that carry one
+    (ties: the first word); "" where none does (a trace without them, or a profile imported before them)."""
+    codes = getattr(k, label, None)
+    words = k.labels.get(label) if codes is not None else None
+    out = np.full(size, "", dtype=object)
+    if words is None or not len(key):
+        return out
+    said = np.flatnonzero(words[codes] != "")
+    width = len(words)
+    pairs, count = _distinct(key[said] * width + codes[said], counts=True)
+    order = np.lexsort((pairs, -count, pairs // width))
+    first = order[np.r_[True, pairs[order][1:] // width != pairs[order][:-1] // width]] if len(order) else order
+    out[pairs[first] // width] = words[pairs[first] % width]
+    return out
+
+
+def _why(long: bool, short: bool, count: int, total: int, share: float, median: float, launch: float) -> str:
+    """The sentence saying why a kernel name is listed (``worth_a_look``; one per listed row)."""
+    parts = []
+    if long:
+        parts.append(f"{share:.1f}% of the profiled time on the GPU ({total / 1e6:,.3f} ms over {count:,} kernels)")
+    if short:
+        cost = (f", each launch {launch / 1e3:,.1f} us on the CPU" if launch == launch else "")
+        parts.append(f"{count:,} launches of {median / 1e3:,.1f} us each on the GPU (median){cost}: launch "
+                     f"overhead, worth fusing or a CUDA graph")
+    return "; ".join(parts)
+
+
+def memberships(k: Kernels, spans: TraceSpans) -> tuple[np.ndarray, ...]:
+    """``(kernel, phase, span start, span end)`` for each kernel of each phase span (``spans``' ``PHASE``): a kernel
+    whose runtime call was launched while a CPU span was open (launch start in [start, end)), or that starts
+    inside a span of the GPU's track, on its rank and stream; ``phase`` is the span's name code."""
+    phases = spans.take(spans.kind == PHASE)
+    cpu, gpu = phases.take(phases.stream < 0), phases.take(phases.stream >= 0)
+    launched = np.flatnonzero(k.launch_start >= 0)
+    by_launch = launched[np.lexsort((k.launch_start[launched], k.ipu[launched]))]
+    keys = (k.ipu[by_launch], k.launch_start[by_launch])
+    which, at = _expand(before(keys, (cpu.ipu, cpu.start)), before(keys, (cpu.ipu, cpu.end)))
+    by_start = np.lexsort((k.start, k.stream, k.ipu))
+    keys = (k.ipu[by_start], k.stream[by_start], k.start[by_start])
+    on, at_gpu = _expand(before(keys, (gpu.ipu, gpu.stream, gpu.start)), before(keys, (gpu.ipu, gpu.stream, gpu.end)))
+    return (np.concatenate([by_launch[at], by_start[at_gpu]]), np.concatenate([cpu.name[which], gpu.name[on]]),
+            np.concatenate([cpu.start[which], gpu.start[on]]), np.concatenate([cpu.end[which], gpu.end[on]]))
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Each (rank, phase) group's figures (``group = ipu * phases + phase``), and the time each pair of phases
+    overlapped (``pair = (ipu * phases + phase) * phases + other``, ``pair_ns``)."""
+
+    phases: int
+    kernels: np.ndarray
+    gpu_ns: np.ndarray
+    overlap_ns: np.ndarray
+    spans: np.ndarray
+    pair: np.ndarray
+    pair_ns: np.ndarray
+
+
+def phase_times(k: Kernels, spans: TraceSpans) -> PhaseTimes:
+    """The phases' GPU time and overlaps. A phase's kernels are its ``memberships`` (a kernel once a phase); its
+    ``gpu_ns`` the time one of them runs; its ``overlap_ns`` the part of that time a kernel of another phase,
+    not its own, runs too (on another stream: a stream runs one kernel at a time). The pairs name that other
+    phase by its kernels' innermost phase (the span that opened last around them), so a phase nested in another
+    is measured against what ran beside it, not against the phase that holds it.
+
+    Columnar: the kernels' starts and ends cut each rank's time into segments; a kernel covers a run of them,
+    so each (segment, phase) pair's count of running kernels of the phase, against the count of running
+    kernels of any phase, says whether the phase ran alone there."""
+    kernel, name, s, e = memberships(k, spans)
+    n = max(len(spans.names), 1)
+    size = k.num_ranks * n
+    leaf = np.full(len(k), -1, np.int64)  # each kernel's innermost phase
+    order = np.lexsort((e, -s, kernel))
+    first = np.r_[True, kernel[order][1:] != kernel[order][:-1]] if len(order) else np.zeros(0, bool)
+    leaf[kernel[order][first]] = name[order][first]
+    member = _distinct(kernel * n + name)  # each kernel once a phase, sorted
+    kernel, name = member // n, member % n
+    phased = _distinct(kernel)
+    ipu = np.concatenate([k.ipu[phased], k.ipu[phased]])
+    times = np.concatenate([k.start[phased], k.end[phased]])
+    order = np.lexsort((times, ipu))
+    ipu, times = ipu[order], times[order]
+    fresh = np.r_[True, (ipu[1:] != ipu[:-1]) | (times[1:] != times[:-1])] if len(ipu) else np.zeros(0, bool)
+    b_ipu, b_time = ipu[fresh], times[fresh]  # each rank's segment bounds
+    length = np.r_[np.where(b_ipu[1:] == b_ipu[:-1], np.diff(b_time), 0), 0] if len(b_ipu) else np.zeros(0, np.int64)
+    first_seg = np.zeros(len(k), np.int64)
+    end_seg = np.zeros(len(k), np.int64)
+    first_seg[phased] = before((b_ipu, b_time), (k.ipu[phased], k.start[phased]))
+    end_seg[phased] = before((b_ipu, b_time), (k.ipu[phased], k.end[phased]))
+    running = np.cumsum(np.bincount(first_seg[phased], minlength=len(b_ipu) + 1)
+                        - np.bincount(end_seg[phased], minlength=len(b_ipu) + 1))  # phases' kernels running
+    which, seg = _expand(first_seg[kernel], end_seg[kernel])
+    pairs, count = _distinct(seg * n + name[which], counts=True)
+    p_seg, p_phase = pairs // n, pairs % n
+    alone = running[p_seg] <= count  # no other phase's kernel runs in the segment
+    group = b_ipu[p_seg] * n + p_phase
+    kind = spans.kind == PHASE
+    cpu, gpu = kind & (spans.stream < 0), kind & (spans.stream >= 0)
+    spans_cpu = np.bincount(spans.ipu[cpu] * n + spans.name[cpu], minlength=size)
+    spans_gpu = np.bincount(spans.ipu[gpu] * n + spans.name[gpu], minlength=size)
+    # the pairs: in each segment a phase shares, the innermost phases of the running kernels not its own
+    shared = np.flatnonzero(~alone)
+    runs, run_seg = _expand(first_seg[phased], end_seg[phased])
+    order = np.argsort(run_seg, kind="stable")
+    run_kernel, run_seg = phased[runs][order], run_seg[order]
+    q, at = _expand(np.searchsorted(run_seg, p_seg[shared]), np.searchsorted(run_seg, p_seg[shared], side="right"))
+    other, phase, at_seg = run_kernel[at], p_phase[shared][q], p_seg[shared][q]
+    mine = np.searchsorted(member, other * n + phase)
+    own = (mine < len(member)) & (member[np.minimum(mine, max(len(member) - 1, 0))] == other * n + phase) \
+        if len(member) else np.zeros(len(other), bool)
+    triple = _distinct((at_seg[~own] * n + phase[~own]) * n + leaf[other[~own]])
+    t_seg, t_phase, t_other = triple // n // n, triple // n % n, triple % n
+    pair, pair_at = _distinct((b_ipu[t_seg] * n + t_phase) * n + t_other, inverse=True)
+    return PhaseTimes(phases=n, kernels=np.bincount(k.ipu[kernel] * n + name, minlength=size)[:size],
+                      gpu_ns=sum_by(group, length[p_seg], size), overlap_ns=sum_by(group, length[p_seg] * ~alone, size),
+                      spans=np.where(spans_cpu > 0, spans_cpu, spans_gpu)[:size], pair=pair,
+                      pair_ns=sum_by(pair_at, length[t_seg], len(pair)))
+
+
+def phases(k: Kernels, spans: TraceSpans, times: PhaseTimes | None = None, n: int | None = None) -> Table:
+    """Each rank's phases that ran a kernel (``PHASE_COLUMNS``), the most GPU time first, ``n`` a rank (all if
+    None): its spans, kernels, GPU time, the part of it another phase's kernels ran beside (``overlap_ns``,
+    ``overlap_pct`` of its GPU time), and the phase it overlapped most (``overlapped_with``, ``with_ns``;
+    "" where none). ``phase_times`` says how."""
+    t = times or phase_times(k, spans)
+    rows = np.flatnonzero(t.kernels)
+    rows = rows[np.lexsort((rows, -t.gpu_ns[rows], rows // t.phases))]
+    if n is not None:
+        rank = rows // t.phases
+        rows = rows[np.arange(len(rows)) - np.searchsorted(rank, rank) < n]
+    best = np.lexsort((t.pair, -t.pair_ns, t.pair // t.phases))  # per (rank, phase), the largest pair first
+    top = best[np.r_[True, t.pair[best][1:] // t.phases != t.pair[best][:-1] // t.phases]] if len(best) else best
+    found = np.searchsorted(t.pair[top] // t.phases, rows)
+    hit = (found < len(top)) & (t.pair[top][np.minimum(found, max(len(top) - 1, 0))] // t.phases == rows) \
+        if len(top) else np.zeros(len(rows), bool)
+    pick = top[np.minimum(found, max(len(top) - 1, 0))] if len(top) else np.zeros(len(rows), np.int64)
+    names = np.asarray(spans.names, dtype=object)
+    partner, partner_ns = ((names[t.pair[pick] % t.phases], t.pair_ns[pick]) if len(top) else
+                           (np.full(len(rows), "", dtype=object), np.zeros(len(rows), np.int64)))
+    return Table({"rank": k.ranks[rows // t.phases], "phase": names[rows % t.phases] if len(rows) else names[:0],
+                  "spans": t.spans[rows], "kernels": t.kernels[rows], "gpu_ns": t.gpu_ns[rows],
+                  "overlap_ns": t.overlap_ns[rows], "overlap_pct": _pct(t.overlap_ns[rows], t.gpu_ns[rows]),
+                  "overlapped_with": np.where(hit, partner, "").astype(object),
+                  "with_ns": np.where(hit, partner_ns, 0)})
+
+
+def phase_overlaps(k: Kernels, spans: TraceSpans, times: PhaseTimes | None = None) -> Table:
+    """Each pair of phases that ran at once (``PAIR_COLUMNS``): the time ``phase``'s kernels ran beside kernels of
+    ``other`` (their innermost phase) not its own; per rank, the largest first (``phase_times``)."""
+    t = times or phase_times(k, spans)
+    order = np.lexsort((t.pair, -t.pair_ns, t.pair // t.phases // t.phases))
+    pair = t.pair[order]
+    names = np.asarray(spans.names, dtype=object)
+    return Table({"rank": k.ranks[pair // t.phases // t.phases], "phase": names[pair // t.phases % t.phases],
+                  "other": names[pair % t.phases], "overlap_ns": t.pair_ns[order]})

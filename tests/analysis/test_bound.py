@@ -1,0 +1,140 @@
+"""analysis.imported.bound: what bound each step, the kernels worth a look, the annotations' phases and their
+overlaps, from kernels and spans drawn here (times in ns), every figure worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from popvision_py.analysis.host import system as host
+from popvision_py.analysis.imported import bound
+from popvision_py.analysis.imported.bound import INPUT, PHASE, STEP, TraceSpans
+from popvision_py.analysis.imported.gpu import Kernels
+from popvision_py.format import system as S
+
+
+def kernels(*rows: tuple) -> Kernels:
+    """Kernels from (ipu, stream, name, start, end, launch start); each launch lasts 1 ns."""
+    ipu, stream, name, start, end, launch = (list(c) for c in zip(*rows))
+    return Kernels.build(ipu, stream, ["compute"] * len(rows), name, start, end, launch_start=launch,
+                         launch_end=[a + 1 if a >= 0 else -1 for a in launch], correlation=list(range(len(rows))))
+
+
+def window(*ends: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(len(ends), np.int64), np.array(ends, np.int64)
+
+
+def frame(table) -> list[dict]:
+    return table.frame().to_dict("records")
+
+
+def test_a_kernel_queued_before_the_gpu_went_idle_is_another_wait_not_a_launch():
+    # GIVEN a step [0, 100): a [0, 20) then b [50, 60), b launched at 10 (queued before a ended: the GPU waits on
+    # something else from 20 to 50), then c [90, 100) launched at 70, after b ended at 60 (the queue ran dry)
+    k = kernels((0, 7, "a", 0, 20, 0), (0, 7, "b", 50, 60, 10), (0, 7, "c", 90, 100, 70))
+    spans = TraceSpans.build([0], [0], [100], [STEP], ["ProfilerStep#1"])
+    [row] = frame(bound.step_bounds(k, spans, window(100)))
+    assert (row["gpu_busy_ns"], row["other_idle_ns"], row["launch_wait_ns"]) == (40, 30, 30)
+    # THEN neither wait takes more than BOUND_PCT (20%)? both take 30%: the first in order, input, launch, other
+    assert row["verdict"] == "launch-bound"
+    # AND with a threshold of 31% of the step, neither binds: the GPU is the bound
+    assert frame(bound.step_bounds(k, spans, window(100), bound_pct=31.0))[0]["verdict"] == "gpu-bound"
+
+
+def test_a_rank_without_steps_is_one_window_and_a_rank_without_kernels_waits_all_of_it():
+    k = Kernels.build([0], [7], ["compute"], ["a"], [10], [30], launch_start=[5], launch_end=[6], ranks=[4, 9])
+    rows = frame(bound.step_bounds(k, TraceSpans.build([], [], [], [], []), window(40, 40)))
+    # THEN rank 4's window [0, 40): the launch wait before a (launched at 5, after the GPU began idle) and the
+    # wait after it, which no kernel ends, 25% each (launch first on a tie); rank 9 runs nothing
+    assert [(r["rank"], r["step"], r["gpu_busy_ns"], r["launch_wait_ns"], r["other_idle_ns"], r["verdict"])
+            for r in rows] == [(4, -1, 20, 10, 10, "launch-bound"), (9, -1, 0, 0, 40, "other-wait")]
+
+
+def test_the_input_wait_is_the_idle_time_under_a_dataloader_fetch():
+    # GIVEN a fetch [0, 50) on the CPU, a kernel launched at 45 running [60, 100), a step [0, 100)
+    k = kernels((0, 7, "a", 60, 100, 45))
+    spans = TraceSpans.build([0, 0], [0, 0], [100, 50], [STEP, INPUT], ["ProfilerStep#7", "fetch"])
+    [row] = frame(bound.step_bounds(k, spans, window(100)))
+    # THEN the 60 idle ns are 50 under the fetch and 10 of the launch's wait: input-bound
+    assert (row["step"], row["input_wait_ns"], row["launch_wait_ns"], row["verdict"]) == (7, 50, 10, "input-bound")
+
+
+def test_short_and_many_is_by_the_launch_cost_too_and_needs_many_kernels():
+    # GIVEN 100 kernels "cheap" of 15,000 ns (above SHORT_NS) each launched in 20,000 ns, and 99 "few" of 1,000 ns
+    cheap = [(0, 7, "cheap", 100_000 * i, 100_000 * i + 15_000, 100_000 * i) for i in range(100)]
+    few = [(0, 8, "few", 100_000 * i, 100_000 * i + 1_000, 100_000 * i) for i in range(99)]
+    k = kernels(*cheap, *few)
+    # launched from aten::mul 60 times, aten::add 30 times, and from no operator 10 times (a module: none)
+    op = np.where(k.names[k.name] == "cheap", np.where(k.start < 9_000_000, np.where(k.start < 6_000_000,
+                                                                                    "aten::mul", "aten::add"), ""), "")
+    k = Kernels.build(k.ipu, k.stream, ["compute"] * len(k), k.names[k.name], k.start, k.end,
+                      launch_start=k.launch_start, launch_end=k.launch_start + np.where(k.names[k.name] == "cheap",
+                                                                                         20_000, 1),
+                      labels={"op": op})
+    rows = frame(bound.worth_a_look(k, window(10_000_000), long_kernels=0))
+    # THEN only cheap: its median kernel is shorter than its median launch; few are not many (99 < 100); launched
+    # from aten::mul most
+    assert [(r["name"], r["reason"], r["kernels"], r["median_ns"], r["launch_median_ns"], r["op"], r["module"])
+            for r in rows] == [("cheap", "short and many", 100, 15_000, 20_000, "aten::mul", "")]
+    assert rows[0]["why"] == ("100 launches of 15.0 us each on the GPU (median), each launch 20.0 us on the CPU: "
+                              "launch overhead, worth fusing or a CUDA graph")
+
+
+def test_a_nested_phase_is_measured_against_what_ran_beside_it_not_the_phase_that_holds_it():
+    # GIVEN "forward" open on the CPU [0, 100) launching k0 (stream 7, [200, 300)) at 10 and, inside "attn(F)"
+    # [20, 40), k1 (stream 7, [300, 400)) at 30; "mlp(B)" [100, 120) launching k2 (stream 8, [240, 350)) at 110
+    k = kernels((0, 7, "k0", 200, 300, 10), (0, 7, "k1", 300, 400, 30), (0, 8, "k2", 240, 350, 110))
+    spans = TraceSpans.build([0, 0, 0], [0, 20, 100], [100, 40, 120], [PHASE] * 3, ["forward", "attn(F)", "mlp(B)"])
+    rows = {r["phase"]: r for r in frame(bound.phases(k, spans))}
+    # THEN forward ran [200, 400), beside mlp(B) [240, 350): 110; attn(F) [300, 400) beside it [300, 350): 50
+    assert {p: (r["kernels"], r["gpu_ns"], r["overlap_ns"], r["overlapped_with"], r["with_ns"])
+            for p, r in rows.items()} == {"forward": (2, 200, 110, "mlp(B)", 110),
+                                         "mlp(B)": (1, 110, 110, "forward", 60), "attn(F)": (1, 100, 50, "mlp(B)", 50)}
+    # AND mlp(B) ran beside forward's own k0 [240, 300) and attn(F)'s k1 [300, 350): each pair by the innermost phase
+    pairs = {(r["phase"], r["other"]): r["overlap_ns"] for r in frame(bound.phase_overlaps(k, spans))}
+    assert pairs == {("forward", "mlp(B)"): 110, ("attn(F)", "mlp(B)"): 50, ("mlp(B)", "forward"): 60,
+                     ("mlp(B)", "attn(F)"): 50}
+
+
+def test_a_phase_on_the_gpus_track_holds_the_kernels_of_its_stream_only():
+    # GIVEN a GPU-track span "chunk" [0, 100) on stream 8; k0 starts at 10 on stream 7, k1 at 20 on stream 8
+    k = kernels((0, 7, "k0", 10, 50, -1), (0, 8, "k1", 20, 60, -1))
+    spans = TraceSpans.build([0], [0], [100], [PHASE], ["chunk"], stream=[8])
+    [row] = frame(bound.phases(k, spans))
+    # THEN chunk holds k1 alone (no launch is needed on the GPU's track): 40 ns, 30 of them beside k0, of no phase
+    assert (row["phase"], row["kernels"], row["gpu_ns"], row["overlap_ns"]) == ("chunk", 1, 40, 0)
+
+
+def timeline(rows: list[tuple]) -> host.Events:
+    """A rank's CPU timeline as the import writes it: rows of (thread, channel, name, start_ns, end_ns)."""
+    table = pa.table({"process": ["rank-3"] * len(rows), "pid": [1] * len(rows), "thread": [r[0] for r in rows],
+                      "channel": [r[1] for r in rows], "name": [r[2] for r in rows], "kind": ["span"] * len(rows),
+                      "start_ns": [r[3] for r in rows], "end_ns": [r[4] for r in rows],
+                      "value": [float("nan")] * len(rows)}, schema=S.SCHEMA)
+    return host.load([S.SystemFile(path=None, process="rank-3", pid=1, instance=None, table=table)])
+
+
+def test_a_timeline_without_steps_gives_its_annotations_from_the_first():
+    events = timeline([("thread 1", S.ANNOTATION, "[param|cuda]", 5_000, 9_000)])
+    spans = TraceSpans.from_timeline(events, np.array([3]), origin_ns=None)
+    assert (list(spans.kind), list(spans.start), list(spans.end)) == ([PHASE], [0], [4_000])
+
+
+def test_the_spans_of_the_cpu_timeline_one_step_a_name_on_the_kernels_time():
+    # GIVEN a rank's CPU timeline as the import writes it: ProfilerStep#1 on the CPU, Kineto's copy of it on the
+    # GPU's track later, a fetch, an annotation on the CPU and its copy on stream 7 (ns on the traces' clock)
+    rows = [("thread 1", S.PYTORCH, "ProfilerStep#1", 1_000, 2_000), ("thread 1", S.PYTORCH, "ProfilerStep#1", 1_100,
+                                                                      2_200),
+            ("thread 1", S.DATALOADER, "enumerate(DataLoader)#x.__next__", 1_000, 1_300),
+            ("thread 1", S.ANNOTATION, "mb0", 1_400, 1_500), ("GPU stream 7", S.ANNOTATION, "mb0", 1_600, 1_900),
+            ("thread 1", S.PYTORCH, "c10d::allreduce_", 1_500, 1_600)]
+    events = timeline(rows)
+    spans = TraceSpans.from_timeline(events, np.array([3]), origin_ns=900)
+    got = sorted((int(k), str(spans.names[n]), int(s), int(a), int(b)) for k, n, s, a, b in zip(
+        spans.kind, spans.name, spans.stream, spans.start, spans.end))
+    # THEN the first ProfilerStep#1 alone, the fetch, and both copies of mb0 (the GPU's on stream 7), from 900 ns;
+    # the communication call is none of them
+    assert got == [(STEP, "ProfilerStep#1", -1, 100, 1_100), (INPUT, "enumerate(DataLoader)#x.__next__", -1, 100, 400),
+                   (PHASE, "mb0", -1, 500, 600), (PHASE, "mb0", 7, 700, 1_000)]
+    # AND a profile imported before the origin was recorded: the first step's start
+    assert int(TraceSpans.from_timeline(events, np.array([3]), origin_ns=None).start.min()) == 0
