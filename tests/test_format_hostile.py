@@ -91,6 +91,21 @@ def test_manifest_rows_that_disagree_with_a_table_are_corruption(good: Path, tmp
         open_profile(rezip(tmp_path / "rows.pop", contents))
 
 
+def test_a_directory_asking_for_a_zip_version_zipfile_cannot_read_is_corruption(good: Path, tmp_path: Path) -> None:
+    # GIVEN the profile with its first directory entry's "version needed to extract" made 6.4 (byte 6 of the
+    # entry: 64), as one flipped byte made it
+    data = bytearray(good.read_bytes())
+    entry = data.find(b"PK\x01\x02")
+    data[entry + 6] = 64
+    damaged = tmp_path / "version.pop"
+    damaged.write_bytes(bytes(data))
+    # THEN it is a corrupt profile, said in one sentence with exit code 2
+    with pytest.raises(E.CorruptProfileError, match="corrupt ZIP directory"):
+        open_profile(damaged)
+    result = run_cli("info", str(damaged))
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
 @pytest.mark.parametrize("sixteenths", range(16))
 def test_truncated_at_every_sixteenth_is_refused(good: Path, tmp_path: Path, sixteenths: int) -> None:
     data = good.read_bytes()

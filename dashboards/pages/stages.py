@@ -59,8 +59,9 @@ def layout(**_query: str) -> html.Div:
                           html.Button("Re-time", id=ids.STAGES_WHATIF_RUN, n_clicks=0, className="verify-button"),
                       ], className="whatif-form"),
                       html.P(id=ids.STAGES_WHATIF_ANSWER, className="whatif-answer"),
-                      note="The chain of passes and transfers that set one measured step; the range is every cost "
-                           "at its 10th and 90th percentile over the run. Memory is not modelled.",
+                      note="The chain of passes and transfers that set one measured step; a what-if is for the run "
+                           "without the profiler, its range from each recorded step's costs and the plain step's own "
+                           "spread. Memory is not modelled.",
                       section_id=ids.STAGES_CRITICAL_SECTION, hidden=True),
         ]
     )

@@ -62,7 +62,8 @@ WORDS = {
     True: ("The imported pipeline re-timed from its own measured costs under every schedule and micro-batch count "
            "its stages allow (popvision tune PROFILE); click a point for the change to make in PyTorch.",
            "Time per micro-batch against micro-batches per step",
-           "A line per schedule; each bar is the range from the costs' 10th to 90th percentiles.",
+           "A line per schedule, for the run without the profiler; each bar is the range from each recorded "
+           "step's costs and the plain step's own spread.",
            "The bubble against micro-batches per step",
            "The share of the ranks' time idle; the stages' imbalance keeps it above the schedule's ideal."),
 }

@@ -168,6 +168,13 @@ def _imported_profile(model: str) -> Path | None:
     return path if model.endswith(".pop") else None
 
 
+def _as_recorded(replay: Any) -> str:
+    """The recorded run's step, profiled and without the profiler (what every prediction is for)."""
+    m = replay.m
+    return (f"{m.measured_step_ns() / 1e6:,.1f} ms a step profiled (median step), {replay.baseline_ns() / 1e6:,.1f} "
+            f"ms without the profiler ({m.profiler.how()})")
+
+
 def _tune_imported(path: Path, sets: tuple[str, ...], as_json: bool, top: int) -> None:
     """`tune PROFILE` of an imported pipeline: the search (or --set's one what-if), printed."""
     import popvision_py
@@ -183,15 +190,16 @@ def _tune_imported(path: Path, sets: tuple[str, ...], as_json: bool, top: int) -
         if sets:
             p = replayed.what_if(replay, replayed.parse_sets(sets))
             answer = {"change": p.change, "step_ms": p.step_ns / 1e6, "low_ms": p.low_ns / 1e6,
-                      "high_ms": p.high_ns / 1e6, "recorded_step_ms": p.baseline_ns / 1e6, "gain_pct": p.gain_pct,
+                      "high_ms": p.high_ns / 1e6, "recorded_step_ms": p.baseline_ns / 1e6,
+                      "profiled_step_ms": m.measured_step_ns() / 1e6, "plain_step": m.profiler.how(),
+                      "gain_pct": p.gain_pct,
                       "bubble_pct": p.bubble_pct,
                       "ideal_bubble_pct": p.ideal_bubble_pct, "pytorch": replayed.pytorch_words(p)}
             if as_json:
                 click.echo(json.dumps(answer, indent=2))
                 return
             click.echo(f"{path}: {m.schedule}, {m.world} ranks, {m.n_stages} stages, {m.micro_batches} micro-batches "
-                       f"as recorded: {m.measured_step_ns() / 1e6:,.1f} ms a step measured (median step), "
-                       f"{p.baseline_ns / 1e6:,.1f} ms re-timed (median costs)")
+                       f"as recorded: {_as_recorded(replay)}")
             click.echo(f"What if {p.change}: {p.step_ns / 1e6:,.1f} ms a step (range {p.low_ns / 1e6:,.1f} to "
                        f"{p.high_ns / 1e6:,.1f} ms), {p.per_micro_batch_ns / 1e6:,.2f} ms a micro-batch "
                        f"({p.gain_pct:+.1f}% throughput), bubble {p.bubble_pct:.1f}% (ideal {p.ideal_bubble_pct:.1f}%)")
@@ -204,9 +212,8 @@ def _tune_imported(path: Path, sets: tuple[str, ...], as_json: bool, top: int) -
         return
     best = found.iloc[0]
     click.echo(f"{path}: {m.schedule}, {m.world} ranks, {m.n_stages} stages, {m.micro_batches} micro-batches as "
-               f"recorded: {m.measured_step_ns() / 1e6:,.1f} ms a step measured (median step), "
-               f"{replay.baseline_ns() / 1e6:,.1f} ms re-timed with median costs; {len(found)} schedules x "
-               f"micro-batch counts re-timed with its measured costs")
+               f"recorded: {_as_recorded(replay)}; {len(found)} schedules x micro-batch counts re-timed with its "
+               f"measured costs")
     rounded = found.head(top).assign(step_ms=found["step_ms"].round(1), low_ms=found["low_ms"].round(1),
                                      high_ms=found["high_ms"].round(1))
     click.echo("\n".join(table(rounded, max_rows=top, clip=False)))

@@ -217,7 +217,8 @@ class ProfileFile:
                             f"{name} is truncated: its ZIP directory is missing (was the write interrupted?)."
                         ) from None
                     raise NotAProfileError(f"{name} is not a profile.pop (not a ZIP container).") from None
-                except (OSError, ValueError, EOFError, struct.error) as exc:
+                except (OSError, ValueError, EOFError, struct.error, NotImplementedError) as exc:
+                    # NotImplementedError: a damaged directory asking for a ZIP version zipfile does not read
                     raise CorruptProfileError(f"{name} has a corrupt ZIP directory ({exc}).") from None
                 members: dict[str, Member] = {}
                 for info in archive.infolist():

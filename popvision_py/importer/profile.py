@@ -30,6 +30,7 @@ import numpy as np
 
 from popvision_py.format import ProfileWriter
 from popvision_py.format.schema import KERNEL_KINDS, SCHEMA_VERSION
+from popvision_py.importer import plain_steps
 from popvision_py.importer.parts import ANNOTATION_KINDS, release_memory
 from popvision_py.importer.kernels import KERNEL_COLUMN
 from popvision_py.importer.read import KIND, RankTrace, TraceError
@@ -37,6 +38,8 @@ from popvision_py.importer.spill import blocks, release
 from popvision_py.importer.tables import category, rank_tables, sorted_memory
 from popvision_py.importer.timeline import WINDOW_BUSY_ROWS, peer_ready, rank_rows_by_window
 from popvision_py.version import __version__
+
+PROFILER_OPTIONS = ("record_shapes", "profile_memory", "with_stack")  # flags Kineto writes in the header
 
 CLOCK_HZ = 1e9  # one cycle is one nanosecond
 MAX_CYCLES = 2**53 - 1  # the format's largest cycle count
@@ -249,10 +252,26 @@ def plan_profile(traces: list[RankTrace], device_memory: int | None = None,
                    # the traces' clock at the profile's cycle 0: the ranks' CPU timelines (system/) are on that clock
                    "origin_ns": lo},
     }
+    run["import"].update(profiler_fields(traces))
     folder = next((t.spill.folder for t in traces if t.spill is not None), None)
     ready = peer_ready(traces, folder)
     release(*traces, *ready)
     return target, run, ProfilePlan(lo, hi, found, stage_index, single_stage, ipu_of_rank, ready)
+
+
+def profiler_fields(traces: list[RankTrace]) -> dict[str, Any]:
+    """What the re-timing needs to take the profiler's own cost out (analysis/pipeline/plain.py): each
+    rank's steps timed without the profiler (``plain_steps``' header key, empty where absent), its events,
+    and the profiler's options (the header's ``record_shapes``, ``profile_memory``, ``with_stack``)."""
+    plain = []
+    for t in traces:
+        try:
+            plain.append(plain_steps.read(t.header))
+        except TraceError as exc:
+            raise TraceError(f"{t.path} {exc}.") from None
+    options = {k: bool(next((t.header.get(k) for t in traces if t.header.get(k) is not None), False))
+               for k in PROFILER_OPTIONS}
+    return {"plain_step_ns": plain, "events_per_rank": [int(t.events) for t in traces], "profiler_options": options}
 
 
 def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_memory: int | None = None,

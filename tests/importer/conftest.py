@@ -12,6 +12,7 @@ from popvision_py.importer import find_traces, import_traces
 
 MICRO_BATCHES = {"gpipe": 6, "1f1b": 6, "interleaved": 4, "loopedbfs": 4}
 STEPS = 2
+PLAIN_STEPS = 3  # a pipeline's steps timed without the profiler, in its wait phase, written into its traces
 
 
 class Recorded:
@@ -40,7 +41,8 @@ def recorded(tmp_path_factory):
     def get(kind: str) -> Recorded:
         if kind not in made:
             folder = root / kind
-            paths = record(kind, folder, micro_batches=MICRO_BATCHES.get(kind, 8), steps=STEPS)
+            paths = record(kind, folder, micro_batches=MICRO_BATCHES.get(kind, 8), steps=STEPS,
+                           plain_steps=PLAIN_STEPS if kind in MICRO_BATCHES else 0)
             profile = root / f"{kind}-profile" / "profile.pop"
             import_traces(find_traces([str(folder)]), profile)
             made[kind] = Recorded(folder, paths, profile)

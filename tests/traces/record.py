@@ -11,12 +11,20 @@ then writes ``out_dir/meta.json``, what was run. The kinds:
 ``ddp``          ``DistributedDataParallel``, 2 ranks.
 ``fsdp``         FSDP2 (``torch.distributed.fsdp.fully_shard``), 2 ranks.
 
-The model is a stack of blocks named ``layers.0``, ``layers.1``, ... (a ``Linear`` then a ReLU each).
+The model is a stack of blocks named ``layers.0``, ``layers.1``, ... (``block="linear"``: a ``Linear`` then a
+ReLU each; ``block="transformer"``: an ``nn.TransformerEncoderLayer`` each, on sequences of ``SEQ`` tokens).
 In the pipeline kinds every stage holds ``layers_per_stage`` consecutive blocks, except the heavy
 stage, which holds three times as many, so it is the bottleneck. One training step runs first as a
 warm-up (the pipeline's set-up: P2P warm-up and shape inference); the profiler's schedule
 (``wait=0, warmup=1, active=steps``) records the ``steps`` steps after it, each inside a
 ``ProfilerStep#k`` annotation (k = 1 .. steps).
+
+``plain_steps=P`` (P > 0) times P steps without the profiler first: the profiler's schedule becomes
+``wait=1 + P, warmup=1, active=steps`` (the warm-up step, then P steps in its wait phase, timed by
+``popvision_py.importer.plain_steps.PlainSteps``, which writes them into each rank's trace; then one
+step in its warmup phase), and ``plain_after=N`` times N more steps after the profiler has stopped.
+Both go to ``meta.json`` (``plain_step_ns``, ``plain_after_ns``: per rank, per step), the rank's
+loop period from one step's end to the next's, as a user times a run.
 
 CLI: ``python -m tests.traces.record KIND OUT_DIR [--steps N] [--micro-batches N] [--heavy-stage S]``.
 """
@@ -44,6 +52,8 @@ from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleG
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from popvision_py.importer.plain_steps import PlainSteps
+
 KINDS = ("gpipe", "1f1b", "interleaved", "loopedbfs", "ddp", "fsdp")
 PIPELINE_KINDS = ("gpipe", "1f1b", "interleaved", "loopedbfs")
 WORLD_SIZE = {"gpipe": 4, "1f1b": 4, "interleaved": 2, "loopedbfs": 2, "ddp": 2, "fsdp": 2}
@@ -55,9 +65,12 @@ DEFAULT_HEAVY_STAGE = 2
 DEFAULT_MICRO_BATCHES = 8
 HEAVY_FACTOR = 4
 
+BLOCKS = ("linear", "transformer")
 WIDTH = 512             # every block is Linear(WIDTH, WIDTH) + ReLU
 MICRO_BATCH_SIZE = 64   # rows per micro-batch (pipeline kinds): enough that the matmuls, not Python, set a stage's time
 LAYERS_PER_STAGE = 2    # blocks on an ordinary stage; the heavy stage has HEAVY_FACTOR times as many
+D_MODEL, HEADS, FF = 128, 4, 512  # a transformer block: nn.TransformerEncoderLayer(D_MODEL, HEADS, FF)
+SEQ, SEQUENCES = 32, 4  # a transformer micro-batch: SEQUENCES sequences of SEQ tokens
 DP_LAYERS = 4           # blocks of the ddp / fsdp model
 DP_BATCH = 64           # rows per rank per step (ddp / fsdp)
 DDP_BUCKET_CAP_MB = 0.25  # small buckets, so one backward makes several all-reduces
@@ -81,13 +94,18 @@ def _free_port() -> int:
 
 def plan(kind: str, *, heavy_stage: int | None = DEFAULT_HEAVY_STAGE,
          micro_batches: int = DEFAULT_MICRO_BATCHES, steps: int = 2,
-         with_stack: bool | None = None, world_size: int | None = None) -> dict:
+         with_stack: bool | None = None, world_size: int | None = None, block: str = "linear",
+         plain_steps: int = 0, plain_after: int = 0) -> dict:
     """What ``record`` will run: the contents of ``meta.json`` less the timings. ``world_size``: the
     ranks of a pipeline kind (default ``WORLD_SIZE``; each rank holds ``STAGES_PER_RANK`` stages)."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
-    if steps < 1:
-        raise ValueError("steps must be at least 1")
+    if block not in BLOCKS or (block != "linear" and kind not in PIPELINE_KINDS):
+        raise ValueError(f"block is one of {', '.join(BLOCKS)} (transformer: the pipeline kinds)")
+    if steps < 1 or plain_steps < 0 or plain_after < 0:
+        raise ValueError("steps must be at least 1, plain_steps and plain_after at least 0")
+    wait = WARMUP_STEPS + plain_steps if plain_steps else 0
+    first = wait + WARMUP_STEPS  # the first recorded step's number
     world = WORLD_SIZE[kind]
     if world_size is not None:
         if kind not in PIPELINE_KINDS or world_size < 2:
@@ -99,12 +117,15 @@ def plan(kind: str, *, heavy_stage: int | None = DEFAULT_HEAVY_STAGE,
         "backend": "gloo",
         "steps": steps,
         "warmup_steps": WARMUP_STEPS,
-        "profiler_schedule": {"wait": 0, "warmup": WARMUP_STEPS, "active": steps, "repeat": 1},
-        "profiled_step_annotations": [f"ProfilerStep#{k}" for k in range(WARMUP_STEPS, WARMUP_STEPS + steps)],
+        "plain_steps": plain_steps,
+        "plain_after": plain_after,
+        "profiler_schedule": {"wait": wait, "warmup": WARMUP_STEPS, "active": steps, "repeat": 1},
+        "profiled_step_annotations": [f"ProfilerStep#{k}" for k in range(first, first + steps)],
         "with_stack": WITH_STACK[kind] if with_stack is None else bool(with_stack),
         "record_shapes": True,
         "profile_memory": True,
-        "width": WIDTH,
+        "block": block,
+        "width": WIDTH if block == "linear" else D_MODEL,
         "threads_per_rank": 1,
     }
     if kind in PIPELINE_KINDS:
@@ -131,8 +152,8 @@ def plan(kind: str, *, heavy_stage: int | None = DEFAULT_HEAVY_STAGE,
             "stage_to_rank": stage_to_rank,
             "rank_stages": {r: [s for s in range(n_stages) if stage_to_rank[s] == r] for r in range(world)},
             "micro_batches": micro_batches,
-            "micro_batch_size": MICRO_BATCH_SIZE,
-            "batch_size": MICRO_BATCH_SIZE * micro_batches,
+            "micro_batch_size": MICRO_BATCH_SIZE if block == "linear" else SEQUENCES,
+            "batch_size": (MICRO_BATCH_SIZE if block == "linear" else SEQUENCES) * micro_batches,
             "heavy_stage": heavy_stage,
             "heavy_factor": HEAVY_FACTOR,
             "stage_layers": stage_layers,
@@ -172,13 +193,19 @@ class Block(nn.Module):
         return self.fc(x).relu()
 
 
+def _transformer_block() -> nn.Module:
+    """One block ``layers.N`` of the transformer model: an encoder layer (attention, then the feed-forward)."""
+    return nn.TransformerEncoderLayer(D_MODEL, HEADS, FF, dropout=0.0, batch_first=True)
+
+
 class Stage(nn.Module):
     """The blocks ``names`` (``layers.N``) of one pipeline stage, held as ``self.layers[N]`` so their
     parameters are named ``layers.N.fc.weight`` as in the whole model."""
 
-    def __init__(self, names: list[str]):
+    def __init__(self, names: list[str], block: str = "linear"):
         super().__init__()
-        self.layers = nn.ModuleDict({n.split(".", 1)[1]: Block() for n in names})
+        make = Block if block == "linear" else _transformer_block
+        self.layers = nn.ModuleDict({n.split(".", 1)[1]: make() for n in names})
 
     def forward(self, x):
         for layer in self.layers.values():
@@ -199,9 +226,10 @@ class Model(nn.Module):
         return x
 
 
-def _data(step: int, rows: int):
+def _data(step: int, rows: int, block: str = "linear"):
     g = torch.Generator().manual_seed(1000 + step)
-    return torch.randn(rows, WIDTH, generator=g), torch.randn(rows, WIDTH, generator=g)
+    shape = (rows, WIDTH) if block == "linear" else (rows, SEQ, D_MODEL)
+    return torch.randn(*shape, generator=g), torch.randn(*shape, generator=g)
 
 
 def _pipeline_runner(meta: dict, rank: int):
@@ -210,7 +238,7 @@ def _pipeline_runner(meta: dict, rank: int):
     modules, stages = [], []
     for s in my_stages:
         torch.manual_seed(s)
-        mod = Stage(meta["stage_layers"][s])
+        mod = Stage(meta["stage_layers"][s], meta.get("block", "linear"))
         modules.append(mod)
         stages.append(PipelineStage(mod, s, n_stages, torch.device("cpu")))
     n_mb = meta["micro_batches"]
@@ -228,7 +256,7 @@ def _pipeline_runner(meta: dict, rank: int):
     has_last = n_stages - 1 in my_stages
 
     def step(k: int) -> None:
-        x, y = _data(k, meta["batch_size"])
+        x, y = _data(k, meta["batch_size"], meta.get("block", "linear"))
         args = (x,) if has_first else ()
         kwargs = {"target": y, "losses": []} if has_last else {}
         sched.step(*args, **kwargs)
@@ -269,19 +297,30 @@ def _rank_main(rank: int, meta: dict, port: int, out_dir: str) -> None:
     try:
         step = (_pipeline_runner if meta["kind"] in PIPELINE_KINDS else _dp_runner)(meta, rank)
         path = Path(out_dir) / f"rank{rank}.json"
-        n_steps = meta["warmup_steps"] + meta["steps"]
+        plan_ = meta["profiler_schedule"]
+        n_steps = plan_["wait"] + plan_["warmup"] + plan_["active"]
         with profile(
             activities=[ProfilerActivity.CPU],
-            schedule=schedule(wait=0, warmup=meta["warmup_steps"], active=meta["steps"], repeat=1),
+            schedule=schedule(wait=plan_["wait"], warmup=plan_["warmup"], active=plan_["active"], repeat=1),
             on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
             record_shapes=True,
             profile_memory=True,
             with_stack=meta["with_stack"],
         ) as prof:
+            timer = PlainSteps(prof, skip=meta["warmup_steps"])
             for k in range(n_steps):
                 step(k)
-                prof.step()
+                timer.step()
         dist.barrier()
+        after = []
+        last = time.perf_counter_ns()
+        for k in range(meta["plain_after"]):  # the profiler stopped: the run as a user runs it
+            step(n_steps + k)
+            now = time.perf_counter_ns()
+            after.append(now - last)
+            last = now
+        dist.barrier()
+        (Path(out_dir) / f"rank{rank}.plain").write_text(json.dumps({"before": timer.step_ns, "after": after}))
     finally:
         dist.destroy_process_group()
 
@@ -309,7 +348,8 @@ def _spawn(meta: dict, out_dir: Path, timeout_s: float) -> None:
 def record(kind: str, out_dir: Path, *, heavy_stage: int | None = DEFAULT_HEAVY_STAGE,
            micro_batches: int = DEFAULT_MICRO_BATCHES, steps: int = 2,
            with_stack: bool | None = None, timeout_s: float = TIMEOUT_S,
-           world_size: int | None = None) -> list[Path]:
+           world_size: int | None = None, block: str = "linear", plain_steps: int = 0,
+           plain_after: int = 0) -> list[Path]:
     """Record ``kind`` (one of ``KINDS``) into ``out_dir``: ``rank{r}.json`` per rank and ``meta.json``.
 
     ``heavy_stage`` and ``micro_batches`` apply to the pipeline kinds only (``heavy_stage=None``: all
@@ -321,7 +361,8 @@ def record(kind: str, out_dir: Path, *, heavy_stage: int | None = DEFAULT_HEAVY_
     are strings (JSON).
     """
     meta = plan(kind, heavy_stage=heavy_stage, micro_batches=micro_batches, steps=steps,
-                with_stack=with_stack, world_size=world_size)
+                with_stack=with_stack, world_size=world_size, block=block, plain_steps=plain_steps,
+                plain_after=plain_after)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"rank{r}.json" for r in range(meta["world_size"])]
@@ -340,6 +381,11 @@ def record(kind: str, out_dir: Path, *, heavy_stage: int | None = DEFAULT_HEAVY_
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
         raise RuntimeError(f"recording {kind}: no trace written for {', '.join(missing)}")
+    plain = [json.loads(p.read_text()) for p in (out_dir / f"rank{r}.plain" for r in range(meta["world_size"]))]
+    for r in range(meta["world_size"]):
+        (out_dir / f"rank{r}.plain").unlink()
+    meta["plain_step_ns"] = [p["before"] for p in plain]
+    meta["plain_after_ns"] = [p["after"] for p in plain]
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return paths
 
@@ -354,10 +400,14 @@ def main(argv: list[str] | None = None) -> int:
                     default=DEFAULT_HEAVY_STAGE, help="a stage index, or 'none'")
     ap.add_argument("--with-stack", choices=("yes", "no"), default=None)
     ap.add_argument("--world-size", type=int, default=None, help="ranks of a pipeline kind")
+    ap.add_argument("--block", choices=BLOCKS, default="linear")
+    ap.add_argument("--plain-steps", type=int, default=0, help="steps timed without the profiler, before it")
+    ap.add_argument("--plain-after", type=int, default=0, help="steps timed without the profiler, after it")
     a = ap.parse_args(argv)
     ws = None if a.with_stack is None else a.with_stack == "yes"
     paths = record(a.kind, a.out_dir, heavy_stage=a.heavy_stage, micro_batches=a.micro_batches,
-                   steps=a.steps, with_stack=ws, world_size=a.world_size)
+                   steps=a.steps, with_stack=ws, world_size=a.world_size, block=a.block,
+                   plain_steps=a.plain_steps, plain_after=a.plain_after)
     meta = json.loads((a.out_dir / "meta.json").read_text())
     for p in paths:
         print(f"{p}  {p.stat().st_size:,} bytes")

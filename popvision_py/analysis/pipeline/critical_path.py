@@ -217,6 +217,9 @@ class CriticalPathView:
                 "culprit_saves_pct": float(top["saves_pct"]),
                 "retimed_residual_pct": self.replay().residual_pct(),
                 "transfer_latency_ms": float(np.median(list(m.latency.values()))) / 1e6,
+                "plain_step_ms": self.replay().baseline_ns() / 1e6,
+                "profiler_cost_pct": m.profiler.overhead_pct,
+                "plain_step_from": m.profiler.how(),
             }
         return self._memo("figures", compute)
 

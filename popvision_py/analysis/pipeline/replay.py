@@ -27,9 +27,13 @@ of a ``ProfilerStep``, from its first recorded work).
 Re-timed with every action's own measured cost, in the order each rank ran, the graph reproduces each
 measured step (``Replay.retimed``, ``residual_pct``). A what-if (``Replay.predict``) reuses each
 (pass, stage)'s costs for another micro-batch count, schedule, stage scaling or a straggler made as
-fast as the mean: the point from the medians of the measured costs, the range from their 10th and
-90th percentiles taken for every action at once (a run-wide shift, as from a busier machine, moves
-every action together). The critical path is ``analysis/pipeline/critical_path.py``'s.
+fast as the mean, and answers for the run without the profiler: the re-timing gives the what-if's step
+over the recorded run's, both from the same costs, and the recorded run's plain step
+(``analysis/pipeline/plain.py``: timed, or bounded) turns it into time. The point takes the medians of
+the measured costs; the range, that ratio re-timed once per recorded step with that step's own costs
+(how the what-if's answer moves as the costs vary from step to step), from its lowest times the
+lowest plain step to its highest times the highest. The critical path is
+``analysis/pipeline/critical_path.py``'s.
 
 What the model leaves out (memory, contention, a descheduled rank): docs/real-traces.md, "Not modelled".
 """
@@ -44,10 +48,10 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.analysis.imported.ranks import ideal_bubble_pct, receiving
+from popvision_py.analysis.pipeline.plain import NONE, ProfilerCost, profiler_cost
 from popvision_py.analysis.pipeline.schedules import B, F, SCHEDULES, ReplayError, schedule_order, source
 
 LATENCY_QUANTILE = 10  # the lower envelope of the sender-end-to-arrival gaps (see the module's docstring)
-RANGE_QUANTILES = (10, 90)  # every action's cost at these percentiles of its (stage, pass)'s samples
 CHAINED_STEPS = 3
 
 
@@ -72,6 +76,7 @@ class MeasuredPipeline:
     steps: pd.DataFrame
     latency: dict[tuple[str, bool], float]  # (pass, first micro-batch) -> ns from the sender's end to the input
     latency_samples: dict[tuple[str, bool], np.ndarray] = field(default_factory=dict)
+    profiler: ProfilerCost = NONE  # the plain step against the profiled one (analysis/pipeline/plain.py)
 
     @property
     def n_stages(self) -> int:
@@ -82,11 +87,15 @@ class MeasuredPipeline:
         d = self.steps.assign(d=self.steps["end"] - self.steps["start"])
         return d.groupby("iteration")["d"].mean().to_numpy(float)
 
-    def measured_step_ns(self) -> float:
-        """The run's step: the median profiled step, the first left out where there are three or more (the
-        ranks start it from wherever the steps before left them, not from the pipeline's steady state)."""
+    def measured_steps_ns(self) -> np.ndarray:
+        """The profiled steps the run's step is taken over: the first left out where there are three or more
+        (the ranks start it from wherever the steps before left them, not from the pipeline's steady state)."""
         steps = self.step_ns()
-        return float(np.median(steps[1:] if len(steps) >= 3 else steps))
+        return steps[1:] if len(steps) >= 3 else steps
+
+    def measured_step_ns(self) -> float:
+        """The run's step: the median of ``measured_steps_ns``."""
+        return float(np.median(self.measured_steps_ns()))
 
 
 def _schedule_name(run: Mapping[str, Any]) -> str:
@@ -262,7 +271,9 @@ def from_profile(profile: Any) -> MeasuredPipeline:
     pipeline_stages(profile.run)  # nothing is read for a profile that has no pipeline to re-time
     trace = profile.read_pandas("trace")
     programs = profile.read_table("programs", ["ipu", "step", "name"])
-    return measure(trace, receiving(trace["ipu"].to_numpy(), trace["step"].to_numpy(), programs), profile.run)
+    m = measure(trace, receiving(trace["ipu"].to_numpy(), trace["step"].to_numpy(), programs), profile.run)
+    m.profiler = profiler_cost(m.measured_steps_ns(), profile.run, trace, m.steps["iteration"].nunique())
+    return m
 
 
 # -- the list schedule ------------------------------------------------------------------------------
@@ -358,6 +369,7 @@ class WhatIf:
     busy_ns: dict[int, float]
     baseline_ns: float
     baseline_micro_batches: int
+    profiled_ns: float = float("nan")  # the point as the profiled run would take it (the profiler's cost in)
 
     @property
     def per_micro_batch_ns(self) -> float:
@@ -376,7 +388,8 @@ class Replay:
 
     A what-if reuses each (pass, stage)'s measured (cost, glue, receive), the first micro-batch of a
     step apart from the others (it carries the step's one-off work: the first send's set-up, lazy
-    initialisation), each rank's head and tail, and the latencies.
+    initialisation), each rank's head and tail, and the latencies; its answer is for the run without
+    the profiler (``measured.profiler``'s factor).
     """
 
     COLUMNS = ["cost", "glue", "receive"]
@@ -385,11 +398,18 @@ class Replay:
         self.m = measured
         a = measured.actions
         self._samples = {k: g[self.COLUMNS].to_numpy(float) for k, g in a.groupby(["pass", "stage", "first"])}
+        # each recorded step's own costs: per (iteration, pass, stage, first), the medians of that step's samples
+        per_step = a.groupby(["iteration", "pass", "stage", "first"])[self.COLUMNS].median()
+        self._by_step = dict(zip(per_step.index, map(tuple, per_step.to_numpy(float))))
         st = measured.steps
-        self._head = st.groupby("rank")["head"].median().reindex(range(measured.world), fill_value=0).to_numpy(float)
-        self._tail = st.groupby("rank")["tail"].median().reindex(range(measured.world), fill_value=0).to_numpy(float)
-        self._baseline: float | None = None
-        self._points: dict[tuple[str, int, bool, float | None], tuple[float, float, float]] = {}
+        ranks = range(measured.world)
+        self._head = st.groupby("rank")["head"].median().reindex(ranks, fill_value=0).to_numpy(float)
+        self._tail = st.groupby("rank")["tail"].median().reindex(ranks, fill_value=0).to_numpy(float)
+        self._step_ends = {int(it): (g.set_index("rank")["head"].reindex(ranks, fill_value=0).to_numpy(float),
+                                     g.set_index("rank")["tail"].reindex(ranks, fill_value=0).to_numpy(float))
+                           for it, g in st.groupby("iteration")}
+        self._bases: dict[int | None, float] = {}
+        self._points: dict[tuple[str, int, bool, int | None], tuple[float, float, float]] = {}
 
     # the measured run, re-timed with its own costs
     def retimed(self) -> pd.DataFrame:
@@ -420,38 +440,52 @@ class Replay:
         """The median of the re-timed steps' errors against the measured ones (percent, signed)."""
         return float(self.retimed()["error_pct"].median())
 
-    def _point(self, kind: str, s: int, mb: int, q: float | None = None) -> tuple[float, float, float]:
-        """(cost, glue, receive) of an action: the median of its class's samples, or their ``q``-th percentile."""
-        key = (kind, s, mb == 0, q)
+    def _point(self, kind: str, s: int, mb: int, step: int | None = None) -> tuple[float, float, float]:
+        """(cost, glue, receive) of an action: the median of its class's samples, or, given a recorded
+        ``step`` (iteration), the median of that step's samples of the class."""
+        key = (kind, s, mb == 0, step)
         if key not in self._points:
-            samples = self._samples.get((kind, s, mb == 0))
+            first = mb == 0
+            if step is not None and (step, kind, s, first) in self._by_step:
+                self._points[key] = self._by_step[(step, kind, s, first)]
+                return self._points[key]
+            samples = self._samples.get((kind, s, first))
             if samples is None:
-                samples = self._samples.get((kind, s, mb != 0))
+                samples = self._samples.get((kind, s, not first))
             if samples is None:
                 raise ReplayError(f"The traces hold no {kind} of stage {s}: it cannot be re-timed.")
-            values = np.median(samples, axis=0) if q is None else np.percentile(samples, q, axis=0)
+            values = np.median(samples, axis=0)
             self._points[key] = (float(values[0]), float(values[1]), float(values[2]))
         return self._points[key]
 
     def _run(self, schedule: str, m: int, scale: Mapping[int, float], fast: Mapping[tuple[str, int], float],
-             q: float | None) -> SimulatedRun:
-        """One what-if simulated; ``fast``: (pass, stage) -> the factor that makes it as fast as the mean."""
+             step: int | None) -> SimulatedRun:
+        """One what-if simulated, with the median costs or one recorded ``step``'s; ``fast``: (pass, stage)
+        -> the factor that makes it as fast as the mean."""
         meas = self.m
         orders = schedule_order(schedule, meas.world, meas.stages_per_rank, m)
 
         def cost(_step: int, kind: str, s: int, mb: int) -> tuple[float, float, float]:
-            c, g, rc = self._point(kind, s, mb, q)
+            c, g, rc = self._point(kind, s, mb, step)
             return c * scale.get(s, 1.0) * fast.get((kind, s), 1.0), g, rc
 
         # the head is the step's input (making or loading the batch, cutting it into micro-batches): it
         # grows with the micro-batches of a step; the tail (the optimiser's step) does not
-        head = self._head * (m / meas.micro_batches)
-        return simulate(orders, meas.stage_rank, cost, meas.latency, head, self._tail)
+        head, tail = self._step_ends.get(step, (self._head, self._tail)) if step is not None else (
+            self._head, self._tail)
+        return simulate(orders, meas.stage_rank, cost, meas.latency, head * (m / meas.micro_batches), tail)
+
+    def profiled_baseline_ns(self, step: int | None = None) -> float:
+        """The run as recorded, re-timed with the median costs (or one recorded ``step``'s), the profiler's in."""
+        if step not in self._bases:
+            self._bases[step] = self._run(self.m.schedule, self.m.micro_batches, {}, {}, step).step_ns
+        return self._bases[step]
 
     def baseline_ns(self) -> float:
-        if self._baseline is None:
-            self._baseline = self._run(self.m.schedule, self.m.micro_batches, {}, {}, None).step_ns
-        return self._baseline
+        """The run as recorded, without the profiler: its plain step (``plain.ProfilerCost``), or, where
+        nothing tells it, its re-timed step."""
+        plain = self.m.profiler.plain_ns
+        return plain if plain > 0 else self.profiled_baseline_ns()
 
     def predict(self, schedule: str | None = None, micro_batches: int | None = None,
                 scale: Mapping[int, float] | None = None, fast_rank: int | None = None) -> WhatIf:
@@ -477,16 +511,23 @@ class Replay:
                     if r == fast_rank and typical[s] > mean:
                         rank_costs[(kind, s)] = mean / typical[s]
         point = self._run(schedule, m, scale, rank_costs, None)
-        low = self._run(schedule, m, scale, rank_costs, RANGE_QUANTILES[0])
-        high = self._run(schedule, m, scale, rank_costs, RANGE_QUANTILES[1])
+        each = {it: self._run(schedule, m, scale, rank_costs, it).step_ns for it in sorted(self._step_ends)}
+        cost = meas.profiler
+        if cost.plain_ns > 0:  # the what-if over the recorded run, each from the same costs, times its plain step
+            ratio = point.step_ns / self.profiled_baseline_ns()
+            ratios = [ratio, *(x / self.profiled_baseline_ns(it) for it, x in each.items())]
+            step = cost.plain_ns * ratio
+            low, high = min(cost.plain_low_ns * min(ratios), step), max(cost.plain_high_ns * max(ratios), step)
+        else:
+            step, low, high = point.step_ns, min(point.step_ns, *each.values()), max(point.step_ns, *each.values())
         words = [f"schedule {schedule}"] if schedule != meas.schedule else []
         words += [f"{m} micro-batches"] if m != meas.micro_batches else []
         words += [f"stage {s} x {f:g}" for s, f in sorted(scale.items())]
         words += [f"rank {fast_rank} as fast as the mean stage"] if fast_rank is not None else []
-        return WhatIf(", ".join(words) or "as recorded, re-timed (median costs)", schedule, m, point.step_ns,
-                          min(low.step_ns, point.step_ns), max(high.step_ns, point.step_ns), point.bubble_pct,
-                          ideal_bubble_pct(meas.world, meas.stages_per_rank, m), point.busy_ns, self.baseline_ns(),
-                          meas.micro_batches)
+        return WhatIf(", ".join(words) or "as recorded, re-timed (median costs)", schedule, m,
+                      step, low, high, point.bubble_pct,
+                      ideal_bubble_pct(meas.world, meas.stages_per_rank, m), point.busy_ns, self.baseline_ns(),
+                      meas.micro_batches, point.step_ns)
 
     def culprits(self) -> pd.DataFrame:
         """Per rank: the step if its stages were as fast as the mean stage, and the time that saves."""

@@ -114,6 +114,7 @@ def insight(view: Any) -> list[tuple[str, str, str, str]]:
     m = view.measured()
     return [("info", "what-if", f"re-timed with its measured costs, {best['schedule']} with "
              f"{int(best['micro_batches'])} micro-batches (now {m.schedule} with {m.micro_batches}) would run "
-             f"{best['gain_pct']:.0f}% more micro-batches a second (step {best['step_ms']:,.1f} ms, range "
+             f"{best['gain_pct']:.0f}% more micro-batches a second (step {best['step_ms']:,.1f} ms without the "
+             f"profiler, range "
              f"{best['low_ms']:,.1f} to {best['high_ms']:,.1f} ms)",
              f"{best['pytorch']}; memory is not modelled (more micro-batches in flight hold more activations).")]
