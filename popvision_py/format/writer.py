@@ -74,6 +74,9 @@ if "max_rows_per_page" in inspect.signature(pq.ParquetWriter).parameters:
 ENCODINGS: dict[str, dict[str, str]] = {
     "trace": {"start_cycle": "DELTA_BINARY_PACKED", "end_cycle": "DELTA_BINARY_PACKED"},
     "tile_cycles": {"tile": "DELTA_BINARY_PACKED", "cycles": "DELTA_BINARY_PACKED"},
+    # a GPU's kernels by start, rank by rank: their times and launches' rise, and so do the correlation ids
+    "kernels": {c: "DELTA_BINARY_PACKED" for c in ("start_cycle", "end_cycle", "correlation", "launch_start_cycle",
+                                                  "launch_end_cycle")},
 }
 # Row groups of one table handed to the encoder thread and not yet written: the writer's memory
 # stays a few row groups whatever the table's length.

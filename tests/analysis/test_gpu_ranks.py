@@ -46,6 +46,10 @@ def test_each_figure_a_rank_at_a_time_is_the_whole_tables(imported):
         view = report.gpu
         metadata = report.profile.metadata("kernels")
         assert metadata.num_row_groups > 4
+        # (its times delta-encoded, without a dictionary: they rise along each rank)
+        column = {metadata.schema.column(i).name: i for i in range(metadata.num_columns)}["start_cycle"]
+        chunk = metadata.row_group(0).column(column)
+        assert "DELTA_BINARY_PACKED" in chunk.encodings and not chunk.has_dictionary_page
         assert set(gpu_ranks.row_groups(report.profile, 0)) & set(gpu_ranks.row_groups(report.profile, 1))
         # WHEN each figure is computed a rank at a time, and over every kernel at once
         k, window, last, spans = view.kernels(), view.window(), view.last_step_starts(), view.spans()
