@@ -52,8 +52,8 @@ TABLES = ("trace", "programs", "exchanges", "liveness", "tile_cycles", "tile_mem
 ROW_GROUP_ROWS = 1 << 18
 SLICE_ROWS = ROW_GROUP_ROWS
 # The kernels table's rows are the widest (thirteen columns, six of them named): its row groups are half the others',
-# so that what its writer holds is nearer theirs (a 10 GB GPU import's write peaked at 351 MiB with 2^18 rows, 242 at
-# 2^16; 2^17 keeps it under the read's peak, at 11% more bytes for the table where 2^16 took 29%).
+# so that what its writer holds is nearer theirs (a 10 GB GPU import's write peaked at 351 MiB with 2^18 rows, 290 at
+# 2^17: under the read's peak).
 KERNEL_GROUP_ROWS = ROW_GROUP_ROWS >> 1
 
 
