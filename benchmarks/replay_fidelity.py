@@ -13,8 +13,10 @@ into the trace by ``popvision_py.importer.plain_steps.PlainSteps``, which the im
 ``--plain`` more after the profiler has stopped (the first of these, after a barrier, left out). Each is
 imported (`popvision import`); then every configuration's step is predicted from the trace of every
 *other* configuration of the same stage layout and block (``Replay.predict``: the schedule and
-micro-batch count changed; for the moved split, each stage's cost scaled by the ratio of its blocks,
-which is what a user knows of a split they have not run), and scored against its own **plain** step
+micro-batch count changed; for the moved split, the blocks of each stage as recorded and as asked,
+``Replay.block_scale`` moving each pass's cost per block between the stages, read off the source's own
+stages: what a user knows of a split they have not run is its blocks), and scored against its own
+**plain** step
 (the median over its plain steps of the ranks' mean step), with the profiled figures beside (the
 prediction with the profiler's cost left in, against the median profiled step).
 
@@ -136,14 +138,15 @@ def plain_ms(profile: Path) -> float:
     return float(np.median(np.concatenate([before, after]))) / 1e6
 
 
-def stage_scale(source: Config, target: Config) -> dict[int, float]:
-    """Each stage's cost in the target's split over the source's: the ratio of its blocks."""
+def stage_blocks(source: Config, target: Config) -> tuple[list[int], list[int]]:
+    """The blocks of each stage in the source's split and in the target's: what a user knows of a split they
+    have not run (``Replay.predict(blocks=...)`` moves each pass's cost per block between the stages)."""
     from tests.traces.record import plan
 
     a = plan(source.kind, heavy_stage=source.heavy_stage, micro_batches=source.micro_batches, world_size=2)
     b = plan(target.kind, heavy_stage=target.heavy_stage, micro_batches=target.micro_batches, world_size=2)
-    return {int(s): len(b["stage_layers"][s]) / len(a["stage_layers"][s]) for s in a["stage_layers"]
-            if len(b["stage_layers"][s]) != len(a["stage_layers"][s])}
+    stages = sorted(a["stage_layers"], key=int)
+    return [len(a["stage_layers"][s]) for s in stages], [len(b["stage_layers"][s]) for s in stages]
 
 
 def without_plain_steps(report, replay):
@@ -185,8 +188,8 @@ def predict_all(profiles: dict[Config, Path]) -> tuple[list[dict], list[dict]]:
                 continue
             if (source.heavy_stage != target.heavy_stage) and source.micro_batches != target.micro_batches:
                 continue  # a moved split is predicted at its own micro-batch count
-            scale = stage_scale(source, target) if source.heavy_stage != target.heavy_stage else {}
-            ask = {"schedule": SCHEDULE[target.kind], "micro_batches": target.micro_batches, "scale": scale}
+            moved = stage_blocks(source, target) if source.heavy_stage != target.heavy_stage else None
+            ask = {"schedule": SCHEDULE[target.kind], "micro_batches": target.micro_batches, "blocks": moved}
             p = replays[source].predict(**ask)
             b = bounded[source].predict(**ask)
             real, prof = plain[target], profiled[target]
@@ -218,6 +221,8 @@ def tune_check(profiles: dict[Config, Path], work: Path, steps: int, plain: int)
             best = whatif.search(report.critical_path.replay()).iloc[0]
         config = Config(kinds[best["schedule"]], int(best["micro_batches"]), source.heavy_stage, source.block)
         path = profiles.get(config)
+        if path is None and (work / f"tuned-{config.tag}" / "meta.json").is_file():
+            path = work / f"tuned-{config.tag}" / "profile.pop"  # recorded by an earlier pass
         if path is None:  # not among the runs recorded: record it now
             path = record_one(config, work / f"tuned-{config.tag}", steps, plain)
         real = plain_ms(path)

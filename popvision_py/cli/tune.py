@@ -74,7 +74,8 @@ def _search_dims(value: str | None) -> tuple[str, ...] | None:
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="An imported pipeline's one what-if instead of the search: schedule=1F1B, micro_batches=16, "
-              "fast_rank=R (rank R's stages as fast as the mean stage), stageN=FACTOR (stage N's cost scaled). "
+              "fast_rank=R (rank R's stages as fast as the mean stage), stageN=FACTOR (stage N's cost scaled), "
+              "blocks=1,4:4,1 (the model's blocks per stage as recorded and as asked: the split moved). "
               "Repeat for several.")
 def command(model: str, system: str | None, global_batch: int | None, search: tuple[str, ...] | None,
             max_candidates: int, max_splits: int, refine: int, workers: int | None, scheduler: str | None,

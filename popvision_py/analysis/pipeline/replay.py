@@ -16,13 +16,16 @@ than that output arrives. ``measure`` reads from the trace, per action:
   rows are the rank's own time (``receive``: taking the input, gaps no wait explains);
 - each rank's ``head`` (recorded work before its first action in a profiler step: the step's input,
   made or loaded and cut into micro-batches, which a what-if scales with the micro-batches) and
-  ``tail`` (from its last action to the step's end: the optimiser's step, zeroing the gradients).
+  ``tail`` (the work it recorded after its last action: the optimiser's step, zeroing the gradients;
+  not its waits).
 
 ``simulate`` list-schedules the graph: an action starts when its rank is free (the previous action,
 its glue and its own receive time done) and its input has arrived (the sender's end plus the
-latency). Three steps are chained, each rank starting a step when it ended the last, and the step
-time is the last step's duration averaged over the ranks, as the measured step is (each rank's span
-of a ``ProfilerStep``, from its first recorded work).
+latency); a rank ends its step once its last send to another rank has been taken (torch's schedules
+wait for their sends before the step returns), then runs its tail. Three steps are chained, each rank
+starting a step when it ended the last, and the step time is the last step's duration averaged over
+the ranks, as the measured step is (each rank's span of a ``ProfilerStep``, from its first recorded
+work).
 
 Re-timed with every action's own measured cost, in the order each rank ran, the graph reproduces each
 measured step (``Replay.retimed``, ``residual_pct``). A what-if (``Replay.predict``) reuses each
@@ -40,7 +43,7 @@ What the model leaves out (memory, contention, a descheduled rank): docs/real-tr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,16 +171,15 @@ def measure(trace: pd.DataFrame, receives: np.ndarray, run: Mapping[str, Any]) -
     blocks = pd.DataFrame({"block": block[waiting], "action": before[waiting].astype(int),
                            "start": t["start_cycle"].to_numpy()[waiting], "end": t["end_cycle"].to_numpy()[waiting]})
     last = blocks.groupby("block").agg(action=("action", "first"), start=("start", "min"), end=("end", "max"))
-    last = last.sort_values("end").groupby("action").last()
+    last = last.reset_index().sort_values("end").groupby("action").last()
     arrival, asked = last["end"], last["start"]
     receiving = last["end"] - last["start"]
-    all_waiting = blocks.assign(d=blocks["end"] - blocks["start"]).groupby("action")["d"].sum()
+    earlier = blocks[blocks["block"].to_numpy() != blocks["action"].map(last["block"]).to_numpy()]
     acts["glue"] = acts["id"].map(glue).fillna(0).astype(np.int64)
     acts["glue_comm"] = acts["id"].map(glue_comm).fillna(0).astype(np.int64)
     acts["asked"] = acts["id"].map(asked).astype(float)
     acts["arrival"] = acts["id"].map(arrival).astype(float)
     acts["receive"] = acts["id"].map(receiving).fillna(0).astype(np.int64)
-    acts["earlier_gaps"] = (acts["id"].map(all_waiting).fillna(0) - acts["receive"]).astype(np.int64)
 
     # each rank's profiled steps: span, head (recorded work before its first action), tail
     # a rank's step starts at its first recorded work: the idle rows before it are the time before the
@@ -187,12 +189,14 @@ def measure(trace: pd.DataFrame, receives: np.ndarray, run: Mapping[str, Any]) -
                                                          last_id=("end", "idxmax"))
     steps = span.join(first_last.rename_axis(["iteration", "ipu"]), how="inner").reset_index()
     pre = ~is_action & ~idle & ~recv & np.isnan(after)
-    head = pd.Series(t["dur"].to_numpy()[pre]).groupby([t["iteration"].to_numpy()[pre], t["ipu"].to_numpy()[pre]]).sum()
-    steps["head"] = [int(head.get((i, r), 0)) for i, r in zip(steps["iteration"], steps["ipu"])]
-    # the glue after the last action is the tail's, not a next action's
+    steps["head"] = _per_step(t, pre, steps)
+    # the glue after the last action is the tail's, not a next action's; the tail is the work the rank
+    # recorded after its last action (the optimiser's step), not its waits: a rank whose sends are taken
+    # late (its receiver still busy) waits for them before it ends the step, which ``simulate`` models
     last_ids = acts.loc[steps["last_id"].to_numpy(), "id"].to_numpy()
     acts.loc[acts["id"].isin(last_ids), ["glue", "glue_comm"]] = 0
-    steps["tail"] = steps["end"] - steps["last"]
+    post = ~is_action & ~idle & ~recv & np.isnan(before) & ~np.isnan(after)
+    steps["tail"] = _per_step(t, post, steps)
     steps = steps.rename(columns={"ipu": "rank"}).drop(columns=["last_id"])
 
     micro_batches = int(acts["micro_batch"].max()) + 1
@@ -204,11 +208,27 @@ def measure(trace: pd.DataFrame, receives: np.ndarray, run: Mapping[str, Any]) -
     # the rank's own time before the action: taking an input that was there when it asked, or, for an
     # action with no input from another rank, a gap no wait explains (a wait is not the rank's time)
     own_time = (acts["asked"] >= acts["sender_end"]) | acts["sender_end"].isna()
-    # (the waiting rows before the last block are the rank's own gaps too: between a send and the loss...)
+    # the waiting rows before the last block are the rank's own gaps too (between a send and the loss...),
+    # but only once its input had been sent: before that, the rank was waiting for it (GPipe's first
+    # stage, done with its forwards, waits for the first gradient in more than one block)
+    sent = earlier["action"].map(acts.set_index("id")["sender_end"]).to_numpy(float)
+    begin = earlier["start"].to_numpy(float)
+    begin = np.where(np.isnan(sent), begin, np.maximum(begin, sent))
+    gaps = np.maximum(earlier["end"].to_numpy(float) - begin, 0.0)
+    gaps = pd.Series(gaps).groupby(earlier["action"].to_numpy()).sum()
+    acts["earlier_gaps"] = acts["id"].map(gaps).fillna(0).astype(np.int64)
     acts["receive"] = np.where(own_time, acts["receive"], 0) + acts["earlier_gaps"]
     acts["first"] = acts["micro_batch"] == 0
     latency, samples = _latencies(acts)
     return MeasuredPipeline(schedule, world, per_rank, micro_batches, stage_rank, acts, steps, latency, samples)
+
+
+def _per_step(t: pd.DataFrame, rows: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    """The summed durations of the trace rows ``rows`` per (iteration, rank) of ``steps`` (0 where none)."""
+    by = [t["iteration"].to_numpy()[rows], t["ipu"].to_numpy()[rows]]
+    summed = pd.Series(t["dur"].to_numpy()[rows]).groupby(by).sum()
+    keys = pd.MultiIndex.from_arrays([steps["iteration"], steps["ipu"]])
+    return summed.reindex(keys, fill_value=0).to_numpy(np.int64)
 
 
 def recorded_orders(acts: pd.DataFrame, world: int) -> dict[int, list[list[tuple[str, int, int]]]]:
@@ -317,6 +337,7 @@ def simulate(orders: list[list[tuple[str, int, int]]], stage_rank: Mapping[int, 
         starts[step] = free
         free = free + head
         ends: dict[tuple[str, int, int], float] = {}
+        taken = np.full(world, -np.inf)  # per rank, when the last of its sends to another rank was taken
         pos = [0] * world
         remaining = sum(len(o) for o in orders)
         while remaining:
@@ -333,6 +354,8 @@ def simulate(orders: list[list[tuple[str, int, int]]], stage_rank: Mapping[int, 
                     start = max(free[r] + rc, ready)
                     bound = "input" if ready > free[r] else ("rank" if pos[r] else "start")
                     end = start + c
+                    if src is not None and stage_rank[src[1]] != r:
+                        taken[stage_rank[src[1]]] = max(taken[stage_rank[src[1]]], start)
                     ends[(kind, s, mb)] = end
                     free[r] = end + g
                     rows.append((step, r, kind, s, mb, start, end, c, g, rc, bound, src[1] if src else -1))
@@ -341,7 +364,7 @@ def simulate(orders: list[list[tuple[str, int, int]]], stage_rank: Mapping[int, 
                     progressed = True
             if not progressed:
                 raise ReplayError("The schedule deadlocks with this order of actions.")
-        free = free + tail
+        free = np.maximum(free, taken) + tail  # a rank ends its step once its sends are taken, then its tail
     frame = pd.DataFrame(rows, columns=["step", "rank", "pass", "stage", "micro_batch", "start", "end", "cost", "glue",
                                         "receive", "bound", "from_stage"])
     frame["busy"] = frame["cost"] + frame["glue"] + frame["receive"]
@@ -487,9 +510,39 @@ class Replay:
         plain = self.m.profiler.plain_ns
         return plain if plain > 0 else self.profiled_baseline_ns()
 
+    def block_scale(self, recorded: Sequence[int], target: Sequence[int]) -> dict[tuple[str, int], float]:
+        """Per (pass, stage), the factor on its cost when the model's blocks move from ``recorded`` (blocks per
+        stage in the recorded run) to ``target``: each pass's cost taken as a stage's own fixed part plus
+        a cost per block, the line through the recorded stages' (blocks, cost) points (a stage keeps its
+        own measured cost and gains or loses that per-block cost for each block moved). A stage's fixed
+        part (its input and output, the loss on the last) does not move with its blocks, which scaling by
+        the ratio of blocks would assume. Where every stage holds as many blocks, the cost per block is
+        the mean stage's over its blocks."""
+        meas = self.m
+        n = meas.n_stages
+        if len(recorded) != n or len(target) != n:
+            raise ReplayError(f"Give the blocks of each of the {n} stages, as recorded and as asked (e.g. "
+                              f"blocks={','.join(['1'] * n)}:{','.join(['1'] * n)}).")
+        x, want = np.asarray(recorded, float), np.asarray(target, float)
+        if (x < 1).any() or (want < 1).any() or x.sum() != want.sum():
+            raise ReplayError(f"Blocks {list(recorded)} -> {list(target)}: every stage holds at least one block, and "
+                              f"the blocks are moved, not added ({int(x.sum())} recorded, {int(want.sum())} asked).")
+        out: dict[tuple[str, int], float] = {}
+        for kind in (F, B):
+            y = np.asarray([self._point(kind, s, 1)[0] for s in range(n)], float)
+            per_block = float(np.polyfit(x, y, 1)[0]) if len(set(x)) > 1 else float(y.sum() / x.sum())
+            per_block = per_block if per_block > 0 else float(y.sum() / x.sum())
+            moved = np.maximum(y + per_block * (want - x), 0.0)
+            for s in range(n):
+                if want[s] != x[s] and y[s] > 0:
+                    out[(kind, s)] = float(moved[s] / y[s])
+        return out
+
     def predict(self, schedule: str | None = None, micro_batches: int | None = None,
-                scale: Mapping[int, float] | None = None, fast_rank: int | None = None) -> WhatIf:
-        """The step with another schedule, micro-batch count, stages' costs scaled, or ``fast_rank``'s
+                scale: Mapping[int, float] | None = None, fast_rank: int | None = None,
+                blocks: tuple[Sequence[int], Sequence[int]] | None = None) -> WhatIf:
+        """The step with another schedule, micro-batch count, stages' costs scaled, the model's ``blocks``
+        moved between stages ((recorded, target) blocks per stage: ``block_scale``), or ``fast_rank``'s
         stages as fast as the mean stage (the straggler what-if)."""
         meas = self.m
         schedule = schedule or meas.schedule
@@ -510,6 +563,9 @@ class Replay:
                 for s, r in meas.stage_rank.items():
                     if r == fast_rank and typical[s] > mean:
                         rank_costs[(kind, s)] = mean / typical[s]
+        if blocks is not None:
+            for key, f in self.block_scale(*blocks).items():
+                rank_costs[key] = rank_costs.get(key, 1.0) * f
         point = self._run(schedule, m, scale, rank_costs, None)
         each = {it: self._run(schedule, m, scale, rank_costs, it).step_ns for it in sorted(self._step_ends)}
         cost = meas.profiler
@@ -524,6 +580,7 @@ class Replay:
         words += [f"{m} micro-batches"] if m != meas.micro_batches else []
         words += [f"stage {s} x {f:g}" for s, f in sorted(scale.items())]
         words += [f"rank {fast_rank} as fast as the mean stage"] if fast_rank is not None else []
+        words += [f"blocks {','.join(map(str, blocks[0]))} -> {','.join(map(str, blocks[1]))}"] if blocks else []
         return WhatIf(", ".join(words) or "as recorded, re-timed (median costs)", schedule, m,
                       step, low, high, point.bubble_pct,
                       ideal_bubble_pct(meas.world, meas.stages_per_rank, m), point.busy_ns, self.baseline_ns(),

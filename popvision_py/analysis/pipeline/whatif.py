@@ -60,7 +60,8 @@ def search(replay: Replay) -> pd.DataFrame:
 
 def parse_sets(pairs: Iterable[str]) -> dict[str, Any]:
     """``--set KEY=VALUE`` pairs: schedule=NAME, micro_batches=N, fast_rank=R, stageN=FACTOR (scale stage N's
-    cost). ReplayError, one sentence, for anything else."""
+    cost), blocks=A,B,...:C,D,... (each stage's blocks as recorded and as asked: ``Replay.block_scale``).
+    ReplayError, one sentence, for anything else."""
     out: dict[str, Any] = {"scale": {}}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -79,12 +80,18 @@ def parse_sets(pairs: Iterable[str]) -> dict[str, Any]:
                 out["fast_rank"] = int(value)
             elif key.startswith("stage") and key[5:].isdigit():
                 out["scale"][int(key[5:])] = float(value)
+            elif key == "blocks":
+                recorded, colon, asked = value.partition(":")
+                if not colon:
+                    raise ValueError
+                out["blocks"] = ([int(b) for b in recorded.split(",")], [int(b) for b in asked.split(",")])
             else:
-                raise ReplayError(f"--set {pair}: the keys are schedule, micro_batches, fast_rank and stageN "
-                                  f"(stage N's cost times a factor, e.g. stage2=0.5).")
+                raise ReplayError(f"--set {pair}: the keys are schedule, micro_batches, fast_rank, stageN "
+                                  f"(stage N's cost times a factor, e.g. stage2=0.5) and blocks (each stage's "
+                                  f"blocks as recorded and as asked, e.g. blocks=1,4:4,1).")
         except ValueError:
             raise ReplayError(f"--set {pair}: give KEY=VALUE with a number where one is due "
-                              f"(e.g. micro_batches=16, stage2=0.5).") from None
+                              f"(e.g. micro_batches=16, stage2=0.5, blocks=1,4:4,1).") from None
     return out
 
 
@@ -99,7 +106,7 @@ def best_change(replay: Replay) -> pd.Series | None:
 
 def what_if(replay: Replay, sets: Mapping[str, Any]) -> WhatIf:
     return replay.predict(schedule=sets.get("schedule"), micro_batches=sets.get("micro_batches"),
-                          scale=sets.get("scale"), fast_rank=sets.get("fast_rank"))
+                          scale=sets.get("scale"), fast_rank=sets.get("fast_rank"), blocks=sets.get("blocks"))
 
 
 def insight(view: Any) -> list[tuple[str, str, str, str]]:
