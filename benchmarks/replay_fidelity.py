@@ -107,15 +107,21 @@ def record_all(work: Path, steps: int, plain: int, blocks: tuple[str, ...], quie
         if (work / c.tag / "profile.pop").is_file() and (work / c.tag / "meta.json").is_file():
             profiles[c] = work / c.tag / "profile.pop"  # recorded by an earlier, interrupted pass
             continue
-        load = wait_quiet(quiet, max_wait_s)
-        start = time.perf_counter()
-        profiles[c] = record_one(c, work / c.tag, steps, plain)
-        meta = json.loads((work / c.tag / "meta.json").read_text())
-        meta["load_before"], meta["load_after"] = load, os.getloadavg()[0]
-        (work / c.tag / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-        print(f"recorded {c.tag} in {time.perf_counter() - start:.1f} s (load {load:.2f} before, "
-              f"{meta['load_after']:.2f} after)", file=sys.stderr)
+        profiles[c] = record_noted(c, work / c.tag, steps, plain, quiet, max_wait_s)
     return profiles
+
+
+def record_noted(c: Config, folder: Path, steps: int, plain: int, quiet: float, max_wait_s: float) -> Path:
+    """``record_one`` once the machine is quiet (``wait_quiet``), the load before and after noted in its meta.json."""
+    load = wait_quiet(quiet, max_wait_s)
+    start = time.perf_counter()
+    profile = record_one(c, folder, steps, plain)
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["load_before"], meta["load_after"] = load, os.getloadavg()[0]
+    (folder / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"recorded {c.tag} in {time.perf_counter() - start:.1f} s (load {load:.2f} before, "
+          f"{meta['load_after']:.2f} after)", file=sys.stderr)
+    return profile
 
 
 def loads(profiles: dict[Config, Path]) -> str:
@@ -208,7 +214,8 @@ def predict_all(profiles: dict[Config, Path]) -> tuple[list[dict], list[dict]]:
     return rows, runs
 
 
-def tune_check(profiles: dict[Config, Path], work: Path, steps: int, plain: int) -> list[dict]:
+def tune_check(profiles: dict[Config, Path], work: Path, steps: int, plain: int, quiet: float,
+               max_wait_s: float) -> list[dict]:
     """`popvision tune PROFILE`'s fastest candidate for each 8-micro-batch run of the heavy-last split, run for
     real: is its plain step as fast as predicted, within the printed range?"""
     import popvision_py
@@ -224,9 +231,10 @@ def tune_check(profiles: dict[Config, Path], work: Path, steps: int, plain: int)
         if path is None and (work / f"tuned-{config.tag}" / "meta.json").is_file():
             path = work / f"tuned-{config.tag}" / "profile.pop"  # recorded by an earlier pass
         if path is None:  # not among the runs recorded: record it now
-            path = record_one(config, work / f"tuned-{config.tag}", steps, plain)
+            path = record_noted(config, work / f"tuned-{config.tag}", steps, plain, quiet, max_wait_s)
         real = plain_ms(path)
-        out.append({"source": source.tag, "best": f"{best['schedule']} x {int(best['micro_batches'])}",
+        load = json.loads((path.parent / "meta.json").read_text()).get("load_before")
+        out.append({"source": source.tag, "load": load, "best": f"{best['schedule']} x {int(best['micro_batches'])}",
                     "predicted_ms": float(best["step_ms"]), "low_ms": float(best["low_ms"]),
                     "high_ms": float(best["high_ms"]), "plain_ms": real,
                     "error_pct": 100.0 * (float(best["step_ms"]) - real) / real,
@@ -240,12 +248,13 @@ def _mark(inside: bool) -> str:
 
 def tune_table(rows: list[dict]) -> str:
     lines = ["| tune of the trace of | its fastest candidate | predicted ms | range ms | run for real (plain), ms "
-             "| error |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "| error | load before the real run |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
+        load = "not noted" if r.get("load") is None else f"{r['load']:.2f}"
         lines.append(f"| {r['source']} | {r['best']} | {r['predicted_ms']:.1f} | "
                      f"{r['low_ms']:.1f} - {r['high_ms']:.1f} | {r['plain_ms']:.1f} | "
-                     f"{r['error_pct']:+.1f}%{_mark(r['inside'])} |")
+                     f"{r['error_pct']:+.1f}%{_mark(r['inside'])} | {load} |")
     return "\n".join(lines)
 
 
@@ -319,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         profiles = record_all(a.work, a.steps, a.plain, blocks, a.quiet, a.max_wait)
     rows, runs = predict_all(profiles)
-    tuned = tune_check(profiles, a.work, a.steps, a.plain)
+    tuned = tune_check(profiles, a.work, a.steps, a.plain, a.quiet, a.max_wait)
     load_after = os.getloadavg()
     results = {"predictions": rows, "runs": runs, "tune": tuned}
     (a.work / "results.json").write_text(json.dumps(results, indent=1) + "\n")
