@@ -28,10 +28,8 @@ from click.testing import CliRunner
 
 import popvision_py
 from popvision_py.cli import main
-from popvision_py.importer import ranges
-from popvision_py.importer.read import read_stream
 from tests.importer.test_gpu_timeline import HEADER, kernel, launch
-from tests.importer.test_import_ranges import assert_same, kineto
+from tests.importer.test_import_ranges import both_readers_agree, kineto
 
 CPU = {"pid": 1, "tid": 1}
 DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -159,9 +157,5 @@ def test_the_ranks_cpu_timeline_holds_the_fetches_and_annotations(imported):
 def test_both_readers_keep_the_same_annotations(tmp_path, monkeypatch):
     path = tmp_path / "rank0.json"
     path.write_text(kineto(HEADER, events()))
-    monkeypatch.setattr(ranges, "RANGE_BYTES", 2000)
-    monkeypatch.setattr(ranges, "SEARCH_BYTES", 512)
-    fast, stream = ranges.read_fast(path), read_stream(path)
-    assert len(ranges.rank_ranges(path)[0].ranges) > 5
-    assert_same(fast, stream)
+    fast = both_readers_agree(path, monkeypatch, 2000, 512)
     assert {"mb0", "mb1", DATALOADER} <= set(fast.names)

@@ -19,7 +19,7 @@ from popvision_py.cli import main
 from popvision_py.importer import ranges
 from popvision_py.importer.kernels import KERNEL_COLUMN
 from popvision_py.importer.read import read_stream
-from tests.importer.test_import_ranges import assert_same, kineto
+from tests.importer.test_import_ranges import assert_same, both_readers_agree, kineto
 
 CPU = {"pid": 1, "tid": 1}
 
@@ -139,12 +139,8 @@ def test_both_readers_keep_the_same_gpu_timeline(tmp_path, monkeypatch):
     # GIVEN the trace cut into byte ranges of a few hundred bytes (a kernel and its launch in different ranges)
     path = tmp_path / "rank0.json"
     path.write_text(kineto(HEADER, events()))
-    monkeypatch.setattr(ranges, "RANGE_BYTES", 300)
-    monkeypatch.setattr(ranges, "SEARCH_BYTES", 256)
-    fast, stream = ranges.read_fast(path), read_stream(path)
     # THEN both readers keep the same kernels, names and launches
-    assert len(ranges.rank_ranges(path)[0].ranges) > 5
-    assert_same(fast, stream)
+    fast = both_readers_agree(path, monkeypatch, 300, 256)
     assert len(fast.kernels) == 5 and fast.kernel_names == sorted(fast.kernel_names)
     launch = KERNEL_COLUMN["launch_start"]
     launched = fast.kernels[:, launch] >= 0

@@ -39,6 +39,17 @@ def assert_same(a: RankTrace, b: RankTrace, but: tuple[str, ...] = ()) -> None:
             assert value == fb[key], key
 
 
+def both_readers_agree(path: Path, monkeypatch, range_bytes: int, search_bytes: int) -> RankTrace:
+    """``path`` read by the fast reader cut into byte ranges of ``range_bytes`` (more than five of them) and by
+    the streaming reader: the two keep the same rank, field for field; the fast reader's rank."""
+    monkeypatch.setattr(ranges, "RANGE_BYTES", range_bytes)
+    monkeypatch.setattr(ranges, "SEARCH_BYTES", search_bytes)
+    fast, stream = ranges.read_fast(path), read_stream(path)
+    assert len(ranges.rank_ranges(path)[0].ranges) > 5
+    assert_same(fast, stream)
+    return fast
+
+
 def kineto(header: dict, events: list[dict]) -> str:
     """A trace as Kineto writes one: the header's keys, then one event per object, each on lines of its own."""
     head = ",\n  ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in header.items())
