@@ -95,29 +95,31 @@ def test_a_trace_without_plain_steps_imports_with_none() -> None:
 # -- the bound, on rows timed on paper -------------------------------------------------------------------------
 
 
-def test_without_plain_steps_the_profilers_cost_is_bounded_by_events_times_the_shortest_rows() -> None:
+def test_without_plain_steps_the_profilers_cost_is_bounded_by_events_times_the_shortest_span_and_gap() -> None:
     # GIVEN two ranks, two profiled steps of 100 ms, rank 0 recording 1,000 events and rank 1 4,000; rank 0's
-    # recorded rows last 10 us (x 19) and 1 ms, rank 1's 5 us (x 19) and 2 ms
+    # recorded rows last 10 us (x 19) and 1 ms with gaps of 2 us after each, rank 1's 5 us (x 19) and 2 ms with
+    # gaps of 1 us
     rows = []
-    for ipu, short, long in ((0, 10_000, 1_000_000), (1, 5_000, 2_000_000)):
+    for ipu, short, long, gap in ((0, 10_000, 1_000_000, 2_000), (1, 5_000, 2_000_000, 1_000)):
         t = 0
         for d in [short] * 19 + [long]:
             rows.append({"ipu": ipu, "phase": "compute", "start_cycle": t, "end_cycle": t + d})
-            rows.append({"ipu": ipu, "phase": "idle", "start_cycle": t + d, "end_cycle": t + d + 1})
-            t += d + 1
+            rows.append({"ipu": ipu, "phase": "idle", "start_cycle": t + d, "end_cycle": t + d + gap})
+            t += d + gap
     trace = pd.DataFrame(rows)
     run = {"import": {"plain_step_ns": [[], []], "events_per_rank": [1_000, 4_000]}}
     # WHEN the cost is asked of a run whose profiled steps took 96, 100 and 110 ms (the median 100 ms)
     cost = plain.profiler_cost(np.array([96e6, 100e6, 110e6]), run, trace, iterations=2)
-    # THEN each rank's event costs at most its 5th-percentile row (10 us, 5 us; 19 of 20 rows are that short):
-    # rank 0 spends 500 x 10 us = 5 ms a step, rank 1 2,000 x 5 us = 10 ms: the bound is 10% of the step
+    # THEN each rank's event costs at most its 5th-percentile span plus its 5th-percentile gap (12 us, 6 us):
+    # rank 0 spends 500 x 12 us = 6 ms a step, rank 1 2,000 x 6 us = 12 ms: the bound is 12% of the step, of
+    # which rank 1's spans hold 2,000 x 5 us = 10 ms (10%)
     assert cost.source == "bounded"
-    assert cost.event_ns == pytest.approx(5_000) and cost.events_per_step == pytest.approx(2_000)
-    assert cost.bound_pct == pytest.approx(10.0)
-    # the plain step takes half of it off the median; its range runs from the fastest step with all of it off
-    # to the slowest with none
-    assert (cost.plain_ns, cost.plain_low_ns, cost.plain_high_ns) == pytest.approx((95e6, 96e6 * 0.9, 110e6))
-    assert "at most 10.0% of the step" in cost.sentence()
+    assert cost.event_ns == pytest.approx(6_000) and cost.events_per_step == pytest.approx(2_000)
+    assert cost.bound_pct == pytest.approx(12.0) and cost.inside_pct == pytest.approx(10.0)
+    # the plain step takes half the spans' part off the median; its range runs from the fastest step with the
+    # whole bound off to the slowest with none
+    assert (cost.plain_ns, cost.plain_low_ns, cost.plain_high_ns) == pytest.approx((95e6, 96e6 * 0.88, 110e6))
+    assert "at most 12.0% of the step" in cost.sentence()
 
 
 def test_timed_plain_steps_are_the_plain_step_and_its_range() -> None:
@@ -190,8 +192,8 @@ def test_a_trace_without_plain_steps_widens_the_range_by_the_bound(recorded) -> 
     # WHEN both predict 12 micro-batches
     p = Replay(replace(m, profiler=bounded)).predict(micro_batches=12)
     q = Replay(replace(m, profiler=measured)).predict(micro_batches=12)
-    # THEN the point takes half the bound off; the range runs from the whole bound off to none
-    b = bounded.bound_pct / 100
-    assert 0 < b < 1
-    assert p.step_ns == pytest.approx(q.step_ns * (1 - b / 2))
+    # THEN the point takes half the spans' part off; the range runs from the whole bound off to none
+    b, inside = bounded.bound_pct / 100, bounded.inside_pct / 100
+    assert 0 < inside < b <= 1
+    assert p.step_ns == pytest.approx(q.step_ns * (1 - inside / 2))
     assert p.low_ns == pytest.approx(q.low_ns * (1 - b)) and p.high_ns == pytest.approx(q.high_ns)
