@@ -50,7 +50,7 @@ def import_on_cluster(client: Any, paths: list[Path], output: Path, *, device_me
     """``import_traces`` with the ranks read and reduced on the workers of ``client``'s cluster: the same
     profile at ``output`` and CPU timelines beside it; returns the manifest's ``run``. A trace a worker does not
     see, a worker that died, or workers that run another popvision are one sentence."""
-    scratch = _scratch(output)
+    scratch = scratch_folder(output)
     traces: list[RankTrace] = []
     try:
         traces = read_on_cluster(client, paths, scratch, spill_folder(output), progress)
@@ -60,7 +60,7 @@ def import_on_cluster(client: Any, paths: list[Path], output: Path, *, device_me
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _scratch(output: Path) -> Path:
+def scratch_folder(output: Path) -> Path:
     """A new folder beside ``output`` (or in the nearest folder above it that exists) for the ranks' files."""
     folder = spill_folder(output)
     try:
