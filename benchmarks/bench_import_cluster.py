@@ -55,9 +55,10 @@ import json, os, pickle, sys, time
 from popvision_py.importer.cluster import reduce_rank
 from popvision_py.version import __version__
 path, scratch = sys.argv[1], sys.argv[2]
-began = time.perf_counter()
+began, cpu = time.perf_counter(), time.process_time()
 result = reduce_rank(path, path, scratch, 0, __version__)
-print(json.dumps({"reduce_s": time.perf_counter() - began, "json_bytes": os.path.getsize(path),
+print(json.dumps({"reduce_s": time.perf_counter() - began, "reduce_cpu_s": time.process_time() - cpu,
+                  "json_bytes": os.path.getsize(path),
                   "columns_bytes": result["bytes"], "result_bytes": len(pickle.dumps(result))}))
 """
 PHASES_HERE = """
@@ -168,7 +169,20 @@ class Cluster:
                 self.hwm[p] = max(self.hwm.get(p, 0), bench_import.hwm_bytes(p))
             self.stop.wait(bench_import.SAMPLE_S)
 
+    def cpu_s(self) -> float:
+        """The worker processes' CPU time so far (user + system, from /proc/PID/stat)."""
+        total = 0
+        for pid in self.processes():
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            total += sum(int(x) for x in stat[stat.rindex(b")") + 2:].split()[11:13])
+        return total / os.sysconf("SC_CLK_TCK")
+
     def __enter__(self) -> Cluster:
+        self.cpu_before = self.cpu_s()
         self.sampler = threading.Thread(target=self.sample, daemon=True)
         self.sampler.start()
         return self
@@ -187,7 +201,8 @@ class Cluster:
 
     def figures(self) -> dict:
         top = sorted(self.hwm.values(), reverse=True)
-        return {"workers_peak_sum_mb": round(self.peak_sum / 2**20, 1),
+        return {"workers_cpu_s": round(self.cpu_s() - self.cpu_before, 2),
+                "workers_peak_sum_mb": round(self.peak_sum / 2**20, 1),
                 "worker_peak_mb": round(top[0] / 2**20, 1) if top else None,
                 "worker_processes": len(self.hwm)}
 
@@ -211,8 +226,8 @@ def run(work: Path, mb: float, ranks: int, workers: list[int]) -> dict:
         p.unlink()
     facts["one_rank"] = one
     print(f"one rank: {one['json_bytes'] / 1e6:,.1f} MB of JSON -> {one['columns_bytes'] / 1e6:,.2f} MB of columns "
-          f"(result {one['result_bytes'] / 1e3:,.1f} kB), reduced in {one['reduce_s']:,.2f} s, peak "
-          f"{one['peak_mb']:,.0f} MiB (load {load[0]:.1f})", flush=True)
+          f"(result {one['result_bytes'] / 1e3:,.1f} kB), reduced in {one['reduce_s']:,.2f} s "
+          f"({one['reduce_cpu_s']:,.2f} s CPU), peak {one['peak_mb']:,.0f} MiB (load {load[0]:.1f})", flush=True)
 
     local = work / "here"
     bench_import.warm(folder)
@@ -243,10 +258,10 @@ def run(work: Path, mb: float, ranks: int, workers: list[int]) -> dict:
                                           logs / f"cluster-{n}-phases.log", env(), CAP, TIMEOUT_S, ROOT)
             figures["phases"] = last_json(phases["log"]) if phases["outcome"] == "ok" else phases["outcome"]
         facts["runs"][f"{n} workers"] = figures
-        print(f"{n} worker(s): {figures['outcome']}, {figures['wall_s']:,.1f} s; client peak "
-              f"{figures['peak_mb']:,.0f} MiB; a worker's peak {figures['worker_peak_mb']:,.0f} MiB, the workers' "
-              f"{figures['workers_peak_sum_mb']:,.0f} MiB; same profile: {figures['same_profile']}; phases "
-              f"{figures['phases']} (load {load[0]:.1f})", flush=True)
+        print(f"{n} worker(s): {figures['outcome']}, {figures['wall_s']:,.1f} s ({figures['cpu_s']:,.1f} s client "
+              f"CPU); client peak {figures['peak_mb']:,.0f} MiB; a worker's peak {figures['worker_peak_mb']:,.0f} "
+              f"MiB, the workers' {figures['workers_peak_sum_mb']:,.0f} MiB, {figures['workers_cpu_s']:,.1f} CPU-s; "
+              f"same profile: {figures['same_profile']}; phases {figures['phases']} (load {load[0]:.1f})", flush=True)
     return facts
 
 
