@@ -166,3 +166,25 @@ def test_a_scheduler_address_of_another_form_is_one_sentence(gpu_traces, tmp_pat
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_worker_that_does_not_see_a_file_says_so(gpu_traces, tmp_path):
+    # GIVEN the task a worker runs, called here as a worker calls it
+    from popvision_py.importer.cluster import reduce_rank
+    from popvision_py.importer.read import TraceError
+    from popvision_py.version import __version__
+
+    trace = str(gpu_traces / "rank0.json")
+    # WHEN the trace, or the scratch folder, is not on its storage, or it runs another popvision
+    cases = [(str(tmp_path / "gone.json"), str(tmp_path), __version__, "does not see gone.json"),
+             (trace, str(tmp_path / "gone"), __version__, "the output's folder must lie on storage every worker"),
+             (trace, str(tmp_path), "0.0.0", "install the same version on every worker")]
+    for path, scratch, version, words in cases:
+        with pytest.raises(TraceError, match=words):
+            reduce_rank(path, Path(path).name, scratch, 0, version)
+    # THEN nothing is written; and a rank it sees is one file of its columns, named by its place
+    assert list(tmp_path.iterdir()) == []
+    result = reduce_rank(trace, "rank0.json", str(tmp_path), 3, __version__)
+    assert [p.name for p in tmp_path.iterdir()] == ["rank-000003.columns"] == [result["file"]]
+    assert (tmp_path / result["file"]).stat().st_size == result["bytes"] > 0
+    assert result["meta"]["path"] == "rank0.json" and result["meta"]["rank"] == 0
