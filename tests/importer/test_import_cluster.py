@@ -17,7 +17,8 @@ from click.testing import CliRunner
 
 from popvision_py.cli import main
 
-pytestmark = pytest.mark.slow
+# the scheduler's health endpoint takes another port when 8787 is taken (another cluster): no news
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:Port .* is already in use:UserWarning")]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -188,3 +189,14 @@ def test_a_worker_that_does_not_see_a_file_says_so(gpu_traces, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["rank-000003.columns"] == [result["file"]]
     assert (tmp_path / result["file"]).stat().st_size == result["bytes"] > 0
     assert result["meta"]["path"] == "rank0.json" and result["meta"]["rank"] == 0
+
+
+def test_a_worker_of_two_threads_reads_its_ranks_one_at_a_time(gpu_traces, tmp_path):
+    # GIVEN one worker process of two threads (`dask worker` starts one thread a core unless told otherwise)
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
+                                  dashboard_address=None) as threaded:
+        # WHEN the two ranks are imported on it (both tasks run at once; the reader's buffer is the process's)
+        here, there = both([gpu_traces], tmp_path, threaded)
+    # THEN the profile is the local one's
+    assert_same(here, there)
