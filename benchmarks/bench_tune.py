@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="which cases, a comma list (default all)")
     args = parser.parse_args(argv)
     cases = set(args.cases.split(","))
-    from popvision_py.tune.search import quiet_dask
+    from popvision_py.tune.cluster import quiet_dask
 
     quiet_dask()
     repeat = 1 if args.quick else args.repeat

@@ -7,9 +7,10 @@ TRACES are files, folders (their traces) or glob patterns, ``.json`` or ``.json.
 Each rank's events are cut into byte ranges decoded in parallel (``--jobs``) and reduced as they come
 (``popvision_py.importer.ranges``); each rank's columns go to anonymous spill files in DIR's folder as they
 come and are read back a window at a time (``popvision_py.importer.spill``), so memory stays flat whatever the
-traces' size. The profile is written atomically: a bad trace is one sentence and exit code 2, and an earlier
-profile in DIR is left as it was. Then each rank's CPU timeline goes to DIR/system/rank-<r>.pvti.parquet.
-docs/real-traces.md says what each figure means and what is inferred.
+traces' size. ``--scheduler`` reads and reduces the ranks on an existing Dask cluster's workers instead
+(``popvision_py.importer.cluster``). The profile is written atomically: a bad trace is one sentence and exit
+code 2, and an earlier profile in DIR is left as it was. Then each rank's CPU timeline goes to
+DIR/system/rank-<r>.pvti.parquet. docs/real-traces.md says what each figure means and what is inferred.
 """
 
 from __future__ import annotations
@@ -40,9 +41,14 @@ from popvision_py.format.atomic import check_writable, output_target
               help="Of a tensorboard_trace_handler folder holding several profiling cycles (one trace per worker "
                    "a cycle, <worker>.<ms>.pt.trace.json), the cycle to import: 1 the oldest, ..., or latest "
                    "(the default).")
+@click.option("--scheduler", metavar="tcp://HOST:PORT",
+              help="Read the ranks on an existing Dask cluster: its scheduler's address. Each rank is a task that "
+                   "reads and reduces its trace on a worker, which writes its columns to a scratch folder beside "
+                   "OUTPUT; this machine writes the profile from them. The traces and OUTPUT must lie on storage "
+                   "every worker sees, at the same paths; workers of one thread each (dask worker --nthreads 1).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def command(traces: tuple[str, ...], output: str, device_memory: float | None, jobs: int | None, name: str | None,
-            cycle: str | None, quiet: bool) -> None:
+            cycle: str | None, scheduler: str | None, quiet: bool) -> None:
     """Import PyTorch profiler traces (one per rank) as OUTPUT/profile.pop: pipeline stages, micro-batches,
     bubble, exposed communication and memory, for `report`, `dashboard`, `compare`, `export-trace` and `sql`.
     A tensorboard_trace_handler folder of several profiling cycles: its newest cycle, or the one --cycle names."""
@@ -54,6 +60,9 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     if device_memory is not None and not 0 < device_memory <= 1 << 20:
         raise ConfigError(f"--device-memory {device_memory:g} is not a memory size in GiB (above 0, at "
                           f"most 1,048,576).")
+    if scheduler is not None and jobs is not None:
+        raise ConfigError("--jobs sets the processes of an import on this machine; with --scheduler the cluster's "
+                          "workers read the traces (dask worker --nworkers N).")
     picked = pick_cycle(find_traces(traces), _cycle(cycle))
     paths = picked.paths
     folder = Path(output)
@@ -63,9 +72,16 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
         check_writable(folder)
     target = folder / "profile.pop"
     output_target(target, streams=False)  # a FIFO or device there is refused, not replaced
-    with _bar(len(paths), shown=not quiet and sys.stderr.isatty()) as bar:
-        run = import_traces(paths, target, device_memory=int(device_memory * 2**30) if device_memory else None,
-                            jobs=jobs, name=name, progress=lambda: bar.update(1))
+    memory = int(device_memory * 2**30) if device_memory else None
+    with _cluster(scheduler) as client, _bar(len(paths), shown=not quiet and sys.stderr.isatty()) as bar:
+        if client is None:
+            run = import_traces(paths, target, device_memory=memory, jobs=jobs, name=name,
+                                progress=lambda: bar.update(1))
+        else:
+            from popvision_py.importer.cluster import import_on_cluster
+
+            run = import_on_cluster(client, paths, target, device_memory=memory, name=name,
+                                    progress=lambda: bar.update(1))
     info = run["import"]
     if picked.note():
         click.echo(picked.note())
@@ -77,6 +93,19 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     click.echo(f"Wrote {target}")
     click.echo(f"Wrote {folder / 'system'}: each rank's CPU timeline ({len(info['ranks'])} file(s), for "
                f"the System page)")
+
+
+def _cluster(scheduler: str | None) -> Any:
+    """The Dask client of the cluster at ``scheduler`` (`popvision tune`'s: its sentences for an address of another
+    form, nothing answering, no workers), or None without one (nothing of Dask imported)."""
+    if scheduler is None:
+        return contextlib.nullcontext(None)
+    if not scheduler.strip():
+        raise ConfigError("--scheduler is empty; give a Dask scheduler's address, tcp://HOST:PORT.")
+    from popvision_py.tune.cluster import dask_client, quiet_dask
+
+    quiet_dask()
+    return dask_client(scheduler)
 
 
 def _bar(ranks: int, shown: bool) -> Any:

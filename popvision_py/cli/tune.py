@@ -25,7 +25,7 @@ from popvision_py.analysis.findings.fixes import script_path
 from popvision_py.cli import run as run_cli
 from popvision_py.emulation import profile_folder, run_fields, run_request
 from popvision_py.errors import ConfigError
-from popvision_py.tune.cluster import dask_client
+from popvision_py.tune.cluster import dask_client, quiet_dask
 
 # `popvision run`'s options a search takes as its start (its own --system, profile and output options aside)
 RUN_OPTIONS = [p for p in run_cli.command.params
@@ -97,7 +97,7 @@ def command(model: str, system: str | None, global_batch: int | None, search: tu
     from engine.runner import prepare
     from popvision_py.scripts import load_script
     from popvision_py.format.tunefile import read_tune, write_tune
-    from popvision_py.tune.search import Search, quiet_dask, same_search
+    from popvision_py.tune.search import Search, same_search
     from popvision_py.tune.space import DIMENSIONS, SearchSettings, Space, system_name
 
     request = _request(model, run_options, script_args)

@@ -7,6 +7,8 @@ events decoded at once, in parallel across ``jobs`` processes, within a rank and
 communication exposed or hidden, the optimiser, idle); ``profile`` maps the result onto the open
 format's tables. Once the profile is written, ``system`` writes
 each rank's CPU timeline beside it (``<DIR>/system/rank-<r>.pvti.parquet``) for the System page.
+``cluster`` reads and reduces the ranks on a Dask cluster's workers instead (``popvision import
+--scheduler``), then writes as ``write_import`` writes.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from popvision_py.importer.system import write_timelines
 TRACE_SUFFIXES = (".json", ".json.gz")
 IN_PROCESS_BYTES = 32 << 20  # traces smaller than this (all together, gzipped ones as inflated ~20x) are read here
 
-__all__ = ["TraceError", "find_traces", "import_traces", "read_traces"]
+__all__ = ["TraceError", "checked_ranks", "find_traces", "import_traces", "read_traces", "write_import"]
 
 
 def find_traces(given: Iterable[str]) -> list[Path]:
@@ -112,6 +114,12 @@ def read_traces(paths: list[Path], jobs: int | None = None, progress: Callable[[
                 pool.shutdown(cancel_futures=True)  # one bad trace stops the import: the ranges not begun are not read
                 raise
     release_memory()  # the parts' churn, before the tables are written
+    return checked_ranks(traces)
+
+
+def checked_ranks(traces: list[RankTrace]) -> list[RankTrace]:
+    """The ranks read (in the files' order), in rank order, once each is known to be of one run: every rank
+    or none recording its rank, one world size, one trace a rank, their times overlapping; else one sentence."""
     ranked = [t for t in traces if t.rank >= 0]
     if ranked and len(ranked) < len(traces):
         lacking = next(t for t in traces if t.rank < 0)
@@ -273,6 +281,13 @@ def import_traces(paths: list[Path], output: Path, *, device_memory: int | None 
     it; returns the manifest's ``run``. Each rank's columns are spilled to anonymous files in the output's
     folder as they are read (``spill``), and read back a window at a time: memory stays flat."""
     traces = read_traces(paths, jobs, progress, spill_folder(output))
+    return write_import(traces, output, device_memory, name)
+
+
+def write_import(traces: list[RankTrace], output: Path, device_memory: int | None = None,
+                 name: str | None = None) -> dict:
+    """The profile of the ranks read (``read_traces``'s, or ``cluster``'s) at ``output``, then each rank's CPU
+    timeline in ``system/`` beside it; returns the manifest's ``run``."""
     if not any(len(t.start) or len(t.busy) for t in traces):
         raise TraceError("The traces hold no events on any rank's time line (no operators, annotations or "
                          "communication): record them with torch.profiler's CPU (and CUDA) activities.")

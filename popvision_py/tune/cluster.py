@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import warnings
@@ -82,3 +83,10 @@ def _reachable(address: str) -> None:
     parts = urlsplit(address)
     if parts.scheme == "tcp" and parts.hostname and parts.port:
         socket.create_connection((parts.hostname, parts.port), timeout=10).close()
+
+
+def quiet_dask() -> None:
+    """Dask's own log lines (worker start, shutdown, a cancelled task) are not the user's business."""
+    for name in ("distributed", "distributed.worker", "distributed.nanny", "distributed.scheduler",
+                 "distributed.core", "distributed.comm", "distributed.client", "tornado"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)

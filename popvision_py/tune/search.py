@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -240,9 +239,3 @@ def same_search(meta: dict[str, Any], other: dict[str, Any]) -> str | None:
         return "other run options were given"
     return None
 
-
-def quiet_dask() -> None:
-    """Dask's own log lines (worker start, shutdown, a cancelled task) are not the user's business."""
-    for name in ("distributed", "distributed.worker", "distributed.nanny", "distributed.scheduler",
-                 "distributed.core", "distributed.comm", "distributed.client", "tornado"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
