@@ -24,6 +24,7 @@ from popvision_py.analysis.ipu.operations import IMPORTED_NO_BLOCKS
 from popvision_py.analysis.ipu.programs import NO_PROGRAM
 from popvision_py.analysis.common.tables import TABLE_COLUMNS, Table
 from popvision_py.render.format import value as shown
+from popvision_py.render.many_ranks import at_many_ranks, named_ranks, of_ranks
 from popvision_py.render.format import verification
 
 SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "tiles", "system",
@@ -51,6 +52,12 @@ class ReportBlock:
     items: list[tuple[str, list[str]]] | None = None
     empty: str = ""
     tree: bool = False  # rows are nodes with ``node`` / ``parent`` / ``depth``: text indents them, JSON nests them
+    # what text, Markdown and HTML show in place of a table of many ranks (``at_many_ranks``); JSON and CSV keep data
+    shown: Table | None = None
+
+    def table(self) -> Table | pd.DataFrame:
+        """What a reader's format shows of a table block: ``shown`` where set, else the data."""
+        return self.data if self.shown is None else self.shown
 
     def frame(self) -> pd.DataFrame:
         """A table block's data as a DataFrame."""
@@ -113,6 +120,8 @@ def build_report(report: Any, section: str = "all", figures: bool = False) -> Do
         _SECTION_BUILDERS[name](doc, report, figures)
     if section == "all":
         doc.blocks = [b for b in doc.blocks if b.key != "exchange.host_input"]
+    for b in doc.blocks:
+        at_many_ranks(b)
     return doc
 
 
@@ -421,13 +430,17 @@ def _gpu(doc: Document, r: Any, figures: bool) -> None:
     if why:  # figures, not an empty table: the sentence is in every format, JSON's too
         doc.add("gpu.kernels", title, {"kernels": 0, "note": why})
         return
-    doc.add("gpu.by_rank", title, r.answer("gpu.by_rank"))
+    by_rank = r.answer("gpu.by_rank")
+    doc.add("gpu.by_rank", title, by_rank)
     doc.add("gpu.by_stream", "GPU time per stream within the profiled steps", r.answer("gpu.by_stream"))
     bounds, worth = r.answer("gpu.bounds"), r.answer("gpu.worth_a_look")
+    # at many ranks the lists tell the ranks furthest past the median in compute, communication and idle time
+    named, which = named_ranks(by_rank, ("compute_ns", "communication_ns", "idle_ns"))
     doc.add("gpu.bounds", f"What bound each step: its largest wait where it takes {BOUND_PCT:.0f}% of the step, "
-            "else the GPU", bounds, items=_bound_items(bounds), empty="no step")
+            "else the GPU" + which, bounds, items=_bound_items(of_ranks(bounds, named)), empty="no step")
     doc.add("gpu.worth_a_look", "The kernels worth a look: each rank's longest, and the short ones launched many "
-            "times", worth, items=_worth_items(worth), empty="no kernel in the profiled steps")
+            "times" + which, worth, items=_worth_items(of_ranks(worth, named)),
+            empty="no kernel in the profiled steps")
     late = r.answer("gpu.stragglers")
     doc.add("gpu.stragglers", f"Stragglers: the ranks ready for a step's collective more than {LATE_PCT:.0f}% of "
             "the median rank's time after it, and the step without them", late, items=_straggler_items(late),

@@ -130,3 +130,27 @@ def test_a_run_without_a_straggler_names_none(tmp_path):
     result = CliRunner().invoke(main, ["report", str(tmp_path / "p.pop"), "--section", "gpu", "--format", "json"])
     # THEN it names no rank
     assert json.loads(result.output)["sections"]["gpu"]["stragglers"] == []
+
+
+def test_a_report_of_64_ranks_gives_each_figures_spread_and_the_ranks_past_it(planted):
+    _, profile = planted
+    # GIVEN every rank's row of the GPU's time per rank, as JSON keeps them
+    result = CliRunner().invoke(main, ["report", str(profile), "--section", "gpu", "--format", "json"])
+    rows = json.loads(result.output)["sections"]["gpu"]["by_rank"]
+    assert len(rows) == RANKS
+    compute = np.array([row["compute_ns"] for row in rows])
+    # WHEN the text report is printed
+    text = CliRunner().invoke(main, ["report", str(profile), "--section", "gpu"]).output
+    # THEN the table per rank is a row per figure: its spread over the 64 ranks and the ranks past its median,
+    # rank 37 first in compute, by its share past the median
+    block = text[text.index("GPU time per rank"):text.index("GPU time per stream")]
+    assert f"({RANKS} ranks: each figure's spread" in block
+    line = next(x for x in block.splitlines() if x.strip().startswith("compute_ns"))
+    over = 100 * (compute[SLOW] / np.median(compute) - 1)
+    assert f"{np.median(compute):,.0f}" in line and f"{compute.max():,}" in line
+    assert line.rstrip().endswith(f"{SLOW} ({over:+.1f}%)")  # the others alike: no one else past the median
+    assert len(block.splitlines()) < 20
+    # AND the steps' verdicts are those of the ranks it names, not the first 40 ranks
+    bounds = text[text.index("What bound each step"):text.index("The kernels worth a look")]
+    assert f"ranks {SLOW}," in bounds.splitlines()[0] or f"ranks {SLOW} " in bounds.splitlines()[0]
+    assert {int(x.split()[1]) for x in bounds.splitlines()[2:] if x.startswith("  rank ")} >= {SLOW}
