@@ -31,14 +31,19 @@ def describe(path: str) -> dict:
 SHOWN_FILES = 4  # an import's trace files named one by one up to this many, else counted
 
 
+def ranks_named(ranks: list) -> str:
+    """Ranks named one by one up to ``SHOWN_FILES``, the rest counted: ``0, 1, 2, 3 and 1,020 more``."""
+    return ", ".join(map(str, ranks[:SHOWN_FILES])) + (
+        f" and {len(ranks) - SHOWN_FILES:,} more" if len(ranks) > SHOWN_FILES else "")
+
+
 def _imported_lines(facts: dict) -> list[str]:
     """An imported profile's facts in a PyTorch user's words (the manifest's ``run.import``), not an IPU's."""
     target, run = facts["target"], facts["run"]
     facts_of = run.get("import") or {}
     files, ranks = list(facts_of.get("files") or []), list(facts_of.get("ranks") or [])
     world = facts_of.get("world_size")
-    traced = f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks[:SHOWN_FILES]))}" + (
-        f" and {len(ranks) - SHOWN_FILES:,} more" if len(ranks) > SHOWN_FILES else "")
+    traced = f"rank{'s' if len(ranks) != 1 else ''} {ranks_named(ranks)}"
     of_world = f" of a world of {world:,}" if isinstance(world, int) and world > len(ranks) else ""
     named = ", ".join(files) if len(files) <= SHOWN_FILES else (
         f"{', '.join(files[:2])} ... {files[-1]}")

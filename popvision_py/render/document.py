@@ -120,8 +120,7 @@ def build_report(report: Any, section: str = "all", figures: bool = False) -> Do
         _SECTION_BUILDERS[name](doc, report, figures)
     if section == "all":
         doc.blocks = [b for b in doc.blocks if b.key != "exchange.host_input"]
-    for b in doc.blocks:
-        at_many_ranks(b)
+    at_many_ranks(doc.blocks)
     return doc
 
 
