@@ -9,6 +9,8 @@ several rows a rank (per stream, per kernel) can show those ranks' rows alone.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from popvision_py.analysis.common.answer import Table
@@ -21,7 +23,8 @@ def _highest(rank: np.ndarray, figures: dict[str, np.ndarray], top: int) -> tupl
     """Each figure's values (figures x rows), its median, its ``top`` rows of highest value (NaNs last) and
     whether each is above the median."""
     values = np.array([np.asarray(v, np.float64) for v in figures.values()]).reshape(len(figures), len(rank))
-    with np.errstate(all="ignore"):
+    with warnings.catch_warnings():  # a figure no rank has (all NaN): its spread is NaN, said once as "-"
+        warnings.simplefilter("ignore", RuntimeWarning)
         median = np.nanmedian(values, axis=1) if len(rank) else np.full(len(figures), np.nan)
     order = np.argsort(np.where(np.isnan(values), np.inf, -values), axis=1, kind="stable")[:, :top]
     with np.errstate(invalid="ignore"):
@@ -35,7 +38,8 @@ def spread(rank: np.ndarray, figures: dict[str, np.ndarray], top: int = TOP) -> 
     of highest value above the median, the highest first, each with how far past the median it is (% of the median)."""
     rank = np.asarray(rank)
     values, median, order, held = _highest(rank, figures, top)
-    with np.errstate(all="ignore"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
         lo, p90, hi = (np.nanpercentile(values, q, axis=1) if len(rank) else np.full(len(figures), np.nan)
                        for q in (0, 90, 100))
         over = 100 * (np.take_along_axis(values, order, axis=1) / median[:, None] - 1)
