@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from popvision_py.cli.info import ranks_named
+from popvision_py.render.names import ranks_named
 from popvision_py.errors import ConfigError
 from popvision_py.format.atomic import check_writable, output_target
 
