@@ -10,6 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from dashboards.figures.ranks import MATRIX_BINS, binned_matrix
 from dashboards.figures.style import (IPUS, MODEBAR_PX, NANOSECOND_UNITS, PHASE_COLOURS, SHORT_BYTE_UNITS, Naming,
                                       byte_ticks, empty, styled, with_unit)
 
@@ -20,6 +21,8 @@ def exchange_matrix(matrix: pd.DataFrame, value: str = "bytes", naming: Naming =
     if matrix.empty:
         return empty(f"No exchanges between {naming.device}s.")
     endpoints = sorted(set(matrix["src_ipu"]) | set(matrix["dst_ipu"]), key=lambda i: (i < 0, abs(i)))
+    if len(endpoints) > MATRIX_BINS:
+        return binned_exchange_matrix(matrix, value, naming, endpoints)
     grid = matrix.pivot_table(index="dst_ipu", columns="src_ipu", values=value, aggfunc="sum")
     grid = grid.reindex(index=endpoints, columns=endpoints)
     labels = [naming.label(i) for i in endpoints]
@@ -38,6 +41,22 @@ def exchange_matrix(matrix: pd.DataFrame, value: str = "bytes", naming: Naming =
     fig.update_xaxes(title="source", side="bottom")
     fig.update_yaxes(title="destination", autorange="reversed")
     return styled(fig, height=max(300, 120 + 45 * len(labels)))
+
+
+def binned_exchange_matrix(matrix: pd.DataFrame, value: str, naming: Naming, endpoints: list) -> go.Figure:
+    """``exchange_matrix`` of more than ``MATRIX_BINS`` endpoints: summed into bins of consecutive ranks a side
+    (``ranks.binned_matrix``), each cell its bins' total; a fixed height."""
+    grid, spans = binned_matrix(matrix["src_ipu"].to_numpy(), matrix["dst_ipu"].to_numpy(),
+                                matrix[value].to_numpy(), endpoints)
+    labels = [naming.label(a) if a == b else f"{naming.label(a)} – {b}" for a, b in spans]
+    unit = value if value == "bytes" else naming.unit
+    fig = go.Figure(go.Heatmap(z=grid, x=labels, y=labels, colorscale="Blues", zmin=0, hoverongaps=False,
+                               colorbar=dict(title=dict(text=unit, side="right"), thickness=12),
+                               hovertemplate="%{x} → %{y}<br>%{z:,.0f} " + unit + " in all<extra></extra>"))
+    fig.update_xaxes(title=f"source ({len(endpoints):,} endpoints in {len(spans)} bins; zoom to read a bin)",
+                     side="bottom", showticklabels=False)
+    fig.update_yaxes(title="destination", autorange="reversed", showticklabels=False)
+    return styled(fig, height=620)
 
 
 def short_bytes(value: float) -> str:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from dashboards.figures.ranks import MANY_RANKS, busy_heatmap
 from dashboards.figures.style import CAPACITY_COLOUR, IPUS, PASS_COLOURS, PHASE_COLOURS, Naming, empty, styled
 
 
@@ -29,6 +30,13 @@ def stages_gantt(gantt: pd.DataFrame, max_bars: int = 3000, naming: Naming = IPU
     """
     if gantt.empty:
         return empty("No pipeline stages in this profile.")
+    ipus = np.unique(gantt["ipu"].to_numpy())
+    if len(ipus) > MANY_RANKS:  # a row per rank would be thousands of pixels of pale bars: a heat map instead
+        divisor, unit = naming.scale
+        return busy_heatmap(np.searchsorted(ipus, gantt["ipu"].to_numpy()), gantt["start_cycle"].to_numpy(),
+                            gantt["end_cycle"].to_numpy(), [naming.label(i) for i in ipus],
+                            (int(gantt["start_cycle"].min()), int(gantt["end_cycle"].max())),
+                            lambda t: np.asarray(t) / divisor, "running a forward or backward pass", unit)
     iterations = np.sort(gantt["iteration"].unique())
     per_iteration = max(1, math.ceil(len(gantt) / len(iterations)))
     shown = iterations[: max(1, max_bars // per_iteration)]

@@ -109,10 +109,11 @@ def communication_table(comm: Any, report: Any) -> html.Div:
     frame = comm.assign(rank=[naming.label(i) for i in range(len(comm))],
                         **{name.replace("_cycles", "_s"): comm[name] / clock for name in
                            ("compute_cycles", "exposed_comm_cycles", "hidden_comm_cycles", "idle_cycles")})
-    return c.table(frame, {"rank": "rank", "stages": "stages", "compute_s": "compute", "exposed_comm_s": "exposed",
-                           "hidden_comm_s": "hidden", "idle_s": "idle", "exposed_comm_pct": "exposed, of its time",
-                           "hidden_comm_pct": "hidden, of its communication"},
-                   formats={"rank": str, "stages": str}, table_id="exchange-communication-table")
+    return c.rank_table(frame, {"rank": "rank", "stages": "stages", "compute_s": "compute",
+                                "exposed_comm_s": "exposed", "hidden_comm_s": "hidden", "idle_s": "idle",
+                                "exposed_comm_pct": "exposed, of its time",
+                                "hidden_comm_pct": "hidden, of its communication"},
+                        formats={"rank": str, "stages": str}, table_id="exchange-communication-table")
 
 
 def exchange_cards(f: Any) -> list[tuple]:
@@ -220,7 +221,7 @@ def render_collectives(profile: str | None):
         return c.shown(False), None
     frame = report.gpu.collectives()
     frame = frame.assign(rank=frame["rank"].map(lambda r: f"Rank {r}"), time_s=frame["time_ns"] / 1e9)
-    return c.shown(True), c.table(frame, COLLECTIVE_COLUMNS, formats={
+    return c.shown(True), c.rank_table(frame, COLLECTIVE_COLUMNS, formats={
         "rank": str, "group": str, "calls": c.fmt_int, "algbw_gb_s": bandwidth, "busbw_gb_s": bandwidth},
         table_id="exchange-collectives-table")
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numpy as np
+
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 from dash.dash_table.Format import Format, Scheme
@@ -20,8 +22,10 @@ from dash.dash_table.Format import Format, Scheme
 from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import gpu as figures
+from dashboards.figures.ranks import MANY_RANKS, per_rank_columns
 from dashboards.figures.style import empty
 from dashboards.zoom import window_from_relayout
+from popvision_py.analysis.common.spread import outlier_ranks
 
 dash.register_page(__name__, path="/gpu", name="GPU", title="popvision · GPU", order=3.2, icon="▥",
                    needs_kernels=True)
@@ -93,7 +97,7 @@ def _seconds(ns: Any) -> str:
 def by_rank_table(report: Any) -> Any:
     """popvision's GPU time per rank within the profiled steps (``gpu.by_rank``)."""
     frame = report.gpu.by_rank()
-    return c.table(frame, columns={"rank": "rank", "window_ns": "profiled", "busy_ns": "busy", "idle_pct": "idle",
+    return c.rank_table(frame, columns={"rank": "rank", "window_ns": "profiled", "busy_ns": "busy", "idle_pct": "idle",
                                    "compute_pct": "compute", "non_compute_pct": "non-compute",
                                    "communication_ns": "communication", "memory_ns": "memory",
                                    "comm_comp_overlap_pct": "communication hidden behind compute"},
@@ -141,7 +145,8 @@ def names_table(frame: Any, columns: list[tuple[str, str]], table_id: str, text:
 def bounds_table(report: Any) -> Any:
     """What bound each rank's steps (``gpu.bounds``): the verdict, and the GPU's busy time and its waits."""
     frame = report.gpu.bounds()
-    return c.table(frame, columns={"rank": "rank", "step": "step", "verdict": "bound by", "step_ns": "step",
+    return c.rank_table(frame, named=named_ranks(report), columns={
+                            "rank": "rank", "step": "step", "verdict": "bound by", "step_ns": "step",
                                    "gpu_busy_pct": "GPU busy", "launch_wait_pct": "waits for launches",
                                    "input_wait_pct": "waits for input", "other_idle_pct": "other idle",
                                    "kernels": "kernels", "kernel_median_ns": "median kernel",
@@ -170,7 +175,8 @@ def phases_table(report: Any) -> Any:
     if frame.empty:
         return html.Div("The trace's annotations name no phase (record_function spans beside the steps and "
                         "passes).", className="empty")
-    return c.table(frame, columns={"rank": "rank", "phase": "phase", "spans": "spans", "kernels": "kernels",
+    return c.rank_table(frame, named=named_ranks(report), columns={
+                            "rank": "rank", "phase": "phase", "spans": "spans", "kernels": "kernels",
                                    "gpu_ns": "GPU time", "overlap_ns": "beside another phase",
                                    "overlap_pct": "of its GPU time", "overlapped_with": "mostly beside"},
                    formats={"rank": c.fmt_int, "phase": str, "overlapped_with": str,
@@ -196,6 +202,21 @@ TABLES = [
                  "how many ran, their total, mean and longest time. Sort by a column's arrows; filter by typing "
                  "under its header (e.g. nccl, > 1000).", ids.GPU_KERNELS + "-section", kernel_table),
 ]
+
+
+def named_ranks(report: Any) -> Any:
+    """Past ``MANY_RANKS`` ranks, those furthest past the median in compute, communication and idle time (the
+    tables of several rows a rank show theirs); else None."""
+    frame = report.gpu.by_rank()
+    if len(frame) <= MANY_RANKS:
+        return None
+    return outlier_ranks(frame["rank"].to_numpy(), {k: frame[k].to_numpy(np.float64) for k in (
+        "compute_ns", "communication_ns", "idle_ns")})
+
+
+def per_rank(fig: Any, ranks: int) -> Any:
+    """A figure of a bar per rank, turned to columns on a fixed height past ``MANY_RANKS`` ranks."""
+    return per_rank_columns(fig) if ranks > MANY_RANKS else fig
 
 
 def ranks_of(report: Any) -> list[int]:
@@ -298,6 +319,7 @@ def render(profile: str | None):
              ("Kernels", c.fmt_int(int(lanes["kernels"].sum())), "kernels, copies and sets in the trace")]
     gpu = report.gpu
     return (None, c.shown(True), c.cards(items), c.ipu_options(ranks, naming), ranks[:RANKS_SHOWN],
-            c.shown(len(ranks) > 1), figures.temporal_shares(gpu.temporal()),
-            figures.kernel_type_shares(gpu.kernel_types_by_rank()), figures.overlap_bars(gpu.overlap()),
+            c.shown(len(ranks) > 1), per_rank(figures.temporal_shares(gpu.temporal()), len(ranks)),
+            per_rank(figures.kernel_type_shares(gpu.kernel_types_by_rank()), len(ranks)),
+            per_rank(figures.overlap_bars(gpu.overlap()), len(ranks)),
             *[t.build(report) for t in TABLES])
