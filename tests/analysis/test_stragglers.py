@@ -118,18 +118,24 @@ def test_the_text_report_says_it_in_words(planted):
     assert f"      rank {SLOW}: ready for AllReduce #" in text
 
 
-def test_a_run_without_a_straggler_names_none(tmp_path):
-    # GIVEN 8 alike ranks, their collectives synchronised
+def test_the_step_without_the_straggler_is_the_run_without_it(planted, tmp_path):
+    # GIVEN the same 64 ranks with no slow rank, their collectives synchronised alike
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import make_gpu_trace
 
-    make_gpu_trace.make(tmp_path / "t", total_mb=0.05, ranks=8, layers=4, bucket=2, jobs=1, spread=0.0,
+    make_gpu_trace.make(tmp_path / "t", total_mb=0.1, ranks=RANKS, layers=4, bucket=2, jobs=1, spread=0.0,
                         synchronised=True)
     assert CliRunner().invoke(main, ["import", str(tmp_path / "t"), "-o", str(tmp_path / "p.pop")]).exit_code == 0
-    # WHEN the report's GPU section is asked for
-    result = CliRunner().invoke(main, ["report", str(tmp_path / "p.pop"), "--section", "gpu", "--format", "json"])
+    # WHEN the report's GPU section is asked for, of it and of the planted run
+    alike = CliRunner().invoke(main, ["report", str(tmp_path / "p.pop"), "--section", "gpu", "--format", "json"])
+    slow = CliRunner().invoke(main, ["report", str(planted[1]), "--section", "gpu", "--format", "json"])
     # THEN it names no rank
-    assert json.loads(result.output)["sections"]["gpu"]["stragglers"] == []
+    assert json.loads(alike.output)["sections"]["gpu"]["stragglers"] == []
+    # AND its step, as its raw traces give it, is the planted run's step without rank 37, but for rank 37's own
+    # update after the last all-reduce: three 25 us kernels, each half as long again on its GPU
+    step = max(raw_step(tmp_path / "t" / f"rank{r}.json")["last"] for r in range(RANKS))
+    without = json.loads(slow.output)["sections"]["gpu"]["stragglers"][0]["step_without_ns"]
+    assert without - step == 3 * 25_000 * (FACTOR - 1)
 
 
 def test_a_report_of_64_ranks_gives_each_figures_spread_and_the_ranks_past_it(planted):
