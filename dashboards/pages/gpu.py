@@ -116,9 +116,10 @@ KERNEL_COLUMNS = [("rank", "rank"), ("kind", "kind"), ("name", "kernel"), ("kern
 
 def kernel_table(report: Any) -> Any:
     """Each rank's costliest kernels by name within the profiled steps (``gpu.kernels_by_name``), sortable."""
-    frame = report.gpu.kernels_by_name(KERNELS_PER_RANK)
+    named = named_ranks(report)
+    frame = of_named(report.gpu.kernels_by_name(KERNELS_PER_RANK), named)
     frame = frame.assign(**{f"{k}_us": frame[f"{k}_ns"] / 1e3 for k in ("sum", "mean", "max")})
-    return names_table(frame, KERNEL_COLUMNS, ids.GPU_KERNELS, text=("kind", "name"))
+    return with_named(names_table(frame, KERNEL_COLUMNS, ids.GPU_KERNELS, text=("kind", "name")), named)
 
 
 def names_table(frame: Any, columns: list[tuple[str, str]], table_id: str, text: tuple[str, ...]) -> Any:
@@ -164,9 +165,11 @@ WORTH_COLUMNS = [("rank", "rank"), ("name", "kernel"), ("op", "launched in"), ("
 
 def worth_table(report: Any) -> Any:
     """The kernels worth a look (``gpu.worth_a_look``): why, and the operator and module that launched them."""
-    frame = report.gpu.worth_a_look()
+    named = named_ranks(report)
+    frame = of_named(report.gpu.worth_a_look(), named)
     frame = frame.assign(**{f"{k}_us": frame[f"{k}_ns"] / 1e3 for k in ("total", "median", "launch_median")})
-    return names_table(frame, WORTH_COLUMNS, "gpu-worth-table", text=("name", "op", "module", "why"))
+    return with_named(names_table(frame, WORTH_COLUMNS, "gpu-worth-table", text=("name", "op", "module", "why")),
+                      named)
 
 
 def phases_table(report: Any) -> Any:
@@ -212,6 +215,20 @@ def named_ranks(report: Any) -> Any:
         return None
     return outlier_ranks(frame["rank"].to_numpy(), {k: frame[k].to_numpy(np.float64) for k in (
         "compute_ns", "communication_ns", "idle_ns")})
+
+
+def of_named(frame: Any, named: Any) -> Any:
+    """``frame``'s rows of the ``named`` ranks (every row for None): a sortable table past ``MANY_RANKS`` ranks
+    holds the ranks that stand out, not every rank's rows."""
+    return frame if named is None else frame[frame["rank"].isin(np.asarray(named))]
+
+
+def with_named(table: Any, named: Any) -> Any:
+    """A table of the ``named`` ranks' rows, with a line saying which they are (the table alone for None)."""
+    if named is None:
+        return table
+    return html.Div([html.P(f"The ranks furthest past the median in compute, communication or idle time: "
+                            f"{', '.join(map(str, np.asarray(named).tolist()))}.", className="note"), table])
 
 
 def per_rank(fig: Any, ranks: int) -> Any:
