@@ -203,6 +203,13 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
     )
 
 
+def group_words(group: Any) -> str:
+    """A process group as a cell holds it: its ranks, or past a few its count, first and last rank (a group of
+    1,024 ranks lists them all)."""
+    ranks = str(group).strip("[]").split(", ")
+    return str(group) if len(ranks) <= 8 else f"{len(ranks):,} ranks: {ranks[0]} … {ranks[-1]}"
+
+
 def bandwidth(value: Any) -> str:
     """A bandwidth in GB/s to three significant figures (a slow link's 0.008 is not 0.01), "-" if unknown."""
     return "-" if value is None or value != value else f"{value:,.3g}"
@@ -222,7 +229,7 @@ def render_collectives(profile: str | None):
     frame = report.gpu.collectives()
     frame = frame.assign(rank=frame["rank"].map(lambda r: f"Rank {r}"), time_s=frame["time_ns"] / 1e9)
     return c.shown(True), c.rank_table(frame, COLLECTIVE_COLUMNS, formats={
-        "rank": str, "group": str, "calls": c.fmt_int, "algbw_gb_s": bandwidth, "busbw_gb_s": bandwidth},
+        "rank": str, "group": group_words, "calls": c.fmt_int, "algbw_gb_s": bandwidth, "busbw_gb_s": bandwidth},
         table_id="exchange-collectives-table")
 
 
