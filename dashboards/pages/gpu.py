@@ -146,16 +146,14 @@ def names_table(frame: Any, columns: list[tuple[str, str]], table_id: str, text:
 def bounds_table(report: Any) -> Any:
     """What bound each rank's steps (``gpu.bounds``): the verdict, and the GPU's busy time and its waits."""
     frame = report.gpu.bounds()
-    return c.rank_table(frame, named=named_ranks(report), columns={
-                            "rank": "rank", "step": "step", "verdict": "bound by", "step_ns": "step",
-                                   "gpu_busy_pct": "GPU busy", "launch_wait_pct": "waits for launches",
-                                   "input_wait_pct": "waits for input", "other_idle_pct": "other idle",
-                                   "kernels": "kernels", "kernel_median_ns": "median kernel",
-                                   "launch_median_ns": "median launch"},
-                   formats={"rank": c.fmt_int, "step": lambda v: "whole trace" if v < 0 else f"{v:,}",
-                            "verdict": str, **{k: _seconds for k in ("step_ns", "kernel_median_ns",
-                                                                      "launch_median_ns")}},
-                   table_id="gpu-bounds-table")
+    return c.rank_table(
+        frame, named=named_ranks(report), table_id="gpu-bounds-table",
+        columns={"rank": "rank", "step": "step", "verdict": "bound by", "step_ns": "step", "gpu_busy_pct": "GPU busy",
+                 "launch_wait_pct": "waits for launches", "input_wait_pct": "waits for input",
+                 "other_idle_pct": "other idle", "kernels": "kernels", "kernel_median_ns": "median kernel",
+                 "launch_median_ns": "median launch"},
+        formats={"rank": c.fmt_int, "step": lambda v: "whole trace" if v < 0 else f"{v:,}", "verdict": str,
+                 **{k: _seconds for k in ("step_ns", "kernel_median_ns", "launch_median_ns")}})
 
 
 WORTH_COLUMNS = [("rank", "rank"), ("name", "kernel"), ("op", "launched in"), ("module", "module"),
@@ -178,13 +176,13 @@ def phases_table(report: Any) -> Any:
     if frame.empty:
         return html.Div("The trace's annotations name no phase (record_function spans beside the steps and "
                         "passes).", className="empty")
-    return c.rank_table(frame, named=named_ranks(report), columns={
-                            "rank": "rank", "phase": "phase", "spans": "spans", "kernels": "kernels",
-                                   "gpu_ns": "GPU time", "overlap_ns": "beside another phase",
-                                   "overlap_pct": "of its GPU time", "overlapped_with": "mostly beside"},
-                   formats={"rank": c.fmt_int, "phase": str, "overlapped_with": str,
-                            **{k: _seconds for k in ("gpu_ns", "overlap_ns")}},
-                   table_id="gpu-phases-table")
+    return c.rank_table(
+        frame, named=named_ranks(report), table_id="gpu-phases-table",
+        columns={"rank": "rank", "phase": "phase", "spans": "spans", "kernels": "kernels", "gpu_ns": "GPU time",
+                 "overlap_ns": "beside another phase", "overlap_pct": "of its GPU time",
+                 "overlapped_with": "mostly beside"},
+        formats={"rank": c.fmt_int, "phase": str, "overlapped_with": str,
+                 **{k: _seconds for k in ("gpu_ns", "overlap_ns")}})
 
 
 TABLES = [
