@@ -95,3 +95,41 @@ def test_the_system_page_of_40_ranks_is_a_heat_map_and_a_box_draws_a_few_ranks(f
     fig, _, again = page.zoom_timeline({"xaxis.range[0]": 0.0, "xaxis.range[1]": (end - origin) / 2e9}, "a",
                                        "relative", 0, kept)
     assert again[2:] == ["5", "10"] and int(again[1]) < end
+
+
+def test_a_gantt_chart_of_many_ranks_is_a_heat_map_of_their_passes():
+    import pandas as pd
+
+    from dashboards.figures.stages import stages_gantt
+
+    # GIVEN 40 ranks' passes over 0-400 cycles: rank r runs a forward pass from 10 r to 10 r + 100
+    r = np.arange(40)
+    gantt = pd.DataFrame({"ipu": r, "stage": r, "iteration": 0, "micro_batch": 0, "pass": "forward",
+                          "start_cycle": 10 * r, "end_cycle": 10 * r + 100})
+    # WHEN it is drawn
+    fig = stages_gantt(gantt)
+    # THEN a row a rank, each bin's share of it the rank ran a pass, on a fixed height
+    z = np.asarray(fig.data[0].z)
+    edges = 490 * np.arange(ranks.HEATMAP_BINS + 1) // ranks.HEATMAP_BINS  # whole cycles, the last pass's end last
+    busy = np.clip(np.minimum(10 * r[:, None] + 100, edges[None, 1:]) - np.maximum(10 * r[:, None], edges[None, :-1]),
+                   0, None)
+    assert z.shape == (40, ranks.HEATMAP_BINS)
+    assert np.allclose(z, 100 * busy / np.diff(edges)[None, :])
+    assert fig.layout.height == ranks.HEATMAP_HEIGHT
+
+
+def test_the_exchange_table_of_40_ranks_is_their_spread_and_names_the_slow_rank(forty_ranks):
+    from dashboards.app import create_app
+    from dashboards import data
+
+    create_app([str(forty_ranks)])
+    page = importlib.import_module("dashboards.pages.exchange")
+    comm = data.report("a").exchange.communication()
+    # WHEN the communication per rank is tabled
+    table = page.communication_table(comm, data.report("a"))
+    text = str(table)
+    # THEN it opens with the 40 ranks' spread, and the slow rank (7) is named past the median in compute
+    compute = comm["compute_cycles"].to_numpy(np.float64)
+    over = 100 * (compute[7] / np.median(compute) - 1)
+    assert "40 ranks: each figure's spread" in text
+    assert f"Rank 7 ({over:+.1f}%)" in text
