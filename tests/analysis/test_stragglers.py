@@ -160,3 +160,17 @@ def test_a_report_of_64_ranks_gives_each_figures_spread_and_the_ranks_past_it(pl
     bounds = text[text.index("What bound each step"):text.index("The kernels worth a look")]
     assert f"ranks {SLOW}," in bounds.splitlines()[0] or f"ranks {SLOW} " in bounds.splitlines()[0]
     assert {int(x.split()[1]) for x in bounds.splitlines()[2:] if x.startswith("  rank ")} >= {SLOW}
+
+
+def test_a_table_of_several_rows_a_rank_shows_those_of_the_ranks_that_stand_out(planted):
+    _, profile = planted
+    # WHEN the text report's GPU time per stream is printed (three streams a rank, 64 ranks)
+    text = CliRunner().invoke(main, ["report", str(profile), "--section", "gpu"]).output
+    block = text[text.index("GPU time per stream"):text.index("What bound each step")].splitlines()
+    # THEN its title names the ranks the section's table per rank names past the median, rank 37 first
+    title = block[0]
+    named = [int(r) for r in title.split("the rows of ranks ")[1].split(", furthest")[0].split(", ")]
+    assert named[0] == SLOW and "gpu.by_rank's figures" in title
+    # AND its rows are those ranks' streams alone
+    rows = [line.split() for line in block[4:] if line.strip()]
+    assert {int(row[0]) for row in rows} == set(named) and len(rows) == 3 * len(named)
