@@ -133,3 +133,21 @@ def test_the_exchange_table_of_40_ranks_is_their_spread_and_names_the_slow_rank(
     over = 100 * (compute[7] / np.median(compute) - 1)
     assert "40 ranks: each figure's spread" in text
     assert f"Rank 7 ({over:+.1f}%)" in text
+
+
+def test_busy_and_idle_of_many_stages_is_their_distribution_the_busiest_named():
+    import pandas as pd
+
+    from dashboards.figures.stages import stage_utilisation
+
+    # GIVEN 40 stages of 100 cycles each: stage s busy 50 + s cycles, stage 7 busy 95
+    s = np.arange(40)
+    busy = np.where(s == 7, 95, 50 + s // 2)
+    summary = pd.DataFrame({"stage": s, "ipu": s, "pass": "all", "busy_cycles": busy, "idle_cycles": 100 - busy,
+                            "total_cycles": 100})
+    # WHEN drawn
+    fig = stage_utilisation(summary)
+    # THEN the stages run busiest first along the x axis, busy and idle stacked to each stage's 100 cycles
+    order = np.lexsort((s, -busy))
+    assert list(fig.data[0].y) == busy[order].tolist() and list(fig.data[1].y) == (100 - busy[order]).tolist()
+    assert fig.data[0].customdata[0] == "stage 7 · IPU 7" and fig.layout.annotations[0].text == "stage 7 · IPU 7"
