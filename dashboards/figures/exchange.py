@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboards.figures.ranks import MATRIX_BINS, binned_matrix
+from dashboards.figures.ranks import MANY_RANKS, MATRIX_BINS, binned_matrix
 from dashboards.figures.style import (IPUS, MODEBAR_PX, NANOSECOND_UNITS, PHASE_COLOURS, SHORT_BYTE_UNITS, Naming,
                                       byte_ticks, empty, styled, with_unit)
 
@@ -106,6 +106,8 @@ def communication(comm: pd.DataFrame, clock_hz: float, naming: Naming = IPUS) ->
     idle, stacked to its whole time; beside them, the communication hidden behind its compute."""
     if comm.empty:
         return empty("No ranks.")
+    if len(comm) > MANY_RANKS:
+        return communication_spread(comm, clock_hz, naming)
     labels = [naming.label(ipu) for ipu in range(len(comm))]  # a row per IPU (rank), in order
     fig = go.Figure()
     parts = (("compute_cycles", "compute", PHASE_COLOURS["compute"]),
@@ -125,3 +127,30 @@ def communication(comm: pd.DataFrame, clock_hz: float, naming: Naming = IPUS) ->
                                        "communication)<extra></extra>"))
     fig.update_yaxes(title="ms", rangemode="tozero")
     return styled(fig, barmode="relative", height=340)
+
+
+def communication_spread(comm: pd.DataFrame, clock_hz: float, naming: Naming = IPUS, named: int = 3) -> go.Figure:
+    """``communication`` past ``MANY_RANKS`` ranks: a bar each would be a pixel wide, so the ranks are sorted by
+    compute, the most first, and their compute, exposed communication and idle drawn as stacked areas along that
+    order (the hidden communication a line over them): the distribution, each rank on hover, the ``named``
+    with the most compute named above it."""
+    order = np.lexsort((np.arange(len(comm)), -comm["compute_cycles"].to_numpy(np.float64)))
+    frame = comm.iloc[order]
+    labels = np.array([naming.label(int(i)) for i in order], dtype=object)
+    at = np.arange(len(frame))
+    fig = go.Figure()
+    for column, name, colour in (("compute_cycles", "compute", PHASE_COLOURS["compute"]),
+                                 ("exposed_comm_cycles", "exposed communication", PHASE_COLOURS["exchange"]),
+                                 ("idle_cycles", "idle", PHASE_COLOURS["idle"])):
+        fig.add_trace(go.Scatter(x=at, y=frame[column].to_numpy(float) / clock_hz * 1e3, name=name, mode="lines",
+                                 stackgroup="time", line=dict(width=0.5, color=colour), customdata=labels,
+                                 hovertemplate="%{customdata}: %{y:,.3f} ms " + name + "<extra></extra>"))
+    fig.add_trace(go.Scatter(x=at, y=frame["hidden_comm_cycles"].to_numpy(float) / clock_hz * 1e3, mode="lines",
+                             name="communication hidden behind compute", line=dict(color="#F2A33A", dash="dot"),
+                             customdata=labels, hovertemplate="%{customdata}: %{y:,.3f} ms hidden<extra></extra>"))
+    compute = frame["compute_cycles"].to_numpy(float)[:named] / clock_hz * 1e3
+    for k, (label, y) in enumerate(zip(labels[:named], compute)):
+        fig.add_annotation(x=k, y=float(y), text=str(label), showarrow=True, arrowhead=1, ax=40 + 30 * k, ay=-25)
+    fig.update_xaxes(title=f"{len(frame):,} ranks, the most compute first (hover for each)")
+    fig.update_yaxes(title="ms", rangemode="tozero")
+    return styled(fig, height=340)

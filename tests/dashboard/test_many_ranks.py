@@ -151,3 +151,20 @@ def test_busy_and_idle_of_many_stages_is_their_distribution_the_busiest_named():
     order = np.lexsort((s, -busy))
     assert list(fig.data[0].y) == busy[order].tolist() and list(fig.data[1].y) == (100 - busy[order]).tolist()
     assert fig.data[0].customdata[0] == "stage 7 · IPU 7" and fig.layout.annotations[0].text == "stage 7 · IPU 7"
+
+
+def test_the_communication_of_many_ranks_is_their_distribution_the_most_compute_named(forty_ranks):
+    from dashboards.app import create_app
+    from dashboards import data
+    from dashboards.figures.exchange import communication
+
+    create_app([str(forty_ranks)])
+    report = data.report("a")
+    comm = report.exchange.communication()
+    clock = float(report.target["clock_hz"])
+    # WHEN the 40 ranks' communication is drawn
+    fig = communication(comm, clock, data.naming(report))
+    # THEN the ranks run the most compute first, the slow rank 7 first and named
+    compute = comm["compute_cycles"].to_numpy(float)
+    assert np.allclose(fig.data[0].y, np.sort(compute)[::-1] / clock * 1e3)
+    assert fig.data[0].customdata[0] == "Rank 7" and fig.layout.annotations[0].text == "Rank 7"
