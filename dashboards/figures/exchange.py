@@ -56,6 +56,23 @@ def binned_exchange_matrix(matrix: pd.DataFrame, value: str, naming: Naming, end
     fig.update_xaxes(title=f"source ({len(endpoints):,} endpoints in {len(spans)} bins; zoom to read a bin)",
                      side="bottom", showticklabels=False)
     fig.update_yaxes(title="destination", autorange="reversed", showticklabels=False)
+    return styled(fig, height=620, meta={"binned": True})
+
+
+def exchange_submatrix(matrix: pd.DataFrame, value: str, naming: Naming, sources: list, destinations: list
+                       ) -> go.Figure:
+    """The transfers from ``sources`` to ``destinations`` (a box zoomed onto a binned matrix), each pair its own
+    cell, on a fixed height."""
+    part = matrix[matrix["src_ipu"].isin(sources) & matrix["dst_ipu"].isin(destinations)]
+    grid = part.pivot_table(index="dst_ipu", columns="src_ipu", values=value, aggfunc="sum")
+    grid = grid.reindex(index=destinations, columns=sources)
+    unit = value if value == "bytes" else naming.unit
+    fig = go.Figure(go.Heatmap(z=grid.to_numpy(dtype=float), x=[naming.label(i) for i in sources],
+                               y=[naming.label(i) for i in destinations], colorscale="Blues", zmin=0,
+                               hoverongaps=False, colorbar=dict(title=dict(text=unit, side="right"), thickness=12),
+                               hovertemplate="%{x} → %{y}<br>%{z:,.0f} " + unit + "<extra></extra>"))
+    fig.update_xaxes(title=f"source ({len(sources):,} of them; double-click for every rank)", side="bottom")
+    fig.update_yaxes(title="destination", autorange="reversed")
     return styled(fig, height=620)
 
 

@@ -93,3 +93,22 @@ def per_rank_columns(fig: go.Figure, height: int = 380) -> go.Figure:
                       yaxis=dict(title=x.title.text, range=x.range, tickvals=x.tickvals, categoryorder=None,
                                  categoryarray=None, autorange=None if x.range else True))
     return styled(fig, height=height)
+
+
+def endpoints_in_view(relayout: dict | None, spans: Sequence[tuple[int, int]],
+                      endpoints: Sequence[int]) -> tuple[list[int], list[int]] | None:
+    """The endpoints a zoom's box holds on a binned matrix (``binned_matrix``'s ``spans``, bins by position along
+    both axes): ``(sources, destinations)``; None where the zoom gives no box on both axes."""
+    if not relayout or "xaxis.range[0]" not in relayout or "yaxis.range[0]" not in relayout:
+        return None
+    position = {e: i for i, e in enumerate(endpoints)}
+
+    def held(low: float, high: float) -> list[int]:
+        low, high = sorted((low, high))
+        first, last = max(int(np.ceil(low)), 0), min(int(np.floor(high)), len(spans) - 1)
+        if last < first:
+            return []
+        return list(endpoints[position[spans[first][0]]:position[spans[last][1]] + 1])
+
+    return (held(float(relayout["xaxis.range[0]"]), float(relayout["xaxis.range[1]"])),
+            held(float(relayout["yaxis.range[0]"]), float(relayout["yaxis.range[1]"])))

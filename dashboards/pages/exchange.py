@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import exchange as figures
+from dashboards.figures.ranks import MATRIX_BINS, binned_matrix, endpoints_in_view
 from dashboards.figures.style import empty, ipu_label
 
 dash.register_page(__name__, path="/exchange", name="Exchange", title="popvision · exchange", order=5, icon="⇄")
@@ -242,11 +243,51 @@ def render_matrix(profile: str | None, value: str | None):
     value = value if value in ("bytes", "cycles") else "bytes"
     report = data.report(profile)
     naming = data.naming(report)
+    matrix = drawn_matrix(report)
+    if matrix is None:
+        return empty(NO_POINT_TO_POINT)
+    return figures.exchange_matrix(matrix, value, naming)
+
+
+def drawn_matrix(report: Any) -> Any:
+    """The matrix the page draws (``exchange.matrix()``); None for a GPU trace without a transfer between two
+    ranks."""
     matrix = report.exchange.matrix()
-    if naming.imported and not report.gpu.missing():
+    if data.naming(report).imported and not report.gpu.missing():
         # a GPU trace's collective has no one peer (its group's ranks need not be among the traces): only
         # transfers between two ranks are drawn; the collectives are listed by group (``render_collectives``)
         matrix = matrix[matrix["src_ipu"] != matrix["dst_ipu"]]
         if matrix.empty:
-            return empty(NO_POINT_TO_POINT)
-    return figures.exchange_matrix(matrix, value, naming)
+            return None
+    return matrix
+
+
+@dash.callback(
+    Output(ids.EXCHANGE_MATRIX, "figure", allow_duplicate=True),
+    Input(ids.EXCHANGE_MATRIX, "relayoutData"),
+    State(ids.PROFILE, "value"),
+    State(ids.EXCHANGE_MATRIX_VALUE, "value"),
+    State(ids.EXCHANGE_MATRIX, "figure"),
+    prevent_initial_call=True,
+)
+def zoom_matrix(relayout: dict | None, profile: str | None, value: str | None, shown: dict | None = None):
+    """A box zoomed onto a matrix of more than ``MATRIX_BINS`` endpoints, summed in bins: the endpoints it holds,
+    each pair its own cell, once there are ``MATRIX_BINS`` or fewer a side; a double-click: the bins again."""
+    value = value if value in ("bytes", "cycles") else "bytes"
+    report = data.report(profile)
+    matrix = drawn_matrix(report)
+    if matrix is None:
+        raise dash.exceptions.PreventUpdate
+    endpoints = sorted(set(matrix["src_ipu"]) | set(matrix["dst_ipu"]), key=lambda i: (i < 0, abs(i)))
+    if len(endpoints) <= MATRIX_BINS:
+        raise dash.exceptions.PreventUpdate  # every endpoint its own cell already: plotly's zoom is enough
+    if relayout and relayout.get("xaxis.autorange"):
+        return figures.exchange_matrix(matrix, value, data.naming(report))
+    if not ((shown or {}).get("layout") or {}).get("meta", {}).get("binned"):
+        raise dash.exceptions.PreventUpdate  # a zoom within the endpoints drawn one by one: plotly's is enough
+    _, spans = binned_matrix(matrix["src_ipu"].to_numpy(), matrix["dst_ipu"].to_numpy(), matrix[value].to_numpy(),
+                             endpoints)
+    held = endpoints_in_view(relayout, spans, endpoints)
+    if held is None or not all(0 < len(side) <= MATRIX_BINS for side in held):
+        raise dash.exceptions.PreventUpdate
+    return figures.exchange_submatrix(matrix, value, data.naming(report), *held)

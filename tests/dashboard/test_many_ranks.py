@@ -168,3 +168,26 @@ def test_the_communication_of_many_ranks_is_their_distribution_the_most_compute_
     compute = comm["compute_cycles"].to_numpy(float)
     assert np.allclose(fig.data[0].y, np.sort(compute)[::-1] / clock * 1e3)
     assert fig.data[0].customdata[0] == "Rank 7" and fig.layout.annotations[0].text == "Rank 7"
+
+
+def test_a_box_on_a_binned_matrix_draws_the_ranks_it_holds_each_its_own_cell():
+    import pandas as pd
+
+    from dashboards.figures.exchange import exchange_matrix, exchange_submatrix
+    from dashboards.figures.style import Naming
+
+    # GIVEN 128 ranks each sending r + 1 bytes to the next: binned into 64 bins of 2 ranks a side
+    r = np.arange(128)
+    matrix = pd.DataFrame({"src_ipu": r, "dst_ipu": (r + 1) % 128, "bytes": r + 1, "cycles": 1})
+    fig = exchange_matrix(matrix, "bytes")
+    assert np.asarray(fig.data[0].z).shape == (64, 64) and fig.layout.meta["binned"]
+    _, spans = ranks.binned_matrix(matrix["src_ipu"], matrix["dst_ipu"], matrix["bytes"], list(r))
+    # WHEN a box holds source bins 2-3 (ranks 4-7) and destination bins 2-4 (ranks 4-9)
+    held = ranks.endpoints_in_view({"xaxis.range[0]": 1.6, "xaxis.range[1]": 3.4, "yaxis.range[0]": 4.2,
+                                    "yaxis.range[1]": 1.7}, spans, list(r))
+    # THEN those ranks, and each pair its own cell: rank s sent s + 1 bytes to s + 1
+    assert held == ([4, 5, 6, 7], [4, 5, 6, 7, 8, 9])
+    sub = exchange_submatrix(matrix, "bytes", Naming(), *held)
+    z = np.asarray(sub.data[0].z, dtype=float)
+    assert z.shape == (6, 4) and [z[s - 3, s - 4] for s in (4, 5, 6, 7)] == [5, 6, 7, 8]
+    assert np.isnan(z).sum() == 20
