@@ -28,7 +28,15 @@ between them); ``gpu_user_annotation`` spans on the GPU's tracks name what its k
 As Kineto orders a file: the CPU's events of every step first, then the runtime calls and the GPU's
 activities in launch order, then the GPU-side annotations, then the metadata and the profiler's span.
 Kernels are queued behind each other per stream and start a few microseconds after their launch;
-each rank's GPU runs a few percent slower than the one before (``rank`` x 3 %), so the ranks differ.
+each rank's GPU runs a few percent slower than the one before (``rank`` x ``--spread``, 3 % by default), so the
+ranks differ; ``--slow-rank R --slow-factor F`` plants one straggler, rank R's GPU F times slower besides.
+
+By default each rank's all-reduce takes its own time (as if the ranks did not wait on each other); with
+``--synchronised`` (implied by ``--slow-rank``) a collective ends on every rank at once, ``TRANSFER_NS`` after the
+last rank reached it, as NCCL's ring does: the kernel on a rank that arrived early spends the difference waiting,
+and the optimiser's kernels wait for the step's last all-reduce, as DistributedDataParallel's do. The arrivals
+depend on the ends before them, so the ranks' steps are modelled again until nothing moves (a pass a collective
+at most).
 
 Each step's text is made once, with the numbers that change from step to step (times, ``External
 id``, ``Ev Idx``, ``Sequence number``, ``correlation`` and flow ids, the step's number) cut out, and
@@ -54,6 +62,7 @@ T0_US = 1_000_000  # the first step's start, in µs of the trace's clock (baseTi
 BASE_NS = 1790857026000000000
 COMPUTE, NCCL, COPY = 7, 20, 24  # streams
 LAUNCH_NS, QUEUE_NS = 6_000, 4_000  # a runtime call's length, and from its start to its kernel's earliest start
+TRANSFER_NS = 300_000  # an all-reduce's own time once every rank has reached it (not scaled by a rank's slowness)
 GEMM = "ampere_sgemm_128x64_tn"
 RELU = ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar("
         "at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()"
@@ -106,14 +115,17 @@ class Step:
     """One profiler step of one rank, as three texts in Kineto's order (the CPU's events, the runtime calls
     and the GPU's activities, the GPU-side annotations), and the strides of its numbers per step."""
 
-    def __init__(self, rank: int, world: int, layers: int, bucket: int) -> None:
+    def __init__(self, rank: int, world: int, layers: int, bucket: int, slower: float | None = None,
+                 ends: list[int] | None = None) -> None:
         self.rank, self.world = rank, world
         self.pid, self.tid, self.autograd_tid = 4000 + rank, 4000 + rank, 4100 + rank
         self.cpu, self.gpu, self.annotations = Text(), Text(), Text()
         self.external = self.ev_idx = self.sequence = self.correlation = self.events = 0
         self.cursor = 0  # the CPU thread's time in the step, ns
         self.streams = {COMPUTE: 0, NCCL: 0, COPY: 0}  # when each stream is next free, ns
-        self.slower = 1 + 0.03 * rank
+        self.slower = 1 + 0.03 * rank if slower is None else slower
+        self.ends = ends  # each collective's end on every rank (synchronised), else None: each its own
+        self.arrivals: list[int] = []  # when this rank's GPU reached each collective (its kernel's start)
         self.model(layers, bucket)
         end = max(self.cursor, *self.streams.values())
         self.span_us = math.ceil(end / 1000) + 20  # the step's own length; the ranks' steps share the longest's
@@ -185,9 +197,11 @@ class Step:
         return self.external
 
     def launch(self, call: str, cat: str, name: str, stream: int, dur_ns: int, external: int,
-               args: dict | None = None, after: int = 0, tid: int | None = None) -> tuple[int, int]:
+               args: dict | None = None, after: int = 0, tid: int | None = None,
+               until: int | None = None) -> tuple[int, int]:
         """A runtime call at the CPU's cursor on thread ``tid`` (the training thread's by default) and the GPU
-        activity it launches (queued on ``stream``, not before ``after``); the activity's start and end."""
+        activity it launches (queued on ``stream``, not before ``after``; ending at ``until`` where given, else
+        after its ``dur_ns`` on this rank's GPU); the activity's start and end."""
         self.correlation += 1
         corr = self.correlation
         at = self.cursor
@@ -197,8 +211,8 @@ class Step:
                    at, LAUNCH_NS, {"External id": external, "cbid": 211, "correlation": corr}, ids)
         self.event(self.gpu, {"ph": "s", "id": corr, "pid": self.pid, "tid": tid}, at, None, None, {"id": "corr"},
                    {"cat": "ac2g", "name": "ac2g"})
-        dur = int(dur_ns * self.slower)
         start = max(at + QUEUE_NS, self.streams[stream], after)
+        dur = int(dur_ns * self.slower) if until is None else max(until - start, 1_000)
         self.streams[stream] = start + dur
         body = {"External id": external, "queued": 0, "device": self.rank, "context": 1, "stream": stream,
                 "correlation": corr, **(args or {})}
@@ -211,13 +225,13 @@ class Step:
 
     def kernel_op(self, names: list[str], kernel: str, dur_ns: int, stream: int = COMPUTE, cat: str = "kernel",
                   call: str = "cudaLaunchKernel", args: dict | None = None, tid: int | None = None,
-                  op_args: dict | None = None) -> tuple[int, int]:
+                  op_args: dict | None = None, after: int = 0) -> tuple[int, int]:
         """Nested operators (outermost first), the innermost launching ``kernel``; the kernel's start and end."""
         begin = self.cursor
         self.cursor += 2_000 * len(names)
         external = self.external + len(names)  # the innermost operator's id (each op takes the next)
         launch_args = {"grid": [512, 1, 1], "block": [256, 1, 1], **(args or {})} if cat == "kernel" else args
-        start, end = self.launch(call, cat, kernel, stream, dur_ns, external, launch_args, tid=tid)
+        start, end = self.launch(call, cat, kernel, stream, dur_ns, external, launch_args, after, tid=tid)
         self.cursor += 1_000
         stop = self.cursor
         for depth, name in enumerate(names):  # the outer operator first, as Kineto writes them
@@ -278,8 +292,9 @@ class Step:
         self.memory(3 << 30)
         update = self.cursor
         first = None
-        for _ in range(3):
-            s, last = self.kernel_op(["aten::_foreach_add_"], FOREACH, 25_000)
+        for n in range(3):  # synchronised: the update waits for the gradients' all-reduces, as DDP's does
+            s, last = self.kernel_op(["aten::_foreach_add_"], FOREACH, 25_000,
+                                     after=self.streams[NCCL] if self.ends is not None and n == 0 else 0)
             first = s if first is None else first
         self.op("Optimizer.step#SGD.step", update, self.cursor, "user_annotation")
         self.gpu_span("Optimizer.step#SGD.step", first, last)
@@ -296,8 +311,12 @@ class Step:
         begin = self.cursor
         self.cursor += 3_000
         inner = self.cursor
-        start, end = self.launch("cudaLaunchKernel", "kernel", ALL_REDUCE, NCCL, 300_000, self.external + 2,
-                                 {"grid": [8, 1, 1], "block": [544, 1, 1], **comm}, after, self.autograd_tid)
+        ready = max(self.cursor + QUEUE_NS, self.streams[NCCL], after)  # the kernel's start: this rank arrives
+        n = len(self.arrivals)
+        self.arrivals.append(ready)
+        until = None if self.ends is None else max(self.ends[n] if n < len(self.ends) else 0, ready + 1_000)
+        start, end = self.launch("cudaLaunchKernel", "kernel", ALL_REDUCE, NCCL, TRANSFER_NS, self.external + 2,
+                                 {"grid": [8, 1, 1], "block": [544, 1, 1], **comm}, after, self.autograd_tid, until)
         self.cursor += 1_000
         self.op("record_param_comms", begin, self.cursor + 1_000, args=comm, tid=self.autograd_tid)
         self.op("nccl:all_reduce", inner, self.cursor, "user_annotation", tid=self.autograd_tid)
@@ -333,10 +352,11 @@ def trailer(step: Step, copies: int, out: Path) -> str:
     return body + f'\n  ],\n  "traceName": {json.dumps(str(out))}\n}}\n'
 
 
-def write_rank(out: Path, rank: int, world: int, copies: int, layers: int, bucket: int, span_us: int) -> dict:
+def write_rank(out: Path, rank: int, world: int, copies: int, layers: int, bucket: int, span_us: int,
+               slower: float | None = None, ends: list[int] | None = None) -> dict:
     """Write rank ``rank``'s trace of ``copies`` steps, each ``span_us`` after the one before, to ``out``; its
-    summary."""
-    step = Step(rank, world, layers, bucket)
+    summary (``slower`` and ``ends``: ``Step``'s)."""
+    step = Step(rank, world, layers, bucket, slower, ends)
     step.span(span_us)
     tmp = out.with_name(out.name + ".part")
     written = 0
@@ -362,11 +382,39 @@ def step_bytes(step: Step, k: int) -> int:
     return sum(len(t.formatter(step.strides)(k)) for t in (step.cpu, step.gpu, step.annotations))
 
 
+def slowness(ranks: int, spread: float = 0.03, slow_rank: int | None = None, slow_factor: float = 1.5) -> list[float]:
+    """Each rank's GPU's time for a kernel over rank 0's: ``1 + rank x spread``, times ``slow_factor`` on
+    ``slow_rank``."""
+    return [(1 + spread * r) * (slow_factor if r == slow_rank else 1.0) for r in range(ranks)]
+
+
+def modelled(ranks: int, layers: int, bucket: int, slower: list[float],
+             synchronised: bool) -> tuple[list[Step], list[int] | None]:
+    """Every rank's step, and (synchronised) each collective's end on every rank: ``TRANSFER_NS`` after its last
+    arrival, modelled again until the arrivals stop moving."""
+    steps = [Step(r, ranks, layers, bucket, slower[r]) for r in range(ranks)]
+    if not synchronised:
+        return steps, None
+    ends: list[int] = []
+    for _ in range(len(steps[0].arrivals) + 1):
+        arrived = np.array([s.arrivals for s in steps], np.int64)
+        now = (arrived.max(axis=0) + TRANSFER_NS).tolist()
+        if now == ends:
+            break
+        ends = now
+        steps = [Step(r, ranks, layers, bucket, slower[r], ends) for r in range(ranks)]
+    return steps, ends
+
+
 def make(out: Path, total_mb: float, ranks: int = 4, layers: int = 16, bucket: int = 4,
-         jobs: int | None = None) -> dict:
+         jobs: int | None = None, spread: float = 0.03, slow_rank: int | None = None, slow_factor: float = 1.5,
+         synchronised: bool = False) -> dict:
     """Write ``ranks`` rank traces into ``out`` totalling ``total_mb`` x 10^6 bytes; the summary (also written
-    to ``out``'s manifest)."""
-    steps = [Step(r, ranks, layers, bucket) for r in range(ranks)]
+    to ``out``'s manifest). ``spread``, ``slow_rank``, ``slow_factor``: ``slowness``'s; ``synchronised`` (implied
+    by ``slow_rank``): the collectives end on every rank at once (``modelled``)."""
+    synchronised = synchronised or slow_rank is not None
+    slower = slowness(ranks, spread, slow_rank, slow_factor)
+    steps, ends = modelled(ranks, layers, bucket, slower, synchronised)
     span_us = max(s.span_us for s in steps)  # one for every rank, so that the ranks stay aligned step after step
     for s in steps:
         s.span(span_us)
@@ -379,11 +427,13 @@ def make(out: Path, total_mb: float, ranks: int = 4, layers: int = 16, bucket: i
     out.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(1, min(jobs or 2, ranks))) as pool:
-        futures = [pool.submit(write_rank, out / f"rank{r}.json", r, ranks, copies, layers, bucket, span_us)
-                   for r in range(ranks)]
+        futures = [pool.submit(write_rank, out / f"rank{r}.json", r, ranks, copies, layers, bucket, span_us,
+                               slower[r], ends) for r in range(ranks)]
         files = [f.result() for f in futures]
     summary = {"source": "make_gpu_trace", "total_mb": total_mb, "gpu_style": "synthetic", "ranks": ranks,
-               "layers": layers, "bucket": bucket, "copies": copies, "span_us": span_us,
+               "layers": layers, "bucket": bucket, "copies": copies, "span_us": span_us, "spread": spread,
+               "slow_rank": slow_rank, "slow_factor": slow_factor if slow_rank is not None else None,
+               "synchronised": synchronised,
                "bytes": sum(f["bytes"] for f in files), "events": sum(f["events"] for f in files),
                "kernels": sum(f["kernels"] for f in files), "files": files,
                "seconds": round(time.perf_counter() - began, 1)}
@@ -404,8 +454,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=16, help="layers of the model, default 16")
     parser.add_argument("--bucket", type=int, default=4, help="layers per all-reduced gradient bucket, default 4")
     parser.add_argument("--jobs", type=int, default=2, help="ranks written at once (default 2)")
+    parser.add_argument("--spread", type=float, default=0.03, help="each rank's GPU this much slower than the one "
+                        "before (default 0.03)")
+    parser.add_argument("--slow-rank", type=int, help="plant a straggler: this rank's GPU --slow-factor slower")
+    parser.add_argument("--slow-factor", type=float, default=1.5, help="the straggler's slowness (default 1.5)")
+    parser.add_argument("--synchronised", action="store_true", help="collectives end on every rank at once, after "
+                        "the last rank arrives (implied by --slow-rank)")
     args = parser.parse_args(argv)
-    s = make(args.out, args.total_mb, args.ranks, args.layers, args.bucket, args.jobs)
+    s = make(args.out, args.total_mb, args.ranks, args.layers, args.bucket, args.jobs, args.spread, args.slow_rank,
+             args.slow_factor, args.synchronised)
     print(f"{s['ranks']} rank(s) x {s['copies']:,} steps ({s['span_us'] / 1e3:.3f} ms each): "
           f"{s['bytes'] / 1e6:,.1f} MB, {s['events']:,} events, {s['kernels']:,} GPU activities, "
           f"in {s['seconds']} s -> {args.out}")

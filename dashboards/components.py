@@ -14,7 +14,9 @@ import numpy as np
 import pandas as pd
 from dash import dcc, html
 
+from dashboards.figures.ranks import MANY_RANKS
 from dashboards.figures.style import BYTE_UNITS, COUNT_UNITS, IPUS, NANOSECOND_UNITS, Naming, with_unit
+from popvision_py.analysis.common.spread import outlier_ranks, spread
 from popvision_py.render.format import three_figures
 
 Formatter = Callable[[Any], str]
@@ -182,6 +184,37 @@ def table(
         rows.append(html.Tr(cells, className=row_class(row) if row_class else None))
     props = {"id": table_id} if table_id else {}
     return html.Div(html.Table([head, html.Tbody(rows)], className="pv-table", **props), className="table-wrap")
+
+
+def rank_table(frame: pd.DataFrame, columns: Mapping[str, str], formats: Mapping[str, Formatter] | None = None,
+               table_id: str | None = None, rank: str = "rank", named: Any = None) -> html.Div:
+    """A table of rows per rank (``table``); past ``MANY_RANKS`` ranks, each shown figure's spread over the ranks
+    and the ranks furthest past its median (``spread.spread``), then the rows of those ranks alone (or of
+    ``named``, the ranks another table named)."""
+    ranks = frame[rank].to_numpy() if len(frame) else np.zeros(0)
+    distinct = np.unique(ranks)
+    if len(distinct) <= MANY_RANKS:
+        return table(frame, columns, formats, table_id=table_id)
+    shown = [col for col in columns if col != rank and pd.api.types.is_numeric_dtype(frame[col])
+             and frame[col].dtype != bool]
+    if named is None:
+        if len(distinct) == len(ranks):
+            named = outlier_ranks(ranks, {col: frame[col].to_numpy(np.float64) for col in shown})
+        else:
+            sums = frame.groupby(rank)[shown].sum()
+            named = outlier_ranks(sums.index.to_numpy(), {col: sums[col].to_numpy(np.float64) for col in shown})
+    head = html.P(f"{len(distinct):,} ranks: each figure's spread over them, and below the rows of the ranks "
+                  f"furthest past its median ({', '.join(map(str, np.asarray(named).tolist()))}).", className="note")
+    parts = [head]
+    if len(distinct) == len(ranks):
+        found = spread(ranks, {col: frame[col].to_numpy(np.float64) for col in shown}).frame()
+        found["figure"] = found["figure"].map(lambda col: columns[col])
+        parts.append(table(found, {"figure": "figure", "min": "min", "p50": "median", "p90": "p90", "max": "max",
+                                   "highest": "ranks furthest past the median"},
+                           {k: fmt_number for k in ("min", "p50", "p90", "max")}, table_id=f"{table_id}-spread"
+                           if table_id else None))
+    parts.append(table(frame[np.isin(ranks, named)], columns, formats, table_id=table_id))
+    return html.Div(parts)
 
 
 def _align(column: str, frame: pd.DataFrame) -> str:

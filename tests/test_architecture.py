@@ -300,7 +300,7 @@ ROOMS = {
     "pipeline": ("common", "trace", "imported"),
     "findings": ("common", "trace", "ipu", "host", "imported", "pipeline"),
 }
-FACADE = ("report", "views", "compare", "verify")
+FACADE = ("report", "views", "gpu_view", "compare", "verify")
 
 
 def room_of(module):

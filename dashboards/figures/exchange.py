@@ -10,6 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from dashboards.figures.ranks import MANY_RANKS, MATRIX_BINS, binned_matrix
 from dashboards.figures.style import (IPUS, MODEBAR_PX, NANOSECOND_UNITS, PHASE_COLOURS, SHORT_BYTE_UNITS, Naming,
                                       byte_ticks, empty, styled, with_unit)
 
@@ -20,6 +21,8 @@ def exchange_matrix(matrix: pd.DataFrame, value: str = "bytes", naming: Naming =
     if matrix.empty:
         return empty(f"No exchanges between {naming.device}s.")
     endpoints = sorted(set(matrix["src_ipu"]) | set(matrix["dst_ipu"]), key=lambda i: (i < 0, abs(i)))
+    if len(endpoints) > MATRIX_BINS:
+        return binned_exchange_matrix(matrix, value, naming, endpoints)
     grid = matrix.pivot_table(index="dst_ipu", columns="src_ipu", values=value, aggfunc="sum")
     grid = grid.reindex(index=endpoints, columns=endpoints)
     labels = [naming.label(i) for i in endpoints]
@@ -38,6 +41,39 @@ def exchange_matrix(matrix: pd.DataFrame, value: str = "bytes", naming: Naming =
     fig.update_xaxes(title="source", side="bottom")
     fig.update_yaxes(title="destination", autorange="reversed")
     return styled(fig, height=max(300, 120 + 45 * len(labels)))
+
+
+def binned_exchange_matrix(matrix: pd.DataFrame, value: str, naming: Naming, endpoints: list) -> go.Figure:
+    """``exchange_matrix`` of more than ``MATRIX_BINS`` endpoints: summed into bins of consecutive ranks a side
+    (``ranks.binned_matrix``), each cell its bins' total; a fixed height."""
+    grid, spans = binned_matrix(matrix["src_ipu"].to_numpy(), matrix["dst_ipu"].to_numpy(),
+                                matrix[value].to_numpy(), endpoints)
+    labels = [naming.label(a) if a == b else f"{naming.label(a)} – {b}" for a, b in spans]
+    unit = value if value == "bytes" else naming.unit
+    fig = go.Figure(go.Heatmap(z=grid, x=labels, y=labels, colorscale="Blues", zmin=0, hoverongaps=False,
+                               colorbar=dict(title=dict(text=unit, side="right"), thickness=12),
+                               hovertemplate="%{x} → %{y}<br>%{z:,.0f} " + unit + " in all<extra></extra>"))
+    fig.update_xaxes(title=f"source ({len(endpoints):,} endpoints in {len(spans)} bins; zoom to read a bin)",
+                     side="bottom", showticklabels=False)
+    fig.update_yaxes(title="destination", autorange="reversed", showticklabels=False)
+    return styled(fig, height=620, meta={"binned": True})
+
+
+def exchange_submatrix(matrix: pd.DataFrame, value: str, naming: Naming, sources: list, destinations: list
+                       ) -> go.Figure:
+    """The transfers from ``sources`` to ``destinations`` (a box zoomed onto a binned matrix), each pair its own
+    cell, on a fixed height."""
+    part = matrix[matrix["src_ipu"].isin(sources) & matrix["dst_ipu"].isin(destinations)]
+    grid = part.pivot_table(index="dst_ipu", columns="src_ipu", values=value, aggfunc="sum")
+    grid = grid.reindex(index=destinations, columns=sources)
+    unit = value if value == "bytes" else naming.unit
+    fig = go.Figure(go.Heatmap(z=grid.to_numpy(dtype=float), x=[naming.label(i) for i in sources],
+                               y=[naming.label(i) for i in destinations], colorscale="Blues", zmin=0,
+                               hoverongaps=False, colorbar=dict(title=dict(text=unit, side="right"), thickness=12),
+                               hovertemplate="%{x} → %{y}<br>%{z:,.0f} " + unit + "<extra></extra>"))
+    fig.update_xaxes(title=f"source ({len(sources):,} of them; double-click for every rank)", side="bottom")
+    fig.update_yaxes(title="destination", autorange="reversed")
+    return styled(fig, height=620)
 
 
 def short_bytes(value: float) -> str:
@@ -87,6 +123,8 @@ def communication(comm: pd.DataFrame, clock_hz: float, naming: Naming = IPUS) ->
     idle, stacked to its whole time; beside them, the communication hidden behind its compute."""
     if comm.empty:
         return empty("No ranks.")
+    if len(comm) > MANY_RANKS:
+        return communication_spread(comm, clock_hz, naming)
     labels = [naming.label(ipu) for ipu in range(len(comm))]  # a row per IPU (rank), in order
     fig = go.Figure()
     parts = (("compute_cycles", "compute", PHASE_COLOURS["compute"]),
@@ -106,3 +144,30 @@ def communication(comm: pd.DataFrame, clock_hz: float, naming: Naming = IPUS) ->
                                        "communication)<extra></extra>"))
     fig.update_yaxes(title="ms", rangemode="tozero")
     return styled(fig, barmode="relative", height=340)
+
+
+def communication_spread(comm: pd.DataFrame, clock_hz: float, naming: Naming = IPUS, named: int = 3) -> go.Figure:
+    """``communication`` past ``MANY_RANKS`` ranks: a bar each would be a pixel wide, so the ranks are sorted by
+    compute, the most first, and their compute, exposed communication and idle drawn as stacked areas along that
+    order (the hidden communication a line over them): the distribution, each rank on hover, the ``named``
+    with the most compute named above it."""
+    order = np.lexsort((np.arange(len(comm)), -comm["compute_cycles"].to_numpy(np.float64)))
+    frame = comm.iloc[order]
+    labels = np.array([naming.label(int(i)) for i in order], dtype=object)
+    at = np.arange(len(frame))
+    fig = go.Figure()
+    for column, name, colour in (("compute_cycles", "compute", PHASE_COLOURS["compute"]),
+                                 ("exposed_comm_cycles", "exposed communication", PHASE_COLOURS["exchange"]),
+                                 ("idle_cycles", "idle", PHASE_COLOURS["idle"])):
+        fig.add_trace(go.Scatter(x=at, y=frame[column].to_numpy(float) / clock_hz * 1e3, name=name, mode="lines",
+                                 stackgroup="time", line=dict(width=0.5, color=colour), customdata=labels,
+                                 hovertemplate="%{customdata}: %{y:,.3f} ms " + name + "<extra></extra>"))
+    fig.add_trace(go.Scatter(x=at, y=frame["hidden_comm_cycles"].to_numpy(float) / clock_hz * 1e3, mode="lines",
+                             name="communication hidden behind compute", line=dict(color="#F2A33A", dash="dot"),
+                             customdata=labels, hovertemplate="%{customdata}: %{y:,.3f} ms hidden<extra></extra>"))
+    compute = frame["compute_cycles"].to_numpy(float)[:named] / clock_hz * 1e3
+    for k, (label, y) in enumerate(zip(labels[:named], compute)):
+        fig.add_annotation(x=k, y=float(y), text=str(label), showarrow=True, arrowhead=1, ax=40 + 30 * k, ay=-25)
+    fig.update_xaxes(title=f"{len(frame):,} ranks, the most compute first (hover for each)")
+    fig.update_yaxes(title="ms", rangemode="tozero")
+    return styled(fig, height=340)

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from dashboards.figures.ranks import MANY_RANKS, busy_heatmap
 from dashboards.figures.style import CAPACITY_COLOUR, IPUS, PASS_COLOURS, PHASE_COLOURS, Naming, empty, styled
 
 
@@ -29,6 +30,13 @@ def stages_gantt(gantt: pd.DataFrame, max_bars: int = 3000, naming: Naming = IPU
     """
     if gantt.empty:
         return empty("No pipeline stages in this profile.")
+    ipus = np.unique(gantt["ipu"].to_numpy())
+    if len(ipus) > MANY_RANKS:  # a row per rank would be thousands of pixels of pale bars: a heat map instead
+        divisor, unit = naming.scale
+        return busy_heatmap(np.searchsorted(ipus, gantt["ipu"].to_numpy()), gantt["start_cycle"].to_numpy(),
+                            gantt["end_cycle"].to_numpy(), [naming.label(i) for i in ipus],
+                            (int(gantt["start_cycle"].min()), int(gantt["end_cycle"].max())),
+                            lambda t: np.asarray(t) / divisor, "running a forward or backward pass", unit)
     iterations = np.sort(gantt["iteration"].unique())
     per_iteration = max(1, math.ceil(len(gantt) / len(iterations)))
     shown = iterations[: max(1, max_bars // per_iteration)]
@@ -117,6 +125,8 @@ def stage_utilisation(summary: pd.DataFrame, naming: Naming = IPUS) -> go.Figure
     # The analysis gives each stage an "all" row (its IPU's whole run) beside the per-pass rows.
     frame = summary[passes == "all"] if (passes == "all").any() else summary.drop_duplicates(["stage"])
     frame = frame.sort_values("stage")
+    if len(frame) > MANY_RANKS:
+        return utilisation_spread(frame, naming)
     labels = _stage_labels(frame, naming)
     divisor, unit = naming.scale
     fig = go.Figure()
@@ -131,6 +141,31 @@ def stage_utilisation(summary: pd.DataFrame, naming: Naming = IPUS) -> go.Figure
     fig.add_trace(go.Bar(x=labels, y=_scaled(other, divisor), name=other_name, marker_color=PHASE_COLOURS["stream"]))
     fig.update_yaxes(title=unit)
     return styled(fig, barmode="stack", height=300)
+
+
+def utilisation_spread(frame: pd.DataFrame, naming: Naming = IPUS, named: int = 3) -> go.Figure:
+    """``stage_utilisation`` past ``MANY_RANKS`` stages: a bar each would be a pixel wide, so the stages are
+    sorted by busy time, the busiest first, and drawn as areas (busy, idle, other) along that order: the
+    distribution over the stages, each stage on hover, the ``named`` busiest named above it."""
+    frame = frame.sort_values(["busy_cycles", "stage"], ascending=[False, True], kind="stable")
+    divisor, unit = naming.scale
+    labels = _stage_labels(frame, naming).to_numpy(object)
+    at = np.arange(len(frame))
+    other = frame["total_cycles"] - frame["busy_cycles"] - frame["idle_cycles"]
+    fig = go.Figure()
+    for values, name, colour in ((frame["busy_cycles"], "busy", PHASE_COLOURS["compute"]),
+                                 (frame["idle_cycles"], "idle", PHASE_COLOURS["idle"]),
+                                 (other, "other (no stage's pass)" if naming.imported else "other (host I/O, no stage)",
+                                  PHASE_COLOURS["stream"])):
+        fig.add_trace(go.Scatter(x=at, y=_scaled(values, divisor), name=name, stackgroup="time", mode="lines",
+                                 line=dict(width=0.5, color=colour), customdata=labels,
+                                 hovertemplate="%{customdata}: %{y:,.3f} " + unit + " " + name + "<extra></extra>"))
+    busiest = _scaled(frame["busy_cycles"], divisor).to_numpy()[:named]
+    for k, (label, y) in enumerate(zip(labels[:named], busiest)):
+        fig.add_annotation(x=k, y=float(y), text=str(label), showarrow=True, arrowhead=1, ax=40 + 30 * k, ay=-25)
+    fig.update_xaxes(title=f"{len(frame):,} stages, the busiest first (hover for each)")
+    fig.update_yaxes(title=unit)
+    return styled(fig, height=300)
 
 
 def stage_cycles(summary: pd.DataFrame) -> pd.DataFrame:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import exchange as figures
+from dashboards.figures.ranks import MATRIX_BINS, binned_matrix, endpoints_in_view
 from dashboards.figures.style import empty, ipu_label
 
 dash.register_page(__name__, path="/exchange", name="Exchange", title="popvision · exchange", order=5, icon="⇄")
@@ -109,10 +110,11 @@ def communication_table(comm: Any, report: Any) -> html.Div:
     frame = comm.assign(rank=[naming.label(i) for i in range(len(comm))],
                         **{name.replace("_cycles", "_s"): comm[name] / clock for name in
                            ("compute_cycles", "exposed_comm_cycles", "hidden_comm_cycles", "idle_cycles")})
-    return c.table(frame, {"rank": "rank", "stages": "stages", "compute_s": "compute", "exposed_comm_s": "exposed",
-                           "hidden_comm_s": "hidden", "idle_s": "idle", "exposed_comm_pct": "exposed, of its time",
-                           "hidden_comm_pct": "hidden, of its communication"},
-                   formats={"rank": str, "stages": str}, table_id="exchange-communication-table")
+    return c.rank_table(frame, {"rank": "rank", "stages": "stages", "compute_s": "compute",
+                                "exposed_comm_s": "exposed", "hidden_comm_s": "hidden", "idle_s": "idle",
+                                "exposed_comm_pct": "exposed, of its time",
+                                "hidden_comm_pct": "hidden, of its communication"},
+                        formats={"rank": str, "stages": str}, table_id="exchange-communication-table")
 
 
 def exchange_cards(f: Any) -> list[tuple]:
@@ -202,6 +204,13 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
     )
 
 
+def group_words(group: Any) -> str:
+    """A process group as a cell holds it: its ranks, or past a few its count, first and last rank (a group of
+    1,024 ranks lists them all)."""
+    ranks = str(group).strip("[]").split(", ")
+    return str(group) if len(ranks) <= 8 else f"{len(ranks):,} ranks: {ranks[0]} … {ranks[-1]}"
+
+
 def bandwidth(value: Any) -> str:
     """A bandwidth in GB/s to three significant figures (a slow link's 0.008 is not 0.01), "-" if unknown."""
     return "-" if value is None or value != value else f"{value:,.3g}"
@@ -220,8 +229,8 @@ def render_collectives(profile: str | None):
         return c.shown(False), None
     frame = report.gpu.collectives()
     frame = frame.assign(rank=frame["rank"].map(lambda r: f"Rank {r}"), time_s=frame["time_ns"] / 1e9)
-    return c.shown(True), c.table(frame, COLLECTIVE_COLUMNS, formats={
-        "rank": str, "group": str, "calls": c.fmt_int, "algbw_gb_s": bandwidth, "busbw_gb_s": bandwidth},
+    return c.shown(True), c.rank_table(frame, COLLECTIVE_COLUMNS, formats={
+        "rank": str, "group": group_words, "calls": c.fmt_int, "algbw_gb_s": bandwidth, "busbw_gb_s": bandwidth},
         table_id="exchange-collectives-table")
 
 
@@ -234,11 +243,51 @@ def render_matrix(profile: str | None, value: str | None):
     value = value if value in ("bytes", "cycles") else "bytes"
     report = data.report(profile)
     naming = data.naming(report)
+    matrix = drawn_matrix(report)
+    if matrix is None:
+        return empty(NO_POINT_TO_POINT)
+    return figures.exchange_matrix(matrix, value, naming)
+
+
+def drawn_matrix(report: Any) -> Any:
+    """The matrix the page draws (``exchange.matrix()``); None for a GPU trace without a transfer between two
+    ranks."""
     matrix = report.exchange.matrix()
-    if naming.imported and not report.gpu.missing():
+    if data.naming(report).imported and not report.gpu.missing():
         # a GPU trace's collective has no one peer (its group's ranks need not be among the traces): only
         # transfers between two ranks are drawn; the collectives are listed by group (``render_collectives``)
         matrix = matrix[matrix["src_ipu"] != matrix["dst_ipu"]]
         if matrix.empty:
-            return empty(NO_POINT_TO_POINT)
-    return figures.exchange_matrix(matrix, value, naming)
+            return None
+    return matrix
+
+
+@dash.callback(
+    Output(ids.EXCHANGE_MATRIX, "figure", allow_duplicate=True),
+    Input(ids.EXCHANGE_MATRIX, "relayoutData"),
+    State(ids.PROFILE, "value"),
+    State(ids.EXCHANGE_MATRIX_VALUE, "value"),
+    State(ids.EXCHANGE_MATRIX, "figure"),
+    prevent_initial_call=True,
+)
+def zoom_matrix(relayout: dict | None, profile: str | None, value: str | None, shown: dict | None = None):
+    """A box zoomed onto a matrix of more than ``MATRIX_BINS`` endpoints, summed in bins: the endpoints it holds,
+    each pair its own cell, once there are ``MATRIX_BINS`` or fewer a side; a double-click: the bins again."""
+    value = value if value in ("bytes", "cycles") else "bytes"
+    report = data.report(profile)
+    matrix = drawn_matrix(report)
+    if matrix is None:
+        raise dash.exceptions.PreventUpdate
+    endpoints = sorted(set(matrix["src_ipu"]) | set(matrix["dst_ipu"]), key=lambda i: (i < 0, abs(i)))
+    if len(endpoints) <= MATRIX_BINS:
+        raise dash.exceptions.PreventUpdate  # every endpoint its own cell already: plotly's zoom is enough
+    if relayout and relayout.get("xaxis.autorange"):
+        return figures.exchange_matrix(matrix, value, data.naming(report))
+    if not ((shown or {}).get("layout") or {}).get("meta", {}).get("binned"):
+        raise dash.exceptions.PreventUpdate  # a zoom within the endpoints drawn one by one: plotly's is enough
+    _, spans = binned_matrix(matrix["src_ipu"].to_numpy(), matrix["dst_ipu"].to_numpy(), matrix[value].to_numpy(),
+                             endpoints)
+    held = endpoints_in_view(relayout, spans, endpoints)
+    if held is None or not all(0 < len(side) <= MATRIX_BINS for side in held):
+        raise dash.exceptions.PreventUpdate
+    return figures.exchange_submatrix(matrix, value, data.naming(report), *held)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numpy as np
+
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 from dash.dash_table.Format import Format, Scheme
@@ -20,8 +22,10 @@ from dash.dash_table.Format import Format, Scheme
 from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import gpu as figures
+from dashboards.figures.ranks import MANY_RANKS, per_rank_columns
 from dashboards.figures.style import empty
 from dashboards.zoom import window_from_relayout
+from popvision_py.analysis.common.spread import outlier_ranks
 
 dash.register_page(__name__, path="/gpu", name="GPU", title="popvision · GPU", order=3.2, icon="▥",
                    needs_kernels=True)
@@ -93,7 +97,7 @@ def _seconds(ns: Any) -> str:
 def by_rank_table(report: Any) -> Any:
     """popvision's GPU time per rank within the profiled steps (``gpu.by_rank``)."""
     frame = report.gpu.by_rank()
-    return c.table(frame, columns={"rank": "rank", "window_ns": "profiled", "busy_ns": "busy", "idle_pct": "idle",
+    return c.rank_table(frame, columns={"rank": "rank", "window_ns": "profiled", "busy_ns": "busy", "idle_pct": "idle",
                                    "compute_pct": "compute", "non_compute_pct": "non-compute",
                                    "communication_ns": "communication", "memory_ns": "memory",
                                    "comm_comp_overlap_pct": "communication hidden behind compute"},
@@ -112,9 +116,10 @@ KERNEL_COLUMNS = [("rank", "rank"), ("kind", "kind"), ("name", "kernel"), ("kern
 
 def kernel_table(report: Any) -> Any:
     """Each rank's costliest kernels by name within the profiled steps (``gpu.kernels_by_name``), sortable."""
-    frame = report.gpu.kernels_by_name(KERNELS_PER_RANK)
+    named = named_ranks(report)
+    frame = of_named(report.gpu.kernels_by_name(KERNELS_PER_RANK), named)
     frame = frame.assign(**{f"{k}_us": frame[f"{k}_ns"] / 1e3 for k in ("sum", "mean", "max")})
-    return names_table(frame, KERNEL_COLUMNS, ids.GPU_KERNELS, text=("kind", "name"))
+    return with_named(names_table(frame, KERNEL_COLUMNS, ids.GPU_KERNELS, text=("kind", "name")), named)
 
 
 def names_table(frame: Any, columns: list[tuple[str, str]], table_id: str, text: tuple[str, ...]) -> Any:
@@ -141,15 +146,14 @@ def names_table(frame: Any, columns: list[tuple[str, str]], table_id: str, text:
 def bounds_table(report: Any) -> Any:
     """What bound each rank's steps (``gpu.bounds``): the verdict, and the GPU's busy time and its waits."""
     frame = report.gpu.bounds()
-    return c.table(frame, columns={"rank": "rank", "step": "step", "verdict": "bound by", "step_ns": "step",
-                                   "gpu_busy_pct": "GPU busy", "launch_wait_pct": "waits for launches",
-                                   "input_wait_pct": "waits for input", "other_idle_pct": "other idle",
-                                   "kernels": "kernels", "kernel_median_ns": "median kernel",
-                                   "launch_median_ns": "median launch"},
-                   formats={"rank": c.fmt_int, "step": lambda v: "whole trace" if v < 0 else f"{v:,}",
-                            "verdict": str, **{k: _seconds for k in ("step_ns", "kernel_median_ns",
-                                                                      "launch_median_ns")}},
-                   table_id="gpu-bounds-table")
+    return c.rank_table(
+        frame, named=named_ranks(report), table_id="gpu-bounds-table",
+        columns={"rank": "rank", "step": "step", "verdict": "bound by", "step_ns": "step", "gpu_busy_pct": "GPU busy",
+                 "launch_wait_pct": "waits for launches", "input_wait_pct": "waits for input",
+                 "other_idle_pct": "other idle", "kernels": "kernels", "kernel_median_ns": "median kernel",
+                 "launch_median_ns": "median launch"},
+        formats={"rank": c.fmt_int, "step": lambda v: "whole trace" if v < 0 else f"{v:,}", "verdict": str,
+                 **{k: _seconds for k in ("step_ns", "kernel_median_ns", "launch_median_ns")}})
 
 
 WORTH_COLUMNS = [("rank", "rank"), ("name", "kernel"), ("op", "launched in"), ("module", "module"),
@@ -159,9 +163,11 @@ WORTH_COLUMNS = [("rank", "rank"), ("name", "kernel"), ("op", "launched in"), ("
 
 def worth_table(report: Any) -> Any:
     """The kernels worth a look (``gpu.worth_a_look``): why, and the operator and module that launched them."""
-    frame = report.gpu.worth_a_look()
+    named = named_ranks(report)
+    frame = of_named(report.gpu.worth_a_look(), named)
     frame = frame.assign(**{f"{k}_us": frame[f"{k}_ns"] / 1e3 for k in ("total", "median", "launch_median")})
-    return names_table(frame, WORTH_COLUMNS, "gpu-worth-table", text=("name", "op", "module", "why"))
+    return with_named(names_table(frame, WORTH_COLUMNS, "gpu-worth-table", text=("name", "op", "module", "why")),
+                      named)
 
 
 def phases_table(report: Any) -> Any:
@@ -170,12 +176,13 @@ def phases_table(report: Any) -> Any:
     if frame.empty:
         return html.Div("The trace's annotations name no phase (record_function spans beside the steps and "
                         "passes).", className="empty")
-    return c.table(frame, columns={"rank": "rank", "phase": "phase", "spans": "spans", "kernels": "kernels",
-                                   "gpu_ns": "GPU time", "overlap_ns": "beside another phase",
-                                   "overlap_pct": "of its GPU time", "overlapped_with": "mostly beside"},
-                   formats={"rank": c.fmt_int, "phase": str, "overlapped_with": str,
-                            **{k: _seconds for k in ("gpu_ns", "overlap_ns")}},
-                   table_id="gpu-phases-table")
+    return c.rank_table(
+        frame, named=named_ranks(report), table_id="gpu-phases-table",
+        columns={"rank": "rank", "phase": "phase", "spans": "spans", "kernels": "kernels", "gpu_ns": "GPU time",
+                 "overlap_ns": "beside another phase", "overlap_pct": "of its GPU time",
+                 "overlapped_with": "mostly beside"},
+        formats={"rank": c.fmt_int, "phase": str, "overlapped_with": str,
+                 **{k: _seconds for k in ("gpu_ns", "overlap_ns")}})
 
 
 TABLES = [
@@ -196,6 +203,35 @@ TABLES = [
                  "how many ran, their total, mean and longest time. Sort by a column's arrows; filter by typing "
                  "under its header (e.g. nccl, > 1000).", ids.GPU_KERNELS + "-section", kernel_table),
 ]
+
+
+def named_ranks(report: Any) -> Any:
+    """Past ``MANY_RANKS`` ranks, those furthest past the median in compute, communication and idle time (the
+    tables of several rows a rank show theirs); else None."""
+    frame = report.gpu.by_rank()
+    if len(frame) <= MANY_RANKS:
+        return None
+    return outlier_ranks(frame["rank"].to_numpy(), {k: frame[k].to_numpy(np.float64) for k in (
+        "compute_ns", "communication_ns", "idle_ns")})
+
+
+def of_named(frame: Any, named: Any) -> Any:
+    """``frame``'s rows of the ``named`` ranks (every row for None): a sortable table past ``MANY_RANKS`` ranks
+    holds the ranks that stand out, not every rank's rows."""
+    return frame if named is None else frame[frame["rank"].isin(np.asarray(named))]
+
+
+def with_named(table: Any, named: Any) -> Any:
+    """A table of the ``named`` ranks' rows, with a line saying which they are (the table alone for None)."""
+    if named is None:
+        return table
+    return html.Div([html.P(f"The ranks furthest past the median in compute, communication or idle time: "
+                            f"{', '.join(map(str, np.asarray(named).tolist()))}.", className="note"), table])
+
+
+def per_rank(fig: Any, ranks: int) -> Any:
+    """A figure of a bar per rank, turned to columns on a fixed height past ``MANY_RANKS`` ranks."""
+    return per_rank_columns(fig) if ranks > MANY_RANKS else fig
 
 
 def ranks_of(report: Any) -> list[int]:
@@ -298,6 +334,7 @@ def render(profile: str | None):
              ("Kernels", c.fmt_int(int(lanes["kernels"].sum())), "kernels, copies and sets in the trace")]
     gpu = report.gpu
     return (None, c.shown(True), c.cards(items), c.ipu_options(ranks, naming), ranks[:RANKS_SHOWN],
-            c.shown(len(ranks) > 1), figures.temporal_shares(gpu.temporal()),
-            figures.kernel_type_shares(gpu.kernel_types_by_rank()), figures.overlap_bars(gpu.overlap()),
+            c.shown(len(ranks) > 1), per_rank(figures.temporal_shares(gpu.temporal()), len(ranks)),
+            per_rank(figures.kernel_type_shares(gpu.kernel_types_by_rank()), len(ranks)),
+            per_rank(figures.overlap_bars(gpu.overlap()), len(ranks)),
             *[t.build(report) for t in TABLES])

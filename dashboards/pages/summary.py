@@ -18,6 +18,7 @@ from dashboards.figures.style import empty
 from popvision_py.analysis.imported.ranks import NO_MEMORY, NO_TILES, NO_VARIABLES, NOT_RECORDED, WHY_NOT_RECORDED
 from popvision_py.format.schema import Driver
 from popvision_py.render.format import FIT_ANSWER, assumption_value
+from popvision_py.render.names import files_named, ranks_named
 
 dash.register_page(__name__, path="/", name="Summary", title="popvision · summary", order=0, icon="◎")
 
@@ -171,12 +172,13 @@ def source_panel(report: Any) -> html.Section:
     """Where an imported profile came from: PyTorch profiler traces, the schedule and ranks the import
     recognised, and what the traces do not hold (``run.import``)."""
     info = report.run.get("import") or {}
-    ranks = ", ".join(str(r) for r in info.get("ranks") or [])
+    ranks = ranks_named(list(info.get("ranks") or []))
     files = [Path(str(f)).name for f in info.get("files") or []]
+    named = files_named(files)
     torch = info.get("torch_version") or "not recorded"
     lines = [
         html.P([html.Strong("Source "), html.Code(str(report.run.get("source"))),
-                f": {c.fmt_quantity(len(files), 'trace')} ({', '.join(files)}), "
+                f": {c.fmt_quantity(len(files), 'trace')} ({named}), "
                 f"{c.fmt_int(info.get('events', 0))} events; torch {torch}."], className="source-files"),
         html.P([html.Strong("Schedule "), f"{info.get('schedule', 'unknown')}; ranks {ranks} of world size "
                 f"{info.get('world_size', '?')}."], className="source-schedule"),

@@ -3,9 +3,10 @@
 
 The facade, at the top of the package: ``report.Report`` opens a profile, reads each table once,
 caches it and hands it to the analyzers; the views it hands out (``report.summary``,
-``report.memory``, ...) are in ``views``; ``compare`` sets two profiles side by side; ``verify`` runs
-the findings' fixes for real. Below it, the analyzers live in rooms by concern, each a package whose
-``__init__`` says what lives there and what it may import (tests/test_architecture.py checks it):
+``report.memory``, ...) are in ``views`` (``report.gpu`` in ``gpu_view``); ``compare`` sets two
+profiles side by side; ``verify`` runs the findings' fixes for real. Below it, the analyzers live in
+rooms by concern, each a package whose ``__init__`` says what lives there and what it may import
+(tests/test_architecture.py checks it):
 
 - ``common``: the tables as the analyzers take them and the answer's ``Table``;
 - ``trace``: the execution trace folded in streaming passes, its supersteps, its zoomable timeline;

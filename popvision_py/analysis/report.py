@@ -42,7 +42,8 @@ from popvision_py.analysis.findings.fixes import Planner
 from popvision_py.analysis.common.tables import TABLE_COLUMNS, Columns, StepIndex, Table
 from popvision_py.analysis.trace.scan import Aggregates, iterations_traced
 from popvision_py.format import Profile, open_profile
-from popvision_py.analysis.views import (ExchangeReport, GpuReport, LivenessReport, MemoryReport, ProgramsReport,
+from popvision_py.analysis.gpu_view import GpuReport
+from popvision_py.analysis.views import (ExchangeReport, LivenessReport, MemoryReport, ProgramsReport,
                                           StagesReport, SummaryReport, SystemReport, TraceReport)
 
 T = TypeVar("T")

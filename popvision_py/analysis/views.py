@@ -1,8 +1,9 @@
 """The views a ``Report`` hands out (``report.summary``, ``report.memory``, ...): each asks the stateless
 analyzers (``summary``, ``memory``, ``liveness``, ``stages``, ``exchange``, ``trace``, ``programs``,
-``system``, ``gpu`` modules) for one report's answers over the data its ``Report`` reads once, and caches them
-there (``Report.memo``). A view's public methods return DataFrames and dataclasses; its ``_name``
-twins return ``Table``s, which ``Report.answer("view.name")`` hands to the renderers.
+``system`` modules) for one report's answers over the data its ``Report`` reads once, and caches them
+there (``Report.memo``); the GPU's view is ``analysis.gpu_view``. A view's public methods return DataFrames
+and dataclasses; its ``_name`` twins return ``Table``s, which ``Report.answer("view.name")`` hands to the
+renderers.
 
 The facade, its cache and its reading threads are ``analysis.report``; the views only know the
 report they were given (``_View(report)``), so this module does not import it.
@@ -22,13 +23,7 @@ import pandas as pd
 from popvision_py.analysis.ipu import exchange as _exchange
 from popvision_py.analysis.findings import fixes as _fixes
 from popvision_py.analysis.host import input_wait as _host
-from popvision_py.analysis.imported import bound as _bound
-from popvision_py.analysis.imported import gpu as _gpu
-from popvision_py.analysis.imported.gpu import (NO_KERNELS_EMULATED, NO_KERNELS_GPU, NO_KERNELS_IMPORTED,
-                                                NO_KERNELS_TABLE)
-from popvision_py.analysis.imported import gpu_ranks as _gpu_ranks
 from popvision_py.analysis.imported import ranks as _imported
-from popvision_py.analysis.imported import streams as _streams
 from popvision_py.analysis.ipu import liveness as _liveness
 from popvision_py.analysis.ipu import memory as _memory
 from popvision_py.analysis.ipu import memory_depth as _memory_depth
@@ -425,173 +420,3 @@ class SystemReport(_View):
                max_bins: int = _system.MAX_BINS) -> _system.SystemWindow:
         """The events between two times at a level of detail a figure can draw (``system.window``)."""
         return _system.window(self.index(), start_ns, end_ns, max_events, max_bins)
-
-
-class GpuReport(_View):
-    """The GPU's own time line of a profile imported from GPU traces (the ``kernels`` table, schema 5):
-    popvision's figures within the profiled steps (``by_rank``, ``by_stream``, ``kernels_by_name``) and
-    Holistic Trace Analysis 0.5's, over the kernels HTA keeps (``temporal``, ``kernel_types``,
-    ``overlap``, ``top_kernels``, ``launch_summary``, ``idle_breakdown``): ``imported.gpu``; and beyond
-    HTA's (``imported.bound``): what bound each step, the kernels worth a look, the annotations' phases.
-    ``missing()`` is the one sentence shown instead where the profile has no kernel."""
-
-    def missing(self) -> str:
-        """"" where the profile holds GPU kernels; else why it holds none (an older schema, an emulated run,
-        a CPU trace)."""
-        r = self._r
-        if not r.imported:
-            return NO_KERNELS_EMULATED
-        if "kernels" not in r.profile.tables:
-            return NO_KERNELS_TABLE
-        if r.profile.num_rows("kernels"):
-            return ""
-        return NO_KERNELS_GPU if r.target.get("arch") == "gpu" else NO_KERNELS_IMPORTED
-
-    def kernels(self) -> _gpu.Kernels:
-        """Every kernel, copy and set of the profile (``gpu.Kernels``), the table read once (none before schema 5)."""
-        r = self._r
-
-        def compute() -> _gpu.Kernels:
-            ranks = _imported.rank_numbers(r.run, int(r.target.get("num_ipus", 1)))
-            if "kernels" not in r.profile.tables:  # an older schema: no kernel, every answer empty
-                return _gpu.Kernels.build([], [], [], [], [], [], ranks=ranks)
-            return _gpu.Kernels.from_columns(r.columns("kernels"), ranks)
-
-        return self._memo("kernels", compute)
-
-    def window(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each rank's profiled steps, in the kernels' ns: the imported trace's extent (its first profiler
-        step's start to its last one's end, over every rank; the whole trace without steps)."""
-        def compute() -> tuple[np.ndarray, np.ndarray]:
-            start, end = self._r.trace.extent()
-            n = int(self._r.target.get("num_ipus", 1))
-            return np.full(n, start, np.int64), np.full(n, end, np.int64)
-
-        return self._memo("window", compute)
-
-    def last_step_starts(self) -> np.ndarray | None:
-        """Each rank's last ``ProfilerStep`` start (``gpu.last_step_starts``), from the ranks' CPU timelines the
-        import writes beside the profile (``system/rank-R.pvti.parquet``); None without them, or with fewer
-        than two steps: HTA's figures then take every kernel."""
-        system, ranks = self._r.system, _imported.rank_numbers(self._r.run, int(self._r.target.get("num_ipus", 1)))
-        return self._memo("last_step_starts", lambda: _gpu.last_step_starts(
-            _gpu.step_starts(system.events(), ranks), len(ranks)) if system.files() else None)
-
-    def streams(self) -> _streams.StreamIndex:
-        """Each rank's streams as lanes, indexed for zoom windows (``streams.StreamIndex``)."""
-        return self._memo("streams", lambda: _streams.StreamIndex(self.kernels()))
-
-    def stream_window(self, start_ns: int | None = None, end_ns: int | None = None, ipus: list[int] | None = None,
-                      max_kernels: int = _streams.MAX_KERNELS,
-                      max_bins: int = _streams.MAX_BINS) -> _streams.StreamWindow:
-        """The streams of ``ipus`` (every rank's for None) between two times (ns, the kernels' extent by default),
-        each kernel or, past ``max_kernels``, each kind's occupancy in bins (``streams.window``)."""
-        return _streams.window(self.streams(), start_ns, end_ns, ipus, max_kernels, max_bins)
-
-    def hta_kernels(self) -> _gpu.Kernels:
-        """The kernels HTA 0.5 analyses (``gpu.hta_selection``): those launched before each rank's last step."""
-        return self._memo("hta_kernels", lambda: self.kernels().take(
-            _gpu.hta_selection(self.kernels(), self.last_step_starts())))
-
-    def _figure(self, name: str, *args: Any) -> Table:  # a rank at a time, cached here (``gpu_ranks.figure``)
-        return _gpu_ranks.figure(self._memo, self._r.profile, self.window, self.last_step_starts, self.spans, name,
-                                 args)
-
-    def by_rank(self) -> pd.DataFrame:
-        return self._by_rank().frame()
-
-    def _by_rank(self) -> Table:
-        return self._figure("by_rank")
-
-    def by_stream(self) -> pd.DataFrame:
-        return self._by_stream().frame()
-
-    def _by_stream(self) -> Table:
-        return self._figure("by_stream")
-
-    def kernels_by_name(self, n: int | None = 10) -> pd.DataFrame:
-        return self._kernels_by_name(n).frame()
-
-    def _kernels_by_name(self, n: int | None = 10) -> Table:
-        return self._figure("kernels_by_name", n)
-
-    def collectives(self) -> pd.DataFrame:
-        """Each rank's collectives by process group within the profiled steps (``collectives.COLUMNS``)."""
-        return self._collectives().frame()
-
-    def _collectives(self) -> Table:
-        return self._figure("collectives")
-
-    def temporal(self) -> pd.DataFrame:
-        return self._temporal().frame()
-
-    def _temporal(self) -> Table:
-        return self._figure("temporal")
-
-    def kernel_types(self) -> pd.DataFrame:
-        return self._kernel_types().frame()
-
-    def _kernel_types(self) -> Table:
-        return self._figure("kernel_types")
-
-    def kernel_types_by_rank(self) -> pd.DataFrame:
-        return self._figure("kernel_types_by_rank").frame()
-
-    def overlap(self) -> pd.DataFrame:
-        return self._overlap().frame()
-
-    def _overlap(self) -> Table:
-        return self._figure("overlap")
-
-    def top_kernels(self, num_kernels: int = 10, duration_ratio: float = 0.8) -> pd.DataFrame:
-        return self._top_kernels(num_kernels, duration_ratio).frame()
-
-    def _top_kernels(self, num_kernels: int = 10, duration_ratio: float = 0.8) -> Table:
-        return self._figure("top_kernels", num_kernels, duration_ratio)
-
-    def launches(self) -> pd.DataFrame:
-        """Each kernel's launch (``gpu.LAUNCH_COLUMNS``), of the kernels HTA analyses."""
-        return self._figure("launches").frame()
-
-    def launch_summary(self) -> pd.DataFrame:
-        return self._launch_summary().frame()
-
-    def _launch_summary(self) -> Table:
-        return self._figure("launch_summary")
-
-    def idle_breakdown(self, kernel_wait_ns: int = _gpu.KERNEL_WAIT_NS) -> pd.DataFrame:
-        return self._idle_breakdown(kernel_wait_ns).frame()
-
-    def _idle_breakdown(self, kernel_wait_ns: int = _gpu.KERNEL_WAIT_NS) -> Table:
-        return self._figure("idle_breakdown", kernel_wait_ns)
-
-    def spans(self) -> _bound.TraceSpans:
-        """The steps, DataLoader fetches and annotations of the ranks' CPU timelines (``system/``), if any."""
-        r, origin = self._r, (self._r.run.get("import") or {}).get("origin_ns")
-        return self._memo("spans", lambda: _bound.TraceSpans.from_timeline(
-            r.system.events() if r.system.files() else None, _imported.rank_numbers(r.run, int(r.target.get(
-                "num_ipus", 1))), origin))
-
-    def bounds(self) -> pd.DataFrame:
-        return self._bounds().frame()
-
-    def _bounds(self) -> Table:
-        return self._figure("bounds")
-
-    def worth_a_look(self) -> pd.DataFrame:
-        return self._worth_a_look().frame()
-
-    def _worth_a_look(self) -> Table:
-        return self._figure("worth_a_look")
-
-    def phases(self, n: int | None = None) -> pd.DataFrame:
-        return self._phases(n).frame()
-
-    def _phases(self, n: int | None = None) -> Table:
-        return self._figure("phases", n)
-
-    def phase_overlaps(self) -> pd.DataFrame:
-        return self._phase_overlaps().frame()
-
-    def _phase_overlaps(self) -> Table:
-        return self._figure("phase_overlaps")

@@ -23,6 +23,7 @@ from typing import Any
 
 import click
 
+from popvision_py.render.names import ranks_named
 from popvision_py.errors import ConfigError
 from popvision_py.format.atomic import check_writable, output_target
 
@@ -86,7 +87,7 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     if picked.note():
         click.echo(picked.note())
     click.echo(f"Imported {len(paths)} trace(s) ({info['events']:,} events, ranks "
-               f"{', '.join(str(r) for r in info['ranks'])}): {info['schedule']}, {len(run['stages'])} stage(s), "
+               f"{ranks_named(info['ranks'])}): {info['schedule']}, {len(run['stages'])} stage(s), "
                f"{run['gradient_accumulation']} micro-batch(es), {run['device_iterations']} step(s).")
     for line in info["not_inferred"]:
         click.echo(f"  not in the trace: {line}")

@@ -7,6 +7,7 @@ import json
 import click
 
 from popvision_py.format import open_profile_file
+from popvision_py.render.names import files_named, ranks_named
 
 
 def describe(path: str) -> dict:
@@ -28,7 +29,6 @@ def describe(path: str) -> dict:
         }
 
 
-SHOWN_FILES = 4  # an import's trace files named one by one up to this many, else counted
 
 
 def _imported_lines(facts: dict) -> list[str]:
@@ -37,11 +37,9 @@ def _imported_lines(facts: dict) -> list[str]:
     facts_of = run.get("import") or {}
     files, ranks = list(facts_of.get("files") or []), list(facts_of.get("ranks") or [])
     world = facts_of.get("world_size")
-    traced = f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks[:SHOWN_FILES]))}" + (
-        f" and {len(ranks) - SHOWN_FILES:,} more" if len(ranks) > SHOWN_FILES else "")
+    traced = f"rank{'s' if len(ranks) != 1 else ''} {ranks_named(ranks)}"
     of_world = f" of a world of {world:,}" if isinstance(world, int) and world > len(ranks) else ""
-    named = ", ".join(files) if len(files) <= SHOWN_FILES else (
-        f"{', '.join(files[:2])} ... {files[-1]}")
+    named = files_named(files)
     stated = not any(str(x).startswith("the device's memory capacity") for x in facts_of.get("not_inferred") or [])
     memory = f"{target['bytes_per_tile'] / 2**20:,.1f} MiB a rank" if stated else "not stated by the traces"
     lines = ["", "Imported from PyTorch profiler traces",

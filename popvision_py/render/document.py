@@ -17,12 +17,14 @@ import pandas as pd
 from popvision_py.version import __version__
 from popvision_py.analysis.imported import ranks as imported
 from popvision_py.analysis.imported.bound import BOUND_PCT
+from popvision_py.analysis.imported.stragglers import LATE_PCT
 from popvision_py.analysis.ipu import tiles as tile_answers
 from popvision_py.analysis.host.instances import differences
 from popvision_py.analysis.ipu.operations import IMPORTED_NO_BLOCKS
 from popvision_py.analysis.ipu.programs import NO_PROGRAM
 from popvision_py.analysis.common.tables import TABLE_COLUMNS, Table
 from popvision_py.render.format import value as shown
+from popvision_py.render.many_ranks import at_many_ranks, named_ranks, of_ranks
 from popvision_py.render.format import verification
 
 SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "tiles", "system",
@@ -50,6 +52,12 @@ class ReportBlock:
     items: list[tuple[str, list[str]]] | None = None
     empty: str = ""
     tree: bool = False  # rows are nodes with ``node`` / ``parent`` / ``depth``: text indents them, JSON nests them
+    # what text, Markdown and HTML show in place of a table of many ranks (``at_many_ranks``); JSON and CSV keep data
+    shown: Table | None = None
+
+    def table(self) -> Table | pd.DataFrame:
+        """What a reader's format shows of a table block: ``shown`` where set, else the data."""
+        return self.data if self.shown is None else self.shown
 
     def frame(self) -> pd.DataFrame:
         """A table block's data as a DataFrame."""
@@ -112,6 +120,7 @@ def build_report(report: Any, section: str = "all", figures: bool = False) -> Do
         _SECTION_BUILDERS[name](doc, report, figures)
     if section == "all":
         doc.blocks = [b for b in doc.blocks if b.key != "exchange.host_input"]
+    at_many_ranks(doc.blocks)
     return doc
 
 
@@ -420,13 +429,21 @@ def _gpu(doc: Document, r: Any, figures: bool) -> None:
     if why:  # figures, not an empty table: the sentence is in every format, JSON's too
         doc.add("gpu.kernels", title, {"kernels": 0, "note": why})
         return
-    doc.add("gpu.by_rank", title, r.answer("gpu.by_rank"))
+    by_rank = r.answer("gpu.by_rank")
+    doc.add("gpu.by_rank", title, by_rank)
     doc.add("gpu.by_stream", "GPU time per stream within the profiled steps", r.answer("gpu.by_stream"))
     bounds, worth = r.answer("gpu.bounds"), r.answer("gpu.worth_a_look")
+    # at many ranks the lists tell the ranks furthest past the median in compute, communication and idle time
+    named, which = named_ranks(by_rank, ("compute_ns", "communication_ns", "idle_ns"))
     doc.add("gpu.bounds", f"What bound each step: its largest wait where it takes {BOUND_PCT:.0f}% of the step, "
-            "else the GPU", bounds, items=_bound_items(bounds), empty="no step")
+            "else the GPU" + which, bounds, items=_bound_items(of_ranks(bounds, named)), empty="no step")
     doc.add("gpu.worth_a_look", "The kernels worth a look: each rank's longest, and the short ones launched many "
-            "times", worth, items=_worth_items(worth), empty="no kernel in the profiled steps")
+            "times" + which, worth, items=_worth_items(of_ranks(worth, named)),
+            empty="no kernel in the profiled steps")
+    late = r.answer("gpu.stragglers")
+    doc.add("gpu.stragglers", f"Stragglers: the ranks ready for a step's collective more than {LATE_PCT:.0f}% of "
+            "the median rank's time after it, and the step without them", late, items=_straggler_items(late),
+            empty="no rank was ready late for a collective (or the trace has no collective in a profiled step)")
     doc.add("gpu.kernels_by_name", "Each rank's 10 costliest kernels by name, within the profiled steps",
             r.answer("gpu.kernels_by_name", 10))
     doc.add("gpu.collectives", "Collectives per rank and process group: bytes, GPU time, bandwidth (nccl-tests' "
@@ -471,6 +488,27 @@ def _bound_items(t: Table) -> list[tuple[str, list[str]]]:
             "(the next kernel was queued, or its launch is not in the trace)",
             f"{kernels:,} kernels began in it"
             + (f", median {median / 1e3:,.1f} us on the GPU{cost}" if kernels else "")]))
+    return _more(items, len(t))
+
+
+def _straggler_items(t: Table) -> list[tuple[str, list[str]]]:
+    """Each step with late ranks, re-timed without them, and its late ranks, the latest first
+    (``stragglers.stragglers``)."""
+    items: list[tuple[str, list[str]]] = []
+    columns = ("step", "rank", "collective", "name", "ranks", "ready_ns", "median_ready_ns", "late_ns", "late_pct",
+               "compute_ns", "median_compute_ns", "compute_over_pct", "median_wait_ns", "step_ns", "saved_ns",
+               "step_without_ns")
+    for n, row in enumerate(zip(*(t[c][:MAX_ITEMS].tolist() for c in columns))):
+        step, rank, nth, name, ranks, ready, median, late, late_pct, compute, median_compute, over, wait, step_ns, \
+            saved, without = row
+        if n == 0 or step != t["step"][n - 1]:
+            items.append((f"step {step} ({step_ns / 1e6:,.3f} ms over {ranks:,} ranks): without its late ranks "
+                          f"(ready at the median) {without / 1e6:,.3f} ms, {saved / 1e3:,.1f} us sooner", []))
+        items[-1][1].append(
+            f"rank {rank}: ready for {name} #{nth} {late / 1e3:,.1f} us after the median rank (+{late_pct:.1f}%: "
+            f"{ready / 1e3:,.1f} us into the step, median {median / 1e3:,.1f}); it computed {compute / 1e3:,.1f} us "
+            f"before it, the median rank {median_compute / 1e3:,.1f} us ({over:+.1f}%); the median rank waited "
+            f"{wait / 1e3:,.1f} us for that collective past its transfer")
     return _more(items, len(t))
 
 

@@ -7,6 +7,7 @@ import html
 import pandas as pd
 import plotly.graph_objects as go
 
+from popvision_py.analysis.common.answer import Table
 from popvision_py.render import figures as F
 from popvision_py.render.document import Document
 from popvision_py.render.format import heading, value
@@ -104,6 +105,7 @@ def render(doc: Document) -> bytes:
                 parts.append(f"<ul>{items}</ul>" if items else f"<p class='note'>({html.escape(b.empty)})</p>")
                 parts.append(_table(b.frame()))
             else:
-                parts.append(_table(b.frame()))
+                shown = b.table()
+                parts.append(_table(shown.frame() if isinstance(shown, Table) else shown))
     parts.append("</body></html>")
     return "\n".join(parts).encode()

@@ -62,6 +62,6 @@ def render(doc: Document) -> bytes:
             if not b.items:
                 lines.append(f"*({b.empty})*")
         else:
-            lines += table(b.data)
+            lines += table(b.table())
         lines.append("")
     return ("\n".join(lines).rstrip() + "\n").encode()

@@ -104,7 +104,7 @@ def block(b: ReportBlock) -> list[str]:
         if not b.items:
             lines.append(f"  ({b.empty})")
     else:
-        lines += table(b.data)
+        lines += table(b.table())
     return lines
 
 

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from dashboards import ids
-from popvision_py.analysis.views import NO_KERNELS_EMULATED
+from popvision_py.analysis.gpu_view import NO_KERNELS_EMULATED
 from popvision_py.cli import main
 from tests.dashboard.test_browser import errors, wait_for_figures
 from tests.dashboard.test_browser_overlaps import OVERLAPS, WRAPPED_CARDS, show_at

@@ -5,6 +5,8 @@
   (``sum_by``, ``lookup``, ``bin_edges``, ``SpanUnion``: spans merged, and the time they cover before
   any instant).
 - ``answer``: ``Table``, an answer's columns as NumPy arrays, the DataFrame built when asked for.
+- ``spread``: a per-rank table at many ranks in a few rows: each figure's distribution over the ranks
+  and the ranks furthest past its median.
 
 May import: ``popvision_py.format`` and ``popvision_py.errors`` only; no other room of the analysis.
 """

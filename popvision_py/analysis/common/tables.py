@@ -330,6 +330,22 @@ class SpanUnion:
         return self.covered[k] - over
 
 
+def busy_by_row(row: np.ndarray, start: np.ndarray, end: np.ndarray, rows: int, edges: np.ndarray) -> np.ndarray:
+    """``[rows, len(edges) - 1]``: the time each row has any of its spans open in each bin between ``edges``
+    (sorted), its spans merged (``SpanUnion``): each row's spans, cut to the edges, laid on one axis a row after
+    another so that one union and one search answer every row and bin at once (a heat map of ranks over time)."""
+    edges = np.asarray(edges, np.int64)
+    t0, t1 = int(edges[0]), int(edges[-1])
+    width = t1 - t0 + 1  # a row's stretch of the axis, one more than the window: rows never touch
+    row = np.asarray(row, np.int64)
+    a, b = np.clip(start, t0, t1) - t0 + row * width, np.clip(end, t0, t1) - t0 + row * width
+    keep = b > a
+    order = np.argsort(a[keep], kind="stable")
+    union = SpanUnion.of(a[keep][order], b[keep][order])
+    at = (edges - t0)[None, :] + (np.arange(rows, dtype=np.int64) * width)[:, None]
+    return np.diff(union.before(at.ravel()).reshape(rows, len(edges)), axis=1)
+
+
 def category(values, categories) -> pd.Categorical:
     """A pandas categorical with a fixed category order."""
     import pandas as pd

@@ -17,6 +17,8 @@ besides the common views, in a PyTorch user's words.
 - ``bound``: beyond HTA's figures: what bound each profiled step (the GPU busy, waiting for the CPU's
   launches, for the DataLoader, or for something else), the kernels worth a look, and the phases the
   trace's own annotations name, with the time each ran beside another.
+- ``stragglers``: across the ranks of a data-parallel run, each rank's arrival at each step's collectives and
+  its compute before it; the ranks that arrive last, by how much past the median, and the step without them.
 
 May import: ``common``, ``trace``; ``popvision_py.format`` and ``popvision_py.errors``.
 """

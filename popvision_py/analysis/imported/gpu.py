@@ -57,7 +57,7 @@ RANK_COLUMNS = ["rank", "window_ns", "busy_ns", "idle_ns", "compute_ns", "commun
 STREAM_COLUMNS = ["rank", "stream", "kernels", "busy_ns", "compute_ns", "communication_ns", "memory_ns", "busy_pct"]
 NAME_COLUMNS = ["rank", "kind", "name", "kernels", "sum_ns", "mean_ns", "min_ns", "max_ns", "std_ns", "busy_pct"]
 
-# Why a profile has no GPU kernels to show, in one sentence (``views.GpuReport.missing``)
+# Why a profile has no GPU kernels to show, in one sentence (``gpu_view.GpuReport.missing``)
 NO_KERNELS_TABLE = ("This profile was written before schema 5, which added the GPU kernels table: import the "
                     "traces again (popvision import) to see the GPU's time.")
 NO_KERNELS_EMULATED = "An emulated IPU run has no GPU kernels: this section is for profiles imported from GPU traces."

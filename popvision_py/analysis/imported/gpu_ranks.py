@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from popvision_py.analysis.common.tables import Columns, Table, TABLE_COLUMNS
-from popvision_py.analysis.imported import bound, collectives, gpu
+from popvision_py.analysis.imported import bound, collectives, gpu, stragglers
 from popvision_py.analysis.imported.ranks import rank_numbers
 from popvision_py.format.arrays import numbers
 from popvision_py.format.values import statistics
@@ -62,13 +62,15 @@ FIGURES: dict[str, Figure] = {
     "worth_a_look": lambda r: bound.worth_a_look(r.k, r.window),
     "phases": lambda r, n: bound.phases(r.k, r.spans, r.times, n),
     "phase_overlaps": lambda r: bound.phase_overlaps(r.k, r.spans, r.times),
+    "arrivals": lambda r: stragglers.arrivals(r.k, r.spans, r.window),
 }
 # The figures a report shows, at the arguments it shows them with: made in one pass over the ranks, with
 # ``kernel_types`` (the ranks' ``gpu.type_times`` summed).
 DEFAULTS: dict[str, tuple[Any, ...]] = {
     "by_rank": (), "by_stream": (), "kernels_by_name": (10,), "temporal": (), "kernel_types_by_rank": (),
     "overlap": (), "top_kernels": (10, 0.8), "launch_summary": (), "idle_breakdown": (gpu.KERNEL_WAIT_NS,),
-    "collectives": (), "bounds": (), "worth_a_look": (), "phases": (20,), "phase_overlaps": ()}
+    "collectives": (), "bounds": (), "worth_a_look": (), "phases": (20,), "phase_overlaps": (),
+    "arrivals": ()}
 
 
 def row_groups(profile: Any, ipu: int) -> list[int]:

@@ -1,0 +1,114 @@
+"""Figures of many ranks: past ``MANY_RANKS`` a figure of a row (or bar) per rank would be thousands of pixels of
+pale bars, so each rank becomes a row of a heat map over time bins (``busy_heatmap``), or a column of bars on a
+fixed height (``per_rank_columns``), and a matrix of ranks is summed into bins of ranks (``binned_matrix``).
+Zooming a heat map's box onto a few ranks shows them row by row; the pages that can draw each rank's own bars
+do so once the box holds ``MANY_RANKS`` ranks or fewer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from dashboards.figures.style import empty, styled
+from popvision_py.analysis.common.tables import bin_edges, busy_by_row
+
+MANY_RANKS = 32  # past this many ranks a figure of a row per rank is drawn as a heat map or columns
+HEATMAP_BINS = 200  # time bins of a heat map
+MATRIX_BINS = 64  # a matrix of more ranks than this is summed into this many bins of ranks a side
+HEATMAP_HEIGHT = 520
+
+
+def busy_heatmap(row: np.ndarray, start: np.ndarray, end: np.ndarray, labels: Sequence[str], window: tuple[int, int],
+                 x_of, what: str, x_title: str, bins: int = HEATMAP_BINS) -> go.Figure:
+    """A row per label (``row``: each span's row code), a column per time bin of ``window`` (ns): the share of the
+    bin each row had a span open (its spans merged, ``busy_by_row``). ``x_of``: ns -> the axis's values; ``what``:
+    what a cell measures, for its hover."""
+    if not len(labels) or window[1] <= window[0]:
+        return empty("Nothing to draw in this window.")
+    edges = bin_edges(window[0], window[1], bins)
+    busy = busy_by_row(row, start, end, len(labels), edges)
+    share = 100.0 * busy / np.diff(edges)[None, :]
+    middle = x_of((edges[:-1] + edges[1:]) // 2)
+    fig = go.Figure(go.Heatmap(
+        z=share, x=middle, y=list(range(len(labels))), zmin=0, zmax=100, colorscale="Blues",
+        colorbar=dict(title=dict(text="% busy", side="right"), thickness=12),
+        customdata=np.broadcast_to(np.asarray(labels, dtype=object)[:, None], share.shape),
+        hovertemplate="%{customdata}<br>%{z:.0f}% of the bin " + what + "<br>at %{x}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", title=f"{len(labels):,} ranks (zoom a box onto a few to see each)",
+                     tickmode="array", tickvals=_ticks(len(labels)), ticktext=[labels[i] for i in _ticks(len(labels))])
+    fig.update_xaxes(title=x_title)
+    return styled(fig, height=HEATMAP_HEIGHT, dragmode="zoom", meta={"level": "heat map", "rows": len(labels)})
+
+
+def _ticks(n: int, most: int = 16) -> list[int]:
+    """Up to ``most`` evenly spread row numbers to label."""
+    return sorted(set(np.linspace(0, n - 1, min(n, most)).round().astype(int).tolist()))
+
+
+def rows_in_view(relayout: dict | None, rows: int) -> tuple[int, int] | None:
+    """The rows a zoom's box holds on a heat map's y axis (``yaxis.range``), ``(first, last + 1)``; None where
+    the zoom says nothing of the y axis or goes back to every row."""
+    if not relayout or "yaxis.range[0]" not in relayout:
+        return None
+    low, high = sorted((float(relayout["yaxis.range[0]"]), float(relayout["yaxis.range[1]"])))
+    first, last = max(int(np.ceil(low)), 0), min(int(np.floor(high)), rows - 1)
+    return (first, last + 1) if last >= first and (first, last + 1) != (0, rows) else None
+
+
+def binned_matrix(src: np.ndarray, dst: np.ndarray, value: np.ndarray, endpoints: Sequence[int],
+                  bins: int = MATRIX_BINS) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """A matrix of ``endpoints`` (in order) summed into ``bins`` groups of consecutive endpoints a side: the
+    ``[bins, bins]`` sums (destination rows, source columns; NaN where nothing moved) and each group's first and
+    last endpoint."""
+    position = {e: i for i, e in enumerate(endpoints)}
+    n = len(endpoints)
+    groups = min(bins, n)
+    of = (np.arange(n) * groups) // n  # each endpoint's group
+    s = of[np.array([position[e] for e in np.asarray(src).tolist()], np.int64)]
+    d = of[np.array([position[e] for e in np.asarray(dst).tolist()], np.int64)]
+    grid = np.zeros((groups, groups))
+    np.add.at(grid, (d, s), np.asarray(value, np.float64))
+    moved = np.zeros((groups, groups), bool)
+    moved[d, s] = True
+    first = np.searchsorted(of, np.arange(groups), side="left")
+    last = np.searchsorted(of, np.arange(groups), side="right") - 1
+    return np.where(moved, grid, np.nan), [(endpoints[a], endpoints[b]) for a, b in zip(first, last)]
+
+
+def per_rank_columns(fig: go.Figure, height: int = 380) -> go.Figure:
+    """A figure of a horizontal bar per rank (ranks on the y axis) turned to a column per rank on a fixed height,
+    ranks along the x axis: the same traces, their axes and hovers swapped."""
+    for trace in fig.data:
+        if getattr(trace, "orientation", None) == "h":
+            hover = trace.hovertemplate
+            trace.update(x=trace.y, y=trace.x, orientation="v", text=None, textposition=None,
+                         hovertemplate=hover.replace("%{x", "%{X").replace("%{y", "%{x").replace("%{X", "%{y")
+                         if hover else hover)
+    x, y = fig.layout.xaxis, fig.layout.yaxis
+    order = list(y.categoryarray)[::-1] if y.categoryarray is not None else None
+    fig.update_layout(xaxis=dict(title=None, range=None, categoryorder="array" if order else None,
+                                 categoryarray=order, tickvals=None, type="category"),
+                      yaxis=dict(title=x.title.text, range=x.range, tickvals=x.tickvals, categoryorder=None,
+                                 categoryarray=None, autorange=None if x.range else True))
+    return styled(fig, height=height)
+
+
+def endpoints_in_view(relayout: dict | None, spans: Sequence[tuple[int, int]],
+                      endpoints: Sequence[int]) -> tuple[list[int], list[int]] | None:
+    """The endpoints a zoom's box holds on a binned matrix (``binned_matrix``'s ``spans``, bins by position along
+    both axes): ``(sources, destinations)``; None where the zoom gives no box on both axes."""
+    if not relayout or "xaxis.range[0]" not in relayout or "yaxis.range[0]" not in relayout:
+        return None
+    position = {e: i for i, e in enumerate(endpoints)}
+
+    def held(low: float, high: float) -> list[int]:
+        low, high = sorted((low, high))
+        first, last = max(int(np.ceil(low)), 0), min(int(np.floor(high)), len(spans) - 1)
+        if last < first:
+            return []
+        return list(endpoints[position[spans[first][0]]:position[spans[last][1]] + 1])
+
+    return (held(float(relayout["xaxis.range[0]"]), float(relayout["xaxis.range[1]"])),
+            held(float(relayout["yaxis.range[0]"]), float(relayout["yaxis.range[1]"])))

@@ -1,0 +1,64 @@
+"""The dashboard on an import of 256 ranks (make_gpu_trace.py, one rank slow): every page draws in a real
+Chromium with no console error and stays a page long, not a row per rank: the per-rank figures are heat maps or
+columns, the matrix binned, the tables each figure's spread and the ranks past it, the System page a heat map of
+the ranks that a box zoom onto a few turns into their own time lines."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from dashboards import ids
+from tests.dashboard.test_browser import errors, wait_for_figures
+
+ROOT = Path(__file__).resolve().parents[2]
+RANKS, SLOW = 256, 100
+PAGES = {
+    "/": [ids.SUMMARY_TIME],
+    "/stages": [ids.STAGES_SUMMARY],  # a data-parallel run: no pipeline to draw a Gantt chart of
+    "/exchange": [ids.EXCHANGE_PHASES, ids.EXCHANGE_COMMUNICATION],
+    "/system": [ids.SYSTEM_TIMELINE],
+    "/gpu": [ids.GPU_TIMELINE, ids.GPU_TEMPORAL, ids.GPU_OVERLAP],
+}
+TALLEST_PX = 12_000  # a page of a few figures and tables; a row per rank was 60 px x 256 for one figure alone
+
+
+@pytest.fixture(scope="module")
+def many_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """256 ranks of a data-parallel run, two layers, rank 100's GPU 1.5 times slower; imported."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import make_gpu_trace
+
+    from popvision_py.importer import find_traces, import_traces
+
+    folder = tmp_path_factory.mktemp("many-ranks")
+    make_gpu_trace.make(folder / "traces", total_mb=0.5, ranks=RANKS, layers=2, bucket=1, jobs=1, spread=0.0005,
+                        slow_rank=SLOW)
+    import_traces(find_traces([str(folder / "traces")]), folder / "p" / "profile.pop")
+    return folder / "p" / "profile.pop"
+
+
+@pytest.mark.browser
+@pytest.mark.slow  # about a minute: an import of 256 ranks and five pages in Chromium
+def test_every_page_of_256_ranks_draws_without_errors_and_is_not_a_row_per_rank(dash_duo, many_ranks):
+    from dashboards.app import create_app
+
+    # GIVEN the dashboard on the import of 256 ranks
+    dash_duo.start_server(create_app([str(many_ranks)]))
+    for path, graphs in PAGES.items():
+        # WHEN each page is opened
+        dash_duo.wait_for_page(url=f"{dash_duo.server_url}{path}")
+        wait_for_figures(dash_duo, graphs, timeout=60)
+        dash_duo.wait_for_element(".cards .card", timeout=30)
+        # THEN it draws without a console error, and is not thousands of pixels of rows per rank
+        assert errors(dash_duo) == [], path
+        height = dash_duo.driver.execute_script("return document.body.scrollHeight")
+        assert height < TALLEST_PX, (path, height)
+    # AND the System page is a heat map of the ranks, and the GPU page's tables name the slow rank
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/system")
+    dash_duo.wait_for_element(f"#{ids.SYSTEM_TIMELINE} .heatmaplayer image, #{ids.SYSTEM_TIMELINE} .hm",
+                              timeout=60)
+    dash_duo.wait_for_contains_text(f"#{ids.SYSTEM_LEVEL}", f"a heat map of {RANKS} processes", timeout=60)
+    assert errors(dash_duo) == []

@@ -1,0 +1,193 @@
+"""Figures of many ranks (``dashboards.figures.ranks``) as plain functions, and the System page's callbacks on an
+import of 40 ranks: a heat map of the ranks whose cells are each rank's busy share of a bin, a box zoom onto a few
+ranks drawing their own time lines, a matrix summed into bins of ranks, bars per rank turned to columns."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from dashboards.figures import ranks
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_heat_map_cell_is_the_share_of_its_bin_a_rank_was_busy():
+    # GIVEN three ranks' spans over 0-100 ns: rank 0 busy 0-50 (twice over, nested), rank 1 25-100, rank 2 idle
+    row, start, end = np.array([0, 0, 1]), np.array([0, 10, 25]), np.array([50, 20, 100])
+    # WHEN they are drawn in 4 bins of 25 ns
+    fig = ranks.busy_heatmap(row, start, end, ["a", "b", "c"], (0, 100), lambda t: t, "busy", "ns", bins=4)
+    # THEN each cell is the share of its bin: nested spans counted once, a rank with none at 0
+    assert np.asarray(fig.data[0].z).tolist() == [[100, 100, 0, 0], [0, 100, 100, 100], [0, 0, 0, 0]]
+    assert fig.layout.height == ranks.HEATMAP_HEIGHT
+
+
+def test_a_box_onto_a_few_rows_names_them():
+    # GIVEN a heat map of 40 rows: a box from row 2.6 to 5.4, one past every row, one about the x axis alone
+    assert ranks.rows_in_view({"yaxis.range[0]": 5.4, "yaxis.range[1]": 2.6}, 40) == (3, 6)
+    assert ranks.rows_in_view({"yaxis.range[0]": -0.5, "yaxis.range[1]": 39.5}, 40) is None
+    assert ranks.rows_in_view({"xaxis.range[0]": 1, "xaxis.range[1]": 2}, 40) is None
+
+
+def test_a_matrix_of_many_ranks_is_summed_into_bins_of_ranks():
+    # GIVEN 8 ranks each sending 10 bytes to the next, drawn in 4 bins of 2 ranks
+    src = np.arange(8)
+    grid, spans = ranks.binned_matrix(src, (src + 1) % 8, np.full(8, 10), list(range(8)), bins=4)
+    # THEN a bin holds its ranks' transfers to a bin: 0->1 inside bin 0, 1->2 from bin 0 to bin 1, ...
+    assert spans == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert grid[0, 0] == 10 and grid[1, 0] == 10 and grid[0, 3] == 10 and np.isnan(grid[2, 0])
+    assert np.nansum(grid) == 80
+
+
+def test_bars_per_rank_become_columns_on_a_fixed_height():
+    # GIVEN a horizontal bar per rank, ranks on the y axis
+    labels = [f"Rank {r}" for r in range(100)]
+    fig = go.Figure(go.Bar(y=labels, x=list(range(100)), orientation="h", hovertemplate="%{y}: %{x:.1f} %"))
+    fig.update_yaxes(categoryorder="array", categoryarray=labels[::-1])
+    fig.update_xaxes(title="% of the time", range=[0, 100])
+    # WHEN turned to columns
+    out = ranks.per_rank_columns(fig)
+    # THEN the ranks run along the x axis in order, the values up the y axis, the hover swapped, the height fixed
+    bar = out.data[0]
+    assert bar.orientation == "v" and list(bar.x) == labels and list(bar.y) == list(range(100))
+    assert bar.hovertemplate == "%{x}: %{y:.1f} %" and list(out.layout.xaxis.categoryarray) == labels
+    assert out.layout.yaxis.title.text == "% of the time" and out.layout.height == 380
+
+
+@pytest.fixture(scope="module")
+def forty_ranks(tmp_path_factory) -> Path:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import make_gpu_trace
+
+    from popvision_py.importer import find_traces, import_traces
+
+    folder = tmp_path_factory.mktemp("forty")
+    make_gpu_trace.make(folder / "t", total_mb=0.05, ranks=40, layers=2, bucket=1, jobs=1, spread=0.0,
+                        slow_rank=7)
+    import_traces(find_traces([str(folder / "t")]), folder / "p" / "profile.pop")
+    return folder / "p" / "profile.pop"
+
+
+def test_the_system_page_of_40_ranks_is_a_heat_map_and_a_box_draws_a_few_ranks(forty_ranks):
+    from dashboards.app import create_app
+
+    create_app([str(forty_ranks)])
+    page = importlib.import_module("dashboards.pages.system")
+    # WHEN the page draws the whole run
+    fig, level, kept = page.render_timeline("a", 0, "relative")
+    # THEN a heat map of the 40 ranks, every rank a row
+    assert isinstance(fig.data[0], go.Heatmap) and np.asarray(fig.data[0].z).shape == (40, ranks.HEATMAP_BINS)
+    assert "a heat map of 40 processes" in level and len(kept) == 2
+    # WHEN a box is zoomed onto ranks 5 to 9
+    fig, level, kept = page.zoom_timeline({"yaxis.range[0]": 4.6, "yaxis.range[1]": 9.4}, "a", "relative", 0, kept)
+    # THEN their own time lines are drawn, each of their rows, and the Store keeps them for the next zoom
+    rows = list(fig.layout.yaxis.categoryarray)
+    assert {row.split(" · ")[0] for row in rows} == {f"rank-{r}" for r in range(5, 10)} and len(rows) >= 10
+    assert kept[2:] == ["5", "10"]
+    # AND a zoom in time keeps those ranks
+    start, end = int(kept[0]), int(kept[1])
+    origin = start
+    fig, _, again = page.zoom_timeline({"xaxis.range[0]": 0.0, "xaxis.range[1]": (end - origin) / 2e9}, "a",
+                                       "relative", 0, kept)
+    assert again[2:] == ["5", "10"] and int(again[1]) < end
+
+
+def test_a_gantt_chart_of_many_ranks_is_a_heat_map_of_their_passes():
+    import pandas as pd
+
+    from dashboards.figures.stages import stages_gantt
+
+    # GIVEN 40 ranks' passes over 0-400 cycles: rank r runs a forward pass from 10 r to 10 r + 100
+    r = np.arange(40)
+    gantt = pd.DataFrame({"ipu": r, "stage": r, "iteration": 0, "micro_batch": 0, "pass": "forward",
+                          "start_cycle": 10 * r, "end_cycle": 10 * r + 100})
+    # WHEN it is drawn
+    fig = stages_gantt(gantt)
+    # THEN a row a rank, each bin's share of it the rank ran a pass, on a fixed height
+    z = np.asarray(fig.data[0].z)
+    edges = 490 * np.arange(ranks.HEATMAP_BINS + 1) // ranks.HEATMAP_BINS  # whole cycles, the last pass's end last
+    busy = np.clip(np.minimum(10 * r[:, None] + 100, edges[None, 1:]) - np.maximum(10 * r[:, None], edges[None, :-1]),
+                   0, None)
+    assert z.shape == (40, ranks.HEATMAP_BINS)
+    assert np.allclose(z, 100 * busy / np.diff(edges)[None, :])
+    assert fig.layout.height == ranks.HEATMAP_HEIGHT
+
+
+def test_the_exchange_table_of_40_ranks_is_their_spread_and_names_the_slow_rank(forty_ranks):
+    from dashboards.app import create_app
+    from dashboards import data
+
+    create_app([str(forty_ranks)])
+    page = importlib.import_module("dashboards.pages.exchange")
+    comm = data.report("a").exchange.communication()
+    # WHEN the communication per rank is tabled
+    table = page.communication_table(comm, data.report("a"))
+    text = str(table)
+    # THEN it opens with the 40 ranks' spread, and the slow rank (7) is named past the median in compute
+    compute = comm["compute_cycles"].to_numpy(np.float64)
+    over = 100 * (compute[7] / np.median(compute) - 1)
+    assert "40 ranks: each figure's spread" in text
+    assert f"Rank 7 ({over:+.1f}%)" in text
+
+
+def test_busy_and_idle_of_many_stages_is_their_distribution_the_busiest_named():
+    import pandas as pd
+
+    from dashboards.figures.stages import stage_utilisation
+
+    # GIVEN 40 stages of 100 cycles each: stage s busy 50 + s cycles, stage 7 busy 95
+    s = np.arange(40)
+    busy = np.where(s == 7, 95, 50 + s // 2)
+    summary = pd.DataFrame({"stage": s, "ipu": s, "pass": "all", "busy_cycles": busy, "idle_cycles": 100 - busy,
+                            "total_cycles": 100})
+    # WHEN drawn
+    fig = stage_utilisation(summary)
+    # THEN the stages run busiest first along the x axis, busy and idle stacked to each stage's 100 cycles
+    order = np.lexsort((s, -busy))
+    assert list(fig.data[0].y) == busy[order].tolist() and list(fig.data[1].y) == (100 - busy[order]).tolist()
+    assert fig.data[0].customdata[0] == "stage 7 · IPU 7" and fig.layout.annotations[0].text == "stage 7 · IPU 7"
+
+
+def test_the_communication_of_many_ranks_is_their_distribution_the_most_compute_named(forty_ranks):
+    from dashboards.app import create_app
+    from dashboards import data
+    from dashboards.figures.exchange import communication
+
+    create_app([str(forty_ranks)])
+    report = data.report("a")
+    comm = report.exchange.communication()
+    clock = float(report.target["clock_hz"])
+    # WHEN the 40 ranks' communication is drawn
+    fig = communication(comm, clock, data.naming(report))
+    # THEN the ranks run the most compute first, the slow rank 7 first and named
+    compute = comm["compute_cycles"].to_numpy(float)
+    assert np.allclose(fig.data[0].y, np.sort(compute)[::-1] / clock * 1e3)
+    assert fig.data[0].customdata[0] == "Rank 7" and fig.layout.annotations[0].text == "Rank 7"
+
+
+def test_a_box_on_a_binned_matrix_draws_the_ranks_it_holds_each_its_own_cell():
+    import pandas as pd
+
+    from dashboards.figures.exchange import exchange_matrix, exchange_submatrix
+    from dashboards.figures.style import Naming
+
+    # GIVEN 128 ranks each sending r + 1 bytes to the next: binned into 64 bins of 2 ranks a side
+    r = np.arange(128)
+    matrix = pd.DataFrame({"src_ipu": r, "dst_ipu": (r + 1) % 128, "bytes": r + 1, "cycles": 1})
+    fig = exchange_matrix(matrix, "bytes")
+    assert np.asarray(fig.data[0].z).shape == (64, 64) and fig.layout.meta["binned"]
+    _, spans = ranks.binned_matrix(matrix["src_ipu"], matrix["dst_ipu"], matrix["bytes"], list(r))
+    # WHEN a box holds source bins 2-3 (ranks 4-7) and destination bins 2-4 (ranks 4-9)
+    held = ranks.endpoints_in_view({"xaxis.range[0]": 1.6, "xaxis.range[1]": 3.4, "yaxis.range[0]": 4.2,
+                                    "yaxis.range[1]": 1.7}, spans, list(r))
+    # THEN those ranks, and each pair its own cell: rank s sent s + 1 bytes to s + 1
+    assert held == ([4, 5, 6, 7], [4, 5, 6, 7, 8, 9])
+    sub = exchange_submatrix(matrix, "bytes", Naming(), *held)
+    z = np.asarray(sub.data[0].z, dtype=float)
+    assert z.shape == (6, 4) and [z[s - 3, s - 4] for s in (4, 5, 6, 7)] == [5, 6, 7, 8]
+    assert np.isnan(z).sum() == 20
