@@ -138,7 +138,7 @@ def names_table(frame: Any, columns: list[tuple[str, str]], table_id: str, text:
         style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 8px"},
         tooltip_data=[{"name": n} for n in names.tolist()], tooltip_duration=None,  # the whole name
         style_cell_conditional=[*({"if": {"column_id": k}, "textAlign": "left", "whiteSpace": "normal",
-                                   "maxWidth": "360px"} for k in text if k != "name"),
+                                   "minWidth": "160px", "maxWidth": "360px"} for k in text if k != "name"),
                                 {"if": {"column_id": "name"}, "textAlign": "left", "whiteSpace": "normal",
                                  "wordBreak": "break-word", "minWidth": "300px", "maxWidth": "420px"}])
 
