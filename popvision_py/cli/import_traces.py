@@ -46,6 +46,7 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     """Import PyTorch profiler traces (one per rank) as OUTPUT/profile.pop: pipeline stages, micro-batches,
     bubble, exposed communication and memory, for `report`, `dashboard`, `compare`, `export-trace` and `sql`.
     A tensorboard_trace_handler folder of several profiling cycles: its newest cycle, or the one --cycle names."""
+    from popvision_py.cli.info import named_ranks
     from popvision_py.importer import find_traces, import_traces
     from popvision_py.importer.profiling_cycles import pick_cycle
 
@@ -69,13 +70,13 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     info = run["import"]
     if picked.note():
         click.echo(picked.note())
-    click.echo(f"Imported {len(paths)} trace(s) ({info['events']:,} events, ranks "
-               f"{', '.join(str(r) for r in info['ranks'])}): {info['schedule']}, {len(run['stages'])} stage(s), "
+    click.echo(f"Imported {len(paths):,} trace(s) ({info['events']:,} events, {named_ranks(info['ranks'])}): "
+               f"{info['schedule']}, {len(run['stages'])} stage(s), "
                f"{run['gradient_accumulation']} micro-batch(es), {run['device_iterations']} step(s).")
     for line in info["not_inferred"]:
         click.echo(f"  not in the trace: {line}")
     click.echo(f"Wrote {target}")
-    click.echo(f"Wrote {folder / 'system'}: each rank's CPU timeline ({len(info['ranks'])} file(s), for "
+    click.echo(f"Wrote {folder / 'system'}: each rank's CPU timeline ({len(info['ranks']):,} file(s), for "
                f"the System page)")
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import PurePath
 
 import click
 
@@ -31,17 +33,39 @@ def describe(path: str) -> dict:
 SHOWN_FILES = 4  # an import's trace files named one by one up to this many, else counted
 
 
+def named_ranks(ranks: list[int]) -> str:
+    """Ranks in a few words, whatever their count: ``ranks 0 to 1,023`` where they run on without a gap, else
+    the first few and how many more."""
+    plural = "s" if len(ranks) != 1 else ""
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[0] + len(ranks))):
+        return f"ranks {ranks[0]:,} to {ranks[-1]:,}"
+    return f"rank{plural} {', '.join(map(str, ranks[:SHOWN_FILES]))}" + (
+        f" and {len(ranks) - SHOWN_FILES:,} more" if len(ranks) > SHOWN_FILES else "")
+
+
+def named_files(files: list[str]) -> str:
+    """Trace files in a few words, whatever their count: each one up to ``SHOWN_FILES``; else, where they share
+    a folder and a name's pattern (digits as ``<n>``), those and the first two names and the last, or the first
+    two files and the last."""
+    if len(files) <= SHOWN_FILES:
+        return ", ".join(files)
+    folders = {str(PurePath(f).parent) for f in files}
+    patterns = {re.sub(r"\d+", "<n>", PurePath(f).name) for f in files}
+    if len(folders) == 1 and len(patterns) == 1:
+        names = [PurePath(f).name for f in (*files[:2], files[-1])]
+        return f"{folders.pop()}/{patterns.pop()} ({names[0]}, {names[1]} ... {names[2]})"
+    return f"{', '.join(files[:2])} ... {files[-1]}"
+
+
 def _imported_lines(facts: dict) -> list[str]:
     """An imported profile's facts in a PyTorch user's words (the manifest's ``run.import``), not an IPU's."""
     target, run = facts["target"], facts["run"]
     facts_of = run.get("import") or {}
     files, ranks = list(facts_of.get("files") or []), list(facts_of.get("ranks") or [])
     world = facts_of.get("world_size")
-    traced = f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks[:SHOWN_FILES]))}" + (
-        f" and {len(ranks) - SHOWN_FILES:,} more" if len(ranks) > SHOWN_FILES else "")
+    traced = named_ranks(ranks)
     of_world = f" of a world of {world:,}" if isinstance(world, int) and world > len(ranks) else ""
-    named = ", ".join(files) if len(files) <= SHOWN_FILES else (
-        f"{', '.join(files[:2])} ... {files[-1]}")
+    named = named_files(files)
     stated = not any(str(x).startswith("the device's memory capacity") for x in facts_of.get("not_inferred") or [])
     memory = f"{target['bytes_per_tile'] / 2**20:,.1f} MiB a rank" if stated else "not stated by the traces"
     lines = ["", "Imported from PyTorch profiler traces",
