@@ -229,11 +229,20 @@ def _levels(cycles: np.ndarray, rows: np.ndarray, first: np.ndarray, width: int,
 
 
 def _table(parts: list[dict[str, np.ndarray]]) -> pa.Table:
-    """The levels' cells as the ``trace_levels`` table, sorted by level, start_cycle, ipu and phase."""
-    columns = {name: np.concatenate([np.zeros(0, np.int64)] + [p[name] for p in parts]) for name in LEVEL_COLUMNS}
-    order = np.lexsort((columns["phase"], columns["ipu"], columns["start_cycle"], columns["level"]))
+    """The levels' cells as the ``trace_levels`` table, sorted by level, start_cycle, ipu and phase; a column at a
+    time, each part's copy of it dropped once it is joined (a table of thousands of IPUs holds millions of cells)."""
     dtypes = {"level": np.int32, "ipu": np.int16, "phase": np.int32}
-    columns = {name: arrow(values[order].astype(dtypes.get(name, np.int64))) for name, values in columns.items()}
+
+    def column(name: str) -> np.ndarray:
+        return np.concatenate([np.zeros(0, dtypes.get(name, np.int64))] + [p.pop(name) for p in parts])
+
+    keys = {name: column(name) for name in ("level", "start_cycle", "ipu", "phase")}
+    order = np.lexsort((keys["phase"], keys["ipu"], keys["start_cycle"], keys["level"]))
+    columns = {}
+    for name in LEVEL_COLUMNS:
+        values = keys.pop(name) if name in keys else column(name)
+        columns[name] = arrow(values[order].astype(dtypes.get(name, np.int64), copy=False))
+        del values
     columns["phase"] = pa.DictionaryArray.from_arrays(columns["phase"].cast(pa.int32()), arrow(list(PHASES)))
     return pa.table(columns)
 
