@@ -327,6 +327,9 @@ def kernel_rows(t: RankTrace, ipu: int, lo: int) -> Iterator[dict[str, Any]]:
                "launch_name": named("launch_name"), "op": named("op"), "module": named("module")}
 
 
+HELD_SLICES = 64  # a table's slices held at most, joined into one past this (``Batched``)
+
+
 class Batched:
     """A table's rows handed to its writer a slice at a time (it holds a slice, not the window), the slices of
     consecutive windows and ranks joined up to a row group's: a rank's few rows are not a batch each, whose
@@ -347,6 +350,18 @@ class Batched:
             self.rows += len(next(iter(piece.values())))
             if self.rows >= self.table.row_group_rows:
                 self.flush()
+            elif len(self.slices) >= HELD_SLICES:
+                self._compact()
+
+    def _compact(self) -> None:
+        """The slices held joined into one, each Arrow column's dictionaries unified: a rank's slice of a few rows
+        costs kilobytes of objects, which thousands of ranks would hold until a row group's rows come."""
+        try:
+            joined = _joined(self.slices)
+            self.slices = [{k: v.unify_dictionaries().combine_chunks() if isinstance(v, pa.ChunkedArray) else v
+                            for k, v in joined.items()}]
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+            pass  # kept as they are: the writer casts them slice by slice
 
     def flush(self) -> None:
         """Hand the slices held to the writer (at the end, or a row group's rows)."""
