@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_import.py [--sizes 100 1000 10000] [--variants gpipe gpipe-gpu ddp ddp-gpu]
         [--big-variants gpipe gpipe-gpu] [--src-dir /tmp/traces] [--work /tmp/popvision-bench-import]
-        [--repeat 1] [--cap-gib 20] [--timeout-min 30] [--json OUT.json] [--keep-traces]
+        [--ranks 4 256 1024 4096] [--cap-gib 20] [--timeout-min 30] [--json OUT.json] [--keep-traces]
         [--tools popvision hta] [--hta-python /work/hta-venv/bin/python]
 
 For each size (MB of trace JSON, all ranks together; 100 MB, 1 GB and 10 GB by default) and variant,
@@ -19,7 +19,10 @@ size and ``--keep-traces`` is not given: 10 GB folders are deleted after their r
   a stream of their own). No GPU recording is at hand: these stand in for one, with the CPU's times.
 - ``gpu``: synthetic GPU traces of a 4-rank DistributedDataParallel run on GPUs (``make_gpu_trace.py``:
   runtime launches joined to kernels by correlation, NCCL kernels with their args, copies and sets on
-  three streams, GPU-side annotations), written to the size; no recording needed.
+  three streams, GPU-side annotations), written to the size; no recording needed. ``--ranks`` cuts the
+  same total size into each rank count given (``make_gpu_trace.make_copies``: 4 ranks written, the others
+  copies of them naming their own rank, so that a rank's step is the same size whatever the world), to
+  measure what the path costs per rank (``<variant>_<MB>mb_<N>ranks``); without it, 4.
 
 Each step of the path then runs as a whole command in a fresh process, in order, on the result of
 the one before:
@@ -239,21 +242,24 @@ WARM_UP = (
 STEPS = ("import", "report", "report-gpu", "sql", "export-trace", "warm-up")  # report-gpu: GPU traces only
 
 
-def traces(src: Path, work: Path, variant: str, size_mb: int) -> tuple[Path, dict]:
-    """The grown traces of ``variant`` at ``size_mb`` (made once, then reused while the source and size hold)."""
+def traces(src: Path, work: Path, variant: str, size_mb: int, ranks: int | None = None) -> tuple[Path, dict]:
+    """The grown traces of ``variant`` at ``size_mb`` (made once, then reused while the source and size hold);
+    ``ranks``: the synthetic GPU traces cut into that many ranks (4 where not given)."""
     recording, gpu = VARIANTS[variant]
     source = src / recording if recording else None
-    folder = work / f"{variant}_{size_mb}mb"
+    folder = work / (f"{variant}_{size_mb}mb" + (f"_{ranks}ranks" if ranks else ""))
     summary_path = make_large_trace.manifest(folder)
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
+        same_ranks = source is not None or len(summary["files"]) == (ranks or 4)
         if summary.get("source") == str(source or "make_gpu_trace") and summary.get("total_mb") == size_mb and \
-                bool(summary.get("gpu_style", False)) == gpu and all(
+                bool(summary.get("gpu_style", False)) == gpu and same_ranks and all(
                 Path(f["file"]).exists() and Path(f["file"]).stat().st_size == f["bytes"] for f in summary["files"]):
             return folder, summary
     if source is None:
-        print(f"writing synthetic GPU traces of {size_mb:,} MB in {folder} ...", flush=True)
-        summary = make_gpu_trace.make(folder, size_mb)
+        print(f"writing synthetic GPU traces of {size_mb:,} MB ({ranks or 4:,} ranks) in {folder} ...", flush=True)
+        summary = make_gpu_trace.make_copies(folder, size_mb, ranks) if ranks and ranks > 4 else \
+            make_gpu_trace.make(folder, size_mb)
     else:
         print(f"growing {source} to {size_mb:,} MB in {folder}{' (GPU-style)' if gpu else ''} ...", flush=True)
         summary = make_large_trace.grow(source, folder, size_mb, gpu=gpu)
@@ -377,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-traces", action="store_true", help="keep the grown traces of 10 GB and over")
     parser.add_argument("--tools", nargs="+", choices=("popvision", "hta"), default=["popvision"])
     parser.add_argument("--hta-python", default="/work/hta-venv/bin/python", help="Python of HTA's virtual env")
+    parser.add_argument("--ranks", type=int, nargs="+",
+                        help="the gpu variant's total size cut into each of these rank counts (default: 4); other "
+                             "variants keep their recordings' ranks")
     parser.add_argument("--cap-gib", type=float, default=20, help="memory cap of a command (GiB)")
     parser.add_argument("--timeout-min", type=float, default=30, help="time cap of a command (minutes)")
     parser.add_argument("--json", type=Path, help="figures as JSON (default: WORK/results.json)")
@@ -397,11 +406,13 @@ def main(argv: list[str] | None = None) -> int:
     out_json = args.json or args.work / "results.json"
     failed = []
     for size_mb in sorted(args.sizes):
-        for variant in (args.variants if size_mb < 10000 else args.big_variants):
-            folder, grown = traces(args.src_dir, args.work, variant, size_mb)
-            tag = f"{variant}_{size_mb}mb{args.label}"
+        for variant, ranks in [(v, n) for v in (args.variants if size_mb < 10000 else args.big_variants)
+                               for n in (args.ranks if args.ranks and VARIANTS[v][0] is None else [None])]:
+            folder, grown = traces(args.src_dir, args.work, variant, size_mb, ranks)
+            tag = f"{variant}_{size_mb}mb{f'_{ranks}ranks' if ranks else ''}{args.label}"
             load_before = os.getloadavg()
-            print(f"{size_label(size_mb)} {variant} (load average {load_before[0]:.1f}):", flush=True)
+            print(f"{size_label(size_mb)} {variant}, {len(grown['files']):,} ranks (load average "
+                  f"{load_before[0]:.1f}):", flush=True)
             run = {"size_mb": size_mb, "variant": variant, "bytes": grown["bytes"], "events": grown["events"],
                    "ranks": len(grown["files"]), "copies": grown["copies"], "folder": str(folder),
                    "load_average_before": load_before}

@@ -1,6 +1,7 @@
 """Synthetic GPU traces of a data-parallel training run, one per rank, in Kineto's layout, at any size.
 
     .venv/bin/python benchmarks/make_gpu_trace.py OUT_DIR --total-mb 1000 [--ranks 4] [--layers 16] [--jobs 2]
+        [--distinct 4]
 
 No GPU recording large enough is at hand (and the small public ones are not to be copied), so this
 writes traces of the shape ``torch.profiler`` (Kineto) writes for a DistributedDataParallel run on
@@ -441,6 +442,28 @@ def make(out: Path, total_mb: float, ranks: int = 4, layers: int = 16, bucket: i
     return summary
 
 
+def make_copies(out: Path, total_mb: float, ranks: int, distinct: int = 4, layers: int = 16, bucket: int = 4,
+                jobs: int | None = None) -> dict:
+    """``ranks`` rank traces in ``out`` totalling ``total_mb``: ``distinct`` ranks written (``make``), every rank r a
+    copy of rank r % ``distinct``, each file's ``distributedInfo`` naming its rank in a world of ``ranks``. A rank's
+    step then has the same size whatever the world (``make``'s collectives list every rank of theirs: at thousands
+    of ranks a step is mostly those lists), so the same total cut into more ranks is more, smaller ranks."""
+    summary = make(out, total_mb * distinct / ranks, distinct, layers, bucket, jobs)
+    texts = {k: (out / f"rank{k}.json").read_text(encoding="utf-8") for k in range(distinct)}
+    files = []
+    for r in range(ranks):
+        k = r % distinct
+        was = json.dumps({"backend": "nccl", "rank": k, "world_size": distinct})
+        text = texts[k].replace(was, json.dumps({"backend": "nccl", "rank": r, "world_size": ranks}), 1)
+        (out / f"rank{r}.json").write_text(text, encoding="utf-8")
+        files.append({**summary["files"][k], "file": str(out / f"rank{r}.json"), "rank": r,
+                      "bytes": (out / f"rank{r}.json").stat().st_size})
+    summary.update(total_mb=total_mb, ranks=ranks, distinct=distinct, files=files,
+                   **{key: sum(f[key] for f in files) for key in ("bytes", "events", "kernels")})
+    manifest(out).write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
 def manifest(out: Path) -> Path:
     """The summary's file, beside the folder (which holds traces only, as HTA reads every .json in it)."""
     return out.parent / f"{out.name}.grown.json"
@@ -460,9 +483,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slow-factor", type=float, default=1.5, help="the straggler's slowness (default 1.5)")
     parser.add_argument("--synchronised", action="store_true", help="collectives end on every rank at once, after "
                         "the last rank arrives (implied by --slow-rank)")
+    parser.add_argument("--distinct", type=int, help="ranks written; the others copies of them, each naming its "
+                                                     "rank (make_copies): a step's size then whatever the ranks")
     args = parser.parse_args(argv)
-    s = make(args.out, args.total_mb, args.ranks, args.layers, args.bucket, args.jobs, args.spread, args.slow_rank,
-             args.slow_factor, args.synchronised)
+    if args.distinct and args.distinct < args.ranks:
+        if args.slow_rank is not None or args.synchronised or args.spread != 0.03:
+            parser.error("--distinct makes copies of the ranks it writes: it takes none of --spread, --slow-rank, "
+                         "--synchronised")
+        s = make_copies(args.out, args.total_mb, args.ranks, args.distinct, args.layers, args.bucket, args.jobs)
+    else:
+        s = make(args.out, args.total_mb, args.ranks, args.layers, args.bucket, args.jobs, args.spread, args.slow_rank,
+                 args.slow_factor, args.synchronised)
     print(f"{s['ranks']} rank(s) x {s['copies']:,} steps ({s['span_us'] / 1e3:.3f} ms each): "
           f"{s['bytes'] / 1e6:,.1f} MB, {s['events']:,} events, {s['kernels']:,} GPU activities, "
           f"in {s['seconds']} s -> {args.out}")

@@ -45,3 +45,18 @@ def test_synthetic_gpu_traces_are_a_data_parallel_runs_at_the_size_asked(tmp_pat
         assert steps[1][0] - steps[0][0] == summary["span_us"]
         ops = [e["args"]["External id"] for e in events if e.get("cat") in ("cpu_op", "user_annotation")]
         assert len(ops) == len(set(ops))
+
+
+def test_copies_cut_one_total_into_more_ranks_each_naming_its_own(tmp_path: Path) -> None:
+    # GIVEN 16 ranks of 4 MB together, 4 of them written and the rest copies
+    summary = make_gpu_trace.make_copies(tmp_path / "gpu", total_mb=4.0, ranks=16, distinct=4, layers=2, bucket=1,
+                                         jobs=1)
+    # THEN there are 16 files, over the size by less than a step a rank (a rank holds whole steps), and rank r is
+    # rank r % 4's events, naming rank r of 16
+    step = summary["files"][0]["bytes"] / summary["files"][0]["steps"]
+    assert len(summary["files"]) == 16 and 4e6 <= summary["bytes"] < 4e6 + 16 * step
+    for rank in (0, 5, 15):
+        trace = json.loads((tmp_path / "gpu" / f"rank{rank}.json").read_text())
+        original = json.loads((tmp_path / "gpu" / f"rank{rank % 4}.json").read_text())
+        assert trace["distributedInfo"] == {"backend": "nccl", "rank": rank, "world_size": 16}
+        assert trace["traceEvents"] == original["traceEvents"]

@@ -180,7 +180,7 @@ def source_panel(report: Any) -> html.Section:
         html.P([html.Strong("Source "), html.Code(str(report.run.get("source"))),
                 f": {c.fmt_quantity(len(files), 'trace')} ({named}), "
                 f"{c.fmt_int(info.get('events', 0))} events; torch {torch}."], className="source-files"),
-        html.P([html.Strong("Schedule "), f"{info.get('schedule', 'unknown')}; ranks {ranks} of world size "
+        html.P([html.Strong("Schedule "), f"{info.get('schedule', 'unknown')}; {ranks} of world size "
                 f"{info.get('world_size', '?')}."], className="source-schedule"),
     ]
     missing = [str(sentence) for sentence in info.get("not_inferred") or []]

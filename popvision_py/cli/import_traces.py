@@ -86,8 +86,8 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     info = run["import"]
     if picked.note():
         click.echo(picked.note())
-    click.echo(f"Imported {len(paths)} trace(s) ({info['events']:,} events, ranks "
-               f"{ranks_named(info['ranks'])}): {info['schedule']}, {len(run['stages'])} stage(s), "
+    click.echo(f"Imported {len(paths):,} trace(s) ({info['events']:,} events, {ranks_named(info['ranks'])}): "
+               f"{info['schedule']}, {len(run['stages'])} stage(s), "
                f"{run['gradient_accumulation']} micro-batch(es), {run['device_iterations']} step(s).")
     for line in info["not_inferred"]:
         click.echo(f"  not in the trace: {line}")

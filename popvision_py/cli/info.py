@@ -37,7 +37,7 @@ def _imported_lines(facts: dict) -> list[str]:
     facts_of = run.get("import") or {}
     files, ranks = list(facts_of.get("files") or []), list(facts_of.get("ranks") or [])
     world = facts_of.get("world_size")
-    traced = f"rank{'s' if len(ranks) != 1 else ''} {ranks_named(ranks)}"
+    traced = ranks_named(ranks)
     of_world = f" of a world of {world:,}" if isinstance(world, int) and world > len(ranks) else ""
     named = files_named(files)
     stated = not any(str(x).startswith("the device's memory capacity") for x in facts_of.get("not_inferred") or [])

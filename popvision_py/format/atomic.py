@@ -109,7 +109,7 @@ def _name_anonymous(handle: BinaryIO, named: Path) -> None:
         os.fsync(copy.fileno())
 
 
-def _publish(handle: BinaryIO, named: Path | None, destination: Path) -> None:
+def _publish(handle: BinaryIO, named: Path | None, destination: Path, sync_folder: bool = True) -> None:
     handle.flush()
     os.fsync(handle.fileno())
     if named is None:
@@ -126,6 +126,8 @@ def _publish(handle: BinaryIO, named: Path | None, destination: Path) -> None:
         with contextlib.suppress(OSError):
             os.unlink(named)
         raise
+    if not sync_folder:
+        return
     with contextlib.suppress(OSError):  # make the rename itself durable
         dir_fd = os.open(destination.parent, os.O_RDONLY)
         try:
@@ -219,13 +221,16 @@ def _streamed(destination: Path) -> Iterator[BinaryIO]:
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | os.PathLike[str], *, streams: bool = True) -> Iterator[BinaryIO]:
+def atomic_output(path: str | os.PathLike[str], *, streams: bool = True, tidy: bool = True,
+                  sync_folder: bool = True) -> Iterator[BinaryIO]:
     """Yield a binary file; on a clean exit it replaces ``path`` atomically, else vanishes.
 
     The folder is created if needed. Any exception (KeyboardInterrupt included) discards the
     partial output and leaves an earlier file at ``path`` untouched. A character device or FIFO
     at ``path`` is written into instead (``streams=False`` refuses it); what ``output_target``
-    refuses is refused before anything is written.
+    refuses is refused before anything is written. A writer of many files into one folder (a rank's
+    each) tidies it once (``tidy``: killed writers' partial files removed, a scan of the folder) and
+    makes the renames durable once, after the last (``sync_folder``: the folder's own fsync).
     """
     destination = Path(path)
     if output_target(destination, streams=streams) == STREAM:
@@ -240,12 +245,13 @@ def atomic_output(path: str | os.PathLike[str], *, streams: bool = True) -> Iter
         handle, named = _open_anonymous(destination.parent)
     except OSError as exc:
         raise write_error(destination, exc) from exc
-    remove_stale_partials(destination.parent)
+    if tidy:
+        remove_stale_partials(destination.parent)
     published = False
     try:
         try:
             yield handle
-            _publish(handle, named, destination)
+            _publish(handle, named, destination, sync_folder)
         except OSError as exc:  # a full disk, a read-only or vanished folder...
             raise write_error(destination, exc) from exc
         published = True

@@ -116,7 +116,7 @@ class SystemWriter:
     """
 
     def __init__(self, path: str | os.PathLike[str], process: str, pid: int, instance: int | None = None,
-                 row_group_rows: int = ROW_GROUP_ROWS) -> None:
+                 row_group_rows: int = ROW_GROUP_ROWS, *, tidy: bool = True, sync_folder: bool = True) -> None:
         self.path = Path(path)
         self.rows = 0
         self._schema = SCHEMA.with_metadata(metadata(process, pid, instance))
@@ -124,7 +124,9 @@ class SystemWriter:
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
         self._stack = contextlib.ExitStack()
-        handle = self._stack.enter_context(atomic_output(self.path, streams=False))
+        # ``tidy``, ``sync_folder``: ``atomic_output``'s (a writer of many files in one folder, once)
+        handle = self._stack.enter_context(atomic_output(self.path, streams=False, tidy=tidy,
+                                                         sync_folder=sync_folder))
         self._parquet = pq.ParquetWriter(handle, self._schema, **PARQUET_OPTIONS)
 
     def write(self, columns: Mapping[str, Any] | pa.Table) -> None:

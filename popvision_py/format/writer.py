@@ -361,7 +361,11 @@ class ProfileWriter:
             if trace is not None:
                 trace.close()
                 fold = trace.fold or fold
-            self.write_table("trace_levels", fold.result())
+            levels = fold.result()
+            with self.table("trace_levels") as writer:  # a row group at a time: cast and checked a slice at a time
+                for at in range(0, max(levels.num_rows, 1), writer.row_group_rows):
+                    writer.write(levels.slice(at, writer.row_group_rows))
+            del levels
         for name in S.TABLES:
             if name not in self._writers:
                 self.table(name)

@@ -34,6 +34,7 @@ from popvision_py.importer.system import write_timelines
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 IN_PROCESS_BYTES = 32 << 20  # traces smaller than this (all together, gzipped ones as inflated ~20x) are read here
+SPARE_FILES = 256  # files open beside each rank's spilled columns' (the traces being read, the profile's spools)
 
 __all__ = ["TraceError", "checked_ranks", "find_traces", "import_traces", "read_traces", "write_import"]
 
@@ -275,11 +276,30 @@ def _check_one_run(traces: list[RankTrace]) -> None:
                          f"disagree); give the traces of one run.")
 
 
+def open_files(ranks: int) -> None:
+    """Each rank's spilled columns hold a file open (their memory map) until the profile is written: the limit on
+    open files (``ulimit -n``, often 1,024) raised as far as the system lets for ``ranks`` of them, and one
+    sentence, before anything is read, where it cannot be."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system: no such limit to raise
+        return
+    need = ranks + SPARE_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise TraceError(f"{ranks:,} ranks need {need:,} open files and this system lets the import open {hard:,} "
+                         f"(ulimit -Hn): raise the limit (ulimit -n {need}) to import them.")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else hard, hard))
+
+
 def import_traces(paths: list[Path], output: Path, *, device_memory: int | None = None, jobs: int | None = None,
                   name: str | None = None, progress: Callable[[], None] = lambda: None) -> dict:
     """Read ``paths`` and write ``output`` (a profile.pop), then each rank's CPU timeline in ``system/`` beside
     it; returns the manifest's ``run``. Each rank's columns are spilled to anonymous files in the output's
     folder as they are read (``spill``), and read back a window at a time: memory stays flat."""
+    open_files(len(paths))
     traces = read_traces(paths, jobs, progress, spill_folder(output))
     return write_import(traces, output, device_memory, name)
 

@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 
 from popvision_py.format import ProfileWriter
+from popvision_py.format.arrays import to_arrow
 from popvision_py.format.schema import KERNEL_KINDS, SCHEMA_VERSION
 from popvision_py.importer import plain_steps
 from popvision_py.importer.parts import ANNOTATION_KINDS, release_memory
@@ -285,20 +287,22 @@ def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_
     Path(path).parent.mkdir(parents=True, exist_ok=True)  # only now: a bad trace leaves no folder behind
     generator = {"name": "popvision import", "version": __version__, "schema_version": SCHEMA_VERSION}
     with ProfileWriter(path, target=target, run=run, generator=generator, row_group_rows=ROW_GROUP_ROWS) as writer:
-        tables = {table: writer.table(table) for table in TABLES}
-        kernels = writer.table("kernels", KERNEL_GROUP_ROWS)
+        tables = {table: Batched(writer.table(table)) for table in TABLES}
+        kernels = Batched(writer.table("kernels", KERNEL_GROUP_ROWS))
         for ipu, t in enumerate(traces):
             for block in kernel_rows(t, ipu, plan.lo):
-                _write(kernels, block)
+                kernels.write(block)
                 release_memory()
             rows = rank_rows_by_window(t, (plan.lo, plan.hi), plan.ready[ipu], busy_rows)
             for window in rank_tables(t, ipu, plan, _peak(t, plan.lo, plan.hi), rows):
                 if "hidden_comm_ns" in window:  # the rank's end: its tables that needed all of its rows
                     run["import"]["hidden_comm_ns"].append(window.pop("hidden_comm_ns"))
                 for table, columns in window.items():
-                    _write(tables[table], columns)
+                    tables[table].write(columns)
                 release(t, plan.ready[ipu])
                 release_memory()  # the window's arrays: freed, and handed back
+        for batched in (*tables.values(), kernels):
+            batched.flush()
         writer.set_run("import", run["import"])
     return run
 
@@ -323,11 +327,70 @@ def kernel_rows(t: RankTrace, ipu: int, lo: int) -> Iterator[dict[str, Any]]:
                "launch_name": named("launch_name"), "op": named("op"), "module": named("module")}
 
 
-def _write(table: Any, columns: dict[str, Any]) -> None:
-    """Rows handed to a table's writer a slice at a time (it holds a slice, not the window)."""
-    n = len(next(iter(columns.values())))
-    for at in range(0, max(n, 1), SLICE_ROWS):
-        table.write({k: v[at:at + SLICE_ROWS] for k, v in columns.items()})
+HELD_SLICES = 64  # a table's slices held at most, joined into one past this (``Batched``)
+
+
+class Batched:
+    """A table's rows handed to its writer a slice at a time (it holds a slice, not the window), the slices of
+    consecutive windows and ranks joined up to a row group's: a rank's few rows are not a batch each, whose
+    casting and checking costs the same whatever its rows (a millisecond or two: seconds over thousands of
+    ranks). The slices joined are those the writer would hold until it writes a row group of them, so that its
+    row groups are the same; a column of Arrow arrays is joined chunk by chunk, as the writer joins them."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+        self.slices: list[dict[str, Any]] = []
+        self.rows = 0
+
+    def write(self, columns: dict[str, Any]) -> None:
+        n = len(next(iter(columns.values())))
+        for at in range(0, max(n, 1), SLICE_ROWS):
+            piece = {k: v[at:at + SLICE_ROWS] for k, v in columns.items()}
+            self.slices.append(piece)
+            self.rows += len(next(iter(piece.values())))
+            if self.rows >= self.table.row_group_rows:
+                self.flush()
+            elif len(self.slices) >= HELD_SLICES:
+                self._compact()
+
+    def _compact(self) -> None:
+        """The slices held joined into one, each Arrow column's dictionaries unified: a rank's slice of a few rows
+        costs kilobytes of objects, which thousands of ranks would hold until a row group's rows come."""
+        try:
+            joined = _joined(self.slices)
+            self.slices = [{k: v.unify_dictionaries().combine_chunks() if isinstance(v, pa.ChunkedArray) else v
+                            for k, v in joined.items()}]
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+            pass  # kept as they are: the writer casts them slice by slice
+
+    def flush(self) -> None:
+        """Hand the slices held to the writer (at the end, or a row group's rows)."""
+        slices, self.slices, self.rows = self.slices, [], 0
+        if not slices:
+            return
+        try:
+            joined = _joined(slices)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):  # columns the writer casts slice by slice
+            for piece in slices:
+                self.table.write(piece)
+            return
+        self.table.write(joined)
+
+
+def _joined(slices: list[dict[str, Any]]) -> dict[str, Any]:
+    """The slices' columns one after the other: NumPy numbers concatenated, anything else as Arrow chunks."""
+    if len(slices) == 1:
+        return slices[0]
+    out: dict[str, Any] = {}
+    for name in slices[0]:
+        values = [s[name] for s in slices]
+        if all(isinstance(v, np.ndarray) and v.dtype.kind in "iufb" for v in values):
+            out[name] = np.concatenate(values)
+            continue
+        arrays = [to_arrow(v) for v in values]
+        out[name] = pa.chunked_array([c for a in arrays for c in (a.chunks if isinstance(a, pa.ChunkedArray)
+                                                                   else [a])])
+    return out
 
 
 def _device_memory(traces: list[RankTrace]) -> int | None:

@@ -37,6 +37,10 @@ from popvision_py.importer.kernels import (GPU_ROW, KERNEL_COLUMNS, LAUNCH_ROW, 
 from popvision_py.importer.memory_changes import check_memory_kinds, running_memory
 
 BATCH_ROWS = 1 << 16  # rows handled at a time: intervals merged, samples reduced, spans copied
+# Held in memory up to this (``SpillFile``): a scratch file (one rank's at a time), a rank's raw parts (a rank
+# being read each: as many as the ranks whose byte ranges are being read at once)
+HELD_BYTES = 4 << 20
+HELD_RAW_BYTES = 1 << 20
 ALIGN = 64
 # The spans' columns as ``RankTrace`` holds them: its field, the column of ``RankPart.rows``, the dtype.
 SPAN_COLUMNS = (("start", 0, np.int64), ("end", 1, np.int64), ("kind", 2, np.int8), ("stage", 3, np.int32),
@@ -62,18 +66,35 @@ class Ref:
 
 
 class SpillFile:
-    """An anonymous file that arrays are appended to, then read as arrays over one memory map."""
+    """An anonymous file that arrays are appended to, then read as arrays over one memory map.
 
-    def __init__(self, folder: Path) -> None:
-        try:
-            self.file = tempfile.TemporaryFile(dir=folder)
-        except OSError as exc:
-            raise TraceError(f"Cannot write the import's spill files in {folder}: {exc.strerror or exc}.") from None
+    A file used and dropped within one rank's read or write (``held``: a scratch file, a rank's raw parts) is
+    held in memory while it is under ``held`` bytes, and becomes a file only past them: making a file costs
+    about a millisecond whatever it holds, which a job of thousands of small ranks would pay several times a
+    rank, while what is held stays under a few times ``held`` bytes whatever the ranks."""
+
+    def __init__(self, folder: Path, held: int = 0) -> None:
         self.folder = folder
         self.size = 0
-        self.map: mmap.mmap | None = None
+        self.map: mmap.mmap | bytearray | None = None
+        self.held = held
+        self.buffer: bytearray | None = bytearray() if held else None
+        self.file = None if held else self._open()
+
+    def _open(self) -> Any:
+        try:
+            return tempfile.TemporaryFile(dir=self.folder)
+        except OSError as exc:
+            raise TraceError(f"Cannot write the import's spill files in {self.folder}: {exc.strerror or exc}.") \
+                from None
 
     def _write(self, data: Any) -> None:
+        if self.buffer is not None:
+            if len(self.buffer) + len(data) <= self.held:
+                self.buffer += data
+                return
+            self.file, held, self.buffer = self._open(), self.buffer, None
+            self._write(held)
         try:
             self.file.write(data)
         except OSError as exc:
@@ -91,6 +112,9 @@ class SpillFile:
 
     def freeze(self) -> None:
         """No more appends: the file is mapped (the mapping keeps it open; the file object is closed)."""
+        if self.buffer is not None:
+            self.map = self.buffer if self.size else None
+            return
         with self.file:
             self.file.flush()
             if self.size:
@@ -105,7 +129,7 @@ class SpillFile:
 
     def release(self) -> None:
         """Hand back the pages read or written so far (they stay in the file, to be read again)."""
-        if self.map is not None and hasattr(mmap, "MADV_DONTNEED"):
+        if isinstance(self.map, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
             self.map.madvise(mmap.MADV_DONTNEED)
 
 
@@ -135,7 +159,7 @@ class Growing:
 
     def __init__(self, folder: Path | None) -> None:
         self.pieces: list[np.ndarray] = []
-        self.spill = SpillFile(folder) if folder is not None else None
+        self.spill = SpillFile(folder, HELD_BYTES) if folder is not None else None
         self.column = self.spill.column(np.int64) if self.spill is not None else None
 
     def extend(self, values: np.ndarray) -> None:
@@ -323,7 +347,7 @@ class SpilledRank:
 
     def __init__(self, folder: Path, batch: int | None = None) -> None:
         self.folder, self.batch = folder, batch or BATCH_ROWS
-        self.raw = SpillFile(folder)
+        self.raw = SpillFile(folder, HELD_RAW_BYTES)
         self.parts: list[_PartRefs] = []
         self.names: dict[str, int] = {}
         self.gpu_names: dict[str, int] = {}
@@ -395,7 +419,7 @@ class SpilledRank:
                               self.batch)
         raw.release()
         # autograd's nodes as spans, after every part's (``assemble``): unioned into a scratch file first
-        scratch = SpillFile(self.folder)
+        scratch = self._scratch()
         nodes_ref = union_runs([raw.array(p.backward[t]) for t in choice.backward for p in parts if t in p.backward],
                                scratch, self.batch)
         scratch.freeze()
@@ -418,13 +442,13 @@ class SpilledRank:
         if changed:
             try:
                 memory = change_runs([(raw.array(c[choice.memory][0]), raw.array(c[choice.memory][1]))
-                                      for c in self.changes if choice.memory in c], out, SpillFile(self.folder),
+                                      for c in self.changes if choice.memory in c], out, self._scratch(),
                                      self.batch)
             except TraceError as exc:
                 raise TraceError(f"{path} {exc}.") from None
         elif choice.memory is not None:
             memory = bucket_runs([(raw.array(p.memory[choice.memory][0]), raw.array(p.memory[choice.memory][1]))
-                                  for p in parts if choice.memory in p.memory], out, SpillFile(self.folder),
+                                  for p in parts if choice.memory in p.memory], out, self._scratch(),
                                  self.batch)
         # the GPU's own timeline, sorted and joined to its launches and their operators a stretch of time at a time
         kernels, kernel_names = spill_timeline([raw.array(p.gpu_rows) for p in parts],
@@ -448,6 +472,10 @@ class SpilledRank:
         out.release()
         release_memory()
         return trace
+
+    def _scratch(self) -> SpillFile:
+        """A file used and dropped within ``trace``: held in memory while small."""
+        return SpillFile(self.folder, HELD_BYTES)
 
     def _span_blocks(self, nodes: np.ndarray, names: list[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The rank's spans (``RankPart.rows``, names the rank's codes) a part at a time, then autograd's
@@ -511,7 +539,7 @@ def merged_launches(runs: list[np.ndarray], folder: Path, batch: int = BATCH_ROW
     scratch files."""
     runs = [r for r in runs if len(r)]
     width = runs[0].shape[1] if runs else len(KERNEL_COLUMNS) - GPU_ROW + 2
-    ids, rest = SpillFile(folder), SpillFile(folder)
+    ids, rest = SpillFile(folder, HELD_BYTES), SpillFile(folder, HELD_BYTES)
     id_column, rest_column = ids.column(np.int64), rest.column(np.int64, (width - 2,))
     keys = [r[:, 0] for r in runs]
     for slices in _stretches(keys, _cuts(keys, batch)):
@@ -536,7 +564,7 @@ def spill_timeline(kernel_runs: list[np.ndarray], launch_runs: list[np.ndarray],
     quarter of ``batch`` rows: a kernel's row and its sorted and joined copies are four times a span's."""
     code, sorted_names = name_codes(names)
     batch = max(batch // 4, 1)
-    scratch = SpillFile(folder)
+    scratch = SpillFile(folder, HELD_BYTES)
     refs = launches_with_ops(launch_runs, op_runs, code, scratch, batch)
     scratch.freeze()
     keys, launches = merged_launches([scratch.array(ref) for ref in refs], folder, batch)

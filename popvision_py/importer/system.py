@@ -69,9 +69,11 @@ def write_timelines(traces: list[RankTrace], folder: Path) -> list[Path]:
     """Write each rank's file into ``folder`` (each atomically); a rank file of an earlier import of more
     ranks is removed, so the folder holds this import's ranks only. Returns the files written."""
     written = []
-    for trace in traces:
+    for k, trace in enumerate(traces):
         path = folder / f"{process_name(trace.rank)}{S.SUFFIX}"
-        with S.SystemWriter(path, process_name(trace.rank), _pid(trace)) as writer:
+        # the folder tidied once, and its renames made durable once, after the last file: not once a rank
+        with S.SystemWriter(path, process_name(trace.rank), _pid(trace), tidy=k == 0,
+                            sync_folder=k == len(traces) - 1) as writer:
             for at in range(0, max(len(trace.kind), 1), SLICE_SPANS):  # a slice at a time: rows of a few spans
                 writer.write(rank_columns(trace, slice(at, at + SLICE_SPANS)))
                 release(trace)

@@ -67,3 +67,31 @@ def test_each_figure_a_rank_at_a_time_is_the_whole_tables(imported):
         same(report.answer("gpu.kernels_by_name", 3), gpu.kernels_by_name(k, window, 3))
         same(report.answer("gpu.phases", None), gpu_ranks.FIGURES["phases"](everything, None))
         assert len(view.launches()) == len(gpu.launches(hta)) > 0
+
+
+def test_each_rank_reads_each_row_group_once_and_gives_each_ranks_kernels(imported, monkeypatch):
+    # GIVEN the import whose row groups hold both ranks' kernels, and a rank's kernels span several
+    with popvision_py.open(imported) as report:
+        profile = report.profile
+        ranks = gpu_ranks.rank_numbers(profile.run, int(profile.target["num_ipus"]))
+        read: list[int] = []
+        iter_batches = profile.iter_batches
+
+        def counted(table, columns=None, batch_size=1 << 20, row_groups=None, use_threads=True):
+            read.extend(row_groups if row_groups is not None else [])
+            return iter_batches(table, columns, batch_size, row_groups, use_threads)
+
+        monkeypatch.setattr(profile, "iter_batches", counted)
+        # WHEN each rank's kernels are read in turn
+        streamed = list(gpu_ranks.each_rank(profile, ranks))
+        groups = profile.metadata("kernels").num_row_groups
+        # THEN each row group was read once, in order
+        assert read == list(range(groups))
+        # AND each rank's kernels are those its own row groups hold, every column the same
+        assert len(streamed) == len(ranks) == 2
+        for ipu, k in enumerate(streamed):
+            alone = gpu_ranks.rank_kernels(profile, ipu, ranks)
+            assert len(k) == len(alone) > 100
+            for name, value in vars(alone).items():
+                if isinstance(value, np.ndarray):
+                    assert np.asarray(getattr(k, name)).tolist() == value.tolist(), name

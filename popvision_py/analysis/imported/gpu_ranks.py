@@ -102,12 +102,49 @@ def rank_kernels(profile: Any, ipu: int, ranks: np.ndarray) -> gpu.Kernels:
 
 def each_rank(profile: Any, ranks: np.ndarray) -> Iterator[gpu.Kernels]:
     """Each IPU's kernels in turn (an empty ``gpu.Kernels`` each where the profile has no kernels table: a
-    schema before 5)."""
-    for ipu in range(len(ranks)):
-        if "kernels" not in profile.tables:
+    schema before 5). The table's row groups are read once each, in order, each IPU's rows taken as they
+    complete (``sorted_ranks``): a row group holds many small ranks, which one read a rank would decode again
+    for each. A table not sorted by ipu is read by each IPU's row groups (``rank_kernels``)."""
+    if "kernels" not in profile.tables:
+        for _ in range(len(ranks)):
             yield gpu.Kernels.build([], [], [], [], [], [], ranks=ranks)
-        else:
-            yield rank_kernels(profile, ipu, ranks)
+        return
+    streamed = sorted_ranks(profile, ranks)
+    for ipu in range(len(ranks)):
+        k = next(streamed, None)
+        if k is None:  # not sorted by ipu: this IPU's and the rest by their row groups
+            streamed = iter(())
+            k = rank_kernels(profile, ipu, ranks)
+        yield k
+
+
+def sorted_ranks(profile: Any, ranks: np.ndarray) -> Iterator[gpu.Kernels]:
+    """Each IPU's kernels from the table's row groups read in order, each once, while its ``ipu`` column rises; it
+    stops early at rows out of order. An IPU without rows: ``rank_kernels``'s empty ``gpu.Kernels``."""
+    names = [c for c in TABLE_COLUMNS["kernels"] if profile.has_column("kernels", c)]
+    held: pa.Table | None = None  # the rows of the last IPU read so far (its rows may go on in the next group)
+    ipu = 0
+    for group in range(profile.metadata("kernels").num_row_groups):
+        batches = list(profile.iter_batches("kernels", names, row_groups=[group]))
+        if not batches:
+            continue
+        table = pa.Table.from_batches(batches)
+        table = table if held is None else pa.concat_tables([held, table])
+        del batches
+        ipus = numbers(table["ipu"])
+        if len(ipus) and ((np.diff(ipus) < 0).any() or ipus[0] < ipu):
+            return
+        last = int(ipus[-1]) if len(ipus) else ipu
+        bounds = np.searchsorted(ipus, np.arange(ipu, last + 1))
+        for at in range(ipu, last):  # the IPUs before the last one read: all their rows are here
+            a, b = bounds[at - ipu], bounds[at - ipu + 1]
+            yield gpu.Kernels.from_columns(Columns(table.slice(a, b - a)), ranks)
+        held, ipu = table.slice(bounds[-1]), last
+    if held is not None:
+        yield gpu.Kernels.from_columns(Columns(held), ranks)
+        ipu += 1
+    for _ in range(ipu, len(ranks)):
+        yield gpu.Kernels.build([], [], [], [], [], [], ranks=ranks)
 
 
 def figures(profile: Any, window: tuple[np.ndarray, np.ndarray], last_step_starts: np.ndarray | None,

@@ -1,0 +1,128 @@
+"""A job's traces at any rank count: an import of many small ranks holds every rank, leaves nothing behind
+(no spill file, no file open), raises the limit on open files it needs, says so in one sentence where it
+cannot, and prints no line that grows with the ranks; the trace's levels of detail are the same whether its
+rows are held to the end or binned as they come."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from popvision_py.format import levels, open_profile
+from popvision_py.format.levels import LevelFold
+from popvision_py.importer import find_traces, import_traces
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import make_gpu_trace  # noqa: E402
+
+pytestmark = pytest.mark.slow
+RANKS = 64
+
+
+@pytest.fixture(scope="module")
+def many_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """64 GPU ranks of a data-parallel run, one profiler step each (about 32 KB a rank)."""
+    folder = tmp_path_factory.mktemp("ranks") / "traces"
+    make_gpu_trace.make(folder, total_mb=1.0, ranks=RANKS, layers=2, bucket=1, jobs=1)
+    return folder
+
+
+def cli(*args: object, files: tuple[int, int] | None = None) -> subprocess.CompletedProcess:
+    """``popvision ARGS`` in a process of its own, its limit on open files (soft, hard) set first where given."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def limit() -> None:
+        if files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, files)
+
+    return subprocess.run([sys.executable, "-m", "popvision_py.cli", *map(str, args)], capture_output=True,
+                          text=True, env=env, preexec_fn=limit, timeout=300)
+
+
+def test_an_import_of_many_ranks_holds_each_rank_and_prints_no_line_that_grows_with_them(many_ranks, tmp_path):
+    # GIVEN 64 ranks, and a limit on open files (100) under what they need (64 + 256) but a hard limit above it
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < RANKS + 256:
+        pytest.skip(f"the hard limit on open files ({hard}) is under what the import needs")
+    # WHEN they are imported
+    result = cli("import", many_ranks, "-o", tmp_path / "out", "-q", files=(100, hard))
+    # THEN the import raised the limit and wrote every rank: an IPU, a kernels' and a trace's rows, a timeline each
+    assert result.returncode == 0, result.stderr
+    with open_profile(tmp_path / "out" / "profile.pop") as profile:
+        assert profile.run["import"]["ranks"] == list(range(RANKS)) and profile.target["num_ipus"] == RANKS
+        for table in ("kernels", "trace", "programs", "tile_memory", "trace_levels"):
+            assert np.unique(profile.read_table(table)["ipu"]).tolist() == list(range(RANKS)), table
+    # AND nothing else is left beside the profile: no spill file, in the output's folder or its parent
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["profile.pop", "system"]
+    assert len(list((tmp_path / "out" / "system").iterdir())) == RANKS
+    # AND what it prints names the ranks in a few words, as info names them and their files
+    assert "ranks 0 to 63" in result.stdout and max(map(len, result.stdout.splitlines())) < 200
+    info = cli("info", tmp_path / "out" / "profile.pop")
+    assert info.returncode == 0, info.stderr
+    assert "ranks 0 to 63" in info.stdout and f"{many_ranks}/rank<n>.json" in info.stdout
+    assert max(map(len, info.stdout.splitlines())) < 200
+
+
+def test_an_import_of_many_ranks_leaves_no_file_open(many_ranks, tmp_path):
+    # GIVEN the files this process has open
+    before = sorted(os.listdir("/proc/self/fd")) if Path("/proc/self/fd").is_dir() else None
+    if before is None:
+        pytest.skip("no /proc/self/fd here to count open files")
+    # WHEN 64 ranks are imported in it
+    import_traces(find_traces([str(many_ranks)]), tmp_path / "out" / "profile.pop", jobs=1)
+    # THEN it has the same files open once the profile and the timelines are written: every spill file closed
+    assert len(os.listdir("/proc/self/fd")) <= len(before)
+
+
+def test_too_few_files_to_open_is_one_sentence_and_no_profile(many_ranks, tmp_path):
+    # GIVEN a hard limit of 100 open files, under the 64 + 256 the import needs
+    # WHEN 64 ranks are imported
+    result = cli("import", many_ranks, "-o", tmp_path / "out", "-q", files=(100, 100))
+    # THEN it says so in one sentence, exit code 2, and writes nothing
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "320 open files" in lines[0] and "ulimit -n 320" in lines[0], result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_levels_are_the_same_held_to_the_end_or_binned_as_rows_come(monkeypatch):
+    # GIVEN 300 IPUs' rows coming in three batches that widen the run (the fold's bins widen with them), a
+    # tenth of them of no cycles, on the edge of a bin of 64 cycles (counted at a wider bin, not a narrower)
+    rng = np.random.default_rng(50)
+    batches = []
+    for k in (1, 4, 40):
+        n = 5_000
+        start = rng.integers(0, k * 10**6, n)
+        end = start + rng.integers(0, 20_000, n)
+        edge = rng.random(n) < 0.1
+        start = np.where(edge, start // 64 * 64, start)
+        end = np.where(edge, start, end)
+        batches.append((rng.integers(0, 300, n), rng.integers(0, 5, n), start, end))
+
+    def folded() -> object:
+        fold = LevelFold()
+        for batch in batches:
+            fold.add(*batch)
+        return fold.result()
+
+    held = folded()
+    # WHEN the same rows are binned as they come (nothing held), and held but binned 7 IPUs at a time
+    monkeypatch.setattr(levels, "HELD_ROWS", 0)
+    binned = folded()
+    monkeypatch.setattr(levels, "HELD_ROWS", 1 << 21)
+    monkeypatch.setattr(levels, "CHUNK_CELLS", 7 * levels.N_PHASE * 600)
+    chunked = folded()
+    # THEN the three tables are the same, and each level's cycles sum to the rows'
+    assert held.equals(binned) and held.equals(chunked) and held.num_rows > 0
+    cycles = sum(int((e - s).sum()) for _, _, s, e in batches)
+    frame = held.to_pandas()
+    assert (frame.groupby("level")["cycles"].sum() == cycles).all()
