@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "out" / "replay")
     ap.add_argument("--steps", type=int, default=4, help="profiled steps per run (after one warm-up step)")
-    ap.add_argument("--plain", type=int, default=4, help="steps timed without the profiler, before it and after it")
+    ap.add_argument("--plain", type=int, default=8, help="steps timed without the profiler, before it and after it")
     ap.add_argument("--blocks", default=",".join(BLOCKS), help="linear, transformer or both")
     ap.add_argument("--reuse", action="store_true", help="predict from the runs already recorded in --work")
     ap.add_argument("--quiet", type=float, default=1.2, help="wait for the 1-minute load average under this")
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{a.steps} profiled steps, {a.plain} plain steps before them and {a.plain + 1} after per run; "
               f"the 1-minute load average before each recording {loads(profiles)} (the machine shared with "
               f"other work; {load[0]:.2f} when the predictions started, {load_after[0]:.2f} at their end): "
-              f"`.venv/bin/python benchmarks/replay_fidelity.py --write`.\n\n")
+              f"`.venv/bin/python benchmarks/replay_fidelity.py --plain {a.plain} --quiet {a.quiet:g} --write`.\n\n")
     print(header + text)
     if a.write:
         doc = DOC.read_text()
