@@ -95,7 +95,7 @@ def test_too_few_files_to_open_is_one_sentence_and_no_profile(many_ranks, tmp_pa
 
 
 def test_levels_are_the_same_held_to_the_end_or_binned_as_rows_come(monkeypatch):
-    # GIVEN 300 IPUs' rows coming in three batches that widen the run (the fold's bins widen with them), a
+    # GIVEN 60 IPUs' rows coming in three batches that widen the run (the fold's bins widen with them), a
     # tenth of them of no cycles, on the edge of a bin of 64 cycles (counted at a wider bin, not a narrower)
     rng = np.random.default_rng(50)
     batches = []
@@ -106,7 +106,7 @@ def test_levels_are_the_same_held_to_the_end_or_binned_as_rows_come(monkeypatch)
         edge = rng.random(n) < 0.1
         start = np.where(edge, start // 64 * 64, start)
         end = np.where(edge, start, end)
-        batches.append((rng.integers(0, 300, n), rng.integers(0, 5, n), start, end))
+        batches.append((rng.integers(0, 60, n), rng.integers(0, 5, n), start, end))
 
     def folded() -> object:
         fold = LevelFold()
