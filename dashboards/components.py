@@ -208,11 +208,13 @@ def rank_table(frame: pd.DataFrame, columns: Mapping[str, str], formats: Mapping
     parts = [head]
     if len(distinct) == len(ranks):
         found = spread(ranks, {col: frame[col].to_numpy(np.float64) for col in shown}).frame()
+        own = formats or {}
+        for k in ("min", "p50", "p90", "max"):  # each figure in its own column's units (ms, %, bytes)
+            found[k] = [own.get(col, fmt_number)(v) for col, v in zip(found["figure"], found[k].tolist())]
         found["figure"] = found["figure"].map(lambda col: columns[col])
         parts.append(table(found, {"figure": "figure", "min": "min", "p50": "median", "p90": "p90", "max": "max",
                                    "highest": "ranks furthest past the median"},
-                           {k: fmt_number for k in ("min", "p50", "p90", "max")}, table_id=f"{table_id}-spread"
-                           if table_id else None))
+                           table_id=f"{table_id}-spread" if table_id else None))
     parts.append(table(frame[np.isin(ranks, named)], columns, formats, table_id=table_id))
     return html.Div(parts)
 

@@ -9,9 +9,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
+from dashboards import components as c
 from dashboards.figures import ranks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,3 +193,13 @@ def test_a_box_on_a_binned_matrix_draws_the_ranks_it_holds_each_its_own_cell():
     z = np.asarray(sub.data[0].z, dtype=float)
     assert z.shape == (6, 4) and [z[s - 3, s - 4] for s in (4, 5, 6, 7)] == [5, 6, 7, 8]
     assert np.isnan(z).sum() == 20
+
+
+def test_a_spread_of_many_ranks_speaks_each_figures_own_units():
+    # GIVEN 40 ranks' compute in seconds (rank r: r ms), shown in ms, and a count shown as it is
+    frame = pd.DataFrame({"rank": np.arange(40), "compute_s": np.arange(40) / 1e3, "calls": np.full(40, 4)})
+    ms = lambda v: f"{v * 1e3:,.2f} ms"  # noqa: E731
+    div = c.rank_table(frame, {"rank": "rank", "compute_s": "compute", "calls": "calls"}, {"compute_s": ms})
+    # THEN the spread's compute row is in ms (min 0, median 19.5 ms, max 39 ms), not seconds rounded to 0.00
+    text = str(div.to_plotly_json())
+    assert "0.00 ms" in text and "19.50 ms" in text and "39.00 ms" in text
