@@ -83,6 +83,7 @@ TRACE_TILES_SECTION = "trace-tiles-section"
 TRACE_TILES_NOTE = "trace-tiles-note"  # an imported trace: one line instead of the cycles per tile
 TRACE_NO_TILES = "trace-no-tiles"
 # the tiles in time (chosen tiles as BSP rows) and the tile balance
+TRACE_ROWS = "trace-rows"  # past MANY_RANKS IPUs, the rows a box chose: [first, last + 1], or None (a heat map)
 TRACE_WINDOW = "trace-window"  # the window both time lines show: [start, end] cycles, or None for the run
 TRACE_TILE_CHOICE = "trace-tile-choice"
 TRACE_TILE_LEVEL = "trace-tile-level"

@@ -19,22 +19,32 @@ def window_trace(frame: pd.DataFrame, level: str, window: tuple[int, int], ipus:
                  naming: Naming = IPUS) -> go.Figure:
     """The execution trace's BSP timeline of the window (``figures.trace.trace_timeline`` of ``frame``, a
     ``trace.timeline`` frame), its legend below: the figure the marks are drawn over."""
-    fig = trace_timeline(frame, level, window, ipus, naming)
+    return below(trace_timeline(frame, level, window, ipus, naming))
+
+
+def below(fig: go.Figure) -> go.Figure:
+    """``fig`` with its legend below it, where the marks' entry shows."""
     fig.update_layout(legend=dict(orientation="h", y=-0.35), margin=dict(l=80, r=20, t=40, b=80))
     return fig
 
 
-def marks_trace(marks: pd.DataFrame, label: str, naming: Naming = IPUS) -> go.Bar:
+def marks_trace(marks: pd.DataFrame, label: str, naming: Naming = IPUS, rows: Sequence[int] | None = None) -> go.Bar:
     """Each of ``marks`` (``[ipu, start_cycle, end_cycle]``: the selection's executions) as a dark stripe
-    through its IPU's row of ``window_trace``."""
+    through its IPU's row of ``window_trace``, or with ``rows`` (the IPUs in order) of the heat map of many
+    IPUs, whose rows are numbered (its hover names the IPU)."""
     shown = marks.head(MAX_MARKS)
     width = (shown["end_cycle"] - shown["start_cycle"]).to_numpy()
+    ipu = shown["ipu"].to_numpy(np.int64)
     return go.Bar(
-        y=shown["ipu"].map(naming.label), x=np.maximum(width, 1), base=shown["start_cycle"], orientation="h",
-        width=0.3, name=label, marker=dict(color=MARK_COLOUR, line=dict(width=0)),
+        y=shown["ipu"].map(naming.label) if rows is None else np.searchsorted(np.asarray(rows, np.int64), ipu),
+        x=np.maximum(width, 1), base=shown["start_cycle"], orientation="h",
+        # a heat map's row is a pixel or less: a mark as tall as a 150th of the rows, to be seen
+        width=0.3 if rows is None else max(0.8, len(rows) / 150), name=label,
+        marker=dict(color=MARK_COLOUR, line=dict(width=0)),
         customdata=np.stack([shown["start_cycle"], shown["end_cycle"]], axis=-1) if len(shown) else None,
-        hovertemplate=("%{y} " + label + "<br>" + naming.unit
-                       + " %{customdata[0]:,} – %{customdata[1]:,}<extra></extra>"),
+        hovertext=shown["ipu"].map(naming.label),
+        hovertemplate="%{hovertext} " + label + "<br>" + naming.unit + " %{customdata[0]:,} – %{customdata[1]:,}"
+                      "<extra></extra>",
     )
 
 

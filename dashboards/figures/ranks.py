@@ -29,11 +29,16 @@ def busy_heatmap(row: np.ndarray, start: np.ndarray, end: np.ndarray, labels: Se
         return empty("Nothing to draw in this window.")
     edges = bin_edges(window[0], window[1], bins)
     busy = busy_by_row(row, start, end, len(labels), edges)
-    share = 100.0 * busy / np.diff(edges)[None, :]
-    middle = x_of((edges[:-1] + edges[1:]) // 2)
+    return share_heatmap(100.0 * busy / np.diff(edges)[None, :], x_of((edges[:-1] + edges[1:]) // 2), labels,
+                         what, x_title)
+
+
+def share_heatmap(share: np.ndarray, middle: np.ndarray, labels: Sequence[str], what: str, x_title: str,
+                  scale: str = "% busy") -> go.Figure:
+    """``share`` (``[labels, bins]``, % of each bin) as a heat map of a row per label, columns at ``middle``."""
     fig = go.Figure(go.Heatmap(
         z=share, x=middle, y=list(range(len(labels))), zmin=0, zmax=100, colorscale="Blues",
-        colorbar=dict(title=dict(text="% busy", side="right"), thickness=12),
+        colorbar=dict(title=dict(text=scale, side="right"), thickness=12),
         customdata=np.broadcast_to(np.asarray(labels, dtype=object)[:, None], share.shape),
         hovertemplate="%{customdata}<br>%{z:.0f}% of the bin " + what + "<br>at %{x}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", title=f"{len(labels):,} ranks (zoom a box onto a few to see each)",

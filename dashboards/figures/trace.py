@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from dashboards.figures.ranks import busy_heatmap, share_heatmap
 from dashboards.figures.style import CAPACITY_COLOUR, IPUS, PHASE_COLOURS, Naming, empty, styled
 from popvision_py.format.schema import PHASES
 
@@ -77,6 +78,33 @@ def trace_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], ipu
         meta={"level": level},
         margin=dict(l=80, r=20, t=40, b=45),
     )
+
+
+def compute_heatmap(frame: pd.DataFrame, level: str, window: tuple[int, int], ipus: Sequence[int],
+                    naming: Naming = IPUS) -> go.Figure:
+    """Past ``MANY_RANKS`` IPUs (or ranks), the timeline as a heat map: a row per IPU, a column per time bin, each
+    cell the share of the bin the IPU spent computing. ``frame``: a ``trace.timeline`` frame. Its bins (``level``
+    "bins") are the columns, each cell its compute cycles over the bin's width; its events are cut into
+    ``HEATMAP_BINS`` bins of ``window``."""
+    order = np.asarray(sorted(ipus), np.int64)
+    labels = [naming.label(int(ipu)) for ipu in order]
+    compute = frame[frame["phase"].astype(str) == "compute"]
+    row = np.searchsorted(order, compute["ipu"].to_numpy(np.int64))
+    start, end = compute["start_cycle"].to_numpy(np.int64), compute["end_cycle"].to_numpy(np.int64)
+    what, title = "computing", naming.unit
+    if level != "bins" or frame.empty:
+        fig = busy_heatmap(row, start, end, labels, window, lambda t: t, what, title)
+    else:  # the levels' bins, each cell its compute cycles over the bin
+        width = int(frame["end_cycle"].iloc[0] - frame["start_cycle"].iloc[0])
+        first = int(frame["start_cycle"].min())
+        columns = -(-(int(frame["end_cycle"].max()) - first) // width)
+        share = np.zeros((len(labels), columns))
+        np.add.at(share, (row, (start - first) // width), compute["cycles"].to_numpy(np.float64))
+        fig = share_heatmap(100.0 * share / width, first + width * (np.arange(columns) + 0.5), labels, what, title)
+    fig.update_traces(colorbar=dict(title=dict(text="% compute")))
+    fig.update_xaxes(range=list(window))
+    fig.update_yaxes(title=f"{len(labels):,} {naming.device}s (zoom a box onto a few to see each)")
+    return fig
 
 
 def tile_cycles(frame: pd.DataFrame, title: str = "") -> go.Figure:

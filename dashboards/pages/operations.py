@@ -17,6 +17,8 @@ from dash.dash_table.Format import Format, Scheme
 from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import operations as figures
+from dashboards.figures import trace as trace_figures
+from dashboards.figures.ranks import HEATMAP_BINS, MANY_RANKS
 from dashboards.figures.style import empty
 from popvision_py.analysis.trace import timeline as _trace
 
@@ -185,7 +187,9 @@ def select(profile: str | None, by: str | None, cell: dict | None):
     base = window_figure(report, naming)
     if base is None:
         return label, empty("The trace has no rows."), None
-    fig = figures.marked(base, figures.marks_trace(marks, label, naming))
+    many = report.memo(("operations page", "window ipus"), lambda: report.operations.window_index().ipus)
+    rows = list(many) if len(many) > MANY_RANKS else None  # the heat map's rows are numbered, not named
+    fig = figures.marked(base, figures.marks_trace(marks, label, naming, rows))
     said = (f"{label}: {len(marks):,} executions in this iteration" if len(marks)
             else f"{label}: it does not run in this iteration")
     return said, fig, variables_table(report, naming, by, value)
@@ -197,6 +201,11 @@ def window_figure(report: Any, naming: Any) -> dict | None:
         index = report.operations.window_index()
         if not index.ipus:
             return None
+        window = (index.start_cycle, index.end_cycle)
+        if len(index.ipus) > MANY_RANKS:  # a row per IPU would be a wall of them: a heat map of their compute
+            timeline = _trace.timeline(index, None, None, HEATMAP_BINS)
+            fig = trace_figures.compute_heatmap(timeline.frame, timeline.level, window, index.ipus, naming)
+            return figures.below(fig).to_dict()
         timeline = _trace.timeline(index, None, None, MAX_BINS)
         return figures.window_trace(timeline.frame, timeline.level, (index.start_cycle, index.end_cycle), index.ipus,
                                     naming).to_dict()

@@ -17,6 +17,7 @@ from dash import Input, Output, State, dcc, html
 from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import trace as figures
+from dashboards.figures.ranks import HEATMAP_BINS, MANY_RANKS, rows_in_view
 from dashboards.figures.style import IPUS, Naming, empty, ipu_label
 from dashboards.zoom import window_from_relayout
 from popvision_py.analysis.trace.levels import WindowTooWideError
@@ -43,6 +44,7 @@ def layout(**_query: str) -> html.Div:
                           html.Button("Whole run", id=ids.TRACE_RESET, n_clicks=0, className="button")],
                          className="controls"),
                 c.graph(ids.TRACE_TIMELINE),
+                dcc.Store(id=ids.TRACE_ROWS, data=None),
                 title_id=ids.TRACE_TIMELINE_TITLE,
             ),
             # An imported pipeline: the chain of passes and transfers that set one measured step
@@ -142,47 +144,86 @@ def run_extent(report: Any) -> tuple[int, int]:
     return int(start), int(end)
 
 
-def timeline(profile: str | None, window: tuple[int, int] | None, revision: int = 0) -> tuple:
-    """Figure and level-of-detail text of the timeline over ``window`` (None: the whole run)."""
+def timeline(profile: str | None, window: tuple[int, int] | None, revision: int = 0,
+             rows: tuple[int, int] | None = None) -> tuple:
+    """Figure and level-of-detail text of the timeline over ``window`` (None: the whole run). Past ``MANY_RANKS``
+    IPUs, a heat map of them all unless ``rows`` (``(first, last + 1)``, at most ``MANY_RANKS``) are chosen: then
+    theirs alone."""
     report = data.report(profile)
     window = window or run_extent(report)
+    ipus = list(range(int(report.target["num_ipus"])))
+    many = len(ipus) > MANY_RANKS and rows is None
+    chosen = ipus if rows is None else ipus[rows[0]:rows[1]]
     try:
-        result = report.trace.timeline(window[0], window[1], max_bins=MAX_BINS)
+        result = report.trace.timeline(window[0], window[1], max_bins=HEATMAP_BINS if many else MAX_BINS,
+                                       ipus=None if rows is None else chosen)
     except WindowTooWideError as error:  # too wide for the rows, too narrow for the levels: the zoom that fits
         return empty(str(error)), str(error)
-    ipus = list(range(int(report.target["num_ipus"])))
     naming = data.naming(report)
-    fig = figures.trace_timeline(result.frame, result.level, window, ipus, naming)
+    if many:
+        fig = figures.compute_heatmap(result.frame, result.level, window, ipus, naming)
+        text = heatmap_text(result.level, window, result.frame, len(ipus), naming)
+    else:
+        fig = figures.trace_timeline(result.frame, result.level, window, chosen, naming)
+        text = level_text(result.level, window, result.frame, naming)
     # A new revision (a reset, a new profile) makes plotly drop the user's zoom and show the run.
-    fig.update_layout(uirevision=f"{data.current().key(profile)}-{revision}")
-    return fig, level_text(result.level, window, result.frame, naming)
+    fig.update_layout(uirevision=f"{data.current().key(profile)}-{revision}-{rows}")
+    return fig, text
+
+
+def heatmap_text(level: str, window: tuple[int, int], frame: Any, ipus: int, naming: Naming) -> str:
+    """What the heat map of many IPUs draws: its bins, and how to see a few IPUs' own time lines."""
+    if level == "bins" and len(frame):
+        width = int(frame.iloc[0]["end_cycle"]) - int(frame.iloc[0]["start_cycle"])
+    else:
+        width = (window[1] - window[0]) / HEATMAP_BINS
+    each = c.fmt_seconds(width / 1e9) if naming.imported else f"{width:,.0f} cycles"
+    return (f"level of detail: a heat map of {ipus:,} {naming.device}s, bins of {each}, each cell the bin's share "
+            f"in compute; zoom a box onto {MANY_RANKS} of them or fewer to see their time lines")
+
+
+def _rows(kept: Any) -> tuple[int, int] | None:
+    """The rows the Store says are drawn; None: every one (or a heat map)."""
+    return (int(kept[0]), int(kept[1])) if isinstance(kept, list) and len(kept) == 2 else None
 
 
 @dash.callback(
     Output(ids.TRACE_TIMELINE, "figure"),
     Output(ids.TRACE_LEVEL, "children"),
+    Output(ids.TRACE_ROWS, "data"),
     Input(ids.PROFILE, "value"),
     Input(ids.TRACE_RESET, "n_clicks"),
 )
 def render_timeline(profile: str | None, resets: int | None):
-    """The whole run."""
-    return timeline(profile, None, resets or 0)
+    """The whole run (every IPU, or past ``MANY_RANKS`` the heat map of them)."""
+    return *timeline(profile, None, resets or 0), None
 
 
 @dash.callback(
     Output(ids.TRACE_TIMELINE, "figure", allow_duplicate=True),
     Output(ids.TRACE_LEVEL, "children", allow_duplicate=True),
+    Output(ids.TRACE_ROWS, "data", allow_duplicate=True),
     Input(ids.TRACE_TIMELINE, "relayoutData"),
     State(ids.PROFILE, "value"),
     State(ids.TRACE_RESET, "n_clicks"),
+    State(ids.TRACE_ROWS, "data"),
+    State(ids.TRACE_WINDOW, "data"),
     prevent_initial_call=True,
 )
-def zoom_timeline(relayout: dict | None, profile: str | None, resets: int | None):
-    """The window a zoom (or a double-click back to the whole run) asks for, at its own level of detail."""
-    window = window_from_relayout(relayout, run_extent(data.report(profile)))
+def zoom_timeline(relayout: dict | None, profile: str | None, resets: int | None, kept: list | None = None,
+                  shown: list | None = None):
+    """The window a zoom (or a double-click back to the whole run) asks for, at its own level of detail; on the
+    heat map of many IPUs, a box onto ``MANY_RANKS`` of them or fewer draws their own time lines."""
+    report = data.report(profile)
+    window = window_from_relayout(relayout, run_extent(report))
+    rows, many = _rows(kept), int(report.target["num_ipus"])
+    if rows is None and many > MANY_RANKS:
+        chosen = rows_in_view(relayout, many)
+        if chosen is not None and chosen[1] - chosen[0] <= MANY_RANKS:
+            return *timeline(profile, window or _window(report, shown), resets or 0, chosen), list(chosen)
     if window is None:
         raise dash.exceptions.PreventUpdate
-    return timeline(profile, window, resets or 0)
+    return *timeline(profile, window, resets or 0, rows), kept
 
 
 @dash.callback(
@@ -317,14 +358,19 @@ def follow_window(ipu_zoom: dict | None, tile_zoom: dict | None, resets: int | N
 @dash.callback(
     Output(ids.TRACE_TIMELINE, "figure", allow_duplicate=True),
     Output(ids.TRACE_LEVEL, "children", allow_duplicate=True),
+    Output(ids.TRACE_ROWS, "data", allow_duplicate=True),
     Input(ids.TRACE_TILE_TIMELINE, "relayoutData"),
     State(ids.PROFILE, "value"),
     State(ids.TRACE_RESET, "n_clicks"),
+    State(ids.TRACE_ROWS, "data"),
     prevent_initial_call=True,
 )
-def zoom_from_tiles(relayout: dict | None, profile: str | None, resets: int | None):
-    """A zoom on the tiles' time line zooms the IPUs' too."""
-    return zoom_timeline(relayout, profile, resets)
+def zoom_from_tiles(relayout: dict | None, profile: str | None, resets: int | None, kept: list | None = None):
+    """A zoom on the tiles' time line zooms the IPUs' too (in time only: the tiles' rows are not IPUs)."""
+    window = window_from_relayout(relayout, run_extent(data.report(profile)))
+    if window is None:
+        raise dash.exceptions.PreventUpdate
+    return *timeline(profile, window, resets or 0, _rows(kept)), kept
 
 
 def tile_level_text(level: str, window: tuple[int, int], frame: Any, bins: int, described: str) -> str:

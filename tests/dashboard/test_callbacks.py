@@ -110,10 +110,10 @@ def test_zoom_windows_are_clamped_to_the_run(app):
 def test_zooming_asks_the_server_for_a_finer_level_of_detail(app, monkeypatch):
     trace = page("trace")
     monkeypatch.setattr(trace, "MAX_BINS", 40)
-    whole, level = trace.render_timeline("a", 0)
+    whole, level, _ = trace.render_timeline("a", 0)
     assert level.startswith("level of detail: bins")
     assert sum(len(t.x) for t in whole.data) <= 40 * 5 * 2
-    zoomed, level = trace.zoom_timeline({"xaxis.range[0]": 0, "xaxis.range[1]": 300}, "a", 0)
+    zoomed, level, _ = trace.zoom_timeline({"xaxis.range[0]": 0, "xaxis.range[1]": 300}, "a", 0)
     assert level.startswith("level of detail: events")
     assert list(zoomed.layout.xaxis.range) == [0, 301]
 

@@ -203,3 +203,70 @@ def test_a_spread_of_many_ranks_speaks_each_figures_own_units():
     # THEN the spread's compute row is in ms (min 0, median 19.5 ms, max 39 ms), not seconds rounded to 0.00
     text = str(div.to_plotly_json())
     assert "0.00 ms" in text and "19.50 ms" in text and "39.00 ms" in text
+
+
+def _compute_share(profile: Path, ranks_: int, edges: np.ndarray) -> np.ndarray:
+    """Each rank's share (%) of each bin between ``edges`` spent in compute, from the profile's trace rows: a
+    rank's compute spans merged, then cut at the edges, one span at a time."""
+    from popvision_py.format.reader import open_profile
+
+    trace = open_profile(profile).read_table("trace").to_pandas()
+    trace = trace[trace["phase"].astype(str) == "compute"]
+    share = np.zeros((ranks_, len(edges) - 1))
+    for rank, rows in trace.groupby("ipu"):
+        merged: list[list[int]] = []
+        for a, b in sorted(zip(rows["start_cycle"], rows["end_cycle"])):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        for a, b in merged:
+            for j in range(len(edges) - 1):
+                share[rank, j] += max(0, min(b, edges[j + 1]) - max(a, edges[j]))
+    return 100 * share / np.diff(edges)[None, :]
+
+
+def test_the_trace_page_of_40_ranks_is_a_heat_map_of_compute_and_a_box_draws_a_few_ranks(forty_ranks):
+    from dashboards.app import create_app
+    from popvision_py.analysis.common.tables import bin_edges
+
+    create_app([str(forty_ranks)])
+    page = importlib.import_module("dashboards.pages.trace")
+    # WHEN the page draws the whole run
+    fig, level, kept = page.render_timeline("a", 0)
+    # THEN a heat map of the 40 ranks, each cell the share of its bin each rank spent computing, as the trace's
+    # rows say
+    heat = fig.data[0]
+    assert isinstance(heat, go.Heatmap) and np.asarray(heat.z).shape == (40, ranks.HEATMAP_BINS) and kept is None
+    assert "a heat map of 40 ranks" in level and "zoom a box onto 32 of them or fewer" in level
+    start, end = (int(v) for v in fig.layout.xaxis.range)
+    expected = _compute_share(forty_ranks, 40, bin_edges(start, end, ranks.HEATMAP_BINS))
+    assert np.allclose(np.asarray(heat.z), expected) and expected.max() > 50
+    # WHEN a box is zoomed onto ranks 5 to 9
+    fig, level, kept = page.zoom_timeline({"yaxis.range[0]": 4.6, "yaxis.range[1]": 9.4}, "a", 0, kept)
+    # THEN their own time lines are drawn, one row each, and the Store keeps them for the next zoom
+    assert list(fig.layout.yaxis.categoryarray) == [f"Rank {r}" for r in range(9, 4, -1)] and kept == [5, 10]
+    assert isinstance(fig.data[0], go.Bar) and {str(y) for t in fig.data for y in t.y} <= {f"Rank {r}" for r in
+                                                                                          range(5, 10)}
+    # AND a zoom in time keeps those ranks
+    fig, _, again = page.zoom_timeline({"xaxis.range[0]": start, "xaxis.range[1]": (start + end) // 2}, "a", 0, kept)
+    assert again == [5, 10] and len(fig.layout.yaxis.categoryarray) == 5 and fig.layout.xaxis.range[1] < end
+    # AND a reset draws the heat map again
+    fig, _, kept = page.render_timeline("a", 1)
+    assert isinstance(fig.data[0], go.Heatmap) and kept is None
+
+
+def test_the_operations_page_of_40_ranks_marks_an_operator_on_a_heat_map(forty_ranks):
+    from dashboards.app import create_app
+
+    create_app([str(forty_ranks)])
+    page = importlib.import_module("dashboards.pages.operations")
+    # WHEN the first operator of the table is chosen
+    said, fig, _ = page.select("a", "op", {"row_id": 0, "row": 0, "column": 0})
+    # THEN the iteration is a heat map of the 40 ranks, and the operator's executions are marks on its ranks' rows
+    heat, marks = go.Figure(fig).data[0], go.Figure(fig).data[-1]  # the dict's arrays decoded
+    assert isinstance(heat, go.Heatmap) and fig["data"][0]["z"]["shape"] == f"40, {ranks.HEATMAP_BINS}"
+    executions = int(said.split(": ")[-1].split(" executions")[0].replace(",", ""))
+    assert isinstance(marks, go.Bar) and len(marks.y) == executions > 0
+    assert set(np.asarray(marks.y).tolist()) <= set(range(40))
+    assert [f"Rank {int(y)}" for y in marks.y] == list(marks.hovertext)
