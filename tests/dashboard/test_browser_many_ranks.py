@@ -20,6 +20,8 @@ PAGES = {
     "/stages": [ids.STAGES_SUMMARY],  # a data-parallel run: no pipeline to draw a Gantt chart of
     "/exchange": [ids.EXCHANGE_PHASES, ids.EXCHANGE_COMMUNICATION],
     "/system": [ids.SYSTEM_TIMELINE],
+    "/trace": [ids.TRACE_TIMELINE],  # a heat map of the ranks' compute
+    "/operations": [ids.OPERATIONS_TRACE],
     "/gpu": [ids.GPU_TIMELINE, ids.GPU_TEMPORAL, ids.GPU_OVERLAP],
 }
 TALLEST_PX = 12_000  # a page of a few figures and tables; a row per rank was 60 px x 256 for one figure alone
@@ -61,4 +63,9 @@ def test_every_page_of_256_ranks_draws_without_errors_and_is_not_a_row_per_rank(
     dash_duo.wait_for_element(f"#{ids.SYSTEM_TIMELINE} .heatmaplayer image, #{ids.SYSTEM_TIMELINE} .hm",
                               timeout=60)
     dash_duo.wait_for_contains_text(f"#{ids.SYSTEM_LEVEL}", f"a heat map of {RANKS} processes", timeout=60)
+    assert errors(dash_duo) == []
+    # AND so is the Execution trace page's time line
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/trace")
+    dash_duo.wait_for_element(f"#{ids.TRACE_TIMELINE} .heatmaplayer image, #{ids.TRACE_TIMELINE} .hm", timeout=60)
+    dash_duo.wait_for_contains_text(f"#{ids.TRACE_LEVEL}", f"a heat map of {RANKS} ranks", timeout=60)
     assert errors(dash_duo) == []
