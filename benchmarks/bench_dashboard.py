@@ -194,7 +194,8 @@ def callbacks(paths: list[str], warm: bool = True) -> list[tuple[str, Callable[[
     if report.imported:  # a PyTorch trace's own pages: the GPU's kernels and the ranks' CPU time lines
         found += [
             ("gpu.render", lambda: page["gpu"].render("a")),
-            ("gpu.render_timeline (every rank)", lambda: page["gpu"].render_timeline("a", 0, None)),
+            ("gpu.render_timeline (the page's first call, the picker empty)",
+             lambda: page["gpu"].render_timeline("a", 0, None)),
             ("gpu.render_timeline (the page's first ranks)", lambda: page["gpu"].render_timeline(
                 "a", 0, page["gpu"].ranks_of(report)[:page["gpu"].RANKS_SHOWN])),
             ("system.render_figures", lambda: page["system"].render_figures("a")),

@@ -240,7 +240,8 @@ def ranks_of(report: Any) -> list[int]:
 
 
 def _chosen(ranks: Any) -> list[int] | None:
-    """The picker's IPUs (None: every rank's); anything but a list of whole numbers is a value no page sends."""
+    """The picker's IPUs (None: the first ``RANKS_SHOWN`` ranks', as the picker starts); anything but a list of
+    whole numbers is a value no page sends."""
     if ranks is None:
         return None
     if not isinstance(ranks, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
@@ -265,6 +266,8 @@ def timeline(profile: str | None, window: tuple[int, int] | None, ranks: list[in
         return empty(report.gpu.missing()), ""
     index = report.gpu.streams()
     window = window or (index.start_ns, index.end_ns)
+    if ranks is None:  # the picker not filled yet (the page's first call): the ranks it will hold, not every one
+        ranks = ranks_of(report)[:RANKS_SHOWN]
     result = report.gpu.stream_window(window[0], window[1], ranks, max_kernels=MAX_KERNELS, max_bins=MAX_BINS)
     fig = figures.streams_timeline(result.frame, result.level, (result.start_ns, result.end_ns), result.lanes)
     # A new revision (a reset, a new profile, other ranks) makes plotly drop the user's zoom for the one given.

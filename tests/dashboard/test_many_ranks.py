@@ -270,3 +270,20 @@ def test_the_operations_page_of_40_ranks_marks_an_operator_on_a_heat_map(forty_r
     assert isinstance(marks, go.Bar) and len(marks.y) == executions > 0
     assert set(np.asarray(marks.y).tolist()) <= set(range(40))
     assert [f"Rank {int(y)}" for y in marks.y] == list(marks.hovertext)
+
+
+def test_the_gpu_pages_first_call_draws_the_ranks_the_picker_starts_with_not_every_rank(forty_ranks):
+    from dashboards.app import create_app
+
+    create_app([str(forty_ranks)])
+    page = importlib.import_module("dashboards.pages.gpu")
+    # WHEN the streams are drawn before the picker holds a value (the page's first call), and with the ranks the
+    # picker starts with
+    first, _ = page.render_timeline("a", 0, None)
+    picked = page.render("a")[4]
+    chosen, _ = page.render_timeline("a", 0, picked)
+    # THEN both draw the first 8 ranks' streams only, not the 40 ranks'
+    assert picked == list(range(page.RANKS_SHOWN))
+    lanes = {str(y).split(" · ")[0] for t in first.data for y in (t.y if t.y is not None else [])}
+    assert lanes == {f"Rank {r}" for r in range(page.RANKS_SHOWN)}
+    assert list(first.layout.yaxis.categoryarray) == list(chosen.layout.yaxis.categoryarray)
