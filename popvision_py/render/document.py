@@ -25,6 +25,7 @@ from popvision_py.analysis.ipu.programs import NO_PROGRAM
 from popvision_py.analysis.common.tables import TABLE_COLUMNS, Table
 from popvision_py.render.format import value as shown
 from popvision_py.render.many_ranks import at_many_ranks, named_ranks, of_ranks
+from popvision_py.render.rank_words import in_rank_words
 from popvision_py.render.format import verification
 
 SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "tiles", "system",
@@ -52,11 +53,12 @@ class ReportBlock:
     items: list[tuple[str, list[str]]] | None = None
     empty: str = ""
     tree: bool = False  # rows are nodes with ``node`` / ``parent`` / ``depth``: text indents them, JSON nests them
-    # what text, Markdown and HTML show in place of a table of many ranks (``at_many_ranks``); JSON and CSV keep data
-    shown: Table | None = None
+    # what text, Markdown and HTML show in place of the data: a table of many ranks (``at_many_ranks``), an imported
+    # trace's figures in a rank's words (``in_rank_words``); JSON and CSV keep data
+    shown: Table | dict[str, Any] | None = None
 
-    def table(self) -> Table | pd.DataFrame:
-        """What a reader's format shows of a table block: ``shown`` where set, else the data."""
+    def table(self) -> Table | pd.DataFrame | dict[str, Any]:
+        """What a reader's format shows of a block: ``shown`` where set, else the data."""
         return self.data if self.shown is None else self.shown
 
     def frame(self) -> pd.DataFrame:
@@ -121,6 +123,8 @@ def build_report(report: Any, section: str = "all", figures: bool = False) -> Do
     if section == "all":
         doc.blocks = [b for b in doc.blocks if b.key != "exchange.host_input"]
     at_many_ranks(doc.blocks)
+    if report.imported:
+        in_rank_words(doc.blocks)
     return doc
 
 

@@ -87,7 +87,8 @@ def render(doc: Document) -> bytes:
         for b in blocks:
             parts.append(f"<h3>{html.escape(b.title)}</h3>")
             if isinstance(b.data, dict):
-                key_figures = pd.DataFrame({"figure": list(b.data), "value": [value(v) for v in b.data.values()]})
+                shown = b.table()
+                key_figures = pd.DataFrame({"figure": list(shown), "value": [value(v) for v in shown.values()]})
                 parts.append(_table(key_figures))
             elif b.key in ("summary.insights", "overview.insights"):
                 items = "".join(

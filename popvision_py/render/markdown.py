@@ -53,7 +53,7 @@ def render(doc: Document) -> bytes:
         lines += [f"### {b.title}", ""]
         if isinstance(b.data, dict):
             lines += ["| figure | value |", "| --- | ---: |"]
-            lines += [f"| {k} | {_escape(value(v))} |" for k, v in b.data.items()]
+            lines += [f"| {k} | {_escape(value(v))} |" for k, v in b.table().items()]
         elif b.key in ("summary.insights", "overview.insights"):
             lines += insights(b.data)
         elif b.items is not None:

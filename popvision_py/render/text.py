@@ -82,7 +82,7 @@ def figures(data: dict) -> list[str]:
 def block(b: ReportBlock) -> list[str]:
     lines = [b.title, "=" * len(b.title)]
     if isinstance(b.data, dict):
-        lines += figures(b.data)
+        lines += figures(b.table())
     elif b.key in ("summary.insights", "overview.insights"):
         previous = None
         for severity, topic, finding, suggestion, effect, command in zip(

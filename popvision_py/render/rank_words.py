@@ -1,0 +1,55 @@
+"""A report of an imported trace in a rank's words, for people (text, Markdown, HTML): its titles, key figures and
+columns say rank for IPU and ns for cycles (an imported trace's cycle is one ns), and the figures of tiles, which
+a rank has none of, are left out. JSON and CSV keep the profile's own names (``docs/reports.md``), so that a
+script reads an imported report and an IPU report alike."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from popvision_py.analysis.common.tables import Table
+
+# In titles, in this order: an IPU's cycles are a rank's ns
+WORDS = ((re.compile(r"IPU-cycles"), "ns"), (re.compile(r"\bIPU-to-IPU\b"), "rank-to-rank"),
+         (re.compile(r"\bIPUs\b"), "ranks"), (re.compile(r"\bIPU\b"), "rank"), (re.compile(r"\bcycles\b"), "ns"))
+# In the names of key figures and columns, word by word (between underscores)
+NAME_WORDS = {"ipu": "rank", "ipus": "ranks", "cycles": "ns"}
+# Key figures named apart from their words
+NAMES = {"num_ipus": "ranks", "worst_ipu": "fullest_rank", "worst_tile_bytes": "fullest_rank_bytes",
+         "bytes_per_tile": "device_bytes"}
+# A tile's figures: a rank has no tiles (the report says so once, in the memory section). Of the key figures, the
+# worst tile's bytes are the fullest rank's; in a table of ranks, each row's total already.
+TILE_FIGURES = ("worst_tile", "oom_tiles", "max_tile_bytes")
+TILE_COLUMNS = (*TILE_FIGURES, "worst_tile_bytes")
+
+
+def in_words(title: str) -> str:
+    """``title`` with rank for IPU and ns for cycles, its first letter as it was."""
+    text = title
+    for pattern, word in WORDS:
+        text = pattern.sub(word, text)
+    return text[:1].upper() + text[1:] if title[:1].isupper() else text
+
+
+def name(key: str) -> str:
+    """A key figure's or column's name in a rank's words."""
+    return NAMES.get(key) or "_".join(NAME_WORDS.get(word, word) for word in key.split("_"))
+
+
+def in_rank_words(blocks: list[Any]) -> None:  # document.ReportBlocks (this module is below it)
+    """Each block's title, and what text, Markdown and HTML show of its key figures or table (``shown``), in a
+    rank's words; the data JSON and CSV write is left as it is."""
+    for b in blocks:
+        b.title = in_words(b.title)
+        if b.items is not None or b.tree:
+            continue
+        shown = b.table()
+        if isinstance(shown, dict):
+            b.shown = {name(k): v for k, v in shown.items() if k not in TILE_FIGURES}
+        elif isinstance(shown, Table):
+            b.shown = Table({name(k): v for k, v in shown.columns.items() if k not in TILE_COLUMNS})
+        else:  # a DataFrame
+            b.shown = Table({name(str(k)): np.asarray(shown[k]) for k in shown.columns if k not in TILE_COLUMNS})

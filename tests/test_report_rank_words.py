@@ -1,0 +1,57 @@
+"""A report of an imported trace speaks of ranks and ns, not IPUs, cycles and tiles, in the formats people read
+(text, Markdown, HTML), while JSON and CSV keep the profile's own names for scripts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from popvision_py.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+IMPORTED = ROOT / "sample_profiles" / "pytorch_gpipe" / "profile.pop"
+IPU_RUN = ROOT / "sample_profiles" / "mnist_pipelined" / "profile.pop"
+
+
+def report(profile: Path, fmt: str) -> str:
+    result = CliRunner().invoke(main, ["report", str(profile), "--section", "all", "--format", fmt],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def key_figures(text: str, title: str) -> dict[str, str]:
+    """The ``name  value`` lines under ``title`` in a text report, up to the next blank line."""
+    lines = text.splitlines()
+    start = lines.index(title) + 2
+    end = lines.index("", start)
+    return dict(line.strip().split(None, 1) for line in lines[start:end])
+
+
+def test_an_imported_report_names_ranks_and_ns_and_leaves_out_the_tiles():
+    text, doc = report(IMPORTED, "text"), json.loads(report(IMPORTED, "json"))
+    # THEN the headings say rank, never IPU, and the key figures ns, never cycles
+    assert "Memory per rank" in text.splitlines() and "Memory per IPU" not in text
+    assert "Time by phase (ns summed over ranks)" in text.splitlines()
+    figures = key_figures(text, "Summary")
+    assert {"ranks", "total_ns", "step_ns", "fullest_rank", "fullest_rank_bytes", "device_bytes"} <= set(figures)
+    assert not {"num_ipus", "total_cycles", "worst_ipu", "worst_tile", "oom_tiles", "bytes_per_tile"} & set(figures)
+    # AND the figures are the profile's own, renamed: as JSON gives them under the profile's names
+    raw = json.dumps(doc)
+    assert '"num_ipus"' in raw and '"total_cycles"' in raw and '"worst_tile"' in raw
+    found = doc["sections"]["summary"]["figures"]
+    assert figures["ranks"] == f"{found['num_ipus']:,}" and figures["total_ns"] == f"{found['total_cycles']:,}"
+    # AND no table column of the text names an IPU, a cycle or a tile's figure
+    headers = [line.split() for line in text.splitlines() if line.startswith("  ") and "  ---" not in line]
+    words = {word for row in headers for word in row}
+    assert not {"ipu", "src_ipu", "dst_ipu", "max_tile_bytes", "oom_tiles", "compute_cycles"} & words
+    # AND Markdown says the same
+    markdown = report(IMPORTED, "md")
+    assert "### Memory per rank" in markdown and "| ranks |" in markdown and "| num_ipus |" not in markdown
+
+
+def test_an_ipu_report_keeps_its_words():
+    text = report(IPU_RUN, "text")
+    assert "Memory per IPU" in text.splitlines() and "num_ipus" in key_figures(text, "Summary")
