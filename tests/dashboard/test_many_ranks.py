@@ -116,7 +116,7 @@ def test_a_gantt_chart_of_many_ranks_is_a_heat_map_of_their_passes():
     busy = np.clip(np.minimum(10 * r[:, None] + 100, edges[None, 1:]) - np.maximum(10 * r[:, None], edges[None, :-1]),
                    0, None)
     assert z.shape == (40, ranks.HEATMAP_BINS)
-    assert np.allclose(z, 100 * busy / np.diff(edges)[None, :])
+    assert np.abs(z - 100 * busy / np.diff(edges)[None, :]).max() <= 0.5  # whole percents
     assert fig.layout.height == ranks.HEATMAP_HEIGHT
 
 
@@ -241,7 +241,7 @@ def test_the_trace_page_of_40_ranks_is_a_heat_map_of_compute_and_a_box_draws_a_f
     assert "a heat map of 40 ranks" in level and "zoom a box onto 32 of them or fewer" in level
     start, end = (int(v) for v in fig.layout.xaxis.range)
     expected = _compute_share(forty_ranks, 40, bin_edges(start, end, ranks.HEATMAP_BINS))
-    assert np.allclose(np.asarray(heat.z), expected) and expected.max() > 50
+    assert np.abs(np.asarray(heat.z, np.float64) - expected).max() <= 0.5 and expected.max() > 50  # whole percents
     # WHEN a box is zoomed onto ranks 5 to 9
     fig, level, kept = page.zoom_timeline({"yaxis.range[0]": 4.6, "yaxis.range[1]": 9.4}, "a", 0, kept)
     # THEN their own time lines are drawn, one row each, and the Store keeps them for the next zoom

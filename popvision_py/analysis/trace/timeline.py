@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.common.tables import PHASES, TraceArrays, bin_edges, category, empty, finish
+from popvision_py.analysis.common.tables import PHASES, TraceArrays, bin_edges, finish
 from popvision_py.analysis.trace.scan import Aggregates, aggregates, executions
 from popvision_py.errors import OutOfRangeError
 
@@ -186,38 +186,45 @@ def timeline(index: TimelineIndex, start_cycle: int | None = None, end_cycle: in
         hi = int(np.searchsorted(ix.start, b, "left"))  # rows starting before b
         windows[i] = (lo, max(hi, lo))
     if all(hi - lo <= max_bins for lo, hi in windows.values()):
-        parts = []
-        for i, (lo, hi) in windows.items():
-            ix = index.ipu(i)
-            st, en = ix.start[lo:hi], ix.end[lo:hi]
-            parts.append(pd.DataFrame({
-                "ipu": np.full(hi - lo, i, np.int64), "start_cycle": st.astype(np.int64),
-                "end_cycle": en.astype(np.int64),
-                "phase": np.asarray(PHASES, dtype=object)[np.minimum(ix.phase[lo:hi], len(PHASES) - 1)],
-                "cycles": (en - st).astype(np.int64), "events": np.ones(hi - lo, np.int64),
-            }))
-        frame = pd.concat(parts, ignore_index=True) if parts else _empty_timeline()
-        frame["phase"] = category(frame["phase"], PHASES)
+        # each IPU's rows in the window, joined into whole columns (one frame, not one an IPU)
+        slices = [(i, index.ipu(i), lo, hi) for i, (lo, hi) in windows.items()]
+        start = _joined([ix.start[lo:hi] for _, ix, lo, hi in slices])
+        end = _joined([ix.end[lo:hi] for _, ix, lo, hi in slices])
+        codes = _joined([np.minimum(ix.phase[lo:hi], len(PHASES) - 1) for _, ix, lo, hi in slices])
+        frame = _frame(np.repeat([i for i, *_ in slices], [hi - lo for *_, lo, hi in slices]), start, end, codes,
+                       end - start, np.ones(len(start), np.int64))
         return Timeline("events", finish(frame, TIMELINE_COLUMNS), a, b)
     edges = bin_edges(a, b, max_bins)
-    parts = []
+    ipus, starts, codes, cycles_, events_ = [], [], [], [], []
     for i in windows:
         ix = index.ipu(i)
-        for p, name in enumerate(PHASES):
+        for p, _name in enumerate(PHASES):
             if len(ix.positions[p]) == 0:
                 continue
             cycles, events = phase_bins(ix, p, edges)
-            keep = cycles > 0
-            n = int(keep.sum())
-            if n:
-                parts.append(pd.DataFrame({
-                    "ipu": np.full(n, i, np.int64), "start_cycle": edges[:-1][keep], "end_cycle": edges[1:][keep],
-                    "phase": np.full(n, name, dtype=object), "cycles": cycles[keep].astype(np.int64),
-                    "events": events[keep].astype(np.int64),
-                }))
-    frame = pd.concat(parts, ignore_index=True) if parts else _empty_timeline()
-    frame["phase"] = category(frame["phase"], PHASES)
+            keep = np.flatnonzero(cycles > 0)
+            ipus.append(np.full(len(keep), i, np.int64))
+            starts.append(keep)
+            codes.append(np.full(len(keep), p, np.int64))
+            cycles_.append(cycles[keep])
+            events_.append(events[keep])
+    at = _joined(starts)
+    frame = _frame(_joined(ipus), edges[:-1][at], edges[1:][at], _joined(codes), _joined(cycles_), _joined(events_))
     return Timeline("bins", finish(frame, TIMELINE_COLUMNS, ["ipu", "start_cycle", "phase"]), a, b)
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The parts end to end as int64 (none: empty)."""
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+
+def _frame(ipu: np.ndarray, start: np.ndarray, end: np.ndarray, phase: np.ndarray, cycles: np.ndarray,
+           events: np.ndarray) -> pd.DataFrame:
+    """A timeline's frame from its columns (``phase``: codes into ``PHASES``)."""
+    return pd.DataFrame({"ipu": np.asarray(ipu, np.int64), "start_cycle": np.asarray(start, np.int64),
+                         "end_cycle": np.asarray(end, np.int64),
+                         "phase": pd.Categorical.from_codes(np.asarray(phase, np.int64), categories=list(PHASES)),
+                         "cycles": np.asarray(cycles, np.int64), "events": np.asarray(events, np.int64)})
 
 
 def phase_bins(ix: _IpuIndex, p: int, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -227,11 +234,6 @@ def phase_bins(ix: _IpuIndex, p: int, edges: np.ndarray) -> tuple[np.ndarray, np
     cycles = np.diff(phase_time_before(ix, p, edges))
     events = np.searchsorted(ix.positions[p], k_start, "left") - np.searchsorted(ix.positions[p], k_end, "left")
     return cycles, events
-
-
-def _empty_timeline() -> pd.DataFrame:
-    return empty({"ipu": "int64", "start_cycle": "int64", "end_cycle": "int64", "phase": "object",
-                  "cycles": "int64", "events": "int64"})
 
 
 def steps(programs: pd.DataFrame, trace: Aggregates, ipu: int | None = None) -> pd.DataFrame:
