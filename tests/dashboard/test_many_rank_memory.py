@@ -219,3 +219,15 @@ def test_the_pages_of_40_ipus_are_four_cards_a_histogram_and_a_band(tmp_path):
     # AND the liveness plot is a band, the peaks a spread
     assert liveness.render_plot(None, None, None).layout.meta["level"] == "band"
     assert _texts(liveness.render_peaks(None))[0].startswith("40 ranks")
+
+
+def test_a_rank_table_of_ranks_all_alike_names_none_and_shows_no_empty_table():
+    from dashboards import components as c
+
+    # GIVEN 40 ranks each at 5 GiB (copies of one rank: none stands out)
+    frame = pd.DataFrame({"rank": np.arange(RANKS), "total_bytes": np.full(RANKS, 5 * GIB)})
+    # WHEN told as a rank table
+    texts = _texts(c.rank_table(frame, {"rank": "rank", "total_bytes": "allocated"}, {"total_bytes": c.fmt_bytes}))
+    # THEN the spread alone, and a sentence that no rank is past the median (not "()" over "Nothing to show.")
+    assert texts[0] == "40 ranks: each figure's spread over them; no rank is past its median."
+    assert "Nothing to show." not in texts and texts.count("5.00 GiB") == 4
