@@ -207,7 +207,8 @@ def category_spread(by_category: pd.DataFrame, naming: Naming = IPUS) -> go.Figu
                                  textposition="middle right",
                                  marker=dict(color=OOM_COLOUR, size=7), name="furthest past the median",
                                  hovertemplate="%{text}: %{y:,.0f} B<extra>%{x}</extra>"))
-    fig.update_yaxes(title=f"bytes over {len(ipus):,} {naming.device}s", **byte_ticks(float(grid.to_numpy().max())))
+    fig.update_yaxes(title=f"bytes over {len(ipus):,} {naming.device}s", rangemode="tozero",
+                     **byte_ticks(float(grid.to_numpy().max())))
     fig.update_xaxes(type="category")
     return styled(fig, height=420, showlegend=bool(named_x),
                   legend=dict(font=dict(size=10), orientation="h", y=-0.12, yanchor="top", x=0),
