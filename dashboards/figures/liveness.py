@@ -67,6 +67,9 @@ def liveness_steps(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[i
     return styled(fig, height=520, hovermode="closest", clickmode="event", uirevision="liveness")
 
 
+NO_IPU = -1  # the custom data of the band's points: a click there chooses a step, not an IPU
+
+
 def liveness_band(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[int, int] | None = None,
                   naming: Naming = IPUS, capacity: bool = True, drawn: int = 3) -> go.Figure:
     """``liveness_steps`` past ``MANY_RANKS`` IPUs (or ranks): at each step the least, median and most over the
@@ -95,17 +98,19 @@ def liveness_band(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[in
     for row, column, (scale, unit) in panels:
         band = by_step.groupby("step")[column].agg(["min", "median", "max"]) / scale
         steps = band.index.to_numpy()
+        nobody = np.full((len(steps), 1), NO_IPU).tolist()
         fig.add_trace(go.Scatter(x=steps, y=band["max"], mode="lines", line=dict(width=0, color="#9CC3F5"),
-                                 name="most", legendgroup="band", showlegend=False,
+                                 name="most", legendgroup="band", showlegend=False, customdata=nobody,
                                  hovertemplate="step %{x}: most %{y:,.2f} " + unit + "<extra></extra>"),
                       row=row, col=1)
         fig.add_trace(go.Scatter(x=steps, y=band["min"], mode="lines", line=dict(width=0, color="#9CC3F5"),
                                  fill="tonexty", fillcolor="rgba(59,125,216,0.25)", legendgroup="band",
+                                 customdata=nobody,
                                  name=f"least to most of the {ipus:,} {naming.device}s", showlegend=row == 1,
                                  hovertemplate="step %{x}: least %{y:,.2f} " + unit + "<extra></extra>"),
                       row=row, col=1)
         fig.add_trace(go.Scatter(x=steps, y=band["median"], mode="lines", line=dict(color="#3B7DD8", width=1.6),
-                                 name="median", legendgroup="median", showlegend=row == 1,
+                                 name="median", legendgroup="median", showlegend=row == 1, customdata=nobody,
                                  hovertemplate="step %{x}: median %{y:,.2f} " + unit + "<extra></extra>"),
                       row=row, col=1)
         for index, ipu in enumerate(named + chosen):

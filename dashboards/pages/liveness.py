@@ -116,16 +116,13 @@ def render_peaks(profile: str | None):
 
 def clicked_step(click: dict | None) -> tuple[int | None, int] | None:
     """(ipu, step) of a click on the liveness plot: x is the step, customdata[0] the IPU; a click on the band of
-    many IPUs (no IPU of its own) gives the step alone, IPU None."""
+    many IPUs (``figures.NO_IPU``: no IPU of its own) gives the step alone, IPU None."""
     try:
         point = click["points"][0]
-        step = int(point["x"])
+        ipu, step = int(c.custom_value(point, 0)), int(point["x"])
     except (TypeError, KeyError, IndexError, ValueError):
         return None
-    try:
-        return int(c.custom_value(point, 0)), step
-    except (TypeError, KeyError, IndexError, ValueError):
-        return None, step
+    return (None if ipu == figures.NO_IPU else ipu), step
 
 
 @dash.callback(

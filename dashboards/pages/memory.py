@@ -182,7 +182,7 @@ def many_cards(by_ipu: Any, naming: Naming = IPUS, capacity: bool = True) -> lis
                 f"{int(fullest.oom_tiles):,} tiles out of memory")
         tone = "bad" if oom else ""
         count = f"{oom:,} tiles out of memory" if oom else "every tile fits"
-    return [(f"{device.capitalize()}s", c.fmt_int(len(by_ipu)), count),
+    return [(f"{device[0].upper()}{device[1:]}s", c.fmt_int(len(by_ipu)), count),
             ("Median peak", c.fmt_bytes(float(np.median(total))), f"over the {len(by_ipu):,} {device}s"),
             ("Least to most", c.fmt_range(float(total.min()), float(total.max()), c.fmt_bytes), "peak"),
             (f"Fullest {device}", naming.label(int(fullest.ipu)), note, tone)]

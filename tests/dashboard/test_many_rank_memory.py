@@ -11,6 +11,7 @@ import re
 import sys
 from pathlib import Path
 
+import dash
 import numpy as np
 import pandas as pd
 import pytest
@@ -193,8 +194,10 @@ def test_the_liveness_page_of_40_ranks_is_a_band_and_the_peaks_spread(forty_rank
     assert texts[0].startswith("40 ranks") and "(Rank 7)" in texts[0]
     assert "Rank 7 (+66.7%)" in texts and "Rank 7 (+40.0%)" in texts
     assert texts.count("Rank 7") == 1 and "Rank 0" not in texts
-    # AND a click on the band chooses its step and keeps the rank
-    assert page.choose_clicked({"points": [{"x": 2, "curveNumber": 0}]})[1] == 2
+    # AND a click on the band chooses its step and keeps the rank; on a rank's line, that rank
+    assert page.choose_clicked({"points": [{"x": 2, "customdata": list(most.customdata[2])}]}) == (dash.no_update, 2)
+    line = next(t for t in fig.data if t.name == "Rank 7")
+    assert page.choose_clicked({"points": [{"x": 2, "customdata": list(line.customdata[2])}]}) == (FULL, 2)
 
 
 def test_the_pages_of_40_ipus_are_four_cards_a_histogram_and_a_band(tmp_path):
