@@ -138,7 +138,7 @@ def liveness_band(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[in
     fig.update_xaxes(title="step (a row of the rank's time line)" if naming.imported else "program step", row=2, col=1)
     # the legend above the top panel's title, not over it
     return styled(fig, height=540, hovermode="closest", clickmode="event", uirevision="liveness",
-                  legend=dict(y=1.1), margin=dict(t=70), meta={"level": "band", "rows": ipus, "named": named})
+                  legend=dict(y=1.13), margin=dict(t=90), meta={"level": "band", "rows": ipus, "named": named})
 
 
 def step_marker(step: int) -> dict:
