@@ -210,9 +210,9 @@ def category_spread(by_category: pd.DataFrame, naming: Naming = IPUS) -> go.Figu
     fig.update_yaxes(title=f"bytes over {len(ipus):,} {naming.device}s", rangemode="tozero",
                      **byte_ticks(float(grid.to_numpy().max())))
     fig.update_xaxes(type="category")
-    return styled(fig, height=420, showlegend=bool(named_x),
-                  legend=dict(font=dict(size=10), orientation="h", y=-0.12, yanchor="top", x=0),
-                  margin=dict(l=60, r=20, t=20, b=40), meta={"level": "spread", "rows": len(ipus)})
+    # no legend: the section's note says what the red marks are, and a narrow panel's rotated names need the room
+    return styled(fig, height=420, showlegend=False, margin=dict(l=60, r=20, t=20, b=40),
+                  meta={"level": "spread", "rows": len(ipus)})
 
 
 def tile_histogram(by_tile: pd.DataFrame, bytes_per_tile: int, bins: int = 60) -> go.Figure:
