@@ -204,7 +204,9 @@ def rank_table(frame: pd.DataFrame, columns: Mapping[str, str], formats: Mapping
             sums = frame.groupby(rank)[shown].sum()
             named = outlier_ranks(sums.index.to_numpy(), {col: sums[col].to_numpy(np.float64) for col in shown})
     head = html.P(f"{len(distinct):,} ranks: each figure's spread over them, and below the rows of the ranks "
-                  f"furthest past its median ({', '.join(map(str, np.asarray(named).tolist()))}).", className="note")
+                  f"furthest past its median ({', '.join(map(str, np.asarray(named).tolist()))})." if len(named)
+                  else f"{len(distinct):,} ranks: each figure's spread over them; no rank is past its median.",
+                  className="note")
     parts = [head]
     if len(distinct) == len(ranks):
         found = spread(ranks, {col: frame[col].to_numpy(np.float64) for col in shown}).frame()
@@ -215,7 +217,8 @@ def rank_table(frame: pd.DataFrame, columns: Mapping[str, str], formats: Mapping
         parts.append(table(found, {"figure": "figure", "min": "min", "p50": "median", "p90": "p90", "max": "max",
                                    "highest": "ranks furthest past the median"},
                            table_id=f"{table_id}-spread" if table_id else None))
-    parts.append(table(frame[np.isin(ranks, named)], columns, formats, table_id=table_id))
+    if len(named):
+        parts.append(table(frame[np.isin(ranks, named)], columns, formats, table_id=table_id))
     return html.Div(parts)
 
 

@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboards.figures.style import CAPACITY_COLOUR, IPUS, Naming, byte_unit, empty, styled
+from popvision_py.analysis.common.spread import outlier_ranks
 
 
 def liveness_steps(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[int, int] | None = None,
@@ -64,6 +65,80 @@ def liveness_steps(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[i
     fig.update_yaxes(title=low_unit, row=2, col=1, rangemode="tozero")
     fig.update_xaxes(title="step (a row of the rank's time line)" if naming.imported else "program step", row=2, col=1)
     return styled(fig, height=520, hovermode="closest", clickmode="event", uirevision="liveness")
+
+
+NO_IPU = -1  # the custom data of the band's points: a click there chooses a step, not an IPU
+
+
+def liveness_band(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[int, int] | None = None,
+                  naming: Naming = IPUS, capacity: bool = True, drawn: int = 3) -> go.Figure:
+    """``liveness_steps`` past ``MANY_RANKS`` IPUs (or ranks): at each step the least, median and most over the
+    IPUs as a band, and as lines the ``drawn`` IPUs furthest past the median at their peak (in each panel's
+    figure: not-always-live bytes, then the worst tile's) and the ``selected`` one; a line an IPU with a legend
+    entry each would be thousands of them."""
+    if by_step.empty:
+        return empty("No liveness recorded.")
+    ipus = by_step["ipu"].nunique()
+    titles = ((f"activations over {ipus:,} ranks (allocated beyond the weights)",
+               f"allocated over {ipus:,} ranks" + (", against the device's memory" if capacity else ""))
+              if naming.imported else (f"not-always-live memory over {ipus:,} IPUs",
+                                       f"worst tile over {ipus:,} IPUs, against tile capacity"))
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.55, 0.45],
+                        subplot_titles=titles)
+    panels = ((1, "not_always_live_bytes", byte_unit(float(by_step["not_always_live_bytes"].max()))),
+              (2, "worst_tile_bytes", byte_unit(float(by_step["worst_tile_bytes"].max())) if naming.imported
+               else (1024.0, "KiB")))
+    peaks = by_step.groupby("ipu")[["not_always_live_bytes", "worst_tile_bytes"]].max()
+    named = list(dict.fromkeys(
+        [int(i) for column in ("not_always_live_bytes", "worst_tile_bytes")
+         for i in outlier_ranks(peaks.index.to_numpy(), {column: peaks[column].to_numpy(np.float64)}, drawn)]))
+    chosen = [selected[0]] if selected is not None and selected[0] not in named else []
+    palette = ["#D64545", "#F2A33A", "#8E6BBF", "#3FA672", "#17becf", "#8c564b", "#e377c2"]
+    what = "activations" if naming.imported else "not always-live"
+    for row, column, (scale, unit) in panels:
+        band = by_step.groupby("step")[column].agg(["min", "median", "max"]) / scale
+        steps = band.index.to_numpy()
+        nobody = np.full((len(steps), 1), NO_IPU).tolist()
+        fig.add_trace(go.Scatter(x=steps, y=band["max"], mode="lines", line=dict(width=0, color="#9CC3F5"),
+                                 name="most", legendgroup="band", showlegend=False, customdata=nobody,
+                                 hovertemplate="step %{x}: most %{y:,.2f} " + unit + "<extra></extra>"),
+                      row=row, col=1)
+        fig.add_trace(go.Scatter(x=steps, y=band["min"], mode="lines", line=dict(width=0, color="#9CC3F5"),
+                                 fill="tonexty", fillcolor="rgba(59,125,216,0.25)", legendgroup="band",
+                                 customdata=nobody,
+                                 name=f"least to most of the {ipus:,} {naming.device}s", showlegend=row == 1,
+                                 hovertemplate="step %{x}: least %{y:,.2f} " + unit + "<extra></extra>"),
+                      row=row, col=1)
+        fig.add_trace(go.Scatter(x=steps, y=band["median"], mode="lines", line=dict(color="#3B7DD8", width=1.6),
+                                 name="median", legendgroup="median", showlegend=row == 1, customdata=nobody,
+                                 hovertemplate="step %{x}: median %{y:,.2f} " + unit + "<extra></extra>"),
+                      row=row, col=1)
+        for index, ipu in enumerate(named + chosen):
+            part = by_step[by_step["ipu"] == ipu]
+            label = naming.label(ipu) + ("" if ipu in named else " (chosen)")
+            fig.add_trace(go.Scatter(
+                x=part["step"], y=part[column] / scale, mode="lines", name=label, legendgroup=str(ipu),
+                showlegend=row == 1, line=dict(color=palette[index % len(palette)] if ipu in named else "#ff2d95",
+                                               width=1.4, dash=None if ipu in named else "dot"),
+                customdata=np.stack([np.full(len(part), ipu), part["name"].astype(str).to_numpy()], axis=-1).tolist(),
+                hovertemplate="step %{x} (%{customdata[1]})<br>%{y:,.2f} " + unit
+                              + (f" {what}" if row == 1 else "") + "<extra>%{fullData.name}</extra>"),
+                row=row, col=1)
+    low_scale, low_unit = panels[1][2]
+    steps = (int(by_step["step"].min()), int(by_step["step"].max()))
+    if capacity:
+        limit = "device memory" if naming.imported else "tile capacity"
+        fig.add_trace(go.Scatter(x=list(steps), y=[bytes_per_tile / low_scale] * 2, mode="lines", name=limit,
+                                 line=dict(color=CAPACITY_COLOUR, dash="dash", width=1.5),
+                                 hovertemplate=limit + " %{y:,.0f} " + low_unit + "<extra></extra>"), row=2, col=1)
+    if selected is not None:
+        fig.add_shape(step_marker(selected[1]))
+    fig.update_yaxes(title=panels[0][2][1], row=1, col=1, rangemode="tozero")
+    fig.update_yaxes(title=low_unit, row=2, col=1, rangemode="tozero")
+    fig.update_xaxes(title="step (a row of the rank's time line)" if naming.imported else "program step", row=2, col=1)
+    # the legend above the top panel's title, not over it
+    return styled(fig, height=540, hovermode="closest", clickmode="event", uirevision="liveness",
+                  legend=dict(y=1.13), margin=dict(t=90), meta={"level": "band", "rows": ipus, "named": named})
 
 
 def step_marker(step: int) -> dict:

@@ -10,8 +10,10 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from dashboards.figures.ranks import MANY_RANKS
 from dashboards.figures.style import (CAPACITY_COLOUR, CATEGORY_COLOURS, IPUS, OOM_COLOUR, Naming, byte_ticks, empty,
                                       ipu_label, styled)
+from popvision_py.analysis.common.spread import outlier_ranks
 from popvision_py.format.schema import MEMORY_CATEGORIES
 
 TILE_MAP_COLUMNS = 64  # at most; an IPU of 1,472 tiles is 23 rows of 64
@@ -173,8 +175,49 @@ def category_stacks(by_category: pd.DataFrame, capacity_by_ipu: Mapping[int, int
                   margin=dict(l=60, r=20, t=20, b=40))
 
 
+def category_spread(by_category: pd.DataFrame, naming: Naming = IPUS) -> go.Figure:
+    """Past ``MANY_RANKS`` IPUs (or ranks), ``category_stacks`` told as distributions: for each category (and
+    always-live apart) and for the whole, a box of its bytes over the IPUs (least, quartiles, most; an IPU
+    without the category holds 0 of it), and the IPUs furthest past the median of each marked and named."""
+    if by_category.empty:
+        return empty("No memory recorded.")
+    frame = by_category.assign(category=by_category["category"].astype(str))
+    frame["part"] = [c if a or naming.imported else f"{c} (not always-live)"
+                     for c, a in zip(frame["category"].tolist(), frame["always_live"].tolist())]
+    grid = frame.pivot_table(index="ipu", columns="part", values="bytes", aggfunc="sum", fill_value=0)
+    order = [p for c in _category_order(frame["category"].unique()) for p in (c, f"{c} (not always-live)")
+             if p in grid.columns and grid[p].sum() > 0]
+    grid = grid[order].assign(**{"all": grid[order].sum(axis=1)})
+    ipus = grid.index.to_numpy()
+    fig = go.Figure()
+    named_x, named_y, named_text = [], [], []
+    for part in grid.columns:
+        values = grid[part].to_numpy(np.float64)
+        q1, median, q3 = np.percentile(values, [25, 50, 75])
+        colour = "#6b7280" if part == "all" else CATEGORY_COLOURS.get(part.split(" (")[0], "#999")
+        fig.add_trace(go.Box(x=[part], q1=[q1], median=[median], q3=[q3], lowerfence=[values.min()],
+                             upperfence=[values.max()], name=part, marker_color=colour, boxpoints=False,
+                             hoverinfo="y", showlegend=False))
+        for ipu in outlier_ranks(ipus, {part: values}):
+            named_x.append(part)
+            named_y.append(float(grid.at[ipu, part]))
+            named_text.append(naming.label(int(ipu)))
+    if named_x:
+        fig.add_trace(go.Scatter(x=named_x, y=named_y, text=named_text, mode="markers+text",
+                                 textposition="middle right",
+                                 marker=dict(color=OOM_COLOUR, size=7), name="furthest past the median",
+                                 hovertemplate="%{text}: %{y:,.0f} B<extra>%{x}</extra>"))
+    fig.update_yaxes(title=f"bytes over {len(ipus):,} {naming.device}s", rangemode="tozero",
+                     **byte_ticks(float(grid.to_numpy().max())))
+    fig.update_xaxes(type="category")
+    # no legend: the section's note says what the red marks are, and a narrow panel's rotated names need the room
+    return styled(fig, height=420, showlegend=False, margin=dict(l=60, r=20, t=20, b=40),
+                  meta={"level": "spread", "rows": len(ipus)})
+
+
 def tile_histogram(by_tile: pd.DataFrame, bytes_per_tile: int, bins: int = 60) -> go.Figure:
-    """Distribution of tiles' peak memory per IPU; the tile capacity marked when it is on the scale."""
+    """Distribution of tiles' peak memory per IPU; the tile capacity marked when it is on the scale. Past
+    ``MANY_RANKS`` IPUs, one distribution of every IPU's tiles (a histogram an IPU would be a wall of them)."""
     if by_tile.empty:
         return empty("No tiles.")
     fig = go.Figure()
@@ -182,10 +225,13 @@ def tile_histogram(by_tile: pd.DataFrame, bytes_per_tile: int, bins: int = 60) -
     # Up to the capacity only if tiles come near it: else the bars would crowd one corner.
     top = max(fullest, float(bytes_per_tile)) if fullest > bytes_per_tile / 2 else fullest * 1.05
     size = max(top / bins, 1.0)
-    for ipu, part in by_tile.groupby("ipu", sort=True):
-        fig.add_trace(go.Histogram(x=part["total_bytes"] / 1024, name=ipu_label(ipu), opacity=0.65,
+    ipus = by_tile["ipu"].nunique()
+    groups = ([(f"{ipus:,} IPUs", by_tile)] if ipus > MANY_RANKS
+              else [(ipu_label(ipu), part) for ipu, part in by_tile.groupby("ipu", sort=True)])
+    for name, part in groups:
+        fig.add_trace(go.Histogram(x=part["total_bytes"] / 1024, name=name, opacity=0.65,
                                    xbins=dict(start=0, end=(top + size) / 1024, size=size / 1024),
-                                   hovertemplate="%{x} KiB: %{y} tiles<extra>" + ipu_label(ipu) + "</extra>"))
+                                   hovertemplate="%{x} KiB: %{y} tiles<extra>" + name + "</extra>"))
     tile_memory_axis(fig, top >= bytes_per_tile, bytes_per_tile)
     return styled(fig, barmode="overlay", height=320)
 

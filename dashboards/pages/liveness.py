@@ -10,6 +10,7 @@ from dash import Input, Output, State, dcc, html
 from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import liveness as figures
+from dashboards.figures.ranks import MANY_RANKS
 from dashboards.figures.style import empty, ipu_label
 from popvision_py.analysis.imported import ranks as imported
 
@@ -81,8 +82,11 @@ def render_plot(ipu: int | None, step: Any, profile: str | None):
     if not report.memory_recorded:
         return empty(imported.NO_MEMORY)
     selected = (int(ipu), int(step)) if ipu is not None and step is not None else None
-    return figures.liveness_steps(report.liveness.by_step(), int(report.target["bytes_per_tile"]), selected,
-                                  naming=data.naming(report), capacity=data.capacity_known(report))
+    by_step = report.liveness.by_step()
+    # past MANY_RANKS, a band over the IPUs and the few furthest past the median, not a line each
+    draw = figures.liveness_band if by_step["ipu"].nunique() > MANY_RANKS else figures.liveness_steps
+    return draw(by_step, int(report.target["bytes_per_tile"]), selected, naming=data.naming(report),
+                capacity=data.capacity_known(report))
 
 
 @dash.callback(
@@ -95,22 +99,30 @@ def render_peaks(profile: str | None):
         return c.one_line(imported.NO_MEMORY, "liveness-not-recorded")
     peaks = report.liveness.peaks()
     naming = data.naming(report)
+    step = c.fmt_int
+    if len(peaks) > MANY_RANKS:  # rank_table's spread: the peak step is a place, not a figure to spread
+        peaks, step = peaks.assign(peak_step=peaks["peak_step"].map(c.fmt_int)), str
     if naming.imported:  # a rank, its activations (allocated beyond its weights) and all it allocated
-        return c.table(peaks.assign(ipu=peaks["ipu"].map(naming.label)),
-                       {"ipu": "rank", "peak_step": "peak step", "name": "in", "not_always_live_bytes": "activations",
-                        "total_bytes": "allocated"}, formats={"ipu": str, "peak_step": c.fmt_int})
-    return c.table(peaks, {"ipu": "IPU", "peak_step": "peak step", "name": "step",
-                           "not_always_live_bytes": "not always-live", "total_bytes": "total"},
-                   formats={"ipu": c.fmt_int, "peak_step": c.fmt_int})
+        return c.rank_table(peaks.assign(ipu=peaks["ipu"].map(naming.label)),
+                            {"ipu": "rank", "peak_step": "peak step", "name": "in",
+                             "not_always_live_bytes": "activations", "total_bytes": "allocated"},
+                            formats={"ipu": str, "peak_step": step, "not_always_live_bytes": c.fmt_bytes,
+                                     "total_bytes": c.fmt_bytes}, table_id="liveness-peaks-table", rank="ipu")
+    return c.rank_table(peaks, {"ipu": "IPU", "peak_step": "peak step", "name": "step",
+                                "not_always_live_bytes": "not always-live", "total_bytes": "total"},
+                        formats={"ipu": c.fmt_int, "peak_step": step, "not_always_live_bytes": c.fmt_bytes,
+                                 "total_bytes": c.fmt_bytes}, table_id="liveness-peaks-table", rank="ipu")
 
 
-def clicked_step(click: dict | None) -> tuple[int, int] | None:
-    """(ipu, step) of a click on the liveness plot: x is the step, customdata[0] the IPU."""
+def clicked_step(click: dict | None) -> tuple[int | None, int] | None:
+    """(ipu, step) of a click on the liveness plot: x is the step, customdata[0] the IPU; a click on the band of
+    many IPUs (``figures.NO_IPU``: no IPU of its own) gives the step alone, IPU None."""
     try:
         point = click["points"][0]
-        return int(c.custom_value(point, 0)), int(point["x"])
+        ipu, step = int(c.custom_value(point, 0)), int(point["x"])
     except (TypeError, KeyError, IndexError, ValueError):
         return None
+    return (None if ipu == figures.NO_IPU else ipu), step
 
 
 @dash.callback(
@@ -141,7 +153,8 @@ def choose_clicked(click: dict | None):
     chosen = clicked_step(click)
     if chosen is None:
         raise dash.exceptions.PreventUpdate
-    return chosen
+    ipu, step = chosen
+    return dash.no_update if ipu is None else ipu, step
 
 
 @dash.callback(

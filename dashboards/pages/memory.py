@@ -14,6 +14,7 @@ from dash import Input, Output, Patch, State, dcc, html
 from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import memory as figures
+from dashboards.figures.ranks import MANY_RANKS
 from dashboards.figures.style import IPUS, Naming, empty, ipu_label
 from popvision_py.analysis.imported import ranks as imported
 from popvision_py.analysis.ipu import memory_depth
@@ -110,6 +111,9 @@ CATEGORIES_NOTE = {False: "Hatched: not-always-live (at each tile's own peak).",
                    True: "Weights: what stayed allocated all along (parameters, gradients, optimiser state); "
                          "activations (hatched): the rest of the rank's peak."}
 
+MANY_NOTE = (f"Past {MANY_RANKS} {{device}}s, a box for each category: its bytes over the {{device}}s, least to most "
+             "with the quartiles; in red the {device}s furthest past each median, named.")
+
 
 @dash.callback(
     Output(ids.MEMORY_DESCRIPTION, "children"),
@@ -127,12 +131,16 @@ CATEGORIES_NOTE = {False: "Hatched: not-always-live (at each tile's own peak).",
 def render_words(profile: str | None):
     """An imported trace's ranks have no tiles: its one line shows and the tile views hide."""
     report = data.report(profile)
-    imported_ = data.naming(report).imported
+    naming = data.naming(report)
+    imported_ = naming.imported
     tiles = c.shown(not imported_)
+    many = len(report.memory.by_ipu()) > MANY_RANKS
+    title = (f"Memory over the {naming.device}s by category" if many
+             else f"Memory per {naming.device} by category")
     return (DESCRIPTION[imported_] if report.memory_recorded else imported.NO_MEMORY, c.shown(imported_), tiles,
             tiles, tiles, tiles, tiles,
             "" if imported_ else "grid-2",
-            f"Memory per {'rank' if imported_ else 'IPU'} by category", CATEGORIES_NOTE[imported_])
+            title, MANY_NOTE.format(device=naming.device) if many else CATEGORIES_NOTE[imported_])
 
 
 def ipu_cards(by_ipu: Any, naming: Naming = IPUS, capacity: bool = True) -> list[tuple]:
@@ -155,6 +163,29 @@ def ipu_cards(by_ipu: Any, naming: Naming = IPUS, capacity: bool = True) -> list
             "bad" if oom else "",
         ))
     return items
+
+
+def many_cards(by_ipu: Any, naming: Naming = IPUS, capacity: bool = True) -> list[tuple]:
+    """Past ``MANY_RANKS`` IPUs (or ranks), four cards instead of one each: how many, the median peak, the least
+    and most, and the fullest one named (with its out-of-memory tiles, or its share of the device's memory)."""
+    total = by_ipu["total_bytes"].to_numpy()
+    fullest = by_ipu.iloc[int(total.argmax())]
+    device = naming.device
+    if naming.imported:
+        share = f"; {c.fmt_pct(fullest.used_pct)} of {c.fmt_bytes(fullest.capacity_bytes)}" if capacity else ""
+        over = capacity and bool((total > by_ipu["capacity_bytes"].to_numpy()).any())
+        note, tone = f"{c.fmt_bytes(fullest.total_bytes)} at its peak{share}", "bad" if over else ""
+        count = f"{c.fmt_bytes(int(total.sum()))} allocated at their peaks"
+    else:
+        oom = int(by_ipu["oom_tiles"].sum())
+        note = (f"{c.fmt_pct(fullest.used_pct)} of {c.fmt_bytes(fullest.capacity_bytes)}; "
+                f"{int(fullest.oom_tiles):,} tiles out of memory")
+        tone = "bad" if oom else ""
+        count = f"{oom:,} tiles out of memory" if oom else "every tile fits"
+    return [(f"{device[0].upper()}{device[1:]}s", c.fmt_int(len(by_ipu)), count),
+            ("Median peak", c.fmt_bytes(float(np.median(total))), f"over the {len(by_ipu):,} {device}s"),
+            ("Least to most", c.fmt_range(float(total.min()), float(total.max()), c.fmt_bytes), "peak"),
+            (f"Fullest {device}", naming.label(int(fullest.ipu)), note, tone)]
 
 
 def oom_table(oom: Any, shown: int = 12) -> html.Div:
@@ -183,21 +214,27 @@ def render_overview(profile: str | None):
     """Everything on the page that does not depend on the IPU or tile chosen."""
     report = data.report(profile)
     by_ipu = report.memory.by_ipu()
+    by_tile = report.memory.by_tile()
     bytes_per_tile = int(report.target["bytes_per_tile"])
     oom = report.memory.out_of_memory()
-    summary = report.summary.figures()
     naming = data.naming(report)
     options = c.ipu_options(by_ipu["ipu"], naming)
-    first = int(summary.worst_ipu) if summary.worst_ipu >= 0 else int(by_ipu["ipu"].iloc[0])  # -1: no tile memory
+    # the IPU of the fullest tile (the summary's worst_ipu), read off the tiles: the summary's figures would fold
+    # the trace's cube, a dense ranks x stages array at many ranks, for this one number
+    first = int(by_tile["ipu"].iloc[int(by_tile["total_bytes"].to_numpy().argmax())]) if len(by_tile) \
+        else int(by_ipu["ipu"].iloc[0])
     if not report.memory_recorded:  # an imported trace without [memory] events: not a number, one line
         return (options, first, c.one_line(imported.NO_MEMORY, "memory-not-recorded"), empty(imported.NO_MEMORY),
                 empty(imported.NO_TILES), oom_table(oom))
+    capacity = data.capacity_known(report)
+    many = len(by_ipu) > MANY_RANKS
     return (
         options,
         first,
-        c.cards(ipu_cards(by_ipu, naming, data.capacity_known(report))),
-        figures.category_stacks(report.memory.by_category(), naming=naming),
-        figures.tile_histogram(report.memory.by_tile(), bytes_per_tile),
+        c.cards(many_cards(by_ipu, naming, capacity) if many else ipu_cards(by_ipu, naming, capacity)),
+        (figures.category_spread if many else figures.category_stacks)(report.memory.by_category(), naming=naming),
+        # an imported trace's rank has no tiles: its histogram's section is hidden, so not drawn
+        empty(imported.NO_TILES) if naming.imported else figures.tile_histogram(by_tile, bytes_per_tile),
         oom_table(oom),
     )
 

@@ -1,7 +1,8 @@
-"""The dashboard on an import of 256 ranks (make_gpu_trace.py, one rank slow): every page draws in a real
-Chromium with no console error and stays a page long, not a row per rank: the per-rank figures are heat maps or
-columns, the matrix binned, the tables each figure's spread and the ranks past it, the System page a heat map of
-the ranks that a box zoom onto a few turns into their own time lines."""
+"""The dashboard on an import of 256 ranks (make_gpu_trace.py, one rank slow, another fuller): every page draws
+in a real Chromium with no console error and stays a page long, not a row per rank: the per-rank figures are heat
+maps, columns or distributions, the matrix binned, the tables each figure's spread and the ranks past it, the
+System page a heat map of the ranks that a box zoom onto a few turns into their own time lines, the Memory and
+Liveness pages boxes and a band over the ranks naming the fullest."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import pytest
 
 from dashboards import ids
 from tests.dashboard.test_browser import errors, wait_for_figures
+from tests.dashboard.test_many_rank_memory import GIB, plant_peak
 
 ROOT = Path(__file__).resolve().parents[2]
-RANKS, SLOW = 256, 100
+RANKS, SLOW, FULL = 256, 100, 200
 PAGES = {
     "/": [ids.SUMMARY_TIME],
     "/stages": [ids.STAGES_SUMMARY],  # a data-parallel run: no pipeline to draw a Gantt chart of
@@ -29,7 +31,8 @@ TALLEST_PX = 12_000  # a page of a few figures and tables; a row per rank was 60
 
 @pytest.fixture(scope="module")
 def many_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """256 ranks of a data-parallel run, two layers, rank 100's GPU 1.5 times slower; imported."""
+    """256 ranks of a data-parallel run, two layers, rank 100's GPU 1.5 times slower, rank 200 allocating 7 GiB at
+    its peak where the others allocate 5; imported."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import make_gpu_trace
 
@@ -38,6 +41,7 @@ def many_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("many-ranks")
     make_gpu_trace.make(folder / "traces", total_mb=0.5, ranks=RANKS, layers=2, bucket=1, jobs=1, spread=0.0005,
                         slow_rank=SLOW)
+    plant_peak(folder / "traces" / f"rank{FULL}.json", 5 * GIB, 7 * GIB)
     import_traces(find_traces([str(folder / "traces")]), folder / "p" / "profile.pop")
     return folder / "p" / "profile.pop"
 
@@ -69,3 +73,33 @@ def test_every_page_of_256_ranks_draws_without_errors_and_is_not_a_row_per_rank(
     dash_duo.wait_for_element(f"#{ids.TRACE_TIMELINE} .heatmaplayer image, #{ids.TRACE_TIMELINE} .hm", timeout=60)
     dash_duo.wait_for_contains_text(f"#{ids.TRACE_LEVEL}", f"a heat map of {RANKS} ranks", timeout=60)
     assert errors(dash_duo) == []
+
+
+@pytest.mark.browser
+@pytest.mark.slow  # an import of 256 ranks (shared with the test above) and two pages in Chromium
+def test_the_memory_and_liveness_pages_of_256_ranks_are_distributions_naming_the_fullest(dash_duo, many_ranks):
+    from dashboards.app import create_app
+
+    # GIVEN the dashboard on the import of 256 ranks, rank 200 the fullest
+    dash_duo.start_server(create_app([str(many_ranks)]))
+    # WHEN the Memory page is opened
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/memory")
+    wait_for_figures(dash_duo, [ids.MEMORY_CATEGORIES], timeout=60)
+    # THEN four cards, the fullest rank named, the categories boxes over the ranks: no bar a rank, no console error
+    dash_duo.wait_for_contains_text(".cards", f"Rank {FULL}", timeout=30)
+    assert len(dash_duo.find_elements(".cards .card")) == 4
+    assert dash_duo.find_elements(f"#{ids.MEMORY_CATEGORIES} .trace.boxes")
+    assert not dash_duo.find_elements(f"#{ids.MEMORY_CATEGORIES} .trace.bars")
+    assert errors(dash_duo) == []
+    assert dash_duo.driver.execute_script("return document.body.scrollHeight") < TALLEST_PX
+    # WHEN the Liveness page is opened
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/liveness")
+    wait_for_figures(dash_duo, [ids.LIVENESS_PLOT], timeout=60)
+    # THEN the peaks name rank 200 past the median, the plot is a band with its line, and the page is not a row
+    # (nor a legend entry) a rank
+    dash_duo.wait_for_contains_text(f"#{ids.LIVENESS_PEAKS}", f"Rank {FULL} (+66.7%)", timeout=30)
+    dash_duo.wait_for_contains_text(f"#{ids.LIVENESS_PLOT} .legend", f"Rank {FULL}", timeout=30)
+    assert len(dash_duo.find_elements(f"#{ids.LIVENESS_PLOT} .legend .traces")) < 10
+    assert len(dash_duo.find_elements(f"#{ids.LIVENESS_PEAKS} tbody tr")) < 10
+    assert errors(dash_duo) == []
+    assert dash_duo.driver.execute_script("return document.body.scrollHeight") < TALLEST_PX
