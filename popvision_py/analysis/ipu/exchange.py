@@ -42,7 +42,7 @@ class ExchangeFigures:
 
 def figures(trace: Aggregates) -> ExchangeFigures:
     """Cycles in each phase summed over IPUs; ``_pct`` = 100 x phase / total."""
-    by_phase = aggregates(trace).cube.sum(axis=(0, 1, 2))  # per phase code (the last: unknown words)
+    by_phase = aggregates(trace).cube.total().sum(axis=0)  # per phase code (the last: unknown words)
     get = lambda p: int(by_phase[PHASE[p]]) if len(by_phase) else 0  # noqa: E731
     total = int(by_phase[: len(PHASE)].sum())
     pct = lambda v: 100.0 * v / total if total else float("nan")  # noqa: E731
