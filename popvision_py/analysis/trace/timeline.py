@@ -190,13 +190,13 @@ def timeline(index: TimelineIndex, start_cycle: int | None = None, end_cycle: in
         for i, (lo, hi) in windows.items():
             ix = index.ipu(i)
             st, en = ix.start[lo:hi], ix.end[lo:hi]
-            parts.append(pd.DataFrame({
+            parts.append({
                 "ipu": np.full(hi - lo, i, np.int64), "start_cycle": st.astype(np.int64),
                 "end_cycle": en.astype(np.int64),
                 "phase": np.asarray(PHASES, dtype=object)[np.minimum(ix.phase[lo:hi], len(PHASES) - 1)],
                 "cycles": (en - st).astype(np.int64), "events": np.ones(hi - lo, np.int64),
-            }))
-        frame = pd.concat(parts, ignore_index=True) if parts else _empty_timeline()
+            })
+        frame = _joined(parts)
         frame["phase"] = category(frame["phase"], PHASES)
         return Timeline("events", finish(frame, TIMELINE_COLUMNS), a, b)
     edges = bin_edges(a, b, max_bins)
@@ -210,12 +210,12 @@ def timeline(index: TimelineIndex, start_cycle: int | None = None, end_cycle: in
             keep = cycles > 0
             n = int(keep.sum())
             if n:
-                parts.append(pd.DataFrame({
+                parts.append({
                     "ipu": np.full(n, i, np.int64), "start_cycle": edges[:-1][keep], "end_cycle": edges[1:][keep],
                     "phase": np.full(n, name, dtype=object), "cycles": cycles[keep].astype(np.int64),
                     "events": events[keep].astype(np.int64),
-                }))
-    frame = pd.concat(parts, ignore_index=True) if parts else _empty_timeline()
+                })
+    frame = _joined(parts)
     frame["phase"] = category(frame["phase"], PHASES)
     return Timeline("bins", finish(frame, TIMELINE_COLUMNS, ["ipu", "start_cycle", "phase"]), a, b)
 
@@ -227,6 +227,14 @@ def phase_bins(ix: _IpuIndex, p: int, edges: np.ndarray) -> tuple[np.ndarray, np
     cycles = np.diff(phase_time_before(ix, p, edges))
     events = np.searchsorted(ix.positions[p], k_start, "left") - np.searchsorted(ix.positions[p], k_end, "left")
     return cycles, events
+
+
+def _joined(parts: list[dict[str, np.ndarray]]) -> pd.DataFrame:
+    """The IPUs' columns one after the other, as one frame (one frame an IPU, joined, cost 2 ms an IPU: 8 s at
+    4,096 ranks)."""
+    if not parts:
+        return _empty_timeline()
+    return pd.DataFrame({c: np.concatenate([part[c] for part in parts]) for c in parts[0]})
 
 
 def _empty_timeline() -> pd.DataFrame:
