@@ -21,7 +21,8 @@ from popvision_py.analysis.ipu import exchange as _exchange
 from popvision_py.analysis.findings import summary as _summary
 from popvision_py.analysis.report import Report
 from popvision_py.analysis.common.tables import Columns
-from popvision_py.analysis.trace.scan import Aggregates, Cube, summarise_arrays
+from popvision_py.analysis.trace.cube import Cube
+from popvision_py.analysis.trace.scan import Aggregates, summarise_arrays
 
 
 def summary_figures(profile: Path) -> dict[str, float]:
