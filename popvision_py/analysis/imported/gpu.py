@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from popvision_py.analysis.common.tables import Columns, Table, sum_by
+from popvision_py.analysis.common.tables import Columns, Table, group_median, group_percentile, sum_by
 from popvision_py.format.schema import KERNEL_KINDS
 
 # HTA's types, in the order its kernel breakdown gives them bits (kernel_type_to_analysis): 1, 2, 4
@@ -414,49 +414,23 @@ def launch_summary(k: Kernels) -> Table:
     """``launches`` per rank (``LAUNCH_SUMMARY_COLUMNS``): the medians, the launch delay's 95th percentile
     (linear, as NumPy's and pandas' default) and largest, and ``cpu_longer_pct``: the share of kernels
     whose runtime call outlasted the kernel, HTA's first finding. Many short kernels that take longer to
-    launch than to run keep the GPU waiting on the CPU: the evidence of a launch-bound step.
-
-    Every rank at once: each figure's values sorted by rank then value, each rank's median and percentile read
-    at its own positions, in the arithmetic ``np.median`` and ``np.percentile`` do, so the figures are theirs to
-    the last bit."""
+    launch than to run keep the GPU waiting on the CPU: the evidence of a launch-bound step. Every rank at
+    once, NumPy's figures to the last bit (``tables.group_median``, ``tables.group_percentile``)."""
     rows = np.flatnonzero((k.launch_start >= 0) & k.hta_launch)
     ipu = k.ipu[rows]
     count = np.bincount(ipu, minlength=k.num_ranks)[:k.num_ranks]
-    first = np.cumsum(count) - count
+    ranks = _present(k)
+    n, at = count[ranks], (np.cumsum(count) - count)[ranks]
     delay = np.maximum(k.start[rows] - k.launch_end[rows], 0)
     cpu, gpu = k.launch_end[rows] - k.launch_start[rows], k.end[rows] - k.start[rows]
-    ranks = _present(k)
-    n, at = count[ranks], first[ranks]
-    has = n > 0
-    last = np.minimum(at + np.maximum(n - 1, 0), max(len(rows) - 1, 0))  # a rank without launches: any row
-
-    def ordered(values: np.ndarray) -> np.ndarray:
-        return values[np.lexsort((values, ipu))] if len(values) else np.zeros(1, np.int64)
-
-    def median(v: np.ndarray) -> np.ndarray:  # np.median: the middle value, or the mean of the two middle ones
-        lo, hi = np.where(has, at + (n - 1) // 2, 0), np.where(has, at + n // 2, 0)
-        return np.where(has, (v[lo].astype(np.float64) + v[hi]) / 2, np.nan)
-
-    d = ordered(delay)
-    with np.errstate(invalid="ignore"):
-        virtual = (n - 1) * (95 / 100)  # np.percentile's linear method, its _lerp's arithmetic
-        before = np.floor(virtual)
-        top = virtual >= n - 1  # past the last value: the last value
-        lo = np.where(top | ~has, last, at + np.where(has, before, 0).astype(np.int64))
-        hi = np.where(top | ~has, last, lo + 1)
-        a, b = d[lo], d[hi]
-        gamma = virtual - np.where(top, -1, before.astype(np.int64))
-        diff = b - a
-        p95 = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
-    c, g = ordered(cpu), ordered(gpu)
+    c, g, d = (v[np.lexsort((v, ipu))] for v in (cpu, gpu, delay))  # by rank, then value
     longer = np.bincount(ipu, weights=(cpu > gpu), minlength=k.num_ranks)[:k.num_ranks][ranks]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        longer_pct = np.where(has, 100.0 * longer / np.maximum(n, 1), np.nan)
-    return Table({"rank": k.ranks[ranks], "kernels": n.astype(np.int64), "cpu_duration_median_ns": median(c),
-                  "gpu_duration_median_ns": median(g), "launch_delay_median_ns": median(d),
-                  "launch_delay_p95_ns": np.where(has, p95, np.nan),
-                  "launch_delay_max_ns": np.where(has, d[last].astype(np.float64), np.nan),
-                  "cpu_longer_pct": longer_pct})
+    return Table({"rank": k.ranks[ranks], "kernels": n.astype(np.int64),
+                  "cpu_duration_median_ns": group_median(c, at, n),
+                  "gpu_duration_median_ns": group_median(g, at, n), "launch_delay_median_ns": group_median(d, at, n),
+                  "launch_delay_p95_ns": group_percentile(d, at, n, 95),
+                  "launch_delay_max_ns": group_percentile(d, at, n, 100),
+                  "cpu_longer_pct": np.where(n > 0, 100.0 * longer / np.maximum(n, 1), np.nan)})
 
 
 def idle_breakdown(k: Kernels, kernel_wait_ns: int = KERNEL_WAIT_NS) -> Table:
