@@ -1,5 +1,6 @@
-"""analysis.imported.gpu_ranks: the GPU's figures computed a rank at a time (each rank's kernels read from the row
-groups that hold them) are those of the whole kernels table at once, row groups shared between ranks included."""
+"""analysis.imported.gpu_ranks: the GPU's figures computed a run of ranks at a time (the row groups read once each, in
+order) are those of one rank at a time and of the whole kernels table at once, row groups shared between ranks
+included."""
 
 from __future__ import annotations
 
