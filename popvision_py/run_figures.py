@@ -21,6 +21,7 @@ from popvision_py.analysis.ipu import exchange as _exchange
 from popvision_py.analysis.findings import summary as _summary
 from popvision_py.analysis.report import Report
 from popvision_py.analysis.common.tables import Columns
+from popvision_py.analysis.trace.cube import Cube
 from popvision_py.analysis.trace.scan import Aggregates, summarise_arrays
 
 
@@ -39,7 +40,7 @@ def emulated_figures(compiled: Compiled, sched: Schedule) -> dict[str, float]:
     folds = [(summarise_arrays({**rows, "run": np.zeros(len(rows["step"]), np.int32)}), count)
              for rows, count in templates(sched)]
     start, end = span(sched)
-    trace = Aggregates(_weighted([f.cube for f, _ in folds], [c for _, c in folds], 4),
+    trace = Aggregates(Cube.from_dense(_weighted([np.asarray(f.cube) for f, _ in folds], [c for _, c in folds], 4)),
                        _weighted([f.executions for f, _ in folds], [c for _, c in folds], 2),
                        np.zeros(0, np.int64), 0, start, end, rows=sum(len(f) * c for f, c in folds))
     ops = Columns(arrow_table("ops", ops_table(compiled)))

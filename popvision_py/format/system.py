@@ -251,7 +251,7 @@ def read_system(path: str | os.PathLike[str]) -> SystemFile:
                 raise SystemFileError(f"{where}: column {want.name!r} holds {base}, not {want.type}.")
         try:  # the checks passed: now the rows, strings as dictionaries, every page against its checksum
             with pq.ParquetFile(path, read_dictionary=list(STRING_COLUMNS), page_checksum_verification=True) as rows:
-                table = rows.read(columns=list(SCHEMA.names))
+                table = rows.read(columns=list(SCHEMA.names), use_threads=False)  # a small file: threads cost more
         except (pa.ArrowException, OSError) as exc:
             raise SystemFileError(f"{where} is corrupt ({_first(exc)}).") from None
     if table.num_rows != parquet.metadata.num_rows:

@@ -11,10 +11,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 import popvision_py as pv
-from popvision_py.analysis.ipu.exchange import BANDWIDTH_COLUMNS, BY_KIND_COLUMNS, COSTLIEST_COLUMNS, MATRIX_COLUMNS
+from popvision_py.analysis.common.tables import Columns
+from popvision_py.analysis.ipu.exchange import (BANDWIDTH_COLUMNS, BY_KIND_COLUMNS, COSTLIEST_COLUMNS, MATRIX_COLUMNS,
+                                                Executed, matrix)
 from tests import synthetic
 
 MNIST = Path(__file__).resolve().parents[2] / "sample_profiles" / "mnist_pipelined" / "profile.pop"
@@ -111,3 +115,17 @@ def test_a_host_call_spanning_many_steps_is_given_a_step_at_a_time():
     assert (f"host/call on IPU 0 ({top['total_cycles']:,} cycles in 1 execution over the trace's 10 steps, "
             f"about {per_step:,.0f} cycles a step)") in finding
     assert per_step < step_cycles < top["total_cycles"]
+
+
+def test_matrix_of_many_ranks_holds_the_pairs_that_occur():
+    # GIVEN transfers between ranks 0 and 4,095 (a grid of 4,098 x 4,098 endpoints), the host's and a ring's pair
+    # twice, and one of no bytes and no cycles
+    src, dst = [4095, 0, 0, -1, 7, 3], [0, 1, 1, 4095, 8, 4]
+    nbytes, cycles = [10, 20, 5, 7, 0, 1], [1, 2, 3, 4, 0, 0]
+    done = Executed(Columns(pa.table({"src_ipu": src, "dst_ipu": dst})), np.ones(6, np.int64),
+                    np.array(nbytes, np.int64), np.array(cycles, np.int64), np.zeros(6, np.int64))
+    # WHEN its matrix is made
+    m = matrix(done)
+    # THEN it holds each pair that moved something, summed, sorted by source then destination
+    rows = list(zip(*(np.asarray(m[c]).tolist() for c in MATRIX_COLUMNS)))
+    assert rows == [(-1, 4095, 7, 4), (0, 1, 25, 5), (3, 4, 1, 0), (4095, 0, 10, 1)]

@@ -146,6 +146,38 @@ def test_launch_statistics_and_their_summary():
     assert (r1["kernels"], r1["launch_delay_median_ns"], r1["cpu_longer_pct"]) == (1, 9.0, 0.0)
 
 
+def test_launch_summary_of_every_rank_at_once_is_numpys_a_rank_at_a_time():
+    # GIVEN 5 ranks of random launches: rank 2's one kernel has no launch, rank 4 has one, the others 7 to 40, their
+    # delays often 0 (ties) and often not
+    rng = np.random.default_rng(7)
+    ipu = np.repeat(np.arange(5), [7, 40, 1, 23, 1])
+    n = len(ipu)
+    start = rng.integers(1000, 10**6, n)
+    launch = np.where(ipu == 2, -1, start - rng.integers(-500, 3000, n))
+    k = gpu.Kernels.build(ipu, [7] * n, ["compute"] * n, ["k"] * n, start, start + rng.integers(1, 900, n),
+                          launch, np.where(launch >= 0, launch + rng.integers(1, 700, n), -1),
+                          launch_name=["cudaLaunchKernel"] * n)
+    # WHEN the summary is made for every rank at once
+    rows = frame(gpu.launch_summary(k))
+    # THEN each rank's figures are NumPy's over its own launches, to the last bit (NaN where it has none)
+    assert [r["rank"] for r in rows] == [0, 1, 2, 3, 4] and [r["kernels"] for r in rows] == [7, 40, 0, 23, 1]
+    launched = frame(gpu.launches(k))
+    for r in rows:
+        mine = [x for x in launched if x["rank"] == r["rank"]]
+        delay = np.array([x["launch_delay_ns"] for x in mine], np.int64)
+        cpu = np.array([x["cpu_duration_ns"] for x in mine], np.int64)
+        gpu_ns = np.array([x["gpu_duration_ns"] for x in mine], np.int64)
+        if not mine:
+            assert all(math.isnan(r[c]) for c in gpu.LAUNCH_SUMMARY_COLUMNS[2:])
+            continue
+        assert r["launch_delay_median_ns"] == float(np.median(delay))
+        assert r["launch_delay_p95_ns"] == float(np.percentile(delay, 95))
+        assert r["launch_delay_max_ns"] == float(delay.max())
+        assert r["cpu_duration_median_ns"] == float(np.median(cpu))
+        assert r["gpu_duration_median_ns"] == float(np.median(gpu_ns))
+        assert r["cpu_longer_pct"] == 100.0 * float((cpu > gpu_ns).sum()) / len(mine)
+
+
 def test_launch_statistics_count_only_the_calls_hta_counts():
     # GIVEN kernels launched by Triton's driver call, ROCm's runtime and a synchronous copy
     rows = [(0, 7, "compute", "triton_", 100, 110, 90, 95, 1, "cuLaunchKernel"),

@@ -1,8 +1,10 @@
-"""analysis.imported.gpu_ranks: the GPU's figures computed a rank at a time (each rank's kernels read from the row
-groups that hold them) are those of the whole kernels table at once, row groups shared between ranks included."""
+"""analysis.imported.gpu_ranks: the GPU's figures computed a run of ranks at a time (the row groups read once each, in
+order) are those of one rank at a time and of the whole kernels table at once, row groups shared between ranks
+included."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +71,7 @@ def test_each_figure_a_rank_at_a_time_is_the_whole_tables(imported):
         assert len(view.launches()) == len(gpu.launches(hta)) > 0
 
 
-def test_each_rank_reads_each_row_group_once_and_gives_each_ranks_kernels(imported, monkeypatch):
+def test_each_chunk_reads_each_row_group_once_and_gives_each_ranks_kernels(imported, monkeypatch):
     # GIVEN the import whose row groups hold both ranks' kernels, and a rank's kernels span several
     with popvision_py.open(imported) as report:
         profile = report.profile
@@ -82,16 +84,65 @@ def test_each_rank_reads_each_row_group_once_and_gives_each_ranks_kernels(import
             return iter_batches(table, columns, batch_size, row_groups, use_threads)
 
         monkeypatch.setattr(profile, "iter_batches", counted)
-        # WHEN each rank's kernels are read in turn
-        streamed = list(gpu_ranks.each_rank(profile, ranks))
         groups = profile.metadata("kernels").num_row_groups
+        # WHEN the ranks' kernels are read in chunks of one rank (a chunk holds one rank at least), and of all
+        alone = [gpu_ranks.rank_kernels(profile, ipu, ranks) for ipu in range(len(ranks))]
+        read.clear()
+        streamed = list(gpu_ranks.each_chunk(profile, ranks, rows=1))
         # THEN each row group was read once, in order
         assert read == list(range(groups))
-        # AND each rank's kernels are those its own row groups hold, every column the same
-        assert len(streamed) == len(ranks) == 2
-        for ipu, k in enumerate(streamed):
-            alone = gpu_ranks.rank_kernels(profile, ipu, ranks)
-            assert len(k) == len(alone) > 100
-            for name, value in vars(alone).items():
-                if isinstance(value, np.ndarray):
-                    assert np.asarray(getattr(k, name)).tolist() == value.tolist(), name
+        read.clear()
+        together = list(gpu_ranks.each_chunk(profile, ranks, rows=1 << 40))
+        assert read == list(range(groups))
+        # AND each chunk holds its ranks' kernels, those their own row groups hold, every column the same, their
+        # IPUs counted from the chunk's first
+        assert [(c.first, c.k.ranks.tolist()) for c in streamed] == [(0, [ranks[0]]), (1, [ranks[1]])]
+        assert [(c.first, c.k.ranks.tolist()) for c in together] == [(0, ranks.tolist())]
+        for ipu, chunk in enumerate(streamed):
+            assert len(chunk.k) == len(alone[ipu]) > 100 and (chunk.k.ipu == 0).all()
+            for name, value in vars(alone[ipu]).items():
+                if isinstance(value, np.ndarray) and name not in ("ipu", "ranks"):
+                    assert np.asarray(getattr(chunk.k, name)).tolist() == value.tolist(), name
+        both = together[0].k
+        assert both.ipu.tolist() == [0] * len(alone[0]) + [1] * len(alone[1])
+        assert both.start.tolist() == alone[0].start.tolist() + alone[1].start.tolist()
+
+
+@pytest.fixture(scope="module")
+def five(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 5-rank synthetic GPU run imported with row groups of about 100 rows."""
+    folder = tmp_path_factory.mktemp("gpu_ranks_5")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import make_gpu_trace
+
+    make_gpu_trace.make(folder / "traces", total_mb=1.5, ranks=5, layers=3, bucket=2, jobs=1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(importer_profile, "KERNEL_GROUP_ROWS", 100)
+        import_traces(find_traces([str(folder / "traces")]), folder / "out" / "profile.pop", jobs=1)
+    return folder / "out" / "profile.pop"
+
+
+@pytest.mark.parametrize("rows", [1, 450, 1 << 40])
+def test_figures_of_runs_of_ranks_are_those_of_one_rank_at_a_time(five, rows, monkeypatch):
+    # GIVEN a 5-rank GPU import, its ranks of about 200 kernels each (row groups of 100)
+    with popvision_py.open(five) as report:
+        view = report.gpu
+        k, window, last, spans = view.kernels(), view.window(), view.last_step_starts(), view.spans()
+        counts = np.bincount(k.ipu, minlength=5)
+        assert len(counts) == 5 and (counts > 150).all() and (counts < 250).all()
+        # WHEN the figures are computed one rank at a time, and in runs of ranks of at most ``rows`` kernels
+        # (1: a rank each; 450: two ranks, the last alone; all: the five at once)
+        monkeypatch.setattr(gpu_ranks, "CHUNK_KERNELS", 1)
+        one = gpu_ranks.figures(report.profile, window, last, spans)
+        monkeypatch.setattr(gpu_ranks, "CHUNK_KERNELS", rows)
+        runs = gpu_ranks.figures(report.profile, window, last, spans)
+        # THEN every figure is the same, row for row, each rank's rows in rank order, and the rank at a time
+        # figures are the whole table's
+        hta = k.take(gpu.hta_selection(k, last))
+        everything = gpu_ranks.Rank(k, hta, window, spans)
+        assert len(one["by_rank"]) == 5 and np.asarray(one["by_rank"]["rank"]).tolist() == [0, 1, 2, 3, 4]
+        assert len(one["bounds"]) >= 5 and len(one["arrivals"]) >= 5
+        for name, args in gpu_ranks.DEFAULTS.items():
+            same(runs[name], one[name])
+            same(one[name], gpu_ranks.FIGURES[name](everything, *args))
+        same(runs["kernel_types"], one["kernel_types"])

@@ -13,6 +13,7 @@ import pytest
 import popvision_py as pv
 from popvision_py.analysis.trace import rows as tracerows
 from popvision_py.analysis.trace import scan as tracescan
+from popvision_py.analysis.trace.cube import Cube
 from popvision_py.analysis.common.tables import PASSES, PHASES
 from popvision_py.analysis.trace.timeline import BLOCK, TimelineIndex, cycles_before, timeline
 from popvision_py.errors import ValueRangeError
@@ -59,9 +60,10 @@ def test_summary_of_batches_equals_brute_force(size, shuffle):
     dur = frame["end_cycle"] - frame["start_cycle"]
     cube = dur.groupby([frame["ipu"], frame["stage"] + 1, frame["pass"].map(PASSES.index),
                         frame["phase"].map(PHASES.index)]).sum()
-    assert agg.cube.sum() == dur.sum()
+    dense = np.asarray(agg.cube)
+    assert dense.sum() == dur.sum()
     for (ipu, stage, pass_, phase), cycles in cube.items():
-        assert agg.cube[ipu, stage, pass_, phase] == cycles
+        assert dense[ipu, stage, pass_, phase] == cycles
     execs = frame[frame["step"] >= 0].groupby(["ipu", "step"]).size()
     assert agg.executions.sum() == execs.sum()
     assert all(agg.executions[i, s] == n for (i, s), n in execs.items())
@@ -360,7 +362,7 @@ def test_durations_summing_past_what_int64_holds_are_refused(micro_batches):
             tracescan.summarise_arrays(columns)
     # AND rows summing to just under the limit are folded, every cycle counted
     columns = _long_rows([2**53] * (2**9 - 1), [0] * (2**9 - 1))
-    assert tracescan.summarise_arrays(columns).cube.sum() == (2**9 - 1) * 2**53
+    assert tracescan.summarise_arrays(columns).cube.cells.sum() == (2**9 - 1) * 2**53
 
 
 @pytest.mark.parametrize("workers", [2, 3, 8])
@@ -452,3 +454,31 @@ def test_the_trace_pass_moves_a_bar_to_the_traces_rows_on_a_terminal_only(severa
         assert "Reading the trace" in text and f"/{tqdm.format_sizeof(rows)} " in text, text[-300:]
     else:
         assert text == ""
+
+
+def test_many_ranks_each_its_own_stage_hold_a_cell_a_rank_and_sum_as_the_dense_cube():
+    # GIVEN 300 ranks, rank r its own stage r: 10 compute rows of r + 1 cycles, 2 idle rows of 5 outside any stage
+    n = 300
+    ipu = np.repeat(np.arange(n), 12)
+    stage = np.where(np.tile(np.arange(12), n) < 10, ipu, -1)
+    phase = np.where(stage >= 0, "compute", "idle")
+    dur = np.where(stage >= 0, ipu + 1, 5)
+    end = np.cumsum(dur)
+    frame = pd.DataFrame({"run": 0, "iteration": 0, "micro_batch": -1, "ipu": ipu, "stage": stage,
+                          "pass": "forward", "phase": phase, "step": 0, "start_cycle": end - dur, "end_cycle": end})
+    # WHEN it is folded in batches of 1,000 rows
+    cube = tracescan.summarise(_batches(frame, 1000)).cube
+    # THEN it holds two (ipu, stage) pairs a rank, not 300 x 301 cells, and its sums are the dense cube's
+    assert cube.shape[:2] == (n, n + 1) and len(cube.cells) == 2 * n
+    assert cube.ipu.tolist() == np.repeat(np.arange(n), 2).tolist()
+    assert cube.stage.tolist() == np.ravel(np.stack([np.zeros(n, int), np.arange(n) + 1], axis=1)).tolist()
+    compute, idle, forward = PHASES.index("compute"), PHASES.index("idle"), PASSES.index("forward")
+    assert cube.by_ipu()[:, forward, compute].tolist() == (10 * (np.arange(n) + 1)).tolist()
+    assert cube.of_stage(0)[:, forward, idle].tolist() == [10] * n
+    assert cube.by_stage()[1:, forward, compute].tolist() == (10 * (np.arange(n) + 1)).tolist()
+    assert cube.total()[forward, idle] == 10 * n
+    ipus, stages = cube.present()
+    assert ipus.tolist() == stages.tolist() == list(range(n))
+    dense = np.asarray(cube)
+    assert (dense.sum(axis=1) == cube.by_ipu()).all() and (dense.sum(axis=0) == cube.by_stage()).all()
+    assert (np.asarray(Cube.from_dense(dense)) == dense).all()

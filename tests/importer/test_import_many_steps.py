@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -59,7 +60,7 @@ def test_report_all_counts_every_op(many_steps: Path, tmp_path: Path, fmt: str) 
     # every op ran once on each IPU, and the IPU's rows (ops and the idle gaps) tile the profiler step:
     # (2 + 1) µs x 40,000 + 10 µs, at 1 cycle a nanosecond
     assert agg.executions.shape == (2, OPS) and (agg.executions == 1).all()
-    assert agg.cube.sum(axis=(1, 2, 3)).tolist() == [((OP_US + GAP_US) * OPS + 10) * 1000] * 2
+    assert np.asarray(agg.cube).sum(axis=(1, 2, 3)).tolist() == [((OP_US + GAP_US) * OPS + 10) * 1000] * 2
 
 
 def test_sql_export_and_the_dashboard_warm_up_read_it(many_steps: Path, tmp_path: Path) -> None:

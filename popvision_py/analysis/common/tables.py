@@ -280,6 +280,34 @@ def alphabetical(words: np.ndarray) -> np.ndarray:
     return ranks
 
 
+def group_median(values: np.ndarray, at: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Each group's median, as ``np.median`` gives it (the middle value, or the mean of the two middle ones), of
+    ``values`` sorted by group then value, group ``g``'s ``n[g]`` values from ``at[g]``; NaN for a group of none."""
+    has = n > 0
+    lo, hi = np.where(has, at + (n - 1) // 2, 0), np.where(has, at + n // 2, 0)
+    v = values if len(values) else np.zeros(1, values.dtype)
+    return np.where(has, (v[lo].astype(np.float64) + v[hi]) / 2, np.nan)
+
+
+def group_percentile(values: np.ndarray, at: np.ndarray, n: np.ndarray, q: float) -> np.ndarray:
+    """Each group's ``q``-th percentile, as ``np.percentile``'s default (linear) gives it, in its arithmetic
+    (``_lerp``): ``values`` sorted by group then value as ``group_median``'s; NaN for a group of none."""
+    has = n > 0
+    v = values if len(values) else np.zeros(1, values.dtype)
+    last = np.minimum(at + np.maximum(n - 1, 0), len(v) - 1)
+    with np.errstate(invalid="ignore"):
+        virtual = (n - 1) * (q / 100)
+        before = np.floor(virtual)
+        top = virtual >= n - 1  # past the last value: the last value
+        lo = np.where(top | ~has, last, at + np.where(has, before, 0).astype(np.int64))
+        hi = np.where(top | ~has, last, lo + 1)
+        a, b = v[lo], v[hi]
+        gamma = virtual - np.where(top, -1, before.astype(np.int64))
+        diff = b - a
+        found = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
+    return np.where(has, found, np.nan)
+
+
 def sum_by(keys: np.ndarray, weights: np.ndarray | None, size: int) -> np.ndarray:
     """``np.bincount`` returning int64 sums (exact for cycles and bytes)."""
     if weights is None:

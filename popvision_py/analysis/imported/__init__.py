@@ -8,8 +8,9 @@ besides the common views, in a PyTorch user's words.
   compute, communication and memory time within the profiled steps, and the figures Holistic Trace
   Analysis 0.5 gives (temporal breakdown, kernel types and their overlaps, communication-computation
   overlap, top kernels, launch delays, idle time by cause), computed as HTA computes them.
-- ``gpu_ranks``: those figures a rank at a time, each rank's kernels read from the row groups that hold
-  them, so that a report holds one rank's kernels, not the run's.
+- ``gpu_ranks``: those figures a run of ranks at a time (at most ``CHUNK_KERNELS`` kernels, one rank at
+  least), read from the row groups in order, so that a report holds a bounded share of the run's kernels and
+  a run of many small ranks is one pass over whole columns, not a pass a rank.
 - ``streams``: a GPU trace's streams over time: each rank's streams as lanes, a zoom window of their
   kernels, or of each kind's occupancy in bins where the window holds too many (the dashboard's GPU page).
 - ``collectives``: a GPU trace's collectives per rank and process group: calls, bytes, GPU time and the

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from popvision_py.analysis.common.tables import Columns, Table, sum_by
+from popvision_py.analysis.common.tables import Columns, Table, group_median, group_percentile, sum_by
 from popvision_py.format.schema import KERNEL_KINDS
 
 # HTA's types, in the order its kernel breakdown gives them bits (kernel_type_to_analysis): 1, 2, 4
@@ -414,27 +414,23 @@ def launch_summary(k: Kernels) -> Table:
     """``launches`` per rank (``LAUNCH_SUMMARY_COLUMNS``): the medians, the launch delay's 95th percentile
     (linear, as NumPy's and pandas' default) and largest, and ``cpu_longer_pct``: the share of kernels
     whose runtime call outlasted the kernel, HTA's first finding. Many short kernels that take longer to
-    launch than to run keep the GPU waiting on the CPU: the evidence of a launch-bound step."""
-    t = launches(k)
-    rank_of = np.full(int(k.ranks.max(initial=0)) + 1, -1, np.int64)
-    rank_of[k.ranks] = np.arange(k.num_ranks)
-    ipu = rank_of[np.asarray(t["rank"], np.int64)]
+    launch than to run keep the GPU waiting on the CPU: the evidence of a launch-bound step. Every rank at
+    once, NumPy's figures to the last bit (``tables.group_median``, ``tables.group_percentile``)."""
+    rows = np.flatnonzero((k.launch_start >= 0) & k.hta_launch)
+    ipu = k.ipu[rows]
+    count = np.bincount(ipu, minlength=k.num_ranks)[:k.num_ranks]
     ranks = _present(k)
-    cols: dict[str, list[float]] = {c: [] for c in LAUNCH_SUMMARY_COLUMNS[1:]}
-    for r in ranks.tolist():  # one rank at a time: the medians and percentiles need its rows sorted
-        mine = ipu == r
-        delay, cpu, gpu = (np.asarray(t[c])[mine] for c in ("launch_delay_ns", "cpu_duration_ns", "gpu_duration_ns"))
-        n = len(delay)
-        figure = lambda f, a: float(f(a)) if n else float("nan")  # noqa: E731
-        cols["kernels"].append(n)
-        cols["cpu_duration_median_ns"].append(figure(np.median, cpu))
-        cols["gpu_duration_median_ns"].append(figure(np.median, gpu))
-        cols["launch_delay_median_ns"].append(figure(np.median, delay))
-        cols["launch_delay_p95_ns"].append(figure(lambda a: np.percentile(a, 95), delay))
-        cols["launch_delay_max_ns"].append(figure(np.max, delay))
-        cols["cpu_longer_pct"].append(100.0 * float((cpu > gpu).sum()) / n if n else float("nan"))
-    return Table({"rank": k.ranks[ranks], **{c: np.asarray(v, np.int64 if c == "kernels" else np.float64)
-                                             for c, v in cols.items()}})
+    n, at = count[ranks], (np.cumsum(count) - count)[ranks]
+    delay = np.maximum(k.start[rows] - k.launch_end[rows], 0)
+    cpu, gpu = k.launch_end[rows] - k.launch_start[rows], k.end[rows] - k.start[rows]
+    c, g, d = (v[np.lexsort((v, ipu))] for v in (cpu, gpu, delay))  # by rank, then value
+    longer = np.bincount(ipu, weights=(cpu > gpu), minlength=k.num_ranks)[:k.num_ranks][ranks]
+    return Table({"rank": k.ranks[ranks], "kernels": n.astype(np.int64),
+                  "cpu_duration_median_ns": group_median(c, at, n),
+                  "gpu_duration_median_ns": group_median(g, at, n), "launch_delay_median_ns": group_median(d, at, n),
+                  "launch_delay_p95_ns": group_percentile(d, at, n, 95),
+                  "launch_delay_max_ns": group_percentile(d, at, n, 100),
+                  "cpu_longer_pct": np.where(n > 0, 100.0 * longer / np.maximum(n, 1), np.nan)})
 
 
 def idle_breakdown(k: Kernels, kernel_wait_ns: int = KERNEL_WAIT_NS) -> Table:

@@ -1,7 +1,8 @@
-"""The GPU's figures (``gpu``, ``bound``, ``collectives``) a rank at a time: each rank's kernels read from the row
-groups of the ``kernels`` table that hold them (the table is written rank by rank), every figure computed on them
-and the rank's CPU spans, and the ranks' rows joined. What a report holds is then one rank's kernels, not the run's:
-a 10 GB import's 6.3 M kernels are four ranks of 1.6 M.
+"""The GPU's figures (``gpu``, ``bound``, ``collectives``) a run of ranks at a time: the ``kernels`` table's row
+groups read in order (the table is written rank by rank), cut into runs of whole ranks of at most ``CHUNK_KERNELS``
+kernels (one rank at least), every figure computed on a run's kernels and its ranks' CPU spans at once, and the
+runs' rows joined. What a report holds is then a bounded share of the run's kernels: a 10 GB import's 6.3 M kernels
+are four ranks of 1.6 M, read one at a time; 4,096 ranks of 90 kernels are three runs, not 4,096 passes.
 
 Every figure but ``kernel_types`` is one rank's rows, in rank order, as its function gives them for the whole
 table; ``kernel_types`` sums the ranks' ``gpu.type_times``. ``tests/analysis/test_gpu_ranks.py`` checks that each
@@ -11,7 +12,7 @@ figure is the whole table's.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -100,30 +101,54 @@ def rank_kernels(profile: Any, ipu: int, ranks: np.ndarray) -> gpu.Kernels:
     return gpu.Kernels.from_columns(Columns(table), ranks)
 
 
-def each_rank(profile: Any, ranks: np.ndarray) -> Iterator[gpu.Kernels]:
-    """Each IPU's kernels in turn (an empty ``gpu.Kernels`` each where the profile has no kernels table: a
-    schema before 5). The table's row groups are read once each, in order, each IPU's rows taken as they
-    complete (``sorted_ranks``): a row group holds many small ranks, which one read a rank would decode again
-    for each. A table not sorted by ipu is read by each IPU's row groups (``rank_kernels``)."""
+CHUNK_KERNELS = 1 << 17  # a chunk's kernels: ranks are added to it while it holds no more (one rank at least)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A run of IPUs, ``first`` to ``first + len(k.ranks)``, and their kernels, their ``ipu`` counted from ``first``
+    (``k.ranks``: those IPUs' ranks), so that every figure of the chunk has a row a rank of its own only."""
+
+    first: int
+    k: gpu.Kernels
+
+    def rows(self, ipu: np.ndarray) -> np.ndarray:
+        """The rows of a column sorted by ``ipu`` (global) that hold this chunk's IPUs, as a slice's bounds."""
+        return np.searchsorted(ipu, [self.first, self.first + self.k.num_ranks])
+
+
+def _chunk(table: pa.Table, first: int, ranks: np.ndarray) -> Chunk:
+    """IPUs ``first`` to ``first + len(ranks)``'s kernels, the rows of ``table`` (which holds just theirs)."""
+    k = gpu.Kernels.from_columns(Columns(table), ranks)
+    return Chunk(first, replace(k, ipu=k.ipu - first) if first else k)
+
+
+def each_chunk(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) -> Iterator[Chunk]:
+    """Every IPU's kernels, in runs of IPUs (``Chunk``) of at most ``rows`` kernels (one IPU at least), in IPU
+    order, every IPU once (an empty ``gpu.Kernels`` where the profile has no kernels table: a schema before 5).
+    The table's row groups are read once each, in order, a run yielded once its IPUs' rows are all read
+    (``sorted_chunks``): a row group holds many small ranks, and a rank's rows may span several groups. A
+    table not sorted by ipu is read an IPU at a time, by its row groups (``rank_kernels``)."""
     if "kernels" not in profile.tables:
-        for _ in range(len(ranks)):
-            yield gpu.Kernels.build([], [], [], [], [], [], ranks=ranks)
+        yield Chunk(0, gpu.Kernels.build([], [], [], [], [], [], ranks=ranks))
         return
-    streamed = sorted_ranks(profile, ranks)
-    for ipu in range(len(ranks)):
-        k = next(streamed, None)
-        if k is None:  # not sorted by ipu: this IPU's and the rest by their row groups
-            streamed = iter(())
-            k = rank_kernels(profile, ipu, ranks)
-        yield k
+    done = 0
+    for chunk in sorted_chunks(profile, ranks, rows):
+        yield chunk
+        done = chunk.first + chunk.k.num_ranks
+    for ipu in range(done, len(ranks)):  # not sorted by ipu: this IPU's and the rest by their row groups
+        k = rank_kernels(profile, ipu, ranks)
+        yield Chunk(ipu, replace(k, ipu=k.ipu - ipu, ranks=ranks[ipu:ipu + 1]))
 
 
-def sorted_ranks(profile: Any, ranks: np.ndarray) -> Iterator[gpu.Kernels]:
-    """Each IPU's kernels from the table's row groups read in order, each once, while its ``ipu`` column rises; it
-    stops early at rows out of order. An IPU without rows: ``rank_kernels``'s empty ``gpu.Kernels``."""
+def sorted_chunks(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) -> Iterator[Chunk]:
+    """``each_chunk``'s runs of IPUs from the table's row groups read in order, each once, while its ``ipu``
+    column rises; it stops early at rows out of order (``each_chunk`` reads the rest an IPU at a time). A run is
+    held until the IPUs read after it could not join it; the IPUs after the last one with kernels: one run of
+    no kernels."""
     names = [c for c in TABLE_COLUMNS["kernels"] if profile.has_column("kernels", c)]
-    held: pa.Table | None = None  # the rows of the last IPU read so far (its rows may go on in the next group)
-    ipu = 0
+    held: pa.Table | None = None  # the rows of the IPUs read but not yet yielded (the last one's may go on)
+    ipu = 0  # the first IPU not yet yielded
     for group in range(profile.metadata("kernels").num_row_groups):
         batches = list(profile.iter_batches("kernels", names, row_groups=[group]))
         if not batches:
@@ -135,37 +160,66 @@ def sorted_ranks(profile: Any, ranks: np.ndarray) -> Iterator[gpu.Kernels]:
         if len(ipus) and ((np.diff(ipus) < 0).any() or ipus[0] < ipu):
             return
         last = int(ipus[-1]) if len(ipus) else ipu
-        bounds = np.searchsorted(ipus, np.arange(ipu, last + 1))
-        for at in range(ipu, last):  # the IPUs before the last one read: all their rows are here
-            a, b = bounds[at - ipu], bounds[at - ipu + 1]
-            yield gpu.Kernels.from_columns(Columns(table.slice(a, b - a)), ranks)
-        held, ipu = table.slice(bounds[-1]), last
-    if held is not None:
-        yield gpu.Kernels.from_columns(Columns(held), ranks)
-        ipu += 1
-    for _ in range(ipu, len(ranks)):
-        yield gpu.Kernels.build([], [], [], [], [], [], ranks=ranks)
+        ends = np.searchsorted(ipus, np.arange(ipu, last + 1), side="right")  # the rows up to each IPU's end
+        found = runs(ends[:-1], rows)  # the IPUs before the last one read: all their rows are here
+        yield from _chunks(table, ipu, ends, found[:-1], ranks)
+        keep = found[-1][0] if found else 0  # the last run may take IPUs still to come
+        held, ipu = table.slice(int(ends[keep - 1]) if keep else 0), ipu + keep
+    if held is not None and len(held):
+        ipus = numbers(held["ipu"])
+        ends = np.searchsorted(ipus, np.arange(ipu, int(ipus[-1]) + 1), side="right")
+        yield from _chunks(held, ipu, ends, runs(ends, rows), ranks)
+        ipu = int(ipus[-1]) + 1
+    if ipu < len(ranks):
+        yield Chunk(ipu, gpu.Kernels.build([], [], [], [], [], [], ranks=ranks[ipu:]))
+
+
+def _chunks(table: pa.Table, ipu: int, ends: np.ndarray, found: list[tuple[int, int]],
+            ranks: np.ndarray) -> Iterator[Chunk]:
+    """The runs ``found`` of IPUs (``[a, b)`` from IPU ``ipu``) of ``table``, whose rows up to each IPU's end are
+    ``ends``."""
+    for a, b in found:
+        lo = int(ends[a - 1]) if a else 0
+        yield _chunk(table.slice(lo, int(ends[b - 1]) - lo), ipu + a, ranks[ipu + a: ipu + b])
+
+
+def runs(ends: np.ndarray, rows: int) -> list[tuple[int, int]]:
+    """IPUs ``0..len(ends)`` (``ends``: the rows up to each IPU's end, rising) cut into runs ``[a, b)`` of at most
+    ``rows`` rows each, one IPU at least."""
+    found, a = [], 0
+    while a < len(ends):
+        lo = int(ends[a - 1]) if a else 0
+        b = max(int(np.searchsorted(ends, lo + rows, side="right")), a + 1)
+        found.append((a, b))
+        a = b
+    return found
 
 
 def figures(profile: Any, window: tuple[np.ndarray, np.ndarray], last_step_starts: np.ndarray | None,
             spans: bound.TraceSpans, wanted: dict[str, tuple[Any, ...]] | None = None) -> dict[str, Table]:
     """Each figure of ``wanted`` (name: its arguments after the ``Rank``; ``DEFAULTS`` and ``kernel_types`` by
-    default) over the whole table, computed a rank at a time (``each_rank``), each rank's rows kept;
+    default) over the whole table, computed a run of ranks at a time (``each_chunk``), each rank's rows kept;
     ``last_step_starts``: ``gpu.hta_selection``'s; ``spans``: every rank's (``bound.TraceSpans``)."""
     ranks = rank_numbers(profile.run, int(profile.target.get("num_ipus", 1)))
     every = wanted is None
     wanted = DEFAULTS if wanted is None else wanted
     parts: dict[str, list[Table]] = {name: [] for name in wanted}
     types = np.zeros(1 << len(gpu.HTA_TYPES), np.int64)
-    for ipu, k in enumerate(each_rank(profile, ranks)):
-        rank = Rank(k, k.take(gpu.hta_selection(k, last_step_starts)), window, spans.take(spans.ipu == ipu))
+    by_ipu = np.argsort(spans.ipu, kind="stable")  # each IPU's spans in their order, a chunk's a slice of them
+    span_ipu = spans.ipu[by_ipu]
+    for chunk in each_chunk(profile, ranks, CHUNK_KERNELS):
+        k, first = chunk.k, chunk.first
+        last = first + k.num_ranks
+        a, b = chunk.rows(span_ipu)
+        mine = spans.take(by_ipu[a:b])
+        mine = replace(mine, ipu=mine.ipu - first)
+        steps = None if last_step_starts is None else last_step_starts[first:last]
+        rank = Rank(k, k.take(gpu.hta_selection(k, steps)), (window[0][first:last], window[1][first:last]), mine)
         for name, args in wanted.items():
-            answer = FIGURES[name](rank, *args)
-            mine = np.asarray(answer["rank"]) == ranks[ipu]  # a figure may give every rank a row: the others' empty
-            parts[name].append(answer if mine.all() else Table({c: v[mine] for c, v in answer.columns.items()}))
+            parts[name].append(FIGURES[name](rank, *args))
         if every:
             types += gpu.type_times(rank.hta)
-        del k, rank
+        del k, rank, chunk
     found = {name: joined(tables) for name, tables in parts.items()}
     if every:
         found["kernel_types"] = gpu.kernel_types_of(types)

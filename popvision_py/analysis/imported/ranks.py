@@ -96,9 +96,8 @@ def communication(trace: Aggregates, exchanges: Columns, run: dict[str, Any]) ->
     """Per rank: compute, exposed communication (the rank waits in a call or for a transfer), the
     communication hidden behind compute (the rank's compute while a transfer was under way, overlaps
     counted once: ``run.import.hidden_comm_ns``) and idle."""
-    cube = trace.cube  # [ipu, stage + 1, pass, phase]
-    ipus = cube.shape[0]
-    by_phase = cube.sum(axis=(1, 2))
+    ipus = trace.cube.shape[0]
+    by_phase = trace.cube.by_ipu().sum(axis=1)  # [ipu, phase]
     compute = by_phase[:, PHASE["compute"]].astype(np.int64)
     exposed = by_phase[:, PHASE["exchange"]].astype(np.int64)
     idle = by_phase[:, PHASE["idle"]].astype(np.int64)

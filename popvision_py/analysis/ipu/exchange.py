@@ -42,7 +42,7 @@ class ExchangeFigures:
 
 def figures(trace: Aggregates) -> ExchangeFigures:
     """Cycles in each phase summed over IPUs; ``_pct`` = 100 x phase / total."""
-    by_phase = aggregates(trace).cube.sum(axis=(0, 1, 2))  # per phase code (the last: unknown words)
+    by_phase = aggregates(trace).cube.total().sum(axis=0)  # per phase code (the last: unknown words)
     get = lambda p: int(by_phase[PHASE[p]]) if len(by_phase) else 0  # noqa: E731
     total = int(by_phase[: len(PHASE)].sum())
     pct = lambda v: 100.0 * v / total if total else float("nan")  # noqa: E731
@@ -121,9 +121,14 @@ def matrix(done: Executed) -> Table:
     # -2 (streaming memory) is the smallest id: shift by 2 for a dense (src, dst) grid.
     width = int(max(src.max(), dst.max())) + 3
     key = (src + 2) * width + dst + 2
-    nbytes, cycles = sum_by(key, done.total_bytes, width * width), sum_by(key, done.total_cycles, width * width)
+    # the pairs that occur, where the grid would be larger than the rows: 4,096 ranks make 16.8 M cells of a few
+    # thousand pairs
+    cells, key = np.unique(key, return_inverse=True) if width * width > max(len(key), 1 << 16) else (None, key)
+    size = width * width if cells is None else len(cells)
+    nbytes, cycles = sum_by(key, done.total_bytes, size), sum_by(key, done.total_cycles, size)
     cell = np.flatnonzero((nbytes > 0) | (cycles > 0))  # row-major: sorted by src, then dst
-    return Table({"src_ipu": cell // width - 2, "dst_ipu": cell % width - 2, "bytes": nbytes[cell],
+    at = cell if cells is None else cells[cell]
+    return Table({"src_ipu": at // width - 2, "dst_ipu": at % width - 2, "bytes": nbytes[cell],
                   "cycles": cycles[cell]})
 
 

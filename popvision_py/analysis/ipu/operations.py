@@ -276,12 +276,12 @@ def figures(c: OpCosts, programs: Columns, trace: Aggregates) -> OperationFigure
     """``ipu_cycles``: the trace's cycles summed over IPUs (idle included); ``op_pct`` = 100 x op_cycles / ipu_cycles;
     ``other_cycles``: steps of no op (host calls, stage-to-stage copies, pipeline syncs)."""
     agg = aggregates(trace)
-    ipu_cycles = int(agg.cube.sum())
+    ipu_cycles = int(agg.cube.cells.sum())
     _, total, phase = _step_cycles(programs, trace)
     known = phase >= 0
     op_cycles = int(total[known & (c.step_row >= 0)].sum())
     other = int(total[known & (c.step_row < 0)].sum())
-    idle = int(agg.cube[..., PHASE["idle"]].sum()) if agg.cube.size else 0
+    idle = int(agg.cube.cells[..., PHASE["idle"]].sum())
     flops = np.asarray(c.by_op["flops"])
     total_flops = float("nan") if c.imported else _int_sum(flops)
     return OperationFigures(

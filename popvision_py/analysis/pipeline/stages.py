@@ -93,8 +93,7 @@ def stage_rows(run: dict[str, Any], trace: Aggregates | None = None) -> StageLis
             continue
     known = {r[0] for r in rows}
     if trace is not None and len(trace):
-        present = aggregates(trace).cube[:, 1:].sum(axis=(2, 3)) > 0  # [ipu, stage]
-        for ipu, stage in zip(*np.nonzero(present)):
+        for ipu, stage in zip(*aggregates(trace).cube.present()):
             stage, ipu = int(stage), int(ipu)
             if stage not in known:
                 rows.append((stage, ipu, []))
@@ -111,8 +110,7 @@ def stage_list(run: dict[str, Any], trace: Aggregates | None = None) -> pd.DataF
 
 def stage_pass_busy(trace: Aggregates, num_stages: int) -> np.ndarray:
     """Busy cycles per stage and pass: array [stage, pass code] of trace rows with that stage (idle excluded)."""
-    cube = aggregates(trace).cube  # [ipu, stage + 1, pass, phase]
-    busy = cube[:, 1:].sum(axis=0)
+    busy = aggregates(trace).cube.by_stage()[1:]  # [stage, pass, phase]
     busy = busy.sum(axis=2) - busy[:, :, PHASE["idle"]]
     size = max(num_stages, busy.shape[0])
     out = np.zeros((size, len(PASSES) + 1), np.int64)
@@ -223,7 +221,7 @@ def costs(trace: Aggregates, run: dict[str, Any]) -> _Costs:
 
 def phase_by_ipu(trace: Aggregates, phase: str) -> np.ndarray:
     """Cycles of one phase per IPU (index = IPU) from the trace's aggregates."""
-    return aggregates(trace).cube[..., PHASE[phase]].sum(axis=(1, 2))
+    return aggregates(trace).cube.by_ipu()[..., PHASE[phase]].sum(axis=1)
 
 
 def _model_step(c: _Costs, fwd: np.ndarray, bwd: np.ndarray) -> float:
@@ -291,7 +289,7 @@ def summary(c: _Costs, trace: Aggregates) -> Table:
     """Per stage and pass, then an ``all`` row per stage: SUMMARY_COLUMNS sorted by stage, pass order."""
     idle = phase_by_ipu(trace, "idle")
     # syncs outside any stage (the superstep syncs); a stage's own syncs are inside its busy time
-    sync = aggregates(trace).cube[:, 0, :, PHASE["sync"]].sum(axis=1)
+    sync = aggregates(trace).cube.of_stage(0)[:, :, PHASE["sync"]].sum(axis=1)
     at = lambda a, i: int(a[i]) if 0 <= i < len(a) else 0  # noqa: E731
     rows = []
     for s, ipu, blocks in zip(c.stages["stage"].tolist(), c.stages["ipu"].tolist(), c.stages["blocks"]):

@@ -2,6 +2,7 @@
 
 - ``scan``: the one streaming pass that folds the trace into ``Aggregates`` (phase totals, how
   often each program step ran, the runs of rows the stages re-time).
+- ``cube``: the phase totals per (IPU, stage, pass, phase), held for the (IPU, stage) pairs that occur.
 - ``groups``: the same fold over the row groups on all the machine's cores at once.
 - ``steps``: a long trace's supersteps and Gantt bars settled as its row groups are folded.
 - ``retime``: the run's own supersteps cut from the trace, and re-timed with other costs.

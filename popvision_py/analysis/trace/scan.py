@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from popvision_py.analysis.common.tables import PASSES, PHASE, PHASES, TRACE_COLUMNS, codes
+from popvision_py.analysis.trace.cube import Cube
 from popvision_py.errors import ValueRangeError
 
 if TYPE_CHECKING:  # pandas only for executions(): `export-trace` reads the bounds here without it
@@ -166,8 +167,8 @@ SLOT = {name: i for i, name in enumerate(SLOT_KINDS)}
 class Aggregates:
     """Everything the reports need from the trace's rows, folded batch by batch (``summarise``).
 
-    ``cube[ipu, stage + 1, pass, phase]``: cycles (stage -1 at index 0; pass/phase code ``len(...)``
-    for unknown words); ``executions[ipu, step]``; ``micro_batches[stage]``: distinct (run,
+    ``cube``: cycles per ``[ipu, stage + 1, pass, phase]`` (``Cube``; stage -1 at index 0; pass/phase code
+    ``len(...)`` for unknown words); ``executions[ipu, step]``; ``micro_batches[stage]``: distinct (run,
     iteration, micro_batch >= 0) per stage; ``iterations``: distinct (run, iteration);
     ``rows``: trace rows; ``iterations_per_run``, ``micro_batch_slots``, ``run_slots``: the largest
     iteration, micro-batch and run + 1 (sizes for dense keys). ``slots``: the trace cut into runs of
@@ -177,7 +178,7 @@ class Aggregates:
     of the Gantt bars of its first iterations.
     """
 
-    cube: np.ndarray
+    cube: Cube
     executions: np.ndarray
     micro_batches: np.ndarray
     iterations: int
@@ -313,7 +314,11 @@ class _Fold:
     """
 
     def __init__(self, bounds: dict[str, tuple[int, int]] | None = None, seen: np.ndarray | None = None) -> None:
-        self.cube = np.zeros((1, 1, N_PASS, N_PHASE), np.int64)  # [ipu, stage + 1, pass, phase] cycles
+        # cycles per [pair, pass, phase], a pair (ipu << 32 | stage + 1) a row in the order first seen: a dense
+        # [ipu, stage + 1] is N x N for N ranks each its own stage (``Cube``)
+        self.pairs = np.zeros(0, np.int64)
+        self.cells = np.zeros((0, N_PASS, N_PHASE), np.int64)
+        self.by_code = np.zeros(0, np.int64)  # the pairs' rows in code order
         self.execs = np.zeros((1, 1), np.int64)  # [ipu, step + 1] rows
         self.seen = np.zeros((1, 1, 1, 1), bool)  # [run, iteration, stage + 1, micro_batch + 1] has rows
         self.n_ipu = self.n_stage = self.width = self.n_run = self.n_iter = self.n_mb = 0
@@ -332,7 +337,6 @@ class _Fold:
             self.start, self.end = bounds["start_cycle"][0], bounds["end_cycle"][1]
             self.n_ipu, self.n_stage = bounds["ipu"][1] + 1, bounds["stage"][1] + 2
             self.width = bounds["step"][1] + 2
-            self.cube = np.zeros((self.n_ipu, self.n_stage, N_PASS, N_PHASE), np.int64)
             self.execs = np.zeros((self.n_ipu, self.width), np.int64)
             known = all(c in bounds for c in ("run", "iteration", "micro_batch"))
             if known and min(bounds["run"][0], bounds["iteration"][0], bounds["micro_batch"][0] + 1,
@@ -360,7 +364,6 @@ class _Fold:
             self.n_ipu, self.n_stage = max(self.n_ipu, n_ipu), max(self.n_stage, n_stage)
             self.width = max(self.width, width)
             self.start, self.end = min(self.start, int(start.min())), max(self.end, int(end.max()))
-        self.cube = _grown(self.cube, (self.n_ipu, self.n_stage, N_PASS, N_PHASE))
         self.execs = _grown(self.execs, (self.n_ipu, self.width))
 
         if len(self.scratch) < n:
@@ -372,9 +375,10 @@ class _Fold:
         # repeated over its rows, and only the column that changes within runs is added row by row
         lengths = np.diff(cut, append=n)
         # cycles per (ipu, stage, pass, phase): np.add.at on int64 is exact and faster than a weighted bincount
-        s_cube = self.cube.shape
-        head = _key([(runs["ipu"], 0), (runs["stage"], s_cube[1]), (runs["pass"], N_PASS)], N_PASS, self.cube.size)
-        np.add.at(self.cube.reshape(-1), _per_row(head * np.int32(N_PHASE), lengths, t["phase"]), durations)
+        slot = self._rows_of((runs["ipu"].astype(np.int64) << 32) | (runs["stage"].astype(np.int64) + 1))
+        wide = np.int32 if self.cells.size < 2**31 else np.int64
+        head = (slot.astype(wide) * wide(N_PASS) + runs["pass"]) * wide(N_PHASE)
+        np.add.at(self.cells.reshape(-1), _per_row(head, lengths, t["phase"]), durations)
         # durations are >= 0 (the reader checks end >= start): if their float sum stays below
         # SUM_LIMIT no int64 cell of the cube can have wrapped. The runs' cycles hold the same sum in a
         # few int64s, exact unless a run's could pass 2**63: at most the batch's rows times its longest span
@@ -407,6 +411,19 @@ class _Fold:
         box[key] = True
         self.seen[r0: r1 + 1, i0: i1 + 1, :n_stage, :m1] |= box.reshape(r1 - r0 + 1, ni, n_stage, m1)
 
+    def _rows_of(self, codes: np.ndarray) -> np.ndarray:
+        """Each (ipu, stage) pair code's row of ``cells``, a row added for each pair not seen before."""
+        known = self.pairs[self.by_code]
+        seen = np.unique(codes)  # a batch's runs' pairs: a few
+        at = np.minimum(np.searchsorted(known, seen), max(len(known) - 1, 0))
+        new = seen[known[at] != seen] if len(known) else seen
+        if len(new):
+            self.pairs = np.concatenate([self.pairs, new])
+            self.cells = np.concatenate([self.cells, np.zeros((len(new), N_PASS, N_PHASE), np.int64)])
+            self.by_code = np.argsort(self.pairs, kind="stable")
+            known = self.pairs[self.by_code]
+        return self.by_code[np.searchsorted(known, codes)]
+
     def merge(self, other: _Fold) -> None:
         """Fold ``other`` (another part of the same trace, with the same bounds) into this one:
         sums, counts, extremes and set unions, so the result is that of one fold over both parts."""
@@ -419,12 +436,13 @@ class _Fold:
         self.start, self.end = min(self.start, other.start), max(self.end, other.end)
         self.rows += other.rows
         self.cycles_sum += other.cycles_sum
-        for name in ("cube", "execs"):
-            mine, theirs = getattr(self, name), getattr(other, name)
-            shape = tuple(max(a, b) for a, b in zip(mine.shape, theirs.shape))
-            mine = _grown(mine, shape)
-            mine[tuple(slice(0, m) for m in theirs.shape)] += theirs
-            setattr(self, name, mine)
+        mine, theirs = self.execs, other.execs
+        mine = _grown(mine, tuple(max(a, b) for a, b in zip(mine.shape, theirs.shape)))
+        mine[tuple(slice(0, m) for m in theirs.shape)] += theirs
+        self.execs = mine
+        if len(other.pairs):
+            rows = self._rows_of(other.pairs)  # first: it may grow ``cells``
+            self.cells[rows] += other.cells  # a pair once
         if other.seen is not self.seen:
             shape = tuple(max(a, b) for a, b in zip(self.seen.shape, other.seen.shape))
             self.seen = _grown(self.seen, shape)
@@ -437,15 +455,18 @@ class _Fold:
                 f"The trace's durations sum to {self.cycles_sum:.3g} cycles, beyond what 64-bit integers hold."
             )
         if self.rows == 0:
-            return Aggregates(np.zeros((0, 1, N_PASS, N_PHASE), np.int64), np.zeros((0, 0), np.int64),
+            return Aggregates(Cube.from_dense(np.zeros((0, 1, N_PASS, N_PHASE), np.int64)), np.zeros((0, 0), np.int64),
                               np.zeros(0, np.int64), 0, 0, 0, rows=0, iterations_per_run=0, micro_batch_slots=0,
                               run_slots=0, slots=self.slots.result(), ipu_rows=np.zeros(0, np.int64))
-        cube = self.cube[: self.n_ipu, : self.n_stage]
+        order = self.by_code[(self.pairs[self.by_code] >> 32) < self.n_ipu]
+        ipu, stage = self.pairs[order] >> 32, self.pairs[order] & 0xFFFFFFFF
+        inside = stage < self.n_stage
+        cube = Cube((self.n_ipu, self.n_stage, N_PASS, N_PHASE), ipu[inside], stage[inside], self.cells[order][inside])
         execs = self.execs[: self.n_ipu, 1: self.width]
         seen = self.seen[: self.n_run, : self.n_iter, : self.n_stage, : self.n_mb]
         iterations = int(seen.any(axis=(2, 3)).sum())
         micro_batches = seen[:, :, 1:, 1:].sum(axis=(0, 1, 3)).astype(np.int64)  # per stage >= 0, micro-batch >= 0
-        return Aggregates(np.ascontiguousarray(cube), np.ascontiguousarray(execs), micro_batches, iterations,
+        return Aggregates(cube, np.ascontiguousarray(execs), micro_batches, iterations,
                           self.start, self.end, rows=self.rows, iterations_per_run=self.n_iter,
                           micro_batch_slots=self.n_mb - 1, run_slots=self.n_run, slots=self.slots.result(),
                           ipu_rows=self.execs[: self.n_ipu, : self.width].sum(axis=1))
