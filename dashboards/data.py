@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import flask
 import numpy as np
 
+from dashboards.figures.ranks import MANY_RANKS
 from dashboards.figures.style import IPUS, Naming
 from popvision_py.analysis.imported import ranks as imported_ranks
 from popvision_py.analysis.trace.scan import SUMMARY_COLUMNS
@@ -233,8 +234,10 @@ class Profiles:
             report.trace.timeline()
             report.stages.gantt()
             report.operations.window_index()  # the Operations page's iteration of the trace: a row group or two
-            if report.system.files():
-                report.system.index()
+            if report.system.files():  # the System page's first draw: past MANY_RANKS processes a heat map of the
+                # events, else their time lines, which need the index (at 4,096 ranks 32,768 groups: 3 s, 40 MiB)
+                if len(report.system.events().processes) <= MANY_RANKS:
+                    report.system.index()
 
 
 def _levels_and_bars(report: Any) -> None:

@@ -388,7 +388,7 @@ class SystemReport(_View):
 
     def events(self) -> _system.Events:
         """Every file read and checked, as columns (``system.load``)."""
-        return self._memo("events", lambda: _system.load(_system_files.read_system_files(self.files())))
+        return self._memo("events", lambda: _system.load_files(self.files()))
 
     def processes(self) -> pd.DataFrame:
         return self._processes().frame()
@@ -413,8 +413,10 @@ class SystemReport(_View):
 
     def extent(self) -> tuple[int, int]:
         """The run as a window [start, end) holding every event, ns since 1970: its first start and 1 ns past
-        its last end; (0, 1) without any."""
-        return self.index().start_ns, self.index().end_ns
+        its last end; (0, 1) without any. From the events alone: past a few processes the page draws a heat map
+        of them, which needs no ``index``."""
+        start, end = self.events().extent
+        return int(start), int(end) + 1
 
     def window(self, start_ns: int | None = None, end_ns: int | None = None, max_events: int = _system.MAX_EVENTS,
                max_bins: int = _system.MAX_BINS) -> _system.SystemWindow:

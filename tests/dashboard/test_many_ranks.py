@@ -287,3 +287,25 @@ def test_the_gpu_pages_first_call_draws_the_ranks_the_picker_starts_with_not_eve
     lanes = {str(y).split(" · ")[0] for t in first.data for y in (t.y if t.y is not None else [])}
     assert lanes == {f"Rank {r}" for r in range(page.RANKS_SHOWN)}
     assert list(first.layout.yaxis.categoryarray) == list(chosen.layout.yaxis.categoryarray)
+
+
+def test_the_ranks_cpu_timelines_read_a_few_files_at_a_time_are_the_same_events(forty_ranks, monkeypatch):
+    import dataclasses
+
+    import pyarrow.parquet as pq
+
+    from popvision_py.analysis.host import system
+    from popvision_py.format import system as files
+
+    paths = files.files_in(forty_ranks.parent / "system")
+    assert len(paths) == 40
+    # WHEN the 40 files are read 3 at a time (each three joined into one table as they come)
+    monkeypatch.setattr(system, "FILES_AT_ONCE", 3)
+    chunked = system.load_files(paths)
+    # THEN the events are those of the 40 files read together, every file's rows there once
+    whole = system.load(files.read_system_files(paths))
+    assert len(chunked) == sum(pq.ParquetFile(p).metadata.num_rows for p in paths) > 0
+    for field in dataclasses.fields(whole):
+        a, b = getattr(whole, field.name), getattr(chunked, field.name)
+        assert (np.array_equal(a, b, equal_nan=a.dtype.kind == "f") if isinstance(a, np.ndarray) else a == b), field
+    assert len(chunked.processes) == 40

@@ -20,6 +20,7 @@ way from sorted times and running sums.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -118,10 +119,31 @@ def _ranked(codes: np.ndarray, words: list[str], key) -> tuple[np.ndarray, list[
     return lut[codes], [words[c] for c in order]
 
 
+FILES_AT_ONCE = 256  # files read, then joined into one table, at a time: a file's small table costs ~17 KB apart
+
+
+def load_files(paths: Sequence[str | os.PathLike[str]]) -> Events:
+    """The rows of the files at ``paths`` (each read and checked by ``format.system.read_system``) as ``Events``,
+    read ``FILES_AT_ONCE`` at a time and joined as they come: at 4,096 ranks' files, 4,096 small tables held
+    together were 68 MB."""
+    joined = [_joined([f.table.replace_schema_metadata(None) for f in S.read_system_files(paths[i:i + FILES_AT_ONCE])])
+              for i in range(0, len(paths), FILES_AT_ONCE)]
+    return load_tables(joined)
+
+
 def load(files: Sequence[S.SystemFile]) -> Events:
     """The rows of ``files`` (each read and checked by ``format.system.read_system``) as ``Events``."""
-    tables = [f.table.replace_schema_metadata(None) for f in files]
-    table = pa.concat_tables(tables).unify_dictionaries().combine_chunks() if tables else S.SCHEMA.empty_table()
+    return load_tables([f.table.replace_schema_metadata(None) for f in files])
+
+
+def _joined(tables: list[pa.Table]) -> pa.Table:
+    """``tables`` as one table of one chunk, their dictionaries unified."""
+    return pa.concat_tables(tables).unify_dictionaries().combine_chunks() if tables else S.SCHEMA.empty_table()
+
+
+def load_tables(tables: list[pa.Table]) -> Events:
+    """The rows of system timeline tables (without their schema's metadata) as ``Events``."""
+    table = _joined(tables)
     process, words = _dictionary(table["process"])
     process, processes = _ranked(process, words, _natural)
     thread, words = _dictionary(table["thread"])
