@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +38,7 @@ from popvision_py.importer.parts import ANNOTATION_KINDS, release_memory
 from popvision_py.importer.kernels import KERNEL_COLUMN
 from popvision_py.importer.read import KIND, RankTrace, TraceError
 from popvision_py.importer.spill import blocks, release
-from popvision_py.importer.tables import category, rank_tables, sorted_memory
+from popvision_py.importer.tables import Lookup, category, rank_tables, sorted_memory
 from popvision_py.importer.timeline import WINDOW_BUSY_ROWS, peer_ready, rank_rows_by_window
 from popvision_py.version import __version__
 
@@ -192,6 +193,16 @@ class ProfilePlan:
     single_stage: dict[int, int]
     ipu_of_rank: dict[int, int]
     ready: list[np.ndarray]
+
+    @functools.cached_property
+    def stage_lookup(self) -> Lookup:
+        """``stage_index`` for whole columns, made once for every rank."""
+        return Lookup(self.stage_index)
+
+    @functools.cached_property
+    def ipu_lookup(self) -> Lookup:
+        """``ipu_of_rank`` for whole columns, made once for every rank."""
+        return Lookup(self.ipu_of_rank)
 
 
 def plan_profile(traces: list[RankTrace], device_memory: int | None = None,
