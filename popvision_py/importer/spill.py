@@ -428,14 +428,22 @@ class SpilledRank:
             names.append("autograd")
         drop = self.gpu
         annotation = comm_annotations(names)  # once a rank: its names grow with the steps (ProfilerStep#N)
+        def kept_blocks() -> Iterator[np.ndarray]:
+            for block, on_gpu in self._span_blocks(nodes, names):
+                yield block if not drop else block[~gpu_work_dropped(block[:, 2], on_gpu, block[:, 7], annotation,
+                                                                     self.on_gpu)]
+
+        # a column at a time, each a pass over the spans; a rank of at most a batch of them (a job of thousands of
+        # ranks) is cut once, not once a column
+        spans = sum(p.rows.shape[0] for p in parts) + len(nodes)
+        held = list(kept_blocks()) if spans <= self.batch else None
         refs = {}
         for field_name, at, dtype in SPAN_COLUMNS:
             column = out.column(dtype)
-            for block, on_gpu in self._span_blocks(nodes, names):
-                kept = block if not drop else block[~gpu_work_dropped(block[:, 2], on_gpu, block[:, 7], annotation,
-                                                                      self.on_gpu)]
+            for kept in held if held is not None else kept_blocks():
                 column.extend(kept[:, at])
             refs[field_name] = column.close()
+        del held
         del nodes
         memory = None
         changed = choice.memory in self.change_devices
