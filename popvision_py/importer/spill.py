@@ -552,6 +552,23 @@ class SpilledRank:
                 release(nodes)
 
 
+TRACE_ARRAYS = ("start", "end", "kind", "stage", "micro_batch", "peer", "nbytes", "name", "busy", "memory_ts",
+                "memory_bytes", "kernels")  # a RankTrace's arrays
+
+
+def spilled(trace: RankTrace, folder: Path) -> RankTrace:
+    """A rank read whole in memory (a worker's ``ranges.read_whole``), its arrays laid out in a shared spill file in
+    ``folder`` and mapped, as ``SpilledRank.trace`` leaves them: what the parent holds of it is its pages read."""
+    out = SpillFile(folder, shared=True)
+    refs = {name: out.append(np.asarray(getattr(trace, name))) for name in TRACE_ARRAYS}
+    out.freeze()
+    for name, ref in refs.items():
+        setattr(trace, name, out.array(ref))
+    trace.spill = out
+    out.release()
+    return trace
+
+
 def _by_start(rows: np.ndarray, column: int = 0) -> np.ndarray:
     """Rows sorted by their start (``column``; ties in the order given): a run to merge."""
     return rows[np.argsort(rows[:, column], kind="stable")]
