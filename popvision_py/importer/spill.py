@@ -473,21 +473,15 @@ class SpilledRank:
         nodes = scratch.array(nodes_ref)
         if len(nodes) and "autograd" not in names:
             names.append("autograd")
-        drop = self.gpu
         annotation = comm_annotations(names)  # once a rank: its names grow with the steps (ProfilerStep#N)
-        def kept_blocks() -> Iterator[np.ndarray]:
-            for block, on_gpu in self._span_blocks(nodes, names):
-                yield block if not drop else block[~gpu_work_dropped(block[:, 2], on_gpu, block[:, 7], annotation,
-                                                                     self.on_gpu)]
-
         # a column at a time, each a pass over the spans; a rank of at most a batch of them (a job of thousands of
         # ranks) is cut once, not once a column
         spans = sum(p.rows.shape[0] for p in parts) + len(nodes)
-        held = list(kept_blocks()) if spans <= self.batch else None
+        held = list(self._kept_blocks(nodes, names, annotation)) if spans <= self.batch else None
         refs = {}
         for field_name, at, dtype in SPAN_COLUMNS:
             column = out.column(dtype)
-            for kept in held if held is not None else kept_blocks():
+            for kept in held if held is not None else self._kept_blocks(nodes, names, annotation):
                 column.extend(kept[:, at])
             refs[field_name] = column.close()
         del held
@@ -531,6 +525,12 @@ class SpilledRank:
     def _scratch(self) -> SpillFile:
         """A file used and dropped within ``trace``: held in memory while small."""
         return SpillFile(self.folder, HELD_BYTES)
+
+    def _kept_blocks(self, nodes: np.ndarray, names: list[str], annotation: np.ndarray) -> Iterator[np.ndarray]:
+        """``_span_blocks``' rows, less a GPU trace's spans not kept (``gpu_work_dropped``)."""
+        for block, on_gpu in self._span_blocks(nodes, names):
+            yield block if not self.gpu else block[~gpu_work_dropped(block[:, 2], on_gpu, block[:, 7], annotation,
+                                                                     self.on_gpu)]
 
     def _span_blocks(self, nodes: np.ndarray, names: list[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The rank's spans (``RankPart.rows``, names the rank's codes) a part at a time, then autograd's
