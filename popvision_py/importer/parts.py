@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -507,28 +506,22 @@ def autograd_rows(nodes: np.ndarray, name: int) -> np.ndarray:
     return extra
 
 
-TRIM_EVERY_S = 0.02  # the heap trimmed at most this often: a trim costs about 0.1 ms whatever it frees
-_TRIM: list[Any] = []  # libc's malloc_trim once found (None elsewhere), and when it last ran
+_TRIM: list[Any] = []  # libc's malloc_trim once found (None elsewhere)
 
 
 def release_memory() -> None:
     """Hand the heap's freed pages back to the system: glibc keeps them after the churn of many arrays made
     and merged (the ranks' parts), so the resident set would stay at its high-water mark. Elsewhere, nothing.
-    At most every ``TRIM_EVERY_S``: a job of thousands of small ranks calls this several times a rank, each
-    freeing a rank's few kilobytes, which the next rank's arrays reuse; a large rank's windows take longer."""
+    libc is looked up once: a job of thousands of small ranks calls this several times a rank."""
     if not _TRIM:
         try:
             import ctypes
 
-            _TRIM[:] = [ctypes.CDLL("libc.so.6").malloc_trim, 0.0]
+            _TRIM.append(ctypes.CDLL("libc.so.6").malloc_trim)
         except (OSError, AttributeError):
-            _TRIM[:] = [None, 0.0]
-    trim, last = _TRIM
-    now = time.monotonic()
-    if trim is None or now - last < TRIM_EVERY_S:
-        return
-    trim(0)
-    _TRIM[1] = time.monotonic()
+            _TRIM.append(None)
+    if _TRIM[0] is not None:
+        _TRIM[0](0)
 
 
 def open_trace(path: Path) -> tuple[BinaryIO, BinaryIO | None]:
