@@ -68,7 +68,7 @@ def _pid(trace: RankTrace) -> int:
     return trace.pid if trace.pid is not None else -1
 
 
-WRITERS = 8  # small ranks' files written at once: each waits for its fsync and its rename, not for the CPU
+WRITERS = 4  # small ranks' files written at once: each waits for its fsync and its rename, not for the CPU
 
 
 def write_timelines(traces: list[RankTrace], folder: Path) -> list[Path]:
