@@ -59,6 +59,9 @@ def arrow(values: np.ndarray | list[str]) -> pa.Array:
         encoded = [str(v).encode() for v in values]
         offsets = np.zeros(len(encoded) + 1, np.int64)
         np.cumsum([len(e) for e in encoded], out=offsets[1:])
+        if offsets[-1] < 2**31:  # string's own 32-bit offsets: no cast from large_string (0.1 ms an array)
+            return pa.Array.from_buffers(pa.string(), len(encoded), [
+                None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))])
         return pa.Array.from_buffers(pa.large_string(), len(encoded), [
             None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]).cast(pa.string())
     values = np.ascontiguousarray(values)

@@ -126,10 +126,14 @@ def _publish(handle: BinaryIO, named: Path | None, destination: Path, sync_folde
         with contextlib.suppress(OSError):
             os.unlink(named)
         raise
-    if not sync_folder:
-        return
-    with contextlib.suppress(OSError):  # make the rename itself durable
-        dir_fd = os.open(destination.parent, os.O_RDONLY)
+    if sync_folder:
+        synced_folder(destination.parent)
+
+
+def synced_folder(folder: Path) -> None:
+    """Make the renames into ``folder`` durable (its own fsync): after a file's, or once after many files'."""
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
         finally:

@@ -29,7 +29,7 @@ from popvision_py.importer.profile import write_profile
 from popvision_py.importer import ranges
 from popvision_py.importer.parts import release_memory
 from popvision_py.importer.read import RankTrace, TraceError, read_rank, read_stream
-from popvision_py.importer.spill import release, spill_folder
+from popvision_py.importer.spill import release, spill_folder, spilled
 from popvision_py.importer.system import write_timelines
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -187,6 +187,7 @@ class _Rank:
         self.merger = ranges.merger(spill)
         self.fallen = False  # read by the streaming parser
         self.planned = False  # every range handed out
+        self.whole = False  # one range, read and assembled by a worker (``ranges.read_whole``)
         self.trace: RankTrace | None = None
         self.error: BaseException | None = None
 
@@ -197,6 +198,10 @@ class _Rank:
         try:
             if self.sources is None:
                 self.plan, self.sources = ranges.rank_ranges(self.path)
+                if ranges.one_range(self.plan):  # read and assembled by a worker, its columns spilled here
+                    source, _ = next(self.sources)
+                    self.planned = self.whole = True
+                    return pool.submit(ranges.read_whole, source, self.plan, str(self.path))
             source, last = next(self.sources)
         except StopIteration:
             self.planned = True
@@ -224,7 +229,8 @@ class _Rank:
             self.error = self.error or exc
             return
         if isinstance(result, RankTrace):
-            self.trace = result
+            whole = self.whole and not self.fallen and self.spill is not None
+            self.trace = spilled(result, self.spill) if whole else result
         elif not self.fallen:
             self.merger.add(result)
 

@@ -169,6 +169,16 @@ class Spans:
     gpu_track = False
 
 
+def any_of(values: np.ndarray, codes: Any) -> np.ndarray:
+    """Whether each of ``values`` is one of the few ``codes``: ``np.isin``'s answer by one comparison a code, which on a
+    small rank's few rows costs a tenth of isin's set-up (a job of thousands of ranks makes dozens a rank)."""
+    values = np.asarray(values)
+    out = np.zeros(values.shape, bool)
+    for code in codes:
+        out |= values == code
+    return out
+
+
 def merge_intervals(intervals: np.ndarray) -> np.ndarray:
     """The union of [start, end) rows, as sorted disjoint rows."""
     if len(intervals) == 0:
@@ -417,6 +427,8 @@ def choose(gpu: bool, threads: dict[Any, int], step_threads: list[Any], backward
     return Choice(main, gpu, nodes, kept)
 
 
+GPU_PASS_WORK = tuple(KIND[k] for k in ("forward", "backward", "backward_input", "backward_weight", "update",
+                                        "pp_comm", "pp_other"))
 COMM_ANNOTATION = re.compile(r"(gloo|nccl):")  # the CPU's or the GPU's annotation of a collective, not its kernel
 
 
@@ -433,8 +445,7 @@ def gpu_work_dropped(kind: np.ndarray, on_gpu: np.ndarray, name: np.ndarray, ann
     time and bytes are its kernels', not its annotations' (``nccl:all_reduce`` on the CPU or the GPU: no bytes).
     Profiler steps (Kineto copies ``ProfilerStep#N`` onto the GPU's track: the copy is dropped) and communication
     calls stay on the CPU's clock. ``annotation``: ``comm_annotations`` of the spans' names."""
-    work = np.isin(kind, [KIND[k] for k in ("forward", "backward", "backward_input", "backward_weight", "update",
-                                            "pp_comm", "pp_other")])
+    work = any_of(kind, GPU_PASS_WORK)
     annotated = annotation[name]
     gpu_step = (kind == KIND["step"]) & on_gpu  # Kineto's copy of a ProfilerStep on the GPU's track: not a step
     return (work & ~on_gpu if gpu_passes else np.zeros(len(kind), bool)) | (kind == KIND["comm_flight"]) & annotated \
@@ -495,15 +506,22 @@ def autograd_rows(nodes: np.ndarray, name: int) -> np.ndarray:
     return extra
 
 
+_TRIM: list[Any] = []  # libc's malloc_trim once found (None elsewhere)
+
+
 def release_memory() -> None:
     """Hand the heap's freed pages back to the system: glibc keeps them after the churn of many arrays made
-    and merged (the ranks' parts), so the resident set would stay at its high-water mark. Elsewhere, nothing."""
-    try:
-        import ctypes
+    and merged (the ranks' parts), so the resident set would stay at its high-water mark. Elsewhere, nothing.
+    libc is looked up once: a job of thousands of small ranks calls this several times a rank."""
+    if not _TRIM:
+        try:
+            import ctypes
 
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+            _TRIM.append(ctypes.CDLL("libc.so.6").malloc_trim)
+        except (OSError, AttributeError):
+            _TRIM.append(None)
+    if _TRIM[0] is not None:
+        _TRIM[0](0)
 
 
 def open_trace(path: Path) -> tuple[BinaryIO, BinaryIO | None]:

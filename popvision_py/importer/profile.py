@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,11 +34,11 @@ from popvision_py.format import ProfileWriter
 from popvision_py.format.arrays import to_arrow
 from popvision_py.format.schema import KERNEL_KINDS, SCHEMA_VERSION
 from popvision_py.importer import plain_steps
-from popvision_py.importer.parts import ANNOTATION_KINDS, release_memory
+from popvision_py.importer.parts import ANNOTATION_KINDS, any_of, release_memory
 from popvision_py.importer.kernels import KERNEL_COLUMN
 from popvision_py.importer.read import KIND, RankTrace, TraceError
 from popvision_py.importer.spill import blocks, release
-from popvision_py.importer.tables import category, rank_tables, sorted_memory
+from popvision_py.importer.tables import Lookup, category, rank_tables, sorted_memory
 from popvision_py.importer.timeline import WINDOW_BUSY_ROWS, peer_ready, rank_rows_by_window
 from popvision_py.version import __version__
 
@@ -119,7 +120,7 @@ def gpu_span(t: RankTrace) -> tuple[tuple[int, int] | None, tuple[int, int] | No
 def layout(traces: list[RankTrace]) -> RecognisedRun:
     """The schedule, the stage of each rank, micro-batches and iterations, from the annotations."""
     # the names of the spans that may be passes (an annotation of another name, "Forward pass" say, names none)
-    names = {t.names[c] for t in each(traces) for c in np.unique(t.name[~np.isin(t.kind, ANNOTATION_KINDS)]).tolist()}
+    names = {t.names[c] for t in each(traces) for c in np.unique(t.name[~any_of(t.kind, ANNOTATION_KINDS)]).tolist()}
     pp = any(n.startswith("PP:") for n in names)
     gpipe = any(n.startswith("Forward ") for n in names)
     chunks = any(n.endswith("_one_chunk") for n in names)
@@ -146,7 +147,7 @@ def layout(traces: list[RankTrace]) -> RecognisedRun:
     if chunks and not gpipe and not pp:
         not_inferred.append("which micro-batch a forward or backward is: 1F1B names none; the k-th "
                             "forward_one_chunk (backward_one_chunk) of a step is taken as micro-batch k")
-    micro = max((int(t.micro_batch[np.isin(t.kind, [KIND["forward"], KIND["backward"], KIND["backward_input"],
+    micro = max((int(t.micro_batch[any_of(t.kind, [KIND["forward"], KIND["backward"], KIND["backward_input"],
                                                     KIND["backward_weight"]])].max(initial=-1)) for t in each(traces)),
                 default=-1) + 1
     iterations = max((int((t.kind == KIND["step"]).sum()) for t in each(traces)), default=0)
@@ -162,7 +163,7 @@ def layout(traces: list[RankTrace]) -> RecognisedRun:
 
 def _chunk_micro_batches(trace: RankTrace) -> None:
     """1F1B with stack: the k-th forward (backward) chunk of each profiler step is micro-batch k."""
-    chunk = (trace.name >= 0) & np.isin(trace.kind, [KIND["forward"], KIND["backward"]]) & (trace.micro_batch < 0)
+    chunk = (trace.name >= 0) & any_of(trace.kind, [KIND["forward"], KIND["backward"]]) & (trace.micro_batch < 0)
     named = np.array([n.endswith("_one_chunk") for n in trace.names], bool)
     chunk &= named[trace.name] if len(named) else False
     if not chunk.any():
@@ -192,6 +193,16 @@ class ProfilePlan:
     single_stage: dict[int, int]
     ipu_of_rank: dict[int, int]
     ready: list[np.ndarray]
+
+    @functools.cached_property
+    def stage_lookup(self) -> Lookup:
+        """``stage_index`` for whole columns, made once for every rank."""
+        return Lookup(self.stage_index)
+
+    @functools.cached_property
+    def ipu_lookup(self) -> Lookup:
+        """``ipu_of_rank`` for whole columns, made once for every rank."""
+        return Lookup(self.ipu_of_rank)
 
 
 def plan_profile(traces: list[RankTrace], device_memory: int | None = None,
@@ -416,7 +427,7 @@ def check_numbers(traces: list[RankTrace]) -> None:
     W stages for each stage a rank holds. A number beyond is not a real run's (and would size the profile)."""
     world = max([len(traces)] + [t.world_size for t in traces if t.world_size])
     for t in each(traces):
-        passes = np.isin(t.kind, [KIND["forward"], KIND["backward"], KIND["backward_input"], KIND["backward_weight"]])
+        passes = any_of(t.kind, [KIND["forward"], KIND["backward"], KIND["backward_input"], KIND["backward_weight"]])
         largest = int(t.micro_batch[passes].max(initial=-1))
         if largest >= int(passes.sum()):
             raise TraceError(f"{t.path} names micro-batch {largest:,} but holds {int(passes.sum()):,} passes: a "

@@ -265,6 +265,20 @@ def finish(path: Path, plan: TracePlan, parts: Merger | SpilledRank) -> RankTrac
         raise Fallback(str(exc)) from None
 
 
+def one_range(plan: TracePlan) -> bool:
+    """Whether a trace is read in one range (a plain file of at most ``RANGE_BYTES`` of events, as a job of thousands
+    of ranks holds): read and assembled whole by one process (``read_whole``)."""
+    return not plan.gz and len(plan.ranges) == 1
+
+
+def read_whole(source: tuple[str, int, int], plan: TracePlan, path: str) -> RankTrace:
+    """A trace of one range (``one_range``) read and assembled in this process, a worker's: what the parent would
+    merge and lay out rank after rank, made in the workers, in parallel; ``Fallback`` if not taken."""
+    parts = Merger()
+    parts.add(read_range(source, plan.base_ns, True))
+    return finish(Path(path), plan, parts)
+
+
 def read_fast(path: Path, spill: Path | None = None) -> RankTrace:
     """One rank's trace by byte ranges, one after the other in this process (``Fallback`` if not taken); its
     columns spilled to a file in ``spill`` where given."""

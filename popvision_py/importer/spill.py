@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import mmap
 import tempfile
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,28 +66,68 @@ class Ref:
     shape: tuple[int, ...]
 
 
+def _open(folder: Path) -> Any:
+    """An anonymous file in ``folder``; one sentence where it cannot be made."""
+    try:
+        return tempfile.TemporaryFile(dir=folder)
+    except OSError as exc:
+        raise TraceError(f"Cannot write the import's spill files in {folder}: {exc.strerror or exc}.") from None
+
+
+class Shared:
+    """An anonymous file that the ranks' columns (``SpillFile(shared=True)``) are laid out in one after the other,
+    each mapped on its own from a page boundary. Each anonymous file an import holds open makes the next one
+    slower to make (ext4 keeps them on one list: 0.6 ms a file past a thousand of them), so a job of thousands of
+    ranks shares a few files. It is closed when the last rank laid out in it is dropped (each map holds its own
+    descriptor)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.file = _open(folder)
+        self.finalizer = weakref.finalize(self, self.file.close)
+
+    def region(self) -> int:
+        """Where the next rank's columns start: the end of the file, padded to a page."""
+        end = self.file.seek(0, 2)
+        pad = -end % mmap.ALLOCATIONGRANULARITY
+        self.file.write(b"\0" * pad)
+        return end + pad
+
+
+SHARED_BYTES = 1 << 30  # a shared file takes no more ranks past this size
+_SHARED: dict[Path, weakref.ReferenceType[Shared]] = {}  # each folder's shared file being filled
+
+
+def _shared(folder: Path) -> Shared:
+    """The folder's shared file being filled, or a new one."""
+    found = _SHARED.get(folder)
+    shared = found() if found is not None else None
+    if shared is None or shared.file.closed or shared.file.tell() >= SHARED_BYTES:
+        shared = Shared(folder)
+        _SHARED[folder] = weakref.ref(shared)
+    return shared
+
+
 class SpillFile:
     """An anonymous file that arrays are appended to, then read as arrays over one memory map.
 
     A file used and dropped within one rank's read or write (``held``: a scratch file, a rank's raw parts) is
     held in memory while it is under ``held`` bytes, and becomes a file only past them: making a file costs
     about a millisecond whatever it holds, which a job of thousands of small ranks would pay several times a
-    rank, while what is held stays under a few times ``held`` bytes whatever the ranks."""
+    rank, while what is held stays under a few times ``held`` bytes whatever the ranks. A rank's columns, kept
+    until the profile is written, are laid out in a file ``shared`` with the ranks before it (``Shared``)."""
 
-    def __init__(self, folder: Path, held: int = 0) -> None:
+    def __init__(self, folder: Path, held: int = 0, shared: bool = False) -> None:
         self.folder = folder
         self.size = 0
         self.map: mmap.mmap | bytearray | None = None
         self.held = held
         self.buffer: bytearray | None = bytearray() if held else None
-        self.file = None if held else self._open()
+        self.shared = _shared(folder) if shared and not held else None  # kept alive by each rank laid out in it
+        self.base = self.shared.region() if self.shared is not None else 0  # where this one's bytes start
+        self.file = None if held else self.shared.file if self.shared is not None else _open(folder)
 
     def _open(self) -> Any:
-        try:
-            return tempfile.TemporaryFile(dir=self.folder)
-        except OSError as exc:
-            raise TraceError(f"Cannot write the import's spill files in {self.folder}: {exc.strerror or exc}.") \
-                from None
+        return _open(self.folder)
 
     def _write(self, data: Any) -> None:
         if self.buffer is not None:
@@ -114,6 +155,12 @@ class SpillFile:
         """No more appends: the file is mapped (the mapping keeps it open; the file object is closed)."""
         if self.buffer is not None:
             self.map = self.buffer if self.size else None
+            return
+        if self.shared is not None:  # the file stays open for the ranks after this one
+            self.file.flush()
+            if self.size:
+                self.map = mmap.mmap(self.file.fileno(), self.size, offset=self.base)
+            self.file = None
             return
         with self.file:
             self.file.flush()
@@ -408,7 +455,7 @@ class SpilledRank:
             raise TraceError(f"{path} {exc}.") from None
         check_memory_kinds(path, self.devices, self.change_devices)
         self.raw.freeze()
-        raw, out, parts = self.raw, SpillFile(self.folder), self.parts
+        raw, out, parts = self.raw, SpillFile(self.folder, shared=True), self.parts
         names = list(self.names)
         choice = choose(self.gpu, self.threads, list(self.step_threads), self.backward_tids,
                         {**self.devices, **self.change_devices})
@@ -426,16 +473,18 @@ class SpilledRank:
         nodes = scratch.array(nodes_ref)
         if len(nodes) and "autograd" not in names:
             names.append("autograd")
-        drop = self.gpu
         annotation = comm_annotations(names)  # once a rank: its names grow with the steps (ProfilerStep#N)
+        # a column at a time, each a pass over the spans; a rank of at most a batch of them (a job of thousands of
+        # ranks) is cut once, not once a column
+        spans = sum(p.rows.shape[0] for p in parts) + len(nodes)
+        held = list(self._kept_blocks(nodes, names, annotation)) if spans <= self.batch else None
         refs = {}
         for field_name, at, dtype in SPAN_COLUMNS:
             column = out.column(dtype)
-            for block, on_gpu in self._span_blocks(nodes, names):
-                kept = block if not drop else block[~gpu_work_dropped(block[:, 2], on_gpu, block[:, 7], annotation,
-                                                                      self.on_gpu)]
+            for kept in held if held is not None else self._kept_blocks(nodes, names, annotation):
                 column.extend(kept[:, at])
             refs[field_name] = column.close()
+        del held
         del nodes
         memory = None
         changed = choice.memory in self.change_devices
@@ -477,6 +526,12 @@ class SpilledRank:
         """A file used and dropped within ``trace``: held in memory while small."""
         return SpillFile(self.folder, HELD_BYTES)
 
+    def _kept_blocks(self, nodes: np.ndarray, names: list[str], annotation: np.ndarray) -> Iterator[np.ndarray]:
+        """``_span_blocks``' rows, less a GPU trace's spans not kept (``gpu_work_dropped``)."""
+        for block, on_gpu in self._span_blocks(nodes, names):
+            yield block if not self.gpu else block[~gpu_work_dropped(block[:, 2], on_gpu, block[:, 7], annotation,
+                                                                     self.on_gpu)]
+
     def _span_blocks(self, nodes: np.ndarray, names: list[str]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The rank's spans (``RankPart.rows``, names the rank's codes) a part at a time, then autograd's
         nodes, ``batch`` rows at a time; each with its ``on_gpu``."""
@@ -495,6 +550,23 @@ class SpilledRank:
                 piece = nodes[at:at + self.batch]
                 yield autograd_rows(piece, code), np.zeros(len(piece), bool)
                 release(nodes)
+
+
+TRACE_ARRAYS = ("start", "end", "kind", "stage", "micro_batch", "peer", "nbytes", "name", "busy", "memory_ts",
+                "memory_bytes", "kernels")  # a RankTrace's arrays
+
+
+def spilled(trace: RankTrace, folder: Path) -> RankTrace:
+    """A rank read whole in memory (a worker's ``ranges.read_whole``), its arrays laid out in a shared spill file in
+    ``folder`` and mapped, as ``SpilledRank.trace`` leaves them: what the parent holds of it is its pages read."""
+    out = SpillFile(folder, shared=True)
+    refs = {name: out.append(np.asarray(getattr(trace, name))) for name in TRACE_ARRAYS}
+    out.freeze()
+    for name, ref in refs.items():
+        setattr(trace, name, out.array(ref))
+    trace.spill = out
+    out.release()
+    return trace
 
 
 def _by_start(rows: np.ndarray, column: int = 0) -> np.ndarray:

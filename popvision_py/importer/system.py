@@ -14,12 +14,15 @@ threads of their own, ``GPU stream <s>``. Times are the traces' own clock in ns,
 
 from __future__ import annotations
 
+import collections
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from popvision_py.format import system as S
-from popvision_py.importer.parts import release_memory
+from popvision_py.format.atomic import synced_folder
+from popvision_py.importer.parts import any_of, release_memory
 from popvision_py.importer.read import KIND, RankTrace
 from popvision_py.importer.spill import release
 
@@ -33,7 +36,7 @@ SLICE_SPANS = 1 << 18  # spans made into rows at a time
 
 def rank_columns(trace: RankTrace, spans: slice = slice(None)) -> dict[str, np.ndarray]:
     """A rank's training-thread spans (those of ``spans``, all by default) as the system timeline's columns."""
-    keep = np.flatnonzero(np.isin(trace.kind[spans], KEPT)) + (spans.start or 0)
+    keep = np.flatnonzero(any_of(trace.kind[spans], KEPT)) + (spans.start or 0)
     n = len(keep)
     names = np.asarray(trace.names, dtype=object) if trace.names else np.zeros(0, object)
     thread = "training thread" if trace.main_thread is None else f"thread {trace.main_thread}"
@@ -65,22 +68,47 @@ def _pid(trace: RankTrace) -> int:
     return trace.pid if trace.pid is not None else -1
 
 
+WRITERS = 4  # small ranks' files written at once: each waits for its fsync and its rename, not for the CPU
+
+
 def write_timelines(traces: list[RankTrace], folder: Path) -> list[Path]:
     """Write each rank's file into ``folder`` (each atomically); a rank file of an earlier import of more
-    ranks is removed, so the folder holds this import's ranks only. Returns the files written."""
-    written = []
-    for k, trace in enumerate(traces):
-        path = folder / f"{process_name(trace.rank)}{S.SUFFIX}"
-        # the folder tidied once, and its renames made durable once, after the last file: not once a rank
-        with S.SystemWriter(path, process_name(trace.rank), _pid(trace), tidy=k == 0,
-                            sync_folder=k == len(traces) - 1) as writer:
-            for at in range(0, max(len(trace.kind), 1), SLICE_SPANS):  # a slice at a time: rows of a few spans
-                writer.write(rank_columns(trace, slice(at, at + SLICE_SPANS)))
-                release(trace)
-                release_memory()
-        written.append(path)
+    ranks is removed, so the folder holds this import's ranks only. Returns the files written.
+
+    The folder is tidied once, with the first file, and its renames made durable once, after the last: not once a
+    rank. A job of thousands of small ranks spends most of a file's time waiting for the disk (its fsync, its
+    name), so ranks of at most ``SLICE_SPANS`` spans are written ``WRITERS`` at a time, by threads; a larger rank
+    alone, so that what is held stays a slice of one rank's rows."""
+    written = [folder / f"{process_name(trace.rank)}{S.SUFFIX}" for trace in traces]
+    waiting: collections.deque[Future] = collections.deque()
+    with ThreadPoolExecutor(WRITERS) as pool:
+        try:
+            for k, (trace, path) in enumerate(zip(traces, written)):
+                if k == 0 or len(trace.kind) > SLICE_SPANS:
+                    while waiting:
+                        waiting.popleft().result()
+                    _write_rank(trace, path, tidy=k == 0)
+                    continue
+                if len(waiting) >= 2 * WRITERS:
+                    waiting.popleft().result()
+                waiting.append(pool.submit(_write_rank, trace, path, tidy=False))
+            while waiting:
+                waiting.popleft().result()
+        except BaseException:
+            pool.shutdown(cancel_futures=True)  # the files not begun are not written
+            raise
+    synced_folder(folder)
     ours = {p.name for p in written}
     for stale in S.files_in(folder):
         if stale.name.startswith("rank-") and stale.name not in ours:
             stale.unlink(missing_ok=True)
     return written
+
+
+def _write_rank(trace: RankTrace, path: Path, tidy: bool) -> None:
+    """One rank's file, a slice of its spans at a time (``tidy``: the folder's killed writers' files removed)."""
+    with S.SystemWriter(path, process_name(trace.rank), _pid(trace), tidy=tidy, sync_folder=False) as writer:
+        for at in range(0, max(len(trace.kind), 1), SLICE_SPANS):  # a slice at a time: rows of a few spans
+            writer.write(rank_columns(trace, slice(at, at + SLICE_SPANS)))
+            release(trace)
+            release_memory()

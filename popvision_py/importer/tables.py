@@ -11,6 +11,7 @@ String columns are dictionary codes (``category``), never a string per row.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ import pyarrow as pa
 
 from popvision_py.format.arrays import arrow
 from popvision_py.importer.kernels import KERNEL_KIND
+from popvision_py.importer.parts import any_of
 from popvision_py.importer.read import KIND, RankTrace, merge_intervals
 from popvision_py.importer.spill import Growing, blocks
 from popvision_py.importer.timeline import LABEL, PASS_NAME, Rows, is_collective, unique_first
@@ -28,6 +30,8 @@ PASS_WORDS = ["none", *sorted(set(PASS_NAME.values()))]
 PASS_CODE = np.zeros(max(KIND.values()) + 2, np.int64)  # a span's kind + 1 -> its pass in PASS_WORDS
 for _kind, _word in PASS_NAME.items():
     PASS_CODE[_kind + 1] = PASS_WORDS.index(_word)
+COMM_KINDS = (KIND["comm_call"], KIND["comm_flight"])
+EXCHANGE_LABELS = (LABEL["comm_call"], LABEL["pp_comm"], LABEL["comm_flight"])
 TYPE_WORDS = ["compute_set", "global_exchange", "all_reduce", "stream_copy"]
 Table = dict[str, Any]
 
@@ -36,29 +40,53 @@ def category(codes: np.ndarray, words: list[str]) -> pa.DictionaryArray:
     """A string column as dictionary codes: ``words[codes]``, its dictionary in order of first appearance
     (as Arrow's dictionary_encode of the strings would make it), never a string per row."""
     codes = np.asarray(codes, np.int64)
-    distinct = {w: k for k, w in enumerate(dict.fromkeys(words))}
-    word_code = np.array([distinct[w] for w in words], np.int64) if words else np.zeros(0, np.int64)
+    word_code, unique = _distinct(tuple(words))
     codes = word_code[codes] if len(codes) else codes
-    first = np.full(len(distinct), len(codes), np.int64)
+    first = np.full(len(unique), len(codes), np.int64)
     np.minimum.at(first, codes, np.arange(len(codes)))  # each code's first row
     used = np.flatnonzero(first < len(codes))
     order = used[np.argsort(first[used], kind="stable")]
-    remap = np.zeros(len(distinct), np.int32)
+    remap = np.zeros(len(unique), np.int32)
     remap[order] = np.arange(len(order), dtype=np.int32)
-    unique = list(distinct)
-    return pa.DictionaryArray.from_arrays(arrow(remap[codes]), arrow([unique[k] for k in order.tolist()]))
+    return pa.DictionaryArray.from_arrays(arrow(remap[codes]), _dictionary(unique, tuple(order.tolist())))
 
 
-def mapped(values: np.ndarray, mapping: dict[int, int]) -> np.ndarray:
+# The same few word lists (passes, phases, a job's names) and dictionaries come back rank after rank: each made once,
+# not a Python pass over the words and an Arrow cast a column a rank (seconds over thousands of ranks).
+@functools.lru_cache(maxsize=64)
+def _distinct(words: tuple[str, ...]) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Each word's code among the distinct words, and the distinct words in order."""
+    distinct = {w: k for k, w in enumerate(dict.fromkeys(words))}
+    return np.array([distinct[w] for w in words], np.int64), tuple(distinct)
+
+
+@functools.lru_cache(maxsize=1024)
+def _dictionary(unique: tuple[str, ...], order: tuple[int, ...]) -> pa.Array:
+    """The dictionary of the distinct words ``order`` picks, as Arrow."""
+    return arrow([unique[k] for k in order])
+
+
+class Lookup:
+    """A mapping of ints as sorted keys and their values, made once and applied to whole columns (``mapped``):
+    the profile's stage and rank numberings are the same for every rank, and as long as the ranks."""
+
+    def __init__(self, mapping: dict[int, int]) -> None:
+        self.keys = np.asarray(sorted(mapping), np.int64)
+        self.to = np.asarray([mapping[k] for k in self.keys.tolist()], np.int64)
+
+    def __call__(self, values: np.ndarray) -> np.ndarray:
+        """``mapping[v]`` for each of ``values``, -1 for a value it lacks."""
+        values = np.asarray(values, np.int64)
+        if not len(self.keys):
+            return np.full(len(values), -1, np.int64)
+        at = np.minimum(np.searchsorted(self.keys, values), len(self.keys) - 1)
+        return np.where(self.keys[at] == values, self.to[at], -1)
+
+
+def mapped(values: np.ndarray, mapping: dict[int, int] | Lookup) -> np.ndarray:
     """``mapping[v]`` for each of ``values``, -1 for a value it lacks: by its sorted keys, never by an array
     as long as the largest key (a trace's stage or rank numbers are its own)."""
-    values = np.asarray(values, np.int64)
-    if not mapping:
-        return np.full(len(values), -1, np.int64)
-    keys = np.asarray(sorted(mapping), np.int64)
-    to = np.asarray([mapping[k] for k in keys.tolist()], np.int64)
-    at = np.minimum(np.searchsorted(keys, values), len(keys) - 1)
-    return np.where(keys[at] == values, to[at], -1)
+    return (mapping if isinstance(mapping, Lookup) else Lookup(mapping))(values)
 
 
 class RankTables:
@@ -80,7 +108,7 @@ class RankTables:
         # communication: every transfer's bytes and peer (a transfer in flight carries its call's), its first
         # step; each held for the transfers only (``comm``, in the order of the rank's spans), not for every span
         kind = t.kind
-        self.comm = np.flatnonzero(np.isin(kind, [KIND["comm_call"], KIND["comm_flight"]]) & (t.end > plan.lo))
+        self.comm = np.flatnonzero(any_of(kind, COMM_KINDS) & (t.end > plan.lo))
         flight = kind[self.comm] == KIND["comm_flight"]
         calls, flights = self.comm[~flight], self.comm[flight]
         self.peer = t.peer[self.comm].astype(np.int64)
@@ -92,7 +120,7 @@ class RankTables:
             self.peer[flight] = np.where(parent >= 0, t.peer[np.maximum(parent, 0)] if len(calls) else -1, -1)
             self.nbytes[~flight] = 0
         self.first_step = np.full(len(self.comm), -1, np.int64)  # each transfer's first exposed step
-        everything = np.isin(kind, [KIND["comm_call"], KIND["comm_flight"]])
+        everything = any_of(kind, COMM_KINDS)
         self.in_flight = merge_intervals(np.stack([t.start[everything], t.end[everything]], axis=1))
         if len(t.kernels):  # a GPU's communication is its communication kernels, not the CPU's calls
             self.in_flight = communication(t.kernels)
@@ -108,18 +136,18 @@ class RankTables:
         sp = np.maximum(span, 0)
         idle = label == LABEL["idle"]
         live = ~idle
-        exchange = np.isin(label, [LABEL["comm_call"], LABEL["pp_comm"], LABEL["comm_flight"]])
+        exchange = any_of(label, EXCHANGE_LABELS)
         copying = label == LABEL["memory"]
         kind = np.where(has, t.kind[sp], -1) if len(t.kind) else np.full(n, -1)
         # stage: the action's (PP:), through the profile's stage numbering; else the rank's own
         named = np.where(has, t.stage[sp], -1) if len(t.stage) else np.full(n, -1)
-        stage = mapped(named, plan.stage_index)
+        stage = mapped(named, plan.stage_lookup)
         stage = np.where(idle, -1, np.where(stage < 0, plan.single_stage[t.rank], stage))
-        micro = np.where(has & np.isin(label, [LABEL["pass"], LABEL["pp_comm"]]), t.micro_batch[sp], -1) \
+        micro = np.where(has & any_of(label, (LABEL["pass"], LABEL["pp_comm"])), t.micro_batch[sp], -1) \
             if len(t.micro_batch) else np.full(n, -1)
         micro = np.where(micro < plan.found.micro_batches, micro, -1)
         # the pass (PASS_WORDS' code), by the span's kind, for pass and update rows only
-        pass_ = np.where(np.isin(label, [LABEL["pass"], LABEL["update"]]), PASS_CODE[kind + 1], 0)
+        pass_ = np.where(any_of(label, (LABEL["pass"], LABEL["update"])), PASS_CODE[kind + 1], 0)
         steps = self.step_starts
         iteration = (np.clip(np.searchsorted(steps, rows.start, side="right") - 1, 0, plan.found.iterations - 1)
                      if len(steps) else np.zeros(n, np.int64))
@@ -172,7 +200,7 @@ class RankTables:
         """Nanoseconds in which the rank computed while a transfer was under way: its communication hidden
         behind compute (overlapping transfers counted once)."""
         merged = self.in_flight
-        computing = np.isin(rows.label, [LABEL["pass"], LABEL["update"], LABEL["busy"]])
+        computing = any_of(rows.label, (LABEL["pass"], LABEL["update"], LABEL["busy"]))
         a, b = rows.start[computing], rows.end[computing]
         if not len(merged) or not len(a):
             return 0
@@ -185,7 +213,7 @@ class RankTables:
         t, ipu, comm = self.t, self.ipu, self.comm
         sends = np.array(["send" in n for n in t.names] + [False], bool)[t.name[comm]]
         collective = self.collective[t.name[comm]]
-        other = mapped(self.peer, self.plan.ipu_of_rank)
+        other = mapped(self.peer, self.plan.ipu_lookup)
         other = np.where(other >= 0, other, ipu)  # a peer outside the traces given: the rank itself
         at = self.first_step.copy()
         hidden = at < 0

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from popvision_py.importer.parts import merge_intervals
+from popvision_py.importer.parts import any_of, merge_intervals
 from popvision_py.importer.kernels import KERNEL_KIND
 from popvision_py.importer.read import KIND, RankTrace
 from popvision_py.importer.spill import filled
@@ -151,9 +151,9 @@ def gpu_rank_rows(trace: RankTrace, window: tuple[int, int], within: tuple[int, 
     covers = {}
     for name, codes in (("compute", [KERNEL_KIND["compute"]]), ("communication", [KERNEL_KIND["communication"]]),
                         ("memory", [KERNEL_KIND["memcpy"], KERNEL_KIND["memset"]])):
-        covers[name] = merge_intervals(np.clip(kernels[np.isin(kind, codes), :2], a, b))
+        covers[name] = merge_intervals(np.clip(kernels[any_of(kind, codes), :2], a, b))
     start, end = np.clip(trace.start, lo, hi), np.clip(trace.end, lo, hi)
-    classes = {"pass": np.isin(trace.kind, PASS_KINDS), "update": trace.kind == KIND["update"],
+    classes = {"pass": any_of(trace.kind, PASS_KINDS), "update": trace.kind == KIND["update"],
                "comm_flight": trace.kind == KIND["comm_flight"]}
     used = classes["pass"] | classes["update"] | classes["comm_flight"]
     edges = unique_first(np.clip(np.concatenate([[a, b], start[used], end[used],
@@ -190,7 +190,7 @@ def rank_rows(trace: RankTrace, window: tuple[int, int], ready: np.ndarray | Non
     classes = {
         "comm_call": kind == KIND["comm_call"],
         "pp_comm": kind == KIND["pp_comm"],
-        "pass": np.isin(kind, PASS_KINDS),
+        "pass": any_of(kind, PASS_KINDS),
         "update": kind == KIND["update"],
         "comm_flight": kind == KIND["comm_flight"],
     }

@@ -16,7 +16,9 @@ import pytest
 
 from popvision_py.format import levels, open_profile
 from popvision_py.format.levels import LevelFold
-from popvision_py.importer import find_traces, import_traces
+import popvision_py.importer as importer
+from popvision_py.importer import find_traces, import_traces, ranges, read_traces
+from tests.importer.test_import_ranges import assert_same
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -81,6 +83,22 @@ def test_an_import_of_many_ranks_leaves_no_file_open(many_ranks, tmp_path):
     import_traces(find_traces([str(many_ranks)]), tmp_path / "out" / "profile.pop", jobs=1)
     # THEN it has the same files open once the profile and the timelines are written: every spill file closed
     assert len(os.listdir("/proc/self/fd")) <= len(before)
+
+
+def test_small_ranks_read_whole_by_workers_are_the_ranks_read_range_by_range(many_ranks, tmp_path, monkeypatch):
+    # GIVEN 64 small ranks, each of one byte range
+    paths = find_traces([str(many_ranks)])
+    assert all(ranges.one_range(ranges.rank_ranges(p)[0]) for p in paths)
+    # WHEN they are read here, range by range, and by two processes, each rank whole (their 1 MB is read in
+    # processes only past IN_PROCESS_BYTES), both spilled beside the output
+    here = read_traces(paths, jobs=1, spill=tmp_path)
+    monkeypatch.setattr(importer, "IN_PROCESS_BYTES", 0)
+    there = read_traces(paths, jobs=2, spill=tmp_path)
+    # THEN every rank is the same, column for column, its columns mapped from one file the ranks share
+    assert [t.rank for t in there] == list(range(RANKS))
+    for a, b in zip(here, there):
+        assert_same(a, b, but=("spill",))
+    assert all(t.spill is not None for t in there) and len({id(t.spill.shared) for t in there}) == 1
 
 
 def test_too_few_files_to_open_is_one_sentence_and_no_profile(many_ranks, tmp_path):
