@@ -120,12 +120,15 @@ def flatten_liveness(report: Report) -> pd.DataFrame:
 def flatten_stages(report: Report) -> pd.DataFrame:
     s = report.stages.summary()
     labels = ("stage " + s["stage"].astype(str) + " " + s["pass"].astype(str)).to_numpy(dtype=object)
-    split = report.stages.best_split()
-    best = pd.DataFrame([("best split predicted_step_cycles", "predicted_step_cycles", split.predicted_step_cycles),
-                         ("best split gain_pct", "gain_pct", split.gain_pct)], columns=FLAT_COLUMNS)
-    return pd.concat([_numeric_fields(report.stages.figures()),
-                      _grid(labels, s, ["cycles_per_micro_batch", "busy_cycles", "utilisation_pct"]), best],
-                     ignore_index=True)
+    parts = [_numeric_fields(report.stages.figures()),
+             _grid(labels, s, ["cycles_per_micro_batch", "busy_cycles", "utilisation_pct"])]
+    if not report.imported:  # an imported trace has no blocks to split (the report says so); its ranks can be
+        # thousands of stages, whose split alone took minutes
+        split = report.stages.best_split()
+        parts.append(pd.DataFrame([("best split predicted_step_cycles", "predicted_step_cycles",
+                                    split.predicted_step_cycles), ("best split gain_pct", "gain_pct", split.gain_pct)],
+                                  columns=FLAT_COLUMNS))
+    return pd.concat(parts, ignore_index=True)
 
 
 def flatten_exchange(report: Report) -> pd.DataFrame:

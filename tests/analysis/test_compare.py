@@ -66,3 +66,17 @@ def test_a_comparison_closes_the_profiles_it_opened_and_only_those(profiles, tmp
     with pytest.raises(PopvisionError):
         Comparison(a, missing)
     assert _open_on(a) == before
+
+
+def test_imported_traces_compare_without_a_split_of_blocks_they_do_not_have():
+    from pathlib import Path
+
+    sample = Path(__file__).resolve().parents[2] / "sample_profiles" / "pytorch_gpipe" / "profile.pop"
+    # WHEN an imported pipeline (its ranks the stages, no blocks) is compared with itself
+    stages = pv.compare(sample, sample).all().query("section == 'stages'")
+    # THEN its stages' figures are there, the best split of blocks (which its report calls meaningless) is not
+    assert len(stages) and not stages["figure"].str.startswith("best split").any()
+    assert stages["figure"].str.startswith("stage 0 ").any()
+    # AND an IPU pipeline keeps it
+    ipu = Path(__file__).resolve().parents[2] / "sample_profiles" / "mnist_pipelined" / "profile.pop"
+    assert pv.compare(ipu, ipu).all()["figure"].str.startswith("best split").sum() == 2
