@@ -53,17 +53,7 @@ def liveness_steps(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[i
                                                  + "<extra>%{fullData.name}</extra>"),
                       row=2, col=1)
     # A trace rather than a shape: the chosen step's marker replaces the layout's shapes.
-    steps = (int(by_step["step"].min()), int(by_step["step"].max()))
-    if capacity:
-        limit = "device memory" if naming.imported else "tile capacity"
-        fig.add_trace(go.Scatter(x=list(steps), y=[bytes_per_tile / low_scale] * 2, mode="lines", name=limit,
-                                 line=dict(color=CAPACITY_COLOUR, dash="dash", width=1.5),
-                                 hovertemplate=limit + " %{y:,.0f} " + low_unit + "<extra></extra>"), row=2, col=1)
-    if selected is not None:
-        fig.add_shape(step_marker(selected[1]))
-    fig.update_yaxes(title=top_unit, row=1, col=1, rangemode="tozero")
-    fig.update_yaxes(title=low_unit, row=2, col=1, rangemode="tozero")
-    fig.update_xaxes(title="step (a row of the rank's time line)" if naming.imported else "program step", row=2, col=1)
+    _finish_panels(fig, by_step, capacity, bytes_per_tile, (low_scale, low_unit), top_unit, selected, naming)
     return styled(fig, height=520, hovermode="closest", clickmode="event", uirevision="liveness")
 
 
@@ -125,17 +115,7 @@ def liveness_band(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[in
                               + (f" {what}" if row == 1 else "") + "<extra>%{fullData.name}</extra>"),
                 row=row, col=1)
     low_scale, low_unit = panels[1][2]
-    steps = (int(by_step["step"].min()), int(by_step["step"].max()))
-    if capacity:
-        limit = "device memory" if naming.imported else "tile capacity"
-        fig.add_trace(go.Scatter(x=list(steps), y=[bytes_per_tile / low_scale] * 2, mode="lines", name=limit,
-                                 line=dict(color=CAPACITY_COLOUR, dash="dash", width=1.5),
-                                 hovertemplate=limit + " %{y:,.0f} " + low_unit + "<extra></extra>"), row=2, col=1)
-    if selected is not None:
-        fig.add_shape(step_marker(selected[1]))
-    fig.update_yaxes(title=panels[0][2][1], row=1, col=1, rangemode="tozero")
-    fig.update_yaxes(title=low_unit, row=2, col=1, rangemode="tozero")
-    fig.update_xaxes(title="step (a row of the rank's time line)" if naming.imported else "program step", row=2, col=1)
+    _finish_panels(fig, by_step, capacity, bytes_per_tile, (low_scale, low_unit), panels[0][2][1], selected, naming)
     # the legend above the top panel's title, not over it
     return styled(fig, height=540, hovermode="closest", clickmode="event", uirevision="liveness",
                   legend=dict(y=1.13), margin=dict(t=90), meta={"level": "band", "rows": ipus, "named": named})
@@ -145,3 +125,20 @@ def step_marker(step: int) -> dict:
     """The vertical line marking the chosen program step on the liveness plot (both panels)."""
     return dict(type="line", x0=step, x1=step, xref="x", y0=0, y1=1, yref="paper",
                 line=dict(color="#ff2d95", width=2))
+
+
+def _finish_panels(fig: go.Figure, by_step: pd.DataFrame, capacity: bool, bytes_per_tile: int,
+                   low: tuple[float, str], top_unit: str, selected: tuple | None, naming: Naming) -> None:
+    """The two panels' capacity line (the lower one's), the chosen step's marker and the axes' titles."""
+    low_scale, low_unit = low
+    steps = (int(by_step["step"].min()), int(by_step["step"].max()))
+    if capacity:
+        limit = "device memory" if naming.imported else "tile capacity"
+        fig.add_trace(go.Scatter(x=list(steps), y=[bytes_per_tile / low_scale] * 2, mode="lines", name=limit,
+                                 line=dict(color=CAPACITY_COLOUR, dash="dash", width=1.5),
+                                 hovertemplate=limit + " %{y:,.0f} " + low_unit + "<extra></extra>"), row=2, col=1)
+    if selected is not None:
+        fig.add_shape(step_marker(selected[1]))
+    fig.update_yaxes(title=top_unit, row=1, col=1, rangemode="tozero")
+    fig.update_yaxes(title=low_unit, row=2, col=1, rangemode="tozero")
+    fig.update_xaxes(title="step (a row of the rank's time line)" if naming.imported else "program step", row=2, col=1)
