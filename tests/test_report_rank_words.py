@@ -55,3 +55,26 @@ def test_an_imported_report_names_ranks_and_ns_and_leaves_out_the_tiles():
 def test_an_ipu_report_keeps_its_words():
     text = report(IPU_RUN, "text")
     assert "Memory per IPU" in text.splitlines() and "num_ipus" in key_figures(text, "Summary")
+
+
+def test_a_spread_of_many_ranks_names_its_figures_in_a_ranks_words(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import make_gpu_trace
+
+    from popvision_py.importer import find_traces, import_traces
+
+    # GIVEN an import of 40 ranks (past 32: each per-rank table shown as its figures' spread)
+    make_gpu_trace.make(tmp_path / "t", total_mb=0.05, ranks=40, layers=2, bucket=1, jobs=1, spread=0.0)
+    import_traces(find_traces([str(tmp_path / "t")]), tmp_path / "p" / "profile.pop")
+    text = report(tmp_path / "p" / "profile.pop", "text")
+    # WHEN its memory per rank is read
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Memory per rank (40 ranks"))
+    rows = lines[start + 4:lines.index("", start)]
+    figures = [row.split()[0] for row in rows]
+    # THEN the spread's rows are the ranks' figures without a tile's, and every rank counted in each
+    assert figures == ["always_live_bytes", "not_always_live_bytes", "total_bytes", "capacity_bytes",
+                       "headroom_bytes", "used_pct"]
+    assert all(row.split()[1] == "40" for row in rows)

@@ -49,6 +49,12 @@ def in_rank_words(blocks: list[Any]) -> None:  # document.ReportBlocks (this mod
         shown = b.table()
         if isinstance(shown, dict):
             b.shown = {name(k): v for k, v in shown.items() if k not in TILE_FIGURES}
+        elif isinstance(shown, Table) and "figure" in shown.names and "p50" in shown.names:
+            # a spread of many ranks (``at_many_ranks``): a row a figure, named in the ``figure`` column
+            figure = np.asarray(shown["figure"], dtype=object)
+            keep = ~np.isin(figure, TILE_COLUMNS)
+            b.shown = Table({k: np.asarray([name(str(f)) for f in figure[keep]], dtype=object) if k == "figure"
+                             else np.asarray(v)[keep] for k, v in shown.columns.items()})
         elif isinstance(shown, Table):
             b.shown = Table({name(k): v for k, v in shown.columns.items() if k not in TILE_COLUMNS})
         else:  # a DataFrame
