@@ -65,7 +65,7 @@ PHASES_HERE = """
 import json, sys, time
 from pathlib import Path
 from popvision_py.importer import find_traces, read_traces, write_import
-from popvision_py.importer.spill import spill_folder
+from popvision_py.importer.spill_files import spill_folder
 folder, output = sys.argv[1], Path(sys.argv[2]) / "profile.pop"
 began = time.perf_counter()
 traces = read_traces(find_traces([folder]), None, spill=spill_folder(output))
@@ -79,7 +79,7 @@ from pathlib import Path
 from distributed import Client
 from popvision_py.importer import find_traces, write_import
 from popvision_py.importer.cluster import read_on_cluster, scratch_folder
-from popvision_py.importer.spill import spill_folder
+from popvision_py.importer.spill_files import spill_folder
 folder, output, address = sys.argv[1], Path(sys.argv[2]) / "profile.pop", sys.argv[3]
 with Client(address) as client:
     scratch = scratch_folder(output)

@@ -29,7 +29,8 @@ from popvision_py.importer.profile import write_profile
 from popvision_py.importer import ranges
 from popvision_py.importer.parts import release_memory
 from popvision_py.importer.read import RankTrace, TraceError, read_rank, read_stream
-from popvision_py.importer.spill import release, spill_folder, spilled
+from popvision_py.importer.spill import spilled
+from popvision_py.importer.spill_files import release, spill_folder
 from popvision_py.importer.system import write_timelines
 
 TRACE_SUFFIXES = (".json", ".json.gz")

@@ -37,7 +37,7 @@ from popvision_py.errors import PopvisionError, first_line
 from popvision_py.importer import checked_ranks, write_import
 from popvision_py.importer.parts import release_memory
 from popvision_py.importer.read import RankTrace, TraceError, read_rank
-from popvision_py.importer.spill import blocks, release, spill_folder
+from popvision_py.importer.spill_files import blocks, release, spill_folder
 from popvision_py.version import __version__
 
 ALIGN = 64  # each array of a rank's file starts at a multiple of this

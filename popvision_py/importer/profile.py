@@ -37,7 +37,7 @@ from popvision_py.importer import plain_steps
 from popvision_py.importer.parts import ANNOTATION_KINDS, any_of, release_memory
 from popvision_py.importer.kernels import KERNEL_COLUMN
 from popvision_py.importer.read import KIND, RankTrace, TraceError
-from popvision_py.importer.spill import blocks, release
+from popvision_py.importer.spill_files import blocks, release
 from popvision_py.importer.tables import Lookup, category, rank_tables, sorted_memory
 from popvision_py.importer.timeline import WINDOW_BUSY_ROWS, peer_ready, rank_rows_by_window
 from popvision_py.version import __version__

@@ -24,7 +24,7 @@ from popvision_py.format import system as S
 from popvision_py.format.atomic import synced_folder
 from popvision_py.importer.parts import any_of, release_memory
 from popvision_py.importer.read import KIND, RankTrace
-from popvision_py.importer.spill import release
+from popvision_py.importer.spill_files import release
 
 KEPT = np.array([KIND[k] for k in KIND if k != "comm_flight"], np.int8)
 CHANNELS = np.array([S.DATALOADER if k == "input" else S.ANNOTATION if k.endswith("annotation") else S.PYTORCH

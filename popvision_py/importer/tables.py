@@ -22,7 +22,7 @@ from popvision_py.format.arrays import arrow
 from popvision_py.importer.kernels import KERNEL_KIND
 from popvision_py.importer.parts import any_of
 from popvision_py.importer.read import KIND, RankTrace, merge_intervals
-from popvision_py.importer.spill import Growing, blocks
+from popvision_py.importer.spill_files import Growing, blocks
 from popvision_py.importer.timeline import LABEL, PASS_NAME, Rows, is_collective, unique_first
 
 PHASE_WORDS = ["idle", "exchange", "compute", "stream"]  # stream: a GPU's copies and sets

@@ -42,7 +42,7 @@ import numpy as np
 from popvision_py.importer.parts import any_of, merge_intervals
 from popvision_py.importer.kernels import KERNEL_KIND
 from popvision_py.importer.read import KIND, RankTrace
-from popvision_py.importer.spill import filled
+from popvision_py.importer.spill_files import filled
 
 LABELS = ("comm_call", "pp_comm", "pass", "update", "busy", "comm_flight", "memory", "idle")
 LABEL = {name: i for i, name in enumerate(LABELS)}

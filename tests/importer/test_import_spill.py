@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from popvision_py.importer import find_traces, profile, ranges, read_traces, spill, timeline
 from popvision_py.importer.parts import bucket_max, merge_intervals
+from popvision_py.importer.spill_files import SpillFile
 from popvision_py.importer.profile import write_profile
 from tests.importer.test_import_ranges import SAMPLE, assert_same
 
@@ -26,7 +27,7 @@ TABLES = ("trace", "programs", "exchanges", "liveness", "tile_cycles", "tile_mem
 
 def test_runs_unioned_a_stretch_of_time_at_a_time_are_their_union(tmp_path):
     # GIVEN three runs of sorted disjoint intervals, which overlap and touch across runs
-    out = spill.SpillFile(tmp_path)
+    out = SpillFile(tmp_path)
     runs = [np.array([[0, 5], [10, 12], [30, 31]]), np.array([[4, 11], [12, 12], [40, 50]]),
             np.array([[20, 20], [31, 35]])]
     # WHEN they are unioned two intervals at a time
@@ -45,7 +46,7 @@ def test_random_runs_unioned_and_reduced_in_stretches_are_what_one_pass_makes(ba
         start = rng.integers(0, 100_000, 40)
         runs.append(merge_intervals(np.stack([start, start + rng.integers(0, 3_000, 40)], axis=1)))
         samples.append(bucket_max(rng.integers(0, 200_000, 50), rng.integers(0, 5, 50)))  # ties: the first wins
-    out, scratch = spill.SpillFile(tmp_path), spill.SpillFile(tmp_path)
+    out, scratch = SpillFile(tmp_path), SpillFile(tmp_path)
     # WHEN they are unioned and reduced `batch` rows at a time
     union = spill.union_runs(runs, out, batch)
     ts, nbytes = spill.bucket_runs(samples, out, scratch, batch)
@@ -185,7 +186,7 @@ def test_launches_joined_to_their_operators_a_stretch_at_a_time_are_those_joined
     names = [f"n{k}" for k in range(24)]
     code = kernels.name_codes(names)[0]
     # WHEN they are joined a stretch of `batch` rows at a time, and all at once
-    scratch = spill.SpillFile(tmp_path)
+    scratch = SpillFile(tmp_path)
     refs = spill.launches_with_ops(launch_runs, op_runs, code, scratch, batch)
     scratch.freeze()
     ids, rest = spill.merged_launches([scratch.array(r) for r in refs], tmp_path, batch)
