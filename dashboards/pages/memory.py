@@ -219,10 +219,8 @@ def render_overview(profile: str | None):
     oom = report.memory.out_of_memory()
     naming = data.naming(report)
     options = c.ipu_options(by_ipu["ipu"], naming)
-    # the IPU of the fullest tile (the summary's worst_ipu), read off the tiles: the summary's figures would fold
-    # the trace's cube, a dense ranks x stages array at many ranks, for this one number
-    first = int(by_tile["ipu"].iloc[int(by_tile["total_bytes"].to_numpy().argmax())]) if len(by_tile) \
-        else int(by_ipu["ipu"].iloc[0])
+    summary = report.summary.figures()
+    first = int(summary.worst_ipu) if summary.worst_ipu >= 0 else int(by_ipu["ipu"].iloc[0])  # -1: no tile memory
     if not report.memory_recorded:  # an imported trace without [memory] events: not a number, one line
         return (options, first, c.one_line(imported.NO_MEMORY, "memory-not-recorded"), empty(imported.NO_MEMORY),
                 empty(imported.NO_TILES), oom_table(oom))

@@ -187,8 +187,8 @@ def select(profile: str | None, by: str | None, cell: dict | None):
     base = window_figure(report, naming)
     if base is None:
         return label, empty("The trace has no rows."), None
-    many = report.memo(("operations page", "window ipus"), lambda: report.operations.window_index().ipus)
-    rows = list(many) if len(many) > MANY_RANKS else None  # the heat map's rows are numbered, not named
+    ipus = report.operations.window_index().ipus  # cached by the Report, as ``window_figure`` built it
+    rows = list(ipus) if len(ipus) > MANY_RANKS else None  # the heat map's rows are numbered, not named
     fig = figures.marked(base, figures.marks_trace(marks, label, naming, rows))
     said = (f"{label}: {len(marks):,} executions in this iteration" if len(marks)
             else f"{label}: it does not run in this iteration")
