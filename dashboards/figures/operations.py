@@ -28,22 +28,19 @@ def below(fig: go.Figure) -> go.Figure:
     return fig
 
 
-def marks_trace(marks: pd.DataFrame, label: str, naming: Naming = IPUS, rows: Sequence[int] | None = None) -> go.Bar:
+def marks_trace(marks: pd.DataFrame, label: str, naming: Naming = IPUS, rows: int | None = None) -> go.Bar:
     """Each of ``marks`` (``[ipu, start_cycle, end_cycle]``: the selection's executions) as a dark stripe
-    through its IPU's row of ``window_trace``, or with ``rows`` (the IPUs in order) of the heat map of many
-    IPUs, whose rows are numbered (its hover names the IPU)."""
+    through its IPU's row of ``window_trace``, or with ``rows`` (how many) of the heat map of many IPUs, whose
+    rows are named by the IPUs' labels too (``ranks.share_heatmap``)."""
     shown = marks.head(MAX_MARKS)
     width = (shown["end_cycle"] - shown["start_cycle"]).to_numpy()
-    ipu = shown["ipu"].to_numpy(np.int64)
     return go.Bar(
-        y=shown["ipu"].map(naming.label) if rows is None else np.searchsorted(np.asarray(rows, np.int64), ipu),
-        x=np.maximum(width, 1), base=shown["start_cycle"], orientation="h",
+        y=shown["ipu"].map(naming.label), x=np.maximum(width, 1), base=shown["start_cycle"], orientation="h",
         # a heat map's row is a pixel or less: a mark as tall as a 150th of the rows, to be seen
-        width=0.3 if rows is None else max(0.8, len(rows) / 150), name=label,
+        width=0.3 if rows is None else max(0.8, rows / 150), name=label,
         marker=dict(color=MARK_COLOUR, line=dict(width=0)),
         customdata=np.stack([shown["start_cycle"], shown["end_cycle"]], axis=-1) if len(shown) else None,
-        hovertext=shown["ipu"].map(naming.label),
-        hovertemplate="%{hovertext} " + label + "<br>" + naming.unit + " %{customdata[0]:,} – %{customdata[1]:,}"
+        hovertemplate="%{y} " + label + "<br>" + naming.unit + " %{customdata[0]:,} – %{customdata[1]:,}"
                       "<extra></extra>",
     )
 

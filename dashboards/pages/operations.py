@@ -188,7 +188,7 @@ def select(profile: str | None, by: str | None, cell: dict | None):
     if base is None:
         return label, empty("The trace has no rows."), None
     ipus = report.operations.window_index().ipus  # cached by the Report, as ``window_figure`` built it
-    rows = list(ipus) if len(ipus) > MANY_RANKS else None  # the heat map's rows are numbered, not named
+    rows = len(ipus) if len(ipus) > MANY_RANKS else None  # a heat map's rows: its marks drawn taller
     fig = figures.marked(base, figures.marks_trace(marks, label, naming, rows))
     said = (f"{label}: {len(marks):,} executions in this iteration" if len(marks)
             else f"{label}: it does not run in this iteration")
