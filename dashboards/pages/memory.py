@@ -182,9 +182,12 @@ def many_cards(by_ipu: Any, naming: Naming = IPUS, capacity: bool = True) -> lis
                 f"{int(fullest.oom_tiles):,} tiles out of memory")
         tone = "bad" if oom else ""
         count = f"{oom:,} tiles out of memory" if oom else "every tile fits"
+    least, most = c.fmt_bytes(float(total.min())), c.fmt_bytes(float(total.max()))
+    spread = ("Least to most", f"{least} to {most}", "peak") if least != most else (
+        "Least to most", least, f"every {device}'s peak alike")
     return [(f"{device[0].upper()}{device[1:]}s", c.fmt_int(len(by_ipu)), count),
             ("Median peak", c.fmt_bytes(float(np.median(total))), f"over the {len(by_ipu):,} {device}s"),
-            ("Least to most", c.fmt_range(float(total.min()), float(total.max()), c.fmt_bytes), "peak"),
+            spread,
             (f"Fullest {device}", naming.label(int(fullest.ipu)), note, tone)]
 
 
@@ -218,9 +221,11 @@ def render_overview(profile: str | None):
     bytes_per_tile = int(report.target["bytes_per_tile"])
     oom = report.memory.out_of_memory()
     naming = data.naming(report)
-    options = c.ipu_options(by_ipu["ipu"], naming)
     summary = report.summary.figures()
     first = int(summary.worst_ipu) if summary.worst_ipu >= 0 else int(by_ipu["ipu"].iloc[0])  # -1: no tile memory
+    # the picker chooses an IPU's tile map: an imported trace's is hidden (a rank has no tiles), so its picker
+    # holds the rank it is set to, not thousands of options no one sees
+    options = c.ipu_options([first] if naming.imported else by_ipu["ipu"], naming)
     if not report.memory_recorded:  # an imported trace without [memory] events: not a number, one line
         return (options, first, c.one_line(imported.NO_MEMORY, "memory-not-recorded"), empty(imported.NO_MEMORY),
                 empty(imported.NO_TILES), oom_table(oom))

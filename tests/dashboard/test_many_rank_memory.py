@@ -155,9 +155,11 @@ def test_the_memory_page_of_40_ranks_is_four_cards_and_boxes_naming_the_fullest(
     create_app([str(forty_ranks)], warm=False)
     page = importlib.import_module("dashboards.pages.memory")
     # WHEN the page's overview is drawn
-    _, first, cards, categories, histogram, _ = page.render_overview(None)
+    options, first, cards, categories, histogram, _ = page.render_overview(None)
     # THEN four cards, not forty: 40 ranks, the median peak 5 GiB, 5 to 7 GiB, the fullest rank 7
     texts = _texts(cards)
+    # AND the hidden picker of a rank's tile map holds the fullest rank alone, not 40 options
+    assert options == [{"label": "Rank 7", "value": FULL}]
     assert len(cards.children) == 4 and first == FULL
     assert texts[:2] == ["Ranks", "40"] and "5.00 GiB" in texts and "5.00 GiB to 7.00 GiB" in texts
     assert texts[texts.index("Fullest rank") + 1] == "Rank 7"
@@ -212,7 +214,8 @@ def test_the_pages_of_40_ipus_are_four_cards_a_histogram_and_a_band(tmp_path):
     memory = importlib.import_module("dashboards.pages.memory")
     liveness = importlib.import_module("dashboards.pages.liveness")
     # WHEN the Memory and Liveness pages are drawn
-    _, first, cards, categories, histogram, _ = memory.render_overview(None)
+    options, first, cards, categories, histogram, _ = memory.render_overview(None)
+    assert len(options) == RANKS  # an IPU's tile map is shown: its picker offers every IPU
     # THEN four cards name IPU 7 the fullest, the tiles are one histogram of all 160, the categories boxes
     texts = _texts(cards)
     assert len(cards.children) == 4 and texts[:2] == ["IPUs", "40"] and first == FULL
@@ -234,3 +237,17 @@ def test_a_rank_table_of_ranks_all_alike_names_none_and_shows_no_empty_table():
     # THEN the spread alone, and a sentence that no rank is past the median (not "()" over "Nothing to show.")
     assert texts[0] == "40 ranks: each figure's spread over them; no rank is past its median."
     assert "Nothing to show." not in texts and texts.count("5.00 GiB") == 4
+
+
+def test_the_memory_cards_of_ranks_all_alike_give_one_figure_not_a_range_of_it():
+    from dashboards.figures.style import Naming
+    from dashboards.pages.memory import many_cards
+
+    # GIVEN 40 ranks each at 5 GiB at its peak, of 80 GiB
+    frame = pd.DataFrame({"ipu": np.arange(RANKS), "total_bytes": np.full(RANKS, 5 * GIB),
+                          "capacity_bytes": np.full(RANKS, 80 * GIB), "used_pct": np.full(RANKS, 6.25)})
+    # WHEN told as cards
+    cards = {card[0]: card[1:] for card in many_cards(frame, Naming(tuple(range(RANKS))))}
+    # THEN the spread is the one figure, said to be every rank's, not "5.00 GiB to 5.00 GiB"
+    assert cards["Least to most"] == ("5.00 GiB", "every rank's peak alike")
+    assert cards["Median peak"][0] == "5.00 GiB" and cards["Ranks"][0] == "40"
