@@ -38,6 +38,13 @@ def test_an_imported_report_names_ranks_and_ns_and_leaves_out_the_tiles():
     figures = key_figures(text, "Summary")
     assert {"ranks", "total_ns", "step_ns", "fullest_rank", "fullest_rank_bytes", "device_bytes"} <= set(figures)
     assert not {"num_ipus", "total_cycles", "worst_ipu", "worst_tile", "oom_tiles", "bytes_per_tile"} & set(figures)
+    # AND the run's strategy is the schedule PyTorch ran, not the IPU word the import maps it to
+    import popvision_py
+
+    with popvision_py.open(IMPORTED) as r:
+        ran = r.run["import"]["schedule"]
+    assert "strategy" not in figures and figures["schedule"] == ran and doc["sections"]["summary"]["figures"][
+        "strategy"] == "pipelined"
     # AND the figures are the profile's own, renamed: as JSON gives them under the profile's names
     raw = json.dumps(doc)
     assert '"num_ipus"' in raw and '"total_cycles"' in raw and '"worst_tile"' in raw
@@ -78,3 +85,48 @@ def test_a_spread_of_many_ranks_names_its_figures_in_a_ranks_words(tmp_path):
     assert figures == ["always_live_bytes", "not_always_live_bytes", "total_bytes", "capacity_bytes",
                        "headroom_bytes", "used_pct"]
     assert all(row.split()[1] == "40" for row in rows)
+
+
+def plotly_figures(page: str) -> list[dict]:
+    """The figures of an HTML report: the JSON of each ``Plotly.newPlot(id, data, layout, ...)`` call."""
+    decoder, out, at = json.JSONDecoder(), [], 0
+    while (at := page.find("Plotly.newPlot(", at)) >= 0:
+        at = page.index(",", at) + 1  # past the div's id
+        data, end = decoder.raw_decode(page, at + len(page[at:]) - len(page[at:].lstrip()))
+        rest = page[end:].lstrip()[1:]
+        layout, _ = decoder.raw_decode(rest.lstrip())
+        out.append({"data": data, "layout": layout})
+        at = end
+    return out
+
+
+def html_report(profile: Path, out: Path) -> str:
+    result = CliRunner().invoke(main, ["report", str(profile), "--section", "all", "--format", "html", "-o", str(out)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return out.read_text()
+
+
+def test_the_html_reports_figures_say_rank_for_an_imported_trace_and_ipu_for_an_ipu_run(tmp_path):
+    imported = plotly_figures(html_report(IMPORTED, tmp_path / "imported.html"))
+    ipu = plotly_figures(html_report(IPU_RUN, tmp_path / "ipu.html"))
+    assert imported and ipu
+
+    def words(figs: list[dict]) -> str:  # every title, axis title, trace name and category label
+        out = []
+        for f in figs:
+            layout = f["layout"]
+            out += [layout.get("title", {}).get("text") or ""]
+            out += [layout.get(axis, {}).get("title", {}).get("text") or "" for axis in ("xaxis", "yaxis")]
+            for trace in f["data"]:
+                out.append(str(trace.get("name") or ""))
+                labels = [trace.get(attr) for attr in ("x", "y") if isinstance(trace.get(attr), list)]
+                out += [v for values in labels for v in values if isinstance(v, str)]
+        return "\n".join(out)
+
+    said = words(imported)
+    # THEN no title, axis or label of an imported trace's figures names an IPU or a cycle
+    assert "IPU" not in said and "cycles" not in said, said
+    assert "Memory per rank" in said and "Rank 0" in said and "Time by phase (ns)" in said
+    # AND an IPU run's figures keep their words
+    assert "Memory per IPU" in words(ipu) and "IPU 0" in words(ipu)

@@ -83,6 +83,7 @@ class Document:
     profiles: list[str]
     blocks: list[ReportBlock] = field(default_factory=list)
     generator: str = f"popvision_py {__version__}"
+    rank_words: bool = False  # an imported trace's report: its HTML figures say rank for IPU, ns for cycles
 
     def add(self, key: str, title: str, data: Any, hidden: bool = False,
             items: list[tuple[str, list[str]]] | None = None, empty: str = "", tree: bool = False) -> None:
@@ -124,7 +125,8 @@ def build_report(report: Any, section: str = "all", figures: bool = False) -> Do
         doc.blocks = [b for b in doc.blocks if b.key != "exchange.host_input"]
     at_many_ranks(doc.blocks)
     if report.imported:
-        in_rank_words(doc.blocks)
+        in_rank_words(doc.blocks, (report.run.get("import") or {}).get("schedule"))
+        doc.rank_words = True
     return doc
 
 

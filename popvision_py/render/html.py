@@ -11,6 +11,7 @@ from popvision_py.analysis.common.answer import Table
 from popvision_py.render import figures as F
 from popvision_py.render.document import Document
 from popvision_py.render.format import heading, value
+from popvision_py.render.rank_words import figure_in_words
 
 MAX_ROWS = 200
 
@@ -68,6 +69,8 @@ def _figures_for(doc: Document) -> dict[str, list[go.Figure]]:
     for key, frame in data.items():
         if key.endswith(".comparison") and len(frame):
             out.setdefault(key.split(".")[0], []).append(F.comparison(frame, key.split(".")[0].capitalize()))
+    if doc.rank_words:
+        out = {section: [figure_in_words(fig) for fig in figs] for section, figs in out.items()}
     return out
 
 

@@ -39,16 +39,38 @@ def name(key: str) -> str:
     return NAMES.get(key) or "_".join(NAME_WORDS.get(word, word) for word in key.split("_"))
 
 
-def in_rank_words(blocks: list[Any]) -> None:  # document.ReportBlocks (this module is below it)
+def figure_in_words(fig: Any) -> Any:
+    """A plotly figure of the HTML report in a rank's words: its title, its axes' titles, and the names and
+    category labels of its traces ("IPU 3" is "rank 3"); its numbers are left as they are. Returns ``fig``."""
+    def words(value: Any) -> Any:
+        return in_words(value) if isinstance(value, str) else value
+
+    fig.layout.title.text = words(fig.layout.title.text)
+    for axis in (fig.layout.xaxis, fig.layout.yaxis):
+        axis.title.text = words(axis.title.text)
+    for trace in fig.data:
+        trace.name = words(trace.name)
+        for attr in ("x", "y"):
+            values = getattr(trace, attr, None)
+            if values is not None and len(values) and isinstance(values[0], str):
+                setattr(trace, attr, [words(v) for v in values])
+    return fig
+
+
+def in_rank_words(blocks: list[Any], schedule: str | None = None) -> None:  # document.ReportBlocks (below it)
     """Each block's title, and what text, Markdown and HTML show of its key figures or table (``shown``), in a
-    rank's words; the data JSON and CSV write is left as it is."""
+    rank's words; the data JSON and CSV write is left as it is. ``schedule``: what PyTorch ran (the import's
+    ``schedule``), shown for the ``strategy`` key figure, an IPU's word the import maps it to ("sharded" for a
+    data-parallel run)."""
     for b in blocks:
         b.title = in_words(b.title)
         if b.items is not None or b.tree:
             continue
         shown = b.table()
         if isinstance(shown, dict):
-            b.shown = {name(k): v for k, v in shown.items() if k not in TILE_FIGURES}
+            ran = {"strategy": schedule} if schedule and "strategy" in shown else {}
+            b.shown = {("schedule" if k in ran else name(k)): ran.get(k, v) for k, v in shown.items()
+                       if k not in TILE_FIGURES}
         elif isinstance(shown, Table) and "figure" in shown.names and "p50" in shown.names:
             # a spread of many ranks (``at_many_ranks``): a row a figure, named in the ``figure`` column
             figure = np.asarray(shown["figure"], dtype=object)
