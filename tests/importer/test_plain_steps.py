@@ -1,8 +1,8 @@
 """The profiler's own cost (issue 49): steps timed without the profiler, written into the trace, read by the
 import, and what-ifs that answer for the plain run.
 
-- ``PlainSteps`` times the steps of the profiler's wait phase (not the first) and writes them once, when
-  the profiler starts;
+- ``PlainSteps`` times the steps of the profiler's wait phase (not the first five: set-up and warming up) and
+  writes them once, when the profiler starts;
 - the import reads them per rank, refuses a malformed one in a sentence, counts each rank's events;
 - a recorded run predicted from its own trace lands on its plain step, inside its range;
 - a trace without plain steps has its profiler's cost bounded from its own events, and its range widened
@@ -48,19 +48,27 @@ class FakeProfiler:
 
 
 def test_plain_steps_times_the_wait_phase_and_writes_it_once_when_the_profiler_starts() -> None:
-    # GIVEN a schedule of wait=4, warmup=1, active=2 (steps 0-3 off, 4 warming up, 5-6 recorded)
-    prof = FakeProfiler(["NONE"] * 4 + ["WARMUP"] + ["RECORD", "RECORD_AND_SAVE"])
+    # GIVEN a schedule of wait=8, warmup=1, active=2 (steps 0-7 off, 8 warming up, 9-10 recorded)
+    prof = FakeProfiler(["NONE"] * 8 + ["WARMUP"] + ["RECORD", "RECORD_AND_SAVE"])
     steps = plain_steps.PlainSteps(prof)
-    # WHEN a loop of 7 steps runs, ending each with steps.step()
-    for _ in range(7):
+    # WHEN a loop of 11 steps runs, ending each with steps.step()
+    for _ in range(11):
         steps.step()
-    # THEN steps 1-3 are timed (step 0, the set-up, is not), and written once, as the profiler warms up
-    assert steps.steps == [1, 2, 3] and len(steps.step_ns) == 3 and all(ns > 0 for ns in steps.step_ns)
-    assert prof.k == 7
+    # THEN steps 5-7 are timed (steps 0-4, the set-up and the warming up, are not), and written once, as the
+    # profiler warms up
+    assert plain_steps.SKIP == 5
+    assert steps.steps == [5, 6, 7] and len(steps.step_ns) == 3 and all(ns > 0 for ns in steps.step_ns)
+    assert prof.k == 11
     assert [key for key, _ in prof.metadata] == [plain_steps.KEY]
     written = json.loads(prof.metadata[0][1])
-    assert written["step_ns"] == steps.step_ns and written["steps"] == [1, 2, 3]
+    assert written["step_ns"] == steps.step_ns and written["steps"] == [5, 6, 7]
     assert plain_steps.read({plain_steps.KEY: written}) == steps.step_ns
+    # AND a loop told to skip one step times steps 1-7
+    prof = FakeProfiler(["NONE"] * 8 + ["WARMUP"])
+    once = plain_steps.PlainSteps(prof, skip=1)
+    for _ in range(9):
+        once.step()
+    assert once.steps == [1, 2, 3, 4, 5, 6, 7]
 
 
 def test_a_profiler_without_a_wait_phase_writes_nothing() -> None:

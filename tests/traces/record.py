@@ -20,9 +20,11 @@ warm-up (the pipeline's set-up: P2P warm-up and shape inference); the profiler's
 ``ProfilerStep#k`` annotation (k = 1 .. steps).
 
 ``plain_steps=P`` (P > 0) times P steps without the profiler first: the profiler's schedule becomes
-``wait=1 + P, warmup=1, active=steps`` (the warm-up step, then P steps in its wait phase, timed by
-``popvision_py.importer.plain_steps.PlainSteps``, which writes them into each rank's trace; then one
-step in its warmup phase), and ``plain_after=N`` times N more steps after the profiler has stopped.
+``wait=K + P, warmup=1, active=steps`` (``plain_skip=K`` untimed steps, 1 by default, the warm-up; then P
+steps in its wait phase, timed by ``popvision_py.importer.plain_steps.PlainSteps``, which writes them into
+each rank's trace; then one step in its warmup phase), and ``plain_after=N`` times N more steps after the
+profiler has stopped. ``benchmarks/replay_fidelity.py`` warms up with K = 5, as ``PlainSteps`` does by
+default: a process's first steps are not its steady state.
 Both go to ``meta.json`` (``plain_step_ns``, ``plain_after_ns``: per rank, per step), the rank's
 loop period from one step's end to the next's, as a user times a run.
 
@@ -95,16 +97,17 @@ def _free_port() -> int:
 def plan(kind: str, *, heavy_stage: int | None = DEFAULT_HEAVY_STAGE,
          micro_batches: int = DEFAULT_MICRO_BATCHES, steps: int = 2,
          with_stack: bool | None = None, world_size: int | None = None, block: str = "linear",
-         plain_steps: int = 0, plain_after: int = 0) -> dict:
+         plain_steps: int = 0, plain_after: int = 0, plain_skip: int = WARMUP_STEPS) -> dict:
     """What ``record`` will run: the contents of ``meta.json`` less the timings. ``world_size``: the
-    ranks of a pipeline kind (default ``WORLD_SIZE``; each rank holds ``STAGES_PER_RANK`` stages)."""
+    ranks of a pipeline kind (default ``WORLD_SIZE``; each rank holds ``STAGES_PER_RANK`` stages);
+    ``plain_skip``: the unprofiled steps run before the ``plain_steps`` are timed (the process warming up)."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
     if block not in BLOCKS or (block != "linear" and kind not in PIPELINE_KINDS):
         raise ValueError(f"block is one of {', '.join(BLOCKS)} (transformer: the pipeline kinds)")
-    if steps < 1 or plain_steps < 0 or plain_after < 0:
-        raise ValueError("steps must be at least 1, plain_steps and plain_after at least 0")
-    wait = WARMUP_STEPS + plain_steps if plain_steps else 0
+    if steps < 1 or plain_steps < 0 or plain_after < 0 or plain_skip < 1:
+        raise ValueError("steps must be at least 1, plain_steps and plain_after at least 0, plain_skip at least 1")
+    wait = plain_skip + plain_steps if plain_steps else 0
     first = wait + WARMUP_STEPS  # the first recorded step's number
     world = WORLD_SIZE[kind]
     if world_size is not None:
@@ -119,6 +122,7 @@ def plan(kind: str, *, heavy_stage: int | None = DEFAULT_HEAVY_STAGE,
         "warmup_steps": WARMUP_STEPS,
         "plain_steps": plain_steps,
         "plain_after": plain_after,
+        "plain_skip": plain_skip if plain_steps else 0,
         "profiler_schedule": {"wait": wait, "warmup": WARMUP_STEPS, "active": steps, "repeat": 1},
         "profiled_step_annotations": [f"ProfilerStep#{k}" for k in range(first, first + steps)],
         "with_stack": WITH_STACK[kind] if with_stack is None else bool(with_stack),
@@ -307,7 +311,7 @@ def _rank_main(rank: int, meta: dict, port: int, out_dir: str) -> None:
             profile_memory=True,
             with_stack=meta["with_stack"],
         ) as prof:
-            timer = PlainSteps(prof, skip=meta["warmup_steps"])
+            timer = PlainSteps(prof, skip=meta["plain_skip"] or meta["warmup_steps"])
             for k in range(n_steps):
                 step(k)
                 timer.step()
@@ -349,7 +353,7 @@ def record(kind: str, out_dir: Path, *, heavy_stage: int | None = DEFAULT_HEAVY_
            micro_batches: int = DEFAULT_MICRO_BATCHES, steps: int = 2,
            with_stack: bool | None = None, timeout_s: float = TIMEOUT_S,
            world_size: int | None = None, block: str = "linear", plain_steps: int = 0,
-           plain_after: int = 0) -> list[Path]:
+           plain_after: int = 0, plain_skip: int = WARMUP_STEPS) -> list[Path]:
     """Record ``kind`` (one of ``KINDS``) into ``out_dir``: ``rank{r}.json`` per rank and ``meta.json``.
 
     ``heavy_stage`` and ``micro_batches`` apply to the pipeline kinds only (``heavy_stage=None``: all
@@ -362,7 +366,7 @@ def record(kind: str, out_dir: Path, *, heavy_stage: int | None = DEFAULT_HEAVY_
     """
     meta = plan(kind, heavy_stage=heavy_stage, micro_batches=micro_batches, steps=steps,
                 with_stack=with_stack, world_size=world_size, block=block, plain_steps=plain_steps,
-                plain_after=plain_after)
+                plain_after=plain_after, plain_skip=plain_skip)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"rank{r}.json" for r in range(meta["world_size"])]
