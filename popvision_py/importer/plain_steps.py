@@ -32,9 +32,10 @@ from popvision_py.importer.checks import TraceError, is_int, wrong
 KEY = "popvision_plain_steps"
 MAX_STEPS = 100_000
 # The loop's first steps left untimed. A process's first step carries its lazy set-up, and the next few are not yet
-# its steady state: on benchmarks/replay_fidelity.py's runs (2 gloo ranks on the CPU), the plain steps timed after
-# one skipped step were 9 to 26% slower than the same run's steps after the profiler, after six -0.5 to +8.7%
-# (docs/real-traces.md, "Predictions against real runs").
+# its steady state. On a Transformer GPipe run of benchmarks/replay_fidelity.py (2 gloo ranks on the CPU, recorded
+# three times each way), the plain steps timed after one skipped step were 9 to 26% slower than the same run's
+# steps after the profiler, after six -0.5 to +8.7%; over the benchmark's 84 recordings, +3.0% in the median after
+# one, +1.9% after five (docs/real-traces.md, "Predictions against real runs").
 SKIP = 5
 
 
