@@ -138,6 +138,37 @@ def test_json_report_is_laid_out_as_json_dumps_indents_it():
     # faster encoder), and reads back to the same values
     assert written == (json.dumps(jsonout.to_dict(doc), indent=2, allow_nan=False) + "\n").encode()
     assert json.loads(written) == json.loads(json.dumps(jsonout.to_dict(doc)))
+    # AND it is written in pieces, a block at a time, more than one a section
+    assert len(list(jsonout.chunks(doc))) > 2 * len(doc.sections())
+
+
+def test_json_pieces_join_to_json_dumps_for_the_shapes_a_block_can_take():
+    # GIVEN documents with no block, empty tables and figures, a tree, a name given twice in a section, a
+    # string holding a line break, and text that is not ASCII
+    import numpy as np
+
+    from popvision_py.analysis.common.tables import Table
+    from popvision_py.render import jsonout
+    from popvision_py.render.document import Document
+
+    empty = Document("report", "t", [])
+    doc = Document("compare", "t", ["a.pop", "b.pop"])
+    doc.add("summary.figures", "S", {"n": 1, "x": float("nan"), "name": "line\nbreak", "µ": [1, [2, {}]]})
+    doc.add("summary.none", "S", {})
+    doc.add("memory.rows", "M", Table({"ipu": np.array([0, 1]), "bytes": np.array([2.5, np.inf])}))
+    doc.add("memory.empty", "M", Table({}))
+    doc.add("memory.rows", "M again", Table({"ipu": np.array([7])}))
+    doc.add("programs.tree", "P", Table({"node": np.array([0, 1]), "parent": np.array([-1, 0]),
+                                         "name": np.array(["root", "leaf"], object)}), tree=True)
+    doc.add("tiles.hidden", "H", Table({"t": np.array([1])}), hidden=True)
+    for d in (empty, doc):
+        # THEN the pieces join to what json.dumps writes with an indent of two, and a newline
+        want = (json.dumps(jsonout.to_dict(d), indent=2, allow_nan=False) + "\n").encode()
+        assert b"".join(jsonout.chunks(d)) == want == jsonout.render(d)
+    # AND the name given twice keeps its first place and its last table; the hidden block is left out
+    sections = json.loads(jsonout.render(doc))["sections"]
+    assert list(sections) == ["summary", "memory", "programs"]
+    assert list(sections["memory"]) == ["rows", "empty"] and sections["memory"]["rows"] == [{"ipu": 7}]
 
 
 def test_json_records_convert_whole_columns_to_the_values_plain_gives():
@@ -294,3 +325,13 @@ def test_sql_error_is_one_sentence(synthetic_profiles):
     assert "Traceback" not in result.output and result.output.count("\n") == 1
     result = invoke("sql", synthetic_profiles[1], "SELECT nothing FROM trace")
     assert result.exit_code == 2 and "The query failed" in result.output and "Traceback" not in result.output
+
+
+def test_json_to_stdout_and_to_a_file_are_the_same_bytes(synthetic_profiles, tmp_path):
+    # GIVEN a whole report as JSON, written to stdout and to -o FILE (both a block at a time)
+    out = tmp_path / "r.json"
+    to_stdout = invoke("report", synthetic_profiles[1], "--section", "all", "--format", "json")
+    assert invoke("report", synthetic_profiles[1], "--section", "all", "--format", "json", "-o", out).exit_code == 0
+    # THEN both hold the same bytes, one JSON document
+    assert to_stdout.exit_code == 0 and to_stdout.stdout_bytes == out.read_bytes()
+    assert json.loads(out.read_bytes())["sections"]["summary"]["figures"]["step_cycles"] == 4500

@@ -1,13 +1,14 @@
 """Renderers: a report's data (``document.Document``) to text, Markdown, JSON, CSV or HTML, chosen by name.
 
 ``FORMATS`` maps each ``--format`` name to its renderer. Single-file formats return bytes; CSV
-writes a folder of files. ``emit`` is what the CLI calls: to stdout, or atomically to ``-o PATH``.
+writes a folder of files. ``emit`` is what the CLI calls: to stdout, or atomically to ``-o PATH``; JSON
+is written a block at a time as it is laid out.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from typing import TYPE_CHECKING
@@ -60,12 +61,21 @@ def emit(doc: Document, fmt: str, output: str | os.PathLike[str] | None) -> list
         if Path(output).exists() and not Path(output).is_dir():
             raise OutputError(f"Cannot write into {output}: it is not a folder; --format csv writes a folder of files.")
         return csvout.write(doc, output)
-    data = FORMATS[fmt](doc)
+    pieces = _json_pieces(doc) if fmt == "json" else iter([FORMATS[fmt](doc)])
     if output is None:
         import click
 
-        click.echo(data, nl=False)  # bytes go to the binary stdout
+        for piece in pieces:
+            click.echo(piece, nl=False)  # bytes go to the binary stdout
         return []
     with atomic_output(output) as out:
-        out.write(data)
+        for piece in pieces:
+            out.write(piece)
     return [Path(output)]
+
+
+def _json_pieces(doc: Document) -> Iterator[bytes]:
+    """JSON written as it is laid out, a block at a time (``jsonout.chunks``): a report of thousands of ranks is
+    never held whole, as text or as objects."""
+    from popvision_py.render import jsonout
+    return jsonout.chunks(doc)
