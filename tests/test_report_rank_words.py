@@ -125,8 +125,36 @@ def test_the_html_reports_figures_say_rank_for_an_imported_trace_and_ipu_for_an_
         return "\n".join(out)
 
     said = words(imported)
-    # THEN no title, axis or label of an imported trace's figures names an IPU or a cycle
-    assert "IPU" not in said and "cycles" not in said, said
+    # THEN no title, axis or label of an imported trace's figures names an IPU, a cycle or a tile
+    assert "IPU" not in said and "cycles" not in said.lower() and "tile" not in said.lower(), said
     assert "Memory per rank" in said and "Rank 0" in said and "Time by phase (ns)" in said
+    assert "Time (ns) per micro-batch per stage" in said
     # AND an IPU run's figures keep their words
     assert "Memory per IPU" in words(ipu) and "IPU 0" in words(ipu)
+
+
+def test_the_html_exchange_matrix_of_many_ranks_sums_groups_of_them():
+    import numpy as np
+    import pandas as pd
+
+    from popvision_py.render import figures
+
+    # GIVEN 100 ranks in a ring, rank i sending i + 1 bytes to rank i + 1, and the host 7 bytes to rank 5
+    ranks = np.arange(100)
+    matrix = pd.DataFrame({"src_ipu": np.r_[ranks, -1], "dst_ipu": np.r_[(ranks + 1) % 100, 5],
+                           "bytes": np.r_[ranks + 1, 7]})
+    # WHEN drawn
+    fig = figures.exchange_matrix(matrix)
+    heat = fig.data[0]
+    z = np.asarray(heat.z)
+    # THEN past 64 ranks a side each cell is a pair of consecutive ranks (50 groups), the host its own row
+    assert fig.layout.title.text == "Bytes from source to destination (groups of 2 IPUs)"
+    assert list(heat.y) == ["host", *[f"IPU {2 * g}-{2 * g + 1}" for g in range(50)]]
+    assert list(heat.x) == [f"IPU {2 * g}-{2 * g + 1}" for g in range(50)]
+    # AND every byte is in it, each cell the sum of its ranks' pairs: group 0 (ranks 0, 1) sends 1 byte to itself
+    # (0 -> 1) and 2 bytes to group 1 (1 -> 2); the last group sends 100 bytes round to group 0
+    assert z.sum() == (ranks + 1).sum() + 7
+    assert z[1, 0] == 1 and z[1, 1] == 2 and z[50, 0] == 100 and z[0, 2] == 7
+    # AND 64 ranks or fewer keep a cell a rank
+    small = figures.exchange_matrix(matrix[matrix["src_ipu"] < 10].assign(dst_ipu=lambda m: m["dst_ipu"] % 10))
+    assert list(small.data[0].x)[:3] == ["IPU 0", "IPU 1", "IPU 2"] and "groups" not in small.layout.title.text

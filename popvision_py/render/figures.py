@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -81,12 +82,33 @@ def exchange_by_kind(by_kind: pd.DataFrame) -> go.Figure:
     return _layout(fig, "Exchange cycles by kind (text: bytes)", "kind", "cycles")
 
 
-def exchange_matrix(matrix: pd.DataFrame) -> go.Figure:
-    label = lambda i: {-1: "host", -2: "streaming memory"}.get(int(i), f"IPU {int(i)}")  # noqa: E731
-    grid = matrix.pivot_table(index="src_ipu", columns="dst_ipu", values="bytes", aggfunc="sum", fill_value=0)
+MATRIX_CELLS = 64  # an exchange matrix of more IPUs (ranks) than this is drawn over groups of consecutive ones
+
+
+def exchange_matrix(matrix: pd.DataFrame, most: int = MATRIX_CELLS) -> go.Figure:
+    """Bytes from each source to each destination; past ``most`` IPUs (ranks) a side, each cell a group of
+    consecutive ones ("IPU 0-63"), its bytes summed, so that 4,096 ranks draw 64 x 64 cells, not 16 million."""
+    names = {-1: "host", -2: "streaming memory"}
+    ipus = np.unique(np.concatenate([matrix["src_ipu"].to_numpy(), matrix["dst_ipu"].to_numpy()]))
+    ipus = ipus[ipus >= 0]
+    size = max(1, -(-len(ipus) // most)) if len(ipus) > most else 1
+
+    def cell(i: np.ndarray) -> np.ndarray:  # host and streaming memory keep their own cells
+        i = np.asarray(i, np.int64)
+        return np.where(i < 0, i, np.searchsorted(ipus, i) // size)
+
+    def label(c: int) -> str:
+        if c < 0:
+            return names[c]
+        first, last = ipus[c * size], ipus[min(len(ipus), (c + 1) * size) - 1]
+        return f"IPU {first}" if size == 1 else f"IPU {first}-{last}"
+
+    cells = pd.DataFrame({"src": cell(matrix["src_ipu"]), "dst": cell(matrix["dst_ipu"]), "bytes": matrix["bytes"]})
+    grid = cells.pivot_table(index="src", columns="dst", values="bytes", aggfunc="sum", fill_value=0)
     fig = go.Figure(go.Heatmap(z=grid.to_numpy(), x=[label(c) for c in grid.columns],
                                y=[label(i) for i in grid.index], colorscale="Blues", colorbar=dict(title="bytes")))
-    return _layout(fig, "Bytes from source to destination", "destination", "source")
+    title = "Bytes from source to destination" + (f" (groups of {size} IPUs)" if size > 1 else "")
+    return _layout(fig, title, "destination", "source")
 
 
 def program_tree(tree: pd.DataFrame, max_nodes: int = 3000) -> go.Figure:

@@ -55,8 +55,9 @@ def _figures_for(doc: Document) -> dict[str, list[go.Figure]]:
         by_ipu = data["memory.by_ipu"]
         bytes_per_tile = int(by_ipu["capacity_bytes"].iloc[0] / max(len(data["memory.by_tile"]) / len(by_ipu), 1))
     add("memory", F.memory_by_ipu, "memory.by_ipu")
-    add("memory", lambda t: F.tile_map(t, bytes_per_tile), "memory.by_tile")
-    add("memory", lambda t: F.tile_histogram(t, bytes_per_tile), "memory.by_tile")
+    if not doc.rank_words:  # an imported trace's rank has no tiles: the report says so, and draws none
+        add("memory", lambda t: F.tile_map(t, bytes_per_tile), "memory.by_tile")
+        add("memory", lambda t: F.tile_histogram(t, bytes_per_tile), "memory.by_tile")
     add("liveness", F.liveness, "liveness.by_step")
     add("stages", F.gantt, "stages.gantt")
     add("stages", F.stage_times, "stages.summary")

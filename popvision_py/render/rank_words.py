@@ -14,7 +14,8 @@ from popvision_py.analysis.common.tables import Table
 
 # In titles, in this order: an IPU's cycles are a rank's ns
 WORDS = ((re.compile(r"IPU-cycles"), "ns"), (re.compile(r"\bIPU-to-IPU\b"), "rank-to-rank"),
-         (re.compile(r"\bIPUs\b"), "ranks"), (re.compile(r"\bIPU\b"), "rank"), (re.compile(r"\bcycles\b"), "ns"))
+         (re.compile(r"\bIPUs\b"), "ranks"), (re.compile(r"\bIPU\b"), "rank"), (re.compile(r"\bcycles\b"), "ns"),
+         (re.compile(r"\bCycles\b"), "Time (ns)"))
 # In the names of key figures and columns, word by word (between underscores)
 NAME_WORDS = {"ipu": "rank", "ipus": "ranks", "cycles": "ns"}
 # Key figures named apart from their words
