@@ -158,3 +158,27 @@ def test_the_html_exchange_matrix_of_many_ranks_sums_groups_of_them():
     # AND 64 ranks or fewer keep a cell a rank
     small = figures.exchange_matrix(matrix[matrix["src_ipu"] < 10].assign(dst_ipu=lambda m: m["dst_ipu"] % 10))
     assert list(small.data[0].x)[:3] == ["IPU 0", "IPU 1", "IPU 2"] and "groups" not in small.layout.title.text
+
+
+def test_the_html_liveness_of_many_ranks_is_a_band_and_the_fullest_ranks():
+    import numpy as np
+    import pandas as pd
+
+    from popvision_py.render import figures
+
+    # GIVEN 40 ranks over 3 steps, rank r holding r + s bytes at step s, rank 39 a peak of 1,000 at step 1
+    ranks, steps = np.repeat(np.arange(40), 3), np.tile(np.arange(3), 40)
+    total = ranks + steps
+    total[(ranks == 39) & (steps == 1)] = 1000
+    by_step = pd.DataFrame({"ipu": ranks, "step": steps, "total_bytes": total, "name": "s"})
+    # WHEN drawn
+    fig = figures.liveness(by_step)
+    lines = {t.name: t for t in fig.data}
+    # THEN the band is the least, median and most over the 40 ranks at each step (by hand: least s, median
+    # 19.5 + s, most 39 + s but 1,000 at step 1), and the 3 fullest ranks (39, 38, 37) are lines
+    assert list(lines["least"].y) == [0, 1, 2] and list(lines["median"].y) == [19.5, 20.5, 21.5]
+    assert list(lines["most"].y) == [39, 1000, 41]
+    assert [t.name for t in fig.data][3:] == ["IPU 37", "IPU 38", "IPU 39"]
+    assert "over 40 IPUs" in fig.layout.title.text
+    # AND 32 ranks or fewer are a line each
+    assert len(figures.liveness(by_step[by_step["ipu"] < 32]).data) == 32

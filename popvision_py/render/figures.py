@@ -44,10 +44,31 @@ def tile_histogram(by_tile: pd.DataFrame, bytes_per_tile: int) -> go.Figure:
     return _layout(fig, "Distribution of memory over tiles", "bytes", "tiles")
 
 
-def liveness(by_step: pd.DataFrame) -> go.Figure:
-    fig = go.Figure([go.Scatter(x=g["step"], y=g["total_bytes"], name=f"IPU {i}", mode="lines",
-                                hovertext=g["name"]) for i, g in by_step.groupby("ipu")])
-    return _layout(fig, "Memory live over program steps (always-live + not-always-live)", "program step", "bytes")
+LINES = 32  # past this many IPUs (ranks) the liveness figure is a band over them and the fullest few as lines
+FULLEST_LINES = 3
+
+
+def liveness(by_step: pd.DataFrame, most: int = LINES) -> go.Figure:
+    """Memory live at each program step, a line an IPU; past ``most`` IPUs (ranks), the least, median and most
+    over them at each step as a band, and the ``FULLEST_LINES`` IPUs of the highest peaks as lines."""
+    title = "Memory live over program steps (always-live + not-always-live)"
+    ipus = by_step["ipu"].nunique()
+    if ipus <= most:
+        fig = go.Figure([go.Scatter(x=g["step"], y=g["total_bytes"], name=f"IPU {i}", mode="lines",
+                                    hovertext=g["name"]) for i, g in by_step.groupby("ipu")])
+        return _layout(fig, title, "program step", "bytes")
+    band = by_step.groupby("step")["total_bytes"].agg(["min", "median", "max"])
+    fullest = by_step.groupby("ipu")["total_bytes"].max().sort_values(ascending=False, kind="stable")
+    shown = by_step[by_step["ipu"].isin(fullest.index[:FULLEST_LINES])]
+    fig = go.Figure([
+        go.Scatter(x=band.index, y=band["max"], name="most", mode="lines", line=dict(width=0, color="#9ecae1")),
+        go.Scatter(x=band.index, y=band["min"], name="least", mode="lines", fill="tonexty",
+                   line=dict(width=0, color="#9ecae1")),
+        go.Scatter(x=band.index, y=band["median"], name="median", mode="lines", line=dict(color="#3182bd")),
+        *[go.Scatter(x=g["step"], y=g["total_bytes"], name=f"IPU {i}", mode="lines", hovertext=g["name"])
+          for i, g in shown.groupby("ipu")]])
+    return _layout(fig, f"{title}: the least, median and most over {ipus:,} IPUs, the {FULLEST_LINES} fullest as lines",
+                   "program step", "bytes")
 
 
 def stage_times(summary: pd.DataFrame) -> go.Figure:
