@@ -220,11 +220,14 @@ class ProfileFile:
                 except (OSError, ValueError, EOFError, struct.error, NotImplementedError) as exc:
                     # NotImplementedError: a damaged directory asking for a ZIP version zipfile does not read
                     raise CorruptProfileError(f"{name} has a corrupt ZIP directory ({exc}).") from None
-                members: dict[str, Member] = {}
-                for info in archive.infolist():
-                    if info.filename in members:
-                        raise UnexpectedMemberError(f"{name} holds member {info.filename!r} more than once.")
-                    members[info.filename] = self._locate(handle, info)
+                # closed here, not by its finaliser: a Ctrl-C that lands in a finaliser is printed as a traceback
+                # ("Exception ignored in ZipFile.__del__"), where here it is the command's "Interrupted."
+                with archive:
+                    members: dict[str, Member] = {}
+                    for info in archive.infolist():
+                        if info.filename in members:
+                            raise UnexpectedMemberError(f"{name} holds member {info.filename!r} more than once.")
+                        members[info.filename] = self._locate(handle, info)
         except PermissionError:
             raise NotAProfileError(f"{name} cannot be read: permission denied.") from None
         return members
