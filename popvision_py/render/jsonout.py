@@ -85,12 +85,25 @@ def block_data(b: Any) -> Any:
     return nested(b.data) if b.tree else records(b.data)
 
 
-def to_dict(doc: Document) -> dict[str, Any]:
+def _head(doc: Document) -> dict[str, Any]:
+    return {"format": JSON_FORMAT, "version": JSON_VERSION, "kind": doc.kind, "generator": doc.generator,
+            "profiles": doc.profiles}
+
+
+def _sections(doc: Document) -> dict[str, dict[str, Any]]:
+    """The visible blocks by section and name; a name given twice in a section keeps its first place and its
+    last block, as a dict does."""
     sections: dict[str, dict[str, Any]] = {}
     for b in doc.visible():
-        sections.setdefault(b.section, {})[b.name] = block_data(b)
-    return {"format": JSON_FORMAT, "version": JSON_VERSION, "kind": doc.kind, "generator": doc.generator,
-            "profiles": doc.profiles, "sections": sections}
+        sections.setdefault(b.section, {})[b.name] = b
+    return sections
+
+
+def to_dict(doc: Document) -> dict[str, Any]:
+    """The document as JSON values, whole (what ``chunks`` writes a block at a time)."""
+    sections = {section: {name: block_data(b) for name, b in blocks.items()}
+                for section, blocks in _sections(doc).items()}
+    return {**_head(doc), "sections": sections}
 
 
 def _compact(value: Any) -> bytes:
@@ -110,12 +123,9 @@ def chunks(doc: Document) -> Iterator[bytes]:
     a JSON string holds no raw line break, so every one is the layout's."""
     import msgspec
 
-    head = {"format": JSON_FORMAT, "version": JSON_VERSION, "kind": doc.kind, "generator": doc.generator,
-            "profiles": doc.profiles}
-    sections: dict[str, dict[str, Any]] = {}
-    for b in doc.visible():  # a name given twice in a section keeps its first place and its last block, as a dict
-        sections.setdefault(b.section, {})[b.name] = b
-    yield msgspec.json.format(_compact(head), indent=2)[:-2] + b',\n  "sections": ' + (b"{" if sections else b"{}")
+    sections = _sections(doc)
+    head = msgspec.json.format(_compact(_head(doc)), indent=2)[:-2]  # its closing line left off
+    yield head + b',\n  "sections": ' + (b"{" if sections else b"{}")
     for i, (section, blocks) in enumerate(sections.items()):
         yield b"," * (i > 0) + b"\n    " + _compact(section) + b": {"
         for j, (name, b) in enumerate(blocks.items()):
