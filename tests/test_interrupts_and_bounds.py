@@ -146,6 +146,35 @@ def test_ctrl_c_in_a_reading_command_is_interrupted(tmp_path, command):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]
 
 
+DEFERRED = """
+import signal
+from popvision_py.cli.interrupts import _interrupt, deferred
+signal.signal(signal.SIGINT, _interrupt)
+try:
+    with deferred():
+        signal.raise_signal(signal.SIGINT)
+        print("the block ran on")
+        with deferred():
+            signal.raise_signal(signal.SIGINT)
+        print("the inner block ended")
+        import duckdb
+        print("duckdb", bool(duckdb.__version__))
+except KeyboardInterrupt:
+    print("raised as the outer block ended")
+"""
+
+
+def test_a_ctrl_c_inside_a_deferred_block_is_raised_as_the_block_ends():
+    # GIVEN the CLI's Ctrl-C handler, and Ctrl-Cs landing inside a deferred block (the sql command's DuckDB import:
+    # a KeyboardInterrupt inside DuckDB's module set-up aborts the process) and inside one nested in it
+    result = subprocess.run([sys.executable, "-c", DEFERRED], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                            preexec_fn=default_sigint, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    # THEN the blocks run to their ends, and the KeyboardInterrupt comes once, as the outermost one ends
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.splitlines() == ["the block ran on", "the inner block ended", "duckdb True",
+                                          "raised as the outer block ended"]
+
+
 def _open_files(pid: int) -> list[str]:
     links = []
     try:

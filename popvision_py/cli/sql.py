@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from popvision_py.cli.interrupts import _INTERRUPTS
+from popvision_py.cli.interrupts import _INTERRUPTS, deferred
 from popvision_py.sql import MEMORY_LIMIT, run_query
 
 
@@ -59,6 +59,8 @@ def command(profile: str, query: str, fmt: str, max_rows: int, output: str | Non
     PROFILE may also be a tune result (popvision tune -o tune.parquet): its candidates are the table tune.
     The query reads those tables and nothing else: files, COPY, ATTACH, INSTALL/LOAD and SET are refused.
     """
+    with deferred():  # a Ctrl-C inside DuckDB's module set-up would abort the process, not interrupt it
+        import duckdb  # noqa: F401
     destination = checked_output(output)
     # the query also stops on a Ctrl-C the CLI's handler noted (DuckDB may swallow the KeyboardInterrupt)
     result = run_query(profile, query, memory_limit=memory_limit, timeout=timeout,
