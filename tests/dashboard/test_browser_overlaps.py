@@ -113,7 +113,8 @@ def test_no_toolbar_covers_a_legend_or_title_and_no_card_wraps(dash_duo, profile
         # WHEN each page is opened, then looked at in a window 1,280, 1,400 and 1,920 px wide
         open_page(dash_duo, path, WIDTHS[0])
         for width in WIDTHS:
-            show_at(dash_duo, width)
+            if width != WIDTHS[0]:  # the page opened at the first width, drawn
+                show_at(dash_duo, width)
             # THEN no mode bar sits on a legend or a title, and no card's figure wraps
             found = dash_duo.driver.execute_script(OVERLAPS) + dash_duo.driver.execute_script(WRAPPED_CARDS)
             problems += [f"{width} px {path}: {line}" for line in found]

@@ -105,7 +105,8 @@ def test_no_page_cuts_its_figures(dash_duo, sample):
         # WHEN each page is opened, then looked at in a window 1,280, 1,400 and 1,920 px wide
         open_page(dash_duo, path, WIDTHS[0])
         for width in WIDTHS:
-            show_at(dash_duo, width)
+            if width != WIDTHS[0]:  # the page opened at the first width, drawn
+                show_at(dash_duo, width)
             # THEN no card, table or panel hides part of its text, no mode bar sits on a legend or a
             # title, and no card's figure wraps
             found = (dash_duo.driver.execute_script(CUT_TEXT, TEXT) + dash_duo.driver.execute_script(OVERLAPS)
