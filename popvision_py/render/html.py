@@ -20,6 +20,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em a
 h1{font-size:1.6em} h2{border-bottom:2px solid #2b8cbe;padding-bottom:.2em;margin-top:2em} h3{font-size:1.05em}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0 1em} th,td{padding:.25em .6em;border-bottom:1px solid #ddd}
 th{background:#f4f4f4;text-align:left} td.n{text-align:right;font-variant-numeric:tabular-nums}
+.table-wrap{overflow-x:auto;max-width:100%}
 .note{color:#666;font-size:.85em} .error{color:#b00} .warning{color:#b60}
 """
 
@@ -37,7 +38,9 @@ def _table(frame: pd.DataFrame) -> str:
                                      for v, n in zip(row, numeric)) + "</tr>")
     more = (f"<p class='note'>... {len(frame) - MAX_ROWS:,} more rows (use --format csv or json for all)</p>"
             if len(frame) > MAX_ROWS else "")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
+    # a table wider than the page scrolls sideways in its own box, not the page
+    return (f"<div class='table-wrap'><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+            f"</div>{more}")
 
 
 def _figures_for(doc: Document) -> dict[str, list[go.Figure]]:
