@@ -92,8 +92,12 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     for line in info["not_inferred"]:
         click.echo(f"  not in the trace: {line}")
     click.echo(f"Wrote {target}")
-    click.echo(f"Wrote {folder / 'system'}: each rank's CPU timeline ({len(info['ranks'])} file(s), for "
-               f"the System page)")
+    from popvision_py.format.system import SUFFIX
+    from popvision_py.importer.system import ALL_RANKS, ONE_FILE_PAST
+
+    ranks = len(info["ranks"])
+    files = f"{ranks} file(s)" if ranks <= ONE_FILE_PAST else f"one file, {ALL_RANKS}{SUFFIX}, of {ranks:,} ranks"
+    click.echo(f"Wrote {folder / 'system'}: each rank's CPU timeline ({files}, for the System page)")
 
 
 def _cluster(scheduler: str | None) -> Any:

@@ -4,7 +4,8 @@ The host's side of a run (PopVision's System Analyser view): compiling, weights 
 device, each model call, data loading and the wait for it, optimiser updates, and counters such as
 samples per second. Each process writes ``<directory>/<process>.pvti.parquet`` (``instance-0``
 under poprun, ``process-<pid>`` otherwise; ``rank-<r>`` for a PyTorch trace's CPU timeline written
-by ``popvision import``). Any Parquet reader opens it; docs/profile-format.md,
+by ``popvision import``; past 64 ranks the import writes every rank's rows into one file,
+``ranks.pvti.parquet``: readers go by each row's ``process``). Any Parquet reader opens it; docs/profile-format.md,
 "System timeline files", is the reference.
 
 Columns (``SCHEMA``): ``process``, ``pid``, ``thread``, ``channel`` (``poptorch``, ``dataloader``,

@@ -1,4 +1,5 @@
-"""Each rank's CPU timeline beside the imported profile: ``<DIR>/system/rank-<r>.pvti.parquet``.
+"""Each rank's CPU timeline beside the imported profile: ``<DIR>/system/rank-<r>.pvti.parquet``, or, past
+``ONE_FILE_PAST`` ranks, every rank's in one file, ``<DIR>/system/ranks.pvti.parquet``.
 
 The spans ``read`` keeps of the rank's training thread (``RankTrace``'s columns), in the system
 timeline format (``format.system``), channel ``pytorch``: ``ProfilerStep#N``, the passes
@@ -69,15 +70,34 @@ def _pid(trace: RankTrace) -> int:
 
 
 WRITERS = 4  # small ranks' files written at once: each waits for its fsync and its rename, not for the CPU
+ONE_FILE_PAST = 64  # ranks past which their timelines are one file (``ALL_RANKS``), not a file a rank
+ALL_RANKS = "ranks"  # that file's name (ranks.pvti.parquet), and the process its metadata names
 
 
-def write_timelines(traces: list[RankTrace], folder: Path) -> list[Path]:
-    """Write each rank's file into ``folder`` (each atomically); a rank file of an earlier import of more
-    ranks is removed, so the folder holds this import's ranks only. Returns the files written.
+def write_timelines(traces: list[RankTrace], folder: Path, one_file_past: int = ONE_FILE_PAST) -> list[Path]:
+    """Write the ranks' timelines into ``folder``, each file atomically: a file a rank (``rank-<r>.pvti.parquet``),
+    or, past ``one_file_past`` ranks, one file of them all (``ranks.pvti.parquet``, each row naming its rank as its
+    process, as a rank's own file does). A file costs a few milliseconds of CPU whatever it holds (12 s for 4,096
+    small ranks' files), and the reports and the dashboard read each one apart. The timeline files of an earlier
+    import into ``folder`` that this one has not replaced are removed, so the folder holds this import's ranks
+    only. Returns the files written."""
+    if len(traces) > one_file_past:
+        written = [folder / f"{ALL_RANKS}{S.SUFFIX}"]
+        _write_all(traces, written[0])
+    else:
+        written = _write_each(traces, folder)
+    synced_folder(folder)
+    ours = {p.name for p in written}
+    for stale in S.files_in(folder):
+        if (stale.name.startswith("rank-") or stale.name == f"{ALL_RANKS}{S.SUFFIX}") and stale.name not in ours:
+            stale.unlink(missing_ok=True)
+    return written
 
-    The folder is tidied once, with the first file, and its renames made durable once, after the last: not once a
-    rank. A job of thousands of small ranks spends most of a file's time waiting for the disk (its fsync, its
-    name), so ranks of at most ``SLICE_SPANS`` spans are written ``WRITERS`` at a time, by threads; a larger rank
+
+def _write_each(traces: list[RankTrace], folder: Path) -> list[Path]:
+    """A file a rank. The folder is tidied once, with the first file, and its renames made durable once, after the
+    last (by the caller): not once a rank. Small ranks spend most of a file's time waiting for the disk (its fsync,
+    its name), so ranks of at most ``SLICE_SPANS`` spans are written ``WRITERS`` at a time, by threads; a larger rank
     alone, so that what is held stays a slice of one rank's rows."""
     written = [folder / f"{process_name(trace.rank)}{S.SUFFIX}" for trace in traces]
     waiting: collections.deque[Future] = collections.deque()
@@ -97,12 +117,26 @@ def write_timelines(traces: list[RankTrace], folder: Path) -> list[Path]:
         except BaseException:
             pool.shutdown(cancel_futures=True)  # the files not begun are not written
             raise
-    synced_folder(folder)
-    ours = {p.name for p in written}
-    for stale in S.files_in(folder):
-        if stale.name.startswith("rank-") and stale.name not in ours:
-            stale.unlink(missing_ok=True)
     return written
+
+
+def _write_all(traces: list[RankTrace], path: Path) -> None:
+    """Every rank's rows in one file, in rank order; the ranks' rows joined until they fill a row group, so that
+    what is held is a row group's rows (or one slice of a large rank's) whatever the ranks."""
+    with S.SystemWriter(path, ALL_RANKS, -1, sync_folder=False) as writer:
+        held: list[dict[str, np.ndarray]] = []
+        rows = 0
+        for trace in traces:
+            for at in range(0, max(len(trace.kind), 1), SLICE_SPANS):
+                held.append(rank_columns(trace, slice(at, at + SLICE_SPANS)))
+                rows += len(held[-1]["pid"])
+                if rows >= S.ROW_GROUP_ROWS:
+                    writer.write({name: np.concatenate([h[name] for h in held]) for name in S.SCHEMA.names})
+                    held, rows = [], 0
+                    release_memory()
+            release(trace)
+        if held:
+            writer.write({name: np.concatenate([h[name] for h in held]) for name in S.SCHEMA.names})
 
 
 def _write_rank(trace: RankTrace, path: Path, tidy: bool) -> None:

@@ -108,3 +108,72 @@ def test_the_system_page_shows_the_ranks(recorded, tmp_path):
     assert {"ProfilerStep", "Forward", "Backward"} <= names
     note, cards, _ = page.render_figures("a")
     assert note is None and "rank-0" in str(cards.to_plotly_json())
+
+
+def test_past_64_ranks_the_timelines_are_one_file_of_the_same_rows(recorded, tmp_path):
+    from popvision_py.importer import find_traces, read_traces
+    from popvision_py.importer.system import write_timelines
+
+    # GIVEN the 4 ranks of a real GPipe run, read
+    traces = read_traces(find_traces([str(recorded("gpipe").folder)]), jobs=1)
+    # WHEN their timelines are written a file a rank, and as one file (past 2 ranks here, as past 64 by default)
+    each = write_timelines(traces, tmp_path / "each")
+    one = write_timelines(traces, tmp_path / "one", one_file_past=2)
+    # THEN the one file holds every rank's rows, each naming its rank as its process, as its own file has them
+    assert [p.name for p in one] == ["ranks.pvti.parquet"] and [p.name for p in each] == [
+        f"rank-{r}.pvti.parquet" for r in range(4)]
+    together = S.read_system(one[0])
+    assert together.process == "ranks" and together.pid == -1
+    frame = together.table.to_pandas().astype({c: str for c in S.STRING_COLUMNS})
+    apart = [S.read_system(p).table.to_pandas().astype({c: str for c in S.STRING_COLUMNS}) for p in each]
+    assert frame["process"].unique().tolist() == [f"rank-{r}" for r in range(4)]
+    for rank, rows in enumerate(apart):
+        assert frame[frame["process"] == f"rank-{rank}"].reset_index(drop=True).equals(rows), rank
+    # AND the system report of the run reads the same processes and figures from either
+    assert invoke("import", recorded("gpipe").folder, "-o", tmp_path / "out").exit_code == 0
+    docs = [json.loads(invoke("report", tmp_path / "out" / "profile.pop", "--section", "system", "--system",
+                              tmp_path / path, "--format", "json").stdout)["sections"]["system"]
+            for path in ("each", "one")]
+    assert docs[0] == docs[1] and [p["process"] for p in docs[0]["processes"]] == [f"rank-{r}" for r in range(4)]
+
+
+def test_an_import_of_65_ranks_writes_one_timeline_file_and_a_smaller_one_replaces_it(tmp_path):
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import make_gpu_trace
+
+    span = {"process": np.array(["x"], object), "pid": np.array([1]), "thread": np.array(["t"], object),
+            "channel": np.array(["pytorch"], object), "name": np.array(["step"], object),
+            "kind": np.array(["span"], object), "start_ns": np.array([1]), "end_ns": np.array([2]),
+            "value": np.array([np.nan])}
+
+    # GIVEN 65 ranks of a data-parallel run, and an earlier import's timeline files in the output's folder
+    make_gpu_trace.make(tmp_path / "t", total_mb=0.05, ranks=65, layers=2, bucket=1, jobs=1, spread=0.0)
+    (tmp_path / "out" / "system").mkdir(parents=True)
+    for rank in (0, 70):
+        S.write_system(tmp_path / "out" / "system" / f"rank-{rank}.pvti.parquet", span, f"rank-{rank}", 1)
+    # WHEN they are imported
+    result = invoke("import", tmp_path / "t", "-o", tmp_path / "out")
+    # THEN the timelines are one file of every rank, and the earlier import's files are gone
+    assert result.exit_code == 0, result.output
+    assert "CPU timeline (one file, ranks.pvti.parquet, of 65 ranks, for the System page)" in result.output
+    assert sorted(p.name for p in (tmp_path / "out" / "system").iterdir()) == ["ranks.pvti.parquet"]
+    frame = S.read_system(tmp_path / "out" / "system" / "ranks.pvti.parquet").table.to_pandas()
+    assert sorted(frame["process"].astype(str).unique()) == sorted(f"rank-{r}" for r in range(65))
+    # AND the report's system section names every rank from it
+    doc = json.loads(invoke("report", tmp_path / "out" / "profile.pop", "--section", "system", "--format",
+                            "json").stdout)["sections"]["system"]
+    assert len(doc["processes"]) == 65
+    # WHEN 4 of the ranks are imported into the same folder
+    four = tmp_path / "four"
+    four.mkdir()
+    for rank in range(4):
+        shutil.copy(tmp_path / "t" / f"rank{rank}.json", four / f"rank{rank}.json")
+    assert invoke("import", four, "-o", tmp_path / "out").exit_code == 0
+    # THEN the folder holds their files alone: the one file of 65 ranks is gone
+    assert sorted(p.name for p in (tmp_path / "out" / "system").iterdir()) == [
+        f"rank-{r}.pvti.parquet" for r in range(4)]
