@@ -130,11 +130,11 @@ def _write_all(traces: list[RankTrace], path: Path) -> None:
             for at in range(0, max(len(trace.kind), 1), SLICE_SPANS):
                 held.append(rank_columns(trace, slice(at, at + SLICE_SPANS)))
                 rows += len(held[-1]["pid"])
+                release(trace)  # the slice's pages: its rows are held as columns
                 if rows >= S.ROW_GROUP_ROWS:
                     writer.write({name: np.concatenate([h[name] for h in held]) for name in S.SCHEMA.names})
                     held, rows = [], 0
                     release_memory()
-            release(trace)
         if held:
             writer.write({name: np.concatenate([h[name] for h in held]) for name in S.SCHEMA.names})
 
