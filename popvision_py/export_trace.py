@@ -249,9 +249,12 @@ class _Events:
     def __init__(self, programs: Columns, clock_hz: float) -> None:
         self.clock = clock_hz
         self.steps = StepIndex(programs)
-        # a step's label (its JSON-escaped name) by programs row; rows without a step use their phase
-        self.names = [json.dumps(str(n))[1:-1] for n in programs["name"]]
-        self.label = arrow(self.names + list(PHASES) + ["unknown"])
+        # the labels: each distinct step name JSON-escaped once (a profile holds a few names over many steps: an
+        # import of 10 GB of traces has 845k programs rows of 6 names), then the phases for rows without a step
+        words = [json.dumps(str(n))[1:-1] for n in programs.words("name")] if len(programs) else []
+        self.name_of = programs.codes("name") if len(programs) else np.zeros(0, np.int64)  # by programs row
+        self.unnamed = len(words)  # label of phase p: unnamed + p
+        self.label = arrow(words + list(PHASES) + ["unknown"])
         # each programs row's type code, then -1 for row -1 (a trace row without a program step)
         codes_ = programs.codes_in("type", S.PROGRAM_TYPES) if len(programs) else []
         self.type_of = np.append(codes_, -1).astype(np.int64)
@@ -269,7 +272,7 @@ class _Events:
         pass_ = codes(batch["pass"], PASSES).astype(np.int64)
         stage = numbers(batch["stage"])
         row = self.steps.rows(ipu, step)
-        name_ix = np.where(row >= 0, row, len(self.names) + phase)
+        name_ix = np.where(row >= 0, self.name_of[np.maximum(row, 0)] if len(self.name_of) else 0, self.unnamed + phase)
         tid = tracks(stage, pass_, self.type_of[row], phase)
         start = numbers(batch["start_cycle"])
         end = numbers(batch["end_cycle"])

@@ -257,6 +257,15 @@ def test_every_sample_exports_valid_trace_event_json(path, tmp_path):
     # durations are the rows' cycles over the clock, in microseconds
     assert all(abs(e["dur"] - (e["args"]["end_cycle"] - e["args"]["start_cycle"]) / clock * 1e6) < 1e-6
                for e in events)
+    # each event is named after its row's program step (the programs row of its IPU and step), or its phase where
+    # the step has no program, in the trace's own order
+    with open_profile(path) as profile:
+        trace = profile.read_table("trace", ["ipu", "step", "phase"]).to_pandas()
+        programs = profile.read_table("programs", ["ipu", "step", "name"]).to_pandas()
+    named = trace.merge(programs, on=["ipu", "step"], how="left")
+    expected = np.where(named["name"].isna(), named["phase"].astype(str), named["name"].astype(str))
+    assert [e["name"] for e in events] == expected.tolist()
+    assert named["name"].notna().any()  # (and there were program steps to name)
 
 
 # -- progress bar --------------------------------------------------------------------------------
