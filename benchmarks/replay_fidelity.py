@@ -81,6 +81,19 @@ class Config:
         return f"{self.block}, {'4 stages' if self.kind in MULTI_STAGE else '2 stages'}"
 
 
+@dataclass(frozen=True)
+class Recording:
+    """How each run is recorded: ``steps`` profiled, ``plain`` timed without the profiler before them (after ``skip``
+    untimed) and ``plain + 1`` after; each begun once the machine used under ``quiet`` cores, waited for at most
+    ``max_wait_s``."""
+
+    steps: int
+    plain: int
+    skip: int = PLAIN_SKIP
+    quiet: float = 0.3
+    max_wait_s: float = 300.0
+
+
 def configs(blocks: tuple[str, ...] = BLOCKS) -> list[Config]:
     """Every schedule x count with the heavy stage last on rank 1; the split moved for GPipe and 1F1B at 8."""
     out = []
@@ -90,13 +103,13 @@ def configs(blocks: tuple[str, ...] = BLOCKS) -> list[Config]:
     return out
 
 
-def record_one(c: Config, folder: Path, steps: int, plain: int) -> Path:
+def record_one(c: Config, folder: Path, how: Recording) -> Path:
     from tests.traces.record import record
     from popvision_py.importer import find_traces, import_traces
 
     shutil.rmtree(folder, ignore_errors=True)
-    record(c.kind, folder / "traces", heavy_stage=c.heavy_stage, micro_batches=c.micro_batches, steps=steps,
-           world_size=2, block=c.block, plain_steps=plain, plain_after=plain + 1, plain_skip=PLAIN_SKIP)
+    record(c.kind, folder / "traces", heavy_stage=c.heavy_stage, micro_batches=c.micro_batches, steps=how.steps,
+           world_size=2, block=c.block, plain_steps=how.plain, plain_after=how.plain + 1, plain_skip=how.skip)
     import_traces(find_traces([folder / "traces"]), folder / "profile.pop")
     shutil.copy(folder / "traces" / "meta.json", folder / "meta.json")
     for trace in (folder / "traces").glob("rank*.json"):
@@ -130,23 +143,22 @@ def wait_quiet(cores: float, max_wait_s: float) -> float:
     return busy
 
 
-def record_all(work: Path, steps: int, plain: int, blocks: tuple[str, ...], quiet: float,
-               max_wait_s: float) -> dict[Config, Path]:
+def record_all(work: Path, how: Recording, blocks: tuple[str, ...]) -> dict[Config, Path]:
     profiles = {}
     for c in configs(blocks):
         if (work / c.tag / "profile.pop").is_file() and (work / c.tag / "meta.json").is_file():
             profiles[c] = work / c.tag / "profile.pop"  # recorded by an earlier, interrupted pass
             continue
-        profiles[c] = record_noted(c, work / c.tag, steps, plain, quiet, max_wait_s)
+        profiles[c] = record_noted(c, work / c.tag, how)
     return profiles
 
 
-def record_noted(c: Config, folder: Path, steps: int, plain: int, quiet: float, max_wait_s: float) -> Path:
+def record_noted(c: Config, folder: Path, how: Recording) -> Path:
     """``record_one`` once the machine is quiet (``wait_quiet``), the cores busy before it and the load average
     after it noted in its meta.json."""
-    busy = wait_quiet(quiet, max_wait_s)
+    busy = wait_quiet(how.quiet, how.max_wait_s)
     start = time.perf_counter()
-    profile = record_one(c, folder, steps, plain)
+    profile = record_one(c, folder, how)
     meta = json.loads((folder / "meta.json").read_text())
     meta["busy_before"], meta["load_after"] = busy, os.getloadavg()[0]
     (folder / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
@@ -262,8 +274,7 @@ def _scored(p, b, target: Config, source: Config, k: int, real: float, prof: flo
             "bounded_width_pct": 100.0 * max(b.step_ns - b.low_ns, b.high_ns - b.step_ns) / b.step_ns}
 
 
-def tune_check(recorded: dict[Config, list[Path]], work: Path, steps: int, plain: int, quiet: float,
-               max_wait_s: float) -> list[dict]:
+def tune_check(recorded: dict[Config, list[Path]], work: Path, how: Recording) -> list[dict]:
     """`popvision tune PROFILE`'s fastest candidate for each 8-micro-batch run of the heavy-last split (its first
     recording), run for real: is its plain step as fast as predicted, within the printed range? A candidate
     that is not among the configurations is recorded once, in ``work/tuned-TAG``."""
@@ -280,7 +291,7 @@ def tune_check(recorded: dict[Config, list[Path]], work: Path, steps: int, plain
         if not paths and (work / f"tuned-{config.tag}" / "meta.json").is_file():
             paths = [work / f"tuned-{config.tag}" / "profile.pop"]  # recorded by an earlier pass
         if not paths:  # not among the runs recorded: record it now
-            paths = [record_noted(config, work / f"tuned-{config.tag}", steps, plain, quiet, max_wait_s)]
+            paths = [record_noted(config, work / f"tuned-{config.tag}", how)]
         real = plain_ms(*paths)
         load = json.loads((paths[0].parent / "meta.json").read_text()).get("busy_before")
         out.append({"source": source.tag, "load": load, "best": f"{best['schedule']} x {int(best['micro_batches'])}",
@@ -397,16 +408,16 @@ def bias_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def recorded_rounds(work: Path, rounds: int, blocks: tuple[str, ...], record: bool, a: argparse.Namespace
+def recorded_rounds(work: Path, rounds: int, blocks: tuple[str, ...], how: Recording | None
                     ) -> dict[Config, list[Path]]:
     """Each configuration's recordings, one per round (``work/round1``, ``work/round2``...): recorded now, round
-    after round (so the machine's drift falls across every configuration alike), or with ``record=False``
-    those already there."""
+    after round (so the machine's drift falls across every configuration alike), ``how``; with ``how`` None those
+    already there."""
     recorded: dict[Config, list[Path]] = {c: [] for c in configs(blocks)}
     for k in range(1, rounds + 1):
         folder = work / f"round{k}"
-        if record:
-            got = record_all(folder, a.steps, a.plain, blocks, a.quiet, a.max_wait)
+        if how is not None:
+            got = record_all(folder, how, blocks)
         else:
             got = {c: folder / c.tag / "profile.pop" for c in recorded if (folder / c.tag / "profile.pop").is_file()}
         for c, path in got.items():
@@ -415,7 +426,6 @@ def recorded_rounds(work: Path, rounds: int, blocks: tuple[str, ...], record: bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    global PLAIN_SKIP
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "out" / "replay")
     ap.add_argument("--steps", type=int, default=4, help="profiled steps per run (after one warm-up step)")
@@ -433,13 +443,13 @@ def main(argv: list[str] | None = None) -> int:
     blocks = tuple(b for b in a.blocks.split(",") if b)
     if a.rounds < 1 or a.plain_skip < 1:
         ap.error("--rounds and --plain-skip are at least 1")
-    PLAIN_SKIP = a.plain_skip  # record_one's, for every recording of this pass
+    how = Recording(a.steps, a.plain, a.plain_skip, a.quiet, a.max_wait)
     load = os.getloadavg()
-    recorded = recorded_rounds(a.work, a.rounds, blocks, not a.reuse, a)
+    recorded = recorded_rounds(a.work, a.rounds, blocks, None if a.reuse else how)
     if not recorded:
         ap.error(f"no recordings in {a.work}/round1 ... round{a.rounds}: run without --reuse first")
     rows, runs = predict_all(recorded)
-    tuned = tune_check(recorded, a.work, a.steps, a.plain, a.quiet, a.max_wait)
+    tuned = tune_check(recorded, a.work, how)
     load_after = os.getloadavg()
     results = {"predictions": rows, "runs": runs, "tune": tuned}
     (a.work / "results.json").write_text(json.dumps(results, indent=1) + "\n")

@@ -182,9 +182,9 @@ def many_cards(by_ipu: Any, naming: Naming = IPUS, capacity: bool = True) -> lis
                 f"{int(fullest.oom_tiles):,} tiles out of memory")
         tone = "bad" if oom else ""
         count = f"{oom:,} tiles out of memory" if oom else "every tile fits"
-    least, most = c.fmt_bytes(float(total.min())), c.fmt_bytes(float(total.max()))
-    spread = ("Least to most", f"{least} to {most}", "peak") if least != most else (
-        "Least to most", least, f"every {device}'s peak alike")
+    alike = c.fmt_bytes(float(total.min())) == c.fmt_bytes(float(total.max()))  # as the card would show them
+    spread = ("Least to most", c.fmt_bytes(float(total.min())), f"every {device}'s peak alike") if alike else (
+        "Least to most", c.fmt_range(float(total.min()), float(total.max()), c.fmt_bytes), "peak")
     return [(f"{device[0].upper()}{device[1:]}s", c.fmt_int(len(by_ipu)), count),
             ("Median peak", c.fmt_bytes(float(np.median(total))), f"over the {len(by_ipu):,} {device}s"),
             spread,

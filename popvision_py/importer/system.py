@@ -129,14 +129,19 @@ def _write_all(traces: list[RankTrace], path: Path) -> None:
         for trace in traces:
             for at in range(0, max(len(trace.kind), 1), SLICE_SPANS):
                 held.append(rank_columns(trace, slice(at, at + SLICE_SPANS)))
-                rows += len(held[-1]["pid"])
                 release(trace)  # the slice's pages: its rows are held as columns
+                rows += len(held[-1]["pid"])
                 if rows >= S.ROW_GROUP_ROWS:
-                    writer.write({name: np.concatenate([h[name] for h in held]) for name in S.SCHEMA.names})
+                    writer.write(_joined(held))
                     held, rows = [], 0
                     release_memory()
         if held:
-            writer.write({name: np.concatenate([h[name] for h in held]) for name in S.SCHEMA.names})
+            writer.write(_joined(held))
+
+
+def _joined(held: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Slices' columns (``rank_columns``'s) as one batch."""
+    return {name: np.concatenate([h[name] for h in held]) for name in S.SCHEMA.names}
 
 
 def _write_rank(trace: RankTrace, path: Path, tidy: bool) -> None:
