@@ -210,9 +210,11 @@ def rank_table(frame: pd.DataFrame, columns: Mapping[str, str], formats: Mapping
     parts = [head]
     if len(distinct) == len(ranks):
         found = spread(ranks, {col: frame[col].to_numpy(np.float64) for col in shown}).frame()
-        own = formats or {}
-        for k in ("min", "p50", "p90", "max"):  # each figure in its own column's units (ms, %, bytes)
-            found[k] = [own.get(col, fmt_number)(v) for col, v in zip(found["figure"], found[k].tolist())]
+        # each figure in its own column's units (ms, %, bytes): its format, else its name's suffix's, else a number
+        own = {col: (formats or {}).get(col) or (fmt_for_column(col) if fmt_for_column(col) is not fmt_text
+                                                 else fmt_number) for col in shown}
+        for k in ("min", "p50", "p90", "max"):
+            found[k] = [own[col](v) for col, v in zip(found["figure"], found[k].tolist())]
         found["figure"] = found["figure"].map(lambda col: columns[col])
         parts.append(table(found, {"figure": "figure", "min": "min", "p50": "median", "p90": "p90", "max": "max",
                                    "highest": "ranks furthest past the median"},

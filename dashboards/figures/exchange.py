@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboards.figures.ranks import MANY_RANKS, MATRIX_BINS, binned_matrix
+from dashboards.figures.ranks import MANY_RANKS, MATRIX_BINS, binned_matrix, sorted_areas
 from dashboards.figures.style import (IPUS, MODEBAR_PX, NANOSECOND_UNITS, PHASE_COLOURS, SHORT_BYTE_UNITS, Naming,
                                       byte_ticks, empty, styled, with_unit)
 
@@ -150,24 +150,15 @@ def communication_spread(comm: pd.DataFrame, clock_hz: float, naming: Naming = I
     """``communication`` past ``MANY_RANKS`` ranks: a bar each would be a pixel wide, so the ranks are sorted by
     compute, the most first, and their compute, exposed communication and idle drawn as stacked areas along that
     order (the hidden communication a line over them): the distribution, each rank on hover, the ``named``
-    with the most compute named above it."""
-    order = np.lexsort((np.arange(len(comm)), -comm["compute_cycles"].to_numpy(np.float64)))
-    frame = comm.iloc[order]
-    labels = np.array([naming.label(int(i)) for i in order], dtype=object)
-    at = np.arange(len(frame))
-    fig = go.Figure()
-    for column, name, colour in (("compute_cycles", "compute", PHASE_COLOURS["compute"]),
-                                 ("exposed_comm_cycles", "exposed communication", PHASE_COLOURS["exchange"]),
-                                 ("idle_cycles", "idle", PHASE_COLOURS["idle"])):
-        fig.add_trace(go.Scatter(x=at, y=frame[column].to_numpy(float) / clock_hz * 1e3, name=name, mode="lines",
-                                 stackgroup="time", line=dict(width=0.5, color=colour), customdata=labels,
-                                 hovertemplate="%{customdata}: %{y:,.3f} ms " + name + "<extra></extra>"))
-    fig.add_trace(go.Scatter(x=at, y=frame["hidden_comm_cycles"].to_numpy(float) / clock_hz * 1e3, mode="lines",
-                             name="communication hidden behind compute", line=dict(color="#F2A33A", dash="dot"),
-                             customdata=labels, hovertemplate="%{customdata}: %{y:,.3f} ms hidden<extra></extra>"))
-    compute = frame["compute_cycles"].to_numpy(float)[:named] / clock_hz * 1e3
-    for k, (label, y) in enumerate(zip(labels[:named], compute)):
-        fig.add_annotation(x=k, y=float(y), text=str(label), showarrow=True, arrowhead=1, ax=40 + 30 * k, ay=-25)
-    fig.update_xaxes(title=f"{len(frame):,} ranks, the most compute first (hover for each)")
-    fig.update_yaxes(title="ms", rangemode="tozero")
-    return styled(fig, height=340)
+    with the most compute named above it (``ranks.sorted_areas``)."""
+    def ms(column: str) -> np.ndarray:
+        return comm[column].to_numpy(np.float64) / clock_hz * 1e3
+
+    return sorted_areas([naming.label(i) for i in range(len(comm))],
+                        [(name, ms(column), colour) for column, name, colour in (
+                            ("compute_cycles", "compute", PHASE_COLOURS["compute"]),
+                            ("exposed_comm_cycles", "exposed communication", PHASE_COLOURS["exchange"]),
+                            ("idle_cycles", "idle", PHASE_COLOURS["idle"]))],
+                        comm["compute_cycles"].to_numpy(np.float64), "the most compute", "ms", "%{y:,.3f} ms",
+                        lines=[("communication hidden behind compute", ms("hidden_comm_cycles"), "#F2A33A")],
+                        named=named)

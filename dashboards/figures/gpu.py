@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from dashboards.figures.ranks import MANY_RANKS, sorted_areas
 from dashboards.figures.style import KERNEL_COLOURS, PHASE_COLOURS, empty, styled
 from dashboards.figures.trace import side_by_side
 from popvision_py.format.schema import KERNEL_KINDS
@@ -87,10 +88,16 @@ def _rank_labels(ranks: pd.Series) -> list[str]:
 
 def temporal_shares(temporal: pd.DataFrame) -> go.Figure:
     """HTA's temporal breakdown per rank (``gpu.temporal``): compute, non-compute and idle, stacked to 100 % of
-    the rank's first kernel to its last."""
+    the rank's first kernel to its last. Past ``MANY_RANKS`` ranks, their distribution, the most compute first."""
     if temporal.empty:
         return empty("No GPU kernel.")
     labels = _rank_labels(temporal["rank"])
+    if len(labels) > MANY_RANKS:
+        fig = sorted_areas(labels, [(name, temporal[column].to_numpy(np.float64), colour)
+                                    for column, name, colour in TEMPORAL_PARTS],
+                           temporal["compute_pct"].to_numpy(np.float64), "the most compute",
+                           "% of the rank's first kernel to its last", "%{y:.1f} %")
+        return fig.update_yaxes(range=[0, 100])
     fig = go.Figure([go.Bar(y=labels, x=temporal[column], name=name, orientation="h", marker_color=colour,
                             hovertemplate="%{y}: " + name + " %{x:.1f} %<extra></extra>")
                      for column, name, colour in TEMPORAL_PARTS])
@@ -101,9 +108,12 @@ def temporal_shares(temporal: pd.DataFrame) -> go.Figure:
 
 def kernel_type_shares(types: pd.DataFrame) -> go.Figure:
     """HTA's kernel types per rank and the sets of them that run at once (``gpu.kernel_types_by_rank``), each as a
-    share of the rank's time with a kernel running."""
+    share of the rank's time with a kernel running. Past ``MANY_RANKS`` ranks, their distribution, the most
+    computation first."""
     if types.empty:
         return empty("No kernel of HTA's types.")
+    if types["rank"].nunique() > MANY_RANKS:
+        return kernel_type_spread(types)
     labels = _rank_labels(types["rank"].drop_duplicates())
     fig = go.Figure()
     for kind, part in types.groupby("kernel_type", sort=False):
@@ -118,13 +128,36 @@ def kernel_type_shares(types: pd.DataFrame) -> go.Figure:
     return styled(fig, height=height, barmode="stack", legend_traceorder="normal")
 
 
+def kernel_type_spread(types: pd.DataFrame) -> go.Figure:
+    """``kernel_type_shares`` past ``MANY_RANKS`` ranks: each type's share a rank, stacked along the ranks sorted
+    by their computation's share, the most first (a rank with no kernel of a type: 0 % of it)."""
+    shares = types.pivot_table(index="rank", columns="kernel_type", values="pct", aggfunc="sum", fill_value=0.0,
+                               sort=False).sort_index()
+    kinds = list(dict.fromkeys(types["kernel_type"].astype(str)))  # in the order the view gives them
+    computation = shares["COMPUTATION"] if "COMPUTATION" in shares else pd.Series(0.0, index=shares.index)
+    fig = sorted_areas(_rank_labels(shares.index.to_series()),
+                       [(kind.lower(), shares[kind].to_numpy(np.float64), TYPE_COLOURS.get(kind, "#A0A7B4"))
+                        for kind in kinds],
+                       computation.to_numpy(np.float64), "the most computation",
+                       "% of the rank's time with a kernel running", "%{y:.1f} %",
+                       height=340 + 20 * len(kinds))
+    return fig.update_yaxes(range=[0, 100])
+
+
 def overlap_bars(overlap: pd.DataFrame) -> go.Figure:
     """Each rank's communication hidden behind computation (``gpu.comm_comp_overlap``): the share of the time a
-    communication kernel runs during which a computation kernel runs too."""
+    communication kernel runs during which a computation kernel runs too. Past ``MANY_RANKS`` ranks, their
+    distribution, the least hidden first (ranks with no communication last, at 0 %)."""
     if overlap.empty:
         return empty("No GPU kernel.")
     labels = _rank_labels(overlap["rank"])
     pct = overlap["comm_comp_overlap_pct"].to_numpy(np.float64)
+    if len(labels) > MANY_RANKS:
+        fig = sorted_areas(labels, [("hidden behind computation", np.nan_to_num(pct),
+                                     TYPE_COLOURS["COMPUTATION overlapping COMMUNICATION"])],
+                           pct, "the least hidden", "% of the communication kernels' time", "%{y:.1f} %",
+                           most_first=False)
+        return fig.update_yaxes(range=[0, 100])
     text = ["no communication" if np.isnan(p) else f"{p:,.1f} %" for p in pct.tolist()]  # a label per rank
     fig = go.Figure(go.Bar(y=labels, x=np.nan_to_num(pct), orientation="h", text=text, textposition="outside",
                            cliponaxis=False,

@@ -1,6 +1,6 @@
 """Figures of many ranks: past ``MANY_RANKS`` a figure of a row (or bar) per rank would be thousands of pixels of
-pale bars, so each rank becomes a row of a heat map over time bins (``busy_heatmap``), or a column of bars on a
-fixed height (``per_rank_columns``), and a matrix of ranks is summed into bins of ranks (``binned_matrix``).
+pale bars, so each rank becomes a row of a heat map over time bins (``busy_heatmap``), or a point of a distribution,
+the ranks sorted by a figure (``sorted_areas``), and a matrix of ranks is summed into bins of ranks (``binned_matrix``).
 Zooming a heat map's box onto a few ranks shows them row by row; the pages that can draw each rank's own bars
 do so once the box holds ``MANY_RANKS`` ranks or fewer."""
 
@@ -18,6 +18,7 @@ MANY_RANKS = 32  # past this many ranks a figure of a row per rank is drawn as a
 HEATMAP_BINS = 200  # time bins of a heat map
 MATRIX_BINS = 64  # a matrix of more ranks than this is summed into this many bins of ranks a side
 HEATMAP_HEIGHT = 520
+NAMED_PAST_PCT = 5.0  # a distribution names a rank this far past the median or further: nearer is not a straggler
 
 
 def busy_heatmap(row: np.ndarray, start: np.ndarray, end: np.ndarray, labels: Sequence[str], window: tuple[int, int],
@@ -91,21 +92,42 @@ def binned_matrix(src: np.ndarray, dst: np.ndarray, value: np.ndarray, endpoints
     return np.where(moved, grid, np.nan), [(endpoints[a], endpoints[b]) for a, b in zip(first, last)]
 
 
-def per_rank_columns(fig: go.Figure, height: int = 380) -> go.Figure:
-    """A figure of a horizontal bar per rank (ranks on the y axis) turned to a column per rank on a fixed height,
-    ranks along the x axis: the same traces, their axes and hovers swapped."""
-    for trace in fig.data:
-        if getattr(trace, "orientation", None) == "h":
-            hover = trace.hovertemplate
-            trace.update(x=trace.y, y=trace.x, orientation="v", text=None, textposition=None,
-                         hovertemplate=hover.replace("%{x", "%{X").replace("%{y", "%{x").replace("%{X", "%{y")
-                         if hover else hover)
-    x, y = fig.layout.xaxis, fig.layout.yaxis
-    order = list(y.categoryarray)[::-1] if y.categoryarray is not None else None
-    fig.update_layout(xaxis=dict(title=None, range=None, categoryorder="array" if order else None,
-                                 categoryarray=order, tickvals=None, type="category"),
-                      yaxis=dict(title=x.title.text, range=x.range, tickvals=x.tickvals, categoryorder=None,
-                                 categoryarray=None, autorange=None if x.range else True))
+def sorted_areas(labels: Sequence[str], parts: Sequence[tuple[str, np.ndarray, str]], order_by: np.ndarray,
+                 what: str, y_title: str, hover: str, lines: Sequence[tuple[str, np.ndarray, str]] = (),
+                 most_first: bool = True, named: int = 3, height: int = 340) -> go.Figure:
+    """Past ``MANY_RANKS`` ranks, a figure of a bar per rank told as a distribution: the ranks sorted by
+    ``order_by`` (the most first, or the least where not ``most_first``; a rank's own number breaks ties, a NaN
+    goes last), and each of ``parts`` (name, a value a rank in ``labels``' order, colour) drawn as a stacked area
+    along that order, so the spread over the ranks reads at a glance; ``lines`` (the same triples) are drawn over
+    the areas as dotted lines, not stacked. Each rank is on hover (``hover``: the value's format, e.g.
+    ``"%{y:.1f} %"``). Up to ``named`` of the first ranks are named on the plot with how far their ``order_by``
+    is past its median (as ``spread`` words it), where that is ``NAMED_PAST_PCT`` or more. ``what``: what the
+    order is by, for the x axis's title."""
+    key = np.asarray(order_by, np.float64)
+    order = np.lexsort((np.arange(len(labels)), np.nan_to_num(-key if most_first else key, nan=np.inf)))
+    shown = np.asarray(labels, dtype=object)[order]
+    at = np.arange(len(order))
+    fig = go.Figure()
+    for stacked, drawn in ((True, parts), (False, lines)):
+        for name, values, colour in drawn:
+            fig.add_trace(go.Scatter(x=at, y=np.asarray(values, np.float64)[order], name=name, mode="lines",
+                                     stackgroup="ranks" if stacked else None, customdata=shown,
+                                     line=dict(width=0.5, color=colour) if stacked else dict(color=colour,
+                                                                                            dash="dot"),
+                                     hovertemplate="%{customdata}: " + hover + " " + name + "<extra></extra>"))
+    top = np.sum([np.nan_to_num(np.asarray(values, np.float64)[order]) for _, values, _ in parts], axis=0)
+    median = float(np.nanmedian(key)) if np.isfinite(key).any() else np.nan
+    for k in range(min(named, len(order))):
+        value = key[order[k]]
+        past = 100 * (value / median - 1) if median else float(np.sign(value)) * np.inf if value else 0.0
+        if not (past >= NAMED_PAST_PCT if most_first else past <= -NAMED_PAST_PCT):  # near the median, or NaN
+            break
+        # below its point, inside the plot: above it the legend may be
+        fig.add_annotation(x=k, y=float(top[k]), text=f"{shown[k]}" + (f" ({past:+.1f}%)" if median else ""),
+                           showarrow=True, arrowhead=1, ax=50 + 30 * k, ay=30 + 20 * k, xanchor="left",
+                           bgcolor="rgba(255, 255, 255, 0.85)")
+    fig.update_xaxes(title=f"{len(order):,} ranks, {what} first (hover for each)")
+    fig.update_yaxes(title=y_title, rangemode="tozero")
     return styled(fig, height=height)
 
 

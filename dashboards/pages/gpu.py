@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
+import pandas as pd
 
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
@@ -22,7 +23,7 @@ from dash.dash_table.Format import Format, Scheme
 from dashboards import components as c
 from dashboards import data, ids
 from dashboards.figures import gpu as figures
-from dashboards.figures.ranks import MANY_RANKS, per_rank_columns
+from dashboards.figures.ranks import MANY_RANKS
 from dashboards.figures.style import empty
 from dashboards.zoom import window_from_relayout
 from popvision_py.analysis.common.spread import outlier_ranks
@@ -143,17 +144,61 @@ def names_table(frame: Any, columns: list[tuple[str, str]], table_id: str, text:
                                  "wordBreak": "break-word", "minWidth": "300px", "maxWidth": "420px"}])
 
 
+STEPS_LISTED = 25  # past this many steps in all, each rank's steps summed up and the slowest steps listed
+BOUND_STEP_COLUMNS = {"rank": "rank", "step": "step", "verdict": "bound by", "step_ns": "step",
+                      "gpu_busy_pct": "GPU busy", "launch_wait_pct": "waits for launches",
+                      "input_wait_pct": "waits for input", "other_idle_pct": "other idle", "kernels": "kernels",
+                      "kernel_median_ns": "median kernel", "launch_median_ns": "median launch"}
+def _step(v: Any) -> str:
+    return "whole trace" if v < 0 else f"{v:,}"
+
+
+BOUND_FORMATS = {"rank": c.fmt_int, "step": _step, "verdict": str, "steps": c.fmt_int, "verdicts": str,
+                 "slowest_step": str, "slowest_verdict": str,
+                 **{k: _seconds for k in ("step_ns", "kernel_median_ns", "launch_median_ns", "median_step_ns",
+                                          "slowest_ns")}}
+
+
 def bounds_table(report: Any) -> Any:
-    """What bound each rank's steps (``gpu.bounds``): the verdict, and the GPU's busy time and its waits."""
+    """What bound each rank's steps (``gpu.bounds``): the verdict, and the GPU's busy time and its waits. Past
+    ``STEPS_LISTED`` steps in all (a long run profiles thousands), each rank's steps summed up
+    (``step_summary``), then the slowest steps (of the ranks that stand out, past ``MANY_RANKS`` ranks)."""
     frame = report.gpu.bounds()
-    return c.rank_table(
-        frame, named=named_ranks(report), table_id="gpu-bounds-table",
-        columns={"rank": "rank", "step": "step", "verdict": "bound by", "step_ns": "step", "gpu_busy_pct": "GPU busy",
-                 "launch_wait_pct": "waits for launches", "input_wait_pct": "waits for input",
-                 "other_idle_pct": "other idle", "kernels": "kernels", "kernel_median_ns": "median kernel",
-                 "launch_median_ns": "median launch"},
-        formats={"rank": c.fmt_int, "step": lambda v: "whole trace" if v < 0 else f"{v:,}", "verdict": str,
-                 **{k: _seconds for k in ("step_ns", "kernel_median_ns", "launch_median_ns")}})
+    named = named_ranks(report)
+    if len(frame) <= STEPS_LISTED or frame["rank"].is_unique:  # few steps, or a step a rank: each step
+        return c.rank_table(frame, named=named, table_id="gpu-bounds-table", columns=BOUND_STEP_COLUMNS,
+                            formats=BOUND_FORMATS)
+    summary = c.rank_table(step_summary(frame), named=named, table_id="gpu-bounds-summary", formats=BOUND_FORMATS,
+                           columns={"rank": "rank", "steps": "steps", "verdicts": "bound by",
+                                    "median_step_ns": "median step", "gpu_busy_pct": "GPU busy (median)",
+                                    "launch_wait_pct": "waits for launches (median)",
+                                    "input_wait_pct": "waits for input (median)", "slowest_step": "slowest step",
+                                    "slowest_ns": "its time", "slowest_verdict": "it was"})
+    slowest = of_named(frame, named).nlargest(STEPS_LISTED, "step_ns", keep="first")
+    return html.Div([
+        summary,
+        html.P(f"The {len(slowest):,} slowest of {len(frame):,} steps{'' if named is None else ' of those ranks'} "
+               "(popvision report --section gpu --format csv lists every one):", className="note"),
+        c.table(slowest, BOUND_STEP_COLUMNS, BOUND_FORMATS, table_id="gpu-bounds-table"),
+    ])
+
+
+def step_summary(frame: Any) -> Any:
+    """Each rank's steps of ``gpu.bounds`` in a row: how many, how many each verdict bound ("970 gpu-bound,
+    8 launch-bound", the most first), the median step and its median busy and waits, and the slowest step (a
+    word, not a figure to spread over the ranks)."""
+    ranks = frame.groupby("rank", sort=True)
+    counts = frame.groupby(["rank", "verdict"]).size().rename("n").reset_index()
+    counts = counts.sort_values(["rank", "n", "verdict"], ascending=[True, False, True])
+    words = (counts["n"].map("{:,}".format) + " " + counts["verdict"].astype(str)).groupby(counts["rank"]).agg(
+        ", ".join)
+    slowest = frame.loc[ranks["step_ns"].idxmax()].set_index("rank")
+    medians = ranks[["step_ns", "gpu_busy_pct", "launch_wait_pct", "input_wait_pct"]].median()
+    return pd.DataFrame({"steps": ranks.size(), "verdicts": words, "median_step_ns": medians["step_ns"],
+                         "gpu_busy_pct": medians["gpu_busy_pct"], "launch_wait_pct": medians["launch_wait_pct"],
+                         "input_wait_pct": medians["input_wait_pct"], "slowest_step": slowest["step"].map(_step),
+                         "slowest_ns": slowest["step_ns"], "slowest_verdict": slowest["verdict"]}).rename_axis(
+        "rank").reset_index()
 
 
 WORTH_COLUMNS = [("rank", "rank"), ("name", "kernel"), ("op", "launched in"), ("module", "module"),
@@ -189,7 +234,8 @@ TABLES = [
     TableSection("What bound each step", "Per rank and profiler step: GPU-bound (kernels run most of the step), "
                  "launch-bound (the GPU idles until the CPU launches its next kernel), input-bound (it idles while "
                  "the DataLoader fetches), or other idle; a wait is the verdict when it takes 20 % of the step or "
-                 "more (docs/reports.md, \"GPU\").", ids.GPU_BY_RANK + "-bounds", bounds_table),
+                 f"more (docs/reports.md, \"GPU\"). Past {STEPS_LISTED} steps, each rank's steps summed up, then "
+                 "the slowest steps.", ids.GPU_BY_RANK + "-bounds", bounds_table),
     TableSection("Kernels worth a look", "The longest kernels by total time, and the short ones launched many "
                  "times (median under 10 µs, or shorter than their launch): each with the operator and module "
                  "most of its launches ran in.", ids.GPU_BY_RANK + "-worth", worth_table),
@@ -227,11 +273,6 @@ def with_named(table: Any, named: Any) -> Any:
         return table
     return html.Div([html.P(f"The ranks furthest past the median in compute, communication or idle time: "
                             f"{', '.join(map(str, np.asarray(named).tolist()))}.", className="note"), table])
-
-
-def per_rank(fig: Any, ranks: int) -> Any:
-    """A figure of a bar per rank, turned to columns on a fixed height past ``MANY_RANKS`` ranks."""
-    return per_rank_columns(fig) if ranks > MANY_RANKS else fig
 
 
 def ranks_of(report: Any) -> list[int]:
@@ -337,7 +378,6 @@ def render(profile: str | None):
              ("Kernels", c.fmt_int(int(lanes["kernels"].sum())), "kernels, copies and sets in the trace")]
     gpu = report.gpu
     return (None, c.shown(True), c.cards(items), c.ipu_options(ranks, naming), ranks[:RANKS_SHOWN],
-            c.shown(len(ranks) > 1), per_rank(figures.temporal_shares(gpu.temporal()), len(ranks)),
-            per_rank(figures.kernel_type_shares(gpu.kernel_types_by_rank()), len(ranks)),
-            per_rank(figures.overlap_bars(gpu.overlap()), len(ranks)),
+            c.shown(len(ranks) > 1), figures.temporal_shares(gpu.temporal()),
+            figures.kernel_type_shares(gpu.kernel_types_by_rank()), figures.overlap_bars(gpu.overlap()),
             *[t.build(report) for t in TABLES])

@@ -252,3 +252,34 @@ def data_report():
     from dashboards import data
 
     return data.report("a")
+
+
+def test_a_long_runs_steps_are_summed_up_a_rank_then_the_slowest_listed(tmp_path):
+    from dashboards import components as c
+    from dashboards.app import create_app
+    from tests.importer.test_gpu_timeline import launch
+
+    # GIVEN one rank's 30 profiler steps of 1 ms, but step 17 of 3 ms; each a kernel launched 1 µs in, running from
+    # 10 µs in to 10 µs before the step ends: every step GPU-bound
+    lengths = {n: 3000 if n == 17 else 1000 for n in range(1, 31)}
+    events, start = [], 0
+    for n, length in lengths.items():
+        events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": start, "dur": length,
+                    **CPU}, launch("cudaLaunchKernel", start + 1, 5, n), kernel("gemm", start + 10, length - 20, 7, n)]
+        start += length
+    (tmp_path / "rank0.json").write_text(kineto(HEADER, events))
+    result = CliRunner().invoke(main, ["import", str(tmp_path / "rank0.json"), "-o", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 0, result.output
+    create_app([str(tmp_path / "out" / "profile.pop")])
+    gpu = page("gpu")
+    # WHEN the page says what bound each step
+    shown = gpu.bounds_table(data_report())
+    words = text(shown)
+    # THEN not 30 rows: the rank's steps in one row (30 of them, each GPU-bound, the median 1 ms, the slowest step
+    # 17 of 3 ms), then the 25 slowest steps, step 17 first
+    summary, note, slowest = shown.children
+    assert len(summary.children.children[1].children) == 1  # the summary table's one row
+    assert all(w in text(summary) for w in ("30 gpu-bound", c.fmt_seconds(1e-3), c.fmt_seconds(3e-3), "17"))
+    assert "The 25 slowest of 30 steps" in words
+    rows = slowest.children.children[1].children
+    assert len(rows) == 25 and text(rows[0]).split()[:2] == ["0", "17"]

@@ -1,6 +1,7 @@
 """Figures of many ranks (``dashboards.figures.ranks``) as plain functions, and the System page's callbacks on an
 import of 40 ranks: a heat map of the ranks whose cells are each rank's busy share of a bin, a box zoom onto a few
-ranks drawing their own time lines, a matrix summed into bins of ranks, bars per rank turned to columns."""
+ranks drawing their own time lines, a matrix summed into bins of ranks, a bar per rank turned to the ranks'
+distribution."""
 
 from __future__ import annotations
 
@@ -46,19 +47,25 @@ def test_a_matrix_of_many_ranks_is_summed_into_bins_of_ranks():
     assert np.nansum(grid) == 80
 
 
-def test_bars_per_rank_become_columns_on_a_fixed_height():
-    # GIVEN a horizontal bar per rank, ranks on the y axis
-    labels = [f"Rank {r}" for r in range(100)]
-    fig = go.Figure(go.Bar(y=labels, x=list(range(100)), orientation="h", hovertemplate="%{y}: %{x:.1f} %"))
-    fig.update_yaxes(categoryorder="array", categoryarray=labels[::-1])
-    fig.update_xaxes(title="% of the time", range=[0, 100])
-    # WHEN turned to columns
-    out = ranks.per_rank_columns(fig)
-    # THEN the ranks run along the x axis in order, the values up the y axis, the hover swapped, the height fixed
-    bar = out.data[0]
-    assert bar.orientation == "v" and list(bar.x) == labels and list(bar.y) == list(range(100))
-    assert bar.hovertemplate == "%{x}: %{y:.1f} %" and list(out.layout.xaxis.categoryarray) == labels
-    assert out.layout.yaxis.title.text == "% of the time" and out.layout.height == 380
+def test_a_figure_of_many_ranks_is_their_distribution_sorted_stacked_the_first_named():
+    # GIVEN 5 ranks' compute and idle, rank 3 the most compute, ranks 1 and 4 tied; a line of their hidden time
+    labels = [f"Rank {r}" for r in range(5)]
+    compute, idle, hidden = np.array([2., 5., 1., 9., 5.]), np.array([1., 0., 3., 0., 2.]), np.arange(5.0)
+    # WHEN drawn sorted by compute, two named
+    fig = ranks.sorted_areas(labels, [("compute", compute, "#111111"), ("idle", idle, "#222222")], compute,
+                             "the most compute", "ms", "%{y:.1f} ms", lines=[("hidden", hidden, "#333333")],
+                             named=2)
+    # THEN the ranks run the most compute first, a tie in rank order: 3, 1, 4, 0, 2, each part in that order
+    order = [3, 1, 4, 0, 2]
+    assert [list(t.customdata) for t in fig.data] == [[f"Rank {r}" for r in order]] * 3
+    assert list(fig.data[0].y) == compute[order].tolist() and list(fig.data[1].y) == idle[order].tolist()
+    assert list(fig.data[2].y) == hidden[order].tolist()
+    # AND the parts are stacked, the line is not; of the first two, the one past the median compute (5) is named
+    # at the top of its stack with how far past it is (9 / 5: +80 %), the one at the median is not
+    assert [t.stackgroup for t in fig.data] == ["ranks", "ranks", None]
+    assert [(a.text, a.x, a.y) for a in fig.layout.annotations] == [("Rank 3 (+80.0%)", 0, 9.0)]
+    assert fig.layout.xaxis.title.text == "5 ranks, the most compute first (hover for each)"
+    assert fig.data[0].hovertemplate == "%{customdata}: %{y:.1f} ms compute<extra></extra>"
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +176,7 @@ def test_the_communication_of_many_ranks_is_their_distribution_the_most_compute_
     # THEN the ranks run the most compute first, the slow rank 7 first and named
     compute = comm["compute_cycles"].to_numpy(float)
     assert np.allclose(fig.data[0].y, np.sort(compute)[::-1] / clock * 1e3)
-    assert fig.data[0].customdata[0] == "Rank 7" and fig.layout.annotations[0].text == "Rank 7"
+    assert fig.data[0].customdata[0] == "Rank 7" and fig.layout.annotations[0].text.startswith("Rank 7 (+")
 
 
 def test_a_box_on_a_binned_matrix_draws_the_ranks_it_holds_each_its_own_cell():
@@ -203,6 +210,12 @@ def test_a_spread_of_many_ranks_speaks_each_figures_own_units():
     # THEN the spread's compute row is in ms (min 0, median 19.5 ms, max 39 ms), not seconds rounded to 0.00
     text = str(div.to_plotly_json())
     assert "0.00 ms" in text and "19.50 ms" in text and "39.00 ms" in text
+    # AND a seconds column with no format of its own is spread in the units its rows are shown in (its name's
+    # suffix: 19.5 ms, as its cells say), not as a bare number rounded to 0.00
+    div = c.rank_table(frame, {"rank": "rank", "compute_s": "compute", "calls": "calls"})
+    cells = [c.fmt_seconds(v) for v in (0.0, 0.0195, 0.039)]
+    text = str(div.to_plotly_json())
+    assert all(cell in text for cell in cells) and "'0.00'" not in text, cells
 
 
 def _compute_share(profile: Path, ranks_: int, edges: np.ndarray) -> np.ndarray:
@@ -287,6 +300,35 @@ def test_the_gpu_pages_first_call_draws_the_ranks_the_picker_starts_with_not_eve
     lanes = {str(y).split(" · ")[0] for t in first.data for y in (t.y if t.y is not None else [])}
     assert lanes == {f"Rank {r}" for r in range(page.RANKS_SHOWN)}
     assert list(first.layout.yaxis.categoryarray) == list(chosen.layout.yaxis.categoryarray)
+
+
+def test_the_gpu_pages_figures_of_40_ranks_are_their_distributions_naming_the_slow_rank(forty_ranks):
+    from dashboards.app import create_app
+    from dashboards import data
+
+    create_app([str(forty_ranks)])
+    page = importlib.import_module("dashboards.pages.gpu")
+    gpu = data.report("a").gpu
+    # WHEN the page draws its figures of each rank (rank 7's GPU the slow one)
+    temporal, types, overlap = page.render("a")[6:9]
+    # THEN each is a distribution over the 40 ranks, not 40 bars: the ranks sorted by their compute share, the
+    # parts stacked to 100 %; the slow rank first and named with how far past the median its compute is
+    frame = gpu.temporal()
+    compute = frame["compute_pct"].to_numpy(np.float64)
+    assert all(isinstance(t, go.Scatter) and len(t.y) == 40 for t in (*temporal.data, *types.data, *overlap.data))
+    assert np.allclose(temporal.data[0].y, np.sort(compute)[::-1])
+    assert np.allclose(np.sum([t.y for t in temporal.data], axis=0), 100.0)
+    past = 100 * (compute[7] / np.median(compute) - 1)
+    assert [a.text for a in temporal.layout.annotations] == [f"Rank 7 ({past:+.1f}%)"]
+    # AND the kernel types' shares are each rank's, the most computation first: rank 7 again
+    shares = gpu.kernel_types_by_rank()
+    computation = shares[shares["kernel_type"] == "COMPUTATION"].set_index("rank")["pct"]
+    assert types.data[0].name == "computation" and types.data[0].customdata[0] == "Rank 7"
+    assert np.allclose(types.data[0].y, np.sort(computation.to_numpy())[::-1])
+    # AND the hidden communication runs the least hidden first: every rank but 7 alike, so none is named
+    hidden = gpu.overlap()["comm_comp_overlap_pct"].to_numpy(np.float64)
+    assert np.allclose(overlap.data[0].y, np.sort(hidden)) and overlap.data[0].customdata[-1] == "Rank 7"
+    assert not overlap.layout.annotations
 
 
 def test_the_ranks_cpu_timelines_read_a_few_files_at_a_time_are_the_same_events(forty_ranks, monkeypatch):
