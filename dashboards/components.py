@@ -167,7 +167,8 @@ def table(
     max_rows: int = 200,
     table_id: str | None = None,
 ) -> html.Div:
-    """An HTML table of ``frame``: ``columns`` maps column -> header (default: all, as named)."""
+    """An HTML table of ``frame``: ``columns`` maps column -> header (default: all, as named); its first
+    ``max_rows`` rows, and then a line saying how many there are."""
     columns = dict(columns) if columns is not None else {c: c.replace("_", " ") for c in frame.columns}
     formats = dict(formats or {})
     if frame.empty:
@@ -183,7 +184,11 @@ def table(
             cells.append(html.Td(text, className=align[col]))
         rows.append(html.Tr(cells, className=row_class(row) if row_class else None))
     props = {"id": table_id} if table_id else {}
-    return html.Div(html.Table([head, html.Tbody(rows)], className="pv-table", **props), className="table-wrap")
+    shown = html.Table([head, html.Tbody(rows)], className="pv-table", **props)
+    if len(frame) <= max_rows:
+        return html.Div(shown, className="table-wrap")
+    return html.Div([shown, html.P(f"The first {max_rows:,} of {len(frame):,} rows (popvision report --format csv "
+                                   "lists every one).", className="note")], className="table-wrap")
 
 
 def rank_table(frame: pd.DataFrame, columns: Mapping[str, str], formats: Mapping[str, Formatter] | None = None,

@@ -149,8 +149,8 @@ def communication(comm: pd.DataFrame, clock_hz: float, naming: Naming = IPUS) ->
 def communication_spread(comm: pd.DataFrame, clock_hz: float, naming: Naming = IPUS, named: int = 3) -> go.Figure:
     """``communication`` past ``MANY_RANKS`` ranks: a bar each would be a pixel wide, so the ranks are sorted by
     compute, the most first, and their compute, exposed communication and idle drawn as stacked areas along that
-    order (the hidden communication a line over them): the distribution, each rank on hover, the ``named``
-    with the most compute named above it (``ranks.sorted_areas``)."""
+    order (the hidden communication a line over them): the distribution, each rank on hover, up to ``named``
+    with the most compute named where they stand out from the median (``ranks.sorted_areas``)."""
     def ms(column: str) -> np.ndarray:
         return comm[column].to_numpy(np.float64) / clock_hz * 1e3
 

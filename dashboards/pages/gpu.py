@@ -149,11 +149,13 @@ BOUND_STEP_COLUMNS = {"rank": "rank", "step": "step", "verdict": "bound by", "st
                       "gpu_busy_pct": "GPU busy", "launch_wait_pct": "waits for launches",
                       "input_wait_pct": "waits for input", "other_idle_pct": "other idle", "kernels": "kernels",
                       "kernel_median_ns": "median kernel", "launch_median_ns": "median launch"}
+
+
 def _step(v: Any) -> str:
     return "whole trace" if v < 0 else f"{v:,}"
 
 
-BOUND_FORMATS = {"rank": c.fmt_int, "step": _step, "verdict": str, "steps": c.fmt_int, "verdicts": str,
+BOUND_FORMATS = {"rank": c.fmt_int, "step": str, "verdict": str, "steps": c.fmt_int, "verdicts": str,
                  "slowest_step": str, "slowest_verdict": str,
                  **{k: _seconds for k in ("step_ns", "kernel_median_ns", "launch_median_ns", "median_step_ns",
                                           "slowest_ns")}}
@@ -164,6 +166,7 @@ def bounds_table(report: Any) -> Any:
     ``STEPS_LISTED`` steps in all (a long run profiles thousands), each rank's steps summed up
     (``step_summary``), then the slowest steps (of the ranks that stand out, past ``MANY_RANKS`` ranks)."""
     frame = report.gpu.bounds()
+    frame = frame.assign(step=frame["step"].map(_step))  # a step's number names it: not a figure to spread
     named = named_ranks(report)
     if len(frame) <= STEPS_LISTED or frame["rank"].is_unique:  # few steps, or a step a rank: each step
         return c.rank_table(frame, named=named, table_id="gpu-bounds-table", columns=BOUND_STEP_COLUMNS,
@@ -174,10 +177,11 @@ def bounds_table(report: Any) -> Any:
                                     "launch_wait_pct": "waits for launches (median)",
                                     "input_wait_pct": "waits for input (median)", "slowest_step": "slowest step",
                                     "slowest_ns": "its time", "slowest_verdict": "it was"})
-    slowest = of_named(frame, named).nlargest(STEPS_LISTED, "step_ns", keep="first")
+    steps = of_named(frame, named)
+    slowest = steps.nlargest(STEPS_LISTED, "step_ns", keep="first")
     return html.Div([
         summary,
-        html.P(f"The {len(slowest):,} slowest of {len(frame):,} steps{'' if named is None else ' of those ranks'} "
+        html.P(f"The {len(slowest):,} slowest of {len(steps):,} steps{'' if named is None else ' of those ranks'} "
                "(popvision report --section gpu --format csv lists every one):", className="note"),
         c.table(slowest, BOUND_STEP_COLUMNS, BOUND_FORMATS, table_id="gpu-bounds-table"),
     ])
@@ -185,8 +189,8 @@ def bounds_table(report: Any) -> Any:
 
 def step_summary(frame: Any) -> Any:
     """Each rank's steps of ``gpu.bounds`` in a row: how many, how many each verdict bound ("970 gpu-bound,
-    8 launch-bound", the most first), the median step and its median busy and waits, and the slowest step (a
-    word, not a figure to spread over the ranks)."""
+    8 launch-bound", the most first), the median step and its median busy and waits, and the slowest step
+    (``frame``'s steps named in words, as ``bounds_table`` gives them)."""
     ranks = frame.groupby("rank", sort=True)
     counts = frame.groupby(["rank", "verdict"]).size().rename("n").reset_index()
     counts = counts.sort_values(["rank", "n", "verdict"], ascending=[True, False, True])
@@ -196,7 +200,7 @@ def step_summary(frame: Any) -> Any:
     medians = ranks[["step_ns", "gpu_busy_pct", "launch_wait_pct", "input_wait_pct"]].median()
     return pd.DataFrame({"steps": ranks.size(), "verdicts": words, "median_step_ns": medians["step_ns"],
                          "gpu_busy_pct": medians["gpu_busy_pct"], "launch_wait_pct": medians["launch_wait_pct"],
-                         "input_wait_pct": medians["input_wait_pct"], "slowest_step": slowest["step"].map(_step),
+                         "input_wait_pct": medians["input_wait_pct"], "slowest_step": slowest["step"],
                          "slowest_ns": slowest["step_ns"], "slowest_verdict": slowest["verdict"]}).rename_axis(
         "rank").reset_index()
 

@@ -329,6 +329,10 @@ def test_the_gpu_pages_figures_of_40_ranks_are_their_distributions_naming_the_sl
     hidden = gpu.overlap()["comm_comp_overlap_pct"].to_numpy(np.float64)
     assert np.allclose(overlap.data[0].y, np.sort(hidden)) and overlap.data[0].customdata[-1] == "Rank 7"
     assert not overlap.layout.annotations
+    # AND the steps' table spreads the steps' figures over the ranks, not their numbers: one "step" row, the time
+    spread = page.bounds_table(data.report("a")).children[1]
+    figures_ = [row.children[0].children for row in spread.children.children[1].children]
+    assert figures_.count("step") == 1 and "GPU busy" in figures_
 
 
 def test_the_ranks_cpu_timelines_read_a_few_files_at_a_time_are_the_same_events(forty_ranks, monkeypatch):

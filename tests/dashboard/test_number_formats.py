@@ -129,6 +129,17 @@ def test_a_table_of_cycles_shows_each_count_in_its_unit():
     assert cells == [["3", "533.3 k", "1.0 M"], ["4", "32.3 k", "9,999"]]
 
 
+def test_a_table_longer_than_it_shows_says_how_many_rows_there_are():
+    # GIVEN 250 steps, shown 200 rows at most; and 200 steps
+    frame = pd.DataFrame({"step": np.arange(250), "cycles": np.arange(250) * 10})
+    long, exact = c.table(frame, max_rows=200), c.table(frame.head(200), max_rows=200)
+    # THEN the first table holds 200 rows and says the others are there; the second says nothing more
+    table, note = long.children
+    assert len(table.children[1].children) == 200
+    assert note.children == "The first 200 of 250 rows (popvision report --format csv lists every one)."
+    assert len(exact.children.children[1].children) == 200
+
+
 def test_byte_axes_are_labelled_in_binary_units_not_plotlys_billions():
     # GIVEN an IPU holding 1.5 GiB (plotly's own label for 1.6e9 would be "1.6B": billions, read as bytes)
     frame = pd.DataFrame({"ipu": [0, 0], "category": ["weights", "activations"], "always_live": [True, False],
