@@ -197,6 +197,9 @@ class _Rank:
         if self.fallen or self.error is not None:
             return None
         try:
+            if self.sources is None and ranges.small_plain(self.path):  # planned and read by a worker
+                self.sources, self.planned, self.whole = iter(()), True, True
+                return pool.submit(ranges.read_small, str(self.path))
             if self.sources is None:
                 self.plan, self.sources = ranges.rank_ranges(self.path)
                 if ranges.one_range(self.plan):  # read and assembled by a worker, its columns spilled here

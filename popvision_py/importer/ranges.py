@@ -279,6 +279,30 @@ def read_whole(source: tuple[str, int, int], plan: TracePlan, path: str) -> Rank
     return finish(Path(path), plan, parts)
 
 
+def small_plain(path: Path) -> bool:
+    """Whether ``path`` is a plain (not gzipped) file small enough to be one range whatever its header
+    (``plan_plain`` cuts none below ``RANGE_BYTES + SEARCH_BYTES``): planned in a worker, with its read
+    (``read_small``), not here. A file that cannot be opened is not: the parent says why, as for any other."""
+    try:
+        with open(path, "rb") as f:
+            return os.fstat(f.fileno()).st_size <= RANGE_BYTES + SEARCH_BYTES and f.read(2) != b"\x1f\x8b"
+    except OSError:
+        return False
+
+
+def read_small(path: str) -> RankTrace:
+    """A small plain trace (``small_plain``) planned, read and assembled in this process, a worker's: its header
+    parsed there too, so that a job of thousands of small ranks does not read each file twice, once in the
+    parent to plan it; ``Fallback`` if not taken."""
+    try:
+        plan = plan_plain(Path(path), os.stat(path).st_size)
+    except OSError as exc:
+        raise Fallback(f"cannot be read ({exc})") from None
+    if not one_range(plan):  # grown since it was looked at: the parent reads it range by range after all
+        raise Fallback("not one range")
+    return read_whole(((path, *plan.ranges[0][:2])), plan, path)
+
+
 def read_fast(path: Path, spill: Path | None = None) -> RankTrace:
     """One rank's trace by byte ranges, one after the other in this process (``Fallback`` if not taken); its
     columns spilled to a file in ``spill`` where given."""

@@ -5,6 +5,7 @@ rows are held to the end or binned as they come."""
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import subprocess
@@ -93,9 +94,15 @@ def test_small_ranks_read_whole_by_workers_are_the_ranks_read_range_by_range(man
     # processes only past IN_PROCESS_BYTES), both spilled beside the output
     here = read_traces(paths, jobs=1, spill=tmp_path)
     monkeypatch.setattr(importer, "IN_PROCESS_BYTES", 0)
+    planned_here: list[str] = []  # the files this process planned (the workers' calls are counted in theirs)
+    plan_plain = ranges.plan_plain
+    monkeypatch.setattr(ranges, "plan_plain", lambda path, size: planned_here.append(str(path)) or plan_plain(
+        path, size))
     there = read_traces(paths, jobs=2, spill=tmp_path)
     # THEN every rank is the same, column for column, its columns mapped from one file the ranks share
     assert [t.rank for t in there] == list(range(RANKS))
+    # AND each small file was planned by the worker that read it, not read here first to plan it
+    assert planned_here == []
     for a, b in zip(here, there):
         assert_same(a, b, but=("spill",))
     assert all(t.spill is not None for t in there) and len({id(t.spill.shared) for t in there}) == 1
@@ -144,3 +151,29 @@ def test_levels_are_the_same_held_to_the_end_or_binned_as_rows_come(monkeypatch)
     cycles = sum(int((e - s).sum()) for _, _, s, e in batches)
     frame = held.to_pandas()
     assert (frame.groupby("level")["cycles"].sum() == cycles).all()
+
+
+def test_a_small_file_the_fast_path_does_not_take_is_read_in_workers_as_in_this_process(tmp_path, monkeypatch):
+    # GIVEN two small ranks, each naming traceEvents twice (10 operators in each array): the fast path refuses it,
+    # so the worker that plans it falls back to the streaming parser, which reads both arrays
+    from popvision_py.importer import read_traces
+
+    def ops(first: int) -> str:
+        return json.dumps([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10 * k, "dur": 5, "pid": 1,
+                            "tid": 1} for k in range(first, first + 10)])
+
+    for rank in (0, 1):
+        (tmp_path / f"rank{rank}.json").write_text(
+            f'{{"schemaVersion": 1, "distributedInfo": {{"rank": {rank}, "world_size": 2}}, "traceEvents": {ops(0)}, '
+            f'"traceEvents": {ops(10)}}}')
+    paths = sorted(tmp_path.glob("rank*.json"))
+    assert all(ranges.small_plain(p) for p in paths)
+    with pytest.raises(ranges.Fallback, match="traceEvents named twice"):
+        ranges.read_small(str(paths[0]))
+    # WHEN they are read by two processes, and in this one
+    monkeypatch.setattr(importer, "IN_PROCESS_BYTES", 0)
+    there, here = read_traces(paths, jobs=2), read_traces(paths, jobs=1)
+    # THEN each rank is the same, its 20 operators read
+    assert [t.rank for t in there] == [0, 1] and all(t.events == 20 for t in there)
+    for a, b in zip(there, here):
+        assert_same(a, b)
