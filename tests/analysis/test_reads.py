@@ -93,3 +93,34 @@ def test_answers_as_tables_hold_what_the_frames_hold(profiles):
             report.answer("memory.nothing")
         with pytest.raises(KeyError, match="no answer 'profile.close'"):
             report.answer("profile.close")
+
+
+def test_an_imported_gpu_traces_kernels_are_read_a_rank_at_a_time_never_whole(tmp_path, monkeypatch):
+    import threading
+
+    from tests.importer.test_gpu_timeline import import_gpu_trace
+
+    # GIVEN an imported GPU trace, and which thread decodes each table whole, and which tables are read by batches
+    profile = import_gpu_trace(tmp_path)
+    whole: dict[str, str] = {}
+    batches: list[str] = []
+    original, original_batches = Profile.read_table, Profile.iter_batches
+
+    def record(self, table, columns=None, **kwargs):
+        whole[table] = threading.current_thread().name
+        return original(self, table, columns, **kwargs)
+
+    def record_batches(self, table, columns=None, **kwargs):
+        batches.append(table)
+        return original_batches(self, table, columns, **kwargs)
+
+    monkeypatch.setattr(Profile, "read_table", record)
+    monkeypatch.setattr(Profile, "iter_batches", record_batches)
+    # WHEN every section is built
+    with pv.open(profile) as report:
+        build_report(report, "all")
+    # THEN the tables the sections share were decoded ahead, in the prefetch's thread; the kernels were read by the
+    # GPU section a rank's row groups at a time, never decoded whole (at 5 GB of traces the whole table, decoded
+    # ahead and held through every section, was a quarter of the report's peak)
+    assert whole["programs"] == "popvision-prefetch"
+    assert "kernels" in batches and "kernels" not in whole
