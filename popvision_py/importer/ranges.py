@@ -300,7 +300,7 @@ def read_small(path: str) -> RankTrace:
         raise Fallback(f"cannot be read ({exc})") from None
     if not one_range(plan):  # grown since it was looked at: the parent reads it range by range after all
         raise Fallback("not one range")
-    return read_whole(((path, *plan.ranges[0][:2])), plan, path)
+    return read_whole((path, *plan.ranges[0][:2]), plan, path)
 
 
 def read_fast(path: Path, spill: Path | None = None) -> RankTrace:

@@ -117,7 +117,7 @@ def build_report(report: Any, section: str = "all", figures: bool = False) -> Do
     if section == "overview":
         _overview(doc, report)
         return doc
-    if section == "all":  # every table is read: decode the others while the trace is folded, where it is the larger
+    if section == "all":  # every table is read: decode the others while the trace is folded
         prefetch_beside_trace(report)
     for name in chosen(section):
         _SECTION_BUILDERS[name](doc, report, figures)
@@ -134,7 +134,7 @@ def prefetch_beside_trace(report: Any) -> None:
     """Decode the tables the sections read whole in a background thread while the trace is folded
     (``Report.prefetch``). Not an imported GPU trace's ``kernels``: the GPU section reads it a rank's row groups
     at a time (``gpu_ranks``), so decoded whole here it was only held through every section (5 GB of traces:
-    the report's peak 1.39-1.44 GiB against 1.12-1.16 without it, the same document)."""
+    the report's peak 1.39-1.44 GiB against 1.15-1.16 without it, the same document)."""
     report.prefetch([name for name in TABLE_COLUMNS
                      if name not in ("trace", "kernels") and name in report.profile.tables])
 
