@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
-import pandas as pd
 
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
@@ -164,14 +163,16 @@ BOUND_FORMATS = {"rank": c.fmt_int, "step": str, "verdict": str, "steps": c.fmt_
 def bounds_table(report: Any) -> Any:
     """What bound each rank's steps (``gpu.bounds``): the verdict, and the GPU's busy time and its waits. Past
     ``STEPS_LISTED`` steps in all (a long run profiles thousands), each rank's steps summed up
-    (``step_summary``), then the slowest steps (of the ranks that stand out, past ``MANY_RANKS`` ranks)."""
+    (``gpu.step_summary``), then the slowest steps (of the ranks that stand out, past ``MANY_RANKS`` ranks)."""
     frame = report.gpu.bounds()
     frame = frame.assign(step=frame["step"].map(_step))  # a step's number names it: not a figure to spread
     named = named_ranks(report)
     if len(frame) <= STEPS_LISTED or frame["rank"].is_unique:  # few steps, or a step a rank: each step
         return c.rank_table(frame, named=named, table_id="gpu-bounds-table", columns=BOUND_STEP_COLUMNS,
                             formats=BOUND_FORMATS)
-    summary = c.rank_table(step_summary(frame), named=named, table_id="gpu-bounds-summary", formats=BOUND_FORMATS,
+    ranks = report.gpu.step_summary()
+    summary = c.rank_table(ranks.assign(slowest_step=ranks["slowest_step"].map(_step)), named=named,
+                           table_id="gpu-bounds-summary", formats=BOUND_FORMATS,
                            columns={"rank": "rank", "steps": "steps", "verdicts": "bound by",
                                     "median_step_ns": "median step", "gpu_busy_pct": "GPU busy (median)",
                                     "launch_wait_pct": "waits for launches (median)",
@@ -185,24 +186,6 @@ def bounds_table(report: Any) -> Any:
                "(popvision report --section gpu --format csv lists every one):", className="note"),
         c.table(slowest, BOUND_STEP_COLUMNS, BOUND_FORMATS, table_id="gpu-bounds-table"),
     ])
-
-
-def step_summary(frame: Any) -> Any:
-    """Each rank's steps of ``gpu.bounds`` in a row: how many, how many each verdict bound ("970 gpu-bound,
-    8 launch-bound", the most first), the median step and its median busy and waits, and the slowest step
-    (``frame``'s steps named in words, as ``bounds_table`` gives them)."""
-    ranks = frame.groupby("rank", sort=True)
-    counts = frame.groupby(["rank", "verdict"]).size().rename("n").reset_index()
-    counts = counts.sort_values(["rank", "n", "verdict"], ascending=[True, False, True])
-    words = (counts["n"].map("{:,}".format) + " " + counts["verdict"].astype(str)).groupby(counts["rank"]).agg(
-        ", ".join)
-    slowest = frame.loc[ranks["step_ns"].idxmax()].set_index("rank")
-    medians = ranks[["step_ns", "gpu_busy_pct", "launch_wait_pct", "input_wait_pct"]].median()
-    return pd.DataFrame({"steps": ranks.size(), "verdicts": words, "median_step_ns": medians["step_ns"],
-                         "gpu_busy_pct": medians["gpu_busy_pct"], "launch_wait_pct": medians["launch_wait_pct"],
-                         "input_wait_pct": medians["input_wait_pct"], "slowest_step": slowest["step"],
-                         "slowest_ns": slowest["step_ns"], "slowest_verdict": slowest["verdict"]}).rename_axis(
-        "rank").reset_index()
 
 
 WORTH_COLUMNS = [("rank", "rank"), ("name", "kernel"), ("op", "launched in"), ("module", "module"),

@@ -173,6 +173,13 @@ class GpuReport(_View):
     def _bounds(self) -> Table:
         return self._figure("bounds")
 
+    def step_summary(self) -> pd.DataFrame:
+        """Each rank's steps of ``bounds`` in a row (``bound.step_summary``): their verdicts, medians and slowest."""
+        return self._step_summary().frame()
+
+    def _step_summary(self) -> Table:
+        return self._memo("step_summary", lambda: _bound.step_summary(self._bounds()))
+
     def worth_a_look(self) -> pd.DataFrame:
         return self._worth_a_look().frame()
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from popvision_py.version import __version__
 from popvision_py.analysis.imported import ranks as imported
-from popvision_py.analysis.imported.bound import BOUND_PCT
+from popvision_py.analysis.imported.bound import BOUND_PCT, step_summary
 from popvision_py.analysis.imported.stragglers import LATE_PCT
 from popvision_py.analysis.ipu import tiles as tile_answers
 from popvision_py.analysis.host.instances import differences
@@ -488,10 +488,36 @@ def _more(items: list[tuple[str, list[str]]], rows: int) -> list[tuple[str, list
                                                       "every one)", [])]
 
 
+SLOWEST_STEPS = 10  # past MAX_ITEMS steps of ranks of several, each rank's steps summed up, then this many slowest
+
+
 def _bound_items(t: Table) -> list[tuple[str, list[str]]]:
-    """Each step's verdict and its evidence, in words (``bound.step_bounds``)."""
+    """Each step's verdict and its evidence, in words (``bound.step_bounds``). Past ``MAX_ITEMS`` steps, where a
+    rank has several (a long run profiles thousands), each rank's steps summed up (``bound.step_summary``),
+    then the ``SLOWEST_STEPS`` slowest steps with their evidence."""
+    if len(t) <= MAX_ITEMS or len(np.unique(t["rank"])) == len(t):
+        return _more(_step_items(t, np.arange(min(len(t), MAX_ITEMS))), len(t))
     items = []
-    for row in zip(*(t[c][:MAX_ITEMS].tolist() for c in (
+    s = step_summary(t)
+    for row in zip(*(s[c].tolist() for c in ("rank", "steps", "verdicts", "median_step_ns", "gpu_busy_pct",
+                                             "launch_wait_pct", "input_wait_pct", "slowest_step", "slowest_ns",
+                                             "slowest_verdict"))):
+        rank, steps, verdicts, median, busy, launch, fetch, slow, slow_ns, slow_verdict = row
+        which = f"step {slow}" if slow >= 0 else "the whole trace"
+        items.append((f"rank {rank} over {steps:,} steps: {verdicts}", [
+            f"median step {median / 1e6:,.3f} ms: GPU busy {busy:.1f}%, {launch:.1f}% waiting for launches, "
+            f"{fetch:.1f}% while the DataLoader fetched (medians)",
+            f"slowest: {which} ({slow_ns / 1e6:,.3f} ms), {slow_verdict}"]))
+    slowest = np.lexsort((np.arange(len(t)), -np.asarray(t["step_ns"], np.int64)))[:SLOWEST_STEPS]
+    items.append((f"the {len(slowest):,} slowest of {len(t):,} steps:", []))
+    items += _step_items(t, slowest)
+    return items + [(f"... {len(t) - len(slowest):,} more steps (--format json or csv lists every one)", [])]
+
+
+def _step_items(t: Table, rows: np.ndarray) -> list[tuple[str, list[str]]]:
+    """The steps ``rows`` of ``t`` (``bound.step_bounds``), each its verdict and its evidence, in words."""
+    items = []
+    for row in zip(*(np.asarray(t[c])[rows].tolist() for c in (
             "rank", "step", "step_ns", "verdict", "gpu_busy_pct", "launch_wait_pct", "input_wait_pct", "other_idle_pct",
             "kernels", "kernel_median_ns", "launch_median_ns"))):
         rank, step, step_ns, verdict, busy, launch, fetch, other, kernels, median, launch_median = row
@@ -503,7 +529,7 @@ def _bound_items(t: Table) -> list[tuple[str, list[str]]]:
             "(the next kernel was queued, or its launch is not in the trace)",
             f"{kernels:,} kernels began in it"
             + (f", median {median / 1e3:,.1f} us on the GPU{cost}" if kernels else "")]))
-    return _more(items, len(t))
+    return items
 
 
 def _straggler_items(t: Table) -> list[tuple[str, list[str]]]:

@@ -138,3 +138,29 @@ def test_the_spans_of_the_cpu_timeline_one_step_a_name_on_the_kernels_time():
                    (PHASE, "mb0", -1, 500, 600), (PHASE, "mb0", 7, 700, 1_000)]
     # AND a profile imported before the origin was recorded: the first step's start
     assert int(TraceSpans.from_timeline(events, np.array([3]), origin_ns=None).start.min()) == 0
+
+
+def test_each_ranks_steps_summed_up_their_verdicts_medians_and_slowest():
+    from popvision_py.analysis.common.tables import Table
+
+    # GIVEN rank 3's four steps (1, 2, 3 and 9 ms; two launch-bound, one GPU-bound, one input-bound, the launch wait
+    # of one undefined) and rank 1's two equal steps, in no order
+    t = Table({"rank": np.array([3, 1, 3, 3, 1, 3]), "step": np.array([1, 1, 2, 3, 2, 4]),
+               "step_ns": np.array([1, 5, 9, 2, 5, 3]) * 1_000_000,
+               "verdict": np.array(["launch-bound", "gpu-bound", "gpu-bound", "launch-bound", "gpu-bound",
+                                    "input-bound"], dtype=object),
+               "gpu_busy_pct": np.array([10.0, 90.0, 80.0, 30.0, 70.0, 50.0]),
+               "launch_wait_pct": np.array([80.0, 1.0, np.nan, 60.0, 3.0, 0.0]),
+               "input_wait_pct": np.zeros(6)})
+    # WHEN they are summed up a rank
+    s = frame(bound.step_summary(t))
+    # THEN a row a rank, in rank order: the verdicts counted, the most first, ties in VERDICTS' order (gpu, input);
+    # medians of the steps that define them (rank 3's launch waits 80, 60, 0: 60); the slowest step, the first
+    # of equals for rank 1
+    assert [r["rank"] for r in s] == [1, 3]
+    assert [r["steps"] for r in s] == [2, 4]
+    assert [r["verdicts"] for r in s] == ["2 gpu-bound", "2 launch-bound, 1 gpu-bound, 1 input-bound"]
+    assert [r["median_step_ns"] for r in s] == [5e6, 2.5e6]
+    assert [r["gpu_busy_pct"] for r in s] == [80.0, 40.0] and [r["launch_wait_pct"] for r in s] == [2.0, 60.0]
+    assert [(r["slowest_step"], r["slowest_ns"], r["slowest_verdict"]) for r in s] == [
+        (1, 5_000_000, "gpu-bound"), (2, 9_000_000, "gpu-bound")]

@@ -257,20 +257,10 @@ def data_report():
 def test_a_long_runs_steps_are_summed_up_a_rank_then_the_slowest_listed(tmp_path):
     from dashboards import components as c
     from dashboards.app import create_app
-    from tests.importer.test_gpu_timeline import launch
+    from tests.importer.test_gpu_bound import import_long_run
 
-    # GIVEN one rank's 30 profiler steps of 1 ms, but step 17 of 3 ms; each a kernel launched 1 µs in, running from
-    # 10 µs in to 10 µs before the step ends: every step GPU-bound
-    lengths = {n: 3000 if n == 17 else 1000 for n in range(1, 31)}
-    events, start = [], 0
-    for n, length in lengths.items():
-        events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": start, "dur": length,
-                    **CPU}, launch("cudaLaunchKernel", start + 1, 5, n), kernel("gemm", start + 10, length - 20, 7, n)]
-        start += length
-    (tmp_path / "rank0.json").write_text(kineto(HEADER, events))
-    result = CliRunner().invoke(main, ["import", str(tmp_path / "rank0.json"), "-o", str(tmp_path / "out"), "-q"])
-    assert result.exit_code == 0, result.output
-    create_app([str(tmp_path / "out" / "profile.pop")])
+    # GIVEN one rank's 30 profiler steps of 1 ms, but step 17 of 3 ms, every one GPU-bound
+    create_app([str(import_long_run(tmp_path, 30))])
     gpu = page("gpu")
     # WHEN the page says what bound each step
     shown = gpu.bounds_table(data_report())

@@ -62,6 +62,21 @@ def events() -> list[dict]:
     ]
 
 
+def import_long_run(folder: Path, steps: int, slow: int = 17) -> Path:
+    """One rank's ``steps`` profiler steps of 1 ms, but step ``slow`` of 3 ms; each a kernel launched 1 µs in, running
+    from 10 µs in to 10 µs before the step ends (every step GPU-bound), imported through the CLI: the profile."""
+    events, start = [], 0
+    for n in range(1, steps + 1):
+        length = 3000 if n == slow else 1000
+        events += [annotation(f"ProfilerStep#{n}", start, length), launch("cudaLaunchKernel", start + 1, 5, n),
+                   kernel("gemm", start + 10, length - 20, 7, n)]
+        start += length
+    (folder / "rank0.json").write_text(kineto(HEADER, events))
+    result = CliRunner().invoke(main, ["import", str(folder / "rank0.json"), "-o", str(folder / "out"), "-q"])
+    assert result.exit_code == 0, result.output
+    return folder / "out" / "profile.pop"
+
+
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("bound")
@@ -101,6 +116,25 @@ def test_the_text_report_says_each_verdict_in_words(imported):
     assert "39.0%; idle 1.0% waiting for launches (the next kernel's launch came after the GPU went idle), 60.0% " \
            "while the DataLoader fetched" in result.output
     assert "rank 0 step 3 (1.000 ms): gpu-bound" in result.output
+
+
+def test_a_long_runs_steps_are_said_a_rank_at_a_time_then_the_slowest(tmp_path):
+    # GIVEN one rank's 50 steps of 1 ms but step 17 of 3 ms, every one GPU-bound: more than the 40 a report lists
+    profile = import_long_run(tmp_path, 50)
+    # WHEN the text report says what bound each step
+    result = CliRunner().invoke(main, ["report", str(profile), "--section", "gpu"])
+    assert result.exit_code == 0, result.output
+    text = result.output[result.output.index("What bound each step"):result.output.index("The kernels worth a look")]
+    lines = [line.strip() for line in text.splitlines()[2:] if line.strip()]
+    # THEN first the rank's 50 steps in a line, their median and the slowest; then the 10 slowest, step 17 first
+    # with its evidence; then how many more there are, not 40 steps alike
+    assert lines[0] == "rank 0 over 50 steps: 50 gpu-bound"
+    assert lines[1].startswith("median step 1.000 ms: GPU busy 98.0%")
+    assert lines[2] == "slowest: step 17 (3.000 ms), gpu-bound"
+    assert lines[3] == "the 10 slowest of 50 steps:"
+    assert lines[4] == "rank 0 step 17 (3.000 ms): gpu-bound"
+    assert sum(line.startswith("rank 0 step ") for line in lines) == 10
+    assert lines[-1] == "... 40 more steps (--format json or csv lists every one)"
 
 
 def test_the_short_kernel_launched_many_times_is_worth_a_look(imported):

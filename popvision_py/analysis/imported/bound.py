@@ -49,6 +49,8 @@ WORTH_COLUMNS = ["rank", "name", "reason", "kernels", "total_ns", "mean_ns", "me
 PHASE_COLUMNS = ["rank", "phase", "spans", "kernels", "gpu_ns", "overlap_ns", "overlap_pct", "overlapped_with",
                  "with_ns"]
 PAIR_COLUMNS = ["rank", "phase", "other", "overlap_ns"]
+SUMMARY_COLUMNS = ["rank", "steps", "verdicts", "median_step_ns", "gpu_busy_pct", "launch_wait_pct", "input_wait_pct",
+                   "slowest_step", "slowest_ns", "slowest_verdict"]
 
 
 @dataclass(frozen=True)
@@ -272,6 +274,38 @@ def step_bounds(k: Kernels, spans: TraceSpans, window: tuple[np.ndarray, np.ndar
                   "input_wait_pct": _pct(input_wait, span), "other_idle_ns": other, "other_idle_pct": _pct(other, span),
                   "kernels": count, "kernel_median_ns": kernel_median, "launch_median_ns": launch_median,
                   "verdict": verdict})
+
+
+def step_summary(t: Table) -> Table:
+    """Each rank's steps of ``step_bounds`` (``t``, ``BOUND_COLUMNS``) in a row, ``SUMMARY_COLUMNS``: how many, how
+    many each verdict bound in words ("970 gpu-bound, 8 launch-bound": the most first, ties in ``VERDICTS``'
+    order), the median step and the medians of its GPU busy share and waits (of the steps where they are
+    defined), and the slowest step (the first of equals), its time and verdict. A long run profiles thousands of
+    steps a rank: this is what a page or a report can show of them before the slowest."""
+    rank = np.asarray(t["rank"], np.int64)
+    ranks, group = _distinct(rank, inverse=True)
+    size = len(ranks)
+    words, code = np.unique(np.asarray(t["verdict"]).astype(str), return_inverse=True)
+    order = np.array([VERDICTS.index(w) if w in VERDICTS else len(VERDICTS) for w in words.tolist()], np.int64)
+    tally = np.zeros((size, len(words)), np.int64)
+    np.add.at(tally, (group, code), 1)
+    listed = np.lexsort((np.broadcast_to(order, tally.shape), -tally), axis=1)  # per rank: the most first
+    verdicts = np.array([", ".join(f"{tally[r, j]:,} {words[j]}" for j in listed[r] if tally[r, j])
+                         for r in range(size)], dtype=object)  # a few words a rank, not a row a step
+
+    def medians(column: str) -> np.ndarray:
+        values = np.asarray(t[column], np.float64)
+        kept = ~np.isnan(values)
+        return _medians(group[kept], values[kept], size)
+
+    step_ns = np.asarray(t["step_ns"], np.int64)
+    by_time = np.lexsort((np.arange(len(rank)), -step_ns, group))
+    slowest = by_time[np.r_[0, np.cumsum(np.bincount(group, minlength=size))[:-1]]] if size else by_time
+    return Table({"rank": ranks, "steps": np.bincount(group, minlength=size), "verdicts": verdicts,
+                  "median_step_ns": medians("step_ns"), "gpu_busy_pct": medians("gpu_busy_pct"),
+                  "launch_wait_pct": medians("launch_wait_pct"), "input_wait_pct": medians("input_wait_pct"),
+                  "slowest_step": np.asarray(t["step"], np.int64)[slowest], "slowest_ns": step_ns[slowest],
+                  "slowest_verdict": np.asarray(t["verdict"], dtype=object)[slowest]})
 
 
 def worth_a_look(k: Kernels, window: tuple[np.ndarray, np.ndarray], long_kernels: int = LONG_KERNELS,
