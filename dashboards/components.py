@@ -192,15 +192,17 @@ def table(
 
 
 def rank_table(frame: pd.DataFrame, columns: Mapping[str, str], formats: Mapping[str, Formatter] | None = None,
-               table_id: str | None = None, rank: str = "rank", named: Any = None) -> html.Div:
+               table_id: str | None = None, rank: str = "rank", named: Any = None,
+               keys: tuple[str, ...] = ()) -> html.Div:
     """A table of rows per rank (``table``); past ``MANY_RANKS`` ranks, each shown figure's spread over the ranks
     and the ranks furthest past its median (``spread.spread``), then the rows of those ranks alone (or of
-    ``named``, the ranks another table named)."""
+    ``named``, the ranks another table named). ``keys``: numeric columns that name a row (a step's number), not
+    figures to spread."""
     ranks = frame[rank].to_numpy() if len(frame) else np.zeros(0)
     distinct = np.unique(ranks)
     if len(distinct) <= MANY_RANKS:
         return table(frame, columns, formats, table_id=table_id)
-    shown = [col for col in columns if col != rank and pd.api.types.is_numeric_dtype(frame[col])
+    shown = [col for col in columns if col != rank and col not in keys and pd.api.types.is_numeric_dtype(frame[col])
              and frame[col].dtype != bool]
     if named is None:
         if len(distinct) == len(ranks):
@@ -216,8 +218,8 @@ def rank_table(frame: pd.DataFrame, columns: Mapping[str, str], formats: Mapping
     if len(distinct) == len(ranks):
         found = spread(ranks, {col: frame[col].to_numpy(np.float64) for col in shown}).frame()
         # each figure in its own column's units (ms, %, bytes): its format, else its name's suffix's, else a number
-        own = {col: (formats or {}).get(col) or (fmt_for_column(col) if fmt_for_column(col) is not fmt_text
-                                                 else fmt_number) for col in shown}
+        own = {col: fmt_for_column(col) for col in shown}
+        own = {col: (formats or {}).get(col) or (fmt_number if fmt is fmt_text else fmt) for col, fmt in own.items()}
         for k in ("min", "p50", "p90", "max"):
             found[k] = [own[col](v) for col, v in zip(found["figure"], found[k].tolist())]
         found["figure"] = found["figure"].map(lambda col: columns[col])

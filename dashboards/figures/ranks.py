@@ -117,13 +117,14 @@ def sorted_areas(labels: Sequence[str], parts: Sequence[tuple[str, np.ndarray, s
                                      hovertemplate="%{customdata}: " + hover + " " + name + "<extra></extra>"))
     top = np.sum([np.nan_to_num(np.asarray(values, np.float64)[order]) for _, values, _ in parts], axis=0)
     median = float(np.nanmedian(key)) if np.isfinite(key).any() else np.nan
-    for k in range(min(named, len(order))):
-        value = key[order[k]]
-        past = 100 * (value / median - 1) if median else float(np.sign(value)) * np.inf if value else 0.0
-        if not (past >= NAMED_PAST_PCT if most_first else past <= -NAMED_PAST_PCT):  # near the median, or NaN
+    with np.errstate(divide="ignore", invalid="ignore"):  # a median of 0: a rank past it is infinitely past
+        past = 100 * (key[order[:named]] / median - 1)
+    for k in range(len(past)):
+        if not (past[k] if most_first else -past[k]) >= NAMED_PAST_PCT:  # near the median, short of it, or NaN
             break
         # below its point, inside the plot: above it the legend may be
-        fig.add_annotation(x=k, y=float(top[k]), text=f"{shown[k]}" + (f" ({past:+.1f}%)" if median else ""),
+        words = f" ({past[k]:+.1f}%)" if np.isfinite(past[k]) else ""
+        fig.add_annotation(x=k, y=float(top[k]), text=f"{shown[k]}{words}",
                            showarrow=True, arrowhead=1, ax=50 + 30 * k, ay=30 + 20 * k, xanchor="left",
                            bgcolor="rgba(255, 255, 255, 0.85)")
     fig.update_xaxes(title=f"{len(order):,} ranks, {what} first (hover for each)")

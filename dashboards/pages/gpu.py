@@ -154,8 +154,8 @@ def _step(v: Any) -> str:
     return "whole trace" if v < 0 else f"{v:,}"
 
 
-BOUND_FORMATS = {"rank": c.fmt_int, "step": str, "verdict": str, "steps": c.fmt_int, "verdicts": str,
-                 "slowest_step": str, "slowest_verdict": str,
+BOUND_FORMATS = {"rank": c.fmt_int, "step": _step, "verdict": str, "steps": c.fmt_int, "verdicts": str,
+                 "slowest_step": _step, "slowest_verdict": str,
                  **{k: _seconds for k in ("step_ns", "kernel_median_ns", "launch_median_ns", "median_step_ns",
                                           "slowest_ns")}}
 
@@ -165,13 +165,11 @@ def bounds_table(report: Any) -> Any:
     ``STEPS_LISTED`` steps in all (a long run profiles thousands), each rank's steps summed up
     (``gpu.step_summary``), then the slowest steps (of the ranks that stand out, past ``MANY_RANKS`` ranks)."""
     frame = report.gpu.bounds()
-    frame = frame.assign(step=frame["step"].map(_step))  # a step's number names it: not a figure to spread
     named = named_ranks(report)
     if len(frame) <= STEPS_LISTED or frame["rank"].is_unique:  # few steps, or a step a rank: each step
         return c.rank_table(frame, named=named, table_id="gpu-bounds-table", columns=BOUND_STEP_COLUMNS,
-                            formats=BOUND_FORMATS)
-    ranks = report.gpu.step_summary()
-    summary = c.rank_table(ranks.assign(slowest_step=ranks["slowest_step"].map(_step)), named=named,
+                            formats=BOUND_FORMATS, keys=("step",))
+    summary = c.rank_table(report.gpu.step_summary(), named=named, keys=("slowest_step",),
                            table_id="gpu-bounds-summary", formats=BOUND_FORMATS,
                            columns={"rank": "rank", "steps": "steps", "verdicts": "bound by",
                                     "median_step_ns": "median step", "gpu_busy_pct": "GPU busy (median)",

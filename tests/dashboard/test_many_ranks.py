@@ -216,6 +216,11 @@ def test_a_spread_of_many_ranks_speaks_each_figures_own_units():
     cells = [c.fmt_seconds(v) for v in (0.0, 0.0195, 0.039)]
     text = str(div.to_plotly_json())
     assert all(cell in text for cell in cells) and "'0.00'" not in text, cells
+    # AND a column that names a row (a step's number) is not spread as a figure when the table says so
+    frame = frame.assign(step=np.arange(40) + 100)
+    spread_rows = c.rank_table(frame, {"rank": "rank", "step": "step", "calls": "calls"}, keys=("step",)).children[1]
+    figures = [row.children[0].children for row in spread_rows.children.children[1].children]
+    assert figures == ["calls"]
 
 
 def _compute_share(profile: Path, ranks_: int, edges: np.ndarray) -> np.ndarray:
