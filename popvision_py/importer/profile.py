@@ -312,8 +312,9 @@ def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_
                     tables[table].write(columns)
                 release(t, plan.ready[ipu])
                 release_memory()  # the window's arrays: freed, and handed back
-        for batched in (*tables.values(), kernels):
+        for batched in (*tables.values(), kernels):  # each table's last rows written and encoded before the next's
             batched.flush()
+            batched.table.close()
         writer.set_run("import", run["import"])
     return run
 
