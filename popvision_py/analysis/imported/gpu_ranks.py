@@ -162,16 +162,32 @@ def sorted_chunks(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) ->
         last = int(ipus[-1]) if len(ipus) else ipu
         ends = np.searchsorted(ipus, np.arange(ipu, last + 1), side="right")  # the rows up to each IPU's end
         found = runs(ends[:-1], rows)  # the IPUs before the last one read: all their rows are here
-        yield from _chunks(table, ipu, ends, found[:-1], ranks)
+        done = list(_chunks(table, ipu, ends, found[:-1], ranks))
         keep = found[-1][0] if found else 0  # the last run may take IPUs still to come
         held, ipu = table.slice(int(ends[keep - 1]) if keep else 0), ipu + keep
+        del table, ipus  # the rows made into runs are not held while their figures are computed
+        yield from _released(done)
     if held is not None and len(held):
         ipus = numbers(held["ipu"])
         ends = np.searchsorted(ipus, np.arange(ipu, int(ipus[-1]) + 1), side="right")
-        yield from _chunks(held, ipu, ends, runs(ends, rows), ranks)
+        done = list(_chunks(held, ipu, ends, runs(ends, rows), ranks))
+        del held
+        yield from _released(done)
         ipu = int(ipus[-1]) + 1
     if ipu < len(ranks):
         yield Chunk(ipu, gpu.Kernels.build([], [], [], [], [], [], ranks=ranks[ipu:]))
+
+
+def _released(chunks: list[Chunk]) -> Iterator[Chunk]:
+    """The runs one at a time, each let go once the next is asked for, and the Arrow memory pool's freed pages
+    handed back before each: it keeps what decoding and joining a run's row groups freed (as much again as the
+    run's kernels: 5 GB of traces in 4 ranks, a run of 787 K kernels, 110 MiB, left 280 MiB more resident)."""
+    chunks.reverse()
+    while chunks:
+        chunk = chunks.pop()
+        pa.default_memory_pool().release_unused()
+        yield chunk
+        del chunk
 
 
 def _chunks(table: pa.Table, ipu: int, ends: np.ndarray, found: list[tuple[int, int]],
