@@ -335,3 +335,36 @@ def test_json_to_stdout_and_to_a_file_are_the_same_bytes(synthetic_profiles, tmp
     # THEN both hold the same bytes, one JSON document
     assert to_stdout.exit_code == 0 and to_stdout.stdout_bytes == out.read_bytes()
     assert json.loads(out.read_bytes())["sections"]["summary"]["figures"]["step_cycles"] == 4500
+
+
+def test_a_long_tables_rows_are_encoded_a_piece_at_a_time_and_join_to_json_dumps(monkeypatch):
+    # GIVEN tables longer than a piece (3 rows here): 0 to 9 rows of ints, floats with a NaN and strings, as a
+    # Table and as a DataFrame whose index is not its rows' positions, then a block of figures
+    import numpy as np
+    import pandas as pd
+
+    from popvision_py.analysis.common.tables import Table
+    from popvision_py.render import jsonout
+    from popvision_py.render.document import Document
+
+    monkeypatch.setattr(jsonout, "PIECE_ROWS", 3)
+    for n in (0, 1, 3, 4, 7, 9):
+        x = np.linspace(0, 1, n)
+        x[n // 2:n // 2 + 1] = np.nan
+        columns = {"step": np.arange(n), "x": x, "name": np.array([f"rank {i}" for i in range(n)], object)}
+        doc = Document("report", "t", [])
+        doc.add("liveness.by_step", "L", Table(columns))
+        doc.add("liveness.frame", "F", pd.DataFrame(columns, index=np.arange(n)[::-1] + 5))
+        doc.add("liveness.after", "A", {"k": 1})
+        pieces = list(jsonout.chunks(doc))
+        # THEN the pieces join to what json.dumps writes with an indent of two, byte for byte
+        want = (json.dumps(jsonout.to_dict(doc), indent=2, allow_nan=False) + "\n").encode()
+        assert b"".join(pieces) == want
+        # AND the rows are the table's, in order (the frame's by position), the NaN as null
+        sections = json.loads(want)["sections"]["liveness"]
+        for rows in (sections["by_step"], sections["frame"]):
+            assert [r["step"] for r in rows] == list(range(n))
+            assert [r["name"] for r in rows] == [f"rank {i}" for i in range(n)]
+            assert [r["x"] is None for r in rows] == [bool(v) for v in np.isnan(x)]
+        # AND no piece holds more than a piece's rows (without the pieces, a table's rows came in one)
+        assert max(p.count(b'"step"') for p in pieces) == min(n, 3)

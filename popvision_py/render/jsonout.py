@@ -20,6 +20,9 @@ if TYPE_CHECKING:  # annotations only: `popvision sql` renders its table without
 
 JSON_FORMAT = "popvision-report"
 JSON_VERSION = 1
+# A table's rows made into objects and encoded at a time (``chunks``): a long table (the liveness section's memory
+# at each of 420 K steps, say) is never held as objects whole
+PIECE_ROWS = 1 << 15
 
 
 def plain(v: Any) -> Any:
@@ -58,10 +61,14 @@ def values(column: Any) -> list[Any]:
     return [plain(v) for v in column.tolist()]
 
 
-def records(frame: Table | pd.DataFrame) -> list[dict[str, Any]]:
-    """Rows as objects; a Table's arrays are read directly, a DataFrame's through its Series."""
+def records(frame: Table | pd.DataFrame, rows: slice = slice(None)) -> list[dict[str, Any]]:
+    """Rows (all, or a ``slice`` of them) as objects; a Table's arrays are read directly, a DataFrame's through
+    its Series."""
     names = column_names(frame)
-    columns = [values(frame[c]) for c in (names if isinstance(frame, Table) else frame.columns)]
+    if isinstance(frame, Table):
+        columns = [values(frame[c][rows]) for c in names]
+    else:
+        columns = [values(frame[c].iloc[rows]) for c in frame.columns]
     return [dict(zip(names, row)) for row in zip(*columns)] if columns else []
 
 
@@ -129,10 +136,24 @@ def chunks(doc: Document) -> Iterator[bytes]:
     for i, (section, blocks) in enumerate(sections.items()):
         yield b"," * (i > 0) + b"\n    " + _compact(section) + b": {"
         for j, (name, b) in enumerate(blocks.items()):
-            laid_out = msgspec.json.format(_compact(block_data(b)), indent=2).replace(b"\n", b"\n      ")
-            yield b"," * (j > 0) + b"\n      " + _compact(name) + b": " + laid_out
+            yield b"," * (j > 0) + b"\n      " + _compact(name) + b": "
+            yield from _laid_out(b, msgspec.json.format)
         yield b"\n    }"
     yield b"\n  }\n}\n" if sections else b"\n}\n"
+
+
+def _laid_out(b: Any, layout: Any) -> Iterator[bytes]:
+    """A block's value as ``chunks`` lays it out (``layout``: msgspec's formatter), a table's rows ``PIECE_ROWS`` at a
+    time: each piece is a list laid out on its own, less its brackets' lines, the pieces joined by a comma and a
+    line break, as the whole list's items are."""
+    if isinstance(b.data, dict) or b.tree or len(b.data) <= PIECE_ROWS:
+        yield layout(_compact(block_data(b)), indent=2).replace(b"\n", b"\n      ")
+        return
+    yield b"["
+    for at in range(0, len(b.data), PIECE_ROWS):
+        piece = layout(_compact(records(b.data, slice(at, at + PIECE_ROWS))), indent=2)
+        yield b"," * (at > 0) + piece[1:-2].replace(b"\n", b"\n      ")  # "[" and "\n]" left off
+    yield b"\n      ]"
 
 
 def render(doc: Document) -> bytes:
