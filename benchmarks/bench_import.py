@@ -77,6 +77,9 @@ sys.path.insert(0, str(HERE))
 import make_gpu_trace  # noqa: E402  (benchmarks/ is this script's folder)
 import make_large_trace  # noqa: E402
 
+sys.path.insert(1, str(ROOT))
+from popvision_py.cli import ENVIRONMENT  # noqa: E402  (the warm-up runs in the environment the dashboard does)
+
 SIZES_MB = (100, 1000, 10000)
 PAGE = os.sysconf("SC_PAGE_SIZE")
 SAMPLE_S = 0.1
@@ -294,7 +297,8 @@ def run_path(folder: Path, work: Path, tag: str, cap: int, timeout_s: float, roo
     for step, command in commands(folder, out, gpu).items():
         if step == "import":
             warm(folder)
-        figures = measure(command, logs / f"{step}_{tag}.log", env, cap, timeout_s, root)
+        run_env = {**ENVIRONMENT.get("dashboard", {}), **env} if step == "warm-up" else env  # as `popvision dashboard`
+        figures = measure(command, logs / f"{step}_{tag}.log", run_env, cap, timeout_s, root)
         steps[step] = figures
         if step == "import" and figures["outcome"] == "ok":
             figures["profile_bytes"] = (out / "profile.pop").stat().st_size
