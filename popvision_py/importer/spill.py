@@ -267,7 +267,7 @@ class SpilledRank:
             memory_changes=changed)
         trace.spill = out
         out.release()
-        release_memory()
+        release_memory(raw.size + out.size)  # its parts and the copies of its columns laid out: made and dropped
         return trace
 
     def _scratch(self) -> SpillFile:
