@@ -74,8 +74,12 @@ def find_traces(given: Iterable[str]) -> list[Path]:
 def looks_like_trace(path: Path, peek: int = 1 << 16) -> bool:
     """Whether a file in a folder is taken as a trace: any but a whole JSON document of at most ``peek`` bytes
     (gzipped or not) without a ``"traceEvents"`` key, such as a run's settings beside its traces. A damaged
-    trace is taken, so that the reader says what is wrong with it rather than a rank going missing."""
+    trace is taken, so that the reader says what is wrong with it rather than a rank going missing. A ``.json``
+    file of more than ``peek`` bytes is taken by its size, unread (what a peek would find: it is not whole), so
+    that a folder of thousands of ranks is read once, by the import; a ``.json.gz`` file is peeked at."""
     try:
+        if not path.name.endswith(".gz") and path.stat().st_size > peek:
+            return True
         with open(path, "rb") as raw:
             head = raw.read(peek + 1)
         if head[:2] == b"\x1f\x8b":

@@ -507,12 +507,22 @@ def autograd_rows(nodes: np.ndarray, name: int) -> np.ndarray:
 
 
 _TRIM: list[Any] = []  # libc's malloc_trim once found (None elsewhere)
+CHURN_BYTES = 8 << 20  # bytes made and dropped between two trims at most, where the caller counts them
+_CHURNED = [0]  # bytes counted since the last trim
 
 
-def release_memory() -> None:
+def release_memory(churned: int | None = None) -> None:
     """Hand the heap's freed pages back to the system: glibc keeps them after the churn of many arrays made
     and merged (the ranks' parts), so the resident set would stay at its high-water mark. Elsewhere, nothing.
-    libc is looked up once: a job of thousands of small ranks calls this several times a rank."""
+    With ``churned``, the bytes of what was just made and dropped (a window's rows, say), only once the bytes so
+    counted since the last trim pass ``CHURN_BYTES``: a trim walks the whole heap however little was freed, and a
+    job of thousands of small ranks, a few kilobytes each, calls this several times a rank (0.8 s at 4,096 ranks);
+    what a small rank frees, the next one takes again. Without it (a phase's end), at once. libc is looked up once."""
+    if churned is not None:
+        _CHURNED[0] += churned
+        if _CHURNED[0] < CHURN_BYTES:
+            return
+    _CHURNED[0] = 0
     if not _TRIM:
         try:
             import ctypes
@@ -522,6 +532,13 @@ def release_memory() -> None:
             _TRIM.append(None)
     if _TRIM[0] is not None:
         _TRIM[0](0)
+
+
+def columns_bytes(columns: dict[str, Any]) -> int:
+    """The bytes of a table's columns, about (8 a value, an int64's): what a window or a slice made, dropped once
+    written, for ``release_memory`` to count. Its rows, not each column's bytes: asking an Arrow column its bytes
+    costs as much as the trim this spares."""
+    return 8 * len(columns) * len(next(iter(columns.values()), ()))
 
 
 def open_trace(path: Path) -> tuple[BinaryIO, BinaryIO | None]:

@@ -34,7 +34,7 @@ from popvision_py.format import ProfileWriter
 from popvision_py.format.arrays import to_arrow
 from popvision_py.format.schema import KERNEL_KINDS, SCHEMA_VERSION
 from popvision_py.importer import plain_steps
-from popvision_py.importer.parts import ANNOTATION_KINDS, any_of, release_memory
+from popvision_py.importer.parts import ANNOTATION_KINDS, any_of, columns_bytes, release_memory
 from popvision_py.importer.kernels import KERNEL_COLUMN
 from popvision_py.importer.read import KIND, RankTrace, TraceError
 from popvision_py.importer.spill_files import blocks, release
@@ -303,7 +303,7 @@ def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_
         for ipu, t in enumerate(traces):
             for block in kernel_rows(t, ipu, plan.lo):
                 kernels.write(block)
-                release_memory()
+                release_memory(columns_bytes(block))
             rows = rank_rows_by_window(t, (plan.lo, plan.hi), plan.ready[ipu], busy_rows)
             for window in rank_tables(t, ipu, plan, _peak(t, plan.lo, plan.hi), rows):
                 if "hidden_comm_ns" in window:  # the rank's end: its tables that needed all of its rows
@@ -311,7 +311,9 @@ def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_
                 for table, columns in window.items():
                     tables[table].write(columns)
                 release(t, plan.ready[ipu])
-                release_memory()  # the window's arrays: freed, and handed back
+                # the window's arrays: freed, and handed back once a few MiB of them have been
+                release_memory(sum(columns_bytes(columns) for columns in window.values()))
+        release_memory()  # the last windows', whatever their bytes
         for batched in (*tables.values(), kernels):  # each table's last rows written and encoded before the next's
             batched.flush()
             batched.table.close()

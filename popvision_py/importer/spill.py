@@ -267,7 +267,7 @@ class SpilledRank:
             memory_changes=changed)
         trace.spill = out
         out.release()
-        release_memory()
+        release_memory(raw.size + out.size)  # its parts and the copies of its columns laid out: made and dropped
         return trace
 
     def _scratch(self) -> SpillFile:
@@ -308,9 +308,9 @@ def spilled(trace: RankTrace, folder: Path) -> RankTrace:
     """A rank read whole in memory (a worker's ``ranges.read_whole``), its arrays laid out in a shared spill file in
     ``folder`` and mapped, as ``SpilledRank.trace`` leaves them: what the parent holds of it is its pages read."""
     out = SpillFile(folder, shared=True)
-    refs = {name: out.append(np.asarray(getattr(trace, name))) for name in TRACE_ARRAYS}
+    refs = out.append_all([np.asarray(getattr(trace, name)) for name in TRACE_ARRAYS])
     out.freeze()
-    for name, ref in refs.items():
+    for name, ref in zip(TRACE_ARRAYS, refs):
         setattr(trace, name, out.array(ref))
     trace.spill = out
     out.release()

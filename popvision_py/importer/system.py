@@ -23,7 +23,7 @@ import numpy as np
 
 from popvision_py.format import system as S
 from popvision_py.format.atomic import synced_folder
-from popvision_py.importer.parts import any_of, release_memory
+from popvision_py.importer.parts import any_of, columns_bytes, release_memory
 from popvision_py.importer.read import KIND, RankTrace
 from popvision_py.importer.spill_files import release
 
@@ -86,6 +86,7 @@ def write_timelines(traces: list[RankTrace], folder: Path, one_file_past: int = 
         _write_all(traces, written[0])
     else:
         written = _write_each(traces, folder)
+    release_memory()  # the last slices', whatever their bytes
     synced_folder(folder)
     ours = {p.name for p in written}
     for stale in S.files_in(folder):
@@ -148,6 +149,7 @@ def _write_rank(trace: RankTrace, path: Path, tidy: bool) -> None:
     """One rank's file, a slice of its spans at a time (``tidy``: the folder's killed writers' files removed)."""
     with S.SystemWriter(path, process_name(trace.rank), _pid(trace), tidy=tidy, sync_folder=False) as writer:
         for at in range(0, max(len(trace.kind), 1), SLICE_SPANS):  # a slice at a time: rows of a few spans
-            writer.write(rank_columns(trace, slice(at, at + SLICE_SPANS)))
+            columns = rank_columns(trace, slice(at, at + SLICE_SPANS))
+            writer.write(columns)
             release(trace)
-            release_memory()
+            release_memory(columns_bytes(columns))

@@ -36,19 +36,39 @@ TYPE_WORDS = ["compute_set", "global_exchange", "all_reduce", "stream_copy"]
 Table = dict[str, Any]
 
 
+SMALL_COLUMN_ROWS = 256  # a column of at most this many rows is made once for all the ranks that have it
+
+
 def category(codes: np.ndarray, words: list[str]) -> pa.DictionaryArray:
     """A string column as dictionary codes: ``words[codes]``, its dictionary in order of first appearance
     (as Arrow's dictionary_encode of the strings would make it), never a string per row."""
     codes = np.asarray(codes, np.int64)
+    if len(codes) <= SMALL_COLUMN_ROWS:
+        return _small_category(tuple(words), codes.tobytes())
+    return _category(codes, words)
+
+
+# A job of thousands of small ranks makes the same few small columns rank after rank (each rank's window of a few
+# dozen rows: its passes, phases, names): each made once, as Arrow arrays are never changed; what it takes to make
+# one (a dozen calls of a microsecond each) is what it takes to look up a few hundred.
+@functools.lru_cache(maxsize=1024)
+def _small_category(words: tuple[str, ...], codes: bytes) -> pa.DictionaryArray:
+    return _category(np.frombuffer(codes, np.int64), words)
+
+
+def _category(codes: np.ndarray, words: list[str] | tuple[str, ...]) -> pa.DictionaryArray:
+    """``category`` made: its codes remapped to those of the words they use, in order of first appearance."""
+    n = len(codes)
     word_code, unique = _distinct(tuple(words))
-    codes = word_code[codes] if len(codes) else codes
-    first = np.full(len(unique), len(codes), np.int64)
-    np.minimum.at(first, codes, np.arange(len(codes)))  # each code's first row
-    used = np.flatnonzero(first < len(codes))
-    order = used[np.argsort(first[used], kind="stable")]
+    codes = word_code[codes] if n else codes
+    first = np.full(len(unique), n, np.int64)
+    np.minimum.at(first, codes, np.arange(n))  # each code's first row (n: none)
+    # the codes used, by their first row: those of none sort last
+    order = np.argsort(first, kind="stable")[:np.count_nonzero(first < n)]
     remap = np.zeros(len(unique), np.int32)
     remap[order] = np.arange(len(order), dtype=np.int32)
-    return pa.DictionaryArray.from_arrays(arrow(remap[codes]), _dictionary(unique, tuple(order.tolist())))
+    indices = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(remap[codes])])
+    return pa.DictionaryArray.from_arrays(indices, _dictionary(unique, tuple(order.tolist())))
 
 
 # The same few word lists (passes, phases, a job's names) and dictionaries come back rank after rank: each made once,

@@ -1,7 +1,7 @@
 """A job's traces at any rank count: an import of many small ranks holds every rank, leaves nothing behind
 (no spill file, no file open), raises the limit on open files it needs, says so in one sentence where it
-cannot, and prints no line that grows with the ranks; the trace's levels of detail are the same whether its
-rows are held to the end or binned as they come."""
+cannot, prints no line that grows with the ranks, and trims its heap at its phases' ends, not each rank; the
+trace's levels of detail are the same whether its rows are held to the end or binned as they come."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from popvision_py.format import levels, open_profile
 from popvision_py.format.levels import LevelFold
 import popvision_py.importer as importer
-from popvision_py.importer import find_traces, import_traces, ranges, read_traces
+from popvision_py.importer import find_traces, import_traces, parts, ranges, read_traces
 from tests.importer.test_import_ranges import assert_same
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,6 +84,47 @@ def test_an_import_of_many_ranks_leaves_no_file_open(many_ranks, tmp_path):
     import_traces(find_traces([str(many_ranks)]), tmp_path / "out" / "profile.pop", jobs=1)
     # THEN it has the same files open once the profile and the timelines are written: every spill file closed
     assert len(os.listdir("/proc/self/fd")) <= len(before)
+
+
+def counted_trims(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each trim of the heap from now on (libc's malloc_trim counted in its place), none counted before (nor the
+    resident set a reader of byte ranges measures its growth from: this process's, once it reads its next range)."""
+    trims: list[int] = []
+    monkeypatch.setattr(parts, "_TRIM", [trims.append])
+    monkeypatch.setattr(parts, "_CHURNED", [0])
+    monkeypatch.setattr(ranges, "_HEAP", [0])
+    return trims
+
+
+def test_the_heap_is_trimmed_once_the_bytes_counted_pass_churn_bytes(monkeypatch):
+    # GIVEN trims counted, and CHURN_BYTES of 8 MiB
+    trims = counted_trims(monkeypatch)
+    assert parts.CHURN_BYTES == 8 << 20
+    # WHEN 3 MiB are churned twice THEN the heap is not trimmed (6 MiB)
+    parts.release_memory(3 << 20)
+    parts.release_memory(3 << 20)
+    assert trims == []
+    # WHEN 3 MiB more (9 MiB) THEN it is trimmed, and the count starts again
+    parts.release_memory(3 << 20)
+    assert len(trims) == 1
+    parts.release_memory(7 << 20)
+    assert len(trims) == 1
+    # AND a call that counts nothing (a phase's end) trims at once, and starts the count again
+    parts.release_memory()
+    assert len(trims) == 2
+    parts.release_memory(7 << 20)
+    assert len(trims) == 2
+
+
+def test_an_import_of_small_ranks_trims_the_heap_at_its_phases_ends_not_each_rank(many_ranks, tmp_path,
+                                                                                   monkeypatch):
+    # GIVEN 64 ranks of about 32 KB (what each one's read and write make and drop is under CHURN_BYTES in all)
+    trims = counted_trims(monkeypatch)
+    # WHEN they are imported in this process
+    import_traces(find_traces([str(many_ranks)]), tmp_path / "out" / "profile.pop", jobs=1)
+    # THEN the heap is trimmed once the ranks are read, once the profile is written and once their timelines are:
+    # three times, not four times a rank
+    assert len(trims) == 3
 
 
 def test_small_ranks_read_whole_by_workers_are_the_ranks_read_range_by_range(many_ranks, tmp_path, monkeypatch):

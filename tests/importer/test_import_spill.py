@@ -37,6 +37,22 @@ def test_runs_unioned_a_stretch_of_time_at_a_time_are_their_union(tmp_path):
     assert out.array(ref).tolist() == [[0, 12], [20, 20], [30, 35], [40, 50]]
 
 
+def test_arrays_appended_in_one_write_lie_where_appended_one_by_one(tmp_path):
+    # GIVEN a rank's kinds of arrays: int8 and int64 columns, an empty one, rows of two and of thirteen
+    arrays = [np.arange(5, dtype=np.int8), np.arange(3, dtype=np.int64) * 7, np.zeros(0, np.int32),
+              np.array([[1, 2], [3, 4]]), np.zeros((0, 13), np.int64), np.arange(26).reshape(2, 13)]
+    # WHEN they are appended to one file one by one, and to another all in one write
+    one_by_one, at_once = SpillFile(tmp_path), SpillFile(tmp_path)
+    refs = [one_by_one.append(a) for a in arrays]
+    together = at_once.append_all(arrays)
+    # THEN each lies at the same place, of the same dtype and shape, and the files are as long
+    assert together == refs and at_once.size == one_by_one.size
+    at_once.freeze()
+    for values, ref in zip(arrays, together):
+        read = at_once.array(ref)
+        assert read.dtype == values.dtype and read.tolist() == values.tolist()
+
+
 @pytest.mark.parametrize("batch", [1, 7, 1000])
 def test_random_runs_unioned_and_reduced_in_stretches_are_what_one_pass_makes(batch, tmp_path):
     # GIVEN 30 runs of random intervals and of random memory samples (each run merged, or reduced, on its own)
