@@ -56,8 +56,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 # command name -> environment it runs in unless the user set otherwise, set before its module (and pyarrow, which
 # reads it once) is imported. Arrow's allocations from the system's allocator, whose freed pages are handed back
-# as the command goes: the import's window by window (``importer.parts.release_memory``); the report's a GPU
-# section's run of ranks at a time (``gpu_ranks``: the pool's ``release_unused``, glibc's ``malloc_trim`` here).
+# as the command goes: the import's once a few MiB of its windows have been dropped (``importer.parts.
+# release_memory``); the report's before each run of ranks of a GPU section (``gpu_ranks``: the pool's
+# ``release_unused``, glibc's ``malloc_trim`` here).
 # Arrow's own (mimalloc) keeps what its threads freed: the import's memory would climb with the rows it writes,
 # and the report's and the dashboard's are 10 to 20% more (``report --section all --format json``: 100 MB of
 # traces in 4 ranks, 193 and 195 MiB against 168; 554 MB in 4,096 ranks, 323 MiB against 275 and 283; the
