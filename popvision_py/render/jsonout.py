@@ -120,8 +120,8 @@ def _compact(value: Any) -> bytes:
 def chunks(doc: Document) -> Iterator[bytes]:
     """The document as JSON, in pieces: ``json.dumps(to_dict(doc), indent=2)`` and a newline, byte for byte, when
     joined. Each block is built, encoded and laid out on its own and its Python objects let go, so that a report
-    of thousands of ranks holds one block's rows as objects at a time, and nothing of the whole text: the CLI
-    writes the pieces as they come.
+    of thousands of ranks holds one block's rows as objects at a time (a long table's, ``PIECE_ROWS`` of them:
+    ``_laid_out``), and nothing of the whole text: the CLI writes the pieces as they come.
 
     ``json.dumps`` with an indent runs Python's own encoder (C's writes compact JSON only): 0.29 s for
     bert-large's 8 MB report. Encoded compact in C, then laid out by msgspec's formatter, which copies every
