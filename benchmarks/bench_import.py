@@ -77,8 +77,6 @@ sys.path.insert(0, str(HERE))
 import make_gpu_trace  # noqa: E402  (benchmarks/ is this script's folder)
 import make_large_trace  # noqa: E402
 
-sys.path.insert(1, str(ROOT))
-from popvision_py.cli import ENVIRONMENT  # noqa: E402  (the warm-up runs in the environment the dashboard does)
 
 SIZES_MB = (100, 1000, 10000)
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -242,6 +240,9 @@ WARM_UP = (
     "create_app([sys.argv[1]])\n"
     "data.current().warm()\n"
 )
+# The environment `popvision dashboard` runs in (``popvision_py.cli.ENVIRONMENT``), the warm-up's: Arrow on the
+# system's allocator
+DASHBOARD_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
 STEPS = ("import", "report", "report-gpu", "sql", "export-trace", "warm-up")  # report-gpu: GPU traces only
 
 
@@ -297,7 +298,7 @@ def run_path(folder: Path, work: Path, tag: str, cap: int, timeout_s: float, roo
     for step, command in commands(folder, out, gpu).items():
         if step == "import":
             warm(folder)
-        run_env = {**ENVIRONMENT.get("dashboard", {}), **env} if step == "warm-up" else env  # as `popvision dashboard`
+        run_env = {**DASHBOARD_ENV, **env} if step == "warm-up" else env
         figures = measure(command, logs / f"{step}_{tag}.log", run_env, cap, timeout_s, root)
         steps[step] = figures
         if step == "import" and figures["outcome"] == "ok":
