@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -346,12 +346,14 @@ def window(index: SystemIndex, start_ns: int | None = None, end_ns: int | None =
     """The events between two times (ns), each one while there are at most ``max_events``, else in at most
     ``max_bins`` bins per (row, name): a span group's time in each bin and its events there, an instant
     group's count, a counter's mean. A counter keeps its points on each side of the window, so its line
-    reaches the window's edges."""
+    reaches the window's edges. Each group's rows are gathered as arrays and made one frame at the end
+    (``_Parts``): a long run's steps are a group each (``ProfilerStep#N``: 70 K groups at 10 GB of traces in
+    4 ranks), and a frame a group took 1.6 ms each, minutes in all."""
     a = index.start_ns if start_ns is None else int(start_ns)
     b = index.end_ns if end_ns is None else int(end_ns)
     b = max(b, a + 1)
     inside = index.count(a, b)
-    parts = []
+    parts = _Parts(index)
     if inside <= max_events:
         for g in index.groups:
             if g.kind == SPAN:
@@ -365,9 +367,9 @@ def window(index: SystemIndex, start_ns: int | None = None, end_ns: int | None =
                 picked = np.arange(lo, hi)
             if len(picked):
                 rows = g.events[picked]
-                parts.append(_frame(index, g, g.start[picked], g.end[picked], g.end[picked] - g.start[picked],
-                                    np.ones(len(picked), np.int64), index.events.value[rows], index.depth[rows]))
-        return SystemWindow("events", _finish(parts), a, b, inside)
+                parts.add(g, g.start[picked], g.end[picked], g.end[picked] - g.start[picked],
+                          np.ones(len(picked), np.int64), index.events.value[rows], index.depth[rows])
+        return SystemWindow("events", parts.frame(), a, b, inside)
     edges = bin_edges(a, b, max_bins)
     low, high = edges[:-1], edges[1:]
     for g in index.groups:
@@ -384,24 +386,50 @@ def window(index: SystemIndex, start_ns: int | None = None, end_ns: int | None =
             value = (np.diff(g.values[at]) / np.maximum(count, 1))[keep] if g.kind == COUNTER else \
                 np.full(int(keep.sum()), np.nan)
         if keep.any():
-            parts.append(_frame(index, g, low[keep], high[keep], time[keep], count[keep], value,
-                                np.full(int(keep.sum()), index.name_depth[g.name] if g.kind == SPAN else 0)))
-    return SystemWindow("bins", _finish(parts), a, b, inside)
+            parts.add(g, low[keep], high[keep], time[keep], count[keep], value,
+                      np.full(int(keep.sum()), index.name_depth[g.name] if g.kind == SPAN else 0))
+    return SystemWindow("bins", parts.frame(), a, b, inside)
 
 
-def _frame(index: SystemIndex, g: _EventGroup, start: np.ndarray, end: np.ndarray, time: np.ndarray, count: np.ndarray,
-           value: np.ndarray, depth: np.ndarray) -> pd.DataFrame:
-    e = index.events
-    process, thread = e.rows[g.row]
-    n = len(start)
-    return pd.DataFrame({
-        "row": np.full(n, g.row, np.int64), "process": e.processes[process], "thread": thread,
-        "channel": e.channels[int(e.channel[g.events[0]])], "name": e.names[g.name],
-        "family": e.families[int(e.family_of[g.name])], "kind": S.KINDS[g.kind],
-        "start_ns": start.astype(np.int64), "end_ns": end.astype(np.int64), "time_ns": np.asarray(time, np.int64),
-        "events": np.asarray(count, np.int64), "value": np.asarray(value, np.float64),
-        "depth": np.asarray(depth, np.int64),
-    })
+class _Parts:
+    """A window's rows, a group's at a time (``add``), then one frame of WINDOW_COLUMNS (``frame``): the groups'
+    rows one after the other, sorted by row then start (ties in the groups' order), each group's words (its
+    process, thread, channel, name, family, kind) taken by code for every row at once."""
+
+    def __init__(self, index: SystemIndex) -> None:
+        self.index = index
+        self.groups: list[_EventGroup] = []
+        self.columns: list[tuple[np.ndarray, ...]] = []
+
+    def add(self, g: _EventGroup, start: np.ndarray, end: np.ndarray, time: np.ndarray, count: np.ndarray,
+            value: np.ndarray, depth: np.ndarray) -> None:
+        self.groups.append(g)
+        self.columns.append((start, end, time, count, value, depth))
+
+    def frame(self) -> pd.DataFrame:
+        if not self.groups:
+            return _finish([])
+        e = self.index.events
+        of_group = np.repeat(np.arange(len(self.groups)), [len(c[0]) for c in self.columns])
+
+        def each_row(per_group: list[int]) -> np.ndarray:
+            return np.asarray(per_group, np.int64)[of_group]
+
+        def words(of: Iterable[str]) -> np.ndarray:
+            return np.array(list(of), dtype=object)
+
+        row, name = each_row([g.row for g in self.groups]), each_row([g.name for g in self.groups])
+        channel = each_row([int(e.channel[g.events[0]]) for g in self.groups])
+        start, end, time, count, value, depth = (np.concatenate([c[i] for c in self.columns]) for i in range(6))
+        frame = pd.DataFrame({
+            "row": row, "process": words(e.processes)[np.array([p for p, _ in e.rows], np.int64)[row]],
+            "thread": words(t for _, t in e.rows)[row], "channel": words(e.channels)[channel],
+            "name": words(e.names)[name], "family": words(e.families)[np.asarray(e.family_of, np.int64)[name]],
+            "kind": words(S.KINDS)[each_row([g.kind for g in self.groups])],
+            "start_ns": start.astype(np.int64), "end_ns": end.astype(np.int64), "time_ns": time.astype(np.int64),
+            "events": count.astype(np.int64), "value": value.astype(np.float64), "depth": depth.astype(np.int64),
+        })
+        return frame.sort_values(["row", "start_ns"], kind="stable", ignore_index=True)
 
 
 def _finish(parts: list[pd.DataFrame]) -> pd.DataFrame:

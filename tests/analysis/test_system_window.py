@@ -1,0 +1,90 @@
+"""The System page's zoom windows (``host.system.window``) on a timeline written by hand: each event's row, words
+and times, in row then start order, and the bins' times and counts, whatever the number of groups."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from popvision_py.analysis.host import system
+from popvision_py.format import system as S
+
+
+def _timeline(rows: list[tuple]) -> system.SystemIndex:
+    """An index of events given as (process, thread, channel, name, kind, start, end, value)."""
+    columns = list(zip(*rows))
+    table = pa.table({
+        "process": pa.array(columns[0]), "pid": pa.array([int(p[5:]) for p in columns[0]], pa.int64()),
+        "thread": pa.array(columns[1]), "channel": pa.array(columns[2]), "name": pa.array(columns[3]),
+        "kind": pa.array(columns[4]), "start_ns": pa.array(columns[5], pa.int64()),
+        "end_ns": pa.array(columns[6], pa.int64()), "value": pa.array(columns[7], pa.float64())},
+        schema=S.SCHEMA)
+    return system.SystemIndex(system.load_tables([table]))
+
+
+RUN = [
+    ("rank-0", "MainThread", "pytorch", "ProfilerStep#1", "span", 0, 100, 0.0),
+    ("rank-0", "MainThread", "pytorch", "ProfilerStep#2", "span", 100, 200, 0.0),
+    ("rank-0", "MainThread", "pytorch", "ProfilerStep#3", "span", 200, 300, 0.0),
+    ("rank-0", "MainThread", "annotation", "Forward", "span", 10, 50, 0.0),
+    ("rank-0", "MainThread", "annotation", "mark", "instant", 150, 150, 0.0),
+    ("rank-1", "MainThread", "pytorch", "ProfilerStep#1", "span", 5, 105, 0.0),
+    ("rank-1", "MainThread", "memory", "allocated", "counter", 0, 0, 1.0),
+    ("rank-1", "MainThread", "memory", "allocated", "counter", 120, 120, 3.0),
+    ("rank-1", "MainThread", "memory", "allocated", "counter", 250, 250, 5.0),
+]
+
+
+def test_a_zoom_lists_each_event_it_overlaps_in_row_then_start_order_with_its_words():
+    # GIVEN two ranks' timelines: steps, an annotation, an instant and a counter
+    index = _timeline(RUN)
+    # WHEN the window [90, 160) is asked for, each event
+    w = system.window(index, 90, 160)
+    f = w.frame
+    # THEN it holds the spans that overlap it, the instant inside it, and the counter's point inside it with one
+    # on each side (its line reaches the edges); rank 0's row first, each row's events by start
+    assert w.level == "events"
+    assert list(zip(f["process"], f["name"], f["kind"], f["start_ns"], f["end_ns"])) == [
+        ("rank-0", "ProfilerStep#1", "span", 0, 100), ("rank-0", "ProfilerStep#2", "span", 100, 200),
+        ("rank-0", "mark", "instant", 150, 150),
+        ("rank-1", "allocated", "counter", 0, 0), ("rank-1", "ProfilerStep#1", "span", 5, 105),
+        ("rank-1", "allocated", "counter", 120, 120), ("rank-1", "allocated", "counter", 250, 250)]
+    # AND each row carries its thread, channel, family, the counter its values, and a span its time
+    assert set(f["thread"]) == {"MainThread"}
+    assert list(f["channel"]) == ["pytorch", "pytorch", "annotation", "memory", "pytorch", "memory", "memory"]
+    assert list(f["family"]) == [system.family(n) for n in f["name"]]
+    assert list(f.loc[f["kind"] == "counter", "value"]) == [1.0, 3.0, 5.0]
+    assert list(f["time_ns"]) == [100, 100, 0, 0, 100, 0, 0] and set(f["events"]) == {1}
+    assert list(f.columns) == system.WINDOW_COLUMNS
+
+
+def test_bins_give_each_groups_time_and_events_in_each_bin():
+    # GIVEN the same run, binned in three bins of 100 ns (no event shown alone)
+    index = _timeline(RUN)
+    f = system.window(index, 0, 300, max_events=0, max_bins=3).frame
+    steps = f[(f["process"] == "rank-0") & f["name"].str.startswith("ProfilerStep")]
+    # THEN each of rank 0's steps fills the one bin it spans, one event there
+    assert list(zip(steps["name"], steps["start_ns"], steps["time_ns"], steps["events"])) == [
+        ("ProfilerStep#1", 0, 100, 1), ("ProfilerStep#2", 100, 100, 1), ("ProfilerStep#3", 200, 100, 1)]
+    # AND rank 1's step runs 95 ns into the first bin and 5 into the second; the counter's mean in each bin
+    one = f[(f["process"] == "rank-1") & (f["kind"] == "span")]
+    assert list(zip(one["start_ns"], one["time_ns"], one["events"])) == [(0, 95, 1), (100, 5, 1)]
+    counter = f[f["kind"] == "counter"]
+    assert list(zip(counter["start_ns"], counter["value"])) == [(0, 1.0), (100, 3.0), (200, 5.0)]
+
+
+def test_a_long_runs_thousand_steps_each_keep_their_own_name_and_place():
+    # GIVEN one rank of 1,000 steps, a name each (a group each), and a second rank of one span
+    run = [("rank-0", "MainThread", "pytorch", f"ProfilerStep#{k}", "span", 10 * k, 10 * k + 7, 0.0)
+           for k in range(1000)]
+    run.append(("rank-1", "MainThread", "pytorch", "ProfilerStep#0", "span", 3, 9_000, 0.0))
+    index = _timeline(run)
+    # WHEN the whole run is shown event by event, then steps 500 to 509's window
+    whole = system.window(index, max_events=10_000).frame
+    zoom = system.window(index, 5_000, 5_100).frame
+    # THEN every step is a row, in its place, with its own name and times
+    zero = whole[whole["process"] == "rank-0"]
+    assert list(zero["name"]) == [f"ProfilerStep#{k}" for k in range(1000)]
+    assert (zero["start_ns"].to_numpy() == 10 * np.arange(1000)).all() and (zero["time_ns"] == 7).all()
+    assert list(whole["process"]).count("rank-1") == 1
+    assert list(zoom["name"]) == [f"ProfilerStep#{k}" for k in range(500, 510)] + ["ProfilerStep#0"]
