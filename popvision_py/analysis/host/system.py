@@ -318,11 +318,21 @@ class SystemIndex:
         most = int(self.depth.max()) + 1 if n else 1
         votes = np.bincount(events.name[spans] * most + self.depth[spans], minlength=len(events.names) * most)
         self.name_depth = votes.reshape(len(events.names), most).argmax(axis=1) if len(events.names) else votes
+        # each group's row, name, kind and channel, by its place; the groups of one span (a long run's steps, a
+        # name each) apart, with their span, for ``count`` and ``window`` to take them all at once
+        first = np.array([g.events[0] for g in self.groups], np.int64)
+        self.group_row, self.group_name = events.row[first], events.name[first]
+        self.group_kind, self.group_channel = events.kind[first], events.channel[first]
+        one = np.array([len(g.events) == 1 for g in self.groups], bool) & (self.group_kind == SPAN)
+        self.single, self.others = np.flatnonzero(one), np.flatnonzero(~one)
+        self.single_event = first[one]
+        self.single_start, self.single_end = events.start[self.single_event], events.end[self.single_event]
 
     def count(self, a: int, b: int) -> int:
         """Events in [a, b): spans that overlap it, points inside it."""
-        total = 0
-        for g in self.groups:
+        total = int(np.count_nonzero(self.single_start < b) - np.count_nonzero(self.single_end <= a))
+        for k in self.others.tolist():
+            g = self.groups[k]
             if g.kind == SPAN:
                 total += int(np.searchsorted(g.start, b, "left") - np.searchsorted(g.ends, a, "right"))
             else:
@@ -355,7 +365,14 @@ def window(index: SystemIndex, start_ns: int | None = None, end_ns: int | None =
     inside = index.count(a, b)
     parts = _Parts(index)
     if inside <= max_events:
-        for g in index.groups:
+        # a group of one span: its span if it overlaps the window (as ``picked`` below takes it)
+        shown = (index.single_end > a) & (index.single_start < b)
+        rows = index.single_event[shown]
+        parts.add(index.single[shown], index.single_start[shown], index.single_end[shown],
+                  index.single_end[shown] - index.single_start[shown], np.ones(len(rows), np.int64),
+                  index.events.value[rows], index.depth[rows])
+        for k in index.others.tolist():
+            g = index.groups[k]
             if g.kind == SPAN:
                 lo, hi = int(np.searchsorted(g.reach, a, "right")), int(np.searchsorted(g.start, b, "left"))
                 picked = np.arange(lo, max(hi, lo))
@@ -367,12 +384,14 @@ def window(index: SystemIndex, start_ns: int | None = None, end_ns: int | None =
                 picked = np.arange(lo, hi)
             if len(picked):
                 rows = g.events[picked]
-                parts.add(g, g.start[picked], g.end[picked], g.end[picked] - g.start[picked],
+                parts.add(k, g.start[picked], g.end[picked], g.end[picked] - g.start[picked],
                           np.ones(len(picked), np.int64), index.events.value[rows], index.depth[rows])
         return SystemWindow("events", parts.frame(), a, b, inside)
     edges = bin_edges(a, b, max_bins)
     low, high = edges[:-1], edges[1:]
-    for g in index.groups:
+    _bin_single_spans(parts, index, low, high)
+    for k in index.others.tolist():
+        g = index.groups[k]
         if g.kind == SPAN:
             time = np.diff(g.union.before(edges))
             count = np.searchsorted(g.start, high, "left") - np.searchsorted(g.ends, low, "right")
@@ -386,50 +405,63 @@ def window(index: SystemIndex, start_ns: int | None = None, end_ns: int | None =
             value = (np.diff(g.values[at]) / np.maximum(count, 1))[keep] if g.kind == COUNTER else \
                 np.full(int(keep.sum()), np.nan)
         if keep.any():
-            parts.add(g, low[keep], high[keep], time[keep], count[keep], value,
+            parts.add(k, low[keep], high[keep], time[keep], count[keep], value,
                       np.full(int(keep.sum()), index.name_depth[g.name] if g.kind == SPAN else 0))
     return SystemWindow("bins", parts.frame(), a, b, inside)
 
 
+def _bin_single_spans(parts: _Parts, index: SystemIndex, low: np.ndarray, high: np.ndarray) -> None:
+    """``window``'s bins of every group of one span at once: a span's bins are those it overlaps (one event each,
+    as a group's bins count a span in each bin it overlaps), its time in each its overlap."""
+    s, e = index.single_start, index.single_end
+    first = np.searchsorted(high, s, "right")  # the first bin ending after the span starts
+    n = np.maximum(np.searchsorted(low, e, "left") - first, 0)  # to the last bin starting before it ends
+    if not n.any():
+        return
+    k = np.repeat(index.single, n)
+    at = np.repeat(first, n) + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    start, end = np.repeat(s, n), np.repeat(e, n)
+    time = np.maximum(np.minimum(end, high[at]) - np.maximum(start, low[at]), 0)
+    parts.add(k, low[at], high[at], time, np.ones(len(at), np.int64), np.full(len(at), np.nan),
+              index.name_depth[index.group_name[k]])
+
+
 class _Parts:
-    """A window's rows, a group's at a time (``add``), then one frame of WINDOW_COLUMNS (``frame``): the groups'
-    rows one after the other, sorted by row then start (ties in the groups' order), each group's words (its
-    process, thread, channel, name, family, kind) taken by code for every row at once."""
+    """A window's rows, a group's (or many groups') at a time (``add``), then one frame of WINDOW_COLUMNS
+    (``frame``), sorted by row then start, ties in the groups' order, then each group's: what joining a frame a
+    group in the groups' order, then sorting by row and start, made. Each row's words (its process, thread,
+    channel, name, family, kind) are taken by code for every row at once."""
 
     def __init__(self, index: SystemIndex) -> None:
         self.index = index
-        self.groups: list[_EventGroup] = []
         self.columns: list[tuple[np.ndarray, ...]] = []
 
-    def add(self, g: _EventGroup, start: np.ndarray, end: np.ndarray, time: np.ndarray, count: np.ndarray,
+    def add(self, group: int | np.ndarray, start: np.ndarray, end: np.ndarray, time: np.ndarray, count: np.ndarray,
             value: np.ndarray, depth: np.ndarray) -> None:
-        self.groups.append(g)
-        self.columns.append((start, end, time, count, value, depth))
+        """Rows of the group at ``group`` (its place in ``index.groups``), or of the group at each row's place."""
+        self.columns.append((np.broadcast_to(np.asarray(group, np.int64), len(start)), start, end, time, count,
+                             value, depth))
 
     def frame(self) -> pd.DataFrame:
-        if not self.groups:
+        if not self.columns:
             return _finish([])
-        e = self.index.events
-        of_group = np.repeat(np.arange(len(self.groups)), [len(c[0]) for c in self.columns])
+        index, e = self.index, self.index.events
+        group, start, end, time, count, value, depth = (np.concatenate([c[i] for c in self.columns]) for i in range(7))
+        row, name = index.group_row[group], index.group_name[group]
+        order = np.lexsort((group, start, row))
 
-        def each_row(per_group: list[int]) -> np.ndarray:
-            return np.asarray(per_group, np.int64)[of_group]
+        def words(of: Iterable[str], codes: np.ndarray) -> np.ndarray:
+            return np.array(list(of), dtype=object)[codes[order]]
 
-        def words(of: Iterable[str]) -> np.ndarray:
-            return np.array(list(of), dtype=object)
-
-        row, name = each_row([g.row for g in self.groups]), each_row([g.name for g in self.groups])
-        channel = each_row([int(e.channel[g.events[0]]) for g in self.groups])
-        start, end, time, count, value, depth = (np.concatenate([c[i] for c in self.columns]) for i in range(6))
-        frame = pd.DataFrame({
-            "row": row, "process": words(e.processes)[np.array([p for p, _ in e.rows], np.int64)[row]],
-            "thread": words(t for _, t in e.rows)[row], "channel": words(e.channels)[channel],
-            "name": words(e.names)[name], "family": words(e.families)[np.asarray(e.family_of, np.int64)[name]],
-            "kind": words(S.KINDS)[each_row([g.kind for g in self.groups])],
-            "start_ns": start.astype(np.int64), "end_ns": end.astype(np.int64), "time_ns": time.astype(np.int64),
-            "events": count.astype(np.int64), "value": value.astype(np.float64), "depth": depth.astype(np.int64),
+        return pd.DataFrame({
+            "row": row[order], "process": words(e.processes, np.array([p for p, _ in e.rows], np.int64)[row]),
+            "thread": words((t for _, t in e.rows), row), "channel": words(e.channels, index.group_channel[group]),
+            "name": words(e.names, name), "family": words(e.families, np.asarray(e.family_of, np.int64)[name]),
+            "kind": words(S.KINDS, index.group_kind[group]),
+            "start_ns": start[order].astype(np.int64), "end_ns": end[order].astype(np.int64),
+            "time_ns": time[order].astype(np.int64), "events": count[order].astype(np.int64),
+            "value": value[order].astype(np.float64), "depth": depth[order].astype(np.int64),
         })
-        return frame.sort_values(["row", "start_ns"], kind="stable", ignore_index=True)
 
 
 def _finish(parts: list[pd.DataFrame]) -> pd.DataFrame:
