@@ -62,15 +62,22 @@ def test_bins_give_each_groups_time_and_events_in_each_bin():
     # GIVEN the same run, binned in three bins of 100 ns (no event shown alone)
     index = _timeline(RUN)
     f = system.window(index, 0, 300, max_events=0, max_bins=3).frame
-    steps = f[(f["process"] == "rank-0") & f["name"].str.startswith("ProfilerStep")]
-    # THEN each of rank 0's steps fills the one bin it spans, one event there
+    steps = f[(f["process"] == "rank-0") & (f["family"] == "ProfilerStep")]
+    # THEN each of rank 0's steps fills the one bin it spans, one event there, binned as their family (a step a
+    # name: a long run's thousands would each be bars of their own)
     assert list(zip(steps["name"], steps["start_ns"], steps["time_ns"], steps["events"])) == [
-        ("ProfilerStep#1", 0, 100, 1), ("ProfilerStep#2", 100, 100, 1), ("ProfilerStep#3", 200, 100, 1)]
+        ("ProfilerStep", 0, 100, 1), ("ProfilerStep", 100, 100, 1), ("ProfilerStep", 200, 100, 1)]
+    assert list(f.loc[f["kind"] == "span", "name"]).count("Forward") == 1  # a name without a number: its own
     # AND rank 1's step runs 95 ns into the first bin and 5 into the second; the counter's mean in each bin
     one = f[(f["process"] == "rank-1") & (f["kind"] == "span")]
     assert list(zip(one["start_ns"], one["time_ns"], one["events"])) == [(0, 95, 1), (100, 5, 1)]
     counter = f[f["kind"] == "counter"]
     assert list(zip(counter["start_ns"], counter["value"])) == [(0, 1.0), (100, 3.0), (200, 5.0)]
+    # AND in one bin of the whole run, rank 0's three steps are one bar of 300 ns and three events
+    one_bin = system.window(index, 0, 300, max_events=0, max_bins=1).frame
+    steps = one_bin[one_bin["family"] == "ProfilerStep"]
+    assert list(zip(steps["process"], steps["name"], steps["time_ns"], steps["events"])) == [
+        ("rank-0", "ProfilerStep", 300, 3), ("rank-1", "ProfilerStep", 100, 1)]
 
 
 def test_a_long_runs_thousand_steps_each_keep_their_own_name_and_place():
@@ -82,7 +89,7 @@ def test_a_long_runs_thousand_steps_each_keep_their_own_name_and_place():
     # WHEN the whole run is shown event by event, then steps 500 to 509's window
     whole = system.window(index, max_events=10_000).frame
     zoom = system.window(index, 5_000, 5_100).frame
-    # THEN every step is a row, in its place, with its own name and times
+    # THEN every step is a row, in its place, with its own name and times (event by event, not in bins)
     zero = whole[whole["process"] == "rank-0"]
     assert list(zero["name"]) == [f"ProfilerStep#{k}" for k in range(1000)]
     assert (zero["start_ns"].to_numpy() == 10 * np.arange(1000)).all() and (zero["time_ns"] == 7).all()

@@ -327,6 +327,9 @@ class SystemIndex:
         self.single, self.others = np.flatnonzero(one), np.flatnonzero(~one)
         self.single_event = first[one]
         self.single_start, self.single_end = events.start[self.single_event], events.end[self.single_event]
+        # a name that is its family's and a number (``ProfilerStep#3``): binned with the family's others
+        numbered = np.array([family(n) != n for n in events.names], bool)
+        self.single_numbered = numbered[self.group_name[self.single]] if len(numbered) else np.zeros(0, bool)
 
     def count(self, a: int, b: int) -> int:
         """Events in [a, b): spans that overlap it, points inside it."""
@@ -355,7 +358,9 @@ def window(index: SystemIndex, start_ns: int | None = None, end_ns: int | None =
            max_events: int = MAX_EVENTS, max_bins: int = MAX_BINS) -> SystemWindow:
     """The events between two times (ns), each one while there are at most ``max_events``, else in at most
     ``max_bins`` bins per (row, name): a span group's time in each bin and its events there, an instant
-    group's count, a counter's mean. A counter keeps its points on each side of the window, so its line
+    group's count, a counter's mean; a numbered name's lone span (``ProfilerStep#3``: a long run's steps are a
+    name each) is binned with its family's in its row, named by the family (their time summed, at most the
+    bin's). A counter keeps its points on each side of the window, so its line
     reaches the window's edges. Each group's rows are gathered as arrays and made one frame at the end
     (``_Parts``): a long run's steps are a group each (``ProfilerStep#N``: 70 K groups at 10 GB of traces in
     4 ranks), and a frame a group took 1.6 ms each, minutes in all."""
@@ -422,8 +427,26 @@ def _bin_single_spans(parts: _Parts, index: SystemIndex, low: np.ndarray, high: 
     at = np.repeat(first, n) + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
     start, end = np.repeat(s, n), np.repeat(e, n)
     time = np.maximum(np.minimum(end, high[at]) - np.maximum(start, low[at]), 0)
-    parts.add(k, low[at], high[at], time, np.ones(len(at), np.int64), np.full(len(at), np.nan),
-              index.name_depth[index.group_name[k]])
+    depth = index.name_depth[index.group_name[k]]
+    numbered = np.repeat(index.single_numbered, n)
+    own = ~numbered
+    parts.add(k[own], low[at[own]], high[at[own]], time[own], np.ones(int(own.sum()), np.int64),
+              np.full(int(own.sum()), np.nan), depth[own])
+    if not numbered.any():
+        return
+    # a numbered name's spans (a long run's steps, a name each): one row a bin for its family in each row
+    k, at, time, depth = k[numbered], at[numbered], time[numbered], depth[numbered]
+    family_of = np.asarray(index.events.family_of, np.int64)[index.group_name[k]]
+    key = (index.group_row[k] * len(index.events.families) + family_of) * len(low) + at
+    keys, which = np.unique(key, return_inverse=True)
+    first_group = np.full(len(keys), len(index.groups), np.int64)
+    np.minimum.at(first_group, which, k)
+    least_depth = np.full(len(keys), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(least_depth, which, depth)
+    bin_of = keys % len(low)
+    spans_time = np.minimum(np.bincount(which, time, len(keys)).astype(np.int64), high[bin_of] - low[bin_of])
+    parts.add(first_group, low[bin_of], high[bin_of], spans_time, np.bincount(which, minlength=len(keys)),
+              np.full(len(keys), np.nan), least_depth, as_family=True)
 
 
 class _Parts:
@@ -437,26 +460,30 @@ class _Parts:
         self.columns: list[tuple[np.ndarray, ...]] = []
 
     def add(self, group: int | np.ndarray, start: np.ndarray, end: np.ndarray, time: np.ndarray, count: np.ndarray,
-            value: np.ndarray, depth: np.ndarray) -> None:
-        """Rows of the group at ``group`` (its place in ``index.groups``), or of the group at each row's place."""
+            value: np.ndarray, depth: np.ndarray, as_family: bool = False) -> None:
+        """Rows of the group at ``group`` (its place in ``index.groups``), or of the group at each row's place;
+        ``as_family``: rows of its name's family (named by it), not of its name alone."""
         self.columns.append((np.broadcast_to(np.asarray(group, np.int64), len(start)), start, end, time, count,
-                             value, depth))
+                             value, depth, np.full(len(start), as_family)))
 
     def frame(self) -> pd.DataFrame:
         if not self.columns:
             return _finish([])
         index, e = self.index, self.index.events
-        group, start, end, time, count, value, depth = (np.concatenate([c[i] for c in self.columns]) for i in range(7))
+        group, start, end, time, count, value, depth, as_family = (np.concatenate([c[i] for c in self.columns])
+                                                                   for i in range(8))
         row, name = index.group_row[group], index.group_name[group]
         order = np.lexsort((group, start, row))
 
         def words(of: Iterable[str], codes: np.ndarray) -> np.ndarray:
             return np.array(list(of), dtype=object)[codes[order]]
 
+        families = words(e.families, np.asarray(e.family_of, np.int64)[name])
+
         return pd.DataFrame({
             "row": row[order], "process": words(e.processes, np.array([p for p, _ in e.rows], np.int64)[row]),
             "thread": words((t for _, t in e.rows), row), "channel": words(e.channels, index.group_channel[group]),
-            "name": words(e.names, name), "family": words(e.families, np.asarray(e.family_of, np.int64)[name]),
+            "name": np.where(as_family[order], families, words(e.names, name)), "family": families,
             "kind": words(S.KINDS, index.group_kind[group]),
             "start_ns": start[order].astype(np.int64), "end_ns": end[order].astype(np.int64),
             "time_ns": time[order].astype(np.int64), "events": count[order].astype(np.int64),
