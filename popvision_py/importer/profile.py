@@ -315,8 +315,7 @@ def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_
                 release_memory(sum(columns_bytes(columns) for columns in window.values()))
         release_memory()  # the last windows', whatever their bytes
         for batched in (*tables.values(), kernels):  # each table's last rows written and encoded before the next's
-            batched.flush()
-            batched.table.close()
+            batched.close()
         writer.set_run("import", run["import"])
     return run
 
@@ -376,6 +375,12 @@ class Batched:
                             for k, v in joined.items()}]
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
             pass  # kept as they are: the writer casts them slice by slice
+
+    def close(self) -> None:
+        """The slices held written, and the table closed: its last row group encoded now, not with every other
+        table's when the profile is closed."""
+        self.flush()
+        self.table.close()
 
     def flush(self) -> None:
         """Hand the slices held to the writer (at the end, or a row group's rows)."""

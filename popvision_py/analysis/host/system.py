@@ -468,7 +468,7 @@ class _Parts:
 
     def frame(self) -> pd.DataFrame:
         if not self.columns:
-            return _finish([])
+            return _empty_window()
         index, e = self.index, self.index.events
         group, start, end, time, count, value, depth, as_family = (np.concatenate([c[i] for c in self.columns])
                                                                    for i in range(8))
@@ -481,7 +481,7 @@ class _Parts:
         families = words(e.families, np.asarray(e.family_of, np.int64)[name])
 
         return pd.DataFrame({
-            "row": row[order], "process": words(e.processes, np.array([p for p, _ in e.rows], np.int64)[row]),
+            "row": row[order], "process": words(e.processes, e.row_process[row]),
             "thread": words((t for _, t in e.rows), row), "channel": words(e.channels, index.group_channel[group]),
             "name": np.where(as_family[order], families, words(e.names, name)), "family": families,
             "kind": words(S.KINDS, index.group_kind[group]),
@@ -491,9 +491,8 @@ class _Parts:
         })
 
 
-def _finish(parts: list[pd.DataFrame]) -> pd.DataFrame:
-    if not parts:
-        return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in zip(WINDOW_COLUMNS, (
-            "int64", "object", "object", "object", "object", "object", "object", "int64", "int64", "int64", "int64",
-            "float64", "int64"))})
-    return pd.concat(parts, ignore_index=True).sort_values(["row", "start_ns"], kind="stable", ignore_index=True)
+def _empty_window() -> pd.DataFrame:
+    """A window without a row: WINDOW_COLUMNS, each of its type."""
+    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in zip(WINDOW_COLUMNS, (
+        "int64", "object", "object", "object", "object", "object", "object", "int64", "int64", "int64", "int64",
+        "float64", "int64"))})
