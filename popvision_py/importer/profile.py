@@ -38,7 +38,7 @@ from popvision_py.importer.parts import ANNOTATION_KINDS, any_of, columns_bytes,
 from popvision_py.importer.kernels import KERNEL_COLUMN
 from popvision_py.importer.read import KIND, RankTrace, TraceError
 from popvision_py.importer.spill_files import blocks, release
-from popvision_py.importer.tables import Lookup, category, rank_tables, sorted_memory
+from popvision_py.importer.tables import Coded, Lookup, Vocabulary, coded, rank_tables, sorted_memory
 from popvision_py.importer.timeline import WINDOW_BUSY_ROWS, peer_ready, rank_rows_by_window
 from popvision_py.version import __version__
 
@@ -324,15 +324,16 @@ def kernel_rows(t: RankTrace, ipu: int, lo: int) -> Iterator[dict[str, Any]]:
     """The rank's rows of the ``kernels`` table (its GPU's kernels, copies and sets, times from ``lo``), a row group's
     (``KERNEL_GROUP_ROWS``) at a time."""
     c = KERNEL_COLUMN
-    names = [*t.kernel_names, ""]  # -1 (none): the empty name
+    kernel_names = tuple(t.kernel_names)
+    names = (*kernel_names, "")  # -1 (none): the empty name
     for k in blocks(t.kernels, min(SLICE_ROWS, KERNEL_GROUP_ROWS)):
         launched = k[:, c["launch_start"]] >= 0
 
-        def named(column: str, k: np.ndarray = k) -> Any:
-            return category(np.where(k[:, c[column]] >= 0, k[:, c[column]], len(t.kernel_names)), names)
+        def named(column: str, k: np.ndarray = k) -> Coded:
+            return coded(np.where(k[:, c[column]] >= 0, k[:, c[column]], len(kernel_names)), names)
 
         yield {"ipu": np.full(len(k), ipu, np.int64), "stream": k[:, c["stream"]],
-               "kind": category(k[:, c["kind"]], list(KERNEL_KINDS)), "name": category(k[:, c["name"]], t.kernel_names),
+               "kind": coded(k[:, c["kind"]], KERNEL_KINDS), "name": coded(k[:, c["name"]], kernel_names),
                "start_cycle": k[:, c["start"]] - lo, "end_cycle": k[:, c["end"]] - lo,
                "correlation": k[:, c["correlation"]], "bytes": k[:, c["bytes"]], "group": named("group"),
                "launch_start_cycle": np.where(launched, k[:, c["launch_start"]] - lo, -1),
@@ -341,6 +342,7 @@ def kernel_rows(t: RankTrace, ipu: int, lo: int) -> Iterator[dict[str, Any]]:
 
 
 HELD_SLICES = 64  # a table's slices held at most, joined into one past this (``Batched``)
+COMPACT_ROWS = 256  # ... counting the slices of fewer rows than this: larger ones are joined once, into a row group
 
 
 class Batched:
@@ -348,27 +350,42 @@ class Batched:
     consecutive windows and ranks joined up to a row group's: a rank's few rows are not a batch each, whose
     casting and checking costs the same whatever its rows (a millisecond or two: seconds over thousands of
     ranks). The slices joined are those the writer would hold until it writes a row group of them, so that its
-    row groups are the same; a column of Arrow arrays is joined chunk by chunk, as the writer joins them."""
+    row groups are the same. A string column handed over as codes (``tables.Coded``) is held as codes into one
+    vocabulary of the table's (``tables.Vocabulary``) and made into Arrow once a row group, the column that
+    joining a slice's Arrow column each would give; a column of other Arrow arrays is joined chunk by chunk, as
+    the writer joins them."""
 
     def __init__(self, table: Any) -> None:
         self.table = table
         self.slices: list[dict[str, Any]] = []
         self.rows = 0
+        self.small = 0  # slices of fewer than COMPACT_ROWS rows held since the last join
+        self.vocabulary: dict[str, Vocabulary] = {}  # each coded column's
 
     def write(self, columns: dict[str, Any]) -> None:
+        columns = {k: self._codes(k, v) if isinstance(v, Coded) else v for k, v in columns.items()}
         n = len(next(iter(columns.values())))
         for at in range(0, max(n, 1), SLICE_ROWS):
             piece = {k: v[at:at + SLICE_ROWS] for k, v in columns.items()}
+            rows = len(next(iter(piece.values())))
             self.slices.append(piece)
-            self.rows += len(next(iter(piece.values())))
+            self.rows += rows
+            self.small += rows < COMPACT_ROWS
             if self.rows >= self.table.row_group_rows:
                 self.flush()
-            elif len(self.slices) >= HELD_SLICES:
+            elif self.small >= HELD_SLICES:
                 self._compact()
+
+    def _codes(self, name: str, column: Coded) -> np.ndarray:
+        vocabulary = self.vocabulary.get(name)
+        if vocabulary is None:
+            vocabulary = self.vocabulary[name] = Vocabulary()
+        return vocabulary.codes(column)
 
     def _compact(self) -> None:
         """The slices held joined into one, each Arrow column's dictionaries unified: a rank's slice of a few rows
         costs kilobytes of objects, which thousands of ranks would hold until a row group's rows come."""
+        self.small = 0
         try:
             joined = _joined(self.slices)
             self.slices = [{k: v.unify_dictionaries().combine_chunks() if isinstance(v, pa.ChunkedArray) else v
@@ -384,16 +401,20 @@ class Batched:
 
     def flush(self) -> None:
         """Hand the slices held to the writer (at the end, or a row group's rows)."""
-        slices, self.slices, self.rows = self.slices, [], 0
+        slices, self.slices, self.rows, self.small = self.slices, [], 0, 0
         if not slices:
             return
         try:
             joined = _joined(slices)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):  # columns the writer casts slice by slice
             for piece in slices:
-                self.table.write(piece)
+                self.table.write(self._decoded(piece))
             return
-        self.table.write(joined)
+        self.table.write(self._decoded(joined))
+
+    def _decoded(self, columns: dict[str, Any]) -> dict[str, Any]:
+        """The coded columns made into Arrow (``Vocabulary.arrow``)."""
+        return {k: self.vocabulary[k].arrow(v) if k in self.vocabulary else v for k, v in columns.items()}
 
 
 def _joined(slices: list[dict[str, Any]]) -> dict[str, Any]:

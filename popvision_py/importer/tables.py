@@ -6,7 +6,8 @@ programs and tile_cycles tables at once, and are written and dropped. What needs
 kept small until its end: each communication span's first exposed step (its ``exchanges`` row),
 each step's memory level (``liveness`` measures every step against the lowest), the time its
 communication was hidden. So the import holds one window's rows, not a rank's, whatever its size.
-String columns are dictionary codes (``category``), never a string per row.
+String columns are codes into each rank's words (``coded``), made into Arrow dictionaries a row group at a
+time by the writer's batching (``profile.Batched``), never a string per row.
 """
 
 from __future__ import annotations
@@ -25,27 +26,52 @@ from popvision_py.importer.read import KIND, RankTrace, merge_intervals
 from popvision_py.importer.spill_files import Growing, blocks
 from popvision_py.importer.timeline import LABEL, PASS_NAME, Rows, is_collective, unique_first
 
-PHASE_WORDS = ["idle", "exchange", "compute", "stream"]  # stream: a GPU's copies and sets
-PASS_WORDS = ["none", *sorted(set(PASS_NAME.values()))]
+PHASE_WORDS = ("idle", "exchange", "compute", "stream")  # stream: a GPU's copies and sets
+PASS_WORDS = ("none", *sorted(set(PASS_NAME.values())))
 PASS_CODE = np.zeros(max(KIND.values()) + 2, np.int64)  # a span's kind + 1 -> its pass in PASS_WORDS
 for _kind, _word in PASS_NAME.items():
     PASS_CODE[_kind + 1] = PASS_WORDS.index(_word)
 COMM_KINDS = (KIND["comm_call"], KIND["comm_flight"])
 EXCHANGE_LABELS = (LABEL["comm_call"], LABEL["pp_comm"], LABEL["comm_flight"])
-TYPE_WORDS = ["compute_set", "global_exchange", "all_reduce", "stream_copy"]
+EXCHANGE_KIND_WORDS = ("all_reduce", "inter_ipu")
+TYPE_WORDS = ("compute_set", "global_exchange", "all_reduce", "stream_copy")
 Table = dict[str, Any]
 
 
 SMALL_COLUMN_ROWS = 256  # a column of at most this many rows is made once for all the ranks that have it
 
 
-def category(codes: np.ndarray, words: list[str]) -> pa.DictionaryArray:
+def category(codes: np.ndarray, words: list[str] | tuple[str, ...]) -> pa.DictionaryArray:
     """A string column as dictionary codes: ``words[codes]``, its dictionary in order of first appearance
     (as Arrow's dictionary_encode of the strings would make it), never a string per row."""
     codes = np.asarray(codes, np.int64)
     if len(codes) <= SMALL_COLUMN_ROWS:
         return _small_category(tuple(words), codes.tobytes())
     return _category(codes, words)
+
+
+class Coded:
+    """A string column as codes into ``words`` (``category``'s arguments), not yet made into Arrow: ``Batched``
+    joins a table's coded slices of many windows and ranks as codes against one vocabulary and makes each row
+    group's column once (``category``), where Arrow columns made a slice each would be unified and joined, a
+    slice of a few rows at a time (seconds over thousands of ranks)."""
+
+    __slots__ = ("codes", "words")
+
+    def __init__(self, codes: np.ndarray, words: tuple[str, ...]) -> None:
+        self.codes, self.words = np.asarray(codes, np.int64), words
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, rows: slice) -> Coded:
+        return Coded(self.codes[rows], self.words)
+
+
+def coded(codes: np.ndarray, words: list[str] | tuple[str, ...]) -> Coded:
+    """``category``'s column, made by the writer's batching (``Coded``); ``words`` a tuple where it is made
+    often (a tuple is kept as it is)."""
+    return Coded(codes, words if isinstance(words, tuple) else tuple(words))
 
 
 # A job of thousands of small ranks makes the same few small columns rank after rank (each rank's window of a few
@@ -58,17 +84,54 @@ def _small_category(words: tuple[str, ...], codes: bytes) -> pa.DictionaryArray:
 
 def _category(codes: np.ndarray, words: list[str] | tuple[str, ...]) -> pa.DictionaryArray:
     """``category`` made: its codes remapped to those of the words they use, in order of first appearance."""
-    n = len(codes)
     word_code, unique = _distinct(tuple(words))
-    codes = word_code[codes] if n else codes
-    first = np.full(len(unique), n, np.int64)
+    codes = word_code[codes] if len(codes) else codes
+    indices, order = first_appearance(codes, len(unique))
+    return pa.DictionaryArray.from_arrays(indices, _dictionary(unique, tuple(order.tolist())))
+
+
+def first_appearance(codes: np.ndarray, size: int) -> tuple[pa.Array, np.ndarray]:
+    """Codes (below ``size``) renumbered in order of first appearance, as Arrow int32 indices, and the old code of
+    each new one."""
+    n = len(codes)
+    first = np.full(size, n, np.int64)
     np.minimum.at(first, codes, np.arange(n))  # each code's first row (n: none)
     # the codes used, by their first row: those of none sort last
     order = np.argsort(first, kind="stable")[:np.count_nonzero(first < n)]
-    remap = np.zeros(len(unique), np.int32)
+    remap = np.zeros(size, np.int32)
     remap[order] = np.arange(len(order), dtype=np.int32)
-    indices = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(remap[codes])])
-    return pa.DictionaryArray.from_arrays(indices, _dictionary(unique, tuple(order.tolist())))
+    return pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(remap[codes])]), order
+
+
+class Vocabulary:
+    """A coded column's words over many slices (``Coded``, each of its own words): each slice's codes as codes
+    into the words seen so far (``codes``), and a run of them made into ``category``'s column (``arrow``)."""
+
+    def __init__(self) -> None:
+        self.code: dict[str, int] = {}
+        self.words: list[str] = []
+        self._remaps: dict[tuple[str, ...], np.ndarray] = {}  # a slice's words: each one's code here
+
+    def codes(self, column: Coded) -> np.ndarray:
+        remap = self._remaps.get(column.words)
+        if remap is None:
+            remap = np.array([self._code(w) for w in column.words], np.int32)
+            if len(self._remaps) >= 1024:
+                self._remaps.clear()
+            self._remaps[column.words] = remap
+        return remap[column.codes] if len(column.codes) else column.codes
+
+    def _code(self, word: str) -> int:
+        code = self.code.get(word)
+        if code is None:
+            code = self.code[word] = len(self.words)
+            self.words.append(word)
+        return code
+
+    def arrow(self, codes: np.ndarray) -> pa.DictionaryArray:
+        """``category(codes, words)`` (its words are distinct already): the same indices and dictionary."""
+        indices, order = first_appearance(codes, len(self.words))
+        return pa.DictionaryArray.from_arrays(indices, arrow([self.words[k] for k in order.tolist()]))
 
 
 # The same few word lists (passes, phases, a job's names) and dictionaries come back rank after rank: each made once,
@@ -118,7 +181,7 @@ class RankTables:
     def __init__(self, t: RankTrace, ipu: int, plan: Any, peak: int) -> None:
         self.t, self.ipu, self.plan, self.peak = t, ipu, plan, peak
         # rows of no span: the thread's operators (a GPU's kernels), and a GPU's copies and sets
-        self.names = [*t.names, "kernels" if len(t.kernels) else "operators", "copies and sets"]
+        self.names = (*t.names, "kernels" if len(t.kernels) else "operators", "copies and sets")
         self.collective = np.array([is_collective(w) for w in t.names] + [False, False], bool)  # per distinct name
         self.steps_done = 0  # program steps (live rows) so far
         self.last_start = plan.lo  # the start of the latest live row
@@ -177,8 +240,8 @@ class RankTables:
         trace = {
             "run": np.zeros(n, np.int64), "iteration": iteration.astype(np.int64),
             "micro_batch": micro.astype(np.int64), "ipu": np.full(n, ipu, np.int64), "stage": stage.astype(np.int64),
-            "pass": category(pass_, PASS_WORDS), "step": step,
-            "phase": category(np.where(idle, 0, np.where(exchange, 1, np.where(copying, 3, 2))), PHASE_WORDS),
+            "pass": coded(pass_, PASS_WORDS), "step": step,
+            "phase": coded(np.where(idle, 0, np.where(exchange, 1, np.where(copying, 3, 2))), PHASE_WORDS),
             "start_cycle": rows.start - plan.lo, "end_cycle": rows.end - plan.lo}
         # a transfer's bytes go to the first step where it is exposed
         nbytes = np.zeros(live_count, np.int64)
@@ -197,9 +260,9 @@ class RankTables:
         cycles = (rows.end - rows.start)[live]
         programs = {
             "ipu": np.full(live_count, ipu, np.int64), "step": self.steps_done + np.arange(live_count),
-            "type": category(types, TYPE_WORDS), "name": category(name_id[live], self.names),
+            "type": coded(types, TYPE_WORDS), "name": coded(name_id[live], self.names),
             "op_id": np.full(live_count, -1, np.int64), "stage": stage[live].astype(np.int64),
-            "pass": category(pass_[live], PASS_WORDS), "tiles": np.ones(live_count, np.int64), "bytes": nbytes,
+            "pass": coded(pass_[live], PASS_WORDS), "tiles": np.ones(live_count, np.int64), "bytes": nbytes,
             "cycles": cycles}
         computing = np.flatnonzero(types == 0)  # each compute step on the rank's one tile
         tile_cycles = {
@@ -241,15 +304,15 @@ class RankTables:
         at[hidden] = self.steps_done + np.arange(k)
         exchanges = {
             "ipu": np.full(len(comm), ipu, np.int64), "step": at.astype(np.int64),
-            "kind": category(np.where(collective, 0, 1), ["all_reduce", "inter_ipu"]),
+            "kind": coded(np.where(collective, 0, 1), EXCHANGE_KIND_WORDS),
             "src_ipu": np.where(sends, ipu, other), "dst_ipu": np.where(sends, other, ipu),
             "bytes": self.nbytes, "cycles": (t.end[comm] - t.start[comm]).astype(np.int64)}
         programs = {
             "ipu": np.full(k, ipu, np.int64), "step": self.steps_done + np.arange(k),
-            "type": category(np.where(collective[hidden], 2, 1), TYPE_WORDS),
-            "name": category(t.name[comm[hidden]].astype(np.int64), self.names),
+            "type": coded(np.where(collective[hidden], 2, 1), TYPE_WORDS),
+            "name": coded(t.name[comm[hidden]].astype(np.int64), self.names),
             "op_id": np.full(k, -1, np.int64), "stage": np.full(k, -1, np.int64),
-            "pass": category(np.zeros(k, np.int64), PASS_WORDS), "tiles": np.ones(k, np.int64),
+            "pass": coded(np.zeros(k, np.int64), PASS_WORDS), "tiles": np.ones(k, np.int64),
             "bytes": self.nbytes[hidden], "cycles": np.zeros(k, np.int64)}
         # memory: each step's level (the most allocated while it ran, else what was allocated when it began)
         # against the lowest, and the rank's peak split into what stayed allocated throughout and the rest

@@ -1,5 +1,7 @@
 """A string column of the import's tables as dictionary codes (``tables.category``): the column Arrow's
-dictionary_encode makes of the strings, whether it is small (made once for every rank that has it) or not."""
+dictionary_encode makes of the strings, whether it is small (made once for every rank that has it) or not; and
+the same column of many ranks' slices held as codes into one vocabulary (``tables.Coded``, ``profile.Batched``)
+and made a row group at a time."""
 
 from __future__ import annotations
 
@@ -38,3 +40,73 @@ def test_the_same_small_column_of_another_rank_is_made_once():
     # AND other codes are a column of their own: "update" first
     other = category(np.array([4, 0]), WORDS)
     assert other.to_pylist() == ["update", "forward"] and other.dictionary.to_pylist() == ["update", "forward"]
+
+
+class Table:
+    """A table writer's stand-in: the row groups it is handed (``write``), as Batched hands them."""
+
+    def __init__(self, row_group_rows: int) -> None:
+        self.row_group_rows, self.written, self.closed = row_group_rows, [], False
+
+    def write(self, columns: dict) -> None:
+        self.written.append(columns)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _ranks_rows(ranks: int, rows: int) -> list[dict]:
+    """Each rank's slice of a table: a number column and a string column as codes into the rank's own words (its
+    names in its own order, one it never uses, and a name of its own)."""
+    rng = np.random.default_rng(rows)
+    out = []
+    for rank in range(ranks):
+        words = (f"rank {rank} only", *rng.permutation(["add", "mm", "relu", "nccl"]).tolist(), "unused")
+        codes = rng.integers(0, 5, rows)
+        out.append({"ipu": np.full(rows, rank, np.int64), "name": tables.coded(codes, words)})
+    return out
+
+
+@pytest.mark.parametrize("rows", [3, 255, 256, 700])
+def test_coded_slices_of_many_ranks_are_written_as_the_strings_dictionary_encoded_a_row_group_at_a_time(rows):
+    from popvision_py.importer.profile import HELD_SLICES, Batched
+
+    # GIVEN 300 ranks' slices whose string column is codes into each rank's own words
+    slices = _ranks_rows(300, rows)
+    table = Table(row_group_rows=4096 if rows > 3 else 1 << 20)
+    batched = Batched(table)
+    # WHEN handed to the table a slice at a time and closed
+    for columns in slices:
+        batched.write(columns)
+        assert len(batched.slices) <= HELD_SLICES  # small slices joined as they come, not held apart
+    batched.close()
+    # THEN the row groups hold every row in order, each at most a row group's rows (the last: the rest)
+    assert table.closed
+    ipu = np.concatenate([np.asarray(g["ipu"]) for g in table.written])
+    assert ipu.tolist() == [r for r in range(300) for _ in range(rows)]
+    assert all(len(g["ipu"]) < table.row_group_rows + rows for g in table.written)
+    # AND each row group's strings are the rows' own words, dictionary-encoded as Arrow encodes the strings
+    at = 0
+    for group in table.written:
+        n = len(group["ipu"])
+        words = [w for s in slices for w in (s["name"].words[c] for c in s["name"].codes.tolist())][at:at + n]
+        expected = pc.dictionary_encode(pa.array(words, pa.string()))
+        assert isinstance(group["name"], pa.DictionaryArray)
+        assert group["name"].dictionary.equals(expected.dictionary)
+        assert group["name"].indices.equals(expected.indices)
+        at += n
+    assert at == 300 * rows
+
+
+def test_a_vocabulary_gives_a_word_one_code_whatever_the_slice_that_brings_it():
+    # GIVEN two slices' words in different orders, one listing a word twice
+    vocabulary = tables.Vocabulary()
+    first = vocabulary.codes(tables.coded(np.array([0, 1, 2]), ("mm", "add", "mm")))
+    second = vocabulary.codes(tables.coded(np.array([1, 0, 2]), ("add", "relu", "mm")))
+    # THEN each word has one code, in the order the words came
+    assert vocabulary.words == ["mm", "add", "relu"]
+    assert first.tolist() == [0, 1, 0] and second.tolist() == [2, 1, 0]
+    # AND a run of codes made into Arrow is category's column of the same words
+    column = vocabulary.arrow(np.concatenate([first, second]))
+    assert column.equals(category(np.array([0, 1, 0, 2, 1, 0]), ["mm", "add", "relu"]))
+    assert column.to_pylist() == ["mm", "add", "mm", "relu", "add", "mm"]
