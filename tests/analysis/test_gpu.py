@@ -367,3 +367,39 @@ def test_collectives_per_rank_and_group_with_nccl_tests_bandwidths():
     # AND rank 1's, whose group is unknown: its algbw (1 GB/s), no busbw
     assert rows[2]["rank"] == 1 and rows[2]["algbw_gb_s"] == 1.0 and math.isnan(rows[2]["busbw_gb_s"])
     assert len(rows) == 3  # the compute kernel is no collective
+
+
+def _coverage_by_moment(group, start, end, label, groups, labels):
+    """``coverage`` from first principles: at each moment between two of the times, which labels have an interval
+    running, per group; the moment's length added to that set's entry (the empty set's: a gap between kernels)."""
+    out = np.zeros((groups, 1 << labels), np.int64)
+    for g in range(groups):
+        mine = (group == g) & (label >= 0) & (end > start)
+        times = np.unique(np.concatenate([start[mine], end[mine]]))
+        for a, b in zip(times[:-1], times[1:]):
+            running = mine & (start <= a) & (end >= b)
+            mask = 0
+            for lab in np.unique(label[running]).tolist():
+                mask |= 1 << lab
+            out[g, mask] += b - a
+    return out
+
+
+@pytest.mark.parametrize("sort_by_group", [True, False])
+@pytest.mark.parametrize("rows", [1, 2, 7, 50, 10_000])
+def test_coverage_a_piece_of_intervals_at_a_time_is_every_moments_labels_summed(rows, sort_by_group):
+    # GIVEN 300 intervals of 3 groups and 2 labels: nested, overlapping, long ones across many others, empty ones,
+    # some of no label; sorted by group then start as the kernels table is, or not (a figure's groups of streams)
+    rng = np.random.default_rng(rows)
+    n = 300
+    group = rng.integers(0, 3, n)
+    start = rng.integers(0, 1_000, n)
+    end = start + np.where(rng.random(n) < 0.1, rng.integers(0, 800, n), rng.integers(0, 40, n))
+    label = rng.integers(-1, 2, n)
+    if sort_by_group:
+        order = np.lexsort((start, group))
+        group, start, end, label = group[order], start[order], end[order], label[order]
+    # WHEN covered ``rows`` intervals at a time
+    found = gpu.coverage(group, start, end, label, 3, 2, rows=rows)
+    # THEN each group's time under each set of labels is that counted moment by moment
+    assert found.tolist() == _coverage_by_moment(group, start, end, label, 3, 2).tolist()

@@ -146,3 +146,31 @@ def test_figures_of_runs_of_ranks_are_those_of_one_rank_at_a_time(five, rows, mo
             same(runs[name], one[name])
             same(one[name], gpu_ranks.FIGURES[name](everything, *args))
         same(runs["kernel_types"], one["kernel_types"])
+
+
+def test_a_run_of_more_rows_than_a_runs_goes_once_the_next_ranks_first_row_is_read(five, monkeypatch):
+    # GIVEN a 5-rank GPU import whose ranks each span several row groups
+    from popvision_py.format.values import statistics
+
+    with popvision_py.open(five) as report:
+        profile = report.profile
+        ranks = gpu_ranks.rank_numbers(profile.run, int(profile.target["num_ipus"]))
+        metadata = profile.metadata("kernels")
+        groups = metadata.num_row_groups
+        first_group = [min(g for g in range(groups) if statistics(metadata, g, "ipu")[0] <= ipu
+                           <= statistics(metadata, g, "ipu")[1]) for ipu in range(5)]
+        assert first_group == sorted(first_group) and first_group[-1] > 4
+        read: list[int] = []
+        iter_batches = profile.iter_batches
+
+        def counted(table, columns=None, batch_size=1 << 20, row_groups=None, use_threads=True):
+            read.extend(row_groups if row_groups is not None else [])
+            return iter_batches(table, columns, batch_size, row_groups, use_threads)
+
+        monkeypatch.setattr(profile, "iter_batches", counted)
+        # WHEN read in runs of at most one kernel (each rank a run of its own, longer than a run may be)
+        yielded = [(chunk.first, len(read)) for chunk in gpu_ranks.each_chunk(profile, ranks, rows=1)]
+        # THEN each rank's run comes as soon as the row group holding the next rank's first kernel is read: the
+        # rows held are a rank's and a row group's, never two ranks'
+        assert yielded[:4] == [(ipu, first_group[ipu + 1] + 1) for ipu in range(4)]
+        assert yielded[4] == (4, groups)

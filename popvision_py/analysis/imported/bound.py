@@ -434,6 +434,7 @@ def phase_times(k: Kernels, spans: TraceSpans) -> PhaseTimes:
     first = np.r_[True, kernel[order][1:] != kernel[order][:-1]] if len(order) else np.zeros(0, bool)
     leaf[kernel[order][first]] = name[order][first]
     member = _distinct(kernel * n + name)  # each kernel once a phase, sorted
+    del kernel, name, s, e, order, first  # (the arrays of a rank's kernels are let go as soon as they are used)
     kernel, name = member // n, member % n
     phased = _distinct(kernel)
     ipu = np.concatenate([k.ipu[phased], k.ipu[phased]])
@@ -442,6 +443,7 @@ def phase_times(k: Kernels, spans: TraceSpans) -> PhaseTimes:
     ipu, times = ipu[order], times[order]
     fresh = np.r_[True, (ipu[1:] != ipu[:-1]) | (times[1:] != times[:-1])] if len(ipu) else np.zeros(0, bool)
     b_ipu, b_time = ipu[fresh], times[fresh]  # each rank's segment bounds
+    del ipu, times, order, fresh
     length = np.r_[np.where(b_ipu[1:] == b_ipu[:-1], np.diff(b_time), 0), 0] if len(b_ipu) else np.zeros(0, np.int64)
     first_seg = np.zeros(len(k), np.int64)
     end_seg = np.zeros(len(k), np.int64)
@@ -451,6 +453,7 @@ def phase_times(k: Kernels, spans: TraceSpans) -> PhaseTimes:
                         - np.bincount(end_seg[phased], minlength=len(b_ipu) + 1))  # phases' kernels running
     which, seg = _expand(first_seg[kernel], end_seg[kernel])
     pairs, count = _distinct(seg * n + name[which], counts=True)
+    del which, seg
     p_seg, p_phase = pairs // n, pairs % n
     alone = running[p_seg] <= count  # no other phase's kernel runs in the segment
     group = b_ipu[p_seg] * n + p_phase

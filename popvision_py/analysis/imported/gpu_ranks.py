@@ -144,8 +144,10 @@ def each_chunk(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) -> It
 def sorted_chunks(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) -> Iterator[Chunk]:
     """``each_chunk``'s runs of IPUs from the table's row groups read in order, each once, while its ``ipu``
     column rises; it stops early at rows out of order (``each_chunk`` reads the rest an IPU at a time). A run is
-    held until the IPUs read after it could not join it; the IPUs after the last one with kernels: one run of
-    no kernels."""
+    held until the IPUs read after it could not join it: a run of more than ``rows`` rows (one long IPU) goes
+    as soon as the next IPU's first row is read, not once the next IPU is read whole (a 10 GB import in 4 ranks
+    held two ranks' rows, 1.6 M kernels each, as Arrow while the first became a run); the IPUs after the last
+    one with kernels: one run of no kernels."""
     names = [c for c in TABLE_COLUMNS["kernels"] if profile.has_column("kernels", c)]
     held: pa.Table | None = None  # the rows of the IPUs read but not yet yielded (the last one's may go on)
     ipu = 0  # the first IPU not yet yielded
@@ -162,8 +164,10 @@ def sorted_chunks(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) ->
         last = int(ipus[-1]) if len(ipus) else ipu
         ends = np.searchsorted(ipus, np.arange(ipu, last + 1), side="right")  # the rows up to each IPU's end
         found = runs(ends[:-1], rows)  # the IPUs before the last one read: all their rows are here
-        done = list(_chunks(table, ipu, ends, found[:-1], ranks))
-        keep = found[-1][0] if found else 0  # the last run may take IPUs still to come
+        # the last run may take IPUs still to come, unless it holds more than a run's rows (an IPU alone)
+        closed = found if found and _rows_of(found[-1], ends) > rows else found[:-1]
+        done = list(_chunks(table, ipu, ends, closed, ranks))
+        keep = closed[-1][1] if closed else 0
         held, ipu = table.slice(int(ends[keep - 1]) if keep else 0), ipu + keep
         del table, ipus  # the rows made into runs are not held while their figures are computed
         yield from _released(done)
@@ -197,6 +201,12 @@ def _chunks(table: pa.Table, ipu: int, ends: np.ndarray, found: list[tuple[int, 
     for a, b in found:
         lo = int(ends[a - 1]) if a else 0
         yield _chunk(table.slice(lo, int(ends[b - 1]) - lo), ipu + a, ranks[ipu + a: ipu + b])
+
+
+def _rows_of(run: tuple[int, int], ends: np.ndarray) -> int:
+    """The rows of a run ``[a, b)`` of IPUs whose rows up to each IPU's end are ``ends``."""
+    a, b = run
+    return int(ends[b - 1]) - (int(ends[a - 1]) if a else 0)
 
 
 def runs(ends: np.ndarray, rows: int) -> list[tuple[int, int]]:
