@@ -14,7 +14,8 @@ still follows it and its docstring says how (docs/reports.md, "GPU").
 popvision's own figures, ``by_rank`` and ``by_stream``, take the table's ``kind`` (NCCL's kernels and
 those the trace marks as communication; memcpy and memset) and a window per rank: the profiled steps.
 Time is in ns (a cycle of an imported profile). Every figure is columnar: one sort of the kernels'
-starts and ends (``coverage``) gives the time each set of kinds runs at once, per rank or stream.
+starts and ends (``coverage``, a piece of ``COVERAGE_ROWS`` kernels at a time) gives the time each set of
+kinds runs at once, per rank or stream.
 """
 
 from __future__ import annotations
