@@ -71,19 +71,25 @@ def test_each_figure_a_rank_at_a_time_is_the_whole_tables(imported):
         assert len(view.launches()) == len(gpu.launches(hta)) > 0
 
 
+def reads(profile, monkeypatch) -> list[int]:
+    """The row groups of ``profile`` read from now on, in order (the list grows as they are read)."""
+    read: list[int] = []
+    iter_batches = profile.iter_batches
+
+    def counted(table, columns=None, batch_size=1 << 20, row_groups=None, use_threads=True):
+        read.extend(row_groups if row_groups is not None else [])
+        return iter_batches(table, columns, batch_size, row_groups, use_threads)
+
+    monkeypatch.setattr(profile, "iter_batches", counted)
+    return read
+
+
 def test_each_chunk_reads_each_row_group_once_and_gives_each_ranks_kernels(imported, monkeypatch):
     # GIVEN the import whose row groups hold both ranks' kernels, and a rank's kernels span several
     with popvision_py.open(imported) as report:
         profile = report.profile
         ranks = gpu_ranks.rank_numbers(profile.run, int(profile.target["num_ipus"]))
-        read: list[int] = []
-        iter_batches = profile.iter_batches
-
-        def counted(table, columns=None, batch_size=1 << 20, row_groups=None, use_threads=True):
-            read.extend(row_groups if row_groups is not None else [])
-            return iter_batches(table, columns, batch_size, row_groups, use_threads)
-
-        monkeypatch.setattr(profile, "iter_batches", counted)
+        read = reads(profile, monkeypatch)
         groups = profile.metadata("kernels").num_row_groups
         # WHEN the ranks' kernels are read in chunks of one rank (a chunk holds one rank at least), and of all
         alone = [gpu_ranks.rank_kernels(profile, ipu, ranks) for ipu in range(len(ranks))]
@@ -160,14 +166,7 @@ def test_a_run_of_more_rows_than_a_runs_goes_once_the_next_ranks_first_row_is_re
         first_group = [min(g for g in range(groups) if statistics(metadata, g, "ipu")[0] <= ipu
                            <= statistics(metadata, g, "ipu")[1]) for ipu in range(5)]
         assert first_group == sorted(first_group) and first_group[-1] > 4
-        read: list[int] = []
-        iter_batches = profile.iter_batches
-
-        def counted(table, columns=None, batch_size=1 << 20, row_groups=None, use_threads=True):
-            read.extend(row_groups if row_groups is not None else [])
-            return iter_batches(table, columns, batch_size, row_groups, use_threads)
-
-        monkeypatch.setattr(profile, "iter_batches", counted)
+        read = reads(profile, monkeypatch)
         # WHEN read in runs of at most one kernel (each rank a run of its own, longer than a run may be)
         yielded = [(chunk.first, len(read)) for chunk in gpu_ranks.each_chunk(profile, ranks, rows=1)]
         # THEN each rank's run comes as soon as the row group holding the next rank's first kernel is read: the
