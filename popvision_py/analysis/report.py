@@ -124,6 +124,10 @@ class Report:
                 self._cache[key] = compute()
             return self._cache[key]
 
+    def memoized(self, key: Any) -> bool:
+        """Whether ``memo`` holds ``key``'s answer already."""
+        return key in self._cache
+
     def _lock(self, key: Any) -> threading.RLock:
         with self._locks_guard:
             lock = self._locks.get(key)

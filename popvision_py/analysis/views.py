@@ -193,7 +193,20 @@ class LivenessReport(_View):
         return self._peaks().frame()
 
     def _peaks(self) -> Table:
-        return self._memo("peaks", lambda: _liveness.peaks(self._by_step()))
+        """From the steps where they are decoded already (``by_step``), else read a batch at a time
+        (``liveness.streamed_peaks``): the summary's insights need the peaks, not every step of a long run."""
+        r = self._r
+
+        def compute() -> Table:
+            profile = r.profile
+            if (r.memoized(("columns", "liveness")) and r.memoized(("columns", "programs"))) or not {
+                    "liveness", "programs"} <= set(profile.tables):
+                return _liveness.peaks(self._by_step())
+            return _liveness.streamed_peaks(
+                profile.iter_batches("liveness", ["ipu", "step", "always_live_bytes", "not_always_live_bytes"]),
+                profile.iter_batches("programs", ["ipu", "step", "name"]))
+
+        return self._memo("peaks", compute)
 
     def live_at(self, ipu: int, step: int) -> pd.DataFrame:
         return self._live_at(ipu, step).frame()

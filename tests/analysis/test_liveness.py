@@ -33,3 +33,47 @@ def test_live_at(balanced):
     assert set(at_update["name"]) == {"IPU0/code", "B1/weight"}
     with pytest.raises(OutOfRangeError):
         balanced.liveness.live_at(0, 3)
+
+
+def test_peaks_read_a_batch_at_a_time_are_those_of_every_step_at_once():
+    # GIVEN liveness rows of two IPUs read in batches of 3: IPU 0 peaks at 70 bytes twice (steps 4 and 1: the
+    # earliest counts), IPU 1 at step 2, whose program step is missing (no name)
+    import numpy as np
+    import pandas.testing as pdt
+    import pyarrow as pa
+
+    from popvision_py.analysis.common.tables import Columns
+    from popvision_py.analysis.ipu.liveness import by_step, peaks, streamed_peaks
+
+    liveness = pa.table({
+        "ipu": pa.array([0, 0, 1, 0, 1, 0, 0, 1], pa.int16()), "step": pa.array([0, 4, 0, 1, 2, 2, 3, 1], pa.int32()),
+        "always_live_bytes": pa.array([5, 5, 9, 5, 9, 6, 5, 9], pa.int64()),
+        "not_always_live_bytes": pa.array([10, 70, 3, 70, 40, 20, 0, 39], pa.int64()),
+        "worst_tile": pa.array([0] * 8, pa.int32()), "worst_tile_bytes": pa.array([1] * 8, pa.int64())})
+    programs = pa.table({"ipu": pa.array([0, 0, 0, 0, 0, 1, 1], pa.int16()),
+                         "step": pa.array([0, 1, 2, 3, 4, 0, 1], pa.int32()),
+                         "name": pa.array(["a", "b", "c", "d", "e", "f", "g"]).dictionary_encode()})
+    # WHEN the peaks are read a batch at a time, and from every step at once
+    streamed = streamed_peaks(liveness.to_batches(max_chunksize=3), programs.to_batches(max_chunksize=2))
+    steps = by_step(Columns(liveness), Columns(programs), {"tiles_per_ipu": 1, "bytes_per_tile": 100})
+    # THEN they are the same: IPU 0 at step 1 ("b", 70 + 5 bytes), IPU 1 at step 2 (no name, 40 + 9)
+    pdt.assert_frame_equal(streamed.frame(), peaks(steps).frame())
+    frame = streamed.frame()
+    assert frame["peak_step"].tolist() == [1, 2] and frame["name"].tolist() == ["b", ""]
+    assert frame["not_always_live_bytes"].tolist() == [70, 40] and frame["total_bytes"].tolist() == [75, 49]
+    assert np.asarray(streamed["ipu"]).dtype == np.int16
+
+
+@pytest.mark.parametrize("name", ["balanced", "unbalanced", "oom", "exchange", "sharded", "inference"])
+def test_a_reports_peaks_are_read_a_batch_at_a_time_unless_its_steps_are_decoded(profiles, name):
+    import pandas.testing as pdt
+
+    import popvision_py as pv
+
+    # GIVEN a profile opened twice: once with nothing decoded, once with its steps decoded first
+    with pv.open(profiles[name]) as fresh, pv.open(profiles[name]) as decoded:
+        decoded.liveness.by_step()
+        # WHEN each gives its peaks THEN the first read the liveness table a batch at a time, and they are the same
+        streamed = fresh.liveness.peaks()
+        assert not fresh.memoized(("columns", "liveness")) and decoded.memoized(("columns", "liveness"))
+        pdt.assert_frame_equal(streamed, decoded.liveness.peaks())

@@ -6,12 +6,15 @@ docs/reports.md, "Liveness".
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from popvision_py.analysis.common.tables import Columns, StepIndex, Table
 from popvision_py.errors import OutOfRangeError
+from popvision_py.format.arrays import numbers
 
 BY_STEP_COLUMNS = ["ipu", "step", "name", "always_live_bytes", "not_always_live_bytes", "total_bytes",
                    "worst_tile", "worst_tile_bytes", "capacity_bytes"]
@@ -50,6 +53,39 @@ def peaks(steps: Table) -> Table:
     first = order[np.r_[True, ipu[order][1:] != ipu[order][:-1]]]  # each IPU's largest, earliest step
     return Table({"ipu": ipu[first], "peak_step": step[first], "name": steps["name"].take(first),
                   "not_always_live_bytes": nal[first], "total_bytes": steps["total_bytes"][first]})
+
+
+def streamed_peaks(liveness: Iterable[Any], programs: Iterable[Any]) -> Table:
+    """``peaks(by_step(...))`` without the steps held: ``liveness``, batches of its ``ipu``, ``step``,
+    ``always_live_bytes`` and ``not_always_live_bytes`` (pyarrow RecordBatches), read a batch at a time, each
+    IPU's largest not-always-live bytes at its earliest step kept; the names of those steps then found in
+    ``programs``, batches of its ``ipu``, ``step`` and ``name`` ("" where the program has no such step). What it
+    holds is a batch's rows and a row an IPU, not the steps of a long run (the dashboard's first insights)."""
+    best: list[np.ndarray] | None = None  # ipu, step, not-always-live, total: each IPU's so far, as read
+    for batch in liveness:
+        nal = numbers(batch.column("not_always_live_bytes"))
+        found = [numbers(batch.column("ipu")), numbers(batch.column("step")), nal,
+                 numbers(batch.column("always_live_bytes")) + nal]
+        ipu, step, nal, total = found if best is None else (np.concatenate([b, f]) for b, f in zip(best, found))
+        order = np.lexsort((step, -nal, ipu))
+        first = order[np.r_[True, ipu[order][1:] != ipu[order][:-1]]] if len(order) else order
+        best = [ipu[first], step[first], nal[first], total[first]]
+    if best is None or not len(best[0]):
+        return Table.empty({c: np.int64 if c != "name" else object for c in PEAK_COLUMNS})
+    ipu, step, nal, total = best
+    width = int(step.max()) + 1
+    wanted = ipu.astype(np.int64) * width + step  # each peak's (ipu, step) as one key
+    named: dict[int, str] = {}
+    for batch in programs:
+        steps = numbers(batch.column("step"))
+        key = numbers(batch.column("ipu")).astype(np.int64) * width + steps
+        hit = np.flatnonzero(np.isin(key, wanted) & (steps < width))
+        if len(hit):
+            named.update(zip(key[hit].tolist(), batch.column("name").take(hit).to_pylist()))
+    names = [named.get(k) for k in wanted.tolist()]
+    name = (pd.array(names, dtype="str") if all(n is not None for n in names) else
+            np.array(["" if n is None else n for n in names], dtype=object))
+    return Table({"ipu": ipu, "peak_step": step, "name": name, "not_always_live_bytes": nal, "total_bytes": total})
 
 
 def live_at(variables: Columns, ipu: int, step: int, num_steps: int | None = None, n: int | None = None) -> Table:
