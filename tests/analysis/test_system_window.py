@@ -95,3 +95,6 @@ def test_a_long_runs_thousand_steps_each_keep_their_own_name_and_place():
     assert (zero["start_ns"].to_numpy() == 10 * np.arange(1000)).all() and (zero["time_ns"] == 7).all()
     assert list(whole["process"]).count("rank-1") == 1
     assert list(zoom["name"]) == [f"ProfilerStep#{k}" for k in range(500, 510)] + ["ProfilerStep#0"]
+    # AND the steps, groups of one span each, are held as the index's arrays, not made groups one by one
+    assert len(index.groups) == 1001 and all(g is None for g in index.groups)
+    assert len(index.single) == 1001 and not len(index.others)
