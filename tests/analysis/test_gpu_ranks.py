@@ -109,6 +109,8 @@ def test_each_chunk_reads_each_row_group_once_and_gives_each_ranks_kernels(impor
             for name, value in vars(alone[ipu]).items():
                 if isinstance(value, np.ndarray) and name not in ("ipu", "ranks"):
                     assert np.asarray(getattr(chunk.k, name)).tolist() == value.tolist(), name
+            for label in gpu.LABELS:  # the words of its labels too, joined from its row groups
+                assert chunk.k.labels[label].tolist() == alone[ipu].labels[label].tolist(), label
         both = together[0].k
         assert both.ipu.tolist() == [0] * len(alone[0]) + [1] * len(alone[1])
         assert both.start.tolist() == alone[0].start.tolist() + alone[1].start.tolist()
@@ -173,3 +175,27 @@ def test_a_run_of_more_rows_than_a_runs_goes_once_the_next_ranks_first_row_is_re
         # rows held are a rank's and a row group's, never two ranks'
         assert yielded[:4] == [(ipu, first_group[ipu + 1] + 1) for ipu in range(4)]
         assert yielded[4] == (4, groups)
+
+
+def test_pieces_joined_are_the_kernels_built_at_once_their_words_the_union_sorted():
+    # GIVEN six kernels built at once, and the same cut into three pieces, each with its own names and labels
+    rows = {"ipu": [0, 0, 0, 1, 1, 1], "stream": [7, 7, 8, 7, 7, 7],
+            "kind": ["compute", "communication", "memcpy", "compute", "compute", "memset"],
+            "name": ["mm", "ncclKernel_AllReduce", "Memcpy HtoD", "relu", "mm", "Memset"],
+            "start": [0, 5, 9, 1, 4, 8], "end": [4, 9, 12, 3, 6, 9]}
+    groups = ["", "dp", "", "", "", "tp"]
+    ops = ["aten::mm", "", "aten::copy_", "aten::relu", "aten::mm", ""]
+    whole = gpu.Kernels.build(**rows, launch_start=[-1, 1, 2, 0, -1, 3], labels={"group": groups, "op": ops})
+    pieces = [gpu.Kernels.build(**{c: v[a:b] for c, v in rows.items()}, launch_start=[-1, 1, 2, 0, -1, 3][a:b],
+                                ranks=[0, 1], labels={"group": groups[a:b], "op": ops[a:b]})
+              for a, b in ((0, 2), (2, 3), (3, 6))]
+    assert pieces[1].names.tolist() == ["Memcpy HtoD"] and whole.names.tolist() != pieces[0].names.tolist()
+    # WHEN the pieces are joined
+    joined = gpu.Kernels.joined(pieces)
+    # THEN every field, its names and its labels' words are those built at once, and the pieces' rows let go
+    for name in gpu.ROW_FIELDS:
+        assert np.asarray(getattr(joined, name)).tolist() == np.asarray(getattr(whole, name)).tolist(), name
+    assert joined.names.tolist() == whole.names.tolist()
+    assert all(joined.labels[k].tolist() == whole.labels[k].tolist() for k in gpu.LABELS)
+    assert joined.words("op", joined.op).tolist() == ops and joined.names[joined.name].tolist() == rows["name"]
+    assert all(getattr(p, name) is None for p in pieces for name in gpu.ROW_FIELDS)

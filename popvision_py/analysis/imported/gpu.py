@@ -140,14 +140,42 @@ class Kernels:
                    nbytes=pick(nbytes).clip(0) if nbytes is not None else np.zeros(n, np.int64),
                    **{k: v[order] if k in LABELS else v for k, v in _labels_of(n, labels or {}).items()})
 
+    @classmethod
+    def joined(cls, pieces: list[Kernels]) -> Kernels:
+        """The pieces' kernels one after the other (a rank's row groups, read one at a time), of the same ``ranks``:
+        what ``from_columns`` gives of their rows at once, names and labels the sorted union of the pieces' words
+        (each piece's distinct), their codes renumbered. A field at a time, each let go of in the pieces once
+        joined (``pieces`` is changed), so that what is held at once is the rows and a field, not twice the rows."""
+        if len(pieces) == 1:
+            return pieces[0]
+        out: dict[str, Any] = {"ranks": pieces[0].ranks, "labels": {}}
+        for word_field, code_field in (("names", "name"), *((f"labels:{label}", label) for label in LABELS)):
+            words_of = [p.names if word_field == "names" else p.labels[code_field] for p in pieces]
+            words = np.unique(np.concatenate(words_of).astype(object))
+            out[code_field] = np.concatenate([np.searchsorted(words, w).astype(np.int64)[getattr(p, code_field)]
+                                              for w, p in zip(words_of, pieces)])
+            if word_field == "names":
+                out["names"] = words
+            else:
+                out["labels"][code_field] = words
+            pieces[:] = [replace(p, **{code_field: None}) for p in pieces]
+        for name in ROW_FIELDS:
+            if name not in out:
+                out[name] = np.concatenate([getattr(p, name) for p in pieces])
+                pieces[:] = [replace(p, **{name: None}) for p in pieces]
+        return cls(**out)
+
+    def owned(self) -> Kernels:
+        """These kernels with arrays of their own: a copy of each that is a view (of the Arrow table read)."""
+        return replace(self, **{f: getattr(self, f).copy() for f in ROW_FIELDS
+                                if getattr(self, f) is not None and not getattr(self, f).flags.owndata})
+
     def take(self, rows: np.ndarray) -> Kernels:
         """The kernels at ``rows`` (a mask or indexes), in their order: views where they are a run (not copies)."""
         at = np.flatnonzero(rows) if rows.dtype == bool else np.asarray(rows)
         if len(at) and at[-1] - at[0] + 1 == len(at) and (rows.dtype == bool or (np.diff(at) == 1).all()):
             rows = slice(int(at[0]), int(at[-1]) + 1)
-        return replace(self, **{f: getattr(self, f)[rows] for f in (
-            "ipu", "stream", "kind", "name", "start", "end", "correlation", "launch_start", "launch_end",
-            "hta_launch", "nbytes", *LABELS)})
+        return replace(self, **{f: getattr(self, f)[rows] for f in ROW_FIELDS})
 
     def words(self, label: str, codes: np.ndarray) -> np.ndarray:
         """A label's (``group``, ``op``, ``module``) words at ``codes``."""
@@ -513,6 +541,9 @@ def idle_breakdown(k: Kernels, kernel_wait_ns: int = KERNEL_WAIT_NS) -> Table:
 
 
 LABELS = ("group", "op", "module")  # the kernels' words beside their names (the table's category columns)
+# ``Kernels``' fields of a value a kernel
+ROW_FIELDS = ("ipu", "stream", "kind", "name", "start", "end", "correlation", "launch_start", "launch_end",
+              "hta_launch", "nbytes", *LABELS)
 
 
 def _labelled(columns: Columns, n: int) -> dict[str, Any]:

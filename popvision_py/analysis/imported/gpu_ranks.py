@@ -117,12 +117,6 @@ class Chunk:
         return np.searchsorted(ipu, [self.first, self.first + self.k.num_ranks])
 
 
-def _chunk(table: pa.Table, first: int, ranks: np.ndarray) -> Chunk:
-    """IPUs ``first`` to ``first + len(ranks)``'s kernels, the rows of ``table`` (which holds just theirs)."""
-    k = gpu.Kernels.from_columns(Columns(table), ranks)
-    return Chunk(first, replace(k, ipu=k.ipu - first) if first else k)
-
-
 def each_chunk(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) -> Iterator[Chunk]:
     """Every IPU's kernels, in runs of IPUs (``Chunk``) of at most ``rows`` kernels (one IPU at least), in IPU
     order, every IPU once (an empty ``gpu.Kernels`` where the profile has no kernels table: a schema before 5).
@@ -143,64 +137,74 @@ def each_chunk(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) -> It
 
 def sorted_chunks(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) -> Iterator[Chunk]:
     """``each_chunk``'s runs of IPUs from the table's row groups read in order, each once, while its ``ipu``
-    column rises; it stops early at rows out of order (``each_chunk`` reads the rest an IPU at a time). A run is
-    held until the IPUs read after it could not join it: a run of more than ``rows`` rows (one long IPU) goes
-    as soon as the next IPU's first row is read, not once the next IPU is read whole (a 10 GB import in 4 ranks
-    held two ranks' rows, 1.6 M kernels each, as Arrow while the first became a run); the IPUs after the last
-    one with kernels: one run of no kernels."""
+    column rises; it stops early at rows out of order (``each_chunk`` reads the rest an IPU at a time). Each row
+    group is made NumPy arrays as it is read (``gpu.Kernels.owned``) and its Arrow rows let go, and a run's
+    pieces are joined a field at a time (``gpu.Kernels.joined``): a long rank is held once, not as Arrow rows and
+    their arrays too. A run is held until the IPUs read after it could not join it: a run of more than ``rows``
+    rows (one long IPU) goes as soon as the next IPU's first row is read, not once the next IPU is read whole
+    (a 10 GB import in 4 ranks held two ranks' rows, 1.6 M kernels each); the IPUs after the last one with
+    kernels: one run of no kernels."""
     names = [c for c in TABLE_COLUMNS["kernels"] if profile.has_column("kernels", c)]
-    held: pa.Table | None = None  # the rows of the IPUs read but not yet yielded (the last one's may go on)
+    held: list[gpu.Kernels] = []  # the rows of the IPUs read but not yet yielded (the last one's may go on)
     ipu = 0  # the first IPU not yet yielded
     for group in range(profile.metadata("kernels").num_row_groups):
         batches = list(profile.iter_batches("kernels", names, row_groups=[group]))
         if not batches:
             continue
         table = pa.Table.from_batches(batches)
-        table = table if held is None else pa.concat_tables([held, table])
         del batches
-        ipus = numbers(table["ipu"])
+        held.append(gpu.Kernels.from_columns(Columns(table), ranks).owned())
+        del table
+        ipus = np.concatenate([k.ipu for k in held])
         if len(ipus) and ((np.diff(ipus) < 0).any() or ipus[0] < ipu):
             return
         last = int(ipus[-1]) if len(ipus) else ipu
         ends = np.searchsorted(ipus, np.arange(ipu, last + 1), side="right")  # the rows up to each IPU's end
+        del ipus
         found = runs(ends[:-1], rows)  # the IPUs before the last one read: all their rows are here
         # the last run may take IPUs still to come, unless it holds more than a run's rows (an IPU alone)
         closed = found if found and _rows_of(found[-1], ends) > rows else found[:-1]
-        done = list(_chunks(table, ipu, ends, closed, ranks))
         keep = closed[-1][1] if closed else 0
-        held, ipu = table.slice(int(ends[keep - 1]) if keep else 0), ipu + keep
-        del table, ipus  # the rows made into runs are not held while their figures are computed
-        yield from _released(done)
-    if held is not None and len(held):
-        ipus = numbers(held["ipu"])
+        done = [(ipu + a, b - a, _rows(held, int(ends[a - 1]) if a else 0, int(ends[b - 1]))) for a, b in closed]
+        held, ipu = _rows(held, int(ends[keep - 1]) if keep else 0, None), ipu + keep
+        yield from _released(done, ranks)
+    ipus = np.concatenate([k.ipu for k in held]) if held else np.zeros(0, np.int64)
+    if len(ipus):
         ends = np.searchsorted(ipus, np.arange(ipu, int(ipus[-1]) + 1), side="right")
-        done = list(_chunks(held, ipu, ends, runs(ends, rows), ranks))
-        del held
-        yield from _released(done)
+        done = [(ipu + a, b - a, _rows(held, int(ends[a - 1]) if a else 0, int(ends[b - 1])))
+                for a, b in runs(ends, rows)]
+        held = []
+        yield from _released(done, ranks)
         ipu = int(ipus[-1]) + 1
     if ipu < len(ranks):
         yield Chunk(ipu, gpu.Kernels.build([], [], [], [], [], [], ranks=ranks[ipu:]))
 
 
-def _released(chunks: list[Chunk]) -> Iterator[Chunk]:
-    """The runs one at a time, each let go once the next is asked for, and the Arrow memory pool's freed pages
-    handed back before each: it keeps what decoding and joining a run's row groups freed (as much again as the
-    run's kernels: 5 GB of traces in 4 ranks, a run of 787 K kernels, 110 MiB, left 280 MiB more resident)."""
-    chunks.reverse()
-    while chunks:
-        chunk = chunks.pop()
+def _rows(pieces: list[gpu.Kernels], lo: int, hi: int | None) -> list[gpu.Kernels]:
+    """Rows ``lo`` to ``hi`` (the end for None) of the pieces' rows one after the other, as pieces (views)."""
+    out, at = [], 0
+    for k in pieces:
+        a, b = max(lo - at, 0), len(k) if hi is None else min(hi - at, len(k))
+        if a < b:
+            out.append(k.take(np.arange(a, b)) if (a, b) != (0, len(k)) else k)
+        at += len(k)
+    return out
+
+
+def _released(done: list[tuple[int, int, list[gpu.Kernels]]], ranks: np.ndarray) -> Iterator[Chunk]:
+    """The runs (their first IPU, IPUs and pieces) one at a time, each joined as it is asked for and let go once
+    the next is, the Arrow memory pool's freed pages handed back before each: it keeps what decoding a run's row
+    groups freed (5 GB of traces in 4 ranks, a run of 787 K kernels, 110 MiB, left 280 MiB more resident)."""
+    done.reverse()
+    while done:
+        first, count, pieces = done.pop()
         pa.default_memory_pool().release_unused()
+        k = gpu.Kernels.joined(pieces) if pieces else gpu.Kernels.build([], [], [], [], [], [], ranks=ranks)
+        del pieces
+        chunk = Chunk(first, replace(k, ipu=k.ipu - first, ranks=ranks[first:first + count]))
+        del k
         yield chunk
         del chunk
-
-
-def _chunks(table: pa.Table, ipu: int, ends: np.ndarray, found: list[tuple[int, int]],
-            ranks: np.ndarray) -> Iterator[Chunk]:
-    """The runs ``found`` of IPUs (``[a, b)`` from IPU ``ipu``) of ``table``, whose rows up to each IPU's end are
-    ``ends``."""
-    for a, b in found:
-        lo = int(ends[a - 1]) if a else 0
-        yield _chunk(table.slice(lo, int(ends[b - 1]) - lo), ipu + a, ranks[ipu + a: ipu + b])
 
 
 def _rows_of(run: tuple[int, int], ends: np.ndarray) -> int:
