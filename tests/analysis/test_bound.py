@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from popvision_py.analysis.host import system as host
 from popvision_py.analysis.imported import bound
@@ -164,3 +165,25 @@ def test_each_ranks_steps_summed_up_their_verdicts_medians_and_slowest():
     assert [r["gpu_busy_pct"] for r in s] == [80.0, 40.0] and [r["launch_wait_pct"] for r in s] == [2.0, 60.0]
     assert [(r["slowest_step"], r["slowest_ns"], r["slowest_verdict"]) for r in s] == [
         (1, 5_000_000, "gpu-bound"), (2, 9_000_000, "gpu-bound")]
+
+
+@pytest.mark.parametrize("inclusive", [False, True])
+@pytest.mark.parametrize("big", [False, True])
+def test_before_counts_the_key_rows_before_each_query_row_by_one_key_or_one_sort(inclusive, big):
+    # GIVEN 400 sorted rows of (rank, stream, time) keys with ties, and 300 queries, some equal to keys, some
+    # outside them; times in ns since 1970, or spread so wide that the rows do not fit one int64
+    rng = np.random.default_rng(int(inclusive) + 2 * int(big))
+    spread = 1 << 60 if big else 1_000
+
+    def rows(n):
+        return (rng.integers(0, 4, n), rng.integers(-2, 3, n), 1_700_000_000_000_000_000 + rng.integers(0, spread, n))
+    keys = rows(400)
+    order = np.lexsort(keys[::-1])
+    keys = tuple(k[order] for k in keys)
+    queries = tuple(np.concatenate([q, k[::7]]) for q, k in zip(rows(250), keys))
+    assert (bound._one_key(keys, queries) is None) == big
+    # WHEN counted THEN each query's count is the key rows before it (or equal, where inclusive), one by one
+    found = bound.before(keys, queries, inclusive)
+    key_rows = list(zip(*(k.tolist() for k in keys)))
+    expected = [sum(r < q or (inclusive and r == q) for r in key_rows) for q in zip(*(q.tolist() for q in queries))]
+    assert found.tolist() == expected

@@ -130,6 +130,7 @@ def each_chunk(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) -> It
     for chunk in sorted_chunks(profile, ranks, rows):
         yield chunk
         done = chunk.first + chunk.k.num_ranks
+        del chunk  # not held while the next run is read
     for ipu in range(done, len(ranks)):  # not sorted by ipu: this IPU's and the rest by their row groups
         k = rank_kernels(profile, ipu, ranks)
         yield Chunk(ipu, replace(k, ipu=k.ipu - ipu, ranks=ranks[ipu:ipu + 1]))
