@@ -8,6 +8,8 @@ besides the common views, in a PyTorch user's words.
   compute, communication and memory time within the profiled steps, and the figures Holistic Trace
   Analysis 0.5 gives (temporal breakdown, kernel types and their overlaps, communication-computation
   overlap, top kernels, launch delays, idle time by cause), computed as HTA computes them.
+- ``intervals``: the time each set of labels (kinds of kernels) runs at once, per rank or stream
+  (``coverage``), a piece of the intervals at a time: what every figure of the GPU's time is made of.
 - ``gpu_ranks``: those figures a run of ranks at a time (at most ``CHUNK_KERNELS`` kernels, one rank at
   least), read from the row groups in order, so that a report holds a bounded share of the run's kernels and
   a run of many small ranks is one pass over whole columns, not a pass a rank.

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from popvision_py.analysis.common.tables import Columns, Table, group_median, group_percentile, sum_by
+from popvision_py.analysis.imported.intervals import COVERAGE_ROWS, coverage, masks_with  # noqa: F401
 from popvision_py.format.schema import KERNEL_KINDS
 
 # HTA's types, in the order its kernel breakdown gives them bits (kernel_type_to_analysis): 1, 2, 4
@@ -142,10 +143,9 @@ class Kernels:
 
     @classmethod
     def joined(cls, pieces: list[Kernels]) -> Kernels:
-        """The pieces' kernels one after the other (a rank's row groups, read one at a time), of the same ``ranks``:
-        what ``from_columns`` gives of their rows at once, names and labels the sorted union of the pieces' words
-        (each piece's distinct), their codes renumbered. A field at a time, each let go of in the pieces once
-        joined (``pieces`` is changed), so that what is held at once is the rows and a field, not twice the rows."""
+        """The pieces' kernels (a rank's row groups, of the same ``ranks``) one after the other: ``from_columns``' of
+        their rows at once, names and labels the sorted union of the pieces' (distinct) words. A field at a time,
+        each let go of in the pieces once joined (``pieces`` is changed): the rows and a field held, not twice."""
         if len(pieces) == 1:
             return pieces[0]
         out: dict[str, Any] = {"ranks": pieces[0].ranks, "labels": {}}
@@ -222,76 +222,6 @@ def hta_selection(k: Kernels, last_step_start: np.ndarray | None) -> np.ndarray:
     return (k.launch_start >= 0) & (k.launch_start < before)
 
 
-COVERAGE_ROWS = 1 << 17  # intervals ``coverage`` takes at a time
-
-
-def coverage(group: np.ndarray, start: np.ndarray, end: np.ndarray, label: np.ndarray, groups: int,
-             labels: int, rows: int = COVERAGE_ROWS) -> np.ndarray:
-    """``[groups, 2**labels]`` ns: per group, the time during which exactly each set of labels (a bit
-    mask: bit ``l`` set while a kernel of label ``l`` runs) has a kernel running; intervals of label -1
-    count for nothing; overlapping kernels of a label count once.
-
-    ``rows`` intervals at a time, in order of group then start, so that what it holds beside its arguments is
-    a piece's, however many kernels a rank has: each piece's time is its group's up to the next piece's first
-    start (``cut``), and the intervals of the piece that run past it are carried, from the cut, into the next.
-    Time is cut, never counted twice: the sum of the pieces' is the whole's, to the nanosecond. The time no
-    kernel runs (the empty set) is each group's first start to last end less its busy time: a gap across a
-    cut is in no piece."""
-    n = len(start)
-    if n <= rows:
-        return _coverage(group, start, end, label, groups, labels)
-    ordered = bool((np.diff(group) >= 0).all()) and bool(
-        ((np.diff(start) >= 0) | (np.diff(group) > 0)).all())
-    order = None if ordered else np.lexsort((start, group))
-    out = np.zeros((groups, 1 << labels), np.int64)
-    first, last = np.full(groups, np.iinfo(np.int64).max, np.int64), np.full(groups, np.iinfo(np.int64).min, np.int64)
-    carry = tuple(np.zeros(0, np.int64) for _ in range(4))  # (group, start, end, label) run past the last cut
-    for a in range(0, n, rows):
-        at = slice(a, min(a + rows, n)) if order is None else order[a:a + rows]
-        piece = [np.concatenate([c, np.asarray(v[at], np.int64)]) for c, v in zip(carry, (group, start, end, label))]
-        g, s, e, lab = piece
-        carry = tuple(np.zeros(0, np.int64) for _ in range(4))
-        if a + rows < n:
-            following = a + rows if order is None else int(order[a + rows])
-            if group[following] == g[-1]:  # the group goes on in the next piece: cut its time at its next start
-                cut = int(start[following])
-                late = (g == g[-1]) & (e > cut)
-                carry = (g[late], np.full(int(late.sum()), cut, np.int64), e[late], lab[late])
-                e = np.where(late, cut, e)
-        out += _coverage(g, s, e, lab, groups, labels)
-        kept = (lab >= 0) & (e > s)
-        np.minimum.at(first, g[kept], s[kept])
-        np.maximum.at(last, g[kept], e[kept])
-    busy = out[:, 1:].sum(axis=1)
-    out[:, 0] = np.where(last > first, last - first, 0) - np.where(last > first, busy, 0)
-    return out
-
-
-def _coverage(group: np.ndarray, start: np.ndarray, end: np.ndarray, label: np.ndarray, groups: int,
-              labels: int) -> np.ndarray:
-    """``coverage`` of intervals at once: one sort of every start and end."""
-    keep = (label >= 0) & (end > start)
-    group, start, end, label = group[keep], start[keep], end[keep], label[keep]
-    times = np.concatenate([start, end])
-    key = np.concatenate([group, group])
-    order = np.lexsort((times, key))
-    times, key = times[order], key[order]
-    mask = np.zeros(len(times), np.int64)
-    for bit in range(labels):  # each label's running count: +1 at a start, -1 at an end (a group's sum to 0)
-        mine = (label == bit).astype(np.int64)
-        running = np.cumsum(np.concatenate([mine, -mine])[order])
-        mask |= (running > 0).astype(np.int64) << bit
-    width = 1 << labels
-    if len(times) < 2:
-        return np.zeros((groups, width), np.int64)
-    step = np.where(key[1:] == key[:-1], np.diff(times), 0)
-    return sum_by(key[:-1] * width + mask[:-1], step, groups * width).reshape(groups, width)
-
-
-def _masks_with(bit: int, labels: int) -> np.ndarray:
-    return np.array([m for m in range(1 << labels) if m & (1 << bit)], np.int64)
-
-
 def _extent(k: Kernels) -> tuple[np.ndarray, np.ndarray]:
     """Per IPU: its first kernel's start and its last kernel's end (0, 0 without any)."""
     lo = np.full(k.num_ranks, np.iinfo(np.int64).max, np.int64)
@@ -328,7 +258,7 @@ def temporal(k: Kernels) -> Table:
     lo, hi = _extent(k)
     span = hi - lo
     busy = cov[:, 1:].sum(axis=1)
-    compute = cov[:, _masks_with(0, 2)].sum(axis=1)
+    compute = cov[:, masks_with(0, 2)].sum(axis=1)
     idle, rest = span - busy, busy - compute
     rows = _present(k)
     return Table({"rank": k.ranks[rows], "kernel_ns": span[rows], "idle_ns": idle[rows], "compute_ns": compute[rows],
@@ -591,7 +521,7 @@ def by_rank(k: Kernels, window: tuple[np.ndarray, np.ndarray]) -> Table:
     cov = coverage(inside.ipu, inside.start, inside.end, _kind_label(inside), k.num_ranks, 3)
     span = np.maximum(np.asarray(window[1], np.int64) - np.asarray(window[0], np.int64), 0)
     busy = cov[:, 1:].sum(axis=1)
-    part = {name: cov[:, _masks_with(bit, 3)].sum(axis=1) for bit, name in enumerate(("compute", "comm", "memory"))}
+    part = {name: cov[:, masks_with(bit, 3)].sum(axis=1) for bit, name in enumerate(("compute", "comm", "memory"))}
     hidden = cov[:, [3, 7]].sum(axis=1)
     rest = busy - part["compute"]
     return Table({"rank": k.ranks, "window_ns": span, "busy_ns": busy, "idle_ns": span - busy,
@@ -613,7 +543,7 @@ def by_stream(k: Kernels, window: tuple[np.ndarray, np.ndarray]) -> Table:
     rows = np.flatnonzero(count)
     span = np.maximum(np.asarray(window[1], np.int64) - np.asarray(window[0], np.int64), 0)
     busy = cov[rows, 1:].sum(axis=1)
-    part = [cov[rows][:, _masks_with(bit, 3)].sum(axis=1) for bit in range(3)]
+    part = [cov[rows][:, masks_with(bit, 3)].sum(axis=1) for bit in range(3)]
     return Table({"rank": k.ranks[rows // width], "stream": streams[rows % width] if len(streams) else rows,
                   "kernels": count[rows], "busy_ns": busy, "compute_ns": part[0], "communication_ns": part[1],
                   "memory_ns": part[2], "busy_pct": _pct(busy, span[rows // width])})

@@ -1,0 +1,79 @@
+"""The time each set of labels runs at once over many intervals (a GPU's kernels of a few kinds, per rank or
+stream): ``coverage``, a piece of the intervals at a time, so that what it holds beside them is a piece's however
+long a rank's time line."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from popvision_py.analysis.common.tables import sum_by
+
+COVERAGE_ROWS = 1 << 17  # intervals ``coverage`` takes at a time
+
+
+def coverage(group: np.ndarray, start: np.ndarray, end: np.ndarray, label: np.ndarray, groups: int,
+             labels: int, rows: int = COVERAGE_ROWS) -> np.ndarray:
+    """``[groups, 2**labels]`` ns: per group, the time during which exactly each set of labels (a bit
+    mask: bit ``l`` set while a kernel of label ``l`` runs) has a kernel running; intervals of label -1
+    count for nothing; overlapping kernels of a label count once.
+
+    ``rows`` intervals at a time, in order of group then start, so that what it holds beside its arguments is
+    a piece's, however many kernels a rank has: each piece's time is its group's up to the next piece's first
+    start (``cut``), and the intervals of the piece that run past it are carried, from the cut, into the next.
+    Time is cut, never counted twice: the sum of the pieces' is the whole's, to the nanosecond. The time no
+    kernel runs (the empty set) is each group's first start to last end less its busy time: a gap across a
+    cut is in no piece."""
+    n = len(start)
+    if n <= rows:
+        return _coverage(group, start, end, label, groups, labels)
+    ordered = bool((np.diff(group) >= 0).all()) and bool(
+        ((np.diff(start) >= 0) | (np.diff(group) > 0)).all())
+    order = None if ordered else np.lexsort((start, group))
+    out = np.zeros((groups, 1 << labels), np.int64)
+    first, last = np.full(groups, np.iinfo(np.int64).max, np.int64), np.full(groups, np.iinfo(np.int64).min, np.int64)
+    carry = tuple(np.zeros(0, np.int64) for _ in range(4))  # (group, start, end, label) run past the last cut
+    for a in range(0, n, rows):
+        at = slice(a, min(a + rows, n)) if order is None else order[a:a + rows]
+        piece = [np.concatenate([c, np.asarray(v[at], np.int64)]) for c, v in zip(carry, (group, start, end, label))]
+        g, s, e, lab = piece
+        carry = tuple(np.zeros(0, np.int64) for _ in range(4))
+        if a + rows < n:
+            following = a + rows if order is None else int(order[a + rows])
+            if group[following] == g[-1]:  # the group goes on in the next piece: cut its time at its next start
+                cut = int(start[following])
+                late = (g == g[-1]) & (e > cut)
+                carry = (g[late], np.full(int(late.sum()), cut, np.int64), e[late], lab[late])
+                e = np.where(late, cut, e)
+        out += _coverage(g, s, e, lab, groups, labels)
+        kept = (lab >= 0) & (e > s)
+        np.minimum.at(first, g[kept], s[kept])
+        np.maximum.at(last, g[kept], e[kept])
+    busy = out[:, 1:].sum(axis=1)
+    out[:, 0] = np.where(last > first, last - first, 0) - np.where(last > first, busy, 0)
+    return out
+
+
+def _coverage(group: np.ndarray, start: np.ndarray, end: np.ndarray, label: np.ndarray, groups: int,
+              labels: int) -> np.ndarray:
+    """``coverage`` of intervals at once: one sort of every start and end."""
+    keep = (label >= 0) & (end > start)
+    group, start, end, label = group[keep], start[keep], end[keep], label[keep]
+    times = np.concatenate([start, end])
+    key = np.concatenate([group, group])
+    order = np.lexsort((times, key))
+    times, key = times[order], key[order]
+    mask = np.zeros(len(times), np.int64)
+    for bit in range(labels):  # each label's running count: +1 at a start, -1 at an end (a group's sum to 0)
+        mine = (label == bit).astype(np.int64)
+        running = np.cumsum(np.concatenate([mine, -mine])[order])
+        mask |= (running > 0).astype(np.int64) << bit
+    width = 1 << labels
+    if len(times) < 2:
+        return np.zeros((groups, width), np.int64)
+    step = np.where(key[1:] == key[:-1], np.diff(times), 0)
+    return sum_by(key[:-1] * width + mask[:-1], step, groups * width).reshape(groups, width)
+
+
+def masks_with(bit: int, labels: int) -> np.ndarray:
+    """The sets of ``labels`` labels (bit masks, ``coverage``'s columns) that hold label ``bit``."""
+    return np.array([m for m in range(1 << labels) if m & (1 << bit)], np.int64)
