@@ -78,6 +78,7 @@ class Report:
         self._locks: dict[Any, threading.RLock] = {}
         self._locks_guard = threading.Lock()
         self._prefetching: list[threading.Thread] = []
+        self._prefetched: set[str] = set()  # the tables ``prefetch`` was asked to decode
         # called with the rows of the trace folded so far, as its summary pass goes (a progress bar's update)
         self.trace_progress: Callable[[int], None] | None = None
         self.summary = SummaryReport(self)
@@ -124,9 +125,9 @@ class Report:
                 self._cache[key] = compute()
             return self._cache[key]
 
-    def memoized(self, key: Any) -> bool:
-        """Whether ``memo`` holds ``key``'s answer already."""
-        return key in self._cache
+    def decodes(self, name: str) -> bool:
+        """Whether table ``name`` is decoded whole (``columns``) already, or is being decoded (``prefetch``)."""
+        return ("columns", name) in self._cache or name in self._prefetched
 
     def _lock(self, key: Any) -> threading.RLock:
         with self._locks_guard:
@@ -151,6 +152,9 @@ class Report:
         twice; an error is left for the analysis to raise when it asks for that table.
         ``build_report`` prefetches for ``--section all``, which reads every table.
         """
+        names = list(names)
+        self._prefetched.update(names)
+
         def decode() -> None:
             for name in names:
                 try:

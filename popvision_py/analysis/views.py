@@ -193,14 +193,15 @@ class LivenessReport(_View):
         return self._peaks().frame()
 
     def _peaks(self) -> Table:
-        """From the steps where they are decoded already (``by_step``), else read a batch at a time
-        (``liveness.streamed_peaks``): the summary's insights need the peaks, not every step of a long run."""
+        """From the steps (``by_step``) where the tables are decoded whole anyway (a report of every section) or
+        small (each table read once), else read a batch at a time (``liveness.streamed_peaks``): the summary's
+        insights and the dashboard's first page need the peaks, not every step of a long run."""
         r = self._r
 
         def compute() -> Table:
             profile = r.profile
-            if (r.memoized(("columns", "liveness")) and r.memoized(("columns", "programs"))) or not {
-                    "liveness", "programs"} <= set(profile.tables):
+            if not {"liveness", "programs"} <= set(profile.tables) or (r.decodes("liveness") and r.decodes(
+                    "programs")) or profile.num_rows("liveness") <= _liveness.STREAM_ROWS:
                 return _liveness.peaks(self._by_step())
             return _liveness.streamed_peaks(
                 profile.iter_batches("liveness", ["ipu", "step", "always_live_bytes", "not_always_live_bytes"]),

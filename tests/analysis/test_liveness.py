@@ -65,15 +65,37 @@ def test_peaks_read_a_batch_at_a_time_are_those_of_every_step_at_once():
 
 
 @pytest.mark.parametrize("name", ["balanced", "unbalanced", "oom", "exchange", "sharded", "inference"])
-def test_a_reports_peaks_are_read_a_batch_at_a_time_unless_its_steps_are_decoded(profiles, name):
+def test_a_long_runs_peaks_are_read_a_batch_at_a_time_unless_its_steps_are_decoded(profiles, name, monkeypatch):
     import pandas.testing as pdt
 
     import popvision_py as pv
+    from popvision_py.analysis.ipu import liveness
 
-    # GIVEN a profile opened twice: once with nothing decoded, once with its steps decoded first
-    with pv.open(profiles[name]) as fresh, pv.open(profiles[name]) as decoded:
+    # GIVEN a profile opened three times: as a long run's (every liveness table streamed), and as is, once with
+    # its steps decoded first
+    with pv.open(profiles[name]) as short, pv.open(profiles[name]) as long, pv.open(profiles[name]) as decoded:
         decoded.liveness.by_step()
-        # WHEN each gives its peaks THEN the first read the liveness table a batch at a time, and they are the same
-        streamed = fresh.liveness.peaks()
-        assert not fresh.memoized(("columns", "liveness")) and decoded.memoized(("columns", "liveness"))
-        pdt.assert_frame_equal(streamed, decoded.liveness.peaks())
+        expected = decoded.liveness.peaks()
+        short_peaks = short.liveness.peaks()
+        monkeypatch.setattr(liveness, "STREAM_ROWS", 0)
+        # WHEN each gives its peaks THEN the long run's read the liveness table a batch at a time, the short one
+        # decoded it whole (read once, as every table), and the peaks are the same
+        long_peaks = long.liveness.peaks()
+        assert short.decodes("liveness") and not long.decodes("liveness")
+        pdt.assert_frame_equal(long_peaks, expected)
+        pdt.assert_frame_equal(short_peaks, expected)
+
+
+def test_a_report_of_every_section_takes_its_peaks_from_the_steps_it_decodes(profiles, monkeypatch):
+    # GIVEN a long run's profile (every liveness table streamed) WHEN a report of every section is built
+    import popvision_py as pv
+    from popvision_py.analysis.ipu import liveness
+    from popvision_py.render.document import build_report
+
+    monkeypatch.setattr(liveness, "STREAM_ROWS", 0)
+    streamed = []
+    monkeypatch.setattr(liveness, "streamed_peaks", lambda *a: streamed.append(a))
+    with pv.open(profiles["oom"]) as report:
+        build_report(report, "all")
+        # THEN its tables are decoded beside the trace, and the peaks are taken from them, not read again
+        assert report.decodes("liveness") and not streamed

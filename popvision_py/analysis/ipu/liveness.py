@@ -19,6 +19,7 @@ from popvision_py.format.arrays import numbers
 BY_STEP_COLUMNS = ["ipu", "step", "name", "always_live_bytes", "not_always_live_bytes", "total_bytes",
                    "worst_tile", "worst_tile_bytes", "capacity_bytes"]
 PEAK_COLUMNS = ["ipu", "peak_step", "name", "not_always_live_bytes", "total_bytes"]
+STREAM_ROWS = 1 << 16  # a liveness table of more rows has its peaks read a batch at a time (``streamed_peaks``)
 LIVE_AT_COLUMNS = ["var_id", "name", "category", "always_live", "bytes", "live_from_step", "live_to_step"]
 
 
