@@ -12,7 +12,6 @@ time by the writer's batching (``profile.Batched``), never a string per row.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,23 +37,11 @@ TYPE_WORDS = ("compute_set", "global_exchange", "all_reduce", "stream_copy")
 Table = dict[str, Any]
 
 
-SMALL_COLUMN_ROWS = 256  # a column of at most this many rows is made once for all the ranks that have it
-
-
-def category(codes: np.ndarray, words: list[str] | tuple[str, ...]) -> pa.DictionaryArray:
-    """A string column as dictionary codes: ``words[codes]``, its dictionary in order of first appearance
-    (as Arrow's dictionary_encode of the strings would make it), never a string per row."""
-    codes = np.asarray(codes, np.int64)
-    if len(codes) <= SMALL_COLUMN_ROWS:
-        return _small_category(tuple(words), codes.tobytes())
-    return _category(codes, words)
-
-
 class Coded:
-    """A string column as codes into ``words`` (``category``'s arguments), not yet made into Arrow: ``Batched``
-    joins a table's coded slices of many windows and ranks as codes against one vocabulary and makes each row
-    group's column once (``category``), where Arrow columns made a slice each would be unified and joined, a
-    slice of a few rows at a time (seconds over thousands of ranks)."""
+    """A string column as codes into ``words``, not yet made into Arrow: ``Batched`` joins a table's coded slices of
+    many windows and ranks as codes against one vocabulary and makes each row group's column once
+    (``Vocabulary.arrow``), where Arrow columns made a slice each would be unified and joined, a slice of a few
+    rows at a time (seconds over thousands of ranks)."""
 
     __slots__ = ("codes", "words")
 
@@ -69,25 +56,9 @@ class Coded:
 
 
 def coded(codes: np.ndarray, words: list[str] | tuple[str, ...]) -> Coded:
-    """``category``'s column, made by the writer's batching (``Coded``); ``words`` a tuple where it is made
-    often (a tuple is kept as it is)."""
+    """A string column ``words[codes]``, made into Arrow by the writer's batching (``Coded``); ``words`` a tuple
+    where it is made often (a tuple is kept as it is)."""
     return Coded(codes, words if isinstance(words, tuple) else tuple(words))
-
-
-# A job of thousands of small ranks makes the same few small columns rank after rank (each rank's window of a few
-# dozen rows: its passes, phases, names): each made once, as Arrow arrays are never changed; what it takes to make
-# one (a dozen calls of a microsecond each) is what it takes to look up a few hundred.
-@functools.lru_cache(maxsize=1024)
-def _small_category(words: tuple[str, ...], codes: bytes) -> pa.DictionaryArray:
-    return _category(np.frombuffer(codes, np.int64), words)
-
-
-def _category(codes: np.ndarray, words: list[str] | tuple[str, ...]) -> pa.DictionaryArray:
-    """``category`` made: its codes remapped to those of the words they use, in order of first appearance."""
-    word_code, unique = _distinct(tuple(words))
-    codes = word_code[codes] if len(codes) else codes
-    indices, order = first_appearance(codes, len(unique))
-    return pa.DictionaryArray.from_arrays(indices, _dictionary(unique, tuple(order.tolist())))
 
 
 def first_appearance(codes: np.ndarray, size: int) -> tuple[pa.Array, np.ndarray]:
@@ -105,7 +76,8 @@ def first_appearance(codes: np.ndarray, size: int) -> tuple[pa.Array, np.ndarray
 
 class Vocabulary:
     """A coded column's words over many slices (``Coded``, each of its own words): each slice's codes as codes
-    into the words seen so far (``codes``), and a run of them made into ``category``'s column (``arrow``)."""
+    into the words seen so far (``codes``), a word listed twice one code, and a run of them made into Arrow
+    (``arrow``)."""
 
     def __init__(self) -> None:
         self.code: dict[str, int] = {}
@@ -129,24 +101,10 @@ class Vocabulary:
         return code
 
     def arrow(self, codes: np.ndarray) -> pa.DictionaryArray:
-        """``category(codes, words)`` (its words are distinct already): the same indices and dictionary."""
+        """The column ``words[codes]`` as Arrow dictionary codes, its dictionary the words used in order of first
+        appearance (as Arrow's dictionary_encode of the strings makes it), never a string per row."""
         indices, order = first_appearance(codes, len(self.words))
         return pa.DictionaryArray.from_arrays(indices, arrow([self.words[k] for k in order.tolist()]))
-
-
-# The same few word lists (passes, phases, a job's names) and dictionaries come back rank after rank: each made once,
-# not a Python pass over the words and an Arrow cast a column a rank (seconds over thousands of ranks).
-@functools.lru_cache(maxsize=64)
-def _distinct(words: tuple[str, ...]) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Each word's code among the distinct words, and the distinct words in order."""
-    distinct = {w: k for k, w in enumerate(dict.fromkeys(words))}
-    return np.array([distinct[w] for w in words], np.int64), tuple(distinct)
-
-
-@functools.lru_cache(maxsize=1024)
-def _dictionary(unique: tuple[str, ...], order: tuple[int, ...]) -> pa.Array:
-    """The dictionary of the distinct words ``order`` picks, as Arrow."""
-    return arrow([unique[k] for k in order])
 
 
 class Lookup:

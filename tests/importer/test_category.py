@@ -1,7 +1,6 @@
-"""A string column of the import's tables as dictionary codes (``tables.category``): the column Arrow's
-dictionary_encode makes of the strings, whether it is small (made once for every rank that has it) or not; and
-the same column of many ranks' slices held as codes into one vocabulary (``tables.Coded``, ``profile.Batched``)
-and made a row group at a time."""
+"""A string column of the import's tables as dictionary codes: a column of many ranks' slices held as codes into
+one vocabulary (``tables.Coded``, ``tables.Vocabulary``, ``profile.Batched``) and made a row group at a time, the
+column Arrow's dictionary_encode makes of the strings."""
 
 from __future__ import annotations
 
@@ -11,12 +10,18 @@ import pyarrow.compute as pc
 import pytest
 
 from popvision_py.importer import tables
-from popvision_py.importer.tables import SMALL_COLUMN_ROWS, category
+from popvision_py.importer.tables import Vocabulary, coded
 
 WORDS = ["forward", "backward", "idle", "forward", "update", "never used"]  # "forward" twice: one word
 
 
-@pytest.mark.parametrize("rows", [0, 1, 30, SMALL_COLUMN_ROWS, SMALL_COLUMN_ROWS + 1, 5000])
+def category(codes, words):
+    """A column made as the writer's batching makes it: one slice's codes into ``words``, made into Arrow."""
+    vocabulary = Vocabulary()
+    return vocabulary.arrow(vocabulary.codes(coded(np.asarray(codes), words)))
+
+
+@pytest.mark.parametrize("rows", [0, 1, 30, 256, 257, 5000])
 def test_a_column_is_the_dictionary_encoding_of_its_words(rows):
     # GIVEN codes into words, one word listed twice and one never used
     codes = np.random.default_rng(rows).integers(0, len(WORDS) - 1, rows)
@@ -29,16 +34,17 @@ def test_a_column_is_the_dictionary_encoding_of_its_words(rows):
         assert column.indices.cast(pa.int32()).equals(expected.indices.cast(pa.int32()))
 
 
-def test_the_same_small_column_of_another_rank_is_made_once():
-    # GIVEN a small column's codes, and another rank's same codes (another array) and words (another list)
-    tables._small_category.cache_clear()
-    codes = np.array([2, 0, 2, 1])
-    made = category(codes, WORDS)
-    # WHEN the other rank's is made THEN it is the first one, looked up, not made again
-    assert category(np.array([2, 0, 2, 1]), list(WORDS)) is made
-    assert tables._small_category.cache_info().hits == 1
+def test_another_ranks_same_words_are_looked_up_not_coded_again():
+    # GIVEN a vocabulary that has coded one rank's words, and another rank's same words (another tuple)
+    vocabulary = Vocabulary()
+    first = vocabulary.codes(coded(np.array([2, 0, 2, 1]), tuple(WORDS)))
+    looked_up = []
+    vocabulary._code = lambda word: looked_up.append(word)  # a word coded again would be looked up here
+    # WHEN the other rank's codes are coded THEN its words' codes are the first rank's, none coded again
+    assert vocabulary.codes(coded(np.array([2, 0, 2, 1]), tuple(list(WORDS)))).tolist() == first.tolist()
+    assert not looked_up
     # AND other codes are a column of their own: "update" first
-    other = category(np.array([4, 0]), WORDS)
+    other = vocabulary.arrow(vocabulary.codes(coded(np.array([4, 0]), tuple(WORDS))))
     assert other.to_pylist() == ["update", "forward"] and other.dictionary.to_pylist() == ["update", "forward"]
 
 
@@ -108,5 +114,5 @@ def test_a_vocabulary_gives_a_word_one_code_whatever_the_slice_that_brings_it():
     assert first.tolist() == [0, 1, 0] and second.tolist() == [2, 1, 0]
     # AND a run of codes made into Arrow is category's column of the same words
     column = vocabulary.arrow(np.concatenate([first, second]))
-    assert column.equals(category(np.array([0, 1, 0, 2, 1, 0]), ["mm", "add", "relu"]))
+    assert column.equals(pc.dictionary_encode(pa.array(["mm", "add", "mm", "relu", "add", "mm"])))
     assert column.to_pylist() == ["mm", "add", "mm", "relu", "add", "mm"]

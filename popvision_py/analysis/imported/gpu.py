@@ -149,16 +149,13 @@ class Kernels:
         if len(pieces) == 1:
             return pieces[0]
         out: dict[str, Any] = {"ranks": pieces[0].ranks, "labels": {}}
-        for word_field, code_field in (("names", "name"), *((f"labels:{label}", label) for label in LABELS)):
-            words_of = [p.names if word_field == "names" else p.labels[code_field] for p in pieces]
+        for coded in ("name", *LABELS):  # each piece's codes into the union of the pieces' words
+            words_of = [p.names if coded == "name" else p.labels[coded] for p in pieces]
             words = np.unique(np.concatenate(words_of).astype(object))
-            out[code_field] = np.concatenate([np.searchsorted(words, w).astype(np.int64)[getattr(p, code_field)]
-                                              for w, p in zip(words_of, pieces)])
-            if word_field == "names":
-                out["names"] = words
-            else:
-                out["labels"][code_field] = words
-            pieces[:] = [replace(p, **{code_field: None}) for p in pieces]
+            out[coded] = np.concatenate([np.searchsorted(words, w).astype(np.int64)[getattr(p, coded)]
+                                         for w, p in zip(words_of, pieces)])
+            (out if coded == "name" else out["labels"])["names" if coded == "name" else coded] = words
+            pieces[:] = [replace(p, **{coded: None}) for p in pieces]
         for name in ROW_FIELDS:
             if name not in out:
                 out[name] = np.concatenate([getattr(p, name) for p in pieces])

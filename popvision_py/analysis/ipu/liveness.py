@@ -49,11 +49,16 @@ def peaks(steps: Table) -> Table:
     """Per IPU, the first step where not-always-live memory peaks (``steps``: ``by_step``): PEAK_COLUMNS by ipu."""
     if not len(steps["ipu"]):
         return Table.empty({c: np.int64 if c != "name" else object for c in PEAK_COLUMNS})
+    first = _peak_rows(steps["ipu"], steps["step"], steps["not_always_live_bytes"])
     ipu, step, nal = steps["ipu"], steps["step"], steps["not_always_live_bytes"]
-    order = np.lexsort((step, -nal, ipu))
-    first = order[np.r_[True, ipu[order][1:] != ipu[order][:-1]]]  # each IPU's largest, earliest step
     return Table({"ipu": ipu[first], "peak_step": step[first], "name": steps["name"].take(first),
                   "not_always_live_bytes": nal[first], "total_bytes": steps["total_bytes"][first]})
+
+
+def _peak_rows(ipu: np.ndarray, step: np.ndarray, nal: np.ndarray) -> np.ndarray:
+    """The row of each IPU's largest not-always-live bytes (``nal``), its earliest step of them, by IPU."""
+    order = np.lexsort((step, -nal, ipu))
+    return order[np.r_[True, ipu[order][1:] != ipu[order][:-1]]] if len(order) else order
 
 
 def streamed_peaks(liveness: Iterable[Any], programs: Iterable[Any]) -> Table:
@@ -68,8 +73,7 @@ def streamed_peaks(liveness: Iterable[Any], programs: Iterable[Any]) -> Table:
         found = [numbers(batch.column("ipu")), numbers(batch.column("step")), nal,
                  numbers(batch.column("always_live_bytes")) + nal]
         ipu, step, nal, total = found if best is None else (np.concatenate([b, f]) for b, f in zip(best, found))
-        order = np.lexsort((step, -nal, ipu))
-        first = order[np.r_[True, ipu[order][1:] != ipu[order][:-1]]] if len(order) else order
+        first = _peak_rows(ipu, step, nal)
         best = [ipu[first], step[first], nal[first], total[first]]
     if best is None or not len(best[0]):
         return Table.empty({c: np.int64 if c != "name" else object for c in PEAK_COLUMNS})
