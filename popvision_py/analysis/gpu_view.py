@@ -42,6 +42,14 @@ class GpuReport(_View):
             return ""
         return NO_KERNELS_GPU if r.target.get("arch") == "gpu" else NO_KERNELS_IMPORTED
 
+    def long_ranks(self) -> bool:
+        """Whether the profile's ranks hold more kernels each, on average, than a run of ranks the figures are made
+        of (``gpu_ranks.CHUNK_KERNELS``): the section's peak is then a rank's kernels, not its answers (a report of
+        every section builds it first: ``render.document``)."""
+        r = self._r
+        return not self.missing() and r.profile.num_rows("kernels") > _gpu_ranks.CHUNK_KERNELS * int(
+            r.target.get("num_ipus", 1))
+
     def kernels(self) -> _gpu.Kernels:
         """Every kernel, copy and set of the profile (``gpu.Kernels``), the table read once (none before schema 5)."""
         r = self._r
@@ -68,9 +76,7 @@ class GpuReport(_View):
         """Each rank's last ``ProfilerStep`` start (``gpu.last_step_starts``), from the ranks' CPU timelines the
         import writes beside the profile (``system/rank-R.pvti.parquet``); None without them, or with fewer
         than two steps: HTA's figures then take every kernel."""
-        system, ranks = self._r.system, _imported.rank_numbers(self._r.run, int(self._r.target.get("num_ipus", 1)))
-        return self._memo("last_step_starts", lambda: _gpu.last_step_starts(
-            _gpu.step_starts(system.events(), ranks), len(ranks)) if system.files() else None)
+        return self._timeline()[1]
 
     def streams(self) -> _streams.StreamIndex:
         """Each rank's streams as lanes, indexed for zoom windows (``streams.StreamIndex``)."""
@@ -162,10 +168,20 @@ class GpuReport(_View):
 
     def spans(self) -> _bound.TraceSpans:
         """The steps, DataLoader fetches and annotations of the ranks' CPU timelines (``system/``), if any."""
+        return self._timeline()[0]
+
+    def _timeline(self) -> tuple[_bound.TraceSpans, np.ndarray | None]:
+        """``spans`` and ``last_step_starts`` from one read of the rows of the CPU timelines they take
+        (``bound.TIMELINE_ROWS``), those rows let go once both are made."""
         r, origin = self._r, (self._r.run.get("import") or {}).get("origin_ns")
-        return self._memo("spans", lambda: _bound.TraceSpans.from_timeline(
-            r.system.events() if r.system.files() else None, _imported.rank_numbers(r.run, int(r.target.get(
-                "num_ipus", 1))), origin))
+
+        def compute() -> tuple[_bound.TraceSpans, np.ndarray | None]:
+            ranks = _imported.rank_numbers(r.run, int(r.target.get("num_ipus", 1)))
+            events = r.system.some_events(_bound.TIMELINE_ROWS) if r.system.files() else None
+            last = _gpu.last_step_starts(_gpu.step_starts(events, ranks), len(ranks)) if events is not None else None
+            return _bound.TraceSpans.from_timeline(events, ranks, origin), last
+
+        return self._memo("timeline", compute)
 
     def bounds(self) -> pd.DataFrame:
         return self._bounds().frame()

@@ -125,6 +125,10 @@ class Report:
                 self._cache[key] = compute()
             return self._cache[key]
 
+    def holds(self, key: Any) -> bool:
+        """Whether ``memo`` holds an answer for ``key`` already."""
+        return key in self._cache
+
     def decodes(self, name: str) -> bool:
         """Whether table ``name`` is decoded whole (``columns``) already, or is being decoded (``prefetch``)."""
         return ("columns", name) in self._cache or name in self._prefetched

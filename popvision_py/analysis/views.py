@@ -404,6 +404,13 @@ class SystemReport(_View):
         """Every file read and checked, as columns (``system.load``)."""
         return self._memo("events", lambda: _system.load_files(self.files()))
 
+    def some_events(self, keep: dict[str, Callable[[str], bool]]) -> _system.Events:
+        """The events a view reads a few of (``system.load_files``' ``keep``: a string column's name, a test of its
+        words): every event where they are read already, else only those rows, each file's others let go as it
+        is read, and not kept here (the view keeps what it makes of them)."""
+        return self.events() if self._r.holds((type(self).__name__, "events")) else _system.load_files(self.files(),
+                                                                                                         keep)
+
     def processes(self) -> pd.DataFrame:
         return self._processes().frame()
 

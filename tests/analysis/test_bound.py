@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from popvision_py.analysis.host import system as host
-from popvision_py.analysis.imported import bound
+from popvision_py.analysis.imported import bound, phases
 from popvision_py.analysis.imported.bound import INPUT, PHASE, STEP, TraceSpans
 from popvision_py.analysis.imported.gpu import Kernels
 from popvision_py.format import system as S
@@ -86,13 +86,13 @@ def test_a_nested_phase_is_measured_against_what_ran_beside_it_not_the_phase_tha
     # [20, 40), k1 (stream 7, [300, 400)) at 30; "mlp(B)" [100, 120) launching k2 (stream 8, [240, 350)) at 110
     k = kernels((0, 7, "k0", 200, 300, 10), (0, 7, "k1", 300, 400, 30), (0, 8, "k2", 240, 350, 110))
     spans = TraceSpans.build([0, 0, 0], [0, 20, 100], [100, 40, 120], [PHASE] * 3, ["forward", "attn(F)", "mlp(B)"])
-    rows = {r["phase"]: r for r in frame(bound.phases(k, spans))}
+    rows = {r["phase"]: r for r in frame(phases.phases(k, spans))}
     # THEN forward ran [200, 400), beside mlp(B) [240, 350): 110; attn(F) [300, 400) beside it [300, 350): 50
     assert {p: (r["kernels"], r["gpu_ns"], r["overlap_ns"], r["overlapped_with"], r["with_ns"])
             for p, r in rows.items()} == {"forward": (2, 200, 110, "mlp(B)", 110),
                                          "mlp(B)": (1, 110, 110, "forward", 60), "attn(F)": (1, 100, 50, "mlp(B)", 50)}
     # AND mlp(B) ran beside forward's own k0 [240, 300) and attn(F)'s k1 [300, 350): each pair by the innermost phase
-    pairs = {(r["phase"], r["other"]): r["overlap_ns"] for r in frame(bound.phase_overlaps(k, spans))}
+    pairs = {(r["phase"], r["other"]): r["overlap_ns"] for r in frame(phases.phase_overlaps(k, spans))}
     assert pairs == {("forward", "mlp(B)"): 110, ("attn(F)", "mlp(B)"): 50, ("mlp(B)", "forward"): 60,
                      ("mlp(B)", "attn(F)"): 50}
 
@@ -101,7 +101,7 @@ def test_a_phase_on_the_gpus_track_holds_the_kernels_of_its_stream_only():
     # GIVEN a GPU-track span "chunk" [0, 100) on stream 8; k0 starts at 10 on stream 7, k1 at 20 on stream 8
     k = kernels((0, 7, "k0", 10, 50, -1), (0, 8, "k1", 20, 60, -1))
     spans = TraceSpans.build([0], [0], [100], [PHASE], ["chunk"], stream=[8])
-    [row] = frame(bound.phases(k, spans))
+    [row] = frame(phases.phases(k, spans))
     # THEN chunk holds k1 alone (no launch is needed on the GPU's track): 40 ns, 30 of them beside k0, of no phase
     assert (row["phase"], row["kernels"], row["gpu_ns"], row["overlap_ns"]) == ("chunk", 1, 40, 0)
 
@@ -187,3 +187,23 @@ def test_before_counts_the_key_rows_before_each_query_row_by_one_key_or_one_sort
     key_rows = list(zip(*(k.tolist() for k in keys)))
     expected = [sum(r < q or (inclusive and r == q) for r in key_rows) for q in zip(*(q.tolist() for q in queries))]
     assert found.tolist() == expected
+
+
+def test_phases_worked_out_a_piece_at_a_time_are_those_of_the_whole_rank():
+    # GIVEN a rank whose GPU runs k0 [0, 100) and k1 [50, 150) on two streams, idles, then k2 [200, 300) and
+    # k3 [300, 320) (end to start: no moment holds both), and another rank's k4; phases "a" and "b" launch them
+    k = kernels((0, 7, "k0", 0, 100, 1), (0, 8, "k1", 50, 150, 2), (0, 7, "k2", 200, 300, 11),
+                (0, 7, "k3", 300, 320, 12), (1, 7, "k4", 0, 90, 1))
+    spans = TraceSpans.build([0, 0, 0, 1], [0, 2, 10, 0], [2, 10, 20, 5], [PHASE] * 4, ["a", "b", "a", "a"])
+    # WHEN they are cut into pieces of one kernel or more
+    # THEN a cut falls only where every kernel of the rank before it ended by the time the next one starts
+    assert phases.idle_cuts(k, 1).tolist() == [0, 2, 3, 4, 5]
+    assert phases.idle_cuts(k, 3).tolist() == [0, 3, 5]
+    assert phases.idle_cuts(k, 5).tolist() == [0, 5]
+    # AND the pieces' figures summed are the whole's: a overlapped b by 50 ns (k0 beside k1)
+    whole, pieces = phases.phase_times(k, spans, 1 << 20), phases.phase_times(k, spans, 1)
+    for field in ("kernels", "gpu_ns", "overlap_ns", "spans", "pair", "pair_ns"):
+        assert getattr(pieces, field).tolist() == getattr(whole, field).tolist(), field
+    rows = {(r["rank"], r["phase"]): (r["kernels"], r["gpu_ns"], r["overlap_ns"])
+            for r in frame(phases.phases(k, spans, pieces))}
+    assert rows == {(0, "a"): (3, 220, 50), (0, "b"): (1, 100, 50), (1, "a"): (1, 90, 0)}

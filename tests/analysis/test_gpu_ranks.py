@@ -199,3 +199,70 @@ def test_pieces_joined_are_the_kernels_built_at_once_their_words_the_union_sorte
     assert all(joined.labels[k].tolist() == whole.labels[k].tolist() for k in gpu.LABELS)
     assert joined.words("op", joined.op).tolist() == ops and joined.names[joined.name].tolist() == rows["name"]
     assert all(getattr(p, name) is None for p in pieces for name in gpu.ROW_FIELDS)
+
+
+def test_the_gpu_figures_read_only_the_timeline_rows_they_use(imported):
+    # GIVEN a GPU import's ranks' CPU timelines (system/), whose pytorch channel holds operators and calls besides
+    # the profiler's steps
+    from popvision_py.analysis.imported import bound
+    from popvision_py.format import system as S
+
+    with popvision_py.open(imported) as report:
+        view = report.gpu
+        # WHEN the GPU's figures ask for their spans and steps before anything reads the timelines whole
+        spans, last = view.spans(), view.last_step_starts()
+        some = report.system.some_events(bound.TIMELINE_ROWS)
+        every = report.system.events()
+        # THEN they read the DataLoader's and the annotations' rows and the steps, no other row
+        def channel(events):
+            return np.array(events.channels, dtype=object)[events.channel]
+
+        def named(events):
+            return np.array(events.names, dtype=object)[events.name]
+
+        wanted = np.isin(channel(every), [S.DATALOADER, S.ANNOTATION]) | np.array(
+            [n.startswith("ProfilerStep") for n in named(every)], bool)
+        assert 0 < len(some) == int(wanted.sum()) < len(every)
+        assert sorted(zip(named(some), some.start.tolist())) == sorted(zip(named(every)[wanted],
+                                                                           every.start[wanted].tolist()))
+        # AND the spans and the last steps are those every row gives
+        ranks = np.asarray(view.kernels().ranks)
+        origin = (report.run.get("import") or {}).get("origin_ns")
+        whole = bound.TraceSpans.from_timeline(every, ranks, origin)
+        for field in ("ipu", "start", "end", "kind", "stream", "name", "names"):
+            assert getattr(spans, field).tolist() == getattr(whole, field).tolist(), field
+        assert last.tolist() == gpu.last_step_starts(gpu.step_starts(every, ranks), len(ranks)).tolist()
+        # AND once every row is read, those are what a later view is handed
+        assert report.system.some_events(bound.TIMELINE_ROWS) is every
+
+
+@pytest.mark.parametrize("long_ranks", [True, False])
+def test_every_section_builds_the_gpu_section_of_long_ranks_first_and_shows_it_where_it_belongs(imported, monkeypatch,
+                                                                                              long_ranks):
+    # GIVEN a GPU import whose ranks hold more kernels each than a run of ranks' figures (or fewer), and the order
+    # report --section all builds its sections in
+    from popvision_py.render import document
+    from popvision_py.render.jsonout import to_dict
+
+    with popvision_py.open(imported) as report:
+        kernels = report.profile.num_rows("kernels")
+    monkeypatch.setattr(gpu_ranks, "CHUNK_KERNELS", (kernels - 1) // 2 if long_ranks else (kernels + 1) // 2)
+    built = []
+    for name, builder in list(document._SECTION_BUILDERS.items()):
+        monkeypatch.setitem(document._SECTION_BUILDERS, name,
+                            lambda doc, r, figures, name=name, builder=builder: (built.append(name),
+                                                                                  builder(doc, r, figures)))
+    prefetch = document.prefetch_beside_trace
+    monkeypatch.setattr(document, "prefetch_beside_trace", lambda r: (built.append("prefetch"), prefetch(r)))
+    # WHEN every section is built
+    with popvision_py.open(imported) as report:
+        every = document.build_report(report, "all")
+    # THEN the GPU section of long ranks was built first, before any table was prefetched (else in its place)
+    others = [s for s in document.SECTIONS if s != "gpu"]
+    assert built == (["gpu", "prefetch", *others] if long_ranks else ["prefetch", *document.SECTIONS])
+    # AND it is shown last, as it is on its own, each section's blocks in their place
+    sections = [b.section for b in every.blocks]
+    assert sections == sorted(sections, key=document.SECTIONS.index) and sections[-1] == "gpu"
+    with popvision_py.open(imported) as report:
+        alone = document.build_report(report, "gpu")
+    assert to_dict(every)["sections"]["gpu"] == to_dict(alone)["sections"]["gpu"]

@@ -18,8 +18,9 @@ besides the common views, in a PyTorch user's words.
 - ``collectives``: a GPU trace's collectives per rank and process group: calls, bytes, GPU time and the
   bandwidth they make (nccl-tests' algorithm and bus bandwidth), the group's other ranks its peers.
 - ``bound``: beyond HTA's figures: what bound each profiled step (the GPU busy, waiting for the CPU's
-  launches, for the DataLoader, or for something else), the kernels worth a look, and the phases the
-  trace's own annotations name, with the time each ran beside another.
+  launches, for the DataLoader, or for something else) and the kernels worth a look.
+- ``phases``: beyond HTA's figures too: the phases the trace's own annotations name, with the time each ran
+  beside another, a piece of a rank's kernels at a time.
 - ``stragglers``: across the ranks of a data-parallel run, each rank's arrival at each step's collectives and
   its compute before it; the ranks that arrive last, by how much past the median, and the step without them.
 

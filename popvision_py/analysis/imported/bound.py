@@ -1,5 +1,5 @@
-"""What bound each profiled step of a GPU trace, the kernels worth a look, and the phases the trace's own
-annotations name: the figures beyond Holistic Trace Analysis 0.5's (docs/real-traces.md, "Beyond HTA").
+"""What bound each profiled step of a GPU trace and the kernels worth a look: with the phases the trace's own
+annotations name (``phases``), the figures beyond Holistic Trace Analysis 0.5's (docs/real-traces.md, "Beyond HTA").
 
 - ``step_bounds``: per rank and profiler step, the GPU's busy time (some kernel, copy or set runs on
   any stream) and its idle time by cause: ``launch_wait`` (an idle gap whose next kernel's launching
@@ -10,10 +10,6 @@ annotations name: the figures beyond Holistic Trace Analysis 0.5's (docs/real-tr
   wait when it takes ``BOUND_PCT`` of the step, else gpu-bound.
 - ``worth_a_look``: each rank's kernels by name, those listed for their GPU time (``long``) and those
   launched many times for less GPU time each than launching them costs (``short and many``).
-- ``phases`` and ``phase_overlaps``: each annotation name's kernels (launched while its CPU span was
-  open, or starting inside its span on the GPU's track on their stream), their GPU time, and the time
-  they ran beside the kernels of other phases, so two micro-batches run at once on two streams are
-  measured as two phases overlapping, not one.
 
 The spans come from the ranks' CPU timelines the import writes beside the profile (``system/``), handed
 in as ``TraceSpans`` on the kernels' time. Every figure is columnar: sorts, searches and running counts
@@ -31,6 +27,7 @@ import numpy as np
 
 from popvision_py.analysis.common.tables import Table, sum_by
 from popvision_py.analysis.imported.gpu import Kernels, coverage
+from popvision_py.format import system as S
 
 BOUND_PCT = 20.0  # a wait binds a step when it takes at least this share of it
 VERDICTS = ("gpu-bound", "input-bound", "launch-bound", "other-wait")  # the waits' order breaks ties
@@ -47,11 +44,20 @@ BOUND_COLUMNS = ["rank", "step", "start_ns", "step_ns", "gpu_busy_ns", "gpu_busy
                  "kernel_median_ns", "launch_median_ns", "verdict"]
 WORTH_COLUMNS = ["rank", "name", "reason", "kernels", "total_ns", "mean_ns", "median_ns", "launch_median_ns",
                  "window_pct", "op", "module", "why"]
-PHASE_COLUMNS = ["rank", "phase", "spans", "kernels", "gpu_ns", "overlap_ns", "overlap_pct", "overlapped_with",
-                 "with_ns"]
-PAIR_COLUMNS = ["rank", "phase", "other", "overlap_ns"]
 SUMMARY_COLUMNS = ["rank", "steps", "verdicts", "median_step_ns", "gpu_busy_pct", "launch_wait_pct", "input_wait_pct",
                    "slowest_step", "slowest_ns", "slowest_verdict"]
+
+
+def _step_like(name: str) -> bool:
+    """A name ``gpu.step_starts`` (its family, ``ProfilerStep``) or ``TraceSpans.from_timeline`` (``ProfilerStep#N``)
+    may read as a step: every such name starts so."""
+    return name.startswith("ProfilerStep")
+
+
+# The rows of the ranks' CPU timelines the GPU's figures read (``views.SystemReport.some_events``): the DataLoader's
+# and the annotations' channels, and the profiler's steps; not the operators and calls of the ``pytorch`` channel,
+# most of a trace's rows.
+TIMELINE_ROWS = {"channel": frozenset({S.DATALOADER, S.ANNOTATION}).__contains__, "name": _step_like}
 
 
 @dataclass(frozen=True)
@@ -90,8 +96,6 @@ class TraceSpans:
         channel ``annotation`` phases (thread ``GPU stream S``: on stream S). ``origin_ns``: the traces'
         clock at cycle 0 (``run.import.origin_ns``); a profile imported before it was recorded: the first
         step's start, else the first span's."""
-        from popvision_py.format import system as S
-
         if events is None or not len(events):
             return cls.build([], [], [], [], [])
         ipu_of = {int(r): i for i, r in enumerate(np.asarray(ranks).tolist())}
@@ -164,7 +168,7 @@ def _one_key(keys: tuple[np.ndarray, ...], queries: tuple[np.ndarray, ...]) -> t
     return out[0], out[1]
 
 
-def _distinct(values: np.ndarray, counts: bool = False, inverse: bool = False) -> Any:
+def distinct(values: np.ndarray, counts: bool = False, inverse: bool = False) -> Any:
     """``np.unique`` of int64 ``values`` by a sort (numpy 2's hashing np.unique is several times slower on
     millions): the distinct values, and each one's count and each value's index into them where asked."""
     order = np.argsort(values, kind="stable") if inverse else None
@@ -180,7 +184,7 @@ def _distinct(values: np.ndarray, counts: bool = False, inverse: bool = False) -
     return tuple(out) if len(out) > 1 else out[0]
 
 
-def _expand(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def expand(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For ranges [first, last) (empty where last <= first): each member's range and position."""
     size = np.maximum(last - first, 0)
     which = np.repeat(np.arange(len(first)), size)
@@ -200,7 +204,7 @@ def _medians(group: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     return np.where(count > 0, (v[lo] + v[hi]) / 2, np.nan)
 
 
-def _pct(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+def pct(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(whole > 0, 100.0 * part / np.maximum(whole, 1), np.nan)
 
@@ -258,7 +262,7 @@ def _over_steps(steps: tuple[np.ndarray, ...], ipu: np.ndarray, start: np.ndarra
     s_ipu, s_start, s_end, _ = steps
     first = before((s_ipu, s_end), (ipu, start), inclusive=True)  # the steps ending at or before the start
     last = before((s_ipu, s_start), (ipu, end))  # ... and starting before the end
-    which, step = _expand(first, last)
+    which, step = expand(first, last)
     return step, np.maximum(start[which], s_start[step]), np.minimum(end[which], s_end[step]), which
 
 
@@ -297,9 +301,9 @@ def step_bounds(k: Kernels, spans: TraceSpans, window: tuple[np.ndarray, np.ndar
     binds = waits[np.arange(size), largest] >= bound_pct / 100.0 * span if size else np.zeros(0, bool)
     verdict = np.array(VERDICTS, dtype=object)[np.where(binds, largest + 1, 0)]
     return Table({"rank": k.ranks[s_ipu], "step": s_step, "start_ns": s_start, "step_ns": span,
-                  "gpu_busy_ns": span - idle, "gpu_busy_pct": _pct(span - idle, span), "launch_wait_ns": launch_wait,
-                  "launch_wait_pct": _pct(launch_wait, span), "input_wait_ns": input_wait,
-                  "input_wait_pct": _pct(input_wait, span), "other_idle_ns": other, "other_idle_pct": _pct(other, span),
+                  "gpu_busy_ns": span - idle, "gpu_busy_pct": pct(span - idle, span), "launch_wait_ns": launch_wait,
+                  "launch_wait_pct": pct(launch_wait, span), "input_wait_ns": input_wait,
+                  "input_wait_pct": pct(input_wait, span), "other_idle_ns": other, "other_idle_pct": pct(other, span),
                   "kernels": count, "kernel_median_ns": kernel_median, "launch_median_ns": launch_median,
                   "verdict": verdict})
 
@@ -311,7 +315,7 @@ def step_summary(t: Table) -> Table:
     defined), and the slowest step (the first of equals), its time and verdict. A long run profiles thousands of
     steps a rank: this is what a page or a report can show of them before the slowest."""
     rank = np.asarray(t["rank"], np.int64)
-    ranks, group = _distinct(rank, inverse=True)
+    ranks, group = distinct(rank, inverse=True)
     size = len(ranks)
     words, code = np.unique(np.asarray(t["verdict"]).astype(str), return_inverse=True)
     order = np.array([VERDICTS.index(w) if w in VERDICTS else len(VERDICTS) for w in words.tolist()], np.int64)
@@ -371,7 +375,7 @@ def worth_a_look(k: Kernels, window: tuple[np.ndarray, np.ndarray], long_kernels
     rows = rows[np.lexsort((np.where(place[rows] < long_kernels, place[rows], long_kernels + short_place[rows]),
                             rows // names))]  # each rank's long names by time, then its short ones by count
     is_long, is_short = place[rows] < long_kernels, short_place[rows] < short_kernels
-    share = _pct(total[rows], (hi - lo)[rows // names])
+    share = pct(total[rows], (hi - lo)[rows // names])
     reason = np.where(is_long & is_short, "long; short and many", np.where(is_long, "long", "short and many"))
     why = [_why(*row) for row in zip(is_long.tolist(), is_short.tolist(), count[rows].tolist(),
                                      total[rows].tolist(), share.tolist(), median[rows].tolist(),
@@ -394,7 +398,7 @@ def _most(k: Kernels, label: str, key: np.ndarray, size: int) -> np.ndarray:
         return out
     said = np.flatnonzero(words[codes] != "")
     width = len(words)
-    pairs, count = _distinct(key[said] * width + codes[said], counts=True)
+    pairs, count = distinct(key[said] * width + codes[said], counts=True)
     order = np.lexsort((pairs, -count, pairs // width))
     first = order[np.r_[True, pairs[order][1:] // width != pairs[order][:-1] // width]] if len(order) else order
     out[pairs[first] // width] = words[pairs[first] % width]
@@ -411,136 +415,3 @@ def _why(long: bool, short: bool, count: int, total: int, share: float, median: 
         parts.append(f"{count:,} launches of {median / 1e3:,.1f} us each on the GPU (median){cost}: launch "
                      f"overhead, worth fusing or a CUDA graph")
     return "; ".join(parts)
-
-
-def memberships(k: Kernels, spans: TraceSpans) -> tuple[np.ndarray, ...]:
-    """``(kernel, phase, span start, span end)`` for each kernel of each phase span (``spans``' ``PHASE``): a kernel
-    whose runtime call was launched while a CPU span was open (launch start in [start, end)), or that starts
-    inside a span of the GPU's track, on its rank and stream; ``phase`` is the span's name code."""
-    phases = spans.take(spans.kind == PHASE)
-    cpu, gpu = phases.take(phases.stream < 0), phases.take(phases.stream >= 0)
-    launched = np.flatnonzero(k.launch_start >= 0)
-    by_launch = launched[np.lexsort((k.launch_start[launched], k.ipu[launched]))]
-    keys = (k.ipu[by_launch], k.launch_start[by_launch])
-    which, at = _expand(before(keys, (cpu.ipu, cpu.start)), before(keys, (cpu.ipu, cpu.end)))
-    by_start = np.lexsort((k.start, k.stream, k.ipu))
-    keys = (k.ipu[by_start], k.stream[by_start], k.start[by_start])
-    on, at_gpu = _expand(before(keys, (gpu.ipu, gpu.stream, gpu.start)), before(keys, (gpu.ipu, gpu.stream, gpu.end)))
-    return (np.concatenate([by_launch[at], by_start[at_gpu]]), np.concatenate([cpu.name[which], gpu.name[on]]),
-            np.concatenate([cpu.start[which], gpu.start[on]]), np.concatenate([cpu.end[which], gpu.end[on]]))
-
-
-@dataclass(frozen=True)
-class PhaseTimes:
-    """Each (rank, phase) group's figures (``group = ipu * phases + phase``), and the time each pair of phases
-    overlapped (``pair = (ipu * phases + phase) * phases + other``, ``pair_ns``)."""
-
-    phases: int
-    kernels: np.ndarray
-    gpu_ns: np.ndarray
-    overlap_ns: np.ndarray
-    spans: np.ndarray
-    pair: np.ndarray
-    pair_ns: np.ndarray
-
-
-def phase_times(k: Kernels, spans: TraceSpans) -> PhaseTimes:
-    """The phases' GPU time and overlaps. A phase's kernels are its ``memberships`` (a kernel once a phase); its
-    ``gpu_ns`` the time one of them runs; its ``overlap_ns`` the part of that time a kernel of another phase,
-    not its own, runs too (on another stream: a stream runs one kernel at a time). The pairs name that other
-    phase by its kernels' innermost phase (the span that opened last around them), so a phase nested in another
-    is measured against what ran beside it, not against the phase that holds it.
-
-    Columnar: the kernels' starts and ends cut each rank's time into segments; a kernel covers a run of them,
-    so each (segment, phase) pair's count of running kernels of the phase, against the count of running
-    kernels of any phase, says whether the phase ran alone there."""
-    kernel, name, s, e = memberships(k, spans)
-    n = max(len(spans.names), 1)
-    size = k.num_ranks * n
-    leaf = np.full(len(k), -1, np.int64)  # each kernel's innermost phase
-    order = np.lexsort((e, -s, kernel))
-    first = np.r_[True, kernel[order][1:] != kernel[order][:-1]] if len(order) else np.zeros(0, bool)
-    leaf[kernel[order][first]] = name[order][first]
-    member = _distinct(kernel * n + name)  # each kernel once a phase, sorted
-    del kernel, name, s, e, order, first  # (the arrays of a rank's kernels are let go as soon as they are used)
-    kernel, name = member // n, member % n
-    phased = _distinct(kernel)
-    ipu = np.concatenate([k.ipu[phased], k.ipu[phased]])
-    times = np.concatenate([k.start[phased], k.end[phased]])
-    order = np.lexsort((times, ipu))
-    ipu, times = ipu[order], times[order]
-    fresh = np.r_[True, (ipu[1:] != ipu[:-1]) | (times[1:] != times[:-1])] if len(ipu) else np.zeros(0, bool)
-    b_ipu, b_time = ipu[fresh], times[fresh]  # each rank's segment bounds
-    del ipu, times, order, fresh
-    length = np.r_[np.where(b_ipu[1:] == b_ipu[:-1], np.diff(b_time), 0), 0] if len(b_ipu) else np.zeros(0, np.int64)
-    first_seg = np.zeros(len(k), np.int64)
-    end_seg = np.zeros(len(k), np.int64)
-    first_seg[phased] = before((b_ipu, b_time), (k.ipu[phased], k.start[phased]))
-    end_seg[phased] = before((b_ipu, b_time), (k.ipu[phased], k.end[phased]))
-    running = np.cumsum(np.bincount(first_seg[phased], minlength=len(b_ipu) + 1)
-                        - np.bincount(end_seg[phased], minlength=len(b_ipu) + 1))  # phases' kernels running
-    which, seg = _expand(first_seg[kernel], end_seg[kernel])
-    pairs, count = _distinct(seg * n + name[which], counts=True)
-    del which, seg
-    p_seg, p_phase = pairs // n, pairs % n
-    alone = running[p_seg] <= count  # no other phase's kernel runs in the segment
-    group = b_ipu[p_seg] * n + p_phase
-    kind = spans.kind == PHASE
-    cpu, gpu = kind & (spans.stream < 0), kind & (spans.stream >= 0)
-    spans_cpu = np.bincount(spans.ipu[cpu] * n + spans.name[cpu], minlength=size)
-    spans_gpu = np.bincount(spans.ipu[gpu] * n + spans.name[gpu], minlength=size)
-    # the pairs: in each segment a phase shares, the innermost phases of the running kernels not its own
-    shared = np.flatnonzero(~alone)
-    runs, run_seg = _expand(first_seg[phased], end_seg[phased])
-    order = np.argsort(run_seg, kind="stable")
-    run_kernel, run_seg = phased[runs][order], run_seg[order]
-    q, at = _expand(np.searchsorted(run_seg, p_seg[shared]), np.searchsorted(run_seg, p_seg[shared], side="right"))
-    other, phase, at_seg = run_kernel[at], p_phase[shared][q], p_seg[shared][q]
-    mine = np.searchsorted(member, other * n + phase)
-    own = (mine < len(member)) & (member[np.minimum(mine, max(len(member) - 1, 0))] == other * n + phase) \
-        if len(member) else np.zeros(len(other), bool)
-    triple = _distinct((at_seg[~own] * n + phase[~own]) * n + leaf[other[~own]])
-    t_seg, t_phase, t_other = triple // n // n, triple // n % n, triple % n
-    pair, pair_at = _distinct((b_ipu[t_seg] * n + t_phase) * n + t_other, inverse=True)
-    return PhaseTimes(phases=n, kernels=np.bincount(k.ipu[kernel] * n + name, minlength=size)[:size],
-                      gpu_ns=sum_by(group, length[p_seg], size), overlap_ns=sum_by(group, length[p_seg] * ~alone, size),
-                      spans=np.where(spans_cpu > 0, spans_cpu, spans_gpu)[:size], pair=pair,
-                      pair_ns=sum_by(pair_at, length[t_seg], len(pair)))
-
-
-def phases(k: Kernels, spans: TraceSpans, times: PhaseTimes | None = None, n: int | None = None) -> Table:
-    """Each rank's phases that ran a kernel (``PHASE_COLUMNS``), the most GPU time first, ``n`` a rank (all if
-    None): its spans, kernels, GPU time, the part of it another phase's kernels ran beside (``overlap_ns``,
-    ``overlap_pct`` of its GPU time), and the phase it overlapped most (``overlapped_with``, ``with_ns``;
-    "" where none). ``phase_times`` says how."""
-    t = times or phase_times(k, spans)
-    rows = np.flatnonzero(t.kernels)
-    rows = rows[np.lexsort((rows, -t.gpu_ns[rows], rows // t.phases))]
-    if n is not None:
-        rank = rows // t.phases
-        rows = rows[np.arange(len(rows)) - np.searchsorted(rank, rank) < n]
-    best = np.lexsort((t.pair, -t.pair_ns, t.pair // t.phases))  # per (rank, phase), the largest pair first
-    top = best[np.r_[True, t.pair[best][1:] // t.phases != t.pair[best][:-1] // t.phases]] if len(best) else best
-    found = np.searchsorted(t.pair[top] // t.phases, rows)
-    hit = (found < len(top)) & (t.pair[top][np.minimum(found, max(len(top) - 1, 0))] // t.phases == rows) \
-        if len(top) else np.zeros(len(rows), bool)
-    pick = top[np.minimum(found, max(len(top) - 1, 0))] if len(top) else np.zeros(len(rows), np.int64)
-    names = np.asarray(spans.names, dtype=object)
-    partner, partner_ns = ((names[t.pair[pick] % t.phases], t.pair_ns[pick]) if len(top) else
-                           (np.full(len(rows), "", dtype=object), np.zeros(len(rows), np.int64)))
-    return Table({"rank": k.ranks[rows // t.phases], "phase": names[rows % t.phases] if len(rows) else names[:0],
-                  "spans": t.spans[rows], "kernels": t.kernels[rows], "gpu_ns": t.gpu_ns[rows],
-                  "overlap_ns": t.overlap_ns[rows], "overlap_pct": _pct(t.overlap_ns[rows], t.gpu_ns[rows]),
-                  "overlapped_with": np.where(hit, partner, "").astype(object),
-                  "with_ns": np.where(hit, partner_ns, 0)})
-
-
-def phase_overlaps(k: Kernels, spans: TraceSpans, times: PhaseTimes | None = None) -> Table:
-    """Each pair of phases that ran at once (``PAIR_COLUMNS``): the time ``phase``'s kernels ran beside kernels of
-    ``other`` (their innermost phase) not its own; per rank, the largest first (``phase_times``)."""
-    t = times or phase_times(k, spans)
-    order = np.lexsort((t.pair, -t.pair_ns, t.pair // t.phases // t.phases))
-    pair = t.pair[order]
-    names = np.asarray(spans.names, dtype=object)
-    return Table({"rank": k.ranks[pair // t.phases // t.phases], "phase": names[pair // t.phases % t.phases],
-                  "other": names[pair % t.phases], "overlap_ns": t.pair_ns[order]})

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from popvision_py.analysis.common.tables import Columns, Table, TABLE_COLUMNS
-from popvision_py.analysis.imported import bound, collectives, gpu, stragglers
+from popvision_py.analysis.imported import bound, collectives, gpu, phases, stragglers
 from popvision_py.analysis.imported.ranks import rank_numbers
 from popvision_py.format.arrays import numbers
 from popvision_py.format.values import statistics
@@ -36,12 +36,12 @@ class Rank:
     hta: gpu.Kernels
     window: tuple[np.ndarray, np.ndarray]
     spans: bound.TraceSpans
-    _times: list[bound.PhaseTimes] = field(default_factory=list)
+    _times: list[phases.PhaseTimes] = field(default_factory=list)
 
     @property
-    def times(self) -> bound.PhaseTimes:
+    def times(self) -> phases.PhaseTimes:
         if not self._times:
-            self._times.append(bound.phase_times(self.k, self.spans))
+            self._times.append(phases.phase_times(self.k, self.spans))
         return self._times[0]
 
 
@@ -61,8 +61,8 @@ FIGURES: dict[str, Figure] = {
     "collectives": lambda r: collectives.collectives(r.k, r.window),
     "bounds": lambda r: bound.step_bounds(r.k, r.spans, r.window),
     "worth_a_look": lambda r: bound.worth_a_look(r.k, r.window),
-    "phases": lambda r, n: bound.phases(r.k, r.spans, r.times, n),
-    "phase_overlaps": lambda r: bound.phase_overlaps(r.k, r.spans, r.times),
+    "phases": lambda r, n: phases.phases(r.k, r.spans, r.times, n),
+    "phase_overlaps": lambda r: phases.phase_overlaps(r.k, r.spans, r.times),
     "arrivals": lambda r: stragglers.arrivals(r.k, r.spans, r.window),
 }
 # The figures a report shows, at the arguments it shows them with: made in one pass over the ranks, with
@@ -101,6 +101,7 @@ def rank_kernels(profile: Any, ipu: int, ranks: np.ndarray) -> gpu.Kernels:
     return gpu.Kernels.from_columns(Columns(table), ranks)
 
 
+TRIM_KERNELS = 1 << 20  # a run of at least this many kernels hands its figures' freed pages back after each figure
 CHUNK_KERNELS = 1 << 17  # a chunk's kernels: ranks are added to it while it holds no more (one rank at least)
 
 
@@ -202,6 +203,7 @@ def _released(done: list[tuple[int, int, list[gpu.Kernels]]], ranks: np.ndarray)
         pa.default_memory_pool().release_unused()
         k = gpu.Kernels.joined(pieces) if pieces else gpu.Kernels.build([], [], [], [], [], [], ranks=ranks)
         del pieces
+        pa.default_memory_pool().release_unused()  # and what the pieces joined took: a long rank's, 140 MiB at 10 GB
         chunk = Chunk(first, replace(k, ipu=k.ipu - first, ranks=ranks[first:first + count]))
         del k
         yield chunk
@@ -248,9 +250,12 @@ def figures(profile: Any, window: tuple[np.ndarray, np.ndarray], last_step_start
         rank = Rank(k, k.take(gpu.hta_selection(k, steps)), (window[0][first:last], window[1][first:last]), mine)
         for name, args in wanted.items():
             parts[name].append(FIGURES[name](rank, *args))
+            if len(k) >= TRIM_KERNELS:  # a long rank's figure's temporaries handed back before the next one's
+                pa.default_memory_pool().release_unused()
         if every:
             types += gpu.type_times(rank.hta)
         del k, rank, chunk
+    pa.default_memory_pool().release_unused()  # the last run's pages, before the sections after this one
     found = {name: joined(tables) for name, tables in parts.items()}
     if every:
         found["kernel_types"] = gpu.kernel_types_of(types)
