@@ -8,9 +8,9 @@ program step (idle rows: "idle"), category = phase, times in microseconds (cycle
 
 A ``Window`` (`--iterations`, `--from`/`--to` and `--ipu`) keeps part of the trace. Row groups whose
 footer statistics show they hold no row of the window are not decoded at all; the others are
-streamed in batches of 64 Ki rows, filtered and formatted by NumPy and Arrow kernels (no Python
-code per row), and their mapped pages handed back once read, so memory stays flat however long
-the trace is.
+streamed in batches of 64 Ki rows, filtered, and formatted 8 Ki rows at a time by NumPy and Arrow
+kernels (no Python code per row), and their mapped pages handed back once read, so memory stays flat
+however long the trace is.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from popvision_py.analysis.common.tables import PASSES, PHASES, Columns, StepIndex, codes, numbers
+from popvision_py.analysis.common.tables import PASSES, PHASES, codes, lookup, numbers
 from popvision_py.analysis.trace.scan import column_bounds
 from popvision_py.errors import ConfigError, OutOfRangeError
 from popvision_py.format import open_profile
@@ -34,10 +34,13 @@ from popvision_py.format import schema as S
 from popvision_py.format.atomic import atomic_output
 from popvision_py.format.reader import Profile
 from popvision_py.format.arrays import arrow
+from popvision_py.format.values import statistics
 
 COLUMNS = ["run", "iteration", "micro_batch", "ipu", "stage", "pass", "step", "phase", "start_cycle", "end_cycle"]
-# Rows per batch: one batch's strings (about 270 bytes an event) and their parts stay near 50 MB.
-BATCH_ROWS = 1 << 16
+# Rows formatted at a time: one batch's strings (about 270 bytes an event) and their parts stay near 8 MB (at 2^16 rows,
+# 50 MB: the export of 10 GB of traces in 4 ranks peaked at 174 MiB against 109, in the same time).
+BATCH_ROWS = 1 << 13
+SCAN_ROWS = 1 << 16  # rows decoded at a time: a window's filter, the iterations counted, the programs read
 
 # Tracks (tids) of one IPU. A row of stage s >= 0 goes on track 10 (s + 1) + its pass code
 # (0 forward, 1 backward, 2 update, 3 none, 4 other): stage 0 forward is 10, stage 1 backward 21.
@@ -208,7 +211,7 @@ def iterations_per_run(profile: Profile) -> int:
     if bounds is not None:
         return max(bounds["iteration"][1] + 1, 1)
     top = -1
-    for batch in profile.iter_batches("trace", ["iteration"], BATCH_ROWS):
+    for batch in profile.iter_batches("trace", ["iteration"], SCAN_ROWS):
         if batch.num_rows:
             top = max(top, int(pc.max(batch["iteration"]).as_py()))
     return max(top + 1, 1)
@@ -217,7 +220,7 @@ def iterations_per_run(profile: Profile) -> int:
 def _extent(profile: Profile, per_run: int) -> str:
     """The trace's iterations and cycles, for the message of an empty window (streamed: an error path)."""
     last, first_cycle, last_cycle = -1, None, None
-    for batch in profile.iter_batches("trace", ["run", "iteration", "start_cycle", "end_cycle"], BATCH_ROWS):
+    for batch in profile.iter_batches("trace", ["run", "iteration", "start_cycle", "end_cycle"], SCAN_ROWS):
         if batch.num_rows == 0:
             continue
         g = numbers(batch["run"]).astype(np.int64) * per_run + numbers(batch["iteration"])
@@ -243,21 +246,59 @@ _GLUE = (',\n{"name":"', '","cat":"', '","ph":"X","pid":', ',"tid":', ',"ts":', 
          "}}", "")
 
 
+@dataclass(frozen=True)
+class ProgramSteps:
+    """Each (ipu, step)'s name, a code into ``names``, and type, a code into ``schema.PROGRAM_TYPES`` (its length for
+    another), -1 where the program has no such step: what the export takes of the programs table."""
+
+    name: np.ndarray
+    type: np.ndarray
+    names: list[str]
+
+    @classmethod
+    def read(cls, profile: Profile) -> ProgramSteps:
+        """The profile's, its programs table read a batch at a time (at 10 GB of traces in 4 ranks, its 835k rows
+        held whole, as columns and indexed, were 70 MiB of the export's 200)."""
+        shape = _largest(profile, ("ipu", "step"))
+        name, kind = np.full(shape, -1, np.int32), np.full(shape, -1, np.int8)
+        words: dict[str, int] = {}
+        for batch in profile.iter_batches("programs", ["ipu", "step", "type", "name"], SCAN_ROWS):
+            ipu, step, names = numbers(batch["ipu"]), numbers(batch["step"]), batch["name"]
+            names = names if pa.types.is_dictionary(names.type) else names.dictionary_encode()
+            lut = np.array([words.setdefault(w, len(words)) for w in names.dictionary.to_pylist()] or [0], np.int32)
+            name[ipu, step] = lut[numbers(names.indices)]
+            kind[ipu, step] = codes(batch["type"], S.PROGRAM_TYPES)
+        return cls(name, kind, list(words))
+
+    def ipus(self) -> list[int]:
+        """The IPUs with a program step."""
+        return np.flatnonzero((self.name >= 0).any(axis=1)).tolist()
+
+
+def _largest(profile: Profile, columns: tuple[str, ...]) -> list[int]:
+    """One more than the largest value of each integer column of the programs table (0 without rows): from the footer's
+    statistics where they are checked and stated for every row group, else read."""
+    metadata = profile.metadata("programs")
+    stated = [[statistics(metadata, g, c) for c in columns] for g in range(metadata.num_row_groups)]
+    if profile.footer_verified("programs") and all(s is not None for row in stated for s in row):
+        return [max([row[k][1] + 1 for row in stated], default=0) for k in range(len(columns))]
+    largest = [0] * len(columns)
+    for batch in profile.iter_batches("programs", list(columns), SCAN_ROWS):
+        largest = [max(n, int(numbers(batch[c]).max(initial=-1)) + 1) for n, c in zip(largest, columns)]
+    return largest
+
+
 class _Events:
     """Formats trace batches as trace-event JSON: one string per row, built by Arrow kernels."""
 
-    def __init__(self, programs: Columns, clock_hz: float) -> None:
+    def __init__(self, steps: ProgramSteps, clock_hz: float) -> None:
         self.clock = clock_hz
-        self.steps = StepIndex(programs)
         # the labels: each distinct step name JSON-escaped once (a profile holds a few names over many steps: an
-        # import of 10 GB of traces has 845k programs rows of 6 names), then the phases for rows without a step
-        words = [json.dumps(str(n))[1:-1] for n in programs.words("name")] if len(programs) else []
-        self.name_of = programs.codes("name") if len(programs) else np.zeros(0, np.int64)  # by programs row
+        # import of 10 GB of traces has 835k programs rows of 6 names), then the phases for rows without a step
+        words = [json.dumps(str(n))[1:-1] for n in steps.names]
         self.unnamed = len(words)  # label of phase p: unnamed + p
         self.label = arrow(words + list(PHASES) + ["unknown"])
-        # each programs row's type code, then -1 for row -1 (a trace row without a program step)
-        codes_ = programs.codes_in("type", S.PROGRAM_TYPES) if len(programs) else []
-        self.type_of = np.append(codes_, -1).astype(np.int64)
+        self.name_of, self.type_of = steps.name, steps.type
         self.phase_words = arrow(list(PHASES) + ["unknown"])
         self.pass_words = arrow(list(PASSES) + ["unknown"])
         # the text between an event's fields, as Arrow scalars made once (a Python str handed to a
@@ -271,9 +312,9 @@ class _Events:
         phase = codes(batch["phase"], PHASES).astype(np.int64)
         pass_ = codes(batch["pass"], PASSES).astype(np.int64)
         stage = numbers(batch["stage"])
-        row = self.steps.rows(ipu, step)
-        name_ix = np.where(row >= 0, self.name_of[np.maximum(row, 0)] if len(self.name_of) else 0, self.unnamed + phase)
-        tid = tracks(stage, pass_, self.type_of[row], phase)
+        name = lookup(self.name_of, ipu, step, -1).astype(np.int64)
+        name_ix = np.where(name >= 0, name, self.unnamed + phase)
+        tid = tracks(stage, pass_, lookup(self.type_of, ipu, step, -1).astype(np.int64), phase)
         start = numbers(batch["start_cycle"])
         end = numbers(batch["end_cycle"])
         ts = arrow(start / self.clock * 1e6)
@@ -324,13 +365,13 @@ def export(path: str | os.PathLike[str], output: str | os.PathLike[str], batch_r
     """
     window = window or Window()
     with open_profile(path) as profile:
-        programs = Columns(profile.read_table("programs", ["ipu", "step", "type", "name"]))
-        ipus = sorted(set(range(int(profile.target["num_ipus"]))) | set(programs["ipu"].astype(int).tolist()))
+        steps = ProgramSteps.read(profile)
+        ipus = sorted(set(range(int(profile.target["num_ipus"]))) | set(steps.ipus()))
         missing = [i for i in window.ipus if i not in ipus]
         if missing:
             raise OutOfRangeError(f"{path} has no IPU {missing[0]}: its IPUs are 0 to {ipus[-1]}.")
         per_run = iterations_per_run(profile) if window.iterations is not None else 1
-        events = _Events(programs, float(profile.target["clock_hz"]))
+        events = _Events(steps, float(profile.target["clock_hz"]))
         meta = {"format": "popvision trace export", "profile": str(profile.path), "clock_hz": events.clock,
                 "model": profile.run.get("model"), "strategy": profile.run.get("strategy"),
                 "window": window.describe()}
@@ -348,21 +389,22 @@ def export(path: str | os.PathLike[str], output: str | os.PathLike[str], batch_r
             processes = _process_events([i for i in ipus if not window.ipus or i in window.ipus])
             out.write(",\n".join(processes).encode())
             written = bool(processes)  # an item is in the array: the next one needs a comma
-            for batch in profile.iter_batches("trace", COLUMNS, batch_rows, row_groups=groups):
-                bar.update(batch.num_rows)
-                keep = window.mask(batch, per_run)
-                if keep is not None:
-                    batch = batch.filter(arrow(keep))
-                if batch.num_rows == 0:
-                    continue
-                text, tracks_used = events(batch)
-                used.update(tracks_used.tolist())  # a few tracks a batch
-                # the string array's data buffer holds the rows back to back: write it in one go, the
-                # first event of the array without its leading ",\n"
-                offsets = np.frombuffer(text.buffers()[1], dtype=np.int32, count=len(text) + 1, offset=text.offset * 4)
-                out.write(memoryview(text.buffers()[2])[offsets[0] + (0 if written else 2): offsets[-1]])
-                written = True
-                count += batch.num_rows
+            # decoded and filtered SCAN_ROWS at a time, formatted ``batch_rows`` of the rows kept at a time
+            for decoded in profile.iter_batches("trace", COLUMNS, max(batch_rows, SCAN_ROWS), row_groups=groups):
+                bar.update(decoded.num_rows)
+                keep = window.mask(decoded, per_run)
+                decoded = decoded.filter(arrow(keep)) if keep is not None else decoded
+                for at in range(0, decoded.num_rows, batch_rows):
+                    batch = decoded.slice(at, batch_rows)
+                    text, tracks_used = events(batch)
+                    used.update(tracks_used.tolist())  # a few tracks a batch
+                    # the string array's data buffer holds the rows back to back: write it in one go, the
+                    # first event of the array without its leading ",\n"
+                    offsets = np.frombuffer(text.buffers()[1], dtype=np.int32, count=len(text) + 1,
+                                            offset=text.offset * 4)
+                    out.write(memoryview(text.buffers()[2])[offsets[0] + (0 if written else 2): offsets[-1]])
+                    written = True
+                    count += batch.num_rows
             if count == 0 and window and metadata.num_rows:
                 extent = _extent(profile, iterations_per_run(profile))
                 raise OutOfRangeError(f"The window {window.describe()} holds no trace rows: the trace of "

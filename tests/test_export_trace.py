@@ -370,3 +370,30 @@ def test_a_trace_without_statistics_still_gets_exactly_its_window(tmp_path):
     assert set(want["run"]) == {0, 1}
     assert event_keys(events_of(doc)) == row_keys(want)
     assert Window.parse("9:12").row_groups(metadata, per_run=10) == list(range(metadata.num_row_groups))
+
+
+@pytest.mark.parametrize("statistics", [True, False])
+def test_the_program_steps_read_a_batch_at_a_time_are_the_programs_tables(tmp_path, statistics):
+    # GIVEN a profile whose programs table is cut into row groups (their footer stating each one's range, or not)
+    from popvision_py.export_trace import ProgramSteps
+    from popvision_py.format import schema
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(writer, "ROW_GROUP_ROWS", 50)
+        if not statistics:
+            patch.setattr(writer, "PARQUET_OPTIONS", {**writer.PARQUET_OPTIONS, "write_statistics": False})
+        result = CliRunner().invoke(main, ["run", "mnist", "--replicas", "2", "--profile", "--profile-dir",
+                                           str(tmp_path), "-q"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    with open_profile(tmp_path / "profile.pop") as profile:
+        assert profile.metadata("programs").num_row_groups > 2
+        # WHEN the export reads each (ipu, step)'s name and type
+        steps = ProgramSteps.read(profile)
+        programs = profile.read_table("programs", ["ipu", "step", "type", "name"]).to_pandas()
+    # THEN each row of the programs table has its name and type there, and no other (ipu, step) has any
+    names = np.array(steps.names, dtype=object)
+    found = {(i, s): (names[steps.name[i, s]], schema.PROGRAM_TYPES[steps.type[i, s]])
+             for i, s in zip(*np.nonzero(steps.name >= 0))}
+    assert found == {(r.ipu, r.step): (r.name, r.type) for r in programs.itertuples()}
+    assert steps.name.shape == (programs["ipu"].max() + 1, programs["step"].max() + 1)
+    assert ((steps.name >= 0) == (steps.type >= 0)).all()

@@ -62,10 +62,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # Arrow's own (mimalloc) keeps what its threads freed: the import's memory would climb with the rows it writes,
 # and the report's and the dashboard's are 10 to 20% more (``report --section all --format json``: 100 MB of
 # traces in 4 ranks, 193 and 195 MiB against 168; 554 MB in 4,096 ranks, 323 MiB against 275 and 283; the
-# dashboard's warm-up at 5 GB in 4 ranks, 514 MiB against 423; the same documents).
+# dashboard's warm-up at 5 GB in 4 ranks, 514 MiB against 423; ``export-trace`` of 10 GB in 4 ranks, 285 against 200;
+# the same documents).
 ARROW_SYSTEM_POOL = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
 ENVIRONMENT: dict[str, dict[str, str]] = {"import": ARROW_SYSTEM_POOL, "report": ARROW_SYSTEM_POOL,
-                                          "dashboard": ARROW_SYSTEM_POOL}
+                                          "dashboard": ARROW_SYSTEM_POOL, "export-trace": ARROW_SYSTEM_POOL}
 
 
 class PopvisionGroup(click.Group):
