@@ -142,10 +142,11 @@ class Kernels:
                    **{k: v[order] if k in LABELS else v for k, v in _labels_of(n, labels or {}).items()})
 
     @classmethod
-    def joined(cls, pieces: list[Kernels]) -> Kernels:
+    def joined(cls, pieces: list[Kernels], let_go: Any = None) -> Kernels:
         """The pieces' kernels (a rank's row groups, of the same ``ranks``) one after the other: ``from_columns``' of
         their rows at once, names and labels the sorted union of the pieces' (distinct) words. A field at a time,
-        each let go of in the pieces once joined (``pieces`` is changed): the rows and a field held, not twice."""
+        each let go of in the pieces once joined (``pieces`` is changed), then ``let_go()`` (where given: a long
+        rank's pages handed back, which the next field's array could not reuse): the rows and a field held."""
         if len(pieces) == 1:
             return pieces[0]
         out: dict[str, Any] = {"ranks": pieces[0].ranks, "labels": {}}
@@ -160,6 +161,8 @@ class Kernels:
             if name not in out:
                 out[name] = np.concatenate([getattr(p, name) for p in pieces])
                 pieces[:] = [replace(p, **{name: None}) for p in pieces]
+                if let_go is not None:
+                    let_go()
         return cls(**out)
 
     def owned(self) -> Kernels:
