@@ -80,7 +80,14 @@ class GpuReport(_View):
 
     def streams(self) -> _streams.StreamIndex:
         """Each rank's streams as lanes, indexed for zoom windows (``streams.StreamIndex``)."""
-        return self._memo("streams", lambda: _streams.StreamIndex(self.kernels()))
+        def compute() -> _streams.StreamIndex:
+            r = self._r
+            ranks = _imported.rank_numbers(r.run, int(r.target.get("num_ipus", 1)))
+            if "kernels" not in r.profile.tables:  # an older schema: no kernel, no lane
+                return _streams.StreamIndex.of(_gpu.Kernels.build([], [], [], [], [], [], ranks=ranks))
+            return _streams.StreamIndex.read(r.profile, ranks)
+
+        return self._memo("streams", compute)
 
     def stream_window(self, start_ns: int | None = None, end_ns: int | None = None, ipus: list[int] | None = None,
                       max_kernels: int = _streams.MAX_KERNELS,

@@ -8,9 +8,17 @@ rank 1, stream 7 the same compute kernels, and stream 8 a copy [100, 130) and a 
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import pytest
+
+import popvision_py
 from popvision_py.analysis.imported import gpu, streams
+from popvision_py.importer import find_traces, import_traces
+from popvision_py.importer import profile as importer_profile
+from tests.importer.test_import_spill import synthetic_gpu
 
 N = 300
 PERIOD, LENGTH = 20, 10
@@ -24,7 +32,7 @@ def kernels() -> gpu.Kernels:
 
 
 def test_the_lanes_are_each_ranks_streams_in_order():
-    index = streams.StreamIndex(kernels())
+    index = streams.StreamIndex.of(kernels())
     lanes = index.lanes
     assert lanes[["ipu", "rank", "stream", "kernels"]].values.tolist() == [
         [0, 4, 7, N], [0, 4, 20, 1], [1, 5, 7, N], [1, 5, 8, 2]]
@@ -35,7 +43,7 @@ def test_the_lanes_are_each_ranks_streams_in_order():
 def test_a_window_of_few_kernels_gives_each_kernel_where_it_ran():
     # WHEN the window [95, 205) is asked for: rank 0's compute kernels [100, 110) to [200, 210) ([80, 90) ended
     # before it), its all-reduce, rank 1's compute kernels and its copy and set
-    window = streams.window(streams.StreamIndex(kernels()), 95, 205, max_kernels=100)
+    window = streams.window(streams.StreamIndex.of(kernels()), 95, 205, max_kernels=100)
     assert window.level == "events" and window.kernels == 2 * 6 + 1 + 2
     f = window.frame
     assert len(f) == window.kernels
@@ -48,7 +56,7 @@ def test_a_window_of_few_kernels_gives_each_kernel_where_it_ran():
 
 def test_past_max_kernels_each_kinds_occupancy_in_bins_sums_to_its_busy_time():
     # GIVEN the whole extent, more kernels than max_kernels
-    index = streams.StreamIndex(kernels())
+    index = streams.StreamIndex.of(kernels())
     window = streams.window(index, 0, 6000, max_kernels=100, max_bins=100)
     assert window.level == "bins"
     f = window.frame
@@ -68,7 +76,7 @@ def test_past_max_kernels_each_kinds_occupancy_in_bins_sums_to_its_busy_time():
 
 def test_the_occupancy_is_exact_in_any_bins():
     # GIVEN bins that do not divide the period (97 bins over the extent)
-    index = streams.StreamIndex(kernels())
+    index = streams.StreamIndex.of(kernels())
     window = streams.window(index, max_kernels=10, max_bins=97)
     f = window.frame
     # THEN each lane and kind's bins sum to its kernels' union, and no bin is busier than it is wide
@@ -79,10 +87,65 @@ def test_the_occupancy_is_exact_in_any_bins():
 
 
 def test_a_zoom_gives_each_kernel_once_few_enough_and_a_rank_choice_keeps_its_lanes():
-    index = streams.StreamIndex(kernels())
+    index = streams.StreamIndex.of(kernels())
     assert streams.window(index, max_kernels=50).level == "bins"
     # WHEN zoomed to [0, 400) on rank 1 alone: its 20 compute kernels, its copy and set
     zoomed = streams.window(index, 0, 400, ipus=[1], max_kernels=50)
     assert zoomed.level == "events" and zoomed.kernels == 22
     assert set(zoomed.frame["rank"]) == {5} and zoomed.lanes["stream"].tolist() == [7, 8]
     np.testing.assert_array_equal(zoomed.frame.query("stream == 7")["start_ns"], PERIOD * np.arange(20))
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-rank synthetic GPU run imported with row groups of 100 kernels: each rank's streams span many."""
+    folder = tmp_path_factory.mktemp("streams")
+    traces = synthetic_gpu(folder / "traces")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(importer_profile, "KERNEL_GROUP_ROWS", 100)
+        patch.setattr(importer_profile, "SLICE_ROWS", 30)
+        import_traces(find_traces([str(traces)]), folder / "out" / "profile.pop", jobs=1)
+    return folder / "out" / "profile.pop"
+
+
+def test_windows_read_from_the_row_groups_are_those_of_every_kernel_in_memory(imported, monkeypatch):
+    # GIVEN a GPU import's kernels table of many row groups, indexed from the table and from its kernels in memory
+    with popvision_py.open(imported) as report:
+        profile = report.profile
+        assert profile.metadata("kernels").num_row_groups > 10
+        read, whole = streams.StreamIndex.read(profile, report.gpu.kernels().ranks), streams.StreamIndex.of(
+            report.gpu.kernels())
+        pd.testing.assert_frame_equal(read.lanes, whole.lanes)
+        assert (read.start_ns, read.end_ns) == (whole.start_ns, whole.end_ns)
+        a, b = whole.start_ns, whole.end_ns
+        groups = []
+        original = type(profile).iter_batches
+        monkeypatch.setattr(type(profile), "iter_batches", lambda self, *args, **kw: (
+            groups.extend(kw.get("row_groups") or []), original(self, *args, **kw))[1])
+        # WHEN windows are asked of both: the whole run, zooms of a few kernels and of many, one rank, odd bins
+        for start, end, ipus, bins in [(None, None, None, 400), (None, None, [1], 97), (a, a + (b - a) // 3, None, 50),
+                                       ((a + b) // 2, (a + b) // 2 + (b - a) // 200, [0], 400)]:
+            groups.clear()
+            got = streams.window(read, start, end, ipus, max_kernels=20, max_bins=bins)
+            want = streams.window(whole, start, end, ipus, max_kernels=20, max_bins=bins)
+            # THEN they are the same, a bin's busy time carried across the row groups its kernels span
+            assert (got.level, got.kernels, got.start_ns, got.end_ns) == (want.level, want.kernels, want.start_ns,
+                                                                          want.end_ns)
+            pd.testing.assert_frame_equal(got.frame, want.frame, check_dtype=False)
+            pd.testing.assert_frame_equal(got.lanes, want.lanes)
+            # AND a zoom reads only the row groups its footer says may hold the window's kernels
+            if start is not None:
+                assert 0 < len(set(groups)) < profile.metadata("kernels").num_row_groups
+
+
+def test_bins_added_a_piece_at_a_time_count_overlapping_kernels_of_a_lane_and_kind_once():
+    # GIVEN bins [0, 100) and [100, 200), and one key's kernels [0, 100) then, in the next piece, [50, 150) and
+    # [180, 190); another key's [120, 130)
+    bins = streams._Bins(np.array([0, 100, 200]), 2)
+    bins.add(np.array([0]), np.array([0]), np.array([100]))
+    bins.add(np.array([0, 0, 1]), np.array([50, 180, 120]), np.array([150, 190, 130]))
+    key, at, busy, count = bins.result()
+    # THEN the key's union [0, 150) and [180, 190): 100 ns in the first bin, 60 in the second; each kernel counted
+    # in every bin it runs in
+    assert list(zip(key.tolist(), at.tolist(), busy.tolist(), count.tolist())) == [
+        (0, 0, 100, 2), (0, 1, 60, 2), (1, 1, 10, 1)]

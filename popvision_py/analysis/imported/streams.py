@@ -1,88 +1,145 @@
 """A GPU's streams over time: each rank's streams as lanes, and a zoom window of them at a level of detail a
 figure can draw, whatever the number of kernels (the dashboard's GPU page).
 
-A *lane* is one (rank, stream) of the ``kernels`` table (``gpu.Kernels``). ``StreamIndex`` cuts the kernels
-once into (lane, kind) groups, each sorted by start with the union of its kernels (``SpanUnion``), as the
-System page's ``system.window`` does for the host's events. ``window`` gives each kernel of the window
-while it holds at most ``max_kernels`` (level ``events``), else each group's occupancy in at most
-``max_bins`` equal bins of the window (level ``bins``): the time a kernel of that kind runs on the lane
-in the bin (kernels of one kind overlapping count once) and the kernels there, so that the share of a
-bin busy with a kind is ``busy_ns / (end_ns - start_ns)``. A bin's time is the difference of the union's
-covered time at its edges: one ``np.searchsorted`` per edge and group, never a pass over the kernels.
+A *lane* is one (rank, stream) of the ``kernels`` table (``gpu.Kernels``). ``StreamIndex`` names the lanes and
+the kernels' extent, and hands out the kernels of a window a piece at a time (``pieces``): from the table's row
+groups whose footer statistics overlap the window (``StreamIndex.read``: nothing held between windows, so a
+10 GB import's 6.3 M kernels are never in memory at once), or from kernels in memory (``StreamIndex.of``).
+``window`` gives each kernel of the window while it holds at most ``max_kernels`` (level ``events``), else each
+(lane, kind)'s occupancy in at most ``max_bins`` equal bins of the window (level ``bins``): the time a kernel of
+that kind runs on the lane in the bin (kernels of one kind overlapping count once) and the kernels there, so
+that the share of a bin busy with a kind is ``busy_ns / (end_ns - start_ns)``. A piece's kernels of each (lane,
+kind) are merged into disjoint intervals, the last one carried into the next piece (a lane's kernels come in
+order of their start), and each interval's time split over the bins it covers: whole columns, never a loop
+over kernels or lanes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from popvision_py.analysis.common.tables import SpanUnion, bin_edges
+from popvision_py.analysis.common.tables import Columns, bin_edges
 from popvision_py.analysis.imported.gpu import Kernels
 from popvision_py.format.schema import KERNEL_KINDS
+from popvision_py.format.values import statistics
 
 WINDOW_COLUMNS = ["lane", "rank", "stream", "kind", "name", "start_ns", "end_ns", "busy_ns", "kernels"]
 LANE_COLUMNS = ["lane", "ipu", "rank", "stream", "kernels"]
 MAX_KERNELS = 2000  # a window holding more kernels than this is drawn as its occupancy in bins
 MAX_BINS = 400  # bins per lane and kind
+READ_COLUMNS = ["ipu", "stream", "kind", "name", "start_cycle", "end_cycle"]  # what a window reads of the table
+_STREAM = 1 << 32  # a lane's key: ipu * _STREAM + stream + _STREAM // 2
 
 
 @dataclass(frozen=True)
-class _KindGroup:
-    """The kernels of one (lane, kind), by start, with what a window needs of them."""
+class Piece:
+    """Some kernels as a window reads them: their IPU, stream, kind (a code into ``KERNEL_KINDS``), times and name
+    (a code into ``names``)."""
 
-    lane: int
-    kind: int
-    rows: np.ndarray  # indexes into the Kernels
+    ipu: np.ndarray
+    stream: np.ndarray
+    kind: np.ndarray
     start: np.ndarray
     end: np.ndarray
-    reach: np.ndarray  # the latest end so far: the kernels before the first reach > a all end by a
-    ends: np.ndarray  # ends sorted
-    union: SpanUnion
+    name: np.ndarray
+    names: np.ndarray
+
+    @classmethod
+    def of(cls, k: Kernels) -> Piece:
+        return cls(k.ipu, k.stream, k.kind, k.start, k.end, k.name, k.names)
+
+    @classmethod
+    def read(cls, columns: Columns) -> Piece:
+        """A batch of the ``kernels`` table's ``READ_COLUMNS``."""
+        ipu, stream, start, end = (np.asarray(columns[c], np.int64) for c in ("ipu", "stream", "start_cycle",
+                                                                                "end_cycle"))
+        return cls(ipu, stream, columns.codes_in("kind", KERNEL_KINDS), start, end, columns.codes("name"),
+                   np.asarray(columns.words("name"), dtype=object))
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def take(self, rows: np.ndarray) -> Piece:
+        return Piece(self.ipu[rows], self.stream[rows], self.kind[rows], self.start[rows], self.end[rows],
+                     self.name[rows], self.names)
+
+
+def _key(ipu: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    return np.asarray(ipu, np.int64) * _STREAM + np.asarray(stream, np.int64) + _STREAM // 2
 
 
 class StreamIndex:
-    """The kernels cut into (lane, kind) groups, each ready for ``window``; ``lanes`` names the lanes (one
-    row per (rank, stream) holding a kernel, by IPU then stream: ``LANE_COLUMNS``)."""
+    """The lanes (one row per (rank, stream) holding a kernel, by IPU then stream: ``LANE_COLUMNS``), the kernels'
+    extent as a half-open window ``[start_ns, end_ns)``, and ``pieces(a, b, ipus)``: the kernels that may run in
+    ``[a, b)`` on those IPUs (every IPU's for None), a piece at a time, each IPU's in order of start."""
 
-    def __init__(self, k: Kernels) -> None:
-        self.kernels = k
-        streams, stream = np.unique(k.stream, return_inverse=True)
-        width = max(len(streams), 1)
-        codes, lane = np.unique(k.ipu * width + stream.astype(np.int64), return_inverse=True)
-        lane = lane.astype(np.int64)
-        ipu = codes // width
-        self.lanes = pd.DataFrame({
-            "lane": np.arange(len(codes), dtype=np.int64), "ipu": ipu, "rank": k.ranks[ipu] if len(codes) else ipu,
-            "stream": streams[codes % width] if len(codes) else codes,
-            "kernels": np.bincount(lane, minlength=len(codes)).astype(np.int64)})
-        self.lane = lane
-        kinds = len(KERNEL_KINDS)
-        key = lane * kinds + k.kind
-        order = np.lexsort((k.start, key))  # by group, each group's kernels by start
-        cuts = np.flatnonzero(np.diff(key[order])) + 1
-        self.groups = [_group(k, rows, int(key[rows[0]] // kinds), int(key[rows[0]] % kinds))
-                       for rows in np.split(order, cuts)] if len(k) else []
-        # the kernels' time as a half-open window [start_ns, end_ns): the last kernel's end included
-        self.start_ns = int(k.start.min()) if len(k) else 0
-        self.end_ns = max(int(k.end.max()) if len(k) else 0, self.start_ns + 1)
+    def __init__(self, lanes: pd.DataFrame, start_ns: int, end_ns: int,
+                 pieces: Callable[[int, int, list[int] | None], Iterator[Piece]]) -> None:
+        self.lanes, self.start_ns, self.end_ns, self.pieces = lanes, start_ns, max(end_ns, start_ns + 1), pieces
+        self.keys = _key(lanes["ipu"].to_numpy(), lanes["stream"].to_numpy())
 
-    def chosen(self, ipus: list[int] | None) -> list[_KindGroup]:
-        """The groups of the lanes of ``ipus`` (every lane's for None)."""
-        if ipus is None:
-            return self.groups
-        keep = set(self.lanes["lane"][self.lanes["ipu"].isin([int(i) for i in ipus])].tolist())
-        return [g for g in self.groups if g.lane in keep]
+    @classmethod
+    def of(cls, k: Kernels) -> StreamIndex:
+        """The index of kernels in memory (sorted by ipu then start, as ``Kernels`` are)."""
+        def pieces(a: int, b: int, ipus: list[int] | None) -> Iterator[Piece]:
+            yield Piece.of(k if ipus is None else k.take(np.isin(k.ipu, ipus)))
 
-    def count(self, a: int, b: int, groups: list[_KindGroup]) -> int:
-        """Kernels of ``groups`` that run in [a, b): those starting before b less those ended by a."""
-        return sum(int(np.searchsorted(g.start, b, "left") - np.searchsorted(g.ends, a, "right")) for g in groups)
+        keys, counts = np.unique(_key(k.ipu, k.stream), return_counts=True)
+        return cls(_lanes(keys, counts, k.ranks), int(k.start.min()) if len(k) else 0,
+                   int(k.end.max()) if len(k) else 0, pieces)
+
+    @classmethod
+    def read(cls, profile: Any, ranks: np.ndarray) -> StreamIndex:
+        """The index of a profile's ``kernels`` table: its lanes and extent from one pass over its IPU, stream and
+        time columns, a row group at a time; its windows' kernels read again from the row groups they need."""
+        keys, counts, lo, hi = [], [], [], []
+        for batch in profile.iter_batches("kernels", ["ipu", "stream", "start_cycle", "end_cycle"]):
+            key, count = np.unique(_key(batch["ipu"].to_numpy(), batch["stream"].to_numpy()), return_counts=True)
+            keys.append(key)
+            counts.append(count)
+            if batch.num_rows:
+                lo.append(int(batch["start_cycle"].to_numpy().min()))
+                hi.append(int(batch["end_cycle"].to_numpy().max()))
+        key, at = np.unique(np.concatenate(keys) if keys else np.zeros(0, np.int64), return_inverse=True)
+        total = np.bincount(at.ravel(), weights=np.concatenate(counts) if counts else None, minlength=len(key))
+        metadata = profile.metadata("kernels")
+        verified = profile.footer_verified("kernels")
+        spans = [tuple(statistics(metadata, g, c) for c in ("ipu", "start_cycle", "end_cycle")) if verified else
+                 (None, None, None) for g in range(metadata.num_row_groups)]
+
+        def pieces(a: int, b: int, ipus: list[int] | None) -> Iterator[Piece]:
+            chosen = None if ipus is None else np.asarray(sorted(ipus), np.int64)
+            for group, (ipu, start, end) in enumerate(spans):
+                if (start is not None and start[0] >= b) or (end is not None and end[1] <= a) or (
+                        chosen is not None and ipu is not None and not ((chosen >= ipu[0]) & (chosen <= ipu[1])).any()):
+                    continue  # its footer says it holds no kernel of the window
+                for batch in profile.iter_batches("kernels", READ_COLUMNS, row_groups=[group]):
+                    k = Piece.read(Columns(pa.Table.from_batches([batch])))
+                    keep = (k.start < b) & (k.end > a) & (np.isin(k.ipu, chosen) if chosen is not None else True)
+                    yield k.take(keep)
+
+        return cls(_lanes(key, total.astype(np.int64), ranks), min(lo, default=0), max(hi, default=0), pieces)
+
+    def lane_of(self, k: Piece) -> np.ndarray:
+        """Each kernel's lane."""
+        return np.searchsorted(self.keys, _key(k.ipu, k.stream))
+
+    def chosen(self, ipus: list[int] | None) -> pd.DataFrame:
+        """The lanes of ``ipus`` (every lane for None)."""
+        return self.lanes if ipus is None else self.lanes[self.lanes["ipu"].isin([int(i) for i in ipus])]
 
 
-def _group(k: Kernels, rows: np.ndarray, lane: int, kind: int) -> _KindGroup:
-    start, end = k.start[rows], k.end[rows]
-    return _KindGroup(lane, kind, rows, start, end, np.maximum.accumulate(end), np.sort(end), SpanUnion.of(start, end))
+def _lanes(keys: np.ndarray, counts: np.ndarray, ranks: np.ndarray) -> pd.DataFrame:
+    ipu = keys // _STREAM
+    return pd.DataFrame({"lane": np.arange(len(keys), dtype=np.int64), "ipu": ipu,
+                         "rank": np.asarray(ranks, np.int64)[ipu] if len(keys) else ipu,
+                         "stream": keys % _STREAM - _STREAM // 2, "kernels": np.asarray(counts, np.int64)})
 
 
 @dataclass(frozen=True)
@@ -101,39 +158,88 @@ class StreamWindow:
 def window(index: StreamIndex, start_ns: int | None = None, end_ns: int | None = None, ipus: list[int] | None = None,
            max_kernels: int = MAX_KERNELS, max_bins: int = MAX_BINS) -> StreamWindow:
     """The lanes of ``ipus`` (every rank's for None) between two times (ns): each kernel while there are at most
-    ``max_kernels``, else each (lane, kind)'s busy time and kernels in at most ``max_bins`` bins."""
+    ``max_kernels``, else each (lane, kind)'s busy time and kernels in at most ``max_bins`` bins; the window's
+    kernels read a piece at a time (``StreamIndex.pieces``), each piece's bins added up as it comes."""
     a = index.start_ns if start_ns is None else int(start_ns)
     b = max(index.end_ns if end_ns is None else int(end_ns), a + 1)
-    groups = index.chosen(ipus)
-    lanes = index.lanes if ipus is None else index.lanes[index.lanes["ipu"].isin([int(i) for i in ipus])]
-    inside = index.count(a, b, groups)
-    k = index.kernels
-    if inside <= max_kernels:
-        picked = []
-        for g in groups:
-            lo, hi = int(np.searchsorted(g.reach, a, "right")), int(np.searchsorted(g.start, b, "left"))
-            rows = g.rows[lo:max(hi, lo)]
-            picked.append(rows[k.end[rows] > a])
-        rows = np.concatenate(picked) if picked else np.zeros(0, np.int64)
-        rows = rows[np.lexsort((k.start[rows], index.lane[rows]))]
-        frame = _frame(index, index.lane[rows], k.kind[rows], k.names[k.name[rows]].astype(object), k.start[rows],
-                       k.end[rows], k.end[rows] - k.start[rows], np.ones(len(rows), np.int64))
-        return StreamWindow("events", frame, lanes.reset_index(drop=True), a, b, inside)
+    lanes = index.chosen(ipus)
     edges = bin_edges(a, b, max_bins)
-    low, high = edges[:-1], edges[1:]
-    parts: list[tuple[np.ndarray, ...]] = []
-    for g in groups:
-        busy = np.diff(g.union.before(edges))
-        count = np.searchsorted(g.start, high, "left") - np.searchsorted(g.ends, low, "right")
-        keep = np.flatnonzero((busy > 0) | (count > 0))
-        parts.append((np.full(len(keep), g.lane), np.full(len(keep), g.kind), low[keep], high[keep], busy[keep],
-                      count[keep]))
-    lane, kind, start, end, busy, count = (np.concatenate([p[c] for p in parts]) if parts else np.zeros(0, np.int64)
-                                           for c in range(6))
-    order = np.lexsort((kind, start, lane))
-    frame = _frame(index, lane[order], kind[order], np.full(len(order), "", dtype=object), start[order], end[order],
-                   busy[order], count[order])
+    slot = np.full(len(index.lanes), -1, np.int64)  # each lane's place among those shown: the bins' keys
+    slot[lanes["lane"].to_numpy()] = np.arange(len(lanes))
+    bins = _Bins(edges, len(lanes) * len(KERNEL_KINDS))
+    events: list[tuple[np.ndarray, ...]] = []  # the kernels themselves while they are few enough
+    inside = 0
+    for k in index.pieces(a, b, ipus):
+        k = k.take((k.start < b) & (k.end > a))
+        if not len(k):
+            continue
+        lane = index.lane_of(k)
+        inside += len(k)
+        if inside <= max_kernels:
+            events.append((lane, k.kind, k.names[k.name].astype(object), k.start, k.end))
+        bins.add(slot[lane] * len(KERNEL_KINDS) + k.kind, k.start, k.end)
+    if inside <= max_kernels:
+        lane, kind, name, start, end = (np.concatenate([e[c] for e in events]) if events else
+                                        np.zeros(0, object if c == 2 else np.int64) for c in range(5))
+        order = np.lexsort((start, lane))
+        frame = _frame(index, lane[order], kind[order], name[order], start[order], end[order],
+                       (end - start)[order], np.ones(len(order), np.int64))
+        return StreamWindow("events", frame, lanes.reset_index(drop=True), a, b, inside)
+    key, at, busy, count = bins.result()
+    lane, kind = lanes["lane"].to_numpy()[key // len(KERNEL_KINDS)], key % len(KERNEL_KINDS)
+    order = np.lexsort((kind, at, lane))
+    frame = _frame(index, lane[order], kind[order], np.full(len(order), "", dtype=object), edges[at][order],
+                   edges[at + 1][order], busy[order], count[order])
     return StreamWindow("bins", frame, lanes.reset_index(drop=True), a, b, inside)
+
+
+class _Bins:
+    """Each (lane, kind) key's busy time and kernels in each bin of ``edges``, added a piece of kernels at a time:
+    a key's kernels merged into disjoint intervals, its last interval carried into the next piece (it may still
+    grow), the others' time split over the bins they cover."""
+
+    def __init__(self, edges: np.ndarray, keys: int) -> None:
+        self.edges, self.bins = edges, len(edges) - 1
+        self.size = keys * self.bins
+        self.busy = np.zeros(self.size, np.int64)
+        self.count = np.zeros(self.size, np.int64)
+        self.held = (np.zeros(0, np.int64),) * 3  # (key, start, end) of each key's last interval
+
+    def add(self, key: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        which, at = self._spread(start, end)
+        self.count += np.bincount(key[which] * self.bins + at, minlength=self.size)
+        key, start, end = (np.concatenate([h, x]) for h, x in zip(self.held, (key, start, end)))
+        order = np.lexsort((start, key))
+        key, start, end = key[order], start[order], end[order]
+        reach = pd.Series(end).groupby(key).cummax().to_numpy()  # the latest end so far of the key's kernels
+        first = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]) | (start[1:] > reach[:-1])])
+        last = np.r_[first[1:], len(key)] - 1
+        merged = key[first], start[first], reach[last]
+        closing = np.r_[merged[0][1:] == merged[0][:-1], False]  # a key's intervals but its last
+        self._busy(*(m[closing] for m in merged))
+        self.held = tuple(m[~closing] for m in merged)
+
+    def result(self) -> tuple[np.ndarray, ...]:
+        """``(key, bin, busy_ns, kernels)`` of each (key, bin) with either."""
+        self._busy(*self.held)
+        self.held = (np.zeros(0, np.int64),) * 3
+        cell = np.flatnonzero((self.busy > 0) | (self.count > 0))
+        return cell // self.bins, cell % self.bins, self.busy[cell], self.count[cell]
+
+    def _busy(self, key: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        which, at = self._spread(start, end)
+        lo, hi = self.edges[at], self.edges[at + 1]
+        time = np.minimum(end[which], hi) - np.maximum(start[which], lo)
+        self.busy += np.bincount(key[which] * self.bins + at, weights=time, minlength=self.size).astype(np.int64)
+
+    def _spread(self, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each interval's row and each bin it overlaps (``[start, end)`` against ``[edge, next edge)``)."""
+        first = np.maximum(np.searchsorted(self.edges, start, "right") - 1, 0)
+        last = np.minimum(np.searchsorted(self.edges, end, "left"), self.bins)  # one past the last bin it overlaps
+        span = np.maximum(last - first, 0)
+        which = np.repeat(np.arange(len(start)), span)
+        at = np.arange(len(which)) - np.repeat(np.cumsum(span) - span, span) + first[which]
+        return which, at
 
 
 def _frame(index: StreamIndex, lane: np.ndarray, kind: np.ndarray, name: np.ndarray, start: np.ndarray,
