@@ -23,9 +23,12 @@ def liveness_steps(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[i
     """
     if by_step.empty:
         return empty("No liveness recorded.")
+    by_step, width = by_runs(by_step, selected)
     titles = (("activations per rank (allocated beyond the weights)", "allocated per rank"
                + (", against the device's memory" if capacity else "")) if naming.imported
               else ("not-always-live memory per IPU", "worst tile, against tile capacity"))
+    if width > 1:  # said on the figure: a point is a run's peak, not a step
+        titles = tuple(f"{t} · each point the most of {width:,} steps" for t in titles)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.55, 0.45],
                         subplot_titles=titles)
     top_scale, top_unit = byte_unit(float(by_step["not_always_live_bytes"].max()))
@@ -58,6 +61,26 @@ def liveness_steps(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[i
 
 
 NO_IPU = -1  # the custom data of the band's points: a click there chooses a step, not an IPU
+MAX_STEPS = 2_000  # steps drawn per IPU: past them, each run of steps by its peaks
+
+
+def by_runs(by_step: pd.DataFrame, selected: tuple[int, int] | None = None,
+            most: int | None = None) -> tuple[pd.DataFrame, int]:
+    """``by_step`` as ``liveness_steps`` draws it, and the steps a point stands for: where an IPU has more than
+    ``most`` steps, each run of ``width`` of its steps (the fewest that leave at most ``most`` runs) by its row of
+    most not-always-live bytes and its row of most worst-tile bytes, the peaks a figure must not lose, and the
+    ``selected`` step's row. A 10 GB import's 835k steps were 74 MB of figure and 20 s of the browser's drawing."""
+    longest = int(by_step.groupby("ipu").size().max())
+    width = -(-longest // (most or MAX_STEPS))
+    if width <= 1:
+        return by_step, 1
+    frame = by_step.reset_index(drop=True)
+    run = frame.groupby("ipu").cumcount().to_numpy() // width
+    runs = frame.assign(run=run).groupby(["ipu", "run"])
+    rows = np.concatenate([runs[c].idxmax().to_numpy() for c in ("not_always_live_bytes", "worst_tile_bytes")])
+    if selected is not None:
+        rows = np.append(rows, np.flatnonzero((frame["ipu"] == selected[0]) & (frame["step"] == selected[1])))
+    return frame.loc[np.unique(rows)], width
 
 
 def liveness_band(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[int, int] | None = None,

@@ -208,3 +208,28 @@ def test_stage_imbalance_draws_per_micro_batch_passes_and_not_the_update_run_onc
     fig = stage_imbalance(summary, bottleneck_stage=1)
     # THEN the bars stack forward and backward, 9,883,213 cycles per micro-batch; the update is not drawn
     assert {t.name: list(t.y) for t in fig.data} == {"forward": [2_516_845], "backward": [7_366_368]}
+
+
+def test_a_long_liveness_is_drawn_by_each_runs_peaks_and_says_so(monkeypatch):
+    # GIVEN two IPUs of 10 steps each: IPU 0's not-always-live peak at step 6, its worst tile's at step 2; the
+    # figure draws at most 3 points' worth of runs an IPU
+    from dashboards.figures import liveness
+
+    steps = np.arange(10)
+    by_step = pd.DataFrame({"ipu": np.repeat([0, 1], 10), "step": np.tile(steps, 2), "name": "s",
+                            "always_live_bytes": 0, "total_bytes": 0, "worst_tile": 0,
+                            "not_always_live_bytes": np.r_[np.where(steps == 6, 90, steps), steps],
+                            "worst_tile_bytes": np.r_[np.where(steps == 2, 80, 1), steps], "capacity_bytes": 100})
+    monkeypatch.setattr(liveness, "MAX_STEPS", 3)
+    # WHEN it is cut into runs (10 steps in at most 3 runs: 4 steps a run), the chosen step 9 of IPU 0 kept
+    drawn, width = liveness.by_runs(by_step, selected=(0, 9))
+    # THEN each run's step of most not-always-live bytes (3, 6, 9) and of most worst-tile bytes (2; the first of a
+    # run's equal ones: 4, 8) is drawn, and the chosen step
+    assert width == 4
+    assert drawn[drawn["ipu"] == 0]["step"].tolist() == [2, 3, 4, 6, 8, 9]
+    assert drawn[drawn["ipu"] == 1]["step"].tolist() == [3, 7, 9]
+    # AND the figure's panels say what a point is; a short liveness is drawn step by step
+    fig = liveness.liveness_steps(by_step, bytes_per_tile=100, selected=(0, 9))
+    assert all("each point the most of 4 steps" in a.text for a in fig.layout.annotations[:2])
+    assert list(fig.data[0].x) == [2, 3, 4, 6, 8, 9] and max(fig.data[0].y) == 90
+    assert liveness.by_runs(by_step.head(3))[1] == 1
