@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboards.figures.style import CAPACITY_COLOUR, IPUS, Naming, byte_unit, empty, styled
+from dashboards.figures.style import CAPACITY_COLOUR, IPUS, Naming, byte_unit, empty, peaks_of_runs, styled
 from popvision_py.analysis.common.spread import outlier_ranks
 
 
@@ -61,26 +61,17 @@ def liveness_steps(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[i
 
 
 NO_IPU = -1  # the custom data of the band's points: a click there chooses a step, not an IPU
-MAX_STEPS = 2_000  # steps drawn per IPU: past them, each run of steps by its peaks
+MAX_STEPS = 2_000  # steps drawn per IPU: past them, each run of steps by its peaks (``style.peaks_of_runs``)
 
 
 def by_runs(by_step: pd.DataFrame, selected: tuple[int, int] | None = None,
             most: int | None = None) -> tuple[pd.DataFrame, int]:
     """``by_step`` as ``liveness_steps`` draws it, and the steps a point stands for: where an IPU has more than
-    ``most`` steps, each run of ``width`` of its steps (the fewest that leave at most ``most`` runs) by its row of
-    most not-always-live bytes and its row of most worst-tile bytes, the peaks a figure must not lose, and the
-    ``selected`` step's row. A 10 GB import's 835k steps were 74 MB of figure and 20 s of the browser's drawing."""
-    longest = int(by_step.groupby("ipu").size().max())
-    width = -(-longest // (most or MAX_STEPS))
-    if width <= 1:
-        return by_step, 1
-    frame = by_step.reset_index(drop=True)
-    run = frame.groupby("ipu").cumcount().to_numpy() // width
-    runs = frame.assign(run=run).groupby(["ipu", "run"])
-    rows = np.concatenate([runs[c].idxmax().to_numpy() for c in ("not_always_live_bytes", "worst_tile_bytes")])
-    if selected is not None:
-        rows = np.append(rows, np.flatnonzero((frame["ipu"] == selected[0]) & (frame["step"] == selected[1])))
-    return frame.loc[np.unique(rows)], width
+    ``most`` steps, each run of its steps by its row of most not-always-live bytes and its row of most worst-tile
+    bytes, the peaks a figure must not lose, and the ``selected`` step's row. A 10 GB import's 835k steps were
+    74 MB of figure and 20 s of the browser's drawing."""
+    keep = ((by_step["ipu"] == selected[0]) & (by_step["step"] == selected[1])).to_numpy() if selected else None
+    return peaks_of_runs(by_step, "ipu", ("not_always_live_bytes", "worst_tile_bytes"), most or MAX_STEPS, keep)
 
 
 def liveness_band(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[int, int] | None = None,

@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from dashboards.figures.liveness import MAX_STEPS
 from dashboards.figures.ranks import MANY_RANKS
 from dashboards.figures.style import (CAPACITY_COLOUR, CATEGORY_COLOURS, IPUS, OOM_COLOUR, Naming, byte_ticks, empty,
-                                      ipu_label, styled)
+                                      ipu_label, peaks_of_runs, styled)
 from popvision_py.analysis.common.spread import outlier_ranks
 from popvision_py.format.schema import MEMORY_CATEGORIES
 
@@ -358,6 +359,7 @@ def worst_over_steps(over: pd.DataFrame, bytes_per_tile: int, step_names: Sequen
     tile's capacity."""
     if over.empty:
         return empty("No program steps.")
+    over, width = peaks_of_runs(over, "tile", ("total_bytes",), MAX_STEPS)  # a 10 GB import: 208,800 steps a tile
     fig = go.Figure()
     for tile, part in over.groupby("tile", sort=False):
         steps = part["step"].to_numpy()
@@ -371,6 +373,6 @@ def worst_over_steps(over: pd.DataFrame, bytes_per_tile: int, step_names: Sequen
     if top > bytes_per_tile / 2:
         fig.add_hline(y=bytes_per_tile / 1024, line=dict(color=CAPACITY_COLOUR, dash="dash"),
                       annotation_text="tile capacity", annotation_position="top left")
-    fig.update_xaxes(title="program step")
+    fig.update_xaxes(title="program step" + (f" (each point the most of {width:,} steps)" if width > 1 else ""))
     fig.update_yaxes(title="KiB live on the tile", rangemode="tozero")
     return styled(fig, height=320)

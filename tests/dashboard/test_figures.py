@@ -233,3 +233,16 @@ def test_a_long_liveness_is_drawn_by_each_runs_peaks_and_says_so(monkeypatch):
     assert all("each point the most of 4 steps" in a.text for a in fig.layout.annotations[:2])
     assert list(fig.data[0].x) == [2, 3, 4, 6, 8, 9] and max(fig.data[0].y) == 90
     assert liveness.by_runs(by_step.head(3))[1] == 1
+
+
+def test_a_tiles_long_memory_over_steps_is_drawn_by_each_runs_peak(monkeypatch):
+    # GIVEN tile 5's memory over 10 steps, its peak at step 6, drawn at most 3 runs a tile
+    from dashboards.figures import memory
+
+    over = pd.DataFrame({"tile": 5, "step": np.arange(10), "always_live_bytes": 0,
+                         "total_bytes": np.where(np.arange(10) == 6, 9 * 1024, np.arange(10) * 1024)})
+    monkeypatch.setattr(memory, "MAX_STEPS", 3)
+    fig = memory.worst_over_steps(over, bytes_per_tile=64 * 1024)
+    # THEN each run of 4 steps is its step of most memory, and the axis says so
+    assert list(fig.data[0].x) == [3, 6, 9] and list(fig.data[0].y) == [3, 9, 9]
+    assert fig.layout.xaxis.title.text == "program step (each point the most of 4 steps)"
