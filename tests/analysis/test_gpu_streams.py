@@ -138,9 +138,11 @@ def test_windows_read_from_the_row_groups_are_those_of_every_kernel_in_memory(im
                 assert 0 < len(set(groups)) < profile.metadata("kernels").num_row_groups
 
 
-def test_bins_added_a_piece_at_a_time_count_overlapping_kernels_of_a_lane_and_kind_once():
+@pytest.mark.parametrize("dense", [True, False])
+def test_bins_added_a_piece_at_a_time_count_overlapping_kernels_of_a_lane_and_kind_once(monkeypatch, dense):
     # GIVEN bins [0, 100) and [100, 200), and one key's kernels [0, 100) then, in the next piece, [50, 150) and
-    # [180, 190); another key's [120, 130)
+    # [180, 190); another key's [120, 130); the cells added into whole, or only those touched
+    monkeypatch.setattr(streams, "DENSE_CELLS", 1 << 20 if dense else 0)
     bins = streams._Bins(np.array([0, 100, 200]), 2)
     bins.add(np.array([0]), np.array([0]), np.array([100]))
     bins.add(np.array([0, 0, 1]), np.array([50, 180, 120]), np.array([150, 190, 130]))

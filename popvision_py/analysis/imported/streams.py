@@ -33,6 +33,7 @@ WINDOW_COLUMNS = ["lane", "rank", "stream", "kind", "name", "start_ns", "end_ns"
 LANE_COLUMNS = ["lane", "ipu", "rank", "stream", "kernels"]
 MAX_KERNELS = 2000  # a window holding more kernels than this is drawn as its occupancy in bins
 MAX_BINS = 400  # bins per lane and kind
+DENSE_CELLS = 1 << 20  # (lane, kind, bin) cells a window's pieces are added into whole, past which the cells touched
 READ_COLUMNS = ["ipu", "stream", "kind", "name", "start_cycle", "end_cycle"]  # what a window reads of the table
 _STREAM = 1 << 32  # a lane's key: ipu * _STREAM + stream + _STREAM // 2
 
@@ -207,7 +208,7 @@ class _Bins:
 
     def add(self, key: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
         which, at = self._spread(start, end)
-        self.count += np.bincount(key[which] * self.bins + at, minlength=self.size)
+        self._added(self.count, key[which] * self.bins + at, None)
         key, start, end = (np.concatenate([h, x]) for h, x in zip(self.held, (key, start, end)))
         order = np.lexsort((start, key))
         key, start, end = key[order], start[order], end[order]
@@ -229,8 +230,17 @@ class _Bins:
     def _busy(self, key: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
         which, at = self._spread(start, end)
         lo, hi = self.edges[at], self.edges[at + 1]
-        time = np.minimum(end[which], hi) - np.maximum(start[which], lo)
-        self.busy += np.bincount(key[which] * self.bins + at, weights=time, minlength=self.size).astype(np.int64)
+        self._added(self.busy, key[which] * self.bins + at, np.minimum(end[which], hi) - np.maximum(start[which], lo))
+
+    @staticmethod
+    def _added(into: np.ndarray, cells: np.ndarray, values: np.ndarray | None) -> None:
+        """``values`` (1 each for None) added to ``into`` at ``cells``; past ``DENSE_CELLS`` cells, summed over the
+        cells they touch, not over an array of every cell (every lane of thousands of ranks: millions of cells)."""
+        if len(into) <= DENSE_CELLS:
+            into += np.bincount(cells, weights=values, minlength=len(into)).astype(np.int64)
+            return
+        touched, at = np.unique(cells, return_inverse=True)
+        into[touched] += np.bincount(at.ravel(), weights=values, minlength=len(touched)).astype(np.int64)
 
     def _spread(self, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each interval's row and each bin it overlaps (``[start, end)`` against ``[edge, next edge)``)."""
