@@ -34,7 +34,6 @@ from popvision_py.format import schema as S
 from popvision_py.format.atomic import atomic_output
 from popvision_py.format.reader import Profile
 from popvision_py.format.arrays import arrow
-from popvision_py.format.values import statistics
 
 COLUMNS = ["run", "iteration", "micro_batch", "ipu", "stage", "pass", "step", "phase", "start_cycle", "end_cycle"]
 # Rows formatted at a time: one batch's strings (about 270 bytes an event) and their parts stay near 8 MB (at 2^16 rows,
@@ -278,10 +277,9 @@ class ProgramSteps:
 def _largest(profile: Profile, columns: tuple[str, ...]) -> list[int]:
     """One more than the largest value of each integer column of the programs table (0 without rows): from the footer's
     statistics where they are checked and stated for every row group, else read."""
-    metadata = profile.metadata("programs")
-    stated = [[statistics(metadata, g, c) for c in columns] for g in range(metadata.num_row_groups)]
-    if profile.footer_verified("programs") and all(s is not None for row in stated for s in row):
-        return [max([row[k][1] + 1 for row in stated], default=0) for k in range(len(columns))]
+    bounds = column_bounds(profile.metadata("programs"), columns) if profile.footer_verified("programs") else None
+    if bounds is not None:
+        return [bounds[c][1] + 1 for c in columns]
     largest = [0] * len(columns)
     for batch in profile.iter_batches("programs", list(columns), SCAN_ROWS):
         largest = [max(n, int(numbers(batch[c]).max(initial=-1)) + 1) for n, c in zip(largest, columns)]

@@ -61,17 +61,15 @@ def liveness_steps(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[i
 
 
 NO_IPU = -1  # the custom data of the band's points: a click there chooses a step, not an IPU
-MAX_STEPS = 2_000  # steps drawn per IPU: past them, each run of steps by its peaks (``style.peaks_of_runs``)
 
 
-def by_runs(by_step: pd.DataFrame, selected: tuple[int, int] | None = None,
-            most: int | None = None) -> tuple[pd.DataFrame, int]:
+def by_runs(by_step: pd.DataFrame, selected: tuple[int, int] | None = None) -> tuple[pd.DataFrame, int]:
     """``by_step`` as ``liveness_steps`` draws it, and the steps a point stands for: where an IPU has more than
-    ``most`` steps, each run of its steps by its row of most not-always-live bytes and its row of most worst-tile
-    bytes, the peaks a figure must not lose, and the ``selected`` step's row. A 10 GB import's 835k steps were
-    74 MB of figure and 20 s of the browser's drawing."""
+    ``style.MAX_STEPS`` steps, each run of its steps by its row of most not-always-live bytes and its row of most
+    worst-tile bytes, the peaks a figure must not lose, and the ``selected`` step's row. A 10 GB import's 835k
+    steps were 74 MB of figure and 20 s of the browser's drawing."""
     keep = ((by_step["ipu"] == selected[0]) & (by_step["step"] == selected[1])).to_numpy() if selected else None
-    return peaks_of_runs(by_step, "ipu", ("not_always_live_bytes", "worst_tile_bytes"), most or MAX_STEPS, keep)
+    return peaks_of_runs(by_step, "ipu", ("not_always_live_bytes", "worst_tile_bytes"), keep)
 
 
 def liveness_band(by_step: pd.DataFrame, bytes_per_tile: int, selected: tuple[int, int] | None = None,

@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboards.figures.liveness import MAX_STEPS
 from dashboards.figures.ranks import MANY_RANKS
 from dashboards.figures.style import (CAPACITY_COLOUR, CATEGORY_COLOURS, IPUS, OOM_COLOUR, Naming, byte_ticks, empty,
                                       ipu_label, peaks_of_runs, styled)
@@ -359,7 +358,7 @@ def worst_over_steps(over: pd.DataFrame, bytes_per_tile: int, step_names: Sequen
     tile's capacity."""
     if over.empty:
         return empty("No program steps.")
-    over, width = peaks_of_runs(over, "tile", ("total_bytes",), MAX_STEPS)  # a 10 GB import: 208,800 steps a tile
+    over, width = peaks_of_runs(over, "tile", ("total_bytes",))  # a 10 GB import: 208,800 steps a tile
     fig = go.Figure()
     for tile, part in over.groupby("tile", sort=False):
         steps = part["step"].to_numpy()

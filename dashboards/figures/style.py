@@ -220,14 +220,17 @@ def byte_ticks(largest: float, count: int = 5) -> dict:
     return dict(tickvals=(ticks * divisor).tolist(), ticktext=[f"{t:,.{decimals}f} {unit}" for t in ticks])
 
 
-def peaks_of_runs(frame: pd.DataFrame, by: str, columns: Sequence[str], most: int,
+MAX_STEPS = 2_000  # steps a memory figure draws of a line: past them, each run of steps by its peaks
+
+
+def peaks_of_runs(frame: pd.DataFrame, by: str, columns: Sequence[str],
                   keep: np.ndarray | None = None) -> tuple[pd.DataFrame, int]:
     """``frame`` (rows in order within each ``by`` group, a step a row) as a line a group draws it: where a group
-    has more than ``most`` rows, each run of ``width`` of them (the fewest that leave at most ``most`` runs) by its
-    row of the most of each of ``columns``, the peaks a memory figure must not lose, and the rows ``keep`` marks.
-    Returns those rows and ``width`` (1: every row)."""
+    has more than ``MAX_STEPS`` rows, each run of ``width`` of them (the fewest that leave at most ``MAX_STEPS``
+    runs) by its row of the most of each of ``columns``, the peaks a memory figure must not lose, and the rows
+    ``keep`` marks. Returns those rows and ``width`` (1: every row)."""
     longest = int(frame.groupby(by).size().max()) if len(frame) else 0
-    width = -(-longest // most)
+    width = -(-longest // MAX_STEPS)
     if width <= 1:
         return frame, 1
     frame = frame.reset_index(drop=True)

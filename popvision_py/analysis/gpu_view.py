@@ -42,6 +42,10 @@ class GpuReport(_View):
             return ""
         return NO_KERNELS_GPU if r.target.get("arch") == "gpu" else NO_KERNELS_IMPORTED
 
+    def _ranks(self) -> np.ndarray:
+        """Each IPU's rank (an imported profile's IPU is its position)."""
+        return _imported.rank_numbers(self._r.run, int(self._r.target.get("num_ipus", 1)))
+
     def long_ranks(self) -> bool:
         """Whether the profile's ranks hold more kernels each, on average, than a run of ranks the figures are made
         of (``gpu_ranks.CHUNK_KERNELS``): the section's peak is then a rank's kernels, not its answers (a report of
@@ -55,7 +59,7 @@ class GpuReport(_View):
         r = self._r
 
         def compute() -> _gpu.Kernels:
-            ranks = _imported.rank_numbers(r.run, int(r.target.get("num_ipus", 1)))
+            ranks = self._ranks()
             if "kernels" not in r.profile.tables:  # an older schema: no kernel, every answer empty
                 return _gpu.Kernels.build([], [], [], [], [], [], ranks=ranks)
             return _gpu.Kernels.from_columns(r.columns("kernels"), ranks)
@@ -82,7 +86,7 @@ class GpuReport(_View):
         """Each rank's streams as lanes, indexed for zoom windows (``streams.StreamIndex``)."""
         def compute() -> _streams.StreamIndex:
             r = self._r
-            ranks = _imported.rank_numbers(r.run, int(r.target.get("num_ipus", 1)))
+            ranks = self._ranks()
             if "kernels" not in r.profile.tables:  # an older schema: no kernel, no lane
                 return _streams.StreamIndex.of(_gpu.Kernels.build([], [], [], [], [], [], ranks=ranks))
             return _streams.StreamIndex.read(r.profile, ranks)
@@ -183,7 +187,7 @@ class GpuReport(_View):
         r, origin = self._r, (self._r.run.get("import") or {}).get("origin_ns")
 
         def compute() -> tuple[_bound.TraceSpans, np.ndarray | None]:
-            ranks = _imported.rank_numbers(r.run, int(r.target.get("num_ipus", 1)))
+            ranks = self._ranks()
             events = r.system.some_events(_bound.TIMELINE_ROWS) if r.system.files() else None
             last = _gpu.last_step_starts(_gpu.step_starts(events, ranks), len(ranks)) if events is not None else None
             return _bound.TraceSpans.from_timeline(events, ranks, origin), last

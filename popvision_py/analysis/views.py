@@ -48,6 +48,10 @@ class _View:
     def _memo(self, key: Any, compute: Callable[[], T]) -> T:
         return self._r.memo((type(self).__name__, key), compute)
 
+    def _holds(self, key: Any) -> bool:
+        """Whether ``_memo`` holds ``key``'s answer already."""
+        return self._r.holds((type(self).__name__, key))
+
 
 class SummaryReport(_View):
     """Target, model, configuration, time per step, throughput, FLOP utilisation; insights."""
@@ -409,8 +413,7 @@ class SystemReport(_View):
         """The events a view reads a few of (``system.load_files``' ``keep``: a string column's name, a test of its
         words): every event where they are read already, else only those rows, each file's others let go as it
         is read, and not kept here (the view keeps what it makes of them)."""
-        return self.events() if self._r.holds((type(self).__name__, "events")) else _system.load_files(self.files(),
-                                                                                                         keep)
+        return self.events() if self._holds("events") else _system.load_files(self.files(), keep)
 
     def processes(self) -> pd.DataFrame:
         return self._processes().frame()

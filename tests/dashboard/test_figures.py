@@ -213,14 +213,14 @@ def test_stage_imbalance_draws_per_micro_batch_passes_and_not_the_update_run_onc
 def test_a_long_liveness_is_drawn_by_each_runs_peaks_and_says_so(monkeypatch):
     # GIVEN two IPUs of 10 steps each: IPU 0's not-always-live peak at step 6, its worst tile's at step 2; the
     # figure draws at most 3 points' worth of runs an IPU
-    from dashboards.figures import liveness
+    from dashboards.figures import liveness, style
 
     steps = np.arange(10)
     by_step = pd.DataFrame({"ipu": np.repeat([0, 1], 10), "step": np.tile(steps, 2), "name": "s",
                             "always_live_bytes": 0, "total_bytes": 0, "worst_tile": 0,
                             "not_always_live_bytes": np.r_[np.where(steps == 6, 90, steps), steps],
                             "worst_tile_bytes": np.r_[np.where(steps == 2, 80, 1), steps], "capacity_bytes": 100})
-    monkeypatch.setattr(liveness, "MAX_STEPS", 3)
+    monkeypatch.setattr(style, "MAX_STEPS", 3)
     # WHEN it is cut into runs (10 steps in at most 3 runs: 4 steps a run), the chosen step 9 of IPU 0 kept
     drawn, width = liveness.by_runs(by_step, selected=(0, 9))
     # THEN each run's step of most not-always-live bytes (3, 6, 9) and of most worst-tile bytes (2; the first of a
@@ -237,11 +237,11 @@ def test_a_long_liveness_is_drawn_by_each_runs_peaks_and_says_so(monkeypatch):
 
 def test_a_tiles_long_memory_over_steps_is_drawn_by_each_runs_peak(monkeypatch):
     # GIVEN tile 5's memory over 10 steps, its peak at step 6, drawn at most 3 runs a tile
-    from dashboards.figures import memory
+    from dashboards.figures import memory, style
 
     over = pd.DataFrame({"tile": 5, "step": np.arange(10), "always_live_bytes": 0,
                          "total_bytes": np.where(np.arange(10) == 6, 9 * 1024, np.arange(10) * 1024)})
-    monkeypatch.setattr(memory, "MAX_STEPS", 3)
+    monkeypatch.setattr(style, "MAX_STEPS", 3)
     fig = memory.worst_over_steps(over, bytes_per_tile=64 * 1024)
     # THEN each run of 4 steps is its step of most memory, and the axis says so
     assert list(fig.data[0].x) == [3, 6, 9] and list(fig.data[0].y) == [3, 9, 9]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -142,11 +143,10 @@ class Kernels:
                    **{k: v[order] if k in LABELS else v for k, v in _labels_of(n, labels or {}).items()})
 
     @classmethod
-    def joined(cls, pieces: list[Kernels], let_go: Any = None) -> Kernels:
-        """The pieces' kernels (a rank's row groups, of the same ``ranks``) one after the other: ``from_columns``' of
-        their rows at once, names and labels the sorted union of the pieces' (distinct) words. A field at a time,
-        each let go of in the pieces once joined (``pieces`` is changed), then ``let_go()`` (where given: a long
-        rank's pages handed back, which the next field's array could not reuse): the rows and a field held."""
+    def joined(cls, pieces: list[Kernels], let_go: Callable[[], Any] | None = None) -> Kernels:
+        """The pieces' kernels (a rank's row groups, of one ``ranks``) one after the other, as ``from_columns`` makes
+        their rows, names and labels the sorted union of the pieces' words. A field at a time, each let go of in the
+        pieces once joined (``pieces`` is changed), then ``let_go()`` where given (a long rank's pages handed back)."""
         if len(pieces) == 1:
             return pieces[0]
         out: dict[str, Any] = {"ranks": pieces[0].ranks, "labels": {}}

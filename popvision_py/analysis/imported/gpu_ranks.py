@@ -157,7 +157,6 @@ def sorted_chunks(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) ->
         del batches
         held.append(gpu.Kernels.from_columns(Columns(table), ranks).owned())
         del table
-        pa.default_memory_pool().release_unused()  # its decoded rows, between the arrays kept (a long rank: 130 MiB)
         ipus = np.concatenate([k.ipu for k in held])
         if len(ipus) and ((np.diff(ipus) < 0).any() or ipus[0] < ipu):
             return
@@ -202,11 +201,10 @@ def _released(done: list[tuple[int, int, list[gpu.Kernels]]], ranks: np.ndarray)
     while done:
         first, count, pieces = done.pop()
         pa.default_memory_pool().release_unused()
-        long = sum(len(k) for k in pieces) >= TRIM_KERNELS
+        long = sum(len(k) for k in pieces) >= TRIM_KERNELS  # its pieces' pages handed back as each field is joined
         k = gpu.Kernels.joined(pieces, pa.default_memory_pool().release_unused if long else None) if pieces else \
             gpu.Kernels.build([], [], [], [], [], [], ranks=ranks)
         del pieces
-        pa.default_memory_pool().release_unused()  # and what the pieces joined took: a long rank's, 140 MiB at 10 GB
         chunk = Chunk(first, replace(k, ipu=k.ipu - first, ranks=ranks[first:first + count]))
         del k
         yield chunk

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from popvision_py.analysis.common.tables import Table, sum_by
 from popvision_py.analysis.imported.bound import PHASE, TraceSpans, before, distinct, expand, pct
@@ -75,17 +76,12 @@ def idle_cuts(k: Kernels, rows: int) -> np.ndarray:
     """Row bounds ``[0, ..., len(k)]`` cutting the kernels (sorted by ``ipu``) into pieces of about ``rows`` or more:
     each cut at the first row, ``rows`` on or after the last cut, before which every kernel of its rank has ended by
     the time any of its rank's kernels from there on starts (or where the rank changes). None where the kernels
-    are not sorted by ``ipu``, or their times too far apart to key by rank."""
+    are not sorted by ``ipu``."""
     n = len(k)
     if n <= rows or (np.diff(k.ipu) < 0).any():
         return np.array([0, n])
-    lo = int(min(k.start.min(), k.end.min()))
-    width = int(max(k.start.max(), k.end.max())) - lo + 1
-    if width * (int(k.ipu.max()) + 1) >= 1 << 62:
-        return np.array([0, n])
-    shift = k.ipu * width - lo  # each rank's times keyed above the ranks' before it
-    reach = np.maximum.accumulate(k.end + shift)  # the latest end so far (its rank's: earlier ranks' keys are lower)
-    soonest = np.minimum.accumulate((k.start + shift)[::-1])[::-1]  # the earliest start from here on, the same
+    reach = pd.Series(k.end).groupby(k.ipu).cummax().to_numpy()  # its rank's latest end so far
+    soonest = pd.Series(k.start[::-1]).groupby(k.ipu[::-1]).cummin().to_numpy()[::-1]  # its earliest start from here
     free = np.flatnonzero(np.r_[False, (k.ipu[1:] != k.ipu[:-1]) | (reach[:-1] <= soonest[1:])])
     cuts = [0]
     while free.size:

@@ -122,8 +122,7 @@ class StreamIndex:
                     continue  # its footer says it holds no kernel of the window
                 for batch in profile.iter_batches("kernels", READ_COLUMNS, row_groups=[group]):
                     k = Piece.read(Columns(pa.Table.from_batches([batch])))
-                    keep = (k.start < b) & (k.end > a) & (np.isin(k.ipu, chosen) if chosen is not None else True)
-                    yield k.take(keep)
+                    yield k if chosen is None else k.take(np.isin(k.ipu, chosen))
 
         return cls(_lanes(key, total.astype(np.int64), ranks), min(lo, default=0), max(hi, default=0), pieces)
 

@@ -49,8 +49,8 @@ def peaks(steps: Table) -> Table:
     """Per IPU, the first step where not-always-live memory peaks (``steps``: ``by_step``): PEAK_COLUMNS by ipu."""
     if not len(steps["ipu"]):
         return Table.empty({c: np.int64 if c != "name" else object for c in PEAK_COLUMNS})
-    first = _peak_rows(steps["ipu"], steps["step"], steps["not_always_live_bytes"])
     ipu, step, nal = steps["ipu"], steps["step"], steps["not_always_live_bytes"]
+    first = _peak_rows(ipu, step, nal)
     return Table({"ipu": ipu[first], "peak_step": step[first], "name": steps["name"].take(first),
                   "not_always_live_bytes": nal[first], "total_bytes": steps["total_bytes"][first]})
 
