@@ -77,7 +77,7 @@ class GpuReport(_View):
         return self._memo("window", compute)
 
     def last_step_starts(self) -> np.ndarray | None:
-        """Each rank's last ``ProfilerStep`` start (``gpu.last_step_starts``), from the ranks' CPU timelines the
+        """Each rank's last ``ProfilerStep`` start (``bound.last_step_starts``), from the ranks' CPU timelines the
         import writes beside the profile (``system/rank-R.pvti.parquet``); None without them, or with fewer
         than two steps: HTA's figures then take every kernel."""
         return self._timeline()[1]
@@ -189,7 +189,8 @@ class GpuReport(_View):
         def compute() -> tuple[_bound.TraceSpans, np.ndarray | None]:
             ranks = self._ranks()
             events = r.system.some_events(_bound.TIMELINE_ROWS) if r.system.files() else None
-            last = _gpu.last_step_starts(_gpu.step_starts(events, ranks), len(ranks)) if events is not None else None
+            last = (_bound.last_step_starts(_bound.step_starts(events, ranks), len(ranks)) if events is not None
+                    else None)
             return _bound.TraceSpans.from_timeline(events, ranks, origin), last
 
         return self._memo("timeline", compute)

@@ -11,6 +11,7 @@ from popvision_py.analysis.host import system as host
 from popvision_py.analysis.imported import bound, phases
 from popvision_py.analysis.imported.bound import INPUT, PHASE, STEP, TraceSpans
 from popvision_py.analysis.imported.gpu import Kernels
+from popvision_py.analysis.imported.intervals import idle_cuts
 from popvision_py.format import system as S
 
 
@@ -196,10 +197,11 @@ def test_phases_worked_out_a_piece_at_a_time_are_those_of_the_whole_rank():
                 (0, 7, "k3", 300, 320, 12), (1, 7, "k4", 0, 90, 1))
     spans = TraceSpans.build([0, 0, 0, 1], [0, 2, 10, 0], [2, 10, 20, 5], [PHASE] * 4, ["a", "b", "a", "a"])
     # WHEN they are cut into pieces of one kernel or more
-    # THEN a cut falls only where every kernel of the rank before it ended by the time the next one starts
-    assert phases.idle_cuts(k, 1).tolist() == [0, 2, 3, 4, 5]
-    assert phases.idle_cuts(k, 3).tolist() == [0, 3, 5]
-    assert phases.idle_cuts(k, 5).tolist() == [0, 5]
+    # THEN a cut falls only where the rank's GPU idles between the kernels before it and those after (k1 ends at
+    # 150, k2 starts at 200; none between k2 and k3, end to start), or where the rank changes
+    assert idle_cuts(k.ipu, k.start, k.end, 1).tolist() == [0, 2, 4, 5]
+    assert idle_cuts(k.ipu, k.start, k.end, 3).tolist() == [0, 4, 5]
+    assert idle_cuts(k.ipu, k.start, k.end, 5).tolist() == [0, 5]
     # AND the pieces' figures summed are the whole's: a overlapped b by 50 ns (k0 beside k1)
     whole, pieces = phases.phase_times(k, spans, 1 << 20), phases.phase_times(k, spans, 1)
     for field in ("kernels", "gpu_ns", "overlap_ns", "spans", "pair", "pair_ns"):

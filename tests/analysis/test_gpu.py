@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from popvision_py.analysis.imported import gpu
+from popvision_py.analysis.imported import bound, gpu
 from popvision_py.cli import main
 from popvision_py.format import ProfileWriter
 from popvision_py.format import system as system_files
@@ -125,10 +125,10 @@ def test_last_step_starts_are_in_the_kernels_time_from_the_first_step():
     # GIVEN each rank's ProfilerStep starts on the traces' clock
     steps = {0: np.array([1000, 1120]), 1: np.array([1005, 1195])}
     # THEN the last ones, from the first rank's first step: 120 and 195
-    assert gpu.last_step_starts(steps, 2).tolist() == [120, 195]
+    assert bound.last_step_starts(steps, 2).tolist() == [120, 195]
     # AND one step a rank, or a rank without steps: HTA filters nothing
-    assert gpu.last_step_starts({0: np.array([1000]), 1: np.array([1000])}, 2) is None
-    assert gpu.last_step_starts({0: steps[0]}, 2) is None
+    assert bound.last_step_starts({0: np.array([1000]), 1: np.array([1000])}, 2) is None
+    assert bound.last_step_starts({0: steps[0]}, 2) is None
 
 
 def test_launch_statistics_and_their_summary():

@@ -231,7 +231,7 @@ def test_the_gpu_figures_read_only_the_timeline_rows_they_use(imported):
         whole = bound.TraceSpans.from_timeline(every, ranks, origin)
         for field in ("ipu", "start", "end", "kind", "stream", "name", "names"):
             assert getattr(spans, field).tolist() == getattr(whole, field).tolist(), field
-        assert last.tolist() == gpu.last_step_starts(gpu.step_starts(every, ranks), len(ranks)).tolist()
+        assert last.tolist() == bound.last_step_starts(bound.step_starts(every, ranks), len(ranks)).tolist()
         # AND once every row is read, those are what a later view is handed
         assert report.system.some_events(bound.TIMELINE_ROWS) is every
 

@@ -49,7 +49,7 @@ SUMMARY_COLUMNS = ["rank", "steps", "verdicts", "median_step_ns", "gpu_busy_pct"
 
 
 def _step_like(name: str) -> bool:
-    """A name ``gpu.step_starts`` (its family, ``ProfilerStep``) or ``TraceSpans.from_timeline`` (``ProfilerStep#N``)
+    """A name ``step_starts`` (its family, ``ProfilerStep``) or ``TraceSpans.from_timeline`` (``ProfilerStep#N``)
     may read as a step: every such name starts so."""
     return name.startswith("ProfilerStep")
 
@@ -228,11 +228,58 @@ def step_windows(spans: TraceSpans, window: tuple[np.ndarray, np.ndarray]) -> tu
     return ipu, start, np.maximum(end, start), step
 
 
+def step_starts(events: Any, ranks: np.ndarray) -> dict[int, np.ndarray]:
+    """Each IPU's ``ProfilerStep#N`` starts on the traces' clock, from the ranks' CPU timelines (``events``:
+    ``host.system.Events``, handed in; process ``rank-R`` is the IPU of rank R), for ``last_step_starts``."""
+    family = np.array([events.families[f] == "ProfilerStep" for f in events.family_of.tolist()] or [False])
+    step = family[events.name] if len(events) else np.zeros(0, bool)
+    process = events.process
+    ipu_of = {int(rank): ipu for ipu, rank in enumerate(np.asarray(ranks).tolist())}
+    steps = {}
+    for code, name in enumerate(events.processes):  # one a rank
+        rank = name.removeprefix("rank-")
+        if rank.isdigit() and int(rank) in ipu_of:
+            steps[ipu_of[int(rank)]] = events.start[step & (process == code)]
+    return steps
+
+
+def last_step_starts(steps: dict[int, np.ndarray], num_ranks: int) -> np.ndarray | None:
+    """Each IPU's last ``ProfilerStep`` start, in the kernels' time (ns from the first rank's first step:
+    the import's origin when every rank has steps), for ``hta_selection``. ``steps[ipu]``: the starts
+    of that rank's ``ProfilerStep#N`` spans on the traces' clock. None, where HTA keeps every kernel
+    (fewer than two steps) or where a rank has none (the import's origin is then not its first step)."""
+    starts = [np.asarray(steps.get(i, ()), np.int64) for i in range(num_ranks)]
+    if not num_ranks or any(len(s) == 0 for s in starts) or max(len(s) for s in starts) < 2:
+        return None
+    origin = min(int(s.min()) for s in starts)
+    return np.array([int(s.max()) - origin for s in starts], np.int64)
+
+
 def idle_gaps(k: Kernels) -> tuple[np.ndarray, ...]:
     """Each rank's GPU idle gaps, ``(ipu, start, end, launch_dry)``: the time between the union of its kernels'
     intervals (every stream), from minus to plus infinity, and whether the kernel that ends the gap was
     launched after it began (its runtime call started after the GPU went idle: the queue had run dry). A gap
-    no kernel ends, or whose kernel has no launch in the trace, is not."""
+    no kernel ends, or whose kernel has no launch in the trace, is not.
+
+    A piece of a rank at a time (``Kernels.pieces``, cut where its GPU idles): a piece's last gap (from its last
+    end on) and the next piece's first (up to its first start) are one gap of the rank."""
+    parts = [_gaps(p) for p in k.pieces()]
+    g_ipu, g0, g1, nxt = (np.concatenate(c) for c in zip(*parts)) if len(parts) > 1 else parts[0]
+    if len(parts) > 1:  # in rank then time order, the pieces' in turn
+        kept = (g0 > -_BIG) | (g1 < _BIG)  # a piece's ranks without kernels are in every piece: added below
+        g_ipu, g0, g1, nxt = g_ipu[kept], g0[kept], g1[kept], nxt[kept]
+        joint = np.flatnonzero((g1[:-1] == _BIG) & (g0[1:] == -_BIG) & (g_ipu[:-1] == g_ipu[1:]))
+        g1[joint], nxt[joint] = g1[joint + 1], nxt[joint + 1]
+        g_ipu, g0, g1, nxt = (np.delete(c, joint + 1) for c in (g_ipu, g0, g1, nxt))
+        empty = np.setdiff1d(np.arange(k.num_ranks), g_ipu)
+        g_ipu, g0 = np.r_[g_ipu, empty], np.r_[g0, np.full(len(empty), -_BIG)]
+        g1, nxt = np.r_[g1, np.full(len(empty), _BIG)], np.r_[nxt, np.full(len(empty), _BIG)]
+    order = np.lexsort((g0, g_ipu))
+    return g_ipu[order], g0[order], g1[order], ((nxt < _BIG) & (nxt > g0))[order]
+
+
+def _gaps(k: Kernels) -> tuple[np.ndarray, ...]:
+    """``idle_gaps`` of kernels at once, each gap's next kernel's launch (``_BIG`` where none) for its flag."""
     n = len(k)
     ipu = np.concatenate([k.ipu, k.ipu])
     times = np.concatenate([k.start, k.end])
@@ -252,9 +299,8 @@ def idle_gaps(k: Kernels) -> tuple[np.ndarray, ...]:
     g0 = np.concatenate([times[ends], np.full(len(heads), -_BIG), times[tails], np.full(len(empty), -_BIG)])
     g1 = np.concatenate([times[ends + 1], times[heads], np.full(len(tails) + len(empty), _BIG)])
     nxt = np.concatenate([kernel_launch[ends + 1], kernel_launch[heads], np.full(len(tails) + len(empty), _BIG)])
-    dry = (nxt < _BIG) & (nxt > g0)
     order = np.lexsort((g0, g_ipu))
-    return g_ipu[order], g0[order], g1[order], dry[order]
+    return g_ipu[order], g0[order], g1[order], nxt[order]
 
 
 def _over_steps(steps: tuple[np.ndarray, ...], ipu: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple:

@@ -50,19 +50,21 @@ def collectives(k: Kernels, window: tuple[np.ndarray, np.ndarray]) -> Table:
     """Each rank's communication kernels within ``window`` grouped by collective and process group
     (``COLUMNS``): calls, bytes, GPU time (each kernel's own), ``algbw_gb_s`` (bytes over time, in GB/s: 1e9
     bytes a second) and ``busbw_gb_s`` (NaN where the group's size or the collective's factor is unknown).
-    The most time first within each rank."""
-    inside = k.clip(window)
-    comm = inside.take(inside.kind == COMMUNICATION)
-    collective_words = np.array([collective_of(str(n)) for n in k.names] or [""], object)
-    kinds, kind_code = np.unique(collective_words[comm.name] if len(comm) else np.zeros(0, object).astype(str),
-                                 return_inverse=True)
+    The most time first within each rank. A piece of a rank at a time (``Kernels.pieces``)."""
+    kinds, kind_of = np.unique(np.array([collective_of(str(n)) for n in k.names] or [""], object), return_inverse=True)
     groups = k.labels.get("group", np.array([""], object))
     width_g, width_k = max(len(groups), 1), max(len(kinds), 1)
-    key = (comm.ipu * width_k + kind_code.astype(np.int64)) * width_g + comm.group
+    pieces = []  # each piece's communication kernels in the window: key, bytes, time
+    for p in k.pieces():
+        inside = p.clip(window)
+        comm = inside.take(inside.kind == COMMUNICATION)
+        pieces.append(((comm.ipu * width_k + kind_of[comm.name]) * width_g + comm.group, comm.nbytes,
+                       comm.end - comm.start))
+    key, sizes, times = (np.concatenate(c) for c in zip(*pieces))
     found, at = np.unique(key, return_inverse=True)
     calls = np.bincount(at, minlength=len(found))
-    nbytes = np.bincount(at, weights=comm.nbytes, minlength=len(found)).astype(np.int64)
-    time = np.bincount(at, weights=comm.end - comm.start, minlength=len(found)).astype(np.int64)
+    nbytes = np.bincount(at, weights=sizes, minlength=len(found)).astype(np.int64)
+    time = np.bincount(at, weights=times, minlength=len(found)).astype(np.int64)
     rank_ipu, kind_at, group_at = found // (width_k * width_g), found // width_g % width_k, found % width_g
     group_words = groups[group_at].astype(str) if len(found) else np.zeros(0, str)
     size = np.array([group_size(g) for g in group_words.tolist()], np.int64)

@@ -14,21 +14,23 @@ still follows it and its docstring says how (docs/reports.md, "GPU").
 popvision's own figures, ``by_rank`` and ``by_stream``, take the table's ``kind`` (NCCL's kernels and
 those the trace marks as communication; memcpy and memset) and a window per rank: the profiled steps.
 Time is in ns (a cycle of an imported profile). Every figure is columnar: one sort of the kernels'
-starts and ends (``coverage``, a piece of ``COVERAGE_ROWS`` kernels at a time) gives the time each set of
-kinds runs at once, per rank or stream.
+starts and ends (``coverage``) gives the time each set of kinds runs at once, per rank or stream, and a long
+rank's figures are worked out a piece of it at a time (``Kernels.pieces``), so that what a figure holds beside
+the kernels is a piece's, not a rank's.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from popvision_py.analysis.common.tables import Columns, Table, group_median, group_percentile, sum_by
-from popvision_py.analysis.imported.intervals import COVERAGE_ROWS, coverage, masks_with  # noqa: F401
+from popvision_py.analysis.imported.intervals import coverage, idle_cuts, masks_with
+from popvision_py.analysis.imported.stats import key_stats
 from popvision_py.format.schema import KERNEL_KINDS
 
 # HTA's types, in the order its kernel breakdown gives them bits (kernel_type_to_analysis): 1, 2, 4
@@ -188,9 +190,21 @@ class Kernels:
         inside = end > start
         return replace(self, start=start, end=end).take(inside)
 
+    def pieces(self, rows: int | None = None) -> Iterator[Kernels]:
+        """These kernels in runs of about ``rows`` or more (views; one where fewer), cut where their rank's GPU
+        idles (``intervals.idle_cuts``): a figure additive over a rank's time is the sum of the pieces'."""
+        cuts = idle_cuts(self.ipu, self.start, self.end, rows).tolist()
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            yield self if b - a == len(self) else self.take(np.arange(a, b))
+
     @property
     def num_ranks(self) -> int:
         return len(self.ranks)
+
+
+def _summed(k: Kernels, figure: Callable[[Kernels], np.ndarray]) -> np.ndarray:
+    """``figure`` of ``k``, its pieces' summed (``Kernels.pieces``): a coverage's busy columns (not its first)."""
+    return sum(figure(p) for p in k.pieces())
 
 
 def hta_types(k: Kernels) -> np.ndarray:
@@ -252,9 +266,8 @@ def temporal(k: Kernels) -> Table:
     (``cuda_sync`` events on a stream: "Stream Sync" busy, "Stream Wait Event" even computation) and
     a CPU operator carrying a ``stream`` argument (Inductor's Triton launches) as kernels; the kernels
     table holds neither."""
-    types = hta_types(k)
-    cov = coverage(k.ipu, k.start, k.end, np.where(types == HTA_TYPES.index("COMPUTATION"), 0, 1),
-                   k.num_ranks, 2)
+    cov = _summed(k, lambda p: coverage(p.ipu, p.start, p.end, np.where(
+        hta_types(p) == HTA_TYPES.index("COMPUTATION"), 0, 1), k.num_ranks, 2))
     lo, hi = _extent(k)
     span = hi - lo
     busy = cov[:, 1:].sum(axis=1)
@@ -272,8 +285,10 @@ def _type_names() -> list[str]:
 
 
 def _type_coverage(k: Kernels) -> np.ndarray:
-    types = hta_types(k)
-    return coverage(k.ipu, k.start, k.end, np.where(types < HTA_OTHER, types, -1), k.num_ranks, len(HTA_TYPES))
+    def piece(p: Kernels) -> np.ndarray:
+        types = hta_types(p)
+        return coverage(p.ipu, p.start, p.end, np.where(types < HTA_OTHER, types, -1), k.num_ranks, len(HTA_TYPES))
+    return _summed(k, piece)
 
 
 def kernel_types(k: Kernels) -> Table:
@@ -314,26 +329,16 @@ def comm_comp_overlap(k: Kernels) -> Table:
     """HTA's communication-computation overlap per rank (``OVERLAP_COLUMNS``): of the time a COMMUNICATION
     kernel runs, the share a COMPUTATION kernel runs too (NaN, as HTA's, for a rank with no
     communication kernel). Memory kernels do not count either way."""
-    types = hta_types(k)
-    label = np.select([types == HTA_TYPES.index("COMPUTATION"), types == HTA_TYPES.index("COMMUNICATION")], [0, 1], -1)
-    cov = coverage(k.ipu, k.start, k.end, label, k.num_ranks, 2)
+    def piece(p: Kernels) -> np.ndarray:
+        types = hta_types(p)
+        label = np.select([types == HTA_TYPES.index("COMPUTATION"), types == HTA_TYPES.index("COMMUNICATION")],
+                          [0, 1], -1)
+        return coverage(p.ipu, p.start, p.end, label, k.num_ranks, 2)
+    cov = _summed(k, piece)
     comm, both = cov[:, 2] + cov[:, 3], cov[:, 3]
     rows = _present(k)
     return Table({"rank": k.ranks[rows], "communication_ns": comm[rows], "overlap_ns": both[rows],
                   "comm_comp_overlap_pct": _pct(both, comm)[rows]})
-
-
-def _stats(key: np.ndarray, values: np.ndarray, size: int) -> dict[str, np.ndarray]:
-    """Per key: count, sum, max, min, mean and standard deviation (ddof 1, 0 for one value) of int64 ``values``."""
-    count = np.bincount(key, minlength=size)
-    total = sum_by(key, values, size)
-    big, small = np.zeros(size, np.int64), np.full(size, np.iinfo(np.int64).max, np.int64)
-    np.maximum.at(big, key, values)
-    np.minimum.at(small, key, values)
-    mean = total / np.maximum(count, 1)
-    square = np.bincount(key, weights=(values - mean[key]) ** 2, minlength=size)
-    std = np.where(count > 1, np.sqrt(square / np.maximum(count - 1, 1)), 0.0)
-    return {"kernels": count, "sum": total, "max": big, "min": small, "mean": mean, "std": std}
 
 
 def top_kernels(k: Kernels, num_kernels: int = 10, duration_ratio: float = 0.8) -> Table:
@@ -346,13 +351,14 @@ def top_kernels(k: Kernels, num_kernels: int = 10, duration_ratio: float = 0.8) 
     kept names' each their own sum, std 0; ``others``' over the sums it holds), not of the kernels:
     ``kernels_by_name`` gives the kernels' own figures. Rows: rank, HTA's type order, time (largest first).
     """
-    types = hta_types(k)
-    keep = types < HTA_OTHER
     names = len(k.names)
-    group = k.ipu[keep] * len(HTA_TYPES) + types[keep]
-    key = group * names + k.name[keep]
-    size = k.num_ranks * len(HTA_TYPES) * names
-    s = _stats(key, k.end[keep] - k.start[keep], size)
+
+    def parts() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for p in k.pieces():
+            types = hta_types(p)
+            keep = types < HTA_OTHER
+            yield (p.ipu[keep] * len(HTA_TYPES) + types[keep]) * names + p.name[keep], p.end[keep] - p.start[keep]
+    s = key_stats(parts, k.num_ranks * len(HTA_TYPES) * names)
     present = np.flatnonzero(s["kernels"] > 0)
     g = present // names
     order = np.lexsort((present % names, -s["sum"][present], g))  # per group, the largest sum first
@@ -387,7 +393,7 @@ def _others(group: np.ndarray, sums: np.ndarray, counts: np.ndarray, ranks: np.n
     """HTA's ``others`` row of each (rank, type) group: the sum, max, min, mean and std (ddof 1) of its names' sums."""
     found = np.unique(group)
     key = np.searchsorted(found, group)
-    s = _stats(key, sums.astype(np.int64), len(found))
+    s = key_stats(lambda: [(key, sums.astype(np.int64))], len(found))
     return {"rank": ranks[found // len(HTA_TYPES)], "kernel_type": np.array(HTA_TYPES, dtype=object)[
         found % len(HTA_TYPES)], "name": np.full(len(found), "others", dtype=object),
         "kernels": np.bincount(key, weights=counts, minlength=len(found)).astype(np.int64),
@@ -423,16 +429,17 @@ def launch_summary(k: Kernels) -> Table:
     count = np.bincount(ipu, minlength=k.num_ranks)[:k.num_ranks]
     ranks = _present(k)
     n, at = count[ranks], (np.cumsum(count) - count)[ranks]
-    delay = np.maximum(k.start[rows] - k.launch_end[rows], 0)
+    one = not len(ipu) or ipu[0] == ipu[-1]  # one rank (sorted by ipu): a sort of its values, not of their rows
+    ordered = lambda v: np.sort(v) if one else v[np.lexsort((v, ipu))]  # noqa: E731 (by rank, then value)
     cpu, gpu = k.launch_end[rows] - k.launch_start[rows], k.end[rows] - k.start[rows]
-    c, g, d = (v[np.lexsort((v, ipu))] for v in (cpu, gpu, delay))  # by rank, then value
     longer = np.bincount(ipu, weights=(cpu > gpu), minlength=k.num_ranks)[:k.num_ranks][ranks]
-    return Table({"rank": k.ranks[ranks], "kernels": n.astype(np.int64),
-                  "cpu_duration_median_ns": group_median(c, at, n),
-                  "gpu_duration_median_ns": group_median(g, at, n), "launch_delay_median_ns": group_median(d, at, n),
-                  "launch_delay_p95_ns": group_percentile(d, at, n, 95),
-                  "launch_delay_max_ns": group_percentile(d, at, n, 100),
-                  "cpu_longer_pct": np.where(n > 0, 100.0 * longer / np.maximum(n, 1), np.nan)})
+    out = {"rank": k.ranks[ranks], "kernels": n.astype(np.int64), "cpu_duration_median_ns": group_median(
+        ordered(cpu), at, n), "gpu_duration_median_ns": group_median(ordered(gpu), at, n)}
+    del cpu, gpu  # a long rank's columns let go one at a time
+    d = ordered(np.maximum(k.start[rows] - k.launch_end[rows], 0))
+    return Table({**out, "launch_delay_median_ns": group_median(d, at, n),
+                  "launch_delay_p95_ns": group_percentile(d, at, n, 95), "launch_delay_max_ns": group_percentile(
+                      d, at, n, 100), "cpu_longer_pct": np.where(n > 0, 100.0 * longer / np.maximum(n, 1), np.nan)})
 
 
 def idle_breakdown(k: Kernels, kernel_wait_ns: int = KERNEL_WAIT_NS) -> Table:
@@ -446,19 +453,24 @@ def idle_breakdown(k: Kernels, kernel_wait_ns: int = KERNEL_WAIT_NS) -> Table:
     negative where kernels of one stream overlap; the stream's first kernel counts as ``other`` with
     no gap (the category is listed at 0 ns); and HTA's default threshold, documented as 30 ns, is 30 of
     the trace's microseconds (``KERNEL_WAIT_NS``)."""
-    streams, stream = np.unique(k.stream, return_inverse=True)
-    group = k.ipu * max(len(streams), 1) + stream.astype(np.int64)
-    order = np.lexsort((k.start, group))
-    g, start, end, launch = group[order], k.start[order], k.end[order], k.launch_start[order]
-    follows = np.r_[False, g[1:] == g[:-1]]
-    prev_end = np.r_[0, end[:-1]]
-    gap = np.where(follows, start - prev_end, 0)
-    host = follows & (launch > prev_end)
-    category = np.where(host, 0, np.where(follows & (gap < kernel_wait_ns), 1, 2))
+    streams = np.unique(k.stream)
     size = max(k.num_ranks * len(streams), 1) * 3
-    key = g * 3 + category
-    count = np.bincount(key, minlength=size)
-    idle = sum_by(key, gap, size)
+    count, idle = np.zeros(size, np.int64), np.zeros(size, np.int64)
+    last_end, seen = np.zeros(size // 3, np.int64), np.zeros(size // 3, bool)  # each stream's last kernel so far
+    for p in k.pieces():  # in start order: a stream's kernels are met in order, its last carried to the next piece
+        group = p.ipu * max(len(streams), 1) + np.searchsorted(streams, p.stream)
+        order = np.lexsort((p.start, group))
+        g, start, end, launch = group[order], p.start[order], p.end[order], p.launch_start[order]
+        head = np.r_[True, g[1:] != g[:-1]]
+        follows = np.where(head, seen[g], True)
+        prev_end = np.where(head, last_end[g], np.r_[0, end[:-1]])
+        gap = np.where(follows, start - prev_end, 0)
+        host = follows & (launch > prev_end)
+        key = g * 3 + np.where(host, 0, np.where(follows & (gap < kernel_wait_ns), 1, 2))
+        count += np.bincount(key, minlength=size)
+        idle += sum_by(key, gap, size)
+        tail = np.r_[g[1:] != g[:-1], True]
+        last_end[g[tail]], seen[g[tail]] = end[tail], True
     rows = np.flatnonzero(count)
     whole = sum_by(rows // 3, idle[rows], size // 3)[rows // 3]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -517,8 +529,10 @@ def by_rank(k: Kernels, window: tuple[np.ndarray, np.ndarray]) -> Table:
     ``non_compute_ns`` busy without compute; ``comm_hidden_ns`` communication while compute runs, and
     ``comm_comp_overlap_pct`` its share of the communication. Kinds are the table's (``kind``), not
     HTA's names, and a kernel counts only within the window."""
-    inside = k.clip(window)
-    cov = coverage(inside.ipu, inside.start, inside.end, _kind_label(inside), k.num_ranks, 3)
+    def piece(p: Kernels) -> np.ndarray:
+        inside = p.clip(window)
+        return coverage(inside.ipu, inside.start, inside.end, _kind_label(inside), k.num_ranks, 3)
+    cov = _summed(k, piece)
     span = np.maximum(np.asarray(window[1], np.int64) - np.asarray(window[0], np.int64), 0)
     busy = cov[:, 1:].sum(axis=1)
     part = {name: cov[:, masks_with(bit, 3)].sum(axis=1) for bit, name in enumerate(("compute", "comm", "memory"))}
@@ -534,12 +548,14 @@ def by_rank(k: Kernels, window: tuple[np.ndarray, np.ndarray]) -> Table:
 def by_stream(k: Kernels, window: tuple[np.ndarray, np.ndarray]) -> Table:
     """popvision's GPU time per rank and stream within ``window`` (``STREAM_COLUMNS``): the stream's
     kernels, the time one runs (``busy_ns``, and by kind), and ``busy_pct`` of the rank's window."""
-    inside = k.clip(window)
-    streams, stream = np.unique(inside.stream, return_inverse=True)
+    streams = np.unique(k.stream)
     width = max(len(streams), 1)
-    group = inside.ipu * width + stream.astype(np.int64)
-    cov = coverage(group, inside.start, inside.end, _kind_label(inside), k.num_ranks * width, 3)
-    count = np.bincount(group, minlength=k.num_ranks * width)
+    cov, count = np.zeros((k.num_ranks * width, 8), np.int64), np.zeros(k.num_ranks * width, np.int64)
+    for p in k.pieces():
+        inside = p.clip(window)
+        group = inside.ipu * width + np.searchsorted(streams, inside.stream)
+        cov += coverage(group, inside.start, inside.end, _kind_label(inside), k.num_ranks * width, 3)
+        count += np.bincount(group, minlength=k.num_ranks * width)
     rows = np.flatnonzero(count)
     span = np.maximum(np.asarray(window[1], np.int64) - np.asarray(window[0], np.int64), 0)
     busy = cov[rows, 1:].sum(axis=1)
@@ -554,47 +570,24 @@ def kernels_by_name(k: Kernels, window: tuple[np.ndarray, np.ndarray], n: int | 
     (all if None): count, sum, mean, min, max and std (ddof 1) of the kernels' own times, and
     ``busy_pct`` their sum's share of the rank's window. The kernels worth a look: the longest,
     and the many short ones whose launches may cost more than they run."""
-    inside = k.clip(window)
     names = max(len(k.names), 1)
-    key = inside.ipu * names + inside.name
-    s = _stats(key, inside.end - inside.start, k.num_ranks * names)
+    kind = np.zeros(k.num_ranks * names, np.int64)
+
+    def parts() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for p in k.pieces():
+            inside = p.clip(window)
+            key = inside.ipu * names + inside.name
+            kind[key] = inside.kind  # each name's kind (one: a name is of one kind)
+            yield key, inside.end - inside.start
+    s = key_stats(parts, k.num_ranks * names)
     rows = np.flatnonzero(s["kernels"])
     rows = rows[np.lexsort((-s["sum"][rows], rows // names))]
     if n is not None:
         rank = rows // names
         first = np.searchsorted(rank, rank)
         rows = rows[np.arange(len(rows)) - first < n]
-    kind = np.zeros(k.num_ranks * names, np.int64)
-    kind[key] = inside.kind
     span = np.maximum(np.asarray(window[1], np.int64) - np.asarray(window[0], np.int64), 0)
     return Table({"rank": k.ranks[rows // names], "kind": np.array(KERNEL_KINDS, dtype=object)[kind[rows]],
                   "name": k.names[rows % names].astype(object), "kernels": s["kernels"][rows], "sum_ns": s["sum"][rows],
                   "mean_ns": s["mean"][rows], "min_ns": s["min"][rows], "max_ns": s["max"][rows],
                   "std_ns": s["std"][rows], "busy_pct": _pct(s["sum"][rows], span[rows // names])})
-
-
-def step_starts(events: Any, ranks: np.ndarray) -> dict[int, np.ndarray]:
-    """Each IPU's ``ProfilerStep#N`` starts on the traces' clock, from the ranks' CPU timelines (``events``:
-    ``host.system.Events``, handed in; process ``rank-R`` is the IPU of rank R), for ``last_step_starts``."""
-    family = np.array([events.families[f] == "ProfilerStep" for f in events.family_of.tolist()] or [False])
-    step = family[events.name] if len(events) else np.zeros(0, bool)
-    process = events.process
-    ipu_of = {int(rank): ipu for ipu, rank in enumerate(np.asarray(ranks).tolist())}
-    steps = {}
-    for code, name in enumerate(events.processes):  # one a rank
-        rank = name.removeprefix("rank-")
-        if rank.isdigit() and int(rank) in ipu_of:
-            steps[ipu_of[int(rank)]] = events.start[step & (process == code)]
-    return steps
-
-
-def last_step_starts(steps: dict[int, np.ndarray], num_ranks: int) -> np.ndarray | None:
-    """Each IPU's last ``ProfilerStep`` start, in the kernels' time (ns from the first rank's first step:
-    the import's origin when every rank has steps), for ``hta_selection``. ``steps[ipu]``: the starts
-    of that rank's ``ProfilerStep#N`` spans on the traces' clock. None, where HTA keeps every kernel
-    (fewer than two steps) or where a rank has none (the import's origin is then not its first step)."""
-    starts = [np.asarray(steps.get(i, ()), np.int64) for i in range(num_ranks)]
-    if not num_ranks or any(len(s) == 0 for s in starts) or max(len(s) for s in starts) < 2:
-        return None
-    origin = min(int(s.min()) for s in starts)
-    return np.array([int(s.max()) - origin for s in starts], np.int64)

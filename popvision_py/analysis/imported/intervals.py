@@ -5,10 +5,12 @@ long a rank's time line."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from popvision_py.analysis.common.tables import sum_by
 
 COVERAGE_ROWS = 1 << 17  # intervals ``coverage`` takes at a time
+PIECE_KERNELS = 1 << 18  # kernels a figure of a long rank works on at a time (``idle_cuts``)
 
 
 def coverage(group: np.ndarray, start: np.ndarray, end: np.ndarray, label: np.ndarray, groups: int,
@@ -72,6 +74,31 @@ def _coverage(group: np.ndarray, start: np.ndarray, end: np.ndarray, label: np.n
         return np.zeros((groups, width), np.int64)
     step = np.where(key[1:] == key[:-1], np.diff(times), 0)
     return sum_by(key[:-1] * width + mask[:-1], step, groups * width).reshape(groups, width)
+
+
+def idle_cuts(ipu: np.ndarray, start: np.ndarray, end: np.ndarray, rows: int | None = None) -> np.ndarray:
+    """Row bounds ``[0, ..., n]`` cutting intervals (kernels sorted by ``ipu``, each rank's by start) into pieces of
+    about ``rows`` or more: each cut at the first row, ``rows`` on or after the last cut, where every interval of
+    its rank before it has ended before any of its rank's intervals from there on starts (its GPU idles between),
+    or where the rank changes. A figure additive over a rank's time is then the sum of the pieces' (no moment
+    holds intervals of two pieces), and one that follows a stream's kernels in start order meets them in the
+    pieces' order. No cut where the intervals are not sorted by ``ipu``. ``rows``: ``PIECE_KERNELS`` by default."""
+    n, rows = len(start), PIECE_KERNELS if rows is None else rows
+    if n <= rows or (np.diff(ipu) < 0).any():
+        return np.array([0, n])
+    if ipu[0] == ipu[-1]:  # one rank (a long one): its running latest end and earliest start from each row
+        free = np.flatnonzero(np.maximum.accumulate(end)[:-1] < np.minimum.accumulate(start[::-1])[::-1][1:]) + 1
+    else:
+        reach = pd.Series(end).groupby(ipu).cummax().to_numpy()
+        soonest = pd.Series(start[::-1]).groupby(ipu[::-1]).cummin().to_numpy()[::-1]
+        free = np.flatnonzero(np.r_[False, (ipu[1:] != ipu[:-1]) | (reach[:-1] < soonest[1:])])
+    cuts = [0]
+    while free.size:
+        at = np.searchsorted(free, cuts[-1] + rows)
+        if at == free.size:
+            break
+        cuts.append(int(free[at]))
+    return np.array([*cuts, n])
 
 
 def masks_with(bit: int, labels: int) -> np.ndarray:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from popvision_py.analysis.common.tables import Table, sum_by
 from popvision_py.analysis.imported.bound import PHASE, TraceSpans, before, distinct, expand, pct
@@ -22,7 +21,6 @@ from popvision_py.analysis.imported.gpu import Kernels
 PHASE_COLUMNS = ["rank", "phase", "spans", "kernels", "gpu_ns", "overlap_ns", "overlap_pct", "overlapped_with",
                  "with_ns"]
 PAIR_COLUMNS = ["rank", "phase", "other", "overlap_ns"]
-PHASE_KERNELS = 1 << 18  # kernels ``phase_times`` works on at a time, cut where the rank's GPU runs none
 
 
 def memberships(k: Kernels, spans: TraceSpans) -> tuple[np.ndarray, ...]:
@@ -56,40 +54,19 @@ class PhaseTimes:
     pair_ns: np.ndarray
 
 
-def phase_times(k: Kernels, spans: TraceSpans, rows: int = PHASE_KERNELS) -> PhaseTimes:
+def phase_times(k: Kernels, spans: TraceSpans, rows: int | None = None) -> PhaseTimes:
     """``kernel_phase_times`` of pieces of about ``rows`` kernels, summed: the pieces are cut where no kernel of the
     rank runs (``idle_cuts``), so that no segment of a rank's time holds kernels of two pieces and each figure is a
     sum over the pieces (the spans counted once). What the figure holds is a piece's arrays, not a rank's: a long
     rank's (1.6 M kernels, a 10 GB import in 4 ranks) took 190 MiB at once."""
-    cuts = idle_cuts(k, rows)
-    if len(cuts) == 2:
-        return kernel_phase_times(k, spans)
-    parts = [kernel_phase_times(k.take(np.arange(a, b)), spans) for a, b in zip(cuts[:-1], cuts[1:])]
+    parts = [kernel_phase_times(piece, spans) for piece in k.pieces(rows)]
+    if len(parts) == 1:
+        return parts[0]
     pair, at = np.unique(np.concatenate([p.pair for p in parts]), return_inverse=True)
     first = parts[0]
     return PhaseTimes(phases=first.phases, kernels=sum(p.kernels for p in parts), gpu_ns=sum(p.gpu_ns for p in parts),
                       overlap_ns=sum(p.overlap_ns for p in parts), spans=first.spans, pair=pair,
                       pair_ns=sum_by(at.ravel(), np.concatenate([p.pair_ns for p in parts]), len(pair)))
-
-
-def idle_cuts(k: Kernels, rows: int) -> np.ndarray:
-    """Row bounds ``[0, ..., len(k)]`` cutting the kernels (sorted by ``ipu``) into pieces of about ``rows`` or more:
-    each cut at the first row, ``rows`` on or after the last cut, before which every kernel of its rank has ended by
-    the time any of its rank's kernels from there on starts (or where the rank changes). None where the kernels
-    are not sorted by ``ipu``."""
-    n = len(k)
-    if n <= rows or (np.diff(k.ipu) < 0).any():
-        return np.array([0, n])
-    reach = pd.Series(k.end).groupby(k.ipu).cummax().to_numpy()  # its rank's latest end so far
-    soonest = pd.Series(k.start[::-1]).groupby(k.ipu[::-1]).cummin().to_numpy()[::-1]  # its earliest start from here
-    free = np.flatnonzero(np.r_[False, (k.ipu[1:] != k.ipu[:-1]) | (reach[:-1] <= soonest[1:])])
-    cuts = [0]
-    while free.size:
-        at = np.searchsorted(free, cuts[-1] + rows)
-        if at == free.size:
-            break
-        cuts.append(int(free[at]))
-    return np.array([*cuts, n])
 
 
 def kernel_phase_times(k: Kernels, spans: TraceSpans) -> PhaseTimes:
