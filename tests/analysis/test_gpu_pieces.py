@@ -4,11 +4,13 @@ overlaps, touching kernels, kernels of no time, launches after the GPU went idle
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from popvision_py.analysis.imported import bound, gpu, gpu_ranks, intervals
+from popvision_py.analysis.imported import bound, gpu, gpu_ranks, intervals, kernels
 from popvision_py.analysis.imported.bound import INPUT, PHASE, STEP, TraceSpans
 from popvision_py.analysis.imported.gpu import Kernels
 
@@ -47,8 +49,9 @@ def drawn_ranks(seed: int = 7) -> tuple[Kernels, TraceSpans, tuple[np.ndarray, n
 
 
 def every_figure(k: Kernels, spans: TraceSpans, window: tuple[np.ndarray, np.ndarray]) -> dict[str, pd.DataFrame]:
-    last_steps = spans.start[spans.kind == STEP].reshape(2, 4)[:, -1]  # HTA keeps those launched before
-    rank = gpu_ranks.Rank(k, k.take(gpu.hta_selection(k, last_steps)), window, spans)
+    steps = spans.kind == STEP  # HTA keeps those launched before each rank's last step
+    last_steps = np.array([spans.start[steps & (spans.ipu == i)].max() for i in range(k.num_ranks)])
+    rank = gpu_ranks.Rank(k, k.where(lambda p: gpu.hta_selection(p, last_steps)), window, spans)
     found = {name: gpu_ranks.FIGURES[name](rank, *args).frame() for name, args in gpu_ranks.DEFAULTS.items()}
     found["kernel_types"] = gpu.kernel_types_of(gpu.type_times(rank.hta)).frame()
     found["idle_gaps"] = pd.DataFrame(dict(zip(("ipu", "start", "end", "dry"), bound.idle_gaps(k))))
@@ -82,3 +85,28 @@ def test_every_figure_of_pieces_is_the_whole_ranks(monkeypatch, seed):
     for name, table in whole.items():
         assert len(table), name
         pd.testing.assert_frame_equal(pieces[name], table, check_exact=True, obj=name)
+
+
+@pytest.mark.parametrize("seed", [7, 11])
+def test_a_rank_held_compressed_gives_every_figure_of_its_arrays(monkeypatch, seed):
+    # GIVEN the first drawn rank alone, and every figure of its arrays, in pieces of 5 or more
+    k, spans, window = drawn_ranks(seed)
+    rank = dataclasses.replace(k.take(k.ipu == 0), ranks=k.ranks[:1])
+    spans, window = spans.take(spans.ipu == 0), (window[0][:1], window[1][:1])
+    monkeypatch.setattr(intervals, "PIECE_KERNELS", 5)
+    arrays = every_figure(rank, spans, window)
+    # WHEN it is held compressed, row groups of 30 kernels, and given back in pieces of 5 or more
+    held = kernels.HeldKernels.of([rank.take(np.arange(a, min(a + 30, len(rank)))) for a in range(0, len(rank), 30)],
+                                  0, rank.ranks)
+    assert held is not None and len(list(held.pieces())) > 20 and len(held) == len(rank)
+    # THEN every figure is the same, to the last bit
+    found = every_figure(held, spans, window)
+    for name, table in arrays.items():
+        pd.testing.assert_frame_equal(found[name], table, check_exact=True, obj=name)
+
+
+def test_a_rank_out_of_start_order_is_not_held():
+    k, _, _ = drawn_ranks()
+    rank = dataclasses.replace(k.take(k.ipu == 0), ranks=k.ranks[:1])
+    backwards = [rank.take(np.arange(a, min(a + 30, len(rank)))) for a in range(0, len(rank), 30)][::-1]
+    assert kernels.HeldKernels.of(backwards, 0, rank.ranks) is None

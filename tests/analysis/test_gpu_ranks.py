@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import popvision_py
-from popvision_py.analysis.imported import gpu, gpu_ranks
+from popvision_py.analysis.imported import gpu, gpu_ranks, intervals, kernels
 from popvision_py.importer import find_traces, import_traces
 from popvision_py.importer import profile as importer_profile
 from tests.importer.test_import_spill import synthetic_gpu
@@ -69,6 +69,42 @@ def test_each_figure_a_rank_at_a_time_is_the_whole_tables(imported):
         same(report.answer("gpu.kernels_by_name", 3), gpu.kernels_by_name(k, window, 3))
         same(report.answer("gpu.phases", None), gpu_ranks.FIGURES["phases"](everything, None))
         assert len(view.launches()) == len(gpu.launches(hta)) > 0
+
+
+def test_a_long_rank_held_compressed_gives_every_figure_of_its_arrays(imported, monkeypatch):
+    # GIVEN the import's two ranks of over 100 kernels each, in row groups of about 100, and each figure of their
+    # kernels read as arrays
+    with popvision_py.open(imported) as report:
+        view, profile = report.gpu, report.profile
+        window, last, spans = view.window(), view.last_step_starts(), view.spans()
+        as_arrays = gpu_ranks.figures(profile, window, last, spans)
+        ranks = gpu_ranks.rank_numbers(profile.run, int(profile.target["num_ipus"]))
+        # WHEN a rank of 150 kernels or more is long: held compressed, and given back in pieces of 40 or more
+        monkeypatch.setattr(kernels, "HOLD_KERNELS", 150)
+        monkeypatch.setattr(gpu_ranks, "HOLD_KERNELS", 150)
+        monkeypatch.setattr(intervals, "PIECE_KERNELS", 40)
+        chunks = list(gpu_ranks.each_chunk(profile, ranks, rows=1))
+        held = gpu_ranks.figures(profile, window, last, spans)
+        # THEN both ranks are held, without arrays of their rows; their pieces, one after the other, are the rank's
+        # kernels as read whole (each field, and the names and labels by their words)
+        assert [type(c.k) for c in chunks] == [kernels.HeldKernels] * 2
+        assert not hasattr(chunks[0].k, "start")
+        for ipu, chunk in enumerate(chunks):
+            whole = gpu_ranks.rank_kernels(profile, ipu, ranks)
+            pieces = list(chunk.k.pieces())
+            assert len(pieces) > 2 and sum(len(p) for p in pieces) == len(whole) == len(chunk.k)
+            for name in kernels.ROW_FIELDS:
+                got = np.concatenate([getattr(p, name) for p in pieces])
+                if name == "name":
+                    assert chunk.k.names[got].tolist() == whole.names[whole.name].tolist()
+                elif name in kernels.LABELS:
+                    assert chunk.k.labels[name][got].tolist() == whole.labels[name][getattr(whole, name)].tolist()
+                else:
+                    assert got.tolist() == (getattr(whole, name) - (ipu if name == "ipu" else 0)).tolist(), name
+        # AND every figure is the one of the arrays
+        assert held.keys() == as_arrays.keys()
+        for name, table in as_arrays.items():
+            same(held[name], table)
 
 
 def reads(profile, monkeypatch) -> list[int]:

@@ -27,6 +27,7 @@ import numpy as np
 
 from popvision_py.analysis.common.tables import Table, sum_by
 from popvision_py.analysis.imported.gpu import Kernels, coverage
+from popvision_py.analysis.imported.stats import joined
 from popvision_py.format import system as S
 
 BOUND_PCT = 20.0  # a wait binds a step when it takes at least this share of it
@@ -193,10 +194,22 @@ def expand(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def _medians(group: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
-    """Each group's median of ``values`` (NaN for a group without any)."""
+    """Each group's median of ``values`` (NaN for a group without any). Integers whose (group, value) fit one int64
+    are sorted as those (a rank's 1.6 M kernels: one array sorted in place, not the sort's order and its gathers)."""
     if not len(values):
         return np.full(size, np.nan)
-    v = values[np.lexsort((values, group))].astype(np.float64)
+    low = int(values.min()) if values.dtype.kind in "iu" else 0
+    width = int(values.max()) - low + 1 if values.dtype.kind in "iu" else 0
+    if 0 < width and size * width < 1 << 62:
+        v = values.astype(np.int64)  # (a copy, changed in place)
+        v -= low
+        v += group * width
+        v.sort()
+        np.remainder(v, width, out=v)
+        v += low
+        v = v.astype(np.float64)
+    else:
+        v = values[np.lexsort((values, group))].astype(np.float64)
     count = np.bincount(group, minlength=size)
     first = np.cumsum(count) - count
     lo = np.minimum(first + np.maximum(count - 1, 0) // 2, len(v) - 1)
@@ -336,12 +349,18 @@ def step_bounds(k: Kernels, spans: TraceSpans, window: tuple[np.ndarray, np.ndar
     idle = cov[:, [1, 2, 3, 5, 6, 7]].sum(axis=1)  # a launch or other gap (the two never overlap)
     input_wait = cov[:, [5, 6, 7]].sum(axis=1)
     launch_wait, other = cov[:, 1], cov[:, 2]
-    at = before((s_ipu, s_start), (k.ipu, k.start), inclusive=True) - 1  # the step each kernel starts in
-    inside = (at >= 0) & (k.ipu == s_ipu[np.maximum(at, 0)]) & (k.start < s_end[np.maximum(at, 0)])
-    count = np.bincount(at[inside], minlength=size)[:size] if size else np.zeros(0, np.int64)
-    kernel_median = _medians(at[inside], (k.end - k.start)[inside], size)
-    launched = inside & (k.launch_start >= 0)
-    launch_median = _medians(at[launched], (k.launch_end - k.launch_start)[launched], size)
+    def steps_of(launched: bool) -> list[np.ndarray]:  # a piece at a time: the step each kernel starts in, its time
+        found = []
+        for p in k.pieces():
+            at = before((s_ipu, s_start), (p.ipu, p.start), inclusive=True) - 1
+            inside = (at >= 0) & (p.ipu == s_ipu[np.maximum(at, 0)]) & (p.start < s_end[np.maximum(at, 0)])
+            inside &= (p.launch_start >= 0) if launched else True
+            found.append((at[inside], ((p.launch_end - p.launch_start) if launched else (p.end - p.start))[inside]))
+        return joined(found)
+    launch_median = _medians(*steps_of(True), size)  # (one pass each: a long rank's columns held one pair at a time)
+    at, kernel_ns = steps_of(False)
+    count = np.bincount(at, minlength=size)[:size] if size else np.zeros(0, np.int64)
+    kernel_median = _medians(at, kernel_ns, size)
     waits = np.stack([input_wait, launch_wait, other], axis=1) if size else np.zeros((0, 3), np.int64)
     largest = np.argmax(waits, axis=1) if size else np.zeros(0, np.int64)
     binds = waits[np.arange(size), largest] >= bound_pct / 100.0 * span if size else np.zeros(0, bool)
@@ -395,16 +414,28 @@ def worth_a_look(k: Kernels, window: tuple[np.ndarray, np.ndarray], long_kernels
     graph). ``window_pct``: their GPU time's share of the window; ``op`` and ``module``: the operator and the
     module most of them were launched from ("" where the trace says none); ``why``: the reason in a sentence."""
     lo, hi = (np.asarray(w, np.int64) for w in window)
-    inside = k.take((k.start >= lo[k.ipu]) & (k.start < hi[k.ipu])) if len(k) else k
     names = max(len(k.names), 1)
-    key = inside.ipu * names + inside.name
     size = k.num_ranks * names
-    duration = inside.end - inside.start
+    pairs: dict[str, list] = {"op": [], "module": []}  # each piece's distinct (key, word) pairs and their counts
+    words = {label: k.labels[label] for label in ("op", "module") if label in k.labels}
+
+    def kernels_of(launched: bool) -> list[np.ndarray]:  # a piece at a time: each kernel's key and its time
+        found = []
+        for p in k.pieces():
+            inside = p.take((p.start >= lo[p.ipu]) & (p.start < hi[p.ipu])) if len(p) else p
+            key = inside.ipu * names + inside.name
+            for label in words if not launched else ():
+                pairs[label].append(distinct(_labelled(inside, label, key, words[label]), counts=True))
+            rows = inside.launch_start >= 0 if launched else slice(None)
+            found.append((key[rows], ((inside.launch_end - inside.launch_start) if launched else
+                                      (inside.end - inside.start))[rows]))
+        return joined(found)
+    launch = _medians(*kernels_of(True), size)  # (one pass each: a long rank's columns held one pair at a time)
+    key, duration = kernels_of(False)
     count = np.bincount(key, minlength=size)
     total = sum_by(key, duration, size)
     median = _medians(key, duration, size)
-    launched = inside.launch_start >= 0
-    launch = _medians(key[launched], (inside.launch_end - inside.launch_start)[launched], size)
+    del key, duration
     rows = np.flatnonzero(count)
     rank_of = rows // names
     by_time = rows[np.lexsort((rows, -total[rows], rank_of))]
@@ -426,7 +457,8 @@ def worth_a_look(k: Kernels, window: tuple[np.ndarray, np.ndarray], long_kernels
     why = [_why(*row) for row in zip(is_long.tolist(), is_short.tolist(), count[rows].tolist(),
                                      total[rows].tolist(), share.tolist(), median[rows].tolist(),
                                      launch[rows].tolist())]
-    launched_from = {label: _most(inside, label, key, size)[rows] for label in ("op", "module")}
+    launched_from = {label: _most(words.get(label), _counted(pairs[label]) if label in words else None, size)[rows]
+                     for label in ("op", "module")}
     return Table({"rank": k.ranks[rows // names], "name": k.names[rows % names].astype(object),
                   "reason": reason.astype(object), "kernels": count[rows], "total_ns": total[rows],
                   "mean_ns": total[rows] / np.maximum(count[rows], 1), "median_ns": median[rows],
@@ -434,17 +466,29 @@ def worth_a_look(k: Kernels, window: tuple[np.ndarray, np.ndarray], long_kernels
                   "why": np.array(why, dtype=object)})
 
 
-def _most(k: Kernels, label: str, key: np.ndarray, size: int) -> np.ndarray:
-    """Per key, the word of ``label`` (``op``, ``module``) most of its kernels carry, of those that carry one
-    (ties: the first word); "" where none does (a trace without them, or a profile imported before them)."""
-    codes = getattr(k, label, None)
-    words = k.labels.get(label) if codes is not None else None
-    out = np.full(size, "", dtype=object)
-    if words is None or not len(key):
-        return out
+def _labelled(k: Kernels, label: str, key: np.ndarray, words: np.ndarray) -> np.ndarray:
+    """``_most``'s (key, word of ``label``) pairs, ``key * len(words) + code``, of the kernels that carry a word."""
+    codes = getattr(k, label)
     said = np.flatnonzero(words[codes] != "")
+    return key[said] * len(words) + codes[said]
+
+
+def _counted(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct int64 values and their counts, from each piece's (``distinct(..., counts=True)``)."""
+    values, at = distinct(np.concatenate([v for v, _ in pairs] or [np.zeros(0, np.int64)]), inverse=True)
+    counts = np.concatenate([c for _, c in pairs] or [np.zeros(0, np.int64)])
+    return values, np.bincount(at, weights=counts, minlength=len(values)).astype(np.int64)
+
+
+def _most(words: np.ndarray | None, pairs: tuple[np.ndarray, np.ndarray] | None, size: int) -> np.ndarray:
+    """Per key, the word of a label (``op``, ``module``: ``words``) most of its kernels carry, of those that carry one
+    (ties: the first word), from their distinct (key, word) pairs and counts (``_labelled``, ``_counted``); ""
+    where none does (a trace without them, or a profile imported before them)."""
+    out = np.full(size, "", dtype=object)
+    if words is None or pairs is None or not len(pairs[0]):
+        return out
     width = len(words)
-    pairs, count = distinct(key[said] * width + codes[said], counts=True)
+    pairs, count = pairs
     order = np.lexsort((pairs, -count, pairs // width))
     first = order[np.r_[True, pairs[order][1:] // width != pairs[order][:-1] // width]] if len(order) else order
     out[pairs[first] // width] = words[pairs[first] % width]

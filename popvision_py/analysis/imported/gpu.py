@@ -22,15 +22,14 @@ the kernels is a piece's, not a rank's.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import numpy as np
 
-from popvision_py.analysis.common.tables import Columns, Table, group_median, group_percentile, sum_by
-from popvision_py.analysis.imported.intervals import coverage, idle_cuts, masks_with
-from popvision_py.analysis.imported.stats import key_stats
+from popvision_py.analysis.common.tables import Table, group_median, group_percentile, sum_by
+from popvision_py.analysis.imported.intervals import coverage, masks_with
+from popvision_py.analysis.imported.kernels import HTA_LAUNCH_CALLS, LABELS, ROW_FIELDS, Kernels  # noqa: F401
+from popvision_py.analysis.imported.stats import joined, key_stats
 from popvision_py.format.schema import KERNEL_KINDS
 
 # HTA's types, in the order its kernel breakdown gives them bits (kernel_type_to_analysis): 1, 2, 4
@@ -41,8 +40,6 @@ _MEMORY_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
 _NOT_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 COMPUTE, COMMUNICATION, MEMCPY, MEMSET = (KERNEL_KINDS.index(k) for k in ("compute", "communication", "memcpy",
                                                                            "memset"))
-# the runtime calls whose kernels HTA's launch statistics count (cuda_kernel_launch_stats)
-HTA_LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync")
 IDLE_CATEGORIES = ("host_wait", "kernel_wait", "other")  # HTA's IdleTimeType, lower-cased as it prints them
 KERNEL_WAIT_NS = 30_000  # HTA's consecutive_kernel_delay default, 30 in the trace's unit: microseconds
 
@@ -70,136 +67,6 @@ NO_KERNELS_IMPORTED = ("The traces hold no GPU kernels (a run on the CPU): this 
                        "GPUs.")
 NO_KERNELS_GPU = ("The traces ran on GPUs but the profile holds no GPU kernels: the profiler recorded none (no "
                   "ProfilerActivity.CUDA), or an import that did not keep them wrote it: import the traces again.")
-
-
-@dataclass(frozen=True)
-class Kernels:
-    """The ``kernels`` table as int64 arrays, one row per kernel, copy or set, sorted by ``ipu`` then
-    ``start``. ``kind`` is a code into ``schema.KERNEL_KINDS``, ``name`` a code into ``names``;
-    ``ranks[ipu]`` is the rank the trace names (an imported profile's IPU is its position)."""
-
-    ipu: np.ndarray
-    stream: np.ndarray
-    kind: np.ndarray
-    name: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    correlation: np.ndarray
-    launch_start: np.ndarray
-    launch_end: np.ndarray
-    hta_launch: np.ndarray  # bool: launched by one of HTA_LAUNCH_CALLS
-    names: np.ndarray
-    ranks: np.ndarray
-    # what each moves (bytes), and its process group, launching operator and module: codes into ``labels``
-    # (its words: "" where the trace says none)
-    nbytes: np.ndarray | None = None
-    group: np.ndarray | None = None
-    op: np.ndarray | None = None
-    module: np.ndarray | None = None
-    labels: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.start)
-
-    @classmethod
-    def from_columns(cls, columns: Columns, ranks: Any) -> Kernels:
-        """The table as ``Report.columns("kernels")`` decodes it; ``ranks``: each IPU's rank."""
-        n = len(columns)
-        col = (lambda c: np.asarray(columns[c], np.int64)) if n else (lambda c: np.zeros(0, np.int64))  # noqa: E731
-        name, names = _sorted(columns.codes("name"), columns.words("name")) if n else (np.zeros(0, np.int64),
-                                                                                      np.zeros(0, object))
-        return cls(ipu=col("ipu"), stream=col("stream"),
-                   kind=columns.codes_in("kind", KERNEL_KINDS) if n else np.zeros(0, np.int64), name=name,
-                   start=col("start_cycle"), end=col("end_cycle"), correlation=col("correlation"),
-                   launch_start=col("launch_start_cycle"), launch_end=col("launch_end_cycle"),
-                   hta_launch=(columns.codes_in("launch_name", HTA_LAUNCH_CALLS) < len(HTA_LAUNCH_CALLS)) if n
-                   else np.zeros(0, bool),
-                   names=names, ranks=np.asarray(ranks, np.int64),
-                   nbytes=col("bytes") if "bytes" in columns else np.zeros(n, np.int64), **_labelled(columns, n))
-
-    @classmethod
-    def build(cls, ipu: Any, stream: Any, kind: Any, name: Any, start: Any, end: Any, launch_start: Any = None,
-              launch_end: Any = None, correlation: Any = None, ranks: Any = None, launch_name: Any = None,
-              nbytes: Any = None, labels: dict[str, Any] | None = None) -> Kernels:
-        """Kernels from plain sequences (``kind`` and ``name`` as strings), sorted by ipu then start:
-        the tests' and the benchmark's raw traces' way in. Launch times default to -1 (none), the launching
-        call's name to ``cudaLaunchKernel`` where a launch is given; ``nbytes`` to 0 and ``labels`` (``group``,
-        ``op``, ``module``: strings per kernel) to none."""
-        ipu = np.asarray(ipu, np.int64)
-        n = len(ipu)
-        none = np.full(n, -1, np.int64)
-        names, codes = np.unique(np.asarray(name, dtype=object).astype(str), return_inverse=True)
-        kinds = np.array([KERNEL_KINDS.index(k) for k in np.asarray(kind, dtype=object).tolist()], np.int64)
-        start = np.asarray(start, np.int64)
-        order = np.lexsort((start, ipu))
-        pick = lambda a: (none if a is None else np.asarray(a, np.int64))[order]  # noqa: E731
-        count = int(ipu.max()) + 1 if n else 0
-        return cls(ipu=ipu[order], stream=np.asarray(stream, np.int64)[order], kind=kinds[order],
-                   name=codes.astype(np.int64)[order], start=start[order], end=np.asarray(end, np.int64)[order],
-                   correlation=pick(correlation), launch_start=pick(launch_start), launch_end=pick(launch_end),
-                   hta_launch=(pick(launch_start) >= 0) if launch_name is None else np.isin(
-                       np.asarray(launch_name, dtype=object).astype(str), HTA_LAUNCH_CALLS)[order],
-                   names=names.astype(object),
-                   ranks=np.arange(count, dtype=np.int64) if ranks is None else np.asarray(ranks, np.int64),
-                   nbytes=pick(nbytes).clip(0) if nbytes is not None else np.zeros(n, np.int64),
-                   **{k: v[order] if k in LABELS else v for k, v in _labels_of(n, labels or {}).items()})
-
-    @classmethod
-    def joined(cls, pieces: list[Kernels], let_go: Callable[[], Any] | None = None) -> Kernels:
-        """The pieces' kernels (a rank's row groups, of one ``ranks``) one after the other, as ``from_columns`` makes
-        their rows, names and labels the sorted union of the pieces' words. A field at a time, each let go of in the
-        pieces once joined (``pieces`` is changed), then ``let_go()`` where given (a long rank's pages handed back)."""
-        if len(pieces) == 1:
-            return pieces[0]
-        out: dict[str, Any] = {"ranks": pieces[0].ranks, "labels": {}}
-        for coded in ("name", *LABELS):  # each piece's codes into the union of the pieces' words
-            words_of = [p.names if coded == "name" else p.labels[coded] for p in pieces]
-            words = np.unique(np.concatenate(words_of).astype(object))
-            out[coded] = np.concatenate([np.searchsorted(words, w).astype(np.int64)[getattr(p, coded)]
-                                         for w, p in zip(words_of, pieces)])
-            (out if coded == "name" else out["labels"])["names" if coded == "name" else coded] = words
-            pieces[:] = [replace(p, **{coded: None}) for p in pieces]
-        for name in ROW_FIELDS:
-            if name not in out:
-                out[name] = np.concatenate([getattr(p, name) for p in pieces])
-                pieces[:] = [replace(p, **{name: None}) for p in pieces]
-                if let_go is not None:
-                    let_go()
-        return cls(**out)
-
-    def owned(self) -> Kernels:
-        """These kernels with arrays of their own: a copy of each that is a view (of the Arrow table read)."""
-        return replace(self, **{f: getattr(self, f).copy() for f in ROW_FIELDS
-                                if getattr(self, f) is not None and not getattr(self, f).flags.owndata})
-
-    def take(self, rows: np.ndarray) -> Kernels:
-        """The kernels at ``rows`` (a mask or indexes), in their order: views where they are a run (not copies)."""
-        at = np.flatnonzero(rows) if rows.dtype == bool else np.asarray(rows)
-        if len(at) and at[-1] - at[0] + 1 == len(at) and (rows.dtype == bool or (np.diff(at) == 1).all()):
-            rows = slice(int(at[0]), int(at[-1]) + 1)
-        return replace(self, **{f: getattr(self, f)[rows] for f in ROW_FIELDS})
-
-    def words(self, label: str, codes: np.ndarray) -> np.ndarray:
-        """A label's (``group``, ``op``, ``module``) words at ``codes``."""
-        return self.labels[label][codes]
-
-    def clip(self, window: tuple[np.ndarray, np.ndarray]) -> Kernels:
-        """Each kernel cut to its rank's window ``(start[ipu], end[ipu])``; those left with no time dropped."""
-        lo, hi = (np.asarray(w, np.int64)[self.ipu] for w in window)
-        start, end = np.clip(self.start, lo, hi), np.clip(self.end, lo, hi)
-        inside = end > start
-        return replace(self, start=start, end=end).take(inside)
-
-    def pieces(self, rows: int | None = None) -> Iterator[Kernels]:
-        """These kernels in runs of about ``rows`` or more (views; one where fewer), cut where their rank's GPU
-        idles (``intervals.idle_cuts``): a figure additive over a rank's time is the sum of the pieces'."""
-        cuts = idle_cuts(self.ipu, self.start, self.end, rows).tolist()
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            yield self if b - a == len(self) else self.take(np.arange(a, b))
-
-    @property
-    def num_ranks(self) -> int:
-        return len(self.ranks)
 
 
 def _summed(k: Kernels, figure: Callable[[Kernels], np.ndarray]) -> np.ndarray:
@@ -238,11 +105,8 @@ def hta_selection(k: Kernels, last_step_start: np.ndarray | None) -> np.ndarray:
 
 def _extent(k: Kernels) -> tuple[np.ndarray, np.ndarray]:
     """Per IPU: its first kernel's start and its last kernel's end (0, 0 without any)."""
-    lo = np.full(k.num_ranks, np.iinfo(np.int64).max, np.int64)
-    hi = np.zeros(k.num_ranks, np.int64)
-    np.minimum.at(lo, k.ipu, k.start)
-    np.maximum.at(hi, k.ipu, k.end)
-    return np.where(hi > 0, lo, 0), hi
+    facts = k.facts()
+    return np.where(facts.hi > 0, facts.lo, 0), facts.hi
 
 
 def _pct(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
@@ -252,7 +116,12 @@ def _pct(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
 
 def _present(k: Kernels) -> np.ndarray:
     """The IPUs holding a kernel, in order."""
-    return np.flatnonzero(np.bincount(k.ipu, minlength=k.num_ranks)[:k.num_ranks])
+    return np.flatnonzero(k.facts().count)
+
+
+def _streams(k: Kernels) -> np.ndarray:
+    """The streams the kernels run on, sorted."""
+    return k.facts().streams
 
 
 def temporal(k: Kernels) -> Table:
@@ -410,12 +279,13 @@ def launches(k: Kernels) -> Table:
     ``cudaMemcpyAsync``, ``cudaMemsetAsync``), by the launching call's name the kernels table records: not a
     CUDA graph's kernels (``cudaGraphLaunch``), ROCm's (``hipLaunchKernel``: HTA finds no launch on ROCm),
     Triton's (``cuLaunchKernel``) or a synchronous ``cudaMemcpy``'s."""
-    rows = np.flatnonzero((k.launch_start >= 0) & k.hta_launch)
-    return Table({"rank": k.ranks[k.ipu[rows]], "stream": k.stream[rows], "name": k.names[k.name[rows]].astype(object),
-                  "correlation": k.correlation[rows], "start_ns": k.start[rows],
-                  "cpu_duration_ns": k.launch_end[rows] - k.launch_start[rows],
-                  "gpu_duration_ns": k.end[rows] - k.start[rows],
-                  "launch_delay_ns": np.maximum(k.start[rows] - k.launch_end[rows], 0)})
+    found = []
+    for p in k.pieces():
+        rows = np.flatnonzero((p.launch_start >= 0) & p.hta_launch)
+        found.append((k.ranks[p.ipu[rows]], p.stream[rows], k.names[p.name[rows]].astype(object), p.correlation[rows],
+                      p.start[rows], p.launch_end[rows] - p.launch_start[rows], p.end[rows] - p.start[rows],
+                      np.maximum(p.start[rows] - p.launch_end[rows], 0)))
+    return Table(dict(zip(LAUNCH_COLUMNS, joined(found))))
 
 
 def launch_summary(k: Kernels) -> Table:
@@ -424,22 +294,36 @@ def launch_summary(k: Kernels) -> Table:
     whose runtime call outlasted the kernel, HTA's first finding. Many short kernels that take longer to
     launch than to run keep the GPU waiting on the CPU: the evidence of a launch-bound step. Every rank at
     once, NumPy's figures to the last bit (``tables.group_median``, ``tables.group_percentile``)."""
-    rows = np.flatnonzero((k.launch_start >= 0) & k.hta_launch)
-    ipu = k.ipu[rows]
-    count = np.bincount(ipu, minlength=k.num_ranks)[:k.num_ranks]
+    one = k.num_ranks == 1  # one rank: a sort of its values, not of their rows by rank and value
+    count, longer = np.zeros(k.num_ranks, np.int64), np.zeros(k.num_ranks, np.int64)
+
+    def ordered(of: Callable[[Kernels, np.ndarray], np.ndarray], tally: bool = False) -> np.ndarray:
+        """A column of the launched kernels (``of`` a piece's rows), by rank then value: a pass a column, so that a
+        long rank's columns are held one at a time."""
+        found = []
+        for p in k.pieces():
+            rows = np.flatnonzero((p.launch_start >= 0) & p.hta_launch)
+            if tally:
+                count[:] += np.bincount(p.ipu[rows], minlength=k.num_ranks)[:k.num_ranks]
+                longer[:] += np.bincount(p.ipu[rows], weights=(p.launch_end - p.launch_start - p.end + p.start)[
+                    rows] > 0, minlength=k.num_ranks)[:k.num_ranks].astype(np.int64)
+            found.append((of(p, rows), *(() if one else (p.ipu[rows],))))
+        v, *ipu = joined(found)
+        if one:
+            v.sort()
+            return v
+        return v[np.lexsort((v, ipu[0]))]
+    cpu = ordered(lambda p, rows: p.launch_end[rows] - p.launch_start[rows], tally=True)
     ranks = _present(k)
     n, at = count[ranks], (np.cumsum(count) - count)[ranks]
-    one = not len(ipu) or ipu[0] == ipu[-1]  # one rank (sorted by ipu): a sort of its values, not of their rows
-    ordered = lambda v: np.sort(v) if one else v[np.lexsort((v, ipu))]  # noqa: E731 (by rank, then value)
-    cpu, gpu = k.launch_end[rows] - k.launch_start[rows], k.end[rows] - k.start[rows]
-    longer = np.bincount(ipu, weights=(cpu > gpu), minlength=k.num_ranks)[:k.num_ranks][ranks]
-    out = {"rank": k.ranks[ranks], "kernels": n.astype(np.int64), "cpu_duration_median_ns": group_median(
-        ordered(cpu), at, n), "gpu_duration_median_ns": group_median(ordered(gpu), at, n)}
-    del cpu, gpu  # a long rank's columns let go one at a time
-    d = ordered(np.maximum(k.start[rows] - k.launch_end[rows], 0))
+    out = {"rank": k.ranks[ranks], "kernels": n.astype(np.int64), "cpu_duration_median_ns": group_median(cpu, at, n)}
+    del cpu
+    out["gpu_duration_median_ns"] = group_median(ordered(lambda p, rows: p.end[rows] - p.start[rows]), at, n)
+    d = ordered(lambda p, rows: np.maximum(p.start[rows] - p.launch_end[rows], 0))
     return Table({**out, "launch_delay_median_ns": group_median(d, at, n),
                   "launch_delay_p95_ns": group_percentile(d, at, n, 95), "launch_delay_max_ns": group_percentile(
-                      d, at, n, 100), "cpu_longer_pct": np.where(n > 0, 100.0 * longer / np.maximum(n, 1), np.nan)})
+                      d, at, n, 100), "cpu_longer_pct": np.where(n > 0, 100.0 * longer[ranks] / np.maximum(n, 1),
+                                                                 np.nan)})
 
 
 def idle_breakdown(k: Kernels, kernel_wait_ns: int = KERNEL_WAIT_NS) -> Table:
@@ -453,7 +337,7 @@ def idle_breakdown(k: Kernels, kernel_wait_ns: int = KERNEL_WAIT_NS) -> Table:
     negative where kernels of one stream overlap; the stream's first kernel counts as ``other`` with
     no gap (the category is listed at 0 ns); and HTA's default threshold, documented as 30 ns, is 30 of
     the trace's microseconds (``KERNEL_WAIT_NS``)."""
-    streams = np.unique(k.stream)
+    streams = _streams(k)
     size = max(k.num_ranks * len(streams), 1) * 3
     count, idle = np.zeros(size, np.int64), np.zeros(size, np.int64)
     last_end, seen = np.zeros(size // 3, np.int64), np.zeros(size // 3, bool)  # each stream's last kernel so far
@@ -480,41 +364,6 @@ def idle_breakdown(k: Kernels, kernel_wait_ns: int = KERNEL_WAIT_NS) -> Table:
                   "stream": streams[rows // 3 % width] if len(streams) else np.zeros(0, np.int64),
                   "idle_category": np.array(IDLE_CATEGORIES, dtype=object)[rows % 3], "idle_ns": idle[rows],
                   "idle_ratio": ratio})
-
-
-LABELS = ("group", "op", "module")  # the kernels' words beside their names (the table's category columns)
-# ``Kernels``' fields of a value a kernel
-ROW_FIELDS = ("ipu", "stream", "kind", "name", "start", "end", "correlation", "launch_start", "launch_end",
-              "hta_launch", "nbytes", *LABELS)
-
-
-def _labelled(columns: Columns, n: int) -> dict[str, Any]:
-    """``Kernels``' label codes and their words, from the table's columns (none before they were written)."""
-    out: dict[str, Any] = {"labels": {}}
-    for label in LABELS:
-        if n and label in columns:
-            out[label], out["labels"][label] = _sorted(columns.codes(label), columns.words(label))
-        else:
-            out[label], out["labels"][label] = np.zeros(n, np.int64), np.array([""], object)
-    return out
-
-
-def _sorted(codes: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A category's codes and words, the words sorted as ``build``'s: ties go by name, whole or a rank read."""
-    order = np.argsort(words.astype(str), kind="stable")
-    code = np.empty(len(order), np.int64)
-    code[order] = np.arange(len(order))
-    return code[codes], words[order]
-
-
-def _labels_of(n: int, given: dict[str, Any]) -> dict[str, Any]:
-    """``Kernels``' label codes and words from plain strings per kernel (``build``)."""
-    out: dict[str, Any] = {"labels": {}}
-    for label in LABELS:
-        words = np.asarray(given.get(label, [""] * n), dtype=object).astype(str)
-        vocabulary, codes = np.unique(words, return_inverse=True)
-        out[label], out["labels"][label] = codes.astype(np.int64), vocabulary.astype(object)
-    return out
 
 
 def _kind_label(k: Kernels) -> np.ndarray:
@@ -548,7 +397,7 @@ def by_rank(k: Kernels, window: tuple[np.ndarray, np.ndarray]) -> Table:
 def by_stream(k: Kernels, window: tuple[np.ndarray, np.ndarray]) -> Table:
     """popvision's GPU time per rank and stream within ``window`` (``STREAM_COLUMNS``): the stream's
     kernels, the time one runs (``busy_ns``, and by kind), and ``busy_pct`` of the rank's window."""
-    streams = np.unique(k.stream)
+    streams = _streams(k)
     width = max(len(streams), 1)
     cov, count = np.zeros((k.num_ranks * width, 8), np.int64), np.zeros(k.num_ranks * width, np.int64)
     for p in k.pieces():

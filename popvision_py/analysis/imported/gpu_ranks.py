@@ -1,8 +1,9 @@
 """The GPU's figures (``gpu``, ``bound``, ``collectives``) a run of ranks at a time: the ``kernels`` table's row
 groups read in order (the table is written rank by rank), cut into runs of whole ranks of at most ``CHUNK_KERNELS``
 kernels (one rank at least), every figure computed on a run's kernels and its ranks' CPU spans at once, and the
-runs' rows joined. What a report holds is then a bounded share of the run's kernels: a 10 GB import's 6.3 M kernels
-are four ranks of 1.6 M, read one at a time; 4,096 ranks of 90 kernels are three runs, not 4,096 passes.
+runs' rows joined. What a report holds is then a bounded share of the run's kernels: 4,096 ranks of 90 kernels are
+three runs, not 4,096 passes. A rank of ``HOLD_KERNELS`` or more (a 10 GB import's 6.3 M kernels are four ranks of
+1.6 M) is held compressed as it is read (``kernels.HeldKernels``), and each figure takes it a piece at a time.
 
 Every figure but ``kernel_types`` is one rank's rows, in rank order, as its function gives them for the whole
 table; ``kernel_types`` sums the ranks' ``gpu.type_times``. ``tests/analysis/test_gpu_ranks.py`` checks that each
@@ -21,6 +22,7 @@ import pyarrow.compute as pc
 
 from popvision_py.analysis.common.tables import Columns, Table, TABLE_COLUMNS
 from popvision_py.analysis.imported import bound, collectives, gpu, phases, stragglers
+from popvision_py.analysis.imported.kernels import HOLD_KERNELS, HeldKernels, Stored
 from popvision_py.analysis.imported.ranks import rank_numbers
 from popvision_py.format.arrays import numbers
 from popvision_py.format.values import statistics
@@ -32,8 +34,8 @@ class Rank:
     (``window``, every rank's) and its CPU timeline's spans (``bound.TraceSpans``), its phases' times worked out
     once for the two figures that show them."""
 
-    k: gpu.Kernels
-    hta: gpu.Kernels
+    k: gpu.Kernels | HeldKernels
+    hta: gpu.Kernels | HeldKernels
     window: tuple[np.ndarray, np.ndarray]
     spans: bound.TraceSpans
     _times: list[phases.PhaseTimes] = field(default_factory=list)
@@ -111,7 +113,7 @@ class Chunk:
     (``k.ranks``: those IPUs' ranks), so that every figure of the chunk has a row a rank of its own only."""
 
     first: int
-    k: gpu.Kernels
+    k: gpu.Kernels | HeldKernels  # a long rank's held compressed (``kernels.HeldKernels``)
 
     def rows(self, ipu: np.ndarray) -> np.ndarray:
         """The rows of a column sorted by ``ipu`` (global) that hold this chunk's IPUs, as a slice's bounds."""
@@ -157,6 +159,7 @@ def sorted_chunks(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) ->
         del batches
         held.append(gpu.Kernels.from_columns(Columns(table), ranks).owned())
         del table
+        _hold_long(held)
         ipus = np.concatenate([k.ipu for k in held])
         if len(ipus) and ((np.diff(ipus) < 0).any() or ipus[0] < ipu):
             return
@@ -182,6 +185,18 @@ def sorted_chunks(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) ->
         yield Chunk(ipu, gpu.Kernels.build([], [], [], [], [], [], ranks=ranks[ipu:]))
 
 
+def _hold_long(held: list[gpu.Kernels | Stored]) -> None:
+    """The row groups of one IPU alone compressed (``Stored``) once they hold half ``HOLD_KERNELS`` rows: a long
+    rank is not held as arrays while its row groups are read."""
+    last = held[-1]
+    if not len(last) or last.ipu[0] != last.ipu[-1]:
+        return
+    mine = [i for i, k in enumerate(held) if len(k) and k.ipu[0] == last.ipu[0] == k.ipu[-1]]
+    if sum(len(held[i]) for i in mine) >= HOLD_KERNELS // 2:
+        for i in mine:
+            held[i] = held[i] if isinstance(held[i], Stored) else Stored.of(held[i])
+
+
 def _rows(pieces: list[gpu.Kernels], lo: int, hi: int | None) -> list[gpu.Kernels]:
     """Rows ``lo`` to ``hi`` (the end for None) of the pieces' rows one after the other, as pieces (views)."""
     out, at = [], 0
@@ -201,11 +216,19 @@ def _released(done: list[tuple[int, int, list[gpu.Kernels]]], ranks: np.ndarray)
     while done:
         first, count, pieces = done.pop()
         pa.default_memory_pool().release_unused()
-        long = sum(len(k) for k in pieces) >= TRIM_KERNELS  # its pieces' pages handed back as each field is joined
+        rows = sum(len(k) for k in pieces)
+        held = HeldKernels.of(pieces, first, ranks[first:first + 1]) if count == 1 and rows >= HOLD_KERNELS else None
+        if held is not None:  # a long rank: held compressed, a piece given back at a time
+            del pieces
+            yield Chunk(first, held)
+            del held
+            continue
+        pieces = [p.kernels(ranks) if isinstance(p, Stored) else p for p in pieces]
+        long = rows >= TRIM_KERNELS  # its pieces' pages handed back as each field is joined
         k = gpu.Kernels.joined(pieces, pa.default_memory_pool().release_unused if long else None) if pieces else \
             gpu.Kernels.build([], [], [], [], [], [], ranks=ranks)
         del pieces
-        chunk = Chunk(first, replace(k, ipu=k.ipu - first, ranks=ranks[first:first + count]))
+        chunk = Chunk(first, k.moved(first, ranks[first:first + count]))
         del k
         yield chunk
         del chunk
@@ -248,7 +271,8 @@ def figures(profile: Any, window: tuple[np.ndarray, np.ndarray], last_step_start
         mine = spans.take(by_ipu[a:b])
         mine = replace(mine, ipu=mine.ipu - first)
         steps = None if last_step_starts is None else last_step_starts[first:last]
-        rank = Rank(k, k.take(gpu.hta_selection(k, steps)), (window[0][first:last], window[1][first:last]), mine)
+        rank = Rank(k, k.where(lambda p, s=steps: gpu.hta_selection(p, s)), (window[0][first:last],
+                                                                            window[1][first:last]), mine)
         for name, args in wanted.items():
             parts[name].append(FIGURES[name](rank, *args))
             if len(k) >= TRIM_KERNELS:  # a long rank's figure's temporaries handed back before the next one's

@@ -10,7 +10,7 @@ import pandas as pd
 from popvision_py.analysis.common.tables import sum_by
 
 COVERAGE_ROWS = 1 << 17  # intervals ``coverage`` takes at a time
-PIECE_KERNELS = 1 << 18  # kernels a figure of a long rank works on at a time (``idle_cuts``)
+PIECE_KERNELS = 1 << 16  # kernels a figure of a long rank works on at a time (``idle_cuts``)
 
 
 def coverage(group: np.ndarray, start: np.ndarray, end: np.ndarray, label: np.ndarray, groups: int,

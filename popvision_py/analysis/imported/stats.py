@@ -35,3 +35,14 @@ def key_stats(parts: Parts, size: int) -> dict[str, np.ndarray]:
     std = np.where(count > 1, np.sqrt(square / np.maximum(count - 1, 1)), 0.0)
     return {"kernels": count, "sum": total, "max": big, "min": small, "mean": mean, "std": std}
 
+
+
+def joined(found: list[tuple[np.ndarray, ...]]) -> list[np.ndarray]:
+    """The columns of the pieces' rows (``found``: a tuple of columns a piece, emptied) each joined, a column's
+    pieces let go once it is: what joining holds beside the joined columns is one column's pieces."""
+    columns = [list(c) for c in zip(*found)]
+    found.clear()
+    out = []
+    while columns:
+        out.append(np.concatenate(columns.pop(0)))
+    return out

@@ -36,6 +36,7 @@ from popvision_py.analysis.common.tables import Table
 from popvision_py.analysis.imported.bound import STEP, TraceSpans, before, step_windows
 from popvision_py.analysis.imported.collectives import collective_of
 from popvision_py.analysis.imported.gpu import COMMUNICATION, COMPUTE, Kernels
+from popvision_py.analysis.imported.stats import joined
 
 LATE_PCT = 5.0  # a rank is late when ready this share of the median's time from the step's start after it
 TOP_LATE = 5  # late ranks named a step, the latest first
@@ -74,41 +75,38 @@ def compute_before(k: Kernels, ipu: np.ndarray, at: np.ndarray, since: np.ndarra
 def arrivals(k: Kernels, spans: TraceSpans, window: tuple[np.ndarray, np.ndarray]) -> Table:
     """``ARRIVAL_COLUMNS``: each rank's arrival at each collective of each profiler step (``step_windows``; a
     rank without steps: its window as step -1), in ns from the profile's origin. A report hands in one rank's
-    kernels at a time (``gpu_ranks``); the kernels' steps and the compute before each collective are worked out a
-    piece of a rank at a time (``Kernels.pieces``: the compute time is a sum over kernels)."""
+    kernels at a time (``gpu_ranks``), and they are read a piece of the rank at a time (``Kernels.pieces``): the
+    kernels' steps, the collectives' kernels, the readiness and the compute before each (a sum over kernels)."""
     s_ipu, s_start, _, s_step = step_windows(spans.take(spans.kind == STEP), window)
     step_end = np.full(len(s_ipu), -1, np.int64)
-    found, at = [], 0
+    found = []
     for p in k.pieces():
         when = np.where(p.launch_start >= 0, p.launch_start, p.start)
         step_of = before((s_ipu, s_start), (p.ipu, when), inclusive=True) - 1  # the last step started by the launch
         inside = (step_of >= 0) & (s_ipu[np.maximum(step_of, 0)] == p.ipu) if len(s_ipu) else np.zeros(len(p), bool)
         np.maximum.at(step_end, step_of[inside], p.end[inside])
         comm = np.flatnonzero(inside & (p.kind == COMMUNICATION))
-        found.append((comm + at, step_of[comm]))
-        at += len(p)
-    comm, step_of = (np.concatenate(c) for c in zip(*found))
-    order = np.lexsort((k.start[comm], step_of))  # steps are sorted by ipu: so are their collectives
-    comm, which = comm[order], step_of[order]
+        found.append((step_of[comm], p.ipu[comm], p.name[comm], p.start[comm], p.end[comm], p.launch_start[comm]))
+    which, ipu, name, start, end, launch = joined(found)
+    order = np.lexsort((start, which))  # steps are sorted by ipu: so are their collectives
+    which, ipu, name, start, end, launch = (c[order] for c in (which, ipu, name, start, end, launch))
     first = np.searchsorted(which, which, side="left")  # the row of its step's first collective
     words = np.array([collective_of(str(n)) for n in k.names.tolist()] or [""], object)
-    ipu = k.ipu[comm]
-    ready = readiness(k, comm)
+    ready = readiness(k, ipu, launch, start)
     compute = sum(compute_before(p, ipu, ready, s_start[which]) for p in k.pieces())
-    return Table({"rank": k.ranks[ipu] if len(comm) else np.zeros(0, np.int64), "step": s_step[which],
-                  "collective": np.arange(len(comm), dtype=np.int64) - first,
-                  "name": words[k.name[comm]] if len(comm) else np.zeros(0, object),
-                  "step_start_ns": s_start[which], "ready_ns": ready, "arrival_ns": k.start[comm],
-                  "end_ns": k.end[comm], "compute_ns": compute, "step_end_ns": step_end[which]})
+    return Table({"rank": k.ranks[ipu] if len(ipu) else np.zeros(0, np.int64), "step": s_step[which],
+                  "collective": np.arange(len(ipu), dtype=np.int64) - first,
+                  "name": words[name] if len(ipu) else np.zeros(0, object),
+                  "step_start_ns": s_start[which], "ready_ns": ready, "arrival_ns": start,
+                  "end_ns": end, "compute_ns": compute, "step_end_ns": step_end[which]})
 
 
-def readiness(k: Kernels, rows: np.ndarray) -> np.ndarray:
-    """When each kernel of ``rows`` could start on its rank's GPU: the latest of its launch and the ends of the
-    rank's compute kernels launched before it (their stream's order, which DDP's collectives wait on); its start
-    where it has no launch in the trace. Never after its start. The latest end a piece of the rank at a time
-    (``Kernels.pieces``), the pieces' largest."""
-    launch, ipu = k.launch_start[rows], k.ipu[rows]
-    waited = np.full(len(rows), -1, np.int64)
+def readiness(k: Kernels, ipu: np.ndarray, launch: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """When each of some kernels (their ``ipu``, ``launch`` start and ``start``) could start on its rank's GPU: the
+    latest of its launch and the ends of the rank's compute kernels (``k``) launched before it (their stream's
+    order, which DDP's collectives wait on); its start where it has no launch in the trace. Never after its start.
+    The latest end a piece of the rank at a time (``Kernels.pieces``), the pieces' largest."""
+    waited = np.full(len(ipu), -1, np.int64)
     for p in k.pieces():
         comp = np.flatnonzero((p.kind == COMPUTE) & (p.launch_start >= 0))
         if not len(comp):
@@ -120,7 +118,7 @@ def readiness(k: Kernels, rows: np.ndarray) -> np.ndarray:
         at = before((p.ipu[comp], p.launch_start[comp]), (ipu, launch)) - 1  # the last launched before it
         mine = (at >= 0) & (p.ipu[comp][np.maximum(at, 0)] == ipu)
         waited = np.maximum(waited, np.where(mine, so_far[np.maximum(at, 0)] - ipu * span + base, -1))
-    return np.where(launch >= 0, np.minimum(np.maximum(launch, waited), k.start[rows]), k.start[rows])
+    return np.where(launch >= 0, np.minimum(np.maximum(launch, waited), start), start)
 
 
 def _medians(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
