@@ -58,41 +58,51 @@ def every_figure(k: Kernels, spans: TraceSpans, window: tuple[np.ndarray, np.nda
     return found
 
 
+def alone(k: Kernels, spans: TraceSpans, window: tuple[np.ndarray, np.ndarray], ipu: int) -> tuple:
+    """One of the drawn ranks alone: its kernels and spans counted from IPU 0, and its window."""
+    rank = dataclasses.replace(k.take(k.ipu == ipu), ranks=k.ranks[ipu:ipu + 1]).moved(ipu, k.ranks[ipu:ipu + 1])
+    mine = spans.take(spans.ipu == ipu)
+    return rank, dataclasses.replace(mine, ipu=mine.ipu - ipu), (window[0][ipu:ipu + 1], window[1][ipu:ipu + 1])
+
+
 def test_the_drawn_ranks_have_what_the_pieces_must_join():
-    k, _, _ = drawn_ranks()
+    k, spans, window = drawn_ranks()
     # THEN they hold overlaps, kernels end to start, kernels of no time and kernels with no launch
     follows = k.ipu[1:] == k.ipu[:-1]
     assert ((k.start[1:] < k.end[:-1]) & follows).any() and ((k.start[1:] == k.end[:-1]) & follows).any()
     assert (k.start == k.end).any() and (k.launch_start < 0).any()
-    # AND cut into pieces of 5 kernels or more, where a rank's GPU idles: dozens of pieces, every row once
-    cuts = intervals.idle_cuts(k.ipu, k.start, k.end, 5)
-    assert len(cuts) > 30 and cuts[0] == 0 and cuts[-1] == len(k) and (np.diff(cuts) >= 1).all()
-    for a in cuts[1:-1].tolist():  # each cut: a new rank, or every kernel before it ended before the next starts
-        before = k.ipu[:a] == k.ipu[a]
-        assert k.ipu[a - 1] != k.ipu[a] or k.end[:a][before].max() < k.start[a:][k.ipu[a:] == k.ipu[a]].min()
+    # AND a rank alone, cut into pieces of 5 kernels or more where its GPU idles: dozens of pieces, every row once;
+    # both ranks together: cut where the second starts
+    rank = alone(k, spans, window, 0)[0]
+    cuts = intervals.idle_cuts(rank.ipu, rank.start, rank.end, 5)
+    assert len(cuts) > 30 and cuts[0] == 0 and cuts[-1] == len(rank) and (np.diff(cuts) >= 1).all()
+    for a in cuts[1:-1].tolist():  # each cut: every kernel before it ended before the next starts
+        assert rank.end[:a].max() < rank.start[a:].min()
+    assert intervals.idle_cuts(k.ipu, k.start, k.end, 5).tolist() == [0, int((k.ipu == 0).sum()), len(k)]
 
 
 @pytest.mark.parametrize("seed", [7, 11])
-def test_every_figure_of_pieces_is_the_whole_ranks(monkeypatch, seed):
+@pytest.mark.parametrize("which", ["both", "first", "second"])
+def test_every_figure_of_pieces_is_the_whole_ranks(monkeypatch, seed, which):
     k, spans, window = drawn_ranks(seed)
+    if which != "both":
+        k, spans, window = alone(k, spans, window, ["first", "second"].index(which))
     # GIVEN each figure of the ranks worked out at once
     whole = every_figure(k, spans, window)
     # WHEN a piece of 5 kernels or more is worked out at a time
     monkeypatch.setattr(intervals, "PIECE_KERNELS", 5)
-    assert len(list(k.pieces())) > 30
+    assert len(list(k.pieces())) > (1 if which == "both" else 20)
     pieces = every_figure(k, spans, window)
     # THEN every figure is the same, to the last bit
     for name, table in whole.items():
-        assert len(table), name
+        assert len(table) or (which == "second" and name.startswith("phase")), name  # (phases on the first rank)
         pd.testing.assert_frame_equal(pieces[name], table, check_exact=True, obj=name)
 
 
 @pytest.mark.parametrize("seed", [7, 11])
 def test_a_rank_held_compressed_gives_every_figure_of_its_arrays(monkeypatch, seed):
     # GIVEN the first drawn rank alone, and every figure of its arrays, in pieces of 5 or more
-    k, spans, window = drawn_ranks(seed)
-    rank = dataclasses.replace(k.take(k.ipu == 0), ranks=k.ranks[:1])
-    spans, window = spans.take(spans.ipu == 0), (window[0][:1], window[1][:1])
+    rank, spans, window = alone(*drawn_ranks(seed), 0)
     monkeypatch.setattr(intervals, "PIECE_KERNELS", 5)
     arrays = every_figure(rank, spans, window)
     # WHEN it is held compressed, row groups of 30 kernels, and given back in pieces of 5 or more

@@ -5,7 +5,6 @@ long a rank's time line."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from popvision_py.analysis.common.tables import sum_by
 
@@ -78,20 +77,19 @@ def _coverage(group: np.ndarray, start: np.ndarray, end: np.ndarray, label: np.n
 
 def idle_cuts(ipu: np.ndarray, start: np.ndarray, end: np.ndarray, rows: int | None = None) -> np.ndarray:
     """Row bounds ``[0, ..., n]`` cutting intervals (kernels sorted by ``ipu``, each rank's by start) into pieces of
-    about ``rows`` or more: each cut at the first row, ``rows`` on or after the last cut, where every interval of
-    its rank before it has ended before any of its rank's intervals from there on starts (its GPU idles between),
-    or where the rank changes. A figure additive over a rank's time is then the sum of the pieces' (no moment
-    holds intervals of two pieces), and one that follows a stream's kernels in start order meets them in the
-    pieces' order. No cut where the intervals are not sorted by ``ipu``. ``rows``: ``PIECE_KERNELS`` by default."""
+    about ``rows`` or more: each cut at the first row, ``rows`` on or after the last cut, where a new rank starts,
+    or, within one rank, where every interval before it has ended before any from there on starts (its GPU idles
+    between). A figure additive over a rank's time is then the sum of the pieces' (no moment holds intervals of
+    two pieces), and one that follows a stream's kernels in start order meets them in the pieces' order. Several
+    ranks (a run of short ones, ``gpu_ranks.CHUNK_KERNELS`` at most) are cut where a rank starts only. No cut where
+    the intervals are not sorted by ``ipu``. ``rows``: ``PIECE_KERNELS`` by default."""
     n, rows = len(start), PIECE_KERNELS if rows is None else rows
     if n <= rows or (np.diff(ipu) < 0).any():
         return np.array([0, n])
     if ipu[0] == ipu[-1]:  # one rank (a long one): its running latest end and earliest start from each row
         free = np.flatnonzero(np.maximum.accumulate(end)[:-1] < np.minimum.accumulate(start[::-1])[::-1][1:]) + 1
     else:
-        reach = pd.Series(end).groupby(ipu).cummax().to_numpy()
-        soonest = pd.Series(start[::-1]).groupby(ipu[::-1]).cummin().to_numpy()[::-1]
-        free = np.flatnonzero(np.r_[False, (ipu[1:] != ipu[:-1]) | (reach[:-1] < soonest[1:])])
+        free = np.flatnonzero(ipu[1:] != ipu[:-1]) + 1
     cuts = [0]
     while free.size:
         at = np.searchsorted(free, cuts[-1] + rows)
