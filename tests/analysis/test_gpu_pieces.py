@@ -51,7 +51,7 @@ def drawn_ranks(seed: int = 7) -> tuple[Kernels, TraceSpans, tuple[np.ndarray, n
 def every_figure(k: Kernels, spans: TraceSpans, window: tuple[np.ndarray, np.ndarray]) -> dict[str, pd.DataFrame]:
     steps = spans.kind == STEP  # HTA keeps those launched before each rank's last step
     last_steps = np.array([spans.start[steps & (spans.ipu == i)].max() for i in range(k.num_ranks)])
-    rank = gpu_ranks.Rank(k, k.where(lambda p: gpu.hta_selection(p, last_steps)), window, spans)
+    rank = gpu_ranks.Rank(k, k.where(lambda p: gpu.hta_selection(p, last_steps), ("launch_start",)), window, spans)
     found = {name: gpu_ranks.FIGURES[name](rank, *args).frame() for name, args in gpu_ranks.DEFAULTS.items()}
     found["kernel_types"] = gpu.kernel_types_of(gpu.type_times(rank.hta)).frame()
     found["idle_gaps"] = pd.DataFrame(dict(zip(("ipu", "start", "end", "dry"), bound.idle_gaps(k))))

@@ -276,7 +276,7 @@ def idle_gaps(k: Kernels) -> tuple[np.ndarray, ...]:
 
     A piece of a rank at a time (``Kernels.pieces``, cut where its GPU idles): a piece's last gap (from its last
     end on) and the next piece's first (up to its first start) are one gap of the rank."""
-    parts = [_gaps(p) for p in k.pieces()]
+    parts = [_gaps(p) for p in k.pieces(fields=("launch_start",))]
     g_ipu, g0, g1, nxt = (np.concatenate(c) for c in zip(*parts)) if len(parts) > 1 else parts[0]
     if len(parts) > 1:  # in rank then time order, the pieces' in turn
         kept = (g0 > -_BIG) | (g1 < _BIG)  # a piece's ranks without kernels are in every piece: added below
@@ -351,7 +351,7 @@ def step_bounds(k: Kernels, spans: TraceSpans, window: tuple[np.ndarray, np.ndar
     launch_wait, other = cov[:, 1], cov[:, 2]
     def steps_of(launched: bool) -> list[np.ndarray]:  # a piece at a time: the step each kernel starts in, its time
         found = []
-        for p in k.pieces():
+        for p in k.pieces(fields=("launch_start", "launch_end")):
             at = before((s_ipu, s_start), (p.ipu, p.start), inclusive=True) - 1
             inside = (at >= 0) & (p.ipu == s_ipu[np.maximum(at, 0)]) & (p.start < s_end[np.maximum(at, 0)])
             inside &= (p.launch_start >= 0) if launched else True
@@ -421,7 +421,7 @@ def worth_a_look(k: Kernels, window: tuple[np.ndarray, np.ndarray], long_kernels
 
     def kernels_of(launched: bool) -> list[np.ndarray]:  # a piece at a time: each kernel's key and its time
         found = []
-        for p in k.pieces():
+        for p in k.pieces(fields=("name", "launch_start", "launch_end", *words)):
             inside = p.take((p.start >= lo[p.ipu]) & (p.start < hi[p.ipu])) if len(p) else p
             key = inside.ipu * names + inside.name
             for label in words if not launched else ():

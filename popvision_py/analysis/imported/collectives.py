@@ -55,7 +55,7 @@ def collectives(k: Kernels, window: tuple[np.ndarray, np.ndarray]) -> Table:
     groups = k.labels.get("group", np.array([""], object))
     width_g, width_k = max(len(groups), 1), max(len(kinds), 1)
     pieces = []  # each piece's communication kernels in the window: key, bytes, time
-    for p in k.pieces():
+    for p in k.pieces(fields=("kind", "name", "group", "nbytes")):
         inside = p.clip(window)
         comm = inside.take(inside.kind == COMMUNICATION)
         pieces.append(((comm.ipu * width_k + kind_of[comm.name]) * width_g + comm.group, comm.nbytes,

@@ -69,9 +69,9 @@ NO_KERNELS_GPU = ("The traces ran on GPUs but the profile holds no GPU kernels: 
                   "ProfilerActivity.CUDA), or an import that did not keep them wrote it: import the traces again.")
 
 
-def _summed(k: Kernels, figure: Callable[[Kernels], np.ndarray]) -> np.ndarray:
-    """``figure`` of ``k``, its pieces' summed (``Kernels.pieces``): a coverage's busy columns (not its first)."""
-    return sum(figure(p) for p in k.pieces())
+def _summed(k: Kernels, figure: Callable[[Kernels], np.ndarray], fields: tuple[str, ...]) -> np.ndarray:
+    """``figure`` of ``k`` (reading ``fields``), its pieces' summed (``Kernels.pieces``): a coverage's busy columns."""
+    return sum(figure(p) for p in k.pieces(fields=fields))
 
 
 def hta_types(k: Kernels) -> np.ndarray:
@@ -136,7 +136,7 @@ def temporal(k: Kernels) -> Table:
     a CPU operator carrying a ``stream`` argument (Inductor's Triton launches) as kernels; the kernels
     table holds neither."""
     cov = _summed(k, lambda p: coverage(p.ipu, p.start, p.end, np.where(
-        hta_types(p) == HTA_TYPES.index("COMPUTATION"), 0, 1), k.num_ranks, 2))
+        hta_types(p) == HTA_TYPES.index("COMPUTATION"), 0, 1), k.num_ranks, 2), ("name",))
     lo, hi = _extent(k)
     span = hi - lo
     busy = cov[:, 1:].sum(axis=1)
@@ -157,7 +157,7 @@ def _type_coverage(k: Kernels) -> np.ndarray:
     def piece(p: Kernels) -> np.ndarray:
         types = hta_types(p)
         return coverage(p.ipu, p.start, p.end, np.where(types < HTA_OTHER, types, -1), k.num_ranks, len(HTA_TYPES))
-    return _summed(k, piece)
+    return _summed(k, piece, ("name",))
 
 
 def kernel_types(k: Kernels) -> Table:
@@ -203,7 +203,7 @@ def comm_comp_overlap(k: Kernels) -> Table:
         label = np.select([types == HTA_TYPES.index("COMPUTATION"), types == HTA_TYPES.index("COMMUNICATION")],
                           [0, 1], -1)
         return coverage(p.ipu, p.start, p.end, label, k.num_ranks, 2)
-    cov = _summed(k, piece)
+    cov = _summed(k, piece, ("name",))
     comm, both = cov[:, 2] + cov[:, 3], cov[:, 3]
     rows = _present(k)
     return Table({"rank": k.ranks[rows], "communication_ns": comm[rows], "overlap_ns": both[rows],
@@ -223,7 +223,7 @@ def top_kernels(k: Kernels, num_kernels: int = 10, duration_ratio: float = 0.8) 
     names = len(k.names)
 
     def parts() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for p in k.pieces():
+        for p in k.pieces(fields=("name",)):
             types = hta_types(p)
             keep = types < HTA_OTHER
             yield (p.ipu[keep] * len(HTA_TYPES) + types[keep]) * names + p.name[keep], p.end[keep] - p.start[keep]
@@ -301,7 +301,7 @@ def launch_summary(k: Kernels) -> Table:
         """A column of the launched kernels (``of`` a piece's rows), by rank then value: a pass a column, so that a
         long rank's columns are held one at a time."""
         found = []
-        for p in k.pieces():
+        for p in k.pieces(fields=("launch_start", "launch_end", "hta_launch")):
             rows = np.flatnonzero((p.launch_start >= 0) & p.hta_launch)
             if tally:
                 count[:] += np.bincount(p.ipu[rows], minlength=k.num_ranks)[:k.num_ranks]
@@ -341,7 +341,8 @@ def idle_breakdown(k: Kernels, kernel_wait_ns: int = KERNEL_WAIT_NS) -> Table:
     size = max(k.num_ranks * len(streams), 1) * 3
     count, idle = np.zeros(size, np.int64), np.zeros(size, np.int64)
     last_end, seen = np.zeros(size // 3, np.int64), np.zeros(size // 3, bool)  # each stream's last kernel so far
-    for p in k.pieces():  # in start order: a stream's kernels are met in order, its last carried to the next piece
+    for p in k.pieces(fields=("stream", "launch_start")):  # in start order: a stream's kernels are met in order, its
+        # last carried to the next piece
         group = p.ipu * max(len(streams), 1) + np.searchsorted(streams, p.stream)
         order = np.lexsort((p.start, group))
         g, start, end, launch = group[order], p.start[order], p.end[order], p.launch_start[order]
@@ -381,7 +382,7 @@ def by_rank(k: Kernels, window: tuple[np.ndarray, np.ndarray]) -> Table:
     def piece(p: Kernels) -> np.ndarray:
         inside = p.clip(window)
         return coverage(inside.ipu, inside.start, inside.end, _kind_label(inside), k.num_ranks, 3)
-    cov = _summed(k, piece)
+    cov = _summed(k, piece, ("kind",))
     span = np.maximum(np.asarray(window[1], np.int64) - np.asarray(window[0], np.int64), 0)
     busy = cov[:, 1:].sum(axis=1)
     part = {name: cov[:, masks_with(bit, 3)].sum(axis=1) for bit, name in enumerate(("compute", "comm", "memory"))}
@@ -400,7 +401,7 @@ def by_stream(k: Kernels, window: tuple[np.ndarray, np.ndarray]) -> Table:
     streams = _streams(k)
     width = max(len(streams), 1)
     cov, count = np.zeros((k.num_ranks * width, 8), np.int64), np.zeros(k.num_ranks * width, np.int64)
-    for p in k.pieces():
+    for p in k.pieces(fields=("stream", "kind")):
         inside = p.clip(window)
         group = inside.ipu * width + np.searchsorted(streams, inside.stream)
         cov += coverage(group, inside.start, inside.end, _kind_label(inside), k.num_ranks * width, 3)
@@ -423,7 +424,7 @@ def kernels_by_name(k: Kernels, window: tuple[np.ndarray, np.ndarray], n: int | 
     kind = np.zeros(k.num_ranks * names, np.int64)
 
     def parts() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for p in k.pieces():
+        for p in k.pieces(fields=("name", "kind")):
             inside = p.clip(window)
             key = inside.ipu * names + inside.name
             kind[key] = inside.kind  # each name's kind (one: a name is of one kind)

@@ -271,8 +271,8 @@ def figures(profile: Any, window: tuple[np.ndarray, np.ndarray], last_step_start
         mine = spans.take(by_ipu[a:b])
         mine = replace(mine, ipu=mine.ipu - first)
         steps = None if last_step_starts is None else last_step_starts[first:last]
-        rank = Rank(k, k.where(lambda p, s=steps: gpu.hta_selection(p, s)), (window[0][first:last],
-                                                                            window[1][first:last]), mine)
+        rank = Rank(k, k.where(lambda p, s=steps: gpu.hta_selection(p, s), ("launch_start",)),
+                    (window[0][first:last], window[1][first:last]), mine)
         for name, args in wanted.items():
             parts[name].append(FIGURES[name](rank, *args))
             if len(k) >= TRIM_KERNELS:  # a long rank's figure's temporaries handed back before the next one's

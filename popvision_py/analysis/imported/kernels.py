@@ -124,7 +124,8 @@ class Kernels:
         at = np.flatnonzero(rows) if rows.dtype == bool else np.asarray(rows)
         if len(at) and at[-1] - at[0] + 1 == len(at) and (rows.dtype == bool or (np.diff(at) == 1).all()):
             rows = slice(int(at[0]), int(at[-1]) + 1)
-        return replace(self, **{f: getattr(self, f)[rows] for f in ROW_FIELDS})
+        return replace(self, **{f: v if (v := getattr(self, f)) is None or isinstance(v, Undecoded) else v[rows]
+                                for f in ROW_FIELDS})
 
     def words(self, label: str, codes: np.ndarray) -> np.ndarray:
         """A label's (``group``, ``op``, ``module``) words at ``codes``."""
@@ -137,9 +138,10 @@ class Kernels:
         inside = end > start
         return replace(self, start=start, end=end).take(inside)
 
-    def pieces(self, rows: int | None = None) -> Iterator[Kernels]:
+    def pieces(self, rows: int | None = None, fields: tuple[str, ...] | None = None) -> Iterator[Kernels]:
         """These kernels in runs of about ``rows`` or more (views; one where fewer), cut where their rank's GPU
-        idles (``intervals.idle_cuts``): a figure additive over a rank's time is the sum of the pieces'."""
+        idles (``intervals.idle_cuts``): a figure additive over a rank's time is the sum of the pieces'. ``fields``:
+        those a figure reads beside ``ipu``, ``start`` and ``end`` (``HeldKernels`` decodes only those; all here)."""
         cuts = idle_cuts(self.ipu, self.start, self.end, rows).tolist()
         for a, b in zip(cuts[:-1], cuts[1:]):
             yield self if b - a == len(self) else self.take(np.arange(a, b))
@@ -153,8 +155,9 @@ class Kernels:
         np.maximum.at(hi, self.ipu, self.end)
         return Facts(count, lo, hi, np.unique(self.stream))
 
-    def where(self, test: Callable[[Kernels], np.ndarray]) -> Kernels:
-        """The kernels for which ``test`` (of kernels, a mask) holds: ``HeldKernels.where``'s twin."""
+    def where(self, test: Callable[[Kernels], np.ndarray], fields: tuple[str, ...] = ()) -> Kernels:
+        """The kernels for which ``test`` (of kernels, a mask; reading ``fields`` beside their times) holds:
+        ``HeldKernels.where``'s twin."""
         return self.take(test(self))
 
     def moved(self, first: int, ranks: np.ndarray) -> Kernels:
@@ -201,6 +204,21 @@ def _labels_of(n: int, given: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class Undecoded:
+    """A field a piece of a held rank was not decoded with (``HeldKernels.pieces``' ``fields``): any use of it
+    raises, rather than comparing as None would."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _fail(self, *args: Any, **kwargs: Any) -> Any:
+        raise AttributeError(f"the kernels' {self.name!r} was not decoded: name it in pieces(fields=...)")
+
+    __getitem__ = __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __add__ = __radd__ = __sub__ = __rsub__ = _fail
+    __mul__ = __and__ = __rand__ = __or__ = __ror__ = __invert__ = __neg__ = __array__ = __len__ = __iter__ = _fail
+    __hash__ = object.__hash__
+
+
 @dataclass(frozen=True)
 class Facts:
     """What several figures take of all of a rank's kernels: each IPU's ``count`` of kernels, its first kernel's start
@@ -241,10 +259,11 @@ class Stored:
         starts = (int(k.start[0]), int(k.start[-1]), bool((np.diff(k.start) >= 0).all())) if len(k) else (0, 0, True)
         return cls(len(k), np.broadcast_to(np.int64(ipu), (len(k),)), fields, k.names, dict(k.labels), starts)
 
-    def kernels(self, ranks: np.ndarray, names: np.ndarray | None = None,
-                labels: dict[str, np.ndarray] | None = None) -> Kernels:
+    def kernels(self, ranks: np.ndarray, names: np.ndarray | None = None, labels: dict[str, np.ndarray] | None = None,
+                fields: set[str] | None = None) -> Kernels:
         """These kernels as arrays, their names and labels codes into ``names`` and ``labels`` (sorted supersets of
-        their own words) where given, else into their own."""
+        their own words) where given, else into their own; of ``fields`` and their times only where given (the
+        others ``Undecoded``)."""
         def field(f: str) -> np.ndarray:
             values = np.cumsum(np.frombuffer(pa.decompress(self.fields[f], decompressed_size=self.rows * 8,
                                                            codec=_CODEC), np.int64))
@@ -253,9 +272,10 @@ class Stored:
             if f in LABELS and labels is not None:
                 return np.searchsorted(labels[f], self.labels[f])[values] if self.rows else values
             return values.astype(bool) if f == "hta_launch" else values
+        wanted = set(ROW_FIELDS) if fields is None else {*fields, "start", "end"}
         return Kernels(ipu=np.array(self.ipu), names=self.names if names is None else names, ranks=ranks,
                        labels=dict(self.labels if labels is None else labels),
-                       **{f: field(f) for f in ROW_FIELDS if f != "ipu"})
+                       **{f: field(f) if f in wanted else Undecoded(f) for f in ROW_FIELDS if f != "ipu"})
 
 
 @dataclass(frozen=True)
@@ -274,6 +294,7 @@ class HeldKernels:
     first: int  # the IPU's ``ipu`` is counted from this
     rows: int
     test: Callable[[Kernels], np.ndarray] | None = None
+    test_fields: tuple[str, ...] = ()  # those ``test`` reads
     _facts: list[Facts] = field(default_factory=list, compare=False)  # worked out once, on first asking
 
     @classmethod
@@ -290,7 +311,7 @@ class HeldKernels:
         return cls(stored, names, labels, ranks, first, sum(len(s) for s in stored))
 
     def __len__(self) -> int:
-        return self.rows if self.test is None else sum(len(p) for p in self.pieces())
+        return self.rows if self.test is None else sum(len(p) for p in self.pieces(fields=()))
 
     @property
     def num_ranks(self) -> int:
@@ -299,25 +320,28 @@ class HeldKernels:
     def facts(self) -> Facts:
         """``Kernels.facts``, of one pass over the pieces, kept."""
         if not self._facts:
-            each = [p.facts() for p in self.pieces()]
+            each = [p.facts() for p in self.pieces(fields=("stream",))]
             self._facts.append(Facts(sum(f.count for f in each), np.minimum.reduce([f.lo for f in each]),
                                      np.maximum.reduce([f.hi for f in each]),
                                      np.unique(np.concatenate([f.streams for f in each]))))
         return self._facts[0]
 
-    def where(self, test: Callable[[Kernels], np.ndarray]) -> HeldKernels:
-        return replace(self, test=test, _facts=[])
+    def where(self, test: Callable[[Kernels], np.ndarray], fields: tuple[str, ...] = ()) -> HeldKernels:
+        return replace(self, test=test, test_fields=fields, _facts=[])
 
     def moved(self, first: int, ranks: np.ndarray) -> HeldKernels:
         return replace(self, first=first, ranks=ranks, _facts=[])
 
-    def pieces(self, rows: int | None = None) -> Iterator[Kernels]:
+    def pieces(self, rows: int | None = None, fields: tuple[str, ...] | None = None) -> Iterator[Kernels]:
         """The rank's kernels in runs of about ``rows`` or more (``intervals.PIECE_KERNELS`` by default), a few row
         groups decoded at a time, cut before a kernel that starts after every kernel before it has ended (its
         starts rise, so the kernels before a cut ended before any after it starts). Of each, the kernels ``where``
-        keeps; a piece left empty is left out (one empty piece where every one is, as ``Kernels.pieces`` gives)."""
+        keeps; a piece left empty is left out (one empty piece where every one is, as ``Kernels.pieces`` gives).
+        ``fields`` (beside ``ipu``, ``start`` and ``end``): the only ones decoded where given (the others
+        ``Undecoded``)."""
         given = False
-        for piece in self._cut(intervals.PIECE_KERNELS if rows is None else rows):
+        wanted = None if fields is None else {*fields, *self.test_fields}
+        for piece in self._cut(intervals.PIECE_KERNELS if rows is None else rows, wanted):
             piece = piece if self.test is None else piece.take(self.test(piece))
             if len(piece):
                 given = True
@@ -326,14 +350,14 @@ class HeldKernels:
             yield replace(Kernels.build([], [], [], [], [], [], ranks=self.ranks), names=self.names,
                           labels=dict(self.labels))
 
-    def _cut(self, rows: int) -> Iterator[Kernels]:
+    def _cut(self, rows: int, fields: set[str] | None) -> Iterator[Kernels]:
         """The pieces, each row group decoded in turn: a cut may fall before a kernel that starts after every kernel
         before it has ended (the latest end so far carried from group to group), ``rows`` or more after the last.
         Only a piece that runs across row groups is a copy; the others are views of their group."""
         carry: Kernels | None = None  # the rows after the last cut, a view of their group (or a copy across groups)
         reach = np.iinfo(np.int64).min  # the latest end of every row so far
         for stored in self.stored:
-            group = stored.kernels(self.ranks, self.names, self.labels).moved(self.first, self.ranks)
+            group = stored.kernels(self.ranks, self.names, self.labels, fields).moved(self.first, self.ranks)
             if not len(group):
                 continue
             ends = np.maximum(np.maximum.accumulate(group.end), reach)
@@ -360,4 +384,5 @@ def _concatenated(pieces: list[Kernels]) -> Kernels:
     """Kernels of one vocabulary one after the other."""
     if len(pieces) == 1:
         return pieces[0]
-    return replace(pieces[0], **{f: np.concatenate([getattr(p, f) for p in pieces]) for f in ROW_FIELDS})
+    return replace(pieces[0], **{f: v if (v := getattr(pieces[0], f)) is None or isinstance(v, Undecoded) else
+                                 np.concatenate([getattr(p, f) for p in pieces]) for f in ROW_FIELDS})

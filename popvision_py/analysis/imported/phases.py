@@ -59,7 +59,7 @@ def phase_times(k: Kernels, spans: TraceSpans, rows: int | None = None) -> Phase
     rank runs (``idle_cuts``), so that no segment of a rank's time holds kernels of two pieces and each figure is a
     sum over the pieces (the spans counted once). What the figure holds is a piece's arrays, not a rank's: a long
     rank's (1.6 M kernels, a 10 GB import in 4 ranks) took 190 MiB at once."""
-    parts = [kernel_phase_times(piece, spans) for piece in k.pieces(rows)]
+    parts = [kernel_phase_times(piece, spans) for piece in k.pieces(rows, fields=("launch_start", "stream"))]
     if len(parts) == 1:
         return parts[0]
     pair, at = np.unique(np.concatenate([p.pair for p in parts]), return_inverse=True)

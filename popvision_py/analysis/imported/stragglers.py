@@ -80,7 +80,7 @@ def arrivals(k: Kernels, spans: TraceSpans, window: tuple[np.ndarray, np.ndarray
     s_ipu, s_start, _, s_step = step_windows(spans.take(spans.kind == STEP), window)
     step_end = np.full(len(s_ipu), -1, np.int64)
     found = []
-    for p in k.pieces():
+    for p in k.pieces(fields=("launch_start", "kind", "name")):
         when = np.where(p.launch_start >= 0, p.launch_start, p.start)
         step_of = before((s_ipu, s_start), (p.ipu, when), inclusive=True) - 1  # the last step started by the launch
         inside = (step_of >= 0) & (s_ipu[np.maximum(step_of, 0)] == p.ipu) if len(s_ipu) else np.zeros(len(p), bool)
@@ -93,7 +93,7 @@ def arrivals(k: Kernels, spans: TraceSpans, window: tuple[np.ndarray, np.ndarray
     first = np.searchsorted(which, which, side="left")  # the row of its step's first collective
     words = np.array([collective_of(str(n)) for n in k.names.tolist()] or [""], object)
     ready = readiness(k, ipu, launch, start)
-    compute = sum(compute_before(p, ipu, ready, s_start[which]) for p in k.pieces())
+    compute = sum(compute_before(p, ipu, ready, s_start[which]) for p in k.pieces(fields=("kind",)))
     return Table({"rank": k.ranks[ipu] if len(ipu) else np.zeros(0, np.int64), "step": s_step[which],
                   "collective": np.arange(len(ipu), dtype=np.int64) - first,
                   "name": words[name] if len(ipu) else np.zeros(0, object),
@@ -107,7 +107,7 @@ def readiness(k: Kernels, ipu: np.ndarray, launch: np.ndarray, start: np.ndarray
     order, which DDP's collectives wait on); its start where it has no launch in the trace. Never after its start.
     The latest end a piece of the rank at a time (``Kernels.pieces``), the pieces' largest."""
     waited = np.full(len(ipu), -1, np.int64)
-    for p in k.pieces():
+    for p in k.pieces(fields=("kind", "launch_start")):
         comp = np.flatnonzero((p.kind == COMPUTE) & (p.launch_start >= 0))
         if not len(comp):
             continue
