@@ -421,7 +421,7 @@ def worth_a_look(k: Kernels, window: tuple[np.ndarray, np.ndarray], long_kernels
 
     def kernels_of(launched: bool) -> list[np.ndarray]:  # a piece at a time: each kernel's key and its time
         found = []
-        for p in k.pieces(fields=("name", "launch_start", "launch_end", *words)):
+        for p in k.pieces(fields=("name", "launch_start", "launch_end") if launched else ("name", *words)):
             inside = p.take((p.start >= lo[p.ipu]) & (p.start < hi[p.ipu])) if len(p) else p
             key = inside.ipu * names + inside.name
             for label in words if not launched else ():

@@ -90,13 +90,17 @@ def idle_cuts(ipu: np.ndarray, start: np.ndarray, end: np.ndarray, rows: int | N
         free = np.flatnonzero(np.maximum.accumulate(end)[:-1] < np.minimum.accumulate(start[::-1])[::-1][1:]) + 1
     else:
         free = np.flatnonzero(ipu[1:] != ipu[:-1]) + 1
-    cuts = [0]
-    while free.size:
-        at = np.searchsorted(free, cuts[-1] + rows)
-        if at == free.size:
-            break
-        cuts.append(int(free[at]))
-    return np.array([*cuts, n])
+    return np.array([0, *chosen(free, rows), n])
+
+
+def chosen(free: np.ndarray, rows: int, last: int = 0) -> list[int]:
+    """The cuts among ``free`` (rising rows before which a cut may fall): each the first ``rows`` or more after the
+    one before it, the first ``rows`` or more after ``last``."""
+    cuts = []
+    while (at := int(np.searchsorted(free, last + rows))) < len(free):
+        last = int(free[at])
+        cuts.append(last)
+    return cuts
 
 
 def masks_with(bit: int, labels: int) -> np.ndarray:

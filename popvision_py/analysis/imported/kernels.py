@@ -363,10 +363,7 @@ class HeldKernels:
             ends = np.maximum(np.maximum.accumulate(group.end), reach)
             free = np.flatnonzero(np.r_[reach, ends[:-1]] < group.start)  # a cut may fall before these rows
             reach = int(ends[-1])
-            cuts, last = [], -(len(carry) if carry is not None else 0)
-            while (at := int(np.searchsorted(free, last + rows))) < len(free):
-                last = int(free[at])
-                cuts.append(last)
+            cuts = intervals.chosen(free, rows, -(len(carry) if carry is not None else 0))
             if not cuts:
                 carry = group if carry is None else _concatenated([carry, group])
                 continue
