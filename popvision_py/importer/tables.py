@@ -250,7 +250,12 @@ class RankTables:
 
     def finish(self) -> dict[str, Table]:
         """The rank's exchanges (a transfer never exposed on a new step of 0 cycles after the others), the
-        programs rows of those steps, every step's liveness and the rank's tile_memory."""
+        programs rows of those steps, the liveness of every step of its time line and the rank's tile_memory.
+
+        A step of a hidden transfer has no liveness: it is no row of the time line, and numbered after them all,
+        not at its time (a DDP step of 400 gradient buckets: 400 such steps a profiler step). Its row was the
+        level when the last step began, a flat tail that was most of the Liveness page's axis (99% of it at 1,600
+        layers); that level still counts towards the lowest, so the weights and activations are unchanged."""
         t, ipu, comm = self.t, self.ipu, self.comm
         sends = np.array(["send" in n for n in t.names] + [False], bool)[t.name[comm]]
         collective = self.collective[t.name[comm]]
@@ -274,14 +279,15 @@ class RankTables:
             "bytes": self.nbytes[hidden], "cycles": np.zeros(k, np.int64)}
         # memory: each step's level (the most allocated while it ran, else what was allocated when it began)
         # against the lowest, and the rank's peak split into what stayed allocated throughout and the rest
-        at_last = np.full(k, self.last_start, np.int64)
-        before = int(np.searchsorted(self.memory_ts, self.last_start, side="left"))  # the sample before it
-        last = levels(self.memory_ts[max(before - 1, 0):before + 1], self.memory_bytes[max(before - 1, 0):before + 1],
-                      at_last, at_last)
-        self.levels.extend(last)
         level = self.levels.result()
         total = len(level)
-        baseline = min(int(level.min()) if total else 0, self.peak)
+        lowest = [int(level.min())] if total else []
+        if k:  # what was allocated when the last step began: the lowest may be it
+            at_last = np.array([self.last_start], np.int64)
+            before = int(np.searchsorted(self.memory_ts, self.last_start, side="left"))  # the sample before it
+            near = slice(max(before - 1, 0), before + 1)
+            lowest.append(int(levels(self.memory_ts[near], self.memory_bytes[near], at_last, at_last)[0]))
+        baseline = min(min(lowest, default=0), self.peak)
         liveness = {  # made a slice at a time as it is written: one array of the rank's steps, not six
             "ipu": LazyColumn(total, lambda a, b: np.full(b - a, ipu, np.int64)),
             "step": LazyColumn(total, lambda a, b: np.arange(a, b, dtype=np.int64)),

@@ -262,3 +262,53 @@ def test_kinetos_copy_of_a_profiler_step_on_the_gpus_track_is_not_a_step(tmp_pat
     assert result.exit_code == 0 and "1 step(s)" in result.output, result.output
     with popvision_py.open(tmp_path / "out" / "profile.pop") as report:
         assert report.summary.figures().step_cycles == 1_000_000
+
+
+def memory(ts: float, total: int) -> dict:
+    """A [memory] event on the GPU: ``total`` bytes allocated from ``ts`` µs."""
+    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", **CPU, "ts": ts,
+            "args": {"Total Reserved": 0, "Total Allocated": total, "Bytes": 0, "Device Id": 0, "Device Type": 1,
+                     "Addr": 1}}
+
+
+def test_a_hidden_all_reduce_is_a_program_step_without_liveness(tmp_path):
+    # GIVEN one profiler step of 1,000 µs: a GEMM [100, 300) with an all-reduce [150, 250) wholly hidden behind
+    # it, then a GEMM [400, 500); 6 MiB allocated from 50 µs, 2 MiB from 350, 8 MiB from 450
+    mib = 1 << 20
+    (tmp_path / "rank0.json").write_text(kineto(HEADER, [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 1000, **CPU},
+        launch("cudaLaunchKernel", 10, 5, 1), launch("cudaLaunchKernel", 20, 5, 2),
+        launch("cudaLaunchKernel", 30, 5, 3),
+        kernel("ampere_sgemm_128x64_tn", 100, 200, 7, 1),
+        {**kernel("ncclKernel_AllReduce_RING_LL_Sum_bf16(ncclWorkElem)", 150, 100, 20, 2),
+         "args": {"stream": 20, "correlation": 2, "In msg nelems": 1000, "dtype": "BFloat16", "Group size": 1}},
+        kernel("ampere_sgemm_64x64_tn", 400, 100, 7, 3),
+        memory(50, 6 * mib), memory(350, 2 * mib), memory(450, 8 * mib)]))
+    # WHEN it is imported
+    result = CliRunner().invoke(main, ["import", str(tmp_path / "rank0.json"), "-o", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 0, result.output
+    with popvision_py.open(tmp_path / "out" / "profile.pop") as report:
+        trace = report.profile.read_pandas("trace")
+        programs = report.profile.read_pandas("programs")
+        exchanges = report.profile.read_pandas("exchanges")
+        liveness = report.profile.read_pandas("liveness")
+        tile_memory = report.profile.read_pandas("tile_memory")
+        by_step = report.liveness.by_step()
+    # THEN the time line's two steps are the GEMMs (the all-reduce never runs alone)
+    busy = trace[trace["step"] >= 0]
+    assert list(zip(busy["step"], busy["start_cycle"], busy["end_cycle"])) == [(0, 100_000, 300_000),
+                                                                               (1, 400_000, 500_000)]
+    # the all-reduce is a step of its own after them, of 0 cycles, its 250 µs and 2,000 bytes in exchanges
+    assert list(programs["step"]) == [0, 1, 2] and programs["cycles"].iloc[2] == 0
+    assert str(programs["type"].iloc[2]) == "all_reduce"
+    assert list(zip(exchanges["step"], exchanges["cycles"], exchanges["bytes"])) == [(2, 100_000, 2_000)]
+    # memory: the time line's steps only, each the most allocated in it or else when it began: 6 MiB in the
+    # first GEMM (nothing sampled in it), 8 MiB in the second (2 MiB when it began, 8 from 450 µs)
+    assert list(liveness["step"]) == [0, 1] and list(by_step["step"]) == [0, 1]
+    # the lowest level is still the 2 MiB allocated when the last step began: the weights (always live) are 2 MiB,
+    # the activations the 8 MiB peak less them
+    assert set(liveness["always_live_bytes"]) == {2 * mib}
+    assert list(liveness["not_always_live_bytes"]) == [4 * mib, 6 * mib]
+    assert list(liveness["worst_tile_bytes"]) == [6 * mib, 8 * mib]
+    assert dict(zip(tile_memory["category"].astype(str), tile_memory["bytes"])) == {"weights": 2 * mib,
+                                                                                  "activations": 6 * mib}
