@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -271,11 +272,14 @@ def memory(ts: float, total: int) -> dict:
                      "Addr": 1}}
 
 
-def test_a_hidden_all_reduce_is_a_program_step_without_liveness(tmp_path):
-    # GIVEN one profiler step of 1,000 µs: a GEMM [100, 300) with an all-reduce [150, 250) wholly hidden behind
-    # it, then a GEMM [400, 500); 6 MiB allocated from 50 µs, 2 MiB from 350, 8 MiB from 450
-    mib = 1 << 20
-    (tmp_path / "rank0.json").write_text(kineto(HEADER, [
+MIB = 1 << 20
+
+
+def import_hidden_all_reduce(folder: Path) -> Path:
+    """One profiler step of 1,000 µs imported: a GEMM [100, 300) with an all-reduce [150, 250) wholly hidden behind
+    it, then a GEMM [400, 500); 6 MiB allocated from 50 µs, 2 MiB from 350, 8 MiB from 450. Its profile's path."""
+    mib = MIB
+    (folder / "rank0.json").write_text(kineto(HEADER, [
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 1000, **CPU},
         launch("cudaLaunchKernel", 10, 5, 1), launch("cudaLaunchKernel", 20, 5, 2),
         launch("cudaLaunchKernel", 30, 5, 3),
@@ -284,10 +288,15 @@ def test_a_hidden_all_reduce_is_a_program_step_without_liveness(tmp_path):
          "args": {"stream": 20, "correlation": 2, "In msg nelems": 1000, "dtype": "BFloat16", "Group size": 1}},
         kernel("ampere_sgemm_64x64_tn", 400, 100, 7, 3),
         memory(50, 6 * mib), memory(350, 2 * mib), memory(450, 8 * mib)]))
-    # WHEN it is imported
-    result = CliRunner().invoke(main, ["import", str(tmp_path / "rank0.json"), "-o", str(tmp_path / "out"), "-q"])
+    result = CliRunner().invoke(main, ["import", str(folder / "rank0.json"), "-o", str(folder / "out"), "-q"])
     assert result.exit_code == 0, result.output
-    with popvision_py.open(tmp_path / "out" / "profile.pop") as report:
+    return folder / "out" / "profile.pop"
+
+
+def test_a_hidden_all_reduce_is_a_program_step_without_liveness(tmp_path):
+    # GIVEN the trace of a GEMM hiding an all-reduce, then a GEMM WHEN it is imported
+    mib = MIB
+    with popvision_py.open(import_hidden_all_reduce(tmp_path)) as report:
         trace = report.profile.read_pandas("trace")
         programs = report.profile.read_pandas("programs")
         exchanges = report.profile.read_pandas("exchanges")
@@ -312,3 +321,20 @@ def test_a_hidden_all_reduce_is_a_program_step_without_liveness(tmp_path):
     assert list(liveness["worst_tile_bytes"]) == [6 * mib, 8 * mib]
     assert dict(zip(tile_memory["category"].astype(str), tile_memory["bytes"])) == {"weights": 2 * mib,
                                                                                   "activations": 6 * mib}
+
+
+def test_the_peaks_are_read_a_batch_at_a_time_where_the_program_steps_are_many(tmp_path, monkeypatch):
+    from popvision_py.analysis.ipu import liveness
+
+    # GIVEN an import whose liveness (2 rows) is short and its programs (3 rows, the hidden all-reduce's too) long
+    path = import_hidden_all_reduce(tmp_path)
+    with popvision_py.open(path) as whole:
+        expected = whole.liveness.peaks()
+    monkeypatch.setattr(liveness, "STREAM_ROWS", 2)
+    with popvision_py.open(path) as report:
+        # WHEN its peaks are asked for (the summary's findings, the dashboard's first page)
+        peaks = report.liveness.peaks()
+        # THEN neither table is decoded whole: the peaks are read a batch at a time, and the same
+        assert not report.decodes("programs") and not report.decodes("liveness")
+    pd.testing.assert_frame_equal(peaks, expected)
+    assert list(peaks["peak_step"]) == [1] and list(peaks["not_always_live_bytes"]) == [6 * MIB]
