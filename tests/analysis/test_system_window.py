@@ -98,3 +98,49 @@ def test_a_long_runs_thousand_steps_each_keep_their_own_name_and_place():
     # AND the steps, groups of one span each, are held as the index's arrays, not made groups one by one
     assert len(index.groups) == 1001 and all(g is None for g in index.groups)
     assert len(index.single) == 1001 and not len(index.others)
+
+
+NESTED = [  # one thread's spans of one name: a call [0, 100) holding [10, 40) (recursion), then [30, 60) inside both
+    ("rank-0", "MainThread", "pytorch", "aten::copy_", "span", 0, 100, 0.0),
+    ("rank-0", "MainThread", "pytorch", "aten::copy_", "span", 10, 40, 0.0),
+    ("rank-0", "MainThread", "pytorch", "aten::copy_", "span", 30, 60, 0.0),
+    ("rank-0", "MainThread", "pytorch", "aten::copy_", "span", 150, 160, 0.0),
+    # and spans of one name one after the other, the first two end to start
+    ("rank-0", "MainThread", "pytorch", "aten::mm", "span", 0, 20, 0.0),
+    ("rank-0", "MainThread", "pytorch", "aten::mm", "span", 20, 50, 0.0),
+    ("rank-0", "MainThread", "pytorch", "aten::mm", "span", 70, 80, 0.0),
+]
+
+
+def test_spans_of_one_name_inside_each_other_count_once_in_a_bins_time_and_each_in_its_events():
+    # GIVEN nested spans of one name on a thread, and disjoint spans of another
+    index = _timeline(NESTED)
+    # WHEN [45, 155) is asked for: THEN the spans that overlap it: of the nested ones the outer call and [30, 60)
+    # (not [10, 40), over by 45) and the last one; of the others [20, 50) and [70, 80) (not [0, 20))
+    assert index.count(45, 155) == 5
+    f = system.window(index, 45, 155).frame
+    assert sorted(zip(f["name"], f["start_ns"], f["end_ns"])) == [
+        ("aten::copy_", 0, 100), ("aten::copy_", 30, 60), ("aten::copy_", 150, 160),
+        ("aten::mm", 20, 50), ("aten::mm", 70, 80)]
+    # AND in bins of 50 ns the nested spans' time is their union's, each span counted in every bin it overlaps:
+    # [0, 50) copy_ 50 ns (3 spans), mm 20 + 30 = 50 ns (2); [50, 100) copy_ 50 ns (2), mm 10 ns (1);
+    # [100, 150) nothing of either; [150, 200) copy_ 10 ns (1)
+    bins = system.window(index, 0, 200, max_events=0, max_bins=4).frame
+    got = sorted(zip(bins["name"], bins["start_ns"], bins["time_ns"], bins["events"]))
+    assert got == [("aten::copy_", 0, 50, 3), ("aten::copy_", 50, 50, 2), ("aten::copy_", 150, 10, 1),
+                   ("aten::mm", 0, 50, 2), ("aten::mm", 50, 10, 1)]
+
+
+def test_each_events_row_is_its_process_and_thread_however_many_threads_the_processes_name():
+    # GIVEN 40 processes each of its own thread name (1,600 pairs that might be: more than the events count),
+    # and 3 processes sharing two thread names
+    many = [(f"rank-{p}", f"worker-{p}", "pytorch", "step", "span", p, p + 1, 0.0) for p in range(40)]
+    few = [(f"rank-{p}", t, "pytorch", "step", "span", p, p + 1, 0.0) for p in range(3) for t in ("MainThread", "io")]
+    for run in (many, few):
+        events = _timeline(run).events
+        # THEN the rows are the pairs the events hold, processes in natural order, the main thread first
+        pairs = sorted({(int(r[0][5:]), r[1]) for r in run}, key=lambda pt: (pt[0], pt[1] != "MainThread", pt[1]))
+        assert [(int(events.processes[p][5:]), t) for p, t in events.rows] == pairs
+        # AND each event's row is its own pair
+        got = [(int(events.processes[events.rows[r][0]][5:]), events.rows[r][1]) for r in events.row]
+        assert sorted(got) == sorted((int(r[0][5:]), r[1]) for r in run)

@@ -337,13 +337,14 @@ class SpanUnion:
 
     @classmethod
     def of(cls, start: np.ndarray, end: np.ndarray) -> SpanUnion:
-        """The union of spans sorted by start."""
+        """The union of spans sorted by start: the spans themselves (the same arrays) where they are disjoint."""
         if len(start):
             reach = np.maximum.accumulate(end)
             new = np.ones(len(start), bool)
             new[1:] = start[1:] > reach[:-1]
-            first = np.flatnonzero(new)
-            start, end = start[first], reach[np.append(first[1:] - 1, len(start) - 1)]
+            if not new.all():
+                first = np.flatnonzero(new)
+                start, end = start[first], reach[np.append(first[1:] - 1, len(start) - 1)]
         covered = np.zeros(len(start) + 1, np.int64)
         np.cumsum(end - start, out=covered[1:])
         return cls(np.asarray(start, np.int64), np.asarray(end, np.int64), covered)

@@ -169,7 +169,13 @@ def load_tables(tables: list[pa.Table]) -> Events:
     thread, words = _dictionary(table["thread"])
     thread, threads = _ranked(thread, words, lambda t: (t != "MainThread", _natural(t)))
     width = max(len(threads), 1)
-    rows, row = np.unique(process * width + thread, return_inverse=True)
+    key = process * width + thread
+    if len(processes) * width <= 4 * len(key) + 1024:  # the (process, thread) rows counted, not the events sorted
+        present = np.bincount(key, minlength=len(processes) * width) > 0
+        rows, row = np.flatnonzero(present), (np.cumsum(present) - 1)[key]
+    else:
+        rows, row = np.unique(key, return_inverse=True)
+    del key
     first = np.unique(process, return_index=True)[1] if len(process) else np.zeros(0, np.int64)
     pids = table["pid"].to_numpy()[first].astype(np.int64)
     del process, thread, first
@@ -306,13 +312,27 @@ class _EventGroup:
     values: np.ndarray  # a counter's running sum of values (0 first)
 
 
+NO_VALUES = np.zeros(1)  # a group's values that is not a counter's
+NO_VALUES.setflags(write=False)
+
+
 def _group(events: Events, rows: np.ndarray) -> _EventGroup:
+    """A group's arrays. Where its spans are disjoint, in order (a thread's spans of one name, mostly), the latest
+    end so far, the ends sorted and the union are the spans' own arrays, not copies: at 10 GB of traces in 4 ranks,
+    the index was 72 bytes an event."""
     start, end = events.start[rows], events.end[rows]
-    values = np.zeros(len(rows) + 1)
-    if events.kind[rows[0]] == COUNTER:
+    kind = int(events.kind[rows[0]])
+    values = NO_VALUES
+    if kind == COUNTER:
+        values = np.zeros(len(rows) + 1)
         np.cumsum(events.value[rows], out=values[1:])
-    return _EventGroup(int(events.row[rows[0]]), int(events.name[rows[0]]), int(events.kind[rows[0]]), rows, start, end,
-                  np.maximum.accumulate(end), np.sort(end), SpanUnion.of(start, end), values)
+    reach = np.maximum.accumulate(end)
+    if len(end) < 2 or bool((start[1:] > reach[:-1]).all()):
+        reach = ends = end
+    else:
+        ends = np.sort(end)
+    return _EventGroup(int(events.row[rows[0]]), int(events.name[rows[0]]), kind, rows, start, end, reach, ends,
+                       SpanUnion.of(start, end), values)
 
 
 class SystemIndex:
