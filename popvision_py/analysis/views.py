@@ -318,7 +318,7 @@ class ExchangeReport(_View):
 
     def _communication(self) -> Table:
         return self._memo("communication", lambda: _imported.communication(
-            self._r.trace_summary(), self._r.columns("exchanges"), self._r.run))
+            self._r.trace_summary(), lambda: self._r.columns("exchanges"), self._r.run))
 
     def costliest(self, n: int = 10) -> pd.DataFrame:
         return self._costliest(n).frame()

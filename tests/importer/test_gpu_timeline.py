@@ -338,3 +338,24 @@ def test_the_peaks_are_read_a_batch_at_a_time_where_the_program_steps_are_many(t
         assert not report.decodes("programs") and not report.decodes("liveness")
     pd.testing.assert_frame_equal(peaks, expected)
     assert list(peaks["peak_step"]) == [1] and list(peaks["not_always_live_bytes"]) == [6 * MIB]
+
+
+def test_the_communication_hidden_is_measured_at_import_and_the_exchanges_read_only_without_it(tmp_path):
+    from popvision_py.analysis.imported.ranks import communication
+
+    # GIVEN the import of a GEMM [100, 300) hiding an all-reduce [150, 250)
+    with popvision_py.open(import_hidden_all_reduce(tmp_path)) as report:
+        trace, run = report.trace_summary(), report.run
+        exchanges = report.columns("exchanges")
+
+    def unread():
+        raise AssertionError("the exchanges were read")
+
+    # WHEN its communication per rank is worked out THEN the import's measure is taken: 100 µs hidden, none exposed,
+    # and the exchanges are not read
+    measured = communication(trace, unread, run)
+    assert list(measured["hidden_comm_cycles"]) == [100_000] and list(measured["exposed_comm_cycles"]) == [0]
+    # AND a profile imported before the import measured it: the transfers' whole time less their exposed part
+    older = {**run, "import": {k: v for k, v in run["import"].items() if k != "hidden_comm_ns"}}
+    bounded = communication(trace, lambda: exchanges, older)
+    assert list(bounded["hidden_comm_cycles"]) == [100_000]

@@ -9,6 +9,7 @@ profile and one cycle is one nanosecond (docs/real-traces.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,10 +93,11 @@ def pipeline(run: dict[str, Any]) -> Pipeline:
     return Pipeline(str(info.get("schedule", "unknown")), ranks, per_rank, m, ideal)
 
 
-def communication(trace: Aggregates, exchanges: Columns, run: dict[str, Any]) -> Table:
+def communication(trace: Aggregates, exchanges: Callable[[], Columns], run: dict[str, Any]) -> Table:
     """Per rank: compute, exposed communication (the rank waits in a call or for a transfer), the
     communication hidden behind compute (the rank's compute while a transfer was under way, overlaps
-    counted once: ``run.import.hidden_comm_ns``) and idle."""
+    counted once: ``run.import.hidden_comm_ns``) and idle. ``exchanges()`` gives the exchanges table, read only
+    for a profile imported before the hidden time was measured (10 GB of traces: 556,800 rows, 16 MiB)."""
     ipus = trace.cube.shape[0]
     by_phase = trace.cube.by_ipu().sum(axis=1)  # [ipu, phase]
     compute = by_phase[:, PHASE["compute"]].astype(np.int64)
@@ -106,6 +108,7 @@ def communication(trace: Aggregates, exchanges: Columns, run: dict[str, Any]) ->
         # the import measured each rank's compute while a transfer was under way (overlaps once)
         hidden = np.asarray(measured, np.int64)
     else:  # each transfer's whole time less its exposed part (transfers may overlap: an upper bound)
+        exchanges = exchanges()
         whole = np.bincount(np.asarray(exchanges["ipu"], np.int64),
                             weights=np.asarray(exchanges["cycles"], np.float64), minlength=ipus)[:ipus] \
             if len(exchanges) else np.zeros(ipus)
