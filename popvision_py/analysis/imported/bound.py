@@ -195,26 +195,26 @@ def expand(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 def _medians(group: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     """Each group's median of ``values`` (NaN for a group without any). Integers whose (group, value) fit one int64
-    are sorted as those (a rank's 1.6 M kernels: one array sorted in place, not the sort's order and its gathers)."""
+    are sorted as those (a rank's 1.6 M kernels: one array made and sorted in place, not the sort's order and its
+    gathers), and only the middle ones made floats."""
     if not len(values):
         return np.full(size, np.nan)
     low = int(values.min()) if values.dtype.kind in "iu" else 0
     width = int(values.max()) - low + 1 if values.dtype.kind in "iu" else 0
     if 0 < width and size * width < 1 << 62:
-        v = values.astype(np.int64)  # (a copy, changed in place)
-        v -= low
-        v += group * width
+        v = np.multiply(group, width, dtype=np.int64)  # group x width + value - low, in an order that cannot wrap
+        for step in ((np.subtract, low), (np.add, values)) if low >= 0 else ((np.add, values), (np.subtract, low)):
+            step[0](v, step[1], out=v, casting="unsafe")
         v.sort()
         np.remainder(v, width, out=v)
         v += low
-        v = v.astype(np.float64)
     else:
         v = values[np.lexsort((values, group))].astype(np.float64)
     count = np.bincount(group, minlength=size)
     first = np.cumsum(count) - count
     lo = np.minimum(first + np.maximum(count - 1, 0) // 2, len(v) - 1)
     hi = np.minimum(first + count // 2, len(v) - 1)
-    return np.where(count > 0, (v[lo] + v[hi]) / 2, np.nan)
+    return np.where(count > 0, (v[lo].astype(np.float64) + v[hi].astype(np.float64)) / 2, np.nan)
 
 
 def pct(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
