@@ -316,7 +316,7 @@ class _EventGroup:
     reach: np.ndarray  # the latest end so far: spans before the first reach > a all end by a
     ends: np.ndarray  # ends sorted
     union: SpanUnion  # the spans' union, and the time it covers before any instant
-    values: np.ndarray  # a counter's running sum of values (0 first)
+    values: np.ndarray  # a counter's running sum of values (0 first); another kind's: NO_VALUES
 
 
 NO_VALUES = np.zeros(1)  # a group's values that is not a counter's

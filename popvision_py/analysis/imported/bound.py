@@ -203,8 +203,12 @@ def _medians(group: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     width = int(values.max()) - low + 1 if values.dtype.kind in "iu" else 0
     if 0 < width and size * width < 1 << 62:
         v = np.multiply(group, width, dtype=np.int64)  # group x width + value - low, in an order that cannot wrap
-        for step in ((np.subtract, low), (np.add, values)) if low >= 0 else ((np.add, values), (np.subtract, low)):
-            step[0](v, step[1], out=v, casting="unsafe")
+        if low >= 0:
+            v -= low
+            np.add(v, values, out=v, casting="unsafe")
+        else:
+            np.add(v, values, out=v, casting="unsafe")
+            v -= low
         v.sort()
         np.remainder(v, width, out=v)
         v += low
