@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from popvision_py.version import __version__
 from popvision_py.analysis.imported import ranks as imported
@@ -125,9 +124,7 @@ def build_report(report: Any, section: str = "all", figures: bool = False) -> Do
         before = len(doc.blocks)
         build[name](doc, report, figures)
         built[name] = doc.blocks[before:]
-        # the section's temporaries handed back (the pool's, glibc's malloc_trim under the system allocator), not
-        # left for the next to grow on: ``--section all`` at 10 GB in 4 ranks peaked 60 MiB higher without it
-        pa.default_memory_pool().release_unused()
+        report.hand_back()  # the section's freed pages, not left for the next one to grow on
     doc.blocks = [b for name in names for b in built[name] if section != "all" or b.key != "exchange.host_input"]
     at_many_ranks(doc.blocks)
     if report.imported:
@@ -151,8 +148,7 @@ def prefetch_beside_trace(report: Any) -> None:
     (``Report.prefetch``). Not an imported GPU trace's ``kernels``: the GPU section reads it a rank's row groups
     at a time (``gpu_ranks``), so decoded whole here it was only held through every section (5 GB of traces:
     the report's peak 1.39-1.44 GiB against 1.15-1.16 without it, the same document)."""
-    report.prefetch([name for name in TABLE_COLUMNS
-                     if name not in ("trace", "kernels") and name in report.profile.tables])
+    report.prefetch([n for n in TABLE_COLUMNS if n not in ("trace", "kernels") and n in report.profile.tables])
 
 
 # What `popvision report PROFILE --section NAME` adds to the overview, in the overview's last block
