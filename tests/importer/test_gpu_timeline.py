@@ -359,3 +359,18 @@ def test_the_communication_hidden_is_measured_at_import_and_the_exchanges_read_o
     older = {**run, "import": {k: v for k, v in run["import"].items() if k != "hidden_comm_ns"}}
     bounded = communication(trace, lambda: exchanges, older)
     assert list(bounded["hidden_comm_cycles"]) == [100_000]
+
+
+def test_the_collectives_alone_are_one_figure_and_the_same_as_with_every_figure(imported):
+    # GIVEN the trace's profile opened twice WHEN the Exchange page asks for the collectives first, in one,
+    # and after the GPU page's figures, in the other
+    with popvision_py.open(imported) as first, popvision_py.open(imported) as after:
+        alone = first.gpu.collectives()
+        made_alone = not first.holds(("GpuReport", "figures"))
+        after.gpu.by_rank()
+        together = after.gpu.collectives()
+    # THEN the first made the collectives alone (not every figure), and both are the same: the all-reduce's 2,000
+    # bytes in 250 µs on rank 0
+    assert made_alone
+    pd.testing.assert_frame_equal(alone, together)
+    assert list(alone["bytes"]) == [2_000] and list(alone["calls"]) == [1]

@@ -289,11 +289,11 @@ def figures(profile: Any, window: tuple[np.ndarray, np.ndarray], last_step_start
 
 def figure(memo: Callable[[Any, Callable[[], Any]], Any], profile: Any, window: Callable[[], Any],
            last_step_starts: Callable[[], np.ndarray | None], spans: Callable[[], bound.TraceSpans], name: str,
-           args: tuple[Any, ...]) -> Table:
+           args: tuple[Any, ...], alone: bool = False) -> Table:
     """``figures``' ``name`` at ``args``, kept by ``memo`` (a view's cache: key, compute): a figure at the arguments a
-    report shows it with is made with every such figure, in one read of each rank's kernels; else in one of its
-    own. ``window``, ``last_step_starts`` and ``spans`` give ``figures``' (asked for only when made)."""
-    shown = name == "kernel_types" or DEFAULTS.get(name) == args
+    report shows it with is made with every such figure, in one read of each rank's kernels; else, or ``alone``, in
+    one of its own. ``window``, ``last_step_starts`` and ``spans`` give ``figures``' (asked for only when made)."""
+    shown = not alone and (name == "kernel_types" or DEFAULTS.get(name) == args)
     return memo("figures" if shown else (name, *args), lambda: figures(
         profile, window(), last_step_starts(), spans(), None if shown else {name: args}))[name]
 
