@@ -216,7 +216,7 @@ def test_phases_worked_out_a_piece_at_a_time_are_those_of_the_whole_rank():
 @pytest.mark.parametrize("dtype, low", [(np.int64, 0), (np.int64, -10**12), (np.int64, 10**15), (np.int32, -50),
                                         (np.uint32, 0), (np.float64, -3)])
 def test_each_groups_median_is_numpys_whatever_the_values_type_and_sign(dtype, low):
-    from popvision_py.analysis.imported.bound import _medians
+    from popvision_py.analysis.imported.bound import group_medians
 
     # GIVEN values of 7 groups (group 3 without any, group 5 of one value), drawn about ``low``
     rng = np.random.default_rng(7)
@@ -224,6 +224,6 @@ def test_each_groups_median_is_numpys_whatever_the_values_type_and_sign(dtype, l
     group[-1] = 5
     values = (low + rng.integers(0, 1_000, len(group))).astype(dtype)
     # WHEN each group's median is taken THEN it is numpy's median of the group's values, NaN for a group of none
-    got = _medians(group, values, 7)
+    got = group_medians(group, values, 7)
     want = [np.median(values[group == g].astype(np.float64)) if (group == g).any() else np.nan for g in range(7)]
     np.testing.assert_array_equal(got, want)

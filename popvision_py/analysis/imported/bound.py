@@ -193,7 +193,7 @@ def expand(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return which, first[which] + offset
 
 
-def _medians(group: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+def group_medians(group: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     """Each group's median of ``values`` (NaN for a group without any). Integers whose (group, value) fit one int64
     are sorted as those (a rank's 1.6 M kernels: one array made and sorted in place, not the sort's order and its
     gathers), and only the middle ones made floats."""
@@ -361,10 +361,10 @@ def step_bounds(k: Kernels, spans: TraceSpans, window: tuple[np.ndarray, np.ndar
             inside &= (p.launch_start >= 0) if launched else True
             found.append((at[inside], ((p.launch_end - p.launch_start) if launched else (p.end - p.start))[inside]))
         return joined(found)
-    launch_median = _medians(*steps_of(True), size)  # (one pass each: a long rank's columns held one pair at a time)
+    launch_median = group_medians(*steps_of(True), size)  # (one pass each: a rank a pair of columns at a time)
     at, kernel_ns = steps_of(False)
     count = np.bincount(at, minlength=size)[:size] if size else np.zeros(0, np.int64)
-    kernel_median = _medians(at, kernel_ns, size)
+    kernel_median = group_medians(at, kernel_ns, size)
     waits = np.stack([input_wait, launch_wait, other], axis=1) if size else np.zeros((0, 3), np.int64)
     largest = np.argmax(waits, axis=1) if size else np.zeros(0, np.int64)
     binds = waits[np.arange(size), largest] >= bound_pct / 100.0 * span if size else np.zeros(0, bool)
@@ -397,7 +397,7 @@ def step_summary(t: Table) -> Table:
     def medians(column: str) -> np.ndarray:
         values = np.asarray(t[column], np.float64)
         kept = ~np.isnan(values)
-        return _medians(group[kept], values[kept], size)
+        return group_medians(group[kept], values[kept], size)
 
     step_ns = np.asarray(t["step_ns"], np.int64)
     by_time = np.lexsort((np.arange(len(rank)), -step_ns, group))
@@ -434,11 +434,11 @@ def worth_a_look(k: Kernels, window: tuple[np.ndarray, np.ndarray], long_kernels
             found.append((key[rows], ((inside.launch_end - inside.launch_start) if launched else
                                       (inside.end - inside.start))[rows]))
         return joined(found)
-    launch = _medians(*kernels_of(True), size)  # (one pass each: a long rank's columns held one pair at a time)
+    launch = group_medians(*kernels_of(True), size)  # (one pass each: a long rank's columns held one pair at a time)
     key, duration = kernels_of(False)
     count = np.bincount(key, minlength=size)
     total = sum_by(key, duration, size)
-    median = _medians(key, duration, size)
+    median = group_medians(key, duration, size)
     del key, duration
     rows = np.flatnonzero(count)
     rank_of = rows // names

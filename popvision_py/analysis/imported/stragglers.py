@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from popvision_py.analysis.common.tables import Table
-from popvision_py.analysis.imported.bound import STEP, TraceSpans, before, step_windows
+from popvision_py.analysis.imported.bound import STEP, TraceSpans, group_medians, before, step_windows
 from popvision_py.analysis.imported.collectives import collective_of
 from popvision_py.analysis.imported.gpu import COMMUNICATION, COMPUTE, Kernels
 from popvision_py.analysis.imported.stats import joined
@@ -121,19 +121,6 @@ def readiness(k: Kernels, ipu: np.ndarray, launch: np.ndarray, start: np.ndarray
     return np.where(launch >= 0, np.minimum(np.maximum(launch, waited), start), start)
 
 
-def _medians(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
-    """Each group's median of ``values`` (``group``: codes 0..groups-1; NaN for a group without rows)."""
-    order = np.lexsort((values, group))
-    v, g = values[order].astype(np.float64), group[order]
-    first = np.searchsorted(g, np.arange(groups), side="left")
-    count = np.searchsorted(g, np.arange(groups), side="right") - first
-    lo, hi = first + (count - 1) // 2, first + count // 2
-    ok = count > 0
-    out = np.full(groups, np.nan)
-    out[ok] = (v[lo[ok]] + v[hi[ok]]) / 2
-    return out
-
-
 def stragglers(a: Table, late_pct: float = LATE_PCT, top: int = TOP_LATE) -> Table:
     """``STRAGGLER_COLUMNS``: per profiler step, the ranks ready late for its collectives (``arrivals`` of every
     rank), the latest first, with the step re-timed without them (the module's docstring)."""
@@ -147,11 +134,11 @@ def stragglers(a: Table, late_pct: float = LATE_PCT, top: int = TOP_LATE) -> Tab
     width = int(collective.max()) + 1 if len(collective) else 1
     g = s_of * width + collective  # (step, collective)
     n = len(steps) * width
-    median = _medians(g, ready, n)
-    median_compute = _medians(g, compute, n)
+    median = group_medians(g, ready, n)
+    median_compute = group_medians(g, compute, n)
     transfer = np.full(n, np.iinfo(np.int64).max)
     np.minimum.at(transfer, g, inside)
-    median_wait = _medians(g, end - step_start - ready - transfer[g], n)  # ready, waiting: in its kernel or queued
+    median_wait = group_medians(g, end - step_start - ready - transfer[g], n)  # ready, waiting: in its kernel or queued
     late = ready - median[g]
     late_row = late > late_pct / 100 * median[g]
     # a rank is named in a step where it is late at any of its collectives
