@@ -69,6 +69,7 @@ def layout(**_query: str) -> html.Div:
                               html.Button("Whole trace", id=ids.GPU_RESET, n_clicks=0, className="button")],
                              className="controls"),
                     c.graph(ids.GPU_TIMELINE),
+                    dcc.Store(id=ids.GPU_DRAWN),
                     note="A row per rank and stream. Zoomed out, each bin shows the share of it each kind of kernel "
                          "keeps the stream busy, side by side; zoomed in to at most "
                          f"{MAX_KERNELS:,} kernels, each kernel where it ran (hover: its name, time and stream).",
@@ -292,25 +293,44 @@ def timeline(profile: str | None, window: tuple[int, int] | None, ranks: list[in
         return empty(report.gpu.missing()), ""
     index = report.gpu.streams()
     window = window or (index.start_ns, index.end_ns)
-    if ranks is None:  # the picker not filled yet (the page's first call): the ranks it will hold, not every one
-        ranks = ranks_of(report)[:RANKS_SHOWN]
+    ranks = shown_ranks(report, ranks)
     result = report.gpu.stream_window(window[0], window[1], ranks, max_kernels=MAX_KERNELS, max_bins=MAX_BINS)
     fig = figures.streams_timeline(result.frame, result.level, (result.start_ns, result.end_ns), result.lanes)
     # A new revision (a reset, a new profile, other ranks) makes plotly drop the user's zoom for the one given.
-    fig.update_layout(uirevision=f"{data.current().key(profile)}-{revision}-{ranks}")
+    fig.update_layout(uirevision=revision_key(profile, revision, ranks))
     return fig, level_text(result)
+
+
+def shown_ranks(report: Any, ranks: list[int] | None) -> list[int]:
+    """The ranks drawn: those chosen, or where the picker holds none yet (the page's first call) the ranks it will
+    hold, not every one."""
+    return ranks_of(report)[:RANKS_SHOWN] if ranks is None else ranks
+
+
+def revision_key(profile: str | None, revision: int, ranks: list[int]) -> str:
+    """What the whole trace drawn is of: the profile, the resets and the ranks (the figure's ``uirevision``)."""
+    return f"{data.current().key(profile)}-{revision}-{ranks}"
 
 
 @dash.callback(
     Output(ids.GPU_TIMELINE, "figure"),
     Output(ids.GPU_LEVEL, "children"),
+    Output(ids.GPU_DRAWN, "data"),
     Input(ids.PROFILE, "value"),
     Input(ids.GPU_RESET, "n_clicks"),
     Input(ids.GPU_RANKS, "value"),
+    State(ids.GPU_DRAWN, "data"),
 )
-def render_timeline(profile: str | None, resets: int | None, ranks: Any):
-    """The whole trace, for the ranks chosen."""
-    return timeline(profile, None, _chosen(ranks), resets or 0)
+def render_timeline(profile: str | None, resets: int | None, ranks: Any, drawn: str | None = None):
+    """The whole trace, for the ranks chosen; nothing where it is drawn already (``revision_key``). The picker
+    filled after the page's first call (with the ranks that call drew) would otherwise draw the whole trace again
+    over a zoom made meanwhile, its axes kept zoomed (the same ``uirevision``) over bins."""
+    ranks = _chosen(ranks)
+    report = data.report(profile)
+    key = None if report.gpu.missing() else revision_key(profile, resets or 0, shown_ranks(report, ranks))
+    if key is not None and key == drawn:
+        raise dash.exceptions.PreventUpdate
+    return (*timeline(profile, None, ranks, resets or 0), key)
 
 
 @dash.callback(

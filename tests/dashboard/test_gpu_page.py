@@ -125,7 +125,7 @@ def test_the_streams_are_binned_past_the_threshold_and_each_kernel_once_zoomed_i
     # WHEN the whole trace is drawn THEN it is in bins: 400 of 62.5 µs over [0, 25,000) µs, each lane's kinds'
     # busy time in each (the compute kernels run in the first 384, to 23,990 µs), which sum to the stream's busy
     # time: 1,200 kernels of 10 µs
-    fig, level = gpu.render_timeline("a", 0, None)
+    fig, level, _ = gpu.render_timeline("a", 0, None)
     assert fig.layout.meta["level"] == "bins" and level.startswith("level of detail: bins — 400 bins of 62.50 µs")
     bases, widths = lane_bars(fig, "compute", "Rank 0 · stream 7")
     assert len(widths) == 384 and sum(widths) == pytest.approx(12.0)
