@@ -124,7 +124,7 @@ def build_report(report: Any, section: str = "all", figures: bool = False) -> Do
         before = len(doc.blocks)
         build[name](doc, report, figures)
         built[name] = doc.blocks[before:]
-        report.hand_back()  # the section's freed pages, not left for the next one to grow on
+        report.hand_back()  # the section's answers and freed pages, not left for the next one to grow on
     doc.blocks = [b for name in names for b in built[name] if section != "all" or b.key != "exchange.host_input"]
     at_many_ranks(doc.blocks)
     if report.imported:

@@ -124,3 +124,31 @@ def test_an_imported_gpu_traces_kernels_are_read_a_rank_at_a_time_never_whole(tm
     # ahead and held through every section, was a quarter of the report's peak)
     assert whole["programs"] == "popvision-prefetch"
     assert "kernels" in batches and "kernels" not in whole
+
+
+@pytest.mark.parametrize("name", ["oom", "exchange", "sharded", "gpu import"])
+def test_a_report_lets_each_sections_answers_go_and_says_the_same(profiles, tmp_path, monkeypatch, reads, name):
+    from popvision_py.analysis.report import KEPT, Report
+    from popvision_py.render import jsonout
+    from tests.importer.test_gpu_timeline import import_gpu_trace
+
+    path = import_gpu_trace(tmp_path) if name == "gpu import" else profiles[name]
+    # GIVEN every section reported holding every answer (hand_back handing no answer back)
+    with monkeypatch.context() as m:
+        m.setattr(Report, "hand_back", lambda self: None)
+        with pv.open(path) as report:
+            held = jsonout.render(build_report(report, "all"))
+            holding = set(report._cache)
+    reads.clear()
+    # WHEN it is reported letting each section's answers go once the section is built
+    with pv.open(path) as report:
+        let_go = jsonout.render(build_report(report, "all"))
+        kept = set(report._cache)
+    # THEN the report is the same, byte for byte, each table still decoded once
+    assert let_go == held
+    tables = [t for t, _ in reads]
+    assert len(tables) == len(set(tables)) and "trace" in tables
+    # AND what is held after is the tables decoded whole and the trace's summary only, not the sections' answers
+    columns = {k for k in holding if isinstance(k, tuple) and k[0] == "columns"}
+    assert columns and kept <= set(KEPT) | columns and "trace" in kept
+    assert len(holding - kept) > 10
