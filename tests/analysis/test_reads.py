@@ -152,3 +152,26 @@ def test_a_report_lets_each_sections_answers_go_and_says_the_same(profiles, tmp_
     columns = {k for k in holding if isinstance(k, tuple) and k[0] == "columns"}
     assert columns and kept <= set(KEPT) | columns and "trace" in kept
     assert len(holding - kept) > 10
+
+
+def test_the_system_section_is_built_before_the_profiles_tables_are_decoded(tmp_path, monkeypatch):
+    from popvision_py.analysis.report import Report
+    from popvision_py.render import document
+    from tests.importer.test_gpu_timeline import import_gpu_trace
+
+    # GIVEN a GPU trace's import, with its ranks' CPU timelines beside it (the System section's files)
+    path = import_gpu_trace(tmp_path)
+    assert (path.parent / "system").is_dir()
+    done: list[str] = []
+    system = document._SECTION_BUILDERS["system"]
+    monkeypatch.setitem(document._SECTION_BUILDERS, "system",
+                        lambda doc, r, figures: (system(doc, r, figures), done.append("system")))
+    prefetch = Report.prefetch
+    monkeypatch.setattr(Report, "prefetch", lambda self, names: (done.append("decode"), prefetch(self, names))[1])
+    # WHEN every section is reported THEN the System section, which reads no table of the profile, is built before
+    # the tables are decoded (its events' load does not stand on them), and shown in its place all the same
+    with pv.open(path) as report:
+        doc = document.build_report(report, "all")
+    assert done == ["system", "decode"]
+    shown = doc.sections()
+    assert "system" in shown and shown == sorted(shown, key=lambda s: document.SECTIONS.index(s))
