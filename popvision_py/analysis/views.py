@@ -198,17 +198,20 @@ class LivenessReport(_View):
         return self._peaks().frame()
 
     def _peaks(self) -> Table:
-        """From the steps (``by_step``) where the tables are decoded whole anyway (a report of every section) or
-        both small (each table read once), else read a batch at a time (``liveness.streamed_peaks``): the summary's
-        insights and the dashboard's first page need the peaks, not every step of a long run (nor every program
-        step: an import's hidden transfers are program steps without liveness, 99% of them at 1,600 layers)."""
+        """From the tables where they are decoded whole anyway (a report of every section) or both small (each table
+        read once; ``liveness.decoded_peaks``, the peak steps' names only), else read a batch at a time
+        (``liveness.streamed_peaks``): the summary's insights and the dashboard's first page need the peaks, not
+        every step of a long run (nor every program step: an import's hidden transfers are program steps without
+        liveness, 99% of them at 1,600 layers)."""
         r = self._r
 
         def compute() -> Table:
             profile = r.profile
-            if not {"liveness", "programs"} <= set(profile.tables) or (r.decodes("liveness") and r.decodes(
-                    "programs")) or max(profile.num_rows(t) for t in ("liveness", "programs")) <= _liveness.STREAM_ROWS:
+            if not {"liveness", "programs"} <= set(profile.tables):
                 return _liveness.peaks(self._by_step())
+            if (r.decodes("liveness") and r.decodes("programs")) or max(
+                    profile.num_rows(t) for t in ("liveness", "programs")) <= _liveness.STREAM_ROWS:
+                return _liveness.decoded_peaks(r.columns("liveness"), r.step_index())
             return _liveness.streamed_peaks(
                 profile.iter_batches("liveness", ["ipu", "step", "always_live_bytes", "not_always_live_bytes"]),
                 profile.iter_batches("programs", ["ipu", "step", "name"]))

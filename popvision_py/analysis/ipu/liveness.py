@@ -55,6 +55,18 @@ def peaks(steps: Table) -> Table:
                   "not_always_live_bytes": nal[first], "total_bytes": steps["total_bytes"][first]})
 
 
+def decoded_peaks(liveness: Columns, index: StepIndex) -> Table:
+    """``peaks(by_step(...))`` from the tables decoded whole (``index``: the programs'), the names of the peak steps
+    only taken: not every step's name, which a long run's steps would hold (a 10 GB import's 348,000)."""
+    ipu, step, nal = liveness["ipu"], liveness["step"], liveness["not_always_live_bytes"]
+    if not len(ipu):
+        return Table.empty({c: np.int64 if c != "name" else object for c in PEAK_COLUMNS})
+    first = _peak_rows(ipu, step, nal)
+    return Table({"ipu": ipu[first], "peak_step": step[first], "name": index.name_array(index.rows(ipu[first],
+                  step[first])), "not_always_live_bytes": nal[first],
+                  "total_bytes": liveness["always_live_bytes"][first] + nal[first]})
+
+
 def _peak_rows(ipu: np.ndarray, step: np.ndarray, nal: np.ndarray) -> np.ndarray:
     """The row of each IPU's largest not-always-live bytes (``nal``), its earliest step of them, by IPU."""
     order = np.lexsort((step, -nal, ipu))
