@@ -223,3 +223,15 @@ def test_report_section_operations_in_every_format(sample, fmt, tmp_path):
         text = out.read_text() if fmt == "html" else result.stdout
         assert costliest in text and "Operations by layer" in text
         assert ("The traces name no blocks" in text) == (sample == "pytorch_gpipe")
+
+
+@pytest.mark.parametrize("cells", [120, 1 << 40])
+def test_an_imports_program_steps_are_numbered_as_numpys_unique_numbers_them(cells):
+    # GIVEN 835 (name, rank, pass) keys of 120 cells (a few names a rank: the grid), or of 2**40 (a sort)
+    keys = np.random.default_rng(3).integers(0, 120, 835) * (1 if cells == 120 else 7_000_000_000)
+    # WHEN they are numbered THEN each key's number is its place among the distinct keys in order, as np.unique says
+    want = np.unique(keys, return_inverse=True)[1].reshape(-1)
+    np.testing.assert_array_equal(operations._numbered(keys, cells), want)
+    # AND a key outside the cells (a name the dictionary has not: -1) is numbered by the sort, not wrapped around
+    keys[5] = -1
+    np.testing.assert_array_equal(operations._numbered(keys, cells), np.unique(keys, return_inverse=True)[1])

@@ -78,8 +78,8 @@ def peak_flops_per_s(target: dict[str, Any], run: dict[str, Any]) -> tuple[float
 
 def _step_cycles(programs: Columns, trace: Aggregates) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per programs row: its executions, its cycles over the run (cycles x executions) and its phase column."""
-    ex = lookup(aggregates(trace).executions, programs["ipu"], programs["step"]).astype(np.int64)
-    total = programs["cycles"].astype(np.int64) * ex
+    ex = np.asarray(lookup(aggregates(trace).executions, programs["ipu"], programs["step"]), np.int64)
+    total = np.multiply(ex, programs["cycles"], dtype=np.int64)  # (no copy of either made first)
     type_code = programs.codes_in("type", PROGRAM_TYPES)
     phase = np.append(np.array(_PHASE_COLUMN, np.int64), -1)[type_code]  # -1: a type the schema does not know
     return ex, total, phase
@@ -174,16 +174,18 @@ def _variable_sums(variables: Columns, width: int) -> tuple[np.ndarray, np.ndarr
 def _imported_ops(programs: Columns, ex: np.ndarray, total: np.ndarray, phase: np.ndarray, clock: float,
                   traced: int) -> tuple[Table, np.ndarray]:
     """An imported profile's rows: its program steps grouped by (name, rank, pass)."""
-    names, ipu = programs.codes("name"), programs["ipu"].astype(np.int64)
-    pass_ = programs.codes_in("pass", PASSES)
+    ipu = programs["ipu"]
     n_ipu, n_pass = int(ipu.max(initial=-1)) + 1, len(PASSES) + 1
-    key = (names * n_ipu + ipu) * n_pass + pass_
-    groups, step_row = np.unique(key, return_inverse=True)
-    step_row = step_row.astype(np.int64).reshape(-1)
-    n = len(groups)
-    first = np.full(n, len(key), np.int64)
-    np.minimum.at(first, step_row, np.arange(len(key)))
-    stage = programs["stage"].astype(np.int64)
+    key = programs.codes("name") * n_ipu  # (name, ipu, pass) as one number, made in place: a row a program step
+    key += ipu
+    key *= n_pass
+    key += programs.codes_in("pass", PASSES)
+    step_row = _numbered(key, len(programs.words("name")) * n_ipu * n_pass)
+    del key
+    n = int(step_row.max(initial=-1)) + 1
+    first = np.full(n, len(step_row), np.int64)
+    np.minimum.at(first, step_row, np.arange(len(step_row)))
+    stage = programs["stage"]
     lo, hi = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
     np.minimum.at(lo, step_row, stage)
     np.maximum.at(hi, step_row, stage)
@@ -191,7 +193,8 @@ def _imported_ops(programs: Columns, ex: np.ndarray, total: np.ndarray, phase: n
     columns: dict[str, Any] = {"op_id": np.full(n, -1, np.int64), "name": programs.strings("name", first),
                                "kind": programs.strings("type", first), "block": np.full(n, "", dtype=object)}
     columns["layer"] = layer_of(columns["name"])
-    columns.update(stage=np.where(lo == hi, lo, -1), ipu=ipu[first], **{"pass": programs.strings("pass", first)})
+    columns.update(stage=np.where(lo == hi, lo, -1), ipu=ipu[first].astype(np.int64),
+                   **{"pass": programs.strings("pass", first)})
     columns.update(steps=sum_by(step_row, None, n), executions=runs)
     columns.update(_sums(step_row, total, phase, n))
     nan = np.full(n, np.nan)
@@ -201,6 +204,17 @@ def _imported_ops(programs: Columns, ex: np.ndarray, total: np.ndarray, phase: n
     where = np.empty(n, np.int64)
     where[order] = np.arange(n)
     return Table({c: np.asarray(columns[c])[order] for c in OP_COLUMNS}), where[step_row]
+
+
+def _numbered(key: np.ndarray, cells: int) -> np.ndarray:
+    """Each key's number among the distinct keys in order (``np.unique``'s inverse), ``key`` in ``[0, cells)``: by a
+    grid of the cells where it is no larger than the keys (an import's program steps are a few names a rank), which
+    neither sorts nor copies them."""
+    if cells > max(len(key), 1 << 16) or key.min(initial=0) < 0 or key.max(initial=0) >= cells:
+        return np.unique(key, return_inverse=True)[1].astype(np.int64).reshape(-1)
+    present = np.zeros(cells, bool)
+    present[key] = True
+    return (np.cumsum(present) - 1)[key]
 
 
 def group(c: OpCosts, variables: Columns, by: str, clock_hz: float) -> Table:
