@@ -239,17 +239,21 @@ class Report:
         return method(*args)
 
     def hand_back(self) -> None:
-        """Let go of the answers held but the tables decoded whole and the trace's summary (``KEPT``), then hand the
-        pages freed back to the system: the Arrow pool's ``release_unused``, glibc's ``malloc_trim`` under the system
-        allocator the CLI runs with. An answer let go is made again if asked, from what is kept: nothing is read
-        twice (docs/api.md, "read once"). ``build_report`` calls it after each section, whose answers are seldom
-        another's: at 10 GB in 4 ranks, ``report --section all`` peaked at 406 MiB, against 483 MiB holding every
-        answer (the few made again took 0.4 s) and 25 to 60 MiB more without the pages handed back."""
+        """Let go of the answers held but the tables decoded whole and the trace's summary (``KEPT``), and of the
+        arrays made from those tables (``Columns.let_go``), then hand the pages freed back to the system: the Arrow
+        pool's ``release_unused``, glibc's ``malloc_trim`` under the system allocator the CLI runs with. An answer
+        let go is made again if asked, from what is kept: nothing is read twice (docs/api.md, "read once").
+        ``build_report`` calls it after each section, whose answers are seldom another's: at 10 GB in 4 ranks,
+        ``report --section all`` peaked at 406 MiB letting the answers go, against 483 MiB holding them (the few made
+        again took 0.4 s), 25 to 60 MiB more without the pages handed back."""
         import pyarrow as pa
 
         with self._locks_guard:
             for key in [k for k in self._cache if not (k in KEPT or (isinstance(k, tuple) and k[0] == "columns"))]:
                 del self._cache[key]
+            for key, table in self._cache.items():
+                if isinstance(key, tuple) and key[0] == "columns":
+                    table.let_go()
         pa.default_memory_pool().release_unused()
 
     def close(self) -> None:

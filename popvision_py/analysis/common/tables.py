@@ -84,6 +84,11 @@ class Columns:
         self._arrays: dict[str, np.ndarray] = {}
         self._frame: pd.DataFrame | None = None
 
+    def let_go(self) -> None:
+        """Let go of the arrays made from the table (each made again, from it, when asked), keeping the table."""
+        self._arrays = {}
+        self._frame = None
+
     @classmethod
     def from_frame(cls, frame: pd.DataFrame) -> Columns:
         return cls(pa.Table.from_pandas(frame, preserve_index=False))
