@@ -54,7 +54,8 @@ class OpCosts:
 
     ``by_op``: OP_COLUMNS, one row per op pass, costliest first. ``step_row[k]``: the ``by_op`` row
     of programs row k (-1: a step of no op). ``traced_cycles``: the trace's last end less its first
-    start (``step_pct``'s denominator).
+    start (``step_pct``'s denominator). ``op_cycles`` and ``other_cycles``: the cycles over the run of the
+    steps of an op and of none (``figures``'), summed as the rows are joined, not joined again.
     """
 
     by_op: Table
@@ -63,6 +64,8 @@ class OpCosts:
     peak_flops_per_s: float
     precision: str
     traced_cycles: int
+    op_cycles: int = 0
+    other_cycles: int = 0
 
 
 def peak_flops_per_s(target: dict[str, Any], run: dict[str, Any]) -> tuple[float, str]:
@@ -126,7 +129,8 @@ def costs(ops: Columns, programs: Columns, variables: Columns, trace: Aggregates
     ex, total, phase = _step_cycles(programs, trace)
     if imported or not len(ops):
         by_op, step_row = _imported_ops(programs, ex, total, phase, clock, traced)
-        return OpCosts(by_op, step_row, True, peak, str(run.get("precision", "-")), traced)
+        return OpCosts(by_op, step_row, True, peak, str(run.get("precision", "-")), traced,
+                       *_op_and_other(step_row, total, phase))
 
     op_id = ops["op_id"].astype(np.int64)
     n = len(op_id)
@@ -158,7 +162,14 @@ def costs(ops: Columns, programs: Columns, variables: Columns, trace: Aggregates
     by_op = Table({c: np.asarray(columns[c])[order] for c in OP_COLUMNS})
     where = np.empty(n, np.int64)
     where[order] = np.arange(n)
-    return OpCosts(by_op, np.where(inside, where[np.maximum(step_row, 0)], -1), False, peak, precision, traced)
+    step_row = np.where(inside, where[np.maximum(step_row, 0)], -1)
+    return OpCosts(by_op, step_row, False, peak, precision, traced, *_op_and_other(step_row, total, phase))
+
+
+def _op_and_other(step_row: np.ndarray, total: np.ndarray, phase: np.ndarray) -> tuple[int, int]:
+    """The cycles over the run of the program steps of an op (``step_row`` >= 0) and of none, of a known type."""
+    known = phase >= 0
+    return int(total[known & (step_row >= 0)].sum()), int(total[known & (step_row < 0)].sum())
 
 
 def _variable_sums(variables: Columns, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -286,15 +297,12 @@ class OperationFigures:
     not_recorded: str
 
 
-def figures(c: OpCosts, programs: Columns, trace: Aggregates) -> OperationFigures:
+def figures(c: OpCosts, trace: Aggregates) -> OperationFigures:
     """``ipu_cycles``: the trace's cycles summed over IPUs (idle included); ``op_pct`` = 100 x op_cycles / ipu_cycles;
     ``other_cycles``: steps of no op (host calls, stage-to-stage copies, pipeline syncs)."""
     agg = aggregates(trace)
     ipu_cycles = int(agg.cube.cells.sum())
-    _, total, phase = _step_cycles(programs, trace)
-    known = phase >= 0
-    op_cycles = int(total[known & (c.step_row >= 0)].sum())
-    other = int(total[known & (c.step_row < 0)].sum())
+    op_cycles, other = c.op_cycles, c.other_cycles
     idle = int(agg.cube.cells[..., PHASE["idle"]].sum())
     flops = np.asarray(c.by_op["flops"])
     total_flops = float("nan") if c.imported else _int_sum(flops)
@@ -419,7 +427,7 @@ class OperationsReport:
 
     def figures(self) -> OperationFigures:
         r = self._r
-        return self._memo("figures", lambda: figures(self.costs(), r.columns("programs"), r.trace_summary()))
+        return self._memo("figures", lambda: figures(self.costs(), r.trace_summary()))
 
     def variables(self, row: int) -> Any:
         """The variables of ``by_op()`` row ``row``, largest first (VARIABLE_COLUMNS)."""
