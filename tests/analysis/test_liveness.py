@@ -99,3 +99,22 @@ def test_a_report_of_every_section_takes_its_peaks_from_the_steps_it_decodes(pro
         build_report(report, "all")
         # THEN its tables are decoded beside the trace, and the peaks are taken from them, not read again
         assert report.decodes("liveness") and not streamed
+
+
+@pytest.mark.parametrize("name", ["balanced", "unbalanced", "oom", "exchange", "sharded", "inference", "gpu import"])
+def test_peaks_from_the_decoded_tables_are_those_of_every_step(profiles, tmp_path, name):
+    import pandas.testing as pdt
+
+    import popvision_py as pv
+    from popvision_py.analysis.ipu import liveness
+    from tests.importer.test_gpu_timeline import import_gpu_trace
+
+    path = import_gpu_trace(tmp_path) if name == "gpu import" else profiles[name]
+    # GIVEN a profile's tables decoded whole WHEN its peaks are taken from them, naming the peak steps only
+    with pv.open(path) as report:
+        index = report.step_index()
+        found = liveness.decoded_peaks(report.columns("liveness"), index)
+        every = liveness.by_step(report.columns("liveness"), report.columns("programs"), report.target, index=index)
+    # THEN they are the peaks of every step's row, names, types and all
+    pdt.assert_frame_equal(found.frame(), liveness.peaks(every).frame())
+    assert len(found.frame()) == len(set(every["ipu"].tolist()))
