@@ -46,14 +46,6 @@ class GpuReport(_View):
         """Each IPU's rank (an imported profile's IPU is its position)."""
         return _imported.rank_numbers(self._r.run, int(self._r.target.get("num_ipus", 1)))
 
-    def long_ranks(self) -> bool:
-        """Whether the profile's ranks hold more kernels each, on average, than a run of ranks the figures are made
-        of (``gpu_ranks.CHUNK_KERNELS``): the section's peak is then a rank's kernels, not its answers (a report of
-        every section builds it first: ``render.document``)."""
-        r = self._r
-        return not self.missing() and r.profile.num_rows("kernels") > _gpu_ranks.CHUNK_KERNELS * int(
-            r.target.get("num_ipus", 1))
-
     def kernels(self) -> _gpu.Kernels:
         """Every kernel, copy and set of the profile (``gpu.Kernels``), the table read once (none before schema 5)."""
         r = self._r
