@@ -249,11 +249,11 @@ class Report:
         import pyarrow as pa
 
         with self._locks_guard:
-            for key in [k for k in self._cache if not (k in KEPT or (isinstance(k, tuple) and k[0] == "columns"))]:
-                del self._cache[key]
-            for key, table in self._cache.items():
+            for key in list(self._cache):
                 if isinstance(key, tuple) and key[0] == "columns":
-                    table.let_go()
+                    self._cache[key].let_go()
+                elif key not in KEPT:
+                    del self._cache[key]
         pa.default_memory_pool().release_unused()
 
     def close(self) -> None:

@@ -226,12 +226,15 @@ def test_report_section_operations_in_every_format(sample, fmt, tmp_path):
 
 
 @pytest.mark.parametrize("cells", [120, 1 << 40])
-def test_an_imports_program_steps_are_numbered_as_numpys_unique_numbers_them(cells):
+def test_keys_are_numbered_as_numpys_unique_numbers_them_by_a_grid_or_a_sort(cells):
+    from popvision_py.analysis.common.tables import numbered
+
     # GIVEN 835 (name, rank, pass) keys of 120 cells (a few names a rank: the grid), or of 2**40 (a sort)
     keys = np.random.default_rng(3).integers(0, 120, 835) * (1 if cells == 120 else 7_000_000_000)
-    # WHEN they are numbered THEN each key's number is its place among the distinct keys in order, as np.unique says
-    want = np.unique(keys, return_inverse=True)[1].reshape(-1)
-    np.testing.assert_array_equal(operations._numbered(keys, cells), want)
+    # WHEN they are numbered THEN the distinct keys and each key's number among them are np.unique's
+    for got, want in zip(numbered(keys, cells), np.unique(keys, return_inverse=True)):
+        np.testing.assert_array_equal(got, want)
     # AND a key outside the cells (a name the dictionary has not: -1) is numbered by the sort, not wrapped around
     keys[5] = -1
-    np.testing.assert_array_equal(operations._numbered(keys, cells), np.unique(keys, return_inverse=True)[1])
+    for got, want in zip(numbered(keys, cells), np.unique(keys, return_inverse=True)):
+        np.testing.assert_array_equal(got, want)

@@ -150,8 +150,8 @@ def test_a_report_lets_each_sections_answers_go_and_says_the_same(profiles, tmp_
     tables = [t for t, _ in reads]
     assert len(tables) == len(set(tables)) and "trace" in tables
     # AND what is held after is the tables decoded whole and the trace's summary only, not the sections' answers
-    columns = {k for k in holding if isinstance(k, tuple) and k[0] == "columns"}
-    assert columns and kept <= set(KEPT) | columns and "trace" in kept
+    # (the tables decoded beside the trace may still be landing when the report ends: which ones, not asserted)
+    assert "trace" in kept and all(k in KEPT or (isinstance(k, tuple) and k[0] == "columns") for k in kept)
     assert len(holding - kept) > 10
     # (and of the tables, the tables only: the arrays made from them are made again when asked)
     assert made and all(arrays == [] for arrays in made.values())

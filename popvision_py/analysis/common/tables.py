@@ -277,6 +277,18 @@ def present(ids: np.ndarray) -> np.ndarray:
     return np.unique(ids).astype(np.int64)
 
 
+def numbered(key: np.ndarray, cells: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(key, return_inverse=True)`` of keys in ``[0, cells)``: the distinct keys, sorted, and each key's
+    number among them. By a grid of the cells where it is no larger than a few times the keys (a few names or
+    threads a rank: neither a sort nor a copy of the keys), else, or for a key outside the cells, by a sort."""
+    if cells <= 4 * len(key) + 1024 and (not len(key) or (int(key.min()) >= 0 and int(key.max()) < cells)):
+        seen = np.zeros(cells, bool)
+        seen[key] = True
+        return np.flatnonzero(seen), (np.cumsum(seen) - 1)[key]
+    distinct, number = np.unique(key, return_inverse=True)
+    return distinct, number.astype(np.int64).reshape(-1)
+
+
 def alphabetical(words: np.ndarray) -> np.ndarray:
     """Each word's rank in alphabetical order, to sort rows by a category's name with integer keys."""
     ranks = np.empty(len(words), np.int64)

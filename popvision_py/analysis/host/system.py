@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from popvision_py.analysis.common.tables import SpanUnion, Table, bin_edges
+from popvision_py.analysis.common.tables import SpanUnion, Table, bin_edges, numbered
 from popvision_py.format import system as S
 
 SPAN, INSTANT, COUNTER = (S.KINDS.index(k) for k in ("span", "instant", "counter"))
@@ -172,11 +172,7 @@ def load_tables(tables: list[pa.Table]) -> Events:
     thread, threads = _ranked(thread, words, lambda t: (t != "MainThread", _natural(t)))
     width = max(len(threads), 1)
     key = process * width + thread
-    if len(processes) * width <= 4 * len(key) + 1024:  # the (process, thread) rows counted, not the events sorted
-        present = np.bincount(key, minlength=len(processes) * width) > 0
-        rows, row = np.flatnonzero(present), (np.cumsum(present) - 1)[key]
-    else:
-        rows, row = np.unique(key, return_inverse=True)
+    rows, row = numbered(key, len(processes) * width)  # the (process, thread) rows counted, not the events sorted
     del key
     first = np.unique(process, return_index=True)[1] if len(process) else np.zeros(0, np.int64)
     pids = table["pid"].to_numpy()[first].astype(np.int64)

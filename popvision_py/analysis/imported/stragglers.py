@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from popvision_py.analysis.common.tables import Table
-from popvision_py.analysis.imported.bound import STEP, TraceSpans, group_medians, before, step_windows
+from popvision_py.analysis.imported.bound import STEP, TraceSpans, before, group_medians, step_windows
 from popvision_py.analysis.imported.collectives import collective_of
 from popvision_py.analysis.imported.gpu import COMMUNICATION, COMPUTE, Kernels
 from popvision_py.analysis.imported.stats import joined

@@ -47,24 +47,26 @@ def by_step(liveness: Columns, programs: Columns, target: dict[str, Any], ipu: i
 
 def peaks(steps: Table) -> Table:
     """Per IPU, the first step where not-always-live memory peaks (``steps``: ``by_step``): PEAK_COLUMNS by ipu."""
-    if not len(steps["ipu"]):
-        return Table.empty({c: np.int64 if c != "name" else object for c in PEAK_COLUMNS})
     ipu, step, nal = steps["ipu"], steps["step"], steps["not_always_live_bytes"]
     first = _peak_rows(ipu, step, nal)
-    return Table({"ipu": ipu[first], "peak_step": step[first], "name": steps["name"].take(first),
-                  "not_always_live_bytes": nal[first], "total_bytes": steps["total_bytes"][first]})
+    return _peak_table(ipu[first], step[first], steps["name"].take(first), nal[first], steps["total_bytes"][first])
 
 
 def decoded_peaks(liveness: Columns, index: StepIndex) -> Table:
     """``peaks(by_step(...))`` from the tables decoded whole (``index``: the programs'), the names of the peak steps
     only taken: not every step's name, which a long run's steps would hold (a 10 GB import's 348,000)."""
     ipu, step, nal = liveness["ipu"], liveness["step"], liveness["not_always_live_bytes"]
+    first = _peak_rows(ipu, step, nal)
+    ipu, step = ipu[first], step[first]
+    return _peak_table(ipu, step, index.name_array(index.rows(ipu, step)), nal[first],
+                       liveness["always_live_bytes"][first] + nal[first])
+
+
+def _peak_table(ipu: np.ndarray, step: np.ndarray, name: Any, nal: np.ndarray, total: np.ndarray) -> Table:
+    """PEAK_COLUMNS of each IPU's peak, as found (none: an empty table of their types)."""
     if not len(ipu):
         return Table.empty({c: np.int64 if c != "name" else object for c in PEAK_COLUMNS})
-    first = _peak_rows(ipu, step, nal)
-    return Table({"ipu": ipu[first], "peak_step": step[first], "name": index.name_array(index.rows(ipu[first],
-                  step[first])), "not_always_live_bytes": nal[first],
-                  "total_bytes": liveness["always_live_bytes"][first] + nal[first]})
+    return Table({"ipu": ipu, "peak_step": step, "name": name, "not_always_live_bytes": nal, "total_bytes": total})
 
 
 def _peak_rows(ipu: np.ndarray, step: np.ndarray, nal: np.ndarray) -> np.ndarray:
@@ -88,7 +90,7 @@ def streamed_peaks(liveness: Iterable[Any], programs: Iterable[Any]) -> Table:
         first = _peak_rows(ipu, step, nal)
         best = [ipu[first], step[first], nal[first], total[first]]
     if best is None or not len(best[0]):
-        return Table.empty({c: np.int64 if c != "name" else object for c in PEAK_COLUMNS})
+        return _peak_table(*(np.zeros(0, np.int64),) * 5)
     ipu, step, nal, total = best
     width = int(step.max()) + 1
     wanted = ipu.astype(np.int64) * width + step  # each peak's (ipu, step) as one key
@@ -102,7 +104,7 @@ def streamed_peaks(liveness: Iterable[Any], programs: Iterable[Any]) -> Table:
     names = [named.get(k) for k in wanted.tolist()]
     name = (pd.array(names, dtype="str") if all(n is not None for n in names) else
             np.array(["" if n is None else n for n in names], dtype=object))
-    return Table({"ipu": ipu, "peak_step": step, "name": name, "not_always_live_bytes": nal, "total_bytes": total})
+    return _peak_table(ipu, step, name, nal, total)
 
 
 def live_at(variables: Columns, ipu: int, step: int, num_steps: int | None = None, n: int | None = None) -> Table:

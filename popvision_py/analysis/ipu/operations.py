@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from popvision_py.analysis.common.tables import PASSES, PHASE, Columns, Table, lookup, sum_by
+from popvision_py.analysis.common.tables import PASSES, PHASE, Columns, Table, lookup, numbered, sum_by
 from popvision_py.analysis.trace.scan import Aggregates, aggregates
 from popvision_py.format.schema import PROGRAM_TYPES
 
@@ -191,7 +191,7 @@ def _imported_ops(programs: Columns, ex: np.ndarray, total: np.ndarray, phase: n
     key += ipu
     key *= n_pass
     key += programs.codes_in("pass", PASSES)
-    step_row = _numbered(key, len(programs.words("name")) * n_ipu * n_pass)
+    step_row = numbered(key, len(programs.words("name")) * n_ipu * n_pass)[1]
     del key
     n = int(step_row.max(initial=-1)) + 1
     first = np.full(n, len(step_row), np.int64)
@@ -215,17 +215,6 @@ def _imported_ops(programs: Columns, ex: np.ndarray, total: np.ndarray, phase: n
     where = np.empty(n, np.int64)
     where[order] = np.arange(n)
     return Table({c: np.asarray(columns[c])[order] for c in OP_COLUMNS}), where[step_row]
-
-
-def _numbered(key: np.ndarray, cells: int) -> np.ndarray:
-    """Each key's number among the distinct keys in order (``np.unique``'s inverse), ``key`` in ``[0, cells)``: by a
-    grid of the cells where it is no larger than the keys (an import's program steps are a few names a rank), which
-    neither sorts nor copies them."""
-    if cells > max(len(key), 1 << 16) or key.min(initial=0) < 0 or key.max(initial=0) >= cells:
-        return np.unique(key, return_inverse=True)[1].astype(np.int64).reshape(-1)
-    present = np.zeros(cells, bool)
-    present[key] = True
-    return (np.cumsum(present) - 1)[key]
 
 
 def group(c: OpCosts, variables: Columns, by: str, clock_hz: float) -> Table:
