@@ -203,7 +203,6 @@ GPU_RANKS_BOX = "gpu-ranks-box"  # the picker and its label (hidden for one rank
 GPU_TIMELINE = "gpu-timeline"
 GPU_LEVEL = "gpu-level"
 GPU_RESET = "gpu-reset"
-GPU_DRAWN = "gpu-drawn"  # Store: what the whole trace drawn is of (profile, resets, ranks), not drawn again
 GPU_TEMPORAL = "gpu-temporal"
 GPU_KERNEL_TYPES = "gpu-kernel-types"
 GPU_OVERLAP = "gpu-overlap"

@@ -3,12 +3,45 @@
 The Execution trace and System pages draw a window of their timeline at the level of detail the
 analysis gives for it (``trace.timeline``, ``system.window``); each zoom, pan or double-click sends
 plotly's ``relayoutData``, and these functions turn it into the window to ask for.
+
+A page's zoom callback listens to the graph's moves (``follow_moves``), not to ``relayoutData`` itself: plotly
+sends a relayout event for more than a zoom (a resize's ``autosize``, the mode bar's ``dragmode``), and Dash drops
+the answer of a callback still running when its input changes again, so the zoom's figure, asked for and then
+lost to the pan button clicked before it came, was never drawn.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+import dash
+from dash import Input, Output, dcc
+
+# In the browser: a relayout event that moves an axis (a zoom, a pan, a double-click back to the whole
+# range, a box over rows) goes on to the Store; any other (autosize, dragmode) changes nothing.
+AXIS_MOVES = """function (relayout) {
+    const moved = relayout && Object.keys(relayout).some(key => /^[xy]axis/.test(key));
+    return moved ? relayout : window.dash_clientside.no_update;
+}"""
+
+
+def moves_id(graph_id: str) -> str:
+    """The id of the Store that holds ``graph_id``'s last axis move (``follow_moves``)."""
+    return f"{graph_id}-moves"
+
+
+def follow_moves(graph_id: str) -> str:
+    """Copies ``graph_id``'s relayout events that move an axis onto its Store (``moves_store``), in the browser;
+    once, at the page module's import. The id of the Store, for the zoom callback's Input."""
+    dash.clientside_callback(AXIS_MOVES, Output(moves_id(graph_id), "data"), Input(graph_id, "relayoutData"),
+                             prevent_initial_call=True)
+    return moves_id(graph_id)
+
+
+def moves_store(graph_id: str) -> dcc.Store:
+    """The Store of ``graph_id``'s axis moves, for the page's layout, beside the graph."""
+    return dcc.Store(id=moves_id(graph_id))
 
 
 def x_range(relayout: dict | None) -> tuple[Any, Any] | str | None:

@@ -12,6 +12,7 @@ from dashboards import data, ids
 from dashboards.figures import exchange as figures
 from dashboards.figures.ranks import MATRIX_BINS, binned_matrix, endpoints_in_view
 from dashboards.figures.style import empty, ipu_label
+from dashboards.zoom import follow_moves, moves_store
 
 dash.register_page(__name__, path="/exchange", name="Exchange", title="popvision · exchange", order=5, icon="⇄")
 
@@ -35,7 +36,7 @@ def layout(**_query: str) -> html.Div:
                               html.Div([dcc.RadioItems(id=ids.EXCHANGE_MATRIX_VALUE, value="bytes", inline=True,
                                                        options=MATRIX_OPTIONS[False], className="radio")],
                                        className="controls"),
-                              c.graph(ids.EXCHANGE_MATRIX)),
+                              c.graph(ids.EXCHANGE_MATRIX), moves_store(ids.EXCHANGE_MATRIX)),
                     c.section("By kind", c.graph(ids.EXCHANGE_KINDS), html.Div(id=ids.EXCHANGE_BANDWIDTH)),
                 ],
                 className="grid-2",
@@ -264,7 +265,7 @@ def drawn_matrix(report: Any) -> Any:
 
 @dash.callback(
     Output(ids.EXCHANGE_MATRIX, "figure", allow_duplicate=True),
-    Input(ids.EXCHANGE_MATRIX, "relayoutData"),
+    Input(follow_moves(ids.EXCHANGE_MATRIX), "data"),
     State(ids.PROFILE, "value"),
     State(ids.EXCHANGE_MATRIX_VALUE, "value"),
     State(ids.EXCHANGE_MATRIX, "figure"),

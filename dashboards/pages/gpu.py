@@ -24,7 +24,7 @@ from dashboards import data, ids
 from dashboards.figures import gpu as figures
 from dashboards.figures.ranks import MANY_RANKS
 from dashboards.figures.style import empty
-from dashboards.zoom import window_from_relayout
+from dashboards.zoom import follow_moves, moves_store, window_from_relayout
 from popvision_py.analysis.common.spread import outlier_ranks
 
 dash.register_page(__name__, path="/gpu", name="GPU", title="popvision · GPU", order=3.2, icon="▥",
@@ -69,7 +69,7 @@ def layout(**_query: str) -> html.Div:
                               html.Button("Whole trace", id=ids.GPU_RESET, n_clicks=0, className="button")],
                              className="controls"),
                     c.graph(ids.GPU_TIMELINE),
-                    dcc.Store(id=ids.GPU_DRAWN),
+                    moves_store(ids.GPU_TIMELINE),
                     note="A row per rank and stream. Zoomed out, each bin shows the share of it each kind of kernel "
                          "keeps the stream busy, side by side; zoomed in to at most "
                          f"{MAX_KERNELS:,} kernels, each kernel where it ran (hover: its name, time and stream).",
@@ -293,50 +293,31 @@ def timeline(profile: str | None, window: tuple[int, int] | None, ranks: list[in
         return empty(report.gpu.missing()), ""
     index = report.gpu.streams()
     window = window or (index.start_ns, index.end_ns)
-    ranks = shown_ranks(report, ranks)
+    if ranks is None:  # the picker not filled yet (the page's first call): the ranks it will hold, not every one
+        ranks = ranks_of(report)[:RANKS_SHOWN]
     result = report.gpu.stream_window(window[0], window[1], ranks, max_kernels=MAX_KERNELS, max_bins=MAX_BINS)
     fig = figures.streams_timeline(result.frame, result.level, (result.start_ns, result.end_ns), result.lanes)
     # A new revision (a reset, a new profile, other ranks) makes plotly drop the user's zoom for the one given.
-    fig.update_layout(uirevision=revision_key(profile, revision, ranks))
+    fig.update_layout(uirevision=f"{data.current().key(profile)}-{revision}-{ranks}")
     return fig, level_text(result)
-
-
-def shown_ranks(report: Any, ranks: list[int] | None) -> list[int]:
-    """The ranks drawn: those chosen, or where the picker holds none yet (the page's first call) the ranks it will
-    hold, not every one."""
-    return ranks_of(report)[:RANKS_SHOWN] if ranks is None else ranks
-
-
-def revision_key(profile: str | None, revision: int, ranks: list[int]) -> str:
-    """What the whole trace drawn is of: the profile, the resets and the ranks (the figure's ``uirevision``)."""
-    return f"{data.current().key(profile)}-{revision}-{ranks}"
 
 
 @dash.callback(
     Output(ids.GPU_TIMELINE, "figure"),
     Output(ids.GPU_LEVEL, "children"),
-    Output(ids.GPU_DRAWN, "data"),
     Input(ids.PROFILE, "value"),
     Input(ids.GPU_RESET, "n_clicks"),
     Input(ids.GPU_RANKS, "value"),
-    State(ids.GPU_DRAWN, "data"),
 )
-def render_timeline(profile: str | None, resets: int | None, ranks: Any, drawn: str | None = None):
-    """The whole trace, for the ranks chosen; nothing where it is drawn already (``revision_key``). The picker
-    filled after the page's first call (with the ranks that call drew) would otherwise draw the whole trace again
-    over a zoom made meanwhile, its axes kept zoomed (the same ``uirevision``) over bins."""
-    ranks = _chosen(ranks)
-    report = data.report(profile)
-    key = None if report.gpu.missing() else revision_key(profile, resets or 0, shown_ranks(report, ranks))
-    if key is not None and key == drawn:
-        raise dash.exceptions.PreventUpdate
-    return (*timeline(profile, None, ranks, resets or 0), key)
+def render_timeline(profile: str | None, resets: int | None, ranks: Any):
+    """The whole trace, for the ranks chosen."""
+    return timeline(profile, None, _chosen(ranks), resets or 0)
 
 
 @dash.callback(
     Output(ids.GPU_TIMELINE, "figure", allow_duplicate=True),
     Output(ids.GPU_LEVEL, "children", allow_duplicate=True),
-    Input(ids.GPU_TIMELINE, "relayoutData"),
+    Input(follow_moves(ids.GPU_TIMELINE), "data"),
     State(ids.PROFILE, "value"),
     State(ids.GPU_RESET, "n_clicks"),
     State(ids.GPU_RANKS, "value"),

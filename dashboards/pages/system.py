@@ -21,7 +21,7 @@ from dashboards.figures import ranks as rank_figures
 from dashboards.figures import system as figures
 from dashboards.figures.ranks import MANY_RANKS
 from dashboards.figures.style import empty
-from dashboards.zoom import window_from_relayout
+from dashboards.zoom import follow_moves, moves_store, window_from_relayout
 from popvision_py.format import system as S
 
 dash.register_page(__name__, path="/system", name="System", title="popvision · system", order=6, icon="◷")
@@ -48,6 +48,7 @@ def layout(**_query: str) -> html.Div:
                           html.Button("Whole run", id=ids.SYSTEM_RESET, n_clicks=0, className="button")],
                          className="controls"),
                 c.graph(ids.SYSTEM_TIMELINE),
+                moves_store(ids.SYSTEM_TIMELINE),
             ),
             c.section("Where host time went", html.Div(id=ids.SYSTEM_PROCESSES), note=EVENTS_NOTE[False],
                       note_id=ids.SYSTEM_EVENTS_NOTE),
@@ -199,7 +200,7 @@ def _processes(shown: Any) -> tuple[int, int] | None:
     Output(ids.SYSTEM_TIMELINE, "figure", allow_duplicate=True),
     Output(ids.SYSTEM_LEVEL, "children", allow_duplicate=True),
     Output(ids.SYSTEM_WINDOW, "data", allow_duplicate=True),
-    Input(ids.SYSTEM_TIMELINE, "relayoutData"),
+    Input(follow_moves(ids.SYSTEM_TIMELINE), "data"),
     State(ids.PROFILE, "value"),
     State(ids.SYSTEM_TIME, "value"),
     State(ids.SYSTEM_RESET, "n_clicks"),

@@ -19,7 +19,7 @@ from dashboards import data, ids
 from dashboards.figures import trace as figures
 from dashboards.figures.ranks import HEATMAP_BINS, MANY_RANKS, rows_in_view
 from dashboards.figures.style import IPUS, Naming, empty, ipu_label
-from dashboards.zoom import window_from_relayout
+from dashboards.zoom import follow_moves, moves_store, window_from_relayout
 from popvision_py.analysis.trace.levels import WindowTooWideError
 from popvision_py.errors import OutOfRangeError
 
@@ -31,6 +31,9 @@ MAX_STEP_OPTIONS = 300
 # get 400 bins each, 64 get 50.
 TILE_BINS = 3200
 DEFAULT_TILES = "worst 8"
+# The Stores of the two time lines' axis moves (zooms), which their zoom callbacks listen to
+IPU_MOVES = follow_moves(ids.TRACE_TIMELINE)
+TILE_MOVES = follow_moves(ids.TRACE_TILE_TIMELINE)
 
 
 def layout(**_query: str) -> html.Div:
@@ -44,6 +47,7 @@ def layout(**_query: str) -> html.Div:
                           html.Button("Whole run", id=ids.TRACE_RESET, n_clicks=0, className="button")],
                          className="controls"),
                 c.graph(ids.TRACE_TIMELINE),
+                moves_store(ids.TRACE_TIMELINE),
                 dcc.Store(id=ids.TRACE_ROWS, data=None),
                 title_id=ids.TRACE_TIMELINE_TITLE,
             ),
@@ -68,6 +72,7 @@ def layout(**_query: str) -> html.Div:
                         className="controls",
                     ),
                     c.graph(ids.TRACE_TILE_TIMELINE),
+                    moves_store(ids.TRACE_TILE_TIMELINE),
                     note=TILE_NOTE,
                 ),
                 c.section(
@@ -203,7 +208,7 @@ def render_timeline(profile: str | None, resets: int | None):
     Output(ids.TRACE_TIMELINE, "figure", allow_duplicate=True),
     Output(ids.TRACE_LEVEL, "children", allow_duplicate=True),
     Output(ids.TRACE_ROWS, "data", allow_duplicate=True),
-    Input(ids.TRACE_TIMELINE, "relayoutData"),
+    Input(IPU_MOVES, "data"),
     State(ids.PROFILE, "value"),
     State(ids.TRACE_RESET, "n_clicks"),
     State(ids.TRACE_ROWS, "data"),
@@ -336,8 +341,8 @@ def _window(report: Any, window: list | None) -> tuple[int, int]:
 
 @dash.callback(
     Output(ids.TRACE_WINDOW, "data"),
-    Input(ids.TRACE_TIMELINE, "relayoutData"),
-    Input(ids.TRACE_TILE_TIMELINE, "relayoutData"),
+    Input(IPU_MOVES, "data"),
+    Input(TILE_MOVES, "data"),
     Input(ids.TRACE_RESET, "n_clicks"),
     Input(ids.PROFILE, "value"),
 )
@@ -346,9 +351,9 @@ def follow_window(ipu_zoom: dict | None, tile_zoom: dict | None, resets: int | N
     """The window a zoom on either time line asks for (None: the whole run, after a reset or a new profile).
     ``trigger``: the graph zoomed, when called outside Dash (tests)."""
     trigger = trigger or triggered()
-    if trigger not in (ids.TRACE_TIMELINE, ids.TRACE_TILE_TIMELINE):
+    if trigger not in (IPU_MOVES, TILE_MOVES):
         return None
-    window = window_from_relayout(ipu_zoom if trigger == ids.TRACE_TIMELINE else tile_zoom,
+    window = window_from_relayout(ipu_zoom if trigger == IPU_MOVES else tile_zoom,
                                   run_extent(data.report(profile)))
     if window is None:
         raise dash.exceptions.PreventUpdate
@@ -359,7 +364,7 @@ def follow_window(ipu_zoom: dict | None, tile_zoom: dict | None, resets: int | N
     Output(ids.TRACE_TIMELINE, "figure", allow_duplicate=True),
     Output(ids.TRACE_LEVEL, "children", allow_duplicate=True),
     Output(ids.TRACE_ROWS, "data", allow_duplicate=True),
-    Input(ids.TRACE_TILE_TIMELINE, "relayoutData"),
+    Input(TILE_MOVES, "data"),
     State(ids.PROFILE, "value"),
     State(ids.TRACE_RESET, "n_clicks"),
     State(ids.TRACE_ROWS, "data"),

@@ -41,6 +41,7 @@ def main(path: str, limit: int, raw_rows: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     from dashboards import ids
     from dashboards.app import create_app
+    from dashboards.zoom import moves_id
     from engine import rules
     from popvision_py.analysis.trace import levels as trace_levels
 
@@ -60,7 +61,7 @@ def main(path: str, limit: int, raw_rows: int) -> None:
         a = start + span // 3
         relayout = {"xaxis.range[0]": a, "xaxis.range[1]": a + span // share}
         answers[f"zoom_1/{share}"] = call(http, app, f"..{ids.TRACE_TIMELINE}.figure@", {
-            "trace-timeline.relayoutData": relayout, "profile-choice.value": "a"})
+            f"{moves_id(ids.TRACE_TIMELINE)}.data": relayout, "profile-choice.value": "a"})
     tiles = {"trace-tile-choice.value": "worst 64", "trace-ipu.value": 0, "profile-choice.value": "a"}
     answers["tiles_whole_run"] = call(http, app, "..trace-tile-timeline", {**tiles, "trace-window.data": None})
     fits = report.trace.levels().fitting(start, end)

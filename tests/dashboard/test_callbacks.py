@@ -275,7 +275,7 @@ def test_tiles_in_time_follow_the_window_at_its_level_of_detail(app, monkeypatch
     assert list(fig.layout.yaxis.ticktext) == [f"tile {t}" for t in range(8)]
     assert {t.name for t in fig.data} >= {"compute", "wait (done, at the sync)", "sync", "exchange", "idle"}
     # WHEN the IPU time line is zoomed to 300 cycles THEN the window is stored and the tiles show its executions
-    window = trace.follow_window({"xaxis.range[0]": 0, "xaxis.range[1]": 300}, None, 0, "a", trigger=ids.TRACE_TIMELINE)
+    window = trace.follow_window({"xaxis.range[0]": 0, "xaxis.range[1]": 300}, None, 0, "a", trigger=trace.IPU_MOVES)
     assert window == [0, 301]
     fig, level = trace.render_tile_timeline(window, "0, 63", 0, "a")
     assert level.startswith("level of detail: events") and level.endswith("· 2 tiles")

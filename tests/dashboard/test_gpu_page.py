@@ -125,7 +125,7 @@ def test_the_streams_are_binned_past_the_threshold_and_each_kernel_once_zoomed_i
     # WHEN the whole trace is drawn THEN it is in bins: 400 of 62.5 µs over [0, 25,000) µs, each lane's kinds'
     # busy time in each (the compute kernels run in the first 384, to 23,990 µs), which sum to the stream's busy
     # time: 1,200 kernels of 10 µs
-    fig, level, _ = gpu.render_timeline("a", 0, None)
+    fig, level = gpu.render_timeline("a", 0, None)
     assert fig.layout.meta["level"] == "bins" and level.startswith("level of detail: bins — 400 bins of 62.50 µs")
     bases, widths = lane_bars(fig, "compute", "Rank 0 · stream 7")
     assert len(widths) == 384 and sum(widths) == pytest.approx(12.0)
@@ -202,6 +202,28 @@ def test_a_gpu_imports_pages_draw_in_a_gpu_jobs_words(dash_duo, pair_app, gpu_pa
     links = [link.text.split("\n")[-1] for link in dash_duo.find_elements(".nav-link")]
     assert links == ["Summary", "Memory", "Liveness", "Execution trace", "GPU", "Operations", "Stages", "Exchange",
                      "Program tree", "System"]
+
+
+# A zoom, then the mode bar's pan and zoom buttons clicked before its answer comes (each a relayout event of its own:
+# ``dragmode``): Dash drops the answer of a callback its input changed under, so these must not reach the server.
+ZOOM_THEN_DRAG_MODES = """
+const gd = document.querySelector(arguments[0] + ' .js-plotly-plot');
+Plotly.relayout(gd, {'xaxis.range[0]': arguments[1], 'xaxis.range[1]': arguments[2]});
+[5, 20, 40, 80, 160].forEach((ms, i) => setTimeout(() => Plotly.relayout(gd, {dragmode: i % 2 ? 'zoom' : 'pan'}), ms));
+"""
+
+
+@pytest.mark.browser
+def test_a_zoom_is_drawn_though_the_drag_mode_changes_while_it_is_asked_for(dash_duo, pair_app):
+    # GIVEN the GPU page of a two-rank GPU trace's import, its whole trace drawn in bins
+    dash_duo.start_server(pair_app)
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/gpu")
+    dash_duo.wait_for_contains_text(f"#{ids.GPU_LEVEL}", "level of detail: bins", timeout=10)
+    # WHEN a zoom to [0, 0.49] ms is followed at once by clicks on the mode bar's pan and zoom
+    dash_duo.driver.execute_script(ZOOM_THEN_DRAG_MODES, f"#{ids.GPU_TIMELINE}", 0, 0.49)
+    # THEN the zoom's kernels are drawn all the same: 25 compute kernels a rank and rank 0's all-reduce
+    dash_duo.wait_for_contains_text(f"#{ids.GPU_LEVEL}", "level of detail: kernels — 51 kernels", timeout=10)
+    assert errors(dash_duo) == []
 
 
 def test_the_exchange_page_lists_a_gpu_traces_collectives_by_process_group(tmp_path):
