@@ -144,9 +144,17 @@ def ipu_options(ipus: Iterable[int], naming: Naming = IPUS) -> list[dict]:
     return [{"label": naming.label(ipu), "value": int(ipu)} for ipu in ipus]
 
 
+# A card's value past these many characters is set smaller (style.css: 21, 17, then 14 px), so that a name (a
+# model's, a folder's: "resnet50_ddp_8ranks") holds one line of a card (219 px of text in a 1,280 px window).
+LONG_VALUE, LONGER_VALUE = 14, 18
+
+
 def card(label: str, value: str, note: str | None = None, tone: str = "") -> html.Div:
     """One key figure: a label above a large value, with an optional note below."""
-    children: list[Any] = [html.Div(label, className="card-label"), html.Div(value, className="card-value")]
+    size = "" if not isinstance(value, str) or len(value) <= LONG_VALUE else (
+        " long" if len(value) <= LONGER_VALUE else " longer")
+    children: list[Any] = [html.Div(label, className="card-label"),
+                           html.Div(value, className=f"card-value{size}")]
     if note:
         children.append(html.Div(note, className="card-note"))
     return html.Div(children, className=f"card {tone}".strip())

@@ -43,7 +43,8 @@ def page(name: str):
 @pytest.fixture(scope="module")
 def gpu_pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two ranks' GPU traces (the module's docstring), imported through the CLI: the profile's path."""
-    folder = tmp_path_factory.mktemp("gpu-pair")
+    # a folder named as a user names one: the run's name in the Summary's model card, 20 characters
+    folder = tmp_path_factory.mktemp("resnet50_ddp_2ranks")
     for rank, (start, length) in ALL_REDUCE.items():
         header = {**HEADER, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2}}
         events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 25_000, **CPU}]
@@ -198,6 +199,11 @@ def test_a_gpu_imports_pages_draw_in_a_gpu_jobs_words(dash_duo, pair_app, gpu_pa
         assert [w for w in IPU_WORDS if w in shown] == [], path
         if path == "/":
             assert "no kernel runs on the GPU" in shown
+            # AND the run's name holds one line of its card at 1,280 and 1,920 px (set smaller, not broken)
+            assert "resnet50_ddp_2ranks0" in shown
+            for width in (1280, 1920):
+                show_at(dash_duo, width)
+                assert dash_duo.driver.execute_script(WRAPPED_CARDS) == [], width
     # AND the navigation lists the GPU page after the execution trace
     links = [link.text.split("\n")[-1] for link in dash_duo.find_elements(".nav-link")]
     assert links == ["Summary", "Memory", "Liveness", "Execution trace", "GPU", "Operations", "Stages", "Exchange",
