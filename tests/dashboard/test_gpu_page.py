@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from dashboards import ids
 from popvision_py.analysis.gpu_view import NO_KERNELS_EMULATED
 from popvision_py.cli import main
-from tests.dashboard.test_browser import errors, wait_for_figures
+from tests.dashboard.test_browser import ZOOM_THEN_DRAG_MODES, errors, wait_for_figures
 from tests.dashboard.test_browser_overlaps import OVERLAPS, WRAPPED_CARDS, show_at
 from tests.dashboard.test_callbacks import text
 from tests.dashboard.test_layout import CUT_TEXT, TEXT
@@ -208,15 +208,6 @@ def test_a_gpu_imports_pages_draw_in_a_gpu_jobs_words(dash_duo, pair_app, gpu_pa
     links = [link.text.split("\n")[-1] for link in dash_duo.find_elements(".nav-link")]
     assert links == ["Summary", "Memory", "Liveness", "Execution trace", "GPU", "Operations", "Stages", "Exchange",
                      "Program tree", "System"]
-
-
-# A zoom, then the mode bar's pan and zoom buttons clicked before its answer comes (each a relayout event of its own:
-# ``dragmode``): Dash drops the answer of a callback its input changed under, so these must not reach the server.
-ZOOM_THEN_DRAG_MODES = """
-const gd = document.querySelector(arguments[0] + ' .js-plotly-plot');
-Plotly.relayout(gd, {'xaxis.range[0]': arguments[1], 'xaxis.range[1]': arguments[2]});
-[5, 20, 40, 80, 160].forEach((ms, i) => setTimeout(() => Plotly.relayout(gd, {dragmode: i % 2 ? 'zoom' : 'pan'}), ms));
-"""
 
 
 @pytest.mark.browser
