@@ -110,10 +110,11 @@ def test_the_run_re_timed_with_its_own_costs_gives_its_steps_back(recorded, kind
     np.testing.assert_allclose(retimed["measured_ns"], steps)
     # within a few percent where the machine let the ranks run (about 1% on a quiet one, 8% seen at a load
     # average of 16); a rank the machine descheduled mid-chunk (4 ranks on 2 cores beside the other tests)
-    # leaves time the trace cannot explain, so every step is held to a looser bound. A replay that got the
-    # order or the costs wrong is off by a whole chunk: tens of percent on every step.
+    # leaves time the trace cannot explain in that step, so the steps are held to their median, not each one
+    # (one step past 30% failed the suite now and then under load). A replay that got the order or the costs wrong
+    # is off by a whole chunk: tens of percent on every step, the median too.
     errors = retimed["error_pct"].abs()
-    assert errors.min() < 10.0 and errors.max() < 30.0, retimed
+    assert errors.min() < 10.0 and errors.median() < 15.0, retimed
 
 
 def test_more_micro_batches_lower_the_bubble(recorded) -> None:
