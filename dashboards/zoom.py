@@ -1,6 +1,6 @@
 """What a zoom on a timeline asks the server for: the window of a relayout event, clamped to the run.
 
-The Execution trace and System pages draw a window of their timeline at the level of detail the
+The Execution trace, GPU and System pages draw a window of their timeline at the level of detail the
 analysis gives for it (``trace.timeline``, ``system.window``); each zoom, pan or double-click sends
 plotly's ``relayoutData``, and these functions turn it into the window to ask for.
 

@@ -349,7 +349,8 @@ def _window(report: Any, window: list | None) -> tuple[int, int]:
 def follow_window(ipu_zoom: dict | None, tile_zoom: dict | None, resets: int | None, profile: str | None,
                   trigger: str | None = None):
     """The window a zoom on either time line asks for (None: the whole run, after a reset or a new profile).
-    ``trigger``: the graph zoomed, when called outside Dash (tests)."""
+    ``trigger``: the Store of the moves of the graph zoomed (``IPU_MOVES``, ``TILE_MOVES``), when called outside
+    Dash (tests)."""
     trigger = trigger or triggered()
     if trigger not in (IPU_MOVES, TILE_MOVES):
         return None
