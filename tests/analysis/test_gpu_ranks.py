@@ -272,16 +272,16 @@ def test_the_gpu_figures_read_only_the_timeline_rows_they_use(imported):
         assert report.system.some_events(bound.TIMELINE_ROWS) is every
 
 
-@pytest.mark.parametrize("long_ranks", [True, False])
-def test_every_section_builds_the_gpu_section_first_and_shows_it_where_it_belongs(imported, monkeypatch, long_ranks):
-    # GIVEN a GPU import whose ranks hold more kernels each than a run of ranks' figures (or fewer), and the order
-    # report --section all builds its sections in
+@pytest.mark.parametrize("rank_a_run", [True, False])
+def test_every_section_builds_the_gpu_section_first_and_shows_it_where_it_belongs(imported, monkeypatch, rank_a_run):
+    # GIVEN a GPU import whose figures are made a rank a run (its ranks hold more kernels each than a run's) or two
+    # ranks a run, and the order report --section all builds its sections in (the same either way)
     from popvision_py.render import document
     from popvision_py.render.jsonout import to_dict
 
     with popvision_py.open(imported) as report:
         kernels = report.profile.num_rows("kernels")
-    monkeypatch.setattr(gpu_ranks, "CHUNK_KERNELS", (kernels - 1) // 2 if long_ranks else (kernels + 1) // 2)
+    monkeypatch.setattr(gpu_ranks, "CHUNK_KERNELS", (kernels - 1) // 2 if rank_a_run else (kernels + 1) // 2)
     built = []
     for name, builder in list(document._SECTION_BUILDERS.items()):
         monkeypatch.setitem(document._SECTION_BUILDERS, name,

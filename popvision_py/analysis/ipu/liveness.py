@@ -90,7 +90,8 @@ def streamed_peaks(liveness: Iterable[Any], programs: Iterable[Any]) -> Table:
         first = _peak_rows(ipu, step, nal)
         best = [ipu[first], step[first], nal[first], total[first]]
     if best is None or not len(best[0]):
-        return _peak_table(*(np.zeros(0, np.int64),) * 5)
+        none = np.zeros(0, np.int64)
+        return _peak_table(none, none, none, none, none)
     ipu, step, nal, total = best
     width = int(step.max()) + 1
     wanted = ipu.astype(np.int64) * width + step  # each peak's (ipu, step) as one key
