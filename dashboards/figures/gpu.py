@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboards.figures.ranks import MANY_RANKS, sorted_areas
-from dashboards.figures.style import KERNEL_COLOURS, PHASE_COLOURS, empty, styled
+from dashboards.figures.style import KERNEL_COLOURS, PHASE_COLOURS, bar_marker, empty, styled
 from dashboards.figures.trace import side_by_side
 from popvision_py.format.schema import KERNEL_KINDS
 
@@ -73,7 +73,7 @@ def streams_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], l
                      "%{customdata[3]}<br>from %{customdata[4]:,.3f} ms<extra></extra>")
         fig.add_trace(go.Bar(
             y=y, x=bars["width"][keep] / NS_PER_MS, base=bars["base"][keep] / NS_PER_MS, orientation="h", name=name,
-            marker=dict(color=KERNEL_COLOURS[kind], line=dict(width=0)), customdata=custom, hovertemplate=hover,
+            marker=bar_marker(KERNEL_COLOURS[kind], level), customdata=custom, hovertemplate=hover,
         ))
     fig.update_yaxes(type="category", categoryorder="array", categoryarray=list(labels[::-1]), fixedrange=True,
                      range=[-0.6, len(labels) - 0.4])

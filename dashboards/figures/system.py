@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboards.figures.style import NANOSECOND_UNITS, empty, styled, with_unit
+from dashboards.figures.style import NANOSECOND_UNITS, bar_marker, empty, styled, with_unit
 from popvision_py.format import system as S
 
 RELATIVE, ABSOLUTE = "relative", "absolute"
@@ -106,7 +106,7 @@ def system_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], la
         fig.add_trace(go.Bar(
             y=label[part["row"].to_numpy()], x=length_of(part["time_ns"], mode), base=x_of(start, mode, origin_ns),
             width=np.asarray(THICKNESS)[depth], orientation="h", name=name, legendgroup=name,
-            marker=dict(color=palette[name], line=dict(width=0)),
+            marker=bar_marker(palette[name], level),
             customdata=np.stack([detail, _when(start, mode, origin_ns)], axis=-1),
             hovertemplate="%{y}<br>%{customdata[0]}<br>from %{customdata[1]}<extra></extra>",
         ), row=1, col=1)

@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboards.figures.ranks import busy_heatmap, share_heatmap
-from dashboards.figures.style import CAPACITY_COLOUR, IPUS, PHASE_COLOURS, Naming, empty, styled
+from dashboards.figures.style import CAPACITY_COLOUR, IPUS, PHASE_COLOURS, Naming, bar_marker, empty, styled
 from popvision_py.format.schema import PHASES
 
 
@@ -56,7 +56,7 @@ def trace_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], ipu
                 base=part["base"],
                 orientation="h",
                 name=name,
-                marker=dict(color=PHASE_COLOURS[phase], line=dict(width=0)),
+                marker=bar_marker(PHASE_COLOURS[phase], level),
                 customdata=np.stack([part["start_cycle"], part["end_cycle"], part["cycles"], part["events"]], axis=-1)
                 if len(part) else None,
                 hovertemplate=(
@@ -172,7 +172,7 @@ def tile_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], tile
         fig.add_trace(go.Bar(
             y=bars["tile"][keep].astype(np.int16 if len(tiles) and max(tiles) < 2**15 else np.int32),
             x=bars["width"][keep], base=bars["base"][keep], orientation="h", name=name, text=text, textposition="none",
-            marker=dict(color=TILE_PHASE_COLOURS[phase], line=dict(width=0)),
+            marker=bar_marker(TILE_PHASE_COLOURS[phase], level),
             customdata=np.stack([bars["start_cycle"][keep], bars["cycles"][keep], bars["events"][keep]], axis=-1)
             if keep.any() else None,
             hovertemplate=("tile %{y} " + name + "<br>from cycle %{customdata[0]:,}: %{customdata[1]:,} cycles in "

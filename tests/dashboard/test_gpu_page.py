@@ -30,6 +30,14 @@ NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"
 ALL_REDUCE = {0: (0, 1000), 1: (24_000, 1000)}  # each rank's all-reduce: start, duration (µs)
 # Words of an IPU run that no page of a GPU job may say
 IPU_WORDS = ("IPU", "Memory over tiles", "FP32", "FP16", "model call", "waits for other ranks", "cycle", "FLOP")
+# The summed drawn width of a bar trace's bars (by its name) over the x axis's length, in the browser.
+DRAWN_SHARE = """
+const gd = document.querySelector(arguments[0] + ' .js-plotly-plot');
+const at = gd.data.findIndex(t => t.name === arguments[1]);
+let width = 0;
+gd.querySelectorAll('.barlayer .trace.bars')[at].querySelectorAll('path').forEach(p => { width += p.getBBox().width; });
+return width / gd._fullLayout.xaxis._length;
+"""
 PAGES = {"/": [ids.SUMMARY_TIME], "/memory": [], "/liveness": [], "/trace": [ids.TRACE_TIMELINE],
          "/gpu": [ids.GPU_TIMELINE, ids.GPU_TEMPORAL, ids.GPU_KERNEL_TYPES, ids.GPU_OVERLAP],
          "/operations": [ids.OPERATIONS_TRACE], "/stages": [ids.STAGES_IMBALANCE], "/exchange": [ids.EXCHANGE_PHASES],
@@ -179,6 +187,10 @@ def test_a_gpu_imports_pages_draw_in_a_gpu_jobs_words(dash_duo, pair_app, gpu_pa
             dash_duo.wait_for_element(".cards .card", timeout=10)
         if path == "/gpu":
             dash_duo.wait_for_contains_text(f"#{ids.GPU_LEVEL}", "level of detail: bins", timeout=10)
+            # AND the compute bins are drawn as wide as their busy time: each rank's 1,200 kernels of 10 µs on the
+            # 25 ms axis, 0.96 of its length over the two lanes (a bin's bar of about a pixel is not widened to two)
+            drawn = dash_duo.driver.execute_script(DRAWN_SHARE, f"#{ids.GPU_TIMELINE}", "compute")
+            assert drawn == pytest.approx(2 * N * 10 / 25_000, abs=0.03)
             # AND the communication hidden behind computation is the report's, to its one decimal
             labels = [t.text for t in dash_duo.find_elements(f"#{ids.GPU_OVERLAP} .bartext")]
             assert labels == [f"{p:.1f} %" for p in overlap["comm_comp_overlap_pct"]] == ["50.0 %", "0.0 %"]
