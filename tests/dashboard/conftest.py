@@ -55,6 +55,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+# Chromium logs an object handed to console.error as "Object" (Dash's renderer logs each callback's error so): the
+# page's console.error writes each object's text instead (an Error's name, message and stack; anything else as
+# JSON), so that a test failing on console errors says what they were.
+READABLE_CONSOLE_ERRORS = """
+(() => {
+  const error = console.error.bind(console);
+  const text = (value) => {
+    if (value instanceof Error) return `${value.name}: ${value.message}\\n${value.stack}`;
+    if (value && typeof value === "object") {
+      try { return JSON.stringify(value).slice(0, 4000); } catch (e) { return String(value); }
+    }
+    return value;
+  };
+  console.error = (...values) => error(...values.map(text));
+})();
+"""
+
+
+@pytest.fixture(autouse=True)
+def readable_console_errors(request: pytest.FixtureRequest) -> None:
+    """A browser test's console errors logged with their text (``READABLE_CONSOLE_ERRORS``), on every page it opens."""
+    if "dash_duo" in request.fixturenames:
+        driver = request.getfixturevalue("dash_duo").driver
+        driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": READABLE_CONSOLE_ERRORS})
+
+
 @pytest.fixture(scope="session")
 def profiles_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("dashboard-profiles")
