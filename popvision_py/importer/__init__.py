@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import glob
 import json
 import os
@@ -106,14 +107,15 @@ def read_traces(paths: list[Path], jobs: int | None = None, progress: Callable[[
     appended to an anonymous file there as its ranges are read, and its ``RankTrace`` maps that file."""
     jobs = max(1, jobs or os.cpu_count() or 1)
     traces = []
-    if jobs == 1 or _size(paths) < IN_PROCESS_BYTES:  # a few MB: starting processes would take longer
+    total = _size(paths)
+    if jobs == 1 or total < IN_PROCESS_BYTES:  # a few MB: starting processes would take longer
         for p in paths:
             traces.append(_read(p, spill=spill))
             progress()
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             try:
-                for trace in _read_parallel(pool, paths, jobs, spill):
+                for trace in _read_parallel(pool, paths, jobs, spill, total):
                     traces.append(trace)
                     progress()
             except BaseException:
@@ -158,27 +160,74 @@ def _size(paths: list[Path]) -> int:
     return total
 
 
-def _read_parallel(pool: ProcessPoolExecutor, paths: list[Path], jobs: int,
-                   spill: Path | None = None) -> Iterator[RankTrace]:
-    """Each rank's trace in order: its byte ranges handed to ``pool`` (at most two per process waiting, across
-    the ranks), their parts merged in order as they come; a rank the fast path does not take is read by
-    the streaming parser, in the pool too. A rank's first error is raised in the order of the ranks."""
-    waiting: collections.deque[tuple[_Rank, Future]] = collections.deque()
+def _read_parallel(pool: ProcessPoolExecutor, paths: list[Path], jobs: int, spill: Path | None = None,
+                   total: int = 0) -> Iterator[RankTrace]:
+    """Each rank's trace in order: its byte ranges handed to ``pool`` (at most two tasks per process waiting, across
+    the ranks), their parts merged in order as they come; small traces handed over a few at a time
+    (``_small_batch``); a rank the fast path does not take is read by the streaming parser, in the pool too. A
+    rank's first error is raised in the order of the ranks. ``total``: the traces' bytes, about (``_size``)."""
+    waiting: collections.deque[tuple[list[_Rank], Future]] = collections.deque()
     ranks = collections.deque(_Rank(p, spill) for p in paths)
-    unplanned = list(ranks)
+    unplanned = collections.deque(ranks)
+    share = min(BATCH_BYTES, max(total // (4 * jobs), 1))  # four tasks a process at least
     while ranks:
         while len(waiting) < 2 * jobs and unplanned:
-            rank = unplanned[0]
-            task = rank.next_task(pool)
+            batch = _small_batch(unplanned, share)
+            if batch:
+                _wait_for(waiting, batch, pool.submit(ranges.read_smalls, [str(r.path) for r in batch]))
+                continue
+            task = unplanned[0].next_task(pool)
             if task is None:
-                unplanned.pop(0)
+                unplanned.popleft()
             else:
-                waiting.append((rank, task))
+                _wait_for(waiting, [unplanned[0]], task)
         if waiting:
-            rank, future = waiting.popleft()
-            rank.take(pool, future, waiting)
-        while ranks and ranks[0].done(waiting):
+            batch, future = waiting.popleft()
+            for k, rank in enumerate(batch):
+                rank.pending -= 1
+                rank.take(pool, _Slot(future, k) if rank.batched else future, waiting)
+        while ranks and ranks[0].done():
             yield ranks.popleft().result()
+
+
+BATCH_BYTES = 4 << 20  # small traces handed to a worker in one task up to this many bytes together ...
+BATCH_RANKS = 64  # ... and this many traces
+
+
+def _small_batch(unplanned: collections.deque[_Rank], share: int) -> list[_Rank]:
+    """The next small traces not begun (``ranges.small_plain``), read in one task (``ranges.read_smalls``): up to
+    ``share`` bytes together (one at least) and ``BATCH_RANKS``; none if the next is not small."""
+    batch: list[_Rank] = []
+    held = 0
+    while unplanned and len(batch) < BATCH_RANKS and (not batch or held + (unplanned[0].small or 0) <= share):
+        rank = unplanned[0]
+        if rank.sources is not None or rank.fallen or not rank.small:
+            break
+        unplanned.popleft()
+        rank.sources, rank.planned, rank.whole, rank.batched = iter(()), True, True, True
+        batch.append(rank)
+        held += rank.small
+    return batch
+
+
+def _wait_for(waiting: collections.deque[tuple[list[_Rank], Future]], batch: list[_Rank], task: Future) -> None:
+    """``task`` waited for, for the ranks of ``batch``."""
+    for rank in batch:
+        rank.pending += 1
+    waiting.append((batch, task))
+
+
+class _Slot:
+    """One trace's result in a task of several (``ranges.read_smalls``), as a future of its own."""
+
+    def __init__(self, future: Future, index: int) -> None:
+        self.future, self.index = future, index
+
+    def result(self) -> Any:
+        value = self.future.result()[self.index]
+        if isinstance(value, BaseException):
+            raise value
+        return value
 
 
 class _Rank:
@@ -192,18 +241,22 @@ class _Rank:
         self.merger = ranges.merger(spill)
         self.fallen = False  # read by the streaming parser
         self.planned = False  # every range handed out
-        self.whole = False  # one range, read and assembled by a worker (``ranges.read_whole``)
+        self.whole = False  # one range, read and assembled by a worker (``ranges.read_whole``, ``read_small``)
+        self.batched = False  # read with other small traces in one task (``ranges.read_smalls``)
+        self.pending = 0  # its tasks waited for
         self.trace: RankTrace | None = None
         self.error: BaseException | None = None
+
+    @functools.cached_property
+    def small(self) -> int | None:
+        """Its size, where it is a small plain trace (``ranges.small_plain``)."""
+        return ranges.small_plain(self.path)
 
     def next_task(self, pool: ProcessPoolExecutor) -> Future | None:
         """The next range handed to ``pool`` (None when there is none left)."""
         if self.fallen or self.error is not None:
             return None
         try:
-            if self.sources is None and ranges.small_plain(self.path):  # planned and read by a worker
-                self.sources, self.planned, self.whole = iter(()), True, True
-                return pool.submit(ranges.read_small, str(self.path))
             if self.sources is None:
                 self.plan, self.sources = ranges.rank_ranges(self.path)
                 if ranges.one_range(self.plan):  # read and assembled by a worker, its columns spilled here
@@ -219,7 +272,7 @@ class _Rank:
         return pool.submit(ranges.read_range, source, self.plan.base_ns, last)
 
     def _fall(self, pool: ProcessPoolExecutor) -> Future:
-        self.fallen = True
+        self.fallen, self.batched = True, False  # the streaming read is a task of its own
         if self.sources is not None and hasattr(self.sources, "close"):
             self.sources.close()  # type: ignore[union-attr]
         self.merger = ranges.merger(None)  # what was spilled goes with its file
@@ -231,7 +284,7 @@ class _Rank:
             result = _read(self.path, future, self.spill)
         except ranges.Fallback:
             if not self.fallen:
-                waiting.append((self, self._fall(pool)))
+                _wait_for(waiting, [self], self._fall(pool))
             return
         except BaseException as exc:  # raised when this rank's turn comes, so that ranks fail in order
             self.error = self.error or exc
@@ -242,8 +295,8 @@ class _Rank:
         elif not self.fallen:
             self.merger.add(result)
 
-    def done(self, waiting: collections.deque) -> bool:
-        if any(rank is self for rank, _ in waiting):
+    def done(self) -> bool:
+        if self.pending:
             return False
         return self.error is not None or self.trace is not None or (
             not self.fallen and self.planned)

@@ -5,6 +5,7 @@ trace's levels of detail are the same whether its rows are held to the end or bi
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import resource
@@ -218,3 +219,53 @@ def test_a_small_file_the_fast_path_does_not_take_is_read_in_workers_as_in_this_
     assert [t.rank for t in there] == [0, 1] and all(t.events == 20 for t in there)
     for a, b in zip(there, here):
         assert_same(a, b)
+
+
+def test_small_ranks_read_a_few_to_a_task_keep_their_order_their_fallbacks_and_their_first_error(many_ranks, tmp_path,
+                                                                                                  monkeypatch):
+    # GIVEN 40 of the small ranks, rank 3 gzipped (read by byte ranges, not with the small ones) and rank 7 naming
+    # traceEvents twice (the fast path refuses it: the streaming parser reads it, in a task of its own)
+    import gzip
+
+    from popvision_py.importer import _Rank, _small_batch
+
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for rank in range(40):
+        text = (many_ranks / f"rank{rank}.json").read_bytes()
+        if rank == 3:
+            (folder / f"rank{rank:02d}.json.gz").write_bytes(gzip.compress(text))
+            continue
+        if rank == 7:
+            head, events = text.split(b'"traceEvents"', 1)
+            text = head + b'"traceEvents": [], "traceEvents"' + events
+        (folder / f"rank{rank:02d}.json").write_bytes(text)
+    paths = find_traces([str(folder)])
+    refused = ranges.read_smalls([str(p) for p in paths[6:9]])
+    assert isinstance(refused[1], ranges.Fallback) and all(r.events > 0 for r in (refused[0], refused[2]))
+    # WHEN the next small ranks are taken for one task: those before the gzipped one, up to the bytes asked
+    queue = collections.deque(_Rank(p) for p in paths)
+    two = paths[0].stat().st_size + paths[1].stat().st_size
+    assert [r.path for r in _small_batch(queue, two)] == paths[:2]
+    assert [r.path for r in _small_batch(queue, 10 * two)] == paths[2:3] and _small_batch(queue, 10 * two) == []
+    # AND all of them are read by two processes, several to a task (four tasks a process at least), and here
+    monkeypatch.setattr(importer, "IN_PROCESS_BYTES", 0)
+    tasks: list[int] = []  # the ranks of each task of small ones
+    batch = importer._small_batch
+
+    def counted(queue, share):
+        taken = batch(queue, share)
+        tasks.append(len(taken))
+        return taken
+
+    monkeypatch.setattr(importer, "_small_batch", counted)
+    there, here = read_traces(paths, jobs=2, spill=tmp_path), read_traces(paths, jobs=1, spill=tmp_path)
+    # THEN every rank is read, in order, the same either way
+    assert [t.rank for t in there] == list(range(40))
+    assert sum(tasks) == 39 and max(tasks) > 1 and len([n for n in tasks if n]) >= 8  # all but the gzipped
+    for a, b in zip(here, there):
+        assert_same(a, b, but=("spill",))
+    # AND a truncated rank among them is the import's one sentence, naming it, whatever the ranks read after it
+    (folder / "rank05.json").write_bytes(paths[5].read_bytes()[:-200])
+    with pytest.raises(importer.TraceError, match="rank05.json ends before its JSON does"):
+        read_traces(paths, jobs=2, spill=tmp_path)
