@@ -75,14 +75,15 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     output_target(target, streams=False)  # a FIFO or device there is refused, not replaced
     memory = int(device_memory * 2**30) if device_memory else None
     with _cluster(scheduler) as client, _bar(len(paths), shown=not quiet and sys.stderr.isatty()) as bar:
+        phases = _Phases(bar)
         if client is None:
-            run = import_traces(paths, target, device_memory=memory, jobs=jobs, name=name,
-                                progress=lambda: bar.update(1))
+            run = import_traces(paths, target, device_memory=memory, jobs=jobs, name=name, progress=phases.read,
+                                written=phases.wrote)
         else:
             from popvision_py.importer.cluster import import_on_cluster
 
-            run = import_on_cluster(client, paths, target, device_memory=memory, name=name,
-                                    progress=lambda: bar.update(1))
+            run = import_on_cluster(client, paths, target, device_memory=memory, name=name, progress=phases.read,
+                                    written=phases.wrote)
     info = run["import"]
     if picked.note():
         click.echo(picked.note())
@@ -114,13 +115,33 @@ def _cluster(scheduler: str | None) -> Any:
 
 
 def _bar(ranks: int, shown: bool) -> Any:
-    """The progress bar of the ranks read, on stderr; where it would not show (``-q``, not a terminal), one that
-    does nothing, without importing tqdm (its import, about 30 ms, is a tenth of a small trace's whole import)."""
+    """The progress bar of the ranks read, then written, on stderr; where it would not show (``-q``, not a
+    terminal), one that does nothing, without importing tqdm (its import, about 30 ms, is a tenth of a small
+    trace's whole import)."""
     if not shown:
-        return contextlib.nullcontext(SimpleNamespace(update=lambda n: None))
+        return contextlib.nullcontext(SimpleNamespace(update=lambda n: None, reset=lambda: None,
+                                                      set_description=lambda text: None))
     from tqdm import tqdm
 
     return tqdm(total=ranks, desc="Reading traces", unit="rank", file=sys.stderr, leave=False)
+
+
+class _Phases:
+    """The bar's two phases: the ranks read ("Reading traces"), then the ranks whose rows are written ("Writing
+    profile": at thousands of ranks the write takes about as long as the read)."""
+
+    def __init__(self, bar: Any) -> None:
+        self.bar, self.writing = bar, False
+
+    def read(self) -> None:
+        self.bar.update(1)
+
+    def wrote(self) -> None:
+        if not self.writing:
+            self.writing = True
+            self.bar.reset()
+            self.bar.set_description("Writing profile")
+        self.bar.update(1)
 
 
 def _cycle(value: str | None) -> int | None:

@@ -362,23 +362,25 @@ def open_files(ranks: int) -> None:
 
 
 def import_traces(paths: list[Path], output: Path, *, device_memory: int | None = None, jobs: int | None = None,
-                  name: str | None = None, progress: Callable[[], None] = lambda: None) -> dict:
+                  name: str | None = None, progress: Callable[[], None] = lambda: None,
+                  written: Callable[[], None] = lambda: None) -> dict:
     """Read ``paths`` and write ``output`` (a profile.pop), then each rank's CPU timeline in ``system/`` beside
     it; returns the manifest's ``run``. Each rank's columns are spilled to anonymous files in the output's
-    folder as they are read (``spill``), and read back a window at a time: memory stays flat."""
+    folder as they are read (``spill``), and read back a window at a time: memory stays flat. ``progress``
+    after each rank read, ``written`` after each rank's rows are written."""
     open_files(len(paths))
     traces = read_traces(paths, jobs, progress, spill_folder(output))
-    return write_import(traces, output, device_memory, name)
+    return write_import(traces, output, device_memory, name, written)
 
 
 def write_import(traces: list[RankTrace], output: Path, device_memory: int | None = None,
-                 name: str | None = None) -> dict:
+                 name: str | None = None, written: Callable[[], None] = lambda: None) -> dict:
     """The profile of the ranks read (``read_traces``'s, or ``cluster``'s) at ``output``, then each rank's CPU
-    timeline in ``system/`` beside it; returns the manifest's ``run``."""
+    timeline in ``system/`` beside it; returns the manifest's ``run``. ``written`` after each rank's rows."""
     if not any(len(t.start) or len(t.busy) for t in traces):
         raise TraceError("The traces hold no events on any rank's time line (no operators, annotations or "
                          "communication): record them with torch.profiler's CPU (and CUDA) activities.")
-    run = write_profile(output, traces, device_memory, name)  # each rank's rows written as they are cut
+    run = write_profile(output, traces, device_memory, name, progress=written)  # each rank's rows as they are cut
     write_timelines(traces, Path(output).parent / "system")  # only now: a bad trace writes nothing
     return run
 

@@ -46,7 +46,8 @@ _READING = threading.Lock()  # one rank at a time in a worker process: ``ranges`
 
 
 def import_on_cluster(client: Any, paths: list[Path], output: Path, *, device_memory: int | None = None,
-                      name: str | None = None, progress: Callable[[], None] = lambda: None) -> dict:
+                      name: str | None = None, progress: Callable[[], None] = lambda: None,
+                      written: Callable[[], None] = lambda: None) -> dict:
     """``import_traces`` with the ranks read and reduced on the workers of ``client``'s cluster: the same
     profile at ``output`` and CPU timelines beside it; returns the manifest's ``run``. A trace a worker does not
     see, a worker that died, or workers that run another popvision are one sentence."""
@@ -54,7 +55,7 @@ def import_on_cluster(client: Any, paths: list[Path], output: Path, *, device_me
     traces: list[RankTrace] = []
     try:
         traces = read_on_cluster(client, paths, scratch, spill_folder(output), progress)
-        return write_import(traces, output, device_memory, name)
+        return write_import(traces, output, device_memory, name, written)
     finally:
         traces.clear()  # the maps of the ranks' files close with their arrays, before their folder goes
         shutil.rmtree(scratch, ignore_errors=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -289,11 +289,12 @@ def profiler_fields(traces: list[RankTrace]) -> dict[str, Any]:
 
 
 def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_memory: int | None = None,
-                  name: str | None = None, busy_rows: int = WINDOW_BUSY_ROWS) -> dict:
+                  name: str | None = None, busy_rows: int = WINDOW_BUSY_ROWS,
+                  progress: Callable[[], None] = lambda: None) -> dict:
     """Write the profile of the ranks' traces atomically, rank by rank and a window of each rank's time at a
     time (``busy_rows`` of its busy rows long): each window's rows are cut, written and dropped, so that
     what is held is a window's, whatever the traces' size (the pages of a spilled rank read for a window are
-    handed back after it). Returns the run."""
+    handed back after it); ``progress`` after each rank. Returns the run."""
     target, run, plan = plan_profile(traces, device_memory, name)
     Path(path).parent.mkdir(parents=True, exist_ok=True)  # only now: a bad trace leaves no folder behind
     generator = {"name": "popvision import", "version": __version__, "schema_version": SCHEMA_VERSION}
@@ -313,6 +314,7 @@ def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_
                 release(t, plan.ready[ipu])
                 # the window's arrays: freed, and handed back once a few MiB of them have been
                 release_memory(sum(columns_bytes(columns) for columns in window.values()))
+            progress()
         release_memory()  # the last windows', whatever their bytes
         for batched in (*tables.values(), kernels):  # each table's last rows written and encoded before the next's
             batched.close()
