@@ -201,7 +201,7 @@ def _small_batch(unplanned: collections.deque[_Rank], share: int) -> list[_Rank]
     held = 0
     while unplanned and len(batch) < BATCH_RANKS and (not batch or held + (unplanned[0].small or 0) <= share):
         rank = unplanned[0]
-        if rank.sources is not None or rank.fallen or not rank.small:
+        if rank.sources is not None or rank.fallen or rank.small is None:
             break
         unplanned.popleft()
         rank.sources, rank.planned, rank.whole, rank.batched = iter(()), True, True, True
