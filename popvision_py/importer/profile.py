@@ -362,6 +362,7 @@ class Batched:
         self.slices: list[dict[str, Any]] = []
         self.rows = 0
         self.small = 0  # slices of fewer than COMPACT_ROWS rows held since the last join
+        self.joined = 0  # the slices at the front that joins made
         self.vocabulary: dict[str, Vocabulary] = {}  # each coded column's
 
     def write(self, columns: dict[str, Any]) -> None:
@@ -385,13 +386,17 @@ class Batched:
         return vocabulary.codes(column)
 
     def _compact(self) -> None:
-        """The slices held joined into one, each Arrow column's dictionaries unified: a rank's slice of a few rows
-        costs kilobytes of objects, which thousands of ranks would hold until a row group's rows come."""
+        """The slices held since the last join joined into one, each Arrow column's dictionaries unified: a rank's
+        slice of a few rows costs kilobytes of objects, which thousands of ranks would hold until a row group's rows
+        come. What earlier joins made is kept as it is (joining it again each time copied a row group's rows some
+        sixty times: a sixth of a 4,096-rank write) until there are ``HELD_SLICES`` of those too: at most twice
+        that many slices are held, and a row is copied about twice before its row group is joined."""
         self.small = 0
         try:
-            joined = _joined(self.slices)
-            self.slices = [{k: v.unify_dictionaries().combine_chunks() if isinstance(v, pa.ChunkedArray) else v
-                            for k, v in joined.items()}]
+            self.slices[self.joined:] = [_unified(_joined(self.slices[self.joined:]))]
+            if len(self.slices) >= HELD_SLICES:
+                self.slices = [_unified(_joined(self.slices))]
+            self.joined = len(self.slices)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
             pass  # kept as they are: the writer casts them slice by slice
 
@@ -403,7 +408,7 @@ class Batched:
 
     def flush(self) -> None:
         """Hand the slices held to the writer (at the end, or a row group's rows)."""
-        slices, self.slices, self.rows, self.small = self.slices, [], 0, 0
+        slices, self.slices, self.rows, self.small, self.joined = self.slices, [], 0, 0, 0
         if not slices:
             return
         try:
@@ -417,6 +422,12 @@ class Batched:
     def _decoded(self, columns: dict[str, Any]) -> dict[str, Any]:
         """The coded columns made into Arrow (``Vocabulary.arrow``)."""
         return {k: self.vocabulary[k].arrow(v) if k in self.vocabulary else v for k, v in columns.items()}
+
+
+def _unified(columns: dict[str, Any]) -> dict[str, Any]:
+    """Each Arrow column of chunks made one array, their dictionaries unified."""
+    return {k: v.unify_dictionaries().combine_chunks() if isinstance(v, pa.ChunkedArray) else v
+            for k, v in columns.items()}
 
 
 def _joined(slices: list[dict[str, Any]]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ COMM_KINDS = (KIND["comm_call"], KIND["comm_flight"])
 EXCHANGE_LABELS = (LABEL["comm_call"], LABEL["pp_comm"], LABEL["comm_flight"])
 EXCHANGE_KIND_WORDS = ("all_reduce", "inter_ipu")
 TYPE_WORDS = ("compute_set", "global_exchange", "all_reduce", "stream_copy")
+MEMORY_WORDS = ("weights", "activations")  # tile_memory's categories: what stayed allocated, the rest
 Table = dict[str, Any]
 
 
@@ -297,7 +298,7 @@ class RankTables:
             "worst_tile_bytes": level}
         tile_memory = {
             "ipu": np.full(2, ipu, np.int64), "tile": np.zeros(2, np.int64),
-            "category": np.array(["weights", "activations"], object), "always_live": np.array([True, False]),
+            "category": coded(np.array([0, 1]), MEMORY_WORDS), "always_live": np.array([True, False]),
             "bytes": np.array([baseline, self.peak - baseline], np.int64)}
         return {"exchanges": exchanges, "programs": programs, "liveness": liveness, "tile_memory": tile_memory}
 
