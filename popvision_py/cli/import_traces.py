@@ -88,8 +88,8 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     if picked.note():
         click.echo(picked.note())
     click.echo(f"Imported {len(paths):,} trace(s) ({info['events']:,} events, {ranks_named(info['ranks'])}): "
-               f"{info['schedule']}, {len(run['stages'])} stage(s), "
-               f"{run['gradient_accumulation']} micro-batch(es), {run['device_iterations']} step(s).")
+               f"{info['schedule']}, {len(run['stages']):,} stage(s), "
+               f"{run['gradient_accumulation']:,} micro-batch(es), {run['device_iterations']:,} step(s).")
     for line in info["not_inferred"]:
         click.echo(f"  not in the trace: {line}")
     click.echo(f"Wrote {target}")
