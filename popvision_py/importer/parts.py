@@ -343,7 +343,7 @@ class Merger:
 
     def __init__(self) -> None:
         self.parts: list[RankPart] = []
-        self.whole = RankPart()
+        self.whole = self.empty = RankPart()
 
     def add(self, part: RankPart) -> None:
         self.parts.append(part)
@@ -363,6 +363,9 @@ class Merger:
         parts = [self.whole, *self.parts]
         self.parts = []
         if len(parts) == 1:
+            return
+        if len(parts) == 2 and self.whole is self.empty:  # one part (a small rank's one range): the rank's already,
+            self.whole = parts[1]  # its names coded once each and its unions merged (its fold was a tenth of its read)
             return
         names: dict[str, int] = {}
         rows = []
