@@ -8,8 +8,6 @@ Every expected figure is computed here from the raw trace table
 from __future__ import annotations
 
 import json
-import os
-import struct
 import subprocess
 import sys
 from collections import Counter
@@ -23,6 +21,7 @@ from click.testing import CliRunner
 from popvision_py.cli import main
 from popvision_py.export_trace import Window
 from popvision_py.format import open_profile, writer
+from tests.terminal import stderr_on_a_terminal
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted(ROOT.glob("sample_profiles/*/profile.pop"))
@@ -271,37 +270,13 @@ def test_every_sample_exports_valid_trace_event_json(path, tmp_path):
 # -- progress bar --------------------------------------------------------------------------------
 
 
-def _stderr_on_a_terminal(args: list[str]) -> str:
-    """Run the CLI with stderr on a pseudo-terminal; what it wrote there."""
-    pty = pytest.importorskip("pty")
-    fcntl, termios = pytest.importorskip("fcntl"), pytest.importorskip("termios")
-    master, slave = pty.openpty()
-    # a terminal 120 columns wide (a new pseudo-terminal has 0 columns, where tqdm draws nothing)
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    process = subprocess.Popen([sys.executable, "-m", "popvision_py.cli", *args], cwd=ROOT, stderr=slave,
-                               stdout=subprocess.DEVNULL)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(master)
-    assert process.wait(timeout=120) == 0
-    return b"".join(chunks).decode(errors="replace")
-
-
 def test_a_progress_bar_on_a_terminal_and_none_with_quiet_or_a_pipe(tmp_path):
     out = tmp_path / "t.json"
     with open_profile(BERT_LARGE) as profile:
         rows = profile.num_rows("trace")  # one event per trace row
-    shown = _stderr_on_a_terminal(["export-trace", str(BERT_LARGE), "-o", str(out)])
+    shown = stderr_on_a_terminal(["export-trace", str(BERT_LARGE), "-o", str(out)])
     assert "Exporting trace" in shown and f"/{rows / 1000:.1f}k" in shown  # the bar counts the trace rows
-    quiet = _stderr_on_a_terminal(["export-trace", str(BERT_LARGE), "-o", str(out), "-q"])
+    quiet = stderr_on_a_terminal(["export-trace", str(BERT_LARGE), "-o", str(out), "-q"])
     assert "Exporting trace" not in quiet and f"Wrote {rows:,} events" in quiet
     piped = subprocess.run([sys.executable, "-m", "popvision_py.cli", "export-trace", str(BERT_LARGE), "-o", str(out)],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)

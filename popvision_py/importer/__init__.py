@@ -166,7 +166,7 @@ def _read_parallel(pool: ProcessPoolExecutor, paths: list[Path], jobs: int, spil
     the ranks), their parts merged in order as they come; small traces handed over a few at a time
     (``_small_batch``); a rank the fast path does not take is read by the streaming parser, in the pool too. A
     rank's first error is raised in the order of the ranks. ``total``: the traces' bytes, about (``_size``)."""
-    waiting: collections.deque[tuple[list[_Rank], Future]] = collections.deque()
+    waiting: collections.deque[list[tuple[_Rank, Any]]] = collections.deque()  # each task: its ranks' results
     ranks = collections.deque(_Rank(p, spill) for p in paths)
     unplanned = collections.deque(ranks)
     share = min(BATCH_BYTES, max(total // (4 * jobs), 1))  # four tasks a process at least
@@ -174,18 +174,18 @@ def _read_parallel(pool: ProcessPoolExecutor, paths: list[Path], jobs: int, spil
         while len(waiting) < 2 * jobs and unplanned:
             batch = _small_batch(unplanned, share)
             if batch:
-                _wait_for(waiting, batch, pool.submit(ranges.read_smalls, [str(r.path) for r in batch]))
+                task = pool.submit(ranges.read_smalls, [str(r.path) for r in batch])
+                _wait_for(waiting, [(rank, _Slot(task, k)) for k, rank in enumerate(batch)])
                 continue
             task = unplanned[0].next_task(pool)
             if task is None:
                 unplanned.popleft()
             else:
-                _wait_for(waiting, [unplanned[0]], task)
+                _wait_for(waiting, [(unplanned[0], task)])
         if waiting:
-            batch, future = waiting.popleft()
-            for k, rank in enumerate(batch):
+            for rank, result in waiting.popleft():
                 rank.pending -= 1
-                rank.take(pool, _Slot(future, k) if rank.batched else future, waiting)
+                rank.take(pool, result, waiting)
         while ranks and ranks[0].done():
             yield ranks.popleft().result()
 
@@ -199,22 +199,22 @@ def _small_batch(unplanned: collections.deque[_Rank], share: int) -> list[_Rank]
     ``share`` bytes together (one at least) and ``BATCH_RANKS``; none if the next is not small."""
     batch: list[_Rank] = []
     held = 0
-    while unplanned and len(batch) < BATCH_RANKS and (not batch or held + (unplanned[0].small or 0) <= share):
+    while unplanned and len(batch) < BATCH_RANKS:
         rank = unplanned[0]
-        if rank.sources is not None or rank.fallen or rank.small is None:
+        if rank.sources is not None or rank.fallen or rank.small is None or batch and held + rank.small > share:
             break
         unplanned.popleft()
-        rank.sources, rank.planned, rank.whole, rank.batched = iter(()), True, True, True
+        rank.sources, rank.planned, rank.whole = iter(()), True, True
         batch.append(rank)
         held += rank.small
     return batch
 
 
-def _wait_for(waiting: collections.deque[tuple[list[_Rank], Future]], batch: list[_Rank], task: Future) -> None:
-    """``task`` waited for, for the ranks of ``batch``."""
-    for rank in batch:
+def _wait_for(waiting: collections.deque[list[tuple[_Rank, Any]]], task: list[tuple[_Rank, Any]]) -> None:
+    """A task waited for: each of its ranks with the future of its result (a ``_Slot`` of a task of several)."""
+    for rank, _ in task:
         rank.pending += 1
-    waiting.append((batch, task))
+    waiting.append(task)
 
 
 class _Slot:
@@ -242,7 +242,6 @@ class _Rank:
         self.fallen = False  # read by the streaming parser
         self.planned = False  # every range handed out
         self.whole = False  # one range, read and assembled by a worker (``ranges.read_whole``, ``read_small``)
-        self.batched = False  # read with other small traces in one task (``ranges.read_smalls``)
         self.pending = 0  # its tasks waited for
         self.trace: RankTrace | None = None
         self.error: BaseException | None = None
@@ -272,7 +271,7 @@ class _Rank:
         return pool.submit(ranges.read_range, source, self.plan.base_ns, last)
 
     def _fall(self, pool: ProcessPoolExecutor) -> Future:
-        self.fallen, self.batched = True, False  # the streaming read is a task of its own
+        self.fallen = True
         if self.sources is not None and hasattr(self.sources, "close"):
             self.sources.close()  # type: ignore[union-attr]
         self.merger = ranges.merger(None)  # what was spilled goes with its file
@@ -284,7 +283,7 @@ class _Rank:
             result = _read(self.path, future, self.spill)
         except ranges.Fallback:
             if not self.fallen:
-                _wait_for(waiting, [self], self._fall(pool))
+                _wait_for(waiting, [(self, self._fall(pool))])
             return
         except BaseException as exc:  # raised when this rank's turn comes, so that ranks fail in order
             self.error = self.error or exc

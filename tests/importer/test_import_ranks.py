@@ -22,6 +22,7 @@ from popvision_py.format.levels import LevelFold
 import popvision_py.importer as importer
 from popvision_py.importer import find_traces, import_traces, parts, ranges, read_traces
 from tests.importer.test_import_ranges import assert_same
+from tests.terminal import stderr_on_a_terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -77,45 +78,15 @@ def test_an_import_of_many_ranks_holds_each_rank_and_prints_no_line_that_grows_w
     assert max(map(len, info.stdout.splitlines())) < 200
 
 
-def on_a_terminal(*args: object) -> tuple[int, str]:
-    """``popvision ARGS`` with its stderr a terminal of 120 columns (where the progress bar shows): its exit status
-    and what it wrote there, each carriage return a line."""
-    import fcntl
-    import select
-    import struct
-    import termios
-
-    master, terminal = os.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    proc = subprocess.Popen([sys.executable, "-m", "popvision_py.cli", *map(str, args)], stdout=subprocess.DEVNULL,
-                            stderr=terminal, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    os.close(terminal)
-    shown = b""
-    while True:
-        if select.select([master], [], [], 0.5)[0]:
-            try:
-                data = os.read(master, 1 << 16)
-            except OSError:  # the terminal's other end closed
-                data = b""
-            if not data:
-                break
-            shown += data
-        elif proc.poll() is not None:
-            break
-    os.close(master)
-    return proc.wait(timeout=300), shown.decode("utf-8", "replace").replace("\r", "\n")
-
-
 def test_an_import_on_a_terminal_shows_the_ranks_read_then_the_ranks_written(many_ranks, tmp_path):
     # WHEN 64 ranks are imported with a terminal to show the progress on
-    status, shown = on_a_terminal("import", many_ranks, "-o", tmp_path / "out")
+    shown = stderr_on_a_terminal(["import", many_ranks, "-o", tmp_path / "out"]).replace("\r", "\n")
     # THEN the bar counts the ranks read, then the ranks written, each out of the 64
-    assert status == 0, shown
     reading = [m.start() for m in re.finditer(r"Reading traces: +\d+%.*\b\d+/64\b", shown)]
     writing = [m.start() for m in re.finditer(r"Writing profile: +\d+%.*\b\d+/64\b", shown)]
     assert reading and writing and max(reading) < min(writing), shown[-2000:]
     # AND with -q it shows nothing
-    assert on_a_terminal("import", many_ranks, "-o", tmp_path / "quiet", "-q") == (0, "")
+    assert stderr_on_a_terminal(["import", many_ranks, "-o", tmp_path / "quiet", "-q"]) == ""
 
 
 def test_an_import_of_many_ranks_leaves_no_file_open(many_ranks, tmp_path):
