@@ -20,7 +20,9 @@ go to a temporary folder (``--tmp``), never the repository.
 under ``/usr/bin/time -v`` (wall time, peak RSS) and, with ``--before TREE``, paired with the same
 command on another checkout (the tree before the change), interleaved A, B, A, B; medians over
 ``--repeat``, the load average with each run. The target: 1 billion rows emulated, written and
-summarised in under 120 s, the peak RSS at 1B about that at 0.5B.
+summarised in under 120 s, the peak RSS at 1B about that at 0.5B. With ``--quick`` too, the same
+command on gpt2-small (31,082 rows an iteration; 1.7 s against gpt3-175b's 17 s for one): a smoke test of
+the harness, not the row's figures.
 """
 
 from __future__ import annotations
@@ -154,16 +156,17 @@ def render(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-# gpt3-175b writes 511,186 trace rows per device iteration (one host call of the default run).
-GPT3_ROWS_PER_ITERATION = 511_186
+# Trace rows each preset writes per device iteration (one host call of the default run): gpt3-175b is row 4's
+# model, gpt2-small the quick run's.
+ROWS_PER_ITERATION = {"gpt3-175b": 511_186, "gpt2-small": 31_082}
 WRITING_TARGET_S = 120.0
 WRITING_RSS_GROWTH = 1.2  # "flat": the peak RSS at 1B rows within 20% of that at 0.5B
 
 
-def writing_command(rows: float, out: Path) -> list[str]:
-    """The row-4 command for at least ``rows`` trace rows, writing into ``out``."""
-    iterations = -(-int(rows) // GPT3_ROWS_PER_ITERATION)
-    return ["-m", "popvision_py.cli", "run", "gpt", "--preset", "gpt3-175b", "--device-iterations", str(iterations),
+def writing_command(rows: float, out: Path, preset: str = "gpt3-175b") -> list[str]:
+    """The row-4 command for at least ``rows`` trace rows of ``preset``, writing into ``out``."""
+    iterations = -(-int(rows) // ROWS_PER_ITERATION[preset])
+    return ["-m", "popvision_py.cli", "run", "gpt", "--preset", preset, "--device-iterations", str(iterations),
             "--profile", "--profile-dir", str(out), "-q", "--max-trace-rows", str(2 * int(rows) + 10**6),
             "--max-memory-gb", "64"]
 
@@ -182,7 +185,8 @@ def timed_run(tree: Path, args: list[str]) -> dict:
             "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2), "summary": proc.stdout}
 
 
-def measure_writing(sizes: list[float], trees: dict[str, Path], repeat: int, tmp: Path) -> list[dict]:
+def measure_writing(sizes: list[float], trees: dict[str, Path], repeat: int, tmp: Path,
+                    preset: str = "gpt3-175b") -> list[dict]:
     """Each size, each tree, ``repeat`` times, interleaved; the figures of every run and their medians."""
     results = []
     for rows in sizes:
@@ -190,7 +194,7 @@ def measure_writing(sizes: list[float], trees: dict[str, Path], repeat: int, tmp
         for _ in range(repeat):
             for name, tree in trees.items():
                 out = tmp / f"writing-{name}"
-                run = timed_run(tree, writing_command(rows, out))
+                run = timed_run(tree, writing_command(rows, out, preset))
                 path = out / "profile.pop"
                 from popvision_py.format import open_profile
 
@@ -202,9 +206,9 @@ def measure_writing(sizes: list[float], trees: dict[str, Path], repeat: int, tmp
                 print(f"{rows / 1e9:g}B {name}: {run['wall_s']:.1f} s, CPU {run['cpu_s']:.1f} s, "
                       f"{run['peak_rss_mb']:.0f} MB, {run['trace_rows']:,} rows, load {run['load_before']} -> "
                       f"{run['load_after']}", file=sys.stderr, flush=True)
+        command = "popvision run " + " ".join(writing_command(rows, Path("PROFILE_DIR"), preset)[3:])
         for name, done in runs.items():
-            results.append({"rows": rows, "tree": name, "trace_rows": done[0]["trace_rows"],
-                            "command": "popvision run " + " ".join(writing_command(rows, Path("PROFILE_DIR"))[3:]),
+            results.append({"rows": rows, "tree": name, "trace_rows": done[0]["trace_rows"], "command": command,
                             "wall_s": statistics.median(r["wall_s"] for r in done),
                             "cpu_s": statistics.median(r["cpu_s"] for r in done),
                             "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in done),
@@ -255,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.before:
             trees = {"before": args.before.resolve(), **trees}
         with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
-            results = measure_writing([float(x) for x in args.sizes.split(",")], trees, args.repeat, Path(tmp))
+            results = measure_writing([float(x) for x in args.sizes.split(",")], trees, args.repeat, Path(tmp),
+                                      "gpt2-small" if args.quick else "gpt3-175b")
         verdict = writing_verdict(results)
         print(render_writing(results))
         print(f"target (1B rows < {WRITING_TARGET_S:.0f} s, flat RSS): "

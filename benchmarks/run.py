@@ -6,7 +6,7 @@ Runs, each in its own process and each writing its figures as JSON:
 
 1. ``bench_engine.py``: the engine cases (bert-large on an IPU-POD16, gpt3-175b on an IPU-POD256)
    and the engine's growth over three trace sizes; with ``--writing``, issue 26's row 4 (gpt3-175b
-   at 0.25, 0.5 and 1 billion trace rows: time and peak RSS);
+   at 0.25, 0.5 and 1 billion trace rows: time and peak RSS; with ``--quick``, gpt2-small at one iteration);
 2. ``bench_format.py`` on the engine's bert-large profile: bytes per row of each table, and the
    profile's size against the same trace as Chrome trace-event JSON;
 3. ``make_large_profile.py`` at four sizes (10 and 50 million trace rows among them), then
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
 
         facts["engine"] = measure("bench_engine.py", tmp / "engine.json", *quick)
         facts["writing"] = measure("bench_engine.py", tmp / "writing.json", "--writing", "--repeat", "1",
-                                   "--tmp", str(tmp), *(["--sizes", "5e5"] if args.quick else []))
+                                   "--tmp", str(tmp), *(["--sizes", "3e4", "--quick"] if args.quick else []))
 
         case_a = tmp / "case_a"
         command = ["mnist"] if args.quick else ["bert-large", "--gradient-accumulation", "64", "--replicas", "4",

@@ -18,15 +18,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # A bench_dashboard.py that runs the real one, then reports its slowest callback at 900 ms and exits 1,
 # as the real bench does when a callback is over its 500 ms budget.
+# The real bench, then its first callback made to take 9 s: the slowest whatever the real ones took (on a loaded
+# machine a real one may take over its 500 ms itself, and the bench exit with 1).
 _MISSING_DASHBOARD = """
 import json, subprocess, sys
 from pathlib import Path
 args = sys.argv[1:]
-subprocess.run([sys.executable, {real!r}, *args], check=True)
+assert subprocess.run([sys.executable, {real!r}, *args]).returncode in (0, 1)
 out = Path(args[args.index("--json") + 1])
 figures = json.loads(out.read_text())
 first = next(iter(figures["profiles"][0]["callbacks"].values()))
-first["median_s"] = 0.9
+first["median_s"] = 9.0
 out.write_text(json.dumps(figures))
 sys.exit(1)
 """
@@ -56,7 +58,7 @@ def test_a_bench_that_misses_a_target_leaves_a_not_met_row_and_the_whole_table(t
     # THEN the run succeeds and says the dashboard bench missed a target
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "benchmarks/bench_dashboard.py exited with code 1 (a target missed); its figures are kept" in result.stdout
-    # AND the table has every area, with the missed callback shown at 900 ms and marked not met
+    # AND the table has every area, with the missed callback shown at 9,000 ms and marked not met
     text = doc.read_text()
     assert "Prose that must stay." in text
     for area in ("engine", "format", "analysis", "sql", "dashboard"):
@@ -71,11 +73,11 @@ def test_a_bench_that_misses_a_target_leaves_a_not_met_row_and_the_whole_table(t
     slowest = [line for line in text.splitlines() if line.startswith("| dashboard | slowest callback, median")]
     assert len(slowest) == 1
     cells = [cell.strip() for cell in slowest[0].strip("|").split("|")]
-    assert cells[2] == "< 500 ms" and cells[3].startswith("900 ms (") and cells[4] == "**not met**"
+    assert cells[2] == "< 500 ms" and cells[3].startswith("9000 ms (") and cells[4] == "**not met**"
     # AND every figure is kept as JSON, the dashboard's too
     facts = json.loads((tmp_path / "work" / "results.json").read_text())
     assert set(facts) >= {"machine", "engine", "format", "analysis", "sql", "dashboard", "floors"}
-    assert max(c["median_s"] for c in facts["dashboard"]["profiles"][0]["callbacks"].values()) == 0.9
+    assert max(c["median_s"] for c in facts["dashboard"]["profiles"][0]["callbacks"].values()) == 9.0
 
 
 def test_a_bench_that_writes_no_figures_stops_the_run_with_one_sentence(tmp_path: Path) -> None:
