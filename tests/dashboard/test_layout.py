@@ -16,8 +16,10 @@ import re
 import dash
 import pytest
 
+from dashboards import ids
 from tests.dashboard.conftest import SAMPLES
 from tests.dashboard import test_browser_overlaps as overlaps
+from tests.dashboard.test_browser import PAGES, errors, wait_for_figures
 from tests.dashboard.test_browser_overlaps import MEASURED, OVERLAPS, WRAPPED_CARDS, show_at
 
 pytestmark = pytest.mark.browser
@@ -29,6 +31,9 @@ SAMPLE_PAIRS = {
     # a pipelined run of another model, compared with a sharded one
     "bert_base_pipelined": "mnist_sharded",
 }
+# The fit verdict each sample's manifest holds, which the summary's ranges panel gives (the out-of-memory sample's
+# worst tile is 133% to 141% of a tile: it does not fit at any end of the assumptions).
+VERDICTS = {"bert_large_out_of_memory": "does not fit", "bert_base_pipelined": "fits"}
 
 # Where a page's text lives; each must show its content whole.
 TEXT = (".card, .card-label, .card-value, .card-note, .panel, .table-wrap, .pv-table th, .pv-table td, "
@@ -104,10 +109,17 @@ def test_no_page_cuts_its_figures(dash_duo, sample):
     for path in pages:
         # WHEN each page is opened, then looked at in a window 1,280, 1,400 and 1,920 px wide
         open_page(dash_duo, path, WIDTHS[0])
+        # THEN its figures are drawn and the console holds no error (test_browser.py's check of the samples, here on
+        # the same page loads), the summary giving the sample's fit verdict
+        wait_for_figures(dash_duo, {**PAGES, "/compare": [ids.COMPARE_MEMORY, ids.COMPARE_PHASES]}.get(path, []))
+        if path == "/":
+            verdict = f"Fit {VERDICTS[sample]} (worst tile "
+            dash_duo.wait_for_contains_text(f"#{ids.SUMMARY_RANGES}", verdict, timeout=10)
+        assert errors(dash_duo) == [], path
         for width in WIDTHS:
             if width != WIDTHS[0]:  # the page opened at the first width, drawn
                 show_at(dash_duo, width)
-            # THEN no card, table or panel hides part of its text, no mode bar sits on a legend or a
+            # AND no card, table or panel hides part of its text, no mode bar sits on a legend or a
             # title, and no card's figure wraps
             found = (dash_duo.driver.execute_script(CUT_TEXT, TEXT) + dash_duo.driver.execute_script(OVERLAPS)
                      + dash_duo.driver.execute_script(WRAPPED_CARDS))
