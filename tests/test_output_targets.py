@@ -32,7 +32,7 @@ WRITERS = {
     "sql": ["sql", str(MNIST), "SELECT ipu, count(*) AS n FROM trace GROUP BY ipu ORDER BY ipu", "--format", "csv",
             "-o"],
 }
-TUNE = ["tune", "mnist", "--no-profile", "-q", "-o"]
+TUNE = ["tune", "mnist", "--max-candidates", "4", "--workers", "1", "--no-profile", "-q", "-o"]  # a few rows to write
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a device needs root")
 
