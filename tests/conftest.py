@@ -1,9 +1,11 @@
 """How the suite is shared between pytest-xdist's workers (`make test` runs `pytest -n 2 --dist loadgroup`).
 
 Each test file runs whole on one worker, so a module's fixtures are built once. Every test that
-drives the browser runs on one worker, one after another: Dash's test server listens on one fixed
-port (8050). A folder whose session fixtures are costly (recorded traces, poprun launches, emulated
-profiles) stays on one worker, so they are built once. Without ``-n`` the marks change nothing.
+drives the browser runs on one worker, one after another: Dash's test servers take their ports from
+one count that starts at 58050 in every process, so two workers would serve at the same port. A
+folder whose session fixtures are costly (recorded traces, poprun launches, emulated profiles) stays
+on one worker, so they are built once. Without ``-n`` the marks change nothing. xdist keeps a group
+together by the group's name at the end of each test's id (``tests/test_suite_groups.py`` checks it).
 """
 
 from __future__ import annotations
