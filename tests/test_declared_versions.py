@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REQUIREMENT = re.compile(r'"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?>=([0-9][0-9.]*)"')
+REQUIREMENT = re.compile(r'"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?>=([0-9][0-9.]*)(?:,<[0-9.]+)?"')  # a ceiling kept apart
 PIN = re.compile(r'([A-Za-z0-9_.-]+)==([0-9][0-9.]*)\s*(?:;\s*python_version\s*([<>=]+)\s*"([0-9.]+)")?')
 NOT_IN_THE_MATRIX = {"torch"}  # gigabytes of CUDA wheels off this machine's CPU wheel: its tests skip there
 
