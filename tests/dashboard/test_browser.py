@@ -28,6 +28,8 @@ PAGES = {
     "/exchange": [ids.EXCHANGE_PHASES, ids.EXCHANGE_MATRIX, ids.EXCHANGE_KINDS],
     "/programs": [],  # a tree of html elements, no graph (tests/dashboard/test_programs_page.py)
 }
+# Every page of a sample compared with another: the Compare page's graphs too.
+COMPARED_PAGES = {**PAGES, "/compare": [ids.COMPARE_MEMORY, ids.COMPARE_PHASES]}
 
 
 def wait_for_figures(dash_duo, graph_ids: list[str], timeout: float = 30) -> None:
@@ -79,7 +81,7 @@ def test_every_page_draws_a_sample_profile_without_console_errors(dash_duo):
     assert path.exists(), f"{path} is not there (sample_profiles/regenerate.py makes it)"
     dash_duo.start_server(create_app([str(path), str(SAMPLES / "mnist_sharded" / "profile.pop")],
                                      planner=rules))
-    for page_path, graphs in {**PAGES, "/compare": [ids.COMPARE_MEMORY, ids.COMPARE_PHASES]}.items():
+    for page_path, graphs in COMPARED_PAGES.items():
         dash_duo.wait_for_page(url=f"{dash_duo.server_url}{page_path}")
         wait_for_figures(dash_duo, graphs)
         if page_path == "/":

@@ -19,7 +19,7 @@ import pytest
 from dashboards import ids
 from tests.dashboard.conftest import SAMPLES
 from tests.dashboard import test_browser_overlaps as overlaps
-from tests.dashboard.test_browser import PAGES, errors, wait_for_figures
+from tests.dashboard.test_browser import COMPARED_PAGES, errors, wait_for_figures
 from tests.dashboard.test_browser_overlaps import MEASURED, OVERLAPS, WRAPPED_CARDS, show_at
 
 pytestmark = pytest.mark.browser
@@ -111,7 +111,7 @@ def test_no_page_cuts_its_figures(dash_duo, sample):
         open_page(dash_duo, path, WIDTHS[0])
         # THEN its figures are drawn and the console holds no error (test_browser.py's check of the samples, here on
         # the same page loads), the summary giving the sample's fit verdict
-        wait_for_figures(dash_duo, {**PAGES, "/compare": [ids.COMPARE_MEMORY, ids.COMPARE_PHASES]}.get(path, []))
+        wait_for_figures(dash_duo, COMPARED_PAGES.get(path, []))
         if path == "/":
             verdict = f"Fit {VERDICTS[sample]} (worst tile "
             dash_duo.wait_for_contains_text(f"#{ids.SUMMARY_RANGES}", verdict, timeout=10)
