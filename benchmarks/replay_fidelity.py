@@ -361,7 +361,29 @@ def summary(cross: list[dict], key: str = "", what: str = "") -> str:
     return (f"{what}{len(cross)} predictions against the plain step: median |error| {statistics.median(errors):.1f}%, "
             f"worst {max(errors):.1f}%, {sum(1 for e in errors if e <= 15)} within 15%; the plain step inside the "
             f"printed range in {inside} of {len(cross)} ({100.0 * inside / len(cross):.0f}%); the range's half-width "
-            f"median {statistics.median(widths):.1f}%, widest {max(widths):.1f}% of the point.")
+            f"median {statistics.median(widths):.1f}%, widest {max(widths):.1f}% of the point, "
+            f"{sum(1 for w in widths if w < 30)} ranges within +-30%.")
+
+
+def error_sources(cross: list[dict], runs: list[dict]) -> str:
+    """Each prediction's error split in two: the source recording's plain step against its configuration's (the
+    machine's speed in that recording: all a prediction knows of it), and the re-timing's ratio applied to the
+    source configuration's plain step (the method, the machine's speed taken as known)."""
+    own = {(r["run"], r["round"]): r for r in runs}
+    level, method = [], []
+    for p in cross:
+        r = own[(p["source"], p["round"])]
+        level.append(100.0 * (r["trace_plain_ms"] / r["config_plain_ms"] - 1.0))
+        method.append(100.0 * (p["predicted_ms"] / r["trace_plain_ms"] * r["config_plain_ms"] / p["plain_ms"] - 1.0))
+
+    def told(errors: list[float]) -> str:
+        size = [abs(e) for e in errors]
+        return (f"median |error| {statistics.median(size):.1f}%, worst {max(size):.1f}%, "
+                f"{sum(1 for e in size if e <= 15)} of {len(size)} within 15%")
+
+    return (f"Where the error comes from: the source recording's plain step against its configuration's, "
+            f"{told(level)}; the re-timing's ratio times the source configuration's plain step (the machine's "
+            f"speed taken as known), {told(method)}.")
 
 
 def _joined(values: list[float], fmt: str) -> str:
@@ -453,7 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
     results = {"predictions": rows, "runs": runs, "tune": tuned}
     (a.work / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    text = (table(rows) + "\n\nThe signed error by schedule (what the recordings' own variation does not average "
+    text = (table(rows) + "\n\n" + error_sources(rows, runs)
+            + "\n\nThe signed error by schedule (what the recordings' own variation does not average "
             "out):\n\n" + bias_table(rows) + "\n\nEach recording: its profiled and plain steps, the profiler's cost, "
             "and the run predicted from its own trace:\n\n" + runs_table(runs) + "\n\n`popvision tune PROFILE`'s "
             "fastest candidate, run for real:\n\n" + tune_table(tuned))

@@ -34,8 +34,9 @@ fast as the mean, and answers for the run without the profiler: the re-timing gi
 over the recorded run's, both from the same costs, and the recorded run's plain step
 (``analysis/pipeline/plain.py``: timed, or bounded) turns it into time. The point takes the medians of
 the measured costs; the range, that ratio re-timed once per recorded step with that step's own costs
-(how the what-if's answer moves as the costs vary from step to step), from its lowest times the
-lowest plain step to its highest times the highest. The critical path is
+(how the what-if's answer moves as the costs vary from step to step), from its lowest times the low
+end of the plain step's range to its highest times the high end (``plain.spread_range``: the next
+run's step, as far either way as this run's plain steps spread). The critical path is
 ``analysis/pipeline/critical_path.py``'s.
 
 What the model leaves out (memory, contention, a descheduled rank): docs/real-traces.md, "Not modelled".
