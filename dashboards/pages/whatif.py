@@ -63,7 +63,7 @@ WORDS = {
            "its stages allow (popvision tune PROFILE); click a point for the change to make in PyTorch.",
            "Time per micro-batch against micro-batches per step",
            "A line per schedule, for the run without the profiler; each bar is the range from each recorded "
-           "step's costs and the plain step's own spread.",
+           "step's costs and the plain steps' spread either way.",
            "The bubble against micro-batches per step",
            "The share of the ranks' time idle; the stages' imbalance keeps it above the schedule's ideal."),
 }

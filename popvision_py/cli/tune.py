@@ -193,6 +193,7 @@ def _tune_imported(path: Path, sets: tuple[str, ...], as_json: bool, top: int) -
             answer = {"change": p.change, "step_ms": p.step_ns / 1e6, "low_ms": p.low_ns / 1e6,
                       "high_ms": p.high_ns / 1e6, "recorded_step_ms": p.baseline_ns / 1e6,
                       "profiled_step_ms": m.measured_step_ns() / 1e6, "plain_step": m.profiler.how(),
+                      "range_from": m.profiler.range_words(),
                       "gain_pct": p.gain_pct,
                       "bubble_pct": p.bubble_pct,
                       "ideal_bubble_pct": p.ideal_bubble_pct, "pytorch": replayed.pytorch_words(p)}
@@ -204,6 +205,7 @@ def _tune_imported(path: Path, sets: tuple[str, ...], as_json: bool, top: int) -
             click.echo(f"What if {p.change}: {p.step_ns / 1e6:,.1f} ms a step (range {p.low_ns / 1e6:,.1f} to "
                        f"{p.high_ns / 1e6:,.1f} ms), {p.per_micro_batch_ns / 1e6:,.2f} ms a micro-batch "
                        f"({p.gain_pct:+.1f}% throughput), bubble {p.bubble_pct:.1f}% (ideal {p.ideal_bubble_pct:.1f}%)")
+            click.echo(f"Range: {m.profiler.range_words()}.")
             click.echo(f"In PyTorch: {replayed.pytorch_words(p)}")
             return
         found = replayed.search(replay)

@@ -402,7 +402,7 @@ def _critical_path(doc: Document, r: Any, figures: bool) -> None:
     doc.add("critical-path.culprits", "Culprits: each rank's stages made as fast as the mean stage, re-timed",
             r.answer("critical_path.culprits"))
     doc.add("critical-path.whatif", "What if: the pipeline re-timed with its measured costs, for the run without the "
-            "profiler (range: the costs of each recorded step, and the plain step's own spread)",
+            "profiler (range: the costs of each recorded step, and the plain steps' spread either way)",
             r.answer("critical_path.whatif"))
     doc.add("critical-path.chain", "The chain, in time order (one measured step)", r.answer("critical_path.chain"))
 

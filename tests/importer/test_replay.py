@@ -205,3 +205,14 @@ def test_tune_set_shows_the_profiled_step_beside_the_plain_one(recorded) -> None
     assert (f"as recorded: {measured_ms:,.1f} ms a step profiled (median step), {plain_ms:,.1f} ms without the "
             f"profiler (timed: {meta['plain_steps']} steps of the profiler's wait phase)"
             in result.output.splitlines()[0])
+    # AND the range says what it covers: the plain steps' spread (their slowest over their fastest, worked out here
+    # from the steps the recorder kept), taken either way, times each recorded step's costs
+    steps = np.asarray(meta["plain_step_ns"], float).mean(axis=0)
+    assert (f"Range: the plain steps' spread either way of their median (the slowest {steps.max() / steps.min():.2f}x "
+            f"the fastest), times the what-if re-timed with each recorded step's own costs." in result.output)
+    answer = json.loads(CliRunner().invoke(main, ["tune", profile, "--set", "micro_batches=16", "--json"]).output)
+    assert answer["range_from"].startswith("the plain steps' spread either way")
+    # and the range it prints holds at least that spread either way of the point
+    spread = steps.max() / steps.min()
+    assert answer["low_ms"] <= answer["step_ms"] / spread * (1 + 1e-9)
+    assert answer["high_ms"] >= answer["step_ms"] * spread * (1 - 1e-9)

@@ -73,6 +73,17 @@ class ProfilerCost:
                     f"{self.inside_pct / 2:.1f}% taken off")
         return "the profiled step: the profiler's cost not taken out"
 
+    def range_words(self) -> str:
+        """What a what-if's range covers, in a user's words (``Replay.predict``: this, times the what-if re-timed
+        with each recorded step's own costs)."""
+        each = "times the what-if re-timed with each recorded step's own costs"
+        if self.source == "timed":
+            return (f"the plain steps' spread either way of their median (the slowest "
+                    f"{self.plain_high_ns / self.plain_ns:.2f}x the fastest), {each}")
+        if self.source == "bounded":
+            return f"the fastest profiled step with the profiler's whole bound off to the slowest with none, {each}"
+        return f"the fastest to the slowest profiled step, {each}"
+
     def sentence(self) -> str:
         """Where the plain step came from, in a user's words."""
         if self.source == "timed":
