@@ -263,10 +263,11 @@ def re_time(_n_clicks: int, schedule: str | None, micro_batches: Any, profile: s
             or not 1 <= micro_batches <= 4096:
         return "Choose a schedule and a number of micro-batches from 1 to 4,096."
     try:
-        p = data.report(profile).critical_path.replay().predict(schedule=schedule, micro_batches=micro_batches)
+        replay = data.report(profile).critical_path.replay()
+        p = replay.predict(schedule=schedule, micro_batches=micro_batches)
     except ReplayError as exc:
         return str(exc)
     return [f"{p.change}: ", html.Strong(f"{p.step_ns / 1e6:,.1f} ms"), " a step (range "
             f"{p.low_ns / 1e6:,.1f} to {p.high_ns / 1e6:,.1f} ms), {p.per_micro_batch_ns / 1e6:,.2f} ms a micro-batch "
             f"({p.gain_pct:+.1f}% throughput), bubble {p.bubble_pct:.1f}% (ideal {p.ideal_bubble_pct:.1f}%). In "
-            "PyTorch: ", html.Code(pytorch_words(p))]
+            "PyTorch: ", html.Code(pytorch_words(p)), f". Range: {replay.m.profiler.range_words()}."]

@@ -207,7 +207,7 @@ def test_an_ipu_profile_keeps_its_words(app):
 
 
 @pytest.mark.browser
-def test_the_stages_page_names_the_culprit_and_re_times_a_what_if(dash_duo, imported_app):
+def test_the_stages_page_names_the_culprit_and_re_times_a_what_if(dash_duo, imported_app, imported_profiles):
     dash_duo.start_server(imported_app)
     dash_duo.wait_for_page(url=f"{dash_duo.server_url}/stages")
     # THEN the critical path's section shows for the imported pipeline, naming the planted heavy stage
@@ -225,6 +225,12 @@ def test_the_stages_page_names_the_culprit_and_re_times_a_what_if(dash_duo, impo
     dash_duo.wait_for_contains_text(f"#{ids.STAGES_WHATIF_ANSWER}", "8 micro-batches", timeout=15)
     answer = dash_duo.find_element(f"#{ids.STAGES_WHATIF_ANSWER}").text
     assert "a step (range" in answer and "ScheduleGPipe(stage, n_microbatches=8, loss_fn=...)" in answer
+    # and what the range covers, as `popvision tune --set` says it
+    import popvision_py as pv
+
+    with pv.open(imported_profiles["a"]) as report:
+        covers = report.critical_path.measured().profiler.range_words()
+    assert f"Range: {covers}." in answer
     assert errors(dash_duo) == []
 
 
