@@ -7,10 +7,11 @@ TRACES are files, folders (their traces) or glob patterns, ``.json`` or ``.json.
 Each rank's events are cut into byte ranges decoded in parallel (``--jobs``) and reduced as they come
 (``popvision_py.importer.ranges``); each rank's columns go to anonymous spill files in DIR's folder as they
 come and are read back a window at a time (``popvision_py.importer.spill``), so memory stays flat whatever the
-traces' size. ``--scheduler`` reads and reduces the ranks on an existing Dask cluster's workers instead
-(``popvision_py.importer.cluster``). The profile is written atomically: a bad trace is one sentence and exit
-code 2, and an earlier profile in DIR is left as it was. Then each rank's CPU timeline goes to
-DIR/system/rank-<r>.pvti.parquet. docs/real-traces.md says what each figure means and what is inferred.
+traces' size. A job of many small ranks has their rows cut by processes forked once the profile is planned
+(``popvision_py.importer.forked``). ``--scheduler`` reads and reduces the ranks on an existing Dask cluster's
+workers instead (``popvision_py.importer.cluster``). The profile is written atomically: a bad trace is one
+sentence and exit code 2, and an earlier profile in DIR is left as it was. Then each rank's CPU timeline goes
+to DIR/system/rank-<r>.pvti.parquet. docs/real-traces.md says what each figure means and what is inferred.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from popvision_py.format.atomic import check_writable, output_target
               help="Each rank's device memory in GiB, which the memory reports measure against (a GPU trace "
                    "states it; a CPU trace does not, and is then measured against the largest rank's peak).")
 @click.option("--jobs", type=click.IntRange(1, 256),
-              help="Processes decoding the traces at once (the CPUs by default; 1: in this process).")
+              help="Processes decoding the traces at once, and cutting many small ranks into the profile's rows "
+                   "(the CPUs by default; 1: in this process).")
 @click.option("--name", help="The run's name in the reports (the traces' folder name by default).")
 @click.option("--cycle", metavar="N|latest",
               help="Of a tensorboard_trace_handler folder holding several profiling cycles (one trace per worker "

@@ -369,17 +369,20 @@ def import_traces(paths: list[Path], output: Path, *, device_memory: int | None 
     after each rank read, ``written`` after each rank's rows are written."""
     open_files(len(paths))
     traces = read_traces(paths, jobs, progress, spill_folder(output))
-    return write_import(traces, output, device_memory, name, written)
+    return write_import(traces, output, device_memory, name, written, jobs)
 
 
 def write_import(traces: list[RankTrace], output: Path, device_memory: int | None = None,
-                 name: str | None = None, written: Callable[[], None] = lambda: None) -> dict:
+                 name: str | None = None, written: Callable[[], None] = lambda: None,
+                 jobs: int | None = None) -> dict:
     """The profile of the ranks read (``read_traces``'s, or ``cluster``'s) at ``output``, then each rank's CPU
-    timeline in ``system/`` beside it; returns the manifest's ``run``. ``written`` after each rank's rows."""
+    timeline in ``system/`` beside it; returns the manifest's ``run``. ``written`` after each rank's rows; ``jobs``:
+    the processes that cut many small ranks' rows (``profile.write_profile``)."""
     if not any(len(t.start) or len(t.busy) for t in traces):
         raise TraceError("The traces hold no events on any rank's time line (no operators, annotations or "
                          "communication): record them with torch.profiler's CPU (and CUDA) activities.")
-    run = write_profile(output, traces, device_memory, name, progress=written)  # each rank's rows as they are cut
+    # each rank's rows as they are cut
+    run = write_profile(output, traces, device_memory, name, progress=written, jobs=jobs)
     write_timelines(traces, Path(output).parent / "system")  # only now: a bad trace writes nothing
     return run
 

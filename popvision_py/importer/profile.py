@@ -33,7 +33,7 @@ import pyarrow as pa
 from popvision_py.format import ProfileWriter
 from popvision_py.format.arrays import to_arrow
 from popvision_py.format.schema import KERNEL_KINDS, SCHEMA_VERSION
-from popvision_py.importer import plain_steps
+from popvision_py.importer import forked, plain_steps
 from popvision_py.importer.parts import ANNOTATION_KINDS, any_of, columns_bytes, release_memory
 from popvision_py.importer.kernels import KERNEL_COLUMN
 from popvision_py.importer.read import KIND, RankTrace, TraceError
@@ -290,36 +290,58 @@ def profiler_fields(traces: list[RankTrace]) -> dict[str, Any]:
 
 def write_profile(path: str | os.PathLike[str], traces: list[RankTrace], device_memory: int | None = None,
                   name: str | None = None, busy_rows: int = WINDOW_BUSY_ROWS,
-                  progress: Callable[[], None] = lambda: None) -> dict:
+                  progress: Callable[[], None] = lambda: None, jobs: int | None = None) -> dict:
     """Write the profile of the ranks' traces atomically, rank by rank and a window of each rank's time at a
     time (``busy_rows`` of its busy rows long): each window's rows are cut, written and dropped, so that
     what is held is a window's, whatever the traces' size (the pages of a spilled rank read for a window are
-    handed back after it); ``progress`` after each rank. Returns the run."""
+    handed back after it); ``progress`` after each rank. Many small ranks are cut by ``jobs`` processes (all of
+    the machine's by default) forked once the plan is made (``forked``), the same rows. Returns the run."""
     target, run, plan = plan_profile(traces, device_memory, name)
     Path(path).parent.mkdir(parents=True, exist_ok=True)  # only now: a bad trace leaves no folder behind
     generator = {"name": "popvision import", "version": __version__, "schema_version": SCHEMA_VERSION}
     with ProfileWriter(path, target=target, run=run, generator=generator, row_group_rows=ROW_GROUP_ROWS) as writer:
         tables = {table: Batched(writer.table(table)) for table in TABLES}
-        kernels = Batched(writer.table("kernels", KERNEL_GROUP_ROWS))
-        for ipu, t in enumerate(traces):
-            for block in kernel_rows(t, ipu, plan.lo):
-                kernels.write(block)
-                release_memory(columns_bytes(block))
-            rows = rank_rows_by_window(t, (plan.lo, plan.hi), plan.ready[ipu], busy_rows)
-            for window in rank_tables(t, ipu, plan, _peak(t, plan.lo, plan.hi), rows):
-                if "hidden_comm_ns" in window:  # the rank's end: its tables that needed all of its rows
-                    run["import"]["hidden_comm_ns"].append(window.pop("hidden_comm_ns"))
-                for table, columns in window.items():
-                    tables[table].write(columns)
-                release(t, plan.ready[ipu])
-                # the window's arrays: freed, and handed back once a few MiB of them have been
-                release_memory(sum(columns_bytes(columns) for columns in window.values()))
+        tables["kernels"] = Batched(writer.table("kernels", KERNEL_GROUP_ROWS))
+        # a job of many small ranks: their rows cut by processes forked now, that hold the plan (forked.py)
+        for ranks, items in forked.rank_items_in_order(traces, plan, busy_rows, jobs or os.cpu_count() or 1,
+                                                       rank_items):
+            if isinstance(items, forked.Packed):  # a run of small ranks
+                for table, packed in items.tables.items():
+                    tables[table].write_packed(packed)
+                    release_memory(8 * len(packed.columns) * sum(packed.rows))
+                run["import"]["hidden_comm_ns"].extend(items.hidden)
+                for _ in ranks:
+                    progress()
+                continue
+            for table, columns in items:
+                if table == forked.HIDDEN:  # the rank's end: its tables that needed all of its rows
+                    run["import"]["hidden_comm_ns"].append(columns)
+                    continue
+                tables[table].write(columns)
+                # the arrays: freed, and handed back once a few MiB of them have been
+                release_memory(columns_bytes(columns))
             progress()
         release_memory()  # the last windows', whatever their bytes
-        for batched in (*tables.values(), kernels):  # each table's last rows written and encoded before the next's
+        for batched in tables.values():  # each table's last rows written and encoded before the next's
             batched.close()
         writer.set_run("import", run["import"])
     return run
+
+
+def rank_items(t: RankTrace, ipu: int, plan: ProfilePlan, busy_rows: int) -> Iterator[tuple[str, Any]]:
+    """The rank's rows of every table, in the order they are written: its kernels a row group's at a time, then its
+    time line a window at a time (``busy_rows`` of its busy rows long), each as (table, columns); last
+    (``forked.HIDDEN``, the nanoseconds its communication was hidden). The pages of a spilled rank read for a
+    window are handed back once its rows are taken."""
+    for block in kernel_rows(t, ipu, plan.lo):
+        yield "kernels", block
+    rows = rank_rows_by_window(t, (plan.lo, plan.hi), plan.ready[ipu], busy_rows)
+    for window in rank_tables(t, ipu, plan, _peak(t, plan.lo, plan.hi), rows):
+        hidden = window.pop("hidden_comm_ns", None)  # the rank's end: its tables that needed all of its rows
+        yield from window.items()
+        release(t, plan.ready[ipu])
+        if hidden is not None:
+            yield forked.HIDDEN, hidden
 
 
 def kernel_rows(t: RankTrace, ipu: int, lo: int) -> Iterator[dict[str, Any]]:
@@ -378,6 +400,45 @@ class Batched:
                 self.flush()
             elif self.small >= HELD_SLICES:
                 self._compact()
+
+    def write_packed(self, packed: forked.PackedTable) -> None:
+        """A run of ranks' items of this table (``forked.PackedTable``), as ``write`` would take them one by one: the
+        same slices where a row group fills (so the same row groups), the rest one slice, not one an item."""
+        names = packed.uniform()
+        rows = np.asarray(packed.rows, np.int64)
+        if names is None or (rows > SLICE_ROWS).any():
+            for columns in packed.items():
+                self.write(columns)
+            return
+        columns = {name: self._packed_codes(name, packed) if name in packed.words[0] else packed.columns[name]
+                   for name in names}
+        ends = np.cumsum(rows)
+        item = at = 0  # the first item not yet handed over, and its first row
+        while item < len(rows):
+            filled = np.flatnonzero(self.rows + ends[item:] - at >= self.table.row_group_rows)
+            last = item + int(filled[0]) if len(filled) else len(rows) - 1  # the item a row group fills at, or the last
+            end = int(ends[last])
+            self.slices.append({name: v[at:end] for name, v in columns.items()})
+            self.rows += end - at
+            self.small += end - at < COMPACT_ROWS
+            item, at = last + 1, end
+            if self.rows >= self.table.row_group_rows:
+                self.flush()
+            elif self.small >= HELD_SLICES:
+                self._compact()
+
+    def _packed_codes(self, name: str, packed: forked.PackedTable) -> np.ndarray:
+        """A coded column of a run of items as codes into this table's vocabulary: each item's codes through its own
+        words' remap, all at once."""
+        vocabulary = self.vocabulary.get(name)
+        if vocabulary is None:
+            vocabulary = self.vocabulary[name] = Vocabulary()
+        remaps = [vocabulary.remap(words[name]) for words in packed.words]
+        offsets = np.cumsum([0] + [len(r) for r in remaps[:-1]])
+        codes = packed.columns[name]
+        if not len(codes):
+            return codes
+        return np.concatenate(remaps)[codes + np.repeat(offsets, packed.rows)]
 
     def _codes(self, name: str, column: Coded) -> np.ndarray:
         vocabulary = self.vocabulary.get(name)

@@ -86,13 +86,18 @@ class Vocabulary:
         self._remaps: dict[tuple[str, ...], np.ndarray] = {}  # a slice's words: each one's code here
 
     def codes(self, column: Coded) -> np.ndarray:
-        remap = self._remaps.get(column.words)
+        remap = self.remap(column.words)
+        return remap[column.codes] if len(column.codes) else column.codes
+
+    def remap(self, words: tuple[str, ...]) -> np.ndarray:
+        """Each of ``words``' code here."""
+        remap = self._remaps.get(words)
         if remap is None:
-            remap = np.array([self._code(w) for w in column.words], np.int32)
+            remap = np.array([self._code(w) for w in words], np.int32)
             if len(self._remaps) >= 1024:
                 self._remaps.clear()
-            self._remaps[column.words] = remap
-        return remap[column.codes] if len(column.codes) else column.codes
+            self._remaps[words] = remap
+        return remap
 
     def _code(self, word: str) -> int:
         code = self.code.get(word)

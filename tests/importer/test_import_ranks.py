@@ -282,3 +282,68 @@ def test_small_ranks_read_a_few_to_a_task_keep_their_order_their_fallbacks_and_t
     (folder / "rank05.json").write_bytes(paths[5].read_bytes()[:-200])
     with pytest.raises(importer.TraceError, match="rank05.json ends before its JSON does"):
         read_traces(paths, jobs=2, spill=tmp_path)
+
+
+def test_many_small_ranks_cut_by_a_forked_process_give_the_profile_cut_here(many_ranks, tmp_path, monkeypatch):
+    from popvision_py.importer import forked, profile
+    from tests.importer.test_import_cluster import assert_same as same_output, members
+
+    # GIVEN 64 small ranks, of which ranks 10, 11 and 40 count as large (cut here, between the runs), runs of at most
+    # 5 ranks, and row groups of 50 rows (25 of kernels), so that row groups fill inside runs
+    monkeypatch.setattr(forked, "FORKED_PAST", 8)
+    monkeypatch.setattr(forked, "RUN_RANKS", 5)
+    monkeypatch.setattr(forked, "rank_rows", lambda t: forked.SMALL_ROWS + 1 if t.rank in (10, 11, 40) else 1)
+    monkeypatch.setattr(profile, "ROW_GROUP_ROWS", 50)
+    monkeypatch.setattr(profile, "KERNEL_GROUP_ROWS", 25)
+    submitted: list[tuple[int, int]] = []
+
+    class Counted(forked.ProcessPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):
+            submitted.append(args)
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(forked, "ProcessPoolExecutor", Counted)
+    paths = find_traces([str(many_ranks)])
+    # WHEN they are imported with one job (every rank cut here) and with two (a forked process, and this one)
+    import_traces(paths, tmp_path / "here" / "profile.pop", jobs=1)
+    assert submitted == []
+    import_traces(paths, tmp_path / "there" / "profile.pop", jobs=2)
+    # THEN the profiles are the same, byte for byte, and so are the ranks' CPU timelines
+    same_output(tmp_path / "here", tmp_path / "there")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    trace = members(tmp_path / "there" / "profile.pop")["trace.parquet"]
+    assert pq.ParquetFile(pa.BufferReader(trace)).metadata.num_row_groups > 3
+    # AND the forked process was handed runs of the small ranks, each within a stretch between the large ones
+    runs = [(0, 5), (5, 10), (12, 17), (17, 22), (22, 27), (27, 32), (32, 37), (37, 40)]
+    runs += [(a, min(a + 5, RANKS)) for a in range(41, RANKS, 5)]
+    assert submitted and set(submitted) <= set(runs) and len(set(submitted)) == len(submitted)
+
+
+def test_a_run_of_items_packed_gives_each_item_back_and_is_written_whole_only_where_its_items_agree():
+    from popvision_py.importer.forked import PackedTable
+    from popvision_py.importer.tables import Coded, LazyColumn
+
+    def items(second_dtype: type) -> list[dict]:
+        return [{"ipu": np.array([0, 0, 0]), "name": Coded(np.array([1, 0, 1]), ("a", "b")),
+                 "level": LazyColumn(3, lambda a, b: np.arange(a, b) * 10)},
+                {"ipu": np.array([], np.int64), "name": Coded(np.array([], np.int64), ()),
+                 "level": np.array([], np.int64)},
+                {"ipu": np.array([1, 1], second_dtype), "name": Coded(np.array([0, 0]), ("c",)),
+                 "level": np.array([7, 8])}]
+
+    for dtype, whole in ((np.int64, True), (np.int32, False)):
+        packed = PackedTable()
+        for columns in items(dtype):
+            packed.add(columns)
+        packed.join()
+        assert packed.rows == [3, 0, 2]
+        # each item's columns back, of their own type, its names through its own words
+        back = list(packed.items())
+        assert [c["ipu"].dtype for c in back] == [np.int64, np.int64, dtype]
+        assert [c["ipu"].tolist() for c in back] == [[0, 0, 0], [], [1, 1]]
+        assert [[c["name"].words[k] for k in c["name"].codes] for c in back] == [["b", "a", "b"], [], ["c", "c"]]
+        assert [c["level"].tolist() for c in back] == [[0, 10, 20], [], [7, 8]]
+        # written as one only where every item's columns are alike (a column of two types would be cast)
+        assert (packed.uniform() == ("ipu", "name", "level")) is whole
