@@ -1,14 +1,16 @@
-"""Small ranks' table rows cut by processes forked once the profile's plan is made, written by the parent in rank
-order as it would have cut them itself.
+"""Small ranks' table rows cut by processes forked once the profile's plan is made, and written by the parent in
+rank order as it would have cut them itself.
 
-A job of thousands of small ranks spends most of its write cutting each rank's few rows into the tables' columns
-(``profile.rank_items``: about a millisecond a rank, a few hundred NumPy calls), and the parent did that one rank
-after another while the processes that read the ranks had gone. Here runs of consecutive small ranks are cut by
-worker processes forked after the plan (``fork``: each holds the ranks and the plan as the parent does, nothing of
-them is sent), each run's rows sent back as a few long arrays a table (``_packed``: an array a rank and column
-cost more to send than to cut), and the parent hands each rank's rows to the tables' writers in the same slices,
-in the same order, as the serial write: the profile is the same, byte for byte. A large rank, and every rank
-where processes cannot be forked (not Linux), or where there are few ranks or one job, is cut by the parent.
+A job of thousands of small ranks spent a third of its import in the parent cutting each rank's few rows into the
+tables' columns (``profile.rank_items``: about 0.8 ms of CPU a rank, a few hundred NumPy calls) while the
+processes that had read the ranks were gone. Here runs of consecutive small ranks are cut by ``jobs - 1`` worker
+processes forked after the plan (``fork``: each holds the ranks and the plan as the parent does; nothing of them is
+sent) and by the parent while the run it needs next is not back (``Runs``). A run's rows come back as a few long
+arrays a table (``Packed``: sending a rank's hundred-odd arrays apart cost as much as cutting them), and the
+parent hands them to each table's batching as the ranks one by one would have filled it (``profile.Batched.
+write_packed``): the same row groups, and the profile the same byte for byte. A large rank, and every rank where
+processes cannot be forked (not Linux), where there are few small ranks or where ``jobs`` is 1, is cut by the
+parent.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ Item = tuple[str, Any]  # (table, its columns), or (HIDDEN, nanoseconds)
 
 
 def rank_rows(t: RankTrace) -> int:
+    """The rows that size a rank's cut: its spans, busy rows and kernels."""
     return len(t.kind) + len(t.busy) + len(t.kernels)
 
 

@@ -430,9 +430,7 @@ class Batched:
     def _packed_codes(self, name: str, packed: forked.PackedTable) -> np.ndarray:
         """A coded column of a run of items as codes into this table's vocabulary: each item's codes through its own
         words' remap, all at once."""
-        vocabulary = self.vocabulary.get(name)
-        if vocabulary is None:
-            vocabulary = self.vocabulary[name] = Vocabulary()
+        vocabulary = self._vocabulary(name)
         remaps = [vocabulary.remap(words[name]) for words in packed.words]
         offsets = np.cumsum([0] + [len(r) for r in remaps[:-1]])
         codes = packed.columns[name]
@@ -441,10 +439,14 @@ class Batched:
         return np.concatenate(remaps)[codes + np.repeat(offsets, packed.rows)]
 
     def _codes(self, name: str, column: Coded) -> np.ndarray:
+        return self._vocabulary(name).codes(column)
+
+    def _vocabulary(self, name: str) -> Vocabulary:
+        """A coded column's vocabulary, made on first use."""
         vocabulary = self.vocabulary.get(name)
         if vocabulary is None:
             vocabulary = self.vocabulary[name] = Vocabulary()
-        return vocabulary.codes(column)
+        return vocabulary
 
     def _compact(self) -> None:
         """The slices held since the last join joined into one, each Arrow column's dictionaries unified: a rank's
