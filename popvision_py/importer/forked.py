@@ -20,11 +20,12 @@ import multiprocessing
 import sys
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import numpy as np
 
-from popvision_py.importer.read import RankTrace
+from popvision_py.importer.read import RankTrace, TraceError
 from popvision_py.importer.tables import Coded, LazyColumn
 
 HIDDEN = "hidden_comm_ns"  # the item that ends a rank's: the nanoseconds its communication was hidden
@@ -137,7 +138,12 @@ class Runs:
         while not future.done() and self.assigned < len(self.chosen) and len(self.held) < HELD_RUNS:
             self.held[self.assigned] = _cut_here(self.chosen[self.assigned])
             self.assigned += 1
-        return future.result()
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            rank = _SHARED[0][self.chosen[k].start].rank
+            raise TraceError(f"A process cutting the ranks' rows died (killed, or out of memory) before rank "
+                             f"{rank:,} was written.") from None
 
 
 def _cut_here(r: range) -> Packed:

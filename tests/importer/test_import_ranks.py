@@ -347,3 +347,32 @@ def test_a_run_of_items_packed_gives_each_item_back_and_is_written_whole_only_wh
         assert [c["level"].tolist() for c in back] == [[0, 10, 20], [], [7, 8]]
         # written as one only where every item's columns are alike (a column of two types would be cast)
         assert (packed.uniform() == ("ipu", "name", "level")) is whole
+
+
+def _killed(first: int, stop: int) -> None:
+    """A forked process's run that never comes back: the process dies (as one killed for memory would)."""
+    os._exit(9)
+
+
+def test_a_forked_process_that_dies_is_one_sentence_and_leaves_the_earlier_profile(many_ranks, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from popvision_py.cli import main
+    from popvision_py.importer import forked
+
+    # GIVEN an earlier import in OUT, then the 64 small ranks cut by a forked process that dies on its first run
+    out = tmp_path / "out"
+    assert CliRunner().invoke(main, ["import", str(many_ranks), "-o", str(out), "-q", "--jobs", "1"]).exit_code == 0
+    before = (out / "profile.pop").read_bytes()
+    monkeypatch.setattr(forked, "FORKED_PAST", 8)
+    monkeypatch.setattr(forked, "RUN_RANKS", 5)
+    monkeypatch.setattr(forked, "_cut_run", _killed)
+    # WHEN they are imported again with two jobs
+    result = CliRunner().invoke(main, ["import", str(many_ranks), "-o", str(out), "-q", "--jobs", "2"])
+    # THEN one sentence naming the first rank its run held, exit code 2, and the earlier profile as it was
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert re.search(r"A process cutting the ranks' rows died \(killed, or out of memory\) before rank \d+ was "
+                     r"written\.", lines[0]), lines[0]
+    assert (out / "profile.pop").read_bytes() == before
