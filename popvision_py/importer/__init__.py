@@ -18,6 +18,7 @@ import contextlib
 import functools
 import glob
 import json
+import multiprocessing
 import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from popvision_py.importer.profile import write_profile
-from popvision_py.importer import ranges
+from popvision_py.importer import forked, ranges
 from popvision_py.importer.parts import release_memory
 from popvision_py.importer.read import RankTrace, TraceError, read_rank, read_stream
 from popvision_py.importer.spill import spilled
@@ -113,8 +114,10 @@ def read_traces(paths: list[Path], jobs: int | None = None, progress: Callable[[
             traces.append(_read(p, spill=spill))
             progress()
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        context = multiprocessing.get_context()  # the platform's default
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
             try:
+                forked.started(pool, context)
                 for trace in _read_parallel(pool, paths, jobs, spill, total):
                     traces.append(trace)
                     progress()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import signal
 import sys
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -75,11 +76,12 @@ def runs(traces: list[RankTrace]) -> list[range]:
 def rank_items_in_order(traces: list[RankTrace], plan: Any, busy_rows: int, jobs: int,
                         cut: Any) -> Iterator[tuple[int, Iterator[Item]] | tuple[range, Packed]]:
     """Each rank's items (``cut(t, ipu, plan, busy_rows)``'s: ``profile.rank_items``), in rank order: a rank's as
-    (its number, its items), a run of small ranks' as (their range, ``Packed``). Where there are
-    more than ``FORKED_PAST`` small ranks and ``jobs`` > 1, runs of them are cut by ``jobs - 1`` forked processes and,
-    while the next run is not back, by this one (``Runs``); any other rank is cut here as it is asked for (a large
-    rank's windows one at a time). ``jobs - 1``, not ``jobs``: this process would otherwise wait on them, and each
-    forked process is a copy of this one's resident set (in pages shared with it, but counted in each one's)."""
+    (its number, its items), a run of small ranks' as (their range, ``Packed``). Where there are more than
+    ``FORKED_PAST`` small ranks and ``jobs`` > 1, runs of them are cut by ``jobs - 1`` forked processes (at most one
+    a run) and, while the next run is not back, by this one (``Runs``); any other rank is cut here as it is asked
+    for (a large rank's windows one at a time). ``jobs - 1``, not ``jobs``: this process would otherwise wait on
+    them, and each forked process is a copy of this one's resident set (in pages shared with it, but counted in each
+    one's)."""
     chosen = runs(traces) if jobs > 1 and forkable() else []
     if sum(len(r) for r in chosen) <= FORKED_PAST:
         for ipu, t in enumerate(traces):
@@ -90,9 +92,12 @@ def rank_items_in_order(traces: list[RankTrace], plan: Any, busy_rows: int, jobs
     # every object's header, and so copy every page of this process's heap that holds one
     gc.freeze()
     try:
-        with ProcessPoolExecutor(max_workers=jobs - 1, mp_context=multiprocessing.get_context("fork")) as pool:
+        workers = min(jobs - 1, len(chosen))  # no more processes than runs
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             try:
-                taken = Runs(pool, chosen, jobs - 1)
+                started(pool, context)
+                taken = Runs(pool, chosen, workers)
                 ipu = 0
                 for k, r in enumerate(chosen):
                     for ipu in range(ipu, r.start):  # a large rank between runs
@@ -107,6 +112,20 @@ def rank_items_in_order(traces: list[RankTrace], plan: Any, busy_rows: int, jobs
     finally:
         _SHARED.clear()
         gc.unfreeze()
+
+
+def started(pool: ProcessPoolExecutor, context: Any) -> None:
+    """``pool``'s processes (of the multiprocessing ``context``) started (a first task run) with Ctrl-C blocked,
+    where they are forked from this one: they inherit the block, so a Ctrl-C is this process's alone to handle (it
+    stops the pool), and one that lands while they start is not raised in a process half started, which printed its
+    traceback under the command's one sentence. One that comes meanwhile is handled here once unblocked."""
+    if not forkable() or context.get_start_method() != "fork":
+        return
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        pool.submit(int).result()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 HELD_RUNS = 4  # runs this process cuts ahead of the one it waits for, at most

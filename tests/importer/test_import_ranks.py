@@ -299,7 +299,8 @@ def test_many_small_ranks_cut_by_a_forked_process_give_the_profile_cut_here(many
 
     class Counted(forked.ProcessPoolExecutor):
         def submit(self, fn, /, *args, **kwargs):
-            submitted.append(args)
+            if fn is forked._cut_run:  # a run of ranks (not the task that starts the processes)
+                submitted.append(args)
             return super().submit(fn, *args, **kwargs)
 
     monkeypatch.setattr(forked, "ProcessPoolExecutor", Counted)
@@ -375,4 +376,39 @@ def test_a_forked_process_that_dies_is_one_sentence_and_leaves_the_earlier_profi
     assert len(lines) == 1 and "Traceback" not in result.output, result.output
     assert re.search(r"A process cutting the ranks' rows died \(killed, or out of memory\) before rank \d+ was "
                      r"written\.", lines[0]), lines[0]
+    assert (out / "profile.pop").read_bytes() == before
+
+
+CTRL_C_AS_THE_CUT_STARTS = """
+import os, signal, sys
+from popvision_py.importer import forked
+forked.FORKED_PAST, forked.RUN_RANKS = 8, 5
+submit = forked.ProcessPoolExecutor.submit
+
+def submit_then_ctrl_c(pool, fn, *args, **kwargs):
+    future = submit(pool, fn, *args, **kwargs)
+    if fn is int:  # the pool's first task: its processes forked, now a Ctrl-C to every process of the group
+        os.killpg(os.getpgid(0), signal.SIGINT)
+    return future
+
+forked.ProcessPoolExecutor.submit = submit_then_ctrl_c
+from popvision_py.cli import main
+sys.argv = ["popvision", "import", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_ctrl_c_as_the_forked_processes_start_is_the_commands_one_sentence(many_ranks, tmp_path):
+    # GIVEN an earlier import in OUT
+    out = tmp_path / "out"
+    assert cli("import", many_ranks, "-o", out, "-q", "--jobs", "1").returncode == 0
+    before = (out / "profile.pop").read_bytes()
+    # WHEN the 64 small ranks are imported again by two jobs, and a Ctrl-C reaches every process of the command just
+    # as the processes that cut the ranks' rows have been forked
+    run = subprocess.run([sys.executable, "-c", CTRL_C_AS_THE_CUT_STARTS, str(many_ranks), "-o", str(out), "-q",
+                          "--jobs", "2"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         start_new_session=True, timeout=300)
+    # THEN the command says it was interrupted and exits 130, no process prints a traceback, the earlier profile stays
+    assert run.returncode == 130, run.stdout + run.stderr
+    assert "Traceback" not in run.stdout + run.stderr and run.stderr.strip() == "Interrupted.", run.stderr
     assert (out / "profile.pop").read_bytes() == before
