@@ -284,6 +284,22 @@ def test_small_ranks_read_a_few_to_a_task_keep_their_order_their_fallbacks_and_t
         read_traces(paths, jobs=2, spill=tmp_path)
 
 
+def runs_handed_out(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The runs of ranks (first, stop) the import hands to its forked processes, as it hands them."""
+    from popvision_py.importer import forked
+
+    submitted: list[tuple[int, int]] = []
+
+    class Counted(forked.ProcessPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):
+            if fn is forked._cut_run:  # a run of ranks (not the task that starts the processes)
+                submitted.append(args)
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(forked, "ProcessPoolExecutor", Counted)
+    return submitted
+
+
 def test_many_small_ranks_cut_by_a_forked_process_give_the_profile_cut_here(many_ranks, tmp_path, monkeypatch):
     from popvision_py.importer import forked, profile
     from tests.importer.test_import_cluster import assert_same as same_output, members
@@ -295,15 +311,7 @@ def test_many_small_ranks_cut_by_a_forked_process_give_the_profile_cut_here(many
     monkeypatch.setattr(forked, "rank_rows", lambda t: forked.SMALL_ROWS + 1 if t.rank in (10, 11, 40) else 1)
     monkeypatch.setattr(profile, "ROW_GROUP_ROWS", 50)
     monkeypatch.setattr(profile, "KERNEL_GROUP_ROWS", 25)
-    submitted: list[tuple[int, int]] = []
-
-    class Counted(forked.ProcessPoolExecutor):
-        def submit(self, fn, /, *args, **kwargs):
-            if fn is forked._cut_run:  # a run of ranks (not the task that starts the processes)
-                submitted.append(args)
-            return super().submit(fn, *args, **kwargs)
-
-    monkeypatch.setattr(forked, "ProcessPoolExecutor", Counted)
+    submitted = runs_handed_out(monkeypatch)
     paths = find_traces([str(many_ranks)])
     # WHEN they are imported with one job (every rank cut here) and with two (a forked process, and this one)
     import_traces(paths, tmp_path / "here" / "profile.pop", jobs=1)
@@ -412,3 +420,22 @@ def test_a_ctrl_c_as_the_forked_processes_start_is_the_commands_one_sentence(man
     assert run.returncode == 130, run.stdout + run.stderr
     assert "Traceback" not in run.stdout + run.stderr and run.stderr.strip() == "Interrupted.", run.stderr
     assert (out / "profile.pop").read_bytes() == before
+
+
+@pytest.mark.parametrize("kind", ["gpipe", "interleaved"])
+def test_a_cpu_pipelines_ranks_cut_by_a_forked_process_give_the_profile_cut_here(recorded, kind, tmp_path, monkeypatch):
+    from popvision_py.importer import forked
+    from tests.importer.test_import_cluster import assert_same as same_output
+
+    # GIVEN a real pipeline's CPU traces (4 gloo ranks whose sends and receives are matched across ranks), each rank a
+    # run of its own handed to the forked process
+    monkeypatch.setattr(forked, "FORKED_PAST", 0)
+    monkeypatch.setattr(forked, "RUN_RANKS", 1)
+    submitted = runs_handed_out(monkeypatch)
+    paths = find_traces([str(recorded(kind).folder)])
+    # WHEN imported with one job and with two
+    import_traces(paths, tmp_path / "here" / "profile.pop", jobs=1)
+    import_traces(paths, tmp_path / "there" / "profile.pop", jobs=2)
+    # THEN the same profile byte for byte, the same CPU timelines, and the forked process was handed ranks
+    same_output(tmp_path / "here", tmp_path / "there")
+    assert submitted and set(submitted) <= {(r, r + 1) for r in range(4)}
