@@ -200,3 +200,67 @@ def test_a_worker_of_two_threads_reads_its_ranks_one_at_a_time(gpu_traces, tmp_p
         here, there = both([gpu_traces], tmp_path, threaded)
     # THEN the profile is the local one's
     assert_same(here, there)
+
+
+@pytest.fixture(scope="module")
+def small_ranks(tmp_path_factory):
+    """40 small GPU ranks (about 25 kB each)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import make_gpu_trace
+
+    folder = tmp_path_factory.mktemp("small") / "traces"
+    make_gpu_trace.make(folder, total_mb=1.0, ranks=40, layers=2, bucket=1, jobs=1)
+    return folder
+
+
+def test_many_small_ranks_are_read_a_few_to_a_task_and_give_the_local_profile(small_ranks, tmp_path, cluster):
+    # GIVEN 40 small GPU ranks
+    folder = small_ranks
+    prefixes = cluster.scheduler.task_prefixes
+    before = {name: prefixes[name].state_counts["memory"] if name in prefixes else 0
+              for name in ("reduce_rank", "reduce_ranks")}
+    # WHEN imported here and on the cluster's two workers
+    here, there = both([folder], tmp_path, cluster)
+    # THEN the same profile, and the workers read the ranks a few to a task (about four tasks a worker: 8 to 10 as
+    # the ranks' sizes fall), none of one rank
+    from popvision_py.importer.cluster import tasks
+
+    assert_same(here, there)
+    cut = tasks(sorted(folder.glob("rank*.json")), 2)
+    assert 8 <= len(cut) <= 10 and min(len(t) for t in cut) > 1 and sum(len(t) for t in cut) == 40
+    assert prefixes["reduce_ranks"].state_counts["memory"] - before["reduce_ranks"] == len(cut)
+    assert prefixes.get("reduce_rank") is None or prefixes["reduce_rank"].state_counts["memory"] == before[
+        "reduce_rank"]
+
+
+def test_a_tasks_ranks_are_consecutive_small_plain_traces_up_to_a_share_of_the_bytes(tmp_path):
+    from popvision_py.importer.cluster import tasks
+
+    # GIVEN 10 plain traces of 1 kB, then a gzipped one, then 3 of 1 kB, and one too large to be read whole
+    paths = []
+    for k in range(15):
+        path = tmp_path / f"rank{k}.json{'.gz' if k == 10 else ''}"
+        data = b"{}" + b" " * 998
+        path.write_bytes(gzip.compress(data) if k == 10 else data if k != 14 else b" " * (64 << 20))
+        paths.append(path)
+    # WHEN cut into tasks for 1 worker: a share of the small bytes (13 kB) / 4 = 3,250 bytes a task
+    cut = tasks(paths, 1)
+    # THEN three small traces a task, in order; the gzipped and the large one alone; the small ones after the
+    # gzipped one a task of their own
+    assert cut == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9], [10], [11, 12, 13], [14]]
+
+
+def test_a_bad_small_rank_read_with_others_is_the_same_sentence_on_the_cluster(small_ranks, tmp_path, cluster):
+    # GIVEN the 40 small ranks, rank 7 (inside a task of several) cut short in the middle of its events
+    folder = tmp_path / "cut"
+    shutil.copytree(small_ranks, folder)
+    data = (folder / "rank7.json").read_bytes()
+    (folder / "rank7.json").write_bytes(data[:len(data) // 2])
+    # WHEN imported here and on the cluster
+    local = invoke("import", folder, "-o", tmp_path / "here")
+    remote = invoke("import", folder, "-o", tmp_path / "there", "--scheduler", cluster.scheduler_address)
+    # THEN both refuse it in the same one sentence naming rank7.json, exit code 2, nothing written
+    assert local.exit_code == remote.exit_code == 2, remote.output
+    assert remote.output == local.output and len(remote.output.strip().splitlines()) == 1
+    assert "rank7.json" in remote.output
+    assert not (tmp_path / "there").exists() and not list(tmp_path.glob(".popvision-import-*"))
