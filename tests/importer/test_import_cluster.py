@@ -123,20 +123,25 @@ def test_cpu_pipeline_traces_on_the_cluster_give_the_local_profile(recorded, tmp
     assert run["import"]["ranks"] == [0, 1, 2, 3] and run["import"]["schedule"] == "GPipe"
 
 
-def test_a_bad_trace_is_the_same_sentence_on_the_cluster(gpu_traces, tmp_path, cluster):
-    # GIVEN rank 1 cut short in the middle of its events
+def assert_cut_rank_refused_alike(traces: Path, rank: str, tmp_path: Path, cluster) -> None:
+    """``traces`` with ``rank`` (its file's name) cut short in the middle of its events, imported here and on the
+    cluster: both refuse it in the same one sentence naming it, exit code 2, and write nothing (no scratch folder
+    left)."""
     folder = tmp_path / "cut"
-    shutil.copytree(gpu_traces, folder)
-    data = (folder / "rank1.json").read_bytes()
-    (folder / "rank1.json").write_bytes(data[:len(data) // 2])
-    # WHEN imported here and on the cluster
+    shutil.copytree(traces, folder)
+    data = (folder / rank).read_bytes()
+    (folder / rank).write_bytes(data[:len(data) // 2])
     local = invoke("import", folder, "-o", tmp_path / "here")
     remote = invoke("import", folder, "-o", tmp_path / "there", "--scheduler", cluster.scheduler_address)
-    # THEN both refuse it in the same one sentence, exit code 2, and write nothing (no scratch folder left)
     assert local.exit_code == remote.exit_code == 2, remote.output
     assert remote.output == local.output and len(remote.output.strip().splitlines()) == 1
-    assert "rank1.json" in remote.output
+    assert rank in remote.output
     assert not (tmp_path / "there").exists() and not list(tmp_path.glob(".popvision-import-*"))
+
+
+def test_a_bad_trace_is_the_same_sentence_on_the_cluster(gpu_traces, tmp_path, cluster):
+    # GIVEN rank 1 cut short, WHEN imported here and on the cluster, THEN the same one sentence, nothing written
+    assert_cut_rank_refused_alike(gpu_traces, "rank1.json", tmp_path, cluster)
 
 
 def free_port() -> int:
@@ -251,16 +256,6 @@ def test_a_tasks_ranks_are_consecutive_small_plain_traces_up_to_a_share_of_the_b
 
 
 def test_a_bad_small_rank_read_with_others_is_the_same_sentence_on_the_cluster(small_ranks, tmp_path, cluster):
-    # GIVEN the 40 small ranks, rank 7 (inside a task of several) cut short in the middle of its events
-    folder = tmp_path / "cut"
-    shutil.copytree(small_ranks, folder)
-    data = (folder / "rank7.json").read_bytes()
-    (folder / "rank7.json").write_bytes(data[:len(data) // 2])
-    # WHEN imported here and on the cluster
-    local = invoke("import", folder, "-o", tmp_path / "here")
-    remote = invoke("import", folder, "-o", tmp_path / "there", "--scheduler", cluster.scheduler_address)
-    # THEN both refuse it in the same one sentence naming rank7.json, exit code 2, nothing written
-    assert local.exit_code == remote.exit_code == 2, remote.output
-    assert remote.output == local.output and len(remote.output.strip().splitlines()) == 1
-    assert "rank7.json" in remote.output
-    assert not (tmp_path / "there").exists() and not list(tmp_path.glob(".popvision-import-*"))
+    # GIVEN the 40 small ranks, rank 7 (inside a task of several) cut short, WHEN imported here and on the cluster,
+    # THEN the same one sentence naming rank7.json, nothing written
+    assert_cut_rank_refused_alike(small_ranks, "rank7.json", tmp_path, cluster)
