@@ -143,7 +143,15 @@ class Runs:
         self.assigned = 0  # the runs handed out so far, in order
 
     def take(self, k: int) -> Packed:
-        """Run ``k``'s ranks' items."""
+        """Run ``k``'s ranks' items; a process of the pool that died is one sentence."""
+        try:
+            return self._take(k)
+        except BrokenProcessPool:
+            rank = _SHARED[0][self.chosen[k].start].rank
+            raise TraceError(f"A process cutting the ranks' rows died (killed, or out of memory) before rank "
+                             f"{rank:,} was written.") from None
+
+    def _take(self, k: int) -> Packed:
         while self.assigned < len(self.chosen) and len(self.futures) < 2 * self.workers:
             r = self.chosen[self.assigned]
             self.futures[self.assigned] = self.pool.submit(_cut_run, r.start, r.stop)
@@ -157,12 +165,7 @@ class Runs:
         while not future.done() and self.assigned < len(self.chosen) and len(self.held) < HELD_RUNS:
             self.held[self.assigned] = _cut_here(self.chosen[self.assigned])
             self.assigned += 1
-        try:
-            return future.result()
-        except BrokenProcessPool:
-            rank = _SHARED[0][self.chosen[k].start].rank
-            raise TraceError(f"A process cutting the ranks' rows died (killed, or out of memory) before rank "
-                             f"{rank:,} was written.") from None
+        return future.result()
 
 
 def _cut_here(r: range) -> Packed:

@@ -358,24 +358,36 @@ def test_a_run_of_items_packed_gives_each_item_back_and_is_written_whole_only_wh
         assert (packed.uniform() == ("ipu", "name", "level")) is whole
 
 
-def _killed(first: int, stop: int) -> None:
-    """A forked process's run that never comes back: the process dies (as one killed for memory would)."""
-    os._exit(9)
+DIES_FROM = {"rank": 0}  # the first rank of the first run a forked process dies on (``_killed``)
 
 
-def test_a_forked_process_that_dies_is_one_sentence_and_leaves_the_earlier_profile(many_ranks, tmp_path, monkeypatch):
+def _killed(first: int, stop: int):
+    """A forked process's run: cut as ever before rank ``DIES_FROM``, then the process dies (as one killed for
+    memory would)."""
+    from popvision_py.importer import forked
+
+    if first >= DIES_FROM["rank"]:
+        os._exit(9)
+    return forked._cut_here(range(first, stop))
+
+
+@pytest.mark.parametrize("dies_from", [0, 30])
+def test_a_forked_process_that_dies_is_one_sentence_and_leaves_the_earlier_profile(many_ranks, tmp_path, monkeypatch,
+                                                                                     dies_from):
     from click.testing import CliRunner
 
     from popvision_py.cli import main
     from popvision_py.importer import forked
 
-    # GIVEN an earlier import in OUT, then the 64 small ranks cut by a forked process that dies on its first run
+    # GIVEN an earlier import in OUT, then the 64 small ranks cut by a forked process that dies on its first run, or
+    # on the first from rank 30
     out = tmp_path / "out"
     assert CliRunner().invoke(main, ["import", str(many_ranks), "-o", str(out), "-q", "--jobs", "1"]).exit_code == 0
     before = (out / "profile.pop").read_bytes()
     monkeypatch.setattr(forked, "FORKED_PAST", 8)
     monkeypatch.setattr(forked, "RUN_RANKS", 5)
     monkeypatch.setattr(forked, "_cut_run", _killed)
+    monkeypatch.setitem(DIES_FROM, "rank", dies_from)
     # WHEN they are imported again with two jobs
     result = CliRunner().invoke(main, ["import", str(many_ranks), "-o", str(out), "-q", "--jobs", "2"])
     # THEN one sentence naming the first rank its run held, exit code 2, and the earlier profile as it was
