@@ -124,6 +124,8 @@ def started(pool: ProcessPoolExecutor, context: Any) -> None:
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         pool.submit(int).result()
+    except BrokenProcessPool:
+        raise TraceError("A process of the import died as it started (killed, or out of memory).") from None
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
