@@ -172,7 +172,7 @@ def _read_parallel(pool: ProcessPoolExecutor, paths: list[Path], jobs: int, spil
     waiting: collections.deque[list[tuple[_Rank, Any]]] = collections.deque()  # each task: its ranks' results
     ranks = collections.deque(_Rank(p, spill) for p in paths)
     unplanned = collections.deque(ranks)
-    share = min(BATCH_BYTES, max(total // (4 * jobs), 1))  # four tasks a process at least
+    share = batch_share(total, jobs)
     while ranks:
         while len(waiting) < 2 * jobs and unplanned:
             batch = _small_batch(unplanned, share)
@@ -195,6 +195,12 @@ def _read_parallel(pool: ProcessPoolExecutor, paths: list[Path], jobs: int, spil
 
 BATCH_BYTES = 4 << 20  # small traces handed to a worker in one task up to this many bytes together ...
 BATCH_RANKS = 64  # ... and this many traces
+
+
+def batch_share(total: int, processes: int) -> int:
+    """The bytes of small traces handed over in one task: ``BATCH_BYTES``, less where ``total`` bytes would not
+    give the ``processes`` four tasks each."""
+    return min(BATCH_BYTES, max(total // (4 * processes), 1))
 
 
 def _small_batch(unplanned: collections.deque[_Rank], share: int) -> list[_Rank]:

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from popvision_py.errors import PopvisionError, first_line
-from popvision_py.importer import BATCH_BYTES, BATCH_RANKS, checked_ranks, ranges, write_import
+from popvision_py.importer import BATCH_RANKS, batch_share, checked_ranks, ranges, write_import
 from popvision_py.importer.parts import release_memory
 from popvision_py.importer.read import RankTrace, TraceError, read_rank
 from popvision_py.importer.spill_files import blocks, release, spill_folder
@@ -100,7 +100,7 @@ def tasks(paths: list[Path], workers: int) -> list[list[int]]:
     the scheduler, the worker and this client a few milliseconds whatever it reads: 4,096 ranks of 135 kB, a task
     each, took twice as long on two workers as the import here."""
     small = [ranges.small_plain(p) for p in paths]
-    share = min(BATCH_BYTES, max(sum(s or 0 for s in small) // (4 * workers), 1))
+    share = batch_share(sum(s or 0 for s in small), workers)
     out: list[list[int]] = []
     held = 0
     for i, size in enumerate(small):
@@ -128,10 +128,15 @@ def _gathered(client: Any, futures: list[Any], shown: list[str], progress: Calla
             wait(futures[:failed])
             first = next(i for i, f in enumerate(futures[:failed + 1]) if f.status != "finished")
             raise _sentence(futures[first], shown[first], client)
-        result = results[index[future.key]] = future.result()
-        for _ in result if isinstance(result, list) else [result]:
+        results[index[future.key]] = _ranks(future.result())
+        for _ in results[index[future.key]]:
             progress()
-    return [r for result in results for r in (result if isinstance(result, list) else [result])]
+    return [r for ranks in results for r in ranks]
+
+
+def _ranks(result: dict | list[dict]) -> list[dict]:
+    """A task's ranks' results: ``reduce_ranks``' list, or ``reduce_rank``'s one."""
+    return result if isinstance(result, list) else [result]
 
 
 def _sentence(future: Any, shown: str, client: Any) -> BaseException:
