@@ -60,8 +60,8 @@ def layout(**_query: str) -> html.Div:
                       ], className="whatif-form"),
                       html.P(id=ids.STAGES_WHATIF_ANSWER, className="whatif-answer"),
                       note="The chain of passes and transfers that set one measured step; a what-if is for the run "
-                           "without the profiler, its range from each recorded step's costs and the plain steps' spread "
-                           "either way. Memory is not modelled.",
+                           "without the profiler, its range from each recorded step's costs and the plain steps'"
+                           " spread either way. Memory is not modelled.",
                       section_id=ids.STAGES_CRITICAL_SECTION, hidden=True),
         ]
     )
