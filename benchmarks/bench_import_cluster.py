@@ -1,9 +1,10 @@
-"""`popvision import --scheduler` on a Dask cluster of N local workers, against the import on this machine: wall
-time, the client's peak memory and the workers'; and one rank reduced alone, the per-worker figures a model of a
-larger cluster scales from.
+"""`popvision import --scheduler` and `popvision report --section gpu --scheduler` on a Dask cluster of N local
+workers, against the same commands on this machine: wall time, the client's peak memory and the workers'; and one
+rank reduced alone, the per-worker figures a model of a larger cluster scales from.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_import_cluster.py [--mb 400] [--ranks 8] [--workers 1 2]
         [--work /tmp/popvision-bench-import-cluster] [--json OUT.json]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_import_cluster.py --report-only PROFILE [--workers 1 2]
 
 The traces are synthetic GPU traces of a DistributedDataParallel run (``make_gpu_trace.py``: ``--ranks`` files
 totalling ``--mb`` MB, made once in ``--work`` and reused). Each is read once before every import, so that each
@@ -22,7 +23,12 @@ summed RSS, sampled every 0.1 s, or its largest process's high-water mark where 
    --scheduler ADDRESS``: the client's figures as above, the workers' peak (each worker process's high-water
    mark, ``VmHWM``, and the peak of their summed RSS, sampled every 0.1 s; the process that runs the nannies
    is left out), whether its profile is the local one's (every member but the manifest's creation time), and
-   its phases (``read_on_cluster``, then ``write_import``) in a second run.
+   its phases (``read_on_cluster``, then ``write_import``) in a second run;
+4. **the report**: ``popvision report PROFILE --section gpu`` (text, as ``bench_import.py`` runs it) of the local
+   import here, then with
+   ``--scheduler`` on a fresh cluster of N workers for each ``--workers``, measured as above, and whether its
+   report is the one made here, byte for byte. ``--report-only PROFILE`` runs this step alone, on a profile
+   imported already.
 
 The machine's load average is recorded before each. Figures to ``--json`` (default WORK/results.json).
 """
@@ -262,7 +268,49 @@ def run(work: Path, mb: float, ranks: int, workers: list[int]) -> dict:
               f"CPU); client peak {figures['peak_mb']:,.0f} MiB; a worker's peak {figures['worker_peak_mb']:,.0f} "
               f"MiB, the workers' {figures['workers_peak_sum_mb']:,.0f} MiB, {figures['workers_cpu_s']:,.1f} CPU-s; "
               f"same profile: {figures['same_profile']}; phases {figures['phases']} (load {load[0]:.1f})", flush=True)
+    facts["report"] = reports(work, local / "profile.pop", workers)
     return facts
+
+
+def warm_profile(profile: Path) -> None:
+    """Read the profile and its ranks' CPU timelines once, as ``bench_import.warm`` reads traces."""
+    for p in [profile, *sorted((profile.parent / "system").glob("*"))]:
+        with open(p, "rb", buffering=0) as f:
+            while f.read(1 << 20):
+                pass
+
+
+def reports(work: Path, profile: Path, workers: list[int]) -> dict:
+    """``report PROFILE --section gpu`` here, then on a fresh cluster of each of ``workers``: each
+    command's figures, the workers', and whether the report is the one made here."""
+    logs = work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "popvision_py.cli", "report", str(profile), "--section", "gpu", "-o"]
+    runs = {}
+    mine = work / "report-here.txt"
+    warm_profile(profile)
+    load = os.getloadavg()
+    here = bench_import.measure([*command, str(mine)], logs / "report-here.log", env(), CAP, TIMEOUT_S, ROOT)
+    here["load_average"] = load
+    runs["here"] = here
+    print(f"report here: {here['outcome']}, {here['wall_s']:,.1f} s ({here['cpu_s']:,.1f} s CPU), peak "
+          f"{here['peak_mb']:,.0f} MiB (load {load[0]:.1f})", flush=True)
+    for n in workers:
+        theirs = work / f"report-cluster-{n}.txt"
+        with Cluster(work, n) as cluster:
+            warm_profile(profile)
+            load = os.getloadavg()
+            figures = bench_import.measure([*command, str(theirs), "--scheduler", cluster.address],
+                                           logs / f"report-cluster-{n}.log", env(), CAP, TIMEOUT_S, ROOT)
+            figures.update(cluster.figures(), load_average=load)
+        figures["same_report"] = figures["outcome"] == "ok" and theirs.read_bytes() == mine.read_bytes()
+        runs[f"{n} workers"] = figures
+        print(f"report on {n} worker(s): {figures['outcome']}, {figures['wall_s']:,.1f} s ({figures['cpu_s']:,.1f} s "
+              f"client CPU); client peak {figures['peak_mb']:,.0f} MiB; a worker's peak "
+              f"{figures['worker_peak_mb']:,.0f} MiB, the workers' {figures['workers_peak_sum_mb']:,.0f} MiB, "
+              f"{figures['workers_cpu_s']:,.1f} CPU-s; same report: {figures['same_report']} (load {load[0]:.1f})",
+              flush=True)
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,13 +320,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker processes (default 1 2)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/popvision-bench-import-cluster"))
     parser.add_argument("--json", type=Path, help="figures as JSON (default: WORK/results.json)")
+    parser.add_argument("--report-only", type=Path, metavar="PROFILE",
+                        help="only the report's GPU section, here and on the workers, of this profile.pop")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
-    facts = run(args.work, args.mb, args.ranks, args.workers)
+    if args.report_only:
+        facts = {"machine": bench_import.machine(), "profile": str(args.report_only), "runs": {},
+                 "report": reports(args.work, args.report_only.resolve(), args.workers)}
+    else:
+        facts = run(args.work, args.mb, args.ranks, args.workers)
     out = args.json or args.work / "results.json"
     out.write_text(json.dumps(facts, indent=2))
     print(f"figures written to {out}")
-    failed = [k for k, r in facts["runs"].items() if r["outcome"] != "ok" or r.get("same_profile") is False]
+    failed = [k for k, r in {**facts["runs"], **{f"report {k}": r for k, r in facts["report"].items()}}.items()
+              if r["outcome"] != "ok" or r.get("same_profile") is False or r.get("same_report") is False]
     if failed:
         print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -67,8 +67,9 @@ class Report:
     made without one suggests no fix: ``summary.insights()`` lists each finding alone (no suggestion,
     effect or command) and ``summary.fixes()`` is None on every row, never a fix left unchecked.
 
-    Attributes: ``path``, ``manifest``, ``target``, ``run`` (dicts from the manifest), ``planner`` and
-    ``profile`` (the raw ``popvision_py.format.Profile``).
+    Attributes: ``path``, ``manifest``, ``target``, ``run`` (dicts from the manifest), ``planner``, ``profile`` (the
+    raw ``popvision_py.format.Profile``) and ``cluster`` (a Dask client for the GPU figures' pass over the ranks, set
+    by whoever holds one; None: here).
     """
 
     def __init__(self, source: str | os.PathLike[str] | Profile,
@@ -86,6 +87,9 @@ class Report:
         self._prefetched: set[str] = set()  # the tables ``prefetch`` was asked to decode
         # called with the rows of the trace folded so far, as its summary pass goes (a progress bar's update)
         self.trace_progress: Callable[[int], None] | None = None
+        # a Dask client whose workers make the GPU figures' pass over every rank's kernels (`report --scheduler`;
+        # ``imported.gpu_cluster``): they must see the profile at its path. None: made here
+        self.cluster: Any = None
         self.summary = SummaryReport(self)
         self.memory = MemoryReport(self)
         self.liveness = LivenessReport(self)

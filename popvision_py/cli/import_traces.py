@@ -76,7 +76,9 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     target = folder / "profile.pop"
     output_target(target, streams=False)  # a FIFO or device there is refused, not replaced
     memory = int(device_memory * 2**30) if device_memory else None
-    with _cluster(scheduler) as client, _bar(len(paths), shown=not quiet and sys.stderr.isatty()) as bar:
+    from popvision_py.tune.cluster import scheduler_client
+
+    with scheduler_client(scheduler) as client, _bar(len(paths), shown=not quiet and sys.stderr.isatty()) as bar:
         phases = _Phases(bar)
         if client is None:
             run = import_traces(paths, target, device_memory=memory, jobs=jobs, name=name, progress=phases.read,
@@ -101,19 +103,6 @@ def command(traces: tuple[str, ...], output: str, device_memory: float | None, j
     ranks = len(info["ranks"])
     files = f"{ranks} file(s)" if ranks <= ONE_FILE_PAST else f"one file, {ALL_RANKS}{SUFFIX}, of {ranks:,} ranks"
     click.echo(f"Wrote {folder / 'system'}: each rank's CPU timeline ({files}, for the System page)")
-
-
-def _cluster(scheduler: str | None) -> Any:
-    """The Dask client of the cluster at ``scheduler`` (`popvision tune`'s: its sentences for an address of another
-    form, nothing answering, no workers), or None without one (nothing of Dask imported)."""
-    if scheduler is None:
-        return contextlib.nullcontext(None)
-    if not scheduler.strip():
-        raise ConfigError("--scheduler is empty; give a Dask scheduler's address, tcp://HOST:PORT.")
-    from popvision_py.tune.cluster import dask_client, quiet_dask
-
-    quiet_dask()
-    return dask_client(scheduler)
 
 
 def _bar(ranks: int, shown: bool) -> Any:

@@ -46,12 +46,16 @@ def finish(written: list) -> None:
 @click.option("--system", "system", multiple=True, type=click.Path(),
               help="System timeline files (*.pvti.parquet) or folders to report on [default: those in PROFILE's "
                    "folder's system/, PROFILE's folder, its parent, or a poprun run's folder].")
+@click.option("--scheduler", metavar="tcp://HOST:PORT",
+              help="Make the GPU section's figures on an existing Dask cluster: its scheduler's address. Its workers "
+                   "read the ranks' kernels a few ranks a task; they must see PROFILE at the same path.")
 def command(profile: str, section: str, fmt: str, output: str | None, verify: bool, verify_dir: str | None,
-            system: tuple[str, ...]) -> None:
+            system: tuple[str, ...], scheduler: str | None) -> None:
     """Report on PROFILE: summary and insights, memory, liveness, stages, exchange, operations (each op's
     cycles, FLOPs and memory, by op, block and layer), the program tree, tile balance, the host processes'
     system timeline, and a GPU trace's kernels (gpu). PROFILE may be a run's folder: with several poprun
-    instances, the figures that differ between them come first."""
+    instances, the figures that differ between them come first. With --scheduler, the GPU figures' pass over
+    every rank runs on a Dask cluster's workers (the same report)."""
     if section is None:
         section = "overview" if fmt in ("text", "md") else "all"
     import popvision_py
@@ -65,7 +69,10 @@ def command(profile: str, section: str, fmt: str, output: str | None, verify: bo
         check_output(output)  # a destination that would be refused is refused before the report is made
     runs = run_profiles(profile)
     profile = str(runs[0][1])
-    with popvision_py.open(profile, system or None) as report:  # its fixes checked against the planner's rules
+    from popvision_py.tune.cluster import scheduler_client
+
+    with popvision_py.open(profile, system or None) as report, scheduler_client(scheduler) as client:
+        report.cluster = client  # None: the GPU figures made here
         with reading_trace([report]):
             doc = build_report(report, section, figures=fmt == "html")
         if len(runs) > 1:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from popvision_py.errors import PopvisionError, first_line
+from popvision_py.errors import check_worker, task_failure
 from popvision_py.importer import BATCH_RANKS, batch_share, checked_ranks, ranges, write_import
 from popvision_py.importer.parts import release_memory
 from popvision_py.importer.read import RankTrace, TraceError, read_rank
@@ -127,7 +127,7 @@ def _gathered(client: Any, futures: list[Any], shown: list[str], progress: Calla
             failed = index[future.key]
             wait(futures[:failed])
             first = next(i for i, f in enumerate(futures[:failed + 1]) if f.status != "finished")
-            raise _sentence(futures[first], shown[first], client)
+            raise task_failure(futures[first], client, f"reading {shown[first]}", TraceError)
         results[index[future.key]] = _ranks(future.result())
         for _ in results[index[future.key]]:
             progress()
@@ -139,34 +139,13 @@ def _ranks(result: dict | list[dict]) -> list[dict]:
     return result if isinstance(result, list) else [result]
 
 
-def _sentence(future: Any, shown: str, client: Any) -> BaseException:
-    """What a failed task means, as one sentence (a project error raised on the worker as it was)."""
-    from distributed import KilledWorker
-
-    address = getattr(client.scheduler, "address", "the scheduler")
-    if future.status == "cancelled":
-        return TraceError(f"The Dask cluster at {address} dropped the import before {shown} was read (its scheduler "
-                          f"went away, or was restarted).")
-    exc = future.exception()
-    if isinstance(exc, PopvisionError):
-        return exc
-    if isinstance(exc, KilledWorker):
-        return TraceError(f"The Dask workers reading {shown} died, on every try (killed, or out of memory).")
-    if isinstance(exc, ImportError):
-        return TraceError(f"A Dask worker of {address} cannot import popvision ({first_line(exc)}): install it on "
-                          f"every worker, as on this machine.")
-    return exc  # a bug, not bad input: Python's own report
-
-
 def reduce_rank(path: str, shown: str, scratch: str, index: int, version: str, spill: bool = True) -> dict:
     """The Dask task: the trace at ``path`` (``shown`` as the user named it) read and reduced to its ``RankTrace``,
     whose arrays go to ``scratch``/rank-<index>.columns; returns that file's name, each array's place in it
     (offset, dtype, shape), its size and the trace's other fields. ``spill``: its columns spilled to the worker's
     local folder as they are read (a small trace's are held in memory, as a local import holds them)."""
+    check_worker(version, TraceError)
     host = socket.gethostname()
-    if version != __version__:
-        raise TraceError(f"The Dask worker on {host} runs popvision {__version__} and this machine {version}: "
-                         f"install the same version on every worker.")
     if not os.path.isdir(scratch):
         raise TraceError(f"The Dask worker on {host} does not see {scratch}: the output's folder must lie on "
                          f"storage every worker sees, at the same path.")

@@ -85,6 +85,18 @@ def _reachable(address: str) -> None:
         socket.create_connection((parts.hostname, parts.port), timeout=10).close()
 
 
+def scheduler_client(scheduler: str | None) -> Any:
+    """A context of the Dask client of the cluster at ``scheduler`` (``dask_client``'s sentences for an address of
+    another form, nothing answering, no workers), or of None without one (nothing of Dask imported): what a
+    command's ``--scheduler`` gives."""
+    if scheduler is None:
+        return contextlib.nullcontext(None)
+    if not scheduler.strip():
+        raise ConfigError("--scheduler is empty; give a Dask scheduler's address, tcp://HOST:PORT.")
+    quiet_dask()
+    return dask_client(scheduler)
+
+
 def quiet_dask() -> None:
     """Dask's own log lines (worker start, shutdown, a cancelled task) are not the user's business."""
     for name in ("distributed", "distributed.worker", "distributed.nanny", "distributed.scheduler",

@@ -284,6 +284,17 @@ def test_bounds_from_the_footer_equal_the_scanned_ones(profiles, name):
         assert getattr(with_bounds, field) == getattr(scanned, field)
 
 
+def test_the_stated_extent_is_the_trace_s_first_start_and_last_end(profiles):
+    # GIVEN each profile, its trace read whole
+    for name, path in profiles.items():
+        with pv.open(path) as report:
+            trace = report.profile.read_table("trace").to_pandas()
+            # WHEN its extent is taken from the verified footer, and from the summary's pass
+            stated = tracescan.stated_extent(report.profile)
+            # THEN both are the trace's first start and last end
+            assert stated == (trace["start_cycle"].min(), trace["end_cycle"].max()) == report.trace.extent(), name
+
+
 @pytest.mark.parametrize("limit", [1 << 26, 1])
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_micro_batch_set_of_the_whole_run_equals_the_per_batch_one(monkeypatch, limit, shuffle):

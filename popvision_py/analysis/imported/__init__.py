@@ -18,6 +18,8 @@ besides the common views, in a PyTorch user's words.
 - ``gpu_ranks``: those figures a run of ranks at a time (at most ``CHUNK_KERNELS`` kernels, one rank at
   least), read from the row groups in order, so that a report holds a bounded share of the run's kernels and
   a run of many small ranks is one pass over whole columns, not a pass a rank.
+- ``gpu_cluster``: the same figures made on a Dask cluster's workers (``popvision report --scheduler``), a run of
+  whole ranks and the row groups holding them a task, their rows joined in rank order.
 - ``streams``: a GPU trace's streams over time: each rank's streams as lanes, a zoom window of their
   kernels, or of each kind's occupancy in bins where the window holds too many (the dashboard's GPU page).
 - ``collectives``: a GPU trace's collectives per rank and process group: calls, bytes, GPU time and the
@@ -29,5 +31,5 @@ besides the common views, in a PyTorch user's words.
 - ``stragglers``: across the ranks of a data-parallel run, each rank's arrival at each step's collectives and
   its compute before it; the ranks that arrive last, by how much past the median, and the step without them.
 
-May import: ``common``, ``trace``; ``popvision_py.format`` and ``popvision_py.errors``.
+May import: ``common``, ``trace``; ``popvision_py.format``, ``popvision_py.errors`` and ``popvision_py.version``.
 """

@@ -120,28 +120,43 @@ class Chunk:
         return np.searchsorted(ipu, [self.first, self.first + self.k.num_ranks])
 
 
-def each_chunk(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) -> Iterator[Chunk]:
-    """Every IPU's kernels, in runs of IPUs (``Chunk``) of at most ``rows`` kernels (one IPU at least), in IPU
-    order, every IPU once (an empty ``gpu.Kernels`` where the profile has no kernels table: a schema before 5).
-    The table's row groups are read once each, in order, a run yielded once its IPUs' rows are all read
-    (``sorted_chunks``): a row group holds many small ranks, and a rank's rows may span several groups. A
-    table not sorted by ipu is read an IPU at a time, by its row groups (``rank_kernels``)."""
+@dataclass(frozen=True)
+class RankRange:
+    """IPUs ``first`` to ``stop`` and the row groups of the ``kernels`` table that hold all their rows (and maybe some
+    of the IPUs before or after, left out as read), in order: what one Dask task makes the figures of
+    (``gpu_cluster``)."""
+
+    first: int
+    stop: int
+    groups: range
+
+
+def each_chunk(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS,
+               part: RankRange | None = None) -> Iterator[Chunk]:
+    """Every IPU's kernels (of ``part``'s IPUs and row groups only, where given), in runs of IPUs (``Chunk``) of at
+    most ``rows`` kernels (one IPU at least), in IPU order, every IPU once (an empty ``gpu.Kernels`` where the profile
+    has no kernels table: a schema before 5). The table's row groups are read once each, in order, a run yielded
+    once its IPUs' rows are all read (``sorted_chunks``): a row group holds many small ranks, and a rank's rows may
+    span several groups. A table not sorted by ipu is read an IPU at a time, by its row groups (``rank_kernels``)."""
+    part = part or RankRange(0, len(ranks), range(profile.metadata("kernels").num_row_groups)
+                        if "kernels" in profile.tables else range(0))
     if "kernels" not in profile.tables:
-        yield Chunk(0, gpu.Kernels.build([], [], [], [], [], [], ranks=ranks))
+        yield Chunk(part.first, gpu.Kernels.build([], [], [], [], [], [], ranks=ranks[part.first:part.stop]))
         return
-    done = 0
-    for chunk in sorted_chunks(profile, ranks, rows):
+    done = part.first
+    for chunk in sorted_chunks(profile, ranks, rows, part):
         yield chunk
         done = chunk.first + chunk.k.num_ranks
         del chunk  # not held while the next run is read
-    for ipu in range(done, len(ranks)):  # not sorted by ipu: this IPU's and the rest by their row groups
+    for ipu in range(done, part.stop):  # not sorted by ipu: this IPU's and the rest by their row groups
         k = rank_kernels(profile, ipu, ranks)
         yield Chunk(ipu, replace(k, ipu=k.ipu - ipu, ranks=ranks[ipu:ipu + 1]))
 
 
-def sorted_chunks(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) -> Iterator[Chunk]:
-    """``each_chunk``'s runs of IPUs from the table's row groups read in order, each once, while its ``ipu``
-    column rises; it stops early at rows out of order (``each_chunk`` reads the rest an IPU at a time). Each row
+def sorted_chunks(profile: Any, ranks: np.ndarray, rows: int, part: RankRange) -> Iterator[Chunk]:
+    """``each_chunk``'s runs of ``part``'s IPUs from its row groups read in order, each once (their rows of other
+    IPUs left), while their ``ipu`` column rises; it stops early at rows out of order (``each_chunk`` reads the rest
+    an IPU at a time). Each row
     group is made NumPy arrays as it is read (``gpu.Kernels.owned``) and its Arrow rows let go, and a run's
     pieces are joined a field at a time (``gpu.Kernels.joined``): a long rank is held once, not as Arrow rows and
     their arrays too. A run is held until the IPUs read after it could not join it: a run of more than ``rows``
@@ -150,15 +165,18 @@ def sorted_chunks(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) ->
     kernels: one run of no kernels."""
     names = [c for c in TABLE_COLUMNS["kernels"] if profile.has_column("kernels", c)]
     held: list[gpu.Kernels] = []  # the rows of the IPUs read but not yet yielded (the last one's may go on)
-    ipu = 0  # the first IPU not yet yielded
-    for group in range(profile.metadata("kernels").num_row_groups):
+    ipu = part.first  # the first IPU not yet yielded
+    for group in part.groups:
         batches = list(profile.iter_batches("kernels", names, row_groups=[group]))
         if not batches:
             continue
         table = pa.Table.from_batches(batches)
         del batches
-        held.append(gpu.Kernels.from_columns(Columns(table), ranks).owned())
+        k = gpu.Kernels.from_columns(Columns(table), ranks)
         del table
+        inside = (k.ipu >= part.first) & (k.ipu < part.stop)  # a group shared with the part before or after
+        held.append((k if inside.all() else k.take(np.flatnonzero(inside))).owned())
+        del k, inside
         _hold_long(held)
         ipus = np.concatenate([k.ipu for k in held])
         if len(ipus) and ((np.diff(ipus) < 0).any() or ipus[0] < ipu):
@@ -181,8 +199,8 @@ def sorted_chunks(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS) ->
         held = []
         yield from _released(done, ranks)
         ipu = int(ipus[-1]) + 1
-    if ipu < len(ranks):
-        yield Chunk(ipu, gpu.Kernels.build([], [], [], [], [], [], ranks=ranks[ipu:]))
+    if ipu < part.stop:
+        yield Chunk(ipu, gpu.Kernels.build([], [], [], [], [], [], ranks=ranks[ipu:part.stop]))
 
 
 def _hold_long(held: list[gpu.Kernels | Stored]) -> None:
@@ -253,18 +271,38 @@ def runs(ends: np.ndarray, rows: int) -> list[tuple[int, int]]:
 
 
 def figures(profile: Any, window: tuple[np.ndarray, np.ndarray], last_step_starts: np.ndarray | None,
-            spans: bound.TraceSpans, wanted: dict[str, tuple[Any, ...]] | None = None) -> dict[str, Table]:
+            spans: bound.TraceSpans, wanted: dict[str, tuple[Any, ...]] | None = None,
+            elsewhere: Callable[..., list[tuple[dict[str, Table], np.ndarray]]] | None = None) -> dict[str, Table]:
     """Each figure of ``wanted`` (name: its arguments after the ``Rank``; ``DEFAULTS`` and ``kernel_types`` by
     default) over the whole table, computed a run of ranks at a time (``each_chunk``), each rank's rows kept;
-    ``last_step_starts``: ``gpu.hta_selection``'s; ``spans``: every rank's (``bound.TraceSpans``)."""
-    ranks = rank_numbers(profile.run, int(profile.target.get("num_ipus", 1)))
+    ``last_step_starts``: ``gpu.hta_selection``'s; ``spans``: every rank's (``bound.TraceSpans``). ``elsewhere``:
+    what makes them somewhere else instead, ``part_figures``' answers of runs of ranks in order, from ``figures``'
+    arguments and whether every figure is wanted (``gpu_cluster.figures`` on a Dask cluster's workers)."""
     every = wanted is None
     wanted = DEFAULTS if wanted is None else wanted
+    if elsewhere is not None:
+        made = elsewhere(profile, window, last_step_starts, spans, wanted, every)
+    else:
+        ranks = rank_numbers(profile.run, int(profile.target.get("num_ipus", 1)))
+        made = [part_figures(each_chunk(profile, ranks, CHUNK_KERNELS), window, last_step_starts, spans, wanted,
+                             every)]
+    found = {name: joined([tables[name] for tables, _ in made]) for name in wanted}
+    if every:
+        found["kernel_types"] = gpu.kernel_types_of(sum(types for _, types in made))
+    return found
+
+
+def part_figures(chunks: Iterator[Chunk], window: tuple[np.ndarray, np.ndarray],
+                 last_step_starts: np.ndarray | None, spans: bound.TraceSpans, wanted: dict[str, tuple[Any, ...]],
+                 every: bool) -> tuple[dict[str, Table], np.ndarray]:
+    """``figures``' answers over the runs of ranks ``chunks``: each figure's rows of their ranks, in order, and the
+    ranks' ``gpu.type_times`` summed (zeros unless ``every``). ``window`` and ``last_step_starts``: every IPU's;
+    ``spans``: those of the chunks' IPUs at least."""
     parts: dict[str, list[Table]] = {name: [] for name in wanted}
     types = np.zeros(1 << len(gpu.HTA_TYPES), np.int64)
     by_ipu = np.argsort(spans.ipu, kind="stable")  # each IPU's spans in their order, a chunk's a slice of them
     span_ipu = spans.ipu[by_ipu]
-    for chunk in each_chunk(profile, ranks, CHUNK_KERNELS):
+    for chunk in chunks:
         k, first = chunk.k, chunk.first
         last = first + k.num_ranks
         a, b = chunk.rows(span_ipu)
@@ -281,21 +319,20 @@ def figures(profile: Any, window: tuple[np.ndarray, np.ndarray], last_step_start
             types += gpu.type_times(rank.hta)
         del k, rank, chunk
     pa.default_memory_pool().release_unused()  # the last run's pages, before the sections after this one
-    found = {name: joined(tables) for name, tables in parts.items()}
-    if every:
-        found["kernel_types"] = gpu.kernel_types_of(types)
-    return found
+    return {name: joined(tables) for name, tables in parts.items()}, types
 
 
 def figure(memo: Callable[[Any, Callable[[], Any]], Any], profile: Any, window: Callable[[], Any],
            last_step_starts: Callable[[], np.ndarray | None], spans: Callable[[], bound.TraceSpans], name: str,
-           args: tuple[Any, ...], alone: bool = False) -> Table:
+           args: tuple[Any, ...], alone: bool = False,
+           elsewhere: Callable[..., list[tuple[dict[str, Table], np.ndarray]]] | None = None) -> Table:
     """``figures``' ``name`` at ``args``, kept by ``memo`` (a view's cache: key, compute): a figure at the arguments a
     report shows it with is made with every such figure, in one read of each rank's kernels; else, or ``alone``, in
-    one of its own. ``window``, ``last_step_starts`` and ``spans`` give ``figures``' (asked for only when made)."""
+    one of its own. ``window``, ``last_step_starts`` and ``spans`` give ``figures``' (asked for only when made);
+    ``elsewhere``: its."""
     shown = not alone and (name == "kernel_types" or DEFAULTS.get(name) == args)
     return memo("figures" if shown else (name, *args), lambda: figures(
-        profile, window(), last_step_starts(), spans(), None if shown else {name: args}))[name]
+        profile, window(), last_step_starts(), spans(), None if shown else {name: args}, elsewhere))[name]
 
 
 def joined(tables: list[Table]) -> Table:

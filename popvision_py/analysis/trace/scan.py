@@ -122,6 +122,16 @@ def _grown(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return out
 
 
+def stated_extent(profile: Any) -> tuple[int, int] | None:
+    """The trace's (first start, last end) cycle from its footer's statistics, where the footer was verified at open
+    (the summary's pass takes them from there then, so they are its ``timeline.extent``); None where it was not, or
+    they are missing: the pass is the way."""
+    if "trace" not in profile.tables or not profile.footer_verified("trace"):
+        return None
+    bounds = column_bounds(profile.metadata("trace"), ("start_cycle", "end_cycle"))
+    return None if bounds is None else (bounds["start_cycle"][0], bounds["end_cycle"][1])
+
+
 def column_bounds(metadata: pq.FileMetaData | None, columns: Iterable[str]) -> dict[str, tuple[int, int]] | None:
     """Each integer column's (min, max) over the whole table from the row groups' statistics in the
     footer, without decoding anything; ``None`` if any row group lacks them (another writer)."""
