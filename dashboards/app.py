@@ -40,7 +40,7 @@ LOOPBACK_NAMES = ("localhost",)
 def create_app(paths: list[str], *, warm: bool = False, host: str = "127.0.0.1", tune: str | None = None,
                runner: Callable[[dict[str, Any], Path], None] | None = None,
                emulated_dir: str | None = None, system: list[str] | None = None,
-               planner: Planner | None = None) -> dash.Dash:
+               planner: Planner | None = None, cluster: Any = None) -> dash.Dash:
     """The Dash app serving the profiles at ``paths`` (one, or two to compare).
 
     The paths are opened lazily, on first use; the CLI opens them (and reads them through) first
@@ -51,10 +51,11 @@ def create_app(paths: list[str], *, warm: bool = False, host: str = "127.0.0.1",
     "Verify" and the What-if page's "Emulate and compare" into ``emulated_dir`` (see ``data.Profiles``);
     ``system``: the system timeline files or folders the System page shows (else those beside each profile);
     ``planner``: the planner's rules the Summary page's fixes are checked against (``analysis.fixes.Planner``;
-    without one the page suggests no fix).
+    without one the page suggests no fix); ``cluster``: a Dask client whose workers make the GPU pages' figures
+    (``Report.cluster``; `popvision dashboard --scheduler`).
     """
     profiles = data.Profiles([str(p) for p in paths], tune=tune, runner=runner, emulated_dir=emulated_dir,
-                             system=system, planner=planner)
+                             system=system, planner=planner, cluster=cluster)
     # Dash runs every page module again for each new app, and each run adds the page's
     # `dash.callback`s to Dash's global list; an app built earlier in this process but never
     # served (tests, scripts) would leave its copies there, doubling every callback.

@@ -76,7 +76,7 @@ class Profiles:
     def __init__(self, paths: list[str], tune: str | Path | None = None,
                  runner: Callable[[dict[str, Any], Path], None] | None = None,
                  emulated_dir: str | Path | None = None, system: list[str] | None = None,
-                 planner: Planner | None = None) -> None:
+                 planner: Planner | None = None, cluster: Any = None) -> None:
         if not 1 <= len(paths) <= len(KEYS):
             raise ValueError("The dashboard shows one profile, or two to compare.")
         self.paths: dict[str, Path] = {key: Path(path) for key, path in zip(KEYS, paths)}
@@ -84,6 +84,7 @@ class Profiles:
         self.tune_path = Path(tune) if tune is not None else None
         self.runner = runner
         self.planner = planner
+        self.cluster = cluster  # --scheduler: a Dask client whose workers make the GPU figures (``Report.cluster``)
         self._emulated_dir = Path(emulated_dir) if emulated_dir is not None else None
         self._tune: Any = None
         self._reports: dict[str, Any] = {}
@@ -148,7 +149,9 @@ class Profiles:
                 if report is None:
                     from popvision_py.analysis.report import Report
 
-                    report = self._reports[key] = Report(self.paths[key], self.system, self.planner)
+                    report = Report(self.paths[key], self.system, self.planner)
+                    report.cluster = self.cluster
+                    self._reports[key] = report
         return report
 
     def comparison(self) -> Any:

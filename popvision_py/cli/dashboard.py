@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 import click
 
@@ -24,17 +25,27 @@ LOCALHOST = ("127.0.0.1", "localhost", "::1")
 @click.option("--system", "system", multiple=True, type=click.Path(),
               help="System timeline files (*.pvti.parquet) or folders for the System page [default: those in each "
                    "profile's folder's system/, its folder, its parent, or a poprun launch's folder].")
+@click.option("--scheduler", metavar="tcp://HOST:PORT",
+              help="Make the GPU pages' figures on an existing Dask cluster: its scheduler's address. Its workers "
+                   "read the ranks' kernels a few ranks a task; they must see the profiles at the same paths.")
 @click.option("--debug", is_flag=True, hidden=True, help="Dash's debug mode (reloader off).")
 def command(profile: str, profile_b: str | None, host: str, port: int, tune: str | None, emulated_dir: str | None,
-            system: tuple[str, ...], debug: bool) -> None:
+            system: tuple[str, ...], scheduler: str | None, debug: bool) -> None:
     """Open the dashboard for PROFILE in a browser (and compare it with PROFILE_B if given). Either may be a
     run's folder (its first profile); a poprun run's first two instances are compared when they differ.
 
     Only the profiles named here are served; the pages call them A and B.
     """
     from dashboards.data import served_profiles
+    from popvision_py.tune.cluster import scheduler_client
 
-    app = _serving(served_profiles(profile, profile_b), host, tune, emulated_dir, list(system) or None)
+    paths = served_profiles(profile, profile_b)
+    with scheduler_client(scheduler) as client:  # held while the server runs
+        _serve(_serving(paths, host, tune, emulated_dir, list(system) or None, client), host, port, debug)
+
+
+def _serve(app, host: str, port: int, debug: bool) -> None:
+    """Run ``app`` until Ctrl-C, its lines on the terminal."""
     if host not in LOCALHOST:
         click.echo(f"Warning: listening on {host}: anyone who can reach this address can read the profiles.", err=True)
     if not debug:
@@ -47,8 +58,10 @@ def command(profile: str, profile_b: str | None, host: str, port: int, tune: str
     app.run(host=host, port=port, debug=debug, use_reloader=False)
 
 
-def _serving(paths: list[str], host: str, tune: str | None, emulated_dir: str | None, system: list[str] | None):
-    """The Dash app for ``paths``, its profiles opened and read through; their warm-up started."""
+def _serving(paths: list[str], host: str, tune: str | None, emulated_dir: str | None, system: list[str] | None,
+             cluster: Any = None):
+    """The Dash app for ``paths``, its profiles opened and read through; their warm-up started. ``cluster``: a Dask
+    client whose workers make the GPU figures."""
     from dashboards import data
     from engine import rules
     from popvision_py.render.progress import reading_trace
@@ -56,7 +69,7 @@ def _serving(paths: list[str], host: str, tune: str | None, emulated_dir: str | 
 
     # the dashboard imports neither: its fixes are checked by the planner's rules, its runs emulated by run_fields
     profiles = data.Profiles(paths, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=system,
-                             planner=rules)
+                             planner=rules, cluster=cluster)
     if tune is not None:
         profiles.tune()  # a bad tune result is one sentence (exit 2) before any server starts
     for key in profiles.keys:  # a bad profile is reported (exit 2) before any server starts; opened once
@@ -72,7 +85,7 @@ def _serving(paths: list[str], host: str, tune: str | None, emulated_dir: str | 
         from dashboards.app import create_app
 
         app = create_app(paths, host=host, tune=tune, runner=run_fields, emulated_dir=emulated_dir, system=system,
-                         planner=rules)
+                         planner=rules, cluster=cluster)
         data.install(app.server, profiles)  # the app serves the Profiles being checked, not a fresh one
         checked.wait()
     if failure:

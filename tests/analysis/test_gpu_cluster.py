@@ -177,3 +177,42 @@ def test_a_scheduler_that_is_not_there_or_an_empty_address_is_one_sentence(impor
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(words), result.output
     assert not (tmp_path / "r.txt").exists()
+
+
+def test_the_dashboard_on_the_cluster_shows_the_figures_made_here(imported, cluster, monkeypatch):
+    # GIVEN the dashboard started on the import with the cluster's address (its server not run: the test asks the
+    # served data what the GPU page asks it)
+    import dash
+
+    from dashboards import data
+
+    asked = []
+
+    def run(app, **kwargs):
+        report = data.current().report()
+        prefixes = cluster.scheduler.task_prefixes
+        before = prefixes["part_task"].state_counts["memory"] if "part_task" in prefixes else 0
+        asked.append((report.cluster is not None, report.gpu.by_rank(), report.gpu.stragglers()))
+        asked.append(prefixes["part_task"].state_counts["memory"] - before)
+
+    monkeypatch.setattr(dash.Dash, "run", run)
+    result = invoke("dashboard", imported, "--scheduler", cluster.scheduler_address)
+    assert result.exit_code == 0, result.output
+    # THEN its GPU figures were made by the cluster's tasks, and are those made here
+    (held, by_rank, stragglers), tasks = asked
+    with popvision_py.open(imported) as here:
+        assert held and tasks > 1 and by_rank.equals(here.gpu.by_rank()) and stragglers.equals(here.gpu.stragglers())
+    assert len(by_rank) == RANKS and 5 in set(stragglers["rank"])
+
+
+def test_the_dashboard_with_no_scheduler_there_is_one_sentence(imported, monkeypatch):
+    # GIVEN an address nothing listens at; WHEN the dashboard is started with it
+    import dash
+
+    started = []
+    monkeypatch.setattr(dash.Dash, "run", lambda self, **kw: started.append(kw))
+    address = f"tcp://127.0.0.1:{free_port()}"
+    result = invoke("dashboard", imported, "--scheduler", address)
+    # THEN one sentence, exit code 2, no server started
+    assert result.exit_code == 2 and result.output.startswith(f"Error: No Dask scheduler answers at {address}")
+    assert len(result.output.strip().splitlines()) == 1 and started == []
