@@ -403,3 +403,24 @@ def test_coverage_a_piece_of_intervals_at_a_time_is_every_moments_labels_summed(
     found = gpu.coverage(group, start, end, label, 3, 2, rows=rows)
     # THEN each group's time under each set of labels is that counted moment by moment
     assert found.tolist() == _coverage_by_moment(group, start, end, label, 3, 2).tolist()
+
+
+@pytest.mark.parametrize("sample", ["mnist_pipelined", "pytorch_gpipe"])
+def test_a_profile_without_kernels_answers_every_gpu_figure_in_the_api(sample):
+    # GIVEN an emulated run (no kernels table) and an import of CPU traces (a kernels table of no rows)
+    import popvision_py
+    from popvision_py.analysis.imported.gpu_ranks import DEFAULTS
+
+    with popvision_py.open(ROOT / "sample_profiles" / sample / "profile.pop") as report:
+        view = report.gpu
+        assert view.missing()
+        # WHEN every figure is asked for in the API (the report shows the one sentence instead)
+        found = {name: getattr(view, name)() for name in [*DEFAULTS, "kernel_types", "stragglers", "launches"]}
+        ranks = int(report.target["num_ipus"])
+    # THEN no figure of kernels has a row, and each rank's window is all idle, each of its steps without GPU time
+    kernel_figures = set(found) - {"by_rank", "bounds"}
+    assert all(len(found[name]) == 0 for name in kernel_figures), {n: len(found[n]) for n in kernel_figures}
+    by_rank, bounds = found["by_rank"], found["bounds"]
+    assert len(by_rank) == ranks and (by_rank["busy_ns"] == 0).all()
+    assert (by_rank["idle_ns"] == by_rank["window_ns"]).all() and (by_rank["idle_pct"] == 100.0).all()
+    assert len(bounds) >= ranks and (bounds["gpu_busy_ns"] == 0).all()

@@ -125,6 +125,11 @@ def test_the_api_on_the_cluster_gives_each_figure_of_the_report_here(imported, c
         for name in ("by_rank", "bounds", "worth_a_look", "arrivals", "kernel_types", "phases"):
             a, b = getattr(here.gpu, name)(), getattr(there.gpu, name)()
             assert len(a) and a.equals(b), name
+    # and an emulated profile (no kernels) gives the empty figures it gives here
+    sample = ROOT / "sample_profiles" / "pytorch_gpipe" / "profile.pop"
+    with popvision_py.open(sample) as here, popvision_py.open(sample) as there, Client(cluster) as client:
+        there.cluster = client
+        assert here.gpu.by_rank().equals(there.gpu.by_rank())
 
 
 def test_a_worker_that_sees_another_profile_at_the_path_is_one_sentence(imported, tmp_path, cluster):

@@ -306,8 +306,8 @@ def _gaps(k: Kernels) -> tuple[np.ndarray, ...]:
     ipu, times, delta = ipu[order], times[order], delta[order]
     kernel_launch = np.r_[launch, launch][order]
     running = np.cumsum(delta)
-    last = np.r_[ipu[1:] != ipu[:-1], True]
-    first = np.r_[True, ipu[1:] != ipu[:-1]]
+    last = np.r_[ipu[1:] != ipu[:-1], True] if n else np.zeros(0, bool)  # (no kernel: every rank one gap)
+    first = np.r_[True, ipu[1:] != ipu[:-1]] if n else np.zeros(0, bool)
     ends = np.flatnonzero((running == 0) & ~last)  # an end after which the GPU idles until the next start
     tails = np.flatnonzero(last)
     heads = np.flatnonzero(first)

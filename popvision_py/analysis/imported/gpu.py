@@ -343,6 +343,8 @@ def idle_breakdown(k: Kernels, kernel_wait_ns: int = KERNEL_WAIT_NS) -> Table:
     last_end, seen = np.zeros(size // 3, np.int64), np.zeros(size // 3, bool)  # each stream's last kernel so far
     for p in k.pieces(fields=("stream", "launch_start")):  # in start order: a stream's kernels are met in order, its
         # last carried to the next piece
+        if not len(p.start):
+            continue  # (a trace without kernels: one empty piece)
         group = p.ipu * max(len(streams), 1) + np.searchsorted(streams, p.stream)
         order = np.lexsort((p.start, group))
         g, start, end, launch = group[order], p.start[order], p.end[order], p.launch_start[order]

@@ -280,7 +280,7 @@ def figures(profile: Any, window: tuple[np.ndarray, np.ndarray], last_step_start
     arguments and whether every figure is wanted (``gpu_cluster.figures`` on a Dask cluster's workers)."""
     every = wanted is None
     wanted = DEFAULTS if wanted is None else wanted
-    if elsewhere is not None:
+    if elsewhere is not None and "kernels" in profile.tables:  # (a schema before 5: nothing to hand out)
         made = elsewhere(profile, window, last_step_starts, spans, wanted, every)
     else:
         ranks = rank_numbers(profile.run, int(profile.target.get("num_ipus", 1)))
