@@ -24,8 +24,8 @@ summed RSS, sampled every 0.1 s, or its largest process's high-water mark where 
    mark, ``VmHWM``, and the peak of their summed RSS, sampled every 0.1 s; the process that runs the nannies
    is left out), whether its profile is the local one's (every member but the manifest's creation time), and
    its phases (``read_on_cluster``, then ``write_import``) in a second run;
-4. **the report**: ``popvision report PROFILE --section gpu`` (text, as ``bench_import.py`` runs it) of the local
-   import here, then with
+4. **the report**: ``popvision report PROFILE --section gpu``, then ``--section all`` (text, as ``bench_import.py``
+   runs them) of the local import here, with no cluster running, then with
    ``--scheduler`` on a fresh cluster of N workers for each ``--workers``, measured as above, and whether its
    report is the one made here, byte for byte. ``--report-only PROFILE`` runs this step alone, on a profile
    imported already.
@@ -54,6 +54,7 @@ import make_gpu_trace  # noqa: E402
 import make_large_trace  # noqa: E402
 
 CAP = 16 << 30  # a command's memory cap (bench_import.measure's)
+SECTIONS = ("gpu", "all")  # the report's sections timed here and on the cluster
 TIMEOUT_S = 30 * 60
 
 ONE_RANK = """
@@ -281,35 +282,37 @@ def warm_profile(profile: Path) -> None:
 
 
 def reports(work: Path, profile: Path, workers: list[int]) -> dict:
-    """``report PROFILE --section gpu`` here, then on a fresh cluster of each of ``workers``: each
-    command's figures, the workers', and whether the report is the one made here."""
+    """``report PROFILE --section gpu`` and ``--section all`` here, then on a fresh cluster of each of ``workers``:
+    each command's figures, the workers', and whether the report is the one made here."""
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "popvision_py.cli", "report", str(profile), "--section", "gpu", "-o"]
-    runs = {}
-    mine = work / "report-here.txt"
-    warm_profile(profile)
-    load = os.getloadavg()
-    here = bench_import.measure([*command, str(mine)], logs / "report-here.log", env(), CAP, TIMEOUT_S, ROOT)
-    here["load_average"] = load
-    runs["here"] = here
-    print(f"report here: {here['outcome']}, {here['wall_s']:,.1f} s ({here['cpu_s']:,.1f} s CPU), peak "
-          f"{here['peak_mb']:,.0f} MiB (load {load[0]:.1f})", flush=True)
-    for n in workers:
-        theirs = work / f"report-cluster-{n}.txt"
-        with Cluster(work, n) as cluster:
-            warm_profile(profile)
-            load = os.getloadavg()
-            figures = bench_import.measure([*command, str(theirs), "--scheduler", cluster.address],
-                                           logs / f"report-cluster-{n}.log", env(), CAP, TIMEOUT_S, ROOT)
-            figures.update(cluster.figures(), load_average=load)
-        figures["same_report"] = figures["outcome"] == "ok" and theirs.read_bytes() == mine.read_bytes()
-        runs[f"{n} workers"] = figures
-        print(f"report on {n} worker(s): {figures['outcome']}, {figures['wall_s']:,.1f} s ({figures['cpu_s']:,.1f} s "
-              f"client CPU); client peak {figures['peak_mb']:,.0f} MiB; a worker's peak "
-              f"{figures['worker_peak_mb']:,.0f} MiB, the workers' {figures['workers_peak_sum_mb']:,.0f} MiB, "
-              f"{figures['workers_cpu_s']:,.1f} CPU-s; same report: {figures['same_report']} (load {load[0]:.1f})",
-              flush=True)
+    runs: dict = {}
+    for section in SECTIONS:
+        command = [sys.executable, "-m", "popvision_py.cli", "report", str(profile), "--section", section, "-o"]
+        mine = work / f"report-{section}-here.txt"
+        warm_profile(profile)
+        load = os.getloadavg()
+        here = bench_import.measure([*command, str(mine)], logs / f"report-{section}-here.log", env(), CAP,
+                                    TIMEOUT_S, ROOT)
+        here["load_average"] = load
+        runs[f"{section} here"] = here
+        print(f"report --section {section} here: {here['outcome']}, {here['wall_s']:,.1f} s ({here['cpu_s']:,.1f} s "
+              f"CPU), peak {here['peak_mb']:,.0f} MiB (load {load[0]:.1f})", flush=True)
+        for n in workers:
+            theirs = work / f"report-{section}-cluster-{n}.txt"
+            with Cluster(work, n) as cluster:
+                warm_profile(profile)
+                load = os.getloadavg()
+                figures = bench_import.measure([*command, str(theirs), "--scheduler", cluster.address],
+                                               logs / f"report-{section}-cluster-{n}.log", env(), CAP, TIMEOUT_S, ROOT)
+                figures.update(cluster.figures(), load_average=load)
+            figures["same_report"] = figures["outcome"] == "ok" and theirs.read_bytes() == mine.read_bytes()
+            runs[f"{section} on {n} workers"] = figures
+            print(f"report --section {section} on {n} worker(s): {figures['outcome']}, {figures['wall_s']:,.1f} s "
+                  f"({figures['cpu_s']:,.1f} s client CPU); client peak {figures['peak_mb']:,.0f} MiB; a worker's peak "
+                  f"{figures['worker_peak_mb']:,.0f} MiB, the workers' {figures['workers_peak_sum_mb']:,.0f} MiB, "
+                  f"{figures['workers_cpu_s']:,.1f} CPU-s; same report: {figures['same_report']} (load {load[0]:.1f})",
+                  flush=True)
     return runs
 
 
