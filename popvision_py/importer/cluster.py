@@ -16,7 +16,8 @@ The traces and the output's folder must lie on storage every worker sees, at the
 workers are given absolute paths. A rank is read by the same code as a local import reads it, so the
 profile is the same, byte for byte but the manifest's creation time. A worker's threads read one rank at
 a time (the reader's buffer is its process's): run workers of one thread each (``dask worker
---nworkers N --nthreads 1``).
+--nworkers N --nthreads 1``). A rank is read with glibc's heap as a plain process has it
+(``heap.plain_allocator``), whatever the worker's environment fixed.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from popvision_py.errors import check_worker, task_failure
+from popvision_py.heap import plain_allocator
 from popvision_py.importer import BATCH_RANKS, batch_share, checked_ranks, ranges, write_import
 from popvision_py.importer.parts import release_memory
 from popvision_py.importer.read import RankTrace, TraceError, read_rank
@@ -153,7 +155,7 @@ def reduce_rank(path: str, shown: str, scratch: str, index: int, version: str, s
         raise TraceError(f"The Dask worker on {host} does not see {shown} (as {path}): the traces must lie on "
                          f"storage every worker sees, at the same path.")
     name = f"rank-{index:06d}.columns"
-    with _READING:
+    with _READING, plain_allocator():
         try:
             trace = read_rank(path, _local_folder() if spill else None)
         except TraceError as exc:

@@ -13,18 +13,15 @@ the kernels.
 The profile must lie on storage every worker sees, at the same path; a worker that does not see it, sees another
 file there, or runs another popvision is one sentence. A table whose footer's statistics are not verified, or not
 sorted by ipu, is one part (read by one worker as a report here reads it). A task runs with glibc's allocator as a
-plain process has it (``plain_allocator``), whatever the worker's environment fixed.
+plain process has it (``heap.plain_allocator``), whatever the worker's environment fixed.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import hashlib
 import json
 import os
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -36,6 +33,7 @@ from popvision_py.analysis.imported.ranks import rank_numbers
 from popvision_py.errors import ClusterError, check_worker, task_failure
 from popvision_py.format.reader import open_profile
 from popvision_py.format.values import statistics
+from popvision_py.heap import plain_allocator
 from popvision_py.version import __version__
 
 PARTS_A_WORKER = 4  # parts of about equal kernels a worker thread, where the row groups allow: the last ones short
@@ -104,47 +102,6 @@ def part_task(path: str, made: str, part: RankRange, window: tuple[np.ndarray, n
         ranks = rank_numbers(profile.run, int(profile.target.get("num_ipus", 1)))
         return part_figures(each_chunk(profile, ranks, CHUNK_KERNELS, part), window, last_step_starts, spans, wanted,
                             every)
-
-
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
-FIXING = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
-GLIBC_THRESHOLDS = {M_MMAP_THRESHOLD: 128 << 10, M_TRIM_THRESHOLD: 128 << 10}  # glibc's first (and fixed) ones
-TASK_THRESHOLDS = {M_MMAP_THRESHOLD: 32 << 20, M_TRIM_THRESHOLD: 64 << 20}  # the most a plain process's grow to
-GIVEN = {M_MMAP_THRESHOLD: "MALLOC_MMAP_THRESHOLD_", M_TRIM_THRESHOLD: "MALLOC_TRIM_THRESHOLD_"}
-
-
-@contextlib.contextmanager
-def plain_allocator() -> Iterator[None]:
-    """glibc's mmap and trim thresholds where a plain process's grow to, while a task runs in a process whose
-    environment fixed them (Dask's nanny starts its workers with ``MALLOC_TRIM_THRESHOLD_`` set to 64 KiB, which
-    also stops glibc raising the mmap threshold from 128 KiB: each array over that is mapped fresh and its pages
-    faulted in, and the heap is trimmed at each free. A rank of 1.6 M kernels took 9.1 s, 5.8 of them in the kernel,
-    against 2.9 s; 4,096 small ranks 19.3 s, 4.6 in the kernel, against 15.0); put back once it ends (to the
-    environment's values, else glibc's first), the heap's free pages handed back. Nothing elsewhere, or where the
-    environment leaves glibc to itself."""
-    mallopt = _libc("mallopt") if any(name in os.environ for name in FIXING) else None
-    if mallopt is None:
-        yield
-        return
-    for parameter, value in TASK_THRESHOLDS.items():
-        mallopt(parameter, value)
-    try:
-        yield
-    finally:
-        for parameter, first in GLIBC_THRESHOLDS.items():
-            given = os.environ.get(GIVEN[parameter], "")
-            mallopt(parameter, int(given) if given.isdigit() else first)
-        trim = _libc("malloc_trim")
-        if trim is not None:
-            trim(0)
-
-
-def _libc(name: str) -> Any:
-    """glibc's function ``name``; None elsewhere."""
-    try:
-        return getattr(ctypes.CDLL(None), name)
-    except (OSError, AttributeError):
-        return None
 
 
 def fingerprint(manifest: dict) -> str:
