@@ -48,10 +48,11 @@ def figures(client: Any, profile: Any, window: tuple[np.ndarray, np.ndarray], la
     path = os.path.abspath(profile.path)
     order = np.argsort(spans.ipu, kind="stable")  # each part's spans a slice of them, as a chunk's are
     span_ipu = spans.ipu[order]
+    made = fingerprint(profile.manifest)
     futures, doing = [], []
     for part in parts(profile, num_ipus, PARTS_A_WORKER * (sum(client.nthreads().values()) or 1)):
         a, b = np.searchsorted(span_ipu, [part.first, part.stop])
-        futures.append(client.submit(part_task, path, fingerprint(profile.manifest), part, window, last_step_starts,
+        futures.append(client.submit(part_task, path, made, part, window, last_step_starts,
                                      spans.take(order[a:b]), wanted, every, __version__, pure=False))
         doing.append(f"making the GPU figures of ranks {part.first} to {part.stop - 1}")
     return _gathered(client, futures, doing)
