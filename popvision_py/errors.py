@@ -7,46 +7,12 @@ sentence and exits with ``exit_code``; nothing else in the project prints traceb
 
 from __future__ import annotations
 
-from typing import Any
-
 
 def first_line(exc: BaseException, empty: str = "no message") -> str:
     """The first line of an exception's message, for a one-sentence error that quotes it (``empty``
     when it has none)."""
     text = str(exc).strip().splitlines()
     return text[0] if text else empty
-
-
-def task_failure(future: Any, client: Any, doing: str, error: type[PopvisionError]) -> BaseException:
-    """What a failed Dask task means, as one ``error`` sentence: ``doing`` what it did ("reading rank0.json"); a
-    project error raised on the worker as it was, and any other Python's own report (a bug, not bad input)."""
-    from distributed import KilledWorker
-
-    address = getattr(client.scheduler, "address", "the scheduler")
-    if future.status == "cancelled":
-        return error(f"The Dask cluster at {address} dropped its tasks before {doing} finished (its scheduler went "
-                     f"away, or was restarted).")
-    exc = future.exception()
-    if isinstance(exc, PopvisionError):
-        return exc
-    if isinstance(exc, KilledWorker):
-        return error(f"The Dask workers {doing} died, on every try (killed, or out of memory).")
-    if isinstance(exc, ImportError):
-        return error(f"A Dask worker of {address} cannot import popvision ({first_line(exc)}): install it on every "
-                     f"worker, as on this machine.")
-    return exc
-
-
-def check_worker(version: str, error: type[PopvisionError]) -> None:
-    """A Dask task's first check: the worker runs the popvision of the process that gave it (``version``), else one
-    ``error`` sentence."""
-    import socket
-
-    from popvision_py.version import __version__
-
-    if version != __version__:
-        raise error(f"The Dask worker on {socket.gethostname()} runs popvision {__version__} and this machine "
-                    f"{version}: install the same version on every worker.")
 
 
 class PopvisionError(Exception):

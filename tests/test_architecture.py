@@ -22,7 +22,7 @@ MAX_LINES = 600
 # From the bottom. A module belongs to the floor of the longest prefix listed here; ``popvision_py``
 # itself (the facade, its __init__.py) is no prefix, so a new package under it must be placed here.
 FLOORS = (
-    ("popvision_py.errors", "popvision_py.version", "popvision_py.heap", "popvision_py.format"),
+    ("popvision_py.errors", "popvision_py.version", "popvision_py.workers", "popvision_py.format"),
     ("engine", "popvision_py.importer"),
     ("popvision_py.analysis", "popvision_py.render", "popvision_py.export_trace", "popvision_py.sql", "popvision_py"),
     ("poptorch", "popdist", "popvision_py.tune", "dashboards", "popvision_py.scripts", "popvision_py.run_figures",

@@ -17,7 +17,7 @@ workers are given absolute paths. A rank is read by the same code as a local imp
 profile is the same, byte for byte but the manifest's creation time. A worker's threads read one rank at
 a time (the reader's buffer is its process's): run workers of one thread each (``dask worker
 --nworkers N --nthreads 1``). A rank is read with glibc's heap as a plain process has it
-(``heap.plain_allocator``), whatever the worker's environment fixed.
+(``workers.plain_allocator``), whatever the worker's environment fixed.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from popvision_py.errors import check_worker, task_failure
-from popvision_py.heap import plain_allocator
+from popvision_py.workers import check_worker, gathered, plain_allocator
 from popvision_py.importer import BATCH_RANKS, batch_share, checked_ranks, ranges, write_import
 from popvision_py.importer.parts import release_memory
 from popvision_py.importer.read import RankTrace, TraceError, read_rank
@@ -86,10 +85,9 @@ def read_on_cluster(client: Any, paths: list[Path], scratch: Path, folder: Path,
         else:
             futures.append(client.submit(reduce_ranks, items, str(scratch), __version__, pure=False))
         named.append(shown[batch[0]] if len(batch) == 1 else f"{shown[batch[0]]} to {shown[batch[-1]]}")
-    try:
-        results = _gathered(client, futures, named, progress)
-    finally:
-        client.cancel(futures)  # none waits once one failed, or Ctrl-C came
+    results = [rank for task in gathered(client, futures, [f"reading {n}" for n in named], TraceError,
+                                         lambda result: [progress() for _ in _ranks(result)])
+               for rank in _ranks(task)]
     traces = [mapped(scratch / r["file"], r, folder) for r in results]
     del results, futures
     return checked_ranks(traces)
@@ -114,26 +112,6 @@ def tasks(paths: list[Path], workers: int) -> list[list[int]]:
             out.append([i])
             held = size or 0
     return out
-
-
-def _gathered(client: Any, futures: list[Any], shown: list[str], progress: Callable[[], None]) -> list[dict]:
-    """The tasks' results (a rank's, or a list of a few ranks') in the files' order, ``progress`` as each rank's
-    comes; the first failure in the files' order raised (as a local import raises it), once the ranks before it
-    are done. ``shown``: the files each task reads, as the user named them."""
-    from distributed import as_completed, wait
-
-    index = {f.key: i for i, f in enumerate(futures)}
-    results: list[Any] = [None] * len(futures)
-    for future in as_completed(futures):
-        if future.status != "finished":
-            failed = index[future.key]
-            wait(futures[:failed])
-            first = next(i for i, f in enumerate(futures[:failed + 1]) if f.status != "finished")
-            raise task_failure(futures[first], client, f"reading {shown[first]}", TraceError)
-        results[index[future.key]] = _ranks(future.result())
-        for _ in results[index[future.key]]:
-            progress()
-    return [r for ranks in results for r in ranks]
 
 
 def _ranks(result: dict | list[dict]) -> list[dict]:

@@ -31,6 +31,6 @@ besides the common views, in a PyTorch user's words.
 - ``stragglers``: across the ranks of a data-parallel run, each rank's arrival at each step's collectives and
   its compute before it; the ranks that arrive last, by how much past the median, and the step without them.
 
-May import: ``common``, ``trace``; ``popvision_py.format``, ``popvision_py.errors``, ``popvision_py.heap`` and
+May import: ``common``, ``trace``; ``popvision_py.format``, ``popvision_py.errors``, ``popvision_py.workers`` and
 ``popvision_py.version``.
 """

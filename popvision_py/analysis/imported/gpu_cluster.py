@@ -13,7 +13,7 @@ the kernels.
 The profile must lie on storage every worker sees, at the same path; a worker that does not see it, sees another
 file there, or runs another popvision is one sentence. A table whose footer's statistics are not verified, or not
 sorted by ipu, is one part (read by one worker as a report here reads it). A task runs with glibc's allocator as a
-plain process has it (``heap.plain_allocator``), whatever the worker's environment fixed.
+plain process has it (``workers.plain_allocator``), whatever the worker's environment fixed.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from popvision_py.analysis.common.answer import Table
 from popvision_py.analysis.imported.bound import TraceSpans
 from popvision_py.analysis.imported.gpu_ranks import CHUNK_KERNELS, RankRange, each_chunk, part_figures
 from popvision_py.analysis.imported.ranks import rank_numbers
-from popvision_py.errors import ClusterError, check_worker, task_failure
+from popvision_py.errors import ClusterError
 from popvision_py.format.reader import open_profile
 from popvision_py.format.values import statistics
-from popvision_py.heap import plain_allocator
+from popvision_py.workers import check_worker, gathered, plain_allocator
 from popvision_py.version import __version__
 
 PARTS_A_WORKER = 4  # parts of about equal kernels a worker thread, where the row groups allow: the last ones short
@@ -55,7 +55,7 @@ def figures(client: Any, profile: Any, window: tuple[np.ndarray, np.ndarray], la
         futures.append(client.submit(part_task, path, made, part, window, last_step_starts,
                                      spans.take(order[a:b]), wanted, every, __version__, pure=False))
         doing.append(f"making the GPU figures of ranks {part.first} to {part.stop - 1}")
-    return _gathered(client, futures, doing)
+    return gathered(client, futures, doing, ClusterError)
 
 
 def parts(profile: Any, num_ipus: int, most: int) -> list[RankRange]:
@@ -110,20 +110,3 @@ def fingerprint(manifest: dict) -> str:
     is handed to know it reads the profile this process opened, not the manifest itself (at thousands of ranks, a
     few MB that Dask would walk for each task)."""
     return hashlib.sha256(json.dumps(manifest, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _gathered(client: Any, futures: list[Any], doing: list[str]) -> list[Any]:
-    """The tasks' results in order; the first to fail, in order, raised as one sentence once those before it are
-    done; the tasks cancelled on leaving (none runs on once one failed, or Ctrl-C came)."""
-    from distributed import as_completed, wait
-
-    index = {f.key: i for i, f in enumerate(futures)}
-    try:
-        for future in as_completed(futures):
-            if future.status != "finished":
-                wait(futures[:index[future.key]])
-                first = next(i for i, f in enumerate(futures) if f.status != "finished")
-                raise task_failure(futures[first], client, doing[first], ClusterError)
-        return [f.result() for f in futures]
-    finally:
-        client.cancel(futures)
