@@ -188,18 +188,29 @@ def _overview(doc: Document, r: Any) -> None:
                  f"{unit}s idle {st.bubble_pct:.1f}% (ideal {st.ideal_bubble_pct:.1f}%)")
     else:
         stage = f"one stage: no pipeline to balance; {unit}s idle {ex.idle_pct:.1f}%"
-    busy = max(ex.total_cycles - ex.idle_cycles, 1)
-    moving = ex.exchange_cycles + ex.sync_cycles + ex.stream_cycles
-    exchange = (f"{100.0 * moving / busy:.1f}% of the busy time is "
-                f"{'communication' if r.imported else 'exchange, sync and streaming'}"
-                f" ({ex.compute_pct:.1f}% of all time computes)")
-    doc.add("overview.answers", "Overview", {"fits": fits, "speed": speed, "stages": stage, "exchange": exchange})
+    doc.add("overview.answers", "Overview", {"fits": fits, "speed": speed, "stages": stage,
+                                             "exchange": _moving(ex, r.imported)})
     doc.add("overview.insights", "Findings", r.answer("summary.insights"))
     # an imported run has no tiles or program tree; only an imported run may hold GPU kernels
     shown = [name for name in MORE if (name not in ("programs", "tiles") or not r.imported)
              and (name != "gpu" or r.imported)]
     doc.add("overview.more", "More: popvision report PROFILE --section NAME",
             {name: MORE[name] for name in shown})
+
+
+def _moving(ex: Any, imported_run: bool) -> str:
+    """The overview's share of the busy time spent moving data (``exchange.figures``): an IPU's exchange, sync and
+    streaming; an imported trace's communication, and apart from it a GPU's copies and sets (its ``stream`` phase),
+    which are not communication between ranks."""
+    busy = max(ex.total_cycles - ex.idle_cycles, 1)
+    computes = f" ({ex.compute_pct:.1f}% of all time computes)"
+    if not imported_run:
+        moving = ex.exchange_cycles + ex.sync_cycles + ex.stream_cycles
+        return f"{100.0 * moving / busy:.1f}% of the busy time is exchange, sync and streaming{computes}"
+    said = f"{100.0 * (ex.exchange_cycles + ex.sync_cycles) / busy:.1f}% of the busy time is communication"
+    if ex.stream_cycles:
+        said += f", {100.0 * ex.stream_cycles / busy:.1f}% the GPU's copies and sets"
+    return said + computes
 
 
 def _summary_figures(r: Any) -> Any:

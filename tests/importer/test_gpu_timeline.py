@@ -136,6 +136,16 @@ def test_the_overview_says_the_gpus_idle_share(imported):
     assert "idle 55.0%" in result.output  # 550 of 1,000 µs
 
 
+def test_the_overview_tells_communication_from_the_gpus_copies_and_sets(imported):
+    # busy: compute 250 µs, the all-reduce alone 150 µs, copies and sets 50 µs (the test above): 450 µs. A copy
+    # is not communication between ranks: it is counted apart, not in the communication's share
+    result = CliRunner().invoke(main, ["report", str(imported)])
+    assert result.exit_code == 0, result.output
+    line = next(s for s in result.output.splitlines() if s.strip().startswith("exchange"))
+    assert f"{100 * 150 / 450:.1f}% of the busy time is communication, {100 * 50 / 450:.1f}% the GPU's copies " \
+           f"and sets ({100 * 250 / 1000:.1f}% of all time computes)" in line
+
+
 def test_both_readers_keep_the_same_gpu_timeline(tmp_path, monkeypatch):
     # GIVEN the trace cut into byte ranges of a few hundred bytes (a kernel and its launch in different ranges)
     path = tmp_path / "rank0.json"
