@@ -290,12 +290,13 @@ def current() -> Profiles:
 
 def naming(report: Any) -> Naming:
     """How the pages name ``report``'s devices and time: IPUs and cycles, or for a profile imported from
-    PyTorch profiler traces (``popvision import``) ranks and ns, each IPU its rank (``run.import.ranks``)."""
+    PyTorch profiler traces (``popvision import``) ranks and ns, each IPU its rank (``run.import.ranks``), and
+    for a GPU trace's its GPU's copies and sets."""
     if not getattr(report, "imported", False):
         return IPUS
     ipus = int(report.target.get("num_ipus", 0) or 0)
     ranks = [int(r) for r in (report.run.get("import") or {}).get("ranks") or []]
-    return Naming(tuple(ranks[:ipus] + list(range(len(ranks), ipus))))
+    return Naming(tuple(ranks[:ipus] + list(range(len(ranks), ipus))), gpu=report.target.get("arch") == "gpu")
 
 
 def capacity_known(report: Any) -> bool:

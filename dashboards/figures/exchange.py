@@ -103,9 +103,10 @@ def exchange_by_kind(by_kind: pd.DataFrame, naming: Naming = IPUS) -> go.Figure:
 
 def phase_shares(shares: Mapping[str, float], title: str | None = None, naming: Naming = IPUS) -> go.Figure:
     """One stacked bar of the run's time by phase (percentages from ``exchange.figures()``); an imported
-    trace's phases are compute, exposed communication and idle."""
+    trace's phases are compute, exposed communication, a GPU's copies and sets, and idle (``Naming.phases``)."""
     fig = go.Figure()
-    for phase in naming.phases:
+    phases = [p for p in naming.phases if p != "stream" or not naming.imported or shares.get(p)]  # no copies: none
+    for phase in phases:
         pct = float(shares.get(phase, 0.0) or 0.0)
         name = naming.phase(phase)
         fig.add_trace(go.Bar(y=[""], x=[pct], orientation="h", name=f"{name} {pct:.1f} %",
@@ -113,9 +114,21 @@ def phase_shares(shares: Mapping[str, float], title: str | None = None, naming: 
                              hovertemplate=f"{name}: {pct:.1f} % of {naming.time}<extra></extra>"))
     fig.update_xaxes(range=[0, 100], title=f"% of {naming.time}", ticksuffix=" %")
     fig.update_yaxes(visible=False)
-    return styled(fig, title=title, barmode="stack", height=170 if not title else 190,
+    # a GPU trace's four long legend entries take two lines in half a page: room for them above the bar
+    height = (170 if not title else 190) + (30 if naming.imported and len(phases) > 3 else 0)
+    return styled(fig, title=title, barmode="stack", height=height,
                   margin=dict(l=20, r=20, t=60 if title else 30, b=40),
                   legend=dict(orientation="h", yanchor="bottom", y=1.05, x=0))
+
+
+def _parts(comm: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """The parts of a rank's time stacked to its whole (column, name, colour): compute, exposed communication, a
+    GPU's copies and sets where a rank has any, idle."""
+    copies = "copies_cycles" in comm and bool((comm["copies_cycles"] > 0).any())
+    return [("compute_cycles", "compute", PHASE_COLOURS["compute"]),
+            ("exposed_comm_cycles", "exposed communication", PHASE_COLOURS["exchange"]),
+            *([("copies_cycles", "copies and sets", PHASE_COLOURS["stream"])] if copies else []),
+            ("idle_cycles", "idle", PHASE_COLOURS["idle"])]
 
 
 def communication(comm: pd.DataFrame, clock_hz: float, naming: Naming = IPUS) -> go.Figure:
@@ -127,10 +140,7 @@ def communication(comm: pd.DataFrame, clock_hz: float, naming: Naming = IPUS) ->
         return communication_spread(comm, clock_hz, naming)
     labels = [naming.label(ipu) for ipu in range(len(comm))]  # a row per IPU (rank), in order
     fig = go.Figure()
-    parts = (("compute_cycles", "compute", PHASE_COLOURS["compute"]),
-             ("exposed_comm_cycles", "exposed communication", PHASE_COLOURS["exchange"]),
-             ("idle_cycles", "idle", PHASE_COLOURS["idle"]))
-    for column, name, colour in parts:
+    for column, name, colour in _parts(comm):
         seconds = comm[column].to_numpy(dtype=float) / clock_hz
         fig.add_trace(go.Bar(x=labels, y=seconds * 1e3, name=name, marker_color=colour, offsetgroup="time",
                              customdata=[with_unit(v * 1e9, NANOSECOND_UNITS) for v in seconds],
@@ -155,10 +165,7 @@ def communication_spread(comm: pd.DataFrame, clock_hz: float, naming: Naming = I
         return comm[column].to_numpy(np.float64) / clock_hz * 1e3
 
     return sorted_areas([naming.label(i) for i in range(len(comm))],
-                        [(name, ms(column), colour) for column, name, colour in (
-                            ("compute_cycles", "compute", PHASE_COLOURS["compute"]),
-                            ("exposed_comm_cycles", "exposed communication", PHASE_COLOURS["exchange"]),
-                            ("idle_cycles", "idle", PHASE_COLOURS["idle"]))],
+                        [(name, ms(column), colour) for column, name, colour in _parts(comm)],
                         comm["compute_cycles"].to_numpy(np.float64), "the most compute", "ms", "%{y:,.3f} ms",
                         lines=[("communication hidden behind compute", ms("hidden_comm_cycles"), "#F2A33A")],
                         named=named)

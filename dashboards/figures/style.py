@@ -136,6 +136,7 @@ class Naming:
     PyTorch profiler traces (``ranks``: the rank of each IPU) ranks and nanoseconds (one cycle is one ns)."""
 
     ranks: tuple[int, ...] | None = None
+    gpu: bool = False  # an imported GPU trace: its GPU's copies and sets are a phase of their own (``stream``)
 
     @property
     def imported(self) -> bool:
@@ -166,13 +167,18 @@ class Naming:
 
     @property
     def phases(self) -> tuple[str, ...]:
-        """The phases the time is in: an imported trace has no syncs or streams, only compute, communication
-        that the rank waits for (the ``exchange`` phase) and idle."""
-        return ("compute", "exchange", "idle") if self.imported else tuple(PHASES)
+        """The phases the time is in: an imported trace has no syncs, only compute, communication that the rank
+        waits for (the ``exchange`` phase) and idle, and a GPU trace its GPU's copies and sets (``stream``)."""
+        if not self.imported:
+            return tuple(PHASES)
+        return ("compute", "exchange", "stream", "idle") if self.gpu else ("compute", "exchange", "idle")
 
     def phase(self, phase: str) -> str:
-        """A phase's name on the pages: an imported trace's exchange phase is its exposed communication."""
-        return "exposed communication" if self.imported and phase == "exchange" else phase
+        """A phase's name on the pages: an imported trace's exchange phase is its exposed communication, its stream
+        phase its GPU's copies and sets."""
+        if self.imported:
+            return {"exchange": "exposed communication", "stream": "copies and sets"}.get(phase, phase)
+        return phase
 
 
 IPUS = Naming()

@@ -40,7 +40,7 @@ def trace_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], ipu
 
     ``frame``: ``trace.timeline(...).frame``; ``window``: the (start, end) cycles shown. At most
     ``max_bins × phases`` bars per IPU, drawn by five traces, whatever the trace's length. An imported
-    trace: one row per rank, its compute, exposed communication and idle, in ns.
+    trace: one row per rank, its compute, exposed communication, a GPU's copies and sets, and idle, in ns.
     """
     bars = timeline_bars(frame)
     labels = [naming.label(ipu) for ipu in sorted(ipus)]

@@ -105,14 +105,17 @@ def render_communication(profile: str | None):
 
 
 def communication_table(comm: Any, report: Any) -> html.Div:
-    """``exchange.communication()`` in time: a rank, its stages, compute, exposed and hidden communication, idle."""
+    """``exchange.communication()`` in time: a rank, its stages, compute, exposed and hidden communication, a GPU's
+    copies and sets (where a rank has any), idle."""
     clock = float(report.target["clock_hz"])
     naming = data.naming(report)
     frame = comm.assign(rank=[naming.label(i) for i in range(len(comm))],
                         **{name.replace("_cycles", "_s"): comm[name] / clock for name in
-                           ("compute_cycles", "exposed_comm_cycles", "hidden_comm_cycles", "idle_cycles")})
+                           ("compute_cycles", "exposed_comm_cycles", "hidden_comm_cycles", "copies_cycles",
+                            "idle_cycles")})
+    copies = {"copies_s": "copies and sets"} if (comm["copies_cycles"] > 0).any() else {}
     return c.rank_table(frame, {"rank": "rank", "stages": "stages", "compute_s": "compute",
-                                "exposed_comm_s": "exposed", "hidden_comm_s": "hidden", "idle_s": "idle",
+                                "exposed_comm_s": "exposed", "hidden_comm_s": "hidden", **copies, "idle_s": "idle",
                                 "exposed_comm_pct": "exposed, of its time",
                                 "hidden_comm_pct": "hidden, of its communication"},
                         formats={"rank": str, "stages": str}, table_id="exchange-communication-table")

@@ -143,6 +143,7 @@ def imported_figures(summary: Any, report: Any) -> list[tuple]:
     hidden = float(comm["hidden_comm_cycles"].sum()) if len(comm) else 0.0
     whole = hidden + float(comm["exposed_comm_cycles"].sum()) if len(comm) else 0.0
     pipelined = summary.strategy == "pipelined"
+    rate = summary.throughput_samples_per_s
     batch_known = not any("batch size" in str(s) for s in info.get("not_inferred") or [])
     peak = ("Peak memory", c.fmt_bytes(summary.worst_tile_bytes), f"{naming.label(summary.worst_ipu)} at its peak")
     if not report.memory_recorded:
@@ -152,12 +153,12 @@ def imported_figures(summary: Any, report: Any) -> list[tuple]:
                            f"{c.fmt_bytes(summary.bytes_per_tile)}", "" if summary.fits else "bad")
     return [
         ("Model", f"{summary.model}", f"{info.get('schedule', summary.strategy)} {summary.mode} on {summary.arch}"),
-        ("Ranks", f"{summary.num_ipus}", f"world size {info.get('world_size', summary.num_ipus)}"),
+        ("Ranks", f"{summary.num_ipus}", _world(info)),
         ("Steps", f"{summary.iterations:,}", (f"{summary.gradient_accumulation:,} micro-batches each" if pipelined
                                               else "profiled")),
         ("Time per step", c.fmt_seconds(summary.step_s), f"mean of the {c.fmt_quantity(summary.iterations, 'step')} "
                                                          "profiled"),
-        ("Throughput", f"{summary.throughput_samples_per_s:,.1f} /s",
+        ("Throughput", f"{rate:,.1f} /s" if rate >= 1 else f"{rate:,.3g} /s",  # a step of 41 s: 0.024 /s
          f"{summary.samples_per_step:,} samples per step" if batch_known else
          f"{'micro-batches' if pipelined else 'steps'} per second: the trace does not record the batch size"),
         ("Idle", c.fmt_pct(time.idle_pct), f"of the {naming.time}: {data.idle_reason(report)}"),
@@ -166,6 +167,13 @@ def imported_figures(summary: Any, report: Any) -> list[tuple]:
          "behind compute"),
         peak,
     ]
+
+
+def _world(info: dict) -> str:
+    """The world size the traces state (``run.import.world_size``), or that they state none (a trace without
+    ``distributedInfo``)."""
+    world = info.get("world_size")
+    return f"world size {int(world):,}" if isinstance(world, int) else "a world size the traces do not state"
 
 
 def source_panel(report: Any) -> html.Section:
@@ -180,8 +188,8 @@ def source_panel(report: Any) -> html.Section:
         html.P([html.Strong("Source "), html.Code(str(report.run.get("source"))),
                 f": {c.fmt_quantity(len(files), 'trace')} ({named}), "
                 f"{c.fmt_int(info.get('events', 0))} events; torch {torch}."], className="source-files"),
-        html.P([html.Strong("Schedule "), f"{info.get('schedule', 'unknown')}; {ranks} of world size "
-                f"{info.get('world_size', '?')}."], className="source-schedule"),
+        html.P([html.Strong("Schedule "), f"{info.get('schedule', 'unknown')}; {ranks} of {_world(info)}."],
+               className="source-schedule"),
     ]
     missing = [str(sentence) for sentence in info.get("not_inferred") or []]
     if missing:

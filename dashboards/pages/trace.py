@@ -105,6 +105,8 @@ DESCRIPTION = {False: "Compute, sync, exchange and stream phases of every IPU ov
                       "single steps; double-click to see the whole run.",
                True: "Compute, exposed communication and idle time of every rank over the profiled steps. Drag to "
                      "zoom down to single operators; double-click to see the whole run."}
+GPU_DESCRIPTION = ("Compute, exposed communication, copies and sets, and idle time of every rank's GPU over the "
+                   "profiled steps. Drag to zoom in; double-click to see the whole run.")
 NO_TILE_CYCLES = "A rank has no tiles: each operator's and transfer's time is in the time line above."
 TILE_NOTE = ("Compute: the tile's cycles in each compute set (tile_cycles); wait: the rest of the step, done and "
              "waiting at the sync for the slowest tile. Sync, exchange and stream steps hold every tile. Drag to "
@@ -120,9 +122,10 @@ TILE_NOTE = ("Compute: the tile's cycles in each compute set (tile_cycles); wait
 )
 def render_words(profile: str | None):
     """An imported trace: its ranks' time line, and one line instead of the cycles per tile."""
-    imported = data.naming(data.report(profile)).imported
-    return (DESCRIPTION[imported], "Time line per rank" if imported else "BSP timeline", c.shown(not imported),
-            c.shown(imported))
+    naming = data.naming(data.report(profile))
+    imported = naming.imported
+    return (GPU_DESCRIPTION if naming.gpu else DESCRIPTION[imported], "Time line per rank" if imported else
+            "BSP timeline", c.shown(not imported), c.shown(imported))
 
 
 def level_text(level: str, window: tuple[int, int], frame: Any, naming: Naming = IPUS) -> str:
@@ -242,7 +245,7 @@ def render_figures(profile: str | None):
     summary = report.summary.figures()
     naming = data.naming(report)
     shares = data.phase_shares(report)
-    if naming.imported:  # in time (a cycle is a ns), over the profiled steps; no syncs or streams
+    if naming.imported:  # in time (a cycle is a ns), over the profiled steps; no syncs (``Naming.phases``)
         items = [("Profiled", c.fmt_seconds(summary.total_cycles / summary.clock_hz),
                   f"over {c.fmt_quantity(summary.iterations, 'step')}")]
         items += [(naming.phase(phase), c.fmt_pct(shares[phase]), f"of {naming.time}") for phase in naming.phases]

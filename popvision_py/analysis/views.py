@@ -315,8 +315,8 @@ class ExchangeReport(_View):
         return self._memo("bandwidth", lambda: _exchange.bandwidth(self._by_kind(), self._r.target))
 
     def communication(self) -> pd.DataFrame:
-        """Per rank (IPU): compute, exposed communication, communication hidden behind compute, idle
-        (``imported.COMM_COLUMNS``)."""
+        """Per rank (IPU): compute, exposed communication, communication hidden behind compute, a GPU's copies and
+        sets, idle (``imported.COMM_COLUMNS``)."""
         return self._communication().frame()
 
     def _communication(self) -> Table:

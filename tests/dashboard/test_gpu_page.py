@@ -170,6 +170,52 @@ def test_a_lone_gpu_rank_is_not_said_to_wait_for_others(tmp_path):
     assert page("summary").render_words("a")[2] == {"display": "none"}
 
 
+def test_a_gpu_traces_copies_and_sets_are_a_share_of_their_own_on_the_summary_and_the_trace(tmp_path):
+    from dashboards.app import create_app
+
+    # GIVEN the one-rank GPU trace of tests/importer/test_gpu_timeline.py: of its 1,000 µs, compute 250, the
+    # all-reduce alone 150, a copy of 40 µs and a set of 10 µs, idle 550
+    create_app([str(import_gpu_trace(tmp_path))])
+    # THEN the Summary's bar of the rank's time has the copies and sets as a share of their own, and its shares
+    # add up to the whole time
+    bar = page("summary").render("a")[2]
+    shares = {t.name.rsplit(" ", 2)[0]: float(t.x[0]) for t in bar.data}
+    assert shares == {"compute": 25.0, "exposed communication": 15.0, "copies and sets": 5.0, "idle": 55.0}
+    # AND the Execution trace's cards say the same, and its time line draws the copy and the set where they ran
+    assert "copies and sets" in page("trace").render_words("a")[0]
+    cards = text(page("trace").render_figures("a")[0])
+    assert "copies and sets 5.0 % of rank time" in cards and "idle 55.0 % of rank time" in cards
+    timeline = page("trace").render_timeline("a", None)[0]
+    copies = next(t for t in timeline.data if t.name == "copies and sets")
+    spans = sorted(zip(copies.base, copies.base + copies.x))
+    assert spans == [(520_000, 560_000), (600_000, 610_000)]  # ns from the step's start
+    # AND the Exchange page's rank stacks compute, exposed communication, copies and sets and idle to its 1 ms
+    figure, table = page("exchange").render_communication("a")
+    stacked = {t.name: float(t.y[0]) for t in figure.data if t.offsetgroup == "time"}
+    assert stacked == pytest.approx({"compute": 0.25, "exposed communication": 0.15, "copies and sets": 0.05,
+                                     "idle": 0.55})  # ms
+    assert "copies and sets" in text(table)
+
+
+def test_a_trace_that_states_no_world_and_a_step_of_seconds_reads_as_such_on_the_summary(tmp_path):
+    from dashboards.app import create_app
+    from tests.importer.test_gpu_timeline import events
+
+    # GIVEN a GPU trace without distributedInfo whose one profiler step lasts 40 s (a model's first, slow step)
+    header = {k: v for k, v in HEADER.items() if k != "distributedInfo"}
+    steps = [{**e, "dur": 40e6} if e["name"] == "ProfilerStep#1" else e for e in events()]
+    (tmp_path / "rank0.json").write_text(kineto(header, steps))
+    result = CliRunner().invoke(main, ["import", str(tmp_path / "rank0.json"), "-o", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 0, result.output
+    create_app([str(tmp_path / "out" / "profile.pop")])
+    # THEN the Summary says the traces state no world size (not "None"), and a step each 40 s, 0.025 a second
+    summary = page("summary").render("a")
+    cards, source = text(summary[0]), text(summary[1])
+    assert "a world size the traces do not state" in cards and "None" not in cards
+    assert "rank 0 of a world size the traces do not state" in source and "None" not in source
+    assert f"Throughput {1 / 40:.3g} /s" in cards
+
+
 @pytest.mark.browser
 def test_a_gpu_imports_pages_draw_in_a_gpu_jobs_words(dash_duo, pair_app, gpu_pair):
     import popvision_py as pv

@@ -123,6 +123,11 @@ def test_the_phases_are_the_gpus_and_the_cpus_blocked_call_and_optimiser_step_ar
     exchanges = report_exchanges(imported)
     assert exchanges["bytes"].sum() == 2_000 and 250_000 in set(exchanges["cycles"])
     assert overview.step_cycles == 1_000_000
+    # AND per rank the same parts, which add up to the rank's 1,000 µs; the communication hidden apart
+    with popvision_py.open(imported) as report:
+        comm = report.exchange.communication().iloc[0]
+    assert (comm["compute_cycles"], comm["exposed_comm_cycles"], comm["copies_cycles"], comm["idle_cycles"],
+            comm["hidden_comm_cycles"]) == (250_000, 150_000, 50_000, 550_000, 100_000)
 
 
 def report_exchanges(path: Path):

@@ -20,8 +20,8 @@ from popvision_py.analysis.common.tables import PHASE, Columns, Table
 from popvision_py.analysis.trace.scan import Aggregates
 
 SOURCE = "pytorch-profiler"
-COMM_COLUMNS = ["rank", "stages", "compute_cycles", "exposed_comm_cycles", "hidden_comm_cycles", "idle_cycles",
-                "exposed_comm_pct", "hidden_comm_pct"]
+COMM_COLUMNS = ["rank", "stages", "compute_cycles", "exposed_comm_cycles", "hidden_comm_cycles", "copies_cycles",
+                "idle_cycles", "exposed_comm_pct", "hidden_comm_pct"]
 # What a section of the IPU reports means nothing for, in one line (render.document shows it instead).
 NO_TILES = "A rank has no tiles: an imported trace's memory is each rank's as a whole."
 NO_HOST_CALLS = "PyTorch traces have no IPU host calls: input waits show as the rank's idle time."
@@ -96,12 +96,15 @@ def pipeline(run: dict[str, Any]) -> Pipeline:
 def communication(trace: Aggregates, exchanges: Callable[[], Columns], run: dict[str, Any]) -> Table:
     """Per rank: compute, exposed communication (the rank waits in a call or for a transfer), the
     communication hidden behind compute (the rank's compute while a transfer was under way, overlaps
-    counted once: ``run.import.hidden_comm_ns``) and idle. ``exchanges()`` gives the exchanges table, read only
-    for a profile imported before the hidden time was measured (10 GB of traces: 556,800 rows, 16 MiB)."""
+    counted once: ``run.import.hidden_comm_ns``), a GPU's copies and sets (the ``stream`` phase: 0 on a CPU
+    trace) and idle; compute, exposed communication, copies and idle add up to the rank's time. ``exchanges()``
+    gives the exchanges table, read only for a profile imported before the hidden time was measured (10 GB of
+    traces: 556,800 rows, 16 MiB)."""
     ipus = trace.cube.shape[0]
     by_phase = trace.cube.by_ipu().sum(axis=1)  # [ipu, phase]
     compute = by_phase[:, PHASE["compute"]].astype(np.int64)
     exposed = by_phase[:, PHASE["exchange"]].astype(np.int64)
+    copies = by_phase[:, PHASE["stream"]].astype(np.int64)
     idle = by_phase[:, PHASE["idle"]].astype(np.int64)
     measured = (run.get("import") or {}).get("hidden_comm_ns")
     if isinstance(measured, list) and len(measured) == ipus and all(isinstance(v, int) for v in measured):
@@ -121,7 +124,8 @@ def communication(trace: Aggregates, exchanges: Callable[[], Columns], run: dict
     return Table({
         "rank": rank_numbers(run, ipus),
         "stages": np.array([", ".join(stage_names.get(i, [])) for i in range(ipus)], object),
-        "compute_cycles": compute, "exposed_comm_cycles": exposed, "hidden_comm_cycles": hidden, "idle_cycles": idle,
+        "compute_cycles": compute, "exposed_comm_cycles": exposed, "hidden_comm_cycles": hidden,
+        "copies_cycles": copies, "idle_cycles": idle,
         "exposed_comm_pct": 100.0 * exposed / total,
         "hidden_comm_pct": np.where(exposed + hidden > 0, 100.0 * hidden / comm, 0.0),
     })
