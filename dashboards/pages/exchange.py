@@ -189,9 +189,11 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
         lambda k: KIND_NAMES.get(k, k)))
     gpu = not report.gpu.missing()
     collective = costliest["kind"].astype(str) == "all_reduce"
-    costliest = costliest.assign(ipu=costliest["ipu"].map(naming.label), src_ipu=costliest["src_ipu"].map(naming.label),
-                                 dst_ipu=costliest["dst_ipu"].map(naming.label).where(~collective | (not gpu),
-                                                                                     "its group"),
+    src, dst = unnamed_peers(costliest, collective)
+    to = costliest["dst_ipu"].map(naming.label).where(~collective | (not gpu), "its group")
+    costliest = costliest.assign(ipu=costliest["ipu"].map(naming.label),
+                                 src_ipu=costliest["src_ipu"].map(naming.label).where(~src, UNNAMED_PEER),
+                                 dst_ipu=to.where(~dst, UNNAMED_PEER),
                                  kind=costliest["kind"].astype(str).map(lambda k: KIND_NAMES.get(k, k)),
                                  # a kernel's name without its arguments (the table's rows stay one line)
                                  name=costliest["name"].astype(str).map(lambda n: n.partition("(")[0] or n),
@@ -206,6 +208,19 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
                             "dst_ipu": "to", "bytes": "bytes", "time_s": "time"},
                 formats={"ipu": str, "step": c.fmt_int}, table_id="exchange-costliest-table"),
     )
+
+
+UNNAMED_PEER = "a peer the traces do not name"
+
+
+def unnamed_peers(costliest: Any, collective: Any) -> tuple[Any, Any]:
+    """Which point-to-point transfers' source and destination are a peer the traces do not name (a NCCL kernel
+    without its ``c10d::send`` or ``recv_``: the import stores such a transfer from and to its own rank): the
+    source of a receive, the destination of anything else (a send, a SendRecv kernel)."""
+    alone = ~collective & (costliest["src_ipu"] == costliest["dst_ipu"])
+    name = costliest["name"].astype(str).str.lower()
+    receives = name.str.contains("recv") & ~name.str.contains("send")
+    return alone & receives, alone & ~receives
 
 
 def group_words(group: Any) -> str:

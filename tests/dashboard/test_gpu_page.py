@@ -301,6 +301,29 @@ def test_the_exchange_page_lists_a_gpu_traces_collectives_by_process_group(tmp_p
     assert "ncclKernel_AllReduce_RING_LL_Sum_bf16 " in transfers + " " and "its group" in transfers
 
 
+def test_a_point_to_point_kernel_whose_peer_the_trace_does_not_name_is_not_said_to_go_to_its_own_rank(tmp_path):
+    from dashboards.app import create_app
+    from tests.importer.test_gpu_timeline import events
+
+    # GIVEN a GPU trace whose rank ran a SendRecv and a Recv kernel on a stream of its own, no c10d call naming
+    # their peer (as HTA's sampled traces hold them)
+    kernels = [kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", 700, 30, 21),
+               kernel("ncclDevKernel_Recv(ncclDevKernelArgsStorage<4096ul>)", 750, 20, 21)]
+    (tmp_path / "rank0.json").write_text(kineto(HEADER, events() + kernels))
+    result = CliRunner().invoke(main, ["import", str(tmp_path / "rank0.json"), "-o", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 0, result.output
+    create_app([str(tmp_path / "out" / "profile.pop")])
+    # THEN the longest transfers say the SendRecv goes from the rank to a peer the traces do not name, and the Recv
+    # comes from one to the rank; neither from Rank 0 to Rank 0
+    shown = page("exchange").render("a")[4]
+    body = next(part for part in shown.children.children if type(part).__name__ == "Tbody")  # Div > Table
+    cells = [[td.children for td in tr.children] for tr in body.children]  # rank, step, name, kind, from, to, ...
+    rows = {row[2]: (row[4], row[5]) for row in cells if "Recv" in row[2]}
+    peer = page("exchange").UNNAMED_PEER
+    assert rows == {"ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t": ("Rank 0", peer),
+                    "ncclDevKernel_Recv": (peer, "Rank 0")}
+
+
 def test_the_gpu_page_says_what_bound_each_step_the_kernels_worth_a_look_and_the_phases(tmp_path):
     from dashboards.app import create_app
     from tests.importer.test_gpu_bound import HEADER as BOUND_HEADER, events as bound_events
