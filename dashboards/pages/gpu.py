@@ -125,7 +125,11 @@ def kernel_table(report: Any) -> Any:
 
 def names_table(frame: Any, columns: list[tuple[str, str]], table_id: str, text: tuple[str, ...]) -> Any:
     """A sortable, filterable table of kernels by name: a name wraps in its column; past ``NAME_CHARS`` (a C++
-    template's runs to thousands) it ends in "…", whole on hover. ``text``: the columns that are words."""
+    template's runs to thousands) it ends in "…", whole on hover. ``text``: the columns that are words, each
+    broken anywhere it must (an operator's C++ name has no space to wrap at: ``torch::autograd::CppNode<...>``),
+    so that the table fits a page 1,280 px wide; one of them empty on every row (no module recorded) left out."""
+    columns = [(k, header) for k, header in columns
+               if k not in text or k == "name" or frame[k].astype(str).ne("").any()]
     names = frame["name"].astype(str)
     shown = frame.assign(name=names.where(names.str.len() <= NAME_CHARS, names.str.slice(0, NAME_CHARS - 1) + "…"))
     whole, tenths = Format().group(True), Format(precision=1, scheme=Scheme.fixed).group(True)
@@ -139,9 +143,10 @@ def names_table(frame: Any, columns: list[tuple[str, str]], table_id: str, text:
         style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 8px"},
         tooltip_data=[{"name": n} for n in names.tolist()], tooltip_duration=None,  # the whole name
         style_cell_conditional=[*({"if": {"column_id": k}, "textAlign": "left", "whiteSpace": "normal",
-                                   "minWidth": "160px", "maxWidth": "360px"} for k in text if k != "name"),
+                                   "wordBreak": "break-word", "minWidth": "110px", "maxWidth": "240px"}
+                                  for k in text if k != "name"),
                                 {"if": {"column_id": "name"}, "textAlign": "left", "whiteSpace": "normal",
-                                 "wordBreak": "break-word", "minWidth": "300px", "maxWidth": "420px"}])
+                                 "wordBreak": "break-word", "minWidth": "240px", "maxWidth": "380px"}])
 
 
 STEPS_LISTED = 25  # past this many steps in all, each rank's steps summed up and the slowest steps listed

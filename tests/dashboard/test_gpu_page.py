@@ -324,6 +324,24 @@ def test_a_point_to_point_kernel_whose_peer_the_trace_does_not_name_is_not_said_
                     "ncclDevKernel_Recv": (peer, "Rank 0")}
 
 
+def test_the_kernels_worth_a_look_leave_out_an_empty_module_and_break_a_long_operator_name(pair_app):
+    import pandas as pd
+
+    # GIVEN kernels launched from an operator whose C++ name has no space to wrap at, and no module recorded
+    op = "torch::autograd::CppNode<SplitLookupFunction_rowwise_adagrad_Op>"
+    frame = pd.DataFrame({"rank": [0], "name": ["void split_embedding_backward<c10::Half>"], "op": [op],
+                          "module": [""], "kernels": [2], "total_us": [23_469.0], "median_us": [11_734.5],
+                          "launch_median_us": [8.0], "why": ["long"]})
+    table = page("gpu").names_table(frame, page("gpu").WORTH_COLUMNS, "t", text=("name", "op", "module", "why"))
+    # THEN the module column is left out, and every column of words may break inside a word (the table fits a
+    # page 1,280 px wide instead of scrolling: the operator's name alone is 65 characters)
+    assert [c["id"] for c in table.columns] == ["rank", "name", "op", "kernels", "total_us", "median_us",
+                                                 "launch_median_us", "why"]
+    styles = {s["if"]["column_id"]: s for s in table.style_cell_conditional}
+    assert all(styles[k]["wordBreak"] == "break-word" for k in ("name", "op", "why"))
+    assert table.data[0]["op"] == op
+
+
 def test_the_gpu_page_says_what_bound_each_step_the_kernels_worth_a_look_and_the_phases(tmp_path):
     from dashboards.app import create_app
     from tests.importer.test_gpu_bound import HEADER as BOUND_HEADER, events as bound_events
