@@ -72,9 +72,14 @@ def layout(**_query: str) -> html.Div:
                 dash_table.DataTable(
                     id=ids.OPERATIONS_TABLE, sort_action="native", filter_action="native", page_action="native",
                     page_size=25, sort_by=[], style_table={"overflowX": "auto"},
-                    style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 8px"},
-                    style_header={"fontWeight": "600"},
-                    style_cell_conditional=[{"if": {"column_id": column}, "textAlign": "left"} for column in TEXT],
+                    style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "4px 6px"},
+                    style_header={"fontWeight": "600", "whiteSpace": "normal"},
+                    # a name and a header wrap (a kernel's name runs to hundreds of characters), so that the
+                    # figures after them show at 1,280 px without scrolling
+                    style_cell_conditional=[{"if": {"column_id": column}, "textAlign": "left"} for column in TEXT]
+                    + [{"if": {"column_id": "name"}, "textAlign": "left", "whiteSpace": "normal",
+                        "wordBreak": "break-word", "minWidth": "150px", "maxWidth": "300px"},
+                       {"if": {"column_id": "kind"}, "textAlign": "left", "whiteSpace": "normal", "maxWidth": "90px"}],
                     style_data_conditional=[{"if": {"state": "active"}, "backgroundColor": "#e8f0fb",
                                              "border": "1px solid #3B7DD8"}]),
                 note=TABLE_NOTE[False], note_id=ids.OPERATIONS_TABLE_NOTE,

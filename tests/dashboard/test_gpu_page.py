@@ -268,6 +268,35 @@ def test_a_gpu_imports_pages_draw_in_a_gpu_jobs_words(dash_duo, pair_app, gpu_pa
                      "Program tree", "System"]
 
 
+SCROLLS = ("const box = document.querySelector(arguments[0] + ' .dash-spreadsheet-container');"
+           "return box ? box.scrollWidth - box.clientWidth : null;")
+
+
+@pytest.mark.browser
+def test_the_tables_of_kernels_with_long_names_fit_a_page_1280_px_wide(dash_duo, tmp_path):
+    from dashboards.app import create_app
+    from tests.importer.test_gpu_timeline import events
+
+    # GIVEN a GPU trace whose kernel has a C++ template's long name and whose operator's has no space to wrap at
+    name = "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1<c10::Half, " \
+           "float, c10::Half, 2ul, 32>(at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, long>)"
+    op = "torch::autograd::CppNode<SplitLookupFunction_rowwise_adagrad_Op>"
+    trace = [{**e, "name": op} if e["name"] == "aten::mm" else {**e, "name": name} if e["name"].startswith(
+        "ampere_sgemm") else e for e in events()]
+    (tmp_path / "rank0.json").write_text(kineto(HEADER, trace))
+    result = CliRunner().invoke(main, ["import", str(tmp_path / "rank0.json"), "-o", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 0, result.output
+    dash_duo.start_server(create_app([str(tmp_path / "out" / "profile.pop")]))
+    # WHEN the Operations and GPU pages are opened in a window 1,280 px wide
+    for path, table in (("/operations", ids.OPERATIONS_TABLE), ("/gpu", "gpu-worth-table")):
+        dash_duo.wait_for_page(url=f"{dash_duo.server_url}{path}")
+        dash_duo.wait_for_element(f"#{table} td", timeout=20)
+        show_at(dash_duo, 1280)
+        # THEN the table shows every column without scrolling sideways (its names wrap instead)
+        assert dash_duo.driver.execute_script(SCROLLS, f"#{table}") == 0, path
+        assert errors(dash_duo) == [], path
+
+
 @pytest.mark.browser
 def test_a_zoom_is_drawn_though_the_drag_mode_changes_while_it_is_asked_for(dash_duo, pair_app):
     # GIVEN the GPU page of a two-rank GPU trace's import, its whole trace drawn in bins
