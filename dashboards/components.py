@@ -239,8 +239,16 @@ def rank_table(frame: pd.DataFrame, columns: Mapping[str, str], formats: Mapping
     return html.Div(parts)
 
 
+SHORT_WORDS = 16  # a column of words no longer than this is never broken inside a word ("annotation")
+
+
 def _align(column: str, frame: pd.DataFrame) -> str:
-    return "num" if pd.api.types.is_numeric_dtype(frame[column]) and frame[column].dtype != bool else ""
+    """A cell's class: ``num`` (right-aligned, whole), ``word`` (a column of short words: kept whole, where a long
+    name beside it may break anywhere), or none."""
+    values = frame[column]
+    if pd.api.types.is_numeric_dtype(values) and values.dtype != bool:
+        return "num"
+    return "word" if len(values) and values.astype(str).str.len().max() <= SHORT_WORDS else ""
 
 
 def section(title: str, *children: Any, note: str | None = None, class_name: str = "", section_id: str | None = None,

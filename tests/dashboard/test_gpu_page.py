@@ -268,6 +268,11 @@ def test_a_gpu_imports_pages_draw_in_a_gpu_jobs_words(dash_duo, pair_app, gpu_pa
                      "Program tree", "System"]
 
 
+# the cells of one short word (16 characters at most) drawn on more than one line
+BROKEN_WORDS = ("return [...document.querySelectorAll(arguments[0] + ' td')].filter(td => {"
+                "const t = td.textContent; if (t.length > 16 || /\\s/.test(t)) return false;"
+                "const r = document.createRange(); r.selectNodeContents(td); return r.getClientRects().length > 1;"
+                "}).map(td => td.textContent);")
 SCROLLS = ("const box = document.querySelector(arguments[0] + ' .dash-spreadsheet-container');"
            "return box ? box.scrollWidth - box.clientWidth : null;")
 
@@ -283,6 +288,9 @@ def test_the_tables_of_kernels_with_long_names_fit_a_page_1280_px_wide(dash_duo,
     op = "torch::autograd::CppNode<SplitLookupFunction_rowwise_adagrad_Op>"
     trace = [{**e, "name": op} if e["name"] == "aten::mm" else {**e, "name": name} if e["name"].startswith(
         "ampere_sgemm") else e for e in events()]
+    # (and a module's annotation named by its class's whole path, as TorchRec's are)
+    trace.append({"ph": "X", "cat": "user_annotation", "ts": 60, "dur": 30, **CPU, "name": "<class '<torch_package_0>"
+                  ".dper3.modules.grouped_embedding._FeatureProcessorWrapper_with_a_long_name_of_its_own'>"})
     (tmp_path / "rank0.json").write_text(kineto(HEADER, trace))
     result = CliRunner().invoke(main, ["import", str(tmp_path / "rank0.json"), "-o", str(tmp_path / "out"), "-q"])
     assert result.exit_code == 0, result.output
@@ -295,6 +303,11 @@ def test_the_tables_of_kernels_with_long_names_fit_a_page_1280_px_wide(dash_duo,
         # THEN the table shows every column without scrolling sideways (its names wrap instead)
         assert dash_duo.driver.execute_script(SCROLLS, f"#{table}") == 0, path
         assert errors(dash_duo) == [], path
+    # AND the System page's table of host events breaks the long name, not a short word beside it ("annotation")
+    dash_duo.wait_for_page(url=f"{dash_duo.server_url}/system")
+    dash_duo.wait_for_element("#system-events-table td", timeout=20)
+    show_at(dash_duo, 1280)
+    assert dash_duo.driver.execute_script(BROKEN_WORDS, "#system-events-table") == []
 
 
 @pytest.mark.browser
