@@ -83,6 +83,7 @@ class Document:
     blocks: list[ReportBlock] = field(default_factory=list)
     generator: str = f"popvision_py {__version__}"
     rank_words: bool = False  # an imported trace's report: its HTML figures say rank for IPU, ns for cycles
+    ranks: Any = None  # and each of its IPUs' rank, as the traces name them (``ranks.rank_numbers``)
 
     def add(self, key: str, title: str, data: Any, hidden: bool = False,
             items: list[tuple[str, list[str]]] | None = None, empty: str = "", tree: bool = False) -> None:
@@ -125,10 +126,11 @@ def build_report(report: Any, section: str = "all", figures: bool = False) -> Do
         built[name] = doc.blocks[before:]
         report.hand_back()  # the section's answers and freed pages, not left for the next one to grow on
     doc.blocks = [b for name in names for b in built[name] if section != "all" or b.key != "exchange.host_input"]
-    at_many_ranks(doc.blocks)
+    ranks = imported.rank_numbers(report.run, int(report.target.get("num_ipus", 1))) if report.imported else None
+    at_many_ranks(doc.blocks, ranks)
     if report.imported:
-        in_rank_words(doc.blocks, (report.run.get("import") or {}).get("schedule"))
-        doc.rank_words = True
+        in_rank_words(doc.blocks, (report.run.get("import") or {}).get("schedule"), ranks)
+        doc.rank_words, doc.ranks = True, ranks
     return doc
 
 
@@ -171,7 +173,8 @@ def _overview(doc: Document, r: Any) -> None:
     if not r.memory_recorded:
         fits = f"{imported.NOT_RECORDED}: {imported.WHY_NOT_RECORDED}"
     elif r.imported:
-        fits = (f"peak {s.worst_tile_bytes / 2**20:,.1f} MiB allocated on rank {s.worst_ipu}"
+        rank = imported.rank_numbers(r.run, int(r.target.get("num_ipus", 1)))[s.worst_ipu]
+        fits = (f"peak {s.worst_tile_bytes / 2**20:,.1f} MiB allocated on rank {rank}"
                 + (f", of {s.bytes_per_tile / 2**20:,.1f} MiB" if imported.capacity_known(r.run) else
                    "; the traces do not give the device's memory (import --device-memory GIB)"))
     elif s.fits:

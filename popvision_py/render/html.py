@@ -74,7 +74,7 @@ def _figures_for(doc: Document) -> dict[str, list[go.Figure]]:
         if key.endswith(".comparison") and len(frame):
             out.setdefault(key.split(".")[0], []).append(F.comparison(frame, key.split(".")[0].capitalize()))
     if doc.rank_words:
-        out = {section: [figure_in_words(fig) for fig in figs] for section, figs in out.items()}
+        out = {section: [figure_in_words(fig, doc.ranks) for fig in figs] for section, figs in out.items()}
     return out
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from popvision_py.analysis.common.answer import Table
 from popvision_py.analysis.common.spread import outlier_ranks, spread
+from popvision_py.render.rank_words import as_ranks
 
 MANY_RANKS = 32  # past this many ranks a table of rows per rank is shown as their spread and outliers
 RANK_KEYS = ("rank", "ipu", "process")  # a table's column naming the rank of each row
@@ -20,12 +21,13 @@ ADDITIVE = ("_ns", "_ms", "_s", "cycles", "bytes", "calls", "kernels", "count")
 NOT_ADDITIVE = ("mean", "min", "max", "std", "median", "p95", "avg", "capacity", "worst")  # ... unless these
 
 
-def at_many_ranks(blocks: list[Any]) -> None:  # document.ReportBlocks (this module is below it)
+def at_many_ranks(blocks: list[Any], ranks: np.ndarray | None = None) -> None:  # document.ReportBlocks (below it)
     """Each table block of more than ``MANY_RANKS`` ranks told in a few rows for text, Markdown and HTML
     (``shown``; JSON and CSV keep every row): one row a rank, each numeric figure's spread over the ranks and the
     ranks furthest past its median (``spread.spread``); several rows a rank (per stream, per kernel), the rows of
     the ranks its section's first table of one row a rank names past the median in the figures that add up
-    (``spread.outlier_ranks``), else those this table names in its figures that add up over a rank's rows."""
+    (``spread.outlier_ranks``), else those this table names in its figures that add up over a rank's rows.
+    ``ranks``: an import's rank of each IPU, which names the rows of a table keyed by IPU."""
     named_in: dict[tuple[str, str], tuple[np.ndarray, str]] = {}
     for b in blocks:
         if b.items is not None or b.tree or b.hidden or isinstance(b.data, dict):
@@ -34,28 +36,28 @@ def at_many_ranks(blocks: list[Any]) -> None:  # document.ReportBlocks (this mod
         key = next((k for k in RANK_KEYS if k in data.names), None)
         if key is None or not len(data):
             continue
-        rank = np.asarray(data[key])
-        ranks, row = np.unique(rank, return_inverse=True)
-        if len(ranks) <= MANY_RANKS:
+        rank = np.asarray(as_ranks(key, data[key], ranks))
+        ranks_here, row = np.unique(rank, return_inverse=True)
+        if len(ranks_here) <= MANY_RANKS:
             continue
         numeric = [c for c in data.names if c not in (key, *NOT_FIGURES) and np.asarray(data[c]).dtype.kind in "iuf"]
         added = [c for c in numeric if c.endswith(ADDITIVE) and not any(w in c for w in NOT_ADDITIVE)]
-        if len(ranks) == len(rank):
+        if len(ranks_here) == len(rank):
             b.shown = spread(rank, {c: data[c] for c in numeric})
-            b.title += (f" ({len(ranks):,} ranks: each figure's spread and the ranks furthest past its median; "
+            b.title += (f" ({len(ranks_here):,} ranks: each figure's spread and the ranks furthest past its median; "
                         "--format json or csv lists every rank)")
             if added:
                 named_in.setdefault((b.section, key), (outlier_ranks(rank, {c: data[c] for c in added}),
                                                        f"{b.key}'s figures"))
             continue
-        sums = {c: np.bincount(row, weights=np.asarray(data[c], np.float64), minlength=len(ranks)) for c in added}
-        named, why = named_in.get((b.section, key)) or (outlier_ranks(ranks, sums) if sums else ranks[:0],
+        sums = {c: np.bincount(row, weights=np.asarray(data[c], np.float64), minlength=len(ranks_here)) for c in added}
+        named, why = named_in.get((b.section, key)) or (outlier_ranks(ranks_here, sums) if sums else ranks_here[:0],
                                                         f"{', '.join(sums)} summed over a rank's rows")
         which = (f"the rows of ranks {', '.join(map(str, named.tolist()))}, furthest past the median in {why}"
-                 if len(named) else f"rank {ranks[0]}'s rows: no rank stands out")
-        b.shown = Table({c: np.asarray(v)[np.isin(rank, named if len(named) else ranks[:1])]
+                 if len(named) else f"rank {ranks_here[0]}'s rows: no rank stands out")
+        b.shown = Table({c: np.asarray(v)[np.isin(rank, named if len(named) else ranks_here[:1])]
                          for c, v in data.columns.items()})
-        b.title += f" ({len(ranks):,} ranks: {which}; --format json or csv lists every rank)"
+        b.title += f" ({len(ranks_here):,} ranks: {which}; --format json or csv lists every rank)"
 
 
 def named_ranks(t: Table, figures: tuple[str, ...]) -> tuple[np.ndarray | None, str]:

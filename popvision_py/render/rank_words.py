@@ -40,11 +40,22 @@ def name(key: str) -> str:
     return NAMES.get(key) or "_".join(NAME_WORDS.get(word, word) for word in key.split("_"))
 
 
-def figure_in_words(fig: Any) -> Any:
+IPU_NUMBER = re.compile(r"\bIPU (\d+)(?:-(\d+))?\b")  # "IPU 3", or a group of them "IPU 0-63"
+
+
+def figure_in_words(fig: Any, ranks: np.ndarray | None = None) -> Any:
     """A plotly figure of the HTML report in a rank's words: its title, its axes' titles, and the names and
-    category labels of its traces ("IPU 3" is "rank 3"); its numbers are left as they are. Returns ``fig``."""
+    category labels of its traces ("IPU 3" is "rank 3", or the rank ``ranks`` gives IPU 3: "rank 103"); its numbers
+    are left as they are. Returns ``fig``."""
+    def rank(number: str) -> str:
+        n = int(number)
+        return str(ranks[n]) if ranks is not None and n < len(ranks) else number
+
     def words(value: Any) -> Any:
-        return in_words(value) if isinstance(value, str) else value
+        if not isinstance(value, str):
+            return value
+        value = IPU_NUMBER.sub(lambda m: f"IPU {rank(m[1])}" + (f"-{rank(m[2])}" if m[2] else ""), value)
+        return in_words(value)
 
     fig.layout.title.text = words(fig.layout.title.text)
     for axis in (fig.layout.xaxis, fig.layout.yaxis):
@@ -58,11 +69,26 @@ def figure_in_words(fig: Any) -> Any:
     return fig
 
 
-def in_rank_words(blocks: list[Any], schedule: str | None = None) -> None:  # document.ReportBlocks (below it)
+def as_ranks(key: str, values: Any, ranks: np.ndarray | None) -> Any:
+    """A key figure's or column's values, where it holds IPUs (``ipu``, ``src_ipu``, ``worst_ipu``...), as the ranks
+    the traces name them (``ranks``: each IPU's): an import of ranks 8 to 15 holds IPUs 0 to 7. The host (-1) and
+    anything not an IPU are left as they are."""
+    if ranks is None or "ipu" not in key.split("_") or not len(ranks):
+        return values
+    array = np.asarray(values)
+    if array.dtype.kind not in "iu":
+        return values
+    inside = (array >= 0) & (array < len(ranks))
+    named = np.where(inside, ranks[np.clip(array, 0, len(ranks) - 1)], array)
+    return named if array.ndim else named.item()
+
+
+def in_rank_words(blocks: list[Any], schedule: str | None = None,
+                  ranks: np.ndarray | None = None) -> None:  # document.ReportBlocks (below it)
     """Each block's title, and what text, Markdown and HTML show of its key figures or table (``shown``), in a
     rank's words; the data JSON and CSV write is left as it is. ``schedule``: what PyTorch ran (the import's
     ``schedule``), shown for the ``strategy`` key figure, an IPU's word the import maps it to ("sharded" for a
-    data-parallel run)."""
+    data-parallel run). ``ranks``: each IPU's rank (``ranks.rank_numbers``), shown for its IPU."""
     for b in blocks:
         b.title = in_words(b.title)
         if b.items is not None or b.tree:
@@ -70,8 +96,8 @@ def in_rank_words(blocks: list[Any], schedule: str | None = None) -> None:  # do
         shown = b.table()
         if isinstance(shown, dict):
             ran = {"strategy": schedule} if schedule and "strategy" in shown else {}
-            b.shown = {("schedule" if k in ran else name(k)): ran.get(k, v) for k, v in shown.items()
-                       if k not in TILE_FIGURES}
+            b.shown = {("schedule" if k in ran else name(k)): ran.get(k, as_ranks(k, v, ranks))
+                       for k, v in shown.items() if k not in TILE_FIGURES}
         elif isinstance(shown, Table) and "figure" in shown.names and "p50" in shown.names:
             # a spread of many ranks (``at_many_ranks``): a row a figure, named in the ``figure`` column
             figure = np.asarray(shown["figure"], dtype=object)
@@ -79,6 +105,8 @@ def in_rank_words(blocks: list[Any], schedule: str | None = None) -> None:  # do
             b.shown = Table({k: np.asarray([name(str(f)) for f in figure[keep]], dtype=object) if k == "figure"
                              else np.asarray(v)[keep] for k, v in shown.columns.items()})
         elif isinstance(shown, Table):
-            b.shown = Table({name(k): v for k, v in shown.columns.items() if k not in TILE_COLUMNS})
+            b.shown = Table({name(k): as_ranks(k, v, ranks) for k, v in shown.columns.items()
+                             if k not in TILE_COLUMNS})
         else:  # a DataFrame
-            b.shown = Table({name(str(k)): np.asarray(shown[k]) for k in shown.columns if k not in TILE_COLUMNS})
+            b.shown = Table({name(str(k)): as_ranks(str(k), np.asarray(shown[k]), ranks) for k in shown.columns
+                             if k not in TILE_COLUMNS})
