@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from popvision_py.analysis.imported.ranks import SOURCE, rank_numbers
 from popvision_py.analysis.common.tables import PASSES, PHASES, codes, lookup, numbers
 from popvision_py.analysis.trace.scan import column_bounds
 from popvision_py.errors import ConfigError, OutOfRangeError
@@ -330,9 +331,13 @@ class _Events:
         return pc.binary_join_element_wise(*parts, g[15]), np.unique((ipu << 32) | tid)
 
 
-def _process_events(ipus: list[int]) -> list[str]:
-    """process_name ("IPU n") and process_sort_index metadata events of ``ipus``."""
-    names = [json.dumps({"name": "process_name", "ph": "M", "pid": i, "tid": 0, "args": {"name": f"IPU {i}"}})
+def _process_events(ipus: list[int], ranks: np.ndarray | None = None) -> list[str]:
+    """process_name ("IPU n", or an imported trace's "Rank r": ``ranks``, each IPU's rank) and process_sort_index
+    metadata events of ``ipus``."""
+    def named(i: int) -> str:
+        return f"Rank {ranks[i]}" if ranks is not None and i < len(ranks) else f"IPU {i}"
+
+    names = [json.dumps({"name": "process_name", "ph": "M", "pid": i, "tid": 0, "args": {"name": named(i)}})
              for i in ipus]
     return names + [json.dumps({"name": "process_sort_index", "ph": "M", "pid": i, "tid": 0,
                                 "args": {"sort_index": i}}) for i in ipus]
@@ -384,7 +389,8 @@ def export(path: str | os.PathLike[str], output: str | os.PathLike[str], batch_r
             unit_scale=True, file=sys.stderr, disable=not progress, leave=False,
         ) as bar:
             out.write(b'{"displayTimeUnit":"ns","otherData":' + json.dumps(meta).encode() + b',"traceEvents":[\n')
-            processes = _process_events([i for i in ipus if not window.ipus or i in window.ipus])
+            ranks = rank_numbers(profile.run, len(ipus)) if profile.run.get("source") == SOURCE else None
+            processes = _process_events([i for i in ipus if not window.ipus or i in window.ipus], ranks)
             out.write(",\n".join(processes).encode())
             written = bool(processes)  # an item is in the array: the next one needs a comma
             # decoded and filtered SCAN_ROWS at a time, formatted ``batch_rows`` of the rows kept at a time

@@ -372,3 +372,16 @@ def test_the_program_steps_read_a_batch_at_a_time_are_the_programs_tables(tmp_pa
     assert found == {(r.ipu, r.step): (r.name, r.type) for r in programs.itertuples()}
     assert steps.name.shape == (programs["ipu"].max() + 1, programs["step"].max() + 1)
     assert ((steps.name >= 0) == (steps.type >= 0)).all()
+
+
+def test_an_imported_traces_processes_are_named_by_their_ranks(tmp_path):
+    from tests.importer.test_import_some_ranks import import_ranks
+
+    # GIVEN the traces of ranks 5 and 6 of a job of 8, imported (IPUs 0 and 1 of the profile)
+    profile = import_ranks(tmp_path, [5, 6], 8, {})
+    # WHEN its trace is exported THEN Perfetto's processes are "Rank 5" and "Rank 6", not "IPU 0" and "IPU 1"
+    out = tmp_path / "trace.json"
+    result = CliRunner().invoke(main, ["export-trace", str(profile), "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    names = [e["args"]["name"] for e in json.loads(out.read_text())["traceEvents"] if e.get("name") == "process_name"]
+    assert names == ["Rank 5", "Rank 6"]
