@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from popvision_py.cli import main
+from tests.importer.test_import_memory_not_recorded import MIB
 
 ROOT = Path(__file__).resolve().parent.parent
 IMPORTED = ROOT / "sample_profiles" / "pytorch_gpipe" / "profile.pop"
@@ -182,3 +184,30 @@ def test_the_html_liveness_of_many_ranks_is_a_band_and_the_fullest_ranks():
     assert "over 40 IPUs" in fig.layout.title.text
     # AND 32 ranks or fewer are a line each
     assert len(figures.liveness(by_step[by_step["ipu"] < 32]).data) == 32
+
+
+def test_a_comparison_of_two_imported_traces_speaks_of_ranks_and_ns_and_json_keeps_the_names(tmp_path):
+    from tests.importer.test_import_some_ranks import import_ranks
+
+    # GIVEN ranks 5 and 6 of a job, imported twice: once as they are, once with rank 6's memory peak at 9 MiB
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = import_ranks(tmp_path / "a", [5, 6], 8, {}), import_ranks(tmp_path / "b", [5, 6], 8, {6: 9})
+    # WHEN they are compared in text
+    result = CliRunner().invoke(main, ["compare", str(a), str(b)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    text = result.output
+    # THEN each rank is named by its trace's number, the figures in ns, the schedule in PyTorch's words, and no
+    # figure of a tile, a FLOP or an IPU's own exchange kinds is listed
+    cells = [re.split(r"\s{2,}", line.strip()) for line in text.splitlines()
+             if line.startswith(("  memory ", "  summary "))]
+    rows = {row[1]: row[2:] for row in cells}  # section, figure, a, b, difference, difference_pct
+    assert rows["rank 6 total_bytes"] == [f"{5 * MIB:,}", f"{9 * MIB:,}", f"{4 * MIB:,}", f"{100 * 4 / 5:.0f}"]
+    assert "total_ns" in rows and "ranks" in rows and "fullest_rank" in rows
+    assert "a_schedule  data parallel" in text
+    for ipu_word in ("ipu 0", "ipu 1", "total_cycles", "oom_tiles", "worst_tile", "flop", "remote_buffer", "sync_"):
+        assert ipu_word not in text, ipu_word
+    # AND JSON keeps the profile's own names and numbers
+    doc = json.loads(CliRunner().invoke(main, ["compare", str(a), str(b), "--format", "json"]).output)
+    figures = [r["figure"] for r in doc["sections"]["memory"]["comparison"]]
+    assert "ipu 1 total_bytes" in figures and doc["sections"]["compare"]["profiles"]["a_strategy"] == "sharded"

@@ -25,7 +25,7 @@ from popvision_py.analysis.common.tables import TABLE_COLUMNS, Table
 from popvision_py.render.format import value as shown, verification
 from popvision_py.render.gpu_words import bound_items, straggler_items, worth_items
 from popvision_py.render.many_ranks import at_many_ranks, named_ranks, of_ranks
-from popvision_py.render.rank_words import in_rank_words
+from popvision_py.render.rank_words import compared_in_rank_words, in_rank_words
 
 SECTIONS = ("summary", "memory", "liveness", "stages", "exchange", "operations", "programs", "tiles", "system",
             "critical-path", "gpu")
@@ -529,4 +529,9 @@ def build_comparison(comparison: Any, section: str = "all") -> Document:
         if unrecorded and name in ("summary", "memory", "liveness"):  # its figures of memory: "-", this says why
             _meaningless(doc, f"{name}.memory_not_recorded", f"{name.capitalize()}: memory not recorded",
                          f"{' and '.join(unrecorded)}: {imported.NO_MEMORY}")
+    if a.imported and b.imported:  # (each IPU's rank where both traces hold the same ranks)
+        same = (a.run.get("import") or {}).get("ranks") == (b.run.get("import") or {}).get("ranks")
+        ranks = imported.rank_numbers(a.run, int(a.target.get("num_ipus", 1))) if same else None
+        compared_in_rank_words(doc.blocks, tuple((r.run.get("import") or {}).get("schedule") for r in (a, b)), ranks)
+        doc.rank_words, doc.ranks = True, ranks
     return doc

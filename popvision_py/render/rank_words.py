@@ -110,3 +110,50 @@ def in_rank_words(blocks: list[Any], schedule: str | None = None,
         else:  # a DataFrame
             b.shown = Table({name(str(k)): as_ranks(str(k), np.asarray(shown[k]), ranks) for k in shown.columns
                              if k not in TILE_COLUMNS})
+
+
+# In a comparison of two imported traces, the rows of figures a trace has none of: a tile's, FLOPs (the traces count
+# none), syncs, and the exchange kinds of an IPU alone (within a chip, to the host, to remote buffers)
+NOT_IMPORTED = ("tile", "tiles", "flop", "flops", "sync", "internal", "host", "remote_buffer")
+KIND_WORDS = {"inter_ipu": "point-to-point", "all_reduce": "collective"}  # an imported trace's exchange kinds
+
+
+def figure_name(figure: str, ranks: np.ndarray | None) -> str:
+    """A compared figure's name (``compare.section``'s: ``ipu 3 total_bytes``, ``inter_ipu cycles``) in a rank's
+    words: each word as a report names it, an IPU by its rank, an exchange kind in PyTorch's words."""
+    words = figure.split(" ")
+    out = []
+    for k, word in enumerate(words):
+        if word == "ipu" and k + 1 < len(words) and words[k + 1].isdigit():
+            out.append("rank")
+            continue
+        if k and words[k - 1] == "ipu" and word.isdigit():
+            out.append(str(as_ranks("ipu", int(word), ranks)))
+            continue
+        out.append(KIND_WORDS.get(word) or name(word))
+    return " ".join(out)
+
+
+def compared_in_rank_words(blocks: list[Any], schedules: tuple[Any, Any], ranks: np.ndarray | None) -> None:
+    """``build_comparison``'s blocks of two imported traces as their reports say them (``in_rank_words``): the
+    titles, each compared figure's and setting's name (``figure_name``), the schedule PyTorch ran for the
+    ``strategy`` an IPU's word maps it to, and no row of a figure a trace has none of (``NOT_IMPORTED``). ``ranks``:
+    each IPU's rank where the two traces hold the same ranks, else None (their IPU numbers); JSON and CSV keep
+    the data as it is."""
+    for b in blocks:
+        b.title = in_words(b.title)
+        shown = b.table()
+        if isinstance(shown, dict):
+            b.shown = {k.replace("strategy", "schedule"): schedules["ab".index(k[0])] if k.endswith("strategy")
+                       else v for k, v in shown.items()}
+            continue
+        columns = list(getattr(shown, "columns", [])) if not isinstance(shown, Table) else shown.names
+        if "figure" in columns:
+            figures = [str(f) for f in np.asarray(shown["figure"], dtype=object)]
+            keep = np.array([not any(word in NOT_IMPORTED or any(part in NOT_IMPORTED for part in word.split("_"))
+                                     for word in f.split(" ")) for f in figures], bool)
+            b.shown = Table({c: (np.asarray([figure_name(f, ranks) for f in np.asarray(figures)[keep]], object)
+                                 if c == "figure" else np.asarray(shown[c])[keep]) for c in columns})
+        elif "setting" in columns:
+            b.shown = Table({c: (np.asarray([name(str(v)) for v in shown[c]], object) if c == "setting"
+                                 else np.asarray(shown[c])) for c in columns})
