@@ -14,6 +14,7 @@ from dashboards.figures import compare as figures
 from dashboards.figures.stages import stage_cycles
 from dashboards.figures.style import IPUS, empty
 from popvision_py.analysis.imported.ranks import NO_MEMORY
+from popvision_py.render.rank_words import name as rank_name, rank_figures
 
 dash.register_page(__name__, path="/compare", name="Compare", title="popvision · compare", order=7, icon="⇆",
                    needs_two_profiles=True)
@@ -58,19 +59,28 @@ def layout(**_query: str) -> html.Div:
     )
 
 
-def compare_table(frame: pd.DataFrame, table_id: str | None = None) -> html.Table | html.Div:
+def compare_table(frame: pd.DataFrame, table_id: str | None = None,
+                  ranks: Any = False) -> html.Table | html.Div:
     """One comparison frame ``[section, figure, a, b, difference, difference_pct]`` as a table,
     each row's values formatted by the unit its figure's name ends with; identifiers (no difference)
-    and figures new on one side (no percent) leave those cells blank."""
+    and figures new on one side (no percent) leave those cells blank. Two imported traces (``ranks``: each IPU's
+    rank, or None, as ``rank_words.compared_in_rank_words`` takes it): their figures in a rank's words, none a
+    trace has none of, and their cycles as the times they are."""
     if frame.empty:
         return html.Div("Nothing to compare.", className="empty")
+    names = [str(f) for f in frame["figure"]]
+    if ranks is not False:
+        keep, names = rank_figures(names, ranks)
+        frame = frame[keep]
     rows = []
-    for row in frame.itertuples(index=False):
+    for row, name in zip(frame.itertuples(index=False), names):
         fmt = c.fmt_for_column(str(row.figure))
+        if ranks is not False and str(row.figure).endswith("cycles"):  # an imported trace's cycle is a ns
+            fmt = _ns
         pct = row.difference_pct
         changed = _is_number(pct) and abs(pct) >= 5
         rows.append(html.Tr([
-            html.Td(str(row.figure).replace("_", " ")),
+            html.Td(name.replace("_", " ")),
             html.Td(fmt(row.a), className="num"),
             html.Td(fmt(row.b), className="num"),
             html.Td(_difference(fmt, row.difference), className="num"),
@@ -102,6 +112,10 @@ def compare_cards(frame: pd.DataFrame, key_figures: dict[str, str] | None = None
     return html.Div(items, className="cards")
 
 
+def _ns(value: Any) -> str:
+    return c.fmt_seconds(value / 1e9) if _is_number(value) else c.fmt_text(value)
+
+
 def _is_number(value: Any) -> bool:
     """A number that is not NaN (the comparison's cells also hold text, None and NaN)."""
     return isinstance(value, (int, float)) and not pd.isna(value)
@@ -118,8 +132,11 @@ def profile_header(labels: dict[str, str]) -> html.Div:
     return html.Div([html.Div(label, className=f"compare-profile compare-{key}") for key, label in labels.items()])
 
 
-def configuration_table(settings: pd.DataFrame) -> html.Section:
-    """The run settings that differ between A and B (``Comparison.configuration()``), or a line saying none does."""
+def configuration_table(settings: pd.DataFrame, imported: bool = False) -> html.Section:
+    """The run settings that differ between A and B (``Comparison.configuration()``), or a line saying none does;
+    two imported traces' in a rank's words (``bytes_per_tile`` is ``device_bytes``)."""
+    if imported and len(settings):
+        settings = settings.assign(setting=settings["setting"].astype(str).map(rank_name))
     return c.section("Settings that differ",
                      c.settings_table(settings, "compare-configuration", "A and B have the same settings."))
 
@@ -165,13 +182,14 @@ def render(_profile: str | None):
     stages = {key: stage_cycles(r.stages.summary()).assign(stage_label=lambda f: "stage " + f["stage"].astype(str))
               for key, r in reports.items()}
     tables = [
-        html.Details([html.Summary(section.capitalize()), compare_table(getattr(comparison, section)(),
-                                                                        table_id=f"compare-{section}-table")],
+        html.Details([html.Summary(section.capitalize()), compare_table(
+            getattr(comparison, section)(), table_id=f"compare-{section}-table",
+            ranks=data.rank_numbers_of_both(reports) if imported else False)],
                      open=section == "summary", className="compare-section")
         for section in SECTIONS
     ]
     return (
-        [profile_header(labels), configuration_table(comparison.configuration())],
+        [profile_header(labels), configuration_table(comparison.configuration(), imported)],
         compare_cards(comparison.summary(), IMPORTED_KEY_FIGURES if imported else None),
         figures.side_by_side_bars(memory, "ipu_label", "total_mib", "", "MiB at peak", labels) if not unrecorded
         else empty(f"{' and '.join(unrecorded)}: {NO_MEMORY}"),

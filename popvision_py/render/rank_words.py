@@ -134,6 +134,14 @@ def figure_name(figure: str, ranks: np.ndarray | None) -> str:
     return " ".join(out)
 
 
+def rank_figures(figures: list[str], ranks: np.ndarray | None) -> tuple[np.ndarray, list[str]]:
+    """Which compared figures an imported trace has (not ``NOT_IMPORTED``'s), and their names in a rank's words
+    (``figure_name``), for the figures kept."""
+    keep = np.array([not any(word in NOT_IMPORTED or any(part in NOT_IMPORTED for part in word.split("_"))
+                             for word in f.split(" ")) for f in figures], bool)
+    return keep, [figure_name(f, ranks) for f, kept in zip(figures, keep) if kept]
+
+
 def compared_in_rank_words(blocks: list[Any], schedules: tuple[Any, Any], ranks: np.ndarray | None) -> None:
     """``build_comparison``'s blocks of two imported traces as their reports say them (``in_rank_words``): the
     titles, each compared figure's and setting's name (``figure_name``), the schedule PyTorch ran for the
@@ -149,11 +157,9 @@ def compared_in_rank_words(blocks: list[Any], schedules: tuple[Any, Any], ranks:
             continue
         columns = list(getattr(shown, "columns", [])) if not isinstance(shown, Table) else shown.names
         if "figure" in columns:
-            figures = [str(f) for f in np.asarray(shown["figure"], dtype=object)]
-            keep = np.array([not any(word in NOT_IMPORTED or any(part in NOT_IMPORTED for part in word.split("_"))
-                                     for word in f.split(" ")) for f in figures], bool)
-            b.shown = Table({c: (np.asarray([figure_name(f, ranks) for f in np.asarray(figures)[keep]], object)
-                                 if c == "figure" else np.asarray(shown[c])[keep]) for c in columns})
+            keep, named = rank_figures([str(f) for f in np.asarray(shown["figure"], dtype=object)], ranks)
+            b.shown = Table({c: (np.asarray(named, object) if c == "figure" else np.asarray(shown[c])[keep])
+                             for c in columns})
         elif "setting" in columns:
             b.shown = Table({c: (np.asarray([name(str(v)) for v in shown[c]], object) if c == "setting"
                                  else np.asarray(shown[c])) for c in columns})

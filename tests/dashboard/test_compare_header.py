@@ -82,3 +82,24 @@ def test_compare_page_shows_the_settings_that_differ(dash_duo, inference_app):
     lines = dash_duo.find_element("#compare-configuration").text.splitlines()
     assert lines == ["setting A B"] + [" ".join(r) for r in expected_settings()]
     assert errors(dash_duo) == []
+
+
+def test_two_imported_traces_are_compared_in_a_ranks_words(tmp_path):
+    from dashboards.app import create_app
+    from tests.importer.test_import_memory_not_recorded import MIB
+    from tests.importer.test_import_some_ranks import import_ranks
+
+    # GIVEN ranks 5 and 6 of a job imported twice, rank 6 peaking at 9 MiB the second time (5 MiB the first)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = import_ranks(tmp_path / "a", [5, 6], 8, {}), import_ranks(tmp_path / "b", [5, 6], 8, {6: 9})
+    create_app([str(a), str(b)])
+    # WHEN the Compare page is drawn
+    header, _, _, _, _, tables = importlib.import_module("dashboards.pages.compare").render(None)
+    shown = text(tables)
+    # THEN its figures name the ranks as the traces do, the device's memory and the times in ns, and none of a tile
+    # or an IPU: rank 6's peak went from 5 to 9 MiB, +80 %
+    assert f"rank 6 total bytes {5 * MIB / MIB:.2f} MiB {9 * MIB / MIB:.2f} MiB +4.00 MiB 80.0 %" in shown
+    assert "total ns" in shown and "device_bytes" in text(header)
+    for ipu_word in ("ipu", "cycles", "tile", "flop"):
+        assert ipu_word not in shown.lower(), ipu_word
