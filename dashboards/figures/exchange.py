@@ -96,7 +96,12 @@ def exchange_by_kind(by_kind: pd.DataFrame, naming: Naming = IPUS) -> go.Figure:
                          customdata=frame["time_pct"],
                          hovertemplate="%{x}: %{y:,} " + unit + " (%{customdata:.1f} % of the time)<extra></extra>"),
                   row=1, col=2)
-    fig.update_yaxes(row=1, col=1, **byte_ticks(float(frame["bytes"].max())))
+    if frame["bytes"].any():
+        fig.update_yaxes(row=1, col=1, **byte_ticks(float(frame["bytes"].max())))
+    else:  # no size recorded (a NCCL kernel without its message's): a sentence, not an empty axis from -1 to 1
+        fig.update_yaxes(row=1, col=1, range=[0, 1], showticklabels=False, showgrid=False)
+        fig.add_annotation(text="the traces record no sizes" if naming.imported else "no bytes moved",
+                           xref="x domain", yref="y domain", x=0.5, y=0.5, showarrow=False)
     # the subplots' titles sit above the plots: below the mode bar's band
     return styled(fig, height=320, showlegend=False, margin=dict(l=60, r=20, t=MODEBAR_PX + 28, b=45))
 

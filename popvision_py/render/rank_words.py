@@ -96,7 +96,9 @@ def in_rank_words(blocks: list[Any], schedule: str | None = None,
         shown = b.table()
         if isinstance(shown, dict):
             ran = {"strategy": schedule} if schedule and "strategy" in shown else {}
-            b.shown = {("schedule" if k in ran else name(k)): ran.get(k, as_ranks(k, v, ranks))
+            if shown.get("bottleneck_stage") == -1:  # no micro-batch to time a stage by (a data-parallel run)
+                ran["bottleneck_stage"] = "none: no pipeline"
+            b.shown = {("schedule" if k == "strategy" and k in ran else name(k)): ran.get(k, as_ranks(k, v, ranks))
                        for k, v in shown.items() if k not in TILE_FIGURES}
         elif isinstance(shown, Table) and "figure" in shown.names and "p50" in shown.names:
             # a spread of many ranks (``at_many_ranks``): a row a figure, named in the ``figure`` column

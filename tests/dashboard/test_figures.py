@@ -246,3 +246,19 @@ def test_a_tiles_long_memory_over_steps_is_drawn_by_each_runs_peak(monkeypatch):
     # THEN each run of 4 steps is its step of most memory, and the axis says so
     assert list(fig.data[0].x) == [3, 6, 9] and list(fig.data[0].y) == [3, 9, 9]
     assert fig.layout.xaxis.title.text == "program step (each point the most of 4 steps)"
+
+
+def test_exchange_by_kind_says_when_no_size_is_recorded_instead_of_an_empty_axis():
+    from dashboards.figures.exchange import exchange_by_kind
+    from dashboards.figures.style import Naming
+
+    # GIVEN a GPU trace's exchanges by kind whose kernels record no message size (HTA's sampled SendRecv kernels)
+    by_kind = pd.DataFrame({"kind": ["inter_ipu", "all_reduce"], "bytes": [0, 0], "cycles": [130_655_000, 32_780_000],
+                            "time_pct": [4.5, 1.1]})
+    fig = exchange_by_kind(by_kind, Naming((0,), gpu=True))
+    # THEN the bytes panel says so, its axis without ticks, and the time panel is drawn as before
+    assert [a.text for a in fig.layout.annotations if a.text == "the traces record no sizes"]
+    assert fig.layout.yaxis.showticklabels is False and list(fig.data[1].y) == [130_655_000, 32_780_000]
+    # AND with a size recorded, no such sentence
+    sized = exchange_by_kind(by_kind.assign(bytes=[2_000, 4_000]), Naming((0,), gpu=True))
+    assert not [a for a in sized.layout.annotations if a.text == "the traces record no sizes"]

@@ -44,6 +44,11 @@ def test_one_rank_of_eight_is_named_rank_5_in_every_section_a_person_reads(tmp_p
     assert table.split()[0] == "5"
     summary = report(profile, "--section", "summary")
     assert "fullest_rank              5" in summary
+    # AND a run without a pipeline has no bottleneck stage, said in words, not as stage -1
+    stages = report(profile, "--section", "stages")
+    figures = dict(line.strip().split(None, 1) for line in stages.split("Pipeline figures")[1].split("\n\n")[0]
+                   .splitlines()[2:])
+    assert figures["bottleneck_stage"] == "none: no pipeline"
     # AND JSON keeps the profile's own numbering: IPU 0
     doc = json.loads(report(profile, "--section", "summary", "--format", "json"))
     assert doc["sections"]["summary"]["figures"]["worst_ipu"] == 0
