@@ -294,19 +294,7 @@ def naming(report: Any) -> Naming:
     for a GPU trace's its GPU's copies and sets."""
     if not getattr(report, "imported", False):
         return IPUS
-    ipus = int(report.target.get("num_ipus", 0) or 0)
-    ranks = [int(r) for r in (report.run.get("import") or {}).get("ranks") or []]
-    return Naming(tuple(ranks[:ipus] + list(range(len(ranks), ipus))), gpu=report.target.get("arch") == "gpu")
-
-
-def rank_numbers_of_both(reports: dict[str, Any]) -> Any:
-    """Each IPU's rank where every report is of traces of the same ranks (``run.import.ranks``), else None: the
-    compared figures then name a rank by its position."""
-    runs = [r.run for r in reports.values()]
-    if any((run.get("import") or {}).get("ranks") != (runs[0].get("import") or {}).get("ranks") for run in runs):
-        return None
-    first = next(iter(reports.values()))
-    return imported_ranks.rank_numbers(first.run, int(first.target.get("num_ipus", 0) or 0))
+    return Naming(tuple(imported_ranks.ranks_of(report).tolist()), gpu=report.target.get("arch") == "gpu")
 
 
 def capacity_known(report: Any) -> bool:

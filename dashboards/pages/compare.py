@@ -13,7 +13,7 @@ from dashboards import data, ids
 from dashboards.figures import compare as figures
 from dashboards.figures.stages import stage_cycles
 from dashboards.figures.style import IPUS, empty
-from popvision_py.analysis.imported.ranks import NO_MEMORY
+from popvision_py.analysis.imported.ranks import NO_MEMORY, shared_ranks
 from popvision_py.render.rank_words import name as rank_name, rank_figures
 
 dash.register_page(__name__, path="/compare", name="Compare", title="popvision · compare", order=7, icon="⇆",
@@ -59,23 +59,23 @@ def layout(**_query: str) -> html.Div:
     )
 
 
-def compare_table(frame: pd.DataFrame, table_id: str | None = None,
-                  ranks: Any = False) -> html.Table | html.Div:
+def compare_table(frame: pd.DataFrame, table_id: str | None = None, imported: bool = False,
+                  ranks: Any = None) -> html.Table | html.Div:
     """One comparison frame ``[section, figure, a, b, difference, difference_pct]`` as a table,
     each row's values formatted by the unit its figure's name ends with; identifiers (no difference)
-    and figures new on one side (no percent) leave those cells blank. Two imported traces (``ranks``: each IPU's
-    rank, or None, as ``rank_words.compared_in_rank_words`` takes it): their figures in a rank's words, none a
+    and figures new on one side (no percent) leave those cells blank. Two ``imported`` traces: their figures in a
+    rank's words (``ranks``: each IPU's rank, or None, as ``rank_words.compared_in_rank_words`` takes it), none a
     trace has none of, and their cycles as the times they are."""
     if frame.empty:
         return html.Div("Nothing to compare.", className="empty")
     names = [str(f) for f in frame["figure"]]
-    if ranks is not False:
+    if imported:
         keep, names = rank_figures(names, ranks)
         frame = frame[keep]
     rows = []
     for row, name in zip(frame.itertuples(index=False), names):
         fmt = c.fmt_for_column(str(row.figure))
-        if ranks is not False and str(row.figure).endswith("cycles"):  # an imported trace's cycle is a ns
+        if imported and str(row.figure).endswith("cycles"):  # an imported trace's cycle is a ns
             fmt = _ns
         pct = row.difference_pct
         changed = _is_number(pct) and abs(pct) >= 5
@@ -184,7 +184,7 @@ def render(_profile: str | None):
     tables = [
         html.Details([html.Summary(section.capitalize()), compare_table(
             getattr(comparison, section)(), table_id=f"compare-{section}-table",
-            ranks=data.rank_numbers_of_both(reports) if imported else False)],
+            imported=imported, ranks=shared_ranks(list(reports.values())) if imported else None)],
                      open=section == "summary", className="compare-section")
         for section in SECTIONS
     ]

@@ -13,6 +13,7 @@ from dashboards.figures import exchange as figures
 from dashboards.figures.ranks import MATRIX_BINS, binned_matrix, endpoints_in_view
 from dashboards.figures.style import empty, ipu_label
 from dashboards.zoom import follow_moves, moves_store
+from popvision_py.render.rank_words import KIND_WORDS  # an imported trace's exchange kinds in PyTorch's words
 
 dash.register_page(__name__, path="/exchange", name="Exchange", title="popvision · exchange", order=5, icon="⇄")
 
@@ -63,7 +64,6 @@ MATRIX_OPTIONS = {imported_: [{"label": " bytes", "value": "bytes"},
                   for imported_ in (False, True)}
 COSTLIEST_NOTE = {False: "Total cycles over the run: cycles of one execution × executions.",
                   True: "Each transfer's whole time, exposed or hidden behind compute."}
-KIND_NAMES = {"inter_ipu": "point-to-point", "all_reduce": "collective"}  # an imported trace's kinds
 NO_POINT_TO_POINT = ("No transfer between two ranks: a collective moves data among its process group's ranks, "
                      "listed below by group.")
 COLLECTIVE_COLUMNS = {"rank": "rank", "collective": "collective", "group": "process group", "calls": "calls",
@@ -184,9 +184,9 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
     clock = float(report.target["clock_hz"])
     by_kind = report.exchange.by_kind()
     by_kind = by_kind[by_kind["executions"] > 0].assign(kind=lambda f: f["kind"].astype(str).map(
-        lambda k: KIND_NAMES.get(k, k)))
+        lambda k: KIND_WORDS.get(k, k)))
     bandwidth = bandwidth[bandwidth["bytes"] > 0].assign(kind=lambda f: f["kind"].astype(str).map(
-        lambda k: KIND_NAMES.get(k, k)))
+        lambda k: KIND_WORDS.get(k, k)))
     gpu = not report.gpu.missing()
     collective = costliest["kind"].astype(str) == "all_reduce"
     src, dst = unnamed_peers(costliest, collective)
@@ -194,7 +194,7 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
     costliest = costliest.assign(ipu=costliest["ipu"].map(naming.label),
                                  src_ipu=costliest["src_ipu"].map(naming.label).where(~src, UNNAMED_PEER),
                                  dst_ipu=to.where(~dst, UNNAMED_PEER),
-                                 kind=costliest["kind"].astype(str).map(lambda k: KIND_NAMES.get(k, k)),
+                                 kind=costliest["kind"].astype(str).map(lambda k: KIND_WORDS.get(k, k)),
                                  # a kernel's name without its arguments (the table's rows stay one line)
                                  name=costliest["name"].astype(str).map(lambda n: n.partition("(")[0] or n),
                                  time_s=costliest["cycles"] / clock)

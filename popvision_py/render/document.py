@@ -126,7 +126,7 @@ def build_report(report: Any, section: str = "all", figures: bool = False) -> Do
         built[name] = doc.blocks[before:]
         report.hand_back()  # the section's answers and freed pages, not left for the next one to grow on
     doc.blocks = [b for name in names for b in built[name] if section != "all" or b.key != "exchange.host_input"]
-    ranks = imported.rank_numbers(report.run, int(report.target.get("num_ipus", 1))) if report.imported else None
+    ranks = imported.ranks_of(report) if report.imported else None
     at_many_ranks(doc.blocks, ranks)
     if report.imported:
         in_rank_words(doc.blocks, (report.run.get("import") or {}).get("schedule"), ranks)
@@ -173,7 +173,7 @@ def _overview(doc: Document, r: Any) -> None:
     if not r.memory_recorded:
         fits = f"{imported.NOT_RECORDED}: {imported.WHY_NOT_RECORDED}"
     elif r.imported:
-        rank = imported.rank_numbers(r.run, int(r.target.get("num_ipus", 1)))[s.worst_ipu]
+        rank = imported.ranks_of(r)[s.worst_ipu]
         fits = (f"peak {s.worst_tile_bytes / 2**20:,.1f} MiB allocated on rank {rank}"
                 + (f", of {s.bytes_per_tile / 2**20:,.1f} MiB" if imported.capacity_known(r.run) else
                    "; the traces do not give the device's memory (import --device-memory GIB)"))
@@ -529,9 +529,8 @@ def build_comparison(comparison: Any, section: str = "all") -> Document:
         if unrecorded and name in ("summary", "memory", "liveness"):  # its figures of memory: "-", this says why
             _meaningless(doc, f"{name}.memory_not_recorded", f"{name.capitalize()}: memory not recorded",
                          f"{' and '.join(unrecorded)}: {imported.NO_MEMORY}")
-    if a.imported and b.imported:  # (each IPU's rank where both traces hold the same ranks)
-        same = (a.run.get("import") or {}).get("ranks") == (b.run.get("import") or {}).get("ranks")
-        ranks = imported.rank_numbers(a.run, int(a.target.get("num_ipus", 1))) if same else None
+    if a.imported and b.imported:
+        ranks = imported.shared_ranks([a, b])
         compared_in_rank_words(doc.blocks, tuple((r.run.get("import") or {}).get("schedule") for r in (a, b)), ranks)
         doc.rank_words, doc.ranks = True, ranks
     return doc

@@ -137,6 +137,18 @@ def rank_numbers(run: dict[str, Any], ipus: int) -> np.ndarray:
     return np.asarray(list(ranks)[:ipus] + list(range(len(ranks), ipus)), np.int64)
 
 
+def ranks_of(profile: Any) -> np.ndarray:
+    """``rank_numbers`` of a profile or report (its ``run`` and ``target``): each of its IPUs' rank."""
+    return rank_numbers(profile.run, int(profile.target.get("num_ipus", 0) or 0))
+
+
+def shared_ranks(profiles: list[Any]) -> np.ndarray | None:
+    """``ranks_of`` the first profile where every one holds the traces of the same ranks (``run.import.ranks``),
+    else None: a comparison then names a rank by its position."""
+    named = [(p.run.get("import") or {}).get("ranks") for p in profiles]
+    return ranks_of(profiles[0]) if all(n == named[0] for n in named) else None
+
+
 def insights(run: dict[str, Any], stage_figures: Any, comm: Table, peaks: Table,
              stage_cycles: dict[int, float]) -> list[tuple[str, str, str, str]]:
     """``(severity, topic, finding, suggestion)`` rows in a PyTorch user's words."""
