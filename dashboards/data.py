@@ -297,6 +297,12 @@ def naming(report: Any) -> Naming:
     return Naming(tuple(imported_ranks.ranks_of(report).tolist()), gpu=report.target.get("arch") == "gpu")
 
 
+def pipelined(report: Any) -> bool:
+    """Whether a profile ran a pipeline: an IPU profile's stages always do; an imported trace's when it ran one
+    (GPipe, 1F1B, ...), not data parallelism (DDP, FSDP), where each rank runs the whole model."""
+    return not getattr(report, "imported", False) or str(report.run.get("strategy")) == "pipelined"
+
+
 def capacity_known(report: Any) -> bool:
     """Whether the memory capacity is the device's: an imported CPU trace has none (the import then takes
     the largest rank's peak, and says so among what it did not find)."""

@@ -200,11 +200,13 @@ def test_a_comparison_of_two_imported_traces_speaks_of_ranks_and_ns_and_json_kee
     # THEN each rank is named by its trace's number, the figures in ns, the schedule in PyTorch's words, and no
     # figure of a tile, a FLOP or an IPU's own exchange kinds is listed
     cells = [re.split(r"\s{2,}", line.strip()) for line in text.splitlines()
-             if line.startswith(("  memory ", "  summary "))]
+             if line.startswith(("  memory ", "  summary ", "  stages "))]
     rows = {row[1]: row[2:] for row in cells}  # section, figure, a, b, difference, difference_pct
     assert rows["rank 6 total_bytes"] == [f"{5 * MIB:,}", f"{9 * MIB:,}", f"{4 * MIB:,}", f"{100 * 4 / 5:.0f}"]
     assert "total_ns" in rows and "ranks" in rows and "fullest_rank" in rows
     assert "a_schedule  data parallel" in text
+    # AND two data-parallel runs have no bottleneck stage: no value, not a stage numbered -1
+    assert rows["bottleneck_stage"] == ["-", "-", "-", "-"]
     for ipu_word in ("ipu 0", "ipu 1", "total_cycles", "oom_tiles", "worst_tile", "flop", "remote_buffer", "sync_"):
         assert ipu_word not in text, ipu_word
     # AND JSON keeps the profile's own names and numbers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 
 import pandas as pd
@@ -9,13 +10,17 @@ import plotly.graph_objects as go
 
 from dashboards.figures.style import IPUS, PHASE_COLOURS, PROFILE_COLOURS, Naming, styled
 
+LEGEND_CHARS = 48  # a legend entry's line at most, in a half-page panel at 1,280 px
+
 
 def side_by_side_bars(frames: Mapping[str, pd.DataFrame], x: str, y: str, title: str, y_title: str,
                       labels: Mapping[str, str] | None = None) -> go.Figure:
     """The same quantity from two profiles as grouped bars: ``frames`` maps 'a'/'b' to a frame."""
     fig = go.Figure()
     for key, frame in frames.items():
-        fig.add_trace(go.Bar(x=frame[x], y=frame[y], name=(labels or {}).get(key, key.upper()),
+        # a profile's label wrapped: two long ones overran a half-page panel's right edge, an entry being one line
+        name = "<br>".join(textwrap.wrap((labels or {}).get(key, key.upper()), LEGEND_CHARS))
+        fig.add_trace(go.Bar(x=frame[x], y=frame[y], name=name,
                              marker_color=PROFILE_COLOURS.get(key, "#999")))
     fig.update_yaxes(title=y_title)
     return styled(fig, title=title or None, barmode="group", height=320)

@@ -35,7 +35,8 @@ def marks_trace(marks: pd.DataFrame, label: str, naming: Naming = IPUS, rows: in
     shown = marks.head(MAX_MARKS)
     width = (shown["end_cycle"] - shown["start_cycle"]).to_numpy()
     return go.Bar(
-        y=shown["ipu"].map(naming.label), x=np.maximum(width, 1), base=shown["start_cycle"], orientation="h",
+        y=shown["ipu"].map(naming.label), x=naming.x_of(np.maximum(width, 1)), base=naming.x_of(shown["start_cycle"]),
+        orientation="h",
         # a heat map's row is a pixel or less: a mark as tall as a 150th of the rows, to be seen
         width=0.3 if rows is None else max(0.8, rows / 150), name=label,
         marker=dict(color=MARK_COLOUR, line=dict(width=0)),

@@ -7,6 +7,7 @@ import math
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -159,6 +160,19 @@ class Naming:
     def scale(self) -> tuple[float, str]:
         """(divisor, unit) of the time axes no zoom asks the server about: cycles, or an imported trace's ms."""
         return (1e6, "ms") if self.imported else (1.0, "cycles")
+
+    @property
+    def x_title(self) -> str:
+        """The time lines' x axis: cycles, or an imported trace's ms (its ns read as '0.2B' in plotly's ticks)."""
+        return "ms on the profile's time line" if self.imported else "cycles"
+
+    def x_of(self, cycles: Any) -> Any:
+        """Cycles (an array, a number) as the time lines' x values: as they are, or an imported trace's ns in ms."""
+        return cycles / self.scale[0] if self.imported else cycles
+
+    def from_x(self, x: Any) -> float:
+        """A time line's x value (a zoom's end) back in cycles or ns."""
+        return float(x) * self.scale[0]
 
     @property
     def time(self) -> str:

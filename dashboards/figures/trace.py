@@ -52,8 +52,8 @@ def trace_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], ipu
         fig.add_trace(
             go.Bar(
                 y=part["ipu"].map(naming.label),
-                x=part["width"],
-                base=part["base"],
+                x=naming.x_of(part["width"]),
+                base=naming.x_of(part["base"]),
                 orientation="h",
                 name=name,
                 marker=bar_marker(PHASE_COLOURS[phase], level),
@@ -67,7 +67,7 @@ def trace_timeline(frame: pd.DataFrame, level: str, window: tuple[int, int], ipu
             )
         )
     fig.update_yaxes(categoryorder="array", categoryarray=labels[::-1], fixedrange=True)
-    fig.update_xaxes(range=list(window), title=unit, showgrid=True)
+    fig.update_xaxes(range=[naming.x_of(t) for t in window], title=naming.x_title, showgrid=True)
     return styled(
         fig,
         height=max(260, 110 + 55 * len(labels)),
@@ -91,18 +91,19 @@ def compute_heatmap(frame: pd.DataFrame, level: str, window: tuple[int, int], ip
     compute = frame[frame["phase"].astype(str) == "compute"]
     row = np.searchsorted(order, compute["ipu"].to_numpy(np.int64))
     start, end = compute["start_cycle"].to_numpy(np.int64), compute["end_cycle"].to_numpy(np.int64)
-    what, title = "computing", naming.unit
+    what, title = "computing", naming.x_title
     if level != "bins" or frame.empty:
-        fig = busy_heatmap(row, start, end, labels, window, lambda t: t, what, title)
+        fig = busy_heatmap(row, start, end, labels, window, naming.x_of, what, title)
     else:  # the levels' bins, each cell its compute cycles over the bin
         width = int(frame["end_cycle"].iloc[0] - frame["start_cycle"].iloc[0])
         first = int(frame["start_cycle"].min())
         columns = -(-(int(frame["end_cycle"].max()) - first) // width)
         share = np.zeros((len(labels), columns))
         np.add.at(share, (row, (start - first) // width), compute["cycles"].to_numpy(np.float64))
-        fig = share_heatmap(100.0 * share / width, first + width * (np.arange(columns) + 0.5), labels, what, title)
+        fig = share_heatmap(100.0 * share / width, naming.x_of(first + width * (np.arange(columns) + 0.5)), labels,
+                            what, title)
     fig.update_traces(colorbar=dict(title=dict(text="% compute")))
-    fig.update_xaxes(range=list(window))
+    fig.update_xaxes(range=[naming.x_of(t) for t in window])
     fig.update_yaxes(title=f"{len(labels):,} {naming.device}s (zoom a box onto a few to see each)")
     return fig
 

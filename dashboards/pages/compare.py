@@ -6,6 +6,7 @@ from typing import Any
 
 import dash
 import pandas as pd
+import plotly.graph_objects as go
 from dash import Input, Output, html
 
 from dashboards import components as c
@@ -14,7 +15,7 @@ from dashboards.figures import compare as figures
 from dashboards.figures.stages import stage_cycles
 from dashboards.figures.style import IPUS, empty
 from popvision_py.analysis.imported.ranks import NO_MEMORY, shared_ranks
-from popvision_py.render.rank_words import name as rank_name, rank_figures
+from popvision_py.render.rank_words import name as rank_name, no_pipeline, rank_figures
 
 dash.register_page(__name__, path="/compare", name="Compare", title="popvision · compare", order=7, icon="⇆",
                    needs_two_profiles=True)
@@ -29,6 +30,9 @@ KEY_FIGURES = {  # figure of comparison.summary() -> card label
     "total_cycles": "cycles traced",
 }
 
+
+NO_STAGES = ("ran no pipeline (data parallel: each rank runs the whole model), so there are no stages to compare; "
+             "the time by phase below compares the ranks' time.")
 
 # Two profiles imported from PyTorch traces: no FLOPs or tiles; the largest rank's peak
 IMPORTED_KEY_FIGURES = {
@@ -59,6 +63,20 @@ def layout(**_query: str) -> html.Div:
     )
 
 
+def stages_figure(stages: dict[str, pd.DataFrame], labels: dict[str, str], imported: bool,
+                  unpipelined: list[str]) -> go.Figure:
+    """Each profile's time per micro-batch per stage side by side (``figures.stages.stage_cycles`` frames), two
+    imported traces' in ms; a profile that ran no pipeline (``unpipelined``: data parallel) has no stages to draw,
+    and neither having any is said in one line."""
+    if len(unpipelined) == len(stages):
+        return empty(f"{' and '.join(labels[key] for key in unpipelined)}: {NO_STAGES}")
+    shown = {key: f for key, f in stages.items() if key not in unpipelined}
+    if not imported:
+        return figures.side_by_side_bars(shown, "stage_label", "cycles_per_micro_batch", "", "cycles", labels)
+    return figures.side_by_side_bars({key: f.assign(ms=f["cycles_per_micro_batch"] / 1e6) for key, f in shown.items()},
+                                     "stage_label", "ms", "", "ms", labels)
+
+
 def compare_table(frame: pd.DataFrame, table_id: str | None = None, imported: bool = False,
                   ranks: Any = None) -> html.Table | html.Div:
     """One comparison frame ``[section, figure, a, b, difference, difference_pct]`` as a table,
@@ -71,7 +89,8 @@ def compare_table(frame: pd.DataFrame, table_id: str | None = None, imported: bo
     names = [str(f) for f in frame["figure"]]
     if imported:
         keep, names = rank_figures(names, ranks)
-        frame = frame[keep]
+        figure = frame["figure"].to_numpy(object)[keep]
+        frame = frame[keep].assign(**{side: no_pipeline(figure, frame[side].to_numpy()[keep]) for side in "ab"})
     rows = []
     for row, name in zip(frame.itertuples(index=False), names):
         fmt = c.fmt_for_column(str(row.figure))
@@ -193,10 +212,7 @@ def render(_profile: str | None):
         compare_cards(comparison.summary(), IMPORTED_KEY_FIGURES if imported else None),
         figures.side_by_side_bars(memory, "ipu_label", "total_mib", "", "MiB at peak", labels) if not unrecorded
         else empty(f"{' and '.join(unrecorded)}: {NO_MEMORY}"),
-        figures.side_by_side_bars(stages, "stage_label", "cycles_per_micro_batch", "", "cycles", labels)
-        if not imported else figures.side_by_side_bars(
-            {key: f.assign(ms=f["cycles_per_micro_batch"] / 1e6) for key, f in stages.items()}, "stage_label", "ms", "",
-            "ms", labels),
+        stages_figure(stages, labels, imported, [key for key, r in reports.items() if not data.pipelined(r)]),
         figures.compare_phase_shares({key: data.phase_shares(r) for key, r in reports.items()}, labels,
                                      namings["a"] if imported else IPUS),
         tables,

@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 import dash
+import numpy as np
 from dash import Input, Output, dash_table, dcc, html
 from dash.dash_table.Format import Format, Scheme
 
@@ -21,6 +22,7 @@ from dashboards.figures import trace as trace_figures
 from dashboards.figures.ranks import HEATMAP_BINS, MANY_RANKS
 from dashboards.figures.style import empty
 from popvision_py.analysis.trace import timeline as _trace
+from popvision_py.render.rank_words import as_ranks
 
 dash.register_page(__name__, path="/operations", name="Operations", title="popvision · operations", order=3.5,
                    icon="⚙")
@@ -51,12 +53,15 @@ IMPORTED_KINDS = {"compute_set": "compute", "global_exchange": "point-to-point",
 TABLE_NOTE = {False: "Cycles over the run: each program step's cycles × how often it ran. % of time: the share of the "
                      "run's traced time its IPU spends in it. Filter a column by typing in the row under its header "
                      "(e.g. layer3, > 1000).",
-              True: "Time over the profiled steps, in ns: each operator's time × how often it ran. % of time: the "
-                    "share of its rank's traced time spent in it. Filter a column by typing in the row under its "
-                    "header (e.g. nccl, > 1000)."}
+              True: "Time over the profiled steps, in ns. Stretches: the pieces of the rank's time line under the "
+                    "name, a kernel cut where another starts or ends beside it, so not a count of calls or kernels "
+                    "(the GPU page counts kernels). % of time: the share of its rank's traced time spent in it. "
+                    "Filter a column by typing in the row under its header (e.g. nccl, > 1000)."}
+STRETCHES = "stretches"  # an imported trace's executions: pieces of its time line (TABLE_NOTE)
 TEXT = {"name", "kind", "block", "pass", "layer"}
-TRACE_NOTE = ("One iteration of the trace (the middle one of the first run): every iteration runs the same "
-              "program steps. The dark stripes are the selection's executions.")
+TRACE_NOTE = {imported_: "One iteration of the trace (the middle one of the first run): every iteration runs the "
+                         "same program steps. The dark stripes are the selection's "
+                         f"{STRETCHES if imported_ else 'executions'}." for imported_ in (False, True)}
 
 
 def layout(**_query: str) -> html.Div:
@@ -85,7 +90,7 @@ def layout(**_query: str) -> html.Div:
                 note=TABLE_NOTE[False], note_id=ids.OPERATIONS_TABLE_NOTE,
             ),
             c.section("Where it runs", html.P(id=ids.OPERATIONS_SELECTED, className="section-note"),
-                      c.graph(ids.OPERATIONS_TRACE), note=TRACE_NOTE, note_id=ids.OPERATIONS_TRACE_NOTE),
+                      c.graph(ids.OPERATIONS_TRACE), note=TRACE_NOTE[False], note_id=ids.OPERATIONS_TRACE_NOTE),
             c.section("Its variables", html.Div(id=ids.OPERATIONS_VARIABLES)),
         ]
     )
@@ -130,6 +135,7 @@ def table_for(report: Any, by: str) -> Any:
     Output(ids.OPERATIONS_TABLE, "sort_by"),
     Output(ids.OPERATIONS_TABLE, "filter_query"),
     Output(ids.OPERATIONS_TABLE_NOTE, "children"),
+    Output(ids.OPERATIONS_TRACE_NOTE, "children"),
     Input(ids.PROFILE, "value"),
     Input(ids.OPERATIONS_GROUP, "value"),
 )
@@ -140,15 +146,18 @@ def render_table(profile: str | None, by: str | None):
     naming = data.naming(report)
     by = by if by in KEYS and not (by == "block" and naming.imported) else "op"
     frame = table_for(report, by)
-    keys = [(k, naming.device if k == "ipu" else h) for k, h in KEYS[by] if not (naming.imported and k == "block")]
+    keys = [(k, naming.device if k == "ipu" else STRETCHES if k == "executions" and naming.imported else h)
+            for k, h in KEYS[by] if not (naming.imported and k == "block")]
     shown = keys + (IMPORTED_FIGURES if naming.imported else FIGURES)
     if naming.imported and "kind" in frame:
         frame = frame.assign(kind=frame["kind"].astype(str).map(lambda k: IMPORTED_KINDS.get(k, k)))
+    if naming.imported and "ipu" in frame:  # each row's rank as the traces number it (an import of rank 3 alone)
+        frame = frame.assign(ipu=as_ranks("ipu", frame["ipu"].to_numpy(), np.asarray(naming.ranks)))
     columns = [{"name": header, "id": column, **_format(column)} for column, header in shown]
     options = [{**o, "disabled": o["value"] == "block" and naming.imported} for o in GROUPS]
     cell = {"row": 0, "column": 0, "row_id": 0, "column_id": shown[0][0]} if len(frame) else None
     return (DESCRIPTION[naming.imported], c.cards(cards(report, naming)), options, columns,
-            _rows(frame, [k for k, _ in shown]), cell, [], "", TABLE_NOTE[naming.imported])
+            _rows(frame, [k for k, _ in shown]), cell, [], "", TABLE_NOTE[naming.imported], TRACE_NOTE[naming.imported])
 
 
 def cards(report: Any, naming: Any) -> list[tuple]:
@@ -157,7 +166,8 @@ def cards(report: Any, naming: Any) -> list[tuple]:
     def share(cycles: int) -> str:
         return c.fmt_pct(100 * cycles / f.ipu_cycles if f.ipu_cycles else float("nan"))
 
-    items = [("In ops", c.fmt_pct(f.op_pct), f"of the {time}: {c.fmt_count(f.op_cycles)} {naming.unit}"),
+    spent = c.fmt_seconds(f.op_cycles / 1e9) if naming.imported else f"{c.fmt_count(f.op_cycles)} cycles"
+    items = [("In ops", c.fmt_pct(f.op_pct), f"of the {time}: {spent}"),
              ("Idle", share(f.idle_cycles), f"of the {time}")]
     if not naming.imported:
         items.insert(1, ("Outside ops", share(f.other_cycles), "host calls, copies between stages, pipeline syncs"))
@@ -195,7 +205,7 @@ def select(profile: str | None, by: str | None, cell: dict | None):
     ipus = report.operations.window_index().ipus  # cached by the Report, as ``window_figure`` built it
     rows = len(ipus) if len(ipus) > MANY_RANKS else None  # a heat map's rows: its marks drawn taller
     fig = figures.marked(base, figures.marks_trace(marks, label, naming, rows))
-    said = (f"{label}: {len(marks):,} executions in this iteration" if len(marks)
+    said = (f"{label}: {len(marks):,} {STRETCHES if naming.imported else 'executions'} in this iteration" if len(marks)
             else f"{label}: it does not run in this iteration")
     return said, fig, variables_table(report, naming, by, value)
 

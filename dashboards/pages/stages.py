@@ -92,16 +92,11 @@ def render_words(profile: str | None):
     pipeline's views when it ran none."""
     report = data.report(profile)
     imported_ = data.naming(report).imported
-    pipeline = not imported_ or pipelined(report)
+    pipeline = data.pipelined(report)
     return (DESCRIPTION[imported_], f"Forward and backward passes per {'rank' if imported_ else 'IPU'}",
             "Time per micro-batch of each stage" if imported_ else "Cycles per micro-batch of each stage",
             c.shown(not imported_), c.shown(imported_ and pipeline), c.shown(not pipeline), c.shown(pipeline),
             c.shown(pipeline))
-
-
-def pipelined(report: Any) -> bool:
-    """Whether an imported trace ran a pipeline (GPipe, 1F1B, ...), not data parallelism."""
-    return str(report.run.get("strategy")) == "pipelined"
 
 
 def stage_cards(stage_figures: Any) -> list[tuple]:
@@ -125,7 +120,7 @@ def imported_stage_cards(f: Any, report: Any) -> list[tuple]:
     balance gain, which needs the stages' layers."""
     pipe = imported.pipeline(report.run)
     naming = data.naming(report)
-    if not pipelined(report):
+    if not data.pipelined(report):
         return [("Ranks", f"{len(report.run.get('stages') or [])}", f"{pipe.schedule}: each runs the whole model"),
                 ("Step", c.fmt_seconds(f.step_cycles / float(report.target["clock_hz"])), "mean of the profiled steps"),
                 ("Idle", c.fmt_pct(report.exchange.figures().idle_pct),

@@ -223,7 +223,7 @@ def zoom_timeline(relayout: dict | None, profile: str | None, resets: int | None
     """The window a zoom (or a double-click back to the whole run) asks for, at its own level of detail; on the
     heat map of many IPUs, a box onto ``MANY_RANKS`` of them or fewer draws their own time lines."""
     report = data.report(profile)
-    window = window_from_relayout(relayout, run_extent(report))
+    window = window_from_relayout(relayout, run_extent(report), data.naming(report).from_x)
     rows, many = _rows(kept), int(report.target["num_ipus"])
     if rows is None and many > MANY_RANKS:
         chosen = rows_in_view(relayout, many)
@@ -357,8 +357,9 @@ def follow_window(ipu_zoom: dict | None, tile_zoom: dict | None, resets: int | N
     trigger = trigger or triggered()
     if trigger not in (IPU_MOVES, TILE_MOVES):
         return None
-    window = window_from_relayout(ipu_zoom if trigger == IPU_MOVES else tile_zoom,
-                                  run_extent(data.report(profile)))
+    report = data.report(profile)
+    window = window_from_relayout(ipu_zoom if trigger == IPU_MOVES else tile_zoom, run_extent(report),
+                                  data.naming(report).from_x)
     if window is None:
         raise dash.exceptions.PreventUpdate
     return list(window)

@@ -20,7 +20,10 @@ WORDS = ((re.compile(r"IPU-cycles"), "ns"), (re.compile(r"\bIPU-to-IPU\b"), "ran
 NAME_WORDS = {"ipu": "rank", "ipus": "ranks", "cycles": "ns"}
 # Key figures named apart from their words
 NAMES = {"num_ipus": "ranks", "worst_ipu": "fullest_rank", "worst_tile_bytes": "fullest_rank_bytes",
-         "bytes_per_tile": "device_bytes"}
+         "bytes_per_tile": "device_bytes",
+         # an imported program step is a piece of a rank's time line under one name, cut where the name or the phase
+         # changes: its "executions" are not calls or kernels (10 NCCL kernels were 262 of them)
+         "executions": "stretches"}
 # A tile's figures: a rank has no tiles (the report says so once, in the memory section). Of the key figures, the
 # worst tile's bytes are the fullest rank's; in a table of ranks, each row's total already.
 TILE_FIGURES = ("worst_tile", "oom_tiles", "max_tile_bytes")
@@ -120,6 +123,14 @@ NOT_IMPORTED = ("tile", "tiles", "flop", "flops", "sync", "internal", "host", "r
 KIND_WORDS = {"inter_ipu": "point-to-point", "all_reduce": "collective"}  # an imported trace's exchange kinds
 
 
+def no_pipeline(figures: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """A trace's compared values, its ``bottleneck_stage`` of -1 (no micro-batch to time a stage by: a data-parallel
+    run) shown as no value ("-", as its imbalance and bubble are), not as a stage numbered -1; the column stays one
+    of numbers."""
+    none = (figures == "bottleneck_stage") & (values == -1)
+    return np.where(none, np.nan, values) if none.any() else values
+
+
 def figure_name(figure: str, ranks: np.ndarray | None) -> str:
     """A compared figure's name (``compare.section``'s: ``ipu 3 total_bytes``, ``inter_ipu cycles``) in a rank's
     words: each word as a report names it, an IPU by its rank, an exchange kind in PyTorch's words."""
@@ -160,8 +171,10 @@ def compared_in_rank_words(blocks: list[Any], schedules: tuple[Any, Any], ranks:
         columns = list(getattr(shown, "columns", [])) if not isinstance(shown, Table) else shown.names
         if "figure" in columns:
             keep, named = rank_figures([str(f) for f in np.asarray(shown["figure"], dtype=object)], ranks)
-            b.shown = Table({c: (np.asarray(named, object) if c == "figure" else np.asarray(shown[c])[keep])
-                             for c in columns})
+            kept = np.asarray(shown["figure"], dtype=object)[keep]
+            b.shown = Table({c: (np.asarray(named, object) if c == "figure" else
+                                 no_pipeline(kept, np.asarray(shown[c])[keep]) if c in ("a", "b")
+                                 else np.asarray(shown[c])[keep]) for c in columns})
         elif "setting" in columns:
             b.shown = Table({c: (np.asarray([name(str(v)) for v in shown[c]], object) if c == "setting"
                                  else np.asarray(shown[c])) for c in columns})

@@ -95,7 +95,7 @@ def test_two_imported_traces_are_compared_in_a_ranks_words(tmp_path):
     a, b = import_ranks(tmp_path / "a", [5, 6], 8, {}), import_ranks(tmp_path / "b", [5, 6], 8, {6: 9})
     create_app([str(a), str(b)])
     # WHEN the Compare page is drawn
-    header, _, _, _, _, tables = importlib.import_module("dashboards.pages.compare").render(None)
+    header, _, _, stages, _, tables = importlib.import_module("dashboards.pages.compare").render(None)
     shown = text(tables)
     # THEN its figures name the ranks as the traces do, the device's memory and the times in ns, and none of a tile
     # or an IPU: rank 6's peak went from 5 to 9 MiB, +80 %
@@ -103,3 +103,9 @@ def test_two_imported_traces_are_compared_in_a_ranks_words(tmp_path):
     assert "total ns" in shown and "device_bytes" in text(header)
     for ipu_word in ("ipu", "cycles", "tile", "flop"):
         assert ipu_word not in shown.lower(), ipu_word
+    # AND the two data-parallel runs have no stages: one line says so, not an empty chart from -1 to 1
+    said = " ".join(a.text for a in stages.layout.annotations).replace("<br>", " ")
+    assert not stages.data and "ran no pipeline (data parallel" in said and said.count(" · ") == 2
+    # AND neither has a bottleneck stage: no value in its row, not a stage numbered -1
+    bottleneck = [row for row in body_rows(find(tables, "compare-stages-table")) if row[0] == "bottleneck stage"]
+    assert bottleneck == [["bottleneck stage", "–", "–", "", ""]]

@@ -257,7 +257,9 @@ def test_the_trace_page_of_40_ranks_is_a_heat_map_of_compute_and_a_box_draws_a_f
     heat = fig.data[0]
     assert isinstance(heat, go.Heatmap) and np.asarray(heat.z).shape == (40, ranks.HEATMAP_BINS) and kept is None
     assert "a heat map of 40 ranks" in level and "zoom a box onto 32 of them or fewer" in level
-    start, end = (int(v) for v in fig.layout.xaxis.range)
+    # on an axis of ms: a trace's ns read as '0.2B' in plotly's own ticks
+    assert fig.layout.xaxis.title.text == "ms on the profile's time line"
+    start, end = (round(v * 1e6) for v in fig.layout.xaxis.range)
     expected = _compute_share(forty_ranks, 40, bin_edges(start, end, ranks.HEATMAP_BINS))
     assert np.abs(np.asarray(heat.z, np.float64) - expected).max() <= 0.5 and expected.max() > 50  # whole percents
     # WHEN a box is zoomed onto ranks 5 to 9
@@ -267,8 +269,10 @@ def test_the_trace_page_of_40_ranks_is_a_heat_map_of_compute_and_a_box_draws_a_f
     assert isinstance(fig.data[0], go.Bar) and {str(y) for t in fig.data for y in t.y} <= {f"Rank {r}" for r in
                                                                                           range(5, 10)}
     # AND a zoom in time keeps those ranks
-    fig, _, again = page.zoom_timeline({"xaxis.range[0]": start, "xaxis.range[1]": (start + end) // 2}, "a", 0, kept)
-    assert again == [5, 10] and len(fig.layout.yaxis.categoryarray) == 5 and fig.layout.xaxis.range[1] < end
+    fig, _, again = page.zoom_timeline({"xaxis.range[0]": start / 1e6, "xaxis.range[1]": (start + end) / 2e6}, "a", 0,
+                                       kept)
+    assert again == [5, 10] and len(fig.layout.yaxis.categoryarray) == 5
+    assert fig.layout.xaxis.range == (start / 1e6, (start + end) // 2 / 1e6 + 1e-6)  # the ns asked, and the next
     # AND a reset draws the heat map again
     fig, _, kept = page.render_timeline("a", 1)
     assert isinstance(fig.data[0], go.Heatmap) and kept is None
@@ -284,7 +288,7 @@ def test_the_operations_page_of_40_ranks_marks_an_operator_on_a_heat_map(forty_r
     # THEN the iteration is a heat map of the 40 ranks, and the operator's executions are marks on its ranks' rows
     heat, marks = go.Figure(fig).data[0], go.Figure(fig).data[-1]  # the dict's arrays decoded
     assert isinstance(heat, go.Heatmap) and fig["data"][0]["z"]["shape"] == f"40, {ranks.HEATMAP_BINS}"
-    executions = int(said.split(": ")[-1].split(" executions")[0].replace(",", ""))
+    executions = int(said.split(": ")[-1].split(" stretches")[0].replace(",", ""))  # pieces of the time line
     assert isinstance(marks, go.Bar) and len(marks.y) == executions > 0
     # on the heat map's own rows (named by the ranks' labels: a number would be a row of its own, past the last)
     assert list(heat.y) == [f"Rank {r}" for r in range(40)] and set(marks.y) <= set(heat.y)

@@ -47,12 +47,12 @@ def test_callbacks_give_the_reports_rows_and_mark_the_ops_executions(mnist_app):
     with pv.open(MNIST) as report:
         by_op = report.operations.by_op()
     # WHEN the table is rendered one row per op, and a row (the third) is clicked
-    _, _, _, columns, rows, cell, sort_by, query, _ = page().render_table("a", "op")
+    _, _, _, columns, rows, cell, sort_by, query, _, note = page().render_table("a", "op")
     said, fig, variables = page().select("a", "op", {"row": 0, "column": 0, "row_id": 2, "column_id": "name"})
     # THEN the rows are the report's, the costliest selected first, and the marks are that op's executions
     assert [r["total_cycles"] for r in rows] == by_op["total_cycles"].tolist()
     assert cell["row_id"] == 0 and {"total_cycles", "flops_per_s", "variable_bytes"} <= {c["id"] for c in columns}
-    assert sort_by == [] and query == ""
+    assert sort_by == [] and query == "" and note.endswith("the selection's executions.")
     chosen = by_op.iloc[2]
     marks = [t for t in fig["data"] if str(t.get("name", "")).startswith(str(chosen["name"]))]
     assert len(marks) == 1 and len(marks[0]["x"]) == expected_marks(MNIST, int(chosen["op_id"]), str(chosen["pass"]))
@@ -76,7 +76,27 @@ def test_layers_and_the_imported_trace(mnist_app):
     _, _, options, _, rows, *_ = page().render_table("a", "block")
     assert [o["disabled"] for o in options] == [False, True, False] and "pass" in rows[0]
     said, _, variables = page().select("a", "op", {"row_id": 0})
-    assert "executions in this iteration" in said and "not named tensors" in str(variables)
+    # its rows are pieces of the ranks' time lines, not calls: named stretches
+    assert "stretches in this iteration" in said and "not named tensors" in str(variables)
+
+
+
+def test_an_import_of_rank_5_alone_names_rank_5_in_the_table(tmp_path):
+    from dashboards.app import create_app
+    from tests.importer.test_import_some_ranks import import_ranks
+
+    # GIVEN the trace of rank 5 of a job of 8 ranks, alone (the profile's IPU 0)
+    create_app([str(import_ranks(tmp_path, [5], 8, {}))])
+    # WHEN the Operations table is drawn, one row per op and per layer
+    for by in ("op", "layer"):
+        _, _, _, columns, rows, *_ = page().render_table("a", by)
+        # THEN its rank column says 5 on every row, as the traces and the report name it, never 0
+        assert {c["name"] for c in columns if c["id"] == "ipu"} == {"rank"}
+        assert {c["name"] for c in columns if c["id"] == "executions"} <= {"stretches"}
+        assert rows and {r["ipu"] for r in rows} == {5}, by
+    # AND a row clicked is marked on rank 5's row of the time line
+    said = page().select("a", "op", {"row_id": 0})[0]
+    assert "Rank 5)" in said and page().render_table("a", "op")[-1].endswith("the selection's stretches.")
 
 
 @pytest.mark.browser
