@@ -129,7 +129,9 @@ def test_the_html_reports_figures_say_rank_for_an_imported_trace_and_ipu_for_an_
     said = words(imported)
     # THEN no title, axis or label of an imported trace's figures names an IPU, a cycle or a tile
     assert "IPU" not in said and "cycles" not in said.lower() and "tile" not in said.lower(), said
-    assert "Memory per rank" in said and "Rank 0" in said and "Time by phase (ns)" in said
+    assert "Memory per rank" in said and "Rank 0" in said and "Time by phase, summed over the ranks" in said
+    # in a trace's phases and its times in ms (plotly's ticks read ns as '1.4B'), no IPU's sync
+    assert "exposed communication" in said and "copies and sets" in said and "sync" not in said
     assert "Time (ns) per micro-batch per stage" in said
     # AND an IPU run's figures keep their words
     assert "Memory per IPU" in words(ipu) and "IPU 0" in words(ipu)
@@ -213,3 +215,67 @@ def test_a_comparison_of_two_imported_traces_speaks_of_ranks_and_ns_and_json_kee
     doc = json.loads(CliRunner().invoke(main, ["compare", str(a), str(b), "--format", "json"]).output)
     figures = [r["figure"] for r in doc["sections"]["memory"]["comparison"]]
     assert "ipu 1 total_bytes" in figures and doc["sections"]["compare"]["profiles"]["a_strategy"] == "sharded"
+
+
+def test_a_gpu_traces_report_reads_in_pytorchs_words_without_an_ipus_blocks(tmp_path):
+    from tests.dashboard.test_gpu_page import import_unnamed_peers
+
+    # GIVEN a one-rank GPU trace (events(): an all-reduce of 250 µs, a copy of 40 µs and a set of 10 µs) that also ran
+    # a SendRecv and a Recv kernel whose peer no c10d call names (as HTA's sampled traces hold them)
+    profile = import_unnamed_peers(tmp_path)
+    # WHEN its whole report is read
+    text = report(profile, "text")
+    figures = {**key_figures(text, "Summary"), **key_figures(text, "Time by phase (ns summed over ranks)")}
+    # THEN it holds no figure a trace cannot have (FLOPs, syncs) and names the phases as PyTorch users do: the copy
+    # and the set are 50 µs
+    assert not {"total_flops", "flop_utilisation_pct", "sync_ns", "sync_pct"} & set(figures)
+    assert figures["copies_ns"] == f"{50_000:,}" and "exposed_comm_ns" in figures
+    # AND its exchange kinds are PyTorch's, none of an IPU's own (within a chip, to the host, to remote buffers)
+    kinds = table_rows(text, "Exchange by kind")
+    assert sorted(row[0] for row in kinds) == ["collective", "point-to-point"]
+    # AND the transfers whose peer the trace does not name say so: the SendRecv's destination, the Recv's source
+    costliest = table_rows(text, "Costliest exchange steps (-: a peer the traces do not name)")
+    ends = {row[2].split("(")[0]: (row[-6], row[-5]) for row in costliest if "Recv" in row[2]}
+    assert ends == {"ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t": ("0", "-"), "ncclDevKernel_Recv": ("-", "0")}
+    # AND the operators' table has no id, block, FLOP or variable column, and its kinds in PyTorch's words
+    header = table_header(text, "Operations: each op and pass over the run, costliest first")
+    assert header[:3] == ["name", "kind", "stage"] and not {"op_id", "block", "flops", "variables"} & set(header)
+    # AND the blocks of what a trace cannot have are left out, the missing tiles said once
+    for title in ("Host input", "Program tree", "Tile balance", "Out-of-memory tiles", "Best contiguous split"):
+        assert title not in text, title
+    assert text.count("A rank has no tiles") == 1
+    # AND JSON keeps the profile's own names and every block, for scripts
+    doc = json.loads(report(profile, "json"))
+    assert {r["kind"] for r in doc["sections"]["exchange"]["by_kind"]} >= {"internal", "inter_ipu", "host"}
+    assert "sync_cycles" in doc["sections"]["exchange"]["figures"] and "tree" in doc["sections"]["programs"]
+
+
+def table_rows(text: str, title: str) -> list[list[str]]:
+    """The body rows of a text report's table under ``title``, their cells split at runs of two spaces."""
+    lines = text.splitlines()
+    start = lines.index(title) + 4  # title, ====, header, ----
+    end = lines.index("", start) if "" in lines[start:] else len(lines)
+    return [re.split(r"\s{2,}", line.strip()) for line in lines[start:end]]
+
+
+def table_header(text: str, title: str) -> list[str]:
+    lines = text.splitlines()
+    return lines[lines.index(title) + 2].split()
+
+
+def test_an_html_tables_long_kernel_name_is_cut_and_whole_on_hover():
+    import html as html_text
+
+    import pandas as pd
+
+    from popvision_py.render.html import MAX_CELL, _table
+
+    # GIVEN a CUDA kernel's name with its template arguments (HTA's trace_filter holds ones of 2,000 characters)
+    name = "void split_embedding_backward<" + "at::GenericPackedTensorAccessor<c10::Half, 1ul>, " * 40 + ">"
+    page = _table(pd.DataFrame({"name": [name], "kernels": [2]}))
+    # THEN its cell shows the first MAX_CELL characters, cut with an ellipsis, and the whole name on hover
+    cell = re.search(r"<td class='' title='([^']*)'>([^<]*)</td>", page)
+    assert html_text.unescape(cell[1]) == name
+    assert html_text.unescape(cell[2]) == name[:MAX_CELL - 1] + "…"
+    # AND a number stays a number's cell
+    assert "<td class='n'>2</td>" in page

@@ -13,7 +13,7 @@ from dashboards.figures import exchange as figures
 from dashboards.figures.ranks import MATRIX_BINS, binned_matrix, endpoints_in_view
 from dashboards.figures.style import empty, ipu_label
 from dashboards.zoom import follow_moves, moves_store
-from popvision_py.render.rank_words import KIND_WORDS  # an imported trace's exchange kinds in PyTorch's words
+from popvision_py.render.rank_words import KIND_WORDS, unnamed_peers  # an imported trace's kinds in PyTorch's words
 
 dash.register_page(__name__, path="/exchange", name="Exchange", title="popvision · exchange", order=5, icon="⇄")
 
@@ -189,7 +189,7 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
         lambda k: KIND_WORDS.get(k, k)))
     gpu = not report.gpu.missing()
     collective = costliest["kind"].astype(str) == "all_reduce"
-    src, dst = unnamed_peers(costliest, collective)
+    src, dst = unnamed_peers(costliest["src_ipu"], costliest["dst_ipu"], costliest["name"], collective)
     to = costliest["dst_ipu"].map(naming.label).where(~collective | (not gpu), "its group")
     costliest = costliest.assign(ipu=costliest["ipu"].map(naming.label),
                                  src_ipu=costliest["src_ipu"].map(naming.label).where(~src, UNNAMED_PEER),
@@ -211,16 +211,6 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
 
 
 UNNAMED_PEER = "a peer the traces do not name"
-
-
-def unnamed_peers(costliest: Any, collective: Any) -> tuple[Any, Any]:
-    """Which point-to-point transfers' source and destination are a peer the traces do not name (a NCCL kernel
-    without its ``c10d::send`` or ``recv_``: the import stores such a transfer from and to its own rank): the
-    source of a receive, the destination of anything else (a send, a SendRecv kernel)."""
-    alone = ~collective & (costliest["src_ipu"] == costliest["dst_ipu"])
-    name = costliest["name"].astype(str).str.lower()
-    receives = name.str.contains("recv") & ~name.str.contains("send")
-    return alone & receives, alone & ~receives
 
 
 def group_words(group: Any) -> str:

@@ -22,7 +22,7 @@ from dashboards.figures import trace as trace_figures
 from dashboards.figures.ranks import HEATMAP_BINS, MANY_RANKS
 from dashboards.figures.style import empty
 from popvision_py.analysis.trace import timeline as _trace
-from popvision_py.render.rank_words import as_ranks
+from popvision_py.render.rank_words import PROGRAM_KINDS, as_ranks
 
 dash.register_page(__name__, path="/operations", name="Operations", title="popvision · operations", order=3.5,
                    icon="⚙")
@@ -47,9 +47,6 @@ FIGURES = [("compute_cycles", "compute"), ("exchange_cycles", "exchange"), ("syn
 IMPORTED_FIGURES = [("compute_cycles", "compute (ns)"), ("exchange_cycles", "communication (ns)"),
                     ("stream_cycles", "copies and sets (ns)"), ("total_cycles", "total (ns)"),
                     ("step_pct", "% of time")]
-# An imported trace's program steps' kinds (the import's types), in PyTorch's words
-IMPORTED_KINDS = {"compute_set": "compute", "global_exchange": "point-to-point", "all_reduce": "collective",
-                  "stream_copy": "copy or set"}
 TABLE_NOTE = {False: "Cycles over the run: each program step's cycles × how often it ran. % of time: the share of the "
                      "run's traced time its IPU spends in it. Filter a column by typing in the row under its header "
                      "(e.g. layer3, > 1000).",
@@ -150,7 +147,7 @@ def render_table(profile: str | None, by: str | None):
             for k, h in KEYS[by] if not (naming.imported and k == "block")]
     shown = keys + (IMPORTED_FIGURES if naming.imported else FIGURES)
     if naming.imported and "kind" in frame:
-        frame = frame.assign(kind=frame["kind"].astype(str).map(lambda k: IMPORTED_KINDS.get(k, k)))
+        frame = frame.assign(kind=frame["kind"].astype(str).map(lambda k: PROGRAM_KINDS.get(k, k)))
     if naming.imported and "ipu" in frame:  # each row's rank as the traces number it (an import of rank 3 alone)
         frame = frame.assign(ipu=as_ranks("ipu", frame["ipu"].to_numpy(), np.asarray(naming.ranks)))
     columns = [{"name": header, "id": column, **_format(column)} for column, header in shown]

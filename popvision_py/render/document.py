@@ -55,6 +55,9 @@ class ReportBlock:
     # what text, Markdown and HTML show in place of the data: a table of many ranks (``at_many_ranks``), an imported
     # trace's figures in a rank's words (``in_rank_words``); JSON and CSV keep data
     shown: Table | dict[str, Any] | None = None
+    # a block of what an imported trace cannot have (tiles, named tensors, a compiled program), only a note saying so
+    # (``rank_words.UNREAD``): text, Markdown and HTML leave it out, JSON and CSV keep it with its note
+    unread: bool = False
 
     def table(self) -> Table | pd.DataFrame | dict[str, Any]:
         """What a reader's format shows of a block: ``shown`` where set, else the data."""
@@ -93,6 +96,13 @@ class Document:
 
     def visible(self) -> list[ReportBlock]:
         return [b for b in self.blocks if not b.hidden]
+
+    def read(self) -> list[ReportBlock]:
+        """The blocks text, Markdown and HTML show a reader: the visible ones but an imported trace's ``unread``,
+        unless those are all there is (``--section tiles`` of an imported trace: its note says why it is empty)."""
+        visible = self.visible()
+        read = [b for b in visible if not b.unread]
+        return read if read else visible
 
     def sections(self) -> list[str]:
         seen: list[str] = []

@@ -14,6 +14,7 @@ from popvision_py.render.format import heading, value
 from popvision_py.render.rank_words import figure_in_words
 
 MAX_ROWS = 200
+MAX_CELL = 160  # characters of a cell shown, the whole text on hover: a CUDA kernel's template arguments run to 2,000
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1200px;color:#222}
@@ -34,13 +35,20 @@ def _table(frame: pd.DataFrame) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
     body = []
     for row in shown.itertuples(index=False):
-        body.append("<tr>" + "".join(f"<td class='{'n' if n else ''}'>{html.escape(value(v))}</td>"
-                                     for v, n in zip(row, numeric)) + "</tr>")
+        body.append("<tr>" + "".join(_cell(value(v), n) for v, n in zip(row, numeric)) + "</tr>")
     more = (f"<p class='note'>... {len(frame) - MAX_ROWS:,} more rows (use --format csv or json for all)</p>"
             if len(frame) > MAX_ROWS else "")
     # a table wider than the page scrolls sideways in its own box, not the page
     return (f"<div class='table-wrap'><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
             f"</div>{more}")
+
+
+def _cell(text: str, numeric: bool) -> str:
+    """A table cell: a number right-aligned; a text past ``MAX_CELL`` characters cut there, the whole on hover."""
+    kind = "n" if numeric else ""
+    if len(text) <= MAX_CELL:
+        return f"<td class='{kind}'>{html.escape(text)}</td>"
+    return f"<td class='{kind}' title='{html.escape(text)}'>{html.escape(text[:MAX_CELL - 1])}…</td>"
 
 
 def _figures_for(doc: Document) -> dict[str, list[go.Figure]]:
@@ -63,12 +71,17 @@ def _figures_for(doc: Document) -> dict[str, list[go.Figure]]:
         add("memory", lambda t: F.tile_histogram(t, bytes_per_tile), "memory.by_tile")
     add("liveness", F.liveness, "liveness.by_step")
     add("stages", F.gantt, "stages.gantt")
-    add("stages", F.stage_times, "stages.summary")
-    add("exchange", F.phases, "exchange.figures")
-    add("exchange", F.exchange_by_kind, "exchange.by_kind")
-    add("exchange", F.exchange_matrix, "exchange.matrix")
+    imported = doc.rank_words
+    pipeline = data.get("stages.figures", {}).get("bottleneck_stage", 0) != -1  # -1: data parallel, no stages
+    if pipeline or not imported:
+        add("stages", F.stage_times, "stages.summary")
+    add("exchange", lambda f: F.phases(f, imported), "exchange.figures")
+    add("exchange", lambda t: F.exchange_by_kind(t, imported), "exchange.by_kind")
+    matrix = data.get("exchange.matrix")
+    if not imported or (matrix is not None and len(matrix) and matrix["bytes"].sum() > 0):  # traces with sizes
+        add("exchange", F.exchange_matrix, "exchange.matrix")
     add("programs", F.program_tree, "programs.tree")
-    add("operations", F.operations, "operations.by_layer")
+    add("operations", lambda t: F.operations(t, imported=imported), "operations.by_layer")
     add("tiles", F.tile_balance, "tiles.balance")
     for key, frame in data.items():
         if key.endswith(".comparison") and len(frame):
@@ -86,7 +99,9 @@ def render(doc: Document) -> bytes:
              + f" &middot; {html.escape(doc.generator)}</p>"]
     plotly_included = False
     for section in doc.sections():
-        blocks = [b for b in doc.visible() if b.section == section]
+        blocks = [b for b in doc.read() if b.section == section]
+        if not blocks and not figs.get(section):  # an imported trace's section of what it cannot have
+            continue
         parts.append(f"<h2>{html.escape(heading(section))}</h2>")
         for fig in figs.get(section, []):
             parts.append(fig.to_html(full_html=False, include_plotlyjs=not plotly_included))

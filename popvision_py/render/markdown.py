@@ -46,7 +46,7 @@ def render(doc: Document) -> bytes:
     lines = [f"# {doc.title}", "", "Profile" + ("s" if len(doc.profiles) > 1 else "") + ": "
              + " vs ".join(f"`{p}`" for p in doc.profiles), ""]
     section = None
-    for b in doc.visible():
+    for b in doc.read():
         if b.section != section:
             section = b.section
             lines += [f"## {heading(section)}", ""]

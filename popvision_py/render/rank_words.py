@@ -13,21 +13,46 @@ import numpy as np
 from popvision_py.analysis.common.tables import Table
 
 # In titles, in this order: an IPU's cycles are a rank's ns
-WORDS = ((re.compile(r"IPU-cycles"), "ns"), (re.compile(r"\bIPU-to-IPU\b"), "rank-to-rank"),
-         (re.compile(r"\bIPUs\b"), "ranks"), (re.compile(r"\bIPU\b"), "rank"), (re.compile(r"\bcycles\b"), "ns"),
+WORDS = ((re.compile(r" \(-1 host, -2 streaming memory\)"), ""), (re.compile(r"Achieved vs peak"), "Achieved"),
+         (re.compile(r"IPU-cycles"), "ns"),
+         (re.compile(r"\bIPU-to-IPU\b"), "rank-to-rank"), (re.compile(r"\bIPUs\b"), "ranks"),
+         (re.compile(r"\bIPU\b"), "rank"), (re.compile(r"\bcycles\b"), "ns"),
          (re.compile(r"\bCycles\b"), "Time (ns)"))
 # In the names of key figures and columns, word by word (between underscores)
 NAME_WORDS = {"ipu": "rank", "ipus": "ranks", "cycles": "ns"}
 # Key figures named apart from their words
 NAMES = {"num_ipus": "ranks", "worst_ipu": "fullest_rank", "worst_tile_bytes": "fullest_rank_bytes",
          "bytes_per_tile": "device_bytes",
+         # the time line's phases: communication the rank waits for, and a GPU's copies and sets
+         "exchange_cycles": "exposed_comm_ns", "exchange_pct": "exposed_comm_pct", "stream_cycles": "copies_ns",
+         "stream_pct": "copies_pct",
          # an imported program step is a piece of a rank's time line under one name, cut where the name or the phase
          # changes: its "executions" are not calls or kernels (10 NCCL kernels were 262 of them)
          "executions": "stretches"}
 # A tile's figures: a rank has no tiles (the report says so once, in the memory section). Of the key figures, the
 # worst tile's bytes are the fullest rank's; in a table of ranks, each row's total already.
 TILE_FIGURES = ("worst_tile", "oom_tiles", "max_tile_bytes")
-TILE_COLUMNS = (*TILE_FIGURES, "worst_tile_bytes")
+# Figures and columns a trace has none of: FLOPs (the traces count none), syncs (a GPU does not synchronise its ranks
+# as an IPU's BSP does) and an IPU link's peak bandwidth; of an operator, also its id, block and variables (the traces
+# name no tensors). JSON and CSV keep them, empty
+NO_SUCH = (*TILE_FIGURES, "total_flops", "flop_utilisation_pct", "precision", "peak_flops_per_s_per_ipu",
+           "sync_cycles", "sync_pct", "peak_bytes_per_s", "efficiency_pct")
+NO_SUCH_COLUMNS = (*NO_SUCH, "worst_tile_bytes")  # a key figure's worst tile's bytes are the fullest rank's
+NO_SUCH_OPERATOR = ("op_id", "block", "flops", "flops_per_s", "peak_pct", "variables", "variable_bytes",
+                    "always_live_bytes")
+# The blocks of what an imported trace cannot have (tiles, named tensors, a compiled program, an IPU's host calls,
+# blocks to split), each only a note saying so: left out of text, Markdown and HTML (``ReportBlock.unread``); the memory
+# section's tile distribution is kept, to say once that a rank has no tiles
+UNREAD = ("summary.tile_insights", "memory.out_of_memory", "memory.largest_variables",
+          "memory.fullest_tiles", "memory.worst_tiles", "liveness.live_at_peak", "stages.host_input",
+          "stages.best_split", "operations.by_block", "programs.tree", "tiles.by_ipu")
+# The import's program step types (an operator's kind) and exchange kinds in PyTorch's words; an IPU's own exchange
+# kinds (within a chip, to the host, to remote buffers) an imported trace has none of
+PROGRAM_KINDS = {"compute_set": "compute", "global_exchange": "point-to-point", "all_reduce": "collective",
+                 "stream_copy": "copy or set"}
+KIND_WORDS = {"inter_ipu": "point-to-point", "all_reduce": "collective"}
+IPU_KINDS = ("internal", "host", "remote_buffer")
+UNNAMED_PEER = "-: a peer the traces do not name"
 
 
 def in_words(title: str) -> str:
@@ -94,6 +119,7 @@ def in_rank_words(blocks: list[Any], schedule: str | None = None,
     data-parallel run). ``ranks``: each IPU's rank (``ranks.rank_numbers``), shown for its IPU."""
     for b in blocks:
         b.title = in_words(b.title)
+        b.unread = b.key in UNREAD
         if b.items is not None or b.tree:
             continue
         shown = b.table()
@@ -102,25 +128,77 @@ def in_rank_words(blocks: list[Any], schedule: str | None = None,
             if shown.get("bottleneck_stage") == -1:  # no micro-batch to time a stage by (a data-parallel run)
                 ran["bottleneck_stage"] = "none: no pipeline"
             b.shown = {("schedule" if k == "strategy" and k in ran else name(k)): ran.get(k, as_ranks(k, v, ranks))
-                       for k, v in shown.items() if k not in TILE_FIGURES}
-        elif isinstance(shown, Table) and "figure" in shown.names and "p50" in shown.names:
+                       for k, v in shown.items() if k not in NO_SUCH}
+            continue
+        if isinstance(shown, Table) and "figure" in shown.names and "p50" in shown.names:
             # a spread of many ranks (``at_many_ranks``): a row a figure, named in the ``figure`` column
             figure = np.asarray(shown["figure"], dtype=object)
-            keep = ~np.isin(figure, TILE_COLUMNS)
+            keep = ~np.isin(figure, NO_SUCH_COLUMNS)
             b.shown = Table({k: np.asarray([name(str(f)) for f in figure[keep]], dtype=object) if k == "figure"
                              else np.asarray(v)[keep] for k, v in shown.columns.items()})
-        elif isinstance(shown, Table):
-            b.shown = Table({name(k): as_ranks(k, v, ranks) for k, v in shown.columns.items()
-                             if k not in TILE_COLUMNS})
-        else:  # a DataFrame
-            b.shown = Table({name(str(k)): as_ranks(str(k), np.asarray(shown[k]), ranks) for k in shown.columns
-                             if k not in TILE_COLUMNS})
+            continue
+        if b.key.startswith("exchange."):
+            shown = _peers_and_kinds(b, shown, ranks)
+        elif b.key.startswith("operations.") and "kind" in _names(shown):
+            shown = _with(shown, "kind", [PROGRAM_KINDS.get(str(k), str(k)) for k in np.asarray(shown["kind"])])
+        left_out = (*NO_SUCH_COLUMNS, *NO_SUCH_OPERATOR) if b.key.startswith("operations.") else NO_SUCH_COLUMNS
+        columns = _columns(shown)
+        if "layer" in columns and "name" in columns and b.key == "operations.by_op" and np.array_equal(
+                np.asarray(columns["layer"]).astype(str), np.asarray(columns["name"]).astype(str)):
+            left_out = (*left_out, "layer")  # every operator's layer its name (no "/" in them): a column again
+        b.shown = Table({name(k): as_ranks(k, v, ranks) for k, v in columns.items() if k not in left_out})
+
+
+def _names(shown: Any) -> list[str]:
+    return shown.names if isinstance(shown, Table) else [str(c) for c in shown.columns]
+
+
+def _with(shown: Any, column: str, values: Any) -> Table:
+    """``shown`` (a Table or DataFrame) as a Table, ``column`` replaced by ``values``."""
+    return Table({k: (np.asarray(values, dtype=object) if k == column else np.asarray(v))
+                  for k, v in _columns(shown).items()})
+
+
+def _columns(shown: Any) -> dict[str, Any]:
+    """A Table's or DataFrame's columns by name, as arrays."""
+    return dict(shown.columns) if isinstance(shown, Table) else {str(c): np.asarray(shown[c]) for c in shown.columns}
+
+
+def unnamed_peers(src: Any, dst: Any, names: Any, collective: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Which point-to-point transfers' source and which destination are a peer the traces do not name (a NCCL
+    kernel without its ``c10d::send`` or ``recv_``: the import stores such a transfer from and to its own rank): the
+    source of a receive, the destination of anything else (a send, a SendRecv kernel; a row of the rank-to-rank
+    matrix, which has no name)."""
+    alone = ~np.asarray(collective, bool) & (np.asarray(src) == np.asarray(dst)) & (np.asarray(src) >= 0)
+    name = np.char.lower(np.asarray(names, dtype=str))
+    receives = (np.char.find(name, "recv") >= 0) & (np.char.find(name, "send") < 0)
+    return alone & receives, alone & ~receives
+
+
+def _peers_and_kinds(b: Any, shown: Any, ranks: np.ndarray | None) -> Any:
+    """An exchange block's rows in PyTorch's words: its kinds as ``KIND_WORDS`` names them, no row of an IPU's own
+    kinds (``IPU_KINDS``), and a point-to-point transfer's peer the traces do not name (its kernel's rank on both
+    ends: HTA's sampled traces' SendRecv kernels) as no rank ("-"), said in the title."""
+    names, columns = _names(shown), _columns(shown)
+    keep = np.ones(len(shown), bool)
+    if "kind" in names:
+        kind = np.asarray(columns["kind"]).astype(str)
+        keep = ~np.isin(kind, IPU_KINDS)
+        columns = {**columns, "kind": np.asarray([KIND_WORDS.get(k, k) for k in kind], dtype=object)}
+    if {"src_ipu", "dst_ipu"} <= set(names):
+        src, dst = np.asarray(columns["src_ipu"]), np.asarray(columns["dst_ipu"])
+        collective = np.asarray(columns["kind"]) == "collective" if "kind" in names else np.zeros(len(src), bool)
+        no_src, no_dst = unnamed_peers(src, dst, columns.get("name", np.full(len(src), "")), collective)
+        if (no_src | no_dst).any():  # the ends named by rank here: a column with no rank in it is not one of IPUs
+            columns = {**columns, "src_ipu": np.where(no_src, np.nan, as_ranks("src_ipu", src, ranks)),
+                       "dst_ipu": np.where(no_dst, np.nan, as_ranks("dst_ipu", dst, ranks))}
+            b.title += f" ({UNNAMED_PEER})"
+    return Table({k: np.asarray(v)[keep] for k, v in columns.items()})
 
 
 # In a comparison of two imported traces, the rows of figures a trace has none of: a tile's, FLOPs (the traces count
 # none), syncs, and the exchange kinds of an IPU alone (within a chip, to the host, to remote buffers)
-NOT_IMPORTED = ("tile", "tiles", "flop", "flops", "sync", "internal", "host", "remote_buffer")
-KIND_WORDS = {"inter_ipu": "point-to-point", "all_reduce": "collective"}  # an imported trace's exchange kinds
+NOT_IMPORTED = ("tile", "tiles", "flop", "flops", "sync", *IPU_KINDS)
 
 
 def no_pipeline(figures: np.ndarray, values: np.ndarray) -> np.ndarray:

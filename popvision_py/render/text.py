@@ -110,6 +110,6 @@ def block(b: ReportBlock) -> list[str]:
 
 def render(doc: Document) -> bytes:
     lines = [doc.title, "Profile" + ("s" if len(doc.profiles) > 1 else "") + ": " + "  vs  ".join(doc.profiles), ""]
-    for b in doc.visible():
+    for b in doc.read():
         lines += block(b) + [""]
     return ("\n".join(lines).rstrip() + "\n").encode()

@@ -343,18 +343,24 @@ def test_the_exchange_page_lists_a_gpu_traces_collectives_by_process_group(tmp_p
     assert "ncclKernel_AllReduce_RING_LL_Sum_bf16 " in transfers + " " and "its group" in transfers
 
 
-def test_a_point_to_point_kernel_whose_peer_the_trace_does_not_name_is_not_said_to_go_to_its_own_rank(tmp_path):
-    from dashboards.app import create_app
+def import_unnamed_peers(folder: Path) -> Path:
+    """A one-rank GPU trace (``events()``'s) whose rank also ran a SendRecv and a Recv kernel on a stream of its own,
+    no c10d call naming their peer (as HTA's sampled traces hold them), imported: the profile's path."""
     from tests.importer.test_gpu_timeline import events
 
-    # GIVEN a GPU trace whose rank ran a SendRecv and a Recv kernel on a stream of its own, no c10d call naming
-    # their peer (as HTA's sampled traces hold them)
     kernels = [kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", 700, 30, 21),
                kernel("ncclDevKernel_Recv(ncclDevKernelArgsStorage<4096ul>)", 750, 20, 21)]
-    (tmp_path / "rank0.json").write_text(kineto(HEADER, events() + kernels))
-    result = CliRunner().invoke(main, ["import", str(tmp_path / "rank0.json"), "-o", str(tmp_path / "out"), "-q"])
+    (folder / "rank0.json").write_text(kineto(HEADER, events() + kernels))
+    result = CliRunner().invoke(main, ["import", str(folder / "rank0.json"), "-o", str(folder / "out"), "-q"])
     assert result.exit_code == 0, result.output
-    create_app([str(tmp_path / "out" / "profile.pop")])
+    return folder / "out" / "profile.pop"
+
+
+def test_a_point_to_point_kernel_whose_peer_the_trace_does_not_name_is_not_said_to_go_to_its_own_rank(tmp_path):
+    from dashboards.app import create_app
+
+    # GIVEN a GPU trace whose rank ran a SendRecv and a Recv kernel, their peer named by no c10d call
+    create_app([str(import_unnamed_peers(tmp_path))])
     # THEN the longest transfers say the SendRecv goes from the rank to a peer the traces do not name, and the Recv
     # comes from one to the rank; neither from Rank 0 to Rank 0
     shown = page("exchange").render("a")[4]

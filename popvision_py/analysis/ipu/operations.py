@@ -38,8 +38,8 @@ VARIABLE_COLUMNS = ["var_id", "name", "ipu", "category", "always_live", "bytes",
 NOT_RECORDED = ("Code and vertex-state bytes are recorded per tile (tile_memory), not per op: see the memory "
                 "section.")
 IMPORTED_NO_BLOCKS = "The traces name no blocks: the by-layer table groups the steps by name over the ranks."
-IMPORTED_NOT_RECORDED = ("The traces record no FLOPs and no named tensors: the FLOP and variable columns are "
-                         "empty.")
+IMPORTED_NOT_RECORDED = ("The traces record no FLOPs and no named tensors: there are no FLOP or variable figures "
+                         "(their columns are empty in JSON and CSV).")
 
 
 def layer_of(names: np.ndarray) -> np.ndarray:
