@@ -237,6 +237,10 @@ def test_a_gpu_traces_report_reads_in_pytorchs_words_without_an_ipus_blocks(tmp_
     costliest = table_rows(text, "Costliest exchange steps (-: a peer the traces do not name)")
     ends = {row[2].split("(")[0]: (row[-6], row[-5]) for row in costliest if "Recv" in row[2]}
     assert ends == {"ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t": ("0", "-"), "ncclDevKernel_Recv": ("-", "0")}
+    # AND the rank-to-rank matrix, whose rows do not say whose they are, says what a rank to itself is
+    from popvision_py.render.rank_words import ITSELF
+
+    assert f"Rank-to-rank matrix ({ITSELF})" in text
     # AND the operators' table has no id, block, FLOP or variable column, and its kinds in PyTorch's words
     header = table_header(text, "Operations: each op and pass over the run, costliest first")
     assert header[:3] == ["name", "kind", "stage"] and not {"op_id", "block", "flops", "variables"} & set(header)
@@ -244,6 +248,8 @@ def test_a_gpu_traces_report_reads_in_pytorchs_words_without_an_ipus_blocks(tmp_
     for title in ("Host input", "Program tree", "Tile balance", "Out-of-memory tiles", "Best contiguous split"):
         assert title not in text, title
     assert text.count("A rank has no tiles") == 1
+    exchange = CliRunner().invoke(main, ["report", str(profile), "--section", "exchange"]).output
+    assert "Exchange by kind" in exchange and "Host input" not in exchange
     # AND JSON keeps the profile's own names and every block, for scripts
     doc = json.loads(report(profile, "json"))
     assert {r["kind"] for r in doc["sections"]["exchange"]["by_kind"]} >= {"internal", "inter_ipu", "host"}

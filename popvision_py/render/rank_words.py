@@ -45,6 +45,7 @@ NO_SUCH_OPERATOR = ("op_id", "block", "flops", "flops_per_s", "peak_pct", "varia
 # section's tile distribution is kept, to say once that a rank has no tiles
 UNREAD = ("summary.tile_insights", "memory.out_of_memory", "memory.largest_variables",
           "memory.fullest_tiles", "memory.worst_tiles", "liveness.live_at_peak", "stages.host_input",
+          "exchange.host_input",
           "stages.best_split", "operations.by_block", "programs.tree", "tiles.by_ipu")
 # The import's program step types (an operator's kind) and exchange kinds in PyTorch's words; an IPU's own exchange
 # kinds (within a chip, to the host, to remote buffers) an imported trace has none of
@@ -53,6 +54,7 @@ PROGRAM_KINDS = {"compute_set": "compute", "global_exchange": "point-to-point", 
 KIND_WORDS = {"inter_ipu": "point-to-point", "all_reduce": "collective"}
 IPU_KINDS = ("internal", "host", "remote_buffer")
 UNNAMED_PEER = "-: a peer the traces do not name"
+ITSELF = "a rank to itself: its collectives over its group, or its transfers to a peer the traces do not name"
 
 
 def in_words(title: str) -> str:
@@ -167,8 +169,7 @@ def _columns(shown: Any) -> dict[str, Any]:
 def unnamed_peers(src: Any, dst: Any, names: Any, collective: Any) -> tuple[np.ndarray, np.ndarray]:
     """Which point-to-point transfers' source and which destination are a peer the traces do not name (a NCCL
     kernel without its ``c10d::send`` or ``recv_``: the import stores such a transfer from and to its own rank): the
-    source of a receive, the destination of anything else (a send, a SendRecv kernel; a row of the rank-to-rank
-    matrix, which has no name)."""
+    source of a receive, the destination of anything else (a send, a SendRecv kernel)."""
     alone = ~np.asarray(collective, bool) & (np.asarray(src) == np.asarray(dst)) & (np.asarray(src) >= 0)
     name = np.char.lower(np.asarray(names, dtype=str))
     receives = (np.char.find(name, "recv") >= 0) & (np.char.find(name, "send") < 0)
@@ -185,7 +186,11 @@ def _peers_and_kinds(b: Any, shown: Any, ranks: np.ndarray | None) -> Any:
         kind = np.asarray(columns["kind"]).astype(str)
         keep = ~np.isin(kind, IPU_KINDS)
         columns = {**columns, "kind": np.asarray([KIND_WORDS.get(k, k) for k in kind], dtype=object)}
-    if {"src_ipu", "dst_ipu"} <= set(names):
+    if {"src_ipu", "dst_ipu"} <= set(names) and "kind" not in names:  # the rank-to-rank matrix: whose is unknown
+        src, dst = np.asarray(columns["src_ipu"]), np.asarray(columns["dst_ipu"])
+        if ((src == dst) & (src >= 0)).any():
+            b.title += f" ({ITSELF})"
+    elif {"src_ipu", "dst_ipu"} <= set(names):
         src, dst = np.asarray(columns["src_ipu"]), np.asarray(columns["dst_ipu"])
         collective = np.asarray(columns["kind"]) == "collective" if "kind" in names else np.zeros(len(src), bool)
         no_src, no_dst = unnamed_peers(src, dst, columns.get("name", np.full(len(src), "")), collective)
