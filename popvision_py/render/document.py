@@ -172,6 +172,10 @@ MORE = {"summary": "every summary figure and the tile insights", "memory": "memo
         "critical-path": "what set the step time, its culprit and what-ifs",
         "gpu": "a GPU trace's kernels: what bound each step, idle, compute, overlaps, launches, beside HTA's",
         "all": "everything"}
+# ... for an imported trace, in its words: it has no tiles, variables, FLOPs or blocks to split
+IMPORTED_MORE = {"summary": "every summary figure", "memory": "memory per rank and by category",
+                 "stages": "each stage's time and the bubble", "exchange": "time by phase, communication by kind and "
+                 "per rank", "operations": "each operator's time by phase"}
 
 
 def _overview(doc: Document, r: Any) -> None:
@@ -200,6 +204,9 @@ def _overview(doc: Document, r: Any) -> None:
     if st.num_stages > 1 and st.bottleneck_stage is not None and st.bottleneck_stage >= 0:
         stage = (f"stage {st.bottleneck_stage} is the bottleneck, {st.imbalance:.2f}x the mean stage; "
                  f"{unit}s idle {st.bubble_pct:.1f}% (ideal {st.ideal_bubble_pct:.1f}%)")
+    elif r.imported and str(r.run.get("strategy")) != "pipelined":  # each rank its own "stage" of the whole model
+        schedule = (r.run.get("import") or {}).get("schedule") or "data parallel"
+        stage = f"no pipeline to balance ({schedule}: each rank runs the whole model); ranks idle {ex.idle_pct:.1f}%"
     else:
         stage = f"one stage: no pipeline to balance; {unit}s idle {ex.idle_pct:.1f}%"
     doc.add("overview.answers", "Overview", {"fits": fits, "speed": speed, "stages": stage,
@@ -209,7 +216,7 @@ def _overview(doc: Document, r: Any) -> None:
     shown = [name for name in MORE if (name not in ("programs", "tiles") or not r.imported)
              and (name != "gpu" or r.imported)]
     doc.add("overview.more", "More: popvision report PROFILE --section NAME",
-            {name: MORE[name] for name in shown})
+            {name: (IMPORTED_MORE.get(name, MORE[name]) if r.imported else MORE[name]) for name in shown})
 
 
 def _moving(ex: Any, imported_run: bool) -> str:

@@ -38,7 +38,11 @@ def test_one_rank_of_eight_is_named_rank_5_in_every_section_a_person_reads(tmp_p
     # GIVEN the trace of rank 5 of a job of 8 ranks, alone (it is the profile's IPU 0)
     profile = import_ranks(tmp_path, [5], 8, {})
     # THEN the overview, the memory table and the summary's key figures say rank 5, never rank 0
-    assert "peak 5.0 MiB allocated on rank 5" in report(profile)
+    overview = report(profile)
+    assert "peak 5.0 MiB allocated on rank 5" in overview
+    # AND the overview says the data-parallel run has no pipeline, and what each section adds in a rank's words
+    assert "no pipeline to balance (data parallel: each rank runs the whole model)" in overview
+    assert "memory per rank and by category" in overview and "IPU" not in overview and "tile" not in overview
     memory = report(profile, "--section", "memory").splitlines()
     table = memory[memory.index(next(line for line in memory if line.strip().startswith("rank  always"))) + 2]
     assert table.split()[0] == "5"
