@@ -43,17 +43,15 @@ NO_SUCH_OPERATOR = ("op_id", "block", "flops", "flops_per_s", "peak_pct", "varia
 # The blocks of what an imported trace cannot have (tiles, named tensors, a compiled program, an IPU's host calls,
 # blocks to split), each only a note saying so: left out of text, Markdown and HTML (``ReportBlock.unread``); the memory
 # section's tile distribution is kept, to say once that a rank has no tiles
-UNREAD = ("summary.tile_insights", "memory.out_of_memory", "memory.largest_variables",
-          "memory.fullest_tiles", "memory.worst_tiles", "liveness.live_at_peak", "stages.host_input",
-          "exchange.host_input",
-          "stages.best_split", "operations.by_block", "programs.tree", "tiles.by_ipu")
+UNREAD = ("summary.tile_insights", "memory.out_of_memory", "memory.largest_variables", "memory.fullest_tiles",
+          "memory.worst_tiles", "liveness.live_at_peak", "stages.host_input", "stages.best_split",
+          "exchange.host_input", "operations.by_block", "programs.tree", "tiles.by_ipu")
 # The import's program step types (an operator's kind) and exchange kinds in PyTorch's words; an IPU's own exchange
 # kinds (within a chip, to the host, to remote buffers) an imported trace has none of
 PROGRAM_KINDS = {"compute_set": "compute", "global_exchange": "point-to-point", "all_reduce": "collective",
                  "stream_copy": "copy or set"}
 KIND_WORDS = {"inter_ipu": "point-to-point", "all_reduce": "collective"}
 IPU_KINDS = ("internal", "host", "remote_buffer")
-UNNAMED_PEER = "-: a peer the traces do not name"
 ITSELF = "a rank to itself: its collectives over its group, or its transfers to a peer the traces do not name"
 
 
@@ -192,12 +190,15 @@ def _peers_and_kinds(b: Any, shown: Any, ranks: np.ndarray | None) -> Any:
             b.title += f" ({ITSELF})"
     elif {"src_ipu", "dst_ipu"} <= set(names):
         src, dst = np.asarray(columns["src_ipu"]), np.asarray(columns["dst_ipu"])
-        collective = np.asarray(columns["kind"]) == "collective" if "kind" in names else np.zeros(len(src), bool)
+        collective = np.asarray(columns["kind"]) == "collective"
         no_src, no_dst = unnamed_peers(src, dst, columns.get("name", np.full(len(src), "")), collective)
-        if (no_src | no_dst).any():  # the ends named by rank here: a column with no rank in it is not one of IPUs
+        group = collective & (src == dst)  # a collective is stored to its own rank: it goes to its process group
+        if (no_src | no_dst | group).any():  # the ends named by rank here: a column with no rank is not one of IPUs
             columns = {**columns, "src_ipu": np.where(no_src, np.nan, as_ranks("src_ipu", src, ranks)),
-                       "dst_ipu": np.where(no_dst, np.nan, as_ranks("dst_ipu", dst, ranks))}
-            b.title += f" ({UNNAMED_PEER})"
+                       "dst_ipu": np.where(no_dst | group, np.nan, as_ranks("dst_ipu", dst, ranks))}
+            said = [words for words, found in (("a collective's group", group.any()),
+                                               ("a peer the traces do not name", (no_src | no_dst).any())) if found]
+            b.title += f" (-: {', or '.join(said)})"
     return Table({k: np.asarray(v)[keep] for k, v in columns.items()})
 
 
