@@ -300,7 +300,7 @@ def naming(report: Any) -> Naming:
 def pipelined(report: Any) -> bool:
     """Whether a profile ran a pipeline: an IPU profile's stages always do; an imported trace's when it ran one
     (GPipe, 1F1B, ...), not data parallelism (DDP, FSDP), where each rank runs the whole model."""
-    return not getattr(report, "imported", False) or str(report.run.get("strategy")) == "pipelined"
+    return not getattr(report, "imported", False) or imported_ranks.pipelined(report.run)
 
 
 def capacity_known(report: Any) -> bool:

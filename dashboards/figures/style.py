@@ -14,6 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from popvision_py.format.schema import MEMORY_CATEGORIES, PHASES
+from popvision_py.render.rank_words import PHASE_WORDS
 
 # Colours: one meaning per colour across every page.
 PHASE_COLOURS: dict[str, str] = {
@@ -190,9 +191,7 @@ class Naming:
     def phase(self, phase: str) -> str:
         """A phase's name on the pages: an imported trace's exchange phase is its exposed communication, its stream
         phase its GPU's copies and sets."""
-        if self.imported:
-            return {"exchange": "exposed communication", "stream": "copies and sets"}.get(phase, phase)
-        return phase
+        return PHASE_WORDS.get(phase, phase) if self.imported else phase
 
 
 IPUS = Naming()

@@ -22,7 +22,7 @@ from dashboards.figures import trace as trace_figures
 from dashboards.figures.ranks import HEATMAP_BINS, MANY_RANKS
 from dashboards.figures.style import empty
 from popvision_py.analysis.trace import timeline as _trace
-from popvision_py.render.rank_words import PROGRAM_KINDS, as_ranks
+from popvision_py.render.rank_words import PROGRAM_KINDS, as_ranks, name as rank_name
 
 dash.register_page(__name__, path="/operations", name="Operations", title="popvision · operations", order=3.5,
                    icon="⚙")
@@ -54,11 +54,11 @@ TABLE_NOTE = {False: "Cycles over the run: each program step's cycles × how oft
                     "name, a kernel cut where another starts or ends beside it, so not a count of calls or kernels "
                     "(the GPU page counts kernels). % of time: the share of its rank's traced time spent in it. "
                     "Filter a column by typing in the row under its header (e.g. nccl, > 1000)."}
-STRETCHES = "stretches"  # an imported trace's executions: pieces of its time line (TABLE_NOTE)
+EXECUTIONS = {False: "executions", True: rank_name("executions")}  # an imported trace's: stretches (TABLE_NOTE)
 TEXT = {"name", "kind", "block", "pass", "layer"}
 TRACE_NOTE = {imported_: "One iteration of the trace (the middle one of the first run): every iteration runs the "
                          "same program steps. The dark stripes are the selection's "
-                         f"{STRETCHES if imported_ else 'executions'}." for imported_ in (False, True)}
+                         f"{EXECUTIONS[imported_]}." for imported_ in (False, True)}
 
 
 def layout(**_query: str) -> html.Div:
@@ -143,7 +143,7 @@ def render_table(profile: str | None, by: str | None):
     naming = data.naming(report)
     by = by if by in KEYS and not (by == "block" and naming.imported) else "op"
     frame = table_for(report, by)
-    keys = [(k, naming.device if k == "ipu" else STRETCHES if k == "executions" and naming.imported else h)
+    keys = [(k, naming.device if k == "ipu" else EXECUTIONS[True] if k == "executions" and naming.imported else h)
             for k, h in KEYS[by] if not (naming.imported and k == "block")]
     shown = keys + (IMPORTED_FIGURES if naming.imported else FIGURES)
     if naming.imported and "kind" in frame:
@@ -202,7 +202,7 @@ def select(profile: str | None, by: str | None, cell: dict | None):
     ipus = report.operations.window_index().ipus  # cached by the Report, as ``window_figure`` built it
     rows = len(ipus) if len(ipus) > MANY_RANKS else None  # a heat map's rows: its marks drawn taller
     fig = figures.marked(base, figures.marks_trace(marks, label, naming, rows))
-    said = (f"{label}: {len(marks):,} {STRETCHES if naming.imported else 'executions'} in this iteration" if len(marks)
+    said = (f"{label}: {len(marks):,} {EXECUTIONS[naming.imported]} in this iteration" if len(marks)
             else f"{label}: it does not run in this iteration")
     return said, fig, variables_table(report, naming, by, value)
 

@@ -204,7 +204,7 @@ def _overview(doc: Document, r: Any) -> None:
     if st.num_stages > 1 and st.bottleneck_stage is not None and st.bottleneck_stage >= 0:
         stage = (f"stage {st.bottleneck_stage} is the bottleneck, {st.imbalance:.2f}x the mean stage; "
                  f"{unit}s idle {st.bubble_pct:.1f}% (ideal {st.ideal_bubble_pct:.1f}%)")
-    elif r.imported and str(r.run.get("strategy")) != "pipelined":  # each rank its own "stage" of the whole model
+    elif r.imported and not imported.pipelined(r.run):  # each rank its own "stage" of the whole model
         schedule = (r.run.get("import") or {}).get("schedule") or "data parallel"
         stage = f"no pipeline to balance ({schedule}: each rank runs the whole model); ranks idle {ex.idle_pct:.1f}%"
     else:

@@ -6,13 +6,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from popvision_py.render.rank_words import KIND_WORDS, PHASE_WORDS
+
 PHASE_COLOURS = {"compute": "#2b8cbe", "exchange": "#f03b20", "sync": "#feb24c", "stream": "#31a354", "idle": "#d9d9d9"}
 PASS_COLOURS = {"forward": "#2b8cbe", "backward": "#e6550d", "update": "#756bb1"}
-# An imported trace's phases (no syncs: a GPU does not synchronise its ranks as an IPU's BSP does) in PyTorch's
-# words, and its time in ms (its cycle is a ns): plotly's ticks read ns as "1.4B"
-IMPORTED_PHASES = {"compute": "compute", "exchange": "exposed communication", "stream": "copies and sets",
-                   "idle": "idle"}
-IMPORTED_KINDS = {"inter_ipu": "point-to-point", "all_reduce": "collective"}
+# An imported trace's time in ms (its cycle is a ns): plotly's ticks read ns as "1.4B"
 NS_PER_MS = 1e6
 
 
@@ -100,8 +98,8 @@ def gantt(bars: pd.DataFrame, max_bars: int = 5000) -> go.Figure:
 def phases(figures: dict, imported: bool = False) -> go.Figure:
     """The time by phase summed over the IPUs (``exchange.figures``); an ``imported`` trace's over its ranks, in ms."""
     if imported:
-        names = list(IMPORTED_PHASES)
-        fig = go.Figure(go.Bar(x=[IMPORTED_PHASES[n] for n in names],
+        names = list(PHASE_WORDS)
+        fig = go.Figure(go.Bar(x=[PHASE_WORDS[n] for n in names],
                                y=[figures.get(f"{n}_cycles", 0) / NS_PER_MS for n in names],
                                marker_color=[PHASE_COLOURS[n] for n in names]))
         return _layout(fig, "Time by phase, summed over the ranks", "phase", "ms")
@@ -115,8 +113,8 @@ def exchange_by_kind(by_kind: pd.DataFrame, imported: bool = False) -> go.Figure
     """Each exchange kind's cycles, its bytes as the bars' text; an ``imported`` trace's kinds in PyTorch's words
     (none of an IPU's own), in ms."""
     if imported:
-        mine = by_kind[by_kind["kind"].astype(str).isin(list(IMPORTED_KINDS))]
-        fig = go.Figure(go.Bar(x=mine["kind"].astype(str).map(IMPORTED_KINDS), y=mine["cycles"] / NS_PER_MS,
+        mine = by_kind[by_kind["kind"].astype(str).isin(list(KIND_WORDS))]
+        fig = go.Figure(go.Bar(x=mine["kind"].astype(str).map(KIND_WORDS), y=mine["cycles"] / NS_PER_MS,
                                text=mine["bytes"], name="ms"))
         return _layout(fig, "Communication by kind (text: bytes)", "kind", "ms")
     fig = go.Figure(go.Bar(x=by_kind["kind"], y=by_kind["cycles"], text=by_kind["bytes"], name="cycles"))
@@ -169,7 +167,7 @@ def operations(by_layer: pd.DataFrame, n: int = 20, imported: bool = False) -> g
     ``imported`` trace's operators' ms, by its phases."""
     rows = by_layer.head(n).iloc[::-1]  # costliest at the top
     if imported:
-        fig = go.Figure([go.Bar(name=IMPORTED_PHASES[phase], y=rows["layer"], x=rows[f"{phase}_cycles"] / NS_PER_MS,
+        fig = go.Figure([go.Bar(name=PHASE_WORDS[phase], y=rows["layer"], x=rows[f"{phase}_cycles"] / NS_PER_MS,
                                 orientation="h", marker_color=PHASE_COLOURS[phase])
                          for phase in ("compute", "exchange", "stream")])
         fig.update_layout(barmode="stack")

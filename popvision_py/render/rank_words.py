@@ -51,6 +51,9 @@ UNREAD = ("summary.tile_insights", "memory.out_of_memory", "memory.largest_varia
 PROGRAM_KINDS = {"compute_set": "compute", "global_exchange": "point-to-point", "all_reduce": "collective",
                  "stream_copy": "copy or set"}
 KIND_WORDS = {"inter_ipu": "point-to-point", "all_reduce": "collective"}
+# The time line's phases: communication the rank waits for, and a GPU's copies and sets (no syncs: a GPU does not
+# synchronise its ranks as an IPU's BSP does)
+PHASE_WORDS = {"compute": "compute", "exchange": "exposed communication", "stream": "copies and sets", "idle": "idle"}
 IPU_KINDS = ("internal", "host", "remote_buffer")
 ITSELF = "a rank to itself: its collectives over its group, or its transfers to a peer the traces do not name"
 

@@ -82,14 +82,19 @@ def ideal_bubble_pct(ranks: int, stages_per_rank: int, m: int) -> float:
     return 100.0 * (ranks - 1) / (stages_per_rank * m + ranks - 1)
 
 
+def pipelined(run: dict[str, Any]) -> bool:
+    """Whether an imported run ran a pipeline (GPipe, 1F1B, ...), not data parallelism (DDP, FSDP), where each rank
+    runs the whole model."""
+    return str(run.get("strategy")) == "pipelined"
+
+
 def pipeline(run: dict[str, Any]) -> Pipeline:
     info = run.get("import") or {}
     stages = run.get("stages") or []
     ranks = len({int(s.get("ipu", 0)) for s in stages}) or 1
     per_rank = max(1, len(stages) // ranks)
     m = int(run.get("gradient_accumulation", 1) or 1)
-    pipelined = str(run.get("strategy")) == "pipelined" and ranks > 1
-    ideal = ideal_bubble_pct(ranks, per_rank, m) if pipelined else 0.0
+    ideal = ideal_bubble_pct(ranks, per_rank, m) if pipelined(run) and ranks > 1 else 0.0
     return Pipeline(str(info.get("schedule", "unknown")), ranks, per_rank, m, ideal)
 
 
