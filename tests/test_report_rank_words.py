@@ -56,6 +56,10 @@ def test_an_imported_report_names_ranks_and_ns_and_leaves_out_the_tiles():
     headers = [line.split() for line in text.splitlines() if line.startswith("  ") and "  ---" not in line]
     words = {word for row in headers for word in row}
     assert not {"ipu", "src_ipu", "dst_ipu", "max_tile_bytes", "oom_tiles", "compute_cycles"} & words
+    # AND the pipeline figures hold no re-timing of supersteps, which ranks do not run in (JSON: none, null)
+    stages = key_figures(text, "Pipeline figures")
+    assert {"bottleneck_stage", "step_ns"} <= set(stages) and not {"balanced_step_ns", "balance_gain_pct"} & set(stages)
+    assert doc["sections"]["stages"]["figures"]["balanced_step_cycles"] is None
     # AND Markdown says the same
     markdown = report(IMPORTED, "md")
     assert "### Memory per rank" in markdown and "| ranks |" in markdown and "| num_ipus |" not in markdown
@@ -209,7 +213,8 @@ def test_a_comparison_of_two_imported_traces_speaks_of_ranks_and_ns_and_json_kee
     assert "a_schedule  data parallel" in text
     # AND two data-parallel runs have no bottleneck stage: no value, not a stage numbered -1
     assert rows["bottleneck_stage"] == ["-", "-", "-", "-"]
-    for ipu_word in ("ipu 0", "ipu 1", "total_cycles", "oom_tiles", "worst_tile", "flop", "remote_buffer", "sync_"):
+    for ipu_word in ("ipu 0", "ipu 1", "total_cycles", "oom_tiles", "worst_tile", "flop", "remote_buffer", "sync_",
+                     "balanced_step", "balance_gain"):
         assert ipu_word not in text, ipu_word
     # AND JSON keeps the profile's own names and numbers
     doc = json.loads(CliRunner().invoke(main, ["compare", str(a), str(b), "--format", "json"]).output)

@@ -220,8 +220,9 @@ class Report:
                 trusted = self.profile.footer_verified("trace")
                 bounds = (_tracescan.column_bounds(self.profile.metadata("trace"), _tracescan.BOUND_COLUMNS)
                           if trusted else None)
+                # an imported run is not bulk-synchronous: no supersteps to cut (``trace.steps``)
                 self._cache["trace"] = _tracegroups.summarise_profile(self.profile, bounds, self.trace_batches,
-                                                                      self.trace_progress)
+                                                                      self.trace_progress, cut=not self.imported)
             agg = self._cache["trace"]
             if gantt and "gantt_bars" not in self._cache:
                 self._cache["gantt_bars"] = _tracescan.gantt_bars(agg)

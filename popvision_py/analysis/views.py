@@ -255,7 +255,7 @@ class StagesReport(_View):
         def compute() -> pd.DataFrame:
             r.scan_trace(gantt=True)
             frame = _stages.gantt(r._cache["gantt_bars"])
-            if r.trace_summary().supersteps is not None:  # a long trace's: its first iterations' bars only
+            if r.trace_summary().first_bars:  # its first iterations' bars only
                 frame.attrs["iterations"] = r.iterations()
             return frame
 

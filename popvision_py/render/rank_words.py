@@ -36,7 +36,9 @@ TILE_FIGURES = ("worst_tile", "oom_tiles", "max_tile_bytes")
 # as an IPU's BSP does) and an IPU link's peak bandwidth; of an operator, also its id, block and variables (the traces
 # name no tensors). JSON and CSV keep them, empty
 NO_SUCH = (*TILE_FIGURES, "total_flops", "flop_utilisation_pct", "precision", "peak_flops_per_s_per_ipu",
-           "sync_cycles", "sync_pct", "peak_bytes_per_s", "efficiency_pct")
+           "sync_cycles", "sync_pct", "peak_bytes_per_s", "efficiency_pct",
+           # the re-timing of supersteps: a rank runs none (the critical path re-times an imported run's stages)
+           "balanced_step_cycles", "balance_gain_pct")
 NO_SUCH_COLUMNS = (*NO_SUCH, "worst_tile_bytes")  # a key figure's worst tile's bytes are the fullest rank's
 NO_SUCH_OPERATOR = ("op_id", "block", "flops", "flops_per_s", "peak_pct", "variables", "variable_bytes",
                     "always_live_bytes")
@@ -235,10 +237,11 @@ def figure_name(figure: str, ranks: np.ndarray | None) -> str:
 
 
 def rank_figures(figures: list[str], ranks: np.ndarray | None) -> tuple[np.ndarray, list[str]]:
-    """Which compared figures an imported trace has (not ``NOT_IMPORTED``'s), and their names in a rank's words
-    (``figure_name``), for the figures kept."""
-    keep = np.array([not any(word in NOT_IMPORTED or any(part in NOT_IMPORTED for part in word.split("_"))
-                             for word in f.split(" ")) for f in figures], bool)
+    """Which compared figures an imported trace has (not ``NOT_IMPORTED``'s, nor ``NO_SUCH``'s), and their names in a
+    rank's words (``figure_name``), for the figures kept."""
+    keep = np.array([f not in NO_SUCH and not any(word in NOT_IMPORTED or any(part in NOT_IMPORTED
+                                                                               for part in word.split("_"))
+                                                  for word in f.split(" ")) for f in figures], bool)
     return keep, [figure_name(f, ranks) for f, kept in zip(figures, keep) if kept]
 
 

@@ -4,13 +4,14 @@ ones cut once from all its runs of rows, and the figures recomputed from the raw
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 import popvision_py as pv
-from popvision_py.analysis.pipeline import critical_path
+from popvision_py.analysis.pipeline import critical_path, stages
 from popvision_py.analysis.trace import retime
 from popvision_py.analysis.trace import groups as tracegroups
 from popvision_py.analysis.trace import scan as tracescan
@@ -78,26 +79,55 @@ def test_settled_supersteps_equal_the_ones_cut_at_the_end_and_the_raw_rows(limit
         np.testing.assert_array_equal(getattr(settled, name), getattr(whole, name))
 
 
-def test_settled_bars_are_the_first_iterations_bars(monkeypatch):
-    # GIVEN a trace in time order folded with its runs settled, keeping at most 200 bars
-    frame = _in_time_order(_trace())
-    whole, settled = _folds(frame, 300, bars=200, monkeypatch=monkeypatch)
-    got = pd.DataFrame(tracescan.gantt_bars(settled))
-    # THEN the bars kept are those of the first iterations, whole, at most 200, each its rows' first
-    # start and last end (grouped directly from the raw rows)
+def _raw_bars(frame: pd.DataFrame) -> pd.DataFrame:
+    """The Gantt bars grouped directly from the raw rows: each its rows' first start and last end."""
     rows = frame[(frame["stage"] >= 0) & (frame["micro_batch"] >= 0) & (frame["phase"] != "idle")].assign(
         g=lambda f: f["run"] * 4 + f["iteration"], p=lambda f: f["pass"].map(PASSES.index))
-    want = rows.groupby(["ipu", "stage", "p", "g", "micro_batch"]).agg(
+    return rows.groupby(["ipu", "stage", "p", "g", "micro_batch"]).agg(
         start_cycle=("start_cycle", "min"), end_cycle=("end_cycle", "max")).reset_index()
+
+
+def _assert_first_iterations_bars(agg: tracescan.Aggregates, frame: pd.DataFrame, bars: int) -> None:
+    """``agg``'s bars are those of the trace's first iterations, whole, at most ``bars``, as the raw rows give them."""
+    got = pd.DataFrame(tracescan.gantt_bars(agg))
+    want = _raw_bars(frame)
     kept = np.unique(got["iteration"])
-    assert len(got) <= 200 and 0 < len(kept) < want["g"].nunique()
+    assert len(got) <= bars and 0 < len(kept) < want["g"].nunique()
     np.testing.assert_array_equal(kept, np.arange(len(kept)))  # the first iterations
     want = want[want["g"].isin(kept)]
     got = got.rename(columns={"pass": "p", "iteration": "g"}).sort_values(
         ["ipu", "stage", "p", "g", "micro_batch"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(got[want.columns].astype("int64"), want.reset_index(drop=True).astype("int64"))
-    assert len(tracescan.gantt_bars(whole)["ipu"]) == len(rows.drop_duplicates(["ipu", "stage", "p", "g",
-                                                                               "micro_batch"]))
+
+
+def test_settled_bars_are_the_first_iterations_bars(monkeypatch):
+    # GIVEN a trace in time order folded with its runs settled, keeping at most 200 bars
+    frame = _in_time_order(_trace())
+    whole, settled = _folds(frame, 300, bars=200, monkeypatch=monkeypatch)
+    # THEN the bars kept are those of the first iterations, whole, at most 200, each its rows' first
+    # start and last end (grouped directly from the raw rows)
+    _assert_first_iterations_bars(settled, frame, 200)
+    assert settled.first_bars and not whole.first_bars
+    assert len(tracescan.gantt_bars(whole)["ipu"]) == len(_raw_bars(frame))
+
+
+def test_a_trace_not_cut_into_supersteps_keeps_its_first_iterations_bars_only(monkeypatch):
+    # GIVEN a trace written IPU after IPU, as an import writes its ranks (no horizon ever passes), in 700-row groups
+    frame = _trace()
+    groups = _batches(frame, 700)
+    bounds = {c: (int(frame[c].min()), int(frame[c].max())) for c in tracescan.BOUND_COLUMNS}
+    monkeypatch.setattr(tracesteps, "GANTT_BARS", 200)
+    whole = tracegroups.summarise_groups(lambda g: [groups[g]], len(groups), bounds, workers=2)
+    # WHEN it is folded without cutting supersteps (a run that is not bulk-synchronous)
+    bars = tracegroups.summarise_groups(lambda g: [groups[g]], len(groups), bounds, workers=2, cut=False)
+    # THEN no supersteps are cut, and only the first iterations' bars are kept, as the raw rows give them
+    assert bars.supersteps is None and bars.first_bars
+    _assert_first_iterations_bars(bars, frame, 200)
+    # and every other figure is the whole fold's
+    for name in ("cube", "executions", "micro_batches"):
+        np.testing.assert_array_equal(getattr(bars, name), getattr(whole, name))
+    assert (bars.iterations, bars.rows, bars.start_cycle, bars.end_cycle) == (
+        whole.iterations, whole.rows, whole.start_cycle, whole.end_cycle)
 
 
 def test_row_groups_out_of_time_order_give_the_same_figures():
@@ -203,3 +233,24 @@ def test_a_row_group_handed_in_during_a_settle_is_settled_after_it():
     alone.add(1, parts[1])
     assert alone.settled and settler.settled
     assert settler.held == alone.held and settler.boundary == alone.boundary
+
+
+def test_an_imported_profiles_trace_is_folded_into_its_bars_without_supersteps():
+    # GIVEN a GPipe run imported from PyTorch traces (ranks that wait only at their transfers)
+    profile = Path(__file__).resolve().parents[2] / "sample_profiles" / "pytorch_gpipe" / "profile.pop"
+    with pv.open(profile) as r:
+        # WHEN its trace is folded for the reports
+        agg = r.trace_summary()
+        gantt = r.stages.gantt()
+        # a fold of every run of rows kept to the end, to check against
+        batches = r.profile.iter_batches("trace", tracescan.SUMMARY_COLUMNS)
+        every_run = tracescan.summarise(batches)
+    # THEN no supersteps are cut, and the bars are the ones of all its runs of rows
+    assert agg.supersteps is None and agg.first_bars and every_run.supersteps is None
+    want = stages.gantt(tracescan.gantt_bars(every_run))
+    assert len(gantt) == len(want) > 0
+
+    def ordered(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.sort_values(list(frame.columns)).reset_index(drop=True)
+
+    pd.testing.assert_frame_equal(ordered(gantt), ordered(want))

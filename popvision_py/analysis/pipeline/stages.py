@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.analysis.trace import retime
+from popvision_py.analysis.imported.ranks import is_imported
 from popvision_py.analysis.common.tables import PASS, PASSES, PHASE, Columns, Table, frame_of, lookup, sum_by
 from popvision_py.analysis.trace.scan import Aggregates, aggregates, iterations_traced
 from popvision_py.format.schedule import run_schedule
@@ -180,6 +181,9 @@ class _Costs:
     unit_iterations: int  # iterations one pipeline covers
     supersteps: retime.Supersteps | None = None  # the run's supersteps (None: a trace without slots)
     idle_cycles: int = 0  # idle cycles of the stages' IPUs over the trace
+    # run in supersteps (emulated); an imported run's ranks do not wait for each other at every idle stretch:
+    # it has no supersteps to re-time, and its what-ifs are the critical path's (``pipeline.replay``)
+    bulk_synchronous: bool = True
 
     @functools.cached_property
     def balance(self) -> _Balance:
@@ -209,14 +213,15 @@ def costs(trace: Aggregates, run: dict[str, Any]) -> _Costs:
         unit_mb, unit_it = total_mb, max(iterations, 1)
     pipelined, positions = run_schedule(run).of_stages(stages["ipu"].tolist())
     steps = None
-    if n:  # a long trace's are cut as it is folded (trace.steps), else here from its runs of rows
+    bulk_synchronous = not is_imported(run)
+    if n and bulk_synchronous:  # a long trace's are cut as it is folded (trace.steps), else here from its runs of rows
         steps = agg.supersteps if agg.supersteps is not None else (
             retime.supersteps(agg.slots, lo, hi) if agg.slots is not None else None)
     ipus = np.unique(stages["ipu"])
     idle_by_ipu = phase_by_ipu(trace, "idle")
     idle = int(idle_by_ipu[ipus[ipus < len(idle_by_ipu)]].sum())
     return _Costs(stages, busy, mbs, fwd, bwd, hi - lo, iterations, training, pipelined, positions,
-                  len(ipus), unit_mb, unit_it, steps, idle)
+                  len(ipus), unit_mb, unit_it, steps, idle, bulk_synchronous)
 
 
 def phase_by_ipu(trace: Aggregates, phase: str) -> np.ndarray:
@@ -341,9 +346,12 @@ def figures(c: _Costs, trace: Aggregates) -> StageFigures:
     imbalance = float(per_mb.max() / per_mb.mean()) if per_mb.mean() > 0 else float("nan")
     bubble = 100.0 * c.idle_cycles / (c.ipus * c.total_cycles) if c.total_cycles else float("nan")
     ideal = ideal_bubble_pct(c)
-    # the re-timing tries the run as it is: never slower than the step; the min guards rounding only
-    even = min(balanced(c).step_cycles, step)
-    gain = 100.0 * (step - even) / step if step else 0.0
+    if c.bulk_synchronous:
+        # the re-timing tries the run as it is: never slower than the step; the min guards rounding only
+        even = min(balanced(c).step_cycles, step)
+        gain = 100.0 * (step - even) / step if step else 0.0
+    else:  # no supersteps to re-time: the critical path re-times an imported run's stages
+        even = gain = float("nan")
     return StageFigures(n, c.unit_micro_batches, bottleneck, imbalance, float(bubble), float(ideal), float(step),
                         float(even), float(gain))
 

@@ -32,6 +32,12 @@ if TYPE_CHECKING:
 
 # Each worker's own fold costs its dense arrays and a batch in flight: more workers than cores only add that.
 MAX_WORKERS = 8
+# Rows per batch of a trace not cut into supersteps (an imported one): each of its rows is about a run of its own,
+# so a batch's runs and the fold's temporaries take some 150 bytes a row besides the decoded batch; at 2**15 rows
+# they stay under 8 MiB per worker, where a row group of the import's (262,144 rows) took 30 MiB. An emulated
+# trace's runs are few (it repeats its supersteps): its batches stay a row group (``BATCH_ROWS``), which folds
+# 10M rows in 0.22 s against 0.37 s in batches of 2**16 (two workers).
+RUNS_BATCH_ROWS = 1 << 15
 
 
 def workers_for(groups: int) -> int:
@@ -44,7 +50,7 @@ def workers_for(groups: int) -> int:
 def summarise_groups(read: Callable[[int], Iterable[pa.RecordBatch]], groups: int,
                      bounds: dict[str, tuple[int, int]] | None = None, workers: int | None = None,
                      starts: np.ndarray | None = None, settle_runs: int | None = None,
-                     progress: Callable[[int], None] | None = None) -> Aggregates:
+                     progress: Callable[[int], None] | None = None, cut: bool = True) -> Aggregates:
     """``trace.scan.summarise`` of a trace of ``groups`` row groups, ``read(g)`` giving row group
     ``g``'s batches (of ``SUMMARY_COLUMNS``), folded by ``workers`` threads (``workers_for``).
 
@@ -54,6 +60,9 @@ def summarise_groups(read: Callable[[int], Iterable[pa.RecordBatch]], groups: in
     with ``bounds``: each row group's runs of rows are handed to a ``trace.steps.Settler`` as it is
     folded, which cuts the supersteps behind the horizon, so that memory does not grow with the trace
     (``settle_runs``: runs it holds before it cuts, ``trace.steps.SETTLE_RUNS`` by default).
+    ``cut=False`` (a run that is not bulk-synchronous, with ``bounds``): no supersteps are cut, and each
+    batch's runs are merged into the first iterations' Gantt bars as soon as it is folded
+    (``Settler.add_bars``): ``slots`` holds those bars only and ``supersteps`` is ``None``.
     ``progress(g)`` is called, from the worker that folded it, once row group ``g`` is folded.
     """
     workers = workers_for(groups) if workers is None else max(1, min(workers, groups))
@@ -64,7 +73,9 @@ def summarise_groups(read: Callable[[int], Iterable[pa.RecordBatch]], groups: in
     stop = threading.Event()
     errors: list[BaseException] = []
     settler = None
-    if starts is not None and bounds is not None and len(starts) == groups:
+    if not cut and bounds is not None:
+        settler = Settler(np.zeros(groups, np.int64), bounds, bounds["iteration"][1] + 1, cut=False)
+    elif starts is not None and bounds is not None and len(starts) == groups:
         settler = Settler(starts, bounds, bounds["iteration"][1] + 1, settle_runs)
 
     def work(fold: _Fold) -> None:
@@ -78,7 +89,10 @@ def summarise_groups(read: Callable[[int], Iterable[pa.RecordBatch]], groups: in
                     if stop.is_set():
                         return
                     fold.add(arrays(batch, SUMMARY_COLUMNS), (group, index))
-                if settler is not None:  # the row group's runs, now that all its batches are folded
+                    if settler is not None and not settler.cut:  # bars only: the batch's runs at once
+                        settler.add_bars(fold.slots.parts)
+                        fold.slots.parts = []
+                if settler is not None and settler.cut:  # the row group's runs, now that all its batches are folded
                     settler.add(group, fold.slots.parts)
                     fold.slots.parts = []
                 if progress is not None:
@@ -112,12 +126,12 @@ def summarise_groups(read: Callable[[int], Iterable[pa.RecordBatch]], groups: in
         return first.result()
     bars, steps = settler.finish(first.slots.parts)
     first.slots.parts = []
-    return dataclasses.replace(first.result(), slots=bars, supersteps=steps)
+    return dataclasses.replace(first.result(), slots=bars, supersteps=steps, first_bars=True)
 
 
 def summarise_profile(profile: Profile, bounds: dict[str, tuple[int, int]] | None,
                       batches: Callable[[tuple[str, ...]], Iterable[pa.RecordBatch]],
-                      progress: Callable[[int], None] | None = None) -> Aggregates:
+                      progress: Callable[[int], None] | None = None, cut: bool = True) -> Aggregates:
     """The summary of ``profile``'s trace: its row groups folded on every core when it has several
     and the process more than one core; else one pass over ``batches(SUMMARY_COLUMNS)`` (the
     report's reader, which decodes the next batch while this one is folded). ``progress(rows)`` is
@@ -125,18 +139,18 @@ def summarise_profile(profile: Profile, bounds: dict[str, tuple[int, int]] | Non
     trace's rows."""
     footer = profile.metadata("trace")
     groups = footer.num_row_groups
-    if workers_for(groups) <= 1:
+    if workers_for(groups) <= 1 and (cut or bounds is None):
         return summarise(_counted(batches(SUMMARY_COLUMNS), progress), bounds)
 
     def read(group: int) -> Iterable[pa.RecordBatch]:
         # each worker decodes its row group itself (pyarrow releases the GIL): on pyarrow's pool instead,
         # a worker sat waiting for the pool while the other waited for the GIL (10M rows: 150 ms, not 131)
-        return profile.iter_batches("trace", SUMMARY_COLUMNS, batch_size=BATCH_ROWS, row_groups=[group],
-                                    use_threads=False)
+        return profile.iter_batches("trace", SUMMARY_COLUMNS, batch_size=BATCH_ROWS if cut else RUNS_BATCH_ROWS,
+                                    row_groups=[group], use_threads=False)
 
     starts = group_starts(footer) if bounds is not None else None
     folded = None if progress is None else (lambda group: progress(footer.row_group(group).num_rows))
-    return summarise_groups(read, groups, bounds, starts=starts, progress=folded)
+    return summarise_groups(read, groups, bounds, starts=starts, progress=folded, cut=cut)
 
 
 def _counted(batches: Iterable[pa.RecordBatch], progress: Callable[[int], None] | None) -> Iterable[pa.RecordBatch]:

@@ -184,8 +184,8 @@ class Aggregates:
     iteration, micro-batch and run + 1 (sizes for dense keys). ``slots``: the trace cut into runs of
     rows of one kind of work (``SLOT_COLUMNS``), from which the stages report re-times
     the run's supersteps (``retime.supersteps``). ``supersteps``: those supersteps already cut, when a
-    long trace's were settled as it was folded (``trace.steps``); ``slots`` then holds only the runs
-    of the Gantt bars of its first iterations.
+    long trace's were settled as it was folded (``trace.steps``). ``first_bars``: ``slots`` holds only
+    the runs of the Gantt bars of the first iterations (a long trace's, or one not bulk-synchronous).
     """
 
     cube: Cube
@@ -201,6 +201,7 @@ class Aggregates:
     slots: dict[str, np.ndarray] | None = None
     ipu_rows: np.ndarray | None = None
     supersteps: Any = None  # retime.Supersteps (retime imports this module)
+    first_bars: bool = False
 
     def __len__(self) -> int:
         return self.rows

@@ -18,6 +18,12 @@ only, up to ``GANTT_BARS`` bars (the charts draw the first few thousand: a run r
 pattern). A trace of fewer than ``SETTLE_RUNS`` runs, or whose footer has no statistics, keeps its
 runs as before and is cut once at the end; row groups out of time order only hold the horizon back
 (at worst to the end, then cut as before): the same figures either way.
+
+A run that is not bulk-synchronous has no supersteps to cut: an imported PyTorch trace's ranks do
+not wait for each other at every idle stretch, and its row groups hold one rank after another, so
+no horizon would ever pass. Its ``Settler`` (``cut=False``) only merges each batch's runs into the
+Gantt bars of the first iterations as they come (``add_bars``): its memory is the bars', whatever
+the trace's length.
 """
 
 from __future__ import annotations
@@ -78,7 +84,8 @@ class Settler:
     """
 
     def __init__(self, starts: np.ndarray, bounds: dict[str, tuple[int, int]], per_run: int,
-                 limit: int | None = None, bars: int | None = None) -> None:
+                 limit: int | None = None, bars: int | None = None, cut: bool = True) -> None:
+        self.cut = cut  # cut supersteps (a bulk-synchronous run); else keep the first iterations' bars only
         self.starts, self.done = starts, np.zeros(len(starts), bool)
         self.lo, self.hi = int(bounds["start_cycle"][0]), int(bounds["end_cycle"][1])
         self.ipus = int(bounds["ipu"][1]) + 1
@@ -133,15 +140,29 @@ class Settler:
             if not again:
                 return
 
-    def finish(self, parts: list[tuple[tuple[int, ...], dict[str, np.ndarray]]]) -> tuple[dict, retime.Supersteps]:
-        """Settle everything (with ``parts``, runs not handed in yet): (the bars' runs, the supersteps)."""
+    def add_bars(self, parts: list[tuple[tuple[int, ...], dict[str, np.ndarray]]]) -> None:
+        """Merge ``parts`` (a batch's runs, ``_Slots.parts``) into the first iterations' bars, cutting no
+        supersteps (``cut=False``): the bars do not depend on the order the runs come in."""
+        if not parts:
+            return
+        with self.settle_lock:
+            self._bars(_joined(parts))
+            self.settled = True
+
+    def finish(self, parts: list[tuple[tuple[int, ...], dict[str, np.ndarray]]]
+               ) -> tuple[dict, retime.Supersteps | None]:
+        """Settle everything (with ``parts``, runs not handed in yet): (the bars' runs, the supersteps;
+        ``None`` where none are cut, ``cut=False``)."""
         with self.settle_lock, self.lock:
-            self.pending = self._settle(self.pending + parts, None)
+            if self.cut:
+                self.pending = self._settle(self.pending + parts, None)
+            elif parts:
+                self._bars(_joined(parts))
             if sum(len(b["kind"]) for b in self.bar_runs) > self.max_bars:
                 self._trim()
             bars = ({c: np.concatenate([b[c] for b in self.bar_runs]) for c in SLOT_COLUMNS} if self.bar_runs
                     else {c: np.zeros(0, np.int64) for c in SLOT_COLUMNS})
-            return bars, self._supersteps()
+            return bars, self._supersteps() if self.cut else None
 
     def _settle(self, pending: list[tuple[tuple[int, ...], dict[str, np.ndarray]]],
                 horizon: int | None) -> list[tuple[tuple[int, ...], dict[str, np.ndarray]]]:
