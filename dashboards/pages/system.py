@@ -239,8 +239,9 @@ def zoom_timeline(relayout: dict | None, profile: str | None, mode: str | None, 
     Input(ids.PROFILE, "value"),
 )
 def render_figures(profile: str | None):
-    """One card per process (wall time, model calls, median samples/s, wait for data; a rank's: its events and
-    threads) and the event table; without system timeline files, the one line saying how to record them."""
+    """One card per process (wall time, model calls, median samples/s, wait for data; a rank's: its profiler steps,
+    its DataLoader fetches' share, its events and threads) and the event table; without system timeline files, the
+    one line saying how to record them."""
     report = data.report(profile)
     system = report.system
     if not system.files():
@@ -253,8 +254,9 @@ def render_figures(profile: str | None):
                  ("Wall time", c.fmt_seconds(float(np.median(wall)) / 1e3),
                   f"median; {c.fmt_seconds(wall.min() / 1e3)} to {c.fmt_seconds(wall.max() / 1e3)}"),
                  ("Longest", str(longest["process"]), c.fmt_seconds(float(longest["wall_ms"]) / 1e3))]
-    elif report.imported:  # a rank's CPU time line: no PopTorch model calls, samples per second or data waits
+    elif report.imported:  # a rank's CPU time line: its profiler steps and DataLoader fetches, no samples per second
         items = [(row.process, c.fmt_seconds(row.wall_ms / 1e3),
+                  f"{c.fmt_quantity(row.model_calls, 'step')} · waits for data {c.fmt_pct(row.wait_for_data_pct)} · "
                   f"{c.fmt_quantity(row.events, 'event')} on {c.fmt_quantity(row.threads, 'thread')}")
                  for row in processes.itertuples(index=False)]
     else:

@@ -423,7 +423,7 @@ class SystemReport(_View):
         return self._processes().frame()
 
     def _processes(self) -> Table:
-        return self._memo("processes", lambda: _system.processes(self.events()))
+        return self._memo("processes", lambda: _system.processes(self.events(), self._r.imported))
 
     def by_name(self) -> pd.DataFrame:
         return self._by_name().frame()

@@ -28,7 +28,9 @@ NAMES = {"num_ipus": "ranks", "worst_ipu": "fullest_rank", "worst_tile_bytes": "
          "stream_pct": "copies_pct",
          # an imported program step is a piece of a rank's time line under one name, cut where the name or the phase
          # changes: its "executions" are not calls or kernels (10 NCCL kernels were 262 of them)
-         "executions": "stretches"}
+         "executions": "stretches",
+         # a rank's CPU time line (the system section): its model calls are its profiler steps
+         "model_calls": "steps"}
 # A tile's figures: a rank has no tiles (the report says so once, in the memory section). Of the key figures, the
 # worst tile's bytes are the fullest rank's; in a table of ranks, each row's total already.
 TILE_FIGURES = ("worst_tile", "oom_tiles", "max_tile_bytes")
@@ -38,7 +40,9 @@ TILE_FIGURES = ("worst_tile", "oom_tiles", "max_tile_bytes")
 NO_SUCH = (*TILE_FIGURES, "total_flops", "flop_utilisation_pct", "precision", "peak_flops_per_s_per_ipu",
            "sync_cycles", "sync_pct", "peak_bytes_per_s", "efficiency_pct",
            # the re-timing of supersteps: a rank runs none (the critical path re-times an imported run's stages)
-           "balanced_step_cycles", "balance_gain_pct")
+           "balanced_step_cycles", "balance_gain_pct",
+           # PopTorch's samples-per-second counter, of a process's model calls
+           "samples_per_second")
 NO_SUCH_COLUMNS = (*NO_SUCH, "worst_tile_bytes")  # a key figure's worst tile's bytes are the fullest rank's
 NO_SUCH_OPERATOR = ("op_id", "block", "flops", "flops_per_s", "peak_pct", "variables", "variable_bytes",
                     "always_live_bytes")
@@ -47,7 +51,9 @@ NO_SUCH_OPERATOR = ("op_id", "block", "flops", "flops_per_s", "peak_pct", "varia
 # section's tile distribution is kept, to say once that a rank has no tiles
 UNREAD = ("summary.tile_insights", "memory.out_of_memory", "memory.largest_variables", "memory.fullest_tiles",
           "memory.worst_tiles", "liveness.live_at_peak", "stages.host_input", "stages.best_split",
-          "exchange.host_input", "operations.by_block", "programs.tree", "tiles.by_ipu")
+          "exchange.host_input", "operations.by_block", "programs.tree", "tiles.by_ipu",
+          # the import writes no counters to a rank's CPU time line
+          "system.counters")
 # The import's program step types (an operator's kind) and exchange kinds in PyTorch's words; an IPU's own exchange
 # kinds (within a chip, to the host, to remote buffers) an imported trace has none of
 PROGRAM_KINDS = {"compute_set": "compute", "global_exchange": "point-to-point", "all_reduce": "collective",

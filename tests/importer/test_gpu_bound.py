@@ -193,3 +193,30 @@ def test_both_readers_keep_the_same_annotations(tmp_path, monkeypatch):
     path.write_text(kineto(HEADER, events()))
     fast = both_readers_agree(path, monkeypatch, 2000, 512)
     assert {"mb0", "mb1", DATALOADER} <= set(fast.names)
+
+
+def test_a_ranks_system_row_counts_its_profiler_steps_and_its_waits_for_data(imported):
+    from dashboards.app import create_app
+    from tests.dashboard.test_gpu_page import page, text
+
+    # GIVEN the rank of events(): three profiler steps of 1 ms, one DataLoader fetch of 600 µs
+    with popvision_py.open(imported) as report:
+        row = report.system.processes().iloc[0]
+    # THEN its system row counts its profiler steps as its model calls, and the fetch is its wait for data, of its
+    # 3 ms from its first event to its last
+    assert row["model_calls"] == 3 and row["wall_ms"] == pytest.approx(3.0)
+    assert row["wait_for_data_ms"] == pytest.approx(0.6) and row["wait_for_data_pct"] == pytest.approx(20.0)
+    # AND the text report calls them steps, and has no samples per second and no block of counters (the import
+    # writes none); JSON keeps the profile's names and the empty block
+    out = CliRunner().invoke(main, ["report", str(imported), "--section", "system"]).output
+    header = out.splitlines()[out.splitlines().index("System timeline: host time per process") + 2].split()
+    assert header == ["process", "pid", "threads", "events", "wall_ms", "steps", "wait_for_data_ms",
+                      "wait_for_data_pct"]
+    assert "Counters" not in out
+    doc = json.loads(CliRunner().invoke(main, ["report", str(imported), "--section", "system", "--format",
+                                               "json"]).output)["sections"]["system"]
+    assert doc["processes"][0]["model_calls"] == 3 and doc["counters"] == []
+    # AND the System page's card says the same
+    create_app([str(imported)])
+    cards = text(page("system").render_figures("a")[1])
+    assert "3 steps · waits for data 20.0 %" in cards

@@ -221,14 +221,29 @@ def _named(events: Events, name: str, kind: int) -> np.ndarray:
     return (events.kind == kind) & np.isin(events.name, codes)
 
 
-def processes(events: Events) -> Table:
+# An imported rank's steps: PyTorch profiler's ``ProfilerStep#N`` spans (``importer.system``), its model calls'
+STEP_FAMILY = "ProfilerStep"
+
+
+def processes(events: Events, imported: bool = False) -> Table:
     """Per process (``PROCESS_COLUMNS``): its wall time (first event to last), its threads and events, its
-    model calls, the median of its samples-per-second counter, and its waits for data (total, % of wall)."""
+    model calls, the median of its samples-per-second counter, and its waits for data (total, % of wall).
+
+    ``imported`` (a rank's CPU time line, ``popvision import``): its model calls are its profiler steps
+    (``ProfilerStep#N``) and its waits for data the training loop's DataLoader fetches (channel ``dataloader``:
+    ``enumerate(DataLoader)#...__next__``, the time it spent getting its next batch); it has no samples per second.
+    """
     n = len(events.processes)
     _, _, wall = _per_process(events)
     process = events.process
-    calls = _named(events, S.MODEL_CALL, SPAN)
-    wait = _named(events, S.WAIT_FOR_DATA, SPAN)
+    if imported:
+        steps = [k for k, f in enumerate(events.family_of.tolist()) if events.families[f] == STEP_FAMILY]
+        calls = (events.kind == SPAN) & np.isin(events.name, steps)
+        fetches = [k for k, c in enumerate(events.channels) if c == S.DATALOADER]
+        wait = (events.kind == SPAN) & np.isin(events.channel, fetches)
+    else:
+        calls = _named(events, S.MODEL_CALL, SPAN)
+        wait = _named(events, S.WAIT_FOR_DATA, SPAN)
     waited = np.rint(np.bincount(process[wait], weights=(events.end - events.start)[wait], minlength=n))
     waited = waited.astype(np.int64)
     samples = _named(events, S.SAMPLES_PER_SECOND, COUNTER)
