@@ -83,17 +83,17 @@ def short_bytes(value: float) -> str:
 
 def exchange_by_kind(by_kind: pd.DataFrame, naming: Naming = IPUS) -> go.Figure:
     """Bytes and cycles by kind of exchange (``exchange.by_kind()``), side by side (an imported trace's
-    cycles are ns)."""
+    time in ms, ``Naming.scale``: its ns read as '100M' in plotly's ticks)."""
     if by_kind.empty:
         return empty("No exchanges.")
     frame = by_kind.copy()
     frame["kind"] = frame["kind"].astype(str).str.replace("_", " ")
-    unit = naming.unit
+    divisor, unit = naming.scale
     fig = make_subplots(rows=1, cols=2, subplot_titles=("bytes", unit), horizontal_spacing=0.12)
     fig.add_trace(go.Bar(x=frame["kind"], y=frame["bytes"], marker_color="#3B7DD8", name="bytes",
                          hovertemplate="%{x}: %{y:,} bytes<extra></extra>"), row=1, col=1)
-    fig.add_trace(go.Bar(x=frame["kind"], y=frame["cycles"], marker_color=PHASE_COLOURS["exchange"], name=unit,
-                         customdata=frame["time_pct"],
+    fig.add_trace(go.Bar(x=frame["kind"], y=frame["cycles"] / divisor, marker_color=PHASE_COLOURS["exchange"],
+                         name=unit, customdata=frame["time_pct"],
                          hovertemplate="%{x}: %{y:,} " + unit + " (%{customdata:.1f} % of the time)<extra></extra>"),
                   row=1, col=2)
     if frame["bytes"].any():

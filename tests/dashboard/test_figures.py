@@ -256,9 +256,12 @@ def test_exchange_by_kind_says_when_no_size_is_recorded_instead_of_an_empty_axis
     by_kind = pd.DataFrame({"kind": ["inter_ipu", "all_reduce"], "bytes": [0, 0], "cycles": [130_655_000, 32_780_000],
                             "time_pct": [4.5, 1.1]})
     fig = exchange_by_kind(by_kind, Naming((0,), gpu=True))
-    # THEN the bytes panel says so, its axis without ticks, and the time panel is drawn as before
+    # THEN the bytes panel says so, its axis without ticks, and the time panel is drawn in ms (130,655,000 ns is
+    # 130.655 ms; plotly's ticks of ns read "100M")
     assert [a.text for a in fig.layout.annotations if a.text == "the traces record no sizes"]
-    assert fig.layout.yaxis.showticklabels is False and list(fig.data[1].y) == [130_655_000, 32_780_000]
+    assert fig.layout.yaxis.showticklabels is False and list(fig.data[1].y) == [130.655, 32.78]
+    assert [a.text for a in fig.layout.annotations if a.text in ("ms", "ns")] == ["ms"]
+    assert fig.data[1].hovertemplate.startswith("%{x}: %{y:,} ms")
     # AND with a size recorded, no such sentence
     sized = exchange_by_kind(by_kind.assign(bytes=[2_000, 4_000]), Naming((0,), gpu=True))
     assert not [a for a in sized.layout.annotations if a.text == "the traces record no sizes"]
