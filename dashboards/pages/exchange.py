@@ -203,7 +203,9 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
                                         data.idle_reason(report))),
         figures.phase_shares(data.phase_shares(report), naming=naming),
         figures.exchange_by_kind(by_kind, naming),
-        c.table(bandwidth, {"kind": "kind", "bytes": "bytes", "achieved_bytes_per_s": "achieved /s"}),
+        # no size, no bandwidth: a sentence, not the table's "Nothing to show." (HTA's sampled NCCL kernels)
+        c.table(bandwidth, {"kind": "kind", "bytes": "bytes", "achieved_bytes_per_s": "achieved /s"})
+        if len(bandwidth) or not len(by_kind) else html.Div(NO_SIZES, className="empty"),
         c.table(costliest, {"ipu": "rank", "step": "step", "name": "name", "kind": "kind", "src_ipu": "from",
                             "dst_ipu": "to", "bytes": "bytes", "time_s": "time"},
                 formats={"ipu": str, "step": c.fmt_int}, table_id="exchange-costliest-table"),
@@ -211,6 +213,7 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
 
 
 UNNAMED_PEER = "a peer the traces do not name"
+NO_SIZES = "No bandwidth achieved to show: the traces record no transfer's size."
 
 
 def group_words(group: Any) -> str:

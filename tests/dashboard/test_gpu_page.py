@@ -341,6 +341,15 @@ def test_the_exchange_page_lists_a_gpu_traces_collectives_by_process_group(tmp_p
     # AND the longest transfers name the kernel without its arguments, sent to its group
     transfers = text(exchange.render("a")[4])
     assert "ncclKernel_AllReduce_RING_LL_Sum_bf16 " in transfers + " " and "its group" in transfers
+    # AND the bandwidth achieved by kind is a table: the all-reduce's size is known
+    assert "collective" in text(exchange.render("a")[3]) and exchange.NO_SIZES not in text(exchange.render("a")[3])
+
+
+def test_the_exchange_page_says_why_no_bandwidth_is_shown_where_no_transfer_has_a_size(pair_app):
+    # GIVEN two ranks whose NCCL kernels record no message size
+    exchange = page("exchange")
+    # THEN the Exchange page's bandwidth by kind says why it is empty, not "Nothing to show."
+    assert text(exchange.render("a")[3]) == exchange.NO_SIZES
 
 
 def import_unnamed_peers(folder: Path) -> Path:
