@@ -15,9 +15,18 @@ from dashboards.figures.style import (IPUS, MODEBAR_PX, NANOSECOND_UNITS, PHASE_
                                       byte_ticks, empty, styled, with_unit)
 
 
+def _shown(value: str, naming: Naming) -> tuple[float, str, str]:
+    """How a matrix of ``value`` shows its cells' values: (divisor, unit, hover's number format). Bytes as they
+    are; cycles, or an imported trace's ns in ms (``Naming.scale``: its colour bar's ns read '100M')."""
+    if value == "bytes":
+        return 1.0, "bytes", ",.0f"
+    divisor, unit = naming.scale
+    return divisor, unit, ",.3f" if naming.imported else ",.0f"
+
+
 def exchange_matrix(matrix: pd.DataFrame, value: str = "bytes", naming: Naming = IPUS) -> go.Figure:
     """Bytes (or cycles) moved from each source to each destination (``exchange.matrix()``); an imported
-    trace's cycles are ns."""
+    trace's time in ms (``_shown``)."""
     if matrix.empty:
         return empty(f"No exchanges between {naming.device}s.")
     endpoints = sorted(set(matrix["src_ipu"]) | set(matrix["dst_ipu"]), key=lambda i: (i < 0, abs(i)))
@@ -26,18 +35,18 @@ def exchange_matrix(matrix: pd.DataFrame, value: str = "bytes", naming: Naming =
     grid = matrix.pivot_table(index="dst_ipu", columns="src_ipu", values=value, aggfunc="sum")
     grid = grid.reindex(index=endpoints, columns=endpoints)
     labels = [naming.label(i) for i in endpoints]
-    unit = value if value == "bytes" else naming.unit
+    divisor, unit, number = _shown(value, naming)
     # each cell's text (np.frompyfunc: DataFrame.map needs pandas 2.1)
     text = np.frompyfunc(lambda v: "" if pd.isna(v) or v == 0 else (short_bytes(v) if value == "bytes" else
                                                                     f"{v:,.0f}" if not naming.imported else
                                                                     with_unit(v, NANOSECOND_UNITS)), 1, 1)(
         grid.to_numpy().astype(object))
-    fig = go.Figure(go.Heatmap(z=grid.to_numpy(dtype=float), x=labels, y=labels, colorscale="Blues", zmin=0,
-                               text=text, texttemplate="%{text}", hoverongaps=False,
+    fig = go.Figure(go.Heatmap(z=grid.to_numpy(dtype=float) / divisor, x=labels, y=labels, colorscale="Blues",
+                               zmin=0, text=text, texttemplate="%{text}", hoverongaps=False,
                                colorbar=dict(title=dict(text=unit, side="right"), thickness=12,
                                              **(byte_ticks(float(np.nanmax(grid.to_numpy(dtype=float))))
                                                 if value == "bytes" else {})),
-                               hovertemplate="%{x} → %{y}<br>%{z:,.0f} " + unit + "<extra></extra>"))
+                               hovertemplate="%{x} → %{y}<br>%{z:" + number + "} " + unit + "<extra></extra>"))
     fig.update_xaxes(title="source", side="bottom")
     fig.update_yaxes(title="destination", autorange="reversed")
     return styled(fig, height=max(300, 120 + 45 * len(labels)))
@@ -49,10 +58,10 @@ def binned_exchange_matrix(matrix: pd.DataFrame, value: str, naming: Naming, end
     grid, spans = binned_matrix(matrix["src_ipu"].to_numpy(), matrix["dst_ipu"].to_numpy(),
                                 matrix[value].to_numpy(), endpoints)
     labels = [naming.label(a) if a == b else f"{naming.label(a)} – {b}" for a, b in spans]
-    unit = value if value == "bytes" else naming.unit
-    fig = go.Figure(go.Heatmap(z=grid, x=labels, y=labels, colorscale="Blues", zmin=0, hoverongaps=False,
+    divisor, unit, number = _shown(value, naming)
+    fig = go.Figure(go.Heatmap(z=grid / divisor, x=labels, y=labels, colorscale="Blues", zmin=0, hoverongaps=False,
                                colorbar=dict(title=dict(text=unit, side="right"), thickness=12),
-                               hovertemplate="%{x} → %{y}<br>%{z:,.0f} " + unit + " in all<extra></extra>"))
+                               hovertemplate="%{x} → %{y}<br>%{z:" + number + "} " + unit + " in all<extra></extra>"))
     fig.update_xaxes(title=f"source ({len(endpoints):,} endpoints in {len(spans)} bins; zoom to read a bin)",
                      side="bottom", showticklabels=False)
     fig.update_yaxes(title="destination", autorange="reversed", showticklabels=False)
@@ -66,11 +75,11 @@ def exchange_submatrix(matrix: pd.DataFrame, value: str, naming: Naming, sources
     part = matrix[matrix["src_ipu"].isin(sources) & matrix["dst_ipu"].isin(destinations)]
     grid = part.pivot_table(index="dst_ipu", columns="src_ipu", values=value, aggfunc="sum")
     grid = grid.reindex(index=destinations, columns=sources)
-    unit = value if value == "bytes" else naming.unit
-    fig = go.Figure(go.Heatmap(z=grid.to_numpy(dtype=float), x=[naming.label(i) for i in sources],
+    divisor, unit, number = _shown(value, naming)
+    fig = go.Figure(go.Heatmap(z=grid.to_numpy(dtype=float) / divisor, x=[naming.label(i) for i in sources],
                                y=[naming.label(i) for i in destinations], colorscale="Blues", zmin=0,
                                hoverongaps=False, colorbar=dict(title=dict(text=unit, side="right"), thickness=12),
-                               hovertemplate="%{x} → %{y}<br>%{z:,.0f} " + unit + "<extra></extra>"))
+                               hovertemplate="%{x} → %{y}<br>%{z:" + number + "} " + unit + "<extra></extra>"))
     fig.update_xaxes(title=f"source ({len(sources):,} of them; double-click for every rank)", side="bottom")
     fig.update_yaxes(title="destination", autorange="reversed")
     return styled(fig, height=620)

@@ -60,7 +60,7 @@ DESCRIPTION = {False: "How much of the time goes to moving data and synchronisin
                True: "How much of each rank's time goes to communication: exposed (the rank waits for it) or hidden "
                      "behind its compute, and between which ranks."}
 MATRIX_OPTIONS = {imported_: [{"label": " bytes", "value": "bytes"},
-                              {"label": " time (ns)" if imported_ else " cycles", "value": "cycles"}]
+                              {"label": " time (ms)" if imported_ else " cycles", "value": "cycles"}]
                   for imported_ in (False, True)}
 COSTLIEST_NOTE = {False: "Total cycles over the run: cycles of one execution × executions.",
                   True: "Each transfer's whole time, exposed or hidden behind compute."}

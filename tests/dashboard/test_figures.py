@@ -140,6 +140,26 @@ def test_exchange_matrix_names_the_host_and_streaming_memory():
     assert math.isnan(z[3, 3])
 
 
+def test_an_imported_traces_matrix_of_time_is_in_ms_and_an_ipus_in_cycles():
+    from dashboards.figures.exchange import exchange_submatrix
+    from dashboards.figures.style import Naming
+
+    # GIVEN ranks 0 and 1 sending each other 12.5 ms and 250 µs (an imported trace's cycles are ns)
+    matrix = pd.DataFrame({"src_ipu": [0, 1], "dst_ipu": [1, 0], "bytes": [800, 800], "cycles": [12_500_000, 250_000]})
+    ranks = Naming((0, 1), gpu=True)
+    for fig in (exchange_matrix(matrix, "cycles", ranks), exchange_submatrix(matrix, "cycles", ranks, [0, 1], [0, 1])):
+        heat = fig.data[0]
+        z = np.array(heat.z, dtype=float)
+        # THEN the colour bar counts ms (plotly's ticks of ns read "10M"), and the hover says ms
+        assert heat.colorbar.title.text == "ms" and (z[1, 0], z[0, 1]) == (12.5, 0.25)
+        assert "%{z:,.3f} ms" in heat.hovertemplate
+    # AND each cell's text keeps its own unit
+    assert list(exchange_matrix(matrix, "cycles", ranks).data[0].text[1]) == ["12.50 ms", ""]
+    # AND an IPU's time stays in cycles, as they are
+    heat = exchange_matrix(matrix, "cycles").data[0]
+    assert heat.colorbar.title.text == "cycles" and np.array(heat.z, dtype=float)[1, 0] == 12_500_000
+
+
 def test_stage_cycles_lays_a_stages_passes_end_to_end():
     summary = pd.DataFrame({"stage": [0, 0, 0, 1, 1], "pass": ["forward", "backward", "update", "forward", "backward"],
                             "cycles_per_micro_batch": [10, 20, 5, 30, 60]})
