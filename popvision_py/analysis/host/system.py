@@ -221,7 +221,7 @@ def _named(events: Events, name: str, kind: int) -> np.ndarray:
     return (events.kind == kind) & np.isin(events.name, codes)
 
 
-# An imported rank's steps: PyTorch profiler's ``ProfilerStep#N`` spans (``importer.system``), its model calls'
+# What an imported rank's model calls are: PyTorch profiler's ``ProfilerStep#N`` spans (``importer.system``)
 STEP_FAMILY = "ProfilerStep"
 
 

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from popvision_py.analysis.trace import retime
-from popvision_py.analysis.imported.ranks import is_imported
 from popvision_py.analysis.common.tables import PASS, PASSES, PHASE, Columns, Table, frame_of, lookup, sum_by
+from popvision_py.analysis.imported.ranks import is_imported
 from popvision_py.analysis.trace.scan import Aggregates, aggregates, iterations_traced
 from popvision_py.format.schedule import run_schedule
 
