@@ -199,6 +199,8 @@ def _overview(doc: Document, r: Any) -> None:
                 f"{s.worst_tile_bytes:,} of {s.bytes_per_tile:,} bytes")
     per = "micro-batches" if r.imported else "samples"
     rate = s.throughput_samples_per_s
+    if r.imported and not imported.pipelined(r.run):  # each rank its own batches: steps, not one rank's micro-batches
+        per, rate = "steps", 1.0 / s.step_s if s.step_s > 0 else float("nan")
     speed = (f"{s.step_s * 1e3:,.3g} ms a step" + ("" if r.imported else f" ({s.step_cycles:,.0f} cycles)") + ", "
              + (f"{rate:,.0f}" if rate >= 100 else f"{rate:,.3g}") + f" {per}/s")
     if st.num_stages > 1 and st.bottleneck_stage is not None and st.bottleneck_stage >= 0:

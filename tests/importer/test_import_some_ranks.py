@@ -42,6 +42,8 @@ def test_one_rank_of_eight_is_named_rank_5_in_every_section_a_person_reads(tmp_p
     assert "peak 5.0 MiB allocated on rank 5" in overview
     # AND the overview says the data-parallel run has no pipeline, and what each section adds in a rank's words
     assert "no pipeline to balance (data parallel: each rank runs the whole model)" in overview
+    # AND its speed is its step's, 1 ms: 1,000 steps a second (each rank its own batches, not one rank's micro-batch)
+    assert "  speed     1 ms a step, 1,000 steps/s" in overview.splitlines()
     assert "memory per rank and by category" in overview and "IPU" not in overview and "tile" not in overview
     memory = report(profile, "--section", "memory").splitlines()
     table = memory[memory.index(next(line for line in memory if line.strip().startswith("rank  always"))) + 2]
