@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from popvision_py.format.schema import MEMORY_CATEGORIES, PHASES
-from popvision_py.render.rank_words import PHASE_WORDS
+from popvision_py.render.rank_words import NS_PER_MS, PHASE_WORDS
 
 # Colours: one meaning per colour across every page.
 PHASE_COLOURS: dict[str, str] = {
@@ -160,7 +160,7 @@ class Naming:
     @property
     def scale(self) -> tuple[float, str]:
         """(divisor, unit) of the time axes no zoom asks the server about: cycles, or an imported trace's ms."""
-        return (1e6, "ms") if self.imported else (1.0, "cycles")
+        return (NS_PER_MS, "ms") if self.imported else (1.0, "cycles")
 
     @property
     def x_title(self) -> str:

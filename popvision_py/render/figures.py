@@ -6,12 +6,10 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from popvision_py.render.rank_words import KIND_WORDS, PHASE_WORDS
+from popvision_py.render.rank_words import KIND_WORDS, NS_PER_MS, PHASE_WORDS
 
 PHASE_COLOURS = {"compute": "#2b8cbe", "exchange": "#f03b20", "sync": "#feb24c", "stream": "#31a354", "idle": "#d9d9d9"}
 PASS_COLOURS = {"forward": "#2b8cbe", "backward": "#e6550d", "update": "#756bb1"}
-# An imported trace's time in ms (its cycle is a ns): plotly's ticks read ns as "1.4B"
-NS_PER_MS = 1e6
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:

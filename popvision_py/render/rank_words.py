@@ -63,6 +63,8 @@ KIND_WORDS = {"inter_ipu": "point-to-point", "all_reduce": "collective"}
 # synchronise its ranks as an IPU's BSP does)
 PHASE_WORDS = {"compute": "compute", "exchange": "exposed communication", "stream": "copies and sets", "idle": "idle"}
 IPU_KINDS = ("internal", "host", "remote_buffer")
+# An imported trace's time axes in ms (its cycle is a ns): plotly's ticks read ns as "1.4B"
+NS_PER_MS = 1e6
 ITSELF = "a rank to itself: its collectives over its group, or its transfers to a peer the traces do not name"
 
 

@@ -221,6 +221,11 @@ def _named(events: Events, name: str, kind: int) -> np.ndarray:
     return (events.kind == kind) & np.isin(events.name, codes)
 
 
+def _code(words: Sequence[str], word: str) -> int:
+    """``word``'s code among ``words``; -1, which no event has, where it is not one of them."""
+    return words.index(word) if word in words else -1
+
+
 # What an imported rank's model calls are: PyTorch profiler's ``ProfilerStep#N`` spans (``importer.system``)
 STEP_FAMILY = "ProfilerStep"
 
@@ -236,11 +241,9 @@ def processes(events: Events, imported: bool = False) -> Table:
     n = len(events.processes)
     _, _, wall = _per_process(events)
     process = events.process
-    if imported:
-        steps = [k for k, f in enumerate(events.family_of.tolist()) if events.families[f] == STEP_FAMILY]
-        calls = (events.kind == SPAN) & np.isin(events.name, steps)
-        fetches = [k for k, c in enumerate(events.channels) if c == S.DATALOADER]
-        wait = (events.kind == SPAN) & np.isin(events.channel, fetches)
+    if imported:  # the spans of the steps' family, and of the DataLoader's channel
+        calls = (events.kind == SPAN) & (events.family_of[events.name] == _code(events.families, STEP_FAMILY))
+        wait = (events.kind == SPAN) & (events.channel == _code(events.channels, S.DATALOADER))
     else:
         calls = _named(events, S.MODEL_CALL, SPAN)
         wait = _named(events, S.WAIT_FOR_DATA, SPAN)
