@@ -216,7 +216,7 @@ def test_phases_worked_out_a_piece_at_a_time_are_those_of_the_whole_rank():
 @pytest.mark.parametrize("dtype, low", [(np.int64, 0), (np.int64, -10**12), (np.int64, 10**15), (np.int32, -50),
                                         (np.uint32, 0), (np.float64, -3)])
 def test_each_groups_median_is_numpys_whatever_the_values_type_and_sign(dtype, low):
-    from popvision_py.analysis.imported.bound import group_medians
+    from popvision_py.analysis.imported.stats import group_medians
 
     # GIVEN values of 7 groups (group 3 without any, group 5 of one value), drawn about ``low``
     rng = np.random.default_rng(7)
@@ -227,3 +227,30 @@ def test_each_groups_median_is_numpys_whatever_the_values_type_and_sign(dtype, l
     got = group_medians(group, values, 7)
     want = [np.median(values[group == g].astype(np.float64)) if (group == g).any() else np.nan for g in range(7)]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("low, spread", [(0, 1_000), (-10**12, 1_000), (10**15, 10**6), (-(1 << 59), 1 << 60)])
+def test_each_keys_count_sum_and_median_taken_a_piece_at_a_time_are_numpys_of_the_values_at_once(low, spread):
+    from popvision_py.analysis.imported.stats import key_medians
+
+    # GIVEN the (key, value) pairs of 5 keys (key 3 without any) in three pieces of 40, 0 and 261 pairs; the last
+    # case's values too far apart to share an int64 with their key
+    rng = np.random.default_rng(11)
+    key = rng.choice([0, 1, 2, 4], 301)
+    values = low + rng.integers(0, spread, len(key), dtype=np.int64)
+    cuts = [(0, 40), (40, 40), (40, 301)]
+    passes = []
+
+    def parts():
+        passes.append(1)
+        return ((key[a:b], values[a:b]) for a, b in cuts)
+    # WHEN each key's figures are taken a piece at a time
+    got = key_medians(parts, 5)
+    # THEN each is numpy's of the key's values at once (NaN, 0 and 0 for the key of none), in two passes over the
+    # pieces (the second joins them where the values do not fit beside their keys)
+    np.testing.assert_array_equal(got["median"], [np.median(values[key == g].astype(np.float64))
+                                                  if (key == g).any() else np.nan for g in range(5)])
+    np.testing.assert_array_equal(got["kernels"], [(key == g).sum() for g in range(5)])
+    if abs(low) < 1 << 40:  # (sums exact below 2**53, as ``tables.sum_by``'s)
+        np.testing.assert_array_equal(got["sum"], [values[key == g].sum() for g in range(5)])
+    assert len(passes) == 2

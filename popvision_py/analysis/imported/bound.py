@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from popvision_py.analysis.common.tables import Table, sum_by
+from popvision_py.analysis.common.tables import Table
 from popvision_py.analysis.imported.gpu import Kernels, coverage
-from popvision_py.analysis.imported.stats import joined
+from popvision_py.analysis.imported.stats import group_medians, key_medians
 from popvision_py.format import system as S
 
 BOUND_PCT = 20.0  # a wait binds a step when it takes at least this share of it
@@ -193,34 +194,6 @@ def expand(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return which, first[which] + offset
 
 
-def group_medians(group: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
-    """Each group's median of ``values`` (NaN for a group without any). Integers whose (group, value) fit one int64
-    are sorted as those (a rank's 1.6 M kernels: one array made and sorted in place, not the sort's order and its
-    gathers), and only the middle ones made floats."""
-    if not len(values):
-        return np.full(size, np.nan)
-    low = int(values.min()) if values.dtype.kind in "iu" else 0
-    width = int(values.max()) - low + 1 if values.dtype.kind in "iu" else 0
-    if 0 < width and size * width < 1 << 62:
-        v = np.multiply(group, width, dtype=np.int64)  # group x width + value - low, in an order that cannot wrap
-        if low >= 0:
-            v -= low
-            np.add(v, values, out=v, casting="unsafe")
-        else:
-            np.add(v, values, out=v, casting="unsafe")
-            v -= low
-        v.sort()
-        np.remainder(v, width, out=v)
-        v += low
-    else:
-        v = values[np.lexsort((values, group))].astype(np.float64)
-    count = np.bincount(group, minlength=size)
-    first = np.cumsum(count) - count
-    lo = np.minimum(first + np.maximum(count - 1, 0) // 2, len(v) - 1)
-    hi = np.minimum(first + count // 2, len(v) - 1)
-    return np.where(count > 0, (v[lo].astype(np.float64) + v[hi].astype(np.float64)) / 2, np.nan)
-
-
 def pct(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(whole > 0, 100.0 * part / np.maximum(whole, 1), np.nan)
@@ -353,18 +326,15 @@ def step_bounds(k: Kernels, spans: TraceSpans, window: tuple[np.ndarray, np.ndar
     idle = cov[:, [1, 2, 3, 5, 6, 7]].sum(axis=1)  # a launch or other gap (the two never overlap)
     input_wait = cov[:, [5, 6, 7]].sum(axis=1)
     launch_wait, other = cov[:, 1], cov[:, 2]
-    def steps_of(launched: bool) -> list[np.ndarray]:  # a piece at a time: the step each kernel starts in, its time
-        found = []
+    def steps_of(launched: bool) -> Iterator[tuple[np.ndarray, np.ndarray]]:  # the step each kernel starts in, its time
         for p in k.pieces(fields=("launch_start", "launch_end")):
             at = before((s_ipu, s_start), (p.ipu, p.start), inclusive=True) - 1
             inside = (at >= 0) & (p.ipu == s_ipu[np.maximum(at, 0)]) & (p.start < s_end[np.maximum(at, 0)])
             inside &= (p.launch_start >= 0) if launched else True
-            found.append((at[inside], ((p.launch_end - p.launch_start) if launched else (p.end - p.start))[inside]))
-        return joined(found)
-    launch_median = group_medians(*steps_of(True), size)  # (one pass each: a rank a pair of columns at a time)
-    at, kernel_ns = steps_of(False)
-    count = np.bincount(at, minlength=size)[:size] if size else np.zeros(0, np.int64)
-    kernel_median = group_medians(at, kernel_ns, size)
+            yield at[inside], ((p.launch_end - p.launch_start) if launched else (p.end - p.start))[inside]
+    launch_median = key_medians(lambda: steps_of(True), size)["median"]  # (a long rank a piece at a time)
+    kernel = key_medians(lambda: steps_of(False), size)
+    count, kernel_median = kernel["kernels"], kernel["median"]
     waits = np.stack([input_wait, launch_wait, other], axis=1) if size else np.zeros((0, 3), np.int64)
     largest = np.argmax(waits, axis=1) if size else np.zeros(0, np.int64)
     binds = waits[np.arange(size), largest] >= bound_pct / 100.0 * span if size else np.zeros(0, bool)
@@ -423,23 +393,21 @@ def worth_a_look(k: Kernels, window: tuple[np.ndarray, np.ndarray], long_kernels
     pairs: dict[str, list] = {"op": [], "module": []}  # each piece's distinct (key, word) pairs and their counts
     words = {label: k.labels[label] for label in ("op", "module") if label in k.labels}
 
-    def kernels_of(launched: bool) -> list[np.ndarray]:  # a piece at a time: each kernel's key and its time
-        found = []
+    def kernels_of(launched: bool, labelled: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Each piece's kernels' keys and times (their launching calls' where ``launched``), their labels'
+        distinct (key, word) pairs counted into ``pairs`` where ``labelled``."""
         for p in k.pieces(fields=("name", "launch_start", "launch_end") if launched else ("name", *words)):
             inside = p.take((p.start >= lo[p.ipu]) & (p.start < hi[p.ipu])) if len(p) else p
             key = inside.ipu * names + inside.name
-            for label in words if not launched else ():
+            for label in words if labelled else ():
                 pairs[label].append(distinct(_labelled(inside, label, key, words[label]), counts=True))
             rows = inside.launch_start >= 0 if launched else slice(None)
-            found.append((key[rows], ((inside.launch_end - inside.launch_start) if launched else
-                                      (inside.end - inside.start))[rows]))
-        return joined(found)
-    launch = group_medians(*kernels_of(True), size)  # (one pass each: a long rank's columns held one pair at a time)
-    key, duration = kernels_of(False)
-    count = np.bincount(key, minlength=size)
-    total = sum_by(key, duration, size)
-    median = group_medians(key, duration, size)
-    del key, duration
+            yield key[rows], ((inside.launch_end - inside.launch_start) if launched else
+                              (inside.end - inside.start))[rows]
+    launch = key_medians(lambda: kernels_of(True), size)["median"]  # (a long rank a piece at a time)
+    passes = iter((True, False))  # the labels' pairs counted in the first pass over the kernels' times only
+    kernel = key_medians(lambda: kernels_of(False, next(passes, False)), size)
+    count, total, median = kernel["kernels"], kernel["sum"], kernel["median"]
     rows = np.flatnonzero(count)
     rank_of = rows // names
     by_time = rows[np.lexsort((rows, -total[rows], rank_of))]

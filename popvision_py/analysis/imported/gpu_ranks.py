@@ -105,6 +105,7 @@ def rank_kernels(profile: Any, ipu: int, ranks: np.ndarray) -> gpu.Kernels:
 
 TRIM_KERNELS = 1 << 20  # a run of at least this many kernels hands its figures' freed pages back after each figure
 CHUNK_KERNELS = 1 << 17  # a chunk's kernels: ranks are added to it while it holds no more (one rank at least)
+READ_KERNELS = 1 << 15  # the kernels decoded at once (a row group holds ``importer.profile.KERNEL_GROUP_ROWS``)
 
 
 @dataclass(frozen=True)
@@ -156,8 +157,8 @@ def each_chunk(profile: Any, ranks: np.ndarray, rows: int = CHUNK_KERNELS,
 def sorted_chunks(profile: Any, ranks: np.ndarray, rows: int, part: RankRange) -> Iterator[Chunk]:
     """``each_chunk``'s runs of ``part``'s IPUs from its row groups read in order, each once (their rows of other
     IPUs left), while their ``ipu`` column rises; it stops early at rows out of order (``each_chunk`` reads the rest
-    an IPU at a time). Each row
-    group is made NumPy arrays as it is read (``gpu.Kernels.owned``) and its Arrow rows let go, and a run's
+    an IPU at a time). Each ``READ_KERNELS`` rows of a row
+    group are made NumPy arrays as they are read (``gpu.Kernels.owned``) and their Arrow rows let go, and a run's
     pieces are joined a field at a time (``gpu.Kernels.joined``): a long rank is held once, not as Arrow rows and
     their arrays too. A run is held until the IPUs read after it could not join it: a run of more than ``rows``
     rows (one long IPU) goes as soon as the next IPU's first row is read, not once the next IPU is read whole
@@ -166,24 +167,18 @@ def sorted_chunks(profile: Any, ranks: np.ndarray, rows: int, part: RankRange) -
     names = [c for c in TABLE_COLUMNS["kernels"] if profile.has_column("kernels", c)]
     held: list[gpu.Kernels] = []  # the rows of the IPUs read but not yet yielded (the last one's may go on)
     ipu = part.first  # the first IPU not yet yielded
-    for group in part.groups:
-        batches = list(profile.iter_batches("kernels", names, row_groups=[group]))
-        if not batches:
-            continue
-        table = pa.Table.from_batches(batches)
-        del batches
-        k = gpu.Kernels.from_columns(Columns(table), ranks)
-        del table
+    for batch in (b for group in part.groups
+                  for b in profile.iter_batches("kernels", names, batch_size=READ_KERNELS, row_groups=[group])):
+        k = gpu.Kernels.from_columns(Columns(pa.Table.from_batches([batch])), ranks)
+        del batch
         inside = (k.ipu >= part.first) & (k.ipu < part.stop)  # a group shared with the part before or after
         held.append((k if inside.all() else k.take(np.flatnonzero(inside))).owned())
         del k, inside
         _hold_long(held)
-        ipus = np.concatenate([k.ipu for k in held])
-        if len(ipus) and ((np.diff(ipus) < 0).any() or ipus[0] < ipu):
+        values, counts = _ipu_runs(held)
+        if len(values) and ((np.diff(values) < 0).any() or values[0] < ipu):
             return
-        last = int(ipus[-1]) if len(ipus) else ipu
-        ends = np.searchsorted(ipus, np.arange(ipu, last + 1), side="right")  # the rows up to each IPU's end
-        del ipus
+        ends = _ends(values, counts, ipu, int(values[-1]) if len(values) else ipu)  # the rows up to each IPU's end
         found = runs(ends[:-1], rows)  # the IPUs before the last one read: all their rows are here
         # the last run may take IPUs still to come, unless it holds more than a run's rows (an IPU alone)
         closed = found if found and _rows_of(found[-1], ends) > rows else found[:-1]
@@ -191,26 +186,45 @@ def sorted_chunks(profile: Any, ranks: np.ndarray, rows: int, part: RankRange) -
         done = [(ipu + a, b - a, _rows(held, int(ends[a - 1]) if a else 0, int(ends[b - 1]))) for a, b in closed]
         held, ipu = _rows(held, int(ends[keep - 1]) if keep else 0, None), ipu + keep
         yield from _released(done, ranks)
-    ipus = np.concatenate([k.ipu for k in held]) if held else np.zeros(0, np.int64)
-    if len(ipus):
-        ends = np.searchsorted(ipus, np.arange(ipu, int(ipus[-1]) + 1), side="right")
+    values, counts = _ipu_runs(held)
+    if len(values):
+        ends = _ends(values, counts, ipu, int(values[-1]))
         done = [(ipu + a, b - a, _rows(held, int(ends[a - 1]) if a else 0, int(ends[b - 1])))
                 for a, b in runs(ends, rows)]
         held = []
         yield from _released(done, ranks)
-        ipu = int(ipus[-1]) + 1
+        ipu = int(values[-1]) + 1
     if ipu < part.stop:
         yield Chunk(ipu, gpu.Kernels.build([], [], [], [], [], [], ranks=ranks[ipu:part.stop]))
 
 
+def _ipu_runs(held: list[gpu.Kernels | Stored]) -> tuple[np.ndarray, np.ndarray]:
+    """The ``ipu`` of the held rows one after the other as runs of one IPU: each run's IPU and its rows (a long
+    rank's compressed pieces a run each, their ``ipu`` not made an array)."""
+    values, counts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for k in held:
+        if not len(k):
+            continue
+        starts = np.r_[0, np.flatnonzero(np.diff(k.ipu)) + 1] if not isinstance(k, Stored) else np.zeros(1, np.int64)
+        values.append(np.asarray(k.ipu[starts], np.int64))
+        counts.append(np.diff(np.r_[starts, len(k)]))
+    return np.concatenate(values), np.concatenate(counts)
+
+
+def _ends(values: np.ndarray, counts: np.ndarray, first: int, last: int) -> np.ndarray:
+    """The rows up to each IPU's end, of IPUs ``first`` to ``last``, from the held rows' runs (``_ipu_runs``)."""
+    return np.r_[0, np.cumsum(counts)][np.searchsorted(values, np.arange(first, last + 1), side="right")]
+
+
 def _hold_long(held: list[gpu.Kernels | Stored]) -> None:
-    """The row groups of one IPU alone compressed (``Stored``) once they hold half ``HOLD_KERNELS`` rows: a long
-    rank is not held as arrays while its row groups are read."""
+    """The pieces read of one IPU alone compressed (``Stored``) once they hold a sixteenth of ``HOLD_KERNELS`` rows:
+    a long rank is not held as arrays while it is read (from half of them, a 10 GB import's ranks held 512 K
+    kernels as arrays, 50 MiB)."""
     last = held[-1]
     if not len(last) or last.ipu[0] != last.ipu[-1]:
         return
     mine = [i for i, k in enumerate(held) if len(k) and k.ipu[0] == last.ipu[0] == k.ipu[-1]]
-    if sum(len(held[i]) for i in mine) >= HOLD_KERNELS // 2:
+    if sum(len(held[i]) for i in mine) >= HOLD_KERNELS // 16:
         for i in mine:
             held[i] = held[i] if isinstance(held[i], Stored) else Stored.of(held[i])
 

@@ -93,7 +93,7 @@ class Kernels:
 
     @classmethod
     def joined(cls, pieces: list[Kernels], let_go: Callable[[], Any] | None = None) -> Kernels:
-        """The pieces' kernels (a rank's row groups, of one ``ranks``) one after the other, as ``from_columns`` makes
+        """The pieces' kernels (a rank's pieces read, of one ``ranks``) one after the other, as ``from_columns`` makes
         their rows, names and labels the sorted union of the pieces' words. A field at a time, each let go of in the
         pieces once joined (``pieces`` is changed), then ``let_go()`` where given (a long rank's pages handed back)."""
         if len(pieces) == 1:
@@ -236,7 +236,7 @@ _CODEC = "lz4"
 
 @dataclass(frozen=True)
 class Stored:
-    """Some kernels of one IPU (a row group of a long rank) held compressed: each field's differences from the
+    """Some kernels of one IPU (a piece of a long rank, as read) held compressed: each field's differences from the
     row before (``np.diff``, undone by ``np.cumsum``, exact in int64's wrap-around) in LZ4, with its own words."""
 
     rows: int
@@ -280,7 +280,7 @@ class Stored:
 
 @dataclass(frozen=True)
 class HeldKernels:
-    """A long rank's kernels (one IPU's) held compressed, a row group at a time (``Stored``), and given back a piece
+    """A long rank's kernels (one IPU's) held compressed, a piece as read at a time (``Stored``), and given back a piece
     at a time (``pieces``), as ``Kernels.pieces`` gives them: cut where the rank's GPU idles. What a figure holds is
     then a piece's arrays and the rank compressed, not the rank's arrays (1.57 M kernels: 156 MiB as arrays).
 
@@ -299,7 +299,7 @@ class HeldKernels:
 
     @classmethod
     def of(cls, pieces: list[Kernels | Stored], first: int, ranks: np.ndarray) -> HeldKernels | None:
-        """One IPU's row groups (``Kernels`` or ``Stored``), in order, held compressed; None where its kernels are
+        """One IPU's pieces as read (``Kernels`` or ``Stored``), in order, held compressed; None where its kernels are
         not in start order (the pieces are cut by their starts)."""
         stored = tuple(p if isinstance(p, Stored) else Stored.of(p) for p in pieces)
         full = [s.starts for s in stored if len(s)]
@@ -351,9 +351,9 @@ class HeldKernels:
                           labels=dict(self.labels))
 
     def _cut(self, rows: int, fields: set[str] | None) -> Iterator[Kernels]:
-        """The pieces, each row group decoded in turn: a cut may fall before a kernel that starts after every kernel
+        """The pieces, each stored piece decoded in turn: a cut may fall before a kernel that starts after every kernel
         before it has ended (the latest end so far carried from group to group), ``rows`` or more after the last.
-        Only a piece that runs across row groups is a copy; the others are views of their group."""
+        Only a piece that runs across stored pieces is a copy; the others are views of theirs."""
         carry: Kernels | None = None  # the rows after the last cut, a view of their group (or a copy across groups)
         reach = np.iinfo(np.int64).min  # the latest end of every row so far
         for stored in self.stored:

@@ -1,5 +1,5 @@
 """Per-key figures of a rank's kernels worked out a piece of it at a time (``gpu.Kernels.pieces``) that are the
-bits the whole rank at once gives: count, sum, largest, least, mean and standard deviation."""
+bits the whole rank at once gives: count, sum, largest, least, mean, standard deviation and median."""
 
 from __future__ import annotations
 
@@ -46,3 +46,64 @@ def joined(found: list[tuple[np.ndarray, ...]]) -> list[np.ndarray]:
     while columns:
         out.append(np.concatenate(columns.pop(0)))
     return out
+
+
+def key_medians(parts: Parts, size: int) -> dict[str, np.ndarray]:
+    """Per key (``0..size-1``): ``kernels`` (count), ``sum`` and ``median`` (NaN for a key without any) of the values
+    of ``parts()``, in two passes: the first finds the values' range, the second writes each (key, value) as one
+    int64 into an array of them all, sorted in place (``sorted_medians``). What a long rank's medians hold is then
+    one int64 a value, not its keys' and values' columns joined (1.6 M kernels: 12 MiB, not 37). Values too wide
+    to share an int64 with their key are joined and sorted as ``group_medians`` sorts them."""
+    count, total = np.zeros(size, np.int64), np.zeros(size, np.int64)
+    low, high = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    for key, values in parts():
+        count += np.bincount(key, minlength=size)[:size]
+        total += sum_by(key, values, size)
+        if len(values):
+            low, high = min(low, int(values.min())), max(high, int(values.max()))
+    width = high - low + 1
+    if not count.sum() or size * width >= 1 << 62:
+        keys, values = joined(list(parts())) if count.sum() else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return {"kernels": count, "sum": total, "median": group_medians(keys, values, size)}
+    v, at = np.empty(int(count.sum()), np.int64), 0
+    for key, values in parts():
+        into = v[at:at + len(values)]
+        np.multiply(key, width, out=into, casting="unsafe")
+        into += values - low
+        at += len(values)
+    v.sort()
+    np.remainder(v, width, out=v)
+    v += low
+    return {"kernels": count, "sum": total, "median": sorted_medians(v, count)}
+
+
+def group_medians(group: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """Each group's median of ``values`` (NaN for a group without any). Integers whose (group, value) fit one int64
+    are sorted as those (a rank's 1.6 M kernels: one array made and sorted in place, not the sort's order and its
+    gathers), and only the middle ones made floats."""
+    if not len(values):
+        return np.full(size, np.nan)
+    low = int(values.min()) if values.dtype.kind in "iu" else 0
+    width = int(values.max()) - low + 1 if values.dtype.kind in "iu" else 0
+    if 0 < width and size * width < 1 << 62:
+        v = np.multiply(group, width, dtype=np.int64)  # group x width + value - low, in an order that cannot wrap
+        if low >= 0:
+            v -= low
+            np.add(v, values, out=v, casting="unsafe")
+        else:
+            np.add(v, values, out=v, casting="unsafe")
+            v -= low
+        v.sort()
+        np.remainder(v, width, out=v)
+        v += low
+    else:
+        v = values[np.lexsort((values, group))].astype(np.float64)
+    return sorted_medians(v, np.bincount(group, minlength=size))
+
+
+def sorted_medians(v: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Each group's median of ``v``: its values sorted by group then value, ``count[g]`` of group ``g``."""
+    first = np.cumsum(count) - count
+    lo = np.minimum(first + np.maximum(count - 1, 0) // 2, len(v) - 1)
+    hi = np.minimum(first + count // 2, len(v) - 1)
+    return np.where(count > 0, (v[lo].astype(np.float64) + v[hi].astype(np.float64)) / 2, np.nan)

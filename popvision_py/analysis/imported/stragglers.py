@@ -33,10 +33,10 @@ from __future__ import annotations
 import numpy as np
 
 from popvision_py.analysis.common.tables import Table
-from popvision_py.analysis.imported.bound import STEP, TraceSpans, before, group_medians, step_windows
+from popvision_py.analysis.imported.bound import STEP, TraceSpans, before, step_windows
 from popvision_py.analysis.imported.collectives import collective_of
 from popvision_py.analysis.imported.gpu import COMMUNICATION, COMPUTE, Kernels
-from popvision_py.analysis.imported.stats import joined
+from popvision_py.analysis.imported.stats import group_medians, joined
 
 LATE_PCT = 5.0  # a rank is late when ready this share of the median's time from the step's start after it
 TOP_LATE = 5  # late ranks named a step, the latest first
