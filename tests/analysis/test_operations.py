@@ -157,10 +157,14 @@ def test_an_ops_variables_and_steps(emulated):
     assert len(layer) == len(in_layer)
 
 
-def test_imported_rows_are_the_steps_by_name_rank_and_pass(gpipe):
-    # GIVEN the imported GPipe sample: no ops, its program steps named after the trace's modules and operators
-    report, t = gpipe
-    assert report.imported and t["ops"].empty
+@pytest.mark.parametrize("at_once", [operations.IMPORTED_STEPS, 7])
+def test_imported_rows_are_the_steps_by_name_rank_and_pass(gpipe, at_once, monkeypatch):
+    # GIVEN the imported GPipe sample: no ops, its program steps named after the trace's modules and operators,
+    # grouped all at once or 7 at a time (a new Report: nothing kept from another)
+    _, t = gpipe
+    monkeypatch.setattr(operations, "IMPORTED_STEPS", at_once)
+    report = pv.open(SAMPLES / "pytorch_gpipe" / "profile.pop")
+    assert report.imported and t["ops"].empty and len(t["programs"]) > 10 * 7
     steps = trace_by_step(t)
     cycles = [f"{p}_cycles" for p in PHASES]
     want = steps.groupby(["name", "ipu", "pass"]).agg(steps=("step", "size"), executions=("executions", "sum"),
@@ -176,6 +180,14 @@ def test_imported_rows_are_the_steps_by_name_rank_and_pass(gpipe):
     layers = report.operations.by_layer().set_index("layer")
     assert layers["total_cycles"].to_dict() == want.groupby(level="name")[cycles].sum().sum(axis=1).to_dict()
     assert report.operations.figures().not_recorded.startswith("The traces record no FLOPs")
+    # ... and each program step's row is the row of its (name, rank, pass), the cycles of them all the figures'
+    costs = report.operations.costs()
+    rows = got.reset_index()
+    keys = list(zip(rows["name"], rows["ipu"], rows["pass"]))
+    assert [keys[r] for r in costs.step_row] == list(zip(t["programs"]["name"], t["programs"]["ipu"],
+                                                         t["programs"]["pass"]))
+    assert (costs.op_cycles, costs.other_cycles) == (int(steps[cycles].to_numpy().sum()), 0)
+    report.close()
 
 
 def test_imported_report_says_blocks_do_not_apply(gpipe):

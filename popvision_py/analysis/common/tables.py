@@ -120,21 +120,40 @@ class Columns:
         key = "codes:" + name
         if key not in self._arrays:
             column = self._column(name)
-            if not pa.types.is_dictionary(column.type):
+            if not self.coded(name):
                 column = column.dictionary_encode()
+                self._arrays["words:" + name] = np.asarray(column.dictionary.to_pylist(), dtype=object)
             self._arrays[key] = numbers(column.indices).astype(np.int64)
-            self._arrays["words:" + name] = np.asarray(column.dictionary.to_pylist(), dtype=object)
         return self._arrays[key]
+
+    def coded(self, name: str) -> bool:
+        """Whether a column is stored as an Arrow dictionary: its codes index the words of every slice
+        (``rows``) of the table, not only of the slice whose codes they are."""
+        return pa.types.is_dictionary(self._column(name).type)
 
     def words(self, name: str) -> np.ndarray:
         """The distinct strings of a category column (object array), in its dictionary's order."""
-        self.codes(name)
-        return self._arrays["words:" + name]
+        key = "words:" + name
+        if key not in self._arrays:
+            if self.coded(name):
+                self._arrays[key] = np.asarray(self._column(name).dictionary.to_pylist(), dtype=object)
+            else:
+                self.codes(name)
+        return self._arrays[key]
 
     def strings(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
-        """A category column's values as strings (object array), only at ``rows`` if given."""
+        """A category column's values as strings (object array), only at ``rows`` if given (their codes taken in
+        Arrow where the column's are not made yet: not a whole column of codes made for a few rows)."""
+        if rows is not None and "codes:" + name not in self._arrays and self.coded(name):
+            at = pa.array(np.asarray(rows, np.int64).reshape(-1), pa.int64())
+            return self.words(name)[numbers(self._column(name).indices.take(at)).astype(np.int64)]
         codes = self.codes(name)
         return self.words(name)[codes if rows is None else codes[rows]]
+
+    def rows(self, start: int, stop: int) -> Columns:
+        """Rows ``start`` to ``stop`` as Columns of their own, a view of the table: its arrays made as they are asked
+        for and let go with it, a category's codes (where ``coded``) indexes into this table's ``words``."""
+        return Columns(self._table.slice(start, stop - start))
 
     def text(self, name: str, rows: np.ndarray) -> pd.api.extensions.ExtensionArray:
         """A string column's values at ``rows`` as pandas' ``str`` array, taken and decoded in Arrow.

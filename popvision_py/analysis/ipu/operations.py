@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from popvision_py.analysis.common.tables import PASSES, PHASE, Columns, Table, lookup, numbered, sum_by
+from popvision_py.analysis.common.tables import PASSES, PHASE, Columns, Table, lookup, sum_by
 from popvision_py.analysis.trace.scan import Aggregates, aggregates
 from popvision_py.format.schema import PROGRAM_TYPES
 
@@ -32,6 +32,7 @@ FIGURE_COLUMNS = ["total_cycles", "step_pct", "flops", "flops_per_s", "peak_pct"
 OP_COLUMNS = ["op_id", "name", "kind", "block", "layer", "stage", "ipu", "pass", "steps", "executions",
               *CYCLE_COLUMNS, *FIGURE_COLUMNS]
 GROUPINGS = ("op", "block", "layer")
+IMPORTED_STEPS = 1 << 16  # an import's program steps grouped at a time (``_imported_ops``)
 GROUP_COLUMNS = {g: [g, "stage", "ipu", "ops", "steps", *CYCLE_COLUMNS, *FIGURE_COLUMNS] for g in GROUPINGS[1:]}
 VARIABLE_COLUMNS = ["var_id", "name", "ipu", "category", "always_live", "bytes", "tiles", "live_from_step",
                     "live_to_step"]
@@ -126,11 +127,10 @@ def costs(ops: Columns, programs: Columns, variables: Columns, trace: Aggregates
     traced = int(agg.end_cycle - agg.start_cycle)
     clock = float(target.get("clock_hz") or 0.0)
     peak, precision = peak_flops_per_s(target, run)
-    ex, total, phase = _step_cycles(programs, trace)
     if imported or not len(ops):
-        by_op, step_row = _imported_ops(programs, ex, total, phase, clock, traced)
-        return OpCosts(by_op, step_row, True, peak, str(run.get("precision", "-")), traced,
-                       *_op_and_other(step_row, total, phase))
+        by_op, step_row, known = _imported_ops(programs, trace, clock, traced)
+        return OpCosts(by_op, step_row, True, peak, str(run.get("precision", "-")), traced, known, 0)
+    ex, total, phase = _step_cycles(programs, trace)
 
     op_id = ops["op_id"].astype(np.int64)
     n = len(op_id)
@@ -182,39 +182,59 @@ def _variable_sums(variables: Columns, width: int) -> tuple[np.ndarray, np.ndarr
             sum_by(owner[always], nbytes[always], width))
 
 
-def _imported_ops(programs: Columns, ex: np.ndarray, total: np.ndarray, phase: np.ndarray, clock: float,
-                  traced: int) -> tuple[Table, np.ndarray]:
-    """An imported profile's rows: its program steps grouped by (name, rank, pass)."""
-    ipu = programs["ipu"]
-    n_ipu, n_pass = int(ipu.max(initial=-1)) + 1, len(PASSES) + 1
-    key = programs.codes("name") * n_ipu  # (name, ipu, pass) as one number, made in place: a row a program step
-    key += ipu
-    key *= n_pass
-    key += programs.codes_in("pass", PASSES)
-    step_row = numbered(key, len(programs.words("name")) * n_ipu * n_pass)[1]
-    del key
-    n = int(step_row.max(initial=-1)) + 1
-    first = np.full(n, len(step_row), np.int64)
-    np.minimum.at(first, step_row, np.arange(len(step_row)))
-    stage = programs["stage"]
+def _imported_ops(programs: Columns, trace: Aggregates, clock: float, traced: int) -> tuple[Table, np.ndarray, int]:
+    """An imported profile's rows: its program steps grouped by (name, rank, pass); also each step's row and the
+    cycles over the run of its steps of a known type (each is a step of a row). ``IMPORTED_STEPS`` steps at a time
+    (``Columns.rows``), in two passes, the first for the groups: what grouping holds is a piece's arrays, the
+    groups' figures and each step's row, not a column of every step for each figure (a 10 GB import's 835,200
+    steps: about 70 MiB)."""
+    n_ipu, n_pass = int(programs["ipu"].max(initial=-1)) + 1, len(PASSES) + 1
+    whole = len(programs)
+    at_once = IMPORTED_STEPS if programs.coded("name") and programs.coded("pass") else max(whole, 1)
+    pieces = [(a, min(a + at_once, whole)) for a in range(0, whole, at_once)]
+
+    def keys(part: Columns) -> np.ndarray:  # (name, ipu, pass) as one number, made in place: a row a program step
+        key = part.codes("name") * n_ipu
+        key += part["ipu"]
+        key *= n_pass
+        key += part.codes_in("pass", PASSES)
+        return key
+
+    groups = np.unique(np.concatenate([np.zeros(0, np.int64)] + [np.unique(keys(programs.rows(a, b)))
+                                                                  for a, b in pieces]))
+    n = len(groups)
+    step_row = np.empty(whole, np.int64)
+    first = np.full(n, whole, np.int64)
     lo, hi = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
-    np.minimum.at(lo, step_row, stage)
-    np.maximum.at(hi, step_row, stage)
-    runs = sum_by(step_row, ex, n)  # each imported step is one span of the trace: the group ran once per execution
+    runs, steps = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    sums = {column: np.zeros(n, np.int64) for column in CYCLE_COLUMNS}
+    known = 0
+    for a, b in pieces:
+        part = programs.rows(a, b)
+        row = np.searchsorted(groups, keys(part))
+        step_row[a:b] = row
+        np.minimum.at(first, row, np.arange(a, b))
+        np.minimum.at(lo, row, part["stage"])
+        np.maximum.at(hi, row, part["stage"])
+        ex, total, phase = _step_cycles(part, trace)
+        runs += sum_by(row, ex, n)  # each imported step is one span of the trace: the group ran once per execution
+        steps += sum_by(row, None, n)
+        for column, cycles in _sums(row, total, phase, n).items():
+            sums[column] += cycles
+        known += int(total[phase >= 0].sum())
     columns: dict[str, Any] = {"op_id": np.full(n, -1, np.int64), "name": programs.strings("name", first),
                                "kind": programs.strings("type", first), "block": np.full(n, "", dtype=object)}
     columns["layer"] = layer_of(columns["name"])
-    columns.update(stage=np.where(lo == hi, lo, -1), ipu=ipu[first].astype(np.int64),
+    columns.update(stage=np.where(lo == hi, lo, -1), ipu=programs["ipu"][first].astype(np.int64),
                    **{"pass": programs.strings("pass", first)})
-    columns.update(steps=sum_by(step_row, None, n), executions=runs)
-    columns.update(_sums(step_row, total, phase, n))
+    columns.update(steps=steps, executions=runs, **sums)
     nan = np.full(n, np.nan)
     _figures(columns, nan, clock, np.nan, traced)
     columns.update(variables=nan, variable_bytes=nan, always_live_bytes=nan)
     order = np.lexsort((first, -columns["total_cycles"]))
     where = np.empty(n, np.int64)
     where[order] = np.arange(n)
-    return Table({c: np.asarray(columns[c])[order] for c in OP_COLUMNS}), where[step_row]
+    return Table({c: np.asarray(columns[c])[order] for c in OP_COLUMNS}), where[step_row], known
 
 
 def group(c: OpCosts, variables: Columns, by: str, clock_hz: float) -> Table:
