@@ -230,27 +230,33 @@ def test_each_groups_median_is_numpys_whatever_the_values_type_and_sign(dtype, l
 
 
 @pytest.mark.parametrize("low, spread", [(0, 1_000), (-10**12, 1_000), (10**15, 10**6), (-(1 << 59), 1 << 60)])
-def test_each_keys_count_sum_and_median_taken_a_piece_at_a_time_are_numpys_of_the_values_at_once(low, spread):
-    from popvision_py.analysis.imported.stats import key_medians
+@pytest.mark.parametrize("most", [0, 301])
+def test_each_keys_count_sum_and_median_taken_a_piece_at_a_time_are_numpys_of_the_values_at_once(low, spread, most,
+                                                                                               monkeypatch):
+    from popvision_py.analysis.imported import stats
 
-    # GIVEN the (key, value) pairs of 5 keys (key 3 without any) in three pieces of 40, 0 and 261 pairs; the last
-    # case's values too far apart to share an int64 with their key
+    # GIVEN the (key, value) pairs of 5 keys (key 3 without any) in pieces of 40, 0, 61 and 200 pairs, the later
+    # pieces' values below and above the earlier ones'; the last case's too far apart to share an int64 with their
+    # key once the third piece is added. The pairs so far are re-written 16 at a time as the range widens
     rng = np.random.default_rng(11)
     key = rng.choice([0, 1, 2, 4], 301)
     values = low + rng.integers(0, spread, len(key), dtype=np.int64)
-    cuts = [(0, 40), (40, 40), (40, 301)]
-    passes = []
-
-    def parts():
-        passes.append(1)
-        return ((key[a:b], values[a:b]) for a, b in cuts)
-    # WHEN each key's figures are taken a piece at a time
-    got = key_medians(parts, 5)
-    # THEN each is numpy's of the key's values at once (NaN, 0 and 0 for the key of none), in two passes over the
-    # pieces (the second joins them where the values do not fit beside their keys)
+    values[40:101] = np.sort(values[40:101])
+    values[:40] = low + spread // 4 + (values[:40] - low) // 4  # the first piece's range inside the others'
+    cuts = [(0, 40), (40, 40), (40, 101), (101, 301)]
+    monkeypatch.setattr(stats, "REWRITE_ROWS", 16)
+    # WHEN each key's figures are taken a piece at a time, in one pass, into an array of ``most`` pairs at first
+    got = stats.key_medians(((key[a:b], values[a:b]) for a, b in cuts), 5, most)
+    # THEN each is numpy's of the key's values at once (NaN, 0 and 0 for the key of none)
     np.testing.assert_array_equal(got["median"], [np.median(values[key == g].astype(np.float64))
                                                   if (key == g).any() else np.nan for g in range(5)])
     np.testing.assert_array_equal(got["kernels"], [(key == g).sum() for g in range(5)])
     if abs(low) < 1 << 40:  # (sums exact below 2**53, as ``tables.sum_by``'s)
         np.testing.assert_array_equal(got["sum"], [values[key == g].sum() for g in range(5)])
-    assert len(passes) == 2
+
+
+def test_no_pairs_have_no_median():
+    from popvision_py.analysis.imported.stats import key_medians
+
+    got = key_medians(iter([(np.zeros(0, np.int64), np.zeros(0, np.int64))]), 3)
+    assert np.isnan(got["median"]).all() and got["kernels"].tolist() == [0, 0, 0]

@@ -327,13 +327,13 @@ def step_bounds(k: Kernels, spans: TraceSpans, window: tuple[np.ndarray, np.ndar
     input_wait = cov[:, [5, 6, 7]].sum(axis=1)
     launch_wait, other = cov[:, 1], cov[:, 2]
     def steps_of(launched: bool) -> Iterator[tuple[np.ndarray, np.ndarray]]:  # the step each kernel starts in, its time
-        for p in k.pieces(fields=("launch_start", "launch_end")):
+        for p in k.pieces(fields=("launch_start", "launch_end") if launched else ()):
             at = before((s_ipu, s_start), (p.ipu, p.start), inclusive=True) - 1
             inside = (at >= 0) & (p.ipu == s_ipu[np.maximum(at, 0)]) & (p.start < s_end[np.maximum(at, 0)])
             inside &= (p.launch_start >= 0) if launched else True
             yield at[inside], ((p.launch_end - p.launch_start) if launched else (p.end - p.start))[inside]
-    launch_median = key_medians(lambda: steps_of(True), size)["median"]  # (a long rank a piece at a time)
-    kernel = key_medians(lambda: steps_of(False), size)
+    launch_median = key_medians(steps_of(True), size, len(k))["median"]  # (a long rank a piece at a time)
+    kernel = key_medians(steps_of(False), size, len(k))
     count, kernel_median = kernel["kernels"], kernel["median"]
     waits = np.stack([input_wait, launch_wait, other], axis=1) if size else np.zeros((0, 3), np.int64)
     largest = np.argmax(waits, axis=1) if size else np.zeros(0, np.int64)
@@ -404,9 +404,8 @@ def worth_a_look(k: Kernels, window: tuple[np.ndarray, np.ndarray], long_kernels
             rows = inside.launch_start >= 0 if launched else slice(None)
             yield key[rows], ((inside.launch_end - inside.launch_start) if launched else
                               (inside.end - inside.start))[rows]
-    launch = key_medians(lambda: kernels_of(True), size)["median"]  # (a long rank a piece at a time)
-    passes = iter((True, False))  # the labels' pairs counted in the first pass over the kernels' times only
-    kernel = key_medians(lambda: kernels_of(False, next(passes, False)), size)
+    launch = key_medians(kernels_of(True), size, len(k))["median"]  # (a long rank a piece at a time)
+    kernel = key_medians(kernels_of(False, labelled=True), size, len(k))
     count, total, median = kernel["kernels"], kernel["sum"], kernel["median"]
     rows = np.flatnonzero(count)
     rank_of = rows // names

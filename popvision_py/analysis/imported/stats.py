@@ -48,33 +48,82 @@ def joined(found: list[tuple[np.ndarray, ...]]) -> list[np.ndarray]:
     return out
 
 
-def key_medians(parts: Parts, size: int) -> dict[str, np.ndarray]:
+def key_medians(pieces: Iterable[tuple[np.ndarray, np.ndarray]], size: int, most: int = 0) -> dict[str, np.ndarray]:
     """Per key (``0..size-1``): ``kernels`` (count), ``sum`` and ``median`` (NaN for a key without any) of the values
-    of ``parts()``, in two passes: the first finds the values' range, the second writes each (key, value) as one
-    int64 into an array of them all, sorted in place (``sorted_medians``). What a long rank's medians hold is then
-    one int64 a value, not its keys' and values' columns joined (1.6 M kernels: 12 MiB, not 37). Values too wide
-    to share an int64 with their key are joined and sorted as ``group_medians`` sorts them."""
+    of ``pieces`` (keys and int64 values a piece), in one pass: each (key, value) written as one int64 into an array
+    of them all (``Packed``; ``most``: about how many there are, where known), sorted in place. What a long rank's
+    medians hold is then one int64 a value, not its keys' and values' columns joined (1.6 M kernels: 12 MiB, not
+    37)."""
     count, total = np.zeros(size, np.int64), np.zeros(size, np.int64)
-    low, high = np.iinfo(np.int64).max, np.iinfo(np.int64).min
-    for key, values in parts():
+    packed = Packed(size, most)
+    for key, values in pieces:
         count += np.bincount(key, minlength=size)[:size]
         total += sum_by(key, values, size)
-        if len(values):
-            low, high = min(low, int(values.min())), max(high, int(values.max()))
-    width = high - low + 1
-    if not count.sum() or size * width >= 1 << 62:
-        keys, values = joined(list(parts())) if count.sum() else (np.zeros(0, np.int64), np.zeros(0, np.int64))
-        return {"kernels": count, "sum": total, "median": group_medians(keys, values, size)}
-    v, at = np.empty(int(count.sum()), np.int64), 0
-    for key, values in parts():
-        into = v[at:at + len(values)]
-        np.multiply(key, width, out=into, casting="unsafe")
-        into += values - low
-        at += len(values)
-    v.sort()
-    np.remainder(v, width, out=v)
-    v += low
-    return {"kernels": count, "sum": total, "median": sorted_medians(v, count)}
+        packed.add(key, values)
+    return {"kernels": count, "sum": total, "median": packed.medians(count)}
+
+
+REWRITE_ROWS = 1 << 16  # the pairs written so far re-written this many at a time when the range widens
+_FITS = 1 << 62  # a key times the range of the values must stay below this to share an int64
+
+
+class Packed:
+    """(key, value) pairs, keys in ``0..size-1``, written one int64 each (key x width + value - low) into an array
+    grown as needed. Where a piece's values fall outside the range so far, the width (at least doubled: a few
+    re-writes in all) and ``low`` widen, and the pairs so far are re-written ``REWRITE_ROWS`` at a time. Once a key
+    and a value no longer fit one int64, the pairs are kept as keys and values apart (``group_medians`` sorts
+    those)."""
+
+    def __init__(self, size: int, most: int = 0) -> None:
+        self.size, self.at, self.low, self.width = max(size, 1), 0, 0, 0
+        self.packed = np.empty(most, np.int64)
+        self.apart: list[tuple[np.ndarray, np.ndarray]] | None = None
+
+    def add(self, key: np.ndarray, values: np.ndarray) -> None:
+        if not len(values):
+            return
+        if self.apart is not None:
+            self.apart.append((key, values))
+            return
+        lo, hi = int(values.min()), int(values.max())
+        if not self.width or lo < self.low or hi >= self.low + self.width:
+            low = lo if not self.width else min(lo, self.low)
+            need = (hi if not self.width else max(hi, self.low + self.width - 1)) - low + 1
+            if self.size * need >= _FITS:
+                keys, kept = np.divmod(self.packed[:self.at], max(self.width, 1))
+                self.apart, self.packed = [(keys, kept + self.low), (key, values)], np.empty(0, np.int64)
+                return
+            self._rewrite(low, need if self.size * 2 * self.width >= _FITS else max(need, 2 * self.width))
+        if self.at + len(values) > len(self.packed):
+            grown = np.empty(max(2 * len(self.packed), self.at + len(values)), np.int64)
+            grown[:self.at] = self.packed[:self.at]
+            self.packed = grown
+        into = self.packed[self.at:self.at + len(values)]
+        np.multiply(key, self.width, out=into, casting="unsafe")
+        into += values - self.low
+        self.at += len(values)
+
+    def _rewrite(self, low: int, width: int) -> None:
+        for a in range(0, self.at, REWRITE_ROWS):
+            block = self.packed[a:a + REWRITE_ROWS]
+            key, value = np.divmod(block, self.width)
+            value += self.low - low
+            np.multiply(key, width, out=block)
+            block += value
+        self.low, self.width = low, width
+
+    def medians(self, count: np.ndarray) -> np.ndarray:
+        """Each key's median (``count``: each key's pairs)."""
+        if self.apart is not None:
+            keys, values = joined(self.apart)
+            return group_medians(keys, values, len(count))
+        if not self.at:
+            return np.full(len(count), np.nan)
+        v = self.packed[:self.at]
+        v.sort()
+        np.remainder(v, self.width, out=v)
+        v += self.low
+        return sorted_medians(v, count)
 
 
 def group_medians(group: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
