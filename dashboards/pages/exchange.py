@@ -13,6 +13,7 @@ from dashboards.figures import exchange as figures
 from dashboards.figures.ranks import MATRIX_BINS, binned_matrix, endpoints_in_view
 from dashboards.figures.style import empty, ipu_label
 from dashboards.zoom import follow_moves, moves_store
+from popvision_py.analysis.imported.ranks import NO_SIZES
 from popvision_py.render.rank_words import KIND_WORDS, unnamed_peers  # an imported trace's kinds in PyTorch's words
 
 dash.register_page(__name__, path="/exchange", name="Exchange", title="popvision · exchange", order=5, icon="⇄")
@@ -213,7 +214,6 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
 
 
 UNNAMED_PEER = "a peer the traces do not name"
-NO_SIZES = "No bandwidth achieved to show: the traces record no transfer's size."
 
 
 def group_words(group: Any) -> str:

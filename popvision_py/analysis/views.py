@@ -312,7 +312,8 @@ class ExchangeReport(_View):
         return self._bandwidth().frame()
 
     def _bandwidth(self) -> Table:
-        return self._memo("bandwidth", lambda: _exchange.bandwidth(self._by_kind(), self._r.target))
+        return self._memo("bandwidth", lambda: _exchange.bandwidth(self._by_kind(), self._r.target,
+                                                                  sizes_recorded=not self._r.imported))
 
     def communication(self) -> pd.DataFrame:
         """Per rank (IPU): compute, exposed communication, communication hidden behind compute, a GPU's copies and

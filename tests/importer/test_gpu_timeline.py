@@ -389,3 +389,34 @@ def test_the_collectives_alone_are_one_figure_and_the_same_as_with_every_figure(
     assert made_alone
     pd.testing.assert_frame_equal(alone, together)
     assert list(alone["bytes"]) == [2_000] and list(alone["calls"]) == [1]
+
+
+def test_a_kind_of_transfer_whose_size_the_trace_does_not_record_has_no_bandwidth_achieved_not_zero(tmp_path):
+    from popvision_py.analysis.imported.ranks import NO_SIZES
+
+    # GIVEN the trace of ``events`` (its all-reduce moves 1,000 BFloat16 elements in 250 µs) with a SendRecv kernel
+    # of no size, and the same trace with the all-reduce's size left out too
+    send = kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", 900, 30, 21)
+    sizeless = [{**e, "args": {k: v for k, v in e["args"].items() if k != "In msg nelems"}} if "args" in e else e
+                for e in events()]
+    answers = {}
+    for name, trace in (("sized", events() + [send]), ("sizeless", sizeless + [send])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "rank0.json").write_text(kineto(HEADER, trace))
+        out = tmp_path / name / "out"
+        assert CliRunner().invoke(main, ["import", str(tmp_path / name / "rank0.json"), "-o", str(out), "-q"]) \
+            .exit_code == 0
+        # WHEN the exchange section is asked for, as JSON and as text
+        json_out = CliRunner().invoke(main, ["report", str(out / "profile.pop"), "--section", "exchange",
+                                             "--format", "json"])
+        text_out = CliRunner().invoke(main, ["report", str(out / "profile.pop"), "--section", "exchange"])
+        assert json_out.exit_code == 0 and text_out.exit_code == 0, json_out.output + text_out.output
+        rows = json.loads(json_out.output)["sections"]["exchange"]["bandwidth"]
+        answers[name] = ({r["kind"]: r["achieved_bytes_per_s"] for r in rows if r["cycles"]}, text_out.output)
+    # THEN the all-reduce's 2,000 bytes in 250 µs achieved 8,000,000 bytes/s; the SendRecv, of no size, none (null
+    # in JSON), where 0 bytes over its 30 µs read as 0 bytes/s before
+    assert answers["sized"][0] == {"all_reduce": 2000 / 250e-6, "inter_ipu": None}
+    assert NO_SIZES not in answers["sized"][1]
+    # AND where no transfer has a size, the text says so in a sentence instead of a table of zeros
+    assert answers["sizeless"][0] == {"all_reduce": None, "inter_ipu": None}
+    assert f"  ({NO_SIZES})" in answers["sizeless"][1].splitlines()

@@ -25,6 +25,7 @@ COMM_COLUMNS = ["rank", "stages", "compute_cycles", "exposed_comm_cycles", "hidd
 # What a section of the IPU reports means nothing for, in one line (render.document shows it instead).
 NO_TILES = "A rank has no tiles: an imported trace's memory is each rank's as a whole."
 NO_HOST_CALLS = "PyTorch traces have no IPU host calls: input waits show as the rank's idle time."
+NO_SIZES = "No bandwidth achieved to show: the traces record no transfer's size."
 NO_BLOCKS = ("The traces do not name each stage's layers, so no split of them can be suggested; the "
              "bottleneck insight names the stage to lighten.")
 NO_VARIABLES = "The traces record allocations, not named tensors: memory over time is in the liveness section."

@@ -144,13 +144,15 @@ def peak_bytes_per_s(target: dict[str, Any]) -> dict[str, float]:
             "remote_buffer": num("streaming_memory_bytes_per_s"), "all_reduce": link}
 
 
-def bandwidth(kinds: Table, target: dict[str, Any]) -> Table:
-    """Achieved = bytes / (cycles / clock_hz); efficiency = 100 x achieved / peak: BANDWIDTH_COLUMNS."""
+def bandwidth(kinds: Table, target: dict[str, Any], sizes_recorded: bool = True) -> Table:
+    """Achieved = bytes / (cycles / clock_hz); efficiency = 100 x achieved / peak: BANDWIDTH_COLUMNS. Without
+    ``sizes_recorded`` (an imported trace, whose transfers have a size only where the trace records one), a kind
+    of no bytes has no achieved bandwidth (NaN), not 0."""
     clock = float(target.get("clock_hz") or np.nan)
     kind, nbytes, cycles = list(kinds["kind"]), np.asarray(kinds["bytes"]), np.asarray(kinds["cycles"])
     seconds = cycles.astype(float) / clock
     with np.errstate(divide="ignore", invalid="ignore"):
-        achieved = np.where(seconds > 0, nbytes.astype(float) / seconds, np.nan)
+        achieved = np.where((seconds > 0) & ((nbytes > 0) | sizes_recorded), nbytes.astype(float) / seconds, np.nan)
     peaks = peak_bytes_per_s(target)
     peak = np.array([peaks.get(k, np.nan) for k in kind], float)
     return Table({"kind": np.array(kind, dtype=object), "bytes": nbytes, "cycles": cycles,
