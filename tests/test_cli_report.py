@@ -371,3 +371,19 @@ def test_a_long_tables_rows_are_encoded_a_piece_at_a_time_and_join_to_json_dumps
             assert [r["x"] is None for r in rows] == [bool(v) for v in np.isnan(x)]
         # AND no piece holds more than a piece's rows (without the pieces, a table's rows came in one)
         assert max(p.count(b'"step"') for p in pieces) == min(n, 3)
+
+
+def test_a_process_id_is_printed_as_the_traces_and_ps_print_it_and_a_count_with_separators():
+    import numpy as np
+
+    from popvision_py.analysis.common.answer import Table
+    from popvision_py.render import html, markdown, text
+
+    # GIVEN a system row of process 3113936 (HTA's trace_diff control's) and its 4,271 events
+    row = Table({"process": np.array(["rank-3"], dtype=object), "pid": np.array([3113936]),
+                 "events": np.array([4271])})
+    # THEN text, Markdown and HTML print the pid whole, and the count with its thousands separator
+    assert text.table(row)[2].split() == ["rank-3", "3113936", "4,271"]
+    assert markdown.table(row)[2] == "| rank-3 | 3113936 | 4,271 |"
+    page = html._table(row.frame())
+    assert "<td class='n'>3113936</td>" in page and "<td class='n'>4,271</td>" in page

@@ -20,6 +20,15 @@ def heading(section: str) -> str:
     return section.upper() if section in ("gpu",) else section.capitalize()
 
 
+# numbers that name a process or a thread, as ``ps`` and the traces print them: no thousands separators
+IDENTIFIERS = frozenset({"pid", "tid"})
+
+
+def identifier(v: Any) -> str:
+    """A process's or thread's id as it is printed elsewhere (``3113936``); ``value`` of anything else."""
+    return str(int(v)) if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) else value(v)
+
+
 def value(v: Any) -> str:
     """A value as a person reads it: ints with thousands separators, floats to 2 decimals, NaN as '-'."""
     if v is None:
@@ -117,8 +126,11 @@ def cells(frame: Table | pd.DataFrame, max_rows: int | None = None) -> list[list
 
 def formatted_columns(frame: Table | pd.DataFrame, max_rows: int | None = None,
                       arrays: list[Any] | None = None) -> list[list[str]]:
-    """``cells`` column by column: one list of formatted cells per column."""
-    return [_format_column(a[:max_rows]) for a in (column_arrays(frame) if arrays is None else arrays)]
+    """``cells`` column by column: one list of formatted cells per column (an ``IDENTIFIERS`` column's without
+    separators)."""
+    return [_format_column(a[:max_rows]) if name not in IDENTIFIERS else
+            [identifier(v) for v in np.asarray(a[:max_rows]).tolist()]
+            for name, a in zip(column_names(frame), column_arrays(frame) if arrays is None else arrays)]
 
 
 def _format_column(values: Any) -> list[str]:

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from popvision_py.analysis.common.answer import Table
 from popvision_py.render import figures as F
 from popvision_py.render.document import Document
-from popvision_py.render.format import heading, value
+from popvision_py.render.format import IDENTIFIERS, heading, identifier, value
 from popvision_py.render.rank_words import figure_in_words
 
 MAX_ROWS = 200
@@ -35,7 +35,8 @@ def _table(frame: pd.DataFrame) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
     body = []
     for row in shown.itertuples(index=False):
-        body.append("<tr>" + "".join(_cell(value(v), n) for v, n in zip(row, numeric)) + "</tr>")
+        body.append("<tr>" + "".join(_cell(identifier(v) if c in IDENTIFIERS else value(v), n)
+                                     for v, n, c in zip(row, numeric, frame.columns)) + "</tr>")
     more = (f"<p class='note'>... {len(frame) - MAX_ROWS:,} more rows (use --format csv or json for all)</p>"
             if len(frame) > MAX_ROWS else "")
     # a table wider than the page scrolls sideways in its own box, not the page
