@@ -252,3 +252,22 @@ def test_keys_are_numbered_as_numpys_unique_numbers_them_by_a_grid_or_a_sort(cel
     keys[5] = -1
     for got, want in zip(numbered(keys, cells), np.unique(keys, return_inverse=True)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_slice_of_a_tables_columns_indexes_the_tables_words_and_strings_at_rows_are_numpys_indexing():
+    import pyarrow as pa
+
+    from popvision_py.analysis.common.tables import Columns
+
+    # GIVEN a table of a dictionary column and a plain string column, and the words of its rows
+    names = ["fwd", "bwd", "fwd", "send", "bwd", "recv"]
+    columns = Columns(pa.table({"name": pa.array(names).dictionary_encode(), "kind": pa.array(names)}))
+    assert columns.coded("name") and not columns.coded("kind")
+    # WHEN rows 2 to 5 are taken as Columns of their own THEN their codes index the whole table's words
+    part = columns.rows(2, 5)
+    assert len(part) == 3 and columns.words("name")[part.codes("name")].tolist() == names[2:5]
+    # AND the strings at some rows, by index, by mask or from the end, are those NumPy's indexing gives
+    for rows in (np.array([5, 0, 3]), np.array([True, False, False, True, False, True]), np.array([-1, 1]),
+                 np.zeros(0, np.int64)):
+        for name in ("name", "kind"):
+            assert columns.strings(name, rows).tolist() == np.array(names, dtype=object)[rows].tolist()

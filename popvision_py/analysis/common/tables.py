@@ -144,9 +144,11 @@ class Columns:
     def strings(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """A category column's values as strings (object array), only at ``rows`` if given (their codes taken in
         Arrow where the column's are not made yet: not a whole column of codes made for a few rows)."""
-        if rows is not None and "codes:" + name not in self._arrays and self.coded(name):
-            at = pa.array(np.asarray(rows, np.int64).reshape(-1), pa.int64())
-            return self.words(name)[numbers(self._column(name).indices.take(at)).astype(np.int64)]
+        at = None if rows is None else np.asarray(rows)
+        if (at is not None and at.ndim == 1 and at.dtype.kind in "iu" and (not len(at) or int(at.min()) >= 0)
+                and "codes:" + name not in self._arrays and self.coded(name)):
+            taken = self._column(name).indices.take(pa.array(at.astype(np.int64, copy=False), pa.int64()))
+            return self.words(name)[numbers(taken).astype(np.int64)]
         codes = self.codes(name)
         return self.words(name)[codes if rows is None else codes[rows]]
 
