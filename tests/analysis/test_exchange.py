@@ -129,3 +129,28 @@ def test_matrix_of_many_ranks_holds_the_pairs_that_occur():
     # THEN it holds each pair that moved something, summed, sorted by source then destination
     rows = list(zip(*(np.asarray(m[c]).tolist() for c in MATRIX_COLUMNS)))
     assert rows == [(-1, 4095, 7, 4), (0, 1, 25, 5), (3, 4, 1, 0), (4095, 0, 10, 1)]
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 12, 20])
+def test_the_costliest_steps_are_the_first_n_of_every_row_sorted_by_cost_then_ipu_then_step(n):
+    from popvision_py.analysis.common.tables import StepIndex
+    from popvision_py.analysis.ipu.exchange import costliest
+
+    # GIVEN 12 transfers of two IPUs' steps whose totals tie at the third and fourth costliest (30 cycles, three
+    # rows) and at 0 (four rows)
+    ipu = np.array([0, 1, 1, 0, 1, 0, 0, 1, 0, 1, 0, 1])
+    step = np.array([5, 2, 7, 1, 3, 4, 0, 0, 2, 6, 3, 1])
+    total = np.array([10, 30, 50, 30, 0, 40, 0, 30, 0, 20, 0, 5], np.int64)
+    names = [f"s{i}" for i in range(8)]
+    programs = Columns(pa.table({"ipu": np.repeat([0, 1], 8), "step": np.tile(np.arange(8), 2),
+                                 "name": pa.array(names * 2).dictionary_encode()}))
+    x = Columns(pa.table({"ipu": ipu, "step": step, "kind": pa.array(["inter_ipu"] * 12).dictionary_encode(),
+                          "src_ipu": ipu, "dst_ipu": 1 - ipu, "bytes": total, "cycles": total}))
+    done = Executed(x, np.ones(12, np.int64), total, total, total)
+    # WHEN the n costliest are asked for
+    got = costliest(done, StepIndex(programs), n)
+    # THEN they are the first n of all the rows sorted by total (the most first), then IPU, then step
+    want = sorted(range(12), key=lambda r: (-total[r], ipu[r], step[r]))[:n]
+    assert list(zip(np.asarray(got["ipu"]).tolist(), np.asarray(got["step"]).tolist())) == \
+        [(int(ipu[r]), int(step[r])) for r in want]
+    assert list(got["name"]) == [f"s{step[r]}" for r in want]

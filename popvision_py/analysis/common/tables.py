@@ -203,7 +203,7 @@ class StepIndex:
 
     def __init__(self, programs: Columns) -> None:
         self.programs = programs
-        ipu, step = programs["ipu"].astype(np.int64), programs["step"].astype(np.int64)
+        ipu, step = programs["ipu"], programs["step"]  # (their own integers: indexes as they are, not copied)
         shape = (int(ipu.max()) + 1, int(step.max()) + 1) if len(programs) else (0, 0)
         self.grid = np.full(shape, -1, np.int64)
         self.grid[ipu, step] = np.arange(len(programs))

@@ -51,11 +51,11 @@ def joined(found: list[tuple[np.ndarray, ...]]) -> list[np.ndarray]:
 def key_medians(pieces: Iterable[tuple[np.ndarray, np.ndarray]], size: int, most: int = 0) -> dict[str, np.ndarray]:
     """Per key (``0..size-1``): ``kernels`` (count), ``sum`` and ``median`` (NaN for a key without any) of the values
     of ``pieces`` (keys and int64 values a piece), in one pass: each (key, value) written as one int64 into an array
-    of them all (``Packed``; ``most``: about how many there are, where known), sorted in place. What a long rank's
+    of them all (``PackedPairs``; ``most``: about how many there are, where known), sorted in place. What a long rank's
     medians hold is then one int64 a value, not its keys' and values' columns joined (1.6 M kernels: 12 MiB, not
     37)."""
     count, total = np.zeros(size, np.int64), np.zeros(size, np.int64)
-    packed = Packed(size, most)
+    packed = PackedPairs(size, most)
     for key, values in pieces:
         count += np.bincount(key, minlength=size)[:size]
         total += sum_by(key, values, size)
@@ -67,7 +67,7 @@ REWRITE_ROWS = 1 << 16  # the pairs written so far re-written this many at a tim
 _FITS = 1 << 62  # a key times the range of the values must stay below this to share an int64
 
 
-class Packed:
+class PackedPairs:
     """(key, value) pairs, keys in ``0..size-1``, written one int64 each (key x width + value - low) into an array
     grown as needed. Where a piece's values fall outside the range so far, the width (at least doubled: a few
     re-writes in all) and ``low`` widen, and the pairs so far are re-written ``REWRITE_ROWS`` at a time. Once a key
