@@ -9,12 +9,12 @@ besides the common views, in a PyTorch user's words.
   Analysis 0.5 gives (temporal breakdown, kernel types and their overlaps, communication-computation
   overlap, top kernels, launch delays, idle time by cause), computed as HTA computes them.
 - ``kernels``: the ``kernels`` table as arrays (``Kernels``), cut into pieces where a rank's GPU idles, and a
-  long rank held compressed a row group at a time and given back a piece at a time (``HeldKernels``).
+  long rank held compressed a piece as read at a time and given back a piece at a time (``HeldKernels``).
 - ``intervals``: the time each set of labels (kinds of kernels) runs at once, per rank or stream
   (``coverage``), a piece of the intervals at a time: what every figure of the GPU's time is made of; and where
   a rank's kernels may be cut into pieces (``idle_cuts``).
-- ``stats``: per-key counts, sums, extremes, means and standard deviations of a rank's kernels a piece at a
-  time, the same bits as at once.
+- ``stats``: per-key counts, sums, extremes, means, standard deviations and medians of a rank's kernels a piece
+  at a time, the same bits as at once.
 - ``gpu_ranks``: those figures a run of ranks at a time (at most ``CHUNK_KERNELS`` kernels, one rank at
   least), read from the row groups in order, so that a report holds a bounded share of the run's kernels and
   a run of many small ranks is one pass over whole columns, not a pass a rank.
