@@ -13,7 +13,7 @@ from dashboards.figures import exchange as figures
 from dashboards.figures.ranks import MATRIX_BINS, binned_matrix, endpoints_in_view
 from dashboards.figures.style import empty, ipu_label
 from dashboards.zoom import follow_moves, moves_store
-from popvision_py.analysis.imported.ranks import NO_SIZES
+from popvision_py.analysis.imported.ranks import NO_SIZES, no_sizes
 from popvision_py.render.rank_words import KIND_WORDS, unnamed_peers  # an imported trace's kinds in PyTorch's words
 
 dash.register_page(__name__, path="/exchange", name="Exchange", title="popvision · exchange", order=5, icon="⇄")
@@ -186,6 +186,7 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
     by_kind = report.exchange.by_kind()
     by_kind = by_kind[by_kind["executions"] > 0].assign(kind=lambda f: f["kind"].astype(str).map(
         lambda k: KIND_WORDS.get(k, k)))
+    sizeless = no_sizes(bandwidth) and len(by_kind) > 0  # (some transfer ran: a sentence, not an empty axis)
     bandwidth = bandwidth[bandwidth["bytes"] > 0].assign(kind=lambda f: f["kind"].astype(str).map(
         lambda k: KIND_WORDS.get(k, k)))
     gpu = not report.gpu.missing()
@@ -205,8 +206,8 @@ def imported_render(report: Any, naming: Any, bandwidth: Any, costliest: Any) ->
         figures.phase_shares(data.phase_shares(report), naming=naming),
         figures.exchange_by_kind(by_kind, naming),
         # no size, no bandwidth: a sentence, not the table's "Nothing to show." (HTA's sampled NCCL kernels)
-        c.table(bandwidth, {"kind": "kind", "bytes": "bytes", "achieved_bytes_per_s": "achieved /s"})
-        if len(bandwidth) or not len(by_kind) else html.Div(NO_SIZES, className="empty"),
+        html.Div(NO_SIZES, className="empty") if sizeless else
+        c.table(bandwidth, {"kind": "kind", "bytes": "bytes", "achieved_bytes_per_s": "achieved /s"}),
         c.table(costliest, {"ipu": "rank", "step": "step", "name": "name", "kind": "kind", "src_ipu": "from",
                             "dst_ipu": "to", "bytes": "bytes", "time_s": "time"},
                 formats={"ipu": str, "step": c.fmt_int}, table_id="exchange-costliest-table"),

@@ -389,7 +389,7 @@ def _exchange(doc: Document, r: Any, figures: bool) -> None:
                 r.exchange.host_input())
     doc.add("exchange.by_kind", "Exchange by kind", r.answer("exchange.by_kind"))
     bandwidth = r.answer("exchange.bandwidth")
-    sizeless = r.imported and len(bandwidth) > 0 and not (np.asarray(bandwidth["bytes"]) > 0).any()
+    sizeless = r.imported and imported.no_sizes(bandwidth)
     doc.add("exchange.bandwidth", "Achieved vs peak bandwidth", bandwidth, items=[] if sizeless else None,
             empty=imported.NO_SIZES if sizeless else "")  # (HTA's sampled NCCL kernels: a sentence, not 0 B/s)
     doc.add("exchange.matrix", "IPU-to-IPU matrix (-1 host, -2 streaming memory)", r.answer("exchange.matrix"))

@@ -26,6 +26,12 @@ COMM_COLUMNS = ["rank", "stages", "compute_cycles", "exposed_comm_cycles", "hidd
 NO_TILES = "A rank has no tiles: an imported trace's memory is each rank's as a whole."
 NO_HOST_CALLS = "PyTorch traces have no IPU host calls: input waits show as the rank's idle time."
 NO_SIZES = "No bandwidth achieved to show: the traces record no transfer's size."
+
+
+def no_sizes(bandwidth: Any) -> bool:
+    """Whether an imported trace's bandwidth by kind (``exchange.bandwidth``) has nothing to show: it has kinds, and
+    none moved a byte its traces record (``NO_SIZES`` says so instead)."""
+    return len(bandwidth) > 0 and not (np.asarray(bandwidth["bytes"]) > 0).any()
 NO_BLOCKS = ("The traces do not name each stage's layers, so no split of them can be suggested; the "
              "bottleneck insight names the stage to lighten.")
 NO_VARIABLES = "The traces record allocations, not named tensors: memory over time is in the liveness section."

@@ -71,8 +71,7 @@ class PackedPairs:
     """(key, value) pairs, keys in ``0..size-1``, written one int64 each (key x width + value - low) into an array
     grown as needed. Where a piece's values fall outside the range so far, the width (at least doubled: a few
     re-writes in all) and ``low`` widen, and the pairs so far are re-written ``REWRITE_ROWS`` at a time. Once a key
-    and a value no longer fit one int64, the pairs are kept as keys and values apart (``group_medians`` sorts
-    those)."""
+    and a value no longer fit one int64, the pairs are kept as keys and values apart, and sorted as those."""
 
     def __init__(self, size: int, most: int = 0) -> None:
         self.size, self.at, self.low, self.width = max(size, 1), 0, 0, 0
@@ -99,8 +98,13 @@ class PackedPairs:
             grown[:self.at] = self.packed[:self.at]
             self.packed = grown
         into = self.packed[self.at:self.at + len(values)]
-        np.multiply(key, self.width, out=into, casting="unsafe")
-        into += values - self.low
+        np.multiply(key, self.width, out=into, casting="unsafe")  # + value - low, in an order that cannot wrap
+        if self.low >= 0:
+            into -= self.low
+            np.add(into, values, out=into, casting="unsafe")
+        else:
+            np.add(into, values, out=into, casting="unsafe")
+            into -= self.low
         self.at += len(values)
 
     def _rewrite(self, low: int, width: int) -> None:
@@ -115,8 +119,7 @@ class PackedPairs:
     def medians(self, count: np.ndarray) -> np.ndarray:
         """Each key's median (``count``: each key's pairs)."""
         if self.apart is not None:
-            keys, values = joined(self.apart)
-            return group_medians(keys, values, len(count))
+            return _lexsorted_medians(*joined(self.apart), len(count))
         if not self.at:
             return np.full(len(count), np.nan)
         v = self.packed[:self.at]
@@ -127,26 +130,21 @@ class PackedPairs:
 
 
 def group_medians(group: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
-    """Each group's median of ``values`` (NaN for a group without any). Integers whose (group, value) fit one int64
-    are sorted as those (a rank's 1.6 M kernels: one array made and sorted in place, not the sort's order and its
-    gathers), and only the middle ones made floats."""
+    """Each group's median of ``values`` (NaN for a group without any). Integers are packed with their group into
+    one int64 each (``PackedPairs``: a rank's 1.6 M kernels make one array, sorted in place, not the sort's order
+    and its gathers), and only the middle ones made floats."""
     if not len(values):
         return np.full(size, np.nan)
-    low = int(values.min()) if values.dtype.kind in "iu" else 0
-    width = int(values.max()) - low + 1 if values.dtype.kind in "iu" else 0
-    if 0 < width and size * width < 1 << 62:
-        v = np.multiply(group, width, dtype=np.int64)  # group x width + value - low, in an order that cannot wrap
-        if low >= 0:
-            v -= low
-            np.add(v, values, out=v, casting="unsafe")
-        else:
-            np.add(v, values, out=v, casting="unsafe")
-            v -= low
-        v.sort()
-        np.remainder(v, width, out=v)
-        v += low
-    else:
-        v = values[np.lexsort((values, group))].astype(np.float64)
+    if values.dtype.kind not in "iu":
+        return _lexsorted_medians(group, values, size)
+    packed = PackedPairs(size, len(values))
+    packed.add(group, values)
+    return packed.medians(np.bincount(group, minlength=size))
+
+
+def _lexsorted_medians(group: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """``group_medians`` of values of any type, sorted by (group, value) as floats."""
+    v = values[np.lexsort((values, group))].astype(np.float64)
     return sorted_medians(v, np.bincount(group, minlength=size))
 
 

@@ -185,7 +185,7 @@ def _variable_sums(variables: Columns, width: int) -> tuple[np.ndarray, np.ndarr
 def _imported_ops(programs: Columns, trace: Aggregates, clock: float, traced: int) -> tuple[Table, np.ndarray, int]:
     """An imported profile's rows: its program steps grouped by (name, rank, pass); also each step's row and the
     cycles over the run of its steps of a known type (each is a step of a row). ``IMPORTED_STEPS`` steps at a time
-    (``Columns.rows``), in two passes, the first for the groups: what grouping holds is a piece's arrays, the
+    (``Columns.rows``), in two passes, the first for the groups' keys: what grouping holds is a piece's arrays, the
     groups' figures and each step's row, not a column of every step for each figure (a 10 GB import's 835,200
     steps: about 70 MiB)."""
     n_ipu, n_pass = int(programs["ipu"].max(initial=-1)) + 1, len(PASSES) + 1
@@ -193,17 +193,21 @@ def _imported_ops(programs: Columns, trace: Aggregates, clock: float, traced: in
     at_once = IMPORTED_STEPS if programs.coded("name") and programs.coded("pass") else max(whole, 1)
     pieces = [(a, min(a + at_once, whole)) for a in range(0, whole, at_once)]
 
-    def keys(part: Columns) -> np.ndarray:  # (name, ipu, pass) as one number, made in place: a row a program step
-        key = part.codes("name") * n_ipu
+    # each step's (name, ipu, pass) as one number, made in place, in the first pass; its row among the groups (their
+    # keys sorted) in the second
+    step_row = np.empty(whole, np.int64)
+    distinct = [np.zeros(0, np.int64)]
+    for a, b in pieces:
+        part = programs.rows(a, b)
+        key = step_row[a:b]
+        np.multiply(part.codes("name"), n_ipu, out=key)
         key += part["ipu"]
         key *= n_pass
         key += part.codes_in("pass", PASSES)
-        return key
-
-    groups = np.unique(np.concatenate([np.zeros(0, np.int64)] + [np.unique(keys(programs.rows(a, b)))
-                                                                  for a, b in pieces]))
+        distinct.append(np.unique(key))
+    groups = np.unique(np.concatenate(distinct))
+    del distinct
     n = len(groups)
-    step_row = np.empty(whole, np.int64)
     first = np.full(n, whole, np.int64)
     lo, hi = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
     runs, steps = np.zeros(n, np.int64), np.zeros(n, np.int64)
@@ -211,8 +215,8 @@ def _imported_ops(programs: Columns, trace: Aggregates, clock: float, traced: in
     known = 0
     for a, b in pieces:
         part = programs.rows(a, b)
-        row = np.searchsorted(groups, keys(part))
-        step_row[a:b] = row
+        row = step_row[a:b]
+        row[:] = np.searchsorted(groups, row)
         np.minimum.at(first, row, np.arange(a, b))
         np.minimum.at(lo, row, part["stage"])
         np.maximum.at(hi, row, part["stage"])

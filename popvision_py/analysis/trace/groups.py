@@ -74,7 +74,7 @@ def summarise_groups(read: Callable[[int], Iterable[pa.RecordBatch]], groups: in
     errors: list[BaseException] = []
     settler = None
     if not cut and bounds is not None:
-        settler = Settler(np.zeros(groups, np.int64), bounds, bounds["iteration"][1] + 1, cut=False)
+        settler = Settler(None, bounds, bounds["iteration"][1] + 1, cut=False)
     elif starts is not None and bounds is not None and len(starts) == groups:
         settler = Settler(starts, bounds, bounds["iteration"][1] + 1, settle_runs)
 

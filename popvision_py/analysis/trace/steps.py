@@ -83,9 +83,11 @@ class Settler:
     each worker hands in its row group's runs (``add``) when its fold has finished the row group.
     """
 
-    def __init__(self, starts: np.ndarray, bounds: dict[str, tuple[int, int]], per_run: int,
+    def __init__(self, starts: np.ndarray | None, bounds: dict[str, tuple[int, int]], per_run: int,
                  limit: int | None = None, bars: int | None = None, cut: bool = True) -> None:
         self.cut = cut  # cut supersteps (a bulk-synchronous run); else keep the first iterations' bars only
+        # each row group's first cycle, for the horizon (None where nothing is cut: ``add_bars`` reads none)
+        starts = np.zeros(0, np.int64) if starts is None else starts
         self.starts, self.done = starts, np.zeros(len(starts), bool)
         self.lo, self.hi = int(bounds["start_cycle"][0]), int(bounds["end_cycle"][1])
         self.ipus = int(bounds["ipu"][1]) + 1
