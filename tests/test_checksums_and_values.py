@@ -293,6 +293,39 @@ def test_a_repeated_program_step_is_refused(tmp_path: Path) -> None:
         f"Error: Table programs of {bad} repeats its row for ipu 1, step 0 at row 3; ipu and step identify a row.")
 
 
+@pytest.mark.parametrize("block", [1, 2, 3, 1 << 16])
+def test_rows_count_as_ascending_only_when_each_is_below_the_next_as_a_tuple(monkeypatch: pytest.MonkeyPatch,
+                                                                             block: int) -> None:
+    # GIVEN (ipu, step) columns in their own types: ascending, with one row repeated, one swapped, a tie broken by
+    # the step the other way, and random ones, compared `block` rows at a time
+    from popvision_py.format import arrays
+    monkeypatch.setattr(arrays, "KEY_BLOCK", block)
+    ascending = (np.array([0, 0, 0, 1, 1, 2], np.int16), np.array([0, 1, 5, 0, 2, 0], np.int32))
+    cases = [ascending, (ascending[0], np.array([0, 1, 5, 0, 0, 0], np.int32)),
+             (ascending[0], np.array([0, 5, 1, 0, 2, 0], np.int32)), (ascending[0][::-1].copy(), ascending[1])]
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        ipu = np.sort(rng.integers(0, 3, 9)).astype(np.int16)
+        cases.append((ipu, rng.integers(0, 4, 9).astype(np.int32)))
+    for ipu, step in cases:
+        rows = list(zip(ipu.tolist(), step.tolist()))
+        # THEN it says ascending exactly when every row is less than the next, compared as tuples
+        assert arrays._strictly_ascending([ipu, step]) == all(x < y for x, y in zip(rows, rows[1:])), rows
+
+
+def test_a_repeated_step_out_of_order_is_refused_with_its_later_row(tmp_path: Path) -> None:
+    # GIVEN programs whose rows are out of (ipu, step) order, and IPU 1's step 0 twice apart
+    frame = edited("programs", "step", 3, 0)
+    frame = pd.concat([frame.iloc[[3]], frame.drop(index=3)], ignore_index=True)
+    bad = by_hand(tmp_path, "programs", frame)
+    # WHEN a report reads it THEN the sort finds the repeat: one sentence naming the later of the two rows
+    later = int(np.flatnonzero((frame["ipu"] == 1) & (frame["step"] == 0))[1])
+    result = run(*COMMANDS["report"](bad))
+    assert result.exit_code == 2
+    assert result.output.strip() == (f"Error: Table programs of {bad} repeats its row for ipu 1, step 0 at row "
+                                     f"{later}; ipu and step identify a row.")
+
+
 def test_a_violation_in_the_trace_stops_the_report_in_one_sentence(tmp_path: Path) -> None:
     # GIVEN a trace with an IPU beyond the target's
     bad = by_hand(tmp_path, "trace", edited("trace", "ipu", 2, 5))
