@@ -157,14 +157,19 @@ def test_an_ops_variables_and_steps(emulated):
     assert len(layer) == len(in_layer)
 
 
+@pytest.mark.parametrize("decoded", [False, True])
 @pytest.mark.parametrize("at_once", [operations.IMPORTED_STEPS, 7])
-def test_imported_rows_are_the_steps_by_name_rank_and_pass(gpipe, at_once, monkeypatch):
+def test_imported_rows_are_the_steps_by_name_rank_and_pass(gpipe, at_once, decoded, monkeypatch):
     # GIVEN the imported GPipe sample: no ops, its program steps named after the trace's modules and operators,
-    # grouped all at once or 7 at a time (a new Report: nothing kept from another)
+    # grouped all at once or 7 at a time (a new Report: nothing kept from another), read from the file a piece at a
+    # time or sliced from the whole table decoded first (as `--section all` does)
     _, t = gpipe
     monkeypatch.setattr(operations, "IMPORTED_STEPS", at_once)
     report = pv.open(SAMPLES / "pytorch_gpipe" / "profile.pop")
     assert report.imported and t["ops"].empty and len(t["programs"]) > 10 * 7
+    if decoded:
+        report.columns("programs")
+    assert report.decodes("programs") == decoded
     steps = trace_by_step(t)
     cycles = [f"{p}_cycles" for p in PHASES]
     want = steps.groupby(["name", "ipu", "pass"]).agg(steps=("step", "size"), executions=("executions", "sum"),
@@ -188,6 +193,34 @@ def test_imported_rows_are_the_steps_by_name_rank_and_pass(gpipe, at_once, monke
                                                          t["programs"]["pass"]))
     assert (costs.op_cycles, costs.other_cycles) == (int(steps[cycles].to_numpy().sum()), 0)
     report.close()
+
+
+def test_pieces_with_dictionaries_of_their_own_group_as_the_whole_table_does(gpipe):
+    # GIVEN the GPipe sample's steps cut in three pieces, each with a dictionary of its own (its names in another
+    # order, as each row group of a file has), its type, pass and name columns coded
+    from popvision_py.analysis.common.tables import Columns
+
+    report, t = gpipe
+    programs = t["programs"][list(operations.IMPORTED_COLUMNS)]
+    whole = Columns.from_frame(programs.astype({c: "category" for c in ("type", "name", "pass")}))
+    cuts = [0, len(programs) // 3, 2 * len(programs) // 3, len(programs)]
+
+    def piece(a: int, b: int) -> Columns:
+        frame = programs.iloc[a:b]
+        coded = {c: frame[c].astype(pd.CategoricalDtype(sorted(set(frame[c]), reverse=a > 0)))
+                 for c in ("type", "name", "pass")}
+        return Columns.from_frame(frame.assign(**coded))
+
+    pieces = [piece(a, b) for a, b in zip(cuts, cuts[1:])]
+    assert [p.words("name")[0] for p in pieces[:2]] != [pieces[0].words("name")[0]] * 2
+    apart = operations.StepPieces(lambda: zip(cuts, pieces), len(programs), int(programs["ipu"].max()) + 1)
+    # WHEN they are grouped piece by piece, and the whole table at once
+    args = (report.columns("ops"), report.columns("variables"), report.trace_summary(), report.target, report.run)
+    got = operations.costs(args[0], apart, *args[1:], imported=True)
+    want = operations.costs(args[0], whole, *args[1:], imported=True)
+    # THEN the rows, each step's row and the figures are the same
+    assert got.by_op.frame().equals(want.by_op.frame())
+    assert got.step_row.tolist() == want.step_row.tolist() and got.op_cycles == want.op_cycles
 
 
 def test_imported_report_says_blocks_do_not_apply(gpipe):

@@ -13,6 +13,7 @@ variables (NaN).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,7 @@ OP_COLUMNS = ["op_id", "name", "kind", "block", "layer", "stage", "ipu", "pass",
               *CYCLE_COLUMNS, *FIGURE_COLUMNS]
 GROUPINGS = ("op", "block", "layer")
 IMPORTED_STEPS = 1 << 16  # an import's program steps grouped at a time (``_imported_ops``)
+IMPORTED_COLUMNS = ("ipu", "step", "type", "name", "stage", "pass", "cycles")  # what ``_imported_ops`` reads
 GROUP_COLUMNS = {g: [g, "stage", "ipu", "ops", "steps", *CYCLE_COLUMNS, *FIGURE_COLUMNS] for g in GROUPINGS[1:]}
 VARIABLE_COLUMNS = ["var_id", "name", "ipu", "category", "always_live", "bytes", "tiles", "live_from_step",
                     "live_to_step"]
@@ -67,6 +69,39 @@ class OpCosts:
     traced_cycles: int
     op_cycles: int = 0
     other_cycles: int = 0
+
+
+@dataclass(frozen=True)
+class StepPieces:
+    """Program steps ``IMPORTED_STEPS`` at a time, for ``_imported_ops``: ``pieces()`` yields each piece's first row
+    and its rows (``Columns``), in row order; ``rows`` counts them all; ``ipus`` is more than any step's IPU."""
+
+    pieces: Callable[[], Iterator[tuple[int, Columns]]]
+    rows: int
+    ipus: int
+
+    @classmethod
+    def of(cls, programs: Columns) -> StepPieces:
+        """The rows of a table already decoded, sliced (``Columns.rows``)."""
+        whole = len(programs)
+        return cls(lambda: ((a, programs.rows(a, min(a + IMPORTED_STEPS, whole)))
+                            for a in range(0, whole, IMPORTED_STEPS)), whole,
+                   int(programs["ipu"].max(initial=-1)) + 1)
+
+    @classmethod
+    def read(cls, profile: Any) -> StepPieces:
+        """The rows of a profile's programs table decoded a piece at a time, each checked as it is read
+        (``Profile.iter_batches``): no piece outlives its turn. Its IPUs are below the manifest's ``num_ipus``
+        (checked on each piece)."""
+        import pyarrow as pa
+
+        def pieces() -> Iterator[tuple[int, Columns]]:
+            start = 0
+            for batch in profile.iter_batches("programs", IMPORTED_COLUMNS, batch_size=IMPORTED_STEPS):
+                yield start, Columns(pa.Table.from_batches([batch]))
+                start += batch.num_rows
+
+        return cls(pieces, profile.num_rows("programs"), int(profile.declared["num_ipus"]))
 
 
 def peak_flops_per_s(target: dict[str, Any], run: dict[str, Any]) -> tuple[float, str]:
@@ -120,16 +155,19 @@ def _figures(columns: dict[str, Any], flops: np.ndarray, clock: float, peak: flo
         columns["peak_pct"] = 100.0 * rate / peak
 
 
-def costs(ops: Columns, programs: Columns, variables: Columns, trace: Aggregates, target: dict[str, Any],
-          run: dict[str, Any], imported: bool = False) -> OpCosts:
-    """The per-op table (``OpCosts``): each op pass's cycles by phase over the run, FLOPs, rate and memory."""
+def costs(ops: Columns, programs: Columns | StepPieces, variables: Columns, trace: Aggregates,
+          target: dict[str, Any], run: dict[str, Any], imported: bool = False) -> OpCosts:
+    """The per-op table (``OpCosts``): each op pass's cycles by phase over the run, FLOPs, rate and memory.
+    ``programs`` may be ``StepPieces`` where the profile is imported (its steps are read a piece at a time)."""
     agg = aggregates(trace)
     traced = int(agg.end_cycle - agg.start_cycle)
     clock = float(target.get("clock_hz") or 0.0)
     peak, precision = peak_flops_per_s(target, run)
     if imported or not len(ops):
-        by_op, step_row, known = _imported_ops(programs, trace, clock, traced)
+        steps = programs if isinstance(programs, StepPieces) else StepPieces.of(programs)
+        by_op, step_row, known = _imported_ops(steps, trace, clock, traced)
         return OpCosts(by_op, step_row, True, peak, str(run.get("precision", "-")), traced, known, 0)
+    assert isinstance(programs, Columns), "an IPU profile's ops are joined to its whole programs table"
     ex, total, phase = _step_cycles(programs, trace)
 
     op_id = ops["op_id"].astype(np.int64)
@@ -182,39 +220,45 @@ def _variable_sums(variables: Columns, width: int) -> tuple[np.ndarray, np.ndarr
             sum_by(owner[always], nbytes[always], width))
 
 
-def _imported_ops(programs: Columns, trace: Aggregates, clock: float, traced: int) -> tuple[Table, np.ndarray, int]:
+def _imported_ops(programs: StepPieces, trace: Aggregates, clock: float,
+                  traced: int) -> tuple[Table, np.ndarray, int]:
     """An imported profile's rows: its program steps grouped by (name, rank, pass); also each step's row and the
-    cycles over the run of its steps of a known type (each is a step of a row). ``IMPORTED_STEPS`` steps at a time
-    (``Columns.rows``), in two passes, the first for the groups' keys: what grouping holds is a piece's arrays, the
-    groups' figures and each step's row, not a column of every step for each figure (a 10 GB import's 835,200
-    steps: about 70 MiB)."""
-    n_ipu, n_pass = int(programs["ipu"].max(initial=-1)) + 1, len(PASSES) + 1
-    whole = len(programs)
-    at_once = IMPORTED_STEPS if programs.coded("name") and programs.coded("pass") else max(whole, 1)
-    pieces = [(a, min(a + at_once, whole)) for a in range(0, whole, at_once)]
+    cycles over the run of its steps of a known type (each is a step of a row). A piece at a time (``StepPieces``),
+    in two passes, the first for the groups' keys: what grouping holds is a piece, the groups' figures and each
+    step's row, not a column of every step for each figure nor the whole table (a 10 GB import's 835,200 steps:
+    about 70 MiB of figures, 35 MiB of table)."""
+    n_ipu, n_pass, whole = max(programs.ipus, 1), len(PASSES) + 1, programs.rows
 
-    # each step's (name, ipu, pass) as one number, made in place, in the first pass; its row among the groups (their
-    # keys sorted) in the second
+    # each step's (name, ipu, pass) as one number, made in place, in the first pass (a name's number: its place
+    # among the names of every piece, each piece's words looked up once); its row among the groups (their keys
+    # sorted) in the second
     step_row = np.empty(whole, np.int64)
+    names: dict[str, int] = {}
+    words, number = None, np.zeros(0, np.int64)
     distinct = [np.zeros(0, np.int64)]
-    for a, b in pieces:
-        part = programs.rows(a, b)
-        key = step_row[a:b]
-        np.multiply(part.codes("name"), n_ipu, out=key)
+    for a, part in programs.pieces():
+        if words is None or not np.array_equal(part.words("name"), words):  # (slices of one table share theirs)
+            words = part.words("name")
+            number = np.fromiter((names.setdefault(w, len(names)) for w in words.tolist()), np.int64, len(words))
+        key = step_row[a:a + len(part)]
+        np.take(number, part.codes("name"), out=key)
+        key *= n_ipu
         key += part["ipu"]
         key *= n_pass
         key += part.codes_in("pass", PASSES)
         distinct.append(np.unique(key))
     groups = np.unique(np.concatenate(distinct))
-    del distinct
+    del distinct, names
     n = len(groups)
     first = np.full(n, whole, np.int64)
     lo, hi = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
     runs, steps = np.zeros(n, np.int64), np.zeros(n, np.int64)
     sums = {column: np.zeros(n, np.int64) for column in CYCLE_COLUMNS}
+    shown = {column: np.empty(n, dtype=object) for column in ("name", "type", "pass")}
+    ipu = np.zeros(n, np.int64)
     known = 0
-    for a, b in pieces:
-        part = programs.rows(a, b)
+    for a, part in programs.pieces():
+        b = a + len(part)
         row = step_row[a:b]
         row[:] = np.searchsorted(groups, row)
         np.minimum.at(first, row, np.arange(a, b))
@@ -226,11 +270,15 @@ def _imported_ops(programs: Columns, trace: Aggregates, clock: float, traced: in
         for column, cycles in _sums(row, total, phase, n).items():
             sums[column] += cycles
         known += int(total[phase >= 0].sum())
-    columns: dict[str, Any] = {"op_id": np.full(n, -1, np.int64), "name": programs.strings("name", first),
-                               "kind": programs.strings("type", first), "block": np.full(n, "", dtype=object)}
+        # a group's words are its first step's: the groups first met in this piece (pieces come in row order)
+        met = np.flatnonzero((first >= a) & (first < b))
+        for column, values in shown.items():
+            values[met] = part.strings(column, first[met] - a)
+        ipu[met] = part["ipu"][first[met] - a]
+    columns: dict[str, Any] = {"op_id": np.full(n, -1, np.int64), "name": shown["name"], "kind": shown["type"],
+                               "block": np.full(n, "", dtype=object)}
     columns["layer"] = layer_of(columns["name"])
-    columns.update(stage=np.where(lo == hi, lo, -1), ipu=programs["ipu"][first].astype(np.int64),
-                   **{"pass": programs.strings("pass", first)})
+    columns.update(stage=np.where(lo == hi, lo, -1), ipu=ipu, **{"pass": shown["pass"]})
     columns.update(steps=steps, executions=runs, **sums)
     nan = np.full(n, np.nan)
     _figures(columns, nan, clock, np.nan, traced)
@@ -238,7 +286,8 @@ def _imported_ops(programs: Columns, trace: Aggregates, clock: float, traced: in
     order = np.lexsort((first, -columns["total_cycles"]))
     where = np.empty(n, np.int64)
     where[order] = np.arange(n)
-    return Table({c: np.asarray(columns[c])[order] for c in OP_COLUMNS}), where[step_row], known
+    np.take(where, step_row, out=step_row)
+    return Table({c: np.asarray(columns[c])[order] for c in OP_COLUMNS}), step_row, known
 
 
 def group(c: OpCosts, variables: Columns, by: str, clock_hz: float) -> Table:
@@ -414,8 +463,10 @@ class OperationsReport:
 
     def costs(self) -> OpCosts:
         r = self._r
-        return self._memo("costs", lambda: costs(r.columns("ops"), r.columns("programs"), r.columns("variables"),
-                                                 r.trace_summary(), r.target, r.run, r.imported))
+        # an import's steps are read a piece at a time unless the whole table is (being) decoded for another section
+        return self._memo("costs", lambda: costs(
+            r.columns("ops"), StepPieces.read(r.profile) if r.imported and not r.decodes("programs")
+            else r.columns("programs"), r.columns("variables"), r.trace_summary(), r.target, r.run, r.imported))
 
     def by_op(self) -> Any:
         """OP_COLUMNS, one row per op pass, costliest first (a DataFrame)."""
