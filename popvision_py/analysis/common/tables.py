@@ -144,13 +144,17 @@ class Columns:
     def strings(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         """A category column's values as strings (object array), only at ``rows`` if given (their codes taken in
         Arrow where the column's are not made yet: not a whole column of codes made for a few rows)."""
-        at = None if rows is None else np.asarray(rows)
-        if (at is not None and at.ndim == 1 and at.dtype.kind in "iu" and (not len(at) or int(at.min()) >= 0)
+        return self.words(name)[self.codes(name) if rows is None else self.codes_at(name, rows)]
+
+    def codes_at(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """``codes(name)[rows]``, taken in Arrow where the column's codes are not made yet (a coded column, rows an
+        index of rows >= 0)."""
+        at = np.asarray(rows)
+        if (at.ndim == 1 and at.dtype.kind in "iu" and (not len(at) or int(at.min()) >= 0)
                 and "codes:" + name not in self._arrays and self.coded(name)):
             taken = self._column(name).indices.take(pa.array(at.astype(np.int64, copy=False), pa.int64()))
-            return self.words(name)[numbers(taken).astype(np.int64)]
-        codes = self.codes(name)
-        return self.words(name)[codes if rows is None else codes[rows]]
+            return numbers(taken).astype(np.int64)
+        return self.codes(name)[at]
 
     def rows(self, start: int, stop: int) -> Columns:
         """Rows ``start`` to ``stop`` as Columns of their own, a view of the table: its arrays made as they are asked
@@ -218,6 +222,23 @@ class StepIndex:
             return np.full(len(rows), "", dtype=object)
         names = self.programs.strings("name", np.maximum(rows, 0))
         return np.where(rows >= 0, names, "") if (rows < 0).any() else names
+
+    def name_categories(self, rows: np.ndarray) -> pd.Categorical:
+        """``names(rows)`` as a pandas Categorical: each distinct name held once, each row a code (a long run's
+        348,000 steps a rank: 32 MiB of names as strings, 1.3 MiB as codes, where the same few names repeat)."""
+        import pandas as pd
+
+        rows = np.asarray(rows, np.int64)
+        if not len(self.programs) or not self.programs.coded("name"):
+            return pd.Categorical(self.names(rows))
+        words = self.programs.words("name")
+        codes = self.programs.codes_at("name", np.maximum(rows, 0))
+        if (rows < 0).any():  # no such step: ""
+            empty = np.flatnonzero(words == "")
+            if not len(empty):
+                words, empty = np.append(words, ""), [len(words)]
+            codes[rows < 0] = empty[0]
+        return pd.Categorical.from_codes(codes, categories=pd.Index(words, dtype=object), validate=False)
 
     def name_array(self, rows: np.ndarray) -> Any:
         """``names(rows)`` as a pandas ``str`` array (decoded in Arrow), for a frame's column."""

@@ -29,7 +29,7 @@ def by_step(liveness: Columns, programs: Columns, target: dict[str, Any], ipu: i
 
     ``total_bytes`` = always-live + not-always-live bytes on the IPU; ``capacity_bytes`` = the
     IPU's SRAM (tiles x bytes per tile). Step names are joined through ``index`` (dense (ipu, step)
-    -> programs row), not a merge, and decoded in Arrow (a pandas ``str`` array).
+    -> programs row), not a merge, as a pandas Categorical (a long run's steps repeat a few names).
     """
     index = index or StepIndex(programs)
     ipus, steps = liveness["ipu"], liveness["step"]
@@ -38,7 +38,7 @@ def by_step(liveness: Columns, programs: Columns, target: dict[str, Any], ipu: i
     at = index.rows(ipus[rows], steps[rows])
     always, not_always = liveness["always_live_bytes"][rows], liveness["not_always_live_bytes"][rows]
     return Table({
-        "ipu": ipus[rows], "step": steps[rows], "name": index.name_array(at),
+        "ipu": ipus[rows], "step": steps[rows], "name": index.name_categories(at),
         "always_live_bytes": always, "not_always_live_bytes": not_always, "total_bytes": always + not_always,
         "worst_tile": liveness["worst_tile"][rows], "worst_tile_bytes": liveness["worst_tile_bytes"][rows],
         "capacity_bytes": np.full(len(rows), int(target["tiles_per_ipu"]) * int(target["bytes_per_tile"]), np.int64),
@@ -49,7 +49,8 @@ def peaks(steps: Table) -> Table:
     """Per IPU, the first step where not-always-live memory peaks (``steps``: ``by_step``): PEAK_COLUMNS by ipu."""
     ipu, step, nal = steps["ipu"], steps["step"], steps["not_always_live_bytes"]
     first = _peak_rows(ipu, step, nal)
-    return _peak_table(ipu[first], step[first], steps["name"].take(first), nal[first], steps["total_bytes"][first])
+    names = pd.array(np.asarray(steps["name"].take(first), dtype=object), dtype="str")  # (by_step's are categories)
+    return _peak_table(ipu[first], step[first], names, nal[first], steps["total_bytes"][first])
 
 
 def decoded_peaks(liveness: Columns, index: StepIndex) -> Table:
