@@ -31,6 +31,7 @@ from popvision_py.analysis.ipu import programs as _programs
 from popvision_py.analysis.pipeline import stages as _stages
 from popvision_py.analysis.findings import summary as _summary
 from popvision_py.analysis.host import system as _system
+from popvision_py.analysis.host import system_figures as _system_figures
 from popvision_py.analysis.trace import timeline as _trace
 from popvision_py.analysis.trace import levels as _trace_levels
 from popvision_py.analysis.pipeline import whatif as _whatif
@@ -424,19 +425,31 @@ class SystemReport(_View):
         return self._processes().frame()
 
     def _processes(self) -> Table:
-        return self._memo("processes", lambda: _system.processes(self.events(), self._r.imported))
+        return self._memo("processes", lambda: self._figure("processes"))
 
     def by_name(self) -> pd.DataFrame:
         return self._by_name().frame()
 
     def _by_name(self) -> Table:
-        return self._memo("by_name", lambda: _system.by_name(self.events()))
+        return self._memo("by_name", lambda: self._figure("by_name"))
 
     def counters(self) -> pd.DataFrame:
         return self._counters().frame()
 
     def _counters(self) -> Table:
-        return self._memo("counters", lambda: _system.counters(self.events()))
+        return self._memo("counters", lambda: self._figure("counters"))
+
+    def _figure(self, name: str) -> Table:
+        """``processes``, ``by_name`` or ``counters``: of the events where they are held (the dashboard's System
+        page), else the three of them a run of files at a time (``system_figures.figures``), or of every event where
+        a process's events are in two runs."""
+        by_files = None if self._holds("events") else self._memo(
+            "by_files", lambda: _system_figures.figures(self.files(), self._r.imported))
+        if by_files is not None:
+            return by_files[name]
+        events = self.events()
+        return _system.processes(events, self._r.imported) if name == "processes" else \
+            _system.by_name(events) if name == "by_name" else _system.counters(events)
 
     def index(self) -> _system.SystemIndex:
         return self._memo("index", lambda: _system.SystemIndex(self.events()))

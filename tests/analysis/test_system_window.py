@@ -4,7 +4,9 @@ and times, in row then start order, and the bins' times and counts, whatever the
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
+import pytest
 
 from popvision_py.analysis.host import system
 from popvision_py.format import system as S
@@ -144,3 +146,48 @@ def test_each_events_row_is_its_process_and_thread_however_many_threads_the_proc
         # AND each event's row is its own pair
         got = [(int(events.processes[events.rows[r][0]][5:]), events.rows[r][1]) for r in events.row]
         assert sorted(got) == sorted((int(r[0][5:]), r[1]) for r in run)
+
+
+@pytest.mark.parametrize("block", [1, 7, 1 << 16])
+def test_the_events_by_name_are_each_process_channel_family_and_kinds_count_total_and_longest(monkeypatch, block):
+    # GIVEN 400 random events of three ranks, two threads, three channels and numbered names (families), grouped
+    # `block` events at a time
+    monkeypatch.setattr(system, "NAME_BLOCK", block)
+    rng = np.random.default_rng(3)
+    rows = []
+    for _ in range(400):
+        start = int(rng.integers(0, 10_000))
+        kind = str(rng.choice(S.KINDS))
+        rows.append((f"rank-{rng.integers(0, 3)}", str(rng.choice(["MainThread", "pt_autograd_0"])),
+                     str(rng.choice(["pytorch", "annotation", "memory"])),
+                     f"{rng.choice(['ProfilerStep#', 'Forward ', 'aten::mm'])}{rng.integers(0, 4)}", kind, start,
+                     start + int(rng.integers(0, 500)) * (kind == "span"), float(rng.integers(0, 9))))
+    frame = pd.DataFrame(RUN + rows, columns=["process", "thread", "channel", "name", "kind", "start", "end", "v"])
+    frame["family"], frame["took"] = frame["name"].map(system.family), frame["end"] - frame["start"]
+    columns = list(zip(*(RUN + rows)))
+    table = pa.table({
+        "process": pa.array(columns[0]), "pid": pa.array([int(p[5:]) for p in columns[0]], pa.int64()),
+        "thread": pa.array(columns[1]), "channel": pa.array(columns[2]), "name": pa.array(columns[3]),
+        "kind": pa.array(columns[4]), "start_ns": pa.array(columns[5], pa.int64()),
+        "end_ns": pa.array(columns[6], pa.int64()), "value": pa.array(columns[7], pa.float64())}, schema=S.SCHEMA)
+    events = system.load_tables([table])
+    # WHEN its spans and instants are summed by name
+    got = system.by_name(events).frame()
+    # THEN each (process, channel, family, kind) is a row with pandas' count of it; a span its total, mean and
+    # longest time in ms and its share of its process's first-to-last time; an instant its count alone
+    shown = frame[frame["kind"] != "counter"]
+    want = shown.groupby(["process", "channel", "family", "kind"])["took"].agg(["size", "sum", "max"])
+    assert len(got) == len(want)
+    wall = frame.groupby("process")["end"].max() - frame.groupby("process")["start"].min()
+    for row in got.itertuples():
+        size, total, most = want.loc[(row.process, row.channel, row.name, row.kind)]
+        assert row.count == size
+        if row.kind == "span":
+            assert (row.total_ms, row.max_ms) == (total / 1e6, most / 1e6)
+            assert row.wall_pct == pytest.approx(100 * total / wall[row.process])
+        else:
+            assert np.isnan(row.total_ms) and np.isnan(row.max_ms)
+    # AND each process's rows come together, its largest total first
+    for _, part in got.groupby("process", sort=False):
+        spans = part[part["kind"] == "span"]["total_ms"].tolist()
+        assert spans == sorted(spans, reverse=True)

@@ -39,6 +39,7 @@ PROCESS_COLUMNS = ["process", "pid", "threads", "events", "wall_ms", "model_call
                    "wait_for_data_ms", "wait_for_data_pct"]
 NAME_COLUMNS = ["process", "channel", "name", "kind", "count", "total_ms", "mean_ms", "max_ms", "wall_pct"]
 COUNTER_COLUMNS = ["process", "name", "count", "median", "least", "most"]
+NAME_BLOCK = 1 << 16  # events grouped at a time by ``by_name``
 MAX_EVENTS = 2000  # a window with more events than this is drawn in bins
 MAX_BINS = 500
 _TRAILING_NUMBER = re.compile(r"[#\s]*\d+$")
@@ -49,7 +50,7 @@ def family(name: str) -> str:
     return _TRAILING_NUMBER.sub("", name) or name
 
 
-def _natural(text: str) -> tuple:
+def natural(text: str) -> tuple:
     """A sort key that puts ``instance-2`` before ``instance-10``."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
@@ -101,10 +102,10 @@ class Events:
 
 
 def _dictionary(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
-    """A dictionary column of one chunk as (codes, words)."""
+    """A dictionary column (its chunks' dictionaries unified) as (codes, words)."""
     if column.num_chunks == 0:
         return np.zeros(0, np.int64), []
-    chunk = column.chunk(0)
+    chunk = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     if not pa.types.is_dictionary(chunk.type):
         chunk = chunk.dictionary_encode()
     return chunk.indices.to_numpy(zero_copy_only=False).astype(np.int64), chunk.dictionary.to_pylist()
@@ -120,6 +121,7 @@ def _ranked(codes: np.ndarray, words: list[str], key) -> tuple[np.ndarray, list[
 
 
 FILES_AT_ONCE = 256  # files read, then joined into one table, at a time: a file's small table costs ~17 KB apart
+SMALL_TABLE_ROWS = 1 << 16  # tables of fewer rows than this on average are joined into one chunk (``_joined``)
 
 
 def load_files(paths: Sequence[str | os.PathLike[str]], keep: dict[str, Callable[[str], bool]] | None = None) -> Events:
@@ -155,8 +157,13 @@ def load(files: Sequence[S.SystemFile]) -> Events:
 
 
 def _joined(tables: list[pa.Table]) -> pa.Table:
-    """``tables`` as one table of one chunk, their dictionaries unified."""
-    return pa.concat_tables(tables).unify_dictionaries().combine_chunks() if tables else S.SCHEMA.empty_table()
+    """``tables`` as one table, their dictionaries unified. Small tables' rows are copied into one chunk (each chunk
+    costs its own buffers: 4,096 small files' apart were 68 MB); large ones keep their chunks, which ``load_tables``
+    joins a column at a time as it takes it, not all copied beside them (10 GB in 4 ranks: 42 MiB)."""
+    if not tables:
+        return S.SCHEMA.empty_table()
+    joined = pa.concat_tables(tables).unify_dictionaries()
+    return joined.combine_chunks() if joined.num_rows < SMALL_TABLE_ROWS * len(tables) else joined
 
 
 def load_tables(tables: list[pa.Table]) -> Events:
@@ -167,9 +174,9 @@ def load_tables(tables: list[pa.Table]) -> Events:
     table = _joined(tables)
     tables.clear()
     process, words = _dictionary(table["process"])
-    process, processes = _ranked(process, words, _natural)
+    process, processes = _ranked(process, words, natural)
     thread, words = _dictionary(table["thread"])
-    thread, threads = _ranked(thread, words, lambda t: (t != "MainThread", _natural(t)))
+    thread, threads = _ranked(thread, words, lambda t: (t != "MainThread", natural(t)))
     width = max(len(threads), 1)
     key = process * width + thread
     rows, row = numbered(key, len(processes) * width)  # the (process, thread) rows counted, not the events sorted
@@ -192,7 +199,7 @@ def load_tables(tables: list[pa.Table]) -> Events:
     (name, names), (channel, channels), (kind, kinds) = ordered.pop("name"), ordered.pop("channel"), ordered.pop("kind")
     kind = np.array([S.KINDS.index(k) for k in kinds] + [0], np.int64)[kind]
     start, end, value = ordered.pop("start_ns"), ordered.pop("end_ns"), ordered.pop("value")
-    families = sorted({family(n) for n in names}, key=_natural)
+    families = sorted({family(n) for n in names}, key=natural)
     code = {f: k for k, f in enumerate(families)}
     family_of = np.array([code[family(n)] for n in names], np.int64)
     return Events(
@@ -267,26 +274,41 @@ def by_name(events: Events) -> Table:
 
     Shares overlap where spans nest (a model call holds its optimizer updates), so they need not sum to 100.
     """
-    keep = events.kind != COUNTER
-    process, fam = events.process[keep], events.family_of[events.name[keep]]
-    channel, kind = events.channel[keep], events.kind[keep]
-    duration = (events.end - events.start)[keep]
     nf, nc = len(events.families), max(len(events.channels), 1)
-    # one group per (process, channel, family, kind): a dense key, summed by bincount
-    key = ((process * nc + channel) * nf + fam) * len(S.KINDS) + kind
-    groups, inverse = np.unique(key, return_inverse=True)
-    count = np.bincount(inverse, minlength=len(groups)).astype(np.int64)
-    total = np.bincount(inverse, weights=duration, minlength=len(groups))
-    longest = np.zeros(len(groups), np.int64)
-    np.maximum.at(longest, inverse, duration)
+    row_process = events.row_process
+    # one group per (process, channel, family, kind) as one number, ``NAME_BLOCK`` events at a time: what it holds
+    # is a block's arrays and the groups so far, not a column of every event for each (765,600 events: 65 MiB)
+    groups, count = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    total, longest = np.zeros(0, np.float64), np.zeros(0, np.int64)
+    for a in range(0, len(events), NAME_BLOCK):
+        part = slice(a, a + NAME_BLOCK)
+        keep = events.kind[part] != COUNTER
+        key = row_process[events.row[part][keep]] * nc + events.channel[part][keep]
+        key *= nf
+        key += events.family_of[events.name[part][keep]]
+        key *= len(S.KINDS)
+        key += events.kind[part][keep]
+        duration = (events.end[part] - events.start[part])[keep]
+        found, inverse = np.unique(key, return_inverse=True)
+        merged = np.union1d(groups, found)
+        grown = [np.zeros(len(merged), so_far.dtype) for so_far in (count, total, longest)]
+        for into, so_far in zip(grown, (count, total, longest)):
+            into[np.searchsorted(merged, groups)] = so_far
+        (count, total, longest), groups, at = grown, merged, np.searchsorted(merged, found)
+        count[at] += np.bincount(inverse, minlength=len(found))
+        total[at] += np.bincount(inverse, weights=duration, minlength=len(found))  # (whole ns: exact sums)
+        np.maximum.at(longest, at[inverse], duration)
     g_kind = groups % len(S.KINDS)
     g_fam = groups // len(S.KINDS) % nf
     g_channel = groups // len(S.KINDS) // nf % nc
     g_process = groups // len(S.KINDS) // nf // nc
     _, _, wall = _per_process(events)
     span = g_kind == SPAN
-    # by process, then the largest total first (instants after the spans), then by name (families are sorted)
-    order = np.lexsort((g_fam, -np.where(span, total, -1.0), g_process))
+    # by process, then the largest total first (instants after the spans), then by name (families are sorted), then
+    # by channel and kind: an order of the words, not of the order the files gave them in (``system_figures``)
+    channel_rank = np.argsort(np.argsort(np.asarray(events.channels, dtype=str), kind="stable")) \
+        if events.channels else np.zeros(1, np.int64)
+    order = np.lexsort((g_kind, channel_rank[g_channel], g_fam, -np.where(span, total, -1.0), g_process))
     return Table({
         "process": np.asarray(events.processes, object)[g_process][order],
         "channel": np.asarray(events.channels, object)[g_channel][order],
@@ -306,6 +328,9 @@ def counters(events: Events) -> Table:
     keep = events.kind == COUNTER
     frame = pd.DataFrame({"process": events.process[keep], "name": events.name[keep], "value": events.value[keep]})
     stats = frame.groupby(["process", "name"], sort=True)["value"].agg(["count", "median", "min", "max"]).reset_index()
+    # each process's counters by name: an order of the words, not of the order the files gave them in
+    words = np.asarray(events.names, object)[stats["name"].to_numpy(np.int64)]
+    stats = stats.iloc[np.lexsort((words.astype(str), stats["process"].to_numpy(np.int64)))] if len(stats) else stats
     return Table({
         "process": np.asarray(events.processes, object)[stats["process"].to_numpy(np.int64)],
         "name": np.asarray(events.names, object)[stats["name"].to_numpy(np.int64)],
