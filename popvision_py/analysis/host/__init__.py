@@ -3,6 +3,7 @@
 - ``input_wait``: how long the IPUs wait for the host's data loaders (host-bound or not).
 - ``system``: the system timeline of each host process (PopDist's instances, PyTorch's threads):
   where its time went, and a zoomable view of millions of events.
+- ``system_figures``: the System section's tables of many files, a run of files at a time.
 - ``instances``: a ``poprun`` run's instances side by side, the figures that differ between them.
 
 May import: ``common``, ``trace``; ``popvision_py.format`` and ``popvision_py.errors``.
