@@ -39,7 +39,7 @@ from popvision_py.analysis.ipu import tiles as _tiles
 from popvision_py.analysis.trace import groups as _tracegroups
 from popvision_py.analysis.trace import scan as _tracescan
 from popvision_py.analysis.findings.fixes import Planner
-from popvision_py.analysis.common.tables import TABLE_COLUMNS, Columns, StepIndex, Table
+from popvision_py.analysis.common.tables import STEP_PIECE_ROWS, TABLE_COLUMNS, Columns, StepIndex, StepPieces, Table
 from popvision_py.analysis.trace.scan import Aggregates, iterations_traced
 from popvision_py.format import Profile, open_profile
 from popvision_py.analysis.gpu_view import GpuReport
@@ -182,6 +182,14 @@ class Report:
     def table(self, name: str) -> pd.DataFrame:
         """The same table as a pandas DataFrame (converted from ``columns(name)``, not read again)."""
         return self.columns(name).frame()
+
+    def step_pieces(self, columns: tuple[str, ...], at_once: int = STEP_PIECE_ROWS) -> StepPieces:
+        """The programs table a piece at a time (``StepPieces``): slices of the whole table where it is decoded (or
+        being decoded) for another answer, else ``columns`` read from the file ``at_once`` rows at a time, each
+        time a pass asks (an answer that needs a few of its columns once, of a long run's 835,200 steps)."""
+        if self.decodes("programs"):
+            return StepPieces.of(self.columns("programs"), at_once)
+        return StepPieces.read(self.profile, columns, at_once)
 
     def step_index(self) -> StepIndex:
         """Program steps by (ipu, step), for joins on steps."""

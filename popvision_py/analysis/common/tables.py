@@ -8,6 +8,7 @@ small dense keys: no sort, no Python loop over rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -181,8 +182,19 @@ class Columns:
             words = self.words(name)
             lut = np.array([vocabulary.index(w) if w in vocabulary else len(vocabulary) for w in words] or [0],
                            np.int64)
-            self._arrays[key] = lut[self.codes(name)]  # type: ignore[index]
+            self._arrays[key] = lut[self._own_codes(name)]  # type: ignore[index]
         return self._arrays[key]  # type: ignore[index]
+
+    def _own_codes(self, name: str) -> np.ndarray:
+        """``codes(name)`` where they are made already or the column is not coded, else its dictionary's indices as
+        they are (a view, not an int64 copy made and kept for every row): for an answer that only looks them up."""
+        if "codes:" + name in self._arrays or not self.coded(name):
+            return self.codes(name)
+        return numbers(self._column(name).indices)
+
+    def used_words(self, name: str) -> np.ndarray:
+        """The words of a category column that some row holds, in ``words(name)``'s order."""
+        return self.words(name)[np.unique(self._own_codes(name))]
 
     def frame(self) -> pd.DataFrame:
         """The table as pandas (categorical columns as categoricals), converted once."""
@@ -245,6 +257,86 @@ class StepIndex:
         if not len(self.programs) or (rows < 0).any():
             return self.names(rows)
         return self.programs.text("name", rows)
+
+
+STEP_PIECE_ROWS = 1 << 16  # program steps a piece of ``StepPieces`` holds, by default
+
+
+@dataclass(frozen=True)
+class StepPieces:
+    """The programs table a piece of rows at a time, for an answer that needs none of it whole: ``pieces()`` yields
+    each piece's first row and its rows (``Columns``), in row order; ``rows`` counts them all; ``ipus`` is more
+    than any step's IPU."""
+
+    pieces: Callable[[], Iterator[tuple[int, Columns]]]
+    rows: int
+    ipus: int
+
+    @classmethod
+    def of(cls, programs: Columns, at_once: int = STEP_PIECE_ROWS) -> StepPieces:
+        """The rows of a table decoded whole already, sliced (``Columns.rows``)."""
+        whole = len(programs)
+        return cls(lambda: ((a, programs.rows(a, min(a + at_once, whole))) for a in range(0, whole, at_once)), whole,
+                   int(programs["ipu"].max(initial=-1)) + 1)
+
+    @classmethod
+    def read(cls, profile: Any, columns: tuple[str, ...], at_once: int = STEP_PIECE_ROWS) -> StepPieces:
+        """``columns`` of a profile's programs table, decoded a piece at a time as each pass asks, each checked as
+        it is read (``Profile.iter_batches``): no piece outlives its turn. Its IPUs are below the manifest's
+        ``num_ipus`` (checked on each piece)."""
+        def pieces() -> Iterator[tuple[int, Columns]]:
+            start = 0
+            for batch in profile.iter_batches("programs", list(columns), batch_size=at_once):
+                yield start, Columns(pa.Table.from_batches([batch]))
+                start += batch.num_rows
+
+        return cls(pieces, profile.num_rows("programs"), int(profile.declared["num_ipus"]))
+
+    def names(self, ipu: np.ndarray, step: np.ndarray) -> Any:
+        """The names of the steps (``ipu``, ``step``) as a pandas ``str`` array, "" where the program has no such
+        step: one pass over the pieces, each one's rows found among the few asked for (``StepIndex.name_array``
+        without the whole table)."""
+        import pandas as pd
+
+        keys = (np.asarray(ipu, np.int64) << 32) | np.asarray(step, np.int64)
+        wanted, back = np.unique(keys, return_inverse=True)
+        found = np.full(len(wanted), "", dtype=object)
+        for _, part in self.pieces() if len(wanted) else ():
+            have = (part["ipu"].astype(np.int64) << 32) | part["step"]
+            at = np.minimum(np.searchsorted(wanted, have), len(wanted) - 1)
+            rows = np.flatnonzero(wanted[at] == have)
+            found[at[rows]] = part.strings("name", rows)
+        return pd.array(found[back.reshape(-1)], dtype="str")
+
+    def name_categories(self, ipu: np.ndarray, step: np.ndarray) -> pd.Categorical:
+        """``names(ipu, step)`` as a pandas Categorical (``StepIndex.name_categories`` without the whole table): one
+        pass over the pieces, each step's name numbered among the names of every piece (each piece's own dictionary
+        looked up once), "" where the program has no such step."""
+        import pandas as pd
+
+        keys = (np.asarray(ipu, np.int64) << 32) | np.asarray(step, np.int64)
+        order = np.argsort(keys, kind="stable")
+        keys = keys[order]
+        codes = np.full(len(keys), -1, np.int64)
+        numbered: dict[str, int] = {}
+        for _, part in self.pieces() if len(keys) else ():
+            have = (part["ipu"].astype(np.int64) << 32) | part["step"]
+            first = np.searchsorted(keys, have)  # every row of a step asked for more than once
+            last = np.searchsorted(keys, have, "right")
+            rows = np.flatnonzero(last > first)
+            if not len(rows):
+                continue
+            words = part.words("name").tolist()
+            number = np.fromiter((numbered.setdefault(w, len(numbered)) for w in words), np.int64, len(words))
+            found = number[part.codes_at("name", rows)]
+            counts = last[rows] - first[rows]
+            at = np.repeat(first[rows] - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+            codes[order[at]] = np.repeat(found, counts)
+        words = list(numbered)
+        if (codes < 0).any():
+            codes[codes < 0] = numbered[""] if "" in numbered else len(words)
+            words += [] if "" in numbered else [""]
+        return pd.Categorical.from_codes(codes, categories=pd.Index(words, dtype=object), validate=False)
 
 
 @dataclass

@@ -13,13 +13,12 @@ variables (NaN).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from popvision_py.analysis.common.tables import PASSES, PHASE, Columns, Table, lookup, sum_by
+from popvision_py.analysis.common.tables import PASSES, PHASE, Columns, StepPieces, Table, lookup, sum_by
 from popvision_py.analysis.trace.scan import Aggregates, aggregates
 from popvision_py.format.schema import PROGRAM_TYPES
 
@@ -69,39 +68,6 @@ class OpCosts:
     traced_cycles: int
     op_cycles: int = 0
     other_cycles: int = 0
-
-
-@dataclass(frozen=True)
-class StepPieces:
-    """Program steps ``IMPORTED_STEPS`` at a time, for ``_imported_ops``: ``pieces()`` yields each piece's first row
-    and its rows (``Columns``), in row order; ``rows`` counts them all; ``ipus`` is more than any step's IPU."""
-
-    pieces: Callable[[], Iterator[tuple[int, Columns]]]
-    rows: int
-    ipus: int
-
-    @classmethod
-    def of(cls, programs: Columns) -> StepPieces:
-        """The rows of a table already decoded, sliced (``Columns.rows``)."""
-        whole = len(programs)
-        return cls(lambda: ((a, programs.rows(a, min(a + IMPORTED_STEPS, whole)))
-                            for a in range(0, whole, IMPORTED_STEPS)), whole,
-                   int(programs["ipu"].max(initial=-1)) + 1)
-
-    @classmethod
-    def read(cls, profile: Any) -> StepPieces:
-        """The rows of a profile's programs table decoded a piece at a time, each checked as it is read
-        (``Profile.iter_batches``): no piece outlives its turn. Its IPUs are below the manifest's ``num_ipus``
-        (checked on each piece)."""
-        import pyarrow as pa
-
-        def pieces() -> Iterator[tuple[int, Columns]]:
-            start = 0
-            for batch in profile.iter_batches("programs", IMPORTED_COLUMNS, batch_size=IMPORTED_STEPS):
-                yield start, Columns(pa.Table.from_batches([batch]))
-                start += batch.num_rows
-
-        return cls(pieces, profile.num_rows("programs"), int(profile.declared["num_ipus"]))
 
 
 def peak_flops_per_s(target: dict[str, Any], run: dict[str, Any]) -> tuple[float, str]:
@@ -164,7 +130,7 @@ def costs(ops: Columns, programs: Columns | StepPieces, variables: Columns, trac
     clock = float(target.get("clock_hz") or 0.0)
     peak, precision = peak_flops_per_s(target, run)
     if imported or not len(ops):
-        steps = programs if isinstance(programs, StepPieces) else StepPieces.of(programs)
+        steps = programs if isinstance(programs, StepPieces) else StepPieces.of(programs, IMPORTED_STEPS)
         by_op, step_row, known = _imported_ops(steps, trace, clock, traced)
         return OpCosts(by_op, step_row, True, peak, str(run.get("precision", "-")), traced, known, 0)
     assert isinstance(programs, Columns), "an IPU profile's ops are joined to its whole programs table"
@@ -465,7 +431,7 @@ class OperationsReport:
         r = self._r
         # an import's steps are read a piece at a time unless the whole table is (being) decoded for another section
         return self._memo("costs", lambda: costs(
-            r.columns("ops"), StepPieces.read(r.profile) if r.imported and not r.decodes("programs")
+            r.columns("ops"), r.step_pieces(IMPORTED_COLUMNS, IMPORTED_STEPS) if r.imported
             else r.columns("programs"), r.columns("variables"), r.trace_summary(), r.target, r.run, r.imported))
 
     def by_op(self) -> Any:
