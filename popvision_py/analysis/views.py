@@ -192,8 +192,11 @@ class LivenessReport(_View):
 
     def _by_step(self) -> Table:
         r = self._r
+        # the steps' names from the programs' index where the table is decoded whole for another answer, else in one
+        # pass over its names (not the whole table decoded for them)
         return self._memo("by_step", lambda: _liveness.by_step(
-            r.columns("liveness"), r.columns("programs"), r.target, index=r.step_index()))
+            r.columns("liveness"), None, r.target,
+            index=r.step_index() if r.decodes("programs") else r.step_pieces(("ipu", "step", "name"))))
 
     def peaks(self) -> pd.DataFrame:
         return self._peaks().frame()
@@ -292,7 +295,7 @@ class ExchangeReport(_View):
 
     def _done(self) -> _exchange.Executed:
         return self._memo("done", lambda: _exchange.executed(self._r.columns("exchanges"), self._r.trace_summary(),
-                                                                   self._r.columns("programs")))
+                                                                   self._r.step_pieces(("ipu", "step", "cycles"))))
 
     def figures(self) -> _exchange.ExchangeFigures:
         return self._memo("figures", lambda: _exchange.figures(self._r.trace_summary()))
@@ -334,7 +337,11 @@ class ExchangeReport(_View):
                                                                    self._r.run))
 
     def _costliest(self, n: int = 10) -> Table:
-        return self._memo(("costliest", n), lambda: _exchange.costliest(self._done(), self._r.step_index(), n))
+        # the names of its few steps: from the programs' index where the table is decoded whole for another answer,
+        # else one pass over its names (not the whole table decoded for ten names)
+        r = self._r
+        return self._memo(("costliest", n), lambda: _exchange.costliest(
+            self._done(), r.step_index() if r.decodes("programs") else r.step_pieces(("ipu", "step", "name")), n))
 
 
 class TraceReport(_View):

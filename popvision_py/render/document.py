@@ -338,19 +338,19 @@ def _liveness(doc: Document, r: Any, figures: bool) -> None:
         return
     peaks = r.answer("liveness.peaks")
     doc.add("liveness.peaks", "Not-always-live memory peak per IPU", peaks)
-    at = list(zip(peaks["ipu"].tolist(), peaks["peak_step"].tolist()))
-    live = [r.answer("liveness.live_at", ipu, step, 10) for ipu, step in at]
-    table = Table({})
-    sizes = [len(t) for t in live]
-    if sum(sizes):  # stacked column by column: one table, not a concat of small ones
-        table = Table({
-            "ipu": np.repeat([ipu for ipu, _ in at], sizes), "step": np.repeat([step for _, step in at], sizes),
-            **{c: np.concatenate([t[c] for t in live]) for c in live[0].names},
-        })
-    if r.imported:
+    if r.imported:  # (no named tensors: nothing live to list)
         _meaningless(doc, "liveness.live_at_peak", "Largest variables live at each IPU's peak step",
                      imported.NO_VARIABLES)
     else:
+        at = list(zip(peaks["ipu"].tolist(), peaks["peak_step"].tolist()))
+        live = [r.answer("liveness.live_at", ipu, step, 10) for ipu, step in at]
+        table = Table({})
+        sizes = [len(t) for t in live]
+        if sum(sizes):  # stacked column by column: one table, not a concat of small ones
+            table = Table({
+                "ipu": np.repeat([ipu for ipu, _ in at], sizes), "step": np.repeat([step for _, step in at], sizes),
+                **{c: np.concatenate([t[c] for t in live]) for c in live[0].names},
+            })
         doc.add("liveness.live_at_peak", "Largest variables live at each IPU's peak step", table)
     doc.add("liveness.by_step", "Memory live at each program step", r.answer("liveness.by_step"))
 

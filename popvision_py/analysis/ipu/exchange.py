@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from popvision_py.analysis.common.tables import PHASE, Columns, StepIndex, Table, lookup, sum_by
+from popvision_py.analysis.common.tables import PHASE, Columns, StepIndex, StepPieces, Table, lookup, sum_by
 from popvision_py.analysis.trace.scan import Aggregates, aggregates
 from popvision_py.format.schema import EXCHANGE_KINDS
 
@@ -66,24 +66,26 @@ class Executed:
     exposed_cycles: np.ndarray
 
 
-def executed(exchanges: Columns, trace: Aggregates, programs: Columns) -> Executed:
+def executed(exchanges: Columns, trace: Aggregates, programs: Columns | StepPieces) -> Executed:
     """Each exchange row joined with its step's executions and cycles (dense (ipu, step) lookups, no merge).
 
     A step's cycles are shared by its exchange rows in proportion to their transfer cycles, and no
     row is exposed longer than its transfer: exposed = min(cycles, step cycles x cycles / the step's
-    cycles of transfers).
+    cycles of transfers). ``programs``: the whole table, or its ``ipu``, ``step`` and ``cycles`` a piece at a
+    time (only the steps of exchanges are looked up).
     """
     runs = lookup(aggregates(trace).executions, exchanges["ipu"], exchanges["step"]).astype(np.int64, copy=False)
     cycles = exchanges["cycles"].astype(np.int64, copy=False)
     ipu, step = exchanges["ipu"], exchanges["step"]
-    width = int(max(step.max(initial=-1), programs["step"].max(initial=-1))) + 1
-    height = int(max(ipu.max(initial=-1), programs["ipu"].max(initial=-1))) + 1
+    width, height = int(step.max(initial=-1)) + 1, int(ipu.max(initial=-1)) + 1
     # each figure of a row made in place and let go once used: a 10 GB import's 556,800 rows make arrays of 4 MiB,
     # and a dozen of them were this section's peak
     key = np.multiply(ipu, width, dtype=np.int64)
     key += step
-    step_cycles = np.zeros(height * width, np.int64)
-    step_cycles[np.multiply(programs["ipu"], width, dtype=np.int64) + programs["step"]] = programs["cycles"]
+    step_cycles = np.zeros(height * width, np.int64)  # each exchange step's cycles: the grid of the exchanges' steps
+    for _, part in programs.pieces() if isinstance(programs, StepPieces) else [(0, programs)]:
+        mine = np.flatnonzero((part["ipu"] < height) & (part["step"] < width))
+        step_cycles[np.multiply(part["ipu"][mine], width, dtype=np.int64) + part["step"][mine]] = part["cycles"][mine]
     in_step = sum_by(key, cycles, height * width)[key] if len(key) else np.zeros(0, np.int64)
     share = cycles / np.where(in_step > 0, in_step, 1)  # the step's cycles x (cycles / the step's cycles of transfers)
     share *= step_cycles[key]
@@ -101,8 +103,7 @@ def by_kind(done: Executed, total_cycles: int) -> Table:
     ``time_pct`` is the exposed share of the run's IPU-cycles (what the time line shows as exchange
     and streaming), ``hidden_pct`` the share of transfers overlapped with other work.
     """
-    words = done.exchanges.words("kind")
-    kinds = list(EXCHANGE_KINDS) + sorted(set(words[np.unique(done.exchanges.codes("kind"))]) - set(EXCHANGE_KINDS))
+    kinds = list(EXCHANGE_KINDS) + sorted(set(done.exchanges.used_words("kind")) - set(EXCHANGE_KINDS))
     code = done.exchanges.codes_in("kind", tuple(kinds))
     n = len(kinds) + 1
     cycles = sum_by(code, done.total_cycles, n)[:-1]
@@ -122,12 +123,16 @@ def by_kind(done: Executed, total_cycles: int) -> Table:
 
 def matrix(done: Executed) -> Table:
     """Bytes and cycles moved from each source to each destination (-1 host, -2 streaming memory)."""
-    src, dst = done.exchanges["src_ipu"].astype(np.int64), done.exchanges["dst_ipu"].astype(np.int64)
+    src, dst = done.exchanges["src_ipu"], done.exchanges["dst_ipu"]
     if not len(src):
         return Table.empty({c: np.int64 for c in MATRIX_COLUMNS})
-    # -2 (streaming memory) is the smallest id: shift by 2 for a dense (src, dst) grid.
+    # -2 (streaming memory) is the smallest id: shift by 2 for a dense (src, dst) grid; the key made in place, in
+    # int64, from the columns' own integers (a 10 GB import's 556,800 transfers: 4 MiB, not 17)
     width = int(max(src.max(), dst.max())) + 3
-    key = (src + 2) * width + dst + 2
+    key = np.add(src, 2, dtype=np.int64)
+    key *= width
+    key += dst
+    key += 2
     # the pairs that occur, where the grid would be larger than the rows: 4,096 ranks make 16.8 M cells of a few
     # thousand pairs
     cells, key = np.unique(key, return_inverse=True) if width * width > max(len(key), 1 << 16) else (None, key)
@@ -167,8 +172,9 @@ def bandwidth(kinds: Table, target: dict[str, Any], sizes_recorded: bool = True)
                   "efficiency_pct": 100.0 * achieved / peak})
 
 
-def costliest(done: Executed, index: StepIndex, n: int = 10) -> Table:
-    """The ``n`` exchange steps with the most cycles over the trace (cycles x executions): COSTLIEST_COLUMNS."""
+def costliest(done: Executed, index: StepIndex | StepPieces, n: int = 10) -> Table:
+    """The ``n`` exchange steps with the most cycles over the trace (cycles x executions): COSTLIEST_COLUMNS.
+    ``index``: the programs' (``StepIndex``), or its ``ipu``, ``step`` and ``name`` a piece at a time."""
     x, total = done.exchanges, done.total_cycles
     # only the rows as costly as the n-th costliest or more are sorted (a 10 GB import's 556,800 sorted were 13 MiB)
     some = np.flatnonzero(total >= np.partition(total, len(total) - n)[len(total) - n]) if 0 < n < len(total) else \
@@ -176,7 +182,8 @@ def costliest(done: Executed, index: StepIndex, n: int = 10) -> Table:
     rows = some[np.lexsort((x["step"][some], x["ipu"][some], -total[some]))][:n]
     return Table({
         "ipu": x["ipu"][rows], "step": x["step"][rows],
-        "name": index.name_array(index.rows(x["ipu"][rows], x["step"][rows])),
+        "name": index.names(x["ipu"][rows], x["step"][rows]) if isinstance(index, StepPieces) else
+        index.name_array(index.rows(x["ipu"][rows], x["step"][rows])),
         "kind": x.strings("kind", rows), "src_ipu": x["src_ipu"][rows], "dst_ipu": x["dst_ipu"][rows],
         "bytes": x["bytes"][rows], "cycles": x["cycles"][rows], "executions": done.executions[rows],
         "total_cycles": done.total_cycles[rows],

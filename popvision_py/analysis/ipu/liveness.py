@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from popvision_py.analysis.common.tables import Columns, StepIndex, Table
+from popvision_py.analysis.common.tables import Columns, StepIndex, StepPieces, Table
 from popvision_py.errors import OutOfRangeError
 from popvision_py.format.arrays import numbers
 
@@ -23,22 +23,24 @@ STREAM_ROWS = 1 << 16  # a liveness table of more rows has its peaks read a batc
 LIVE_AT_COLUMNS = ["var_id", "name", "category", "always_live", "bytes", "live_from_step", "live_to_step"]
 
 
-def by_step(liveness: Columns, programs: Columns, target: dict[str, Any], ipu: int | None = None,
-            index: StepIndex | None = None) -> Table:
+def by_step(liveness: Columns, programs: Columns | None, target: dict[str, Any], ipu: int | None = None,
+            index: StepIndex | StepPieces | None = None) -> Table:
     """Memory live at every program step: BY_STEP_COLUMNS sorted by ipu, step.
 
     ``total_bytes`` = always-live + not-always-live bytes on the IPU; ``capacity_bytes`` = the
     IPU's SRAM (tiles x bytes per tile). Step names are joined through ``index`` (dense (ipu, step)
-    -> programs row), not a merge, as a pandas Categorical (a long run's steps repeat a few names).
+    -> programs row), not a merge, as a pandas Categorical (a long run's steps repeat a few names); or, with
+    ``index`` the programs' names a piece at a time (``StepPieces``), in one pass over them.
     """
     index = index or StepIndex(programs)
     ipus, steps = liveness["ipu"], liveness["step"]
     rows = np.arange(len(liveness)) if ipu is None else np.flatnonzero(ipus == ipu)
     rows = rows[np.lexsort((steps[rows], ipus[rows]))]
-    at = index.rows(ipus[rows], steps[rows])
+    names = index.name_categories(ipus[rows], steps[rows]) if isinstance(index, StepPieces) else \
+        index.name_categories(index.rows(ipus[rows], steps[rows]))
     always, not_always = liveness["always_live_bytes"][rows], liveness["not_always_live_bytes"][rows]
     return Table({
-        "ipu": ipus[rows], "step": steps[rows], "name": index.name_categories(at),
+        "ipu": ipus[rows], "step": steps[rows], "name": names,
         "always_live_bytes": always, "not_always_live_bytes": not_always, "total_bytes": always + not_always,
         "worst_tile": liveness["worst_tile"][rows], "worst_tile_bytes": liveness["worst_tile_bytes"][rows],
         "capacity_bytes": np.full(len(rows), int(target["tiles_per_ipu"]) * int(target["bytes_per_tile"]), np.int64),
