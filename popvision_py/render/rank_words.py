@@ -119,9 +119,17 @@ def as_ranks(key: str, values: Any, ranks: np.ndarray | None) -> Any:
     array = np.asarray(values)
     if array.dtype.kind not in "iu":
         return values
+    if _same(ranks):
+        return array if array.ndim else array.item()
     inside = (array >= 0) & (array < len(ranks))
     named = np.where(inside, ranks[np.clip(array, 0, len(ranks) - 1)], array)
     return named if array.ndim else named.item()
+
+
+def _same(ranks: np.ndarray) -> bool:
+    """Whether each IPU is the rank of its number (ranks 0 to N-1, as most jobs): the values need no mapping, and no
+    copy of a long table's column is made for it."""
+    return bool(np.array_equal(ranks, np.arange(len(ranks))))
 
 
 def in_rank_words(blocks: list[Any], schedule: str | None = None,
