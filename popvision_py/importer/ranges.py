@@ -336,18 +336,27 @@ _BUFFER = bytearray()  # a worker's range, read in place (the same pages each ti
 
 def _read_into(path: str, start: int, end: int, prefix: bytes, suffix: bytes) -> bytearray:
     """``prefix`` + the file's bytes [start, end) + ``suffix``, in this process's reused buffer."""
+    global _BUFFER
     size = len(prefix) + end - start + len(suffix)
-    if len(_BUFFER) > size:
-        del _BUFFER[size:]
-    elif len(_BUFFER) < size:
-        _BUFFER.extend(bytes(size - len(_BUFFER)))
-    _BUFFER[:len(prefix)] = prefix
-    _BUFFER[size - len(suffix):] = suffix
-    with open(path, "rb") as f, memoryview(_BUFFER) as view:
+    try:
+        _BUFFER.append(0)  # (raises BufferError where a view of it is still held)
+        del _BUFFER[-1]
+        if len(_BUFFER) > size:
+            del _BUFFER[size:]
+        elif len(_BUFFER) < size:
+            _BUFFER.extend(bytes(size - len(_BUFFER)))
+    except BufferError:
+        # a view of the last range is still held (a decoded event's raw args keep one until they go: a Dask worker
+        # under load once met it): a buffer of its own, never the held one written over
+        _BUFFER = bytearray(size)
+    buffer = _BUFFER
+    buffer[:len(prefix)] = prefix
+    buffer[size - len(suffix):] = suffix
+    with open(path, "rb") as f, memoryview(buffer) as view:
         got = os.preadv(f.fileno(), [view[len(prefix):size - len(suffix)]], start)
     if got != end - start:
         raise Fallback("the file changed while it was read")
-    return _BUFFER
+    return buffer
 
 
 def read_range(source: tuple[str, int, int] | bytes, base_ns: int | None, last: bool) -> RankPart:

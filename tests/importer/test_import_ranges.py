@@ -151,6 +151,30 @@ def test_a_range_cut_inside_an_event_falls_back_to_the_streaming_parser(tmp_path
     assert_same(read_rank(path), read_stream(path))
 
 
+def test_a_range_is_read_while_a_view_of_the_last_one_is_still_held(tmp_path):
+    # GIVEN files of 50 and 80 bytes, the first read into the process's buffer and a view of it still held (as a
+    # decoded event's raw args hold one: a Dask worker under load once stopped with "BufferError: Existing exports
+    # of data: object cannot be re-sized")
+    first, second, third = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    first.write_bytes(b"a" * 50)
+    second.write_bytes(b"b" * 80)
+    third.write_bytes(b"c" * 80)
+    held = memoryview(ranges._read_into(str(first), 0, 50, b"[", b"]"))
+    # WHEN the next range, of another size, is read THEN it is read whole, and the held view is unchanged
+    assert bytes(ranges._read_into(str(second), 0, 80, b"[", b"]")) == b"[" + b"b" * 80 + b"]"
+    assert bytes(held) == b"[" + b"a" * 50 + b"]"
+    # AND one of the same size as a view still held is not written over it
+    again = memoryview(ranges._BUFFER)
+    assert bytes(ranges._read_into(str(third), 0, 80, b"[", b"]")) == b"[" + b"c" * 80 + b"]"
+    assert bytes(again) == b"[" + b"b" * 80 + b"]"
+    held.release()
+    again.release()
+    # AND with no view held, the next range reuses the buffer
+    buffer = ranges._BUFFER
+    assert bytes(ranges._read_into(str(first), 0, 50, b"[", b"]")) == b"[" + b"a" * 50 + b"]"
+    assert ranges._BUFFER is buffer
+
+
 @pytest.mark.parametrize("rank", range(4))
 def test_the_sample_traces_read_by_ranges_are_the_streaming_parsers_figures(rank, tmp_path, monkeypatch):
     # GIVEN a rank of the real GPipe sample, gzipped as committed and inflated, in ranges of 64 KiB
