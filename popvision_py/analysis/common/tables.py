@@ -250,7 +250,7 @@ class StepIndex:
             if not len(empty):
                 words, empty = np.append(words, ""), [len(words)]
             codes[rows < 0] = empty[0]
-        return pd.Categorical.from_codes(codes, categories=pd.Index(words, dtype=object), validate=False)
+        return pd.Categorical.from_codes(codes, categories=pd.Index(words, dtype=object))
 
     def name_array(self, rows: np.ndarray) -> Any:
         """``names(rows)`` as a pandas ``str`` array (decoded in Arrow), for a frame's column."""
@@ -337,7 +337,7 @@ class StepPieces:
         if (codes < 0).any():
             codes[codes < 0] = numbered[""] if "" in numbered else len(words)
             words += [] if "" in numbered else [""]
-        return pd.Categorical.from_codes(codes, categories=pd.Index(words, dtype=object), validate=False)
+        return pd.Categorical.from_codes(codes, categories=pd.Index(words, dtype=object))
 
 
 @dataclass
