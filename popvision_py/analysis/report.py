@@ -191,6 +191,12 @@ class Report:
             return StepPieces.of(self.columns("programs"), at_once)
         return StepPieces.read(self.profile, columns, at_once)
 
+    def step_names(self) -> StepIndex | StepPieces:
+        """Where answers look steps' names up (``names_at``, ``categories_at``): the programs' index where the table
+        is decoded whole for another answer, else its names a piece at a time (not the whole table decoded for
+        them)."""
+        return self.step_index() if self.decodes("programs") else self.step_pieces(("ipu", "step", "name"))
+
     def step_index(self) -> StepIndex:
         """Program steps by (ipu, step), for joins on steps."""
         return self.memo("step_index", lambda: StepIndex(self.columns("programs")))

@@ -192,11 +192,8 @@ class LivenessReport(_View):
 
     def _by_step(self) -> Table:
         r = self._r
-        # the steps' names from the programs' index where the table is decoded whole for another answer, else in one
-        # pass over its names (not the whole table decoded for them)
-        return self._memo("by_step", lambda: _liveness.by_step(
-            r.columns("liveness"), None, r.target,
-            index=r.step_index() if r.decodes("programs") else r.step_pieces(("ipu", "step", "name"))))
+        return self._memo("by_step", lambda: _liveness.by_step(r.columns("liveness"), None, r.target,
+                                                               index=r.step_names()))
 
     def peaks(self) -> pd.DataFrame:
         return self._peaks().frame()
@@ -337,11 +334,7 @@ class ExchangeReport(_View):
                                                                    self._r.run))
 
     def _costliest(self, n: int = 10) -> Table:
-        # the names of its few steps: from the programs' index where the table is decoded whole for another answer,
-        # else one pass over its names (not the whole table decoded for ten names)
-        r = self._r
-        return self._memo(("costliest", n), lambda: _exchange.costliest(
-            self._done(), r.step_index() if r.decodes("programs") else r.step_pieces(("ipu", "step", "name")), n))
+        return self._memo(("costliest", n), lambda: _exchange.costliest(self._done(), self._r.step_names(), n))
 
 
 class TraceReport(_View):
@@ -452,11 +445,7 @@ class SystemReport(_View):
         a process's events are in two runs."""
         by_files = None if self._holds("events") else self._memo(
             "by_files", lambda: _system_figures.figures(self.files(), self._r.imported))
-        if by_files is not None:
-            return by_files[name]
-        events = self.events()
-        return _system.processes(events, self._r.imported) if name == "processes" else \
-            _system.by_name(events) if name == "by_name" else _system.counters(events)
+        return (by_files or _system_figures.of_events(self.events(), self._r.imported))[name]
 
     def index(self) -> _system.SystemIndex:
         return self._memo("index", lambda: _system.SystemIndex(self.events()))

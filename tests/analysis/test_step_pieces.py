@@ -51,8 +51,9 @@ def test_step_names_a_piece_at_a_time_are_the_indexs(sample, pieces):
     cut = _cut(programs, pieces)
     # THEN they are the index's: the step's name, "" where there is no such step
     want = np.asarray(index.names(index.rows(ipu, step)), dtype=object).tolist()
-    assert np.asarray(cut.names(ipu, step), dtype=object).tolist() == want
-    assert np.asarray(cut.name_categories(ipu, step), dtype=object).tolist() == want
+    assert np.asarray(cut.names_at(ipu, step), dtype=object).tolist() == want
+    assert np.asarray(cut.categories_at(ipu, step), dtype=object).tolist() == want
+    assert np.asarray(index.categories_at(ipu, step), dtype=object).tolist() == want
     assert want.count("") == 2
 
 

@@ -235,12 +235,13 @@ class StepIndex:
         names = self.programs.strings("name", np.maximum(rows, 0))
         return np.where(rows >= 0, names, "") if (rows < 0).any() else names
 
-    def name_categories(self, rows: np.ndarray) -> pd.Categorical:
-        """``names(rows)`` as a pandas Categorical: each distinct name held once, each row a code (a long run's
-        348,000 steps a rank: 32 MiB of names as strings, 1.3 MiB as codes, where the same few names repeat)."""
+    def categories_at(self, ipu: np.ndarray, step: np.ndarray) -> pd.Categorical:
+        """The names of the steps (``ipu``, ``step``) as a pandas Categorical, "" where the program has no such step:
+        each distinct name held once, each row a code (a long run's 348,000 steps a rank: 32 MiB of names as
+        strings, 1.3 MiB as codes, where the same few names repeat)."""
         import pandas as pd
 
-        rows = np.asarray(rows, np.int64)
+        rows = self.rows(ipu, step)
         if not len(self.programs) or not self.programs.coded("name"):
             return pd.Categorical(self.names(rows))
         words = self.programs.words("name")
@@ -252,6 +253,10 @@ class StepIndex:
             codes[rows < 0] = empty[0]
         return pd.Categorical.from_codes(codes, categories=pd.Index(words, dtype=object))
 
+    def names_at(self, ipu: np.ndarray, step: np.ndarray) -> Any:
+        """The names of the steps (``ipu``, ``step``): ``name_array`` of their rows."""
+        return self.name_array(self.rows(ipu, step))
+
     def name_array(self, rows: np.ndarray) -> Any:
         """``names(rows)`` as a pandas ``str`` array (decoded in Arrow), for a frame's column."""
         if not len(self.programs) or (rows < 0).any():
@@ -260,6 +265,25 @@ class StepIndex:
 
 
 STEP_PIECE_ROWS = 1 << 16  # program steps a piece of ``StepPieces`` holds, by default
+
+
+class WordNumbers:
+    """One numbering of the words of a category column over pieces that each have a dictionary of their own (row
+    groups of a file): a word's number is its place among the words met so far. ``of(part, name)``: the number of
+    each word of ``part``'s dictionary (looked up once a dictionary: slices of one table share theirs)."""
+
+    def __init__(self) -> None:
+        self.numbered: dict[str, int] = {}
+        self._words: np.ndarray | None = None
+        self._number = np.zeros(0, np.int64)
+
+    def of(self, part: Columns, name: str) -> np.ndarray:
+        words = part.words(name)
+        if self._words is None or not np.array_equal(words, self._words):
+            self._words = words
+            self._number = np.fromiter((self.numbered.setdefault(w, len(self.numbered)) for w in words.tolist()),
+                                       np.int64, len(words))
+        return self._number
 
 
 @dataclass(frozen=True)
@@ -293,9 +317,9 @@ class StepPieces:
         # (IPUs are int16: 2**15 bounds them where a manifest declares no count)
         return cls(pieces, profile.num_rows("programs"), int(profile.declared.get("num_ipus") or 1 << 15))
 
-    def names(self, ipu: np.ndarray, step: np.ndarray) -> Any:
+    def names_at(self, ipu: np.ndarray, step: np.ndarray) -> Any:
         """The names of the steps (``ipu``, ``step``) as a pandas ``str`` array, "" where the program has no such
-        step: one pass over the pieces, each one's rows found among the few asked for (``StepIndex.name_array``
+        step: one pass over the pieces, each one's rows found among the few asked for (``StepIndex.names_at``
         without the whole table)."""
         import pandas as pd
 
@@ -309,17 +333,17 @@ class StepPieces:
             found[at[rows]] = part.strings("name", rows)
         return pd.array(found[back.reshape(-1)], dtype="str")
 
-    def name_categories(self, ipu: np.ndarray, step: np.ndarray) -> pd.Categorical:
-        """``names(ipu, step)`` as a pandas Categorical (``StepIndex.name_categories`` without the whole table): one
-        pass over the pieces, each step's name numbered among the names of every piece (each piece's own dictionary
-        looked up once), "" where the program has no such step."""
+    def categories_at(self, ipu: np.ndarray, step: np.ndarray) -> pd.Categorical:
+        """``names_at(ipu, step)`` as a pandas Categorical (``StepIndex.categories_at`` without the whole table): one
+        pass over the pieces, each step's name numbered among the names of every piece (``WordNumbers``), ""
+        where the program has no such step."""
         import pandas as pd
 
         keys = (np.asarray(ipu, np.int64) << 32) | np.asarray(step, np.int64)
         order = np.argsort(keys, kind="stable")
         keys = keys[order]
         codes = np.full(len(keys), -1, np.int64)
-        numbered: dict[str, int] = {}
+        numbers = WordNumbers()
         for _, part in self.pieces() if len(keys) else ():
             have = (part["ipu"].astype(np.int64) << 32) | part["step"]
             first = np.searchsorted(keys, have)  # every row of a step asked for more than once
@@ -327,16 +351,14 @@ class StepPieces:
             rows = np.flatnonzero(last > first)
             if not len(rows):
                 continue
-            words = part.words("name").tolist()
-            number = np.fromiter((numbered.setdefault(w, len(numbered)) for w in words), np.int64, len(words))
-            found = number[part.codes_at("name", rows)]
+            found = numbers.of(part, "name")[part.codes_at("name", rows)]
             counts = last[rows] - first[rows]
             at = np.repeat(first[rows] - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
             codes[order[at]] = np.repeat(found, counts)
-        words = list(numbered)
+        words = list(numbers.numbered)
         if (codes < 0).any():
-            codes[codes < 0] = numbered[""] if "" in numbered else len(words)
-            words += [] if "" in numbered else [""]
+            codes[codes < 0] = numbers.numbered[""] if "" in numbers.numbered else len(words)
+            words += [] if "" in numbers.numbered else [""]
         return pd.Categorical.from_codes(codes, categories=pd.Index(words, dtype=object))
 
 

@@ -47,11 +47,16 @@ def figures(paths: Sequence[str | os.PathLike[str]], imported: bool) -> dict[str
         if seen.intersection(events.processes):
             return None
         seen.update(events.processes)
-        parts["processes"].append(system.processes(events, imported))
-        parts["by_name"].append(system.by_name(events))
-        parts["counters"].append(system.counters(events))
+        for name, table in of_events(events, imported).items():
+            parts[name].append(table)
         del events
     return {name: by_process(tables) for name, tables in parts.items()}
+
+
+def of_events(events: system.Events, imported: bool) -> dict[str, Table]:
+    """``FIGURES`` of ``events`` (``system.processes(events, imported)``, ``by_name``, ``counters``)."""
+    return {"processes": system.processes(events, imported), "by_name": system.by_name(events),
+            "counters": system.counters(events)}
 
 
 def by_process(tables: list[Table]) -> Table:

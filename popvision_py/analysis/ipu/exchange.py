@@ -174,7 +174,7 @@ def bandwidth(kinds: Table, target: dict[str, Any], sizes_recorded: bool = True)
 
 def costliest(done: Executed, index: StepIndex | StepPieces, n: int = 10) -> Table:
     """The ``n`` exchange steps with the most cycles over the trace (cycles x executions): COSTLIEST_COLUMNS.
-    ``index``: the programs' (``StepIndex``), or its ``ipu``, ``step`` and ``name`` a piece at a time."""
+    ``index``: the steps' names (``Report.step_names``)."""
     x, total = done.exchanges, done.total_cycles
     # only the rows as costly as the n-th costliest or more are sorted (a 10 GB import's 556,800 sorted were 13 MiB)
     some = np.flatnonzero(total >= np.partition(total, len(total) - n)[len(total) - n]) if 0 < n < len(total) else \
@@ -182,8 +182,7 @@ def costliest(done: Executed, index: StepIndex | StepPieces, n: int = 10) -> Tab
     rows = some[np.lexsort((x["step"][some], x["ipu"][some], -total[some]))][:n]
     return Table({
         "ipu": x["ipu"][rows], "step": x["step"][rows],
-        "name": index.names(x["ipu"][rows], x["step"][rows]) if isinstance(index, StepPieces) else
-        index.name_array(index.rows(x["ipu"][rows], x["step"][rows])),
+        "name": index.names_at(x["ipu"][rows], x["step"][rows]),
         "kind": x.strings("kind", rows), "src_ipu": x["src_ipu"][rows], "dst_ipu": x["dst_ipu"][rows],
         "bytes": x["bytes"][rows], "cycles": x["cycles"][rows], "executions": done.executions[rows],
         "total_cycles": done.total_cycles[rows],

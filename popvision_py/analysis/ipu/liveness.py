@@ -29,8 +29,8 @@ def by_step(liveness: Columns, programs: Columns | None, target: dict[str, Any],
 
     ``total_bytes`` = always-live + not-always-live bytes on the IPU; ``capacity_bytes`` = the
     IPU's SRAM (tiles x bytes per tile). Step names are joined through ``index`` (dense (ipu, step)
-    -> programs row), not a merge, as a pandas Categorical (a long run's steps repeat a few names); or, with
-    ``index`` the programs' names a piece at a time (``StepPieces``), in one pass over them.
+    -> programs row), not a merge, or a piece of the programs at a time (``Report.step_names``), as a pandas
+    Categorical (a long run's steps repeat a few names).
     """
     index = index or StepIndex(programs)
     ipus, steps = liveness["ipu"], liveness["step"]
@@ -39,8 +39,7 @@ def by_step(liveness: Columns, programs: Columns | None, target: dict[str, Any],
     else:
         rows = np.arange(len(liveness)) if ipu is None else np.flatnonzero(ipus == ipu)
         rows = rows[np.lexsort((steps[rows], ipus[rows]))]
-    names = index.name_categories(ipus[rows], steps[rows]) if isinstance(index, StepPieces) else \
-        index.name_categories(index.rows(ipus[rows], steps[rows]))
+    names = index.categories_at(ipus[rows], steps[rows])
     always, not_always = liveness["always_live_bytes"][rows], liveness["not_always_live_bytes"][rows]
     return Table({
         "ipu": ipus[rows], "step": steps[rows], "name": names,

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from popvision_py.analysis.common.tables import PASSES, PHASE, Columns, StepPieces, Table, lookup, sum_by
+from popvision_py.analysis.common.tables import PASSES, PHASE, Columns, StepPieces, Table, WordNumbers, lookup, sum_by
 from popvision_py.analysis.trace.scan import Aggregates, aggregates
 from popvision_py.format.schema import PROGRAM_TYPES
 
@@ -195,19 +195,14 @@ def _imported_ops(programs: StepPieces, trace: Aggregates, clock: float,
     about 70 MiB of figures, 35 MiB of table)."""
     n_ipu, n_pass, whole = max(programs.ipus, 1), len(PASSES) + 1, programs.rows
 
-    # each step's (name, ipu, pass) as one number, made in place, in the first pass (a name's number: its place
-    # among the names of every piece, each piece's words looked up once); its row among the groups (their keys
-    # sorted) in the second
+    # each step's (name, ipu, pass) as one number, made in place, in the first pass (a name's number: ``WordNumbers``,
+    # over every piece); its row among the groups (their keys sorted) in the second
     step_row = np.empty(whole, np.int64)
-    names: dict[str, int] = {}
-    words, number = None, np.zeros(0, np.int64)
+    names = WordNumbers()
     distinct = [np.zeros(0, np.int64)]
     for a, part in programs.pieces():
-        if words is None or not np.array_equal(part.words("name"), words):  # (slices of one table share theirs)
-            words = part.words("name")
-            number = np.fromiter((names.setdefault(w, len(names)) for w in words.tolist()), np.int64, len(words))
         key = step_row[a:a + len(part)]
-        np.take(number, part.codes("name"), out=key)
+        np.take(names.of(part, "name"), part.codes("name"), out=key)
         key *= n_ipu
         key += part["ipu"]
         key *= n_pass
