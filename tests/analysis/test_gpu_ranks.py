@@ -192,6 +192,26 @@ def test_figures_of_runs_of_ranks_are_those_of_one_rank_at_a_time(five, rows, mo
         same(runs["kernel_types"], one["kernel_types"])
 
 
+@pytest.mark.parametrize("rows", [1, 450])
+def test_spans_out_of_rank_order_give_the_figures_of_spans_in_order(five, rows, monkeypatch):
+    # GIVEN a 5-rank GPU import's spans, in rank order as an import writes its timelines (a run of ranks then takes
+    # a slice of them), and the same spans with the ranks in reverse (each rank's spans then found by an order)
+    monkeypatch.setattr(gpu_ranks, "CHUNK_KERNELS", rows)
+    with popvision_py.open(five) as report:
+        view = report.gpu
+        window, last, spans = view.window(), view.last_step_starts(), view.spans()
+        assert spans.ipu_sorted() and len(np.unique(spans.ipu)) == 5
+        backwards = spans.take(np.argsort(-spans.ipu, kind="stable"))
+        assert not backwards.ipu_sorted()
+        # WHEN the figures are made from each
+        ordered = gpu_ranks.figures(report.profile, window, last, spans)
+        reordered = gpu_ranks.figures(report.profile, window, last, backwards)
+    # THEN every figure is the same, row for row
+    for name in gpu_ranks.DEFAULTS:
+        same(reordered[name], ordered[name])
+    assert len(ordered["bounds"]) >= 5
+
+
 def test_a_run_of_more_rows_than_a_runs_goes_once_the_next_ranks_first_row_is_read(five, monkeypatch):
     # GIVEN a 5-rank GPU import whose ranks each span several row groups
     from popvision_py.format.values import statistics

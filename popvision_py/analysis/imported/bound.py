@@ -128,6 +128,15 @@ class TraceSpans:
         return TraceSpans(self.ipu[rows], self.start[rows], self.end[rows], self.kind[rows], self.stream[rows],
                           self.name[rows], self.names)
 
+    def rows(self, a: int, b: int) -> TraceSpans:
+        """Rows ``a`` to ``b`` as views, not copies."""
+        return TraceSpans(self.ipu[a:b], self.start[a:b], self.end[a:b], self.kind[a:b], self.stream[a:b],
+                          self.name[a:b], self.names)
+
+    def ipu_sorted(self) -> bool:
+        """Whether the spans are in IPU order (each IPU's a run of rows)."""
+        return bool(np.all(self.ipu[1:] >= self.ipu[:-1]))
+
 
 def before(keys: tuple[np.ndarray, ...], queries: tuple[np.ndarray, ...], inclusive: bool = False) -> np.ndarray:
     """``np.searchsorted`` over rows of several keys: for each query row, how many of the ``keys`` rows (sorted

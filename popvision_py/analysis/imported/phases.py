@@ -27,8 +27,8 @@ def memberships(k: Kernels, spans: TraceSpans) -> tuple[np.ndarray, ...]:
     """``(kernel, phase, span start, span end)`` for each kernel of each phase span (``spans``' ``PHASE``): a kernel
     whose runtime call was launched while a CPU span was open (launch start in [start, end)), or that starts
     inside a span of the GPU's track, on its rank and stream; ``phase`` is the span's name code."""
-    phases = spans.take(spans.kind == PHASE)
-    cpu, gpu = phases.take(phases.stream < 0), phases.take(phases.stream >= 0)
+    phase = spans.kind == PHASE
+    cpu, gpu = spans.take(phase & (spans.stream < 0)), spans.take(phase & (spans.stream >= 0))
     launched = np.flatnonzero(k.launch_start >= 0)
     by_launch = launched[np.lexsort((k.launch_start[launched], k.ipu[launched]))]
     keys = (k.ipu[by_launch], k.launch_start[by_launch])
