@@ -183,13 +183,15 @@ class Report:
         """The same table as a pandas DataFrame (converted from ``columns(name)``, not read again)."""
         return self.columns(name).frame()
 
-    def step_pieces(self, columns: tuple[str, ...], at_once: int = STEP_PIECE_ROWS) -> StepPieces:
-        """The programs table a piece at a time (``StepPieces``): slices of the whole table where it is decoded (or
-        being decoded) for another answer, else ``columns`` read from the file ``at_once`` rows at a time, each
-        time a pass asks (an answer that needs a few of its columns once, of a long run's 835,200 steps)."""
-        if self.decodes("programs"):
-            return StepPieces.of(self.columns("programs"), at_once)
-        return StepPieces.read(self.profile, columns, at_once)
+    def step_pieces(self, columns: tuple[str, ...], at_once: int = STEP_PIECE_ROWS,
+                    table: str = "programs") -> StepPieces:
+        """The programs table (or ``exchanges``) a piece at a time (``StepPieces``): slices of the whole table where
+        it is decoded (or being decoded) for another answer, else ``columns`` read from the file ``at_once`` rows at a
+        time, each time a pass asks (an answer that needs a few of its columns once, of a long run's 835,200 steps)."""
+        if self.decodes(table):
+            return StepPieces.of(self.columns(table), at_once)
+        return StepPieces.read(self.profile, tuple(c for c in columns if self.profile.has_column(table, c)), at_once,
+                               table)
 
     def step_names(self) -> StepIndex | StepPieces:
         """Where answers look steps' names up (``names_at``, ``categories_at``): the programs' index where the table
@@ -257,7 +259,7 @@ class Report:
             raise KeyError(f"There is no answer {key!r}.")
         return method(*args)
 
-    def hand_back(self) -> None:
+    def hand_back(self, tables: bool = False) -> None:
         """Let go of the answers held but the tables decoded whole and the trace's summary (``KEPT``), and of the
         arrays made from those tables (``Columns.let_go``), then hand the pages freed back to the system: the Arrow
         pool's ``release_unused``, glibc's ``malloc_trim`` under the system allocator the CLI runs with. An answer
@@ -269,7 +271,9 @@ class Report:
 
         with self._locks_guard:
             for key in list(self._cache):
-                if isinstance(key, tuple) and key[0] == "columns":
+                if isinstance(key, tuple) and key[0] == "columns" and tables and key[1] not in self._prefetched:
+                    del self._cache[key]
+                elif isinstance(key, tuple) and key[0] == "columns":
                     self._cache[key].let_go()
                 elif key not in KEPT:
                     del self._cache[key]

@@ -130,11 +130,15 @@ def build_report(report: Any, section: str = "all", figures: bool = False) -> Do
     names, built = chosen(section), {}
     # every table is read: the others decoded while the trace is folded (``prefetch_beside_trace``)
     build = {**_SECTION_BUILDERS, "prefetch": lambda doc, r, figures: prefetch_beside_trace(r)}
+    # an import's tables are let go after each section (``one_at_a_time``)
+    alone = one_at_a_time(report, section)
     for name in _built_order(report, section, names):
+        if name == "prefetch" and alone:
+            continue
         before = len(doc.blocks)
         build[name](doc, report, figures)
         built[name] = doc.blocks[before:]
-        report.hand_back()  # the section's answers and freed pages, not left for the next one to grow on
+        report.hand_back(tables=alone)  # the section's answers and freed pages, not left for the next one to grow on
     doc.blocks = [b for name in names for b in built[name] if section != "all" or b.key != "exchange.host_input"]
     ranks = imported.ranks_of(report) if report.imported else None
     at_many_ranks(doc.blocks, ranks)
@@ -154,6 +158,14 @@ def _built_order(report: Any, section: str, names: tuple[str, ...]) -> list[str]
     first = ["gpu"] if "gpu" in names and not report.gpu.missing() else []
     first += ["system"] if "system" in names else []
     return [*first, "prefetch", *(n for n in names if n not in first)]
+
+
+def one_at_a_time(report: Any, section: str) -> bool:
+    """Whether ``--section all`` lets each section's tables go once it is built, neither prefetching nor holding
+    them (``Report.hand_back(tables=True)``): an import's, whose trace is folded in a moment, so that nothing is
+    gained decoding the tables beside it, and whose sections read their steps a piece at a time where no other
+    answer holds them (``Report.step_pieces``). A table two sections read whole is read twice."""
+    return section == "all" and bool(report.imported)
 
 
 def prefetch_beside_trace(report: Any) -> None:

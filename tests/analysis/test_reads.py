@@ -119,23 +119,24 @@ def test_an_imported_gpu_traces_kernels_are_read_a_rank_at_a_time_never_whole(tm
     # WHEN every section is built
     with pv.open(profile) as report:
         build_report(report, "all")
-    # THEN the tables the sections share were decoded ahead, in the prefetch's thread; the kernels were read by the
-    # GPU section a rank's row groups at a time, never decoded whole (at 5 GB of traces the whole table, decoded
-    # ahead and held through every section, was a quarter of the report's peak)
-    assert whole["programs"] == "popvision-prefetch"
+    # THEN the kernels were read by the GPU section a rank's row groups at a time, never decoded whole (at 5 GB of
+    # traces the whole table, decoded ahead and held through every section, was a quarter of the report's peak)
     assert "kernels" in batches and "kernels" not in whole
+    # AND no table was decoded ahead in the prefetch's thread: an import's sections each decode what they read
+    # (``one_at_a_time``), the steps' names and cycles a piece at a time where nothing else holds them
+    assert whole and set(whole.values()) == {"MainThread"}
+    assert "programs" in batches
 
 
-@pytest.mark.parametrize("name", ["oom", "exchange", "sharded", "gpu import"])
+@pytest.mark.parametrize("name", ["oom", "exchange", "sharded"])
 def test_a_report_lets_each_sections_answers_go_and_says_the_same(profiles, tmp_path, monkeypatch, reads, name):
     from popvision_py.analysis.report import KEPT, Report
     from popvision_py.render import jsonout
-    from tests.importer.test_gpu_timeline import import_gpu_trace
 
-    path = import_gpu_trace(tmp_path) if name == "gpu import" else profiles[name]
+    path = profiles[name]
     # GIVEN every section reported holding every answer (hand_back handing no answer back)
     with monkeypatch.context() as m:
-        m.setattr(Report, "hand_back", lambda self: None)
+        m.setattr(Report, "hand_back", lambda self, tables=False: None)
         with pv.open(path) as report:
             held = jsonout.render(build_report(report, "all"))
             holding = set(report._cache)
@@ -157,14 +158,43 @@ def test_a_report_lets_each_sections_answers_go_and_says_the_same(profiles, tmp_
     assert made and all(arrays == [] for arrays in made.values())
 
 
-def test_the_system_section_is_built_before_the_profiles_tables_are_decoded(tmp_path, monkeypatch):
+def test_an_imports_report_lets_each_sections_tables_go_and_says_the_same(tmp_path, monkeypatch, reads):
+    from popvision_py.analysis.report import KEPT, Report
+    from popvision_py.render import jsonout
+    from tests.importer.test_gpu_timeline import import_gpu_trace
+
+    path = import_gpu_trace(tmp_path)
+    # GIVEN an import's every section reported holding every answer and every table
+    with monkeypatch.context() as m:
+        m.setattr(Report, "hand_back", lambda self, tables=False: None)
+        with pv.open(path) as report:
+            held = jsonout.render(build_report(report, "all"))
+            holding = set(report._cache)
+    assert ("columns", "programs") in holding
+    reads.clear()
+    # WHEN it is reported letting each section's answers and tables go once the section is built
+    with pv.open(path) as report:
+        let_go = jsonout.render(build_report(report, "all"))
+        kept = set(report._cache)
+    # THEN the report is the same, byte for byte
+    assert let_go == held
+    # AND what is held after is the trace's summary only: no answer, no table decoded whole
+    assert "trace" in kept and kept <= set(KEPT)
+    # AND a table two sections read is read again, not held between them (the trace once: its summary is kept)
+    tables = [t for t, _ in reads]
+    assert tables.count("trace") == 1 and len(tables) > len(set(tables))
+
+
+@pytest.mark.parametrize("name", ["gpu import", "emulated"])
+def test_the_system_section_is_built_before_the_profiles_tables_are_decoded(profiles, tmp_path, monkeypatch, name):
     from popvision_py.analysis.report import Report
     from popvision_py.render import document
     from tests.importer.test_gpu_timeline import import_gpu_trace
 
-    # GIVEN a GPU trace's import, with its ranks' CPU timelines beside it (the System section's files)
-    path = import_gpu_trace(tmp_path)
-    assert (path.parent / "system").is_dir()
+    # GIVEN a GPU trace's import, with its ranks' CPU timelines beside it (the System section's files), or an
+    # emulated run
+    path = import_gpu_trace(tmp_path) if name == "gpu import" else profiles["exchange"]
+    assert (path.parent / "system").is_dir() or name == "emulated"
     done: list[str] = []
     system = document._SECTION_BUILDERS["system"]
     monkeypatch.setitem(document._SECTION_BUILDERS, "system",
@@ -172,9 +202,10 @@ def test_the_system_section_is_built_before_the_profiles_tables_are_decoded(tmp_
     prefetch = Report.prefetch
     monkeypatch.setattr(Report, "prefetch", lambda self, names: (done.append("decode"), prefetch(self, names))[1])
     # WHEN every section is reported THEN the System section, which reads no table of the profile, is built before
-    # the tables are decoded (its events' load does not stand on them), and shown in its place all the same
+    # the tables are decoded (its events' load does not stand on them), and shown in its place all the same; an
+    # import's tables are never decoded ahead (``one_at_a_time``)
     with pv.open(path) as report:
         doc = document.build_report(report, "all")
-    assert done == ["system", "decode"]
+    assert done == (["system"] if name == "gpu import" else ["system", "decode"])
     shown = doc.sections()
     assert "system" in shown and shown == sorted(shown, key=lambda s: document.SECTIONS.index(s))
