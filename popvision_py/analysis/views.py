@@ -35,7 +35,7 @@ from popvision_py.analysis.host import system_figures as _system_figures
 from popvision_py.analysis.trace import timeline as _trace
 from popvision_py.analysis.trace import levels as _trace_levels
 from popvision_py.analysis.pipeline import whatif as _whatif
-from popvision_py.analysis.common.tables import Table
+from popvision_py.analysis.common.tables import TABLE_COLUMNS, Table
 from popvision_py.errors import OutOfRangeError
 from popvision_py.format import system as _system_files
 
@@ -290,9 +290,13 @@ class StagesReport(_View):
 class ExchangeReport(_View):
     """Exchange, sync and streaming: by kind, IPU-to-IPU matrix, bandwidth, costliest steps."""
 
-    def _done(self) -> _exchange.Executed:
-        return self._memo("done", lambda: _exchange.executed(self._r.columns("exchanges"), self._r.trace_summary(),
-                                                                   self._r.step_pieces(("ipu", "step", "cycles"))))
+    def _totals(self, top: int = _exchange.COSTLIEST_TOP) -> _exchange.Totals:
+        """Every transfer's figures over the trace summed, the exchanges a piece at a time where no other answer
+        holds them whole (``exchange.totals``), the ``top`` costliest kept (``COSTLIEST_TOP`` at least)."""
+        top = max(top, _exchange.COSTLIEST_TOP)
+        return self._memo(("totals", top), lambda: _exchange.totals(
+            self._r.step_pieces(TABLE_COLUMNS["exchanges"], table="exchanges"), self._r.trace_summary(),
+            self._r.step_pieces(("ipu", "step", "cycles")), top))
 
     def figures(self) -> _exchange.ExchangeFigures:
         return self._memo("figures", lambda: _exchange.figures(self._r.trace_summary()))
@@ -301,13 +305,13 @@ class ExchangeReport(_View):
         return self._by_kind().frame()
 
     def _by_kind(self) -> Table:
-        return self._memo("by_kind", lambda: _exchange.by_kind(self._done(), self.figures().total_cycles))
+        return self._memo("by_kind", lambda: _exchange.by_kind(self._totals(), self.figures().total_cycles))
 
     def matrix(self) -> pd.DataFrame:
         return self._matrix().frame()
 
     def _matrix(self) -> Table:
-        return self._memo("matrix", lambda: _exchange.matrix(self._done()))
+        return self._memo("matrix", lambda: _exchange.matrix(self._totals()))
 
     def bandwidth(self) -> pd.DataFrame:
         return self._bandwidth().frame()
@@ -334,7 +338,7 @@ class ExchangeReport(_View):
                                                                    self._r.run))
 
     def _costliest(self, n: int = 10) -> Table:
-        return self._memo(("costliest", n), lambda: _exchange.costliest(self._done(), self._r.step_names(), n))
+        return self._memo(("costliest", n), lambda: _exchange.costliest(self._totals(n), self._r.step_names(), n))
 
 
 class TraceReport(_View):

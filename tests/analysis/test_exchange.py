@@ -122,7 +122,9 @@ def test_matrix_of_many_ranks_holds_the_pairs_that_occur():
     # twice, and one of no bytes and no cycles
     src, dst = [4095, 0, 0, -1, 7, 3], [0, 1, 1, 4095, 8, 4]
     nbytes, cycles = [10, 20, 5, 7, 0, 1], [1, 2, 3, 4, 0, 0]
-    done = Executed(Columns(pa.table({"src_ipu": src, "dst_ipu": dst})), np.ones(6, np.int64),
+    kind = pa.array(["inter_ipu"] * 6).dictionary_encode()
+    done = Executed(Columns(pa.table({"ipu": [0] * 6, "step": range(6), "src_ipu": src, "dst_ipu": dst, "kind": kind,
+                                      "bytes": nbytes, "cycles": cycles})), np.ones(6, np.int64),
                     np.array(nbytes, np.int64), np.array(cycles, np.int64), np.zeros(6, np.int64))
     # WHEN its matrix is made
     m = matrix(done)

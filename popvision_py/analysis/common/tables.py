@@ -304,18 +304,19 @@ class StepPieces:
                    int(programs["ipu"].max(initial=-1)) + 1)
 
     @classmethod
-    def read(cls, profile: Any, columns: tuple[str, ...], at_once: int = STEP_PIECE_ROWS) -> StepPieces:
-        """``columns`` of a profile's programs table, decoded a piece at a time as each pass asks, each checked as
-        it is read (``Profile.iter_batches``): no piece outlives its turn. Its IPUs are below the manifest's
-        ``num_ipus`` (checked on each piece where it declares one)."""
+    def read(cls, profile: Any, columns: tuple[str, ...], at_once: int = STEP_PIECE_ROWS,
+             table: str = "programs") -> StepPieces:
+        """``columns`` of a profile's programs table (or another of steps: ``exchanges``), decoded a piece at a time
+        as each pass asks, each checked as it is read (``Profile.iter_batches``): no piece outlives its turn. Its
+        IPUs are below the manifest's ``num_ipus`` (checked on each piece where it declares one)."""
         def pieces() -> Iterator[tuple[int, Columns]]:
             start = 0
-            for batch in profile.iter_batches("programs", list(columns), batch_size=at_once):
+            for batch in profile.iter_batches(table, list(columns), batch_size=at_once):
                 yield start, Columns(pa.Table.from_batches([batch]))
                 start += batch.num_rows
 
         # (IPUs are int16: 2**15 bounds them where a manifest declares no count)
-        return cls(pieces, profile.num_rows("programs"), int(profile.declared.get("num_ipus") or 1 << 15))
+        return cls(pieces, profile.num_rows(table), int(profile.declared.get("num_ipus") or 1 << 15))
 
     def names_at(self, ipu: np.ndarray, step: np.ndarray) -> Any:
         """The names of the steps (``ipu``, ``step``) as a pandas ``str`` array, "" where the program has no such

@@ -7,14 +7,15 @@ missing key gives NaN, never an error.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from popvision_py.analysis.common.tables import PHASE, Columns, StepIndex, StepPieces, Table, lookup, sum_by
+from popvision_py.analysis.common.tables import PHASE, Columns, StepIndex, StepPieces, Table, sum_by
 from popvision_py.analysis.trace.scan import Aggregates, aggregates
-from popvision_py.format.schema import EXCHANGE_KINDS
+from popvision_py.format.schema import EXCHANGE_KINDS, TABLES
 
 BY_KIND_COLUMNS = ["kind", "executions", "bytes", "cycles", "exposed_cycles", "hidden_cycles", "time_pct", "hidden_pct"]
 MATRIX_COLUMNS = ["src_ipu", "dst_ipu", "bytes", "cycles"]
@@ -72,47 +73,160 @@ def executed(exchanges: Columns, trace: Aggregates, programs: Columns | StepPiec
     A step's cycles are shared by its exchange rows in proportion to their transfer cycles, and no
     row is exposed longer than its transfer: exposed = min(cycles, step cycles x cycles / the step's
     cycles of transfers). ``programs``: the whole table, or its ``ipu``, ``step`` and ``cycles`` a piece at a
-    time (only the steps of exchanges are looked up).
+    time (only the steps that ran are looked up).
     """
-    runs = lookup(aggregates(trace).executions, exchanges["ipu"], exchanges["step"]).astype(np.int64, copy=False)
-    cycles = exchanges["cycles"].astype(np.int64, copy=False)
-    ipu, step = exchanges["ipu"], exchanges["step"]
-    width, height = int(step.max(initial=-1)) + 1, int(ipu.max(initial=-1)) + 1
-    # each figure of a row made in place and let go once used: a 10 GB import's 556,800 rows make arrays of 4 MiB,
-    # and a dozen of them were this section's peak
-    key = np.multiply(ipu, width, dtype=np.int64)
-    key += step
-    step_cycles = np.zeros(height * width, np.int64)  # each exchange step's cycles: the grid of the exchanges' steps
-    for _, part in programs.pieces() if isinstance(programs, StepPieces) else [(0, programs)]:
-        mine = np.flatnonzero((part["ipu"] < height) & (part["step"] < width))
-        step_cycles[np.multiply(part["ipu"][mine], width, dtype=np.int64) + part["step"][mine]] = part["cycles"][mine]
-    in_step = sum_by(key, cycles, height * width)[key] if len(key) else np.zeros(0, np.int64)
-    share = cycles / np.where(in_step > 0, in_step, 1)  # the step's cycles x (cycles / the step's cycles of transfers)
-    share *= step_cycles[key]
-    del key, step_cycles
-    share[in_step <= 0] = 0
-    del in_step
-    exposed = np.minimum(cycles, np.rint(share, out=share).astype(np.int64))
-    del share
-    return Executed(exchanges, runs, exchanges["bytes"] * runs, cycles * runs, exposed * runs)
+    return StepGrids.of(StepPieces.of(exchanges), trace, programs).executed(exchanges)
 
 
-def by_kind(done: Executed, total_cycles: int) -> Table:
+@dataclass(frozen=True)
+class StepGrids:
+    """What ``executed`` looks each exchange row's step up in, over the (ipu, step) grid of the steps the trace ran
+    (``aggregates(trace).executions``): how often it ran, its cycles, and the cycles of its transfers summed over
+    every exchange row (``in_step``; a step's rows may lie in two pieces). A row of a step that never ran is
+    executed 0 times: every total of it is 0."""
+
+    runs: np.ndarray
+    step_cycles: np.ndarray
+    in_step: np.ndarray
+
+    @classmethod
+    def of(cls, exchanges: StepPieces, trace: Aggregates, programs: Columns | StepPieces) -> StepGrids:
+        runs = aggregates(trace).executions
+        height, width = runs.shape
+        step_cycles = np.zeros(height * width, np.int64)
+        for _, part in programs.pieces() if isinstance(programs, StepPieces) else [(0, programs)]:
+            mine, key = _cells(part, height, width)
+            step_cycles[key] = part["cycles"][mine]
+        in_step = np.zeros(height * width, np.int64)
+        for _, part in exchanges.pieces():
+            mine, key = _cells(part, height, width)
+            np.add.at(in_step, key, part["cycles"][mine].astype(np.int64, copy=False))
+        return cls(runs, step_cycles, in_step)
+
+    def executed(self, exchanges: Columns) -> Executed:
+        """``exchanges``' rows (the whole table or a piece of it) joined with their steps."""
+        mine, key = _cells(exchanges, *self.runs.shape)
+        cycles = exchanges["cycles"].astype(np.int64, copy=False)
+        runs, exposed = np.zeros(len(cycles), np.int64), np.zeros(len(cycles), np.int64)
+        runs[mine] = self.runs.ravel()[key]
+        in_step = self.in_step[key]
+        # the step's cycles x (cycles / the step's cycles of transfers), each array let go once used
+        share = cycles[mine] / np.where(in_step > 0, in_step, 1)
+        share *= self.step_cycles[key]
+        share[in_step <= 0] = 0
+        del in_step, key
+        exposed[mine] = np.minimum(cycles[mine], np.rint(share, out=share).astype(np.int64))
+        del share
+        return Executed(exchanges, runs, exchanges["bytes"] * runs, cycles * runs, exposed * runs)
+
+
+def _cells(rows: Columns, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows whose (ipu, step) lies in a grid of ``height`` IPUs and ``width`` steps, and their cells."""
+    ipu, step = rows["ipu"], rows["step"]
+    mine = np.flatnonzero((ipu >= 0) & (ipu < height) & (step >= 0) & (step < width))
+    key = np.multiply(ipu[mine], width, dtype=np.int64)
+    key += step[mine]
+    return mine, key
+
+
+COSTLIEST_TOP = 20  # the costliest rows ``totals`` keeps by default: the report's ten and the dashboard's fifteen
+
+
+@dataclass(frozen=True)
+class Totals:
+    """``executed``'s figures of every exchange row summed, made a piece of rows at a time (``totals``): by kind
+    (``kinds``: the schema's, then any other a row holds, sorted; ``by_kind``: a row of each kind's executions,
+    bytes, cycles and exposed cycles), by (source, destination) (``pairs``, sorted, each ``(src + 2) << 32 |
+    (dst + 2)``, with ``pair_bytes`` and ``pair_cycles``), and the rows as costly as the ``top``-th costliest or
+    more (``candidates``: COSTLIEST_COLUMNS but the name, in row order), of which ``costliest`` takes its ``n``."""
+
+    kinds: list[str]
+    by_kind: np.ndarray
+    pairs: np.ndarray
+    pair_bytes: np.ndarray
+    pair_cycles: np.ndarray
+    top: int
+    candidates: Table
+
+    @classmethod
+    def of(cls, done: Executed | Iterable[Executed], top: int = COSTLIEST_TOP) -> Totals:
+        """The totals of one ``Executed`` (a table, or a piece of one), or of pieces' as they come, in row order."""
+        sums: dict[str, np.ndarray] = {}
+        pairs, costly = [], []
+        for part in [done] if isinstance(done, Executed) else done:
+            words = part.exchanges.used_words("kind").tolist()
+            code = part.exchanges.codes_in("kind", tuple(words))
+            figures = [sum_by(code, v, len(words) + 1) for v in (part.executions, part.total_bytes, part.total_cycles,
+                                                                 part.exposed_cycles)]
+            for i, word in enumerate(words):
+                sums[word] = sums.get(word, 0) + np.array([f[i] for f in figures], np.int64)
+            pairs.append(_pairs(part))
+            costly.append(_costly(part, top))
+            del part
+        kinds = list(EXCHANGE_KINDS) + sorted(set(sums) - set(EXCHANGE_KINDS))
+        by_kind = np.array([sums.get(k, np.zeros(4, np.int64)) for k in kinds], np.int64).T.reshape(4, len(kinds))
+        if not costly:  # no row: the columns' own types
+            none = Columns(TABLES["exchanges"].schema.empty_table())
+            pairs, costly = [_pairs(Executed(none, *[np.zeros(0, np.int64)] * 4))], [_costly(Executed(
+                none, *[np.zeros(0, np.int64)] * 4), top)]
+        cells, at = np.unique(np.concatenate([k for k, _, _ in pairs]), return_inverse=True)
+        nbytes = sum_by(at.ravel(), np.concatenate([b for _, b, _ in pairs]), len(cells))
+        cycles = sum_by(at.ravel(), np.concatenate([c for _, _, c in pairs]), len(cells))
+        candidates = Table({c: np.concatenate([t[c] for t in costly]) for c in costly[0].names})
+        return cls(kinds, by_kind, cells, nbytes, cycles, top, candidates)
+
+
+def totals(exchanges: StepPieces, trace: Aggregates, programs: Columns | StepPieces,
+           top: int = COSTLIEST_TOP) -> Totals:
+    """Every exchange row's ``executed`` figures summed (``Totals``), the exchanges read a piece at a time as
+    ``exchanges`` gives them, twice (once for each step's cycles of transfers): what a report holds is a piece's
+    rows and the step grids, not every row's figures (a 10 GB import's 556,800 transfers: four arrays of 4 MiB beside
+    the table's 16 MiB)."""
+    grids = StepGrids.of(exchanges, trace, programs)
+    # each piece summed as it comes: its rows and figures let go before the next is read
+    return Totals.of((grids.executed(part) for _, part in exchanges.pieces()), top)
+
+
+def _pairs(done: Executed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A piece's (source, destination) keys that moved something, sorted, and their bytes and cycles."""
+    src, dst = done.exchanges["src_ipu"], done.exchanges["dst_ipu"]
+    key = np.add(src, 2, dtype=np.int64) << 32
+    key |= np.add(dst, 2, dtype=np.int64)
+    cells, at = np.unique(key, return_inverse=True)
+    nbytes, cycles = sum_by(at.ravel(), done.total_bytes, len(cells)), sum_by(at.ravel(), done.total_cycles, len(cells))
+    keep = np.flatnonzero((nbytes > 0) | (cycles > 0))
+    return cells[keep], nbytes[keep], cycles[keep]
+
+
+def _costly(done: Executed, top: int) -> Table:
+    """A piece's ``top`` costliest rows in ``costliest``'s order (every row where ``top`` is 0), in row order:
+    COSTLIEST_COLUMNS but the name. The whole table's ``top`` costliest are among its pieces' (the order is a total
+    one: ties in row order)."""
+    x, total = done.exchanges, done.total_cycles
+    # only the rows as costly as the top-th or more are sorted (a 10 GB import's 556,800 sorted were 13 MiB), and of
+    # them the first top kept (a run of equal transfers ties at the top-th: most of a piece's rows)
+    some = np.flatnonzero(total >= np.partition(total, len(total) - top)[len(total) - top]) \
+        if 0 < top < len(total) else np.arange(len(total))
+    if 0 < top < len(some):
+        some = np.sort(some[np.lexsort((x["step"][some], x["ipu"][some], -total[some]))[:top]])
+    return Table({"ipu": x["ipu"][some], "step": x["step"][some], "kind": x.strings("kind", some),
+                  "src_ipu": x["src_ipu"][some], "dst_ipu": x["dst_ipu"][some], "bytes": x["bytes"][some],
+                  "cycles": x["cycles"][some], "executions": done.executions[some], "total_cycles": total[some]})
+
+
+def by_kind(done: Totals | Executed, total_cycles: int) -> Table:
     """Every exchange kind (all five, zeros included): BY_KIND_COLUMNS in the schema's kind order.
 
     ``time_pct`` is the exposed share of the run's IPU-cycles (what the time line shows as exchange
     and streaming), ``hidden_pct`` the share of transfers overlapped with other work.
     """
-    kinds = list(EXCHANGE_KINDS) + sorted(set(done.exchanges.used_words("kind")) - set(EXCHANGE_KINDS))
-    code = done.exchanges.codes_in("kind", tuple(kinds))
-    n = len(kinds) + 1
-    cycles = sum_by(code, done.total_cycles, n)[:-1]
-    exposed = sum_by(code, done.exposed_cycles, n)[:-1]
-    share = (lambda v: 100.0 * v / total_cycles) if total_cycles else (lambda v: np.full(len(kinds), np.nan))
+    done = done if isinstance(done, Totals) else Totals.of(done)
+    executions, nbytes, cycles, exposed = done.by_kind
+    share = (lambda v: 100.0 * v / total_cycles) if total_cycles else (lambda v: np.full(len(done.kinds), np.nan))
     return Table({
-        "kind": np.array(kinds, dtype=object),
-        "executions": sum_by(code, done.executions, n)[:-1],
-        "bytes": sum_by(code, done.total_bytes, n)[:-1],
+        "kind": np.array(done.kinds, dtype=object),
+        "executions": executions,
+        "bytes": nbytes,
         "cycles": cycles,
         "exposed_cycles": exposed,
         "hidden_cycles": cycles - exposed,
@@ -121,27 +235,12 @@ def by_kind(done: Executed, total_cycles: int) -> Table:
     })
 
 
-def matrix(done: Executed) -> Table:
-    """Bytes and cycles moved from each source to each destination (-1 host, -2 streaming memory)."""
-    src, dst = done.exchanges["src_ipu"], done.exchanges["dst_ipu"]
-    if not len(src):
-        return Table.empty({c: np.int64 for c in MATRIX_COLUMNS})
-    # -2 (streaming memory) is the smallest id: shift by 2 for a dense (src, dst) grid; the key made in place, in
-    # int64, from the columns' own integers (a 10 GB import's 556,800 transfers: 4 MiB, not 17)
-    width = int(max(src.max(), dst.max())) + 3
-    key = np.add(src, 2, dtype=np.int64)
-    key *= width
-    key += dst
-    key += 2
-    # the pairs that occur, where the grid would be larger than the rows: 4,096 ranks make 16.8 M cells of a few
-    # thousand pairs
-    cells, key = np.unique(key, return_inverse=True) if width * width > max(len(key), 1 << 16) else (None, key)
-    size = width * width if cells is None else len(cells)
-    nbytes, cycles = sum_by(key, done.total_bytes, size), sum_by(key, done.total_cycles, size)
-    cell = np.flatnonzero((nbytes > 0) | (cycles > 0))  # row-major: sorted by src, then dst
-    at = cell if cells is None else cells[cell]
-    return Table({"src_ipu": at // width - 2, "dst_ipu": at % width - 2, "bytes": nbytes[cell],
-                  "cycles": cycles[cell]})
+def matrix(done: Totals | Executed) -> Table:
+    """Bytes and cycles moved from each source to each destination (-1 host, -2 streaming memory), each pair that
+    moved something, sorted by source, then destination."""
+    done = done if isinstance(done, Totals) else Totals.of(done)
+    return Table({"src_ipu": (done.pairs >> 32) - 2, "dst_ipu": (done.pairs & 0xFFFFFFFF) - 2,
+                  "bytes": done.pair_bytes, "cycles": done.pair_cycles})
 
 
 def peak_bytes_per_s(target: dict[str, Any]) -> dict[str, float]:
@@ -172,18 +271,19 @@ def bandwidth(kinds: Table, target: dict[str, Any], sizes_recorded: bool = True)
                   "efficiency_pct": 100.0 * achieved / peak})
 
 
-def costliest(done: Executed, index: StepIndex | StepPieces, n: int = 10) -> Table:
-    """The ``n`` exchange steps with the most cycles over the trace (cycles x executions): COSTLIEST_COLUMNS.
-    ``index``: the steps' names (``Report.step_names``)."""
-    x, total = done.exchanges, done.total_cycles
-    # only the rows as costly as the n-th costliest or more are sorted (a 10 GB import's 556,800 sorted were 13 MiB)
-    some = np.flatnonzero(total >= np.partition(total, len(total) - n)[len(total) - n]) if 0 < n < len(total) else \
-        np.arange(len(total))
-    rows = some[np.lexsort((x["step"][some], x["ipu"][some], -total[some]))][:n]
+def costliest(done: Totals | Executed, index: StepIndex | StepPieces, n: int = 10) -> Table:
+    """The ``n`` exchange steps with the most cycles over the trace (cycles x executions): COSTLIEST_COLUMNS, the most
+    first, then by IPU, then step (ties in row order). ``index``: the steps' names (``Report.step_names``); ``done``:
+    ``Totals`` of ``n`` rows at least (``top``)."""
+    done = done if isinstance(done, Totals) else Totals.of(done, max(n, 0))
+    if n > done.top > 0:
+        raise ValueError(f"the totals keep the {done.top} costliest rows, not {n}")
+    x, total = done.candidates, done.candidates["total_cycles"]
+    rows = np.lexsort((x["step"], x["ipu"], -total))[:n]
     return Table({
         "ipu": x["ipu"][rows], "step": x["step"][rows],
         "name": index.names_at(x["ipu"][rows], x["step"][rows]),
-        "kind": x.strings("kind", rows), "src_ipu": x["src_ipu"][rows], "dst_ipu": x["dst_ipu"][rows],
-        "bytes": x["bytes"][rows], "cycles": x["cycles"][rows], "executions": done.executions[rows],
-        "total_cycles": done.total_cycles[rows],
+        "kind": x["kind"][rows], "src_ipu": x["src_ipu"][rows], "dst_ipu": x["dst_ipu"][rows],
+        "bytes": x["bytes"][rows], "cycles": x["cycles"][rows], "executions": x["executions"][rows],
+        "total_cycles": total[rows],
     })
