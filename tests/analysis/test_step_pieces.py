@@ -107,6 +107,9 @@ def test_exchange_totals_a_piece_of_transfers_at_a_time_are_the_whole_tables(sam
             [(int(x["ipu"][r]), int(x["step"][r]), x["kind"][r]) for r in want]
     with pytest.raises(ValueError, match="keep the 20 costliest rows, not 21"):
         exchange.costliest(summed, index, 21)
+    with pytest.raises(ValueError, match="a count of rows, 0 or more, not -1"):
+        exchange.costliest(summed, index, -1)
+    assert len(exchange.costliest(summed, index, 0)) == 0
 
 
 @pytest.mark.parametrize("pieces", [1, 3, 12])

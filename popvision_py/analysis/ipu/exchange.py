@@ -275,7 +275,9 @@ def costliest(done: Totals | Executed, index: StepIndex | StepPieces, n: int = 1
     """The ``n`` exchange steps with the most cycles over the trace (cycles x executions): COSTLIEST_COLUMNS, the most
     first, then by IPU, then step (ties in row order). ``index``: the steps' names (``Report.step_names``); ``done``:
     ``Totals`` of ``n`` rows at least (``top``)."""
-    done = done if isinstance(done, Totals) else Totals.of(done, max(n, 0))
+    if n < 0:
+        raise ValueError(f"the costliest exchanges are a count of rows, 0 or more, not {n}")
+    done = done if isinstance(done, Totals) else Totals.of(done, n)
     if n > done.top > 0:
         raise ValueError(f"the totals keep the {done.top} costliest rows, not {n}")
     x, total = done.candidates, done.candidates["total_cycles"]
