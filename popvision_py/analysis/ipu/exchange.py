@@ -137,8 +137,9 @@ class Totals:
     """``executed``'s figures of every exchange row summed, made a piece of rows at a time (``totals``): by kind
     (``kinds``: the schema's, then any other a row holds, sorted; ``by_kind``: a row of each kind's executions,
     bytes, cycles and exposed cycles), by (source, destination) (``pairs``, sorted, each ``(src + 2) << 32 |
-    (dst + 2)``, with ``pair_bytes`` and ``pair_cycles``), and the rows as costly as the ``top``-th costliest or
-    more (``candidates``: COSTLIEST_COLUMNS but the name, in row order), of which ``costliest`` takes its ``n``."""
+    (dst + 2)``, with ``pair_bytes`` and ``pair_cycles``), and each piece's ``top`` costliest rows (``candidates``:
+    COSTLIEST_COLUMNS but the name, in row order; every row where ``top`` is 0), of which ``costliest`` takes its
+    ``n``."""
 
     kinds: list[str]
     by_kind: np.ndarray
