@@ -310,7 +310,9 @@ def test_rows_count_as_ascending_only_when_each_is_below_the_next_as_a_tuple(mon
     for ipu, step in cases:
         rows = list(zip(ipu.tolist(), step.tolist()))
         # THEN it says ascending exactly when every row is less than the next, compared as tuples
-        assert arrays._strictly_ascending([ipu, step]) == all(x < y for x, y in zip(rows, rows[1:])), rows
+        assert arrays.ascending([ipu, step]) == all(x < y for x, y in zip(rows, rows[1:])), rows
+        assert arrays.ascending([ipu, step], strict=False) == all(x <= y for x, y in zip(rows, rows[1:])), rows
+        assert arrays.ascending([ipu], strict=False) == all(x <= y for x, y in zip(ipu, ipu[1:]))
 
 
 def test_a_repeated_step_out_of_order_is_refused_with_its_later_row(tmp_path: Path) -> None:

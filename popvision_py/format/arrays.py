@@ -180,7 +180,7 @@ def check_values(spec: S.TableSchema, data: pa.Table | pa.RecordBatch, declared:
                 raise error(f"Column {table}.{later} of {where} holds {b:,} at row {first_row + row:,}, "
                             f"less than its {earlier} {a:,}.")
     if whole and spec.key and all(k in present for k in spec.key) and len(data) > 1:
-        if _strictly_ascending([numbers(data.column(k)) for k in spec.key]):
+        if ascending([numbers(data.column(k)) for k in spec.key]):
             return  # as written: no two rows can be alike
         keys = [numbers(data.column(k)).astype(np.int64) for k in spec.key]
         order = np.lexsort(keys[::-1])
@@ -194,21 +194,24 @@ def check_values(spec: S.TableSchema, data: pa.Table | pa.RecordBatch, declared:
                         f"{' and '.join(spec.key)} identify a row.")
 
 
-KEY_BLOCK = 1 << 16  # rows compared at a time by _strictly_ascending
+KEY_BLOCK = 1 << 16  # rows compared at a time by ascending
 
 
-def _strictly_ascending(keys: list[np.ndarray]) -> bool:
+def ascending(keys: list[np.ndarray], strict: bool = True) -> bool:
     """Whether the rows of ``keys`` (columns, first the most significant) are in strictly ascending order, so that
-    no two are alike. ``KEY_BLOCK`` rows at a time, in the columns' own types: what it holds is a block's booleans,
-    not the int64 copies and the order a sort of every row needs (a 10 GB import's programs: about 33 MiB)."""
+    no two are alike (or, not ``strict``, in ascending order, alike rows together). ``KEY_BLOCK`` rows at a time, in
+    the columns' own types: what it holds is a block's booleans, not the int64 copies and the order a sort of every
+    row needs (a 10 GB import's programs: about 33 MiB)."""
     rows = len(keys[0])
     for a in range(0, rows - 1, KEY_BLOCK):
         b = min(a + KEY_BLOCK, rows - 1)
         ahead = None
         for key in reversed(keys):
             this, following = key[a:b], key[a + 1:b + 1]
-            later = following > this
-            ahead = later if ahead is None else later | ((following == this) & ahead)
+            if ahead is None:
+                ahead = following > this if strict else following >= this
+            else:
+                ahead = (following > this) | ((following == this) & ahead)
         if not ahead.all():
             return False
     return True

@@ -288,9 +288,9 @@ class WordNumbers:
 
 @dataclass(frozen=True)
 class StepPieces:
-    """The programs table a piece of rows at a time, for an answer that needs none of it whole: ``pieces()`` yields
-    each piece's first row and its rows (``Columns``), in row order; ``rows`` counts them all; ``ipus`` is more
-    than any step's IPU."""
+    """A table of steps (the programs, the exchanges) a piece of rows at a time, for an answer that needs none of it
+    whole: ``pieces()`` yields each piece's first row and its rows (``Columns``), in row order; ``rows`` counts them
+    all; ``ipus`` is more than any step's IPU."""
 
     pieces: Callable[[], Iterator[tuple[int, Columns]]]
     rows: int

@@ -29,6 +29,7 @@ import numpy as np
 from popvision_py.analysis.common.tables import Table
 from popvision_py.analysis.imported.gpu import Kernels, coverage
 from popvision_py.analysis.imported.stats import group_medians, key_medians
+from popvision_py.format.arrays import ascending
 from popvision_py.format import system as S
 
 BOUND_PCT = 20.0  # a wait binds a step when it takes at least this share of it
@@ -135,7 +136,7 @@ class TraceSpans:
 
     def ipu_sorted(self) -> bool:
         """Whether the spans are in IPU order (each IPU's a run of rows)."""
-        return bool(np.all(self.ipu[1:] >= self.ipu[:-1]))
+        return ascending([self.ipu], strict=False)
 
 
 def before(keys: tuple[np.ndarray, ...], queries: tuple[np.ndarray, ...], inclusive: bool = False) -> np.ndarray:

@@ -157,19 +157,18 @@ class Totals:
         for part in [done] if isinstance(done, Executed) else done:
             words = part.exchanges.used_words("kind").tolist()
             code = part.exchanges.codes_in("kind", tuple(words))
-            figures = [sum_by(code, v, len(words) + 1) for v in (part.executions, part.total_bytes, part.total_cycles,
-                                                                 part.exposed_cycles)]
-            for i, word in enumerate(words):
-                sums[word] = sums.get(word, 0) + np.array([f[i] for f in figures], np.int64)
+            figures = np.array([sum_by(code, v, len(words) + 1)[:-1] for v in (
+                part.executions, part.total_bytes, part.total_cycles, part.exposed_cycles)], np.int64)
+            for word, column in zip(words, figures.T):
+                sums[word] = sums.get(word, 0) + column
             pairs.append(_pairs(part))
             costly.append(_costly(part, top))
             del part
         kinds = list(EXCHANGE_KINDS) + sorted(set(sums) - set(EXCHANGE_KINDS))
         by_kind = np.array([sums.get(k, np.zeros(4, np.int64)) for k in kinds], np.int64).T.reshape(4, len(kinds))
         if not costly:  # no row: the columns' own types
-            none = Columns(TABLES["exchanges"].schema.empty_table())
-            pairs, costly = [_pairs(Executed(none, *[np.zeros(0, np.int64)] * 4))], [_costly(Executed(
-                none, *[np.zeros(0, np.int64)] * 4), top)]
+            none = Executed(Columns(TABLES["exchanges"].schema.empty_table()), *[np.zeros(0, np.int64)] * 4)
+            pairs, costly = [_pairs(none)], [_costly(none, top)]
         cells, at = np.unique(np.concatenate([k for k, _, _ in pairs]), return_inverse=True)
         nbytes = sum_by(at.ravel(), np.concatenate([b for _, b, _ in pairs]), len(cells))
         cycles = sum_by(at.ravel(), np.concatenate([c for _, _, c in pairs]), len(cells))

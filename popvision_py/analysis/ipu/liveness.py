@@ -14,7 +14,7 @@ import pandas as pd
 
 from popvision_py.analysis.common.tables import Columns, StepIndex, StepPieces, Table
 from popvision_py.errors import OutOfRangeError
-from popvision_py.format.arrays import numbers
+from popvision_py.format.arrays import ascending, numbers
 
 BY_STEP_COLUMNS = ["ipu", "step", "name", "always_live_bytes", "not_always_live_bytes", "total_bytes",
                    "worst_tile", "worst_tile_bytes", "capacity_bytes"]
@@ -34,7 +34,8 @@ def by_step(liveness: Columns, programs: Columns | None, target: dict[str, Any],
     """
     index = index or StepIndex(programs)
     ipus, steps = liveness["ipu"], liveness["step"]
-    if ipu is None and _in_order(ipus, steps):  # as written: the table's own columns, not copies (348,000 steps)
+    # in (ipu, step) order as written: the table's own columns, not copies (348,000 steps)
+    if ipu is None and ascending([ipus, steps], strict=False):
         rows: slice | np.ndarray = slice(None)
     else:
         rows = np.arange(len(liveness)) if ipu is None else np.flatnonzero(ipus == ipu)
@@ -48,12 +49,6 @@ def by_step(liveness: Columns, programs: Columns | None, target: dict[str, Any],
         "capacity_bytes": np.full(len(always), int(target["tiles_per_ipu"]) * int(target["bytes_per_tile"]),
                                   np.int64),
     })
-
-
-def _in_order(ipu: np.ndarray, step: np.ndarray) -> bool:
-    """Whether rows are sorted by (ipu, step) already, as the writers write them: compared with the next row, in the
-    columns' own types."""
-    return bool(np.all((ipu[1:] > ipu[:-1]) | ((ipu[1:] == ipu[:-1]) & (step[1:] >= step[:-1]))))
 
 
 def peaks(steps: Table) -> Table:
