@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -105,6 +106,34 @@ def test_resume_takes_finished_candidates_and_emulates_only_the_rest(uneven: str
     pd.testing.assert_frame_equal(after.loc[both, RANGES], again.loc[both, RANGES])
 
 
+def test_a_stop_keeps_the_rows_resume_gave_and_writes_nothing_when_none_finished(uneven: str, tmp_path: Path) -> None:
+    from popvision_py.cli.tune import _keep_interrupted
+
+    # GIVEN the result of a search capped at three candidates
+    out = tmp_path / "tune.parquet"
+    assert tune(uneven, *SEARCH, "--workers", "1", "--max-candidates", "3", "-o", str(out)).exit_code == 0
+    before, meta = read_tune(out)
+    assert len(before) == 3
+    written = out.read_bytes()
+    # WHEN a search resumed from it is stopped before it came to its rows, or having come to one of them
+    for finished in (before.iloc[:0], before.iloc[2:3]):
+        said = _keep_interrupted(str(out), finished.drop(columns=["rank", "pareto"]), meta, previous=before)
+        # THEN the file still holds all three rows, ranked as before
+        assert said == (f"Stopped with 3 candidates finished, kept in {out}; run the same command with --resume "
+                        f"{out} to go on from them.")
+        pd.testing.assert_frame_equal(read_tune(out)[0], before)
+    # AND a search stopped before any candidate finished leaves an earlier result at -o byte for byte, and makes
+    # no file where there was none
+    out.write_bytes(written)
+    none = before.iloc[:0].drop(columns=["rank", "pareto"])
+    assert _keep_interrupted(str(out), none, meta) == f"Stopped before any candidate finished; {out} was not written."
+    assert out.read_bytes() == written
+    fresh = tmp_path / "fresh.parquet"
+    assert _keep_interrupted(str(fresh), none, meta) == f"Stopped before any candidate finished; {fresh} was not " \
+                                                        f"written."
+    assert not fresh.exists()
+
+
 @pytest.mark.parametrize(("args", "sentence"), [
     (("no-such-model", "--system", "POD4"), "Error: Unknown model 'no-such-model'; the zoo has"),
     (("mnist", "--system", "POD17"), "Error: Unknown system 'POD17'; choose one of IPU, IPU-POD4"),
@@ -137,26 +166,64 @@ def test_resume_refuses_another_searchs_result(uneven: str, tmp_path: Path) -> N
     assert other.output.startswith(f"Error: {out} is the result of another search (other run options were given)")
 
 
+def _read_until(fd: int, pattern: re.Pattern[str], timeout: float) -> str:
+    """What a terminal's reader sees on ``fd`` until ``pattern`` shows (or ``timeout`` seconds pass, or the
+    writer closes it)."""
+    import select
+
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while not pattern.search(seen) and time.monotonic() < deadline:
+        if select.select([fd], [], [], 1.0)[0]:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the writer closed the terminal (Linux says EIO)
+                break
+            if not chunk:
+                break
+            seen += chunk.decode(errors="replace")
+    return seen
+
+
 @pytest.mark.slow
 def test_ctrl_c_keeps_what_finished_and_says_how_to_resume(tmp_path: Path) -> None:
+    import fcntl
+    import pty
     import signal
+    import struct
+    import termios
 
-    # GIVEN bert-large's search on an IPU-POD16 (about a minute here), run as a program in its own process group
+    # GIVEN bert-large's search on an IPU-POD16 (about a minute here), run in a terminal (its progress bar shows)
+    # as a program in its own process group
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = tmp_path / "tune.parquet"
+    terminal, stderr_end = pty.openpty()
+    fcntl.ioctl(stderr_end, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a 120-column terminal
     process = subprocess.Popen(
         [sys.executable, "-m", "popvision_py.cli", "tune", "bert-large", "--system", "POD16", "--workers", "2",
          "--no-profile", "-o", str(out)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, start_new_session=True,
+        env=env, stdout=subprocess.PIPE, stderr=stderr_end, text=True, cwd=tmp_path, start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    # WHEN Ctrl-C reaches the whole group (the terminal's way) a few seconds in
-    time.sleep(10)
-    os.killpg(process.pid, signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=120)
+    os.close(stderr_end)
+    try:
+        # WHEN Ctrl-C reaches the whole group (the terminal's way) once the bar counts a finished candidate
+        # (a loaded machine may take far longer than the few seconds it takes here to start the cluster)
+        shown = _read_until(terminal, re.compile(r"\| *[1-9][0-9]*/[0-9]+ \["), timeout=300)
+        assert process.poll() is None, shown
+        os.killpg(process.pid, signal.SIGINT)
+        stdout, _ = process.communicate(timeout=120)
+        stderr = _read_until(terminal, re.compile(r"Interrupted\.\s*$"), timeout=30)
+    finally:
+        os.close(terminal)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
     # THEN it exits 130, keeps the finished candidates in the output and says how to go on, without a traceback
     assert process.returncode == 130, stderr
     rows, meta = read_tune(out)
     assert 0 < len(rows) < 650
-    assert stderr.splitlines() == [f"Stopped with {len(rows):,} candidates finished, kept in {out}; run the same "
-                                   f"command with --resume {out} to go on from them.", "Interrupted."]
+    # (the terminal ends lines with "\r\n"; the bar draws and wipes itself with "\r")
+    said = [line.rsplit("\r", 1)[-1] for line in stderr.replace("\r\n", "\n").split("\n")]
+    assert [line for line in said if line.strip()] == [
+        f"Stopped with {len(rows):,} candidates finished, kept in {out}; run the same command with --resume {out} "
+        f"to go on from them.", "Interrupted."], stderr
     assert stdout == ""
