@@ -213,6 +213,27 @@ def test_phases_worked_out_a_piece_at_a_time_are_those_of_the_whole_rank():
     assert rows == {(0, "a"): (3, 220, 50), (0, "b"): (1, 100, 50), (1, "a"): (1, 90, 0)}
 
 
+def test_the_phases_figures_are_as_wide_as_the_phases_whatever_the_steps_names():
+    # GIVEN two ranks' kernels, each rank's 500 profiler steps a name each, and two phases "a" and "b" whose names
+    # sort among the steps' ("a" first, "b" after "ProfilerStep#99")
+    k = kernels((0, 7, "k0", 0, 100, 1), (0, 8, "k1", 50, 150, 2), (1, 7, "k2", 0, 90, 1))
+    steps = 500
+    spans = TraceSpans.build([0, 0, 1] + [i % 2 for i in range(steps)], [0, 2, 0] + list(range(steps)),
+                             [2, 10, 5] + list(range(1, steps + 1)), [PHASE] * 3 + [STEP] * steps,
+                             ["b", "a", "b"] + [f"ProfilerStep#{i}" for i in range(steps)])
+    assert len(spans.names) == steps + 2
+    # WHEN their phases are worked out
+    t = phases.phase_times(k, spans)
+    # THEN each (rank, phase) figure is one of 2 x 2, not 2 x 502, and the phases keep their names and order
+    assert t.names.tolist() == ["a", "b"]
+    assert all(len(getattr(t, field)) == 4 for field in ("kernels", "gpu_ns", "overlap_ns", "spans"))
+    rows = {(r["rank"], r["phase"]): (r["spans"], r["kernels"], r["gpu_ns"], r["overlap_ns"], r["overlapped_with"])
+            for r in frame(phases.phases(k, spans, t))}
+    assert rows == {(0, "b"): (1, 1, 100, 50, "a"), (0, "a"): (1, 1, 100, 50, "b"), (1, "b"): (1, 1, 90, 0, "")}
+    pairs = [(r["rank"], r["phase"], r["other"], r["overlap_ns"]) for r in frame(phases.phase_overlaps(k, spans, t))]
+    assert pairs == [(0, "a", "b", 50), (0, "b", "a", 50)]
+
+
 @pytest.mark.parametrize("dtype, low", [(np.int64, 0), (np.int64, -10**12), (np.int64, 10**15), (np.int32, -50),
                                         (np.uint32, 0), (np.float64, -3)])
 def test_each_groups_median_is_numpys_whatever_the_values_type_and_sign(dtype, low):

@@ -42,10 +42,11 @@ def memberships(k: Kernels, spans: TraceSpans) -> tuple[np.ndarray, ...]:
 
 @dataclass(frozen=True)
 class PhaseTimes:
-    """Each (rank, phase) group's figures (``group = ipu * phases + phase``), and the time each pair of phases
-    overlapped (``pair = (ipu * phases + phase) * phases + other``, ``pair_ns``)."""
+    """Each (rank, phase) group's figures (``group = ipu * phases + phase``, ``phase`` a code into ``names``), and
+    the time each pair of phases overlapped (``pair = (ipu * phases + phase) * phases + other``, ``pair_ns``)."""
 
     phases: int
+    names: np.ndarray  # each phase code's name
     kernels: np.ndarray
     gpu_ns: np.ndarray
     overlap_ns: np.ndarray
@@ -58,15 +59,28 @@ def phase_times(k: Kernels, spans: TraceSpans, rows: int | None = None) -> Phase
     """``kernel_phase_times`` of pieces of about ``rows`` kernels, summed: the pieces are cut where no kernel of the
     rank runs (``idle_cuts``), so that no segment of a rank's time holds kernels of two pieces and each figure is a
     sum over the pieces (the spans counted once). What the figure holds is a piece's arrays, not a rank's: a long
-    rank's (1.6 M kernels, a 10 GB import in 4 ranks) took 190 MiB at once."""
+    rank's (1.6 M kernels, a 10 GB import in 4 ranks) took 190 MiB at once. The phases are numbered among
+    themselves (``phase_spans``)."""
+    spans = phase_spans(spans)
     parts = [kernel_phase_times(piece, spans) for piece in k.pieces(rows, fields=("launch_start", "stream"))]
     if len(parts) == 1:
         return parts[0]
     pair, at = np.unique(np.concatenate([p.pair for p in parts]), return_inverse=True)
     first = parts[0]
-    return PhaseTimes(phases=first.phases, kernels=sum(p.kernels for p in parts), gpu_ns=sum(p.gpu_ns for p in parts),
-                      overlap_ns=sum(p.overlap_ns for p in parts), spans=first.spans, pair=pair,
+    return PhaseTimes(phases=first.phases, names=first.names, kernels=sum(p.kernels for p in parts),
+                      gpu_ns=sum(p.gpu_ns for p in parts), overlap_ns=sum(p.overlap_ns for p in parts),
+                      spans=first.spans, pair=pair,
                       pair_ns=sum_by(at.ravel(), np.concatenate([p.pair_ns for p in parts]), len(pair)))
+
+
+def phase_spans(spans: TraceSpans) -> TraceSpans:
+    """The ``PHASE`` spans alone, their names numbered among themselves in the order of their codes: the figures'
+    arrays are then a rank's phases wide, not its every span's name (a long run's steps are a name each: a 10 GB
+    import in 4 ranks has 17,403 names for 3 phases, and each piece's sums were 4 x 17,403 wide)."""
+    phase = spans.take(np.flatnonzero(spans.kind == PHASE))
+    used, code = np.unique(phase.name, return_inverse=True)
+    return TraceSpans(phase.ipu, phase.start, phase.end, phase.kind, phase.stream, code.ravel().astype(np.int64),
+                      np.asarray(spans.names, dtype=object)[used])
 
 
 def kernel_phase_times(k: Kernels, spans: TraceSpans) -> PhaseTimes:
@@ -127,7 +141,7 @@ def kernel_phase_times(k: Kernels, spans: TraceSpans) -> PhaseTimes:
     triple = distinct((at_seg[~own] * n + phase[~own]) * n + leaf[other[~own]])
     t_seg, t_phase, t_other = triple // n // n, triple // n % n, triple % n
     pair, pair_at = distinct((b_ipu[t_seg] * n + t_phase) * n + t_other, inverse=True)
-    return PhaseTimes(phases=n, kernels=np.bincount(k.ipu[kernel] * n + name, minlength=size)[:size],
+    return PhaseTimes(phases=n, names=spans.names, kernels=np.bincount(k.ipu[kernel] * n + name, minlength=size)[:size],
                       gpu_ns=sum_by(group, length[p_seg], size), overlap_ns=sum_by(group, length[p_seg] * ~alone, size),
                       spans=np.where(spans_cpu > 0, spans_cpu, spans_gpu)[:size], pair=pair,
                       pair_ns=sum_by(pair_at, length[t_seg], len(pair)))
@@ -150,7 +164,7 @@ def phases(k: Kernels, spans: TraceSpans, times: PhaseTimes | None = None, n: in
     hit = (found < len(top)) & (t.pair[top][np.minimum(found, max(len(top) - 1, 0))] // t.phases == rows) \
         if len(top) else np.zeros(len(rows), bool)
     pick = top[np.minimum(found, max(len(top) - 1, 0))] if len(top) else np.zeros(len(rows), np.int64)
-    names = np.asarray(spans.names, dtype=object)
+    names = np.asarray(t.names, dtype=object)
     partner, partner_ns = ((names[t.pair[pick] % t.phases], t.pair_ns[pick]) if len(top) else
                            (np.full(len(rows), "", dtype=object), np.zeros(len(rows), np.int64)))
     return Table({"rank": k.ranks[rows // t.phases], "phase": names[rows % t.phases] if len(rows) else names[:0],
@@ -166,6 +180,6 @@ def phase_overlaps(k: Kernels, spans: TraceSpans, times: PhaseTimes | None = Non
     t = times or phase_times(k, spans)
     order = np.lexsort((t.pair, -t.pair_ns, t.pair // t.phases // t.phases))
     pair = t.pair[order]
-    names = np.asarray(spans.names, dtype=object)
+    names = np.asarray(t.names, dtype=object)
     return Table({"rank": k.ranks[pair // t.phases // t.phases], "phase": names[pair // t.phases % t.phases],
                   "other": names[pair % t.phases], "overlap_ns": t.pair_ns[order]})
