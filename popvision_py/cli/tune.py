@@ -97,7 +97,7 @@ def command(model: str, system: str | None, global_batch: int | None, search: tu
     from engine.runner import prepare
     from popvision_py.scripts import load_script
     from popvision_py.format.tunefile import read_tune, write_tune
-    from popvision_py.tune.search import Search, same_search
+    from popvision_py.tune.search import Search, keep_finished, same_search
     from popvision_py.tune.space import DIMENSIONS, SearchSettings, Space, system_name
 
     request = _request(model, run_options, script_args)
@@ -130,7 +130,7 @@ def command(model: str, system: str | None, global_batch: int | None, search: tu
     meta = {**outcome.meta, "emulated": outcome.emulated, "reused": outcome.reused, "ranged": outcome.ranged}
     rows = outcome.rows
     if outcome.interrupted:
-        click.echo(_keep_interrupted(output, rows, meta, previous), err=True)
+        click.echo(keep_finished(output, rows, meta, previous), err=True)
         raise KeyboardInterrupt
     best = rows[rows["rank"] == 1]
     start = rows[rows["is_start"]]
@@ -238,26 +238,6 @@ def _request(model: str, values: dict[str, Any], script_args: tuple[str, ...] = 
     if model.endswith(".py") and Path(model).is_file():
         model = str(Path(model).resolve())  # rows' commands and requests run from any folder
     return run_request(model, values, script_args=script_args if script else None)
-
-
-def _keep_interrupted(output: str, rows: Any, meta: dict[str, Any], previous: Any = None) -> str:
-    """Write the candidates a stopped search finished to ``output``, with every row of the ``previous`` result
-    (--resume) it had not come to yet, and say how to go on from them. With none, nothing is written: a file
-    already at ``output`` (an earlier search's result) is left as it was."""
-    import pandas as pd
-
-    from popvision_py.format.tunefile import write_tune
-    from popvision_py.tune.table import ranked
-
-    if previous is not None and len(previous):
-        unseen = previous[~previous["key"].isin(rows["key"])]
-        if len(unseen):
-            rows = ranked(pd.concat([rows, unseen], ignore_index=True))
-    if not len(rows):
-        return f"Stopped before any candidate finished; {output} was not written."
-    write_tune(output, rows, meta)
-    return (f"Stopped with {len(rows):,} candidates finished, kept in {output}; run the same command with "
-            f"--resume {output} to go on from them.")
 
 
 @contextlib.contextmanager

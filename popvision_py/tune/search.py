@@ -29,6 +29,7 @@ import pandas as pd
 from engine import rules
 from engine.runner import RunRequest
 from popvision_py.errors import ConfigError, first_line
+from popvision_py.format.tunefile import write_tune
 from popvision_py.tune.cap import Kept, keep_mappings, keep_settings
 from popvision_py.tune.evaluate import NOT_EMULATED, NOT_RANGED, RANGE_FIELDS, evaluate, evaluate_ranges
 from popvision_py.tune.space import Candidate, Space
@@ -239,3 +240,17 @@ def same_search(meta: dict[str, Any], other: dict[str, Any]) -> str | None:
         return "other run options were given"
     return None
 
+
+def keep_finished(output: str, rows: pd.DataFrame, meta: dict[str, Any], previous: pd.DataFrame | None = None) -> str:
+    """Write the candidates a stopped search finished (``rows``) to ``output``, with every row of the ``previous``
+    result (--resume) it had not come to yet, and say how to go on from them. With none, nothing is written: a
+    file already at ``output`` (an earlier search's result) is left as it was."""
+    if previous is not None and len(previous):
+        unseen = previous[~previous["key"].isin(rows["key"])]
+        if len(unseen):
+            rows = ranked(pd.concat([rows, unseen], ignore_index=True))
+    if not len(rows):
+        return f"Stopped before any candidate finished; {output} was not written."
+    write_tune(output, rows, meta)
+    return (f"Stopped with {len(rows):,} candidates finished, kept in {output}; run the same command with "
+            f"--resume {output} to go on from them.")

@@ -17,6 +17,7 @@ import pytest
 
 from popvision_py.format.tunefile import read_tune
 from popvision_py.tune.evaluate import RANGE_FIELDS
+from popvision_py.tune.search import keep_finished
 from tests.tune.conftest import tune
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,8 +108,6 @@ def test_resume_takes_finished_candidates_and_emulates_only_the_rest(uneven: str
 
 
 def test_a_stop_keeps_the_rows_resume_gave_and_writes_nothing_when_none_finished(uneven: str, tmp_path: Path) -> None:
-    from popvision_py.cli.tune import _keep_interrupted
-
     # GIVEN the result of a search capped at three candidates
     out = tmp_path / "tune.parquet"
     assert tune(uneven, *SEARCH, "--workers", "1", "--max-candidates", "3", "-o", str(out)).exit_code == 0
@@ -117,7 +116,7 @@ def test_a_stop_keeps_the_rows_resume_gave_and_writes_nothing_when_none_finished
     written = out.read_bytes()
     # WHEN a search resumed from it is stopped before it came to its rows, or having come to one of them
     for finished in (before.iloc[:0], before.iloc[2:3]):
-        said = _keep_interrupted(str(out), finished.drop(columns=["rank", "pareto"]), meta, previous=before)
+        said = keep_finished(str(out), finished.drop(columns=["rank", "pareto"]), meta, previous=before)
         # THEN the file still holds all three rows, ranked as before
         assert said == (f"Stopped with 3 candidates finished, kept in {out}; run the same command with --resume "
                         f"{out} to go on from them.")
@@ -126,10 +125,10 @@ def test_a_stop_keeps_the_rows_resume_gave_and_writes_nothing_when_none_finished
     # no file where there was none
     out.write_bytes(written)
     none = before.iloc[:0].drop(columns=["rank", "pareto"])
-    assert _keep_interrupted(str(out), none, meta) == f"Stopped before any candidate finished; {out} was not written."
+    assert keep_finished(str(out), none, meta) == f"Stopped before any candidate finished; {out} was not written."
     assert out.read_bytes() == written
     fresh = tmp_path / "fresh.parquet"
-    assert _keep_interrupted(str(fresh), none, meta) == f"Stopped before any candidate finished; {fresh} was not " \
+    assert keep_finished(str(fresh), none, meta) == f"Stopped before any candidate finished; {fresh} was not " \
                                                         f"written."
     assert not fresh.exists()
 
