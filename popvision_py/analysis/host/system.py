@@ -1,7 +1,7 @@
 """The system timeline: where each host process's time went, and a zoomable view of millions of events.
 
-Inputs: a run's system timeline files (``format.system``, one per process). ``load`` gathers their
-rows into ``Events``: strings as codes, one *row* per (process, thread), events sorted by row and
+Inputs: a run's system timeline files (``format.system``, one per process). ``events.load_files`` gathers
+their rows into ``Events``: strings as codes, one *row* per (process, thread), events sorted by row and
 start. ``processes``, ``by_name`` and ``counters`` answer ``popvision report --section system``;
 ``SystemIndex`` and ``window`` answer the dashboard's System page. Formulas: docs/reports.md,
 "System timeline".
@@ -20,16 +20,15 @@ way from sorted times and running sums.
 
 from __future__ import annotations
 
-import os
-import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
-from popvision_py.analysis.common.tables import SpanUnion, Table, bin_edges, numbered
+from popvision_py.analysis.common.tables import SpanUnion, Table, bin_edges
+from popvision_py.analysis.host.events import (  # noqa: F401 (the loading's names, as they were here)
+    FILES_AT_ONCE, Events, family, kept_rows, load, load_files, load_tables, natural)
 from popvision_py.format import system as S
 
 SPAN, INSTANT, COUNTER = (S.KINDS.index(k) for k in ("span", "instant", "counter"))
@@ -42,170 +41,6 @@ COUNTER_COLUMNS = ["process", "name", "count", "median", "least", "most"]
 NAME_BLOCK = 1 << 16  # events grouped at a time by ``by_name``
 MAX_EVENTS = 2000  # a window with more events than this is drawn in bins
 MAX_BINS = 500
-_TRAILING_NUMBER = re.compile(r"[#\s]*\d+$")
-
-
-def family(name: str) -> str:
-    """``name`` without a trailing number: ``ProfilerStep#3`` -> ``ProfilerStep``, ``Forward 2`` -> ``Forward``."""
-    return _TRAILING_NUMBER.sub("", name) or name
-
-
-def natural(text: str) -> tuple:
-    """A sort key that puts ``instance-2`` before ``instance-10``."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
-
-
-@dataclass(frozen=True)
-class Events:
-    """Every file's rows as columns, sorted by row, then start (the longer span first at a tie).
-
-    A *row* is one (process, thread); ``rows[r]`` is its (process code, thread). Processes are in
-    natural order of their names, threads too (the main thread first).
-    """
-
-    processes: tuple[str, ...]
-    pids: np.ndarray  # per process
-    rows: tuple[tuple[int, str], ...]
-    names: tuple[str, ...]
-    families: tuple[str, ...]
-    family_of: np.ndarray  # per name: its family's code
-    channels: tuple[str, ...]
-    row: np.ndarray  # per event, int64 codes from here on
-    name: np.ndarray
-    channel: np.ndarray
-    kind: np.ndarray
-    start: np.ndarray  # ns since 1970
-    end: np.ndarray
-    value: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.start)
-
-    @property
-    def process(self) -> np.ndarray:
-        """Each event's process code."""
-        return self.row_process[self.row]
-
-    @property
-    def row_process(self) -> np.ndarray:
-        return np.array([p for p, _ in self.rows], np.int64)
-
-    def label(self, row: int) -> str:
-        """``instance-0 · MainThread``: how a row is named on the page."""
-        process, thread = self.rows[row]
-        return f"{self.processes[process]} · {thread}"
-
-    @property
-    def extent(self) -> tuple[int, int]:
-        """(first start, last end) in ns; (0, 0) without events."""
-        return (int(self.start.min()), int(self.end.max())) if len(self) else (0, 0)
-
-
-def _dictionary(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
-    """A dictionary column (its chunks' dictionaries unified) as (codes, words)."""
-    if column.num_chunks == 0:
-        return np.zeros(0, np.int64), []
-    chunk = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-    if not pa.types.is_dictionary(chunk.type):
-        chunk = chunk.dictionary_encode()
-    return chunk.indices.to_numpy(zero_copy_only=False).astype(np.int64), chunk.dictionary.to_pylist()
-
-
-def _ranked(codes: np.ndarray, words: list[str], key) -> tuple[np.ndarray, list[str]]:
-    """Codes renumbered so that the words are in ``key`` order (unused words dropped)."""
-    used = np.flatnonzero(np.bincount(codes, minlength=len(words))) if len(codes) else np.zeros(0, np.int64)
-    order = sorted(used.tolist(), key=lambda c: key(words[c]))
-    lut = np.full(len(words) + 1, -1, np.int64)
-    lut[order] = np.arange(len(order))
-    return lut[codes], [words[c] for c in order]
-
-
-FILES_AT_ONCE = 256  # files read, then joined into one table, at a time: a file's small table costs ~17 KB apart
-SMALL_TABLE_ROWS = 1 << 16  # tables of fewer rows than this on average are joined into one chunk (``_joined``)
-
-
-def load_files(paths: Sequence[str | os.PathLike[str]], keep: dict[str, Callable[[str], bool]] | None = None) -> Events:
-    """The rows of the files at ``paths`` (each read and checked by ``format.system.read_system``) as ``Events``,
-    read ``FILES_AT_ONCE`` at a time and joined as they come: at 4,096 ranks' files, 4,096 small tables held
-    together were 68 MB. With ``keep`` (a string column's name: a test of its words), only the rows where the
-    word of one of those columns passes its test, each file's let go of the rest as it is read: what a view
-    that reads a few of the rows holds (a 10 GB import's GPU figures take its steps and annotations)."""
-    def read(path: str | os.PathLike[str]) -> pa.Table:
-        table = S.read_system(path).table.replace_schema_metadata(None)
-        return table.filter(kept_rows(table, keep)) if keep is not None else table
-
-    joined = [_joined([read(p) for p in paths[i:i + FILES_AT_ONCE]]) for i in range(0, len(paths), FILES_AT_ONCE)]
-    events = load_tables(joined)
-    del joined
-    pa.default_memory_pool().release_unused()  # the files' rows and their sorting, let go (10 GB of traces: 70 MiB)
-    return events
-
-
-def kept_rows(table: pa.Table, keep: dict[str, Callable[[str], bool]]) -> np.ndarray:
-    """Whether each row of ``table`` has a word in one of ``keep``'s columns that passes that column's test: each
-    column's distinct words tested once, its rows by their codes."""
-    found = np.zeros(table.num_rows, bool)
-    for name, test in keep.items():
-        codes, words = _dictionary(table.select([name]).unify_dictionaries().combine_chunks()[name])
-        found |= np.array([bool(test(w)) for w in words] + [False], bool)[codes]
-    return found
-
-
-def load(files: Sequence[S.SystemFile]) -> Events:
-    """The rows of ``files`` (each read and checked by ``format.system.read_system``) as ``Events``."""
-    return load_tables([f.table.replace_schema_metadata(None) for f in files])
-
-
-def _joined(tables: list[pa.Table]) -> pa.Table:
-    """``tables`` as one table, their dictionaries unified. Small tables' rows are copied into one chunk (each chunk
-    costs its own buffers: 4,096 small files' apart were 68 MB); large ones keep their chunks, which ``load_tables``
-    joins a column at a time as it takes it, not all copied beside them (10 GB in 4 ranks: 42 MiB)."""
-    if not tables:
-        return S.SCHEMA.empty_table()
-    joined = pa.concat_tables(tables).unify_dictionaries()
-    return joined.combine_chunks() if joined.num_rows < SMALL_TABLE_ROWS * len(tables) else joined
-
-
-def load_tables(tables: list[pa.Table]) -> Events:
-    """The rows of system timeline tables (without their schema's metadata) as ``Events``: each column made an
-    array in the events' order as it is read, then let go, as are the codes it was sorted by (10 GB of traces in 4
-    ranks, 765,600 events: the load's peak 115 MiB above the process before it, 148 MiB with the table held to the
-    end; it returns 41 MiB). ``tables`` is emptied: the joined table is then the only one, so each column goes."""
-    table = _joined(tables)
-    tables.clear()
-    process, words = _dictionary(table["process"])
-    process, processes = _ranked(process, words, natural)
-    thread, words = _dictionary(table["thread"])
-    thread, threads = _ranked(thread, words, lambda t: (t != "MainThread", natural(t)))
-    width = max(len(threads), 1)
-    key = process * width + thread
-    rows, row = numbered(key, len(processes) * width)  # the (process, thread) rows counted, not the events sorted
-    del key
-    first = np.unique(process, return_index=True)[1] if len(process) else np.zeros(0, np.int64)
-    pids = table["pid"].to_numpy()[first].astype(np.int64)
-    del process, thread, first
-    table = table.drop_columns(["process", "thread", "pid"])
-    order = np.lexsort((-table["end_ns"].to_numpy(), table["start_ns"].to_numpy(), row))
-    row = row.astype(np.int64)[order]
-    ordered = {}  # each column in the events' order (a string column as its codes and its words), then let go
-    for column in ("name", "channel", "kind", "start_ns", "end_ns", "value"):
-        if column in S.STRING_COLUMNS:
-            codes, words = _dictionary(table[column])
-            ordered[column] = codes[order], words
-        else:
-            ordered[column] = table[column].to_numpy()[order]
-        table = table.drop_columns([column])
-    del table, order
-    (name, names), (channel, channels), (kind, kinds) = ordered.pop("name"), ordered.pop("channel"), ordered.pop("kind")
-    kind = np.array([S.KINDS.index(k) for k in kinds] + [0], np.int64)[kind]
-    start, end, value = ordered.pop("start_ns"), ordered.pop("end_ns"), ordered.pop("value")
-    families = sorted({family(n) for n in names}, key=natural)
-    code = {f: k for k, f in enumerate(families)}
-    family_of = np.array([code[family(n)] for n in names], np.int64)
-    return Events(
-        processes=tuple(processes), pids=pids, rows=tuple((int(r) // width, threads[int(r) % width]) for r in rows),
-        names=tuple(names), families=tuple(families), family_of=family_of, channels=tuple(channels), row=row,
-        name=name, channel=channel, kind=kind, start=start, end=end, value=value)
 
 
 # -- popvision report --section system ---------------------------------------------------------------

@@ -1,0 +1,80 @@
+"""The system timeline's files read into ``Events`` a run of files at a time (``host.events``): the same events, words
+and order as one sort of every file's rows, worked out here with pandas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from popvision_py.analysis.host import events as E
+from popvision_py.format import system as S
+
+# (file, process, pid): rank-2's MainThread in two files (a row in two runs where files are runs of one), rank-10
+# after rank-9 (natural order), and a file whose process sorts first written last
+FILES = [("a", "rank-10", 110), ("b", "rank-2", 102), ("c", "rank-9", 109), ("d", "rank-2", 202), ("e", "rank-0", 100)]
+THREADS = ["pt_autograd_0", "MainThread", "Thread-10", "Thread-2"]
+NAMES = ["ProfilerStep#3", "aten::mm", "Forward", "ProfilerStep#12", "nccl:all_reduce", "allocated"]
+
+
+def _write(folder: Path, rng: np.random.Generator, files: list[tuple]) -> tuple[list[Path], pd.DataFrame]:
+    """The files, and every row in the order written (file by file)."""
+    paths, frames = [], []
+    for file, process, pid in files:
+        n = int(rng.integers(40, 90))
+        start = rng.integers(0, 30, n) * 10  # few starts: many ties
+        kind = rng.choice(["span", "span", "instant", "counter"], n)
+        end = np.where(kind == "span", start + rng.integers(0, 4, n) * 5, start)
+        frame = pd.DataFrame({
+            "process": process, "pid": pid, "thread": rng.choice(THREADS[:3] if file != "d" else THREADS, n),
+            "channel": rng.choice(["pytorch", "annotation", "memory"], n),
+            "name": rng.choice(NAMES[::-1] if file in "bd" else NAMES, n), "kind": kind, "start_ns": start,
+            "end_ns": end, "value": np.where(kind == "counter", rng.integers(0, 9, n), 0).astype(float)})
+        frame = pd.concat([frame, frame.iloc[:3]], ignore_index=True)  # three events twice over
+        paths.append(S.write_system(folder / f"{file}{S.SUFFIX}", frame, process, pid))
+        frames.append(frame)
+    return paths, pd.concat(frames, ignore_index=True)
+
+
+def _natural(words: list[str], key=E.natural) -> list[str]:
+    return sorted(set(words), key=key)
+
+
+@pytest.mark.parametrize("split", [True, False], ids=["a process in two files", "a process a file"])
+@pytest.mark.parametrize("run_rows", [1, 100, 1 << 17], ids=["a file a run", "two files a run", "one run"])
+def test_files_gathered_a_run_at_a_time_are_one_sort_of_every_row(tmp_path, monkeypatch, run_rows, split):
+    # GIVEN four processes' files (with or without rank-2's second file), their events tied in start, some repeated
+    paths, rows = _write(tmp_path, np.random.default_rng(5), [f for f in FILES if split or f[0] != "d"])
+    # WHEN they are read a run of files at a time
+    monkeypatch.setattr(E, "RUN_ROWS", run_rows)
+    events = E.load_files(paths)
+    # THEN the processes are in natural order with their first row's pid, the threads the main thread first
+    processes = _natural(rows["process"].tolist())
+    assert list(events.processes) == processes == ["rank-0", "rank-2", "rank-9", "rank-10"]
+    assert events.pids.tolist() == [100, 102, 109, 110]
+    threads = _natural(rows["thread"].tolist(), key=lambda t: (t != "MainThread", E.natural(t)))
+    pairs = sorted({(processes.index(p), threads.index(t)) for p, t in zip(rows["process"], rows["thread"])})
+    assert list(events.rows) == [(p, threads[t]) for p, t in pairs]
+    # AND the words are numbered in the order the files first give them
+    assert list(events.names) == list(pd.unique(rows["name"]))
+    assert list(events.channels) == list(pd.unique(rows["channel"]))
+    # AND every event is there in (row, start, longer first) order, a tie in the order written
+    rows["row"] = [pairs.index((processes.index(p), threads.index(t))) for p, t in zip(rows["process"], rows["thread"])]
+    rows["written"] = np.arange(len(rows))
+    expected = rows.sort_values(["row", "start_ns", "end_ns", "written"], ascending=[True, True, False, True])
+    assert events.row.tolist() == expected["row"].tolist()
+    assert events.start.tolist() == expected["start_ns"].tolist()
+    assert events.end.tolist() == expected["end_ns"].tolist()
+    assert events.value.tolist() == expected["value"].tolist()
+    assert [events.names[c] for c in events.name] == expected["name"].tolist()
+    assert [events.channels[c] for c in events.channel] == expected["channel"].tolist()
+    assert [S.KINDS[c] for c in events.kind] == expected["kind"].tolist()
+    assert all(a.dtype == np.int64 for a in (events.row, events.name, events.channel, events.kind, events.start))
+
+
+def test_no_files_are_no_events():
+    events = E.load_files([])
+    assert len(events) == 0 and events.processes == () and events.rows == () and events.names == ()
+    assert events.start.dtype == np.int64 and events.value.dtype == np.float64
