@@ -42,11 +42,16 @@ def _natural(words: list[str], key=E.natural) -> list[str]:
     return sorted(set(words), key=key)
 
 
-@pytest.mark.parametrize("split", [True, False], ids=["a process in two files", "a process a file"])
+ONE_A_FILE = [f for f in FILES if f[0] != "d"]
+IN_ORDER = sorted(ONE_A_FILE, key=lambda f: E.natural(f[1]))
+
+
+@pytest.mark.parametrize("files", [FILES, ONE_A_FILE, IN_ORDER],
+                         ids=["a process in two files", "a process a file", "a process a file, in order"])
 @pytest.mark.parametrize("run_rows", [1, 100, 1 << 17], ids=["a file a run", "two files a run", "one run"])
-def test_files_gathered_a_run_at_a_time_are_one_sort_of_every_row(tmp_path, monkeypatch, run_rows, split):
+def test_files_gathered_a_run_at_a_time_are_one_sort_of_every_row(tmp_path, monkeypatch, run_rows, files):
     # GIVEN four processes' files (with or without rank-2's second file), their events tied in start, some repeated
-    paths, rows = _write(tmp_path, np.random.default_rng(5), [f for f in FILES if split or f[0] != "d"])
+    paths, rows = _write(tmp_path, np.random.default_rng(5), files)
     # WHEN they are read a run of files at a time
     monkeypatch.setattr(E, "RUN_ROWS", run_rows)
     events = E.load_files(paths)

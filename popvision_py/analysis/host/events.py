@@ -93,6 +93,11 @@ def _dictionary(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     return chunk.indices.to_numpy(zero_copy_only=False).astype(np.int64), chunk.dictionary.to_pylist()
 
 
+def _thread_order(thread: str) -> tuple:
+    """Threads in a row's order: the main thread first, then the others in natural order."""
+    return thread != "MainThread", natural(thread)
+
+
 def _ranked(codes: np.ndarray, words: list[str], key) -> tuple[np.ndarray, list[str]]:
     """Codes renumbered so that the words are in ``key`` order (unused words dropped)."""
     used = np.flatnonzero(np.bincount(codes, minlength=len(words))) if len(codes) else np.zeros(0, np.int64)
@@ -111,21 +116,22 @@ def load_files(paths: Sequence[str | os.PathLike[str]], keep: dict[str, Callable
     annotations)."""
     gathered, run, rows = _Gathered(), [], 0
     for path in paths:
-        table = S.read_system(path).table.replace_schema_metadata(None)
-        if keep is not None:
-            table = table.filter(kept_rows(table, keep))
-        run.append(table)
-        rows += table.num_rows
+        run.append(_read(path, keep))  # the run holds the only reference: ``add`` lets each column go
+        rows += run[-1].num_rows
         if len(run) == FILES_AT_ONCE or rows >= RUN_ROWS:
-            gathered.add(_joined(run))
-            run, rows = [], 0
+            gathered.add(run)
+            rows = 0
             pa.default_memory_pool().release_unused()  # the run's table and its sorting
     if run:
-        gathered.add(_joined(run))
-    del run
+        gathered.add(run)
     events = gathered.events()
     pa.default_memory_pool().release_unused()  # the files' rows and their sorting, let go
     return events
+
+
+def _read(path: str | os.PathLike[str], keep: dict[str, Callable[[str], bool]] | None) -> pa.Table:
+    table = S.read_system(path).table.replace_schema_metadata(None)
+    return table.filter(kept_rows(table, keep)) if keep is not None else table
 
 
 def kept_rows(table: pa.Table, keep: dict[str, Callable[[str], bool]]) -> np.ndarray:
@@ -156,11 +162,8 @@ def _joined(tables: list[pa.Table]) -> pa.Table:
 def load_tables(tables: list[pa.Table]) -> Events:
     """The rows of system timeline tables (without their schema's metadata) as ``Events``, sorted together.
     ``tables`` is emptied: the joined table is then the only one, so each column goes as it is taken."""
-    table = _joined(tables)
-    tables.clear()
     gathered = _Gathered()
-    gathered.add(table)
-    del table
+    gathered.add(tables)
     return gathered.events()
 
 
@@ -179,15 +182,19 @@ class _Gathered:
         self.columns: dict[str, list[np.ndarray]] = {c: [] for c in self.COLUMNS}
         self.blocks: list[tuple[list[str], list[str], np.ndarray]] = []  # each run's rows: process, thread, events
 
-    def add(self, table: pa.Table) -> None:
-        """One run's rows (a table, its dictionaries unified), sorted in its rows and kept as columns."""
-        process, processes = _dictionary(table["process"])
-        thread, threads = _dictionary(table["thread"])
+    def add(self, tables: list[pa.Table]) -> None:
+        """One run's rows (``tables``, emptied: joined, each column let go as it is taken), sorted in its rows and
+        kept as columns."""
+        table = _joined(tables)
+        tables.clear()
+        process, processes = _ranked(*_dictionary(table["process"]), natural)  # the rows' order within the run
+        thread, threads = _ranked(*_dictionary(table["thread"]), _thread_order)
         present, first = np.unique(process, return_index=True) if len(process) else (np.zeros(0, np.int64),) * 2
         pid = table["pid"].to_numpy()
         for code, at in zip(present.tolist(), first.tolist()):
             self.pids.setdefault(processes[code], int(pid[at]))
         del pid
+        table = table.drop_columns(["process", "thread", "pid"])
         width = max(len(threads), 1)
         key = process * width + thread
         del process, thread
@@ -213,8 +220,7 @@ class _Gathered:
 
     def events(self) -> Events:
         process_words = sorted({p for ps, _, _ in self.blocks for p in ps}, key=natural)
-        thread_words = sorted({t for _, ts, _ in self.blocks for t in ts},
-                              key=lambda t: (t != "MainThread", natural(t)))
+        thread_words = sorted({t for _, ts, _ in self.blocks for t in ts}, key=_thread_order)
         width = max(len(thread_words), 1)
         p_code = {p: k for k, p in enumerate(process_words)}
         t_code = {t: k for k, t in enumerate(thread_words)}
@@ -222,16 +228,19 @@ class _Gathered:
                              np.int64)
         sizes = np.concatenate([n for _, _, n in self.blocks]) if self.blocks else np.zeros(0, np.int64)
         keys, block_row = numbered(block_key, len(process_words) * width)
-        by_row = np.argsort(block_row, kind="stable")
         first, n = np.cumsum(sizes) - sizes, int(sizes.sum())  # each block's place in the runs' columns; the events
-        if len(by_row) and (np.diff(block_row[by_row]) > 0).all():  # each row's events in one run: its block moves
+        by_row = np.argsort(block_row, kind="stable")
+        dest = None  # where each of the runs' events goes, unless they are in order already (one run: always)
+        if not len(block_row) or (np.diff(block_row) > 0).all():
+            row = np.repeat(block_row, sizes)
+        elif (np.diff(block_row[by_row]) > 0).all():  # each row's events in one run: its block moves
             size = sizes[by_row]
             place = np.empty(len(sizes), np.int64)
             place[by_row] = np.cumsum(size) - size
             dest = np.repeat(place - first, sizes) + np.arange(n)
             row = np.repeat(block_row[by_row], size)
             del place, size
-        else:  # a row in two runs (a process's files apart), or no rows: one sort of every event, as one table's
+        else:  # a row in two runs (a process's files apart): one sort of every event, as one table's
             start, end = self._joined("start"), self._joined("end")
             row = np.repeat(block_row, sizes)
             order = np.lexsort((-end, start, row))
@@ -244,11 +253,14 @@ class _Gathered:
         ordered = {}
         for column in self.COLUMNS:  # each run's piece put in its place and let go: never a column twice over
             parts = self.columns[column]
+            if dest is None and len(parts) == 1:
+                ordered[column] = parts.pop()
+                continue
             out = np.empty(n, parts[0].dtype if parts else np.float64 if column == "value" else np.int64)
             at = 0
             while parts:
                 part = parts.pop(0)
-                out[dest[at:at + len(part)]] = part
+                out[dest[at:at + len(part)] if dest is not None else slice(at, at + len(part))] = part
                 at += len(part)
                 del part
             ordered[column] = out
