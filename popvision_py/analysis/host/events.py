@@ -130,6 +130,7 @@ def load_files(paths: Sequence[str | os.PathLike[str]], keep: dict[str, Callable
 
 
 def _read(path: str | os.PathLike[str], keep: dict[str, Callable[[str], bool]] | None) -> pa.Table:
+    """One file's rows, read and checked, without its schema's metadata; with ``keep``, only the rows it keeps."""
     table = S.read_system(path).table.replace_schema_metadata(None)
     return table.filter(kept_rows(table, keep)) if keep is not None else table
 
@@ -151,7 +152,7 @@ def load(files: Sequence[S.SystemFile]) -> Events:
 
 def _joined(tables: list[pa.Table]) -> pa.Table:
     """``tables`` as one table, their dictionaries unified. Small tables' rows are copied into one chunk (each chunk
-    costs its own buffers: 4,096 small files' apart were 68 MB); large ones keep their chunks, which ``load_tables``
+    costs its own buffers: 4,096 small files' apart were 68 MB); large ones keep their chunks, which ``_Gathered.add``
     joins a column at a time as it takes it, not all copied beside them (10 GB in 4 ranks: 42 MiB)."""
     if not tables:
         return S.SCHEMA.empty_table()
