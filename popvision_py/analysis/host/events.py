@@ -229,7 +229,7 @@ class _Gathered:
                              np.int64)
         sizes = np.concatenate([n for _, _, n in self.blocks]) if self.blocks else np.zeros(0, np.int64)
         keys, block_row = numbered(block_key, len(process_words) * width)
-        first, n = np.cumsum(sizes) - sizes, int(sizes.sum())  # each block's place in the runs' columns; the events
+        first, total = np.cumsum(sizes) - sizes, int(sizes.sum())  # each block's place in the runs' columns; the events
         by_row = np.argsort(block_row, kind="stable")
         dest = None  # where each of the runs' events goes, unless they are in order already (one run: always)
         if not len(block_row) or (np.diff(block_row) > 0).all():
@@ -238,7 +238,7 @@ class _Gathered:
             size = sizes[by_row]
             place = np.empty(len(sizes), np.int64)
             place[by_row] = np.cumsum(size) - size
-            dest = np.repeat(place - first, sizes) + np.arange(n)
+            dest = np.repeat(place - first, sizes) + np.arange(total)
             row = np.repeat(block_row[by_row], size)
             del place, size
         else:  # a row in two runs (a process's files apart): one sort of every event, as one table's
@@ -248,8 +248,8 @@ class _Gathered:
             self.columns["start"], self.columns["end"] = [start], [end]
             del start, end
             row = row[order]
-            dest = np.empty(n, np.int64)
-            dest[order] = np.arange(n)
+            dest = np.empty(total, np.int64)
+            dest[order] = np.arange(total)
             del order
         ordered = {}
         for column in self.COLUMNS:  # each run's piece put in its place and let go: never a column twice over
@@ -257,7 +257,7 @@ class _Gathered:
             if dest is None and len(parts) == 1:
                 ordered[column] = parts.pop()
                 continue
-            out = np.empty(n, parts[0].dtype if parts else np.float64 if column == "value" else np.int64)
+            out = np.empty(total, parts[0].dtype if parts else np.float64 if column == "value" else np.int64)
             at = 0
             while parts:
                 part = parts.pop(0)
