@@ -266,15 +266,17 @@ class Report:
         let go is made again if asked, from what is kept: nothing is read twice (docs/api.md, "read once").
         ``build_report`` calls it after each section, whose answers are seldom another's: at 10 GB in 4 ranks,
         ``report --section all`` peaked at 406 MiB letting the answers go, against 483 MiB holding them (the few made
-        again took 0.4 s), 25 to 60 MiB more without the pages handed back."""
+        again took 0.4 s), 25 to 60 MiB more without the pages handed back. With ``tables``, the tables decoded
+        whole go too, but those a prefetch decoded (``build_report``'s sections of an import, ``one_at_a_time``)."""
         import pyarrow as pa
 
         with self._locks_guard:
             for key in list(self._cache):
-                if isinstance(key, tuple) and key[0] == "columns" and tables and key[1] not in self._prefetched:
-                    del self._cache[key]
-                elif isinstance(key, tuple) and key[0] == "columns":
-                    self._cache[key].let_go()
+                if isinstance(key, tuple) and key[0] == "columns":
+                    if tables and key[1] not in self._prefetched:
+                        del self._cache[key]
+                    else:
+                        self._cache[key].let_go()
                 elif key not in KEPT:
                     del self._cache[key]
         pa.default_memory_pool().release_unused()

@@ -130,11 +130,9 @@ def build_report(report: Any, section: str = "all", figures: bool = False) -> Do
     names, built = chosen(section), {}
     # every table is read: the others decoded while the trace is folded (``prefetch_beside_trace``)
     build = {**_SECTION_BUILDERS, "prefetch": lambda doc, r, figures: prefetch_beside_trace(r)}
-    # an import's tables are let go after each section (``one_at_a_time``)
+    # an import's tables are let go after each section, none prefetched (``one_at_a_time``)
     alone = one_at_a_time(report, section)
-    for name in _built_order(report, section, names):
-        if name == "prefetch" and alone:
-            continue
+    for name in _built_order(report, section, names, prefetch=not alone):
         before = len(doc.blocks)
         build[name](doc, report, figures)
         built[name] = doc.blocks[before:]
@@ -148,7 +146,7 @@ def build_report(report: Any, section: str = "all", figures: bool = False) -> Do
     return doc
 
 
-def _built_order(report: Any, section: str, names: tuple[str, ...]) -> list[str]:
+def _built_order(report: Any, section: str, names: tuple[str, ...], prefetch: bool = True) -> list[str]:
     """The order ``build_report`` builds ``names`` in (shown in their order), ``"prefetch"`` where it prefetches. The
     GPU section of a GPU trace first, its peak on nothing else (``--section all``, 10 GB in 4 ranks: 1,075 MiB with it
     last, 693 first; in 4,096 ranks 414 MiB in its place, 385 first); then the System section, which reads no table
@@ -157,7 +155,7 @@ def _built_order(report: Any, section: str, names: tuple[str, ...]) -> list[str]
         return list(names)
     first = ["gpu"] if "gpu" in names and not report.gpu.missing() else []
     first += ["system"] if "system" in names else []
-    return [*first, "prefetch", *(n for n in names if n not in first)]
+    return [*first, *(["prefetch"] if prefetch else []), *(n for n in names if n not in first)]
 
 
 def one_at_a_time(report: Any, section: str) -> bool:

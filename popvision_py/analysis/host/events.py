@@ -229,16 +229,17 @@ class _Gathered:
                              np.int64)
         sizes = np.concatenate([n for _, _, n in self.blocks]) if self.blocks else np.zeros(0, np.int64)
         keys, block_row = numbered(block_key, len(process_words) * width)
-        first, total = np.cumsum(sizes) - sizes, int(sizes.sum())  # each block's place in the runs' columns; the events
+        total = int(sizes.sum())
         by_row = np.argsort(block_row, kind="stable")
         dest = None  # where each of the runs' events goes, unless they are in order already (one run: always)
         if not len(block_row) or (np.diff(block_row) > 0).all():
             row = np.repeat(block_row, sizes)
         elif (np.diff(block_row[by_row]) > 0).all():  # each row's events in one run: its block moves
             size = sizes[by_row]
-            place = np.empty(len(sizes), np.int64)
+            place = np.empty(len(sizes), np.int64)  # each block's place in the rows' order, less its in the runs'
             place[by_row] = np.cumsum(size) - size
-            dest = np.repeat(place - first, sizes) + np.arange(total)
+            place -= np.cumsum(sizes) - sizes
+            dest = np.repeat(place, sizes) + np.arange(total)
             row = np.repeat(block_row[by_row], size)
             del place, size
         else:  # a row in two runs (a process's files apart): one sort of every event, as one table's
