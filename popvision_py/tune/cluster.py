@@ -14,6 +14,8 @@ from popvision_py.errors import ConfigError
 
 # the environment variable a spawned worker reads its logging level from when it imports distributed
 QUIET_WORKERS = "DASK_LOGGING__DISTRIBUTED"
+# the module each local worker runs as it starts, a worker started in place of one that died included
+WORKER_SETUP = "popvision_py.tune.worker_setup"
 
 
 @contextlib.contextmanager
@@ -24,7 +26,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
 
     A scheduler address that is not tcp://..., that nothing answers at, or whose cluster has no worker
     within 30 s is a ConfigError sentence. The local workers ignore Ctrl-C and log nothing: the process
-    that holds the client acts on Ctrl-C for them.
+    that holds the client acts on Ctrl-C for them (``WORKER_SETUP`` makes it so for a worker started later).
     """
     from distributed import Client, LocalCluster
 
@@ -61,7 +63,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
             # the scheduler's health endpoint takes another port when 8787 is taken (another search): no news
             warnings.filterwarnings("ignore", "Port .* is already in use", UserWarning)
             cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, processes=True, threads_per_worker=1,
-                                   dashboard_address=None)
+                                   dashboard_address=None, preload=[WORKER_SETUP])
     finally:
         signal.signal(signal.SIGINT, previous)
         if level is None:

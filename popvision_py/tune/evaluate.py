@@ -32,6 +32,7 @@ NOT_RANGED: dict[str, Any] = dict.fromkeys(RANGE_FIELDS)
 def evaluate(request_json: str) -> dict[str, Any]:
     """Emulate ``RunRequest(**json.loads(request_json))``: status, reason, figures and the seconds it took."""
     began = time.perf_counter()
+    _thread_lock_for_bars()
     from engine.runner import RunRequest, emulate
     from popvision_py.scripts import load_script
     from popvision_py.errors import ConfigError, first_line
@@ -61,6 +62,7 @@ def evaluate_ranges(request_json: str) -> dict[str, Any]:
     """``RunRequest(**json.loads(request_json))`` emulated with its sensitivity pass: ``RANGE_FIELDS`` and the
     seconds it took. Never raises: a run that fails (one its central emulation passed) is not ranged, all None."""
     began = time.perf_counter()
+    _thread_lock_for_bars()
     from engine.runner import RunRequest, emulate
     from popvision_py.scripts import load_script
 
@@ -75,3 +77,20 @@ def evaluate_ranges(request_json: str) -> dict[str, Any]:
                "worst_tile_pct_high": float(tile_high)}
     out["seconds"] = time.perf_counter() - began
     return out
+
+
+def _thread_lock_for_bars() -> None:
+    """The emulator's progress bars in this process share a thread lock, not tqdm's default one.
+
+    tqdm's default lock holds a multiprocessing semaphore, and in a spawned worker that is a named one the
+    resource tracker keeps account of. A worker the cluster kills as it closes (after Ctrl-C, on a loaded
+    machine) never gives its semaphore back, and the tracker then prints a warning under the search's last
+    line. A worker's bars (``engine.runner``'s, switched off there) need no lock across processes. A process
+    whose bars already have a lock keeps it: one swapped while a bar holds it could not be released.
+    """
+    import threading
+
+    from tqdm import tqdm
+
+    if not hasattr(tqdm, "_lock"):
+        tqdm.set_lock(threading.RLock())

@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -165,14 +165,14 @@ def test_resume_refuses_another_searchs_result(uneven: str, tmp_path: Path) -> N
     assert other.output.startswith(f"Error: {out} is the result of another search (other run options were given)")
 
 
-def _read_until(fd: int, pattern: re.Pattern[str], timeout: float) -> str:
-    """What a terminal's reader sees on ``fd`` until ``pattern`` shows (or ``timeout`` seconds pass, or the
+def _read_until(fd: int, done: Callable[[str], bool], timeout: float) -> str:
+    """What a terminal's reader sees on ``fd`` until ``done`` says so of it (or ``timeout`` seconds pass, or the
     writer closes it)."""
     import select
 
     seen = ""
     deadline = time.monotonic() + timeout
-    while not pattern.search(seen) and time.monotonic() < deadline:
+    while not done(seen) and time.monotonic() < deadline:
         if select.select([fd], [], [], 1.0)[0]:
             try:
                 chunk = os.read(fd, 4096)
@@ -182,6 +182,28 @@ def _read_until(fd: int, pattern: re.Pattern[str], timeout: float) -> str:
                 break
             seen += chunk.decode(errors="replace")
     return seen
+
+
+def _finished(bar: str) -> int:
+    """The most candidates a tqdm bar's redraws in ``bar`` counted as finished ("| 12/650 [")."""
+    return max((int(n) for n in re.findall(r"\| *([0-9]+)/[0-9]+ \[", bar)), default=0)
+
+
+def _workers(group: int) -> dict[int, bool]:
+    """The Dask worker processes (spawned multiprocessing children) of the process group ``group``, each with
+    whether it ignores Ctrl-C (SIGINT's bit in the SigIgn mask Linux shows in /proc/PID/status)."""
+    import signal
+
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            if (entry.name.isdigit() and b"spawn_main" in (entry / "cmdline").read_bytes()
+                    and os.getpgid(int(entry.name)) == group):
+                ignored = re.search(r"^SigIgn:\s*([0-9a-f]+)$", (entry / "status").read_text(), re.MULTILINE)
+                found[int(entry.name)] = bool(ignored and int(ignored[1], 16) >> (signal.SIGINT - 1) & 1)
+        except (OSError, ProcessLookupError):  # a process that ended meanwhile
+            continue
+    return found
 
 
 @pytest.mark.slow
@@ -205,18 +227,39 @@ def test_ctrl_c_keeps_what_finished_and_says_how_to_resume(tmp_path: Path) -> No
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(stderr_end)
     try:
-        # WHEN Ctrl-C reaches the whole group (the terminal's way) once the bar counts a finished candidate
-        # (a loaded machine may take far longer than the few seconds it takes here to start the cluster)
-        shown = _read_until(terminal, re.compile(r"\| *[1-9][0-9]*/[0-9]+ \["), timeout=300)
+        # and whose workers die mid-search once the bar counts a finished candidate (killed, as a machine out
+        # of memory kills them; a loaded machine may take far longer than the few seconds it takes here to start
+        # the cluster): the cluster starts others, which finish more candidates
+        shown = _read_until(terminal, lambda seen: _finished(seen) > 0, timeout=300)
         assert process.poll() is None, shown
+        dead = _workers(process.pid)
+        assert len(dead) == 2 and all(dead.values())  # started with Ctrl-C ignored
+        for pid in dead:
+            os.kill(pid, signal.SIGKILL)
+        before = _finished(shown)
+        shown = _read_until(terminal, lambda seen: _finished(seen) > before, timeout=300)
+        assert process.poll() is None, shown
+        # (and once both new workers ignore Ctrl-C: each sets that up as it starts, after Python's own start-up)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            new = _workers(process.pid)
+            if len(new) == 2 and not new.keys() & dead.keys() and all(new.values()):
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"the cluster's new workers {new} do not ignore Ctrl-C 60 s after the others died")
+        # WHEN Ctrl-C reaches the whole group (the terminal's way)
         os.killpg(process.pid, signal.SIGINT)
         stdout, _ = process.communicate(timeout=120)
-        stderr = _read_until(terminal, re.compile(r"Interrupted\.\s*$"), timeout=30)
+        stderr = _read_until(terminal, lambda seen: re.search(r"Interrupted\.\s*$", seen) is not None, timeout=30)
+        time.sleep(1)  # what any process of the group (the resource tracker, the new workers) says after it
+        stderr += _read_until(terminal, lambda seen: False, timeout=1)
     finally:
         os.close(terminal)
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
-    # THEN it exits 130, keeps the finished candidates in the output and says how to go on, without a traceback
+    # THEN it exits 130, keeps the finished candidates in the output and says how to go on, with nothing after
+    # it: no traceback, log line or leaked-semaphore warning from a worker, dead or new
     assert process.returncode == 130, stderr
     rows, meta = read_tune(out)
     assert 0 < len(rows) < 650
