@@ -89,17 +89,20 @@ ARGS = msgspec.json.Decoder()
 
 def range_depth(text: bytes | bytearray) -> int:
     """The deepest nesting in ``text`` (whole JSON values and the commas between them, starting outside a
-    string), strings' brackets not counted: escapes dropped, then all but quotes and brackets, then every
-    pair of adjacent quotes (a string without brackets: dropping it keeps every later quote's parity)."""
+    string), strings' brackets not counted: escapes dropped, then all but quotes and brackets. Every mark left
+    that is not a bracket is a quote, so the quotes before a bracket are its place less the brackets before it,
+    and it is in a string where they are odd: the brackets' depth is counted without counting the quotes (seven
+    marks in eight, at 14 % of a Kineto trace's bytes) one by one."""
     if b"\\" in text:
         text = text.replace(b"\\\\", b"").replace(b'\\"', b"")
-    marks = text.translate(None, DELETE).replace(b'""', b"")
-    if not marks:
+    kept = text.translate(None, DELETE)
+    if not kept:
         return 0
-    a = np.frombuffer(marks, np.uint8)
-    inside = (np.cumsum(a == 0x22, dtype=np.uint8) & 1).view(bool)  # odd quotes so far: in a string
-    step = ((a == 0x5B) | (a == 0x7B)).view(np.int8) - ((a == 0x5D) | (a == 0x7D)).view(np.int8)
-    step[inside] = 0
+    marks = np.frombuffer(kept, np.uint8)
+    at = np.flatnonzero(marks != 0x22)  # the brackets' places among the marks
+    brackets = marks[at[((at - np.arange(len(at))) & 1) == 0]]  # those outside strings
+    step = ((brackets == 0x5B) | (brackets == 0x7B)).view(np.int8) - \
+        ((brackets == 0x5D) | (brackets == 0x7D)).view(np.int8)
     return int(np.cumsum(step, dtype=np.int32).max(initial=0))
 
 

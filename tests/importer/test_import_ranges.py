@@ -202,6 +202,45 @@ def test_nesting_is_counted_outside_strings_only():
     assert ranges.range_depth(b"[" * 70 + b"]" * 70) == 70
 
 
+def _depth_by_hand(text: bytes) -> int | None:
+    """The deepest nesting of ``text``, a byte at a time: in a string a backslash escapes the next byte, a quote
+    opens or closes a string, a bracket outside one opens or closes a level. None for a text JSON cannot hold (a
+    backslash outside a string)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in text:
+        if escaped:
+            escaped = False
+        elif byte == ord("\\"):
+            if not in_string:
+                return None
+            escaped = True
+        elif byte == ord('"'):
+            in_string = not in_string
+        elif not in_string and byte in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif not in_string and byte in b"]}":
+            depth -= 1
+    return deepest
+
+
+def test_the_nesting_of_any_text_is_the_depth_a_byte_at_a_time_gives():
+    # GIVEN 5,000 random texts of quotes, brackets, backslashes and other bytes
+    rng = np.random.default_rng(7)
+    alphabet = np.frombuffer(b'[]{}""\\\\ab,:', np.uint8)
+    texts = [rng.choice(alphabet, size=int(rng.integers(0, 60))).tobytes() for _ in range(5000)]
+    # WHEN each that JSON can hold (no backslash outside a string) is counted, as bytes and as a bytearray
+    # THEN its depth is the one a byte-at-a-time scan gives
+    checked = 0
+    for text in texts:
+        by_hand = _depth_by_hand(text)
+        if by_hand is not None:
+            assert ranges.range_depth(text) == ranges.range_depth(bytearray(text)) == by_hand, text
+            checked += 1
+    assert checked > 1000
+
+
 def test_a_trace_the_fast_path_refuses_says_what_the_streaming_parser_says(tmp_path):
     # GIVEN an operator whose duration is a string (the fast path's typed events refuse it)
     trace = json.loads(gzip.decompress((SAMPLE / "rank1.json.gz").read_bytes()))
