@@ -16,6 +16,9 @@ estimate and runs this only for the candidates its table shows (``table.ranged_k
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import threading
 import time
 from typing import Any
 
@@ -27,6 +30,8 @@ NOT_EMULATED = {"samples_per_second": None, "seconds_per_step": None, "worst_til
 # (samples/s) and the worst tile's (% of a tile); None where not computed.
 RANGE_FIELDS = tuple(RANGE_COLUMNS.names)
 NOT_RANGED: dict[str, Any] = dict.fromkeys(RANGE_FIELDS)
+_SETTING_BARS = threading.Lock()  # a worker's threads set its bars' lock once (``_thread_lock_for_bars``)
+_BARS_LOCKED_IN: set[int] = set()  # the processes whose bars have it
 
 
 def evaluate(request_json: str) -> dict[str, Any]:
@@ -80,17 +85,19 @@ def evaluate_ranges(request_json: str) -> dict[str, Any]:
 
 
 def _thread_lock_for_bars() -> None:
-    """The emulator's progress bars in this process share a thread lock, not tqdm's default one.
+    """In a worker process, the emulator's progress bars share a thread lock, not tqdm's default one (set once).
 
     tqdm's default lock holds a multiprocessing semaphore, and in a spawned worker that is a named one the
     resource tracker keeps account of. A worker the cluster kills as it closes (after Ctrl-C, on a loaded
     machine) never gives its semaphore back, and the tracker then prints a warning under the search's last
-    line. A worker's bars (``engine.runner``'s, switched off there) need no lock across processes. A process
-    whose bars already have a lock keeps it: one swapped while a bar holds it could not be released.
+    line. A worker's bars (``engine.runner``'s, switched off there) need no lock across processes. The process
+    that runs the search keeps its own: a lock swapped while a bar holds it could not be released.
     """
-    import threading
+    if multiprocessing.parent_process() is None:
+        return
+    with _SETTING_BARS:
+        if os.getpid() not in _BARS_LOCKED_IN:
+            from tqdm import tqdm
 
-    from tqdm import tqdm
-
-    if not hasattr(tqdm, "_lock"):
-        tqdm.set_lock(threading.RLock())
+            tqdm.set_lock(threading.RLock())
+            _BARS_LOCKED_IN.add(os.getpid())
