@@ -16,9 +16,6 @@ estimate and runs this only for the candidates its table shows (``table.ranged_k
 from __future__ import annotations
 
 import json
-import multiprocessing
-import os
-import threading
 import time
 from typing import Any
 
@@ -30,14 +27,11 @@ NOT_EMULATED = {"samples_per_second": None, "seconds_per_step": None, "worst_til
 # (samples/s) and the worst tile's (% of a tile); None where not computed.
 RANGE_FIELDS = tuple(RANGE_COLUMNS.names)
 NOT_RANGED: dict[str, Any] = dict.fromkeys(RANGE_FIELDS)
-_SETTING_BARS = threading.Lock()  # a worker's threads set its bars' lock once (``_thread_lock_for_bars``)
-_BARS_LOCKED_IN: set[int] = set()  # the processes whose bars have it
 
 
 def evaluate(request_json: str) -> dict[str, Any]:
     """Emulate ``RunRequest(**json.loads(request_json))``: status, reason, figures and the seconds it took."""
     began = time.perf_counter()
-    _thread_lock_for_bars()
     from engine.runner import RunRequest, emulate
     from popvision_py.scripts import load_script
     from popvision_py.errors import ConfigError, first_line
@@ -67,7 +61,6 @@ def evaluate_ranges(request_json: str) -> dict[str, Any]:
     """``RunRequest(**json.loads(request_json))`` emulated with its sensitivity pass: ``RANGE_FIELDS`` and the
     seconds it took. Never raises: a run that fails (one its central emulation passed) is not ranged, all None."""
     began = time.perf_counter()
-    _thread_lock_for_bars()
     from engine.runner import RunRequest, emulate
     from popvision_py.scripts import load_script
 
@@ -82,22 +75,3 @@ def evaluate_ranges(request_json: str) -> dict[str, Any]:
                "worst_tile_pct_high": float(tile_high)}
     out["seconds"] = time.perf_counter() - began
     return out
-
-
-def _thread_lock_for_bars() -> None:
-    """In a worker process, the emulator's progress bars share a thread lock, not tqdm's default one (set once).
-
-    tqdm's default lock holds a multiprocessing semaphore, and in a spawned worker that is a named one the
-    resource tracker keeps account of. A worker the cluster kills as it closes (after Ctrl-C, on a loaded
-    machine) never gives its semaphore back, and the tracker then prints a warning under the search's last
-    line. A worker's bars (``engine.runner``'s, switched off there) need no lock across processes. The process
-    that runs the search keeps its own: a lock swapped while a bar holds it could not be released.
-    """
-    if multiprocessing.parent_process() is None:
-        return
-    with _SETTING_BARS:
-        if os.getpid() not in _BARS_LOCKED_IN:
-            from tqdm import tqdm
-
-            tqdm.set_lock(threading.RLock())
-            _BARS_LOCKED_IN.add(os.getpid())

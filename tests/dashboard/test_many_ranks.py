@@ -349,13 +349,13 @@ def test_the_ranks_cpu_timelines_read_a_few_files_at_a_time_are_the_same_events(
 
     import pyarrow.parquet as pq
 
-    from popvision_py.analysis.host import system
+    from popvision_py.analysis.host import events, system
     from popvision_py.format import system as files
 
     paths = files.files_in(forty_ranks.parent / "system")
     assert len(paths) == 40
     # WHEN the 40 files are read 3 at a time (each three joined into one table as they come)
-    monkeypatch.setattr(system, "FILES_AT_ONCE", 3)
+    monkeypatch.setattr(events, "FILES_AT_ONCE", 3)
     chunked = system.load_files(paths)
     # THEN the events are those of the 40 files read together, every file's rows there once
     whole = system.load(files.read_system_files(paths))

@@ -25,6 +25,7 @@ _TRAILING_NUMBER = re.compile(r"[#\s]*\d+$")
 FILES_AT_ONCE = 256  # files read, then joined into one table, at a time: a file's small table costs ~17 KB apart
 SMALL_TABLE_ROWS = 1 << 16  # tables of fewer rows than this on average are joined into one chunk (``_joined``)
 RUN_ROWS = 1 << 17  # a run of files is sorted once it holds this many events (or FILES_AT_ONCE files)
+EMPTY = {"value": np.float64}  # a column's type where no file gives it (the others: int64)
 
 
 def family(name: str) -> str:
@@ -232,7 +233,7 @@ class _Gathered:
         total = int(sizes.sum())
         by_row = np.argsort(block_row, kind="stable")
         dest = None  # where each of the runs' events goes, unless they are in order already (one run: always)
-        if not len(block_row) or (np.diff(block_row) > 0).all():
+        if (np.diff(block_row) > 0).all():
             row = np.repeat(block_row, sizes)
         elif (np.diff(block_row[by_row]) > 0).all():  # each row's events in one run: its block moves
             size = sizes[by_row]
@@ -258,7 +259,7 @@ class _Gathered:
             if dest is None and len(parts) == 1:
                 ordered[column] = parts.pop()
                 continue
-            out = np.empty(total, parts[0].dtype if parts else np.float64 if column == "value" else np.int64)
+            out = np.empty(total, parts[0].dtype if parts else EMPTY.get(column, np.int64))
             at = 0
             while parts:
                 part = parts.pop(0)
@@ -281,5 +282,5 @@ class _Gathered:
     def _joined(self, column: str) -> np.ndarray:
         parts = self.columns[column]
         if not parts:
-            return np.zeros(0, np.float64 if column == "value" else np.int64)
+            return np.zeros(0, EMPTY.get(column, np.int64))
         return parts[0] if len(parts) == 1 else np.concatenate(parts)

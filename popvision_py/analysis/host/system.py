@@ -28,7 +28,7 @@ import pandas as pd
 
 from popvision_py.analysis.common.tables import SpanUnion, Table, bin_edges
 from popvision_py.analysis.host.events import (  # noqa: F401 (the loading's names, as they were here)
-    FILES_AT_ONCE, Events, family, kept_rows, load, load_files, load_tables, natural)
+    Events, family, load, load_files, load_tables, natural)
 from popvision_py.format import system as S
 
 SPAN, INSTANT, COUNTER = (S.KINDS.index(k) for k in ("span", "instant", "counter"))

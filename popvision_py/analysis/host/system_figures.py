@@ -2,7 +2,7 @@
 
 ``processes``, ``by_name`` and ``counters`` (``host.system``) are each process's own: no figure of one process
 reads another's events. So where each process's events are in files of their own, the files are read a run at a
-time (``RUN_BYTES`` of Parquet, at most ``system.FILES_AT_ONCE`` files), each run's figures made and its events let
+time (``RUN_BYTES`` of Parquet, at most ``events.FILES_AT_ONCE`` files), each run's figures made and its events let
 go, and the runs' rows put in the processes' order. What this holds is a run's events, not every event (10 GB of
 traces in 4 ranks: 765,600 events, 41 MiB as ``Events`` and as much again to load them). Where a process's events
 are in two runs, ``figures`` says so (None) and the caller loads them all, as the dashboard's System page does.
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from popvision_py.analysis.common.tables import Table
-from popvision_py.analysis.host import system
+from popvision_py.analysis.host import events, system
 
 RUN_BYTES = 1 << 20  # Parquet bytes of timeline files read at a time (about 100,000 events)
 FIGURES = ("processes", "by_name", "counters")
@@ -24,12 +24,12 @@ FIGURES = ("processes", "by_name", "counters")
 
 def runs_of(paths: Sequence[str | os.PathLike[str]]) -> list[list[str | os.PathLike[str]]]:
     """``paths`` in runs of consecutive files, each of ``RUN_BYTES`` or fewer (a larger file alone) and at most
-    ``system.FILES_AT_ONCE`` files."""
+    ``events.FILES_AT_ONCE`` files."""
     runs: list[list[str | os.PathLike[str]]] = []
     size = 0
     for path in paths:
         grown = os.path.getsize(path)
-        if not runs or size + grown > RUN_BYTES or len(runs[-1]) >= system.FILES_AT_ONCE:
+        if not runs or size + grown > RUN_BYTES or len(runs[-1]) >= events.FILES_AT_ONCE:
             runs.append([])
             size = 0
         runs[-1].append(path)
