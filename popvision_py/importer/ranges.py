@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 import numpy as np
@@ -35,10 +35,11 @@ import numpy as np
 from popvision_py.importer.checks import MAX_DEPTH, Depth, Fallback, TraceError, header_fields
 from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_FLIGHT, GPU_CATS, HEAD_BYTES, MAX_PLAIN,
                                          MAX_RATIO, MAX_US, STEP, Merger, RankPart, RankTrace, Spans, args_of,
-                                         bucket_max, classify, is_annotation_span, merge_intervals, open_trace,
+                                         classify, is_annotation_span, merge_intervals, open_trace,
                                          parse_header, release_memory)
 from popvision_py.importer.kernels import RUNTIME_CATS, comm_bytes
 from popvision_py.importer.range_kernels import gpu_timeline
+from popvision_py.importer.range_memory import memory_instants
 from popvision_py.importer.parts import OLD_CATEGORIES, current_categories
 from popvision_py.importer.spill import SpilledRank
 
@@ -73,17 +74,8 @@ class Top(msgspec.Struct, gc=False):
     distributedInfo: Any = None  # noqa: N815 - written after the events by some tools (``parts.trailer_of``)
 
 
-class MemoryArgs(msgspec.Struct, gc=False):
-    """A ``[memory]`` instant's args."""
-
-    total: int | float | msgspec.UnsetType = msgspec.field(name="Total Allocated", default=msgspec.UNSET)
-    change: int | float | msgspec.UnsetType = msgspec.field(name="Bytes", default=msgspec.UNSET)  # before 1.10
-    device: int = msgspec.field(name="Device Type", default=0)
-
-
 EVENTS = msgspec.json.Decoder(list[Event])
 LAST = msgspec.json.Decoder(Top)
-MEMORY = msgspec.json.Decoder(list[MemoryArgs])
 ARGS = msgspec.json.Decoder()
 
 
@@ -155,12 +147,26 @@ def _header(head: bytes) -> tuple[dict[str, Any], int | None, int]:
     return header, base_ns, m.end()
 
 
+FIRST_HEAD_BYTES = 1 << 16  # a header is looked for in this many bytes first (Kineto's: a few KiB)
+
+
+def _head(f: BinaryIO, size: int) -> bytes:
+    """The first bytes of a plain trace, up to where its events begin: ``FIRST_HEAD_BYTES``, or all of
+    ``HEAD_BYTES`` (no more than the file holds) where the array does not open within them. A read of the whole
+    head allocated and copied a small rank's file whole (a job of thousands of them: 0.3 ms of CPU a rank); the
+    header found in the first bytes is the one found in all of them (the first ``"traceEvents"``)."""
+    head = f.read(min(FIRST_HEAD_BYTES, size + SEARCH_BYTES))
+    at = head.find(b'"traceEvents"')
+    m = ARRAY_START.match(head, at) if at >= 0 else None
+    if m is not None and m.end() < len(head) or len(head) < FIRST_HEAD_BYTES:
+        return head
+    return head + f.read(min(HEAD_BYTES, size + SEARCH_BYTES) - len(head))
+
+
 def plan_plain(path: Path, size: int) -> TracePlan:
     """The byte ranges of a plain trace file, its boundaries found in windows read near each target."""
     with open(path, "rb") as f:
-        # no more than the file holds: a read of HEAD_BYTES allocates them whatever the file's size (0.13 ms of a
-        # small rank's 2.3), and a job of thousands of small ranks reads as many headers
-        header, base_ns, begin = _header(f.read(min(HEAD_BYTES, size + SEARCH_BYTES)))
+        header, base_ns, begin = _header(_head(f, size))
         ranges: list[tuple[int, int, bool]] = []
         while size - begin > RANGE_BYTES + SEARCH_BYTES:
             at, found = begin + RANGE_BYTES, None
@@ -382,33 +388,47 @@ def read_range(source: tuple[str, int, int] | bytes, base_ns: int | None, last: 
             del top
         else:
             events, info = EVENTS.decode(text), None
+        read = len(text)
         del text
         part = reduce_events(events, base_ns or 0)
         del events
-        _trimmed()
+        _trimmed(read)
         part.trailer = {"distributedInfo": info} if isinstance(info, dict) else {}
         return part
     except (msgspec.DecodeError, RecursionError, TraceError, ValueError, TypeError, OverflowError) as exc:
         raise Fallback(f"{type(exc).__name__}: {exc}"[:200]) from None
 
 
-_HEAP = [0]  # this process's resident bytes after its first range
+_HEAP = [0, 0]  # this process's resident bytes after its first range; the ranges' bytes read since it last looked
 TRIM_BYTES = 16 << 20
 
 
-def _trimmed() -> None:
+def _trimmed(read: int) -> None:
     """Hand the heap's freed pages back once it holds ``TRIM_BYTES`` more than after the first range: a worker reads
     hundreds of ranges at 10 GB, and its heap crept up by 60 MiB; trimming after each range cost a fifth more
-    CPU (the next range faults its pages in again)."""
-    try:
-        with open("/proc/self/statm", "rb") as statm:
-            resident = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
+    CPU (the next range faults its pages in again). Looked at after the first range, then once ``RANGE_BYTES``
+    have been read (``read``: this range's bytes): a job of thousands of small ranks, a range each, read the
+    process's resident size and trimmed its heap after every one."""
+    _HEAP[1] += read
+    if _HEAP[0] and _HEAP[1] < RANGE_BYTES:
+        return
+    _HEAP[1] = 0
+    resident = _resident()
+    if resident is None:
         return
     if not _HEAP[0]:
         _HEAP[0] = resident
     elif resident > _HEAP[0] + TRIM_BYTES:
         release_memory()
+
+
+def _resident() -> int | None:
+    """This process's resident bytes (None where /proc does not say)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _codes(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
@@ -425,7 +445,7 @@ def reduce_events(events: list[Event], base_ns: int) -> RankPart:
     part = RankPart(events=len(events))
     ph_code, phases = _codes(list(map(attrgetter("ph"), events)))
     x = list(compress(events, (ph_code == _index(phases, "X")).tolist()))
-    _memory(part, list(compress(events, (ph_code == _index(phases, "i")).tolist())), base_ns)
+    memory_instants(part, list(compress(events, (ph_code == _index(phases, "i")).tolist())), base_ns)
     del ph_code
     if not x:
         return part
@@ -539,60 +559,3 @@ def _spans(part: RankPart, x: list[Event], rows: np.ndarray, cats: list[str | No
         spans.gpu_track = cat == "gpu_user_annotation"
         classify(spans, name, "user_annotation" if spans.gpu_track else cat, s, e, _Lazy(x[k]))
     part.add_spans(spans)
-
-
-def _memory(part: RankPart, instants: list[Event], base_ns: int) -> None:
-    """``[memory]`` instants: the largest Total Allocated per 10 µs, per device type (0 CPU, 1 CUDA)."""
-    memory = [e for e in instants if e.name == "[memory]"]
-    if any(e.name is None for e in instants):
-        raise Fallback("an instant without a name")
-    if not memory:
-        return
-    raws = [bytes(e.args) for e in memory]
-    if not all(raws):
-        raise Fallback("a [memory] event without args")
-    args = MEMORY.decode(b"[" + b",".join(raws) + b"]")
-    totals = [a.total for a in args]
-    if msgspec.UNSET in totals:  # PyTorch before 1.10: changes (Bytes) alone, kept as read
-        memory, args = _changes(part, memory, args, base_ns)
-        totals = [a.total for a in args]
-        if not memory:
-            return
-    device = np.array([a.device for a in args], np.int64)
-    keep = np.flatnonzero((device == 0) | (device == 1))
-    if not len(keep):
-        return
-    total = np.array([totals[k] for k in keep], np.float64)
-    ts = np.array([memory[k].ts for k in keep], np.float64)
-    if not (((total >= 0) & (total < 2.0**62)).all() and (np.abs(ts) < MAX_US).all()):
-        raise Fallback("a [memory] event out of range")
-    nbytes = np.array([totals[k] for k in keep], np.int64)  # a float: its whole part, as int() takes it
-    at = np.rint(ts * 1000.0).astype(np.int64) + base_ns
-    for d in (0, 1):
-        mine = device[keep] == d
-        if mine.any():
-            part.memory[d] = bucket_max(at[mine], nbytes[mine])
-
-
-def _changes(part: RankPart, memory: list[Event], args: list[MemoryArgs],
-             base_ns: int) -> tuple[list[Event], list[MemoryArgs]]:
-    """The ``[memory]`` instants without Total Allocated (PyTorch before 1.10): their changes (``Bytes``) kept in
-    ``part.changes`` per device type (0 CPU, 1 CUDA), in the order read; the others returned."""
-    alone = [a.total is msgspec.UNSET for a in args]
-    changes = [a for a, only in zip(args, alone) if only]
-    if any(a.change is msgspec.UNSET for a in changes):
-        raise Fallback("a [memory] event without Total Allocated or Bytes")
-    device = np.array([a.device for a in changes], np.int64)
-    keep = np.flatnonzero((device == 0) | (device == 1))
-    change = np.array([changes[k].change for k in keep], np.float64)
-    events = [e for e, only in zip(memory, alone) if only]
-    ts = np.array([events[k].ts for k in keep], np.float64)
-    if not ((np.abs(change) < 2.0**62).all() and (np.abs(ts) < MAX_US).all()):
-        raise Fallback("a [memory] event out of range")
-    nbytes = np.array([changes[k].change for k in keep], np.int64)  # a float: its whole part, as int() takes it
-    at = np.rint(ts * 1000.0).astype(np.int64) + base_ns
-    for d in (0, 1):
-        mine = device[keep] == d
-        if mine.any():
-            part.changes[d] = (at[mine], nbytes[mine])
-    return ([e for e, only in zip(memory, alone) if not only], [a for a, only in zip(args, alone) if not only])

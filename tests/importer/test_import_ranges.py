@@ -305,3 +305,52 @@ def test_a_profile_written_a_window_of_time_at_a_time_has_the_same_tables(busy_r
             assert x.equals(y), table
         assert len(a.read_table("trace")) == 2830
         assert a.run["import"]["hidden_comm_ns"] == b.run["import"]["hidden_comm_ns"]
+
+
+@pytest.mark.parametrize("pad", [0, 70_000, 200_000])
+def test_a_header_past_the_first_bytes_looked_at_is_read_whole(pad, tmp_path):
+    # GIVEN a trace whose header holds a string of `pad` characters before its events (Kineto's: a few KiB; the
+    # fast reader first looks for the events' start in FIRST_HEAD_BYTES)
+    assert ranges.FIRST_HEAD_BYTES == 1 << 16
+    header = {**HEADER, "traceName": "x" * pad}
+    path = tmp_path / "rank0.json"
+    path.write_text(kineto(header, hostile_events()))
+    # WHEN it is read by ranges (one, as a small rank is) and by the streaming parser
+    plan = ranges.plan_plain(path, path.stat().st_size)
+    fast, stream = ranges.read_fast(path), read_stream(path)
+    # THEN the header is the whole of it, and both readers keep the same columns
+    assert plan.header["traceName"] == "x" * pad and plan.header["distributedInfo"] == HEADER["distributedInfo"]
+    assert plan.ranges[0][0] == path.read_bytes().index(b"{", path.read_bytes().index(b'"traceEvents"'))
+    assert_same(fast, stream)
+
+
+def test_a_reader_of_many_small_ranges_looks_at_its_heap_once_a_range_bytes_of_them(tmp_path, monkeypatch):
+    # GIVEN a worker's resident set read through a counter, always 1 GiB more than the last time (so that every
+    # look finds the heap grown), and trims counted
+    looks: list[int] = []
+    trims: list[int] = []
+    monkeypatch.setattr(ranges, "_HEAP", [0, 0])
+    monkeypatch.setattr(ranges, "_resident", lambda: looks.append(1) or len(looks) << 30)
+    monkeypatch.setattr(ranges, "release_memory", lambda: trims.append(1))
+    monkeypatch.setattr(ranges, "RANGE_BYTES", 50_000)
+    path = tmp_path / "rank0.json"
+    path.write_text(kineto(HEADER, hostile_events()))
+    size = path.stat().st_size
+    assert 10_000 < size < 20_000
+    # WHEN the same small trace (one range) is read 12 times
+    for _ in range(12):
+        ranges.read_fast(path)
+    # THEN the resident set was looked at after the first range (the baseline), then once every `per` ranges (the
+    # ranges that make RANGE_BYTES), and the heap trimmed at each of those looks (it had grown): not 12 looks and
+    # 11 trims
+    per = -(-50_000 // ranges_bytes(path))
+    assert per >= 3
+    assert len(looks) == 1 + 11 // per
+    assert len(trims) == len(looks) - 1
+
+
+def ranges_bytes(path: Path) -> int:
+    """The bytes a one-range trace's range decodes: the file from its events' start, after the top's prefix."""
+    plan = ranges.plan_plain(path, path.stat().st_size)
+    start, end, _ = plan.ranges[0]
+    return len(ranges.TOP) + end - start
