@@ -76,7 +76,9 @@ def test_files_gathered_a_run_at_a_time_are_one_sort_of_every_row(tmp_path, monk
     assert [events.names[c] for c in events.name] == expected["name"].tolist()
     assert [events.channels[c] for c in events.channel] == expected["channel"].tolist()
     assert [S.KINDS[c] for c in events.kind] == expected["kind"].tolist()
-    assert all(a.dtype == np.int64 for a in (events.row, events.name, events.channel, events.kind, events.start))
+    # AND the codes are as narrow as they can be (the times int64)
+    assert [a.dtype for a in (events.row, events.name, events.channel, events.kind, events.start, events.end)] == [
+        np.int32, np.int32, np.int32, np.int8, np.int64, np.int64]
 
 
 def test_no_files_are_no_events():

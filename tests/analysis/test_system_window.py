@@ -191,3 +191,24 @@ def test_the_events_by_name_are_each_process_channel_family_and_kinds_count_tota
     for _, part in got.groupby("process", sort=False):
         spans = part[part["kind"] == "span"]["total_ms"].tolist()
         assert spans == sorted(spans, reverse=True)
+
+
+def test_codes_held_narrow_are_keyed_in_int64_where_rows_times_names_pass_two_to_the_32():
+    # GIVEN two spans at the same time on rows 0 and 61,357 of 70,000, named "f22704#1" and "f00000#1" (70,000
+    # names, each its own family): row x 70,000 + name is 22,704 for both where it is worked out in int32 (61,357 x
+    # 70,000 wraps to 22,704), for the index's (row, name, kind) key and for the bins' (row, family, bin) one
+    n = 70_000
+    words = [f"f{k:05d}" for k in range(n)]
+    events = system.Events(
+        processes=("rank-0",), pids=np.zeros(1, np.int64), rows=tuple((0, f"t{k:05d}") for k in range(n)),
+        names=tuple(f"{w}#1" for w in words), families=tuple(words), family_of=np.arange(n), channels=("pytorch",),
+        row=np.array([0, 61_357], np.int32), name=np.array([22_704, 0], np.int32), channel=np.zeros(2, np.int32),
+        kind=np.full(2, system.SPAN, np.int8), start=np.zeros(2, np.int64), end=np.full(2, 5, np.int64),
+        value=np.zeros(2))
+    # WHEN they are indexed, and drawn as bins
+    index = system.SystemIndex(events)
+    f = system.window(index, 0, 5, max_events=0, max_bins=1).frame
+    # THEN each is a group of its own, and a bin of its own row named by its family
+    assert sorted(zip(index.group_row.tolist(), index.group_name.tolist())) == [(0, 22_704), (61_357, 0)]
+    assert list(zip(f["row"], f["thread"], f["name"])) == [(0, "t00000", "f22704"), (61_357, "t61357", "f00000")]
+    assert f["row"].dtype == np.int64

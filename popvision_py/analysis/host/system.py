@@ -216,6 +216,22 @@ def _group(events: Events, rows: np.ndarray) -> _EventGroup:
                        SpanUnion.of(start, end), values)
 
 
+def _depths(events: Events) -> tuple[np.ndarray, np.ndarray]:
+    """Each event's depth (how many spans of its row hold it; 0 for points), and each name's usual depth, for bins
+    (which mix the spans of a name). Its spans' places are let go on return, before the index makes its groups
+    (765,600 events: 6 MiB)."""
+    depth = np.zeros(len(events), np.int32)
+    spans = np.flatnonzero(events.kind == SPAN)
+    for part in np.split(spans, np.flatnonzero(np.diff(events.row[spans])) + 1) if len(spans) else []:
+        # events are in (start, longer first) order: the spans before one in its row that have not ended by its
+        # start hold it
+        ended = np.searchsorted(np.sort(events.end[part]), events.start[part], "right")
+        depth[part] = np.maximum(np.arange(len(part)) - ended, 0)
+    most = int(depth.max()) + 1 if len(depth) else 1
+    votes = np.bincount(events.name[spans].astype(np.int64) * most + depth[spans], minlength=len(events.names) * most)
+    return depth, votes.reshape(len(events.names), most).argmax(axis=1) if len(events.names) else votes
+
+
 class SystemIndex:
     """``Events`` cut into (row, name, kind) groups, each ready for ``window`` (``groups``: None for a group of
     one span, which ``single`` and its arrays hold); and each span's depth (how many spans of its row hold it),
@@ -226,24 +242,16 @@ class SystemIndex:
         # the run as a half-open window [start_ns, end_ns): the last event's end included
         self.start_ns, self.end_ns = events.extent[0], events.extent[1] + 1
         n = len(events)
-        key = (events.row * max(len(events.names), 1) + events.name) * len(S.KINDS) + events.kind
+        key = (events.row.astype(np.int64) * max(len(events.names), 1) + events.name) * len(S.KINDS) + events.kind
         order = np.argsort(key, kind="stable")  # stable: start order inside each group
-        begins = np.r_[0, np.flatnonzero(np.diff(key[order])) + 1] if n else np.zeros(0, np.int64)
+        key = key[order]
+        begins = np.r_[0, np.flatnonzero(key[1:] != key[:-1]) + 1] if n else np.zeros(0, np.int64)
+        del key
+        if n < 1 << 31:  # the groups' events are slices of it, held as long as the index: half as large
+            order = order.astype(np.int32)
         sizes = np.diff(np.r_[begins, n])
         first = order[begins]  # each group's first event
-        del key
-        self.depth = np.zeros(n, np.int64)
-        spans = np.flatnonzero(events.kind == SPAN)
-        row_cuts = np.flatnonzero(np.diff(events.row[spans])) + 1
-        for part in np.split(spans, row_cuts) if len(spans) else []:
-            # events are in (start, longer first) order: the spans before one in its row that have not
-            # ended by its start hold it
-            ended = np.searchsorted(np.sort(events.end[part]), events.start[part], "right")
-            self.depth[part] = np.maximum(np.arange(len(part)) - ended, 0)
-        # each name's usual depth, for bins (which mix the spans of a name)
-        most = int(self.depth.max()) + 1 if n else 1
-        votes = np.bincount(events.name[spans] * most + self.depth[spans], minlength=len(events.names) * most)
-        self.name_depth = votes.reshape(len(events.names), most).argmax(axis=1) if len(events.names) else votes
+        self.depth, self.name_depth = _depths(events)
         # each group's row, name, kind and channel, by its place; the groups of one span (a long run's steps, a
         # name each) apart, with their span, for ``count`` and ``window`` to take them all at once: only the
         # others are made groups (``_EventGroup``, None in their place for those of one span: at 10 GB of traces
@@ -367,7 +375,7 @@ def _bin_single_spans(parts: _Parts, index: SystemIndex, low: np.ndarray, high: 
     # a numbered name's spans (a long run's steps, a name each): one row a bin for its family in each row
     k, at, time, depth = k[numbered], at[numbered], time[numbered], depth[numbered]
     family_of = np.asarray(index.events.family_of, np.int64)[index.group_name[k]]
-    key = (index.group_row[k] * len(index.events.families) + family_of) * len(low) + at
+    key = (index.group_row[k].astype(np.int64) * len(index.events.families) + family_of) * len(low) + at
     keys, which = np.unique(key, return_inverse=True)
     first_group = np.full(len(keys), len(index.groups), np.int64)
     np.minimum.at(first_group, which, k)
@@ -411,7 +419,7 @@ class _Parts:
         families = words(e.families, np.asarray(e.family_of, np.int64)[name])
 
         return pd.DataFrame({
-            "row": row[order], "process": words(e.processes, e.row_process[row]),
+            "row": row[order].astype(np.int64), "process": words(e.processes, e.row_process[row]),
             "thread": words((t for _, t in e.rows), row), "channel": words(e.channels, index.group_channel[group]),
             "name": np.where(as_family[order], families, words(e.names, name)), "family": families,
             "kind": words(S.KINDS, index.group_kind[group]),
