@@ -17,7 +17,7 @@ import numpy as np
 from popvision_py.importer.checks import Fallback
 from popvision_py.importer.kernels import (GPU_ROW, KERNEL_KIND, MODULE, OP_ROW, group_of, kernel_bytes, kernel_kind,
                                            stream_of, thread_key)
-from popvision_py.importer.parts import RankPart, args_of
+from popvision_py.importer.parts import RankPart
 
 
 class GpuArgs(msgspec.Struct, gc=False):
@@ -29,8 +29,40 @@ class GpuArgs(msgspec.Struct, gc=False):
     size: int | None = msgspec.field(name="bytes", default=-1)  # a copy's or a set's
 
 
-GPU_ARGS = msgspec.json.Decoder(list[GpuArgs])
-ARGS = msgspec.json.Decoder()
+GPU_ARGS = msgspec.json.Decoder(list[GpuArgs | None])
+UNSAID = GpuArgs()  # args of null, as ``parts.args_of`` reads them: none
+
+
+class CommArgs(msgspec.Struct, gc=False):
+    """The args a collective's kernel is read by (``kernels.comm_bytes``, ``kernels.group_of``), decoded as the
+    streaming parser decodes them (any JSON value); its other args skipped, never made Python objects."""
+
+    nelems: Any = msgspec.field(name="In msg nelems", default=msgspec.UNSET)
+    dtype: Any = msgspec.UNSET
+    input_type: Any = msgspec.field(name="Input type", default=msgspec.UNSET)
+    input_dims: Any = msgspec.field(name="Input Dims", default=msgspec.UNSET)
+    ranks: Any = msgspec.field(name="Process Group Ranks", default=msgspec.UNSET)
+    group_size: Any = msgspec.field(name="Group size", default=msgspec.UNSET)
+
+
+COMM_ARGS = msgspec.json.Decoder(list[CommArgs | None])
+COMM_KEYS = tuple((f.name, f.encode_name) for f in msgspec.structs.fields(CommArgs))  # (field, the args' key)
+
+
+def comm_args(events: list[Any]) -> list[dict[str, Any]]:
+    """Each collective kernel's args as ``parts.args_of`` gives them, with only the keys ``CommArgs`` reads: all of
+    them decoded at once (args of null: none; args that are not an object: ``Fallback``, as ``args_of`` refuses
+    them)."""
+    if not events:
+        return []
+    raws = [raw or b"null" for raw in map(attrgetter("args"), events)]
+    try:
+        said = COMM_ARGS.decode(b"[" + b",".join(raws) + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise Fallback("a collective's args that are not an object") from None
+    unset = msgspec.UNSET
+    return [{} if a is None else {key: v for field, key in COMM_KEYS if (v := getattr(a, field)) is not unset}
+            for a in said]
 
 
 def gpu_args(events: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -44,6 +76,8 @@ def gpu_args(events: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         said = GPU_ARGS.decode(b"[" + b",".join(raws) + b"]")
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise Fallback("a GPU event's or runtime call's args of another shape") from None
+    if any(a is None for a in said):
+        said = [UNSAID if a is None else a for a in said]
     return tuple(_ids(said, key, limit) for key, limit in (("stream", 1 << 31), ("correlation", 1 << 62),
                                                             ("size", 1 << 62)))  # type: ignore[return-value]
 
@@ -61,12 +95,13 @@ def _ids(said: list[GpuArgs], key: str, limit: int) -> np.ndarray:
 
 def gpu_timeline(part: RankPart, x: list[Any], tids: list[Any], gpu_cat: np.ndarray, launch: np.ndarray,
                  start: np.ndarray, end: np.ndarray, cats: list[Any], cat_code: np.ndarray, names: list[str],
-                 name_code: np.ndarray) -> None:
+                 name_code: np.ndarray) -> dict[int, int]:
     """The GPU's kernels, copies and sets of a range's events (``x``: its complete events, as ``ranges.Event``;
     ``tids`` their threads)
     as rows (``kernels.GPU_ROW`` columns), the runtime calls that launch them (``kernels.LAUNCH_ROW`` columns:
     any runtime call with a correlation id) and the operators and modules those calls run in (``kernels.OP_ROW``),
-    into ``part``: what ``read.read_stream`` keeps of them, event for event."""
+    into ``part``: what ``read.read_stream`` keeps of them, event for event. Returns the bytes each collective's kernel
+    moved, by its place in ``x`` (``ranges``' NCCL spans are those kernels: their args are not decoded twice)."""
     rows, calls = np.flatnonzero(gpu_cat), np.flatnonzero(launch)
     correlation = gpu_args([x[k] for k in calls.tolist()])[1] if len(calls) else np.zeros(0, np.int64)
     calls = calls[correlation >= 0]
@@ -75,6 +110,7 @@ def gpu_timeline(part: RankPart, x: list[Any], tids: list[Any], gpu_cat: np.ndar
         np.array([n.startswith(MODULE) for n in names], bool)[name_code]
     ops = np.flatnonzero(cpu_op | module)
     groups: list[str | None] = []
+    comm_at: dict[int, int] = {}
     kind = np.zeros(0, np.int64)
     if len(rows):
         # each distinct (category, name) pair's kind once, then looked up by the rows' codes
@@ -83,8 +119,8 @@ def gpu_timeline(part: RankPart, x: list[Any], tids: list[Any], gpu_cat: np.ndar
         kind = np.array([kernel_kind(cats[p // len(names)], names[p % len(names)]) for p in distinct.tolist()],
                         np.int64)[which]
         comm = np.flatnonzero(kind == KERNEL_KIND["communication"])
-        comm_args = [args_of({"args": _plain(x[k].args)}) for k in rows[comm].tolist()]
-        groups = [group_of(a) for a in comm_args]
+        collective = comm_args([x[k] for k in rows[comm].tolist()])
+        groups = [group_of(a) for a in collective]
     known = [g for g in dict.fromkeys(groups) if g is not None]
     code, used = np.unique(name_code[np.concatenate([rows, calls, ops])], return_inverse=True)
     part.gpu_names = [names[c] for c in code.tolist()] + known
@@ -99,7 +135,9 @@ def gpu_timeline(part: RankPart, x: list[Any], tids: list[Any], gpu_cat: np.ndar
         table[:, 6] = np.where((kind != KERNEL_KIND["compute"]) & (sizes >= 0), sizes, 0)
         table[:, 7] = -1
         if len(comm):
-            table[comm, 6] = [kernel_bytes(KERNEL_KIND["communication"], a) for a in comm_args]
+            moved = [kernel_bytes(KERNEL_KIND["communication"], a) for a in collective]
+            table[comm, 6] = moved
+            comm_at = dict(zip(rows[comm].tolist(), moved))
             group_code = {g: len(code) + i for i, g in enumerate(known)}
             table[comm, 7] = [-1 if g is None else group_code[g] for g in groups]
         part.gpu_rows = table
@@ -110,14 +148,7 @@ def gpu_timeline(part: RankPart, x: list[Any], tids: list[Any], gpu_cat: np.ndar
     if len(ops):
         part.ops = np.stack([start[ops], end[ops], thread[ops], used[len(rows) + len(calls):],
                              module[ops].astype(np.int64)], axis=1).reshape(-1, OP_ROW)
-
-
-def _plain(raw: msgspec.Raw) -> Any:
-    """An event's args decoded whole (``{}`` if it has none), for ``parts.args_of`` to check."""
-    try:
-        return ARGS.decode(bytes(raw)) if len(raw) else {}
-    except msgspec.DecodeError:
-        raise Fallback("args that do not decode") from None
+    return comm_at
 
 
 def _threads_of(tids: list[Any]) -> np.ndarray:

@@ -34,11 +34,11 @@ import numpy as np
 
 from popvision_py.importer.checks import MAX_DEPTH, Depth, Fallback, TraceError, header_fields
 from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_FLIGHT, GPU_CATS, HEAD_BYTES, MAX_PLAIN,
-                                         MAX_RATIO, MAX_US, STEP, Merger, RankPart, RankTrace, Spans, args_of,
-                                         classify, is_annotation_span, merge_intervals, open_trace,
+                                         MAX_RATIO, MAX_US, STEP, Merger, RankPart, RankTrace, Spans, classify,
+                                         flight_annotation, is_annotation_span, merge_intervals, open_trace,
                                          parse_header, release_memory)
 from popvision_py.importer.kernels import RUNTIME_CATS, comm_bytes
-from popvision_py.importer.range_kernels import gpu_timeline
+from popvision_py.importer.range_kernels import comm_args, gpu_timeline
 from popvision_py.importer.range_memory import memory_instants
 from popvision_py.importer.parts import OLD_CATEGORIES, current_categories
 from popvision_py.importer.spill import SpilledRank
@@ -481,8 +481,12 @@ def reduce_events(events: list[Event], base_ns: int) -> RankPart:
     spans = flight | (~gpu_cat & ~autograd & (is_cat("user_annotation", "gpu_user_annotation")  # each kept (classify)
                                               | (cpu_op & by_name(COMM_CALL.match))
                                               | (is_cat("python_function") & by_name(CHUNK_FRAME.search))))
+    # an annotation of communication in flight (``nccl:all_reduce``): its bytes read from its args with the NCCL
+    # kernels' (``_spans``)
+    flight_note = ~gpu_cat & is_cat("user_annotation", "gpu_user_annotation") & by_name(flight_annotation)
     tids = list(map(attrgetter("tid"), x))
-    gpu_timeline(part, x, tids, gpu_cat, is_cat(*RUNTIME_CATS), start, end, cats, cat_code, unique_names, name_code)
+    comm_at = gpu_timeline(part, x, tids, gpu_cat, is_cat(*RUNTIME_CATS), start, end, cats, cat_code, unique_names,
+                           name_code)
     step = is_cat("user_annotation") & by_name(STEP.match)
     if cpu_op.any() or step.any() or autograd.any():
         _threads(part, tids, cpu_op, autograd, step, start, end)
@@ -490,7 +494,8 @@ def reduce_events(events: list[Event], base_ns: int) -> RankPart:
             _steps(part, list(compress(x, step.tolist())))
     if spans.any():
         rows = np.flatnonzero(spans)
-        _spans(part, x, rows, [cats[k] for k in cat_code[rows].tolist()], names, start, end, flight)
+        _spans(part, x, rows, [cats[k] for k in cat_code[rows].tolist()], names, start, end, flight, flight_note,
+               comm_at)
     return part
 
 
@@ -546,15 +551,23 @@ class _Lazy:
 
 
 def _spans(part: RankPart, x: list[Event], rows: np.ndarray, cats: list[str | None], names: list[str],
-           start: np.ndarray, end: np.ndarray, flight: np.ndarray) -> None:
-    """The spans the import keeps, event by event in order (there are few): ``read``'s own rules."""
+           start: np.ndarray, end: np.ndarray, flight: np.ndarray, flight_note: np.ndarray,
+           comm_at: dict[int, int]) -> None:
+    """The spans the import keeps, event by event in order (there are few): ``read``'s own rules. The bytes of
+    communication in flight (an NCCL kernel, ``flight``; an annotation of it, ``flight_note``) are read from their
+    args all at once (``range_kernels.comm_args``), or taken as ``gpu_timeline`` read them (``comm_at``, by the
+    event's place): a GPU trace has tens of thousands of them, and each one's args decoded apart cost more than the
+    rest of its span."""
+    moving = flight[rows] | flight_note[rows]
+    todo = [k for k in rows[moving].tolist() if k not in comm_at]
+    comm_at.update(zip(todo, map(comm_bytes, comm_args([x[k] for k in todo]))))
     spans = Spans()
-    for k, cat, s, e, nccl in zip(rows.tolist(), cats, start[rows].tolist(), end[rows].tolist(),
-                                  flight[rows].tolist()):
+    for k, cat, s, e, nccl, note in zip(rows.tolist(), cats, start[rows].tolist(), end[rows].tolist(),
+                                        flight[rows].tolist(), flight_note[rows].tolist()):
         name = names[k]
-        if nccl:  # an NCCL kernel
-            spans.gpu_track = False  # not a pass: where it is drawn does not matter
-            spans.add(s, e, "comm_flight", -1, -1, -1, comm_bytes(args_of(_Lazy(x[k]))), name)
+        if nccl or note:  # an NCCL kernel (not a pass: where it is drawn does not matter), or an annotation of one
+            spans.gpu_track = note and cat == "gpu_user_annotation"
+            spans.add(s, e, "comm_flight", -1, -1, -1, comm_at[k], name)
             continue
         spans.gpu_track = cat == "gpu_user_annotation"
         classify(spans, name, "user_annotation" if spans.gpu_track else cat, s, e, _Lazy(x[k]))

@@ -19,6 +19,7 @@ import popvision_py
 from popvision_py.cli import main
 from popvision_py.importer import ranges
 from popvision_py.importer.kernels import KERNEL_COLUMN
+from popvision_py.importer.parts import KIND
 from popvision_py.importer.read import read_stream
 from tests.importer.test_import_ranges import assert_same, both_readers_agree, kineto
 
@@ -188,6 +189,47 @@ def test_both_readers_read_streams_and_correlations_out_of_range_alike(tmp_path)
     path.write_text(kineto(HEADER, [*events, kernel("big", 300, 5, 7, (1 << 63) + 5)]))
     with pytest.raises(ranges.Fallback):
         ranges.read_fast(path)
+
+
+COLLECTIVE_ARGS = [  # what a collective's args may say of its bytes and group, as Kineto and gloo write them
+    {"In msg nelems": 1000, "dtype": "BFloat16", "Group size": 4, "Process Group Ranks": [0, 1, 2, 3]},
+    {"In msg nelems": 7, "dtype": "Double", "Process Group Ranks": "[0, 2]", "Group size": 2},
+    {"In msg nelems": 0, "dtype": None, "Group size": 1},
+    {"Input type": ["c10::Half"], "Input Dims": [[32, 512]], "Group size": 3},
+    {"Input Dims": [[[2, 3], [4]]], "Process Group Ranks": [1, True]},  # a tensor list; a bool is no rank
+    {"dtype": "Float", "In msg nelems": 5, "In msg nelems ": 9, "stream": 20, "Out msg nelems": 12},
+    {"In msg nelems": 3, "dtype": "Float", "TWICE": 11},  # written as "In msg nelems" twice: the last one is read
+    None,  # args: null
+    {},
+]
+
+
+@pytest.mark.parametrize("on", ["kernel", "annotation", "gpu annotation"])
+def test_both_readers_read_a_collectives_bytes_and_group_alike_whatever_its_args_say(on, tmp_path):
+    # GIVEN NCCL kernels, CPU annotations or GPU-track annotations of collectives whose args say their bytes and
+    # group in each way a trace says them (elements and type, shapes, nothing; ranks as a list or a string; a key
+    # twice; args null, or none at all)
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 1000, **CPU}]
+    for k, args in enumerate([*COLLECTIVE_ARGS, "none"]):
+        if on == "kernel":
+            event = kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 100 + 50 * k, 40, 20, k + 1)
+        else:
+            cat = "user_annotation" if on == "annotation" else "gpu_user_annotation"
+            event = {"ph": "X", "cat": cat, "name": "nccl:all_reduce", "ts": 100 + 50 * k, "dur": 40, **CPU}
+        if args == "none":
+            event.pop("args", None)
+        else:
+            event["args"] = args
+        events.append(event)
+    path = tmp_path / "rank0.json"
+    path.write_text(kineto(HEADER, events).replace('"TWICE"', '"In msg nelems"'))
+    # WHEN both readers read it
+    fast, stream = ranges.read_fast(path), read_stream(path)
+    # THEN they keep the same spans (the bytes each moved) and kernels (their bytes and groups)
+    assert_same(fast, stream)
+    flight = fast.kind == KIND["comm_flight"]
+    assert flight.sum() == len(COLLECTIVE_ARGS) + 1
+    assert fast.nbytes[flight].tolist() == [2000, 56, 0, 32 * 512 * 2, 40, 20, 44, 0, 0, 0]
 
 
 def test_both_readers_keep_the_same_gpu_timeline_of_a_data_parallel_run(tmp_path, monkeypatch):

@@ -354,3 +354,21 @@ def ranges_bytes(path: Path) -> int:
     plan = ranges.plan_plain(path, path.stat().st_size)
     start, end, _ = plan.ranges[0]
     return len(ranges.TOP) + end - start
+
+
+def test_the_annotations_read_as_communication_in_flight_are_those_classify_keeps_so():
+    # GIVEN names of every kind classify tells apart, some of them also named like communication
+    from popvision_py.importer.parts import KIND, Spans, classify, flight_annotation
+
+    names = ["nccl:all_reduce", "gloo:broadcast", "ncclKernel_AllReduce", "ncclDevKernel_Generic", "ProfilerStep#3",
+             "Forward 2", "PP:1F3", "PP:0SEND_F1", "Optimizer.step#SGD.step", "DistributedDataParallel.forward",
+             "nccl:ProfilerStep#1", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "my_region",
+             "nccl:all_gather Forward 2", "xnccl:all_reduce"]
+    # WHEN each is classified as an annotation (its args saying 1,024 floats)
+    for name in names:
+        spans = Spans()
+        classify(spans, name, "user_annotation", 0, 10, {"args": {"In msg nelems": 1024, "dtype": "Float"}})
+        kept_as_flight = bool(spans.rows) and spans.rows[0][2] == KIND["comm_flight"]
+        # THEN flight_annotation says so exactly where classify keeps it as communication in flight
+        assert flight_annotation(name) == kept_as_flight, name
+    assert sum(map(flight_annotation, names)) == 6
