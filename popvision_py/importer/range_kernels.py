@@ -34,8 +34,9 @@ UNSAID = GpuArgs()  # args of null, as ``parts.args_of`` reads them: none
 
 
 class CommArgs(msgspec.Struct, gc=False):
-    """The args a collective's kernel is read by (``kernels.comm_bytes``, ``kernels.group_of``), decoded as the
-    streaming parser decodes them (any JSON value); its other args skipped, never made Python objects."""
+    """The args a collective (an NCCL kernel, or an annotation of one) is read by (``kernels.comm_bytes``,
+    ``kernels.group_of``), decoded as the streaming parser decodes them (any JSON value); its other args skipped,
+    never made Python objects."""
 
     nelems: Any = msgspec.field(name="In msg nelems", default=msgspec.UNSET)
     dtype: Any = msgspec.UNSET
@@ -50,8 +51,8 @@ COMM_KEYS = tuple((f.name, f.encode_name) for f in msgspec.structs.fields(CommAr
 
 
 def comm_args(events: list[Any]) -> list[dict[str, Any]]:
-    """Each collective kernel's args as ``parts.args_of`` gives them, with only the keys ``CommArgs`` reads: all of
-    them decoded at once (args of null: none; args that are not an object: ``Fallback``, as ``args_of`` refuses
+    """Each collective's args as ``parts.args_of`` gives them, with only the keys ``CommArgs`` reads: all of them
+    decoded at once (args of null: none; args that are not an object: ``Fallback``, as ``args_of`` refuses
     them)."""
     if not events:
         return []

@@ -27,9 +27,8 @@ SMALL_TABLE_ROWS = 1 << 16  # tables of fewer rows than this on average are join
 RUN_ROWS = 1 << 17  # a run of files is sorted once it holds this many events (or FILES_AT_ONCE files)
 # each column's type: the codes as narrow as they can be (765,600 events of a 10 GB import: 14 MiB less than int64);
 # arithmetic on them that could pass 2**31 is done in int64 (``SystemIndex``'s keys, say)
-TYPES = {"name": np.int32, "channel": np.int32, "kind": np.int8, "start": np.int64, "end": np.int64,
-         "value": np.float64}
-ROW_TYPE = np.int32
+TYPES = {"row": np.int32, "name": np.int32, "channel": np.int32, "kind": np.int8, "start": np.int64,
+         "end": np.int64, "value": np.float64}
 
 
 def family(name: str) -> str:
@@ -237,7 +236,7 @@ class _Gathered:
         total = int(sizes.sum())
         by_row = np.argsort(block_row, kind="stable")
         dest = None  # where each of the runs' events goes, unless they are in order already (one run: always)
-        block_row = block_row.astype(ROW_TYPE)
+        block_row = block_row.astype(TYPES["row"])
         if (np.diff(block_row) > 0).all():
             row = np.repeat(block_row, sizes)
         elif (np.diff(block_row[by_row]) > 0).all():  # each row's events in one run: its block moves
