@@ -290,13 +290,6 @@ def classify(spans: Spans, name: str, cat: Any, start: int, end: int, event: dic
             spans.add(start, end, m.group(1), -1, -1, -1, 0, f"{m.group(1)}_one_chunk")
 
 
-def flight_annotation(name: str) -> bool:
-    """Whether ``classify`` keeps an annotation (``user_annotation``) of this name as communication in flight
-    (``nccl:all_reduce``), its bytes read from its args (``comm_bytes``): no name of communication is one of the
-    names its branches before that one take."""
-    return bool(COMM_FLIGHT.match(name))
-
-
 def is_annotation_span(name: str) -> bool:
     """Whether ``classify`` reads an annotation (``user_annotation``) of this name as a step, a pass, the update or
     communication: an older trace's ``Operator`` of such a name is taken as an annotation (``current_category``);

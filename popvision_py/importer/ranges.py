@@ -35,8 +35,8 @@ import numpy as np
 from popvision_py.importer.checks import MAX_DEPTH, Depth, Fallback, TraceError, header_fields
 from popvision_py.importer.parts import (AUTOGRAD, CHUNK_FRAME, COMM_CALL, COMM_FLIGHT, GPU_CATS, HEAD_BYTES, MAX_PLAIN,
                                          MAX_RATIO, MAX_US, STEP, Merger, RankPart, RankTrace, Spans, classify,
-                                         flight_annotation, is_annotation_span, merge_intervals, open_trace,
-                                         parse_header, release_memory)
+                                         is_annotation_span, merge_intervals, open_trace, parse_header,
+                                         release_memory)
 from popvision_py.importer.kernels import RUNTIME_CATS, comm_bytes
 from popvision_py.importer.range_kernels import comm_args, gpu_timeline
 from popvision_py.importer.range_memory import memory_instants
@@ -399,7 +399,7 @@ def read_range(source: tuple[str, int, int] | bytes, base_ns: int | None, last: 
         raise Fallback(f"{type(exc).__name__}: {exc}"[:200]) from None
 
 
-_HEAP = [0, 0]  # this process's resident bytes after its first range; the ranges' bytes read since it last looked
+_HEAP = {"resident": 0, "read": 0}  # this process's resident bytes after its first range; bytes read since it looked
 TRIM_BYTES = 16 << 20
 
 
@@ -409,16 +409,16 @@ def _trimmed(read: int) -> None:
     CPU (the next range faults its pages in again). Looked at after the first range, then once ``RANGE_BYTES``
     have been read (``read``: this range's bytes): a job of thousands of small ranks, a range each, read the
     process's resident size and trimmed its heap after every one."""
-    _HEAP[1] += read
-    if _HEAP[0] and _HEAP[1] < RANGE_BYTES:
+    _HEAP["read"] += read
+    if _HEAP["resident"] and _HEAP["read"] < RANGE_BYTES:
         return
-    _HEAP[1] = 0
+    _HEAP["read"] = 0
     resident = _resident()
     if resident is None:
         return
-    if not _HEAP[0]:
-        _HEAP[0] = resident
-    elif resident > _HEAP[0] + TRIM_BYTES:
+    if not _HEAP["resident"]:
+        _HEAP["resident"] = resident
+    elif resident > _HEAP["resident"] + TRIM_BYTES:
         release_memory()
 
 
@@ -473,17 +473,19 @@ def reduce_events(events: list[Event], base_ns: int) -> RankPart:
     gpu_cat = is_cat(*GPU_CATS)
     cpu_op = is_cat("cpu_op")
     part.gpu = bool(gpu_cat.any())
-    flight = gpu_cat & by_name(COMM_FLIGHT.match)
+    moving = by_name(COMM_FLIGHT.match)  # named as communication in flight
+    annotation = is_cat("user_annotation", "gpu_user_annotation")
+    flight = gpu_cat & moving
     kernel = gpu_cat & ~flight
     if kernel.any():
         part.kernels = merge_intervals(np.stack([start[kernel], end[kernel]], axis=1))
     autograd = cpu_op & by_name(lambda n: n.startswith(AUTOGRAD))
-    spans = flight | (~gpu_cat & ~autograd & (is_cat("user_annotation", "gpu_user_annotation")  # each kept (classify)
+    spans = flight | (~gpu_cat & ~autograd & (annotation  # each kept (classify)
                                               | (cpu_op & by_name(COMM_CALL.match))
                                               | (is_cat("python_function") & by_name(CHUNK_FRAME.search))))
-    # an annotation of communication in flight (``nccl:all_reduce``): its bytes read from its args with the NCCL
-    # kernels' (``_spans``)
-    flight_note = ~gpu_cat & is_cat("user_annotation", "gpu_user_annotation") & by_name(flight_annotation)
+    # an annotation of communication in flight (``nccl:all_reduce``, which ``classify`` keeps as one, its bytes from
+    # its args): its bytes read with the NCCL kernels' (``_spans``)
+    flight_note = annotation & moving
     tids = list(map(attrgetter("tid"), x))
     comm_at = gpu_timeline(part, x, tids, gpu_cat, is_cat(*RUNTIME_CATS), start, end, cats, cat_code, unique_names,
                            name_code)

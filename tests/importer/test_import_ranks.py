@@ -106,7 +106,7 @@ def counted_trims(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     trims: list[int] = []
     monkeypatch.setattr(parts, "_TRIM", [trims.append])
     monkeypatch.setattr(parts, "_CHURNED", [0])
-    monkeypatch.setattr(ranges, "_HEAP", [0, 0])
+    monkeypatch.setattr(ranges, "_HEAP", {"resident": 0, "read": 0})
     return trims
 
 
