@@ -100,7 +100,14 @@ def scheduler_client(scheduler: str | None) -> Any:
 
 
 def quiet_dask() -> None:
-    """Dask's own log lines (worker start, shutdown, a cancelled task) are not the user's business."""
+    """Dask's own log lines (worker start, shutdown, a cancelled task) are not the user's business.
+
+    distributed sets its loggers' levels as it is imported (``tornado.application`` at error, which prints the
+    traceback of its own ``sync`` cancel when Ctrl-C comes before a call's future exists), so it is imported first
+    and these levels are set after it.
+    """
+    import distributed  # noqa: F401
+
     for name in ("distributed", "distributed.worker", "distributed.nanny", "distributed.scheduler",
-                 "distributed.core", "distributed.comm", "distributed.client", "tornado"):
+                 "distributed.core", "distributed.comm", "distributed.client", "tornado", "tornado.application"):
         logging.getLogger(name).setLevel(logging.CRITICAL)

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -151,6 +152,33 @@ def test_bad_input_is_one_sentence(args: tuple[str, ...], sentence: str) -> None
     assert result.exit_code == 2
     assert result.output.startswith(sentence), result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_dasks_own_error_lines_print_nothing_once_quieted_whatever_distributed_sets_as_it_loads() -> None:
+    # GIVEN a process that quiets Dask as `popvision tune` does and then imports distributed's client, which sets its
+    # loggers' levels as it loads (tornado.application at error)
+    code = textwrap.dedent("""
+        import logging
+        from popvision_py.tune.cluster import quiet_dask
+        quiet_dask()
+        from distributed import Client
+        from tornado.ioloop import IOLoop
+
+        def cancel():  # distributed's sync() cancel, run when Ctrl-C comes before its call's future exists
+            raise NameError("cannot access free variable 'future'")
+
+        loop = IOLoop(make_current=False)
+        loop.add_callback(cancel)
+        loop.add_callback(loop.stop)
+        loop.start()
+        logging.getLogger("distributed.core").error("a task cancelled by Ctrl-C")
+        print("finished")
+    """)
+    # WHEN a callback of the event loop raises and distributed logs an error
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    # THEN the process goes on and prints nothing on stderr: no traceback, no log line
+    assert (done.returncode, done.stdout, done.stderr) == (0, "finished\n", "")
 
 
 def test_resume_refuses_another_searchs_result(uneven: str, tmp_path: Path) -> None:
