@@ -16,6 +16,8 @@ from popvision_py.errors import ConfigError
 QUIET_WORKERS = "DASK_LOGGING__DISTRIBUTED"
 # the module each local worker runs as it starts, a worker started in place of one that died included
 WORKER_SETUP = "popvision_py.tune.worker_setup"
+# the packages whose log lines a search keeps off the user's terminal (``quiet_dask``)
+QUIET_PACKAGES = ("distributed", "tornado", "bokeh")
 
 
 @contextlib.contextmanager
@@ -100,14 +102,16 @@ def scheduler_client(scheduler: str | None) -> Any:
 
 
 def quiet_dask() -> None:
-    """Dask's own log lines (worker start, shutdown, a cancelled task) are not the user's business.
+    """Dask's own log lines (worker start, shutdown, a cancelled task, a long garbage collection) are not the user's
+    business.
 
-    distributed sets its loggers' levels as it is imported (``tornado.application`` at error, which prints the
-    traceback of its own ``sync`` cancel when Ctrl-C comes before a call's future exists), so it is imported first
-    and these levels are set after it.
+    distributed sets some of its loggers' levels as it is imported (``tornado.application`` at error, which printed
+    the traceback of distributed's own ``sync`` cancel when Ctrl-C came before a call's future existed;
+    ``distributed.gc`` at warning), so it is imported first, and every logger of distributed, tornado and bokeh
+    there is then is set after it (those made later take their parent's level).
     """
     import distributed  # noqa: F401
 
-    for name in ("distributed", "distributed.worker", "distributed.nanny", "distributed.scheduler",
-                 "distributed.core", "distributed.comm", "distributed.client", "tornado", "tornado.application"):
+    made = [name for name in logging.root.manager.loggerDict if name.split(".")[0] in QUIET_PACKAGES]
+    for name in {*QUIET_PACKAGES, *made}:
         logging.getLogger(name).setLevel(logging.CRITICAL)

@@ -172,6 +172,7 @@ def test_dasks_own_error_lines_print_nothing_once_quieted_whatever_distributed_s
         loop.add_callback(loop.stop)
         loop.start()
         logging.getLogger("distributed.core").error("a task cancelled by Ctrl-C")
+        logging.getLogger("distributed.gc").warning("full garbage collections took 30% CPU time recently")
         print("finished")
     """)
     # WHEN a callback of the event loop raises and distributed logs an error
