@@ -3,6 +3,8 @@ overlaps, from kernels and spans drawn here (times in ns), every figure worked o
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -274,6 +276,68 @@ def test_each_keys_count_sum_and_median_taken_a_piece_at_a_time_are_numpys_of_th
     np.testing.assert_array_equal(got["kernels"], [(key == g).sum() for g in range(5)])
     if abs(low) < 1 << 40:  # (sums exact below 2**53, as ``tables.sum_by``'s)
         np.testing.assert_array_equal(got["sum"], [values[key == g].sum() for g in range(5)])
+
+
+@pytest.mark.parametrize("kind", ["spread", "ties", "one value", "long tail", "far apart"])
+def test_medians_selected_in_passes_without_holding_the_values_are_numpys(kind, monkeypatch):
+    from popvision_py.analysis.imported import stats
+
+    # GIVEN 5,000 (key, value) pairs of 40 keys (some without any, some of one or two values) in pieces of 700,
+    # where a median may hold 100 pairs at most, in passes of 8 bins
+    rng = np.random.default_rng(5)
+    key = rng.integers(0, 36, 5_000)
+    key[:3] = [37, 38, 38]
+    values = {"spread": rng.integers(-10**12, 10**12, len(key)), "ties": rng.integers(0, 4, len(key)),
+              "one value": np.full(len(key), 7), "long tail": (rng.pareto(1.0, len(key)) * 1_000).astype(np.int64),
+              "far apart": rng.choice([-(1 << 61), 1 << 61], len(key))}[kind].astype(np.int64)
+    cuts = [(a, a + 700) for a in range(0, len(key), 700)]
+    passes = []
+
+    def again():
+        passes.append(1)
+        return ((key[a:b], values[a:b]) for a, b in cuts)
+
+    monkeypatch.setattr(stats, "HELD_PAIRS", 100)
+    monkeypatch.setattr(stats, "SELECT_BINS", 8)
+    # WHEN each key's median is taken a piece at a time, with a new pass over the pieces to hand
+    got = stats.key_medians(((key[a:b], values[a:b]) for a, b in cuts), 40, len(key), again=again)
+    # THEN each is numpy's median of the key's values at once (NaN for a key of none), found in passes over them
+    want = [np.median(values[key == g].astype(np.float64)) if (key == g).any() else np.nan for g in range(40)]
+    np.testing.assert_array_equal(got["median"], want)
+    np.testing.assert_array_equal(got["kernels"], np.bincount(key, minlength=40))
+    assert bool(passes) == (kind != "one value")  # (one value: its least and greatest, no pass needed)
+
+
+def test_what_medians_selected_in_passes_hold_does_not_grow_with_the_values():
+    import tracemalloc
+
+    from popvision_py.analysis.imported import stats
+
+    # GIVEN 1 M and 4 M durations (8 and 32 MB as int64) of 10 keys, made a piece of 256 K at a time and never
+    # held together
+    def pieces(count: int) -> Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]:
+        def made() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            for seed in range(count):
+                rng = np.random.default_rng(seed)
+                yield rng.integers(0, 10, 1 << 18), rng.lognormal(9, 1.5, 1 << 18).astype(np.int64)
+        return made
+
+    # WHEN their medians are taken with a new pass to hand (selected), and without (every value held)
+    def peak(count: int, selected: bool) -> tuple[int, np.ndarray]:
+        tracemalloc.start()
+        medians = stats.key_medians(pieces(count)(), 10, count << 18,
+                                    again=pieces(count) if selected else None)["median"]
+        held = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return held, medians
+
+    (few, by_passes), (many, by_passes_4m) = peak(4, True), peak(16, True)
+    (few_held, held_all), (many_held, held_all_4m) = peak(4, False), peak(16, False)
+    # THEN the same medians either way, and what the passes hold at their peak is the same at 4 M values as at 1 M
+    # (a piece's work), where holding every value takes 24 MB more
+    np.testing.assert_array_equal(by_passes, held_all)
+    np.testing.assert_array_equal(by_passes_4m, held_all_4m)
+    assert many < 1.1 * few and many_held - few_held > 24e6, (few, many, few_held, many_held)
 
 
 def test_no_pairs_have_no_median():

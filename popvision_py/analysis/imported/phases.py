@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from popvision_py.analysis.common.tables import Table, sum_by
-from popvision_py.analysis.imported.bound import PHASE, TraceSpans, before, distinct, expand, pct
+from popvision_py.analysis.imported.bound import CODE, PHASE, TraceSpans, before, distinct, expand, pct
 from popvision_py.analysis.imported.gpu import Kernels
 
 PHASE_COLUMNS = ["rank", "phase", "spans", "kernels", "gpu_ns", "overlap_ns", "overlap_pct", "overlapped_with",
@@ -79,7 +79,7 @@ def phase_spans(spans: TraceSpans) -> TraceSpans:
     import in 4 ranks has 17,403 names for 3 phases, and each piece's sums were 4 x 17,403 wide)."""
     phase = spans.take(np.flatnonzero(spans.kind == PHASE))
     used, code = np.unique(phase.name, return_inverse=True)
-    return TraceSpans(phase.ipu, phase.start, phase.end, phase.kind, phase.stream, code.ravel().astype(np.int64),
+    return TraceSpans(phase.ipu, phase.start, phase.end, phase.kind, phase.stream, code.ravel().astype(CODE),
                       np.asarray(spans.names, dtype=object)[used])
 
 

@@ -3,7 +3,7 @@ bits the whole rank at once gives: count, sum, largest, least, mean, standard de
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -48,19 +48,99 @@ def joined(found: list[tuple[np.ndarray, ...]]) -> list[np.ndarray]:
     return out
 
 
-def key_medians(pieces: Iterable[tuple[np.ndarray, np.ndarray]], size: int, most: int = 0) -> dict[str, np.ndarray]:
+def key_medians(pieces: Iterable[tuple[np.ndarray, np.ndarray]], size: int, most: int = 0,
+                again: Parts | None = None) -> dict[str, np.ndarray]:
     """Per key (``0..size-1``): ``kernels`` (count), ``sum`` and ``median`` (NaN for a key without any) of the values
-    of ``pieces`` (keys and int64 values a piece), in one pass: each (key, value) written as one int64 into an array
-    of them all (``PackedPairs``; ``most``: about how many there are, where known), sorted in place. What a long rank's
-    medians hold is then one int64 a value, not its keys' and values' columns joined (1.6 M kernels: 12 MiB, not
-    37)."""
+    of ``pieces`` (keys and int64 values a piece). Each (key, value) is written as one int64 into an array of them
+    all (``PackedPairs``; ``most``: about how many there are, where known), sorted in place: a long rank's medians
+    hold one int64 a value, not its keys' and values' columns joined (1.6 M kernels: 12 MiB, not 37).
+
+    ``again``: a new pass over the same pieces each call. With it, no more than ``HELD_PAIRS`` pairs are held: past
+    them, the medians are selected in passes over the pieces (``selected_medians``), and what they hold is flat in
+    the values' count (a rank of 1.6 M kernels: 2 MiB, not 12; a pass over its pieces takes about 30 ms)."""
     count, total = np.zeros(size, np.int64), np.zeros(size, np.int64)
-    packed = PackedPairs(size, most)
+    packed: PackedPairs | None = PackedPairs(size, most if again is None else min(most, HELD_PAIRS))
+    low, high = None, None
     for key, values in pieces:
         count += np.bincount(key, minlength=size)[:size]
         total += sum_by(key, values, size)
-        packed.add(key, values)
-    return {"kernels": count, "sum": total, "median": packed.medians(count)}
+        if again is not None and len(values):
+            lo, hi = int(values.min()), int(values.max())
+            low, high = (lo, hi) if low is None else (min(low, lo), max(high, hi))
+            if packed is not None and packed.at + len(values) > HELD_PAIRS:
+                packed = None  # too many to hold: selected in passes below
+        if packed is not None:
+            packed.add(key, values)
+    if packed is not None:
+        median = packed.medians(count)
+    elif high - low >= _FITS:  # (values too far apart for a window's width in an int64: held, as without ``again``)
+        median = key_medians(again(), size, int(count.sum()))["median"]
+    else:
+        median = selected_medians(again, count, low, high)
+    return {"kernels": count, "sum": total, "median": median}
+
+
+HELD_PAIRS = 1 << 18  # (key, value) pairs a median holds at most where it can pass over its values again (2 MiB)
+SELECT_BINS = 1 << 10  # the bins a pass counts a middle value's window in, at most
+SELECT_PASSES = 12  # counting passes before the values left in the windows are taken whatever their number
+
+
+def selected_medians(parts: Parts, count: np.ndarray, low: int, high: int) -> np.ndarray:
+    """Each key's median of the int64 values of ``parts()`` (``count``: each key's values; ``low``, ``high``: the
+    least and greatest of all) without holding them. Each key's middle two values (by place among its sorted values)
+    are looked for in a window of values, [``low``, ``high``] at first. A pass counts the values in each window in
+    bins (``SELECT_BINS``, fewer where many keys share ``HELD_PAIRS`` counts), and the window narrows to the bins
+    that hold the two places, the key's values below it counted. A window one value wide holds both values. Once
+    the values left in the open windows are ``HELD_PAIRS`` or fewer, a last pass takes them and sorts them. Exact,
+    as a sort of every value is: a pass narrows a window by its bins' number, so a few passes do."""
+    keys = np.flatnonzero(count)
+    lower, upper = (count[keys] - 1) // 2, count[keys] // 2  # the middle two places among a key's sorted values
+    window_of = np.full(len(count), -1, np.int64)
+    window_of[keys] = np.arange(len(keys))
+    a, b = np.full(len(keys), low, np.int64), np.full(len(keys), high, np.int64)
+    below, inside = np.zeros(len(keys), np.int64), count[keys].copy()  # the key's values below and in its window
+    for _ in range(SELECT_PASSES):
+        open_ = np.flatnonzero(a < b)
+        if inside[open_].sum() <= HELD_PAIRS:
+            break
+        bins = int(np.clip(HELD_PAIRS // len(open_), 2, SELECT_BINS))
+        width = (b[open_] - a[open_]) // bins + 1
+        counted = np.zeros(len(open_) * bins, np.int64)
+        for row, values in _in_windows(parts, window_of, open_, a, b):
+            counted += np.bincount(row * bins + (values - a[open_][row]) // width[row], minlength=len(counted))
+        counted = np.cumsum(counted.reshape(len(open_), bins), axis=1)
+        at = np.arange(len(open_))
+        first = (counted <= (lower - below)[open_, None]).sum(axis=1)  # the bins of the two places
+        last = (counted <= (upper - below)[open_, None]).sum(axis=1)
+        before = np.where(first > 0, counted[at, np.maximum(first - 1, 0)], 0)
+        below[open_] += before
+        inside[open_] = counted[at, last] - before
+        b[open_] = np.minimum(a[open_] + (last + 1) * width - 1, b[open_])
+        a[open_] += first * width
+    lo, hi = a.copy(), a.copy()  # a window one value wide: that value, twice
+    open_ = np.flatnonzero(a < b)
+    if len(open_):
+        which, kept = joined(list(_in_windows(parts, window_of, open_, a, b))) if inside[open_].any() else ([], [])
+        kept = np.asarray(kept, np.int64)[np.lexsort((kept, which))]
+        start = np.cumsum(inside[open_]) - inside[open_]
+        lo[open_] = kept[start + lower[open_] - below[open_]]
+        hi[open_] = kept[start + upper[open_] - below[open_]]
+    median = np.full(len(count), np.nan)
+    median[keys] = (lo.astype(np.float64) + hi.astype(np.float64)) / 2
+    return median
+
+
+def _in_windows(parts: Parts, window_of: np.ndarray, open_: np.ndarray, a: np.ndarray,
+                b: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """A pass over ``parts()``: of each piece, the values inside their key's window (``window_of``) where it is one
+    of the windows ``open_``, with that window's place in ``open_``."""
+    row = np.full(len(a) + 1, -1, np.int64)  # each window's place in ``open_`` (the last: a key without one)
+    row[open_] = np.arange(len(open_))
+    for key, values in parts():
+        w = window_of[key]
+        r = row[w]
+        hit = (r >= 0) & (values >= a[w]) & (values <= b[w])
+        yield r[hit], values[hit]
 
 
 REWRITE_ROWS = 1 << 16  # the pairs written so far re-written this many at a time when the range widens
