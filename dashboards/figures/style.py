@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 
 from popvision_py.format.schema import MEMORY_CATEGORIES, PHASES
+from popvision_py.render.figures import MAX_STEPS, peaks_of_runs  # noqa: F401 - the memory figures' thinning
 from popvision_py.render.rank_words import NS_PER_MS, PHASE_WORDS
 
 # Colours: one meaning per colour across every page.
@@ -251,22 +251,3 @@ def byte_ticks(largest: float, count: int = 5) -> dict:
     decimals = next(d for d in range(0, 12) if abs(round(step, d) - step) < step * 1e-9)
     ticks = np.arange(0, float(largest) / divisor + step, step)
     return dict(tickvals=(ticks * divisor).tolist(), ticktext=[f"{t:,.{decimals}f} {unit}" for t in ticks])
-
-
-MAX_STEPS = 2_000  # steps a memory figure draws of a line: past them, each run of steps by its peaks
-
-
-def peaks_of_runs(frame: pd.DataFrame, by: str, columns: Sequence[str],
-                  keep: np.ndarray | None = None) -> tuple[pd.DataFrame, int]:
-    """``frame`` (rows in order within each ``by`` group, a step a row) as a line a group draws it: where a group
-    has more than ``MAX_STEPS`` rows, each run of ``width`` of them (the fewest that leave at most ``MAX_STEPS``
-    runs) by its row of the most of each of ``columns``, the peaks a memory figure must not lose, and the rows
-    ``keep`` marks. Returns those rows and ``width`` (1: every row)."""
-    longest = int(frame.groupby(by).size().max()) if len(frame) else 0
-    width = -(-longest // MAX_STEPS)
-    if width <= 1:
-        return frame, 1
-    frame = frame.reset_index(drop=True)
-    runs = frame.assign(_run=frame.groupby(by).cumcount().to_numpy() // width).groupby([by, "_run"])
-    rows = [runs[c].idxmax().to_numpy() for c in columns] + ([np.flatnonzero(keep)] if keep is not None else [])
-    return frame.loc[np.unique(np.concatenate(rows))], width

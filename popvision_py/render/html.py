@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -26,8 +27,11 @@ th{background:#f4f4f4;text-align:left} td.n{text-align:right;font-variant-numeri
 """
 
 
-def _table(frame: pd.DataFrame) -> str:
-    if not len(frame.columns) or not len(frame):
+def _table(data: Table | pd.DataFrame) -> str:
+    """A table's first ``MAX_ROWS`` rows (only those made a frame) and how many more there are."""
+    rows = len(data)
+    frame = data.head(MAX_ROWS).frame() if isinstance(data, Table) else data
+    if not len(frame.columns) or not rows:
         return "<p class='note'>(no rows)</p>"
     shown = frame.head(MAX_ROWS)
     numeric = [pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])
@@ -37,8 +41,8 @@ def _table(frame: pd.DataFrame) -> str:
     for row in shown.itertuples(index=False):
         body.append("<tr>" + "".join(_cell(identifier(v) if c in IDENTIFIERS else value(v), n)
                                      for v, n, c in zip(row, numeric, frame.columns)) + "</tr>")
-    more = (f"<p class='note'>... {len(frame) - MAX_ROWS:,} more rows (use --format csv or json for all)</p>"
-            if len(frame) > MAX_ROWS else "")
+    more = (f"<p class='note'>... {rows - MAX_ROWS:,} more rows (use --format csv or json for all)</p>"
+            if rows > MAX_ROWS else "")
     # a table wider than the page scrolls sideways in its own box, not the page
     return (f"<div class='table-wrap'><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
             f"</div>{more}")
@@ -53,8 +57,9 @@ def _cell(text: str, numeric: bool) -> str:
 
 
 def _figures_for(doc: Document) -> dict[str, list[go.Figure]]:
-    """Figures per section, built from the document's blocks."""
-    data = {b.key: b.data if isinstance(b.data, dict) else b.frame() for b in doc.blocks}
+    """Figures per section, built from the document's blocks: only the blocks a figure draws are made frames, and
+    only while it is built (a 10 GB import's every block as a frame at once: 100 MiB more for the page)."""
+    data = _Frames(doc)
     out: dict[str, list[go.Figure]] = {}
 
     def add(section: str, build, *keys: str) -> None:
@@ -84,12 +89,38 @@ def _figures_for(doc: Document) -> dict[str, list[go.Figure]]:
     add("programs", F.program_tree, "programs.tree")
     add("operations", lambda t: F.operations(t, imported=imported), "operations.by_layer")
     add("tiles", F.tile_balance, "tiles.balance")
-    for key, frame in data.items():
-        if key.endswith(".comparison") and len(frame):
-            out.setdefault(key.split(".")[0], []).append(F.comparison(frame, key.split(".")[0].capitalize()))
+    for key in [k for k in data.keys() if k.endswith(".comparison")]:
+        if len(data[key]):
+            out.setdefault(key.split(".")[0], []).append(F.comparison(data[key], key.split(".")[0].capitalize()))
     if doc.rank_words:
         out = {section: [figure_in_words(fig, doc.ranks) for fig in figs] for section, figs in out.items()}
     return out
+
+
+class _Frames:
+    """The document's blocks by key, as ``_figures_for`` reads them: a block's figures (a dict), or its table as a
+    frame, made when asked for and kept for the figure after it (two figures draw ``memory.by_tile``)."""
+
+    def __init__(self, doc: Document) -> None:
+        self._blocks = {b.key: b for b in doc.blocks}
+        self._made: dict[str, Any] = {}
+
+    def keys(self) -> list[str]:
+        return list(self._blocks)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._blocks
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._made:
+            b = self._blocks[key]
+            # the one before let go; a table's frame not kept by its table either
+            self._made = {key: b.data if isinstance(b.data, dict) else
+                          b.data.frame_not_kept() if isinstance(b.data, Table) else b.data}
+        return self._made[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
 
 
 def render(doc: Document) -> bytes:
@@ -127,9 +158,8 @@ def render(doc: Document) -> bytes:
                                 + "".join(f"<br>{html.escape(line)}" for line in details)
                                 + "</li>" for head, details in b.items)
                 parts.append(f"<ul>{items}</ul>" if items else f"<p class='note'>({html.escape(b.empty)})</p>")
-                parts.append(_table(b.frame()))
+                parts.append(_table(b.data))
             else:
-                shown = b.table()
-                parts.append(_table(shown.frame() if isinstance(shown, Table) else shown))
+                parts.append(_table(b.table()))
     parts.append("</body></html>")
     return "\n".join(parts).encode()

@@ -233,14 +233,15 @@ def test_stage_imbalance_draws_per_micro_batch_passes_and_not_the_update_run_onc
 def test_a_long_liveness_is_drawn_by_each_runs_peaks_and_says_so(monkeypatch):
     # GIVEN two IPUs of 10 steps each: IPU 0's not-always-live peak at step 6, its worst tile's at step 2; the
     # figure draws at most 3 points' worth of runs an IPU
-    from dashboards.figures import liveness, style
+    from dashboards.figures import liveness
+    from popvision_py.render import figures as render_figures
 
     steps = np.arange(10)
     by_step = pd.DataFrame({"ipu": np.repeat([0, 1], 10), "step": np.tile(steps, 2), "name": "s",
                             "always_live_bytes": 0, "total_bytes": 0, "worst_tile": 0,
                             "not_always_live_bytes": np.r_[np.where(steps == 6, 90, steps), steps],
                             "worst_tile_bytes": np.r_[np.where(steps == 2, 80, 1), steps], "capacity_bytes": 100})
-    monkeypatch.setattr(style, "MAX_STEPS", 3)
+    monkeypatch.setattr(render_figures, "MAX_STEPS", 3)
     # WHEN it is cut into runs (10 steps in at most 3 runs: 4 steps a run), the chosen step 9 of IPU 0 kept
     drawn, width = liveness.by_runs(by_step, selected=(0, 9))
     # THEN each run's step of most not-always-live bytes (3, 6, 9) and of most worst-tile bytes (2; the first of a
@@ -257,11 +258,12 @@ def test_a_long_liveness_is_drawn_by_each_runs_peaks_and_says_so(monkeypatch):
 
 def test_a_tiles_long_memory_over_steps_is_drawn_by_each_runs_peak(monkeypatch):
     # GIVEN tile 5's memory over 10 steps, its peak at step 6, drawn at most 3 runs a tile
-    from dashboards.figures import memory, style
+    from dashboards.figures import memory
+    from popvision_py.render import figures as render_figures
 
     over = pd.DataFrame({"tile": 5, "step": np.arange(10), "always_live_bytes": 0,
                          "total_bytes": np.where(np.arange(10) == 6, 9 * 1024, np.arange(10) * 1024)})
-    monkeypatch.setattr(style, "MAX_STEPS", 3)
+    monkeypatch.setattr(render_figures, "MAX_STEPS", 3)
     fig = memory.worst_over_steps(over, bytes_per_tile=64 * 1024)
     # THEN each run of 4 steps is its step of most memory, and the axis says so
     assert list(fig.data[0].x) == [3, 6, 9] and list(fig.data[0].y) == [3, 9, 9]
@@ -285,3 +287,26 @@ def test_exchange_by_kind_says_when_no_size_is_recorded_instead_of_an_empty_axis
     # AND with a size recorded, no such sentence
     sized = exchange_by_kind(by_kind.assign(bytes=[2_000, 4_000]), Naming((0,), gpu=True))
     assert not [a for a in sized.layout.annotations if a.text == "the traces record no sizes"]
+
+
+def test_the_html_reports_liveness_draws_a_long_run_by_each_runs_peak_and_says_so(monkeypatch):
+    # GIVEN two ranks' memory over 10 steps (rank 1's peak at step 6), drawn at most 3 runs a line; and the same
+    # over 40 ranks, past the lines drawn one a rank
+    from popvision_py.render import figures as render_figures
+
+    steps = np.arange(10)
+    one = pd.DataFrame({"step": steps, "name": [f"op{s}" for s in steps]})
+    by_step = pd.concat([one.assign(ipu=0, total_bytes=steps * 10),
+                         one.assign(ipu=1, total_bytes=np.where(steps == 6, 900, steps))], ignore_index=True)
+    monkeypatch.setattr(render_figures, "MAX_STEPS", 3)
+    # WHEN the HTML report draws them
+    fig = render_figures.liveness(by_step)
+    many = render_figures.liveness(pd.concat([by_step.assign(ipu=by_step["ipu"] + 2 * r) for r in range(20)]))
+    # THEN each line is a point a run of 4 steps (its most), rank 1's peak kept, and the title says so
+    lines = {t.name: (list(t.x), list(t.y)) for t in fig.data}
+    assert lines == {"IPU 0": ([3, 7, 9], [30, 70, 90]), "IPU 1": ([3, 6, 9], [3, 900, 9])}
+    assert fig.layout.title.text.endswith("each point the most of 4 steps")
+    # and over many ranks, the band and the fullest lines the same way
+    band = {t.name: list(t.x) for t in many.data}
+    assert band["most"] == band["least"] == band["median"] == [3, 6, 9]  # (the most over the ranks: 900 at 6)
+    assert list(many.data[-1].y) == [3, 900, 9] and "each point the most of 4 steps" in many.layout.title.text

@@ -56,5 +56,18 @@ class Table:
             self._frame = pd.DataFrame(self.columns)
         return self._frame
 
+    def frame_not_kept(self) -> pd.DataFrame:
+        """A DataFrame of the columns that the table does not keep (the one it keeps, where ``frame`` built it):
+        for a reader that draws a long table once (the HTML page's figures) and lets it go."""
+        if self._frame is not None:
+            return self._frame
+        import pandas as pd
+
+        return pd.DataFrame(self.columns)
+
+    def head(self, rows: int) -> Table:
+        """The first ``rows`` rows, as views of the columns."""
+        return Table({name: column[:rows] for name, column in self.columns.items()})
+
     def __repr__(self) -> str:
         return f"Table({len(self)} rows: {', '.join(self.columns)})"
