@@ -70,8 +70,8 @@ def frames(doc: Document) -> Iterator[tuple[str, pd.DataFrame]]:
             yield f"{b.key}.csv", pd.DataFrame({"figure": list(b.data), "value": [plain(v) for v in b.data.values()]})
         elif isinstance(b.data, Table) and not b.data.columns and b.items == [] and b.empty:
             yield f"{b.key}.csv", pd.DataFrame({"note": [b.empty]})  # a section with no meaning here: its sentence
-        else:
-            yield f"{b.key}.csv", b.frame()
+        else:  # a table's frame not kept by its table once its file is written
+            yield f"{b.key}.csv", b.data.frame_not_kept() if isinstance(b.data, Table) else b.frame()
 
 
 def write(doc: Document, folder: str | os.PathLike[str]) -> list[Path]:
