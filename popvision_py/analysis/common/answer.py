@@ -57,8 +57,8 @@ class Table:
         return self._frame
 
     def frame_not_kept(self) -> pd.DataFrame:
-        """A DataFrame of the columns that the table does not keep (the one it keeps, where ``frame`` built it):
-        for a reader that draws a long table once (the HTML page's figures) and lets it go."""
+        """A DataFrame of the columns, not kept by the table (the one ``frame`` built and keeps, where it did): for
+        a reader that uses a long table once (the HTML page's figures, a CSV file) and lets it go."""
         if self._frame is not None:
             return self._frame
         import pandas as pd

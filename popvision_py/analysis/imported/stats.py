@@ -104,10 +104,11 @@ def selected_medians(parts: Parts, count: np.ndarray, low: int, high: int) -> np
         if inside[open_].sum() <= HELD_PAIRS:
             break
         bins = int(np.clip(HELD_PAIRS // len(open_), 2, SELECT_BINS))
-        width = (b[open_] - a[open_]) // bins + 1
+        least = a[open_]
+        width = (b[open_] - least) // bins + 1
         counted = np.zeros(len(open_) * bins, np.int64)
         for row, values in _in_windows(parts, window_of, open_, a, b):
-            counted += np.bincount(row * bins + (values - a[open_][row]) // width[row], minlength=len(counted))
+            counted += np.bincount(row * bins + (values - least[row]) // width[row], minlength=len(counted))
         counted = np.cumsum(counted.reshape(len(open_), bins), axis=1)
         at = np.arange(len(open_))
         first = (counted <= (lower - below)[open_, None]).sum(axis=1)  # the bins of the two places
@@ -120,8 +121,8 @@ def selected_medians(parts: Parts, count: np.ndarray, low: int, high: int) -> np
     lo, hi = a.copy(), a.copy()  # a window one value wide: that value, twice
     open_ = np.flatnonzero(a < b)
     if len(open_):
-        which, kept = joined(list(_in_windows(parts, window_of, open_, a, b))) if inside[open_].any() else ([], [])
-        kept = np.asarray(kept, np.int64)[np.lexsort((kept, which))]
+        which, kept = joined(list(_in_windows(parts, window_of, open_, a, b)))
+        kept = kept[np.lexsort((kept, which))]
         start = np.cumsum(inside[open_]) - inside[open_]
         lo[open_] = kept[start + lower[open_] - below[open_]]
         hi[open_] = kept[start + upper[open_] - below[open_]]
