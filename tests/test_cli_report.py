@@ -387,3 +387,26 @@ def test_a_process_id_is_printed_as_the_traces_and_ps_print_it_and_a_count_with_
     assert markdown.table(row)[2] == "| rank-3 | 3113936 | 4,271 |"
     page = html._table(row.frame())
     assert "<td class='n'>3113936</td>" in page and "<td class='n'>4,271</td>" in page
+
+
+def test_csv_and_html_write_a_long_table_without_keeping_it_as_a_frame(tmp_path):
+    # GIVEN a document of a long table (5,000 steps, the liveness section's shape) and a figure of it
+    import numpy as np
+
+    from popvision_py.analysis.common.tables import Table
+    from popvision_py.render import csvout, html
+    from popvision_py.render.document import Document
+
+    n = 5_000
+    by_step = Table({"ipu": np.zeros(n, np.int64), "step": np.arange(n), "name": np.array(["op"] * n, object),
+                     "total_bytes": np.arange(n) * 10, "not_always_live_bytes": np.arange(n)})
+    doc = Document("report", "t", [])
+    doc.add("liveness.by_step", "Memory over steps", by_step)
+    # WHEN it is written as CSV and as an HTML page
+    csvout.write(doc, tmp_path / "csv")
+    page = html.render(doc).decode()
+    # THEN the CSV file has every row, the page the first 200 and how many more, and the table holds no frame
+    # of its rows after either (a frame kept by the table held a 10 GB import's rows for the rest of the command)
+    assert (tmp_path / "csv" / "liveness.by_step.csv").read_text().count("\n") == n + 1
+    assert page.count("<tr>") == 201 and "... 4,800 more rows" in page
+    assert by_step._frame is None
