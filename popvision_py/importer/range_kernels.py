@@ -54,13 +54,7 @@ def comm_args(events: list[Any]) -> list[dict[str, Any]]:
     """Each collective's args as ``parts.args_of`` gives them, with only the keys ``CommArgs`` reads: all of them
     decoded at once (args of null: none; args that are not an object: ``Fallback``, as ``args_of`` refuses
     them)."""
-    if not events:
-        return []
-    raws = [raw or b"null" for raw in map(attrgetter("args"), events)]
-    try:
-        said = COMM_ARGS.decode(b"[" + b",".join(raws) + b"]")
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        raise Fallback("a collective's args that are not an object") from None
+    said = _decoded(COMM_ARGS, events, "a collective's args that are not an object")
     unset = msgspec.UNSET
     return [{} if a is None else {key: v for field, key in COMM_KEYS if (v := getattr(a, field)) is not unset}
             for a in said]
@@ -70,17 +64,23 @@ def gpu_args(events: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The stream, correlation id and bytes of each event's args, decoded at once: -1 where the args say none (an
     event without args: none), or one out of ``kernels.stream_of``'s, ``correlation_of``'s or ``kernel_bytes``'
     range."""
-    raws = list(map(attrgetter("args"), events))
-    if not all(raws):
-        raws = [raw or b"{}" for raw in raws]
-    try:
-        said = GPU_ARGS.decode(b"[" + b",".join(raws) + b"]")
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        raise Fallback("a GPU event's or runtime call's args of another shape") from None
+    said = _decoded(GPU_ARGS, events, "a GPU event's or runtime call's args of another shape")
     if any(a is None for a in said):
         said = [UNSAID if a is None else a for a in said]
     return tuple(_ids(said, key, limit) for key, limit in (("stream", 1 << 31), ("correlation", 1 << 62),
                                                             ("size", 1 << 62)))  # type: ignore[return-value]
+
+
+def _decoded(decoder: msgspec.json.Decoder, events: list[Any], why: str) -> list[Any]:
+    """Each event's args, all decoded at once by ``decoder`` (a list of a struct or None): None where they are null
+    or missing; ``Fallback`` (``why``) where one is of another shape."""
+    if not events:
+        return []
+    raws = [raw or b"null" for raw in map(attrgetter("args"), events)]
+    try:
+        return decoder.decode(b"[" + b",".join(raws) + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise Fallback(why) from None
 
 
 def _ids(said: list[GpuArgs], key: str, limit: int) -> np.ndarray:
