@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from popvision_py.analysis.host import events as E
@@ -85,3 +87,70 @@ def test_no_files_are_no_events():
     events = E.load_files([])
     assert len(events) == 0 and events.processes == () and events.rows == () and events.names == ()
     assert events.start.dtype == np.int64 and events.value.dtype == np.float64
+
+
+def _one_file(folder: Path, rng: np.random.Generator, grouped: bool) -> tuple[Path, pd.DataFrame]:
+    """Every process of ``IN_ORDER`` in one file, as the import writes past 64 ranks (``ranks.pvti.parquet``), in row
+    groups of 16 rows: each process's rows after the one before's (``grouped``), or the rows shuffled."""
+    _, rows = _write(folder / "apart", rng, IN_ORDER)
+    if not grouped:
+        rows = rows.iloc[rng.permutation(len(rows))].reset_index(drop=True)
+    path = folder / f"ranks{S.SUFFIX}"
+    with S.SystemWriter(path, "ranks", 0, row_group_rows=16) as writer:
+        writer.write(pa.Table.from_pandas(rows, preserve_index=False).cast(S.SCHEMA))
+    return path, rows
+
+
+@pytest.mark.parametrize("grouped", [True, False], ids=["each process's rows together", "the rows shuffled"])
+@pytest.mark.parametrize("run_rows", [1, 100, 1 << 17], ids=["a process a piece", "pieces of 100 rows", "the file"])
+def test_one_file_of_many_processes_read_in_pieces_is_the_file_read_whole(tmp_path, monkeypatch, run_rows, grouped):
+    # GIVEN one file of four processes' rows, in row groups of 16 rows
+    (tmp_path / "apart").mkdir()
+    path, rows = _one_file(tmp_path, np.random.default_rng(7), grouped)
+    whole = E.load_tables([S.read_system(path).table.replace_schema_metadata(None)])
+    # WHEN it is read in pieces of whole processes of about ``run_rows`` rows, each piece's rows sorted in a run
+    monkeypatch.setattr(E, "RUN_ROWS", run_rows)
+    pieces = list(S.read_system_pieces(path, run_rows))
+    events = E.load_files([path])
+    # THEN the pieces are the file's rows in order, each ending where the process changes (where the rows keep
+    # processes together), the first at or past ``run_rows``
+    assert sum(p.num_rows for p in pieces) == len(rows)
+    read = pd.concat([p.to_pandas() for p in pieces], ignore_index=True)
+    assert read["start_ns"].tolist() == rows["start_ns"].tolist()
+    assert read["process"].astype(str).tolist() == rows["process"].tolist()
+    if grouped:  # each piece ends at the first change of process at or past ``run_rows`` rows from its start
+        changes = np.flatnonzero(rows["process"].to_numpy()[1:] != rows["process"].to_numpy()[:-1]) + 1
+        starts = np.r_[0, np.cumsum([p.num_rows for p in pieces])]
+        for a, b in zip(starts[:-1], starts[1:]):
+            assert b == (changes[changes >= a + run_rows][0] if (changes >= a + run_rows).any() else len(rows))
+        assert len(pieces) == {1: 4, 100: len(pieces), 1 << 17: 1}[run_rows] and (run_rows != 100 or len(pieces) > 1)
+    # AND the events are those of the file read whole and sorted at once: words, rows, order and values
+    for field in ("processes", "rows", "names", "channels", "families"):
+        assert getattr(events, field) == getattr(whole, field)
+    assert events.pids.tolist() == whole.pids.tolist()
+    for field in ("row", "name", "channel", "kind", "start", "end", "value"):
+        assert getattr(events, field).tolist() == getattr(whole, field).tolist()
+
+
+def test_a_bad_row_in_a_later_piece_is_named_by_its_row_in_the_file(tmp_path):
+    # GIVEN one file of four processes' rows in row groups of 16, a span of the last process ending before it starts
+    (tmp_path / "apart").mkdir()
+    path, rows = _one_file(tmp_path, np.random.default_rng(7), True)
+    table = pq.read_table(path)
+    start = table["start_ns"].to_numpy().copy()
+    kind = np.asarray(table["kind"].to_pylist(), object)
+    last = int(np.flatnonzero(rows["process"].to_numpy() == rows["process"].iloc[-1])[0])
+    bad = int(np.flatnonzero((kind == "span") & (np.arange(len(kind)) >= last))[0])
+    end = table["end_ns"].to_numpy().copy()
+    end[bad] = start[bad] - 1
+    table = table.set_column(table.schema.get_field_index("end_ns"), "end_ns", pa.array(end))
+    pq.write_table(table, path, row_group_size=16)
+    # WHEN it is read in pieces of 20 rows (the bad row in the last)
+    assert bad > 20
+    with pytest.raises(S.SystemFileError) as raised:
+        list(S.read_system_pieces(path, 20))
+    # THEN the sentence names the row in the file, as a whole read does
+    assert str(raised.value) == f"{path}: row {bad:,} ends before it starts."
+    with pytest.raises(S.SystemFileError) as whole:
+        S.read_system(path)
+    assert str(whole.value) == str(raised.value)

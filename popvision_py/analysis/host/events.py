@@ -22,9 +22,10 @@ from popvision_py.analysis.common.tables import numbered
 from popvision_py.format import system as S
 
 _TRAILING_NUMBER = re.compile(r"[#\s]*\d+$")
-FILES_AT_ONCE = 256  # files read, then joined into one table, at a time: a file's small table costs ~17 KB apart
+FILES_AT_ONCE = 256  # files (or pieces of one) read, then joined into one table, at a time: ~17 KB each apart
 SMALL_TABLE_ROWS = 1 << 16  # tables of fewer rows than this on average are joined into one chunk (``_joined``)
-RUN_ROWS = 1 << 17  # a run of files is sorted once it holds this many events (or FILES_AT_ONCE files)
+RUN_ROWS = 1 << 17  # a run of files is sorted once it holds this many events (or FILES_AT_ONCE files); a
+# file of more is read in pieces of whole processes of about this many (``format.system.read_system_pieces``)
 # each column's type: the codes as narrow as they can be (765,600 events of a 10 GB import: 14 MiB less than int64);
 # arithmetic on them that could pass 2**31 is done in int64 (``SystemIndex``'s keys, say)
 TYPES = {"row": np.int32, "name": np.int32, "channel": np.int32, "kind": np.int8, "start": np.int64,
@@ -112,31 +113,28 @@ def _ranked(codes: np.ndarray, words: list[str], key) -> tuple[np.ndarray, list[
 
 
 def load_files(paths: Sequence[str | os.PathLike[str]], keep: dict[str, Callable[[str], bool]] | None = None) -> Events:
-    """The rows of the files at ``paths`` (each read and checked by ``format.system.read_system``) as ``Events``,
-    gathered a run of files at a time (``FILES_AT_ONCE`` files, or fewer holding ``RUN_ROWS`` events): at 4,096
-    ranks' files, 4,096 small tables held together were 68 MB. With ``keep`` (a string column's name: a test of its
-    words), only the rows where the word of one of those columns passes its test, each file's let go of the rest as
-    it is read: what a view that reads a few of the rows holds (a 10 GB import's GPU figures take its steps and
-    annotations)."""
+    """The rows of the files at ``paths`` (each read and checked by ``format.system.read_system_pieces``, a large
+    file in pieces of whole processes) as ``Events``, gathered a run of pieces at a time (``FILES_AT_ONCE`` pieces,
+    or fewer holding ``RUN_ROWS`` events): at 4,096 ranks' files, 4,096 small tables held together were 68 MB, and
+    the import's one file of 4,096 ranks, read whole and sorted at once, took the dashboard's warm-up after a 10 GB
+    import to 1.37x its figure in 4 ranks. With ``keep`` (a string column's name: a test of its words), only the
+    rows where the word of one of those columns passes its test, each piece let go of the rest as it is read: what a
+    view that reads a few of the rows holds (a 10 GB import's GPU figures take its steps and annotations)."""
     gathered, run, rows = _Gathered(), [], 0
     for path in paths:
-        run.append(_read(path, keep))  # the run holds the only reference: ``add`` lets each column go
-        rows += run[-1].num_rows
-        if len(run) == FILES_AT_ONCE or rows >= RUN_ROWS:
-            gathered.add(run)
-            rows = 0
-            pa.default_memory_pool().release_unused()  # the run's table and its sorting
+        for piece in S.read_system_pieces(path, RUN_ROWS):
+            run.append(piece.filter(kept_rows(piece, keep)) if keep is not None else piece)
+            del piece  # the run holds the only reference: ``add`` lets each column go
+            rows += run[-1].num_rows
+            if len(run) == FILES_AT_ONCE or rows >= RUN_ROWS:
+                gathered.add(run)
+                rows = 0
+                pa.default_memory_pool().release_unused()  # the run's table and its sorting
     if run:
         gathered.add(run)
     events = gathered.events()
     pa.default_memory_pool().release_unused()  # the files' rows and their sorting, let go
     return events
-
-
-def _read(path: str | os.PathLike[str], keep: dict[str, Callable[[str], bool]] | None) -> pa.Table:
-    """One file's rows, read and checked, without its schema's metadata; with ``keep``, only the rows it keeps."""
-    table = S.read_system(path).table.replace_schema_metadata(None)
-    return table.filter(kept_rows(table, keep)) if keep is not None else table
 
 
 def kept_rows(table: pa.Table, keep: dict[str, Callable[[str], bool]]) -> np.ndarray:
