@@ -109,7 +109,7 @@ def bench(folder: Path, events: int, repeat: int) -> dict:
     start = time.perf_counter()
     report.system.index()
     opened = time.perf_counter() - start
-    total = len(report.system.events())
+    total = len(report.system.index())
     origin, end = report.system.extent()
     span = end - origin
     cases = {"whole run": (origin, end)}

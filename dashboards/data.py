@@ -239,7 +239,7 @@ class Profiles:
             report.operations.window_index()  # the Operations page's iteration of the trace: a row group or two
             if report.system.files():  # the System page's first draw: past MANY_RANKS processes a heat map of the
                 # events, else their time lines, which need the index (at 4,096 ranks 32,768 groups: 3 s, 40 MiB)
-                if len(report.system.events().processes) <= MANY_RANKS:
+                if len(report.system.words().processes) <= MANY_RANKS:
                     report.system.index()
 
 

@@ -103,7 +103,7 @@ def timeline(profile: str | None, window: tuple[int, int] | None, mode: str, rev
     system = report.system
     origin, end = system.extent()
     window = window or (origin, end)
-    events = system.events()
+    events = system.words()
     if len(events.processes) > MANY_RANKS and processes is None:
         return many_timeline(profile, window, mode, revision)
     result = system.window(window[0], window[1], max_events=MAX_EVENTS, max_bins=MAX_BINS)
@@ -219,7 +219,7 @@ def zoom_timeline(relayout: dict | None, profile: str | None, mode: str | None, 
     precision = figures.DATE_PRECISION_NS if mode == figures.ABSOLUTE else 0
     window = window_from_relayout(relayout, (origin, end), lambda x: figures.from_x(x, mode, origin), snap=precision)
     processes = _processes(shown)
-    many = len(system.events().processes)
+    many = len(system.words().processes)
     if processes is None and many > MANY_RANKS:  # the heat map: a box onto a few processes draws theirs
         chosen = rank_figures.rows_in_view(relayout, many)
         if chosen is not None and chosen[1] - chosen[0] <= MANY_RANKS:

@@ -134,6 +134,12 @@ class Report:
                 self._cache[key] = compute()
             return self._cache[key]
 
+    def forget(self, key: Any) -> Any:
+        """The answer ``memo`` holds for ``key``, which it then no longer holds (None where it holds none): an answer
+        that another takes over (the System page's index takes its events)."""
+        with self._lock(key):
+            return self._cache.pop(key, None)
+
     def holds(self, key: Any) -> bool:
         """Whether ``memo`` holds an answer for ``key`` already."""
         return key in self._cache

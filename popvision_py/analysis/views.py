@@ -416,8 +416,8 @@ class SystemReport(_View):
         return _system_files.how_to_record(self._r.path)
 
     def events(self) -> _system.Events:
-        """Every file read and checked, as columns (``system.load``)."""
-        return self._memo("events", lambda: _system.load_files(self.files()))
+        """Every file read and checked, as columns (``system.load``), held until the index takes them."""
+        return self._memo("events", self.events_read)
 
     def some_events(self, keep: dict[str, Callable[[str], bool]]) -> _system.Events:
         """The events a view reads a few of (``system.load_files``' ``keep``: a string column's name, a test of its
@@ -451,15 +451,35 @@ class SystemReport(_View):
             "by_files", lambda: _system_figures.figures(self.files(), self._r.imported))
         return (by_files or _system_figures.of_events(self.events(), self._r.imported))[name]
 
+    def words(self) -> _system.Events:
+        """The events' processes, rows and words without the events (``Events.words_only``): what the System page
+        names its rows by, kept apart from the events, which the index takes."""
+        return self._memo("words", lambda: self.events().words_only())
+
     def index(self) -> _system.SystemIndex:
-        return self._memo("index", lambda: _system.SystemIndex(self.events()))
+        """The System page's index (``system.SystemIndex``). It takes the events held here (read first where they
+        are not), which are then no longer held: the index holds them in its own order, and what reads every event
+        after it reads the files again (``by_name`` and the others a run of files at a time, ``some_events`` the
+        rows it keeps)."""
+        def compute() -> _system.SystemIndex:
+            self.words(), self.extent()  # made of the events before the index takes them
+            return _system.SystemIndex([self._r.forget((type(self).__name__, "events")) or self.events_read()])
+
+        return self._memo("index", compute)
+
+    def events_read(self) -> _system.Events:
+        """Every file read and checked, as columns, not held here (``system.load_files``)."""
+        return _system.load_files(self.files())
 
     def extent(self) -> tuple[int, int]:
         """The run as a window [start, end) holding every event, ns since 1970: its first start and 1 ns past
         its last end; (0, 1) without any. From the events alone: past a few processes the page draws a heat map
         of them, which needs no ``index``."""
-        start, end = self.events().extent
-        return int(start), int(end) + 1
+        def compute() -> tuple[int, int]:
+            start, end = self.events().extent
+            return int(start), int(end) + 1
+
+        return self._memo("extent", compute)
 
     def window(self, start_ns: int | None = None, end_ns: int | None = None, max_events: int = _system.MAX_EVENTS,
                max_bins: int = _system.MAX_BINS) -> _system.SystemWindow:

@@ -3,6 +3,9 @@ and times, in row then start order, and the bins' times and counts, whatever the
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -14,6 +17,11 @@ from popvision_py.format import system as S
 
 def _timeline(rows: list[tuple]) -> system.SystemIndex:
     """An index of events given as (process, thread, channel, name, kind, start, end, value)."""
+    return system.SystemIndex(_events(rows))
+
+
+def _events(rows: list[tuple]) -> system.Events:
+    """Events given as (process, thread, channel, name, kind, start, end, value)."""
     columns = list(zip(*rows))
     table = pa.table({
         "process": pa.array(columns[0]), "pid": pa.array([int(p[5:]) for p in columns[0]], pa.int64()),
@@ -21,7 +29,7 @@ def _timeline(rows: list[tuple]) -> system.SystemIndex:
         "kind": pa.array(columns[4]), "start_ns": pa.array(columns[5], pa.int64()),
         "end_ns": pa.array(columns[6], pa.int64()), "value": pa.array(columns[7], pa.float64())},
         schema=S.SCHEMA)
-    return system.SystemIndex(system.load_tables([table]))
+    return system.load_tables([table])
 
 
 RUN = [
@@ -139,7 +147,7 @@ def test_each_events_row_is_its_process_and_thread_however_many_threads_the_proc
     many = [(f"rank-{p}", f"worker-{p}", "pytorch", "step", "span", p, p + 1, 0.0) for p in range(40)]
     few = [(f"rank-{p}", t, "pytorch", "step", "span", p, p + 1, 0.0) for p in range(3) for t in ("MainThread", "io")]
     for run in (many, few):
-        events = _timeline(run).events
+        events = _events(run)
         # THEN the rows are the pairs the events hold, processes in natural order, the main thread first
         pairs = sorted({(int(r[0][5:]), r[1]) for r in run}, key=lambda pt: (pt[0], pt[1] != "MainThread", pt[1]))
         assert [(int(events.processes[p][5:]), t) for p, t in events.rows] == pairs
@@ -212,3 +220,41 @@ def test_codes_held_narrow_are_keyed_in_int64_where_rows_times_names_pass_two_to
     assert sorted(zip(index.group_row.tolist(), index.group_name.tolist())) == [(0, 22_704), (61_357, 0)]
     assert list(zip(f["row"], f["thread"], f["name"])) == [(0, "t00000", "f22704"), (61_357, "t61357", "f00000")]
     assert f["row"].dtype == np.int64
+
+
+def test_an_index_handed_its_events_in_a_list_takes_them_and_holds_their_columns_once():
+    # GIVEN three ranks' timelines of 60,000 events each: steps, annotations inside them, and a counter
+    rng = np.random.default_rng(3)
+    rows = []
+    for rank in range(3):
+        starts = np.sort(rng.integers(0, 10**9, 20_000))
+        rows += [(f"rank-{rank}", "MainThread", "pytorch", f"ProfilerStep#{k}", "span", int(t), int(t) + 40, 0.0)
+                 for k, t in enumerate(starts)]
+        rows += [(f"rank-{rank}", "MainThread", "annotation", "Forward", "span", int(t) + 5, int(t) + 20, 0.0)
+                 for t in starts]
+        rows += [(f"rank-{rank}", "MainThread", "memory", "allocated", "counter", int(t) + 30, int(t) + 30,
+                  float(k)) for k, t in enumerate(starts)]
+
+    def held(make):  # what ``make()`` leaves held, by tracemalloc (NumPy's arrays are traced), and what it made
+        gc.collect()
+        tracemalloc.start()
+        made = make()
+        gc.collect()
+        size = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        return size, made
+
+    # WHEN one index is handed the events in a list, another the events themselves (which stay held)
+    given = [_events(rows)]
+    taken = system.SystemIndex(given)
+    alone, _ = held(lambda: system.SystemIndex([_events(rows)]))
+    both, (events, kept) = held(lambda: (lambda e: (e, system.SystemIndex(e)))(_events(rows)))
+    # THEN the list is emptied, and the index that took the events holds less by about the events' own columns
+    columns = sum(getattr(events, c).nbytes for c in ("row", "name", "channel", "kind", "start", "end", "value"))
+    assert given == [] and len(taken) == len(kept) == len(events) == 180_000
+    assert alone < both - 0.9 * columns, (alone, both, columns)
+    # AND both give the same windows: the whole run in bins, and a zoom onto each of a few events
+    for a, b in ((None, None), (4 * 10**8, 4 * 10**8 + 20_000)):
+        pd.testing.assert_frame_equal(system.window(taken, a, b).frame, system.window(kept, a, b).frame)
+    assert system.window(taken, 4 * 10**8, 4 * 10**8 + 20_000).level == "events"
+    assert taken.events.names == kept.events.names and len(taken.events) == 0

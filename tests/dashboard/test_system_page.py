@@ -145,6 +145,31 @@ def test_the_cards_and_table_are_the_reports(system_app, synthetic_run):
     assert "optimizer update" in json.dumps(table.to_plotly_json(), default=str)
 
 
+def test_the_index_takes_the_events_and_the_tables_after_it_are_the_events_own(system_app, synthetic_run):
+    from dashboards import data
+    from popvision_py.analysis.host import system_figures
+
+    system, report = page(), data.report("a")
+    # GIVEN the events read, as the dashboard's check of the files leaves them
+    events = report.system.events()
+    expected = system_figures.of_events(events, report.imported)
+    del events
+    # WHEN the page draws the whole run (its index made)
+    system.render_timeline("a", 0, "relative")
+    # THEN the index holds the 12,020 events and the report no longer does; the rows' words are kept apart
+    assert len(report.system.index()) == 12_020 and not report.holds(("SystemReport", "events"))
+    assert report.system.words().processes == ("instance-0", "instance-1") and len(report.system.words()) == 0
+    # AND the cards and the events table made after it (read from the files) are those of the events held
+    note, cards, table = system.render_figures("a")
+    assert note is None and "1,000 model calls" in json.dumps(cards.to_plotly_json(), default=str)
+    for name in ("processes", "by_name", "counters"):
+        got, want = getattr(report.system, name)(), expected[name].frame()
+        assert got.equals(want), name
+    # AND a zoom is drawn from the index alone: the events are not read again
+    system.zoom_timeline({"xaxis2.range[0]": 0, "xaxis2.range[1]": 0.0025}, "a", "relative", 0)
+    assert not report.holds(("SystemReport", "events"))
+
+
 def test_a_profile_without_system_files_says_how_to_record_them(app):
     system = page()
     note, cards, table = system.render_figures("a")

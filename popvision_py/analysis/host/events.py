@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -81,6 +81,11 @@ class Events:
         """``instance-0 · MainThread``: how a row is named on the page."""
         process, thread = self.rows[row]
         return f"{self.processes[process]} · {thread}"
+
+    def words_only(self) -> Events:
+        """These events' processes, rows and words without a single event (every column empty): what a holder of
+        their columns in an order of its own keeps of them (``system.SystemIndex``)."""
+        return replace(self, **{column: np.zeros(0, kind) for column, kind in TYPES.items()})
 
     @property
     def extent(self) -> tuple[int, int]:

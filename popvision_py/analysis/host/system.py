@@ -184,7 +184,7 @@ class _EventGroup:
     row: int
     name: int
     kind: int
-    events: np.ndarray  # indexes into Events
+    first: int  # its first event's place in the index's columns (``SystemIndex.start``...): its events follow it
     start: np.ndarray
     end: np.ndarray
     reach: np.ndarray  # the latest end so far: spans before the first reach > a all end by a
@@ -197,22 +197,23 @@ NO_VALUES = np.zeros(1)  # a group's values that is not a counter's
 NO_VALUES.setflags(write=False)
 
 
-def _group(events: Events, rows: np.ndarray) -> _EventGroup:
-    """A group's arrays. Where its spans are disjoint, in order (a thread's spans of one name, mostly), the latest
-    end so far, the ends sorted and the union are the spans' own arrays, not copies: at 10 GB of traces in 4 ranks,
-    the index was 72 bytes an event."""
-    start, end = events.start[rows], events.end[rows]
-    kind = int(events.kind[rows[0]])
+def _group(index: SystemIndex, k: int, a: int, b: int) -> _EventGroup:
+    """Group ``k``'s arrays: its events are the index's ``a`` to ``b``, its times slices of the index's columns. Where
+    its spans are disjoint, in order (a thread's spans of one name, mostly), the latest end so far, the ends sorted
+    and the union are those slices too, not copies: at 10 GB of traces in 4 ranks, the index was 72 bytes an
+    event."""
+    start, end = index.start[a:b], index.end[a:b]
+    kind = int(index.group_kind[k])
     values = NO_VALUES
     if kind == COUNTER:
-        values = np.zeros(len(rows) + 1)
-        np.cumsum(events.value[rows], out=values[1:])
+        values = np.zeros(b - a + 1)
+        np.cumsum(index.value[a:b], out=values[1:])
     reach = np.maximum.accumulate(end)
     if len(end) < 2 or bool((start[1:] > reach[:-1]).all()):
         reach = ends = end
     else:
         ends = np.sort(end)
-    return _EventGroup(int(events.row[rows[0]]), int(events.name[rows[0]]), kind, rows, start, end, reach, ends,
+    return _EventGroup(int(index.group_row[k]), int(index.group_name[k]), kind, a, start, end, reach, ends,
                        SpanUnion.of(start, end), values)
 
 
@@ -235,10 +236,17 @@ def _depths(events: Events) -> tuple[np.ndarray, np.ndarray]:
 class SystemIndex:
     """``Events`` cut into (row, name, kind) groups, each ready for ``window`` (``groups``: None for a group of
     one span, which ``single`` and its arrays hold); and each span's depth (how many spans of its row hold it),
-    which the page draws as thinner bars inside thicker ones."""
+    which the page draws as thinner bars inside thicker ones.
 
-    def __init__(self, events: Events) -> None:
-        self.events = events
+    The index holds the events' times, values and depths itself, in the groups' order (``start``, ``end``,
+    ``value``, ``depth``; a group's events are a run of them), and of the ``Events`` their words alone
+    (``events``: ``Events.words_only``). Handed a list holding the events (the dashboard's System page), it takes
+    them out of it and lets each of their columns go as it holds its own: the page then holds the events once, not
+    as ``Events`` and again as its groups' copies (10 GB of traces in 4 ranks: 765,600 events, 30 MiB less)."""
+
+    def __init__(self, given: Events | list[Events]) -> None:
+        events = given.pop() if isinstance(given, list) else given
+        self.events = events.words_only()
         # the run as a half-open window [start_ns, end_ns): the last event's end included
         self.start_ns, self.end_ns = events.extent[0], events.extent[1] + 1
         n = len(events)
@@ -247,27 +255,39 @@ class SystemIndex:
         key = key[order]
         begins = np.r_[0, np.flatnonzero(key[1:] != key[:-1]) + 1] if n else np.zeros(0, np.int64)
         del key
-        if n < 1 << 31:  # the groups' events are slices of it, held as long as the index: half as large
+        if n < 1 << 31:
             order = order.astype(np.int32)
         sizes = np.diff(np.r_[begins, n])
         first = order[begins]  # each group's first event
-        self.depth, self.name_depth = _depths(events)
-        # each group's row, name, kind and channel, by its place; the groups of one span (a long run's steps, a
-        # name each) apart, with their span, for ``count`` and ``window`` to take them all at once: only the
-        # others are made groups (``_EventGroup``, None in their place for those of one span: at 10 GB of traces
-        # in 4 ranks, 69,600 groups of one step each held 120 MiB of small arrays)
+        depth, self.name_depth = _depths(events)
+        # each group's row, name, kind and channel, by its place
         self.group_row, self.group_name = events.row[first], events.name[first]
         self.group_kind, self.group_channel = events.kind[first], events.channel[first]
+        del first
+        columns = {"start": events.start, "end": events.end, "value": events.value}
+        del events  # (where the index was handed a list: the events' other columns go with them here)
+        self.start = columns.pop("start")[order]  # each column in the groups' order, the events' let go
+        self.end = columns.pop("end")[order]
+        self.value = columns.pop("value")[order]
+        self.depth = depth[order]
+        del depth, order
+        # the groups of one span (a long run's steps, a name each) apart, with their span, for ``count`` and
+        # ``window`` to take them all at once: only the others are made groups (``_EventGroup``, None in their place
+        # for those of one span: at 10 GB of traces in 4 ranks, 69,600 groups of one step each held 120 MiB of small
+        # arrays)
         one = (sizes == 1) & (self.group_kind == SPAN)
         self.single, self.others = np.flatnonzero(one), np.flatnonzero(~one)
-        self.groups: list[_EventGroup | None] = [None] * len(first)
+        self.groups: list[_EventGroup | None] = [None] * len(begins)
         for k in self.others.tolist():
-            self.groups[k] = _group(events, order[begins[k]:begins[k] + sizes[k]])
-        self.single_event = first[one]
-        self.single_start, self.single_end = events.start[self.single_event], events.end[self.single_event]
+            self.groups[k] = _group(self, k, int(begins[k]), int(begins[k] + sizes[k]))
+        self.single_event = begins[one]  # each such group's event's place in the columns
+        self.single_start, self.single_end = self.start[self.single_event], self.end[self.single_event]
         # a name that is its family's and a number (``ProfilerStep#3``): binned with the family's others
-        numbered = np.array([family(n) != n for n in events.names], bool)
+        numbered = np.array([family(n) != n for n in self.events.names], bool)
         self.single_numbered = numbered[self.group_name[self.single]] if len(numbered) else np.zeros(0, bool)
+
+    def __len__(self) -> int:
+        return len(self.start)
 
     def count(self, a: int, b: int) -> int:
         """Events in [a, b): spans that overlap it, points inside it."""
@@ -313,7 +333,7 @@ def window(index: SystemIndex, start_ns: int | None = None, end_ns: int | None =
         rows = index.single_event[shown]
         parts.add(index.single[shown], index.single_start[shown], index.single_end[shown],
                   index.single_end[shown] - index.single_start[shown], np.ones(len(rows), np.int64),
-                  index.events.value[rows], index.depth[rows])
+                  index.value[rows], index.depth[rows])
         for k in index.others.tolist():
             g = index.groups[k]
             if g.kind == SPAN:
@@ -326,9 +346,9 @@ def window(index: SystemIndex, start_ns: int | None = None, end_ns: int | None =
                     lo, hi = max(lo - 1, 0), min(hi + 1, len(g.start))
                 picked = np.arange(lo, hi)
             if len(picked):
-                rows = g.events[picked]
+                rows = g.first + picked
                 parts.add(k, g.start[picked], g.end[picked], g.end[picked] - g.start[picked],
-                          np.ones(len(picked), np.int64), index.events.value[rows], index.depth[rows])
+                          np.ones(len(picked), np.int64), index.value[rows], index.depth[rows])
         return SystemWindow("events", parts.frame(), a, b, inside)
     edges = bin_edges(a, b, max_bins)
     low, high = edges[:-1], edges[1:]
