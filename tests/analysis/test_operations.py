@@ -304,3 +304,27 @@ def test_a_slice_of_a_tables_columns_indexes_the_tables_words_and_strings_at_row
                  np.zeros(0, np.int64)):
         for name in ("name", "kind"):
             assert columns.strings(name, rows).tolist() == np.array(names, dtype=object)[rows].tolist()
+
+
+def test_an_object_columns_words_are_numpys_unique_of_its_strings_without_a_wide_string_a_row():
+    import tracemalloc
+
+    from popvision_py.analysis.common.tables import sorted_words
+
+    # GIVEN a column of layer names: a few words, one of 200 characters, None and NaN (made "None" and "nan" apart), a
+    # number and its string (one word)
+    values = np.array(["b", None, "a", float("nan"), "b", 1, "1", "z" * 200, None] * 3, dtype=object)
+    # WHEN its words are numbered THEN they are np.unique's of the column as strings, and each row's place too
+    words, place = sorted_words(values)
+    want_words, want_place = np.unique(values.astype(str), return_inverse=True)
+    assert words.tolist() == want_words.tolist() and words.dtype == want_words.dtype
+    assert place.tolist() == want_place.reshape(-1).tolist() and place.dtype == np.int64
+    assert sorted_words(np.zeros(0, dtype=object))[0].tolist() == []
+    # AND 20,000 rows of long names (a fixed-width string a row would be 20,000 x 200 x 4 bytes: 16 MB) are numbered
+    # holding well under that
+    rows = np.array([f"{'layer' * 39}{k % 7}" for k in range(20_000)], dtype=object)
+    tracemalloc.start()
+    words, place = sorted_words(rows)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(words) == 7 and peak < 2_000_000, peak

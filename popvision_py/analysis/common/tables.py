@@ -447,6 +447,22 @@ def numbered(key: np.ndarray, cells: int) -> tuple[np.ndarray, np.ndarray]:
     return distinct, number.astype(np.int64).reshape(-1)
 
 
+def sorted_words(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values.astype(str), return_inverse=True)`` of an object column, without a fixed-width string a row
+    (4 bytes a character of the longest: 24,576 ops' layers at 4,096 ranks, 7.4 MiB, three times in the sort): the
+    distinct objects found by hashing (``pandas.factorize``; a missing one, None or NaN, made a word apart), their
+    words sorted, and each row's word's place among them."""
+    import pandas as pd
+
+    values = np.asarray(values, dtype=object)
+    codes, distinct = pd.factorize(values)
+    missing = np.flatnonzero(codes < 0)
+    codes[missing] = len(distinct) + np.arange(len(missing))
+    texts = [str(v) for v in distinct] + [str(v) for v in values[missing]]
+    words, place = np.unique(np.array(texts, dtype=object).astype(str), return_inverse=True)
+    return words, place.reshape(-1).astype(np.int64)[codes]
+
+
 def alphabetical(words: np.ndarray) -> np.ndarray:
     """Each word's rank in alphabetical order, to sort rows by a category's name with integer keys."""
     ranks = np.empty(len(words), np.int64)

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from popvision_py.analysis.common.tables import PASSES, PHASE, Columns, StepPieces, Table, WordNumbers, lookup, sum_by
+from popvision_py.analysis.common.tables import (
+    PASSES, PHASE, Columns, StepPieces, Table, WordNumbers, lookup, sorted_words, sum_by)
 from popvision_py.analysis.trace.scan import Aggregates, aggregates
 from popvision_py.format.schema import PROGRAM_TYPES
 
@@ -258,8 +259,7 @@ def group(c: OpCosts, variables: Columns, by: str, clock_hz: float) -> Table:
     op_ids (imported: distinct names); the variables of each op count once, not once per pass.
     """
     t = c.by_op
-    words, code = np.unique(np.asarray(t[by], dtype=object).astype(str), return_inverse=True)
-    code = code.reshape(-1).astype(np.int64)
+    words, code = sorted_words(t[by])
     n = len(words)
     columns: dict[str, Any] = {by: words.astype(object)}
     for name in ("stage", "ipu"):
@@ -268,8 +268,7 @@ def group(c: OpCosts, variables: Columns, by: str, clock_hz: float) -> Table:
         np.minimum.at(lo, code, values)
         np.maximum.at(hi, code, values)
         columns[name] = np.where(lo == hi, lo, -1)
-    op_key = np.asarray(t["op_id"], np.int64) if not c.imported else np.unique(
-        np.asarray(t["name"], dtype=object).astype(str), return_inverse=True)[1].reshape(-1)
+    op_key = np.asarray(t["op_id"], np.int64) if not c.imported else sorted_words(t["name"])[1]
     distinct = np.unique(code * (int(op_key.max(initial=0)) + 1) + op_key)
     columns["ops"] = sum_by(distinct // (int(op_key.max(initial=0)) + 1), None, n)
     columns["steps"] = sum_by(code, np.asarray(t["steps"]), n)
