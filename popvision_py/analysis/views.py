@@ -463,7 +463,8 @@ class SystemReport(_View):
         rows it keeps)."""
         def compute() -> _system.SystemIndex:
             self.words(), self.extent()  # made of the events before the index takes them
-            return _system.SystemIndex([self._r.forget((type(self).__name__, "events")) or self.events_read()])
+            held = self._r.forget((type(self).__name__, "events"))  # None where none are held (events of no row are)
+            return _system.SystemIndex([self.events_read() if held is None else held])
 
         return self._memo("index", compute)
 

@@ -218,11 +218,11 @@ def read_system_pieces(path: str | os.PathLike[str], rows: int) -> Iterator[pa.T
     path = _checked(path)[0]
     where = str(path)
     try:
-        with pq.ParquetFile(path, read_dictionary=list(STRING_COLUMNS), page_checksum_verification=True) as file:
+        with _opened(path) as file:
             meta = file.metadata
             changes = _process_changes(file) if meta.num_rows > rows and meta.num_row_groups > 1 else ()
             if not len(changes):  # one piece: the file read as ``read_system`` reads it
-                yield _whole(path).replace_schema_metadata(None)
+                yield _rows(file, where).replace_schema_metadata(None)
                 return
             sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
             starts = np.r_[0, np.cumsum(sizes)]
@@ -313,15 +313,23 @@ def _checked(path: str | os.PathLike[str]) -> tuple[Path, str, int, int | None]:
 
 
 def _whole(path: Path) -> pa.Table:
-    """A checked file's rows (``_checked``), strings as dictionaries, every page against its checksum, and their
-    values checked."""
-    where = str(path)
+    """A checked file's rows (``_checked``), read whole (``_rows``)."""
     try:
-        with pq.ParquetFile(path, read_dictionary=list(STRING_COLUMNS), page_checksum_verification=True) as rows:
-            declared = rows.metadata.num_rows
-            table = rows.read(columns=list(SCHEMA.names), use_threads=False)  # a small file: threads cost more
+        with _opened(path) as file:
+            return _rows(file, str(path))
     except (pa.ArrowException, OSError) as exc:
-        raise SystemFileError(f"{where} is corrupt ({_first(exc)}).") from None
+        raise SystemFileError(f"{path} is corrupt ({_first(exc)}).") from None
+
+
+def _opened(path: Path) -> pq.ParquetFile:
+    """A checked file opened for its rows: strings as dictionaries, every page against its checksum."""
+    return pq.ParquetFile(path, read_dictionary=list(STRING_COLUMNS), page_checksum_verification=True)
+
+
+def _rows(file: pq.ParquetFile, where: str) -> pa.Table:
+    """Every row of an opened file (``_opened``), as many as its footer declares, and their values checked."""
+    declared = file.metadata.num_rows
+    table = file.read(columns=list(SCHEMA.names), use_threads=False)  # a small file: threads cost more
     if table.num_rows != declared:
         raise SystemFileError(f"{where} is corrupt: it decodes to {table.num_rows:,} rows, not the "
                               f"{declared:,} its footer declares.")
